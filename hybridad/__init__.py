@@ -1,0 +1,22 @@
+"""hybridad: automatic differentiation of numpy code into preallocated results.
+
+>>> import numpy as np, hybridad as ha
+>>> x = np.array([1.0, 2.0, 3.0])
+>>> res = ha.GradientResult(x)
+>>> _ = ha.gradient(lambda x: np.sum(x ** 2), x, out=res)
+>>> res.gradient
+array([2., 4., 6.])
+
+Pipeline (one module per stage): :mod:`.trace` -> :mod:`.ir` ->
+:mod:`.autodiff` -> :mod:`.memory` -> :mod:`.backends` -> :mod:`.results`.
+"""
+
+from .api import clear_cache, compile, gradient
+from .errors import TracingError
+from .plan import Plan
+from .results import DiffResult, GradientResult
+
+__version__ = "0.1.0"
+
+__all__ = ["gradient", "compile", "Plan", "GradientResult", "DiffResult", "TracingError",
+           "clear_cache", "__version__"]

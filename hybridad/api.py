@@ -1,0 +1,160 @@
+"""Public entry points: :func:`gradient` and :func:`compile`, with the plan cache.
+
+The mutating form is primary: ``gradient(f, x, out=res)`` builds (once) or
+fetches the plan for ``f`` and this argument signature, then writes value and
+gradient into ``res``.  Without ``out`` a new result is allocated and
+returned -- a thin wrapper over the same path.
+
+Plan cache: keyed by ``(argnums, argument structure and static values,
+shapes, dtypes)`` under the function object, held *weakly* -- a function that
+is garbage-collected takes its plans with it (a lambda made in a loop does not
+leak), and at most :data:`MAX_PLANS_PER_FUNCTION` signatures are kept per
+function (least recently used dropped first).  Bound methods are cached under
+their instance and function.  Callables that cannot be weakly referenced use
+a small bounded LRU of :data:`MAX_STRONG_PLANS` entries.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import threading
+import weakref
+
+from .plan import Plan, normalize_argnums, prepare_args
+
+__all__ = ["gradient", "compile", "MAX_PLANS_PER_FUNCTION", "clear_cache"]
+
+MAX_PLANS_PER_FUNCTION = 32
+MAX_STRONG_PLANS = 32
+
+_weak = weakref.WeakKeyDictionary()
+_strong = collections.OrderedDict()
+_lock = threading.RLock()
+
+
+def compile(f, *example_args, argnums=0):  # noqa: A001 - public name from the design
+    """Build an explicit gradient plan for ``f`` at the example arguments.
+
+    Parameters
+    ----------
+    f : callable
+        Plain numpy code returning a scalar.
+    *example_args
+        Arguments fixing the structure, shapes and dtypes the plan serves.
+        Arrays are inputs (their values are not kept); other values (ints,
+        floats, strings, None) are static and baked into the plan.
+    argnums : int or tuple of int, default 0
+        Which positional arguments are differentiated; all others are
+        constants and cost no derivative work.
+
+    Returns
+    -------
+    Plan
+        With ``.gradient(*args, out=None)``, ``.value(*args)`` and ``.explain()``.
+
+    Examples
+    --------
+    >>> import numpy as np, hybridad as ha
+    >>> x = np.linspace(0.0, 1.0, 5)
+    >>> plan = ha.compile(lambda x: np.sum(np.exp(x)), x)
+    >>> res = ha.GradientResult(x)
+    >>> _ = plan.gradient(x, out=res)
+    >>> bool(np.allclose(res.gradient, np.exp(x)))
+    True
+    """
+    return Plan(f, example_args, argnums)
+
+
+def _cache_for(f):
+    """The per-function LRU of plans (created on first use)."""
+    owner, sub = (f.__self__, f.__func__) if inspect.ismethod(f) else (f, None)
+    try:
+        per_owner = _weak.get(owner)
+        if per_owner is None:
+            per_owner = _weak[owner] = {}
+    except TypeError:  # not weakly referenceable or not hashable
+        return None
+    lru = per_owner.get(sub)
+    if lru is None:
+        lru = per_owner[sub] = collections.OrderedDict()
+    return lru
+
+
+def _lookup(f, args, argnums):
+    argnums_norm, diff = normalize_argnums(argnums, len(args))
+    names = [f"at position {k}" for k in range(len(args))]
+    leaves, treedefs = prepare_args(args, diff, names)
+    key = (argnums_norm, treedefs, tuple((a.shape, a.dtype.str) for a in leaves))
+    with _lock:
+        lru = _cache_for(f)
+        if lru is None:
+            try:
+                hash(f)
+            except TypeError:  # unhashable callable: no caching
+                return Plan(f, args, argnums), leaves
+            lru, key = _strong, (f, key)
+        plan = lru.get(key)
+        if plan is None:
+            plan = Plan(f, args, argnums)
+            lru[key] = plan
+            limit = MAX_STRONG_PLANS if lru is _strong else MAX_PLANS_PER_FUNCTION
+            while len(lru) > limit:
+                lru.popitem(last=False)
+        else:
+            lru.move_to_end(key)
+    return plan, leaves
+
+
+def gradient(f, *args, argnums=0, out=None):
+    """Value and gradient of a scalar function, written into ``out``.
+
+    Parameters
+    ----------
+    f : callable
+        Plain numpy code returning a scalar (0-d) value.
+    *args
+        Arguments to ``f``.  Differentiated ones must be floating-point
+        arrays (or tuples/lists/dicts of them; Python floats and lists are
+        converted).  Other array arguments are constants; non-array
+        arguments are static (part of the cache key).
+    argnums : int or tuple of int, default 0
+        Arguments to differentiate.  With a tuple, ``out.gradient`` is a tuple.
+    out : GradientResult or DiffResult, optional
+        Preallocated result, overwritten in place and returned.  It is checked
+        before anything is written and left untouched on error.
+
+    Returns
+    -------
+    GradientResult
+        ``out``, or a newly allocated result when ``out`` is None.
+
+    Notes
+    -----
+    The first call for a new signature traces ``f`` and builds a plan; later
+    calls only run it and allocate no numpy memory.
+
+    Examples
+    --------
+    >>> import numpy as np, hybridad as ha
+    >>> x = np.array([0.5, -1.0])
+    >>> res = ha.gradient(lambda x: np.sum(np.sin(x)), x)
+    >>> bool(np.allclose(res.gradient, np.cos(x)))
+    True
+    """
+    plan, leaves = _lookup(f, args, argnums)
+    return plan._run(leaves, out)
+
+
+def clear_cache():
+    """Drop every cached plan."""
+    with _lock:
+        _weak.clear()
+        _strong.clear()
+
+
+def cached_plans(f):
+    """The plans cached for ``f`` (a list; for tests and introspection)."""
+    with _lock:
+        lru = _cache_for(f)
+        return list((lru if lru is not None else {}).values())

@@ -1,0 +1,158 @@
+"""Stage 3: the autodiff transform, graph to graph.
+
+The reverse pass is *emitted as IR* into the same trace: each primitive's VJP
+rule is written with numpy calls on tracers, so the backward nodes are
+ordinary nodes that every later stage (memory plan, backends, and later
+forward-over-reverse Hessians) handles like the forward ones.
+
+* **Activity analysis**: only nodes that depend on a differentiated input
+  (forward) and that the output depends on (backward) get adjoints; constant
+  arguments cost no derivative work.  Zero adjoints stay symbolic (absent).
+* **In-place accumulation**: the first contribution to an adjoint becomes it;
+  later ones are added into it as they arrive (``iadd`` / ``scatter_add``,
+  in place) -- never a list of temporaries summed at the end.  A contribution
+  is only written into if it is *exclusive*: a fresh buffer created for this
+  one adjoint (not the incoming cotangent, a forward value, or a broadcast).
+* Cotangents larger than their operand (broadcasting) are summed back over the
+  broadcast axes, and cast back to the operand's dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .ops import REGISTRY
+from .ops.structural import Scatter
+from .trace import Tracer, bind
+
+__all__ = ["backward", "active_nodes"]
+
+_WRITABLE_VIEWS = ("reshape", "transpose", "getitem")
+
+
+def active_nodes(nodes, wrt_ids, out_id):
+    """Ids of nodes on a differentiable path from ``wrt_ids`` to ``out_id``."""
+    fwd = set()
+    for n in nodes:
+        if n.dtype.kind in "fc" and (n.id in wrt_ids or any(a.id in fwd for a in n.args)):
+            fwd.add(n.id)
+    needed = {out_id}
+    for n in reversed(nodes):
+        if n.id in needed:
+            needed.update(a.id for a in n.args)
+    return fwd & needed
+
+
+def _storage_root(node):
+    while node.op in REGISTRY and REGISTRY[node.op].kind in ("view", "inplace"):
+        node = node.args[0]
+    return node
+
+
+def _fit(c, node):
+    """Sum a broadcast cotangent back to ``node``'s shape and cast to its dtype."""
+    if c.shape != node.shape:
+        lead = c.ndim - len(node.shape)
+        axes = tuple(range(lead)) + tuple(
+            lead + i for i, s in enumerate(node.shape) if s == 1 and c.shape[lead + i] != 1)
+        c = np.sum(c, axis=axes, keepdims=True) if axes else c
+        if c.shape != node.shape:
+            c = np.reshape(c, node.shape)
+    if c.dtype != node.dtype:
+        c = c.astype(node.dtype)
+    return c
+
+
+class _Adjoints:
+    """Adjoint tracers per node id, with whether each one's buffer is ours to write."""
+
+    def __init__(self):
+        self.value = {}
+        self.owned = {}
+
+    def add(self, node, c, exclusive):
+        prev = self.value.get(node.id)
+        if prev is None:
+            self.value[node.id], self.owned[node.id] = c, exclusive
+        elif self.owned[node.id]:
+            self.value[node.id] = bind("iadd", prev, c)
+        elif exclusive:
+            self.value[node.id], self.owned[node.id] = bind("iadd", c, prev), True
+        else:
+            self.value[node.id], self.owned[node.id] = prev + c, True
+
+    def add_scatter(self, node, s):
+        value = s.value if s.value.dtype == node.dtype else s.value.astype(node.dtype)
+        prev = self.value.get(node.id)
+        if prev is not None and self.owned[node.id]:
+            self.value[node.id] = bind("scatter_add", prev, value, index=s.index)
+            return
+        fresh = bind("scatter", value, index=s.index, shape=node.shape)
+        if prev is None:
+            self.value[node.id], self.owned[node.id] = fresh, True
+        else:
+            self.value[node.id], self.owned[node.id] = bind("iadd", fresh, prev), True
+
+
+def backward(trace, out, wrt):
+    """Append the reverse pass of ``out`` w.r.t. the ``wrt`` tracers to ``trace``.
+
+    Parameters
+    ----------
+    trace : hybridad.trace.Trace
+        The trace holding the forward graph; backward nodes are appended to it
+        with ``phase="backward"``.
+    out : Tracer
+        Scalar (0-d) output to differentiate.
+    wrt : list of Tracer
+        Input tracers.
+
+    Returns
+    -------
+    list of (Tracer or None)
+        The gradient for each ``wrt`` entry; ``None`` where it is identically zero.
+    """
+    forward = list(trace.nodes)
+    active = active_nodes(forward, {t.node.id for t in wrt}, out.node.id)
+    trace.phase = "backward"
+    adj = _Adjoints()
+    if out.node.id in active:
+        adj.add(out.node, Tracer(trace.const(out.dtype.type(1), True), trace), False)
+    for node in reversed(forward):
+        g = adj.value.get(node.id)
+        if g is None or node.op in ("input", "const"):
+            continue
+        flags = tuple(a.id in active for a in node.args)
+        if not any(flags):
+            continue
+        start = len(trace.nodes)
+        args = [Tracer(a, trace) for a in node.args]
+        contribs = REGISTRY[node.op].vjp(g, node, flags, *args, Tracer(node, trace),
+                                         **node.attrs)
+        if len(contribs) != len(node.args):
+            raise AssertionError(f"vjp of {node.op} returned {len(contribs)} cotangents for "
+                                 f"{len(node.args)} operands")
+        fitted = [None if c is None or not f or isinstance(c, Scatter) else _fit(c, a)
+                  for c, f, a in zip(contribs, flags, node.args, strict=True)]
+        fresh = {n.id for n in trace.nodes[start:]}
+        roots = [None if c is None else _storage_root(c.node).id for c in fitted]
+        for a, f, c, s, root in zip(node.args, flags, fitted, contribs, roots, strict=True):
+            if not f:
+                continue
+            if isinstance(s, Scatter):
+                adj.add_scatter(a, s)
+            elif c is not None:
+                exclusive = root in fresh and roots.count(root) == 1 and \
+                    _writable(c.node, fresh)
+                adj.add(a, c, exclusive)
+        del adj.value[node.id]
+    return [adj.value.get(t.node.id) for t in wrt]
+
+
+def _writable(node, fresh):
+    """A fresh buffer, or a writable view chain over one."""
+    while node.op in REGISTRY and REGISTRY[node.op].kind == "view":
+        if node.op not in _WRITABLE_VIEWS or node.id not in fresh:
+            return False
+        node = node.args[0]
+    return node.id in fresh and node.op not in ("input", "const")

@@ -1,0 +1,4 @@
+"""Backends: turn a planned graph into something that runs.
+
+* :mod:`.numpy_backend` -- the reference executor (always available, the oracle).
+"""

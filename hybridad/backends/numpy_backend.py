@@ -1,0 +1,137 @@
+"""Stage 6 (reference backend): the graph as one generated Python function
+that calls numpy with ``out=`` into the preallocated arena.
+
+The numpy backend is the correctness oracle for every other backend.  The
+generated source reads top to bottom like the graph: each statement is
+preceded by its IR node as a comment, and the source is kept on the program
+(``Program.source``) and shown by ``plan.explain()``.
+
+Nothing allocates per call: buffers, constants and views of buffers are bound
+once into the function's namespace; only views of the per-call inputs are
+rebuilt each call (view objects, no data).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..ir import format_node
+from ..ops import REGISTRY
+
+__all__ = ["Program", "compile_program"]
+
+
+class Program:
+    """A compiled straight-line program.
+
+    Call as ``program(*input_leaves, *output_buffers)``.
+
+    Attributes
+    ----------
+    source : str
+        The generated Python source.
+    """
+
+    def __init__(self, fn, source):
+        self.fn = fn
+        self.source = source
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+
+class _Stager:
+    """Contiguous copies of inputs that arrive non-contiguous (allocated once)."""
+
+    def __init__(self):
+        self.buffers = {}
+
+    def __call__(self, index, a):
+        buf = self.buffers.get(index)
+        if buf is None:
+            buf = self.buffers[index] = np.empty(a.shape, a.dtype)
+        np.copyto(buf, a)
+        return buf
+
+
+def compile_program(nodes, inputs, outputs, memplan, buffers, name="program"):
+    """Generate and compile the straight-line function.
+
+    Parameters
+    ----------
+    nodes : list of Node
+        Nodes to execute, in order (a subset of the planned graph).
+    inputs : list of Node
+        ``input`` nodes; the function takes one argument per entry, in order.
+    outputs : list of (Node or None)
+        One output buffer argument per entry; ``None`` writes zeros.
+    memplan : MemoryPlan
+    buffers : dict
+        node id -> ndarray, from ``memplan.allocate()``.
+    """
+    ns = {"_copyto": np.copyto, "_stage": _Stager()}
+    names, static = {}, {}
+    params = [f"a{i}" for i in range(len(inputs))] + [f"o{i}" for i in range(len(outputs))]
+    lines = [f"def {name}({', '.join(params)}):"]
+    input_pos = {n.id: i for i, n in enumerate(inputs)}
+
+    for node in nodes:
+        storage = memplan.storage[node.id]
+        body = []
+        if storage == "input":
+            v = names[node.id] = f"v{node.id}"
+            i = input_pos[node.id]
+            body.append(f"{v} = a{i} if a{i}.flags.c_contiguous else _stage({i}, a{i})")
+            static[node.id] = False
+        elif storage == "const":
+            names[node.id] = f"c{node.id}"
+            ns[names[node.id]] = node.attrs["value"]
+            static[node.id] = True
+        elif storage == "alias":
+            names[node.id] = names[node.args[0].id]
+            static[node.id] = static[node.args[0].id]
+            body.append(_call(node, names, ns, target=names[node.id]))
+        elif storage == "view":
+            v = names[node.id] = f"v{node.id}"
+            fn = functools.partial(REGISTRY[node.op].view, **node.attrs)
+            static[node.id] = static[node.args[0].id]
+            if static[node.id]:
+                ns[v] = fn(ns[names[node.args[0].id]])
+            else:
+                ns[f"_view{node.id}"] = fn
+                body.append(f"{v} = _view{node.id}({names[node.args[0].id]})")
+        else:  # buffer
+            b = names[node.id] = f"b{node.id}"
+            ns[b] = buffers[node.id]
+            static[node.id] = True
+            if node.id in memplan.copy_reshapes:
+                src = node.args[0]
+                ns[f"r{node.id}"] = ns[b].reshape(src.shape)
+                body.append(f"_copyto(r{node.id}, {names[src.id]})")
+            else:
+                body.append(_call(node, names, ns, target=b))
+        if body:
+            lines.append(f"    # {format_node(node)}")
+            lines.extend("    " + s for s in body)
+
+    lines.append("    # outputs")
+    for k, node in enumerate(outputs):
+        lines.append(f"    o{k}.fill(0)" if node is None else f"    _copyto(o{k}, {names[node.id]})")
+    if len(lines) == 1:
+        lines.append("    pass")
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, f"<hybridad {name}>", "exec"), ns)  # noqa: S102 - generated code
+    return Program(ns[name], source)
+
+
+def _call(node, names, ns, target):
+    op = REGISTRY[node.op]
+    args = ", ".join(names[a.id] for a in node.args)
+    if op.ufunc is not None:
+        ns[f"_uf{node.id}"] = op.ufunc
+        return f"_uf{node.id}({args}, out={target})"
+    fn = functools.partial(op.run, **node.attrs) if node.attrs else op.run
+    ns[f"_f{node.id}"] = fn
+    return f"_f{node.id}({target}, {args})"

@@ -1,0 +1,161 @@
+"""The intermediate representation: a flat, topologically ordered list of nodes.
+
+One node type (:class:`Node`) that is both the operation and the value it
+produces, like a jaxpr equation with a single out-variable.  A :class:`Graph`
+is the ordered node list plus the designated inputs and outputs.  Every stage
+after tracing (autodiff, memory plan, backends) consumes and produces graphs.
+
+Node kinds:
+
+* ``input``  -- a per-call argument leaf (``attrs['index']`` into the flat leaves)
+* ``const``  -- an array known at trace time (``attrs['value']``); ``literal``
+  constants (Python scalars, folded expressions) may be folded again, while
+  ``captured`` arrays (closed over by ``f``) are held by reference and never
+  folded, so in-place changes of the caller's array are seen on the next call.
+* everything else names a primitive from :mod:`hybridad.ops`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["Node", "Graph", "format_node", "check"]
+
+
+class Node:
+    """One operation and the array value it produces.
+
+    Parameters
+    ----------
+    id : int
+        Position-independent identifier, unique within a graph and increasing
+        in creation order (so creation order is a valid topological order).
+    op : str
+        Primitive name (``"input"``, ``"const"`` or a key of the op registry).
+    args : tuple of Node
+        Operands.
+    attrs : dict
+        Static attributes (axis, index, shape, ...).  Treated as immutable.
+    shape : tuple of int
+    dtype : numpy.dtype
+    """
+
+    __slots__ = ("id", "op", "args", "attrs", "shape", "dtype", "phase")
+
+    def __init__(self, id, op, args, attrs, shape, dtype, phase="forward"):
+        self.id = id
+        self.op = op
+        self.args = tuple(args)
+        self.attrs = attrs
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.phase = phase
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self):
+        return self.size * self.dtype.itemsize
+
+    @property
+    def is_const(self):
+        return self.op == "const"
+
+    @property
+    def is_literal(self):
+        return self.op == "const" and self.attrs.get("literal", False)
+
+    def __repr__(self):
+        return format_node(self)
+
+
+def _fmt_type(node):
+    dims = ",".join(str(s) for s in node.shape)
+    return f"{node.dtype.name}[{dims}]"
+
+
+def _fmt_attr(key, val):
+    if isinstance(val, np.ndarray):
+        if val.size <= 4:
+            return f"{key}={np.array2string(val, precision=6)}"
+        return f"{key}=<array {val.dtype.name}{list(val.shape)}>"
+    return f"{key}={val!r}"
+
+
+def format_node(node):
+    """One line: ``%7 = exp(%3) : float64[100]``."""
+    args = ", ".join(f"%{a.id}" for a in node.args)
+    attrs = [_fmt_attr(k, v) for k, v in sorted(node.attrs.items()) if k != "literal"]
+    inner = ", ".join(x for x in (args, *attrs) if x)
+    return f"%{node.id} = {node.op}({inner}) : {_fmt_type(node)}"
+
+
+class Graph:
+    """Topologically ordered nodes with designated inputs and outputs.
+
+    Attributes
+    ----------
+    nodes : list of Node
+        Every node, in a valid execution order.
+    inputs : list of Node
+        The ``input`` nodes, one per flat argument leaf.
+    outputs : list of Node
+        Nodes whose values the plan returns (value first, then derivatives).
+    """
+
+    __slots__ = ("nodes", "inputs", "outputs")
+
+    def __init__(self, nodes, inputs, outputs):
+        self.nodes = list(nodes)
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+
+    def __str__(self):
+        lines = [f"inputs: {', '.join('%' + str(n.id) for n in self.inputs)}"]
+        phase = None
+        for node in self.nodes:
+            if node.phase != phase:
+                phase = node.phase
+                lines.append(f"-- {phase} --")
+            lines.append("  " + format_node(node))
+        lines.append(f"outputs: {', '.join('%' + str(n.id) for n in self.outputs)}")
+        return "\n".join(lines)
+
+    def users(self):
+        """Map node id -> list of nodes that read it."""
+        out = {n.id: [] for n in self.nodes}
+        for n in self.nodes:
+            for a in n.args:
+                out[a.id].append(n)
+        return out
+
+
+def check(graph):
+    """Validate graph invariants; raise ``AssertionError`` on violation.
+
+    Every operand is defined before use, ids are unique, inputs and outputs
+    belong to the graph.
+    """
+    seen = set()
+    for node in graph.nodes:
+        assert node.id not in seen, f"duplicate node id %{node.id}"
+        for a in node.args:
+            assert a.id in seen, f"%{node.id} uses %{a.id} before it is defined"
+        seen.add(node.id)
+    for n in graph.inputs:
+        assert n.op == "input" and n.id in seen, f"bad input %{n.id}"
+    for n in graph.outputs:
+        assert n.id in seen, f"output %{n.id} not in graph"
+    return True
+
+
+def dead_code_elimination(graph):
+    """Return a graph keeping only nodes the outputs depend on (inputs always kept)."""
+    live = {n.id for n in graph.outputs}
+    for node in reversed(graph.nodes):
+        if node.id in live:
+            live.update(a.id for a in node.args)
+    live.update(n.id for n in graph.inputs)
+    return Graph([n for n in graph.nodes if n.id in live], graph.inputs, graph.outputs)

@@ -1,0 +1,109 @@
+"""Stage 5: the memory plan -- where every node's value lives.
+
+Storage kinds:
+
+* ``input``   -- the caller's array, bound per call (copied into a staging
+  buffer only when it is not C-contiguous);
+* ``const``   -- the constant array itself (captured arrays by reference);
+* ``view``    -- a view of its first operand (reshape, transpose, slicing,
+  broadcast_to); a reshape that cannot be a view gets a buffer and a copy;
+* ``alias``   -- an in-place op: the same storage as its first operand;
+* ``buffer``  -- a slot in the workspace arena: one allocation per dtype,
+  made once per plan, 64-byte aligned slots.
+
+This first planner gives every buffer its own slot (no reuse); the arena is
+the naive sum.  Everything is allocated when the plan is built, so calls
+allocate nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .ops import REGISTRY
+
+__all__ = ["MemoryPlan", "plan_memory"]
+
+ALIGN = 64
+
+
+class MemoryPlan:
+    """Result of :func:`plan_memory`.
+
+    Attributes
+    ----------
+    storage : dict
+        node id -> ``"input" | "const" | "view" | "alias" | "buffer"``.
+    slots : dict
+        node id -> ``(dtype, offset_bytes, nbytes, shape)`` for ``buffer`` nodes.
+    arena_bytes : dict
+        dtype -> bytes of that dtype's arena.
+    copy_reshapes : set
+        ids of reshape nodes that must copy (their operand's layout forbids a view).
+    """
+
+    def __init__(self, storage, slots, arena_bytes, copy_reshapes):
+        self.storage = storage
+        self.slots = slots
+        self.arena_bytes = arena_bytes
+        self.copy_reshapes = copy_reshapes
+
+    @property
+    def total_bytes(self):
+        return sum(self.arena_bytes.values())
+
+    def allocate(self):
+        """Allocate the arenas; return node id -> ndarray view for buffer nodes."""
+        arenas = {dt: np.zeros(max(n, 1), np.uint8) for dt, n in self.arena_bytes.items()}
+        return {nid: _slot_view(arenas[dt], off, shape, dt)
+                for nid, (dt, off, nbytes, shape) in self.slots.items()}
+
+
+def _slot_view(arena, offset, shape, dtype):
+    count = int(np.prod(shape, dtype=np.int64))
+    return arena[offset:offset + count * dtype.itemsize].view(dtype).reshape(shape)
+
+
+def _layout_proto(node, protos):
+    """An array with the node's strides (zero memory for C-contiguous storage)."""
+    if node.id in protos:
+        return protos[node.id]
+    strides, step = [], node.dtype.itemsize
+    for s in reversed(node.shape):
+        strides.insert(0, step)
+        step *= max(s, 1)
+    return np.lib.stride_tricks.as_strided(np.zeros(1, node.dtype), node.shape, strides)
+
+
+def plan_memory(graph):
+    """Assign storage to every node of ``graph`` (see module docstring)."""
+    storage, slots, arena, copies, protos = {}, {}, {}, set(), {}
+    for node in graph.nodes:
+        if node.op in ("input", "const"):
+            storage[node.id] = node.op
+            if node.op == "const":
+                protos[node.id] = node.attrs["value"]
+            continue
+        kind = REGISTRY[node.op].kind
+        if kind == "inplace":
+            storage[node.id] = "alias"
+            protos[node.id] = _layout_proto(node.args[0], protos)
+            continue
+        if kind == "view":
+            base = _layout_proto(node.args[0], protos)
+            try:
+                if node.op == "reshape":
+                    view = np.reshape(base, node.attrs["shape"], copy=False)
+                else:
+                    view = REGISTRY[node.op].view(base, **node.attrs)
+                storage[node.id] = "view"
+                protos[node.id] = view
+                continue
+            except ValueError:
+                copies.add(node.id)  # falls through: gets a buffer, then a copy
+        storage[node.id] = "buffer"
+        dt = node.dtype
+        off = arena.get(dt, 0)
+        slots[node.id] = (dt, off, node.nbytes, node.shape)
+        arena[dt] = off + -(-max(node.nbytes, 1) // ALIGN) * ALIGN
+    return MemoryPlan(storage, slots, arena, copies)

@@ -1,0 +1,491 @@
+"""The numpy surface of tracing: numpy functions and ndarray methods, expressed
+with the primitives of :mod:`hybridad.ops`.
+
+``HANDLED`` maps numpy functions to implementations; the tracer's
+``__array_function__`` looks them up, and anything missing raises
+``NotImplementedError`` naming the function.  Composite functions (mean, dot,
+outer, stack, ...) are built from primitives here, so they need no rules of
+their own.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+
+import numpy as np
+
+from .errors import TracingError, user_location
+from .ops import REGISTRY
+from .trace import Tracer, as_node, bind, current_trace
+
+__all__ = ["HANDLED", "apply_ufunc", "apply_function", "getitem"]
+
+HANDLED = {}
+
+#: ufunc -> primitive name, for every elementwise primitive backed by a ufunc
+UFUNC_OPS = {op.ufunc: name for name, op in REGISTRY.items() if op.ufunc is not None}
+_REDUCE_OPS = {np.add: "sum", np.maximum: "max", np.minimum: "min", np.multiply: "prod"}
+
+
+def implements(*funcs):
+    def deco(impl):
+        for f in funcs:
+            HANDLED[f] = impl
+        return impl
+
+    return deco
+
+
+def _unsupported(name):
+    return NotImplementedError(
+        f"hybridad does not support numpy.{name} yet (at {user_location()}); "
+        "see docs/limitations.md for what tracing supports")
+
+
+def _tracer(x):
+    """Any operand as a Tracer (constants become constant nodes)."""
+    if isinstance(x, Tracer):
+        return x
+    trace = current_trace()
+    return Tracer(as_node(x, trace), trace)
+
+
+def apply_ufunc(ufunc, method, inputs, kwargs):
+    if kwargs.get("out") is not None:
+        raise TracingError(f"out= on a traced array at {user_location()}: in-place writes "
+                           "are not traced; use the returned value.")
+    if method == "__call__" and ufunc is np.matmul:
+        return matmul(*inputs)
+    if method == "__call__" and ufunc is np.power:
+        return power(*inputs)
+    if method == "__call__" and ufunc in UFUNC_OPS:
+        _no_kwargs(ufunc.__name__, kwargs, allowed=("out",))
+        return bind(UFUNC_OPS[ufunc], *inputs)
+    if method == "reduce" and ufunc in _REDUCE_OPS:
+        _no_kwargs(f"{ufunc.__name__}.reduce", kwargs, allowed=("out", "axis", "keepdims"))
+        (x,) = inputs
+        return _reduce(_REDUCE_OPS[ufunc], x, kwargs.get("axis", 0),
+                       kwargs.get("keepdims", False))
+    suffix = "" if method == "__call__" else f".{method}"
+    raise _unsupported(f"{ufunc.__name__}{suffix}")
+
+
+_POWER_SHORTCUTS = {1: None, 2: np.square, 0.5: np.sqrt, -1: np.reciprocal}
+
+
+def power(x, y):
+    """``x ** y``; a literal scalar exponent 1, 2, 1/2 or -1 becomes the cheaper ufunc."""
+    if type(y) in (int, float) and y in _POWER_SHORTCUTS and isinstance(x, Tracer) and \
+            x.dtype.kind == "f":
+        fn = _POWER_SHORTCUTS[y]
+        return x if fn is None else fn(x)
+    return bind("power", x, y)
+
+
+def _no_kwargs(name, kwargs, allowed=()):
+    extra = [k for k, v in kwargs.items() if k not in allowed and v is not None]
+    if extra:
+        raise NotImplementedError(f"hybridad: numpy.{name} with {', '.join(extra)}= is not "
+                                  "supported while tracing")
+
+
+def apply_function(func, args, kwargs):
+    impl = HANDLED.get(func)
+    if impl is None:
+        raise _unsupported(getattr(func, "__name__", repr(func)))
+    return impl(*args, **kwargs)
+
+
+# ----------------------------------------------------------------------------
+# reductions
+# ----------------------------------------------------------------------------
+
+
+def _norm_axis(axis, ndim):
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
+    out = []
+    for a in axes:
+        a = operator.index(a)
+        if not -ndim <= a < max(ndim, 1):
+            raise np.exceptions.AxisError(a, ndim)
+        out.append(a % ndim if ndim else 0)
+    if len(set(out)) != len(out):
+        raise ValueError("duplicate value in 'axis'")
+    return tuple(sorted(out))
+
+
+def _reduce(opname, x, axis, keepdims):
+    x = _tracer(x)
+    axes = _norm_axis(axis, x.ndim)
+    if opname == "prod":
+        # one axis at a time (exact gradients with zeros); highest axis first
+        for a in sorted(axes, reverse=True):
+            x = bind("prod", x, axis=(a,), keepdims=bool(keepdims))
+        return x
+    if x.dtype == np.bool_ and opname == "sum":
+        x = x.astype(np.int64)
+    return bind(opname, x, axis=axes, keepdims=bool(keepdims))
+
+
+def _reduction(opname):
+    def impl(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        _no_kwargs(opname, {"dtype": dtype, "out": out, **kw})
+        return _reduce(opname, a, axis, keepdims)
+
+    return impl
+
+
+HANDLED[np.sum] = _reduction("sum")
+HANDLED[np.prod] = _reduction("prod")
+HANDLED[np.max] = HANDLED[np.amax] = _reduction("max")
+HANDLED[np.min] = HANDLED[np.amin] = _reduction("min")
+
+
+@implements(np.mean)
+def mean(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+    _no_kwargs("mean", {"dtype": dtype, "out": out, **kw})
+    a = _tracer(a)
+    if a.dtype.kind not in "fc":
+        a = a.astype(np.float64)
+    axes = _norm_axis(axis, a.ndim)
+    count = int(np.prod([a.shape[i] for i in axes], dtype=np.int64))
+    return _reduce("sum", a, axes, keepdims) * a.dtype.type(1.0 / count if count else np.nan)
+
+
+# ----------------------------------------------------------------------------
+# shape ops
+# ----------------------------------------------------------------------------
+
+
+@implements(np.reshape)
+def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
+    if order != "C":
+        raise NotImplementedError("hybridad: only C-order reshape is supported")
+    a = _tracer(a)
+    shape = newshape if shape is None else shape
+    shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
+    shape = np.empty(a.shape, dtype=np.bool_).reshape(shape).shape if -1 in shape else shape
+    if shape == a.shape:
+        return a
+    if int(np.prod(shape, dtype=np.int64)) != a.size:
+        raise ValueError(f"cannot reshape array of size {a.size} into shape {shape}")
+    return bind("reshape", a, shape=tuple(int(s) for s in shape))
+
+
+@implements(np.ravel)
+def ravel(a, order="C"):
+    return reshape(a, (-1,), order=order)
+
+
+@implements(np.transpose)
+def transpose(a, axes=None):
+    a = _tracer(a)
+    axes = tuple(reversed(range(a.ndim))) if axes is None else \
+        tuple(operator.index(i) % max(a.ndim, 1) for i in axes)
+    if sorted(axes) != list(range(a.ndim)):
+        raise ValueError("axes don't match array")
+    return a if axes == tuple(range(a.ndim)) else bind("transpose", a, axes=axes)
+
+
+@implements(np.swapaxes)
+def swapaxes(a, axis1, axis2):
+    a = _tracer(a)
+    axes = list(range(a.ndim))
+    i, j = axis1 % a.ndim, axis2 % a.ndim
+    axes[i], axes[j] = axes[j], axes[i]
+    return transpose(a, axes)
+
+
+@implements(np.moveaxis)
+def moveaxis(a, source, destination):
+    a = _tracer(a)
+    src = _norm_axis(source, a.ndim) if isinstance(source, numbers.Integral) else \
+        tuple(s % a.ndim for s in source)
+    dst = (destination,) if isinstance(destination, numbers.Integral) else tuple(destination)
+    dst = tuple(d % a.ndim for d in dst)
+    order = [n for n in range(a.ndim) if n not in src]
+    for d, s in sorted(zip(dst, src, strict=True)):
+        order.insert(d, s)
+    return transpose(a, order)
+
+
+@implements(np.expand_dims)
+def expand_dims(a, axis):
+    a = _tracer(a)
+    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis)
+    nd = a.ndim + len(axes)
+    axes = {x % nd for x in axes}
+    it = iter(a.shape)
+    return reshape(a, tuple(1 if i in axes else next(it) for i in range(nd)))
+
+
+@implements(np.squeeze)
+def squeeze(a, axis=None):
+    a = _tracer(a)
+    if axis is None:
+        axes = {i for i, s in enumerate(a.shape) if s == 1}
+    else:
+        axes = set(_norm_axis(axis, a.ndim))
+        if any(a.shape[i] != 1 for i in axes):
+            raise ValueError("cannot select an axis to squeeze out which has size not "
+                             "equal to one")
+    return reshape(a, tuple(s for i, s in enumerate(a.shape) if i not in axes))
+
+
+@implements(np.broadcast_to)
+def broadcast_to(array, shape, subok=False):
+    a = _tracer(array)
+    shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
+    np.broadcast_shapes(a.shape, shape)  # raises like numpy
+    if np.broadcast_shapes(a.shape, shape) != shape:
+        raise ValueError(f"cannot broadcast shape {a.shape} to {shape}")
+    return a if a.shape == shape else bind("broadcast_to", a, shape=shape)
+
+
+@implements(np.concatenate)
+def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+    _no_kwargs("concatenate", {"out": out, "dtype": dtype})
+    xs = [_tracer(x) for x in arrays]
+    if axis is None:
+        xs, axis = [ravel(x) for x in xs], 0
+    nd = xs[0].ndim
+    if nd == 0:
+        raise ValueError("zero-dimensional arrays cannot be concatenated")
+    axis = _norm_axis(axis, nd)[0]
+    for x in xs[1:]:
+        if x.ndim != nd or any(s != t for i, (s, t) in enumerate(zip(x.shape, xs[0].shape))
+                               if i != axis):
+            raise ValueError("all the input array dimensions except for the concatenation "
+                             f"axis must match exactly; got {[x.shape for x in xs]}")
+    dtype = np.result_type(*(x.dtype for x in xs))
+    xs = [x.astype(dtype) for x in xs]
+    return xs[0] if len(xs) == 1 else bind("concatenate", *xs, axis=axis)
+
+
+@implements(np.stack)
+def stack(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+    _no_kwargs("stack", {"out": out, "dtype": dtype})
+    xs = [_tracer(x) for x in arrays]
+    if len({x.shape for x in xs}) != 1:
+        raise ValueError("all input arrays must have the same shape")
+    axis = _norm_axis(axis, xs[0].ndim + 1)[0]
+    return concatenate([expand_dims(x, axis) for x in xs], axis=axis)
+
+
+# ----------------------------------------------------------------------------
+# select
+# ----------------------------------------------------------------------------
+
+
+@implements(np.where)
+def where(condition, x=None, y=None):
+    if x is None or y is None:
+        raise NotImplementedError("hybridad: np.where(cond) with one argument (indices) "
+                                  "depends on values; use the three-argument form")
+    c = _tracer(condition)
+    if c.dtype != np.bool_:
+        c = np.not_equal(c, 0)
+    dtype = np.result_type(*(_weak(v) for v in (x, y)))
+    trace = current_trace()
+    return bind("where", c, Tracer(as_node(x, trace, dtype), trace),
+                Tracer(as_node(y, trace, dtype), trace))
+
+
+def _weak(v):
+    if isinstance(v, Tracer):
+        return v.dtype
+    if type(v) in (bool, int, float, complex):
+        return v  # weak Python scalar
+    return np.asarray(v).dtype
+
+
+# ----------------------------------------------------------------------------
+# linear algebra (matmul is the primitive; the rest reshape around it)
+# ----------------------------------------------------------------------------
+
+
+def matmul(a, b):
+    a, b = _tracer(a), _tracer(b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("matmul: Input operand does not have enough dimensions")
+    dtype = np.result_type(a.dtype, b.dtype)
+    a, b = a.astype(dtype), b.astype(dtype)
+    a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
+    b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise ValueError(f"matmul: mismatch in core dimension: {a.shape} @ {b.shape}")
+    r = bind("matmul", a2, b2)
+    shape = r.shape
+    if a.ndim == 1:
+        shape = shape[:-2] + shape[-1:]
+    if b.ndim == 1:
+        shape = shape[:-1]
+    return reshape(r, shape)
+
+
+@implements(np.dot)
+def dot(a, b, out=None):
+    _no_kwargs("dot", {"out": out})
+    a, b = _tracer(a), _tracer(b)
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    if b.ndim <= 2:
+        return matmul(a, b)
+    # dot(a, b)[i.., j.., m] = sum_k a[i.., k] * b[j.., k, m]
+    bt = reshape(moveaxis(b, -2, 0), (b.shape[-2], -1))
+    r = matmul(a, bt)
+    return reshape(r, a.shape[:-1] + b.shape[:-2] + b.shape[-1:])
+
+
+@implements(np.vdot)
+def vdot(a, b):
+    return matmul(ravel(a), ravel(b))
+
+
+@implements(np.inner)
+def inner(a, b):
+    a, b = _tracer(a), _tracer(b)
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    if a.ndim == 1 and b.ndim == 1:
+        return matmul(a, b)
+    k = a.shape[-1]
+    r = matmul(reshape(a, (-1, k)), transpose(reshape(b, (-1, k))))
+    return reshape(r, a.shape[:-1] + b.shape[:-1])
+
+
+@implements(np.outer)
+def outer(a, b, out=None):
+    _no_kwargs("outer", {"out": out})
+    return reshape(ravel(a), (-1, 1)) * reshape(ravel(b), (1, -1))
+
+
+# ----------------------------------------------------------------------------
+# indexing
+# ----------------------------------------------------------------------------
+
+
+def _normalize_index(index, shape):
+    """Expand ``index`` to a tuple of slices, ints and None; reject what is not basic."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    for k in index:
+        if isinstance(k, Tracer):
+            _index_error("a traced array used as an index")
+        if isinstance(k, (np.ndarray, list)) or (isinstance(k, bool)):
+            raise NotImplementedError(
+                f"hybridad: advanced (array or boolean) indexing is not supported yet at "
+                f"{user_location()}; use basic slices and integers")
+        if not (k is None or k is Ellipsis or isinstance(k, (slice, numbers.Integral))):
+            raise IndexError(f"only integers, slices, None and Ellipsis are valid indices; "
+                             f"got {type(k).__name__}")
+    used = sum(1 for k in index if k is not None and k is not Ellipsis)
+    if used > len(shape):
+        raise IndexError(f"too many indices for array: array is {len(shape)}-dimensional, "
+                         f"but {used} were indexed")
+    if sum(k is Ellipsis for k in index) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if Ellipsis in index:
+        i = index.index(Ellipsis)
+        index = index[:i] + (slice(None),) * (len(shape) - used) + index[i + 1:]
+    out, dim = [], 0
+    for k in index:
+        if isinstance(k, numbers.Integral):
+            n = shape[dim]
+            if not -n <= k < n:
+                raise IndexError(f"index {k} is out of bounds for axis {dim} with size {n}")
+            out.append(int(k) % n)
+        else:
+            out.append(k)
+        dim += k is not None
+    return tuple(out)
+
+
+def _index_error(what):
+    _ = TracingError
+    raise TracingError(f"{what} at {user_location()}: indices must be Python ints, slices or "
+                       "constant arrays")
+
+
+def getitem(x, index):
+    x = _tracer(x)
+    index = _normalize_index(index, x.shape)
+    if all(k == slice(None) for k in index):
+        return x
+    return bind("getitem", x, index=index)
+
+
+# ----------------------------------------------------------------------------
+# constructors of constants from traced shapes
+# ----------------------------------------------------------------------------
+
+
+def _like(fill):
+    def impl(a, dtype=None, order="K", subok=True, shape=None, **kw):
+        a = _tracer(a)
+        return np.full(a.shape if shape is None else shape, fill, dtype or a.dtype)
+
+    return impl
+
+
+HANDLED[np.zeros_like] = _like(0)
+HANDLED[np.ones_like] = _like(1)
+
+
+@implements(np.full_like)
+def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None):
+    a = _tracer(a)
+    if isinstance(fill_value, Tracer):
+        return broadcast_to(fill_value.astype(dtype or a.dtype), a.shape) + 0
+    return np.full(a.shape if shape is None else shape, fill_value, dtype or a.dtype)
+
+
+HANDLED[np.shape] = lambda a: _tracer(a).shape
+HANDLED[np.ndim] = lambda a: _tracer(a).ndim
+HANDLED[np.size] = lambda a, axis=None: _tracer(a).size if axis is None else \
+    _tracer(a).shape[axis]
+HANDLED[np.copy] = lambda a, order="K", subok=False: _tracer(a)
+HANDLED[np.abs] = lambda x: np.absolute(x)
+
+
+# ----------------------------------------------------------------------------
+# ndarray methods on tracers
+# ----------------------------------------------------------------------------
+
+
+def _astype(self, dtype, copy=True):
+    dtype = np.dtype(dtype)
+    return self if dtype == self.dtype else bind("cast", self, dtype=dtype)
+
+
+def _method_reshape(self, *shape, order="C"):
+    if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
+        shape = shape[0]
+    return reshape(self, shape, order=order)
+
+
+def _method_transpose(self, *axes):
+    if len(axes) == 1 and not isinstance(axes[0], numbers.Integral):
+        axes = axes[0]
+    return transpose(self, axes or None)
+
+
+Tracer.astype = _astype
+Tracer.reshape = _method_reshape
+Tracer.transpose = _method_transpose
+Tracer.T = property(lambda self: transpose(self))
+Tracer.mT = property(lambda self: swapaxes(self, -1, -2))
+Tracer.ravel = lambda self, order="C": ravel(self, order)
+Tracer.flatten = lambda self, order="C": ravel(self, order)
+Tracer.squeeze = lambda self, axis=None: squeeze(self, axis)
+Tracer.swapaxes = lambda self, a1, a2: swapaxes(self, a1, a2)
+Tracer.dot = lambda self, b: dot(self, b)
+Tracer.copy = lambda self, order="C": self
+for _name in ("sum", "prod", "max", "min"):
+    setattr(Tracer, _name, (lambda op: lambda self, axis=None, keepdims=False, **kw:
+                            _reduction(op)(self, axis=axis, keepdims=keepdims, **kw))(_name))
+Tracer.mean = lambda self, axis=None, keepdims=False, **kw: mean(self, axis, keepdims=keepdims,
+                                                                 **kw)

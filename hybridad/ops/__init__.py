@@ -1,0 +1,87 @@
+"""The primitive registry: every op declared once, with all its rules.
+
+An :class:`Op` carries, side by side:
+
+* ``abstract`` -- shape and dtype of the result from the operands' (shape rule);
+* ``run`` / ``view`` -- the numpy reference implementation, writing into a
+  preallocated ``out`` (or returning a view for view ops);
+* ``vjp`` -- the reverse rule, written with numpy calls on tracers so that the
+  backward pass is emitted as IR into the same graph;
+* for elementwise ops, ``ufunc`` and symbolic ``partials`` (one expression per
+  operand in terms of the operands and the result ``ans``), from which the
+  VJP is derived -- and from which later backends render dual-number kernels;
+* ``domain`` -- the interval the test-suite samples inputs from.
+
+Adding an op touches one file in this package; tests pick it up from
+:data:`REGISTRY`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Op", "REGISTRY", "register", "get"]
+
+REGISTRY: dict[str, "Op"] = {}
+
+#: kinds of op; ``view`` results alias their first operand's storage,
+#: ``inplace`` results *are* their first operand's storage, modified.
+KINDS = ("elementwise", "reduce", "view", "inplace", "compute")
+
+
+class Op:
+    """A primitive operation.
+
+    Parameters
+    ----------
+    name : str
+    kind : str
+        One of :data:`KINDS`.
+    abstract : callable
+        ``abstract(*arg_nodes, **attrs) -> (shape, dtype)``.
+    run : callable, optional
+        ``run(out, *arrays, **attrs)``: write the result into ``out``
+        (for ``inplace`` ops, ``out`` is ``arrays[0]``).  Must not allocate.
+    view : callable, optional
+        ``view(*arrays, **attrs) -> ndarray``: for ``view`` ops.
+    vjp : callable, optional
+        ``vjp(g, node, *arg_tracers, ans) -> tuple`` of contributions, one per
+        operand (``None`` for a zero / non-differentiable operand).
+    ufunc, partials, domain :
+        Elementwise ops only; see the module docstring.
+    """
+
+    __slots__ = ("name", "kind", "abstract", "run", "view", "vjp", "ufunc", "partials",
+                 "domain", "doc")
+
+    def __init__(self, name, kind, abstract, run=None, view=None, vjp=None, ufunc=None,
+                 partials=None, domain=None, doc=""):
+        assert kind in KINDS, kind
+        self.name = name
+        self.kind = kind
+        self.abstract = abstract
+        self.run = run
+        self.view = view
+        self.vjp = vjp
+        self.ufunc = ufunc
+        self.partials = partials
+        self.domain = domain
+        self.doc = doc
+
+    def __repr__(self):
+        return f"Op({self.name!r}, kind={self.kind!r})"
+
+
+def register(op):
+    """Add ``op`` to :data:`REGISTRY` (names are unique)."""
+    if op.name in REGISTRY:
+        raise ValueError(f"op {op.name!r} registered twice")
+    REGISTRY[op.name] = op
+    return op
+
+
+def get(name):
+    """Look up a primitive by name."""
+    return REGISTRY[name]
+
+
+# Populate the registry.
+from . import elementwise, structural  # noqa: E402,F401

@@ -1,0 +1,158 @@
+"""Elementwise (ufunc) primitives: the rule table.
+
+Each line declares one numpy ufunc with the partial derivative of the result
+with respect to each operand, as an expression in the operands and the
+result ``ans`` (DiffRules.jl style).  A partial is
+
+* a callable ``p(*operands, ans)`` written with numpy calls and operators --
+  evaluated on tracers it emits IR (the reverse pass), and later backends
+  evaluate the same callable on symbolic scalars to render kernels;
+* the number ``1`` or ``-1`` (the contribution is ``g`` or ``-g``);
+* ``0`` for piecewise-constant ops (zero derivative almost everywhere);
+* ``None`` for operands that are not differentiable (masks, comparisons).
+
+Ties of ``maximum``/``minimum``/``fmax``/``fmin`` split the derivative
+equally between the operands (as JAX does).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import Op, register
+
+LN2 = float(np.log(2.0))
+LN10 = float(np.log(10.0))
+
+
+def _lit(value, like):
+    """A scalar constant in ``like``'s dtype (so float32 stays float32)."""
+    return like.dtype.type(value)
+
+
+def _abstract_for(ufunc):
+    def abstract(*args):
+        from ..trace import loop_dtypes
+
+        shape = np.broadcast_shapes(*(a.shape for a in args))
+        return shape, loop_dtypes(ufunc, args)[-1]
+
+    return abstract
+
+
+def _run_for(ufunc):
+    def run(out, *arrays):
+        ufunc(*arrays, out=out)
+
+    return run
+
+
+def _vjp_from_partials(partials):
+    def vjp(g, node, active, *operands):
+        *xs, ans = operands
+        out = []
+        for i, p in enumerate(partials):
+            if not active[i] or p is None or (not callable(p) and p == 0):
+                out.append(None)
+            elif p == 1 and not callable(p):
+                out.append(g)
+            elif p == -1 and not callable(p):
+                out.append(-g)
+            else:
+                out.append(g * p(*xs, ans))
+        return tuple(out)
+
+    return vjp
+
+
+def elementwise(ufunc, partials, domain=(-2.0, 2.0), name=None):
+    """Declare a ufunc primitive with its partials (one per operand)."""
+    partials = tuple(partials)
+    assert len(partials) == ufunc.nin, ufunc
+    return register(Op(
+        name or ufunc.__name__, "elementwise", _abstract_for(ufunc), run=_run_for(ufunc),
+        vjp=_vjp_from_partials(partials), ufunc=ufunc, partials=partials, domain=domain,
+        doc=(ufunc.__doc__ or "").strip().splitlines()[0] if ufunc.__doc__ else "",
+    ))
+
+
+# --------------------------------------------------------------------------
+# unary
+# --------------------------------------------------------------------------
+elementwise(np.negative, [-1])
+elementwise(np.positive, [1])
+elementwise(np.exp, [lambda x, ans: ans])
+elementwise(np.exp2, [lambda x, ans: ans * _lit(LN2, x)])
+elementwise(np.expm1, [lambda x, ans: ans + 1])
+elementwise(np.log, [lambda x, ans: 1 / x], domain=(0.1, 3.0))
+elementwise(np.log2, [lambda x, ans: 1 / (x * _lit(LN2, x))], domain=(0.1, 3.0))
+elementwise(np.log10, [lambda x, ans: 1 / (x * _lit(LN10, x))], domain=(0.1, 3.0))
+elementwise(np.log1p, [lambda x, ans: 1 / (1 + x)], domain=(-0.9, 3.0))
+elementwise(np.sqrt, [lambda x, ans: 0.5 / ans], domain=(0.1, 3.0))
+elementwise(np.cbrt, [lambda x, ans: 1 / (3 * ans * ans)], domain=(0.1, 3.0))
+elementwise(np.square, [lambda x, ans: 2 * x])
+elementwise(np.reciprocal, [lambda x, ans: -(ans * ans)], domain=(0.2, 3.0))
+elementwise(np.sin, [lambda x, ans: np.cos(x)])
+elementwise(np.cos, [lambda x, ans: -np.sin(x)])
+elementwise(np.tan, [lambda x, ans: 1 + ans * ans], domain=(-1.2, 1.2))
+elementwise(np.arcsin, [lambda x, ans: 1 / np.sqrt(1 - x * x)], domain=(-0.9, 0.9))
+elementwise(np.arccos, [lambda x, ans: -1 / np.sqrt(1 - x * x)], domain=(-0.9, 0.9))
+elementwise(np.arctan, [lambda x, ans: 1 / (1 + x * x)])
+elementwise(np.sinh, [lambda x, ans: np.cosh(x)])
+elementwise(np.cosh, [lambda x, ans: np.sinh(x)])
+elementwise(np.tanh, [lambda x, ans: 1 - ans * ans])
+elementwise(np.arcsinh, [lambda x, ans: 1 / np.sqrt(x * x + 1)])
+elementwise(np.arccosh, [lambda x, ans: 1 / np.sqrt(x * x - 1)], domain=(1.1, 3.0))
+elementwise(np.arctanh, [lambda x, ans: 1 / (1 - x * x)], domain=(-0.9, 0.9))
+elementwise(np.absolute, [lambda x, ans: np.sign(x)])
+elementwise(np.fabs, [lambda x, ans: np.sign(x)])
+elementwise(np.deg2rad, [lambda x, ans: _lit(np.pi / 180, x)])
+elementwise(np.rad2deg, [lambda x, ans: _lit(180 / np.pi, x)])
+for _f in (np.sign, np.floor, np.ceil, np.rint, np.trunc):
+    elementwise(_f, [0])
+for _f in (np.logical_not, np.isnan, np.isinf, np.isfinite, np.signbit):
+    elementwise(_f, [None])
+
+# --------------------------------------------------------------------------
+# binary
+# --------------------------------------------------------------------------
+elementwise(np.add, [1, 1])
+elementwise(np.subtract, [1, -1])
+elementwise(np.multiply, [lambda x, y, ans: y, lambda x, y, ans: x])
+elementwise(np.true_divide, [lambda x, y, ans: 1 / y, lambda x, y, ans: -ans / y],
+            domain=(0.2, 2.0))
+elementwise(np.power, [
+    lambda x, y, ans: y * x ** (y - 1),
+    lambda x, y, ans: np.where(x == 0, _lit(0, ans), ans * np.log(x)),
+], domain=(0.2, 2.0))
+
+
+def _tie_split(first, x, y):
+    """d max(x, y)/dx: 1 where x wins, 1/2 on ties, 0 where y wins."""
+    one, half, zero = _lit(1, x), _lit(0.5, x), _lit(0, x)
+    wins = (x > y) if first else (y > x)
+    return np.where(wins, one, np.where(x == y, half, zero))
+
+
+elementwise(np.maximum, [lambda x, y, ans: _tie_split(True, x, y),
+                         lambda x, y, ans: _tie_split(True, y, x)])
+elementwise(np.minimum, [lambda x, y, ans: _tie_split(False, x, y),
+                         lambda x, y, ans: _tie_split(False, y, x)])
+elementwise(np.fmax, [lambda x, y, ans: _tie_split(True, x, y),
+                      lambda x, y, ans: _tie_split(True, y, x)])
+elementwise(np.fmin, [lambda x, y, ans: _tie_split(False, x, y),
+                      lambda x, y, ans: _tie_split(False, y, x)])
+elementwise(np.arctan2, [lambda x, y, ans: y / (x * x + y * y),
+                         lambda x, y, ans: -x / (x * x + y * y)], domain=(0.2, 2.0))
+elementwise(np.hypot, [lambda x, y, ans: x / ans, lambda x, y, ans: y / ans])
+elementwise(np.logaddexp, [lambda x, y, ans: np.exp(x - ans),
+                           lambda x, y, ans: np.exp(y - ans)])
+elementwise(np.logaddexp2, [lambda x, y, ans: np.exp2(x - ans),
+                            lambda x, y, ans: np.exp2(y - ans)])
+elementwise(np.remainder, [1, lambda x, y, ans: -np.floor(x / y)], domain=(0.3, 2.0))
+elementwise(np.fmod, [1, lambda x, y, ans: -np.trunc(x / y)], domain=(0.3, 2.0))
+elementwise(np.floor_divide, [0, 0], domain=(0.3, 2.0))
+elementwise(np.copysign, [lambda x, y, ans: np.sign(x) * np.sign(ans), 0])
+for _f in (np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal,
+           np.logical_and, np.logical_or, np.logical_xor):
+    elementwise(_f, [None, None])

@@ -1,0 +1,276 @@
+"""Non-ufunc primitives: select, casts, reductions, matmul, shape and index ops,
+and the accumulation ops the reverse pass emits.
+
+Conventions: ``axis`` attributes are normalized tuples of non-negative ints;
+reductions keep ``keepdims`` explicit; ``matmul`` operands are at least 2-D
+(1-D cases are reshaped at trace time); ``getitem`` takes a *basic* index
+(slices, ints, ``None``, ``Ellipsis``) normalized to a tuple.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import Op, register
+
+# ----------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------
+
+
+def _proxy(node):
+    """A zero-strided stand-in of ``node``'s shape (no data is allocated)."""
+    return np.lib.stride_tricks.as_strided(np.zeros(1, node.dtype), node.shape,
+                                           (0,) * len(node.shape))
+
+
+def _reduced_shape(shape, axis, keepdims):
+    if keepdims:
+        return tuple(1 if i in axis else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in axis)
+
+
+def _grad_to_input_shape(g, node):
+    """Reshape a reduction's cotangent to keepdims form, ready to broadcast."""
+    x = node.args[0]
+    kshape = _reduced_shape(x.shape, node.attrs["axis"], True)
+    return g if g.shape == kshape else np.reshape(g, kshape)
+
+
+def _same_as_first(*args, **attrs):
+    return args[0].shape, args[0].dtype
+
+
+# ----------------------------------------------------------------------------
+# select and casts (elementwise, no ufunc)
+# ----------------------------------------------------------------------------
+
+
+def _where_abstract(c, a, b):
+    return np.broadcast_shapes(c.shape, a.shape, b.shape), np.result_type(a.dtype, b.dtype)
+
+
+def _where_run(out, c, a, b):
+    np.copyto(out, b)
+    np.copyto(out, a, where=c)
+
+
+def _where_vjp(g, node, active, c, a, b, ans):
+    zero = g.dtype.type(0)
+    return (None,
+            np.where(c, g, zero) if active[1] else None,
+            np.where(c, zero, g) if active[2] else None)
+
+
+register(Op("where", "elementwise", _where_abstract, run=_where_run, vjp=_where_vjp,
+            partials=(None, lambda c, a, b, ans: c, lambda c, a, b, ans: ~c),
+            doc="select: a where c else b"))
+
+
+def _cast_run(out, x, dtype):
+    np.copyto(out, x, casting="unsafe")
+
+
+def _cast_vjp(g, node, active, x, ans, dtype):
+    return (g.astype(x.dtype) if x.dtype.kind in "fc" else None,)
+
+
+register(Op("cast", "elementwise", lambda x, dtype: (x.shape, np.dtype(dtype)),
+            run=_cast_run, vjp=_cast_vjp, doc="convert to dtype"))
+
+
+def _copy_run(out, x):
+    np.copyto(out, x)
+
+
+register(Op("copy", "compute", _same_as_first, run=_copy_run,
+            vjp=lambda g, node, active, x, ans: (g,), doc="materialize a copy"))
+
+# ----------------------------------------------------------------------------
+# reductions
+# ----------------------------------------------------------------------------
+
+
+def _reduce_abstract(x, axis, keepdims):
+    return _reduced_shape(x.shape, axis, keepdims), x.dtype
+
+
+def _reducer(ufunc):
+    def run(out, x, axis, keepdims):
+        ufunc.reduce(x, axis=axis, keepdims=keepdims, out=out)
+
+    return run
+
+
+def _sum_vjp(g, node, active, x, ans, axis, keepdims):
+    return (np.broadcast_to(_grad_to_input_shape(g, node), x.shape),)
+
+
+def _extremum_vjp(g, node, active, x, ans, axis, keepdims):
+    # Ties split the cotangent equally among the maximizing elements.
+    a = _grad_to_input_shape(ans, node)
+    mask = (x == a).astype(x.dtype)
+    count = np.sum(mask, axis=axis, keepdims=True)
+    return (_grad_to_input_shape(g, node) * (mask / count),)
+
+
+register(Op("sum", "reduce", _reduce_abstract, run=_reducer(np.add), vjp=_sum_vjp))
+register(Op("max", "reduce", _reduce_abstract, run=_reducer(np.maximum), vjp=_extremum_vjp))
+register(Op("min", "reduce", _reduce_abstract, run=_reducer(np.minimum), vjp=_extremum_vjp))
+
+
+def _prod_vjp(g, node, active, x, ans, axis, keepdims):
+    # Exact with zeros: d prod / d x_i = prod_{j<i} x_j * prod_{j>i} x_j.
+    from ..trace import bind
+
+    (ax,) = axis
+    left = bind("cumprod_exclusive", x, axis=ax, reverse=False)
+    right = bind("cumprod_exclusive", x, axis=ax, reverse=True)
+    return (_grad_to_input_shape(g, node) * (left * right),)
+
+
+def _prod_abstract(x, axis, keepdims):
+    assert len(axis) == 1, "prod reduces one axis at a time"
+    return _reduce_abstract(x, axis, keepdims)
+
+
+register(Op("prod", "reduce", _prod_abstract, run=_reducer(np.multiply), vjp=_prod_vjp))
+
+
+def _cumprod_exclusive_run(out, x, axis, reverse):
+    if reverse:
+        x, out = np.flip(x, axis), np.flip(out, axis)
+    n = x.shape[axis]
+    head = [slice(None)] * x.ndim
+    head[axis] = slice(0, 1)
+    out[tuple(head)] = 1
+    if n > 1:
+        src, dst = list(head), list(head)
+        src[axis], dst[axis] = slice(0, n - 1), slice(1, n)
+        np.multiply.accumulate(x[tuple(src)], axis=axis, out=out[tuple(dst)])
+
+
+register(Op("cumprod_exclusive", "compute", lambda x, axis, reverse: (x.shape, x.dtype),
+            run=_cumprod_exclusive_run,
+            doc="product of the elements strictly before (reverse: after) each position"))
+
+# ----------------------------------------------------------------------------
+# matmul (operands >= 2-D, numpy batch broadcasting)
+# ----------------------------------------------------------------------------
+
+
+def _matmul_abstract(a, b):
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} not aligned")
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return (*batch, a.shape[-2], b.shape[-1]), np.result_type(a.dtype, b.dtype)
+
+
+def _matmul_run(out, a, b):
+    np.matmul(a, b, out=out)
+
+
+def _matmul_vjp(g, node, active, a, b, ans):
+    return (np.matmul(g, np.swapaxes(b, -1, -2)) if active[0] else None,
+            np.matmul(np.swapaxes(a, -1, -2), g) if active[1] else None)
+
+
+register(Op("matmul", "compute", _matmul_abstract, run=_matmul_run, vjp=_matmul_vjp))
+
+# ----------------------------------------------------------------------------
+# shape and index ops (views)
+# ----------------------------------------------------------------------------
+
+
+def _reshape_view(x, shape):
+    return np.reshape(x, shape)
+
+
+register(Op("reshape", "view", lambda x, shape: (shape, x.dtype), view=_reshape_view,
+            vjp=lambda g, node, active, x, ans, shape: (np.reshape(g, x.shape),)))
+
+
+def _transpose_vjp(g, node, active, x, ans, axes):
+    return (np.transpose(g, tuple(np.argsort(axes))),)
+
+
+register(Op("transpose", "view",
+            lambda x, axes: (tuple(x.shape[a] for a in axes), x.dtype),
+            view=lambda x, axes: np.transpose(x, axes), vjp=_transpose_vjp))
+
+register(Op("broadcast_to", "view", lambda x, shape: (shape, x.dtype),
+            view=lambda x, shape: np.broadcast_to(x, shape),
+            # the autodiff pass sums a too-large cotangent back to x's shape
+            vjp=lambda g, node, active, x, ans, shape: (g,)))
+
+
+class Scatter:
+    """A cotangent that is nonzero only on ``x[index]``; the autodiff pass adds
+    it into the adjoint in place (no full-size temporary)."""
+
+    __slots__ = ("index", "value")
+
+    def __init__(self, index, value):
+        self.index = index
+        self.value = value
+
+
+def _getitem_abstract(x, index):
+    return _proxy(x)[index].shape, x.dtype
+
+
+register(Op("getitem", "view", _getitem_abstract, view=lambda x, index: x[index],
+            vjp=lambda g, node, active, x, ans, index: (Scatter(index, g),)))
+
+
+def _concat_abstract(*xs, axis):
+    shape = list(xs[0].shape)
+    shape[axis] = sum(x.shape[axis] for x in xs)
+    return tuple(shape), np.result_type(*(x.dtype for x in xs))
+
+
+def _concat_run(out, *xs, axis):
+    np.concatenate(xs, axis=axis, out=out)
+
+
+def _concat_vjp(g, node, active, *operands, axis):
+    *xs, ans = operands
+    out, start = [], 0
+    for x, act in zip(xs, active, strict=True):
+        stop = start + x.shape[axis]
+        index = (slice(None),) * axis + (slice(start, stop),)
+        out.append(g[index] if act else None)
+        start = stop
+    return tuple(out)
+
+
+register(Op("concatenate", "compute", _concat_abstract, run=_concat_run, vjp=_concat_vjp))
+
+# ----------------------------------------------------------------------------
+# accumulation ops emitted by the reverse pass
+# ----------------------------------------------------------------------------
+
+
+def _scatter_run(out, g, index):
+    out.fill(0)
+    out[index] = g
+
+
+register(Op("scatter", "compute", lambda g, index, shape: (shape, g.dtype),
+            run=lambda out, g, index, shape: _scatter_run(out, g, index),
+            vjp=lambda gg, node, active, g, ans, index, shape: (gg[index],),
+            doc="zeros of shape with g written at index"))
+
+
+def _scatter_add_run(acc, g, index):
+    view = acc[index]
+    np.add(view, g, out=view)
+
+
+register(Op("scatter_add", "inplace", lambda acc, g, index: (acc.shape, acc.dtype),
+            run=lambda out, acc, g, index: _scatter_add_run(acc, g, index),
+            doc="acc[index] += g, in place"))
+
+register(Op("iadd", "inplace", _same_as_first,
+            run=lambda out, acc, g: np.add(acc, g, out=acc),
+            doc="acc += g, in place (g broadcasts)"))

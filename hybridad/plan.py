@@ -1,0 +1,295 @@
+"""The compiled plan: the pipeline run once, then executed into DiffResults.
+
+::
+
+    trace -> IR graph -> autodiff -> memory plan -> backend program -> run into result
+
+A :class:`Plan` is specialized to one (function, argnums, argument structure,
+shapes, dtypes, static values) key.  Building it traces ``f`` once; calling
+it validates the arguments and the result buffers *before* anything is
+written, then runs the generated program, which allocates nothing.
+
+Thread safety: a plan owns one workspace, so calls on the same plan are
+serialized by a per-plan lock (results stay correct; two threads do not run
+one plan in parallel).  Different plans run concurrently.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+
+import numpy as np
+
+from . import _tree
+from .autodiff import backward
+from .backends.numpy_backend import compile_program
+from .ir import Graph, check, dead_code_elimination
+from .memory import plan_memory
+from .results import DiffResult, GradientResult
+from .trace import Trace, Tracer, as_node
+
+__all__ = ["Plan", "normalize_argnums", "arg_names"]
+
+DEBUG = int(os.environ.get("HYBRIDAD_DEBUG", "0") or 0)
+
+
+def normalize_argnums(argnums, nargs):
+    """Validate ``argnums`` (int or tuple of ints) against ``nargs`` arguments."""
+    single = isinstance(argnums, (int, np.integer)) and not isinstance(argnums, bool)
+    nums = (argnums,) if single else argnums
+    if not isinstance(nums, tuple) or not nums or not all(
+            isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in nums):
+        raise TypeError(f"argnums must be an int or a non-empty tuple of ints; got {argnums!r}")
+    out = []
+    for i in nums:
+        if not -nargs <= i < nargs:
+            raise ValueError(f"argnums={argnums!r} is out of range for a call with {nargs} "
+                             "positional argument(s)")
+        out.append(int(i) % nargs)
+    if len(set(out)) != len(out):
+        raise ValueError(f"argnums={argnums!r} repeats an argument")
+    return (out[0] if single else tuple(out)), tuple(out)
+
+
+def arg_names(f, nargs):
+    """Parameter names of ``f`` for error messages (``'x'``), or ``'arg k'``."""
+    try:
+        params = [p.name for p in inspect.signature(f).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    return [f"'{params[k]}'" if k < len(params) else f"at position {k}" for k in range(nargs)]
+
+
+def prepare_args(args, diff, names):
+    """Convert differentiated arguments to float arrays; flatten everything.
+
+    Returns ``(leaves, treedefs)`` with one treedef per argument.
+    """
+    leaves, treedefs = [], []
+    for k, a in enumerate(args):
+        if k in diff and (not isinstance(a, np.ndarray) or a.dtype.kind != "f"):
+            a = _tree.as_array_tree(a, names[k])  # converts, or raises a clear TypeError
+        lv, td = _tree.flatten(a)
+        leaves.extend(lv)
+        treedefs.append(td)
+    return leaves, tuple(treedefs)
+
+
+class Plan:
+    """A compiled gradient plan (returned by :func:`hybridad.compile`).
+
+    Methods
+    -------
+    gradient(*args, out=None)
+        Value and gradient into ``out`` (a :class:`GradientResult`), or a new one.
+    value(*args)
+        The function value as a Python float.
+    explain()
+        Text: traced graph, backward graph, buffers and bytes, generated source.
+    """
+
+    def __init__(self, f, args, argnums=0):
+        self.name = getattr(f, "__qualname__", repr(f))
+        self.argnums, self._diff = normalize_argnums(argnums, len(args))
+        self._names = arg_names(f, len(args))
+        leaves, self._treedefs = prepare_args(args, self._diff, self._names)
+        self._specs = [(a.shape, a.dtype) for a in leaves]
+        self._lock = threading.Lock()
+        self._value_program = None
+        self._build(f, args, leaves)
+
+    # ------------------------------------------------------------------ build
+    def _build(self, f, args, leaves):
+        trace = Trace()
+        with trace:
+            tracers = [trace.input(i, a.shape, a.dtype) for i, a in enumerate(leaves)]
+            it = iter(tracers)
+            targs, self._leaf_arg, diff_tracers = [], [], []
+            for k, td in enumerate(self._treedefs):
+                n = _tree.count_leaves(td)
+                mine = [next(it) for _ in range(n)]
+                self._leaf_arg.extend([k] * n)
+                targs.append(_tree.unflatten(td, mine))
+                if k in self._diff:
+                    diff_tracers.extend(mine)
+            out = f(*targs)
+            out = self._check_output(out, trace)
+            self._value_dtype = out.dtype
+            grads = backward(trace, out, diff_tracers)
+        self._diff_leaves = [t.node.attrs["index"] for t in diff_tracers]
+        inputs = [t.node for t in tracers]
+        grad_nodes = [None if g is None else g.node for g in grads]
+        outputs = [out.node] + [g for g in grad_nodes if g is not None]
+        self.graph = dead_code_elimination(Graph(trace.nodes, inputs, outputs))
+        check(self.graph)
+        self._outputs = [out.node] + grad_nodes
+        self.memory = plan_memory(self.graph)
+        self._buffers = self.memory.allocate()
+        self._program = compile_program(self.graph.nodes, inputs, self._outputs, self.memory,
+                                        self._buffers, name="gradient_program")
+        self._value_buf = np.zeros((), self._value_dtype)
+        if DEBUG:
+            print(self.explain() if DEBUG >= 2 else str(self.graph))
+
+    def _check_output(self, out, trace):
+        if not isinstance(out, Tracer):
+            try:
+                arr = np.asarray(out)
+            except Exception:  # noqa: BLE001
+                arr = None
+            if arr is None or arr.dtype.kind not in "biuf":
+                raise TypeError(f"{self.name} must return a scalar array value; it returned "
+                                f"{type(out).__name__}")
+            out = Tracer(as_node(arr.astype(np.float64) if arr.dtype.kind != "f" else arr,
+                                 trace), trace)
+        if out.shape != ():
+            raise ValueError(f"{self.name} must return a scalar (0-d) value to take its "
+                             f"gradient; it returned shape {out.shape}. Reduce it (np.sum) "
+                             "or use a Jacobian.")
+        if out.dtype.kind != "f":
+            raise TypeError(f"{self.name} must return a floating-point value; it returned "
+                            f"dtype {out.dtype}")
+        return out
+
+    # ------------------------------------------------------------- validation
+    def _leaves(self, args):
+        if len(args) != len(self._treedefs):
+            raise TypeError(f"plan for {self.name} takes {len(self._treedefs)} positional "
+                            f"argument(s); got {len(args)}")
+        leaves, treedefs = prepare_args(args, self._diff, self._names)
+        if treedefs != self._treedefs:
+            for k, (a, b) in enumerate(zip(treedefs, self._treedefs, strict=True)):
+                if a != b:
+                    raise ValueError(f"argument {self._names[k]} does not match the plan: its "
+                                     "structure or static values differ from the example "
+                                     "arguments the plan was compiled for")
+        for i, (leaf, (shape, dtype)) in enumerate(zip(leaves, self._specs, strict=True)):
+            if leaf.shape != shape or leaf.dtype != dtype:
+                raise ValueError(f"argument {self._names[self._leaf_arg[i]]} has shape "
+                                 f"{leaf.shape} and dtype {leaf.dtype}; the plan was compiled "
+                                 f"for shape {shape} and dtype {dtype}")
+        return leaves
+
+    def _grad_structure(self):
+        tds = [self._treedefs[k] for k in self.argnums] \
+            if isinstance(self.argnums, tuple) else self._treedefs[self.argnums]
+        return ("tuple", tuple(tds)) if isinstance(self.argnums, tuple) else tds
+
+    def new_result(self):
+        """A fresh :class:`GradientResult` matching this plan."""
+        protos = [np.zeros(*self._specs[i]) for i in self._diff_leaves]
+        grad = _tree.unflatten(self._grad_structure(), protos)
+        return GradientResult(grad, dtype=self._value_dtype)
+
+    def _check_out(self, out, leaves):
+        if not isinstance(out, DiffResult):
+            raise TypeError(f"out must be a GradientResult or DiffResult; got "
+                            f"{type(out).__name__}")
+        v = out.value
+        if not isinstance(v, np.ndarray) or v.shape != () or v.dtype.kind != "f" or \
+                not v.flags.writeable:
+            raise ValueError("out.value must be a writeable 0-d floating-point array; got "
+                             f"{_describe(v)}")
+        if not out.derivs:
+            raise ValueError("out holds no gradient buffer (DiffResult(value, gradient))")
+        gleaves, gtd = _tree.flatten(out.derivs[0])
+        if gtd != self._grad_structure():
+            raise ValueError("out.gradient does not have the structure of the differentiated "
+                             f"argument(s) {', '.join(self._names[k] for k in self._diff)}")
+        for g, i in zip(gleaves, self._diff_leaves, strict=True):
+            shape, dtype = self._specs[i]
+            if g.shape != shape or g.dtype != dtype or not g.flags.writeable:
+                raise ValueError(f"out.gradient for argument {self._names[self._leaf_arg[i]]} "
+                                 f"must be a writeable array of shape {shape} and dtype "
+                                 f"{dtype}; got {_describe(g)}")
+        outs = [v, *gleaves]
+        for o in outs:
+            for k, a in enumerate(leaves):
+                if np.may_share_memory(o, a):
+                    raise ValueError(f"out buffers must not share memory with argument "
+                                     f"{self._names[self._leaf_arg[k]]}")
+        if len(outs) > 2:
+            for i, a in enumerate(outs):
+                if any(np.may_share_memory(a, b) for b in outs[i + 1:]):
+                    raise ValueError("out buffers must not share memory with each other")
+        return gleaves
+
+    # ------------------------------------------------------------------ calls
+    def gradient(self, *args, out=None):
+        """Value and gradient of ``f`` at ``args``, written into ``out``.
+
+        Parameters
+        ----------
+        *args
+            Arguments matching the example arguments in structure, shape and
+            dtype (static values equal).  Non-contiguous arrays are accepted.
+        out : GradientResult or DiffResult, optional
+            Result buffers, overwritten in place.  Validated before anything is
+            written; on error they are left untouched.  Without ``out`` a new
+            result is allocated.
+
+        Returns
+        -------
+        GradientResult or DiffResult
+            ``out`` (or the new result).
+        """
+        return self._run(self._leaves(args), out)
+
+    def _run(self, leaves, out):
+        if out is None:
+            out = self.new_result()
+        gleaves = self._check_out(out, leaves)
+        with self._lock, np.errstate(all="ignore"):
+            self._program.fn(*leaves, out.value, *gleaves)
+        return out
+
+    def value(self, *args):
+        """The function value at ``args`` as a Python float (forward pass only)."""
+        leaves = self._leaves(args)
+        if self._value_program is None:
+            fwd = dead_code_elimination(Graph(self.graph.nodes, self.graph.inputs,
+                                              [self._outputs[0]]))
+            self._value_program = compile_program(fwd.nodes, fwd.inputs, [self._outputs[0]],
+                                                  self.memory, self._buffers,
+                                                  name="value_program")
+        with self._lock, np.errstate(all="ignore"):
+            self._value_program.fn(*leaves, self._value_buf)
+            return float(self._value_buf)
+
+    # ---------------------------------------------------------------- explain
+    def explain(self):
+        """Human-readable description of the plan.
+
+        Returns
+        -------
+        str
+            The traced (forward) graph, the backward graph, every buffer with
+            its bytes and arena offset, the arena's total bytes, and the
+            generated source.
+        """
+        lines = [f"plan for {self.name}, argnums={self.argnums}", "", "graph:",
+                 str(self.graph), "", "buffers:"]
+        for node in self.graph.nodes:
+            kind = self.memory.storage[node.id]
+            if kind == "buffer":
+                dt, off, nbytes, _ = self.memory.slots[node.id]
+                lines.append(f"  %{node.id:<4} {node.op:<18} {node.phase:<8} {nbytes:>12} B"
+                             f"  arena[{dt.name}]+{off}")
+        for dt, n in self.memory.arena_bytes.items():
+            lines.append(f"arena[{dt.name}]: {n} bytes")
+        lines.append(f"total workspace: {self.memory.total_bytes} bytes")
+        lines += ["", "generated source:", self._program.source]
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return (f"<hybridad.Plan {self.name} argnums={self.argnums} "
+                f"nodes={len(self.graph.nodes)} workspace={self.memory.total_bytes}B>")
+
+
+def _describe(a):
+    if isinstance(a, np.ndarray):
+        return f"shape {a.shape}, dtype {a.dtype}" + ("" if a.flags.writeable else ", read-only")
+    return type(a).__name__

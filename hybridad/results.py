@@ -1,0 +1,115 @@
+"""Result containers the caller owns (the Python spelling of DiffResults.jl).
+
+A result holds preallocated arrays.  ``gradient(f, x, out=res)`` overwrites
+them in place and returns ``res``; accessors return *references* to the
+stored arrays (never copies), so keep a copy if you need an old value after
+the next call.  Nothing else is ever written.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._tree import flatten
+
+__all__ = ["DiffResult", "GradientResult"]
+
+
+def _zeros_like_tree(proto, name):
+    if isinstance(proto, np.ndarray) or np.isscalar(proto):
+        arr = np.asarray(proto)
+        if arr.dtype.kind != "f":
+            raise TypeError(f"{name} must be a floating-point array (or a tuple, list or dict "
+                            f"of them); got dtype {arr.dtype}")
+        return np.zeros(arr.shape, arr.dtype)
+    if type(proto) in (tuple, list):
+        return type(proto)(_zeros_like_tree(p, f"{name}[{i}]") for i, p in enumerate(proto))
+    if type(proto) is dict:
+        return {k: _zeros_like_tree(v, f"{name}[{k!r}]") for k, v in proto.items()}
+    raise TypeError(f"{name} must be an array or a tuple/list/dict of arrays; got "
+                    f"{type(proto).__name__}")
+
+
+class DiffResult:
+    """Caller-made storage for a value and its derivatives.
+
+    Parameters
+    ----------
+    value : ndarray
+        Buffer for the function value (0-d for scalar functions).  Written in
+        place, never replaced.
+    *derivs : ndarray or tuple/list/dict of ndarray
+        Buffers for the derivatives, in order (first derivative first).
+
+    Notes
+    -----
+    ``value`` and ``derivs`` are the very arrays you passed (references).
+    """
+
+    __slots__ = ("_value", "_derivs")
+
+    def __init__(self, value, *derivs):
+        if not isinstance(value, np.ndarray):
+            raise TypeError("DiffResult: value must be an ndarray (use np.zeros(()) for a "
+                            f"scalar value); got {type(value).__name__}")
+        self._value = value
+        self._derivs = derivs
+
+    @property
+    def value(self):
+        """The value buffer (a reference; for scalar functions a 0-d array --
+        ``float(res.value)`` gives a Python float)."""
+        return self._value
+
+    @property
+    def derivs(self):
+        """Tuple of the derivative buffers (references)."""
+        return self._derivs
+
+    def __repr__(self):
+        return f"{type(self).__name__}(value={self._value!r}, derivs={self._derivs!r})"
+
+
+class GradientResult(DiffResult):
+    """Preallocated value and gradient of a scalar function.
+
+    Parameters
+    ----------
+    x : ndarray or tuple/list/dict of ndarray
+        Prototype: only its structure, shapes and dtypes are used (its values
+        are never read or kept).  For several differentiated arguments
+        (``argnums=(0, 1)``) pass a tuple of prototypes, one per argument.
+    dtype : dtype, optional
+        dtype of the value buffer (default: the first gradient leaf's dtype).
+
+    Attributes
+    ----------
+    value : ndarray, shape ()
+        The function value, written in place (0-d so that writing allocates
+        nothing).
+    gradient : ndarray or tuple/list/dict of ndarray
+        Same structure, shapes and dtypes as ``x``; overwritten by each call.
+
+    Examples
+    --------
+    >>> import numpy as np, hybridad as ha
+    >>> x = np.array([1.0, 2.0])
+    >>> res = ha.GradientResult(x)
+    >>> _ = ha.gradient(lambda x: np.sum(x ** 2), x, out=res)
+    >>> float(res.value), res.gradient
+    (5.0, array([2., 4.]))
+    """
+
+    __slots__ = ()
+
+    def __init__(self, x, dtype=None):
+        grad = _zeros_like_tree(x, "x")
+        leaves, _ = flatten(grad)
+        dtype = np.dtype(dtype) if dtype is not None else (
+            leaves[0].dtype if leaves else np.dtype(np.float64))
+        super().__init__(np.zeros((), dtype), grad)
+
+    @property
+    def gradient(self):
+        """The gradient buffer(s), shaped like ``x`` (a reference)."""
+        return self._derivs[0]
