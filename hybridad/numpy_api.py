@@ -76,6 +76,8 @@ _POWER_SHORTCUTS = {1: None, 2: np.square, 0.5: np.sqrt, -1: np.reciprocal}
 
 def power(x, y):
     """``x ** y``; a literal scalar exponent 1, 2, 1/2 or -1 becomes the cheaper ufunc."""
+    if isinstance(y, Tracer) and y.node.is_literal and y.shape == ():
+        y = y.node.attrs["value"].item()
     if type(y) in (int, float) and y in _POWER_SHORTCUTS and isinstance(x, Tracer) and \
             x.dtype.kind == "f":
         fn = _POWER_SHORTCUTS[y]

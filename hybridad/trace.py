@@ -148,8 +148,13 @@ def _flatten_seq(x):
 # ----------------------------------------------------------------------------
 
 
-def _is_literal_scalar(node, value):
-    return node.is_literal and node.shape == () and node.attrs["value"] == value
+def _is_literal_fill(node, value):
+    """A literal constant (possibly seen through views) whose elements all equal ``value``."""
+    while node.op in REGISTRY and REGISTRY[node.op].kind == "view":
+        node = node.args[0]
+    if not node.is_literal or node.size > 4096:
+        return False
+    return bool(np.all(node.attrs["value"] == value))
 
 
 def _simplify(opname, nodes, shape, dtype):
@@ -157,10 +162,10 @@ def _simplify(opname, nodes, shape, dtype):
     if len(nodes) != 2:
         return None
     a, b = nodes
-    keep_a = opname in ("multiply", "true_divide") and _is_literal_scalar(b, 1) or \
-        opname in ("add", "subtract") and _is_literal_scalar(b, 0)
-    keep_b = opname == "multiply" and _is_literal_scalar(a, 1) or \
-        opname == "add" and _is_literal_scalar(a, 0)
+    keep_a = opname in ("multiply", "true_divide") and _is_literal_fill(b, 1) or \
+        opname in ("add", "subtract") and _is_literal_fill(b, 0)
+    keep_b = opname == "multiply" and _is_literal_fill(a, 1) or \
+        opname == "add" and _is_literal_fill(a, 0)
     if keep_a and a.shape == shape and a.dtype == dtype:
         return a
     if keep_b and b.shape == shape and b.dtype == dtype:
@@ -186,8 +191,12 @@ def bind(opname, *args, **attrs):
     same = _simplify(opname, nodes, shape, np.dtype(dtype))
     if same is not None:
         return Tracer(same, trace)
-    if nodes and all(n.is_literal for n in nodes) and op.kind in ("elementwise", "reduce"):
-        return Tracer(trace.const(_evaluate(op, nodes, shape, dtype, attrs), True), trace)
+    if nodes and all(n.is_literal for n in nodes):
+        if op.kind in ("elementwise", "reduce"):
+            return Tracer(trace.const(_evaluate(op, nodes, shape, dtype, attrs), True), trace)
+        if op.kind == "view" and int(np.prod(shape)) <= 4096:
+            value = np.array(op.view(nodes[0].attrs["value"], **attrs))
+            return Tracer(trace.const(value, True), trace)
     return Tracer(trace.add(opname, nodes, attrs, shape, dtype), trace)
 
 
