@@ -285,6 +285,8 @@ class Plan:
         return "\n".join(lines)
 
     def __repr__(self):
+        if not hasattr(self, "memory"):
+            return f"<hybridad.Plan {self.name} (not built)>"
         return (f"<hybridad.Plan {self.name} argnums={self.argnums} "
                 f"nodes={len(self.graph.nodes)} workspace={self.memory.total_bytes}B>")
 

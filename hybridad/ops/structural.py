@@ -216,10 +216,10 @@ class Scatter:
 
 
 def _getitem_abstract(x, index):
-    return _proxy(x)[index].shape, x.dtype
+    return _proxy(x)[index + (...,)].shape, x.dtype
 
 
-register(Op("getitem", "view", _getitem_abstract, view=lambda x, index: x[index],
+register(Op("getitem", "view", _getitem_abstract, view=lambda x, index: x[index + (...,)],
             vjp=lambda g, node, active, x, ans, index: (Scatter(index, g),)))
 
 
@@ -253,7 +253,7 @@ register(Op("concatenate", "compute", _concat_abstract, run=_concat_run, vjp=_co
 
 def _scatter_run(out, g, index):
     out.fill(0)
-    out[index] = g
+    out[index + (...,)] = g
 
 
 register(Op("scatter", "compute", lambda g, index, shape: (shape, g.dtype),
@@ -263,7 +263,7 @@ register(Op("scatter", "compute", lambda g, index, shape: (shape, g.dtype),
 
 
 def _scatter_add_run(acc, g, index):
-    view = acc[index]
+    view = acc[index + (...,)]  # a view even when every index is an int
     np.add(view, g, out=view)
 
 
