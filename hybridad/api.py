@@ -21,7 +21,7 @@ import inspect
 import threading
 import weakref
 
-from .plan import Plan, normalize_argnums, prepare_args
+from .plan import Plan, arg_names, normalize_argnums, prepare_args
 
 __all__ = ["gradient", "compile", "MAX_PLANS_PER_FUNCTION", "clear_cache"]
 
@@ -83,8 +83,7 @@ def _cache_for(f):
 
 def _lookup(f, args, argnums):
     argnums_norm, diff = normalize_argnums(argnums, len(args))
-    names = [f"at position {k}" for k in range(len(args))]
-    leaves, treedefs = prepare_args(args, diff, names)
+    leaves, treedefs = prepare_args(args, diff, lambda: arg_names(f, len(args)))
     key = (argnums_norm, treedefs, tuple((a.shape, a.dtype.str) for a in leaves))
     with _lock:
         lru = _cache_for(f)

@@ -146,6 +146,19 @@ HANDLED[np.max] = HANDLED[np.amax] = _reduction("max")
 HANDLED[np.min] = HANDLED[np.amin] = _reduction("min")
 
 
+def _logical_reduction(opname):
+    def impl(a, axis=None, out=None, keepdims=False, **kw):
+        _no_kwargs(opname, {"out": out, **kw})
+        a = _tracer(a)
+        return _reduce(opname, a if a.dtype == np.bool_ else np.not_equal(a, 0), axis, keepdims)
+
+    return impl
+
+
+HANDLED[np.all] = _logical_reduction("min")
+HANDLED[np.any] = _logical_reduction("max")
+
+
 @implements(np.mean)
 def mean(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
     _no_kwargs("mean", {"dtype": dtype, "out": out, **kw})

@@ -71,6 +71,7 @@ def prepare_args(args, diff, names):
     leaves, treedefs = [], []
     for k, a in enumerate(args):
         if k in diff and (not isinstance(a, np.ndarray) or a.dtype.kind != "f"):
+            names = names() if callable(names) else names
             a = _tree.as_array_tree(a, names[k])  # converts, or raises a clear TypeError
         lv, td = _tree.flatten(a)
         leaves.extend(lv)

@@ -1,0 +1,144 @@
+"""Bad input: clear exceptions naming the argument, result buffers untouched."""
+
+import numpy as np
+import pytest
+from conftest import rand
+
+import hybridad as ha
+
+
+def f(x, A):
+    return np.sum(np.tanh(A @ x) ** 2)
+
+
+@pytest.fixture
+def setup():
+    x, A = rand((4,), seed=1), rand((3, 4), seed=2)
+    res = ha.GradientResult(x)
+    res.value[...] = 7.0
+    res.gradient[...] = 7.0
+    return x, A, res
+
+
+def untouched(res):
+    return float(res.value) == 7.0 and np.all(res.gradient == 7.0)
+
+
+def test_wrong_out_shape_and_dtype(setup):
+    x, A, _ = setup
+    for bad in (ha.GradientResult(np.ones(5)), ha.GradientResult(np.ones(4, np.float32)),
+                ha.GradientResult(np.ones((4, 1)))):
+        bad.gradient[...] = 7.0
+        bad.value[...] = 7.0
+        with pytest.raises(ValueError, match="out.gradient for argument 'x'"):
+            ha.gradient(f, x, A, out=bad)
+        assert untouched(bad)
+
+
+def test_bad_value_buffer_and_out_type(setup):
+    x, A, res = setup
+    with pytest.raises(ValueError, match="out.value"):
+        ha.gradient(f, x, A, out=ha.DiffResult(np.zeros(2), np.zeros(4)))
+    with pytest.raises(TypeError, match="out must be"):
+        ha.gradient(f, x, A, out=np.zeros(4))
+    with pytest.raises(TypeError, match="value must be an ndarray"):
+        ha.DiffResult(0.0, np.zeros(4))
+    ro = np.zeros(4)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        ha.gradient(f, x, A, out=ha.DiffResult(np.zeros(()), ro))
+
+
+def test_explicit_plan_rejects_wrong_x(setup):
+    x, A, res = setup
+    plan = ha.compile(f, x, A)
+    with pytest.raises(ValueError, match="argument 'x' has shape \\(5,\\)"):
+        plan.gradient(np.ones(5), A, out=res)
+    with pytest.raises(ValueError, match="argument 'x'.*dtype float32"):
+        plan.gradient(x.astype(np.float32), A, out=res)
+    with pytest.raises(ValueError, match="argument 'A' has shape"):
+        plan.gradient(x, np.ones((4, 4)), out=res)
+    with pytest.raises(TypeError, match="takes 2 positional"):
+        plan.gradient(x, out=res)
+    assert untouched(res)
+
+
+def test_non_numeric_and_integer_input(setup):
+    x, A, res = setup
+    with pytest.raises(TypeError, match="argument 'x' must be a floating-point"):
+        ha.gradient(f, "abc", A)
+    with pytest.raises(TypeError, match="argument 'x' must have a floating-point dtype"):
+        ha.compile(f, np.arange(4), A)
+    with pytest.raises(TypeError, match="argument 'x' must be a floating-point"):
+        ha.compile(f, object(), A)
+    with pytest.raises(TypeError, match="x must be a floating-point"):
+        ha.GradientResult(np.arange(3))
+    assert untouched(res)
+
+
+def test_non_scalar_output(setup):
+    x, A, res = setup
+    with pytest.raises(ValueError, match="must return a scalar.*shape \\(3,\\)"):
+        ha.gradient(lambda x, A: A @ x, x, A, out=res)
+    with pytest.raises(TypeError, match="floating-point value"):
+        ha.gradient(lambda x, A: np.sum(x > 0), x, A, out=res)
+    assert untouched(res)
+
+
+def test_argnums_out_of_range(setup):
+    x, A, res = setup
+    with pytest.raises(ValueError, match="argnums=2 is out of range"):
+        ha.gradient(f, x, A, argnums=2, out=res)
+    with pytest.raises(TypeError, match="argnums must be"):
+        ha.gradient(f, x, A, argnums="x")
+    with pytest.raises(ValueError, match="repeats"):
+        ha.gradient(f, x, A, argnums=(0, 0))
+    assert untouched(res)
+
+
+def test_out_aliasing_input(setup):
+    x, A, _ = setup
+    with pytest.raises(ValueError, match="share memory with argument 'x'"):
+        ha.gradient(f, x, A, out=ha.DiffResult(np.zeros(()), x))
+
+
+def test_value_dependent_control_flow_names_line_and_fix():
+    def g(x):
+        if x[0] > 0:  # the offending line
+            return np.sum(x)
+        return np.sum(-x)
+
+    with pytest.raises(ha.TracingError) as err:
+        ha.gradient(g, np.ones(3))
+    msg = str(err.value)
+    assert "if x[0] > 0:" in msg and "test_errors.py" in msg and "np.where" in msg
+
+    with pytest.raises(ha.TracingError, match="float\\(\\)"):
+        ha.gradient(lambda x: float(np.sum(x)) * x[0], np.ones(3))
+    with pytest.raises(ha.TracingError, match="bool"):
+        ha.gradient(lambda x: np.sum(x) if np.all(x > 0) and True else 0.0, np.ones(3))
+    with pytest.raises(ha.TracingError, match="np.maximum"):
+        ha.gradient(lambda x: max(x[0], x[1]), np.ones(3))
+
+
+def test_array_of_traced_values_points_to_stack():
+    with pytest.raises(ha.TracingError, match="np.stack"):
+        ha.gradient(lambda x: np.sum(np.array([x[0], x[1]])), np.ones(3))
+
+
+def test_unsupported_function_is_named():
+    with pytest.raises(NotImplementedError, match="numpy.sort"):
+        ha.gradient(lambda x: np.sum(np.sort(x)), np.ones(3))
+    with pytest.raises(NotImplementedError, match="numpy.arccos.accumulate|accumulate"):
+        ha.gradient(lambda x: np.sum(np.add.accumulate(x)), np.ones(3))
+    with pytest.raises(NotImplementedError, match="advanced"):
+        ha.gradient(lambda x: np.sum(x[np.array([0, 2])]), np.ones(3))
+
+
+def test_in_place_write_to_traced_array():
+    def g(x):
+        x[0] = 1.0
+        return np.sum(x)
+
+    with pytest.raises(ha.TracingError, match="in-place"):
+        ha.gradient(g, np.ones(3))
