@@ -42,7 +42,12 @@ def run_program(steps, x, c):
         if kind == "u":
             vals.append(UNARY[i % len(UNARY)](a))
         elif kind == "b":
-            vals.append(BINARY[i % len(BINARY)](a, vals[k % len(vals)]))
+            b = vals[k % len(vals)]
+            try:
+                np.broadcast_shapes(np.shape(a), np.shape(b))
+            except ValueError:  # reductions changed a shape: skip this step
+                continue
+            vals.append(BINARY[i % len(BINARY)](a, b))
         elif np.ndim(a) > 0:
             axis = i % np.ndim(a)
             red = [np.sum, np.mean, np.max][k % 3]

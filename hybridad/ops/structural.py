@@ -143,7 +143,7 @@ def _cumprod_exclusive_run(out, x, axis, reverse):
     n = x.shape[axis]
     head = [slice(None)] * x.ndim
     head[axis] = slice(0, 1)
-    out[tuple(head)] = 1
+    out[tuple(head)].fill(1)  # (assigning a Python 1 would allocate a 0-d array)
     if n > 1:
         src, dst = list(head), list(head)
         src[axis], dst[axis] = slice(0, n - 1), slice(1, n)

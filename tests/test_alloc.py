@@ -1,0 +1,124 @@
+"""'Allocates nothing': after warm-up, repeated calls make zero numpy data
+allocations, counted exactly (temporaries included) -- one test per op family,
+through both public paths (``gradient(..., out=res)`` and ``plan.gradient``)."""
+
+import gc
+import tracemalloc
+
+import numpy as np
+import pytest
+from conftest import rand
+
+import hybridad as ha
+from hybridad.testing import count_allocations
+
+N_CALLS = 1000
+
+A5 = rand((5, 5), seed=1)
+As = [rand((4, 4), seed=s) for s in range(3)]
+
+FAMILIES = {
+    "elementwise": (lambda x: np.sum(np.exp(-3 * (x + 1))) ** 2 + np.sum(np.tanh(x) * np.sin(x)),
+                    (rand((100,), seed=2),)),
+    "operators_scalars": (lambda x: np.sum(2.0 * x - x / 3 + 1.5 ** x + x ** 3 + (-x) ** 2),
+                          (rand((50,), seed=3),)),
+    "broadcasting": (lambda x, y: np.sum(x * y + np.maximum(x, y) - np.minimum(x, 0.5)),
+                     (rand((3, 1, 4), seed=4), rand((5, 1), seed=5))),
+    "where_masks": (lambda x: np.sum(np.where((x > 0) & (x < 1), x * x, -x) * (x != 0.3)),
+                    (rand((30,), seed=6),)),
+    "reductions": (lambda x: np.sum(np.mean(x, axis=0) * np.max(x, axis=1, keepdims=True)) +
+                   np.sum(np.prod(x, axis=(0, 2))) + np.min(x) + np.sum(x, axis=-1).sum(),
+                   (rand((3, 4, 5), 0.5, 1.5, seed=7),)),
+    "matmul": (lambda x, A: x @ (A @ x) + np.sum(np.outer(x, x) @ A) + np.dot(x, x) +
+               np.inner(x, x) + np.vdot(A, A) + np.sum(np.stack([A, A]) @ A),
+               (rand((5,), seed=8), A5)),
+    "quadratic_list": (lambda x, As: sum(x @ (Ak @ x) for Ak in As), (rand((4,), seed=9), As)),
+    "shape_ops": (lambda x: np.sum(np.reshape(x, (4, 3)) ** 2 + np.transpose(x).reshape(4, 3) +
+                                   np.broadcast_to(x[:, :1], (3, 4)).T.reshape(4, 3)) +
+                  np.sum(np.expand_dims(x, 0) * np.squeeze(x[None])) +
+                  np.sum(np.concatenate([x, x[::-1]], axis=1)) + np.sum(np.stack([x, x])),
+                  (rand((3, 4), seed=10),)),
+    "indexing": (lambda x: np.sum(x[1:] - x[:-1]) ** 2 + np.sum(x[::2] ** 2) + x[3] * x[0] +
+                 np.sum(x[..., None] * x[None, ...]), (rand((10,), seed=11),)),
+}
+
+
+def _check_no_alloc(call, n=N_CALLS):
+    for _ in range(3):
+        call()
+    with count_allocations() as counts:
+        for _ in range(n):
+            call()
+    assert counts.allocations == 0, \
+        f"{counts.allocations} numpy allocations ({counts.bytes} bytes) in {n} calls"
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_zero_allocations(family):
+    f, args = FAMILIES[family]
+    res = ha.GradientResult(args[0])
+    _check_no_alloc(lambda: ha.gradient(f, *args, out=res))
+    plan = ha.compile(f, *args)
+    res2 = ha.GradientResult(args[0])
+    _check_no_alloc(lambda: plan.gradient(*args, out=res2))
+    np.testing.assert_array_equal(res.gradient, res2.gradient)
+
+
+def test_zero_allocations_multi_argnums_pytree_float32_noncontiguous():
+    def f(p, x, c):
+        return np.sum(np.tanh(x @ p["W"] + p["b"]) ** 2) * c
+
+    p = {"W": rand((3, 2), seed=12).astype(np.float32), "b": np.zeros(2, np.float32)}
+    x = rand((6, 3), seed=13).astype(np.float32)
+    res = ha.GradientResult((p, x))
+    _check_no_alloc(lambda: ha.gradient(f, p, x, 2.0, argnums=(0, 1), out=res))
+    xs = rand((12, 3), seed=14)[::2]  # non-contiguous: staged into a buffer made once
+    res64 = ha.GradientResult(xs)
+
+    def g(x):
+        return np.sum(np.exp(x) * x.T[0][:, None])
+
+    _check_no_alloc(lambda: ha.gradient(g, xs, out=res64))
+
+
+def test_value_path_allocates_nothing():
+    f, args = FAMILIES["elementwise"]
+    plan = ha.compile(f, *args)
+    _check_no_alloc(lambda: plan.value(*args))
+
+
+def test_counter_catches_an_allocation():
+    # the instrument itself: a plan call plus one temporary counts exactly one
+    f, args = FAMILIES["elementwise"]
+    plan = ha.compile(f, *args)
+    res = ha.GradientResult(args[0])
+    plan.gradient(*args, out=res)
+    with count_allocations() as counts:
+        plan.gradient(*args, out=res)
+        _ = res.gradient + res.gradient
+    assert counts.allocations == 1
+
+
+def test_python_object_churn_is_bounded():
+    f, args = FAMILIES["matmul"]
+    plan = ha.compile(f, *args)
+    res = ha.GradientResult(args[0])
+    for _ in range(200):
+        plan.gradient(*args, out=res)
+        ha.gradient(f, *args, out=res)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for _ in range(100):
+            plan.gradient(*args, out=res)
+            ha.gradient(f, *args, out=res)
+        gc.collect()
+        first, _ = tracemalloc.get_traced_memory()
+        for _ in range(3000):
+            plan.gradient(*args, out=res)
+            ha.gradient(f, *args, out=res)
+        gc.collect()
+        second, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert second - first < 4096, f"Python memory grew by {second - first} bytes"
