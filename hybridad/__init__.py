@@ -18,5 +18,13 @@ from .results import DiffResult, GradientResult
 
 __version__ = "0.1.0"
 
-__all__ = ["gradient", "compile", "Plan", "GradientResult", "DiffResult", "TracingError",
-           "clear_cache", "__version__"]
+__all__ = [
+           "DiffResult",
+           "GradientResult",
+           "Plan",
+           "TracingError",
+           "__version__",
+           "clear_cache",
+           "compile",
+           "gradient",
+]

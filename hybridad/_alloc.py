@@ -124,7 +124,7 @@ class AllocationCounts:
     array data.
     """
 
-    __slots__ = ("_start", "_final")
+    __slots__ = ("_final", "_start")
 
     def __init__(self):
         self._start = _COUNTERS[:4].tolist()
@@ -136,7 +136,8 @@ class AllocationCounts:
         return int(_COUNTERS[slot]) - self._start[slot]
 
     def _freeze(self):
-        self._final = [now - then for now, then in zip(_COUNTERS[:4].tolist(), self._start)]
+        now = _COUNTERS[:4].tolist()
+        self._final = [a - b for a, b in zip(now, self._start, strict=True)]
 
     allocations = property(lambda self: self._delta(_ALLOCS),
                            doc="Data buffers allocated (malloc, calloc, realloc of NULL).")

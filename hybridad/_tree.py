@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["flatten", "unflatten", "LEAF"]
+__all__ = ["LEAF", "flatten", "unflatten"]
 
 LEAF = "*"
 

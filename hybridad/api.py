@@ -23,7 +23,7 @@ import weakref
 
 from .plan import Plan, arg_names, normalize_argnums, prepare_args
 
-__all__ = ["gradient", "compile", "MAX_PLANS_PER_FUNCTION", "clear_cache"]
+__all__ = ["MAX_PLANS_PER_FUNCTION", "clear_cache", "compile", "gradient"]
 
 MAX_PLANS_PER_FUNCTION = 32
 MAX_STRONG_PLANS = 32
@@ -33,7 +33,7 @@ _strong = collections.OrderedDict()
 _lock = threading.RLock()
 
 
-def compile(f, *example_args, argnums=0):  # noqa: A001 - public name from the design
+def compile(f, *example_args, argnums=0):
     """Build an explicit gradient plan for ``f`` at the example arguments.
 
     Parameters

@@ -25,7 +25,7 @@ from .ops import REGISTRY
 from .ops.structural import Scatter
 from .trace import Tracer, bind
 
-__all__ = ["backward", "active_nodes"]
+__all__ = ["active_nodes", "backward"]
 
 _WRITABLE_VIEWS = ("reshape", "transpose", "getitem")
 

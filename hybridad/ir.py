@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Node", "Graph", "format_node", "check"]
+__all__ = ["Graph", "Node", "check", "format_node"]
 
 
 class Node:
@@ -40,7 +40,7 @@ class Node:
     dtype : numpy.dtype
     """
 
-    __slots__ = ("id", "op", "args", "attrs", "shape", "dtype", "phase")
+    __slots__ = ("args", "attrs", "dtype", "id", "op", "phase", "shape")
 
     def __init__(self, id, op, args, attrs, shape, dtype, phase="forward"):
         self.id = id
@@ -105,7 +105,7 @@ class Graph:
         Nodes whose values the plan returns (value first, then derivatives).
     """
 
-    __slots__ = ("nodes", "inputs", "outputs")
+    __slots__ = ("inputs", "nodes", "outputs")
 
     def __init__(self, nodes, inputs, outputs):
         self.nodes = list(nodes)

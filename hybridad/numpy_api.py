@@ -19,7 +19,7 @@ from .errors import TracingError, user_location
 from .ops import REGISTRY
 from .trace import Tracer, as_node, bind, current_trace
 
-__all__ = ["HANDLED", "apply_ufunc", "apply_function", "getitem"]
+__all__ = ["HANDLED", "apply_function", "apply_ufunc", "getitem"]
 
 HANDLED = {}
 
@@ -271,7 +271,8 @@ def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
         raise ValueError("zero-dimensional arrays cannot be concatenated")
     axis = _norm_axis(axis, nd)[0]
     for x in xs[1:]:
-        if x.ndim != nd or any(s != t for i, (s, t) in enumerate(zip(x.shape, xs[0].shape))
+        if x.ndim != nd or any(s != t for i, (s, t) in enumerate(zip(x.shape, xs[0].shape,
+                                                                       strict=True))
                                if i != axis):
             raise ValueError("all the input array dimensions except for the concatenation "
                              f"axis must match exactly; got {[x.shape for x in xs]}")

@@ -30,7 +30,7 @@ from .memory import plan_memory
 from .results import DiffResult, GradientResult
 from .trace import Trace, Tracer, as_node
 
-__all__ = ["Plan", "normalize_argnums", "arg_names"]
+__all__ = ["Plan", "arg_names", "normalize_argnums"]
 
 DEBUG = int(os.environ.get("HYBRIDAD_DEBUG", "0") or 0)
 

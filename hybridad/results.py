@@ -46,7 +46,7 @@ class DiffResult:
     ``value`` and ``derivs`` are the very arrays you passed (references).
     """
 
-    __slots__ = ("_value", "_derivs")
+    __slots__ = ("_derivs", "_value")
 
     def __init__(self, value, *derivs):
         if not isinstance(value, np.ndarray):

@@ -13,8 +13,13 @@ import numpy as np
 
 from ._alloc import AllocationCounts, assert_no_alloc, count_allocations
 
-__all__ = ["count_allocations", "assert_no_alloc", "AllocationCounts", "numerical_gradient",
-           "check_grads"]
+__all__ = [
+    "AllocationCounts",
+    "assert_no_alloc",
+    "check_grads",
+    "count_allocations",
+    "numerical_gradient",
+]
 
 
 def numerical_gradient(f, x, *args, eps=None):

@@ -29,7 +29,7 @@ from .errors import TracingError, user_location
 from .ir import Node
 from .ops import REGISTRY
 
-__all__ = ["Tracer", "Trace", "bind", "current_trace", "loop_dtypes", "as_node"]
+__all__ = ["Trace", "Tracer", "as_node", "bind", "current_trace", "loop_dtypes"]
 
 _state = threading.local()
 

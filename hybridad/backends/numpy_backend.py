@@ -118,7 +118,8 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program"):
 
     lines.append("    # outputs")
     for k, node in enumerate(outputs):
-        lines.append(f"    o{k}.fill(0)" if node is None else f"    _copyto(o{k}, {names[node.id]})")
+        write = f"o{k}.fill(0)" if node is None else f"_copyto(o{k}, {names[node.id]})"
+        lines.append("    " + write)
     if len(lines) == 1:
         lines.append("    pass")
     source = "\n".join(lines) + "\n"

@@ -18,9 +18,9 @@ Adding an op touches one file in this package; tests pick it up from
 
 from __future__ import annotations
 
-__all__ = ["Op", "REGISTRY", "register", "get"]
+__all__ = ["REGISTRY", "Op", "get", "register"]
 
-REGISTRY: dict[str, "Op"] = {}
+REGISTRY: dict[str, Op] = {}
 
 #: kinds of op; ``view`` results alias their first operand's storage,
 #: ``inplace`` results *are* their first operand's storage, modified.
@@ -49,8 +49,18 @@ class Op:
         Elementwise ops only; see the module docstring.
     """
 
-    __slots__ = ("name", "kind", "abstract", "run", "view", "vjp", "ufunc", "partials",
-                 "domain", "doc")
+    __slots__ = (
+        "abstract",
+        "doc",
+        "domain",
+        "kind",
+        "name",
+        "partials",
+        "run",
+        "ufunc",
+        "view",
+        "vjp",
+    )
 
     def __init__(self, name, kind, abstract, run=None, view=None, vjp=None, ufunc=None,
                  partials=None, domain=None, doc=""):
