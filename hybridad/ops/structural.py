@@ -76,7 +76,7 @@ def _cast_vjp(g, node, active, x, ans, dtype):
 
 
 register(Op("cast", "elementwise", lambda x, dtype: (x.shape, np.dtype(dtype)),
-            run=_cast_run, vjp=_cast_vjp, doc="convert to dtype"))
+            run=_cast_run, vjp=_cast_vjp, partials=(1,), doc="convert to dtype"))
 
 
 def _copy_run(out, x):

@@ -1,0 +1,203 @@
+"""Scalar code for a region: its value and its local partials by dual numbers.
+
+The same rule table that drives the reverse pass (each elementwise op's
+``partials``) is evaluated here on :class:`Sym` -- symbolic scalars whose
+operators and ufuncs return source text -- so a kernel's derivative code is
+rendered from the one declaration of each op, never written twice.
+
+:func:`render_region` returns straight-line statements for one element::
+
+    v3 = np.exp(v2)              # value locals
+    d3_0 = (v3) * (d2_0)         # tangent locals: d(v3)/d(input 0)
+
+Forward-mode dual numbers, scalarized: every input ``k`` in ``seeds`` is
+seeded with tangent 1, tangents flow through each op as
+``sum_j partial_j * tangent(arg_j)``, and symbolic zeros are skipped.  The
+tangents of the last value are the region's local partials.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ops import REGISTRY
+
+__all__ = ["Sym", "render_region", "ScalarBody"]
+
+
+class Sym:
+    """A symbolic scalar: source text and dtype."""
+
+    __slots__ = ("code", "dtype", "consts")
+    __array_priority__ = 1000
+
+    def __init__(self, code, dtype, consts):
+        self.code = code
+        self.dtype = np.dtype(dtype)
+        self.consts = consts
+
+    def _wrap(self, other):
+        if isinstance(other, Sym):
+            return other
+        value = np.asarray(other)
+        dtype = self.dtype if type(other) in (int, float, bool) else value.dtype
+        return Sym(self.consts.add(dtype.type(value)), dtype, self.consts)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or kwargs:
+            return NotImplemented
+        args = [i if isinstance(i, Sym) else self._wrap(i) for i in inputs]
+        return apply_ufunc(ufunc, args)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func is np.where:
+            c, a, b = (x if isinstance(x, Sym) else self._wrap(x) for x in args)
+            dtype = np.result_type(a.dtype, b.dtype)
+            return Sym(f"({a.code} if {c.code} else {b.code})", dtype, self.consts)
+        return NotImplemented
+
+    def __invert__(self):
+        return Sym(f"(not {self.code})", np.bool_, self.consts)
+
+
+def _binop(ufunc, reflected=False):
+    def op(self, other):
+        a, b = (self._wrap(other), self) if reflected else (self, self._wrap(other))
+        return apply_ufunc(ufunc, [a, b])
+
+    return op
+
+
+for _name, _uf in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
+                   ("truediv", np.true_divide), ("pow", np.power)]:
+    setattr(Sym, f"__{_name}__", _binop(_uf))
+    setattr(Sym, f"__r{_name}__", _binop(_uf, reflected=True))
+for _name, _uf in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
+                   ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
+    setattr(Sym, f"__{_name}__", _binop(_uf))
+Sym.__neg__ = lambda self: apply_ufunc(np.negative, [self])
+Sym.__hash__ = object.__hash__
+
+_INFIX = {"add": "+", "subtract": "-", "multiply": "*", "true_divide": "/", "power": "**",
+          "less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">=",
+          "equal": "==", "not_equal": "!=", "logical_and": "and", "logical_or": "or"}
+_PREFIX = {"negative": "-", "positive": "+", "logical_not": "not "}
+
+
+def apply_ufunc(ufunc, args):
+    """Source text of ``ufunc(*args)`` for numba scalars."""
+    name = ufunc.__name__
+    out_dtype = ufunc.resolve_dtypes(tuple(a.dtype for a in args) + (None,) * ufunc.nout)[-1]
+    consts = args[0].consts
+    if name in _INFIX:
+        code = f"({args[0].code} {_INFIX[name]} {args[1].code})"
+    elif name in _PREFIX:
+        code = f"({_PREFIX[name]}{args[0].code})"
+    else:
+        code = f"np.{name}({', '.join(a.code for a in args)})"
+    return Sym(code, out_dtype, consts)
+
+
+class Constants:
+    """Typed scalar constants of a kernel, named ``_k0, _k1, ...`` (numba freezes
+    global scalars, so they cost nothing per call and keep their dtype)."""
+
+    def __init__(self):
+        self.values = {}
+
+    def add(self, value):
+        key = (value.dtype.str, value.tobytes())
+        for name, (k, _) in self.values.items():
+            if k == key:
+                return name
+        name = f"_k{len(self.values)}"
+        self.values[name] = (key, value)
+        return name
+
+    def namespace(self):
+        return {name: v for name, (_, v) in self.values.items()}
+
+
+class ScalarBody:
+    """Rendered statements of one region element.
+
+    Attributes
+    ----------
+    lines : list of str
+        Statements computing ``value`` and the tangents.
+    value : str
+        Name of the local holding the region's elementwise result.
+    partials : dict
+        region input position -> expression of d(value)/d(input), or ``"0"``.
+    consts : Constants
+    """
+
+    def __init__(self, lines, value, partials, consts):
+        self.lines = lines
+        self.value = value
+        self.partials = partials
+        self.consts = consts
+
+
+def _op_code(node, args, consts):
+    op = REGISTRY[node.op]
+    if op.ufunc is not None:
+        return apply_ufunc(op.ufunc, args)
+    if node.op == "where":
+        c, a, b = args
+        return Sym(f"({a.code} if {c.code} else {b.code})", node.dtype, consts)
+    if node.op == "cast":
+        return Sym(f"np.{node.dtype.name}({args[0].code})", node.dtype, consts)
+    raise NotImplementedError(f"no scalar rendering for {node.op}")
+
+
+def _mul(p, t):
+    """Source of ``p * t`` for partial ``p`` (number, or Sym) and tangent text ``t``."""
+    if not isinstance(p, Sym):
+        return t if p == 1 else f"(-{t})"
+    return f"({p.code} * {t})"
+
+
+def render_region(region, input_names, seeds=(), consts=None):
+    """Statements computing one element of ``region`` and its dual partials.
+
+    Parameters
+    ----------
+    region : Region
+    input_names : list of str
+        The scalar expression reading each region input at the current element.
+    seeds : iterable of int
+        Region input positions to differentiate with respect to.
+    consts : Constants, optional
+        Where typed scalar constants are registered (shared with the caller).
+    """
+    consts = Constants() if consts is None else consts
+    seeds = tuple(seeds)
+    syms, tangents = {}, {}
+    for k, (node, code) in enumerate(zip(region.inputs, input_names, strict=True)):
+        syms[node.id] = Sym(code, node.dtype, consts)
+        tangents[node.id] = {k: "1"} if k in seeds else {}
+    lines = []
+    for node in region.nodes:
+        args = [syms[a.id] for a in node.args]
+        v = f"v{node.id}"
+        lines.append(f"{v} = {_op_code(node, args, consts).code}")
+        ans = Sym(v, node.dtype, consts)
+        syms[node.id] = ans
+        tans = {}
+        if node.dtype.kind in "fc" and seeds:
+            partials = REGISTRY[node.op].partials
+            for j, (a, p) in enumerate(zip(node.args, partials, strict=True)):
+                if p is None or (not callable(p) and p == 0):
+                    continue
+                pj = p(*args, ans) if callable(p) else p
+                for k, t in tangents[a.id].items():
+                    tans.setdefault(k, []).append(_mul(pj, t))
+        tangents[node.id] = {}
+        for k, terms in tans.items():
+            name = f"d{node.id}_{k}"
+            lines.append(f"{name} = {' + '.join(terms)}")
+            tangents[node.id][k] = name
+    last = region.nodes[-1].id
+    partials = {k: tangents[last].get(k, "0") for k in seeds}
+    return ScalarBody(lines, f"v{last}", partials, consts)

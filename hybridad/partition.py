@@ -1,0 +1,125 @@
+"""Stage 4: partition -- the hybrid.
+
+Maximal connected groups of elementwise ops become one *region*: a fused
+kernel that evaluates the group per element.  A reduction (sum, max, min)
+that is the sole consumer of the group's output joins the region as its last
+step.  Everything else (matmul, shape ops, reductions across regions) stays a
+*reverse node* with its VJP rule.
+
+A region has exactly one output: a node joins the region of its consumer only
+if *all* of its users are inside that region.  That keeps regions convex (no
+path leaves a region and comes back) and lets a node with uses outside the
+region become a region output of its own.
+
+:func:`find_regions` only analyses a graph; :class:`Region` records the
+members in execution order with their external inputs.  The scalar body of a
+region -- its value and, by forward-mode dual numbers seeded per region
+input, its local partials -- is rendered by :mod:`hybridad.backends.scalar`.
+"""
+
+from __future__ import annotations
+
+from .ops import REGISTRY
+
+__all__ = ["Region", "find_regions", "FUSABLE_REDUCTIONS"]
+
+FUSABLE_REDUCTIONS = ("sum", "max", "min")
+
+
+class Region:
+    """One fused group.
+
+    Attributes
+    ----------
+    nodes : list of Node
+        Elementwise members in execution order (the last one is the
+        elementwise output).
+    reduction : Node or None
+        A reduction consuming the last member, fused as the final step.
+    inputs : list of Node
+        External operands of the members, in first-use order.
+    """
+
+    __slots__ = ("nodes", "reduction", "inputs")
+
+    def __init__(self, nodes, reduction, inputs):
+        self.nodes = nodes
+        self.reduction = reduction
+        self.inputs = inputs
+
+    @property
+    def output(self):
+        return self.reduction if self.reduction is not None else self.nodes[-1]
+
+    @property
+    def shape(self):
+        """The loop shape: the elementwise output's shape."""
+        return self.nodes[-1].shape
+
+    def __repr__(self):
+        ops = "+".join(n.op for n in self.nodes)
+        red = f" -> {self.reduction.op}" if self.reduction is not None else ""
+        return f"Region[{ops}{red}] inputs={[f'%{n.id}' for n in self.inputs]}"
+
+
+def _fusable(node):
+    return node.op in REGISTRY and REGISTRY[node.op].kind == "elementwise"
+
+
+def find_regions(nodes, outputs=()):
+    """Partition ``nodes`` (topologically ordered) into regions.
+
+    Parameters
+    ----------
+    nodes : list of Node
+    outputs : iterable of Node
+        Graph outputs: they count as users outside every region.
+
+    Returns
+    -------
+    list of Region
+        In execution order of their outputs.  Nodes in no region are reverse nodes.
+    """
+    users = {n.id: [] for n in nodes}
+    for n in nodes:
+        for a in n.args:
+            users[a.id].append(n)
+    external = {n.id for n in outputs}
+    owner = {}  # node id -> region index
+    found = []
+    for sink in reversed(nodes):
+        if not _fusable(sink) or sink.id in owner:
+            continue
+        rid = len(found)
+        members = {sink.id: sink}
+        owner[sink.id] = rid
+        frontier = [sink]
+        while frontier:
+            node = frontier.pop()
+            for a in node.args:
+                if a.id in owner or not _fusable(a) or a.shape != sink.shape or \
+                        a.id in external:
+                    continue
+                if all(owner.get(u.id) == rid for u in users[a.id]):
+                    owner[a.id] = rid
+                    members[a.id] = a
+                    frontier.append(a)
+        found.append(members)
+    regions = []
+    for rid, members in enumerate(found):
+        ordered = [n for n in nodes if n.id in members]
+        sink = ordered[-1]
+        red = None
+        us = users[sink.id]
+        if len(us) == 1 and us[0].op in FUSABLE_REDUCTIONS and sink.id not in external:
+            red = us[0]
+        inputs, seen = [], set()
+        for n in ordered:
+            for a in n.args:
+                if a.id not in members and a.id not in seen:
+                    seen.add(a.id)
+                    inputs.append(a)
+        regions.append(Region(ordered, red, inputs))
+    order = {n.id: i for i, n in enumerate(nodes)}
+    regions.sort(key=lambda r: order[r.output.id])
+    return regions
