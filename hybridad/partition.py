@@ -106,7 +106,7 @@ def find_regions(nodes, outputs=()):
                     frontier.append(a)
         found.append(members)
     regions = []
-    for rid, members in enumerate(found):
+    for members in found:
         ordered = [n for n in nodes if n.id in members]
         sink = ordered[-1]
         red = None

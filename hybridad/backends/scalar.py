@@ -187,7 +187,7 @@ def render_region(region, input_names, seeds=(), consts=None):
         tans = {}
         if node.dtype.kind in "fc" and seeds:
             partials = REGISTRY[node.op].partials
-            for j, (a, p) in enumerate(zip(node.args, partials, strict=True)):
+            for a, p in zip(node.args, partials, strict=True):
                 if p is None or (not callable(p) and p == 0):
                     continue
                 pj = p(*args, ans) if callable(p) else p
