@@ -33,7 +33,7 @@ _strong = collections.OrderedDict()
 _lock = threading.RLock()
 
 
-def compile(f, *example_args, argnums=0):
+def compile(f, *example_args, argnums=0, backend="numba"):  # noqa: A001
     """Build an explicit gradient plan for ``f`` at the example arguments.
 
     Parameters
@@ -47,6 +47,10 @@ def compile(f, *example_args, argnums=0):
     argnums : int or tuple of int, default 0
         Which positional arguments are differentiated; all others are
         constants and cost no derivative work.
+    backend : {"numba", "numpy"}, default "numba"
+        ``"numba"``: the whole plan as one compiled function with fused
+        elementwise regions; ``"numpy"``: the reference executor (numpy calls
+        with ``out=``).
 
     Returns
     -------
@@ -63,7 +67,7 @@ def compile(f, *example_args, argnums=0):
     >>> bool(np.allclose(res.gradient, np.exp(x)))
     True
     """
-    return Plan(f, example_args, argnums)
+    return Plan(f, example_args, argnums, backend)
 
 
 def _cache_for(f):
@@ -81,21 +85,21 @@ def _cache_for(f):
     return lru
 
 
-def _lookup(f, args, argnums):
+def _lookup(f, args, argnums, backend):
     argnums_norm, diff = normalize_argnums(argnums, len(args))
     leaves, treedefs = prepare_args(args, diff, lambda: arg_names(f, len(args)))
-    key = (argnums_norm, treedefs, tuple((a.shape, a.dtype.str) for a in leaves))
+    key = (argnums_norm, backend, treedefs, tuple((a.shape, a.dtype.str) for a in leaves))
     with _lock:
         lru = _cache_for(f)
         if lru is None:
             try:
                 hash(f)
             except TypeError:  # unhashable callable: no caching
-                return Plan(f, args, argnums), leaves
+                return Plan(f, args, argnums, backend), leaves
             lru, key = _strong, (f, key)
         plan = lru.get(key)
         if plan is None:
-            plan = Plan(f, args, argnums)
+            plan = Plan(f, args, argnums, backend)
             lru[key] = plan
             limit = MAX_STRONG_PLANS if lru is _strong else MAX_PLANS_PER_FUNCTION
             while len(lru) > limit:
@@ -105,7 +109,7 @@ def _lookup(f, args, argnums):
     return plan, leaves
 
 
-def gradient(f, *args, argnums=0, out=None):
+def gradient(f, *args, argnums=0, out=None, backend="numba"):
     """Value and gradient of a scalar function, written into ``out``.
 
     Parameters
@@ -122,6 +126,8 @@ def gradient(f, *args, argnums=0, out=None):
     out : GradientResult or DiffResult, optional
         Preallocated result, overwritten in place and returned.  It is checked
         before anything is written and left untouched on error.
+    backend : {"numba", "numpy"}, default "numba"
+        See :func:`compile`.
 
     Returns
     -------
@@ -141,7 +147,7 @@ def gradient(f, *args, argnums=0, out=None):
     >>> bool(np.allclose(res.gradient, np.cos(x)))
     True
     """
-    plan, leaves = _lookup(f, args, argnums)
+    plan, leaves = _lookup(f, args, argnums, backend)
     return plan._run(leaves, out)
 
 

@@ -38,15 +38,17 @@ class MemoryPlan:
         node id -> ``(dtype, offset_bytes, nbytes, shape)`` for ``buffer`` nodes.
     arena_bytes : dict
         dtype -> bytes of that dtype's arena.
-    copy_reshapes : set
-        ids of reshape nodes that must copy (their operand's layout forbids a view).
+    materialized : set
+        ids of view nodes that get a buffer and a copy instead (a reshape whose
+        operand's layout forbids a view, or what a backend asked for).
     """
 
-    def __init__(self, storage, slots, arena_bytes, copy_reshapes):
+    def __init__(self, storage, slots, arena_bytes, materialized):
+        self.arenas = {}  # dtype -> the flat arena (typed view), set by allocate()
         self.storage = storage
         self.slots = slots
         self.arena_bytes = arena_bytes
-        self.copy_reshapes = copy_reshapes
+        self.materialized = materialized
 
     @property
     def total_bytes(self):
@@ -55,6 +57,7 @@ class MemoryPlan:
     def allocate(self):
         """Allocate the arenas; return node id -> ndarray view for buffer nodes."""
         arenas = {dt: np.zeros(max(n, 1), np.uint8) for dt, n in self.arena_bytes.items()}
+        self.arenas = {dt: a[:a.size - a.size % dt.itemsize].view(dt) for dt, a in arenas.items()}
         return {nid: _slot_view(arenas[dt], off, shape, dt)
                 for nid, (dt, off, nbytes, shape) in self.slots.items()}
 
@@ -75,8 +78,11 @@ def _layout_proto(node, protos):
     return np.lib.stride_tricks.as_strided(np.zeros(1, node.dtype), node.shape, strides)
 
 
-def plan_memory(graph):
-    """Assign storage to every node of ``graph`` (see module docstring)."""
+def plan_memory(graph, materialize=()):
+    """Assign storage to every node of ``graph`` (see module docstring).
+
+    ``materialize``: ids of view nodes the backend wants copied into a buffer.
+    """
     storage, slots, arena, copies, protos = {}, {}, {}, set(), {}
     for node in graph.nodes:
         if node.op in ("input", "const"):
@@ -89,7 +95,9 @@ def plan_memory(graph):
             storage[node.id] = "alias"
             protos[node.id] = _layout_proto(node.args[0], protos)
             continue
-        if kind == "view":
+        if kind == "view" and node.id in materialize:
+            copies.add(node.id)
+        elif kind == "view":
             base = _layout_proto(node.args[0], protos)
             try:
                 if node.op == "reshape":

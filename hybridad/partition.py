@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from .ops import REGISTRY
 
-__all__ = ["Region", "find_regions", "FUSABLE_REDUCTIONS"]
+__all__ = ["Region", "find_regions", "fuse_regions", "FUSABLE_REDUCTIONS"]
 
 FUSABLE_REDUCTIONS = ("sum", "max", "min")
 
@@ -66,7 +66,7 @@ def _fusable(node):
     return node.op in REGISTRY and REGISTRY[node.op].kind == "elementwise"
 
 
-def find_regions(nodes, outputs=()):
+def find_regions(nodes, outputs=(), reductions=FUSABLE_REDUCTIONS):
     """Partition ``nodes`` (topologically ordered) into regions.
 
     Parameters
@@ -74,6 +74,8 @@ def find_regions(nodes, outputs=()):
     nodes : list of Node
     outputs : iterable of Node
         Graph outputs: they count as users outside every region.
+    reductions : tuple of str
+        Reductions that may be fused as a region's last step.
 
     Returns
     -------
@@ -111,7 +113,7 @@ def find_regions(nodes, outputs=()):
         sink = ordered[-1]
         red = None
         us = users[sink.id]
-        if len(us) == 1 and us[0].op in FUSABLE_REDUCTIONS and sink.id not in external:
+        if len(us) == 1 and us[0].op in reductions and sink.id not in external:
             red = us[0]
         inputs, seen = [], set()
         for n in ordered:
@@ -123,3 +125,34 @@ def find_regions(nodes, outputs=()):
     order = {n.id: i for i, n in enumerate(nodes)}
     regions.sort(key=lambda r: order[r.output.id])
     return regions
+
+
+def fuse_regions(nodes, outputs=(), reductions=FUSABLE_REDUCTIONS):
+    """Replace every region of ``nodes`` by one ``region`` node (IR -> IR).
+
+    The region's output node becomes the ``region`` node in place (its users
+    keep pointing at it); the other members leave the list and live on as the
+    region's body (cloned, so the body is self-contained).
+
+    Returns
+    -------
+    list of Node
+        The new node list, still topologically ordered.
+    """
+    from .ir import Node
+
+    dropped = set()
+    for region in find_regions(nodes, outputs, reductions):
+        members = region.nodes + ([region.reduction] if region.reduction is not None else [])
+        clones = {}
+        for n in members:
+            args = tuple(clones.get(a.id, a) for a in n.args)
+            clones[n.id] = Node(n.id, n.op, args, n.attrs, n.shape, n.dtype, n.phase)
+        body = Region([clones[n.id] for n in region.nodes],
+                      clones[region.reduction.id] if region.reduction is not None else None,
+                      list(region.inputs))
+        out = region.output
+        out.op, out.args, out.attrs = "region", tuple(region.inputs), {"body": body,
+                                                                        "mode": "value"}
+        dropped.update(n.id for n in members if n is not out)
+    return [n for n in nodes if n.id not in dropped]

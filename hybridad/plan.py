@@ -24,15 +24,18 @@ import numpy as np
 
 from . import _tree
 from .autodiff import backward
+from .backends.numba_backend import compile_numba_program, materialize_for_numba
 from .backends.numpy_backend import compile_program
 from .ir import Graph, check, dead_code_elimination
 from .memory import plan_memory
+from .partition import fuse_regions
 from .results import DiffResult, GradientResult
 from .trace import Trace, Tracer, as_node
 
 __all__ = ["Plan", "arg_names", "normalize_argnums"]
 
 DEBUG = int(os.environ.get("HYBRIDAD_DEBUG", "0") or 0)
+BACKENDS = ("numba", "numpy")
 
 
 def normalize_argnums(argnums, nargs):
@@ -92,7 +95,10 @@ class Plan:
         Text: traced graph, backward graph, buffers and bytes, generated source.
     """
 
-    def __init__(self, f, args, argnums=0):
+    def __init__(self, f, args, argnums=0, backend="numba"):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+        self.backend = backend
         self.name = getattr(f, "__qualname__", repr(f))
         self.argnums, self._diff = normalize_argnums(argnums, len(args))
         self._names = arg_names(f, len(args))
@@ -119,21 +125,34 @@ class Plan:
             out = f(*targs)
             out = self._check_output(out, trace)
             self._value_dtype = out.dtype
+            if self.backend == "numba":  # the hybrid: regions differentiated by duals
+                trace.nodes = fuse_regions(trace.nodes, [out.node], reductions=("sum",))
             grads = backward(trace, out, diff_tracers)
         self._diff_leaves = [t.node.attrs["index"] for t in diff_tracers]
         inputs = [t.node for t in tracers]
         grad_nodes = [None if g is None else g.node for g in grads]
         outputs = [out.node] + [g for g in grad_nodes if g is not None]
-        self.graph = dead_code_elimination(Graph(trace.nodes, inputs, outputs))
-        check(self.graph)
+        graph = dead_code_elimination(Graph(trace.nodes, inputs, outputs))
+        if self.backend == "numba":  # fuse the backward's elementwise ops as well
+            graph = Graph(fuse_regions(graph.nodes, outputs), inputs, outputs)
+        check(graph)
+        self.graph = graph
         self._outputs = [out.node] + grad_nodes
-        self.memory = plan_memory(self.graph)
+        self.memory = plan_memory(graph, self._materialize(graph.nodes))
         self._buffers = self.memory.allocate()
-        self._program = compile_program(self.graph.nodes, inputs, self._outputs, self.memory,
-                                        self._buffers, name="gradient_program")
+        self._program = self._compile(graph.nodes, inputs, self._outputs, "gradient_program")
         self._value_buf = np.zeros((), self._value_dtype)
         if DEBUG:
             print(self.explain() if DEBUG >= 2 else str(self.graph))
+
+    def _materialize(self, nodes):
+        return materialize_for_numba(nodes) if self.backend == "numba" else ()
+
+    def _compile(self, nodes, inputs, outputs, name):
+        if self.backend == "numba":
+            return compile_numba_program(nodes, inputs, outputs, self.memory, self._buffers,
+                                         name=name)
+        return compile_program(nodes, inputs, outputs, self.memory, self._buffers, name=name)
 
     def _check_output(self, out, trace):
         if not isinstance(out, Tracer):
@@ -253,9 +272,8 @@ class Plan:
         if self._value_program is None:
             fwd = dead_code_elimination(Graph(self.graph.nodes, self.graph.inputs,
                                               [self._outputs[0]]))
-            self._value_program = compile_program(fwd.nodes, fwd.inputs, [self._outputs[0]],
-                                                  self.memory, self._buffers,
-                                                  name="value_program")
+            self._value_program = self._compile(fwd.nodes, fwd.inputs, [self._outputs[0]],
+                                                "value_program")
         with self._lock, np.errstate(all="ignore"):
             self._value_program.fn(*leaves, self._value_buf)
             return float(self._value_buf)

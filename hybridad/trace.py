@@ -118,8 +118,8 @@ def as_node(x, trace, dtype=None):
             raise TracingError("a traced value escaped its trace (was it stored in a global "
                                "or closure during an earlier trace?)")
         node = x.node
-    elif isinstance(x, np.ndarray) and x.ndim > 0:
-        node = trace.const(x, literal=False)
+    elif isinstance(x, np.ndarray):
+        node = trace.const(x, literal=False)  # by reference, 0-d arrays included
     elif isinstance(x, (np.ndarray, np.generic, numbers.Number)):
         node = trace.const(np.asarray(x, dtype=dtype) if dtype is not None else x, True)
     elif isinstance(x, (list, tuple)):

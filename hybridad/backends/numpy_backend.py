@@ -106,7 +106,7 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program"):
             b = names[node.id] = f"b{node.id}"
             ns[b] = buffers[node.id]
             static[node.id] = True
-            if node.id in memplan.copy_reshapes:
+            if node.id in memplan.materialized:
                 src = node.args[0]
                 ns[f"r{node.id}"] = ns[b].reshape(src.shape)
                 body.append(f"_copyto(r{node.id}, {names[src.id]})")

@@ -78,7 +78,7 @@ for _name, _uf in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
 Sym.__neg__ = lambda self: apply_ufunc(np.negative, [self])
 Sym.__hash__ = object.__hash__
 
-_INFIX = {"add": "+", "subtract": "-", "multiply": "*", "true_divide": "/", "power": "**",
+_INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "power": "**",
           "less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">=",
           "equal": "==", "not_equal": "!=", "logical_and": "and", "logical_or": "or"}
 _PREFIX = {"negative": "-", "positive": "+", "logical_not": "not "}
@@ -151,11 +151,15 @@ def _op_code(node, args, consts):
     raise NotImplementedError(f"no scalar rendering for {node.op}")
 
 
-def _mul(p, t):
+def _mul(p, t, consts, dtype):
     """Source of ``p * t`` for partial ``p`` (number, or Sym) and tangent text ``t``."""
-    if not isinstance(p, Sym):
-        return t if p == 1 else f"(-{t})"
-    return f"({p.code} * {t})"
+    if isinstance(p, Sym):
+        return f"({p.code} * {t})"
+    if p == 1:
+        return t
+    if p == -1:
+        return f"(-{t})"
+    return f"({consts.add(np.asarray(p, dtype=dtype)[()])} * {t})"
 
 
 def render_region(region, input_names, seeds=(), consts=None):
@@ -192,7 +196,7 @@ def render_region(region, input_names, seeds=(), consts=None):
                     continue
                 pj = p(*args, ans) if callable(p) else p
                 for k, t in tangents[a.id].items():
-                    tans.setdefault(k, []).append(_mul(pj, t))
+                    tans.setdefault(k, []).append(_mul(pj, t, consts, node.dtype))
         tangents[node.id] = {}
         for k, terms in tans.items():
             name = f"d{node.id}_{k}"

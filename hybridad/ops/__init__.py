@@ -24,7 +24,7 @@ REGISTRY: dict[str, Op] = {}
 
 #: kinds of op; ``view`` results alias their first operand's storage,
 #: ``inplace`` results *are* their first operand's storage, modified.
-KINDS = ("elementwise", "reduce", "view", "inplace", "compute")
+KINDS = ("elementwise", "reduce", "view", "inplace", "compute", "region")
 
 
 class Op:
@@ -94,4 +94,4 @@ def get(name):
 
 
 # Populate the registry.
-from . import elementwise, structural  # noqa: E402,F401
+from . import elementwise, region, structural  # noqa: E402,F401

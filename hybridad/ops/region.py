@@ -1,0 +1,92 @@
+"""The fused-region primitives made by :mod:`hybridad.partition`.
+
+* ``region`` -- a group of elementwise ops (plus an optional fused reduction)
+  evaluated in one kernel.  ``attrs['body']`` is the :class:`Region`;
+  ``attrs['mode']`` is ``"value"`` (compute the output, and any partials that
+  ``region_partial`` nodes ask for -- the *store* strategy) or ``"vjp"``
+  (compute ``g * d(output)/d(input k)`` in the backward sweep from the inputs
+  and the cotangent ``g``, its last operand -- the *recompute* strategy).
+* ``region_partial`` -- d(elementwise output)/d(input ``k``) of a ``value``
+  region, per element: written by that region's kernel in the same pass as
+  the value (forward-mode dual numbers), read by the backward sweep.
+
+The VJP of a region chooses between the two strategies (:func:`strategy`):
+storing costs one array per differentiated input from the forward to the
+backward sweep; recomputing costs a second evaluation of the body.  A body
+with a transcendental function is stored (it is evaluated once); cheap
+arithmetic is recomputed (no stored array).
+
+These ops run only on compiled backends (the numpy reference executor runs
+the unpartitioned graph).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import Op, register
+
+#: ops whose evaluation is expensive enough that storing partials beats recomputing
+TRANSCENDENTAL = frozenset({
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "cbrt", "sin", "cos",
+    "tan", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "arcsinh", "arccosh",
+    "arctanh", "power", "arctan2", "hypot", "logaddexp", "logaddexp2"})
+
+
+def strategy(body):
+    """``"store"`` or ``"recompute"`` for the partials of region ``body``."""
+    return "store" if any(n.op in TRANSCENDENTAL for n in body.nodes) else "recompute"
+
+
+def _no_numpy(*args, **kwargs):
+    raise NotImplementedError("fused regions run on compiled backends only")
+
+
+def _region_abstract(*args, body, mode, wrt=None):
+    if mode == "value":
+        return body.output.shape, body.output.dtype
+    return body.shape, body.nodes[-1].dtype
+
+
+def _cotangent_on_loop(g, body):
+    """The output cotangent, shaped to broadcast over the region's loop shape."""
+    red = body.reduction
+    if red is None:
+        return g
+    kshape = tuple(1 if i in red.attrs["axis"] else s for i, s in enumerate(body.shape))
+    return g if g.shape == kshape else np.reshape(g, kshape)
+
+
+def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
+    from ..trace import Tracer, bind
+
+    assert mode == "value", "vjp-mode regions are not differentiated again"
+    *inputs, ans = operands
+    red = body.reduction
+    if red is not None and red.op != "sum":
+        raise NotImplementedError(f"fused {red.op} reductions are differentiated unfused")
+    g_loop = _cotangent_on_loop(g, body)
+    how = strategy(body)
+    out = []
+    for k, act in enumerate(active):
+        if not act:
+            out.append(None)
+        elif how == "store":
+            p = bind("region_partial", Tracer(node, ans.trace), wrt=k)
+            out.append(g_loop * p)
+        else:
+            out.append(bind("region", *inputs, g_loop, body=body, mode="vjp", wrt=k))
+    return tuple(out)
+
+
+register(Op("region", "region", _region_abstract, run=_no_numpy, vjp=_region_vjp,
+            doc="fused elementwise group (value, or its VJP for one input)"))
+
+
+def _partial_abstract(region, wrt):
+    body = region.attrs["body"]
+    return body.shape, body.nodes[-1].dtype
+
+
+register(Op("region_partial", "compute", _partial_abstract, run=_no_numpy,
+            doc="local partial of a region w.r.t. one input, stored by its kernel"))
