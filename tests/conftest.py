@@ -12,10 +12,28 @@ def rand(shape, lo=-2.0, hi=2.0, seed=0, dtype=np.float64):
     return rng.uniform(lo, hi, size=shape).astype(dtype)
 
 
-def assert_grad(f, args, argnums=0, rtol=1e-6, atol=1e-8):
-    """Gradient of f w.r.t. argnums against central finite differences (float64)."""
+BACKENDS = ("numpy", "numba")
+
+
+def assert_grad(f, args, argnums=0, rtol=1e-6, atol=1e-8, backends=BACKENDS):
+    """Gradient of f w.r.t. argnums against central finite differences (float64),
+    on every backend; the compiled backend agrees with the numpy reference to
+    rounding.  Returns the numpy backend's result."""
+    assert backends[0] == "numpy", "the numpy backend is the reference"
+    results = [_assert_grad(f, args, argnums, rtol, atol, b) for b in backends]
+    ref = results[0]
+    flat = [(r.gradient,) if isinstance(argnums, int) else r.gradient for r in results]
+    for other, res, grads in zip(backends[1:], results[1:], flat[1:], strict=True):
+        np.testing.assert_allclose(float(res.value), float(ref.value), rtol=1e-12)
+        for g0, g1 in zip(flat[0], grads, strict=True):
+            np.testing.assert_allclose(g1, g0, rtol=1e-11, atol=1e-13 * max(
+                1.0, float(np.max(np.abs(g0), initial=0))), err_msg=f"{other} vs numpy")
+    return ref
+
+
+def _assert_grad(f, args, argnums, rtol, atol, backend):
     nums = (argnums,) if isinstance(argnums, int) else argnums
-    res = ha.gradient(f, *args, argnums=argnums)
+    res = ha.gradient(f, *args, argnums=argnums, backend=backend)
     expected_value = float(f(*args))
     np.testing.assert_allclose(float(res.value), expected_value, rtol=1e-12, atol=1e-300)
     grads = (res.gradient,) if isinstance(argnums, int) else res.gradient
@@ -29,7 +47,7 @@ def assert_grad(f, args, argnums=0, rtol=1e-6, atol=1e-8):
         scale = max(1.0, float(np.max(np.abs(num), initial=0.0)))
         assert g.shape == np.shape(args[k]) and g.dtype == args[k].dtype
         np.testing.assert_allclose(g, num, rtol=0, atol=atol + rtol * scale,
-                                   err_msg=f"gradient w.r.t. argument {k}")
+                                   err_msg=f"gradient w.r.t. argument {k} ({backend})")
     return res
 
 

@@ -90,7 +90,7 @@ def test_constant_arguments_cost_no_derivative_work():
     def f(x, A):
         return x @ (A @ x)
 
-    plan = ha.compile(f, rand((5,), seed=11), rand((5, 5), seed=12))
+    plan = ha.compile(f, rand((5,), seed=11), rand((5, 5), seed=12), backend="numpy")
     backward = [n for n in plan.graph.nodes if n.phase == "backward"]
     assert backward, "the plan has a backward pass"
     computed = [n for n in backward if n.op not in ("transpose", "reshape", "const")]
@@ -98,7 +98,8 @@ def test_constant_arguments_cost_no_derivative_work():
 
 
 def test_structure_of_simple_plan():
-    plan = ha.compile(lambda x: np.sum(np.exp(-3 * (x + 1))), rand((10,), seed=13))
+    plan = ha.compile(lambda x: np.sum(np.exp(-3 * (x + 1))), rand((10,), seed=13),
+                      backend="numpy")
     ops = [n.op for n in plan.graph.nodes]
     assert ops.count("exp") == 1, "exp is evaluated once; the backward reuses it"
     text = plan.explain()
@@ -109,7 +110,7 @@ def test_structure_of_simple_plan():
 def test_accumulation_is_in_place():
     # x used k times: contributions are added into one buffer as they arrive
     plan = ha.compile(lambda x: np.sum(np.sin(x) + np.cos(x) + x * x + np.exp(x)),
-                      rand((10,), seed=14))
+                      rand((10,), seed=14), backend="numpy")
     ops = [n.op for n in plan.graph.nodes if n.phase == "backward"]
     # one op creates the adjoint buffer; the other contributions are added into it
     assert ops.count("iadd") == 3 and ops.count("add") <= 1
@@ -140,7 +141,8 @@ def test_static_python_scalars_and_retrace_per_shape():
         for n in (1, 3):
             assert_grad(f, (x, alpha, n))
     ha.gradient(f, rand((6,), seed=16), 0.5, 1)
-    assert len(api.cached_plans(f)) == 5
+    numba_plans = [p for p in api.cached_plans(f) if p.backend == "numba"]
+    assert len(numba_plans) == 5  # 2 alphas x 2 loop counts + 1 new shape
 
 
 def test_cache_holds_no_dead_function():

@@ -7,8 +7,8 @@ import pathlib
 import sys
 
 BENCH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_core.py"
-REQUIRED_IMPLS = {"ha.gradient", "plan.gradient", "numpy", "numpy_out"}
-HYBRIDAD_IMPLS = {"ha.gradient", "plan.gradient"}
+REQUIRED_IMPLS = {"ha.gradient", "plan.gradient", "plan[numpy]", "numpy", "numpy_out"}
+HYBRIDAD_IMPLS = {"ha.gradient", "plan.gradient", "plan[numpy]"}
 
 
 def load_bench(monkeypatch):

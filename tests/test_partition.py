@@ -11,7 +11,8 @@ from hybridad.partition import find_regions
 
 
 def forward_regions(f, *args):
-    plan = ha.compile(f, *args)
+    """Regions of the unfused forward graph (the numpy backend does not fuse)."""
+    plan = ha.compile(f, *args, backend="numpy")
     fwd = [n for n in plan.graph.nodes if n.phase == "forward"]
     return find_regions(fwd, [plan.graph.outputs[0]])
 
@@ -78,7 +79,7 @@ def test_region_kernel_broadcast_inputs_and_axis_reduction():
     def f(x):
         return np.max(np.sin(x * c) + x, axis=1, keepdims=True)
 
-    plan = ha.compile(lambda x: np.sum(f(x)), x)
+    plan = ha.compile(lambda x: np.sum(f(x)), x, backend="numpy")
     fwd = [n for n in plan.graph.nodes if n.phase == "forward"]
     region = next(r for r in find_regions(fwd, [plan.graph.outputs[0]])
                   if r.reduction is not None and r.reduction.op == "max")
@@ -90,3 +91,27 @@ def test_region_kernel_broadcast_inputs_and_axis_reduction():
     x_nan[1, 0, 2] = np.nan
     kernel(*[x_nan if n.op == "input" else n.attrs["value"] for n in region.inputs], out)
     np.testing.assert_array_equal(np.isnan(out), np.isnan(f(x_nan)))
+
+
+def _fused_ops(plan, phase):
+    return [n.op for n in plan.graph.nodes if n.phase == phase and n.op not in ("input", "const")]
+
+
+def test_numba_plan_of_exp_sum_is_one_forward_region():
+    plan = ha.compile(exp_sum, rand((10,)))
+    fwd = _fused_ops(plan, "forward")
+    assert fwd == ["region"], fwd
+    (region,) = [n for n in plan.graph.nodes if n.op == "region" and n.phase == "forward"]
+    body = region.attrs["body"]
+    assert [n.op for n in body.nodes] == ["add", "multiply", "exp"]
+    assert body.reduction.op == "sum"
+    assert "region" in plan.explain()
+
+
+def test_numba_plan_of_dense_chain_is_one_forward_region():
+    plan = ha.compile(dense_chain, rand((10,)))
+    assert _fused_ops(plan, "forward") == ["region"]
+    res = ha.GradientResult(rand((10,)))
+    plan.gradient(rand((10,)), out=res)
+    ref = ha.gradient(dense_chain, rand((10,)), backend="numpy")
+    np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12)
