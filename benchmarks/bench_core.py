@@ -12,7 +12,8 @@ Cases (gradient with respect to ``x`` only, float64):
 Implementations, all returning the value and the gradient:
 
 * ``ha.gradient``   -- ``ha.gradient(f, x, *consts, out=res)`` (cached plan lookup);
-* ``plan.gradient`` -- ``plan.gradient(x, *consts, out=res)`` (explicit plan);
+* ``plan.gradient`` -- ``plan.gradient(x, *consts, out=res)`` (explicit plan, numba backend);
+* ``plan[numpy]``   -- the same plan on the numpy reference backend;
 * ``numpy``         -- the hand-written gradient as people write it (allocating);
 * ``numpy_out``     -- the same written into preallocated buffers with ``out=``
   (constants and reductions included: the best numpy a careful person writes);
@@ -99,7 +100,7 @@ QUICK_ALLOC_CALLS = 10
 RTOL_NUMPY = 1e-12
 RTOL_OTHER = 1e-9
 
-HYBRIDAD_IMPLS = ("ha.gradient", "plan.gradient")
+HYBRIDAD_IMPLS = ("ha.gradient", "plan.gradient", "plan[numpy]")
 NUMPY_IMPLS = ("numpy", "numpy_out")
 OPTIONAL_IMPLS = (("jax.jit", "jax"), ("torch", "torch"))
 
@@ -265,18 +266,28 @@ def setup_ha_gradient(case):
     return Impl("ha.gradient", call, _result_pair, RTOL_NUMPY, first)
 
 
-def setup_plan_gradient(case):
+def _setup_plan(case, backend, name):
     args = case.args
     res = ha.GradientResult(args[0])
     t0 = time.perf_counter_ns()
-    plan = ha.compile(case.f, *args)
+    plan = ha.compile(case.f, *args, backend=backend)
     plan.gradient(*args, out=res)
     first = _elapsed_us(t0)
 
     def call():
         return plan.gradient(*args, out=res)
 
-    return Impl("plan.gradient", call, _result_pair, RTOL_NUMPY, first)
+    return Impl(name, call, _result_pair, RTOL_NUMPY, first)
+
+
+def setup_plan_gradient(case):
+    """The explicit plan on the default (numba) backend."""
+    return _setup_plan(case, "numba", "plan.gradient")
+
+
+def setup_plan_gradient_numpy(case):
+    """The explicit plan on the numpy reference backend."""
+    return _setup_plan(case, "numpy", "plan[numpy]")
 
 
 def _numpy_pair(ret):
@@ -340,6 +351,7 @@ def setup_torch(case):
 
 
 SETUPS = {"ha.gradient": setup_ha_gradient, "plan.gradient": setup_plan_gradient,
+          "plan[numpy]": setup_plan_gradient_numpy,
           "numpy": setup_numpy, "numpy_out": setup_numpy_out,
           "jax.jit": setup_jax, "torch": setup_torch}
 
