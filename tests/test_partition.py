@@ -115,3 +115,18 @@ def test_numba_plan_of_dense_chain_is_one_forward_region():
     plan.gradient(rand((10,)), out=res)
     ref = ha.gradient(dense_chain, rand((10,)), backend="numpy")
     np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12)
+
+
+def test_numba_plan_calls_blas_for_every_2d_matmul():
+    # forward A @ x, x @ (A x) and the backward's transposed products all go to
+    # BLAS (np.dot into the buffer), transposes included (typed F-contiguous)
+    def f(x, A):
+        return x @ (A @ x)
+
+    x, A = rand((6,), seed=21), rand((6, 6), seed=22)
+    plan = ha.compile(f, x, A)
+    matmuls = [n for n in plan.graph.nodes if n.op == "matmul"]
+    source = plan._program.source
+    assert matmuls and source.count("np.dot(") == len(matmuls), source
+    res = plan.gradient(x, A)
+    np.testing.assert_allclose(res.gradient, (A + A.T) @ x, rtol=1e-13)

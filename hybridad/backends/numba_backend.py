@@ -51,6 +51,32 @@ def materialize_for_numba(nodes):
     return out
 
 
+def numba_layouts(nodes, memplan):
+    """node id -> the layout numba types its array with: ``"C"``, ``"F"`` or ``"A"``.
+
+    Inputs arrive C-contiguous (the trampoline stages others), buffers are C,
+    a 2-D transpose swaps C and F; other views are ``"A"``.  BLAS calls need
+    ``"C"`` or ``"F"`` operands.
+    """
+    out = {}
+    for n in nodes:
+        storage = memplan.storage[n.id]
+        if storage in ("input", "buffer"):
+            out[n.id] = "C"
+        elif storage == "const":
+            v = n.attrs["value"]
+            out[n.id] = "C" if v.flags.c_contiguous else "F" if v.flags.f_contiguous else "A"
+        elif storage == "alias":
+            out[n.id] = out[n.args[0].id]
+        elif n.op == "reshape":
+            out[n.id] = "C"  # a reshape view is only made of a C operand
+        elif n.op == "transpose" and len(n.shape) == 2 and n.attrs["axes"] == (1, 0):
+            out[n.id] = {"C": "F", "F": "C"}.get(out[n.args[0].id], "A")
+        else:
+            out[n.id] = "A"
+    return out
+
+
 # ----------------------------------------------------------------------------
 # per-op code
 # ----------------------------------------------------------------------------
@@ -77,7 +103,7 @@ def _getitem_map(index, src_shape, loop_var="i"):
     return "[" + ", ".join(parts) + "]" if parts else "[()]"
 
 
-def _emit_node(w, node, names, users, consts):
+def _emit_node(w, node, names, users, consts, layouts):
     op = node.op
     a = [names[x.id] for x in node.args]
     out = names[node.id]
@@ -93,7 +119,7 @@ def _emit_node(w, node, names, users, consts):
         _reduction_lines(w, op, node.dtype, node.attrs["axis"], node.attrs["keepdims"],
                          x.shape, [], f"{a[0]}{here(len(x.shape))}", out)
     elif op == "matmul":
-        _emit_matmul(w, node, a, out)
+        _emit_matmul(w, node, a, out, layouts)
     elif op == "reshape":  # materialized: copy through a source-shaped view of the buffer
         src = node.args[0]
         w.emit(f"_r = {out}.reshape({src.shape!r})")
@@ -133,10 +159,14 @@ def _emit_node(w, node, names, users, consts):
         raise NotImplementedError(f"numba backend: no code for op {op!r}")
 
 
-def _emit_matmul(w, node, a, out):
+def _emit_matmul(w, node, a, out, layouts):
     A, B = node.args
     M, N, K = node.shape[-2], node.shape[-1], A.shape[-1]
     batch = node.shape[:-2]
+    if not batch and node.dtype.kind == "f" and A.dtype == B.dtype == node.dtype and \
+            layouts[A.id] in "CF" and layouts[B.id] in "CF":
+        w.emit(f"np.dot({a[0]}, {a[1]}, {out})")  # BLAS gemm/gemv, straight into the buffer
+        return
     nb = len(batch)
 
     def bidx(shape):
@@ -216,6 +246,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, name="plan")
     arenas = sorted({dt for dt, *_ in memplan.slots.values()}, key=lambda d: d.str)
     params += [f"ar_{dt.name}" for dt in arenas]
     w = LoopWriter()
+    layouts = numba_layouts(nodes, memplan)
     input_pos = {n.id: i for i, n in enumerate(inputs)}
     output_ids = {n.id for n in outputs if n is not None}
     for n in nodes:  # buffer views, cut once at the top
@@ -240,12 +271,14 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, name="plan")
         elif storage == "alias":
             names[n.id] = names[n.args[0].id]
             w.emit(f"# {format_node(n)}")
-            _emit_node(w, n, names, users, consts)
+            _emit_node(w, n, names, users, consts, layouts)
         elif storage == "view":
             names[n.id] = f"v{n.id}"
             src = names[n.args[0].id]
             if n.op == "reshape":
                 w.emit(f"v{n.id} = {src}.reshape({n.attrs['shape']!r})")
+            elif n.op == "transpose" and n.attrs["axes"] == (1, 0):
+                w.emit(f"v{n.id} = {src}.T")  # typed F-contiguous (BLAS-ready) by numba
             elif n.op == "transpose":
                 w.emit(f"v{n.id} = np.transpose({src}, {n.attrs['axes']!r})")
             elif n.op == "broadcast_to":
@@ -254,7 +287,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, name="plan")
                 raise AssertionError(f"view {n.op} should have been materialized")
         else:
             w.emit(f"# {format_node(n)}")
-            _emit_node(w, n, names, users, consts)
+            _emit_node(w, n, names, users, consts, layouts)
     params += [f"o{k}" for k in range(len(outputs))]
     w.emit("# outputs")
     for k, n in enumerate(outputs):
