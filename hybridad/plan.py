@@ -142,6 +142,13 @@ class Plan:
         self._buffers = self.memory.allocate()
         self._program = self._compile(graph.nodes, inputs, self._outputs, "gradient_program")
         self._value_buf = np.zeros((), self._value_dtype)
+        # the common case -- plain array arguments, one array gradient -- is
+        # validated by a short path with the same checks (see _fast_args)
+        self._plain = all(td == _tree.LEAF for td in self._treedefs) and \
+            not isinstance(self.argnums, tuple)
+        self._fast_specs = [(shape, np.dtype(dtype)) for shape, dtype in self._specs]
+        # the numpy executor needs floating-point warnings silenced; compiled code raises none
+        self._quiet = self.backend == "numpy"
         if DEBUG:
             print(self.explain() if DEBUG >= 2 else str(self.graph))
 
@@ -256,14 +263,49 @@ class Plan:
         GradientResult or DiffResult
             ``out`` (or the new result).
         """
+        if self._plain and out is not None:
+            g = self._fast_args(args, out)
+            if g is not None:
+                self._call(args, out.value, (g,))
+                return out
         return self._run(self._leaves(args), out)
+
+    def _fast_args(self, args, out):
+        """The gradient buffer if ``args`` and ``out`` pass every check of
+        :meth:`_leaves` and :meth:`_check_out` on the plain-array path; else None
+        (the general path then runs and raises the precise error)."""
+        if len(args) != len(self._fast_specs) or not isinstance(out, DiffResult):
+            return None
+        for a, (shape, dtype) in zip(args, self._fast_specs):  # noqa: B905 - lengths checked
+            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+                return None
+        v, derivs = out.value, out.derivs
+        if not derivs:
+            return None
+        g = derivs[0]
+        gshape, gdtype = self._fast_specs[self._diff_leaves[0]]
+        if type(v) is not np.ndarray or v.shape != () or v.dtype.kind != "f" or \
+                type(g) is not np.ndarray or g.shape != gshape or g.dtype != gdtype or \
+                not (v.flags.writeable and g.flags.writeable):
+            return None
+        for a in args:
+            if np.may_share_memory(v, a) or np.may_share_memory(g, a):
+                return None
+        return g
+
+    def _call(self, leaves, value, gleaves):
+        if self._quiet:
+            with self._lock, np.errstate(all="ignore"):  # a fresh one: not reentrant
+                self._program.fn(*leaves, value, *gleaves)
+        else:
+            with self._lock:
+                self._program.fn(*leaves, value, *gleaves)
 
     def _run(self, leaves, out):
         if out is None:
             out = self.new_result()
         gleaves = self._check_out(out, leaves)
-        with self._lock, np.errstate(all="ignore"):
-            self._program.fn(*leaves, out.value, *gleaves)
+        self._call(leaves, out.value, gleaves)
         return out
 
     def value(self, *args):

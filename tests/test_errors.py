@@ -142,3 +142,32 @@ def test_in_place_write_to_traced_array():
 
     with pytest.raises(ha.TracingError, match="in-place"):
         ha.gradient(g, np.ones(3))
+
+
+def test_explicit_plan_rejects_bad_out_and_leaves_it_untouched():
+    # plan.gradient has a short validation path for plain arrays; every bad
+    # case must still raise (naming the problem) and write nothing
+    x = np.linspace(0.1, 1.0, 6)
+    plan = ha.compile(lambda x: np.sum(np.exp(x)), x)
+    ok = ha.GradientResult(x)
+    plan.gradient(x, out=ok)
+    np.testing.assert_allclose(ok.gradient, np.exp(x), rtol=1e-14)
+
+    readonly = np.full(6, 7.0)
+    readonly.flags.writeable = False
+    bad_outs = [
+        (ha.DiffResult(np.full((), 7.0), np.full(5, 7.0)), "shape"),
+        (ha.DiffResult(np.full((), 7.0), np.full(6, 7.0, np.float32)), "dtype"),
+        (ha.DiffResult(np.full((), 7.0), readonly), "writeable"),
+        (ha.DiffResult(np.full((), 7.0), x), "share memory"),
+        (ha.DiffResult(np.full(1, 7.0), np.full(6, 7.0)), "0-d"),
+    ]
+    for out, words in bad_outs:
+        before = [np.array(out.value), np.array(out.derivs[0])]
+        with pytest.raises(ValueError, match=words):
+            plan.gradient(x, out=out)
+        np.testing.assert_array_equal(out.value, before[0])
+        np.testing.assert_array_equal(out.derivs[0], before[1])
+    with pytest.raises(TypeError, match="out must be"):
+        plan.gradient(x, out=(np.zeros(()), np.zeros(6)))
+    np.testing.assert_allclose(ok.gradient, np.exp(x), rtol=1e-14)
