@@ -21,6 +21,9 @@ import inspect
 import threading
 import weakref
 
+import numpy as np
+
+from . import _tree
 from .plan import Plan, arg_names, normalize_argnums, prepare_args
 
 __all__ = ["MAX_PLANS_PER_FUNCTION", "clear_cache", "compile", "gradient"]
@@ -147,8 +150,36 @@ def gradient(f, *args, argnums=0, out=None, backend="numba"):
     >>> bool(np.allclose(res.gradient, np.cos(x)))
     True
     """
+    plan = _cached_plain(f, args, argnums, backend) if out is not None else None
+    if plan is not None:
+        return plan.gradient(*args, out=out)
     plan, leaves = _lookup(f, args, argnums, backend)
     return plan._run(leaves, out)
+
+
+def _cached_plain(f, args, argnums, backend):
+    """The cached plan for plain-array arguments and an int ``argnums``, or None.
+
+    Builds the same key :func:`_lookup` would, without flattening or converting:
+    only when every argument is an ndarray and the differentiated one is
+    floating point (so nothing would be converted).
+    """
+    n = len(args)
+    if type(argnums) is not int or not -n <= argnums < n:
+        return None
+    for a in args:
+        if type(a) is not np.ndarray:
+            return None
+    k = argnums % n
+    if args[k].dtype.kind != "f":
+        return None
+    key = (k, backend, (_tree.LEAF,) * n, tuple((a.shape, a.dtype.str) for a in args))
+    with _lock:
+        lru = _cache_for(f)
+        plan = None if lru is None else lru.get(key)
+        if plan is not None:
+            lru.move_to_end(key)
+    return plan
 
 
 def clear_cache():

@@ -212,3 +212,21 @@ def test_float_input_converted_and_constant_function():
     res = ha.gradient(lambda x, y: np.sum(y), np.ones(3), np.ones(2))
     np.testing.assert_array_equal(res.gradient, 0)
     assert float(res.value) == 2.0
+
+
+def test_repeated_gradient_calls_share_one_plan_and_still_validate():
+    # ha.gradient looks plain-array calls up without flattening: same key, same plan
+    def f(x, c):
+        return np.sum(np.sin(x) * c)
+
+    x, c = rand((5,), seed=31), rand((5,), seed=32)
+    res = ha.GradientResult(x)
+    for _ in range(3):
+        ha.gradient(f, x, c, out=res)
+    ha.gradient(f, x, c)  # without out: the general path, same cache entry
+    assert len(api.cached_plans(f)) == 1
+    np.testing.assert_allclose(res.gradient, np.cos(x) * c, rtol=1e-14)
+    bad = ha.DiffResult(np.zeros(()), np.zeros(4))
+    with pytest.raises(ValueError, match="shape"):
+        ha.gradient(f, x, c, out=bad)
+    np.testing.assert_array_equal(bad.derivs[0], np.zeros(4))
