@@ -130,3 +130,29 @@ def test_numba_plan_calls_blas_for_every_2d_matmul():
     assert matmuls and source.count("np.dot(") == len(matmuls), source
     res = plan.gradient(x, A)
     np.testing.assert_allclose(res.gradient, (A + A.T) @ x, rtol=1e-13)
+
+
+def test_large_regions_run_as_prange_and_agree_with_numpy(monkeypatch):
+    # regions at or above PARALLEL_MIN iterations become prange loops (a full
+    # sum as a parallel reduction); lowered here so a small case exercises it
+    from hybridad.backends import loops
+    from hybridad.testing import count_allocations
+
+    monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
+
+    def f(x, c):
+        return np.sum(np.tanh(x) * np.sin(x * c)) ** 2 + np.sum(np.max(x * c, axis=1))
+
+    x, c = rand((30, 4), seed=41), rand((4,), seed=42)
+    plan = ha.compile(f, x, c)
+    source = plan._program.source
+    assert "prange(" in source and "parallel=True" in source
+    res = ha.GradientResult(x)
+    plan.gradient(x, c, out=res)
+    ref = ha.gradient(f, x, c, backend="numpy")
+    np.testing.assert_allclose(float(res.value), float(ref.value), rtol=1e-13)
+    np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12, atol=1e-14)
+    with count_allocations() as counts:
+        for _ in range(20):
+            plan.gradient(x, c, out=res)
+    assert counts.allocations == 0, counts

@@ -8,6 +8,8 @@ partials, fused reduction).  Pure text: no compiler is imported here.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .scalar import Constants, render_region
@@ -15,6 +17,11 @@ from .scalar import Constants, render_region
 __all__ = ["LoopWriter", "broadcast_index", "region_lines", "INIT"]
 
 INIT = {"sum": "0", "max": "-np.inf", "min": "np.inf", "prod": "1"}
+
+#: fewest loop iterations for which a region runs as a parallel ``prange``
+#: (below it, thread start-up costs more than it saves; see benchmarks/);
+#: ``HYBRIDAD_PARALLEL_MIN`` overrides
+PARALLEL_MIN = int(os.environ.get("HYBRIDAD_PARALLEL_MIN", "") or 1 << 15)
 
 
 def broadcast_index(shape, loop_ndim, prefix="i"):
@@ -36,16 +43,25 @@ class LoopWriter:
     def __init__(self, indent=1):
         self.lines = []
         self.indent = indent
+        self.parallel = False  # whether any loop was emitted as a prange
 
     def emit(self, *lines):
         pad = "    " * self.indent
         self.lines.extend(pad + line for line in lines)
 
-    def nest(self, shape, body, prefix="i"):
-        """A loop nest over ``shape`` around ``body`` (list of lines)."""
+    def nest(self, shape, body, prefix="i", parallel=False):
+        """A loop nest over ``shape`` around ``body`` (list of lines).
+
+        ``parallel``: the outermost loop is a ``prange`` when the nest has at
+        least :data:`PARALLEL_MIN` iterations (the body must be race-free:
+        elementwise stores and ``+=`` into a scalar).
+        """
         pad = self.indent
+        par = parallel and shape and int(np.prod(shape)) >= PARALLEL_MIN
+        self.parallel = self.parallel or bool(par)
         for d, s in enumerate(shape):
-            self.lines.append("    " * (pad + d) + f"for {prefix}{d} in range({s}):")
+            loop = "prange" if par and d == 0 else "range"
+            self.lines.append("    " * (pad + d) + f"for {prefix}{d} in {loop}({s}):")
         inner = "    " * (pad + len(shape))
         self.lines.extend(inner + line for line in body)
 
@@ -118,14 +134,14 @@ def region_lines(w, node, names, partial_outs, consts):
         k = node.attrs["wrt"]
         sb = render_region(body, reads, (k,), consts)
         line = f"{out}{here(nd)} = {read(node.args[-1])} * {sb.partials[k]}"
-        w.nest(shape, sb.lines + [line])
+        w.nest(shape, sb.lines + [line], parallel=True)
         return
     seeds = tuple(sorted(partial_outs))
     sb = render_region(body, reads, seeds, consts)
     stores = [f"{partial_outs[k]}{here(nd)} = {sb.partials[k]}" for k in seeds]
     red = body.reduction
     if red is None:
-        w.nest(shape, sb.lines + [f"{out}{here(nd)} = {sb.value}"] + stores)
+        w.nest(shape, sb.lines + [f"{out}{here(nd)} = {sb.value}"] + stores, parallel=True)
         return
     axis, keep = red.attrs["axis"], red.attrs["keepdims"]
     full = len(axis) == nd
@@ -135,7 +151,9 @@ def region_lines(w, node, names, partial_outs, consts):
     else:
         fill(w, out, init)
     target = reduce_target(axis, keep, nd, full).replace("out", out, 1)
-    w.nest(shape, sb.lines + accumulate(red.op, target, sb.value) + stores)
+    # a full sum is a scalar reduction numba parallelizes; other reductions race
+    w.nest(shape, sb.lines + accumulate(red.op, target, sb.value) + stores,
+           parallel=full and red.op == "sum")
     if full:
         w.emit(f"{out}[()] = acc")
 

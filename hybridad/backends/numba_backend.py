@@ -296,10 +296,11 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, name="plan")
         else:
             nd = len(n.shape)
             w.nest(n.shape, [f"o{k}{here(nd)} = {names[n.id]}{here(nd)}"])
-    header = ["import numpy as np", "from numba import njit", ""]
+    header = ["import numpy as np", "from numba import njit, prange", ""]
     header += [f"{k} = {_literal(v)}" for k, v in consts.namespace().items()]
     fn_name = "plan_fn"
-    source = "\n".join(header + ["", "", "@njit(cache=True, nogil=True, error_model=\"numpy\")",
+    source = "\n".join(header + ["", "", "@njit(cache=True, nogil=True, error_model=\"numpy\"" +
+                                 (", parallel=True)" if w.parallel else ")"),
                                  f"def {fn_name}({', '.join(params)}):"] + w.lines) + "\n"
     jitted = cache.load_function(source, fn_name)
     fn = _trampoline(jitted, [memplan.arenas[dt] for dt in arenas], const_args, len(inputs),
