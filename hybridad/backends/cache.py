@@ -16,6 +16,7 @@ load -- is rebuilt.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -44,9 +45,19 @@ def cache_dir():
     return path
 
 
+@functools.lru_cache(maxsize=1)
+def _library_digest():
+    """Hash of the hybridad modules generated source imports (numba's cache
+    does not see changes to functions a cached function calls)."""
+    from . import vmath
+
+    with open(vmath.__file__, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
 def source_hash(source):
     key = "\n".join([source, numba.__version__, np.__version__, sys.version,
-                     platform.machine()])
+                     platform.machine(), _library_digest()])
     return hashlib.sha256(key.encode()).hexdigest()[:24]
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..ir import Node
 from .loops import Constants, LoopWriter, region_lines
+from .scalar import vector_namespace
 
 __all__ = ["region_kernel_source", "compile_region_kernel"]
 
@@ -37,7 +38,7 @@ def compile_region_kernel(region, seeds=(), name="kernel"):
     from numba import njit
 
     source, ns = region_kernel_source(region, seeds, name)
-    ns = {"np": np, **ns}
+    ns = {"np": np, **vector_namespace(), **ns}
     exec(compile(source, f"<hybridad kernel {name}>", "exec"), ns)  # noqa: S102
     fn = njit(ns[name], nogil=True, error_model="numpy")
     fn.hybridad_source = source

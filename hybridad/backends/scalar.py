@@ -21,8 +21,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops import REGISTRY
+from .vmath import VECTOR_UFUNCS
 
-__all__ = ["Sym", "render_region", "ScalarBody"]
+#: generated code calls ``vmath``'s functions under these names (``_vm_exp``)
+VECTOR_PREFIX = "_vm_"
+
+__all__ = ["Sym", "render_region", "ScalarBody", "VECTOR_PREFIX", "vector_imports"]
 
 
 class Sym:
@@ -93,9 +97,25 @@ def apply_ufunc(ufunc, args):
         code = f"({args[0].code} {_INFIX[name]} {args[1].code})"
     elif name in _PREFIX:
         code = f"({_PREFIX[name]}{args[0].code})"
+    elif name in VECTOR_UFUNCS and out_dtype == np.float64 and \
+            all(a.dtype == np.float64 for a in args):
+        code = f"{VECTOR_PREFIX}{name}({args[0].code})"  # vectorizable (vmath)
     else:
         code = f"np.{name}({', '.join(a.code for a in args)})"
     return Sym(code, out_dtype, consts)
+
+
+def vector_imports():
+    """The import line giving generated source the vectorizable functions."""
+    names = ", ".join(f"{fn} as {VECTOR_PREFIX}{uf}" for uf, fn in VECTOR_UFUNCS.items())
+    return f"from hybridad.backends.vmath import {names}"
+
+
+def vector_namespace():
+    """name -> function, for source exec'd without imports."""
+    from . import vmath
+
+    return {f"{VECTOR_PREFIX}{uf}": getattr(vmath, fn) for uf, fn in VECTOR_UFUNCS.items()}
 
 
 class Constants:
