@@ -43,7 +43,8 @@ class MemoryPlan:
         operand's layout forbids a view, or what a backend asked for).
     """
 
-    def __init__(self, storage, slots, arena_bytes, materialized):
+    def __init__(self, storage, slots, arena_bytes, materialized, scratch=None):
+        self.scratch = scratch or {}  # node id -> (dtype, offset_bytes, count)
         self.arenas = {}  # dtype -> the flat arena (typed view), set by allocate()
         self.storage = storage
         self.slots = slots
@@ -78,10 +79,12 @@ def _layout_proto(node, protos):
     return np.lib.stride_tricks.as_strided(np.zeros(1, node.dtype), node.shape, strides)
 
 
-def plan_memory(graph, materialize=()):
+def plan_memory(graph, materialize=(), scratch=None):
     """Assign storage to every node of ``graph`` (see module docstring).
 
     ``materialize``: ids of view nodes the backend wants copied into a buffer.
+    ``scratch``: node id -> (dtype, element count) of working space the
+    backend's code for that node needs (a slot of its own in the arena).
     """
     storage, slots, arena, copies, protos = {}, {}, {}, set(), {}
     for node in graph.nodes:
@@ -114,4 +117,10 @@ def plan_memory(graph, materialize=()):
         off = arena.get(dt, 0)
         slots[node.id] = (dt, off, node.nbytes, node.shape)
         arena[dt] = off + -(-max(node.nbytes, 1) // ALIGN) * ALIGN
-    return MemoryPlan(storage, slots, arena, copies)
+    scratch_slots = {}
+    for nid, (dt, count) in (scratch or {}).items():
+        dt = np.dtype(dt)
+        off = arena.get(dt, 0)
+        scratch_slots[nid] = (dt, off, count)
+        arena[dt] = off + -(-max(count * dt.itemsize, 1) // ALIGN) * ALIGN
+    return MemoryPlan(storage, slots, arena, copies, scratch_slots)

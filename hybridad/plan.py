@@ -24,7 +24,8 @@ import numpy as np
 
 from . import _tree
 from .autodiff import backward
-from .backends.numba_backend import compile_numba_program, materialize_for_numba
+from .backends.numba_backend import compile_numba_program, materialize_for_numba, \
+    scratch_for_numba
 from .backends.numpy_backend import compile_program
 from .ir import Graph, check, dead_code_elimination
 from .memory import plan_memory
@@ -138,10 +139,15 @@ class Plan:
         check(graph)
         self.graph = graph
         self._outputs = [out.node] + grad_nodes
-        self.memory = plan_memory(graph, self._materialize(graph.nodes))
+        numba = self.backend == "numba"
+        self.memory = plan_memory(graph, self._materialize(graph.nodes),
+                                  scratch_for_numba(graph.nodes) if numba else None)
         self._buffers = self.memory.allocate()
-        self._program = self._compile(graph.nodes, inputs, self._outputs, "gradient_program")
+        self._out_specs = [((), self._value_dtype)] + [self._specs[i] for i in self._diff_leaves]
+        self._program = self._compile(graph.nodes, inputs, self._outputs, "gradient_program",
+                                      self._out_specs)
         self._value_buf = np.zeros((), self._value_dtype)
+        self._fast = self._fast_path() if self.backend == "numba" else None
         # the common case -- plain array arguments, one array gradient -- is
         # validated by a short path with the same checks (see _fast_args)
         self._plain = all(td == _tree.LEAF for td in self._treedefs) and \
@@ -155,10 +161,10 @@ class Plan:
     def _materialize(self, nodes):
         return materialize_for_numba(nodes) if self.backend == "numba" else ()
 
-    def _compile(self, nodes, inputs, outputs, name):
+    def _compile(self, nodes, inputs, outputs, name, out_specs):
         if self.backend == "numba":
             return compile_numba_program(nodes, inputs, outputs, self.memory, self._buffers,
-                                         name=name)
+                                         self._specs, out_specs, name=name)
         return compile_program(nodes, inputs, outputs, self.memory, self._buffers, name=name)
 
     def _check_output(self, out, trace):
@@ -263,6 +269,8 @@ class Plan:
         GradientResult or DiffResult
             ``out`` (or the new result).
         """
+        if self._fast is not None and out is not None and self._fast(args, out):
+            return out
         if self._plain and out is not None:
             g = self._fast_args(args, out)
             if g is not None:
@@ -293,8 +301,55 @@ class Plan:
                 return None
         return g
 
+    def _fast_path(self):
+        """The numba plan's per-call path for plain array arguments: a small
+        generated function that unpacks ``args`` and ``out`` and calls the
+        compiled plan, which checks shapes and overlaps itself (dtypes, ranks,
+        layout and writeability are its one compiled signature).  Returns
+        True when done; False -- with nothing written -- sends the call to
+        the general path, which stages unusual arrays or raises the precise
+        error."""
+        if not all(td == _tree.LEAF for td in self._treedefs):
+            return None
+        n = len(self._treedefs)
+        ins = [f"a{i}" for i in range(n)]
+        ngrad = len(self._diff_leaves)
+        lines = ["def fast(args, out):",
+                 "    if not isinstance(out, _DR):",
+                 "        return False",
+                 "    try:",
+                 f"        {', '.join(ins)}, = args",
+                 "        v = out._value",
+                 "        gs = out._derivs[0]"]
+        if isinstance(self.argnums, tuple):
+            lines += ["        if type(gs) is not tuple:",
+                      "            return False",
+                      f"        {', '.join(f'g{k}' for k in range(ngrad))}, = gs"]
+        else:
+            lines += ["        g0 = gs"]
+        lines += ["    except (TypeError, ValueError, IndexError):",
+                  "        return False"]
+        if ins:
+            lines += [f"    if {' or '.join(f'type({a}) is not _nd' for a in ins)}:",
+                      "        return False"]
+        call = f"_fn({', '.join(ins + ['v'] + [f'g{k}' for k in range(ngrad)])})"
+        lines += ["    try:"]
+        if self._program.lock is not None:
+            lines += ["        with _lock:", f"            return {call} == 0"]
+        else:
+            lines += [f"        return {call} == 0"]
+        lines += ["    except TypeError:  # not the compiled signature",
+                  "        return False"]
+        ns = {"_DR": DiffResult, "_nd": np.ndarray, "_fn": self._program.fn,
+              "_lock": self._program.lock}
+        exec(compile("\n".join(lines) + "\n", f"<hybridad fast path {self.name}>", "exec"),
+             ns)  # noqa: S102
+        return ns["fast"]
+
     def _call(self, leaves, value, gleaves):
-        if self._quiet:
+        if self.backend == "numba":
+            self._program.run(leaves, [value, *gleaves])
+        elif self._quiet:
             with self._lock, np.errstate(all="ignore"):  # a fresh one: not reentrant
                 self._program.fn(*leaves, value, *gleaves)
         else:
@@ -315,9 +370,12 @@ class Plan:
             fwd = dead_code_elimination(Graph(self.graph.nodes, self.graph.inputs,
                                               [self._outputs[0]]))
             self._value_program = self._compile(fwd.nodes, fwd.inputs, [self._outputs[0]],
-                                                "value_program")
+                                                "value_program", self._out_specs[:1])
         with self._lock, np.errstate(all="ignore"):
-            self._value_program.fn(*leaves, self._value_buf)
+            if self.backend == "numba":
+                self._value_program.run(leaves, [self._value_buf])
+            else:
+                self._value_program.fn(*leaves, self._value_buf)
             return float(self._value_buf)
 
     # ---------------------------------------------------------------- explain

@@ -44,6 +44,7 @@ class LoopWriter:
         self.lines = []
         self.indent = indent
         self.parallel = False  # whether any loop was emitted as a prange
+        self.pending = []  # lines a block loop emits at its top (block slices)
 
     def emit(self, *lines):
         pad = "    " * self.indent
@@ -105,7 +106,7 @@ def reduction_lines(w, kind, dtype, axis, keepdims, loop_shape, value_lines, val
         w.emit(f"{out}[()] = acc")
 
 
-def region_lines(w, node, names, partial_outs, consts):
+def region_lines(w, node, names, partial_outs, consts, scratch=None):
     """Emit one fused region (``node.op == 'region'``).
 
     Parameters
@@ -118,10 +119,24 @@ def region_lines(w, node, names, partial_outs, consts):
     partial_outs : dict
         input position -> variable name, for partials stored by a value region.
     consts : Constants
+    scratch : str, optional
+        A flat array of at least :func:`full_reduction_scratch` elements; given,
+        a full reduction runs in two phases per block (see
+        :func:`_blocked_full_reduction`).
     """
     body, mode = node.attrs["body"], node.attrs["mode"]
     shape = body.shape
     nd = len(shape)
+    red = body.reduction
+    blocked = (mode == "value" and red is not None and nd > 0 and scratch is not None
+               and len(red.attrs["axis"]) == nd)
+    if blocked:  # the loop runs over one block of rows: operands along axis 0 are sliced
+        names = dict(names)
+        for operand in node.args[:len(body.inputs)]:
+            if len(operand.shape) == nd and operand.shape[0] != 1 and \
+                    not (operand.is_literal and operand.size == 1):
+                names[operand.id] = _block_slice(w, names[operand.id])
+        partial_outs = {k: _block_slice(w, v) for k, v in partial_outs.items()}
 
     def read(operand):
         if operand.is_literal and operand.size == 1:  # inlined as a typed constant
@@ -139,10 +154,11 @@ def region_lines(w, node, names, partial_outs, consts):
     seeds = tuple(sorted(partial_outs))
     sb = render_region(body, reads, seeds, consts)
     stores = [f"{partial_outs[k]}{here(nd)} = {sb.partials[k]}" for k in seeds]
-    red = body.reduction
     if red is None:
         w.nest(shape, sb.lines + [f"{out}{here(nd)} = {sb.value}"] + stores, parallel=True)
         return
+    if blocked:
+        return _blocked_full_reduction(w, node, out, sb, stores, scratch)
     axis, keep = red.attrs["axis"], red.attrs["keepdims"]
     full = len(axis) == nd
     init = f"np.{red.dtype.name}({INIT[red.op]})"
@@ -151,11 +167,77 @@ def region_lines(w, node, names, partial_outs, consts):
     else:
         fill(w, out, init)
     target = reduce_target(axis, keep, nd, full).replace("out", out, 1)
-    # a full sum is a scalar reduction numba parallelizes; other reductions race
-    w.nest(shape, sb.lines + accumulate(red.op, target, sb.value) + stores,
-           parallel=full and red.op == "sum")
+    w.nest(shape, sb.lines + accumulate(red.op, target, sb.value) + stores)
     if full:
         w.emit(f"{out}[()] = acc")
+
+
+#: elements per block of a two-phase full reduction (its scratch stays in L1)
+BLOCK = 1024
+
+
+def reduction_block(shape):
+    """Rows of axis 0 per block, and elements per block, for the two-phase
+    full reduction over ``shape``."""
+    inner = int(np.prod(shape[1:], dtype=np.int64))
+    rows = max(1, min(BLOCK // max(inner, 1), shape[0]))
+    return rows, rows * inner
+
+
+def full_reduction_scratch(node, threads):
+    """Scratch elements a value region with a full reduction needs (else 0):
+    one block per thread that may run it."""
+    if node.op != "region" or node.attrs["mode"] != "value":
+        return 0
+    body = node.attrs["body"]
+    red = body.reduction
+    if red is None or not body.shape or len(red.attrs["axis"]) != len(body.shape):
+        return 0
+    return reduction_block(body.shape)[1] * (threads if _parallel_sum(body) else 1)
+
+
+def _parallel_sum(body):
+    return body.reduction.op == "sum" and int(np.prod(body.shape)) >= PARALLEL_MIN
+
+
+def _block_slice(w, name):
+    """Emit (once per call site) the current block's rows of ``name``."""
+    sliced = f"{name}_blk"
+    w.pending.append(f"{sliced} = {name}[r0:r0 + nr]")
+    return sliced
+
+
+def _blocked_full_reduction(w, node, out, sb, stores, scratch):
+    """A full reduction in two phases per block of rows: the elementwise values
+    (and stored partials) into an L1-sized scratch block -- a loop with no
+    carried dependency, which LLVM interleaves and vectorizes -- then the
+    block's reduction.  Fused in one loop, the accumulator's dependency made
+    the same kernel ~5x slower (measured: 12.5 vs 2.6 ns per exp element).
+    A large sum runs its blocks as a ``prange``, each thread on its own
+    scratch block."""
+    body = node.attrs["body"]
+    red, shape, nd = body.reduction, body.shape, len(body.shape)
+    rows, per_block = reduction_block(shape)
+    par = _parallel_sum(body)
+    w.parallel = w.parallel or par
+    init = f"np.{red.dtype.name}({INIT[red.op]})"
+    base = f"get_thread_id() * {per_block}" if par else "0"
+    block_shape = ("nr",) + tuple(str(s) for s in shape[1:])
+    w.emit(f"acc = {init}",
+           f"for blk in {'prange' if par else 'range'}({-(-shape[0] // rows)}):")
+    w.indent += 1
+    w.emit(f"r0 = blk * {rows}",
+           f"nr = min({rows}, {shape[0]} - r0)",
+           f"sc = {scratch}[{base}:{base} + {per_block}]"
+           f".reshape({(rows,) + tuple(shape[1:])!r})")
+    w.emit(*w.pending)
+    w.pending.clear()
+    w.nest(block_shape, sb.lines + [f"sc{here(nd)} = {sb.value}"] + stores)
+    w.emit(f"s = {init}")
+    w.nest(block_shape, accumulate(red.op, "s", f"sc{here(nd)}"))
+    w.emit(*accumulate(red.op, "acc", "s"))
+    w.indent -= 1
+    w.emit(f"{out}[()] = acc")
 
 
 __all__ += ["accumulate", "fill", "reduction_lines", "here", "Constants"]

@@ -13,13 +13,17 @@ new process reuses the machine code.  ``HYBRIDAD_DEBUG=3`` prints the source.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ..ir import format_node
 from ..ops import REGISTRY
 from . import cache
-from .loops import Constants, LoopWriter, broadcast_index, fill, here, region_lines
+from .loops import (PARALLEL_MIN, Constants, LoopWriter, broadcast_index, fill,
+                    full_reduction_scratch, here, region_lines)
 from .loops import reduction_lines as _reduction_lines
+from .scalar import vector_imports
 
 __all__ = ["materialize_for_numba", "compile_numba_program"]
 
@@ -48,6 +52,19 @@ def materialize_for_numba(nodes):
             if REGISTRY[n.op].kind == "view":
                 out.add(n.id)
             layout[n.id] = "C"
+    return out
+
+
+def scratch_for_numba(nodes):
+    """node id -> (dtype, elements) of scratch the generated code needs: a
+    block per thread for two-phase full reductions."""
+    import numba
+
+    out = {}
+    for n in nodes:
+        count = full_reduction_scratch(n, numba.config.NUMBA_NUM_THREADS)
+        if count:
+            out[n.id] = (n.dtype, count)
     return out
 
 
@@ -111,7 +128,7 @@ def _emit_node(w, node, names, users, consts, layouts):
     if op == "region":
         partials = {u.attrs["wrt"]: names[u.id] for u in users[node.id]
                     if u.op == "region_partial"}
-        region_lines(w, node, names, partials, consts)
+        region_lines(w, node, names, partials, consts, scratch=names.get(("scratch", node.id)))
     elif op == "region_partial":
         pass  # written by its region's kernel
     elif op in ("sum", "max", "min", "prod"):
@@ -221,21 +238,120 @@ def _literal(value):
 
 
 class NumbaProgram:
-    """A compiled whole-plan function and the Python call that feeds it."""
+    """A compiled whole-plan function and the Python calls that feed it.
 
-    def __init__(self, fn, source, jitted):
+    The function is compiled for ONE signature -- arenas, C-contiguous
+    writeable inputs and outputs of the plan's dtypes -- by a dispatcher of its
+    own that then refuses to compile more, so an unusual argument never
+    triggers a compilation mid-loop.  :meth:`run` stages anything else
+    (non-contiguous or read-only inputs, non-contiguous gradient buffers, a
+    value buffer of another float dtype) through buffers made once.
+
+    The generated function checks, before writing anything, every input and
+    output shape and that no output overlaps an input or another output; it
+    returns 0, or a nonzero :data:`STATUS` code having written nothing.
+
+    Attributes
+    ----------
+    fn : callable
+        ``fn(*inputs, *outputs) -> status`` for canonical arguments (raises
+        ``TypeError`` for others).
+    source : str
+        The generated module.
+    heavy : bool
+        Whether the plan is large enough to release the GIL (``nogil``,
+        ``prange``); calls on one program are then serialized by :attr:`lock`.
+        A small plan holds the GIL while it runs, which serializes it at no
+        cost (a lock costs ~0.3 us, as much as the whole n = 100 kernel).
+    """
+
+    def __init__(self, fn, source, heavy, in_specs, out_specs):
         self.fn = fn
         self.source = source
-        self.jitted = jitted
+        self.heavy = heavy
+        self.lock = threading.Lock() if heavy else None
+        self._in_specs = in_specs
+        self._out_specs = out_specs
+        self._staged = {}
 
-    def __call__(self, *args):
-        return self.fn(*args)
+    def _stage(self, key, shape, dtype):
+        buf = self._staged.get(key)
+        if buf is None:
+            buf = self._staged[key] = np.empty(shape, dtype)
+        return buf
+
+    def run(self, inputs, outputs):
+        """Run on any arrays of the plan's shapes (validated by the caller)."""
+        ins = []
+        for i, a in enumerate(inputs):
+            shape, dtype = self._in_specs[i]
+            if not (type(a) is np.ndarray and a.dtype == dtype and a.flags.c_contiguous
+                    and a.flags.writeable):
+                buf = self._stage(("in", i), shape, dtype)
+                np.copyto(buf, a, casting="unsafe")
+                a = buf
+            ins.append(a)
+        outs, copies = [], []
+        for k, o in enumerate(outputs):
+            shape, dtype = self._out_specs[k]
+            if not (type(o) is np.ndarray and o.dtype == dtype and o.flags.c_contiguous):
+                buf = self._stage(("out", k), shape, dtype)
+                copies.append((o, buf))
+                o = buf
+            outs.append(o)
+        status = self.call(ins, outs)
+        if status:
+            raise ValueError(STATUS.get(status, f"plan refused its arguments (status {status})"))
+        for o, buf in copies:
+            np.copyto(o, buf, casting="unsafe")
+
+    def call(self, ins, outs):
+        """The compiled function on canonical arrays; returns its status."""
+        if self.lock is None:
+            return self.fn(*ins, *outs)
+        with self.lock:
+            return self.fn(*ins, *outs)
 
 
-def compile_numba_program(nodes, inputs, outputs, memplan, buffers, name="plan"):
+#: status codes of a generated function's argument checks
+STATUS = {1: "an argument or out buffer does not have the plan's shape",
+          2: "out buffers must not share memory with the arguments",
+          3: "out buffers must not share memory with each other"}
+
+
+def _guard_lines(in_specs, out_specs):
+    """The checks opening a generated function (before any write)."""
+    lines = []
+    for prefix, specs in (("a", in_specs), ("o", out_specs)):
+        for i, (shape, _) in enumerate(specs):
+            lines += [f"if {prefix}{i}.shape != {tuple(shape)!r}:", "    return 1"]
+    pairs = [(f"a{i}", f"o{k}", 2) for i in range(len(in_specs)) for k in range(len(out_specs))]
+    pairs += [(f"o{j}", f"o{k}", 3) for j in range(len(out_specs))
+              for k in range(j + 1, len(out_specs))]
+    for a, b, code in pairs:
+        lines += [f"if _overlaps({a}, {b}):", f"    return {code}"]
+    return lines
+
+
+def _work(nodes):
+    """Rough count of element operations of a plan (decides ``heavy``)."""
+    total = 0
+    for n in nodes:
+        if n.op == "matmul":
+            total += n.size * n.args[0].shape[-1]
+        elif n.op == "region":
+            total += int(np.prod(n.attrs["body"].shape))
+        else:
+            total += n.size
+    return total
+
+
+def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, out_specs,
+                          name="plan"):
     """Generate, cache and compile the whole-plan function.
 
-    Returns a :class:`NumbaProgram` callable as ``program(*inputs, *outputs)``.
+    ``in_specs`` / ``out_specs``: ``(shape, dtype)`` of each input and output
+    buffer.  Returns a :class:`NumbaProgram`.
     """
     users = {n.id: [] for n in nodes}
     for n in nodes:
@@ -243,19 +359,27 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, name="plan")
             users[x.id].append(n)
     consts = Constants()
     names, params, const_args = {}, [], []
-    arenas = sorted({dt for dt, *_ in memplan.slots.values()}, key=lambda d: d.str)
+    arenas = sorted({dt for dt, *_ in memplan.slots.values()} |
+                    {dt for dt, *_ in memplan.scratch.values()}, key=lambda d: d.str)
     params += [f"ar_{dt.name}" for dt in arenas]
     w = LoopWriter()
     layouts = numba_layouts(nodes, memplan)
     input_pos = {n.id: i for i, n in enumerate(inputs)}
     output_ids = {n.id for n in outputs if n is not None}
+    direct = _direct_outputs(nodes, outputs, memplan)
     for n in nodes:  # buffer views, cut once at the top
-        if memplan.storage[n.id] == "buffer":
+        if n.id in direct:
+            names[n.id] = f"o{direct[n.id]}"  # computed straight into the caller's buffer
+        elif memplan.storage[n.id] == "buffer":
             dt, off, nbytes, shape = memplan.slots[n.id]
             start = off // dt.itemsize
             names[n.id] = f"b{n.id}"
             w.emit(f"b{n.id} = ar_{dt.name}[{start}:{start + max(n.size, 1)}]"
                    f".reshape({shape!r})")
+    for nid, (dt, off, count) in memplan.scratch.items():
+        start = off // dt.itemsize
+        names[("scratch", nid)] = f"sc{nid}"
+        w.emit(f"sc{nid} = ar_{dt.name}[{start}:{start + count}]")
     params += [f"a{i}" for i in range(len(inputs))]
     for n in nodes:
         storage = memplan.storage[n.id]
@@ -293,40 +417,76 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, name="plan")
     for k, n in enumerate(outputs):
         if n is None:
             fill(w, f"o{k}", "0")
-        else:
+        elif names[n.id] != f"o{k}":
             nd = len(n.shape)
             w.nest(n.shape, [f"o{k}{here(nd)} = {names[n.id]}{here(nd)}"])
-    header = ["import numpy as np", "from numba import njit, prange", ""]
+    w.emit("return 0")
+    heavy = w.parallel or _work(nodes) >= PARALLEL_MIN
+    header = ["import numpy as np", "from numba import get_thread_id, njit, prange",
+              vector_imports(), "from hybridad.backends.vmath import overlaps as _overlaps", ""]
     header += [f"{k} = {_literal(v)}" for k, v in consts.namespace().items()]
     fn_name = "plan_fn"
-    source = "\n".join(header + ["", "", "@njit(cache=True, nogil=True, error_model=\"numpy\"" +
-                                 (", parallel=True)" if w.parallel else ")"),
-                                 f"def {fn_name}({', '.join(params)}):"] + w.lines) + "\n"
-    jitted = cache.load_function(source, fn_name)
-    fn = _trampoline(jitted, [memplan.arenas[dt] for dt in arenas], const_args, len(inputs),
-                     len(outputs))
-    return NumbaProgram(fn, source, jitted)
+    flags = "cache=True, error_model=\"numpy\"" + (", nogil=True" if heavy else "") + \
+        (", parallel=True" if w.parallel else "")
+    guards = ["    " + line for line in _guard_lines(in_specs, out_specs)]
+    source = "\n".join(header + ["", "", f"@njit({flags})",
+                                 f"def {fn_name}({', '.join(params)}):"] + guards + w.lines) + "\n"
+    dispatcher = cache.load_function(source, fn_name)
+    arena_args = [memplan.arenas[dt] for dt in arenas]
+    protos = arena_args + [np.empty(s, d) for s, d in in_specs] + const_args + \
+        [np.empty(s, d) for s, d in out_specs]
+    fn = _bind(_own_dispatcher(dispatcher, protos), arena_args, const_args, len(inputs),
+               len(outputs))
+    return NumbaProgram(fn, source, heavy, in_specs, out_specs)
 
 
-def _trampoline(jitted, arenas, consts, n_in, n_out):
-    """A small Python function binding arenas and constants, staging
-    non-contiguous inputs, and calling the compiled plan."""
-    from .numpy_backend import _Stager
+def _own_dispatcher(dispatcher, protos):
+    """A private dispatcher of the generated function compiled for the types of
+    ``protos`` only (from numba's disk cache when warm); it compiles nothing
+    else, so an argument of another type raises ``TypeError``."""
+    import numba
 
-    ns = {"_j": jitted, "_stage": _Stager()}
+    own = type(dispatcher)(dispatcher.py_func, locals={},
+                           targetoptions=dict(dispatcher.targetoptions))
+    own.enable_caching()
+    own.compile(tuple(numba.typeof(p) for p in protos))
+    own.disable_compile()
+    return own
+
+
+def _bind(jitted, arenas, consts, n_in, n_out):
+    """``call(*inputs, *outputs)``: the compiled function with arenas and
+    constants bound (a small generated Python function: no per-call packing)."""
+    ns = {"_j": jitted}
     args = []
     for k, arr in enumerate(arenas):
         ns[f"_ar{k}"] = arr
         args.append(f"_ar{k}")
     ins = [f"a{i}" for i in range(n_in)]
-    lines = [f"def call({', '.join(ins + [f'o{k}' for k in range(n_out)])}):"]
-    for i in range(n_in):
-        lines.append(f"    a{i} = a{i} if a{i}.flags.c_contiguous else _stage({i}, a{i})")
     args += ins
     for k, c in enumerate(consts):
         ns[f"_c{k}"] = c
         args.append(f"_c{k}")
-    args += [f"o{k}" for k in range(n_out)]
-    lines.append(f"    _j({', '.join(args)})")
-    exec(compile("\n".join(lines) + "\n", "<hybridad numba call>", "exec"), ns)  # noqa: S102
+    outs = [f"o{k}" for k in range(n_out)]
+    args += outs
+    src = f"def call({', '.join(ins + outs)}):\n    return _j({', '.join(args)})\n"
+    exec(compile(src, "<hybridad numba call>", "exec"), ns)  # noqa: S102
     return ns["call"]
+
+
+def _direct_outputs(nodes, outputs, memplan):
+    """buffer node id -> output position, for gradient outputs computed straight
+    into the caller's buffer (no copy at the end; outputs reach the compiled
+    function C-contiguous and of the plan's dtype, see :class:`NumbaProgram`).
+    The 0-d value output is copied (cheap), and a buffer two outputs share."""
+    by_id = {n.id: n for n in nodes}
+    roots = {}
+    for k, n in enumerate(outputs):
+        if k == 0 or n is None:
+            continue
+        root = by_id[n.id]
+        while memplan.storage[root.id] == "alias":
+            root = root.args[0]
+        if memplan.storage[root.id] == "buffer":
+            roots.setdefault(root.id, []).append(k)
+    return {rid: ks[0] for rid, ks in roots.items() if len(ks) == 1}
