@@ -1,29 +1,52 @@
-"""Core benchmark: hybridad's gradient against hand-written numpy gradients.
+"""Core benchmark: hybridad's gradient against hand-written gradients (numpy, numba).
 
 What is measured
 ----------------
-Cases (gradient with respect to ``x`` only, float64):
+Cases (float64; column ``n`` is the length of the gradient, i.e. the number
+of differentiated scalars, all differentiated arrays together):
 
 * ``expsum``: ``r = sum(exp(-3 (x + 1)))``, ``f = r**2 + r**3 + r**4 / 4``,
-  at n = 100, 10^4, 10^6 (``--sizes``).
+  gradient w.r.t. ``x``, at n = 100, 10^4, 10^6 (``--sizes``).
 * ``quadform K=10`` and ``quadform K=1``: ``f(x, A) = sum_k x @ (A[k] @ x)``
-  with ``A`` a list of K constant D x D matrices, D = 500 (n = D).
+  with ``A`` a list of K constant D x D matrices, D = 500 (n = D), gradient
+  w.r.t. ``x``.
+* ``mlp B=1000``: a multilayer perceptron 1 -> 16 -> 16 -> 1 with tanh
+  activations on a batch of B = 1000 samples, ``f = mean((pred - Y)**2)`` (the
+  mean, not the sum, over the 1000 x 1 residuals) with
+  ``pred = tanh(tanh(X @ W1 + b1) @ W2 + b2) @ W3 + b3``; gradient w.r.t. all six
+  weight and bias arrays W1 (1, 16), b1 (16,), W2 (16, 16), b2 (16,), W3 (16, 1),
+  b3 (1,) (``argnums=(0, ..., 5)``, n = 321 parameters); X (1000, 1) and
+  Y (1000, 1) are constants (seeded: X ~ U(-1, 1), Y = sin(pi X) + noise).
 
-Implementations, all returning the value and the gradient:
+Implementations, all returning the value and the gradient (for the MLP a
+tuple of six arrays):
 
-* ``ha.gradient``   -- ``ha.gradient(f, x, *consts, out=res)`` (cached plan lookup);
-* ``plan.gradient`` -- ``plan.gradient(x, *consts, out=res)`` (explicit plan, numba backend);
+* ``ha.gradient``   -- ``ha.gradient(f, *args, argnums=..., out=res)`` (cached plan lookup);
+* ``plan.gradient`` -- ``plan.gradient(*args, out=res)`` (explicit plan, numba backend);
 * ``plan[numpy]``   -- the same plan on the numpy reference backend;
-* ``numpy``         -- the hand-written gradient as people write it (allocating);
+* ``numpy``         -- the hand-written gradient (for the MLP: backpropagation)
+  as people write it (allocating);
 * ``numpy_out``     -- the same written into preallocated buffers with ``out=``
   (constants and reductions included: the best numpy a careful person writes);
-* ``jax.jit`` / ``torch`` -- ``jax.jit(jax.value_and_grad(f))`` with x64 and
-  ``block_until_ready``, and torch autograd in float64; only when importable
-  (they are not dependencies; otherwise a note says they were skipped).
+* ``numba``         -- a hand-written ``@numba.njit`` kernel (plain ``njit``: no
+  fastmath, no parallel) called from Python that writes the gradient into
+  preallocated arrays and returns the value: loops for expsum (``exp`` and the
+  sum in one loop, then the scaling), for quadform (one pass over each
+  ``A_k`` for ``A_k x`` and ``x A_k``; ``A`` stacked into one (K, D, D) array
+  once, untimed) and for the MLP (forward and backward one sample at a time).
+  It is compiled by a first call before timing (its ``first_call_us``: njit
+  compilation, no disk cache, plus one run).  A case without a kernel has no
+  ``numba`` row (a note says so);
+* ``jax.jit`` / ``torch`` -- ``jax.jit(jax.value_and_grad(f, argnums=...))`` with
+  x64 and ``block_until_ready``, and torch autograd in float64 (same math);
+  only when importable (they are not dependencies; otherwise a note says they
+  were skipped).
 
 Before timing, every implementation's value and gradient are checked against
-hybridad's (hand-written numpy: relative error <= 1e-12 in the max norm;
-jax/torch: 1e-9, their exp and reductions differ in the last bits).
+``ha.gradient``'s, each gradient array on its own (relative error in the max
+norm, ``max|g - g_ref| / max|g_ref|``): hand-written numpy and numba and
+hybridad's plans <= 1e-12; jax/torch <= 1e-9 (their exp, tanh and reductions
+differ in the last bits).
 
 How
 ---
@@ -31,26 +54,34 @@ Time: each call is timed in batches with ``time.perf_counter_ns``; the
 number of calls per batch is calibrated (after warm-up) so a batch lasts about
 ``--target-ms`` (20 ms), and ``--repeats`` (>= 7) batches are timed with the
 garbage collector off.  Reported per call: the median, min and max over the
-batches in microseconds, and the median's ratio to the plain numpy median of
-the same case, measured in the same run.
+batches in microseconds (``median_us``, ``min_us``, ``max_us``);
+``ratio_vs_numpy``, the median's ratio to the plain ``numpy`` median of the
+same case; and ``ratio_vs_best_hand``, the median's ratio to the smallest
+median among the hand-written rows of the case (``numpy``, ``numpy_out`` and
+``numba`` where present; which one is in the JSON as ``best_hand``), all
+measured in the same run.
 
-Allocations: numpy data-buffer allocations per call (count and bytes), from
-``hybridad.testing.count_allocations`` (a NEP-49 counting handler, so
-temporaries are counted) over ``--alloc-calls`` (100) calls after a warm-up
-call, divided by that number.  Not applicable to jax and torch, whose memory
-is not numpy's (reported as "n/a" / null).
+Allocations (``allocs/call``, ``bytes/call``): numpy data-buffer allocations
+per call, from ``hybridad.testing.count_allocations`` (a NEP-49 counting
+handler, so temporaries are counted) over ``--alloc-calls`` (100) calls after
+a warm-up call, divided by that number.  Not applicable to jax and torch,
+whose memory is not numpy's (reported as "n/a" / null).  Memory numba code
+allocates itself would not be seen (it is not numpy's); the hand-written
+kernels allocate none.
 
-First call: for hybridad, the time of the first call for a new signature --
-trace, autodiff, memory plan, code generation and one run: ``ha.gradient``
-after ``ha.clear_cache()``, and ``ha.compile`` plus the first
-``plan.gradient``.  One-time process costs (imports, first plan ever) are
-paid beforehand by a warm-up plan on a tiny problem.  For jax it is the first
-(jit-compiling) call.
+First call (``first_call_us``): for hybridad, the time of the first call for
+a new signature -- trace, autodiff, memory plan, code generation and one run:
+``ha.gradient`` after ``ha.clear_cache()``, and ``ha.compile`` plus the first
+``plan.gradient`` (numba code is cached on disk under ``HYBRIDAD_CACHE_DIR``,
+so a second run of the script may load it instead of compiling it).  One-time
+process costs (imports, first plan ever) are paid beforehand by warm-up plans
+on tiny problems.  For ``numba`` the njit compilation and first run, for jax
+the first (jit-compiling) call; "-" for the others.
 
 Output: a plain-text table on stdout, one row per case and implementation;
 ``--json FILE`` writes the same rows as ``{"rows": [...], "meta": {...}}``.
-``--quick`` (3 repeats of ~5 ms, 10 allocation calls, n <= 10^4) runs in a
-few seconds.
+``--quick`` (3 repeats of ~5 ms, 10 allocation calls, n <= 10^4) runs in
+seconds (plus one-time compilations).
 
 Usage::
 
@@ -65,6 +96,7 @@ import dataclasses
 import functools
 import gc
 import importlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -88,6 +120,8 @@ SIZES = (100, 10**4, 10**6)
 QUICK_SIZES = (100, 10**4)
 QUAD_D = 500
 QUAD_KS = (10, 1)
+MLP_BATCH = 1000
+MLP_WIDTHS = (1, 16, 16, 1)
 SEED = 0
 
 REPEATS = 7
@@ -101,7 +135,7 @@ RTOL_NUMPY = 1e-12
 RTOL_OTHER = 1e-9
 
 HYBRIDAD_IMPLS = ("ha.gradient", "plan.gradient", "plan[numpy]")
-NUMPY_IMPLS = ("numpy", "numpy_out")
+HAND_IMPLS = ("numpy", "numpy_out", "numba")  # hand-written: ratio_vs_best_hand's reference
 OPTIONAL_IMPLS = (("jax.jit", "jax"), ("torch", "torch"))
 
 COLUMNS = (  # (header, row key, format)
@@ -112,6 +146,7 @@ COLUMNS = (  # (header, row key, format)
     ("min_us", "min_us", "{:.2f}"),
     ("max_us", "max_us", "{:.2f}"),
     ("ratio_vs_numpy", "ratio_vs_numpy", "{:.3f}"),
+    ("ratio_vs_best_hand", "ratio_vs_best_hand", "{:.3f}"),
     ("allocs/call", "allocs_per_call", "{:g}"),
     ("bytes/call", "bytes_per_call", "{:.0f}"),
     ("first_call_us", "first_call_us", "{:.0f}"),
@@ -130,6 +165,18 @@ def expsum(x, xp=np):
 def quadform(x, A):
     """``sum_k x @ (A[k] @ x)`` for a list of matrices ``A`` (any array library)."""
     return sum(x @ (Ak @ x) for Ak in A)
+
+
+def mlp(W1, b1, W2, b2, W3, b3, X, Y, xp=np):
+    """Mean squared error of a tanh MLP on a batch: ``mean((pred - Y)**2)``.
+
+    ``X @ W1 + b1`` -> tanh -> ``@ W2 + b2`` -> tanh -> ``@ W3 + b3`` = ``pred``;
+    differentiated w.r.t. the six weight/bias arrays, ``X`` and ``Y`` constant.
+    """
+    h1 = xp.tanh(X @ W1 + b1)
+    h2 = xp.tanh(h1 @ W2 + b2)
+    pred = h2 @ W3 + b3
+    return xp.mean((pred - Y) ** 2)
 
 
 # --- hand-written gradients -------------------------------------------------------
@@ -194,39 +241,257 @@ def make_quadform_numpy_out(x, A):
     return grad
 
 
+def mlp_numpy(W1, b1, W2, b2, W3, b3, X, Y):
+    """Value and gradient (six arrays) of :func:`mlp`: backpropagation as people write it."""
+    h1 = np.tanh(X @ W1 + b1)
+    h2 = np.tanh(h1 @ W2 + b2)
+    r = h2 @ W3 + b3 - Y
+    value = np.mean(r**2)
+    dpred = (2.0 / r.size) * r
+    dz2 = (dpred @ W3.T) * (1 - h2**2)
+    dz1 = (dz2 @ W2.T) * (1 - h1**2)
+    return value, (X.T @ dz1, dz1.sum(axis=0), h1.T @ dz2, dz2.sum(axis=0),
+                   h2.T @ dpred, dpred.sum(axis=0))
+
+
+def make_mlp_numpy_out(W1, b1, W2, b2, W3, b3, X, Y):
+    """:func:`mlp_numpy` into buffers made here, once (``out=`` everywhere, no temporaries).
+
+    The loss is ``dot(r, r) / size`` on the flattened residual (a view).
+    """
+    n, h1_width, h2_width = X.shape[0], W1.shape[1], W2.shape[1]
+    h1, d1, t1 = (np.empty((n, h1_width)) for _ in range(3))
+    h2, d2, t2 = (np.empty((n, h2_width)) for _ in range(3))
+    r = np.empty((n, W3.shape[1]))
+    grads = tuple(np.empty_like(w) for w in (W1, b1, W2, b2, W3, b3))
+    gW1, gb1, gW2, gb2, gW3, gb3 = grads
+    one, inv_size, scale = np.array(1.0), np.array(1.0 / r.size), np.array(2.0 / r.size)
+    value = np.empty(())
+    r_flat = r.reshape(-1)  # a view
+
+    def grad(W1, b1, W2, b2, W3, b3, X, Y):
+        np.matmul(X, W1, out=h1)
+        np.add(h1, b1, out=h1)
+        np.tanh(h1, out=h1)
+        np.matmul(h1, W2, out=h2)
+        np.add(h2, b2, out=h2)
+        np.tanh(h2, out=h2)
+        np.matmul(h2, W3, out=r)
+        np.add(r, b3, out=r)
+        np.subtract(r, Y, out=r)
+        np.dot(r_flat, r_flat, out=value)
+        np.multiply(value, inv_size, out=value)
+        np.multiply(r, scale, out=r)  # r is now d loss / d pred
+        np.matmul(h2.T, r, out=gW3)
+        np.add.reduce(r, axis=0, out=gb3)
+        np.matmul(r, W3.T, out=d2)
+        np.multiply(h2, h2, out=t2)
+        np.subtract(one, t2, out=t2)
+        np.multiply(d2, t2, out=d2)
+        np.matmul(h1.T, d2, out=gW2)
+        np.add.reduce(d2, axis=0, out=gb2)
+        np.matmul(d2, W2.T, out=d1)
+        np.multiply(h1, h1, out=t1)
+        np.subtract(one, t1, out=t1)
+        np.multiply(d1, t1, out=d1)
+        np.matmul(X.T, d1, out=gW1)
+        np.add.reduce(d1, axis=0, out=gb1)
+        return value, grads
+
+    return grad
+
+
+# --- hand-written numba gradients (plain Python here; @numba.njit'd per case) ---------
+#
+# Each kernel writes the gradient into preallocated arrays, allocates nothing
+# itself, and returns the value; ``make_*_numba`` wraps it in a Python function
+# with the ``numpy_grad`` signature (the call from Python is part of the time).
+
+
+def _expsum_kernel(x, g):
+    r = 0.0
+    for i in range(x.shape[0]):
+        e = np.exp(-3.0 * (x[i] + 1.0))
+        g[i] = e
+        r += e
+    coef = -3.0 * (2.0 * r + 3.0 * r * r + r * r * r)
+    for i in range(x.shape[0]):
+        g[i] *= coef
+    return r * r + r * r * r + r * r * r * r / 4.0
+
+
+def _quadform_kernel(x, A, s, h, g):
+    """``A`` stacked (K, D, D); one pass over each ``A_k`` for ``s = A_k x`` and ``h = x A_k``."""
+    d = x.shape[0]
+    for i in range(d):
+        s[i] = 0.0
+        h[i] = 0.0
+    for k in range(A.shape[0]):
+        for i in range(d):
+            xi = x[i]
+            acc = 0.0
+            for j in range(d):
+                a = A[k, i, j]
+                acc += a * x[j]
+                h[j] += a * xi
+            s[i] += acc
+    value = 0.0
+    for i in range(d):
+        value += x[i] * s[i]
+        g[i] = s[i] + h[i]
+    return value
+
+
+def _mlp_kernel(W1, b1, W2, b2, W3, b3, X, Y, gW1, gb1, gW2, gb2, gW3, gb3, h1, h2, d1, d2):
+    """Forward and backward one sample at a time (``h*``, ``d*``: per-sample scratch)."""
+    n, n_in = X.shape
+    n_h1, n_h2, n_out = W1.shape[1], W2.shape[1], W3.shape[1]
+    for g in (gW1.reshape(-1), gb1, gW2.reshape(-1), gb2, gW3.reshape(-1), gb3):
+        for i in range(g.shape[0]):
+            g[i] = 0.0
+    scale = 2.0 / (n * n_out)
+    loss = 0.0
+    for s in range(n):
+        for j in range(n_h1):
+            z = b1[j]
+            for i in range(n_in):
+                z += X[s, i] * W1[i, j]
+            h1[j] = np.tanh(z)
+        for k in range(n_h2):
+            z = b2[k]
+            for j in range(n_h1):
+                z += h1[j] * W2[j, k]
+            h2[k] = np.tanh(z)
+            d2[k] = 0.0
+        for o in range(n_out):
+            z = b3[o]
+            for k in range(n_h2):
+                z += h2[k] * W3[k, o]
+            r = z - Y[s, o]
+            loss += r * r
+            dp = scale * r
+            gb3[o] += dp
+            for k in range(n_h2):
+                gW3[k, o] += h2[k] * dp
+                d2[k] += W3[k, o] * dp
+        for k in range(n_h2):
+            d2[k] *= 1.0 - h2[k] * h2[k]
+            gb2[k] += d2[k]
+        for j in range(n_h1):
+            acc = 0.0
+            for k in range(n_h2):
+                gW2[j, k] += h1[j] * d2[k]
+                acc += W2[j, k] * d2[k]
+            d1[j] = acc * (1.0 - h1[j] * h1[j])
+            gb1[j] += d1[j]
+            for i in range(n_in):
+                gW1[i, j] += X[s, i] * d1[j]
+    return loss / (n * n_out)
+
+
+def _njit(kernel):
+    """A fresh dispatcher (compiled at its first call, no disk cache)."""
+    import numba
+
+    return numba.njit(kernel)
+
+
+def make_expsum_numba(x):
+    kernel, g = _njit(_expsum_kernel), np.empty_like(x)
+
+    def grad(x):
+        return kernel(x, g), g
+
+    return grad
+
+
+def make_quadform_numba(x, A):
+    """The list ``A`` is stacked into one (K, D, D) array here, once (not timed)."""
+    kernel, stacked = _njit(_quadform_kernel), np.stack(A)
+    s, h, g = (np.empty_like(x) for _ in range(3))
+
+    def grad(x, A):
+        return kernel(x, stacked, s, h, g), g
+
+    return grad
+
+
+def make_mlp_numba(W1, b1, W2, b2, W3, b3, X, Y):
+    kernel = _njit(_mlp_kernel)
+    grads = tuple(np.empty_like(w) for w in (W1, b1, W2, b2, W3, b3))
+    scratch = (np.empty(W1.shape[1]), np.empty(W2.shape[1]),
+               np.empty(W1.shape[1]), np.empty(W2.shape[1]))
+
+    def grad(W1, b1, W2, b2, W3, b3, X, Y):
+        return kernel(W1, b1, W2, b2, W3, b3, X, Y, *grads, *scratch), grads
+
+    return grad
+
+
 # --- cases --------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One benchmark problem: objective, arguments and the hand-written gradients."""
+    """One benchmark problem: objective, arguments and the hand-written gradients.
+
+    Hand-written gradient functions take ``args`` and return ``(value, gradient)``,
+    the gradient an array (``argnums`` an int) or a tuple of arrays, one per
+    entry of ``argnums``.
+    """
 
     name: str
-    n: int
-    f: Callable  # numpy objective f(x, *consts)
-    args: tuple  # (x, *consts)
-    numpy_grad: Callable  # (x, *consts) -> (value, grad)
-    make_numpy_out: Callable  # (x, *consts) -> function like numpy_grad, own buffers
+    n: int  # length of the gradient (differentiated scalars, all arrays together)
+    f: Callable  # numpy objective f(*args)
+    args: tuple  # differentiated arrays and constants, in f's order
+    numpy_grad: Callable  # (*args) -> (value, gradient)
+    make_numpy_out: Callable  # (*args) -> function like numpy_grad, own buffers
     port: Callable  # array module -> objective for that module (jax.numpy, torch)
+    argnums: int | tuple = 0  # the differentiated arguments, as hybridad takes them
+    make_numba: Callable | None = None  # like make_numpy_out, an @njit kernel; None: no row
+
+    @property
+    def diff_argnums(self):
+        """``argnums`` as a tuple."""
+        return (self.argnums,) if isinstance(self.argnums, int) else tuple(self.argnums)
 
 
 def expsum_case(n, rng):
     x = rng.uniform(0.0, 1.0, n)
     return Case("expsum", n, expsum, (x,), expsum_numpy, make_expsum_numpy_out,
-                lambda xp: functools.partial(expsum, xp=xp))
+                lambda xp: functools.partial(expsum, xp=xp), make_numba=make_expsum_numba)
 
 
 def quadform_case(k, d, rng):
     x = rng.standard_normal(d)
     A = [rng.standard_normal((d, d)) for _ in range(k)]
     return Case(f"quadform K={k}", d, quadform, (x, A), quadform_numpy,
-                make_quadform_numpy_out, lambda xp: quadform)
+                make_quadform_numpy_out, lambda xp: quadform, make_numba=make_quadform_numba)
+
+
+def mlp_case(batch, widths, rng):
+    """MLP ``widths[0] -> ... -> widths[-1]`` (two hidden tanh layers) on ``batch`` samples.
+
+    Weights ~ N(0, 1/fan_in), biases ~ N(0, 0.1^2); X ~ U(-1, 1) and
+    Y = sin(pi X) + 0.1 N(0, 1) (constants).
+    """
+    n_in, n_h1, n_h2, n_out = widths
+    params = []
+    for fan_in, fan_out in zip(widths[:-1], widths[1:], strict=True):
+        params += [rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in),
+                   0.1 * rng.standard_normal(fan_out)]
+    X = rng.uniform(-1.0, 1.0, (batch, n_in))
+    Y = np.sin(np.pi * X[:, :n_out]) + 0.1 * rng.standard_normal((batch, n_out))
+    return Case(f"mlp B={batch}", sum(p.size for p in params), mlp, (*params, X, Y), mlp_numpy,
+                make_mlp_numpy_out, lambda xp: functools.partial(mlp, xp=xp),
+                argnums=tuple(range(len(params))), make_numba=make_mlp_numba)
 
 
 def build_cases(sizes):
     rng = np.random.default_rng(SEED)
-    return [expsum_case(n, rng) for n in sizes] + [quadform_case(k, QUAD_D, rng)
-                                                   for k in QUAD_KS]
+    return ([expsum_case(n, rng) for n in sizes]
+            + [quadform_case(k, QUAD_D, rng) for k in QUAD_KS]
+            + [mlp_case(MLP_BATCH, MLP_WIDTHS, rng)])
 
 
 # --- implementations ------------------------------------------------------------------
@@ -238,7 +503,7 @@ class Impl:
 
     name: str
     call: Callable[[], object]  # one gradient evaluation
-    result: Callable[[object], tuple]  # call()'s return -> (float value, ndarray gradient)
+    result: Callable[[object], tuple]  # call()'s return -> (float value, [gradient arrays])
     rtol: float  # tolerance of the check against hybridad
     first_call_us: float | None = None
     numpy_memory: bool = True  # are its allocations numpy's (countable)?
@@ -248,29 +513,42 @@ def _elapsed_us(t0_ns):
     return (time.perf_counter_ns() - t0_ns) / 1e3
 
 
+def _gradient_leaves(grad):
+    """A gradient (array, or tuple/list of arrays, one per argnum) as a list of numpy copies."""
+    parts = grad if isinstance(grad, (tuple, list)) else (grad,)
+    return [np.array(g, dtype=np.float64) for g in parts]
+
+
 def _result_pair(res):
-    return float(res.value), np.array(res.gradient)
+    return float(res.value), _gradient_leaves(res.gradient)
+
+
+def _gradient_result(case):
+    """A ``GradientResult`` for the case's differentiated argument(s)."""
+    if isinstance(case.argnums, int):
+        return ha.GradientResult(case.args[case.argnums])
+    return ha.GradientResult(tuple(case.args[i] for i in case.argnums))
 
 
 def setup_ha_gradient(case):
-    f, args = case.f, case.args
-    res = ha.GradientResult(args[0])
+    f, args, argnums = case.f, case.args, case.argnums
+    res = _gradient_result(case)
     ha.clear_cache()
     t0 = time.perf_counter_ns()
-    ha.gradient(f, *args, out=res)
+    ha.gradient(f, *args, argnums=argnums, out=res)
     first = _elapsed_us(t0)
 
     def call():
-        return ha.gradient(f, *args, out=res)
+        return ha.gradient(f, *args, argnums=argnums, out=res)
 
     return Impl("ha.gradient", call, _result_pair, RTOL_NUMPY, first)
 
 
 def _setup_plan(case, backend, name):
     args = case.args
-    res = ha.GradientResult(args[0])
+    res = _gradient_result(case)
     t0 = time.perf_counter_ns()
-    plan = ha.compile(case.f, *args, backend=backend)
+    plan = ha.compile(case.f, *args, argnums=case.argnums, backend=backend)
     plan.gradient(*args, out=res)
     first = _elapsed_us(t0)
 
@@ -292,7 +570,7 @@ def setup_plan_gradient_numpy(case):
 
 def _numpy_pair(ret):
     value, grad = ret
-    return float(value), np.array(grad)
+    return float(value), _gradient_leaves(grad)
 
 
 def setup_numpy(case):
@@ -314,12 +592,28 @@ def setup_numpy_out(case):
     return Impl("numpy_out", call, _numpy_pair, RTOL_NUMPY)
 
 
+def setup_numba(case):
+    """The case's hand-written @njit kernel, compiled by a first call (its first_call_us)."""
+    if case.make_numba is None:
+        return None
+    args = case.args
+    t0 = time.perf_counter_ns()
+    grad = case.make_numba(*args)
+    grad(*args)
+    first = _elapsed_us(t0)
+
+    def call():
+        return grad(*args)
+
+    return Impl("numba", call, _numpy_pair, RTOL_NUMPY, first)
+
+
 def setup_jax(case):
     import jax
     import jax.numpy as jnp
 
     jax.config.update("jax_enable_x64", True)
-    fn = jax.jit(jax.value_and_grad(case.port(jnp)))
+    fn = jax.jit(jax.value_and_grad(case.port(jnp), argnums=case.argnums))
     args = jax.tree_util.tree_map(jnp.asarray, case.args)
     t0 = time.perf_counter_ns()
     jax.block_until_ready(fn(*args))
@@ -334,25 +628,31 @@ def setup_jax(case):
 def setup_torch(case):
     import torch
 
-    x = torch.tensor(case.args[0], dtype=torch.float64, requires_grad=True)
-    consts = [[torch.from_numpy(a) for a in c] if isinstance(c, list) else torch.from_numpy(c)
-              for c in case.args[1:]]
+    diff = case.diff_argnums
+
+    def convert(i, a):
+        if i in diff:
+            return torch.tensor(a, dtype=torch.float64, requires_grad=True)
+        return [torch.from_numpy(b) for b in a] if isinstance(a, list) else torch.from_numpy(a)
+
+    targs = [convert(i, a) for i, a in enumerate(case.args)]
+    params = [targs[i] for i in diff]
     objective = case.port(torch)
 
     def call():
-        value = objective(x, *consts)
-        (grad,) = torch.autograd.grad(value, x)
-        return value.detach(), grad
+        value = objective(*targs)
+        grads = torch.autograd.grad(value, params)
+        return value.detach(), grads
 
     def pair(ret):
-        return float(ret[0]), ret[1].numpy().copy()
+        return float(ret[0]), [g.numpy().copy() for g in ret[1]]
 
     return Impl("torch", call, pair, RTOL_OTHER, numpy_memory=False)
 
 
 SETUPS = {"ha.gradient": setup_ha_gradient, "plan.gradient": setup_plan_gradient,
           "plan[numpy]": setup_plan_gradient_numpy,
-          "numpy": setup_numpy, "numpy_out": setup_numpy_out,
+          "numpy": setup_numpy, "numpy_out": setup_numpy_out, "numba": setup_numba,
           "jax.jit": setup_jax, "torch": setup_torch}
 
 
@@ -375,16 +675,26 @@ def available_optional():
 # --- measuring -------------------------------------------------------------------------
 
 
+def relative_error(got, want):
+    """Max-norm relative error ``max|got - want| / max|want|`` (0 for empty arrays)."""
+    scale = max(float(np.max(np.abs(want), initial=0.0)), np.finfo(float).tiny)
+    return float(np.max(np.abs(got - want), initial=0.0)) / scale
+
+
 def check_against(impl, reference):
-    """Assert ``impl``'s value and gradient equal the reference (max-norm relative)."""
-    value, grad = impl.result(impl.call())
-    ref_value, ref_grad = reference
-    value_err = abs(value - ref_value) / max(abs(ref_value), np.finfo(float).tiny)
-    grad_err = float(np.max(np.abs(grad - ref_grad)) / max(np.max(np.abs(ref_grad)),
-                                                          np.finfo(float).tiny))
-    assert value_err <= impl.rtol and grad_err <= impl.rtol, (
+    """Assert ``impl``'s value and gradient equal the reference, array by array.
+
+    Each gradient array is compared on its own scale (max-norm relative error).
+    """
+    value, grads = impl.result(impl.call())
+    ref_value, ref_grads = reference
+    shapes, ref_shapes = [g.shape for g in grads], [g.shape for g in ref_grads]
+    assert shapes == ref_shapes, f"{impl.name}: gradient shapes {shapes}, hybridad {ref_shapes}"
+    value_err = relative_error(np.float64(value), np.float64(ref_value))
+    grad_errs = [relative_error(g, r) for g, r in zip(grads, ref_grads, strict=True)]
+    assert value_err <= impl.rtol and max(grad_errs) <= impl.rtol, (
         f"{impl.name} disagrees with hybridad: relative error value {value_err:.2e}, "
-        f"gradient {grad_err:.2e} (tolerance {impl.rtol:g})")
+        f"gradient {', '.join(f'{e:.2e}' for e in grad_errs)} (tolerance {impl.rtol:g})")
 
 
 @contextlib.contextmanager
@@ -435,8 +745,11 @@ def allocations_per_call(call, calls):
 
 
 def measure_case(case, impl_names, settings):
-    """Rows (dicts) for one case, one per implementation, in ``impl_names`` order."""
-    impls = [SETUPS[name](case) for name in impl_names]
+    """Rows (dicts) for one case, one per implementation the case has, in ``impl_names`` order.
+
+    ``impl_names[0]`` must be ``ha.gradient``: the reference of the checks.
+    """
+    impls = [impl for impl in (SETUPS[name](case) for name in impl_names) if impl is not None]
     reference = impls[0].result(impls[0].call())  # hybridad's value and gradient
     rows = []
     for impl in impls:
@@ -447,21 +760,25 @@ def measure_case(case, impl_names, settings):
                           if impl.numpy_memory else (None, None))
         rows.append({"case": case.name, "n": case.n, "impl": impl.name,
                      "median_us": median, "min_us": lo, "max_us": hi, "ratio_vs_numpy": None,
+                     "ratio_vs_best_hand": None, "best_hand": None,
                      "allocs_per_call": allocs, "bytes_per_call": nbytes,
                      "first_call_us": impl.first_call_us, "repeats": settings.repeats,
                      "calls_per_repeat": number})
     numpy_median = next(r["median_us"] for r in rows if r["impl"] == "numpy")
+    best = min((r for r in rows if r["impl"] in HAND_IMPLS), key=lambda r: r["median_us"])
     for row in rows:
         row["ratio_vs_numpy"] = row["median_us"] / numpy_median
+        row["ratio_vs_best_hand"] = row["median_us"] / best["median_us"]
+        row["best_hand"] = best["impl"]
     return rows
 
 
 def warm_up_hybridad():
     """Pay one-time process costs (lazy imports, first plan) before first-call timings."""
-    for case in (expsum_case(3, np.random.default_rng(1)),
-                 quadform_case(2, 3, np.random.default_rng(1))):
-        ha.gradient(case.f, *case.args)
-        ha.compile(case.f, *case.args).gradient(*case.args)
+    rng = np.random.default_rng(1)
+    for case in (expsum_case(3, rng), quadform_case(2, 3, rng), mlp_case(4, (1, 2, 2, 1), rng)):
+        ha.gradient(case.f, *case.args, argnums=case.argnums)
+        ha.compile(case.f, *case.args, argnums=case.argnums).gradient(*case.args)
     ha.clear_cache()
 
 
@@ -488,9 +805,17 @@ def format_table(rows):
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(b) for b in body])
 
 
+def _version(module):
+    try:
+        return importlib.metadata.version(module)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def environment(settings, skipped):
     return {"python": platform.python_version(), "numpy": np.__version__,
             "hybridad": ha.__version__, "hybridad_path": str(Path(ha.__file__).parent),
+            "numba": _version("numba"), "jax": _version("jax"), "torch": _version("torch"),
             "platform": platform.platform(), "cpu_count": os.cpu_count(),
             "quick": settings.quick, "repeats": settings.repeats,
             "target_ms": settings.target_ms, "alloc_calls": settings.alloc_calls,
@@ -505,7 +830,8 @@ def parse_args(argv):
                         f"{QUICK_ALLOC_CALLS} allocation calls, expsum sizes {QUICK_SIZES}")
     p.add_argument("--json", metavar="FILE", help='also write the rows as JSON {"rows": [...]}')
     p.add_argument("--sizes", metavar="N", type=int, nargs="+",
-                   help=f"expsum sizes (default {SIZES}; quadform always has n = {QUAD_D})")
+                   help=f"expsum sizes (default {SIZES}; quadform (n = {QUAD_D}) and mlp "
+                        "do not depend on it)")
     p.add_argument("--repeats", type=int, help=f"timed batches per row (default {REPEATS})")
     p.add_argument("--target-ms", type=float,
                    help=f"duration of one timed batch (default {TARGET_MS:g} ms)")
@@ -524,21 +850,28 @@ def parse_args(argv):
 def main(argv=None):
     settings = parse_args(argv)
     optional, skipped = available_optional()
-    impl_names = list(HYBRIDAD_IMPLS + NUMPY_IMPLS) + optional
+    impl_names = list(HYBRIDAD_IMPLS + HAND_IMPLS) + optional
     meta = environment(settings, skipped)
     print(f"hybridad {meta['hybridad']} ({meta['hybridad_path']}), numpy {meta['numpy']}, "
-          f"Python {meta['python']}, {meta['cpu_count']} CPUs, {meta['platform']}")
+          f"numba {meta['numba']}, Python {meta['python']}, {meta['cpu_count']} CPUs, "
+          f"{meta['platform']}")
     print(f"{settings.repeats} repeats of ~{settings.target_ms:g} ms per row, medians; "
           f"allocations over {settings.alloc_calls} calls"
           + (" (--quick)" if settings.quick else ""))
     warm_up_hybridad()
-    rows = []
+    rows, absent = [], {}
     for case in build_cases(settings.sizes):
-        rows.extend(measure_case(case, impl_names, settings))
+        case_rows = measure_case(case, impl_names, settings)
+        rows.extend(case_rows)
+        for impl in sorted(set(impl_names) - {r["impl"] for r in case_rows}):
+            absent.setdefault(impl, []).append(f"{case.name} n={case.n}")
+    meta["absent"] = absent
     print()
     print(format_table(rows))
     for impl, why in skipped.items():
         print(f"note: {impl} skipped ({why})")
+    for impl, cases in absent.items():
+        print(f"note: no {impl} implementation for {'; '.join(cases)}")
     if settings.json:
         with open(settings.json, "w") as fh:
             json.dump({"rows": rows, "meta": meta}, fh, indent=1)

@@ -7,7 +7,8 @@ import pathlib
 import sys
 
 BENCH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_core.py"
-REQUIRED_IMPLS = {"ha.gradient", "plan.gradient", "plan[numpy]", "numpy", "numpy_out"}
+HAND_IMPLS = {"numpy", "numpy_out", "numba"}  # numba is a hybridad dependency
+REQUIRED_IMPLS = {"ha.gradient", "plan.gradient", "plan[numpy]"} | HAND_IMPLS
 HYBRIDAD_IMPLS = {"ha.gradient", "plan.gradient", "plan[numpy]"}
 
 
@@ -27,12 +28,12 @@ def test_quick_run_writes_rows(tmp_path, capsys, monkeypatch):
     assert "median_us" in capsys.readouterr().out
 
     cases = {(r["case"], r["n"]) for r in rows}
-    assert ("expsum", 100) in cases and len(cases) >= 3
+    assert ("expsum", 100) in cases and ("mlp B=1000", 321) in cases and len(cases) >= 4
     for case in cases:
         impls = {r["impl"] for r in rows if (r["case"], r["n"]) == case}
         assert REQUIRED_IMPLS <= impls, (case, impls)
     for r in rows:
-        for key in ("median_us", "min_us", "max_us", "ratio_vs_numpy"):
+        for key in ("median_us", "min_us", "max_us", "ratio_vs_numpy", "ratio_vs_best_hand"):
             assert math.isfinite(r[key]) and r[key] > 0, (r["case"], r["impl"], key, r[key])
         assert r["min_us"] <= r["median_us"] <= r["max_us"]
         if r["impl"] in HYBRIDAD_IMPLS:
@@ -40,3 +41,8 @@ def test_quick_run_writes_rows(tmp_path, capsys, monkeypatch):
             assert math.isfinite(r["first_call_us"]) and r["first_call_us"] > 0, r
         if r["impl"] == "numpy":
             assert r["ratio_vs_numpy"] == 1.0
+        if r["impl"] in HAND_IMPLS:
+            assert r["ratio_vs_best_hand"] >= 1.0, r
+    for case in cases:  # the best hand-written row of each case is its own reference
+        best = [r for r in rows if (r["case"], r["n"]) == case and r["ratio_vs_best_hand"] == 1.0]
+        assert best and best[0]["impl"] in HAND_IMPLS, (case, best)
