@@ -7,7 +7,11 @@ Storage kinds:
 * ``const``   -- the constant array itself (captured arrays by reference);
 * ``view``    -- a view of its first operand (reshape, transpose, slicing,
   broadcast_to); a reshape that cannot be a view gets a buffer and a copy;
-* ``alias``   -- an in-place op: the same storage as its first operand;
+* ``alias``   -- the same storage as an operand (:attr:`MemoryPlan.alias_of`):
+  an in-place op's first operand, or -- when the backend asks for reuse -- an
+  elementwise region writing over an operand buffer of its shape and dtype
+  that nothing reads afterwards (the region reads each element before it
+  writes it: same index, same loop);
 * ``buffer``  -- a slot in the workspace arena: one allocation per dtype,
   made once per plan, 64-byte aligned slots.
 
@@ -43,8 +47,9 @@ class MemoryPlan:
         operand's layout forbids a view, or what a backend asked for).
     """
 
-    def __init__(self, storage, slots, arena_bytes, materialized, scratch=None):
+    def __init__(self, storage, slots, arena_bytes, materialized, scratch=None, alias_of=None):
         self.scratch = scratch or {}  # node id -> (dtype, offset_bytes, count)
+        self.alias_of = alias_of or {}  # alias node id -> the operand node it overwrites
         self.arenas = {}  # dtype -> the flat arena (typed view), set by allocate()
         self.storage = storage
         self.slots = slots
@@ -79,14 +84,17 @@ def _layout_proto(node, protos):
     return np.lib.stride_tricks.as_strided(np.zeros(1, node.dtype), node.shape, strides)
 
 
-def plan_memory(graph, materialize=(), scratch=None):
+def plan_memory(graph, materialize=(), scratch=None, reuse=False):
     """Assign storage to every node of ``graph`` (see module docstring).
 
     ``materialize``: ids of view nodes the backend wants copied into a buffer.
     ``scratch``: node id -> (dtype, element count) of working space the
     backend's code for that node needs (a slot of its own in the arena).
+    ``reuse``: let elementwise regions write over a dying operand buffer.
     """
-    storage, slots, arena, copies, protos = {}, {}, {}, set(), {}
+    storage, slots, arena, copies, protos, alias_of = {}, {}, {}, set(), {}, {}
+    users = graph.users()
+    outputs = {n.id for n in graph.outputs if n is not None}
     for node in graph.nodes:
         if node.op in ("input", "const"):
             storage[node.id] = node.op
@@ -96,7 +104,14 @@ def plan_memory(graph, materialize=(), scratch=None):
         kind = REGISTRY[node.op].kind
         if kind == "inplace":
             storage[node.id] = "alias"
+            alias_of[node.id] = node.args[0]
             protos[node.id] = _layout_proto(node.args[0], protos)
+            continue
+        target = _reusable_operand(node, storage, users, outputs) if reuse else None
+        if target is not None:
+            storage[node.id] = "alias"
+            alias_of[node.id] = target
+            protos[node.id] = _layout_proto(target, protos)
             continue
         if kind == "view" and node.id in materialize:
             copies.add(node.id)
@@ -123,4 +138,16 @@ def plan_memory(graph, materialize=(), scratch=None):
         off = arena.get(dt, 0)
         scratch_slots[nid] = (dt, off, count)
         arena[dt] = off + -(-max(count * dt.itemsize, 1) // ALIGN) * ALIGN
-    return MemoryPlan(storage, slots, arena, copies, scratch_slots)
+    return MemoryPlan(storage, slots, arena, copies, scratch_slots, alias_of)
+
+
+def _reusable_operand(node, storage, users, outputs):
+    """An operand buffer an elementwise ``region`` may overwrite, or None."""
+    if node.op != "region" or node.attrs["mode"] != "value" or \
+            node.attrs["body"].reduction is not None:
+        return None
+    for a in node.args:
+        if a.shape == node.shape and a.dtype == node.dtype and a.id not in outputs and \
+                storage.get(a.id) == "buffer" and all(u is node for u in users[a.id]):
+            return a
+    return None

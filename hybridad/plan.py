@@ -141,13 +141,16 @@ class Plan:
         self._outputs = [out.node] + grad_nodes
         numba = self.backend == "numba"
         self.memory = plan_memory(graph, self._materialize(graph.nodes),
-                                  scratch_for_numba(graph.nodes) if numba else None)
+                                  scratch_for_numba(graph.nodes) if numba else None,
+                                  reuse=numba)
         self._buffers = self.memory.allocate()
         self._out_specs = [((), self._value_dtype)] + [self._specs[i] for i in self._diff_leaves]
         self._program = self._compile(graph.nodes, inputs, self._outputs, "gradient_program",
                                       self._out_specs)
         self._value_buf = np.zeros((), self._value_dtype)
-        self._fast = self._fast_path() if self.backend == "numba" else None
+        fast = self._fast_path() if self.backend == "numba" else None
+        if fast is not None:  # plain-array calls skip the general path's Python
+            self.gradient = fast
         # the common case -- plain array arguments, one array gradient -- is
         # validated by a short path with the same checks (see _fast_args)
         self._plain = all(td == _tree.LEAF for td in self._treedefs) and \
@@ -269,8 +272,6 @@ class Plan:
         GradientResult or DiffResult
             ``out`` (or the new result).
         """
-        if self._fast is not None and out is not None and self._fast(args, out):
-            return out
         if self._plain and out is not None:
             g = self._fast_args(args, out)
             if g is not None:
@@ -302,52 +303,77 @@ class Plan:
         return g
 
     def _fast_path(self):
-        """The numba plan's per-call path for plain array arguments: a small
-        generated function that unpacks ``args`` and ``out`` and calls the
-        compiled plan, which checks shapes and overlaps itself (dtypes, ranks,
-        layout and writeability are its one compiled signature).  Returns
-        True when done; False -- with nothing written -- sends the call to
-        the general path, which stages unusual arrays or raises the precise
-        error."""
+        """The numba plan's ``gradient`` for plain array arguments: a small
+        generated function, installed as this plan's ``gradient`` attribute --
+        one Python frame in front of numba.
+
+        A result is validated the first time this plan sees it
+        (:meth:`_adopt`: every check of the general path, plus the layout the
+        compiled code writes directly) and then remembered by identity with
+        its buffers' addresses, which the compiled plan receives as integers
+        (no per-call unboxing; see :mod:`hybridad.backends.rt`).  The compiled
+        plan checks the inputs' shapes and overlaps with the result itself
+        and writes nothing when a check fails; anything else -- other types,
+        staging, the precise error -- goes to the general path
+        (:meth:`Plan.gradient`)."""
         if not all(td == _tree.LEAF for td in self._treedefs):
             return None
         n = len(self._treedefs)
         ins = [f"a{i}" for i in range(n)]
-        ngrad = len(self._diff_leaves)
-        lines = ["def fast(args, out):",
-                 "    if not isinstance(out, _DR):",
-                 "        return False",
-                 "    try:",
-                 f"        {', '.join(ins)}, = args",
-                 "        v = out._value",
-                 "        gs = out._derivs[0]"]
-        if isinstance(self.argnums, tuple):
-            lines += ["        if type(gs) is not tuple:",
-                      "            return False",
-                      f"        {', '.join(f'g{k}' for k in range(ngrad))}, = gs"]
-        else:
-            lines += ["        g0 = gs"]
-        lines += ["    except (TypeError, ValueError, IndexError):",
-                  "        return False"]
-        if ins:
-            lines += [f"    if {' or '.join(f'type({a}) is not _nd' for a in ins)}:",
-                      "        return False"]
-        call = f"_fn({', '.join(ins + ['v'] + [f'g{k}' for k in range(ngrad)])})"
-        lines += ["    try:"]
+        nout = 1 + len(self._diff_leaves)
+        cond = "".join(f" and {a}.__class__ is _nd" for a in ins)
+        call = f"_fn({', '.join(ins + [f'c[{k + 1}]' for k in range(nout)])})"
+        lines = ["def gradient(*args, out=None):",
+                 "    c = _adopted[0]",
+                 "    if out is not c[0]:",
+                 "        c = _adopt(_plan, out)",
+                 f"    if c is not None and len(args) == {n}:",
+                 f"        {''.join(a + ', ' for a in ins)}= args" if ins else "        pass",
+                 f"        if True{cond}:",
+                 "            try:"]
         if self._program.lock is not None:
-            lines += ["        with _lock:", f"            return {call} == 0"]
+            lines += ["                with _lock:", f"                    {call}"]
         else:
-            lines += [f"        return {call} == 0"]
-        lines += ["    except TypeError:  # not the compiled signature",
-                  "        return False"]
-        ns = {"_DR": DiffResult, "_nd": np.ndarray, "_fn": self._program.fn,
-              "_lock": self._program.lock}
-        exec(compile("\n".join(lines) + "\n", f"<hybridad fast path {self.name}>", "exec"),
+            lines += [f"                {call}"]
+        lines += ["                return out",
+                  "            except (TypeError, ValueError):  # the general path says why",
+                  "                pass",
+                  "    return _general(_plan, *args, out=out)"]
+        self._adopted = [(_NOTHING,)]
+        ns = {"_nd": np.ndarray, "_fn": self._program.fn, "_lock": self._program.lock,
+              "_general": Plan.gradient, "_adopt": Plan._adopt, "_adopted": self._adopted,
+              "_plan": self}  # a cycle (plan -> gradient -> plan): the collector frees it
+        exec(compile("\n".join(lines) + "\n", f"<hybridad gradient {self.name}>", "exec"),
              ns)  # noqa: S102
-        return ns["fast"]
+        fast = ns["gradient"]
+        fast.__doc__ = Plan.gradient.__doc__
+        fast.__wrapped__ = Plan.gradient
+        fast.source = "\n".join(lines)
+        return fast
+
+    def _adopt(self, out):
+        """``(out, value address, gradient addresses...)`` when ``out`` passes
+        every check of :meth:`_check_out` (input overlaps excepted: the
+        compiled plan checks those per call) and its buffers can be written
+        directly; remembered for the next call.  Else None.
+
+        Changing a remembered result's buffers in place afterwards (their
+        dtype, shape or writeable flag) is not supported: replace the result."""
+        if not isinstance(out, DiffResult):
+            return None
+        try:
+            gleaves = self._check_out(out, ())
+        except (TypeError, ValueError):
+            return None
+        addrs = self._program.addresses([out.value, *gleaves])
+        if addrs is None:
+            return None
+        entry = (out, *addrs)
+        self._adopted[0] = entry
+        return entry
 
     def _call(self, leaves, value, gleaves):
-        if self.backend == "numba":
+        if self.backend == "numba":  # serialized by the program's lock or the GIL
             self._program.run(leaves, [value, *gleaves])
         elif self._quiet:
             with self._lock, np.errstate(all="ignore"):  # a fresh one: not reentrant
@@ -408,6 +434,9 @@ class Plan:
             return f"<hybridad.Plan {self.name} (not built)>"
         return (f"<hybridad.Plan {self.name} argnums={self.argnums} "
                 f"nodes={len(self.graph.nodes)} workspace={self.memory.total_bytes}B>")
+
+
+_NOTHING = object()  # an empty entry of a plan's remembered result
 
 
 def _describe(a):

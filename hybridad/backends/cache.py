@@ -49,10 +49,13 @@ def cache_dir():
 def _library_digest():
     """Hash of the hybridad modules generated source imports (numba's cache
     does not see changes to functions a cached function calls)."""
-    from . import vmath
+    from . import rt, vmath
 
-    with open(vmath.__file__, "rb") as fh:
-        return hashlib.sha256(fh.read()).hexdigest()
+    digest = hashlib.sha256()
+    for module in (rt, vmath):
+        with open(module.__file__, "rb") as fh:
+            digest.update(fh.read())
+    return digest.hexdigest()
 
 
 def source_hash(source):

@@ -84,7 +84,7 @@ def numba_layouts(nodes, memplan):
             v = n.attrs["value"]
             out[n.id] = "C" if v.flags.c_contiguous else "F" if v.flags.f_contiguous else "A"
         elif storage == "alias":
-            out[n.id] = out[n.args[0].id]
+            out[n.id] = out[memplan.alias_of[n.id].id]
         elif n.op == "reshape":
             out[n.id] = "C"  # a reshape view is only made of a C operand
         elif n.op == "transpose" and len(n.shape) == 2 and n.attrs["axes"] == (1, 0):
@@ -240,22 +240,25 @@ def _literal(value):
 class NumbaProgram:
     """A compiled whole-plan function and the Python calls that feed it.
 
-    The function is compiled for ONE signature -- arenas, C-contiguous
-    writeable inputs and outputs of the plan's dtypes -- by a dispatcher of its
-    own that then refuses to compile more, so an unusual argument never
-    triggers a compilation mid-loop.  :meth:`run` stages anything else
-    (non-contiguous or read-only inputs, non-contiguous gradient buffers, a
-    value buffer of another float dtype) through buffers made once.
+    The function is compiled for ONE signature by a dispatcher of its own that
+    then refuses to compile more, so an unusual argument never triggers a
+    compilation mid-loop.  Its arguments: the plan's inputs as C-contiguous
+    writeable arrays of the plan's dtypes, captured constant arrays, and the
+    *addresses* of the output buffers (see :mod:`.rt`; the arenas' addresses
+    are bound in).  :meth:`run` stages anything else (non-contiguous or
+    read-only inputs, non-contiguous outputs, another float dtype) through
+    buffers made once.
 
-    The generated function checks, before writing anything, every input and
-    output shape and that no output overlaps an input or another output; it
-    returns 0, or a nonzero :data:`STATUS` code having written nothing.
+    The generated function checks, before writing anything, every input's
+    shape and that no input overlaps an output, and raises ``ValueError``
+    otherwise.  Outputs given by address must be valid, non-overlapping
+    buffers of the plan's shapes and dtypes (:meth:`addresses` checks).
 
     Attributes
     ----------
     fn : callable
-        ``fn(*inputs, *outputs) -> status`` for canonical arguments (raises
-        ``TypeError`` for others).
+        ``fn(*inputs, *output_addresses)`` for canonical arguments (raises
+        ``TypeError`` for other argument types).
     source : str
         The generated module.
     heavy : bool
@@ -265,20 +268,35 @@ class NumbaProgram:
         cost (a lock costs ~0.3 us, as much as the whole n = 100 kernel).
     """
 
-    def __init__(self, fn, source, heavy, in_specs, out_specs):
+    def __init__(self, fn, source, heavy, in_specs, out_specs, keep):
         self.fn = fn
         self.source = source
         self.heavy = heavy
         self.lock = threading.Lock() if heavy else None
         self._in_specs = in_specs
-        self._out_specs = out_specs
+        self._out_specs = [(tuple(s), np.dtype(d)) for s, d in out_specs]
         self._staged = {}
+        self._keep = keep  # arrays whose addresses the compiled call holds
 
     def _stage(self, key, shape, dtype):
         buf = self._staged.get(key)
         if buf is None:
             buf = self._staged[key] = np.empty(shape, dtype)
+            self._staged[("addr", key)] = buf.ctypes.data
         return buf
+
+    def addresses(self, outputs):
+        """The outputs' addresses if they can be written directly -- exact
+        ndarrays of the plan's shapes and dtypes, C-contiguous, writeable,
+        pairwise disjoint -- else None."""
+        for o, (shape, dtype) in zip(outputs, self._out_specs, strict=True):
+            if not (type(o) is np.ndarray and o.shape == shape and o.dtype == dtype and
+                    o.flags.c_contiguous and o.flags.writeable):
+                return None
+        for i, o in enumerate(outputs):
+            if any(np.may_share_memory(o, p) for p in outputs[i + 1:]):
+                return None
+        return [o.ctypes.data for o in outputs]
 
     def run(self, inputs, outputs):
         """Run on any arrays of the plan's shapes (validated by the caller)."""
@@ -291,45 +309,39 @@ class NumbaProgram:
                 np.copyto(buf, a, casting="unsafe")
                 a = buf
             ins.append(a)
-        outs, copies = [], []
+        addrs, copies = [], []
         for k, o in enumerate(outputs):
             shape, dtype = self._out_specs[k]
-            if not (type(o) is np.ndarray and o.dtype == dtype and o.flags.c_contiguous):
+            if type(o) is np.ndarray and o.dtype == dtype and o.flags.c_contiguous:
+                addrs.append(o.ctypes.data)
+            else:
                 buf = self._stage(("out", k), shape, dtype)
                 copies.append((o, buf))
-                o = buf
-            outs.append(o)
-        status = self.call(ins, outs)
-        if status:
-            raise ValueError(STATUS.get(status, f"plan refused its arguments (status {status})"))
+                addrs.append(self._staged[("addr", ("out", k))])
+        self.call(ins, addrs)
         for o, buf in copies:
             np.copyto(o, buf, casting="unsafe")
 
-    def call(self, ins, outs):
-        """The compiled function on canonical arrays; returns its status."""
+    def call(self, ins, addrs):
+        """The compiled function on canonical inputs and output addresses."""
         if self.lock is None:
-            return self.fn(*ins, *outs)
+            return self.fn(*ins, *addrs)
         with self.lock:
-            return self.fn(*ins, *outs)
-
-
-#: status codes of a generated function's argument checks
-STATUS = {1: "an argument or out buffer does not have the plan's shape",
-          2: "out buffers must not share memory with the arguments",
-          3: "out buffers must not share memory with each other"}
+            return self.fn(*ins, *addrs)
 
 
 def _guard_lines(in_specs, out_specs):
     """The checks opening a generated function (before any write)."""
     lines = []
-    for prefix, specs in (("a", in_specs), ("o", out_specs)):
-        for i, (shape, _) in enumerate(specs):
-            lines += [f"if {prefix}{i}.shape != {tuple(shape)!r}:", "    return 1"]
-    pairs = [(f"a{i}", f"o{k}", 2) for i in range(len(in_specs)) for k in range(len(out_specs))]
-    pairs += [(f"o{j}", f"o{k}", 3) for j in range(len(out_specs))
-              for k in range(j + 1, len(out_specs))]
-    for a, b, code in pairs:
-        lines += [f"if _overlaps({a}, {b}):", f"    return {code}"]
+    for i, (shape, _) in enumerate(in_specs):
+        lines += [f"if a{i}.shape != {tuple(shape)!r}:",
+                  f"    raise ValueError('argument {i} does not have the plan\\'s shape')"]
+    for i in range(len(in_specs)):
+        for k, (shape, dtype) in enumerate(out_specs):
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            lines += [f"if _overlaps_range(a{i}, o{k}p, {nbytes}):",
+                      "    raise ValueError('out buffers must not share memory with the "
+                      "arguments')"]
     return lines
 
 
@@ -361,8 +373,14 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     names, params, const_args = {}, [], []
     arenas = sorted({dt for dt, *_ in memplan.slots.values()} |
                     {dt for dt, *_ in memplan.scratch.values()}, key=lambda d: d.str)
-    params += [f"ar_{dt.name}" for dt in arenas]
+    params += [f"ar_{dt.name}p" for dt in arenas]
     w = LoopWriter()
+    for dt in arenas:
+        count = memplan.arenas[dt].size
+        w.emit(f"ar_{dt.name} = _view_at(ar_{dt.name}p, ({count},), np.{dt.name})")
+    for k, (shape, dtype) in enumerate(out_specs):  # the caller's buffers, by address
+        dt, size = np.dtype(dtype), int(np.prod(shape, dtype=np.int64))
+        w.emit(f"o{k} = _view_at(o{k}p, ({size},), np.{dt.name}).reshape({tuple(shape)!r})")
     layouts = numba_layouts(nodes, memplan)
     input_pos = {n.id: i for i, n in enumerate(inputs)}
     output_ids = {n.id for n in outputs if n is not None}
@@ -393,7 +411,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
                 params.append(f"c{n.id}")
                 const_args.append(n.attrs["value"])
         elif storage == "alias":
-            names[n.id] = names[n.args[0].id]
+            names[n.id] = names[memplan.alias_of[n.id].id]
             w.emit(f"# {format_node(n)}")
             _emit_node(w, n, names, users, consts, layouts)
         elif storage == "view":
@@ -412,7 +430,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         else:
             w.emit(f"# {format_node(n)}")
             _emit_node(w, n, names, users, consts, layouts)
-    params += [f"o{k}" for k in range(len(outputs))]
+    params += [f"o{k}p" for k in range(len(outputs))]
     w.emit("# outputs")
     for k, n in enumerate(outputs):
         if n is None:
@@ -420,24 +438,28 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         elif names[n.id] != f"o{k}":
             nd = len(n.shape)
             w.nest(n.shape, [f"o{k}{here(nd)} = {names[n.id]}{here(nd)}"])
-    w.emit("return 0")
     heavy = w.parallel or _work(nodes) >= PARALLEL_MIN
     header = ["import numpy as np", "from numba import get_thread_id, njit, prange",
-              vector_imports(), "from hybridad.backends.vmath import overlaps as _overlaps", ""]
+              vector_imports(),
+              "from hybridad.backends.rt import overlaps_range as _overlaps_range, "
+              "view_at as _view_at", ""]
     header += [f"{k} = {_literal(v)}" for k, v in consts.namespace().items()]
     fn_name = "plan_fn"
-    flags = "cache=True, error_model=\"numpy\"" + (", nogil=True" if heavy else "") + \
-        (", parallel=True" if w.parallel else "")
+    # fastmath "contract" only: fused multiply-adds, no reassociation (rounding
+    # stays that of the written order, NaN and inf semantics unchanged)
+    flags = 'cache=True, error_model="numpy", fastmath={"contract"}' + \
+        (", nogil=True" if heavy else "") + (", parallel=True" if w.parallel else "")
     guards = ["    " + line for line in _guard_lines(in_specs, out_specs)]
     source = "\n".join(header + ["", "", f"@njit({flags})",
                                  f"def {fn_name}({', '.join(params)}):"] + guards + w.lines) + "\n"
     dispatcher = cache.load_function(source, fn_name)
-    arena_args = [memplan.arenas[dt] for dt in arenas]
+    arena_args = [memplan.arenas[dt].ctypes.data for dt in arenas]
     protos = arena_args + [np.empty(s, d) for s, d in in_specs] + const_args + \
-        [np.empty(s, d) for s, d in out_specs]
+        [0 for _ in out_specs]
     fn = _bind(_own_dispatcher(dispatcher, protos), arena_args, const_args, len(inputs),
                len(outputs))
-    return NumbaProgram(fn, source, heavy, in_specs, out_specs)
+    keep = [memplan.arenas[dt] for dt in arenas]
+    return NumbaProgram(fn, source, heavy, in_specs, out_specs, keep)
 
 
 def _own_dispatcher(dispatcher, protos):
@@ -455,8 +477,9 @@ def _own_dispatcher(dispatcher, protos):
 
 
 def _bind(jitted, arenas, consts, n_in, n_out):
-    """``call(*inputs, *outputs)``: the compiled function with arenas and
-    constants bound (a small generated Python function: no per-call packing)."""
+    """``call(*inputs, *output_addresses)``: the compiled function with the
+    arenas' addresses and constants bound (a small generated Python function:
+    no per-call packing)."""
     ns = {"_j": jitted}
     args = []
     for k, arr in enumerate(arenas):
@@ -486,7 +509,7 @@ def _direct_outputs(nodes, outputs, memplan):
             continue
         root = by_id[n.id]
         while memplan.storage[root.id] == "alias":
-            root = root.args[0]
+            root = memplan.alias_of[root.id]
         if memplan.storage[root.id] == "buffer":
             roots.setdefault(root.id, []).append(k)
     return {rid: ks[0] for rid, ks in roots.items() if len(ks) == 1}

@@ -90,8 +90,9 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program"):
             ns[names[node.id]] = node.attrs["value"]
             static[node.id] = True
         elif storage == "alias":
-            names[node.id] = names[node.args[0].id]
-            static[node.id] = static[node.args[0].id]
+            target = memplan.alias_of[node.id]
+            names[node.id] = names[target.id]
+            static[node.id] = static[target.id]
             body.append(_call(node, names, ns, target=names[node.id]))
         elif storage == "view":
             v = names[node.id] = f"v{node.id}"

@@ -1,0 +1,58 @@
+"""numba's own runtime allocations per call (NUMBA_NRT_STATS), which the numpy
+counter cannot see.  Arenas and result buffers reach the compiled plan as
+addresses, so a call makes exactly one NRT allocation per *input array* --
+numba's unboxing of that argument at the boundary -- and none in the kernels
+(the counts must not grow with the plan's size or number of outputs)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import hybridad as ha
+    from numba.core.runtime import rtsys
+
+    def expsum(x):
+        r = np.sum(np.exp(-3 * (x + 1)))
+        return r ** 2 + r ** 3 + r ** 4 / 4
+
+    def quad(x, A, B):
+        return x @ (A @ x) + np.sum(np.tanh(B @ x)) + np.max(x * x)
+
+    def mlp(W1, b1, W2, X):
+        return np.mean((np.tanh(X @ W1 + b1) @ W2) ** 2)
+
+    rng = np.random.default_rng(0)
+    cases = {
+        "expsum": (expsum, (rng.random(100),), 0),
+        "quad": (quad, (rng.random(6), rng.random((6, 6)), rng.random((3, 6))), 0),
+        "mlp": (mlp, (rng.random((1, 8)), rng.random(8), rng.random((8, 1)),
+                      rng.random((50, 1))), (0, 1, 2)),
+    }
+    N = 200
+    for name, (f, args, argnums) in cases.items():
+        plan = ha.compile(f, *args, argnums=argnums)
+        res = plan.new_result()
+        for path, call in (("plan", lambda: plan.gradient(*args, out=res)),
+                           ("ha", lambda: ha.gradient(f, *args, argnums=argnums, out=res))):
+            call()
+            s0 = rtsys.get_allocation_stats()
+            for _ in range(N):
+                call()
+            s1 = rtsys.get_allocation_stats()
+            print(name, path, len(args), (s1.alloc - s0.alloc) / N, (s1.free - s0.free) / N)
+""")
+
+
+def test_nrt_allocations_are_only_the_input_arguments():
+    env = dict(os.environ, NUMBA_NRT_STATS="1")
+    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines()]
+    assert len(rows) == 6, out.stdout
+    for name, path, n_inputs, allocs, frees in rows:
+        assert float(allocs) == int(n_inputs), (name, path, allocs)
+        assert float(frees) == float(allocs), (name, path, "leaked", allocs, frees)
