@@ -303,46 +303,59 @@ class Plan:
         return g
 
     def _fast_path(self):
-        """The numba plan's ``gradient`` for plain array arguments: a small
-        generated function, installed as this plan's ``gradient`` attribute --
-        one Python frame in front of numba.
+        """The numba plan's ``gradient`` for plain array arguments and a
+        :class:`GradientResult` / :class:`DiffResult` whose gradient is one array
+        (or a tuple of arrays for a tuple ``argnums``): a small generated
+        function, installed as this plan's ``gradient`` attribute -- one Python
+        frame in front of numba.
 
-        A result is validated the first time this plan sees it
-        (:meth:`_adopt`: every check of the general path, plus the layout the
-        compiled code writes directly) and then remembered by identity with
-        its buffers' addresses, which the compiled plan receives as integers
-        (no per-call unboxing; see :mod:`hybridad.backends.rt`).  The compiled
-        plan checks the inputs' shapes and overlaps with the result itself
-        and writes nothing when a check fails; anything else -- other types,
-        staging, the precise error -- goes to the general path
-        (:meth:`Plan.gradient`)."""
-        if not all(td == _tree.LEAF for td in self._treedefs):
+        It hands the compiled plan the arrays themselves (``id(array)``, see
+        :mod:`hybridad.backends.rt`), which checks every argument and result
+        buffer -- exact ndarray, shape, dtype, native byte order, alignment,
+        contiguity, writeable results, no overlaps -- before writing anything.
+        Whatever it rejects (other types, staging, the precise error) goes to
+        the general path (:meth:`Plan.gradient`)."""
+        gs = self._grad_structure()
+        if not all(td == _tree.LEAF for td in self._treedefs) or \
+                (gs != _tree.LEAF and not (gs[0] == "tuple" and
+                                           all(t == _tree.LEAF for t in gs[1]))):
             return None
+        wrap = "_id({})" if self._program.objects else "{}"
         n = len(self._treedefs)
         ins = [f"a{i}" for i in range(n)]
-        nout = 1 + len(self._diff_leaves)
-        cond = "".join(f" and {a}.__class__ is _nd" for a in ins)
-        call = f"_fn({', '.join(ins + [f'c[{k + 1}]' for k in range(nout)])})"
-        lines = ["def gradient(*args, out=None):",
-                 "    c = _adopted[0]",
-                 "    if out is not c[0]:",
-                 "        c = _adopt(_plan, out)",
-                 f"    if c is not None and len(args) == {n}:",
-                 f"        {''.join(a + ', ' for a in ins)}= args" if ins else "        pass",
-                 f"        if True{cond}:",
-                 "            try:"]
-        if self._program.lock is not None:
-            lines += ["                with _lock:", f"                    {call}"]
+        if gs == _tree.LEAF:
+            grads, check = ["g"], ""
         else:
-            lines += [f"                {call}"]
-        lines += ["                return out",
-                  "            except (TypeError, ValueError):  # the general path says why",
-                  "                pass",
-                  "    return _general(_plan, *args, out=out)"]
-        self._adopted = [(_NOTHING,)]
-        ns = {"_nd": np.ndarray, "_fn": self._program.fn, "_lock": self._program.lock,
-              "_general": Plan.gradient, "_adopt": Plan._adopt, "_adopted": self._adopted,
+            k = len(gs[1])
+            grads = [f"g[{j}]" for j in range(k)]
+            check = f" and g.__class__ is tuple and len(g) == {k}"
+        jitted, fixed, bound = self._program.parts
+        ns = {"_j": jitted, "_lock": self._program.lock, "_id": id, "_GR": GradientResult,
+              "_DR": DiffResult, "_general": Plan.gradient,
               "_plan": self}  # a cycle (plan -> gradient -> plan): the collector frees it
+        ns.update({f"_f{k}": v for k, v in enumerate(fixed)})
+        ns.update({f"_c{k}": v for k, v in enumerate(bound)})
+        call = "_j(" + ", ".join([f"_f{k}" for k in range(len(fixed))] +
+                                 [wrap.format(x) for x in ins] +
+                                 [f"_c{k}" for k in range(len(bound))] +
+                                 [wrap.format(x) for x in ["out._value", *grads]]) + ")"
+        lines = ["def gradient(*args, out=None):",
+                 f"    if len(args) == {n} and (out.__class__ is _GR or out.__class__ is _DR):",
+                 "        d = out._derivs",
+                 "        if d:",
+                 "            g = d[0]",
+                 f"            {''.join(a + ', ' for a in ins)}= args" if ins else
+                 "            pass",
+                 f"            if True{check}:",
+                 "                try:"]
+        if self._program.lock is not None:
+            lines += ["                    with _lock:", f"                        {call}"]
+        else:
+            lines += [f"                    {call}"]
+        lines += ["                    return out",
+                  "                except (TypeError, ValueError):  # the general path says why",
+                  "                    pass",
+                  "    return _general(_plan, *args, out=out)"]
         exec(compile("\n".join(lines) + "\n", f"<hybridad gradient {self.name}>", "exec"),
              ns)  # noqa: S102
         fast = ns["gradient"]
@@ -350,27 +363,6 @@ class Plan:
         fast.__wrapped__ = Plan.gradient
         fast.source = "\n".join(lines)
         return fast
-
-    def _adopt(self, out):
-        """``(out, value address, gradient addresses...)`` when ``out`` passes
-        every check of :meth:`_check_out` (input overlaps excepted: the
-        compiled plan checks those per call) and its buffers can be written
-        directly; remembered for the next call.  Else None.
-
-        Changing a remembered result's buffers in place afterwards (their
-        dtype, shape or writeable flag) is not supported: replace the result."""
-        if not isinstance(out, DiffResult):
-            return None
-        try:
-            gleaves = self._check_out(out, ())
-        except (TypeError, ValueError):
-            return None
-        addrs = self._program.addresses([out.value, *gleaves])
-        if addrs is None:
-            return None
-        entry = (out, *addrs)
-        self._adopted[0] = entry
-        return entry
 
     def _call(self, leaves, value, gleaves):
         if self.backend == "numba":  # serialized by the program's lock or the GIL

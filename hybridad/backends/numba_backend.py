@@ -242,23 +242,31 @@ class NumbaProgram:
 
     The function is compiled for ONE signature by a dispatcher of its own that
     then refuses to compile more, so an unusual argument never triggers a
-    compilation mid-loop.  Its arguments: the plan's inputs as C-contiguous
-    writeable arrays of the plan's dtypes, captured constant arrays, and the
-    *addresses* of the output buffers (see :mod:`.rt`; the arenas' addresses
-    are bound in).  :meth:`run` stages anything else (non-contiguous or
-    read-only inputs, non-contiguous outputs, another float dtype) through
-    buffers made once.
+    compilation mid-loop.  It takes every array as an *object* -- the integer
+    ``id(array)`` -- and reads numpy's array struct itself (:mod:`.rt`): no
+    argument is unboxed, so a call makes no numba runtime allocation.  Before
+    writing anything it checks that each argument is an exact ndarray of the
+    plan's shape and dtype, native byte order, aligned and C-contiguous (and
+    writeable for outputs), and that no two of them overlap, and raises
+    ``ValueError`` otherwise.  :meth:`run` stages anything else (non-contiguous
+    arrays, another float dtype, subclasses) through buffers made once.
 
-    The generated function checks, before writing anything, every input's
-    shape and that no input overlaps an output, and raises ``ValueError``
-    otherwise.  Outputs given by address must be valid, non-overlapping
-    buffers of the plan's shapes and dtypes (:meth:`addresses` checks).
+    Where :data:`.rt.ABI` could not be established the function takes the
+    arrays themselves (numba unboxes each: one NRT allocation per array per
+    call) and ``objects`` is False; the checks are the same.
 
     Attributes
     ----------
+    parts : tuple
+        ``(dispatcher, leading, constants)``: ``fn(*ins, *outs)`` is
+        ``dispatcher(*leading, *ins, *constants, *outs)`` (for callers that
+        generate their own call, like the plan's fast path).
     fn : callable
-        ``fn(*inputs, *output_addresses)`` for canonical arguments (raises
-        ``TypeError`` for other argument types).
+        ``fn(*inputs, *outputs)`` for canonical arguments, given as
+        ``id(array)`` when :attr:`objects` (raises ``TypeError`` for other
+        argument types, ``ValueError`` when a check fails).
+    objects : bool
+        Whether arrays are passed as ``id(array)``.
     source : str
         The generated module.
     heavy : bool
@@ -268,12 +276,13 @@ class NumbaProgram:
         cost (a lock costs ~0.3 us, as much as the whole n = 100 kernel).
     """
 
-    def __init__(self, fn, source, heavy, in_specs, out_specs, keep):
+    def __init__(self, fn, source, heavy, in_specs, out_specs, keep, objects):
         self.fn = fn
         self.source = source
         self.heavy = heavy
+        self.objects = objects
         self.lock = threading.Lock() if heavy else None
-        self._in_specs = in_specs
+        self._in_specs = [(tuple(s), np.dtype(d)) for s, d in in_specs]
         self._out_specs = [(tuple(s), np.dtype(d)) for s, d in out_specs]
         self._staged = {}
         self._keep = keep  # arrays whose addresses the compiled call holds
@@ -282,67 +291,109 @@ class NumbaProgram:
         buf = self._staged.get(key)
         if buf is None:
             buf = self._staged[key] = np.empty(shape, dtype)
-            self._staged[("addr", key)] = buf.ctypes.data
         return buf
-
-    def addresses(self, outputs):
-        """The outputs' addresses if they can be written directly -- exact
-        ndarrays of the plan's shapes and dtypes, C-contiguous, writeable,
-        pairwise disjoint -- else None."""
-        for o, (shape, dtype) in zip(outputs, self._out_specs, strict=True):
-            if not (type(o) is np.ndarray and o.shape == shape and o.dtype == dtype and
-                    o.flags.c_contiguous and o.flags.writeable):
-                return None
-        for i, o in enumerate(outputs):
-            if any(np.may_share_memory(o, p) for p in outputs[i + 1:]):
-                return None
-        return [o.ctypes.data for o in outputs]
 
     def run(self, inputs, outputs):
         """Run on any arrays of the plan's shapes (validated by the caller)."""
-        ins = []
+        ins, outs, copies = [], [], []
         for i, a in enumerate(inputs):
             shape, dtype = self._in_specs[i]
             if not (type(a) is np.ndarray and a.dtype == dtype and a.flags.c_contiguous
-                    and a.flags.writeable):
+                    and a.flags.aligned and (self.objects or a.flags.writeable)):
                 buf = self._stage(("in", i), shape, dtype)
                 np.copyto(buf, a, casting="unsafe")
                 a = buf
             ins.append(a)
-        addrs, copies = [], []
         for k, o in enumerate(outputs):
             shape, dtype = self._out_specs[k]
-            if type(o) is np.ndarray and o.dtype == dtype and o.flags.c_contiguous:
-                addrs.append(o.ctypes.data)
-            else:
+            if not (type(o) is np.ndarray and o.dtype == dtype and o.flags.c_contiguous
+                    and o.flags.aligned and o.flags.writeable):
                 buf = self._stage(("out", k), shape, dtype)
                 copies.append((o, buf))
-                addrs.append(self._staged[("addr", ("out", k))])
-        self.call(ins, addrs)
+                o = buf
+            outs.append(o)
+        self.call(ins, outs)
         for o, buf in copies:
             np.copyto(o, buf, casting="unsafe")
 
-    def call(self, ins, addrs):
-        """The compiled function on canonical inputs and output addresses."""
+    def call(self, ins, outs):
+        """The compiled function on canonical arrays (the caller keeps them alive)."""
+        args = [id(a) for a in ins + outs] if self.objects else ins + outs
         if self.lock is None:
-            return self.fn(*ins, *addrs)
+            return self.fn(*args)
         with self.lock:
-            return self.fn(*ins, *addrs)
+            return self.fn(*args)
 
 
-def _guard_lines(in_specs, out_specs):
-    """The checks opening a generated function (before any write)."""
-    lines = []
-    for i, (shape, _) in enumerate(in_specs):
-        lines += [f"if a{i}.shape != {tuple(shape)!r}:",
-                  f"    raise ValueError('argument {i} does not have the plan\\'s shape')"]
-    for i in range(len(in_specs)):
-        for k, (shape, dtype) in enumerate(out_specs):
-            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-            lines += [f"if _overlaps_range(a{i}, o{k}p, {nbytes}):",
-                      "    raise ValueError('out buffers must not share memory with the "
-                      "arguments')"]
+def _type_nums(dtype):
+    """numpy's type numbers of every dtype equal to ``dtype`` (int64 is both
+    ``long`` and ``longlong`` on some platforms)."""
+    nums = set()
+    for code in np.typecodes["All"]:
+        try:
+            d = np.dtype(code)
+        except TypeError:
+            continue
+        if d == dtype:
+            nums.add(d.num)
+    return sorted(nums | {np.dtype(dtype).num})
+
+
+def _array_lines(name, shape, dtype, what, flags, order="C"):
+    """Code opening the generated function: check the array object ``{name}p``
+    (see :mod:`.rt`) and cut the view ``name`` from it."""
+    dt = np.dtype(dtype)
+    shape = tuple(int(s) for s in shape)
+    bad_type = " and ".join(f"_tn != {num}" for num in _type_nums(dt))
+    not_array = f"{what} is not an aligned {'C' if order == 'C' else 'Fortran'}-contiguous " \
+        f"{dt.name} array" + (" (writeable)" if flags & 0x400 else "")
+    lines = [f"_tn = _type_num({name}p, _ndt, {len(shape)}, {flags}, _ABI)",
+             f"if {bad_type}:",
+             f"    raise ValueError({not_array!r})"]
+    if shape:
+        dims = " or ".join(f"_ld64(_dm + {8 * d}) != {s}" for d, s in enumerate(shape))
+        lines += [f"_dm = _ld64({name}p + _ABI[3])",
+                  f"if {dims}:",
+                  f"    raise ValueError({what + ' does not have shape ' + str(shape)!r})"]
+    view_shape = shape if order == "C" else shape[::-1]
+    view = f"_view_at(_ld64({name}p + _ABI[1]), {view_shape!r}, np.{dt.name})"
+    lines.append(f"{name} = {view}" + (".T" if order == "F" else ""))
     return lines
+
+
+def _guard_lines(in_specs, out_specs, objects):
+    """The checks opening a generated function (before any write)."""
+    from . import rt
+
+    lines = []
+    ranges = []  # (name, nbytes, is_output)
+    for i, (shape, dtype) in enumerate(in_specs):
+        if objects:
+            lines += _array_lines(f"a{i}", shape, dtype, f"argument {i}",
+                                  rt.ALIGNED | rt.C_CONTIGUOUS)
+        else:
+            lines += [f"if a{i}.shape != {tuple(shape)!r}:",
+                      f"    raise ValueError('argument {i} does not have shape {tuple(shape)}')"]
+        ranges.append((f"a{i}", _nbytes(shape, dtype), False))
+    for k, (shape, dtype) in enumerate(out_specs):
+        if objects:
+            lines += _array_lines(f"o{k}", shape, dtype, f"output {k}",
+                                  rt.ALIGNED | rt.C_CONTIGUOUS | rt.WRITEABLE)
+        else:
+            lines += [f"if o{k}.shape != {tuple(shape)!r}:",
+                      f"    raise ValueError('output {k} does not have shape {tuple(shape)}')"]
+        ranges.append((f"o{k}", _nbytes(shape, dtype), True))
+    for j, (a, na, a_out) in enumerate(ranges):
+        for b, nb, b_out in ranges[j + 1:]:
+            if (a_out or b_out) and na and nb:
+                lines += [f"if _overlaps({a}.ctypes.data, {na}, {b}.ctypes.data, {nb}):",
+                          "    raise ValueError('out buffers must not share memory with each "
+                          "other or with the arguments')"]
+    return lines
+
+
+def _nbytes(shape, dtype):
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
 def _work(nodes):
@@ -369,18 +420,18 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     for n in nodes:
         for x in n.args:
             users[x.id].append(n)
+    from . import rt
+
+    objects = rt.ABI is not None  # arrays passed as id(array), see NumbaProgram
     consts = Constants()
-    names, params, const_args = {}, [], []
+    names, params, const_args = {}, [], []  # const_args: (array, passed as object)
     arenas = sorted({dt for dt, *_ in memplan.slots.values()} |
                     {dt for dt, *_ in memplan.scratch.values()}, key=lambda d: d.str)
-    params += [f"ar_{dt.name}p" for dt in arenas]
+    params += [f"ar_{dt.name}p" for dt in arenas] + (["_ndt"] if objects else [])
     w = LoopWriter()
     for dt in arenas:
         count = memplan.arenas[dt].size
         w.emit(f"ar_{dt.name} = _view_at(ar_{dt.name}p, ({count},), np.{dt.name})")
-    for k, (shape, dtype) in enumerate(out_specs):  # the caller's buffers, by address
-        dt, size = np.dtype(dtype), int(np.prod(shape, dtype=np.int64))
-        w.emit(f"o{k} = _view_at(o{k}p, ({size},), np.{dt.name}).reshape({tuple(shape)!r})")
     layouts = numba_layouts(nodes, memplan)
     input_pos = {n.id: i for i, n in enumerate(inputs)}
     output_ids = {n.id for n in outputs if n is not None}
@@ -398,7 +449,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         start = off // dt.itemsize
         names[("scratch", nid)] = f"sc{nid}"
         w.emit(f"sc{nid} = ar_{dt.name}[{start}:{start + count}]")
-    params += [f"a{i}" for i in range(len(inputs))]
+    params += [f"a{i}p" if objects else f"a{i}" for i in range(len(inputs))]
+    const_guards = []
     for n in nodes:
         storage = memplan.storage[n.id]
         if storage == "input":
@@ -407,9 +459,19 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             names[n.id] = f"c{n.id}"
             only_inlined = n.is_literal and n.size == 1 and n.id not in output_ids and all(
                 u.op == "region" for u in users[n.id])
-            if not only_inlined:
+            v = n.attrs["value"]
+            order = "C" if v.flags.c_contiguous else "F" if v.flags.f_contiguous else None
+            if only_inlined:
+                pass
+            elif objects and order and v.flags.aligned and v.dtype.isnative:
+                params.append(f"c{n.id}p")  # by object, like the inputs
+                const_args.append((v, True))
+                const_guards += _array_lines(
+                    f"c{n.id}", v.shape, v.dtype, "a captured constant array",
+                    rt.ALIGNED | (rt.C_CONTIGUOUS if order == "C" else rt.F_CONTIGUOUS), order)
+            else:
                 params.append(f"c{n.id}")
-                const_args.append(n.attrs["value"])
+                const_args.append((v, False))
         elif storage == "alias":
             names[n.id] = names[memplan.alias_of[n.id].id]
             w.emit(f"# {format_node(n)}")
@@ -430,7 +492,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         else:
             w.emit(f"# {format_node(n)}")
             _emit_node(w, n, names, users, consts, layouts)
-    params += [f"o{k}p" for k in range(len(outputs))]
+    params += [f"o{k}p" if objects else f"o{k}" for k in range(len(outputs))]
     w.emit("# outputs")
     for k, n in enumerate(outputs):
         if n is None:
@@ -441,25 +503,37 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     heavy = w.parallel or _work(nodes) >= PARALLEL_MIN
     header = ["import numpy as np", "from numba import get_thread_id, njit, prange",
               vector_imports(),
-              "from hybridad.backends.rt import overlaps_range as _overlaps_range, "
-              "view_at as _view_at", ""]
+              "from hybridad.backends.rt import load_i64 as _ld64, overlaps as _overlaps, "
+              "type_num as _type_num, view_at as _view_at", ""]
+    if objects:
+        abi = rt.ABI
+        header.append(f"_ABI = {tuple(abi[k] for k in rt.ABI_FIELDS)!r}  # see rt.ABI")
     header += [f"{k} = {_literal(v)}" for k, v in consts.namespace().items()]
     fn_name = "plan_fn"
     # fastmath "contract" only: fused multiply-adds, no reassociation (rounding
     # stays that of the written order, NaN and inf semantics unchanged)
     flags = 'cache=True, error_model="numpy", fastmath={"contract"}' + \
         (", nogil=True" if heavy else "") + (", parallel=True" if w.parallel else "")
-    guards = ["    " + line for line in _guard_lines(in_specs, out_specs)]
+    guards = ["    " + line for line in _guard_lines(in_specs, out_specs, objects) + const_guards]
     source = "\n".join(header + ["", "", f"@njit({flags})",
                                  f"def {fn_name}({', '.join(params)}):"] + guards + w.lines) + "\n"
     dispatcher = cache.load_function(source, fn_name)
     arena_args = [memplan.arenas[dt].ctypes.data for dt in arenas]
-    protos = arena_args + [np.empty(s, d) for s, d in in_specs] + const_args + \
-        [0 for _ in out_specs]
-    fn = _bind(_own_dispatcher(dispatcher, protos), arena_args, const_args, len(inputs),
-               len(outputs))
-    keep = [memplan.arenas[dt] for dt in arenas]
-    return NumbaProgram(fn, source, heavy, in_specs, out_specs, keep)
+    if objects:
+        fixed = arena_args + [id(np.ndarray)]
+        protos = fixed + [0] * len(inputs) + [0 if obj else v for v, obj in const_args] + \
+            [0] * len(outputs)
+    else:
+        fixed = arena_args
+        protos = fixed + [np.empty(s, d) for s, d in in_specs] + [v for v, _ in const_args] + \
+            [np.empty(s, d) for s, d in out_specs]
+    bound = [id(v) if obj else v for v, obj in const_args]
+    own = _own_dispatcher(dispatcher, protos)
+    keep = [memplan.arenas[dt] for dt in arenas] + [v for v, _ in const_args]
+    program = NumbaProgram(_bind(own, fixed, bound, len(inputs), len(outputs)), source, heavy,
+                           in_specs, out_specs, keep, objects)
+    program.parts = (own, fixed, bound)
+    return program
 
 
 def _own_dispatcher(dispatcher, protos):
@@ -476,15 +550,15 @@ def _own_dispatcher(dispatcher, protos):
     return own
 
 
-def _bind(jitted, arenas, consts, n_in, n_out):
-    """``call(*inputs, *output_addresses)``: the compiled function with the
-    arenas' addresses and constants bound (a small generated Python function:
-    no per-call packing)."""
+def _bind(jitted, fixed, consts, n_in, n_out):
+    """``call(*inputs, *outputs)``: the compiled function with the arenas'
+    addresses, numpy's array type and the constants bound (a small generated
+    Python function: no per-call packing)."""
     ns = {"_j": jitted}
     args = []
-    for k, arr in enumerate(arenas):
-        ns[f"_ar{k}"] = arr
-        args.append(f"_ar{k}")
+    for k, value in enumerate(fixed):
+        ns[f"_f{k}"] = value
+        args.append(f"_f{k}")
     ins = [f"a{i}" for i in range(n_in)]
     args += ins
     for k, c in enumerate(consts):

@@ -1,21 +1,25 @@
 """Runtime helpers that generated numba code imports (besides :mod:`vmath`).
 
-Buffers a plan owns (its arenas) and buffers a result owns (validated once per
-result) reach the compiled plan as integer addresses, not as arrays: numba
-unboxes every array argument into a fresh NRT MemInfo (one runtime allocation
-and ~0.1 us per array per call), while an integer costs nothing.  Inside the
-kernel :func:`view_at` wraps an address in an array with no MemInfo at all.
-The caller keeps the owning arrays alive for as long as it passes their
-addresses (the plan holds its arenas; the plan's result cache holds the result).
+No array reaches the compiled plan as an array: numba unboxes every array
+argument into a fresh NRT MemInfo (one runtime allocation and ~0.1 us per
+array per call), while an integer costs nothing.  The plan's own arenas are
+passed as data addresses; the caller's arrays (inputs, result buffers,
+captured constants) as ``id(array)``, whose numpy struct the plan reads and
+checks itself (:func:`type_num`, below).  Inside the kernel :func:`view_at`
+wraps an address in an array with no MemInfo at all.  The caller keeps the
+arrays alive for the duration of the call (the plan holds its arenas and
+constants; a call's arguments are held by the calling frame).
 """
 
 from __future__ import annotations
 
+import numpy as np
 from numba import carray, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["address_pointer", "overlaps", "overlaps_range", "view_at"]
+__all__ = ["ABI", "ABI_FIELDS", "address_pointer", "load_i32", "load_i64", "load_u8", "overlaps",
+           "type_num", "view_at"]
 
 
 @intrinsic
@@ -38,18 +42,129 @@ def view_at(address, shape, dtype):
 
 
 @njit(inline="always", cache=True)
-def overlaps(a, b):
-    """Whether C-contiguous arrays ``a`` and ``b`` share memory."""
-    if a.size == 0 or b.size == 0:
-        return False
-    pa, pb = a.ctypes.data, b.ctypes.data
-    return pa < pb + b.size * b.itemsize and pb < pa + a.size * a.itemsize
+def overlaps(a, na, b, nb):
+    """Whether the byte ranges ``[a, a + na)`` and ``[b, b + nb)`` intersect."""
+    return na > 0 and nb > 0 and a < b + nb and b < a + na
+
+
+# ----------------------------------------------------------------------------
+# arrays passed as objects: the compiled plan reads numpy's array struct
+# ----------------------------------------------------------------------------
+#
+# Even an int-typed argument is cheap to pass, so the compiled plan takes every
+# array it reads or writes as ``id(array)`` and reads the PyArrayObject fields
+# itself -- type, data pointer, ndim, dimensions, flags, the dtype's type number
+# and byte order -- exactly as numpy's C macros (PyArray_DATA, PyArray_DIMS,
+# PyArray_FLAGS, PyArray_DESCR) do.  These fields are part of numpy's stable
+# C ABI; :func:`_probe_abi` still finds their offsets on live arrays at import
+# and verifies them, and the numba backend falls back to passing arrays
+# (one NRT allocation each) if anything does not match (``ABI is None``).
+
+
+def _probe_abi():
+    """Offsets (bytes) of the fields the compiled plan reads, found on live
+    objects and cross-checked; None when they cannot be established."""
+    import ctypes
+    import sys
+
+    import numpy as np
+
+    if sys.implementation.name != "cpython" or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return None
+    try:
+        a = np.arange(6.0).reshape(2, 3)
+        words = list((ctypes.c_int64 * 12).from_address(id(a)))  # well inside the struct
+        data = words.index(a.ctypes.data) * 8
+        type_off = words.index(id(np.ndarray)) * 8
+        offs = {"type": type_off, "data": data, "ndim": data + 8, "dims": data + 16,
+                "descr": data + 40, "flags": data + 48}
+        descr_words = list((ctypes.c_int32 * 8).from_address(id(np.dtype(np.float64))))
+        type_num = descr_words.index(np.dtype(np.float64).num) * 4
+        offs["type_num"] = type_num
+        offs["byteorder"] = type_num - 2  # kind, type, byteorder, flags, type_num
+
+        def i64(addr):
+            return ctypes.c_int64.from_address(addr).value
+
+        def i32(addr):
+            return ctypes.c_int32.from_address(addr).value
+
+        def u8(addr):
+            return ctypes.c_uint8.from_address(addr).value
+
+        for arr in (a, np.zeros((4, 5, 1), np.float32).T, np.ones(3, ">f8"),
+                    np.zeros((), np.int64), np.zeros(7, np.uint8)[1:]):
+            p = id(arr)
+            ok = (i64(p + offs["type"]) == id(np.ndarray)
+                  and i64(p + offs["data"]) == arr.ctypes.data
+                  and i32(p + offs["ndim"]) == arr.ndim
+                  and all(i64(i64(p + offs["dims"]) + 8 * d) == s
+                          for d, s in enumerate(arr.shape))
+                  and i64(p + offs["descr"]) == id(arr.dtype)
+                  and i32(p + offs["flags"]) == arr.flags.num
+                  and i32(id(arr.dtype) + offs["type_num"]) == arr.dtype.num
+                  and chr(u8(id(arr.dtype) + offs["byteorder"])) == arr.dtype.byteorder)
+            if not ok:
+                return None
+        return offs
+    except Exception:  # noqa: BLE001 -- any surprise: pass arrays instead
+        return None
+
+
+ABI = _probe_abi()
+#: the order of :data:`ABI`'s offsets in the tuple generated code embeds, then
+#: the byte-order character of non-native arrays
+ABI_FIELDS = ("type", "data", "ndim", "dims", "descr", "flags", "type_num", "byteorder")
+if ABI is not None:
+    import sys as _sys
+
+    ABI["foreign"] = ord(">" if _sys.byteorder == "little" else "<")
+    ABI_FIELDS += ("foreign",)
+#: numpy's flag bits (ndarraytypes.h)
+C_CONTIGUOUS, F_CONTIGUOUS, ALIGNED, WRITEABLE = 0x1, 0x2, 0x100, 0x400
+
+
+@intrinsic
+def _load(typingctx, address, ty):
+    """The value of type ``ty`` (a numba type given as a class) stored at ``address``."""
+    if not isinstance(address, types.Integer):
+        return None
+    val_ty = ty.instance_type
+
+    def codegen(context, builder, signature, args):
+        llty = context.get_value_type(val_ty)
+        ptr = builder.inttoptr(args[0], llty.as_pointer())
+        return builder.load(ptr)
+
+    return val_ty(address, ty), codegen
 
 
 @njit(inline="always", cache=True)
-def overlaps_range(a, address, nbytes):
-    """Whether C-contiguous ``a`` shares memory with ``[address, address + nbytes)``."""
-    if a.size == 0 or nbytes == 0:
-        return False
-    pa = a.ctypes.data
-    return pa < address + nbytes and address < pa + a.size * a.itemsize
+def load_i64(address):
+    return _load(address, np.int64)
+
+
+@njit(inline="always", cache=True)
+def load_i32(address):
+    return _load(address, np.int32)
+
+
+@njit(inline="always", cache=True)
+def load_u8(address):
+    return _load(address, np.uint8)
+
+
+@njit(inline="always", cache=True)
+def type_num(obj, ndarray_type, ndim, flags, abi):
+    """numpy's type number of the array object at address ``obj`` (``id``) when
+    it is an exact ``ndarray`` (``ndarray_type`` is ``id(np.ndarray)``) of
+    ``ndim`` dimensions in native byte order whose flags include ``flags``;
+    else -1.  ``abi`` is :data:`ABI` as the tuple of :data:`ABI_FIELDS`."""
+    if load_i64(obj + abi[0]) != ndarray_type or load_i32(obj + abi[2]) != ndim:
+        return -1
+    if (load_i32(obj + abi[5]) & flags) != flags:
+        return -1
+    descr = load_i64(obj + abi[4])
+    if load_u8(descr + abi[7]) == abi[8]:
+        return -1
+    return load_i32(descr + abi[6])
