@@ -403,12 +403,19 @@ class Plan:
         Returns
         -------
         str
-            The traced (forward) graph, the backward graph, every buffer with
-            its bytes and arena offset, the arena's total bytes, and the
-            generated source.
+            The graph (forward and backward sweeps), each fused region with
+            its ops, loop, strategy for its partials (``store``: dual-number
+            partials written in the forward sweep; ``recompute``: the body
+            evaluated again in the backward sweep) and where they are written
+            (an arena slot, in place over a dead operand, or straight into the
+            result's gradient buffer), every buffer with its bytes and arena
+            offset, the arena's total bytes, and the generated source.
         """
         lines = [f"plan for {self.name}, argnums={self.argnums}", "", "graph:",
-                 str(self.graph), "", "buffers:"]
+                 str(self.graph), ""]
+        if self.backend == "numba":
+            lines += ["regions:", *self._region_lines(), ""]
+        lines += ["buffers:"]
         for node in self.graph.nodes:
             kind = self.memory.storage[node.id]
             if kind == "buffer":
@@ -420,6 +427,66 @@ class Plan:
         lines.append(f"total workspace: {self.memory.total_bytes} bytes")
         lines += ["", "generated source:", self._program.source]
         return "\n".join(lines)
+
+    def _region_lines(self):
+        from .backends.loops import PARALLEL_MIN
+
+        nodes = self.graph.nodes
+        users = {n.id: [] for n in nodes}
+        for n in nodes:
+            for a in n.args:
+                users[a.id].append(n)
+        direct = getattr(self._program, "direct", {})
+        aliases = {}  # node id -> nodes written in place over it
+        for nid, target in self.memory.alias_of.items():
+            aliases.setdefault(target.id, []).append(nid)
+
+        def where(node):
+            root = node
+            while self.memory.storage[root.id] == "alias":
+                root = self.memory.alias_of[root.id]
+            chain, todo = [], [node.id]
+            while todo:  # what later overwrites this storage in place
+                nid = todo.pop()
+                for a in aliases.get(nid, ()):
+                    chain.append(f"%{a}")
+                    todo.append(a)
+            if root.id in direct:
+                text = f"the result's gradient buffer {direct[root.id] - 1} (no copy)"
+            elif root is not node:
+                text = f"in place over %{root.id}"
+            elif self.memory.storage[node.id] == "buffer":
+                dt, off, nbytes, _ = self.memory.slots[node.id]
+                text = f"arena[{dt.name}]+{off} ({nbytes} B)"
+            else:
+                text = self.memory.storage[node.id]
+            return text + (f", then updated in place by {', '.join(chain)}" if chain else "")
+
+        out = []
+        for n in nodes:
+            if n.op != "region":
+                continue
+            body, mode = n.attrs["body"], n.attrs["mode"]
+            ops = "+".join(m.op for m in body.nodes)
+            if body.reduction is not None:
+                ops += f" -> {body.reduction.op}"
+            size = int(np.prod(body.shape, dtype=np.int64))
+            par = "prange" if size >= PARALLEL_MIN else "serial"
+            ins = ", ".join(f"%{a.id}" for a in n.args)
+            if mode == "vjp":
+                out.append(f"  %{n.id:<4} {n.phase:<8} {ops} over {body.shape} ({par}): "
+                           f"recomputed for cotangent x d/d(operand {n.attrs['wrt']}), into "
+                           f"{where(n)}")
+                continue
+            partials = [u for u in users[n.id] if u.op == "region_partial"]
+            vjps = [m for m in nodes if m.op == "region" and m.attrs["mode"] == "vjp"
+                    and m.attrs["body"] is body]
+            how = "store" if partials else "recompute" if vjps else "no partials needed"
+            out.append(f"  %{n.id:<4} {n.phase:<8} {ops} over {body.shape} ({par}) of {ins}: "
+                       f"value into {where(n)}; partials: {how}")
+            for p in partials:
+                out.append(f"         d/d%{n.args[p.attrs['wrt']].id} -> %{p.id}: {where(p)}")
+        return out or ["  (none)"]
 
     def __repr__(self):
         if not hasattr(self, "memory"):

@@ -156,3 +156,23 @@ def test_large_regions_run_as_prange_and_agree_with_numpy(monkeypatch):
         for _ in range(20):
             plan.gradient(x, c, out=res)
     assert counts.allocations == 0, counts
+
+
+def test_explain_shows_regions_strategy_and_in_place_partials():
+    # exp is stored as its partial, written straight into the gradient buffer
+    # and scaled there in place; cheap arithmetic is recomputed backward
+    def f(x):
+        r = np.sum(np.exp(-3 * (x + 1)))
+        return r ** 2 + np.sum((x * x + 3 * x) * 2)
+
+    x = rand((10,), seed=51)
+    plan = ha.compile(f, x)
+    text = plan.explain()
+    regions = text[text.index("regions:"):text.index("buffers:")]
+    exp_line = next(ln for ln in regions.splitlines() if "add+multiply+exp -> sum" in ln)
+    assert "partials: store" in exp_line
+    assert "the result's gradient buffer 0 (no copy), then updated in place" in regions
+    assert "partials: recompute" in regions and "recomputed for cotangent" in regions
+    res = plan.gradient(x)
+    ref = ha.gradient(f, x, backend="numpy")
+    np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12)

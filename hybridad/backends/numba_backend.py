@@ -257,6 +257,9 @@ class NumbaProgram:
 
     Attributes
     ----------
+    direct : dict
+        buffer node id -> output position, for buffers computed straight
+        into the caller's result (set by :func:`compile_numba_program`).
     parts : tuple
         ``(dispatcher, leading, constants)``: ``fn(*ins, *outs)`` is
         ``dispatcher(*leading, *ins, *constants, *outs)`` (for callers that
@@ -533,6 +536,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     program = NumbaProgram(_bind(own, fixed, bound, len(inputs), len(outputs)), source, heavy,
                            in_specs, out_specs, keep, objects)
     program.parts = (own, fixed, bound)
+    program.direct = direct
     return program
 
 
