@@ -176,14 +176,78 @@ def _emit_node(w, node, names, users, consts, layouts):
         raise NotImplementedError(f"numba backend: no code for op {op!r}")
 
 
+def blas_accumulations(nodes, outputs, layouts):
+    """matmul node id -> the ``iadd`` that adds it into an adjoint, where
+    ``acc += A @ B`` can run as ONE BLAS gemm with beta = 1 into ``acc``
+    (:func:`.rt.gemm`) -- no product temporary, no separate add.
+
+    Conditions: the product's only user is ``iadd(acc, product)`` (or a
+    reshape of it, whose only user that is); the product
+    runs on BLAS (:func:`blas_ready`), with a non-empty inner dimension, into a
+    C ``acc`` of its shape (1-D or 2-D); ``acc`` is computed before the product
+    and nothing else reads ``acc`` after the product is computed."""
+    pos = {n.id: i for i, n in enumerate(nodes)}
+    users = {n.id: [] for n in nodes}
+    for n in nodes:
+        for x in n.args:
+            users[x.id].append(n)
+    out_ids = {n.id for n in outputs if n is not None}
+    found = {}
+    for n in nodes:
+        if n.op != "iadd":
+            continue
+        acc, m = n.args
+        if m.op == "reshape" and [u.id for u in users[m.id]] == [n.id] and \
+                m.args[0].op == "matmul" and m.id not in out_ids:
+            m = m.args[0]  # a product reshaped (a vector product made 2-D and back)
+            user = n.args[1]
+        else:
+            user = n
+        if m.op != "matmul" or m.id in out_ids or [u.id for u in users[m.id]] != [user.id]:
+            continue
+        if not (blas_ready(m, layouts) and acc.dtype == m.dtype and acc.size == m.size and
+                m.shape and m.args[0].shape[-1] > 0 and layouts[acc.id] == "C"):
+            continue
+        if pos[acc.id] > pos[m.id] or any(pos[u.id] > pos[m.id] for u in users[acc.id]
+                                          if u is not n):
+            continue
+        found[m.id] = n
+    return found
+
+
+def blas_ready(node, layouts):
+    """Whether matmul ``node`` runs as one BLAS gemm (:func:`.rt.gemm`): float,
+    one dtype, 1-D or 2-D operands, 2-D ones C or F, 1-D ones C."""
+    A, B = node.args
+    return node.dtype.kind == "f" and A.dtype == B.dtype == node.dtype and \
+        len(node.shape) <= 2 and len(A.shape) <= 2 and len(B.shape) <= 2 and \
+        0 < len(A.shape) and 0 < len(B.shape) and \
+        all(layouts[x.id] in ("C" if len(x.shape) == 1 else "CF") for x in (A, B))
+
+
+def _emit_gemm(w, node, a, acc, beta):
+    """``acc = A @ B + beta * acc`` by BLAS gemm, 1-D operands and result as
+    2-D views (``acc`` C-contiguous)."""
+    A, B = node.args
+    av = a[0] if len(A.shape) == 2 else f"{a[0]}.reshape((1, {A.shape[0]}))"
+    bv = a[1] if len(B.shape) == 2 else f"{a[1]}.reshape(({B.shape[0]}, 1))"
+    rows = A.shape[0] if len(A.shape) == 2 else 1
+    cols = B.shape[1] if len(B.shape) == 2 else 1
+    ov = acc if len(node.shape) == 2 else f"{acc}.reshape(({rows}, {cols}))"
+    note = "  # BLAS gemm, beta = 1: accumulates in place" if beta else "  # BLAS gemm"
+    w.emit(f"_gemm({av}, {bv}, {ov}, {float(beta)!r}){note}")
+
+
 def _emit_matmul(w, node, a, out, layouts):
     A, B = node.args
+    if blas_ready(node, layouts):
+        if A.shape[-1] == 0:
+            fill(w, out, "0")
+        else:
+            _emit_gemm(w, node, a, out, 0)  # straight into the buffer
+        return
     M, N, K = node.shape[-2], node.shape[-1], A.shape[-1]
     batch = node.shape[:-2]
-    if not batch and node.dtype.kind == "f" and A.dtype == B.dtype == node.dtype and \
-            layouts[A.id] in "CF" and layouts[B.id] in "CF":
-        w.emit(f"np.dot({a[0]}, {a[1]}, {out})")  # BLAS gemm/gemv, straight into the buffer
-        return
     nb = len(batch)
 
     def bidx(shape):
@@ -342,57 +406,77 @@ def _type_nums(dtype):
     return sorted(nums | {np.dtype(dtype).num})
 
 
-def _array_lines(name, shape, dtype, what, flags, order="C"):
-    """Code opening the generated function: check the array object ``{name}p``
-    (see :mod:`.rt`) and cut the view ``name`` from it."""
-    dt = np.dtype(dtype)
-    shape = tuple(int(s) for s in shape)
-    bad_type = " and ".join(f"_tn != {num}" for num in _type_nums(dt))
-    not_array = f"{what} is not an aligned {'C' if order == 'C' else 'Fortran'}-contiguous " \
-        f"{dt.name} array" + (" (writeable)" if flags & 0x400 else "")
-    lines = [f"_tn = _type_num({name}p, _ndt, {len(shape)}, {flags}, _ABI)",
-             f"if {bad_type}:",
-             f"    raise ValueError({not_array!r})"]
-    if shape:
-        dims = " or ".join(f"_ld64(_dm + {8 * d}) != {s}" for d, s in enumerate(shape))
-        lines += [f"_dm = _ld64({name}p + _ABI[3])",
-                  f"if {dims}:",
-                  f"    raise ValueError({what + ' does not have shape ' + str(shape)!r})"]
-    view_shape = shape if order == "C" else shape[::-1]
-    view = f"_view_at(_ld64({name}p + _ABI[1]), {view_shape!r}, np.{dt.name})"
-    lines.append(f"{name} = {view}" + (".T" if order == "F" else ""))
-    return lines
+def view_at(address, shape, dtype, order="C"):
+    """Source of the array of ``shape`` at ``address`` (an expression): a flat
+    view (:func:`.rt.flat_view`) reshaped with a literal shape."""
+    size = int(np.prod(shape, dtype=np.int64))
+    shape = tuple(shape) if order == "C" else tuple(shape)[::-1]
+    return f"_flat({address}, np.int64({size}), np.{np.dtype(dtype).name})" \
+        f".reshape({shape!r})" + \
+        (".T" if order == "F" else "")
 
 
-def _guard_lines(in_specs, out_specs, objects):
-    """The checks opening a generated function (before any write)."""
-    from . import rt
+class _Checks:
+    """The checks opening a generated plan (before any write), driven by a
+    table the plan owns (:func:`.rt.check_arrays`): one line per array in the
+    generated source, so the checks cost almost nothing to compile."""
 
-    lines = []
-    ranges = []  # (name, nbytes, is_output)
-    for i, (shape, dtype) in enumerate(in_specs):
-        if objects:
-            lines += _array_lines(f"a{i}", shape, dtype, f"argument {i}",
-                                  rt.ALIGNED | rt.C_CONTIGUOUS)
-        else:
-            lines += [f"if a{i}.shape != {tuple(shape)!r}:",
-                      f"    raise ValueError('argument {i} does not have shape {tuple(shape)}')"]
-        ranges.append((f"a{i}", _nbytes(shape, dtype), False))
-    for k, (shape, dtype) in enumerate(out_specs):
-        if objects:
-            lines += _array_lines(f"o{k}", shape, dtype, f"output {k}",
-                                  rt.ALIGNED | rt.C_CONTIGUOUS | rt.WRITEABLE)
-        else:
-            lines += [f"if o{k}.shape != {tuple(shape)!r}:",
-                      f"    raise ValueError('output {k} does not have shape {tuple(shape)}')"]
-        ranges.append((f"o{k}", _nbytes(shape, dtype), True))
-    for j, (a, na, a_out) in enumerate(ranges):
-        for b, nb, b_out in ranges[j + 1:]:
-            if (a_out or b_out) and na and nb:
-                lines += [f"if _overlaps({a}.ctypes.data, {na}, {b}.ctypes.data, {nb}):",
-                          "    raise ValueError('out buffers must not share memory with each "
-                          "other or with the arguments')"]
-    return lines
+    def __init__(self, objects):
+        self.objects = objects
+        self.records = []  # (name, shape, dtype, flags, written, order)
+
+    def add(self, name, shape, dtype, written, order="C"):
+        from . import rt
+
+        flags = rt.ALIGNED | (rt.C_CONTIGUOUS if order == "C" else rt.F_CONTIGUOUS) | \
+            (rt.WRITEABLE if written else 0)
+        self.records.append((name, tuple(int(d) for d in shape), np.dtype(dtype), flags,
+                             written, order))
+
+    def table(self):
+        """The int64 check table (object fields filled per call)."""
+        from . import rt
+
+        n = len(self.records)
+        dims = [d for _, shape, *_ in self.records for d in shape]
+        t = np.zeros(n * rt.RECORD + len(dims) + 1, np.int64)
+        at = n * rt.RECORD
+        for j, (_, shape, dtype, flags, written, _) in enumerate(self.records):
+            nums = _type_nums(dtype)
+            r = j * rt.RECORD
+            t[r + rt.NDIM], t[r + rt.FLAGS] = len(shape), flags
+            t[r + rt.TYPE1], t[r + rt.TYPE2] = nums[0], nums[-1]
+            t[r + rt.NBYTES], t[r + rt.WRITTEN] = _nbytes(shape, dtype), int(written)
+            t[r + rt.DIMS] = at
+            t[at:at + len(shape)] = shape
+            at += len(shape)
+        return t
+
+    def lines(self, size):
+        from . import rt
+
+        out = []
+        if not self.objects:  # numba typed the arrays; their shapes remain
+            for name, shape, *_ in self.records:
+                out += [f"if {name}.shape != {shape!r}:",
+                        f"    raise ValueError('{name} does not have shape {shape}')"]
+        out.append(f"_t = _flat(_tabp, np.int64({size}), np.int64)")
+        for j, (name, *_) in enumerate(self.records):
+            src = f"{name}p" if self.objects else f"{name}.ctypes.data"
+            out.append(f"_t[{j * rt.RECORD + rt.OBJ}] = {src}")
+        out += [f"_e = _check(_ndt, _tabp, {len(self.records)}, {size}, "
+                f"{int(self.objects)}, _ABI)",
+                "if _e >= 0:",
+                f"    if _e % 4 == {rt.OVERLAP}:",
+                "        raise ValueError('out buffers must not share memory with each other "
+                "or with the arguments')",
+                "    raise ValueError('an argument or result buffer is not an aligned, "
+                "contiguous array of the plan\\'s dtype and shape')"]
+        if self.objects:
+            for name, shape, dtype, _, _, order in self.records:
+                out.append(f"{name} = " + view_at(f"_ld64({name}p + _ABI[1])", shape, dtype,
+                                                  order))
+        return out
 
 
 def _nbytes(shape, dtype):
@@ -430,15 +514,22 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     names, params, const_args = {}, [], []  # const_args: (array, passed as object)
     arenas = sorted({dt for dt, *_ in memplan.slots.values()} |
                     {dt for dt, *_ in memplan.scratch.values()}, key=lambda d: d.str)
-    params += [f"ar_{dt.name}p" for dt in arenas] + (["_ndt"] if objects else [])
+    params += [f"ar_{dt.name}p" for dt in arenas] + ["_tabp", "_ndt"]
+    checks = _Checks(objects)
+    for i, (shape, dtype) in enumerate(in_specs):
+        checks.add(f"a{i}", shape, dtype, written=False)
+    for k, (shape, dtype) in enumerate(out_specs):
+        checks.add(f"o{k}", shape, dtype, written=True)
     w = LoopWriter()
     for dt in arenas:
         count = memplan.arenas[dt].size
-        w.emit(f"ar_{dt.name} = _view_at(ar_{dt.name}p, ({count},), np.{dt.name})")
+        w.emit(f"ar_{dt.name} = _flat(ar_{dt.name}p, np.int64({count}), np.{dt.name})")
     layouts = numba_layouts(nodes, memplan)
     input_pos = {n.id: i for i, n in enumerate(inputs)}
     output_ids = {n.id for n in outputs if n is not None}
     direct = _direct_outputs(nodes, outputs, memplan)
+    accumulate = blas_accumulations(nodes, outputs, layouts)
+    folded = {n.id for n in accumulate.values()}  # iadds done by their gemm
     for n in nodes:  # buffer views, cut once at the top
         if n.id in direct:
             names[n.id] = f"o{direct[n.id]}"  # computed straight into the caller's buffer
@@ -453,7 +544,6 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         names[("scratch", nid)] = f"sc{nid}"
         w.emit(f"sc{nid} = ar_{dt.name}[{start}:{start + count}]")
     params += [f"a{i}p" if objects else f"a{i}" for i in range(len(inputs))]
-    const_guards = []
     for n in nodes:
         storage = memplan.storage[n.id]
         if storage == "input":
@@ -469,16 +559,22 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             elif objects and order and v.flags.aligned and v.dtype.isnative:
                 params.append(f"c{n.id}p")  # by object, like the inputs
                 const_args.append((v, True))
-                const_guards += _array_lines(
-                    f"c{n.id}", v.shape, v.dtype, "a captured constant array",
-                    rt.ALIGNED | (rt.C_CONTIGUOUS if order == "C" else rt.F_CONTIGUOUS), order)
+                checks.add(f"c{n.id}", v.shape, v.dtype, written=False, order=order)
             else:
                 params.append(f"c{n.id}")
                 const_args.append((v, False))
         elif storage == "alias":
             names[n.id] = names[memplan.alias_of[n.id].id]
+            w.emit(f"# {format_node(n)}" + (" (done by the gemm above)" if n.id in folded
+                                            else ""))
+            if n.id not in folded:
+                _emit_node(w, n, names, users, consts, layouts)
+        elif n.id in accumulate:
+            names[n.id] = f"b{n.id}"  # never written: the product goes into the adjoint
             w.emit(f"# {format_node(n)}")
-            _emit_node(w, n, names, users, consts, layouts)
+            acc = accumulate[n.id].args[0]
+            _emit_gemm(w, n, [names[x.id] for x in n.args], names[acc.id] + (
+                f".reshape({n.shape!r})" if acc.shape != n.shape else ""), 1)
         elif storage == "view":
             names[n.id] = f"v{n.id}"
             src = names[n.args[0].id]
@@ -506,33 +602,33 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     heavy = w.parallel or _work(nodes) >= PARALLEL_MIN
     header = ["import numpy as np", "from numba import get_thread_id, njit, prange",
               vector_imports(),
-              "from hybridad.backends.rt import load_i64 as _ld64, overlaps as _overlaps, "
-              "type_num as _type_num, view_at as _view_at", ""]
-    if objects:
-        abi = rt.ABI
-        header.append(f"_ABI = {tuple(abi[k] for k in rt.ABI_FIELDS)!r}  # see rt.ABI")
+              "from hybridad.backends.rt import check_arrays as _check, flat_view as _flat, "
+              "gemm as _gemm, load_i64 as _ld64", ""]
+    abi = tuple(rt.ABI[k] for k in rt.ABI_FIELDS) if objects else (0,) * 9
+    header.append(f"_ABI = {abi!r}  # see rt.ABI")
     header += [f"{k} = {_literal(v)}" for k, v in consts.namespace().items()]
     fn_name = "plan_fn"
     # fastmath "contract" only: fused multiply-adds, no reassociation (rounding
     # stays that of the written order, NaN and inf semantics unchanged)
     flags = 'cache=True, error_model="numpy", fastmath={"contract"}' + \
         (", nogil=True" if heavy else "") + (", parallel=True" if w.parallel else "")
-    guards = ["    " + line for line in _guard_lines(in_specs, out_specs, objects) + const_guards]
+    table = checks.table()
+    guards = ["    " + line for line in checks.lines(table.size)]
     source = "\n".join(header + ["", "", f"@njit({flags})",
                                  f"def {fn_name}({', '.join(params)}):"] + guards + w.lines) + "\n"
     dispatcher = cache.load_function(source, fn_name)
     arena_args = [memplan.arenas[dt].ctypes.data for dt in arenas]
     if objects:
-        fixed = arena_args + [id(np.ndarray)]
+        fixed = arena_args + [table.ctypes.data, id(np.ndarray)]
         protos = fixed + [0] * len(inputs) + [0 if obj else v for v, obj in const_args] + \
             [0] * len(outputs)
     else:
-        fixed = arena_args
+        fixed = arena_args + [table.ctypes.data, 0]
         protos = fixed + [np.empty(s, d) for s, d in in_specs] + [v for v, _ in const_args] + \
             [np.empty(s, d) for s, d in out_specs]
     bound = [id(v) if obj else v for v, obj in const_args]
     own = _own_dispatcher(dispatcher, protos)
-    keep = [memplan.arenas[dt] for dt in arenas] + [v for v, _ in const_args]
+    keep = [memplan.arenas[dt] for dt in arenas] + [v for v, _ in const_args] + [table]
     program = NumbaProgram(_bind(own, fixed, bound, len(inputs), len(outputs)), source, heavy,
                            in_specs, out_specs, keep, objects)
     program.parts = (own, fixed, bound)

@@ -18,8 +18,8 @@ from numba import carray, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["ABI", "ABI_FIELDS", "address_pointer", "load_i32", "load_i64", "load_u8", "overlaps",
-           "type_num", "view_at"]
+__all__ = ["ABI", "ABI_FIELDS", "address_pointer", "check_arrays", "flat_view", "gemm",
+           "load_i32", "load_i64", "load_u8", "overlaps", "type_num", "view_at"]
 
 
 @intrinsic
@@ -34,14 +34,14 @@ def address_pointer(typingctx, address):
     return types.voidptr(address), codegen
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def view_at(address, shape, dtype):
     """The C-contiguous array of ``shape`` and ``dtype`` at ``address``
     (borrowed: no MemInfo, no allocation)."""
     return carray(address_pointer(address), shape, dtype)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def overlaps(a, na, b, nb):
     """Whether the byte ranges ``[a, a + na)`` and ``[b, b + nb)`` intersect."""
     return na > 0 and nb > 0 and a < b + nb and b < a + na
@@ -139,22 +139,22 @@ def _load(typingctx, address, ty):
     return val_ty(address, ty), codegen
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def load_i64(address):
     return _load(address, np.int64)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def load_i32(address):
     return _load(address, np.int32)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def load_u8(address):
     return _load(address, np.uint8)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def type_num(obj, ndarray_type, ndim, flags, abi):
     """numpy's type number of the array object at address ``obj`` (``id``) when
     it is an exact ``ndarray`` (``ndarray_type`` is ``id(np.ndarray)``) of
@@ -168,3 +168,131 @@ def type_num(obj, ndarray_type, ndim, flags, abi):
     if load_u8(descr + abi[7]) == abi[8]:
         return -1
     return load_i32(descr + abi[6])
+
+
+# ----------------------------------------------------------------------------
+# BLAS: out = a @ b + beta * out (gemm; beta = 1 accumulates an adjoint)
+# ----------------------------------------------------------------------------
+
+
+@intrinsic
+def gemm(typingctx, a, b, out, beta):
+    """``out[...] = a @ b + beta * out`` for 2-D float arrays by one BLAS gemm:
+    with ``beta = 1`` an adjoint accumulates in place (no product temporary, no
+    separate add); with ``beta = 0`` ``out`` is not read.  ``a`` and ``b`` C-
+    or F-contiguous, ``out`` C-contiguous, one float dtype, compatible shapes
+    with a non-zero inner dimension (the caller guarantees them).
+
+    numba's own BLAS binding (``numba_xxgemm``, which calls
+    scipy.linalg.cython_blas) does the work, as for ``np.dot``; being an
+    intrinsic, it compiles nothing per plan (numba's ``np.dot(a, b, out)``
+    compiles its implementation again for every function that calls it)."""
+    if not all(isinstance(t, types.Array) and t.ndim == 2 for t in (a, b, out)) or \
+            out.layout != "C" or a.layout not in "CF" or b.layout not in "CF" or \
+            not (a.dtype == b.dtype == out.dtype) or \
+            not isinstance(out.dtype, types.Float) or not isinstance(beta, types.Number):
+        return None
+    from llvmlite import ir
+    from numba.np.linalg import ensure_blas, get_blas_kind
+
+    ensure_blas()
+    char, intp, voidp = ir.IntType(8), cgutils.intp_t, cgutils.voidptr_t
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(32), [char, char, char, intp, intp, intp,
+                                                voidp, voidp, intp, voidp, intp, voidp,
+                                                voidp, intp])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "numba_xxgemm")
+        arrs = [context.make_array(t)(context, builder, v)
+                for t, v in zip((a, b, out), args[:3], strict=True)]
+        (m, k), (_, n) = (cgutils.unpack_tuple(builder, x.shape, 2) for x in arrs[:2])
+        zero = ir.Constant(intp, 0)
+        empty = builder.or_(builder.icmp_signed("==", m, zero),
+                            builder.icmp_signed("==", n, zero))
+        with builder.if_then(builder.not_(empty), likely=True):
+            alpha = cgutils.alloca_once_value(builder, context.get_constant(out.dtype, 1.0))
+            beta_v = context.cast(builder, args[3], beta, out.dtype)
+            beta_p = cgutils.alloca_once_value(builder, beta_v)
+
+            def param(ty, arr, rows, cols):
+                # C row-major out = a @ b is, column-major, out^T = b^T a^T
+                trans = ir.Constant(char, ord("n" if ty.layout == "C" else "t"))
+                ld = cols if ty.layout == "C" else rows
+                return trans, ld, builder.bitcast(arr.data, voidp)
+
+            ta, lda, pa = param(b, arrs[1], k, n)
+            tb, ldb, pb = param(a, arrs[0], m, k)
+            kind = ir.Constant(char, ord(get_blas_kind(out.dtype)))
+            status = builder.call(fn, (kind, ta, tb, n, m, k, builder.bitcast(alpha, voidp),
+                                       pa, lda, pb, ldb, builder.bitcast(beta_p, voidp),
+                                       builder.bitcast(arrs[2].data, voidp), n))
+            with builder.if_then(builder.icmp_signed("!=", status, ir.Constant(status.type, 0)),
+                                 likely=False):
+                context.call_conv.return_user_exc(builder, RuntimeError,
+                                                  ("BLAS gemm failed",))
+        return context.get_dummy_value()
+
+    return types.none(a, b, out, beta), codegen
+
+
+@njit(cache=True)
+def flat_view(address, size, dtype):
+    """The 1-D array of ``size`` elements of ``dtype`` at ``address`` (borrowed:
+    no MemInfo).  Generated code passes ``np.int64(size)`` (not a literal, so
+    this compiles once per dtype, not per plan) and reshapes the view with a
+    literal shape."""
+    return carray(address_pointer(address), size, dtype)
+
+
+# ----------------------------------------------------------------------------
+# the checks opening every compiled plan, driven by a table
+# ----------------------------------------------------------------------------
+#
+# One compiled function checks all of a plan's arrays, so a plan's generated
+# source holds one line per array, not a dozen (numba compiles generated code
+# at several ms per line).  The table is an int64 array the plan owns: per
+# array a record of RECORD fields, then the expected dimensions.
+
+RECORD = 8
+#: record fields: the object (or data address), ndim, required flags, two
+#: accepted type numbers, bytes, whether it is written, offset of its dims
+OBJ, NDIM, FLAGS, TYPE1, TYPE2, NBYTES, WRITTEN, DIMS = range(RECORD)
+#: check_arrays' verdicts (with the failing array's index j: 4 j + verdict)
+BAD_ARRAY, BAD_SHAPE, OVERLAP = 0, 1, 2
+
+
+@njit(cache=True)
+def check_arrays(ndarray_type, table, count, size, objects, abi):
+    """-1 when every array of the check ``table`` (address; ``count``
+    records, ``size`` int64 in all) is acceptable, else ``4 j + verdict`` for
+    the first failing array ``j``.
+
+    With ``objects`` each record's OBJ is ``id(array)``: the array must be an
+    exact ndarray (``ndarray_type``) of the record's ndim, dims, flags and one
+    of its type numbers, in native byte order (see :func:`type_num`).  Else
+    OBJ is the data address of an array numba has already typed.  Then no
+    written array may overlap any other array of the table."""
+    t = view_at(table, (size,), np.int64)
+    for j in range(count):
+        r = j * RECORD
+        if objects:
+            obj = t[r + OBJ]
+            tn = type_num(obj, ndarray_type, t[r + NDIM], t[r + FLAGS], abi)
+            if tn < 0 or (tn != t[r + TYPE1] and tn != t[r + TYPE2]):
+                return 4 * j + BAD_ARRAY
+            if t[r + NDIM] > 0:
+                dims = load_i64(obj + abi[3])
+                for d in range(t[r + NDIM]):
+                    if load_i64(dims + 8 * d) != t[t[r + DIMS] + d]:
+                        return 4 * j + BAD_SHAPE
+    for j in range(count):
+        rj = j * RECORD
+        pj = load_i64(t[rj + OBJ] + abi[1]) if objects else t[rj + OBJ]
+        for k in range(j + 1, count):
+            rk = k * RECORD
+            if t[rj + WRITTEN] == 0 and t[rk + WRITTEN] == 0:
+                continue
+            pk = load_i64(t[rk + OBJ] + abi[1]) if objects else t[rk + OBJ]
+            if overlaps(pj, t[rj + NBYTES], pk, t[rk + NBYTES]):
+                return 4 * j + OVERLAP
+    return -1
