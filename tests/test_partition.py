@@ -159,6 +159,38 @@ def test_large_regions_run_as_prange_and_agree_with_numpy(monkeypatch):
     assert counts.allocations == 0, counts
 
 
+@pytest.mark.parametrize("f, shape", [
+    # partials stored straight into the gradient buffer, then scaled in place
+    # by a prange loop whose only effect is that store (numba's parfor pass
+    # once deleted it as dead: the buffer is a view made from an address)
+    (lambda x, c: (lambda r: r ** 2 + r ** 3 + r ** 4 / 4)(np.sum(np.exp(-3 * (x + 1)))),
+     (160,)),
+    (lambda x, c: (lambda r: r ** 2 + r ** 3 + r ** 4 / 4)(np.sum(np.exp(-3 * (x + 1)))),
+     (40, 4)),
+    # broadcast adjoint summed back over rows, recomputed partials, a mean
+    (lambda x, c: np.mean(np.sin(x + c) * x) + np.sum(np.exp(c) * 2.0), (40, 4)),
+    # a max reduction and an elementwise chain feeding a matmul
+    (lambda x, c: np.sum((np.tanh(x) @ c) ** 2) + np.max(x * c), (40, 4)),
+], ids=["scaled-in-gradient-buffer-1d", "scaled-in-gradient-buffer-2d",
+        "broadcast-adjoint-mean", "matmul-max"])
+def test_prange_plans_agree_with_numpy_on_every_output(monkeypatch, f, shape):
+    from hybridad.backends import loops
+
+    monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
+    x, c = rand(shape, seed=43), rand(shape[-1:], seed=44)
+    argnums = (0, 1) if len(shape) == 2 else 0
+    plan = ha.compile(f, x, c, argnums=argnums)
+    assert "prange(" in plan._program.source
+    res = ha.GradientResult((x, c) if argnums == (0, 1) else x)
+    plan.gradient(x, c, out=res)
+    ref = ha.gradient(f, x, c, argnums=argnums, backend="numpy")
+    np.testing.assert_allclose(float(res.value), float(ref.value), rtol=1e-13)
+    grads = res.gradient if argnums == (0, 1) else (res.gradient,)
+    refs = ref.gradient if argnums == (0, 1) else (ref.gradient,)
+    for got, want in zip(grads, refs, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
 def test_explain_shows_regions_strategy_and_in_place_partials():
     # exp is stored as its partial, written straight into the gradient buffer
     # and scaled there in place; cheap arithmetic is recomputed backward

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import carray, njit, types
-from numba.core import cgutils
+from numba.core import cgutils, ir_utils
 from numba.extending import intrinsic
 
 __all__ = ["ABI", "ABI_FIELDS", "address_pointer", "check_arrays", "flat_view", "gemm",
@@ -242,6 +242,20 @@ def flat_view(address, size, dtype):
     this compiles once per dtype, not per plan) and reshapes the view with a
     literal shape."""
     return carray(address_pointer(address), size, dtype)
+
+
+def _external_memory(lhs, args, alias_map, arg_aliases):
+    """numba alias analysis: a view made from an address is caller memory."""
+    arg_aliases.add(lhs)
+
+
+# numba's parfor pass deletes loops and stores whose arrays it believes die in
+# the function: an array made from an integer address looks freshly allocated,
+# so a prange loop whose only effect is writing a result buffer (say, scaling
+# a gradient in place) would be removed.  Declaring the views aliases of the
+# arguments keeps every store to them, and to their slices and reshapes, live.
+for _view in (flat_view, view_at):
+    ir_utils.alias_func_extensions[(_view.__name__, _view.__module__)] = _external_memory
 
 
 # ----------------------------------------------------------------------------
