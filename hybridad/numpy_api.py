@@ -329,6 +329,12 @@ def matmul(a, b):
         raise ValueError("matmul: Input operand does not have enough dimensions")
     dtype = np.result_type(a.dtype, b.dtype)
     a, b = a.astype(dtype), b.astype(dtype)
+    if a.ndim == 1 and b.ndim == 1 and np.issubdtype(dtype, np.inexact):
+        if a.shape != b.shape:
+            raise ValueError(f"matmul: mismatch in core dimension: {a.shape} @ {b.shape}")
+        # an inner product is an elementwise multiply and a sum: one fused
+        # region, whose partials fuse with what consumes them (no BLAS call)
+        return _reduce("sum", a * b, None, False)
     a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
     b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:

@@ -83,6 +83,36 @@ def prepare_args(args, diff, names):
     return leaves, tuple(treedefs)
 
 
+def _unpack_source(td, expr, leaves, conds, consts):
+    """Source that takes a pytree of structure ``td`` apart: the expressions
+    of its array leaves (appended to ``leaves``) and the conditions under
+    which they are right (appended to ``conds``, parents before children:
+    container class and length, dict keys, static values equal; the names
+    they use go into ``consts``).  False for a structure it cannot write."""
+    if td == _tree.LEAF:
+        leaves.append(expr)
+        return True
+    kind = td[0]
+    if kind == "static":
+        k = len(consts)
+        consts[f"_sT{k}"], consts[f"_sV{k}"] = td[1], td[2]
+        conds.append(f"{expr}.__class__ is _sT{k} and {expr} == _sV{k}")
+        return True
+    subs = td[-1]
+    if kind in ("tuple", "list"):
+        conds.append(f"{expr}.__class__ is {kind} and len({expr}) == {len(subs)}")
+        items = [f"{expr}[{i}]" for i in range(len(subs))]
+    elif kind == "dict":
+        if not all(type(key) in (str, int) for key in td[1]):
+            return False
+        conds.append(f"{expr}.__class__ is dict and len({expr}) == {len(subs)}")
+        items = [f"{expr}[{key!r}]" for key in td[1]]  # missing key: LookupError
+    else:
+        return False
+    return all(_unpack_source(sub, item, leaves, conds, consts)
+               for sub, item in zip(subs, items, strict=True))
+
+
 class Plan:
     """A compiled gradient plan (returned by :func:`hybridad.compile`).
 
@@ -303,11 +333,12 @@ class Plan:
         return g
 
     def _fast_path(self):
-        """The numba plan's ``gradient`` for plain array arguments and a
-        :class:`GradientResult` / :class:`DiffResult` whose gradient is one array
-        (or a tuple of arrays for a tuple ``argnums``): a small generated
-        function, installed as this plan's ``gradient`` attribute -- one Python
-        frame in front of numba.
+        """The numba plan's ``gradient`` for arguments of the example's
+        structure (arrays, or tuples/lists/dicts of them with the same static
+        values) and a :class:`GradientResult` / :class:`DiffResult` of the
+        gradient's structure: a small generated function, installed as this
+        plan's ``gradient`` attribute -- one Python frame in front of numba.
+        The structure is unpacked by generated code (no pytree flattening).
 
         It hands the compiled plan the arrays themselves (``id(array)``, see
         :mod:`hybridad.backends.rt`), which checks every argument and result
@@ -315,28 +346,27 @@ class Plan:
         contiguity, writeable results, no overlaps -- before writing anything.
         Whatever it rejects (other types, staging, the precise error) goes to
         the general path (:meth:`Plan.gradient`)."""
-        gs = self._grad_structure()
-        if not all(td == _tree.LEAF for td in self._treedefs) or \
-                (gs != _tree.LEAF and not (gs[0] == "tuple" and
-                                           all(t == _tree.LEAF for t in gs[1]))):
-            return None
-        wrap = "_id({})" if self._program.objects else "{}"
+        consts = {}
+        arg_leaves, arg_conds = [], []
         n = len(self._treedefs)
         ins = [f"a{i}" for i in range(n)]
-        if gs == _tree.LEAF:
-            grads, check = ["g"], ""
-        else:
-            k = len(gs[1])
-            grads = [f"g[{j}]" for j in range(k)]
-            check = f" and g.__class__ is tuple and len(g) == {k}"
+        for name, td in zip(ins, self._treedefs, strict=True):
+            if not _unpack_source(td, name, arg_leaves, arg_conds, consts):
+                return None
+        grads, grad_conds = [], []
+        if not _unpack_source(self._grad_structure(), "g", grads, grad_conds, consts):
+            return None
+        check = "".join(f" and {c}" for c in arg_conds + grad_conds)
+        wrap = "_id({})" if self._program.objects else "{}"
         jitted, fixed, bound = self._program.parts
         ns = {"_j": jitted, "_lock": self._program.lock, "_id": id, "_GR": GradientResult,
               "_DR": DiffResult, "_general": Plan.gradient,
               "_plan": self}  # a cycle (plan -> gradient -> plan): the collector frees it
+        ns.update(consts)
         ns.update({f"_f{k}": v for k, v in enumerate(fixed)})
         ns.update({f"_c{k}": v for k, v in enumerate(bound)})
         call = "_j(" + ", ".join([f"_f{k}" for k in range(len(fixed))] +
-                                 [wrap.format(x) for x in ins] +
+                                 [wrap.format(x) for x in arg_leaves] +
                                  [f"_c{k}" for k in range(len(bound))] +
                                  [wrap.format(x) for x in ["out._value", *grads]]) + ")"
         lines = ["def gradient(*args, out=None):",
@@ -353,8 +383,8 @@ class Plan:
         else:
             lines += [f"                    {call}"]
         lines += ["                    return out",
-                  "                except (TypeError, ValueError):  # the general path says why",
-                  "                    pass",
+                  "                except (TypeError, ValueError, LookupError):",
+                  "                    pass  # the general path says why",
                   "    return _general(_plan, *args, out=out)"]
         exec(compile("\n".join(lines) + "\n", f"<hybridad gradient {self.name}>", "exec"),
              ns)  # noqa: S102

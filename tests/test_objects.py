@@ -134,3 +134,34 @@ def test_fallback_passing_arrays_agrees(monkeypatch, expected):
     check(res, expected)
     with pytest.raises(ValueError, match="share memory"):
         plan.gradient(X, A, out=ha.DiffResult(np.zeros(()), X))
+
+
+@pytest.fixture(scope="module")
+def gemm_beta():
+    from numba import njit
+
+    @njit
+    def call(a, b, out, beta):
+        rt.gemm(a, b, out, beta)
+
+    return call
+
+
+@pytest.mark.parametrize("m, k, n", [(5, 4, 3), (5, 4, 1), (1, 4, 3), (1, 4, 1), (1, 1, 1),
+                                     (6, 1, 2)])
+@pytest.mark.parametrize("a_order, b_order", [("C", "C"), ("F", "C"), ("C", "F"), ("F", "F")])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_rt_gemm_matches_numpy(gemm_beta, m, k, n, a_order, b_order, dtype):
+    # rt.gemm goes to gemv for one column or one row: every layout of both
+    # operands, beta 0 (out not read) and 1 (accumulate)
+    rng = np.random.default_rng(m * 100 + k * 10 + n)
+    a = np.asarray(rng.standard_normal((m, k)), dtype=dtype, order=a_order)
+    b = np.asarray(rng.standard_normal((k, n)), dtype=dtype, order=b_order)
+    start = rng.standard_normal((m, n)).astype(dtype)
+    rtol = 1e-5 if dtype == np.float32 else 1e-13
+    out = np.full((m, n), np.nan, dtype=dtype)
+    gemm_beta(a, b, out, 0.0)
+    np.testing.assert_allclose(out, a @ b, rtol=rtol, atol=rtol)
+    out = start.copy()
+    gemm_beta(a, b, out, 1.0)
+    np.testing.assert_allclose(out, start + a @ b, rtol=rtol, atol=rtol)

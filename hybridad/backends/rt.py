@@ -177,7 +177,8 @@ def type_num(obj, ndarray_type, ndim, flags, abi):
 
 @intrinsic
 def gemm(typingctx, a, b, out, beta):
-    """``out[...] = a @ b + beta * out`` for 2-D float arrays by one BLAS gemm:
+    """``out[...] = a @ b + beta * out`` for 2-D float arrays by one BLAS gemm
+    (gemv when ``out`` has one column or one row):
     with ``beta = 1`` an adjoint accumulates in place (no product temporary, no
     separate add); with ``beta = 0`` ``out`` is not read.  ``a`` and ``b`` C-
     or F-contiguous, ``out`` C-contiguous, one float dtype, compatible shapes
@@ -199,37 +200,63 @@ def gemm(typingctx, a, b, out, beta):
     char, intp, voidp = ir.IntType(8), cgutils.intp_t, cgutils.voidptr_t
 
     def codegen(context, builder, signature, args):
-        fnty = ir.FunctionType(ir.IntType(32), [char, char, char, intp, intp, intp,
-                                                voidp, voidp, intp, voidp, intp, voidp,
-                                                voidp, intp])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "numba_xxgemm")
+        i32 = ir.IntType(32)
+        gemm_fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+            i32, [char, char, char, intp, intp, intp, voidp, voidp, intp, voidp, intp,
+                  voidp, voidp, intp]), "numba_xxgemm")
+        gemv_fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+            i32, [char, char, intp, intp, voidp, voidp, intp, voidp, voidp, voidp]),
+            "numba_xxgemv")
         arrs = [context.make_array(t)(context, builder, v)
                 for t, v in zip((a, b, out), args[:3], strict=True)]
         (m, k), (_, n) = (cgutils.unpack_tuple(builder, x.shape, 2) for x in arrs[:2])
-        zero = ir.Constant(intp, 0)
+        pa, pb, pout = (builder.bitcast(x.data, voidp) for x in arrs)
+        zero, one = ir.Constant(intp, 0), ir.Constant(intp, 1)
+        kind = ir.Constant(char, ord(get_blas_kind(out.dtype)))
         empty = builder.or_(builder.icmp_signed("==", m, zero),
                             builder.icmp_signed("==", n, zero))
+        status = cgutils.alloca_once_value(builder, ir.Constant(i32, 0))
+
+        def flag(c):
+            return ir.Constant(char, ord(c))
+
         with builder.if_then(builder.not_(empty), likely=True):
-            alpha = cgutils.alloca_once_value(builder, context.get_constant(out.dtype, 1.0))
-            beta_v = context.cast(builder, args[3], beta, out.dtype)
-            beta_p = cgutils.alloca_once_value(builder, beta_v)
+            alpha = builder.bitcast(cgutils.alloca_once_value(
+                builder, context.get_constant(out.dtype, 1.0)), voidp)
+            beta_p = builder.bitcast(cgutils.alloca_once_value(
+                builder, context.cast(builder, args[3], beta, out.dtype)), voidp)
+            # BLAS is column-major: a C (row-major) r x c matrix is the
+            # column-major c x r matrix, its transpose.  A matrix-vector
+            # product goes to gemv (several times faster than gemm with one
+            # column); both vectors are then contiguous (unit stride).
+            with builder.if_else(builder.icmp_signed("==", n, one)) as (col, not_col):
+                with col:  # out[:, 0] = a @ b[:, 0]
+                    trans, rows, cols = (flag("t"), k, m) if a.layout == "C" else \
+                        (flag("n"), m, k)
+                    builder.store(builder.call(gemv_fn, (kind, trans, rows, cols, alpha, pa,
+                                                         rows, pb, beta_p, pout)), status)
+                with not_col:
+                    with builder.if_else(builder.icmp_signed("==", m, one)) as (row, general):
+                        with row:  # out[0, :] = b^T @ a[0, :]
+                            trans, rows, cols = (flag("n"), n, k) if b.layout == "C" else \
+                                (flag("t"), k, n)
+                            builder.store(builder.call(gemv_fn, (
+                                kind, trans, rows, cols, alpha, pb, rows, pa, beta_p, pout)),
+                                status)
+                        with general:
+                            # C row-major out = a @ b is, column-major, out^T = b^T a^T
+                            def param(ty, rows, cols):
+                                trans = flag("n" if ty.layout == "C" else "t")
+                                return trans, (cols if ty.layout == "C" else rows)
 
-            def param(ty, arr, rows, cols):
-                # C row-major out = a @ b is, column-major, out^T = b^T a^T
-                trans = ir.Constant(char, ord("n" if ty.layout == "C" else "t"))
-                ld = cols if ty.layout == "C" else rows
-                return trans, ld, builder.bitcast(arr.data, voidp)
-
-            ta, lda, pa = param(b, arrs[1], k, n)
-            tb, ldb, pb = param(a, arrs[0], m, k)
-            kind = ir.Constant(char, ord(get_blas_kind(out.dtype)))
-            status = builder.call(fn, (kind, ta, tb, n, m, k, builder.bitcast(alpha, voidp),
-                                       pa, lda, pb, ldb, builder.bitcast(beta_p, voidp),
-                                       builder.bitcast(arrs[2].data, voidp), n))
-            with builder.if_then(builder.icmp_signed("!=", status, ir.Constant(status.type, 0)),
-                                 likely=False):
-                context.call_conv.return_user_exc(builder, RuntimeError,
-                                                  ("BLAS gemm failed",))
+                            ta, lda = param(b, k, n)
+                            tb, ldb = param(a, m, k)
+                            builder.store(builder.call(gemm_fn, (
+                                kind, ta, tb, n, m, k, alpha, pb, lda, pa, ldb, beta_p,
+                                pout, n)), status)
+        with builder.if_then(builder.icmp_signed("!=", builder.load(status),
+                                                 ir.Constant(i32, 0)), likely=False):
+            context.call_conv.return_user_exc(builder, RuntimeError, ("BLAS call failed",))
         return context.get_dummy_value()
 
     return types.none(a, b, out, beta), codegen

@@ -170,9 +170,16 @@ def _matmul_run(out, a, b):
     np.matmul(a, b, out=out)
 
 
+def _product(x, y):
+    """``x @ y``; a broadcast multiply when the contracted axis has length 1
+    (an outer product, e.g. a scalar cotangent times a vector): it then fuses
+    into elementwise regions instead of calling BLAS for a rank-1 update."""
+    return x * y if x.shape[-1] == 1 else np.matmul(x, y)
+
+
 def _matmul_vjp(g, node, active, a, b, ans):
-    return (np.matmul(g, np.swapaxes(b, -1, -2)) if active[0] else None,
-            np.matmul(np.swapaxes(a, -1, -2), g) if active[1] else None)
+    return (_product(g, np.swapaxes(b, -1, -2)) if active[0] else None,
+            _product(np.swapaxes(a, -1, -2), g) if active[1] else None)
 
 
 register(Op("matmul", "compute", _matmul_abstract, run=_matmul_run, vjp=_matmul_vjp))
