@@ -726,13 +726,21 @@ def calls_per_batch(call, target_ns):
         number *= 10
 
 
-def time_per_call_us(call, repeats, target_ms):
-    """(median, min, max) microseconds per call over ``repeats`` batches, and calls per batch."""
-    call()  # warm-up
+def time_round_robin(calls, repeats, target_ms):
+    """Per implementation: (median, min, max) microseconds per call over
+    ``repeats`` batches of about ``target_ms``, and calls per batch.  The
+    batches are interleaved (one of each implementation per round), so that a
+    slow spell of a shared machine falls on all of them and ratios stay fair."""
+    for call in calls:
+        call()  # warm-up
     with gc_disabled():
-        number = calls_per_batch(call, target_ms * 1e6)
-        per_call = [batch_ns(call, number) / number / 1e3 for _ in range(repeats)]
-    return statistics.median(per_call), min(per_call), max(per_call), number
+        numbers = [calls_per_batch(call, target_ms * 1e6) for call in calls]
+        per_call = [[] for _ in calls]
+        for _ in range(repeats):
+            for call, number, times in zip(calls, numbers, per_call, strict=True):
+                times.append(batch_ns(call, number) / number / 1e3)
+    return [(statistics.median(t), min(t), max(t), number)
+            for t, number in zip(per_call, numbers, strict=True)]
 
 
 def allocations_per_call(call, calls):
@@ -754,8 +762,9 @@ def measure_case(case, impl_names, settings):
     rows = []
     for impl in impls:
         check_against(impl, reference)
-        median, lo, hi, number = time_per_call_us(impl.call, settings.repeats,
-                                                  settings.target_ms)
+    timings = time_round_robin([impl.call for impl in impls], settings.repeats,
+                               settings.target_ms)
+    for impl, (median, lo, hi, number) in zip(impls, timings, strict=True):
         allocs, nbytes = (allocations_per_call(impl.call, settings.alloc_calls)
                           if impl.numpy_memory else (None, None))
         rows.append({"case": case.name, "n": case.n, "impl": impl.name,

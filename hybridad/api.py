@@ -154,26 +154,38 @@ def gradient(f, *args, argnums=0, out=None, backend="numba"):
     if plan is not None:
         return plan.gradient(*args, out=out)
     plan, leaves = _lookup(f, args, argnums, backend)
+    if out is not None:  # the plan's own path (generated for its structure)
+        return plan.gradient(*args, out=out)
     return plan._run(leaves, out)
 
 
 def _cached_plain(f, args, argnums, backend):
-    """The cached plan for plain-array arguments and an int ``argnums``, or None.
+    """The cached plan for plain-array arguments and an int or tuple ``argnums``, or None.
 
     Builds the same key :func:`_lookup` would, without flattening or converting:
     only when every argument is an ndarray and the differentiated one is
     floating point (so nothing would be converted).
     """
     n = len(args)
-    if type(argnums) is not int or not -n <= argnums < n:
+    if type(argnums) is int:
+        if not -n <= argnums < n:
+            return None
+        nums = argnums % n
+        diff = (nums,)
+    elif type(argnums) is tuple and argnums and all(type(i) is int and -n <= i < n
+                                                    for i in argnums):
+        nums = diff = tuple(i % n for i in argnums)
+        if len(set(diff)) != len(diff):
+            return None
+    else:
         return None
     for a in args:
         if type(a) is not np.ndarray:
             return None
-    k = argnums % n
-    if args[k].dtype.kind != "f":
-        return None
-    key = (k, backend, (_tree.LEAF,) * n, tuple((a.shape, a.dtype.str) for a in args))
+    for k in diff:
+        if args[k].dtype.kind != "f":
+            return None
+    key = (nums, backend, (_tree.LEAF,) * n, tuple((a.shape, a.dtype.str) for a in args))
     with _lock:
         lru = _cache_for(f)
         plan = None if lru is None else lru.get(key)
