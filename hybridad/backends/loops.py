@@ -130,7 +130,9 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
     red = body.reduction
     blocked = (mode == "value" and red is not None and nd > 0 and scratch is not None
                and len(red.attrs["axis"]) == nd)
-    if blocked:  # the loop runs over one block of rows: operands along axis 0 are sliced
+    if blocked and _single_block(body):
+        pass  # one block: the operands whole, no slicing
+    elif blocked:  # the loop runs over one block of rows: operands along axis 0 are sliced
         names = dict(names)
         for operand in node.args[:len(body.inputs)]:
             if len(operand.shape) == nd and operand.shape[0] != 1 and \
@@ -147,7 +149,7 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
     out = names[node.id]
     if mode == "vjp":
         k = node.attrs["wrt"]
-        sb = render_region(body, reads, (k,), consts)
+        sb = render_region(body, reads, (k,), consts, need_value=False)
         line = f"{out}{here(nd)} = {read(node.args[-1])} * {sb.partials[k]}"
         w.nest(shape, sb.lines + [line], parallel=True)
         return
@@ -218,8 +220,10 @@ def _blocked_full_reduction(w, node, out, sb, stores, scratch):
     a pairwise tree (each level one dependency-free loop: vectorizable under
     strict IEEE order, and as accurate as numpy's pairwise sum).  Fused in one
     loop with a running accumulator, the dependency chain made the same kernel
-    ~5x slower (measured: 12.5 vs 2.6 ns per exp element).  A large sum runs
-    its blocks as a ``prange``, each thread on its own scratch block."""
+    ~5x slower (measured: 12.5 vs 2.6 ns per exp element).  The fold is a
+    shared compiled helper (:func:`.rt.fold_sum` and kin), a one-block
+    reduction has no block loop.  A large sum runs its blocks as a
+    ``prange``, each thread on its own scratch block."""
     body = node.attrs["body"]
     red, shape, nd = body.reduction, body.shape, len(body.shape)
     rows, per_block = reduction_block(shape)
@@ -230,38 +234,37 @@ def _blocked_full_reduction(w, node, out, sb, stores, scratch):
     init = f"np.{red.dtype.name}({INIT[red.op]})"
     base = f"get_thread_id() * {width}" if par else "0"
     block_shape = ("nr",) + tuple(str(s) for s in shape[1:])
-    w.emit(f"acc = {init}",
-           f"for blk in {'prange' if par else 'range'}({-(-shape[0] // rows)}):")
-    w.indent += 1
-    w.emit(f"r0 = blk * {rows}",
-           f"nr = min({rows}, {shape[0]} - r0)",
-           f"scf = {scratch}[{base}:{base} + {width}]",
+    nblocks = -(-shape[0] // rows)
+    w.emit(f"acc = {init}")
+    many = nblocks > 1 or par
+    if many:
+        w.emit(f"for blk in {'prange' if par else 'range'}({nblocks}):")
+        w.indent += 1
+        w.emit(f"r0 = blk * {rows}",
+               f"nr = min({rows}, {shape[0]} - r0)",
+               f"scf = {scratch}[{base}:{base} + {width}]")
+    else:
+        w.emit(f"nr = {shape[0]}", f"scf = {scratch}")
+    w.emit(f"sc = scf[:{per_block}]" if nd == 1 else
            f"sc = scf[:{per_block}].reshape({(rows,) + tuple(shape[1:])!r})")
     w.emit(*w.pending)
     w.pending.clear()
     w.nest(block_shape, sb.lines + [f"sc{here(nd)} = {sb.value}"] + stores)
     # pad to the power-of-two width with the identity, then fold halves
-    w.emit(f"for t in range(nr * {inner}, {width}):", f"    scf[t] = {init}",
-           f"h = {width // 2}", "while h >= 1:")
-    w.indent += 1
-    w.nest(("h",), _fold(red.op, "scf[i0]", "scf[i0 + h]"))
-    w.emit("h //= 2")
-    w.indent -= 1
-    w.emit(*accumulate(red.op, "acc", "scf[0]"))
-    w.indent -= 1
+    # (a shared compiled helper: .rt.fold_sum and kin)
+    if red.op in ("sum", "prod"):
+        w.emit(*accumulate(red.op, "acc", f"_fold_{red.op}(scf, nr * {inner})"))
+    else:
+        w.emit(f"bv = _fold_{red.op}(scf, nr * {inner})", *accumulate(red.op, "acc", "bv"))
+    if many:
+        w.indent -= 1
     w.emit(f"{out}[()] = acc")
 
 
-def _fold(kind, target, other):
-    """``target = target (op) other`` as straight-line code (selects, no
-    branches, so the loop vectorizes; max/min propagate NaN like numpy)."""
-    if kind == "sum":
-        return [f"{target} += {other}"]
-    if kind == "prod":
-        return [f"{target} *= {other}"]
-    cmp = ">" if kind == "max" else "<"
-    return ["va = " + target, "vb = " + other,
-            f"{target} = vb if (vb {cmp} va or vb != vb) else va"]
+def _single_block(body):
+    """Whether a full reduction over ``body.shape`` is one block (run serially)."""
+    rows, _ = reduction_block(body.shape)
+    return -(-body.shape[0] // rows) == 1 and not _parallel_sum(body)
 
 
 __all__ += ["accumulate", "fill", "reduction_lines", "here", "Constants"]

@@ -407,13 +407,20 @@ def _type_nums(dtype):
 
 
 def view_at(address, shape, dtype, order="C"):
-    """Source of the array of ``shape`` at ``address`` (an expression): a flat
-    view (:func:`.rt.flat_view`) reshaped with a literal shape."""
-    size = int(np.prod(shape, dtype=np.int64))
-    shape = tuple(shape) if order == "C" else tuple(shape)[::-1]
-    return f"_flat({address}, np.int64({size}), np.{np.dtype(dtype).name})" \
-        f".reshape({shape!r})" + \
-        (".T" if order == "F" else "")
+    """Source of the array of ``shape`` at ``address`` (an expression):
+    :func:`.rt.flat_view` for 1-D, :func:`.rt.view_at` otherwise, sizes
+    given as ``np.int64`` (not literals: the helpers compile once per rank and
+    dtype, not per plan).  A view costs numba ~10 ms to compile, a slice
+    reshaped ~40 ms: a plan cuts dozens."""
+    shape = tuple(int(d) for d in shape)
+    shape = shape if order == "C" else shape[::-1]
+    dt = f"np.{np.dtype(dtype).name}"
+    if len(shape) == 1:
+        src = f"_flat({address}, np.int64({shape[0]}), {dt})"
+    else:
+        dims = "".join(f"np.int64({d}), " for d in shape)
+        src = f"_view({address}, ({dims.rstrip(', ')}{',' if len(shape) == 1 else ''}), {dt})"
+    return src + (".T" if order == "F" else "")
 
 
 class _Checks:
@@ -474,9 +481,15 @@ class _Checks:
                 "contiguous array of the plan\\'s dtype and shape')"]
         if self.objects:
             for name, shape, dtype, _, _, order in self.records:
-                out.append(f"{name} = " + view_at(f"_ld64({name}p + _ABI[1])", shape, dtype,
-                                                  order))
+                out.append(f"{name}d = _ld64({name}p + _ABI[1])")
+                out.append(f"{name} = " + view_at(f"{name}d", shape, dtype, order))
         return out
+
+    def addresses(self):
+        """name -> data address expression, for the C-contiguous arrays."""
+        if not self.objects:
+            return {}
+        return {name: f"{name}d" for name, *_, order in self.records if order == "C"}
 
 
 def _nbytes(shape, dtype):
@@ -528,6 +541,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     input_pos = {n.id: i for i, n in enumerate(inputs)}
     output_ids = {n.id for n in outputs if n is not None}
     direct = _direct_outputs(nodes, outputs, memplan)
+    # variable -> its data address (C-contiguous arrays), for cheap views
+    addresses = checks.addresses()
     accumulate = blas_accumulations(nodes, outputs, layouts)
     folded = {n.id for n in accumulate.values()}  # iadds done by their gemm
     for n in nodes:  # buffer views, cut once at the top
@@ -535,14 +550,12 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             names[n.id] = f"o{direct[n.id]}"  # computed straight into the caller's buffer
         elif memplan.storage[n.id] == "buffer":
             dt, off, nbytes, shape = memplan.slots[n.id]
-            start = off // dt.itemsize
             names[n.id] = f"b{n.id}"
-            w.emit(f"b{n.id} = ar_{dt.name}[{start}:{start + max(n.size, 1)}]"
-                   f".reshape({shape!r})")
+            addresses[f"b{n.id}"] = f"ar_{dt.name}p + {off}"
+            w.emit(f"b{n.id} = " + view_at(addresses[f"b{n.id}"], shape, dt))
     for nid, (dt, off, count) in memplan.scratch.items():
-        start = off // dt.itemsize
         names[("scratch", nid)] = f"sc{nid}"
-        w.emit(f"sc{nid} = ar_{dt.name}[{start}:{start + count}]")
+        w.emit(f"sc{nid} = " + view_at(f"ar_{dt.name}p + {off}", (count,), dt))
     params += [f"a{i}p" if objects else f"a{i}" for i in range(len(inputs))]
     for n in nodes:
         storage = memplan.storage[n.id]
@@ -578,7 +591,10 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         elif storage == "view":
             names[n.id] = f"v{n.id}"
             src = names[n.args[0].id]
-            if n.op == "reshape":
+            if n.op == "reshape" and src in addresses:  # a C array's data, reshaped
+                addresses[f"v{n.id}"] = addresses[src]
+                w.emit(f"v{n.id} = " + view_at(addresses[src], n.shape, n.dtype))
+            elif n.op == "reshape":
                 w.emit(f"v{n.id} = {src}.reshape({n.attrs['shape']!r})")
             elif n.op == "transpose" and n.attrs["axes"] == (1, 0):
                 w.emit(f"v{n.id} = {src}.T")  # typed F-contiguous (BLAS-ready) by numba
@@ -603,7 +619,9 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     header = ["import numpy as np", "from numba import get_thread_id, njit, prange",
               vector_imports(),
               "from hybridad.backends.rt import check_arrays as _check, flat_view as _flat, "
-              "gemm as _gemm, load_i64 as _ld64", ""]
+              "gemm as _gemm, load_i64 as _ld64, view_at as _view",
+              "from hybridad.backends.rt import fold_max as _fold_max, fold_min as _fold_min, "
+              "fold_prod as _fold_prod, fold_sum as _fold_sum", ""]
     abi = tuple(rt.ABI[k] for k in rt.ABI_FIELDS) if objects else (0,) * 9
     header.append(f"_ABI = {abi!r}  # see rt.ABI")
     header += [f"{k} = {_literal(v)}" for k, v in consts.namespace().items()]

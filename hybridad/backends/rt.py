@@ -18,7 +18,8 @@ from numba import carray, njit, types
 from numba.core import cgutils, ir_utils
 from numba.extending import intrinsic
 
-__all__ = ["ABI", "ABI_FIELDS", "address_pointer", "check_arrays", "flat_view", "gemm",
+__all__ = ["ABI", "ABI_FIELDS", "address_pointer", "check_arrays", "flat_view", "fold_max",
+           "fold_min", "fold_prod", "fold_sum", "gemm",
            "load_i32", "load_i64", "load_u8", "overlaps", "type_num", "view_at"]
 
 
@@ -283,6 +284,67 @@ def _external_memory(lhs, args, alias_map, arg_aliases):
 # arguments keeps every store to them, and to their slices and reshapes, live.
 for _view in (flat_view, view_at):
     ir_utils.alias_func_extensions[(_view.__name__, _view.__module__)] = _external_memory
+
+
+# ----------------------------------------------------------------------------
+# the pairwise fold closing each block of a full reduction
+# ----------------------------------------------------------------------------
+#
+# Shared, compiled once per dtype (not emitted into every plan: numba spends
+# milliseconds per generated line).  ``block`` has a power-of-two length; its
+# first ``n`` elements hold the block's values.  The tail is padded with the
+# identity and halves are folded: each level is a dependency-free loop that
+# vectorizes under strict IEEE order, as accurate as numpy's pairwise sum.
+
+
+@njit(cache=True)
+def fold_sum(block, n):
+    for t in range(n, block.size):
+        block[t] = 0
+    h = block.size // 2
+    while h >= 1:
+        for i in range(h):
+            block[i] += block[i + h]
+        h //= 2
+    return block[0]
+
+
+@njit(cache=True)
+def fold_prod(block, n):
+    for t in range(n, block.size):
+        block[t] = 1
+    h = block.size // 2
+    while h >= 1:
+        for i in range(h):
+            block[i] *= block[i + h]
+        h //= 2
+    return block[0]
+
+
+@njit(cache=True)
+def fold_max(block, n):
+    for t in range(n, block.size):
+        block[t] = -np.inf
+    h = block.size // 2
+    while h >= 1:
+        for i in range(h):  # selects, no branches; NaN propagates like numpy
+            va, vb = block[i], block[i + h]
+            block[i] = vb if (vb > va or vb != vb) else va
+        h //= 2
+    return block[0]
+
+
+@njit(cache=True)
+def fold_min(block, n):
+    for t in range(n, block.size):
+        block[t] = np.inf
+    h = block.size // 2
+    while h >= 1:
+        for i in range(h):
+            va, vb = block[i], block[i + h]
+            block[i] = vb if (vb < va or vb != vb) else va
+        h //= 2
+    return block[0]
 
 
 # ----------------------------------------------------------------------------

@@ -18,6 +18,8 @@ tangents of the last value are the region's local partials.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..ops import REGISTRY
@@ -182,7 +184,7 @@ def _mul(p, t, consts, dtype):
     return f"({consts.add(np.asarray(p, dtype=dtype)[()])} * {t})"
 
 
-def render_region(region, input_names, seeds=(), consts=None):
+def render_region(region, input_names, seeds=(), consts=None, need_value=True):
     """Statements computing one element of ``region`` and its dual partials.
 
     Parameters
@@ -194,6 +196,9 @@ def render_region(region, input_names, seeds=(), consts=None):
         Region input positions to differentiate with respect to.
     consts : Constants, optional
         Where typed scalar constants are registered (shared with the caller).
+    need_value : bool, default True
+        False when only the partials are used: statements they do not need
+        are left out.
     """
     consts = Constants() if consts is None else consts
     seeds = tuple(seeds)
@@ -219,9 +224,35 @@ def render_region(region, input_names, seeds=(), consts=None):
                     tans.setdefault(k, []).append(_mul(pj, t, consts, node.dtype))
         tangents[node.id] = {}
         for k, terms in tans.items():
+            if len(terms) == 1 and _LOCAL.fullmatch(terms[0]):
+                tangents[node.id][k] = terms[0]  # a copy: no statement
+                continue
             name = f"d{node.id}_{k}"
             lines.append(f"{name} = {' + '.join(terms)}")
             tangents[node.id][k] = name
     last = region.nodes[-1].id
     partials = {k: tangents[last].get(k, "0") for k in seeds}
-    return ScalarBody(lines, f"v{last}", partials, consts)
+    value = f"v{last}"
+    used = ([value] if need_value else []) + list(partials.values())
+    return ScalarBody(_live(lines, used), value, partials, consts)
+
+
+#: a local or a literal one: what a tangent may be renamed to without a statement
+_LOCAL = re.compile(r"[vd]\d+(?:_\d+)?|1")
+_NAME = re.compile(r"\b[vd]\d+(?:_\d+)?\b")
+
+
+def _live(lines, used):
+    """``lines`` (``name = expr``, in order) without the statements nothing in
+    ``used`` depends on: a vjp region needs no value, an add chain's tangents
+    are all 1 (numba spends milliseconds on every generated statement)."""
+    live = set()
+    for expr in used:
+        live.update(_NAME.findall(expr))
+    kept = []
+    for line in reversed(lines):
+        target, expr = line.split(" = ", 1)
+        if target in live:
+            kept.append(line)
+            live.update(_NAME.findall(expr))
+    return kept[::-1]
