@@ -459,7 +459,7 @@ class Plan:
         return "\n".join(lines)
 
     def _region_lines(self):
-        from .backends.loops import PARALLEL_MIN
+        from .backends.loops import region_runs_parallel
 
         nodes = self.graph.nodes
         users = {n.id: [] for n in nodes}
@@ -500,8 +500,7 @@ class Plan:
             ops = "+".join(m.op for m in body.nodes)
             if body.reduction is not None:
                 ops += f" -> {body.reduction.op}"
-            size = int(np.prod(body.shape, dtype=np.int64))
-            par = "prange" if size >= PARALLEL_MIN else "serial"
+            par = "prange" if region_runs_parallel(n) else "serial"
             ins = ", ".join(f"%{a.id}" for a in n.args)
             if mode == "vjp":
                 out.append(f"  %{n.id:<4} {n.phase:<8} {ops} over {body.shape} ({par}): "
@@ -523,9 +522,6 @@ class Plan:
             return f"<hybridad.Plan {self.name} (not built)>"
         return (f"<hybridad.Plan {self.name} argnums={self.argnums} "
                 f"nodes={len(self.graph.nodes)} workspace={self.memory.total_bytes}B>")
-
-
-_NOTHING = object()  # an empty entry of a plan's remembered result
 
 
 def _describe(a):

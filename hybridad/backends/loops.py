@@ -130,9 +130,8 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
     red = body.reduction
     blocked = (mode == "value" and red is not None and nd > 0 and scratch is not None
                and len(red.attrs["axis"]) == nd)
-    if blocked and _single_block(body):
-        pass  # one block: the operands whole, no slicing
-    elif blocked:  # the loop runs over one block of rows: operands along axis 0 are sliced
+    if blocked and not _single_block(body):
+        # the loop runs over one block of rows: operands along axis 0 are sliced
         names = dict(names)
         for operand in node.args[:len(body.inputs)]:
             if len(operand.shape) == nd and operand.shape[0] != 1 and \
@@ -234,11 +233,10 @@ def _blocked_full_reduction(w, node, out, sb, stores, scratch):
     init = f"np.{red.dtype.name}({INIT[red.op]})"
     base = f"get_thread_id() * {width}" if par else "0"
     block_shape = ("nr",) + tuple(str(s) for s in shape[1:])
-    nblocks = -(-shape[0] // rows)
     w.emit(f"acc = {init}")
-    many = nblocks > 1 or par
+    many = not _single_block(body)
     if many:
-        w.emit(f"for blk in {'prange' if par else 'range'}({nblocks}):")
+        w.emit(f"for blk in {'prange' if par else 'range'}({-(-shape[0] // rows)}):")
         w.indent += 1
         w.emit(f"r0 = blk * {rows}",
                f"nr = min({rows}, {shape[0]} - r0)",
@@ -261,10 +259,23 @@ def _blocked_full_reduction(w, node, out, sb, stores, scratch):
     w.emit(f"{out}[()] = acc")
 
 
+def region_runs_parallel(node):
+    """Whether :func:`region_lines` runs region ``node``'s loop as a
+    ``prange`` (a full reduction given its scratch, as the numba backend
+    does): elementwise and vjp regions of at least :data:`PARALLEL_MIN`
+    iterations, and large full sums; other reductions run serially."""
+    body = node.attrs["body"]
+    red, shape = body.reduction, body.shape
+    if node.attrs["mode"] == "vjp" or red is None:
+        return bool(shape) and int(np.prod(shape)) >= PARALLEL_MIN
+    return bool(shape) and len(red.attrs["axis"]) == len(shape) and _parallel_sum(body)
+
+
 def _single_block(body):
     """Whether a full reduction over ``body.shape`` is one block (run serially)."""
     rows, _ = reduction_block(body.shape)
     return -(-body.shape[0] // rows) == 1 and not _parallel_sum(body)
 
 
-__all__ += ["accumulate", "fill", "reduction_lines", "here", "Constants"]
+__all__ += ["accumulate", "fill", "reduction_lines", "here", "Constants",
+            "region_runs_parallel"]

@@ -417,9 +417,9 @@ def view_at(address, shape, dtype, order="C"):
     dt = f"np.{np.dtype(dtype).name}"
     if len(shape) == 1:
         src = f"_flat({address}, np.int64({shape[0]}), {dt})"
-    else:
-        dims = "".join(f"np.int64({d}), " for d in shape)
-        src = f"_view({address}, ({dims.rstrip(', ')}{',' if len(shape) == 1 else ''}), {dt})"
+    else:  # 0-d or >= 2-d: a tuple literal of np.int64 sizes
+        dims = ", ".join(f"np.int64({d})" for d in shape)
+        src = f"_view({address}, ({dims}), {dt})"
     return src + (".T" if order == "F" else "")
 
 
@@ -534,9 +534,6 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     for k, (shape, dtype) in enumerate(out_specs):
         checks.add(f"o{k}", shape, dtype, written=True)
     w = LoopWriter()
-    for dt in arenas:
-        count = memplan.arenas[dt].size
-        w.emit(f"ar_{dt.name} = _flat(ar_{dt.name}p, np.int64({count}), np.{dt.name})")
     layouts = numba_layouts(nodes, memplan)
     input_pos = {n.id: i for i, n in enumerate(inputs)}
     output_ids = {n.id for n in outputs if n is not None}
