@@ -376,15 +376,16 @@ class Plan:
                  "            g = d[0]",
                  f"            {''.join(a + ', ' for a in ins)}= args" if ins else
                  "            pass",
-                 f"            if True{check}:",
-                 "                try:"]
+                 # the structure checks index into containers: inside the try
+                 "            try:",
+                 f"                if True{check}:"]
         if self._program.lock is not None:
             lines += ["                    with _lock:", f"                        {call}"]
         else:
             lines += [f"                    {call}"]
         lines += ["                    return out",
-                  "                except (TypeError, ValueError, LookupError):",
-                  "                    pass  # the general path says why",
+                  "            except (TypeError, ValueError, LookupError):",
+                  "                pass  # the general path says why",
                   "    return _general(_plan, *args, out=out)"]
         exec(compile("\n".join(lines) + "\n", f"<hybridad gradient {self.name}>", "exec"),
              ns)  # noqa: S102
