@@ -231,3 +231,95 @@ def test_adjoint_accumulates_matmul_products_with_gemm_beta_one():
     ref = ha.gradient(f, x, W, argnums=(0, 1), backend="numpy")
     for g, r in zip(res.gradient, ref.gradient, strict=True):
         np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-14)
+
+
+def test_repeated_blocks_compile_once_as_shared_kernels():
+    # K blocks of one shape: their node code is the same up to names, so it is
+    # compiled once as a kernel the plan calls K times (numba's compile time
+    # grows with the size of the function), arrays passed as addresses
+    K = 4
+    A = [rand((9, 9), seed=70 + k) for k in range(K)]
+
+    def f(x):
+        return sum(x @ (a @ x) + np.sum(np.tanh(a @ x) * x) for a in A)
+
+    x = rand((9,), seed=69)
+    plan = ha.compile(f, x)
+    source = plan._program.source
+    kernels = [ln.split("(")[0][4:] for ln in source.splitlines() if ln.startswith("def _kernel")]
+    assert kernels, source
+    body = source[source.index("def plan_fn"):]
+    for name in kernels:  # each kernel is defined once and called at least twice
+        assert source.count(f"def {name}(") == 1
+        assert body.count(f"{name}(") >= 2, (name, body)
+    res = ha.GradientResult(x)
+    plan.gradient(x, out=res)
+    ref = ha.gradient(f, x, backend="numpy")
+    np.testing.assert_allclose(float(res.value), float(ref.value), rtol=1e-13)
+    np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12, atol=1e-14)
+    from hybridad.testing import count_allocations
+    with count_allocations() as counts:
+        for _ in range(10):
+            plan.gradient(x, out=res)
+    assert counts.allocations == 0, counts
+
+
+def test_shared_prange_kernels_keep_their_stores(monkeypatch):
+    # a parallel kernel writes buffers it receives as addresses: numba's parfor
+    # pass must not take the views for dead locals (see rt.view_at)
+    from hybridad.backends import loops
+
+    monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
+    C = [rand((50, 3), seed=80 + k) for k in range(3)]
+
+    def f(x):
+        return sum(np.sum(np.exp(-(x + c) ** 2)) ** 2 for c in C)
+
+    x = rand((50, 3), seed=79)
+    plan = ha.compile(f, x)
+    source = plan._program.source
+    assert "def _kernel" in source and "parallel=True)\ndef _kernel" in source, source
+    res = plan.gradient(x)
+    ref = ha.gradient(f, x, backend="numpy")
+    np.testing.assert_allclose(float(res.value), float(ref.value), rtol=1e-13)
+    np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12, atol=1e-14)
+
+
+def test_kernel_outlining_renames_consistently_and_keeps_plan_variables():
+    from hybridad.backends.numba_backend import _drop_unused_views, _Kernels
+
+    chunks = {
+        "a": ["for i0 in range(5):", "    v7 = (b3[i0] * a0[i0])", "    b9[i0] = v7"],
+        "b": ["for i0 in range(5):", "    v8 = (b4[i0] * a0[i0])", "    b10[i0] = v8"],
+        # assigns a name the plan reads later: must stay inline
+        "c": ["s = b3[0]"],
+        "d": ["s = b4[0]"],
+    }
+    f64 = np.dtype(np.float64)
+    k = _Kernels(lambda sub, key: sub.emit(*chunks[key]),
+                 {f"b{j}": (f"p + {8 * j}", (5,), f64, "C") for j in (3, 4, 9, 10)})
+
+    class W:
+        def __init__(self):
+            self.lines = []
+
+        def emit(self, *lines):
+            self.lines += ["    " + x for x in lines]
+
+    w = W()
+    w.emit("b3 = _flat(p + 0, np.int64(5), np.float64)",
+           "b4 = _flat(p + 40, np.int64(5), np.float64)",
+           "b9 = _flat(p + 80, np.int64(5), np.float64)",
+           "b10 = _flat(p + 120, np.int64(5), np.float64)",
+           "unused = _flat(p + 160, np.int64(5), np.float64)")
+    for key in "abcd":
+        k.emit(w, key)
+    w.emit("out = s")
+    body, defs, parallel = k.finish(w.lines, ["import numpy as np"], ["p", "a0"])
+    assert not parallel
+    assert [ln for ln in defs if ln.startswith("def ")] == ["def _kernel0(_a0, _p1, _a2):"]
+    assert "    _kernel0(p + 24, a0, p + 72)" in body and "    _kernel0(p + 32, a0, p + 80)" in body
+    assert "    s = b3[0]" in body and "    s = b4[0]" in body
+    assert not any("unused" in ln for ln in body)
+    assert _drop_unused_views(["    x = _flat(p, n, t)", "    y = x.T", "    z = 1"]) == \
+        ["    z = 1"]

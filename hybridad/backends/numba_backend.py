@@ -13,6 +13,7 @@ new process reuses the machine code.  ``HYBRIDAD_DEBUG=3`` prints the source.
 
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -486,10 +487,11 @@ class _Checks:
         return out
 
     def addresses(self):
-        """name -> data address expression, for the C-contiguous arrays."""
+        """name -> (data address expression, shape, dtype, "C") of the C-contiguous arrays."""
         if not self.objects:
             return {}
-        return {name: f"{name}d" for name, *_, order in self.records if order == "C"}
+        return {name: (f"{name}d", shape, dtype, order)
+                for name, shape, dtype, *_, order in self.records if order == "C"}
 
 
 def _nbytes(shape, dtype):
@@ -507,6 +509,166 @@ def _work(nodes):
         else:
             total += n.size
     return total
+
+
+# fastmath "contract" only: fused multiply-adds, no reassociation (rounding
+# stays that of the written order, NaN and inf semantics unchanged)
+_FLAGS = 'cache=True, error_model="numpy", fastmath={"contract"}'
+
+
+class _Kernels:
+    """Node code that occurs more than once, compiled once as a kernel.
+
+    numba's compile time grows with the size of the function: a plan of K
+    identical blocks (quadratic forms, layers of one shape) would lower and
+    optimize the same loops K times.  Each node's code is written apart
+    (``emit`` leaves a marker in the plan's lines); :meth:`finish` renames its
+    free variables (the arrays it touches) to parameters and its locals to
+    canonical names, and code that then reads the same as another node's
+    becomes one ``@njit`` kernel the plan calls at each place -- a direct
+    native call, no dispatch (LLVM may still inline it).  Code that occurs
+    once stays inline: a separate numba function costs ~0.15 s to compile
+    however small, more than inlining it."""
+
+    _MARK = "#\x00chunk "
+
+    def __init__(self, write, addresses):
+        self._write = write
+        self._addresses = addresses  # name -> (address, shape, dtype, order), filled as written
+        self.chunks = []  # (lines at indent 0, parallel)
+
+    def emit(self, w, node, write=None):
+        """Write ``node``'s code (by ``write(writer)`` when given)."""
+        sub = LoopWriter(indent=0)
+        if write is None:
+            self._write(sub, node)
+        else:
+            write(sub)
+        w.emit(f"{self._MARK}{len(self.chunks)}")
+        self.chunks.append((sub.lines, sub.parallel))
+
+    def _call(self, text, free, parallel):
+        """``(kernel key, call arguments)`` of canonical code ``text`` whose
+        free variables are ``free``.  A C- or F-contiguous array whose data
+        address the plan knows goes as that address, its view cut in the
+        kernel (a view costs numba ~10 ms to compile: once per kernel, not
+        once per use); anything else goes as itself."""
+        prologue, params, args = [], [], []
+        for j, v in enumerate(free):
+            if v in self._addresses:
+                address, shape, dtype, order = self._addresses[v]
+                prologue.append(f"_p{j} = " + view_at(f"_a{j}", shape, dtype, order))
+                params.append(f"_a{j}")
+                args.append(address)
+            else:
+                params.append(f"_p{j}")
+                args.append(v)
+        return (tuple(params), tuple(prologue + text.splitlines()), parallel), args
+
+    def finish(self, lines, header, params):
+        """(plan body lines, kernel definition lines, whether inlined code has
+        a prange).  ``lines``: the plan's body with markers; ``header``: the
+        module's lines before it (its global names); ``params``: the plan's."""
+        import ast
+        import builtins
+        import textwrap
+
+        module_names = set(dir(builtins))
+        for t in ast.walk(ast.parse("\n".join(header))):
+            if isinstance(t, ast.alias):
+                module_names.add((t.asname or t.name).split(".")[0])
+            elif isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store):
+                module_names.add(t.id)
+        # names the plan itself defines (a kernel may read them)
+        plain = textwrap.dedent("\n".join("    pass" if x.lstrip().startswith(self._MARK)
+                                          else x for x in lines))
+        plan_names = [t for t in ast.walk(ast.parse(plain)) if isinstance(t, ast.Name)]
+        defined = set(params) | {t.id for t in plan_names if isinstance(t.ctx, ast.Store)}
+        plan_reads = {t.id for t in plan_names if isinstance(t.ctx, ast.Load)}
+        canon = [_canonical(chunk_lines, module_names) for chunk_lines, _ in self.chunks]
+        read_anywhere = set().union(*(c[1] for c in canon)) if canon else set()
+        calls, counts = {}, {}
+        for k, (text, free, stored) in enumerate(canon):
+            # outline only code that talks to the plan through what the plan
+            # defines: it reads nothing another chunk's code assigns, and
+            # assigns nothing the plan or other code reads
+            if text and set(free) <= defined and \
+                    not stored & (defined | plan_reads | read_anywhere):
+                calls[k] = self._call(text, free, self.chunks[k][1])
+                counts[calls[k][0]] = counts.get(calls[k][0], 0) + 1
+        kernels, defs, body, inline_parallel = {}, [], [], False
+        for line in lines:
+            if not line.lstrip().startswith(self._MARK):
+                body.append(line)
+                continue
+            pad = line[:len(line) - len(line.lstrip())]
+            k = int(line.lstrip()[len(self._MARK):])
+            chunk_lines, parallel = self.chunks[k]
+            if counts.get(calls.get(k, (None,))[0], 0) < 2:
+                body.extend(pad + x for x in chunk_lines)
+                inline_parallel = inline_parallel or parallel
+                continue
+            key, args = calls[k]
+            name = kernels.get(key)
+            if name is None:
+                name = kernels[key] = f"_kernel{len(kernels)}"
+                params, code, _ = key
+                defs += ["", "", f"@njit({_FLAGS}" + (", parallel=True" if parallel else "") + ")",
+                         f"def {name}({', '.join(params)}):"] + ["    " + x for x in code]
+            body.append(f"{pad}{name}({', '.join(args)})")
+        return _drop_unused_views(body), defs, inline_parallel
+
+
+_VIEW_LINE = re.compile(r"^    (\w+) = (?:_view\(|_flat\(|\w+\.T$|\w+\.reshape\()")
+_WORD = re.compile(r"\w+")
+
+
+def _drop_unused_views(lines):
+    """The plan's lines without the views (top-level ``name = <view>`` lines)
+    nothing reads: numba types and lowers every line, used or not."""
+    lines = list(lines)
+    while True:
+        uses = {}
+        for line in lines:
+            m = _VIEW_LINE.match(line)
+            code = line.split("#", 1)[0]
+            for word in _WORD.findall(code[m.end(1):] if m else code):
+                uses[word] = uses.get(word, 0) + 1
+        keep = [x for x in lines
+                if not ((m := _VIEW_LINE.match(x)) and uses.get(m.group(1), 0) == 0)]
+        if len(keep) == len(lines):
+            return keep
+        lines = keep
+
+
+def _canonical(lines, module_names):
+    """``(text, free variables, assigned names)`` of a chunk of code, the text
+    with its free variables renamed ``_p0, _p1, ...`` and the names it assigns
+    ``_l0, _l1, ...`` in order of first appearance (so two nodes' code that
+    differs only in names reads the same)."""
+    import ast
+
+    tree = ast.parse("\n".join(lines))
+    names = sorted((t for t in ast.walk(tree) if isinstance(t, ast.Name)),
+                   key=lambda t: (t.lineno, t.col_offset))
+    stored = {t.id for t in names if isinstance(t.ctx, ast.Store)}
+    order = []
+    for t in names:
+        if t.id not in order and t.id not in module_names:
+            order.append(t.id)
+    free = [v for v in order if v not in stored]
+    rename = {v: f"_p{j}" for j, v in enumerate(free)}
+    rename.update({v: f"_l{j}" for j, v in enumerate(v for v in order if v in stored)})
+
+    if not rename:
+        return "\n".join(lines), free, stored
+    # rename in the text (comments kept), never an attribute (``x.T``)
+    word = re.compile(r"(?<![.\w])(" + "|".join(map(re.escape, rename)) + r")(?!\w)")
+    text = []
+    for line in lines:
+        code, hash_, comment = line.partition("#")
+        text.append(word.sub(lambda m: rename[m.group(1)], code) + hash_ + comment)
+    return "\n".join(text), free, stored
 
 
 def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, out_specs,
@@ -538,9 +700,11 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     input_pos = {n.id: i for i, n in enumerate(inputs)}
     output_ids = {n.id for n in outputs if n is not None}
     direct = _direct_outputs(nodes, outputs, memplan)
-    # variable -> its data address (C-contiguous arrays), for cheap views
+    # variable -> (data address, shape, dtype, order) of contiguous arrays, for cheap views
     addresses = checks.addresses()
     accumulate = blas_accumulations(nodes, outputs, layouts)
+    kernels = _Kernels(lambda sub, n: _emit_node(sub, n, names, users, consts, layouts),
+                       addresses)
     folded = {n.id for n in accumulate.values()}  # iadds done by their gemm
     for n in nodes:  # buffer views, cut once at the top
         if n.id in direct:
@@ -548,11 +712,12 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         elif memplan.storage[n.id] == "buffer":
             dt, off, nbytes, shape = memplan.slots[n.id]
             names[n.id] = f"b{n.id}"
-            addresses[f"b{n.id}"] = f"ar_{dt.name}p + {off}"
-            w.emit(f"b{n.id} = " + view_at(addresses[f"b{n.id}"], shape, dt))
+            addresses[f"b{n.id}"] = (f"ar_{dt.name}p + {off}", shape, dt, "C")
+            w.emit(f"b{n.id} = " + view_at(*addresses[f"b{n.id}"]))
     for nid, (dt, off, count) in memplan.scratch.items():
         names[("scratch", nid)] = f"sc{nid}"
-        w.emit(f"sc{nid} = " + view_at(f"ar_{dt.name}p + {off}", (count,), dt))
+        addresses[f"sc{nid}"] = (f"ar_{dt.name}p + {off}", (count,), dt, "C")
+        w.emit(f"sc{nid} = " + view_at(*addresses[f"sc{nid}"]))
     params += [f"a{i}p" if objects else f"a{i}" for i in range(len(inputs))]
     for n in nodes:
         storage = memplan.storage[n.id]
@@ -570,6 +735,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
                 params.append(f"c{n.id}p")  # by object, like the inputs
                 const_args.append((v, True))
                 checks.add(f"c{n.id}", v.shape, v.dtype, written=False, order=order)
+                if order == "C":
+                    addresses[f"c{n.id}"] = (f"c{n.id}d", v.shape, v.dtype, "C")
             else:
                 params.append(f"c{n.id}")
                 const_args.append((v, False))
@@ -578,19 +745,24 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             w.emit(f"# {format_node(n)}" + (" (done by the gemm above)" if n.id in folded
                                             else ""))
             if n.id not in folded:
-                _emit_node(w, n, names, users, consts, layouts)
+                kernels.emit(w, n)
         elif n.id in accumulate:
             names[n.id] = f"b{n.id}"  # never written: the product goes into the adjoint
             w.emit(f"# {format_node(n)}")
             acc = accumulate[n.id].args[0]
-            _emit_gemm(w, n, [names[x.id] for x in n.args], names[acc.id] + (
-                f".reshape({n.shape!r})" if acc.shape != n.shape else ""), 1)
+            kernels.emit(w, n, lambda sub, n=n, acc=acc: _emit_gemm(
+                sub, n, [names[x.id] for x in n.args], names[acc.id] + (
+                    f".reshape({n.shape!r})" if acc.shape != n.shape else ""), 1))
         elif storage == "view":
             names[n.id] = f"v{n.id}"
             src = names[n.args[0].id]
-            if n.op == "reshape" and src in addresses:  # a C array's data, reshaped
-                addresses[f"v{n.id}"] = addresses[src]
-                w.emit(f"v{n.id} = " + view_at(addresses[src], n.shape, n.dtype))
+            c_source = src in addresses and addresses[src][3] == "C"
+            if n.op == "reshape" and c_source:  # a C array's data, reshaped
+                addresses[f"v{n.id}"] = (addresses[src][0], n.shape, n.dtype, "C")
+                w.emit(f"v{n.id} = " + view_at(*addresses[f"v{n.id}"]))
+            elif n.op == "transpose" and n.attrs["axes"] == (1, 0) and c_source:  # as F
+                addresses[f"v{n.id}"] = (addresses[src][0], n.shape, n.dtype, "F")
+                w.emit(f"v{n.id} = " + view_at(*addresses[f"v{n.id}"]))
             elif n.op == "reshape":
                 w.emit(f"v{n.id} = {src}.reshape({n.attrs['shape']!r})")
             elif n.op == "transpose" and n.attrs["axes"] == (1, 0):
@@ -603,7 +775,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
                 raise AssertionError(f"view {n.op} should have been materialized")
         else:
             w.emit(f"# {format_node(n)}")
-            _emit_node(w, n, names, users, consts, layouts)
+            kernels.emit(w, n)
     params += [f"o{k}p" if objects else f"o{k}" for k in range(len(outputs))]
     w.emit("# outputs")
     for k, n in enumerate(outputs):
@@ -612,7 +784,6 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         elif names[n.id] != f"o{k}":
             nd = len(n.shape)
             w.nest(n.shape, [f"o{k}{here(nd)} = {names[n.id]}{here(nd)}"])
-    heavy = w.parallel or _work(nodes) >= PARALLEL_MIN
     header = ["import numpy as np", "from numba import get_thread_id, njit, prange",
               vector_imports(),
               "from hybridad.backends.rt import check_arrays as _check, flat_view as _flat, "
@@ -622,15 +793,15 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     abi = tuple(rt.ABI[k] for k in rt.ABI_FIELDS) if objects else (0,) * 9
     header.append(f"_ABI = {abi!r}  # see rt.ABI")
     header += [f"{k} = {_literal(v)}" for k, v in consts.namespace().items()]
-    fn_name = "plan_fn"
-    # fastmath "contract" only: fused multiply-adds, no reassociation (rounding
-    # stays that of the written order, NaN and inf semantics unchanged)
-    flags = 'cache=True, error_model="numpy", fastmath={"contract"}' + \
-        (", nogil=True" if heavy else "") + (", parallel=True" if w.parallel else "")
     table = checks.table()
     guards = ["    " + line for line in checks.lines(table.size)]
-    source = "\n".join(header + ["", "", f"@njit({flags})",
-                                 f"def {fn_name}({', '.join(params)}):"] + guards + w.lines) + "\n"
+    body, kernel_defs, parallel = kernels.finish(guards + w.lines, header, params)
+    parallel = parallel or w.parallel
+    heavy = parallel or _work(nodes) >= PARALLEL_MIN
+    fn_name = "plan_fn"
+    flags = _FLAGS + (", nogil=True" if heavy else "") + (", parallel=True" if parallel else "")
+    signature = f"def {fn_name}({', '.join(params)}):"
+    source = "\n".join(header + kernel_defs + ["", "", f"@njit({flags})", signature] + body) + "\n"
     dispatcher = cache.load_function(source, fn_name)
     arena_args = [memplan.arenas[dt].ctypes.data for dt in arenas]
     if objects:
