@@ -12,7 +12,8 @@ Reported per run: ``import_s`` (``import hybridad`` after numpy), ``plan_s``
 (``ha.compile`` plus the first call), ``to_first_result_s`` (from the first
 line of the child script -- before ``import numpy`` -- to the first result)
 and ``process_s`` (the child's whole wall time measured by the parent,
-interpreter start-up and exit included).  Median of ``--repeats`` warm runs.
+interpreter start-up and exit included).  Medians of ``--repeats`` cold
+runs (each in a new directory) and as many warm runs (one from each).
 
 Targets (numba issue): cold first call (trace + compile) <= 3 s; warm
 ``to_first_result_s`` <= 1 s, import included.
@@ -88,7 +89,7 @@ def run_child(case, cache_dir):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=5, help="warm runs per case (median)")
+    p.add_argument("--repeats", type=int, default=5, help="cold and warm runs per case (medians)")
     p.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     a = p.parse_args(argv)
@@ -96,10 +97,13 @@ def main(argv=None):
     print(f"{'case':<10}{'run':<6}{'import_s':>10}{'plan_s':>10}{'first_result_s':>16}"
           f"{'process_s':>11}")
     for case in a.cases:
-        with tempfile.TemporaryDirectory() as cache_dir:
-            cold = run_child(case, cache_dir)
-            warm_runs = [run_child(case, cache_dir) for _ in range(a.repeats)]
-        warm = {k: statistics.median(r[k] for r in warm_runs) for k in cold}
+        cold_runs, warm_runs = [], []
+        for _ in range(a.repeats):  # interleaved: a fresh directory, then warm from it
+            with tempfile.TemporaryDirectory() as cache_dir:
+                cold_runs.append(run_child(case, cache_dir))
+                warm_runs.append(run_child(case, cache_dir))
+        cold = {k: statistics.median(r[k] for r in cold_runs) for k in cold_runs[0]}
+        warm = {k: statistics.median(r[k] for r in warm_runs) for k in cold_runs[0]}
         for name, r in (("cold", cold), ("warm", warm)):
             rows.append({"case": case, "run": name, **r})
             print(f"{case:<10}{name:<6}{r['import_s']:>10.3f}{r['plan_s']:>10.3f}"
