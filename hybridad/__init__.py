@@ -11,6 +11,7 @@ Pipeline (one module per stage): :mod:`.trace` -> :mod:`.ir` ->
 :mod:`.autodiff` -> :mod:`.memory` -> :mod:`.backends` -> :mod:`.results`.
 """
 
+from . import numpy_api as _numpy_api  # noqa: F401  (the numpy surface: methods on tracers)
 from .api import clear_cache, compile, gradient
 from .errors import TracingError
 from .plan import Plan

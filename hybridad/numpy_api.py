@@ -26,6 +26,8 @@ HANDLED = {}
 #: ufunc -> primitive name, for every elementwise primitive backed by a ufunc
 UFUNC_OPS = {op.ufunc: name for name, op in REGISTRY.items() if op.ufunc is not None}
 _REDUCE_OPS = {np.add: "sum", np.maximum: "max", np.minimum: "min", np.multiply: "prod"}
+#: ufuncs that are another one under a second name
+_UFUNC_ALIASES = {np.radians: np.deg2rad, np.degrees: np.rad2deg}
 
 
 def implements(*funcs):
@@ -59,6 +61,23 @@ def apply_ufunc(ufunc, method, inputs, kwargs):
         return matmul(*inputs)
     if method == "__call__" and ufunc is np.power:
         return power(*inputs)
+    if method == "__call__" and ufunc is np.float_power:  # power in at least float64
+        _no_kwargs("float_power", kwargs, allowed=("out",))
+        return power(*(_tracer(v).astype(np.result_type(_tracer(v).dtype, np.float64))
+                       for v in inputs))
+    if method == "__call__" and ufunc is np.conjugate and _tracer(inputs[0]).dtype.kind != "c":
+        return _tracer(inputs[0])  # the conjugate of a real array is itself
+    if method == "__call__" and ufunc in _UFUNC_ALIASES:
+        return apply_ufunc(_UFUNC_ALIASES[ufunc], method, inputs, kwargs)
+    if method == "reduce" and ufunc is np.logaddexp:
+        _no_kwargs("logaddexp.reduce", kwargs, allowed=("out", "axis", "keepdims"))
+        from .numpy_lib import logaddexp_reduce
+        return logaddexp_reduce(*inputs, axis=kwargs.get("axis", 0),
+                                keepdims=kwargs.get("keepdims", False))
+    if method == "accumulate" and ufunc is np.add:
+        _no_kwargs("add.accumulate", kwargs, allowed=("out", "axis", "dtype"))
+        from .numpy_lib import cumsum
+        return cumsum(*inputs, axis=kwargs.get("axis", 0), dtype=kwargs.get("dtype"))
     if method == "__call__" and ufunc in UFUNC_OPS:
         _no_kwargs(ufunc.__name__, kwargs, allowed=("out",))
         return bind(UFUNC_OPS[ufunc], *inputs)
@@ -511,3 +530,6 @@ for _name in ("sum", "prod", "max", "min"):
                             _reduction(op)(self, axis=axis, keepdims=keepdims, **kw))(_name))
 Tracer.mean = lambda self, axis=None, keepdims=False, **kw: mean(self, axis, keepdims=keepdims,
                                                                  **kw)
+
+
+from . import numpy_lib  # noqa: E402,F401  (registers more of numpy's functions)

@@ -40,6 +40,18 @@ FAMILIES = {
                   (rand((3, 4), seed=10),)),
     "indexing": (lambda x: np.sum(x[1:] - x[:-1]) ** 2 + np.sum(x[::2] ** 2) + x[3] * x[0] +
                  np.sum(x[..., None] * x[None, ...]), (rand((10,), seed=11),)),
+    "statistics_shapes": (lambda x: np.sum(np.var(x, axis=0, ddof=1)) + np.std(x) +
+                          np.ptp(x) + np.sum(np.cumsum(x, axis=1) ** 2) +
+                          np.sum(np.logaddexp.reduce(x, axis=1)) + np.sum(np.clip(x, -1, 1)) +
+                          np.sum(np.roll(x, 2) * np.flip(x)) + np.sum(np.tile(x, 2) ** 2) +
+                          np.sum(np.pad(x, 1) ** 2) + np.sum(np.repeat(x, 2, axis=1) ** 3) +
+                          np.sum(np.tril(x) * np.triu(x)) + np.trace(x),
+                          (rand((4, 5), seed=12),)),
+    "products_norms": (lambda x: np.sum(np.einsum("ij,kj->ik", x, x) ** 2) +
+                       np.einsum("ij,ij->", x, x) + np.sum(np.tensordot(x, x, ([0], [0]))) +
+                       np.sum(np.kron(x[:2], x[:, :2]) ** 2) + np.linalg.norm(x) +
+                       np.linalg.norm(x, 1) + np.sum(np.linalg.norm(x, 3, axis=1)),
+                       (rand((4, 5), seed=13),)),
 }
 
 
@@ -62,6 +74,14 @@ def test_zero_allocations(family):
     res2 = ha.GradientResult(args[0])
     _check_no_alloc(lambda: plan.gradient(*args, out=res2))
     np.testing.assert_array_equal(res.gradient, res2.gradient)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_zero_allocations_numpy_backend(family):
+    f, args = FAMILIES[family]
+    plan = ha.compile(f, *args, backend="numpy")
+    res = ha.GradientResult(args[0])
+    _check_no_alloc(lambda: plan.gradient(*args, out=res), n=200)
 
 
 def test_zero_allocations_multi_argnums_pytree_float32_noncontiguous():

@@ -21,3 +21,14 @@ def test_examples_run(page, capsys):
 
 def test_guide_has_examples():
     assert len(BLOCK.findall((ROOT / "docs" / "guide.md").read_text())) >= 8
+
+
+def test_coverage_page_is_current():
+    # docs/coverage.md is generated from the registry: regenerate it with
+    # `python -m hybridad.coverage > docs/coverage.md` when this fails
+    from pathlib import Path
+
+    from hybridad.coverage import render
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "coverage.md"
+    assert page.read_text() == render(), "docs/coverage.md is stale"

@@ -129,8 +129,8 @@ def test_array_of_traced_values_points_to_stack():
 def test_unsupported_function_is_named():
     with pytest.raises(NotImplementedError, match="numpy.sort"):
         ha.gradient(lambda x: np.sum(np.sort(x)), np.ones(3))
-    with pytest.raises(NotImplementedError, match="numpy.arccos.accumulate|accumulate"):
-        ha.gradient(lambda x: np.sum(np.add.accumulate(x)), np.ones(3))
+    with pytest.raises(NotImplementedError, match="numpy.multiply.accumulate"):
+        ha.gradient(lambda x: np.sum(np.multiply.accumulate(x)), np.ones(3))
     with pytest.raises(NotImplementedError, match="advanced"):
         ha.gradient(lambda x: np.sum(x[np.array([0, 2])]), np.ones(3))
 

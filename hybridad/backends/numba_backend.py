@@ -172,7 +172,9 @@ def _emit_node(w, node, names, users, consts, layouts):
     elif op == "iadd":
         w.nest(node.shape, [f"{out}{here(nd)} += {a[1]}{broadcast_index(node.args[1].shape, nd)}"])
     elif op == "cumprod_exclusive":
-        _emit_cumprod(w, node, a[0], out, consts.add(node.dtype.type(1)))
+        _emit_scan(w, node, a[0], out, consts.add(node.dtype.type(1)), "*=", inclusive=False)
+    elif op == "cumsum":
+        _emit_scan(w, node, a[0], out, consts.add(node.dtype.type(0)), "+=", inclusive=True)
     else:
         raise NotImplementedError(f"numba backend: no code for op {op!r}")
 
@@ -267,7 +269,9 @@ def _emit_matmul(w, node, a, out, layouts):
     w.nest(batch, lines)
 
 
-def _emit_cumprod(w, node, x, out, one):
+def _emit_scan(w, node, x, out, init, update, inclusive):
+    """A running ``p {update} x`` along ``axis`` (from the end when
+    ``reverse``), stored after the update (``inclusive``) or before it."""
     axis, rev = node.attrs["axis"], node.attrs["reverse"]
     nd = len(node.shape)
     n = node.shape[axis]
@@ -281,10 +285,9 @@ def _emit_cumprod(w, node, x, out, one):
             names.append(f"i{j}")
             j += 1
     idx = "[" + ", ".join(names) + "]"
-    w.nest(other, [f"p = {one}",
-                   f"for t in range({n}):",
-                   f"    {out}{idx} = p",
-                   f"    p *= {x}{idx}"])
+    store, step = f"{out}{idx} = p", f"p {update} {x}{idx}"
+    w.nest(other, [f"p = {init}", f"for t in range({n}):",
+                   f"    {step if inclusive else store}", f"    {store if inclusive else step}"])
 
 
 # ----------------------------------------------------------------------------

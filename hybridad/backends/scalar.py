@@ -102,6 +102,8 @@ def apply_ufunc(ufunc, args):
     elif name in VECTOR_UFUNCS and out_dtype == np.float64 and \
             all(a.dtype == np.float64 for a in args):
         code = f"{VECTOR_PREFIX}{name}({args[0].code})"  # vectorizable (vmath)
+    elif REGISTRY.get(name) is not None and REGISTRY[name].scalar is not None:
+        code = REGISTRY[name].scalar.format(*(a.code for a in args))
     else:
         code = f"np.{name}({', '.join(a.code for a in args)})"
     return Sym(code, out_dtype, consts)

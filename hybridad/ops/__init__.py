@@ -10,7 +10,9 @@ An :class:`Op` carries, side by side:
 * for elementwise ops, ``ufunc`` and symbolic ``partials`` (one expression per
   operand in terms of the operands and the result ``ans``), from which the
   VJP is derived -- and from which later backends render dual-number kernels;
-* ``domain`` -- the interval the test-suite samples inputs from.
+* ``domain`` -- the interval the test-suite samples inputs from;
+* ``scalar`` -- for a ufunc numba has no scalar implementation of, its value
+  as a Python expression (a format string over the operands' code).
 
 Adding an op touches one file in this package; tests pick it up from
 :data:`REGISTRY`.
@@ -45,7 +47,7 @@ class Op:
     vjp : callable, optional
         ``vjp(g, node, *arg_tracers, ans) -> tuple`` of contributions, one per
         operand (``None`` for a zero / non-differentiable operand).
-    ufunc, partials, domain :
+    ufunc, partials, domain, scalar :
         Elementwise ops only; see the module docstring.
     """
 
@@ -57,13 +59,14 @@ class Op:
         "name",
         "partials",
         "run",
+        "scalar",
         "ufunc",
         "view",
         "vjp",
     )
 
     def __init__(self, name, kind, abstract, run=None, view=None, vjp=None, ufunc=None,
-                 partials=None, domain=None, doc=""):
+                 partials=None, domain=None, doc="", scalar=None):
         assert kind in KINDS, kind
         self.name = name
         self.kind = kind
@@ -75,6 +78,7 @@ class Op:
         self.partials = partials
         self.domain = domain
         self.doc = doc
+        self.scalar = scalar
 
     def __repr__(self):
         return f"Op({self.name!r}, kind={self.kind!r})"

@@ -65,14 +65,17 @@ def _vjp_from_partials(partials):
     return vjp
 
 
-def elementwise(ufunc, partials, domain=(-2.0, 2.0), name=None):
-    """Declare a ufunc primitive with its partials (one per operand)."""
+def elementwise(ufunc, partials, domain=(-2.0, 2.0), name=None, scalar=None):
+    """Declare a ufunc primitive with its partials (one per operand); ``scalar``:
+    its value as a Python expression over ``{0}``, ``{1}`` where numba has no
+    scalar implementation of the ufunc."""
     partials = tuple(partials)
     assert len(partials) == ufunc.nin, ufunc
     return register(Op(
         name or ufunc.__name__, "elementwise", _abstract_for(ufunc), run=_run_for(ufunc),
         vjp=_vjp_from_partials(partials), ufunc=ufunc, partials=partials, domain=domain,
         doc=(ufunc.__doc__ or "").strip().splitlines()[0] if ufunc.__doc__ else "",
+        scalar=scalar,
     ))
 
 
@@ -110,6 +113,9 @@ elementwise(np.deg2rad, [lambda x, ans: _lit(np.pi / 180, x)])
 elementwise(np.rad2deg, [lambda x, ans: _lit(180 / np.pi, x)])
 for _f in (np.sign, np.floor, np.ceil, np.rint, np.trunc):
     elementwise(_f, [0])
+# heaviside(x, h0): 0 below 0, h0 at 0, 1 above (nan stays nan); piecewise constant
+elementwise(np.heaviside, [0, 0],
+            scalar="({0} if {0} != {0} else (0.0 if {0} < 0 else ({1} if {0} == 0 else 1.0)))")
 for _f in (np.logical_not, np.isnan, np.isinf, np.isfinite, np.signbit):
     elementwise(_f, [None])
 

@@ -154,6 +154,23 @@ register(Op("cumprod_exclusive", "compute", lambda x, axis, reverse: (x.shape, x
             run=_cumprod_exclusive_run,
             doc="product of the elements strictly before (reverse: after) each position"))
 
+
+def _cumsum_run(out, x, axis, reverse):
+    if reverse:  # flipped views: accumulate writes through them in place
+        x, out = np.flip(x, axis), np.flip(out, axis)
+    np.add.accumulate(x, axis=axis, out=out)
+
+
+def _cumsum_vjp(g, node, active, x, ans, axis, reverse):
+    from ..trace import bind
+
+    return (bind("cumsum", g, axis=axis, reverse=not reverse),)
+
+
+register(Op("cumsum", "compute", lambda x, axis, reverse: (x.shape, x.dtype),
+            run=_cumsum_run, vjp=_cumsum_vjp,
+            doc="inclusive running sum along one axis (reverse: from the end)"))
+
 # ----------------------------------------------------------------------------
 # matmul (operands >= 2-D, numpy batch broadcasting)
 # ----------------------------------------------------------------------------

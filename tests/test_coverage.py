@@ -1,0 +1,99 @@
+"""numpy functions built from the primitives (:mod:`hybridad.numpy_lib`):
+value against numpy, gradient against central finite differences, the numba
+backend against the numpy reference (``assert_grad``)."""
+
+import numpy as np
+import pytest
+from conftest import assert_grad, rand
+
+import hybridad as ha
+
+W20 = np.arange(20.0).reshape(4, 5) / 7
+
+CASES = {
+    "round": lambda x: np.sum(np.round(x, 1) * x) + np.sum(np.around(x) * x),
+    "clip": lambda x: np.sum(np.clip(x, -0.5, 0.7) ** 2) + np.sum(np.clip(x, None, 0.2) * x),
+    "var_std": lambda x: np.sum(np.var(x, axis=0, ddof=1)) + np.std(x) +
+    np.sum(np.std(x, axis=1, keepdims=True) * x),
+    "average": lambda x: np.sum(np.average(x, axis=1, weights=np.arange(1.0, 6.0))) +
+    np.average(x) + np.average(x, weights=x * x + 1),
+    "ptp": lambda x: np.sum(np.ptp(x, axis=0)) + np.ptp(x),
+    "cumsum": lambda x: np.sum(np.cumsum(x, axis=1) ** 2) + np.sum(np.cumsum(x) * 0.1) +
+    np.sum(np.add.accumulate(x, axis=0) * W20),
+    "logaddexp_reduce": lambda x: np.sum(np.logaddexp.reduce(x, axis=1)) +
+    np.logaddexp.reduce(x.ravel() * 40),
+    "atleast": lambda x: np.sum(np.atleast_3d(x[0]) ** 2) + np.sum(np.atleast_2d(x[0, 0]) * 3) +
+    np.sum(np.atleast_1d(x[1, 1]) ** 3),
+    "stacks": lambda x: np.sum(np.hstack([x, x ** 2]) * np.vstack([x, x]).sum()) +
+    np.sum(np.dstack([x, x]) ** 2) + np.sum(np.column_stack([x[0], x[1]]) ** 3),
+    "split": lambda x: sum(np.sum(p ** 2) * (i + 1)
+                           for i, p in enumerate(np.array_split(x, 3, axis=1))) +
+    sum(np.sum(p * k) for k, p in enumerate(np.split(x, [1, 3]))),
+    "flip": lambda x: np.sum(np.flip(x) * W20) + np.sum(np.fliplr(x)[0] ** 3) +
+    np.sum(np.flipud(x) * W20 ** 2),
+    "roll": lambda x: np.sum(np.roll(x, 2, axis=1) * W20) + np.sum(np.roll(x, -3) * W20 ** 2) +
+    np.sum(np.roll(x, (1, 2), axis=(0, 1)) * W20 ** 3),
+    "tile": lambda x: np.sum(np.tile(x, (2, 1, 3)) * np.arange(120.0).reshape(2, 4, 15)),
+    "repeat": lambda x: np.sum(np.repeat(x, 2, axis=0) * np.arange(40.0).reshape(8, 5)) +
+    np.sum(np.repeat(x, 3) ** 2),
+    "pad": lambda x: np.sum(np.pad(x, ((1, 2), (0, 1)), constant_values=3.0) *
+                            np.arange(42.0).reshape(7, 6)) + np.sum(np.pad(x, 1) ** 2),
+    "tril_triu": lambda x: np.sum(np.tril(x, 1) * 2 + np.triu(x, -1) ** 2),
+    "diagonal_trace": lambda x: np.sum(np.diagonal(x, 1) ** 2) + np.trace(x) +
+    np.trace(x, -1) + np.sum(np.diag(x[0], -1) * np.arange(36.0).reshape(6, 6)) +
+    np.sum(np.diag(x) ** 3),
+    "tensordot": lambda x: np.sum(np.tensordot(x, x, axes=([0], [0])) ** 2) +
+    np.tensordot(x, W20),
+    "kron": lambda x: np.sum(np.kron(x[:2, :2], x[1:3, 2:]) ** 2) + np.sum(np.kron(x[0], W20)),
+    "einsum": lambda x: np.einsum("ij,ij->", x, x) + np.sum(np.einsum("ij,kj->ik", x, x) ** 2) +
+    np.einsum("ii", x[:, :4]) + np.sum(np.einsum("ij,j,ik", x, x[0], x) ** 2) +
+    np.sum(np.einsum("ij->ji", x) * W20.T) + np.sum(np.einsum("ij,ij->i", x, W20) ** 2),
+    "norm": lambda x: np.linalg.norm(x) + np.sum(np.linalg.norm(x, 3, axis=1)) +
+    np.linalg.norm(x, 1) + np.linalg.norm(x, np.inf) + np.linalg.norm(x, -np.inf) +
+    np.linalg.norm(x, -1) + np.linalg.norm(x, "fro") + np.sum(np.linalg.norm(x, axis=0)) +
+    np.linalg.norm(x[0], 1) + np.linalg.norm(x[0], np.inf) + np.linalg.norm(x[0], -np.inf) +
+    np.linalg.norm(x[1], 0) + np.sum(np.linalg.norm(x, 2, axis=1, keepdims=True) * x),
+    "ufunc_aliases": lambda x: np.sum(np.float_power(np.abs(x) + 1, 1.5) + np.radians(x) +
+                                      np.degrees(x) + np.heaviside(x, 0.5) * x),
+    "rot90_rollaxis": lambda x: np.sum(np.rot90(x) * W20.T) + np.sum(np.rot90(x, 2) * W20) +
+    np.sum(np.rot90(x, 3) * W20.T ** 2) + np.sum(np.rollaxis(x[None], 2) ** 2),
+    "diff": lambda x: np.sum(np.diff(x) ** 2) + np.sum(np.diff(x, 2, axis=0) ** 3) +
+    np.sum(np.diff(x, prepend=0.5) ** 2),
+    "cross": lambda x: np.sum(np.cross(x[:, :3], x[:, 2:]) ** 2) +
+    np.sum(np.cross(x[:, :3], x[:, 1:4], axis=1) * x[:, :3]),
+    "nan_to_num_sinc_real": lambda x: np.sum(np.nan_to_num(np.log(x)) * 2) +
+    np.sum(np.sinc(x) * W20) + np.sum(np.sinc(x * 0)) + np.sum(np.real(x) * np.conj(x)),
+    "methods": lambda x: x.round(1).sum() + x.clip(-1, 1).var() + x.std(axis=0).sum() +
+    x.cumsum(axis=0).sum() + x.repeat(2).sum() + x.diagonal().sum() + x.var(ddof=1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_function(name):
+    assert_grad(CASES[name], (rand((4, 5), seed=sum(map(ord, name))),))
+
+
+@pytest.mark.parametrize("name", ["var_std", "cumsum", "einsum", "norm", "roll"])
+def test_function_float32_and_noncontiguous(name):
+    f = CASES[name]
+    x = np.asfortranarray(rand((4, 5), seed=3))
+    assert not x.flags.c_contiguous
+    res = ha.gradient(f, x, backend="numba")
+    ref = ha.gradient(f, np.ascontiguousarray(x), backend="numpy")
+    np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-11, atol=1e-12)
+    x32 = x.astype(np.float32)
+    r32 = ha.gradient(f, x32, backend="numba")
+    assert r32.gradient.dtype == np.float32
+    np.testing.assert_allclose(r32.gradient, ref.gradient, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("f, error", [
+    (lambda x: np.sum(np.pad(x, 1, mode="reflect")), NotImplementedError),
+    (lambda x: np.einsum("...i,...i", x, x), NotImplementedError),
+    (lambda x: np.linalg.norm(x, "nuc"), NotImplementedError),
+    (lambda x: np.sum(np.split(x, 3)[0]), ValueError),
+    (lambda x: np.linalg.norm(x, "bad", axis=1), ValueError),
+])
+def test_unsupported_forms_raise_clearly(f, error):
+    with pytest.raises(error):
+        ha.gradient(f, rand((4, 5), seed=1), backend="numpy")
