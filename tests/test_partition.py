@@ -307,11 +307,11 @@ def test_kernel_outlining_renames_consistently_and_keeps_plan_variables():
             self.lines += ["    " + x for x in lines]
 
     w = W()
-    w.emit("b3 = _flat(p + 0, np.int64(5), np.float64)",
-           "b4 = _flat(p + 40, np.int64(5), np.float64)",
-           "b9 = _flat(p + 80, np.int64(5), np.float64)",
-           "b10 = _flat(p + 120, np.int64(5), np.float64)",
-           "unused = _flat(p + 160, np.int64(5), np.float64)")
+    w.emit("b3 = _view(p + 0, np.int64(5), np.float64)",
+           "b4 = _view(p + 40, np.int64(5), np.float64)",
+           "b9 = _view(p + 80, np.int64(5), np.float64)",
+           "b10 = _view(p + 120, np.int64(5), np.float64)",
+           "unused = _view(p + 160, np.int64(5), np.float64)")
     for key in "abcd":
         k.emit(w, key)
     w.emit("out = s")
@@ -321,5 +321,5 @@ def test_kernel_outlining_renames_consistently_and_keeps_plan_variables():
     assert "    _kernel0(p + 24, a0, p + 72)" in body and "    _kernel0(p + 32, a0, p + 80)" in body
     assert "    s = b3[0]" in body and "    s = b4[0]" in body
     assert not any("unused" in ln for ln in body)
-    assert _drop_unused_views(["    x = _flat(p, n, t)", "    y = x.T", "    z = 1"]) == \
+    assert _drop_unused_views(["    x = _view(p, n, t)", "    y = x.T", "    z = 1"]) == \
         ["    z = 1"]

@@ -411,16 +411,16 @@ def _type_nums(dtype):
 
 
 def view_at(address, shape, dtype, order="C"):
-    """Source of the array of ``shape`` at ``address`` (an expression):
-    :func:`.rt.flat_view` for 1-D, :func:`.rt.view_at` otherwise, sizes
-    given as ``np.int64`` (not literals: the helpers compile once per rank and
-    dtype, not per plan).  A view costs numba ~10 ms to compile, a slice
-    reshaped ~40 ms: a plan cuts dozens."""
+    """Source of the array of ``shape`` at ``address`` (an expression), by the
+    intrinsic :func:`.rt.view_at`: sizes given as ``np.int64`` (not literals,
+    which numba would type one by one), a 1-D size as a number, others as a
+    tuple.  A view costs numba ~10 ms to compile: a plan cuts dozens, so views
+    nothing reads are not emitted (:func:`_drop_unused_views`)."""
     shape = tuple(int(d) for d in shape)
     shape = shape if order == "C" else shape[::-1]
     dt = f"np.{np.dtype(dtype).name}"
     if len(shape) == 1:
-        src = f"_flat({address}, np.int64({shape[0]}), {dt})"
+        src = f"_view({address}, np.int64({shape[0]}), {dt})"
     else:  # 0-d or >= 2-d: a tuple literal of np.int64 sizes
         dims = ", ".join(f"np.int64({d})" for d in shape)
         src = f"_view({address}, ({dims}), {dt})"
@@ -471,7 +471,7 @@ class _Checks:
             for name, shape, *_ in self.records:
                 out += [f"if {name}.shape != {shape!r}:",
                         f"    raise ValueError('{name} does not have shape {shape}')"]
-        out.append(f"_t = _flat(_tabp, np.int64({size}), np.int64)")
+        out.append(f"_t = _view(_tabp, np.int64({size}), np.int64)")
         for j, (name, *_) in enumerate(self.records):
             src = f"{name}p" if self.objects else f"{name}.ctypes.data"
             out.append(f"_t[{j * rt.RECORD + rt.OBJ}] = {src}")
@@ -607,7 +607,7 @@ class _Kernels:
             pad = line[:len(line) - len(line.lstrip())]
             k = int(line.lstrip()[len(self._MARK):])
             chunk_lines, parallel = self.chunks[k]
-            if counts.get(calls.get(k, (None,))[0], 0) < 2:
+            if k not in calls or counts[calls[k][0]] < 2:  # occurs once: inline
                 body.extend(pad + x for x in chunk_lines)
                 inline_parallel = inline_parallel or parallel
                 continue
@@ -622,7 +622,7 @@ class _Kernels:
         return _drop_unused_views(body), defs, inline_parallel
 
 
-_VIEW_LINE = re.compile(r"^    (\w+) = (?:_view\(|_flat\(|\w+\.T$|\w+\.reshape\()")
+_VIEW_LINE = re.compile(r"^    (\w+) = (?:_view\(|\w+\.T$|\w+\.reshape\()")
 _WORD = re.compile(r"\w+")
 
 
@@ -789,8 +789,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             w.nest(n.shape, [f"o{k}{here(nd)} = {names[n.id]}{here(nd)}"])
     header = ["import numpy as np", "from numba import get_thread_id, njit, prange",
               vector_imports(),
-              "from hybridad.backends.rt import check_arrays as _check, flat_view as _flat, "
-              "gemm as _gemm, load_i64 as _ld64, view_at as _view",
+              "from hybridad.backends.rt import check_arrays as _check, gemm as _gemm, "
+              "load_i64 as _ld64, view_at as _view",
               "from hybridad.backends.rt import fold_max as _fold_max, fold_min as _fold_min, "
               "fold_prod as _fold_prod, fold_sum as _fold_sum", ""]
     abi = tuple(rt.ABI[k] for k in rt.ABI_FIELDS) if objects else (0,) * 9

@@ -18,21 +18,9 @@ from numba import njit, types
 from numba.core import cgutils, ir_utils
 from numba.extending import intrinsic
 
-__all__ = ["ABI", "ABI_FIELDS", "address_pointer", "check_arrays", "flat_view", "fold_max",
+__all__ = ["ABI", "ABI_FIELDS", "check_arrays", "fold_max",
            "fold_min", "fold_prod", "fold_sum", "gemm",
            "load_i32", "load_i64", "load_u8", "overlaps", "type_num", "view_at"]
-
-
-@intrinsic
-def address_pointer(typingctx, address):
-    """``void *`` from an integer address (inttoptr)."""
-    if not isinstance(address, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], cgutils.voidptr_t)
-
-    return types.voidptr(address), codegen
 
 
 @intrinsic
@@ -301,9 +289,6 @@ def gemm(typingctx, a, b, out, beta):
         return context.get_dummy_value()
 
     return types.none(a, b, out, beta), codegen
-
-
-flat_view = view_at  # the 1-D spelling generated code uses (``_flat``)
 
 
 def _external_memory(lhs, args, alias_map, arg_aliases):
