@@ -63,8 +63,8 @@ def apply_ufunc(ufunc, method, inputs, kwargs):
         return power(*inputs)
     if method == "__call__" and ufunc is np.float_power:  # power in at least float64
         _no_kwargs("float_power", kwargs, allowed=("out",))
-        return power(*(_tracer(v).astype(np.result_type(_tracer(v).dtype, np.float64))
-                       for v in inputs))
+        xs = [_tracer(v) for v in inputs]
+        return power(*(x.astype(np.result_type(x.dtype, np.float64)) for x in xs))
     if method == "__call__" and ufunc is np.conjugate and _tracer(inputs[0]).dtype.kind != "c":
         return _tracer(inputs[0])  # the conjugate of a real array is itself
     if method == "__call__" and ufunc in _UFUNC_ALIASES:

@@ -15,19 +15,13 @@ import string
 
 import numpy as np
 
-from .numpy_api import (HANDLED, _norm_axis, _reduce, _tracer, broadcast_to, concatenate,
-                        expand_dims, getitem, implements, matmul, mean, moveaxis, ravel,
-                        reshape, transpose, where)
+from .numpy_api import mean as _mean_of  # var's ``mean=`` argument shadows the name
+from .numpy_api import (HANDLED, _no_kwargs, _norm_axis, _reduce, _tracer, broadcast_to,
+                        concatenate, expand_dims, getitem, implements, matmul, mean, moveaxis,
+                        ravel, reshape, squeeze, stack, transpose, where)
 from .trace import Tracer, bind
 
 __all__ = []
-
-
-def _no(name, **kwargs):
-    extra = [k for k, v in kwargs.items() if v is not None and v is not False]
-    if extra:
-        raise NotImplementedError(f"hybridad: numpy.{name} with {', '.join(extra)}= is not "
-                                  "supported while tracing")
 
 
 def _float(x):
@@ -44,7 +38,7 @@ def _float(x):
 def round_(a, decimals=0, out=None):
     """``np.round``: ``rint`` (half to even, like numpy), scaled for ``decimals``;
     its derivative is zero."""
-    _no("round", out=out)
+    _no_kwargs("round", {"out": out})
     a = _tracer(a)
     if decimals == 0:
         return np.rint(a)
@@ -57,7 +51,7 @@ def clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None, **kw):  # n
     """``np.clip``: the derivative is 1 with respect to ``a`` where
     ``a_min <= a <= a_max`` (bounds included) and flows to the bound where
     ``a`` is outside it."""
-    _no("clip", out=out, **kw)
+    _no_kwargs("clip", {"out": out, **kw})
     lo = a_min if a_min is not None else min
     hi = a_max if a_max is not None else max
     x = _tracer(a)
@@ -81,17 +75,13 @@ def _count(a, axis):
 def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
         correction=None):
     """``np.var`` with ``ddof`` (two passes: the mean, then squared deviations)."""
-    _no("var", dtype=dtype, out=out, where=where, mean=mean)
+    _no_kwargs("var", {"dtype": dtype, "out": out, "where": where, "mean": mean})
     a = _float(a)
     ddof = correction if correction is not None else ddof
-    m = _mean(a, axis, keepdims=True)
+    m = _mean_of(a, axis=axis, keepdims=True)
     d = a - m
     n = _count(a, axis) - ddof
     return _reduce("sum", d * d, axis, keepdims) * a.dtype.type(1.0 / n if n > 0 else np.inf)
-
-
-def _mean(a, axis, keepdims):
-    return mean(a, axis=axis, keepdims=keepdims)
 
 
 @implements(np.std)
@@ -128,7 +118,7 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
 
 @implements(np.ptp)
 def ptp(a, axis=None, out=None, keepdims=False):
-    _no("ptp", out=out)
+    _no_kwargs("ptp", {"out": out})
     a = _tracer(a)
     return _reduce("max", a, axis, keepdims) - _reduce("min", a, axis, keepdims)
 
@@ -136,7 +126,7 @@ def ptp(a, axis=None, out=None, keepdims=False):
 @implements(np.cumsum)
 def cumsum(a, axis=None, dtype=None, out=None):
     """``np.cumsum`` (an ``axis=None`` sum runs over the flattened array)."""
-    _no("cumsum", out=out)
+    _no_kwargs("cumsum", {"out": out})
     a = _tracer(a)
     if dtype is not None:
         a = a.astype(dtype)
@@ -156,8 +146,7 @@ def logaddexp_reduce(x, axis=0, keepdims=False):
     m = _reduce("max", x, axis, True)
     m = where(np.isfinite(m), m, 0.0)
     r = np.log(_reduce("sum", np.exp(x - m), axis, True)) + m
-    return r if keepdims else reshape(r, tuple(s for i, s in enumerate(r.shape)
-                                              if i not in _norm_axis(axis, x.ndim)))
+    return r if keepdims else squeeze(r, _norm_axis(axis, x.ndim))
 
 
 # ----------------------------------------------------------------------------
@@ -394,7 +383,6 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     c = [a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
          a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
          a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]]
-    from .numpy_api import stack
     return moveaxis(stack(c, axis=-1), -1, axisc)
 
 
@@ -479,7 +467,7 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
 
 @implements(np.trace)
 def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
-    _no("trace", dtype=dtype, out=out)
+    _no_kwargs("trace", {"dtype": dtype, "out": out})
     return _reduce("sum", diagonal(a, offset, axis1, axis2), -1, False)
 
 
@@ -543,7 +531,7 @@ def einsum(*operands, out=None, optimize=False, **kw):
     is one matmul (:func:`tensordot`); anything else is a broadcast multiply
     summed over the contracted letters, which the partitioner fuses into one
     region (no product temporary on the numba backend)."""
-    _no("einsum", out=out, **kw)
+    _no_kwargs("einsum", {"out": out, **kw})
     if not isinstance(operands[0], str):
         raise NotImplementedError("hybridad: np.einsum in the interleaved (sublist) form is "
                                   "not supported; pass a subscripts string")
@@ -667,8 +655,7 @@ def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002
         inner, outer = (r, c) if ord in (1, -1) else (c, r)
         s = _reduce("sum", np.absolute(x), (inner,), True)
         out = _reduce("max" if ord > 0 else "min", s, (outer,), True)
-        return out if keepdims else reshape(out, tuple(
-            n for i, n in enumerate(x.shape) if i not in axes))
+        return out if keepdims else squeeze(out, axes)
     raise NotImplementedError(f"hybridad: np.linalg.norm with ord={ord!r} for matrices (it "
                               "needs singular values) is not supported yet")
 
