@@ -52,6 +52,15 @@ FAMILIES = {
                        np.sum(np.kron(x[:2], x[:, :2]) ** 2) + np.linalg.norm(x) +
                        np.linalg.norm(x, 1) + np.sum(np.linalg.norm(x, 3, axis=1)),
                        (rand((4, 5), seed=13),)),
+    "more_composites": (lambda x: np.sum(np.round(x, 1) * x) + np.average(x, weights=x * x + 1) +
+                        np.sum(np.atleast_3d(x[0]) ** 2) + np.sum(np.hstack([x, x]) ** 2) +
+                        sum(np.sum(p ** 2) for p in np.array_split(x, 3, axis=1)) +
+                        np.sum(np.rot90(x) ** 2) + np.sum(np.diff(x, 2) ** 2) +
+                        np.sum(np.cross(x[:, :3], x[:, 2:]) ** 2) +
+                        np.sum(np.nan_to_num(np.log(x)) + np.sinc(x)) +
+                        np.sum(np.diag(x[0]) ** 2) + np.sum(np.heaviside(x, 0.5) * x) +
+                        np.sum(np.float_power(np.abs(x) + 1, 1.5)),
+                        (rand((4, 5), seed=14),)),
 }
 
 
