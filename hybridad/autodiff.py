@@ -84,6 +84,16 @@ class _Adjoints:
     def add_scatter(self, node, s):
         value = s.value if s.value.dtype == node.dtype else s.value.astype(node.dtype)
         prev = self.value.get(node.id)
+        if s.flat is not None:
+            if prev is not None and self.owned[node.id] and _flat_writable(prev.node):
+                self.value[node.id] = bind("scatter_add_flat", prev, value, s.flat)
+                return
+            fresh = bind("scatter_flat", value, s.flat, shape=node.shape)
+            if prev is None:
+                self.value[node.id], self.owned[node.id] = fresh, True
+            else:
+                self.value[node.id], self.owned[node.id] = bind("iadd", fresh, prev), True
+            return
         if prev is not None and self.owned[node.id]:
             self.value[node.id] = bind("scatter_add", prev, value, index=s.index)
             return
@@ -147,6 +157,14 @@ def backward(trace, out, wrt):
                 adj.add(a, c, exclusive)
         del adj.value[node.id]
     return [adj.value.get(t.node.id) for t in wrt]
+
+
+def _flat_writable(node):
+    """Whether an owned adjoint is C-contiguous storage (not a view), so that
+    flat positions can be added into it."""
+    while node.op in REGISTRY and REGISTRY[node.op].kind == "inplace":
+        node = node.args[0]
+    return node.op in REGISTRY and REGISTRY[node.op].kind != "view"
 
 
 def _writable(node, fresh):

@@ -74,10 +74,11 @@ def apply_ufunc(ufunc, method, inputs, kwargs):
         from .numpy_lib import logaddexp_reduce
         return logaddexp_reduce(*inputs, axis=kwargs.get("axis", 0),
                                 keepdims=kwargs.get("keepdims", False))
-    if method == "accumulate" and ufunc is np.add:
-        _no_kwargs("add.accumulate", kwargs, allowed=("out", "axis", "dtype"))
-        from .numpy_lib import cumsum
-        return cumsum(*inputs, axis=kwargs.get("axis", 0), dtype=kwargs.get("dtype"))
+    if method == "accumulate" and ufunc in (np.add, np.multiply):
+        _no_kwargs(f"{ufunc.__name__}.accumulate", kwargs, allowed=("out", "axis", "dtype"))
+        from .numpy_lib import cumprod, cumsum
+        return (cumsum if ufunc is np.add else cumprod)(
+            *inputs, axis=kwargs.get("axis", 0), dtype=kwargs.get("dtype"))
     if method == "__call__" and ufunc in UFUNC_OPS:
         _no_kwargs(ufunc.__name__, kwargs, allowed=("out",))
         return bind(UFUNC_OPS[ufunc], *inputs)
@@ -409,20 +410,34 @@ def outer(a, b, out=None):
 # ----------------------------------------------------------------------------
 
 
+def _is_advanced(index):
+    """Whether ``index`` holds arrays, lists or booleans (numpy's advanced indexing)."""
+    parts = index if isinstance(index, tuple) else (index,)
+    for k in parts:
+        if isinstance(k, Tracer):
+            if k.dtype == np.bool_:
+                _value_dependent_mask()
+            _index_error("a traced array used as an index")
+        if isinstance(k, (np.ndarray, list, bool, np.bool_)):
+            return True
+    return False
+
+
+def _value_dependent_mask():
+    raise TracingError(
+        f"a boolean mask computed from traced values used as an index at {user_location()}: "
+        "the result's shape would depend on the values. Use np.where(mask, x, 0) (and sum) "
+        "instead, or a mask known at trace time.")
+
+
 def _normalize_index(index, shape):
-    """Expand ``index`` to a tuple of slices, ints and None; reject what is not basic."""
+    """Expand a basic ``index`` to a tuple of slices, ints and None."""
     if not isinstance(index, tuple):
         index = (index,)
     for k in index:
-        if isinstance(k, Tracer):
-            _index_error("a traced array used as an index")
-        if isinstance(k, (np.ndarray, list)) or (isinstance(k, bool)):
-            raise NotImplementedError(
-                f"hybridad: advanced (array or boolean) indexing is not supported yet at "
-                f"{user_location()}; use basic slices and integers")
         if not (k is None or k is Ellipsis or isinstance(k, (slice, numbers.Integral))):
-            raise IndexError(f"only integers, slices, None and Ellipsis are valid indices; "
-                             f"got {type(k).__name__}")
+            raise IndexError(f"only integers, slices, None, Ellipsis and constant integer or "
+                             f"boolean arrays are valid indices; got {type(k).__name__}")
     used = sum(1 for k in index if k is not None and k is not Ellipsis)
     if used > len(shape):
         raise IndexError(f"too many indices for array: array is {len(shape)}-dimensional, "
@@ -446,17 +461,46 @@ def _normalize_index(index, shape):
 
 
 def _index_error(what):
-    _ = TracingError
     raise TracingError(f"{what} at {user_location()}: indices must be Python ints, slices or "
                        "constant arrays")
 
 
 def getitem(x, index):
     x = _tracer(x)
+    if _is_advanced(index):
+        return gather_positions(x, lambda pos: pos[index])
     index = _normalize_index(index, x.shape)
     if all(k == slice(None) for k in index):
         return x
     return bind("getitem", x, index=index)
+
+
+def gather_positions(x, select):
+    """The elements of ``x`` that ``select`` picks, for any selection that moves
+    elements without looking at their values (fancy and boolean indexing,
+    ``take``, ``compress``, ``repeat``, ``diagonal``, ...).
+
+    ``select`` is applied, at trace time, to an integer array of ``x``'s shape
+    holding each element's flat position in the storage ``x`` is a view of;
+    numpy therefore checks the selection and gives its exact semantics (and its
+    errors).  The result is one ``gather`` primitive reading that storage.
+    """
+    x = _tracer(x)
+    chain, node = [], x.node
+    while node.op in REGISTRY and REGISTRY[node.op].kind == "view":
+        chain.append(node)
+        node = node.args[0]
+    pos = np.arange(node.size, dtype=np.intp).reshape(node.shape)
+    for v in reversed(chain):
+        pos = REGISTRY[v.op].view(pos, **v.attrs)
+    flat = np.ascontiguousarray(select(pos), dtype=np.intp)
+    if node.is_literal:  # a constant in, a constant out
+        value = np.ascontiguousarray(node.attrs["value"]).reshape(-1)[flat]
+        return Tracer(x._trace.const(value, True), x._trace)
+    base = Tracer(node, x._trace)
+    if node.is_const and not node.attrs["value"].flags.c_contiguous:
+        base = bind("copy", base)  # gather reads C-contiguous storage
+    return bind("gather", base, Tracer(x._trace.const(flat, True), x._trace))
 
 
 # ----------------------------------------------------------------------------

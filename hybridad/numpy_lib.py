@@ -17,8 +17,9 @@ import numpy as np
 
 from .numpy_api import mean as _mean_of  # var's ``mean=`` argument shadows the name
 from .numpy_api import (HANDLED, _no_kwargs, _norm_axis, _reduce, _tracer, broadcast_to,
-                        concatenate, expand_dims, getitem, implements, matmul, mean, moveaxis,
-                        ravel, reshape, squeeze, stack, transpose, where)
+                        concatenate, expand_dims, gather_positions, getitem, implements, matmul,
+                        mean, moveaxis, ravel, reshape, squeeze, stack, transpose, where)
+from .errors import TracingError, user_location
 from .trace import Tracer, bind
 
 __all__ = []
@@ -123,20 +124,31 @@ def ptp(a, axis=None, out=None, keepdims=False):
     return _reduce("max", a, axis, keepdims) - _reduce("min", a, axis, keepdims)
 
 
-@implements(np.cumsum)
-def cumsum(a, axis=None, dtype=None, out=None):
-    """``np.cumsum`` (an ``axis=None`` sum runs over the flattened array)."""
-    _no_kwargs("cumsum", {"out": out})
+def _scan(name, a, axis, dtype, out):
+    _no_kwargs(name, {"out": out})
     a = _tracer(a)
     if dtype is not None:
         a = a.astype(dtype)
     elif a.dtype == np.bool_ or (a.dtype.kind in "iu" and a.dtype.itemsize < 8):
         a = a.astype(np.int64 if a.dtype.kind != "u" else np.uint64)
-    if axis is None:
+    if axis is None:  # runs over the flattened array
         a, axis = ravel(a), 0
     if a.ndim == 0:
         return reshape(a, (1,))
-    return bind("cumsum", a, axis=_norm_axis(axis, a.ndim)[0], reverse=False)
+    attrs = {"reverse": False} if name == "cumsum" else {}
+    return bind(name, a, axis=_norm_axis(axis, a.ndim)[0], **attrs)
+
+
+@implements(np.cumsum)
+def cumsum(a, axis=None, dtype=None, out=None):
+    """``np.cumsum`` (``axis=None``: over the flattened array)."""
+    return _scan("cumsum", a, axis, dtype, out)
+
+
+@implements(np.cumprod)
+def cumprod(a, axis=None, dtype=None, out=None):
+    """``np.cumprod``, its gradient exact with zeros (``axis=None``: flattened)."""
+    return _scan("cumprod", a, axis, dtype, out)
 
 
 def logaddexp_reduce(x, axis=0, keepdims=False):
@@ -280,15 +292,15 @@ def tile(A, reps):
 
 @implements(np.repeat)
 def repeat(a, repeats, axis=None):
+    """Integer counts: a broadcast copy (fuses with its neighbours); per-element
+    counts: one gather."""
     a = _tracer(a)
+    if not isinstance(repeats, numbers.Integral):
+        repeats = _const_indices("repeat", repeats)
+        return gather_positions(a, lambda pos: np.repeat(pos, repeats, axis))
     if axis is None:
         a, axis = ravel(a), 0
     axis = _norm_axis(axis, a.ndim)[0]
-    if not isinstance(repeats, numbers.Integral):
-        reps = np.broadcast_to(np.asarray(repeats, dtype=np.int64), (a.shape[axis],))
-        index = [slice(None)] * a.ndim
-        index[axis] = np.repeat(np.arange(a.shape[axis]), reps)
-        return getitem(a, tuple(index))
     r = int(repeats)
     x = expand_dims(a, axis + 1)
     shape = a.shape[:axis + 1] + (r,) + a.shape[axis + 1:]
@@ -450,19 +462,9 @@ def triu(m, k=0):
 
 @implements(np.diagonal)
 def diagonal(a, offset=0, axis1=0, axis2=1):
-    """The diagonal as a masked sum over the last axis (one fused region:
-    multiply by a constant 0/1 mask, then sum), trimmed to its length."""
+    """One gather of the diagonal's elements."""
     a = _tracer(a)
-    if a.ndim < 2:
-        raise ValueError("diag requires an array of at least two dimensions")
-    a = moveaxis(a, (axis1 % a.ndim, axis2 % a.ndim), (-2, -1))
-    n, m = a.shape[-2:]
-    rows = range(max(0, -offset), min(n, m - offset)) if -n < offset < m else range(0)
-    if not rows:
-        return np.zeros(a.shape[:-2] + (0,), a.dtype)
-    mask = np.eye(n, m, offset, dtype=a.dtype)
-    d = _reduce("sum", a * mask, (a.ndim - 1,), False)
-    return getitem(d, (Ellipsis, slice(rows.start, rows.stop)))
+    return gather_positions(a, lambda pos: np.diagonal(pos, offset, axis1, axis2))
 
 
 @implements(np.trace)
@@ -484,6 +486,50 @@ def diag(v, k=0):
         return square
     w = abs(k)
     return pad(square, ((0, w), (w, 0)) if k > 0 else ((w, 0), (0, w)))
+
+
+# ----------------------------------------------------------------------------
+# selections with constant indices: one gather each
+# ----------------------------------------------------------------------------
+
+
+def _const_indices(name, indices):
+    if isinstance(indices, Tracer):
+        raise TracingError(f"np.{name} with traced indices at {user_location()}: indices "
+                           "must be known at trace time (constant arrays)")
+    return np.asarray(indices)
+
+
+@implements(np.take)
+def take(a, indices, axis=None, out=None, mode="raise"):
+    _no_kwargs("take", {"out": out})
+    indices = _const_indices("take", indices)
+    return gather_positions(a, lambda pos: np.take(pos, indices, axis=axis, mode=mode))
+
+
+@implements(np.take_along_axis)
+def take_along_axis(arr, indices, axis=-1):
+    indices = _const_indices("take_along_axis", indices)
+    return gather_positions(arr, lambda pos: np.take_along_axis(pos, indices, axis))
+
+
+@implements(np.compress)
+def compress(condition, a, axis=None, out=None):
+    _no_kwargs("compress", {"out": out})
+    condition = _const_indices("compress", condition)
+    return gather_positions(a, lambda pos: np.compress(condition, pos, axis))
+
+
+@implements(np.extract)
+def extract(condition, arr):
+    condition = _const_indices("extract", condition)
+    return gather_positions(arr, lambda pos: np.extract(condition, pos))
+
+
+@implements(np.delete)
+def delete(arr, obj, axis=None):
+    obj = obj if isinstance(obj, (slice, numbers.Integral)) else _const_indices("delete", obj)
+    return gather_positions(arr, lambda pos: np.delete(pos, obj, axis))
 
 
 # ----------------------------------------------------------------------------
@@ -674,7 +720,12 @@ Tracer.var = lambda self, axis=None, ddof=0, keepdims=False: var(self, axis, ddo
                                                                  keepdims=keepdims)
 Tracer.std = lambda self, axis=None, ddof=0, keepdims=False: std(self, axis, ddof=ddof,
                                                                  keepdims=keepdims)
-Tracer.cumsum = lambda self, axis=None: cumsum(self, axis)
+Tracer.cumsum = lambda self, axis=None, dtype=None: cumsum(self, axis, dtype)
+Tracer.cumprod = lambda self, axis=None, dtype=None: cumprod(self, axis, dtype)
 Tracer.diagonal = lambda self, offset=0, axis1=0, axis2=1: diagonal(self, offset, axis1,
                                                                     axis2)
 Tracer.repeat = lambda self, repeats, axis=None: repeat(self, repeats, axis)
+Tracer.take = lambda self, indices, axis=None, mode="raise": take(self, indices, axis,
+                                                                  mode=mode)
+Tracer.compress = lambda self, condition, axis=None: compress(condition, self, axis)
+Tracer.trace = lambda self, offset=0, axis1=0, axis2=1: trace(self, offset, axis1, axis2)

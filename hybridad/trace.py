@@ -114,7 +114,7 @@ def as_node(x, trace, dtype=None):
     """Turn an operand into a node: tracers pass through, scalars become literal
     constants (in ``dtype`` if given), arrays are captured by reference."""
     if isinstance(x, Tracer):
-        if x.trace is not trace:
+        if x._trace is not trace:
             raise TracingError("a traced value escaped its trace (was it stored in a global "
                                "or closure during an earlier trace?)")
         node = x.node
@@ -227,12 +227,12 @@ class Tracer:
     raises :class:`~hybridad.TracingError`.
     """
 
-    __slots__ = ("node", "trace")
+    __slots__ = ("_trace", "node")
     __array_priority__ = 1000
 
     def __init__(self, node, trace):
         self.node = node
-        self.trace = trace
+        self._trace = trace
 
     # -- array attributes ---------------------------------------------------
     shape = property(lambda self: self.node.shape)

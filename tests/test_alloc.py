@@ -16,6 +16,7 @@ N_CALLS = 1000
 
 A5 = rand((5, 5), seed=1)
 As = [rand((4, 4), seed=s) for s in range(3)]
+MASK = rand((4, 5), seed=16) > 0
 
 FAMILIES = {
     "elementwise": (lambda x: np.sum(np.exp(-3 * (x + 1))) ** 2 + np.sum(np.tanh(x) * np.sin(x)),
@@ -61,6 +62,13 @@ FAMILIES = {
                         np.sum(np.diag(x[0]) ** 2) + np.sum(np.heaviside(x, 0.5) * x) +
                         np.sum(np.float_power(np.abs(x) + 1, 1.5)),
                         (rand((4, 5), seed=14),)),
+    "gather_scans": (lambda x: np.sum(x[[0, 2, 2]] ** 2) +
+                     np.sum(x[:, [4, 0]] * x[[1, 3, 0, 0], :2]) +
+                     np.sum(x.T[MASK.T] ** 3) + np.sum(np.take(x, [3, 3, 7]) ** 2) +
+                     np.sum(np.repeat(x, [1, 0, 2, 1], axis=0) ** 2) + np.trace(x) +
+                     np.sum(np.take_along_axis(x, np.zeros((4, 1), int), 1) ** 2) +
+                     np.sum(np.cumprod(x, axis=1) ** 2) + np.sum(np.cumprod(x[::-1, 1])),
+                     (rand((4, 5), seed=15),)),
 }
 
 

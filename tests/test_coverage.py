@@ -9,6 +9,7 @@ from conftest import assert_grad, rand
 import hybridad as ha
 
 W20 = np.arange(20.0).reshape(4, 5) / 7
+MASK = np.arange(20).reshape(4, 5) % 3 != 1
 
 CASES = {
     "round": lambda x: np.sum(np.round(x, 1) * x) + np.sum(np.around(x) * x),
@@ -63,8 +64,24 @@ CASES = {
     np.sum(np.cross(x[:, :3], x[:, 1:4], axis=1) * x[:, :3]),
     "nan_to_num_sinc_real": lambda x: np.sum(np.nan_to_num(np.log(x)) * 2) +
     np.sum(np.sinc(x) * W20) + np.sum(np.sinc(x * 0)) + np.sum(np.real(x) * np.conj(x)),
+    "fancy_indexing": lambda x: np.sum(x[[0, 2, 2]] ** 2) + np.sum(x[:, [4, 0, 0]] * 3) +
+    np.sum(x[[1, 3], [2, -2]] ** 3) + np.sum(x[1:, [0, 3]] ** 2) + np.sum(x[None, [2], 1:3]) +
+    np.sum(x.T[[0, 1, 1]] ** 2) + np.sum(x[::2][:, [1, 3]] ** 3),
+    "boolean_masks": lambda x: np.sum(x[MASK] ** 2) + np.sum(x[[True, False, True, True]] ** 3) +
+    np.sum(x.T[MASK.T] * W20.T[MASK.T]) + np.sum(np.extract(MASK, x) ** 3),
+    "take_compress_delete": lambda x: np.sum(np.take(x, [3, 0, 3]) ** 2) +
+    np.sum(np.take(x, [[1, 0], [4, 4]], axis=1) ** 2) +
+    np.sum(np.take(x, [7, -1], axis=0, mode="wrap") ** 3) +
+    np.sum(np.take_along_axis(x, np.array([[0, 4], [1, 1], [3, 2], [0, 0]]), 1) ** 2) +
+    np.sum(np.compress([True, False, True], x, axis=0) ** 2) +
+    np.sum(np.delete(x, [0, 2], axis=1) ** 2) + np.sum(np.delete(x, 3) * W20.ravel()[:19]) +
+    np.sum(np.repeat(x, [1, 0, 2, 3], axis=0) ** 2) + np.sum(np.repeat(x[0], [2, 1, 1, 0, 3]) ** 3),
+    "cumprod": lambda x: np.sum(np.cumprod(x, axis=1) ** 2) + np.sum(np.cumprod(x) * 0.1) +
+    np.sum(np.multiply.accumulate(x, axis=0) * W20),
     "methods": lambda x: x.round(1).sum() + x.clip(-1, 1).var() + x.std(axis=0).sum() +
-    x.cumsum(axis=0).sum() + x.repeat(2).sum() + x.diagonal().sum() + x.var(ddof=1),
+    x.cumsum(axis=0).sum() + x.repeat(2).sum() + x.diagonal().sum() + x.var(ddof=1) +
+    x.trace(1) + np.sum(x.take([1, 5]) ** 2) + np.sum(x.compress([0, 1, 1], axis=1) ** 2) +
+    np.sum(x.cumprod(axis=0) ** 2),
 }
 
 
@@ -73,7 +90,14 @@ def test_function(name):
     assert_grad(CASES[name], (rand((4, 5), seed=sum(map(ord, name))),))
 
 
-@pytest.mark.parametrize("name", ["var_std", "cumsum", "einsum", "norm", "roll"])
+def test_cumprod_with_zeros_is_exact():
+    x = rand((4, 5), seed=5)
+    x[1, 2] = x[3, 0] = x[3, 3] = x[0, 4] = 0.0  # one zero, and two in a row
+    assert_grad(CASES["cumprod"], (x,))
+
+
+@pytest.mark.parametrize("name", ["var_std", "cumsum", "einsum", "norm", "roll",
+                                  "fancy_indexing", "boolean_masks", "cumprod"])
 def test_function_float32_and_noncontiguous(name):
     f = CASES[name]
     x = np.asfortranarray(rand((4, 5), seed=3))

@@ -169,12 +169,27 @@ def _emit_node(w, node, names, users, consts, layouts):
         gnd = len(g.shape)
         stmt = "+=" if op == "scatter_add" else "="
         w.nest(g.shape, [f"{out}{idx} {stmt} {gname}{here(gnd)}"])
+    elif op == "gather":  # x is C-contiguous storage: read it through a flat view
+        w.emit(f"_flat = {a[0]}.reshape(({node.args[0].size},))")
+        w.nest(node.shape, [f"{out}{here(nd)} = _flat[{a[1]}{here(nd)}]"])
+    elif op in ("scatter_flat", "scatter_add_flat"):
+        g, gname, flat = (node.args[0], a[0], a[1]) if op == "scatter_flat" else \
+            (node.args[1], a[1], a[2])
+        if op == "scatter_flat":
+            fill(w, out, "0")
+        gnd = len(g.shape)
+        w.emit(f"_flat = {out}.reshape(({node.size},))")
+        w.nest(g.shape, [f"_flat[{flat}{here(gnd)}] += {gname}{here(gnd)}"])
     elif op == "iadd":
         w.nest(node.shape, [f"{out}{here(nd)} += {a[1]}{broadcast_index(node.args[1].shape, nd)}"])
     elif op == "cumprod_exclusive":
         _emit_scan(w, node, a[0], out, consts.add(node.dtype.type(1)), "*=", inclusive=False)
     elif op == "cumsum":
         _emit_scan(w, node, a[0], out, consts.add(node.dtype.type(0)), "+=", inclusive=True)
+    elif op == "cumprod":
+        _emit_scan(w, node, a[0], out, consts.add(node.dtype.type(1)), "*=", inclusive=True)
+    elif op == "cumprod_adjoint":
+        _emit_cumprod_adjoint(w, node, a, out, consts.add(node.dtype.type(0)))
     else:
         raise NotImplementedError(f"numba backend: no code for op {op!r}")
 
@@ -272,7 +287,7 @@ def _emit_matmul(w, node, a, out, layouts):
 def _emit_scan(w, node, x, out, init, update, inclusive):
     """A running ``p {update} x`` along ``axis`` (from the end when
     ``reverse``), stored after the update (``inclusive``) or before it."""
-    axis, rev = node.attrs["axis"], node.attrs["reverse"]
+    axis, rev = node.attrs["axis"], node.attrs.get("reverse", False)
     nd = len(node.shape)
     n = node.shape[axis]
     other = [s for d, s in enumerate(node.shape) if d != axis]
@@ -288,6 +303,21 @@ def _emit_scan(w, node, x, out, init, update, inclusive):
     store, step = f"{out}{idx} = p", f"p {update} {x}{idx}"
     w.nest(other, [f"p = {init}", f"for t in range({n}):",
                    f"    {step if inclusive else store}", f"    {store if inclusive else step}"])
+
+
+def _emit_cumprod_adjoint(w, node, a, out, zero):
+    """``S_t = g_t + x_{t+1} S_{t+1}`` along ``axis``, from the end."""
+    axis, nd = node.attrs["axis"], len(node.shape)
+    n = node.shape[axis]
+    other = [s for d, s in enumerate(node.shape) if d != axis]
+    names = [f"i{d - (d > axis)}" if d != axis else "{t}" for d in range(nd)]
+    at = "[" + ", ".join(names) + "]"
+    assert node.args[0].shape == node.shape, "a cotangent has its value's shape"
+    w.nest(other, [f"p = {zero}", f"for t in range({n} - 1, -1, -1):",
+                   f"    if t < {n - 1}:",
+                   f"        p *= {a[1]}{at.format(t='t + 1')}",
+                   f"    p += {a[0]}{at.format(t='t')}",
+                   f"    {out}{at.format(t='t')} = p"])
 
 
 # ----------------------------------------------------------------------------

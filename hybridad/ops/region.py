@@ -72,7 +72,7 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
         if not act:
             out.append(None)
         elif how == "store":
-            p = bind("region_partial", Tracer(node, ans.trace), wrt=k)
+            p = bind("region_partial", Tracer(node, ans._trace), wrt=k)
             out.append(g_loop * p)
         else:
             out.append(bind("region", *inputs, g_loop, body=body, mode="vjp", wrt=k))

@@ -171,6 +171,37 @@ register(Op("cumsum", "compute", lambda x, axis, reverse: (x.shape, x.dtype),
             run=_cumsum_run, vjp=_cumsum_vjp,
             doc="inclusive running sum along one axis (reverse: from the end)"))
 
+def _cumprod_run(out, x, axis):
+    np.multiply.accumulate(x, axis=axis, out=out)
+
+
+def _cumprod_vjp(g, node, active, x, ans, axis):
+    # d y_i / d x_j = prod_{k <= i, k != j} x_k (j <= i), so the cotangent of
+    # x_j is prod_{k < j} x_k * S_j with S_j = g_j + x_{j+1} S_{j+1}: exact
+    # with zeros, no division.
+    from ..trace import bind
+
+    left = bind("cumprod_exclusive", x, axis=axis, reverse=False)
+    return (left * bind("cumprod_adjoint", g, x, axis=axis),)
+
+
+register(Op("cumprod", "compute", lambda x, axis: (x.shape, x.dtype), run=_cumprod_run,
+            vjp=_cumprod_vjp, doc="inclusive running product along one axis"))
+
+
+def _cumprod_adjoint_run(out, g, x, axis):
+    g, x, out = (np.moveaxis(v, axis, 0) for v in (g, x, out))
+    n = x.shape[0]
+    np.copyto(out[n - 1:], g[n - 1:])
+    for j in range(n - 2, -1, -1):  # one slice at a time (views, never scalars)
+        np.multiply(x[j + 1:j + 2], out[j + 1:j + 2], out=out[j:j + 1])
+        np.add(out[j:j + 1], g[j:j + 1], out=out[j:j + 1])
+
+
+register(Op("cumprod_adjoint", "compute", lambda g, x, axis: (x.shape, x.dtype),
+            run=_cumprod_adjoint_run,
+            doc="S_j = g_j + x_{j+1} S_{j+1} along axis, from the end (cumprod's reverse scan)"))
+
 # ----------------------------------------------------------------------------
 # matmul (operands >= 2-D, numpy batch broadcasting)
 # ----------------------------------------------------------------------------
@@ -229,14 +260,16 @@ register(Op("broadcast_to", "view", lambda x, shape: (shape, x.dtype),
 
 
 class Scatter:
-    """A cotangent that is nonzero only on ``x[index]``; the autodiff pass adds
-    it into the adjoint in place (no full-size temporary)."""
+    """A cotangent that is nonzero only on ``x[index]`` (a basic index) or, with
+    ``flat``, on the flat positions ``flat`` of ``x`` (repeats add up); the
+    autodiff pass adds it into the adjoint in place (no full-size temporary)."""
 
-    __slots__ = ("index", "value")
+    __slots__ = ("flat", "index", "value")
 
-    def __init__(self, index, value):
+    def __init__(self, index, value, flat=None):
         self.index = index
         self.value = value
+        self.flat = flat
 
 
 def _getitem_abstract(x, index):
@@ -245,6 +278,22 @@ def _getitem_abstract(x, index):
 
 register(Op("getitem", "view", _getitem_abstract, view=lambda x, index: x[index + (...,)],
             vjp=lambda g, node, active, x, ans, index: (Scatter(index, g),)))
+
+
+def _gather_run(out, x, flat):
+    # x is C-contiguous (numpy_api.gather_positions sees to it); indices are
+    # in range by construction, and mode="wrap" keeps np.take unbuffered
+    np.take(x, flat, out=out, mode="wrap")
+
+
+def _gather_vjp(g, node, active, x, flat, ans):
+    return (Scatter(None, g, flat=flat), None)
+
+
+register(Op("gather", "compute", lambda x, flat: (flat.shape, x.dtype), run=_gather_run,
+            vjp=_gather_vjp,
+            doc="x.flat[flat] for a constant integer array flat (C-contiguous x): "
+                "fancy and boolean indexing, take, compress, repeat, diagonal"))
 
 
 def _concat_abstract(*xs, axis):
@@ -294,6 +343,25 @@ def _scatter_add_run(acc, g, index):
 register(Op("scatter_add", "inplace", lambda acc, g, index: (acc.shape, acc.dtype),
             run=lambda out, acc, g, index: _scatter_add_run(acc, g, index),
             doc="acc[index] += g, in place"))
+
+def _scatter_flat_vjp(gg, node, active, g, flat, ans, shape):
+    from ..numpy_api import gather_positions
+
+    return (gather_positions(gg, lambda pos: pos.reshape(-1)[flat.node.attrs["value"]]), None)
+
+
+def _scatter_flat_run(out, g, flat, shape):
+    out.fill(0)
+    np.add.at(out.reshape(-1), flat, g)  # out is a C-contiguous buffer: a view
+
+
+register(Op("scatter_flat", "compute", lambda g, flat, shape: (shape, g.dtype),
+            run=_scatter_flat_run, vjp=_scatter_flat_vjp,
+            doc="zeros of shape with g added at the flat positions flat (repeats add up)"))
+
+register(Op("scatter_add_flat", "inplace", lambda acc, g, flat: (acc.shape, acc.dtype),
+            run=lambda out, acc, g, flat: np.add.at(acc.reshape(-1), flat, g),
+            doc="acc.flat[flat] += g, in place, repeats adding up (acc C-contiguous)"))
 
 register(Op("iadd", "inplace", _same_as_first,
             run=lambda out, acc, g: np.add(acc, g, out=acc),
