@@ -26,7 +26,7 @@ import numpy as np
 
 from .ops import REGISTRY
 
-__all__ = ["MemoryPlan", "plan_memory"]
+__all__ = ["MemoryPlan", "op_workspaces", "plan_memory"]
 
 ALIGN = 64
 
@@ -60,6 +60,11 @@ class MemoryPlan:
     def total_bytes(self):
         return sum(self.arena_bytes.values())
 
+    def scratch_view(self, nid):
+        """The allocated scratch slot of node ``nid`` (after :meth:`allocate`)."""
+        dt, off, count = self.scratch[nid]
+        return self.arenas[dt][off // dt.itemsize:off // dt.itemsize + count]
+
     def allocate(self):
         """Allocate the arenas; return node id -> ndarray view for buffer nodes."""
         arenas = {dt: np.zeros(max(n, 1), np.uint8) for dt, n in self.arena_bytes.items()}
@@ -82,6 +87,17 @@ def _layout_proto(node, protos):
         strides.insert(0, step)
         step *= max(s, 1)
     return np.lib.stride_tricks.as_strided(np.zeros(1, node.dtype), node.shape, strides)
+
+
+def op_workspaces(nodes):
+    """node id -> (dtype, elements) of the working memory ops declare
+    (:attr:`hybridad.ops.Op.workspace`), for :func:`plan_memory`'s ``scratch``."""
+    out = {}
+    for n in nodes:
+        op = REGISTRY.get(n.op)
+        if op is not None and op.workspace is not None:
+            out[n.id] = (n.dtype, max(int(op.workspace(*n.args, **n.attrs)), 1))
+    return out
 
 
 def plan_memory(graph, materialize=(), scratch=None, reuse=False):

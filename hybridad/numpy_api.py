@@ -577,3 +577,4 @@ Tracer.mean = lambda self, axis=None, keepdims=False, **kw: mean(self, axis, kee
 
 
 from . import numpy_lib  # noqa: E402,F401  (registers more of numpy's functions)
+from . import numpy_linalg  # noqa: E402,F401  (numpy.linalg)

@@ -28,7 +28,7 @@ from .backends.numba_backend import compile_numba_program, materialize_for_numba
     scratch_for_numba
 from .backends.numpy_backend import compile_program
 from .ir import Graph, check, dead_code_elimination
-from .memory import plan_memory
+from .memory import op_workspaces, plan_memory
 from .partition import fuse_regions
 from .results import DiffResult, GradientResult
 from .trace import Trace, Tracer, as_node
@@ -170,9 +170,10 @@ class Plan:
         self.graph = graph
         self._outputs = [out.node] + grad_nodes
         numba = self.backend == "numba"
-        self.memory = plan_memory(graph, self._materialize(graph.nodes),
-                                  scratch_for_numba(graph.nodes) if numba else None,
-                                  reuse=numba)
+        scratch = op_workspaces(graph.nodes)
+        if numba:
+            scratch.update(scratch_for_numba(graph.nodes))
+        self.memory = plan_memory(graph, self._materialize(graph.nodes), scratch, reuse=numba)
         self._buffers = self.memory.allocate()
         self._out_specs = [((), self._value_dtype)] + [self._specs[i] for i in self._diff_leaves]
         self._program = self._compile(graph.nodes, inputs, self._outputs, "gradient_program",

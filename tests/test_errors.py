@@ -180,3 +180,36 @@ def test_explicit_plan_rejects_bad_out_and_leaves_it_untouched():
     with pytest.raises(TypeError, match="out must be"):
         plan.gradient(x, out=(np.zeros(()), np.zeros(6)))
     np.testing.assert_allclose(ok.gradient, np.exp(x), rtol=1e-14)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("f, x, message", [
+    (lambda A: np.sum(np.linalg.solve(A, np.ones(2))), np.ones((2, 2)), "Singular matrix"),
+    (lambda A: np.sum(np.linalg.inv(A)), np.ones((2, 2)), "Singular matrix"),
+    (lambda A: np.sum(np.linalg.cholesky(A)), -np.eye(2), "not positive definite"),
+    # the value exists (0, or log 0 = -inf), the gradient A^-T does not
+    (lambda A: np.linalg.det(A), np.ones((2, 2)), "Singular matrix"),
+    (lambda A: np.linalg.slogdet(A)[1], np.ones((2, 2)), "Singular matrix"),
+])
+def test_singular_matrix_raises_linalg_error(backend, f, x, message):
+    res = ha.GradientResult(x)
+    res.gradient[...] = 7.0
+    with pytest.raises(np.linalg.LinAlgError, match=message):
+        ha.gradient(f, x, out=res, backend=backend)
+    assert np.all(res.gradient == 7.0)
+
+
+def test_linalg_shape_errors_are_numpys():
+    with pytest.raises(np.linalg.LinAlgError, match="square"):
+        ha.gradient(lambda A: np.linalg.det(A), np.ones((2, 3)))
+    with pytest.raises(np.linalg.LinAlgError, match="two-dimensional"):
+        ha.gradient(lambda A: np.sum(np.linalg.inv(A)), np.ones(3))
+    with pytest.raises(ValueError, match="does not match"):
+        ha.gradient(lambda A: np.sum(np.linalg.solve(A, np.ones(3))), np.eye(2))
+
+
+def test_singular_matrix_value_is_numpys():
+    plan = ha.compile(lambda A: np.linalg.det(A), np.eye(2))
+    assert plan.value(np.ones((2, 2))) == 0.0
+    plan = ha.compile(lambda A: np.linalg.slogdet(A)[1], np.eye(2))
+    assert plan.value(np.ones((2, 2))) == -np.inf

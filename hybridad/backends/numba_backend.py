@@ -21,6 +21,7 @@ import numpy as np
 from ..ir import format_node
 from ..ops import REGISTRY
 from . import cache
+from .lapack import LAPACK_OPS, kind_of
 from .loops import (PARALLEL_MIN, Constants, LoopWriter, broadcast_index, fill,
                     full_reduction_scratch, here, region_lines)
 from .loops import reduction_lines as _reduction_lines
@@ -188,8 +189,16 @@ def _emit_node(w, node, names, users, consts, layouts):
         _emit_scan(w, node, a[0], out, consts.add(node.dtype.type(0)), "+=", inclusive=True)
     elif op == "cumprod":
         _emit_scan(w, node, a[0], out, consts.add(node.dtype.type(1)), "*=", inclusive=True)
+    elif op in LAPACK_OPS:  # the shared LAPACK kernels, workspace from the arena
+        work = [names[("scratch", node.id)]] if ("scratch", node.id) in names else []
+        w.emit(f"_la_{op}({', '.join(a + [out] + work)}, {kind_of(node.dtype)})")
     elif op == "cumprod_adjoint":
         _emit_cumprod_adjoint(w, node, a, out, consts.add(node.dtype.type(0)))
+    elif op == "sort_pack":
+        _emit_sort_pack(w, node, a[0], out)
+    elif op in ("sort_values", "sort_index"):
+        _emit_sort_unpack(w, node, a[1] if op == "sort_values" else a[0], out,
+                          "real" if op == "sort_values" else "imag")
     else:
         raise NotImplementedError(f"numba backend: no code for op {op!r}")
 
@@ -318,6 +327,80 @@ def _emit_cumprod_adjoint(w, node, a, out, zero):
                    f"        p *= {a[1]}{at.format(t='t + 1')}",
                    f"    p += {a[0]}{at.format(t='t')}",
                    f"    {out}{at.format(t='t')} = p"])
+
+
+def _sort_less(a, b):
+    """Source of ``a < b`` for complex scalars ordered like numpy sorts them:
+    by real part, NaN last, then by imaginary part (never NaN here)."""
+    return (f"({a}.real < {b}.real or ({a}.real == {b}.real and {a}.imag < {b}.imag) or "
+            f"({b}.real != {b}.real and ({a}.real == {a}.real or {a}.imag < {b}.imag)))")
+
+
+def _emit_sort_pack(w, node, x, out):
+    """Each row of ``x`` along ``axis`` into ``out`` (the axis last) as
+    complex (value, index) pairs, then sorted in place: insertion sort for
+    short rows, heapsort otherwise (the keys are distinct, so any sort gives
+    the stable order; neither needs memory of its own)."""
+    axis = node.attrs["axis"]
+    xshape = node.args[0].shape
+    n, other = xshape[axis], node.shape[:-1]
+    xi = "[" + ", ".join("_sk" if d == axis else f"i{d - (d > axis)}"
+                         for d in range(len(xshape))) + "]"
+    pre = "".join(f"i{d}, " for d in range(len(other)))
+
+    def at(e):
+        return f"{out}[{pre}{e}]"
+
+    lines = [f"for _sk in range({n}):", f"    {at('_sk')} = complex({x}{xi}, _sk)"]
+    if n <= 16:
+        lines += [f"for _st in range(1, {n}):",
+                  f"    _sv = {at('_st')}",
+                  "    _sj = _st",
+                  "    while _sj > 0:",
+                  f"        _su = {at('_sj - 1')}",
+                  f"        if not {_sort_less('_sv', '_su')}:",
+                  "            break",
+                  f"        {at('_sj')} = _su",
+                  "        _sj -= 1",
+                  f"    {at('_sj')} = _sv"]
+    else:  # n // 2 sifts build the heap, then n - 1 take its top to the end
+        h = n // 2
+        lines += [f"for _sq in range({h + n - 1}):",
+                  f"    if _sq < {h}:",
+                  f"        _sr = {h - 1} - _sq",
+                  f"        _se = {n}",
+                  "    else:",
+                  f"        _se = {n + h - 1} - _sq",
+                  f"        _sv = {at('_se')}",
+                  f"        {at('_se')} = {at('0')}",
+                  f"        {at('0')} = _sv",
+                  "        _sr = 0",
+                  f"    _sv = {at('_sr')}",
+                  "    while True:",
+                  "        _sc = 2 * _sr + 1",
+                  "        if _sc >= _se:",
+                  "            break",
+                  f"        _su = {at('_sc')}",
+                  "        if _sc + 1 < _se:",
+                  f"            _sw = {at('_sc + 1')}",
+                  f"            if {_sort_less('_su', '_sw')}:",
+                  "                _sc += 1",
+                  "                _su = _sw",
+                  f"        if not {_sort_less('_sv', '_su')}:",
+                  "            break",
+                  f"        {at('_sr')} = _su",
+                  "        _sr = _sc",
+                  f"    {at('_sr')} = _sv"]
+    w.nest(other, lines)
+
+
+def _emit_sort_unpack(w, node, packed, out, part):
+    """``out`` (the unsorted layout) from a sort_pack's ``part`` (``real``:
+    the values, ``imag``: the indices)."""
+    axis, nd = node.attrs["axis"], len(node.shape)
+    pi = "[" + ", ".join([f"i{d}" for d in range(nd) if d != axis] + [f"i{axis}"]) + "]"
+    value = f"{packed}{pi}.{part}"
+    w.nest(node.shape, [f"{out}{here(nd)} = " + (value if part == "real" else f"int({value})")])
 
 
 # ----------------------------------------------------------------------------
@@ -822,7 +905,9 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
               "from hybridad.backends.rt import check_arrays as _check, gemm as _gemm, "
               "load_i64 as _ld64, view_at as _view",
               "from hybridad.backends.rt import fold_max as _fold_max, fold_min as _fold_min, "
-              "fold_prod as _fold_prod, fold_sum as _fold_sum", ""]
+              "fold_prod as _fold_prod, fold_sum as _fold_sum",
+              "from hybridad.backends.lapack import " +
+              ", ".join(f"{op} as _la_{op}" for op in LAPACK_OPS), ""]
     abi = tuple(rt.ABI[k] for k in rt.ABI_FIELDS) if objects else (0,) * 9
     header.append(f"_ABI = {abi!r}  # see rt.ABI")
     header += [f"{k} = {_literal(v)}" for k, v in consts.namespace().items()]

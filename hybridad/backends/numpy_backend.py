@@ -112,7 +112,8 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program"):
                 ns[f"r{node.id}"] = ns[b].reshape(src.shape)
                 body.append(f"_copyto(r{node.id}, {names[src.id]})")
             else:
-                body.append(_call(node, names, ns, target=b))
+                work = memplan.scratch_view(node.id) if node.id in memplan.scratch else None
+                body.append(_call(node, names, ns, target=b, work=work))
         if body:
             lines.append(f"    # {format_node(node)}")
             lines.extend("    " + s for s in body)
@@ -128,12 +129,13 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program"):
     return Program(ns[name], source)
 
 
-def _call(node, names, ns, target):
+def _call(node, names, ns, target, work=None):
     op = REGISTRY[node.op]
     args = ", ".join(names[a.id] for a in node.args)
     if op.ufunc is not None:
         ns[f"_uf{node.id}"] = op.ufunc
         return f"_uf{node.id}({args}, out={target})"
-    fn = functools.partial(op.run, **node.attrs) if node.attrs else op.run
+    attrs = dict(node.attrs, work=work) if work is not None else node.attrs
+    fn = functools.partial(op.run, **attrs) if attrs else op.run
     ns[f"_f{node.id}"] = fn
     return f"_f{node.id}({target}, {args})"

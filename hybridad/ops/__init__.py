@@ -12,7 +12,10 @@ An :class:`Op` carries, side by side:
   VJP is derived -- and from which later backends render dual-number kernels;
 * ``domain`` -- the interval the test-suite samples inputs from;
 * ``scalar`` -- for a ufunc numba has no scalar implementation of, its value
-  as a Python expression (a format string over the operands' code).
+  as a Python expression (a format string over the operands' code);
+* ``workspace`` -- for an op whose kernel needs working memory (LAPACK), the
+  element count (in the result's dtype) from the operands; the memory plan
+  gives it a slot of the arena and ``run`` receives it as ``work=``.
 
 Adding an op touches one file in this package; tests pick it up from
 :data:`REGISTRY`.
@@ -49,6 +52,8 @@ class Op:
         operand (``None`` for a zero / non-differentiable operand).
     ufunc, partials, domain, scalar :
         Elementwise ops only; see the module docstring.
+    workspace : callable, optional
+        ``workspace(*arg_nodes, **attrs) -> int``; see the module docstring.
     """
 
     __slots__ = (
@@ -63,10 +68,11 @@ class Op:
         "ufunc",
         "view",
         "vjp",
+        "workspace",
     )
 
     def __init__(self, name, kind, abstract, run=None, view=None, vjp=None, ufunc=None,
-                 partials=None, domain=None, doc="", scalar=None):
+                 partials=None, domain=None, doc="", scalar=None, workspace=None):
         assert kind in KINDS, kind
         self.name = name
         self.kind = kind
@@ -79,6 +85,7 @@ class Op:
         self.domain = domain
         self.doc = doc
         self.scalar = scalar
+        self.workspace = workspace
 
     def __repr__(self):
         return f"Op({self.name!r}, kind={self.kind!r})"
@@ -98,4 +105,4 @@ def get(name):
 
 
 # Populate the registry.
-from . import elementwise, region, structural  # noqa: E402,F401
+from . import elementwise, linalg, region, structural  # noqa: E402,F401
