@@ -4,7 +4,9 @@ derivatives follow from the primitives they are made of).
 
 Statistics (var, std, average, ptp, cumsum), rounding and clipping, shape
 helpers (atleast_*d, stacking, splitting, flip, roll, tile, repeat, pad),
-triangles and diagonals, tensordot, einsum, kron and ``np.linalg.norm``.
+triangles and diagonals, tensordot, einsum, kron and ``np.linalg.norm``;
+np.gradient, np.imag/np.angle of real arrays, np.linspace and np.full with
+traced values.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import string
 import numpy as np
 
 from .numpy_api import mean as _mean_of  # var's ``mean=`` argument shadows the name
-from .numpy_api import (HANDLED, _no_kwargs, _norm_axis, _reduce, _tracer, broadcast_to,
+from .numpy_api import (HANDLED, _no_kwargs, _norm_axis, _reduce, _tracer, _weak, broadcast_to,
                         concatenate, expand_dims, gather_positions, getitem, implements, matmul,
                         mean, moveaxis, ravel, reshape, squeeze, stack, transpose, where)
 from .errors import TracingError, user_location
@@ -380,6 +382,108 @@ def diff(a, n=1, axis=-1, prepend=None, append=None):
     return a
 
 
+@implements(np.gradient)
+def gradient(f, *varargs, axis=None, edge_order=1):
+    """``np.gradient``: second-order central differences inside, one-sided
+    differences of order ``edge_order`` at both ends, with numpy's formulas in
+    numpy's order of operations; spacings are scalars (traced or not) or
+    constant coordinate arrays.  A tuple for several axes, like numpy."""
+    f = _tracer(f)
+    otype = f.dtype if f.dtype.kind in "fc" else np.dtype(np.float64)
+    f = f.astype(otype)
+    nd = f.ndim
+    if axis is None:
+        axes = tuple(range(nd))
+    else:
+        axes = tuple(operator.index(a) for a in
+                     ((axis,) if isinstance(axis, numbers.Integral) else axis))
+        for a in axes:
+            if not -nd <= a < nd:
+                raise np.exceptions.AxisError(a, nd)
+        axes = tuple(a % nd for a in axes)
+        if len(set(axes)) != len(axes):
+            raise ValueError("repeated axis")
+    if not varargs:
+        dx = [1.0] * len(axes)
+    elif len(varargs) == 1 and np.ndim(varargs[0]) == 0:
+        dx = list(varargs) * len(axes)
+    elif len(varargs) == len(axes):
+        dx = [_gradient_spacing(d, f.shape[a]) for d, a in zip(varargs, axes, strict=True)]
+    else:
+        raise TypeError("invalid number of arguments")
+    if edge_order > 2:
+        raise ValueError("'edge_order' greater than 2 not supported")
+    outs = []
+    for ax, h in zip(axes, dx, strict=True):
+        if f.shape[ax] < edge_order + 1:
+            raise ValueError("Shape of array too small to calculate a numerical gradient, "
+                             "at least (edge_order + 1) elements are required.")
+
+        def part(start, stop, ax=ax):
+            index = [slice(None)] * nd
+            index[ax] = slice(start, stop)
+            return getitem(f, tuple(index))
+
+        uniform = np.ndim(h) == 0
+        pieces = []
+        if edge_order == 1:
+            pieces.append((part(1, 2) - part(0, 1)) / (h if uniform else h[0]))
+        else:
+            if uniform:
+                a, b, c = -1.5 / h, 2. / h, -0.5 / h
+            else:
+                d1, d2 = h[0], h[1]
+                a = -(2. * d1 + d2) / (d1 * (d1 + d2))
+                b = (d1 + d2) / (d1 * d2)
+                c = - d1 / (d2 * (d1 + d2))
+            pieces.append(a * part(0, 1) + b * part(1, 2) + c * part(2, 3))
+        if f.shape[ax] > 2:
+            if uniform:
+                pieces.append((part(2, None) - part(None, -2)) / (2. * h))
+            else:
+                d1, d2 = h[0:-1], h[1:]
+                shape = [1] * nd
+                shape[ax] = -1
+                a = (-(d2) / (d1 * (d1 + d2))).reshape(shape)
+                b = ((d2 - d1) / (d1 * d2)).reshape(shape)
+                c = (d1 / (d2 * (d1 + d2))).reshape(shape)
+                pieces.append(a * part(None, -2) + b * part(1, -1) + c * part(2, None))
+        if edge_order == 1:
+            pieces.append((part(-1, None) - part(-2, -1)) / (h if uniform else h[-1]))
+        else:
+            if uniform:
+                a, b, c = 0.5 / h, -2. / h, 1.5 / h
+            else:
+                d1, d2 = h[-2], h[-1]
+                a = (d2) / (d1 * (d1 + d2))
+                b = - (d2 + d1) / (d1 * d2)
+                c = (2. * d2 + d1) / (d2 * (d1 + d2))
+            pieces.append(a * part(-3, -2) + b * part(-2, -1) + c * part(-1, None))
+        outs.append(concatenate([p.astype(otype) for p in pieces], axis=ax))
+    return outs[0] if len(axes) == 1 else tuple(outs)
+
+
+def _gradient_spacing(d, n):
+    """One axis's spacing for :func:`gradient`: a scalar as given, constant
+    coordinates as their differences (one scalar if they are uniform)."""
+    if np.ndim(d) == 0:
+        return d
+    if isinstance(d, Tracer):
+        raise NotImplementedError("hybridad: np.gradient with traced coordinate arrays is not "
+                                  "supported (numpy checks their values for uniform "
+                                  "spacing); pass scalar spacings or constant coordinates")
+    d = np.asanyarray(d)
+    if d.ndim != 1:
+        raise ValueError("distances must be either scalars or 1d")
+    if len(d) != n:
+        raise ValueError("when 1d, distances must match the length of the corresponding "
+                         "dimension")
+    if np.issubdtype(d.dtype, np.integer):
+        d = d.astype(np.float64)
+    diffx = np.diff(d)
+    return diffx[0] if (diffx == diffx[0]).all() else diffx
+
+
 @implements(np.cross)
 def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     """``np.cross`` of 3-vectors (2-vectors taken with a zero third component)."""
@@ -435,6 +539,87 @@ def _identity_real(name):
 for _f in (np.real, np.real_if_close):
     HANDLED[_f] = _identity_real(_f.__name__)
 HANDLED[np.dsplit] = lambda ary, ios: _split(ary, ios, 2, True)
+
+
+def _real_only(name, x):
+    x = _tracer(x)
+    if x.dtype.kind == "c":
+        raise NotImplementedError(f"hybridad: numpy.{name} of complex arrays is not supported")
+    return x
+
+
+@implements(np.imag)
+def imag(val):
+    """The imaginary part of a real array: zeros of its shape and dtype (a constant)."""
+    x = _real_only("imag", val)
+    return np.zeros(x.shape, x.dtype)
+
+
+@implements(np.angle)
+def angle(z, deg=False):
+    """The angle of a real array, numpy's ``arctan2(0, z)``: pi where the sign
+    bit is set (negative numbers, -0.0, -inf), else 0, NaN for NaN, in
+    arctan2's dtype; its derivative is zero."""
+    x = _real_only("angle", z)
+    dt = np.result_type(x.dtype, np.float16)
+    a = where(np.isnan(x), dt.type(np.nan), where(np.signbit(x), dt.type(np.pi), dt.type(0)))
+    return a * (180 / np.pi) if deg else a
+
+
+# ----------------------------------------------------------------------------
+# constructors from traced values
+# ----------------------------------------------------------------------------
+
+
+@implements(np.linspace)
+def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0, *,
+             device=None):
+    """``np.linspace`` with traced ``start``/``stop``: numpy's steps (``arange
+    * step + start``, the last sample set to ``stop``; ``arange / div * delta``
+    where a step is 0, chosen with a traced condition), so the values match."""
+    if device not in (None, "cpu"):
+        raise ValueError(f"Device not understood. Only 'cpu' is allowed, but received: "
+                         f"{device}")
+    num = operator.index(num)
+    if num < 0:
+        raise ValueError(f"Number of samples, {num}, must be non-negative.")
+    div = (num - 1) if endpoint else num
+    dt = np.result_type(_weak(start), _weak(stop), 0.0)
+    integer_dtype = dtype is not None and np.issubdtype(dtype, np.integer)
+    dtype = dt if dtype is None else np.dtype(dtype)
+    start, stop = _tracer(start).astype(dt), _tracer(stop).astype(dt)
+    delta = stop - start
+    if num == 0:
+        y = np.moveaxis(np.zeros((0,) + delta.shape, dtype), 0, axis)
+        return (y, np.nan) if retstep else y
+    y = np.arange(0, num, dtype=dt).reshape((-1,) + (1,) * delta.ndim)
+    if div > 0:
+        step = delta / div
+        zero = step == 0
+        y = where(zero if zero.ndim == 0 else np.any(zero), (y / div) * delta, y * step)
+    else:
+        step = np.nan
+        y = y * delta
+    y = y + start
+    if endpoint and num > 1:
+        y = concatenate([y[:-1], broadcast_to(stop, (1,) + y.shape[1:])], axis=0)
+    if axis != 0:
+        y = moveaxis(y, 0, axis)
+    if integer_dtype:
+        y = np.floor(y)
+    y = y.astype(dtype)
+    return (y, step) if retstep else y
+
+
+@implements(np.full)
+def full(shape, fill_value, dtype=None, order="C", *, device=None, like=None):
+    """``np.full`` with a traced fill value, a broadcast of it.  numpy hands
+    np.full to tracers only through ``like=`` (``np.full(shape, v, like=x)``):
+    without it a traced fill value goes to np.asarray, which raises
+    TracingError; ``np.full_like`` or ``np.broadcast_to`` work too."""
+    if not isinstance(fill_value, Tracer):
+        return np.full(shape, fill_value, dtype, order)
+    return broadcast_to(fill_value if dtype is None else fill_value.astype(dtype), shape)
 
 
 # ----------------------------------------------------------------------------
@@ -533,6 +718,91 @@ def delete(arr, obj, axis=None):
 
 
 # ----------------------------------------------------------------------------
+# sorting: one sort_pack (the rows as sorted (value, index) pairs), read back
+# ----------------------------------------------------------------------------
+
+
+def _sort_pack(name, a, axis):
+    """``(a as sorted, its sort_pack, axis, dtype to cast back to)``."""
+    a = _tracer(a)
+    if axis is None:  # sorts the flattened array
+        a, axis = ravel(a), 0
+    axis = _norm_axis(axis, a.ndim)[0]
+    dt = a.dtype
+    if dt.kind == "c" or (dt.kind == "f" and dt.itemsize > 8) or \
+            (dt.kind in "iu" and dt.itemsize > 4):
+        raise NotImplementedError(f"hybridad: numpy.{name} of {dt} arrays is not supported "
+                                  "while tracing (real floats, bool and integers of up to 32 "
+                                  "bits are)")
+    back = None
+    if dt.kind != "f":  # exact in float64; no derivative either way
+        a, back = a.astype(np.float64), dt
+    return a, bind("sort_pack", a, axis=axis), axis, back
+
+
+@implements(np.sort)
+def sort(a, axis=-1, kind=None, order=None, *, stable=None):
+    """``np.sort`` (``axis=None``: the flattened array).  ``kind`` and
+    ``stable`` do not change the values; the derivative sends the cotangent
+    of each sorted element to the element it came from, ties in numpy's
+    stable order (NaNs sort last)."""
+    _no_kwargs("sort", {"order": order})
+    a, packed, axis, back = _sort_pack("sort", a, axis)
+    out = bind("sort_values", a, packed, axis=axis)
+    return out if back is None else out.astype(back)
+
+
+@implements(np.argsort)
+def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
+    """``np.argsort``, always in the stable order (any kind is a valid order)."""
+    _no_kwargs("argsort", {"order": order})
+    _, packed, axis, _ = _sort_pack("argsort", a, axis)
+    return bind("sort_index", packed, axis=axis)
+
+
+@implements(np.partition)
+def partition(a, kth, axis=-1, kind="introselect", order=None):
+    """``np.partition`` as the fully sorted array: it meets the contract (each
+    ``kth`` element in its sorted place, nothing larger before it, nothing
+    smaller after it); numpy leaves the order inside the partitions undefined."""
+    _no_kwargs("partition", {"order": order})
+    a = _tracer(a)
+    n = a.size if axis is None else a.shape[_norm_axis(axis, a.ndim)[0]]
+    for k in np.atleast_1d(np.asarray(kth)).tolist():
+        if not isinstance(k, numbers.Integral) or isinstance(k, bool):
+            raise TypeError("Partition index must be integer")
+        if not -n <= k < n:
+            raise ValueError(f"kth(={k}) out of bounds ({n})")
+    return sort(a, axis)
+
+
+if hasattr(np, "msort"):  # removed in numpy 2.0
+    HANDLED[np.msort] = lambda a: sort(a, axis=0)
+
+
+@implements(np.median)
+def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """The middle element (mean of the two middle ones) of the sorted array;
+    NaN where a NaN is present, as numpy.  ``axis``: None, an int or a tuple."""
+    _no_kwargs("median", {"out": out})
+    a = _float(a)
+    axes = _norm_axis(axis, a.ndim)
+    rest = [d for d in range(a.ndim) if d not in axes]
+    x = transpose(a, rest + list(axes)) if list(axes) != list(range(a.ndim))[-len(axes):] \
+        else a
+    m = int(np.prod([a.shape[d] for d in axes], dtype=np.int64))
+    if m == 0:
+        raise ValueError("median of an empty selection is not supported while tracing")
+    x = sort(reshape(x, tuple(a.shape[d] for d in rest) + (m,)), -1)
+    mid = getitem(x, (Ellipsis, slice((m - 1) // 2, m // 2 + 1)))
+    med = _mean_of(mid, axis=-1)
+    med = where(np.isnan(getitem(x, (Ellipsis, m - 1))), np.nan, med)  # NaNs sort last
+    if keepdims:
+        med = reshape(med, tuple(1 if d in axes else s for d, s in enumerate(a.shape)))
+    return med
+
+
+# ----------------------------------------------------------------------------
 # products
 # ----------------------------------------------------------------------------
 
@@ -572,8 +842,9 @@ def kron(a, b):
 
 @implements(np.einsum)
 def einsum(*operands, out=None, optimize=False, **kw):
-    """``np.einsum`` with explicit or implicit output subscripts (letters, no
-    ``...``): a contraction of two operands without shared output letters
+    """``np.einsum`` with explicit or implicit output subscripts (letters, and
+    ``...`` spelled as unused letters, broadcast like numpy: see
+    :func:`_einsum_ellipsis`): a contraction of two operands without shared output letters
     is one matmul (:func:`tensordot`); anything else is a broadcast multiply
     summed over the contracted letters, which the partitioner fuses into one
     region (no product temporary on the numba backend)."""
@@ -584,7 +855,8 @@ def einsum(*operands, out=None, optimize=False, **kw):
     subscripts, *arrays = operands
     subscripts = subscripts.replace(" ", "")
     if "." in subscripts:
-        raise NotImplementedError("hybridad: np.einsum with '...' is not supported yet")
+        subscripts = _einsum_ellipsis(subscripts, [np.ndim(x) if not isinstance(x, Tracer)
+                                                   else x.ndim for x in arrays])
     lhs, arrow, rhs = subscripts.partition("->")
     ins = lhs.split(",")
     if len(ins) != len(arrays):
@@ -644,6 +916,44 @@ def einsum(*operands, out=None, optimize=False, **kw):
     if len(order) > len(rhs):
         prod = _reduce("sum", prod, tuple(range(len(rhs), len(order))), False)
     return prod
+
+
+def _einsum_ellipsis(subscripts, ndims):
+    """``subscripts`` with each ``...`` spelled as unused letters, one per
+    broadcast dimension, right-aligned across the operands as numpy broadcasts
+    them (an operand whose ``...`` covers fewer dimensions gets the last
+    ones), and with an explicit output (the implicit one puts them first)."""
+    lhs, arrow, rhs = subscripts.partition("->")
+    ins = lhs.split(",")
+    for spec in ins + ([rhs] if arrow else []):
+        if spec.count(".") != (3 if "..." in spec else 0):
+            raise ValueError("einstein sum subscripts string contains a '.' that is not part "
+                             "of an ellipsis ('...')")
+    if len(ins) != len(ndims):
+        return subscripts  # the caller raises numpy's error
+    counts = []
+    for spec, nd in zip(ins, ndims, strict=True):
+        k = nd - (len(spec) - 3) if "..." in spec else 0
+        if k < 0:
+            raise ValueError(f"einstein sum subscripts string contains too many subscripts "
+                             f"for operand: {spec!r} for {nd} dimensions")
+        counts.append(k)
+    n = max(counts, default=0)
+    fresh = "".join(c for c in string.ascii_letters if c not in subscripts)[:n]
+    if len(fresh) < n:
+        raise ValueError("too many subscripts in einsum: the broadcast dimensions of '...' "
+                         "need more unused letters than remain")
+    ins = [spec.replace("...", fresh[n - k:]) for spec, k in zip(ins, counts, strict=True)]
+    if arrow:
+        if n and "..." not in rhs:
+            raise ValueError("output has more dimensions than subscripts given in einstein "
+                             "sum, but no '...' ellipsis provided to broadcast the extra "
+                             "dimensions.")
+        rhs = rhs.replace("...", fresh)
+    else:
+        letters = lhs.replace(".", "").replace(",", "")
+        rhs = fresh + "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    return ",".join(ins) + "->" + rhs
 
 
 def _kept(spec, others):
@@ -729,3 +1039,5 @@ Tracer.take = lambda self, indices, axis=None, mode="raise": take(self, indices,
                                                                   mode=mode)
 Tracer.compress = lambda self, condition, axis=None: compress(condition, self, axis)
 Tracer.trace = lambda self, offset=0, axis1=0, axis2=1: trace(self, offset, axis1, axis2)
+# (no Tracer.sort: ndarray.sort sorts in place, which tracing does not follow)
+Tracer.argsort = lambda self, axis=-1, kind=None, order=None: argsort(self, axis, kind, order)

@@ -69,6 +69,27 @@ FAMILIES = {
                      np.sum(np.take_along_axis(x, np.zeros((4, 1), int), 1) ** 2) +
                      np.sum(np.cumprod(x, axis=1) ** 2) + np.sum(np.cumprod(x[::-1, 1])),
                      (rand((4, 5), seed=15),)),
+    "einsum_gradient": (lambda x: np.sum(np.einsum("...ij,...jk->...ik", x.reshape(2, 2, 5),
+                                                   x.reshape(2, 5, 2)) ** 2) +
+                        np.sum(np.einsum("...i,...i", x, x[0])) +
+                        np.sum(np.einsum("...ij,jk", x.reshape(2, 2, 5), x.T) ** 2) +
+                        sum(np.sum(g ** 2) for g in np.gradient(x, 0.5, edge_order=2)) +
+                        np.sum(np.gradient(x[0]) ** 3) +
+                        np.sum(np.gradient(x, [0.0, 1.0, 3.0, 3.5], axis=0) ** 2) +
+                        np.sum(np.imag(x) + np.angle(x) * x) +
+                        np.sum(np.linspace(x[0], x[1], 3) ** 2) +
+                        np.sum(np.full((2, 5), x[0], like=x) * x[:2]),
+                        (rand((4, 5), seed=19),)),
+    # rows of 20 (heapsort in numba) along axis 1, of 3 (insertion sort) along axis 0
+    "sorting": (lambda x: np.sum(np.sort(x) * x[::-1]) + np.sum(np.sort(x, axis=0) ** 2) +
+                np.sum(np.sort(x.T, axis=None)[::3] ** 3) + np.sum(np.partition(x, 2)[:, 2]) +
+                np.sum(np.argsort(x, axis=0) * x),
+                (rand((3, 20), seed=18),)),
+    "linalg": (lambda x: np.sum(np.linalg.solve(x[:, :4] + 3 * np.eye(4), x[:, 4]) ** 2) +
+               np.sum(np.linalg.inv(x[:, 1:] + 3 * np.eye(4)) ** 2) +
+               np.linalg.det(x[:, :4] + np.eye(4)) + np.linalg.slogdet(x[:, 1:] + np.eye(4))[1] +
+               np.sum(np.linalg.cholesky(x[:, :4] @ x[:, :4].T + np.eye(4)) ** 2),
+               (rand((4, 5), seed=17),)),
 }
 
 

@@ -11,6 +11,13 @@ import hybridad as ha
 W20 = np.arange(20.0).reshape(4, 5) / 7
 MASK = np.arange(20).reshape(4, 5) % 3 != 1
 
+
+def _spd(x):
+    """A symmetric positive definite matrix from x: a symmetric perturbation of
+    x perturbs it symmetrically (the gradient convention of cholesky/eigh)."""
+    return x[:, :4] @ x[:, :4].T + 4 * np.eye(4)
+
+
 CASES = {
     "round": lambda x: np.sum(np.round(x, 1) * x) + np.sum(np.around(x) * x),
     "clip": lambda x: np.sum(np.clip(x, -0.5, 0.7) ** 2) + np.sum(np.clip(x, None, 0.2) * x),
@@ -49,6 +56,32 @@ CASES = {
     "einsum": lambda x: np.einsum("ij,ij->", x, x) + np.sum(np.einsum("ij,kj->ik", x, x) ** 2) +
     np.einsum("ii", x[:, :4]) + np.sum(np.einsum("ij,j,ik", x, x[0], x) ** 2) +
     np.sum(np.einsum("ij->ji", x) * W20.T) + np.sum(np.einsum("ij,ij->i", x, W20) ** 2),
+    # '...': batched matmul (explicit, implicit), ellipses of different lengths and size-1
+    # dims broadcast, the matmul path with a batch on one side, '...' in the middle
+    "einsum_ellipsis": lambda x: np.sum(np.einsum("...ij,...jk->...ik", x.reshape(2, 2, 5),
+                                                  x.reshape(2, 5, 2)) ** 2) +
+    np.sum(np.einsum("...ij,...jk", x.reshape(2, 1, 2, 5), x.reshape(2, 5, 2)) *
+           np.arange(16.0).reshape(2, 2, 2, 2)) + np.sum(np.einsum("...i,...i", x, x[0]) ** 2) +
+    np.sum(np.einsum("...ij,jk->...ik", x.reshape(2, 2, 5), W20.T) ** 2) +
+    np.sum(np.einsum("i...->...", x) * W20[0]) + np.sum(np.einsum("...ii->...i", x[:, :4]) ** 3) +
+    np.sum(np.einsum("i...j,i...j->...", x.reshape(2, 2, 5), x.reshape(2, 2, 5)[:, :1]) ** 2),
+    "gradient": lambda x: np.sum(np.gradient(x[0]) ** 2) +
+    np.sum(np.gradient(x, axis=1) * W20) + sum(np.sum(g * W20) for g in np.gradient(x)) +
+    np.sum(np.gradient(x[:, :2], axis=-1) ** 3) + np.sum(np.gradient(x[1], x[2, 2] ** 2 + 1) ** 2),
+    "gradient_edge_order_spacing": lambda x: sum(np.sum(g ** 2 * W20) for g in
+                                                 np.gradient(x, 0.5, 2.0, edge_order=2)) +
+    np.sum(np.gradient(x, 0.3, axis=0, edge_order=2) ** 3) +
+    np.sum(np.gradient(x, [0.0, 1.0, 3.0, 3.5], axis=0, edge_order=2) * W20) +
+    np.sum(np.gradient(x, np.arange(5.0) * 0.1, axis=1) ** 2) +
+    np.sum(np.gradient(x, [0.0, 1.0, 3.0, 3.5], np.arange(5), edge_order=1)[0] ** 2),
+    "imag_angle": lambda x: np.sum(np.imag(x) + x ** 2) + np.sum(np.angle(x) * x) +
+    np.sum(np.angle(x, deg=True) * W20) + np.sum(np.angle(x - x) + np.imag(x) * x),
+    "linspace_full": lambda x: np.sum(np.linspace(x[0, 0], x[1, 1], 7) ** 2) +
+    np.sum(np.linspace(x[0], x[1], 6, axis=-1) * np.arange(30.0).reshape(5, 6)) +
+    np.sum(np.linspace(x[2, 0], 3.0, 5, endpoint=False) ** 3) +
+    np.sum(np.linspace(-1, x[:, :1], 3, retstep=True)[0] ** 2) +
+    np.sum(np.full((3, 2), x[0, 0], like=x) * np.arange(6.0).reshape(3, 2)) +
+    np.sum(np.full((4, 5), x[1], like=x) * x) + np.sum(np.full(3, 2.0, like=x) * x[0, :3]),
     "norm": lambda x: np.linalg.norm(x) + np.sum(np.linalg.norm(x, 3, axis=1)) +
     np.linalg.norm(x, 1) + np.linalg.norm(x, np.inf) + np.linalg.norm(x, -np.inf) +
     np.linalg.norm(x, -1) + np.linalg.norm(x, "fro") + np.sum(np.linalg.norm(x, axis=0)) +
@@ -78,10 +111,39 @@ CASES = {
     np.sum(np.repeat(x, [1, 0, 2, 3], axis=0) ** 2) + np.sum(np.repeat(x[0], [2, 1, 1, 0, 3]) ** 3),
     "cumprod": lambda x: np.sum(np.cumprod(x, axis=1) ** 2) + np.sum(np.cumprod(x) * 0.1) +
     np.sum(np.multiply.accumulate(x, axis=0) * W20),
+    "linalg_solve_inv": lambda x: np.sum(np.linalg.solve(x[:, :4] + 3 * np.eye(4), x[:, 4]) ** 2) +
+    np.sum(np.linalg.solve(x[:, :4] + 3 * np.eye(4), x[:, 1:3]) * W20[:, :2]) +
+    np.sum(np.linalg.inv(x[:, 1:] + 3 * np.eye(4)) * W20[:, 1:]) +
+    np.sum(np.linalg.solve(np.stack([x[:, :4], x[:, 1:]]) + 3 * np.eye(4), x[:, 0]) ** 2),
+    "linalg_det": lambda x: np.linalg.det(x[:, :4] + np.eye(4)) +
+    np.sum(np.linalg.det(np.stack([x[:2, :2], x[2:, 3:]])) ** 2) +
+    np.linalg.slogdet(x[:, 1:] - 2 * np.eye(4))[1] * np.linalg.slogdet(x[:, :4]).sign,
+    "linalg_cholesky": lambda x: np.sum(np.linalg.cholesky(_spd(x)) * W20[:, :4]) +
+    np.sum(np.log(np.diagonal(np.linalg.cholesky(_spd(x))))) +
+    np.sum(np.linalg.cholesky(_spd(x), upper=True) ** 3),
+    "linalg_eigh": lambda x: np.sum(np.linalg.eigh(_spd(x))[0] * np.arange(4.0)) +
+    np.sum(np.linalg.eigh(_spd(x)).eigenvectors ** 2 * W20[:, :4]) +
+    np.sum(np.linalg.eigvalsh(_spd(x), "U") ** 2),
+    "median": lambda x: np.median(x) + np.sum(np.median(x, axis=0) ** 2) +
+    np.sum(np.median(x, axis=1, keepdims=True) * x) + np.median(x[:3], axis=(0, 1)),
     "methods": lambda x: x.round(1).sum() + x.clip(-1, 1).var() + x.std(axis=0).sum() +
     x.cumsum(axis=0).sum() + x.repeat(2).sum() + x.diagonal().sum() + x.var(ddof=1) +
     x.trace(1) + np.sum(x.take([1, 5]) ** 2) + np.sum(x.compress([0, 1, 1], axis=1) ** 2) +
     np.sum(x.cumprod(axis=0) ** 2),
+    "sort": lambda x: np.sum(np.sort(x) * W20) + np.sum(np.sort(x, axis=0) ** 3 * W20) +
+    np.sum(np.sort(x, axis=None) ** 2 * W20.ravel()) +
+    np.sum(np.sort(x.T, kind="stable")[:, ::2] ** 2) + np.sum(np.sort(x[1], kind="heapsort")),
+    # numpy leaves the order inside the partitions undefined: read what it fixes
+    "partition_argsort": lambda x: np.sum(np.partition(x, 2)[:, 2] ** 2 * W20[:, 0]) +
+    np.sum(np.partition(x, 1, axis=0)[:1] ** 3) + np.partition(x, 7, axis=None)[7] +
+    np.sum(np.partition(x, (1, 3))[:, [1, 3]] * W20[:, :2]) +
+    np.sum(np.argsort(x, axis=0) * x) + np.sum(x.argsort(axis=None) * x.ravel()),
+    # ties (each value twice, equal weights on the two slots) and NaNs (sorted last)
+    "sort_ties_nan": lambda x: np.sum(np.sort(np.concatenate([x, x], axis=1)) *
+                                      np.repeat(W20, 2, axis=1)) +
+    np.sum(np.nan_to_num(np.sort(np.where(x > 0.8, np.nan, x), axis=0)) * W20) +
+    np.sum(np.argsort(np.where(x > 0.8, np.nan, np.round(x)), axis=None, kind="stable") *
+           x.ravel()),
 }
 
 
@@ -97,7 +159,10 @@ def test_cumprod_with_zeros_is_exact():
 
 
 @pytest.mark.parametrize("name", ["var_std", "cumsum", "einsum", "norm", "roll",
-                                  "fancy_indexing", "boolean_masks", "cumprod"])
+                                  "fancy_indexing", "boolean_masks", "cumprod", "sort",
+                                  "einsum_ellipsis", "gradient_edge_order_spacing",
+                                  "linalg_solve_inv", "linalg_det", "linalg_cholesky",
+                                  "linalg_eigh"])
 def test_function_float32_and_noncontiguous(name):
     f = CASES[name]
     x = np.asfortranarray(rand((4, 5), seed=3))
@@ -113,10 +178,13 @@ def test_function_float32_and_noncontiguous(name):
 
 @pytest.mark.parametrize("f, error", [
     (lambda x: np.sum(np.pad(x, 1, mode="reflect")), NotImplementedError),
-    (lambda x: np.einsum("...i,...i", x, x), NotImplementedError),
     (lambda x: np.linalg.norm(x, "nuc"), NotImplementedError),
     (lambda x: np.sum(np.split(x, 3)[0]), ValueError),
     (lambda x: np.linalg.norm(x, "bad", axis=1), ValueError),
+    (lambda x: np.sum(np.einsum("...j->j", x[None])), ValueError),  # no '...' in the output
+    (lambda x: np.sum(np.einsum("..i", x[0])), ValueError),
+    (lambda x: np.sum(np.gradient(x, x[0], axis=1)), NotImplementedError),  # traced coordinates
+    (lambda x: np.sum(np.gradient(x[:2], axis=0, edge_order=2)), ValueError),
 ])
 def test_unsupported_forms_raise_clearly(f, error):
     with pytest.raises(error):
