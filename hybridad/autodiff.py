@@ -84,20 +84,14 @@ class _Adjoints:
     def add_scatter(self, node, s):
         value = s.value if s.value.dtype == node.dtype else s.value.astype(node.dtype)
         prev = self.value.get(node.id)
-        if s.flat is not None:
-            if prev is not None and self.owned[node.id] and _flat_writable(prev.node):
-                self.value[node.id] = bind("scatter_add_flat", prev, value, s.flat)
-                return
-            fresh = bind("scatter_flat", value, s.flat, shape=node.shape)
-            if prev is None:
-                self.value[node.id], self.owned[node.id] = fresh, True
-            else:
-                self.value[node.id], self.owned[node.id] = bind("iadd", fresh, prev), True
+        # a basic index adds through any view; flat positions need C-contiguous storage
+        if prev is not None and self.owned[node.id] and \
+                (s.flat is None or _flat_writable(prev.node)):
+            self.value[node.id] = bind("scatter_add", prev, value, index=s.index) \
+                if s.flat is None else bind("scatter_add_flat", prev, value, s.flat)
             return
-        if prev is not None and self.owned[node.id]:
-            self.value[node.id] = bind("scatter_add", prev, value, index=s.index)
-            return
-        fresh = bind("scatter", value, index=s.index, shape=node.shape)
+        fresh = bind("scatter", value, index=s.index, shape=node.shape) if s.flat is None \
+            else bind("scatter_flat", value, s.flat, shape=node.shape)
         if prev is None:
             self.value[node.id], self.owned[node.id] = fresh, True
         else:

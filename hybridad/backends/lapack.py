@@ -52,7 +52,7 @@ def work_size(op, n, k=0):
     matrices (and k right-hand sides): a column-major copy, the right-hand
     sides, and the int32 pivots (in n elements: an element holds at least one)."""
     if op in ("solve", "inv"):
-        return n * n + n * max(k, n if op == "inv" else k) + n
+        return n * n + n * (n if op == "inv" else k) + n
     if op in ("det", "slogdet"):
         return n * n + n
     if op == "eigh":
@@ -69,6 +69,18 @@ def _colmajor(a, lu, n):
 
 
 @njit(cache=True, nogil=True)
+def _gesv_into(out, lu, rhs, piv, n, k, kind):
+    """Solve with the column-major matrix ``lu`` against the k column-major
+    right-hand sides ``rhs`` (both overwritten); the solution into ``out``
+    (n x k)."""
+    if n and _gesv(np.int8(kind), n, k, lu.ctypes, n, piv.ctypes, rhs.ctypes, n) > 0:
+        raise np.linalg.LinAlgError("Singular matrix")
+    for c in range(k):
+        for r in range(n):
+            out[r, c] = rhs[r + c * n]
+
+
+@njit(cache=True, nogil=True)
 def solve(a, b, out, work, kind):
     """out[i] = inv(a[i]) @ b[i] for a (batch, n, n), b (batch, n, k)."""
     n, k = a.shape[1], b.shape[2]
@@ -79,11 +91,7 @@ def solve(a, b, out, work, kind):
         for c in range(k):
             for r in range(n):
                 rhs[r + c * n] = b[i, r, c]
-        if n and _gesv(np.int8(kind), n, k, lu.ctypes, n, piv.ctypes, rhs.ctypes, n) > 0:
-            raise np.linalg.LinAlgError("Singular matrix")
-        for c in range(k):
-            for r in range(n):
-                out[i, r, c] = rhs[r + c * n]
+        _gesv_into(out[i], lu, rhs, piv, n, k, kind)
 
 
 @njit(cache=True, nogil=True)
@@ -97,11 +105,7 @@ def inv(a, out, work, kind):
         rhs[:] = 0
         for r in range(n):
             rhs[r + r * n] = 1
-        if n and _gesv(np.int8(kind), n, n, lu.ctypes, n, piv.ctypes, rhs.ctypes, n) > 0:
-            raise np.linalg.LinAlgError("Singular matrix")
-        for c in range(n):
-            for r in range(n):
-                out[i, r, c] = rhs[r + c * n]
+        _gesv_into(out[i], lu, rhs, piv, n, n, kind)
 
 
 @njit(cache=True, nogil=True)
