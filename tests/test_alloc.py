@@ -83,7 +83,10 @@ FAMILIES = {
     # rows of 20 (heapsort in numba) along axis 1, of 3 (insertion sort) along axis 0
     "sorting": (lambda x: np.sum(np.sort(x) * x[::-1]) + np.sum(np.sort(x, axis=0) ** 2) +
                 np.sum(np.sort(x.T, axis=None)[::3] ** 3) + np.sum(np.partition(x, 2)[:, 2]) +
-                np.sum(np.argsort(x, axis=0) * x),
+                np.sum(np.argsort(x, axis=0) * x) + np.median(x) +
+                np.sum(np.median(x, axis=1) ** 2) + np.sum(np.compress([1, 0, 1], x, axis=0)) +
+                np.sum(np.extract(np.arange(60).reshape(3, 20) % 3 == 0, x) ** 2) +
+                np.sum(np.delete(x, 3, axis=1) ** 2),
                 (rand((3, 20), seed=18),)),
     "linalg": (lambda x: np.sum(np.linalg.solve(x[:, :4] + 3 * np.eye(4), x[:, 4]) ** 2) +
                np.sum(np.linalg.inv(x[:, 1:] + 3 * np.eye(4)) ** 2) +
