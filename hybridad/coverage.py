@@ -24,7 +24,7 @@ _LAPACK = {"numpy.linalg.solve": "smooth (LAPACK gesv; adjoint rule)",
            "numpy.linalg.slogdet": "smooth (LAPACK getrf; adjoint rule)",
            "numpy.linalg.cholesky": "smooth, symmetric gradient (LAPACK potrf)",
            "numpy.linalg.eigh": "smooth for distinct eigenvalues, symmetric gradient "
-                                "(LAPACK syevd: its workspace is malloc'd per call)",
+                                "(LAPACK syevd)",
            "numpy.linalg.eigvalsh": "as numpy.linalg.eigh"}
 
 _PIECEWISE = {"absolute", "fabs", "maximum", "minimum", "fmax", "fmin", "copysign", "remainder",
@@ -103,7 +103,7 @@ def render():
         "",
         f"**{n_funcs} numpy functions, ufuncs and ufunc methods** (autograd's numpy rules "
         f"cover about {AUTOGRAD_COUNT}, linalg included). Every entry runs on both backends "
-        "with zero allocations per call (eigh's LAPACK workspace excepted, see its row); "
+        "with zero allocations per call; "
         "*composite* entries are built from the primitives, so their derivatives follow from "
         "the primitives' rules.",
         "",

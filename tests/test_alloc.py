@@ -91,7 +91,9 @@ FAMILIES = {
     "linalg": (lambda x: np.sum(np.linalg.solve(x[:, :4] + 3 * np.eye(4), x[:, 4]) ** 2) +
                np.sum(np.linalg.inv(x[:, 1:] + 3 * np.eye(4)) ** 2) +
                np.linalg.det(x[:, :4] + np.eye(4)) + np.linalg.slogdet(x[:, 1:] + np.eye(4))[1] +
-               np.sum(np.linalg.cholesky(x[:, :4] @ x[:, :4].T + np.eye(4)) ** 2),
+               np.sum(np.linalg.cholesky(x[:, :4] @ x[:, :4].T + np.eye(4)) ** 2) +
+               np.sum(np.linalg.eigh(x[:, :4] @ x[:, :4].T)[1][:, 3] ** 2 * x[:, 4]) +
+               np.sum(np.linalg.eigvalsh(x[:, 1:] + x[:, 1:].T) ** 3),
                (rand((4, 5), seed=17),)),
 }
 

@@ -6,12 +6,16 @@ preallocated ``work`` vector (the op's workspace, a slot of the plan's arena)
 for the factorization and the pivots -- so a call allocates nothing.
 
 LAPACK is reached through numba's LAPACK helpers (``numba_xxgetrf``,
-``numba_xgesv``, ``numba_xxpotrf``, ``numba_ez_xxxevd``), which call
-``scipy.linalg.cython_lapack`` -- the same routines numpy.linalg uses.  The
-numpy backend calls these compiled kernels too (one implementation, one set of
-numerics).  The one exception to "allocates nothing": ``syevd`` (eigh) gets its
-workspace from numba's helper, which mallocs it on each call (C heap; numpy's
-allocator never sees it).
+``numba_xgesv``, ``numba_xxpotrf``), which call ``scipy.linalg.cython_lapack``
+-- the same routines numpy.linalg uses.  ``syevd`` (eigh) is called straight
+from ``scipy.linalg.cython_lapack``: numba's helper for it mallocs the LAPACK
+workspace on every call, whereas here the workspace (sized by scipy's
+``dsyevd_lwork`` query when the plan is built) is part of ``work``.  The
+function pointer scipy exports is registered with LLVM under a symbol of ours
+(:func:`_register_cython_lapack`), so the kernels stay cacheable on disk: the
+cached machine code refers to the symbol, not to an address of this process.
+The numpy backend calls these compiled kernels too (one implementation, one
+set of numerics).
 
 LAPACK is column-major: a C-ordered ``n x n`` block is the transpose of the
 matrix LAPACK sees.  Kernels therefore copy operands into column-major
@@ -23,7 +27,10 @@ that is not positive definite in ``cholesky`` raise ``LinAlgError``.
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
+from llvmlite import binding as _llvm
 from numba import njit, types
 
 __all__ = ["LAPACK_OPS", "cholesky", "det", "eigh", "inv", "kind_of", "slogdet", "solve",
@@ -38,8 +45,29 @@ _getrf = types.ExternalFunction("numba_xxgetrf",
 _gesv = types.ExternalFunction("numba_xgesv",
                                types.intc(_CHAR, _IDX, _IDX, _VOID, _IDX, _VOID, _VOID, _IDX))
 _potrf = types.ExternalFunction("numba_xxpotrf", types.intc(_CHAR, _CHAR, _IDX, _VOID, _IDX))
-_syevd = types.ExternalFunction("numba_ez_xxxevd",
-                                types.intc(_CHAR, _CHAR, _CHAR, _IDX, _VOID, _IDX, _VOID))
+
+
+def _register_cython_lapack(*names):
+    """Make the ``scipy.linalg.cython_lapack`` routines ``names`` callable from
+    compiled code as the symbols ``hybridad_<name>``."""
+    from scipy.linalg import cython_lapack
+
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype = ctypes.c_void_p
+    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    for name in names:
+        capsule = cython_lapack.__pyx_capi__[name]
+        _llvm.add_symbol(f"hybridad_{name}", get_pointer(capsule, get_name(capsule)))
+
+
+_register_cython_lapack("dsyevd", "ssyevd")
+# Fortran calling convention: every argument by pointer
+# (jobz, uplo, n, a, lda, w, work, lwork, iwork, liwork, info)
+_SYEVD = types.void(*([_VOID] * 11))
+_dsyevd = types.ExternalFunction("hybridad_dsyevd", _SYEVD)
+_ssyevd = types.ExternalFunction("hybridad_ssyevd", _SYEVD)
 
 
 def kind_of(dtype):
@@ -56,8 +84,23 @@ def work_size(op, n, k=0):
     if op in ("det", "slogdet"):
         return n * n + n
     if op == "eigh":
-        return n * n
+        lwork, liwork = _syevd_sizes(n)
+        return n * n + lwork + liwork + _SCALARS
     return 0
+
+
+#: workspace elements eigh keeps for the scalar arguments LAPACK takes by pointer
+_SCALARS = 8
+
+
+def _syevd_sizes(n):
+    """(lwork, liwork) for syevd with eigenvectors: LAPACK's own answer to the
+    workspace query (through scipy), never below the documented minimum."""
+    from scipy.linalg.lapack import dsyevd_lwork
+
+    lwork = int(dsyevd_lwork(n, compute_v=1, lower=1)[0])
+    # liwork is fixed by LAPACK (the kernel recomputes it from n)
+    return max(lwork, 1 + 6 * n + 2 * n * n if n > 1 else 1), 3 + 5 * n if n > 1 else 1
 
 
 @njit(cache=True, nogil=True)
@@ -174,15 +217,39 @@ def cholesky(a, out, kind):
 @njit(cache=True, nogil=True)
 def eigh(a, out, work, kind):
     """out[i, 0] = eigenvalues (ascending), out[i, 1:] = eigenvectors (columns),
-    from a's lower triangle (as numpy's default UPLO='L')."""
+    from a's lower triangle (as numpy's default UPLO='L').
+
+    ``work`` holds, in order: the n x n column-major matrix LAPACK overwrites
+    with the eigenvectors, syevd's ``work`` and ``iwork`` (one int32 per
+    element), and the scalar arguments (see :func:`work_size`)."""
     n = a.shape[1]
+    if n == 0:
+        return
+    # work_size gave exactly n*n + lwork + liwork + _SCALARS elements, liwork
+    # being LAPACK's fixed 3 + 5n: syevd's work is what remains
+    liwork = 3 + 5 * n if n > 1 else 1
+    lwork = work.shape[0] - n * n - liwork - _SCALARS
     vecs = work[:n * n]
+    lw = work[n * n:n * n + lwork]
+    iw = work[n * n + lwork:n * n + lwork + liwork].view(np.int32)
+    scalars = work[n * n + lwork + liwork:n * n + lwork + liwork + _SCALARS]
+    ints = scalars[:4].view(np.int32)  # n (= lda), lwork, liwork, info
+    chars = scalars[4:].view(np.uint8)  # jobz, uplo
+    ints[0], ints[1], ints[2], ints[3] = n, lwork, liwork, 0
+    chars[0], chars[1] = ord("V"), ord("L")
     for i in range(a.shape[0]):
         # vecs column-major = a[i]; its lower triangle is a's lower triangle
         _colmajor(a[i], vecs, n)
         w = out[i, 0]
-        if n and _syevd(np.int8(kind), np.int8(ord("V")), np.int8(ord("L")), n,
-                        vecs.ctypes, n, w.ctypes) > 0:
+        if kind == ord("d"):
+            _dsyevd(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, vecs.ctypes,
+                    ints[0:].ctypes, w.ctypes, lw.ctypes, ints[1:].ctypes, iw.ctypes,
+                    ints[2:].ctypes, ints[3:].ctypes)
+        else:
+            _ssyevd(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, vecs.ctypes,
+                    ints[0:].ctypes, w.ctypes, lw.ctypes, ints[1:].ctypes, iw.ctypes,
+                    ints[2:].ctypes, ints[3:].ctypes)
+        if ints[3] != 0:
             raise np.linalg.LinAlgError("Eigenvalues did not converge")
         for r in range(n):
             for c in range(n):
