@@ -12,20 +12,22 @@ Pipeline (one module per stage): :mod:`.trace` -> :mod:`.ir` ->
 """
 
 from . import numpy_api as _numpy_api  # noqa: F401  (the numpy surface: methods on tracers)
-from .api import clear_cache, compile, gradient
+from .api import clear_cache, compile, gradient, hvp
 from .errors import TracingError
 from .plan import Plan
-from .results import DiffResult, GradientResult
+from .results import DiffResult, GradientResult, HvpResult
 
 __version__ = "0.1.0"
 
 __all__ = [
            "DiffResult",
            "GradientResult",
+           "HvpResult",
            "Plan",
            "TracingError",
            "__version__",
            "clear_cache",
            "compile",
            "gradient",
+           "hvp",
 ]

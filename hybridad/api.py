@@ -26,7 +26,7 @@ import numpy as np
 from . import _tree
 from .plan import Plan, arg_names, normalize_argnums, prepare_args
 
-__all__ = ["MAX_PLANS_PER_FUNCTION", "clear_cache", "compile", "gradient"]
+__all__ = ["MAX_PLANS_PER_FUNCTION", "clear_cache", "compile", "gradient", "hvp"]
 
 MAX_PLANS_PER_FUNCTION = 32
 MAX_STRONG_PLANS = 32
@@ -36,7 +36,7 @@ _strong = collections.OrderedDict()
 _lock = threading.RLock()
 
 
-def compile(f, *example_args, argnums=0, backend="numba"):  # noqa: A001
+def compile(f, *example_args, argnums=0, backend="numba", hvp=False):  # noqa: A001
     """Build an explicit gradient plan for ``f`` at the example arguments.
 
     Parameters
@@ -54,11 +54,15 @@ def compile(f, *example_args, argnums=0, backend="numba"):  # noqa: A001
         ``"numba"``: the whole plan as one compiled function with fused
         elementwise regions; ``"numpy"``: the reference executor (numpy calls
         with ``out=``).
+    hvp : bool, default False
+        Build a Hessian-vector-product plan (``plan.hvp(*args, v=v, out=res)``:
+        value, gradient and ``H v``) instead of a gradient plan.
 
     Returns
     -------
     Plan
-        With ``.gradient(*args, out=None)``, ``.value(*args)`` and ``.explain()``.
+        With ``.gradient(*args, out=None)`` (``.hvp(*args, v, out=None)`` when
+        ``hvp=True``), ``.value(*args)`` and ``.explain()``.
 
     Examples
     --------
@@ -70,7 +74,7 @@ def compile(f, *example_args, argnums=0, backend="numba"):  # noqa: A001
     >>> bool(np.allclose(res.gradient, np.exp(x)))
     True
     """
-    return Plan(f, example_args, argnums, backend)
+    return Plan(f, example_args, argnums, backend, hvp=hvp)
 
 
 def _cache_for(f):
@@ -88,21 +92,23 @@ def _cache_for(f):
     return lru
 
 
-def _lookup(f, args, argnums, backend):
+def _lookup(f, args, argnums, backend, hvp=False):
     argnums_norm, diff = normalize_argnums(argnums, len(args))
     leaves, treedefs = prepare_args(args, diff, lambda: arg_names(f, len(args)))
     key = (argnums_norm, backend, treedefs, tuple((a.shape, a.dtype.str) for a in leaves))
+    if hvp:
+        key += ("hvp",)
     with _lock:
         lru = _cache_for(f)
         if lru is None:
             try:
                 hash(f)
             except TypeError:  # unhashable callable: no caching
-                return Plan(f, args, argnums, backend), leaves
+                return Plan(f, args, argnums, backend, hvp=hvp), leaves
             lru, key = _strong, (f, key)
         plan = lru.get(key)
         if plan is None:
-            plan = Plan(f, args, argnums, backend)
+            plan = Plan(f, args, argnums, backend, hvp=hvp)
             lru[key] = plan
             limit = MAX_STRONG_PLANS if lru is _strong else MAX_PLANS_PER_FUNCTION
             while len(lru) > limit:
@@ -157,6 +163,47 @@ def gradient(f, *args, argnums=0, out=None, backend="numba"):
     if out is not None:  # the plan's own path (generated for its structure)
         return plan.gradient(*args, out=out)
     return plan._run(leaves, out)
+
+
+def hvp(f, x, v, *args, argnums=0, out=None, backend="numba"):
+    """Value, gradient and Hessian-vector product of a scalar function.
+
+    ``H v`` is computed without forming ``H``: the gradient's graph is
+    differentiated again (reverse over reverse), about the cost of three
+    gradients.
+
+    Parameters
+    ----------
+    f : callable
+        Plain numpy code returning a scalar, called as ``f(x, *args)``.
+    x : ndarray
+        The first argument.
+    v : ndarray or tuple/list/dict of ndarray
+        The vector, shaped like the differentiated argument(s).
+    *args
+        Further arguments to ``f``.
+    argnums : int or tuple of int, default 0
+        Arguments (positions in ``(x, *args)``) differentiated.
+    out : HvpResult or DiffResult, optional
+        Preallocated ``(value, gradient, hvp)`` buffers, overwritten in place
+        (checked first, untouched on error).
+    backend : {"numba", "numpy"}, default "numba"
+
+    Returns
+    -------
+    HvpResult
+        ``out``, or a newly allocated result.
+
+    Examples
+    --------
+    >>> import numpy as np, hybridad as ha
+    >>> x = np.array([1.0, 2.0])
+    >>> res = ha.hvp(lambda x: np.sum(x ** 3) + x[0] * x[1], x, np.array([1.0, 1.0]))
+    >>> res.hvp  # [[6, 1], [1, 12]] @ [1, 1]
+    array([ 7., 13.])
+    """
+    plan, _ = _lookup(f, (x, *args), argnums, backend, hvp=True)
+    return plan.hvp(x, *args, v=v, out=out)
 
 
 def _cached_plain(f, args, argnums, backend):

@@ -15,6 +15,11 @@ forward-over-reverse Hessians) handles like the forward ones.
   one adjoint (not the incoming cotangent, a forward value, or a broadcast).
 * Cotangents larger than their operand (broadcasting) are summed back over the
   broadcast axes, and cast back to the operand's dtype.
+* **Second order** (Hessian-vector products, reverse over reverse): the
+  gradient graph is differentiated again by the same transform.  The first
+  pass is then emitted *functional* (``inplace=False``: sums instead of
+  in-place accumulation), because the second pass reads every value the
+  first one produced, and an in-place update would have overwritten some.
 """
 
 from __future__ import annotations
@@ -66,13 +71,17 @@ def _fit(c, node):
 class _Adjoints:
     """Adjoint tracers per node id, with whether each one's buffer is ours to write."""
 
-    def __init__(self):
+    def __init__(self, inplace=True):
         self.value = {}
         self.owned = {}
+        self.inplace = inplace
 
     def add(self, node, c, exclusive):
         prev = self.value.get(node.id)
-        if prev is None:
+        if not self.inplace:
+            self.value[node.id] = c if prev is None else prev + c
+            self.owned[node.id] = False
+        elif prev is None:
             self.value[node.id], self.owned[node.id] = c, exclusive
         elif self.owned[node.id]:
             self.value[node.id] = bind("iadd", prev, c)
@@ -92,13 +101,16 @@ class _Adjoints:
             return
         fresh = bind("scatter", value, index=s.index, shape=node.shape) if s.flat is None \
             else bind("scatter_flat", value, s.flat, shape=node.shape)
-        if prev is None:
+        if not self.inplace:
+            self.value[node.id] = fresh if prev is None else prev + fresh
+            self.owned[node.id] = False
+        elif prev is None:
             self.value[node.id], self.owned[node.id] = fresh, True
         else:
             self.value[node.id], self.owned[node.id] = bind("iadd", fresh, prev), True
 
 
-def backward(trace, out, wrt):
+def backward(trace, out, wrt, inplace=True):
     """Append the reverse pass of ``out`` w.r.t. the ``wrt`` tracers to ``trace``.
 
     Parameters
@@ -110,6 +122,10 @@ def backward(trace, out, wrt):
         Scalar (0-d) output to differentiate.
     wrt : list of Tracer
         Input tracers.
+    inplace : bool, default True
+        Accumulate adjoints in place (``iadd``, ``scatter_add``).  False emits
+        a functional pass (each sum a new node), which a second ``backward``
+        can differentiate: no value it reads is overwritten.
 
     Returns
     -------
@@ -119,7 +135,7 @@ def backward(trace, out, wrt):
     forward = list(trace.nodes)
     active = active_nodes(forward, {t.node.id for t in wrt}, out.node.id)
     trace.phase = "backward"
-    adj = _Adjoints()
+    adj = _Adjoints(inplace)
     if out.node.id in active:
         adj.add(out.node, Tracer(trace.const(out.dtype.type(1), True), trace), False)
     for node in reversed(forward):
@@ -131,8 +147,13 @@ def backward(trace, out, wrt):
             continue
         start = len(trace.nodes)
         args = [Tracer(a, trace) for a in node.args]
-        contribs = REGISTRY[node.op].vjp(g, node, flags, *args, Tracer(node, trace),
-                                         **node.attrs)
+        rule = REGISTRY[node.op].vjp
+        if rule is None:
+            raise NotImplementedError(
+                f"{node.op!r} has no derivative rule: it is emitted by the reverse pass of "
+                "another op, and differentiating that op twice (Hessians, Hessian-vector "
+                "products) is not supported yet")
+        contribs = rule(g, node, flags, *args, Tracer(node, trace), **node.attrs)
         if len(contribs) != len(node.args):
             raise AssertionError(f"vjp of {node.op} returned {len(contribs)} cotangents for "
                                  f"{len(node.args)} operands")

@@ -30,7 +30,7 @@ from .backends.numpy_backend import compile_program
 from .ir import Graph, check, dead_code_elimination
 from .memory import op_workspaces, plan_memory
 from .partition import fuse_regions
-from .results import DiffResult, GradientResult
+from .results import DiffResult, GradientResult, HvpResult
 from .trace import Trace, Tracer, as_node
 
 __all__ = ["Plan", "arg_names", "normalize_argnums"]
@@ -126,7 +126,7 @@ class Plan:
         Text: traced graph, backward graph, buffers and bytes, generated source.
     """
 
-    def __init__(self, f, args, argnums=0, backend="numba"):
+    def __init__(self, f, args, argnums=0, backend="numba", hvp=False):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
         self.backend = backend
@@ -137,10 +137,12 @@ class Plan:
         self._specs = [(a.shape, a.dtype) for a in leaves]
         self._lock = threading.Lock()
         self._value_program = None
+        self.order = 2 if hvp else 1
         self._build(f, args, leaves)
 
     # ------------------------------------------------------------------ build
     def _build(self, f, args, leaves):
+        hvp = self.order == 2
         trace = Trace()
         with trace:
             tracers = [trace.input(i, a.shape, a.dtype) for i, a in enumerate(leaves)]
@@ -153,33 +155,48 @@ class Plan:
                 targs.append(_tree.unflatten(td, mine))
                 if k in self._diff:
                     diff_tracers.extend(mine)
+            self._diff_leaves = [t.node.attrs["index"] for t in diff_tracers]
             out = f(*targs)
             out = self._check_output(out, trace)
             self._value_dtype = out.dtype
-            if self.backend == "numba":  # the hybrid: regions differentiated by duals
+            if self.backend == "numba" and not hvp:  # the hybrid: regions by duals
                 trace.nodes = fuse_regions(trace.nodes, [out.node], reductions=("sum",))
-            grads = backward(trace, out, diff_tracers)
-        self._diff_leaves = [t.node.attrs["index"] for t in diff_tracers]
-        inputs = [t.node for t in tracers]
+            # a Hessian-vector product differentiates the gradient graph again:
+            # the first reverse pass is then functional (see autodiff.backward)
+            grads = backward(trace, out, diff_tracers, inplace=not hvp)
+            tangents, hvps = [], []
+            if hvp:  # H v = d/dx <grad f(x), v>, reverse over reverse
+                trace.phase = "forward"
+                tangents = [trace.input(len(leaves) + j, *self._specs[i])
+                            for j, i in enumerate(self._diff_leaves)]
+                terms = [np.sum(g * t) for g, t in zip(grads, tangents, strict=True)
+                         if g is not None]
+                dot = sum(terms[1:], terms[0]) if terms else None
+                hvps = backward(trace, dot, diff_tracers) if dot is not None \
+                    else [None] * len(diff_tracers)
+        inputs = [t.node for t in tracers + tangents]
         grad_nodes = [None if g is None else g.node for g in grads]
-        outputs = [out.node] + [g for g in grad_nodes if g is not None]
+        hvp_nodes = [None if h is None else h.node for h in hvps]
+        outputs = [out.node] + [g for g in grad_nodes + hvp_nodes if g is not None]
         graph = dead_code_elimination(Graph(trace.nodes, inputs, outputs))
         if self.backend == "numba":  # fuse the backward's elementwise ops as well
             graph = Graph(fuse_regions(graph.nodes, outputs), inputs, outputs)
         check(graph)
         self.graph = graph
-        self._outputs = [out.node] + grad_nodes
+        self._outputs = [out.node] + grad_nodes + hvp_nodes
         numba = self.backend == "numba"
         scratch = op_workspaces(graph.nodes)
         if numba:
             scratch.update(scratch_for_numba(graph.nodes))
         self.memory = plan_memory(graph, self._materialize(graph.nodes), scratch, reuse=numba)
         self._buffers = self.memory.allocate()
-        self._out_specs = [((), self._value_dtype)] + [self._specs[i] for i in self._diff_leaves]
-        self._program = self._compile(graph.nodes, inputs, self._outputs, "gradient_program",
-                                      self._out_specs)
+        grad_specs = [self._specs[i] for i in self._diff_leaves]
+        self._out_specs = [((), self._value_dtype)] + grad_specs * self.order
+        self._program = self._compile(graph.nodes, inputs, self._outputs,
+                                      "hvp_program" if hvp else "gradient_program",
+                                      self._out_specs, self._specs + grad_specs * hvp)
         self._value_buf = np.zeros((), self._value_dtype)
-        fast = self._fast_path() if self.backend == "numba" else None
+        fast = self._fast_path() if self.backend == "numba" and not hvp else None
         if fast is not None:  # plain-array calls skip the general path's Python
             self.gradient = fast
         # the common case -- plain array arguments, one array gradient -- is
@@ -195,10 +212,10 @@ class Plan:
     def _materialize(self, nodes):
         return materialize_for_numba(nodes) if self.backend == "numba" else ()
 
-    def _compile(self, nodes, inputs, outputs, name, out_specs):
+    def _compile(self, nodes, inputs, outputs, name, out_specs, in_specs=None):
         if self.backend == "numba":
             return compile_numba_program(nodes, inputs, outputs, self.memory, self._buffers,
-                                         self._specs, out_specs, name=name)
+                                         in_specs or self._specs, out_specs, name=name)
         return compile_program(nodes, inputs, outputs, self.memory, self._buffers, name=name)
 
     def _check_output(self, out, trace):
@@ -246,10 +263,12 @@ class Plan:
         return ("tuple", tuple(tds)) if isinstance(self.argnums, tuple) else tds
 
     def new_result(self):
-        """A fresh :class:`GradientResult` matching this plan."""
+        """A fresh :class:`GradientResult` (an :class:`HvpResult` for a
+        Hessian-vector-product plan) matching this plan."""
         protos = [np.zeros(*self._specs[i]) for i in self._diff_leaves]
         grad = _tree.unflatten(self._grad_structure(), protos)
-        return GradientResult(grad, dtype=self._value_dtype)
+        cls = HvpResult if self.order == 2 else GradientResult
+        return cls(grad, dtype=self._value_dtype)
 
     def _check_out(self, out, leaves):
         if not isinstance(out, DiffResult):
@@ -260,18 +279,26 @@ class Plan:
                 not v.flags.writeable:
             raise ValueError("out.value must be a writeable 0-d floating-point array; got "
                              f"{_describe(v)}")
-        if not out.derivs:
-            raise ValueError("out holds no gradient buffer (DiffResult(value, gradient))")
-        gleaves, gtd = _tree.flatten(out.derivs[0])
-        if gtd != self._grad_structure():
-            raise ValueError("out.gradient does not have the structure of the differentiated "
-                             f"argument(s) {', '.join(self._names[k] for k in self._diff)}")
-        for g, i in zip(gleaves, self._diff_leaves, strict=True):
-            shape, dtype = self._specs[i]
-            if g.shape != shape or g.dtype != dtype or not g.flags.writeable:
-                raise ValueError(f"out.gradient for argument {self._names[self._leaf_arg[i]]} "
-                                 f"must be a writeable array of shape {shape} and dtype "
-                                 f"{dtype}; got {_describe(g)}")
+        if len(out.derivs) < self.order:
+            raise ValueError("out holds no gradient buffer (DiffResult(value, gradient))"
+                             if self.order == 1 else "out must hold a gradient and a "
+                             "Hessian-vector product buffer (HvpResult(x))")
+        gleaves = []
+        for what, buf in zip(("gradient", "hvp")[:self.order], out.derivs[:self.order],
+                             strict=True):
+            leaves_k, td = _tree.flatten(buf)
+            if td != self._grad_structure():
+                raise ValueError(f"out.{what} does not have the structure of the "
+                                 "differentiated argument(s) "
+                                 f"{', '.join(self._names[k] for k in self._diff)}")
+            for g, i in zip(leaves_k, self._diff_leaves, strict=True):
+                shape, dtype = self._specs[i]
+                if g.shape != shape or g.dtype != dtype or not g.flags.writeable:
+                    raise ValueError(f"out.{what} for argument "
+                                     f"{self._names[self._leaf_arg[i]]} must be a writeable "
+                                     f"array of shape {shape} and dtype {dtype}; got "
+                                     f"{_describe(g)}")
+            gleaves += leaves_k
         outs = [v, *gleaves]
         for o in outs:
             for k, a in enumerate(leaves):
@@ -303,6 +330,9 @@ class Plan:
         GradientResult or DiffResult
             ``out`` (or the new result).
         """
+        if self.order != 1:
+            raise TypeError("this plan computes Hessian-vector products (plan.hvp); "
+                            "hybridad.compile(f, ...) without hvp=True gives gradients")
         if self._plain and out is not None:
             g = self._fast_args(args, out)
             if g is not None:
@@ -411,6 +441,64 @@ class Plan:
             out = self.new_result()
         gleaves = self._check_out(out, leaves)
         self._call(leaves, out.value, gleaves)
+        return out
+
+    def hvp(self, *args, v, out=None):
+        """Value, gradient and Hessian-vector product ``H v`` of ``f`` at ``args``.
+
+        Needs a plan built with ``hvp=True``.  ``H`` is the Hessian with respect
+        to the differentiated argument(s); it is never formed.
+
+        Parameters
+        ----------
+        *args
+            Arguments matching the example arguments (as for :meth:`gradient`).
+        v : ndarray or tuple/list/dict of ndarray
+            The vector, structured, shaped and typed like the differentiated
+            argument(s) (other dtypes are converted, which allocates).
+        out : HvpResult or DiffResult, optional
+            Buffers ``(value, gradient, hvp)``, overwritten in place; checked
+            before anything is written.  Without ``out`` a new
+            :class:`HvpResult` is allocated.
+
+        Returns
+        -------
+        HvpResult or DiffResult
+            ``out`` (or the new result).
+        """
+        if self.order != 2:
+            raise TypeError("this plan computes gradients; hybridad.compile(f, ..., hvp=True) "
+                            "gives Hessian-vector products")
+        leaves = self._leaves(args)
+        vleaves = self._tangent_leaves(v)
+        if out is None:
+            out = self.new_result()
+        gleaves = self._check_out(out, leaves)
+        for o in [out.value, *gleaves]:
+            if any(np.may_share_memory(o, t) for t in vleaves):
+                raise ValueError("out buffers must not share memory with v")
+        self._call(leaves + vleaves, out.value, gleaves)
+        return out
+
+    def _tangent_leaves(self, v):
+        if self._grad_structure() == _tree.LEAF and not isinstance(v, np.ndarray):
+            v = np.asarray(v, dtype=self._specs[self._diff_leaves[0]][1])  # a list: converted
+        try:
+            vleaves, td = _tree.flatten(v)
+        except TypeError:
+            td = None
+        if td != self._grad_structure():
+            raise ValueError("v must have the structure of the differentiated argument(s) "
+                             f"{', '.join(self._names[k] for k in self._diff)}")
+        out = []
+        for t, i in zip(vleaves, self._diff_leaves, strict=True):
+            shape, dtype = self._specs[i]
+            if type(t) is not np.ndarray or t.dtype != dtype:
+                t = np.asarray(t, dtype=dtype)
+            if t.shape != shape:
+                raise ValueError(f"v for argument {self._names[self._leaf_arg[i]]} has shape "
+                                 f"{t.shape}; expected {shape}")
+            out.append(t)
         return out
 
     def value(self, *args):

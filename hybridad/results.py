@@ -12,7 +12,7 @@ import numpy as np
 
 from ._tree import flatten
 
-__all__ = ["DiffResult", "GradientResult"]
+__all__ = ["DiffResult", "GradientResult", "HvpResult"]
 
 
 def _zeros_like_tree(proto, name):
@@ -113,3 +113,50 @@ class GradientResult(DiffResult):
     def gradient(self):
         """The gradient buffer(s), shaped like ``x`` (a reference)."""
         return self._derivs[0]
+
+
+class HvpResult(DiffResult):
+    """Preallocated value, gradient and Hessian-vector product of a scalar function.
+
+    Parameters
+    ----------
+    x : ndarray or tuple/list/dict of ndarray
+        Prototype of the differentiated argument(s), as for :class:`GradientResult`.
+    dtype : dtype, optional
+        dtype of the value buffer (default: the first leaf's dtype).
+
+    Attributes
+    ----------
+    value : ndarray, shape ()
+    gradient : ndarray or tuple/list/dict of ndarray
+        Shaped like ``x``.
+    hvp : ndarray or tuple/list/dict of ndarray
+        ``H v``, shaped like ``x``.
+
+    Examples
+    --------
+    >>> import numpy as np, hybridad as ha
+    >>> x, v = np.array([1.0, 2.0]), np.array([1.0, 0.0])
+    >>> res = ha.hvp(lambda x: np.sum(x ** 3), x, v, out=ha.HvpResult(x))
+    >>> res.hvp
+    array([6., 0.])
+    """
+
+    __slots__ = ()
+
+    def __init__(self, x, dtype=None):
+        grad = _zeros_like_tree(x, "x")
+        leaves, _ = flatten(grad)
+        dtype = np.dtype(dtype) if dtype is not None else (
+            leaves[0].dtype if leaves else np.dtype(np.float64))
+        super().__init__(np.zeros((), dtype), grad, _zeros_like_tree(x, "x"))
+
+    @property
+    def gradient(self):
+        """The gradient buffer(s), shaped like ``x`` (a reference)."""
+        return self._derivs[0]
+
+    @property
+    def hvp(self):
+        """The Hessian-vector product buffer(s), shaped like ``x`` (a reference)."""
+        return self._derivs[1]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Op, register
+from . import REGISTRY, Op, register
 
 # ----------------------------------------------------------------------------
 # helpers
@@ -150,8 +150,37 @@ def _cumprod_exclusive_run(out, x, axis, reverse):
         np.multiply.accumulate(x[tuple(src)], axis=axis, out=out[tuple(dst)])
 
 
+def _shift(t, axis, k):
+    """t moved k places along axis (k > 0: towards the end), zeros coming in."""
+    n = t.shape[axis]
+    k = max(-n, min(n, k))
+    zeros = np.zeros(t.shape[:axis] + (abs(k),) + t.shape[axis + 1:], t.dtype)
+    keep = [slice(None)] * t.ndim
+    keep[axis] = slice(0, n - k) if k >= 0 else slice(-k, n)
+    parts = [zeros, t[tuple(keep)]] if k >= 0 else [t[tuple(keep)], zeros]
+    return np.concatenate(parts, axis=axis)
+
+
+def _flip(t, axis):
+    return t[(slice(None),) * axis + (slice(None, None, -1),)]
+
+
+def _cumprod_exclusive_vjp(g, node, active, x, ans, axis, reverse):
+    # E_j = prod_{i<j} x_i: dE_j/dx_i = E_i prod_{i<k<j} x_k for i < j, so the
+    # cotangent of x_i is E_i R_i with R_i = g_{i+1} + x_{i+1} R_{i+1} -- the
+    # reverse scan of cumprod_adjoint on g moved one place back.  Exact with
+    # zeros.  reverse=True is the same along the flipped axis.
+    from ..trace import bind
+
+    if reverse:
+        (back,) = _cumprod_exclusive_vjp(_flip(g, axis), None, active, _flip(x, axis),
+                                         _flip(ans, axis), axis, False)
+        return (_flip(back, axis),)
+    return (ans * bind("cumprod_adjoint", _shift(g, axis, -1), x, axis=axis),)
+
+
 register(Op("cumprod_exclusive", "compute", lambda x, axis, reverse: (x.shape, x.dtype),
-            run=_cumprod_exclusive_run,
+            run=_cumprod_exclusive_run, vjp=_cumprod_exclusive_vjp,
             doc="product of the elements strictly before (reverse: after) each position"))
 
 
@@ -198,8 +227,20 @@ def _cumprod_adjoint_run(out, g, x, axis):
         np.add(out[j:j + 1], g[j:j + 1], out=out[j:j + 1])
 
 
+def _cumprod_adjoint_vjp(gs, node, active, g, x, ans, axis):
+    # S_j = sum_{k>=j} g_k prod_{j<l<=k} x_l is linear in g; its transpose is
+    # the forward scan T_k = gs_k + x_k T_{k-1} (written as cumprod_adjoint
+    # along the flipped axis, x moved one place), and dS_j/dx_i =
+    # (prod_{j<l<i} x_l) S_i for j < i gives x's cotangent S_i T_{i-1}.
+    from ..trace import bind
+
+    t = _flip(bind("cumprod_adjoint", _flip(gs, axis), _shift(_flip(x, axis), axis, 1),
+                   axis=axis), axis)
+    return (t if active[0] else None, ans * _shift(t, axis, 1) if active[1] else None)
+
+
 register(Op("cumprod_adjoint", "compute", lambda g, x, axis: (x.shape, x.dtype),
-            run=_cumprod_adjoint_run,
+            run=_cumprod_adjoint_run, vjp=_cumprod_adjoint_vjp,
             doc="S_j = g_j + x_{j+1} S_{j+1} along axis, from the end (cumprod's reverse scan)"))
 
 # ----------------------------------------------------------------------------
@@ -413,8 +454,19 @@ register(Op("scatter_add", "inplace", lambda acc, g, index: (acc.shape, acc.dtyp
 
 def _scatter_flat_vjp(gg, node, active, g, flat, ans, shape):
     from ..numpy_api import gather_positions
+    from ..trace import bind
 
-    return (gather_positions(gg, lambda pos: pos.reshape(-1)[flat.node.attrs["value"]]), None)
+    if flat.node.is_const:  # positions known at trace time: through any view of gg
+        return (gather_positions(gg, lambda pos: pos.reshape(-1)[flat.node.attrs["value"]]),
+                None)
+    # positions computed at run time (sort's): gather from C-contiguous storage
+    storage = gg.node
+    while storage.op in REGISTRY and REGISTRY[storage.op].kind == "inplace":
+        storage = storage.args[0]
+    if storage.op in REGISTRY and REGISTRY[storage.op].kind == "view" or \
+            storage.is_const and not storage.attrs["value"].flags.c_contiguous:
+        gg = bind("copy", gg)
+    return (bind("gather", gg, flat), None)
 
 
 def _scatter_flat_run(out, g, flat, shape):
