@@ -1,0 +1,319 @@
+"""scipy.optimize integration: exact derivatives for ``minimize`` in one line.
+
+>>> import numpy as np, hybridad.scipy as hs
+>>> def rosen(x):
+...     return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+>>> res = hs.minimize(rosen, np.full(10, -1.0), method="trust-ncg")
+>>> bool(res.success), bool(np.allclose(res.x, 1.0))
+(True, True)
+
+:class:`Objective` adapts a function to scipy's callables (``fun``, ``jac``,
+``hess``, ``hessp`` and ``value_and_grad`` for ``jac=True``); :func:`minimize`
+wires them for the chosen method.
+
+How it treats scipy
+-------------------
+* scipy keeps references to the arrays it is given (BFGS and L-BFGS-B
+  difference successive gradients) and some methods update their ``x`` in
+  place.  So every array handed to scipy is a **new array** (one allocation,
+  on purpose), and scipy's ``x`` is copied into the objective's own buffer
+  before ``f`` runs -- nothing is aliased, nothing handed out is overwritten.
+  The evaluation itself (plan, buffers) allocates nothing.
+* **Memoization**: ``fun``, ``jac`` and ``value_and_grad`` at the same point
+  share one evaluation (value and gradient come from one plan call), as does
+  ``hessp`` (which computes them too).  The point is compared by *contents*,
+  so an ``x`` changed in place is seen.
+* **dtype**: scipy iterates in float64.  By default ``f`` is evaluated in
+  float64 whatever ``x0``'s dtype (a float32 ``x0`` is promoted): no precision
+  is lost between scipy and ``f``.  ``dtype=np.float32`` evaluates ``f`` in
+  float32 (scipy's float64 points are rounded to float32 and the derivatives
+  returned as float64); line searches then see float32 rounding and may stop
+  early -- choose it knowingly.
+* ``x0`` of any shape: scipy works on the flattened vector; ``f`` receives it
+  reshaped (a view) and :func:`minimize` returns ``x`` in ``x0``'s shape.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .api import compile as _compile
+from .results import GradientResult, HvpResult
+
+__all__ = ["Objective", "least_squares", "minimize"]
+
+#: methods of scipy.optimize.minimize that use the gradient
+GRADIENT_METHODS = frozenset({"cg", "bfgs", "newton-cg", "l-bfgs-b", "tnc", "slsqp", "dogleg",
+                              "trust-ncg", "trust-exact", "trust-krylov", "trust-constr"})
+#: ... that can use Hessian-vector products (hessp)
+HESSP_METHODS = frozenset({"newton-cg", "trust-ncg", "trust-krylov", "trust-constr"})
+#: ... that need the Hessian matrix itself
+HESS_METHODS = frozenset({"dogleg", "trust-exact"})
+
+
+class Objective:
+    """A scalar function of a vector, with exact derivatives for scipy.optimize.
+
+    Parameters
+    ----------
+    f : callable
+        Plain numpy code returning a scalar, called as ``f(*args)`` with the
+        optimized variable inserted at position ``argnums``.
+    x0 : array_like
+        Starting point (any shape; scipy sees it flattened).  Must be finite.
+    *args
+        The other arguments of ``f`` (arrays are constants, other values static).
+    argnums : int, default 0
+        Position of the optimized variable among ``f``'s arguments.
+    backend : {"numba", "numpy"}, default "numba"
+        See :func:`hybridad.compile`.
+    dtype : {None, numpy.float64, numpy.float32}, default None
+        dtype ``f`` is evaluated in; None means float64 (see the module notes).
+
+    Attributes
+    ----------
+    x0 : ndarray
+        ``x0`` flattened, float64 (a copy): the vector to hand scipy.
+    shape : tuple
+        ``x0``'s shape.
+    n_evaluations, n_hvp_evaluations : int
+        How many times ``f``'s gradient plan and its Hessian-vector-product
+        plan ran (memoized calls do not count).
+
+    Notes
+    -----
+    The plan is built at construction, so an ``f`` that does not return a
+    scalar or does not trace fails here, before scipy starts.  ``args``
+    passed to a method (scipy's ``args=``) replace the stored ones; they are
+    compared by identity for memoization -- do not change an argument array
+    in place between the calls scipy makes at one point.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from scipy.optimize import minimize
+    >>> from hybridad.scipy import Objective
+    >>> obj = Objective(lambda x, c: np.sum((x - c) ** 2), np.zeros(3), np.arange(3.0))
+    >>> res = minimize(obj.fun, obj.x0, jac=obj.jac, hessp=obj.hessp, method="Newton-CG")
+    >>> np.round(res.x, 6)
+    array([0., 1., 2.])
+    """
+
+    def __init__(self, f, x0, *args, argnums=0, backend="numba", dtype=None):
+        if isinstance(argnums, bool) or not isinstance(argnums, (int, np.integer)):
+            raise TypeError(f"argnums must be an int (the position of x in f's arguments); "
+                            f"got {argnums!r}")
+        if not -len(args) - 1 <= argnums <= len(args):
+            raise ValueError(f"argnums={argnums} is out of range for f called with "
+                             f"{len(args) + 1} arguments")
+        self.argnums = int(argnums) % (len(args) + 1)
+        dtype = np.dtype(np.float64 if dtype is None else dtype)
+        if dtype not in (np.float64, np.float32):
+            raise TypeError(f"dtype must be float64 or float32; got {dtype}")
+        try:
+            x0 = np.asarray(x0)
+        except Exception as exc:  # noqa: BLE001
+            raise TypeError(f"x0 must be an array of numbers; got {type(x0).__name__}") \
+                from exc
+        if x0.dtype.kind not in "biuf" or x0.size == 0:
+            raise TypeError(f"x0 must be a non-empty real array; got dtype {x0.dtype} and "
+                            f"shape {x0.shape}")
+        if not np.all(np.isfinite(x0)):
+            raise ValueError("x0 contains NaN or infinity: scipy's methods cannot start there")
+        self.f = f
+        self.backend = backend
+        self.dtype = dtype
+        self.shape = x0.shape
+        self.size = x0.size
+        self.x0 = np.array(x0, dtype=np.float64).reshape(-1)
+        self._x = np.array(x0, dtype=dtype)  # f's argument: scipy's x is copied in here
+        self._key = np.empty(self.size)  # the point of the current results (float64)
+        self._same = np.empty(self.size, dtype=bool)
+        self._all_same = np.empty((), dtype=bool)
+        self._v = np.empty(self.shape, dtype)
+        self._args = args
+        self._call_args = self._with_x(args)
+        try:
+            self._plan = _compile(f, *self._call_args, argnums=self.argnums, backend=backend)
+        except ValueError as exc:
+            if "must return a scalar" in str(exc):
+                raise ValueError(f"{exc} (scipy.optimize.least_squares would need the "
+                                 "Jacobian of a residual vector, which hybridad does not "
+                                 "compute yet)") from exc
+            raise
+        self._hvp_plan = None
+        self._res = GradientResult(self._x, dtype=dtype)
+        self._hres = None
+        self._hcols = None
+        self._valid = False
+        self.n_evaluations = 0
+        self.n_hvp_evaluations = 0
+
+    def _with_x(self, args):
+        return args[:self.argnums] + (self._x,) + args[self.argnums:]
+
+    # ------------------------------------------------------------- staging
+    def _stage(self, x, args):
+        """Copy scipy's x into our buffer; True when it is the point of the
+        current results (contents compared, not identity)."""
+        if args and args is not self._args:
+            if len(args) != len(self._args) or any(
+                    a is not b for a, b in zip(args, self._args, strict=True)):
+                self._args, self._call_args, self._valid = args, self._with_x(args), False
+        if type(x) is not np.ndarray:
+            x = np.asarray(x, dtype=np.float64)
+        if x.size != self.size:
+            raise ValueError(f"x has {x.size} elements; the objective was built for x0 with "
+                             f"{self.size} (shape {self.shape})")
+        flat = x.reshape(-1)
+        if self._valid:
+            np.equal(flat, self._key, out=self._same)
+            if self._same.all(out=self._all_same):  # (no 0-d result allocated)
+                return True
+        np.copyto(self._key, flat, casting="unsafe")
+        np.copyto(self._x, self._key.reshape(self.shape), casting="unsafe")
+        self._valid = False
+        return False
+
+    def _evaluate(self, x, args):
+        if not self._stage(x, args):
+            self._plan.gradient(*self._call_args, out=self._res)
+            self.n_evaluations += 1
+            self._valid = True
+
+    def _gradient_copy(self, grad):
+        return grad.astype(np.float64).reshape(-1)  # a new array: scipy may keep it
+
+    # ------------------------------------------------------------ the API
+    def fun(self, x, *args):
+        """f at x, as a Python float."""
+        self._evaluate(x, args)
+        return float(self._res.value)
+
+    def jac(self, x, *args):
+        """The gradient at x: a new float64 vector (scipy may keep it)."""
+        self._evaluate(x, args)
+        return self._gradient_copy(self._res.gradient)
+
+    def value_and_grad(self, x, *args):
+        """``(f(x), gradient)`` in one evaluation, for ``minimize(..., jac=True)``."""
+        self._evaluate(x, args)
+        return float(self._res.value), self._gradient_copy(self._res.gradient)
+
+    def _hvp(self, x, p, args):
+        if self._hvp_plan is None:
+            self._hvp_plan = _compile(self.f, *self._call_args, argnums=self.argnums,
+                                      backend=self.backend, hvp=True)
+            self._hres = HvpResult(self._x, dtype=self.dtype)
+        self._stage(x, args)
+        if p is not None:
+            p = np.asarray(p)
+            if p.size != self.size:
+                raise ValueError(f"p has {p.size} elements; expected {self.size}")
+            np.copyto(self._v, p.reshape(self.shape), casting="unsafe")
+        self._hvp_plan.hvp(*self._call_args, v=self._v, out=self._hres)
+        self.n_hvp_evaluations += 1
+        if not self._valid:  # value and gradient came with it
+            np.copyto(self._res.value, self._hres.value)
+            np.copyto(self._res.gradient, self._hres.gradient)
+            self._valid = True
+        return self._hres.hvp
+
+    def hessp(self, x, p, *args):
+        """The Hessian at x times p (the Hessian is not formed): a new float64 vector."""
+        return self._gradient_copy(self._hvp(x, p, args))
+
+    def hess(self, x, *args):
+        """The Hessian matrix at x, ``(n, n)`` float64, symmetric (a new array).
+
+        Built column by column from ``n`` Hessian-vector products, then
+        symmetrized (``(H + H.T) / 2``, which only removes rounding).
+        """
+        n = self.size
+        if self._hcols is None:
+            self._hcols = np.empty((n, n))
+        flat = self._v.reshape(-1)
+        for k in range(n):
+            flat.fill(0)
+            flat[k] = 1
+            np.copyto(self._hcols[k], self._hvp(x, None, args).reshape(-1))
+        h = np.add(self._hcols, self._hcols.T)
+        h *= 0.5
+        return h
+
+
+def minimize(f, x0, *args, method=None, argnums=0, backend="numba", dtype=None, **kwargs):
+    """``scipy.optimize.minimize`` with hybridad's exact derivatives wired in.
+
+    Parameters
+    ----------
+    f : callable
+        Plain numpy code returning a scalar; ``f(x, *args)`` (``x`` at
+        position ``argnums``).
+    x0 : array_like
+        Starting point, any shape (finite).
+    *args
+        Further arguments of ``f``.
+    method : str, optional
+        Any method of ``scipy.optimize.minimize``.  The gradient goes to those
+        that use one (``jac=True``, value and gradient from one evaluation),
+        Hessian-vector products to Newton-CG, trust-ncg, trust-krylov and
+        trust-constr, the Hessian matrix to trust-exact and dogleg.
+    argnums, backend, dtype :
+        See :class:`Objective`.
+    **kwargs
+        Passed to ``scipy.optimize.minimize`` (bounds, constraints, tol,
+        options, callback, ...).  A ``jac``, ``hess`` or ``hessp`` given here
+        is used instead of hybridad's.
+
+    Returns
+    -------
+    scipy.optimize.OptimizeResult
+        scipy's result, with ``x`` (and ``jac``) reshaped to ``x0``'s shape and
+        ``n_evaluations`` / ``n_hvp_evaluations`` (plan runs) added.
+
+    Examples
+    --------
+    >>> import numpy as np, hybridad.scipy as hs
+    >>> res = hs.minimize(lambda x: np.sum((x - 3.0) ** 2), np.zeros((2, 2)), method="BFGS")
+    >>> res.x.shape, bool(np.allclose(res.x, 3.0))
+    ((2, 2), True)
+    """
+    from scipy import optimize
+
+    obj = Objective(f, x0, *args, argnums=argnums, backend=backend, dtype=dtype)
+    name = (method if isinstance(method, str) else "").lower()
+    uses_gradient = name in GRADIENT_METHODS or method is None
+    call = dict(kwargs)
+    fun = obj.fun
+    if uses_gradient and "jac" not in call:
+        fun, call["jac"] = obj.value_and_grad, True
+    if name in HESSP_METHODS and "hess" not in call and "hessp" not in call:
+        call["hessp"] = obj.hessp
+    if name in HESS_METHODS and "hess" not in call:
+        call["hess"] = obj.hess
+    res = optimize.minimize(fun, obj.x0, method=method, **call)
+    res.x = np.reshape(res.x, obj.shape)
+    if isinstance(res.get("jac"), np.ndarray) and res.jac.size == obj.size:
+        res.jac = np.reshape(res.jac, obj.shape)
+    res.n_evaluations = obj.n_evaluations
+    res.n_hvp_evaluations = obj.n_hvp_evaluations
+    return res
+
+
+def least_squares(fun, x0, *args, **kwargs):
+    """Not available yet: ``scipy.optimize.least_squares`` needs the Jacobian
+    of the residual vector, and hybridad computes gradients of scalar
+    functions and Hessian-vector products only so far.
+
+    Raises
+    ------
+    NotImplementedError
+        Always.  Meanwhile, ``minimize(lambda x: 0.5 * np.sum(r(x) ** 2), x0,
+        method="trust-ncg")`` minimizes the same sum of squares with exact
+        gradients and Hessian-vector products.
+    """
+    raise NotImplementedError(
+        "hybridad.scipy.least_squares needs the Jacobian of the residuals, which hybridad "
+        "does not compute yet; minimize 0.5 * np.sum(r(x) ** 2) with "
+        "hybridad.scipy.minimize(..., method='trust-ncg') meanwhile")
