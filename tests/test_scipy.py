@@ -235,3 +235,15 @@ def test_bad_input():
     assert np.isnan(obj.fun(np.array([np.nan, 1.0, 1.0, 1.0])))
     res = hs.minimize(lambda x: np.sum(np.log(x)), np.ones(3), method="BFGS", backend="numpy")
     assert not res.success
+
+
+def test_example_script_runs():
+    import pathlib
+    import runpy
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "scipy_rosenbrock.py"
+    ns = runpy.run_path(str(path), run_name="example")
+    results = ns["main"](20)
+    for method in ("L-BFGS-B", "Newton-CG", "trust-exact"):
+        mine, ref = results[method, "hybridad"], results[method, "scipy"]
+        assert mine.fun < 1e-8 if ref.fun < 1e-8 else mine.fun == pytest.approx(ref.fun)
