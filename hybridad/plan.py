@@ -469,6 +469,23 @@ class Plan:
         if self.order != 2:
             raise TypeError("this plan computes gradients; hybridad.compile(f, ..., hvp=True) "
                             "gives Hessian-vector products")
+        prog = self._program
+        if self._plain and out is not None and type(v) is np.ndarray and \
+                self.backend == "numba" and prog.objects and \
+                len(args) == len(self._fast_specs) and type(out) in (HvpResult, DiffResult):
+            # plain arrays: the compiled program checks them all (exact ndarray,
+            # shape, dtype, layout, no overlap) before writing; else the general path
+            d = out._derivs
+            try:
+                ids = [id(a) for a in args] + [id(v), id(out._value), id(d[0]), id(d[1])]
+                if prog.lock is None:
+                    prog.fn(*ids)
+                else:
+                    with prog.lock:
+                        prog.fn(*ids)
+                return out
+            except (TypeError, ValueError, IndexError):
+                pass  # the general path says why
         leaves = self._leaves(args)
         vleaves = self._tangent_leaves(v)
         if out is None:

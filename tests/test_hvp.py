@@ -159,9 +159,10 @@ def test_zero_allocations(backend):
     np.testing.assert_allclose(res.hvp, rosen_hess_prod(x, v), rtol=1e-13, atol=1e-11)
 
 
-def test_bad_input_leaves_the_result_untouched():
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_bad_input_leaves_the_result_untouched(backend):
     x = rand((5,), seed=26)
-    plan = ha.compile(rosen_np, x, backend="numpy", hvp=True)
+    plan = ha.compile(rosen_np, x, backend=backend, hvp=True)
     res = ha.HvpResult(x)
     res.value[...], res.gradient[:], res.hvp[:] = 7.0, 8.0, 9.0
     with pytest.raises(ValueError, match="v for argument 'x' has shape"):
@@ -174,10 +175,15 @@ def test_bad_input_leaves_the_result_untouched():
         plan.hvp(x, v=np.ones(5), out=ha.GradientResult(x))
     with pytest.raises(ValueError, match="share memory with v"):
         plan.hvp(x, v=res.hvp, out=res)
+    with pytest.raises(ValueError, match="share memory with argument 'x'"):
+        plan.hvp(res.gradient, v=np.ones(5), out=res)
+    with pytest.raises(ValueError, match="out.hvp for argument 'x'"):
+        plan.hvp(x, v=np.ones(5), out=ha.DiffResult(np.zeros(()), np.zeros(5),
+                                                    np.zeros(5, np.float32)))
     with pytest.raises(TypeError, match="Hessian-vector products"):
         plan.gradient(x, out=ha.GradientResult(x))
     with pytest.raises(TypeError, match="hvp=True"):
-        ha.compile(rosen_np, x, backend="numpy").hvp(x, v=x)
+        ha.compile(rosen_np, x, backend=backend).hvp(x, v=x)
     assert float(res.value) == 7.0 and np.all(res.gradient == 8.0) and np.all(res.hvp == 9.0)
     plan.hvp(x, v=[1.0, 0, 0, 0, 0], out=res)  # a list is converted
     np.testing.assert_allclose(res.hvp, rosen_hess(x)[:, 0], rtol=1e-13)
