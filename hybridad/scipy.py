@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .api import compile as _compile
+from .api import _lookup
 from .results import GradientResult, HvpResult
 
 __all__ = ["Objective", "least_squares", "minimize"]
@@ -134,7 +134,8 @@ class Objective:
         self._args = args
         self._call_args = self._with_x(args)
         try:
-            self._plan = _compile(f, *self._call_args, argnums=self.argnums, backend=backend)
+            # the plan cache: a new Objective for the same f and shapes reuses the plan
+            self._plan = _lookup(f, self._call_args, self.argnums, backend)[0]
         except ValueError as exc:
             if "must return a scalar" in str(exc):
                 raise ValueError(f"{exc} (scipy.optimize.least_squares would need the "
@@ -202,8 +203,8 @@ class Objective:
 
     def _hvp(self, x, p, args):
         if self._hvp_plan is None:
-            self._hvp_plan = _compile(self.f, *self._call_args, argnums=self.argnums,
-                                      backend=self.backend, hvp=True)
+            self._hvp_plan = _lookup(self.f, self._call_args, self.argnums, self.backend,
+                                     hvp=True)[0]
             self._hres = HvpResult(self._x, dtype=self.dtype)
         self._stage(x, args)
         if p is not None:

@@ -139,6 +139,12 @@ def test_converges_like_the_hand_written_run_n100(method):
     assert res.n_evaluations <= res.nfev
 
 
+def test_objectives_share_the_cached_plan():
+    a, b = hs.Objective(rosen_np, start(10), backend="numpy"), \
+        hs.Objective(rosen_np, start(10) + 1, backend="numpy")
+    assert a._plan is b._plan
+
+
 def test_memoization_shares_one_evaluation_and_sees_in_place_changes():
     obj = hs.Objective(rosen_np, start(10), backend="numpy")
     x = start(10) + 0.1
