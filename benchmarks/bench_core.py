@@ -91,10 +91,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import functools
-import gc
 import importlib
 import importlib.metadata
 import importlib.util
@@ -108,6 +106,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared _harness
+import _harness  # noqa: E402
+from _harness import batch_ns, gc_disabled, relative_error, version  # noqa: E402
 
 _CHECKOUT = Path(__file__).resolve().parents[1]
 if (_CHECKOUT / "hybridad" / "__init__.py").is_file():
@@ -675,12 +677,6 @@ def available_optional():
 # --- measuring -------------------------------------------------------------------------
 
 
-def relative_error(got, want):
-    """Max-norm relative error ``max|got - want| / max|want|`` (0 for empty arrays)."""
-    scale = max(float(np.max(np.abs(want), initial=0.0)), np.finfo(float).tiny)
-    return float(np.max(np.abs(got - want), initial=0.0)) / scale
-
-
 def check_against(impl, reference):
     """Assert ``impl``'s value and gradient equal the reference, array by array.
 
@@ -695,25 +691,6 @@ def check_against(impl, reference):
     assert value_err <= impl.rtol and max(grad_errs) <= impl.rtol, (
         f"{impl.name} disagrees with hybridad: relative error value {value_err:.2e}, "
         f"gradient {', '.join(f'{e:.2e}' for e in grad_errs)} (tolerance {impl.rtol:g})")
-
-
-@contextlib.contextmanager
-def gc_disabled():
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def batch_ns(call, number):
-    """Nanoseconds taken by ``number`` back-to-back calls."""
-    t0 = time.perf_counter_ns()
-    for _ in range(number):
-        call()
-    return time.perf_counter_ns() - t0
 
 
 def calls_per_batch(call, target_ns):
@@ -796,35 +773,15 @@ def warm_up_hybridad():
 
 def format_table(rows):
     """Plain-text table, one line per row; missing values as ``-`` (or ``n/a`` for allocs)."""
-    def cell(row, key, fmt):
-        value = row[key]
-        if value is None:
-            return "n/a" if key in ("allocs_per_call", "bytes_per_call") else "-"
-        return fmt.format(value)
-
-    body = [[cell(row, key, fmt) for _, key, fmt in COLUMNS] for row in rows]
-    headers = [header for header, _, _ in COLUMNS]
-    widths = [max(len(h), *(len(line[i]) for line in body)) for i, h in enumerate(headers)]
-    left = {"case", "impl"}
-
-    def line(cells):
-        return "  ".join(c.ljust(w) if h in left else c.rjust(w)
-                         for c, w, h in zip(cells, widths, headers, strict=True)).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(b) for b in body])
-
-
-def _version(module):
-    try:
-        return importlib.metadata.version(module)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    allocs = ("allocs_per_call", "bytes_per_call")
+    return _harness.format_table(rows, COLUMNS, {"case", "impl"},
+                                 missing=lambda key: "n/a" if key in allocs else "-")
 
 
 def environment(settings, skipped):
     return {"python": platform.python_version(), "numpy": np.__version__,
             "hybridad": ha.__version__, "hybridad_path": str(Path(ha.__file__).parent),
-            "numba": _version("numba"), "jax": _version("jax"), "torch": _version("torch"),
+            "numba": version("numba"), "jax": version("jax"), "torch": version("torch"),
             "platform": platform.platform(), "cpu_count": os.cpu_count(),
             "quick": settings.quick, "repeats": settings.repeats,
             "target_ms": settings.target_ms, "alloc_calls": settings.alloc_calls,

@@ -105,7 +105,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import gc
 import importlib.metadata
@@ -122,6 +121,10 @@ from pathlib import Path
 import numpy as np
 import scipy
 from scipy.optimize import minimize, rosen, rosen_der
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared _harness
+import _harness  # noqa: E402
+from _harness import batch_ns, gc_disabled, relative_error, version  # noqa: E402
 
 _CHECKOUT = Path(__file__).resolve().parents[1]
 if (_CHECKOUT / "hybridad" / "__init__.py").is_file():
@@ -328,13 +331,6 @@ def jax_available():
 # --- checks and timing -----------------------------------------------------------------
 
 
-def relative_error(got, want):
-    """Max-norm relative error ``max|got - want| / max|want|``."""
-    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    scale = max(float(np.max(np.abs(want), initial=0.0)), np.finfo(float).tiny)
-    return float(np.max(np.abs(got - want), initial=0.0)) / scale
-
-
 def check_derivatives(impls, points):
     """Assert each implementation's value and gradient equal ``rosen`` / ``rosen_der``.
 
@@ -353,17 +349,6 @@ def check_derivatives(impls, points):
                 f"{impl.rtol:g})")
 
 
-@contextlib.contextmanager
-def gc_disabled():
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def time_optimizer(impls, repeats):
     """Per implementation: (seconds of each round, last OptimizeResult); rounds interleaved."""
     times = [[] for _ in impls]
@@ -378,13 +363,6 @@ def time_optimizer(impls, repeats):
             results[i] = res
             gc.collect()
     return times, results
-
-
-def batch_ns(call, number):
-    t0 = time.perf_counter_ns()
-    for _ in range(number):
-        call()
-    return time.perf_counter_ns() - t0
 
 
 def calls_per_batch(call, target_ns):
@@ -483,34 +461,14 @@ def measure_size(n, settings, jax_ok):
 
 def format_table(rows):
     """Plain-text table, one line per row; missing values as ``-``."""
-    def cell(row, key, fmt):
-        value = row[key]
-        return "-" if value is None else fmt.format(value)
-
-    body = [[cell(row, key, fmt) for _, key, fmt in COLUMNS] for row in rows]
-    headers = [header for header, _, _ in COLUMNS]
-    widths = [max(len(h), *(len(line[i]) for line in body)) for i, h in enumerate(headers)]
-    left = {"impl"}
-
-    def line(cells):
-        return "  ".join(c.ljust(w) if h in left else c.rjust(w)
-                         for c, w, h in zip(cells, widths, headers, strict=True)).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(b) for b in body])
-
-
-def _version(module):
-    try:
-        return importlib.metadata.version(module)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return _harness.format_table(rows, COLUMNS, {"impl"})
 
 
 def environment(settings, skipped):
     return {"python": platform.python_version(), "numpy": np.__version__,
             "scipy": scipy.__version__, "hybridad": ha.__version__,
-            "hybridad_path": str(Path(ha.__file__).parent), "numba": _version("numba"),
-            "jax": _version("jax"), "platform": platform.platform(),
+            "hybridad_path": str(Path(ha.__file__).parent), "numba": version("numba"),
+            "jax": version("jax"), "platform": platform.platform(),
             "cpu_count": os.cpu_count(), "quick": settings.quick, "repeats": settings.repeats,
             "target_ms": settings.target_ms, "sizes": list(settings.sizes),
             "maxiter_small": MAXITER_SMALL, "maxiter_large": settings.maxiter_large,
