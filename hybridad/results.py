@@ -115,7 +115,7 @@ class GradientResult(DiffResult):
         return self._derivs[0]
 
 
-class HvpResult(DiffResult):
+class HvpResult(GradientResult):
     """Preallocated value, gradient and Hessian-vector product of a scalar function.
 
     Parameters
@@ -145,16 +145,8 @@ class HvpResult(DiffResult):
     __slots__ = ()
 
     def __init__(self, x, dtype=None):
-        grad = _zeros_like_tree(x, "x")
-        leaves, _ = flatten(grad)
-        dtype = np.dtype(dtype) if dtype is not None else (
-            leaves[0].dtype if leaves else np.dtype(np.float64))
-        super().__init__(np.zeros((), dtype), grad, _zeros_like_tree(x, "x"))
-
-    @property
-    def gradient(self):
-        """The gradient buffer(s), shaped like ``x`` (a reference)."""
-        return self._derivs[0]
+        super().__init__(x, dtype)
+        self._derivs += (_zeros_like_tree(x, "x"),)
 
     @property
     def hvp(self):

@@ -182,8 +182,8 @@ class Objective:
             self.n_evaluations += 1
             self._valid = True
 
-    def _gradient_copy(self, grad):
-        return grad.astype(np.float64).reshape(-1)  # a new array: scipy may keep it
+    def _float64_copy(self, buf):
+        return buf.astype(np.float64).reshape(-1)  # a new array: scipy may keep it
 
     # ------------------------------------------------------------ the API
     def fun(self, x, *args):
@@ -194,12 +194,12 @@ class Objective:
     def jac(self, x, *args):
         """The gradient at x: a new float64 vector (scipy may keep it)."""
         self._evaluate(x, args)
-        return self._gradient_copy(self._res.gradient)
+        return self._float64_copy(self._res.gradient)
 
     def value_and_grad(self, x, *args):
         """``(f(x), gradient)`` in one evaluation, for ``minimize(..., jac=True)``."""
         self._evaluate(x, args)
-        return float(self._res.value), self._gradient_copy(self._res.gradient)
+        return float(self._res.value), self._float64_copy(self._res.gradient)
 
     def _hvp(self, x, p, args):
         if self._hvp_plan is None:
@@ -222,7 +222,7 @@ class Objective:
 
     def hessp(self, x, p, *args):
         """The Hessian at x times p (the Hessian is not formed): a new float64 vector."""
-        return self._gradient_copy(self._hvp(x, p, args))
+        return self._float64_copy(self._hvp(x, p, args))
 
     def hess(self, x, *args):
         """The Hessian matrix at x, ``(n, n)`` float64, symmetric (a new array).

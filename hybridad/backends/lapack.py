@@ -99,8 +99,13 @@ def _syevd_sizes(n):
     from scipy.linalg.lapack import dsyevd_lwork
 
     lwork = int(dsyevd_lwork(n, compute_v=1, lower=1)[0])
-    # liwork is fixed by LAPACK (the kernel recomputes it from n)
-    return max(lwork, 1 + 6 * n + 2 * n * n if n > 1 else 1), 3 + 5 * n if n > 1 else 1
+    return max(lwork, 1 + 6 * n + 2 * n * n if n > 1 else 1), _syevd_liwork(n)
+
+
+@njit(cache=True, nogil=True)
+def _syevd_liwork(n):
+    """syevd's integer workspace with eigenvectors: fixed by LAPACK."""
+    return 3 + 5 * n if n > 1 else 1
 
 
 @njit(cache=True, nogil=True)
@@ -226,8 +231,8 @@ def eigh(a, out, work, kind):
     if n == 0:
         return
     # work_size gave exactly n*n + lwork + liwork + _SCALARS elements, liwork
-    # being LAPACK's fixed 3 + 5n: syevd's work is what remains
-    liwork = 3 + 5 * n if n > 1 else 1
+    # being fixed by n: syevd's work is what remains
+    liwork = _syevd_liwork(n)
     lwork = work.shape[0] - n * n - liwork - _SCALARS
     vecs = work[:n * n]
     lw = work[n * n:n * n + lwork]
