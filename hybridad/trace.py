@@ -50,6 +50,7 @@ class Trace:
         self.ids = itertools.count()
         self.phase = "forward"
         self._captured = {}  # id(array) -> (array, node): one node per captured array
+        self._seen = {}  # common subexpressions: key -> node (forward phase only)
 
     def __enter__(self):
         if not hasattr(_state, "stack"):
@@ -61,8 +62,21 @@ class Trace:
         _state.stack.pop()
 
     def add(self, op, args, attrs, shape, dtype):
+        """Append a node -- or return the identical one traced before.
+
+        Common subexpressions (``x[:-1]`` written twice) are merged while
+        the *forward* graph is traced: every forward op is pure.  The reverse
+        pass is never merged, because it accumulates adjoints in place into
+        buffers it created (see :mod:`hybridad.autodiff`)."""
+        key = _cse_key(op, args, attrs) if self.phase == "forward" else None
+        if key is not None:
+            hit = self._seen.get(key)
+            if hit is not None:
+                return hit
         node = Node(next(self.ids), op, args, attrs, shape, dtype, self.phase)
         self.nodes.append(node)
+        if key is not None:
+            self._seen[key] = node
         return node
 
     def input(self, index, shape, dtype):
@@ -74,11 +88,48 @@ class Trace:
             if hit is not None and hit[0] is value:
                 return hit[1]
         value = np.asarray(value)
+        key = ("const", value.dtype.str, value.shape, value.tobytes()) \
+            if literal and value.size <= 16 and self.phase == "forward" else None
+        if key is not None and key in self._seen:
+            return self._seen[key]
         node = self.add("const", (), {"value": value, "literal": literal}, value.shape,
                         value.dtype)
+        if key is not None:
+            self._seen[key] = node
         if not literal:
             self._captured[id(value)] = (value, node)
         return node
+
+
+def _cse_key(op, args, attrs):
+    """A hashable key of a pure op application, or None (not merged: inputs,
+    constants, in-place ops, attributes that are arrays or objects)."""
+    if op in ("input", "const") or REGISTRY[op].kind == "inplace":
+        return None
+    items = []
+    for name in sorted(attrs):
+        value = _static(attrs[name])
+        if value is None and attrs[name] is not None:
+            return None
+        items.append((name, value))
+    return (op, tuple(a.id for a in args), tuple(items))
+
+
+def _static(value):
+    """``value`` as a hashable plain value (slices spelled out), or None."""
+    if value is None or isinstance(value, (str, np.dtype, type(Ellipsis))):
+        return value
+    if isinstance(value, np.generic):
+        return (value.dtype.str, value.item())
+    if isinstance(value, (bool, int, float)):
+        return (type(value).__name__, value)
+    if isinstance(value, slice):
+        return ("slice", value.start, value.stop, value.step)
+    if isinstance(value, tuple):
+        out = tuple(_static(v) for v in value)
+        return None if any(o is None and v is not None for o, v in zip(out, value)) else \
+            ("tuple",) + out
+    return None
 
 
 # ----------------------------------------------------------------------------
