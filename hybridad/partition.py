@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from .ops import REGISTRY
 
-__all__ = ["Region", "find_regions", "fuse_regions", "FUSABLE_REDUCTIONS"]
+__all__ = ["Region", "find_regions", "fuse_regions", "fold_accumulations",
+           "FUSABLE_REDUCTIONS"]
 
 FUSABLE_REDUCTIONS = ("sum", "max", "min")
 
@@ -156,3 +157,88 @@ def fuse_regions(nodes, outputs=(), reductions=FUSABLE_REDUCTIONS):
                                                                         "mode": "value"}
         dropped.update(n.id for n in members if n is not out)
     return [n for n in nodes if n.id not in dropped]
+
+
+def _root(node):
+    """The node owning ``node``'s storage (through in-place ops and views)."""
+    while node.op in REGISTRY and REGISTRY[node.op].kind in ("inplace", "view"):
+        node = node.args[0]
+    return node
+
+
+def fold_accumulations(nodes, outputs=()):
+    """Fold elementwise regions into the adjoint they are added to (IR -> IR).
+
+    The reverse pass adds each contribution into its adjoint as it arrives
+    (``iadd``, ``scatter_add``; the first one through a slice is a
+    ``scatter`` into zeros).  When the contribution is an elementwise region
+    used by nothing else, the region's loop adds straight into the adjoint
+    -- ``acc[index] += g * d(out)/d(x)`` -- instead of writing a temporary
+    that a second loop adds: the ``iadd`` / ``scatter_add`` node becomes a
+    ``region_acc`` node, and a ``scatter`` becomes ``zeros`` followed by one.
+    Neighbouring ``region_acc`` nodes of the same region share one loop in
+    the backend (a stencil's three slices of ``x`` are one pass over the
+    loop, three ``+=``).
+
+    Not folded: a region whose result is also read elsewhere or is a graph
+    output, one with a fused reduction, one reading the adjoint it would add
+    into, dtype or shape mismatches (broadcast contributions).
+
+    Returns
+    -------
+    list of Node
+        The new node list, still topologically ordered (every ``zeros``
+        moved ahead of the run of ``region_acc`` nodes it starts).
+    """
+    from .ir import Node
+
+    users = {n.id: [] for n in nodes}
+    for n in nodes:
+        for a in n.args:
+            users[a.id].append(n)
+    external = {n.id for n in outputs if n is not None}
+    next_id = max((n.id for n in nodes), default=-1) + 1
+    dropped, zeros = set(), {}
+    for n in nodes:
+        if n.op in ("iadd", "scatter_add"):
+            acc, v = n.args
+            index = n.attrs.get("index")
+        elif n.op == "scatter":
+            acc, (v,), index = None, n.args, n.attrs["index"]
+        else:
+            continue
+        if not _foldable(v, n, users, external):
+            continue
+        if index is None and acc.shape != v.shape:
+            continue  # a broadcast contribution
+        if acc is not None and _root(acc).id in {_root(a).id for a in v.args}:
+            continue  # the region reads the adjoint it would add into
+        if acc is None:
+            acc = Node(next_id, "zeros", (), {"shape": n.shape, "dtype": n.dtype}, n.shape,
+                       n.dtype, n.phase)
+            next_id += 1
+            zeros[n.id] = acc
+        attrs = dict(v.attrs)
+        attrs["index"] = index
+        n.op, n.args, n.attrs = "region_acc", (acc, *v.args), attrs
+        dropped.add(v.id)
+    out = []
+    run_start = None  # position in ``out`` where the current run of region_acc began
+    for n in nodes:
+        if n.id in dropped:
+            continue
+        if n.op == "region_acc":
+            run_start = len(out) if run_start is None else run_start
+            if n.id in zeros:
+                out.insert(run_start, zeros[n.id])
+        else:
+            run_start = None
+        out.append(n)
+    return out
+
+
+def _foldable(v, user, users, external):
+    if v.op != "region" or v.id in external or [u.id for u in users[v.id]] != [user.id]:
+        return False
+    body = v.attrs["body"]  # a vjp region's result is per element, reduction or not
+    return (v.attrs["mode"] == "vjp" or body.reduction is None) and v.dtype == user.dtype

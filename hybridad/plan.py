@@ -29,7 +29,7 @@ from .backends.numba_backend import compile_numba_program, materialize_for_numba
 from .backends.numpy_backend import compile_program
 from .ir import Graph, check, dead_code_elimination
 from .memory import op_workspaces, plan_memory
-from .partition import fuse_regions
+from .partition import fold_accumulations, fuse_regions
 from .results import DiffResult, GradientResult, HvpResult
 from .trace import Trace, Tracer, as_node
 
@@ -181,6 +181,7 @@ class Plan:
         graph = dead_code_elimination(Graph(trace.nodes, inputs, outputs))
         if self.backend == "numba":  # fuse the backward's elementwise ops as well
             graph = Graph(fuse_regions(graph.nodes, outputs), inputs, outputs)
+            graph = Graph(fold_accumulations(graph.nodes, outputs), inputs, outputs)
         check(graph)
         self.graph = graph
         self._outputs = [out.node] + grad_nodes + hvp_nodes

@@ -127,8 +127,8 @@ def _static(value):
         return ("slice", value.start, value.stop, value.step)
     if isinstance(value, tuple):
         out = tuple(_static(v) for v in value)
-        return None if any(o is None and v is not None for o, v in zip(out, value)) else \
-            ("tuple",) + out
+        lost = any(o is None and v is not None for o, v in zip(out, value, strict=True))
+        return None if lost else ("tuple",) + out
     return None
 
 

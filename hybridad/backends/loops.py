@@ -33,6 +33,27 @@ def broadcast_index(shape, loop_ndim, prefix="i"):
                            for d, s in enumerate(shape)) + "]"
 
 
+def getitem_map(index, src_shape, loop_var="i"):
+    """Index text into the source for an output loop over ``index``'s view."""
+    parts, d_out, d_src = [], 0, 0
+    for k in index:
+        if k is None:
+            d_out += 1
+            continue
+        if isinstance(k, int):
+            parts.append(str(k))
+        else:
+            start, _, step = k.indices(src_shape[d_src])
+            parts.append(f"{start} + {step} * {loop_var}{d_out}" if step != 1 or start
+                         else f"{loop_var}{d_out}")
+            d_out += 1
+        d_src += 1
+    for _ in range(d_src, len(src_shape)):
+        parts.append(f"{loop_var}{d_out}")
+        d_out += 1
+    return "[" + ", ".join(parts) + "]" if parts else "[()]"
+
+
 def here(ndim, prefix="i"):
     return "[" + ", ".join(f"{prefix}{d}" for d in range(ndim)) + "]" if ndim else "[()]"
 
@@ -259,6 +280,61 @@ def _blocked_full_reduction(w, node, out, sb, stores, scratch):
     w.emit(f"{out}[()] = acc")
 
 
+def region_acc_lines(w, members, names, consts):
+    """Emit ``region_acc`` nodes over one loop shape as one loop: each adds
+    its region's value, or the cotangent times a dual partial, into its
+    target through its index map (``acc[1 + i0] += ...``).  Members of the
+    same region (body, mode, operands) share one rendering of the body with
+    a seed per partial; contributions to the same target through the same
+    map are summed first.
+
+    A ``prange`` needs every target written through one map only (two maps
+    into one array, ``x[1:]`` and ``x[:-1]``, touch the same element from
+    different iterations); otherwise a large loop is split into one
+    ``prange`` per (target, map), each computing only what it adds, and a
+    small one runs serially."""
+    shape, nd = members[0].attrs["body"].shape, len(members[0].attrs["body"].shape)
+
+    def read(operand):
+        if operand.is_literal and operand.size == 1:  # inlined as a typed constant
+            return consts.add(operand.dtype.type(operand.attrs["value"].reshape(-1)[0]))
+        return names[operand.id] + broadcast_index(operand.shape, nd)
+
+    # (target, index text) -> [(region key, wrt)]; region key -> its first member
+    writes, regions = {}, {}
+    for m in members:
+        key = (id(m.attrs["body"]), m.attrs["mode"], tuple(a.id for a in m.args[1:]))
+        regions.setdefault(key, m)
+        index = m.attrs["index"]
+        where = here(nd) if index is None else getitem_map(index, m.args[0].shape)
+        writes.setdefault((names[m.id], where), []).append((key, m.attrs.get("wrt")))
+    targets = [t for t, _ in writes]
+    race_free = len(set(targets)) == len(targets)
+    large = bool(shape) and int(np.prod(shape)) >= PARALLEL_MIN
+    groups = [list(writes.items())] if race_free or not large else \
+        [[item] for item in writes.items()]
+    for group in groups:
+        lines, terms = [], {}  # (target, where) -> [expression]
+        for key, first in regions.items():
+            wanted = [(tw, k) for tw, ks in group for rk, k in ks if rk == key]
+            if not wanted:
+                continue
+            body, mode = first.attrs["body"], first.attrs["mode"]
+            reads = [read(a) for a in first.args[1:1 + len(body.inputs)]]
+            seeds = sorted({k for _, k in wanted}) if mode == "vjp" else []
+            sb = render_region(body, reads, seeds, consts, need_value=mode != "vjp")
+            lines += sb.lines
+            for tw, k in wanted:
+                if mode != "vjp":
+                    terms.setdefault(tw, []).append(sb.value)
+                elif sb.partials[k] != "0":  # a zero partial adds nothing
+                    terms.setdefault(tw, []).append(f"{read(first.args[-1])} * {sb.partials[k]}")
+        stores = [f"{target}{where} += " + (ts[0] if len(ts) == 1 else f"({' + '.join(ts)})")
+                  for (target, where), ts in terms.items()]
+        if stores:
+            w.nest(shape, lines + stores, parallel=race_free or len(group) == 1)
+
+
 def region_runs_parallel(node):
     """Whether :func:`region_lines` runs region ``node``'s loop as a
     ``prange`` (a full reduction given its scratch, as the numba backend
@@ -278,4 +354,4 @@ def _single_block(body):
 
 
 __all__ += ["accumulate", "fill", "reduction_lines", "here", "Constants",
-            "region_runs_parallel"]
+            "region_runs_parallel", "region_acc_lines", "getitem_map"]

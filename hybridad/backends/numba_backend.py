@@ -23,7 +23,8 @@ from ..ops import REGISTRY
 from . import cache
 from .lapack import LAPACK_OPS, kind_of
 from .loops import (PARALLEL_MIN, Constants, LoopWriter, broadcast_index, fill,
-                    full_reduction_scratch, here, region_lines)
+                    full_reduction_scratch, getitem_map, here, region_acc_lines,
+                    region_lines)
 from .loops import reduction_lines as _reduction_lines
 from .scalar import vector_imports
 
@@ -36,25 +37,55 @@ __all__ = ["materialize_for_numba", "compile_numba_program"]
 
 
 def materialize_for_numba(nodes):
-    """Ids of view nodes to copy into buffers: indexing views, and reshapes of
-    operands numba does not type as C-contiguous."""
-    layout, out = {}, set()
+    """Ids of view nodes to copy into buffers: indexing views that are not one
+    contiguous piece of a C array, and reshapes of operands numba does not
+    type as C-contiguous.
+
+    A contiguous slice (``x[1:]``, ``A[2:5]``, ``A[i]``) of a C array whose
+    data address the generated code knows (an argument, a buffer, a captured
+    constant passed by object, or such a view of one) stays a view: the
+    address plus an offset, typed C-contiguous -- no copy."""
+    from . import rt
+
+    objects = rt.ABI is not None  # arrays arrive by object: their addresses are known
+    layout, addressed, out = {}, {}, set()
     for n in nodes:
         if n.op == "input":
-            layout[n.id] = "C"
+            layout[n.id], addressed[n.id] = "C", objects
         elif n.op == "const":
-            layout[n.id] = "C" if n.attrs["value"].flags.c_contiguous else "A"
+            v = n.attrs["value"]
+            layout[n.id] = "C" if v.flags.c_contiguous else "A"
+            addressed[n.id] = objects and v.flags.c_contiguous and v.flags.aligned and \
+                v.dtype.isnative and not (n.is_literal and n.size == 1)
         elif REGISTRY[n.op].kind == "inplace":
-            layout[n.id] = layout[n.args[0].id]
+            layout[n.id], addressed[n.id] = layout[n.args[0].id], addressed[n.args[0].id]
         elif n.op == "reshape" and layout[n.args[0].id] == "C":
-            layout[n.id] = "C"
+            layout[n.id], addressed[n.id] = "C", addressed[n.args[0].id]
+        elif n.op == "getitem" and addressed[n.args[0].id] and \
+                contiguous_getitem_offset(n) is not None:
+            layout[n.id], addressed[n.id] = "C", True
         elif n.op in ("transpose", "broadcast_to"):
-            layout[n.id] = "A"
+            layout[n.id], addressed[n.id] = "A", False
         else:
             if REGISTRY[n.op].kind == "view":
                 out.add(n.id)
-            layout[n.id] = "C"
+            layout[n.id], addressed[n.id] = "C", True
     return out
+
+
+def contiguous_getitem_offset(node):
+    """Byte offset of ``getitem`` node's view into its C-contiguous operand
+    when that view is itself C-contiguous, else None."""
+    src = node.args[0]
+    strides, step = [], src.dtype.itemsize
+    for s in reversed(src.shape):
+        strides.insert(0, step)
+        step *= max(s, 1)
+    proto = np.lib.stride_tricks.as_strided(np.zeros(1, src.dtype), src.shape, strides)
+    view = REGISTRY["getitem"].view(proto, **node.attrs)
+    if not view.flags.c_contiguous or view.size == 0:
+        return None
+    return int(view.__array_interface__["data"][0] - proto.__array_interface__["data"][0])
 
 
 def scratch_for_numba(nodes):
@@ -89,6 +120,8 @@ def numba_layouts(nodes, memplan):
             out[n.id] = out[memplan.alias_of[n.id].id]
         elif n.op == "reshape":
             out[n.id] = "C"  # a reshape view is only made of a C operand
+        elif n.op == "getitem":  # a contiguous piece of a C array (materialize_for_numba)
+            out[n.id] = "C"
         elif n.op == "transpose" and len(n.shape) == 2 and n.attrs["axes"] == (1, 0):
             out[n.id] = {"C": "F", "F": "C"}.get(out[n.args[0].id], "A")
         else:
@@ -101,25 +134,32 @@ def numba_layouts(nodes, memplan):
 # ----------------------------------------------------------------------------
 
 
-def _getitem_map(index, src_shape, loop_var="i"):
-    """Index text into the source for an output loop over ``index``'s view."""
-    parts, d_out, d_src = [], 0, 0
-    for k in index:
-        if k is None:
-            d_out += 1
+def region_acc_groups(nodes):
+    """first node id -> list of ``region_acc`` nodes that run as one loop:
+    consecutive ones over the same loop shape, none reading what another
+    adds into (an adjoint completed by one and read by the next stays two
+    loops)."""
+    groups, current, written = {}, None, set()
+    for n in nodes:
+        if n.op != "region_acc":
+            if n.op != "zeros":  # fold_accumulations put a run's zeros ahead of it
+                current = None
             continue
-        if isinstance(k, int):
-            parts.append(str(k))
+        reads = {_storage_root(a).id for a in n.args[1:]}
+        if current is not None and current[0] == n.attrs["body"].shape and \
+                not reads & written:
+            current[1].append(n)
         else:
-            start, _, step = k.indices(src_shape[d_src])
-            parts.append(f"{start} + {step} * {loop_var}{d_out}" if step != 1 or start
-                         else f"{loop_var}{d_out}")
-            d_out += 1
-        d_src += 1
-    for _ in range(d_src, len(src_shape)):
-        parts.append(f"{loop_var}{d_out}")
-        d_out += 1
-    return "[" + ", ".join(parts) + "]" if parts else "[()]"
+            current, written = (n.attrs["body"].shape, [n]), set()
+            groups[n.id] = current[1]
+        written.add(_storage_root(n).id)
+    return groups
+
+
+def _storage_root(node):
+    while node.op in REGISTRY and REGISTRY[node.op].kind in ("inplace", "view"):
+        node = node.args[0]
+    return node
 
 
 def _emit_node(w, node, names, users, consts, layouts):
@@ -133,6 +173,10 @@ def _emit_node(w, node, names, users, consts, layouts):
         region_lines(w, node, names, partials, consts, scratch=names.get(("scratch", node.id)))
     elif op == "region_partial":
         pass  # written by its region's kernel
+    elif op == "region_acc":
+        region_acc_lines(w, [node], names, consts)
+    elif op == "zeros":
+        fill(w, out, "0")
     elif op in ("sum", "max", "min", "prod"):
         x = node.args[0]
         _reduction_lines(w, op, node.dtype, node.attrs["axis"], node.attrs["keepdims"],
@@ -151,7 +195,7 @@ def _emit_node(w, node, names, users, consts, layouts):
         w.nest(node.shape, [f"{out}{here(nd)} = {a[0]}"
                             f"{broadcast_index(node.args[0].shape, nd)}"])
     elif op == "getitem":
-        idx = _getitem_map(node.attrs["index"], node.args[0].shape)
+        idx = getitem_map(node.attrs["index"], node.args[0].shape)
         w.nest(node.shape, [f"{out}{here(nd)} = {a[0]}{idx}"])
     elif op == "copy":
         w.nest(node.shape, [f"{out}{here(nd)} = {a[0]}{broadcast_index(node.args[0].shape, nd)}"])
@@ -166,7 +210,7 @@ def _emit_node(w, node, names, users, consts, layouts):
         gname = a[1] if op == "scatter_add" else a[0]
         if op == "scatter":
             fill(w, out, "0")
-        idx = _getitem_map(node.attrs["index"], node.shape)
+        idx = getitem_map(node.attrs["index"], node.shape)
         gnd = len(g.shape)
         stmt = "+=" if op == "scatter_add" else "="
         w.nest(g.shape, [f"{out}{idx} {stmt} {gname}{here(gnd)}"])
@@ -822,6 +866,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     kernels = _Kernels(lambda sub, n: _emit_node(sub, n, names, users, consts, layouts),
                        addresses)
     folded = {n.id for n in accumulate.values()}  # iadds done by their gemm
+    acc_groups = region_acc_groups(nodes)  # first node id -> the region_accs of one loop
+    in_group = {m.id for ms in acc_groups.values() for m in ms[1:]}
     for n in nodes:  # buffer views, cut once at the top
         if n.id in direct:
             names[n.id] = f"o{direct[n.id]}"  # computed straight into the caller's buffer
@@ -859,8 +905,15 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         elif storage == "alias":
             names[n.id] = names[memplan.alias_of[n.id].id]
             w.emit(f"# {format_node(n)}" + (" (done by the gemm above)" if n.id in folded
+                                            else " (in the loop above)" if n.id in in_group
                                             else ""))
-            if n.id not in folded:
+            if n.id in acc_groups:
+                members = acc_groups[n.id]
+                for m in members[1:]:  # their targets, named before the loop is written
+                    names[m.id] = names[memplan.alias_of[m.id].id]
+                kernels.emit(w, n, lambda sub, members=members: region_acc_lines(
+                    sub, members, names, consts))
+            elif n.id not in folded and n.id not in in_group:
                 kernels.emit(w, n)
         elif n.id in accumulate:
             names[n.id] = f"b{n.id}"  # never written: the product goes into the adjoint
@@ -875,6 +928,11 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             c_source = src in addresses and addresses[src][3] == "C"
             if n.op == "reshape" and c_source:  # a C array's data, reshaped
                 addresses[f"v{n.id}"] = (addresses[src][0], n.shape, n.dtype, "C")
+                w.emit(f"v{n.id} = " + view_at(*addresses[f"v{n.id}"]))
+            elif n.op == "getitem" and c_source:  # a contiguous piece: address + offset
+                off = contiguous_getitem_offset(n)
+                addresses[f"v{n.id}"] = (f"{addresses[src][0]} + {off}" if off else
+                                         addresses[src][0], n.shape, n.dtype, "C")
                 w.emit(f"v{n.id} = " + view_at(*addresses[f"v{n.id}"]))
             elif n.op == "transpose" and n.attrs["axes"] == (1, 0) and c_source:  # as F
                 addresses[f"v{n.id}"] = (addresses[src][0], n.shape, n.dtype, "F")

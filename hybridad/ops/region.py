@@ -9,6 +9,12 @@
 * ``region_partial`` -- d(elementwise output)/d(input ``k``) of a ``value``
   region, per element: written by that region's kernel in the same pass as
   the value (forward-mode dual numbers), read by the backward sweep.
+* ``region_acc`` -- an elementwise region (either mode) whose result is
+  *added into* an adjoint instead of stored: ``acc[index] += region(...)``,
+  in place (operands: ``acc``, the region's operands).  Made by
+  :func:`hybridad.partition.fold_accumulations` from a region whose only
+  user was ``iadd`` / ``scatter_add`` / ``scatter``; the last starts from
+  ``zeros``.  No temporary, no second pass over it.
 
 The VJP of a region chooses between the two strategies (:func:`strategy`):
 storing costs one array per differentiated input from the forward to the
@@ -81,6 +87,18 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
 
 register(Op("region", "region", _region_abstract, run=_no_numpy, vjp=_region_vjp,
             doc="fused elementwise group (value, or its VJP for one input)"))
+
+
+def _acc_abstract(acc, *operands, body, mode, wrt=None, index=None):
+    return acc.shape, acc.dtype
+
+
+register(Op("region_acc", "inplace", _acc_abstract, run=_no_numpy,
+            doc="acc[index] += a fused region's value or VJP, in place"))
+
+register(Op("zeros", "compute", lambda shape, dtype: (shape, dtype),
+            run=lambda out, shape, dtype: out.fill(0),
+            doc="a buffer of zeros (where folded accumulations start)"))
 
 
 def _partial_abstract(region, wrt):
