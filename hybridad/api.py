@@ -36,7 +36,8 @@ _strong = collections.OrderedDict()
 _lock = threading.RLock()
 
 
-def compile(f, *example_args, argnums=0, backend="numba", hvp=False):  # noqa: A001
+def compile(f, *example_args, argnums=0, backend="numba", hvp=False,  # noqa: A001
+            parallel=True):
     """Build an explicit gradient plan for ``f`` at the example arguments.
 
     Parameters
@@ -57,6 +58,15 @@ def compile(f, *example_args, argnums=0, backend="numba", hvp=False):  # noqa: A
     hvp : bool, default False
         Build a Hessian-vector-product plan (``plan.hvp(*args, v=v, out=res)``:
         value, gradient and ``H v``) instead of a gradient plan.
+    parallel : bool, default True
+        ``True``: loops of at least ``PARALLEL_MIN`` (32768) iterations run
+        as multithreaded ``prange`` loops (numba's threading layer, one
+        pool per process).  ``False``: every loop runs in the calling
+        thread and the plan starts no worker threads -- better when the
+        calls are interleaved with other multithreaded work on few cores
+        (an optimizer's BLAS: idle worker threads of two pools fight for
+        the cores; see ``docs/scipy.md``), or when you parallelize over
+        plans yourself.  Numba backend only; results agree to rounding.
 
     Returns
     -------
@@ -74,7 +84,7 @@ def compile(f, *example_args, argnums=0, backend="numba", hvp=False):  # noqa: A
     >>> bool(np.allclose(res.gradient, np.exp(x)))
     True
     """
-    return Plan(f, example_args, argnums, backend, hvp=hvp)
+    return Plan(f, example_args, argnums, backend, hvp=hvp, parallel=parallel)
 
 
 def _cache_for(f):
@@ -92,23 +102,25 @@ def _cache_for(f):
     return lru
 
 
-def _lookup(f, args, argnums, backend, hvp=False):
+def _lookup(f, args, argnums, backend, hvp=False, parallel=True):
     argnums_norm, diff = normalize_argnums(argnums, len(args))
     leaves, treedefs = prepare_args(args, diff, lambda: arg_names(f, len(args)))
     key = (argnums_norm, backend, treedefs, tuple((a.shape, a.dtype.str) for a in leaves))
     if hvp:
         key += ("hvp",)
+    if not parallel:
+        key += ("serial",)
     with _lock:
         lru = _cache_for(f)
         if lru is None:
             try:
                 hash(f)
             except TypeError:  # unhashable callable: no caching
-                return Plan(f, args, argnums, backend, hvp=hvp), leaves
+                return Plan(f, args, argnums, backend, hvp=hvp, parallel=parallel), leaves
             lru, key = _strong, (f, key)
         plan = lru.get(key)
         if plan is None:
-            plan = Plan(f, args, argnums, backend, hvp=hvp)
+            plan = Plan(f, args, argnums, backend, hvp=hvp, parallel=parallel)
             lru[key] = plan
             limit = MAX_STRONG_PLANS if lru is _strong else MAX_PLANS_PER_FUNCTION
             while len(lru) > limit:

@@ -24,8 +24,9 @@ import numpy as np
 
 from . import _tree
 from .autodiff import backward
+from .backends.loops import serial_loops
 from .backends.numba_backend import compile_numba_program, materialize_for_numba, \
-    scratch_for_numba
+    scratch_for_numba, work_estimate
 from .backends.numpy_backend import compile_program
 from .ir import Graph, check, dead_code_elimination
 from .memory import op_workspaces, plan_memory
@@ -124,12 +125,22 @@ class Plan:
         The function value as a Python float.
     explain()
         Text: traced graph, backward graph, buffers and bytes, generated source.
+
+    Attributes
+    ----------
+    parallel : bool
+        Whether large loops run multithreaded (see :func:`hybridad.compile`).
+    work : int
+        Rough count of element operations per call.
     """
 
-    def __init__(self, f, args, argnums=0, backend="numba", hvp=False):
+    def __init__(self, f, args, argnums=0, backend="numba", hvp=False, parallel=True):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+        if not isinstance(parallel, (bool, np.bool_)):
+            raise TypeError(f"parallel must be True or False; got {parallel!r}")
         self.backend = backend
+        self.parallel = bool(parallel)
         self.name = getattr(f, "__qualname__", repr(f))
         self.argnums, self._diff = normalize_argnums(argnums, len(args))
         self._names = arg_names(f, len(args))
@@ -138,7 +149,8 @@ class Plan:
         self._lock = threading.Lock()
         self._value_program = None
         self.order = 2 if hvp else 1
-        self._build(f, args, leaves)
+        with serial_loops(not self.parallel):
+            self._build(f, args, leaves)
 
     # ------------------------------------------------------------------ build
     def _build(self, f, args, leaves):
@@ -184,6 +196,8 @@ class Plan:
             graph = Graph(fold_accumulations(graph.nodes, outputs), inputs, outputs)
         check(graph)
         self.graph = graph
+        #: rough count of element operations per call (matmuls as multiply-adds)
+        self.work = work_estimate(graph.nodes)
         self._outputs = [out.node] + grad_nodes + hvp_nodes
         numba = self.backend == "numba"
         scratch = op_workspaces(graph.nodes)
@@ -215,8 +229,9 @@ class Plan:
 
     def _compile(self, nodes, inputs, outputs, name, out_specs, in_specs=None):
         if self.backend == "numba":
-            return compile_numba_program(nodes, inputs, outputs, self.memory, self._buffers,
-                                         in_specs or self._specs, out_specs, name=name)
+            with serial_loops(not self.parallel):
+                return compile_numba_program(nodes, inputs, outputs, self.memory, self._buffers,
+                                             in_specs or self._specs, out_specs, name=name)
         return compile_program(nodes, inputs, outputs, self.memory, self._buffers, name=name)
 
     def _check_output(self, out, trace):

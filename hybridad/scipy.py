@@ -50,6 +50,16 @@ HESSP_METHODS = frozenset({"newton-cg", "trust-ncg", "trust-krylov", "trust-cons
 #: ... that need the Hessian matrix itself
 HESS_METHODS = frozenset({"dogleg", "trust-exact"})
 
+#: element operations per evaluation above which ``parallel=None`` builds
+#: multithreaded plans.  Between two evaluations scipy runs its own linear
+#: algebra, multithreaded by OpenBLAS; with both thread pools alive, each
+#: one's idle workers keep cores busy and stall the other.  Measured on 2
+#: cores, L-BFGS-B on Rosenbrock n = 1e5 (4e5 operations per evaluation,
+#: 100 us per evaluation with 2 threads, 177 us serial): 2.8 s with a
+#: multithreaded plan, 0.97 s serial, 0.93 s hand-written numba.  Threads
+#: pay off only where an evaluation costs tens of milliseconds.
+PARALLEL_WORK = 1 << 24
+
 
 class Objective:
     """A scalar function of a vector, with exact derivatives for scipy.optimize.
@@ -69,6 +79,12 @@ class Objective:
         See :func:`hybridad.compile`.
     dtype : {None, numpy.float64, numpy.float32}, default None
         dtype ``f`` is evaluated in; None means float64 (see the module notes).
+    parallel : {None, True, False}, default None
+        Multithreaded loops in the plans (see :func:`hybridad.compile`).
+        None: only for evaluations of at least :data:`PARALLEL_WORK` element
+        operations; smaller ones run serially, because scipy's own
+        multithreaded BLAS between the calls and the plan's worker threads
+        slow each other down (2.9x on Rosenbrock n = 1e5 on 2 cores).
 
     Attributes
     ----------
@@ -99,7 +115,7 @@ class Objective:
     array([0., 1., 2.])
     """
 
-    def __init__(self, f, x0, *args, argnums=0, backend="numba", dtype=None):
+    def __init__(self, f, x0, *args, argnums=0, backend="numba", dtype=None, parallel=None):
         if isinstance(argnums, bool) or not isinstance(argnums, (int, np.integer)):
             raise TypeError(f"argnums must be an int (the position of x in f's arguments); "
                             f"got {argnums!r}")
@@ -107,6 +123,8 @@ class Objective:
             raise ValueError(f"argnums={argnums} is out of range for f called with "
                              f"{len(args) + 1} arguments")
         self.argnums = int(argnums) % (len(args) + 1)
+        if parallel is not None and not isinstance(parallel, (bool, np.bool_)):
+            raise TypeError(f"parallel must be None, True or False; got {parallel!r}")
         dtype = np.dtype(np.float64 if dtype is None else dtype)
         if dtype not in (np.float64, np.float32):
             raise TypeError(f"dtype must be float64 or float32; got {dtype}")
@@ -135,7 +153,10 @@ class Objective:
         self._call_args = self._with_x(args)
         try:
             # the plan cache: a new Objective for the same f and shapes reuses the plan
-            self._plan = _lookup(f, self._call_args, self.argnums, backend)[0]
+            self._plan = _lookup(f, self._call_args, self.argnums, backend,
+                                 parallel=bool(parallel))[0]
+            if parallel is None and self._plan.work >= PARALLEL_WORK:
+                self._plan = _lookup(f, self._call_args, self.argnums, backend)[0]
         except ValueError as exc:
             if "must return a scalar" in str(exc):
                 raise ValueError(f"{exc} (scipy.optimize.least_squares would need the "
@@ -204,7 +225,7 @@ class Objective:
     def _hvp(self, x, p, args):
         if self._hvp_plan is None:
             self._hvp_plan = _lookup(self.f, self._call_args, self.argnums, self.backend,
-                                     hvp=True)[0]
+                                     hvp=True, parallel=self._plan.parallel)[0]
             self._hres = HvpResult(self._x, dtype=self.dtype)
         self._stage(x, args)
         if p is not None:
@@ -243,7 +264,8 @@ class Objective:
         return h
 
 
-def minimize(f, x0, *args, method=None, argnums=0, backend="numba", dtype=None, **kwargs):
+def minimize(f, x0, *args, method=None, argnums=0, backend="numba", dtype=None,
+             parallel=None, **kwargs):
     """``scipy.optimize.minimize`` with hybridad's exact derivatives wired in.
 
     Parameters
@@ -260,7 +282,7 @@ def minimize(f, x0, *args, method=None, argnums=0, backend="numba", dtype=None, 
         that use one (``jac=True``, value and gradient from one evaluation),
         Hessian-vector products to Newton-CG, trust-ncg, trust-krylov and
         trust-constr, the Hessian matrix to trust-exact and dogleg.
-    argnums, backend, dtype :
+    argnums, backend, dtype, parallel :
         See :class:`Objective`.
     **kwargs
         Passed to ``scipy.optimize.minimize`` (bounds, constraints, tol,
@@ -282,7 +304,8 @@ def minimize(f, x0, *args, method=None, argnums=0, backend="numba", dtype=None, 
     """
     from scipy import optimize
 
-    obj = Objective(f, x0, *args, argnums=argnums, backend=backend, dtype=dtype)
+    obj = Objective(f, x0, *args, argnums=argnums, backend=backend, dtype=dtype,
+                    parallel=parallel)
     name = (method if isinstance(method, str) else "").lower()
     uses_gradient = name in GRADIENT_METHODS or method is None
     call = dict(kwargs)

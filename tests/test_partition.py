@@ -397,3 +397,21 @@ def test_contiguous_slices_of_2d_arrays_are_views():
     plan.gradient(a, out=res)
     ref = ha.gradient(f, a, backend="numpy")
     np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-13)
+
+
+def test_parallel_false_plans_have_no_prange_and_agree(monkeypatch):
+    from hybridad.backends import loops
+
+    monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
+    x = rand((300,), seed=9)
+    threaded = ha.compile(stencil, x)
+    serial = ha.compile(stencil, x, parallel=False)
+    assert threaded.parallel and "prange(" in threaded._program.source
+    assert not serial.parallel and "prange(" not in serial._program.source
+    assert "parallel=True" not in serial._program.source
+    a, b = threaded.gradient(x), serial.gradient(x)
+    np.testing.assert_allclose(b.gradient, a.gradient, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(float(b.value), float(a.value), rtol=1e-13)
+    assert serial.value(x) == pytest.approx(float(a.value), rel=1e-13)
+    with pytest.raises(TypeError, match="parallel"):
+        ha.compile(stencil, x, parallel="no")

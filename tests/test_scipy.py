@@ -253,3 +253,24 @@ def test_example_script_runs():
     for method in ("L-BFGS-B", "Newton-CG", "trust-exact"):
         mine, ref = results[method, "hybridad"], results[method, "scipy"]
         assert mine.fun < 1e-8 if ref.fun < 1e-8 else mine.fun == pytest.approx(ref.fun)
+
+
+def test_objective_plans_are_serial_unless_an_evaluation_is_heavy(monkeypatch):
+    # scipy's multithreaded BLAS between calls and the plan's worker threads
+    # slow each other down: small evaluations run in the calling thread
+    from hybridad.backends import loops
+
+    monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
+    x0 = np.tile([-1.2, 1.0], 200)
+    obj = hs.Objective(rosen_np, x0)
+    assert not obj._plan.parallel and "prange(" not in obj._plan._program.source
+    obj.hessp(x0, np.ones_like(x0))
+    assert not obj._hvp_plan.parallel
+    assert hs.Objective(rosen_np, x0, parallel=True)._plan.parallel
+    monkeypatch.setattr(hs, "PARALLEL_WORK", 1000)
+    heavy = hs.Objective(rosen_np, x0)
+    assert heavy._plan.parallel and "prange(" in heavy._plan._program.source
+    np.testing.assert_allclose(heavy.jac(x0), obj.jac(x0), rtol=1e-13)
+    assert not hs.Objective(rosen_np, x0, parallel=False)._plan.parallel
+    with pytest.raises(TypeError, match="parallel"):
+        hs.Objective(rosen_np, x0, parallel="auto")

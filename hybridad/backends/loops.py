@@ -9,12 +9,15 @@ partials, fused reduction).  Pure text: no compiler is imported here.
 from __future__ import annotations
 
 import os
+import threading
+from contextlib import contextmanager
 
 import numpy as np
 
 from .scalar import Constants, render_region
 
-__all__ = ["LoopWriter", "broadcast_index", "region_lines", "INIT"]
+__all__ = ["LoopWriter", "broadcast_index", "region_lines", "INIT", "parallel_min",
+           "serial_loops"]
 
 INIT = {"sum": "0", "max": "-np.inf", "min": "np.inf", "prod": "1"}
 
@@ -22,6 +25,26 @@ INIT = {"sum": "0", "max": "-np.inf", "min": "np.inf", "prod": "1"}
 #: (below it, thread start-up costs more than it saves; see benchmarks/);
 #: ``HYBRIDAD_PARALLEL_MIN`` overrides
 PARALLEL_MIN = int(os.environ.get("HYBRIDAD_PARALLEL_MIN", "") or 1 << 15)
+
+_setting = threading.local()
+
+
+def parallel_min():
+    """The prange threshold in effect: :data:`PARALLEL_MIN`, or no loop at
+    all inside :func:`serial_loops`."""
+    return 1 << 62 if getattr(_setting, "serial", False) else PARALLEL_MIN
+
+
+@contextmanager
+def serial_loops(serial=True):
+    """Generate every loop as a plain ``range`` (no worker threads) while
+    active, in this thread (a plan built with ``parallel=False``)."""
+    before = getattr(_setting, "serial", False)
+    _setting.serial = bool(serial)
+    try:
+        yield
+    finally:
+        _setting.serial = before
 
 
 def broadcast_index(shape, loop_ndim, prefix="i"):
@@ -79,7 +102,7 @@ class LoopWriter:
         elementwise stores and ``+=`` into a scalar).
         """
         pad = self.indent
-        par = parallel and shape and int(np.prod(shape)) >= PARALLEL_MIN
+        par = parallel and shape and int(np.prod(shape)) >= parallel_min()
         self.parallel = self.parallel or bool(par)
         for d, s in enumerate(shape):
             loop = "prange" if par and d == 0 else "range"
@@ -223,7 +246,7 @@ def _pow2_at_least(n):
 
 
 def _parallel_sum(body):
-    return body.reduction.op == "sum" and int(np.prod(body.shape)) >= PARALLEL_MIN
+    return body.reduction.op == "sum" and int(np.prod(body.shape)) >= parallel_min()
 
 
 def _block_slice(w, name):
@@ -310,7 +333,7 @@ def region_acc_lines(w, members, names, consts):
         writes.setdefault((names[m.id], where), []).append((key, m.attrs.get("wrt")))
     targets = [t for t, _ in writes]
     race_free = len(set(targets)) == len(targets)
-    large = bool(shape) and int(np.prod(shape)) >= PARALLEL_MIN
+    large = bool(shape) and int(np.prod(shape)) >= parallel_min()
     groups = [list(writes.items())] if race_free or not large else \
         [[item] for item in writes.items()]
     for group in groups:
@@ -343,7 +366,7 @@ def region_runs_parallel(node):
     body = node.attrs["body"]
     red, shape = body.reduction, body.shape
     if node.attrs["mode"] == "vjp" or red is None:
-        return bool(shape) and int(np.prod(shape)) >= PARALLEL_MIN
+        return bool(shape) and int(np.prod(shape)) >= parallel_min()
     return bool(shape) and len(red.attrs["axis"]) == len(shape) and _parallel_sum(body)
 
 

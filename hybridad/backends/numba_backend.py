@@ -28,7 +28,7 @@ from .loops import (PARALLEL_MIN, Constants, LoopWriter, broadcast_index, fill,
 from .loops import reduction_lines as _reduction_lines
 from .scalar import vector_imports
 
-__all__ = ["materialize_for_numba", "compile_numba_program"]
+__all__ = ["materialize_for_numba", "compile_numba_program", "work_estimate"]
 
 
 # ----------------------------------------------------------------------------
@@ -658,7 +658,7 @@ def _nbytes(shape, dtype):
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
-def _work(nodes):
+def work_estimate(nodes):
     """Rough count of element operations of a plan (decides ``heavy``)."""
     total = 0
     for n in nodes:
@@ -973,7 +973,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     guards = ["    " + line for line in checks.lines(table.size)]
     body, kernel_defs, parallel = kernels.finish(guards + w.lines, header, params)
     parallel = parallel or w.parallel
-    heavy = parallel or _work(nodes) >= PARALLEL_MIN
+    heavy = parallel or work_estimate(nodes) >= PARALLEL_MIN
     fn_name = "plan_fn"
     flags = _FLAGS + (", nogil=True" if heavy else "") + (", parallel=True" if parallel else "")
     signature = f"def {fn_name}({', '.join(params)}):"
