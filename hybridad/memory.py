@@ -15,9 +15,22 @@ Storage kinds:
 * ``buffer``  -- a slot in the workspace arena: one allocation per dtype,
   made once per plan, 64-byte aligned slots.
 
-This first planner gives every buffer its own slot (no reuse); the arena is
-the naive sum.  Everything is allocated when the plan is built, so calls
-allocate nothing.
+Buffers share the arena by *liveness*: the schedule is the graph's node
+order (the forward sweep, then the backward sweep), and each buffer lives from
+the node that writes it to the last node that reads its storage (through
+views and in-place updates; a graph output to the end).  A forward value the
+backward does not read dies at its last forward use; one it reads lives until
+then; an adjoint dies once consumed.  Intervals are inclusive, so an op's
+result never shares memory with an operand it reads (in-place writes are
+explicit ``alias`` storage instead).  Buffers are packed greedily, largest
+first, each at the lowest offset free of every buffer whose lifetime overlaps
+its own (the heap simulation of XLA and TFLite).  :attr:`MemoryPlan.lower_bound`
+is the most bytes live at any point of the schedule -- no arena can be
+smaller -- and :attr:`MemoryPlan.naive_bytes` what one slot per buffer would
+take.  Gradient outputs a backend writes straight into the caller's result
+buffers (``direct``) take no arena space.
+
+Everything is allocated when the plan is built, so calls allocate nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +39,7 @@ import numpy as np
 
 from .ops import REGISTRY
 
-__all__ = ["MemoryPlan", "op_workspaces", "plan_memory"]
+__all__ = ["MemoryPlan", "MemoryProfile", "op_workspaces", "plan_memory", "poison_schedule"]
 
 ALIGN = 64
 
@@ -47,7 +60,8 @@ class MemoryPlan:
         operand's layout forbids a view, or what a backend asked for).
     """
 
-    def __init__(self, storage, slots, arena_bytes, materialized, scratch=None, alias_of=None):
+    def __init__(self, storage, slots, arena_bytes, materialized, scratch=None, alias_of=None,
+                 lifetimes=None, direct=None, order=(), naive_bytes=None, live_bytes=()):
         self.scratch = scratch or {}  # node id -> (dtype, offset_bytes, count)
         self.alias_of = alias_of or {}  # alias node id -> the operand node it overwrites
         self.arenas = {}  # dtype -> the flat arena (typed view), set by allocate()
@@ -55,10 +69,33 @@ class MemoryPlan:
         self.slots = slots
         self.arena_bytes = arena_bytes
         self.materialized = materialized
+        #: buffer node id, or ("scratch", node id) -> (first, last) schedule
+        #: positions, inclusive
+        self.lifetimes = lifetimes or {}
+        #: root buffer node id -> graph output position: written straight into
+        #: the caller's result buffer, no arena slot
+        self.direct = direct or {}
+        #: node ids in schedule order
+        self.order = list(order)
+        #: dtype -> bytes one slot per buffer would take
+        self.naive_bytes = naive_bytes or dict(arena_bytes)
+        #: bytes of arena live after each schedule position
+        self.live_bytes = np.asarray(live_bytes, dtype=np.int64)
 
     @property
     def total_bytes(self):
+        """Bytes of all arenas (what the plan holds)."""
         return sum(self.arena_bytes.values())
+
+    @property
+    def lower_bound(self):
+        """The most bytes live at one point of the schedule (no arena is smaller)."""
+        return int(self.live_bytes.max()) if self.live_bytes.size else 0
+
+    @property
+    def naive_total(self):
+        """Bytes with one slot per buffer (no reuse)."""
+        return sum(self.naive_bytes.values())
 
     def scratch_view(self, nid):
         """The allocated scratch slot of node ``nid`` (after :meth:`allocate`)."""
@@ -71,6 +108,67 @@ class MemoryPlan:
         self.arenas = {dt: a[:a.size - a.size % dt.itemsize].view(dt) for dt, a in arenas.items()}
         return {nid: _slot_view(arenas[dt], off, shape, dt)
                 for nid, (dt, off, nbytes, shape) in self.slots.items()}
+
+
+class MemoryProfile:
+    """Live workspace bytes over a plan's schedule (:meth:`Plan.memory_profile`).
+
+    Attributes
+    ----------
+    live_bytes : ndarray of int64
+        Bytes live at each schedule step.
+    labels, phases : list of str
+        The node run at each step (``"%12 region"``) and its sweep.
+    arena_bytes, lower_bound, naive_bytes : int
+        The arena's size, the largest ``live_bytes``, and one slot per buffer.
+    name : str
+        The function's name.
+    """
+
+    def __init__(self, live_bytes, labels, phases, arena_bytes, lower_bound, naive_bytes,
+                 name=""):
+        self.live_bytes = live_bytes
+        self.labels = labels
+        self.phases = phases
+        self.arena_bytes = arena_bytes
+        self.lower_bound = lower_bound
+        self.naive_bytes = naive_bytes
+        self.name = name
+
+    def __repr__(self):
+        return (f"<MemoryProfile {self.name}: {len(self.live_bytes)} steps, peak live "
+                f"{self.lower_bound} B, arena {self.arena_bytes} B, one slot per buffer "
+                f"{self.naive_bytes} B>")
+
+    def table(self):
+        """The curve as text: one line per step."""
+        return "\n".join(f"{i:>5} {p:<8} {lab:<28} {b:>14}" for i, (p, lab, b) in
+                         enumerate(zip(self.phases, self.labels, self.live_bytes, strict=True)))
+
+    def plot(self, path):
+        """Save the curve (live bytes per step, the arena and the naive sum) as an image."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(8, 4))
+        steps = np.arange(len(self.live_bytes))
+        ax.step(steps, self.live_bytes / 2**20, where="mid", label="live")
+        ax.axhline(self.arena_bytes / 2**20, color="C1", ls="--", label="arena (packed)")
+        ax.axhline(self.naive_bytes / 2**20, color="C2", ls=":", label="one slot per buffer")
+        back = [i for i, p in enumerate(self.phases) if p == "backward"]
+        if back:
+            ax.axvline(back[0] - 0.5, color="grey", lw=0.8)
+            ax.text(back[0], ax.get_ylim()[1] * 0.95, " backward", color="grey", va="top")
+        ax.set_xlabel("schedule step (graph node)")
+        ax.set_ylabel("MiB")
+        ax.set_title(f"workspace of {self.name}")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return path
 
 
 def _slot_view(arena, offset, shape, dtype):
@@ -100,17 +198,23 @@ def op_workspaces(nodes):
     return out
 
 
-def plan_memory(graph, materialize=(), scratch=None, reuse=False):
+def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs=False,
+                pack=True):
     """Assign storage to every node of ``graph`` (see module docstring).
 
     ``materialize``: ids of view nodes the backend wants copied into a buffer.
     ``scratch``: node id -> (dtype, element count) of working space the
-    backend's code for that node needs (a slot of its own in the arena).
+    backend's code for that node needs (an arena slot live during that node).
     ``reuse``: let elementwise regions write over a dying operand buffer.
+    ``direct_outputs``: the backend writes gradient outputs (all but the
+    first) straight into the caller's buffers: their storage takes no slot.
+    ``pack``: share slots between buffers whose lifetimes do not overlap
+    (False: one slot per buffer, the naive sum -- for comparison).
     """
-    storage, slots, arena, copies, protos, alias_of = {}, {}, {}, set(), {}, {}
+    storage, copies, protos, alias_of = {}, set(), {}, {}
     users = graph.users()
     outputs = {n.id for n in graph.outputs if n is not None}
+    buffers = []
     for node in graph.nodes:
         if node.op in ("input", "const"):
             storage[node.id] = node.op
@@ -144,17 +248,128 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False):
             except ValueError:
                 copies.add(node.id)  # falls through: gets a buffer, then a copy
         storage[node.id] = "buffer"
-        dt = node.dtype
-        off = arena.get(dt, 0)
-        slots[node.id] = (dt, off, node.nbytes, node.shape)
-        arena[dt] = off + -(-max(node.nbytes, 1) // ALIGN) * ALIGN
-    scratch_slots = {}
+        buffers.append(node)
+
+    def root_of(node):
+        while storage[node.id] in ("alias", "view"):
+            node = alias_of[node.id] if storage[node.id] == "alias" else node.args[0]
+        return node
+
+    direct = _direct(graph.outputs, storage, alias_of) if direct_outputs else {}
+    pos = {n.id: i for i, n in enumerate(graph.nodes)}
+    end_of_schedule = len(graph.nodes)
+    first, last = {}, {}
+    for node in buffers:
+        first[node.id] = last[node.id] = pos[node.id]
+        if node.op == "region_partial":  # written by its region's kernel
+            first[node.id] = pos[node.args[0].id]
+    for node in graph.nodes:
+        if storage[node.id] in ("input", "const"):
+            continue
+        root = root_of(node)
+        if root.id not in first:
+            continue
+        reads = [pos[u.id] for u in users[node.id]] + [pos[node.id]]
+        if node.id in outputs:
+            reads.append(end_of_schedule)
+        last[root.id] = max(last[root.id], *reads)
+    items = [(nid, node.dtype, node.nbytes, first[nid], last[nid]) for node in buffers
+             if (nid := node.id) not in direct]
     for nid, (dt, count) in (scratch or {}).items():
         dt = np.dtype(dt)
-        off = arena.get(dt, 0)
-        scratch_slots[nid] = (dt, off, count)
-        arena[dt] = off + -(-max(count * dt.itemsize, 1) // ALIGN) * ALIGN
-    return MemoryPlan(storage, slots, arena, copies, scratch_slots, alias_of)
+        items.append((("scratch", nid), dt, count * dt.itemsize, pos[nid], pos[nid]))
+    offsets, arena = _pack(items, pack)
+    slots, scratch_slots = {}, {}
+    by_id = {n.id: n for n in buffers}
+    for key, dt, nbytes, _, _ in items:
+        if isinstance(key, tuple):
+            scratch_slots[key[1]] = (dt, offsets[key], nbytes // dt.itemsize)
+        else:
+            slots[key] = (dt, offsets[key], nbytes, by_id[key].shape)
+    naive = {}
+    live = np.zeros(end_of_schedule + 1, dtype=np.int64)
+    for _, dt, nbytes, a, b in items:
+        naive[dt] = naive.get(dt, 0) + _aligned(nbytes)
+        live[a:b + 1] += nbytes
+    lifetimes = {key: (a, b) for key, _, _, a, b in items}
+    return MemoryPlan(storage, slots, arena, copies, scratch_slots, alias_of,
+                      lifetimes=lifetimes, direct=direct, order=[n.id for n in graph.nodes],
+                      naive_bytes=naive, live_bytes=live[:end_of_schedule])
+
+
+def poison_schedule(memplan):
+    """For instrumented runs: ``"start"`` -> every floating-point slot, and
+    node id -> the floating-point slots whose lifetime ends at that node
+    (buffer ids, ``("scratch", id)``).  A backend that fills these with NaN
+    at those points proves that no value is read outside its lifetime: any
+    such read would turn the results into NaN."""
+    out = {"start": []}
+    for key, (_, b) in memplan.lifetimes.items():
+        dt = (memplan.scratch[key[1]][0] if isinstance(key, tuple) else memplan.slots[key][0])
+        if dt.kind not in "fc":
+            continue
+        out["start"].append(key)
+        if b < len(memplan.order):  # graph outputs live to the end
+            out.setdefault(memplan.order[b], []).append(key)
+    return out
+
+
+def _aligned(nbytes):
+    return -(-max(nbytes, 1) // ALIGN) * ALIGN
+
+
+def _direct(outputs, storage, alias_of):
+    """root buffer id -> output position, for gradient outputs (not the 0-d
+    value, position 0) stored in a buffer (through in-place updates, not
+    views: a transposed output cannot be its own buffer) no other output
+    shares."""
+    roots = {}
+    for k, n in enumerate(outputs):
+        if k == 0 or n is None:
+            continue
+        root = n
+        while storage[root.id] == "alias":
+            root = alias_of[root.id]
+        if storage[root.id] == "buffer":
+            roots.setdefault(root.id, []).append(k)
+    return {rid: ks[0] for rid, ks in roots.items() if len(ks) == 1}
+
+
+def _pack(items, pack):
+    """key -> byte offset, and dtype -> arena bytes, for ``items`` of
+    ``(key, dtype, nbytes, first, last)``: greedy by size, largest first,
+    each at the lowest 64-byte aligned offset where it overlaps no placed item
+    of the same dtype whose lifetime overlaps its own."""
+    offsets, arena = {}, {}
+    placed = {}  # dtype -> ([first], [last], [offset], [end offset])
+    order = sorted(range(len(items)), key=lambda i: (-items[i][2], items[i][3], i))
+    for i in order:
+        key, dt, nbytes, a, b = items[i]
+        size = _aligned(nbytes)
+        if not pack:
+            offsets[key] = arena.get(dt, 0)
+            arena[dt] = offsets[key] + size
+            continue
+        firsts, lasts, starts, ends = placed.setdefault(dt, ([], [], [], []))
+        offset = 0
+        if starts:
+            f, lt = np.asarray(firsts), np.asarray(lasts)
+            busy = (f <= b) & (lt >= a)
+            if busy.any():
+                lo = np.asarray(starts)[busy]
+                hi = np.asarray(ends)[busy]
+                ranks = np.argsort(lo, kind="stable")
+                for s, e in zip(lo[ranks], hi[ranks], strict=True):
+                    if s - offset >= size:
+                        break
+                    offset = max(offset, int(e))
+        offsets[key] = offset
+        firsts.append(a)
+        lasts.append(b)
+        starts.append(offset)
+        ends.append(offset + size)
+        arena[dt] = max(arena.get(dt, 0), offset + size)
+    return offsets, arena
 
 
 def _reusable_operand(node, storage, users, outputs):

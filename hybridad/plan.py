@@ -134,13 +134,17 @@ class Plan:
         Rough count of element operations per call.
     """
 
-    def __init__(self, f, args, argnums=0, backend="numba", hvp=False, parallel=True):
+    def __init__(self, f, args, argnums=0, backend="numba", hvp=False, parallel=True,
+                 poison=False, pack=True):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
         if not isinstance(parallel, (bool, np.bool_)):
             raise TypeError(f"parallel must be True or False; got {parallel!r}")
         self.backend = backend
         self.parallel = bool(parallel)
+        # instrumented (tests): every slot is filled with NaN outside its lifetime
+        self._poison = bool(poison)
+        self._pack = bool(pack)  # False: one arena slot per buffer (for comparison)
         self.name = getattr(f, "__qualname__", repr(f))
         self.argnums, self._diff = normalize_argnums(argnums, len(args))
         self._names = arg_names(f, len(args))
@@ -203,7 +207,8 @@ class Plan:
         scratch = op_workspaces(graph.nodes)
         if numba:
             scratch.update(scratch_for_numba(graph.nodes))
-        self.memory = plan_memory(graph, self._materialize(graph.nodes), scratch, reuse=numba)
+        self.memory = plan_memory(graph, self._materialize(graph.nodes), scratch, reuse=numba,
+                                  direct_outputs=numba, pack=self._pack)
         self._buffers = self.memory.allocate()
         grad_specs = [self._specs[i] for i in self._diff_leaves]
         self._out_specs = [((), self._value_dtype)] + grad_specs * self.order
@@ -231,8 +236,10 @@ class Plan:
         if self.backend == "numba":
             with serial_loops(not self.parallel):
                 return compile_numba_program(nodes, inputs, outputs, self.memory, self._buffers,
-                                             in_specs or self._specs, out_specs, name=name)
-        return compile_program(nodes, inputs, outputs, self.memory, self._buffers, name=name)
+                                             in_specs or self._specs, out_specs, name=name,
+                                             poison=self._poison)
+        return compile_program(nodes, inputs, outputs, self.memory, self._buffers, name=name,
+                               poison=self._poison)
 
     def _check_output(self, out, trace):
         if not isinstance(out, Tracer):
@@ -568,18 +575,66 @@ class Plan:
                  str(self.graph), ""]
         if self.backend == "numba":
             lines += ["regions:", *self._region_lines(), ""]
-        lines += ["buffers:"]
-        for node in self.graph.nodes:
-            kind = self.memory.storage[node.id]
-            if kind == "buffer":
-                dt, off, nbytes, _ = self.memory.slots[node.id]
-                lines.append(f"  %{node.id:<4} {node.op:<18} {node.phase:<8} {nbytes:>12} B"
-                             f"  arena[{dt.name}]+{off}")
-        for dt, n in self.memory.arena_bytes.items():
-            lines.append(f"arena[{dt.name}]: {n} bytes")
-        lines.append(f"total workspace: {self.memory.total_bytes} bytes")
+        lines += ["buffers: (live a..b: first and last step of the schedule, the graph's "
+                  "node order)", *self._buffer_lines()]
         lines += ["", "generated source:", self._program.source]
         return "\n".join(lines)
+
+    def _buffer_lines(self):
+        mem = self.memory
+        nodes = {n.id: n for n in self.graph.nodes}
+        spans = {}  # key -> (dtype, lo, hi, first, last)
+        for nid, (dt, off, nbytes, _) in mem.slots.items():
+            spans[nid] = (dt, off, off + nbytes, *mem.lifetimes[nid])
+        for nid, (dt, off, count) in mem.scratch.items():
+            spans[("scratch", nid)] = (dt, off, off + count * dt.itemsize,
+                                       *mem.lifetimes[("scratch", nid)])
+
+        def name(key):
+            return f"scratch of %{key[1]}" if isinstance(key, tuple) else f"%{key}"
+
+        out = []
+        for key in sorted(spans, key=lambda k: (spans[k][3], str(k))):
+            dt, lo, hi, a, b = spans[key]
+            shared = [name(k) for k, (d2, lo2, hi2, _, _) in spans.items()
+                      if k != key and d2 == dt and lo2 < hi and lo < hi2]
+            nid = key[1] if isinstance(key, tuple) else key
+            node = nodes[nid]
+            op = "scratch" if isinstance(key, tuple) else node.op
+            out.append(f"  {name(key):<16} {op:<16} {node.phase:<8} {hi - lo:>12} B  "
+                       f"live {a}..{b}  arena[{dt.name}]+{lo}" +
+                       (f"  (slot also used by {', '.join(shared)})" if shared else ""))
+        for nid in mem.direct:
+            node = nodes[nid]
+            out.append(f"  %{nid:<15} {node.op:<16} {node.phase:<8} {node.nbytes:>12} B  "
+                       f"the result's buffer (no arena)")
+        for dt, n in mem.arena_bytes.items():
+            out.append(f"arena[{dt.name}]: {n} bytes")
+        out.append(f"total workspace: {mem.total_bytes} bytes (peak); liveness lower bound "
+                   f"{mem.lower_bound} bytes; one slot per buffer would take "
+                   f"{mem.naive_total} bytes")
+        return out
+
+    def memory_profile(self):
+        """Bytes of workspace live at each step of the schedule.
+
+        Returns
+        -------
+        MemoryProfile
+            ``live_bytes[i]``: arena bytes live while node ``labels[i]`` runs
+            (forward, then backward sweep); ``arena_bytes``: the arena's size
+            (its peak); ``lower_bound``: ``live_bytes.max()``, what no
+            arena can undercut; ``naive_bytes``: one slot per buffer.
+            ``.plot(path)`` saves the curve (needs matplotlib).
+        """
+        from .memory import MemoryProfile
+
+        nodes = {n.id: n for n in self.graph.nodes}
+        labels = [f"%{nid} {nodes[nid].op}" for nid in self.memory.order]
+        phases = [nodes[nid].phase for nid in self.memory.order]
+        return MemoryProfile(self.memory.live_bytes.copy(), labels, phases,
+                             self.memory.total_bytes, self.memory.lower_bound,
+                             self.memory.naive_total, self.name)
 
     def _region_lines(self):
         from .backends.loops import region_runs_parallel

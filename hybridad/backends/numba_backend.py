@@ -19,6 +19,7 @@ import threading
 import numpy as np
 
 from ..ir import format_node
+from ..memory import poison_schedule
 from ..ops import REGISTRY
 from . import cache
 from .lapack import LAPACK_OPS, kind_of
@@ -832,7 +833,7 @@ def _canonical(lines, module_names):
 
 
 def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, out_specs,
-                          name="plan"):
+                          name="plan", poison=False):
     """Generate, cache and compile the whole-plan function.
 
     ``in_specs`` / ``out_specs``: ``(shape, dtype)`` of each input and output
@@ -880,6 +881,15 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         names[("scratch", nid)] = f"sc{nid}"
         addresses[f"sc{nid}"] = (f"ar_{dt.name}p + {off}", (count,), dt, "C")
         w.emit(f"sc{nid} = " + view_at(*addresses[f"sc{nid}"]))
+    dying = poison_schedule(memplan) if poison else {}
+
+    def poison_lines(keys):
+        for key in keys:
+            var = f"sc{key[1]}" if isinstance(key, tuple) else names.get(key)
+            if var is not None and var.startswith(("b", "sc")):
+                w.emit(f"{var}[...] = np.nan  # poison: dead")
+    if poison:  # every slot is dead before it is written
+        poison_lines(list(dying.get("start", ())))
     params += [f"a{i}p" if objects else f"a{i}" for i in range(len(inputs))]
     for n in nodes:
         storage = memplan.storage[n.id]
@@ -950,6 +960,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         else:
             w.emit(f"# {format_node(n)}")
             kernels.emit(w, n)
+        if poison:
+            poison_lines(dying.get(n.id, ()))
     params += [f"o{k}p" if objects else f"o{k}" for k in range(len(outputs))]
     w.emit("# outputs")
     for k, n in enumerate(outputs):
@@ -1037,7 +1049,8 @@ def _direct_outputs(nodes, outputs, memplan):
     """buffer node id -> output position, for gradient outputs computed straight
     into the caller's buffer (no copy at the end; outputs reach the compiled
     function C-contiguous and of the plan's dtype, see :class:`NumbaProgram`).
-    The 0-d value output is copied (cheap), and a buffer two outputs share."""
+    The 0-d value output is copied (cheap), and a buffer two outputs share.
+    These are the memory plan's ``direct`` roots (they have no arena slot)."""
     by_id = {n.id: n for n in nodes}
     roots = {}
     for k, n in enumerate(outputs):
@@ -1048,4 +1061,8 @@ def _direct_outputs(nodes, outputs, memplan):
             root = memplan.alias_of[root.id]
         if memplan.storage[root.id] == "buffer":
             roots.setdefault(root.id, []).append(k)
-    return {rid: ks[0] for rid, ks in roots.items() if len(ks) == 1}
+    direct = {rid: ks[0] for rid, ks in roots.items() if len(ks) == 1}
+    written = {n.id for n in nodes}
+    if set(direct) != {rid for rid in memplan.direct if rid in written}:
+        raise AssertionError("the program's direct outputs differ from the memory plan's")
+    return direct

@@ -18,6 +18,7 @@ import functools
 import numpy as np
 
 from ..ir import format_node
+from ..memory import poison_schedule
 from ..ops import REGISTRY
 
 __all__ = ["Program", "compile_program"]
@@ -56,7 +57,7 @@ class _Stager:
         return buf
 
 
-def compile_program(nodes, inputs, outputs, memplan, buffers, name="program"):
+def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", poison=False):
     """Generate and compile the straight-line function.
 
     Parameters
@@ -70,12 +71,29 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program"):
     memplan : MemoryPlan
     buffers : dict
         node id -> ndarray, from ``memplan.allocate()``.
+    poison : bool
+        Instrumented run: fill every slot with NaN before it is written and
+        after its last read (:func:`hybridad.memory.poison_schedule`).
     """
     ns = {"_copyto": np.copyto, "_stage": _Stager()}
     names, static = {}, {}
     params = [f"a{i}" for i in range(len(inputs))] + [f"o{i}" for i in range(len(outputs))]
     lines = [f"def {name}({', '.join(params)}):"]
     input_pos = {n.id: i for i, n in enumerate(inputs)}
+    dying = poison_schedule(memplan) if poison else {}
+
+    def poison_lines(keys):
+        out = []
+        for key in keys:
+            if isinstance(key, tuple):
+                ns[f"_sc{key[1]}"] = memplan.scratch_view(key[1])
+                out.append(f"    _sc{key[1]}.fill(_nan)")
+            elif key in buffers:
+                ns[f"b{key}"] = buffers[key]
+                out.append(f"    b{key}.fill(_nan)")
+        return out
+    ns["_nan"] = np.nan
+    lines += poison_lines(dying.get("start", ()))
 
     for node in nodes:
         storage = memplan.storage[node.id]
@@ -117,6 +135,7 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program"):
         if body:
             lines.append(f"    # {format_node(node)}")
             lines.extend("    " + s for s in body)
+        lines += poison_lines(dying.get(node.id, ()))
 
     lines.append("    # outputs")
     for k, node in enumerate(outputs):

@@ -1,0 +1,199 @@
+"""The memory planner: liveness, packing, poisoned runs, explain() and the profile."""
+
+import numpy as np
+import pytest
+from conftest import rand
+from test_coverage import CASES
+
+import hybridad as ha
+from hybridad.plan import Plan
+
+
+def mlp(W1, b1, W2, X, Y):
+    h = np.tanh(X @ W1 + b1)
+    return np.mean((h @ W2 - Y) ** 2)
+
+
+def dense_chain(x0):
+    xs = [x0]
+    for _ in range(20):
+        xs.append(sum(xs[1:], xs[0]))
+    return np.sum(np.tanh(xs[-1]))
+
+
+def stencil(x):
+    return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2) + \
+        np.sum(np.exp(x[2:]) * np.sin(x[:-2]))
+
+
+def _mlp_args(seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((6, 8)), rng.standard_normal(8), rng.standard_normal((8, 3)),
+            rng.standard_normal((20, 6)), rng.standard_normal((20, 3)))
+
+
+#: (function, args, argnums) compiled on the numba backend too
+NUMBA_CASES = {
+    "mlp": (mlp, _mlp_args(), (0, 1, 2)),
+    "dense_chain": (dense_chain, (rand((40,), seed=1),), 0),
+    "stencil": (stencil, (rand((40,), seed=2),), 0),
+    "logsumexp-matmul": (lambda x, A: np.log(np.sum(np.exp(A @ np.tanh(x)))) + np.sum(x ** 2),
+                         (rand((7,), seed=3), rand((5, 7), seed=4)), 0),
+}
+
+
+def _check_packing(memplan):
+    """No two slots whose lifetimes overlap share a byte; the arena is between
+    the liveness lower bound and the naive sum."""
+    spans = [(dt, off, off + nbytes, *memplan.lifetimes[nid])
+             for nid, (dt, off, nbytes, _) in memplan.slots.items()]
+    spans += [(dt, off, off + count * dt.itemsize, *memplan.lifetimes[("scratch", nid)])
+              for nid, (dt, off, count) in memplan.scratch.items()]
+    for i, (dt, lo, hi, a, b) in enumerate(spans):
+        assert lo % 64 == 0 and hi <= memplan.arena_bytes[dt]
+        for dt2, lo2, hi2, a2, b2 in spans[i + 1:]:
+            if dt2 == dt and a <= b2 and a2 <= b:
+                assert hi <= lo2 or hi2 <= lo, (lo, hi, a, b, lo2, hi2, a2, b2)
+    assert memplan.lower_bound <= memplan.total_bytes <= memplan.naive_total
+
+
+def _run(plan, args, argnums):
+    res = ha.GradientResult(tuple(args[i] for i in argnums) if isinstance(argnums, tuple)
+                            else args[argnums])
+    plan.gradient(*args, out=res)
+    grads = res.gradient if isinstance(argnums, tuple) else (res.gradient,)
+    return float(res.value), [np.array(g) for g in grads]
+
+
+def _same(a, b):
+    assert a[0] == b[0] or (np.isnan(a[0]) and np.isnan(b[0]))
+    for g, h in zip(a[1], b[1], strict=True):
+        np.testing.assert_array_equal(g, h)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_coverage_case_packs_safely_and_survives_poison(name):
+    # numpy backend: every slot is NaN before it is written and after its last
+    # read; the results are bit-identical to one slot per buffer
+    f, x = CASES[name], rand((4, 5), seed=sum(map(ord, name)))
+    plain = Plan(f, (x,), backend="numpy", pack=False)
+    poisoned = Plan(f, (x,), backend="numpy", poison=True)
+    _check_packing(poisoned.memory)
+    assert plain.memory.total_bytes == plain.memory.naive_total
+    _same(_run(poisoned, (x,), 0), _run(plain, (x,), 0))
+
+
+@pytest.mark.parametrize("name", sorted(NUMBA_CASES))
+def test_numba_plans_pack_safely_and_survive_poison(name):
+    f, args, argnums = NUMBA_CASES[name]
+    packed = Plan(f, args, argnums)
+    poisoned = Plan(f, args, argnums, poison=True)
+    assert "np.nan  # poison" in poisoned._program.source
+    _check_packing(packed.memory)
+    ref = _run(Plan(f, args, argnums, backend="numpy", pack=False), args, argnums)
+    got, bad = _run(packed, args, argnums), _run(poisoned, args, argnums)
+    _same(bad, got)
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-13)
+    for g, h in zip(got[1], ref[1], strict=True):
+        np.testing.assert_allclose(g, h, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_hvp_plans_survive_poison(backend):
+    x, v = rand((30,), seed=8), rand((30,), seed=9)
+    plan = Plan(stencil, (x,), hvp=True, backend=backend, poison=True)
+    _check_packing(plan.memory)
+    ref = ha.hvp(stencil, x, v, backend="numpy")
+    got = plan.hvp(x, v=v)
+    np.testing.assert_allclose(got.hvp, ref.hvp, rtol=1e-12, atol=1e-13)
+
+
+def test_poison_catches_a_slot_shared_too_early(monkeypatch):
+    # a planner that ends every lifetime at its first step must be caught:
+    # reads after a slot's recorded end see NaN
+    from hybridad import memory
+
+    real = memory.plan_memory
+
+    def short_lived(graph, *args, **kwargs):
+        plan = real(graph, *args, **kwargs)
+        plan.lifetimes = {k: (a, a) for k, (a, b) in plan.lifetimes.items()}
+        return plan
+
+    monkeypatch.setattr("hybridad.plan.plan_memory", short_lived)
+    x = rand((4, 5), seed=10)
+    res = _run(Plan(lambda x: np.sum(np.tanh(x @ x.T) * x[:, :1]), (x,), backend="numpy",
+                    poison=True), (x,), 0)
+    assert np.isnan(res[0]) or any(np.isnan(g).any() for g in res[1])
+
+
+def test_dense_chain_arena_is_near_the_liveness_bound():
+    x = rand((1000,), seed=11)
+    plan = ha.compile(dense_chain, x)
+    mem = plan.memory
+    assert mem.total_bytes <= 1.1 * mem.lower_bound + 64 * len(mem.slots)
+    res = ha.GradientResult(x)
+    plan.gradient(x, out=res)
+    np.testing.assert_allclose(res.gradient, ha.gradient(dense_chain, x, backend="numpy").gradient,
+                               rtol=1e-12)
+
+
+def test_mlp_arena_reuses_memory():
+    args = (rand((10, 64), seed=1), rand((64,), seed=2), rand((64, 64), seed=3),
+            rand((500, 10), seed=4), rand((500, 64), seed=5))
+
+    def deep(W1, b1, W2, X, Y):
+        h = np.tanh(X @ W1 + b1)
+        for _ in range(4):
+            h = np.tanh(h @ W2 + b1)
+        return np.mean((h - Y) ** 2)
+
+    packed = Plan(deep, args, (0, 1, 2))
+    naive = Plan(deep, args, (0, 1, 2), pack=False)
+    _check_packing(packed.memory)
+    assert packed.memory.total_bytes < 0.8 * naive.memory.total_bytes
+    assert naive.memory.total_bytes == naive.memory.naive_total
+    _same(_run(packed, args, (0, 1, 2)), _run(naive, args, (0, 1, 2)))
+
+
+def test_explain_and_memory_profile():
+    args = _mlp_args()
+    plan = ha.compile(mlp, *args, argnums=(0, 1, 2))
+    text = plan.explain()
+    assert "live " in text and "liveness lower bound" in text and "one slot per buffer" in text
+    assert "slot also used by" in text or plan.memory.total_bytes == plan.memory.naive_total
+    prof = plan.memory_profile()
+    assert len(prof.live_bytes) == len(plan.graph.nodes) == len(prof.labels)
+    assert prof.live_bytes.max() == prof.lower_bound == plan.memory.lower_bound
+    assert prof.arena_bytes == plan.memory.total_bytes >= prof.lower_bound
+    assert "region" in prof.table() and "MemoryProfile" in repr(prof)
+
+
+def test_memory_profile_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    plan = ha.compile(stencil, rand((40,), seed=2))
+    path = plan.memory_profile().plot(tmp_path / "profile.png")
+    assert path.stat().st_size > 1000
+
+
+def test_rss_stays_flat_over_an_optimizer_loop():
+    import resource
+
+    args = _mlp_args()
+    plan = ha.compile(mlp, *args, argnums=(0, 1, 2))
+    res = ha.GradientResult(args[:3])
+    W1, b1, W2, X, Y = (a.copy() for a in args)
+    for _ in range(200):
+        plan.gradient(W1, b1, W2, X, Y, out=res)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with open("/proc/self/statm") as fh:
+        statm_before = int(fh.read().split()[1])
+    for _ in range(10_000):
+        plan.gradient(W1, b1, W2, X, Y, out=res)
+        for p, g in zip((W1, b1, W2), res.gradient, strict=True):
+            p -= 1e-3 * g
+    with open("/proc/self/statm") as fh:
+        statm_after = int(fh.read().split()[1])
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert (statm_after - statm_before) * 4096 < 1 << 20  # resident pages: < 1 MiB growth
+    assert after - before < 1024  # peak RSS (KiB): < 1 MiB growth
