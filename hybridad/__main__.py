@@ -1,9 +1,14 @@
-"""Command line: ``python -m hybridad demo``.
+"""Command line: ``python -m hybridad demo`` and ``python -m hybridad explain``.
 
 ``demo`` runs a short optimizer loop (gradient descent on a regularized
 logistic regression) that calls ``gradient(loss, w, X, y, out=res)`` every
 step, and prints the value, the gradient norm and the numpy bytes allocated
 per call, counted exactly.
+
+``explain MODULE:FUNCTION --shape 1000 [--shape 3,4 ...]`` builds the plan of
+``FUNCTION`` (from an importable module or a ``.py`` file) at random
+arguments of those shapes and prints ``plan.explain()`` and its memory
+profile; ``--plot FILE`` saves the live-bytes curve (needs matplotlib).
 """
 
 from __future__ import annotations
@@ -59,14 +64,87 @@ def demo(steps=200, n_samples=500, n_features=100, seed=0):
     return per_call
 
 
+def load_function(spec):
+    """``"package.module:name"`` or ``"path/to/file.py:name"`` -> the function."""
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    module_name, sep, name = spec.rpartition(":")
+    if not sep or not module_name or not name:
+        raise SystemExit(f"expected MODULE:FUNCTION, got {spec!r}")
+    if module_name.endswith(".py") or Path(module_name).is_file():
+        path = Path(module_name)
+        if not path.is_file():
+            raise SystemExit(f"no such file: {module_name}")
+        loader = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(loader)
+        loader.loader.exec_module(module)
+    else:
+        sys.path.insert(0, ".")
+        module = importlib.import_module(module_name)
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        raise SystemExit(f"{module_name} has no function {name!r}") from None
+
+
+def _shape(text):
+    text = text.strip("()[] ")
+    return tuple(int(s) for s in text.split(",") if s.strip()) if text else ()
+
+
+def explain(spec, shapes, dtype="float64", argnums=0, backend="numba", plot=None, seed=0,
+            source=True):
+    import hybridad as ha
+
+    f = load_function(spec)
+    rng = np.random.default_rng(seed)
+    args = [rng.standard_normal(shape).astype(dtype) for shape in shapes]
+    plan = ha.compile(f, *args, argnums=argnums, backend=backend)
+    text = plan.explain()
+    if not source:
+        text = text[:text.index("generated source:")].rstrip()
+    print(text)
+    prof = plan.memory_profile()
+    print()
+    print("memory profile (bytes live at each step):")
+    print(prof.table())
+    print(f"peak live {prof.lower_bound} B, arena {prof.arena_bytes} B, one slot per buffer "
+          f"{prof.naive_bytes} B")
+    if plot:
+        try:
+            prof.plot(plot)
+            print(f"plot saved to {plot}")
+        except ImportError:
+            print("matplotlib is not installed: no plot (pip install matplotlib)")
+    return plan
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m hybridad")
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="optimizer loop printing value, |grad|, bytes per call")
     d.add_argument("--steps", type=int, default=200)
+    e = sub.add_parser("explain", help="a function's plan: graph, regions, buffers with "
+                                       "lifetimes, memory profile")
+    e.add_argument("function", help="MODULE:FUNCTION or path/to/file.py:FUNCTION")
+    e.add_argument("--shape", action="append", type=_shape, required=True,
+                   help="shape of the next argument (random normal values), e.g. 1000 or 3,4; "
+                        "once per argument")
+    e.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    e.add_argument("--argnums", default="0",
+                   help="differentiated argument(s): 0 or 0,1")
+    e.add_argument("--backend", default="numba", choices=["numba", "numpy"])
+    e.add_argument("--plot", metavar="FILE", help="save the memory profile as an image")
+    e.add_argument("--no-source", action="store_true", help="leave out the generated source")
     args = parser.parse_args(argv)
     if args.command == "demo":
         demo(steps=args.steps)
+    elif args.command == "explain":
+        nums = tuple(int(a) for a in args.argnums.split(","))
+        explain(args.function, args.shape, args.dtype, nums[0] if len(nums) == 1 else nums,
+                args.backend, args.plot, source=not args.no_source)
     return 0
 
 

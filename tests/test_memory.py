@@ -197,3 +197,35 @@ def test_rss_stays_flat_over_an_optimizer_loop():
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     assert (statm_after - statm_before) * 4096 < 1 << 20  # resident pages: < 1 MiB growth
     assert after - before < 1024  # peak RSS (KiB): < 1 MiB growth
+
+
+def test_command_line_explain(tmp_path, capsys, monkeypatch):
+    from hybridad.__main__ import main
+
+    (tmp_path / "chains.py").write_text(
+        "import numpy as np\n\n"
+        "def chain(x0):\n"
+        "    xs = [x0]\n"
+        "    for _ in range(5):\n"
+        "        xs.append(sum(xs[1:], xs[0]))\n"
+        "    return np.sum(np.tanh(xs[-1]))\n\n"
+        "def quad(x, A):\n"
+        "    return x @ A @ x\n")
+    assert main(["explain", f"{tmp_path / 'chains.py'}:chain", "--shape", "50",
+                 "--no-source"]) == 0
+    out = capsys.readouterr().out
+    assert "liveness lower bound" in out and "memory profile" in out
+    assert "generated source" not in out
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plot = tmp_path / "quad.png"
+    main(["explain", "chains:quad", "--shape", "4", "--shape", "4,4", "--argnums", "0,1",
+          "--backend", "numpy", "--plot", str(plot)])
+    out = capsys.readouterr().out
+    assert "generated source" in out and "matmul" in out
+    try:
+        import matplotlib  # noqa: F401
+        assert plot.stat().st_size > 1000
+    except ImportError:
+        assert "matplotlib is not installed" in out
+    with pytest.raises(SystemExit):
+        main(["explain", "chains:nothing", "--shape", "4"])
