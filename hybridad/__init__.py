@@ -13,7 +13,7 @@ Pipeline (one module per stage): :mod:`.trace` -> :mod:`.ir` ->
 
 from . import numpy_api as _numpy_api  # noqa: F401  (the numpy surface: methods on tracers)
 from .api import clear_cache, compile, gradient, hvp
-from .errors import TracingError
+from .errors import MemoryBudgetError, TracingError
 from .plan import Plan
 from .results import DiffResult, GradientResult, HvpResult
 
@@ -23,6 +23,7 @@ __all__ = [
            "DiffResult",
            "GradientResult",
            "HvpResult",
+           "MemoryBudgetError",
            "Plan",
            "TracingError",
            "__version__",

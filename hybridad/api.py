@@ -37,7 +37,7 @@ _lock = threading.RLock()
 
 
 def compile(f, *example_args, argnums=0, backend="numba", hvp=False,  # noqa: A001
-            parallel=True):
+            parallel=True, memory_budget=None):
     """Build an explicit gradient plan for ``f`` at the example arguments.
 
     Parameters
@@ -67,6 +67,14 @@ def compile(f, *example_args, argnums=0, backend="numba", hvp=False,  # noqa: A0
         (an optimizer's BLAS: idle worker threads of two pools fight for
         the cores; see ``docs/scipy.md``), or when you parallelize over
         plans yourself.  Numba backend only; results agree to rounding.
+    memory_budget : int, optional
+        Most bytes of workspace the plan may hold (its arenas; arguments and
+        result buffers are the caller's).  Over budget, every fused region
+        is recomputed in the backward sweep instead of storing its partials
+        from the forward sweep (checkpointing; ``explain()`` says so); if
+        that does not fit either, :class:`hybridad.errors.MemoryBudgetError`
+        is raised here, with the smallest workspace that can be planned --
+        never an out-of-memory at run time.
 
     Returns
     -------
@@ -84,7 +92,8 @@ def compile(f, *example_args, argnums=0, backend="numba", hvp=False,  # noqa: A0
     >>> bool(np.allclose(res.gradient, np.exp(x)))
     True
     """
-    return Plan(f, example_args, argnums, backend, hvp=hvp, parallel=parallel)
+    return Plan(f, example_args, argnums, backend, hvp=hvp, parallel=parallel,
+                memory_budget=memory_budget)
 
 
 def _cache_for(f):

@@ -6,7 +6,7 @@ import linecache
 import os
 import sys
 
-__all__ = ["TracingError", "user_location"]
+__all__ = ["MemoryBudgetError", "TracingError", "user_location"]
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _NUMPY_MARK = os.sep + "numpy" + os.sep
@@ -20,6 +20,12 @@ class TracingError(Exception):
     offending line and the operation to use instead (``np.where``,
     ``np.maximum``, ...).
     """
+
+
+class MemoryBudgetError(ValueError):
+    """Raised by :func:`hybridad.compile` when no plan fits ``memory_budget``
+    (at compile time, never as an out-of-memory at run time).  The message
+    gives the smallest workspace hybridad can plan for the function."""
 
 
 def user_location():

@@ -28,8 +28,10 @@ from .backends.loops import serial_loops
 from .backends.numba_backend import compile_numba_program, materialize_for_numba, \
     scratch_for_numba, work_estimate
 from .backends.numpy_backend import compile_program
+from .errors import MemoryBudgetError
 from .ir import Graph, check, dead_code_elimination
 from .memory import op_workspaces, plan_memory
+from .ops.region import recompute_partials
 from .partition import fold_accumulations, fuse_regions
 from .results import DiffResult, GradientResult, HvpResult
 from .trace import Trace, Tracer, as_node
@@ -114,6 +116,12 @@ def _unpack_source(td, expr, leaves, conds, consts):
                for sub, item in zip(subs, items, strict=True))
 
 
+class _OverBudget(Exception):
+    def __init__(self, memory):
+        super().__init__()
+        self.memory = memory
+
+
 class Plan:
     """A compiled gradient plan (returned by :func:`hybridad.compile`).
 
@@ -135,7 +143,7 @@ class Plan:
     """
 
     def __init__(self, f, args, argnums=0, backend="numba", hvp=False, parallel=True,
-                 poison=False, pack=True):
+                 poison=False, pack=True, memory_budget=None):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
         if not isinstance(parallel, (bool, np.bool_)):
@@ -153,8 +161,31 @@ class Plan:
         self._lock = threading.Lock()
         self._value_program = None
         self.order = 2 if hvp else 1
+        if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(
+                memory_budget, (int, np.integer)) or memory_budget < 0):
+            raise TypeError(f"memory_budget must be a number of bytes (int >= 0) or None; "
+                            f"got {memory_budget!r}")
+        self.memory_budget = memory_budget
+        #: True when the budget made every region recompute its partials
+        self.recomputed_for_budget = False
         with serial_loops(not self.parallel):
-            self._build(f, args, leaves)
+            try:
+                self._build(f, args, leaves)
+            except _OverBudget as first:
+                # checkpointing: recompute every region in the backward sweep
+                # instead of keeping its partials from the forward sweep
+                self.recomputed_for_budget = True
+                try:
+                    with recompute_partials():
+                        self._build(f, args, leaves)
+                except _OverBudget as second:
+                    best = min(first.memory, second.memory, key=lambda m: m.total_bytes)
+                    raise MemoryBudgetError(
+                        f"{self.name}: memory_budget={memory_budget} bytes is too small; the "
+                        f"smallest workspace hybridad can plan is {best.total_bytes} bytes "
+                        f"(liveness lower bound {best.lower_bound}; "
+                        f"{first.memory.total_bytes} bytes storing partials, "
+                        f"{second.memory.total_bytes} recomputing every region)") from None
 
     # ------------------------------------------------------------------ build
     def _build(self, f, args, leaves):
@@ -209,6 +240,8 @@ class Plan:
             scratch.update(scratch_for_numba(graph.nodes))
         self.memory = plan_memory(graph, self._materialize(graph.nodes), scratch, reuse=numba,
                                   direct_outputs=numba, pack=self._pack)
+        if self.memory_budget is not None and self.memory.total_bytes > self.memory_budget:
+            raise _OverBudget(self.memory)  # before compiling anything
         self._buffers = self.memory.allocate()
         grad_specs = [self._specs[i] for i in self._diff_leaves]
         self._out_specs = [((), self._value_dtype)] + grad_specs * self.order
@@ -575,6 +608,10 @@ class Plan:
                  str(self.graph), ""]
         if self.backend == "numba":
             lines += ["regions:", *self._region_lines(), ""]
+        if self.memory_budget is not None:
+            lines += [f"memory budget: {self.memory_budget} bytes" + (
+                "; every region is recomputed in the backward sweep to fit (no stored "
+                "partials)" if self.recomputed_for_budget else "; fits as planned"), ""]
         lines += ["buffers: (live a..b: first and last step of the schedule, the graph's "
                   "node order)", *self._buffer_lines()]
         lines += ["", "generated source:", self._program.source]

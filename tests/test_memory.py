@@ -229,3 +229,37 @@ def test_command_line_explain(tmp_path, capsys, monkeypatch):
         assert "matplotlib is not installed" in out
     with pytest.raises(SystemExit):
         main(["explain", "chains:nothing", "--shape", "4"])
+
+
+def _pairs(x):
+    return np.sum(np.exp(x[1:] * x[:-1])) + np.sum(np.sin(x) ** 2)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_memory_budget_recomputes_regions_to_fit(backend):
+    x = rand((1000,), seed=12)
+    free = ha.compile(_pairs, x, backend=backend)
+    if backend == "numpy":  # the reference executor has no regions: nothing to recompute
+        with pytest.raises(ha.MemoryBudgetError, match="smallest workspace"):
+            ha.compile(_pairs, x, backend=backend, memory_budget=free.memory.total_bytes - 1)
+        return
+    assert any(n.op == "region_partial" for n in free.graph.nodes)  # exp: partials stored
+    budget = free.memory.total_bytes - 1
+    tight = ha.compile(_pairs, x, memory_budget=budget)
+    assert tight.recomputed_for_budget and tight.memory.total_bytes <= budget
+    assert not any(n.op == "region_partial" for n in tight.graph.nodes)
+    assert "every region is recomputed" in tight.explain()
+    a, b = free.gradient(x), tight.gradient(x)
+    np.testing.assert_allclose(b.gradient, a.gradient, rtol=1e-13, atol=1e-15)
+    roomy = ha.compile(_pairs, x, memory_budget=10**9)
+    assert not roomy.recomputed_for_budget and "fits as planned" in roomy.explain()
+
+
+def test_impossible_memory_budget_fails_at_compile_time():
+    x = rand((1000,), seed=13)
+    with pytest.raises(ha.MemoryBudgetError, match=r"memory_budget=64 bytes is too small.*"
+                                                   r"smallest workspace hybridad can plan is"):
+        ha.compile(_pairs, x, memory_budget=64)
+    for bad in (-1, 1.5, True, "1MB"):
+        with pytest.raises(TypeError, match="memory_budget"):
+            ha.compile(_pairs, x, memory_budget=bad)
