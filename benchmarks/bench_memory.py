@@ -1,0 +1,733 @@
+"""Memory benchmark: hybridad's packed workspace, and the peak memory of a gradient against peers.
+
+What is measured
+----------------
+Workloads (float64):
+
+* ``dense chain``: ``x_i = x_0 + x_1 + ... + x_{i-1}`` for i = 1..20 (``x_1 = x_0``),
+  ``f = sum(tanh(x_20))``, written as in the issue (a Python list of layers,
+  ``sum(xs[1:], xs[0])``), gradient w.r.t. ``x_0`` with n = 10^6 elements
+  (10^5 with ``--quick``).  ``x_0 ~ U(-1, 1) * 2**-19``, so that ``x_20 =
+  2**19 x_0`` lies in [-1, 1] (tanh not saturated).
+* ``mlp``: :func:`bench_core.mlp`'s tanh MLP with its widths 1 -> 16 -> 16 -> 1,
+  ``mean((pred - Y)**2)`` over a batch of B = 10^5 samples (10^4 with ``--quick``),
+  gradient w.r.t. the six weight and bias arrays (``argnums=(0, ..., 5)``), X and Y
+  constants; data as in ``bench_core.mlp_case`` (seeded).  ``mlp`` and its
+  hand-written gradient are copied here from ``bench_core.py`` (that module imports
+  hybridad and numba, which the peers' processes must not load).
+
+Rows (implementations), each the value and the whole gradient:
+
+* ``hybridad`` -- ``plan = ha.compile(f, *args, argnums=...)``,
+  ``res = ha.GradientResult(x)`` (for the MLP a tuple of the six parameters),
+  ``plan.gradient(*args, out=res)``;
+* ``hybridad pack=False`` -- the same with ``hybridad.plan.Plan(f, args, argnums,
+  pack=False)``: one workspace slot per buffer, no sharing (for comparison);
+* ``numpy (hand)`` -- a hand-written gradient as people write it (allocating).
+  Dense chain (:func:`dense_chain_numpy`): the forward pass keeps a running sum
+  ``s = x_0 + ... + x_{i-1}`` (so ``x_i = s`` and the next sum is ``s + x_i``), one
+  new array per layer; then ``t = tanh(x_20)``, value ``sum(t)`` and gradient
+  ``2**19 * (1 - t**2)`` (``d x_20 / d x_0 = 2**19``).  MLP: backpropagation
+  (:func:`mlp_numpy`, bench_core's);
+* ``torch`` -- torch autograd in float64: inputs ``torch.tensor(..., requires_grad=True)``
+  (constants ``torch.from_numpy``), ``loss = f(...)``, ``loss.backward()``, the
+  gradient in ``.grad``;
+* ``jax.jit`` -- ``jax.jit(jax.value_and_grad(f, argnums=...))`` with x64
+  enabled, on ``jnp.asarray`` inputs, ``block_until_ready``;
+* ``autograd`` -- HIPS autograd ``autograd.value_and_grad(f)`` with
+  ``autograd.numpy`` (for the MLP ``f`` takes the six parameters as one tuple).
+
+torch, jax and autograd rows are there when the package is importable (they are
+not dependencies; otherwise a note says they were skipped).
+
+Plan memory (hybridad rows, from the plans themselves, built in this process):
+``arena_bytes`` = ``plan.memory.total_bytes`` (the packed workspace arena, all
+dtypes); ``lower_bound`` = ``plan.memory.lower_bound`` (the liveness lower
+bound: the most workspace bytes live at once on the forward + backward schedule;
+no arena can be smaller); ``arena/bound`` their ratio (the issue's target for the
+dense chain: <= 1.1); ``naive_bytes`` = ``Plan(..., pack=False).memory.total_bytes``
+(one slot per buffer; checked equal to ``plan.memory.naive_total``).  These count
+the plan's workspace only: neither the result buffers (gradients are written
+straight into them) nor the inputs.  The notes give the schedule's length
+(``plan.memory_profile()``, steps = graph nodes after fusion) and what packing saves.
+
+Peak RSS (every row, each in a fresh process): the script runs itself as a child
+(hidden ``--child WORKLOAD IMPL``).  The child imports numpy and the row's
+libraries (hybridad also imports numba), creates the inputs (in the library's
+own arrays: torch tensors, jax arrays), runs ``gc.collect()``, resets the peak
+RSS (writes ``5`` to ``/proc/self/clear_refs``: VmHWM := VmRSS) and reads
+``/proc/self/status``: the baseline.  Then the measured part: build (hybridad: the
+plan; jax: ``jit``, compiled by the call) and one gradient call, its result
+buffers included; then VmHWM again.  ``rss_increase_bytes`` = VmHWM - baseline
+(the peak of everything the process touched: workspace, results, temporaries,
+compiled code loaded, library state), ``rss_x_input`` that over the input's
+bytes (dense chain: ``x_0``, 8e6 bytes at n = 10^6; MLP: the six parameters
+plus X and Y, about 1.6e6 bytes at B = 10^5, so the multiple is large: the hidden
+activations are 16 wide).  The issue's target for hybridad on the dense chain:
+<= 2x the input.  Without a writable ``clear_refs`` (not Linux, or restricted) the
+child uses the rise of the high-water mark (VmHWM, or ``ru_maxrss``) over the
+measured part instead: a lower bound, since a peak at import time above the
+baseline hides part of it (the row's notes then say "HWM rise").
+
+Two more numbers from the same method:
+
+* ``warm_rss_bytes`` (``warm_x_input``): the same measurement in another fresh
+  process that first, before the baseline, ran the same library's gradient of
+  a different tiny function (``sum(tanh(v) * v)``, 8 elements): the one-time
+  process costs -- numba's runtime and hybridad's compiled helpers, the XLA client,
+  torch's autograd engine -- are paid before the baseline, so this is what one
+  more gradient of this function costs in a process that already uses the
+  library.  (hybridad's first plan in a process loads numba's machinery, about
+  50 MB, whatever the problem size.  ``numpy (hand)`` has nothing to warm: its
+  two figures are the same measurement.)
+* ``call_rss_bytes``: in the first child, after the measured part, the peak RSS
+  increase of a second gradient call (peak reset again first; the previous
+  result still held, as in a loop ``g = grad(x)``; torch's ``.grad`` set to None
+  first, as ``optimizer.zero_grad()`` does): the per-call memory of a loop.
+
+Each RSS figure is the median over ``--repeats`` children (5; 1 with ``--quick``);
+where a row's children differ by more than 1.25x, the notes give the range (the
+allocator's behaviour can differ from process to process: torch's dense chain
+is bimodal on glibc).  The JSON has every child's numbers, and the RSS each
+child still holds after the first call (``retained_bytes``).
+
+Warm compile cache: before the measured children, each hybridad row's child
+runs once untimed, so numba's disk cache (``HYBRIDAD_CACHE_DIR``) holds the
+plans (and the tiny warm-up plan) and the measured children load them instead
+of compiling.  torch, numpy and autograd compile nothing, and jax's persistent
+compilation cache is off by default (what a user gets), so their children are
+not run beforehand.  Children run ``--jobs`` at a time (2): RSS is per process,
+and no time is reported.
+
+Correctness, before anything is reported: the hybridad plans built in this
+process are checked against the hand-written numpy gradient (value and every
+gradient array, relative error in the max norm <= 1e-10), and every child
+checks its own value and gradient against the hand-written one after its
+measurements (hybridad <= 1e-10, the peers <= 1e-9); a failure aborts the run.
+
+Output: a plain-text table on stdout (bytes; ``-`` where a number does not apply)
+and the targets' verdicts; ``--json FILE`` writes ``{"rows": [...], "meta": {...}}``.
+``--quick``: n = 10^5, B = 10^4, one child per figure (under a minute once the
+compile cache is warm).
+
+Usage::
+
+    python benchmarks/bench_memory.py [--quick] [--json FILE] [--repeats N] [--jobs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import gc
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared _harness
+import _harness  # noqa: E402
+from _harness import relative_error, version  # noqa: E402
+
+_CHECKOUT = Path(__file__).resolve().parents[1]
+if (_CHECKOUT / "hybridad" / "__init__.py").is_file():
+    sys.path.insert(0, str(_CHECKOUT))  # benchmark the checkout, not an older installed copy
+
+# hybridad itself is imported lazily: the peers' child processes must not load it (or numba)
+
+CHAIN_LAYERS = 20
+CHAIN_N, QUICK_CHAIN_N = 10**6, 10**5
+MLP_BATCH, QUICK_MLP_BATCH = 10**5, 10**4
+MLP_WIDTHS = (1, 16, 16, 1)  # bench_core.MLP_WIDTHS
+WARM_N = 8  # the tiny warm-up problem of the "warm" children
+SEED = 0
+
+REPEATS, QUICK_REPEATS = 5, 1
+SPREAD_NOTE = 1.25  # note the range when a row's children differ by more than this factor
+JOBS = 2
+CHILD_TIMEOUT_S = 600
+
+RTOL_HYBRIDAD = 1e-10
+RTOL_PEER = 1e-9
+ARENA_TARGET = 1.1  # arena <= 1.1 x liveness lower bound (dense chain)
+RSS_TARGET = 2.0  # RSS increase <= 2 x input bytes (dense chain, hybridad)
+
+WORKLOADS = ("chain", "mlp")
+HYBRIDAD_IMPLS = ("hybridad", "hybridad pack=False")
+IMPLS = (*HYBRIDAD_IMPLS, "numpy (hand)", "torch", "jax.jit", "autograd")
+OPTIONAL = {"torch": "torch", "jax.jit": "jax", "autograd": "autograd"}  # impl -> module
+IMPL_NOTES = {"numpy (hand)": "hand-written, allocating", "torch": "autograd backward",
+              "jax.jit": "jit(value_and_grad), x64", "autograd": "value_and_grad"}
+CHILD_TAG = "BENCH_MEMORY_CHILD "
+
+COLUMNS = (  # (header, row key, format)
+    ("workload", "workload", "{}"),
+    ("impl", "impl", "{}"),
+    ("arena_bytes", "arena_bytes", "{:,}"),
+    ("lower_bound", "lower_bound", "{:,}"),
+    ("arena/bound", "arena_over_bound", "{:.3f}"),
+    ("naive_bytes", "naive_bytes", "{:,}"),
+    ("rss_increase_bytes", "rss_increase_bytes", "{:,}"),
+    ("rss_x_input", "rss_x_input", "{:.2f}"),
+    ("warm_rss_bytes", "warm_rss_bytes", "{:,}"),
+    ("warm_x_input", "warm_x_input", "{:.2f}"),
+    ("call_rss_bytes", "call_rss_bytes", "{:,}"),
+    ("notes", "notes", "{}"),
+)
+
+
+# --- the functions and their hand-written gradients ------------------------------------
+
+
+def dense_chain(x0, xp=np):
+    """``x_i = x_0 + ... + x_{i-1}`` for 20 layers; ``sum(tanh(x_20))``.
+
+    ``xp``: the array module of the peers' ports (torch, jax.numpy, autograd.numpy).
+    """
+    xs = [x0]
+    for _ in range(CHAIN_LAYERS):
+        xs.append(sum(xs[1:], xs[0]))
+    return xp.sum(xp.tanh(xs[-1]))
+
+
+def dense_chain_numpy(x0):
+    """Value and gradient of :func:`dense_chain`, written by hand the straightforward way.
+
+    The forward pass keeps a running sum ``s = x_0 + ... + x_{i-1}``: ``x_i = s``,
+    then ``s + x_i`` is the next sum (a new array per layer).  Every layer doubles,
+    so ``x_20 = 2**19 x_0`` and the gradient is ``2**19 (1 - tanh(x_20)**2)``.
+    """
+    s = x0  # x_0 + ... + x_{i-1}; for i = 1 just x_0
+    for _ in range(CHAIN_LAYERS):
+        x = s  # x_i
+        s = s + x  # x_0 + ... + x_i
+    t = np.tanh(x)
+    return np.sum(t), 2.0 ** (CHAIN_LAYERS - 1) * (1.0 - t**2)
+
+
+def mlp(W1, b1, W2, b2, W3, b3, X, Y, xp=np):
+    """bench_core's MLP loss: ``mean((pred - Y)**2)``, two tanh hidden layers."""
+    h1 = xp.tanh(X @ W1 + b1)
+    h2 = xp.tanh(h1 @ W2 + b2)
+    pred = h2 @ W3 + b3
+    return xp.mean((pred - Y) ** 2)
+
+
+def mlp_numpy(W1, b1, W2, b2, W3, b3, X, Y):
+    """Value and gradient (six arrays) of :func:`mlp`: bench_core's backpropagation."""
+    h1 = np.tanh(X @ W1 + b1)
+    h2 = np.tanh(h1 @ W2 + b2)
+    r = h2 @ W3 + b3 - Y
+    value = np.mean(r**2)
+    dpred = (2.0 / r.size) * r
+    dz2 = (dpred @ W3.T) * (1 - h2**2)
+    dz1 = (dz2 @ W2.T) * (1 - h1**2)
+    return value, (X.T @ dz1, dz1.sum(axis=0), h1.T @ dz2, dz2.sum(axis=0),
+                   h2.T @ dpred, dpred.sum(axis=0))
+
+
+def warm_function(v, xp=np):
+    """The tiny function the "warm" children differentiate before their baseline."""
+    return xp.sum(xp.tanh(v) * v)
+
+
+def chain_size(quick):
+    return QUICK_CHAIN_N if quick else CHAIN_N
+
+
+def mlp_batch(quick):
+    return QUICK_MLP_BATCH if quick else MLP_BATCH
+
+
+def make_workload(workload, quick):
+    """(f, args, argnums, hand) for a workload: numpy arrays, ``hand(*args) -> (value, grads)``."""
+    rng = np.random.default_rng(SEED)
+    if workload == "chain":
+        x0 = rng.uniform(-1.0, 1.0, chain_size(quick)) * 2.0 ** -(CHAIN_LAYERS - 1)
+        return dense_chain, (x0,), 0, dense_chain_numpy
+    # as bench_core.mlp_case: W ~ N(0, 1/fan_in), b ~ N(0, 0.1^2), X ~ U(-1, 1),
+    # Y = sin(pi X) + 0.1 N(0, 1)
+    n_in, n_out = MLP_WIDTHS[0], MLP_WIDTHS[-1]
+    params = []
+    for fan_in, fan_out in zip(MLP_WIDTHS[:-1], MLP_WIDTHS[1:], strict=True):
+        params += [rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in),
+                   0.1 * rng.standard_normal(fan_out)]
+    batch = mlp_batch(quick)
+    X = rng.uniform(-1.0, 1.0, (batch, n_in))
+    Y = np.sin(np.pi * X[:, :n_out]) + 0.1 * rng.standard_normal((batch, n_out))
+    return mlp, (*params, X, Y), tuple(range(len(params))), mlp_numpy
+
+
+def workload_label(workload, quick):
+    if workload == "chain":
+        return f"dense chain n=10^{round(np.log10(chain_size(quick)))}"
+    return f"mlp B=10^{round(np.log10(mlp_batch(quick)))}"
+
+
+def input_bytes(args):
+    return sum(a.nbytes for a in args)
+
+
+def as_tuple(argnums):
+    return (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+
+def check(name, value, grads, want_value, want_grads, rtol):
+    """Assert the value and every gradient array agree with the hand-written ones."""
+    grads, want_grads = list(grads), list(want_grads)
+    assert len(grads) == len(want_grads), f"{name}: {len(grads)} gradient arrays"
+    errs = [relative_error(value, want_value)]
+    errs += [relative_error(g, w) for g, w in zip(grads, want_grads, strict=True)]
+    assert max(errs) <= rtol, (f"{name} disagrees with the hand-written gradient: relative "
+                               f"errors {['%.1e' % e for e in errs]} (tolerance {rtol:g})")
+    return max(errs)
+
+
+# --- child: one measurement in a fresh process -----------------------------------------
+
+
+def _status():
+    """(VmHWM, VmRSS) in bytes from /proc/self/status; (ru_maxrss, None) without /proc."""
+    try:
+        with open("/proc/self/status") as fh:
+            fields = dict(line.split(":", 1) for line in fh if line.startswith(("VmHWM", "VmRSS")))
+        return (int(fields["VmHWM"].split()[0]) * 1024, int(fields["VmRSS"].split()[0]) * 1024)
+    except (OSError, KeyError):
+        import resource
+
+        scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale, None
+
+
+def _reset_peak():
+    """Set the high-water mark to the current RSS (Linux >= 4.0); False where not allowed."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _measure(run):
+    """Peak RSS increase of ``run()`` over the RSS before it, and what stays; see the docstring."""
+    gc.collect()
+    reset = _reset_peak()
+    hwm0, rss0 = _status()
+    run()
+    hwm1, rss1 = _status()
+    base = rss0 if reset and rss0 is not None else hwm0
+    retained = None if rss0 is None else rss1 - rss0
+    return {"increase": hwm1 - base, "retained": retained, "base_rss": rss0,
+            "peak_reset": reset}
+
+
+def _setup_hybridad(f, args, argnums, pack):
+    """(first, again, result, warm_up) for a hybridad row; imports before the baseline."""
+    import numba  # noqa: F401  (hybridad's import loads it anyway; explicit: before the baseline)
+
+    import hybridad as ha
+    from hybridad.plan import Plan
+
+    diff = as_tuple(argnums)
+    state = {}
+
+    def first():
+        plan = (ha.compile(f, *args, argnums=argnums) if pack
+                else Plan(f, args, argnums, pack=False))
+        proto = args[argnums] if isinstance(argnums, int) else tuple(args[i] for i in diff)
+        res = ha.GradientResult(proto)
+        plan.gradient(*args, out=res)
+        state.update(plan=plan, res=res)
+
+    def again():
+        state["plan"].gradient(*args, out=state["res"])
+
+    def result():
+        res = state["res"]
+        grad = res.gradient
+        return float(res.value), [grad] if isinstance(argnums, int) else list(grad)
+
+    def warm_up():
+        v = np.linspace(-1.0, 1.0, WARM_N)
+        ha.compile(warm_function, v).gradient(v, out=ha.GradientResult(v))
+
+    return first, again, result, warm_up
+
+
+def _setup_numpy(f, args, argnums, hand):
+    state = {}
+
+    def first():
+        state["ret"] = hand(*args)
+
+    def again():
+        state["ret"] = hand(*args)  # the previous result is held during the call, as in a loop
+
+    def result():
+        value, grads = state["ret"]
+        return float(value), [grads] if isinstance(argnums, int) else list(grads)
+
+    def warm_up():
+        pass
+
+    return first, again, result, warm_up
+
+
+def _setup_torch(f, args, argnums):
+    import torch
+
+    diff = as_tuple(argnums)
+    targs = [torch.tensor(a, dtype=torch.float64, requires_grad=True) if i in diff
+             else torch.from_numpy(a) for i, a in enumerate(args)]
+    params = [targs[i] for i in diff]
+    state = {}
+
+    def first():
+        loss = f(*targs, xp=torch)
+        loss.backward()
+        state["loss"] = loss.detach()
+
+    def again():
+        for p in params:
+            p.grad = None  # optimizer.zero_grad() (set_to_none=True)
+        first()
+
+    def result():
+        return float(state["loss"]), [p.grad.numpy() for p in params]
+
+    def warm_up():
+        v = torch.linspace(-1.0, 1.0, WARM_N, dtype=torch.float64, requires_grad=True)
+        warm_function(v, xp=torch).backward()
+
+    return first, again, result, warm_up
+
+
+def _setup_jax(f, args, argnums):
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+    jargs = [jnp.asarray(a) for a in args]
+    jax.block_until_ready(jargs)
+    state = {}
+
+    def first():
+        fn = jax.jit(jax.value_and_grad(lambda *a: f(*a, xp=jnp), argnums=argnums))
+        state["fn"] = fn
+        state["ret"] = jax.block_until_ready(fn(*jargs))
+
+    def again():
+        state["ret"] = jax.block_until_ready(state["fn"](*jargs))
+
+    def result():
+        value, grads = state["ret"]
+        grads = [grads] if isinstance(argnums, int) else list(grads)
+        return float(value), [np.asarray(g) for g in grads]
+
+    def warm_up():
+        v = jnp.linspace(-1.0, 1.0, WARM_N)
+        jax.block_until_ready(jax.jit(jax.value_and_grad(
+            lambda v: warm_function(v, xp=jnp)))(v))
+
+    return first, again, result, warm_up
+
+
+def _setup_autograd(f, args, argnums):
+    import autograd
+    import autograd.numpy as anp
+
+    if isinstance(argnums, int):
+        def g(x):
+            return f(*args[:argnums], x, *args[argnums + 1:], xp=anp)
+        diff_arg = args[argnums]
+    else:  # the differentiated arguments as one tuple (autograd's argnum is one position)
+        diff = set(argnums)
+        rest = {i: a for i, a in enumerate(args) if i not in diff}
+
+        def g(params):
+            it = iter(params)
+            return f(*(next(it) if i in diff else rest[i] for i in range(len(args))), xp=anp)
+        diff_arg = tuple(args[i] for i in argnums)
+    state = {}
+
+    def first():
+        state["ret"] = autograd.value_and_grad(g)(diff_arg)
+
+    def again():
+        state["ret"] = autograd.value_and_grad(g)(diff_arg)
+
+    def result():
+        value, grads = state["ret"]
+        return float(value), [grads] if isinstance(argnums, int) else list(grads)
+
+    def warm_up():
+        autograd.value_and_grad(lambda v: warm_function(v, xp=anp))(np.linspace(-1, 1, WARM_N))
+
+    return first, again, result, warm_up
+
+
+def child_main(workload, impl, quick, warm):
+    """Measure one row in this (fresh) process; print the numbers as one JSON line."""
+    f, args, argnums, hand = make_workload(workload, quick)
+    if impl in HYBRIDAD_IMPLS:
+        first, again, result, warm_up = _setup_hybridad(f, args, argnums, impl == "hybridad")
+    elif impl == "numpy (hand)":
+        first, again, result, warm_up = _setup_numpy(f, args, argnums, hand)
+    else:
+        setup = {"torch": _setup_torch, "jax.jit": _setup_jax, "autograd": _setup_autograd}[impl]
+        first, again, result, warm_up = setup(f, args, argnums)
+    if warm:
+        warm_up()
+    out = _measure(first)
+    out["call_increase"] = _measure(again)["increase"]
+    value, grads = result()
+    want_value, want_grads = hand(*args)
+    want_grads = [want_grads] if isinstance(argnums, int) else list(want_grads)
+    rtol = RTOL_HYBRIDAD if impl in HYBRIDAD_IMPLS else RTOL_PEER
+    out["rel_err"] = check(impl, value, grads, want_value, want_grads, rtol)
+    print(CHILD_TAG + json.dumps(out), flush=True)
+    return 0
+
+
+# --- parent ------------------------------------------------------------------------------
+
+
+class ChildError(RuntimeError):
+    pass
+
+
+def run_child(workload, impl, quick, warm):
+    """Run one child of this script; its JSON numbers."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", workload, impl]
+    cmd += ["--quick"] if quick else []
+    cmd += ["--warm"] if warm else []
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(CHILD_TAG)]
+    if proc.returncode or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        raise ChildError(f"child {workload!r} {impl!r} (warm={warm}) exited with "
+                         f"{proc.returncode}: " + " | ".join(tail))
+    return json.loads(lines[-1][len(CHILD_TAG):])
+
+
+def plan_memory(workload, quick):
+    """Plan figures of the hybridad rows, each plan checked against the hand gradient."""
+    import hybridad as ha
+    from hybridad.plan import Plan
+
+    f, args, argnums, hand = make_workload(workload, quick)
+    want_value, want_grads = hand(*args)
+    want_grads = [want_grads] if isinstance(argnums, int) else list(want_grads)
+    figures = {}
+    for impl in HYBRIDAD_IMPLS:
+        pack = impl == "hybridad"
+        plan = (ha.compile(f, *args, argnums=argnums) if pack
+                else Plan(f, args, argnums, pack=False))
+        proto = args[argnums] if isinstance(argnums, int) else tuple(args[i] for i in argnums)
+        res = plan.gradient(*args, out=ha.GradientResult(proto))
+        grads = [res.gradient] if isinstance(argnums, int) else list(res.gradient)
+        err = check(impl, float(res.value), grads, want_value, want_grads, RTOL_HYBRIDAD)
+        mem, profile = plan.memory, plan.memory_profile()
+        figures[impl] = {"arena_bytes": int(mem.total_bytes), "lower_bound": int(mem.lower_bound),
+                         "naive_total": int(mem.naive_total), "steps": len(profile.live_bytes),
+                         "plan_rel_err": err}
+    packed, unpacked = figures["hybridad"], figures["hybridad pack=False"]
+    assert unpacked["arena_bytes"] == packed["naive_total"], (
+        f"Plan(pack=False) arena {unpacked['arena_bytes']} != naive_total "
+        f"{packed['naive_total']}")
+    for fig in figures.values():
+        fig["naive_bytes"] = unpacked["arena_bytes"]
+    return figures, input_bytes(args)
+
+
+def available_peers():
+    """(impl names whose module is installed, {impl: why skipped})."""
+    ok, skipped = [], {}
+    for impl, module in OPTIONAL.items():
+        if importlib.util.find_spec(module) is None:
+            skipped[impl] = f"{module} is not installed"
+        else:
+            ok.append(impl)
+    return ok, skipped
+
+
+def run_children(jobs, quick, impls, repeats, skipped):
+    """Warm the compile cache, then every measured child; {(workload, impl, warm): [numbers]}."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        # untimed: numba's disk cache gets the plans (and the warm-up plan)
+        warmups = [pool.submit(run_child, w, impl, quick, True)
+                   for w in WORKLOADS for impl in HYBRIDAD_IMPLS]
+        for fut in warmups:
+            fut.result()
+        futures = {}
+        for r in range(repeats):
+            for w in WORKLOADS:
+                for impl in impls:
+                    for warm in (False, True):
+                        futures[(w, impl, warm, r)] = pool.submit(run_child, w, impl, quick, warm)
+        results = {}
+        for (w, impl, warm, _), fut in futures.items():
+            try:
+                out = fut.result()
+            except ChildError as exc:
+                if impl in HYBRIDAD_IMPLS or impl == "numpy (hand)":
+                    raise
+                skipped.setdefault(impl, f"child failed: {exc}")  # e.g. a broken install
+                continue
+            results.setdefault((w, impl, warm), []).append(out)
+    return results
+
+
+def build_rows(quick, impls, results, plans):
+    rows = []
+    for w in WORKLOADS:
+        figures, in_bytes = plans[w]
+        for impl in impls:
+            cold, warm = results.get((w, impl, False)), results.get((w, impl, True))
+            if not cold or not warm:
+                continue
+            rss = statistics.median(c["increase"] for c in cold)
+            warm_rss = statistics.median(c["increase"] for c in warm)
+            fig = figures.get(impl, {})
+            notes = []
+            if impl == "hybridad":
+                notes.append(f"{fig['steps']} steps; packing saves "
+                             f"{1 - fig['arena_bytes'] / fig['naive_bytes']:.0%}")
+            elif impl == "hybridad pack=False":
+                notes.append("one slot per buffer")
+            else:
+                notes.append(IMPL_NOTES[impl])
+            for label, runs in (("rss", cold), ("warm", warm)):
+                lo, hi = (min(c["increase"] for c in runs), max(c["increase"] for c in runs))
+                if hi > SPREAD_NOTE * max(lo, 1):
+                    notes.append(f"{label} {lo / 1e6:.0f}-{hi / 1e6:.0f} MB")
+            if not all(c["peak_reset"] for c in cold + warm):
+                notes.append("HWM rise (lower bound)")
+            arena = fig.get("arena_bytes")
+            bound = fig.get("lower_bound")
+            rows.append({
+                "workload": workload_label(w, quick), "workload_key": w, "impl": impl,
+                "input_bytes": in_bytes,
+                "arena_bytes": arena, "lower_bound": bound,
+                "arena_over_bound": None if arena is None else arena / bound,
+                "naive_bytes": fig.get("naive_bytes"), "naive_total": fig.get("naive_total"),
+                "steps": fig.get("steps"),
+                "rss_increase_bytes": int(rss), "rss_x_input": rss / in_bytes,
+                "warm_rss_bytes": int(warm_rss), "warm_x_input": warm_rss / in_bytes,
+                "call_rss_bytes": int(statistics.median(c["call_increase"] for c in cold)),
+                "retained_bytes": int(statistics.median(c["retained"] or 0 for c in cold)),
+                "rss_increase_all": [c["increase"] for c in cold],
+                "warm_rss_all": [c["increase"] for c in warm],
+                "call_rss_all": [c["call_increase"] for c in cold],
+                "rel_err": max(c["rel_err"] for c in cold + warm),
+                "peak_reset": all(c["peak_reset"] for c in cold + warm),
+                "children": len(cold), "notes": "; ".join(notes)})
+    return rows
+
+
+def verdicts(rows):
+    """The issue's targets on the dense chain, as lines of text."""
+    lines = []
+    for row in rows:
+        if row["workload_key"] != "chain" or row["impl"] != "hybridad":
+            continue
+        ratio = row["arena_over_bound"]
+        lines.append(f"{row['workload']}: arena {row['arena_bytes']:,} B = {ratio:.3f} x the "
+                     f"liveness lower bound {row['lower_bound']:,} B (target <= {ARENA_TARGET}): "
+                     f"{'met' if ratio <= ARENA_TARGET else 'NOT met'}")
+        for key, what in (("rss_x_input", "first gradient in a fresh process"),
+                          ("warm_x_input", "after another hybridad gradient in the process")):
+            x = row[key]
+            verdict = "met" if x <= RSS_TARGET else "NOT met"
+            lines.append(f"{row['workload']}: hybridad RSS increase, {what}: {x:.2f} x the "
+                         f"input (target <= {RSS_TARGET}): {verdict}")
+    return lines
+
+
+def format_table(rows):
+    """Plain-text table, one line per row; ``-`` where a number does not apply."""
+    return _harness.format_table(rows, COLUMNS, {"workload", "impl", "notes"})
+
+
+def environment(settings, skipped):
+    import hybridad as ha
+
+    return {"python": platform.python_version(), "numpy": np.__version__,
+            "hybridad": ha.__version__, "hybridad_path": str(Path(ha.__file__).parent),
+            "numba": version("numba"), "torch": version("torch"), "jax": version("jax"),
+            "autograd": version("autograd"), "platform": platform.platform(),
+            "cpu_count": os.cpu_count(), "quick": settings.quick, "repeats": settings.repeats,
+            "jobs": settings.jobs, "chain_n": chain_size(settings.quick),
+            "chain_layers": CHAIN_LAYERS, "mlp_batch": mlp_batch(settings.quick),
+            "mlp_widths": list(MLP_WIDTHS), "warm_n": WARM_N, "skipped": skipped,
+            "cache_dir": os.environ.get("HYBRIDAD_CACHE_DIR")}
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help=f"n = {QUICK_CHAIN_N}, B = {QUICK_MLP_BATCH}, {QUICK_REPEATS} child per "
+                        f"figure (default n = {CHAIN_N}, B = {MLP_BATCH}, {REPEATS})")
+    p.add_argument("--json", metavar="FILE", help='also write the rows as JSON {"rows": [...]}')
+    p.add_argument("--repeats", type=int, help="measured children per figure (median)")
+    p.add_argument("--jobs", type=int, default=JOBS,
+                   help=f"children run at once (default {JOBS}; RSS is per process)")
+    p.add_argument("--child", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
+    p.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child and (args.child[0] not in WORKLOADS or args.child[1] not in IMPLS):
+        p.error(f"--child takes one of {WORKLOADS} and one of {IMPLS}")
+    args.repeats = args.repeats or (QUICK_REPEATS if args.quick else REPEATS)
+    if args.repeats < 1 or args.jobs < 1:
+        p.error("--repeats and --jobs must be >= 1")
+    return args
+
+
+def main(argv=None):
+    settings = parse_args(argv)
+    if settings.child:
+        return child_main(*settings.child, settings.quick, settings.warm)
+    peers, skipped = available_peers()
+    impls = [i for i in IMPLS if i not in OPTIONAL or i in peers]
+    meta = environment(settings, skipped)
+    print(f"hybridad {meta['hybridad']} ({meta['hybridad_path']}), numpy {meta['numpy']}, "
+          f"numba {meta['numba']}, torch {meta['torch']}, jax {meta['jax']}, "
+          f"autograd {meta['autograd']}, Python {meta['python']}, {meta['cpu_count']} CPUs, "
+          f"{meta['platform']}")
+    print(f"dense chain: {CHAIN_LAYERS} layers, n = {meta['chain_n']}; mlp "
+          f"{' -> '.join(map(str, MLP_WIDTHS))}, B = {meta['mlp_batch']}; peak RSS increase of "
+          f"build + one gradient in fresh processes, median of {settings.repeats}"
+          + (" (--quick)" if settings.quick else ""))
+    t_start = time.perf_counter()
+    plans = {w: plan_memory(w, settings.quick) for w in WORKLOADS}
+    gc.collect()
+    results = run_children(settings.jobs, settings.quick, impls, settings.repeats, skipped)
+    rows = build_rows(settings.quick, impls, results, plans)
+    meta["total_s"] = time.perf_counter() - t_start
+    print()
+    print(format_table(rows))
+    print()
+    for line in verdicts(rows):
+        print(line)
+    for impl, why in skipped.items():
+        print(f"note: {impl} skipped ({why})")
+    print(f"total {meta['total_s']:.0f} s")
+    if settings.json:
+        with open(settings.json, "w") as fh:
+            json.dump({"rows": rows, "meta": meta}, fh, indent=1)
+            fh.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
