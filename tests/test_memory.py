@@ -263,3 +263,14 @@ def test_impossible_memory_budget_fails_at_compile_time():
     for bad in (-1, 1.5, True, "1MB"):
         with pytest.raises(TypeError, match="memory_budget"):
             ha.compile(_pairs, x, memory_budget=bad)
+
+
+def test_equal_partials_are_stored_once():
+    # tanh(X @ W + b): d/d(X @ W) and d/db are the same array (1 - tanh**2): one buffer
+    args = _mlp_args()
+    plan = ha.compile(mlp, *args, argnums=(0, 1, 2))
+    partials = [n for n in plan.graph.nodes if n.op == "region_partial"]
+    assert len(partials) == 1, partials
+    ref = ha.gradient(mlp, *args, argnums=(0, 1, 2), backend="numpy")
+    for got, want in zip(plan.gradient(*args).gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)

@@ -28,6 +28,7 @@ the unpartitioned graph).
 
 from __future__ import annotations
 
+import re
 import threading
 from contextlib import contextmanager
 
@@ -95,16 +96,38 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
         raise NotImplementedError(f"fused {red.op} reductions are differentiated unfused")
     g_loop = _cotangent_on_loop(g, body)
     how = strategy(body)
+    same = _equal_partials(body, active) if how == "store" else {}
+    stored = {}  # input position -> its stored partial (equal ones stored once)
     out = []
     for k, act in enumerate(active):
         if not act:
             out.append(None)
         elif how == "store":
-            p = bind("region_partial", Tracer(node, ans._trace), wrt=k)
-            out.append(g_loop * p)
+            first = same.get(k, k)
+            if first not in stored:
+                stored[first] = bind("region_partial", Tracer(node, ans._trace), wrt=first)
+            out.append(g_loop * stored[first])
         else:
             out.append(bind("region", *inputs, g_loop, body=body, mode="vjp", wrt=k))
     return tuple(out)
+
+
+def _equal_partials(body, active):
+    """input position -> the first position whose partial is the same
+    expression (``x + b``: d/dx and d/db are both 1 * tanh'), so a value
+    region stores it once -- one array per distinct partial, not per input."""
+    from ..backends.scalar import render_region
+
+    names = [f"_in{k}" for k in range(len(body.inputs))]
+    first, out = {}, {}
+    for k, act in enumerate(active):
+        if not act:
+            continue
+        sb = render_region(body, names, (k,), need_value=False)
+        # the same statements up to the seed's number in the tangent names
+        key = re.sub(r"\b(d\d+)_\d+\b", r"\1", "\n".join(sb.lines + [sb.partials[k]]))
+        out[k] = first.setdefault(key, k)
+    return out
 
 
 register(Op("region", "region", _region_abstract, run=_no_numpy, vjp=_region_vjp,
