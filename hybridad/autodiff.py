@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import REGISTRY
+from .ops import REGISTRY, storage_root
 from .ops.structural import Scatter
 from .trace import Tracer, bind
 
@@ -46,12 +46,6 @@ def active_nodes(nodes, wrt_ids, out_id):
         if n.id in needed:
             needed.update(a.id for a in n.args)
     return fwd & needed
-
-
-def _storage_root(node):
-    while node.op in REGISTRY and REGISTRY[node.op].kind in ("view", "inplace"):
-        node = node.args[0]
-    return node
 
 
 def _fit(c, node):
@@ -160,7 +154,7 @@ def backward(trace, out, wrt, inplace=True):
         fitted = [None if c is None or not f or isinstance(c, Scatter) else _fit(c, a)
                   for c, f, a in zip(contribs, flags, node.args, strict=True)]
         fresh = {n.id for n in trace.nodes[start:]}
-        roots = [None if c is None else _storage_root(c.node).id for c in fitted]
+        roots = [None if c is None else storage_root(c.node).id for c in fitted]
         for a, f, c, s, root in zip(node.args, flags, fitted, contribs, roots, strict=True):
             if not f:
                 continue

@@ -39,7 +39,8 @@ import numpy as np
 
 from .ops import REGISTRY
 
-__all__ = ["MemoryPlan", "MemoryProfile", "op_workspaces", "plan_memory", "poison_schedule"]
+__all__ = ["MemoryPlan", "MemoryProfile", "layout_proto", "op_workspaces", "plan_memory",
+           "poison_schedule"]
 
 ALIGN = 64
 
@@ -176,8 +177,10 @@ def _slot_view(arena, offset, shape, dtype):
     return arena[offset:offset + count * dtype.itemsize].view(dtype).reshape(shape)
 
 
-def _layout_proto(node, protos):
-    """An array with the node's strides (zero memory for C-contiguous storage)."""
+def layout_proto(node, protos=None):
+    """An array with the node's strides (zero memory for C-contiguous storage):
+    ``protos[node.id]`` when given there, else C-contiguous strides."""
+    protos = protos or {}
     if node.id in protos:
         return protos[node.id]
     strides, step = [], node.dtype.itemsize
@@ -225,18 +228,18 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
         if kind == "inplace":
             storage[node.id] = "alias"
             alias_of[node.id] = node.args[0]
-            protos[node.id] = _layout_proto(node.args[0], protos)
+            protos[node.id] = layout_proto(node.args[0], protos)
             continue
         target = _reusable_operand(node, storage, users, outputs) if reuse else None
         if target is not None:
             storage[node.id] = "alias"
             alias_of[node.id] = target
-            protos[node.id] = _layout_proto(target, protos)
+            protos[node.id] = layout_proto(target, protos)
             continue
         if kind == "view" and node.id in materialize:
             copies.add(node.id)
         elif kind == "view":
-            base = _layout_proto(node.args[0], protos)
+            base = layout_proto(node.args[0], protos)
             try:
                 if node.op == "reshape":
                     view = np.reshape(base, node.attrs["shape"], copy=False)

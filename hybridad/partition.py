@@ -19,7 +19,7 @@ input, its local partials -- is rendered by :mod:`hybridad.backends.scalar`.
 
 from __future__ import annotations
 
-from .ops import REGISTRY
+from .ops import REGISTRY, storage_root
 
 __all__ = ["Region", "find_regions", "fuse_regions", "fold_accumulations",
            "FUSABLE_REDUCTIONS"]
@@ -159,13 +159,6 @@ def fuse_regions(nodes, outputs=(), reductions=FUSABLE_REDUCTIONS):
     return [n for n in nodes if n.id not in dropped]
 
 
-def _root(node):
-    """The node owning ``node``'s storage (through in-place ops and views)."""
-    while node.op in REGISTRY and REGISTRY[node.op].kind in ("inplace", "view"):
-        node = node.args[0]
-    return node
-
-
 def fold_accumulations(nodes, outputs=()):
     """Fold elementwise regions into the adjoint they are added to (IR -> IR).
 
@@ -211,7 +204,7 @@ def fold_accumulations(nodes, outputs=()):
             continue
         if index is None and acc.shape != v.shape:
             continue  # a broadcast contribution
-        if acc is not None and _root(acc).id in {_root(a).id for a in v.args}:
+        if acc is not None and storage_root(acc).id in {storage_root(a).id for a in v.args}:
             continue  # the region reads the adjoint it would add into
         if acc is None:
             acc = Node(next_id, "zeros", (), {"shape": n.shape, "dtype": n.dtype}, n.shape,

@@ -9,10 +9,10 @@ partials, fused reduction).  Pure text: no compiler is imported here.
 from __future__ import annotations
 
 import os
-import threading
-from contextlib import contextmanager
 
 import numpy as np
+
+from .._settings import enabled, switch
 
 from .scalar import Constants, render_region
 
@@ -26,25 +26,17 @@ INIT = {"sum": "0", "max": "-np.inf", "min": "np.inf", "prod": "1"}
 #: ``HYBRIDAD_PARALLEL_MIN`` overrides
 PARALLEL_MIN = int(os.environ.get("HYBRIDAD_PARALLEL_MIN", "") or 1 << 15)
 
-_setting = threading.local()
-
 
 def parallel_min():
     """The prange threshold in effect: :data:`PARALLEL_MIN`, or no loop at
     all inside :func:`serial_loops`."""
-    return 1 << 62 if getattr(_setting, "serial", False) else PARALLEL_MIN
+    return 1 << 62 if enabled("serial_loops") else PARALLEL_MIN
 
 
-@contextmanager
 def serial_loops(serial=True):
     """Generate every loop as a plain ``range`` (no worker threads) while
     active, in this thread (a plan built with ``parallel=False``)."""
-    before = getattr(_setting, "serial", False)
-    _setting.serial = bool(serial)
-    try:
-        yield
-    finally:
-        _setting.serial = before
+    return switch("serial_loops", serial)
 
 
 def broadcast_index(shape, loop_ndim, prefix="i"):
@@ -150,6 +142,15 @@ def reduction_lines(w, kind, dtype, axis, keepdims, loop_shape, value_lines, val
         w.emit(f"{out}[()] = acc")
 
 
+def operand_read(operand, names, consts, ndim):
+    """Scalar expression reading ``operand`` inside a region's loop nest of
+    ``ndim`` axes: a literal scalar inlined as a typed constant, any other
+    operand indexed with broadcasting."""
+    if operand.is_literal and operand.size == 1:
+        return consts.add(operand.dtype.type(operand.attrs["value"].reshape(-1)[0]))
+    return names[operand.id] + broadcast_index(operand.shape, ndim)
+
+
 def region_lines(w, node, names, partial_outs, consts, scratch=None):
     """Emit one fused region (``node.op == 'region'``).
 
@@ -184,9 +185,7 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
         partial_outs = {k: _block_slice(w, v) for k, v in partial_outs.items()}
 
     def read(operand):
-        if operand.is_literal and operand.size == 1:  # inlined as a typed constant
-            return consts.add(operand.dtype.type(operand.attrs["value"].reshape(-1)[0]))
-        return names[operand.id] + broadcast_index(operand.shape, nd)
+        return operand_read(operand, names, consts, nd)
 
     reads = [read(a) for a in node.args[:len(body.inputs)]]
     out = names[node.id]
@@ -319,9 +318,7 @@ def region_acc_lines(w, members, names, consts):
     shape, nd = members[0].attrs["body"].shape, len(members[0].attrs["body"].shape)
 
     def read(operand):
-        if operand.is_literal and operand.size == 1:  # inlined as a typed constant
-            return consts.add(operand.dtype.type(operand.attrs["value"].reshape(-1)[0]))
-        return names[operand.id] + broadcast_index(operand.shape, nd)
+        return operand_read(operand, names, consts, nd)
 
     # (target, index text) -> [(region key, wrt)]; region key -> its first member
     writes, regions = {}, {}

@@ -23,7 +23,7 @@ Adding an op touches one file in this package; tests pick it up from
 
 from __future__ import annotations
 
-__all__ = ["REGISTRY", "Op", "get", "register"]
+__all__ = ["REGISTRY", "Op", "get", "register", "storage_root"]
 
 REGISTRY: dict[str, Op] = {}
 
@@ -104,5 +104,15 @@ def get(name):
     return REGISTRY[name]
 
 
+def storage_root(node):
+    """The node whose storage ``node`` uses: followed through views and
+    in-place ops to the op that made the buffer (an input or constant ends
+    the chain)."""
+    while node.op in REGISTRY and REGISTRY[node.op].kind in ("view", "inplace"):
+        node = node.args[0]
+    return node
+
+
 # Populate the registry.
 from . import elementwise, linalg, region, structural  # noqa: E402,F401
+

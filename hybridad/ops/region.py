@@ -29,11 +29,10 @@ the unpartitioned graph).
 from __future__ import annotations
 
 import re
-import threading
-from contextlib import contextmanager
 
 import numpy as np
 
+from .._settings import enabled, switch
 from . import Op, register
 
 #: ops whose evaluation is expensive enough that storing partials beats recomputing
@@ -43,26 +42,17 @@ TRANSCENDENTAL = frozenset({
     "arctanh", "power", "arctan2", "hypot", "logaddexp", "logaddexp2"})
 
 
-_setting = threading.local()
-
-
-@contextmanager
 def recompute_partials(on=True):
     """While active (in this thread), every region's VJP recomputes its body in
     the backward sweep instead of storing partials: the checkpointing a
     ``memory_budget`` asks for (no array per differentiated input kept from
     the forward to the backward sweep)."""
-    before = getattr(_setting, "recompute", False)
-    _setting.recompute = bool(on)
-    try:
-        yield
-    finally:
-        _setting.recompute = before
+    return switch("recompute_partials", on)
 
 
 def strategy(body):
     """``"store"`` or ``"recompute"`` for the partials of region ``body``."""
-    if getattr(_setting, "recompute", False):
+    if enabled("recompute_partials"):
         return "recompute"
     return "store" if any(n.op in TRANSCENDENTAL for n in body.nodes) else "recompute"
 
