@@ -139,7 +139,7 @@ def test_large_regions_run_as_prange_and_agree_with_numpy(monkeypatch):
     # regions at or above PARALLEL_MIN iterations become prange loops (a full
     # sum as a parallel reduction); lowered here so a small case exercises it
     from hybridad.backends import loops
-    from hybridad.testing import count_allocations
+    from hybridad.testing import assert_no_alloc
 
     monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
 
@@ -155,10 +155,7 @@ def test_large_regions_run_as_prange_and_agree_with_numpy(monkeypatch):
     ref = ha.gradient(f, x, c, backend="numpy")
     np.testing.assert_allclose(float(res.value), float(ref.value), rtol=1e-13)
     np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12, atol=1e-14)
-    with count_allocations() as counts:
-        for _ in range(20):
-            plan.gradient(x, c, out=res)
-    assert counts.allocations == 0, counts
+    assert_no_alloc(plan.gradient, x, c, out=res, n=20)
 
 
 @pytest.mark.parametrize("f, shape", [
@@ -259,11 +256,8 @@ def test_repeated_blocks_compile_once_as_shared_kernels():
     ref = ha.gradient(f, x, backend="numpy")
     np.testing.assert_allclose(float(res.value), float(ref.value), rtol=1e-13)
     np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12, atol=1e-14)
-    from hybridad.testing import count_allocations
-    with count_allocations() as counts:
-        for _ in range(10):
-            plan.gradient(x, out=res)
-    assert counts.allocations == 0, counts
+    from hybridad.testing import assert_no_alloc
+    assert_no_alloc(plan.gradient, x, out=res, n=10)
 
 
 def test_shared_prange_kernels_keep_their_stores(monkeypatch):
@@ -346,7 +340,7 @@ def test_stencil_slices_are_views_and_their_adjoints_add_in_one_loop():
     # backward adds every slice's contribution straight into the gradient
     from scipy.optimize import rosen_der
 
-    from hybridad.testing import count_allocations
+    from hybridad.testing import assert_no_alloc
 
     x = rand((50,), seed=3)
     plan = ha.compile(stencil, x)
@@ -365,10 +359,7 @@ def test_stencil_slices_are_views_and_their_adjoints_add_in_one_loop():
     assert all(nbytes <= 8 or ops_of[nid] == "region_partial"
                for nid, (_, _, nbytes, _) in plan.memory.slots.items())
     assert [ops_of[nid] for nid in plan.memory.direct] == ["zeros"]  # the gradient itself
-    with count_allocations() as counts:
-        for _ in range(20):
-            plan.gradient(x, out=res)
-    assert counts.allocations == 0, counts
+    assert_no_alloc(plan.gradient, x, out=res, n=20)
 
 
 def test_large_stencil_splits_its_adjoint_loop_per_slice(monkeypatch):
