@@ -96,7 +96,6 @@ import functools
 import importlib
 import importlib.metadata
 import importlib.util
-import json
 import os
 import platform
 import statistics
@@ -109,11 +108,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared _harness
 import _harness  # noqa: E402
-from _harness import batch_ns, gc_disabled, relative_error, version  # noqa: E402
+from _harness import (MLP_WIDTHS, batch_ns, gc_disabled, mlp, mlp_numpy,  # noqa: E402
+                      relative_error, version)
 
-_CHECKOUT = Path(__file__).resolve().parents[1]
-if (_CHECKOUT / "hybridad" / "__init__.py").is_file():
-    sys.path.insert(0, str(_CHECKOUT))  # benchmark the checkout, not an older installed copy
+_harness.use_checkout()
 
 import hybridad as ha  # noqa: E402
 from hybridad.testing import count_allocations  # noqa: E402
@@ -123,7 +121,6 @@ QUICK_SIZES = (100, 10**4)
 QUAD_D = 500
 QUAD_KS = (10, 1)
 MLP_BATCH = 1000
-MLP_WIDTHS = (1, 16, 16, 1)
 SEED = 0
 
 REPEATS = 7
@@ -167,18 +164,6 @@ def expsum(x, xp=np):
 def quadform(x, A):
     """``sum_k x @ (A[k] @ x)`` for a list of matrices ``A`` (any array library)."""
     return sum(x @ (Ak @ x) for Ak in A)
-
-
-def mlp(W1, b1, W2, b2, W3, b3, X, Y, xp=np):
-    """Mean squared error of a tanh MLP on a batch: ``mean((pred - Y)**2)``.
-
-    ``X @ W1 + b1`` -> tanh -> ``@ W2 + b2`` -> tanh -> ``@ W3 + b3`` = ``pred``;
-    differentiated w.r.t. the six weight/bias arrays, ``X`` and ``Y`` constant.
-    """
-    h1 = xp.tanh(X @ W1 + b1)
-    h2 = xp.tanh(h1 @ W2 + b2)
-    pred = h2 @ W3 + b3
-    return xp.mean((pred - Y) ** 2)
 
 
 # --- hand-written gradients -------------------------------------------------------
@@ -241,19 +226,6 @@ def make_quadform_numpy_out(x, A):
         return value, g
 
     return grad
-
-
-def mlp_numpy(W1, b1, W2, b2, W3, b3, X, Y):
-    """Value and gradient (six arrays) of :func:`mlp`: backpropagation as people write it."""
-    h1 = np.tanh(X @ W1 + b1)
-    h2 = np.tanh(h1 @ W2 + b2)
-    r = h2 @ W3 + b3 - Y
-    value = np.mean(r**2)
-    dpred = (2.0 / r.size) * r
-    dz2 = (dpred @ W3.T) * (1 - h2**2)
-    dz1 = (dz2 @ W2.T) * (1 - h1**2)
-    return value, (X.T @ dz1, dz1.sum(axis=0), h1.T @ dz2, dz2.sum(axis=0),
-                   h2.T @ dpred, dpred.sum(axis=0))
 
 
 def make_mlp_numpy_out(W1, b1, W2, b2, W3, b3, X, Y):
@@ -839,9 +811,7 @@ def main(argv=None):
     for impl, cases in absent.items():
         print(f"note: no {impl} implementation for {'; '.join(cases)}")
     if settings.json:
-        with open(settings.json, "w") as fh:
-            json.dump({"rows": rows, "meta": meta}, fh, indent=1)
-            fh.write("\n")
+        _harness.write_json(settings.json, rows, meta)
     return 0
 
 

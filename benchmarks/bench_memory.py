@@ -134,18 +134,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared _harness
 import _harness  # noqa: E402
-from _harness import relative_error, version  # noqa: E402
+from _harness import MLP_WIDTHS, mlp, mlp_numpy, relative_error, version  # noqa: E402
 
-_CHECKOUT = Path(__file__).resolve().parents[1]
-if (_CHECKOUT / "hybridad" / "__init__.py").is_file():
-    sys.path.insert(0, str(_CHECKOUT))  # benchmark the checkout, not an older installed copy
+_harness.use_checkout()
 
 # hybridad itself is imported lazily: the peers' child processes must not load it (or numba)
 
 CHAIN_LAYERS = 20
 CHAIN_N, QUICK_CHAIN_N = 10**6, 10**5
 MLP_BATCH, QUICK_MLP_BATCH = 10**5, 10**4
-MLP_WIDTHS = (1, 16, 16, 1)  # bench_core.MLP_WIDTHS
 WARM_N = 8  # the tiny warm-up problem of the "warm" children
 SEED = 0
 
@@ -210,27 +207,6 @@ def dense_chain_numpy(x0):
         s = s + x  # x_0 + ... + x_i
     t = np.tanh(x)
     return np.sum(t), 2.0 ** (CHAIN_LAYERS - 1) * (1.0 - t**2)
-
-
-def mlp(W1, b1, W2, b2, W3, b3, X, Y, xp=np):
-    """bench_core's MLP loss: ``mean((pred - Y)**2)``, two tanh hidden layers."""
-    h1 = xp.tanh(X @ W1 + b1)
-    h2 = xp.tanh(h1 @ W2 + b2)
-    pred = h2 @ W3 + b3
-    return xp.mean((pred - Y) ** 2)
-
-
-def mlp_numpy(W1, b1, W2, b2, W3, b3, X, Y):
-    """Value and gradient (six arrays) of :func:`mlp`: bench_core's backpropagation."""
-    h1 = np.tanh(X @ W1 + b1)
-    h2 = np.tanh(h1 @ W2 + b2)
-    r = h2 @ W3 + b3 - Y
-    value = np.mean(r**2)
-    dpred = (2.0 / r.size) * r
-    dz2 = (dpred @ W3.T) * (1 - h2**2)
-    dz1 = (dz2 @ W2.T) * (1 - h1**2)
-    return value, (X.T @ dz1, dz1.sum(axis=0), h1.T @ dz2, dz2.sum(axis=0),
-                   h2.T @ dpred, dpred.sum(axis=0))
 
 
 def warm_function(v, xp=np):
@@ -723,9 +699,7 @@ def main(argv=None):
         print(f"note: {impl} skipped ({why})")
     print(f"total {meta['total_s']:.0f} s")
     if settings.json:
-        with open(settings.json, "w") as fh:
-            json.dump({"rows": rows, "meta": meta}, fh, indent=1)
-            fh.write("\n")
+        _harness.write_json(settings.json, rows, meta)
     return 0
 
 

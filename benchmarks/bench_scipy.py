@@ -109,7 +109,6 @@ import dataclasses
 import gc
 import importlib.metadata
 import importlib.util
-import json
 import os
 import platform
 import statistics
@@ -126,9 +125,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared _harness
 import _harness  # noqa: E402
 from _harness import batch_ns, gc_disabled, relative_error, version  # noqa: E402
 
-_CHECKOUT = Path(__file__).resolve().parents[1]
-if (_CHECKOUT / "hybridad" / "__init__.py").is_file():
-    sys.path.insert(0, str(_CHECKOUT))  # benchmark the checkout, not an older installed copy
+_harness.use_checkout()
 
 import hybridad as ha  # noqa: E402
 import hybridad.scipy as hs  # noqa: E402
@@ -554,9 +551,7 @@ def main(argv=None):
         print(f"note: {impl} skipped ({why})")
     print(f"numba threading layer: {meta['numba_threading_layer']}; total {meta['total_s']:.0f} s")
     if settings.json:
-        with open(settings.json, "w") as fh:
-            json.dump({"rows": rows, "meta": meta}, fh, indent=1)
-            fh.write("\n")
+        _harness.write_json(settings.json, rows, meta)
     return 0
 
 
