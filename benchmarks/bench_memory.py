@@ -9,12 +9,12 @@ Workloads (float64):
   ``sum(xs[1:], xs[0])``), gradient w.r.t. ``x_0`` with n = 10^6 elements
   (10^5 with ``--quick``).  ``x_0 ~ U(-1, 1) * 2**-19``, so that ``x_20 =
   2**19 x_0`` lies in [-1, 1] (tanh not saturated).
-* ``mlp``: :func:`bench_core.mlp`'s tanh MLP with its widths 1 -> 16 -> 16 -> 1,
+* ``mlp``: bench_core's tanh MLP (:func:`_harness.mlp`, widths 1 -> 16 -> 16 -> 1),
   ``mean((pred - Y)**2)`` over a batch of B = 10^5 samples (10^4 with ``--quick``),
   gradient w.r.t. the six weight and bias arrays (``argnums=(0, ..., 5)``), X and Y
   constants; data as in ``bench_core.mlp_case`` (seeded).  ``mlp`` and its
-  hand-written gradient are copied here from ``bench_core.py`` (that module imports
-  hybridad and numba, which the peers' processes must not load).
+  hand-written gradient come from ``_harness`` (numpy only: the peers' processes
+  must not load hybridad or numba, which ``bench_core`` imports).
 
 Rows (implementations), each the value and the whole gradient:
 
@@ -28,7 +28,7 @@ Rows (implementations), each the value and the whole gradient:
   ``s = x_0 + ... + x_{i-1}`` (so ``x_i = s`` and the next sum is ``s + x_i``), one
   new array per layer; then ``t = tanh(x_20)``, value ``sum(t)`` and gradient
   ``2**19 * (1 - t**2)`` (``d x_20 / d x_0 = 2**19``).  MLP: backpropagation
-  (:func:`mlp_numpy`, bench_core's);
+  (:func:`_harness.mlp_numpy`, bench_core's);
 * ``torch`` -- torch autograd in float64: inputs ``torch.tensor(..., requires_grad=True)``
   (constants ``torch.from_numpy``), ``loss = f(...)``, ``loss.backward()``, the
   gradient in ``.grad``;
