@@ -7,6 +7,7 @@ from test_coverage import CASES
 
 import hybridad as ha
 from hybridad.plan import Plan
+from hybridad.testing import assert_no_alloc, numerical_gradient
 
 
 def mlp(W1, b1, W2, X, Y):
@@ -251,6 +252,8 @@ def test_memory_budget_recomputes_regions_to_fit(backend):
     assert "every region is recomputed" in tight.explain()
     a, b = free.gradient(x), tight.gradient(x)
     np.testing.assert_allclose(b.gradient, a.gradient, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(b.gradient, numerical_gradient(_pairs, x), rtol=1e-6, atol=1e-6)
+    assert_no_alloc(tight.gradient, x, out=b, n=20)
     roomy = ha.compile(_pairs, x, memory_budget=10**9)
     assert not roomy.recomputed_for_budget and "fits as planned" in roomy.explain()
 

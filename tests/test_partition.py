@@ -406,5 +406,10 @@ def test_parallel_false_plans_have_no_prange_and_agree(monkeypatch):
     np.testing.assert_allclose(b.gradient, a.gradient, rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(float(b.value), float(a.value), rtol=1e-13)
     assert serial.value(x) == pytest.approx(float(a.value), rel=1e-13)
+    from hybridad.testing import assert_no_alloc, numerical_gradient
+
+    np.testing.assert_allclose(b.gradient, numerical_gradient(stencil, x), rtol=1e-6,
+                               atol=1e-7)
+    assert_no_alloc(serial.gradient, x, out=b, n=20)
     with pytest.raises(TypeError, match="parallel"):
         ha.compile(stencil, x, parallel="no")
