@@ -80,6 +80,15 @@ Two more numbers from the same method:
   library.  (hybridad's first plan in a process loads numba's machinery, about
   50 MB, whatever the problem size.  ``numpy (hand)`` has nothing to warm: its
   two figures are the same measurement.)
+* ``ready_rss_bytes`` (``ready_x_input``, hybridad rows only): the same measurement
+  in a fresh process that, before the baseline, started numba's runtime by
+  compiling and calling a trivial ``numba.njit`` function of its own (what any
+  process that already runs numba code has: LLVM's JIT, numba's typing and
+  runtime).  Nothing of hybridad is loaded or compiled before the baseline, so
+  this is hybridad's own cost: building the plan, loading its kernels from the
+  disk cache, the workspace and the result.  ``numba_startup_bytes`` is the
+  peak RSS increase of that trivial function's first call (about 60 MB, whatever
+  the problem size): the difference between the cold and the ready figures.
 * ``call_rss_bytes``: in the first child, after the measured part, the peak RSS
   increase of a second gradient call (peak reset again first; the previous
   result still held, as in a loop ``g = grad(x)``; torch's ``.grad`` set to None
@@ -173,6 +182,8 @@ COLUMNS = (  # (header, row key, format)
     ("naive_bytes", "naive_bytes", "{:,}"),
     ("rss_increase_bytes", "rss_increase_bytes", "{:,}"),
     ("rss_x_input", "rss_x_input", "{:.2f}"),
+    ("ready_x_input", "ready_x_input", "{:.2f}"),
+    ("numba_startup", "numba_startup_bytes", "{:,}"),
     ("warm_rss_bytes", "warm_rss_bytes", "{:,}"),
     ("warm_x_input", "warm_x_input", "{:.2f}"),
     ("call_rss_bytes", "call_rss_bytes", "{:,}"),
@@ -451,7 +462,18 @@ def _setup_autograd(f, args, argnums):
     return first, again, result, warm_up
 
 
-def child_main(workload, impl, quick, warm):
+def _start_numba():
+    """Compile and call a trivial njit function: numba's runtime is up afterwards."""
+    import numba
+
+    @numba.njit
+    def one_more(x):
+        return x + 1.0
+
+    one_more(1.0)
+
+
+def child_main(workload, impl, quick, warm, ready=False):
     """Measure one row in this (fresh) process; print the numbers as one JSON line."""
     f, args, argnums, hand = make_workload(workload, quick)
     if impl in HYBRIDAD_IMPLS:
@@ -461,9 +483,11 @@ def child_main(workload, impl, quick, warm):
     else:
         setup = {"torch": _setup_torch, "jax.jit": _setup_jax, "autograd": _setup_autograd}[impl]
         first, again, result, warm_up = setup(f, args, argnums)
+    startup = _measure(_start_numba)["increase"] if ready else None
     if warm:
         warm_up()
     out = _measure(first)
+    out["numba_startup"] = startup
     out["call_increase"] = _measure(again)["increase"]
     value, grads = result()
     want_value, want_grads = hand(*args)
@@ -482,10 +506,10 @@ class ChildError(RuntimeError):
 
 
 def run_child(workload, impl, quick, warm):
-    """Run one child of this script; its JSON numbers."""
+    """Run one child of this script; its JSON numbers.  ``warm``: False, True or "ready"."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", workload, impl]
     cmd += ["--quick"] if quick else []
-    cmd += ["--warm"] if warm else []
+    cmd += {False: [], True: ["--warm"], "ready": ["--ready"]}[warm]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(CHILD_TAG)]
     if proc.returncode or not lines:
@@ -548,7 +572,7 @@ def run_children(jobs, quick, impls, repeats, skipped):
         for r in range(repeats):
             for w in WORKLOADS:
                 for impl in impls:
-                    for warm in (False, True):
+                    for warm in (False, True, "ready") if impl in HYBRIDAD_IMPLS else (False, True):
                         futures[(w, impl, warm, r)] = pool.submit(run_child, w, impl, quick, warm)
         results = {}
         for (w, impl, warm, _), fut in futures.items():
@@ -573,6 +597,9 @@ def build_rows(quick, impls, results, plans):
                 continue
             rss = statistics.median(c["increase"] for c in cold)
             warm_rss = statistics.median(c["increase"] for c in warm)
+            ready = results.get((w, impl, "ready"))
+            ready_rss = statistics.median(c["increase"] for c in ready) if ready else None
+            startup = statistics.median(c["numba_startup"] for c in ready) if ready else None
             fig = figures.get(impl, {})
             notes = []
             if impl == "hybridad":
@@ -582,11 +609,13 @@ def build_rows(quick, impls, results, plans):
                 notes.append("one slot per buffer")
             else:
                 notes.append(IMPL_NOTES[impl])
-            for label, runs in (("rss", cold), ("warm", warm)):
+            for label, runs in (("rss", cold), ("warm", warm), ("ready", ready or [])):
+                if not runs:
+                    continue
                 lo, hi = (min(c["increase"] for c in runs), max(c["increase"] for c in runs))
                 if hi > SPREAD_NOTE * max(lo, 1):
                     notes.append(f"{label} {lo / 1e6:.0f}-{hi / 1e6:.0f} MB")
-            if not all(c["peak_reset"] for c in cold + warm):
+            if not all(c["peak_reset"] for c in cold + warm + (ready or [])):
                 notes.append("HWM rise (lower bound)")
             arena = fig.get("arena_bytes")
             bound = fig.get("lower_bound")
@@ -599,13 +628,17 @@ def build_rows(quick, impls, results, plans):
                 "steps": fig.get("steps"),
                 "rss_increase_bytes": int(rss), "rss_x_input": rss / in_bytes,
                 "warm_rss_bytes": int(warm_rss), "warm_x_input": warm_rss / in_bytes,
+                "ready_rss_bytes": None if ready is None else int(ready_rss),
+                "ready_x_input": None if ready is None else ready_rss / in_bytes,
+                "numba_startup_bytes": None if ready is None else int(startup),
+                "ready_rss_all": None if ready is None else [c["increase"] for c in ready],
                 "call_rss_bytes": int(statistics.median(c["call_increase"] for c in cold)),
                 "retained_bytes": int(statistics.median(c["retained"] or 0 for c in cold)),
                 "rss_increase_all": [c["increase"] for c in cold],
                 "warm_rss_all": [c["increase"] for c in warm],
                 "call_rss_all": [c["call_increase"] for c in cold],
-                "rel_err": max(c["rel_err"] for c in cold + warm),
-                "peak_reset": all(c["peak_reset"] for c in cold + warm),
+                "rel_err": max(c["rel_err"] for c in cold + warm + (ready or [])),
+                "peak_reset": all(c["peak_reset"] for c in cold + warm + (ready or [])),
                 "children": len(cold), "notes": "; ".join(notes)})
     return rows
 
@@ -620,10 +653,14 @@ def verdicts(rows):
         lines.append(f"{row['workload']}: arena {row['arena_bytes']:,} B = {ratio:.3f} x the "
                      f"liveness lower bound {row['lower_bound']:,} B (target <= {ARENA_TARGET}): "
                      f"{'met' if ratio <= ARENA_TARGET else 'NOT met'}")
+        startup = f"numba's own start-up: {row['numba_startup_bytes']:,} B"
         for key, what in (("rss_x_input", "first gradient in a fresh process"),
+                          ("ready_x_input", f"fresh process, numba's runtime started ({startup})"),
                           ("warm_x_input", "after another hybridad gradient in the process")):
             x = row[key]
             verdict = "met" if x <= RSS_TARGET else "NOT met"
+            if row["input_bytes"] < 8 * CHAIN_N:  # --quick: fixed costs weigh 10x more
+                verdict += f" (the target is for n = {CHAIN_N:,})"
             lines.append(f"{row['workload']}: hybridad RSS increase, {what}: {x:.2f} x the "
                          f"input (target <= {RSS_TARGET}): {verdict}")
     return lines
@@ -660,6 +697,7 @@ def parse_args(argv):
                    help=f"children run at once (default {JOBS}; RSS is per process)")
     p.add_argument("--child", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
     p.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--ready", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child and (args.child[0] not in WORKLOADS or args.child[1] not in IMPLS):
         p.error(f"--child takes one of {WORKLOADS} and one of {IMPLS}")
@@ -672,7 +710,7 @@ def parse_args(argv):
 def main(argv=None):
     settings = parse_args(argv)
     if settings.child:
-        return child_main(*settings.child, settings.quick, settings.warm)
+        return child_main(*settings.child, settings.quick, settings.warm, settings.ready)
     peers, skipped = available_peers()
     impls = [i for i in IMPLS if i not in OPTIONAL or i in peers]
     meta = environment(settings, skipped)
