@@ -15,11 +15,14 @@ forward-over-reverse Hessians) handles like the forward ones.
   one adjoint (not the incoming cotangent, a forward value, or a broadcast).
 * Cotangents larger than their operand (broadcasting) are summed back over the
   broadcast axes, and cast back to the operand's dtype.
-* **Second order** (Hessian-vector products, reverse over reverse): the
-  gradient graph is differentiated again by the same transform.  The first
-  pass is then emitted *functional* (``inplace=False``: sums instead of
-  in-place accumulation), because the second pass reads every value the
-  first one produced, and an in-place update would have overwritten some.
+* **Forward mode** (:func:`jvp`): each op's tangent rule (``Op.jvp``) pushes
+  tangents through a graph, emitted as IR too.  Over the forward graph it
+  gives Jacobian-vector products; over the forward *and* backward graph it
+  gives Hessian-vector products (forward over reverse).  The reverse pass is
+  then emitted *functional* (``inplace=False``: sums instead of in-place
+  accumulation), because the tangent pass reads every value the reverse pass
+  produced, and an in-place update would have overwritten some.  Chunks of
+  tangents are one batched pass (:mod:`hybridad.batching`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from .ops import REGISTRY, storage_root
 from .ops.structural import Scatter
 from .trace import Tracer, bind
 
-__all__ = ["active_nodes", "backward"]
+__all__ = ["active_nodes", "backward", "jvp"]
 
 _WRITABLE_VIEWS = ("reshape", "transpose", "getitem")
 
@@ -104,7 +107,7 @@ class _Adjoints:
             self.value[node.id], self.owned[node.id] = bind("iadd", fresh, prev), True
 
 
-def backward(trace, out, wrt, inplace=True):
+def backward(trace, out, wrt, inplace=True, seed=None):
     """Append the reverse pass of ``out`` w.r.t. the ``wrt`` tracers to ``trace``.
 
     Parameters
@@ -118,8 +121,11 @@ def backward(trace, out, wrt, inplace=True):
         Input tracers.
     inplace : bool, default True
         Accumulate adjoints in place (``iadd``, ``scatter_add``).  False emits
-        a functional pass (each sum a new node), which a second ``backward``
-        can differentiate: no value it reads is overwritten.
+        a functional pass (each sum a new node), which :func:`jvp` can
+        differentiate: no value it reads is overwritten.
+    seed : Tracer, optional
+        The cotangent of ``out`` (shaped like it); default 1 for a scalar
+        ``out``.  A Jacobian's rows come from seeds that are inputs.
 
     Returns
     -------
@@ -131,7 +137,9 @@ def backward(trace, out, wrt, inplace=True):
     trace.phase = "backward"
     adj = _Adjoints(inplace)
     if out.node.id in active:
-        adj.add(out.node, Tracer(trace.const(out.dtype.type(1), True), trace), False)
+        if seed is None:
+            seed = Tracer(trace.const(out.dtype.type(1), True), trace)
+        adj.add(out.node, seed, False)
     for node in reversed(forward):
         g = adj.value.get(node.id)
         if g is None or node.op in ("input", "const"):
@@ -166,6 +174,49 @@ def backward(trace, out, wrt, inplace=True):
                 adj.add(a, c, exclusive)
         del adj.value[node.id]
     return [adj.value.get(t.node.id) for t in wrt]
+
+
+def jvp(trace, nodes, tangents):
+    """Append the tangent pass of ``nodes`` to ``trace`` (forward mode).
+
+    Parameters
+    ----------
+    trace : hybridad.trace.Trace
+    nodes : list of Node
+        The graph to push tangents through, in execution order (forward nodes,
+        and for second order a functional backward pass after them).
+    tangents : dict
+        Node id -> tangent :class:`~hybridad.trace.Tracer` (shaped like the
+        node) for the seeds; extended in place with the tangent of every
+        floating-point node that depends on them (absent: identically zero).
+
+    Returns
+    -------
+    dict
+        ``tangents``.
+    """
+    trace.phase = "tangent"
+    for node in nodes:
+        if node.id in tangents or node.op in ("input", "const") or node.dtype.kind not in "fc":
+            continue
+        ts = tuple(tangents.get(a.id) for a in node.args)
+        if all(t is None for t in ts):
+            continue
+        rule = REGISTRY[node.op].jvp
+        if rule is None:
+            raise NotImplementedError(
+                f"{node.op!r} has no forward-mode rule yet (Jacobians, Hessians, "
+                "Hessian-vector products); please report the function")
+        args = [Tracer(a, trace) for a in node.args]
+        t = rule(ts, node, *args, Tracer(node, trace), **node.attrs)
+        if t is None:
+            continue
+        if t.shape != node.shape:
+            t = np.broadcast_to(t, node.shape)
+        if t.dtype != node.dtype:
+            t = t.astype(node.dtype)
+        tangents[node.id] = t
+    return tangents
 
 
 def _flat_writable(node):

@@ -23,7 +23,7 @@ import threading
 import numpy as np
 
 from . import _tree
-from .autodiff import backward
+from .autodiff import backward, jvp
 from .backends.loops import serial_loops
 from .backends.numba_backend import compile_numba_program, materialize_for_numba, \
     scratch_for_numba, work_estimate
@@ -212,15 +212,12 @@ class Plan:
             # the first reverse pass is then functional (see autodiff.backward)
             grads = backward(trace, out, diff_tracers, inplace=not hvp)
             tangents, hvps = [], []
-            if hvp:  # H v = d/dx <grad f(x), v>, reverse over reverse
-                trace.phase = "forward"
+            if hvp:  # H v: the tangent of the gradient along v, forward over reverse
                 tangents = [trace.input(len(leaves) + j, *self._specs[i])
                             for j, i in enumerate(self._diff_leaves)]
-                terms = [np.sum(g * t) for g, t in zip(grads, tangents, strict=True)
-                         if g is not None]
-                dot = sum(terms[1:], terms[0]) if terms else None
-                hvps = backward(trace, dot, diff_tracers) if dot is not None \
-                    else [None] * len(diff_tracers)
+                tmap = jvp(trace, list(trace.nodes),
+                           {x.node.id: t for x, t in zip(diff_tracers, tangents, strict=True)})
+                hvps = [None if g is None else tmap.get(g.node.id) for g in grads]
         inputs = [t.node for t in tracers + tangents]
         grad_nodes = [None if g is None else g.node for g in grads]
         hvp_nodes = [None if h is None else h.node for h in hvps]

@@ -7,6 +7,11 @@ An :class:`Op` carries, side by side:
   preallocated ``out`` (or returning a view for view ops);
 * ``vjp`` -- the reverse rule, written with numpy calls on tracers so that the
   backward pass is emitted as IR into the same graph;
+* ``jvp`` -- the forward (tangent) rule, likewise emitted as IR: forward mode
+  over any graph, the backward pass included (forward-over-reverse Hessians);
+* ``batch`` -- how the op applies when some operands carry a leading batch
+  axis (a chunk of tangents or cotangents), emitted as IR (see
+  :mod:`hybridad.batching`);
 * for elementwise ops, ``ufunc`` and symbolic ``partials`` (one expression per
   operand in terms of the operands and the result ``ans``), from which the
   VJP is derived -- and from which later backends render dual-number kernels;
@@ -50,6 +55,15 @@ class Op:
     vjp : callable, optional
         ``vjp(g, node, *arg_tracers, ans) -> tuple`` of contributions, one per
         operand (``None`` for a zero / non-differentiable operand).
+    jvp : callable, optional
+        ``jvp(tangents, node, *arg_tracers, ans, **attrs) -> tracer or None``:
+        the result's tangent from the operands' (``None`` entries are zero).
+        Elementwise ops derive it from ``partials``.
+    batch : callable, optional
+        ``batch(node, batched, *arg_tracers, **attrs) -> tracer``: the op
+        applied to operands of which those flagged in ``batched`` have a
+        leading batch axis; the result has it too.  Elementwise ops share
+        one rule.
     ufunc, partials, domain, scalar :
         Elementwise ops only; see the module docstring.
     workspace : callable, optional
@@ -66,13 +80,16 @@ class Op:
         "run",
         "scalar",
         "ufunc",
+        "batch",
+        "jvp",
         "view",
         "vjp",
         "workspace",
     )
 
     def __init__(self, name, kind, abstract, run=None, view=None, vjp=None, ufunc=None,
-                 partials=None, domain=None, doc="", scalar=None, workspace=None):
+                 partials=None, domain=None, doc="", scalar=None, workspace=None, jvp=None,
+                 batch=None):
         assert kind in KINDS, kind
         self.name = name
         self.kind = kind
@@ -86,6 +103,8 @@ class Op:
         self.doc = doc
         self.scalar = scalar
         self.workspace = workspace
+        self.jvp = jvp
+        self.batch = batch
 
     def __repr__(self):
         return f"Op({self.name!r}, kind={self.kind!r})"

@@ -65,6 +65,21 @@ def _vjp_from_partials(partials):
     return vjp
 
 
+def _jvp_from_partials(partials):
+    def jvp(tangents, node, *operands):
+        *xs, ans = operands
+        total = None
+        for p, t in zip(partials, tangents, strict=True):
+            if t is None or p is None or (not callable(p) and p == 0):
+                continue
+            term = t if (p == 1 and not callable(p)) else -t if not callable(p) \
+                else p(*xs, ans) * t
+            total = term if total is None else total + term
+        return total
+
+    return jvp
+
+
 def elementwise(ufunc, partials, domain=(-2.0, 2.0), name=None, scalar=None):
     """Declare a ufunc primitive with its partials (one per operand); ``scalar``:
     its value as a Python expression over ``{0}``, ``{1}`` where numba has no
@@ -73,7 +88,8 @@ def elementwise(ufunc, partials, domain=(-2.0, 2.0), name=None, scalar=None):
     assert len(partials) == ufunc.nin, ufunc
     return register(Op(
         name or ufunc.__name__, "elementwise", _abstract_for(ufunc), run=_run_for(ufunc),
-        vjp=_vjp_from_partials(partials), ufunc=ufunc, partials=partials, domain=domain,
+        vjp=_vjp_from_partials(partials), jvp=_jvp_from_partials(partials), ufunc=ufunc,
+        partials=partials, domain=domain,
         doc=(ufunc.__doc__ or "").strip().splitlines()[0] if ufunc.__doc__ else "",
         scalar=scalar,
     ))

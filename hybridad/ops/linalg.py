@@ -53,6 +53,19 @@ def _work(name):
     return size
 
 
+def _stacked_batch(node, batched, *args):
+    """Every operand batched (a copy where it was not), the batch axis folded
+    into the stack axis: one call on (K * batch, ...), unfolded after."""
+    k = next(x.shape[0] for x, b in zip(args, batched, strict=True) if b)
+    flat = [np.reshape(x if b else np.broadcast_to(x, (k, *x.shape)), (-1, *x.shape[2:]))
+            for x, b in zip(args, batched, strict=True)]
+    return np.reshape(_bind(node.op, *flat), (k, *node.shape))
+
+
+def _sym(t):
+    return (t + _mT(t)) * 0.5
+
+
 def _check_square(a):
     if len(a.shape) != 3 or a.shape[1] != a.shape[2]:
         raise ValueError(f"expected a stack of square matrices (batch, n, n), got {a.shape}")
@@ -83,7 +96,23 @@ def _solve_vjp(g, node, active, a, b, ans):
     return (-np.matmul(gb, _mT(ans)) if active[0] else None, gb if active[1] else None)
 
 
+def _solve_jvp(ts, node, a, b, ans):
+    ta, tb = ts
+    rhs = tb if ta is None else -np.matmul(ta, ans) if tb is None else tb - np.matmul(ta, ans)
+    return _bind("solve", a, rhs)
+
+
+def _solve_batch(node, batched, a, b):
+    if batched[0]:
+        return _stacked_batch(node, batched, a, b)
+    # one matrix, a batch of right-hand sides: side by side, one solve
+    k, (nb, n, m) = b.shape[0], node.shape
+    cols = np.reshape(np.transpose(b, (1, 2, 0, 3)), (nb, n, k * m))
+    return np.transpose(np.reshape(_bind("solve", a, cols), (nb, n, k, m)), (2, 0, 1, 3))
+
+
 register(Op("solve", "compute", _solve_abstract, run=_solve_run, vjp=_solve_vjp,
+            jvp=_solve_jvp, batch=_solve_batch,
             workspace=_work("solve"), doc="x with a @ x = b (LAPACK gesv)"))
 
 
@@ -103,6 +132,8 @@ def _inv_vjp(g, node, active, a, ans):
 
 
 register(Op("inv", "compute", _inv_abstract, run=_inv_run, vjp=_inv_vjp,
+            jvp=lambda ts, node, a, ans: -np.matmul(np.matmul(ans, ts[0]), ans),
+            batch=_stacked_batch,
             workspace=_work("inv"), doc="matrix inverse (LAPACK gesv against I)"))
 
 # ----------------------------------------------------------------------------
@@ -120,8 +151,14 @@ def _det_vjp(g, node, active, a, ans):
     return ((g * ans)[:, None, None] * _inv_T(a),)
 
 
+def _logdet_tangent(ta, a):
+    """d log|det A| = trace(A^{-1} dA), one per matrix of the stack."""
+    return np.sum(_inv_T(a) * ta, axis=(1, 2))
+
+
 register(Op("det", "compute", lambda a: (_inv_abstract(a)[0][:1], a.dtype), run=_det_run,
-            vjp=_det_vjp, workspace=_work("det"), doc="determinant (LAPACK getrf)"))
+            vjp=_det_vjp, jvp=lambda ts, node, a, ans: ans * _logdet_tangent(ts[0], a),
+            batch=_stacked_batch, workspace=_work("det"), doc="determinant (LAPACK getrf)"))
 
 
 def _slogdet_run(out, a, work):
@@ -135,6 +172,10 @@ def _slogdet_vjp(g, node, active, a, ans):
 
 register(Op("slogdet", "compute", lambda a: ((_inv_abstract(a)[0][0], 2), a.dtype),
             run=_slogdet_run, vjp=_slogdet_vjp, workspace=_work("slogdet"),
+            jvp=lambda ts, node, a, ans: np.concatenate(
+                [np.zeros((a.shape[0], 1), a.dtype), _logdet_tangent(ts[0], a)[:, None]],
+                axis=1),
+            batch=_stacked_batch,
             doc="(sign, log|det|) packed as (batch, 2) (LAPACK getrf)"))
 
 # ----------------------------------------------------------------------------
@@ -155,7 +196,17 @@ def _cholesky_vjp(g, node, active, a, ans):
     return ((s + _mT(s)) * 0.5,)
 
 
+def _cholesky_jvp(ts, node, a, ans):
+    # dL = L phi(L^-1 dA L^-T), phi: the lower triangle, diagonal halved; dA
+    # symmetrized as the vjp's gradient is
+    n = a.shape[-1]
+    linv = _bind("inv", ans)
+    inner = np.matmul(np.matmul(linv, _sym(ts[0])), _mT(linv))
+    return np.matmul(ans, np.tril(inner) * (1 - 0.5 * np.eye(n, dtype=a.dtype)))
+
+
 register(Op("cholesky", "compute", _inv_abstract, run=_cholesky_run, vjp=_cholesky_vjp,
+            jvp=_cholesky_jvp, batch=_stacked_batch,
             doc="lower Cholesky factor from the lower triangle (LAPACK potrf)"))
 
 
@@ -181,7 +232,20 @@ def _eigh_vjp(g, node, active, a, ans):
     return ((ga + _mT(ga)) * 0.5,)
 
 
+def _eigh_jvp(ts, node, a, ans):
+    # dw = diag(V^T dA V), dV = V (F o V^T dA V), F_ij = 1 / (w_j - w_i) off the diagonal
+    n = a.shape[-1]
+    w, v = ans[:, 0, :], ans[:, 1:, :]
+    eye = np.eye(n, dtype=a.dtype)
+    inner = np.matmul(np.matmul(_mT(v), _sym(ts[0])), v)
+    f = (1 - eye) / (w[:, None, :] - w[:, :, None] + eye)
+    dw = np.sum(inner * eye, axis=1)
+    dv = np.matmul(v, f * inner)
+    return np.concatenate([dw[:, None, :], dv], axis=1)
+
+
 register(Op("eigh", "compute", _eigh_abstract, run=_eigh_run, vjp=_eigh_vjp,
+            jvp=_eigh_jvp, batch=_stacked_batch,
             workspace=_work("eigh"),
             doc="eigenvalues (row 0) and eigenvectors (rows 1..n) of a symmetric matrix "
                 "from its lower triangle (LAPACK syevd)"))

@@ -37,6 +37,24 @@ def _grad_to_input_shape(g, node):
     return g if g.shape == kshape else np.reshape(g, kshape)
 
 
+def _bind(*args, **attrs):
+    from ..trace import bind
+
+    return bind(*args, **attrs)
+
+
+def _lift(t, rank):
+    from ..batching import lift
+
+    return lift(t, rank)
+
+
+def _expand(x, k):
+    from ..batching import expand
+
+    return expand(x, k)
+
+
 def _same_as_first(*args, **attrs):
     return args[0].shape, args[0].dtype
 
@@ -62,7 +80,14 @@ def _where_vjp(g, node, active, c, a, b, ans):
             np.where(c, zero, g) if active[2] else None)
 
 
+def _where_jvp(tangents, node, c, a, b, ans):
+    _, ta, tb = tangents
+    zero = node.dtype.type(0)
+    return np.where(c, zero if ta is None else ta, zero if tb is None else tb)
+
+
 register(Op("where", "elementwise", _where_abstract, run=_where_run, vjp=_where_vjp,
+            jvp=_where_jvp,
             partials=(None, lambda c, a, b, ans: c, lambda c, a, b, ans: ~c),
             doc="select: a where c else b"))
 
@@ -76,7 +101,8 @@ def _cast_vjp(g, node, active, x, ans, dtype):
 
 
 register(Op("cast", "elementwise", lambda x, dtype: (x.shape, np.dtype(dtype)),
-            run=_cast_run, vjp=_cast_vjp, partials=(1,), doc="convert to dtype"))
+            run=_cast_run, vjp=_cast_vjp, jvp=lambda ts, node, x, ans, dtype: ts[0],
+            partials=(1,), doc="convert to dtype"))
 
 
 def _copy_run(out, x):
@@ -84,7 +110,8 @@ def _copy_run(out, x):
 
 
 register(Op("copy", "compute", _same_as_first, run=_copy_run,
-            vjp=lambda g, node, active, x, ans: (g,), doc="materialize a copy"))
+            vjp=lambda g, node, active, x, ans: (g,), jvp=lambda ts, node, x, ans: ts[0],
+            batch=lambda node, batched, x: _bind("copy", x), doc="materialize a copy"))
 
 # ----------------------------------------------------------------------------
 # reductions
@@ -114,9 +141,34 @@ def _extremum_vjp(g, node, active, x, ans, axis, keepdims):
     return (_grad_to_input_shape(g, node) * (mask / count),)
 
 
-register(Op("sum", "reduce", _reduce_abstract, run=_reducer(np.add), vjp=_sum_vjp))
-register(Op("max", "reduce", _reduce_abstract, run=_reducer(np.maximum), vjp=_extremum_vjp))
-register(Op("min", "reduce", _reduce_abstract, run=_reducer(np.minimum), vjp=_extremum_vjp))
+def _extremum_weights(x, ans, node):
+    a = _grad_to_input_shape(ans, node)
+    mask = (x == a).astype(x.dtype)
+    return mask / np.sum(mask, axis=node.attrs["axis"], keepdims=True)
+
+
+def _sum_jvp(ts, node, x, ans, axis, keepdims):
+    return _bind("sum", ts[0], axis=axis, keepdims=keepdims)
+
+
+def _extremum_jvp(ts, node, x, ans, axis, keepdims):
+    # the tangent of the maximizing elements, averaged over ties (as the vjp)
+    return _bind("sum", ts[0] * _extremum_weights(x, ans, node), axis=axis, keepdims=keepdims)
+
+
+def _axis_batch(node, batched, x, **attrs):
+    """A batched operand of an op with ``axis`` attributes: the axes move by one."""
+    axis = attrs.pop("axis")
+    axis = tuple(a + 1 for a in axis) if isinstance(axis, tuple) else axis + 1
+    return _bind(node.op, x, axis=axis, **attrs)
+
+
+register(Op("sum", "reduce", _reduce_abstract, run=_reducer(np.add), vjp=_sum_vjp,
+            jvp=_sum_jvp, batch=_axis_batch))
+register(Op("max", "reduce", _reduce_abstract, run=_reducer(np.maximum), vjp=_extremum_vjp,
+            jvp=_extremum_jvp, batch=_axis_batch))
+register(Op("min", "reduce", _reduce_abstract, run=_reducer(np.minimum), vjp=_extremum_vjp,
+            jvp=_extremum_jvp, batch=_axis_batch))
 
 
 def _prod_vjp(g, node, active, x, ans, axis, keepdims):
@@ -134,7 +186,15 @@ def _prod_abstract(x, axis, keepdims):
     return _reduce_abstract(x, axis, keepdims)
 
 
-register(Op("prod", "reduce", _prod_abstract, run=_reducer(np.multiply), vjp=_prod_vjp))
+def _prod_jvp(ts, node, x, ans, axis, keepdims):
+    (ax,) = axis
+    left = _bind("cumprod_exclusive", x, axis=ax, reverse=False)
+    right = _bind("cumprod_exclusive", x, axis=ax, reverse=True)
+    return _bind("sum", ts[0] * (left * right), axis=axis, keepdims=keepdims)
+
+
+register(Op("prod", "reduce", _prod_abstract, run=_reducer(np.multiply), vjp=_prod_vjp,
+            jvp=_prod_jvp, batch=_axis_batch))
 
 
 def _cumprod_exclusive_run(out, x, axis, reverse):
@@ -179,8 +239,34 @@ def _cumprod_exclusive_vjp(g, node, active, x, ans, axis, reverse):
     return (ans * bind("cumprod_adjoint", _shift(g, axis, -1), x, axis=axis),)
 
 
+def _forward_scan(u, x, axis):
+    """S_i = u_i + x_i S_{i-1} along axis (S_{-1} = 0): cumprod_adjoint's
+    backward recurrence run along the flipped axis, x moved one place."""
+    return _flip(_bind("cumprod_adjoint", _flip(u, axis), _shift(_flip(x, axis), axis, 1),
+                       axis=axis), axis)
+
+
+def _cumprod_exclusive_jvp(ts, node, x, ans, axis, reverse):
+    # E_j = E_{j-1} x_{j-1}: dE_j = x_{j-1} dE_{j-1} + E_{j-1} dx_{j-1}
+    if reverse:
+        flipped = _cumprod_exclusive_jvp((_flip(ts[0], axis),), node, _flip(x, axis),
+                                         _flip(ans, axis), axis, False)
+        return _flip(flipped, axis)
+    return _forward_scan(_shift(ans * ts[0], axis, 1), _shift(x, axis, 1), axis)
+
+
+def _scan_batch(node, batched, *args, **attrs):
+    """Scans along ``axis``: every operand batched (a broadcast view where it was
+    not), the axis moved by one."""
+    k = next(a.shape[0] for a, b in zip(args, batched, strict=True) if b)
+    args = [a if b else _expand(a, k) for a, b in zip(args, batched, strict=True)]
+    attrs["axis"] += 1
+    return _bind(node.op, *args, **attrs)
+
+
 register(Op("cumprod_exclusive", "compute", lambda x, axis, reverse: (x.shape, x.dtype),
             run=_cumprod_exclusive_run, vjp=_cumprod_exclusive_vjp,
+            jvp=_cumprod_exclusive_jvp, batch=_scan_batch,
             doc="product of the elements strictly before (reverse: after) each position"))
 
 
@@ -197,7 +283,9 @@ def _cumsum_vjp(g, node, active, x, ans, axis, reverse):
 
 
 register(Op("cumsum", "compute", lambda x, axis, reverse: (x.shape, x.dtype),
-            run=_cumsum_run, vjp=_cumsum_vjp,
+            run=_cumsum_run, vjp=_cumsum_vjp, batch=_scan_batch,
+            jvp=lambda ts, node, x, ans, axis, reverse: _bind("cumsum", ts[0], axis=axis,
+                                                              reverse=reverse),
             doc="inclusive running sum along one axis (reverse: from the end)"))
 
 def _cumprod_run(out, x, axis):
@@ -214,8 +302,15 @@ def _cumprod_vjp(g, node, active, x, ans, axis):
     return (left * bind("cumprod_adjoint", g, x, axis=axis),)
 
 
+def _cumprod_jvp(ts, node, x, ans, axis):
+    # y_i = y_{i-1} x_i: dy_i = x_i dy_{i-1} + y_{i-1} dx_i, exact with zeros
+    left = _bind("cumprod_exclusive", x, axis=axis, reverse=False)
+    return _forward_scan(left * ts[0], x, axis)
+
+
 register(Op("cumprod", "compute", lambda x, axis: (x.shape, x.dtype), run=_cumprod_run,
-            vjp=_cumprod_vjp, doc="inclusive running product along one axis"))
+            vjp=_cumprod_vjp, jvp=_cumprod_jvp, batch=_scan_batch,
+            doc="inclusive running product along one axis"))
 
 
 def _cumprod_adjoint_run(out, g, x, axis):
@@ -239,8 +334,19 @@ def _cumprod_adjoint_vjp(gs, node, active, g, x, ans, axis):
     return (t if active[0] else None, ans * _shift(t, axis, 1) if active[1] else None)
 
 
+def _cumprod_adjoint_jvp(ts, node, g, x, ans, axis):
+    # S_j = g_j + x_{j+1} S_{j+1}: dS_j = (dg_j + dx_{j+1} S_{j+1}) + x_{j+1} dS_{j+1}
+    tg, tx = ts
+    u = tg
+    if tx is not None:
+        moved = _shift(tx * ans, axis, -1)
+        u = moved if u is None else u + moved
+    return _bind("cumprod_adjoint", u, x, axis=axis)
+
+
 register(Op("cumprod_adjoint", "compute", lambda g, x, axis: (x.shape, x.dtype),
-            run=_cumprod_adjoint_run, vjp=_cumprod_adjoint_vjp,
+            run=_cumprod_adjoint_run, vjp=_cumprod_adjoint_vjp, jvp=_cumprod_adjoint_jvp,
+            batch=_scan_batch,
             doc="S_j = g_j + x_{j+1} S_{j+1} along axis, from the end (cumprod's reverse scan)"))
 
 # ----------------------------------------------------------------------------
@@ -271,7 +377,28 @@ def _matmul_vjp(g, node, active, a, b, ans):
             _product(np.swapaxes(a, -1, -2), g) if active[1] else None)
 
 
-register(Op("matmul", "compute", _matmul_abstract, run=_matmul_run, vjp=_matmul_vjp))
+def _matmul_jvp(ts, node, a, b, ans):
+    ta, tb = ts
+    left = None if ta is None else _product(ta, b)
+    right = None if tb is None else _product(a, tb)
+    return right if left is None else left if right is None else left + right
+
+
+def _matmul_batch(node, batched, a, b):
+    ba, bb = batched
+    if ba and not bb and b.ndim == 2:  # a stack of rows times one matrix: one gemm
+        rows = np.reshape(a, (-1, a.shape[-1]))
+        return np.reshape(_product(rows, b), (a.shape[0], *node.shape))
+    if bb and not ba and a.ndim == 2:  # one matrix times a stack: one gemm on (k, K n)
+        k, n = b.shape[0], node.shape[-1]
+        cols = np.reshape(np.transpose(b, (1, 0, 2)), (b.shape[1], k * n))
+        return np.transpose(np.reshape(_product(a, cols), (a.shape[0], k, n)), (1, 0, 2))
+    rank = len(node.shape)
+    return _bind("matmul", _lift(a, rank) if ba else a, _lift(b, rank) if bb else b)
+
+
+register(Op("matmul", "compute", _matmul_abstract, run=_matmul_run, vjp=_matmul_vjp,
+            jvp=_matmul_jvp, batch=_matmul_batch))
 
 # ----------------------------------------------------------------------------
 # shape and index ops (views)
@@ -283,7 +410,9 @@ def _reshape_view(x, shape):
 
 
 register(Op("reshape", "view", lambda x, shape: (shape, x.dtype), view=_reshape_view,
-            vjp=lambda g, node, active, x, ans, shape: (np.reshape(g, x.shape),)))
+            vjp=lambda g, node, active, x, ans, shape: (np.reshape(g, x.shape),),
+            jvp=lambda ts, node, x, ans, shape: np.reshape(ts[0], shape),
+            batch=lambda node, batched, x, shape: np.reshape(x, (x.shape[0], *shape))))
 
 
 def _transpose_vjp(g, node, active, x, ans, axes):
@@ -292,12 +421,18 @@ def _transpose_vjp(g, node, active, x, ans, axes):
 
 register(Op("transpose", "view",
             lambda x, axes: (tuple(x.shape[a] for a in axes), x.dtype),
-            view=lambda x, axes: np.transpose(x, axes), vjp=_transpose_vjp))
+            view=lambda x, axes: np.transpose(x, axes), vjp=_transpose_vjp,
+            jvp=lambda ts, node, x, ans, axes: np.transpose(ts[0], axes),
+            batch=lambda node, batched, x, axes: np.transpose(
+                x, (0, *(a + 1 for a in axes)))))
 
 register(Op("broadcast_to", "view", lambda x, shape: (shape, x.dtype),
             view=lambda x, shape: np.broadcast_to(x, shape),
             # the autodiff pass sums a too-large cotangent back to x's shape
-            vjp=lambda g, node, active, x, ans, shape: (g,)))
+            vjp=lambda g, node, active, x, ans, shape: (g,),
+            jvp=lambda ts, node, x, ans, shape: np.broadcast_to(ts[0], shape),
+            batch=lambda node, batched, x, shape: np.broadcast_to(
+                _lift(x, len(shape)), (x.shape[0], *shape))))
 
 
 class Scatter:
@@ -318,7 +453,10 @@ def _getitem_abstract(x, index):
 
 
 register(Op("getitem", "view", _getitem_abstract, view=lambda x, index: x[index + (...,)],
-            vjp=lambda g, node, active, x, ans, index: (Scatter(index, g),)))
+            vjp=lambda g, node, active, x, ans, index: (Scatter(index, g),),
+            jvp=lambda ts, node, x, ans, index: _bind("getitem", ts[0], index=index),
+            batch=lambda node, batched, x, index: _bind("getitem", x,
+                                                        index=(slice(None), *index))))
 
 
 def _gather_run(out, x, flat):
@@ -331,8 +469,22 @@ def _gather_vjp(g, node, active, x, flat, ans):
     return (Scatter(None, g, flat=flat), None)
 
 
+def _gather_batch(node, batched, x, flat):
+    if batched[1]:
+        raise NotImplementedError("gather at batched positions")
+    from ..batching import batched_positions, contiguous
+
+    return _bind("gather", contiguous(x), batched_positions(flat, x.shape[0], x.size // x.shape[0]))
+
+
+def _gather_jvp(ts, node, x, flat, ans):
+    from ..batching import contiguous
+
+    return _bind("gather", contiguous(ts[0]), flat)
+
+
 register(Op("gather", "compute", lambda x, flat: (flat.shape, x.dtype), run=_gather_run,
-            vjp=_gather_vjp,
+            vjp=_gather_vjp, jvp=_gather_jvp, batch=_gather_batch,
             doc="x.flat[flat] for a constant integer array flat (C-contiguous x): "
                 "fancy and boolean indexing, take, compress, repeat, diagonal"))
 
@@ -368,6 +520,7 @@ def _sort_pack_run(out, x, axis):
 
 register(Op("sort_pack", "compute", _sort_pack_abstract, run=_sort_pack_run,
             vjp=lambda g, node, active, x, ans, axis: (None,),
+            jvp=lambda ts, node, x, ans, axis: None,
             doc="rows of x along axis as (value, index) complex pairs, sorted, the axis "
                 "moved last (not differentiable; see sort_values)"))
 
@@ -384,22 +537,35 @@ register(Op("sort_index", "compute",
             doc="where each sorted element came from along the axis (argsort, stable)"))
 
 
+def _sort_positions(x, p, axis):
+    """Flat position in x of each sorted element: (index along the axis) *
+    stride + the row's start."""
+    k = _bind("sort_index", p, axis=axis)
+    stride = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+    start = np.take(np.arange(x.size, dtype=np.intp).reshape(x.shape), [0], axis=axis)
+    return k * stride + start
+
+
+def _sort_values_jvp(ts, node, x, p, ans, axis):
+    from ..batching import contiguous
+
+    if x.size == 0 or ts[0] is None:
+        return None
+    return _bind("gather", contiguous(ts[0]), _sort_positions(x, p, axis))
+
+
 def _sort_values_vjp(g, node, active, x, p, ans, axis):
     # the cotangent of sorted[j] goes to the element it came from: its flat
     # position in x is (index along the axis) * stride + the row's start
-    from ..trace import bind
 
     if x.size == 0:
         return (None, None)
-    k = bind("sort_index", p, axis=axis)
-    stride = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
-    start = np.take(np.arange(x.size, dtype=np.intp).reshape(x.shape), [0], axis=axis)
-    return (Scatter(None, g, flat=k * stride + start), None)
+    return (Scatter(None, g, flat=_sort_positions(x, p, axis)), None)
 
 
 register(Op("sort_values", "compute", lambda x, p, axis: (x.shape, x.dtype),
             run=lambda out, x, p, axis: np.copyto(out, np.moveaxis(p.real, -1, axis)),
-            vjp=_sort_values_vjp,
+            vjp=_sort_values_vjp, jvp=_sort_values_jvp,
             doc="x sorted along axis, read from its sort_pack p (the cotangent goes back "
                 "to where each element came from)"))
 
@@ -425,7 +591,21 @@ def _concat_vjp(g, node, active, *operands, axis):
     return tuple(out)
 
 
-register(Op("concatenate", "compute", _concat_abstract, run=_concat_run, vjp=_concat_vjp))
+def _concat_jvp(ts, node, *operands, axis):
+    *xs, ans = operands
+    parts = [np.zeros(x.shape, node.dtype) if t is None else t
+             for x, t in zip(xs, ts, strict=True)]
+    return _bind("concatenate", *parts, axis=axis)
+
+
+def _concat_batch(node, batched, *xs, axis):
+    k = next(x.shape[0] for x, b in zip(xs, batched, strict=True) if b)
+    parts = [x if b else _expand(x, k) for x, b in zip(xs, batched, strict=True)]
+    return _bind("concatenate", *parts, axis=axis + 1)
+
+
+register(Op("concatenate", "compute", _concat_abstract, run=_concat_run, vjp=_concat_vjp,
+            jvp=_concat_jvp, batch=_concat_batch))
 
 # ----------------------------------------------------------------------------
 # accumulation ops emitted by the reverse pass
@@ -437,10 +617,65 @@ def _scatter_run(out, g, index):
     out[index + (...,)] = g
 
 
+def _region_rank(shape, index):
+    """The number of axes of ``zeros(shape)[index]``."""
+    proxy = np.lib.stride_tricks.as_strided(np.zeros(1), shape, (0,) * len(shape))
+    return proxy[index + (...,)].ndim
+
+
+def _scatter_batch(node, batched, g, index, shape):
+    return _bind("scatter", _lift(g, _region_rank(shape, index)), index=(slice(None), *index),
+                 shape=(g.shape[0], *shape))
+
+
+def _batched_acc(acc, batched, k):
+    """An accumulator of a batched sum: itself when batched, else a batched copy."""
+    return acc if batched else _bind("copy", _expand(acc, k))
+
+
+def _scatter_add_batch(node, batched, acc, g, index):
+    k = (acc if batched[0] else g).shape[0]
+    acc = _batched_acc(acc, batched[0], k)
+    if batched[1]:
+        g = _lift(g, _region_rank(node.shape, index))
+    return _bind("scatter_add", acc, g, index=(slice(None), *index))
+
+
+def _iadd_batch(node, batched, acc, g):
+    k = (acc if batched[0] else g).shape[0]
+    acc = _batched_acc(acc, batched[0], k)
+    return _bind("iadd", acc, _lift(g, len(node.shape)) if batched[1] else g)
+
+
+def _flat_batch(node, batched, *args, shape=None):
+    """scatter_flat / scatter_add_flat: positions offset per batch entry."""
+    from ..batching import batched_positions
+
+    if node.op == "scatter_flat":
+        g, flat = args
+        k = g.shape[0]
+        pos = batched_positions(flat, k, node.size)
+        return _bind("scatter_flat", _lift(g, flat.ndim), pos, shape=(k, *shape))
+    acc, g, flat = args
+    k = (acc if batched[0] else g).shape[0]
+    pos = batched_positions(flat, k, node.size)
+    if batched[1]:
+        g = _lift(g, flat.ndim)
+    return _bind("scatter_add_flat", _batched_acc(acc, batched[0], k), g, pos)
+
+
+def _in_place_jvp(ts, node, *operands, **attrs):
+    raise NotImplementedError(
+        f"forward mode through the in-place {node.op!r}: differentiate a functional "
+        "backward pass (autodiff.backward(..., inplace=False))")
+
+
 register(Op("scatter", "compute", lambda g, index, shape: (shape, g.dtype),
             run=lambda out, g, index, shape: _scatter_run(out, g, index),
             vjp=lambda gg, node, active, g, ans, index, shape: (gg[index],),
-            doc="zeros of shape with g written at index"))
+            jvp=lambda ts, node, g, ans, index, shape: _bind("scatter", ts[0], index=index,
+                                                             shape=shape),
+            batch=_scatter_batch, doc="zeros of shape with g written at index"))
 
 
 def _scatter_add_run(acc, g, index):
@@ -450,7 +685,7 @@ def _scatter_add_run(acc, g, index):
 
 register(Op("scatter_add", "inplace", lambda acc, g, index: (acc.shape, acc.dtype),
             run=lambda out, acc, g, index: _scatter_add_run(acc, g, index),
-            doc="acc[index] += g, in place"))
+            jvp=_in_place_jvp, batch=_scatter_add_batch, doc="acc[index] += g, in place"))
 
 def _scatter_flat_vjp(gg, node, active, g, flat, ans, shape):
     from ..numpy_api import gather_positions
@@ -475,13 +710,17 @@ def _scatter_flat_run(out, g, flat, shape):
 
 
 register(Op("scatter_flat", "compute", lambda g, flat, shape: (shape, g.dtype),
-            run=_scatter_flat_run, vjp=_scatter_flat_vjp,
+            run=_scatter_flat_run, vjp=_scatter_flat_vjp, batch=_flat_batch,
+            jvp=lambda ts, node, g, flat, ans, shape: _bind("scatter_flat", ts[0], flat,
+                                                            shape=shape),
             doc="zeros of shape with g added at the flat positions flat (repeats add up)"))
 
 register(Op("scatter_add_flat", "inplace", lambda acc, g, flat: (acc.shape, acc.dtype),
             run=lambda out, acc, g, flat: np.add.at(acc.reshape(-1), flat, g),
+            jvp=_in_place_jvp, batch=_flat_batch,
             doc="acc.flat[flat] += g, in place, repeats adding up (acc C-contiguous)"))
 
 register(Op("iadd", "inplace", _same_as_first,
-            run=lambda out, acc, g: np.add(acc, g, out=acc),
+            run=lambda out, acc, g: np.add(acc, g, out=acc), jvp=_in_place_jvp,
+            batch=_iadd_batch,
             doc="acc += g, in place (g broadcasts)"))

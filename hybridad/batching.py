@@ -1,0 +1,112 @@
+"""Stage 3b: batching, graph to graph (``vmap`` over a leading axis).
+
+A Jacobian or a Hessian needs the same linear map applied to many seeds:
+forward mode pushes a chunk of K tangents through the graph at once, reverse
+mode pulls K cotangents back.  Rather than running a plan K times, the
+seed-dependent part of the graph is re-emitted with a leading axis of length
+K on every value that depends on the seeds (a *batched* value); values that
+do not (the primal forward pass, the partials) are shared, computed once.
+Each op says how it applies to batched operands (``Op.batch``, next to its
+other rules in :mod:`hybridad.ops`); the elementwise ops share one rule,
+which aligns a batched operand's axes with the result's.  The batched graph
+is ordinary IR: the fusion, memory plan and backends handle it like any
+other, so a chunk of tangents through a chain of elementwise ops is one
+fused loop whose dual numbers carry K partials.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .ops import REGISTRY
+from .trace import Tracer, bind
+
+__all__ = ["contiguous", "elementwise_batch", "expand", "lift", "vmap"]
+
+
+def lift(t, rank):
+    """A batched ``t`` (shape ``(K, *s)``) reshaped to ``(K, 1, ..., 1, *s)`` with
+    ``rank`` axes after the batch axis, so that it broadcasts against unbatched
+    operands of up to ``rank`` axes (numpy aligns trailing axes)."""
+    missing = rank - (t.ndim - 1)
+    if missing <= 0:
+        return t
+    return np.reshape(t, t.shape[:1] + (1,) * missing + t.shape[1:])
+
+
+def expand(x, k):
+    """An unbatched ``x`` as a batched value: a read-only broadcast view ``(k, *x.shape)``."""
+    return np.broadcast_to(x, (k, *x.shape))
+
+
+def contiguous(t):
+    """``t`` itself when it is a buffer of its own, else a copy: ops that read
+    flat positions (gather) need C-contiguous storage."""
+    node = t.node
+    while node.op in REGISTRY and REGISTRY[node.op].kind == "inplace":
+        node = node.args[0]
+    if node.op in REGISTRY and REGISTRY[node.op].kind != "view":
+        return t
+    if node.op == "input" or node.is_const and node.attrs["value"].flags.c_contiguous:
+        return t
+    return bind("copy", t)
+
+
+def batched_positions(flat, k, size):
+    """Flat positions ``flat`` into one array of ``size`` elements, repeated for
+    ``k`` stacked arrays: ``(k, *flat.shape)`` positions into the stack."""
+    offsets = (np.arange(k, dtype=np.intp) * size).reshape((k,) + (1,) * flat.ndim)
+    if flat.node.is_const:
+        return offsets + flat.node.attrs["value"]
+    return flat + offsets
+
+
+def elementwise_batch(node, batched, *args, **attrs):
+    """The shared rule of elementwise ops: batched operands lifted to the result's rank."""
+    rank = len(node.shape)
+    lifted = [lift(a, rank) if b else a for a, b in zip(args, batched, strict=True)]
+    return bind(node.op, *lifted, **attrs)
+
+
+def vmap(trace, nodes, batched, k):
+    """Re-emit the nodes that depend on batched values with a leading axis of ``k``.
+
+    Parameters
+    ----------
+    trace : hybridad.trace.Trace
+        The trace to append the batched nodes to.
+    nodes : list of Node
+        The graph, in execution order.
+    batched : dict
+        Node id -> batched :class:`~hybridad.trace.Tracer` (shape ``(k, *node.shape)``)
+        for the seeds; extended in place with every node that depends on them.
+    k : int
+        The batch size.
+
+    Returns
+    -------
+    dict
+        ``batched``.
+    """
+    for node in nodes:
+        if node.id in batched or node.op in ("input", "const"):
+            continue
+        flags = tuple(a.id in batched for a in node.args)
+        if not any(flags):
+            continue
+        op = REGISTRY[node.op]
+        rule = op.batch or (elementwise_batch if op.kind == "elementwise" else None)
+        if rule is None:
+            raise NotImplementedError(
+                f"{node.op!r} cannot be applied to a batch of tangents or cotangents yet "
+                "(Jacobians, Hessians); please report the function")
+        args = [batched[a.id] if f else Tracer(a, trace)
+                for a, f in zip(node.args, flags, strict=True)]
+        out = rule(node, flags, *args, **node.attrs)
+        if out.shape != (k, *node.shape):
+            raise AssertionError(f"batch rule of {node.op} gave shape {out.shape}; expected "
+                                 f"{(k, *node.shape)}")
+        if out.dtype != node.dtype:
+            out = out.astype(node.dtype)
+        batched[node.id] = out
+    return batched
