@@ -12,17 +12,19 @@ Pipeline (one module per stage): :mod:`.trace` -> :mod:`.ir` ->
 """
 
 from . import numpy_api as _numpy_api  # noqa: F401  (the numpy surface: methods on tracers)
-from .api import clear_cache, compile, gradient, hvp
+from .api import clear_cache, compile, gradient, hessian, hvp, jacobian
 from .errors import MemoryBudgetError, TracingError
 from .plan import Plan
-from .results import DiffResult, GradientResult, HvpResult
+from .results import DiffResult, GradientResult, HessianResult, HvpResult, JacobianResult
 
 __version__ = "0.1.0"
 
 __all__ = [
            "DiffResult",
            "GradientResult",
+           "HessianResult",
            "HvpResult",
+           "JacobianResult",
            "MemoryBudgetError",
            "Plan",
            "TracingError",
@@ -30,5 +32,7 @@ __all__ = [
            "clear_cache",
            "compile",
            "gradient",
+           "hessian",
            "hvp",
+           "jacobian",
 ]

@@ -24,9 +24,11 @@ import weakref
 import numpy as np
 
 from . import _tree
+from .higher import HessianPlan, JacobianPlan
 from .plan import Plan, arg_names, normalize_argnums, prepare_args
 
-__all__ = ["MAX_PLANS_PER_FUNCTION", "clear_cache", "compile", "gradient", "hvp"]
+__all__ = ["MAX_PLANS_PER_FUNCTION", "clear_cache", "compile", "gradient", "hessian", "hvp",
+           "jacobian"]
 
 MAX_PLANS_PER_FUNCTION = 32
 MAX_STRONG_PLANS = 32
@@ -37,7 +39,8 @@ _lock = threading.RLock()
 
 
 def compile(f, *example_args, argnums=0, backend="numba", hvp=False,  # noqa: A001
-            parallel=True, memory_budget=None):
+            parallel=True, memory_budget=None, hessian=False, jacobian=False, mode="auto",
+            chunk=None):
     """Build an explicit gradient plan for ``f`` at the example arguments.
 
     Parameters
@@ -76,11 +79,32 @@ def compile(f, *example_args, argnums=0, backend="numba", hvp=False,  # noqa: A0
         is raised here, with the smallest workspace that can be planned --
         never an out-of-memory at run time.
 
+    hessian : bool, default False
+        Build a :class:`hybridad.higher.HessianPlan` (one array argument):
+        ``plan.hessian(*args, out=res)`` writes value, gradient and Hessian
+        into a :class:`HessianResult`; ``plan.hvp(*args, v=v)`` gives ``H v``
+        for one ``v`` or a stack of them, and ``plan.linearize(*args)``
+        followed by ``plan.hvp(v=v)`` serves many ``v`` at one point with only
+        the tangent pass per ``v``.  Forward over reverse.
+    jacobian : bool, default False
+        Build a :class:`hybridad.higher.JacobianPlan` for ``f`` returning an
+        array: ``plan.jacobian(*args, out=res)`` into a :class:`JacobianResult`.
+    mode : {"auto", "forward", "reverse"}, default "auto"
+        Jacobian plans: forward mode (chunks of tangents: columns) or reverse
+        mode (chunks of cotangent seeds: rows); ``"auto"`` takes forward when
+        ``x.size <= y.size``.
+    chunk : int, optional
+        Jacobian and Hessian plans: seeds per run of the chunked program
+        (default :func:`hybridad.higher.default_chunk`: all of them up to
+        ``DEFAULT_CHUNK`` = 32, fewer when one seed's workspace is large).
+
     Returns
     -------
     Plan
         With ``.gradient(*args, out=None)`` (``.hvp(*args, v, out=None)`` when
-        ``hvp=True``), ``.value(*args)`` and ``.explain()``.
+        ``hvp=True``), ``.value(*args)`` and ``.explain()``; a
+        ``HessianPlan`` or ``JacobianPlan`` for ``hessian=True`` /
+        ``jacobian=True``.
 
     Examples
     --------
@@ -92,6 +116,15 @@ def compile(f, *example_args, argnums=0, backend="numba", hvp=False,  # noqa: A0
     >>> bool(np.allclose(res.gradient, np.exp(x)))
     True
     """
+    if hessian and jacobian:
+        raise ValueError("hessian=True and jacobian=True: choose one")
+    if (hessian or jacobian) and (hvp or memory_budget is not None):
+        raise ValueError("hessian / jacobian plans take neither hvp=True nor a memory_budget")
+    if hessian:
+        return HessianPlan(f, example_args, argnums, backend, chunk=chunk, parallel=parallel)
+    if jacobian:
+        return JacobianPlan(f, example_args, argnums, backend, mode=mode, chunk=chunk,
+                            parallel=parallel)
     return Plan(f, example_args, argnums, backend, hvp=hvp, parallel=parallel,
                 memory_budget=memory_budget)
 
@@ -111,7 +144,7 @@ def _cache_for(f):
     return lru
 
 
-def _lookup(f, args, argnums, backend, hvp=False, parallel=True):
+def _lookup(f, args, argnums, backend, hvp=False, parallel=True, build=None, tag=()):
     argnums_norm, diff = normalize_argnums(argnums, len(args))
     leaves, treedefs = prepare_args(args, diff, lambda: arg_names(f, len(args)))
     key = (argnums_norm, backend, treedefs, tuple((a.shape, a.dtype.str) for a in leaves))
@@ -119,17 +152,21 @@ def _lookup(f, args, argnums, backend, hvp=False, parallel=True):
         key += ("hvp",)
     if not parallel:
         key += ("serial",)
+    key += tuple(tag)
+    if build is None:
+        def build():
+            return Plan(f, args, argnums, backend, hvp=hvp, parallel=parallel)
     with _lock:
         lru = _cache_for(f)
         if lru is None:
             try:
                 hash(f)
             except TypeError:  # unhashable callable: no caching
-                return Plan(f, args, argnums, backend, hvp=hvp, parallel=parallel), leaves
+                return build(), leaves
             lru, key = _strong, (f, key)
         plan = lru.get(key)
         if plan is None:
-            plan = Plan(f, args, argnums, backend, hvp=hvp, parallel=parallel)
+            plan = build()
             lru[key] = plan
             limit = MAX_STRONG_PLANS if lru is _strong else MAX_PLANS_PER_FUNCTION
             while len(lru) > limit:
@@ -225,6 +262,94 @@ def hvp(f, x, v, *args, argnums=0, out=None, backend="numba"):
     """
     plan, _ = _lookup(f, (x, *args), argnums, backend, hvp=True)
     return plan.hvp(x, *args, v=v, out=out)
+
+
+def hessian(f, x, *args, argnums=0, out=None, backend="numba", chunk=None):
+    """Value, gradient and Hessian of a scalar function of one array.
+
+    Forward over reverse: chunks of tangents are pushed through the forward
+    and backward graph (see :class:`hybridad.higher.HessianPlan`); the plan
+    is cached like :func:`gradient`'s.
+
+    Parameters
+    ----------
+    f : callable
+        Plain numpy code returning a scalar, called as ``f(x, *args)``.
+    x : ndarray
+        The first argument.
+    *args
+        Further arguments to ``f``.
+    argnums : int, default 0
+        The one array argument (a position in ``(x, *args)``) differentiated.
+    out : HessianResult or DiffResult, optional
+        Preallocated ``(value, gradient, hessian)`` buffers, the Hessian of
+        shape ``(n, n)`` for ``n`` elements of the argument (flattened in C
+        order), overwritten in place (checked first, untouched on error).
+    backend : {"numba", "numpy"}, default "numba"
+    chunk : int, optional
+        Hessian columns per run of the chunked program (see :func:`compile`).
+
+    Returns
+    -------
+    HessianResult
+        ``out``, or a newly allocated result.
+
+    Examples
+    --------
+    >>> import numpy as np, hybridad as ha
+    >>> x = np.array([1.0, 2.0])
+    >>> ha.hessian(lambda x: np.sum(x ** 3) + x[0] * x[1], x).hessian
+    array([[ 6.,  1.],
+           [ 1., 12.]])
+    """
+    full = (x, *args)
+    plan, _ = _lookup(f, full, argnums, backend, tag=("hessian", chunk), build=lambda: (
+        HessianPlan(f, full, argnums, backend, chunk=chunk)))
+    return plan.hessian(*full, out=out)
+
+
+def jacobian(f, x, *args, argnums=0, out=None, mode="auto", backend="numba", chunk=None):
+    """Value and Jacobian of a function from one array to an array.
+
+    Parameters
+    ----------
+    f : callable
+        Plain numpy code returning an array (any shape), called as ``f(x, *args)``.
+    x : ndarray
+        The first argument.
+    *args
+        Further arguments to ``f``.
+    argnums : int, default 0
+        The one array argument differentiated.
+    out : JacobianResult or DiffResult, optional
+        Preallocated ``(value, jacobian)`` buffers: the value shaped like
+        ``f``'s, the Jacobian ``(y.size, x.size)`` (both flattened in C order),
+        overwritten in place (checked first, untouched on error).
+    mode : {"auto", "forward", "reverse"}, default "auto"
+        Forward mode (chunks of tangents, one chunk per ``chunk`` columns) or
+        reverse mode (chunks of cotangent seeds, rows); ``"auto"``: forward
+        when ``x.size <= y.size``.
+    backend : {"numba", "numpy"}, default "numba"
+    chunk : int, optional
+        Seeds per run of the chunked program (see :func:`compile`).
+
+    Returns
+    -------
+    JacobianResult
+        ``out``, or a newly allocated result.
+
+    Examples
+    --------
+    >>> import numpy as np, hybridad as ha
+    >>> x = np.array([1.0, 2.0])
+    >>> ha.jacobian(lambda x: np.stack([x[0] * x[1], np.sin(x[0])]), x).jacobian.round(4)
+    array([[2.    , 1.    ],
+           [0.5403, 0.    ]])
+    """
+    full = (x, *args)
+    plan, _ = _lookup(f, full, argnums, backend, tag=("jacobian", mode, chunk), build=lambda: (
+        JacobianPlan(f, full, argnums, backend, mode=mode, chunk=chunk)))
+    return plan.jacobian(*full, out=out)
 
 
 def _cached_plain(f, args, argnums, backend):

@@ -202,7 +202,7 @@ def op_workspaces(nodes):
 
 
 def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs=False,
-                pack=True):
+                pack=True, pinned=()):
     """Assign storage to every node of ``graph`` (see module docstring).
 
     ``materialize``: ids of view nodes the backend wants copied into a buffer.
@@ -213,10 +213,13 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
     first) straight into the caller's buffers: their storage takes no slot.
     ``pack``: share slots between buffers whose lifetimes do not overlap
     (False: one slot per buffer, the naive sum -- for comparison).
+    ``pinned``: ids of nodes that live to the end of the schedule like the
+    outputs (values a later program of the plan reads, see
+    :mod:`hybridad.higher`).
     """
     storage, copies, protos, alias_of = {}, set(), {}, {}
     users = graph.users()
-    outputs = {n.id for n in graph.outputs if n is not None}
+    outputs = {n.id for n in graph.outputs if n is not None} | set(pinned)
     buffers = []
     for node in graph.nodes:
         if node.op in ("input", "const"):

@@ -192,17 +192,7 @@ class Plan:
         hvp = self.order == 2
         trace = Trace()
         with trace:
-            tracers = [trace.input(i, a.shape, a.dtype) for i, a in enumerate(leaves)]
-            it = iter(tracers)
-            targs, self._leaf_arg, diff_tracers = [], [], []
-            for k, td in enumerate(self._treedefs):
-                n = _tree.count_leaves(td)
-                mine = [next(it) for _ in range(n)]
-                self._leaf_arg.extend([k] * n)
-                targs.append(_tree.unflatten(td, mine))
-                if k in self._diff:
-                    diff_tracers.extend(mine)
-            self._diff_leaves = [t.node.attrs["index"] for t in diff_tracers]
+            tracers, targs, diff_tracers = self._trace_args(trace, leaves)
             out = f(*targs)
             out = self._check_output(out, trace)
             self._value_dtype = out.dtype
@@ -259,17 +249,33 @@ class Plan:
         if DEBUG:
             print(self.explain() if DEBUG >= 2 else str(self.graph))
 
+    def _trace_args(self, trace, leaves):
+        """Input tracers for the leaves; the arguments rebuilt from them; the
+        differentiated ones."""
+        tracers = [trace.input(i, a.shape, a.dtype) for i, a in enumerate(leaves)]
+        it = iter(tracers)
+        targs, self._leaf_arg, diff_tracers = [], [], []
+        for k, td in enumerate(self._treedefs):
+            n = _tree.count_leaves(td)
+            mine = [next(it) for _ in range(n)]
+            self._leaf_arg.extend([k] * n)
+            targs.append(_tree.unflatten(td, mine))
+            if k in self._diff:
+                diff_tracers.extend(mine)
+        self._diff_leaves = [t.node.attrs["index"] for t in diff_tracers]
+        return tracers, targs, diff_tracers
+
     def _materialize(self, nodes):
         return materialize_for_numba(nodes) if self.backend == "numba" else ()
 
-    def _compile(self, nodes, inputs, outputs, name, out_specs, in_specs=None):
+    def _compile(self, nodes, inputs, outputs, name, out_specs, in_specs=None, given=()):
         if self.backend == "numba":
             with serial_loops(not self.parallel):
                 return compile_numba_program(nodes, inputs, outputs, self.memory, self._buffers,
                                              in_specs or self._specs, out_specs, name=name,
-                                             poison=self._poison)
+                                             poison=self._poison, given=given)
         return compile_program(nodes, inputs, outputs, self.memory, self._buffers, name=name,
-                               poison=self._poison)
+                               poison=self._poison, given=given)
 
     def _check_output(self, out, trace):
         if not isinstance(out, Tracer):

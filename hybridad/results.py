@@ -12,7 +12,7 @@ import numpy as np
 
 from ._tree import flatten
 
-__all__ = ["DiffResult", "GradientResult", "HvpResult"]
+__all__ = ["DiffResult", "GradientResult", "HessianResult", "HvpResult", "JacobianResult"]
 
 
 def _zeros_like_tree(proto, name):
@@ -152,3 +152,90 @@ class HvpResult(GradientResult):
     def hvp(self):
         """The Hessian-vector product buffer(s), shaped like ``x`` (a reference)."""
         return self._derivs[1]
+
+
+def _float_array(proto, name):
+    arr = np.asarray(proto)
+    if arr.dtype.kind != "f":
+        raise TypeError(f"{name} must be a floating-point array; got dtype {arr.dtype}")
+    return arr
+
+
+class HessianResult(GradientResult):
+    """Preallocated value, gradient and Hessian of a scalar function of one array.
+
+    Parameters
+    ----------
+    x : ndarray
+        Prototype of the differentiated argument (shape and dtype only).
+    dtype : dtype, optional
+        dtype of the value buffer (default ``x.dtype``).
+
+    Attributes
+    ----------
+    value : ndarray, shape ()
+    gradient : ndarray
+        Shaped like ``x``.
+    hessian : ndarray, shape (x.size, x.size)
+        ``H[i, j] = d^2 f / dx_i dx_j`` over ``x`` flattened in C order.
+
+    Examples
+    --------
+    >>> import numpy as np, hybridad as ha
+    >>> x = np.array([1.0, 2.0])
+    >>> res = ha.hessian(lambda x: x[0] ** 2 * x[1], x, out=ha.HessianResult(x))
+    >>> res.hessian
+    array([[4., 2.],
+           [2., 0.]])
+    """
+
+    __slots__ = ()
+
+    def __init__(self, x, dtype=None):
+        x = _float_array(x, "x")
+        super().__init__(x, dtype)
+        self._derivs += (np.zeros((x.size, x.size), x.dtype),)
+
+    @property
+    def hessian(self):
+        """The Hessian buffer, ``(x.size, x.size)`` (a reference)."""
+        return self._derivs[1]
+
+
+class JacobianResult(DiffResult):
+    """Preallocated value and Jacobian of a function from one array to an array.
+
+    Parameters
+    ----------
+    y : ndarray
+        Prototype of the function's value (shape and dtype only).
+    x : ndarray
+        Prototype of the differentiated argument.
+
+    Attributes
+    ----------
+    value : ndarray
+        Shaped like ``y``.
+    jacobian : ndarray, shape (y.size, x.size)
+        ``J[i, j] = d y_i / d x_j`` over ``y`` and ``x`` flattened in C order.
+
+    Examples
+    --------
+    >>> import numpy as np, hybridad as ha
+    >>> x = np.array([1.0, 2.0])
+    >>> res = ha.jacobian(lambda x: x * x[0], x, out=ha.JacobianResult(x, x))
+    >>> res.jacobian
+    array([[2., 0.],
+           [2., 1.]])
+    """
+
+    __slots__ = ()
+
+    def __init__(self, y, x):
+        y, x = _float_array(y, "y"), _float_array(x, "x")
+        super().__init__(np.zeros(y.shape, y.dtype), np.zeros((y.size, x.size), y.dtype))
+
+    @property
+    def jacobian(self):
+        """The Jacobian buffer, ``(y.size, x.size)`` (a reference)."""
+        return self._derivs[0]

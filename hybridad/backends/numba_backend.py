@@ -822,16 +822,20 @@ def _canonical(lines, module_names):
 
 
 def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, out_specs,
-                          name="plan", poison=False):
+                          name="plan", poison=False, given=()):
     """Generate, cache and compile the whole-plan function.
 
     ``in_specs`` / ``out_specs``: ``(shape, dtype)`` of each input and output
-    buffer.  Returns a :class:`NumbaProgram`.
+    buffer.  ``given``: ids of nodes an earlier program of the plan computed
+    (their buffers are read, not written; see :mod:`hybridad.higher`).
+    Returns a :class:`NumbaProgram`.
     """
     users = {n.id: [] for n in nodes}
     for n in nodes:
         for x in n.args:
             users[x.id].append(n)
+    # the nodes this program computes (``given`` ones an earlier program did)
+    computed = [n for n in nodes if n.id not in given] if given else nodes
     from . import rt
 
     objects = rt.ABI is not None  # arrays passed as id(array), see NumbaProgram
@@ -852,11 +856,12 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     direct = _direct_outputs(nodes, outputs, memplan)
     # variable -> (data address, shape, dtype, order) of contiguous arrays, for cheap views
     addresses = checks.addresses()
-    accumulate = blas_accumulations(nodes, outputs, layouts)
+    accumulate = {m: add for m, add in blas_accumulations(nodes, outputs, layouts).items()
+                  if m not in given}
     kernels = _Kernels(lambda sub, n: _emit_node(sub, n, names, users, consts, layouts),
                        addresses)
     folded = {n.id for n in accumulate.values()}  # iadds done by their gemm
-    acc_groups = region_acc_groups(nodes)  # first node id -> the region_accs of one loop
+    acc_groups = region_acc_groups(computed)  # first node id -> the region_accs of one loop
     in_group = {m.id for ms in acc_groups.values() for m in ms[1:]}
     for n in nodes:  # buffer views, cut once at the top
         if n.id in direct:
@@ -877,7 +882,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             var = f"sc{key[1]}" if isinstance(key, tuple) else names.get(key)
             if var is not None and var.startswith(("b", "sc")):
                 w.emit(f"{var}[...] = np.nan  # poison: dead")
-    if poison:  # every slot is dead before it is written
+    if poison and not given:  # every slot is dead before it is written
         poison_lines(list(dying.get("start", ())))
     params += [f"a{i}p" if objects else f"a{i}" for i in range(len(inputs))]
     for n in nodes:
@@ -901,6 +906,9 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             else:
                 params.append(f"c{n.id}")
                 const_args.append((v, False))
+        elif n.id in given and storage != "view":  # an earlier program's: in its buffer
+            if storage == "alias":
+                names[n.id] = names[memplan.alias_of[n.id].id]
         elif storage == "alias":
             names[n.id] = names[memplan.alias_of[n.id].id]
             w.emit(f"# {format_node(n)}" + (" (done by the gemm above)" if n.id in folded

@@ -57,7 +57,8 @@ class _Stager:
         return buf
 
 
-def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", poison=False):
+def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", poison=False,
+                    given=()):
     """Generate and compile the straight-line function.
 
     Parameters
@@ -74,6 +75,9 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
     poison : bool
         Instrumented run: fill every slot with NaN before it is written and
         after its last read (:func:`hybridad.memory.poison_schedule`).
+    given : set of int
+        Ids of nodes an earlier program of the plan computed: their buffers
+        are read, not written (see :mod:`hybridad.higher`).
     """
     ns = {"_copyto": np.copyto, "_stage": _Stager()}
     names, static = {}, {}
@@ -93,7 +97,8 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
                 out.append(f"    b{key}.fill(_nan)")
         return out
     ns["_nan"] = np.nan
-    lines += poison_lines(dying.get("start", ()))
+    if not given:  # (a later program's slots hold what the earlier one left)
+        lines += poison_lines(dying.get("start", ()))
 
     for node in nodes:
         storage = memplan.storage[node.id]
@@ -111,7 +116,8 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
             target = memplan.alias_of[node.id]
             names[node.id] = names[target.id]
             static[node.id] = static[target.id]
-            body.append(_call(node, names, ns, target=names[node.id]))
+            if node.id not in given:
+                body.append(_call(node, names, ns, target=names[node.id]))
         elif storage == "view":
             v = names[node.id] = f"v{node.id}"
             fn = functools.partial(REGISTRY[node.op].view, **node.attrs)
@@ -125,7 +131,9 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
             b = names[node.id] = f"b{node.id}"
             ns[b] = buffers[node.id]
             static[node.id] = True
-            if node.id in memplan.materialized:
+            if node.id in given:
+                pass
+            elif node.id in memplan.materialized:
                 src = node.args[0]
                 ns[f"r{node.id}"] = ns[b].reshape(src.shape)
                 body.append(f"_copyto(r{node.id}, {names[src.id]})")
