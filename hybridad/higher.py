@@ -244,7 +244,8 @@ class HessianPlan(_Staged):
             tangents = jvp(trace, list(trace.nodes), {x.node.id: t1})
             hv = None if grad is None else tangents.get(grad.node.id)
             per_seed = sum(nd.nbytes for nd in trace.nodes if nd.id in tangents)
-            k = self._chunk_request or default_chunk(n, per_seed)
+            k = default_chunk(n, per_seed) if self._chunk_request is None else \
+                self._chunk_request
             if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
                 raise ValueError(f"chunk must be a positive int; got {k!r}")
             self.chunk = k = int(min(k, max(n, 1)))
@@ -494,7 +495,8 @@ class JacobianPlan(_Staged):
                 s1 = trace.input(len(leaves), y.shape, y.dtype)
                 (d1,) = backward(trace, y, [x], seed=s1)
                 per_seed = sum(nd.nbytes for nd in trace.nodes if nd.phase == "backward")
-            k = self._chunk_request or default_chunk(seeds, per_seed)
+            k = default_chunk(seeds, per_seed) if self._chunk_request is None else \
+                self._chunk_request
             if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
                 raise ValueError(f"chunk must be a positive int; got {k!r}")
             self.chunk = k = int(min(k, max(seeds, 1)))
@@ -510,13 +512,14 @@ class JacobianPlan(_Staged):
         self._value_dtype = y.dtype
         self._primal_outputs = [y.node]
         self._primal_specs = [(y.shape, y.dtype)]
-        self._stage_specs = {"chunk": [((k, *s1.shape), s1.dtype)]}
+        out_shape = (k, *(y.shape if mode == "forward" else shape))
+        self._stage_specs = {"chunk": [(out_shape, dtype)]}
         self._stage(graph, [y.node], {"chunk": (sk.node, [None if dk is None else dk.node])})
         self._shape, self._dtype, self._n = shape, np.dtype(dtype), n
         self._yshape, self._m = y.shape, m
         self._seed = np.zeros((k, *s1.shape), s1.dtype)
         self._seed_flat = self._seed.reshape(k, -1)
-        self._stage_out = np.zeros((k, *(shape if mode == "reverse" else y.shape)), dtype)
+        self._stage_out = np.zeros(out_shape, dtype)
 
     def new_result(self):
         """A fresh :class:`JacobianResult` matching this plan."""

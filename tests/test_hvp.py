@@ -1,4 +1,4 @@
-"""Hessian-vector products (reverse over reverse): every coverage case against
+"""Hessian-vector products (forward over reverse): every coverage case against
 central differences of the gradient on the numpy backend, analytic Hessians
 (Rosenbrock, quadratic forms, log-sum-exp, tanh(Mx)|x|^2) on both backends,
 zero allocations per repeated call, and the error guarantees of the core."""
