@@ -226,9 +226,10 @@ def gradient(f, *args, argnums=0, out=None, backend="numba"):
 def hvp(f, x, v, *args, argnums=0, out=None, backend="numba"):
     """Value, gradient and Hessian-vector product of a scalar function.
 
-    ``H v`` is computed without forming ``H``: the gradient's graph is
-    differentiated again (reverse over reverse), about the cost of three
-    gradients.
+    ``H v`` is computed without forming ``H``: tangents are pushed through
+    the gradient's graph (forward over reverse), about the cost of three
+    gradients.  For many ``v`` at one point, see
+    :meth:`hybridad.higher.HessianPlan.linearize`.
 
     Parameters
     ----------

@@ -38,7 +38,8 @@ from __future__ import annotations
 import numpy as np
 
 from .api import _lookup
-from .results import GradientResult, HvpResult
+from .higher import HessianPlan
+from .results import GradientResult, HessianResult, HvpResult
 
 __all__ = ["Objective", "least_squares", "minimize"]
 
@@ -93,8 +94,9 @@ class Objective:
     shape : tuple
         ``x0``'s shape.
     n_evaluations, n_hvp_evaluations : int
-        How many times ``f``'s gradient plan and its Hessian-vector-product
-        plan ran (memoized calls do not count).
+        How many times ``f``'s gradient plan ran (memoized calls do not
+        count), and how many Hessian-vector products and Hessians its
+        second-order plan (:class:`hybridad.higher.HessianPlan`) computed.
 
     Notes
     -----
@@ -159,14 +161,15 @@ class Objective:
                 self._plan = _lookup(f, self._call_args, self.argnums, backend)[0]
         except ValueError as exc:
             if "must return a scalar" in str(exc):
-                raise ValueError(f"{exc} (scipy.optimize.least_squares would need the "
-                                 "Jacobian of a residual vector, which hybridad does not "
-                                 "compute yet)") from exc
+                raise ValueError(f"{exc} (for a residual vector, hybridad.jacobian gives "
+                                 "its Jacobian: pass it to scipy.optimize.least_squares "
+                                 "as jac)") from exc
             raise
         self._hvp_plan = None
+        self._point = 0  # bumped whenever x or the arguments change
+        self._linearized = -1  # the point the second-order plan was linearized at
         self._res = GradientResult(self._x, dtype=dtype)
         self._hres = None
-        self._hcols = None
         self._valid = False
         self.n_evaluations = 0
         self.n_hvp_evaluations = 0
@@ -182,6 +185,7 @@ class Objective:
             if len(args) != len(self._args) or any(
                     a is not b for a, b in zip(args, self._args, strict=True)):
                 self._args, self._call_args, self._valid = args, self._with_x(args), False
+                self._point += 1
         if type(x) is not np.ndarray:
             x = np.asarray(x, dtype=np.float64)
         if x.size != self.size:
@@ -195,6 +199,7 @@ class Objective:
         np.copyto(self._key, flat, casting="unsafe")
         np.copyto(self._x, self._key.reshape(self.shape), casting="unsafe")
         self._valid = False
+        self._point += 1
         return False
 
     def _evaluate(self, x, args):
@@ -222,44 +227,50 @@ class Objective:
         self._evaluate(x, args)
         return float(self._res.value), self._float64_copy(self._res.gradient)
 
-    def _hvp(self, x, p, args):
+    def _second_order(self, x, args):
+        """The Hessian plan, linearized at x (value and gradient come with it)."""
         if self._hvp_plan is None:
-            self._hvp_plan = _lookup(self.f, self._call_args, self.argnums, self.backend,
-                                     hvp=True, parallel=self._plan.parallel)[0]
+            parallel = self._plan.parallel
+            self._hvp_plan = _lookup(
+                self.f, self._call_args, self.argnums, self.backend, tag=(
+                    "hessian", None, parallel), build=lambda: HessianPlan(
+                    self.f, self._call_args, self.argnums, self.backend, parallel=parallel))[0]
             self._hres = HvpResult(self._x, dtype=self.dtype)
+            self._hfull = HessianResult(self._x, dtype=self.dtype)
         self._stage(x, args)
-        if p is not None:
-            p = np.asarray(p)
-            if p.size != self.size:
-                raise ValueError(f"p has {p.size} elements; expected {self.size}")
-            np.copyto(self._v, p.reshape(self.shape), casting="unsafe")
-        self._hvp_plan.hvp(*self._call_args, v=self._v, out=self._hres)
+        if self._linearized != self._point:
+            self._hvp_plan.linearize(*self._call_args, out=self._res)
+            self._linearized, self._valid = self._point, True
+        return self._hvp_plan
+
+    def _hvp(self, x, p, args):
+        plan = self._second_order(x, args)
+        p = np.asarray(p)
+        if p.size != self.size:
+            raise ValueError(f"p has {p.size} elements; expected {self.size}")
+        np.copyto(self._v, p.reshape(self.shape), casting="unsafe")
+        plan.hvp(v=self._v, out=self._hres)  # the tangent pass only
         self.n_hvp_evaluations += 1
-        if not self._valid:  # value and gradient came with it
-            np.copyto(self._res.value, self._hres.value)
-            np.copyto(self._res.gradient, self._hres.gradient)
-            self._valid = True
         return self._hres.hvp
 
     def hessp(self, x, p, *args):
-        """The Hessian at x times p (the Hessian is not formed): a new float64 vector."""
+        """The Hessian at x times p (the Hessian is not formed): a new float64 vector.
+
+        The forward and backward passes run once per x (``linearize``); each
+        ``p`` at the same x costs only the tangent pass."""
         return self._float64_copy(self._hvp(x, p, args))
 
     def hess(self, x, *args):
         """The Hessian matrix at x, ``(n, n)`` float64, symmetric (a new array).
 
-        Built column by column from ``n`` Hessian-vector products, then
-        symmetrized (``(H + H.T) / 2``, which only removes rounding).
+        Forward over reverse in chunks of tangents (:meth:`HessianPlan.hessian`),
+        then symmetrized (``(H + H.T) / 2``, which only removes rounding).
         """
-        n = self.size
-        if self._hcols is None:
-            self._hcols = np.empty((n, n))
-        flat = self._v.reshape(-1)
-        for k in range(n):
-            flat.fill(0)
-            flat[k] = 1
-            np.copyto(self._hcols[k], self._hvp(x, None, args).reshape(-1))
-        h = np.add(self._hcols, self._hcols.T)
+        self._second_order(x, args)
+        self._hvp_plan.hessian(*self._call_args, out=self._hfull)
+        self.n_hvp_evaluations += 1
+        h = self._hfull.hessian.astype(np.float64)
+        h += h.T
         h *= 0.5
         return h
 

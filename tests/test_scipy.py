@@ -158,13 +158,17 @@ def test_memoization_shares_one_evaluation_and_sees_in_place_changes():
     x[3] += 0.5  # changed in place: the same object, new contents
     np.testing.assert_allclose(obj.jac(x), rosen_der(x), rtol=1e-13)
     assert obj.n_evaluations == 2
-    # hessp computes value and gradient too: fun and jac after it are free
+    # hessp linearizes at y (forward and backward pass: value and gradient come
+    # with it; counted with the Hessian work): fun and jac after it are free
     y = x - 0.2
     hp = obj.hessp(y, np.ones(10))
     np.testing.assert_allclose(hp, rosen_hess_prod(y, np.ones(10)), rtol=1e-13)
     assert obj.fun(y) == pytest.approx(rosen(y), rel=1e-14)
     np.testing.assert_allclose(obj.jac(y), rosen_der(y), rtol=1e-13)
     assert obj.n_evaluations == 2 and obj.n_hvp_evaluations == 1
+    hp2 = obj.hessp(y, np.arange(10.0))  # same point: the tangent pass only
+    np.testing.assert_allclose(hp2, rosen_hess_prod(y, np.arange(10.0)), rtol=1e-13)
+    assert obj.n_evaluations == 2 and obj.n_hvp_evaluations == 2
     h = obj.hess(y)
     np.testing.assert_allclose(h, rosen_hess(y), rtol=1e-13, atol=1e-12)
     assert np.array_equal(h, h.T)
