@@ -272,3 +272,34 @@ def test_explain_lists_the_programs():
     assert "# --- chunk program ---" in text
     assert plan.chunk == 3 and plan.memory.total_bytes > 0
     assert plan.value(x) == pytest.approx(float(ha.gradient(rosen_np, x).value), rel=1e-14)
+
+
+def test_multithreaded_plans_with_shared_slots():
+    # loops of >= 32768 iterations run as prange loops; numba's own loop fusion
+    # once merged two of them that used one arena slot in turn (a value still to
+    # be read was overwritten): the three-layer MLP at a batch of 2500 showed it
+    rng = np.random.default_rng(0)
+    widths = (1, 16, 16, 1)
+    params = []
+    for fan_in, fan_out in zip(widths[:-1], widths[1:], strict=True):
+        params += [rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in),
+                   0.1 * rng.standard_normal(fan_out)]
+    X = rng.uniform(-1.0, 1.0, (2500, 1))
+    Y = np.sin(np.pi * X) + 0.1 * rng.standard_normal((2500, 1))
+
+    def mlp3(W1, b1, W2, b2, W3, b3, X, Y):
+        h = np.tanh(X @ W1 + b1)
+        h = np.tanh(h @ W2 + b2)
+        return np.mean((h @ W3 + b3 - Y) ** 2)
+
+    args = (*params, X, Y)
+    ref = ha.hessian(mlp3, *args, argnums=2, backend="numpy")
+    plan = ha.compile(mlp3, *args, argnums=2, hessian=True, parallel=True)
+    assert "prange(" in plan._program.source
+    res = plan.hessian(*args)
+    np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-11, atol=1e-15)
+    np.testing.assert_allclose(res.hessian, ref.hessian, rtol=1e-11, atol=1e-14)
+    v = rng.standard_normal(params[2].shape)
+    hv = ha.compile(mlp3, *args, argnums=2, hvp=True, parallel=True).hvp(*args, v=v)
+    np.testing.assert_allclose(hv.hvp.reshape(-1), ref.hessian @ v.reshape(-1), rtol=1e-11,
+                               atol=1e-14)

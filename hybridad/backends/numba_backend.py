@@ -664,6 +664,12 @@ def work_estimate(nodes):
 # fastmath "contract" only: fused multiply-adds, no reassociation (rounding
 # stays that of the written order, NaN and inf semantics unchanged)
 _FLAGS = 'cache=True, error_model="numpy", fastmath={"contract"}'
+# our own prange loops, and nothing numba would parallelize or merge on its own:
+# its loop fusion merges neighbouring prange loops, and cannot see that two of
+# them use one arena slot in turn (a buffer that dies in the first, another
+# born in the second), so the merged loop overwrote values still to be read
+_PARALLEL = (', parallel={"prange": True, "fusion": False, "comprehension": False, '
+             '"setitem": False, "numpy": False, "stencil": False, "inplace_binop": False}')
 
 
 class _Kernels:
@@ -763,7 +769,7 @@ class _Kernels:
             if name is None:
                 name = kernels[key] = f"_kernel{len(kernels)}"
                 params, code, _ = key
-                defs += ["", "", f"@njit({_FLAGS}" + (", parallel=True" if parallel else "") + ")",
+                defs += ["", "", f"@njit({_FLAGS}" + (_PARALLEL if parallel else "") + ")",
                          f"def {name}({', '.join(params)}):"] + ["    " + x for x in code]
             body.append(f"{pad}{name}({', '.join(args)})")
         return _drop_unused_views(body), defs, inline_parallel
@@ -984,7 +990,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     parallel = parallel or w.parallel
     heavy = parallel or work_estimate(nodes) >= PARALLEL_MIN
     fn_name = "plan_fn"
-    flags = _FLAGS + (", nogil=True" if heavy else "") + (", parallel=True" if parallel else "")
+    flags = _FLAGS + (", nogil=True" if heavy else "") + (_PARALLEL if parallel else "")
     signature = f"def {fn_name}({', '.join(params)}):"
     source = "\n".join(header + kernel_defs + ["", "", f"@njit({flags})", signature] + body) + "\n"
     dispatcher = cache.load_function(source, fn_name)
