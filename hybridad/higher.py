@@ -110,7 +110,7 @@ class _Staged(Plan):
         if numba:
             scratch.update(scratch_for_numba(graph.nodes))
         self.memory = plan_memory(graph, self._materialize(graph.nodes), scratch, reuse=numba,
-                                  direct_outputs=False, pack=self._pack, pinned=pinned)
+                                  direct_outputs=numba, pack=self._pack, pinned=pinned)
         self._buffers = self.memory.allocate()
         self._stages = {}
         for name, (seed, outs) in stages.items():

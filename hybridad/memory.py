@@ -262,6 +262,9 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
         return node
 
     direct = _direct(graph.outputs, storage, alias_of) if direct_outputs else {}
+    if pinned:  # read by a later program: kept in the arena, not in a caller's buffer
+        kept = {root_of(n).id for n in graph.nodes if n.id in pinned}
+        direct = {rid: k for rid, k in direct.items() if rid not in kept}
     pos = {n.id: i for i, n in enumerate(graph.nodes)}
     end_of_schedule = len(graph.nodes)
     first, last = {}, {}

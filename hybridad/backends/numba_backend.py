@@ -45,11 +45,17 @@ def materialize_for_numba(nodes):
     A contiguous slice (``x[1:]``, ``A[2:5]``, ``A[i]``) of a C array whose
     data address the generated code knows (an argument, a buffer, a captured
     constant passed by object, or such a view of one) stays a view: the
-    address plus an offset, typed C-contiguous -- no copy."""
+    address plus an offset, typed C-contiguous -- no copy.  So does a strided
+    slice of a C array (``A[:, 1:]``, ``x[::2]``) that only fused regions read:
+    their loops index it in place (a numba array view, typed ``"A"``)."""
     from . import rt
 
     objects = rt.ABI is not None  # arrays arrive by object: their addresses are known
     layout, addressed, out = {}, {}, set()
+    readers = {}
+    for n in nodes:
+        for i, a in enumerate(n.args):
+            readers.setdefault(a.id, []).append((n, i))
     for n in nodes:
         if n.op == "input":
             layout[n.id], addressed[n.id] = "C", objects
@@ -65,6 +71,8 @@ def materialize_for_numba(nodes):
         elif n.op == "getitem" and addressed[n.args[0].id] and \
                 contiguous_getitem_offset(n) is not None:
             layout[n.id], addressed[n.id] = "C", True
+        elif n.op == "getitem" and strided_in_place(n, layout, readers):
+            layout[n.id], addressed[n.id] = "A", False
         elif n.op in ("transpose", "broadcast_to"):
             layout[n.id], addressed[n.id] = "A", False
         else:
@@ -72,6 +80,29 @@ def materialize_for_numba(nodes):
                 out.add(n.id)
             layout[n.id], addressed[n.id] = "C", True
     return out
+
+
+def strided_in_place(node, layout, readers):
+    """Whether getitem ``node`` (slices and ints of a C array) can stay a numba
+    view that regions index in place: every reader is a fused region reading it
+    as an operand (not a ``region_acc`` target)."""
+    index = node.attrs["index"]
+    if layout.get(node.args[0].id) != "C" or not node.shape or \
+            not all(isinstance(i, (slice, int)) for i in index):
+        return False
+    users = readers.get(node.id, [])
+    return bool(users) and all(u.op == "region" or u.op == "region_acc" and i > 0
+                               for u, i in users)
+
+
+def index_source(index):
+    """Python source of a basic index of slices and ints (``1:, ::2, 3``)."""
+    def one(i):
+        if isinstance(i, slice):
+            parts = ["" if v is None else str(v) for v in (i.start, i.stop, i.step)]
+            return ":".join(parts[:2]) + (f":{parts[2]}" if i.step is not None else "")
+        return str(i)
+    return ", ".join(one(i) for i in index)
 
 
 def contiguous_getitem_offset(node):
@@ -116,8 +147,8 @@ def numba_layouts(nodes, memplan):
             out[n.id] = out[memplan.alias_of[n.id].id]
         elif n.op == "reshape":
             out[n.id] = "C"  # a reshape view is only made of a C operand
-        elif n.op == "getitem":  # a contiguous piece of a C array (materialize_for_numba)
-            out[n.id] = "C"
+        elif n.op == "getitem":  # a contiguous piece of a C array, or a strided view
+            out[n.id] = "C" if contiguous_getitem_offset(n) is not None else "A"
         elif n.op == "transpose" and len(n.shape) == 2 and n.attrs["axes"] == (1, 0):
             out[n.id] = {"C": "F", "F": "C"}.get(out[n.args[0].id], "A")
         else:
@@ -942,8 +973,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             if n.op == "reshape" and c_source:  # a C array's data, reshaped
                 addresses[f"v{n.id}"] = (addresses[src][0], n.shape, n.dtype, "C")
                 w.emit(f"v{n.id} = " + view_at(*addresses[f"v{n.id}"]))
-            elif n.op == "getitem" and c_source:  # a contiguous piece: address + offset
-                off = contiguous_getitem_offset(n)
+            elif n.op == "getitem" and c_source and \
+                    (off := contiguous_getitem_offset(n)) is not None:  # address + offset
                 addresses[f"v{n.id}"] = (f"{addresses[src][0]} + {off}" if off else
                                          addresses[src][0], n.shape, n.dtype, "C")
                 w.emit(f"v{n.id} = " + view_at(*addresses[f"v{n.id}"]))
@@ -958,6 +989,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
                 w.emit(f"v{n.id} = np.transpose({src}, {n.attrs['axes']!r})")
             elif n.op == "broadcast_to":
                 w.emit(f"v{n.id} = np.broadcast_to({src}, {n.attrs['shape']!r})")
+            elif n.op == "getitem":  # strided, read in place by regions (materialize_for_numba)
+                w.emit(f"v{n.id} = {src}[{index_source(n.attrs['index'])}]")
             else:
                 raise AssertionError(f"view {n.op} should have been materialized")
         else:
