@@ -236,7 +236,9 @@ class Plan:
                                       "hvp_program" if hvp else "gradient_program",
                                       self._out_specs, self._specs + grad_specs * hvp)
         self._value_buf = np.zeros((), self._value_dtype)
-        fast = self._fast_path() if self.backend == "numba" and not hvp else None
+        # (a plan that runs BLAS single-threaded goes through NumbaProgram.call)
+        fast = self._fast_path() if self.backend == "numba" and not hvp and \
+            not self._program.blas_limited else None
         if fast is not None:  # plain-array calls skip the general path's Python
             self.gradient = fast
         # the common case -- plain array arguments, one array gradient -- is
@@ -530,6 +532,7 @@ class Plan:
                             "gives Hessian-vector products")
         prog = self._program
         if self._plain and out is not None and type(v) is np.ndarray and \
+                not getattr(prog, "blas_limited", True) and \
                 self.backend == "numba" and prog.objects and \
                 len(args) == len(self._fast_specs) and type(out) in (HvpResult, DiffResult):
             # plain arrays: the compiled program checks them all (exact ndarray,

@@ -431,3 +431,32 @@ def test_parallel_false_plans_have_no_prange_and_agree(monkeypatch):
     assert_no_alloc(serial.gradient, x, out=b, n=20)
     with pytest.raises(TypeError, match="parallel"):
         ha.compile(stencil, x, parallel="no")
+
+
+def test_multithreaded_plans_with_blas_run_it_single_threaded(monkeypatch):
+    # two thread pools (numba's prange workers and OpenBLAS's) stall each other:
+    # a multithreaded plan that calls BLAS runs it on one thread, then restores it
+    from threadpoolctl import ThreadpoolController
+
+    from hybridad.backends import loops
+    from hybridad.backends.threads import SingleThreadedBlas
+
+    monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
+    blas = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
+    before = [lib.get_num_threads() for lib in blas]
+    with SingleThreadedBlas():
+        with SingleThreadedBlas():  # nested: restored by the outer one only
+            assert all(lib.get_num_threads() == 1 for lib in blas)
+        assert all(lib.get_num_threads() == 1 for lib in blas)
+    assert [lib.get_num_threads() for lib in blas] == before
+
+    def f(W, X):
+        return np.sum(np.tanh(X @ W) ** 2)
+
+    W, X = rand((8, 8), seed=10), rand((40, 8), seed=11)
+    threaded, serial = ha.compile(f, W, X), ha.compile(f, W, X, parallel=False)
+    assert threaded._program.blas_limited and not serial._program.blas_limited
+    assert not ha.compile(stencil, rand((300,), seed=12))._program.blas_limited  # no BLAS
+    a, b = threaded.gradient(W, X), serial.gradient(W, X)
+    np.testing.assert_allclose(a.gradient, b.gradient, rtol=1e-13)
+    assert [lib.get_num_threads() for lib in blas] == before

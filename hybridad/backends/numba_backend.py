@@ -23,6 +23,7 @@ from ..memory import layout_proto, poison_schedule
 from ..ops import REGISTRY, storage_root
 from . import cache
 from .lapack import LAPACK_OPS, kind_of
+from .threads import SingleThreadedBlas
 from .loops import (PARALLEL_MIN, Constants, LoopWriter, broadcast_index, fill,
                     full_reduction_scratch, getitem_map, here, region_acc_lines,
                     region_lines)
@@ -521,6 +522,9 @@ class NumbaProgram:
     heavy : bool
         Whether the plan is large enough to release the GIL (``nogil``,
         ``prange``); calls on one program are then serialized by :attr:`lock`.
+    blas_limited : bool
+        Whether the plan has ``prange`` loops and calls BLAS: it then runs with
+        BLAS single-threaded (:mod:`.threads`; one thread pool at a time).
         A small plan holds the GIL while it runs, which serializes it at no
         cost (a lock costs ~0.3 us, as much as the whole n = 100 kernel).
     """
@@ -535,6 +539,7 @@ class NumbaProgram:
         self._out_specs = [(tuple(s), np.dtype(d)) for s, d in out_specs]
         self._staged = {}
         self._keep = keep  # arrays whose addresses the compiled call holds
+        self.blas_limited = False
 
     def _stage(self, key, shape, dtype):
         buf = self._staged.get(key)
@@ -571,6 +576,9 @@ class NumbaProgram:
         if self.lock is None:
             return self.fn(*args)
         with self.lock:
+            if self.blas_limited:
+                with SingleThreadedBlas():
+                    return self.fn(*args)
             return self.fn(*args)
 
 
@@ -1043,6 +1051,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
                            in_specs, out_specs, keep, objects)
     program.parts = (own, fixed, bound)
     program.direct = direct
+    program.blas_limited = bool(parallel) and re.search(r"_gemm\(|_la_\w+\(", source) is not None
     return program
 
 
