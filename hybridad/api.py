@@ -95,8 +95,8 @@ def compile(f, *example_args, argnums=0, backend="numba", hvp=False,  # noqa: A0
         ``x.size <= y.size``.
     chunk : int, optional
         Jacobian and Hessian plans: seeds per run of the chunked program
-        (default :func:`hybridad.higher.default_chunk`: all of them up to
-        ``DEFAULT_CHUNK`` = 32, fewer when one seed's workspace is large).
+        (default :func:`hybridad.higher.default_chunk`: all of them up to 128,
+        else 32, fewer when one seed's workspace is large; measured).
 
     Returns
     -------

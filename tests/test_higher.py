@@ -303,3 +303,15 @@ def test_multithreaded_plans_with_shared_slots():
     hv = ha.compile(mlp3, *args, argnums=2, hvp=True, parallel=True).hvp(*args, v=v)
     np.testing.assert_allclose(hv.hvp.reshape(-1), ref.hessian @ v.reshape(-1), rtol=1e-11,
                                atol=1e-14)
+
+
+def test_default_chunk_rule():
+    from hybridad.higher import CHUNK_BYTES, DEFAULT_CHUNK, ONE_CHUNK, default_chunk
+
+    assert default_chunk(7, 800) == 7 and default_chunk(ONE_CHUNK, 800) == ONE_CHUNK
+    assert default_chunk(ONE_CHUNK + 1, 800) == DEFAULT_CHUNK
+    assert default_chunk(1000, CHUNK_BYTES // 4) == 4  # large batched workspace per seed
+    assert default_chunk(1000, 2 * CHUNK_BYTES) == 1
+    x = rand((200,), seed=120)
+    assert ha.compile(rosen_np, x, hessian=True).chunk == DEFAULT_CHUNK
+    assert ha.compile(rosen_np, x[:50], hessian=True).chunk == 50
