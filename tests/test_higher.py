@@ -79,8 +79,12 @@ VECTOR = {  # name -> (f, x): functions from one array to an array
 }
 
 
-@pytest.mark.parametrize("backend", ["numpy", "numba"])
-@pytest.mark.parametrize("name", sorted(VECTOR))
+#: the numba backend compiles two programs per plan: a subset covers it (CI time)
+NUMBA_VECTOR = ("cumsum_sort", "solve", "50_to_30", "tanh_mx")
+
+
+@pytest.mark.parametrize("backend,name", [("numpy", n) for n in sorted(VECTOR)] +
+                         [("numba", n) for n in NUMBA_VECTOR])
 def test_jacobians_forward_and_reverse(name, backend):
     f, x = VECTOR[name]
     fd = fd_jacobian(f, x)
@@ -96,9 +100,10 @@ def test_jacobians_forward_and_reverse(name, backend):
         results[mode] = res.jacobian.copy()
     np.testing.assert_allclose(results["forward"], results["reverse"], rtol=1e-12,
                                atol=1e-13 * max(1.0, np.abs(fd).max()))
-    auto = ha.jacobian(f, x, backend=backend)  # default chunk, mode chosen by shape
-    np.testing.assert_allclose(auto.jacobian, results["forward"], rtol=1e-12,
-                               atol=1e-13 * max(1.0, np.abs(fd).max()))
+    if backend == "numpy" or name == "50_to_30":
+        auto = ha.jacobian(f, x, backend=backend)  # default chunk, mode chosen by shape
+        np.testing.assert_allclose(auto.jacobian, results["forward"], rtol=1e-12,
+                                   atol=1e-13 * max(1.0, np.abs(fd).max()))
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
@@ -106,7 +111,8 @@ def test_jacobians_forward_and_reverse(name, backend):
 def test_analytic_hessians(name, backend):
     f, x, hess = ANALYTIC[name]
     h = hess(x)
-    for chunk in (None, 2):
+    chunks = (None, 2) if backend == "numpy" or name == "tanh_mx_norm" else (None,)
+    for chunk in chunks:
         res = ha.hessian(f, x, backend=backend, chunk=chunk)
         np.testing.assert_allclose(res.hessian, h, rtol=1e-12, atol=1e-12 * np.abs(h).max())
         np.testing.assert_allclose(res.hessian, res.hessian.T, rtol=1e-13,
@@ -257,7 +263,7 @@ def test_staged_plans_pack_safely_and_survive_poison(backend):
         np.testing.assert_array_equal(hbad.hvp(v=vs).derivs[1], hplain.hvp(v=vs).derivs[1])
         np.testing.assert_array_equal(hbad.hvp(v=vs[0]).hvp, hplain.hvp(v=vs[0]).hvp)
     f, xj = VECTOR["cumsum_sort"]
-    for mode in ("forward", "reverse"):
+    for mode in ("forward", "reverse") if backend == "numpy" else ("reverse",):
         plain = JacobianPlan(f, (xj,), backend=backend, mode=mode, chunk=3, pack=False)
         bad = JacobianPlan(f, (xj,), backend=backend, mode=mode, chunk=3, poison=True)
         _check_packing(bad.memory)
@@ -300,7 +306,7 @@ def test_multithreaded_plans_with_shared_slots():
     np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-11, atol=1e-15)
     np.testing.assert_allclose(res.hessian, ref.hessian, rtol=1e-11, atol=1e-14)
     v = rng.standard_normal(params[2].shape)
-    hv = ha.compile(mlp3, *args, argnums=2, hvp=True, parallel=True).hvp(*args, v=v)
+    hv = plan.hvp(*args, v=v)
     np.testing.assert_allclose(hv.hvp.reshape(-1), ref.hessian @ v.reshape(-1), rtol=1e-11,
                                atol=1e-14)
 
