@@ -15,12 +15,14 @@ from . import numpy_api as _numpy_api  # noqa: F401  (the numpy surface: methods
 from .api import clear_cache, compile, gradient, hessian, hvp, jacobian
 from .errors import MemoryBudgetError, TracingError
 from .plan import Plan
+from .scalar_functions import ElementwiseError, elementwise
 from .results import DiffResult, GradientResult, HessianResult, HvpResult, JacobianResult
 
 __version__ = "0.1.0"
 
 __all__ = [
            "DiffResult",
+           "ElementwiseError",
            "GradientResult",
            "HessianResult",
            "HvpResult",
@@ -31,6 +33,7 @@ __all__ = [
            "__version__",
            "clear_cache",
            "compile",
+           "elementwise",
            "gradient",
            "hessian",
            "hvp",

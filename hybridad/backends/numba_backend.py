@@ -1025,6 +1025,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     abi = tuple(rt.ABI[k] for k in rt.ABI_FIELDS) if objects else (0,) * 9
     header.append(f"_ABI = {abi!r}  # see rt.ABI")
     header += [f"{k} = {_literal(v)}" for k, v in consts.namespace().items()]
+    header += consts.kernel_header()
     table = checks.table()
     guards = ["    " + line for line in checks.lines(table.size)]
     body, kernel_defs, parallel = kernels.finish(guards + w.lines, header, params)

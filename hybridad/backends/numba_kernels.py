@@ -30,7 +30,7 @@ def region_kernel_source(region, seeds=(), name="kernel"):
     region_lines(w, node, names, {k: f"p{k}" for k in seeds}, consts)
     params = [f"in{k}" for k in range(len(region.inputs))] + ["out"] + [f"p{k}" for k in seeds]
     source = f"def {name}({', '.join(params)}):\n" + "\n".join(w.lines) + "\n"
-    return source, consts.namespace()
+    return source, {**consts.namespace(), **consts.kernel_namespace()}
 
 
 def compile_region_kernel(region, seeds=(), name="kernel"):

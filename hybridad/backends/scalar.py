@@ -128,6 +128,7 @@ class Constants:
 
     def __init__(self):
         self.values = {}
+        self.kernels = {}  # name -> compiled scalar function (user @elementwise ops)
 
     def add(self, value):
         key = (value.dtype.str, value.tobytes())
@@ -138,8 +139,26 @@ class Constants:
         self.values[name] = (key, value)
         return name
 
+    def kernel(self, dual):
+        """Register the value-and-partials function of an op with ``dual``
+        (see :class:`hybridad.ops.Op`); returns its name in the source."""
+        self.kernels[dual.ident] = dual
+        return dual.ident
+
     def namespace(self):
+        """name -> value of every constant (not the kernels)."""
         return {name: v for name, (_, v) in self.values.items()}
+
+    def kernel_header(self):
+        """Module-level source lines binding the kernels generated code calls."""
+        if not self.kernels:
+            return []
+        return ["from hybridad.scalar_functions import kernel as _hd_kernel"] + \
+            [k.header_line() for k in self.kernels.values()]
+
+    def kernel_namespace(self):
+        """name -> compiled kernel, for source exec'd without imports."""
+        return {name: k.driver() for name, k in self.kernels.items()}
 
 
 class ScalarBody:
@@ -212,16 +231,23 @@ def render_region(region, input_names, seeds=(), consts=None, need_value=True):
     for node in region.nodes:
         args = [syms[a.id] for a in node.args]
         v = f"v{node.id}"
-        lines.append(f"{v} = {_op_code(node, args, consts).code}")
+        op = REGISTRY[node.op]
+        if op.dual is not None:  # one call gives the value and every partial
+            t = f"t{node.id}"
+            lines.append(f"{t} = {consts.kernel(op.dual)}({', '.join(a.code for a in args)})")
+            lines.append(f"{v} = {t}[0]" if node.dtype == np.float64 else
+                         f"{v} = np.{node.dtype.name}({t}[0])")
+            duals = [Sym(f"{t}[{j + 1}]", np.float64, consts) for j in range(len(args))]
+        else:
+            lines.append(f"{v} = {_op_code(node, args, consts).code}")
         ans = Sym(v, node.dtype, consts)
         syms[node.id] = ans
         tans = {}
         if node.dtype.kind in "fc" and seeds:
-            partials = REGISTRY[node.op].partials
-            for a, p in zip(node.args, partials, strict=True):
+            for j, (a, p) in enumerate(zip(node.args, op.partials, strict=True)):
                 if p is None or (not callable(p) and p == 0):
                     continue
-                pj = p(*args, ans) if callable(p) else p
+                pj = duals[j] if op.dual is not None else p(*args, ans) if callable(p) else p
                 for k, t in tangents[a.id].items():
                     tans.setdefault(k, []).append(_mul(pj, t, consts, node.dtype))
         tangents[node.id] = {}
@@ -241,7 +267,7 @@ def render_region(region, input_names, seeds=(), consts=None, need_value=True):
 
 #: a local or a literal one: what a tangent may be renamed to without a statement
 _LOCAL = re.compile(r"[vd]\d+(?:_\d+)?|1")
-_NAME = re.compile(r"\b[vd]\d+(?:_\d+)?\b")
+_NAME = re.compile(r"\b[vdt]\d+(?:_\d+)?\b")
 
 
 def _live(lines, used):

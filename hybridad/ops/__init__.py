@@ -18,6 +18,11 @@ An :class:`Op` carries, side by side:
 * ``domain`` -- the interval the test-suite samples inputs from;
 * ``scalar`` -- for a ufunc numba has no scalar implementation of, its value
   as a Python expression (a format string over the operands' code);
+* ``dual`` -- for an elementwise op evaluated by a compiled scalar function
+  (a user's :func:`hybridad.elementwise` function): the object whose
+  ``ident`` names, in generated source, the function returning the value and
+  every partial of one element (``header_line()`` binds it), so a fused
+  kernel gets both from one dual-number evaluation;
 * ``workspace`` -- for an op whose kernel needs working memory (LAPACK), the
   element count (in the result's dtype) from the operands; the memory plan
   gives it a slot of the arena and ``run`` receives it as ``work=``.
@@ -74,6 +79,7 @@ class Op:
         "abstract",
         "doc",
         "domain",
+        "dual",
         "kind",
         "name",
         "partials",
@@ -89,7 +95,7 @@ class Op:
 
     def __init__(self, name, kind, abstract, run=None, view=None, vjp=None, ufunc=None,
                  partials=None, domain=None, doc="", scalar=None, workspace=None, jvp=None,
-                 batch=None):
+                 batch=None, dual=None):
         assert kind in KINDS, kind
         self.name = name
         self.kind = kind
@@ -105,6 +111,7 @@ class Op:
         self.workspace = workspace
         self.jvp = jvp
         self.batch = batch
+        self.dual = dual
 
     def __repr__(self):
         return f"Op({self.name!r}, kind={self.kind!r})"

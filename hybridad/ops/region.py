@@ -54,7 +54,11 @@ def strategy(body):
     """``"store"`` or ``"recompute"`` for the partials of region ``body``."""
     if enabled("recompute_partials"):
         return "recompute"
-    return "store" if any(n.op in TRANSCENDENTAL for n in body.nodes) else "recompute"
+    from . import REGISTRY
+
+    expensive = any(n.op in TRANSCENDENTAL or REGISTRY[n.op].dual is not None  # user code
+                    for n in body.nodes)
+    return "store" if expensive else "recompute"
 
 
 def _no_numpy(*args, **kwargs):

@@ -1,0 +1,486 @@
+"""``@hybridad.elementwise``: user scalar functions, differentiated by dual numbers.
+
+A Python function of scalars -- arithmetic, ``math`` and numpy scalar
+functions, ``if``/``else`` on values, ``for``/``while`` loops, locals -- becomes
+an elementwise primitive:
+
+* outside tracing it is a numpy ufunc compiled by numba (broadcasting,
+  ``out=``, float64 and float32 loops);
+* inside traced code it is one IR node, fused into the surrounding region
+  like any built-in elementwise op.  Its partial derivatives come from
+  evaluating the same code on dual numbers (:mod:`hybridad.backends.dual`):
+  the region's kernel calls one compiled function that returns the value and
+  every partial of the element, so branches are taken on the value and the
+  derivative follows the branch that ran.
+
+Each function gives a family of primitives, one per derivative multi-index
+``I`` (a sorted tuple of argument positions; ``()`` is the function itself):
+the partial of primitive ``I`` with respect to argument ``j`` is primitive
+``I + (j,)``, evaluated on duals nested ``len(I) + 1`` deep.  So the reverse
+pass, forward mode over it (Hessians) and the numpy reference backend handle
+these ops exactly like the ufuncs of :mod:`hybridad.ops.elementwise`.  With a
+hand-written derivative (:meth:`ElementwiseFunction.defderiv`) the first
+partials come from it and the dual evaluation of the function is skipped
+(higher derivatives then differentiate the supplied derivative by duals).
+
+Compiled code reaches generated plan source through :func:`kernel`: the plan
+module looks its kernels up by primitive name, and the name carries a hash of
+the function's code, constants, globals and closure, so numba's disk cache
+never serves machine code of an older version of a function.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import re
+import threading
+import types as pytypes
+
+import numpy as np
+
+from .errors import TracingError
+
+__all__ = ["ElementwiseError", "ElementwiseFunction", "elementwise", "kernel"]
+
+
+class ElementwiseError(TypeError):
+    """An ``@elementwise`` function numba cannot compile, or that does not
+    return a scalar."""
+
+
+#: primitive name -> _Primitive, for generated source (``kernel(name)``)
+_PRIMITIVES = {}
+_LOCK = threading.RLock()
+_JIT = {"error_model": "numpy", "fastmath": {"contract"}}
+
+
+def elementwise(fn=None, *, name=None):
+    """Make a scalar Python function an elementwise, differentiable primitive.
+
+    Parameters
+    ----------
+    fn : callable
+        A function of scalars returning one scalar, in the subset of Python
+        numba compiles: arithmetic, comparisons, ``abs``/``min``/``max``,
+        ``math`` and numpy scalar functions, ``if``/``else``, ``for``/``while``
+        loops, local variables, calls of other ``numba.njit`` functions.  Its
+        parameters are positional; every one is broadcast.
+    name : str, optional
+        The primitive's name in graphs and ``explain()`` (default: the
+        function's ``__name__``).
+
+    Returns
+    -------
+    ElementwiseFunction
+        Callable on arrays and scalars with numpy broadcasting (a numba ufunc)
+        and inside functions hybridad traces, where it is differentiated by
+        evaluating it on dual numbers in the fused kernels.
+
+    Examples
+    --------
+    >>> import math, numpy as np, hybridad as ha
+    >>> @ha.elementwise
+    ... def huber(r, d):
+    ...     if abs(r) < d:
+    ...         return 0.5 * r * r
+    ...     return d * (abs(r) - 0.5 * d)
+    >>> res = ha.gradient(lambda r: np.sum(huber(r, 1.0)), np.array([0.5, -3.0]))
+    >>> res.gradient
+    array([ 0.5, -1. ])
+    """
+    if fn is None:
+        return lambda f: ElementwiseFunction(f, name=name)
+    return ElementwiseFunction(fn, name=name)
+
+
+class ElementwiseFunction:
+    """A scalar function made elementwise by :func:`elementwise`.
+
+    Attributes
+    ----------
+    py_func : function
+        The decorated Python function (unchanged).
+    nargs : int
+        Its number of (broadcast) arguments.
+    """
+
+    def __init__(self, fn, name=None):
+        if not isinstance(fn, pytypes.FunctionType):
+            raise ElementwiseError(
+                f"@hybridad.elementwise needs a Python function, got {type(fn).__name__}")
+        params = inspect.signature(fn).parameters.values()
+        bad = [p.name for p in params if p.kind not in (p.POSITIONAL_ONLY,
+                                                        p.POSITIONAL_OR_KEYWORD)]
+        if bad or not params:
+            raise ElementwiseError(
+                f"@hybridad.elementwise {fn.__qualname__}: every parameter must be a plain "
+                f"positional scalar (found {', '.join(bad) or 'no parameters'})")
+        functools.update_wrapper(self, fn)
+        self.py_func = fn
+        self.nargs = len(params)
+        self.name = name or fn.__name__
+        self._deriv = None
+        self._family = None
+
+    def __repr__(self):
+        return f"<hybridad.elementwise {self.py_func.__qualname__}>"
+
+    def defderiv(self, deriv):
+        """Supply the partial derivatives by hand (used as a decorator).
+
+        ``deriv`` takes the same arguments and returns the partial with
+        respect to each of them: a tuple of ``nargs`` scalars (a scalar when
+        there is one argument).  The first derivatives then come from it
+        instead of a dual-number evaluation of the function; second
+        derivatives (Hessians) differentiate ``deriv`` by dual numbers.
+
+        Returns ``deriv`` unchanged.
+        """
+        if not isinstance(deriv, pytypes.FunctionType):
+            raise ElementwiseError(f"defderiv of {self.name} needs a Python function, got "
+                                   f"{type(deriv).__name__}")
+        if len(inspect.signature(deriv).parameters) != self.nargs:
+            raise ElementwiseError(f"defderiv of {self.name}: {deriv.__name__} must take the "
+                                   f"same {self.nargs} argument(s)")
+        with _LOCK:
+            self._deriv = deriv
+            self._family = None
+        return deriv
+
+    @property
+    def family(self):
+        """The :class:`_Family` of primitives (built on first use)."""
+        with _LOCK:
+            if self._family is None:
+                self._family = _Family(self)
+            return self._family
+
+    @property
+    def ufunc(self):
+        """The numpy ufunc of the function's value (float64 and float32 loops)."""
+        return self.family.primitive(()).ufunc
+
+    def __call__(self, *args):
+        from .trace import Tracer, bind
+
+        if len(args) != self.nargs:
+            raise TypeError(f"{self.name}() takes {self.nargs} argument(s), got {len(args)}")
+        if any(isinstance(a, Tracer) for a in args):
+            prim = self.family.primitive(())
+            return bind(prim.name, *args)
+        return self.ufunc(*args)
+
+
+def _fingerprint(fn, digest, depth=0):
+    """Feed ``fn``'s code, constants, referenced global values and closure to
+    ``digest`` (what numba freezes into compiled code)."""
+    def code(c):
+        digest.update(c.co_code)
+        digest.update(repr((c.co_names, c.co_varnames, c.co_freevars)).encode())
+        for k in c.co_consts:
+            code(k) if isinstance(k, pytypes.CodeType) else digest.update(repr(k).encode())
+
+    def value(v):
+        if isinstance(v, (bool, int, float, complex, str, np.generic)):
+            digest.update(repr(v).encode())
+        elif isinstance(v, pytypes.ModuleType):
+            digest.update(v.__name__.encode())
+        elif depth < 4 and isinstance(getattr(v, "py_func", v), pytypes.FunctionType):
+            _fingerprint(getattr(v, "py_func", v), digest, depth + 1)
+        else:
+            digest.update(type(v).__qualname__.encode())
+
+    code(fn.__code__)
+    for name in fn.__code__.co_names:
+        if name in fn.__globals__:
+            digest.update(name.encode())
+            value(fn.__globals__[name])
+    for cell in fn.__closure__ or ():
+        try:
+            value(cell.cell_contents)
+        except ValueError:  # an empty cell
+            digest.update(b"<empty>")
+    digest.update(repr(fn.__defaults__).encode())
+
+
+class _Family:
+    """The primitives of one function, one per derivative multi-index."""
+
+    def __init__(self, ef):
+        self.ef = ef
+        digest = hashlib.sha256(ef.py_func.__qualname__.encode())
+        _fingerprint(ef.py_func, digest)
+        if ef._deriv is not None:
+            digest.update(b"defderiv")
+            _fingerprint(ef._deriv, digest)
+        self.tag = digest.hexdigest()[:16]
+        self.base = re.sub(r"\W", "_", ef.name)
+        self._prims = {}
+        self._jit = None
+        self._deriv_jit = None
+        self._checked = set()
+
+    # -- compiled pieces ---------------------------------------------------
+    def jit(self):
+        import numba
+
+        if self._jit is None:
+            self._jit = numba.njit(**_JIT)(self.ef.py_func)
+        return self._jit
+
+    def deriv_jit(self):
+        """The hand-written derivative as a function returning a tuple."""
+        import numba
+
+        if self._deriv_jit is None:
+            d = numba.njit(**_JIT)(self.ef._deriv)
+            if self.ef.nargs == 1:
+                @numba.njit(**_JIT)
+                def as_tuple(x):
+                    return _one_tuple(d(x))
+                self._deriv_jit = as_tuple
+            else:
+                self._deriv_jit = d
+        return self._deriv_jit
+
+    def primitive(self, index):
+        index = tuple(sorted(index))
+        with _LOCK:
+            prim = self._prims.get(index)
+            if prim is None:
+                prim = self._prims[index] = _Primitive(self, index)
+            return prim
+
+    def check(self, prim, dtypes):
+        """Compile the function, its hand-written derivative and ``prim``'s dual
+        evaluation for these operand dtypes (once), turning numba's errors into
+        :class:`ElementwiseError`."""
+        import numba
+
+        sig = tuple(numba.from_dtype(np.dtype(d)) for d in dtypes)
+        if (prim.index, sig) in self._checked:
+            return
+        what = "the function"
+        try:
+            self.jit().compile(sig)
+            ret = self.jit().overloads[sig].signature.return_type
+            if not isinstance(ret, (numba.types.Number, numba.types.Boolean)):
+                raise ElementwiseError(
+                    f"@hybridad.elementwise {self.ef.py_func.__qualname__} "
+                    f"({_where(self.ef.py_func)}) must return one scalar, but returns {ret}")
+            if self.ef._deriv is not None:
+                what = "its defderiv"
+                self.deriv_jit().compile(sig)
+            what = "its derivative (the function evaluated on dual numbers)"
+            prim.driver().compile(sig)
+        except numba.core.errors.NumbaError as err:
+            raise ElementwiseError(_compile_message(self.ef, what, err)) from None
+        self._checked.add((prim.index, sig))
+
+
+def _one_tuple(x):
+    return (x,)
+
+
+def _where(fn):
+    code = fn.__code__
+    return f"{code.co_filename}:{code.co_firstlineno}"
+
+
+def _compile_message(ef, what, err):
+    text = str(err)
+    lines = [x for x in text.splitlines() if x.strip()]
+    loc = re.findall(r'File "([^"]+)", line (\d+)', text)
+    reason = next((x.strip() for x in lines if not x.startswith(("File ", "During:", "\x1b"))
+                   and "<source" not in x), lines[0] if lines else type(err).__name__)
+    reason = re.sub(r"\x1b\[[0-9;]*m", "", reason)
+    at = f"{loc[0][0]}:{loc[0][1]}" if loc else _where(ef.py_func)
+    return (f"@hybridad.elementwise {ef.py_func.__qualname__}: numba cannot compile {what} "
+            f"(at {at}): {reason}\n(the function must be numba-compilable scalar code; "
+            f"numba's full message follows)\n{re.sub(chr(27) + r'[[0-9;]*m', '', text)}")
+
+
+class _Primitive:
+    """One derivative of a user function as a registered elementwise op."""
+
+    def __init__(self, family, index):
+        from .ops import REGISTRY, Op, register
+
+        self.family = family
+        self.index = index
+        suffix = "_d" + "".join(map(str, index)) if index else ""
+        self.name = f"{family.base}{suffix}@{family.tag}"
+        self.ident = f"_ue_{family.tag}{suffix}"  # the kernel's name in generated source
+        self._driver = None
+        self._ufunc = None
+        nargs = family.ef.nargs
+        partials = [functools.partial(_bind_partial, family, index + (j,)) for j in range(nargs)]
+        op = REGISTRY.get(self.name)
+        if op is None:
+            op = register(Op(
+                self.name, "elementwise", self._abstract, run=self._run,
+                vjp=_vjp_from(partials), jvp=_jvp_from(partials), ufunc=_LazyUfunc(self),
+                partials=tuple(partials), domain=(-2.0, 2.0),
+                doc=f"@elementwise {family.ef.py_func.__qualname__}"
+                    + (f", derivative {index}" if index else ""),
+                dual=self))
+        self.op = op
+        _PRIMITIVES[self.name] = self
+
+    # -- the op's rules ------------------------------------------------------
+    def _abstract(self, *args):
+        from .trace import loop_dtypes
+
+        shape = np.broadcast_shapes(*(a.shape for a in args))
+        dtypes = loop_dtypes(self.op.ufunc, args)
+        self.family.check(self, dtypes[:-1])
+        return shape, dtypes[-1]
+
+    def _run(self, out, *arrays):
+        self.ufunc(*arrays, out=out)
+
+    @property
+    def ufunc(self):
+        """numba-vectorized ufunc of this derivative (float64 and float32 loops)."""
+        import numba
+
+        with _LOCK:
+            if self._ufunc is None:
+                n = self.family.ef.nargs
+                sigs = [f"{t}({', '.join([t] * n)})" for t in ("float64", "float32")]
+                if not self.index:
+                    fn = self.family.ef.py_func
+                else:
+                    params = ", ".join(f"x{i}" for i in range(n))
+                    ns = {"_drv": self.driver()}
+                    exec(f"def {self.family.base}_d({params}):\n"  # noqa: S102
+                         f"    return _drv({params})[0]\n", ns)
+                    fn = ns[f"{self.family.base}_d"]
+                try:
+                    vec = numba.vectorize(sigs, fastmath=_JIT["fastmath"])(fn)
+                    self._ufunc = getattr(vec, "ufunc", vec)  # numpy's ufunc, loops fixed
+                except numba.core.errors.NumbaError as err:
+                    raise ElementwiseError(_compile_message(self.family.ef, "the ufunc", err)) \
+                        from None
+            return self._ufunc
+
+    # -- the compiled value-and-partials function ---------------------------
+    def driver(self):
+        """``drv(*x) -> (d^I f, d^(I+0) f, ..., d^(I+n-1) f)`` (float64), I this
+        primitive's multi-index: one evaluation on nested dual numbers."""
+        import numba
+
+        from .backends import dual
+
+        with _LOCK:
+            if self._driver is None:
+                fam, n = self.family, self.family.ef.nargs
+                params = [f"x{i}" for i in range(n)]
+                ns = {"_mk": dual.make_dual, "_promote": dual.promote}
+                index = self.index
+                if fam.ef._deriv is not None and not index:
+                    ns["_f"], ns["_df"] = fam.jit(), fam.deriv_jit()
+                    body = [f"d = _df({', '.join(params)})",
+                            f"return (float(_f({', '.join(params)})), "
+                            + " ".join(f"float(d[{j}])," for j in range(n)) + ")"]
+                else:
+                    if fam.ef._deriv is not None:  # differentiate the given derivative
+                        ns["_g"] = fam.deriv_jit()
+                        call, index = "_g({})[%d]" % index[0], index[1:]
+                    else:
+                        ns["_f"] = fam.jit()
+                        call = "_f({})"
+                    depth = len(index) + 1
+                    body = [f"s{i} = {_seed(f'x{i}', i, n, depth)}" for i in range(n)]
+                    body.append(f"r = _promote({call.format(', '.join(f's{i}' for i in range(n)))}"
+                                ", s0)")
+                    outs = [_path(index, depth)] + [_path(index + (j,), depth) for j in range(n)]
+                    body.append("return (" + " ".join(f"r{o}," for o in outs) + ")")
+                src = f"def {self.ident}({', '.join(params)}):\n" + \
+                    "\n".join("    " + b for b in body) + "\n"
+                exec(compile(src, f"<hybridad elementwise {self.name}>", "exec"), ns)  # noqa: S102
+                self._driver = numba.njit(**_JIT)(ns[self.ident])
+                self._driver.hybridad_source = src
+            return self._driver
+
+    def header_line(self):
+        """The generated-source line binding this primitive's kernel."""
+        return f"{self.ident} = _hd_kernel({self.name!r})"
+
+
+def _seed(x, i, n, depth):
+    """Source of ``x`` as a dual ``depth`` deep with unit partial ``i`` at every level."""
+    def const(c, level):
+        if level == 0:
+            return c
+        zero = const("0.0", level - 1)
+        return f"_mk({const(c, level - 1)}, ({', '.join([zero] * n)},))"
+
+    if depth == 0:
+        return x
+    inner = _seed(x, i, n, depth - 1)
+    parts = [const("1.0" if j == i else "0.0", depth - 1) for j in range(n)]
+    return f"_mk({inner}, ({', '.join(parts)},))"
+
+
+def _path(index, depth):
+    """Attribute path to the derivative ``index`` of a result ``depth`` duals deep."""
+    return "".join(f".d[{j}]" for j in index) + ".v" * (depth - len(index))
+
+
+class _LazyUfunc:
+    """Stands in for a primitive's ufunc until it is needed: numpy's dtype
+    resolution answers without compiling (loops are float64 and float32);
+    calling it compiles the numba ufunc."""
+
+    def __init__(self, prim):
+        self._prim = prim
+        self.nin = prim.family.ef.nargs
+        self.nout = 1
+        self.__name__ = prim.name
+
+    def resolve_dtypes(self, dtypes):
+        """The loop numpy picks for these operand dtypes (Python scalar types
+        are weak, NEP 50): float32 when every array operand casts safely to
+        it, else float64."""
+        weak = (bool, int, float)
+        arrays = [np.dtype(d) for d in dtypes[:self.nin] if d not in weak]
+        if complex in dtypes[:self.nin] or any(d.kind not in "biuf" for d in arrays):
+            raise TypeError(f"{self.__name__}: no loop for operand dtypes {dtypes[:self.nin]}")
+        f4 = np.dtype(np.float32)
+        loop = f4 if arrays and all(np.can_cast(d, f4) for d in arrays) else np.dtype(np.float64)
+        return (loop,) * (self.nin + 1)
+
+    def __call__(self, *args, **kwargs):
+        return self._prim.ufunc(*args, **kwargs)
+
+
+def _bind_partial(family, index, *operands):
+    """The partial ``d^index f`` at the operands (tracers: emits its node)."""
+    from .trace import bind
+
+    *xs, _ans = operands
+    return bind(family.primitive(index).name, *xs)
+
+
+def _vjp_from(partials):
+    from .ops.elementwise import _vjp_from_partials
+
+    return _vjp_from_partials(partials)
+
+
+def _jvp_from(partials):
+    from .ops.elementwise import _jvp_from_partials
+
+    return _jvp_from_partials(partials)
+
+
+def kernel(name):
+    """The compiled value-and-partials function of primitive ``name`` (what
+    generated plan source binds at import)."""
+    try:
+        return _PRIMITIVES[name].driver()
+    except KeyError:
+        raise TracingError(f"no @elementwise primitive {name!r} in this process") from None
