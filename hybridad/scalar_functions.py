@@ -239,7 +239,7 @@ class _Family:
             if self.ef.nargs == 1:
                 @numba.njit(**_JIT)
                 def as_tuple(x):
-                    return _one_tuple(d(x))
+                    return (d(x),)
                 self._deriv_jit = as_tuple
             else:
                 self._deriv_jit = d
@@ -280,26 +280,29 @@ class _Family:
         self._checked.add((prim.index, sig))
 
 
-def _one_tuple(x):
-    return (x,)
-
-
 def _where(fn):
     code = fn.__code__
     return f"{code.co_filename}:{code.co_firstlineno}"
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _compile_message(ef, what, err):
-    text = str(err)
-    lines = [x for x in text.splitlines() if x.strip()]
-    loc = re.findall(r'File "([^"]+)", line (\d+)', text)
-    reason = next((x.strip() for x in lines if not x.startswith(("File ", "During:", "\x1b"))
-                   and "<source" not in x), lines[0] if lines else type(err).__name__)
-    reason = re.sub(r"\x1b\[[0-9;]*m", "", reason)
-    at = f"{loc[0][0]}:{loc[0][1]}" if loc else _where(ef.py_func)
-    return (f"@hybridad.elementwise {ef.py_func.__qualname__}: numba cannot compile {what} "
-            f"(at {at}): {reason}\n(the function must be numba-compilable scalar code; "
-            f"numba's full message follows)\n{re.sub(chr(27) + r'[[0-9;]*m', '', text)}")
+    """One line saying where and why numba failed, then numba's own message."""
+    import os
+
+    text = _ANSI.sub("", str(err))
+    reason = next((x.strip() for x in text.splitlines() if x.strip() and not x.startswith(
+        ("Failed in ", "File ", "During:", " ", "\t")) and "<source" not in x), text.strip())
+    at = _where(ef.py_func)
+    for path, line in re.findall(r'File "([^"]+)", line (\d+)', text):
+        mine = ef.py_func.__code__.co_filename
+        at = f"{mine if os.path.basename(path) == os.path.basename(mine) else path}:{line}"
+        break
+    return (f"@hybridad.elementwise {ef.py_func.__qualname__} ({at}): numba cannot compile "
+            f"{what}: {reason}\n(the function must be numba-compilable scalar code; numba's "
+            f"message follows)\n{text}")
 
 
 class _Primitive:
@@ -349,7 +352,7 @@ class _Primitive:
         with _LOCK:
             if self._ufunc is None:
                 n = self.family.ef.nargs
-                sigs = [f"{t}({', '.join([t] * n)})" for t in ("float64", "float32")]
+                sigs = [f"{t}({', '.join([t] * n)})" for t in ("float32", "float64")]  # numpy takes the first loop that fits
                 if not self.index:
                     fn = self.family.ef.py_func
                 else:
