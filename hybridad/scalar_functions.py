@@ -352,7 +352,8 @@ class _Primitive:
         with _LOCK:
             if self._ufunc is None:
                 n = self.family.ef.nargs
-                sigs = [f"{t}({', '.join([t] * n)})" for t in ("float32", "float64")]  # numpy takes the first loop that fits
+                # float32 first: numpy takes the first loop its operands cast to
+                sigs = [f"{t}({', '.join([t] * n)})" for t in ("float32", "float64")]
                 if not self.index:
                     fn = self.family.ef.py_func
                 else:
