@@ -358,7 +358,7 @@ class _Primitive:
                     fn = self.family.ef.py_func
                 else:
                     params = ", ".join(f"x{i}" for i in range(n))
-                    ns = {"_drv": self.driver()}
+                    ns = {"_drv": self.driver(), "__name__": __name__}
                     exec(f"def {self.family.base}_d({params}):\n"  # noqa: S102
                          f"    return _drv({params})[0]\n", ns)
                     fn = ns[f"{self.family.base}_d"]
@@ -382,7 +382,9 @@ class _Primitive:
             if self._driver is None:
                 fam, n = self.family, self.family.ef.nargs
                 params = [f"x{i}" for i in range(n)]
-                ns = {"_mk": dual.make_dual, "_promote": dual.promote}
+                # an importable __name__: numba's disk cache of a plan calling
+                # this function rebuilds its environment from that module
+                ns = {"_mk": dual.make_dual, "_promote": dual.promote, "__name__": __name__}
                 index = self.index
                 if fam.ef._deriv is not None and not index:
                     ns["_f"], ns["_df"] = fam.jit(), fam.deriv_jit()
@@ -408,6 +410,15 @@ class _Primitive:
                 self._driver = numba.njit(**_JIT)(ns[self.ident])
                 self._driver.hybridad_source = src
             return self._driver
+
+    @property
+    def cacheable(self):
+        """Whether numba can cache code calling this function on disk: it
+        rebuilds the function's environment from its module on loading, so
+        the user's functions must come from an importable module."""
+        ef = self.family.ef
+        return all(inspect.getmodule(f) is not None for f in (ef.py_func, ef._deriv)
+                   if f is not None)
 
     def header_line(self):
         """The generated-source line binding this primitive's kernel."""

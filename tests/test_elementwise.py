@@ -416,3 +416,44 @@ def test_function_without_a_dual_rule():
     assert float(gam(5.0)) == 24.0  # fine as a ufunc
     with pytest.raises(ha.ElementwiseError, match="dual numbers"):
         ha.gradient(lambda x: np.sum(gam(x)), rand((3,), 1, 2))
+
+
+# -- numba's disk cache ----------------------------------------------------------------
+CACHE_SCRIPT = """
+import sys
+import numpy as np
+import hybridad as ha
+
+sys.path.insert(0, sys.argv[1])
+from laws import law  # an importable module: its plans are cached on disk
+
+ns = {"ha": ha, "__name__": "nowhere"}  # no module to import it from: not cached
+exec("import math\\n@ha.elementwise\\ndef made(x):\\n    return math.sin(x) * x\\n", ns)
+
+x = np.linspace(-2, 2, 50)
+for f in (lambda x: np.sum(law(x, 0.5)), lambda x: np.sum(ns["made"](x))):
+    plan = ha.compile(f, x)
+    res = plan.gradient(x)
+    hits = sum(plan._program.parts[0].stats.cache_hits.values())
+    print(hits, float(res.value), float(res.gradient[3]))
+"""
+
+
+def test_plans_are_cached_on_disk_when_the_function_is_importable(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "laws.py").write_text(
+        "import hybridad as ha\n\n\n@ha.elementwise\ndef law(x, a):\n"
+        "    if x > a:\n        return x * x\n    return a * x\n")
+    env = dict(os.environ, HYBRIDAD_CACHE_DIR=str(tmp_path / "cache"))
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", CACHE_SCRIPT, str(tmp_path)], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        runs.append([line.split() for line in out.stdout.splitlines()])
+    (hits0, *vals0), (hits1, *vals1) = runs[0][0], runs[1][0]
+    assert (hits0, hits1) == ("0", "1") and vals0 == vals1  # the law's plan: from disk
+    assert runs[0][1][0] == runs[1][1][0] == "0" and runs[0][1][1:] == runs[1][1][1:]

@@ -31,6 +31,15 @@ SCRIPT = textwrap.dedent("""
     def mlp(W1, b1, W2, X):
         return np.mean((np.tanh(X @ W1 + b1) @ W2) ** 2)
 
+    @ha.elementwise
+    def huber(r, d):  # dual numbers are structs by value: nothing on the heap
+        if abs(r) < d:
+            return 0.5 * r * r
+        return d * (abs(r) - 0.5 * d)
+
+    def robust(x, d):
+        return np.sum(huber(x, d))
+
     rng = np.random.default_rng(0)
     cases = {
         "expsum": (expsum, (rng.random(100),), 0),
@@ -38,6 +47,7 @@ SCRIPT = textwrap.dedent("""
         "captured": (captured, (rng.random(6),), 0),
         "mlp": (mlp, (rng.random((1, 8)), rng.random(8), rng.random((8, 1)),
                       rng.random((50, 1))), (0, 1, 2)),
+        "elementwise": (robust, (rng.random(100) * 4 - 2, rng.random((1,)) + 0.5), (0, 1)),
     }
     N = 200
     for name, (f, args, argnums) in cases.items():
@@ -62,7 +72,7 @@ def test_no_nrt_allocations_per_call():
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     rows = [line.split() for line in out.stdout.splitlines()]
-    assert len(rows) == 12, out.stdout
+    assert len(rows) == 15, out.stdout
     for name, path, _, allocs, frees in rows:
         assert float(allocs) == 0, (name, path, allocs)
         assert float(frees) == 0, (name, path, frees)

@@ -168,6 +168,8 @@ def _code(x):
         return x.code
     if isinstance(x, (bool, np.bool_)):
         return repr(bool(x))
+    if isinstance(x, (int, np.integer)):
+        return repr(int(x))  # x ** (y - 1) keeps an integer exponent integer
     value = float(x)
     return repr(value) if math.isfinite(value) else f"float({str(value)!r})"
 
@@ -192,7 +194,10 @@ _Src.__hash__ = object.__hash__
 
 #: ufunc primitive name -> its generic numba function ``g_<name>``
 GENERIC = {}
-_NS = {"np": np, "math": math, "make_dual": make_dual, **vector_namespace()}
+# __name__: numba's disk cache of a plan rebuilds each callee's environment
+# from its module, so generated functions must name an importable one
+_NS = {"np": np, "math": math, "make_dual": make_dual, "__name__": __name__,
+       **vector_namespace()}
 
 
 def _numpy_dtype(ty):

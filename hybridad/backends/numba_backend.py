@@ -760,7 +760,7 @@ class _Kernels:
                 args.append(v)
         return (tuple(params), tuple(prologue + text.splitlines()), parallel), args
 
-    def finish(self, lines, header, params):
+    def finish(self, lines, header, params, flags=_FLAGS):
         """(plan body lines, kernel definition lines, whether inlined code has
         a prange).  ``lines``: the plan's body with markers; ``header``: the
         module's lines before it (its global names); ``params``: the plan's."""
@@ -808,7 +808,7 @@ class _Kernels:
             if name is None:
                 name = kernels[key] = f"_kernel{len(kernels)}"
                 params, code, _ = key
-                defs += ["", "", f"@njit({_FLAGS}" + (_PARALLEL if parallel else "") + ")",
+                defs += ["", "", f"@njit({flags}" + (_PARALLEL if parallel else "") + ")",
                          f"def {name}({', '.join(params)}):"] + ["    " + x for x in code]
             body.append(f"{pad}{name}({', '.join(args)})")
         return _drop_unused_views(body), defs, inline_parallel
@@ -1028,11 +1028,16 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     header += consts.kernel_header()
     table = checks.table()
     guards = ["    " + line for line in checks.lines(table.size)]
-    body, kernel_defs, parallel = kernels.finish(guards + w.lines, header, params)
+    # numba's disk cache rebuilds the environment of every function the plan
+    # calls from its module: a user function defined where no module can be
+    # imported from (exec'd code) makes the plan uncacheable
+    cacheable = all(k.cacheable for k in consts.kernels.values())
+    base_flags = _FLAGS if cacheable else _FLAGS.replace("cache=True, ", "")
+    body, kernel_defs, parallel = kernels.finish(guards + w.lines, header, params, base_flags)
     parallel = parallel or w.parallel
     heavy = parallel or work_estimate(nodes) >= PARALLEL_MIN
     fn_name = "plan_fn"
-    flags = _FLAGS + (", nogil=True" if heavy else "") + (_PARALLEL if parallel else "")
+    flags = base_flags + (", nogil=True" if heavy else "") + (_PARALLEL if parallel else "")
     signature = f"def {fn_name}({', '.join(params)}):"
     source = "\n".join(header + kernel_defs + ["", "", f"@njit({flags})", signature] + body) + "\n"
     dispatcher = cache.load_function(source, fn_name)
@@ -1046,7 +1051,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         protos = fixed + [np.empty(s, d) for s, d in in_specs] + [v for v, _ in const_args] + \
             [np.empty(s, d) for s, d in out_specs]
     bound = [id(v) if obj else v for v, obj in const_args]
-    own = _own_dispatcher(dispatcher, protos)
+    own = _own_dispatcher(dispatcher, protos, cacheable)
     keep = [memplan.arenas[dt] for dt in arenas] + [v for v, _ in const_args] + [table]
     program = NumbaProgram(_bind(own, fixed, bound, len(inputs), len(outputs)), source, heavy,
                            in_specs, out_specs, keep, objects)
@@ -1056,7 +1061,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     return program
 
 
-def _own_dispatcher(dispatcher, protos):
+def _own_dispatcher(dispatcher, protos, cacheable=True):
     """A private dispatcher of the generated function compiled for the types of
     ``protos`` only (from numba's disk cache when warm); it compiles nothing
     else, so an argument of another type raises ``TypeError``."""
@@ -1064,7 +1069,8 @@ def _own_dispatcher(dispatcher, protos):
 
     own = type(dispatcher)(dispatcher.py_func, locals={},
                            targetoptions=dict(dispatcher.targetoptions))
-    own.enable_caching()
+    if cacheable:
+        own.enable_caching()
     own.compile(tuple(numba.typeof(p) for p in protos))
     own.disable_compile()
     return own
