@@ -210,7 +210,7 @@ class _Family:
 
     def __init__(self, ef):
         self.ef = ef
-        digest = hashlib.sha256(ef.py_func.__qualname__.encode())
+        digest = hashlib.sha256(f"{ef.py_func.__module__}.{ef.py_func.__qualname__}".encode())
         _fingerprint(ef.py_func, digest)
         if ef._deriv is not None:
             digest.update(b"defderiv")
@@ -249,8 +249,10 @@ class _Family:
         index = tuple(sorted(index))
         with _LOCK:
             prim = self._prims.get(index)
-            if prim is None:
-                prim = self._prims[index] = _Primitive(self, index)
+            if prim is None:  # the same code decorated twice shares its primitives
+                prim = _PRIMITIVES.get(_Primitive.name_for(self, index)) or \
+                    _Primitive(self, index)
+                self._prims[index] = prim
             return prim
 
     def check(self, prim, dtypes):
@@ -305,32 +307,37 @@ def _compile_message(ef, what, err):
             f"message follows)\n{text}")
 
 
+def _suffix(index):
+    return "_d" + "".join(map(str, index)) if index else ""
+
+
 class _Primitive:
     """One derivative of a user function as a registered elementwise op."""
 
     def __init__(self, family, index):
-        from .ops import REGISTRY, Op, register
+        from .ops import Op, register
 
         self.family = family
         self.index = index
-        suffix = "_d" + "".join(map(str, index)) if index else ""
-        self.name = f"{family.base}{suffix}@{family.tag}"
-        self.ident = f"_ue_{family.tag}{suffix}"  # the kernel's name in generated source
+        self.name = self.name_for(family, index)
+        self.ident = f"_ue_{family.tag}{_suffix(index)}"  # its kernel's name in generated source
         self._driver = None
         self._ufunc = None
         nargs = family.ef.nargs
         partials = [functools.partial(_bind_partial, family, index + (j,)) for j in range(nargs)]
-        op = REGISTRY.get(self.name)
-        if op is None:
-            op = register(Op(
-                self.name, "elementwise", self._abstract, run=self._run,
-                vjp=_vjp_from(partials), jvp=_jvp_from(partials), ufunc=_LazyUfunc(self),
-                partials=tuple(partials), domain=(-2.0, 2.0),
-                doc=f"@elementwise {family.ef.py_func.__qualname__}"
-                    + (f", derivative {index}" if index else ""),
-                dual=self))
-        self.op = op
+        self.op = register(Op(
+            self.name, "elementwise", self._abstract, run=self._run,
+            vjp=_vjp_from(partials), jvp=_jvp_from(partials), ufunc=_LazyUfunc(self),
+            partials=tuple(partials), domain=(-2.0, 2.0),
+            doc=f"@elementwise {family.ef.py_func.__qualname__}"
+                + (f", derivative {index}" if index else ""),
+            dual=self))
         _PRIMITIVES[self.name] = self
+
+    @staticmethod
+    def name_for(family, index):
+        """The op name of ``family``'s derivative ``index``: ``huber_d0@<hash>``."""
+        return f"{family.base}{_suffix(index)}@{family.tag}"
 
     # -- the op's rules ------------------------------------------------------
     def _abstract(self, *args):
