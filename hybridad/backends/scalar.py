@@ -59,11 +59,11 @@ class Sym:
         if func is np.where:
             c, a, b = (x if isinstance(x, Sym) else self._wrap(x) for x in args)
             dtype = np.result_type(a.dtype, b.dtype)
-            return Sym(f"({a.code} if {c.code} else {b.code})", dtype, self.consts)
+            return Sym(_where(c.code, a.code, b.code, self.consts), dtype, self.consts)
         return NotImplemented
 
     def __invert__(self):
-        return Sym(f"(not {self.code})", np.bool_, self.consts)
+        return apply_ufunc(np.logical_not, [self])
 
 
 def _binop(ufunc, reflected=False):
@@ -95,6 +95,10 @@ def apply_ufunc(ufunc, args):
     name = ufunc.__name__
     out_dtype = ufunc.resolve_dtypes(tuple(a.dtype for a in args) + (None,) * ufunc.nout)[-1]
     consts = args[0].consts
+    if _cuda(consts):
+        from .cuda import cuda_apply
+
+        return Sym(cuda_apply(name, [a.code for a in args], out_dtype), out_dtype, consts)
     if name in _INFIX:
         code = f"({args[0].code} {_INFIX[name]} {args[1].code})"
     elif name in _PREFIX:
@@ -107,6 +111,15 @@ def apply_ufunc(ufunc, args):
     else:
         code = f"np.{name}({', '.join(a.code for a in args)})"
     return Sym(code, out_dtype, consts)
+
+
+def _cuda(consts):
+    """Whether code is rendered in the CUDA dialect (see :mod:`.cuda`)."""
+    return getattr(consts, "dialect", "python") == "cuda"
+
+
+def _where(c, a, b, consts):
+    return f"({c} ? {a} : {b})" if _cuda(consts) else f"({a} if {c} else {b})"
 
 
 def vector_imports():
@@ -188,7 +201,11 @@ def _op_code(node, args, consts):
         return apply_ufunc(op.ufunc, args)
     if node.op == "where":
         c, a, b = args
-        return Sym(f"({a.code} if {c.code} else {b.code})", node.dtype, consts)
+        return Sym(_where(c.code, a.code, b.code, consts), node.dtype, consts)
+    if node.op == "cast" and _cuda(consts):
+        from .cuda import ctype
+
+        return Sym(f"(({ctype(node.dtype)})({args[0].code}))", node.dtype, consts)
     if node.op == "cast":
         return Sym(f"np.{node.dtype.name}({args[0].code})", node.dtype, consts)
     raise NotImplementedError(f"no scalar rendering for {node.op}")
