@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._xp import is_array
+
 __all__ = ["LEAF", "flatten", "unflatten"]
 
 LEAF = "*"
@@ -23,7 +25,7 @@ def flatten(obj):
 
 
 def _flatten(obj, leaves):
-    if isinstance(obj, np.ndarray):
+    if is_array(obj):  # numpy, or cupy on the GPU backend
         leaves.append(obj)
         return LEAF
     if type(obj) in (tuple, list):
@@ -79,10 +81,10 @@ def as_array_tree(obj, name):
 
     Raises ``TypeError`` naming ``name`` for non-numeric or non-float leaves.
     """
-    if isinstance(obj, np.ndarray):
+    if is_array(obj):
         arr = obj
     elif type(obj) in (tuple, list) and obj and all(
-            isinstance(o, (np.ndarray, tuple, list, dict)) for o in obj):
+            is_array(o) or isinstance(o, (tuple, list, dict)) for o in obj):
         return type(obj)(as_array_tree(o, f"{name}[{i}]") for i, o in enumerate(obj))
     elif type(obj) is dict:
         return {k: as_array_tree(v, f"{name}[{k!r}]") for k, v in obj.items()}

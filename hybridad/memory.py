@@ -103,9 +103,11 @@ class MemoryPlan:
         dt, off, count = self.scratch[nid]
         return self.arenas[dt][off // dt.itemsize:off // dt.itemsize + count]
 
-    def allocate(self):
-        """Allocate the arenas; return node id -> ndarray view for buffer nodes."""
-        arenas = {dt: np.zeros(max(n, 1), np.uint8) for dt, n in self.arena_bytes.items()}
+    def allocate(self, xp=np):
+        """Allocate the arenas (one allocation per dtype, with array module
+        ``xp``: numpy, or cupy on the GPU); return node id -> view for buffer
+        nodes."""
+        arenas = {dt: xp.zeros(max(n, 1), np.uint8) for dt, n in self.arena_bytes.items()}
         self.arenas = {dt: a[:a.size - a.size % dt.itemsize].view(dt) for dt, a in arenas.items()}
         return {nid: _slot_view(arenas[dt], off, shape, dt)
                 for nid, (dt, off, nbytes, shape) in self.slots.items()}

@@ -39,7 +39,7 @@ from .trace import Trace, Tracer, as_node
 __all__ = ["Plan", "arg_names", "normalize_argnums"]
 
 DEBUG = int(os.environ.get("HYBRIDAD_DEBUG", "0") or 0)
-BACKENDS = ("numba", "numpy")
+BACKENDS = ("numba", "numpy", "cupy")
 
 
 def normalize_argnums(argnums, nargs):
@@ -68,6 +68,12 @@ def arg_names(f, nargs):
     except (TypeError, ValueError):
         params = []
     return [f"'{params[k]}'" if k < len(params) else f"at position {k}" for k in range(nargs)]
+
+
+def _writeable(a):
+    """numpy's writeable flag (device arrays have none: always writeable)."""
+    flags = getattr(a, "flags", None)
+    return getattr(flags, "writeable", True)
 
 
 def prepare_args(args, diff, names):
@@ -150,6 +156,14 @@ class Plan:
             raise TypeError(f"parallel must be True or False; got {parallel!r}")
         self.backend = backend
         self.parallel = bool(parallel)
+        # the array module of buffers and arguments, and (GPU) the kernel launcher
+        self._xp, self._launcher = np, None
+        if backend == "cupy":
+            from .backends import cupy_backend
+            if hvp:
+                raise NotImplementedError("Hessian-vector products on backend='cupy' are not "
+                                          "implemented yet; use backend='numba'")
+            self._xp, self._launcher = cupy_backend.device()
         # instrumented (tests): every slot is filled with NaN outside its lifetime
         self._poison = bool(poison)
         self._pack = bool(pack)  # False: one arena slot per buffer (for comparison)
@@ -196,7 +210,7 @@ class Plan:
             out = f(*targs)
             out = self._check_output(out, trace)
             self._value_dtype = out.dtype
-            if self.backend == "numba" and not hvp:  # the hybrid: regions by duals
+            if self.backend in ("numba", "cupy") and not hvp:  # the hybrid: regions by duals
                 trace.nodes = fuse_regions(trace.nodes, [out.node], reductions=("sum",))
             # a Hessian-vector product differentiates the gradient graph again:
             # the first reverse pass is then functional (see autodiff.backward)
@@ -213,8 +227,9 @@ class Plan:
         hvp_nodes = [None if h is None else h.node for h in hvps]
         outputs = [out.node] + [g for g in grad_nodes + hvp_nodes if g is not None]
         graph = dead_code_elimination(Graph(trace.nodes, inputs, outputs))
-        if self.backend == "numba":  # fuse the backward's elementwise ops as well
+        if self.backend in ("numba", "cupy"):  # fuse the backward's elementwise ops as well
             graph = Graph(fuse_regions(graph.nodes, outputs), inputs, outputs)
+        if self.backend == "numba":
             graph = Graph(fold_accumulations(graph.nodes, outputs), inputs, outputs)
         check(graph)
         self.graph = graph
@@ -225,17 +240,21 @@ class Plan:
         scratch = op_workspaces(graph.nodes)
         if numba:
             scratch.update(scratch_for_numba(graph.nodes))
-        self.memory = plan_memory(graph, self._materialize(graph.nodes), scratch, reuse=numba,
-                                  direct_outputs=numba, pack=self._pack)
+        if self.backend == "cupy":
+            from .backends.cupy_backend import scratch_for_cupy
+            scratch.update(scratch_for_cupy(graph.nodes))
+        self.memory = plan_memory(graph, self._materialize(graph.nodes), scratch,
+                                  reuse=self.backend != "numpy", direct_outputs=numba,
+                                  pack=self._pack)
         if self.memory_budget is not None and self.memory.total_bytes > self.memory_budget:
             raise _OverBudget(self.memory)  # before compiling anything
-        self._buffers = self.memory.allocate()
+        self._buffers = self.memory.allocate(self._xp)
         grad_specs = [self._specs[i] for i in self._diff_leaves]
         self._out_specs = [((), self._value_dtype)] + grad_specs * self.order
         self._program = self._compile(graph.nodes, inputs, self._outputs,
                                       "hvp_program" if hvp else "gradient_program",
                                       self._out_specs, self._specs + grad_specs * hvp)
-        self._value_buf = np.zeros((), self._value_dtype)
+        self._value_buf = self._xp.zeros((), self._value_dtype)
         # (a plan that runs BLAS single-threaded goes through NumbaProgram.call)
         fast = self._fast_path() if self.backend == "numba" and not hvp and \
             not self._program.blas_limited else None
@@ -276,8 +295,12 @@ class Plan:
                 return compile_numba_program(nodes, inputs, outputs, self.memory, self._buffers,
                                              in_specs or self._specs, out_specs, name=name,
                                              poison=self._poison, given=given)
+        regions = None
+        if self.backend == "cupy":
+            from .backends.cupy_backend import RegionCalls
+            regions = RegionCalls(self._launcher, self.memory, self._buffers, self._xp)
         return compile_program(nodes, inputs, outputs, self.memory, self._buffers, name=name,
-                               poison=self._poison, given=given)
+                               poison=self._poison, given=given, xp=self._xp, regions=regions)
 
     def _check_output(self, out, trace):
         if not isinstance(out, Tracer):
@@ -312,6 +335,11 @@ class Plan:
                                      "structure or static values differ from the example "
                                      "arguments the plan was compiled for")
         for i, (leaf, (shape, dtype)) in enumerate(zip(leaves, self._specs, strict=True)):
+            if not isinstance(leaf, self._xp.ndarray):
+                kind = "device (cupy)" if self.backend == "cupy" else "host (numpy)"
+                raise TypeError(f"argument {self._names[self._leaf_arg[i]]} is a "
+                                f"{type(leaf).__module__}.{type(leaf).__name__}; this plan "
+                                f"(backend={self.backend!r}) takes {kind} arrays")
             if leaf.shape != shape or leaf.dtype != dtype:
                 raise ValueError(f"argument {self._names[self._leaf_arg[i]]} has shape "
                                  f"{leaf.shape} and dtype {leaf.dtype}; the plan was compiled "
@@ -326,7 +354,7 @@ class Plan:
     def new_result(self):
         """A fresh :class:`GradientResult` (an :class:`HvpResult` for a
         Hessian-vector-product plan) matching this plan."""
-        protos = [np.zeros(*self._specs[i]) for i in self._diff_leaves]
+        protos = [self._xp.zeros(*self._specs[i]) for i in self._diff_leaves]
         grad = _tree.unflatten(self._grad_structure(), protos)
         cls = HvpResult if self.order == 2 else GradientResult
         return cls(grad, dtype=self._value_dtype)
@@ -336,8 +364,8 @@ class Plan:
             raise TypeError(f"out must be a GradientResult or DiffResult; got "
                             f"{type(out).__name__}")
         v = out.value
-        if not isinstance(v, np.ndarray) or v.shape != () or v.dtype.kind != "f" or \
-                not v.flags.writeable:
+        if not isinstance(v, self._xp.ndarray) or v.shape != () or v.dtype.kind != "f" or \
+                not _writeable(v):
             raise ValueError("out.value must be a writeable 0-d floating-point array; got "
                              f"{_describe(v)}")
         if len(out.derivs) < self.order:
@@ -354,21 +382,23 @@ class Plan:
                                  f"{', '.join(self._names[k] for k in self._diff)}")
             for g, i in zip(leaves_k, self._diff_leaves, strict=True):
                 shape, dtype = self._specs[i]
-                if g.shape != shape or g.dtype != dtype or not g.flags.writeable:
+                if not isinstance(g, self._xp.ndarray) or g.shape != shape or \
+                        g.dtype != dtype or not _writeable(g):
                     raise ValueError(f"out.{what} for argument "
                                      f"{self._names[self._leaf_arg[i]]} must be a writeable "
                                      f"array of shape {shape} and dtype {dtype}; got "
                                      f"{_describe(g)}")
             gleaves += leaves_k
         outs = [v, *gleaves]
+        may_share = self._xp.may_share_memory
         for o in outs:
             for k, a in enumerate(leaves):
-                if np.may_share_memory(o, a):
+                if may_share(o, a):
                     raise ValueError(f"out buffers must not share memory with argument "
                                      f"{self._names[self._leaf_arg[k]]}")
         if len(outs) > 2:
             for i, a in enumerate(outs):
-                if any(np.may_share_memory(a, b) for b in outs[i + 1:]):
+                if any(may_share(a, b) for b in outs[i + 1:]):
                     raise ValueError("out buffers must not share memory with each other")
         return gleaves
 

@@ -11,17 +11,19 @@ from __future__ import annotations
 import numpy as np
 
 from ._tree import flatten
+from ._xp import array_module, is_array
 
 __all__ = ["DiffResult", "GradientResult", "HessianResult", "HvpResult", "JacobianResult"]
 
 
 def _zeros_like_tree(proto, name):
-    if isinstance(proto, np.ndarray) or np.isscalar(proto):
-        arr = np.asarray(proto)
+    if is_array(proto) or np.isscalar(proto):
+        xp = array_module(proto)  # buffers live where x does (device arrays for cupy)
+        arr = proto if is_array(proto) else np.asarray(proto)
         if arr.dtype.kind != "f":
             raise TypeError(f"{name} must be a floating-point array (or a tuple, list or dict "
                             f"of them); got dtype {arr.dtype}")
-        return np.zeros(arr.shape, arr.dtype)
+        return xp.zeros(arr.shape, arr.dtype)
     if type(proto) in (tuple, list):
         return type(proto)(_zeros_like_tree(p, f"{name}[{i}]") for i, p in enumerate(proto))
     if type(proto) is dict:
@@ -49,7 +51,7 @@ class DiffResult:
     __slots__ = ("_derivs", "_value")
 
     def __init__(self, value, *derivs):
-        if not isinstance(value, np.ndarray):
+        if not is_array(value):
             raise TypeError("DiffResult: value must be an ndarray (use np.zeros(()) for a "
                             f"scalar value); got {type(value).__name__}")
         self._value = value
@@ -107,7 +109,7 @@ class GradientResult(DiffResult):
         leaves, _ = flatten(grad)
         dtype = np.dtype(dtype) if dtype is not None else (
             leaves[0].dtype if leaves else np.dtype(np.float64))
-        super().__init__(np.zeros((), dtype), grad)
+        super().__init__(array_module(*leaves).zeros((), dtype), grad)
 
     @property
     def gradient(self):

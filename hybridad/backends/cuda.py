@@ -157,17 +157,23 @@ def cuda_apply(name, codes, out_dtype):
 _STATEMENT = re.compile(r"^(\w+) = (.*)$")
 
 
-def _broadcast_offset(shape, loop_shape, coords):
-    """Element offset of a C-contiguous operand of ``shape`` broadcast to the
-    loop, from the loop coordinates' source names (constants folded)."""
+def _broadcast_offset(shape, strides, loop_shape, coords):
+    """Element offset of an operand of ``shape`` (element ``strides``; None:
+    C-contiguous) broadcast to the loop, from the loop coordinates' source
+    names (constants folded)."""
     nd = len(loop_shape)
-    shape = (1,) * (nd - len(shape)) + tuple(shape)
-    stride, terms = 1, []
-    for axis in range(nd - 1, -1, -1):
-        if shape[axis] != 1:
-            terms.append(coords[axis] if stride == 1 else f"{coords[axis]} * {stride}LL")
-            stride *= shape[axis]
-    return " + ".join(reversed(terms)) or "0"
+    pad = nd - len(shape)
+    if strides is None:
+        strides, step = [], 1
+        for s in reversed(shape):
+            strides.insert(0, step)
+            step *= s
+    terms = []
+    for axis, (s, st) in enumerate(zip(shape, strides, strict=True)):
+        if s != 1 and st != 0:
+            c = coords[pad + axis]
+            terms.append(c if st == 1 else f"{c} * {st}LL")
+    return " + ".join(terms) or "0"
 
 
 class RegionKernel:
@@ -198,7 +204,7 @@ class RegionKernel:
         return PREAMBLE + "\n" + self.code
 
 
-def region_kernel(region, mode, operands, seeds=(), wrt=None, cotangent=None):
+def region_kernel(region, mode, operands, seeds=(), wrt=None, cotangent=None, strides=None):
     """The CUDA kernel of one region.
 
     Parameters
@@ -217,6 +223,9 @@ def region_kernel(region, mode, operands, seeds=(), wrt=None, cotangent=None):
     wrt : int, optional
     cotangent : tuple, optional
         Shape of the cotangent as read in the loop (``vjp`` mode).
+    strides : list, optional
+        Per operand, its strides in elements (views read in place), or None
+        for C-contiguous (the default for all).
     """
     from .scalar import render_region
 
@@ -226,11 +235,13 @@ def region_kernel(region, mode, operands, seeds=(), wrt=None, cotangent=None):
     coords = [f"c{a}" for a in range(nd)]
     params, reads, decls = [], [], []
 
+    strides = strides or [None] * len(operands)
+
     def read(node, k, shape):
         if node.is_literal and node.size == 1:
             return consts.add(node.dtype.type(node.attrs["value"].reshape(-1)[0]))
         params.append(f"const {ctype(node.dtype)}* __restrict__ in{k}")
-        return f"in{k}[{_broadcast_offset(shape, loop, coords)}]"
+        return f"in{k}[{_broadcast_offset(shape, strides[k], loop, coords)}]"
 
     inputs = operands[:len(region.inputs)]
     for k, node in enumerate(inputs):

@@ -46,19 +46,20 @@ class Program:
 class _Stager:
     """Contiguous copies of inputs that arrive non-contiguous (allocated once)."""
 
-    def __init__(self):
+    def __init__(self, xp=np):
         self.buffers = {}
+        self.xp = xp
 
     def __call__(self, index, a):
         buf = self.buffers.get(index)
         if buf is None:
-            buf = self.buffers[index] = np.empty(a.shape, a.dtype)
-        np.copyto(buf, a)
+            buf = self.buffers[index] = self.xp.empty(a.shape, a.dtype)
+        self.xp.copyto(buf, a)
         return buf
 
 
 def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", poison=False,
-                    given=()):
+                    given=(), xp=np, regions=None):
     """Generate and compile the straight-line function.
 
     Parameters
@@ -78,8 +79,17 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
     given : set of int
         Ids of nodes an earlier program of the plan computed: their buffers
         are read, not written (see :mod:`hybridad.higher`).
+    xp : module
+        The array module of the buffers and arguments (numpy; cupy for the
+        GPU backend, whose constants are copied to the device here, once).
+    regions : RegionCalls, optional
+        Emits fused ``region`` nodes (the GPU backend's kernels, see
+        :mod:`hybridad.backends.cupy_backend`); the numpy backend has none.
     """
-    ns = {"_copyto": np.copyto, "_stage": _Stager()}
+    from .cupy_backend import region_protos
+
+    ns = {"_copyto": xp.copyto, "_stage": _Stager(xp)}
+    protos = {}  # node id -> an array with its strides (region kernels read views in place)
     names, static = {}, {}
     params = [f"a{i}" for i in range(len(inputs))] + [f"o{i}" for i in range(len(outputs))]
     lines = [f"def {name}({', '.join(params)}):"]
@@ -110,14 +120,15 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
             static[node.id] = False
         elif storage == "const":
             names[node.id] = f"c{node.id}"
-            ns[names[node.id]] = node.attrs["value"]
+            ns[names[node.id]] = node.attrs["value"] if xp is np else \
+                xp.asarray(node.attrs["value"])
             static[node.id] = True
         elif storage == "alias":
             target = memplan.alias_of[node.id]
             names[node.id] = names[target.id]
             static[node.id] = static[target.id]
             if node.id not in given:
-                body.append(_call(node, names, ns, target=names[node.id]))
+                body += _call(node, names, ns, names[node.id], xp, regions, protos, nodes)
         elif storage == "view":
             v = names[node.id] = f"v{node.id}"
             fn = functools.partial(REGISTRY[node.op].view, **node.attrs)
@@ -137,9 +148,13 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
                 src = node.args[0]
                 ns[f"r{node.id}"] = ns[b].reshape(src.shape)
                 body.append(f"_copyto(r{node.id}, {names[src.id]})")
-            else:
-                work = memplan.scratch_view(node.id) if node.id in memplan.scratch else None
-                body.append(_call(node, names, ns, target=b, work=work))
+            elif node.op != "region_partial":  # (its region's kernel writes it)
+                work = memplan.scratch_view(node.id) \
+                    if node.id in memplan.scratch and node.op != "region" else None
+                body += _call(node, names, ns, b, xp, regions, protos, nodes, work=work)
+        if regions is not None:
+            static_array = ns.get(names[node.id]) if static.get(node.id) else None
+            region_protos(node, protos, static_array)
         if body:
             lines.append(f"    # {format_node(node)}")
             lines.extend("    " + s for s in body)
@@ -151,18 +166,25 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
         lines.append("    " + write)
     if len(lines) == 1:
         lines.append("    pass")
+    if regions is not None:
+        regions.finish(ns)
     source = "\n".join(lines) + "\n"
     exec(compile(source, f"<hybridad {name}>", "exec"), ns)  # noqa: S102 - generated code
     return Program(ns[name], source)
 
 
-def _call(node, names, ns, target, work=None):
+def _call(node, names, ns, target, xp, regions, protos, nodes, work=None):
+    """Statements computing ``node`` into ``target``."""
+    if node.op == "region":
+        if regions is None:
+            raise NotImplementedError("fused regions run on compiled backends only")
+        return regions.statement(node, names, ns, target, protos, nodes)
     op = REGISTRY[node.op]
     args = ", ".join(names[a.id] for a in node.args)
-    if op.ufunc is not None:
-        ns[f"_uf{node.id}"] = op.ufunc
-        return f"_uf{node.id}({args}, out={target})"
+    if op.ufunc is not None:  # the array module's own ufunc (cupy's on the GPU)
+        ns[f"_uf{node.id}"] = op.ufunc if xp is np else getattr(xp, op.ufunc.__name__)
+        return [f"_uf{node.id}({args}, out={target})"]
     attrs = dict(node.attrs, work=work) if work is not None else node.attrs
     fn = functools.partial(op.run, **attrs) if attrs else op.run
     ns[f"_f{node.id}"] = fn
-    return f"_f{node.id}({target}, {args})"
+    return [f"_f{node.id}({target}, {args})"]

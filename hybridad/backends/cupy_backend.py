@@ -1,0 +1,187 @@
+"""The GPU backend (``backend="cupy"``): the planned graph as one generated
+Python function over device arrays, fused regions as generated CUDA kernels.
+
+It is the numpy reference program (:func:`.numpy_backend.compile_program`)
+with a second array module and a second dialect, not a second design:
+
+* every buffer is a view of one device arena per dtype (the memory plan's,
+  allocated once with ``cupy``), inputs and results are the caller's device
+  arrays;
+* reverse nodes (matmul, reductions, indexing, shape ops) run their op's
+  ``run`` on device arrays: numpy's functions with ``out=`` dispatch to
+  cupy (``__array_function__`` / ``__array_ufunc__``), matmul to cuBLAS;
+* a ``region`` node is a kernel of :mod:`.cuda` (``hybridad_<hash>``, one
+  thread per element: the value and the dual-number partials its
+  ``region_partial`` users read, or ``g * partial`` in the backward sweep),
+  launched through a :class:`Launcher`; a fused reduction runs after it over
+  a scratch slot of the arena (``xp.sum(..., out=)``).  Each operand's
+  strides are folded into the kernel as constants: views (transposes,
+  strided slices, broadcasts) are read in place, never copied.
+
+The launcher is the only part that needs a GPU: :class:`CupyLauncher`
+compiles the kernels with cupy's ``RawKernel`` (NVRTC).  Tests on machines
+without one run the same program with numpy arrays and a launcher that
+builds the same CUDA source into a host library with nvcc
+(``tests/test_cupy_program.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..memory import layout_proto
+from ..ops import REGISTRY
+from .cuda import region_kernel
+
+__all__ = ["CupyLauncher", "Launcher", "RegionCalls", "cupy_available", "scratch_for_cupy"]
+
+
+def cupy_available():
+    """Whether cupy imports and sees a CUDA device (the reason when not)."""
+    try:
+        import cupy
+    except ImportError as err:
+        return False, f"cupy is not installed ({err}); pip install hybridad[gpu]"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as err:  # noqa: BLE001 - cupy raises its own CUDARuntimeError
+        return False, f"no CUDA device ({err})"
+    return (count > 0, f"{count} CUDA device(s)" if count else "no CUDA device")
+
+
+def scratch_for_cupy(nodes):
+    """node id -> (dtype, elements): a value region with a fused reduction
+    writes its elementwise values there before the reduction runs."""
+    out = {}
+    for n in nodes:
+        if n.op == "region" and n.attrs["mode"] == "value" and \
+                n.attrs["body"].reduction is not None:
+            body = n.attrs["body"]
+            out[n.id] = (body.nodes[-1].dtype, max(int(np.prod(body.shape)), 1))
+    return out
+
+
+class Launcher:
+    """Turns :class:`~.cuda.RegionKernel` objects into callables
+    ``launch(*arrays)`` (the kernel's pointer arguments, in order)."""
+
+    def build(self, kernels):
+        """Callables for ``kernels`` (a list), in order."""
+        raise NotImplementedError
+
+
+class CupyLauncher(Launcher):
+    """Compiles kernels with ``cupy.RawKernel`` (NVRTC; cupy caches the binary
+    on disk) and launches them with 256 threads per block on the current
+    stream.  The element count is a preallocated ``np.int64``."""
+
+    threads = 256
+
+    def build(self, kernels):
+        import cupy
+
+        calls = []
+        for k in kernels:
+            raw = cupy.RawKernel(k.source, k.name, options=("-std=c++17",))
+            grid = (max(1, -(-k.size // self.threads)),)
+            block = (self.threads,)
+            n = np.int64(k.size)
+
+            def launch(*arrays, raw=raw, grid=grid, block=block, n=n):
+                raw(grid, block, (*arrays, n))
+
+            launch.kernel = k
+            calls.append(launch)
+        return calls
+
+
+class RegionCalls:
+    """The region statements of one program: collects the kernels while the
+    program is generated, then builds them all at once (:meth:`finish`)."""
+
+    def __init__(self, launcher, memplan, buffers, xp):
+        self.launcher = launcher
+        self.memplan = memplan
+        self.buffers = buffers
+        self.xp = xp
+        self.kernels = []
+        self.names = []
+
+    def partial_users(self, node, nodes):
+        """``{wrt: region_partial node}`` of a value region."""
+        return {u.attrs["wrt"]: u for u in nodes
+                if u.op == "region_partial" and u.args[0] is node}
+
+    def statement(self, node, names, ns, target, protos, nodes):
+        """Source of one region node: its kernel launch (and reduction)."""
+        body, mode = node.attrs["body"], node.attrs["mode"]
+        operands = node.args
+        literal = [a.is_literal and a.size == 1 for a in operands]
+        strides = [None if lit else _element_strides(protos[a.id])
+                   for a, lit in zip(operands, literal, strict=True)]
+        args = [names[a.id] for a, lit in zip(operands, literal, strict=True) if not lit]
+        k = len(self.kernels)
+        if mode == "vjp":
+            kernel = region_kernel(body, "vjp", operands, wrt=node.attrs["wrt"],
+                                   cotangent=operands[-1].shape, strides=strides)
+            args.append(target)
+        else:
+            partials = self.partial_users(node, nodes)
+            seeds = tuple(sorted(partials))
+            kernel = region_kernel(body, "value", operands, seeds=seeds, strides=strides)
+            red = body.reduction
+            if red is None:
+                args.append(target)
+            else:
+                ns[f"_scr{node.id}"] = self.memplan.scratch_view(node.id).reshape(body.shape)
+                args.append(f"_scr{node.id}")
+            for w in seeds:
+                pid = partials[w].id
+                ns[f"b{pid}"] = self.buffers[pid]
+                args.append(f"b{pid}")
+        self.kernels.append(kernel)
+        lines = [f"_rk{k}({', '.join(args)})"]
+        red = body.reduction if mode == "value" else None
+        if red is not None:
+            axes = tuple(red.attrs["axis"])
+            keep = tuple(1 if i in axes else s for i, s in enumerate(body.shape))
+            ns[f"_red{node.id}"] = getattr(self.xp, red.op)
+            lines.append(f"_red{node.id}(_scr{node.id}, axis={axes!r}, keepdims=True, "
+                         f"out={target}.reshape({keep!r}))")
+        return lines
+
+    def finish(self, ns):
+        """Build the kernels; bind them as ``_rk<k>`` in ``ns``."""
+        for k, call in enumerate(self.launcher.build(self.kernels)):
+            ns[f"_rk{k}"] = call
+
+
+def _element_strides(array):
+    item = array.dtype.itemsize
+    if any(s % item for s in array.strides):
+        raise NotImplementedError("an unaligned view cannot be read by a region kernel")
+    return tuple(s // item for s in array.strides)
+
+
+def region_protos(node, protos, static_array=None):
+    """Record the strides prototype of ``node`` (an array, or a zero-memory
+    array with its strides) in ``protos``."""
+    if static_array is not None:
+        protos[node.id] = static_array
+    elif node.op == "input":
+        protos[node.id] = layout_proto(node)
+    elif node.args and REGISTRY.get(node.op) is not None and REGISTRY[node.op].kind == "view":
+        protos[node.id] = REGISTRY[node.op].view(protos[node.args[0].id], **node.attrs)
+    else:
+        protos[node.id] = layout_proto(node)
+
+
+def device():
+    """``(cupy, CupyLauncher())`` for a plan with ``backend="cupy"``; raises
+    ``RuntimeError`` saying why when cupy or a GPU is missing."""
+    ok, why = cupy_available()
+    if not ok:
+        raise RuntimeError(f"backend='cupy' needs cupy and a CUDA GPU: {why}")
+    import cupy
+
+    return cupy, CupyLauncher()

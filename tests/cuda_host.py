@@ -1,0 +1,99 @@
+"""Running generated CUDA on the CPU, for tests on machines without a GPU.
+
+Every region kernel's per-element function is ``__host__ __device__``
+(:mod:`hybridad.backends.cuda`), so nvcc can build the very source a GPU would
+run into a host program or shared library -- device code for sm_90 is
+compiled too, so it is compile-checked at the same time.
+"""
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+
+from hybridad.backends.cuda import PREAMBLE
+from hybridad.backends.cupy_backend import Launcher
+
+NVCC = shutil.which("nvcc")
+NVCC_FLAGS = ["-arch=sm_90", "-std=c++17", "-O1", "-w"]
+
+
+def nvcc_build(source, out, shared=False):
+    """Build ``source`` with nvcc into ``out`` (an executable or a shared library)."""
+    path = f"{out}.cu"
+    with open(path, "w") as fh:
+        fh.write(source)
+    extra = ["-shared", "-Xcompiler", "-fPIC"] if shared else []
+    build = subprocess.run([NVCC, *NVCC_FLAGS, *extra, "-o", out, path], capture_output=True,
+                           text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-4000:]
+
+
+def kernel_codes(kernels):
+    """The kernels' code, each kernel once (programs may repeat one)."""
+    seen, codes = set(), []
+    for k in kernels:
+        if k.name not in seen:
+            seen.add(k.name)
+            codes.append(k.code)
+    return codes
+
+
+class HostLauncher(Launcher):
+    """Builds a program's kernels into one host library with nvcc (cached by
+    content) and calls each kernel's element function over its loop."""
+
+    def __init__(self, directory=None):
+        if directory is None:  # libraries keyed by their source's hash: reused across runs
+            from hybridad.backends.cache import cache_dir
+
+            directory = os.path.join(cache_dir(), "cuda-host")
+            os.makedirs(directory, exist_ok=True)
+        self.directory = directory
+        self.built = []
+
+    def build(self, kernels):
+        if not kernels:
+            return []
+        wrappers = []
+        for k in kernels:
+            params = [f"void* a{j}" for j in range(len(k.params) - 1)]
+            types = _param_types(k)
+            casts = [f"({t})a{j}" for j, t in enumerate(types)]
+            wrappers.append(
+                f'extern "C" void host_{k.name}({", ".join(params)}, long long n) {{\n'
+                f"  for (long long i = 0; i < n; ++i) {k.name}_::element(i, {', '.join(casts)});"
+                "\n}")
+        source = "\n".join([PREAMBLE, *kernel_codes(kernels), *dict.fromkeys(wrappers)]) + "\n"
+        digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+        lib = os.path.join(self.directory, f"k{digest}.so")
+        if not os.path.exists(lib):
+            tmp = tempfile.mkdtemp(dir=self.directory)  # built aside, then moved in place
+            nvcc_build(source, os.path.join(tmp, "k.so"), shared=True)
+            os.replace(os.path.join(tmp, "k.so"), lib)
+            shutil.rmtree(tmp, ignore_errors=True)
+        dll = ctypes.CDLL(lib)
+        self.built.append(source)
+        calls = []
+        for k in kernels:
+            fn = getattr(dll, f"host_{k.name}")
+            fn.restype = None
+            n = ctypes.c_longlong(k.size)
+
+            def launch(*arrays, fn=fn, n=n):
+                fn(*[ctypes.c_void_p(a.ctypes.data) for a in arrays], n)
+
+            launch.kernel = k
+            calls.append(launch)
+        return calls
+
+
+def _param_types(kernel):
+    """The C pointer types of a kernel's array parameters, from its code."""
+    head = kernel.code.split(f"void {kernel.name}(", 1)[1].split(")", 1)[0]
+    out = []
+    for param in head.split(", ")[:-1]:
+        out.append(param.rsplit(" ", 1)[0].replace(" __restrict__", ""))
+    return out

@@ -1,0 +1,111 @@
+"""The GPU backend's program (``backend="cupy"``) without a GPU.
+
+The plan is built exactly as on a GPU -- fused regions as generated CUDA
+kernels, reverse nodes through their ops' ``run``, one arena -- but with
+numpy arrays and a launcher that builds the same CUDA source for the host
+with nvcc (``cuda_host.HostLauncher``).  What this leaves unverified is
+cupy itself: NVRTC compiling the source (nvcc compiles it for sm_90 here),
+device launches, cupy's ``out=`` dispatch and its memory pool; the GPU
+tests in ``test_gpu.py`` check those where a GPU is present.
+"""
+
+import numpy as np
+import pytest
+from conftest import rand
+from cuda_host import NVCC, HostLauncher
+from test_coverage import CASES
+
+import hybridad as ha
+from hybridad.backends import cupy_backend
+from hybridad.testing import assert_no_alloc
+
+pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed: the cupy "
+                                "backend's program cannot be run on the host here")
+
+
+@pytest.fixture(scope="module")
+def launcher():
+    return HostLauncher()
+
+
+@pytest.fixture(autouse=True)
+def _host_device(monkeypatch, launcher):
+    monkeypatch.setattr(cupy_backend, "device", lambda: (np, launcher))
+
+
+def exp_sum(x):
+    r = np.sum(np.exp(-3 * (x + 1)))
+    return r ** 2 + r ** 3 + r ** 4 / 4
+
+
+def mlp(W1, b1, W2, X, Y):
+    h = np.tanh(X @ W1 + b1)
+    return np.mean((h @ W2 - Y) ** 2)
+
+
+def views(x, A):
+    # transposes, strided slices and broadcasts read in place by the kernels
+    return np.sum(np.sin(A.T * x) * np.cos(A)) + np.sum(np.cos(x[::2, None] + A[::2, 1:]) ** 2) \
+        + np.sum(x[1:] * x[:-1])
+
+
+FUNCTIONS = {
+    "exp_sum": (exp_sum, lambda: (rand((50,)),), 0),
+    "mlp": (mlp, lambda: (rand((1, 8)), rand((8,)), rand((8, 1)), rand((30, 1)),
+                          rand((30, 1), seed=3)), (0, 1, 2)),
+    "views": (views, lambda: (rand((6,)), rand((6, 6), seed=2)), (0, 1)),
+    "axis_reductions": (lambda x: np.sum(np.max(np.tanh(x), axis=0) ** 2) +
+                        np.sum(np.sum(np.exp(x), axis=1, keepdims=True) * x),
+                        lambda: (rand((4, 5)),), 0),
+}
+
+
+def check_against_numpy(f, args, argnums, rtol=1e-12):
+    ref = ha.gradient(f, *args, argnums=argnums, backend="numpy")
+    plan = ha.compile(f, *args, argnums=argnums, backend="cupy")
+    res = plan.gradient(*args)
+    np.testing.assert_allclose(float(res.value), float(ref.value), rtol=rtol)
+    grads = res.gradient if isinstance(argnums, tuple) else (res.gradient,)
+    refs = ref.gradient if isinstance(argnums, tuple) else (ref.gradient,)
+    for g, r in zip(grads, refs, strict=True):
+        np.testing.assert_allclose(g, r, rtol=rtol, atol=rtol * max(1.0, np.abs(r).max()))
+    return plan
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_program_matches_the_numpy_backend(name):
+    f, make, argnums = FUNCTIONS[name]
+    plan = check_against_numpy(f, make(), argnums)
+    assert any(n.op == "region" for n in plan.graph.nodes)
+    assert "_rk0(" in plan.explain()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_coverage_case(name):
+    check_against_numpy(CASES[name], (rand((4, 5), seed=sum(map(ord, name))),), 0,
+                        rtol=1e-11)
+
+
+def test_float32():
+    x = rand((40,)).astype(np.float32)
+    res = ha.gradient(exp_sum, x, backend="cupy")
+    assert res.gradient.dtype == np.float32
+    np.testing.assert_allclose(res.gradient, ha.gradient(exp_sum, x.astype(np.float64)).gradient,
+                               rtol=2e-5)
+
+
+def test_no_allocation_per_call():
+    args = FUNCTIONS["mlp"][1]()
+    plan = ha.compile(mlp, *args, argnums=(0, 1, 2), backend="cupy")
+    res = plan.new_result()
+    assert_no_alloc(plan.gradient, *args, out=res, n=20)
+
+
+def test_wrong_array_type_is_rejected_before_writing():
+    x = rand((5,))
+    plan = ha.compile(exp_sum, x, backend="cupy")
+    res = ha.GradientResult(x)
+    res.gradient[...] = 7.0
+    with pytest.raises(ValueError, match="shape"):
+        plan.gradient(rand((6,)), out=res)
+    assert np.all(res.gradient == 7.0)
