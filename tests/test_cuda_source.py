@@ -8,19 +8,18 @@ compared with numpy and the rule table.  Skipped where nvcc is not installed.
 
 import math
 import os
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 from conftest import rand
+from cuda_host import NVCC, kernel_codes, nvcc_build
 
 import hybridad as ha
 from hybridad.backends.cuda import PREAMBLE, region_kernel
 from hybridad.ops import REGISTRY
 from hybridad.partition import find_regions
 
-NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed: the generated "
                                 "CUDA source is not compile-checked on this machine")
 
@@ -41,12 +40,7 @@ def run_on_host(cases, tmp_path):
     """Compile the kernels of ``cases`` (``(kernel, inputs, out_dtypes)``) into
     one program with nvcc -- device code for sm_90 included -- run each
     kernel's element function over its loop on the CPU and return the outputs."""
-    seen, lines = set(), [PREAMBLE, "#include <cstdio>"]
-    for kernel, _, _ in cases:
-        if kernel.name not in seen:
-            seen.add(kernel.name)
-            lines.append(kernel.code)
-    lines.append("int main() {")
+    lines = [PREAMBLE, "#include <cstdio>", *kernel_codes(k for k, _, _ in cases), "int main() {"]
     for c, (kernel, inputs, out_dtypes) in enumerate(cases):
         lines.append("  {")
         args = []
@@ -65,11 +59,8 @@ def run_on_host(cases, tmp_path):
                          f"printf(\"{c} {k} %.17g\\n\", (double)o{k}[i]);")
         lines.append("  }")
     lines += ["  return 0;", "}"]
-    src, exe = tmp_path / "kernels.cu", tmp_path / "kernels"
-    src.write_text("\n".join(lines) + "\n")
-    build = subprocess.run([NVCC, "-arch=sm_90", "-std=c++17", "-O1", "-w", "-o", str(exe),
-                            str(src)], capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, build.stderr[-4000:]
+    exe = tmp_path / "kernels"
+    nvcc_build("\n".join(lines) + "\n", str(exe))
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ))
     assert run.returncode == 0, run.stderr
