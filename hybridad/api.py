@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import collections
 import inspect
+import sys
 import threading
 import weakref
 
 import numpy as np
 
 from . import _tree
+from ._xp import array_module, is_array
 from .higher import HessianPlan, JacobianPlan
 from .plan import Plan, arg_names, normalize_argnums, prepare_args
 
@@ -38,7 +40,7 @@ _strong = collections.OrderedDict()
 _lock = threading.RLock()
 
 
-def compile(f, *example_args, argnums=0, backend="numba", hvp=False,  # noqa: A001
+def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
             parallel=True, memory_budget=None, hessian=False, jacobian=False, mode="auto",
             chunk=None):
     """Build an explicit gradient plan for ``f`` at the example arguments.
@@ -54,10 +56,12 @@ def compile(f, *example_args, argnums=0, backend="numba", hvp=False,  # noqa: A0
     argnums : int or tuple of int, default 0
         Which positional arguments are differentiated; all others are
         constants and cost no derivative work.
-    backend : {"numba", "numpy"}, default "numba"
+    backend : {"numba", "numpy", "cupy"}, optional
         ``"numba"``: the whole plan as one compiled function with fused
         elementwise regions; ``"numpy"``: the reference executor (numpy calls
-        with ``out=``).
+        with ``out=``); ``"cupy"``: on an NVIDIA GPU, fused regions as
+        generated CUDA kernels (``docs/gpu.md``).  Default: ``"cupy"`` when an
+        argument is a cupy array, else ``"numba"``.
     hvp : bool, default False
         Build a Hessian-vector-product plan (``plan.hvp(*args, v=v, out=res)``:
         value, gradient and ``H v``) instead of a gradient plan.
@@ -116,6 +120,7 @@ def compile(f, *example_args, argnums=0, backend="numba", hvp=False,  # noqa: A0
     >>> bool(np.allclose(res.gradient, np.exp(x)))
     True
     """
+    backend = _backend(backend, example_args)
     if hessian and jacobian:
         raise ValueError("hessian=True and jacobian=True: choose one")
     if (hessian or jacobian) and (hvp or memory_budget is not None):
@@ -127,6 +132,17 @@ def compile(f, *example_args, argnums=0, backend="numba", hvp=False,  # noqa: A0
                             parallel=parallel)
     return Plan(f, example_args, argnums, backend, hvp=hvp, parallel=parallel,
                 memory_budget=memory_budget)
+
+
+def _backend(backend, args):
+    """``backend``, or the default for these arguments: ``"cupy"`` when one
+    of them is a cupy array (only looked for once cupy is imported)."""
+    if backend is not None:
+        return backend
+    if "cupy" in sys.modules and any(is_array(a) and array_module(a) is not np
+                                     for a in _tree.flatten(args)[0]):
+        return "cupy"
+    return "numba"
 
 
 def _cache_for(f):
@@ -176,7 +192,7 @@ def _lookup(f, args, argnums, backend, hvp=False, parallel=True, build=None, tag
     return plan, leaves
 
 
-def gradient(f, *args, argnums=0, out=None, backend="numba"):
+def gradient(f, *args, argnums=0, out=None, backend=None):
     """Value and gradient of a scalar function, written into ``out``.
 
     Parameters
@@ -193,8 +209,8 @@ def gradient(f, *args, argnums=0, out=None, backend="numba"):
     out : GradientResult or DiffResult, optional
         Preallocated result, overwritten in place and returned.  It is checked
         before anything is written and left untouched on error.
-    backend : {"numba", "numpy"}, default "numba"
-        See :func:`compile`.
+    backend : {"numba", "numpy", "cupy"}, optional
+        See :func:`compile` (default: ``"cupy"`` for cupy arrays, else ``"numba"``).
 
     Returns
     -------
@@ -214,6 +230,7 @@ def gradient(f, *args, argnums=0, out=None, backend="numba"):
     >>> bool(np.allclose(res.gradient, np.cos(x)))
     True
     """
+    backend = _backend(backend, args)
     plan = _cached_plain(f, args, argnums, backend) if out is not None else None
     if plan is not None:
         return plan.gradient(*args, out=out)
@@ -223,7 +240,7 @@ def gradient(f, *args, argnums=0, out=None, backend="numba"):
     return plan._run(leaves, out)
 
 
-def hvp(f, x, v, *args, argnums=0, out=None, backend="numba"):
+def hvp(f, x, v, *args, argnums=0, out=None, backend=None):
     """Value, gradient and Hessian-vector product of a scalar function.
 
     ``H v`` is computed without forming ``H``: tangents are pushed through
@@ -261,11 +278,12 @@ def hvp(f, x, v, *args, argnums=0, out=None, backend="numba"):
     >>> res.hvp  # [[6, 1], [1, 12]] @ [1, 1]
     array([ 7., 13.])
     """
+    backend = _backend(backend, (x, *args))
     plan, _ = _lookup(f, (x, *args), argnums, backend, hvp=True)
     return plan.hvp(x, *args, v=v, out=out)
 
 
-def hessian(f, x, *args, argnums=0, out=None, backend="numba", chunk=None):
+def hessian(f, x, *args, argnums=0, out=None, backend=None, chunk=None):
     """Value, gradient and Hessian of a scalar function of one array.
 
     Forward over reverse: chunks of tangents are pushed through the forward
@@ -304,12 +322,13 @@ def hessian(f, x, *args, argnums=0, out=None, backend="numba", chunk=None):
            [ 1., 12.]])
     """
     full = (x, *args)
+    backend = _backend(backend, full)
     plan, _ = _lookup(f, full, argnums, backend, tag=("hessian", chunk), build=lambda: (
         HessianPlan(f, full, argnums, backend, chunk=chunk)))
     return plan.hessian(*full, out=out)
 
 
-def jacobian(f, x, *args, argnums=0, out=None, mode="auto", backend="numba", chunk=None):
+def jacobian(f, x, *args, argnums=0, out=None, mode="auto", backend=None, chunk=None):
     """Value and Jacobian of a function from one array to an array.
 
     Parameters
@@ -348,6 +367,7 @@ def jacobian(f, x, *args, argnums=0, out=None, mode="auto", backend="numba", chu
            [0.5403, 0.    ]])
     """
     full = (x, *args)
+    backend = _backend(backend, full)
     plan, _ = _lookup(f, full, argnums, backend, tag=("jacobian", mode, chunk), build=lambda: (
         JacobianPlan(f, full, argnums, backend, mode=mode, chunk=chunk)))
     return plan.jacobian(*full, out=out)

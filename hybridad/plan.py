@@ -160,9 +160,10 @@ class Plan:
         self._xp, self._launcher = np, None
         if backend == "cupy":
             from .backends import cupy_backend
-            if hvp:
-                raise NotImplementedError("Hessian-vector products on backend='cupy' are not "
-                                          "implemented yet; use backend='numba'")
+            if hvp or type(self) is not Plan:
+                raise NotImplementedError("Hessians, Hessian-vector products and Jacobians "
+                                          "on backend='cupy' are not implemented yet (gradients "
+                                          "are); use backend='numba'")
             self._xp, self._launcher = cupy_backend.device()
         # instrumented (tests): every slot is filled with NaN outside its lifetime
         self._poison = bool(poison)

@@ -109,3 +109,23 @@ def test_wrong_array_type_is_rejected_before_writing():
     with pytest.raises(ValueError, match="shape"):
         plan.gradient(rand((6,)), out=res)
     assert np.all(res.gradient == 7.0)
+
+
+def test_second_order_on_the_gpu_backend_says_it_is_not_there():
+    x = rand((5,))
+    for call in (lambda: ha.hvp(exp_sum, x, x, backend="cupy"),
+                 lambda: ha.hessian(exp_sum, x, backend="cupy"),
+                 lambda: ha.jacobian(np.sin, x, backend="cupy")):
+        with pytest.raises(NotImplementedError, match="cupy"):
+            call()
+
+
+def test_without_a_gpu_the_backend_says_why(monkeypatch):
+    monkeypatch.undo()  # the real device(): no cupy or no GPU on this machine
+    ok, why = cupy_backend.cupy_available()
+    if ok:
+        pytest.skip("a GPU is present")
+    with pytest.raises(RuntimeError, match="cupy"):
+        ha.gradient(exp_sum, rand((5,)), backend="cupy")
+    # and numpy arguments keep the CPU default
+    assert ha.compile(exp_sum, rand((5,))).backend == "numba"
