@@ -42,7 +42,7 @@ _lock = threading.RLock()
 
 def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
             parallel=True, memory_budget=None, hessian=False, jacobian=False, mode="auto",
-            chunk=None):
+            chunk=None, cuda_graph=False):
     """Build an explicit gradient plan for ``f`` at the example arguments.
 
     Parameters
@@ -101,6 +101,11 @@ def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
         Jacobian and Hessian plans: seeds per run of the chunked program
         (default :func:`hybridad.higher.default_chunk`: all of them up to 128,
         else 32, fewer when one seed's workspace is large; measured).
+    cuda_graph : bool, default False
+        ``backend="cupy"`` only: capture the whole gradient program as a CUDA
+        graph at the first call and replay it while the same arrays come
+        back (one launch per call instead of one per kernel; see
+        ``docs/gpu.md``).
 
     Returns
     -------
@@ -123,15 +128,16 @@ def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
     backend = _backend(backend, example_args)
     if hessian and jacobian:
         raise ValueError("hessian=True and jacobian=True: choose one")
-    if (hessian or jacobian) and (hvp or memory_budget is not None):
-        raise ValueError("hessian / jacobian plans take neither hvp=True nor a memory_budget")
+    if (hessian or jacobian) and (hvp or memory_budget is not None or cuda_graph):
+        raise ValueError("hessian / jacobian plans take neither hvp=True, a memory_budget "
+                         "nor cuda_graph=True")
     if hessian:
         return HessianPlan(f, example_args, argnums, backend, chunk=chunk, parallel=parallel)
     if jacobian:
         return JacobianPlan(f, example_args, argnums, backend, mode=mode, chunk=chunk,
                             parallel=parallel)
     return Plan(f, example_args, argnums, backend, hvp=hvp, parallel=parallel,
-                memory_budget=memory_budget)
+                memory_budget=memory_budget, cuda_graph=cuda_graph)
 
 
 def _backend(backend, args):

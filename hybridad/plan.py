@@ -149,7 +149,7 @@ class Plan:
     """
 
     def __init__(self, f, args, argnums=0, backend="numba", hvp=False, parallel=True,
-                 poison=False, pack=True, memory_budget=None):
+                 poison=False, pack=True, memory_budget=None, cuda_graph=False):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
         if not isinstance(parallel, (bool, np.bool_)):
@@ -158,6 +158,9 @@ class Plan:
         self.parallel = bool(parallel)
         # the array module of buffers and arguments, and (GPU) the kernel launcher
         self._xp, self._launcher = np, None
+        if cuda_graph and backend != "cupy":
+            raise ValueError("cuda_graph=True needs backend='cupy'")
+        self._cuda_graph, self._graph = bool(cuda_graph), None
         if backend == "cupy":
             from .backends import cupy_backend
             if hvp or type(self) is not Plan:
@@ -255,6 +258,9 @@ class Plan:
         self._program = self._compile(graph.nodes, inputs, self._outputs,
                                       "hvp_program" if hvp else "gradient_program",
                                       self._out_specs, self._specs + grad_specs * hvp)
+        if self._cuda_graph:
+            from .backends.cupy_backend import CudaGraphRunner
+            self._graph = CudaGraphRunner(self._program.fn)
         self._value_buf = self._xp.zeros((), self._value_dtype)
         # (a plan that runs BLAS single-threaded goes through NumbaProgram.call)
         fast = self._fast_path() if self.backend == "numba" and not hvp and \
@@ -521,6 +527,9 @@ class Plan:
     def _call(self, leaves, value, gleaves):
         if self.backend == "numba":  # serialized by the program's lock or the GIL
             self._program.run(leaves, [value, *gleaves])
+        elif self._graph is not None:  # replay the captured CUDA graph
+            with self._lock:
+                self._graph(*leaves, value, *gleaves)
         elif self._quiet:
             with self._lock, np.errstate(all="ignore"):  # a fresh one: not reentrant
                 self._program.fn(*leaves, value, *gleaves)

@@ -129,3 +129,8 @@ def test_without_a_gpu_the_backend_says_why(monkeypatch):
         ha.gradient(exp_sum, rand((5,)), backend="cupy")
     # and numpy arguments keep the CPU default
     assert ha.compile(exp_sum, rand((5,))).backend == "numba"
+
+
+def test_cuda_graph_needs_the_gpu_backend():
+    with pytest.raises(ValueError, match="cuda_graph"):
+        ha.compile(exp_sum, rand((5,)), cuda_graph=True)

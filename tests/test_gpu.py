@@ -1,0 +1,113 @@
+"""The GPU backend on a real device (cupy + an NVIDIA GPU).  Skipped, with
+the reason, where either is missing -- CI and most machines; the program and
+its CUDA are checked without a GPU in test_cupy_program.py and
+test_cuda_source.py."""
+
+import numpy as np
+import pytest
+from conftest import rand
+from test_coverage import CASES
+from test_cupy_program import FUNCTIONS, exp_sum, mlp
+
+import hybridad as ha
+from hybridad.backends.cupy_backend import cupy_available
+
+_OK, _WHY = cupy_available()
+pytestmark = pytest.mark.skipif(not _OK, reason=f"GPU tests need cupy and a CUDA GPU: {_WHY}")
+
+
+@pytest.fixture(scope="module")
+def cp():
+    import cupy
+
+    return cupy
+
+
+class CountingHook:
+    """Counts device allocations through cupy's memory pool (every malloc,
+    served from the pool's cache or not)."""
+
+    def __init__(self, cp):
+        from cupy.cuda import memory_hook
+
+        counter = self
+
+        class Hook(memory_hook.MemoryHook):
+            name = "hybridad-counter"
+
+            def malloc_preprocess(self, **kwargs):
+                counter.mallocs += 1
+
+        self.hook, self.mallocs = Hook(), 0
+
+    def __enter__(self):
+        self.hook.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.hook.__exit__(*exc)
+
+
+def _on_device(cp, args):
+    return tuple(cp.asarray(a) for a in args)
+
+
+def _check(cp, f, args, argnums, rtol=1e-12):
+    ref = ha.gradient(f, *args, argnums=argnums, backend="numpy")
+    res = ha.gradient(f, *_on_device(cp, args), argnums=argnums)  # cupy picked by the arrays
+    grads = res.gradient if isinstance(argnums, tuple) else (res.gradient,)
+    refs = ref.gradient if isinstance(argnums, tuple) else (ref.gradient,)
+    assert isinstance(res.value, cp.ndarray)
+    np.testing.assert_allclose(float(res.value), float(ref.value), rtol=rtol)
+    for g, r in zip(grads, refs, strict=True):
+        assert isinstance(g, cp.ndarray)
+        np.testing.assert_allclose(cp.asnumpy(g), r, rtol=rtol,
+                                   atol=rtol * max(1.0, np.abs(r).max()))
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_functions_against_the_numpy_backend(cp, name):
+    f, make, argnums = FUNCTIONS[name]
+    _check(cp, f, make(), argnums)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_coverage_cases(cp, name):
+    _check(cp, CASES[name], (rand((4, 5), seed=sum(map(ord, name))),), 0, rtol=1e-10)
+
+
+def test_float32(cp):
+    x = rand((1000,)).astype(np.float32)
+    res = ha.gradient(exp_sum, cp.asarray(x))
+    assert res.gradient.dtype == np.float32
+    np.testing.assert_allclose(cp.asnumpy(res.gradient),
+                               ha.gradient(exp_sum, x.astype(np.float64)).gradient, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_zero_device_allocations_per_call(cp, cuda_graph):
+    args = _on_device(cp, FUNCTIONS["mlp"][1]())
+    plan = ha.compile(mlp, *args, argnums=(0, 1, 2), cuda_graph=cuda_graph)
+    res = plan.new_result()
+    for _ in range(3):
+        plan.gradient(*args, out=res)
+    cp.cuda.Device().synchronize()
+    with CountingHook(cp) as hook:
+        for _ in range(50):
+            plan.gradient(*args, out=res)
+        cp.cuda.Device().synchronize()
+    assert hook.mallocs == 0
+    ref = ha.gradient(mlp, *FUNCTIONS["mlp"][1](), argnums=(0, 1, 2), backend="numpy")
+    for g, r in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(cp.asnumpy(g), r, rtol=1e-12)
+
+
+def test_cuda_graph_follows_new_values_in_the_same_arrays(cp):
+    x = cp.asarray(rand((100,)))
+    plan = ha.compile(exp_sum, x, cuda_graph=True)
+    res = plan.new_result()
+    for step in range(3):
+        x += 0.01 * step  # in place: the graph replays over the new values
+        plan.gradient(x, out=res)
+        ref = ha.gradient(exp_sum, cp.asnumpy(x), backend="numpy")
+        np.testing.assert_allclose(cp.asnumpy(res.gradient), ref.gradient, rtol=1e-12)
