@@ -103,8 +103,9 @@ def _expected(name, xs):
     return ans, parts
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_every_op_compiles_and_matches_numpy_on_the_host(dtype, tmp_path):
+def op_kernels(dtype):
+    """``(cases, expect)``: a kernel per op (value and every partial), its
+    inputs and output dtypes; and what to compare them with."""
     cases, expect = [], []
     for name in UNARY + BINARY:
         region, xs = _op_region(name, dtype)
@@ -118,6 +119,12 @@ def test_every_op_compiles_and_matches_numpy_on_the_host(dtype, tmp_path):
         out_dtypes = [region.nodes[-1].dtype] * (1 + len(seeds))
         cases.append((kernel, inputs, out_dtypes))
         expect.append((name, xs, region, seeds))
+    return cases, expect
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_every_op_compiles_and_matches_numpy_on_the_host(dtype, tmp_path):
+    cases, expect = op_kernels(dtype)
     outs = run_on_host(cases, tmp_path)
     tol = 1e-13 if dtype == np.float64 else 2e-6
     for (name, xs, region, seeds), got in zip(expect, outs, strict=True):
@@ -185,3 +192,29 @@ def test_constants_are_exact_and_non_finite_constants_compile(tmp_path):
     np.testing.assert_array_equal(value, want)
     assert math.isinf(value[1]) and value[1] < 0
     np.testing.assert_array_equal(partial, third + (x > 0))
+
+
+def _nvrtc():
+    """cupy's NVRTC program class when cupy and libnvrtc load (no GPU needed)."""
+    try:
+        from cupy.cuda import compiler
+
+        compiler._NVRTCProgram('extern "C" __global__ void k() {}', "k.cu").compile(
+            ("--gpu-architecture=compute_90",))
+        return compiler._NVRTCProgram
+    except Exception:  # noqa: BLE001 - no cupy, or no libnvrtc (pip install nvidia-cuda-nvrtc-cu12)
+        return None
+
+
+@pytest.mark.skipif(_nvrtc() is None, reason="cupy with NVRTC is not installed")
+def test_nvrtc_compiles_the_sources_cupy_would_launch():
+    # exactly the translation units CupyLauncher hands cupy.RawKernel (no host headers)
+    program = _nvrtc()
+    for dtype in (np.float64, np.float32):
+        cases, _ = op_kernels(dtype)
+        source = "\n".join([PREAMBLE, *kernel_codes(k for k, _, _ in cases)])
+        ptx, _ = program(source, "ops.cu").compile(("-std=c++17",
+                                                    "--gpu-architecture=compute_90"))
+        ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
+        for kernel, _, _ in cases:
+            assert f".entry {kernel.name}(" in ptx
