@@ -37,7 +37,7 @@ from .ir import Graph, check, dead_code_elimination
 from .memory import op_workspaces, plan_memory
 from .ops import REGISTRY
 from .partition import fold_accumulations, fuse_regions
-from .plan import Plan, _describe
+from .plan import _writeable, Plan, _describe
 from .results import DiffResult, HessianResult, HvpResult, JacobianResult
 from .trace import Trace, Tracer, as_node
 
@@ -121,9 +121,13 @@ class _Staged(Plan):
         scratch = op_workspaces(graph.nodes)
         if numba:
             scratch.update(scratch_for_numba(graph.nodes))
-        self.memory = plan_memory(graph, self._materialize(graph.nodes), scratch, reuse=numba,
-                                  direct_outputs=numba, pack=self._pack, pinned=pinned)
-        self._buffers = self.memory.allocate()
+        if self.backend == "cupy":
+            from .backends.cupy_backend import scratch_for_cupy
+            scratch.update(scratch_for_cupy(graph.nodes))
+        self.memory = plan_memory(graph, self._materialize(graph.nodes), scratch,
+                                  reuse=self.backend != "numpy", direct_outputs=numba,
+                                  pack=self._pack, pinned=pinned)
+        self._buffers = self.memory.allocate(self._xp)
         self._stages = {}
         for name, (seed, outs) in stages.items():
             given = set(reads[name]) | {n.id for n in primal_outputs
@@ -191,12 +195,12 @@ class _Staged(Plan):
         return self._specs[self._diff_leaves[0]]
 
     def _check_buffer(self, buf, name, shape, dtype, others):
-        if type(buf) is not np.ndarray or buf.shape != shape or buf.dtype != dtype or \
-                not buf.flags.writeable:
+        if not isinstance(buf, self._xp.ndarray) or buf.shape != shape or \
+                buf.dtype != dtype or not _writeable(buf):
             raise ValueError(f"{name} must be a writeable array of shape {shape} and dtype "
                              f"{np.dtype(dtype)}; got {_describe(buf)}")
         for other_name, other in others:
-            if np.may_share_memory(buf, other):
+            if self._xp.may_share_memory(buf, other):
                 raise ValueError(f"{name} must not share memory with {other_name}")
 
     @property
@@ -210,8 +214,8 @@ class _Staged(Plan):
     def value(self, *args):
         """The function value at ``args`` (a float; for a Jacobian plan an array)."""
         leaves = self._leaves(args)
-        buf = np.zeros(*self._primal_specs[0])
-        outs = [buf] + [np.zeros(s, d) for s, d in self._primal_specs[1:]]
+        buf = self._xp.zeros(*self._primal_specs[0])
+        outs = [buf] + [self._xp.zeros(s, d) for s, d in self._primal_specs[1:]]
         self._run_program("primal", leaves, outs)
         return float(buf) if buf.shape == () else buf
 
@@ -278,8 +282,9 @@ class HessianPlan(_Staged):
         outputs = [out.node] + [m.node for m in (grad, hv, hvk) if m is not None]
         graph = dead_code_elimination(Graph(trace.nodes, [nd for nd in trace.nodes
                                                           if nd.op == "input"], outputs))
-        if self.backend == "numba":
+        if self.backend in ("numba", "cupy"):
             graph = Graph(fuse_regions(graph.nodes, outputs), graph.inputs, outputs)
+        if self.backend == "numba":
             graph = Graph(fold_accumulations(graph.nodes, outputs), graph.inputs, outputs)
         self._primal_outputs = primal_outputs
         self._primal_specs = [((), out.dtype), (shape, dtype)]
@@ -289,25 +294,25 @@ class HessianPlan(_Staged):
                                             "chunk": (tk.node, [None if hvk is None
                                                                 else hvk.node])})
         self._shape, self._dtype, self._n = shape, np.dtype(dtype), n
-        self._seed = np.zeros((k, *shape), dtype)
+        self._seed = self._xp.zeros((k, *shape), dtype)
         self._seed_flat = self._seed.reshape(k, n)
-        self._stage_out = np.zeros((k, *shape), dtype)
-        self._point = [np.empty(s, d) for s, d in self._specs]
+        self._stage_out = self._xp.zeros((k, *shape), dtype)
+        self._point = [self._xp.empty(s, d) for s, d in self._specs]
         self._have_point = False
-        self._scratch_grad = np.zeros(shape, dtype)
-        self._scratch_value = np.zeros((), out.dtype)
+        self._scratch_grad = self._xp.zeros(shape, dtype)
+        self._scratch_value = self._xp.zeros((), out.dtype)
 
     # ------------------------------------------------------------ results
     def new_result(self):
         """A fresh :class:`HessianResult` matching this plan."""
-        return HessianResult(np.zeros(self._shape, self._dtype), dtype=self._value_dtype)
+        return HessianResult(self._xp.zeros(self._shape, self._dtype), dtype=self._value_dtype)
 
     def _value_grad(self, out, leaves, what):
         if not isinstance(out, DiffResult):
             raise TypeError(f"out must be a {what} or DiffResult; got {type(out).__name__}")
         v = out.value
-        if type(v) is not np.ndarray or v.shape != () or v.dtype.kind != "f" or \
-                not v.flags.writeable:
+        if not isinstance(v, self._xp.ndarray) or v.shape != () or v.dtype.kind != "f" or \
+                not _writeable(v):
             raise ValueError("out.value must be a writeable 0-d floating-point array; got "
                              f"{_describe(v)}")
         if not out.derivs:
@@ -323,7 +328,7 @@ class HessianPlan(_Staged):
         """Value and gradient (the primal program), as :meth:`Plan.gradient`."""
         leaves = self._leaves(args)
         if out is None:
-            out = HvpResult(np.zeros(self._shape, self._dtype), dtype=self._value_dtype)
+            out = HvpResult(self._xp.zeros(self._shape, self._dtype), dtype=self._value_dtype)
         v, g, _ = self._value_grad(out, leaves, "GradientResult")
         self._run_program("primal", leaves, [v, g])
         return out
@@ -351,7 +356,7 @@ class HessianPlan(_Staged):
             v, g = self._scratch_value, self._scratch_grad
         self._run_program("primal", leaves, [v, g])
         for own, a in zip(self._point, leaves, strict=True):
-            np.copyto(own, a)  # the tangent programs read the point's arguments
+            self._xp.copyto(own, a)  # the tangent programs read the point's arguments
         self._have_point = True
         return out
 
@@ -381,16 +386,16 @@ class HessianPlan(_Staged):
         else:
             raise ValueError("hvp without arguments needs a point: call plan.linearize(*args) "
                              "first, or pass the arguments")
-        v = np.asarray(v, dtype=self._dtype) if not isinstance(v, np.ndarray) or \
+        v = self._xp.asarray(v, dtype=self._dtype) if not isinstance(v, self._xp.ndarray) or \
             v.dtype != self._dtype else v
         many = v.shape != self._shape
         if many and v.shape[1:] != self._shape:
             raise ValueError(f"v must have shape {self._shape} (one direction) or (k, "
                              f"*{self._shape}) (k directions); got {v.shape}")
         if out is None:
-            out = HvpResult(np.zeros(self._shape, self._dtype), dtype=self._value_dtype)
+            out = HvpResult(self._xp.zeros(self._shape, self._dtype), dtype=self._value_dtype)
             if many:
-                out = DiffResult(out.value, out.gradient, np.zeros(v.shape, self._dtype))
+                out = DiffResult(out.value, out.gradient, self._xp.zeros(v.shape, self._dtype))
         val, g, others = self._value_grad(out, leaves, "HvpResult")
         if len(out.derivs) < 2:
             raise ValueError("out must hold a gradient and a Hessian-vector product buffer "
@@ -531,8 +536,9 @@ class JacobianPlan(_Staged):
         outputs = [y.node] + ([] if dk is None else [dk.node])
         graph = dead_code_elimination(Graph(trace.nodes, [nd for nd in trace.nodes
                                                           if nd.op == "input"], outputs))
-        if self.backend == "numba":
+        if self.backend in ("numba", "cupy"):
             graph = Graph(fuse_regions(graph.nodes, outputs), graph.inputs, outputs)
+        if self.backend == "numba":
             graph = Graph(fold_accumulations(graph.nodes, outputs), graph.inputs, outputs)
         self._value_dtype = y.dtype
         self._primal_outputs = [y.node]
@@ -542,14 +548,14 @@ class JacobianPlan(_Staged):
         self._stage(graph, [y.node], {"chunk": (sk.node, [None if dk is None else dk.node])})
         self._shape, self._dtype, self._n = shape, np.dtype(dtype), n
         self._yshape, self._m = y.shape, m
-        self._seed = np.zeros((k, *s1.shape), s1.dtype)
+        self._seed = self._xp.zeros((k, *s1.shape), s1.dtype)
         self._seed_flat = self._seed.reshape(k, -1)
-        self._stage_out = np.zeros(out_shape, dtype)
+        self._stage_out = self._xp.zeros(out_shape, dtype)
 
     def new_result(self):
         """A fresh :class:`JacobianResult` matching this plan."""
-        return JacobianResult(np.zeros(self._yshape, self._value_dtype),
-                              np.zeros(self._shape, self._dtype))
+        return JacobianResult(self._xp.zeros(self._yshape, self._value_dtype),
+                              self._xp.zeros(self._shape, self._dtype))
 
     def gradient(self, *args, out=None):
         raise TypeError("this plan computes Jacobians (plan.jacobian)")

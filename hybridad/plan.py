@@ -163,10 +163,6 @@ class Plan:
         self._cuda_graph, self._graph = bool(cuda_graph), None
         if backend == "cupy":
             from .backends import cupy_backend
-            if hvp or type(self) is not Plan:
-                raise NotImplementedError("Hessians, Hessian-vector products and Jacobians "
-                                          "on backend='cupy' are not implemented yet (gradients "
-                                          "are); use backend='numba'")
             self._xp, self._launcher = cupy_backend.device()
         # instrumented (tests): every slot is filled with NaN outside its lifetime
         self._poison = bool(poison)

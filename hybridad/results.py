@@ -157,7 +157,7 @@ class HvpResult(GradientResult):
 
 
 def _float_array(proto, name):
-    arr = np.asarray(proto)
+    arr = proto if is_array(proto) else np.asarray(proto)
     if arr.dtype.kind != "f":
         raise TypeError(f"{name} must be a floating-point array; got dtype {arr.dtype}")
     return arr
@@ -196,7 +196,7 @@ class HessianResult(GradientResult):
     def __init__(self, x, dtype=None):
         x = _float_array(x, "x")
         super().__init__(x, dtype)
-        self._derivs += (np.zeros((x.size, x.size), x.dtype),)
+        self._derivs += (array_module(x).zeros((x.size, x.size), x.dtype),)
 
     @property
     def hessian(self):
@@ -235,7 +235,8 @@ class JacobianResult(DiffResult):
 
     def __init__(self, y, x):
         y, x = _float_array(y, "y"), _float_array(x, "x")
-        super().__init__(np.zeros(y.shape, y.dtype), np.zeros((y.size, x.size), y.dtype))
+        xp = array_module(y, x)
+        super().__init__(xp.zeros(y.shape, y.dtype), xp.zeros((y.size, x.size), y.dtype))
 
     @property
     def jacobian(self):

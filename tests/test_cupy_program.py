@@ -111,13 +111,41 @@ def test_wrong_array_type_is_rejected_before_writing():
     assert np.all(res.gradient == 7.0)
 
 
-def test_second_order_on_the_gpu_backend_says_it_is_not_there():
-    x = rand((5,))
-    for call in (lambda: ha.hvp(exp_sum, x, x, backend="cupy"),
-                 lambda: ha.hessian(exp_sum, x, backend="cupy"),
-                 lambda: ha.jacobian(np.sin, x, backend="cupy")):
-        with pytest.raises(NotImplementedError, match="cupy"):
-            call()
+def rosen(x):
+    return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+def vec(x):
+    return np.tanh(np.outer(x, x[:3])).ravel() * np.sum(x * x)
+
+
+@pytest.mark.parametrize("f", [rosen, exp_sum, CASES["cumprod"]], ids=["rosen", "exp_sum",
+                                                                       "cumprod"])
+def test_second_order(f):
+    x = rand((4, 5), seed=3) if f is CASES["cumprod"] else rand((6,), seed=3)
+    v = rand(x.shape, seed=4)
+    want = ha.hessian(f, x, backend="numpy")
+    got = ha.hessian(f, x, backend="cupy")
+    scale = np.abs(want.hessian).max()
+    np.testing.assert_allclose(got.hessian, want.hessian, rtol=1e-11, atol=1e-12 * scale)
+    np.testing.assert_allclose(ha.hvp(f, x, v, backend="cupy").hvp,
+                               ha.hvp(f, x, v, backend="numpy").hvp, rtol=1e-11,
+                               atol=1e-12 * scale)
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_jacobians(mode):
+    x = rand((5,), seed=8)
+    want = ha.jacobian(vec, x, mode=mode, backend="numpy").jacobian
+    got = ha.jacobian(vec, x, mode=mode, backend="cupy").jacobian
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_no_allocation_per_call_second_order():
+    x = rand((6,), seed=3)
+    plan = ha.compile(rosen, x, hessian=True, backend="cupy")
+    res = ha.HessianResult(x)
+    assert_no_alloc(plan.hessian, x, out=res, n=10)
 
 
 def test_without_a_gpu_the_backend_says_why(monkeypatch):

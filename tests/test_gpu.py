@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import rand
 from test_coverage import CASES
-from test_cupy_program import FUNCTIONS, exp_sum, mlp
+from test_cupy_program import FUNCTIONS, exp_sum, mlp, rosen, vec
 
 import hybridad as ha
 from hybridad.backends.cupy_backend import cupy_available
@@ -111,3 +111,19 @@ def test_cuda_graph_follows_new_values_in_the_same_arrays(cp):
         plan.gradient(x, out=res)
         ref = ha.gradient(exp_sum, cp.asnumpy(x), backend="numpy")
         np.testing.assert_allclose(cp.asnumpy(res.gradient), ref.gradient, rtol=1e-12)
+
+
+def test_hessian_hvp_and_jacobian_on_the_device(cp):
+    x = rand((30,), seed=3)
+    xd = cp.asarray(x)
+    res = ha.hessian(rosen, xd)
+    assert isinstance(res.hessian, cp.ndarray)
+    np.testing.assert_allclose(cp.asnumpy(res.hessian),
+                               ha.hessian(rosen, x, backend="numpy").hessian, rtol=1e-11)
+    v = rand((30,), seed=4)
+    np.testing.assert_allclose(cp.asnumpy(ha.hvp(rosen, xd, cp.asarray(v)).hvp),
+                               ha.hvp(rosen, x, v, backend="numpy").hvp, rtol=1e-11)
+    for mode in ("forward", "reverse"):
+        np.testing.assert_allclose(cp.asnumpy(ha.jacobian(vec, xd[:5], mode=mode).jacobian),
+                                   ha.jacobian(vec, x[:5], mode=mode, backend="numpy").jacobian,
+                                   rtol=1e-12)
