@@ -39,7 +39,7 @@ from numba.extending import (intrinsic, lower_cast, make_attribute_wrapper, mode
 from numba.np.numpy_support import as_dtype
 
 from ..ops import REGISTRY
-from .scalar import Sym, apply_ufunc, vector_namespace
+from .scalar import Sym, apply_ufunc, install_operators, vector_namespace
 
 __all__ = ["DualType", "make_dual", "promote", "GENERIC"]
 
@@ -182,15 +182,7 @@ def _src_binop(ufunc, reflected=False):
     return op
 
 
-for _name, _uf in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
-                   ("truediv", np.true_divide), ("pow", np.power)]:
-    setattr(_Src, f"__{_name}__", _src_binop(_uf))
-    setattr(_Src, f"__r{_name}__", _src_binop(_uf, reflected=True))
-for _name, _uf in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
-                   ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
-    setattr(_Src, f"__{_name}__", _src_binop(_uf))
-_Src.__neg__ = lambda self: _Src(f"g_negative({self.code})")
-_Src.__hash__ = object.__hash__
+install_operators(_Src, _src_binop, lambda self: _Src(f"g_negative({self.code})"))
 
 #: ufunc primitive name -> its generic numba function ``g_<name>``
 GENERIC = {}

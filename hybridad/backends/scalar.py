@@ -74,15 +74,21 @@ def _binop(ufunc, reflected=False):
     return op
 
 
-for _name, _uf in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
-                   ("truediv", np.true_divide), ("pow", np.power)]:
-    setattr(Sym, f"__{_name}__", _binop(_uf))
-    setattr(Sym, f"__r{_name}__", _binop(_uf, reflected=True))
-for _name, _uf in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
-                   ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
-    setattr(Sym, f"__{_name}__", _binop(_uf))
-Sym.__neg__ = lambda self: apply_ufunc(np.negative, [self])
-Sym.__hash__ = object.__hash__
+def install_operators(cls, binop, negate):
+    """Python's arithmetic and comparison operators on a symbolic scalar
+    class: each is ``binop(ufunc, reflected=False)``, ``-x`` is ``negate``."""
+    for name, uf in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
+                     ("truediv", np.true_divide), ("pow", np.power)]:
+        setattr(cls, f"__{name}__", binop(uf))
+        setattr(cls, f"__r{name}__", binop(uf, reflected=True))
+    for name, uf in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
+                     ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
+        setattr(cls, f"__{name}__", binop(uf))
+    cls.__neg__ = negate
+    cls.__hash__ = object.__hash__
+
+
+install_operators(Sym, _binop, lambda self: apply_ufunc(np.negative, [self]))
 
 _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "power": "**",
           "less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">=",
