@@ -300,7 +300,8 @@ class Plan:
                                              poison=self._poison, given=given)
         regions = None
         if self.backend == "cupy":
-            from .backends.cupy_backend import RegionCalls
+            from .backends.cupy_backend import RegionCalls, check_supported
+            check_supported(nodes)
             regions = RegionCalls(self._launcher, self.memory, self._buffers, self._xp)
         return compile_program(nodes, inputs, outputs, self.memory, self._buffers, name=name,
                                poison=self._poison, given=given, xp=self._xp, regions=regions)

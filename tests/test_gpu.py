@@ -73,6 +73,8 @@ def test_functions_against_the_numpy_backend(cp, name):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_coverage_cases(cp, name):
+    if name.startswith("linalg"):
+        pytest.skip("np.linalg runs through host LAPACK: not on backend='cupy' yet")
     _check(cp, CASES[name], (rand((4, 5), seed=sum(map(ord, name))),), 0, rtol=1e-10)
 
 
