@@ -29,9 +29,9 @@ tuple of six arrays):
 * ``numpy_out``     -- the same written into preallocated buffers with ``out=``
   (constants and reductions included: the best numpy a careful person writes);
 * ``numba``         -- a hand-written ``@numba.njit`` kernel (plain ``njit``: no
-  fastmath, no parallel) called from Python that writes the gradient into
-  preallocated arrays and returns the value: loops for expsum (``exp`` and the
-  sum in one loop, then the scaling), for quadform (one pass over each
+  fastmath, no parallel; :mod:`hybridad.bench.kernels`) called from Python that
+  writes the gradient into preallocated arrays and returns the value: loops
+  for expsum (``exp`` and the sum in one loop, then the scaling), for quadform (one pass over each
   ``A_k`` for ``A_k x`` and ``x A_k``; ``A`` stacked into one (K, D, D) array
   once, untimed) and for the MLP (forward and backward one sample at a time).
   It is compiled by a first call before timing (its ``first_call_us``: njit
@@ -83,6 +83,11 @@ Output: a plain-text table on stdout, one row per case and implementation;
 ``--quick`` (3 repeats of ~5 ms, 10 allocation calls, n <= 10^4) runs in
 seconds (plus one-time compilations).
 
+The objectives, the hand-written gradients and kernels, the implementations
+and the timing helpers live in the package (:mod:`hybridad.bench`: the
+workloads, kernels, impls and harness modules), shared with the suite
+``python -m hybridad bench``; this script keeps its own cases, rows and table.
+
 Usage::
 
     python benchmarks/bench_core.py [--quick] [--json FILE] [--sizes N ...]
@@ -91,30 +96,23 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import functools
-import importlib
-import importlib.metadata
-import importlib.util
 import os
 import platform
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared _harness
-import _harness  # noqa: E402
-from _harness import (MLP_WIDTHS, batch_ns, gc_disabled, mlp, mlp_numpy,  # noqa: E402
-                      relative_error, version)
-
-_harness.use_checkout()
+import _harness  # noqa: E402  (puts this checkout first on sys.path)
 
 import hybridad as ha  # noqa: E402
-from hybridad.testing import count_allocations  # noqa: E402
+from hybridad.bench import impls as bench_impls  # noqa: E402
+from hybridad.bench.harness import (  # noqa: E402,F401  (re-exported: bench_elementwise)
+    allocations_per_call, check_against, time_round_robin, version)
+from hybridad.bench.workloads import (  # noqa: E402,F401  (the cases' functions, re-exported)
+    MLP_WIDTHS, Problem, expsum, expsum_numpy, expsum_problem, mlp, mlp_numpy, mlp_problem,
+    quadform, quadform_numpy, quadform_problem)
 
 SIZES = (100, 10**4, 10**6)
 QUICK_SIZES = (100, 10**4)
@@ -130,12 +128,16 @@ QUICK_REPEATS = 3
 QUICK_TARGET_MS = 5.0
 QUICK_ALLOC_CALLS = 10
 
-RTOL_NUMPY = 1e-12
-RTOL_OTHER = 1e-9
-
 HYBRIDAD_IMPLS = ("ha.gradient", "plan.gradient", "plan[numpy]")
 HAND_IMPLS = ("numpy", "numpy_out", "numba")  # hand-written: ratio_vs_best_hand's reference
-OPTIONAL_IMPLS = (("jax.jit", "jax"), ("torch", "torch"))
+OPTIONAL_IMPLS = ("jax.jit", "torch")
+
+# each row's implementation in hybridad.bench.impls: (name there, options)
+SOURCES = {"ha.gradient": ("ha.gradient", {}), "plan.gradient": ("hybridad", {}),
+           "plan[numpy]": ("hybridad", {"backend": "numpy"}), "numpy": ("hand numpy", {}),
+           "numpy_out": ("hand numpy out=", {}),
+           "numba": ("hand numba", {"cache": False}),  # a fresh dispatcher: compiled here
+           "jax.jit": ("jax.jit", {}), "torch": ("torch", {})}
 
 COLUMNS = (  # (header, row key, format)
     ("case", "case", "{}"),
@@ -152,313 +154,21 @@ COLUMNS = (  # (header, row key, format)
 )
 
 
-# --- objectives (plain numpy code: what hybridad differentiates) -----------------
+# --- cases (hybridad.bench.workloads' problems) ----------------------------------------------
 
-
-def expsum(x, xp=np):
-    """``r = sum(exp(-3 (x + 1)))``; ``r**2 + r**3 + r**4 / 4``.  ``xp``: jnp/torch ports."""
-    r = xp.sum(xp.exp(-3 * (x + 1)))
-    return r**2 + r**3 + r**4 / 4
-
-
-def quadform(x, A):
-    """``sum_k x @ (A[k] @ x)`` for a list of matrices ``A`` (any array library)."""
-    return sum(x @ (Ak @ x) for Ak in A)
-
-
-# --- hand-written gradients -------------------------------------------------------
-
-
-def expsum_numpy(x):
-    """Value and gradient of :func:`expsum`, the obvious numpy code."""
-    e = np.exp(-3 * (x + 1))
-    r = e.sum()
-    value = r**2 + r**3 + r**4 / 4
-    return value, (2 * r + 3 * r**2 + r**3) * (-3 * e)
-
-
-def make_expsum_numpy_out(x):
-    """:func:`expsum_numpy` writing into buffers made here, once.
-
-    Constants are 0-d arrays and the sum goes into a 0-d buffer: a Python
-    float handed to a ufunc (or a reduction to a scalar) allocates a 0-d array.
-    """
-    e, g = np.empty_like(x), np.empty_like(x)
-    one, minus3 = np.array(1.0), np.array(-3.0)
-    r, coef, value = np.empty(()), np.empty(()), np.empty(())
-
-    def grad(x):
-        np.add(x, one, out=e)
-        np.multiply(e, minus3, out=e)
-        np.exp(e, out=e)
-        np.add.reduce(e, out=r)
-        rf = float(r)
-        coef[()] = -3.0 * (2 * rf + 3 * rf**2 + rf**3)
-        np.multiply(e, coef, out=g)
-        value[()] = rf**2 + rf**3 + rf**4 / 4
-        return value, g
-
-    return grad
-
-
-def quadform_numpy(x, A):
-    """Value and gradient ``sum_k (A_k + A_k^T) x`` of :func:`quadform`, as people write it."""
-    Ax = [Ak @ x for Ak in A]
-    value = sum(x @ y for y in Ax)
-    return value, sum(y + Ak.T @ x for y, Ak in zip(Ax, A, strict=True))
-
-
-def make_quadform_numpy_out(x, A):
-    """:func:`quadform_numpy` into buffers: ``s = sum A_k x``, ``h = sum x A_k``."""
-    s, h, t, g = (np.empty_like(x) for _ in range(4))
-    value = np.empty(())
-
-    def grad(x, A):
-        s.fill(0.0)
-        h.fill(0.0)
-        for Ak in A:
-            np.matmul(Ak, x, out=t)
-            np.add(s, t, out=s)
-            np.matmul(x, Ak, out=t)  # A_k^T x without a transposed copy
-            np.add(h, t, out=h)
-        np.dot(x, s, out=value)
-        np.add(s, h, out=g)
-        return value, g
-
-    return grad
-
-
-def make_mlp_numpy_out(W1, b1, W2, b2, W3, b3, X, Y):
-    """:func:`mlp_numpy` into buffers made here, once (``out=`` everywhere, no temporaries).
-
-    The loss is ``dot(r, r) / size`` on the flattened residual (a view).
-    """
-    n, h1_width, h2_width = X.shape[0], W1.shape[1], W2.shape[1]
-    h1, d1, t1 = (np.empty((n, h1_width)) for _ in range(3))
-    h2, d2, t2 = (np.empty((n, h2_width)) for _ in range(3))
-    r = np.empty((n, W3.shape[1]))
-    grads = tuple(np.empty_like(w) for w in (W1, b1, W2, b2, W3, b3))
-    gW1, gb1, gW2, gb2, gW3, gb3 = grads
-    one, inv_size, scale = np.array(1.0), np.array(1.0 / r.size), np.array(2.0 / r.size)
-    value = np.empty(())
-    r_flat = r.reshape(-1)  # a view
-
-    def grad(W1, b1, W2, b2, W3, b3, X, Y):
-        np.matmul(X, W1, out=h1)
-        np.add(h1, b1, out=h1)
-        np.tanh(h1, out=h1)
-        np.matmul(h1, W2, out=h2)
-        np.add(h2, b2, out=h2)
-        np.tanh(h2, out=h2)
-        np.matmul(h2, W3, out=r)
-        np.add(r, b3, out=r)
-        np.subtract(r, Y, out=r)
-        np.dot(r_flat, r_flat, out=value)
-        np.multiply(value, inv_size, out=value)
-        np.multiply(r, scale, out=r)  # r is now d loss / d pred
-        np.matmul(h2.T, r, out=gW3)
-        np.add.reduce(r, axis=0, out=gb3)
-        np.matmul(r, W3.T, out=d2)
-        np.multiply(h2, h2, out=t2)
-        np.subtract(one, t2, out=t2)
-        np.multiply(d2, t2, out=d2)
-        np.matmul(h1.T, d2, out=gW2)
-        np.add.reduce(d2, axis=0, out=gb2)
-        np.matmul(d2, W2.T, out=d1)
-        np.multiply(h1, h1, out=t1)
-        np.subtract(one, t1, out=t1)
-        np.multiply(d1, t1, out=d1)
-        np.matmul(X.T, d1, out=gW1)
-        np.add.reduce(d1, axis=0, out=gb1)
-        return value, grads
-
-    return grad
-
-
-# --- hand-written numba gradients (plain Python here; @numba.njit'd per case) ---------
-#
-# Each kernel writes the gradient into preallocated arrays, allocates nothing
-# itself, and returns the value; ``make_*_numba`` wraps it in a Python function
-# with the ``numpy_grad`` signature (the call from Python is part of the time).
-
-
-def _expsum_kernel(x, g):
-    r = 0.0
-    for i in range(x.shape[0]):
-        e = np.exp(-3.0 * (x[i] + 1.0))
-        g[i] = e
-        r += e
-    coef = -3.0 * (2.0 * r + 3.0 * r * r + r * r * r)
-    for i in range(x.shape[0]):
-        g[i] *= coef
-    return r * r + r * r * r + r * r * r * r / 4.0
-
-
-def _quadform_kernel(x, A, s, h, g):
-    """``A`` stacked (K, D, D); one pass over each ``A_k`` for ``s = A_k x`` and ``h = x A_k``."""
-    d = x.shape[0]
-    for i in range(d):
-        s[i] = 0.0
-        h[i] = 0.0
-    for k in range(A.shape[0]):
-        for i in range(d):
-            xi = x[i]
-            acc = 0.0
-            for j in range(d):
-                a = A[k, i, j]
-                acc += a * x[j]
-                h[j] += a * xi
-            s[i] += acc
-    value = 0.0
-    for i in range(d):
-        value += x[i] * s[i]
-        g[i] = s[i] + h[i]
-    return value
-
-
-def _mlp_kernel(W1, b1, W2, b2, W3, b3, X, Y, gW1, gb1, gW2, gb2, gW3, gb3, h1, h2, d1, d2):
-    """Forward and backward one sample at a time (``h*``, ``d*``: per-sample scratch)."""
-    n, n_in = X.shape
-    n_h1, n_h2, n_out = W1.shape[1], W2.shape[1], W3.shape[1]
-    for g in (gW1.reshape(-1), gb1, gW2.reshape(-1), gb2, gW3.reshape(-1), gb3):
-        for i in range(g.shape[0]):
-            g[i] = 0.0
-    scale = 2.0 / (n * n_out)
-    loss = 0.0
-    for s in range(n):
-        for j in range(n_h1):
-            z = b1[j]
-            for i in range(n_in):
-                z += X[s, i] * W1[i, j]
-            h1[j] = np.tanh(z)
-        for k in range(n_h2):
-            z = b2[k]
-            for j in range(n_h1):
-                z += h1[j] * W2[j, k]
-            h2[k] = np.tanh(z)
-            d2[k] = 0.0
-        for o in range(n_out):
-            z = b3[o]
-            for k in range(n_h2):
-                z += h2[k] * W3[k, o]
-            r = z - Y[s, o]
-            loss += r * r
-            dp = scale * r
-            gb3[o] += dp
-            for k in range(n_h2):
-                gW3[k, o] += h2[k] * dp
-                d2[k] += W3[k, o] * dp
-        for k in range(n_h2):
-            d2[k] *= 1.0 - h2[k] * h2[k]
-            gb2[k] += d2[k]
-        for j in range(n_h1):
-            acc = 0.0
-            for k in range(n_h2):
-                gW2[j, k] += h1[j] * d2[k]
-                acc += W2[j, k] * d2[k]
-            d1[j] = acc * (1.0 - h1[j] * h1[j])
-            gb1[j] += d1[j]
-            for i in range(n_in):
-                gW1[i, j] += X[s, i] * d1[j]
-    return loss / (n * n_out)
-
-
-def _njit(kernel):
-    """A fresh dispatcher (compiled at its first call, no disk cache)."""
-    import numba
-
-    return numba.njit(kernel)
-
-
-def make_expsum_numba(x):
-    kernel, g = _njit(_expsum_kernel), np.empty_like(x)
-
-    def grad(x):
-        return kernel(x, g), g
-
-    return grad
-
-
-def make_quadform_numba(x, A):
-    """The list ``A`` is stacked into one (K, D, D) array here, once (not timed)."""
-    kernel, stacked = _njit(_quadform_kernel), np.stack(A)
-    s, h, g = (np.empty_like(x) for _ in range(3))
-
-    def grad(x, A):
-        return kernel(x, stacked, s, h, g), g
-
-    return grad
-
-
-def make_mlp_numba(W1, b1, W2, b2, W3, b3, X, Y):
-    kernel = _njit(_mlp_kernel)
-    grads = tuple(np.empty_like(w) for w in (W1, b1, W2, b2, W3, b3))
-    scratch = (np.empty(W1.shape[1]), np.empty(W2.shape[1]),
-               np.empty(W1.shape[1]), np.empty(W2.shape[1]))
-
-    def grad(W1, b1, W2, b2, W3, b3, X, Y):
-        return kernel(W1, b1, W2, b2, W3, b3, X, Y, *grads, *scratch), grads
-
-    return grad
-
-
-# --- cases --------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """One benchmark problem: objective, arguments and the hand-written gradients.
-
-    Hand-written gradient functions take ``args`` and return ``(value, gradient)``,
-    the gradient an array (``argnums`` an int) or a tuple of arrays, one per
-    entry of ``argnums``.
-    """
-
-    name: str
-    n: int  # length of the gradient (differentiated scalars, all arrays together)
-    f: Callable  # numpy objective f(*args)
-    args: tuple  # differentiated arrays and constants, in f's order
-    numpy_grad: Callable  # (*args) -> (value, gradient)
-    make_numpy_out: Callable  # (*args) -> function like numpy_grad, own buffers
-    port: Callable  # array module -> objective for that module (jax.numpy, torch)
-    argnums: int | tuple = 0  # the differentiated arguments, as hybridad takes them
-    make_numba: Callable | None = None  # like make_numpy_out, an @njit kernel; None: no row
-
-    @property
-    def diff_argnums(self):
-        """``argnums`` as a tuple."""
-        return (self.argnums,) if isinstance(self.argnums, int) else tuple(self.argnums)
+Case = Problem
 
 
 def expsum_case(n, rng):
-    x = rng.uniform(0.0, 1.0, n)
-    return Case("expsum", n, expsum, (x,), expsum_numpy, make_expsum_numpy_out,
-                lambda xp: functools.partial(expsum, xp=xp), make_numba=make_expsum_numba)
+    return expsum_problem(n, rng)
 
 
 def quadform_case(k, d, rng):
-    x = rng.standard_normal(d)
-    A = [rng.standard_normal((d, d)) for _ in range(k)]
-    return Case(f"quadform K={k}", d, quadform, (x, A), quadform_numpy,
-                make_quadform_numpy_out, lambda xp: quadform, make_numba=make_quadform_numba)
+    return quadform_problem(k, d, rng)
 
 
 def mlp_case(batch, widths, rng):
-    """MLP ``widths[0] -> ... -> widths[-1]`` (two hidden tanh layers) on ``batch`` samples.
-
-    Weights ~ N(0, 1/fan_in), biases ~ N(0, 0.1^2); X ~ U(-1, 1) and
-    Y = sin(pi X) + 0.1 N(0, 1) (constants).
-    """
-    n_in, n_h1, n_h2, n_out = widths
-    params = []
-    for fan_in, fan_out in zip(widths[:-1], widths[1:], strict=True):
-        params += [rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in),
-                   0.1 * rng.standard_normal(fan_out)]
-    X = rng.uniform(-1.0, 1.0, (batch, n_in))
-    Y = np.sin(np.pi * X[:, :n_out]) + 0.1 * rng.standard_normal((batch, n_out))
-    return Case(f"mlp B={batch}", sum(p.size for p in params), mlp, (*params, X, Y), mlp_numpy,
-                make_mlp_numpy_out, lambda xp: functools.partial(mlp, xp=xp),
-                argnums=tuple(range(len(params))), make_numba=make_mlp_numba)
+    return mlp_problem(batch, rng, widths)
 
 
 def build_cases(sizes):
@@ -468,237 +178,25 @@ def build_cases(sizes):
             + [mlp_case(MLP_BATCH, MLP_WIDTHS, rng)])
 
 
-# --- implementations ------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Impl:
-    """A ready-to-time implementation of one case."""
-
-    name: str
-    call: Callable[[], object]  # one gradient evaluation
-    result: Callable[[object], tuple]  # call()'s return -> (float value, [gradient arrays])
-    rtol: float  # tolerance of the check against hybridad
-    first_call_us: float | None = None
-    numpy_memory: bool = True  # are its allocations numpy's (countable)?
-
-
-def _elapsed_us(t0_ns):
-    return (time.perf_counter_ns() - t0_ns) / 1e3
-
-
-def _gradient_leaves(grad):
-    """A gradient (array, or tuple/list of arrays, one per argnum) as a list of numpy copies."""
-    parts = grad if isinstance(grad, (tuple, list)) else (grad,)
-    return [np.array(g, dtype=np.float64) for g in parts]
-
-
-def _result_pair(res):
-    return float(res.value), _gradient_leaves(res.gradient)
-
-
-def _gradient_result(case):
-    """A ``GradientResult`` for the case's differentiated argument(s)."""
-    if isinstance(case.argnums, int):
-        return ha.GradientResult(case.args[case.argnums])
-    return ha.GradientResult(tuple(case.args[i] for i in case.argnums))
-
-
-def setup_ha_gradient(case):
-    f, args, argnums = case.f, case.args, case.argnums
-    res = _gradient_result(case)
-    ha.clear_cache()
-    t0 = time.perf_counter_ns()
-    ha.gradient(f, *args, argnums=argnums, out=res)
-    first = _elapsed_us(t0)
-
-    def call():
-        return ha.gradient(f, *args, argnums=argnums, out=res)
-
-    return Impl("ha.gradient", call, _result_pair, RTOL_NUMPY, first)
-
-
-def _setup_plan(case, backend, name):
-    args = case.args
-    res = _gradient_result(case)
-    t0 = time.perf_counter_ns()
-    plan = ha.compile(case.f, *args, argnums=case.argnums, backend=backend)
-    plan.gradient(*args, out=res)
-    first = _elapsed_us(t0)
-
-    def call():
-        return plan.gradient(*args, out=res)
-
-    return Impl(name, call, _result_pair, RTOL_NUMPY, first)
-
-
-def setup_plan_gradient(case):
-    """The explicit plan on the default (numba) backend."""
-    return _setup_plan(case, "numba", "plan.gradient")
-
-
-def setup_plan_gradient_numpy(case):
-    """The explicit plan on the numpy reference backend."""
-    return _setup_plan(case, "numpy", "plan[numpy]")
-
-
-def _numpy_pair(ret):
-    value, grad = ret
-    return float(value), _gradient_leaves(grad)
-
-
-def setup_numpy(case):
-    grad, args = case.numpy_grad, case.args
-
-    def call():
-        return grad(*args)
-
-    return Impl("numpy", call, _numpy_pair, RTOL_NUMPY)
-
-
-def setup_numpy_out(case):
-    args = case.args
-    grad = case.make_numpy_out(*args)
-
-    def call():
-        return grad(*args)
-
-    return Impl("numpy_out", call, _numpy_pair, RTOL_NUMPY)
-
-
-def setup_numba(case):
-    """The case's hand-written @njit kernel, compiled by a first call (its first_call_us)."""
-    if case.make_numba is None:
-        return None
-    args = case.args
-    t0 = time.perf_counter_ns()
-    grad = case.make_numba(*args)
-    grad(*args)
-    first = _elapsed_us(t0)
-
-    def call():
-        return grad(*args)
-
-    return Impl("numba", call, _numpy_pair, RTOL_NUMPY, first)
-
-
-def setup_jax(case):
-    import jax
-    import jax.numpy as jnp
-
-    jax.config.update("jax_enable_x64", True)
-    fn = jax.jit(jax.value_and_grad(case.port(jnp), argnums=case.argnums))
-    args = jax.tree_util.tree_map(jnp.asarray, case.args)
-    t0 = time.perf_counter_ns()
-    jax.block_until_ready(fn(*args))
-    first = _elapsed_us(t0)
-
-    def call():
-        return jax.block_until_ready(fn(*args))
-
-    return Impl("jax.jit", call, _numpy_pair, RTOL_OTHER, first, numpy_memory=False)
-
-
-def setup_torch(case):
-    import torch
-
-    diff = case.diff_argnums
-
-    def convert(i, a):
-        if i in diff:
-            return torch.tensor(a, dtype=torch.float64, requires_grad=True)
-        return [torch.from_numpy(b) for b in a] if isinstance(a, list) else torch.from_numpy(a)
-
-    targs = [convert(i, a) for i, a in enumerate(case.args)]
-    params = [targs[i] for i in diff]
-    objective = case.port(torch)
-
-    def call():
-        value = objective(*targs)
-        grads = torch.autograd.grad(value, params)
-        return value.detach(), grads
-
-    def pair(ret):
-        return float(ret[0]), [g.numpy().copy() for g in ret[1]]
-
-    return Impl("torch", call, pair, RTOL_OTHER, numpy_memory=False)
-
-
-SETUPS = {"ha.gradient": setup_ha_gradient, "plan.gradient": setup_plan_gradient,
-          "plan[numpy]": setup_plan_gradient_numpy,
-          "numpy": setup_numpy, "numpy_out": setup_numpy_out, "numba": setup_numba,
-          "jax.jit": setup_jax, "torch": setup_torch}
+def setup(impl, case):
+    """Row ``impl`` of ``case``, set up and called once (None: the case has no such kernel)."""
+    name, options = SOURCES[impl]
+    return bench_impls.setup(name, case, label=impl, **options)
 
 
 def available_optional():
     """(impl names that can run, {impl: why skipped}) for jax and torch."""
     ok, skipped = [], {}
-    for impl, module in OPTIONAL_IMPLS:
-        if importlib.util.find_spec(module) is None:
-            skipped[impl] = f"{module} is not installed"
-            continue
-        try:
-            importlib.import_module(module)
-        except Exception as exc:  # noqa: BLE001 - any import failure means "skip"
-            skipped[impl] = f"import {module} failed: {exc!r}"
-            continue
-        ok.append(impl)
+    for impl in OPTIONAL_IMPLS:
+        why = bench_impls.availability(impl)
+        if why is None:
+            ok.append(impl)
+        else:
+            skipped[impl] = why
     return ok, skipped
 
 
 # --- measuring -------------------------------------------------------------------------
-
-
-def check_against(impl, reference):
-    """Assert ``impl``'s value and gradient equal the reference, array by array.
-
-    Each gradient array is compared on its own scale (max-norm relative error).
-    """
-    value, grads = impl.result(impl.call())
-    ref_value, ref_grads = reference
-    shapes, ref_shapes = [g.shape for g in grads], [g.shape for g in ref_grads]
-    assert shapes == ref_shapes, f"{impl.name}: gradient shapes {shapes}, hybridad {ref_shapes}"
-    value_err = relative_error(np.float64(value), np.float64(ref_value))
-    grad_errs = [relative_error(g, r) for g, r in zip(grads, ref_grads, strict=True)]
-    assert value_err <= impl.rtol and max(grad_errs) <= impl.rtol, (
-        f"{impl.name} disagrees with hybridad: relative error value {value_err:.2e}, "
-        f"gradient {', '.join(f'{e:.2e}' for e in grad_errs)} (tolerance {impl.rtol:g})")
-
-
-def calls_per_batch(call, target_ns):
-    """Calls needed for a batch of about ``target_ns`` (grows a trial batch 10x at a time)."""
-    number = 1
-    while True:
-        elapsed = batch_ns(call, number)
-        if elapsed >= target_ns / 10 or number >= 10**7:
-            return max(1, round(number * target_ns / max(elapsed, 1)))
-        number *= 10
-
-
-def time_round_robin(calls, repeats, target_ms):
-    """Per implementation: (median, min, max) microseconds per call over
-    ``repeats`` batches of about ``target_ms``, and calls per batch.  The
-    batches are interleaved (one of each implementation per round), so that a
-    slow spell of a shared machine falls on all of them and ratios stay fair."""
-    for call in calls:
-        call()  # warm-up
-    with gc_disabled():
-        numbers = [calls_per_batch(call, target_ms * 1e6) for call in calls]
-        per_call = [[] for _ in calls]
-        for _ in range(repeats):
-            for call, number, times in zip(calls, numbers, per_call, strict=True):
-                times.append(batch_ns(call, number) / number / 1e3)
-    return [(statistics.median(t), min(t), max(t), number)
-            for t, number in zip(per_call, numbers, strict=True)]
-
-
-def allocations_per_call(call, calls):
-    """(numpy allocations, bytes) per call, averaged over ``calls`` calls after a warm-up call."""
-    call()
-    with count_allocations() as counts:
-        for _ in range(calls):
-            call()
-    return counts.allocations / calls, counts.bytes / calls
 
 
 def measure_case(case, impl_names, settings):
@@ -706,11 +204,12 @@ def measure_case(case, impl_names, settings):
 
     ``impl_names[0]`` must be ``ha.gradient``: the reference of the checks.
     """
-    impls = [impl for impl in (SETUPS[name](case) for name in impl_names) if impl is not None]
+    impls = [impl for impl in (setup(name, case) for name in impl_names) if impl is not None]
     reference = impls[0].result(impls[0].call())  # hybridad's value and gradient
     rows = []
     for impl in impls:
-        check_against(impl, reference)
+        check_against(f"{impl.name} (against ha.gradient)", impl.result(impl.call()),
+                      reference, impl.rtol)
     timings = time_round_robin([impl.call for impl in impls], settings.repeats,
                                settings.target_ms)
     for impl, (median, lo, hi, number) in zip(impls, timings, strict=True):
@@ -720,7 +219,9 @@ def measure_case(case, impl_names, settings):
                      "median_us": median, "min_us": lo, "max_us": hi, "ratio_vs_numpy": None,
                      "ratio_vs_best_hand": None, "best_hand": None,
                      "allocs_per_call": allocs, "bytes_per_call": nbytes,
-                     "first_call_us": impl.first_call_us, "repeats": settings.repeats,
+                     "first_call_us": None if impl.first_call_s is None or impl.name in (
+                         "numpy", "numpy_out", "torch") else impl.first_call_s * 1e6,
+                     "repeats": settings.repeats,
                      "calls_per_repeat": number})
     numpy_median = next(r["median_us"] for r in rows if r["impl"] == "numpy")
     best = min((r for r in rows if r["impl"] in HAND_IMPLS), key=lambda r: r["median_us"])

@@ -9,12 +9,10 @@ Workloads (float64):
   ``sum(xs[1:], xs[0])``), gradient w.r.t. ``x_0`` with n = 10^6 elements
   (10^5 with ``--quick``).  ``x_0 ~ U(-1, 1) * 2**-19``, so that ``x_20 =
   2**19 x_0`` lies in [-1, 1] (tanh not saturated).
-* ``mlp``: bench_core's tanh MLP (:func:`_harness.mlp`, widths 1 -> 16 -> 16 -> 1),
+* ``mlp``: bench_core's tanh MLP (:func:`hybridad.bench.workloads.mlp`, widths 1 -> 16 -> 16 -> 1),
   ``mean((pred - Y)**2)`` over a batch of B = 10^5 samples (10^4 with ``--quick``),
   gradient w.r.t. the six weight and bias arrays (``argnums=(0, ..., 5)``), X and Y
-  constants; data as in ``bench_core.mlp_case`` (seeded).  ``mlp`` and its
-  hand-written gradient come from ``_harness`` (numpy only: the peers' processes
-  must not load hybridad or numba, which ``bench_core`` imports).
+  constants; data as in ``bench_core.mlp_case`` (seeded).
 
 Rows (implementations), each the value and the whole gradient:
 
@@ -28,10 +26,10 @@ Rows (implementations), each the value and the whole gradient:
   ``s = x_0 + ... + x_{i-1}`` (so ``x_i = s`` and the next sum is ``s + x_i``), one
   new array per layer; then ``t = tanh(x_20)``, value ``sum(t)`` and gradient
   ``2**19 * (1 - t**2)`` (``d x_20 / d x_0 = 2**19``).  MLP: backpropagation
-  (:func:`_harness.mlp_numpy`, bench_core's);
+  (:func:`hybridad.bench.workloads.mlp_numpy`, bench_core's);
 * ``torch`` -- torch autograd in float64: inputs ``torch.tensor(..., requires_grad=True)``
-  (constants ``torch.from_numpy``), ``loss = f(...)``, ``loss.backward()``, the
-  gradient in ``.grad``;
+  (constants ``torch.from_numpy``), ``loss = f(...)``,
+  ``torch.autograd.grad(loss, params)``;
 * ``jax.jit`` -- ``jax.jit(jax.value_and_grad(f, argnums=...))`` with x64
   enabled, on ``jnp.asarray`` inputs, ``block_until_ready``;
 * ``autograd`` -- HIPS autograd ``autograd.value_and_grad(f)`` with
@@ -51,8 +49,9 @@ the plan's workspace only: neither the result buffers (gradients are written
 straight into them) nor the inputs.  The notes give the schedule's length
 (``plan.memory_profile()``, steps = graph nodes after fusion) and what packing saves.
 
-Peak RSS (every row, each in a fresh process): the script runs itself as a child
-(hidden ``--child WORKLOAD IMPL``).  The child imports numpy and the row's
+Peak RSS (every row, each in a fresh process): each figure comes from a child
+process of :func:`hybridad.bench.rss.run_child` (the suite's memory method).
+The child imports numpy and the row's
 libraries (hybridad also imports numba), creates the inputs (in the library's
 own arrays: torch tensors, jax arrays), runs ``gc.collect()``, resets the peak
 RSS (writes ``5`` to ``/proc/self/clear_refs``: VmHWM := VmRSS) and reads
@@ -91,8 +90,7 @@ Two more numbers from the same method:
   the problem size): the difference between the cold and the ready figures.
 * ``call_rss_bytes``: in the first child, after the measured part, the peak RSS
   increase of a second gradient call (peak reset again first; the previous
-  result still held, as in a loop ``g = grad(x)``; torch's ``.grad`` set to None
-  first, as ``optimizer.zero_grad()`` does): the per-call memory of a loop.
+  result still held, as in a loop ``g = grad(x)``): the per-call memory of a loop.
 
 Each RSS figure is the median over ``--repeats`` children (5; 1 with ``--quick``);
 where a row's children differ by more than 1.25x, the notes give the range (the
@@ -119,6 +117,13 @@ and the targets' verdicts; ``--json FILE`` writes ``{"rows": [...], "meta": {...
 ``--quick``: n = 10^5, B = 10^4, one child per figure (under a minute once the
 compile cache is warm).
 
+The workloads and their hand-written gradients
+(:mod:`hybridad.bench.workloads`), the implementations (:mod:`hybridad.bench.impls`)
+and the child-process method (:mod:`hybridad.bench.rss`) live in the package,
+shared with the suite ``python -m hybridad bench``.  The children of the
+numpy and peer rows import those modules without running ``hybridad/__init__``
+(so they load neither hybridad's machinery nor numba).
+
 Usage::
 
     python benchmarks/bench_memory.py [--quick] [--json FILE] [--repeats N] [--jobs N]
@@ -130,11 +135,9 @@ import argparse
 import concurrent.futures
 import gc
 import importlib.util
-import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -142,23 +145,24 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared _harness
-import _harness  # noqa: E402
-from _harness import MLP_WIDTHS, mlp, mlp_numpy, relative_error, version  # noqa: E402
+import _harness  # noqa: E402  (puts this checkout first on sys.path)
+from _harness import MLP_WIDTHS, version  # noqa: E402
 
-_harness.use_checkout()
+from hybridad.bench.harness import check_against  # noqa: E402
+from hybridad.bench.rss import ChildError  # noqa: E402
+from hybridad.bench.rss import run_child as run_rss_child  # noqa: E402
+from hybridad.bench.workloads import (  # noqa: E402,F401  (re-exported)
+    CHAIN_LAYERS, dense_chain, dense_chain_numpy, make_problem, warm_function)
 
-# hybridad itself is imported lazily: the peers' child processes must not load it (or numba)
-
-CHAIN_LAYERS = 20
 CHAIN_N, QUICK_CHAIN_N = 10**6, 10**5
 MLP_BATCH, QUICK_MLP_BATCH = 10**5, 10**4
-WARM_N = 8  # the tiny warm-up problem of the "warm" children
 SEED = 0
 
 REPEATS, QUICK_REPEATS = 5, 1
 SPREAD_NOTE = 1.25  # note the range when a row's children differ by more than this factor
 JOBS = 2
 CHILD_TIMEOUT_S = 600
+WARM_N = 8  # the tiny warm-up problem of the "warm" children (hybridad.bench.workloads)
 
 RTOL_HYBRIDAD = 1e-10
 RTOL_PEER = 1e-9
@@ -169,9 +173,12 @@ WORKLOADS = ("chain", "mlp")
 HYBRIDAD_IMPLS = ("hybridad", "hybridad pack=False")
 IMPLS = (*HYBRIDAD_IMPLS, "numpy (hand)", "torch", "jax.jit", "autograd")
 OPTIONAL = {"torch": "torch", "jax.jit": "jax", "autograd": "autograd"}  # impl -> module
-IMPL_NOTES = {"numpy (hand)": "hand-written, allocating", "torch": "autograd backward",
+IMPL_NOTES = {"numpy (hand)": "hand-written, allocating", "torch": "torch.autograd.grad",
               "jax.jit": "jit(value_and_grad), x64", "autograd": "value_and_grad"}
-CHILD_TAG = "BENCH_MEMORY_CHILD "
+# each row's implementation in hybridad.bench.impls: (name there, options)
+SOURCES = {"hybridad": ("hybridad", {}), "hybridad pack=False": ("hybridad", {"pack": False}),
+           "numpy (hand)": ("hand numpy", {}), "torch": ("torch", {}),
+           "jax.jit": ("jax.jit", {}), "autograd": ("autograd", {})}
 
 COLUMNS = (  # (header, row key, format)
     ("workload", "workload", "{}"),
@@ -191,38 +198,8 @@ COLUMNS = (  # (header, row key, format)
 )
 
 
-# --- the functions and their hand-written gradients ------------------------------------
-
-
-def dense_chain(x0, xp=np):
-    """``x_i = x_0 + ... + x_{i-1}`` for 20 layers; ``sum(tanh(x_20))``.
-
-    ``xp``: the array module of the peers' ports (torch, jax.numpy, autograd.numpy).
-    """
-    xs = [x0]
-    for _ in range(CHAIN_LAYERS):
-        xs.append(sum(xs[1:], xs[0]))
-    return xp.sum(xp.tanh(xs[-1]))
-
-
-def dense_chain_numpy(x0):
-    """Value and gradient of :func:`dense_chain`, written by hand the straightforward way.
-
-    The forward pass keeps a running sum ``s = x_0 + ... + x_{i-1}``: ``x_i = s``,
-    then ``s + x_i`` is the next sum (a new array per layer).  Every layer doubles,
-    so ``x_20 = 2**19 x_0`` and the gradient is ``2**19 (1 - tanh(x_20)**2)``.
-    """
-    s = x0  # x_0 + ... + x_{i-1}; for i = 1 just x_0
-    for _ in range(CHAIN_LAYERS):
-        x = s  # x_i
-        s = s + x  # x_0 + ... + x_i
-    t = np.tanh(x)
-    return np.sum(t), 2.0 ** (CHAIN_LAYERS - 1) * (1.0 - t**2)
-
-
-def warm_function(v, xp=np):
-    """The tiny function the "warm" children differentiate before their baseline."""
-    return xp.sum(xp.tanh(v) * v)
+# --- the workloads (hybridad.bench.workloads: dense_chain, mlp and their hand-written
+# gradients dense_chain_numpy, mlp_numpy; warm_function for the "warm" children) --------
 
 
 def chain_size(quick):
@@ -233,23 +210,20 @@ def mlp_batch(quick):
     return QUICK_MLP_BATCH if quick else MLP_BATCH
 
 
+def workload_size(workload, quick):
+    """The size of ``workload`` in hybridad.bench.workloads' terms (chain: n; mlp: B)."""
+    return chain_size(quick) if workload == "chain" else mlp_batch(quick)
+
+
 def make_workload(workload, quick):
-    """(f, args, argnums, hand) for a workload: numpy arrays, ``hand(*args) -> (value, grads)``."""
-    rng = np.random.default_rng(SEED)
-    if workload == "chain":
-        x0 = rng.uniform(-1.0, 1.0, chain_size(quick)) * 2.0 ** -(CHAIN_LAYERS - 1)
-        return dense_chain, (x0,), 0, dense_chain_numpy
-    # as bench_core.mlp_case: W ~ N(0, 1/fan_in), b ~ N(0, 0.1^2), X ~ U(-1, 1),
-    # Y = sin(pi X) + 0.1 N(0, 1)
-    n_in, n_out = MLP_WIDTHS[0], MLP_WIDTHS[-1]
-    params = []
-    for fan_in, fan_out in zip(MLP_WIDTHS[:-1], MLP_WIDTHS[1:], strict=True):
-        params += [rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in),
-                   0.1 * rng.standard_normal(fan_out)]
-    batch = mlp_batch(quick)
-    X = rng.uniform(-1.0, 1.0, (batch, n_in))
-    Y = np.sin(np.pi * X[:, :n_out]) + 0.1 * rng.standard_normal((batch, n_out))
-    return mlp, (*params, X, Y), tuple(range(len(params))), mlp_numpy
+    """(f, args, argnums, hand) for a workload: numpy arrays, ``hand(*args) -> (value, grads)``.
+
+    The data as in bench_core's cases: chain ``x_0 ~ U(-1, 1) * 2**-19``; MLP
+    W ~ N(0, 1/fan_in), b ~ N(0, 0.1^2), X ~ U(-1, 1), Y = sin(pi X) + 0.1 N(0, 1),
+    from ``default_rng(SEED)``.
+    """
+    problem = make_problem(workload, workload_size(workload, quick), SEED)
+    return problem.f, problem.args, problem.argnums, problem.numpy_grad
 
 
 def workload_label(workload, quick):
@@ -268,255 +242,19 @@ def as_tuple(argnums):
 
 def check(name, value, grads, want_value, want_grads, rtol):
     """Assert the value and every gradient array agree with the hand-written ones."""
-    grads, want_grads = list(grads), list(want_grads)
-    assert len(grads) == len(want_grads), f"{name}: {len(grads)} gradient arrays"
-    errs = [relative_error(value, want_value)]
-    errs += [relative_error(g, w) for g, w in zip(grads, want_grads, strict=True)]
-    assert max(errs) <= rtol, (f"{name} disagrees with the hand-written gradient: relative "
-                               f"errors {['%.1e' % e for e in errs]} (tolerance {rtol:g})")
-    return max(errs)
-
-
-# --- child: one measurement in a fresh process -----------------------------------------
-
-
-def _status():
-    """(VmHWM, VmRSS) in bytes from /proc/self/status; (ru_maxrss, None) without /proc."""
-    try:
-        with open("/proc/self/status") as fh:
-            fields = dict(line.split(":", 1) for line in fh if line.startswith(("VmHWM", "VmRSS")))
-        return (int(fields["VmHWM"].split()[0]) * 1024, int(fields["VmRSS"].split()[0]) * 1024)
-    except (OSError, KeyError):
-        import resource
-
-        scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale, None
-
-
-def _reset_peak():
-    """Set the high-water mark to the current RSS (Linux >= 4.0); False where not allowed."""
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def _measure(run):
-    """Peak RSS increase of ``run()`` over the RSS before it, and what stays; see the docstring."""
-    gc.collect()
-    reset = _reset_peak()
-    hwm0, rss0 = _status()
-    run()
-    hwm1, rss1 = _status()
-    base = rss0 if reset and rss0 is not None else hwm0
-    retained = None if rss0 is None else rss1 - rss0
-    return {"increase": hwm1 - base, "retained": retained, "base_rss": rss0,
-            "peak_reset": reset}
-
-
-def _setup_hybridad(f, args, argnums, pack):
-    """(first, again, result, warm_up) for a hybridad row; imports before the baseline."""
-    import numba  # noqa: F401  (hybridad's import loads it anyway; explicit: before the baseline)
-
-    import hybridad as ha
-    from hybridad.plan import Plan
-
-    diff = as_tuple(argnums)
-    state = {}
-
-    def first():
-        plan = (ha.compile(f, *args, argnums=argnums) if pack
-                else Plan(f, args, argnums, pack=False))
-        proto = args[argnums] if isinstance(argnums, int) else tuple(args[i] for i in diff)
-        res = ha.GradientResult(proto)
-        plan.gradient(*args, out=res)
-        state.update(plan=plan, res=res)
-
-    def again():
-        state["plan"].gradient(*args, out=state["res"])
-
-    def result():
-        res = state["res"]
-        grad = res.gradient
-        return float(res.value), [grad] if isinstance(argnums, int) else list(grad)
-
-    def warm_up():
-        v = np.linspace(-1.0, 1.0, WARM_N)
-        ha.compile(warm_function, v).gradient(v, out=ha.GradientResult(v))
-
-    return first, again, result, warm_up
-
-
-def _setup_numpy(f, args, argnums, hand):
-    state = {}
-
-    def first():
-        state["ret"] = hand(*args)
-
-    def again():
-        state["ret"] = hand(*args)  # the previous result is held during the call, as in a loop
-
-    def result():
-        value, grads = state["ret"]
-        return float(value), [grads] if isinstance(argnums, int) else list(grads)
-
-    def warm_up():
-        pass
-
-    return first, again, result, warm_up
-
-
-def _setup_torch(f, args, argnums):
-    import torch
-
-    diff = as_tuple(argnums)
-    targs = [torch.tensor(a, dtype=torch.float64, requires_grad=True) if i in diff
-             else torch.from_numpy(a) for i, a in enumerate(args)]
-    params = [targs[i] for i in diff]
-    state = {}
-
-    def first():
-        loss = f(*targs, xp=torch)
-        loss.backward()
-        state["loss"] = loss.detach()
-
-    def again():
-        for p in params:
-            p.grad = None  # optimizer.zero_grad() (set_to_none=True)
-        first()
-
-    def result():
-        return float(state["loss"]), [p.grad.numpy() for p in params]
-
-    def warm_up():
-        v = torch.linspace(-1.0, 1.0, WARM_N, dtype=torch.float64, requires_grad=True)
-        warm_function(v, xp=torch).backward()
-
-    return first, again, result, warm_up
-
-
-def _setup_jax(f, args, argnums):
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
-    import jax.numpy as jnp
-
-    jargs = [jnp.asarray(a) for a in args]
-    jax.block_until_ready(jargs)
-    state = {}
-
-    def first():
-        fn = jax.jit(jax.value_and_grad(lambda *a: f(*a, xp=jnp), argnums=argnums))
-        state["fn"] = fn
-        state["ret"] = jax.block_until_ready(fn(*jargs))
-
-    def again():
-        state["ret"] = jax.block_until_ready(state["fn"](*jargs))
-
-    def result():
-        value, grads = state["ret"]
-        grads = [grads] if isinstance(argnums, int) else list(grads)
-        return float(value), [np.asarray(g) for g in grads]
-
-    def warm_up():
-        v = jnp.linspace(-1.0, 1.0, WARM_N)
-        jax.block_until_ready(jax.jit(jax.value_and_grad(
-            lambda v: warm_function(v, xp=jnp)))(v))
-
-    return first, again, result, warm_up
-
-
-def _setup_autograd(f, args, argnums):
-    import autograd
-    import autograd.numpy as anp
-
-    if isinstance(argnums, int):
-        def g(x):
-            return f(*args[:argnums], x, *args[argnums + 1:], xp=anp)
-        diff_arg = args[argnums]
-    else:  # the differentiated arguments as one tuple (autograd's argnum is one position)
-        diff = set(argnums)
-        rest = {i: a for i, a in enumerate(args) if i not in diff}
-
-        def g(params):
-            it = iter(params)
-            return f(*(next(it) if i in diff else rest[i] for i in range(len(args))), xp=anp)
-        diff_arg = tuple(args[i] for i in argnums)
-    state = {}
-
-    def first():
-        state["ret"] = autograd.value_and_grad(g)(diff_arg)
-
-    def again():
-        state["ret"] = autograd.value_and_grad(g)(diff_arg)
-
-    def result():
-        value, grads = state["ret"]
-        return float(value), [grads] if isinstance(argnums, int) else list(grads)
-
-    def warm_up():
-        autograd.value_and_grad(lambda v: warm_function(v, xp=anp))(np.linspace(-1, 1, WARM_N))
-
-    return first, again, result, warm_up
-
-
-def _start_numba():
-    """Compile and call a trivial njit function: numba's runtime is up afterwards."""
-    import numba
-
-    @numba.njit
-    def one_more(x):
-        return x + 1.0
-
-    one_more(1.0)
-
-
-def child_main(workload, impl, quick, warm, ready=False):
-    """Measure one row in this (fresh) process; print the numbers as one JSON line."""
-    f, args, argnums, hand = make_workload(workload, quick)
-    if impl in HYBRIDAD_IMPLS:
-        first, again, result, warm_up = _setup_hybridad(f, args, argnums, impl == "hybridad")
-    elif impl == "numpy (hand)":
-        first, again, result, warm_up = _setup_numpy(f, args, argnums, hand)
-    else:
-        setup = {"torch": _setup_torch, "jax.jit": _setup_jax, "autograd": _setup_autograd}[impl]
-        first, again, result, warm_up = setup(f, args, argnums)
-    startup = _measure(_start_numba)["increase"] if ready else None
-    if warm:
-        warm_up()
-    out = _measure(first)
-    out["numba_startup"] = startup
-    out["call_increase"] = _measure(again)["increase"]
-    value, grads = result()
-    want_value, want_grads = hand(*args)
-    want_grads = [want_grads] if isinstance(argnums, int) else list(want_grads)
-    rtol = RTOL_HYBRIDAD if impl in HYBRIDAD_IMPLS else RTOL_PEER
-    out["rel_err"] = check(impl, value, grads, want_value, want_grads, rtol)
-    print(CHILD_TAG + json.dumps(out), flush=True)
-    return 0
+    return check_against(name, (value, list(grads)), (want_value, list(want_grads)), rtol)
 
 
 # --- parent ------------------------------------------------------------------------------
 
 
-class ChildError(RuntimeError):
-    pass
-
-
 def run_child(workload, impl, quick, warm):
-    """Run one child of this script; its JSON numbers.  ``warm``: False, True or "ready"."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", workload, impl]
-    cmd += ["--quick"] if quick else []
-    cmd += {False: [], True: ["--warm"], "ready": ["--ready"]}[warm]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(CHILD_TAG)]
-    if proc.returncode or not lines:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        raise ChildError(f"child {workload!r} {impl!r} (warm={warm}) exited with "
-                         f"{proc.returncode}: " + " | ".join(tail))
-    return json.loads(lines[-1][len(CHILD_TAG):])
+    """One child (:func:`hybridad.bench.rss.run_child`); its numbers.  ``warm``: False,
+    True or "ready"."""
+    name, options = SOURCES[impl]
+    return run_rss_child(workload, workload_size(workload, quick), name, seed=SEED,
+                         options=options, warm=warm is True, ready=warm == "ready",
+                         timeout=CHILD_TIMEOUT_S)
 
 
 def plan_memory(workload, quick):
@@ -695,12 +433,7 @@ def parse_args(argv):
     p.add_argument("--repeats", type=int, help="measured children per figure (median)")
     p.add_argument("--jobs", type=int, default=JOBS,
                    help=f"children run at once (default {JOBS}; RSS is per process)")
-    p.add_argument("--child", nargs=2, metavar=("WORKLOAD", "IMPL"), help=argparse.SUPPRESS)
-    p.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--ready", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.child and (args.child[0] not in WORKLOADS or args.child[1] not in IMPLS):
-        p.error(f"--child takes one of {WORKLOADS} and one of {IMPLS}")
     args.repeats = args.repeats or (QUICK_REPEATS if args.quick else REPEATS)
     if args.repeats < 1 or args.jobs < 1:
         p.error("--repeats and --jobs must be >= 1")
@@ -709,8 +442,6 @@ def parse_args(argv):
 
 def main(argv=None):
     settings = parse_args(argv)
-    if settings.child:
-        return child_main(*settings.child, settings.quick, settings.warm, settings.ready)
     peers, skipped = available_peers()
     impls = [i for i in IMPLS if i not in OPTIONAL or i in peers]
     meta = environment(settings, skipped)

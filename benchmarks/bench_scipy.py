@@ -97,6 +97,12 @@ Output: a plain-text table on stdout; ``--json FILE`` writes the same rows as
 scipy's stop ``message``).  A full run takes about 2 minutes on a 2-core
 machine (about 1 minute with ``--quick``).
 
+The objective, its hand-written derivatives and kernel
+(:mod:`hybridad.bench.workloads`, :mod:`hybridad.bench.kernels`) and the
+optimizer and evaluation timing (:mod:`hybridad.bench.optim`) live in the
+package, shared with the suite ``python -m hybridad bench`` (its ``rosen``
+workload).
+
 Usage::
 
     python benchmarks/bench_scipy.py [--quick] [--json FILE] [--sizes N ...]
@@ -106,8 +112,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
-import importlib.metadata
+import functools
 import importlib.util
 import os
 import platform
@@ -122,19 +127,17 @@ import scipy
 from scipy.optimize import minimize, rosen, rosen_der
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared _harness
-import _harness  # noqa: E402
-from _harness import batch_ns, gc_disabled, relative_error, version  # noqa: E402
-
-_harness.use_checkout()
+import _harness  # noqa: E402  (puts this checkout first on sys.path)
+from _harness import relative_error, version  # noqa: E402
 
 import hybridad as ha  # noqa: E402
 import hybridad.scipy as hs  # noqa: E402
+from hybridad.bench.kernels import make_rosen_numba  # noqa: E402
+from hybridad.bench.optim import (  # noqa: E402
+    MAXITER_LARGE, MAXITER_SMALL, METHOD, SMALL_LIMIT, time_evaluations, time_optimizer)
+from hybridad.bench.workloads import rosen_np, rosen_value_and_grad  # noqa: E402,F401
 
 SIZES = (10**3, 10**5)
-SMALL_LIMIT = 10**4  # n <= this: run to convergence
-MAXITER_SMALL = 15000
-MAXITER_LARGE = 100
-METHOD = "L-BFGS-B"
 SEED = 0
 
 REPEATS = 5
@@ -177,60 +180,18 @@ COLUMNS = (  # (header, row key, format)
 
 
 # --- the objective and its hand-written derivatives ---------------------------------
-
-
-def rosen_np(x):
-    """scipy's ``rosen`` as plain numpy code: what hybridad differentiates."""
-    return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
-
-
-def rosen_jax(x):
-    import jax.numpy as jnp
-
-    return jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
-
-
-def rosen_value_and_grad(x):
-    """Value and gradient in one pass of numpy code (temporaries shared), as people write it.
-
-    With ``d = x[1:] - x[:-1]**2`` and ``e = 1 - x[:-1]``: ``f = sum(100 d**2 + e**2)``,
-    ``g[:-1] = -400 x[:-1] d - 2 e`` and ``g[1:] += 200 d``.
-    """
-    xm = x[:-1]
-    d = x[1:] - xm * xm
-    e = 1.0 - xm
-    value = np.sum(100.0 * d * d + e * e)
-    g = np.zeros_like(x)
-    g[:-1] = -400.0 * xm * d - 2.0 * e
-    g[1:] += 200.0 * d
-    return float(value), g
-
-
-def _rosen_kernel(x, g):
-    """Value of the chained Rosenbrock, its gradient written into ``g``: one loop."""
-    n = x.shape[0]
-    value = 0.0
-    carry = 0.0  # 200 d[i-1]: x[i]'s part of term i-1
-    for i in range(n - 1):
-        a = x[i]
-        d = x[i + 1] - a * a
-        e = 1.0 - a
-        value += 100.0 * d * d + e * e
-        g[i] = carry - 400.0 * a * d - 2.0 * e
-        carry = 200.0 * d
-    g[n - 1] = carry
-    return value
+#
+# rosen_np (the plain numpy expression hybridad differentiates) and
+# rosen_value_and_grad (hand-written numpy) come from hybridad.bench.workloads.
 
 
 def make_numba(n):
-    """The njit kernel (a fresh dispatcher, no disk cache) and its wrapper; compiled lazily."""
-    import numba
-
-    kernel = numba.njit(cache=False)(_rosen_kernel)
-    g = np.empty(n)
+    """The hand-written njit kernel (:func:`hybridad.bench.kernels.make_rosen_numba`, a fresh
+    dispatcher, no disk cache) as ``(float(value), g.copy())``; compiled lazily."""
+    grad = make_rosen_numba(np.empty(n), cache=False)
 
     def value_and_grad(x):
-        value = kernel(x, g)
+        value, g = grad(x)
         return float(value), g.copy()  # a new array: scipy keeps the gradients it gets
 
     return value_and_grad
@@ -300,7 +261,9 @@ def setup_impls(n, x0, options, jax_ok):
             import jax
 
             jax.config.update("jax_enable_x64", True)
-            vg = jax.jit(jax.value_and_grad(rosen_jax))
+            import jax.numpy as jnp
+
+            vg = jax.jit(jax.value_and_grad(functools.partial(rosen_np, xp=jnp)))
 
             def value_and_grad(x):
                 v, g = vg(x)
@@ -346,57 +309,6 @@ def check_derivatives(impls, points):
                 f"{impl.rtol:g})")
 
 
-def time_optimizer(impls, repeats):
-    """Per implementation: (seconds of each round, last OptimizeResult); rounds interleaved."""
-    times = [[] for _ in impls]
-    results = [None] * len(impls)
-    for r in range(repeats):
-        order = [(r + k) % len(impls) for k in range(len(impls))]  # rotated each round
-        for i in order:
-            with gc_disabled():
-                t0 = time.perf_counter()
-                res = impls[i].run()
-                times[i].append(time.perf_counter() - t0)
-            results[i] = res
-            gc.collect()
-    return times, results
-
-
-def calls_per_batch(call, target_ns):
-    """Calls needed for a batch of about ``target_ns`` (an even number, >= 2)."""
-    number = 2
-    while True:
-        elapsed = batch_ns(call, number)
-        if elapsed >= target_ns / 10 or number >= 10**7:
-            return max(2, 2 * round(number * target_ns / max(elapsed, 1) / 2))
-        number *= 10
-
-
-def time_evaluations(evaluates, x0, repeats, target_ms):
-    """Median microseconds of one evaluation per callable (interleaved batches)."""
-    xb = x0.copy()
-    xb[0] += 1e-3
-    calls = []
-    for evaluate in evaluates:
-        state = [False]
-
-        def call(evaluate=evaluate, state=state):  # alternate x0 / xb: defeats memoization
-            state[0] = not state[0]
-            return evaluate(xb if state[0] else x0)
-
-        calls.append(call)
-    for call in calls:
-        call()
-        call()
-    with gc_disabled():
-        numbers = [calls_per_batch(call, target_ms * 1e6) for call in calls]
-        per_call = [[] for _ in calls]
-        for _ in range(repeats):
-            for call, number, t in zip(calls, numbers, per_call, strict=True):
-                t.append(batch_ns(call, number) / number / 1e3)
-    return [statistics.median(t) for t in per_call]
-
-
 def plan_reuse(x0, count):
     """(median, min) seconds of ``count`` constructions of ``hs.Objective(rosen_np, x0)``
     (the plan was built before at this size), and whether two Objectives share one
@@ -423,7 +335,7 @@ def measure_size(n, settings, jax_ok):
     impls = setup_impls(n, x0, options, jax_ok)
     rng = np.random.default_rng(SEED)
     check_derivatives(impls, [x0, rng.uniform(-2.0, 2.0, n)])
-    times, results = time_optimizer(impls, settings.repeats)
+    times, results = time_optimizer([impl.run for impl in impls], settings.repeats)
     evals = time_evaluations([impl.evaluate for impl in impls], x0,
                              max(settings.repeats, EVAL_REPEATS), settings.target_ms)
     rows = []
