@@ -1,4 +1,4 @@
-"""Command line: ``python -m hybridad demo`` and ``python -m hybridad explain``.
+"""Command line: ``python -m hybridad demo``, ``explain`` and ``bench``.
 
 ``demo`` runs a short optimizer loop (gradient descent on a regularized
 logistic regression) that calls ``gradient(loss, w, X, y, out=res)`` every
@@ -9,6 +9,13 @@ per call, counted exactly.
 ``FUNCTION`` (from an importable module or a ``.py`` file) at random
 arguments of those shapes and prints ``plan.explain()`` and its memory
 profile; ``--plot FILE`` saves the live-bytes curve (needs matplotlib).
+
+``bench [--quick] [--workload NAME ...] [--json FILE] [--plot FILE]`` runs the
+benchmark suite (:mod:`hybridad.bench`): hybridad against hand-written numpy
+and numba gradients (and JAX, PyTorch, autograd when importable) on the
+expsum, quadform, MLP, dense-chain and scipy Rosenbrock workloads; time per
+call, ratios, allocations per call, peak memory and first-call time, as a
+table, JSON and a plot (see docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -138,6 +145,11 @@ def main(argv=None):
     e.add_argument("--backend", default="numba", choices=["numba", "numpy"])
     e.add_argument("--plot", metavar="FILE", help="save the memory profile as an image")
     e.add_argument("--no-source", action="store_true", help="leave out the generated source")
+    b = sub.add_parser("bench", help="benchmark suite: time, allocations and memory against "
+                                     "hand-written gradients and peers")
+    from .bench.suite import add_arguments
+
+    add_arguments(b)
     args = parser.parse_args(argv)
     if args.command == "demo":
         demo(steps=args.steps)
@@ -145,6 +157,10 @@ def main(argv=None):
         nums = tuple(int(a) for a in args.argnums.split(","))
         explain(args.function, args.shape, args.dtype, nums[0] if len(nums) == 1 else nums,
                 args.backend, args.plot, source=not args.no_source)
+    elif args.command == "bench":
+        from .bench.suite import main as bench_main
+
+        return bench_main(args)
     return 0
 
 

@@ -161,6 +161,7 @@ def child_main(spec):
     out["rel_err"] = check_against(impl.name, got, problem.reference(),
                                    problem.tolerance(impl.rtol))
     out["pid"] = os.getpid()
+    out["numba_loaded"] = "numba" in sys.modules
     print(CHILD_TAG + json.dumps(out), flush=True)
     return 0
 

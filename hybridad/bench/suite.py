@@ -1,0 +1,470 @@
+"""The benchmark suite behind ``python -m hybridad bench``.
+
+For every workload (:data:`hybridad.bench.workloads.WORKLOADS`) and size, and
+every implementation (:mod:`hybridad.bench.impls`), in one run:
+
+* ``median_s`` / ``min_s`` / ``max_s`` -- seconds per value+gradient call over
+  interleaved batches (:func:`~hybridad.bench.harness.time_round_robin`); for
+  ``rosen`` the seconds of a whole ``scipy.optimize.minimize`` run, rounds
+  rotated (:func:`~hybridad.bench.optim.time_optimizer`);
+* ``f_s`` and ``grad_f_ratio`` -- the plain numpy function's value alone,
+  timed in the same batches, and the value+gradient time over it (``rosen``:
+  one evaluation over one value);
+* ``ratio_vs_numba`` -- the median over the hand-written numba gradient's;
+* ``allocs_per_call`` / ``bytes_per_call`` -- numpy allocations per call
+  (:func:`hybridad.testing.count_allocations`; None for jax and torch, whose
+  buffers numpy's allocator does not see: their memory is in the RSS columns);
+* ``first_call_s`` -- build (trace and plan, compile or load from numba's
+  disk cache, jit) and the first call;
+* ``peak_rss_bytes``, ``call_rss_bytes``, ``startup_rss_bytes`` -- at the
+  largest size of each workload, in a fresh child process
+  (:mod:`hybridad.bench.rss`): the peak RSS increase of build + first
+  gradient after the library started, of one more call, and of the
+  library's start-up.
+
+Every implementation's value and gradient are checked against the
+hand-written numpy ones before it is timed; a disagreement aborts the run
+(:class:`BenchError`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import datetime
+import json
+import sys
+import time
+
+import numpy as np
+
+from . import harness, optim
+from .impls import HYBRIDAD_IMPLS, RTOL_EXACT, availability, setup
+from .workloads import WORKLOADS, make_problem
+
+IMPLS = ("hybridad", "ha.gradient", "hand numpy", "hand numba", "jax.jit", "torch", "autograd")
+SCIPY_ROW = "scipy rosen_der"  # minimize workloads: scipy's own hand-written derivative
+REFERENCE = "hand numpy"
+BASELINE = "hand numba"
+NO_CHILD = {"ha.gradient", SCIPY_ROW}  # no memory child: hybridad's plan again / not a gradient
+
+FULL = {"repeats": 7, "target_ms": 20.0, "alloc_calls": 100, "minimize_repeats": 5}
+QUICK = {"repeats": 3, "target_ms": 5.0, "alloc_calls": 10, "minimize_repeats": 3}
+
+
+class BenchError(RuntimeError):
+    """An implementation disagrees with the hand-written gradient (or a child failed)."""
+
+
+@dataclasses.dataclass
+class Settings:
+    """What one run measures (see :func:`make_settings`)."""
+
+    quick: bool
+    workloads: list
+    sizes: dict  # workload -> sizes
+    impls: list
+    memory: bool
+    repeats: int
+    target_ms: float
+    alloc_calls: int
+    minimize_repeats: int
+    jobs: int = 2
+    seed: int = 0
+
+
+def make_settings(quick=False, workloads=None, sizes=None, impls=None, memory=True,
+                  repeats=None, jobs=2):
+    """Settings of a run.
+
+    Parameters
+    ----------
+    quick : bool
+        Fewer sizes (each workload's ``quick_sizes``), 3 batches of ~5 ms.
+    workloads : list of str, optional
+        Default: all of :data:`~hybridad.bench.workloads.WORKLOADS`.
+    sizes : list of int, optional
+        Sizes for every selected workload (default: the workload's own).
+    impls : list of str, optional
+        Default :data:`IMPLS` (optional peers that cannot be imported are
+        skipped with a note).  The reference (``hand numpy``) always runs.
+    memory : bool
+        Run the RSS children.
+    repeats : int, optional
+        Timed batches (rounds for ``minimize`` workloads).
+    jobs : int
+        Memory children run at once.
+
+    Returns
+    -------
+    Settings
+    """
+    names = list(workloads or WORKLOADS)
+    unknown = [w for w in names if w not in WORKLOADS]
+    if unknown:
+        raise ValueError(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
+    chosen = {w: tuple(sizes) if sizes else (WORKLOADS[w].quick_sizes if quick
+                                              else WORKLOADS[w].sizes) for w in names}
+    impls = list(impls or IMPLS)
+    if REFERENCE not in impls:
+        impls.insert(0, REFERENCE)
+    base = QUICK if quick else FULL
+    return Settings(quick, names, chosen, impls, memory,
+                    repeats or base["repeats"], base["target_ms"], base["alloc_calls"],
+                    repeats or base["minimize_repeats"], jobs)
+
+
+# --- progress ------------------------------------------------------------------------------
+
+
+class Progress:
+    """A tqdm bar when tqdm is importable (``mode="auto"``), else one line per step."""
+
+    def __init__(self, total, mode="auto", stream=None):
+        self.stream = stream or sys.stderr
+        self.total, self.done, self.bar = total, 0, None
+        self.mode = mode
+        if mode in ("auto", "tqdm"):
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                if mode == "tqdm":
+                    raise
+                self.mode = "plain"
+            else:
+                self.mode = "tqdm"
+                self.bar = tqdm(total=total, file=self.stream, unit="step", desc="bench",
+                                dynamic_ncols=True)
+
+    def step(self, label):
+        """Mark the start of a step named ``label``."""
+        self.done += 1
+        if self.bar is not None:
+            if self.done > 1:
+                self.bar.update(1)
+            self.bar.set_postfix_str(label, refresh=True)
+        elif self.mode == "plain":
+            print(f"[{self.done}/{self.total}] {label}", file=self.stream, flush=True)
+
+    def expect(self, remaining):
+        """There are ``remaining`` more steps (the total is adjusted)."""
+        self.total = self.done + remaining
+        if self.bar is not None:
+            self.bar.total = self.total
+            self.bar.refresh()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.update(self.total - self.bar.n)
+            self.bar.close()
+
+
+# --- measuring ------------------------------------------------------------------------------
+
+
+def size_label(size_name, size):
+    """``n=10^4`` for powers of ten from 1000, else ``n=500``."""
+    exp = round(np.log10(size)) if size > 0 else 0
+    return f"{size_name}=10^{exp}" if size >= 1000 and 10**exp == size else f"{size_name}={size}"
+
+
+def _check(problem, name, got, rtol, where):
+    try:
+        return harness.check_against(name, got, problem.reference(), problem.tolerance(rtol))
+    except AssertionError as exc:
+        raise BenchError(f"{where}: {exc} -- the hand-written numpy gradient is the "
+                         "reference; this implementation is wrong, nothing was timed") from None
+
+
+def _row(problem, workload, name, **fields):
+    row = {"workload": workload.name, "size": problem.size, "size_name": workload.size_name,
+           "n": problem.n, "impl": name, "median_s": None, "min_s": None, "max_s": None,
+           "f_s": None, "grad_f_ratio": None, "ratio_vs_numba": None,
+           "allocs_per_call": None, "bytes_per_call": None, "first_call_s": None,
+           "peak_rss_bytes": None, "call_rss_bytes": None, "startup_rss_bytes": None,
+           "rel_err": None}
+    row.update(fields)
+    return row
+
+
+def measure_gradient(problem, workload, settings, names):
+    """Rows of a value+gradient problem, one per implementation it has."""
+    where = f"{workload.name} {size_label(workload.size_name, problem.size)}"
+    impls = [impl for impl in (setup(name, problem) for name in names) if impl is not None]
+    errors = [_check(problem, impl.name, impl.result(impl.call()), impl.rtol,
+                     f"{where} {impl.name}") for impl in impls]
+    args = problem.args
+
+    def f_value():
+        return problem.f(*args)
+
+    timings = harness.time_round_robin([impl.call for impl in impls] + [f_value],
+                                       settings.repeats, settings.target_ms)
+    f_us = timings[-1][0]
+    rows = []
+    for impl, (median, lo, hi, number), err in zip(impls, timings, errors, strict=False):
+        allocs, nbytes = (harness.allocations_per_call(impl.call, settings.alloc_calls)
+                          if impl.numpy_memory else (None, None))
+        rows.append(_row(problem, workload, impl.name, median_s=median * 1e-6,
+                         min_s=lo * 1e-6, max_s=hi * 1e-6, f_s=f_us * 1e-6,
+                         grad_f_ratio=median / f_us, allocs_per_call=allocs,
+                         bytes_per_call=nbytes, first_call_s=impl.first_call_s, rel_err=err,
+                         repeats=settings.repeats, calls_per_repeat=number))
+    return rows
+
+
+def measure_minimize(problem, workload, settings, names):
+    """Rows of a ``minimize`` problem: whole L-BFGS-B runs per implementation."""
+    where = f"{workload.name} {size_label(workload.size_name, problem.size)}"
+    x0 = problem.args[0]
+    options = optim.options_for(problem.n)
+    entries = []  # (name, value_and_grad, rtol, first_call_s, numpy_memory)
+    for name in names:
+        if name == "ha.gradient":
+            continue  # the optimizer's hybridad row is hybridad.scipy.Objective
+        if name == "hybridad":
+            vg, first = optim.objective_value_and_grad(problem)
+            entries.append((name, vg, RTOL_EXACT, first, True))
+            continue
+        impl = setup(name, problem)
+        if impl is not None and impl.value_and_grad is not None:
+            entries.append((name, impl.value_and_grad, impl.rtol, impl.first_call_s,
+                            impl.numpy_memory))
+    scipy_vg = optim.scipy_value_and_grad()
+    t0 = time.perf_counter()
+    scipy_vg(x0)
+    entries.append((SCIPY_ROW, scipy_vg, RTOL_EXACT, time.perf_counter() - t0, True))
+    errors = {name: 0.0 for name, *_ in entries}
+    for x in optim.check_points(problem, settings.seed):
+        ref = dataclasses.replace(problem, args=(x, *problem.args[1:]))
+        for name, vg, rtol, _, _ in entries:
+            value, grad = vg(x)
+            errors[name] = max(errors[name], _check(ref, name, (value, [grad]), rtol,
+                                                    f"{where} {name}"))
+    runs = [optim.minimize_run(entry[1], x0, options) for entry in entries]
+    for run in runs:
+        run()  # untimed: warm (plans, jit, caches)
+    times, results = optim.time_optimizer(runs, settings.minimize_repeats)
+    evals = optim.time_evaluations([entry[1] for entry in entries] + [problem.f], x0,
+                                   max(settings.repeats, 3), settings.target_ms)
+    f_us = evals[-1]
+    rows = []
+    for (name, vg, _, first, numpy_memory), t, res, eval_us in zip(
+            entries, times, results, evals, strict=False):
+        allocs, nbytes = (harness.allocations_per_call(optim.alternating(vg, x0),
+                                                       settings.alloc_calls)
+                          if numpy_memory else (None, None))
+        rows.append(_row(problem, workload, name, median_s=float(np.median(t)), min_s=min(t),
+                         max_s=max(t), f_s=f_us * 1e-6, eval_s=eval_us * 1e-6,
+                         grad_f_ratio=eval_us / f_us, allocs_per_call=allocs,
+                         bytes_per_call=nbytes, first_call_s=first, rel_err=errors[name],
+                         repeats=settings.minimize_repeats, times_s=t, nit=int(res.nit),
+                         nfev=int(res.nfev), f_final=float(res.fun),
+                         maxiter=options["maxiter"]))
+    return rows
+
+
+def _ratios(rows):
+    base = {(r["workload"], r["size"]): r["median_s"] for r in rows if r["impl"] == BASELINE}
+    for r in rows:
+        b = base.get((r["workload"], r["size"]))
+        r["ratio_vs_numba"] = None if b is None else r["median_s"] / b
+
+
+def measure_memory(rows, settings, progress):
+    """Run the RSS children (largest size of each workload) and fill the rows' RSS fields."""
+    jobs = []
+    for w in settings.workloads:
+        size = max(settings.sizes[w])
+        for r in rows:
+            if r["workload"] == w and r["size"] == size and r["impl"] not in NO_CHILD:
+                jobs.append(r)
+    progress.expect(len(jobs))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=settings.jobs) as pool:
+        from .rss import ChildError, run_child
+
+        futures = [(r, pool.submit(run_child, r["workload"], r["size"], r["impl"],
+                                   seed=settings.seed)) for r in jobs]
+        for r, fut in futures:
+            progress.step(f"memory: {r['workload']} "
+                          f"{size_label(r['size_name'], r['size'])} {r['impl']}")
+            try:
+                out = fut.result()
+            except ChildError as exc:
+                raise BenchError(str(exc)) from None
+            r.update(peak_rss_bytes=out["increase"], call_rss_bytes=out["call_increase"],
+                     startup_rss_bytes=out["startup"], rss_peak_reset=out["peak_reset"])
+    return len(jobs)
+
+
+def warm_up_hybridad():
+    """Pay one-time process costs (lazy imports, hybridad's runtime helpers) on tiny plans."""
+    import hybridad as ha
+
+    for w, size in (("expsum", 3), ("chain", 3), ("rosen", 4)):
+        problem = make_problem(w, size)
+        ha.compile(problem.f, *problem.args).gradient(*problem.args)
+    ha.clear_cache()
+
+
+def run(settings, progress="auto", log=print):
+    """Run the suite; the JSON document ``{"workloads": ..., "skipped": ..., "meta": ...}``.
+
+    Parameters
+    ----------
+    settings : Settings
+    progress : {"auto", "tqdm", "plain", "none"}
+        The progress display (on stderr).
+    log : callable
+        Where notes go (``print``).
+
+    Raises
+    ------
+    BenchError
+        When an implementation's value or gradient is wrong, or a child fails.
+    """
+    t_start = time.perf_counter()
+    skipped = {name: why for name in settings.impls if (why := availability(name))}
+    names = [n for n in settings.impls if n not in skipped]
+    for name, why in skipped.items():
+        log(f"note: {name} skipped ({why})")
+    problems = [(w, s) for w in settings.workloads for s in settings.sizes[w]]
+    children = (sum(len([n for n in names if n not in NO_CHILD]) for _ in settings.workloads)
+                if settings.memory else 0)
+    bar = Progress(len(problems) + children, progress)
+    try:
+        if any(n in HYBRIDAD_IMPLS for n in names):
+            warm_up_hybridad()
+        rows = []
+        for w, size in problems:
+            workload = WORKLOADS[w]
+            bar.step(f"{w} {size_label(workload.size_name, size)}")
+            problem = make_problem(w, size, settings.seed)
+            measure = measure_minimize if workload.kind == "minimize" else measure_gradient
+            rows.extend(measure(problem, workload, settings, names))
+        _ratios(rows)
+        if settings.memory:
+            measure_memory(rows, settings, bar)
+    finally:
+        bar.close()
+    doc = {"workloads": {}, "skipped": skipped, "meta": {
+        **harness.machine(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "quick": settings.quick, "repeats": settings.repeats, "target_ms": settings.target_ms,
+        "alloc_calls": settings.alloc_calls, "minimize_repeats": settings.minimize_repeats,
+        "memory": settings.memory, "impls": names, "reference": REFERENCE,
+        "baseline": BASELINE, "seed": settings.seed,
+        "total_s": time.perf_counter() - t_start}}
+    for w in settings.workloads:
+        workload = WORKLOADS[w]
+        doc["workloads"][w] = {
+            "title": workload.title, "kind": workload.kind, "size_name": workload.size_name,
+            "sizes": list(settings.sizes[w]),
+            "memory_size": max(settings.sizes[w]) if settings.memory else None,
+            "time_unit": "whole minimize run" if workload.kind == "minimize"
+            else "value+gradient call",
+            "rows": [r for r in rows if r["workload"] == w]}
+    return doc
+
+
+# --- output ---------------------------------------------------------------------------------
+
+
+def format_bytes(value):
+    """``0``, ``812 B``, ``31.3 kB``, ``8.00 MB`` (decimal units)."""
+    if value is None:
+        return "-"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.0f} B" if value else "0"
+
+
+COLUMNS = (  # (header, row key, format)
+    ("size", "size_label", "{}"),
+    ("impl", "impl", "{}"),
+    ("median", "median_s", harness.format_time),
+    ("min", "min_s", harness.format_time),
+    ("max", "max_s", harness.format_time),
+    ("x numba", "ratio_vs_numba", "{:.2f}"),
+    ("grad/f", "grad_f_ratio", "{:.2f}"),
+    ("allocs/call", "allocs_per_call", "{:g}"),
+    ("bytes/call", "bytes_per_call", format_bytes),
+    ("first call", "first_call_s", harness.format_time),
+    ("peak RSS", "peak_rss_bytes", format_bytes),
+    ("RSS/call", "call_rss_bytes", format_bytes),
+)
+
+
+def format_report(doc):
+    """The tables of a run (one per workload) and its notes, as text."""
+    out = []
+    for name, w in doc["workloads"].items():
+        rows = [dict(r, size_label=size_label(w["size_name"], r["size"])) for r in w["rows"]]
+        out.append(f"{name}: {w['title']}; time per {w['time_unit']}")
+        out.append(harness.format_table(rows, COLUMNS, {"size", "impl"},
+                                        missing=lambda key: "n/a" if key in (
+                                            "allocs_per_call", "bytes_per_call") else "-"))
+        out.append("")
+    meta = doc["meta"]
+    out.append(f"medians of {meta['repeats']} batches of ~{meta['target_ms']:g} ms "
+               f"(minimize: {meta['minimize_repeats']} rounds); x numba: median over the "
+               f"hand-written numba gradient's; grad/f: over the numpy function's value "
+               f"alone; allocs: numpy allocations per call (n/a: not numpy memory, see RSS); "
+               f"RSS: fresh process, largest size, after the library's start-up")
+    for impl, why in doc["skipped"].items():
+        out.append(f"note: {impl} skipped ({why})")
+    out.append(f"{meta['cpu_count']} CPUs ({meta['cpu_model']}), numpy {meta['numpy']}, "
+               f"numba {meta['numba']}, total {meta['total_s']:.0f} s")
+    return "\n".join(out)
+
+
+def add_arguments(parser):
+    """The ``bench`` subcommand's options (``python -m hybridad bench --help``)."""
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer sizes, 3 batches of ~5 ms (about a minute or two)")
+    parser.add_argument("--workload", metavar="NAME", nargs="+", action="extend",
+                        choices=list(WORKLOADS), help=f"some of {', '.join(WORKLOADS)}")
+    parser.add_argument("--json", metavar="FILE", help='write {"workloads": ...} as JSON')
+    parser.add_argument("--plot", metavar="FILE", help="draw time and allocations per call "
+                        "(PNG; needs matplotlib)")
+    parser.add_argument("--sizes", metavar="N", type=int, nargs="+",
+                        help="sizes for every selected workload (default: each its own)")
+    parser.add_argument("--impl", metavar="NAME", nargs="+", action="extend",
+                        choices=list(IMPLS) + ["hand numpy out="],
+                        help=f"implementations (default: {', '.join(IMPLS)})")
+    parser.add_argument("--no-memory", action="store_true",
+                        help="skip the peak-RSS child processes")
+    parser.add_argument("--repeats", type=int, help="timed batches per row")
+    parser.add_argument("--jobs", type=int, default=2, help="memory children run at once")
+    parser.add_argument("--progress", choices=["auto", "tqdm", "plain", "none"],
+                        default="auto", help="progress display on stderr (auto: tqdm if "
+                        "installed, else one line per step)")
+
+
+def main(args):
+    """Run the ``bench`` subcommand from parsed arguments; the exit status."""
+    try:
+        settings = make_settings(args.quick, args.workload, args.sizes, args.impl,
+                                 not args.no_memory, args.repeats, args.jobs)
+        doc = run(settings, args.progress)
+    except (BenchError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print()
+    print(format_report(doc))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(doc, fh, indent=1)
+            fh.write("\n")
+        print(f"JSON written to {args.json}")
+    if args.plot:
+        from .plot import plot
+
+        try:
+            plot(doc, args.plot)
+        except ImportError:
+            print("matplotlib is not installed: no plot written "
+                  "(pip install matplotlib, or hybridad[bench])")
+        else:
+            print(f"plot written to {args.plot}")
+    return 0
