@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+import re
+
 import numpy as np
 
 from .._settings import enabled, switch
@@ -96,11 +98,27 @@ class LoopWriter:
         pad = self.indent
         par = parallel and shape and int(np.prod(shape)) >= parallel_min()
         self.parallel = self.parallel or bool(par)
+        if par:
+            body = self._hoist_scalars(body)
         for d, s in enumerate(shape):
             loop = "prange" if par and d == 0 else "range"
             self.lines.append("    " * (pad + d) + f"for {prefix}{d} in {loop}({s}):")
         inner = "    " * (pad + len(shape))
         self.lines.extend(inner + line for line in body)
+
+
+    _ZERO_D = re.compile(r"\b([A-Za-z_]\w*)\[\(\)\]")
+
+    def _hoist_scalars(self, body):
+        """``body`` with each 0-d array read (``b5[()]``) taken once before the
+        loop into a local: numba's parfor lowering fails on a 0-d array
+        written before a ``prange`` and read inside it (and the load is loop
+        invariant anyway).  A prange body never writes a 0-d array."""
+        names = sorted({m.group(1) for line in body for m in self._ZERO_D.finditer(line)})
+        if not names:
+            return body
+        self.emit(*(f"_h_{n} = {n}[()]" for n in names))
+        return [self._ZERO_D.sub(lambda m: f"_h_{m.group(1)}", line) for line in body]
 
 
 def fill(w, name, value):
