@@ -12,6 +12,7 @@ Pipeline (one module per stage): :mod:`.trace` -> :mod:`.ir` ->
 """
 
 from . import numpy_api as _numpy_api  # noqa: F401  (the numpy surface: methods on tracers)
+from . import optim
 from .api import clear_cache, compile, gradient, hessian, hvp, jacobian
 from .errors import MemoryBudgetError, TracingError
 from .plan import Plan
@@ -38,4 +39,5 @@ __all__ = [
            "hessian",
            "hvp",
            "jacobian",
+           "optim",
 ]

@@ -42,7 +42,7 @@ _lock = threading.RLock()
 
 def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
             parallel=True, memory_budget=None, hessian=False, jacobian=False, mode="auto",
-            chunk=None, cuda_graph=False):
+            chunk=None, cuda_graph=False, update=None):
     """Build an explicit gradient plan for ``f`` at the example arguments.
 
     Parameters
@@ -106,6 +106,12 @@ def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
         graph at the first call and replay it while the same arrays come
         back (one launch per call instead of one per kernel; see
         ``docs/gpu.md``).
+    update : hybridad.optim.UpdateRule, optional
+        ``SGD(lr)``, ``Momentum(lr, momentum)`` or ``Adam(lr, ...)``: build a
+        training-step plan; ``plan.step(*args, out=res)`` writes the loss into
+        ``res.value`` and updates the differentiated arrays in place, each as
+        soon as its gradient is complete in the backward sweep (the rule's
+        state preallocated in the plan; no gradient buffer for the caller).
 
     Returns
     -------
@@ -128,16 +134,17 @@ def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
     backend = _backend(backend, example_args)
     if hessian and jacobian:
         raise ValueError("hessian=True and jacobian=True: choose one")
-    if (hessian or jacobian) and (hvp or memory_budget is not None or cuda_graph):
-        raise ValueError("hessian / jacobian plans take neither hvp=True, a memory_budget "
-                         "nor cuda_graph=True")
+    if (hessian or jacobian) and (hvp or memory_budget is not None or cuda_graph or
+                                  update is not None):
+        raise ValueError("hessian / jacobian plans take neither hvp=True, a memory_budget, "
+                         "cuda_graph=True nor an update rule")
     if hessian:
         return HessianPlan(f, example_args, argnums, backend, chunk=chunk, parallel=parallel)
     if jacobian:
         return JacobianPlan(f, example_args, argnums, backend, mode=mode, chunk=chunk,
                             parallel=parallel)
     return Plan(f, example_args, argnums, backend, hvp=hvp, parallel=parallel,
-                memory_budget=memory_budget, cuda_graph=cuda_graph)
+                memory_budget=memory_budget, cuda_graph=cuda_graph, update=update)
 
 
 def _backend(backend, args):

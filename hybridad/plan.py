@@ -30,6 +30,7 @@ from .backends.numba_backend import compile_numba_program, materialize_for_numba
 from .backends.numpy_backend import compile_program
 from .errors import MemoryBudgetError
 from .ir import Graph, check, dead_code_elimination
+from .optim import schedule_updates
 from .memory import op_workspaces, plan_memory
 from .ops.region import recompute_partials
 from .partition import fold_accumulations, fuse_regions
@@ -149,7 +150,7 @@ class Plan:
     """
 
     def __init__(self, f, args, argnums=0, backend="numba", hvp=False, parallel=True,
-                 poison=False, pack=True, memory_budget=None, cuda_graph=False):
+                 poison=False, pack=True, memory_budget=None, cuda_graph=False, update=None):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
         if not isinstance(parallel, (bool, np.bool_)):
@@ -161,6 +162,11 @@ class Plan:
         if cuda_graph and backend != "cupy":
             raise ValueError("cuda_graph=True needs backend='cupy'")
         self._cuda_graph, self._graph = bool(cuda_graph), None
+        from .optim import UpdateRule
+        if update is not None and (not isinstance(update, UpdateRule) or hvp):
+            raise TypeError("update must be a hybridad.optim rule (SGD, Momentum, Adam) on a "
+                            f"gradient plan; got {update!r}")
+        self.update = update
         if backend == "cupy":
             from .backends import cupy_backend
             self._xp, self._launcher = cupy_backend.device()
@@ -215,7 +221,9 @@ class Plan:
             # a Hessian-vector product differentiates the gradient graph again:
             # the first reverse pass is then functional (see autodiff.backward)
             grads = backward(trace, out, diff_tracers, inplace=not hvp)
-            tangents, hvps = [], []
+            tangents, hvps, writes = [], [], []
+            if self.update is not None:  # the optimizer step, fused into the sweep
+                tangents, writes = self._emit_update(trace, leaves, diff_tracers, grads)
             if hvp:  # H v: the tangent of the gradient along v, forward over reverse
                 tangents = [trace.input(len(leaves) + j, *self._specs[i])
                             for j, i in enumerate(self._diff_leaves)]
@@ -225,8 +233,12 @@ class Plan:
         inputs = [t.node for t in tracers + tangents]
         grad_nodes = [None if g is None else g.node for g in grads]
         hvp_nodes = [None if h is None else h.node for h in hvps]
-        outputs = [out.node] + [g for g in grad_nodes + hvp_nodes if g is not None]
+        if self.update is not None:  # no gradient leaves the plan: the rule consumes it
+            grad_nodes = []
+        outputs = [out.node] + [g for g in grad_nodes + hvp_nodes if g is not None] + writes
         graph = dead_code_elimination(Graph(trace.nodes, inputs, outputs))
+        if writes:
+            graph = Graph(schedule_updates(graph.nodes, self._update_ids), inputs, outputs)
         if self.backend in ("numba", "cupy"):  # fuse the backward's elementwise ops as well
             graph = Graph(fuse_regions(graph.nodes, outputs), inputs, outputs)
         if self.backend == "numba":
@@ -250,17 +262,21 @@ class Plan:
             raise _OverBudget(self.memory)  # before compiling anything
         self._buffers = self.memory.allocate(self._xp)
         grad_specs = [self._specs[i] for i in self._diff_leaves]
-        self._out_specs = [((), self._value_dtype)] + grad_specs * self.order
+        self._out_specs = [((), self._value_dtype)] + \
+            ([] if self.update is not None else grad_specs * self.order)
+        in_specs = self._specs + grad_specs * hvp + [(t.shape, t.dtype) for t in tangents
+                                                     if self.update is not None]
         self._program = self._compile(graph.nodes, inputs, self._outputs,
+                                      "step_program" if self.update is not None else
                                       "hvp_program" if hvp else "gradient_program",
-                                      self._out_specs, self._specs + grad_specs * hvp)
+                                      self._out_specs, in_specs)
         if self._cuda_graph:
             from .backends.cupy_backend import CudaGraphRunner
             self._graph = CudaGraphRunner(self._program.fn)
         self._value_buf = self._xp.zeros((), self._value_dtype)
         # (a plan that runs BLAS single-threaded goes through NumbaProgram.call)
         fast = self._fast_path() if self.backend == "numba" and not hvp and \
-            not self._program.blas_limited else None
+            self.update is None and not self._program.blas_limited else None
         if fast is not None:  # plain-array calls skip the general path's Python
             self.gradient = fast
         # the common case -- plain array arguments, one array gradient -- is
@@ -272,6 +288,84 @@ class Plan:
         self._quiet = self.backend == "numpy"
         if DEBUG:
             print(self.explain() if DEBUG >= 2 else str(self.graph))
+
+    def _emit_update(self, trace, leaves, diff_tracers, grads):
+        """The update rule's state and per-step inputs, and its in-place writes
+        into parameters and state (after the backward pass; see hybridad.optim)."""
+        rule, k = self.update, len(leaves)
+        first = max((n.id for n in trace.nodes), default=-1)
+        inputs, self._state = [], []
+        n_hyper = len(rule.hyper(1))
+        hyper = None
+        for p in diff_tracers:
+            states = []
+            for _ in rule.state:
+                states.append(trace.input(k + len(inputs), p.shape, p.dtype))
+                inputs.append(states[-1])
+                self._state.append(np.zeros(p.shape, p.dtype))
+        if n_hyper:
+            hyper = trace.input(k + len(inputs), (n_hyper,), diff_tracers[0].dtype)
+            inputs.append(hyper)
+        self._hyper = np.zeros(n_hyper, diff_tracers[0].dtype)
+        self._steps = 0
+        writes = []
+        ns = len(rule.state)
+        shared = rule.shared(hyper) if hyper is not None else ()
+        for j, (p, g) in enumerate(zip(diff_tracers, grads, strict=True)):
+            if g is not None:
+                states = [inputs[j * ns + s] for s in range(ns)]
+                writes += [w.node for w in rule.emit(p, g, states, shared)]
+        self._update_ids = [n.id for n in trace.nodes if n.id > first and n.op != "input"]
+        return inputs, writes
+
+    def step(self, *args, out=None):
+        """One optimizer step: the loss at ``args`` into ``out.value``, and every
+        differentiated parameter updated in place by the plan's rule.
+
+        Needs a plan built with ``update=`` (:func:`hybridad.compile`).  Each
+        parameter's update runs as soon as its gradient is complete in the
+        backward sweep; no gradient is stored for the caller.
+
+        Parameters
+        ----------
+        *args
+            As for :meth:`gradient`; the differentiated arrays are the
+            parameters, updated in place (they must be writeable and
+            C-contiguous).
+        out : DiffResult or GradientResult, optional
+            Its ``value`` buffer receives the loss before the step (a fresh
+            :class:`DiffResult` when None).
+
+        Returns
+        -------
+        DiffResult or GradientResult
+            ``out``.
+        """
+        if self.update is None:
+            raise TypeError("step() needs a plan built with update=hybridad.optim.<rule>")
+        leaves = self._leaves(args)
+        for i in self._diff_leaves:
+            a = leaves[i]
+            if not (isinstance(a, self._xp.ndarray) and a.flags.c_contiguous and
+                    _writeable(a)):
+                raise ValueError(f"parameter {self._names[self._leaf_arg[i]]} is updated in "
+                                 "place: it must be a writeable, C-contiguous array")
+        if out is None:
+            out = DiffResult(self._xp.zeros((), self._value_dtype))
+        elif not isinstance(out, DiffResult) or not isinstance(out.value, self._xp.ndarray) \
+                or out.value.shape != () or out.value.dtype.kind != "f" or \
+                not _writeable(out.value):
+            raise ValueError("out must be a DiffResult or GradientResult with a writeable "
+                             f"0-d floating-point value buffer; got {_describe(out)}")
+        for a in leaves:
+            if self._xp.may_share_memory(out.value, a):
+                raise ValueError("out.value must not share memory with an argument")
+        self._steps += 1
+        for i, h in enumerate(self.update.hyper(self._steps)):
+            self._hyper[i] = h  # scalar writes: no array made
+        extra = self._state + ([self._hyper] if self._hyper.size else [])
+        self._call(leaves + extra, out.value, [])
+        return out
 
     def _trace_args(self, trace, leaves):
         """Input tracers for the leaves; the arguments rebuilt from them; the

@@ -1,0 +1,201 @@
+"""Update rules fused into the backward sweep: ``compile(..., update=SGD(lr))``.
+
+A rule emits its update as IR after the gradient graph: elementwise ops and
+in-place adds (``iadd``) into the parameter and into the rule's state arrays
+(preallocated in the plan).  :func:`schedule_updates` then moves each
+parameter's update to the earliest point of the sweep where its gradient is
+complete and nothing still reads the parameter's old value, so the gradient
+buffer dies there and its memory is reused by the rest of the backward pass
+(:meth:`Plan.explain` shows the arena).  The partition fuses the update with
+the ops that produce the gradient: ``p -= lr * g`` becomes ``p[i] += ...``
+inside the loop that computes ``g``, with no gradient array at all when
+nothing else reads it.
+
+Every rule gives the same result as ``plan.gradient`` followed by the
+update written with numpy, to rounding (tested).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["SGD", "Adam", "Momentum", "UpdateRule"]
+
+
+def _positive(name, value, upper=None):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number; got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0 or (upper is not None and value >= upper):
+        bound = f"in (0, {upper})" if upper is not None else "positive and finite"
+        raise ValueError(f"{name} must be {bound}; got {value!r}")
+    return value
+
+
+class UpdateRule:
+    """An optimizer step applied in place to each differentiated parameter.
+
+    Subclasses define :attr:`state` (names of per-parameter state arrays,
+    zero at the start), :meth:`hyper` (scalars that change with the step
+    count ``t``, handed to the plan as a small array each step) and
+    :meth:`emit` (the update, written with numpy operations on tracers)."""
+
+    state: tuple = ()
+
+    def hyper(self, t):
+        """Per-step scalars (a tuple of floats) for step ``t`` (1, 2, ...)."""
+        return ()
+
+    def shared(self, hyper):
+        """Scalars every parameter's update uses, from the tracer of
+        :meth:`hyper`'s values (computed once per step, not per parameter)."""
+        return ()
+
+    def emit(self, p, g, states, shared):
+        """Emit the in-place update of parameter ``p`` from its gradient ``g``.
+
+        ``states`` are the parameter's state arrays (tracers, updated in place
+        with ``iadd``), ``shared`` what :meth:`shared` returned.  Returns the
+        nodes that write (``iadd`` results)."""
+        raise NotImplementedError
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({args})"
+
+
+def _iadd(acc, x):
+    from .trace import bind
+
+    return bind("iadd", acc, x)
+
+
+class SGD(UpdateRule):
+    """``p -= lr * g``.
+
+    Parameters
+    ----------
+    lr : float
+        Learning rate (positive, finite).
+    """
+
+    def __init__(self, lr):
+        self.lr = _positive("lr", lr)
+
+    def emit(self, p, g, states, shared):
+        return [_iadd(p, (-self.lr) * g)]
+
+
+class Momentum(UpdateRule):
+    """Heavy ball: ``v = momentum * v + g``; ``p -= lr * v``.
+
+    Parameters
+    ----------
+    lr : float
+    momentum : float, default 0.9
+        In (0, 1).
+    """
+
+    state = ("velocity",)
+
+    def __init__(self, lr, momentum=0.9):
+        self.lr = _positive("lr", lr)
+        self.momentum = _positive("momentum", momentum, upper=1.0)
+
+    def emit(self, p, g, states, shared):
+        (v,) = states
+        v1 = _iadd(v, (self.momentum - 1.0) * v + g)
+        return [v1, _iadd(p, (-self.lr) * v1)]
+
+
+class Adam(UpdateRule):
+    """Adam (Kingma & Ba), bias-corrected:
+    ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) g^2``,
+    ``p -= lr_t m / (sqrt(v) + eps_t)`` with ``lr_t = lr sqrt(1 - b2^t) / (1 - b1^t)``
+    and ``eps_t = eps sqrt(1 - b2^t)`` (the paper's efficient form).
+
+    Parameters
+    ----------
+    lr : float, default 1e-3
+    b1, b2 : float, default 0.9, 0.999
+        In (0, 1).
+    eps : float, default 1e-8
+    """
+
+    state = ("m", "v")
+
+    def __init__(self, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
+        self.lr = _positive("lr", lr)
+        self.b1 = _positive("b1", b1, upper=1.0)
+        self.b2 = _positive("b2", b2, upper=1.0)
+        self.eps = _positive("eps", eps)
+
+    def hyper(self, t):
+        c2 = math.sqrt(1.0 - self.b2 ** t)
+        return (self.lr * c2 / (1.0 - self.b1 ** t), self.eps * c2)
+
+    def shared(self, hyper):
+        return -hyper[0], hyper[1]  # -lr_t, eps_t
+
+    def emit(self, p, g, states, shared):
+        m, v = states
+        neg_lr, eps = shared
+        m1 = _iadd(m, (1.0 - self.b1) * (g - m))
+        v1 = _iadd(v, (1.0 - self.b2) * (g * g - v))
+        return [m1, v1, _iadd(p, neg_lr * m1 / (np.sqrt(v1) + eps))]
+
+
+def schedule_updates(nodes, updates):
+    """Move the update nodes as early as they can run (IR -> IR).
+
+    ``updates``: ids of the nodes the rules emitted (they are at the end of
+    ``nodes``).  Each is placed after its operands and -- for an in-place
+    write -- after every other node that reads the written storage's old
+    value (through views too), so a gradient is consumed, and its buffer
+    freed, as soon as the parameter may change.
+    """
+    from .ops import REGISTRY, storage_root
+
+    updates = set(updates)
+    order = [n for n in nodes if n.id not in updates]
+    pending = [n for n in nodes if n.id in updates]
+    descendants = {}  # update node id -> ids computed from it (the new value's readers)
+    for u in pending:
+        seen = {u.id}
+        for n in pending:
+            if any(a.id in seen for a in n.args):
+                seen.add(n.id)
+        descendants[u.id] = seen
+    hazards = {}
+    for u in pending:
+        if u.op not in REGISTRY or REGISTRY[u.op].kind != "inplace":
+            continue  # (constants, pure ops: only their operands order them)
+        root = storage_root(u.args[0]).id
+        hazards[u.id] = {n.id for n in nodes if n.id not in descendants[u.id]
+                         and n.id != u.id and any(storage_root(a).id == root
+                                                  for a in n.args)}
+    out, done = [], set()
+
+    def ready(u):
+        return all(a.id in done for a in u.args) and hazards.get(u.id, set()) <= done
+
+    def flush():
+        progress = True
+        while progress:
+            progress = False
+            for u in list(pending):
+                if ready(u):
+                    out.append(u)
+                    done.add(u.id)
+                    pending.remove(u)
+                    progress = True
+
+    flush()
+    for n in order:
+        out.append(n)
+        done.add(n.id)
+        flush()
+    assert not pending, "an update could not be scheduled"
+    return out
