@@ -22,7 +22,7 @@ version), ``hand numba`` (a plain ``@numba.njit`` loop writing value and
 gradient into preallocated arrays, compiled before timing) and ``hand numpy``
 (the gradient written with numpy, allocating).  Every row's value and
 gradient are checked against the array expression's first (1e-12 relative).
-Timing: interleaved batches of ~20 ms (bench_core's ``time_round_robin``),
+Timing: interleaved batches of ~20 ms (``hybridad.bench.harness.time_round_robin``),
 median / min / max microseconds per call; ``vs array`` and ``vs hand numba``
 are ratios of medians measured in the same run; ``allocs/call`` from
 ``hybridad.testing.count_allocations``; ``first_call_s`` is trace, plan and
@@ -49,9 +49,10 @@ import _harness  # noqa: E402
 _harness.use_checkout()
 
 import numba  # noqa: E402
-from bench_core import allocations_per_call, time_round_robin  # noqa: E402
 
 import hybridad as ha  # noqa: E402
+from hybridad.bench.harness import allocations_per_call, time_round_robin  # noqa: E402
+from hybridad.bench.kernels import _expsum_kernel, jit  # noqa: E402
 
 TARGET_RATIO = 1.2
 CUTOFF = 2.5
@@ -114,19 +115,6 @@ def lj_array(x):
 
 # --- hand-written gradients ------------------------------------------------------------
 @numba.njit
-def _expsum_kernel(x, g):
-    r = 0.0
-    for i in range(x.shape[0]):
-        e = np.exp(-3.0 * (x[i] + 1.0))
-        g[i] = e
-        r += e
-    coef = -3.0 * (2.0 * r + 3.0 * r * r + r * r * r)
-    for i in range(x.shape[0]):
-        g[i] *= coef
-    return r * r + r * r * r + r * r * r * r / 4.0
-
-
-@numba.njit
 def _huber_kernel(x, g):
     total = 0.0
     for i in range(x.shape[0]):
@@ -184,7 +172,7 @@ def lj_numpy(x):
 
 
 CASES = {  # name -> (array version, elementwise version, numba kernel, numpy gradient)
-    "expsum": (expsum_array, expsum_elementwise, _expsum_kernel, expsum_numpy),
+    "expsum": (expsum_array, expsum_elementwise, jit(_expsum_kernel), expsum_numpy),
     "huber": (huber_array, huber_elementwise, _huber_kernel, huber_numpy),
     "lj pairs": (lj_array, lj_elementwise, _lj_kernel, lj_numpy),
 }
