@@ -31,10 +31,9 @@ import numpy as np
 from . import _tree
 from .autodiff import backward, jvp
 from .backends.loops import serial_loops
-from .backends.numba_backend import scratch_for_numba, work_estimate
+from .backends.numba_backend import work_estimate
 from .batching import vmap
 from .ir import Graph, check, dead_code_elimination
-from .memory import op_workspaces, plan_memory
 from .ops import REGISTRY
 from .partition import fold_accumulations, fuse_regions
 from .plan import _writeable, Plan, _describe
@@ -117,16 +116,7 @@ class _Staged(Plan):
         check(graph)
         self.graph = graph
         self.work = work_estimate(primal)
-        numba = self.backend == "numba"
-        scratch = op_workspaces(graph.nodes)
-        if numba:
-            scratch.update(scratch_for_numba(graph.nodes))
-        if self.backend == "cupy":
-            from .backends.cupy_backend import scratch_for_cupy
-            scratch.update(scratch_for_cupy(graph.nodes))
-        self.memory = plan_memory(graph, self._materialize(graph.nodes), scratch,
-                                  reuse=self.backend != "numpy", direct_outputs=numba,
-                                  pack=self._pack, pinned=pinned)
+        self.memory = self._plan_memory(graph, pinned)
         self._buffers = self.memory.allocate(self._xp)
         self._stages = {}
         for name, (seed, outs) in stages.items():

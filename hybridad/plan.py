@@ -236,28 +236,10 @@ class Plan:
         if self.update is not None:  # no gradient leaves the plan: the rule consumes it
             grad_nodes = []
         outputs = [out.node] + [g for g in grad_nodes + hvp_nodes if g is not None] + writes
-        graph = dead_code_elimination(Graph(trace.nodes, inputs, outputs))
-        if writes:
-            graph = Graph(schedule_updates(graph.nodes, self._update_ids), inputs, outputs)
-        if self.backend in ("numba", "cupy"):  # fuse the backward's elementwise ops as well
-            graph = Graph(fuse_regions(graph.nodes, outputs), inputs, outputs)
-        if self.backend == "numba":
-            graph = Graph(fold_accumulations(graph.nodes, outputs), inputs, outputs)
-        check(graph)
-        self.graph = graph
-        #: rough count of element operations per call (matmuls as multiply-adds)
-        self.work = work_estimate(graph.nodes)
+        graph = self._lower(trace.nodes, inputs, outputs,
+                            self._update_ids if writes else ())
         self._outputs = [out.node] + grad_nodes + hvp_nodes
-        numba = self.backend == "numba"
-        scratch = op_workspaces(graph.nodes)
-        if numba:
-            scratch.update(scratch_for_numba(graph.nodes))
-        if self.backend == "cupy":
-            from .backends.cupy_backend import scratch_for_cupy
-            scratch.update(scratch_for_cupy(graph.nodes))
-        self.memory = plan_memory(graph, self._materialize(graph.nodes), scratch,
-                                  reuse=self.backend != "numpy", direct_outputs=numba,
-                                  pack=self._pack)
+        self.memory = self._plan_memory(graph)
         if self.memory_budget is not None and self.memory.total_bytes > self.memory_budget:
             raise _OverBudget(self.memory)  # before compiling anything
         self._buffers = self.memory.allocate(self._xp)
@@ -288,6 +270,37 @@ class Plan:
         self._quiet = self.backend == "numpy"
         if DEBUG:
             print(self.explain() if DEBUG >= 2 else str(self.graph))
+
+    def _lower(self, nodes, inputs, outputs, updates=()):
+        """The traced nodes as the graph the backends run: dead code removed,
+        optimizer updates scheduled early, elementwise regions fused (and
+        folded into the adjoints they add to, on numba); sets ``graph`` and
+        ``work``."""
+        graph = dead_code_elimination(Graph(nodes, inputs, outputs))
+        if updates:
+            graph = Graph(schedule_updates(graph.nodes, updates), inputs, outputs)
+        if self.backend in ("numba", "cupy"):  # fuse the backward's elementwise ops as well
+            graph = Graph(fuse_regions(graph.nodes, outputs), inputs, outputs)
+        if self.backend == "numba":
+            graph = Graph(fold_accumulations(graph.nodes, outputs), inputs, outputs)
+        check(graph)
+        self.graph = graph
+        #: rough count of element operations per call (matmuls as multiply-adds)
+        self.work = work_estimate(graph.nodes)
+        return graph
+
+    def _plan_memory(self, graph, pinned=()):
+        """The memory plan of ``graph`` for this backend (scratch, reuse, direct outputs)."""
+        numba = self.backend == "numba"
+        scratch = op_workspaces(graph.nodes)
+        if numba:
+            scratch.update(scratch_for_numba(graph.nodes))
+        if self.backend == "cupy":
+            from .backends.cupy_backend import scratch_for_cupy
+            scratch.update(scratch_for_cupy(graph.nodes))
+        return plan_memory(graph, self._materialize(graph.nodes), scratch,
+                           reuse=self.backend != "numpy", direct_outputs=numba,
+                           pack=self._pack, pinned=pinned)
 
     def _emit_update(self, trace, leaves, diff_tracers, grads):
         """The update rule's state and per-step inputs, and its in-place writes
