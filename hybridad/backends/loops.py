@@ -229,7 +229,10 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
     else:
         fill(w, out, init)
     target = reduce_target(axis, keep, nd, full).replace("out", out, 1)
-    w.nest(shape, sb.lines + accumulate(red.op, target, sb.value) + stores)
+    # a reduction that keeps axis 0 (a batch of rows, each summed on its own)
+    # runs its outer loop as a prange: every iteration has its own target
+    w.nest(shape, sb.lines + accumulate(red.op, target, sb.value) + stores,
+           parallel=not full and 0 not in axis)
     if full:
         w.emit(f"{out}[()] = acc")
 
@@ -376,11 +379,12 @@ def region_acc_lines(w, members, names, consts):
 def region_runs_parallel(node):
     """Whether :func:`region_lines` runs region ``node``'s loop as a
     ``prange`` (a full reduction given its scratch, as the numba backend
-    does): elementwise and vjp regions of at least :data:`PARALLEL_MIN`
-    iterations, and large full sums; other reductions run serially."""
+    does): elementwise and vjp regions and reductions that keep axis 0, of at
+    least :data:`PARALLEL_MIN` iterations, and large full sums; other
+    reductions run serially."""
     body = node.attrs["body"]
     red, shape = body.reduction, body.shape
-    if node.attrs["mode"] == "vjp" or red is None:
+    if node.attrs["mode"] == "vjp" or red is None or 0 not in red.attrs["axis"]:
         return bool(shape) and int(np.prod(shape)) >= parallel_min()
     return bool(shape) and len(red.attrs["axis"]) == len(shape) and _parallel_sum(body)
 
