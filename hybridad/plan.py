@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -174,6 +175,12 @@ class Plan:
         self._poison = bool(poison)
         self._pack = bool(pack)  # False: one arena slot per buffer (for comparison)
         self.name = getattr(f, "__qualname__", repr(f))
+        try:  # batch plans (gradient_batch) are built from f later
+            self._f = weakref.ref(f)
+        except TypeError:
+            self._f = lambda f=f: f
+        self._example = None
+        self._batch_plans = {}
         self.argnums, self._diff = normalize_argnums(argnums, len(args))
         self._names = arg_names(f, len(args))
         leaves, self._treedefs = prepare_args(args, self._diff, self._names)
@@ -330,6 +337,90 @@ class Plan:
                 writes += [w.node for w in rule.emit(p, g, states, shared)]
         self._update_ids = [n.id for n in trace.nodes if n.id > first and n.op != "input"]
         return inputs, writes
+
+    def __reduce__(self):
+        """Pickle as a recipe: the function, the example arguments' structure,
+        shapes and dtypes, and the options; unpickling rebuilds the plan (once
+        per process and recipe; numba's code comes from the disk cache).
+        Gradient plans only."""
+        f = self._f()
+        if f is None or type(self) is not Plan or self.order != 1 or \
+                self.update is not None or self._cuda_graph:
+            raise TypeError(f"only gradient plans of a live function can be pickled "
+                            f"({self.name})")
+        protos, it = [], iter(self._specs)
+        for td in self._treedefs:
+            leaves = [(s, str(np.dtype(d))) for s, d in
+                      (next(it) for _ in range(_tree.count_leaves(td)))]
+            protos.append((td, leaves))
+        return _rebuild_plan, (f, protos, self.argnums, self.backend, self.parallel)
+
+    def gradient_batch(self, X, *args, out=None):
+        """Value and gradient at each of ``B`` inputs stacked along a first axis.
+
+        One compiled call computes all of them (the plan's graph batched along
+        a leading axis of ``B``, its loops run in parallel over the batch on
+        the numba backend) -- the scientific use where one small model is
+        evaluated many times.  A plan per ``B`` is built on first use and kept.
+
+        Parameters
+        ----------
+        X : ndarray, shape (B, *x.shape)
+            The stacked values of the differentiated argument (one array
+            argument, ``argnums`` an int).
+        *args
+            The other arguments, as for :meth:`gradient` (shared by all ``B``).
+        out : DiffResult, optional
+            ``DiffResult(values, gradients)``: ``values`` of shape ``(B,)``,
+            ``gradients`` shaped like ``X``.  Checked before anything is
+            written; a fresh one when None.
+
+        Returns
+        -------
+        DiffResult
+        """
+        if isinstance(self.argnums, tuple) or len(self._diff_leaves) != 1 or \
+                self._treedefs[self.argnums] != _tree.LEAF or self.update is not None or \
+                self.order != 1:
+            raise TypeError("gradient_batch differentiates one array argument of a gradient "
+                            f"plan (argnums an int); got argnums={self.argnums!r}")
+        shape, dtype = self._specs[self._diff_leaves[0]]
+        if not isinstance(X, self._xp.ndarray) or X.ndim != len(shape) + 1 or \
+                X.shape[1:] != shape or X.dtype != dtype:
+            raise ValueError(f"X must be a stack of arrays of shape {shape} and dtype {dtype}: "
+                             f"an array of shape (B, *{shape}); got {_describe(X)}")
+        full = list(args)
+        full.insert(self.argnums, X[0])  # the structure and the other arguments, checked
+        leaves = self._leaves(tuple(full))
+        k = X.shape[0]
+        plan = self._batch_plans.get(k)
+        if plan is None:
+            f = self._f()
+            if f is None:
+                raise RuntimeError(f"{self.name} no longer exists: build a new plan")
+            example = list(full)
+            example[self.argnums] = np.zeros(shape, dtype)
+            plan = self._batch_plans[k] = BatchPlan(
+                f, tuple(example), self.argnums, self.backend, batch=k,
+                parallel=self.parallel)
+        if out is None:
+            out = DiffResult(self._xp.zeros(k, self._value_dtype), self._xp.zeros_like(X))
+        v = out.value if isinstance(out, DiffResult) else None
+        g = out.derivs[0] if isinstance(out, DiffResult) and out.derivs else None
+        if v is None or g is None or not isinstance(v, self._xp.ndarray) or \
+                v.shape != (k,) or v.dtype != self._value_dtype or not _writeable(v) or \
+                not isinstance(g, self._xp.ndarray) or g.shape != X.shape or \
+                g.dtype != dtype or not _writeable(g):
+            raise ValueError(f"out must be DiffResult(values, gradients) with writeable "
+                             f"values of shape ({k},) and dtype {self._value_dtype} and "
+                             f"gradients like X; got {_describe(out)}")
+        may_share = self._xp.may_share_memory
+        if may_share(v, g) or any(may_share(o, a) for o in (v, g) for a in [X, *leaves]):
+            raise ValueError("out buffers must not share memory with each other or with "
+                             "the arguments")
+        rest = [a for i, a in enumerate(leaves) if i != self._diff_leaves[0]]
+        plan._call([X, *rest], v, [g])
+        return out
 
     def step(self, *args, out=None):
         """One optimizer step: the loss at ``args`` into ``out.value``, and every
@@ -893,3 +984,67 @@ def _describe(a):
     if isinstance(a, np.ndarray):
         return f"shape {a.shape}, dtype {a.dtype}" + ("" if a.flags.writeable else ", read-only")
     return type(a).__name__
+
+
+class BatchPlan(Plan):
+    """The gradient plan of ``f`` batched along a leading axis of ``batch``
+    (:meth:`Plan.gradient_batch`): inputs ``(X, *other leaves)``, outputs
+    the ``(batch,)`` values and the gradients shaped like ``X``.
+
+    The value-and-gradient graph is traced for one input, then re-emitted
+    with the leading axis by :func:`hybridad.batching.vmap` (every op's batch
+    rule), so fusion and the backends see batched loops."""
+
+    def __init__(self, f, args, argnums, backend, batch, parallel=True):
+        self._batch = int(batch)
+        super().__init__(f, args, argnums, backend, parallel=parallel)
+
+    def _build(self, f, args, leaves):
+        from .batching import vmap
+
+        k = self._batch
+        trace = Trace()
+        with trace:
+            tracers, targs, diff_tracers = self._trace_args(trace, leaves)
+            out = self._check_output(f(*targs), trace)
+            self._value_dtype = out.dtype
+            (x,) = diff_tracers
+            (g,) = backward(trace, out, [x], inplace=False)
+            xb = trace.input(len(leaves), (k, *x.shape), x.dtype)
+            batched = vmap(trace, list(trace.nodes), {x.node.id: xb}, k)
+            vb = batched.get(out.node.id)
+            if vb is None:  # a value that does not depend on x
+                vb = np.broadcast_to(out, (k,)) * 1
+            gb = None if g is None else batched.get(g.node.id)
+            if gb is None:
+                gb = np.zeros_like(xb)
+        which = self._diff_leaves[0]
+        inputs = [xb.node] + [t.node for i, t in enumerate(tracers) if i != which]
+        outputs = [vb.node, gb.node]
+        graph = self._lower(trace.nodes, inputs, outputs)
+        self._outputs = outputs
+        self.memory = self._plan_memory(graph)
+        self._buffers = self.memory.allocate(self._xp)
+        specs = [((k, *x.shape), x.dtype)] + [s for i, s in enumerate(self._specs)
+                                              if i != which]
+        self._out_specs = [((k,), self._value_dtype), ((k, *x.shape), x.dtype)]
+        self._program = self._compile(graph.nodes, inputs, outputs, "batch_program",
+                                      self._out_specs, specs)
+        self._quiet = self.backend == "numpy"
+
+
+_REBUILT = {}  # recipe -> plan, in this process (workers unpickle a plan once)
+
+
+def _rebuild_plan(f, protos, argnums, backend, parallel):
+    """Unpickling a :class:`Plan`: the plan of ``f`` at example arguments of
+    the pickled structure, shapes and dtypes (one per process and recipe)."""
+    from .scalar_functions import fingerprint
+
+    key = (fingerprint(f), repr(protos), argnums, backend, parallel)
+    plan = _REBUILT.get(key)
+    if plan is None:
+        args = tuple(_tree.unflatten(td, [np.zeros(s, d) for s, d in leaves])
+                     for td, leaves in protos)
+        plan = _REBUILT[key] = Plan(f, args, argnums, backend, parallel=parallel)
+    return plan
