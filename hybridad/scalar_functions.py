@@ -205,6 +205,19 @@ def _fingerprint(fn, digest, depth=0):
     digest.update(repr(fn.__defaults__).encode())
 
 
+def fingerprint(fn):
+    """A hash of what a function computes: its module, name, code, constants,
+    the global values and closure it reads (see :func:`_fingerprint`)."""
+    fn = getattr(fn, "py_func", fn)
+    digest = hashlib.sha256(f"{getattr(fn, '__module__', '')}."
+                            f"{getattr(fn, '__qualname__', repr(fn))}".encode())
+    if isinstance(fn, pytypes.FunctionType):
+        _fingerprint(fn, digest)
+    else:
+        digest.update(repr(fn).encode())
+    return digest.hexdigest()
+
+
 class _Family:
     """The primitives of one function, one per derivative multi-index."""
 

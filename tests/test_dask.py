@@ -1,0 +1,64 @@
+"""Plans pickle as recipes, and ``hybridad.dask.gradient_map`` maps batched
+gradients over the chunks of a dask array on a local cluster of 2 worker
+processes."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.optim import SGD
+
+da = pytest.importorskip("dask.array")
+
+
+def expsum(x, a):
+    r = np.sum(np.exp(-a * (x + 1)))
+    return r ** 2 + r ** 3 + r ** 4 / 4
+
+
+def test_plans_pickle_as_recipes():
+    x = np.linspace(-1, 1, 30)
+    plan = ha.compile(expsum, x, 3.0)
+    again = pickle.loads(pickle.dumps(plan))
+    assert again is not plan and pickle.loads(pickle.dumps(plan)) is again  # once per process
+    np.testing.assert_array_equal(again.gradient(x * 0.5, 3.0).gradient,
+                                  plan.gradient(x * 0.5, 3.0).gradient)
+    with pytest.raises(TypeError, match="pickled"):
+        pickle.dumps(ha.compile(lambda x: np.sum(x * x), x, update=SGD(0.1)))
+
+
+def test_gradient_map_errors():
+    x = np.zeros(4)
+    with pytest.raises(TypeError, match="dask array"):
+        from hybridad.dask import gradient_map
+        gradient_map(expsum, x, 3.0)
+    with pytest.raises(ValueError, match="shape"):
+        gradient_map(ha.compile(expsum, x, 3.0), da.zeros((6, 5), chunks=3), 3.0)
+
+
+@pytest.fixture(scope="module")
+def client():
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=None, silence_logs=40)
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+def test_gradient_map_on_two_worker_processes(client):
+    from hybridad.dask import gradient_map
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (240, 3, 10))
+    DX = da.from_array(X, chunks=(50, 3, 10))  # 5 blocks of rows, one of them short
+    values, grads = gradient_map(expsum, DX, 3.0)
+    v, g = client.compute([values, grads], sync=True)
+    plan = ha.compile(expsum, X[0], 3.0)
+    ref = plan.gradient_batch(X, 3.0)
+    np.testing.assert_allclose(v, ref.value, rtol=1e-13)
+    np.testing.assert_allclose(g, ref.derivs[0], rtol=1e-13)
+    pids = client.run(lambda: __import__("os").getpid())
+    assert len(set(pids.values())) == 2
