@@ -159,7 +159,10 @@ def schedule_updates(nodes, updates):
     from .ops import REGISTRY, storage_root
 
     updates = set(updates)
-    order = [n for n in nodes if n.id not in updates]
+    # inputs first: the rule's state and per-step inputs were traced after the
+    # backward pass, but nothing orders them
+    order = [n for n in nodes if n.op == "input"] + \
+        [n for n in nodes if n.id not in updates and n.op != "input"]
     pending = [n for n in nodes if n.id in updates]
     descendants = {}  # update node id -> ids computed from it (the new value's readers)
     for u in pending:
