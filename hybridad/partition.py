@@ -175,7 +175,9 @@ def fold_accumulations(nodes, outputs=()):
 
     Not folded: a region whose result is also read elsewhere or is a graph
     output, one with a fused reduction, one reading the adjoint it would add
-    into, dtype or shape mismatches (broadcast contributions).
+    into other than at the element it adds to (``m += c * (g - m)`` is
+    folded: each iteration reads ``m[i]`` before adding to it), dtype or
+    shape mismatches (broadcast contributions).
 
     Returns
     -------
@@ -204,8 +206,10 @@ def fold_accumulations(nodes, outputs=()):
             continue
         if index is None and acc.shape != v.shape:
             continue  # a broadcast contribution
-        if acc is not None and storage_root(acc).id in {storage_root(a).id for a in v.args}:
-            continue  # the region reads the adjoint it would add into
+        if acc is not None and any(storage_root(a).id == storage_root(acc).id and
+                                   (a is not acc or index is not None) for a in v.args):
+            continue  # the region reads the adjoint it would add into, elsewhere than
+            # at the element it adds to (``m += c * (g - m)`` reads m[i]: folded)
         if acc is None:
             acc = Node(next_id, "zeros", (), {"shape": n.shape, "dtype": n.dtype}, n.shape,
                        n.dtype, n.phase)
