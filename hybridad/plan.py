@@ -175,8 +175,8 @@ class Plan:
         self._poison = bool(poison)
         self._pack = bool(pack)  # False: one arena slot per buffer (for comparison)
         self.name = getattr(f, "__qualname__", repr(f))
-        try:  # batch plans (gradient_batch) are built from f later
-            self._f = weakref.ref(f)
+        try:  # batch plans (gradient_batch) and pickling rebuild from f later
+            self._f = weakref.WeakMethod(f) if inspect.ismethod(f) else weakref.ref(f)
         except TypeError:
             self._f = lambda f=f: f
         self._example = None

@@ -68,3 +68,18 @@ def test_bad_input_is_rejected_before_any_write():
     assert np.all(res.value == 7.0) and np.all(res.derivs[0] == 7.0)
     with pytest.raises(TypeError, match="one array argument"):
         ha.compile(lambda x, y: np.sum(x * y), x, x, argnums=(0, 1)).gradient_batch(X, x)
+
+
+def test_bound_methods_and_callables():
+    class Model:
+        def __init__(self, a):
+            self.a = a
+
+        def energy(self, x):
+            return np.sum(np.exp(-self.a * x))
+
+    m = Model(2.0)
+    X = np.stack([rand((4,), seed=s) for s in range(3)])
+    plan = ha.compile(m.energy, X[0])
+    res = plan.gradient_batch(X)
+    np.testing.assert_allclose(res.derivs[0], -2.0 * np.exp(-2.0 * X), rtol=1e-13)
