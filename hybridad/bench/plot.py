@@ -76,6 +76,7 @@ def plot(doc, path, dpi=72):
                                                            == "minimize" else ""), fontsize=8)
         for ax in (top, bottom):
             ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.yaxis.set_minor_formatter(NullFormatter())
             ax.tick_params(labelsize=7)
             ax.grid(True, which="major", alpha=0.3)
     meta = doc.get("meta", {})

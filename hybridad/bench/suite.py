@@ -40,7 +40,7 @@ import numpy as np
 
 from . import harness, optim
 from .impls import HYBRIDAD_IMPLS, RTOL_EXACT, availability, setup
-from .workloads import WORKLOADS, make_problem
+from .workloads import WORKLOADS, make_problem, warm_problem
 
 IMPLS = ("hybridad", "ha.gradient", "hand numpy", "hand numba", "jax.jit", "torch", "autograd")
 SCIPY_ROW = "scipy rosen_der"  # minimize workloads: scipy's own hand-written derivative
@@ -105,9 +105,8 @@ def make_settings(quick=False, workloads=None, sizes=None, impls=None, memory=Tr
         raise ValueError(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
     chosen = {w: tuple(sizes) if sizes else (WORKLOADS[w].quick_sizes if quick
                                               else WORKLOADS[w].sizes) for w in names}
-    impls = list(impls or IMPLS)
-    if REFERENCE not in impls:
-        impls.insert(0, REFERENCE)
+    wanted = set(impls or IMPLS) | {REFERENCE}
+    impls = [n for n in (*IMPLS, "hand numpy out=") if n in wanted]
     base = QUICK if quick else FULL
     return Settings(quick, names, chosen, impls, memory,
                     repeats or base["repeats"], base["target_ms"], base["alloc_calls"],
@@ -297,14 +296,16 @@ def measure_memory(rows, settings, progress):
     return len(jobs)
 
 
-def warm_up_hybridad():
-    """Pay one-time process costs (lazy imports, hybridad's runtime helpers) on tiny plans."""
-    import hybridad as ha
+def warm_up(names):
+    """Pay each library's one-time process costs (lazy imports, numba's and hybridad's
+    runtime set-up, the XLA client, torch's engine) on a tiny function of its own, so
+    that ``first_call_s`` is what a new function costs in a process using the library."""
+    for name in names:
+        setup(name, warm_problem())
+    if any(n in HYBRIDAD_IMPLS for n in names):
+        import hybridad as ha
 
-    for w, size in (("expsum", 3), ("chain", 3), ("rosen", 4)):
-        problem = make_problem(w, size)
-        ha.compile(problem.f, *problem.args).gradient(*problem.args)
-    ha.clear_cache()
+        ha.clear_cache()
 
 
 def run(settings, progress="auto", log=print):
@@ -323,7 +324,7 @@ def run(settings, progress="auto", log=print):
     BenchError
         When an implementation's value or gradient is wrong, or a child fails.
     """
-    t_start = time.perf_counter()
+    t_start, started = time.perf_counter(), datetime.datetime.now()
     skipped = {name: why for name in settings.impls if (why := availability(name))}
     names = [n for n in settings.impls if n not in skipped]
     for name, why in skipped.items():
@@ -333,8 +334,7 @@ def run(settings, progress="auto", log=print):
                 if settings.memory else 0)
     bar = Progress(len(problems) + children, progress)
     try:
-        if any(n in HYBRIDAD_IMPLS for n in names):
-            warm_up_hybridad()
+        warm_up(names)
         rows = []
         for w, size in problems:
             workload = WORKLOADS[w]
@@ -348,7 +348,7 @@ def run(settings, progress="auto", log=print):
     finally:
         bar.close()
     doc = {"workloads": {}, "skipped": skipped, "meta": {
-        **harness.machine(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        **harness.machine(), "date": started.isoformat(timespec="seconds"),
         "quick": settings.quick, "repeats": settings.repeats, "target_ms": settings.target_ms,
         "alloc_calls": settings.alloc_calls, "minimize_repeats": settings.minimize_repeats,
         "memory": settings.memory, "impls": names, "reference": REFERENCE,
