@@ -105,6 +105,11 @@ def make_settings(quick=False, workloads=None, sizes=None, impls=None, memory=Tr
         raise ValueError(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
     chosen = {w: tuple(sizes) if sizes else (WORKLOADS[w].quick_sizes if quick
                                               else WORKLOADS[w].sizes) for w in names}
+    for w, ws in chosen.items():
+        bad = [n for n in ws if n < 2 or (WORKLOADS[w].kind == "minimize" and n % 2)]
+        if bad:
+            raise ValueError(f"sizes {bad} do not fit workload {w!r} (at least 2"
+                             + (", even: tile([-1.2, 1], n/2))" if w == "rosen" else ")"))
     wanted = set(impls or IMPLS) | {REFERENCE}
     impls = [n for n in (*IMPLS, "hand numpy out=") if n in wanted]
     base = QUICK if quick else FULL
