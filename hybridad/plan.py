@@ -31,7 +31,7 @@ from .backends.numba_backend import compile_numba_program, materialize_for_numba
 from .backends.numpy_backend import compile_program
 from .errors import MemoryBudgetError
 from .ir import Graph, check, dead_code_elimination
-from .optim import schedule_updates
+from .optim import UpdateRule, schedule_updates
 from .memory import op_workspaces, plan_memory
 from .ops.region import recompute_partials
 from .partition import fold_accumulations, fuse_regions
@@ -163,7 +163,6 @@ class Plan:
         if cuda_graph and backend != "cupy":
             raise ValueError("cuda_graph=True needs backend='cupy'")
         self._cuda_graph, self._graph = bool(cuda_graph), None
-        from .optim import UpdateRule
         if update is not None and (not isinstance(update, UpdateRule) or hvp):
             raise TypeError("update must be a hybridad.optim rule (SGD, Momentum, Adam) on a "
                             f"gradient plan; got {update!r}")

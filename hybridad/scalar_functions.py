@@ -223,12 +223,10 @@ class _Family:
 
     def __init__(self, ef):
         self.ef = ef
-        digest = hashlib.sha256(f"{ef.py_func.__module__}.{ef.py_func.__qualname__}".encode())
-        _fingerprint(ef.py_func, digest)
+        key = fingerprint(ef.py_func)
         if ef._deriv is not None:
-            digest.update(b"defderiv")
-            _fingerprint(ef._deriv, digest)
-        self.tag = digest.hexdigest()[:16]
+            key += "defderiv" + fingerprint(ef._deriv)
+        self.tag = hashlib.sha256(key.encode()).hexdigest()[:16]
         self.base = re.sub(r"\W", "_", ef.name)
         self._prims = {}
         self._jit = None
@@ -329,6 +327,7 @@ class _Primitive:
 
     def __init__(self, family, index):
         from .ops import Op, register
+        from .ops.elementwise import _jvp_from_partials, _vjp_from_partials
 
         self.family = family
         self.index = index
@@ -340,7 +339,8 @@ class _Primitive:
         partials = [functools.partial(_bind_partial, family, index + (j,)) for j in range(nargs)]
         self.op = register(Op(
             self.name, "elementwise", self._abstract, run=self._run,
-            vjp=_vjp_from(partials), jvp=_jvp_from(partials), ufunc=_LazyUfunc(self),
+            vjp=_vjp_from_partials(partials), jvp=_jvp_from_partials(partials),
+            ufunc=_LazyUfunc(self),
             partials=tuple(partials), domain=(-2.0, 2.0),
             doc=f"@elementwise {family.ef.py_func.__qualname__}"
                 + (f", derivative {index}" if index else ""),
@@ -499,17 +499,6 @@ def _bind_partial(family, index, *operands):
     *xs, _ans = operands
     return bind(family.primitive(index).name, *xs)
 
-
-def _vjp_from(partials):
-    from .ops.elementwise import _vjp_from_partials
-
-    return _vjp_from_partials(partials)
-
-
-def _jvp_from(partials):
-    from .ops.elementwise import _jvp_from_partials
-
-    return _jvp_from_partials(partials)
 
 
 def kernel(name):

@@ -54,17 +54,14 @@ HOST_ONLY = frozenset({"solve", "inv", "det", "slogdet", "cholesky", "eigh"})
 
 
 def check_supported(nodes):
-    """Raise ``NotImplementedError`` naming the first op the GPU backend cannot run."""
+    """Raise ``NotImplementedError`` naming the first op the GPU backend cannot run
+    (an ``@elementwise`` function is refused where its kernel is printed:
+    :meth:`.cuda.CudaConstants.kernel`)."""
     for n in nodes:
         if n.op in HOST_ONLY:
             raise NotImplementedError(
                 f"np.linalg's {n.op} is not implemented on backend='cupy' yet (hybridad runs "
                 "it through host LAPACK); use backend='numba'")
-        if n.op == "region" and any(REGISTRY[m.op].dual is not None
-                                    for m in n.attrs["body"].nodes):
-            raise NotImplementedError(
-                "@hybridad.elementwise functions run on the CPU backends; backend='cupy' has "
-                "no CUDA spelling of their dual-number evaluation")
 
 
 def scratch_for_cupy(nodes):
