@@ -14,7 +14,7 @@ Pipeline (one module per stage): :mod:`.trace` -> :mod:`.ir` ->
 from . import numpy_api as _numpy_api  # noqa: F401  (the numpy surface: methods on tracers)
 from . import optim
 from .api import clear_cache, compile, gradient, hessian, hvp, jacobian
-from .errors import MemoryBudgetError, TracingError
+from .errors import MemoryBudgetError, RetraceWarning, StalePlanError, TracingError
 from .plan import Plan
 from .scalar_functions import ElementwiseError, elementwise
 from .results import DiffResult, GradientResult, HessianResult, HvpResult, JacobianResult
@@ -30,6 +30,8 @@ __all__ = [
            "JacobianResult",
            "MemoryBudgetError",
            "Plan",
+           "RetraceWarning",
+           "StalePlanError",
            "TracingError",
            "__version__",
            "clear_cache",

@@ -20,12 +20,15 @@ import collections
 import inspect
 import sys
 import threading
+import types
+import warnings
 import weakref
 
 import numpy as np
 
 from . import _tree
 from ._xp import array_module, is_array
+from .errors import RetraceWarning, StalePlanError
 from .higher import HessianPlan, JacobianPlan
 from .plan import Plan, arg_names, normalize_argnums, prepare_args
 
@@ -34,6 +37,8 @@ __all__ = ["MAX_PLANS_PER_FUNCTION", "clear_cache", "compile", "gradient", "hess
 
 MAX_PLANS_PER_FUNCTION = 32
 MAX_STRONG_PLANS = 32
+#: rebuilds of one cached plan after which :class:`~hybridad.errors.RetraceWarning` is issued
+REBUILD_WARN = 3
 
 _weak = weakref.WeakKeyDictionary()
 _strong = collections.OrderedDict()
@@ -139,12 +144,15 @@ def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
         raise ValueError("hessian / jacobian plans take neither hvp=True, a memory_budget, "
                          "cuda_graph=True nor an update rule")
     if hessian:
-        return HessianPlan(f, example_args, argnums, backend, chunk=chunk, parallel=parallel)
-    if jacobian:
-        return JacobianPlan(f, example_args, argnums, backend, mode=mode, chunk=chunk,
+        plan = HessianPlan(f, example_args, argnums, backend, chunk=chunk, parallel=parallel)
+    elif jacobian:
+        plan = JacobianPlan(f, example_args, argnums, backend, mode=mode, chunk=chunk,
                             parallel=parallel)
-    return Plan(f, example_args, argnums, backend, hvp=hvp, parallel=parallel,
-                memory_budget=memory_budget, cuda_graph=cuda_graph, update=update)
+    else:
+        plan = Plan(f, example_args, argnums, backend, hvp=hvp, parallel=parallel,
+                    memory_budget=memory_budget, cuda_graph=cuda_graph, update=update)
+    plan._root = f  # an explicit plan keeps f alive: its guards read from it
+    return plan
 
 
 def _backend(backend, args):
@@ -173,7 +181,8 @@ def _cache_for(f):
     return lru
 
 
-def _lookup(f, args, argnums, backend, hvp=False, parallel=True, build=None, tag=()):
+def _lookup(f, args, argnums, backend, hvp=False, parallel=True, build=None, tag=(),
+            stale=None):
     argnums_norm, diff = normalize_argnums(argnums, len(args))
     leaves, treedefs = prepare_args(args, diff, lambda: arg_names(f, len(args)))
     key = (argnums_norm, backend, treedefs, tuple((a.shape, a.dtype.str) for a in leaves))
@@ -194,8 +203,8 @@ def _lookup(f, args, argnums, backend, hvp=False, parallel=True, build=None, tag
                 return build(), leaves
             lru, key = _strong, (f, key)
         plan = lru.get(key)
-        if plan is None:
-            plan = build()
+        if plan is None or plan is stale:
+            plan = _rebuilt(build(), stale)
             lru[key] = plan
             limit = MAX_STRONG_PLANS if lru is _strong else MAX_PLANS_PER_FUNCTION
             while len(lru) > limit:
@@ -203,6 +212,102 @@ def _lookup(f, args, argnums, backend, hvp=False, parallel=True, build=None, tag
         else:
             lru.move_to_end(key)
     return plan, leaves
+
+
+def _rebuilt(plan, stale):
+    """A plan built to replace ``stale`` (a cached plan whose ``f`` changed:
+    :class:`~hybridad.errors.StalePlanError`); warns when one function keeps
+    needing new plans."""
+    if stale is not None:
+        plan._rebuilds = stale._rebuilds + 1
+        if plan._rebuilds == REBUILD_WARN:
+            warnings.warn(
+                f"hybridad: the plan of {plan.name} was rebuilt {REBUILD_WARN} times because "
+                "what it reads besides its arguments changed between calls (each rebuild "
+                "traces and may compile). Pass values that change as arguments (arrays are "
+                "read by a plan on every call).", RetraceWarning, stacklevel=5)
+    return plan
+
+
+# ----------------------------------------------------------------------------
+# the most recent plan of each function: the cheap path of repeated calls
+# ----------------------------------------------------------------------------
+
+#: (kind, id(owner)) -> (weakref to owner, method function or None, argnums, backend,
+#: options, ((shape, dtype), ...) of the plain-array arguments, plan)
+_recent = {}
+
+
+def _owner(f):
+    return (f.__self__, f.__func__) if type(f) is types.MethodType else (f, None)
+
+
+def _recent_plan(kind, f, args, argnums, backend, options=None):
+    """The plan last used for ``f`` with plain ndarray arguments of these shapes
+    and dtypes and these options, or None.  A dict lookup and a comparison of
+    each argument: no key tuple built, no lock taken."""
+    owner, sub = _owner(f)
+    e = _recent.get((kind, id(owner)))
+    if e is None or e[1] is not sub or e[2] != argnums or e[3] != backend or \
+            e[4] != options or len(args) != len(e[5]) or e[0]() is not owner:
+        return None
+    for a, (shape, dtype) in zip(args, e[5]):  # noqa: B905 - lengths compared above
+        if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+            return None
+    return e[6]
+
+
+def _remember(kind, f, args, argnums, backend, plan, options=None):
+    """Make ``plan`` what :func:`_recent_plan` returns for calls like this one
+    (plain ndarray arguments only; held weakly by ``f``'s owner)."""
+    for a in args:
+        if type(a) is not np.ndarray:
+            return
+    owner, sub = _owner(f)
+    key = (kind, id(owner))
+    try:
+        ref = weakref.ref(owner, lambda r, key=key: _forget(key, r))
+    except TypeError:
+        return
+    _recent[key] = (ref, sub, argnums, backend, options,
+                    tuple((a.shape, a.dtype) for a in args), plan)
+
+
+def _forget(key, ref):
+    e = _recent.get(key)
+    if e is not None and e[0] is ref:
+        _recent.pop(key, None)
+
+
+def _call(lookup, call):
+    """``call(plan)`` on the cached plan; once more on a rebuilt one when the
+    cached plan's function changed since it was traced."""
+    plan = lookup(None)
+    try:
+        return call(plan)
+    except StalePlanError:
+        return call(lookup(plan))
+
+
+def _cached_call(kind, f, args, argnums, backend, options, build, call, tag=(), hvp=False):
+    """The convenience functions' path: the recent plan of ``f`` when the call
+    is like the last one, else the plan cache (built on a miss, rebuilt when
+    ``f`` changed)."""
+    plan = _recent_plan(kind, f, args, argnums, backend, options)
+    if plan is not None:
+        try:
+            return call(plan)
+        except StalePlanError:
+            pass
+    resolved = _backend(backend, args)
+
+    def lookup(stale):
+        plan = _lookup(f, args, argnums, resolved, hvp=hvp, tag=tag, stale=stale,
+                       build=None if build is None else lambda: build(resolved))[0]
+        _remember(kind, f, args, argnums, backend, plan, options)
+        return plan
+
+    return _call(lookup, call)
 
 
 def gradient(f, *args, argnums=0, out=None, backend=None):
@@ -243,14 +348,21 @@ def gradient(f, *args, argnums=0, out=None, backend=None):
     >>> bool(np.allclose(res.gradient, np.cos(x)))
     True
     """
-    backend = _backend(backend, args)
-    plan = _cached_plain(f, args, argnums, backend) if out is not None else None
+    plan = _recent_plan("gradient", f, args, argnums, backend)
     if plan is not None:
-        return plan.gradient(*args, out=out)
-    plan, leaves = _lookup(f, args, argnums, backend)
-    if out is not None:  # the plan's own path (generated for its structure)
-        return plan.gradient(*args, out=out)
-    return plan._run(leaves, out)
+        try:
+            return plan.gradient(*args, out=out)
+        except StalePlanError:
+            pass  # f changed: the general path rebuilds
+    requested = backend
+    backend = _backend(backend, args)
+
+    def lookup(stale):
+        plan = _lookup(f, args, argnums, backend, stale=stale)[0]
+        _remember("gradient", f, args, argnums, requested, plan)
+        return plan
+
+    return _call(lookup, lambda plan: plan.gradient(*args, out=out))
 
 
 def hvp(f, x, v, *args, argnums=0, out=None, backend=None):
@@ -291,9 +403,8 @@ def hvp(f, x, v, *args, argnums=0, out=None, backend=None):
     >>> res.hvp  # [[6, 1], [1, 12]] @ [1, 1]
     array([ 7., 13.])
     """
-    backend = _backend(backend, (x, *args))
-    plan, _ = _lookup(f, (x, *args), argnums, backend, hvp=True)
-    return plan.hvp(x, *args, v=v, out=out)
+    return _cached_call("hvp", f, (x, *args), argnums, backend, None, None,
+                        lambda plan: plan.hvp(x, *args, v=v, out=out), hvp=True)
 
 
 def hessian(f, x, *args, argnums=0, out=None, backend=None, chunk=None):
@@ -335,10 +446,9 @@ def hessian(f, x, *args, argnums=0, out=None, backend=None, chunk=None):
            [ 1., 12.]])
     """
     full = (x, *args)
-    backend = _backend(backend, full)
-    plan, _ = _lookup(f, full, argnums, backend, tag=("hessian", chunk), build=lambda: (
-        HessianPlan(f, full, argnums, backend, chunk=chunk)))
-    return plan.hessian(*full, out=out)
+    return _cached_call("hessian", f, full, argnums, backend, chunk,
+                        lambda b: HessianPlan(f, full, argnums, b, chunk=chunk),
+                        lambda plan: plan.hessian(*full, out=out), tag=("hessian", chunk))
 
 
 def jacobian(f, x, *args, argnums=0, out=None, mode="auto", backend=None, chunk=None):
@@ -380,45 +490,10 @@ def jacobian(f, x, *args, argnums=0, out=None, mode="auto", backend=None, chunk=
            [0.5403, 0.    ]])
     """
     full = (x, *args)
-    backend = _backend(backend, full)
-    plan, _ = _lookup(f, full, argnums, backend, tag=("jacobian", mode, chunk), build=lambda: (
-        JacobianPlan(f, full, argnums, backend, mode=mode, chunk=chunk)))
-    return plan.jacobian(*full, out=out)
-
-
-def _cached_plain(f, args, argnums, backend):
-    """The cached plan for plain-array arguments and an int or tuple ``argnums``, or None.
-
-    Builds the same key :func:`_lookup` would, without flattening or converting:
-    only when every argument is an ndarray and the differentiated one is
-    floating point (so nothing would be converted).
-    """
-    n = len(args)
-    if type(argnums) is int:
-        if not -n <= argnums < n:
-            return None
-        nums = argnums % n
-        diff = (nums,)
-    elif type(argnums) is tuple and argnums and all(type(i) is int and -n <= i < n
-                                                    for i in argnums):
-        nums = diff = tuple(i % n for i in argnums)
-        if len(set(diff)) != len(diff):
-            return None
-    else:
-        return None
-    for a in args:
-        if type(a) is not np.ndarray:
-            return None
-    for k in diff:
-        if args[k].dtype.kind != "f":
-            return None
-    key = (nums, backend, (_tree.LEAF,) * n, tuple((a.shape, a.dtype.str) for a in args))
-    with _lock:
-        lru = _cache_for(f)
-        plan = None if lru is None else lru.get(key)
-        if plan is not None:
-            lru.move_to_end(key)
-    return plan
+    return _cached_call("jacobian", f, full, argnums, backend, (mode, chunk),
+                        lambda b: JacobianPlan(f, full, argnums, b, mode=mode, chunk=chunk),
+                        lambda plan: plan.jacobian(*full, out=out),
+                        tag=("jacobian", mode, chunk))
 
 
 def clear_cache():
@@ -426,6 +501,7 @@ def clear_cache():
     with _lock:
         _weak.clear()
         _strong.clear()
+        _recent.clear()
 
 
 def cached_plans(f):

@@ -6,7 +6,8 @@ import linecache
 import os
 import sys
 
-__all__ = ["MemoryBudgetError", "TracingError", "user_location"]
+__all__ = ["MemoryBudgetError", "RetraceWarning", "StalePlanError", "TracingError",
+           "user_location"]
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _NUMPY_MARK = os.sep + "numpy" + os.sep
@@ -26,6 +27,22 @@ class MemoryBudgetError(ValueError):
     """Raised by :func:`hybridad.compile` when no plan fits ``memory_budget``
     (at compile time, never as an out-of-memory at run time).  The message
     gives the smallest workspace hybridad can plan for the function."""
+
+
+class StalePlanError(RuntimeError):
+    """Raised by a plan of :func:`hybridad.compile` when what ``f`` reads
+    besides its arguments (its globals, closure, ``self``'s attributes, a
+    captured list or array) changed since the plan was traced so that ``f``
+    now traces to a different graph: the plan would compute the old
+    function.  The message names the value; build a new plan, or use
+    :func:`hybridad.gradient` (it rebuilds when this happens), or pass the
+    value as an argument."""
+
+
+class RetraceWarning(UserWarning):
+    """Issued when a plan had to trace ``f`` again several times because a
+    value it reads besides its arguments keeps changing between calls (see
+    ``docs/limitations.md``): correct, but each call then pays a trace."""
 
 
 def user_location():

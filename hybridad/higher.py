@@ -203,6 +203,8 @@ class _Staged(Plan):
 
     def value(self, *args):
         """The function value at ``args`` (a float; for a Jacobian plan an array)."""
+        if self._guarded:
+            self._check_stale(args)
         leaves = self._leaves(args)
         buf = self._xp.zeros(*self._primal_specs[0])
         outs = [buf] + [self._xp.zeros(s, d) for s, d in self._primal_specs[1:]]
@@ -251,7 +253,7 @@ class HessianPlan(_Staged):
             _, targs, diff_tracers = self._trace_args(trace, leaves)
             shape, dtype = self._one_array("a Hessian")
             n = int(np.prod(shape, dtype=np.int64))
-            out = self._check_output(f(*targs), trace)
+            out = self._trace_f(f, targs, trace)
             self._value_dtype = out.dtype
             (x,) = diff_tracers
             (grad,) = backward(trace, out, [x], inplace=False)
@@ -316,6 +318,8 @@ class HessianPlan(_Staged):
     # -------------------------------------------------------------- calls
     def gradient(self, *args, out=None):
         """Value and gradient (the primal program), as :meth:`Plan.gradient`."""
+        if self._guarded:
+            self._check_stale(args)
         leaves = self._leaves(args)
         if out is None:
             out = HvpResult(self._xp.zeros(self._shape, self._dtype), dtype=self._value_dtype)
@@ -339,6 +343,8 @@ class HessianPlan(_Staged):
         GradientResult, DiffResult or None
             ``out``.
         """
+        if self._guarded:
+            self._check_stale(args)
         leaves = self._leaves(args)
         if out is not None:
             v, g, _ = self._value_grad(out, leaves, "GradientResult")
@@ -348,6 +354,7 @@ class HessianPlan(_Staged):
         for own, a in zip(self._point, leaves, strict=True):
             self._xp.copyto(own, a)  # the tangent programs read the point's arguments
         self._have_point = True
+        self._point_args = args  # what the guards read (static arguments) at this point
         return out
 
     def hvp(self, *args, v, out=None):
@@ -369,6 +376,8 @@ class HessianPlan(_Staged):
         HvpResult or DiffResult
             ``out``, or a new :class:`HvpResult` (for one direction).
         """
+        if self._guarded:
+            self._check_stale(args if args else getattr(self, "_point_args", ()))
         if args:
             leaves = self._leaves(args)
         elif self._have_point:
@@ -417,6 +426,8 @@ class HessianPlan(_Staged):
         HessianResult or DiffResult
             ``out`` (or a new result).
         """
+        if self._guarded:
+            self._check_stale(args)
         leaves = self._leaves(args)
         if out is None:
             out = self.new_result()
@@ -495,7 +506,7 @@ class JacobianPlan(_Staged):
         with trace:
             _, targs, diff_tracers = self._trace_args(trace, leaves)
             shape, dtype = self._one_array("a Jacobian")
-            y = self._check_output(f(*targs), trace)
+            y = self._trace_f(f, targs, trace)
             if y.node.op in ("input", "const") or y.node.id == diff_tracers[0].node.id:
                 y = y + y.dtype.type(0) if y.node.op == "const" else np.copy(y)
             (x,) = diff_tracers
@@ -566,6 +577,8 @@ class JacobianPlan(_Staged):
         JacobianResult or DiffResult
             ``out`` (or a new result).
         """
+        if self._guarded:
+            self._check_stale(args)
         leaves = self._leaves(args)
         if out is None:
             out = self.new_result()

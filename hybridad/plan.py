@@ -19,6 +19,8 @@ from __future__ import annotations
 import inspect
 import os
 import threading
+import types
+import warnings
 import weakref
 
 import numpy as np
@@ -29,7 +31,8 @@ from .backends.loops import serial_loops
 from .backends.numba_backend import compile_numba_program, materialize_for_numba, \
     scratch_for_numba, work_estimate
 from .backends.numpy_backend import compile_program
-from .errors import MemoryBudgetError
+from .errors import MemoryBudgetError, RetraceWarning, StalePlanError
+from .guards import build_guards, captured_ids, observe, signature
 from .ir import Graph, check, dead_code_elimination
 from .optim import UpdateRule, schedule_updates
 from .memory import op_workspaces, plan_memory
@@ -42,6 +45,37 @@ __all__ = ["Plan", "arg_names", "normalize_argnums"]
 
 DEBUG = int(os.environ.get("HYBRIDAD_DEBUG", "0") or 0)
 BACKENDS = ("numba", "numpy", "cupy")
+
+
+#: re-traces of one plan after which :class:`~hybridad.errors.RetraceWarning` is issued
+RETRACE_WARN = 3
+
+
+def _static_paths(treedefs):
+    """``(expression over the call's args tuple a, value)`` of every static
+    (non-array) argument leaf that is an object: the guards walk them like
+    ``f``'s closure (their attributes can change; their identity is in the
+    plan's key)."""
+    out = []
+
+    def walk(td, expr):
+        if td == _tree.LEAF:
+            return
+        kind = td[0]
+        if kind == "static":
+            if not isinstance(td[2], (type(None), bool, int, float, complex, str, bytes)):
+                out.append((expr, td[2]))
+        elif kind in ("tuple", "list"):
+            for i, sub in enumerate(td[1]):
+                walk(sub, f"{expr}[{i}]")
+        elif kind == "dict":
+            for key, sub in zip(td[1], td[2], strict=True):
+                if isinstance(key, (str, int)):
+                    walk(sub, f"{expr}[{key!r}]")
+
+    for k, td in enumerate(treedefs):
+        walk(td, f"a[{k}]")
+    return out
 
 
 def normalize_argnums(argnums, nargs):
@@ -180,6 +214,11 @@ class Plan:
             self._f = lambda f=f: f
         self._example = None
         self._batch_plans = {}
+        #: the function, held strongly by explicit plans (hybridad.compile); cached
+        #: plans hold it weakly (the cache is keyed by it), see :meth:`_check_stale`
+        self._root = None
+        self._guard_lock = threading.Lock()
+        self._retraces = self._rebuilds = 0
         self.argnums, self._diff = normalize_argnums(argnums, len(args))
         self._names = arg_names(f, len(args))
         leaves, self._treedefs = prepare_args(args, self._diff, self._names)
@@ -219,8 +258,7 @@ class Plan:
         trace = Trace()
         with trace:
             tracers, targs, diff_tracers = self._trace_args(trace, leaves)
-            out = f(*targs)
-            out = self._check_output(out, trace)
+            out = self._trace_f(f, targs, trace)
             self._value_dtype = out.dtype
             if self.backend in ("numba", "cupy") and not hvp:  # the hybrid: regions by duals
                 trace.nodes = fuse_regions(trace.nodes, [out.node], reductions=("sum",))
@@ -276,6 +314,62 @@ class Plan:
         self._quiet = self.backend == "numpy"
         if DEBUG:
             print(self.explain() if DEBUG >= 2 else str(self.graph))
+
+    # ----------------------------------------------------------------- guards
+    def _trace_f(self, f, targs, trace):
+        """``f(*targs)`` in ``trace``, observed: the output checked, and the plan's
+        guards and graph signature set (see :mod:`hybridad.guards`)."""
+        out, self.guards, self._signature = self._observe_f(f, targs, trace)
+        self._guarded = self.guards.count > 0
+        return out
+
+    def _observe_f(self, f, targs, trace):
+        """``(output, guards, signature)`` of ``f(*targs)`` traced into ``trace``
+        under :func:`hybridad.guards.observe`."""
+        with observe(self.name) as obs:
+            out = f(*targs)
+        out = self._check_output(out, trace)
+        nodes = list(trace.nodes)
+        consts = [n.attrs["value"] for n in nodes if n.op == "const" and not n.is_literal]
+        guards = build_guards(f, _static_paths(self._treedefs), obs, consts)
+        return out, guards, signature(nodes, [out.node], captured_ids(guards))
+
+    def _check_stale(self, args):
+        """Before a call: if what ``f`` reads changed since it was traced, trace
+        it again; the plan keeps running when the graph came out the same, and
+        raises :class:`~hybridad.errors.StalePlanError` otherwise."""
+        root = self._root if self._root is not None else self._f()
+        if root is None:  # f is gone: nothing can reach its closure any more
+            return
+        why = self.guards.check(root, args)
+        if why is not None:
+            self._revalidate(root, args, why)
+
+    def _revalidate(self, root, args, why):
+        with self._guard_lock:
+            if self.guards.check(root, args) is None:  # another thread did it
+                return
+            trace = Trace()
+            stand_ins = [types.SimpleNamespace(shape=s, dtype=np.dtype(d))
+                         for s, d in self._specs]
+            with trace:
+                _, targs, _ = self._trace_args(trace, stand_ins)
+                _, guards, sig = self._observe_f(root, targs, trace)
+            if sig != self._signature:
+                raise StalePlanError(
+                    f"{self.name}: {why}, and f now traces to a different graph: this plan "
+                    "would compute the old function. Build a new plan (hybridad.compile), "
+                    "use hybridad.gradient / hessian / jacobian (they rebuild their plans "
+                    "when this happens), or pass the value as an argument, which a plan "
+                    "reads on every call.")
+            self.guards = guards
+            self._retraces += 1
+            if self._retraces == RETRACE_WARN:
+                warnings.warn(
+                    f"hybridad: {self.name} was traced again {RETRACE_WARN} times because "
+                    f"{why} between calls (the graph came out the same, so the plan is "
+                    "kept, but each check costs a trace). Pass values that change between "
+                    "calls as arguments.", RetraceWarning, stacklevel=4)
 
     def _lower(self, nodes, inputs, outputs, updates=()):
         """The traced nodes as the graph the backends run: dead code removed,
@@ -390,6 +484,11 @@ class Plan:
                              f"an array of shape (B, *{shape}); got {_describe(X)}")
         full = list(args)
         full.insert(self.argnums, X[0])  # the structure and the other arguments, checked
+        if self._guarded:
+            self._check_stale(tuple(full))
+            if self.guards is not getattr(self, "_batch_guards", None):  # re-traced: the
+                self._batch_plans.clear()  # batch plans' graphs are rebuilt from f as it is
+                self._batch_guards = self.guards
         leaves = self._leaves(tuple(full))
         k = X.shape[0]
         plan = self._batch_plans.get(k)
@@ -446,6 +545,8 @@ class Plan:
         """
         if self.update is None:
             raise TypeError("step() needs a plan built with update=hybridad.optim.<rule>")
+        if self._guarded:
+            self._check_stale(args)
         leaves = self._leaves(args)
         for i in self._diff_leaves:
             a = leaves[i]
@@ -604,7 +705,7 @@ class Plan:
         return gleaves
 
     # ------------------------------------------------------------------ calls
-    def gradient(self, *args, out=None):
+    def gradient(self, *args, out=None, _checked=False):
         """Value and gradient of ``f`` at ``args``, written into ``out``.
 
         Parameters
@@ -625,6 +726,8 @@ class Plan:
         if self.order != 1:
             raise TypeError("this plan computes Hessian-vector products (plan.hvp); "
                             "hybridad.compile(f, ...) without hvp=True gives gradients")
+        if self._guarded and not _checked:
+            self._check_stale(args)
         if self._plain and out is not None:
             g = self._fast_args(args, out)
             if g is not None:
@@ -683,7 +786,7 @@ class Plan:
         wrap = "_id({})" if self._program.objects else "{}"
         jitted, fixed, bound = self._program.parts
         ns = {"_j": jitted, "_lock": self._program.lock, "_id": id, "_GR": GradientResult,
-              "_DR": DiffResult, "_general": Plan.gradient,
+              "_DR": DiffResult, "_general": Plan.gradient, "_stale": self._check_stale,
               "_plan": self}  # a cycle (plan -> gradient -> plan): the collector frees it
         ns.update(consts)
         ns.update({f"_f{k}": v for k, v in enumerate(fixed)})
@@ -693,6 +796,8 @@ class Plan:
                                  [f"_c{k}" for k in range(len(bound))] +
                                  [wrap.format(x) for x in ["out._value", *grads]]) + ")"
         lines = ["def gradient(*args, out=None):",
+                 # what f reads besides its arguments (hybridad.guards), before any write
+                 *(["    _stale(args)"] if self._guarded else []),
                  f"    if len(args) == {n} and (out.__class__ is _GR or out.__class__ is _DR):",
                  "        d = out._derivs",
                  "        if d:",
@@ -709,7 +814,7 @@ class Plan:
         lines += ["                    return out",
                   "            except (TypeError, ValueError, LookupError):",
                   "                pass  # the general path says why",
-                  "    return _general(_plan, *args, out=out)"]
+                  "    return _general(_plan, *args, out=out, _checked=True)"]
         exec(compile("\n".join(lines) + "\n", f"<hybridad gradient {self.name}>", "exec"),
              ns)  # noqa: S102
         fast = ns["gradient"]
@@ -764,6 +869,8 @@ class Plan:
         if self.order != 2:
             raise TypeError("this plan computes gradients; hybridad.compile(f, ..., hvp=True) "
                             "gives Hessian-vector products")
+        if self._guarded:
+            self._check_stale(args)
         prog = self._program
         if self._plain and out is not None and type(v) is np.ndarray and \
                 not getattr(prog, "blas_limited", True) and \
@@ -816,6 +923,8 @@ class Plan:
 
     def value(self, *args):
         """The function value at ``args`` as a Python float (forward pass only)."""
+        if self._guarded:
+            self._check_stale(args)
         leaves = self._leaves(args)
         if self._value_program is None:
             fwd = dead_code_elimination(Graph(self.graph.nodes, self.graph.inputs,
@@ -1005,7 +1114,7 @@ class BatchPlan(Plan):
         trace = Trace()
         with trace:
             tracers, targs, diff_tracers = self._trace_args(trace, leaves)
-            out = self._check_output(f(*targs), trace)
+            out = self._trace_f(f, targs, trace)
             self._value_dtype = out.dtype
             (x,) = diff_tracers
             (g,) = backward(trace, out, [x], inplace=False)

@@ -168,9 +168,18 @@ class ElementwiseFunction:
         if len(args) != self.nargs:
             raise TypeError(f"{self.name}() takes {self.nargs} argument(s), got {len(args)}")
         if any(isinstance(a, Tracer) for a in args):
+            with _LOCK:  # what the code reads may have changed since the family was made
+                if self._family is not None and self._family.key != self._key():
+                    self._family = None
             prim = self.family.primitive(())
             return bind(prim.name, *args)
         return self.ufunc(*args)
+
+    def _key(self):
+        """The fingerprint of the code (and the derivative supplied): what the
+        compiled kernels froze, the globals and closure values included."""
+        key = fingerprint(self.py_func)
+        return key if self._deriv is None else key + "defderiv" + fingerprint(self._deriv)
 
 
 def _fingerprint(fn, digest, depth=0):
@@ -223,9 +232,7 @@ class _Family:
 
     def __init__(self, ef):
         self.ef = ef
-        key = fingerprint(ef.py_func)
-        if ef._deriv is not None:
-            key += "defderiv" + fingerprint(ef._deriv)
+        self.key = key = ef._key()
         self.tag = hashlib.sha256(key.encode()).hexdigest()[:16]
         self.base = re.sub(r"\W", "_", ef.name)
         self._prims = {}

@@ -38,6 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from .api import _lookup
+from .errors import StalePlanError
 from .higher import HessianPlan
 from .results import GradientResult, HessianResult, HvpResult
 
@@ -203,10 +204,26 @@ class Objective:
         return False
 
     def _evaluate(self, x, args):
-        if not self._stage(x, args):
-            self._plan.gradient(*self._call_args, out=self._res)
+        if not self._stage(x, args) or self._changed():
+            try:
+                self._plan.gradient(*self._call_args, out=self._res)
+            except StalePlanError:  # f changed (its globals, closure, ...): a new plan
+                self._plan = _lookup(self.f, self._call_args, self.argnums, self.backend,
+                                     parallel=self._plan.parallel, stale=self._plan)[0]
+                self._hvp_plan = None
+                self._plan.gradient(*self._call_args, out=self._res)
             self.n_evaluations += 1
             self._valid = True
+
+    def _changed(self):
+        """Whether what ``f`` reads besides its arguments changed since the
+        memoized results were computed (:mod:`hybridad.guards`)."""
+        plan = self._plan
+        if plan._guarded and plan.guards.check(self.f, self._call_args) is not None:
+            self._valid = False
+            self._point += 1
+            return True
+        return False
 
     def _float64_copy(self, buf):
         return buf.astype(np.float64).reshape(-1)  # a new array: scipy may keep it
@@ -237,9 +254,21 @@ class Objective:
                     self.f, self._call_args, self.argnums, self.backend, parallel=parallel))[0]
             self._hres = HvpResult(self._x, dtype=self.dtype)
             self._hfull = HessianResult(self._x, dtype=self.dtype)
-        self._stage(x, args)
+        if self._stage(x, args):
+            self._changed()
         if self._linearized != self._point:
-            self._hvp_plan.linearize(*self._call_args, out=self._res)
+            try:
+                self._hvp_plan.linearize(*self._call_args, out=self._res)
+            except StalePlanError:  # f changed: new plans
+                parallel = self._hvp_plan.parallel
+                self._hvp_plan = _lookup(
+                    self.f, self._call_args, self.argnums, self.backend, stale=self._hvp_plan,
+                    tag=("hessian", None, parallel), build=lambda: HessianPlan(
+                        self.f, self._call_args, self.argnums, self.backend,
+                        parallel=parallel))[0]
+                self._plan = _lookup(self.f, self._call_args, self.argnums, self.backend,
+                                     parallel=self._plan.parallel)[0]
+                self._hvp_plan.linearize(*self._call_args, out=self._res)
             self._linearized, self._valid = self._point, True
         return self._hvp_plan
 

@@ -12,26 +12,31 @@ take the dtype of the array they meet, so float32 code stays float32.
 Constants: a Python scalar, or any expression of constants only, is a
 *literal* and is folded.  An ndarray that ``f`` reads from its closure or
 globals is *captured by reference*: the plan keeps the array object, so an
-in-place change (``A[...] = ...``) is seen by the next call; rebinding the
-name to a new array is not (build a new plan, or pass the array as an
-argument).
+in-place change (``A[...] = ...``) is seen by the next call.  Everything
+else ``f`` reads besides its arguments (a rebound name, a changed
+attribute, ...) is checked before every call by the plan's guards
+(:mod:`hybridad.guards`).
 """
 
 from __future__ import annotations
 
 import itertools
 import numbers
+import os
+import sys
 import threading
 
 import numpy as np
 
 from .errors import TracingError, user_location
+from .guards import note_value_operand, paused
 from .ir import Node
 from .ops import REGISTRY
 
 __all__ = ["Trace", "Tracer", "as_node", "bind", "current_trace", "loop_dtypes"]
 
 _state = threading.local()
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def current_trace():
@@ -231,6 +236,11 @@ def bind(opname, *args, **attrs):
     every executed op runs without hidden casting buffers.  Ops on literal
     constants only are folded.  Returns a :class:`Tracer`.
     """
+    with paused():  # hybridad's own work: not observed (see hybridad.guards)
+        return _bind(opname, args, attrs)
+
+
+def _bind(opname, args, attrs):
     trace = current_trace()
     op = REGISTRY[opname]
     if op.ufunc is not None:
@@ -339,11 +349,13 @@ class Tracer:
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         from . import numpy_api
 
+        _note_values(inputs)
         return numpy_api.apply_ufunc(ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
         from . import numpy_api
 
+        _note_values(args)
         return numpy_api.apply_function(func, args, kwargs)
 
     # -- indexing -------------------------------------------------------------
@@ -355,6 +367,20 @@ class Tracer:
     def __setitem__(self, index, value):
         raise TracingError(f"in-place assignment to a traced array at {user_location()}: "
                            "build the result functionally (np.where, np.concatenate, ...).")
+
+
+def _note_values(operands):
+    """A numpy scalar handed to a traced operation by the user's code (not by
+    hybridad's) may be a number taken out of a captured array: tell the
+    guards (:func:`hybridad.guards.note_value_operand`)."""
+    for x in operands:
+        if isinstance(x, np.generic):
+            frame = sys._getframe(2)
+            if frame.f_code.co_filename == __file__:  # an operator of Tracer: its caller
+                frame = frame.f_back
+            if not frame.f_code.co_filename.startswith(_PKG_DIR):
+                note_value_operand()
+            return
 
 
 def _binary(ufunc, reflected=False):

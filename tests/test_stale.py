@@ -1,0 +1,460 @@
+"""A result is always that of f as it is at call time (hybridad.guards).
+
+What f reads besides its arguments -- globals, closure cells, ``self``'s
+attributes, items of captured lists and dicts, attributes of the objects
+those hold, captured arrays -- is baked into a plan when f is traced.  These
+tests change each kind of value between calls and check that
+``ha.gradient`` / ``hessian`` / ``hvp`` / ``jacobian`` / ``hybridad.scipy``
+give the new function's derivatives, and that an explicit plan either still
+computes the right thing or raises StalePlanError -- never the old function.
+"""
+
+import functools
+import random
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad import api
+from hybridad.errors import RetraceWarning, StalePlanError, TracingError
+from hybridad.testing import count_allocations
+
+X = np.array([0.5, -1.0, 2.0])
+BACKENDS = ("numpy", "numba")
+
+
+def check(f, x=X, backend="numpy", *args):
+    """ha.gradient of f at x equals f's value and a finite-difference gradient."""
+    res = ha.gradient(f, x, *args, backend=backend)
+    np.testing.assert_allclose(float(res.value), f(x, *args), rtol=1e-13)
+    eps = 1e-6
+    num = np.array([(f(x + eps * e, *args) - f(x - eps * e, *args)) / (2 * eps)
+                    for e in np.eye(x.size)]).reshape(x.shape)
+    np.testing.assert_allclose(res.gradient, num, rtol=1e-6, atol=1e-6)
+    return res
+
+
+# ----------------------------------------------------------------------------
+# the kinds of state f reads
+# ----------------------------------------------------------------------------
+
+class Model:
+    offset = 0.0  # a class attribute
+
+    def __init__(self):
+        self.w = np.ones(3)
+        self.scale = 2.0
+        self.layer = Layer()
+
+    def loss(self, x):
+        return self.scale * np.sum((x * self.w) ** 2) + self.offset + self.layer(x)
+
+
+class Layer:
+    def __init__(self):
+        self.b = np.zeros(3)
+        self.gain = 1.0
+
+    def __call__(self, x):
+        return self.gain * np.sum(np.sin(x + self.b))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bound_method_attributes(backend):
+    m = Model()
+    check(m.loss, backend=backend)
+    m.w = np.array([1.0, 2.0, 3.0])  # an array attribute replaced
+    check(m.loss, backend=backend)
+    m.scale = 10.0  # a float attribute changed
+    check(m.loss, backend=backend)
+    m.w[0] = 5.0  # an array changed in place (the graph reads it by reference)
+    check(m.loss, backend=backend)
+    m.layer.gain = 3.0  # an attribute of an object f reaches through self
+    check(m.loss, backend=backend)
+    m.layer.b = np.full(3, 0.25)
+    check(m.loss, backend=backend)
+    m.layer = Layer()  # the object itself replaced
+    check(m.loss, backend=backend)
+    m.offset = 7.0  # an instance attribute now shadows the class attribute
+    check(m.loss, backend=backend)
+
+
+def test_class_attribute():
+    class M(Model):
+        pass
+
+    m = M()
+    check(m.loss)
+    M.offset = 4.0
+    check(m.loss)
+    M.loss = lambda self, x: np.sum(x ** 3)  # the method itself replaced on the class
+    check(m.loss)
+
+
+SCALE = 1.0
+POWER = 2
+
+
+def helper(x):
+    return np.sum(x ** POWER)
+
+
+def uses_globals(x):
+    return SCALE * helper(x)
+
+
+def other_helper(x):
+    return np.sum(np.cos(x))
+
+
+def test_globals_and_helpers():
+    global SCALE, POWER, helper
+    saved = SCALE, POWER, helper
+    try:
+        check(uses_globals)
+        SCALE = 3.0  # a global float rebound
+        check(uses_globals)
+        POWER = 3  # a global the helper reads
+        check(uses_globals)
+        helper = other_helper  # the helper rebound
+        check(uses_globals)
+    finally:
+        SCALE, POWER, helper = saved
+
+
+def test_closures_lists_dicts():
+    k = 2.0
+    coef = [1.0, 2.0, 3.0]
+    cfg = {"a": 1.0, "b": [0.5]}
+
+    def f(x):
+        return k * np.sum(sum(c * x ** i for i, c in enumerate(coef))) + cfg["a"] * \
+            np.sum(x) * cfg["b"][0]
+
+    check(f)
+    coef[1] = 10.0  # an element of a captured list
+    check(f)
+    coef.append(4.0)  # the list grows
+    check(f)
+    cfg["a"] = -2.0  # a dict value
+    check(f)
+    cfg["b"][0] = 3.0  # nested
+    check(f)
+    k = 5.0  # the closure cell rebound  # noqa: F841 - read by f
+    check(f)
+
+
+def test_captured_array_read_as_numbers():
+    c = np.array([1.0, 2.0, 3.0])
+
+    def poly(x):  # numbers taken out of c while tracing: baked into the graph
+        return np.sum(sum(c[i] * x ** i for i in range(3)))
+
+    for backend in BACKENDS:
+        ha.clear_cache()
+        check(poly, backend=backend)
+        c[1] = 10.0
+        check(poly, backend=backend)
+        c[1] = 2.0
+    plan = ha.compile(poly, X, backend="numpy")
+    c[2] = -1.0
+    with pytest.raises(StalePlanError, match=r"values of the array c were changed in place"):
+        plan.gradient(X)
+
+
+def test_captured_mask_and_indices():
+    mask = np.array([True, False, True])
+    idx = np.array([0, 0, 2])
+
+    def f(x):
+        return np.sum(x[mask] ** 2) + np.sum(x[idx] ** 3)
+
+    check(f)
+    mask[1] = True
+    check(f)
+    idx[:] = [2, 1, 1]
+    check(f)
+
+
+def test_defaults_partial_callable():
+    def f(x, p=2.0):
+        return np.sum(x ** 2) * p
+
+    check(f)
+    f.__defaults__ = (5.0,)
+    check(f)
+
+    def g(x, scale):
+        return scale * np.sum(np.exp(x))
+
+    pg = functools.partial(g, scale=2.0)
+    check(pg)
+    pg.keywords["scale"] = -1.0
+    check(pg)
+
+    layer = Layer()
+    check(layer)
+    layer.gain = 4.0
+    check(layer)
+
+
+def test_property_and_slots():
+    class P:
+        __slots__ = ("a", "__weakref__")
+
+        def __init__(self):
+            self.a = 1.0
+
+        @property
+        def twice(self):
+            return 2 * self.a
+
+        def f(self, x):
+            return self.twice * np.sum(x ** 2)
+
+    p = P()
+    check(p.f)
+    p.a = 3.0
+    check(p.f)
+
+
+class Config:
+    def __init__(self, alpha):
+        self.alpha = alpha
+
+
+def test_static_argument_object():
+    def f(x, cfg):
+        return cfg.alpha * np.sum(x ** 2)
+
+    cfg = Config(1.0)
+    check(f, X, "numpy", cfg)
+    cfg.alpha = 4.0
+    check(f, X, "numpy", cfg)
+
+
+def test_in_place_change_of_graph_read_array_needs_no_retrace():
+    big = np.linspace(0, 1, 4096)  # above SMALL_BYTES: read by reference, no content guard
+
+    def f(x):
+        return np.sum(np.outer(x, big[:3]) ** 2)
+
+    plan = ha.compile(f, X, backend="numpy")
+    before = plan.gradient(X).value.copy()
+    big[:3] = 5.0
+    after = plan.gradient(X)
+    np.testing.assert_allclose(float(after.value), f(X), rtol=1e-14)
+    assert after.value != before and plan._retraces == 0
+
+
+# ----------------------------------------------------------------------------
+# explicit plans, other entry points
+# ----------------------------------------------------------------------------
+
+def test_explicit_plan_raises_naming_the_value():
+    m = Model()
+    plan = ha.compile(m.loss, X, backend="numpy")
+    plan.gradient(X)
+    m.scale = 3.0
+    with pytest.raises(StalePlanError, match=r"self\.scale was 2\.0 .* now 3\.0"):
+        plan.gradient(X)
+    m.scale = 2.0
+    plan.gradient(X)  # as traced again: fine
+    m.w = np.ones(3)
+    with pytest.raises(StalePlanError, match=r"self\.w was replaced"):
+        plan.gradient(X)
+    res = ha.GradientResult(X)
+    res.value[...] = 123.0
+    with pytest.raises(StalePlanError):
+        plan.gradient(X, out=res)
+    assert res.value == 123.0 and not res.gradient.any()  # untouched
+
+
+def test_explicit_plan_keeps_running_when_the_graph_is_the_same():
+    state = {"unused": 1.0, "used": 2.0}
+
+    def f(x):
+        if state["unused"] > 10:  # read, but the branch is the same
+            return np.sum(x)
+        return state["used"] * np.sum(x ** 2)
+
+    plan = ha.compile(f, X, backend="numpy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RetraceWarning)
+        for v in (2.0, 3.0):
+            state["unused"] = v
+            np.testing.assert_allclose(float(plan.gradient(X).value), f(X))
+    with pytest.warns(RetraceWarning, match="traced again 3 times"):
+        state["unused"] = 4.0
+        plan.gradient(X)
+
+
+def test_hessian_hvp_jacobian_scipy():
+    m = Model()
+    h1 = ha.hessian(m.loss, X).hessian.copy()
+    m.scale = 5.0
+    h2 = ha.hessian(m.loss, X)
+    assert not np.allclose(h1, h2.hessian)
+    plan_h = ha.compile(m.loss, X, hessian=True, backend="numpy")
+    np.testing.assert_allclose(plan_h.hessian(X).hessian, h2.hessian, rtol=1e-12)
+    v = np.array([1.0, 0.0, -1.0])
+    np.testing.assert_allclose(ha.hvp(m.loss, X, v).hvp, h2.hessian @ v, rtol=1e-12)
+    m.scale = 1.0
+    np.testing.assert_allclose(ha.hvp(m.loss, X, v).hvp, ha.hessian(m.loss, X).hessian @ v,
+                               rtol=1e-12)
+    with pytest.raises(StalePlanError):
+        plan_h.hessian(X)
+
+    A = np.eye(3)
+
+    def vec(x):
+        return A @ np.sin(x)
+
+    np.testing.assert_allclose(ha.jacobian(vec, X).jacobian, np.diag(np.cos(X)))
+    A = 2 * np.eye(3)  # noqa: F841 - the closure cell now holds another matrix
+    np.testing.assert_allclose(ha.jacobian(vec, X).jacobian, 2 * np.diag(np.cos(X)))
+
+    import hybridad.scipy as hs
+
+    target = {"c": np.array([1.0, 2.0])}
+
+    def obj(x):
+        return np.sum((x - target["c"]) ** 2)
+
+    o = hs.Objective(obj, np.zeros(2))
+    np.testing.assert_allclose(o.jac(np.zeros(2)), [-2.0, -4.0])
+    target["c"] = np.array([3.0, 4.0])  # at the same x: the memoized result is stale
+    np.testing.assert_allclose(o.jac(np.zeros(2)), [-6.0, -8.0])
+    np.testing.assert_allclose(o.fun(np.zeros(2)), 25.0)
+    np.testing.assert_allclose(o.hessp(np.zeros(2), np.ones(2)), [2.0, 2.0])
+    res = hs.minimize(obj, np.zeros(2), method="trust-ncg")
+    np.testing.assert_allclose(res.x, [3.0, 4.0], atol=1e-8)
+
+
+def test_gradient_batch_after_change():
+    m = Model()
+    plan = ha.compile(m.loss, X, backend="numpy")
+    Xs = np.stack([X, 2 * X])
+    r1 = plan.gradient_batch(Xs)
+    m.w[0] = 3.0  # in place, read by reference: the same plans stay right
+    r2 = plan.gradient_batch(Xs)
+    np.testing.assert_allclose(r2.value, [m.loss(X), m.loss(2 * X)], rtol=1e-13)
+    assert not np.allclose(r1.value, r2.value)
+
+
+# ----------------------------------------------------------------------------
+# calls whose result changes without depending on the inputs
+# ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("draw", [
+    lambda: np.random.normal(size=3),
+    lambda: np.random.rand(3),
+    lambda: np.random.default_rng().normal(size=3),
+    lambda: np.random.RandomState(0).uniform(size=3),
+    lambda: np.full(3, random.random()),
+    lambda: np.full(3, random.gauss(0, 1)),
+    lambda: np.full(3, time.time() % 1.0),
+])
+def test_nondeterministic_calls_are_refused(draw):
+    def f(x):
+        return np.sum(x * draw())
+
+    with pytest.raises(TracingError, match=r"(numpy\.random|random\.|time\.).*pass them in as "
+                                           r"an argument"):
+        ha.gradient(f, X, backend="numpy")
+
+
+def test_noise_passed_as_argument_is_fine():
+    noise = np.random.default_rng(0).normal(size=3)
+    res = ha.gradient(lambda x, n: np.sum(x * n), X, noise, backend="numpy")
+    np.testing.assert_allclose(res.gradient, noise)
+
+
+# ----------------------------------------------------------------------------
+# cost and lifetime
+# ----------------------------------------------------------------------------
+
+def test_guarded_calls_allocate_nothing():
+    m = Model()
+    plan = ha.compile(m.loss, X)  # numba
+    res = ha.GradientResult(X)
+    assert plan.guards.count > 0
+    for _ in range(3):
+        plan.gradient(X, out=res)
+        ha.gradient(m.loss, X, out=res)
+    with count_allocations() as counts:
+        for _ in range(50):
+            plan.gradient(X, out=res)
+            ha.gradient(m.loss, X, out=res)
+    assert counts.allocations == 0
+
+
+def test_plain_function_has_no_guards_to_check():
+    plan = ha.compile(lambda x: np.sum(np.exp(x)), X, backend="numpy")
+    # only the numpy module global, and the function's code object
+    assert plan.guards.count <= 3, plan.guards.paths
+
+
+def test_cache_does_not_keep_instances_alive():
+    import gc
+    import weakref
+
+    m = Model()
+    ha.gradient(m.loss, X, backend="numpy")
+    ref = weakref.ref(m)
+    n = len(api._weak)
+    del m
+    gc.collect()
+    assert ref() is None and len(api._weak) < n
+
+
+GAIN = 2.0
+
+
+def test_elementwise_function_reading_a_global():
+    global GAIN
+
+    @ha.elementwise
+    def amp(r):
+        return GAIN * r * r
+
+    def f(x):
+        return np.sum(amp(x))
+
+    try:
+        check(f, backend="numba")
+        GAIN = 5.0  # numba froze the old value into the kernel: a new one is compiled
+        check(f, backend="numba")
+    finally:
+        GAIN = 2.0
+
+
+def test_odd_objects_do_not_break_the_walk():
+    class Proxy:  # attribute access that computes, and a cycle back to the model
+        def __getattr__(self, name):
+            return 1.0
+
+    class Rec:
+        def __init__(self):
+            self.me = self
+            self.proxy = Proxy()
+            self.k = 2.0
+
+        def f(self, x):
+            return self.me.k * self.proxy.anything * np.sum(x ** 2)
+
+    r = Rec()
+    check(r.f)
+    r.k = 3.0
+    check(r.f)
+
+    def fact(n):  # recursive: its global refers to itself
+        return 1 if n <= 1 else n * fact(n - 1)
+
+    def g(x):
+        return fact(3) * np.sum(x)
+
+    check(g)
