@@ -29,6 +29,7 @@ import numpy as np
 from . import _tree
 from ._xp import array_module, is_array
 from .errors import RetraceWarning, StalePlanError
+from .guards import root_of
 from .higher import HessianPlan, JacobianPlan
 from .plan import Plan, arg_names, normalize_argnums, prepare_args
 
@@ -151,7 +152,7 @@ def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
     else:
         plan = Plan(f, example_args, argnums, backend, hvp=hvp, parallel=parallel,
                     memory_budget=memory_budget, cuda_graph=cuda_graph, update=update)
-    plan._root = f  # an explicit plan keeps f alive: its guards read from it
+    plan._root = root_of(f)  # an explicit plan keeps f alive: its guards read from it
     return plan
 
 
@@ -233,28 +234,34 @@ def _rebuilt(plan, stale):
 # the most recent plan of each function: the cheap path of repeated calls
 # ----------------------------------------------------------------------------
 
-#: (kind, id(owner)) -> (weakref to owner, method function or None, argnums, backend,
-#: options, ((shape, dtype), ...) of the plain-array arguments, plan)
-_recent = {}
+#: kind -> {id(owner): (weakref to owner, method function or None, argnums, backend,
+#: options, shapes and dtypes of the plain-array arguments, plan.<kind>, plan)}
+_recent = {"gradient": {}, "hvp": {}, "hessian": {}, "jacobian": {}}
+_recent_gradient = _recent["gradient"]
+_MethodType = types.MethodType
+_ndarray = np.ndarray
 
 
 def _owner(f):
-    return (f.__self__, f.__func__) if type(f) is types.MethodType else (f, None)
+    return (f.__self__, f.__func__) if type(f) is _MethodType else (f, None)
 
 
 def _recent_plan(kind, f, args, argnums, backend, options=None):
     """The plan last used for ``f`` with plain ndarray arguments of these shapes
     and dtypes and these options, or None.  A dict lookup and a comparison of
     each argument: no key tuple built, no lock taken."""
-    owner, sub = _owner(f)
-    e = _recent.get((kind, id(owner)))
+    if type(f) is _MethodType:
+        owner, sub = f.__self__, f.__func__
+    else:
+        owner, sub = f, None
+    e = _recent[kind].get(id(owner))
     if e is None or e[1] is not sub or e[2] != argnums or e[3] != backend or \
-            e[4] != options or len(args) != len(e[5]) or e[0]() is not owner:
+            e[4] != options or e[0]() is not owner or len(args) != len(e[5]):
         return None
-    for a, (shape, dtype) in zip(args, e[5]):  # noqa: B905 - lengths compared above
-        if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+    for a, shape, dtype in zip(args, e[5], e[6]):  # noqa: B905 - lengths compared above
+        if type(a) is not _ndarray or a.shape != shape or a.dtype is not dtype:
             return None
-    return e[6]
+    return e[8]
 
 
 def _remember(kind, f, args, argnums, backend, plan, options=None):
@@ -264,19 +271,19 @@ def _remember(kind, f, args, argnums, backend, plan, options=None):
         if type(a) is not np.ndarray:
             return
     owner, sub = _owner(f)
-    key = (kind, id(owner))
+    table, key = _recent[kind], id(owner)
     try:
-        ref = weakref.ref(owner, lambda r, key=key: _forget(key, r))
+        ref = weakref.ref(owner, lambda r, table=table, key=key: _forget(table, key, r))
     except TypeError:
         return
-    _recent[key] = (ref, sub, argnums, backend, options,
-                    tuple((a.shape, a.dtype) for a in args), plan)
+    table[key] = (ref, sub, argnums, backend, options, tuple(a.shape for a in args),
+                  tuple(a.dtype for a in args), getattr(plan, kind, None), plan)
 
 
-def _forget(key, ref):
-    e = _recent.get(key)
+def _forget(table, key, ref):
+    e = table.get(key)
     if e is not None and e[0] is ref:
-        _recent.pop(key, None)
+        table.pop(key, None)
 
 
 def _call(lookup, call):
@@ -348,12 +355,33 @@ def gradient(f, *args, argnums=0, out=None, backend=None):
     >>> bool(np.allclose(res.gradient, np.cos(x)))
     True
     """
-    plan = _recent_plan("gradient", f, args, argnums, backend)
-    if plan is not None:
-        try:
-            return plan.gradient(*args, out=out)
-        except StalePlanError:
-            pass  # f changed: the general path rebuilds
+    # the function's most recent plan, for a call like the last one (inlined
+    # _recent_plan, one or two arguments spelled out: this is most of
+    # ha.gradient's own cost)
+    if type(f) is _MethodType:
+        owner, sub = f.__self__, f.__func__
+    else:
+        owner, sub = f, None
+    e = _recent_gradient.get(id(owner))
+    if e is not None and e[1] is sub and e[2] == argnums and e[3] == backend and \
+            e[0]() is owner:
+        shapes, dtypes, n = e[5], e[6], len(args)
+        if n == 1:
+            a = args[0]
+            ok = type(a) is _ndarray and a.shape == shapes[0] and a.dtype is dtypes[0]
+        elif n == 2:
+            a, b = args
+            ok = type(a) is _ndarray and a.shape == shapes[0] and a.dtype is dtypes[0] and \
+                type(b) is _ndarray and b.shape == shapes[1] and b.dtype is dtypes[1]
+        else:
+            ok = n == len(shapes) and all(
+                type(a) is _ndarray and a.shape == s and a.dtype is d
+                for a, s, d in zip(args, shapes, dtypes))  # noqa: B905 - lengths compared
+        if ok:
+            try:
+                return e[7](*args, out=out)
+            except StalePlanError:
+                pass  # f changed: the general path rebuilds
     requested = backend
     backend = _backend(backend, args)
 
@@ -501,7 +529,8 @@ def clear_cache():
     with _lock:
         _weak.clear()
         _strong.clear()
-        _recent.clear()
+        for table in _recent.values():
+            table.clear()
 
 
 def cached_plans(f):

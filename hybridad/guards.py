@@ -51,7 +51,7 @@ import numpy as np
 
 from .errors import TracingError
 
-__all__ = ["Guards", "Observation", "build_guards", "observe", "paused"]
+__all__ = ["Guards", "Observation", "build_guards", "observe", "paused", "root_of"]
 
 #: arrays up to this many bytes are compared by content on every call
 SMALL_BYTES = 16 * 1024
@@ -582,12 +582,13 @@ class Guards:
         What each guard watches (``self.w``, ``module.SCALE``, ``c[2]``, ...).
     """
 
-    def __init__(self, entries, truncated=False):
-        self.count = len(entries)
-        self.paths = [e.what for e in entries]
+    def __init__(self, entries, truncated=False, roots=None):
+        self.count = sum(e.kind != "none" for e in entries)
+        self.paths = [e.what for e in entries if e.kind != "none"]
         self.truncated = truncated
-        self._check, self.source = _compile(entries)
-        self._load = _compile_loads(entries)
+        roots = {name: _weak_or_none(obj) for name, obj in (roots or {}).items()}
+        self._check, self.source = _compile(entries, roots)
+        self._load = _compile_loads(entries, roots)
         #: ids of the arrays found in f's state (the graph holds them)
         self.captured = {id(e.expected) for e in entries if e.kind == "array"}
         for e in entries:  # the entries are kept for messages only: never keep f alive
@@ -630,11 +631,12 @@ class Guards:
         return f"<hybridad.Guards: {self.count} checks>"
 
 
-def _compile(entries):
-    """The check function of ``entries``: one statement per guard, parents first."""
-    if not entries:
+def _compile(entries, roots):
+    """The check function of ``entries``: one statement per guard, parents first
+    (``roots``: name -> weakref of the fixed objects guards start from)."""
+    if not any(e.kind != "none" for e in entries):
         return (lambda r, a: None), "def check(r, a):\n    return None\n"
-    ns = {"_M": _MISSING, "_same": _same_content, "_mro_get": _mro_get}
+    ns = {"_M": _MISSING, "_same": _same_content, "_mro_get": _mro_get, **roots}
     lines = ["def check(r, a):", "    try:"]
     for k, e in enumerate(entries):
         var = f"v{k}"
@@ -669,7 +671,10 @@ def _compile(entries):
             ns[f"_s{k}"], ns[f"_d{k}"], ns[f"_st{k}"] = shape, dtype, strides
             lines.append(f"        if {ident} or {var}.shape != _s{k} or {var}.dtype != _d{k} "
                          f"or {var}.strides != _st{k}: return {k}")
-            if content is not None:
+            if type(content) is bytes:  # a small array: its bytes, compared inline
+                ns[f"_c{k}"] = content
+                lines.append(f"        if {var}.tobytes() != _c{k}: return {k}")
+            elif content is not None:
                 ns[f"_c{k}"] = content
                 lines.append(f"        if not _same({var}, _c{k}): return {k}")
         # kind "none": loaded for the guards below it only
@@ -687,7 +692,7 @@ def _weak_or_none(obj):
         return lambda: None
 
 
-def _compile_loads(entries):
+def _compile_loads(entries, roots):
     """A function returning the current value of every entry (for messages)."""
     lines = ["def load(r, a):", "    out = []"]
     for k, e in enumerate(entries):
@@ -695,7 +700,7 @@ def _compile_loads(entries):
         lines += ["    try:", f"        v{k} = {src}", "    except Exception:",
                   f"        v{k} = _M", f"    out.append(v{k})"]
     lines.append("    return out")
-    ns = {"_M": _MISSING, "_mro_get": _mro_get}
+    ns = {"_M": _MISSING, "_mro_get": _mro_get, **roots}
     exec(compile("\n".join(lines) + "\n", "<hybridad guard loads>", "exec"), ns)  # noqa: S102
     return ns["load"]
 
@@ -753,7 +758,11 @@ def build_guards(f, static_args, obs, const_arrays):
             _code_names(fn.__code__, names)
     while True:  # names grow as user functions are reached
         walker = _Walker(frozenset(names), graph_arrays, obs.values_used)
-        walker.value(-1, "r", f, _describe_root(f), 0)
+        if isinstance(f, types.MethodType):  # r is the instance; the function is fixed
+            walker.value(-1, "r", f.__self__, "self", 0)
+            walker.value(-1, "_root_func()", f.__func__, _describe_root(f), 0)
+        else:
+            walker.value(-1, "r", f, _describe_root(f), 0)
         for expr, a in static_args:
             walker.value(-1, expr, a, f"argument {expr[1:]}", 0)
         grown = set(names)
@@ -768,14 +777,21 @@ def build_guards(f, static_args, obs, const_arrays):
                       "fixed (pass what changes between calls as arguments)", stacklevel=4)
     entries = list(walker.entries)
     _drop_root_ident(entries)
-    return Guards(entries, walker.truncated)
+    roots = {"_root_func": f.__func__} if isinstance(f, types.MethodType) else {}
+    return Guards(entries, walker.truncated, roots)
 
 
 def _drop_root_ident(entries):
-    """The root (``f`` itself) is the cache key: its identity needs no check."""
-    if entries and entries[0].parent < 0 and entries[0].load == "r" and \
-            entries[0].kind == "ident":
-        entries[0].kind = "none"
+    """The roots (``f`` itself; for a bound method its instance and function)
+    are the plan's cache key: their identity needs no check."""
+    for e in entries:
+        if e.parent < 0 and e.load in ("r", "_root_func()") and e.kind == "ident":
+            e.kind = "none"
+
+
+def root_of(f):
+    """What a plan's guards read from: ``f``, or the instance of a bound method."""
+    return f.__self__ if isinstance(f, types.MethodType) else f
 
 
 def _roots(f):

@@ -32,7 +32,7 @@ from .backends.numba_backend import compile_numba_program, materialize_for_numba
     scratch_for_numba, work_estimate
 from .backends.numpy_backend import compile_program
 from .errors import MemoryBudgetError, RetraceWarning, StalePlanError
-from .guards import build_guards, captured_ids, observe, signature
+from .guards import build_guards, captured_ids, observe, root_of, signature
 from .ir import Graph, check, dead_code_elimination
 from .optim import UpdateRule, schedule_updates
 from .memory import op_workspaces, plan_memory
@@ -214,9 +214,16 @@ class Plan:
             self._f = lambda f=f: f
         self._example = None
         self._batch_plans = {}
-        #: the function, held strongly by explicit plans (hybridad.compile); cached
-        #: plans hold it weakly (the cache is keyed by it), see :meth:`_check_stale`
+        #: what the guards read from (f, or a bound method's instance): held strongly
+        #: by explicit plans (hybridad.compile), weakly by cached ones (the cache is
+        #: keyed by it); see :meth:`_check_stale`
         self._root = None
+        root = root_of(f)
+        try:
+            self._rootref = weakref.ref(root)
+        except TypeError:
+            self._rootref = lambda root=root: root
+        self._method_func = f.__func__ if inspect.ismethod(f) else None
         self._guard_lock = threading.Lock()
         self._retraces = self._rebuilds = 0
         self.argnums, self._diff = normalize_argnums(argnums, len(args))
@@ -321,6 +328,7 @@ class Plan:
         guards and graph signature set (see :mod:`hybridad.guards`)."""
         out, self.guards, self._signature = self._observe_f(f, targs, trace)
         self._guarded = self.guards.count > 0
+        self._gcheck = self.guards._check  # the compiled check (generated fast paths)
         return out
 
     def _observe_f(self, f, targs, trace):
@@ -334,11 +342,18 @@ class Plan:
         guards = build_guards(f, _static_paths(self._treedefs), obs, consts)
         return out, guards, signature(nodes, [out.node], captured_ids(guards))
 
+    def _stale_reason(self, args):
+        """None, or what changed since ``f`` was traced (without re-tracing)."""
+        root = self._root if self._root is not None else self._rootref()
+        if root is None or not self._guarded:  # f is gone: nothing can change its state
+            return None
+        return self.guards.check(root, args)
+
     def _check_stale(self, args):
         """Before a call: if what ``f`` reads changed since it was traced, trace
         it again; the plan keeps running when the graph came out the same, and
         raises :class:`~hybridad.errors.StalePlanError` otherwise."""
-        root = self._root if self._root is not None else self._f()
+        root = self._root if self._root is not None else self._rootref()
         if root is None:  # f is gone: nothing can reach its closure any more
             return
         why = self.guards.check(root, args)
@@ -352,9 +367,10 @@ class Plan:
             trace = Trace()
             stand_ins = [types.SimpleNamespace(shape=s, dtype=np.dtype(d))
                          for s, d in self._specs]
+            f = root if self._method_func is None else types.MethodType(self._method_func, root)
             with trace:
                 _, targs, _ = self._trace_args(trace, stand_ins)
-                _, guards, sig = self._observe_f(root, targs, trace)
+                _, guards, sig = self._observe_f(f, targs, trace)
             if sig != self._signature:
                 raise StalePlanError(
                     f"{self.name}: {why}, and f now traces to a different graph: this plan "
@@ -362,7 +378,7 @@ class Plan:
                     "use hybridad.gradient / hessian / jacobian (they rebuild their plans "
                     "when this happens), or pass the value as an argument, which a plan "
                     "reads on every call.")
-            self.guards = guards
+            self.guards, self._gcheck = guards, guards._check
             self._retraces += 1
             if self._retraces == RETRACE_WARN:
                 warnings.warn(
@@ -787,6 +803,7 @@ class Plan:
         jitted, fixed, bound = self._program.parts
         ns = {"_j": jitted, "_lock": self._program.lock, "_id": id, "_GR": GradientResult,
               "_DR": DiffResult, "_general": Plan.gradient, "_stale": self._check_stale,
+              "_fref": self._rootref,
               "_plan": self}  # a cycle (plan -> gradient -> plan): the collector frees it
         ns.update(consts)
         ns.update({f"_f{k}": v for k, v in enumerate(fixed)})
@@ -797,7 +814,9 @@ class Plan:
                                  [wrap.format(x) for x in ["out._value", *grads]]) + ")"
         lines = ["def gradient(*args, out=None):",
                  # what f reads besides its arguments (hybridad.guards), before any write
-                 *(["    _stale(args)"] if self._guarded else []),
+                 *(["    _r = _plan._root", "    if _r is None:", "        _r = _fref()",
+                    "    if _r is not None and _plan._gcheck(_r, args) is not None:",
+                    "        _stale(args)"] if self._guarded else []),
                  f"    if len(args) == {n} and (out.__class__ is _GR or out.__class__ is _DR):",
                  "        d = out._derivs",
                  "        if d:",

@@ -218,8 +218,7 @@ class Objective:
     def _changed(self):
         """Whether what ``f`` reads besides its arguments changed since the
         memoized results were computed (:mod:`hybridad.guards`)."""
-        plan = self._plan
-        if plan._guarded and plan.guards.check(self.f, self._call_args) is not None:
+        if self._plan._stale_reason(self._call_args) is not None:
             self._valid = False
             self._point += 1
             return True
