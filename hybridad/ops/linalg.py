@@ -120,7 +120,7 @@ def _solve_batch(node, batched, a, b):
 
 register(Op("solve", "compute", _solve_abstract, run=_run("solve"), vjp=_solve_vjp,
             jvp=_solve_jvp, batch=_solve_batch,
-            workspace=_work("solve"), doc="x with a @ x = b (LAPACK gesv)"))
+            workspace=_work("solve"), raises=True, doc="x with a @ x = b (LAPACK gesv)"))
 
 
 def _inv_abstract(a):
@@ -136,7 +136,7 @@ def _inv_vjp(g, node, active, a, ans):
 register(Op("inv", "compute", _inv_abstract, run=_run("inv"), vjp=_inv_vjp,
             jvp=lambda ts, node, a, ans: -np.matmul(np.matmul(ans, ts[0]), ans),
             batch=_stacked_batch,
-            workspace=_work("inv"), doc="matrix inverse (LAPACK gesv against I)"))
+            workspace=_work("inv"), raises=True, doc="matrix inverse (LAPACK gesv against I)"))
 
 # ----------------------------------------------------------------------------
 # determinants
@@ -226,6 +226,7 @@ def _cholesky_jvp(ts, node, a, ans, upper=False):
 
 register(Op("cholesky", "compute", _cholesky_abstract, run=_run("cholesky"),
             vjp=_cholesky_vjp, jvp=_cholesky_jvp, batch=_stacked_batch,
+            raises=True,
             doc="Cholesky factor of the symmetric matrix one triangle stands for: lower "
                 "from the lower triangle, or (upper=True) upper from the upper one "
                 "(LAPACK potrf)"))
@@ -265,6 +266,7 @@ def _eigh_jvp(ts, node, a, ans, uplo="L"):
 
 register(Op("eigh", "compute", _eigh_abstract, run=_run("eigh"), vjp=_eigh_vjp,
             jvp=_eigh_jvp, batch=_stacked_batch, workspace=_work("eigh"),
+            raises=True,
             doc="eigenvalues (row 0) and eigenvectors (rows 1..n) of the symmetric matrix "
                 "the triangle uplo stands for (LAPACK syevd, jobz='V')"))
 
@@ -294,5 +296,6 @@ def _eigvalsh_jvp(ts, node, a, ans, uplo="L"):
 register(Op("eigvalsh", "compute", _eigvalsh_abstract, run=_run("eigvalsh"),
             vjp=_eigvalsh_vjp, jvp=_eigvalsh_jvp, batch=_stacked_batch,
             workspace=_work("eigvalsh"),
+            raises=True,
             doc="eigenvalues of the symmetric matrix the triangle uplo stands for (LAPACK "
                 "syevd, jobz='N': numpy's values, to rounding not eigh's)"))
