@@ -22,10 +22,11 @@ _LAPACK = {"numpy.linalg.solve": "smooth (LAPACK gesv; adjoint rule)",
            "numpy.linalg.inv": "smooth (LAPACK gesv; adjoint rule)",
            "numpy.linalg.det": "smooth (LAPACK getrf; adjoint rule)",
            "numpy.linalg.slogdet": "smooth (LAPACK getrf; adjoint rule)",
-           "numpy.linalg.cholesky": "smooth, symmetric gradient (LAPACK potrf)",
-           "numpy.linalg.eigh": "smooth for distinct eigenvalues, symmetric gradient "
-                                "(LAPACK syevd)",
-           "numpy.linalg.eigvalsh": "as numpy.linalg.eigh"}
+           "numpy.linalg.cholesky": "smooth; reads one triangle, as numpy (LAPACK potrf)",
+           "numpy.linalg.eigh": "smooth for distinct eigenvalues; reads one triangle, as "
+                                "numpy (LAPACK syevd)",
+           "numpy.linalg.eigvalsh": "smooth; reads one triangle, as numpy (LAPACK syevd "
+                                    "without vectors)"}
 
 _PIECEWISE = {"absolute", "fabs", "maximum", "minimum", "fmax", "fmin", "copysign", "remainder",
               "fmod"}

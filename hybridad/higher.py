@@ -20,6 +20,13 @@ number of times after one primal run: a Hessian is one primal run and
 trust-region inner loop) without redoing the forward and backward passes.
 The programs that do not depend on the seeds (partials, the primal values)
 are shared; only what depends on the seeds is repeated.
+
+A call that fails writes nothing.  The primal program writes the caller's
+buffers only at its end (its outputs are pinned, never computed in place);
+when a tangent or chunk program can fail (it has an op that can raise, such
+as LAPACK's solve), every program of the call writes into buffers of the
+plan (made at the first such call) and the caller's are filled once all of
+them have run.
 """
 
 from __future__ import annotations
@@ -34,11 +41,12 @@ from .backends.loops import serial_loops
 from .backends.numba_backend import work_estimate
 from .batching import vmap
 from .ir import Graph, check, dead_code_elimination
-from .ops import REGISTRY
+from .ops import REGISTRY, may_raise
 from .partition import fold_accumulations, fuse_regions
-from .plan import _writeable, Plan, _describe
+from .plan import Plan
 from .results import DiffResult, HessianResult, HvpResult, JacobianResult
 from .trace import Trace, Tracer, as_node
+from .validate import check_results
 
 __all__ = ["DEFAULT_CHUNK", "ONE_CHUNK", "HessianPlan", "JacobianPlan", "default_chunk"]
 
@@ -119,6 +127,10 @@ class _Staged(Plan):
         self.memory = self._plan_memory(graph, pinned)
         self._buffers = self.memory.allocate(self._xp)
         self._stages = {}
+        #: stage -> whether its program can fail at run time (then the call stages its results)
+        self._raises = {name: any(may_raise(n) for n in order if n.id in dependent[name])
+                        for name in stages}
+        self._staged_results = {}
         for name, (seed, outs) in stages.items():
             given = set(reads[name]) | {n.id for n in primal_outputs
                                         if n is not None and n.op not in ("input", "const")}
@@ -168,6 +180,14 @@ class _Staged(Plan):
                 with self._lock:
                     prog.fn(*leaves, *outs)
 
+    def _staging(self, key, shape, dtype):
+        """A buffer of the plan's for results of a call whose programs can fail
+        (see the module docstring): made once per key and shape."""
+        buf = self._staged_results.get((key, shape))
+        if buf is None:
+            buf = self._staged_results[(key, shape)] = self._xp.zeros(shape, dtype)
+        return buf
+
     def _unit_seeds(self, start, m, value):
         """Set seed row j (of the chunk) to the unit vector e_{start + j}, j < m:
         the positions ``j * (n + 1) + start`` of the flat seed, a strided view
@@ -184,14 +204,23 @@ class _Staged(Plan):
                             f"argument an array); got argnums={self.argnums!r}")
         return self._specs[self._diff_leaves[0]]
 
-    def _check_buffer(self, buf, name, shape, dtype, others):
-        if not isinstance(buf, self._xp.ndarray) or buf.shape != shape or \
-                buf.dtype != dtype or not _writeable(buf):
-            raise ValueError(f"{name} must be a writeable array of shape {shape} and dtype "
-                             f"{np.dtype(dtype)}; got {_describe(buf)}")
-        for other_name, other in others:
-            if self._xp.may_share_memory(buf, other):
-                raise ValueError(f"{name} must not share memory with {other_name}")
+    def _check(self, out, what, names, shapes, leaves, reads=()):
+        """The buffers of ``out`` (value first, then ``out.derivs``), named
+        ``out.<name>`` and shaped ``shapes``, after checking them all
+        (:func:`hybridad.validate.check_results`) against the arguments and
+        ``reads``."""
+        if not isinstance(out, DiffResult):
+            raise TypeError(f"out must be a {what} or DiffResult; got {type(out).__name__}")
+        if len(out.derivs) < len(names) - 1:
+            raise ValueError(f"out holds no {names[len(out.derivs) + 1]} buffer ({what}(x))")
+        bufs = (out.value, *out.derivs[:len(names) - 1])
+        # a scalar's value: any float (cast); a Jacobian holds y's dtype, a Hessian x's
+        dtypes = [None if shapes[0] == () and self._kind == "hessian" else self._value_dtype] + \
+            [self._dtype if self._kind == "hessian" else self._value_dtype] * (len(names) - 1)
+        check_results(self._xp, [(f"out.{n}", b, shape, dt) for n, b, shape, dt in
+                                 zip(names, bufs, shapes, dtypes, strict=True)],
+                      self._reads(leaves) + list(reads))
+        return bufs
 
     @property
     def _program(self):
@@ -206,6 +235,7 @@ class _Staged(Plan):
         if self._guarded:
             self._check_stale(args)
         leaves = self._leaves(args)
+        self._at_point = False  # (a Hessian plan's arena no longer holds the linearized point)
         buf = self._xp.zeros(*self._primal_specs[0])
         outs = [buf] + [self._xp.zeros(s, d) for s, d in self._primal_specs[1:]]
         self._run_program("primal", leaves, outs)
@@ -291,6 +321,7 @@ class HessianPlan(_Staged):
         self._stage_out = self._xp.zeros((k, *shape), dtype)
         self._point = [self._xp.empty(s, d) for s, d in self._specs]
         self._have_point = False
+        self._at_point = False  # whether the arena holds the linearized point's values
         self._scratch_grad = self._xp.zeros(shape, dtype)
         self._scratch_value = self._xp.zeros((), out.dtype)
 
@@ -299,21 +330,11 @@ class HessianPlan(_Staged):
         """A fresh :class:`HessianResult` matching this plan."""
         return HessianResult(self._xp.zeros(self._shape, self._dtype), dtype=self._value_dtype)
 
-    def _value_grad(self, out, leaves, what):
-        if not isinstance(out, DiffResult):
-            raise TypeError(f"out must be a {what} or DiffResult; got {type(out).__name__}")
-        v = out.value
-        if not isinstance(v, self._xp.ndarray) or v.shape != () or v.dtype.kind != "f" or \
-                not _writeable(v):
-            raise ValueError("out.value must be a writeable 0-d floating-point array; got "
-                             f"{_describe(v)}")
-        if not out.derivs:
-            raise ValueError(f"out holds no gradient buffer ({what}(x))")
-        others = [(f"argument {self._names[self._leaf_arg[i]]}", a)
-                  for i, a in enumerate(leaves)]
-        self._check_buffer(out.derivs[0], "out.gradient", self._shape, self._dtype,
-                           others + [("out.value", v)])
-        return v, out.derivs[0], others + [("out.value", v), ("out.gradient", out.derivs[0])]
+    def _primal(self, leaves, v, g):
+        """The primal program at ``leaves`` into ``v``, ``g``; it leaves the
+        arena's pinned values at this point (no longer the linearized one)."""
+        self._at_point = False
+        self._run_program("primal", leaves, [v, g])
 
     # -------------------------------------------------------------- calls
     def gradient(self, *args, out=None):
@@ -323,8 +344,9 @@ class HessianPlan(_Staged):
         leaves = self._leaves(args)
         if out is None:
             out = HvpResult(self._xp.zeros(self._shape, self._dtype), dtype=self._value_dtype)
-        v, g, _ = self._value_grad(out, leaves, "GradientResult")
-        self._run_program("primal", leaves, [v, g])
+        v, g = self._check(out, "GradientResult", ("value", "gradient"), ((), self._shape),
+                           leaves)
+        self._primal(leaves, v, g)
         return out
 
     def linearize(self, *args, out=None):
@@ -347,13 +369,14 @@ class HessianPlan(_Staged):
             self._check_stale(args)
         leaves = self._leaves(args)
         if out is not None:
-            v, g, _ = self._value_grad(out, leaves, "GradientResult")
+            v, g = self._check(out, "GradientResult", ("value", "gradient"),
+                               ((), self._shape), leaves)
         else:
             v, g = self._scratch_value, self._scratch_grad
-        self._run_program("primal", leaves, [v, g])
+        self._primal(leaves, v, g)
         for own, a in zip(self._point, leaves, strict=True):
             self._xp.copyto(own, a)  # the tangent programs read the point's arguments
-        self._have_point = True
+        self._have_point = self._at_point = True
         self._point_args = args  # what the guards read (static arguments) at this point
         return out
 
@@ -395,20 +418,35 @@ class HessianPlan(_Staged):
             out = HvpResult(self._xp.zeros(self._shape, self._dtype), dtype=self._value_dtype)
             if many:
                 out = DiffResult(out.value, out.gradient, self._xp.zeros(v.shape, self._dtype))
-        val, g, others = self._value_grad(out, leaves, "HvpResult")
-        if len(out.derivs) < 2:
-            raise ValueError("out must hold a gradient and a Hessian-vector product buffer "
-                             "(HvpResult(x))")
-        hv = out.derivs[1]
-        self._check_buffer(hv, "out.hvp", v.shape, self._dtype,
-                           others + [("v", v)] + ([] if args else []))
+        bufs = self._check(out, "HvpResult", ("value", "gradient", "hvp"),
+                           ((), self._shape, v.shape), leaves, [("v", v)])
+        stage = "chunk" if many else "tangent"
+        val, g, hv = self._targets(stage, bufs)
         if args:
-            self._run_program("primal", leaves, [val, g])
+            self._primal(leaves, val, g)
+        elif not self._at_point:  # another call ran the primal since linearize
+            self._primal(leaves, self._scratch_value, self._scratch_grad)
+            self._at_point = True
         if not many:
             self._run_program("tangent", [*leaves, v], [val, g, hv])
-            return out
-        self._chunks(leaves, val, g, v.reshape(len(v), -1), hv.reshape(len(hv), -1))
+        else:
+            self._chunks(leaves, val, g, v.reshape(len(v), -1), hv.reshape(len(hv), -1))
+        self._deliver(bufs, (val, g, hv))
         return out
+
+    def _targets(self, stage, bufs):
+        """Where the programs of a call write: the caller's ``bufs``, or -- when
+        the ``stage`` program can fail -- buffers of the plan, delivered by
+        :meth:`_deliver` once every program has run."""
+        if not self._raises[stage]:
+            return bufs
+        return (self._scratch_value, self._scratch_grad) + tuple(
+            self._staging(k, b.shape, b.dtype) for k, b in enumerate(bufs[2:]))
+
+    def _deliver(self, bufs, targets):
+        for b, t in zip(bufs, targets, strict=True):
+            if t is not b:
+                self._xp.copyto(b, t)
 
     def hessian(self, *args, out=None):
         """Value, gradient and Hessian of ``f`` at ``args``.
@@ -431,13 +469,12 @@ class HessianPlan(_Staged):
         leaves = self._leaves(args)
         if out is None:
             out = self.new_result()
-        val, g, others = self._value_grad(out, leaves, "HessianResult")
-        if len(out.derivs) < 2:
-            raise ValueError("out holds no Hessian buffer (HessianResult(x))")
-        h = out.derivs[1]
-        self._check_buffer(h, "out.hessian", (self._n, self._n), self._dtype, others)
-        self._run_program("primal", leaves, [val, g])
+        bufs = self._check(out, "HessianResult", ("value", "gradient", "hessian"),
+                           ((), self._shape, (self._n, self._n)), leaves)
+        val, g, h = self._targets("chunk", bufs)
+        self._primal(leaves, val, g)
         self._chunks(leaves, val, g, None, h)
+        self._deliver(bufs, (val, g, h))
         return out
 
     def _chunks(self, leaves, val, g, vs, rows):
@@ -582,17 +619,12 @@ class JacobianPlan(_Staged):
         leaves = self._leaves(args)
         if out is None:
             out = self.new_result()
-        if not isinstance(out, DiffResult):
-            raise TypeError(f"out must be a JacobianResult or DiffResult; got "
-                            f"{type(out).__name__}")
-        if not out.derivs:
-            raise ValueError("out holds no Jacobian buffer (JacobianResult(y, x))")
-        others = [(f"argument {self._names[self._leaf_arg[i]]}", a)
-                  for i, a in enumerate(leaves)]
-        val, jac = out.value, out.derivs[0]
-        self._check_buffer(val, "out.value", self._yshape, self._value_dtype, others)
-        self._check_buffer(jac, "out.jacobian", (self._m, self._n), self._value_dtype,
-                           others + [("out.value", val)])
+        bufs = self._check(out, "JacobianResult", ("value", "jacobian"),
+                           (self._yshape, (self._m, self._n)), leaves)
+        if self._raises["chunk"]:  # see the module docstring
+            val, jac = (self._staging(k, b.shape, b.dtype) for k, b in enumerate(bufs))
+        else:
+            val, jac = bufs
         self._run_program("primal", leaves, [val])
         k = self.chunk
         total = self._n if self.mode == "forward" else self._m
@@ -611,4 +643,7 @@ class JacobianPlan(_Staged):
                 else:
                     jac[:, start:stop] = block.T
             ones.fill(0)
+        for b, t in zip(bufs, (val, jac), strict=True):
+            if t is not b:
+                self._xp.copyto(b, t)
         return out

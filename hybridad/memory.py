@@ -28,7 +28,9 @@ its own (the heap simulation of XLA and TFLite).  :attr:`MemoryPlan.lower_bound`
 is the most bytes live at any point of the schedule -- no arena can be
 smaller -- and :attr:`MemoryPlan.naive_bytes` what one slot per buffer would
 take.  Gradient outputs a backend writes straight into the caller's result
-buffers (``direct``) take no arena space.
+buffers (``direct``) take no arena space -- unless a node that can fail at
+run time (:attr:`hybridad.ops.Op.raises`) comes after their first write: a
+failed call writes nothing.
 
 Everything is allocated when the plan is built, so calls allocate nothing.
 """
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import REGISTRY
+from .ops import REGISTRY, may_raise, storage_root
 
 __all__ = ["MemoryPlan", "MemoryProfile", "layout_proto", "op_workspaces", "plan_memory",
            "poison_schedule"]
@@ -284,6 +286,7 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
         if node.id in outputs:
             reads.append(end_of_schedule)
         last[root.id] = max(last[root.id], *reads)
+    direct = _direct_after_failures(graph.nodes, direct, first, pos)
     items = [(nid, node.dtype, node.nbytes, first[nid], last[nid]) for node in buffers
              if (nid := node.id) not in direct]
     for nid, (dt, count) in (scratch or {}).items():
@@ -344,6 +347,25 @@ def _direct(outputs, storage, alias_of):
         if storage[root.id] == "buffer":
             roots.setdefault(root.id, []).append(k)
     return {rid: ks[0] for rid, ks in roots.items() if len(ks) == 1}
+
+
+def _direct_after_failures(nodes, direct, first, pos):
+    """``direct`` without the outputs first written before the last node that
+    can fail at run time (a singular matrix in LAPACK): a call that raises
+    must leave the caller's buffers untouched, so those are computed in the
+    arena and copied at the end.  A plan with no such node keeps them all.
+    In-place writes into an argument (an optimizer step's) must come after
+    that node too (:func:`hybridad.optim.schedule_updates` orders them)."""
+    fails = [pos[n.id] for n in nodes if may_raise(n)]
+    if not fails:
+        return direct
+    last = max(fails)
+    for n in nodes:
+        if n.op in REGISTRY and REGISTRY[n.op].kind == "inplace" and pos[n.id] < last and \
+                storage_root(n).op == "input":
+            raise AssertionError(f"%{n.id} {n.op} writes into an argument before %{nodes[last].id} "
+                                 f"{nodes[last].op}, which can fail")
+    return {rid: k for rid, k in direct.items() if first[rid] > last}
 
 
 def _pack(items, pack):

@@ -3,8 +3,10 @@ eigvalsh, on the LAPACK primitives of :mod:`hybridad.ops.linalg`.
 
 Stacks ``(..., n, n)`` are flattened to the primitives' ``(batch, n, n)`` (a
 view when the layout allows, otherwise a copy into a buffer made once) and
-their batch dimensions broadcast as numpy's; integer input computes in
-float64, float32 stays float32; errors are numpy's (``LinAlgError``).
+their batch dimensions broadcast as numpy's.  As numpy.linalg does, every
+input is computed in float64 (integers and float32 are cast) and the results
+are cast to the result type: float32 when every operand is float32, else
+float64.  Errors are numpy's (``LinAlgError``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import collections
 
 import numpy as np
 
-from .numpy_api import _tracer, broadcast_to, getitem, implements, reshape, swapaxes
+from .numpy_api import _tracer, broadcast_to, getitem, implements, reshape
 from .trace import bind
 
 __all__ = []
@@ -25,14 +27,23 @@ EighResult = getattr(_linalg, "EighResult", None) or \
     collections.namedtuple("EighResult", "eigenvalues eigenvectors")
 
 
-def _float(a):
-    a = _tracer(a)
-    if a.dtype.kind in "biu":
-        return a.astype(np.float64)
-    if a.dtype not in (np.float32, np.float64):
-        raise TypeError(f"array type {a.dtype} is unsupported in linalg while tracing "
-                        "(float32 and float64 are)")
-    return a
+def _operands(*arrays):
+    """The operands as float64 tracers, and numpy's result dtype (float32 when
+    all are float32, else float64; numpy's TypeError for other types)."""
+    out, single = [], True
+    for a in arrays:
+        a = _tracer(a)
+        if a.dtype.kind not in "biuf" or a.dtype.kind == "f" and \
+                a.dtype not in (np.float32, np.float64):
+            raise TypeError(f"array type {a.dtype} is unsupported in linalg while tracing "
+                            "(integers, float32 and float64 are)")
+        single = single and a.dtype == np.float32
+        out.append(a.astype(np.float64) if a.dtype != np.float64 else a)
+    return out, np.dtype(np.float32 if single else np.float64)
+
+
+def _result(x, dtype):
+    return x.astype(dtype) if x.dtype != dtype else x
 
 
 def _square(a):
@@ -49,19 +60,19 @@ def _stack(a, batch):
     return reshape(a, (int(np.prod(batch, dtype=np.int64)),) + a.shape[-2:])
 
 
-def _unary(name, a):
-    a = _float(a)
+def _unary(name, a, **attrs):
+    """The primitive ``name`` on the stack ``a`` (float64), its batch shape,
+    and the result dtype."""
+    (a,), dtype = _operands(a)
     _square(a)
-    return bind(name, _stack(a, a.shape[:-2])), a.shape[:-2]
+    return bind(name, _stack(a, a.shape[:-2]), **attrs), a.shape[:-2], dtype
 
 
 @implements(np.linalg.solve)
 def solve(a, b):
     """``x`` with ``a @ x = b``; ``b`` is a vector only when it is 1-D (numpy 2)."""
-    a, b = _float(a), _float(b)
+    (a, b), dtype = _operands(a, b)
     _square(a)
-    dt = np.result_type(a.dtype, b.dtype)
-    a, b = a.astype(dt), b.astype(dt)
     n = a.shape[-1]
     vector = b.ndim == 1
     if b.ndim < 1 or b.shape[-1 if vector else -2] != n:
@@ -71,54 +82,57 @@ def solve(a, b):
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     x = bind("solve", _stack(a, batch), _stack(b, batch))
     x = reshape(x, batch + b.shape[-2:])
-    return getitem(x, (Ellipsis, 0)) if vector else x
+    return _result(getitem(x, (Ellipsis, 0)) if vector else x, dtype)
 
 
 @implements(np.linalg.inv)
 def inv(a):
-    x, batch = _unary("inv", a)
-    return reshape(x, batch + x.shape[-2:])
+    x, batch, dtype = _unary("inv", a)
+    return _result(reshape(x, batch + x.shape[-2:]), dtype)
 
 
 @implements(np.linalg.det)
 def det(a):
-    d, batch = _unary("det", a)
-    return reshape(d, batch)
+    """``sign * exp(log|det|)``, as numpy computes it."""
+    d, batch, dtype = _unary("det", a)
+    return _result(reshape(d, batch), dtype)
 
 
 @implements(np.linalg.slogdet)
 def slogdet(a):
-    p, batch = _unary("slogdet", a)
-    return SlogdetResult(reshape(getitem(p, (slice(None), 0)), batch),
-                         reshape(getitem(p, (slice(None), 1)), batch))
+    p, batch, dtype = _unary("slogdet", a)
+    return SlogdetResult(_result(reshape(getitem(p, (slice(None), 0)), batch), dtype),
+                         _result(reshape(getitem(p, (slice(None), 1)), batch), dtype))
 
 
 @implements(np.linalg.cholesky)
 def cholesky(a, /, *, upper=False):
     """Lower factor from the lower triangle; ``upper=True``: the upper factor
-    from the upper triangle (the lower one of the transpose, transposed)."""
-    a = _tracer(a)
-    if upper:
-        return swapaxes(cholesky(swapaxes(a, -1, -2)), -1, -2)
-    x, batch = _unary("cholesky", a)
-    return reshape(x, batch + x.shape[-2:])
+    from the upper triangle (LAPACK potrf with that triangle, as numpy)."""
+    x, batch, dtype = _unary("cholesky", a, upper=bool(upper))
+    return _result(reshape(x, batch + x.shape[-2:]), dtype)
+
+
+def _uplo(uplo):
+    if uplo not in ("L", "U"):
+        raise ValueError("UPLO argument must be 'L' or 'U'")
+    return uplo
 
 
 @implements(np.linalg.eigh)
 def eigh(a, UPLO="L"):  # noqa: N803 - numpy's name
-    """Eigenvalues (ascending) and eigenvectors of a symmetric matrix, from the
-    triangle ``UPLO`` names."""
-    if UPLO not in ("L", "U"):
-        raise ValueError("UPLO argument must be 'L' or 'U'")
-    a = _tracer(a)
-    if UPLO == "U":
-        a = swapaxes(a, -1, -2)
-    p, batch = _unary("eigh", a)
+    """Eigenvalues (ascending) and eigenvectors of the symmetric matrix the
+    triangle ``UPLO`` stands for (the other one is not read)."""
+    p, batch, dtype = _unary("eigh", a, uplo=_uplo(UPLO))
     n = p.shape[-1]
-    return EighResult(reshape(getitem(p, (slice(None), 0)), batch + (n,)),
-                      reshape(getitem(p, (slice(None), slice(1, None))), batch + (n, n)))
+    return EighResult(
+        _result(reshape(getitem(p, (slice(None), 0)), batch + (n,)), dtype),
+        _result(reshape(getitem(p, (slice(None), slice(1, None))), batch + (n, n)), dtype))
 
 
 @implements(np.linalg.eigvalsh)
 def eigvalsh(a, UPLO="L"):  # noqa: N803 - numpy's name
-    return eigh(a, UPLO).eigenvalues
+    """Eigenvalues as numpy.linalg.eigvalsh computes them (syevd without
+    eigenvectors: to rounding not eigh's values)."""
+    w, batch, dtype = _unary("eigvalsh", a, uplo=_uplo(UPLO))
+    return _result(reshape(w, batch + w.shape[-1:]), dtype)

@@ -154,9 +154,11 @@ def schedule_updates(nodes, updates):
     ``nodes``).  Each is placed after its operands and -- for an in-place
     write -- after every other node that reads the written storage's old
     value (through views too), so a gradient is consumed, and its buffer
-    freed, as soon as the parameter may change.
+    freed, as soon as the parameter may change -- and after every node that
+    can fail at run time (:attr:`hybridad.ops.Op.raises`): a failed step
+    changes nothing.
     """
-    from .ops import REGISTRY, storage_root
+    from .ops import REGISTRY, may_raise, storage_root
 
     updates = set(updates)
     # inputs first: the rule's state and per-step inputs were traced after the
@@ -171,14 +173,17 @@ def schedule_updates(nodes, updates):
             if any(a.id in seen for a in n.args):
                 seen.add(n.id)
         descendants[u.id] = seen
+    # a step that fails (a singular matrix in LAPACK) must leave parameters and
+    # state untouched: no in-place write before the last node that can fail
+    failing = {n.id for n in nodes if may_raise(n)}
     hazards = {}
     for u in pending:
         if u.op not in REGISTRY or REGISTRY[u.op].kind != "inplace":
             continue  # (constants, pure ops: only their operands order them)
         root = storage_root(u.args[0]).id
-        hazards[u.id] = {n.id for n in nodes if n.id not in descendants[u.id]
-                         and n.id != u.id and any(storage_root(a).id == root
-                                                  for a in n.args)}
+        hazards[u.id] = failing | {n.id for n in nodes if n.id not in descendants[u.id]
+                                   and n.id != u.id and any(storage_root(a).id == root
+                                                            for a in n.args)}
     out, done = [], set()
 
     def ready(u):

@@ -40,6 +40,9 @@ from .ops.region import recompute_partials
 from .partition import fold_accumulations, fuse_regions
 from .results import DiffResult, GradientResult, HvpResult
 from .trace import Trace, Tracer, as_node
+from .validate import check_results
+from .validate import describe as _describe
+from .validate import writeable as _writeable
 
 __all__ = ["Plan", "arg_names", "normalize_argnums"]
 
@@ -104,12 +107,6 @@ def arg_names(f, nargs):
     except (TypeError, ValueError):
         params = []
     return [f"'{params[k]}'" if k < len(params) else f"at position {k}" for k in range(nargs)]
-
-
-def _writeable(a):
-    """numpy's writeable flag (device arrays have none: always writeable)."""
-    flags = getattr(a, "flags", None)
-    return getattr(flags, "writeable", True)
 
 
 def prepare_args(args, diff, names):
@@ -519,20 +516,13 @@ class Plan:
                 parallel=self.parallel)
         if out is None:
             out = DiffResult(self._xp.zeros(k, self._value_dtype), self._xp.zeros_like(X))
-        v = out.value if isinstance(out, DiffResult) else None
-        g = out.derivs[0] if isinstance(out, DiffResult) and out.derivs else None
-        if v is None or g is None or not isinstance(v, self._xp.ndarray) or \
-                v.shape != (k,) or v.dtype != self._value_dtype or not _writeable(v) or \
-                not isinstance(g, self._xp.ndarray) or g.shape != X.shape or \
-                g.dtype != dtype or not _writeable(g):
-            raise ValueError(f"out must be DiffResult(values, gradients) with writeable "
-                             f"values of shape ({k},) and dtype {self._value_dtype} and "
-                             f"gradients like X; got {_describe(out)}")
-        may_share = self._xp.may_share_memory
-        if may_share(v, g) or any(may_share(o, a) for o in (v, g) for a in [X, *leaves]):
-            raise ValueError("out buffers must not share memory with each other or with "
-                             "the arguments")
+        if not isinstance(out, DiffResult) or not out.derivs:
+            raise ValueError(f"out must be DiffResult(values, gradients); got {_describe(out)}")
+        v, g = out.value, out.derivs[0]
         rest = [a for i, a in enumerate(leaves) if i != self._diff_leaves[0]]
+        check_results(self._xp, [("out.value (the values)", v, (k,), self._value_dtype),
+                                 ("out.gradient (the gradients)", g, X.shape, dtype)],
+                      [("X", X)] + self._reads(rest, skip=self._diff_leaves[0]))
         plan._call([X, *rest], v, [g])
         return out
 
@@ -572,19 +562,20 @@ class Plan:
                                  "place: it must be a writeable, C-contiguous array")
         if out is None:
             out = DiffResult(self._xp.zeros((), self._value_dtype))
-        elif not isinstance(out, DiffResult) or not isinstance(out.value, self._xp.ndarray) \
-                or out.value.shape != () or out.value.dtype.kind != "f" or \
-                not _writeable(out.value):
+        elif not isinstance(out, DiffResult):
             raise ValueError("out must be a DiffResult or GradientResult with a writeable "
                              f"0-d floating-point value buffer; got {_describe(out)}")
-        for a in leaves:
-            if self._xp.may_share_memory(out.value, a):
-                raise ValueError("out.value must not share memory with an argument")
-        self._steps += 1
-        for i, h in enumerate(self.update.hyper(self._steps)):
-            self._hyper[i] = h  # scalar writes: no array made
+        # the parameters are written too: no overlap with each other, out or the rest
+        params = [(f"parameter {self._names[self._leaf_arg[i]]}", leaves[i], *self._specs[i])
+                  for i in self._diff_leaves]
+        check_results(self._xp, [("out.value", out.value, (), None)] + params,
+                      [(f"argument {self._names[self._leaf_arg[i]]}", a)
+                       for i, a in enumerate(leaves) if i not in self._diff_leaves])
         extra = self._state + ([self._hyper] if self._hyper.size else [])
+        for i, h in enumerate(self.update.hyper(self._steps + 1)):
+            self._hyper[i] = h  # scalar writes: no array made
         self._call(leaves + extra, out.value, [])
+        self._steps += 1  # (a failed step changed nothing, the count included)
         return out
 
     def _trace_args(self, trace, leaves):
@@ -677,15 +668,21 @@ class Plan:
         cls = HvpResult if self.order == 2 else GradientResult
         return cls(grad, dtype=self._value_dtype)
 
-    def _check_out(self, out, leaves):
+    def _reads(self, leaves, skip=None):
+        """``(name, array)`` of the argument leaves (all but leaf ``skip``), for
+        :func:`hybridad.validate.check_results`."""
+        idx = [i for i in range(len(self._specs)) if i != skip]
+        return [(f"argument {self._names[self._leaf_arg[i]]}", a)
+                for i, a in zip(idx, leaves, strict=True)]
+
+    def _check_out(self, out, leaves, vleaves=()):
+        """The gradient (and hvp) leaves of ``out`` after checking every buffer
+        (:func:`hybridad.validate.check_results`) against the arguments and
+        ``vleaves`` (an hvp's ``v``)."""
         if not isinstance(out, DiffResult):
             raise TypeError(f"out must be a GradientResult or DiffResult; got "
                             f"{type(out).__name__}")
-        v = out.value
-        if not isinstance(v, self._xp.ndarray) or v.shape != () or v.dtype.kind != "f" or \
-                not _writeable(v):
-            raise ValueError("out.value must be a writeable 0-d floating-point array; got "
-                             f"{_describe(v)}")
+        results = [("out.value", out.value, (), None)]
         if len(out.derivs) < self.order:
             raise ValueError("out holds no gradient buffer (DiffResult(value, gradient))"
                              if self.order == 1 else "out must hold a gradient and a "
@@ -699,25 +696,10 @@ class Plan:
                                  "differentiated argument(s) "
                                  f"{', '.join(self._names[k] for k in self._diff)}")
             for g, i in zip(leaves_k, self._diff_leaves, strict=True):
-                shape, dtype = self._specs[i]
-                if not isinstance(g, self._xp.ndarray) or g.shape != shape or \
-                        g.dtype != dtype or not _writeable(g):
-                    raise ValueError(f"out.{what} for argument "
-                                     f"{self._names[self._leaf_arg[i]]} must be a writeable "
-                                     f"array of shape {shape} and dtype {dtype}; got "
-                                     f"{_describe(g)}")
+                results.append((f"out.{what} for argument {self._names[self._leaf_arg[i]]}",
+                                g, *self._specs[i]))
             gleaves += leaves_k
-        outs = [v, *gleaves]
-        may_share = self._xp.may_share_memory
-        for o in outs:
-            for k, a in enumerate(leaves):
-                if may_share(o, a):
-                    raise ValueError(f"out buffers must not share memory with argument "
-                                     f"{self._names[self._leaf_arg[k]]}")
-        if len(outs) > 2:
-            for i, a in enumerate(outs):
-                if any(may_share(a, b) for b in outs[i + 1:]):
-                    raise ValueError("out buffers must not share memory with each other")
+        check_results(self._xp, results, self._reads(leaves) + [("v", t) for t in vleaves])
         return gleaves
 
     # ------------------------------------------------------------------ calls
@@ -768,6 +750,8 @@ class Plan:
         if type(v) is not np.ndarray or v.shape != () or v.dtype.kind != "f" or \
                 type(g) is not np.ndarray or g.shape != gshape or g.dtype != gdtype or \
                 not (v.flags.writeable and g.flags.writeable):
+            return None
+        if np.may_share_memory(v, g):
             return None
         for a in args:
             if np.may_share_memory(v, a) or np.may_share_memory(g, a):
@@ -912,10 +896,7 @@ class Plan:
         vleaves = self._tangent_leaves(v)
         if out is None:
             out = self.new_result()
-        gleaves = self._check_out(out, leaves)
-        for o in [out.value, *gleaves]:
-            if any(np.may_share_memory(o, t) for t in vleaves):
-                raise ValueError("out buffers must not share memory with v")
+        gleaves = self._check_out(out, leaves, vleaves)
         self._call(leaves + vleaves, out.value, gleaves)
         return out
 
@@ -1105,12 +1086,6 @@ class Plan:
             return f"<hybridad.Plan {self.name} (not built)>"
         return (f"<hybridad.Plan {self.name} argnums={self.argnums} "
                 f"nodes={len(self.graph.nodes)} workspace={self.memory.total_bytes}B>")
-
-
-def _describe(a):
-    if isinstance(a, np.ndarray):
-        return f"shape {a.shape}, dtype {a.dtype}" + ("" if a.flags.writeable else ", read-only")
-    return type(a).__name__
 
 
 class BatchPlan(Plan):

@@ -321,3 +321,19 @@ def test_default_chunk_rule():
     x = rand((200,), seed=120)
     assert ha.compile(rosen_np, x, hessian=True).chunk == DEFAULT_CHUNK
     assert ha.compile(rosen_np, x[:50], hessian=True).chunk == 50
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_hvp_without_arguments_stays_at_the_linearized_point(backend):
+    """Calls at other points in between (hessian, gradient, hvp with
+    arguments, value) overwrite the arena the tangent programs read: H v
+    without arguments is still at the point of the last linearize."""
+    f = lambda x: np.sum(x ** 3) + x[0] * x[1]  # noqa: E731
+    x, y, v = np.array([1.0, 2.0]), np.array([3.0, 5.0]), np.array([1.0, -1.0])
+    plan = ha.compile(f, x, hessian=True, backend=backend)
+    expected = (np.diag(6 * x) + np.array([[0.0, 1.0], [1.0, 0.0]])) @ v
+    plan.linearize(x)
+    for other in (plan.hessian, plan.gradient, plan.value,
+                  lambda y: plan.hvp(y, v=v)):
+        other(y)
+        np.testing.assert_allclose(plan.hvp(v=v).hvp, expected, rtol=1e-14)

@@ -32,6 +32,7 @@ import numpy as np
 from ..memory import layout_proto
 from ..ops import REGISTRY
 from .cuda import region_kernel
+from .lapack import LAPACK_OPS
 
 __all__ = ["CupyLauncher", "Launcher", "RegionCalls", "cupy_available", "scratch_for_cupy"]
 
@@ -50,7 +51,7 @@ def cupy_available():
 
 
 #: ops whose ``run`` calls LAPACK on host memory (:mod:`hybridad.ops.linalg`)
-HOST_ONLY = frozenset({"solve", "inv", "det", "slogdet", "cholesky", "eigh"})
+HOST_ONLY = frozenset(LAPACK_OPS)
 
 
 def check_supported(nodes):

@@ -21,8 +21,19 @@ LAPACK is column-major: a C-ordered ``n x n`` block is the transpose of the
 matrix LAPACK sees.  Kernels therefore copy operands into column-major
 scratch (an O(n^2) copy next to the O(n^3) factorization).
 
-Errors follow numpy.linalg: a singular matrix in ``solve``/``inv`` and a matrix
-that is not positive definite in ``cholesky`` raise ``LinAlgError``.
+Each kernel makes the LAPACK call numpy.linalg's ``_umath_linalg`` makes for
+the same function (numpy computes every float type in double precision; the
+primitives take float64, see :mod:`hybridad.ops.linalg`): ``gesv`` against
+the right-hand sides (``inv``: the identity), ``getrf`` then numpy's sign and
+``sum(log|u_ii|)`` (``det = sign * exp(logdet)``, as numpy), ``potrf`` with
+``uplo`` on the matrix as given (``'L'``, or ``'U'`` for ``upper=True``),
+``syevd`` with ``jobz='V'`` (eigh) or ``'N'`` (eigvalsh: other eigenvalues,
+to rounding, than eigh's) and the ``UPLO`` asked for.  Where this LAPACK build
+is numpy's (or computes the same), the results are numpy's bit for bit.
+
+Errors follow numpy.linalg: a singular matrix in ``solve``/``inv``, a matrix
+that is not positive definite in ``cholesky`` and eigenvalues that do not
+converge raise ``LinAlgError``.
 """
 
 from __future__ import annotations
@@ -33,11 +44,11 @@ import numpy as np
 from llvmlite import binding as _llvm
 from numba import njit, types
 
-__all__ = ["LAPACK_OPS", "cholesky", "det", "eigh", "inv", "kind_of", "slogdet", "solve",
-           "work_size"]
+__all__ = ["LAPACK_OPS", "cholesky", "det", "eigh", "eigvalsh", "inv", "kernel_args", "kind_of",
+           "slogdet", "solve", "work_size"]
 
 #: the primitives whose kernels live here (same names)
-LAPACK_OPS = ("solve", "inv", "det", "slogdet", "cholesky", "eigh")
+LAPACK_OPS = ("solve", "inv", "det", "slogdet", "cholesky", "eigh", "eigvalsh")
 
 _VOID, _IDX, _CHAR = types.voidptr, types.intp, types.char
 _getrf = types.ExternalFunction("numba_xxgetrf",
@@ -75,6 +86,17 @@ def kind_of(dtype):
     return {np.dtype(np.float64): ord("d"), np.dtype(np.float32): ord("s")}[np.dtype(dtype)]
 
 
+def kernel_args(op, attrs):
+    """The kernel's arguments after ``kind`` from the primitive's attributes
+    (integers, the same for the reference ``run`` and generated code):
+    ``ord(UPLO)`` for eigh and eigvalsh, ``upper`` (0/1) for cholesky."""
+    if op in ("eigh", "eigvalsh"):
+        return (ord(attrs.get("uplo", "L")),)
+    if op == "cholesky":
+        return (int(bool(attrs.get("upper", False))),)
+    return ()
+
+
 def work_size(op, n, k=0):
     """Elements (of the matrix dtype) of workspace op's kernel needs for n x n
     matrices (and k right-hand sides): a column-major copy, the right-hand
@@ -83,9 +105,9 @@ def work_size(op, n, k=0):
         return n * n + n * (n if op == "inv" else k) + n
     if op in ("det", "slogdet"):
         return n * n + n
-    if op == "eigh":
-        lwork, liwork = _syevd_sizes(n)
-        return n * n + lwork + liwork + _SCALARS
+    if op in ("eigh", "eigvalsh"):
+        vectors = op == "eigh"
+        return n * n + _syevd_lwork(n, vectors) + _syevd_liwork(n, vectors) + _SCALARS
     return 0
 
 
@@ -93,19 +115,21 @@ def work_size(op, n, k=0):
 _SCALARS = 8
 
 
-def _syevd_sizes(n):
-    """(lwork, liwork) for syevd with eigenvectors: LAPACK's own answer to the
-    workspace query (through scipy), never below the documented minimum."""
+def _syevd_lwork(n, vectors):
+    """syevd's ``lwork`` with (``vectors``) or without eigenvectors: LAPACK's
+    own answer to the workspace query (through scipy), never below the
+    documented minimum."""
     from scipy.linalg.lapack import dsyevd_lwork
 
-    lwork = int(dsyevd_lwork(n, compute_v=1, lower=1)[0])
-    return max(lwork, 1 + 6 * n + 2 * n * n if n > 1 else 1), _syevd_liwork(n)
+    lwork = int(dsyevd_lwork(n, compute_v=int(vectors), lower=1)[0])
+    least = (1 + 6 * n + 2 * n * n if vectors else 2 * n + 1) if n > 1 else 1
+    return max(lwork, least)
 
 
 @njit(cache=True, nogil=True)
-def _syevd_liwork(n):
-    """syevd's integer workspace with eigenvectors: fixed by LAPACK."""
-    return 3 + 5 * n if n > 1 else 1
+def _syevd_liwork(n, vectors):
+    """syevd's integer workspace: fixed by LAPACK."""
+    return 3 + 5 * n if n > 1 and vectors else 1
 
 
 @njit(cache=True, nogil=True)
@@ -177,85 +201,127 @@ def _lu_diagonal(a, work, kind):
 
 
 @njit(cache=True, nogil=True)
+def _slogdet_one(a, work, kind):
+    """(sign, log|det|) of a (n x n) as numpy computes them: the permutation's
+    sign times the signs of U's diagonal, and the sum of log|u_jj| in order;
+    (0, -inf) when getrf finds an exactly zero pivot."""
+    n = a.shape[0]
+    sign = _lu_diagonal(a, work, kind)
+    if sign == 0:
+        return 0.0, -np.inf
+    logdet = 0.0
+    for j in range(n):
+        u = work[j + j * n]
+        if u < 0:
+            sign = -sign
+            u = -u
+        logdet += np.log(u)
+    return sign, logdet
+
+
+@njit(cache=True, nogil=True)
 def det(a, out, work, kind):
-    """out[i] = det(a[i]) (0 for an exactly singular matrix, as numpy)."""
-    n = a.shape[1]
+    """out[i] = det(a[i]) = sign * exp(log|det|), as numpy computes it (0 for
+    an exactly singular matrix)."""
     for i in range(a.shape[0]):
-        d = _lu_diagonal(a[i], work, kind)
-        for j in range(n):
-            d *= work[j + j * n]
-        out[i] = d
+        sign, logdet = _slogdet_one(a[i], work, kind)
+        out[i] = sign * np.exp(logdet)
 
 
 @njit(cache=True, nogil=True)
 def slogdet(a, out, work, kind):
     """out[i] = (sign, log|det|) of a[i]; (0, -inf) when singular, as numpy."""
-    n = a.shape[1]
     for i in range(a.shape[0]):
-        sign = _lu_diagonal(a[i], work, kind)
-        logdet = 0.0
-        for j in range(n):
-            u = work[j + j * n]
-            if u < 0:
-                sign = -sign
-            logdet += np.log(np.abs(u))
-        if sign == 0:
-            logdet = -np.inf
+        sign, logdet = _slogdet_one(a[i], work, kind)
         out[i, 0] = sign
         out[i, 1] = logdet
 
 
 @njit(cache=True, nogil=True)
-def cholesky(a, out, kind):
-    """out[i] = L with a[i] = L @ L.T, from a's lower triangle (as numpy)."""
+def cholesky(a, out, kind, upper):
+    """out[i] = L with a[i] = L @ L.T from a's lower triangle (potrf 'L', as
+    numpy), or with ``upper``: U with a[i] = U.T @ U from its upper triangle
+    (potrf 'U', as numpy's ``upper=True``); the other triangle zero."""
     n = a.shape[1]
+    uplo = np.int8(ord("U") if upper else ord("L"))
     for i in range(a.shape[0]):
-        # out[i] in C order is what LAPACK reads as a[i].T, whose upper
-        # triangle holds a's lower one: potrf('U') leaves U = L.T there.
+        # out[i] holds a[i].T in C order: LAPACK (column-major) reads a[i]
         for r in range(n):
             for c in range(n):
-                out[i, r, c] = a[i, r, c] if c <= r else 0.0
-        if n and _potrf(np.int8(kind), np.int8(ord("U")), n, out[i].ctypes, n) > 0:
+                out[i, c, r] = a[i, r, c]
+        if n and _potrf(np.int8(kind), uplo, n, out[i].ctypes, n) > 0:
             raise np.linalg.LinAlgError("Matrix is not positive definite")
+        # LAPACK's element (r, c) is out[i, c, r]: transpose back, zero the rest
+        for r in range(n):
+            for c in range(r):
+                below, above = out[i, c, r], out[i, r, c]  # LAPACK's (r, c) and (c, r)
+                out[i, r, c], out[i, c, r] = (0.0, above) if upper else (below, 0.0)
 
 
 @njit(cache=True, nogil=True)
-def eigh(a, out, work, kind):
-    """out[i, 0] = eigenvalues (ascending), out[i, 1:] = eigenvectors (columns),
-    from a's lower triangle (as numpy's default UPLO='L').
-
-    ``work`` holds, in order: the n x n column-major matrix LAPACK overwrites
-    with the eigenvectors, syevd's ``work`` and ``iwork`` (one int32 per
-    element), and the scalar arguments (see :func:`work_size`)."""
-    n = a.shape[1]
-    if n == 0:
-        return
+def _syevd_parts(work, n, vectors, uplo):
+    """``work`` cut for syevd: the n x n column-major matrix LAPACK overwrites
+    (with the eigenvectors when ``vectors``), syevd's ``work`` and ``iwork``
+    (one int32 per element), and the scalars LAPACK takes by pointer (n = lda,
+    lwork, liwork, info as int32; jobz, uplo as bytes), set up."""
     # work_size gave exactly n*n + lwork + liwork + _SCALARS elements, liwork
     # being fixed by n: syevd's work is what remains
-    liwork = _syevd_liwork(n)
+    liwork = _syevd_liwork(n, vectors)
     lwork = work.shape[0] - n * n - liwork - _SCALARS
-    vecs = work[:n * n]
+    mat = work[:n * n]
     lw = work[n * n:n * n + lwork]
     iw = work[n * n + lwork:n * n + lwork + liwork].view(np.int32)
     scalars = work[n * n + lwork + liwork:n * n + lwork + liwork + _SCALARS]
-    ints = scalars[:4].view(np.int32)  # n (= lda), lwork, liwork, info
-    chars = scalars[4:].view(np.uint8)  # jobz, uplo
+    ints = scalars[:4].view(np.int32)
+    chars = scalars[4:].view(np.uint8)
     ints[0], ints[1], ints[2], ints[3] = n, lwork, liwork, 0
-    chars[0], chars[1] = ord("V"), ord("L")
+    chars[0], chars[1] = ord("V") if vectors else ord("N"), uplo
+    return mat, lw, iw, ints, chars
+
+
+@njit(cache=True, nogil=True)
+def _syevd(a, w, mat, lw, iw, ints, chars, kind):
+    """syevd on ``a`` (n x n, copied column-major into ``mat``: LAPACK reads
+    the matrix as given, its ``uplo`` triangle), eigenvalues into ``w``."""
+    n = a.shape[0]
+    _colmajor(a, mat, n)
+    ints[3] = 0
+    if kind == ord("d"):
+        _dsyevd(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, mat.ctypes,
+                ints[0:].ctypes, w.ctypes, lw.ctypes, ints[1:].ctypes, iw.ctypes,
+                ints[2:].ctypes, ints[3:].ctypes)
+    else:
+        _ssyevd(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, mat.ctypes,
+                ints[0:].ctypes, w.ctypes, lw.ctypes, ints[1:].ctypes, iw.ctypes,
+                ints[2:].ctypes, ints[3:].ctypes)
+    if ints[3] != 0:
+        raise np.linalg.LinAlgError("Eigenvalues did not converge")
+
+
+@njit(cache=True, nogil=True)
+def eigh(a, out, work, kind, uplo):
+    """out[i, 0] = eigenvalues (ascending), out[i, 1:] = eigenvectors (columns)
+    of the symmetric matrix a[i]'s triangle ``uplo`` (``ord('L')`` or
+    ``ord('U')``) stands for: syevd with jobz='V', as numpy.linalg.eigh."""
+    n = a.shape[1]
+    if n == 0:
+        return
+    mat, lw, iw, ints, chars = _syevd_parts(work, n, True, uplo)
     for i in range(a.shape[0]):
-        # vecs column-major = a[i]; its lower triangle is a's lower triangle
-        _colmajor(a[i], vecs, n)
-        w = out[i, 0]
-        if kind == ord("d"):
-            _dsyevd(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, vecs.ctypes,
-                    ints[0:].ctypes, w.ctypes, lw.ctypes, ints[1:].ctypes, iw.ctypes,
-                    ints[2:].ctypes, ints[3:].ctypes)
-        else:
-            _ssyevd(chars[0:].ctypes, chars[1:].ctypes, ints[0:].ctypes, vecs.ctypes,
-                    ints[0:].ctypes, w.ctypes, lw.ctypes, ints[1:].ctypes, iw.ctypes,
-                    ints[2:].ctypes, ints[3:].ctypes)
-        if ints[3] != 0:
-            raise np.linalg.LinAlgError("Eigenvalues did not converge")
+        _syevd(a[i], out[i, 0], mat, lw, iw, ints, chars, kind)
         for r in range(n):
             for c in range(n):
-                out[i, 1 + r, c] = vecs[r + c * n]
+                out[i, 1 + r, c] = mat[r + c * n]
+
+
+@njit(cache=True, nogil=True)
+def eigvalsh(a, out, work, kind, uplo):
+    """out[i] = eigenvalues (ascending) of the symmetric matrix a[i]'s triangle
+    ``uplo`` stands for: syevd with jobz='N', as numpy.linalg.eigvalsh (to
+    rounding other values than eigh's, which also computes vectors)."""
+    n = a.shape[1]
+    if n == 0:
+        return
+    mat, lw, iw, ints, chars = _syevd_parts(work, n, False, uplo)
+    for i in range(a.shape[0]):
+        _syevd(a[i], out[i], mat, lw, iw, ints, chars, kind)

@@ -22,7 +22,7 @@ from ..ir import format_node
 from ..memory import layout_proto, poison_schedule
 from ..ops import REGISTRY, storage_root
 from . import cache
-from .lapack import LAPACK_OPS, kind_of
+from .lapack import LAPACK_OPS, kernel_args, kind_of
 from .threads import SingleThreadedBlas
 from .loops import (PARALLEL_MIN, Constants, LoopWriter, broadcast_index, fill,
                     full_reduction_scratch, getitem_map, here, region_acc_lines,
@@ -257,7 +257,8 @@ def _emit_node(w, node, names, users, consts, layouts):
         _emit_scan(w, node, a[0], out, consts.add(node.dtype.type(1)), "*=", inclusive=True)
     elif op in LAPACK_OPS:  # the shared LAPACK kernels, workspace from the arena
         work = [names[("scratch", node.id)]] if ("scratch", node.id) in names else []
-        w.emit(f"_la_{op}({', '.join(a + [out] + work)}, {kind_of(node.dtype)})")
+        extra = [kind_of(node.dtype), *kernel_args(op, node.attrs)]
+        w.emit(f"_la_{op}({', '.join(a + [out] + work + [str(x) for x in extra])})")
     elif op == "cumprod_adjoint":
         _emit_cumprod_adjoint(w, node, a, out, consts.add(node.dtype.type(0)))
     elif op == "sort_pack":

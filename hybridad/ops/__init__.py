@@ -25,7 +25,13 @@ An :class:`Op` carries, side by side:
   kernel gets both from one dual-number evaluation;
 * ``workspace`` -- for an op whose kernel needs working memory (LAPACK), the
   element count (in the result's dtype) from the operands; the memory plan
-  gives it a slot of the arena and ``run`` receives it as ``work=``.
+  gives it a slot of the arena and ``run`` receives it as ``work=``;
+* ``raises`` -- whether ``run`` can fail on operands of valid shape and dtype
+  (LAPACK: a singular or not positive definite matrix, no convergence).  A
+  call that fails writes nothing: the plans order every write into a caller's
+  buffer after the last such op (:func:`hybridad.memory.plan_memory`,
+  :func:`hybridad.optim.schedule_updates`, the staged programs of
+  :mod:`hybridad.higher`).
 
 Adding an op touches one file in this package; tests pick it up from
 :data:`REGISTRY`.
@@ -33,7 +39,7 @@ Adding an op touches one file in this package; tests pick it up from
 
 from __future__ import annotations
 
-__all__ = ["REGISTRY", "Op", "get", "register", "storage_root"]
+__all__ = ["REGISTRY", "Op", "get", "may_raise", "register", "storage_root"]
 
 REGISTRY: dict[str, Op] = {}
 
@@ -73,6 +79,8 @@ class Op:
         Elementwise ops only; see the module docstring.
     workspace : callable, optional
         ``workspace(*arg_nodes, **attrs) -> int``; see the module docstring.
+    raises : bool, default False
+        Whether ``run`` can raise at run time; see the module docstring.
     """
 
     __slots__ = (
@@ -83,6 +91,7 @@ class Op:
         "kind",
         "name",
         "partials",
+        "raises",
         "run",
         "scalar",
         "ufunc",
@@ -95,7 +104,7 @@ class Op:
 
     def __init__(self, name, kind, abstract, run=None, view=None, vjp=None, ufunc=None,
                  partials=None, domain=None, doc="", scalar=None, workspace=None, jvp=None,
-                 batch=None, dual=None):
+                 batch=None, dual=None, raises=False):
         assert kind in KINDS, kind
         self.name = name
         self.kind = kind
@@ -112,6 +121,7 @@ class Op:
         self.jvp = jvp
         self.batch = batch
         self.dual = dual
+        self.raises = bool(raises)
 
     def __repr__(self):
         return f"Op({self.name!r}, kind={self.kind!r})"
@@ -128,6 +138,12 @@ def register(op):
 def get(name):
     """Look up a primitive by name."""
     return REGISTRY[name]
+
+
+def may_raise(node):
+    """Whether running ``node`` can fail at run time (:attr:`Op.raises`)."""
+    op = REGISTRY.get(node.op)
+    return op is not None and op.raises
 
 
 def storage_root(node):

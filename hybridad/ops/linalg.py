@@ -1,20 +1,24 @@
-"""Linear-algebra primitives: solve, inv, det, slogdet, cholesky, eigh.
+"""Linear-algebra primitives: solve, inv, det, slogdet, cholesky, eigh, eigvalsh.
 
-Operands are stacks of square matrices, exactly 3-D ``(batch, n, n)`` (the
-numpy surface reshapes ``(..., n, n)`` operands and broadcasts batches).
-The reference ``run`` of each is a LAPACK kernel of
-:mod:`hybridad.backends.lapack` writing into the preallocated result with a
-preallocated ``work`` slot; the numba backend calls the same kernels.
+Operands are stacks of square float64 matrices, exactly 3-D ``(batch, n, n)``
+(the numpy surface reshapes ``(..., n, n)`` operands, broadcasts batches and
+computes float32 in float64, as numpy.linalg does).  The reference ``run`` of
+each is a LAPACK kernel of :mod:`hybridad.backends.lapack` writing into the
+preallocated result with a preallocated ``work`` slot; the numba backend
+calls the same kernels.  Each makes numpy's LAPACK call (routine, ``uplo``,
+``jobz``), so values, signs and conventions are numpy's.
 
 Results with two parts are packed into one array: ``slogdet`` gives
 ``(batch, 2)`` = (sign, log|det|), ``eigh`` gives ``(batch, n + 1, n)`` =
 eigenvalues in row 0, eigenvectors (columns) below.
 
 Adjoints are the standard ones (Giles 2008; Murray 2016 for Cholesky).
-``cholesky`` and ``eigh`` read the lower triangle, as numpy does; their
-gradient is the symmetric one (as autograd, JAX and PyTorch give): exact for
-perturbations that keep the matrix symmetric, which is the only kind that
-keeps a Cholesky or symmetric eigen-problem well posed.
+``cholesky``, ``eigh`` and ``eigvalsh`` read one triangle of the matrix, as
+numpy does (``uplo``: ``"L"`` or ``"U"``; cholesky's ``upper``): the function
+they compute is ``F(S(a))`` with ``S`` the symmetric matrix the triangle
+stands for.  Their derivatives are that function's: 0 for every entry of the
+unread triangle, and an off-diagonal entry of the read triangle moves both
+symmetric positions of ``S`` (:func:`_from_triangle`, :func:`_to_triangle`).
 """
 
 from __future__ import annotations
@@ -34,10 +38,10 @@ def _mT(x):
     return np.swapaxes(x, -1, -2)
 
 
-def _bind(name, *args):
+def _bind(name, *args, **attrs):
     from ..trace import bind
 
-    return bind(name, *args)
+    return bind(name, *args, **attrs)
 
 
 def _inv_T(a):
@@ -45,7 +49,7 @@ def _inv_T(a):
 
 
 def _work(name):
-    def size(a, b=None):
+    def size(a, b=None, **attrs):
         from ..backends.lapack import work_size
 
         return work_size(name, a.shape[-1], 0 if b is None else b.shape[-1])
@@ -53,24 +57,21 @@ def _work(name):
     return size
 
 
-def _stacked_batch(node, batched, *args):
+def _stacked_batch(node, batched, *args, **attrs):
     """Every operand batched (a copy where it was not), the batch axis folded
     into the stack axis: one call on (K * batch, ...), unfolded after."""
     k = next(x.shape[0] for x, b in zip(args, batched, strict=True) if b)
     flat = [np.reshape(x if b else np.broadcast_to(x, (k, *x.shape)), (-1, *x.shape[2:]))
             for x, b in zip(args, batched, strict=True)]
-    return np.reshape(_bind(node.op, *flat), (k, *node.shape))
-
-
-def _sym(t):
-    return (t + _mT(t)) * 0.5
+    return np.reshape(_bind(node.op, *flat, **attrs), (k, *node.shape))
 
 
 def _check_square(a):
     if len(a.shape) != 3 or a.shape[1] != a.shape[2]:
         raise ValueError(f"expected a stack of square matrices (batch, n, n), got {a.shape}")
-    if a.dtype not in (np.float32, np.float64):
-        raise TypeError(f"linear algebra on {a.dtype} is not supported (float32, float64)")
+    if a.dtype != np.float64:
+        raise TypeError(f"the LAPACK primitives compute in float64 (as numpy.linalg does for "
+                        f"every float type); got {a.dtype}")
 
 
 # ----------------------------------------------------------------------------
@@ -86,9 +87,15 @@ def _solve_abstract(a, b):
     return b.shape, a.dtype
 
 
-def _solve_run(out, a, b, work):
-    fn, la = _kernel("solve")
-    fn(a, b, out, work, la.kind_of(out.dtype))
+def _run(name):
+    """The reference ``run``: the LAPACK kernel ``name`` into ``out`` with the
+    op's attributes as the kernel's trailing arguments."""
+    def run(out, *args, work=None, **attrs):
+        fn, la = _kernel(name)
+        fn(*args, out, *(() if work is None else (work,)), la.kind_of(out.dtype),
+           *la.kernel_args(name, attrs))
+
+    return run
 
 
 def _solve_vjp(g, node, active, a, b, ans):
@@ -111,9 +118,9 @@ def _solve_batch(node, batched, a, b):
     return np.transpose(np.reshape(_bind("solve", a, cols), (nb, n, k, m)), (2, 0, 1, 3))
 
 
-register(Op("solve", "compute", _solve_abstract, run=_solve_run, vjp=_solve_vjp,
+register(Op("solve", "compute", _solve_abstract, run=_run("solve"), vjp=_solve_vjp,
             jvp=_solve_jvp, batch=_solve_batch,
-            workspace=_work("solve"), doc="x with a @ x = b (LAPACK gesv)"))
+            workspace=_work("solve"), raises=True, doc="x with a @ x = b (LAPACK gesv)"))
 
 
 def _inv_abstract(a):
@@ -121,29 +128,19 @@ def _inv_abstract(a):
     return a.shape, a.dtype
 
 
-def _inv_run(out, a, work):
-    fn, la = _kernel("inv")
-    fn(a, out, work, la.kind_of(out.dtype))
-
-
 def _inv_vjp(g, node, active, a, ans):
     t = _mT(ans)
     return (-np.matmul(np.matmul(t, g), t),)
 
 
-register(Op("inv", "compute", _inv_abstract, run=_inv_run, vjp=_inv_vjp,
+register(Op("inv", "compute", _inv_abstract, run=_run("inv"), vjp=_inv_vjp,
             jvp=lambda ts, node, a, ans: -np.matmul(np.matmul(ans, ts[0]), ans),
             batch=_stacked_batch,
-            workspace=_work("inv"), doc="matrix inverse (LAPACK gesv against I)"))
+            workspace=_work("inv"), raises=True, doc="matrix inverse (LAPACK gesv against I)"))
 
 # ----------------------------------------------------------------------------
 # determinants
 # ----------------------------------------------------------------------------
-
-
-def _det_run(out, a, work):
-    fn, la = _kernel("det")
-    fn(a, out, work, la.kind_of(out.dtype))
 
 
 def _det_vjp(g, node, active, a, ans):
@@ -156,14 +153,10 @@ def _logdet_tangent(ta, a):
     return np.sum(_inv_T(a) * ta, axis=(1, 2))
 
 
-register(Op("det", "compute", lambda a: (_inv_abstract(a)[0][:1], a.dtype), run=_det_run,
+register(Op("det", "compute", lambda a: (_inv_abstract(a)[0][:1], a.dtype), run=_run("det"),
             vjp=_det_vjp, jvp=lambda ts, node, a, ans: ans * _logdet_tangent(ts[0], a),
-            batch=_stacked_batch, workspace=_work("det"), doc="determinant (LAPACK getrf)"))
-
-
-def _slogdet_run(out, a, work):
-    fn, la = _kernel("slogdet")
-    fn(a, out, work, la.kind_of(out.dtype))
+            batch=_stacked_batch, workspace=_work("det"),
+            doc="determinant, sign * exp(log|det|) as numpy (LAPACK getrf)"))
 
 
 def _slogdet_vjp(g, node, active, a, ans):
@@ -171,7 +164,7 @@ def _slogdet_vjp(g, node, active, a, ans):
 
 
 register(Op("slogdet", "compute", lambda a: ((_inv_abstract(a)[0][0], 2), a.dtype),
-            run=_slogdet_run, vjp=_slogdet_vjp, workspace=_work("slogdet"),
+            run=_run("slogdet"), vjp=_slogdet_vjp, workspace=_work("slogdet"),
             jvp=lambda ts, node, a, ans: np.concatenate(
                 [np.zeros((a.shape[0], 1), a.dtype), _logdet_tangent(ts[0], a)[:, None]],
                 axis=1),
@@ -179,73 +172,130 @@ register(Op("slogdet", "compute", lambda a: ((_inv_abstract(a)[0][0], 2), a.dtyp
             doc="(sign, log|det|) packed as (batch, 2) (LAPACK getrf)"))
 
 # ----------------------------------------------------------------------------
-# symmetric matrices: cholesky, eigh
+# symmetric matrices from one triangle: cholesky, eigh, eigvalsh
 # ----------------------------------------------------------------------------
 
 
-def _cholesky_run(out, a):
-    fn, la = _kernel("cholesky")
-    fn(a, out, la.kind_of(out.dtype))
+def _triangle_weights(n, lower):
+    """(n, n): 1 on the strict ``lower`` (else upper) triangle, 1/2 on the
+    diagonal, 0 elsewhere."""
+    tri = np.tril(np.ones((n, n)), -1) if lower else np.triu(np.ones((n, n)), 1)
+    return tri + 0.5 * np.eye(n)
 
 
-def _cholesky_vjp(g, node, active, a, ans):
-    n = a.shape[-1]
-    phi = np.tril(np.matmul(_mT(ans), g)) * (1 - 0.5 * np.eye(n, dtype=a.dtype))
-    linv = _bind("inv", ans)
-    s = np.matmul(np.matmul(_mT(linv), phi), linv)  # L^-T phi(L^T g) L^-1
-    return ((s + _mT(s)) * 0.5,)
+def _from_triangle(t, lower):
+    """The symmetric matrix the ``lower`` (else upper) triangle of ``t`` stands
+    for (what LAPACK reads): ``S(t)``, linear in ``t``."""
+    h = t * _triangle_weights(t.shape[-1], lower)
+    return h + _mT(h)
 
 
-def _cholesky_jvp(ts, node, a, ans):
-    # dL = L phi(L^-1 dA L^-T), phi: the lower triangle, diagonal halved; dA
-    # symmetrized as the vjp's gradient is
-    n = a.shape[-1]
-    linv = _bind("inv", ans)
-    inner = np.matmul(np.matmul(linv, _sym(ts[0])), _mT(linv))
-    return np.matmul(ans, np.tril(inner) * (1 - 0.5 * np.eye(n, dtype=a.dtype)))
+def _to_triangle(g, lower):
+    """The adjoint of :func:`_from_triangle`: the gradient w.r.t. the matrix
+    from ``g``, a gradient w.r.t. ``S`` (only its symmetric part counts).  The
+    unread triangle gets 0; an entry below (above) the diagonal gets
+    ``g_ij + g_ji``, as it moves both ``S_ij`` and ``S_ji``; the diagonal ``g_ii``."""
+    return (g + _mT(g)) * _triangle_weights(g.shape[-1], lower)
 
 
-register(Op("cholesky", "compute", _inv_abstract, run=_cholesky_run, vjp=_cholesky_vjp,
-            jvp=_cholesky_jvp, batch=_stacked_batch,
-            doc="lower Cholesky factor from the lower triangle (LAPACK potrf)"))
+def _cholesky_abstract(a, upper=False):
+    return _inv_abstract(a)
 
 
-def _eigh_abstract(a):
+def _phi(x):
+    """The lower triangle of ``x``, its diagonal halved."""
+    n = x.shape[-1]
+    return np.tril(x) * (1 - 0.5 * np.eye(n))
+
+
+def _cholesky_vjp(g, node, active, a, ans, upper=False):
+    # L = chol(S), dL = L phi(L^-1 dS L^-T): dS's gradient L^-T phi(L^T gL) L^-1
+    lo, gl = (_mT(ans), _mT(g)) if upper else (ans, g)
+    linv = _bind("inv", lo)
+    s = np.matmul(np.matmul(_mT(linv), _phi(np.matmul(_mT(lo), gl))), linv)
+    return (_to_triangle(s, not upper),)
+
+
+def _cholesky_jvp(ts, node, a, ans, upper=False):
+    lo = _mT(ans) if upper else ans
+    linv = _bind("inv", lo)
+    inner = np.matmul(np.matmul(linv, _from_triangle(ts[0], not upper)), _mT(linv))
+    dl = np.matmul(lo, _phi(inner))
+    return _mT(dl) if upper else dl
+
+
+register(Op("cholesky", "compute", _cholesky_abstract, run=_run("cholesky"),
+            vjp=_cholesky_vjp, jvp=_cholesky_jvp, batch=_stacked_batch,
+            raises=True,
+            doc="Cholesky factor of the symmetric matrix one triangle stands for: lower "
+                "from the lower triangle, or (upper=True) upper from the upper one "
+                "(LAPACK potrf)"))
+
+
+def _eigh_abstract(a, uplo="L"):
     _check_square(a)
+    if uplo not in ("L", "U"):
+        raise ValueError(f"uplo must be 'L' or 'U'; got {uplo!r}")
     return (a.shape[0], a.shape[1] + 1, a.shape[1]), a.dtype
 
 
-def _eigh_run(out, a, work):
-    fn, la = _kernel("eigh")
-    fn(a, out, work, la.kind_of(out.dtype))
+def _gaps(w):
+    """F_ij = 1 / (w_j - w_i) off the diagonal, 0 on it (infinite for repeated
+    eigenvalues: eigenvectors are not differentiable there)."""
+    eye = np.eye(w.shape[-1], dtype=w.dtype)
+    return (1 - eye) / (w[:, None, :] - w[:, :, None] + eye)
 
 
-def _eigh_vjp(g, node, active, a, ans):
-    n = a.shape[-1]
+def _eigh_vjp(g, node, active, a, ans, uplo="L"):
     w, v = ans[:, 0, :], ans[:, 1:, :]
     gw, gv = g[:, 0, :], g[:, 1:, :]
-    eye = np.eye(n, dtype=a.dtype)
-    # F_ij = 1 / (w_j - w_i) off the diagonal (infinite for repeated eigenvalues)
-    f = (1 - eye) / (w[:, None, :] - w[:, :, None] + eye)
-    inner = gw[:, None, :] * eye + f * np.matmul(_mT(v), gv)
-    ga = np.matmul(np.matmul(v, inner), _mT(v))
-    return ((ga + _mT(ga)) * 0.5,)
+    eye = np.eye(a.shape[-1], dtype=a.dtype)
+    inner = gw[:, None, :] * eye + _gaps(w) * np.matmul(_mT(v), gv)
+    return (_to_triangle(np.matmul(np.matmul(v, inner), _mT(v)), uplo == "L"),)
 
 
-def _eigh_jvp(ts, node, a, ans):
-    # dw = diag(V^T dA V), dV = V (F o V^T dA V), F_ij = 1 / (w_j - w_i) off the diagonal
-    n = a.shape[-1]
+def _eigh_jvp(ts, node, a, ans, uplo="L"):
+    # dw = diag(V^T dS V), dV = V (F o V^T dS V)
     w, v = ans[:, 0, :], ans[:, 1:, :]
-    eye = np.eye(n, dtype=a.dtype)
-    inner = np.matmul(np.matmul(_mT(v), _sym(ts[0])), v)
-    f = (1 - eye) / (w[:, None, :] - w[:, :, None] + eye)
+    eye = np.eye(a.shape[-1], dtype=a.dtype)
+    inner = np.matmul(np.matmul(_mT(v), _from_triangle(ts[0], uplo == "L")), v)
     dw = np.sum(inner * eye, axis=1)
-    dv = np.matmul(v, f * inner)
+    dv = np.matmul(v, _gaps(w) * inner)
     return np.concatenate([dw[:, None, :], dv], axis=1)
 
 
-register(Op("eigh", "compute", _eigh_abstract, run=_eigh_run, vjp=_eigh_vjp,
-            jvp=_eigh_jvp, batch=_stacked_batch,
-            workspace=_work("eigh"),
-            doc="eigenvalues (row 0) and eigenvectors (rows 1..n) of a symmetric matrix "
-                "from its lower triangle (LAPACK syevd)"))
+register(Op("eigh", "compute", _eigh_abstract, run=_run("eigh"), vjp=_eigh_vjp,
+            jvp=_eigh_jvp, batch=_stacked_batch, workspace=_work("eigh"),
+            raises=True,
+            doc="eigenvalues (row 0) and eigenvectors (rows 1..n) of the symmetric matrix "
+                "the triangle uplo stands for (LAPACK syevd, jobz='V')"))
+
+
+def _eigvalsh_abstract(a, uplo="L"):
+    shape, dtype = _eigh_abstract(a, uplo)
+    return (shape[0], shape[2]), dtype
+
+
+def _eigenvectors(a, uplo):
+    """The eigenvectors (columns) of eigh on the same matrix and triangle."""
+    return _bind("eigh", a, uplo=uplo)[:, 1:, :]
+
+
+def _eigvalsh_vjp(g, node, active, a, ans, uplo="L"):
+    # dw_j = v_j^T dS v_j: dS's gradient V diag(g) V^T (no eigenvalue gaps: smooth
+    # at repeated eigenvalues too)
+    v = _eigenvectors(a, uplo)
+    return (_to_triangle(np.matmul(v * g[:, None, :], _mT(v)), uplo == "L"),)
+
+
+def _eigvalsh_jvp(ts, node, a, ans, uplo="L"):
+    v = _eigenvectors(a, uplo)
+    return np.sum(v * np.matmul(_from_triangle(ts[0], uplo == "L"), v), axis=1)
+
+
+register(Op("eigvalsh", "compute", _eigvalsh_abstract, run=_run("eigvalsh"),
+            vjp=_eigvalsh_vjp, jvp=_eigvalsh_jvp, batch=_stacked_batch,
+            workspace=_work("eigvalsh"),
+            raises=True,
+            doc="eigenvalues of the symmetric matrix the triangle uplo stands for (LAPACK "
+                "syevd, jobz='N': numpy's values, to rounding not eigh's)"))
