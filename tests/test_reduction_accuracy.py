@@ -142,6 +142,13 @@ def _cols_f(x):
     return np.sum(np.sum(x, axis=0) ** 2) / 2
 
 
+_ROWS_PARTS = (lambda x: (lsum(lsum(x, axis=1) ** 2) / 2,
+                          lsum(x, axis=1, keepdims=True) * _ones(x)),
+               lambda x: (_rows_f(x), np.sum(x, axis=1, keepdims=True) * _ones(x)),
+               lambda x: (lsum(lsum(abs(x), axis=1) ** 2) / 2,
+                          lsum(abs(x), axis=1, keepdims=True)))
+
+
 def _sq_rows(x):
     r = lsum(np.asarray(x, L) ** 2, axis=1, keepdims=True)
     return lsum(r ** 2) / 2, 2 * np.asarray(x, L) * r
@@ -201,13 +208,10 @@ CASES = {
                   lambda x: (lsum(abs(np.diagonal(x))), 1), covers=("numpy.trace",),
                   shape=(ROWS, COLS)),
     # sums over one axis: the gradient is the sums, broadcast
-    "rows": Case(_rows_f,
-                 lambda x: (lsum(lsum(x, axis=1) ** 2) / 2, lsum(x, axis=1, keepdims=True)
-                            * _ones(x)),
-                 lambda x: (_rows_f(x), np.sum(x, axis=1, keepdims=True) * _ones(x)),
-                 lambda x: (lsum(lsum(abs(x), axis=1) ** 2) / 2,
-                            lsum(abs(x), axis=1, keepdims=True)),
-                 shape=(ROWS, COLS)),
+    "rows": Case(_rows_f, *_ROWS_PARTS, shape=(ROWS, COLS)),
+    # short rows: compensated in scalar locals (16), in order as numpy (5)
+    "short_rows": Case(_rows_f, *_ROWS_PARTS, shape=(1 << 16, 16)),
+    "tiny_rows": Case(_rows_f, *_ROWS_PARTS, shape=(1 << 18, 5)),
     "columns": Case(_cols_f,
                     lambda x: (lsum(lsum(x, axis=0) ** 2) / 2,
                                lsum(x, axis=0, keepdims=True) * _ones(x)),
