@@ -14,7 +14,9 @@ with a second array module and a second dialect, not a second design:
   thread per element: the value and the dual-number partials its
   ``region_partial`` users read, or ``g * partial`` in the backward sweep),
   launched through a :class:`Launcher`; a fused reduction runs after it over
-  a scratch slot of the arena (``xp.sum(..., out=)``).  Each operand's
+  a scratch slot of the arena: a sum by the accurate kernels of
+  :mod:`.cuda_reduce` (as every float ``sum`` node), ``max``/``min`` by
+  ``xp.max(..., out=)``.  Each operand's
   strides are folded into the kernel as constants: views (transposes,
   strided slices, broadcasts) are read in place, never copied.
 
@@ -32,6 +34,7 @@ import numpy as np
 from ..memory import layout_proto
 from ..ops import REGISTRY
 from .cuda import region_kernel
+from .cuda_reduce import sum_levels, sum_scratch, summable
 from .lapack import LAPACK_OPS
 
 __all__ = ["CupyLauncher", "Launcher", "RegionCalls", "cupy_available", "scratch_for_cupy"]
@@ -67,14 +70,34 @@ def check_supported(nodes):
 
 def scratch_for_cupy(nodes):
     """node id -> (dtype, elements): a value region with a fused reduction
-    writes its elementwise values there before the reduction runs."""
+    writes its elementwise values there before the reduction runs, a sum its
+    partial sums (doubles: after the values, a whole number of doubles in)."""
     out = {}
     for n in nodes:
         if n.op == "region" and n.attrs["mode"] == "value" and \
                 n.attrs["body"].reduction is not None:
             body = n.attrs["body"]
-            out[n.id] = (body.nodes[-1].dtype, max(int(np.prod(body.shape)), 1))
+            dt = body.nodes[-1].dtype
+            count = max(int(np.prod(body.shape)), 1)
+            if _fast_sum(body.reduction):
+                count = _partials_at(count, dt) + \
+                    sum_scratch(body.shape, body.reduction.attrs["axis"], dt) * 8 // dt.itemsize
+            out[n.id] = (dt, count)
+        elif _fast_sum(n):
+            out[n.id] = (np.dtype(np.float64),
+                         max(sum_scratch(n.args[0].shape, n.attrs["axis"], n.dtype), 1))
     return out
+
+
+def _fast_sum(node):
+    """Whether ``node`` (a reduction) is a sum the kernels of :mod:`.cuda_reduce` run."""
+    return node.op == "sum" and summable(node.dtype) and node.args[0].dtype == node.dtype
+
+
+def _partials_at(count, dtype):
+    """Elements of ``dtype`` before a region's partial sums in its scratch (8-byte aligned)."""
+    step = 8 // np.dtype(dtype).itemsize
+    return -(-count // step) * step
 
 
 class Launcher:
@@ -129,7 +152,13 @@ class RegionCalls:
                 if u.op == "region_partial" and u.args[0] is node}
 
     def statement(self, node, names, ns, target, protos, nodes):
-        """Source of one region node: its kernel launch (and reduction)."""
+        """Source of one region node -- its kernel launch (and reduction) --
+        or of a float sum node."""
+        if node.op != "region":
+            x = node.args[0]
+            return self._sum_lines(node.id, x.shape, _element_strides(protos[x.id]),
+                                   node.attrs["axis"], node.dtype, names[x.id], target,
+                                   self.memplan.scratch_view(node.id), ns)
         body, mode = node.attrs["body"], node.attrs["mode"]
         operands = node.args
         literal = [a.is_literal and a.size == 1 for a in operands]
@@ -149,7 +178,9 @@ class RegionCalls:
             if red is None:
                 args.append(target)
             else:
-                ns[f"_scr{node.id}"] = self.memplan.scratch_view(node.id).reshape(body.shape)
+                size = int(np.prod(body.shape))
+                ns[f"_scr{node.id}"] = \
+                    self.memplan.scratch_view(node.id)[:size].reshape(body.shape)
                 args.append(f"_scr{node.id}")
             for w in seeds:
                 pid = partials[w].id
@@ -158,12 +189,43 @@ class RegionCalls:
         self.kernels.append(kernel)
         lines = [f"_rk{k}({', '.join(args)})"]
         red = body.reduction if mode == "value" else None
-        if red is not None:
+        if red is not None and _fast_sum(red):
+            dt = body.nodes[-1].dtype
+            size = int(np.prod(body.shape))
+            part = self.memplan.scratch_view(node.id)[_partials_at(size, dt):]
+            lines += self._sum_lines(node.id, body.shape, None, red.attrs["axis"], dt,
+                                     f"_scr{node.id}", target, part.view(np.float64), ns)
+        elif red is not None:
             axes = tuple(red.attrs["axis"])
             keep = tuple(1 if i in axes else s for i, s in enumerate(body.shape))
             ns[f"_red{node.id}"] = getattr(self.xp, red.op)
             lines.append(f"_red{node.id}(_scr{node.id}, axis={axes!r}, keepdims=True, "
                          f"out={target}.reshape({keep!r}))")
+        return lines
+
+    def handles(self, node):
+        """Whether :meth:`statement` runs ``node`` (regions, float sums)."""
+        return node.op == "region" or _fast_sum(node)
+
+    def _sum_lines(self, nid, shape, strides, axis, dtype, source, target, scratch, ns):
+        """Launches summing ``source`` (an operand of ``shape``, element
+        ``strides``) over ``axis`` into ``target``, partial sums in
+        ``scratch`` (a float64 view, bound here)."""
+        lines = []
+        for j, level in enumerate(sum_levels(shape, strides, axis, dtype)):
+            args = []
+            for role, where in (("x", level.source), ("y", level.dest)):
+                if where is None:
+                    args.append(source if role == "x" else target)
+                    continue
+                off, count = where
+                ns[f"_{role}{nid}_{j}"] = scratch[off:off + count]
+                args.append(f"_{role}{nid}_{j}")
+                if dtype == np.float64:  # the errors follow the sums
+                    ns[f"_{role}c{nid}_{j}"] = scratch[off + count:off + 2 * count]
+                    args.append(f"_{role}c{nid}_{j}")
+            lines.append(f"_rk{len(self.kernels)}({', '.join(args)})")
+            self.kernels.append(level.kernel)
         return lines
 
     def finish(self, ns):

@@ -16,12 +16,12 @@ import numpy as np
 
 from .._settings import enabled, switch
 
+from .reduce import (INIT, accumulate, blocked_full_reduction, reduction_nest,
+                     region_runs_parallel, single_block)
 from .scalar import Constants, render_region
 
 __all__ = ["LoopWriter", "broadcast_index", "region_lines", "INIT", "parallel_min",
            "serial_loops"]
-
-INIT = {"sum": "0", "max": "-np.inf", "min": "np.inf", "prod": "1"}
 
 #: fewest loop iterations for which a region runs as a parallel ``prange``
 #: (below it, thread start-up costs more than it saves; see benchmarks/);
@@ -88,15 +88,17 @@ class LoopWriter:
         pad = "    " * self.indent
         self.lines.extend(pad + line for line in lines)
 
-    def nest(self, shape, body, prefix="i", parallel=False):
+    def nest(self, shape, body, prefix="i", parallel=False, work=None):
         """A loop nest over ``shape`` around ``body`` (list of lines).
 
         ``parallel``: the outermost loop is a ``prange`` when the nest has at
-        least :data:`PARALLEL_MIN` iterations (the body must be race-free:
-        elementwise stores and ``+=`` into a scalar).
+        least :data:`PARALLEL_MIN` iterations -- or ``work`` ones, when the
+        body loops itself (the body must be race-free: elementwise stores and
+        ``+=`` into a scalar).
         """
         pad = self.indent
-        par = parallel and shape and int(np.prod(shape)) >= parallel_min()
+        par = parallel and shape and \
+            (int(np.prod(shape)) if work is None else work) >= parallel_min()
         self.parallel = self.parallel or bool(par)
         if par:
             body = self._hoist_scalars(body)
@@ -127,37 +129,11 @@ def fill(w, name, value):
     w.emit(f"{name}[...] = {value}")
 
 
-def accumulate(kind, target, value):
-    """Lines folding ``value`` into ``target`` (max/min propagate NaN like numpy)."""
-    if kind == "sum":
-        return [f"{target} += {value}"]
-    if kind == "prod":
-        return [f"{target} *= {value}"]
-    cmp = ">" if kind == "max" else "<"
-    return [f"if {value} {cmp} {target} or {value} != {value}:", f"    {target} = {value}"]
-
-
-def reduce_target(axis, keepdims, ndim, full):
-    if full:
-        return "acc"
-    idx = [("0" if keepdims else None) if d in axis else f"i{d}" for d in range(ndim)]
-    kept = [i for i in idx if i is not None]
-    return "out[" + ", ".join(kept) + "]" if kept else "out[()]"
-
-
-def reduction_lines(w, kind, dtype, axis, keepdims, loop_shape, value_lines, value, out):
-    """Emit a reduction of ``value`` over ``axis`` of ``loop_shape`` into ``out``."""
-    nd = len(loop_shape)
-    full = len(axis) == nd
-    init = f"np.{np.dtype(dtype).name}({INIT[kind]})"
-    if full:
-        w.emit(f"acc = {init}")
-    else:
-        fill(w, out, init)
-    target = reduce_target(axis, keepdims, nd, full).replace("out", out, 1)
-    w.nest(loop_shape, value_lines + accumulate(kind, target, value))
-    if full:
-        w.emit(f"{out}[()] = acc")
+def reduction_lines(w, kind, dtype, axis, keepdims, loop_shape, value, out, scratch=None):
+    """Emit a reduction of ``value`` (an operand's element) over ``axis`` of
+    ``loop_shape`` into ``out`` (:func:`.reduce.reduction_nest`)."""
+    reduction_nest(w, kind, dtype, axis, keepdims, loop_shape, [], value, out, scratch=scratch,
+                   parallel=True)
 
 
 def operand_read(operand, names, consts, ndim):
@@ -183,9 +159,10 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
         input position -> variable name, for partials stored by a value region.
     consts : Constants
     scratch : str, optional
-        A flat array of at least :func:`full_reduction_scratch` elements; given,
-        a full reduction runs in two phases per block (see
-        :func:`_blocked_full_reduction`).
+        A flat array of :func:`.reduce.reduction_scratch` elements; given, a
+        full reduction runs in two phases per block
+        (:func:`.reduce.blocked_full_reduction`), a reduction over leading or
+        middle axes keeps its float64 accumulator or compensation there.
     """
     body, mode = node.attrs["body"], node.attrs["mode"]
     shape = body.shape
@@ -193,7 +170,7 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
     red = body.reduction
     blocked = (mode == "value" and red is not None and nd > 0 and scratch is not None
                and len(red.attrs["axis"]) == nd)
-    if blocked and not _single_block(body):
+    if blocked and not single_block(body):
         # the loop runs over one block of rows: operands along axis 0 are sliced
         names = dict(names)
         for operand in node.args[:len(body.inputs)]:
@@ -220,53 +197,11 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
         w.nest(shape, sb.lines + [f"{out}{here(nd)} = {sb.value}"] + stores, parallel=True)
         return
     if blocked:
-        return _blocked_full_reduction(w, node, out, sb, stores, scratch)
-    axis, keep = red.attrs["axis"], red.attrs["keepdims"]
-    full = len(axis) == nd
-    init = f"np.{red.dtype.name}({INIT[red.op]})"
-    if full:
-        w.emit(f"acc = {init}")
-    else:
-        fill(w, out, init)
-    target = reduce_target(axis, keep, nd, full).replace("out", out, 1)
+        return blocked_full_reduction(w, node, out, sb, stores, scratch)
     # a reduction that keeps axis 0 (a batch of rows, each summed on its own)
     # runs its outer loop as a prange: every iteration has its own target
-    w.nest(shape, sb.lines + accumulate(red.op, target, sb.value) + stores,
-           parallel=not full and 0 not in axis)
-    if full:
-        w.emit(f"{out}[()] = acc")
-
-
-#: elements per block of a two-phase full reduction (its scratch stays in L1)
-BLOCK = 1024
-
-
-def reduction_block(shape):
-    """Rows of axis 0 per block, and elements per block, for the two-phase
-    full reduction over ``shape``."""
-    inner = int(np.prod(shape[1:], dtype=np.int64))
-    rows = max(1, min(BLOCK // max(inner, 1), shape[0]))
-    return rows, rows * inner
-
-
-def full_reduction_scratch(node, threads):
-    """Scratch elements a value region with a full reduction needs (else 0):
-    one block per thread that may run it."""
-    if node.op != "region" or node.attrs["mode"] != "value":
-        return 0
-    body = node.attrs["body"]
-    red = body.reduction
-    if red is None or not body.shape or len(red.attrs["axis"]) != len(body.shape):
-        return 0
-    return _pow2_at_least(reduction_block(body.shape)[1]) * (threads if _parallel_sum(body) else 1)
-
-
-def _pow2_at_least(n):
-    return 1 << max(int(n) - 1, 0).bit_length()
-
-
-def _parallel_sum(body):
-    return body.reduction.op == "sum" and int(np.prod(body.shape)) >= parallel_min()
+    reduction_nest(w, red.op, red.dtype, red.attrs["axis"], red.attrs["keepdims"], shape,
+                   sb.lines, sb.value, out, stores, scratch=scratch, parallel=True)
 
 
 def _block_slice(w, name):
@@ -274,53 +209,6 @@ def _block_slice(w, name):
     sliced = f"{name}_blk"
     w.pending.append(f"{sliced} = {name}[r0:r0 + nr]")
     return sliced
-
-
-def _blocked_full_reduction(w, node, out, sb, stores, scratch):
-    """A full reduction in two phases per block of rows: the elementwise values
-    (and stored partials) into an L1-sized scratch block -- a loop with no
-    carried dependency, which LLVM vectorizes -- then the block's reduction as
-    a pairwise tree (each level one dependency-free loop: vectorizable under
-    strict IEEE order, and as accurate as numpy's pairwise sum).  Fused in one
-    loop with a running accumulator, the dependency chain made the same kernel
-    ~5x slower (measured: 12.5 vs 2.6 ns per exp element).  The fold is a
-    shared compiled helper (:func:`.rt.fold_sum` and kin), a one-block
-    reduction has no block loop.  A large sum runs its blocks as a
-    ``prange``, each thread on its own scratch block."""
-    body = node.attrs["body"]
-    red, shape, nd = body.reduction, body.shape, len(body.shape)
-    rows, per_block = reduction_block(shape)
-    width = _pow2_at_least(per_block)
-    inner = per_block // rows
-    par = _parallel_sum(body)
-    w.parallel = w.parallel or par
-    init = f"np.{red.dtype.name}({INIT[red.op]})"
-    base = f"get_thread_id() * {width}" if par else "0"
-    block_shape = ("nr",) + tuple(str(s) for s in shape[1:])
-    w.emit(f"acc = {init}")
-    many = not _single_block(body)
-    if many:
-        w.emit(f"for blk in {'prange' if par else 'range'}({-(-shape[0] // rows)}):")
-        w.indent += 1
-        w.emit(f"r0 = blk * {rows}",
-               f"nr = min({rows}, {shape[0]} - r0)",
-               f"scf = {scratch}[{base}:{base} + {width}]")
-    else:
-        w.emit(f"nr = {shape[0]}", f"scf = {scratch}")
-    w.emit(f"sc = scf[:{per_block}]" if nd == 1 else
-           f"sc = scf[:{per_block}].reshape({(rows,) + tuple(shape[1:])!r})")
-    w.emit(*w.pending)
-    w.pending.clear()
-    w.nest(block_shape, sb.lines + [f"sc{here(nd)} = {sb.value}"] + stores)
-    # pad to the power-of-two width with the identity, then fold halves
-    # (a shared compiled helper: .rt.fold_sum and kin)
-    if red.op in ("sum", "prod"):
-        w.emit(*accumulate(red.op, "acc", f"_fold_{red.op}(scf, nr * {inner})"))
-    else:
-        w.emit(f"bv = _fold_{red.op}(scf, nr * {inner})", *accumulate(red.op, "acc", "bv"))
-    if many:
-        w.indent -= 1
-    w.emit(f"{out}[()] = acc")
 
 
 def region_acc_lines(w, members, names, consts):
@@ -374,25 +262,6 @@ def region_acc_lines(w, members, names, consts):
                   for (target, where), ts in terms.items()]
         if stores:
             w.nest(shape, lines + stores, parallel=race_free or len(group) == 1)
-
-
-def region_runs_parallel(node):
-    """Whether :func:`region_lines` runs region ``node``'s loop as a
-    ``prange`` (a full reduction given its scratch, as the numba backend
-    does): elementwise and vjp regions and reductions that keep axis 0, of at
-    least :data:`PARALLEL_MIN` iterations, and large full sums; other
-    reductions run serially."""
-    body = node.attrs["body"]
-    red, shape = body.reduction, body.shape
-    if node.attrs["mode"] == "vjp" or red is None or 0 not in red.attrs["axis"]:
-        return bool(shape) and int(np.prod(shape)) >= parallel_min()
-    return bool(shape) and len(red.attrs["axis"]) == len(shape) and _parallel_sum(body)
-
-
-def _single_block(body):
-    """Whether a full reduction over ``body.shape`` is one block (run serially)."""
-    rows, _ = reduction_block(body.shape)
-    return -(-body.shape[0] // rows) == 1 and not _parallel_sum(body)
 
 
 __all__ += ["accumulate", "fill", "reduction_lines", "here", "Constants",

@@ -25,9 +25,9 @@ from . import cache
 from .lapack import LAPACK_OPS, kernel_args, kind_of
 from .threads import SingleThreadedBlas
 from .loops import (PARALLEL_MIN, Constants, LoopWriter, broadcast_index, fill,
-                    full_reduction_scratch, getitem_map, here, region_acc_lines,
-                    region_lines)
+                    getitem_map, here, region_acc_lines, region_lines)
 from .loops import reduction_lines as _reduction_lines
+from .reduce import reduction_scratch
 from .scalar import vector_imports
 
 __all__ = ["materialize_for_numba", "compile_numba_program", "work_estimate"]
@@ -118,14 +118,15 @@ def contiguous_getitem_offset(node):
 
 def scratch_for_numba(nodes):
     """node id -> (dtype, elements) of scratch the generated code needs: a
-    block per thread for two-phase full reductions."""
+    block per thread for two-phase full reductions, the float64 accumulator
+    or the compensation of a reduction over leading axes (:mod:`.reduce`)."""
     import numba
 
     out = {}
     for n in nodes:
-        count = full_reduction_scratch(n, numba.config.NUMBA_NUM_THREADS)
-        if count:
-            out[n.id] = (n.dtype, count)
+        need = reduction_scratch(n, numba.config.NUMBA_NUM_THREADS)
+        if need is not None:
+            out[n.id] = need
     return out
 
 
@@ -202,7 +203,8 @@ def _emit_node(w, node, names, users, consts, layouts):
     elif op in ("sum", "max", "min", "prod"):
         x = node.args[0]
         _reduction_lines(w, op, node.dtype, node.attrs["axis"], node.attrs["keepdims"],
-                         x.shape, [], f"{a[0]}{here(len(x.shape))}", out)
+                         x.shape, f"{a[0]}{here(len(x.shape))}", out,
+                         scratch=names.get(("scratch", node.id)))
     elif op == "matmul":
         _emit_matmul(w, node, a, out, layouts)
     elif op == "reshape":  # materialized: copy through a source-shaped view of the buffer
@@ -1020,7 +1022,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
               "from hybridad.backends.rt import check_arrays as _check, gemm as _gemm, "
               "load_i64 as _ld64, view_at as _view",
               "from hybridad.backends.rt import fold_max as _fold_max, fold_min as _fold_min, "
-              "fold_prod as _fold_prod, fold_sum as _fold_sum",
+              "fold_prod as _fold_prod, fold_sum as _fold_sum, "
+              "sum_compensated as _sum_compensated",
               "from hybridad.backends.lapack import " +
               ", ".join(f"{op} as _la_{op}" for op in LAPACK_OPS), ""]
     abi = tuple(rt.ABI[k] for k in rt.ABI_FIELDS) if objects else (0,) * 9

@@ -175,9 +175,9 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
 
 def _call(node, names, ns, target, xp, regions, protos, nodes, work=None):
     """Statements computing ``node`` into ``target``."""
-    if node.op == "region":
-        if regions is None:
-            raise NotImplementedError("fused regions run on compiled backends only")
+    if node.op == "region" and regions is None:
+        raise NotImplementedError("fused regions run on compiled backends only")
+    if regions is not None and regions.handles(node):  # GPU kernels: regions, float sums
         return regions.statement(node, names, ns, target, protos, nodes)
     op = REGISTRY[node.op]
     args = ", ".join(names[a.id] for a in node.args)

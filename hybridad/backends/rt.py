@@ -19,7 +19,7 @@ from numba.core import cgutils, ir_utils
 from numba.extending import intrinsic
 
 __all__ = ["ABI", "ABI_FIELDS", "check_arrays", "fold_max",
-           "fold_min", "fold_prod", "fold_sum", "gemm",
+           "fold_min", "fold_prod", "fold_sum", "gemm", "sum_compensated",
            "load_i32", "load_i64", "load_u8", "overlaps", "type_num", "view_at"]
 
 
@@ -325,6 +325,22 @@ def fold_sum(block, n):
             block[i] += block[i + h]
         h //= 2
     return block[0]
+
+
+@njit(cache=True)
+def sum_compensated(a):
+    """The sum of ``a`` (non-empty, 1-D) added in order with Knuth's TwoSum
+    compensation (see :mod:`.reduce`): the blocks' sums of a parallel full
+    reduction, in an order that does not depend on the thread count."""
+    s = a[0]
+    c = s - s  # NaN only when s is not finite, and then s stays so
+    for i in range(1, a.size):
+        v = a[i]
+        t = s + v
+        z = t - s
+        c += (s - (t - z)) + (v - z)
+        s = t
+    return s + c if s - s == 0 else s
 
 
 @njit(cache=True)

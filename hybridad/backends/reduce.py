@@ -1,0 +1,428 @@
+"""Reductions in generated loops, as accurate as numpy's (pure text, numba dialect).
+
+numpy sums pairwise (blocks of 128 with 8 accumulators, then halves): its
+error grows like ``log2(n)`` units of the last place, where a running sum's
+grows like ``n``.  Every sum a generated kernel computes -- a fused region's
+reduction, a standalone ``sum`` node (the backward pass's unbroadcast sums,
+bias gradients), the sums ``mean``, ``var``, ``norm`` and inner products are
+made of -- is at least as accurate, on any loop order and thread count:
+
+* **float32** (complex64) sums and products accumulate in float64
+  (complex128): ``n`` float64 roundings stay far below one float32 unit of
+  the result for any ``n`` a computer holds, so the result is float32's
+  correct rounding of the float64 sum (numpy's pairwise float32 sum of 1e7
+  values ~1 is off by ~1e-7 relative; a running float32 sum by ~1e-3).
+* **float64** (complex128) sums are *compensated*: each running sum carries
+  the rounding error of its additions in a second variable (Knuth's TwoSum,
+  error-free and branch-free: ``t = s + v; z = t - s; c += (s - (t - z)) +
+  (v - z)``).  Its dependency chain is still one addition per element (the
+  correction runs beside it), so a serial loop costs what a running sum
+  costs; the error is ``2 eps |sum| + O(n eps^2) sum|x|``.
+* A large fused full reduction keeps its fast two-phase form (values into an
+  L1 block, then a vectorized pairwise fold, :func:`blocked_full_reduction`);
+  the blocks' sums are then added compensated, in a fixed order: a
+  ``prange`` writes one sum per block and they are added after the loop, so
+  the result does not depend on the number of threads.
+* Products of float64 (numpy multiplies serially too), ``max``, ``min`` and
+  integer reductions are exact or order-independent: unchanged.
+
+Loop order: a reduction over trailing axes (row sums, a full reduction) runs
+one output element at a time, its accumulator in locals (fewer than 8 terms
+are added in order, as numpy does; 32 or more in blocks); any other (column
+sums: numpy's order, rows outer) accumulates into the output array, with
+its compensation (float64) or its float64 accumulator (float32) in a scratch
+array of the output's shape (:func:`reduction_scratch`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["INIT", "Accumulator", "acc_dtype", "accumulate", "blocked_full_reduction",
+           "compensated", "reduction_nest", "reduction_scratch", "region_runs_parallel"]
+
+INIT = {"sum": "0", "max": "-np.inf", "min": "np.inf", "prod": "1"}
+
+#: the wider type a float32 (complex64) sum or product accumulates in
+_WIDE = {np.dtype(np.float32): np.dtype(np.float64),
+         np.dtype(np.complex64): np.dtype(np.complex128)}
+#: types summed compensated (no wider hardware type)
+_COMPENSATED = (np.dtype(np.float64), np.dtype(np.complex128))
+
+
+def acc_dtype(kind, dtype):
+    """The dtype a ``kind`` reduction of ``dtype`` accumulates in."""
+    dtype = np.dtype(dtype)
+    return _WIDE.get(dtype, dtype) if kind in ("sum", "prod") else dtype
+
+
+def compensated(kind, dtype):
+    """Whether a ``kind`` reduction of ``dtype`` carries a compensation term."""
+    return kind == "sum" and np.dtype(dtype) in _COMPENSATED
+
+
+def accumulate(kind, target, value):
+    """Lines folding ``value`` into ``target`` in ``target``'s own type, no
+    compensation (max/min propagate NaN like numpy)."""
+    if kind == "sum":
+        return [f"{target} += {value}"]
+    if kind == "prod":
+        return [f"{target} *= {value}"]
+    cmp = ">" if kind == "max" else "<"
+    return [f"if {value} {cmp} {target} or {value} != {value}:", f"    {target} = {value}"]
+
+
+def two_sum(s, c, value):
+    """Lines adding ``value`` to the compensated pair ``(s, c)`` (variables or
+    array elements): ``s`` the running sum, ``c`` the sum of its rounding
+    errors."""
+    return [f"_v = {value}", f"_s = {s}", "_t = _s + _v", "_z = _t - _s",
+            f"{c} += (_s - (_t - _z)) + (_v - _z)", f"{s} = _t"]
+
+
+def two_sum_result(s, c):
+    """Expression of a compensated pair's value: ``s + c``, or ``s`` once
+    ``s`` is not finite (an infinity or NaN absorbs everything after it and
+    leaves ``c`` NaN; the plain sum is then numpy's)."""
+    return f"({s} + {c} if {s} - {s} == 0 else {s})"
+
+
+class Accumulator:
+    """One running reduction in scalar locals ``name`` (and ``name + 'c'``,
+    its compensation): :meth:`init`, :meth:`add` per element, :meth:`result`."""
+
+    def __init__(self, kind, dtype, name="_a", compensate=True):
+        self.kind = kind
+        self.acc = acc_dtype(kind, dtype)
+        self.comp = compensate and compensated(kind, dtype)
+        self.s, self.c = name, name + "c"
+
+    def init(self):
+        lines = [f"{self.s} = np.{self.acc.name}({INIT[self.kind]})"]
+        return lines + ([f"{self.c} = np.{self.acc.name}(0)"] if self.comp else [])
+
+    def add(self, value):
+        if self.comp:
+            return two_sum(self.s, self.c, value)
+        return accumulate(self.kind, self.s, value)
+
+    def result(self):
+        return two_sum_result(self.s, self.c) if self.comp else self.s
+
+
+def _here(ndim):
+    return "[" + ", ".join(f"i{d}" for d in range(ndim)) + "]" if ndim else "[()]"
+
+
+def _target(axis, keepdims, ndim):
+    """Index text of the output element a loop iteration adds into."""
+    idx = [("0" if keepdims else None) if d in axis else f"i{d}" for d in range(ndim)]
+    kept = [i for i in idx if i is not None]
+    return "[" + ", ".join(kept) + "]" if kept else "[()]"
+
+
+def _trailing(axis, ndim):
+    """Whether ``axis`` are the last axes of the loop (a full reduction too)."""
+    return set(axis) == set(range(ndim - len(axis), ndim))
+
+
+def _array_scratch(kind, dtype):
+    """Whether an array-order reduction needs a scratch array of the output's
+    shape (the float64 accumulator of a float32 sum, a float64 sum's
+    compensation)."""
+    return kind in ("sum", "prod") and (acc_dtype(kind, dtype) != np.dtype(dtype) or
+                                        compensated(kind, dtype))
+
+
+def reduction_nest(w, kind, dtype, axis, keepdims, shape, body, value, out, stores=(),
+                   scratch=None, parallel=False):
+    """Emit the reduction of ``value`` over ``axis`` of loop ``shape`` into ``out``.
+
+    Parameters
+    ----------
+    w : LoopWriter
+    kind : {"sum", "prod", "max", "min"}
+    dtype : dtype
+        The result's dtype.
+    axis : tuple of int
+    keepdims : bool
+    shape : tuple of int
+        The loop shape (the reduced operand's).
+    body : list of str
+        Lines computing ``value`` in the loop (a fused region's statements).
+    value : str
+        Expression of the element reduced.
+    out : str
+        The result array (shape of the reduction's output).
+    stores : list of str
+        Lines after the accumulation (a region's stored partials).
+    scratch : str, optional
+        A flat array of :func:`reduction_scratch` elements (needed by a
+        reduction over leading or middle axes); without it such a sum
+        accumulates naively in ``out`` (kernels built for inspection).
+    parallel : bool
+        Whether a large loop over kept axis 0 may run as a ``prange`` (each
+        iteration owns its output elements).
+    """
+    nd = len(shape)
+    stores = list(stores)
+    work = int(np.prod(shape, dtype=np.int64))
+    par = parallel and 0 not in axis
+    if _trailing(axis, nd) and scratch is not None and _row_blocked(kind, shape, axis):
+        return _blocked_rows(w, kind, dtype, axis, keepdims, shape, body, value, out, stores,
+                             scratch, parallel)
+    if _trailing(axis, nd):  # one output element at a time, accumulated in locals
+        k = nd - len(axis)
+        # fewer than 8 terms numpy adds in order too (its pairwise sum's base case)
+        acc = Accumulator(kind, dtype, compensate=work >= 8 * int(np.prod(shape[:k])))
+        inner = [f"for i{d} in range({shape[d]}):" for d in range(k, nd)]
+        pad = "    " * (nd - k)
+        lines = acc.init() + ["    " * j + x for j, x in enumerate(inner)] + \
+            [pad + x for x in body + acc.add(value) + stores] + \
+            [f"{out}{_target(axis, keepdims, nd)} = {acc.result()}"]
+        w.nest(shape[:k], lines, parallel=par, work=work)
+        return
+    tgt = _target(axis, keepdims, nd)
+    if scratch is None or not _array_scratch(kind, dtype):
+        w.emit(f"{out}[...] = np.{np.dtype(dtype).name}({INIT[kind]})")
+        w.nest(shape, body + accumulate(kind, f"{out}{tgt}", value) + stores, parallel=par)
+        return
+    # leading or middle axes reduced: output elements accumulate side by side
+    size = int(np.prod(_reduced_shape(shape, axis, keepdims), dtype=np.int64))
+    oshape = _reduced_shape(shape, axis, keepdims)
+    side = f"{out}_x"
+    w.emit(f"{side} = {scratch}[:{size}].reshape({oshape!r})")
+    ond = len(oshape)
+    if compensated(kind, dtype):  # out holds the sums, the side array their errors
+        w.emit(f"{out}[...] = 0", f"{side}[...] = 0")
+        w.nest(shape, body + two_sum(f"{out}{tgt}", f"{side}{tgt}", value) + stores,
+               parallel=par)
+        w.nest(oshape, [f"_s = {out}{_here(ond)}",
+                        f"{out}{_here(ond)} = {two_sum_result('_s', side + _here(ond))}"],
+               parallel=par)
+        return
+    w.emit(f"{side}[...] = {INIT[kind]}")  # the side array accumulates (float64)
+    w.nest(shape, body + accumulate(kind, f"{side}{tgt}", value) + stores, parallel=par)
+    w.nest(oshape, [f"{out}{_here(ond)} = {side}{_here(ond)}"], parallel=par)
+
+
+#: fewest elements per output for which a sum over trailing axes runs in
+#: blocks (values into an L1 block, then a vectorized pairwise fold); with
+#: fewer, the block's fold costs more than the loop saves (measured on 2^20
+#: float64, blocked against the compensated loop: rows of 8 elements 1.7x
+#: slower, of 32 on par to 1.5x faster, of 128 2-3x faster)
+ROW_BLOCK_MIN = 32
+
+
+def _row_blocked(kind, shape, axis):
+    """Whether a sum over trailing ``axis`` of ``shape`` runs in blocks."""
+    reduced = int(np.prod([shape[d] for d in axis], dtype=np.int64))
+    return kind == "sum" and reduced >= ROW_BLOCK_MIN
+
+
+def _rows_parallel(shape, axis, parallel=True):
+    """Whether the kept axes of a blocked trailing sum run as a ``prange``."""
+    from .loops import parallel_min
+
+    return parallel and len(axis) < len(shape) and \
+        int(np.prod(shape, dtype=np.int64)) >= parallel_min()
+
+
+def _blocked_rows(w, kind, dtype, axis, keepdims, shape, body, value, out, stores, scratch,
+                  parallel):
+    """A sum over the trailing ``axis`` as :func:`blocked_full_reduction` does
+    it, one output element at a time: per block of the reduced axes' rows,
+    the values into an L1 block (a loop with no carried dependency: the
+    region's functions vectorize), then the block's pairwise fold; the
+    blocks' sums added compensated.  Kept axes run as a ``prange`` when
+    large, each thread on its own scratch block."""
+    nd = len(shape)
+    k = nd - len(axis)
+    rows, per_block = reduction_block(shape[k:])
+    width, inner = _pow2_at_least(per_block), per_block // rows
+    nblocks = -(-shape[k] // rows)
+    par = _rows_parallel(shape, axis, parallel)
+    base = f"get_thread_id() * {width}" if par else "0"
+    lines = [f"scf = {scratch}[{base}:{base} + {width}]",
+             f"sc = scf[:{per_block}]" if nd - k == 1 else
+             f"sc = scf[:{per_block}].reshape({(rows,) + tuple(shape[k + 1:])!r})"]
+    first = f"i{k} - r0" if nblocks > 1 else f"i{k}"
+    at = "[" + ", ".join([first] + [f"i{d}" for d in range(k + 1, nd)]) + "]"
+    loops = [f"for i{d} in range({shape[d]}):" for d in range(k + 1, nd)]
+    if nblocks > 1:
+        acc = Accumulator(kind, dtype, "acc")
+        lines += acc.init() + [f"for blk in range({nblocks}):", f"    r0 = blk * {rows}",
+                               f"    nr = min({rows}, {shape[k]} - r0)"]
+        loops.insert(0, f"for i{k} in range(r0, r0 + nr):")
+        pad = "    "
+    else:
+        loops.insert(0, f"for i{k} in range({shape[k]}):")
+        pad = ""
+    lines += [pad + "    " * j + x for j, x in enumerate(loops)]
+    lines += [pad + "    " * len(loops) + x for x in body + [f"sc{at} = {value}"] + stores]
+    if nblocks > 1:
+        lines += [f"    bv = _fold_sum(scf, nr * {inner})"] + ["    " + x for x in acc.add("bv")]
+        result = acc.result()
+    else:
+        result = f"_fold_sum(scf, {per_block})"
+    lines.append(f"{out}{_target(axis, keepdims, nd)} = {result}")
+    w.nest(shape[:k], lines, parallel=par, work=int(np.prod(shape, dtype=np.int64)))
+
+
+def _reduced_shape(shape, axis, keepdims):
+    return tuple(1 if d in axis else s for d, s in enumerate(shape) if keepdims or d not in axis)
+
+
+# ----------------------------------------------------------------------------
+# scratch
+# ----------------------------------------------------------------------------
+
+#: elements per block of a two-phase full reduction (its scratch stays in L1)
+BLOCK = 1024
+
+
+def reduction_block(shape):
+    """Rows of axis 0 per block, and elements per block, for the two-phase
+    full reduction over ``shape``."""
+    inner = int(np.prod(shape[1:], dtype=np.int64))
+    rows = max(1, min(BLOCK // max(inner, 1), shape[0]))
+    return rows, rows * inner
+
+
+def _blocks(shape):
+    rows, _ = reduction_block(shape)
+    return -(-shape[0] // rows)
+
+
+def reduction_scratch(node, threads):
+    """``(dtype, elements)`` of the scratch a reduction node's code needs, or None.
+
+    A value region with a full reduction: one block per thread that may run
+    it (in the accumulation dtype for sums and products), and for a
+    ``prange`` one element per block (the blocks' sums).  A reduction over
+    leading or middle axes (a region's or a ``sum``/``prod`` node's): an
+    array of the output's shape (:func:`reduction_nest`)."""
+    if node.op == "region":
+        body = node.attrs["body"]
+        red = body.reduction
+        if node.attrs["mode"] != "value" or red is None or not body.shape:
+            return None
+        kind, shape, axis = red.op, body.shape, red.attrs["axis"]
+        if len(axis) == len(shape):
+            count = _pow2_at_least(reduction_block(shape)[1])
+            if _parallel_sum(body):
+                count = count * threads + _sums_size(shape)
+            return acc_dtype(kind, red.dtype), count
+    elif node.op in ("sum", "prod", "max", "min"):
+        kind, shape, axis = node.op, node.args[0].shape, node.attrs["axis"]
+    else:
+        return None
+    if _trailing(axis, len(shape)):
+        if not _row_blocked(kind, shape, axis):
+            return None
+        k = len(shape) - len(axis)
+        width = _pow2_at_least(reduction_block(shape[k:])[1])
+        return acc_dtype(kind, node.dtype), width * (threads if _rows_parallel(shape, axis)
+                                                    else 1)
+    if not _array_scratch(kind, node.dtype):
+        return None
+    return acc_dtype(kind, node.dtype), max(node.size, 1)
+
+
+def _pow2_at_least(n):
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def _parallel_sum(body):
+    from .loops import parallel_min
+
+    return body.reduction.op == "sum" and int(np.prod(body.shape)) >= parallel_min()
+
+
+# ----------------------------------------------------------------------------
+# the two-phase full reduction of a fused region
+# ----------------------------------------------------------------------------
+
+
+def single_block(body):
+    """Whether a full reduction over ``body.shape`` is one block (run serially)."""
+    return _blocks(body.shape) == 1 and not _parallel_sum(body)
+
+
+def blocked_full_reduction(w, node, out, sb, stores, scratch):
+    """A full reduction in two phases per block of rows: the elementwise values
+    (and stored partials) into an L1-sized scratch block -- a loop with no
+    carried dependency, which LLVM vectorizes -- then the block's reduction as
+    a pairwise tree (each level one dependency-free loop: vectorizable under
+    strict IEEE order, as accurate as numpy's pairwise sum; for float32 in
+    float64).  Fused in one loop with a running accumulator, the dependency
+    chain made the same kernel ~5x slower (measured: 12.5 vs 2.6 ns per exp
+    element).  The fold is a shared compiled helper (:func:`.rt.fold_sum` and
+    kin); a one-block reduction has no block loop.  The blocks' sums are added
+    compensated (:class:`Accumulator`).  A large sum runs its blocks as a
+    ``prange``, each thread on its own scratch block, each block's sum into
+    its element at the scratch's start; they are added after the loop, in
+    order (:func:`.rt.sum_compensated`), so the result does not depend on the
+    number of threads.  Operands along axis 0 are read through the block
+    slices the caller put in ``w.pending``."""
+    body = node.attrs["body"]
+    red, shape, nd = body.reduction, body.shape, len(body.shape)
+    rows, per_block = reduction_block(shape)
+    width = _pow2_at_least(per_block)
+    inner = per_block // rows
+    par = _parallel_sum(body)
+    w.parallel = w.parallel or par
+    acc = Accumulator(red.op, red.dtype, "acc")
+    many = not single_block(body)
+    nblocks = _blocks(shape)
+    sums = _sums_size(shape) if par else 0  # the blocks' sums come first
+    base = f"{sums} + get_thread_id() * {width}" if par else "0"
+    if many and not par:
+        w.emit(*acc.init())
+    if many:
+        w.emit(f"for blk in {'prange' if par else 'range'}({nblocks}):")
+        w.indent += 1
+        w.emit(f"r0 = blk * {rows}",
+               f"nr = min({rows}, {shape[0]} - r0)",
+               f"scf = {scratch}[{base}:{base} + {width}]")
+    else:
+        w.emit(f"nr = {shape[0]}", f"scf = {scratch}")
+    w.emit(f"sc = scf[:{per_block}]" if nd == 1 else
+           f"sc = scf[:{per_block}].reshape({(rows,) + tuple(shape[1:])!r})")
+    w.emit(*w.pending)
+    w.pending.clear()
+    block_shape = ("nr",) + tuple(str(s) for s in shape[1:])
+    w.nest(block_shape, sb.lines + [f"sc{_here(nd)} = {sb.value}"] + stores)
+    # pad to the power-of-two width with the identity, then fold halves
+    fold = f"_fold_{red.op}(scf, nr * {inner})"
+    if not many:
+        w.emit(f"{out}[()] = {fold}")
+    elif par:  # this block's sum; all are added after the loop, in order
+        w.emit(f"{scratch}[blk] = {fold}")
+        w.indent -= 1
+        w.emit(f"{out}[()] = _sum_compensated({scratch}[:{nblocks}])")
+    else:
+        w.emit("bv = " + fold, *acc.add("bv"))
+        w.indent -= 1
+        w.emit(f"{out}[()] = {acc.result()}")
+
+
+def _sums_size(shape):
+    """Elements a ``prange`` full reduction keeps its blocks' sums in (a whole
+    number of cache lines, so the thread blocks after them stay aligned)."""
+    return -(-_blocks(shape) // 8) * 8
+
+
+def region_runs_parallel(node):
+    """Whether a region ``node``'s loop runs as a ``prange`` (a full
+    reduction given its scratch, as the numba backend does): elementwise and
+    vjp regions and reductions that keep axis 0, of at least
+    :data:`.loops.PARALLEL_MIN` iterations, and large full sums; other
+    reductions run serially."""
+    from .loops import parallel_min
+
+    body = node.attrs["body"]
+    red, shape = body.reduction, body.shape
+    if node.attrs["mode"] == "vjp" or red is None or 0 not in red.attrs["axis"]:
+        return bool(shape) and int(np.prod(shape)) >= parallel_min()
+    return bool(shape) and len(red.attrs["axis"]) == len(shape) and _parallel_sum(body)
