@@ -18,10 +18,21 @@ from .._settings import enabled, switch
 
 from .scalar import Constants, render_region
 
-__all__ = ["LoopWriter", "broadcast_index", "region_lines", "INIT", "parallel_min",
+__all__ = ["LoopWriter", "broadcast_index", "region_lines", "INIT", "init_text", "parallel_min",
            "serial_loops"]
 
 INIT = {"sum": "0", "max": "-np.inf", "min": "np.inf", "prod": "1"}
+
+
+def init_text(kind, dtype):
+    """The identity a reduction of ``kind`` starts from, as source of ``dtype``:
+    integers and booleans have no infinities (their extreme values instead)."""
+    dt = np.dtype(dtype)
+    if kind in ("max", "min") and dt.kind in "biu":
+        value = (kind == "min") if dt.kind == "b" else \
+            (np.iinfo(dt).min if kind == "max" else np.iinfo(dt).max)
+        return f"np.{'bool_' if dt.kind == 'b' else dt.name}({value})"
+    return f"np.{dt.name}({INIT[kind]})"
 
 #: fewest loop iterations for which a region runs as a parallel ``prange``
 #: (below it, thread start-up costs more than it saves; see benchmarks/);
@@ -149,7 +160,7 @@ def reduction_lines(w, kind, dtype, axis, keepdims, loop_shape, value_lines, val
     """Emit a reduction of ``value`` over ``axis`` of ``loop_shape`` into ``out``."""
     nd = len(loop_shape)
     full = len(axis) == nd
-    init = f"np.{np.dtype(dtype).name}({INIT[kind]})"
+    init = init_text(kind, dtype)
     if full:
         w.emit(f"acc = {init}")
     else:
@@ -223,7 +234,7 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
         return _blocked_full_reduction(w, node, out, sb, stores, scratch)
     axis, keep = red.attrs["axis"], red.attrs["keepdims"]
     full = len(axis) == nd
-    init = f"np.{red.dtype.name}({INIT[red.op]})"
+    init = init_text(red.op, red.dtype)
     if full:
         w.emit(f"acc = {init}")
     else:
@@ -294,7 +305,7 @@ def _blocked_full_reduction(w, node, out, sb, stores, scratch):
     inner = per_block // rows
     par = _parallel_sum(body)
     w.parallel = w.parallel or par
-    init = f"np.{red.dtype.name}({INIT[red.op]})"
+    init = init_text(red.op, red.dtype)
     base = f"get_thread_id() * {width}" if par else "0"
     block_shape = ("nr",) + tuple(str(s) for s in shape[1:])
     w.emit(f"acc = {init}")
@@ -317,7 +328,8 @@ def _blocked_full_reduction(w, node, out, sb, stores, scratch):
     if red.op in ("sum", "prod"):
         w.emit(*accumulate(red.op, "acc", f"_fold_{red.op}(scf, nr * {inner})"))
     else:
-        w.emit(f"bv = _fold_{red.op}(scf, nr * {inner})", *accumulate(red.op, "acc", "bv"))
+        w.emit(f"bv = _fold_{red.op}(scf, nr * {inner}, {init})",
+               *accumulate(red.op, "acc", "bv"))
     if many:
         w.indent -= 1
     w.emit(f"{out}[()] = acc")
