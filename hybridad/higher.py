@@ -36,7 +36,7 @@ from .batching import vmap
 from .ir import Graph, check, dead_code_elimination
 from .ops import REGISTRY
 from .partition import fold_accumulations, fuse_regions
-from .plan import _writeable, Plan, _describe
+from .plan import _FLOATS, Plan, _describe, _is_buffer, _writeable
 from .results import DiffResult, HessianResult, HvpResult, JacobianResult
 from .trace import Trace, Tracer, as_node
 
@@ -185,7 +185,7 @@ class _Staged(Plan):
         return self._specs[self._diff_leaves[0]]
 
     def _check_buffer(self, buf, name, shape, dtype, others):
-        if not isinstance(buf, self._xp.ndarray) or buf.shape != shape or \
+        if not _is_buffer(buf, self._xp) or buf.shape != shape or \
                 buf.dtype != dtype or not _writeable(buf):
             raise ValueError(f"{name} must be a writeable array of shape {shape} and dtype "
                              f"{np.dtype(dtype)}; got {_describe(buf)}")
@@ -301,9 +301,9 @@ class HessianPlan(_Staged):
         if not isinstance(out, DiffResult):
             raise TypeError(f"out must be a {what} or DiffResult; got {type(out).__name__}")
         v = out.value
-        if not isinstance(v, self._xp.ndarray) or v.shape != () or v.dtype.kind != "f" or \
+        if not _is_buffer(v, self._xp) or v.shape != () or v.dtype not in _FLOATS or \
                 not _writeable(v):
-            raise ValueError("out.value must be a writeable 0-d floating-point array; got "
+            raise ValueError("out.value must be a writeable 0-d float32 or float64 array; got "
                              f"{_describe(v)}")
         if not out.derivs:
             raise ValueError(f"out holds no gradient buffer ({what}(x))")
@@ -376,7 +376,8 @@ class HessianPlan(_Staged):
         else:
             raise ValueError("hvp without arguments needs a point: call plan.linearize(*args) "
                              "first, or pass the arguments")
-        v = self._xp.asarray(v, dtype=self._dtype) if not isinstance(v, self._xp.ndarray) or \
+        _tree.refuse_subclass(v, "v")
+        v = self._xp.asarray(v, dtype=self._dtype) if type(v) is not self._xp.ndarray or \
             v.dtype != self._dtype else v
         many = v.shape != self._shape
         if many and v.shape[1:] != self._shape:

@@ -36,7 +36,7 @@ from .memory import op_workspaces, plan_memory
 from .ops.region import recompute_partials
 from .partition import fold_accumulations, fuse_regions
 from .results import DiffResult, GradientResult, HvpResult
-from .trace import Trace, Tracer, as_node
+from .trace import SUPPORTED_DTYPES, Trace, Tracer, as_node, plain_subclass
 
 __all__ = ["Plan", "arg_names", "normalize_argnums"]
 
@@ -78,17 +78,26 @@ def _writeable(a):
     return getattr(flags, "writeable", True)
 
 
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def prepare_args(args, diff, names):
-    """Convert differentiated arguments to float arrays; flatten everything.
+    """Convert differentiated arguments to float arrays (see
+    :func:`hybridad._tree.as_array_tree`); flatten everything; refuse ndarray
+    subclasses and dtypes hybridad does not trace (:func:`hybridad._tree.plain_leaf`).
 
     Returns ``(leaves, treedefs)`` with one treedef per argument.
     """
     leaves, treedefs = [], []
     for k, a in enumerate(args):
-        if k in diff and (not isinstance(a, np.ndarray) or a.dtype.kind != "f"):
+        if k in diff and (type(a) is not np.ndarray or a.dtype not in _FLOATS):
             names = names() if callable(names) else names
             a = _tree.as_array_tree(a, names[k])  # converts, or raises a clear TypeError
         lv, td = _tree.flatten(a)
+        for i, leaf in enumerate(lv):
+            if type(leaf) is not np.ndarray or leaf.dtype not in SUPPORTED_DTYPES:
+                names = names() if callable(names) else names
+                lv[i] = _tree.plain_leaf(leaf, names[k])  # or a TypeError naming it
         leaves.extend(lv)
         treedefs.append(td)
     return leaves, tuple(treedefs)
@@ -384,7 +393,7 @@ class Plan:
             raise TypeError("gradient_batch differentiates one array argument of a gradient "
                             f"plan (argnums an int); got argnums={self.argnums!r}")
         shape, dtype = self._specs[self._diff_leaves[0]]
-        if not isinstance(X, self._xp.ndarray) or X.ndim != len(shape) + 1 or \
+        if not _is_buffer(X, self._xp) or X.ndim != len(shape) + 1 or \
                 X.shape[1:] != shape or X.dtype != dtype:
             raise ValueError(f"X must be a stack of arrays of shape {shape} and dtype {dtype}: "
                              f"an array of shape (B, *{shape}); got {_describe(X)}")
@@ -406,9 +415,9 @@ class Plan:
             out = DiffResult(self._xp.zeros(k, self._value_dtype), self._xp.zeros_like(X))
         v = out.value if isinstance(out, DiffResult) else None
         g = out.derivs[0] if isinstance(out, DiffResult) and out.derivs else None
-        if v is None or g is None or not isinstance(v, self._xp.ndarray) or \
+        if v is None or g is None or not _is_buffer(v, self._xp) or \
                 v.shape != (k,) or v.dtype != self._value_dtype or not _writeable(v) or \
-                not isinstance(g, self._xp.ndarray) or g.shape != X.shape or \
+                not _is_buffer(g, self._xp) or g.shape != X.shape or \
                 g.dtype != dtype or not _writeable(g):
             raise ValueError(f"out must be DiffResult(values, gradients) with writeable "
                              f"values of shape ({k},) and dtype {self._value_dtype} and "
@@ -455,8 +464,8 @@ class Plan:
                                  "place: it must be a writeable, C-contiguous array")
         if out is None:
             out = DiffResult(self._xp.zeros((), self._value_dtype))
-        elif not isinstance(out, DiffResult) or not isinstance(out.value, self._xp.ndarray) \
-                or out.value.shape != () or out.value.dtype.kind != "f" or \
+        elif not isinstance(out, DiffResult) or not _is_buffer(out.value, self._xp) \
+                or out.value.shape != () or out.value.dtype not in _FLOATS or \
                 not _writeable(out.value):
             raise ValueError("out must be a DiffResult or GradientResult with a writeable "
                              f"0-d floating-point value buffer; got {_describe(out)}")
@@ -565,9 +574,9 @@ class Plan:
             raise TypeError(f"out must be a GradientResult or DiffResult; got "
                             f"{type(out).__name__}")
         v = out.value
-        if not isinstance(v, self._xp.ndarray) or v.shape != () or v.dtype.kind != "f" or \
+        if not _is_buffer(v, self._xp) or v.shape != () or v.dtype not in _FLOATS or \
                 not _writeable(v):
-            raise ValueError("out.value must be a writeable 0-d floating-point array; got "
+            raise ValueError("out.value must be a writeable 0-d float32 or float64 array; got "
                              f"{_describe(v)}")
         if len(out.derivs) < self.order:
             raise ValueError("out holds no gradient buffer (DiffResult(value, gradient))"
@@ -583,7 +592,7 @@ class Plan:
                                  f"{', '.join(self._names[k] for k in self._diff)}")
             for g, i in zip(leaves_k, self._diff_leaves, strict=True):
                 shape, dtype = self._specs[i]
-                if not isinstance(g, self._xp.ndarray) or g.shape != shape or \
+                if not _is_buffer(g, self._xp) or g.shape != shape or \
                         g.dtype != dtype or not _writeable(g):
                     raise ValueError(f"out.{what} for argument "
                                      f"{self._names[self._leaf_arg[i]]} must be a writeable "
@@ -646,7 +655,7 @@ class Plan:
             return None
         g = derivs[0]
         gshape, gdtype = self._fast_specs[self._diff_leaves[0]]
-        if type(v) is not np.ndarray or v.shape != () or v.dtype.kind != "f" or \
+        if type(v) is not np.ndarray or v.shape != () or v.dtype not in _FLOATS or \
                 type(g) is not np.ndarray or g.shape != gshape or g.dtype != gdtype or \
                 not (v.flags.writeable and g.flags.writeable):
             return None
@@ -794,7 +803,7 @@ class Plan:
         return out
 
     def _tangent_leaves(self, v):
-        if self._grad_structure() == _tree.LEAF and not isinstance(v, np.ndarray):
+        if self._grad_structure() == _tree.LEAF and not _tree.is_array(v):
             v = np.asarray(v, dtype=self._specs[self._diff_leaves[0]][1])  # a list: converted
         try:
             vleaves, td = _tree.flatten(v)
@@ -806,6 +815,7 @@ class Plan:
         out = []
         for t, i in zip(vleaves, self._diff_leaves, strict=True):
             shape, dtype = self._specs[i]
+            _tree.refuse_subclass(t, "v")
             if type(t) is not np.ndarray or t.dtype != dtype:
                 t = np.asarray(t, dtype=dtype)
             if t.shape != shape:
@@ -979,9 +989,20 @@ class Plan:
                 f"nodes={len(self.graph.nodes)} workspace={self.memory.total_bytes}B>")
 
 
+def _is_buffer(buf, xp):
+    """Whether results may be written into ``buf``: an ndarray of the plan's
+    array module, or a subclass holding plain data (a memmap; see
+    :func:`hybridad.trace.plain_subclass`) -- not a masked array or np.matrix,
+    which would give the numbers written another meaning."""
+    return type(buf) is xp.ndarray or issubclass(type(buf), np.ndarray) and \
+        plain_subclass(type(buf))
+
+
 def _describe(a):
-    if isinstance(a, np.ndarray):
+    if isinstance(a, np.ndarray) and plain_subclass(type(a)):
         return f"shape {a.shape}, dtype {a.dtype}" + ("" if a.flags.writeable else ", read-only")
+    if isinstance(a, np.ndarray):
+        return f"a {type(a).__module__}.{type(a).__qualname__} (an ndarray subclass)"
     return type(a).__name__
 
 

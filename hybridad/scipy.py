@@ -40,6 +40,7 @@ import numpy as np
 from .api import _lookup
 from .higher import HessianPlan
 from .results import GradientResult, HessianResult, HvpResult
+from .trace import refuse_subclass
 
 __all__ = ["Objective", "least_squares", "minimize"]
 
@@ -130,6 +131,7 @@ class Objective:
         dtype = np.dtype(np.float64 if dtype is None else dtype)
         if dtype not in (np.float64, np.float32):
             raise TypeError(f"dtype must be float64 or float32; got {dtype}")
+        refuse_subclass(x0, "x0")  # np.asarray would drop a mask, or matrix semantics
         try:
             x0 = np.asarray(x0)
         except Exception as exc:  # noqa: BLE001
