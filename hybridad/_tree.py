@@ -135,8 +135,9 @@ def as_array_tree(obj, name):
         hint = "convert with .astype(float)" if arr.dtype.kind in "biuf" else \
             "complex arrays are not supported yet" if arr.dtype.kind == "c" else \
             "only numbers can be differentiated"
-        raise TypeError(f"argument {name} must have a floating-point dtype (float32 or "
-                        f"float64) to be differentiated; got {arr.dtype} ({hint})")
+        error = NotImplementedError if arr.dtype.kind == "c" else TypeError
+        raise error(f"argument {name} must have a floating-point dtype (float32 or float64) "
+                    f"to be differentiated; got {arr.dtype} ({hint})")
     return arr
 
 

@@ -212,7 +212,8 @@ SUPPORTED_TEXT = "bool, (u)int8 to (u)int64, float32 and float64"
 
 
 def check_dtype(dtype, what, where=None):
-    """Raise a TypeError naming ``what`` unless ``dtype`` is traced by hybridad."""
+    """Raise a TypeError naming ``what`` unless ``dtype`` is traced by hybridad
+    (NotImplementedError for complex dtypes, which may be one day)."""
     dtype = np.dtype(dtype)
     if dtype.newbyteorder("=") in SUPPORTED_DTYPES:  # either byte order
         return
@@ -220,8 +221,9 @@ def check_dtype(dtype, what, where=None):
             "c": "complex arrays are not supported yet (docs/limitations.md)"}.get(
         dtype.kind, "hybridad traces numbers only")
     at = f" at {where}" if where else ""
-    raise TypeError(f"{what}{at} has dtype {dtype}; hybridad traces arrays of dtype "
-                    f"{SUPPORTED_TEXT}: {hint}")
+    error = NotImplementedError if dtype.kind == "c" else TypeError  # complex: not yet
+    raise error(f"{what}{at} has dtype {dtype}; hybridad traces arrays of dtype "
+                f"{SUPPORTED_TEXT}: {hint}")
 
 
 #: what an ndarray subclass may define and still compute exactly as an ndarray

@@ -467,11 +467,12 @@ UNSUPPORTED = [np.float16, np.longdouble, np.complex128, object, "datetime64[s]"
 def test_unsupported_dtypes_are_named(dtype):
     a = np.ones(4).astype(dtype)
     f = lambda x, c: np.sum(x) + 0.0 * np.sum(x)  # noqa: E731
+    error = NotImplementedError if np.dtype(dtype).kind == "c" else TypeError  # not yet
     for backend in ("numpy", "numba"):
-        with pytest.raises(TypeError, match="argument 'x' must have a floating-point dtype "
+        with pytest.raises(error, match="argument 'x' must have a floating-point dtype "
                                             "|argument 'x' must be a floating-point"):
             ha.gradient(f, a, X, backend=backend)
-        with pytest.raises(TypeError, match="argument 'c' has dtype .*hybridad traces arrays "
+        with pytest.raises(error, match="argument 'c' has dtype .*hybridad traces arrays "
                                             "of dtype bool, .*float64"):
             ha.gradient(f, X, a, backend=backend)
 
@@ -479,10 +480,11 @@ def test_unsupported_dtypes_are_named(dtype):
 @pytest.mark.parametrize("dtype", [np.float16, np.longdouble, np.complex128, object])
 def test_unsupported_captured_and_cast_dtypes_are_named(dtype):
     c = np.ones(4).astype(dtype)
-    with pytest.raises(TypeError, match="array captured by the traced function .* has dtype"):
+    error = NotImplementedError if np.dtype(dtype).kind == "c" else TypeError
+    with pytest.raises(error, match="array captured by the traced function .* has dtype"):
         ha.gradient(lambda x: np.sum(np.exp(x) * c), X)
     if dtype is not object:
-        with pytest.raises(TypeError, match="astype's target at .* has dtype"):
+        with pytest.raises(error, match="astype's target at .* has dtype"):
             ha.gradient(lambda x: np.sum(x.astype(dtype)), X)
 
 
