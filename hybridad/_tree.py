@@ -8,9 +8,12 @@ rebuilds the structure from a treedef and new leaves.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from ._xp import is_array
+from .trace import Tracer, check_dtype, refuse_subclass
 
 __all__ = ["LEAF", "flatten", "unflatten"]
 
@@ -24,7 +27,15 @@ def flatten(obj):
     return leaves, treedef
 
 
+def _no_tracer(obj):
+    if type(obj) is Tracer:
+        raise NotImplementedError(
+            "a traced array was passed to hybridad as an argument: differentiating inside a "
+            "function hybridad is tracing (nested differentiation) is not supported")
+
+
 def _flatten(obj, leaves):
+    _no_tracer(obj)
     if is_array(obj):  # numpy, or cupy on the GPU backend
         leaves.append(obj)
         return LEAF
@@ -76,29 +87,67 @@ def leaf_structure(treedef):
     return treedef
 
 
-def as_array_tree(obj, name):
-    """Convert numeric leaves of a differentiated argument to float arrays.
+def _numbers_only(obj):
+    """Whether ``obj`` is a number, or a (nested) list or tuple of numbers only."""
+    if type(obj) in (list, tuple):
+        return all(_numbers_only(o) for o in obj)
+    return issubclass(type(obj), (numbers.Number, np.generic))  # type(): not a tracer's class
 
-    Raises ``TypeError`` naming ``name`` for non-numeric or non-float leaves.
+
+def number_array(obj):
+    """A list or tuple of numbers only (nested, rectangular) as numpy converts
+    it (``np.asarray``); None for anything else (arrays inside, ragged)."""
+    if type(obj) not in (list, tuple) or not _numbers_only(obj):
+        return None
+    try:
+        return np.asarray(obj)
+    except ValueError:  # ragged
+        return None
+
+
+def as_array_tree(obj, name):
+    """A differentiated argument as float arrays: numbers and (nested,
+    rectangular) lists or tuples of numbers only become one array, as numpy
+    converts them (integers and booleans to float64); lists, tuples and dicts
+    holding arrays (or ragged ones) are containers whose items follow the same
+    rule.
+
+    Raises ``TypeError`` naming ``name`` for anything else, and for dtypes
+    hybridad does not differentiate (only float32 and float64).
     """
+    _no_tracer(obj)
     if is_array(obj):
         arr = obj
-    elif type(obj) in (tuple, list) and obj and all(
-            is_array(o) or isinstance(o, (tuple, list, dict)) for o in obj):
-        return type(obj)(as_array_tree(o, f"{name}[{i}]") for i, o in enumerate(obj))
+    elif type(obj) in (tuple, list):
+        arr = number_array(obj)
+        if arr is None:
+            return type(obj)(as_array_tree(o, f"{name}[{i}]") for i, o in enumerate(obj))
     elif type(obj) is dict:
         return {k: as_array_tree(v, f"{name}[{k!r}]") for k, v in obj.items()}
+    elif _numbers_only(obj):
+        arr = np.asarray(obj)
     else:
-        try:
-            arr = np.asarray(obj)
-        except Exception:  # noqa: BLE001 - any conversion failure is a bad argument
-            arr = None
-        if arr is None or arr.dtype.kind not in "biuf":
-            raise TypeError(f"argument {name} must be a floating-point array (or a tuple, list "
-                            f"or dict of them); got {type(obj).__name__}")
-        if arr.dtype.kind != "f":
-            arr = arr.astype(np.float64)
-    if arr.dtype.kind != "f":
-        raise TypeError(f"argument {name} must have a floating-point dtype to be "
-                        f"differentiated; got {arr.dtype} (convert with .astype(float))")
+        raise TypeError(f"argument {name} must be a floating-point array (or a tuple, list "
+                        f"or dict of them); got {type(obj).__name__}")
+    if arr.dtype.kind in "biu" and not is_array(obj):
+        arr = arr.astype(np.float64)
+    if arr.dtype not in (np.float32, np.float64):
+        hint = "convert with .astype(float)" if arr.dtype.kind in "biuf" else \
+            "complex arrays are not supported yet" if arr.dtype.kind == "c" else \
+            "only numbers can be differentiated"
+        error = NotImplementedError if arr.dtype.kind == "c" else TypeError
+        raise error(f"argument {name} must have a floating-point dtype (float32 or float64) "
+                    f"to be differentiated; got {arr.dtype} ({hint})")
     return arr
+
+
+def plain_leaf(leaf, name):
+    """An array argument as hybridad traces it: an ndarray (a view of a memmap or
+    another plain-data subclass, :func:`hybridad.trace.plain_subclass`).  Other
+    ndarray subclasses and dtypes hybridad does not trace raise a TypeError
+    naming the argument."""
+    refuse_subclass(leaf, f"argument {name}")
+    if issubclass(type(leaf), np.ndarray) and type(leaf) is not np.ndarray:
+        leaf = leaf.view(np.ndarray)  # a memmap or another plain-data subclass
+    check_dtype(leaf.dtype, f"argument {name}")
+    return leaf

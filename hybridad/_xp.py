@@ -15,12 +15,13 @@ __all__ = ["array_module", "is_array"]
 
 def _is_cupy(x):
     cupy = sys.modules.get("cupy")
-    return cupy is not None and isinstance(x, cupy.ndarray)
+    return cupy is not None and issubclass(type(x), cupy.ndarray)
 
 
 def is_array(x):
-    """Whether ``x`` is a numpy or a cupy ndarray."""
-    return isinstance(x, np.ndarray) or _is_cupy(x)
+    """Whether ``x`` is a numpy (subclasses included) or a cupy ndarray -- by
+    its type: a tracer, whose ``__class__`` says ndarray, is not one."""
+    return issubclass(type(x), np.ndarray) or _is_cupy(x)
 
 
 def array_module(*objs):

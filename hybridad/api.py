@@ -325,10 +325,16 @@ def gradient(f, *args, argnums=0, out=None, backend=None):
     f : callable
         Plain numpy code returning a scalar (0-d) value.
     *args
-        Arguments to ``f``.  Differentiated ones must be floating-point
-        arrays (or tuples/lists/dicts of them; Python floats and lists are
-        converted).  Other array arguments are constants; non-array
-        arguments are static (part of the cache key).
+        Arguments to ``f``.  Differentiated ones are float32 or float64
+        arrays, or tuples/lists/dicts of them (the gradient has the same
+        structure).  Numbers and (nested, rectangular) lists or tuples of
+        numbers are converted as ``np.asarray`` does, integers to float64,
+        so ``f`` receives one array; a list holding arrays, or a ragged one,
+        is a container.  Other array arguments are constants; non-array
+        arguments are static (part of the cache key).  ndarray subclasses
+        with their own semantics (masked arrays, ``np.matrix``) and dtypes
+        hybridad does not trace (float16, longdouble, complex, object) raise
+        a TypeError naming the argument (docs/limitations.md).
     argnums : int or tuple of int, default 0
         Arguments to differentiate.  With a tuple, ``out.gradient`` is a tuple.
     out : GradientResult or DiffResult, optional

@@ -368,6 +368,9 @@ class _Walker:
 
     # -- one value ------------------------------------------------------------
     def value(self, parent, load, v, what, depth):
+        if type(v).__module__ == "hybridad.trace":  # a tracer kept from a trace: identity
+            self.add(parent, load, "ident", v, what)
+            return
         if isinstance(v, _SCALARS) or isinstance(v, (np.generic, np.dtype, slice, range)):
             self.add(parent, load, "value", v, what)
             return

@@ -408,7 +408,8 @@ class HessianPlan(_Staged):
         else:
             raise ValueError("hvp without arguments needs a point: call plan.linearize(*args) "
                              "first, or pass the arguments")
-        v = self._xp.asarray(v, dtype=self._dtype) if not isinstance(v, self._xp.ndarray) or \
+        _tree.refuse_subclass(v, "v")
+        v = self._xp.asarray(v, dtype=self._dtype) if type(v) is not self._xp.ndarray or \
             v.dtype != self._dtype else v
         many = v.shape != self._shape
         if many and v.shape[1:] != self._shape:

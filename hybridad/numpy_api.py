@@ -17,7 +17,7 @@ import numpy as np
 
 from .errors import TracingError, user_location
 from .ops import REGISTRY
-from .trace import Tracer, as_node, bind, current_trace
+from .trace import Tracer, as_node, bind, current_trace, loop_dtypes, settle, tracers_in
 
 __all__ = ["HANDLED", "apply_function", "apply_ufunc", "getitem"]
 
@@ -54,9 +54,31 @@ def _tracer(x):
 
 
 def apply_ufunc(ufunc, method, inputs, kwargs):
+    """A ufunc call on tracers: a new array, or a numpy scalar where it is 0-d."""
     if kwargs.get("out") is not None:
-        raise TracingError(f"out= on a traced array at {user_location()}: in-place writes "
-                           "are not traced; use the returned value.")
+        raise TracingError(f"out= on a traced array at {user_location()} (or `a += t` with "
+                           "`a` a numpy array): writes of traced values into an array are not "
+                           "traced; use the returned value.")
+    return settle(_ufunc(ufunc, method, inputs, kwargs), tracers_in(inputs), "new")
+
+
+#: bitwise ufuncs, which are the logical ones on booleans
+_BITWISE_BOOL = {np.bitwise_and: np.logical_and, np.bitwise_or: np.logical_or,
+                 np.bitwise_xor: np.logical_xor, np.invert: np.logical_not}
+
+
+def _ufunc(ufunc, method, inputs, kwargs):
+    if method == "__call__" and ufunc in _BITWISE_BOOL:
+        if all(dt == np.bool_ for dt in loop_dtypes(ufunc, inputs)):
+            return _ufunc(_BITWISE_BOOL[ufunc], method, inputs, kwargs)
+        raise _unsupported(f"{ufunc.__name__} of integer arrays")
+    if method == "__call__" and ufunc is np.divmod:
+        _no_kwargs("divmod", kwargs, allowed=("out",))
+        return bind("floor_divide", *inputs), bind("remainder", *inputs)
+    if method == "__call__" and ufunc in (np.equal, np.not_equal) and \
+            any(v is None for v in inputs):  # numpy compares with None elementwise
+        other = next(v for v in inputs if v is not None)
+        return np.full(_tracer(other).shape, ufunc is np.not_equal)
     if method == "__call__" and ufunc is np.matmul:
         return matmul(*inputs)
     if method == "__call__" and ufunc is np.power:
@@ -68,7 +90,7 @@ def apply_ufunc(ufunc, method, inputs, kwargs):
     if method == "__call__" and ufunc is np.conjugate and _tracer(inputs[0]).dtype.kind != "c":
         return _tracer(inputs[0])  # the conjugate of a real array is itself
     if method == "__call__" and ufunc in _UFUNC_ALIASES:
-        return apply_ufunc(_UFUNC_ALIASES[ufunc], method, inputs, kwargs)
+        return _ufunc(_UFUNC_ALIASES[ufunc], method, inputs, kwargs)
     if method == "reduce" and ufunc is np.logaddexp:
         _no_kwargs("logaddexp.reduce", kwargs, allowed=("out", "axis", "keepdims"))
         from .numpy_lib import logaddexp_reduce
@@ -112,11 +134,23 @@ def _no_kwargs(name, kwargs, allowed=()):
                                   "supported while tracing")
 
 
+#: numpy functions that return views of their first argument (or that argument)
+VIEW_FUNCTIONS = {np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, np.rollaxis,
+                  np.squeeze, np.expand_dims, np.broadcast_to, np.atleast_1d, np.atleast_2d,
+                  np.atleast_3d, np.real, np.matrix_transpose}
+#: numpy functions whose 0-d results are 0-d arrays, not numpy scalars
+ARRAY_FUNCTIONS = {np.copy, np.where, np.full_like, np.zeros_like, np.ones_like, np.full,
+                   np.tensordot, np.cross, np.imag, np.diagonal, np.asarray_chkfinite}
+
+
 def apply_function(func, args, kwargs):
+    """A numpy function call on tracers, with numpy's object semantics for its
+    results (see :func:`hybridad.trace.settle`)."""
     impl = HANDLED.get(func)
     if impl is None:
         raise _unsupported(getattr(func, "__name__", repr(func)))
-    return impl(*args, **kwargs)
+    kind = "view" if func in VIEW_FUNCTIONS else "array" if func in ARRAY_FUNCTIONS else "new"
+    return settle(impl(*args, **kwargs), tracers_in(args, kwargs), kind)
 
 
 # ----------------------------------------------------------------------------
@@ -150,44 +184,6 @@ def _reduce(opname, x, axis, keepdims):
     if x.dtype == np.bool_ and opname == "sum":
         x = x.astype(np.int64)
     return bind(opname, x, axis=axes, keepdims=bool(keepdims))
-
-
-def _reduction(opname):
-    def impl(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
-        _no_kwargs(opname, {"dtype": dtype, "out": out, **kw})
-        return _reduce(opname, a, axis, keepdims)
-
-    return impl
-
-
-HANDLED[np.sum] = _reduction("sum")
-HANDLED[np.prod] = _reduction("prod")
-HANDLED[np.max] = HANDLED[np.amax] = _reduction("max")
-HANDLED[np.min] = HANDLED[np.amin] = _reduction("min")
-
-
-def _logical_reduction(opname):
-    def impl(a, axis=None, out=None, keepdims=False, **kw):
-        _no_kwargs(opname, {"out": out, **kw})
-        a = _tracer(a)
-        return _reduce(opname, a if a.dtype == np.bool_ else np.not_equal(a, 0), axis, keepdims)
-
-    return impl
-
-
-HANDLED[np.all] = _logical_reduction("min")
-HANDLED[np.any] = _logical_reduction("max")
-
-
-@implements(np.mean)
-def mean(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
-    _no_kwargs("mean", {"dtype": dtype, "out": out, **kw})
-    a = _tracer(a)
-    if a.dtype.kind not in "fc":
-        a = a.astype(np.float64)
-    axes = _norm_axis(axis, a.ndim)
-    count = int(np.prod([a.shape[i] for i in axes], dtype=np.int64))
-    return _reduce("sum", a, axes, keepdims) * a.dtype.type(1.0 / count if count else np.nan)
 
 
 # ----------------------------------------------------------------------------
@@ -466,13 +462,17 @@ def _index_error(what):
 
 
 def getitem(x, index):
+    """``x[index]``: a view for basic indices, a numpy scalar for a full
+    integer index, a new array for advanced indices (as numpy)."""
     x = _tracer(x)
     if _is_advanced(index):
-        return gather_positions(x, lambda pos: pos[index])
+        return settle(gather_positions(x, lambda pos: pos[index]), [x], "array")
+    scalar = not any(k is Ellipsis for k in (index if isinstance(index, tuple) else (index,)))
     index = _normalize_index(index, x.shape)
-    if all(k == slice(None) for k in index):
-        return x
-    return bind("getitem", x, index=index)
+    r = x if all(k == slice(None) for k in index) else bind("getitem", x, index=index)
+    if scalar and r.shape == () and all(isinstance(k, numbers.Integral) for k in index):
+        return settle(r, [x], "new")  # x[0], x[1, 2], x[()]: a numpy scalar, a copy
+    return settle(r, [x], "view")
 
 
 def gather_positions(x, select):
@@ -536,45 +536,7 @@ HANDLED[np.copy] = lambda a, order="K", subok=False: _tracer(a)
 HANDLED[np.abs] = lambda x: np.absolute(x)
 
 
-# ----------------------------------------------------------------------------
-# ndarray methods on tracers
-# ----------------------------------------------------------------------------
-
-
-def _astype(self, dtype, copy=True):
-    dtype = np.dtype(dtype)
-    return self if dtype == self.dtype else bind("cast", self, dtype=dtype)
-
-
-def _method_reshape(self, *shape, order="C"):
-    if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
-        shape = shape[0]
-    return reshape(self, shape, order=order)
-
-
-def _method_transpose(self, *axes):
-    if len(axes) == 1 and not isinstance(axes[0], numbers.Integral):
-        axes = axes[0]
-    return transpose(self, axes or None)
-
-
-Tracer.astype = _astype
-Tracer.reshape = _method_reshape
-Tracer.transpose = _method_transpose
-Tracer.T = property(lambda self: transpose(self))
-Tracer.mT = property(lambda self: swapaxes(self, -1, -2))
-Tracer.ravel = lambda self, order="C": ravel(self, order)
-Tracer.flatten = lambda self, order="C": ravel(self, order)
-Tracer.squeeze = lambda self, axis=None: squeeze(self, axis)
-Tracer.swapaxes = lambda self, a1, a2: swapaxes(self, a1, a2)
-Tracer.dot = lambda self, b: dot(self, b)
-Tracer.copy = lambda self, order="C": self
-for _name in ("sum", "prod", "max", "min"):
-    setattr(Tracer, _name, (lambda op: lambda self, axis=None, keepdims=False, **kw:
-                            _reduction(op)(self, axis=axis, keepdims=keepdims, **kw))(_name))
-Tracer.mean = lambda self, axis=None, keepdims=False, **kw: mean(self, axis, keepdims=keepdims,
-                                                                 **kw)
-
-
+from . import numpy_reductions  # noqa: E402,F401  (sum, mean, var, argmax, ...)
 from . import numpy_lib  # noqa: E402,F401  (registers more of numpy's functions)
 from . import numpy_linalg  # noqa: E402,F401  (numpy.linalg)
+from . import numpy_methods  # noqa: E402,F401  (the ndarray methods of tracers)

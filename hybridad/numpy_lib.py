@@ -17,12 +17,13 @@ import string
 
 import numpy as np
 
-from .numpy_api import mean as _mean_of  # var's ``mean=`` argument shadows the name
 from .numpy_api import (HANDLED, _no_kwargs, _norm_axis, _reduce, _tracer, _weak, broadcast_to,
                         concatenate, expand_dims, gather_positions, getitem, implements, matmul,
-                        mean, moveaxis, ravel, reshape, squeeze, stack, transpose, where)
+                        moveaxis, ravel, reshape, squeeze, stack, transpose, where)
+from .numpy_reductions import mean
+from .numpy_reductions import mean as _mean_of
 from .errors import TracingError, user_location
-from .trace import Tracer, bind
+from .trace import READONLY, Tracer, bind
 
 __all__ = []
 
@@ -74,28 +75,6 @@ def _count(a, axis):
     return int(np.prod([a.shape[i] for i in _norm_axis(axis, a.ndim)], dtype=np.int64))
 
 
-@implements(np.var)
-def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
-        correction=None):
-    """``np.var`` with ``ddof`` (two passes: the mean, then squared deviations)."""
-    _no_kwargs("var", {"dtype": dtype, "out": out, "where": where, "mean": mean})
-    a = _float(a)
-    ddof = correction if correction is not None else ddof
-    m = _mean_of(a, axis=axis, keepdims=True)
-    d = a - m
-    n = _count(a, axis) - ddof
-    return _reduce("sum", d * d, axis, keepdims) * a.dtype.type(1.0 / n if n > 0 else np.inf)
-
-
-@implements(np.std)
-def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, mean=None,
-        correction=None):
-    """``np.std``: the square root of :func:`var` (its derivative is infinite
-    where the deviation is 0, as numpy's formula implies)."""
-    return np.sqrt(var(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean,
-                       correction=correction))
-
-
 @implements(np.average)
 def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
     """``np.average``, weights differentiable too."""
@@ -117,13 +96,6 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
     scl = _reduce("sum", w, axis, keepdims)
     avg = _reduce("sum", a * w, axis, keepdims) / scl
     return (avg, scl) if returned else avg
-
-
-@implements(np.ptp)
-def ptp(a, axis=None, out=None, keepdims=False):
-    _no_kwargs("ptp", {"out": out})
-    a = _tracer(a)
-    return _reduce("max", a, axis, keepdims) - _reduce("min", a, axis, keepdims)
 
 
 def _scan(name, a, axis, dtype, out):
@@ -651,9 +623,11 @@ def triu(m, k=0):
 
 @implements(np.diagonal)
 def diagonal(a, offset=0, axis1=0, axis2=1):
-    """One gather of the diagonal's elements."""
+    """One gather of the diagonal's elements (read-only, as numpy's view)."""
     a = _tracer(a)
-    return gather_positions(a, lambda pos: np.diagonal(pos, offset, axis1, axis2))
+    d = gather_positions(a, lambda pos: np.diagonal(pos, offset, axis1, axis2))
+    d._flags |= READONLY
+    return d
 
 
 @implements(np.trace)
@@ -1022,26 +996,3 @@ def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002
 
 def _reduce_norm2(x, axes, keepdims):
     return np.sqrt(_reduce("sum", x * x, axes, keepdims))
-
-
-# ----------------------------------------------------------------------------
-# methods
-# ----------------------------------------------------------------------------
-
-Tracer.round = lambda self, decimals=0: round_(self, decimals)
-Tracer.clip = lambda self, min=None, max=None: clip(self, min, max)  # noqa: A002
-Tracer.var = lambda self, axis=None, ddof=0, keepdims=False: var(self, axis, ddof=ddof,
-                                                                 keepdims=keepdims)
-Tracer.std = lambda self, axis=None, ddof=0, keepdims=False: std(self, axis, ddof=ddof,
-                                                                 keepdims=keepdims)
-Tracer.cumsum = lambda self, axis=None, dtype=None: cumsum(self, axis, dtype)
-Tracer.cumprod = lambda self, axis=None, dtype=None: cumprod(self, axis, dtype)
-Tracer.diagonal = lambda self, offset=0, axis1=0, axis2=1: diagonal(self, offset, axis1,
-                                                                    axis2)
-Tracer.repeat = lambda self, repeats, axis=None: repeat(self, repeats, axis)
-Tracer.take = lambda self, indices, axis=None, mode="raise": take(self, indices, axis,
-                                                                  mode=mode)
-Tracer.compress = lambda self, condition, axis=None: compress(condition, self, axis)
-Tracer.trace = lambda self, offset=0, axis1=0, axis2=1: trace(self, offset, axis1, axis2)
-# (no Tracer.sort: ndarray.sort sorts in place, which tracing does not follow)
-Tracer.argsort = lambda self, axis=-1, kind=None, order=None: argsort(self, axis, kind, order)

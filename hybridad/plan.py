@@ -39,9 +39,11 @@ from .memory import op_workspaces, plan_memory
 from .ops.region import recompute_partials
 from .partition import fold_accumulations, fuse_regions
 from .results import DiffResult, GradientResult, HvpResult
-from .trace import Trace, Tracer, as_node
+from .trace import SUPPORTED_DTYPES, Trace, Tracer, as_node
+from .validate import FLOATS as _FLOATS
 from .validate import check_results
 from .validate import describe as _describe
+from .validate import is_buffer as _is_buffer
 from .validate import writeable as _writeable
 
 __all__ = ["Plan", "arg_names", "normalize_argnums"]
@@ -110,16 +112,22 @@ def arg_names(f, nargs):
 
 
 def prepare_args(args, diff, names):
-    """Convert differentiated arguments to float arrays; flatten everything.
+    """Convert differentiated arguments to float arrays (see
+    :func:`hybridad._tree.as_array_tree`); flatten everything; refuse ndarray
+    subclasses and dtypes hybridad does not trace (:func:`hybridad._tree.plain_leaf`).
 
     Returns ``(leaves, treedefs)`` with one treedef per argument.
     """
     leaves, treedefs = [], []
     for k, a in enumerate(args):
-        if k in diff and (not isinstance(a, np.ndarray) or a.dtype.kind != "f"):
+        if k in diff and (type(a) is not np.ndarray or a.dtype not in _FLOATS):
             names = names() if callable(names) else names
             a = _tree.as_array_tree(a, names[k])  # converts, or raises a clear TypeError
         lv, td = _tree.flatten(a)
+        for i, leaf in enumerate(lv):
+            if type(leaf) is not np.ndarray or leaf.dtype not in SUPPORTED_DTYPES:
+                names = names() if callable(names) else names
+                lv[i] = _tree.plain_leaf(leaf, names[k])  # or a TypeError naming it
         leaves.extend(lv)
         treedefs.append(td)
     return leaves, tuple(treedefs)
@@ -491,7 +499,7 @@ class Plan:
             raise TypeError("gradient_batch differentiates one array argument of a gradient "
                             f"plan (argnums an int); got argnums={self.argnums!r}")
         shape, dtype = self._specs[self._diff_leaves[0]]
-        if not isinstance(X, self._xp.ndarray) or X.ndim != len(shape) + 1 or \
+        if not _is_buffer(X, self._xp) or X.ndim != len(shape) + 1 or \
                 X.shape[1:] != shape or X.dtype != dtype:
             raise ValueError(f"X must be a stack of arrays of shape {shape} and dtype {dtype}: "
                              f"an array of shape (B, *{shape}); got {_describe(X)}")
@@ -747,7 +755,7 @@ class Plan:
             return None
         g = derivs[0]
         gshape, gdtype = self._fast_specs[self._diff_leaves[0]]
-        if type(v) is not np.ndarray or v.shape != () or v.dtype.kind != "f" or \
+        if type(v) is not np.ndarray or v.shape != () or v.dtype not in _FLOATS or \
                 type(g) is not np.ndarray or g.shape != gshape or g.dtype != gdtype or \
                 not (v.flags.writeable and g.flags.writeable):
             return None
@@ -901,7 +909,7 @@ class Plan:
         return out
 
     def _tangent_leaves(self, v):
-        if self._grad_structure() == _tree.LEAF and not isinstance(v, np.ndarray):
+        if self._grad_structure() == _tree.LEAF and not _tree.is_array(v):
             v = np.asarray(v, dtype=self._specs[self._diff_leaves[0]][1])  # a list: converted
         try:
             vleaves, td = _tree.flatten(v)
@@ -913,6 +921,7 @@ class Plan:
         out = []
         for t, i in zip(vleaves, self._diff_leaves, strict=True):
             shape, dtype = self._specs[i]
+            _tree.refuse_subclass(t, "v")
             if type(t) is not np.ndarray or t.dtype != dtype:
                 t = np.asarray(t, dtype=dtype)
             if t.shape != shape:

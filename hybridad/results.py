@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._tree import flatten
+from ._tree import flatten, number_array
 from ._xp import array_module, is_array
 
 __all__ = ["DiffResult", "GradientResult", "HessianResult", "HvpResult", "JacobianResult"]
 
 
 def _zeros_like_tree(proto, name):
-    if is_array(proto) or np.isscalar(proto):
+    if is_array(proto) or np.isscalar(proto) or number_array(proto) is not None:
         xp = array_module(proto)  # buffers live where x does (device arrays for cupy)
         arr = proto if is_array(proto) else np.asarray(proto)
+        if not is_array(proto) and arr.dtype.kind in "biu":
+            arr = arr.astype(np.float64)  # as the differentiated argument is converted
         if arr.dtype.kind != "f":
             raise TypeError(f"{name} must be a floating-point array (or a tuple, list or dict "
                             f"of them); got dtype {arr.dtype}")

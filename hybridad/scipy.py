@@ -41,6 +41,7 @@ from .api import _lookup
 from .errors import StalePlanError
 from .higher import HessianPlan
 from .results import GradientResult, HessianResult, HvpResult
+from .trace import refuse_subclass
 
 __all__ = ["Objective", "least_squares", "minimize"]
 
@@ -131,6 +132,7 @@ class Objective:
         dtype = np.dtype(np.float64 if dtype is None else dtype)
         if dtype not in (np.float64, np.float32):
             raise TypeError(f"dtype must be float64 or float32; got {dtype}")
+        refuse_subclass(x0, "x0")  # np.asarray would drop a mask, or matrix semantics
         try:
             x0 = np.asarray(x0)
         except Exception as exc:  # noqa: BLE001

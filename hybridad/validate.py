@@ -13,7 +13,21 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_results", "describe", "writeable"]
+__all__ = ["FLOATS", "check_results", "describe", "is_buffer", "writeable"]
+
+#: the dtypes results are computed in
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def is_buffer(buf, xp):
+    """Whether results may be written into ``buf``: an ndarray of the plan's
+    array module, or a subclass holding plain data (a memmap; see
+    :func:`hybridad.trace.plain_subclass`) -- not a masked array or np.matrix,
+    which would give the numbers written another meaning."""
+    from .trace import plain_subclass
+
+    return type(buf) is xp.ndarray or issubclass(type(buf), np.ndarray) and \
+        plain_subclass(type(buf))
 
 
 def writeable(a):
@@ -24,7 +38,9 @@ def writeable(a):
 
 def describe(a):
     """``shape (2,), dtype float64[, read-only]`` or the type's name."""
-    if isinstance(a, np.ndarray):
+    from .trace import plain_subclass
+
+    if isinstance(a, np.ndarray) and (type(a) is np.ndarray or plain_subclass(type(a))):
         return f"shape {a.shape}, dtype {a.dtype}" + ("" if a.flags.writeable else ", read-only")
     return type(a).__name__
 
@@ -50,10 +66,10 @@ def check_results(xp, results, reads=()):
         dtype, or that shares memory with another result or with what is read.
     """
     for name, buf, shape, dtype in results:
-        if not isinstance(buf, xp.ndarray) or buf.shape != tuple(shape) or not writeable(buf) \
-                or (buf.dtype.kind != "f" if dtype is None else buf.dtype != dtype):
+        if not is_buffer(buf, xp) or buf.shape != tuple(shape) or not writeable(buf) \
+                or (buf.dtype not in FLOATS if dtype is None else buf.dtype != dtype):
             kind = ("0-d " if shape == () else "") + \
-                ("floating-point array" if dtype is None else "array")
+                ("float32 or float64 array" if dtype is None else "array")
             where = "" if shape == () else f" of shape {tuple(shape)}"
             dt = "" if dtype is None else (" and" if where else " of") + \
                 f" dtype {np.dtype(dtype)}"

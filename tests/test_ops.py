@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from conftest import assert_grad, rand
 
+import hybridad as ha
 from hybridad.ops import REGISTRY
 
 UNARY = sorted(n for n, op in REGISTRY.items() if op.ufunc is not None and op.ufunc.nin == 1
@@ -206,3 +207,36 @@ def test_nan_inf_propagate():
     res = ha.gradient(lambda x: np.sum(np.exp(x) + np.log(x) + x / x), x)
     assert np.isnan(float(res.value))
     assert np.isnan(res.gradient[0]) and np.isfinite(res.gradient[2])
+
+
+# integer and boolean max/min (np.any, np.all, argmax) start from their dtype's
+# extremes: the numba backend began them at +-inf cast to the dtype (np.any of
+# all-False was True, an int64 min was 0) -- small arrays and blocked ones
+_INT_REDUCTIONS = {
+    "any_false": lambda x: np.any(x > 5),
+    "any_true": lambda x: np.any(x > 0.9),
+    "all_true": lambda x: np.all(x > -5),
+    "all_false": lambda x: np.all(x > 0),
+    "int_min": lambda x: np.min(np.where(x > 0, 2, 7)),
+    "int_max": lambda x: np.max(np.where(x > 0, -2, -7)),
+    "uint8_min": lambda x: np.min(np.where(x > 0, np.uint8(200), np.uint8(250))),
+    "int_min_axis": lambda x: np.min(np.where(x > 0, 2, 7).reshape(-1, 1) +
+                                     np.zeros((1, 3), np.int64), axis=0),
+    "bool_max_axis": lambda x: np.any((x > 5).reshape(-1, 1) | np.zeros((1, 3), bool),
+                                      axis=0),
+}
+
+
+@pytest.mark.parametrize("n", [5, 3000])
+@pytest.mark.parametrize("name", sorted(_INT_REDUCTIONS))
+def test_integer_and_boolean_extrema(name, n):
+    red = _INT_REDUCTIONS[name]
+    x = np.random.default_rng(n).uniform(-1, 1, n)
+
+    def f(x):
+        return np.sum(x) + 0.5 * np.sum(red(x))
+
+    for backend in ("numpy", "numba"):
+        res = ha.gradient(f, x, backend=backend)
+        np.testing.assert_allclose(float(res.value), f(x), rtol=1e-12, err_msg=backend)
+        np.testing.assert_allclose(res.gradient, np.ones(n), rtol=0, atol=0)

@@ -9,18 +9,16 @@ partials, fused reduction).  Pure text: no compiler is imported here.
 from __future__ import annotations
 
 import os
-
 import re
 
 import numpy as np
 
 from .._settings import enabled, switch
-
-from .reduce import (INIT, accumulate, blocked_full_reduction, reduction_nest,
+from .reduce import (INIT, accumulate, blocked_full_reduction, init_text, reduction_nest,
                      region_runs_parallel, single_block)
 from .scalar import Constants, render_region
 
-__all__ = ["LoopWriter", "broadcast_index", "region_lines", "INIT", "parallel_min",
+__all__ = ["LoopWriter", "broadcast_index", "region_lines", "INIT", "init_text", "parallel_min",
            "serial_loops"]
 
 #: fewest loop iterations for which a region runs as a parallel ``prange``

@@ -38,10 +38,21 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["INIT", "Accumulator", "acc_dtype", "accumulate", "blocked_full_reduction",
+__all__ = ["INIT", "init_text", "Accumulator", "acc_dtype", "accumulate", "blocked_full_reduction",
            "compensated", "reduction_nest", "reduction_scratch", "region_runs_parallel"]
 
 INIT = {"sum": "0", "max": "-np.inf", "min": "np.inf", "prod": "1"}
+
+
+def init_text(kind, dtype):
+    """The identity a reduction of ``kind`` starts from, as source of ``dtype``:
+    integers and booleans have no infinities (their extreme values instead)."""
+    dt = np.dtype(dtype)
+    if kind in ("max", "min") and dt.kind in "biu":
+        value = (kind == "min") if dt.kind == "b" else \
+            (np.iinfo(dt).min if kind == "max" else np.iinfo(dt).max)
+        return f"np.{'bool_' if dt.kind == 'b' else dt.name}({value})"
+    return f"np.{dt.name}({INIT[kind]})"
 
 #: the wider type a float32 (complex64) sum or product accumulates in
 _WIDE = {np.dtype(np.float32): np.dtype(np.float64),
@@ -98,7 +109,7 @@ class Accumulator:
         self.s, self.c = name, name + "c"
 
     def init(self):
-        lines = [f"{self.s} = np.{self.acc.name}({INIT[self.kind]})"]
+        lines = [f"{self.s} = {init_text(self.kind, self.acc)}"]
         return lines + ([f"{self.c} = np.{self.acc.name}(0)"] if self.comp else [])
 
     def add(self, value):
@@ -184,7 +195,7 @@ def reduction_nest(w, kind, dtype, axis, keepdims, shape, body, value, out, stor
         return
     tgt = _target(axis, keepdims, nd)
     if scratch is None or not _array_scratch(kind, dtype):
-        w.emit(f"{out}[...] = np.{np.dtype(dtype).name}({INIT[kind]})")
+        w.emit(f"{out}[...] = {init_text(kind, dtype)}")
         w.nest(shape, body + accumulate(kind, f"{out}{tgt}", value) + stores, parallel=par)
         return
     # leading or middle axes reduced: output elements accumulate side by side
@@ -394,7 +405,8 @@ def blocked_full_reduction(w, node, out, sb, stores, scratch):
     block_shape = ("nr",) + tuple(str(s) for s in shape[1:])
     w.nest(block_shape, sb.lines + [f"sc{_here(nd)} = {sb.value}"] + stores)
     # pad to the power-of-two width with the identity, then fold halves
-    fold = f"_fold_{red.op}(scf, nr * {inner})"
+    pad = f", {init_text(red.op, red.dtype)}" if red.op in ("max", "min") else ""
+    fold = f"_fold_{red.op}(scf, nr * {inner}{pad})"
     if not many:
         w.emit(f"{out}[()] = {fold}")
     elif par:  # this block's sum; all are added after the loop, in order

@@ -356,9 +356,9 @@ def fold_prod(block, n):
 
 
 @njit(cache=True)
-def fold_max(block, n):
-    for t in range(n, block.size):
-        block[t] = -np.inf
+def fold_max(block, n, pad):
+    for t in range(n, block.size):  # pad: the identity in the block's dtype
+        block[t] = pad
     h = block.size // 2
     while h >= 1:
         for i in range(h):  # selects, no branches; NaN propagates like numpy
@@ -369,9 +369,9 @@ def fold_max(block, n):
 
 
 @njit(cache=True)
-def fold_min(block, n):
+def fold_min(block, n, pad):
     for t in range(n, block.size):
-        block[t] = np.inf
+        block[t] = pad
     h = block.size // 2
     while h >= 1:
         for i in range(h):
