@@ -389,7 +389,7 @@ def _matmul_batch(node, batched, a, b):
     if ba and not bb and b.ndim == 2:  # a stack of rows times one matrix: one gemm
         rows = np.reshape(a, (-1, a.shape[-1]))
         return np.reshape(_product(rows, b), (a.shape[0], *node.shape))
-    if bb and not ba and a.ndim == 2:  # one matrix times a stack: one gemm on (k, K n)
+    if bb and not ba and a.ndim == 2 and b.ndim == 3:  # a matrix times K matrices: one gemm
         k, n = b.shape[0], node.shape[-1]
         cols = np.reshape(np.transpose(b, (1, 0, 2)), (b.shape[1], k * n))
         return np.transpose(np.reshape(_product(a, cols), (a.shape[0], k, n)), (1, 0, 2))
