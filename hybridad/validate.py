@@ -42,6 +42,9 @@ def describe(a):
 
     if isinstance(a, np.ndarray) and (type(a) is np.ndarray or plain_subclass(type(a))):
         return f"shape {a.shape}, dtype {a.dtype}" + ("" if a.flags.writeable else ", read-only")
+    if isinstance(a, np.ndarray):
+        return (f"a {type(a).__module__}.{type(a).__name__}, an ndarray subclass whose "
+                "semantics hybridad does not keep (pass a plain ndarray)")
     return type(a).__name__
 
 
