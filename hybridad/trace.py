@@ -295,9 +295,9 @@ def _simplify(opname, nodes, shape, dtype):
     if len(nodes) != 2:
         return None
     a, b = nodes
-    keep_a = opname in ("multiply", "true_divide") and _is_literal_fill(b, 1) or \
-        opname in ("add", "subtract") and _is_literal_fill(b, 0)
-    keep_b = opname == "multiply" and _is_literal_fill(a, 1) or \
+    keep_a = opname in ("multiply", "safe_multiply", "true_divide") and _is_literal_fill(b, 1) \
+        or opname in ("add", "subtract") and _is_literal_fill(b, 0)
+    keep_b = opname in ("multiply", "safe_multiply") and _is_literal_fill(a, 1) or \
         opname == "add" and _is_literal_fill(a, 0)
     if keep_a and a.shape == shape and a.dtype == dtype:
         return a

@@ -26,7 +26,7 @@ import re
 
 import numpy as np
 
-from .scalar import Constants
+from .scalar import Constants, safe_product
 
 __all__ = ["CUDA_FUNCS", "CudaConstants", "PREAMBLE", "cuda_apply", "ctype", "region_kernel"]
 
@@ -102,6 +102,8 @@ template <typename T> HD T hd_remainder(T a, T b) {
 template <typename T> HD T hd_floor_divide(T a, T b) {
   return floor(a / b); }
 HD bool hd_logical_xor(bool a, bool b) { return a != b; }
+template <typename A, typename B> HD auto hd_smul(A a, B b) -> decltype(a * b) {
+  return (a == A(0) || b == B(0)) ? decltype(a * b)(0) : a * b; }
 """
 
 
@@ -249,7 +251,8 @@ def region_kernel(region, mode, operands, seeds=(), wrt=None, cotangent=None, st
     if mode == "vjp":
         sb = render_region(region, reads, (wrt,), consts, need_value=False)
         g = read(operands[-1], len(inputs), cotangent)
-        outs = [("out", region.nodes[-1].dtype, f"{g} * {sb.partials[wrt]}")]
+        outs = [("out", region.nodes[-1].dtype,
+                 safe_product(g, sb.partials[wrt], region.nodes[-1].dtype, consts))]
     else:
         sb = render_region(region, reads, tuple(seeds), consts)
         value_dtype = region.nodes[-1].dtype

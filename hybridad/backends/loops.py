@@ -16,7 +16,7 @@ import numpy as np
 from .._settings import enabled, switch
 from .reduce import (INIT, accumulate, blocked_full_reduction, init_text, reduction_nest,
                      region_runs_parallel, single_block)
-from .scalar import Constants, render_region
+from .scalar import Constants, render_region, safe_product
 
 __all__ = ["LoopWriter", "broadcast_index", "region_lines", "INIT", "init_text", "parallel_min",
            "serial_loops"]
@@ -185,7 +185,8 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
     if mode == "vjp":
         k = node.attrs["wrt"]
         sb = render_region(body, reads, (k,), consts, need_value=False)
-        line = f"{out}{here(nd)} = {read(node.args[-1])} * {sb.partials[k]}"
+        line = f"{out}{here(nd)} = " + safe_product(read(node.args[-1]), sb.partials[k],
+                                                     body.nodes[-1].dtype, consts)
         w.nest(shape, sb.lines + [line], parallel=True)
         return
     seeds = tuple(sorted(partial_outs))
@@ -255,7 +256,8 @@ def region_acc_lines(w, members, names, consts):
                 if mode != "vjp":
                     terms.setdefault(tw, []).append(sb.value)
                 elif sb.partials[k] != "0":  # a zero partial adds nothing
-                    terms.setdefault(tw, []).append(f"{read(first.args[-1])} * {sb.partials[k]}")
+                    terms.setdefault(tw, []).append(safe_product(
+                        read(first.args[-1]), sb.partials[k], body.nodes[-1].dtype, consts))
         stores = [f"{target}{where} += " + (ts[0] if len(ts) == 1 else f"({' + '.join(ts)})")
                   for (target, where), ts in terms.items()]
         if stores:

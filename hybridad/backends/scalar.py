@@ -23,7 +23,7 @@ import re
 import numpy as np
 
 from ..ops import REGISTRY
-from .vmath import VECTOR_UFUNCS
+from .vmath import HELPERS, VECTOR_UFUNCS
 
 #: generated code calls ``vmath``'s functions under these names (``_vm_exp``)
 VECTOR_PREFIX = "_vm_"
@@ -128,9 +128,24 @@ def _where(c, a, b, consts):
     return f"({c} ? {a} : {b})" if _cuda(consts) else f"({a} if {c} else {b})"
 
 
+def safe_product(a, b, dtype, consts):
+    """Source of the chain rule's product of scalar sources ``a`` and ``b``:
+    ``a * b``, but 0 where either is 0, also against inf and nan (op
+    ``safe_multiply``; see :mod:`hybridad.ops.elementwise`)."""
+    if b == "1" or a == "1":
+        return a if b == "1" else b
+    if _cuda(consts):
+        return f"hd_smul({a}, {b})"
+    return f"{VECTOR_PREFIX}{'smul32' if np.dtype(dtype) == np.float32 else 'smul'}({a}, {b})"
+
+
+def _vmath_names():
+    return {**VECTOR_UFUNCS, **HELPERS}
+
+
 def vector_imports():
     """The import line giving generated source the vectorizable functions."""
-    names = ", ".join(f"{fn} as {VECTOR_PREFIX}{uf}" for uf, fn in VECTOR_UFUNCS.items())
+    names = ", ".join(f"{fn} as {VECTOR_PREFIX}{uf}" for uf, fn in _vmath_names().items())
     return f"from hybridad.backends.vmath import {names}"
 
 
@@ -138,7 +153,7 @@ def vector_namespace():
     """name -> function, for source exec'd without imports."""
     from . import vmath
 
-    return {f"{VECTOR_PREFIX}{uf}": getattr(vmath, fn) for uf, fn in VECTOR_UFUNCS.items()}
+    return {f"{VECTOR_PREFIX}{uf}": getattr(vmath, fn) for uf, fn in _vmath_names().items()}
 
 
 class Constants:
@@ -208,6 +223,9 @@ def _op_code(node, args, consts):
     if node.op == "where":
         c, a, b = args
         return Sym(_where(c.code, a.code, b.code, consts), node.dtype, consts)
+    if node.op == "safe_multiply":
+        a, b = args
+        return Sym(safe_product(a.code, b.code, node.dtype, consts), node.dtype, consts)
     if node.op == "cast" and _cuda(consts):
         from .cuda import ctype
 
@@ -220,7 +238,7 @@ def _op_code(node, args, consts):
 def _mul(p, t, consts, dtype):
     """Source of ``p * t`` for partial ``p`` (number, or Sym) and tangent text ``t``."""
     if isinstance(p, Sym):
-        return f"({p.code} * {t})"
+        return safe_product(p.code, t, dtype, consts)
     if p == 1:
         return t
     if p == -1:
@@ -266,6 +284,19 @@ def render_region(region, input_names, seeds=(), consts=None, need_value=True):
         ans = Sym(v, node.dtype, consts)
         syms[node.id] = ans
         tans = {}
+        if node.op == "where" and node.dtype.kind in "fc" and seeds:
+            # select the taken branch's tangent: the other one never enters
+            # (a nan or inf there must not turn into 0 * nan)
+            _, a, b = node.args
+            zero, one = (consts.add(node.dtype.type(v)) for v in (0, 1))
+            for k in sorted(set(tangents[a.id]) | set(tangents[b.id])):
+                ta, tb = (one if t == "1" else t for t in (tangents[a.id].get(k, zero),
+                                                          tangents[b.id].get(k, zero)))
+                name = f"d{node.id}_{k}"
+                lines.append(f"{name} = " + _where(args[0].code, ta, tb, consts))
+                tans[k] = name
+            tangents[node.id] = tans
+            continue
         if node.dtype.kind in "fc" and seeds:
             for j, (a, p) in enumerate(zip(node.args, op.partials, strict=True)):
                 if p is None or (not callable(p) and p == 0):

@@ -34,7 +34,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["VECTOR_UFUNCS", "vexp", "vexpm1", "vlog", "vtanh"]
+__all__ = ["HELPERS", "VECTOR_UFUNCS", "smul", "smul32", "vexp", "vexpm1",
+           "vlog", "vtanh"]
 
 _LN2_HI = 6.93147180369123816490e-01  # fdlibm: trailing zero bits, so k * _LN2_HI is exact
 _LN2_LO = 1.90821492927058770002e-10
@@ -163,3 +164,30 @@ def vtanh(x):
 
 VECTOR_UFUNCS = {"exp": "vexp", "expm1": "vexpm1", "log": "vlog", "tanh": "vtanh"}
 """ufunc name -> the function of this module that replaces it in float64 kernels."""
+
+
+# --------------------------------------------------------------------------
+# the chain rule's product: zero annihilates inf and nan
+# --------------------------------------------------------------------------
+
+
+@njit(cache=True, error_model="numpy")
+def smul(a, b):
+    """``a * b``, but 0 where either factor is 0 (also against inf or nan).
+
+    The product of a partial derivative and a tangent or cotangent in the
+    chain rule (ForwardDiff.jl's NaN-safe mode): a zero (co)tangent -- the
+    untaken branch of a ``np.where``, a zero weight -- contributes nothing
+    even where the other factor is infinite; float64 kernels."""
+    return a * b if (a != 0.0 and b != 0.0) else 0.0
+
+
+@njit(cache=True, error_model="numpy")
+def smul32(a, b):
+    """:func:`smul` for float32 kernels."""
+    return a * b if (a != 0 and b != 0) else np.float32(0.0)
+
+
+HELPERS = {"smul": "smul", "smul32": "smul32"}
+"""helper name in generated source (after the prefix) -> the function of this module."""
+

@@ -12,7 +12,17 @@ result ``ans`` (DiffRules.jl style).  A partial is
 * ``None`` for operands that are not differentiable (masks, comparisons).
 
 Ties of ``maximum``/``minimum``/``fmax``/``fmin`` split the derivative
-equally between the operands (as JAX does).
+equally between the operands (as JAX does); ``fmax``/``fmin`` against a NaN
+pass the whole derivative to the number they return.
+
+Every product of a partial and a tangent or cotangent -- the chain rule's
+product, in the reverse rules, the forward rules and the fused kernels -- is
+:func:`chain_product`: ``0`` times anything, ``inf`` and ``nan`` included, is
+``0`` (ForwardDiff.jl's NaN-safe mode).  A (co)tangent that is exactly zero
+-- the untaken branch of ``np.where``, a zero weight -- carries nothing, so an
+infinite or undefined partial there (``sqrt`` at 0, ``log`` of a negative,
+``exp`` overflowing) never poisons the result; and a zero partial stops an
+infinite tangent (``std`` of one element, ``sqrt(x**2)`` at 0).
 """
 
 from __future__ import annotations
@@ -59,7 +69,7 @@ def _vjp_from_partials(partials):
             elif p == -1 and not callable(p):
                 out.append(-g)
             else:
-                out.append(g * p(*xs, ans))
+                out.append(chain_product(g, p(*xs, ans)))
         return tuple(out)
 
     return vjp
@@ -73,11 +83,25 @@ def _jvp_from_partials(partials):
             if t is None or p is None or (not callable(p) and p == 0):
                 continue
             term = t if (p == 1 and not callable(p)) else -t if not callable(p) \
-                else p(*xs, ans) * t
+                else chain_product(p(*xs, ans), t)
             total = term if total is None else total + term
         return total
 
     return jvp
+
+
+def chain_product(a, b):
+    """``a * b`` for the chain rule, on tracers: ``0`` wherever either factor is
+    ``0``, even against ``inf`` or ``nan`` (op ``safe_multiply``).  A factor that
+    is a number (a rule's constant: finite, nonzero) multiplies plainly."""
+    from ..trace import Tracer, bind
+
+    if not (isinstance(a, Tracer) and isinstance(b, Tracer)):
+        return a * b
+    if a.dtype != b.dtype:
+        dtype = np.result_type(a.dtype, b.dtype)
+        a, b = a.astype(dtype, copy=False), b.astype(dtype, copy=False)
+    return bind("safe_multiply", a, b)
 
 
 def elementwise(ufunc, partials, domain=(-2.0, 2.0), name=None, scalar=None):
@@ -144,15 +168,20 @@ elementwise(np.multiply, [lambda x, y, ans: y, lambda x, y, ans: x])
 elementwise(np.true_divide, [lambda x, y, ans: 1 / y, lambda x, y, ans: -ans / y],
             domain=(0.2, 2.0))
 elementwise(np.power, [
-    lambda x, y, ans: y * x ** (y - 1),
+    # x**0 is 1 everywhere: its derivative is 0 at x = 0 too (not 0 * inf)
+    lambda x, y, ans: np.where(y == 0, _lit(0, ans), y * x ** (y - 1)),
     lambda x, y, ans: np.where(x == 0, _lit(0, ans), ans * np.log(x)),
 ], domain=(0.2, 2.0))
 
 
-def _tie_split(first, x, y):
-    """d max(x, y)/dx: 1 where x wins, 1/2 on ties, 0 where y wins."""
+def _tie_split(first, x, y, nan_loses=False):
+    """d max(x, y)/dx (``first``) or d min(x, y)/dx: 1 where x wins, 1/2 on
+    ties, 0 where y wins; ``nan_loses`` (fmax, fmin): x also wins against a
+    NaN y, which numpy's result ignores."""
     one, half, zero = _lit(1, x), _lit(0.5, x), _lit(0, x)
     wins = (x > y) if first else (y > x)
+    if nan_loses:
+        wins = np.logical_or(wins, np.logical_and(np.isnan(y), np.logical_not(np.isnan(x))))
     return np.where(wins, one, np.where(x == y, half, zero))
 
 
@@ -160,10 +189,10 @@ elementwise(np.maximum, [lambda x, y, ans: _tie_split(True, x, y),
                          lambda x, y, ans: _tie_split(True, y, x)])
 elementwise(np.minimum, [lambda x, y, ans: _tie_split(False, x, y),
                          lambda x, y, ans: _tie_split(False, y, x)])
-elementwise(np.fmax, [lambda x, y, ans: _tie_split(True, x, y),
-                      lambda x, y, ans: _tie_split(True, y, x)])
-elementwise(np.fmin, [lambda x, y, ans: _tie_split(False, x, y),
-                      lambda x, y, ans: _tie_split(False, y, x)])
+elementwise(np.fmax, [lambda x, y, ans: _tie_split(True, x, y, nan_loses=True),
+                      lambda x, y, ans: _tie_split(True, y, x, nan_loses=True)])
+elementwise(np.fmin, [lambda x, y, ans: _tie_split(False, x, y, nan_loses=True),
+                      lambda x, y, ans: _tie_split(False, y, x, nan_loses=True)])
 elementwise(np.arctan2, [lambda x, y, ans: y / (x * x + y * y),
                          lambda x, y, ans: -x / (x * x + y * y)], domain=(0.2, 2.0))
 elementwise(np.hypot, [lambda x, y, ans: x / ans, lambda x, y, ans: y / ans])
@@ -178,3 +207,40 @@ elementwise(np.copysign, [lambda x, y, ans: np.sign(x) * np.sign(ans), 0])
 for _f in (np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal,
            np.logical_and, np.logical_or, np.logical_xor):
     elementwise(_f, [None, None])
+
+# --------------------------------------------------------------------------
+# the chain rule's product (see the module docstring)
+# --------------------------------------------------------------------------
+_SAFE_MULTIPLY = []
+
+
+def _safe_multiply_element(a, b):
+    return a * b if (a != 0 and b != 0) else 0.0  # cast to each loop's type
+
+
+def safe_multiply_ufunc():
+    """``safe_multiply`` as a numpy ufunc (float32 and float64 loops,
+    broadcasting, ``out=``), what the numpy reference executor runs; built by
+    numba on first use (cached on disk)."""
+    if not _SAFE_MULTIPLY:
+        from numba import vectorize
+
+        _SAFE_MULTIPLY.append(vectorize(
+            ["float64(float64, float64)", "float32(float32, float32)"],
+            cache=True)(_safe_multiply_element))
+    return _SAFE_MULTIPLY[0]
+
+
+def _safe_multiply_abstract(a, b):
+    return np.broadcast_shapes(a.shape, b.shape), np.result_type(a.dtype, b.dtype)
+
+
+def _safe_multiply_run(out, a, b):
+    safe_multiply_ufunc()(a, b, out=out)
+
+
+_SAFE_PARTIALS = (lambda a, b, ans: b, lambda a, b, ans: a)
+register(Op("safe_multiply", "elementwise", _safe_multiply_abstract, run=_safe_multiply_run,
+            vjp=_vjp_from_partials(_SAFE_PARTIALS), jvp=_jvp_from_partials(_SAFE_PARTIALS),
+            partials=_SAFE_PARTIALS,
+            domain=(-2.0, 2.0), doc="a * b, but 0 where a or b is 0 (the chain rule's product)"))

@@ -34,6 +34,7 @@ import numpy as np
 
 from .._settings import enabled, switch
 from . import Op, register
+from .elementwise import chain_product
 
 #: ops whose evaluation is expensive enough that storing partials beats recomputing
 TRANSCENDENTAL = frozenset({
@@ -100,7 +101,7 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
             first = same.get(k, k)
             if first not in stored:
                 stored[first] = bind("region_partial", Tracer(node, ans._trace), wrt=first)
-            out.append(g_loop * stored[first])
+            out.append(chain_product(g_loop, stored[first]))
         else:
             out.append(bind("region", *inputs, g_loop, body=body, mode="vjp", wrt=k))
     return tuple(out)
