@@ -43,7 +43,7 @@ from .batching import vmap
 from .ir import Graph, check, dead_code_elimination
 from .ops import REGISTRY, may_raise
 from .partition import fold_accumulations, fuse_regions
-from .plan import Plan
+from .plan import Plan, serialized
 from .results import DiffResult, HessianResult, HvpResult, JacobianResult
 from .trace import Trace, Tracer, as_node
 from .validate import check_results
@@ -230,6 +230,7 @@ class _Staged(Plan):
                            for name in names)
         return SimpleNamespace(source=source)
 
+    @serialized
     def value(self, *args):
         """The function value at ``args`` (a float; for a Jacobian plan an array)."""
         if self._guarded:
@@ -337,6 +338,7 @@ class HessianPlan(_Staged):
         self._run_program("primal", leaves, [v, g])
 
     # -------------------------------------------------------------- calls
+    @serialized
     def gradient(self, *args, out=None):
         """Value and gradient (the primal program), as :meth:`Plan.gradient`."""
         if self._guarded:
@@ -349,6 +351,7 @@ class HessianPlan(_Staged):
         self._primal(leaves, v, g)
         return out
 
+    @serialized
     def linearize(self, *args, out=None):
         """Run the primal pass at ``args``; later :meth:`hvp` calls without
         arguments differentiate at this point.
@@ -380,6 +383,7 @@ class HessianPlan(_Staged):
         self._point_args = args  # what the guards read (static arguments) at this point
         return out
 
+    @serialized
     def hvp(self, *args, v, out=None):
         """Value, gradient and ``H v``.
 
@@ -449,6 +453,7 @@ class HessianPlan(_Staged):
             if t is not b:
                 self._xp.copyto(b, t)
 
+    @serialized
     def hessian(self, *args, out=None):
         """Value, gradient and Hessian of ``f`` at ``args``.
 
@@ -596,9 +601,11 @@ class JacobianPlan(_Staged):
         return JacobianResult(self._xp.zeros(self._yshape, self._value_dtype),
                               self._xp.zeros(self._shape, self._dtype))
 
+    @serialized
     def gradient(self, *args, out=None):
         raise TypeError("this plan computes Jacobians (plan.jacobian)")
 
+    @serialized
     def jacobian(self, *args, out=None):
         """Value and Jacobian of ``f`` at ``args``.
 

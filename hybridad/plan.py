@@ -16,6 +16,7 @@ one plan in parallel).  Different plans run concurrently.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import threading
@@ -169,6 +170,18 @@ class _OverBudget(Exception):
         self.memory = memory
 
 
+
+def serialized(method):
+    """A plan method that holds the plan's lock from start to end: calls that
+    run several programs over the plan's one workspace (a Hessian's chunks, a
+    Jacobian's, the linearization point) are one step for other threads."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return call
+
 class Plan:
     """A compiled gradient plan (returned by :func:`hybridad.compile`).
 
@@ -235,7 +248,9 @@ class Plan:
         self._names = arg_names(f, len(args))
         leaves, self._treedefs = prepare_args(args, self._diff, self._names)
         self._specs = [(a.shape, a.dtype) for a in leaves]
-        self._lock = threading.Lock()
+        #: one lock per plan: its programs share one workspace (see docs/guide.md,
+        #: "Threads"); re-entrant, since a call holds it across its programs' runs
+        self._lock = threading.RLock()
         self._value_program = None
         self.order = 2 if hvp else 1
         if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(
@@ -512,16 +527,17 @@ class Plan:
                 self._batch_guards = self.guards
         leaves = self._leaves(tuple(full))
         k = X.shape[0]
-        plan = self._batch_plans.get(k)
-        if plan is None:
-            f = self._f()
-            if f is None:
-                raise RuntimeError(f"{self.name} no longer exists: build a new plan")
-            example = list(full)
-            example[self.argnums] = np.zeros(shape, dtype)
-            plan = self._batch_plans[k] = BatchPlan(
-                f, tuple(example), self.argnums, self.backend, batch=k,
-                parallel=self.parallel)
+        with self._lock:  # one batch plan per B, built once
+            plan = self._batch_plans.get(k)
+            if plan is None:
+                f = self._f()
+                if f is None:
+                    raise RuntimeError(f"{self.name} no longer exists: build a new plan")
+                example = list(full)
+                example[self.argnums] = np.zeros(shape, dtype)
+                plan = self._batch_plans[k] = BatchPlan(
+                    f, tuple(example), self.argnums, self.backend, batch=k,
+                    parallel=self.parallel)
         if out is None:
             out = DiffResult(self._xp.zeros(k, self._value_dtype), self._xp.zeros_like(X))
         if not isinstance(out, DiffResult) or not out.derivs:
@@ -580,10 +596,11 @@ class Plan:
                       [(f"argument {self._names[self._leaf_arg[i]]}", a)
                        for i, a in enumerate(leaves) if i not in self._diff_leaves])
         extra = self._state + ([self._hyper] if self._hyper.size else [])
-        for i, h in enumerate(self.update.hyper(self._steps + 1)):
-            self._hyper[i] = h  # scalar writes: no array made
-        self._call(leaves + extra, out.value, [])
-        self._steps += 1  # (a failed step changed nothing, the count included)
+        with self._lock:  # the step count, the rule's state and the call: one step
+            for i, h in enumerate(self.update.hyper(self._steps + 1)):
+                self._hyper[i] = h  # scalar writes: no array made
+            self._call(leaves + extra, out.value, [])
+            self._steps += 1  # (a failed step changed nothing, the count included)
         return out
 
     def _trace_args(self, trace, leaves):
@@ -608,9 +625,11 @@ class Plan:
     def _compile(self, nodes, inputs, outputs, name, out_specs, in_specs=None, given=()):
         if self.backend == "numba":
             with serial_loops(not self.parallel):
-                return compile_numba_program(nodes, inputs, outputs, self.memory, self._buffers,
+                prog = compile_numba_program(nodes, inputs, outputs, self.memory, self._buffers,
                                              in_specs or self._specs, out_specs, name=name,
                                              poison=self._poison, given=given)
+            prog.lock = self._lock  # every program of the plan writes the same arena
+            return prog
         regions = None
         if self.backend == "cupy":
             from .backends.cupy_backend import RegionCalls, check_supported
@@ -818,7 +837,7 @@ class Plan:
                  # the structure checks index into containers: inside the try
                  "            try:",
                  f"                if True{check}:"]
-        if self._program.lock is not None:
+        if self._program.heavy:
             lines += ["                    with _lock:", f"                        {call}"]
         else:
             lines += [f"                    {call}"]
@@ -892,7 +911,7 @@ class Plan:
             d = out._derivs
             try:
                 ids = [id(a) for a in args] + [id(v), id(out._value), id(d[0]), id(d[1])]
-                if prog.lock is None:
+                if not prog.heavy:
                     prog.fn(*ids)
                 else:
                     with prog.lock:

@@ -525,6 +525,13 @@ class NumbaProgram:
     heavy : bool
         Whether the plan is large enough to release the GIL (``nogil``,
         ``prange``); calls on one program are then serialized by :attr:`lock`.
+    lock : lock
+        Serializes what shares this program's workspace: every :meth:`run`
+        (its staging buffers, the call and the copies back) and, for a heavy
+        program, every :meth:`call`.  A plan gives all its programs its own
+        (re-entrant) lock, since they share one arena.  A light program's
+        :meth:`call` takes no lock: it holds the GIL from its checks to its
+        last write, which makes it atomic.
     blas_limited : bool
         Whether the plan has ``prange`` loops and calls BLAS: it then runs with
         BLAS single-threaded (:mod:`.threads`; one thread pool at a time).
@@ -537,7 +544,7 @@ class NumbaProgram:
         self.source = source
         self.heavy = heavy
         self.objects = objects
-        self.lock = threading.Lock() if heavy else None
+        self.lock = threading.RLock()
         self._in_specs = [(tuple(s), np.dtype(d)) for s, d in in_specs]
         self._out_specs = [(tuple(s), np.dtype(d)) for s, d in out_specs]
         self._staged = {}
@@ -551,33 +558,35 @@ class NumbaProgram:
         return buf
 
     def run(self, inputs, outputs):
-        """Run on any arrays of the plan's shapes (validated by the caller)."""
-        ins, outs, copies = [], [], []
-        for i, a in enumerate(inputs):
-            shape, dtype = self._in_specs[i]
-            if not (type(a) is np.ndarray and a.dtype == dtype and a.flags.c_contiguous
-                    and a.flags.aligned and (self.objects or a.flags.writeable)):
-                buf = self._stage(("in", i), shape, dtype)
-                np.copyto(buf, a, casting="unsafe")
-                a = buf
-            ins.append(a)
-        for k, o in enumerate(outputs):
-            shape, dtype = self._out_specs[k]
-            if not (type(o) is np.ndarray and o.dtype == dtype and o.flags.c_contiguous
-                    and o.flags.aligned and o.flags.writeable):
-                buf = self._stage(("out", k), shape, dtype)
-                copies.append((o, buf))
-                o = buf
-            outs.append(o)
-        self.call(ins, outs)
-        for o, buf in copies:
-            np.copyto(o, buf, casting="unsafe")
+        """Run on any arrays of the plan's shapes (validated by the caller):
+        the staging, the call and the copies back, under :attr:`lock`."""
+        with self.lock:
+            ins, outs, copies = [], [], []
+            for i, a in enumerate(inputs):
+                shape, dtype = self._in_specs[i]
+                if not (type(a) is np.ndarray and a.dtype == dtype and a.flags.c_contiguous
+                        and a.flags.aligned and (self.objects or a.flags.writeable)):
+                    buf = self._stage(("in", i), shape, dtype)
+                    np.copyto(buf, a, casting="unsafe")
+                    a = buf
+                ins.append(a)
+            for k, o in enumerate(outputs):
+                shape, dtype = self._out_specs[k]
+                if not (type(o) is np.ndarray and o.dtype == dtype and o.flags.c_contiguous
+                        and o.flags.aligned and o.flags.writeable):
+                    buf = self._stage(("out", k), shape, dtype)
+                    copies.append((o, buf))
+                    o = buf
+                outs.append(o)
+            self.call(ins, outs)
+            for o, buf in copies:
+                np.copyto(o, buf, casting="unsafe")
 
     def call(self, ins, outs):
         """The compiled function on canonical arrays (the caller keeps them alive)."""
         args = [id(a) for a in ins + outs] if self.objects else ins + outs
-        if self.lock is None:
-            return self.fn(*args)
+        if not self.heavy:
+            return self.fn(*args)  # holds the GIL throughout: atomic
         with self.lock:
             if self.blas_limited:
                 with SingleThreadedBlas():

@@ -1,0 +1,183 @@
+"""Every public call on one plan, from 8 threads at once, against a serial
+reference: small plans (which hold the GIL) and large ones (which release it
+and run parallel loops), contiguous and non-contiguous arguments.
+
+Calls on one plan serialize on the plan's lock (one workspace per plan, see
+docs/guide.md); these tests check that nothing a call stages, computes or
+writes is shared with another call in flight.  Each test is bounded in time
+(a fixed number of calls per thread).
+"""
+
+import threading
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.optim import SGD
+
+THREADS = 8
+#: above the 32768-iteration threshold where plans release the GIL
+LARGE = 40_000
+
+
+def _f(x, c):
+    return np.sum(np.exp(-0.5 * (x - c) ** 2)) ** 2 + np.sum(np.tanh(x) * c)
+
+
+def _f_small(x, c):
+    return np.sum(np.tanh(x @ c) ** 2) + np.sum(np.sin(x) * x[0])
+
+
+def _run_threads(work, n_calls):
+    """``work(thread, i)`` for i < n_calls on THREADS threads; returns the
+    errors (an exception or a description of a wrong result)."""
+    errors = []
+    start = threading.Barrier(THREADS)
+
+    def body(t):
+        start.wait()
+        for i in range(n_calls):
+            try:
+                bad = work(t, i)
+            except Exception as e:  # noqa: BLE001 - reported below
+                bad = f"{type(e).__name__}: {e}"
+            if bad:
+                errors.append(bad)
+
+    threads = [threading.Thread(target=body, args=(t,)) for t in range(THREADS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not any(th.is_alive() for th in threads), "a thread hangs"
+    return errors
+
+
+def _points(n, k, strided, seed=0):
+    """k distinct points of size n, as views of a (k, 2n) array when strided."""
+    rng = np.random.default_rng(seed)
+    base = rng.uniform(-1, 1, (k, 2 * n if strided else n))
+    return [row[::2] if strided else row for row in base]
+
+
+def _close(a, b):
+    return np.allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "strided"])
+@pytest.mark.parametrize("n", [100, LARGE], ids=["small", "large"])
+def test_gradient_and_value_from_threads(n, strided):
+    c = np.linspace(-1, 1, n)
+    xs = _points(n, THREADS, strided)
+    plan = ha.compile(_f, xs[0], c)
+    ref = [ha.gradient(_f, np.ascontiguousarray(x), c, backend="numpy") for x in xs]
+    outs = [ha.GradientResult(np.zeros(n)) for _ in range(THREADS)]
+
+    def work(t, i):
+        x = xs[(t + i) % THREADS]
+        r = ref[(t + i) % THREADS]
+        if i % 3 == 2:
+            v = plan.value(x, c)
+            return None if _close(v, r.value) else f"value {v} != {float(r.value)}"
+        out = outs[t]
+        plan.gradient(x, c, out=out)
+        if not (_close(out.value, r.value) and _close(out.gradient, r.gradient)):
+            return f"gradient of point {(t + i) % THREADS} wrong"
+        if i % 5 == 4:  # the allocating form too
+            res = plan.gradient(x, c)
+            if not _close(res.gradient, r.gradient):
+                return "gradient (new result) wrong"
+        return None
+
+    errors = _run_threads(work, 24 if n == LARGE else 200)
+    assert not errors, f"{len(errors)} wrong results, e.g. {errors[:3]}"
+
+
+@pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "strided"])
+def test_convenience_gradient_from_threads(strided):
+    n = 64
+    c = np.linspace(-1, 1, n)
+    xs = _points(n, THREADS, strided, seed=1)
+    ref = [ha.gradient(_f, np.ascontiguousarray(x), c, backend="numpy") for x in xs]
+
+    def work(t, i):
+        k = (t * 3 + i) % THREADS
+        out = ha.GradientResult(np.zeros(n))
+        ha.gradient(_f, xs[k], c, out=out)
+        return None if _close(out.gradient, ref[k].gradient) else f"point {k} wrong"
+
+    errors = _run_threads(work, 100)
+    assert not errors, f"{len(errors)} wrong results, e.g. {errors[:3]}"
+
+
+@pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "strided"])
+def test_second_order_from_threads(strided):
+    n = 6
+    c = np.linspace(0.1, 1, n * n).reshape(n, n)
+    xs = _points(n, THREADS, strided, seed=2)
+    vs = _points(n, THREADS, False, seed=3)
+    plan = ha.compile(_f_small, xs[0], c, hessian=True)
+    ref = [ha.hessian(_f_small, np.ascontiguousarray(x), c, backend="numpy") for x in xs]
+    hvp_plan = ha.compile(_f_small, xs[0], c, hvp=True)
+    jplan = ha.compile(lambda x, c: np.tanh(c @ x) * x, xs[0], c, jacobian=True)
+    jref = [ha.jacobian(lambda x, c: np.tanh(c @ x) * x, np.ascontiguousarray(x), c,
+                        backend="numpy") for x in xs]
+    fixed = 0  # the linearization point all threads use
+    plan.linearize(xs[fixed], c)
+
+    def work(t, i):
+        k = (t + i) % THREADS
+        r = ref[k]
+        kind = i % 5
+        if kind == 0:
+            res = plan.hessian(xs[k], c, out=ha.HessianResult(np.zeros(n)))
+            ok = _close(res.hessian, r.hessian) and _close(res.gradient, r.gradient)
+        elif kind == 1:
+            res = plan.hvp(xs[k], c, v=vs[t])
+            ok = _close(res.hvp, r.hessian @ vs[t]) and _close(res.gradient, r.gradient)
+        elif kind == 2:
+            res = plan.hvp(v=vs[t])  # at the linearization point
+            ok = _close(res.hvp, ref[fixed].hessian @ vs[t])
+        elif kind == 3:
+            res = hvp_plan.hvp(xs[k], c, v=vs[t], out=ha.HvpResult(np.zeros(n)))
+            ok = _close(res.hvp, r.hessian @ vs[t])
+        else:
+            res = jplan.jacobian(xs[k], c)
+            ok = _close(res.jacobian, jref[k].jacobian)
+        return None if ok else f"kind {kind}, point {k} wrong"
+
+    errors = _run_threads(work, 60)
+    assert not errors, f"{len(errors)} wrong results, e.g. {errors[:3]}"
+
+
+@pytest.mark.parametrize("n", [50, LARGE], ids=["small", "large"])
+def test_step_and_batch_from_threads(n):
+    c = np.linspace(-1, 1, n)
+    plan = ha.compile(_f, np.zeros(n), c, update=SGD(0.01))
+    start = _points(n, THREADS, False, seed=4)
+    # serial reference: 5 SGD steps from each start
+    expected = []
+    for x0 in start:
+        w = x0.copy()
+        for _ in range(5):
+            w -= 0.01 * ha.gradient(_f, w, c, backend="numpy").gradient
+        expected.append(w)
+    ws = [x0.copy() for x0 in start]
+    B = 4
+    X = np.stack(_points(n, B, False, seed=5))
+    gplan = ha.compile(_f, np.zeros(n), c)
+    batch_ref = [ha.gradient(_f, x, c, backend="numpy") for x in X]
+
+    def work(t, i):
+        if i < 5:
+            plan.step(ws[t], c)
+            return None
+        res = gplan.gradient_batch(X, c)
+        ok = all(_close(res.derivs[0][b], batch_ref[b].gradient) for b in range(B))
+        return None if ok else "gradient_batch wrong"
+
+    errors = _run_threads(work, 8 if n == LARGE else 20)
+    assert not errors, f"{len(errors)} wrong results, e.g. {errors[:3]}"
+    for t in range(THREADS):
+        np.testing.assert_allclose(ws[t], expected[t], rtol=1e-10, atol=1e-12)
