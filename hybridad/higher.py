@@ -271,6 +271,10 @@ class HessianPlan(_Staged):
 
     _kind = "hessian"
 
+    def _computes(self):
+        return ("values, gradients, Hessians and Hessian-vector products (plan.gradient, "
+                "plan.hessian, plan.hvp, plan.linearize)")
+
     def __init__(self, f, args, argnums=0, backend="numba", chunk=None, parallel=True,
                  poison=False, pack=True):
         self._chunk_request = chunk
@@ -603,7 +607,12 @@ class JacobianPlan(_Staged):
 
     @serialized
     def gradient(self, *args, out=None):
-        raise TypeError("this plan computes Jacobians (plan.jacobian)")
+        """Not available: raises TypeError (a Jacobian plan's function is not scalar)."""
+        self._refuse("gradient", "hybridad.compile(f, ...) for a scalar f (or "
+                     "hybridad.gradient)")
+
+    def _computes(self):
+        return "Jacobians (plan.jacobian)"
 
     @serialized
     def jacobian(self, *args, out=None):

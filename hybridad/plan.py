@@ -39,7 +39,7 @@ from .optim import UpdateRule, schedule_updates
 from .memory import op_workspaces, plan_memory
 from .ops.region import recompute_partials
 from .partition import fold_accumulations, fuse_regions
-from .results import DiffResult, GradientResult, HvpResult
+from .results import BatchGradientResult, DiffResult, GradientResult, HvpResult
 from .trace import SUPPORTED_DTYPES, Trace, Tracer, as_node
 from .validate import FLOATS as _FLOATS
 from .validate import check_results
@@ -499,20 +499,25 @@ class Plan:
             argument, ``argnums`` an int).
         *args
             The other arguments, as for :meth:`gradient` (shared by all ``B``).
-        out : DiffResult, optional
-            ``DiffResult(values, gradients)``: ``values`` of shape ``(B,)``,
-            ``gradients`` shaped like ``X``.  Checked before anything is
-            written; a fresh one when None.
+        out : BatchGradientResult or DiffResult, optional
+            ``BatchGradientResult(X)`` or ``DiffResult(values, gradients)``:
+            ``values`` of shape ``(B,)``, ``gradients`` shaped like ``X``.
+            Checked before anything is written; a fresh
+            :class:`~hybridad.results.BatchGradientResult` when None.
 
         Returns
         -------
-        DiffResult
+        BatchGradientResult or DiffResult
+            ``out``: ``out.value`` the values, ``out.gradient`` (or
+            ``out.derivs[0]``) the gradients.
         """
+        if self.update is not None or self.order != 1 or type(self).gradient_batch is not \
+                Plan.gradient_batch or getattr(self, "_kind", None) is not None:
+            self._refuse("gradient_batch", "hybridad.compile(f, x, ...) (a gradient plan)")
         if isinstance(self.argnums, tuple) or len(self._diff_leaves) != 1 or \
-                self._treedefs[self.argnums] != _tree.LEAF or self.update is not None or \
-                self.order != 1:
-            raise TypeError("gradient_batch differentiates one array argument of a gradient "
-                            f"plan (argnums an int); got argnums={self.argnums!r}")
+                self._treedefs[self.argnums] != _tree.LEAF:
+            raise TypeError("plan.gradient_batch() differentiates one array argument of a "
+                            f"gradient plan (argnums an int); got argnums={self.argnums!r}")
         shape, dtype = self._specs[self._diff_leaves[0]]
         if not _is_buffer(X, self._xp) or X.ndim != len(shape) + 1 or \
                 X.shape[1:] != shape or X.dtype != dtype:
@@ -539,9 +544,10 @@ class Plan:
                     f, tuple(example), self.argnums, self.backend, batch=k,
                     parallel=self.parallel)
         if out is None:
-            out = DiffResult(self._xp.zeros(k, self._value_dtype), self._xp.zeros_like(X))
+            out = BatchGradientResult(X, dtype=self._value_dtype)
         if not isinstance(out, DiffResult) or not out.derivs:
-            raise ValueError(f"out must be DiffResult(values, gradients); got {_describe(out)}")
+            raise ValueError("out must be a BatchGradientResult or DiffResult(values, gradients); "
+                             f"got {_describe(out)}")
         v, g = out.value, out.derivs[0]
         rest = [a for i, a in enumerate(leaves) if i != self._diff_leaves[0]]
         check_results(self._xp, [("out.value (the values)", v, (k,), self._value_dtype),
@@ -729,6 +735,34 @@ class Plan:
         check_results(self._xp, results, self._reads(leaves) + [("v", t) for t in vleaves])
         return gleaves
 
+    # ------------------------------------------- methods of other kinds of plan
+    def _computes(self):
+        """What this plan computes, and with which method (for error messages)."""
+        if self.update is not None:
+            return "optimizer steps (plan.step)"
+        if self.order == 2:
+            return "Hessian-vector products (plan.hvp)"
+        return "gradients (plan.gradient)"
+
+    def _refuse(self, method, instead):
+        raise TypeError(f"plan.{method}() is not available on this plan: it computes "
+                        f"{self._computes()}; for {method} build the plan with {instead}")
+
+    def hessian(self, *args, out=None):
+        """Needs a plan built with ``hessian=True`` (:class:`hybridad.higher.HessianPlan`);
+        raises TypeError here."""
+        self._refuse("hessian", "hybridad.compile(f, ..., hessian=True) (or hybridad.hessian)")
+
+    def linearize(self, *args, out=None):
+        """Needs a plan built with ``hessian=True``; raises TypeError here."""
+        self._refuse("linearize", "hybridad.compile(f, ..., hessian=True)")
+
+    def jacobian(self, *args, out=None):
+        """Needs a plan built with ``jacobian=True`` (:class:`hybridad.higher.JacobianPlan`);
+        raises TypeError here."""
+        self._refuse("jacobian", "hybridad.compile(f, ..., jacobian=True) (or "
+                     "hybridad.jacobian)")
+
     # ------------------------------------------------------------------ calls
     def gradient(self, *args, out=None, _checked=False):
         """Value and gradient of ``f`` at ``args``, written into ``out``.
@@ -748,9 +782,9 @@ class Plan:
         GradientResult or DiffResult
             ``out`` (or the new result).
         """
-        if self.order != 1:
-            raise TypeError("this plan computes Hessian-vector products (plan.hvp); "
-                            "hybridad.compile(f, ...) without hvp=True gives gradients")
+        if self.order != 1 or self.update is not None:
+            self._refuse("gradient", "hybridad.compile(f, ...) without hvp=, update=, "
+                         "hessian= or jacobian= (or hybridad.gradient)")
         if self._guarded and not _checked:
             self._check_stale(args)
         if self._plain and out is not None:
@@ -897,8 +931,8 @@ class Plan:
             ``out`` (or the new result).
         """
         if self.order != 2:
-            raise TypeError("this plan computes gradients; hybridad.compile(f, ..., hvp=True) "
-                            "gives Hessian-vector products")
+            self._refuse("hvp", "hybridad.compile(f, ..., hvp=True) or hessian=True (or "
+                         "hybridad.hvp)")
         if self._guarded:
             self._check_stale(args)
         prog = self._program
@@ -957,7 +991,9 @@ class Plan:
         if self._value_program is None:
             fwd = dead_code_elimination(Graph(self.graph.nodes, self.graph.inputs,
                                               [self._outputs[0]]))
-            self._value_program = self._compile(fwd.nodes, fwd.inputs, [self._outputs[0]],
+            inputs = [n for n in fwd.inputs if n.attrs["index"] < len(self._specs)]  # (not v)
+            nodes = [n for n in fwd.nodes if n.op != "input" or n in inputs]
+            self._value_program = self._compile(nodes, inputs, [self._outputs[0]],
                                                 "value_program", self._out_specs[:1])
         with self._lock, np.errstate(all="ignore"):
             if self.backend == "numba":
@@ -1077,11 +1113,11 @@ class Plan:
                 text = f"the result's gradient buffer {direct[root.id] - 1} (no copy)"
             elif root is not node:
                 text = f"in place over %{root.id}"
-            elif self.memory.storage[node.id] == "buffer":
+            elif node.id in self.memory.slots:
                 dt, off, nbytes, _ = self.memory.slots[node.id]
                 text = f"arena[{dt.name}]+{off} ({nbytes} B)"
-            else:
-                text = self.memory.storage[node.id]
+            else:  # (a staged plan's stage output is written into the caller's buffer)
+                text = self.memory.storage.get(node.id, "the stage's output buffer")
             return text + (f", then updated in place by {', '.join(chain)}" if chain else "")
 
         out = []

@@ -244,3 +244,52 @@ class JacobianResult(DiffResult):
     def jacobian(self):
         """The Jacobian buffer, ``(y.size, x.size)`` (a reference)."""
         return self._derivs[0]
+
+
+class BatchGradientResult(DiffResult):
+    """Preallocated values and gradients of a scalar function at ``B`` points
+    (what :meth:`hybridad.plan.Plan.gradient_batch` fills).
+
+    Parameters
+    ----------
+    X : ndarray, shape (B, *x.shape)
+        Prototype of the stacked points (shape and dtype only).
+    dtype : dtype, optional
+        dtype of the values (default: ``X``'s).
+
+    Attributes
+    ----------
+    value : ndarray, shape (B,)
+        ``f`` at each point, overwritten by each call (also ``values``).
+    gradient : ndarray, shape (B, *x.shape)
+        The gradient at each point, overwritten by each call.
+
+    Examples
+    --------
+    >>> import numpy as np, hybridad as ha
+    >>> plan = ha.compile(lambda x: np.sum(x ** 2), np.zeros(2))
+    >>> res = plan.gradient_batch(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    >>> res.value, res.gradient
+    (array([ 5., 25.]), array([[2., 4.],
+           [6., 8.]]))
+    """
+
+    __slots__ = ()
+
+    def __init__(self, X, dtype=None):
+        X = _float_array(X, "X")
+        if X.ndim < 1:
+            raise ValueError("X must have a leading batch axis: shape (B, *x.shape)")
+        xp = array_module(X)
+        super().__init__(xp.zeros(X.shape[0], np.dtype(dtype) if dtype is not None else X.dtype),
+                         xp.zeros(X.shape, X.dtype))
+
+    @property
+    def values(self):
+        """The values buffer, ``(B,)`` (a reference; the same as :attr:`value`)."""
+        return self._value
+
+    @property
+    def gradient(self):
+        """The gradients buffer, shaped like ``X`` (a reference)."""
+        return self._derivs[0]
