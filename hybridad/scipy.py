@@ -31,15 +31,26 @@ How it treats scipy
   early -- choose it knowingly.
 * ``x0`` of any shape: scipy works on the flattened vector; ``f`` receives it
   reshaped (a view) and :func:`minimize` returns ``x`` in ``x0``'s shape.
+* **scipy's arguments mean what scipy says.**  ``args`` go to ``f`` (and to
+  your ``jac`` / ``hess`` / ``hessp``) after ``x``; a ``jac`` you give
+  (``True``, a callable, ``False`` or a finite-difference string) is used and
+  ``f`` is not traced for the gradient; a ``hess`` / ``hessp`` you give (a
+  callable, a ``HessianUpdateStrategy``, a string) is used too.  hybridad
+  fills in only what is left out: ``jac=None`` gets the exact gradient,
+  ``hess=hessp=None`` the exact Hessian (products) for the methods that use
+  one.  Everything else (bounds, constraints, callback, options, tol) goes to
+  scipy unchanged.
 """
 
 from __future__ import annotations
+
+import weakref
 
 import numpy as np
 
 from .api import _lookup
 from .errors import StalePlanError
-from .higher import HessianPlan
+from .higher import HessianPlan, JacobianPlan
 from .results import GradientResult, HessianResult, HvpResult
 from .trace import refuse_subclass
 
@@ -74,8 +85,12 @@ class Objective:
         optimized variable inserted at position ``argnums``.
     x0 : array_like
         Starting point (any shape; scipy sees it flattened).  Must be finite.
-    *args
+    *extra
         The other arguments of ``f`` (arrays are constants, other values static).
+    args : tuple, optional
+        The same, scipy's way (``args=(A,)``); give ``*extra`` or ``args``,
+        not both.  A single non-tuple value is taken as ``(value,)``, as scipy
+        does.
     argnums : int, default 0
         Position of the optimized variable among ``f``'s arguments.
     backend : {"numba", "numpy"}, default "numba"
@@ -119,7 +134,9 @@ class Objective:
     array([0., 1., 2.])
     """
 
-    def __init__(self, f, x0, *args, argnums=0, backend="numba", dtype=None, parallel=None):
+    def __init__(self, f, x0, *extra, args=(), argnums=0, backend="numba", dtype=None,
+                 parallel=None):
+        args = _scipy_args(extra, args)
         if isinstance(argnums, bool) or not isinstance(argnums, (int, np.integer)):
             raise TypeError(f"argnums must be an int (the position of x in f's arguments); "
                             f"got {argnums!r}")
@@ -132,17 +149,7 @@ class Objective:
         dtype = np.dtype(np.float64 if dtype is None else dtype)
         if dtype not in (np.float64, np.float32):
             raise TypeError(f"dtype must be float64 or float32; got {dtype}")
-        refuse_subclass(x0, "x0")  # np.asarray would drop a mask, or matrix semantics
-        try:
-            x0 = np.asarray(x0)
-        except Exception as exc:  # noqa: BLE001
-            raise TypeError(f"x0 must be an array of numbers; got {type(x0).__name__}") \
-                from exc
-        if x0.dtype.kind not in "biuf" or x0.size == 0:
-            raise TypeError(f"x0 must be a non-empty real array; got dtype {x0.dtype} and "
-                            f"shape {x0.shape}")
-        if not np.all(np.isfinite(x0)):
-            raise ValueError("x0 contains NaN or infinity: scipy's methods cannot start there")
+        x0 = _check_x0(x0)
         self.f = f
         self.backend = backend
         self.dtype = dtype
@@ -164,9 +171,9 @@ class Objective:
                 self._plan = _lookup(f, self._call_args, self.argnums, backend)[0]
         except ValueError as exc:
             if "must return a scalar" in str(exc):
-                raise ValueError(f"{exc} (for a residual vector, hybridad.jacobian gives "
-                                 "its Jacobian: pass it to scipy.optimize.least_squares "
-                                 "as jac)") from exc
+                raise ValueError(f"{exc} (for a residual vector, "
+                                 "hybridad.scipy.least_squares gives scipy's "
+                                 "least_squares its exact Jacobian)") from exc
             raise
         self._hvp_plan = None
         self._point = 0  # bumped whenever x or the arguments change
@@ -305,36 +312,154 @@ class Objective:
         return h
 
 
-def minimize(f, x0, *args, method=None, argnums=0, backend="numba", dtype=None,
-             parallel=None, **kwargs):
+def _scipy_args(extra, args):
+    """The arguments after ``x``: hybridad's positional ``*extra`` or scipy's
+    ``args=`` (a non-tuple value is one argument, as in scipy)."""
+    if not isinstance(args, tuple):
+        args = (args,)
+    if extra and args:
+        raise TypeError("give f's further arguments either positionally after x0 or as "
+                        "args=(...), not both")
+    return tuple(extra) or args
+
+
+def _check_x0(x0):
+    """``x0`` as an ndarray: real, non-empty, finite, not an ndarray subclass."""
+    refuse_subclass(x0, "x0")  # np.asarray would drop a mask, or matrix semantics
+    try:
+        x0 = np.asarray(x0)
+    except Exception as exc:  # noqa: BLE001
+        raise TypeError(f"x0 must be an array of numbers; got {type(x0).__name__}") \
+            from exc
+    if x0.dtype.kind not in "biuf" or x0.size == 0:
+        raise TypeError(f"x0 must be a non-empty real array; got dtype {x0.dtype} and "
+                        f"shape {x0.shape}")
+    if not np.all(np.isfinite(x0)):
+        raise ValueError("x0 contains NaN or infinity: scipy's methods cannot start there")
+    return x0
+
+
+_FIRST_OUTPUTS = weakref.WeakKeyDictionary()
+
+
+def _first_output(f):
+    """``f``'s value alone, for an ``f`` returning ``(value, gradient)``
+    (``jac=True``): what hybridad traces for the Hessian.  One wrapper per
+    ``f``, so its plans are cached like ``f``'s."""
+    try:
+        return _FIRST_OUTPUTS[f]
+    except (KeyError, TypeError):
+        pass
+
+    def value(*args):
+        return f(*args)[0]
+
+    value.__name__ = value.__qualname__ = f"{getattr(f, '__name__', 'f')}[0]"
+    try:
+        _FIRST_OUTPUTS[f] = value
+    except TypeError:  # not weakly referenceable
+        pass
+    return value
+
+
+def _as_user_calls(f, shape, argnums, returns_grad):
+    """``f`` called as scipy calls it (``f(x, *args)``, ``x`` flat) but with
+    ``x`` at position ``argnums`` in ``x0``'s shape; with ``returns_grad`` the
+    gradient it returns comes back flat."""
+    if argnums == 0 and len(shape) == 1:
+        return f
+
+    def call(x, *args):
+        x = np.reshape(x, shape)
+        out = f(*args[:argnums], x, *args[argnums:])
+        if returns_grad:
+            value, grad = out
+            return value, np.reshape(grad, -1)
+        return out
+
+    return call
+
+
+def _shaped(g, shape, kind):
+    """A user ``jac`` / ``hess`` / ``hessp`` for a shaped ``x0``: it gets ``x``
+    (and ``p``) in ``x0``'s shape and its result comes back flat (``hess``:
+    ``(n, n)``)."""
+    if not callable(g) or len(shape) == 1:
+        return g
+    n = int(np.prod(shape, dtype=np.int64))
+
+    if kind == "hessp":
+        def call(x, p, *args):
+            return np.reshape(g(np.reshape(x, shape), np.reshape(p, shape), *args), -1)
+    elif kind == "hess":
+        def call(x, *args):
+            h = g(np.reshape(x, shape), *args)
+            return h if not isinstance(h, np.ndarray) else np.reshape(h, (n, n))
+    else:
+        def call(x, *args):
+            return np.reshape(g(np.reshape(x, shape), *args), -1)
+    return call
+
+
+def minimize(fun, x0, *extra, args=(), method=None, jac=None, hess=None, hessp=None,
+             bounds=None, constraints=(), tol=None, callback=None, options=None, argnums=0,
+             backend="numba", dtype=None, parallel=None):
     """``scipy.optimize.minimize`` with hybridad's exact derivatives wired in.
+
+    Every argument scipy has means what scipy's documentation says; hybridad
+    supplies the derivatives you leave out (``jac=None``, and ``hess=None``
+    with ``hessp=None`` for the methods that use a Hessian).
 
     Parameters
     ----------
-    f : callable
-        Plain numpy code returning a scalar; ``f(x, *args)`` (``x`` at
-        position ``argnums``).
+    fun : callable
+        Plain numpy code returning a scalar, ``fun(x, *args)`` (``x`` at
+        position ``argnums``, in ``x0``'s shape); with ``jac=True`` it returns
+        ``(value, gradient)``, as in scipy.
     x0 : array_like
         Starting point, any shape (finite).
-    *args
-        Further arguments of ``f``.
-    method : str, optional
-        Any method of ``scipy.optimize.minimize``.  The gradient goes to those
-        that use one (``jac=True``, value and gradient from one evaluation),
-        Hessian-vector products to Newton-CG, trust-ncg, trust-krylov and
-        trust-constr, the Hessian matrix to trust-exact and dogleg.
+    *extra
+        Further arguments of ``fun``: shorthand for ``args=extra``.
+    args : tuple, optional
+        Further arguments of ``fun`` -- and of your ``jac``, ``hess`` and
+        ``hessp`` -- after ``x``, as in scipy.  For hybridad's derivatives they
+        are constants (arrays) or static values.
+    method : str or callable, optional
+        Any method of ``scipy.optimize.minimize``.
+    jac : {None, True, False, callable, '2-point', '3-point', 'cs'}, optional
+        None (the default): hybridad's exact gradient, for every method that
+        uses one (value and gradient from one evaluation, handed to scipy as
+        ``jac=True``).  Anything else is yours and goes to scipy unchanged:
+        ``fun`` is not traced for the gradient (``True``: ``fun`` returns
+        ``(value, gradient)`` and its gradient is used; a callable is called
+        as ``jac(x, *args)``; ``False`` and the strings are scipy's finite
+        differences).
+    hess, hessp : callable, str or scipy.optimize.HessianUpdateStrategy, optional
+        Yours when given (either one), passed to scipy unchanged.  When both
+        are None hybridad gives Newton-CG, trust-ncg, trust-krylov and
+        trust-constr exact Hessian-vector products (``hessp``), trust-exact and
+        dogleg the exact Hessian matrix (``hess``).  With ``jac=True`` they
+        come from tracing ``fun(x)[0]``.
+    bounds, constraints, tol, callback, options :
+        Passed to scipy unchanged (constraint functions and callbacks see
+        scipy's flat ``x``; both callback forms, ``callback(xk)`` and
+        ``callback(intermediate_result)``, work as scipy documents).
     argnums, backend, dtype, parallel :
-        See :class:`Objective`.
-    **kwargs
-        Passed to ``scipy.optimize.minimize`` (bounds, constraints, tol,
-        options, callback, ...).  A ``jac``, ``hess`` or ``hessp`` given here
-        is used instead of hybridad's.
+        See :class:`Objective`.  A user ``jac`` / ``hess`` / ``hessp``
+        callable requires ``argnums=0`` (scipy calls them with ``x`` first).
 
     Returns
     -------
     scipy.optimize.OptimizeResult
         scipy's result, with ``x`` (and ``jac``) reshaped to ``x0``'s shape and
-        ``n_evaluations`` / ``n_hvp_evaluations`` (plan runs) added.
+        ``n_evaluations`` / ``n_hvp_evaluations`` (hybridad's plan runs; 0
+        when hybridad computed nothing) added.
+
+    Notes
+    -----
+    With a shaped (not 1-D) ``x0``, ``fun`` and your ``jac`` / ``hess`` /
+    ``hessp`` receive ``x`` (and ``p``) in ``x0``'s shape and what they return
+    is flattened for scipy.
 
     Examples
     --------
@@ -342,43 +467,158 @@ def minimize(f, x0, *args, method=None, argnums=0, backend="numba", dtype=None,
     >>> res = hs.minimize(lambda x: np.sum((x - 3.0) ** 2), np.zeros((2, 2)), method="BFGS")
     >>> res.x.shape, bool(np.allclose(res.x, 3.0))
     ((2, 2), True)
+    >>> res = hs.minimize(lambda x, c: np.sum((x - c) ** 2), np.zeros(2),
+    ...                   args=(np.array([1.0, 2.0]),), method="trust-ncg")
+    >>> np.round(res.x, 6)
+    array([1., 2.])
     """
     from scipy import optimize
 
-    obj = Objective(f, x0, *args, argnums=argnums, backend=backend, dtype=dtype,
-                    parallel=parallel)
-    name = (method if isinstance(method, str) else "").lower()
-    uses_gradient = name in GRADIENT_METHODS or method is None
-    call = dict(kwargs)
-    fun = obj.fun
-    if uses_gradient and "jac" not in call:
-        fun, call["jac"] = obj.value_and_grad, True
-    if name in HESSP_METHODS and "hess" not in call and "hessp" not in call:
-        call["hessp"] = obj.hessp
-    if name in HESS_METHODS and "hess" not in call:
-        call["hess"] = obj.hess
-    res = optimize.minimize(fun, obj.x0, method=method, **call)
-    res.x = np.reshape(res.x, obj.shape)
-    if isinstance(res.get("jac"), np.ndarray) and res.jac.size == obj.size:
-        res.jac = np.reshape(res.jac, obj.shape)
-    res.n_evaluations = obj.n_evaluations
-    res.n_hvp_evaluations = obj.n_hvp_evaluations
+    args = _scipy_args(extra, args)
+    name = method.lower() if isinstance(method, str) else ""
+    uses_gradient = method is None or callable(method) or name in GRADIENT_METHODS
+    exact_hess = hess is None and hessp is None and name in HESSP_METHODS | HESS_METHODS
+    user_jac = jac is not None
+    if argnums != 0 and any(callable(g) for g in (jac, hess, hessp)):
+        raise TypeError("a jac, hess or hessp callable of your own is called by scipy as "
+                        "g(x, *args): it needs argnums=0 (x as fun's first argument)")
+    obj = None
+    if not user_jac or exact_hess:
+        # hybridad evaluates fun (jac None) or supplies the Hessian: trace it
+        traced = _first_output(fun) if jac is True else fun
+        obj = Objective(traced, x0, args=args, argnums=argnums, backend=backend,
+                        dtype=dtype, parallel=parallel)
+        shape, x_start = obj.shape, obj.x0
+    else:
+        x0 = _check_x0(x0)
+        shape, x_start = x0.shape, np.array(x0, dtype=np.float64).reshape(-1)
+    if user_jac:
+        f_scipy = _as_user_calls(fun, shape, argnums, jac is True)
+        jac = _shaped(jac, shape, "jac")
+    elif uses_gradient:
+        f_scipy, jac = obj.value_and_grad, True
+    else:  # a method without derivatives: the value, from the plan
+        f_scipy = obj.fun
+    if exact_hess:
+        if name in HESS_METHODS:
+            hess = obj.hess
+        else:
+            hessp = obj.hessp
+    else:
+        hess, hessp = _shaped(hess, shape, "hess"), _shaped(hessp, shape, "hessp")
+    res = optimize.minimize(f_scipy, x_start, args=args, method=method, jac=jac, hess=hess,
+                            hessp=hessp, bounds=bounds, constraints=constraints, tol=tol,
+                            callback=callback, options=options)
+    size = x_start.size
+    res.x = np.reshape(res.x, shape)
+    if isinstance(res.get("jac"), np.ndarray) and res.jac.size == size:
+        res.jac = np.reshape(res.jac, shape)
+    res.n_evaluations = 0 if obj is None else obj.n_evaluations
+    res.n_hvp_evaluations = 0 if obj is None else obj.n_hvp_evaluations
     return res
 
 
-def least_squares(fun, x0, *args, **kwargs):
-    """Not available yet: ``scipy.optimize.least_squares`` needs the Jacobian
-    of the residual vector, and hybridad computes gradients of scalar
-    functions and Hessian-vector products only so far.
+class _Residuals:
+    """The exact Jacobian of a residual function, for scipy's least_squares:
+    ``jac(x, *args)`` returns a new ``(m, n)`` float64 array each call."""
 
-    Raises
-    ------
-    NotImplementedError
-        Always.  Meanwhile, ``minimize(lambda x: 0.5 * np.sum(r(x) ** 2), x0,
-        method="trust-ncg")`` minimizes the same sum of squares with exact
-        gradients and Hessian-vector products.
+    def __init__(self, fun, x0, args, backend, parallel):
+        self.fun, self.backend, self.parallel = fun, backend, bool(parallel)
+        self._x = np.array(x0, dtype=np.float64)
+        self._args = args
+        self._call_args = (self._x, *args)
+        self._plan = self._lookup(None)
+        self._res = self._plan.new_result()
+        self.n_evaluations = 0
+
+    def _lookup(self, stale):
+        call_args = self._call_args
+        return _lookup(self.fun, call_args, 0, self.backend, parallel=self.parallel,
+                       tag=("jacobian", "auto", None), stale=stale,
+                       build=lambda: JacobianPlan(self.fun, call_args, 0, self.backend,
+                                                  parallel=self.parallel))[0]
+
+    def jac(self, x, *args, **kwargs):
+        """The Jacobian at ``x``: a new ``(m, n)`` float64 array (scipy keeps it)."""
+        if args and (len(args) != len(self._args) or any(
+                a is not b for a, b in zip(args, self._args, strict=True))):
+            self._args, self._call_args = args, (self._x, *args)
+        x = np.asarray(x)
+        if x.size != self._x.size:
+            raise ValueError(f"x has {x.size} elements; expected {self._x.size}")
+        np.copyto(self._x, x.reshape(self._x.shape), casting="unsafe")
+        try:
+            self._plan.jacobian(*self._call_args, out=self._res)
+        except StalePlanError:  # fun changed (its globals, closure, ...): a new plan
+            self._plan = self._lookup(self._plan)
+            self._plan.jacobian(*self._call_args, out=self._res)
+        self.n_evaluations += 1
+        return self._res.jacobian.astype(np.float64)  # a new array: scipy may keep it
+
+
+def least_squares(fun, x0, *extra, jac=None, args=(), kwargs=None, backend="numba",
+                  parallel=None, **options):
+    """``scipy.optimize.least_squares`` with hybridad's exact Jacobian.
+
+    Parameters
+    ----------
+    fun : callable
+        Plain numpy code returning the residual vector, ``fun(x, *args,
+        **kwargs)``, as in scipy.
+    x0 : array_like
+        Starting point (1-D or a scalar, as scipy requires); finite.
+    *extra
+        Further arguments of ``fun``: shorthand for ``args=extra``.
+    jac : {None, callable, '2-point', '3-point', 'cs'}, optional
+        None (the default): the exact Jacobian, from a
+        :class:`hybridad.higher.JacobianPlan` (forward or reverse mode,
+        whichever has fewer seeds); a new ``(m, n)`` array per call.  Anything
+        else is yours and goes to scipy unchanged (``fun`` is not traced).
+    args, kwargs :
+        Further positional and keyword arguments of ``fun`` (and of your
+        ``jac``), as in scipy; for hybridad's Jacobian they are constants.
+    backend : {"numba", "numpy"}, default "numba"
+        See :func:`hybridad.compile`.
+    parallel : {None, True, False}, default None
+        Multithreaded loops in the Jacobian plan; None means serial (see
+        :class:`Objective`).
+    **options
+        Every other argument of ``scipy.optimize.least_squares`` (bounds,
+        method, ftol, xtol, gtol, x_scale, loss, f_scale, diff_step,
+        tr_solver, tr_options, jac_sparsity, max_nfev, verbose, callback,
+        ...), passed unchanged.
+
+    Returns
+    -------
+    scipy.optimize.OptimizeResult
+        scipy's result, with ``n_evaluations`` (Jacobian plan runs; 0 with
+        your own ``jac``) added.
+
+    Examples
+    --------
+    >>> import numpy as np, hybridad.scipy as hs
+    >>> t = np.linspace(0.0, 1.0, 20)
+    >>> y = 2.0 * np.exp(-1.5 * t)
+    >>> res = hs.least_squares(lambda p, t, y: p[0] * np.exp(p[1] * t) - y, np.ones(2),
+    ...                        args=(t, y))
+    >>> np.round(res.x, 6)
+    array([ 2. , -1.5])
     """
-    raise NotImplementedError(
-        "hybridad.scipy.least_squares needs the Jacobian of the residuals, which hybridad "
-        "does not compute yet; minimize 0.5 * np.sum(r(x) ** 2) with "
-        "hybridad.scipy.minimize(..., method='trust-ncg') meanwhile")
+    from scipy import optimize
+
+    args = _scipy_args(extra, args)
+    kwargs = {} if kwargs is None else dict(kwargs)
+    if parallel is not None and not isinstance(parallel, (bool, np.bool_)):
+        raise TypeError(f"parallel must be None, True or False; got {parallel!r}")
+    x0 = _check_x0(x0)
+    residuals = None
+    if jac is None:
+        traced = fun
+        if kwargs:  # a plan takes positional arguments: bind the keywords
+            def traced(*a):
+                return fun(*a, **kwargs)
+        residuals = _Residuals(traced, np.atleast_1d(x0), args, backend, parallel)
+        jac = residuals.jac
+    res = optimize.least_squares(fun, x0, jac=jac, args=args, kwargs=kwargs, **options)
+    res.n_evaluations = 0 if residuals is None else residuals.n_evaluations
+    return res
