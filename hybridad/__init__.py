@@ -17,7 +17,8 @@ from .api import clear_cache, compile, gradient, hessian, hvp, jacobian
 from .errors import MemoryBudgetError, RetraceWarning, StalePlanError, TracingError
 from .plan import Plan
 from .scalar_functions import ElementwiseError, elementwise
-from .results import BatchGradientResult, DiffResult, GradientResult, HessianResult, HvpResult, JacobianResult
+from .results import (BatchGradientResult, DiffResult, GradientResult, HessianResult, HvpResult,
+                      JacobianResult)
 
 __version__ = "0.1.0"
 
