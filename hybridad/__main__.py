@@ -1,4 +1,4 @@
-"""Command line: ``python -m hybridad demo``, ``explain`` and ``bench``.
+"""Command line: ``python -m hybridad demo``, ``explain``, ``bench`` and ``cache``.
 
 ``demo`` runs a short optimizer loop (gradient descent on a regularized
 logistic regression) that calls ``gradient(loss, w, X, y, out=res)`` every
@@ -16,6 +16,10 @@ and numba gradients (and JAX, PyTorch, autograd when importable) on the
 expsum, quadform, MLP, dense-chain and scipy Rosenbrock workloads; time per
 call, ratios, allocations per call, peak memory and first-call time, as a
 table, JSON and a plot (see docs/benchmarks.md).
+
+``cache --info`` prints where the disk cache of generated plans is
+(``HYBRIDAD_CACHE_DIR``), whether it is used and its size; ``cache --clear``
+deletes hybridad's files in it (they are rebuilt on demand).
 """
 
 from __future__ import annotations
@@ -128,6 +132,33 @@ def explain(spec, shapes, dtype="float64", argnums=0, backend="numba", plot=None
     return plan
 
 
+def cache_command(clear=False):
+    """``cache --info`` (print where the disk cache is) or ``--clear`` (empty it).
+
+    Parameters
+    ----------
+    clear : bool
+        Delete hybridad's files in the cache directory instead of describing it.
+
+    Returns
+    -------
+    int
+        The exit status.
+    """
+    from .backends import cache
+
+    if clear:
+        try:
+            removed = cache.clear()
+        except PermissionError as err:
+            print(f"hybridad cache: {err}", file=sys.stderr)
+            return 1
+        print(f"hybridad cache: removed {removed} files from {cache.cache_location()}")
+        return 0
+    print(cache.info())
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m hybridad")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -150,6 +181,12 @@ def main(argv=None):
     from .bench.suite import add_arguments
 
     add_arguments(b)
+    c = sub.add_parser("cache", help="where the disk cache of compiled plans is; clear it")
+    what = c.add_mutually_exclusive_group()
+    what.add_argument("--info", action="store_true",
+                      help="location, status and size (the default)")
+    what.add_argument("--clear", action="store_true",
+                      help="delete hybridad's files in it (rebuilt on demand)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         demo(steps=args.steps)
@@ -161,6 +198,8 @@ def main(argv=None):
         from .bench.suite import main as bench_main
 
         return bench_main(args)
+    elif args.command == "cache":
+        return cache_command(clear=args.clear)
     return 0
 
 

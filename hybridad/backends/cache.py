@@ -1,50 +1,151 @@
-"""The disk cache of generated source, keyed by a content hash.
+"""The disk cache of generated source and numba's machine code, keyed by a content hash.
 
 numba caches compiled machine code only for functions defined in a real
 file.  Generated source is therefore written to
-``$HYBRIDAD_CACHE_DIR/hybridad_<hash>.py`` (default: ``~/.cache/hybridad``),
-where the hash covers the source and the numba, numpy and Python versions,
-and imported from there; numba then keeps its own cache next to it
-(``__pycache__``).  Never keyed by object identity.
+``$HYBRIDAD_CACHE_DIR/hybridad_<hash>.py`` (default:
+``$XDG_CACHE_HOME/hybridad``, else ``~/.cache/hybridad``), where the hash
+covers the source, the numba, numpy and Python versions and this cache's
+format; numba keeps its machine code next to it (``__pycache__``).  Never
+keyed by object identity.  ``python -m hybridad cache --info`` shows it,
+``--clear`` empties it.
 
-Concurrency: a file is created with a hard link from a private temporary
-file, so it appears complete or not at all and is never rewritten (a second
-process finding it present reuses it).  A corrupt or stale entry -- a file
-whose content does not match its hash, or numba cache files that fail to
-load -- is rebuilt.
+Trust
+-----
+Nothing in the cache runs unless it was verified, and a damaged entry is
+discarded (with a :class:`CacheWarning`) and rebuilt, never fatal:
+
+* The directory must be private: created ``0700``; one owned by another
+  user or writable by group or others is refused (one warning) and plans
+  are then compiled in memory, with no disk caching.  There is no fallback
+  to a shared location (``$TMPDIR``).
+* Generated source runs only from the text hybridad just generated: the
+  file on disk must equal it byte for byte (else it is rewritten), and the
+  module is made by ``compile()`` of that text -- never by the import
+  system, which would run ``__pycache__/*.pyc`` bytecode whose header merely
+  matches the file's mtime and size.  The file exists for numba's cache
+  locator and for tracebacks.
+* numba's index (``.nbi``) and data (``.nbc``) files are pickles.  Those of
+  generated functions are written and read by :class:`_VerifiedCacheFile`:
+  each file is ``MAGIC + sha256(payload) + payload``, written ``0600``
+  (atomically, as numba does), and read only if it is a regular file owned
+  by the user, not writable by group or others, and its digest matches --
+  before any unpickling.  Any failure while loading (a truncated, flipped,
+  empty or unreadable file, a stale pickle) discards that function's files
+  and recompiles.  The digest guards integrity (crashes, partial writes,
+  disk errors); authenticity comes from the private directory.
+
+Sharing compiled code
+---------------------
+:func:`compiled` keeps one dispatcher per distinct generated source and
+argument types for the life of the process, as the module itself stays in
+``sys.modules``: rebuilding a plan (a lambda made in a loop, a plan evicted
+from the plan cache) reuses the machine code instead of compiling and
+keeping another dispatcher.  Memory grows with distinct code, not rebuilds.
+
+Concurrency: a ``.py`` is created with a hard link from a private temporary
+file, so it appears complete or not at all and is never rewritten in place
+(a second process finding it present reuses it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
-import importlib.util
+import linecache
 import os
+import pickle
 import platform
+import stat
 import sys
 import tempfile
+import threading
+import types
+import uuid
+import warnings
 
 import numba
 import numpy as np
+from numba.core import caching
 
-__all__ = ["cache_dir", "load_function", "source_hash"]
+__all__ = ["CacheWarning", "cache_dir", "cache_location", "clear", "compiled", "info",
+           "load_function", "source_hash"]
+
+#: bumped when the layout of cache files changes (part of every hash)
+_FORMAT = "hybridad-cache-2"
+_PREFIX = "hybridad_"
+_UID = os.geteuid() if hasattr(os, "geteuid") else None  # None: no owners (Windows)
+
+
+class CacheWarning(UserWarning):
+    """A cache directory refused, or a damaged cache entry discarded and rebuilt."""
+
+
+def _warn(message):
+    warnings.warn(f"hybridad cache: {message}", CacheWarning, stacklevel=3)
+
+
+# -- the directory ----------------------------------------------------------------------
+_REFUSED = set()  # directories already warned about
+_LOCK = threading.RLock()
+
+
+def cache_location():
+    """The configured cache directory, usable or not.
+
+    Returns
+    -------
+    str
+        ``$HYBRIDAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/hybridad``, else
+        ``~/.cache/hybridad``.
+    """
+    return os.path.abspath(os.environ.get("HYBRIDAD_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "hybridad"))
+
+
+def _refusal(path):
+    """Why ``path`` cannot be the cache (created ``0700`` if missing), or None."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+    except OSError as err:
+        return f"cannot be created ({err})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if _UID is not None and st.st_uid != _UID:
+        return f"is owned by uid {st.st_uid}, not by you (uid {_UID})"
+    if st.st_mode & 0o022:
+        return f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):o}; chmod 700)"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return "is not writable"
+    return None
 
 
 def cache_dir():
-    """The cache directory (created if missing); ``HYBRIDAD_CACHE_DIR`` overrides."""
-    path = os.environ.get("HYBRIDAD_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "hybridad")
-    try:
-        os.makedirs(path, exist_ok=True)
-        if not os.access(path, os.W_OK):
-            raise PermissionError(path)
-    except OSError:
-        path = os.path.join(tempfile.gettempdir(), f"hybridad-{os.getuid()}")
-        os.makedirs(path, exist_ok=True)
-    return path
+    """The cache directory if it is private and usable, else None.
+
+    Returns
+    -------
+    str or None
+        :func:`cache_location`, created ``0700`` if missing; None (after one
+        :class:`CacheWarning` per directory) when it cannot be created, is
+        owned by another user or is writable by group or others: plans are
+        then compiled in memory.
+    """
+    path = cache_location()
+    why = _refusal(path)
+    if why is None:
+        return path
+    with _LOCK:
+        if path not in _REFUSED:
+            _REFUSED.add(path)
+            _warn(f"{path} {why}: not used, plans are compiled in memory "
+                  "(set HYBRIDAD_CACHE_DIR to a private directory)")
+    return None
 
 
+# -- hashing ----------------------------------------------------------------------------
 @functools.lru_cache(maxsize=1)
 def _library_digest():
     """Hash of the hybridad modules generated source imports (numba's cache
@@ -59,58 +160,336 @@ def _library_digest():
 
 
 def source_hash(source):
+    """Content hash of generated ``source`` (and of everything its machine code depends on).
+
+    Parameters
+    ----------
+    source : str
+        Generated Python source.
+
+    Returns
+    -------
+    str
+        24 hex digits.
+    """
     key = "\n".join([source, numba.__version__, np.__version__, sys.version,
-                     platform.machine(), _library_digest()])
+                     platform.machine(), _library_digest(), _FORMAT])
     return hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
+# -- files ------------------------------------------------------------------------------
+def _trusted(st):
+    """Whether an ``lstat`` result is a regular file of ours that only we can write."""
+    return stat.S_ISREG(st.st_mode) and (_UID is None or st.st_uid == _UID) and \
+        not st.st_mode & 0o022
+
+
+def _unlink(path):
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _discard_numba_files(directory, stem):
+    """Remove numba's cache files of module ``stem`` (rebuilt on next use)."""
+    pyc = os.path.join(directory, "__pycache__")
+    with contextlib.suppress(OSError):
+        for name in os.listdir(pyc):
+            if name.startswith(stem + "."):
+                _unlink(os.path.join(pyc, name))
+
+
 def _write_once(path, source):
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as fh:
-            if fh.read() == source:
-                return
-        os.unlink(path)  # corrupt: content does not match its hash
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    """Make ``path`` hold exactly ``source`` (UTF-8); a damaged file is replaced."""
+    data = source.encode("utf-8")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(source)
-        try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        why = None
+        if not _trusted(st):
+            why = "not a regular file of yours that only you can write"
+        else:
+            try:
+                with open(path, "rb") as fh:
+                    if fh.read() == data:
+                        return
+                why = "content does not match its hash"
+            except OSError as err:
+                why = f"unreadable ({err})"
+        _warn(f"discarded {path}: {why}; rebuilt")
+        _unlink(path)
+        _discard_numba_files(os.path.dirname(path), os.path.basename(path)[:-3])
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        with contextlib.suppress(FileExistsError):  # another process won with the same text
             os.link(tmp, path)
-        except FileExistsError:
-            pass  # another process won the race with the same content
     finally:
         os.unlink(tmp)
 
 
-def _import(path, modname):
-    spec = importlib.util.spec_from_file_location(modname, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# -- numba's cache files, verified -------------------------------------------------------
+_MAGIC = b"hybridad-numba-cache-1\n"
+
+
+class _Damaged(Exception):
+    """A numba cache file that fails verification."""
+
+
+class _VerifiedCacheFile(caching.IndexDataCacheFile):
+    """numba's index and data files, each ``MAGIC + sha256(payload) + payload``,
+    verified before anything is unpickled."""
+
+    @contextlib.contextmanager
+    def _open_for_write(self, filepath):
+        tmp = f"{filepath}.tmp.{uuid.uuid4().hex[:16]}"
+        try:
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+                yield f
+            os.replace(tmp, filepath)
+        except BaseException:
+            _unlink(tmp)
+            raise
+
+    def _write(self, path, payload):
+        with self._open_for_write(path) as f:
+            f.write(_MAGIC + hashlib.sha256(payload).digest() + payload)
+
+    @staticmethod
+    def _read(path):
+        """The verified payload of ``path``; FileNotFoundError if absent."""
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not _trusted(os.fstat(f.fileno())):
+                raise _Damaged(f"{path}: not a regular file of yours that only you can write")
+            data = f.read()
+        head = len(_MAGIC) + 32
+        if len(data) < head or not data.startswith(_MAGIC) or \
+                hashlib.sha256(data[head:]).digest() != data[len(_MAGIC):head]:
+            raise _Damaged(f"{path}: content does not match its digest")
+        return data[head:]
+
+    def _load_index(self):
+        try:
+            payload = self._read(self._index_path)
+        except FileNotFoundError:
+            return {}
+        version, stamp, overloads = pickle.loads(payload)  # noqa: S301 (verified)
+        if version != self._version or stamp != self._source_stamp:
+            return {}
+        return overloads
+
+    def _save_index(self, overloads):
+        self._write(self._index_path, self._dump((self._version, self._source_stamp, overloads)))
+
+    def _load_data(self, name):
+        return pickle.loads(self._read(self._data_path(name)))  # noqa: S301 (verified)
+
+    def _save_data(self, name, data):
+        self._write(self._data_path(name), self._dump(data))
+
+
+class _VerifiedFunctionCache(caching.FunctionCache):
+    """numba's per-function cache over :class:`_VerifiedCacheFile`: a load that
+    fails in any way discards the function's files and recompiles."""
+
+    def __init__(self, py_func):
+        super().__init__(py_func)
+        old = self._cache_file
+        self._cache_file = _VerifiedCacheFile(old._cache_path, self._impl.filename_base,
+                                              old._source_stamp)
+
+    def _discard(self):
+        base = self._impl.filename_base + "."
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self._cache_path):
+                if name.startswith(base):
+                    _unlink(os.path.join(self._cache_path, name))
+
+    def load_overload(self, sig, target_context):
+        try:
+            return super().load_overload(sig, target_context)
+        except Exception as err:  # noqa: BLE001 -- any damage: rebuild
+            _warn(f"discarded damaged numba cache of {self._py_func.__qualname__} in "
+                  f"{self._cache_path} ({type(err).__name__}: {err}); recompiling")
+            self._discard()
+            return None
+
+    def save_overload(self, sig, data):
+        try:
+            super().save_overload(sig, data)
+        except Exception as err:  # noqa: BLE001 -- the compiled code is still good
+            _warn(f"could not save numba's cache of {self._py_func.__qualname__} "
+                  f"({type(err).__name__}: {err})")
+            self._discard()
+
+
+def _verify_numba_caches(module, filename):
+    """Put every cached dispatcher defined in ``module`` on verified cache files."""
+    for obj in list(vars(module).values()):
+        cache = getattr(obj, "_cache", None)
+        if isinstance(cache, caching.FunctionCache) and \
+                not isinstance(cache, _VerifiedFunctionCache) and \
+                obj.py_func.__code__.co_filename == filename:
+            obj._cache = _VerifiedFunctionCache(obj.py_func)
+
+
+# -- loading ----------------------------------------------------------------------------
+_COMPILED = {}  # (hash, fn_name, argument types) -> dispatcher compiled for those only
+
+
+def _module(source):
+    """The module of ``source``, made from that verified text (see the module docstring)."""
+    modname = _PREFIX + source_hash(source)
+    module = sys.modules.get(modname)
+    if module is not None:
+        return module
+    with _LOCK:
+        module = sys.modules.get(modname)
+        if module is not None:
+            return module
+        directory = cache_dir()
+        if directory is not None:
+            filename = os.path.join(directory, modname + ".py")
+            try:
+                _write_once(filename, source)
+            except OSError as err:
+                _warn(f"cannot write {filename} ({err}): compiled in memory")
+                directory = None
+        if directory is None:  # in memory: numba cannot cache without a file
+            filename = f"<hybridad generated {modname}>"
+            source = source.replace("cache=True", "cache=False")
+            linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        module = types.ModuleType(modname)
+        module.__file__ = filename
+        exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 (verified text)
+        if directory is not None:
+            _verify_numba_caches(module, filename)
+        sys.modules[modname] = module
+        return module
 
 
 def load_function(source, fn_name):
-    """Write ``source`` to the cache (once) and return its function ``fn_name``.
+    """Function ``fn_name`` of generated ``source``, written to the cache once.
 
-    The function is numba-compiled on first call (``cache=True``: from disk
-    when an earlier process compiled it).
+    Parameters
+    ----------
+    source : str
+        Generated Python source defining ``fn_name`` (usually ``@njit(cache=True)``).
+    fn_name : str
+        The function to return.
+
+    Returns
+    -------
+    object
+        The module's ``fn_name``; a numba dispatcher compiles on first call
+        (from disk when an earlier process compiled it).
     """
-    digest = source_hash(source)
-    modname = f"hybridad_{digest}"
-    path = os.path.join(cache_dir(), modname + ".py")
-    _write_once(path, source)
-    module = sys.modules.get(modname)
-    if module is None:
-        module = _import(path, modname)
-        sys.modules[modname] = module
-    return getattr(module, fn_name)
+    return getattr(_module(source), fn_name)
+
+
+def compiled(source, fn_name, argtypes, cacheable=True):
+    """A dispatcher of ``fn_name`` compiled for ``argtypes`` only, shared by content.
+
+    Parameters
+    ----------
+    source : str
+        Generated source defining the ``@njit`` function ``fn_name``.
+    fn_name : str
+        Its name.
+    argtypes : tuple of numba types
+        The one signature compiled (from numba's disk cache when warm);
+        anything else raises ``TypeError`` (compilation is disabled).
+    cacheable : bool
+        Whether numba may cache the machine code on disk.
+
+    Returns
+    -------
+    numba dispatcher
+        The same object for the same source and types for the life of the
+        process, so a rebuilt plan costs no new machine code.
+    """
+    key = (source_hash(source), fn_name, tuple(argtypes), cacheable)
+    own = _COMPILED.get(key)
+    if own is not None:
+        return own
+    module = _module(source)
+    fn = getattr(module, fn_name)
+    own = type(fn)(fn.py_func, locals={}, targetoptions=dict(fn.targetoptions))
+    if cacheable and os.path.isabs(module.__file__):
+        own._cache = _VerifiedFunctionCache(own.py_func)
+    own.compile(tuple(argtypes))  # not under _LOCK: numba has its own
+    own.disable_compile()
+    with _LOCK:  # a racing thread's twin is dropped
+        return _COMPILED.setdefault(key, own)
 
 
 def clear_numba_cache_for(fn):
     """Remove numba's cache files of a generated function (rebuilt next call)."""
-    pyc = os.path.join(os.path.dirname(fn.py_func.__code__.co_filename), "__pycache__")
-    stem = os.path.splitext(os.path.basename(fn.py_func.__code__.co_filename))[0]
-    if os.path.isdir(pyc):
-        for name in os.listdir(pyc):
-            if name.startswith(stem):
-                os.unlink(os.path.join(pyc, name))
+    filename = fn.py_func.__code__.co_filename
+    stem = os.path.splitext(os.path.basename(filename))[0]
+    _discard_numba_files(os.path.dirname(filename), stem)
+
+
+# -- the command line's cache --info and --clear -------------------------------------------
+def _entries(path):
+    """Files of the cache in ``path``: generated modules, temporaries, numba's files."""
+    found = []
+    for sub in (path, os.path.join(path, "__pycache__")):
+        with contextlib.suppress(OSError):
+            found += [os.path.join(sub, n) for n in os.listdir(sub) if n.startswith(_PREFIX)
+                      or (sub == path and n.endswith(".tmp"))]
+    return found
+
+
+def info():
+    """A description of the cache: where it is, whether it is used, its size.
+
+    Returns
+    -------
+    str
+        Several lines of text (``python -m hybridad cache --info``).
+    """
+    path = cache_location()
+    why = _refusal(path) if os.path.exists(path) else None
+    files = _entries(path)
+    size = sum(os.lstat(f).st_size for f in files if os.path.lexists(f))
+    modules = sum(f.endswith(".py") for f in files)
+    lines = [f"hybridad cache: {path}",
+             "  status: " + (f"REFUSED: {why}; plans are compiled in memory" if why else
+                             "private, in use" if os.path.exists(path) else
+                             "not created yet (created 0700 on first use)"),
+             f"  entries: {modules} generated modules, {len(files) - modules} numba and "
+             f"temporary files, {size / 2**20:.1f} MiB",
+             "  set HYBRIDAD_CACHE_DIR to move it; clear it with "
+             "`python -m hybridad cache --clear`"]
+    return "\n".join(lines)
+
+
+def clear():
+    """Delete the cache's files (only hybridad's; the directory stays).
+
+    Returns
+    -------
+    int
+        The number of files removed.
+
+    Raises
+    ------
+    PermissionError
+        If the directory belongs to another user (nothing is removed).
+    """
+    path = cache_location()
+    if not os.path.exists(path):
+        return 0
+    st = os.stat(path)
+    if _UID is not None and st.st_uid != _UID:
+        raise PermissionError(f"{path} is owned by uid {st.st_uid}, not by you: not cleared")
+    files = _entries(path)
+    for f in files:
+        _unlink(f)
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.join(path, "__pycache__"))  # if empty
+    return len(files)

@@ -1053,7 +1053,6 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     flags = base_flags + (", nogil=True" if heavy else "") + (_PARALLEL if parallel else "")
     signature = f"def {fn_name}({', '.join(params)}):"
     source = "\n".join(header + kernel_defs + ["", "", f"@njit({flags})", signature] + body) + "\n"
-    dispatcher = cache.load_function(source, fn_name)
     arena_args = [memplan.arenas[dt].ctypes.data for dt in arenas]
     if objects:
         fixed = arena_args + [table.ctypes.data, id(np.ndarray)]
@@ -1064,7 +1063,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         protos = fixed + [np.empty(s, d) for s, d in in_specs] + [v for v, _ in const_args] + \
             [np.empty(s, d) for s, d in out_specs]
     bound = [id(v) if obj else v for v, obj in const_args]
-    own = _own_dispatcher(dispatcher, protos, cacheable)
+    own = _own_dispatcher(source, fn_name, protos, cacheable)
     keep = [memplan.arenas[dt] for dt in arenas] + [v for v, _ in const_args] + [table]
     program = NumbaProgram(_bind(own, fixed, bound, len(inputs), len(outputs)), source, heavy,
                            in_specs, out_specs, keep, objects)
@@ -1074,19 +1073,15 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     return program
 
 
-def _own_dispatcher(dispatcher, protos, cacheable=True):
-    """A private dispatcher of the generated function compiled for the types of
+def _own_dispatcher(source, fn_name, protos, cacheable=True):
+    """A dispatcher of the generated function compiled for the types of
     ``protos`` only (from numba's disk cache when warm); it compiles nothing
-    else, so an argument of another type raises ``TypeError``."""
+    else, so an argument of another type raises ``TypeError``.  Shared by
+    every plan with the same source (:func:`.cache.compiled`): a rebuilt plan
+    adds no machine code."""
     import numba
 
-    own = type(dispatcher)(dispatcher.py_func, locals={},
-                           targetoptions=dict(dispatcher.targetoptions))
-    if cacheable:
-        own.enable_caching()
-    own.compile(tuple(numba.typeof(p) for p in protos))
-    own.disable_compile()
-    return own
+    return cache.compiled(source, fn_name, tuple(numba.typeof(p) for p in protos), cacheable)
 
 
 def _bind(jitted, fixed, consts, n_in, n_out):

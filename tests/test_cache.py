@@ -1,0 +1,229 @@
+"""The disk cache (hybridad.backends.cache): private, verified before anything
+in it runs, rebuilt when damaged; compiled code shared by content (no leak)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+import warnings
+from importlib._bootstrap_external import _code_to_timestamp_pyc
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.__main__ import main
+from hybridad.backends import cache
+
+ROOT = os.geteuid() == 0
+SRC = "from numba import njit\n\n\n@njit(cache=True)\ndef f(x):\n    return x * 3.0 + 1.0\n"
+LOAD = """
+import sys, warnings
+warnings.simplefilter("always")
+from hybridad.backends import cache
+f = cache.load_function(sys.argv[1], "f")
+print(f(2.0), sum(f.stats.cache_hits.values()))
+"""
+
+
+@pytest.fixture
+def cache_env(tmp_path, monkeypatch):
+    """A fresh, private HYBRIDAD_CACHE_DIR for this test."""
+    path = tmp_path / "cache"
+    monkeypatch.setenv("HYBRIDAD_CACHE_DIR", str(path))
+    return path
+
+
+def _run(script, path, *args):
+    env = dict(os.environ, HYBRIDAD_CACHE_DIR=str(path))
+    out = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split(), out.stderr
+
+
+def _cache_warnings(record):
+    return [str(w.message) for w in record if "hybridad cache" in str(w.message)]
+
+
+# -- damaged entries: discarded with a warning, rebuilt; a later process survives ---------
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    """A cache holding SRC and numba's index and data of ``f`` (one earlier process)."""
+    path = tmp_path_factory.mktemp("warm") / "cache"
+    assert _run(LOAD, path, SRC)[0] == ["7.0", "0"]
+    return path
+
+
+def _damage(path, how):
+    data = path.read_bytes()
+    if how == "truncate":
+        path.write_bytes(data[:len(data) // 2])
+    elif how == "flip":
+        flipped = bytearray(data)
+        for i in range(len(data) // 3, len(data), max(1, len(data) // 7)):
+            flipped[i] ^= 0xA5
+        path.write_bytes(bytes(flipped))
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "non_utf8":
+        path.write_bytes(b"\xff\xfe\x80" + data)
+    elif how == "shared":  # writable by others: not trusted
+        os.chmod(path, 0o666)
+    elif how == "unreadable":
+        os.chmod(path, 0)
+
+
+DAMAGES = ["truncate", "flip", "empty", "shared",
+           pytest.param("unreadable", marks=pytest.mark.skipif(ROOT, reason="root reads all"))]
+CASES = [("py", "non_utf8")] + [
+    pytest.param(kind, *how.values, marks=how.marks) if hasattr(how, "values") else (kind, how)
+    for kind in ("py", "nbi", "nbc") for how in DAMAGES]
+
+
+@pytest.mark.parametrize(("kind", "how"), CASES)
+def test_damaged_entry_is_discarded_and_rebuilt(warm, tmp_path, kind, how):
+    path = tmp_path / "cache"
+    shutil.copytree(warm, path)  # modes and mtimes kept (numba's source stamp)
+    targets = list(path.rglob(f"*.{kind}"))
+    assert targets
+    for target in targets:
+        _damage(target, how)
+    out, err = _run(LOAD, path, SRC)
+    assert out[0] == "7.0"
+    assert "hybridad cache: discarded" in err, err
+    # rebuilt: verified files, which the next process uses without a warning
+    (py,) = path.glob("*.py")
+    assert py.read_bytes() == SRC.encode()
+    for name in (path / "__pycache__").iterdir():
+        cache._VerifiedCacheFile._read(str(name))
+    if how == "flip":
+        out, err = _run(LOAD, path, SRC)
+        assert out == ["7.0", "1"] and "hybridad cache" not in err
+
+
+PLAN = """
+import sys, warnings
+import numpy as np
+import hybridad as ha
+warnings.simplefilter("always")
+res = ha.gradient(lambda x: np.sum(np.exp(x) * x), np.linspace(0.0, 1.0, 5))
+print(float(res.value), float(res.gradient[2]))
+"""
+
+
+def test_later_process_survives_a_garbage_plan_cache(tmp_path):
+    path = tmp_path / "cache"
+    first, err = _run(PLAN, path)
+    assert "hybridad cache" not in err
+    files = [f for f in path.rglob("*") if f.is_file()]
+    assert {f.suffix for f in files} == {".py", ".nbi", ".nbc"}
+    for f in files:
+        f.write_bytes(os.urandom(64))
+    again, err = _run(PLAN, path)
+    assert again == first and "hybridad cache: discarded" in err
+
+
+# -- only verified content runs ----------------------------------------------------------
+def test_planted_bytecode_never_runs(cache_env):
+    src = f"X = 1\n\n\ndef f():\n    return X\n# {uuid.uuid4().hex}\n"
+    modname = "hybridad_" + cache.source_hash(src)
+    cache_env.mkdir(mode=0o700)
+    py = cache_env / f"{modname}.py"
+    py.write_text(src)
+    os.chmod(py, 0o600)
+    # bytecode whose header matches the verified .py, but which says X = 666
+    planted = compile(src.replace("X = 1", "X = 666"), str(py), "exec")
+    st = os.stat(py)
+    pyc = importlib.util.cache_from_source(str(py))
+    os.makedirs(os.path.dirname(pyc), exist_ok=True)
+    with open(pyc, "wb") as fh:
+        fh.write(_code_to_timestamp_pyc(planted, st.st_mtime, st.st_size))
+    assert cache.load_function(src, "f")() == 1
+
+
+# -- the directory: private or not used; no fallback -----------------------------------------
+def test_cache_dir_is_created_private(cache_env):
+    old = os.umask(0o022)
+    try:
+        f = cache.load_function(SRC + f"# {uuid.uuid4().hex}\n", "f")
+    finally:
+        os.umask(old)
+    assert f(2.0) == 7.0
+    assert cache_env.stat().st_mode & 0o777 == 0o700
+    assert all(p.stat().st_mode & 0o077 == 0 for p in cache_env.glob("*.py"))
+
+
+def _foreign(path):
+    path.mkdir()
+    os.chown(path, 65534, 65534)
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: p.mkdir(mode=0o777) or os.chmod(p, 0o777),
+    lambda p: p.mkdir() or os.chmod(p, 0o770),
+    pytest.param(_foreign, marks=pytest.mark.skipif(not ROOT, reason="needs chown")),
+], ids=["world-writable", "group-writable", "other-owner"])
+def test_shared_or_foreign_dir_is_refused_with_one_warning(cache_env, make):
+    make(cache_env)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for k in range(2):
+            src = SRC.replace("3.0", f"{k + 3}.0") + f"# {uuid.uuid4().hex}\n"
+            assert cache.load_function(src, "f")(2.0) == 2.0 * (k + 3) + 1.0
+    assert len(_cache_warnings(record)) == 1
+    assert list(cache_env.iterdir()) == []  # compiled in memory, nothing written
+
+
+def test_unusable_dir_falls_back_to_nothing_shared(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("HYBRIDAD_CACHE_DIR", str(blocker / "cache"))
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    monkeypatch.setenv("TMPDIR", str(shared))
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        assert cache.load_function(SRC + f"# {uuid.uuid4().hex}\n", "f")(1.0) == 4.0
+    assert len(_cache_warnings(record)) == 1
+    assert list(shared.iterdir()) == []
+
+
+def test_cli_cache_info_and_clear(cache_env, capsys):
+    cache.load_function(f"X = 1\n# {uuid.uuid4().hex}\n", "X")
+    assert main(["cache", "--info"]) == 0
+    text = capsys.readouterr().out
+    assert str(cache_env) in text and "1 generated modules" in text
+    keep = cache_env / "mine.txt"
+    keep.write_text("not hybridad's")
+    assert main(["cache", "--clear"]) == 0
+    assert [p.name for p in cache_env.iterdir()] == ["mine.txt"]
+
+
+# -- compiled code is shared by content: rebuilding a plan does not leak ----------------------
+def _rss():
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_rebuilding_a_plan_reuses_its_machine_code(cache_env):
+    x = np.linspace(0.0, 1.0, 3)
+
+    def build():
+        return ha.compile(lambda x: np.sum(x * x + 1.0), x)
+
+    a, b = build(), build()
+    assert a._program.parts[0] is b._program.parts[0]  # one dispatcher
+    for _ in range(50):
+        build()
+    n, before = 600, _rss()
+    for _ in range(n):
+        build()
+    per_rebuild = (_rss() - before) / n
+    assert per_rebuild < 8 * 1024, per_rebuild  # was ~46 KiB: a dispatcher each
