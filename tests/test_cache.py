@@ -227,3 +227,27 @@ def test_rebuilding_a_plan_reuses_its_machine_code(cache_env):
         build()
     per_rebuild = (_rss() - before) / n
     assert per_rebuild < 8 * 1024, per_rebuild  # was ~46 KiB: a dispatcher each
+
+
+@pytest.mark.slow
+def test_soak_rss_flat_over_rebuilds_and_calls(cache_env):
+    """10^4 plan rebuilds (a lambda made in a loop: each one a new plan) and
+    10^5 calls: RSS grows by a bounded amount per rebuild and not at all per
+    call (bounded: ~30 s)."""
+    x = np.linspace(0.0, 1.0, 8)
+    res = ha.GradientResult(x)
+    for _ in range(100):  # warm-up: caches, allocator pools
+        ha.gradient(lambda x: np.sum(np.tanh(x) * x), x, out=res)
+    before = _rss()
+    n = 10_000
+    for _ in range(n):
+        ha.gradient(lambda x: np.sum(np.tanh(x) * x), x, out=res)
+    per_rebuild = (_rss() - before) / n
+    assert per_rebuild < 4 * 1024, f"{per_rebuild:.0f} B of RSS per rebuild"
+    plan = ha.compile(lambda x: np.sum(np.tanh(x) * x), x)
+    for _ in range(1000):
+        plan.gradient(x, out=res)
+    before = _rss()
+    for _ in range(100_000):
+        plan.gradient(x, out=res)
+    assert _rss() - before < 256 * 1024, f"{_rss() - before} B of RSS over 10^5 calls"
