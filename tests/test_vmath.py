@@ -89,4 +89,5 @@ def test_kernels_use_the_vectorizable_forms():
     src = ha.compile(f, x)._program.source
     assert "_vm_exp(" in src and "_vm_tanh(" in src and "np.log1p(" in src
     src32 = ha.compile(f, x.astype(np.float32))._program.source
-    assert "_vm_" not in src32.split("def plan_fn")[1]
+    body32 = src32.split("def plan_fn")[1]
+    assert not any(f"_vm_{u}(" in body32 for u in ("exp", "expm1", "log", "tanh"))
