@@ -229,7 +229,7 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
-    ok, why = __import__("hybridad.backends.cupy_backend", fromlist=["x"]).cupy_available()
+    ok, why = __import__("hybridad.backends.cuda.program", fromlist=["x"]).cupy_available()
     if not ok:
         print(f"bench_gpu needs cupy and a GPU: {why}")
         return 1

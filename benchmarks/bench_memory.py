@@ -19,7 +19,7 @@ Rows (implementations), each the value and the whole gradient:
 * ``hybridad`` -- ``plan = ha.compile(f, *args, argnums=...)``,
   ``res = ha.GradientResult(x)`` (for the MLP a tuple of the six parameters),
   ``plan.gradient(*args, out=res)``;
-* ``hybridad pack=False`` -- the same with ``hybridad.plan.Plan(f, args, argnums,
+* ``hybridad pack=False`` -- the same with ``hybridad.plans.plan.Plan(f, args, argnums,
   pack=False)``: one workspace slot per buffer, no sharing (for comparison);
 * ``numpy (hand)`` -- a hand-written gradient as people write it (allocating).
   Dense chain (:func:`dense_chain_numpy`): the forward pass keeps a running sum
@@ -260,7 +260,7 @@ def run_child(workload, impl, quick, warm):
 def plan_memory(workload, quick):
     """Plan figures of the hybridad rows, each plan checked against the hand gradient."""
     import hybridad as ha
-    from hybridad.plan import Plan
+    from hybridad.plans.plan import Plan
 
     f, args, argnums, hand = make_workload(workload, quick)
     want_value, want_grads = hand(*args)

@@ -11,12 +11,12 @@ Pipeline (one module per stage): :mod:`.trace` -> :mod:`.ir` ->
 :mod:`.autodiff` -> :mod:`.memory` -> :mod:`.backends` -> :mod:`.results`.
 """
 
-from . import numpy_api as _numpy_api  # noqa: F401  (the numpy surface: methods on tracers)
+from .frontend import numpy_api as _numpy_api  # noqa: F401  (the numpy surface: methods on tracers)
 from . import optim
 from .api import clear_cache, compile, gradient, hessian, hvp, jacobian
 from .errors import MemoryBudgetError, RetraceWarning, StalePlanError, TracingError
-from .plan import Plan
-from .scalar_functions import ElementwiseError, elementwise
+from .plans.plan import Plan
+from .frontend.scalar_functions import ElementwiseError, elementwise
 from .results import (BatchGradientResult, DiffResult, GradientResult, HessianResult, HvpResult,
                       JacobianResult)
 

@@ -145,7 +145,7 @@ def cache_command(clear=False):
     int
         The exit status.
     """
-    from .backends import cache
+    from .backends.numba import cache
 
     if clear:
         try:

@@ -1,4 +1,4 @@
-"""Per-thread build switches: set by :class:`hybridad.plan.Plan` around the
+"""Per-thread build switches: set by :class:`hybridad.plans.plan.Plan` around the
 stages that build a plan, read by the stage they steer (``serial_loops`` by
 the loop writer, ``recompute_partials`` by the region VJP)."""
 

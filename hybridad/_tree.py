@@ -13,7 +13,7 @@ import numbers
 import numpy as np
 
 from ._xp import is_array
-from .trace import Tracer, check_dtype, refuse_subclass
+from .frontend.trace import Tracer, check_dtype, refuse_subclass
 
 __all__ = ["LEAF", "flatten", "unflatten"]
 
@@ -143,7 +143,7 @@ def as_array_tree(obj, name):
 
 def plain_leaf(leaf, name):
     """An array argument as hybridad traces it: an ndarray (a view of a memmap or
-    another plain-data subclass, :func:`hybridad.trace.plain_subclass`).  Other
+    another plain-data subclass, :func:`hybridad.frontend.trace.plain_subclass`).  Other
     ndarray subclasses and dtypes hybridad does not trace raise a TypeError
     naming the argument."""
     refuse_subclass(leaf, f"argument {name}")

@@ -54,10 +54,10 @@ def _name(f):
 def rows():
     """``(section, name, derivative kind, backends)`` of every supported
     numpy function, ufunc method and ndarray method."""
-    from . import numpy_api  # noqa: F401  (fills HANDLED)
-    from .numpy_api import HANDLED, UFUNC_OPS, _UFUNC_ALIASES
+    from .frontend import numpy_api  # noqa: F401  (fills HANDLED)
+    from .frontend.numpy_api import HANDLED, UFUNC_OPS, _UFUNC_ALIASES
     from .ops import REGISTRY
-    from .trace import Tracer
+    from .frontend.trace import Tracer
 
     both = "numpy, numba"
     out = []
@@ -79,7 +79,7 @@ def rows():
             names.setdefault(_name(f), f)
     for name in sorted(names):
         out.append(("functions", name, _LAPACK.get(name, "composite of primitives"), both))
-    from .numpy_methods import REFUSED
+    from .frontend.numpy_methods import REFUSED
 
     methods = sorted(m for m, v in vars(Tracer).items()
                      if not m.startswith("_") and m not in _NOT_METHODS | REFUSED and

@@ -67,7 +67,7 @@ class UpdateRule:
 
 
 def _iadd(acc, x):
-    from .trace import bind
+    from .frontend.trace import bind
 
     return bind("iadd", acc, x)
 

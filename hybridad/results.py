@@ -248,7 +248,7 @@ class JacobianResult(DiffResult):
 
 class BatchGradientResult(DiffResult):
     """Preallocated values and gradients of a scalar function at ``B`` points
-    (what :meth:`hybridad.plan.Plan.gradient_batch` fills).
+    (what :meth:`hybridad.plans.plan.Plan.gradient_batch` fills).
 
     Parameters
     ----------

@@ -1,7 +1,7 @@
 """Running generated CUDA on the CPU, for tests on machines without a GPU.
 
 Every region kernel's per-element function is ``__host__ __device__``
-(:mod:`hybridad.backends.cuda`), so nvcc can build the very source a GPU would
+(:mod:`hybridad.backends.cuda.source`), so nvcc can build the very source a GPU would
 run into a host program or shared library -- device code for sm_90 is
 compiled too, so it is compile-checked at the same time.
 """
@@ -13,8 +13,8 @@ import shutil
 import subprocess
 import tempfile
 
-from hybridad.backends.cuda import PREAMBLE
-from hybridad.backends.cupy_backend import Launcher
+from hybridad.backends.cuda.source import PREAMBLE
+from hybridad.backends.cuda.program import Launcher
 
 NVCC = shutil.which("nvcc")
 NVCC_FLAGS = ["-arch=sm_90", "-std=c++17", "-O1", "-w"]
@@ -47,7 +47,7 @@ class HostLauncher(Launcher):
 
     def __init__(self, directory=None):
         if directory is None:  # libraries keyed by their source's hash: reused across runs
-            from hybridad.backends.cache import cache_dir
+            from hybridad.backends.numba.cache import cache_dir
 
             directory = os.path.join(cache_dir(), "cuda-host")
             os.makedirs(directory, exist_ok=True)

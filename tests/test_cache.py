@@ -1,4 +1,4 @@
-"""The disk cache (hybridad.backends.cache): private, verified before anything
+"""The disk cache (hybridad.backends.numba.cache): private, verified before anything
 in it runs, rebuilt when damaged; compiled code shared by content (no leak)."""
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import pytest
 
 import hybridad as ha
 from hybridad.__main__ import main
-from hybridad.backends import cache
+from hybridad.backends.numba import cache
 
 ROOT = os.geteuid() == 0
 SRC = "from numba import njit\n\n\n@njit(cache=True)\ndef f(x):\n    return x * 3.0 + 1.0\n"
 LOAD = """
 import sys, warnings
 warnings.simplefilter("always")
-from hybridad.backends import cache
+from hybridad.backends.numba import cache
 f = cache.load_function(sys.argv[1], "f")
 print(f(2.0), sum(f.stats.cache_hits.values()))
 """

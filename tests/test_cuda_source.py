@@ -16,9 +16,9 @@ from conftest import rand
 from cuda_host import NVCC, kernel_codes, nvcc_build
 
 import hybridad as ha
-from hybridad.backends.cuda import PREAMBLE, region_kernel
+from hybridad.backends.cuda.source import PREAMBLE, region_kernel
 from hybridad.ops import REGISTRY
-from hybridad.partition import find_regions
+from hybridad.transforms.partition import find_regions
 
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed: the generated "
                                 "CUDA source is not compile-checked on this machine")

@@ -16,7 +16,7 @@ from cuda_host import NVCC, HostLauncher
 from test_coverage import CASES
 
 import hybridad as ha
-from hybridad.backends import cupy_backend
+from hybridad.backends.cuda import program as cupy_backend
 from hybridad.testing import assert_no_alloc
 
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed: the cupy "

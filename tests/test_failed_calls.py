@@ -21,7 +21,7 @@ import hybridad as ha
 from hybridad import optim
 from hybridad.ops import REGISTRY, Op
 from hybridad.testing import assert_no_alloc
-from hybridad.trace import Tracer, bind
+from hybridad.frontend.trace import Tracer, bind
 
 SENTINEL = 7.25
 LinAlgError = np.linalg.LinAlgError
@@ -242,7 +242,7 @@ def test_chunk_program_failures_cupy_program_on_the_host(fragile, monkeypatch):
     cuda_host = pytest.importorskip("cuda_host")
     if cuda_host.NVCC is None:
         pytest.skip("nvcc is not installed")
-    from hybridad.backends import cupy_backend
+    from hybridad.backends.cuda import program as cupy_backend
 
     monkeypatch.setattr(cupy_backend, "device", lambda: (np, cuda_host.HostLauncher()))
     _staged_calls(fragile, "cupy")

@@ -10,7 +10,7 @@ from test_coverage import CASES
 from test_cupy_program import FUNCTIONS, exp_sum, mlp, rosen, vec
 
 import hybridad as ha
-from hybridad.backends.cupy_backend import cupy_available
+from hybridad.backends.cuda.program import cupy_available
 
 _OK, _WHY = cupy_available()
 pytestmark = pytest.mark.skipif(not _OK, reason=f"GPU tests need cupy and a CUDA GPU: {_WHY}")

@@ -24,8 +24,8 @@ import scipy.linalg.lapack as scipy_lapack
 from conftest import BACKENDS
 
 import hybridad as ha
-from hybridad.backends.lapack import LAPACK_OPS
-from hybridad.numpy_api import HANDLED
+from hybridad.backends.numba.lapack import LAPACK_OPS
+from hybridad.frontend.numpy_api import HANDLED
 from hybridad.ops import REGISTRY
 from hybridad.testing import numerical_gradient
 

@@ -6,7 +6,7 @@ from conftest import rand
 from test_coverage import CASES
 
 import hybridad as ha
-from hybridad.plan import Plan
+from hybridad.plans.plan import Plan
 from hybridad.testing import assert_no_alloc, numerical_gradient
 
 
@@ -112,7 +112,7 @@ def test_hvp_plans_survive_poison(backend):
 def test_poison_catches_a_slot_shared_too_early(monkeypatch):
     # a planner that ends every lifetime at its first step must be caught:
     # reads after a slot's recorded end see NaN
-    from hybridad import memory
+    from hybridad.transforms import memory
 
     real = memory.plan_memory
 
@@ -121,7 +121,7 @@ def test_poison_catches_a_slot_shared_too_early(monkeypatch):
         plan.lifetimes = {k: (a, a) for k, (a, b) in plan.lifetimes.items()}
         return plan
 
-    monkeypatch.setattr("hybridad.plan.plan_memory", short_lived)
+    monkeypatch.setattr("hybridad.plans.plan.plan_memory", short_lived)
     x = rand((4, 5), seed=10)
     res = _run(Plan(lambda x: np.sum(np.tanh(x @ x.T) * x[:, :1]), (x,), backend="numpy",
                     poison=True), (x,), 0)

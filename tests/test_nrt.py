@@ -1,7 +1,7 @@
 """numba's own runtime allocations per call (NUMBA_NRT_STATS), which the numpy
 counter cannot see.  No array reaches the compiled plan as an array (arenas by
 address, the caller's arrays and captured constants by object, see
-hybridad.backends.rt), so a call makes none -- also through ha.gradient and on
+hybridad.backends.numba.rt), so a call makes none -- also through ha.gradient and on
 the general path that stages a non-contiguous argument.  With the fallback
 that passes arrays (rt.ABI is None) the count is one per array argument."""
 

@@ -1,4 +1,4 @@
-"""The compiled plan reads the caller's arrays by object (hybridad.backends.rt):
+"""The compiled plan reads the caller's arrays by object (hybridad.backends.numba.rt):
 every argument it does not take as it is -- another layout, dtype, byte order,
 alignment, a subclass, a read-only or reshaped result buffer, overlaps -- is
 rejected before any write and then staged or reported by the general path."""
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
-from hybridad.backends import rt
+from hybridad.backends.numba import rt
 
 
 def f(x, A):

@@ -6,8 +6,8 @@ import pytest
 from conftest import rand
 
 import hybridad as ha
-from hybridad.backends.numba_kernels import compile_region_kernel
-from hybridad.partition import find_regions
+from hybridad.backends.numba.kernels import compile_region_kernel
+from hybridad.transforms.partition import find_regions
 
 
 def forward_regions(f, *args):
@@ -138,7 +138,7 @@ def test_numba_plan_calls_blas_for_every_2d_matmul():
 def test_large_regions_run_as_prange_and_agree_with_numpy(monkeypatch):
     # regions at or above PARALLEL_MIN iterations become prange loops (a full
     # sum as a parallel reduction); lowered here so a small case exercises it
-    from hybridad.backends import loops
+    from hybridad.backends.numba import loops
     from hybridad.testing import assert_no_alloc
 
     monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
@@ -174,7 +174,7 @@ def test_large_regions_run_as_prange_and_agree_with_numpy(monkeypatch):
 ], ids=["scaled-in-gradient-buffer-1d", "scaled-in-gradient-buffer-2d",
         "broadcast-adjoint-mean", "matmul-max"])
 def test_prange_plans_agree_with_numpy_on_every_output(monkeypatch, f, shape):
-    from hybridad.backends import loops
+    from hybridad.backends.numba import loops
 
     monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
     x, c = rand(shape, seed=43), rand(shape[-1:], seed=44)
@@ -264,7 +264,7 @@ def test_repeated_blocks_compile_once_as_shared_kernels():
 def test_shared_prange_kernels_keep_their_stores(monkeypatch):
     # a parallel kernel writes buffers it receives as addresses: numba's parfor
     # pass must not take the views for dead locals (see rt.view_at)
-    from hybridad.backends import loops
+    from hybridad.backends.numba import loops
 
     monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
     C = [rand((50, 3), seed=80 + k) for k in range(3)]
@@ -283,7 +283,7 @@ def test_shared_prange_kernels_keep_their_stores(monkeypatch):
 
 
 def test_kernel_outlining_renames_consistently_and_keeps_plan_variables():
-    from hybridad.backends.numba_backend import _drop_unused_views, _Kernels
+    from hybridad.backends.numba.program import _drop_unused_views, _Kernels
 
     chunks = {
         "a": ["for i0 in range(5):", "    v7 = (b3[i0] * a0[i0])", "    b9[i0] = v7"],
@@ -366,7 +366,7 @@ def test_stencil_slices_are_views_and_their_adjoints_add_in_one_loop():
 def test_large_stencil_splits_its_adjoint_loop_per_slice(monkeypatch):
     # two slices of x add into the gradient from different iterations: one
     # prange loop per slice (race-free), not one racing loop
-    from hybridad.backends import loops
+    from hybridad.backends.numba import loops
 
     monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
     x = rand((300,), seed=5)
@@ -411,7 +411,7 @@ def test_strided_slices_read_by_other_ops_are_copied():
 
 
 def test_parallel_false_plans_have_no_prange_and_agree(monkeypatch):
-    from hybridad.backends import loops
+    from hybridad.backends.numba import loops
 
     monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
     x = rand((300,), seed=9)
@@ -438,8 +438,8 @@ def test_multithreaded_plans_with_blas_run_it_single_threaded(monkeypatch):
     # a multithreaded plan that calls BLAS runs it on one thread, then restores it
     from threadpoolctl import ThreadpoolController
 
-    from hybridad.backends import loops
-    from hybridad.backends.threads import SingleThreadedBlas
+    from hybridad.backends.numba import loops
+    from hybridad.backends.numba.threads import SingleThreadedBlas
 
     monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
     blas = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]

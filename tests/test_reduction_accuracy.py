@@ -434,11 +434,11 @@ def _nvcc():
 def test_cuda_sums_on_the_host(name, dtype, monkeypatch):
     """The cupy backend's sums (a fused region's reduction over its scratch,
     a sum node over a view) by the generated kernels of
-    :mod:`hybridad.backends.cuda_reduce`, compiled by nvcc and run on the
+    :mod:`hybridad.backends.cuda.reduce`, compiled by nvcc and run on the
     CPU: the GPU's arithmetic, as accurate as the CPU backends."""
     from cuda_host import HostLauncher
 
-    from hybridad.backends import cupy_backend
+    from hybridad.backends.cuda import program as cupy_backend
 
     launcher = HostLauncher()
     monkeypatch.setattr(cupy_backend, "device", lambda: (np, launcher))
@@ -462,8 +462,8 @@ def _accumulating_numpy_functions():
     """Names of the coverage list's functions and ufunc methods whose traced
     graph (on a vector, a matrix, or two of them) holds a sum or a product."""
     from hybridad.coverage import rows
-    from hybridad.numpy_api import HANDLED
-    from hybridad.trace import Trace
+    from hybridad.frontend.numpy_api import HANDLED
+    from hybridad.frontend.trace import Trace
 
     by_name = {}
     for f in HANDLED:

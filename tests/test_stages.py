@@ -1,17 +1,17 @@
 """Each pipeline stage on its own, on small hand-built graphs.
 
 In the spirit of tinygrad's ``test_memory_planner.py`` and JAX's
-``check_jaxpr``: graphs are built with :class:`hybridad.trace.Trace` and
-:func:`hybridad.trace.bind` (never through ``hybridad.gradient``), then one
+``check_jaxpr``: graphs are built with :class:`hybridad.frontend.trace.Trace` and
+:func:`hybridad.frontend.trace.bind` (never through ``hybridad.gradient``), then one
 stage runs and its output is checked against what its rules promise:
 
-* autodiff (:func:`hybridad.autodiff.backward`): the backward nodes it
+* autodiff (:func:`hybridad.transforms.autodiff.backward`): the backward nodes it
   appends, activity analysis, and the value of the gradient (a tiny numpy
   evaluator of the IR, against central finite differences);
-* partition (:func:`hybridad.partition.find_regions`, ``fuse_regions``,
+* partition (:func:`hybridad.transforms.partition.find_regions`, ``fuse_regions``,
   ``fold_accumulations``): which nodes form a region, single-output,
   convexity and maximality over random DAGs, fused graphs computing the same;
-* memory (:func:`hybridad.memory.plan_memory`): exact lifetimes, slot
+* memory (:func:`hybridad.transforms.memory.plan_memory`): exact lifetimes, slot
   sharing, no overlap of live slots over random graphs, alignment, bounds,
   and the numpy reference program run over the packed (poisoned) arena.
 
@@ -21,13 +21,13 @@ Nothing here compiles with numba.
 import numpy as np
 import pytest
 
-from hybridad.autodiff import active_nodes, backward
-from hybridad.backends.numpy_backend import compile_program
-from hybridad.ir import Graph, check
-from hybridad.memory import ALIGN, plan_memory
+from hybridad.transforms.autodiff import active_nodes, backward
+from hybridad.backends.numpy.program import compile_program
+from hybridad.ir.graph import Graph, check
+from hybridad.transforms.memory import ALIGN, plan_memory
 from hybridad.ops import REGISTRY, storage_root
-from hybridad.partition import FUSABLE_REDUCTIONS, find_regions, fold_accumulations, fuse_regions
-from hybridad.trace import Trace, bind
+from hybridad.transforms.partition import FUSABLE_REDUCTIONS, find_regions, fold_accumulations, fuse_regions
+from hybridad.frontend.trace import Trace, bind
 
 F64 = np.dtype(np.float64)
 

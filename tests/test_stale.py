@@ -1,4 +1,4 @@
-"""A result is always that of f as it is at call time (hybridad.guards).
+"""A result is always that of f as it is at call time (hybridad.frontend.guards).
 
 What f reads besides its arguments -- globals, closure cells, ``self``'s
 attributes, items of captured lists and dicts, attributes of the objects

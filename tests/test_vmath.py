@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from hybridad.backends import vmath
+from hybridad.backends.numba import vmath
 
 
 def _loop(fn):

@@ -23,7 +23,7 @@ import re
 import numpy as np
 
 from ..ops import REGISTRY
-from .vmath import HELPERS, VECTOR_UFUNCS
+from .numba.vmath import HELPERS, VECTOR_UFUNCS
 
 #: generated code calls ``vmath``'s functions under these names (``_vm_exp``)
 VECTOR_PREFIX = "_vm_"
@@ -102,7 +102,7 @@ def apply_ufunc(ufunc, args):
     out_dtype = ufunc.resolve_dtypes(tuple(a.dtype for a in args) + (None,) * ufunc.nout)[-1]
     consts = args[0].consts
     if _cuda(consts):
-        from .cuda import cuda_apply
+        from .cuda.source import cuda_apply
 
         return Sym(cuda_apply(name, [a.code for a in args], out_dtype), out_dtype, consts)
     if name in _INFIX:
@@ -146,12 +146,12 @@ def _vmath_names():
 def vector_imports():
     """The import line giving generated source the vectorizable functions."""
     names = ", ".join(f"{fn} as {VECTOR_PREFIX}{uf}" for uf, fn in _vmath_names().items())
-    return f"from hybridad.backends.vmath import {names}"
+    return f"from hybridad.backends.numba.vmath import {names}"
 
 
 def vector_namespace():
     """name -> function, for source exec'd without imports."""
-    from . import vmath
+    from .numba import vmath
 
     return {f"{VECTOR_PREFIX}{uf}": getattr(vmath, fn) for uf, fn in _vmath_names().items()}
 
@@ -187,7 +187,7 @@ class Constants:
         """Module-level source lines binding the kernels generated code calls."""
         if not self.kernels:
             return []
-        return ["from hybridad.scalar_functions import kernel as _hd_kernel"] + \
+        return ["from hybridad.frontend.scalar_functions import kernel as _hd_kernel"] + \
             [k.header_line() for k in self.kernels.values()]
 
     def kernel_namespace(self):
@@ -227,7 +227,7 @@ def _op_code(node, args, consts):
         a, b = args
         return Sym(safe_product(a.code, b.code, node.dtype, consts), node.dtype, consts)
     if node.op == "cast" and _cuda(consts):
-        from .cuda import ctype
+        from .cuda.source import ctype
 
         return Sym(f"(({ctype(node.dtype)})({args[0].code}))", node.dtype, consts)
     if node.op == "cast":

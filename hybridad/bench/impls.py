@@ -111,7 +111,7 @@ def _ha_pair(res):
 def prepare_hybridad(problem, backend="numba", pack=True, label="hybridad"):
     """``ha.compile`` (or ``Plan(..., pack=False)``) + ``GradientResult`` + ``plan.gradient``."""
     import hybridad as ha
-    from hybridad.plan import Plan
+    from hybridad.plans.plan import Plan
 
     f, args, argnums = problem.f, problem.args, problem.argnums
 

@@ -11,7 +11,7 @@ An :class:`Op` carries, side by side:
   over any graph, the backward pass included (forward-over-reverse Hessians);
 * ``batch`` -- how the op applies when some operands carry a leading batch
   axis (a chunk of tangents or cotangents), emitted as IR (see
-  :mod:`hybridad.batching`);
+  :mod:`hybridad.transforms.batching`);
 * for elementwise ops, ``ufunc`` and symbolic ``partials`` (one expression per
   operand in terms of the operands and the result ``ans``), from which the
   VJP is derived -- and from which later backends render dual-number kernels;
@@ -29,9 +29,9 @@ An :class:`Op` carries, side by side:
 * ``raises`` -- whether ``run`` can fail on operands of valid shape and dtype
   (LAPACK: a singular or not positive definite matrix, no convergence).  A
   call that fails writes nothing: the plans order every write into a caller's
-  buffer after the last such op (:func:`hybridad.memory.plan_memory`,
+  buffer after the last such op (:func:`hybridad.transforms.memory.plan_memory`,
   :func:`hybridad.optim.schedule_updates`, the staged programs of
-  :mod:`hybridad.higher`).
+  :mod:`hybridad.plans.higher`).
 
 Adding an op touches one file in this package; tests pick it up from
 :data:`REGISTRY`.

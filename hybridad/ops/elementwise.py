@@ -42,7 +42,7 @@ def _lit(value, like):
 
 def _abstract_for(ufunc):
     def abstract(*args):
-        from ..trace import loop_dtypes
+        from ..frontend.trace import loop_dtypes
 
         shape = np.broadcast_shapes(*(a.shape for a in args))
         return shape, loop_dtypes(ufunc, args)[-1]
@@ -94,7 +94,7 @@ def chain_product(a, b):
     """``a * b`` for the chain rule, on tracers: ``0`` wherever either factor is
     ``0``, even against ``inf`` or ``nan`` (op ``safe_multiply``).  A factor that
     is a number (a rule's constant: finite, nonzero) multiplies plainly."""
-    from ..trace import Tracer, bind
+    from ..frontend.trace import Tracer, bind
 
     if not (isinstance(a, Tracer) and isinstance(b, Tracer)):
         return a * b

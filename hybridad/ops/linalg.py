@@ -3,7 +3,7 @@
 Operands are stacks of square float64 matrices, exactly 3-D ``(batch, n, n)``
 (the numpy surface reshapes ``(..., n, n)`` operands, broadcasts batches and
 computes float32 in float64, as numpy.linalg does).  The reference ``run`` of
-each is a LAPACK kernel of :mod:`hybridad.backends.lapack` writing into the
+each is a LAPACK kernel of :mod:`hybridad.backends.numba.lapack` writing into the
 preallocated result with a preallocated ``work`` slot; the numba backend
 calls the same kernels.  Each makes numpy's LAPACK call (routine, ``uplo``,
 ``jobz``), so values, signs and conventions are numpy's.
@@ -29,7 +29,7 @@ from . import Op, register
 
 
 def _kernel(name):
-    from ..backends import lapack
+    from ..backends.numba import lapack
 
     return getattr(lapack, name), lapack
 
@@ -39,7 +39,7 @@ def _mT(x):
 
 
 def _bind(name, *args, **attrs):
-    from ..trace import bind
+    from ..frontend.trace import bind
 
     return bind(name, *args, **attrs)
 
@@ -50,7 +50,7 @@ def _inv_T(a):
 
 def _work(name):
     def size(a, b=None, **attrs):
-        from ..backends.lapack import work_size
+        from ..backends.numba.lapack import work_size
 
         return work_size(name, a.shape[-1], 0 if b is None else b.shape[-1])
 

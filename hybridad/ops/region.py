@@ -1,4 +1,4 @@
-"""The fused-region primitives made by :mod:`hybridad.partition`.
+"""The fused-region primitives made by :mod:`hybridad.transforms.partition`.
 
 * ``region`` -- a group of elementwise ops (plus an optional fused reduction)
   evaluated in one kernel.  ``attrs['body']`` is the :class:`Region`;
@@ -12,7 +12,7 @@
 * ``region_acc`` -- an elementwise region (either mode) whose result is
   *added into* an adjoint instead of stored: ``acc[index] += region(...)``,
   in place (operands: ``acc``, the region's operands).  Made by
-  :func:`hybridad.partition.fold_accumulations` from a region whose only
+  :func:`hybridad.transforms.partition.fold_accumulations` from a region whose only
   user was ``iadd`` / ``scatter_add`` / ``scatter``; the last starts from
   ``zeros``.  No temporary, no second pass over it.
 
@@ -82,7 +82,7 @@ def _cotangent_on_loop(g, body):
 
 
 def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
-    from ..trace import Tracer, bind
+    from ..frontend.trace import Tracer, bind
 
     assert mode == "value", "vjp-mode regions are not differentiated again"
     *inputs, ans = operands

@@ -38,19 +38,19 @@ def _grad_to_input_shape(g, node):
 
 
 def _bind(*args, **attrs):
-    from ..trace import bind
+    from ..frontend.trace import bind
 
     return bind(*args, **attrs)
 
 
 def _lift(t, rank):
-    from ..batching import lift
+    from ..transforms.batching import lift
 
     return lift(t, rank)
 
 
 def _expand(x, k):
-    from ..batching import expand
+    from ..transforms.batching import expand
 
     return expand(x, k)
 
@@ -173,7 +173,7 @@ register(Op("min", "reduce", _reduce_abstract, run=_reducer(np.minimum), vjp=_ex
 
 def _prod_vjp(g, node, active, x, ans, axis, keepdims):
     # Exact with zeros: d prod / d x_i = prod_{j<i} x_j * prod_{j>i} x_j.
-    from ..trace import bind
+    from ..frontend.trace import bind
 
     (ax,) = axis
     left = bind("cumprod_exclusive", x, axis=ax, reverse=False)
@@ -230,7 +230,7 @@ def _cumprod_exclusive_vjp(g, node, active, x, ans, axis, reverse):
     # cotangent of x_i is E_i R_i with R_i = g_{i+1} + x_{i+1} R_{i+1} -- the
     # reverse scan of cumprod_adjoint on g moved one place back.  Exact with
     # zeros.  reverse=True is the same along the flipped axis.
-    from ..trace import bind
+    from ..frontend.trace import bind
 
     if reverse:
         (back,) = _cumprod_exclusive_vjp(_flip(g, axis), None, active, _flip(x, axis),
@@ -277,7 +277,7 @@ def _cumsum_run(out, x, axis, reverse):
 
 
 def _cumsum_vjp(g, node, active, x, ans, axis, reverse):
-    from ..trace import bind
+    from ..frontend.trace import bind
 
     return (bind("cumsum", g, axis=axis, reverse=not reverse),)
 
@@ -296,7 +296,7 @@ def _cumprod_vjp(g, node, active, x, ans, axis):
     # d y_i / d x_j = prod_{k <= i, k != j} x_k (j <= i), so the cotangent of
     # x_j is prod_{k < j} x_k * S_j with S_j = g_j + x_{j+1} S_{j+1}: exact
     # with zeros, no division.
-    from ..trace import bind
+    from ..frontend.trace import bind
 
     left = bind("cumprod_exclusive", x, axis=axis, reverse=False)
     return (left * bind("cumprod_adjoint", g, x, axis=axis),)
@@ -327,7 +327,7 @@ def _cumprod_adjoint_vjp(gs, node, active, g, x, ans, axis):
     # the forward scan T_k = gs_k + x_k T_{k-1} (written as cumprod_adjoint
     # along the flipped axis, x moved one place), and dS_j/dx_i =
     # (prod_{j<l<i} x_l) S_i for j < i gives x's cotangent S_i T_{i-1}.
-    from ..trace import bind
+    from ..frontend.trace import bind
 
     t = _flip(bind("cumprod_adjoint", _flip(gs, axis), _shift(_flip(x, axis), axis, 1),
                    axis=axis), axis)
@@ -472,13 +472,13 @@ def _gather_vjp(g, node, active, x, flat, ans):
 def _gather_batch(node, batched, x, flat):
     if batched[1]:
         raise NotImplementedError("gather at batched positions")
-    from ..batching import batched_positions, contiguous
+    from ..transforms.batching import batched_positions, contiguous
 
     return _bind("gather", contiguous(x), batched_positions(flat, x.shape[0], x.size // x.shape[0]))
 
 
 def _gather_jvp(ts, node, x, flat, ans):
-    from ..batching import contiguous
+    from ..transforms.batching import contiguous
 
     return _bind("gather", contiguous(ts[0]), flat)
 
@@ -547,7 +547,7 @@ def _sort_positions(x, p, axis):
 
 
 def _sort_values_jvp(ts, node, x, p, ans, axis):
-    from ..batching import contiguous
+    from ..transforms.batching import contiguous
 
     if x.size == 0 or ts[0] is None:
         return None
@@ -649,7 +649,7 @@ def _iadd_batch(node, batched, acc, g):
 
 def _flat_batch(node, batched, *args, shape=None):
     """scatter_flat / scatter_add_flat: positions offset per batch entry."""
-    from ..batching import batched_positions
+    from ..transforms.batching import batched_positions
 
     if node.op == "scatter_flat":
         g, flat = args
@@ -688,8 +688,8 @@ register(Op("scatter_add", "inplace", lambda acc, g, index: (acc.shape, acc.dtyp
             jvp=_in_place_jvp, batch=_scatter_add_batch, doc="acc[index] += g, in place"))
 
 def _scatter_flat_vjp(gg, node, active, g, flat, ans, shape):
-    from ..numpy_api import gather_positions
-    from ..trace import bind
+    from ..frontend.numpy_api import gather_positions
+    from ..frontend.trace import bind
 
     if flat.node.is_const:  # positions known at trace time: through any view of gg
         return (gather_positions(gg, lambda pos: pos.reshape(-1)[flat.node.attrs["value"]]),

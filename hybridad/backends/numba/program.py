@@ -7,7 +7,7 @@ matmul, copies, scatters and in-place accumulations.  Buffers are slices of
 one arena per dtype, cut inside the function; nothing is allocated per call.
 
 The generated module is written to the disk cache under a content hash of its
-source (:mod:`hybridad.backends.cache`) and compiled with ``cache=True``, so a
+source (:mod:`hybridad.backends.numba.cache`) and compiled with ``cache=True``, so a
 new process reuses the machine code.  ``HYBRIDAD_DEBUG=3`` prints the source.
 """
 
@@ -18,9 +18,9 @@ import threading
 
 import numpy as np
 
-from ..ir import format_node
-from ..memory import layout_proto, poison_schedule
-from ..ops import REGISTRY, storage_root
+from ...ir.graph import format_node
+from ...transforms.memory import layout_proto, poison_schedule
+from ...ops import REGISTRY, storage_root
 from . import cache
 from .lapack import LAPACK_OPS, kernel_args, kind_of
 from .threads import SingleThreadedBlas
@@ -28,7 +28,7 @@ from .loops import (PARALLEL_MIN, Constants, LoopWriter, broadcast_index, fill,
                     getitem_map, here, region_acc_lines, region_lines)
 from .loops import reduction_lines as _reduction_lines
 from .reduce import reduction_scratch
-from .scalar import vector_imports
+from ..scalar import vector_imports
 
 __all__ = ["materialize_for_numba", "compile_numba_program", "work_estimate"]
 
@@ -884,7 +884,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
 
     ``in_specs`` / ``out_specs``: ``(shape, dtype)`` of each input and output
     buffer.  ``given``: ids of nodes an earlier program of the plan computed
-    (their buffers are read, not written; see :mod:`hybridad.higher`).
+    (their buffers are read, not written; see :mod:`hybridad.plans.higher`).
     Returns a :class:`NumbaProgram`.
     """
     users = {n.id: [] for n in nodes}
@@ -1028,12 +1028,12 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             w.nest(n.shape, [f"o{k}{here(nd)} = {names[n.id]}{here(nd)}"])
     header = ["import numpy as np", "from numba import get_thread_id, njit, prange",
               vector_imports(),
-              "from hybridad.backends.rt import check_arrays as _check, gemm as _gemm, "
+              "from hybridad.backends.numba.rt import check_arrays as _check, gemm as _gemm, "
               "load_i64 as _ld64, view_at as _view",
-              "from hybridad.backends.rt import fold_max as _fold_max, fold_min as _fold_min, "
+              "from hybridad.backends.numba.rt import fold_max as _fold_max, fold_min as _fold_min, "
               "fold_prod as _fold_prod, fold_sum as _fold_sum, "
               "sum_compensated as _sum_compensated",
-              "from hybridad.backends.lapack import " +
+              "from hybridad.backends.numba.lapack import " +
               ", ".join(f"{op} as _la_{op}" for op in LAPACK_OPS), ""]
     abi = tuple(rt.ABI[k] for k in rt.ABI_FIELDS) if objects else (0,) * 9
     header.append(f"_ABI = {abi!r}  # see rt.ABI")

@@ -2,7 +2,7 @@
 
 Every public method and attribute of ``numpy.ndarray`` either works as
 numpy's -- same value, same derivative, same object semantics (views, copies,
-scalars; see :func:`hybridad.trace.settle`) -- or raises
+scalars; see :func:`hybridad.frontend.trace.settle`) -- or raises
 :class:`~hybridad.TracingError` / ``NotImplementedError`` naming it
 (:data:`REFUSED`); ``tests/test_ndarray_surface.py`` holds the classification
 and fails when numpy grows a name that nobody classified.
@@ -11,7 +11,7 @@ A method that is a numpy function of its array (``x.sum(...)`` is
 ``np.sum(x, ...)``) calls that function, so numpy's own argument handling
 runs first and hybridad's implementation second.  In-place methods
 (``sort``, ``partition``, ``fill``) update the tracer object as the in-place
-operators do (:func:`hybridad.trace.assign`).
+operators do (:func:`hybridad.frontend.trace.assign`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numbers
 
 import numpy as np
 
-from .errors import TracingError, user_location
+from ..errors import TracingError, user_location
 from .numpy_api import _tracer, ravel, reshape, swapaxes, transpose
 from .trace import (READONLY, SCALAR, Tracer, _no_memory, _value_dependent, assign, bind,
                     check_dtype, link_view, settle)

@@ -6,9 +6,9 @@ run as up to three compiled programs:
 * the **primal** program -- the forward pass (and for a Hessian the
   functional backward pass: value and gradient) -- runs once per point;
 * a **tangent** program -- forward mode over the primal graph
-  (:func:`hybridad.autodiff.jvp`) for one direction ``v``: ``H v``, or ``J v``;
+  (:func:`hybridad.transforms.autodiff.jvp`) for one direction ``v``: ``H v``, or ``J v``;
 * a **chunk** program -- the same batched over a leading axis of K seeds
-  (:func:`hybridad.batching.vmap`): K columns of ``H`` or ``J`` at once (the
+  (:func:`hybridad.transforms.batching.vmap`): K columns of ``H`` or ``J`` at once (the
   multi-component dual numbers of ForwardDiff's chunks, as IR), or K rows of
   ``J`` from K cotangent seeds pulled back through the reverse pass.
 
@@ -35,17 +35,17 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from . import _tree
-from .autodiff import backward, jvp
-from .backends.loops import serial_loops
-from .backends.numba_backend import work_estimate
-from .batching import vmap
-from .ir import Graph, check, dead_code_elimination
-from .ops import REGISTRY, may_raise
-from .partition import fold_accumulations, fuse_regions
+from .. import _tree
+from ..transforms.autodiff import backward, jvp
+from ..backends.numba.loops import serial_loops
+from ..backends.numba.program import work_estimate
+from ..transforms.batching import vmap
+from ..ir.graph import Graph, check, dead_code_elimination
+from ..ops import REGISTRY, may_raise
+from ..transforms.partition import fold_accumulations, fuse_regions
 from .plan import Plan, serialized
-from .results import DiffResult, HessianResult, HvpResult, JacobianResult
-from .trace import Trace, Tracer, as_node
+from ..results import DiffResult, HessianResult, HvpResult, JacobianResult
+from ..frontend.trace import Trace, Tracer, as_node
 from .validate import check_results
 
 __all__ = ["DEFAULT_CHUNK", "ONE_CHUNK", "HessianPlan", "JacobianPlan", "default_chunk"]
@@ -207,7 +207,7 @@ class _Staged(Plan):
     def _check(self, out, what, names, shapes, leaves, reads=()):
         """The buffers of ``out`` (value first, then ``out.derivs``), named
         ``out.<name>`` and shaped ``shapes``, after checking them all
-        (:func:`hybridad.validate.check_results`) against the arguments and
+        (:func:`hybridad.plans.validate.check_results`) against the arguments and
         ``reads``."""
         if not isinstance(out, DiffResult):
             raise TypeError(f"out must be a {what} or DiffResult; got {type(out).__name__}")

@@ -13,10 +13,10 @@ import re
 
 import numpy as np
 
-from .._settings import enabled, switch
+from ..._settings import enabled, switch
 from .reduce import (INIT, accumulate, blocked_full_reduction, init_text, reduction_nest,
                      region_runs_parallel, single_block)
-from .scalar import Constants, render_region, safe_product
+from ..scalar import Constants, render_region, safe_product
 
 __all__ = ["LoopWriter", "broadcast_index", "region_lines", "INIT", "init_text", "parallel_min",
            "serial_loops"]

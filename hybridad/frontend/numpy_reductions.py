@@ -7,7 +7,7 @@ int64/uint64 for booleans and small integers), ``keepdims``, ``initial`` and
 ``where`` (elements outside the mask are replaced by the reduction's
 identity, so they get a zero derivative).  ``out=`` is refused: a traced
 value cannot be written into an array.  The ndarray methods of the same names
-call these (:mod:`hybridad.numpy_methods`).
+call these (:mod:`hybridad.frontend.numpy_methods`).
 
 Index results (``argmax``, ``argsort``, ``searchsorted``) are traced integer
 arrays: they can be computed with, but an index computed from traced values
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import TracingError, user_location
+from ..errors import TracingError, user_location
 from .numpy_api import (_norm_axis, _reduce, _tracer, implements, ravel, reshape,
                         where)
 from .trace import Tracer, check_dtype

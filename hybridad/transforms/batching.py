@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import REGISTRY
-from .trace import Tracer, bind
+from ..ops import REGISTRY
+from ..frontend.trace import Tracer, bind
 
 __all__ = ["contiguous", "elementwise_batch", "expand", "lift", "vmap"]
 
@@ -73,12 +73,12 @@ def vmap(trace, nodes, batched, k):
 
     Parameters
     ----------
-    trace : hybridad.trace.Trace
+    trace : hybridad.frontend.trace.Trace
         The trace to append the batched nodes to.
     nodes : list of Node
         The graph, in execution order.
     batched : dict
-        Node id -> batched :class:`~hybridad.trace.Tracer` (shape ``(k, *node.shape)``)
+        Node id -> batched :class:`~hybridad.frontend.trace.Tracer` (shape ``(k, *node.shape)``)
         for the seeds; extended in place with every node that depends on them.
     k : int
         The batch size.

@@ -22,16 +22,16 @@ forward-over-reverse Hessians) handles like the forward ones.
   then emitted *functional* (``inplace=False``: sums instead of in-place
   accumulation), because the tangent pass reads every value the reverse pass
   produced, and an in-place update would have overwritten some.  Chunks of
-  tangents are one batched pass (:mod:`hybridad.batching`).
+  tangents are one batched pass (:mod:`hybridad.transforms.batching`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .ops import REGISTRY, storage_root
-from .ops.structural import Scatter
-from .trace import Tracer, bind
+from ..ops import REGISTRY, storage_root
+from ..ops.structural import Scatter
+from ..frontend.trace import Tracer, bind
 
 __all__ = ["active_nodes", "backward", "jvp"]
 
@@ -112,7 +112,7 @@ def backward(trace, out, wrt, inplace=True, seed=None):
 
     Parameters
     ----------
-    trace : hybridad.trace.Trace
+    trace : hybridad.frontend.trace.Trace
         The trace holding the forward graph; backward nodes are appended to it
         with ``phase="backward"``.
     out : Tracer
@@ -181,12 +181,12 @@ def jvp(trace, nodes, tangents):
 
     Parameters
     ----------
-    trace : hybridad.trace.Trace
+    trace : hybridad.frontend.trace.Trace
     nodes : list of Node
         The graph to push tangents through, in execution order (forward nodes,
         and for second order a functional backward pass after them).
     tangents : dict
-        Node id -> tangent :class:`~hybridad.trace.Tracer` (shaped like the
+        Node id -> tangent :class:`~hybridad.frontend.trace.Tracer` (shaped like the
         node) for the seeds; extended in place with the tangent of every
         floating-point node that depends on them (absent: identically zero).
 

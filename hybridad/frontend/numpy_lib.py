@@ -1,5 +1,5 @@
 """More of numpy's surface while tracing, built from the primitives and the
-core functions of :mod:`hybridad.numpy_api` (no rules of their own: their
+core functions of :mod:`hybridad.frontend.numpy_api` (no rules of their own: their
 derivatives follow from the primitives they are made of).
 
 Statistics (var, std, average, ptp, cumsum), rounding and clipping, shape
@@ -22,7 +22,7 @@ from .numpy_api import (HANDLED, _no_kwargs, _norm_axis, _reduce, _tracer, _weak
                         moveaxis, ravel, reshape, squeeze, stack, transpose, where)
 from .numpy_reductions import mean
 from .numpy_reductions import mean as _mean_of
-from .errors import TracingError, user_location
+from ..errors import TracingError, user_location
 from .trace import READONLY, Tracer, bind
 
 __all__ = []

@@ -4,22 +4,22 @@
 ``out`` receives the region's output (the fused reduction's, if any) and
 ``p<k>`` the local partials d(elementwise output)/d(input k) for every seeded
 input -- value and partials in one pass.  The whole-plan backend
-(:mod:`hybridad.backends.numba_backend`) inlines the same loop text.
+(:mod:`hybridad.backends.numba.program`) inlines the same loop text.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Node
+from ...ir.graph import Node
 from .loops import Constants, LoopWriter, region_lines
-from .scalar import vector_namespace
+from ..scalar import vector_namespace
 
 __all__ = ["region_kernel_source", "compile_region_kernel"]
 
 
 def region_kernel_source(region, seeds=(), name="kernel"):
-    """Source and typed constants of the kernel for a :class:`~hybridad.partition.Region`."""
+    """Source and typed constants of the kernel for a :class:`~hybridad.transforms.partition.Region`."""
     out = region.output
     node = Node(out.id, "region", region.inputs, {"body": region, "mode": "value"},
                 out.shape, out.dtype)

@@ -24,7 +24,7 @@ import hashlib
 
 import numpy as np
 
-from .cuda import RegionKernel, ctype
+from .source import RegionKernel, ctype
 
 __all__ = ["SumLevel", "sum_levels", "sum_scratch", "summable"]
 

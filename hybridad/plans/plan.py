@@ -26,21 +26,21 @@ import weakref
 
 import numpy as np
 
-from . import _tree
-from .autodiff import backward, jvp
-from .backends.loops import serial_loops
-from .backends.numba_backend import compile_numba_program, materialize_for_numba, \
+from .. import _tree
+from ..transforms.autodiff import backward, jvp
+from ..backends.numba.loops import serial_loops
+from ..backends.numba.program import compile_numba_program, materialize_for_numba, \
     scratch_for_numba, work_estimate
-from .backends.numpy_backend import compile_program
-from .errors import MemoryBudgetError, RetraceWarning, StalePlanError
-from .guards import build_guards, captured_ids, observe, root_of, signature
-from .ir import Graph, check, dead_code_elimination
-from .optim import UpdateRule, schedule_updates
-from .memory import op_workspaces, plan_memory
-from .ops.region import recompute_partials
-from .partition import fold_accumulations, fuse_regions
-from .results import BatchGradientResult, DiffResult, GradientResult, HvpResult
-from .trace import SUPPORTED_DTYPES, Trace, Tracer, as_node
+from ..backends.numpy.program import compile_program
+from ..errors import MemoryBudgetError, RetraceWarning, StalePlanError
+from ..frontend.guards import build_guards, captured_ids, observe, root_of, signature
+from ..ir.graph import Graph, check, dead_code_elimination
+from ..optim import UpdateRule, schedule_updates
+from ..transforms.memory import op_workspaces, plan_memory
+from ..ops.region import recompute_partials
+from ..transforms.partition import fold_accumulations, fuse_regions
+from ..results import BatchGradientResult, DiffResult, GradientResult, HvpResult
+from ..frontend.trace import SUPPORTED_DTYPES, Trace, Tracer, as_node
 from .validate import FLOATS as _FLOATS
 from .validate import check_results
 from .validate import describe as _describe
@@ -220,7 +220,7 @@ class Plan:
                             f"gradient plan; got {update!r}")
         self.update = update
         if backend == "cupy":
-            from .backends import cupy_backend
+            from ..backends.cuda import program as cupy_backend
             self._xp, self._launcher = cupy_backend.device()
         # instrumented (tests): every slot is filled with NaN outside its lifetime
         self._poison = bool(poison)
@@ -324,7 +324,7 @@ class Plan:
                                       "hvp_program" if hvp else "gradient_program",
                                       self._out_specs, in_specs)
         if self._cuda_graph:
-            from .backends.cupy_backend import CudaGraphRunner
+            from ..backends.cuda.program import CudaGraphRunner
             self._graph = CudaGraphRunner(self._program.fn)
         self._value_buf = self._xp.zeros((), self._value_dtype)
         # (a plan that runs BLAS single-threaded goes through NumbaProgram.call)
@@ -345,7 +345,7 @@ class Plan:
     # ----------------------------------------------------------------- guards
     def _trace_f(self, f, targs, trace):
         """``f(*targs)`` in ``trace``, observed: the output checked, and the plan's
-        guards and graph signature set (see :mod:`hybridad.guards`)."""
+        guards and graph signature set (see :mod:`hybridad.frontend.guards`)."""
         out, self.guards, self._signature = self._observe_f(f, targs, trace)
         self._guarded = self.guards.count > 0
         self._gcheck = self.guards._check  # the compiled check (generated fast paths)
@@ -353,7 +353,7 @@ class Plan:
 
     def _observe_f(self, f, targs, trace):
         """``(output, guards, signature)`` of ``f(*targs)`` traced into ``trace``
-        under :func:`hybridad.guards.observe`."""
+        under :func:`hybridad.frontend.guards.observe`."""
         with observe(self.name) as obs:
             out = f(*targs)
         out = self._check_output(out, trace)
@@ -432,7 +432,7 @@ class Plan:
         if numba:
             scratch.update(scratch_for_numba(graph.nodes))
         if self.backend == "cupy":
-            from .backends.cupy_backend import scratch_for_cupy
+            from ..backends.cuda.program import scratch_for_cupy
             scratch.update(scratch_for_cupy(graph.nodes))
         return plan_memory(graph, self._materialize(graph.nodes), scratch,
                            reuse=self.backend != "numpy", direct_outputs=numba,
@@ -638,7 +638,7 @@ class Plan:
             return prog
         regions = None
         if self.backend == "cupy":
-            from .backends.cupy_backend import RegionCalls, check_supported
+            from ..backends.cuda.program import RegionCalls, check_supported
             check_supported(nodes)
             regions = RegionCalls(self._launcher, self.memory, self._buffers, self._xp)
         return compile_program(nodes, inputs, outputs, self.memory, self._buffers, name=name,
@@ -703,14 +703,14 @@ class Plan:
 
     def _reads(self, leaves, skip=None):
         """``(name, array)`` of the argument leaves (all but leaf ``skip``), for
-        :func:`hybridad.validate.check_results`."""
+        :func:`hybridad.plans.validate.check_results`."""
         idx = [i for i in range(len(self._specs)) if i != skip]
         return [(f"argument {self._names[self._leaf_arg[i]]}", a)
                 for i, a in zip(idx, leaves, strict=True)]
 
     def _check_out(self, out, leaves, vleaves=()):
         """The gradient (and hvp) leaves of ``out`` after checking every buffer
-        (:func:`hybridad.validate.check_results`) against the arguments and
+        (:func:`hybridad.plans.validate.check_results`) against the arguments and
         ``vleaves`` (an hvp's ``v``)."""
         if not isinstance(out, DiffResult):
             raise TypeError(f"out must be a GradientResult or DiffResult; got "
@@ -749,7 +749,7 @@ class Plan:
                         f"{self._computes()}; for {method} build the plan with {instead}")
 
     def hessian(self, *args, out=None):
-        """Needs a plan built with ``hessian=True`` (:class:`hybridad.higher.HessianPlan`);
+        """Needs a plan built with ``hessian=True`` (:class:`hybridad.plans.higher.HessianPlan`);
         raises TypeError here."""
         self._refuse("hessian", "hybridad.compile(f, ..., hessian=True) (or hybridad.hessian)")
 
@@ -758,7 +758,7 @@ class Plan:
         self._refuse("linearize", "hybridad.compile(f, ..., hessian=True)")
 
     def jacobian(self, *args, out=None):
-        """Needs a plan built with ``jacobian=True`` (:class:`hybridad.higher.JacobianPlan`);
+        """Needs a plan built with ``jacobian=True`` (:class:`hybridad.plans.higher.JacobianPlan`);
         raises TypeError here."""
         self._refuse("jacobian", "hybridad.compile(f, ..., jacobian=True) (or "
                      "hybridad.jacobian)")
@@ -828,7 +828,7 @@ class Plan:
         The structure is unpacked by generated code (no pytree flattening).
 
         It hands the compiled plan the arrays themselves (``id(array)``, see
-        :mod:`hybridad.backends.rt`), which checks every argument and result
+        :mod:`hybridad.backends.numba.rt`), which checks every argument and result
         buffer -- exact ndarray, shape, dtype, native byte order, alignment,
         contiguity, writeable results, no overlaps -- before writing anything.
         Whatever it rejects (other types, staging, the precise error) goes to
@@ -858,7 +858,7 @@ class Plan:
                                  [f"_c{k}" for k in range(len(bound))] +
                                  [wrap.format(x) for x in ["out._value", *grads]]) + ")"
         lines = ["def gradient(*args, out=None):",
-                 # what f reads besides its arguments (hybridad.guards), before any write
+                 # what f reads besides its arguments (hybridad.frontend.guards), before any write
                  *(["    _r = _plan._root", "    if _r is None:", "        _r = _fref()",
                     "    if _r is not None and _plan._gcheck(_r, args) is not None:",
                     "        _stale(args)"] if self._guarded else []),
@@ -1077,7 +1077,7 @@ class Plan:
             arena can undercut; ``naive_bytes``: one slot per buffer.
             ``.plot(path)`` saves the curve (needs matplotlib).
         """
-        from .memory import MemoryProfile
+        from ..transforms.memory import MemoryProfile
 
         nodes = {n.id: n for n in self.graph.nodes}
         labels = [f"%{nid} {nodes[nid].op}" for nid in self.memory.order]
@@ -1087,7 +1087,7 @@ class Plan:
                              self.memory.naive_total, self.name)
 
     def _region_lines(self):
-        from .backends.loops import region_runs_parallel
+        from ..backends.numba.loops import region_runs_parallel
 
         nodes = self.graph.nodes
         users = {n.id: [] for n in nodes}
@@ -1158,7 +1158,7 @@ class BatchPlan(Plan):
     the ``(batch,)`` values and the gradients shaped like ``X``.
 
     The value-and-gradient graph is traced for one input, then re-emitted
-    with the leading axis by :func:`hybridad.batching.vmap` (every op's batch
+    with the leading axis by :func:`hybridad.transforms.batching.vmap` (every op's batch
     rule), so fusion and the backends see batched loops."""
 
     def __init__(self, f, args, argnums, backend, batch, parallel=True):
@@ -1166,7 +1166,7 @@ class BatchPlan(Plan):
         super().__init__(f, args, argnums, backend, parallel=parallel)
 
     def _build(self, f, args, leaves):
-        from .batching import vmap
+        from ..transforms.batching import vmap
 
         k = self._batch
         trace = Trace()
@@ -1205,7 +1205,7 @@ _REBUILT = {}  # recipe -> plan, in this process (workers unpickle a plan once)
 def _rebuild_plan(f, protos, argnums, backend, parallel):
     """Unpickling a :class:`Plan`: the plan of ``f`` at example arguments of
     the pickled structure, shapes and dtypes (one per process and recipe)."""
-    from .scalar_functions import fingerprint
+    from ..frontend.scalar_functions import fingerprint
 
     key = (fingerprint(f), repr(protos), argnums, backend, parallel)
     plan = _REBUILT.get(key)

@@ -8,7 +8,7 @@ an elementwise primitive:
   ``out=``, float64 and float32 loops);
 * inside traced code it is one IR node, fused into the surrounding region
   like any built-in elementwise op.  Its partial derivatives come from
-  evaluating the same code on dual numbers (:mod:`hybridad.backends.dual`):
+  evaluating the same code on dual numbers (:mod:`hybridad.backends.numba.dual`):
   the region's kernel calls one compiled function that returns the value and
   every partial of the element, so branches are taken on the value and the
   derivative follows the branch that ran.
@@ -40,7 +40,7 @@ import types as pytypes
 
 import numpy as np
 
-from .errors import TracingError
+from ..errors import TracingError
 
 __all__ = ["ElementwiseError", "ElementwiseFunction", "elementwise", "kernel"]
 
@@ -333,8 +333,8 @@ class _Primitive:
     """One derivative of a user function as a registered elementwise op."""
 
     def __init__(self, family, index):
-        from .ops import Op, register
-        from .ops.elementwise import _jvp_from_partials, _vjp_from_partials
+        from ..ops import Op, register
+        from ..ops.elementwise import _jvp_from_partials, _vjp_from_partials
 
         self.family = family
         self.index = index
@@ -403,7 +403,7 @@ class _Primitive:
         primitive's multi-index: one evaluation on nested dual numbers."""
         import numba
 
-        from .backends import dual
+        from ..backends.numba import dual
 
         with _LOCK:
             if self._driver is None:

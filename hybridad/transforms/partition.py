@@ -19,7 +19,7 @@ input, its local partials -- is rendered by :mod:`hybridad.backends.scalar`.
 
 from __future__ import annotations
 
-from .ops import REGISTRY, storage_root
+from ..ops import REGISTRY, storage_root
 
 __all__ = ["Region", "find_regions", "fuse_regions", "fold_accumulations",
            "FUSABLE_REDUCTIONS"]
@@ -140,7 +140,7 @@ def fuse_regions(nodes, outputs=(), reductions=FUSABLE_REDUCTIONS):
     list of Node
         The new node list, still topologically ordered.
     """
-    from .ir import Node
+    from ..ir.graph import Node
 
     dropped = set()
     for region in find_regions(nodes, outputs, reductions):
@@ -185,7 +185,7 @@ def fold_accumulations(nodes, outputs=()):
         The new node list, still topologically ordered (every ``zeros``
         moved ahead of the run of ``region_acc`` nodes it starts).
     """
-    from .ir import Node
+    from ..ir.graph import Node
 
     users = {n.id: [] for n in nodes}
     for n in nodes:

@@ -2,7 +2,7 @@
 
 :class:`Tracer` stands in for an ndarray while ``f`` runs once.  It implements
 ``__array_ufunc__`` / ``__array_function__`` and the operators, so users write
-plain numpy; every operation becomes a :class:`~hybridad.ir.Node` appended to
+plain numpy; every operation becomes a :class:`~hybridad.ir.graph.Node` appended to
 the current :class:`Trace` through :func:`bind`.  Python loops unroll.
 
 Shapes and dtypes are computed abstractly by each op's shape rule (no data is
@@ -15,7 +15,7 @@ globals is *captured by reference*: the plan keeps the array object, so an
 in-place change (``A[...] = ...``) is seen by the next call.  Everything
 else ``f`` reads besides its arguments (a rebound name, a changed
 attribute, ...) is checked before every call by the plan's guards
-(:mod:`hybridad.guards`).
+(:mod:`hybridad.frontend.guards`).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ import weakref
 
 import numpy as np
 
-from .errors import TracingError, user_location
+from ..errors import TracingError, user_location
 from .guards import note_value_operand, paused
-from .ir import Node
-from .ops import REGISTRY
+from ..ir.graph import Node
+from ..ops import REGISTRY
 
 __all__ = ["Trace", "Tracer", "as_node", "bind", "current_trace", "loop_dtypes"]
 
@@ -75,7 +75,7 @@ class Trace:
         Common subexpressions (``x[:-1]`` written twice) are merged while
         the *forward* graph is traced: every forward op is pure.  The reverse
         pass is never merged, because it accumulates adjoints in place into
-        buffers it created (see :mod:`hybridad.autodiff`)."""
+        buffers it created (see :mod:`hybridad.transforms.autodiff`)."""
         key = _cse_key(op, args, attrs) if self.phase == "forward" else None
         if key is not None:
             hit = self._seen.get(key)
@@ -313,7 +313,7 @@ def bind(opname, *args, **attrs):
     every executed op runs without hidden casting buffers.  Ops on literal
     constants only are folded.  Returns a :class:`Tracer`.
     """
-    with paused():  # hybridad's own work: not observed (see hybridad.guards)
+    with paused():  # hybridad's own work: not observed (see hybridad.frontend.guards)
         return _bind(opname, args, attrs)
 
 
@@ -709,7 +709,7 @@ def tracers_in(args, kwargs=None):
 def _note_values(operands):
     """A numpy scalar handed to a traced operation by the user's code (not by
     hybridad's) may be a number taken out of a captured array: tell the
-    guards (:func:`hybridad.guards.note_value_operand`)."""
+    guards (:func:`hybridad.frontend.guards.note_value_operand`)."""
     for x in operands:
         if issubclass(type(x), np.generic):  # (a scalar tracer's __class__ says np.float64)
             frame = sys._getframe(2)

@@ -49,7 +49,7 @@ import weakref
 
 import numpy as np
 
-from .errors import TracingError
+from ..errors import TracingError
 
 __all__ = ["Guards", "Observation", "build_guards", "observe", "paused", "root_of"]
 
@@ -368,7 +368,7 @@ class _Walker:
 
     # -- one value ------------------------------------------------------------
     def value(self, parent, load, v, what, depth):
-        if type(v).__module__ == "hybridad.trace":  # a tracer kept from a trace: identity
+        if type(v).__module__ == "hybridad.frontend.trace":  # a tracer kept from a trace: identity
             self.add(parent, load, "ident", v, what)
             return
         if isinstance(v, _SCALARS) or isinstance(v, (np.generic, np.dtype, slice, range)):

@@ -15,8 +15,8 @@ import operator
 
 import numpy as np
 
-from .errors import TracingError, user_location
-from .ops import REGISTRY
+from ..errors import TracingError, user_location
+from ..ops import REGISTRY
 from .trace import Tracer, as_node, bind, current_trace, loop_dtypes, settle, tracers_in
 
 __all__ = ["HANDLED", "apply_function", "apply_ufunc", "getitem"]
@@ -145,7 +145,7 @@ ARRAY_FUNCTIONS = {np.copy, np.where, np.full_like, np.zeros_like, np.ones_like,
 
 def apply_function(func, args, kwargs):
     """A numpy function call on tracers, with numpy's object semantics for its
-    results (see :func:`hybridad.trace.settle`)."""
+    results (see :func:`hybridad.frontend.trace.settle`)."""
     impl = HANDLED.get(func)
     if impl is None:
         raise _unsupported(getattr(func, "__name__", repr(func)))

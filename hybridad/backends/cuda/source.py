@@ -26,7 +26,7 @@ import re
 
 import numpy as np
 
-from .scalar import Constants, safe_product
+from ..scalar import Constants, safe_product
 
 __all__ = ["CUDA_FUNCS", "CudaConstants", "PREAMBLE", "cuda_apply", "ctype", "region_kernel"]
 
@@ -229,7 +229,7 @@ def region_kernel(region, mode, operands, seeds=(), wrt=None, cotangent=None, st
         Per operand, its strides in elements (views read in place), or None
         for C-contiguous (the default for all).
     """
-    from .scalar import render_region
+    from ..scalar import render_region
 
     loop = tuple(region.shape)
     nd = len(loop)

@@ -38,8 +38,8 @@ from numba.extending import (intrinsic, lower_cast, make_attribute_wrapper, mode
                              register_model)
 from numba.np.numpy_support import as_dtype
 
-from ..ops import REGISTRY
-from .scalar import Sym, apply_ufunc, install_operators, vector_namespace
+from ...ops import REGISTRY
+from ..scalar import Sym, apply_ufunc, install_operators, vector_namespace
 
 __all__ = ["DualType", "make_dual", "promote", "GENERIC"]
 

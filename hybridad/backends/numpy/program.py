@@ -17,9 +17,9 @@ import functools
 
 import numpy as np
 
-from ..ir import format_node
-from ..memory import poison_schedule
-from ..ops import REGISTRY
+from ...ir.graph import format_node
+from ...transforms.memory import poison_schedule
+from ...ops import REGISTRY
 
 __all__ = ["Program", "compile_program"]
 
@@ -75,18 +75,18 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
         node id -> ndarray, from ``memplan.allocate()``.
     poison : bool
         Instrumented run: fill every slot with NaN before it is written and
-        after its last read (:func:`hybridad.memory.poison_schedule`).
+        after its last read (:func:`hybridad.transforms.memory.poison_schedule`).
     given : set of int
         Ids of nodes an earlier program of the plan computed: their buffers
-        are read, not written (see :mod:`hybridad.higher`).
+        are read, not written (see :mod:`hybridad.plans.higher`).
     xp : module
         The array module of the buffers and arguments (numpy; cupy for the
         GPU backend, whose constants are copied to the device here, once).
     regions : RegionCalls, optional
         Emits fused ``region`` nodes (the GPU backend's kernels, see
-        :mod:`hybridad.backends.cupy_backend`); the numpy backend has none.
+        :mod:`hybridad.backends.cuda.program`); the numpy backend has none.
     """
-    from .cupy_backend import region_protos
+    from ..cuda.program import region_protos
 
     ns = {"_copyto": xp.copyto, "_stage": _Stager(xp)}
     protos = {}  # node id -> an array with its strides (region kernels read views in place)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import REGISTRY, may_raise, storage_root
+from ..ops import REGISTRY, may_raise, storage_root
 
 __all__ = ["MemoryPlan", "MemoryProfile", "layout_proto", "op_workspaces", "plan_memory",
            "poison_schedule"]
@@ -219,7 +219,7 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
     (False: one slot per buffer, the naive sum -- for comparison).
     ``pinned``: ids of nodes that live to the end of the schedule like the
     outputs (values a later program of the plan reads, see
-    :mod:`hybridad.higher`).
+    :mod:`hybridad.plans.higher`).
     """
     storage, copies, protos, alias_of = {}, set(), {}, {}
     users = graph.users()

@@ -1,0 +1,3 @@
+"""Stage 7, plans: the pipeline run once per key, then called many times --
+gradients (:mod:`.plan`), Hessians and Jacobians (:mod:`.higher`), argument and
+result-buffer validation (:mod:`.validate`)."""
