@@ -24,7 +24,7 @@ import scipy.linalg.lapack as scipy_lapack
 from conftest import BACKENDS
 
 import hybridad as ha
-from hybridad.backends.numba.lapack import LAPACK_OPS
+from hybridad.ops.lapack import LAPACK_OPS
 from hybridad.frontend.numpy_api import HANDLED
 from hybridad.ops import REGISTRY
 from hybridad.testing import numerical_gradient

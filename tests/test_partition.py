@@ -138,10 +138,10 @@ def test_numba_plan_calls_blas_for_every_2d_matmul():
 def test_large_regions_run_as_prange_and_agree_with_numpy(monkeypatch):
     # regions at or above PARALLEL_MIN iterations become prange loops (a full
     # sum as a parallel reduction); lowered here so a small case exercises it
-    from hybridad.backends.numba import loops
+    from hybridad.backends.numba import threshold
     from hybridad.testing import assert_no_alloc
 
-    monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
+    monkeypatch.setattr(threshold, "PARALLEL_MIN", 64)
 
     def f(x, c):
         return np.sum(np.tanh(x) * np.sin(x * c)) ** 2 + np.sum(np.max(x * c, axis=1))
@@ -174,9 +174,9 @@ def test_large_regions_run_as_prange_and_agree_with_numpy(monkeypatch):
 ], ids=["scaled-in-gradient-buffer-1d", "scaled-in-gradient-buffer-2d",
         "broadcast-adjoint-mean", "matmul-max"])
 def test_prange_plans_agree_with_numpy_on_every_output(monkeypatch, f, shape):
-    from hybridad.backends.numba import loops
+    from hybridad.backends.numba import threshold
 
-    monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
+    monkeypatch.setattr(threshold, "PARALLEL_MIN", 64)
     x, c = rand(shape, seed=43), rand(shape[-1:], seed=44)
     argnums = (0, 1) if len(shape) == 2 else 0
     plan = ha.compile(f, x, c, argnums=argnums)
@@ -264,9 +264,9 @@ def test_repeated_blocks_compile_once_as_shared_kernels():
 def test_shared_prange_kernels_keep_their_stores(monkeypatch):
     # a parallel kernel writes buffers it receives as addresses: numba's parfor
     # pass must not take the views for dead locals (see rt.view_at)
-    from hybridad.backends.numba import loops
+    from hybridad.backends.numba import threshold
 
-    monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
+    monkeypatch.setattr(threshold, "PARALLEL_MIN", 64)
     C = [rand((50, 3), seed=80 + k) for k in range(3)]
 
     def f(x):
@@ -366,9 +366,9 @@ def test_stencil_slices_are_views_and_their_adjoints_add_in_one_loop():
 def test_large_stencil_splits_its_adjoint_loop_per_slice(monkeypatch):
     # two slices of x add into the gradient from different iterations: one
     # prange loop per slice (race-free), not one racing loop
-    from hybridad.backends.numba import loops
+    from hybridad.backends.numba import threshold
 
-    monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
+    monkeypatch.setattr(threshold, "PARALLEL_MIN", 64)
     x = rand((300,), seed=5)
     plan = ha.compile(stencil, x)
     source = plan._program.source
@@ -411,9 +411,9 @@ def test_strided_slices_read_by_other_ops_are_copied():
 
 
 def test_parallel_false_plans_have_no_prange_and_agree(monkeypatch):
-    from hybridad.backends.numba import loops
+    from hybridad.backends.numba import threshold
 
-    monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
+    monkeypatch.setattr(threshold, "PARALLEL_MIN", 64)
     x = rand((300,), seed=9)
     threaded = ha.compile(stencil, x)
     serial = ha.compile(stencil, x, parallel=False)
@@ -438,10 +438,10 @@ def test_multithreaded_plans_with_blas_run_it_single_threaded(monkeypatch):
     # a multithreaded plan that calls BLAS runs it on one thread, then restores it
     from threadpoolctl import ThreadpoolController
 
-    from hybridad.backends.numba import loops
+    from hybridad.backends.numba import threshold
     from hybridad.backends.numba.threads import SingleThreadedBlas
 
-    monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
+    monkeypatch.setattr(threshold, "PARALLEL_MIN", 64)
     blas = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
     before = [lib.get_num_threads() for lib in blas]
     with SingleThreadedBlas():

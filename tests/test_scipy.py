@@ -262,9 +262,9 @@ def test_example_script_runs():
 def test_objective_plans_are_serial_unless_an_evaluation_is_heavy(monkeypatch):
     # scipy's multithreaded BLAS between calls and the plan's worker threads
     # slow each other down: small evaluations run in the calling thread
-    from hybridad.backends.numba import loops
+    from hybridad.backends.numba import threshold
 
-    monkeypatch.setattr(loops, "PARALLEL_MIN", 64)
+    monkeypatch.setattr(threshold, "PARALLEL_MIN", 64)
     x0 = np.tile([-1.2, 1.0], 200)
     obj = hs.Objective(rosen_np, x0)
     assert not obj._plan.parallel and "prange(" not in obj._plan._program.source

@@ -101,10 +101,8 @@ def apply_ufunc(ufunc, args):
     name = ufunc.__name__
     out_dtype = ufunc.resolve_dtypes(tuple(a.dtype for a in args) + (None,) * ufunc.nout)[-1]
     consts = args[0].consts
-    if _cuda(consts):
-        from .cuda.source import cuda_apply
-
-        return Sym(cuda_apply(name, [a.code for a in args], out_dtype), out_dtype, consts)
+    if _cuda(consts):  # the dialect's own spelling (hybridad.backends.cuda.source)
+        return Sym(consts.apply_code(name, [a.code for a in args], out_dtype), out_dtype, consts)
     if name in _INFIX:
         code = f"({args[0].code} {_INFIX[name]} {args[1].code})"
     elif name in _PREFIX:
@@ -227,9 +225,7 @@ def _op_code(node, args, consts):
         a, b = args
         return Sym(safe_product(a.code, b.code, node.dtype, consts), node.dtype, consts)
     if node.op == "cast" and _cuda(consts):
-        from .cuda.source import ctype
-
-        return Sym(f"(({ctype(node.dtype)})({args[0].code}))", node.dtype, consts)
+        return Sym(f"(({consts.ctype(node.dtype)})({args[0].code}))", node.dtype, consts)
     if node.op == "cast":
         return Sym(f"np.{node.dtype.name}({args[0].code})", node.dtype, consts)
     raise NotImplementedError(f"no scalar rendering for {node.op}")

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
+#: layers of the dense-chain workload (its hand-written kernel and hybridad's share it)
+CHAIN_LAYERS = 20
+
 _DISPATCHERS = {}
 
 
@@ -202,8 +205,6 @@ def make_mlp_numba(W1, b1, W2, b2, W3, b3, X, Y, cache=True):
 
 def make_chain_numba(x0, cache=True):
     """``grad(x0)`` for the dense chain."""
-    from .workloads import CHAIN_LAYERS
-
     kernel, g = jit(_chain_kernel, cache), np.empty_like(x0)
 
     def grad(x0):

@@ -31,10 +31,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from . import kernels
+from .kernels import CHAIN_LAYERS
+
 SEED = 0
 MLP_WIDTHS = (1, 16, 16, 1)
 QUAD_K = 10
-CHAIN_LAYERS = 20
 
 
 # --- expsum -----------------------------------------------------------------------------
@@ -309,8 +311,6 @@ def gradient_leaves(grad):
 
 
 def _kernels():
-    from . import kernels
-
     return kernels
 
 

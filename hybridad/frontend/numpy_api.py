@@ -17,11 +17,16 @@ import numpy as np
 
 from ..errors import TracingError, user_location
 from ..ops import REGISTRY
-from .trace import Tracer, as_node, bind, current_trace, loop_dtypes, settle, tracers_in
+from ..ops.structural import gather_positions as _gather_positions
+from .trace import (SURFACE, Tracer, as_node, bind, current_trace, loop_dtypes, settle,
+                    tracers_in)
 
 __all__ = ["HANDLED", "apply_function", "apply_ufunc", "getitem"]
 
 HANDLED = {}
+#: ufunc -> the implementation of its ``reduce`` method where it is no primitive
+#: (filled by the modules of the numpy surface, like HANDLED)
+UFUNC_REDUCERS = {}
 
 #: ufunc -> primitive name, for every elementwise primitive backed by a ufunc
 UFUNC_OPS = {op.ufunc: name for name, op in REGISTRY.items() if op.ufunc is not None}
@@ -93,13 +98,11 @@ def _ufunc(ufunc, method, inputs, kwargs):
         return _ufunc(_UFUNC_ALIASES[ufunc], method, inputs, kwargs)
     if method == "reduce" and ufunc is np.logaddexp:
         _no_kwargs("logaddexp.reduce", kwargs, allowed=("out", "axis", "keepdims"))
-        from .numpy_lib import logaddexp_reduce
-        return logaddexp_reduce(*inputs, axis=kwargs.get("axis", 0),
+        return UFUNC_REDUCERS[np.logaddexp](*inputs, axis=kwargs.get("axis", 0),
                                 keepdims=kwargs.get("keepdims", False))
     if method == "accumulate" and ufunc in (np.add, np.multiply):
         _no_kwargs(f"{ufunc.__name__}.accumulate", kwargs, allowed=("out", "axis", "dtype"))
-        from .numpy_lib import cumprod, cumsum
-        return (cumsum if ufunc is np.add else cumprod)(
+        return HANDLED[np.cumsum if ufunc is np.add else np.cumprod](
             *inputs, axis=kwargs.get("axis", 0), dtype=kwargs.get("dtype"))
     if method == "__call__" and ufunc in UFUNC_OPS:
         _no_kwargs(ufunc.__name__, kwargs, allowed=("out",))
@@ -312,6 +315,11 @@ def stack(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
 # ----------------------------------------------------------------------------
 
 
+def gather_positions(x, select):
+    """:func:`hybridad.ops.structural.gather_positions` of ``x`` as a tracer."""
+    return _gather_positions(_tracer(x), select)
+
+
 @implements(np.where)
 def where(condition, x=None, y=None):
     if x is None or y is None:
@@ -475,34 +483,6 @@ def getitem(x, index):
     return settle(r, [x], "view")
 
 
-def gather_positions(x, select):
-    """The elements of ``x`` that ``select`` picks, for any selection that moves
-    elements without looking at their values (fancy and boolean indexing,
-    ``take``, ``compress``, ``repeat``, ``diagonal``, ...).
-
-    ``select`` is applied, at trace time, to an integer array of ``x``'s shape
-    holding each element's flat position in the storage ``x`` is a view of;
-    numpy therefore checks the selection and gives its exact semantics (and its
-    errors).  The result is one ``gather`` primitive reading that storage.
-    """
-    x = _tracer(x)
-    chain, node = [], x.node
-    while node.op in REGISTRY and REGISTRY[node.op].kind == "view":
-        chain.append(node)
-        node = node.args[0]
-    pos = np.arange(node.size, dtype=np.intp).reshape(node.shape)
-    for v in reversed(chain):
-        pos = REGISTRY[v.op].view(pos, **v.attrs)
-    flat = np.ascontiguousarray(select(pos), dtype=np.intp)
-    if node.is_literal:  # a constant in, a constant out
-        value = np.ascontiguousarray(node.attrs["value"]).reshape(-1)[flat]
-        return Tracer(x._trace.const(value, True), x._trace)
-    base = Tracer(node, x._trace)
-    if node.is_const and not node.attrs["value"].flags.c_contiguous:
-        base = bind("copy", base)  # gather reads C-contiguous storage
-    return bind("gather", base, Tracer(x._trace.const(flat, True), x._trace))
-
-
 # ----------------------------------------------------------------------------
 # constructors of constants from traced shapes
 # ----------------------------------------------------------------------------
@@ -536,7 +516,7 @@ HANDLED[np.copy] = lambda a, order="K", subok=False: _tracer(a)
 HANDLED[np.abs] = lambda x: np.absolute(x)
 
 
-from . import numpy_reductions  # noqa: E402,F401  (sum, mean, var, argmax, ...)
-from . import numpy_lib  # noqa: E402,F401  (registers more of numpy's functions)
-from . import numpy_linalg  # noqa: E402,F401  (numpy.linalg)
-from . import numpy_methods  # noqa: E402,F401  (the ndarray methods of tracers)
+# tracers dispatch their numpy protocols here
+SURFACE.apply_ufunc = apply_ufunc
+SURFACE.apply_function = apply_function
+SURFACE.getitem = getitem

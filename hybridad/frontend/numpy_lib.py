@@ -17,7 +17,7 @@ import string
 
 import numpy as np
 
-from .numpy_api import (HANDLED, _no_kwargs, _norm_axis, _reduce, _tracer, _weak, broadcast_to,
+from .numpy_api import (HANDLED, UFUNC_REDUCERS, _no_kwargs, _norm_axis, _reduce, _tracer, _weak, broadcast_to,
                         concatenate, expand_dims, gather_positions, getitem, implements, matmul,
                         moveaxis, ravel, reshape, squeeze, stack, transpose, where)
 from .numpy_reductions import mean
@@ -139,6 +139,9 @@ def logaddexp_reduce(x, axis=0, keepdims=False):
     return r if keepdims else squeeze(r, _norm_axis(axis, x.ndim))
 
 
+
+
+UFUNC_REDUCERS[np.logaddexp] = logaddexp_reduce
 # ----------------------------------------------------------------------------
 # shape helpers
 # ----------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TracingError, user_location
-from .numpy_api import (_norm_axis, _reduce, _tracer, implements, ravel, reshape,
+from .numpy_api import (HANDLED, _norm_axis, _reduce, _tracer, implements, ravel, reshape,
                         where)
 from .trace import Tracer, check_dtype
 
@@ -224,10 +224,8 @@ def argpartition(a, kth, axis=-1, kind="introselect", order=None):
     """``np.argpartition`` as the stable argsort: it meets the contract (each
     ``kth`` element in its sorted place); numpy leaves the order inside the
     partitions undefined."""
-    from .numpy_lib import argsort, partition
-
-    partition(a, kth, axis, kind, order)  # numpy's checks of kth
-    return argsort(a, axis, order=order)
+    HANDLED[np.partition](a, kth, axis, kind, order)  # numpy's checks of kth (numpy_lib)
+    return HANDLED[np.argsort](a, axis, order=order)
 
 
 @implements(np.searchsorted)

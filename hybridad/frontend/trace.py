@@ -34,7 +34,12 @@ import numpy as np
 from ..errors import TracingError, user_location
 from .guards import note_value_operand, paused
 from ..ir.graph import Node
-from ..ops import REGISTRY
+from ..ir.registry import REGISTRY
+
+#: the numpy surface of tracers: ``apply_ufunc``, ``apply_function`` and
+#: ``getitem``, installed by :mod:`hybridad.frontend.numpy_api` (which imports
+#: this module; tracers call it through this table, so imports run one way)
+SURFACE = types.SimpleNamespace(apply_ufunc=None, apply_function=None, getitem=None)
 
 __all__ = ["Trace", "Tracer", "as_node", "bind", "current_trace", "loop_dtypes"]
 
@@ -540,25 +545,19 @@ class Tracer:
 
     # -- numpy protocols ----------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from . import numpy_api
-
         _note_values(inputs)
-        return numpy_api.apply_ufunc(ufunc, method, inputs, kwargs)
+        return SURFACE.apply_ufunc(ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
-        from . import numpy_api
-
         _note_values(args)
-        return numpy_api.apply_function(func, args, kwargs)
+        return SURFACE.apply_function(func, args, kwargs)
 
     def __array_namespace__(self, *, api_version=None):
         return np
 
     # -- indexing -------------------------------------------------------------
     def __getitem__(self, index):
-        from . import numpy_api
-
-        return numpy_api.getitem(self, index)
+        return SURFACE.getitem(self, index)
 
     def __setitem__(self, index, value):
         raise TracingError(f"in-place assignment to a traced array at {user_location()}: "

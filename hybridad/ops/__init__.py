@@ -1,160 +1,18 @@
-"""The primitive registry: every op declared once, with all its rules.
+"""The op rules: every primitive declared once, with all its rules (see
+:mod:`hybridad.ir.registry` for what an :class:`~hybridad.ir.registry.Op`
+carries).  One module per family -- :mod:`.elementwise` (the ufunc rule
+table), :mod:`.structural` (select, casts, scans, matmul, shape and index
+ops), :mod:`.linalg` (LAPACK primitives, their kernels in :mod:`.lapack`),
+:mod:`.region` (the fused regions the partition makes) -- and the helpers
+their batch rules share (:mod:`.batch_helpers`).  Importing this package
+fills the registry.
 
-An :class:`Op` carries, side by side:
-
-* ``abstract`` -- shape and dtype of the result from the operands' (shape rule);
-* ``run`` / ``view`` -- the numpy reference implementation, writing into a
-  preallocated ``out`` (or returning a view for view ops);
-* ``vjp`` -- the reverse rule, written with numpy calls on tracers so that the
-  backward pass is emitted as IR into the same graph;
-* ``jvp`` -- the forward (tangent) rule, likewise emitted as IR: forward mode
-  over any graph, the backward pass included (forward-over-reverse Hessians);
-* ``batch`` -- how the op applies when some operands carry a leading batch
-  axis (a chunk of tangents or cotangents), emitted as IR (see
-  :mod:`hybridad.transforms.batching`);
-* for elementwise ops, ``ufunc`` and symbolic ``partials`` (one expression per
-  operand in terms of the operands and the result ``ans``), from which the
-  VJP is derived -- and from which later backends render dual-number kernels;
-* ``domain`` -- the interval the test-suite samples inputs from;
-* ``scalar`` -- for a ufunc numba has no scalar implementation of, its value
-  as a Python expression (a format string over the operands' code);
-* ``dual`` -- for an elementwise op evaluated by a compiled scalar function
-  (a user's :func:`hybridad.elementwise` function): the object whose
-  ``ident`` names, in generated source, the function returning the value and
-  every partial of one element (``header_line()`` binds it), so a fused
-  kernel gets both from one dual-number evaluation;
-* ``workspace`` -- for an op whose kernel needs working memory (LAPACK), the
-  element count (in the result's dtype) from the operands; the memory plan
-  gives it a slot of the arena and ``run`` receives it as ``work=``;
-* ``raises`` -- whether ``run`` can fail on operands of valid shape and dtype
-  (LAPACK: a singular or not positive definite matrix, no convergence).  A
-  call that fails writes nothing: the plans order every write into a caller's
-  buffer after the last such op (:func:`hybridad.transforms.memory.plan_memory`,
-  :func:`hybridad.optim.schedule_updates`, the staged programs of
-  :mod:`hybridad.plans.higher`).
-
-Adding an op touches one file in this package; tests pick it up from
-:data:`REGISTRY`.
+Op rules are symbolic: they may emit IR through the tracer
+(:func:`hybridad.frontend.trace.bind`), and import no backend and no module
+of the numpy surface.
 """
 
-from __future__ import annotations
+from ..ir.registry import REGISTRY, Op, get, may_raise, register, storage_root
+from . import elementwise, linalg, region, structural  # noqa: F401  (fill the registry)
 
 __all__ = ["REGISTRY", "Op", "get", "may_raise", "register", "storage_root"]
-
-REGISTRY: dict[str, Op] = {}
-
-#: kinds of op; ``view`` results alias their first operand's storage,
-#: ``inplace`` results *are* their first operand's storage, modified.
-KINDS = ("elementwise", "reduce", "view", "inplace", "compute", "region")
-
-
-class Op:
-    """A primitive operation.
-
-    Parameters
-    ----------
-    name : str
-    kind : str
-        One of :data:`KINDS`.
-    abstract : callable
-        ``abstract(*arg_nodes, **attrs) -> (shape, dtype)``.
-    run : callable, optional
-        ``run(out, *arrays, **attrs)``: write the result into ``out``
-        (for ``inplace`` ops, ``out`` is ``arrays[0]``).  Must not allocate.
-    view : callable, optional
-        ``view(*arrays, **attrs) -> ndarray``: for ``view`` ops.
-    vjp : callable, optional
-        ``vjp(g, node, *arg_tracers, ans) -> tuple`` of contributions, one per
-        operand (``None`` for a zero / non-differentiable operand).
-    jvp : callable, optional
-        ``jvp(tangents, node, *arg_tracers, ans, **attrs) -> tracer or None``:
-        the result's tangent from the operands' (``None`` entries are zero).
-        Elementwise ops derive it from ``partials``.
-    batch : callable, optional
-        ``batch(node, batched, *arg_tracers, **attrs) -> tracer``: the op
-        applied to operands of which those flagged in ``batched`` have a
-        leading batch axis; the result has it too.  Elementwise ops share
-        one rule.
-    ufunc, partials, domain, scalar :
-        Elementwise ops only; see the module docstring.
-    workspace : callable, optional
-        ``workspace(*arg_nodes, **attrs) -> int``; see the module docstring.
-    raises : bool, default False
-        Whether ``run`` can raise at run time; see the module docstring.
-    """
-
-    __slots__ = (
-        "abstract",
-        "doc",
-        "domain",
-        "dual",
-        "kind",
-        "name",
-        "partials",
-        "raises",
-        "run",
-        "scalar",
-        "ufunc",
-        "batch",
-        "jvp",
-        "view",
-        "vjp",
-        "workspace",
-    )
-
-    def __init__(self, name, kind, abstract, run=None, view=None, vjp=None, ufunc=None,
-                 partials=None, domain=None, doc="", scalar=None, workspace=None, jvp=None,
-                 batch=None, dual=None, raises=False):
-        assert kind in KINDS, kind
-        self.name = name
-        self.kind = kind
-        self.abstract = abstract
-        self.run = run
-        self.view = view
-        self.vjp = vjp
-        self.ufunc = ufunc
-        self.partials = partials
-        self.domain = domain
-        self.doc = doc
-        self.scalar = scalar
-        self.workspace = workspace
-        self.jvp = jvp
-        self.batch = batch
-        self.dual = dual
-        self.raises = bool(raises)
-
-    def __repr__(self):
-        return f"Op({self.name!r}, kind={self.kind!r})"
-
-
-def register(op):
-    """Add ``op`` to :data:`REGISTRY` (names are unique)."""
-    if op.name in REGISTRY:
-        raise ValueError(f"op {op.name!r} registered twice")
-    REGISTRY[op.name] = op
-    return op
-
-
-def get(name):
-    """Look up a primitive by name."""
-    return REGISTRY[name]
-
-
-def may_raise(node):
-    """Whether running ``node`` can fail at run time (:attr:`Op.raises`)."""
-    op = REGISTRY.get(node.op)
-    return op is not None and op.raises
-
-
-def storage_root(node):
-    """The node whose storage ``node`` uses: followed through views and
-    in-place ops to the op that made the buffer (an input or constant ends
-    the chain)."""
-    while node.op in REGISTRY and REGISTRY[node.op].kind in ("view", "inplace"):
-        node = node.args[0]
-    return node
-
-
-# Populate the registry.
-from . import elementwise, linalg, region, structural  # noqa: E402,F401
-

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Op, register
+from ..ir.registry import Op, register
 
 LN2 = float(np.log(2.0))
 LN10 = float(np.log(10.0))

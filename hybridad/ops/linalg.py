@@ -3,7 +3,7 @@
 Operands are stacks of square float64 matrices, exactly 3-D ``(batch, n, n)``
 (the numpy surface reshapes ``(..., n, n)`` operands, broadcasts batches and
 computes float32 in float64, as numpy.linalg does).  The reference ``run`` of
-each is a LAPACK kernel of :mod:`hybridad.backends.numba.lapack` writing into the
+each is a LAPACK kernel of :mod:`hybridad.ops.lapack` writing into the
 preallocated result with a preallocated ``work`` slot; the numba backend
 calls the same kernels.  Each makes numpy's LAPACK call (routine, ``uplo``,
 ``jobz``), so values, signs and conventions are numpy's.
@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Op, register
+from ..ir.registry import Op, register
 
 
 def _kernel(name):
-    from ..backends.numba import lapack
+    from . import lapack
 
     return getattr(lapack, name), lapack
 
@@ -50,7 +50,7 @@ def _inv_T(a):
 
 def _work(name):
     def size(a, b=None, **attrs):
-        from ..backends.numba.lapack import work_size
+        from .lapack import work_size
 
         return work_size(name, a.shape[-1], 0 if b is None else b.shape[-1])
 

@@ -28,12 +28,10 @@ the unpartitioned graph).
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from .._settings import enabled, switch
-from . import Op, register
+from ..ir.registry import Op, register
 from .elementwise import chain_product
 
 #: ops whose evaluation is expensive enough that storing partials beats recomputing
@@ -55,7 +53,7 @@ def strategy(body):
     """``"store"`` or ``"recompute"`` for the partials of region ``body``."""
     if enabled("recompute_partials"):
         return "recompute"
-    from . import REGISTRY
+    from ..ir.registry import REGISTRY
 
     expensive = any(n.op in TRANSCENDENTAL or REGISTRY[n.op].dual is not None  # user code
                     for n in body.nodes)
@@ -110,19 +108,87 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
 def _equal_partials(body, active):
     """input position -> the first position whose partial is the same
     expression (``x + b``: d/dx and d/db are both 1 * tanh'), so a value
-    region stores it once -- one array per distinct partial, not per input."""
-    from ..backends.scalar import render_region
-
-    names = [f"_in{k}" for k in range(len(body.inputs))]
+    region stores it once -- one array per distinct partial, not per input.
+    The partials are compared as expression trees (:class:`_Expr`), built from
+    the same rule table the kernels are rendered from."""
     first, out = {}, {}
     for k, act in enumerate(active):
-        if not act:
-            continue
-        sb = render_region(body, names, (k,), need_value=False)
-        # the same statements up to the seed's number in the tangent names
-        key = re.sub(r"\b(d\d+)_\d+\b", r"\1", "\n".join(sb.lines + [sb.partials[k]]))
-        out[k] = first.setdefault(key, k)
+        if act:
+            out[k] = first.setdefault(_partial_expr(body, k), k)
     return out
+
+
+class _Expr:
+    """A symbolic scalar whose value is a hashable expression tree: what the
+    elementwise rules compute, without printing any language."""
+
+    __slots__ = ("key", "dtype")
+    __array_priority__ = 1000
+
+    def __init__(self, key, dtype):
+        self.key = key
+        self.dtype = np.dtype(dtype)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or kwargs:
+            return NotImplemented
+        return _Expr((ufunc.__name__, *(_key(i) for i in inputs)),
+                     np.result_type(*(_dtype_of(i) for i in inputs)))
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func is np.where and not kwargs:
+            return _Expr(("where", *(_key(a) for a in args)),
+                         np.result_type(*(_dtype_of(a) for a in args[1:])))
+        return NotImplemented
+
+
+def _key(v):
+    return v.key if isinstance(v, _Expr) else ("const", np.asarray(v).dtype.str,
+                                               np.asarray(v).tobytes())
+
+
+def _dtype_of(v):
+    return v.dtype if isinstance(v, _Expr) else np.asarray(v).dtype
+
+
+for _name, _uf in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
+                   ("truediv", np.true_divide), ("pow", np.power)]:
+    setattr(_Expr, f"__{_name}__", lambda a, b, _uf=_uf: _uf(a, b))
+    setattr(_Expr, f"__r{_name}__", lambda a, b, _uf=_uf: _uf(b, a))
+for _name, _uf in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
+                   ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
+    setattr(_Expr, f"__{_name}__", lambda a, b, _uf=_uf: _uf(a, b))
+_Expr.__neg__ = lambda a: np.negative(a)
+_Expr.__invert__ = lambda a: np.logical_not(a)
+_Expr.__hash__ = lambda a: hash(a.key)
+
+
+def _partial_expr(body, k):
+    """d(region value)/d(input k) as an expression tree (forward mode, seed 1
+    on input k), with the region's inputs as opaque leaves."""
+    from ..ir.registry import REGISTRY
+
+    vals, tans = {}, {}
+    for j, node in enumerate(body.inputs):
+        vals[node.id] = _Expr(("in", j), node.dtype)
+        tans[node.id] = ("one",) if j == k else None
+    for node in body.nodes:
+        op = REGISTRY[node.op]
+        args = [vals[a.id] for a in node.args]
+        ans = vals[node.id] = _Expr(("v", node.id), node.dtype)
+        if node.op == "where":
+            ta, tb = (tans[a.id] for a in node.args[1:])
+            tans[node.id] = None if ta is None and tb is None else ("select", args[0].key, ta, tb)
+            continue
+        terms = []
+        for j, (a, p) in enumerate(zip(node.args, op.partials, strict=True)):
+            if tans[a.id] is None or p is None or (not callable(p) and p == 0):
+                continue
+            pj = ("dual", node.id, j) if op.dual is not None else \
+                _key(p(*args, ans)) if callable(p) else ("const", p)
+            terms.append(("mul", pj, tans[a.id]))
+        tans[node.id] = ("add", *terms) if terms else None
+    return tans[body.nodes[-1].id]
 
 
 register(Op("region", "region", _region_abstract, run=_no_numpy, vjp=_region_vjp,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import REGISTRY, Op, register
+from ..ir.registry import REGISTRY, Op, register
 
 # ----------------------------------------------------------------------------
 # helpers
@@ -44,13 +44,13 @@ def _bind(*args, **attrs):
 
 
 def _lift(t, rank):
-    from ..transforms.batching import lift
+    from .batch_helpers import lift
 
     return lift(t, rank)
 
 
 def _expand(x, k):
-    from ..transforms.batching import expand
+    from .batch_helpers import expand
 
     return expand(x, k)
 
@@ -472,13 +472,13 @@ def _gather_vjp(g, node, active, x, flat, ans):
 def _gather_batch(node, batched, x, flat):
     if batched[1]:
         raise NotImplementedError("gather at batched positions")
-    from ..transforms.batching import batched_positions, contiguous
+    from .batch_helpers import batched_positions, contiguous
 
     return _bind("gather", contiguous(x), batched_positions(flat, x.shape[0], x.size // x.shape[0]))
 
 
 def _gather_jvp(ts, node, x, flat, ans):
-    from ..transforms.batching import contiguous
+    from .batch_helpers import contiguous
 
     return _bind("gather", contiguous(ts[0]), flat)
 
@@ -547,7 +547,7 @@ def _sort_positions(x, p, axis):
 
 
 def _sort_values_jvp(ts, node, x, p, ans, axis):
-    from ..transforms.batching import contiguous
+    from .batch_helpers import contiguous
 
     if x.size == 0 or ts[0] is None:
         return None
@@ -649,7 +649,7 @@ def _iadd_batch(node, batched, acc, g):
 
 def _flat_batch(node, batched, *args, shape=None):
     """scatter_flat / scatter_add_flat: positions offset per batch entry."""
-    from ..transforms.batching import batched_positions
+    from .batch_helpers import batched_positions
 
     if node.op == "scatter_flat":
         g, flat = args
@@ -688,7 +688,6 @@ register(Op("scatter_add", "inplace", lambda acc, g, index: (acc.shape, acc.dtyp
             jvp=_in_place_jvp, batch=_scatter_add_batch, doc="acc[index] += g, in place"))
 
 def _scatter_flat_vjp(gg, node, active, g, flat, ans, shape):
-    from ..frontend.numpy_api import gather_positions
     from ..frontend.trace import bind
 
     if flat.node.is_const:  # positions known at trace time: through any view of gg
@@ -724,3 +723,34 @@ register(Op("iadd", "inplace", _same_as_first,
             run=lambda out, acc, g: np.add(acc, g, out=acc), jvp=_in_place_jvp,
             batch=_iadd_batch,
             doc="acc += g, in place (g broadcasts)"))
+
+
+def gather_positions(x, select):
+    """The elements of ``x`` that ``select`` picks, for any selection that moves
+    elements without looking at their values (fancy and boolean indexing,
+    ``take``, ``compress``, ``repeat``, ``diagonal``, ...).
+
+    ``select`` is applied, at trace time, to an integer array of ``x``'s shape
+    holding each element's flat position in the storage ``x`` is a view of;
+    numpy therefore checks the selection and gives its exact semantics (and its
+    errors).  The result is one ``gather`` primitive reading that storage.
+    """
+    from ..frontend.trace import Tracer, bind
+
+    chain, node = [], x.node
+    while node.op in REGISTRY and REGISTRY[node.op].kind == "view":
+        chain.append(node)
+        node = node.args[0]
+    pos = np.arange(node.size, dtype=np.intp).reshape(node.shape)
+    for v in reversed(chain):
+        pos = REGISTRY[v.op].view(pos, **v.attrs)
+    flat = np.ascontiguousarray(select(pos), dtype=np.intp)
+    if node.is_literal:  # a constant in, a constant out
+        value = np.ascontiguousarray(node.attrs["value"]).reshape(-1)[flat]
+        return Tracer(x._trace.const(value, True), x._trace)
+    base = Tracer(node, x._trace)
+    if node.is_const and not node.attrs["value"].flags.c_contiguous:
+        base = bind("copy", base)  # gather reads C-contiguous storage
+    return bind("gather", base, Tracer(x._trace.const(flat, True), x._trace))
+
+

@@ -35,7 +35,7 @@ from ...transforms.memory import layout_proto
 from ...ops import REGISTRY
 from .source import region_kernel
 from .reduce import sum_levels, sum_scratch, summable
-from ..numba.lapack import LAPACK_OPS
+from ...ops.lapack import LAPACK_OPS
 
 __all__ = ["CupyLauncher", "Launcher", "RegionCalls", "cupy_available", "scratch_for_cupy"]
 

@@ -113,6 +113,16 @@ class CudaConstants(Constants):
 
     dialect = "cuda"
 
+    @staticmethod
+    def apply_code(name, codes, out_dtype):
+        """CUDA source of ufunc ``name`` on operand sources ``codes``."""
+        return cuda_apply(name, codes, out_dtype)
+
+    @staticmethod
+    def ctype(dtype):
+        """The C type of ``dtype``."""
+        return ctype(dtype)
+
     def kernel(self, dual):
         raise NotImplementedError(
             "@hybridad.elementwise functions run on the CPU backends (numba, numpy); the "

@@ -19,7 +19,8 @@ __all__ = ["region_kernel_source", "compile_region_kernel"]
 
 
 def region_kernel_source(region, seeds=(), name="kernel"):
-    """Source and typed constants of the kernel for a :class:`~hybridad.transforms.partition.Region`."""
+    """Source and typed constants of the kernel for a fused region
+    (:class:`~hybridad.transforms.partition.Region`)."""
     out = region.output
     node = Node(out.id, "region", region.inputs, {"body": region, "mode": "value"},
                 out.shape, out.dtype)

@@ -8,36 +8,17 @@ partials, fused reduction).  Pure text: no compiler is imported here.
 
 from __future__ import annotations
 
-import os
 import re
 
 import numpy as np
 
-from ..._settings import enabled, switch
+from .threshold import PARALLEL_MIN, parallel_min, serial_loops  # noqa: F401
 from .reduce import (INIT, accumulate, blocked_full_reduction, init_text, reduction_nest,
                      region_runs_parallel, single_block)
 from ..scalar import Constants, render_region, safe_product
 
 __all__ = ["LoopWriter", "broadcast_index", "region_lines", "INIT", "init_text", "parallel_min",
            "serial_loops"]
-
-#: fewest loop iterations for which a region runs as a parallel ``prange``
-#: (below it, thread start-up costs more than it saves; see benchmarks/);
-#: ``HYBRIDAD_PARALLEL_MIN`` overrides
-PARALLEL_MIN = int(os.environ.get("HYBRIDAD_PARALLEL_MIN", "") or 1 << 15)
-
-
-def parallel_min():
-    """The prange threshold in effect: :data:`PARALLEL_MIN`, or no loop at
-    all inside :func:`serial_loops`."""
-    return 1 << 62 if enabled("serial_loops") else PARALLEL_MIN
-
-
-def serial_loops(serial=True):
-    """Generate every loop as a plain ``range`` (no worker threads) while
-    active, in this thread (a plan built with ``parallel=False``)."""
-    return switch("serial_loops", serial)
-
 
 def broadcast_index(shape, loop_ndim, prefix="i"):
     """Index text reading an array of ``shape`` inside a loop nest of ``loop_ndim``."""

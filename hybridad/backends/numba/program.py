@@ -22,7 +22,7 @@ from ...ir.graph import format_node
 from ...transforms.memory import layout_proto, poison_schedule
 from ...ops import REGISTRY, storage_root
 from . import cache
-from .lapack import LAPACK_OPS, kernel_args, kind_of
+from ...ops.lapack import LAPACK_OPS, kernel_args, kind_of
 from .threads import SingleThreadedBlas
 from .loops import (PARALLEL_MIN, Constants, LoopWriter, broadcast_index, fill,
                     getitem_map, here, region_acc_lines, region_lines)
@@ -1030,10 +1030,11 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
               vector_imports(),
               "from hybridad.backends.numba.rt import check_arrays as _check, gemm as _gemm, "
               "load_i64 as _ld64, view_at as _view",
-              "from hybridad.backends.numba.rt import fold_max as _fold_max, fold_min as _fold_min, "
+              "from hybridad.backends.numba.rt import fold_max as _fold_max, "
+              "fold_min as _fold_min, "
               "fold_prod as _fold_prod, fold_sum as _fold_sum, "
               "sum_compensated as _sum_compensated",
-              "from hybridad.backends.numba.lapack import " +
+              "from hybridad.ops.lapack import " +
               ", ".join(f"{op} as _la_{op}" for op in LAPACK_OPS), ""]
     abi = tuple(rt.ABI[k] for k in rt.ABI_FIELDS) if objects else (0,) * 9
     header.append(f"_ABI = {abi!r}  # see rt.ABI")

@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .threshold import parallel_min
+
 __all__ = ["INIT", "init_text", "Accumulator", "acc_dtype", "accumulate", "blocked_full_reduction",
            "compensated", "reduction_nest", "reduction_scratch", "region_runs_parallel"]
 
@@ -233,7 +235,6 @@ def _row_blocked(kind, shape, axis):
 
 def _rows_parallel(shape, axis, parallel=True):
     """Whether the kept axes of a blocked trailing sum run as a ``prange``."""
-    from .loops import parallel_min
 
     return parallel and len(axis) < len(shape) and \
         int(np.prod(shape, dtype=np.int64)) >= parallel_min()
@@ -345,7 +346,6 @@ def _pow2_at_least(n):
 
 
 def _parallel_sum(body):
-    from .loops import parallel_min
 
     return body.reduction.op == "sum" and int(np.prod(body.shape)) >= parallel_min()
 
@@ -431,7 +431,6 @@ def region_runs_parallel(node):
     vjp regions and reductions that keep axis 0, of at least
     :data:`.loops.PARALLEL_MIN` iterations, and large full sums; other
     reductions run serially."""
-    from .loops import parallel_min
 
     body = node.attrs["body"]
     red, shape = body.reduction, body.shape
