@@ -26,7 +26,8 @@ from hybridad.backends.numpy.program import compile_program
 from hybridad.ir.graph import Graph, check
 from hybridad.transforms.memory import ALIGN, plan_memory
 from hybridad.ops import REGISTRY, storage_root
-from hybridad.transforms.partition import FUSABLE_REDUCTIONS, find_regions, fold_accumulations, fuse_regions
+from hybridad.transforms.partition import (FUSABLE_REDUCTIONS, find_regions, fold_accumulations,
+                                           fuse_regions)
 from hybridad.frontend.trace import Trace, bind
 
 F64 = np.dtype(np.float64)

@@ -17,7 +17,8 @@ import string
 
 import numpy as np
 
-from .numpy_api import (HANDLED, UFUNC_REDUCERS, _no_kwargs, _norm_axis, _reduce, _tracer, _weak, broadcast_to,
+from .numpy_api import (HANDLED, UFUNC_REDUCERS, _no_kwargs, _norm_axis, _reduce, _tracer, _weak,
+                        broadcast_to,
                         concatenate, expand_dims, gather_positions, getitem, implements, matmul,
                         moveaxis, ravel, reshape, squeeze, stack, transpose, where)
 from .numpy_reductions import mean

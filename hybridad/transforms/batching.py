@@ -16,10 +16,8 @@ fused loop whose dual numbers carry K partials.
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..ops import REGISTRY
-from ..ops.batch_helpers import batched_positions, contiguous, expand, lift
+from ..ops.batch_helpers import contiguous, expand, lift  # noqa: F401  (re-exported)
 from ..frontend.trace import Tracer, bind
 
 __all__ = ["contiguous", "elementwise_batch", "expand", "lift", "vmap"]
