@@ -7,18 +7,33 @@
 >>> res.gradient
 array([2., 4., 6.])
 
-Pipeline (one module per stage): :mod:`.trace` -> :mod:`.ir` ->
-:mod:`.autodiff` -> :mod:`.memory` -> :mod:`.backends` -> :mod:`.results`.
+The package in pipeline order (docs/architecture.md walks it): :mod:`.frontend`
+(tracing, the numpy surface) -> :mod:`.ir` (the graph, the op registry) ->
+:mod:`.ops` (every op's rules) -> :mod:`.transforms` (autodiff, batching,
+partition, memory plan) -> :mod:`.backends` (numpy, numba, cuda) ->
+:mod:`.plans` (run into :mod:`.results`); :mod:`.interop` (scipy, dask).
 """
 
-from .frontend import numpy_api as _numpy_api  # noqa: F401  (the numpy surface: methods on tracers)
 from . import optim
 from .api import clear_cache, compile, gradient, hessian, hvp, jacobian
 from .errors import MemoryBudgetError, RetraceWarning, StalePlanError, TracingError
-from .plans.plan import Plan
+import sys as _sys
+
+from .frontend import numpy_api as _numpy_api  # noqa: F401  (the numpy surface: methods on tracers)
 from .frontend.scalar_functions import ElementwiseError, elementwise
-from .results import (BatchGradientResult, DiffResult, GradientResult, HessianResult, HvpResult,
-                      JacobianResult)
+from .plans import plan as _plan_module
+from .plans.plan import Plan
+from .results import (
+                      BatchGradientResult,
+                      DiffResult,
+                      GradientResult,
+                      HessianResult,
+                      HvpResult,
+                      JacobianResult,
+)
+
+# plans pickled before the package was laid out in folders name hybridad.plan
+_sys.modules.setdefault(__name__ + ".plan", _plan_module)
 
 __version__ = "0.1.0"
 

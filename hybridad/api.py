@@ -29,9 +29,11 @@ import numpy as np
 from . import _tree
 from ._xp import array_module, is_array
 from .errors import RetraceWarning, StalePlanError
-from .frontend.guards import root_of
-from .plans.higher import HessianPlan, JacobianPlan
-from .plans.plan import Plan, arg_names, normalize_argnums, prepare_args
+from .frontend.guard_walk import root_of
+from .plans.arguments import arg_names, normalize_argnums, prepare_args
+from .plans.hessian import HessianPlan
+from .plans.jacobian import JacobianPlan
+from .plans.plan import Plan
 
 __all__ = ["MAX_PLANS_PER_FUNCTION", "clear_cache", "compile", "gradient", "hessian", "hvp",
            "jacobian"]
@@ -90,14 +92,14 @@ def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
         never an out-of-memory at run time.
 
     hessian : bool, default False
-        Build a :class:`hybridad.plans.higher.HessianPlan` (one array argument):
+        Build a :class:`hybridad.plans.hessian.HessianPlan` (one array argument):
         ``plan.hessian(*args, out=res)`` writes value, gradient and Hessian
         into a :class:`HessianResult`; ``plan.hvp(*args, v=v)`` gives ``H v``
         for one ``v`` or a stack of them, and ``plan.linearize(*args)``
         followed by ``plan.hvp(v=v)`` serves many ``v`` at one point with only
         the tangent pass per ``v``.  Forward over reverse.
     jacobian : bool, default False
-        Build a :class:`hybridad.plans.higher.JacobianPlan` for ``f`` returning an
+        Build a :class:`hybridad.plans.jacobian.JacobianPlan` for ``f`` returning an
         array: ``plan.jacobian(*args, out=res)`` into a :class:`JacobianResult`.
     mode : {"auto", "forward", "reverse"}, default "auto"
         Jacobian plans: forward mode (chunks of tangents: columns) or reverse
@@ -105,7 +107,7 @@ def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
         ``x.size <= y.size``.
     chunk : int, optional
         Jacobian and Hessian plans: seeds per run of the chunked program
-        (default :func:`hybridad.plans.higher.default_chunk`: all of them up to 128,
+        (default :func:`hybridad.plans.staged.default_chunk`: all of them up to 128,
         else 32, fewer when one seed's workspace is large; measured).
     cuda_graph : bool, default False
         ``backend="cupy"`` only: capture the whole gradient program as a CUDA
@@ -405,7 +407,7 @@ def hvp(f, x, v, *args, argnums=0, out=None, backend=None):
     ``H v`` is computed without forming ``H``: tangents are pushed through
     the gradient's graph (forward over reverse), about the cost of three
     gradients.  For many ``v`` at one point, see
-    :meth:`hybridad.plans.higher.HessianPlan.linearize`.
+    :meth:`hybridad.plans.hessian.HessianPlan.linearize`.
 
     Parameters
     ----------
@@ -445,7 +447,7 @@ def hessian(f, x, *args, argnums=0, out=None, backend=None, chunk=None):
     """Value, gradient and Hessian of a scalar function of one array.
 
     Forward over reverse: chunks of tangents are pushed through the forward
-    and backward graph (see :class:`hybridad.plans.higher.HessianPlan`); the plan
+    and backward graph (see :class:`hybridad.plans.hessian.HessianPlan`); the plan
     is cached like :func:`gradient`'s.
 
     Parameters

@@ -20,32 +20,36 @@ import functools
 import inspect
 import os
 import threading
-import types
-import warnings
 import weakref
 
 import numpy as np
 
 from .. import _tree
-from ..transforms.autodiff import backward, jvp
 from ..backends.numba.loops import serial_loops
-from ..backends.numba.program import compile_numba_program, materialize_for_numba, \
-    scratch_for_numba, work_estimate
+from ..backends.numba.program import (
+    compile_numba_program,
+    materialize_for_numba,
+    scratch_for_numba,
+    work_estimate,
+)
 from ..backends.numpy.program import compile_program
-from ..errors import MemoryBudgetError, RetraceWarning, StalePlanError
-from ..frontend.guards import build_guards, captured_ids, observe, root_of, signature
+from ..errors import MemoryBudgetError
+from ..frontend.guard_walk import root_of
+from ..frontend.trace import Trace, as_node
+from ..frontend.tracer import Tracer
 from ..ir.graph import Graph, check, dead_code_elimination
-from ..optim import UpdateRule, schedule_updates
-from ..transforms.memory import op_workspaces, plan_memory
 from ..ops.region import recompute_partials
+from ..optim import UpdateRule, schedule_updates
+from ..results import DiffResult, HvpResult
+from ..transforms.autodiff import backward, jvp
+from ..transforms.memory import op_workspaces, plan_memory
 from ..transforms.partition import fold_accumulations, fuse_regions
-from ..results import BatchGradientResult, DiffResult, GradientResult, HvpResult
-from ..frontend.trace import SUPPORTED_DTYPES, Trace, Tracer, as_node
-from .validate import FLOATS as _FLOATS
-from .validate import check_results
-from .validate import describe as _describe
-from .validate import is_buffer as _is_buffer
-from .validate import writeable as _writeable
+from .arguments import ArgumentsMixin, arg_names, normalize_argnums, prepare_args
+from .batch import BatchMixin, build_batched
+from .explain import ExplainMixin
+from .fastpath import FastPathMixin
+from .guarded import GuardsMixin
+from .updates import UpdatesMixin
 
 __all__ = ["Plan", "arg_names", "normalize_argnums"]
 
@@ -53,122 +57,10 @@ DEBUG = int(os.environ.get("HYBRIDAD_DEBUG", "0") or 0)
 BACKENDS = ("numba", "numpy", "cupy")
 
 
-#: re-traces of one plan after which :class:`~hybridad.errors.RetraceWarning` is issued
-RETRACE_WARN = 3
-
-
-def _static_paths(treedefs):
-    """``(expression over the call's args tuple a, value)`` of every static
-    (non-array) argument leaf that is an object: the guards walk them like
-    ``f``'s closure (their attributes can change; their identity is in the
-    plan's key)."""
-    out = []
-
-    def walk(td, expr):
-        if td == _tree.LEAF:
-            return
-        kind = td[0]
-        if kind == "static":
-            if not isinstance(td[2], (type(None), bool, int, float, complex, str, bytes)):
-                out.append((expr, td[2]))
-        elif kind in ("tuple", "list"):
-            for i, sub in enumerate(td[1]):
-                walk(sub, f"{expr}[{i}]")
-        elif kind == "dict":
-            for key, sub in zip(td[1], td[2], strict=True):
-                if isinstance(key, (str, int)):
-                    walk(sub, f"{expr}[{key!r}]")
-
-    for k, td in enumerate(treedefs):
-        walk(td, f"a[{k}]")
-    return out
-
-
-def normalize_argnums(argnums, nargs):
-    """Validate ``argnums`` (int or tuple of ints) against ``nargs`` arguments."""
-    single = isinstance(argnums, (int, np.integer)) and not isinstance(argnums, bool)
-    nums = (argnums,) if single else argnums
-    if not isinstance(nums, tuple) or not nums or not all(
-            isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in nums):
-        raise TypeError(f"argnums must be an int or a non-empty tuple of ints; got {argnums!r}")
-    out = []
-    for i in nums:
-        if not -nargs <= i < nargs:
-            raise ValueError(f"argnums={argnums!r} is out of range for a call with {nargs} "
-                             "positional argument(s)")
-        out.append(int(i) % nargs)
-    if len(set(out)) != len(out):
-        raise ValueError(f"argnums={argnums!r} repeats an argument")
-    return (out[0] if single else tuple(out)), tuple(out)
-
-
-def arg_names(f, nargs):
-    """Parameter names of ``f`` for error messages (``'x'``), or ``'arg k'``."""
-    try:
-        params = [p.name for p in inspect.signature(f).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    except (TypeError, ValueError):
-        params = []
-    return [f"'{params[k]}'" if k < len(params) else f"at position {k}" for k in range(nargs)]
-
-
-def prepare_args(args, diff, names):
-    """Convert differentiated arguments to float arrays (see
-    :func:`hybridad._tree.as_array_tree`); flatten everything; refuse ndarray
-    subclasses and dtypes hybridad does not trace (:func:`hybridad._tree.plain_leaf`).
-
-    Returns ``(leaves, treedefs)`` with one treedef per argument.
-    """
-    leaves, treedefs = [], []
-    for k, a in enumerate(args):
-        if k in diff and (type(a) is not np.ndarray or a.dtype not in _FLOATS):
-            names = names() if callable(names) else names
-            a = _tree.as_array_tree(a, names[k])  # converts, or raises a clear TypeError
-        lv, td = _tree.flatten(a)
-        for i, leaf in enumerate(lv):
-            if type(leaf) is not np.ndarray or leaf.dtype not in SUPPORTED_DTYPES:
-                names = names() if callable(names) else names
-                lv[i] = _tree.plain_leaf(leaf, names[k])  # or a TypeError naming it
-        leaves.extend(lv)
-        treedefs.append(td)
-    return leaves, tuple(treedefs)
-
-
-def _unpack_source(td, expr, leaves, conds, consts):
-    """Source that takes a pytree of structure ``td`` apart: the expressions
-    of its array leaves (appended to ``leaves``) and the conditions under
-    which they are right (appended to ``conds``, parents before children:
-    container class and length, dict keys, static values equal; the names
-    they use go into ``consts``).  False for a structure it cannot write."""
-    if td == _tree.LEAF:
-        leaves.append(expr)
-        return True
-    kind = td[0]
-    if kind == "static":
-        k = len(consts)
-        consts[f"_sT{k}"], consts[f"_sV{k}"] = td[1], td[2]
-        conds.append(f"{expr}.__class__ is _sT{k} and {expr} == _sV{k}")
-        return True
-    subs = td[-1]
-    if kind in ("tuple", "list"):
-        conds.append(f"{expr}.__class__ is {kind} and len({expr}) == {len(subs)}")
-        items = [f"{expr}[{i}]" for i in range(len(subs))]
-    elif kind == "dict":
-        if not all(type(key) in (str, int) for key in td[1]):
-            return False
-        conds.append(f"{expr}.__class__ is dict and len({expr}) == {len(subs)}")
-        items = [f"{expr}[{key!r}]" for key in td[1]]  # missing key: LookupError
-    else:
-        return False
-    return all(_unpack_source(sub, item, leaves, conds, consts)
-               for sub, item in zip(subs, items, strict=True))
-
-
 class _OverBudget(Exception):
     def __init__(self, memory):
         super().__init__()
         self.memory = memory
-
 
 
 def serialized(method):
@@ -182,7 +74,8 @@ def serialized(method):
 
     return call
 
-class Plan:
+class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
+           ExplainMixin):
     """A compiled gradient plan (returned by :func:`hybridad.compile`).
 
     Methods
@@ -343,69 +236,7 @@ class Plan:
             print(self.explain() if DEBUG >= 2 else str(self.graph))
 
     # ----------------------------------------------------------------- guards
-    def _trace_f(self, f, targs, trace):
-        """``f(*targs)`` in ``trace``, observed: the output checked, and the plan's
-        guards and graph signature set (see :mod:`hybridad.frontend.guards`)."""
-        out, self.guards, self._signature = self._observe_f(f, targs, trace)
-        self._guarded = self.guards.count > 0
-        self._gcheck = self.guards._check  # the compiled check (generated fast paths)
-        return out
 
-    def _observe_f(self, f, targs, trace):
-        """``(output, guards, signature)`` of ``f(*targs)`` traced into ``trace``
-        under :func:`hybridad.frontend.guards.observe`."""
-        with observe(self.name) as obs:
-            out = f(*targs)
-        out = self._check_output(out, trace)
-        nodes = list(trace.nodes)
-        consts = [n.attrs["value"] for n in nodes if n.op == "const" and not n.is_literal]
-        guards = build_guards(f, _static_paths(self._treedefs), obs, consts)
-        return out, guards, signature(nodes, [out.node], captured_ids(guards))
-
-    def _stale_reason(self, args):
-        """None, or what changed since ``f`` was traced (without re-tracing)."""
-        root = self._root if self._root is not None else self._rootref()
-        if root is None or not self._guarded:  # f is gone: nothing can change its state
-            return None
-        return self.guards.check(root, args)
-
-    def _check_stale(self, args):
-        """Before a call: if what ``f`` reads changed since it was traced, trace
-        it again; the plan keeps running when the graph came out the same, and
-        raises :class:`~hybridad.errors.StalePlanError` otherwise."""
-        root = self._root if self._root is not None else self._rootref()
-        if root is None:  # f is gone: nothing can reach its closure any more
-            return
-        why = self.guards.check(root, args)
-        if why is not None:
-            self._revalidate(root, args, why)
-
-    def _revalidate(self, root, args, why):
-        with self._guard_lock:
-            if self.guards.check(root, args) is None:  # another thread did it
-                return
-            trace = Trace()
-            stand_ins = [types.SimpleNamespace(shape=s, dtype=np.dtype(d))
-                         for s, d in self._specs]
-            f = root if self._method_func is None else types.MethodType(self._method_func, root)
-            with trace:
-                _, targs, _ = self._trace_args(trace, stand_ins)
-                _, guards, sig = self._observe_f(f, targs, trace)
-            if sig != self._signature:
-                raise StalePlanError(
-                    f"{self.name}: {why}, and f now traces to a different graph: this plan "
-                    "would compute the old function. Build a new plan (hybridad.compile), "
-                    "use hybridad.gradient / hessian / jacobian (they rebuild their plans "
-                    "when this happens), or pass the value as an argument, which a plan "
-                    "reads on every call.")
-            self.guards, self._gcheck = guards, guards._check
-            self._retraces += 1
-            if self._retraces == RETRACE_WARN:
-                warnings.warn(
-                    f"hybridad: {self.name} was traced again {RETRACE_WARN} times because "
-                    f"{why} between calls (the graph came out the same, so the plan is "
-                    "kept, but each check costs a trace). Pass values that change between "
-                    "calls as arguments.", RetraceWarning, stacklevel=4)
 
     def _lower(self, nodes, inputs, outputs, updates=()):
         """The traced nodes as the graph the backends run: dead code removed,
@@ -438,34 +269,6 @@ class Plan:
                            reuse=self.backend != "numpy", direct_outputs=numba,
                            pack=self._pack, pinned=pinned)
 
-    def _emit_update(self, trace, leaves, diff_tracers, grads):
-        """The update rule's state and per-step inputs, and its in-place writes
-        into parameters and state (after the backward pass; see hybridad.optim)."""
-        rule, k = self.update, len(leaves)
-        first = max((n.id for n in trace.nodes), default=-1)
-        inputs, self._state = [], []
-        n_hyper = len(rule.hyper(1))
-        hyper = None
-        for p in diff_tracers:
-            states = []
-            for _ in rule.state:
-                states.append(trace.input(k + len(inputs), p.shape, p.dtype))
-                inputs.append(states[-1])
-                self._state.append(np.zeros(p.shape, p.dtype))
-        if n_hyper:
-            hyper = trace.input(k + len(inputs), (n_hyper,), diff_tracers[0].dtype)
-            inputs.append(hyper)
-        self._hyper = np.zeros(n_hyper, diff_tracers[0].dtype)
-        self._steps = 0
-        writes = []
-        ns = len(rule.state)
-        shared = rule.shared(hyper) if hyper is not None else ()
-        for j, (p, g) in enumerate(zip(diff_tracers, grads, strict=True)):
-            if g is not None:
-                states = [inputs[j * ns + s] for s in range(ns)]
-                writes += [w.node for w in rule.emit(p, g, states, shared)]
-        self._update_ids = [n.id for n in trace.nodes if n.id > first and n.op != "input"]
-        return inputs, writes
 
     def __reduce__(self):
         """Pickle as a recipe: the function, the example arguments' structure,
@@ -484,146 +287,6 @@ class Plan:
             protos.append((td, leaves))
         return _rebuild_plan, (f, protos, self.argnums, self.backend, self.parallel)
 
-    def gradient_batch(self, X, *args, out=None):
-        """Value and gradient at each of ``B`` inputs stacked along a first axis.
-
-        One compiled call computes all of them (the plan's graph batched along
-        a leading axis of ``B``, its loops run in parallel over the batch on
-        the numba backend) -- the scientific use where one small model is
-        evaluated many times.  A plan per ``B`` is built on first use and kept.
-
-        Parameters
-        ----------
-        X : ndarray, shape (B, *x.shape)
-            The stacked values of the differentiated argument (one array
-            argument, ``argnums`` an int).
-        *args
-            The other arguments, as for :meth:`gradient` (shared by all ``B``).
-        out : BatchGradientResult or DiffResult, optional
-            ``BatchGradientResult(X)`` or ``DiffResult(values, gradients)``:
-            ``values`` of shape ``(B,)``, ``gradients`` shaped like ``X``.
-            Checked before anything is written; a fresh
-            :class:`~hybridad.results.BatchGradientResult` when None.
-
-        Returns
-        -------
-        BatchGradientResult or DiffResult
-            ``out``: ``out.value`` the values, ``out.gradient`` (or
-            ``out.derivs[0]``) the gradients.
-        """
-        if self.update is not None or self.order != 1 or type(self).gradient_batch is not \
-                Plan.gradient_batch or getattr(self, "_kind", None) is not None:
-            self._refuse("gradient_batch", "hybridad.compile(f, x, ...) (a gradient plan)")
-        if isinstance(self.argnums, tuple) or len(self._diff_leaves) != 1 or \
-                self._treedefs[self.argnums] != _tree.LEAF:
-            raise TypeError("plan.gradient_batch() differentiates one array argument of a "
-                            f"gradient plan (argnums an int); got argnums={self.argnums!r}")
-        shape, dtype = self._specs[self._diff_leaves[0]]
-        if not _is_buffer(X, self._xp) or X.ndim != len(shape) + 1 or \
-                X.shape[1:] != shape or X.dtype != dtype:
-            raise ValueError(f"X must be a stack of arrays of shape {shape} and dtype {dtype}: "
-                             f"an array of shape (B, *{shape}); got {_describe(X)}")
-        full = list(args)
-        full.insert(self.argnums, X[0])  # the structure and the other arguments, checked
-        if self._guarded:
-            self._check_stale(tuple(full))
-            if self.guards is not getattr(self, "_batch_guards", None):  # re-traced: the
-                self._batch_plans.clear()  # batch plans' graphs are rebuilt from f as it is
-                self._batch_guards = self.guards
-        leaves = self._leaves(tuple(full))
-        k = X.shape[0]
-        with self._lock:  # one batch plan per B, built once
-            plan = self._batch_plans.get(k)
-            if plan is None:
-                f = self._f()
-                if f is None:
-                    raise RuntimeError(f"{self.name} no longer exists: build a new plan")
-                example = list(full)
-                example[self.argnums] = np.zeros(shape, dtype)
-                plan = self._batch_plans[k] = BatchPlan(
-                    f, tuple(example), self.argnums, self.backend, batch=k,
-                    parallel=self.parallel)
-        if out is None:
-            out = BatchGradientResult(X, dtype=self._value_dtype)
-        if not isinstance(out, DiffResult) or not out.derivs:
-            raise ValueError("out must be a BatchGradientResult or DiffResult(values, gradients); "
-                             f"got {_describe(out)}")
-        v, g = out.value, out.derivs[0]
-        rest = [a for i, a in enumerate(leaves) if i != self._diff_leaves[0]]
-        check_results(self._xp, [("out.value (the values)", v, (k,), self._value_dtype),
-                                 ("out.gradient (the gradients)", g, X.shape, dtype)],
-                      [("X", X)] + self._reads(rest, skip=self._diff_leaves[0]))
-        plan._call([X, *rest], v, [g])
-        return out
-
-    def step(self, *args, out=None):
-        """One optimizer step: the loss at ``args`` into ``out.value``, and every
-        differentiated parameter updated in place by the plan's rule.
-
-        Needs a plan built with ``update=`` (:func:`hybridad.compile`).  Each
-        parameter's update runs as soon as its gradient is complete in the
-        backward sweep; no gradient is stored for the caller.
-
-        Parameters
-        ----------
-        *args
-            As for :meth:`gradient`; the differentiated arrays are the
-            parameters, updated in place (they must be writeable and
-            C-contiguous).
-        out : DiffResult or GradientResult, optional
-            Its ``value`` buffer receives the loss before the step (a fresh
-            :class:`DiffResult` when None).
-
-        Returns
-        -------
-        DiffResult or GradientResult
-            ``out``.
-        """
-        if self.update is None:
-            raise TypeError("step() needs a plan built with update=hybridad.optim.<rule>")
-        if self._guarded:
-            self._check_stale(args)
-        leaves = self._leaves(args)
-        for i in self._diff_leaves:
-            a = leaves[i]
-            if not (isinstance(a, self._xp.ndarray) and a.flags.c_contiguous and
-                    _writeable(a)):
-                raise ValueError(f"parameter {self._names[self._leaf_arg[i]]} is updated in "
-                                 "place: it must be a writeable, C-contiguous array")
-        if out is None:
-            out = DiffResult(self._xp.zeros((), self._value_dtype))
-        elif not isinstance(out, DiffResult):
-            raise ValueError("out must be a DiffResult or GradientResult with a writeable "
-                             f"0-d floating-point value buffer; got {_describe(out)}")
-        # the parameters are written too: no overlap with each other, out or the rest
-        params = [(f"parameter {self._names[self._leaf_arg[i]]}", leaves[i], *self._specs[i])
-                  for i in self._diff_leaves]
-        check_results(self._xp, [("out.value", out.value, (), None)] + params,
-                      [(f"argument {self._names[self._leaf_arg[i]]}", a)
-                       for i, a in enumerate(leaves) if i not in self._diff_leaves])
-        extra = self._state + ([self._hyper] if self._hyper.size else [])
-        with self._lock:  # the step count, the rule's state and the call: one step
-            for i, h in enumerate(self.update.hyper(self._steps + 1)):
-                self._hyper[i] = h  # scalar writes: no array made
-            self._call(leaves + extra, out.value, [])
-            self._steps += 1  # (a failed step changed nothing, the count included)
-        return out
-
-    def _trace_args(self, trace, leaves):
-        """Input tracers for the leaves; the arguments rebuilt from them; the
-        differentiated ones."""
-        tracers = [trace.input(i, a.shape, a.dtype) for i, a in enumerate(leaves)]
-        it = iter(tracers)
-        targs, self._leaf_arg, diff_tracers = [], [], []
-        for k, td in enumerate(self._treedefs):
-            n = _tree.count_leaves(td)
-            mine = [next(it) for _ in range(n)]
-            self._leaf_arg.extend([k] * n)
-            targs.append(_tree.unflatten(td, mine))
-            if k in self._diff:
-                diff_tracers.extend(mine)
-        self._diff_leaves = [t.node.attrs["index"] for t in diff_tracers]
-        return tracers, targs, diff_tracers
 
     def _materialize(self, nodes):
         return materialize_for_numba(nodes) if self.backend == "numba" else ()
@@ -665,75 +328,7 @@ class Plan:
         return out
 
     # ------------------------------------------------------------- validation
-    def _leaves(self, args):
-        if len(args) != len(self._treedefs):
-            raise TypeError(f"plan for {self.name} takes {len(self._treedefs)} positional "
-                            f"argument(s); got {len(args)}")
-        leaves, treedefs = prepare_args(args, self._diff, self._names)
-        if treedefs != self._treedefs:
-            for k, (a, b) in enumerate(zip(treedefs, self._treedefs, strict=True)):
-                if a != b:
-                    raise ValueError(f"argument {self._names[k]} does not match the plan: its "
-                                     "structure or static values differ from the example "
-                                     "arguments the plan was compiled for")
-        for i, (leaf, (shape, dtype)) in enumerate(zip(leaves, self._specs, strict=True)):
-            if not isinstance(leaf, self._xp.ndarray):
-                kind = "device (cupy)" if self.backend == "cupy" else "host (numpy)"
-                raise TypeError(f"argument {self._names[self._leaf_arg[i]]} is a "
-                                f"{type(leaf).__module__}.{type(leaf).__name__}; this plan "
-                                f"(backend={self.backend!r}) takes {kind} arrays")
-            if leaf.shape != shape or leaf.dtype != dtype:
-                raise ValueError(f"argument {self._names[self._leaf_arg[i]]} has shape "
-                                 f"{leaf.shape} and dtype {leaf.dtype}; the plan was compiled "
-                                 f"for shape {shape} and dtype {dtype}")
-        return leaves
 
-    def _grad_structure(self):
-        tds = [self._treedefs[k] for k in self.argnums] \
-            if isinstance(self.argnums, tuple) else self._treedefs[self.argnums]
-        return ("tuple", tuple(tds)) if isinstance(self.argnums, tuple) else tds
-
-    def new_result(self):
-        """A fresh :class:`GradientResult` (an :class:`HvpResult` for a
-        Hessian-vector-product plan) matching this plan."""
-        protos = [self._xp.zeros(*self._specs[i]) for i in self._diff_leaves]
-        grad = _tree.unflatten(self._grad_structure(), protos)
-        cls = HvpResult if self.order == 2 else GradientResult
-        return cls(grad, dtype=self._value_dtype)
-
-    def _reads(self, leaves, skip=None):
-        """``(name, array)`` of the argument leaves (all but leaf ``skip``), for
-        :func:`hybridad.plans.validate.check_results`."""
-        idx = [i for i in range(len(self._specs)) if i != skip]
-        return [(f"argument {self._names[self._leaf_arg[i]]}", a)
-                for i, a in zip(idx, leaves, strict=True)]
-
-    def _check_out(self, out, leaves, vleaves=()):
-        """The gradient (and hvp) leaves of ``out`` after checking every buffer
-        (:func:`hybridad.plans.validate.check_results`) against the arguments and
-        ``vleaves`` (an hvp's ``v``)."""
-        if not isinstance(out, DiffResult):
-            raise TypeError(f"out must be a GradientResult or DiffResult; got "
-                            f"{type(out).__name__}")
-        results = [("out.value", out.value, (), None)]
-        if len(out.derivs) < self.order:
-            raise ValueError("out holds no gradient buffer (DiffResult(value, gradient))"
-                             if self.order == 1 else "out must hold a gradient and a "
-                             "Hessian-vector product buffer (HvpResult(x))")
-        gleaves = []
-        for what, buf in zip(("gradient", "hvp")[:self.order], out.derivs[:self.order],
-                             strict=True):
-            leaves_k, td = _tree.flatten(buf)
-            if td != self._grad_structure():
-                raise ValueError(f"out.{what} does not have the structure of the "
-                                 "differentiated argument(s) "
-                                 f"{', '.join(self._names[k] for k in self._diff)}")
-            for g, i in zip(leaves_k, self._diff_leaves, strict=True):
-                results.append((f"out.{what} for argument {self._names[self._leaf_arg[i]]}",
-                                g, *self._specs[i]))
-            gleaves += leaves_k
-        check_results(self._xp, results, self._reads(leaves) + [("v", t) for t in vleaves])
-        return gleaves
 
     # ------------------------------------------- methods of other kinds of plan
     def _computes(self):
@@ -794,98 +389,6 @@ class Plan:
                 return out
         return self._run(self._leaves(args), out)
 
-    def _fast_args(self, args, out):
-        """The gradient buffer if ``args`` and ``out`` pass every check of
-        :meth:`_leaves` and :meth:`_check_out` on the plain-array path; else None
-        (the general path then runs and raises the precise error)."""
-        if len(args) != len(self._fast_specs) or not isinstance(out, DiffResult):
-            return None
-        for a, (shape, dtype) in zip(args, self._fast_specs):  # noqa: B905 - lengths checked
-            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
-                return None
-        v, derivs = out.value, out.derivs
-        if not derivs:
-            return None
-        g = derivs[0]
-        gshape, gdtype = self._fast_specs[self._diff_leaves[0]]
-        if type(v) is not np.ndarray or v.shape != () or v.dtype not in _FLOATS or \
-                type(g) is not np.ndarray or g.shape != gshape or g.dtype != gdtype or \
-                not (v.flags.writeable and g.flags.writeable):
-            return None
-        if np.may_share_memory(v, g):
-            return None
-        for a in args:
-            if np.may_share_memory(v, a) or np.may_share_memory(g, a):
-                return None
-        return g
-
-    def _fast_path(self):
-        """The numba plan's ``gradient`` for arguments of the example's
-        structure (arrays, or tuples/lists/dicts of them with the same static
-        values) and a :class:`GradientResult` / :class:`DiffResult` of the
-        gradient's structure: a small generated function, installed as this
-        plan's ``gradient`` attribute -- one Python frame in front of numba.
-        The structure is unpacked by generated code (no pytree flattening).
-
-        It hands the compiled plan the arrays themselves (``id(array)``, see
-        :mod:`hybridad.backends.numba.rt`), which checks every argument and result
-        buffer -- exact ndarray, shape, dtype, native byte order, alignment,
-        contiguity, writeable results, no overlaps -- before writing anything.
-        Whatever it rejects (other types, staging, the precise error) goes to
-        the general path (:meth:`Plan.gradient`)."""
-        consts = {}
-        arg_leaves, arg_conds = [], []
-        n = len(self._treedefs)
-        ins = [f"a{i}" for i in range(n)]
-        for name, td in zip(ins, self._treedefs, strict=True):
-            if not _unpack_source(td, name, arg_leaves, arg_conds, consts):
-                return None
-        grads, grad_conds = [], []
-        if not _unpack_source(self._grad_structure(), "g", grads, grad_conds, consts):
-            return None
-        check = "".join(f" and {c}" for c in arg_conds + grad_conds)
-        wrap = "_id({})" if self._program.objects else "{}"
-        jitted, fixed, bound = self._program.parts
-        ns = {"_j": jitted, "_lock": self._program.lock, "_id": id, "_GR": GradientResult,
-              "_DR": DiffResult, "_general": Plan.gradient, "_stale": self._check_stale,
-              "_fref": self._rootref,
-              "_plan": self}  # a cycle (plan -> gradient -> plan): the collector frees it
-        ns.update(consts)
-        ns.update({f"_f{k}": v for k, v in enumerate(fixed)})
-        ns.update({f"_c{k}": v for k, v in enumerate(bound)})
-        call = "_j(" + ", ".join([f"_f{k}" for k in range(len(fixed))] +
-                                 [wrap.format(x) for x in arg_leaves] +
-                                 [f"_c{k}" for k in range(len(bound))] +
-                                 [wrap.format(x) for x in ["out._value", *grads]]) + ")"
-        lines = ["def gradient(*args, out=None):",
-                 # what f reads besides its arguments (hybridad.frontend.guards), before any write
-                 *(["    _r = _plan._root", "    if _r is None:", "        _r = _fref()",
-                    "    if _r is not None and _plan._gcheck(_r, args) is not None:",
-                    "        _stale(args)"] if self._guarded else []),
-                 f"    if len(args) == {n} and (out.__class__ is _GR or out.__class__ is _DR):",
-                 "        d = out._derivs",
-                 "        if d:",
-                 "            g = d[0]",
-                 f"            {''.join(a + ', ' for a in ins)}= args" if ins else
-                 "            pass",
-                 # the structure checks index into containers: inside the try
-                 "            try:",
-                 f"                if True{check}:"]
-        if self._program.heavy:
-            lines += ["                    with _lock:", f"                        {call}"]
-        else:
-            lines += [f"                    {call}"]
-        lines += ["                    return out",
-                  "            except (TypeError, ValueError, LookupError):",
-                  "                pass  # the general path says why",
-                  "    return _general(_plan, *args, out=out, _checked=True)"]
-        exec(compile("\n".join(lines) + "\n", f"<hybridad gradient {self.name}>", "exec"),
-             ns)  # noqa: S102
-        fast = ns["gradient"]
-        fast.__doc__ = Plan.gradient.__doc__
-        fast.__wrapped__ = Plan.gradient
-        fast.source = "\n".join(lines)
-        return fast
 
     def _call(self, leaves, value, gleaves):
         if self.backend == "numba":  # serialized by the program's lock or the GIL
@@ -961,27 +464,6 @@ class Plan:
         self._call(leaves + vleaves, out.value, gleaves)
         return out
 
-    def _tangent_leaves(self, v):
-        if self._grad_structure() == _tree.LEAF and not _tree.is_array(v):
-            v = np.asarray(v, dtype=self._specs[self._diff_leaves[0]][1])  # a list: converted
-        try:
-            vleaves, td = _tree.flatten(v)
-        except TypeError:
-            td = None
-        if td != self._grad_structure():
-            raise ValueError("v must have the structure of the differentiated argument(s) "
-                             f"{', '.join(self._names[k] for k in self._diff)}")
-        out = []
-        for t, i in zip(vleaves, self._diff_leaves, strict=True):
-            shape, dtype = self._specs[i]
-            _tree.refuse_subclass(t, "v")
-            if type(t) is not np.ndarray or t.dtype != dtype:
-                t = np.asarray(t, dtype=dtype)
-            if t.shape != shape:
-                raise ValueError(f"v for argument {self._names[self._leaf_arg[i]]} has shape "
-                                 f"{t.shape}; expected {shape}")
-            out.append(t)
-        return out
 
     def value(self, *args):
         """The function value at ``args`` as a Python float (forward pass only)."""
@@ -1003,153 +485,6 @@ class Plan:
             return float(self._value_buf)
 
     # ---------------------------------------------------------------- explain
-    def explain(self):
-        """Human-readable description of the plan.
-
-        Returns
-        -------
-        str
-            The graph (forward and backward sweeps), each fused region with
-            its ops, loop, strategy for its partials (``store``: dual-number
-            partials written in the forward sweep; ``recompute``: the body
-            evaluated again in the backward sweep) and where they are written
-            (an arena slot, in place over a dead operand, or straight into the
-            result's gradient buffer), every buffer with its bytes and arena
-            offset, the arena's total bytes, and the generated source.
-        """
-        lines = [f"plan for {self.name}, argnums={self.argnums}", "", "graph:",
-                 str(self.graph), ""]
-        if self.backend == "numba":
-            lines += ["regions:", *self._region_lines(), ""]
-        if self.memory_budget is not None:
-            lines += [f"memory budget: {self.memory_budget} bytes" + (
-                "; every region is recomputed in the backward sweep to fit (no stored "
-                "partials)" if self.recomputed_for_budget else "; fits as planned"), ""]
-        lines += ["buffers: (live a..b: first and last step of the schedule, the graph's "
-                  "node order)", *self._buffer_lines()]
-        lines += ["", "generated source:", self._program.source]
-        return "\n".join(lines)
-
-    def _buffer_lines(self):
-        mem = self.memory
-        nodes = {n.id: n for n in self.graph.nodes}
-        spans = {}  # key -> (dtype, lo, hi, first, last)
-        for nid, (dt, off, nbytes, _) in mem.slots.items():
-            spans[nid] = (dt, off, off + nbytes, *mem.lifetimes[nid])
-        for nid, (dt, off, count) in mem.scratch.items():
-            spans[("scratch", nid)] = (dt, off, off + count * dt.itemsize,
-                                       *mem.lifetimes[("scratch", nid)])
-
-        def name(key):
-            return f"scratch of %{key[1]}" if isinstance(key, tuple) else f"%{key}"
-
-        out = []
-        for key in sorted(spans, key=lambda k: (spans[k][3], str(k))):
-            dt, lo, hi, a, b = spans[key]
-            shared = [name(k) for k, (d2, lo2, hi2, _, _) in spans.items()
-                      if k != key and d2 == dt and lo2 < hi and lo < hi2]
-            nid = key[1] if isinstance(key, tuple) else key
-            node = nodes[nid]
-            op = "scratch" if isinstance(key, tuple) else node.op
-            out.append(f"  {name(key):<16} {op:<16} {node.phase:<8} {hi - lo:>12} B  "
-                       f"live {a}..{b}  arena[{dt.name}]+{lo}" +
-                       (f"  (slot also used by {', '.join(shared)})" if shared else ""))
-        for nid in mem.direct:
-            node = nodes[nid]
-            out.append(f"  %{nid:<15} {node.op:<16} {node.phase:<8} {node.nbytes:>12} B  "
-                       f"the result's buffer (no arena)")
-        for dt, n in mem.arena_bytes.items():
-            out.append(f"arena[{dt.name}]: {n} bytes")
-        out.append(f"total workspace: {mem.total_bytes} bytes (peak); liveness lower bound "
-                   f"{mem.lower_bound} bytes; one slot per buffer would take "
-                   f"{mem.naive_total} bytes")
-        return out
-
-    def memory_profile(self):
-        """Bytes of workspace live at each step of the schedule.
-
-        Returns
-        -------
-        MemoryProfile
-            ``live_bytes[i]``: arena bytes live while node ``labels[i]`` runs
-            (forward, then backward sweep); ``arena_bytes``: the arena's size
-            (its peak); ``lower_bound``: ``live_bytes.max()``, what no
-            arena can undercut; ``naive_bytes``: one slot per buffer.
-            ``.plot(path)`` saves the curve (needs matplotlib).
-        """
-        from ..transforms.memory import MemoryProfile
-
-        nodes = {n.id: n for n in self.graph.nodes}
-        labels = [f"%{nid} {nodes[nid].op}" for nid in self.memory.order]
-        phases = [nodes[nid].phase for nid in self.memory.order]
-        return MemoryProfile(self.memory.live_bytes.copy(), labels, phases,
-                             self.memory.total_bytes, self.memory.lower_bound,
-                             self.memory.naive_total, self.name)
-
-    def _region_lines(self):
-        from ..backends.numba.loops import region_runs_parallel
-
-        nodes = self.graph.nodes
-        users = {n.id: [] for n in nodes}
-        for n in nodes:
-            for a in n.args:
-                users[a.id].append(n)
-        direct = getattr(self._program, "direct", {})
-        aliases = {}  # node id -> nodes written in place over it
-        for nid, target in self.memory.alias_of.items():
-            aliases.setdefault(target.id, []).append(nid)
-
-        def where(node):
-            root = node
-            while self.memory.storage[root.id] == "alias":
-                root = self.memory.alias_of[root.id]
-            chain, todo = [], [node.id]
-            while todo:  # what later overwrites this storage in place
-                nid = todo.pop()
-                for a in aliases.get(nid, ()):
-                    chain.append(f"%{a}")
-                    todo.append(a)
-            if root.id in direct:
-                text = f"the result's gradient buffer {direct[root.id] - 1} (no copy)"
-            elif root is not node:
-                text = f"in place over %{root.id}"
-            elif node.id in self.memory.slots:
-                dt, off, nbytes, _ = self.memory.slots[node.id]
-                text = f"arena[{dt.name}]+{off} ({nbytes} B)"
-            else:  # (a staged plan's stage output is written into the caller's buffer)
-                text = self.memory.storage.get(node.id, "the stage's output buffer")
-            return text + (f", then updated in place by {', '.join(chain)}" if chain else "")
-
-        out = []
-        for n in nodes:
-            if n.op != "region":
-                continue
-            body, mode = n.attrs["body"], n.attrs["mode"]
-            ops = "+".join(m.op for m in body.nodes)
-            if body.reduction is not None:
-                ops += f" -> {body.reduction.op}"
-            par = "prange" if region_runs_parallel(n) else "serial"
-            ins = ", ".join(f"%{a.id}" for a in n.args)
-            if mode == "vjp":
-                out.append(f"  %{n.id:<4} {n.phase:<8} {ops} over {body.shape} ({par}): "
-                           f"recomputed for cotangent x d/d(operand {n.attrs['wrt']}), into "
-                           f"{where(n)}")
-                continue
-            partials = [u for u in users[n.id] if u.op == "region_partial"]
-            vjps = [m for m in nodes if m.op == "region" and m.attrs["mode"] == "vjp"
-                    and m.attrs["body"] is body]
-            how = "store" if partials else "recompute" if vjps else "no partials needed"
-            out.append(f"  %{n.id:<4} {n.phase:<8} {ops} over {body.shape} ({par}) of {ins}: "
-                       f"value into {where(n)}; partials: {how}")
-            for p in partials:
-                out.append(f"         d/d%{n.args[p.attrs['wrt']].id} -> %{p.id}: {where(p)}")
-        return out or ["  (none)"]
-
-    def __repr__(self):
-        if not hasattr(self, "memory"):
-            return f"<hybridad.Plan {self.name} (not built)>"
-        return (f"<hybridad.Plan {self.name} argnums={self.argnums} "
-                f"nodes={len(self.graph.nodes)} workspace={self.memory.total_bytes}B>")
 
 
 class BatchPlan(Plan):
@@ -1165,38 +500,10 @@ class BatchPlan(Plan):
         self._batch = int(batch)
         super().__init__(f, args, argnums, backend, parallel=parallel)
 
-    def _build(self, f, args, leaves):
-        from ..transforms.batching import vmap
+    _build = build_batched
 
-        k = self._batch
-        trace = Trace()
-        with trace:
-            tracers, targs, diff_tracers = self._trace_args(trace, leaves)
-            out = self._trace_f(f, targs, trace)
-            self._value_dtype = out.dtype
-            (x,) = diff_tracers
-            (g,) = backward(trace, out, [x], inplace=False)
-            xb = trace.input(len(leaves), (k, *x.shape), x.dtype)
-            batched = vmap(trace, list(trace.nodes), {x.node.id: xb}, k)
-            vb = batched.get(out.node.id)
-            if vb is None:  # a value that does not depend on x
-                vb = np.broadcast_to(out, (k,)) * 1
-            gb = None if g is None else batched.get(g.node.id)
-            if gb is None:
-                gb = np.zeros_like(xb)
-        which = self._diff_leaves[0]
-        inputs = [xb.node] + [t.node for i, t in enumerate(tracers) if i != which]
-        outputs = [vb.node, gb.node]
-        graph = self._lower(trace.nodes, inputs, outputs)
-        self._outputs = outputs
-        self.memory = self._plan_memory(graph)
-        self._buffers = self.memory.allocate(self._xp)
-        specs = [((k, *x.shape), x.dtype)] + [s for i, s in enumerate(self._specs)
-                                              if i != which]
-        self._out_specs = [((k,), self._value_dtype), ((k, *x.shape), x.dtype)]
-        self._program = self._compile(graph.nodes, inputs, outputs, "batch_program",
-                                      self._out_specs, specs)
-        self._quiet = self.backend == "numpy"
+
+Plan._batch_plan_type = BatchPlan  # what gradient_batch builds (hybridad.plans.batch)
 
 
 _REBUILT = {}  # recipe -> plan, in this process (workers unpickle a plan once)

@@ -1,0 +1,213 @@
+"""A plan's arguments and result buffers: ``argnums``, argument names and
+structure, the checks of every call's arguments and ``out`` before anything
+is written."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from .. import _tree
+from ..frontend.supported import SUPPORTED_DTYPES
+from ..results import DiffResult, GradientResult, HvpResult
+from .validate import FLOATS as _FLOATS
+from .validate import check_results
+
+__all__ = ["ArgumentsMixin", "normalize_argnums", "arg_names", "prepare_args"]
+
+
+def _static_paths(treedefs):
+    """``(expression over the call's args tuple a, value)`` of every static
+    (non-array) argument leaf that is an object: the guards walk them like
+    ``f``'s closure (their attributes can change; their identity is in the
+    plan's key)."""
+    out = []
+
+    def walk(td, expr):
+        if td == _tree.LEAF:
+            return
+        kind = td[0]
+        if kind == "static":
+            if not isinstance(td[2], (type(None), bool, int, float, complex, str, bytes)):
+                out.append((expr, td[2]))
+        elif kind in ("tuple", "list"):
+            for i, sub in enumerate(td[1]):
+                walk(sub, f"{expr}[{i}]")
+        elif kind == "dict":
+            for key, sub in zip(td[1], td[2], strict=True):
+                if isinstance(key, (str, int)):
+                    walk(sub, f"{expr}[{key!r}]")
+
+    for k, td in enumerate(treedefs):
+        walk(td, f"a[{k}]")
+    return out
+
+
+def normalize_argnums(argnums, nargs):
+    """Validate ``argnums`` (int or tuple of ints) against ``nargs`` arguments."""
+    single = isinstance(argnums, (int, np.integer)) and not isinstance(argnums, bool)
+    nums = (argnums,) if single else argnums
+    if not isinstance(nums, tuple) or not nums or not all(
+            isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in nums):
+        raise TypeError(f"argnums must be an int or a non-empty tuple of ints; got {argnums!r}")
+    out = []
+    for i in nums:
+        if not -nargs <= i < nargs:
+            raise ValueError(f"argnums={argnums!r} is out of range for a call with {nargs} "
+                             "positional argument(s)")
+        out.append(int(i) % nargs)
+    if len(set(out)) != len(out):
+        raise ValueError(f"argnums={argnums!r} repeats an argument")
+    return (out[0] if single else tuple(out)), tuple(out)
+
+
+def arg_names(f, nargs):
+    """Parameter names of ``f`` for error messages (``'x'``), or ``'arg k'``."""
+    try:
+        params = [p.name for p in inspect.signature(f).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    return [f"'{params[k]}'" if k < len(params) else f"at position {k}" for k in range(nargs)]
+
+
+def prepare_args(args, diff, names):
+    """Convert differentiated arguments to float arrays (see
+    :func:`hybridad._tree.as_array_tree`); flatten everything; refuse ndarray
+    subclasses and dtypes hybridad does not trace (:func:`hybridad._tree.plain_leaf`).
+
+    Returns ``(leaves, treedefs)`` with one treedef per argument.
+    """
+    leaves, treedefs = [], []
+    for k, a in enumerate(args):
+        if k in diff and (type(a) is not np.ndarray or a.dtype not in _FLOATS):
+            names = names() if callable(names) else names
+            a = _tree.as_array_tree(a, names[k])  # converts, or raises a clear TypeError
+        lv, td = _tree.flatten(a)
+        for i, leaf in enumerate(lv):
+            if type(leaf) is not np.ndarray or leaf.dtype not in SUPPORTED_DTYPES:
+                names = names() if callable(names) else names
+                lv[i] = _tree.plain_leaf(leaf, names[k])  # or a TypeError naming it
+        leaves.extend(lv)
+        treedefs.append(td)
+    return leaves, tuple(treedefs)
+
+
+class ArgumentsMixin:
+    """Methods of :class:`hybridad.plans.plan.Plan` (a mixin)."""
+
+
+    def _leaves(self, args):
+        if len(args) != len(self._treedefs):
+            raise TypeError(f"plan for {self.name} takes {len(self._treedefs)} positional "
+                            f"argument(s); got {len(args)}")
+        leaves, treedefs = prepare_args(args, self._diff, self._names)
+        if treedefs != self._treedefs:
+            for k, (a, b) in enumerate(zip(treedefs, self._treedefs, strict=True)):
+                if a != b:
+                    raise ValueError(f"argument {self._names[k]} does not match the plan: its "
+                                     "structure or static values differ from the example "
+                                     "arguments the plan was compiled for")
+        for i, (leaf, (shape, dtype)) in enumerate(zip(leaves, self._specs, strict=True)):
+            if not isinstance(leaf, self._xp.ndarray):
+                kind = "device (cupy)" if self.backend == "cupy" else "host (numpy)"
+                raise TypeError(f"argument {self._names[self._leaf_arg[i]]} is a "
+                                f"{type(leaf).__module__}.{type(leaf).__name__}; this plan "
+                                f"(backend={self.backend!r}) takes {kind} arrays")
+            if leaf.shape != shape or leaf.dtype != dtype:
+                raise ValueError(f"argument {self._names[self._leaf_arg[i]]} has shape "
+                                 f"{leaf.shape} and dtype {leaf.dtype}; the plan was compiled "
+                                 f"for shape {shape} and dtype {dtype}")
+        return leaves
+
+
+    def _grad_structure(self):
+        tds = [self._treedefs[k] for k in self.argnums] \
+            if isinstance(self.argnums, tuple) else self._treedefs[self.argnums]
+        return ("tuple", tuple(tds)) if isinstance(self.argnums, tuple) else tds
+
+
+    def new_result(self):
+        """A fresh :class:`GradientResult` (an :class:`HvpResult` for a
+        Hessian-vector-product plan) matching this plan."""
+        protos = [self._xp.zeros(*self._specs[i]) for i in self._diff_leaves]
+        grad = _tree.unflatten(self._grad_structure(), protos)
+        cls = HvpResult if self.order == 2 else GradientResult
+        return cls(grad, dtype=self._value_dtype)
+
+
+    def _reads(self, leaves, skip=None):
+        """``(name, array)`` of the argument leaves (all but leaf ``skip``), for
+        :func:`hybridad.plans.validate.check_results`."""
+        idx = [i for i in range(len(self._specs)) if i != skip]
+        return [(f"argument {self._names[self._leaf_arg[i]]}", a)
+                for i, a in zip(idx, leaves, strict=True)]
+
+
+    def _check_out(self, out, leaves, vleaves=()):
+        """The gradient (and hvp) leaves of ``out`` after checking every buffer
+        (:func:`hybridad.plans.validate.check_results`) against the arguments and
+        ``vleaves`` (an hvp's ``v``)."""
+        if not isinstance(out, DiffResult):
+            raise TypeError(f"out must be a GradientResult or DiffResult; got "
+                            f"{type(out).__name__}")
+        results = [("out.value", out.value, (), None)]
+        if len(out.derivs) < self.order:
+            raise ValueError("out holds no gradient buffer (DiffResult(value, gradient))"
+                             if self.order == 1 else "out must hold a gradient and a "
+                             "Hessian-vector product buffer (HvpResult(x))")
+        gleaves = []
+        for what, buf in zip(("gradient", "hvp")[:self.order], out.derivs[:self.order],
+                             strict=True):
+            leaves_k, td = _tree.flatten(buf)
+            if td != self._grad_structure():
+                raise ValueError(f"out.{what} does not have the structure of the "
+                                 "differentiated argument(s) "
+                                 f"{', '.join(self._names[k] for k in self._diff)}")
+            for g, i in zip(leaves_k, self._diff_leaves, strict=True):
+                results.append((f"out.{what} for argument {self._names[self._leaf_arg[i]]}",
+                                g, *self._specs[i]))
+            gleaves += leaves_k
+        check_results(self._xp, results, self._reads(leaves) + [("v", t) for t in vleaves])
+        return gleaves
+
+
+    def _tangent_leaves(self, v):
+        if self._grad_structure() == _tree.LEAF and not _tree.is_array(v):
+            v = np.asarray(v, dtype=self._specs[self._diff_leaves[0]][1])  # a list: converted
+        try:
+            vleaves, td = _tree.flatten(v)
+        except TypeError:
+            td = None
+        if td != self._grad_structure():
+            raise ValueError("v must have the structure of the differentiated argument(s) "
+                             f"{', '.join(self._names[k] for k in self._diff)}")
+        out = []
+        for t, i in zip(vleaves, self._diff_leaves, strict=True):
+            shape, dtype = self._specs[i]
+            _tree.refuse_subclass(t, "v")
+            if type(t) is not np.ndarray or t.dtype != dtype:
+                t = np.asarray(t, dtype=dtype)
+            if t.shape != shape:
+                raise ValueError(f"v for argument {self._names[self._leaf_arg[i]]} has shape "
+                                 f"{t.shape}; expected {shape}")
+            out.append(t)
+        return out
+
+
+    def _trace_args(self, trace, leaves):
+        """Input tracers for the leaves; the arguments rebuilt from them; the
+        differentiated ones."""
+        tracers = [trace.input(i, a.shape, a.dtype) for i, a in enumerate(leaves)]
+        it = iter(tracers)
+        targs, self._leaf_arg, diff_tracers = [], [], []
+        for k, td in enumerate(self._treedefs):
+            n = _tree.count_leaves(td)
+            mine = [next(it) for _ in range(n)]
+            self._leaf_arg.extend([k] * n)
+            targs.append(_tree.unflatten(td, mine))
+            if k in self._diff:
+                diff_tracers.extend(mine)
+        self._diff_leaves = [t.node.attrs["index"] for t in diff_tracers]
+        return tracers, targs, diff_tracers

@@ -1,0 +1,163 @@
+"""What a plan shows of itself: :meth:`explain` (graph, regions, buffers and
+their lifetimes, generated source), :meth:`memory_profile` and ``repr``."""
+
+from __future__ import annotations
+
+__all__ = ["ExplainMixin"]
+
+
+class ExplainMixin:
+    """Methods of :class:`hybridad.plans.plan.Plan` (a mixin)."""
+
+
+    def explain(self):
+        """Human-readable description of the plan.
+
+        Returns
+        -------
+        str
+            The graph (forward and backward sweeps), each fused region with
+            its ops, loop, strategy for its partials (``store``: dual-number
+            partials written in the forward sweep; ``recompute``: the body
+            evaluated again in the backward sweep) and where they are written
+            (an arena slot, in place over a dead operand, or straight into the
+            result's gradient buffer), every buffer with its bytes and arena
+            offset, the arena's total bytes, and the generated source.
+        """
+        lines = [f"plan for {self.name}, argnums={self.argnums}", "", "graph:",
+                 str(self.graph), ""]
+        if self.backend == "numba":
+            lines += ["regions:", *self._region_lines(), ""]
+        if self.memory_budget is not None:
+            lines += [f"memory budget: {self.memory_budget} bytes" + (
+                "; every region is recomputed in the backward sweep to fit (no stored "
+                "partials)" if self.recomputed_for_budget else "; fits as planned"), ""]
+        lines += ["buffers: (live a..b: first and last step of the schedule, the graph's "
+                  "node order)", *self._buffer_lines()]
+        lines += ["", "generated source:", self._program.source]
+        return "\n".join(lines)
+
+
+    def _buffer_lines(self):
+        mem = self.memory
+        nodes = {n.id: n for n in self.graph.nodes}
+        spans = {}  # key -> (dtype, lo, hi, first, last)
+        for nid, (dt, off, nbytes, _) in mem.slots.items():
+            spans[nid] = (dt, off, off + nbytes, *mem.lifetimes[nid])
+        for nid, (dt, off, count) in mem.scratch.items():
+            spans[("scratch", nid)] = (dt, off, off + count * dt.itemsize,
+                                       *mem.lifetimes[("scratch", nid)])
+
+        def name(key):
+            return f"scratch of %{key[1]}" if isinstance(key, tuple) else f"%{key}"
+
+        out = []
+        for key in sorted(spans, key=lambda k: (spans[k][3], str(k))):
+            dt, lo, hi, a, b = spans[key]
+            shared = [name(k) for k, (d2, lo2, hi2, _, _) in spans.items()
+                      if k != key and d2 == dt and lo2 < hi and lo < hi2]
+            nid = key[1] if isinstance(key, tuple) else key
+            node = nodes[nid]
+            op = "scratch" if isinstance(key, tuple) else node.op
+            out.append(f"  {name(key):<16} {op:<16} {node.phase:<8} {hi - lo:>12} B  "
+                       f"live {a}..{b}  arena[{dt.name}]+{lo}" +
+                       (f"  (slot also used by {', '.join(shared)})" if shared else ""))
+        for nid in mem.direct:
+            node = nodes[nid]
+            out.append(f"  %{nid:<15} {node.op:<16} {node.phase:<8} {node.nbytes:>12} B  "
+                       f"the result's buffer (no arena)")
+        for dt, n in mem.arena_bytes.items():
+            out.append(f"arena[{dt.name}]: {n} bytes")
+        out.append(f"total workspace: {mem.total_bytes} bytes (peak); liveness lower bound "
+                   f"{mem.lower_bound} bytes; one slot per buffer would take "
+                   f"{mem.naive_total} bytes")
+        return out
+
+
+    def memory_profile(self):
+        """Bytes of workspace live at each step of the schedule.
+
+        Returns
+        -------
+        MemoryProfile
+            ``live_bytes[i]``: arena bytes live while node ``labels[i]`` runs
+            (forward, then backward sweep); ``arena_bytes``: the arena's size
+            (its peak); ``lower_bound``: ``live_bytes.max()``, what no
+            arena can undercut; ``naive_bytes``: one slot per buffer.
+            ``.plot(path)`` saves the curve (needs matplotlib).
+        """
+        from ..transforms.memory import MemoryProfile
+
+        nodes = {n.id: n for n in self.graph.nodes}
+        labels = [f"%{nid} {nodes[nid].op}" for nid in self.memory.order]
+        phases = [nodes[nid].phase for nid in self.memory.order]
+        return MemoryProfile(self.memory.live_bytes.copy(), labels, phases,
+                             self.memory.total_bytes, self.memory.lower_bound,
+                             self.memory.naive_total, self.name)
+
+
+    def _region_lines(self):
+        from ..backends.numba.loops import region_runs_parallel
+
+        nodes = self.graph.nodes
+        users = {n.id: [] for n in nodes}
+        for n in nodes:
+            for a in n.args:
+                users[a.id].append(n)
+        direct = getattr(self._program, "direct", {})
+        aliases = {}  # node id -> nodes written in place over it
+        for nid, target in self.memory.alias_of.items():
+            aliases.setdefault(target.id, []).append(nid)
+
+        def where(node):
+            root = node
+            while self.memory.storage[root.id] == "alias":
+                root = self.memory.alias_of[root.id]
+            chain, todo = [], [node.id]
+            while todo:  # what later overwrites this storage in place
+                nid = todo.pop()
+                for a in aliases.get(nid, ()):
+                    chain.append(f"%{a}")
+                    todo.append(a)
+            if root.id in direct:
+                text = f"the result's gradient buffer {direct[root.id] - 1} (no copy)"
+            elif root is not node:
+                text = f"in place over %{root.id}"
+            elif node.id in self.memory.slots:
+                dt, off, nbytes, _ = self.memory.slots[node.id]
+                text = f"arena[{dt.name}]+{off} ({nbytes} B)"
+            else:  # (a staged plan's stage output is written into the caller's buffer)
+                text = self.memory.storage.get(node.id, "the stage's output buffer")
+            return text + (f", then updated in place by {', '.join(chain)}" if chain else "")
+
+        out = []
+        for n in nodes:
+            if n.op != "region":
+                continue
+            body, mode = n.attrs["body"], n.attrs["mode"]
+            ops = "+".join(m.op for m in body.nodes)
+            if body.reduction is not None:
+                ops += f" -> {body.reduction.op}"
+            par = "prange" if region_runs_parallel(n) else "serial"
+            ins = ", ".join(f"%{a.id}" for a in n.args)
+            if mode == "vjp":
+                out.append(f"  %{n.id:<4} {n.phase:<8} {ops} over {body.shape} ({par}): "
+                           f"recomputed for cotangent x d/d(operand {n.attrs['wrt']}), into "
+                           f"{where(n)}")
+                continue
+            partials = [u for u in users[n.id] if u.op == "region_partial"]
+            vjps = [m for m in nodes if m.op == "region" and m.attrs["mode"] == "vjp"
+                    and m.attrs["body"] is body]
+            how = "store" if partials else "recompute" if vjps else "no partials needed"
+            out.append(f"  %{n.id:<4} {n.phase:<8} {ops} over {body.shape} ({par}) of {ins}: "
+                       f"value into {where(n)}; partials: {how}")
+            for p in partials:
+                out.append(f"         d/d%{n.args[p.attrs['wrt']].id} -> %{p.id}: {where(p)}")
+        return out or ["  (none)"]
+
+
+    def __repr__(self):
+        if not hasattr(self, "memory"):
+            return f"<hybridad.Plan {self.name} (not built)>"
+        return (f"<hybridad.Plan {self.name} argnums={self.argnums} "
+                f"nodes={len(self.graph.nodes)} workspace={self.memory.total_bytes}B>")

@@ -1,0 +1,142 @@
+"""The plan's fast path: a small generated ``gradient`` in front of the compiled
+program, for arguments and results of the example's structure (see
+:meth:`FastPathMixin._fast_path`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _tree
+from ..results import DiffResult, GradientResult
+from .validate import FLOATS as _FLOATS
+
+__all__ = ["FastPathMixin"]
+
+
+def _unpack_source(td, expr, leaves, conds, consts):
+    """Source that takes a pytree of structure ``td`` apart: the expressions
+    of its array leaves (appended to ``leaves``) and the conditions under
+    which they are right (appended to ``conds``, parents before children:
+    container class and length, dict keys, static values equal; the names
+    they use go into ``consts``).  False for a structure it cannot write."""
+    if td == _tree.LEAF:
+        leaves.append(expr)
+        return True
+    kind = td[0]
+    if kind == "static":
+        k = len(consts)
+        consts[f"_sT{k}"], consts[f"_sV{k}"] = td[1], td[2]
+        conds.append(f"{expr}.__class__ is _sT{k} and {expr} == _sV{k}")
+        return True
+    subs = td[-1]
+    if kind in ("tuple", "list"):
+        conds.append(f"{expr}.__class__ is {kind} and len({expr}) == {len(subs)}")
+        items = [f"{expr}[{i}]" for i in range(len(subs))]
+    elif kind == "dict":
+        if not all(type(key) in (str, int) for key in td[1]):
+            return False
+        conds.append(f"{expr}.__class__ is dict and len({expr}) == {len(subs)}")
+        items = [f"{expr}[{key!r}]" for key in td[1]]  # missing key: LookupError
+    else:
+        return False
+    return all(_unpack_source(sub, item, leaves, conds, consts)
+               for sub, item in zip(subs, items, strict=True))
+
+
+class FastPathMixin:
+    """Methods of :class:`hybridad.plans.plan.Plan` (a mixin)."""
+
+
+    def _fast_args(self, args, out):
+        """The gradient buffer if ``args`` and ``out`` pass every check of
+        :meth:`_leaves` and :meth:`_check_out` on the plain-array path; else None
+        (the general path then runs and raises the precise error)."""
+        if len(args) != len(self._fast_specs) or not isinstance(out, DiffResult):
+            return None
+        for a, (shape, dtype) in zip(args, self._fast_specs):  # noqa: B905 - lengths checked
+            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+                return None
+        v, derivs = out.value, out.derivs
+        if not derivs:
+            return None
+        g = derivs[0]
+        gshape, gdtype = self._fast_specs[self._diff_leaves[0]]
+        if type(v) is not np.ndarray or v.shape != () or v.dtype not in _FLOATS or \
+                type(g) is not np.ndarray or g.shape != gshape or g.dtype != gdtype or \
+                not (v.flags.writeable and g.flags.writeable):
+            return None
+        if np.may_share_memory(v, g):
+            return None
+        for a in args:
+            if np.may_share_memory(v, a) or np.may_share_memory(g, a):
+                return None
+        return g
+
+
+    def _fast_path(self):
+        """The numba plan's ``gradient`` for arguments of the example's
+        structure (arrays, or tuples/lists/dicts of them with the same static
+        values) and a :class:`GradientResult` / :class:`DiffResult` of the
+        gradient's structure: a small generated function, installed as this
+        plan's ``gradient`` attribute -- one Python frame in front of numba.
+        The structure is unpacked by generated code (no pytree flattening).
+
+        It hands the compiled plan the arrays themselves (``id(array)``, see
+        :mod:`hybridad.backends.numba.rt`), which checks every argument and result
+        buffer -- exact ndarray, shape, dtype, native byte order, alignment,
+        contiguity, writeable results, no overlaps -- before writing anything.
+        Whatever it rejects (other types, staging, the precise error) goes to
+        the general path (:meth:`Plan.gradient`)."""
+        consts = {}
+        arg_leaves, arg_conds = [], []
+        n = len(self._treedefs)
+        ins = [f"a{i}" for i in range(n)]
+        for name, td in zip(ins, self._treedefs, strict=True):
+            if not _unpack_source(td, name, arg_leaves, arg_conds, consts):
+                return None
+        grads, grad_conds = [], []
+        if not _unpack_source(self._grad_structure(), "g", grads, grad_conds, consts):
+            return None
+        check = "".join(f" and {c}" for c in arg_conds + grad_conds)
+        wrap = "_id({})" if self._program.objects else "{}"
+        jitted, fixed, bound = self._program.parts
+        ns = {"_j": jitted, "_lock": self._program.lock, "_id": id, "_GR": GradientResult,
+              "_DR": DiffResult, "_general": type(self).gradient, "_stale": self._check_stale,
+              "_fref": self._rootref,
+              "_plan": self}  # a cycle (plan -> gradient -> plan): the collector frees it
+        ns.update(consts)
+        ns.update({f"_f{k}": v for k, v in enumerate(fixed)})
+        ns.update({f"_c{k}": v for k, v in enumerate(bound)})
+        call = "_j(" + ", ".join([f"_f{k}" for k in range(len(fixed))] +
+                                 [wrap.format(x) for x in arg_leaves] +
+                                 [f"_c{k}" for k in range(len(bound))] +
+                                 [wrap.format(x) for x in ["out._value", *grads]]) + ")"
+        lines = ["def gradient(*args, out=None):",
+                 # what f reads besides its arguments (hybridad.frontend.guards), before any write
+                 *(["    _r = _plan._root", "    if _r is None:", "        _r = _fref()",
+                    "    if _r is not None and _plan._gcheck(_r, args) is not None:",
+                    "        _stale(args)"] if self._guarded else []),
+                 f"    if len(args) == {n} and (out.__class__ is _GR or out.__class__ is _DR):",
+                 "        d = out._derivs",
+                 "        if d:",
+                 "            g = d[0]",
+                 f"            {''.join(a + ', ' for a in ins)}= args" if ins else
+                 "            pass",
+                 # the structure checks index into containers: inside the try
+                 "            try:",
+                 f"                if True{check}:"]
+        if self._program.heavy:
+            lines += ["                    with _lock:", f"                        {call}"]
+        else:
+            lines += [f"                    {call}"]
+        lines += ["                    return out",
+                  "            except (TypeError, ValueError, LookupError):",
+                  "                pass  # the general path says why",
+                  "    return _general(_plan, *args, out=out, _checked=True)"]
+        exec(compile("\n".join(lines) + "\n", f"<hybridad gradient {self.name}>", "exec"),
+             ns)  # noqa: S102
+        fast = ns["gradient"]
+        fast.__doc__ = type(self).gradient.__doc__
+        fast.__wrapped__ = type(self).gradient
+        fast.source = "\n".join(lines)
+        return fast
