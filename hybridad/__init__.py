@@ -14,11 +14,11 @@ partition, memory plan) -> :mod:`.backends` (numpy, numba, cuda) ->
 :mod:`.plans` (run into :mod:`.results`); :mod:`.interop` (scipy, dask).
 """
 
+import sys as _sys
+
 from . import optim
 from .api import clear_cache, compile, gradient, hessian, hvp, jacobian
 from .errors import MemoryBudgetError, RetraceWarning, StalePlanError, TracingError
-import sys as _sys
-
 from .frontend import numpy_api as _numpy_api  # noqa: F401  (the numpy surface: methods on tracers)
 from .frontend.scalar_functions import ElementwiseError, elementwise
 from .plans import plan as _plan_module

@@ -1,7 +1,13 @@
 """Shared helpers: finite-difference checks of hybridad gradients."""
 
+import os
+
 import numpy as np
 import pytest
+
+# every node's shape and dtype re-derived from its op's shape rule after each
+# lowering pass (hybridad.transforms.pipeline)
+os.environ.setdefault("HYBRIDAD_CHECK_RULES", "1")
 
 import hybridad as ha
 from hybridad.testing import numerical_gradient

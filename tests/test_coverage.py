@@ -1,4 +1,4 @@
-"""numpy functions built from the primitives (:mod:`hybridad.frontend.numpy_lib`):
+"""numpy functions built from the primitives (:mod:`hybridad.frontend.numpy_math` and its siblings):
 value against numpy, gradient against central finite differences, the numba
 backend against the numpy reference (``assert_grad``)."""
 

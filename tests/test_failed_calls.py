@@ -21,7 +21,8 @@ import hybridad as ha
 from hybridad import optim
 from hybridad.ops import REGISTRY, Op
 from hybridad.testing import assert_no_alloc
-from hybridad.frontend.trace import Tracer, bind
+from hybridad.frontend.trace import bind
+from hybridad.frontend.tracer import Tracer
 
 SENTINEL = 7.25
 LinAlgError = np.linalg.LinAlgError

@@ -1,8 +1,9 @@
-"""Jacobians and Hessians (hybridad.plans.higher): every coverage case's Hessian
-against central differences of its gradient, Jacobians in forward and reverse
-mode against central differences and each other, analytic Hessians on both
-backends, many Hessian-vector products at one point, zero allocations per
-repeated call, and the error guarantees of the core."""
+"""Jacobians and Hessians (hybridad.plans.hessian, hybridad.plans.jacobian):
+every coverage case's Hessian against central differences of its gradient,
+Jacobians in forward and reverse mode against central differences and each
+other, analytic Hessians on both backends, many Hessian-vector products at
+one point, zero allocations per repeated call, and the error guarantees of
+the core."""
 
 import numpy as np
 import pytest
@@ -247,7 +248,8 @@ def test_staged_plans_pack_safely_and_survive_poison(backend):
     # one slot per buffer, bit for bit
     from test_memory import _check_packing, stencil
 
-    from hybridad.plans.higher import HessianPlan, JacobianPlan
+    from hybridad.plans.hessian import HessianPlan
+    from hybridad.plans.jacobian import JacobianPlan
 
     x = rand((12,), seed=100)
     vs = rand((5, 12), seed=101)
@@ -312,7 +314,7 @@ def test_multithreaded_plans_with_shared_slots():
 
 
 def test_default_chunk_rule():
-    from hybridad.plans.higher import CHUNK_BYTES, DEFAULT_CHUNK, ONE_CHUNK, default_chunk
+    from hybridad.plans.staged import CHUNK_BYTES, DEFAULT_CHUNK, ONE_CHUNK, default_chunk
 
     assert default_chunk(7, 800) == 7 and default_chunk(ONE_CHUNK, 800) == ONE_CHUNK
     assert default_chunk(ONE_CHUNK + 1, 800) == DEFAULT_CHUNK

@@ -107,3 +107,53 @@ def test_modules_hold_one_concern():
     long = {m: n for m, path in _modules().items()
             if (n := sum(1 for _ in open(path, encoding="utf-8"))) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def _square_sum(x):
+    import numpy as np
+
+    return np.sum(x * x)
+
+
+def test_plans_pickled_before_the_layout_load():
+    """A plan pickled when it lived in ``hybridad.plan`` unpickles now."""
+    import pickle
+
+    import numpy as np
+
+    plan = hybridad.compile(_square_sum, np.ones(3), backend="numpy")
+    old = pickle.dumps(plan, protocol=0).replace(b"hybridad.plans.plan\n", b"hybridad.plan\n")
+    assert b"chybridad.plan\n" in old
+    np.testing.assert_array_equal(pickle.loads(old).gradient(np.arange(3.0)).gradient,
+                                  [0.0, 2.0, 4.0])
+
+
+def test_the_pipeline_is_described_as_it_runs():
+    """docs/architecture.md shows each backend's pipeline as
+    hybridad.transforms.pipeline lists it (and runs it)."""
+    from hybridad.transforms.pipeline import LOWERING, PASSES, PIPELINES, describe
+
+    doc = open(os.path.join(os.path.dirname(ROOT), "docs", "architecture.md"),
+               encoding="utf-8").read()
+    for backend in PIPELINES:
+        assert describe(backend) in doc, backend
+        assert all(p in PASSES for p in LOWERING[backend])
+
+
+def test_check_rederives_shapes_from_the_rules():
+    import numpy as np
+    import pytest
+
+    from hybridad.frontend.trace import Trace, bind
+    from hybridad.ir import Graph, check
+
+    tr = Trace()
+    with tr:
+        x = tr.input(0, (3,), np.dtype(np.float64))
+        y = bind("exp", x)
+    graph = Graph(tr.nodes, [x.node], [y.node])
+    assert check(graph, rules=True)
+    y.node.shape = (4,)  # what a broken pass could leave behind
+    with pytest.raises(AssertionError, match="shape rule"):
+        check(graph, rules=True)
+    assert check(graph)  # (the structural check alone does not see it)

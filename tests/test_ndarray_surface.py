@@ -19,7 +19,7 @@ import pytest
 import hybridad as ha
 from hybridad import TracingError
 from hybridad.testing import numerical_gradient
-from hybridad.frontend.trace import Tracer
+from hybridad.frontend.tracer import Tracer
 
 RNG = np.random.default_rng(7)
 X = RNG.uniform(-1.0, 1.0, (3, 4))

@@ -10,6 +10,7 @@ import pytest
 from scipy import optimize
 
 import hybridad.scipy as hs
+from hybridad.interop.scipy_least_squares import _Residuals
 
 A = np.diag([1.0, 2.0, 3.0, 4.0]) + 0.1
 B = np.array([1.0, -1.0, 2.0, 0.5])
@@ -292,7 +293,7 @@ def test_least_squares_user_jac_kwargs_and_copies():
     np.testing.assert_allclose(res.x, optimize.least_squares(
         model, P0, jac=model_jac, args=(T, Y)).x, atol=1e-6)
     # every Jacobian handed to scipy is a new array, never overwritten later
-    obj = hs._Residuals(model, P0, (T, Y), "numpy", False)
+    obj = _Residuals(model, P0, (T, Y), "numpy", False)
     j1 = obj.jac(P0, T, Y)
     kept = j1.copy()
     j2 = obj.jac(P0 + 0.1, T, Y)

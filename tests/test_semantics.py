@@ -108,7 +108,7 @@ def test_isinstance_branches_take_numpys_path():
 
 
 def test_type_is_still_the_tracer():
-    from hybridad.frontend.trace import Tracer
+    from hybridad.frontend.tracer import Tracer
 
     def f(x):
         assert type(x) is Tracer and isinstance(x, Tracer) and isinstance(x[0], Tracer)

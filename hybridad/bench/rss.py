@@ -203,9 +203,9 @@ def run_child(workload, size, impl, *, seed=None, options=None, warm=True, ready
     ChildError
         When the child fails (e.g. a wrong gradient).
     """
-    from .workloads import SEED
-
     import hybridad.bench as bench_pkg
+
+    from .workloads import SEED
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(bench_pkg.__file__))))
     spec = {"workload": workload, "size": int(size), "seed": SEED if seed is None else seed,

@@ -1,12 +1,23 @@
-"""Stage 1, the tracing front end: :mod:`.trace` (tracers, the trace, ``bind``),
-the numpy surface on tracers (:mod:`.numpy_api` and the modules it loads:
-ufuncs and core functions, :mod:`.numpy_lib`, :mod:`.numpy_reductions`,
-:mod:`.numpy_linalg`, :mod:`.numpy_methods`), what ``f`` reads besides its
-arguments (:mod:`.guards`) and user scalar functions (:mod:`.scalar_functions`)."""
+"""Stage 1, the tracing front end: :mod:`.tracer` (the stand-in for an ndarray
+and its Python protocols), :mod:`.trace` (the trace, ``bind``, ``as_node``),
+:mod:`.objects` (numpy's object semantics: scalars, views, in-place updates),
+:mod:`.supported` (the dtypes and ndarray subclasses traced); the numpy
+surface on tracers (:mod:`.numpy_api` and the modules it loads: ufuncs and
+core functions, :mod:`.numpy_reductions`, :mod:`.numpy_math`,
+:mod:`.numpy_selection`, :mod:`.numpy_shapes`, :mod:`.numpy_products`,
+:mod:`.numpy_linalg`, :mod:`.numpy_methods`); what ``f`` reads besides its
+arguments (:mod:`.observe` while tracing, :mod:`.user_code`, the walk
+:mod:`.guard_walk`, the compiled checks :mod:`.guards`, the graph
+:mod:`.signature`) and user scalar functions (:mod:`.scalar_functions`)."""
 
 # the numpy surface: the core, then the modules that register more of numpy on it
-from . import numpy_api  # noqa: E402,F401
+# (kept one import a line, in this order)
+from . import numpy_api  # noqa: E402,F401,I001
+from . import objects  # noqa: E402,F401  (in-place updates of tracers)
 from . import numpy_reductions  # noqa: E402,F401  (sum, mean, var, argmax, ...)
-from . import numpy_lib  # noqa: E402,F401  (more of numpy's functions)
+from . import numpy_math  # noqa: E402,F401  (rounding, statistics, scans, differences)
+from . import numpy_selection  # noqa: E402,F401  (take, compress, sort, median, ...)
+from . import numpy_shapes  # noqa: E402,F401  (stacking, splitting, pad, diagonals, ...)
+from . import numpy_products  # noqa: E402,F401  (cross, tensordot, einsum, norm)
 from . import numpy_linalg  # noqa: E402,F401  (numpy.linalg)
 from . import numpy_methods  # noqa: E402,F401  (the ndarray methods of tracers)

@@ -17,9 +17,10 @@ import numpy as np
 
 from ..errors import TracingError, user_location
 from ..ops import REGISTRY
-from ..ops.structural import gather_positions as _gather_positions
-from .trace import (SURFACE, Tracer, as_node, bind, current_trace, loop_dtypes, settle,
-                    tracers_in)
+from ..ops.indexing import gather_positions as _gather_positions
+from .objects import settle, tracers_in
+from .trace import as_node, bind, current_trace, loop_dtypes
+from .tracer import SURFACE, Tracer
 
 __all__ = ["HANDLED", "apply_function", "apply_ufunc", "getitem"]
 
@@ -148,7 +149,7 @@ ARRAY_FUNCTIONS = {np.copy, np.where, np.full_like, np.zeros_like, np.ones_like,
 
 def apply_function(func, args, kwargs):
     """A numpy function call on tracers, with numpy's object semantics for its
-    results (see :func:`hybridad.frontend.trace.settle`)."""
+    results (see :func:`hybridad.frontend.objects.settle`)."""
     impl = HANDLED.get(func)
     if impl is None:
         raise _unsupported(getattr(func, "__name__", repr(func)))
@@ -316,7 +317,7 @@ def stack(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
 
 
 def gather_positions(x, select):
-    """:func:`hybridad.ops.structural.gather_positions` of ``x`` as a tracer."""
+    """:func:`hybridad.ops.indexing.gather_positions` of ``x`` as a tracer."""
     return _gather_positions(_tracer(x), select)
 
 

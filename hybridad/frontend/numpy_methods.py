@@ -2,7 +2,7 @@
 
 Every public method and attribute of ``numpy.ndarray`` either works as
 numpy's -- same value, same derivative, same object semantics (views, copies,
-scalars; see :func:`hybridad.frontend.trace.settle`) -- or raises
+scalars; see :func:`hybridad.frontend.objects.settle`) -- or raises
 :class:`~hybridad.TracingError` / ``NotImplementedError`` naming it
 (:data:`REFUSED`); ``tests/test_ndarray_surface.py`` holds the classification
 and fails when numpy grows a name that nobody classified.
@@ -11,7 +11,7 @@ A method that is a numpy function of its array (``x.sum(...)`` is
 ``np.sum(x, ...)``) calls that function, so numpy's own argument handling
 runs first and hybridad's implementation second.  In-place methods
 (``sort``, ``partition``, ``fill``) update the tracer object as the in-place
-operators do (:func:`hybridad.frontend.trace.assign`).
+operators do (:func:`hybridad.frontend.objects.assign`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ import numpy as np
 
 from ..errors import TracingError, user_location
 from .numpy_api import _tracer, ravel, reshape, swapaxes, transpose
-from .trace import (READONLY, SCALAR, Tracer, _no_memory, _value_dependent, assign, bind,
-                    check_dtype, link_view, settle)
+from .objects import assign, link_view, settle
+from .supported import check_dtype
+from .trace import bind
+from .tracer import READONLY, SCALAR, Tracer, _no_memory, _value_dependent
 
 __all__ = ["REFUSED"]
 
@@ -238,7 +240,7 @@ def _refuse(name, why, instead, error=TracingError):
 _VALUE = "it needs the traced array's values, which are not known while tracing"
 for _name in ("tobytes", "tofile", "dump", "dumps"):
     _refuse(_name, _VALUE, "Call it on the function's inputs or results, outside the trace.")
-REFUSED.update({"item", "tolist"})  # (hybridad/trace.py)
+REFUSED.update({"item", "tolist"})  # (hybridad/frontend/tracer.py)
 _refuse("choose", "it uses the traced values of x as indices", "Use np.where or np.select "
         "with constant choices.")
 for _name, _instead in [("put", "Build the result with np.where or np.concatenate."),

@@ -21,9 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TracingError, user_location
-from .numpy_api import (HANDLED, _norm_axis, _reduce, _tracer, implements, ravel, reshape,
-                        where)
-from .trace import Tracer, check_dtype
+from .numpy_api import HANDLED, _norm_axis, _reduce, _tracer, implements, ravel, reshape, where
+from .supported import check_dtype
+from .tracer import Tracer
 
 __all__ = ["mean", "var", "std"]
 
@@ -224,7 +224,7 @@ def argpartition(a, kth, axis=-1, kind="introselect", order=None):
     """``np.argpartition`` as the stable argsort: it meets the contract (each
     ``kth`` element in its sorted place); numpy leaves the order inside the
     partitions undefined."""
-    HANDLED[np.partition](a, kth, axis, kind, order)  # numpy's checks of kth (numpy_lib)
+    HANDLED[np.partition](a, kth, axis, kind, order)  # numpy's checks of kth (numpy_selection)
     return HANDLED[np.argsort](a, axis, order=order)
 
 

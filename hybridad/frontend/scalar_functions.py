@@ -163,7 +163,8 @@ class ElementwiseFunction:
         return self.family.primitive(()).ufunc
 
     def __call__(self, *args):
-        from .trace import Tracer, bind
+        from .trace import bind
+        from .tracer import Tracer
 
         if len(args) != self.nargs:
             raise TypeError(f"{self.name}() takes {self.nargs} argument(s), got {len(args)}")

@@ -132,18 +132,30 @@ class Graph:
         return out
 
 
-def check(graph):
+def check(graph, rules=False):
     """Validate graph invariants; raise ``AssertionError`` on violation.
 
     Every operand is defined before use, ids are unique, inputs and outputs
-    belong to the graph.
+    belong to the graph.  With ``rules`` (tests, ``HYBRIDAD_DEBUG``; see
+    :mod:`hybridad.transforms.pipeline`) every node's shape and dtype are also
+    computed again by its op's shape rule from its operands, as JAX's
+    ``check_jaxpr`` does: a pass that rewires a node to operands of another
+    shape or dtype is caught where it happens.
     """
+    from .registry import REGISTRY
+
     seen = set()
     for node in graph.nodes:
         assert node.id not in seen, f"duplicate node id %{node.id}"
         for a in node.args:
             assert a.id in seen, f"%{node.id} uses %{a.id} before it is defined"
         seen.add(node.id)
+        op = REGISTRY.get(node.op)
+        if rules and op is not None:
+            shape, dtype = op.abstract(*node.args, **node.attrs)
+            assert tuple(shape) == tuple(node.shape) and np.dtype(dtype) == node.dtype, (
+                f"%{node.id} = {node.op}(...) is {list(node.shape)} {node.dtype}, but its shape "
+                f"rule gives {list(shape)} {np.dtype(dtype)} from its operands")
     for n in graph.inputs:
         assert n.op == "input" and n.id in seen, f"bad input %{n.id}"
     for n in graph.outputs:

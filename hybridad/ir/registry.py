@@ -30,8 +30,8 @@ An :class:`Op` carries, side by side:
   (LAPACK: a singular or not positive definite matrix, no convergence).  A
   call that fails writes nothing: the plans order every write into a caller's
   buffer after the last such op (:func:`hybridad.transforms.memory.plan_memory`,
-  :func:`hybridad.optim.schedule_updates`, the staged programs of
-  :mod:`hybridad.plans.higher`).
+  :func:`hybridad.transforms.updates.schedule_updates`, the staged programs of
+  :mod:`hybridad.plans.staged`).
 
 Adding an op touches one file in this package; tests pick it up from
 :data:`REGISTRY`.

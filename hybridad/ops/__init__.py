@@ -1,11 +1,15 @@
 """The op rules: every primitive declared once, with all its rules (see
 :mod:`hybridad.ir.registry` for what an :class:`~hybridad.ir.registry.Op`
 carries).  One module per family -- :mod:`.elementwise` (the ufunc rule
-table), :mod:`.structural` (select, casts, scans, matmul, shape and index
-ops), :mod:`.linalg` (LAPACK primitives, their kernels in :mod:`.lapack`),
+table), :mod:`.select` (where, casts, copy), :mod:`.reductions`,
+:mod:`.scans` (cumsum, cumprod and their adjoints), :mod:`.matmul`,
+:mod:`.shape` (reshape, transpose, broadcast_to, concatenate),
+:mod:`.indexing` (getitem, gather, gather_positions), :mod:`.sorting`,
+:mod:`.accumulate` (the scatter and in-place adds the reverse pass emits),
+:mod:`.linalg` (LAPACK primitives, their kernels in :mod:`.lapack`),
 :mod:`.region` (the fused regions the partition makes) -- and the helpers
-their batch rules share (:mod:`.batch_helpers`).  Importing this package
-fills the registry.
+their rules share (:mod:`.common`, :mod:`.batch_helpers`).  Importing this
+package fills the registry.
 
 Op rules are symbolic: they may emit IR through the tracer
 (:func:`hybridad.frontend.trace.bind`), and import no backend and no module
@@ -13,6 +17,18 @@ of the numpy surface.
 """
 
 from ..ir.registry import REGISTRY, Op, get, may_raise, register, storage_root
-from . import elementwise, linalg, region, structural  # noqa: F401  (fill the registry)
+from . import (  # noqa: F401  (fill the registry)
+    accumulate,
+    elementwise,
+    indexing,
+    linalg,
+    matmul,
+    reductions,
+    region,
+    scans,
+    select,
+    shape,
+    sorting,
+)
 
 __all__ = ["REGISTRY", "Op", "get", "may_raise", "register", "storage_root"]

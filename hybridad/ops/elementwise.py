@@ -94,7 +94,8 @@ def chain_product(a, b):
     """``a * b`` for the chain rule, on tracers: ``0`` wherever either factor is
     ``0``, even against ``inf`` or ``nan`` (op ``safe_multiply``).  A factor that
     is a number (a rule's constant: finite, nonzero) multiplies plainly."""
-    from ..frontend.trace import Tracer, bind
+    from ..frontend.trace import bind
+    from ..frontend.tracer import Tracer
 
     if not (isinstance(a, Tracer) and isinstance(b, Tracer)):
         return a * b

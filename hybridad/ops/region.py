@@ -80,7 +80,8 @@ def _cotangent_on_loop(g, body):
 
 
 def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
-    from ..frontend.trace import Tracer, bind
+    from ..frontend.trace import bind
+    from ..frontend.tracer import Tracer
 
     assert mode == "value", "vjp-mode regions are not differentiated again"
     *inputs, ans = operands

@@ -1,5 +1,5 @@
 """A plan against what ``f`` reads besides its arguments: tracing under
-:func:`hybridad.frontend.guards.observe`, and the check before every call
+:func:`hybridad.frontend.observe.observe`, and the check before every call
 (re-trace, rebuild, or :class:`~hybridad.errors.StalePlanError`)."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class GuardsMixin:
 
     def _observe_f(self, f, targs, trace):
         """``(output, guards, signature)`` of ``f(*targs)`` traced into ``trace``
-        under :func:`hybridad.frontend.guards.observe`."""
+        under :func:`hybridad.frontend.observe.observe`."""
         with observe(self.name) as obs:
             out = f(*targs)
         out = self._check_output(out, trace)

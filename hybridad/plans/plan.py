@@ -25,25 +25,25 @@ import weakref
 import numpy as np
 
 from .. import _tree
-from ..backends.numba.loops import serial_loops
+from ..backends.numba.layouts import materialize_for_numba, scratch_for_numba
 from ..backends.numba.program import (
     compile_numba_program,
-    materialize_for_numba,
-    scratch_for_numba,
     work_estimate,
 )
+from ..backends.numba.threshold import serial_loops
 from ..backends.numpy.program import compile_program
 from ..errors import MemoryBudgetError
 from ..frontend.guard_walk import root_of
 from ..frontend.trace import Trace, as_node
 from ..frontend.tracer import Tracer
-from ..ir.graph import Graph, check, dead_code_elimination
+from ..ir.graph import Graph, dead_code_elimination
 from ..ops.region import recompute_partials
-from ..optim import UpdateRule, schedule_updates
+from ..optim import UpdateRule
 from ..results import DiffResult, HvpResult
+from ..transforms import pipeline
 from ..transforms.autodiff import backward, jvp
 from ..transforms.memory import op_workspaces, plan_memory
-from ..transforms.partition import fold_accumulations, fuse_regions
+from ..transforms.partition import fuse_regions
 from .arguments import ArgumentsMixin, arg_names, normalize_argnums, prepare_args
 from .batch import BatchMixin, build_batched
 from .explain import ExplainMixin
@@ -239,18 +239,11 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
 
 
     def _lower(self, nodes, inputs, outputs, updates=()):
-        """The traced nodes as the graph the backends run: dead code removed,
-        optimizer updates scheduled early, elementwise regions fused (and
-        folded into the adjoints they add to, on numba); sets ``graph`` and
-        ``work``."""
-        graph = dead_code_elimination(Graph(nodes, inputs, outputs))
-        if updates:
-            graph = Graph(schedule_updates(graph.nodes, updates), inputs, outputs)
-        if self.backend in ("numba", "cupy"):  # fuse the backward's elementwise ops as well
-            graph = Graph(fuse_regions(graph.nodes, outputs), inputs, outputs)
-        if self.backend == "numba":
-            graph = Graph(fold_accumulations(graph.nodes, outputs), inputs, outputs)
-        check(graph)
+        """The traced nodes as the graph the backends run: the lowering passes
+        of the backend (:data:`hybridad.transforms.pipeline.LOWERING`: dead code
+        removed, optimizer updates scheduled early, elementwise regions fused
+        and folded into the adjoints they add to); sets ``graph`` and ``work``."""
+        graph = pipeline.lower(nodes, inputs, outputs, self.backend, updates)
         self.graph = graph
         #: rough count of element operations per call (matmuls as multiply-adds)
         self.work = work_estimate(graph.nodes)
@@ -344,7 +337,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                         f"{self._computes()}; for {method} build the plan with {instead}")
 
     def hessian(self, *args, out=None):
-        """Needs a plan built with ``hessian=True`` (:class:`hybridad.plans.higher.HessianPlan`);
+        """Needs a plan built with ``hessian=True`` (:class:`hybridad.plans.hessian.HessianPlan`);
         raises TypeError here."""
         self._refuse("hessian", "hybridad.compile(f, ..., hessian=True) (or hybridad.hessian)")
 
@@ -353,7 +346,8 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         self._refuse("linearize", "hybridad.compile(f, ..., hessian=True)")
 
     def jacobian(self, *args, out=None):
-        """Needs a plan built with ``jacobian=True`` (:class:`hybridad.plans.higher.JacobianPlan`);
+        """Needs a plan built with ``jacobian=True``
+        (:class:`hybridad.plans.jacobian.JacobianPlan`);
         raises TypeError here."""
         self._refuse("jacobian", "hybridad.compile(f, ..., jacobian=True) (or "
                      "hybridad.jacobian)")

@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..frontend.trace import bind
+from ..frontend.tracer import Tracer
 from ..ops import REGISTRY, storage_root
-from ..ops.structural import Scatter
-from ..frontend.trace import Tracer, bind
+from ..ops.indexing import Scatter
 
 __all__ = ["active_nodes", "backward", "jvp"]
 
@@ -186,7 +187,7 @@ def jvp(trace, nodes, tangents):
         The graph to push tangents through, in execution order (forward nodes,
         and for second order a functional backward pass after them).
     tangents : dict
-        Node id -> tangent :class:`~hybridad.frontend.trace.Tracer` (shaped like the
+        Node id -> tangent :class:`~hybridad.frontend.tracer.Tracer` (shaped like the
         node) for the seeds; extended in place with the tangent of every
         floating-point node that depends on them (absent: identically zero).
 

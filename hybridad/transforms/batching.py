@@ -16,9 +16,10 @@ fused loop whose dual numbers carry K partials.
 
 from __future__ import annotations
 
+from ..frontend.trace import bind
+from ..frontend.tracer import Tracer
 from ..ops import REGISTRY
 from ..ops.batch_helpers import contiguous, expand, lift  # noqa: F401  (re-exported)
-from ..frontend.trace import Tracer, bind
 
 __all__ = ["contiguous", "elementwise_batch", "expand", "lift", "vmap"]
 
@@ -40,7 +41,7 @@ def vmap(trace, nodes, batched, k):
     nodes : list of Node
         The graph, in execution order.
     batched : dict
-        Node id -> batched :class:`~hybridad.frontend.trace.Tracer` (shape ``(k, *node.shape)``)
+        Node id -> batched :class:`~hybridad.frontend.tracer.Tracer` (shape ``(k, *node.shape)``)
         for the seeds; extended in place with every node that depends on them.
     k : int
         The batch size.

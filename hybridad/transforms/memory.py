@@ -219,7 +219,7 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
     (False: one slot per buffer, the naive sum -- for comparison).
     ``pinned``: ids of nodes that live to the end of the schedule like the
     outputs (values a later program of the plan reads, see
-    :mod:`hybridad.plans.higher`).
+    :mod:`hybridad.plans.staged`).
     """
     storage, copies, protos, alias_of = {}, set(), {}, {}
     users = graph.users()
@@ -355,7 +355,7 @@ def _direct_after_failures(nodes, direct, first, pos):
     must leave the caller's buffers untouched, so those are computed in the
     arena and copied at the end.  A plan with no such node keeps them all.
     In-place writes into an argument (an optimizer step's) must come after
-    that node too (:func:`hybridad.optim.schedule_updates` orders them)."""
+    that node too (:func:`hybridad.transforms.updates.schedule_updates` orders them)."""
     fails = [pos[n.id] for n in nodes if may_raise(n)]
     if not fails:
         return direct

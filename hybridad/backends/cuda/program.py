@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...transforms.memory import layout_proto
 from ...ops import REGISTRY
-from .source import region_kernel
-from .reduce import sum_levels, sum_scratch, summable
 from ...ops.lapack import LAPACK_OPS
+from ...transforms.memory import layout_proto
+from .reduce import sum_levels, sum_scratch, summable
+from .source import region_kernel
 
 __all__ = ["CupyLauncher", "Launcher", "RegionCalls", "cupy_available", "scratch_for_cupy"]
 

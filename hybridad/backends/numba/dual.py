@@ -34,8 +34,14 @@ import operator
 
 import numpy as np
 from numba.core import cgutils, types
-from numba.extending import (intrinsic, lower_cast, make_attribute_wrapper, models, overload,
-                             register_model)
+from numba.extending import (
+    intrinsic,
+    lower_cast,
+    make_attribute_wrapper,
+    models,
+    overload,
+    register_model,
+)
 from numba.np.numpy_support import as_dtype
 
 from ...ops import REGISTRY

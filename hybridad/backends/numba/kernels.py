@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.graph import Node
-from .loops import Constants, LoopWriter, region_lines
 from ..scalar import vector_namespace
+from .loops import Constants, LoopWriter, region_lines
 
 __all__ = ["region_kernel_source", "compile_region_kernel"]
 

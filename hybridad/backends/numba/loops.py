@@ -12,13 +12,19 @@ import re
 
 import numpy as np
 
-from .threshold import PARALLEL_MIN, parallel_min, serial_loops  # noqa: F401
-from .reduce import (INIT, accumulate, blocked_full_reduction, init_text, reduction_nest,
-                     region_runs_parallel, single_block)
 from ..scalar import Constants, render_region, safe_product
+from .reduce import (
+    INIT,
+    accumulate,
+    blocked_full_reduction,
+    init_text,
+    reduction_nest,
+    region_runs_parallel,
+    single_block,
+)
+from .threshold import parallel_min
 
-__all__ = ["LoopWriter", "broadcast_index", "region_lines", "INIT", "init_text", "parallel_min",
-           "serial_loops"]
+__all__ = ["LoopWriter", "broadcast_index", "region_lines", "INIT", "init_text"]
 
 def broadcast_index(shape, loop_ndim, prefix="i"):
     """Index text reading an array of ``shape`` inside a loop nest of ``loop_ndim``."""

@@ -18,8 +18,8 @@ import functools
 import numpy as np
 
 from ...ir.graph import format_node
-from ...transforms.memory import poison_schedule
 from ...ops import REGISTRY
+from ...transforms.memory import poison_schedule
 
 __all__ = ["Program", "compile_program"]
 
@@ -78,7 +78,7 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
         after its last read (:func:`hybridad.transforms.memory.poison_schedule`).
     given : set of int
         Ids of nodes an earlier program of the plan computed: their buffers
-        are read, not written (see :mod:`hybridad.plans.higher`).
+        are read, not written (see :mod:`hybridad.plans.staged`).
     xp : module
         The array module of the buffers and arguments (numpy; cupy for the
         GPU backend, whose constants are copied to the device here, once).

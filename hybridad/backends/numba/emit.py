@@ -1,0 +1,326 @@
+"""The generated source of each non-region node of a plan: copies, scatters,
+in-place accumulations (grouped into one loop where they can be), matmul as
+gemm or loops, scans, sort."""
+
+from __future__ import annotations
+
+from ...ops import storage_root
+from ...ops.lapack import LAPACK_OPS, kernel_args, kind_of
+from .loops import (
+    broadcast_index,
+    fill,
+    getitem_map,
+    here,
+    region_acc_lines,
+    region_lines,
+)
+from .loops import reduction_lines as _reduction_lines
+
+
+def region_acc_groups(nodes):
+    """first node id -> list of ``region_acc`` nodes that run as one loop:
+    consecutive ones over the same loop shape, none reading what another
+    adds into (an adjoint completed by one and read by the next stays two
+    loops)."""
+    groups, current, written = {}, None, set()
+    for n in nodes:
+        if n.op != "region_acc":
+            if n.op != "zeros":  # fold_accumulations put a run's zeros ahead of it
+                current = None
+            continue
+        reads = {storage_root(a).id for a in n.args[1:]}
+        if current is not None and current[0] == n.attrs["body"].shape and \
+                not reads & written:
+            current[1].append(n)
+        else:
+            current, written = (n.attrs["body"].shape, [n]), set()
+            groups[n.id] = current[1]
+        written.add(storage_root(n).id)
+    return groups
+
+
+def _emit_node(w, node, names, users, consts, layouts):
+    op = node.op
+    a = [names[x.id] for x in node.args]
+    out = names[node.id]
+    nd = len(node.shape)
+    if op == "region":
+        partials = {u.attrs["wrt"]: names[u.id] for u in users[node.id]
+                    if u.op == "region_partial"}
+        region_lines(w, node, names, partials, consts, scratch=names.get(("scratch", node.id)))
+    elif op == "region_partial":
+        pass  # written by its region's kernel
+    elif op == "region_acc":
+        region_acc_lines(w, [node], names, consts)
+    elif op == "zeros":
+        fill(w, out, "0")
+    elif op in ("sum", "max", "min", "prod"):
+        x = node.args[0]
+        _reduction_lines(w, op, node.dtype, node.attrs["axis"], node.attrs["keepdims"],
+                         x.shape, f"{a[0]}{here(len(x.shape))}", out,
+                         scratch=names.get(("scratch", node.id)))
+    elif op == "matmul":
+        _emit_matmul(w, node, a, out, layouts)
+    elif op == "reshape":  # materialized: copy through a source-shaped view of the buffer
+        src = node.args[0]
+        w.emit(f"_r = {out}.reshape({src.shape!r})")
+        w.nest(src.shape, [f"_r{here(len(src.shape))} = {a[0]}{here(len(src.shape))}"])
+    elif op == "transpose":
+        inv = {ax: j for j, ax in enumerate(node.attrs["axes"])}
+        idx = "[" + ", ".join(f"i{inv[d]}" for d in range(nd)) + "]" if nd else "[()]"
+        w.nest(node.shape, [f"{out}{here(nd)} = {a[0]}{idx}"])
+    elif op == "broadcast_to":
+        w.nest(node.shape, [f"{out}{here(nd)} = {a[0]}"
+                            f"{broadcast_index(node.args[0].shape, nd)}"])
+    elif op == "getitem":
+        idx = getitem_map(node.attrs["index"], node.args[0].shape)
+        w.nest(node.shape, [f"{out}{here(nd)} = {a[0]}{idx}"])
+    elif op == "copy":
+        w.nest(node.shape, [f"{out}{here(nd)} = {a[0]}{broadcast_index(node.args[0].shape, nd)}"])
+    elif op == "concatenate":
+        axis, off = node.attrs["axis"], 0
+        for x, name in zip(node.args, a, strict=True):
+            idx = [f"i{d}" if d != axis else f"{off} + i{d}" for d in range(nd)]
+            w.nest(x.shape, [f"{out}[{', '.join(idx)}] = {name}{here(nd)}"])
+            off += x.shape[axis]
+    elif op in ("scatter", "scatter_add"):
+        g = node.args[1] if op == "scatter_add" else node.args[0]
+        gname = a[1] if op == "scatter_add" else a[0]
+        if op == "scatter":
+            fill(w, out, "0")
+        idx = getitem_map(node.attrs["index"], node.shape)
+        gnd = len(g.shape)
+        stmt = "+=" if op == "scatter_add" else "="
+        w.nest(g.shape, [f"{out}{idx} {stmt} {gname}{here(gnd)}"])
+    elif op == "gather":  # x is C-contiguous storage: read it through a flat view
+        w.emit(f"_flat = {a[0]}.reshape(({node.args[0].size},))")
+        w.nest(node.shape, [f"{out}{here(nd)} = _flat[{a[1]}{here(nd)}]"])
+    elif op in ("scatter_flat", "scatter_add_flat"):
+        g, gname, flat = (node.args[0], a[0], a[1]) if op == "scatter_flat" else \
+            (node.args[1], a[1], a[2])
+        if op == "scatter_flat":
+            fill(w, out, "0")
+        gnd = len(g.shape)
+        w.emit(f"_flat = {out}.reshape(({node.size},))")
+        w.nest(g.shape, [f"_flat[{flat}{here(gnd)}] += {gname}{here(gnd)}"])
+    elif op == "iadd":
+        w.nest(node.shape, [f"{out}{here(nd)} += {a[1]}{broadcast_index(node.args[1].shape, nd)}"])
+    elif op == "cumprod_exclusive":
+        _emit_scan(w, node, a[0], out, consts.add(node.dtype.type(1)), "*=", inclusive=False)
+    elif op == "cumsum":
+        _emit_scan(w, node, a[0], out, consts.add(node.dtype.type(0)), "+=", inclusive=True)
+    elif op == "cumprod":
+        _emit_scan(w, node, a[0], out, consts.add(node.dtype.type(1)), "*=", inclusive=True)
+    elif op in LAPACK_OPS:  # the shared LAPACK kernels, workspace from the arena
+        work = [names[("scratch", node.id)]] if ("scratch", node.id) in names else []
+        extra = [kind_of(node.dtype), *kernel_args(op, node.attrs)]
+        w.emit(f"_la_{op}({', '.join(a + [out] + work + [str(x) for x in extra])})")
+    elif op == "cumprod_adjoint":
+        _emit_cumprod_adjoint(w, node, a, out, consts.add(node.dtype.type(0)))
+    elif op == "sort_pack":
+        _emit_sort_pack(w, node, a[0], out)
+    elif op in ("sort_values", "sort_index"):
+        _emit_sort_unpack(w, node, a[1] if op == "sort_values" else a[0], out,
+                          "real" if op == "sort_values" else "imag")
+    else:
+        raise NotImplementedError(f"numba backend: no code for op {op!r}")
+
+
+def blas_accumulations(nodes, outputs, layouts):
+    """matmul node id -> the ``iadd`` that adds it into an adjoint, where
+    ``acc += A @ B`` can run as ONE BLAS gemm with beta = 1 into ``acc``
+    (:func:`.rt.gemm`) -- no product temporary, no separate add.
+
+    Conditions: the product's only user is ``iadd(acc, product)`` (or a
+    reshape of it, whose only user that is); the product
+    runs on BLAS (:func:`blas_ready`), with a non-empty inner dimension, into a
+    C ``acc`` of its shape (1-D or 2-D); ``acc`` is computed before the product
+    and nothing else reads ``acc`` after the product is computed."""
+    pos = {n.id: i for i, n in enumerate(nodes)}
+    users = {n.id: [] for n in nodes}
+    for n in nodes:
+        for x in n.args:
+            users[x.id].append(n)
+    out_ids = {n.id for n in outputs if n is not None}
+    found = {}
+    for n in nodes:
+        if n.op != "iadd":
+            continue
+        acc, m = n.args
+        if m.op == "reshape" and [u.id for u in users[m.id]] == [n.id] and \
+                m.args[0].op == "matmul" and m.id not in out_ids:
+            m = m.args[0]  # a product reshaped (a vector product made 2-D and back)
+            user = n.args[1]
+        else:
+            user = n
+        if m.op != "matmul" or m.id in out_ids or [u.id for u in users[m.id]] != [user.id]:
+            continue
+        if not (blas_ready(m, layouts) and acc.dtype == m.dtype and acc.size == m.size and
+                m.shape and m.args[0].shape[-1] > 0 and layouts[acc.id] == "C"):
+            continue
+        if pos[acc.id] > pos[m.id] or any(pos[u.id] > pos[m.id] for u in users[acc.id]
+                                          if u is not n):
+            continue
+        found[m.id] = n
+    return found
+
+
+def blas_ready(node, layouts):
+    """Whether matmul ``node`` runs as one BLAS gemm (:func:`.rt.gemm`): float,
+    one dtype, 1-D or 2-D operands, 2-D ones C or F, 1-D ones C."""
+    A, B = node.args
+    return node.dtype.kind == "f" and A.dtype == B.dtype == node.dtype and \
+        len(node.shape) <= 2 and len(A.shape) <= 2 and len(B.shape) <= 2 and \
+        0 < len(A.shape) and 0 < len(B.shape) and \
+        all(layouts[x.id] in ("C" if len(x.shape) == 1 else "CF") for x in (A, B))
+
+
+def _emit_gemm(w, node, a, acc, beta):
+    """``acc = A @ B + beta * acc`` by BLAS gemm, 1-D operands and result as
+    2-D views (``acc`` C-contiguous)."""
+    A, B = node.args
+    av = a[0] if len(A.shape) == 2 else f"{a[0]}.reshape((1, {A.shape[0]}))"
+    bv = a[1] if len(B.shape) == 2 else f"{a[1]}.reshape(({B.shape[0]}, 1))"
+    rows = A.shape[0] if len(A.shape) == 2 else 1
+    cols = B.shape[1] if len(B.shape) == 2 else 1
+    ov = acc if len(node.shape) == 2 else f"{acc}.reshape(({rows}, {cols}))"
+    note = "  # BLAS gemm, beta = 1: accumulates in place" if beta else "  # BLAS gemm"
+    w.emit(f"_gemm({av}, {bv}, {ov}, {float(beta)!r}){note}")
+
+
+def _emit_matmul(w, node, a, out, layouts):
+    A, B = node.args
+    if blas_ready(node, layouts):
+        if A.shape[-1] == 0:
+            fill(w, out, "0")
+        else:
+            _emit_gemm(w, node, a, out, 0)  # straight into the buffer
+        return
+    M, N, K = node.shape[-2], node.shape[-1], A.shape[-1]
+    batch = node.shape[:-2]
+    nb = len(batch)
+
+    def bidx(shape):
+        return [("0" if s == 1 else f"i{nb - len(shape[:-2]) + d}")
+                for d, s in enumerate(shape[:-2])]
+
+    ai, bi, oi = bidx(A.shape), bidx(B.shape), [f"i{d}" for d in range(nb)]
+    lines = [f"for m in range({M}):",
+             f"    for j in range({N}):",
+             f"        {out}[{', '.join(oi + ['m', 'j'])}] = 0",
+             f"    for k in range({K}):",
+             f"        aik = {a[0]}[{', '.join(ai + ['m', 'k'])}]",
+             f"        for j in range({N}):",
+             f"            {out}[{', '.join(oi + ['m', 'j'])}] += aik * "
+             f"{a[1]}[{', '.join(bi + ['k', 'j'])}]"]
+    w.nest(batch, lines)
+
+
+def _emit_scan(w, node, x, out, init, update, inclusive):
+    """A running ``p {update} x`` along ``axis`` (from the end when
+    ``reverse``), stored after the update (``inclusive``) or before it."""
+    axis, rev = node.attrs["axis"], node.attrs.get("reverse", False)
+    nd = len(node.shape)
+    n = node.shape[axis]
+    other = [s for d, s in enumerate(node.shape) if d != axis]
+    names = []
+    j = 0
+    for d in range(nd):
+        if d == axis:
+            names.append("t" if not rev else f"{n - 1} - t")
+        else:
+            names.append(f"i{j}")
+            j += 1
+    idx = "[" + ", ".join(names) + "]"
+    store, step = f"{out}{idx} = p", f"p {update} {x}{idx}"
+    w.nest(other, [f"p = {init}", f"for t in range({n}):",
+                   f"    {step if inclusive else store}", f"    {store if inclusive else step}"])
+
+
+def _emit_cumprod_adjoint(w, node, a, out, zero):
+    """``S_t = g_t + x_{t+1} S_{t+1}`` along ``axis``, from the end."""
+    axis, nd = node.attrs["axis"], len(node.shape)
+    n = node.shape[axis]
+    other = [s for d, s in enumerate(node.shape) if d != axis]
+    names = [f"i{d - (d > axis)}" if d != axis else "{t}" for d in range(nd)]
+    at = "[" + ", ".join(names) + "]"
+    assert node.args[0].shape == node.shape, "a cotangent has its value's shape"
+    w.nest(other, [f"p = {zero}", f"for t in range({n} - 1, -1, -1):",
+                   f"    if t < {n - 1}:",
+                   f"        p *= {a[1]}{at.format(t='t + 1')}",
+                   f"    p += {a[0]}{at.format(t='t')}",
+                   f"    {out}{at.format(t='t')} = p"])
+
+
+def _sort_less(a, b):
+    """Source of ``a < b`` for complex scalars ordered like numpy sorts them:
+    by real part, NaN last, then by imaginary part (never NaN here)."""
+    return (f"({a}.real < {b}.real or ({a}.real == {b}.real and {a}.imag < {b}.imag) or "
+            f"({b}.real != {b}.real and ({a}.real == {a}.real or {a}.imag < {b}.imag)))")
+
+
+def _emit_sort_pack(w, node, x, out):
+    """Each row of ``x`` along ``axis`` into ``out`` (the axis last) as
+    complex (value, index) pairs, then sorted in place: insertion sort for
+    short rows, heapsort otherwise (the keys are distinct, so any sort gives
+    the stable order; neither needs memory of its own)."""
+    axis = node.attrs["axis"]
+    xshape = node.args[0].shape
+    n, other = xshape[axis], node.shape[:-1]
+    xi = "[" + ", ".join("_sk" if d == axis else f"i{d - (d > axis)}"
+                         for d in range(len(xshape))) + "]"
+    pre = "".join(f"i{d}, " for d in range(len(other)))
+
+    def at(e):
+        return f"{out}[{pre}{e}]"
+
+    lines = [f"for _sk in range({n}):", f"    {at('_sk')} = complex({x}{xi}, _sk)"]
+    if n <= 16:
+        lines += [f"for _st in range(1, {n}):",
+                  f"    _sv = {at('_st')}",
+                  "    _sj = _st",
+                  "    while _sj > 0:",
+                  f"        _su = {at('_sj - 1')}",
+                  f"        if not {_sort_less('_sv', '_su')}:",
+                  "            break",
+                  f"        {at('_sj')} = _su",
+                  "        _sj -= 1",
+                  f"    {at('_sj')} = _sv"]
+    else:  # n // 2 sifts build the heap, then n - 1 take its top to the end
+        h = n // 2
+        lines += [f"for _sq in range({h + n - 1}):",
+                  f"    if _sq < {h}:",
+                  f"        _sr = {h - 1} - _sq",
+                  f"        _se = {n}",
+                  "    else:",
+                  f"        _se = {n + h - 1} - _sq",
+                  f"        _sv = {at('_se')}",
+                  f"        {at('_se')} = {at('0')}",
+                  f"        {at('0')} = _sv",
+                  "        _sr = 0",
+                  f"    _sv = {at('_sr')}",
+                  "    while True:",
+                  "        _sc = 2 * _sr + 1",
+                  "        if _sc >= _se:",
+                  "            break",
+                  f"        _su = {at('_sc')}",
+                  "        if _sc + 1 < _se:",
+                  f"            _sw = {at('_sc + 1')}",
+                  f"            if {_sort_less('_su', '_sw')}:",
+                  "                _sc += 1",
+                  "                _su = _sw",
+                  f"        if not {_sort_less('_sv', '_su')}:",
+                  "            break",
+                  f"        {at('_sr')} = _su",
+                  "        _sr = _sc",
+                  f"    {at('_sr')} = _sv"]
+    w.nest(other, lines)
+
+
+def _emit_sort_unpack(w, node, packed, out, part):
+    """``out`` (the unsorted layout) from a sort_pack's ``part`` (``real``:
+    the values, ``imag``: the indices)."""
+    axis, nd = node.attrs["axis"], len(node.shape)
+    pi = "[" + ", ".join([f"i{d}" for d in range(nd) if d != axis] + [f"i{axis}"]) + "]"
+    value = f"{packed}{pi}.{part}"
+    w.nest(node.shape, [f"{out}{here(nd)} = " + (value if part == "real" else f"int({value})")])

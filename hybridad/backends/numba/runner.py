@@ -1,0 +1,233 @@
+"""Running a compiled plan: :class:`NumbaProgram` (staging of other arguments,
+the plan's lock, single-threaded BLAS) and the argument checks the
+generated function makes before it writes anything (:class:`_Checks`)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from .threads import SingleThreadedBlas
+
+
+def _literal(value):
+    """Exact source text of a numpy scalar."""
+    v = value.item()
+    if isinstance(v, float):
+        text = f"float.fromhex({v.hex()!r})" if np.isfinite(v) else f"float({str(v)!r})"
+    else:
+        text = repr(v)
+    return f"np.{value.dtype.name}({text})"
+
+
+class NumbaProgram:
+    """A compiled whole-plan function and the Python calls that feed it.
+
+    The function is compiled for ONE signature by a dispatcher of its own that
+    then refuses to compile more, so an unusual argument never triggers a
+    compilation mid-loop.  It takes every array as an *object* -- the integer
+    ``id(array)`` -- and reads numpy's array struct itself (:mod:`.rt`): no
+    argument is unboxed, so a call makes no numba runtime allocation.  Before
+    writing anything it checks that each argument is an exact ndarray of the
+    plan's shape and dtype, native byte order, aligned and C-contiguous (and
+    writeable for outputs), and that no two of them overlap, and raises
+    ``ValueError`` otherwise.  :meth:`run` stages anything else (non-contiguous
+    arrays, another float dtype, subclasses) through buffers made once.
+
+    Where :data:`.rt.ABI` could not be established the function takes the
+    arrays themselves (numba unboxes each: one NRT allocation per array per
+    call) and ``objects`` is False; the checks are the same.
+
+    Attributes
+    ----------
+    direct : dict
+        buffer node id -> output position, for buffers computed straight
+        into the caller's result (set by :func:`compile_numba_program`).
+    parts : tuple
+        ``(dispatcher, leading, constants)``: ``fn(*ins, *outs)`` is
+        ``dispatcher(*leading, *ins, *constants, *outs)`` (for callers that
+        generate their own call, like the plan's fast path).
+    fn : callable
+        ``fn(*inputs, *outputs)`` for canonical arguments, given as
+        ``id(array)`` when :attr:`objects` (raises ``TypeError`` for other
+        argument types, ``ValueError`` when a check fails).
+    objects : bool
+        Whether arrays are passed as ``id(array)``.
+    source : str
+        The generated module.
+    heavy : bool
+        Whether the plan is large enough to release the GIL (``nogil``,
+        ``prange``); calls on one program are then serialized by :attr:`lock`.
+    lock : lock
+        Serializes what shares this program's workspace: every :meth:`run`
+        (its staging buffers, the call and the copies back) and, for a heavy
+        program, every :meth:`call`.  A plan gives all its programs its own
+        (re-entrant) lock, since they share one arena.  A light program's
+        :meth:`call` takes no lock: it holds the GIL from its checks to its
+        last write, which makes it atomic.
+    blas_limited : bool
+        Whether the plan has ``prange`` loops and calls BLAS: it then runs with
+        BLAS single-threaded (:mod:`.threads`; one thread pool at a time).
+        A small plan holds the GIL while it runs, which serializes it at no
+        cost (a lock costs ~0.3 us, as much as the whole n = 100 kernel).
+    """
+
+    def __init__(self, fn, source, heavy, in_specs, out_specs, keep, objects):
+        self.fn = fn
+        self.source = source
+        self.heavy = heavy
+        self.objects = objects
+        self.lock = threading.RLock()
+        self._in_specs = [(tuple(s), np.dtype(d)) for s, d in in_specs]
+        self._out_specs = [(tuple(s), np.dtype(d)) for s, d in out_specs]
+        self._staged = {}
+        self._keep = keep  # arrays whose addresses the compiled call holds
+        self.blas_limited = False
+
+    def _stage(self, key, shape, dtype):
+        buf = self._staged.get(key)
+        if buf is None:
+            buf = self._staged[key] = np.empty(shape, dtype)
+        return buf
+
+    def run(self, inputs, outputs):
+        """Run on any arrays of the plan's shapes (validated by the caller):
+        the staging, the call and the copies back, under :attr:`lock`."""
+        with self.lock:
+            ins, outs, copies = [], [], []
+            for i, a in enumerate(inputs):
+                shape, dtype = self._in_specs[i]
+                if not (type(a) is np.ndarray and a.dtype == dtype and a.flags.c_contiguous
+                        and a.flags.aligned and (self.objects or a.flags.writeable)):
+                    buf = self._stage(("in", i), shape, dtype)
+                    np.copyto(buf, a, casting="unsafe")
+                    a = buf
+                ins.append(a)
+            for k, o in enumerate(outputs):
+                shape, dtype = self._out_specs[k]
+                if not (type(o) is np.ndarray and o.dtype == dtype and o.flags.c_contiguous
+                        and o.flags.aligned and o.flags.writeable):
+                    buf = self._stage(("out", k), shape, dtype)
+                    copies.append((o, buf))
+                    o = buf
+                outs.append(o)
+            self.call(ins, outs)
+            for o, buf in copies:
+                np.copyto(o, buf, casting="unsafe")
+
+    def call(self, ins, outs):
+        """The compiled function on canonical arrays (the caller keeps them alive)."""
+        args = [id(a) for a in ins + outs] if self.objects else ins + outs
+        if not self.heavy:
+            return self.fn(*args)  # holds the GIL throughout: atomic
+        with self.lock:
+            if self.blas_limited:
+                with SingleThreadedBlas():
+                    return self.fn(*args)
+            return self.fn(*args)
+
+
+def _type_nums(dtype):
+    """numpy's type numbers of every dtype equal to ``dtype`` (int64 is both
+    ``long`` and ``longlong`` on some platforms)."""
+    nums = set()
+    for code in np.typecodes["All"]:
+        try:
+            d = np.dtype(code)
+        except TypeError:
+            continue
+        if d == dtype:
+            nums.add(d.num)
+    return sorted(nums | {np.dtype(dtype).num})
+
+
+def view_at(address, shape, dtype, order="C"):
+    """Source of the array of ``shape`` at ``address`` (an expression), by the
+    intrinsic :func:`.rt.view_at`: sizes given as ``np.int64`` (not literals,
+    which numba would type one by one), a 1-D size as a number, others as a
+    tuple.  A view costs numba ~10 ms to compile: a plan cuts dozens, so views
+    nothing reads are not emitted (:func:`_drop_unused_views`)."""
+    shape = tuple(int(d) for d in shape)
+    shape = shape if order == "C" else shape[::-1]
+    dt = f"np.{np.dtype(dtype).name}"
+    if len(shape) == 1:
+        src = f"_view({address}, np.int64({shape[0]}), {dt})"
+    else:  # 0-d or >= 2-d: a tuple literal of np.int64 sizes
+        dims = ", ".join(f"np.int64({d})" for d in shape)
+        src = f"_view({address}, ({dims}), {dt})"
+    return src + (".T" if order == "F" else "")
+
+
+class _Checks:
+    """The checks opening a generated plan (before any write), driven by a
+    table the plan owns (:func:`.rt.check_arrays`): one line per array in the
+    generated source, so the checks cost almost nothing to compile."""
+
+    def __init__(self, objects):
+        self.objects = objects
+        self.records = []  # (name, shape, dtype, flags, written, order)
+
+    def add(self, name, shape, dtype, written, order="C"):
+        from . import rt
+
+        flags = rt.ALIGNED | (rt.C_CONTIGUOUS if order == "C" else rt.F_CONTIGUOUS) | \
+            (rt.WRITEABLE if written else 0)
+        self.records.append((name, tuple(int(d) for d in shape), np.dtype(dtype), flags,
+                             written, order))
+
+    def table(self):
+        """The int64 check table (object fields filled per call)."""
+        from . import rt
+
+        n = len(self.records)
+        dims = [d for _, shape, *_ in self.records for d in shape]
+        t = np.zeros(n * rt.RECORD + len(dims) + 1, np.int64)
+        at = n * rt.RECORD
+        for j, (_, shape, dtype, flags, written, _) in enumerate(self.records):
+            nums = _type_nums(dtype)
+            r = j * rt.RECORD
+            t[r + rt.NDIM], t[r + rt.FLAGS] = len(shape), flags
+            t[r + rt.TYPE1], t[r + rt.TYPE2] = nums[0], nums[-1]
+            t[r + rt.NBYTES], t[r + rt.WRITTEN] = _nbytes(shape, dtype), int(written)
+            t[r + rt.DIMS] = at
+            t[at:at + len(shape)] = shape
+            at += len(shape)
+        return t
+
+    def lines(self, size):
+        from . import rt
+
+        out = []
+        if not self.objects:  # numba typed the arrays; their shapes remain
+            for name, shape, *_ in self.records:
+                out += [f"if {name}.shape != {shape!r}:",
+                        f"    raise ValueError('{name} does not have shape {shape}')"]
+        out.append(f"_t = _view(_tabp, np.int64({size}), np.int64)")
+        for j, (name, *_) in enumerate(self.records):
+            src = f"{name}p" if self.objects else f"{name}.ctypes.data"
+            out.append(f"_t[{j * rt.RECORD + rt.OBJ}] = {src}")
+        out += [f"_e = _check(_ndt, _tabp, {len(self.records)}, {size}, "
+                f"{int(self.objects)}, _ABI)",
+                "if _e >= 0:",
+                f"    if _e % 4 == {rt.OVERLAP}:",
+                "        raise ValueError('out buffers must not share memory with each other "
+                "or with the arguments')",
+                "    raise ValueError('an argument or result buffer is not an aligned, "
+                "contiguous array of the plan\\'s dtype and shape')"]
+        if self.objects:
+            for name, shape, dtype, _, _, order in self.records:
+                out.append(f"{name}d = _ld64({name}p + _ABI[1])")
+                out.append(f"{name} = " + view_at(f"{name}d", shape, dtype, order))
+        return out
+
+    def addresses(self):
+        """name -> (data address expression, shape, dtype, "C") of the C-contiguous arrays."""
+        if not self.objects:
+            return {}
+        return {name: (f"{name}d", shape, dtype, order)
+                for name, shape, dtype, *_, order in self.records if order == "C"}
+
+
+def _nbytes(shape, dtype):
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize

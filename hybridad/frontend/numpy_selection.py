@@ -1,0 +1,160 @@
+"""numpy's selection and sorting functions built from the primitives while tracing.
+
+Selections with constant indices, one gather each (np.take,
+np.take_along_axis, np.compress, np.extract, np.delete), and sorting through
+one ``sort_pack`` primitive (np.sort, np.argsort, np.partition, np.median).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..errors import TracingError, user_location
+from .numpy_api import (
+    HANDLED,
+    _no_kwargs,
+    _norm_axis,
+    _tracer,
+    gather_positions,
+    getitem,
+    implements,
+    ravel,
+    reshape,
+    transpose,
+    where,
+)
+from .numpy_math import _float
+from .numpy_reductions import mean as _mean_of
+from .trace import bind
+from .tracer import Tracer
+
+__all__ = []
+
+
+# ----------------------------------------------------------------------------
+# selections with constant indices: one gather each
+# ----------------------------------------------------------------------------
+
+def _const_indices(name, indices):
+    if isinstance(indices, Tracer):
+        raise TracingError(f"np.{name} with traced indices at {user_location()}: indices "
+                           "must be known at trace time (constant arrays)")
+    return np.asarray(indices)
+
+
+@implements(np.take)
+def take(a, indices, axis=None, out=None, mode="raise"):
+    _no_kwargs("take", {"out": out})
+    indices = _const_indices("take", indices)
+    return gather_positions(a, lambda pos: np.take(pos, indices, axis=axis, mode=mode))
+
+
+@implements(np.take_along_axis)
+def take_along_axis(arr, indices, axis=-1):
+    indices = _const_indices("take_along_axis", indices)
+    return gather_positions(arr, lambda pos: np.take_along_axis(pos, indices, axis))
+
+
+@implements(np.compress)
+def compress(condition, a, axis=None, out=None):
+    _no_kwargs("compress", {"out": out})
+    condition = _const_indices("compress", condition)
+    return gather_positions(a, lambda pos: np.compress(condition, pos, axis))
+
+
+@implements(np.extract)
+def extract(condition, arr):
+    condition = _const_indices("extract", condition)
+    return gather_positions(arr, lambda pos: np.extract(condition, pos))
+
+
+@implements(np.delete)
+def delete(arr, obj, axis=None):
+    obj = obj if isinstance(obj, (slice, numbers.Integral)) else _const_indices("delete", obj)
+    return gather_positions(arr, lambda pos: np.delete(pos, obj, axis))
+
+
+# ----------------------------------------------------------------------------
+# sorting: one sort_pack (the rows as sorted (value, index) pairs), read back
+# ----------------------------------------------------------------------------
+
+def _sort_pack(name, a, axis):
+    """``(a as sorted, its sort_pack, axis, dtype to cast back to)``."""
+    a = _tracer(a)
+    if axis is None:  # sorts the flattened array
+        a, axis = ravel(a), 0
+    axis = _norm_axis(axis, a.ndim)[0]
+    dt = a.dtype
+    if dt.kind == "c" or (dt.kind == "f" and dt.itemsize > 8) or \
+            (dt.kind in "iu" and dt.itemsize > 4):
+        raise NotImplementedError(f"hybridad: numpy.{name} of {dt} arrays is not supported "
+                                  "while tracing (real floats, bool and integers of up to 32 "
+                                  "bits are)")
+    back = None
+    if dt.kind != "f":  # exact in float64; no derivative either way
+        a, back = a.astype(np.float64), dt
+    return a, bind("sort_pack", a, axis=axis), axis, back
+
+
+@implements(np.sort)
+def sort(a, axis=-1, kind=None, order=None, *, stable=None):
+    """``np.sort`` (``axis=None``: the flattened array).  ``kind`` and
+    ``stable`` do not change the values; the derivative sends the cotangent
+    of each sorted element to the element it came from, ties in numpy's
+    stable order (NaNs sort last)."""
+    _no_kwargs("sort", {"order": order})
+    a, packed, axis, back = _sort_pack("sort", a, axis)
+    out = bind("sort_values", a, packed, axis=axis)
+    return out if back is None else out.astype(back)
+
+
+@implements(np.argsort)
+def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
+    """``np.argsort``, always in the stable order (any kind is a valid order)."""
+    _no_kwargs("argsort", {"order": order})
+    _, packed, axis, _ = _sort_pack("argsort", a, axis)
+    return bind("sort_index", packed, axis=axis)
+
+
+@implements(np.partition)
+def partition(a, kth, axis=-1, kind="introselect", order=None):
+    """``np.partition`` as the fully sorted array: it meets the contract (each
+    ``kth`` element in its sorted place, nothing larger before it, nothing
+    smaller after it); numpy leaves the order inside the partitions undefined."""
+    _no_kwargs("partition", {"order": order})
+    a = _tracer(a)
+    n = a.size if axis is None else a.shape[_norm_axis(axis, a.ndim)[0]]
+    for k in np.atleast_1d(np.asarray(kth)).tolist():
+        if not isinstance(k, numbers.Integral) or isinstance(k, bool):
+            raise TypeError("Partition index must be integer")
+        if not -n <= k < n:
+            raise ValueError(f"kth(={k}) out of bounds ({n})")
+    return sort(a, axis)
+
+
+if hasattr(np, "msort"):  # removed in numpy 2.0
+    HANDLED[np.msort] = lambda a: sort(a, axis=0)
+
+
+@implements(np.median)
+def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """The middle element (mean of the two middle ones) of the sorted array;
+    NaN where a NaN is present, as numpy.  ``axis``: None, an int or a tuple."""
+    _no_kwargs("median", {"out": out})
+    a = _float(a)
+    axes = _norm_axis(axis, a.ndim)
+    rest = [d for d in range(a.ndim) if d not in axes]
+    x = transpose(a, rest + list(axes)) if list(axes) != list(range(a.ndim))[-len(axes):] \
+        else a
+    m = int(np.prod([a.shape[d] for d in axes], dtype=np.int64))
+    if m == 0:
+        raise ValueError("median of an empty selection is not supported while tracing")
+    x = sort(reshape(x, tuple(a.shape[d] for d in rest) + (m,)), -1)
+    mid = getitem(x, (Ellipsis, slice((m - 1) // 2, m // 2 + 1)))
+    med = _mean_of(mid, axis=-1)
+    med = where(np.isnan(getitem(x, (Ellipsis, m - 1))), np.nan, med)  # NaNs sort last
+    if keepdims:
+        med = reshape(med, tuple(1 if d in axes else s for d, s in enumerate(a.shape)))
+    return med

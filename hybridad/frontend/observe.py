@@ -1,0 +1,223 @@
+"""Observing a trace: which user code ran, and the calls a plan cannot replay.
+
+:func:`observe` runs the trace of ``f`` under a per-thread profiler that
+records which user code ran (the code objects of ``f`` and of every helper,
+method and property it called: the names the guards follow, see
+:mod:`hybridad.frontend.guard_walk`), whether user code took values out of
+numpy arrays, and refuses calls whose result changes from call to call
+without depending on the inputs (``np.random.*``, ``random.*``,
+``time.time``, ``os.urandom``, ...): a plan would replay the one draw made
+while tracing.  :func:`paused` suspends the profiler while hybridad's own
+code runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import types
+
+import numpy as np
+
+from ..errors import TracingError
+from .user_code import _is_user_file
+
+__all__ = ["Observation", "current_observation", "note_value_operand", "observe", "paused"]
+
+_state = threading.local()
+
+#: methods of numpy arrays and scalars that hand a value to Python (evidence that
+#: f used an array's values outside the graph)
+_VALUE_METHODS = frozenset({"item", "tolist", "tobytes", "__float__", "__int__",
+                            "__index__", "__bool__", "__format__", "__str__"})
+_TIME_FUNCTIONS = frozenset({"time", "time_ns", "perf_counter", "perf_counter_ns",
+                             "monotonic", "monotonic_ns", "process_time", "process_time_ns",
+                             "thread_time", "thread_time_ns"})
+_NONDETERMINISTIC_PY = frozenset({"random", "secrets", "uuid"})
+_RNG_MAKERS = frozenset({"default_rng", "RandomState", "Generator", "SeedSequence", "PCG64",
+                         "MT19937", "Philox", "SFC64", "PCG64DXSM", "BitGenerator"})
+
+
+class Observation:
+    """What one trace of ``f`` did besides building the graph.
+
+    Attributes
+    ----------
+    codes : set of code objects
+        User code that ran (``f``, helpers, methods, properties).
+    refused : list of str
+        Calls whose result does not depend on the inputs but changes between
+        calls (random draws, clocks), with their location.
+    values_used : bool
+        Whether user code took values out of numpy arrays or scalars while
+        tracing (``.item()``, ``.tolist()``, numpy scalars as operands): the
+        graph may then hold numbers computed from captured arrays.
+    """
+
+    def __init__(self):
+        self.codes = set()
+        self.refused = []
+        self.values_used = False
+        self.active = False
+
+
+def _owner_module(fn):
+    """The module a builtin function or method belongs to (its class's module for a method)."""
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, types.ModuleType):
+        return owner.__name__
+    if isinstance(owner, type):
+        return owner.__module__
+    if owner is not None:
+        return type(owner).__module__
+    return getattr(fn, "__module__", None) or ""
+
+
+def _nondeterministic(fn):
+    """The name of a builtin call whose result changes between calls, or None."""
+    mod = _owner_module(fn)
+    name = getattr(fn, "__name__", "")
+    if mod.startswith("numpy.random"):
+        return None if name in _RNG_MAKERS else f"numpy.random ({name})"
+    if mod in ("random", "_random"):
+        return f"random.{name}"
+    if mod == "time" and name in _TIME_FUNCTIONS:
+        return f"time.{name}"
+    if mod in ("posix", "nt", "os") and name in ("urandom", "getrandom"):
+        return f"os.{name}"
+    if mod == "datetime" and name in ("now", "utcnow", "today"):
+        return f"datetime.{name}"
+    return None
+
+
+def _location(frame):
+    import linecache
+
+    while frame is not None and not _is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return "<unknown location>"
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}" + \
+        (f": {line}" if line else "")
+
+
+def _profiler(obs):
+    codes = obs.codes
+
+    def profile(frame, event, arg):
+        if event == "c_call":  # made by the user's code itself (libraries may time things)
+            if not _is_user_file(frame.f_code.co_filename):
+                return
+            what = _nondeterministic(arg)
+            if what is not None:
+                obs.refused.append(f"{what} at {_location(frame)}")
+            elif getattr(arg, "__name__", "") in _VALUE_METHODS and \
+                    isinstance(getattr(arg, "__self__", None), (np.ndarray, np.generic)):
+                obs.values_used = True
+        elif event == "call":
+            code = frame.f_code
+            if code in codes:
+                return
+            if _is_user_file(code.co_filename):
+                codes.add(code)
+            elif frame.f_globals.get("__name__") in _NONDETERMINISTIC_PY and \
+                    frame.f_back is not None and _is_user_file(frame.f_back.f_code.co_filename):
+                obs.refused.append(f"{frame.f_globals['__name__']}.{code.co_name} at "
+                                   f"{_location(frame.f_back)}")
+
+    return profile
+
+
+@contextlib.contextmanager
+def observe(name):
+    """Record an :class:`Observation` while ``f`` is traced in this block.
+
+    Raises :class:`~hybridad.errors.TracingError` at the end of the block when
+    ``f`` drew random numbers or read a clock.  Another profiler already
+    active in this thread (cProfile, a debugger's) is left alone: the
+    observation then knows only what static analysis gives.
+    """
+    obs = Observation()
+    rng_before = _global_rng_state()
+    stack = getattr(_state, "stack", None)
+    if stack is None:
+        stack = _state.stack = []
+    previous = sys.getprofile()
+    hook = _profiler(obs) if previous is None else None
+    stack.append((obs, hook))
+    if hook is not None:
+        obs.active = True
+        sys.setprofile(hook)
+    try:
+        yield obs
+    finally:
+        if hook is not None:
+            sys.setprofile(previous)
+        stack.pop()
+    if _global_rng_state() != rng_before:  # np.random.<fn> (numpy's global generator)
+        obs.refused.append("numpy.random (a function of the module, such as "
+                           "np.random.normal: it draws from numpy's global generator)")
+    if obs.refused:
+        raise TracingError(
+            f"{name} calls {obs.refused[0]} while it is traced: its result does not depend "
+            "on f's inputs but changes from call to call, and a plan records one trace, so "
+            "every later call would reuse this one draw. Draw the numbers (or read the "
+            "clock) outside f and pass them in as an argument, e.g. f(x, noise)"
+            + (f" ({len(obs.refused) - 1} more such call(s))" if len(obs.refused) > 1 else ""))
+
+
+def _global_rng_state():
+    """Where numpy's global generator (``np.random.normal`` and friends) stands.
+    Its methods are Cython functions no profiler sees, so a trace compares
+    this before and after."""
+    try:
+        state = np.random.mtrand._rand._bit_generator.state
+        inner = state["state"]
+        return (state.get("bit_generator"), inner.get("pos"), inner["key"].tobytes())
+    except (AttributeError, KeyError, TypeError):  # another numpy's internals
+        return None
+
+
+def current_observation():
+    """The :class:`Observation` of the innermost active :func:`observe`, or None."""
+    stack = getattr(_state, "stack", None)
+    return stack[-1][0] if stack else None
+
+
+class _Paused:
+    """Suspends the profiler of :func:`observe` while hybridad's own code runs."""
+
+    __slots__ = ("hook",)
+
+    def __init__(self, hook):
+        self.hook = hook
+
+    def __enter__(self):
+        sys.setprofile(None)
+
+    def __exit__(self, *exc):
+        sys.setprofile(self.hook)
+
+
+_NOT_OBSERVED = contextlib.nullcontext()
+
+
+def paused():
+    """A context in which the profiler of :func:`observe` is suspended (``bind``,
+    numba compiles): only the user's code is observed, and the profiler costs
+    nothing inside the library.  A no-op when nothing is observed."""
+    stack = getattr(_state, "stack", None)
+    if not stack or stack[-1][1] is None or sys.getprofile() is not stack[-1][1]:
+        return _NOT_OBSERVED
+    return _Paused(stack[-1][1])
+
+
+def note_value_operand():
+    """Record that a numpy scalar from user code met a traced value (a number
+    possibly taken out of a captured array)."""
+    obs = current_observation()
+    if obs is not None:
+        obs.values_used = True

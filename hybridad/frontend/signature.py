@@ -1,0 +1,58 @@
+"""The graph a trace gave, as a comparable value: is a new trace the same?
+
+:func:`signature` summarizes a traced forward graph (ops, structure, shapes,
+dtypes, attributes, constants); a plan whose guards failed re-traces and
+keeps running when the signature came out the same.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .guard_walk import _SCALARS
+
+__all__ = ["signature"]
+
+
+def signature(nodes, outputs, captured):
+    """A comparable summary of a traced forward graph: ops, structure, shapes,
+    dtypes, attributes and constants -- literal constants and arrays ``f``
+    made while tracing by value, arrays captured from its state (``captured``:
+    their ids) by identity.  Two traces with equal signatures give the same
+    plan."""
+    pos = {}
+    out = []
+    for k, n in enumerate(nodes):
+        pos[n.id] = k
+        if n.op == "const":
+            v = n.attrs["value"]
+            if not n.is_literal and id(v) in captured:
+                c = ("ref", id(v), v.shape, v.dtype.str, v.strides)
+            else:
+                c = ("val", v.dtype.str, v.shape, v.tobytes() if not v.dtype.hasobject
+                     else id(v))
+            out.append(("const", c))
+            continue
+        out.append((n.op, tuple(pos[a.id] for a in n.args), n.shape, n.dtype.str,
+                    tuple((key, _attr_signature(val)) for key, val in sorted(n.attrs.items()))))
+    out.append(("outputs", tuple(pos.get(o.id, -1) for o in outputs)))
+    return tuple(out)
+
+
+def _attr_signature(v):
+    if isinstance(v, _SCALARS):
+        return (type(v).__name__, v)
+    if isinstance(v, np.generic):
+        return (v.dtype.str, v.item())
+    if isinstance(v, np.dtype):
+        return ("dtype", v.str)
+    if isinstance(v, slice):
+        return ("slice", _attr_signature(v.start), _attr_signature(v.stop),
+                _attr_signature(v.step))
+    if isinstance(v, (tuple, list)):
+        return (type(v).__name__,) + tuple(_attr_signature(x) for x in v)
+    if isinstance(v, dict):
+        return ("dict",) + tuple((k, _attr_signature(x)) for k, x in sorted(v.items()))
+    if isinstance(v, np.ndarray):
+        return ("array", v.dtype.str, v.shape, v.tobytes() if not v.dtype.hasobject else id(v))
+    return ("object", id(v))  # compared by identity: a new one means a new plan

@@ -1,0 +1,325 @@
+"""The tracer: the stand-in for an ndarray while ``f`` is traced.
+
+:class:`Tracer` holds a :class:`~hybridad.ir.graph.Node` of the trace under
+construction (:mod:`hybridad.frontend.trace`) and speaks numpy's Python
+protocols: ``__array_ufunc__`` / ``__array_function__``, indexing, the
+operators, ``__class__`` (``np.ndarray`` or a numpy scalar type), copies and
+pickling.  What needs a value (``bool``, ``float``, ``str``) or memory
+(``__array_interface__``, ``__dlpack__``) is refused with a
+:class:`~hybridad.TracingError`.  The numpy functions behind the protocols
+live in :mod:`hybridad.frontend.numpy_api` and the modules it loads; they
+are reached through :data:`SURFACE`, so imports run one way.  The ndarray
+methods are installed on the class by :mod:`hybridad.frontend.numpy_methods`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+import numpy as np
+
+from ..errors import TracingError, user_location
+from .observe import note_value_operand
+
+#: the numpy surface of tracers: ``apply_ufunc``, ``apply_function`` and
+#: ``getitem``, installed by :mod:`hybridad.frontend.numpy_api`, and
+#: ``assign`` (in-place operators), installed by :mod:`hybridad.frontend.objects`
+#: (both import this module; tracers call them through this table, so imports
+#: run one way)
+SURFACE = types.SimpleNamespace(apply_ufunc=None, apply_function=None, getitem=None,
+                                assign=None)
+
+__all__ = ["ARG", "READONLY", "SCALAR", "Tracer"]
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+#: Tracer flags: what numpy would hold in a traced value's place
+SCALAR = 1  # a numpy scalar (np.float64, ...): reported by __class__; `+=` binds a new one
+ARG = 2  # an argument of the traced function: numpy would write into the caller's array
+READONLY = 4  # a read-only view in numpy (broadcast_to, diagonal): writes raise there
+
+
+def _value_dependent(what, instead):
+    raise TracingError(
+        f"{what} of a traced array at {user_location()} depends on its value, which is not "
+        f"known while tracing (hybridad records one static graph). {instead}")
+
+
+def _no_memory(what):
+    raise TracingError(
+        f"{what} of a traced array at {user_location()}: a traced array has no memory (no "
+        "strides, buffer or flags) while tracing; only its shape and dtype are known.")
+
+
+class _ProtocolRefused(TracingError, AttributeError):
+    """A numpy interchange protocol a tracer does not offer: an AttributeError to
+    numpy's probes (``np.asarray`` then reaches ``__array__`` and its message),
+    a :class:`TracingError` to a caller."""
+
+
+class Tracer:
+    """Stand-in for an ndarray while a function is traced.
+
+    Supports numpy ufuncs, the numpy functions hybridad implements (see
+    ``docs/coverage.md``), operators, indexing and the ndarray methods and
+    attributes (``docs/limitations.md`` lists those refused).  Anything that
+    needs the *value* (``bool``, ``float``, ``if``, ``str``) raises
+    :class:`~hybridad.TracingError`.
+
+    numpy's object semantics are kept: ``__class__`` is ``np.ndarray``, or the
+    numpy scalar type (``np.float64``, a subclass of ``float``) where numpy
+    returns a scalar (full integer indexing, full reductions, ufuncs of 0-d
+    operands), so ``isinstance`` answers as with numpy (``type(x)`` stays
+    ``Tracer``).  In-place operators (``y += 1``, ``y.sort()``) update the
+    tracer object itself, so every name bound to it sees the change, as numpy;
+    on a scalar they bind a new value, as numpy's immutable scalars do.  They
+    are refused (:class:`~hybridad.TracingError`) where numpy would also write
+    into memory the trace cannot follow: an argument of ``f``, or an array that
+    shares memory with another live one (a view: slice, reshape, transpose).
+    """
+
+    __slots__ = ("_flags", "_shares", "_trace", "node", "__weakref__")
+    __array_priority__ = 1000
+    __class_getitem__ = classmethod(types.GenericAlias)  # as ndarray[...]
+
+    def __init__(self, node, trace, flags=0):
+        self.node = node
+        self._trace = trace
+        self._flags = flags
+        self._shares = None  # views: the weakrefs of every tracer sharing its memory
+
+    @property
+    def __class__(self):
+        """``np.ndarray``, or the numpy scalar type where numpy holds a scalar."""
+        return self.node.dtype.type if self._flags & SCALAR else np.ndarray
+
+    @__class__.setter
+    def __class__(self, value):
+        raise TracingError("assigning __class__ of a traced array is not supported")
+
+    # -- array attributes ---------------------------------------------------
+    ndim = property(lambda self: len(self.node.shape))
+    size = property(lambda self: self.node.size)
+
+    @property
+    def shape(self):
+        return self.node.shape
+
+    @shape.setter
+    def shape(self, value):
+        raise TracingError(f"setting .shape of a traced array at {user_location()}: tracing "
+                           "does not follow in-place changes; use x = x.reshape(...)")
+
+    @property
+    def dtype(self):
+        return self.node.dtype
+
+    @dtype.setter
+    def dtype(self, value):
+        raise TracingError(f"setting .dtype of a traced array at {user_location()} "
+                           "reinterprets its memory, which a traced array does not have; use "
+                           "x.astype(...)")
+
+    def __repr__(self):
+        kind = f"numpy.{self.dtype.type.__name__} scalar" if self._flags & SCALAR else \
+            f"{self.dtype.name}{list(self.shape)}"
+        return f"Tracer(%{self.node.id}: {kind})"
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object (a 0-d traced array)")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d traced array")
+        return (self[i] for i in range(self.shape[0]))
+
+    # -- value-dependent conversions --------------------------------------
+    def __bool__(self):
+        _value_dependent("bool() / `if` / `and` / `or` / `while`",
+                         "Use np.where(cond, a, b) or np.maximum/np.minimum instead, or an "
+                         "elementwise function.")
+
+    def __float__(self):
+        _value_dependent("float()", "Keep it an array: 0-d arrays work in arithmetic.")
+
+    def __int__(self):
+        _value_dependent("int()", "Shapes and indices must not depend on traced values.")
+
+    def __complex__(self):
+        _value_dependent("complex()", "Keep it an array.")
+
+    def __index__(self):
+        _value_dependent("Using it as an index", "Indices must be Python ints or constant "
+                         "arrays, not traced values.")
+
+    def __str__(self):
+        _value_dependent("str() / print()", "Print outside the traced function; repr() shows "
+                         "the traced shape and dtype.")
+
+    def __format__(self, spec):
+        _value_dependent("format() / an f-string", "Format outside the traced function; "
+                         "repr() shows the traced shape and dtype.")
+
+    def __contains__(self, value):
+        _value_dependent("`in` (a membership test)", "Use np.where on a comparison instead.")
+
+    def __hash__(self):
+        if self._flags & SCALAR:
+            _value_dependent("hash()", "numpy hashes a scalar by its value.")
+        raise TypeError("unhashable type: 'numpy.ndarray'")
+
+    def __round__(self, ndigits=None):
+        if not self._flags & SCALAR:
+            raise TypeError("type numpy.ndarray doesn't define __round__ method")
+        if ndigits is None:
+            _value_dependent("round() without ndigits (a Python int)",
+                             "Use np.round(x), a traced float.")
+        return np.round(self, ndigits)
+
+    def __floor__(self):
+        _value_dependent("math.floor() (a Python int)", "Use np.floor(x), a traced float.")
+
+    def __ceil__(self):
+        _value_dependent("math.ceil() (a Python int)", "Use np.ceil(x), a traced float.")
+
+    def __trunc__(self):
+        _value_dependent("math.trunc() (a Python int)", "Use np.trunc(x), a traced float.")
+
+    def item(self, *args):
+        _value_dependent(".item()", "Keep it an array: 0-d arrays work in arithmetic.")
+
+    def tolist(self):
+        _value_dependent(".tolist()", "Keep it an array.")
+
+    def __array__(self, dtype=None, copy=None):
+        raise TracingError(
+            f"a traced array was converted to a numpy array at {user_location()} (np.asarray, "
+            "np.array([...]) over traced values, or an unsupported function). Use np.stack / "
+            "np.concatenate to build arrays from traced values.")
+
+    # -- copies and pickling --------------------------------------------------
+    def __copy__(self):
+        return Tracer(self.node, self._trace, self._flags & SCALAR)
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()
+
+    def __reduce__(self):
+        _value_dependent("Pickling", "Pickle the function's inputs or results instead.")
+
+    def __reduce_ex__(self, protocol):
+        return self.__reduce__()
+
+    def __getstate__(self):
+        return self.__reduce__()
+
+    def __setstate__(self, state):
+        raise TracingError(f"__setstate__ (unpickling into a traced array) at "
+                           f"{user_location()}: tracing does not follow in-place writes")
+
+    # -- numpy protocols ----------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        _note_values(inputs)
+        return SURFACE.apply_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        _note_values(args)
+        return SURFACE.apply_function(func, args, kwargs)
+
+    def __array_namespace__(self, *, api_version=None):
+        return np
+
+    # -- indexing -------------------------------------------------------------
+    def __getitem__(self, index):
+        return SURFACE.getitem(self, index)
+
+    def __setitem__(self, index, value):
+        raise TracingError(f"in-place assignment to a traced array at {user_location()}: "
+                           "build the result functionally (np.where, np.concatenate, ...).")
+
+    def __delitem__(self, index):
+        raise ValueError("cannot delete array elements")
+
+
+def _refused_protocol(name):
+    def get(self):
+        raise _ProtocolRefused(
+            f"{name} of a traced array: a traced array has no memory to hand over while "
+            "tracing (its values are not known); use the numpy functions on it instead")
+
+    return property(get)
+
+
+for _name in ("__array_interface__", "__array_struct__", "__array_wrap__",
+              "__array_finalize__", "__dlpack__", "__dlpack_device__"):
+    setattr(Tracer, _name, _refused_protocol(_name))
+
+
+# ----------------------------------------------------------------------------
+# operators
+# ----------------------------------------------------------------------------
+
+
+def _note_values(operands):
+    """A numpy scalar handed to a traced operation by the user's code (not by
+    hybridad's) may be a number taken out of a captured array: tell the
+    guards (:func:`hybridad.frontend.observe.note_value_operand`)."""
+    for x in operands:
+        if issubclass(type(x), np.generic):  # (a scalar tracer's __class__ says np.float64)
+            frame = sys._getframe(2)
+            if frame.f_code.co_filename == __file__:  # an operator of Tracer: its caller
+                frame = frame.f_back
+            if not frame.f_code.co_filename.startswith(_PKG_DIR):
+                note_value_operand()
+            return
+
+
+def _binary(ufunc, reflected=False):
+    if reflected:
+        return lambda self, other: ufunc(other, self)
+    return lambda self, other: ufunc(self, other)
+
+
+def _in_place(ufunc, symbol):
+    def op(self, other):
+        r = ufunc(self, other)
+        if self._flags & SCALAR:  # numpy scalars are immutable: `s += 1` binds a new one
+            return r
+        return SURFACE.assign(self, r, f"`{symbol}`", ufunc=ufunc)
+
+    op.__name__ = f"__i{ufunc.__name__}__"
+    return op
+
+
+def _power(self, other, mod=None):
+    return NotImplemented if mod is not None else np.power(self, other)
+
+
+def _rpower(self, other, mod=None):
+    return NotImplemented if mod is not None else np.power(other, self)
+
+
+_OPERATORS = [("add", np.add, "+"), ("sub", np.subtract, "-"), ("mul", np.multiply, "*"),
+              ("truediv", np.true_divide, "/"), ("pow", np.power, "**"),
+              ("matmul", np.matmul, "@"), ("floordiv", np.floor_divide, "//"),
+              ("mod", np.remainder, "%"), ("and", np.bitwise_and, "&"),
+              ("or", np.bitwise_or, "|"), ("xor", np.bitwise_xor, "^"),
+              ("lshift", np.left_shift, "<<"), ("rshift", np.right_shift, ">>")]
+for _name, _uf, _sym in _OPERATORS:
+    setattr(Tracer, f"__{_name}__", _binary(_uf))
+    setattr(Tracer, f"__r{_name}__", _binary(_uf, reflected=True))
+    setattr(Tracer, f"__i{_name}__", _in_place(_uf, f"{_sym}="))
+Tracer.__pow__, Tracer.__rpow__ = _power, _rpower
+Tracer.__divmod__ = lambda self, other: np.divmod(self, other)
+Tracer.__rdivmod__ = lambda self, other: np.divmod(other, self)
+for _name, _uf in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
+                   ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
+    setattr(Tracer, f"__{_name}__", _binary(_uf))
+Tracer.__neg__ = lambda self: np.negative(self)
+Tracer.__pos__ = lambda self: self.__copy__()  # numpy: a copy
+Tracer.__abs__ = lambda self: np.absolute(self)
+Tracer.__invert__ = lambda self: np.invert(self)

@@ -1,0 +1,282 @@
+"""The Hessian plan: value, gradient, Hessian and Hessian-vector products of a
+scalar function of one array, forward over reverse, as staged programs
+(:mod:`.staged`): a primal program, a tangent program for one ``H v`` and a
+chunk program for K columns at once."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _tree
+from ..frontend.trace import Trace
+from ..ir.graph import Graph, dead_code_elimination
+from ..results import DiffResult, HessianResult, HvpResult
+from ..transforms.autodiff import backward, jvp
+from ..transforms.batching import vmap
+from ..transforms.partition import fold_accumulations, fuse_regions
+from .plan import serialized
+from .staged import StagedPlan, default_chunk
+
+__all__ = ["HessianPlan"]
+
+
+class HessianPlan(StagedPlan):
+    """Value, gradient, Hessian and Hessian-vector products of a scalar function.
+
+    Built by :func:`hybridad.compile` with ``hessian=True`` (or by
+    :func:`hybridad.hessian`).  Forward over reverse: the tangent pass runs
+    through the forward and (functional) backward graph.
+
+    Methods
+    -------
+    hessian(*args, out=None)
+        Value, gradient and the full Hessian (chunks of :attr:`chunk` columns).
+    hvp(*args, v, out=None)
+        ``H v`` for one ``v`` shaped like ``x`` or a stack ``(k, *x.shape)``;
+        without ``args``, at the point of the last :meth:`linearize`.
+    linearize(*args, out=None)
+        The primal pass only: value and gradient, and what ``H v`` needs is kept.
+    """
+
+    _kind = "hessian"
+
+    def _computes(self):
+        return ("values, gradients, Hessians and Hessian-vector products (plan.gradient, "
+                "plan.hessian, plan.hvp, plan.linearize)")
+
+    def __init__(self, f, args, argnums=0, backend="numba", chunk=None, parallel=True,
+                 poison=False, pack=True):
+        self._chunk_request = chunk
+        super().__init__(f, args, argnums, backend, parallel=parallel, poison=poison,
+                         pack=pack)
+        self.order = 2
+
+    def _build(self, f, args, leaves):
+        trace = Trace()
+        with trace:
+            _, targs, diff_tracers = self._trace_args(trace, leaves)
+            shape, dtype = self._one_array("a Hessian")
+            n = int(np.prod(shape, dtype=np.int64))
+            out = self._trace_f(f, targs, trace)
+            self._value_dtype = out.dtype
+            (x,) = diff_tracers
+            (grad,) = backward(trace, out, [x], inplace=False)
+            t1 = trace.input(len(leaves), shape, dtype)
+            tangents = jvp(trace, list(trace.nodes), {x.node.id: t1})
+            hv = None if grad is None else tangents.get(grad.node.id)
+            per_seed = sum(nd.nbytes for nd in trace.nodes if nd.id in tangents)
+            k = default_chunk(n, per_seed) if self._chunk_request is None else \
+                self._chunk_request
+            if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+                raise ValueError(f"chunk must be a positive int; got {k!r}")
+            self.chunk = k = int(min(k, max(n, 1)))
+            tk = trace.input(len(leaves) + 1, (k, *shape), dtype)
+            batched = vmap(trace, list(trace.nodes), {t1.node.id: tk}, k)
+            hvk = None if hv is None else batched.get(hv.node.id)
+        self._grad_node = None if grad is None else grad.node
+        primal_outputs = [out.node, self._grad_node]
+        outputs = [out.node] + [m.node for m in (grad, hv, hvk) if m is not None]
+        graph = dead_code_elimination(Graph(trace.nodes, [nd for nd in trace.nodes
+                                                          if nd.op == "input"], outputs))
+        if self.backend in ("numba", "cupy"):
+            graph = Graph(fuse_regions(graph.nodes, outputs), graph.inputs, outputs)
+        if self.backend == "numba":
+            graph = Graph(fold_accumulations(graph.nodes, outputs), graph.inputs, outputs)
+        self._primal_outputs = primal_outputs
+        self._primal_specs = [((), out.dtype), (shape, dtype)]
+        self._stage_specs = {"tangent": [(shape, dtype)], "chunk": [((k, *shape), dtype)]}
+        self._stage(graph, primal_outputs, {"tangent": (t1.node, [None if hv is None
+                                                                  else hv.node]),
+                                            "chunk": (tk.node, [None if hvk is None
+                                                                else hvk.node])})
+        self._shape, self._dtype, self._n = shape, np.dtype(dtype), n
+        self._seed = self._xp.zeros((k, *shape), dtype)
+        self._seed_flat = self._seed.reshape(k, n)
+        self._stage_out = self._xp.zeros((k, *shape), dtype)
+        self._point = [self._xp.empty(s, d) for s, d in self._specs]
+        self._have_point = False
+        self._at_point = False  # whether the arena holds the linearized point's values
+        self._scratch_grad = self._xp.zeros(shape, dtype)
+        self._scratch_value = self._xp.zeros((), out.dtype)
+
+    # ------------------------------------------------------------ results
+    def new_result(self):
+        """A fresh :class:`HessianResult` matching this plan."""
+        return HessianResult(self._xp.zeros(self._shape, self._dtype), dtype=self._value_dtype)
+
+    def _primal(self, leaves, v, g):
+        """The primal program at ``leaves`` into ``v``, ``g``; it leaves the
+        arena's pinned values at this point (no longer the linearized one)."""
+        self._at_point = False
+        self._run_program("primal", leaves, [v, g])
+
+    # -------------------------------------------------------------- calls
+    @serialized
+    def gradient(self, *args, out=None):
+        """Value and gradient (the primal program), as :meth:`Plan.gradient`."""
+        if self._guarded:
+            self._check_stale(args)
+        leaves = self._leaves(args)
+        if out is None:
+            out = HvpResult(self._xp.zeros(self._shape, self._dtype), dtype=self._value_dtype)
+        v, g = self._check(out, "GradientResult", ("value", "gradient"), ((), self._shape),
+                           leaves)
+        self._primal(leaves, v, g)
+        return out
+
+    @serialized
+    def linearize(self, *args, out=None):
+        """Run the primal pass at ``args``; later :meth:`hvp` calls without
+        arguments differentiate at this point.
+
+        Parameters
+        ----------
+        *args
+            Arguments matching the example arguments.
+        out : GradientResult or DiffResult, optional
+            Receives the value and gradient at ``args``.
+
+        Returns
+        -------
+        GradientResult, DiffResult or None
+            ``out``.
+        """
+        if self._guarded:
+            self._check_stale(args)
+        leaves = self._leaves(args)
+        if out is not None:
+            v, g = self._check(out, "GradientResult", ("value", "gradient"),
+                               ((), self._shape), leaves)
+        else:
+            v, g = self._scratch_value, self._scratch_grad
+        self._primal(leaves, v, g)
+        for own, a in zip(self._point, leaves, strict=True):
+            self._xp.copyto(own, a)  # the tangent programs read the point's arguments
+        self._have_point = self._at_point = True
+        self._point_args = args  # what the guards read (static arguments) at this point
+        return out
+
+    @serialized
+    def hvp(self, *args, v, out=None):
+        """Value, gradient and ``H v``.
+
+        Parameters
+        ----------
+        *args
+            Arguments matching the example arguments; none: at the point of the
+            last :meth:`linearize` (only the tangent pass runs).
+        v : ndarray
+            One direction, shaped like ``x``, or a stack of ``k`` directions
+            ``(k, *x.shape)`` (run in chunks of :attr:`chunk`).
+        out : HvpResult or DiffResult, optional
+            ``(value, gradient, hvp)`` buffers; ``hvp`` shaped like ``v``.
+
+        Returns
+        -------
+        HvpResult or DiffResult
+            ``out``, or a new :class:`HvpResult` (for one direction).
+        """
+        if self._guarded:
+            self._check_stale(args if args else getattr(self, "_point_args", ()))
+        if args:
+            leaves = self._leaves(args)
+        elif self._have_point:
+            leaves = self._point
+        else:
+            raise ValueError("hvp without arguments needs a point: call plan.linearize(*args) "
+                             "first, or pass the arguments")
+        _tree.refuse_subclass(v, "v")
+        v = self._xp.asarray(v, dtype=self._dtype) if type(v) is not self._xp.ndarray or \
+            v.dtype != self._dtype else v
+        many = v.shape != self._shape
+        if many and v.shape[1:] != self._shape:
+            raise ValueError(f"v must have shape {self._shape} (one direction) or (k, "
+                             f"*{self._shape}) (k directions); got {v.shape}")
+        if out is None:
+            out = HvpResult(self._xp.zeros(self._shape, self._dtype), dtype=self._value_dtype)
+            if many:
+                out = DiffResult(out.value, out.gradient, self._xp.zeros(v.shape, self._dtype))
+        bufs = self._check(out, "HvpResult", ("value", "gradient", "hvp"),
+                           ((), self._shape, v.shape), leaves, [("v", v)])
+        stage = "chunk" if many else "tangent"
+        val, g, hv = self._targets(stage, bufs)
+        if args:
+            self._primal(leaves, val, g)
+        elif not self._at_point:  # another call ran the primal since linearize
+            self._primal(leaves, self._scratch_value, self._scratch_grad)
+            self._at_point = True
+        if not many:
+            self._run_program("tangent", [*leaves, v], [val, g, hv])
+        else:
+            self._chunks(leaves, val, g, v.reshape(len(v), -1), hv.reshape(len(hv), -1))
+        self._deliver(bufs, (val, g, hv))
+        return out
+
+    def _targets(self, stage, bufs):
+        """Where the programs of a call write: the caller's ``bufs``, or -- when
+        the ``stage`` program can fail -- buffers of the plan, delivered by
+        :meth:`_deliver` once every program has run."""
+        if not self._raises[stage]:
+            return bufs
+        return (self._scratch_value, self._scratch_grad) + tuple(
+            self._staging(k, b.shape, b.dtype) for k, b in enumerate(bufs[2:]))
+
+    def _deliver(self, bufs, targets):
+        for b, t in zip(bufs, targets, strict=True):
+            if t is not b:
+                self._xp.copyto(b, t)
+
+    @serialized
+    def hessian(self, *args, out=None):
+        """Value, gradient and Hessian of ``f`` at ``args``.
+
+        Parameters
+        ----------
+        *args
+            Arguments matching the example arguments.
+        out : HessianResult or DiffResult, optional
+            ``(value, gradient, hessian)`` buffers, the Hessian ``(n, n)`` for
+            ``n = x.size``; validated before anything is written.
+
+        Returns
+        -------
+        HessianResult or DiffResult
+            ``out`` (or a new result).
+        """
+        if self._guarded:
+            self._check_stale(args)
+        leaves = self._leaves(args)
+        if out is None:
+            out = self.new_result()
+        bufs = self._check(out, "HessianResult", ("value", "gradient", "hessian"),
+                           ((), self._shape, (self._n, self._n)), leaves)
+        val, g, h = self._targets("chunk", bufs)
+        self._primal(leaves, val, g)
+        self._chunks(leaves, val, g, None, h)
+        self._deliver(bufs, (val, g, h))
+        return out
+
+    def _chunks(self, leaves, val, g, vs, rows):
+        """``rows[i] = H vs[i]`` (``vs`` None: the unit vectors, ``rows`` = H), in
+        chunks of :attr:`chunk` through the chunk program."""
+        k, seed = self.chunk, self._seed_flat
+        total = rows.shape[0]
+        try:
+            for start in range(0, total, k):
+                stop = min(start + k, total)
+                m = stop - start
+                if vs is None:
+                    ones = self._unit_seeds(start, m, 1)
+                else:
+                    seed[:m] = vs[start:stop]
+                    seed[m:].fill(0)
+                if m == k and rows.flags.c_contiguous:
+                    block = rows[start:stop].reshape((k, *self._shape))
+                    self._run_program("chunk", [*leaves, self._seed], [val, g, block])
+                else:
+                    self._run_program("chunk", [*leaves, self._seed], [val, g, self._stage_out])
+                    rows[start:stop] = self._stage_out.reshape(k, -1)[:m]
+                if vs is None:
+                    ones.fill(0)
+        finally:  # the seed is all zeros between calls (unit seeds rely on it)
+            seed.fill(0)

@@ -1,0 +1,172 @@
+"""The Jacobian plan: value and Jacobian of a function from one array to an
+array, as staged programs (:mod:`.staged`): K columns per chunk run in
+forward mode, or K rows in reverse mode."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..frontend.trace import Trace, as_node
+from ..frontend.tracer import Tracer
+from ..ir.graph import Graph, dead_code_elimination
+from ..results import JacobianResult
+from ..transforms.autodiff import backward, jvp
+from ..transforms.batching import vmap
+from ..transforms.partition import fold_accumulations, fuse_regions
+from .plan import serialized
+from .staged import StagedPlan, default_chunk
+
+__all__ = ["JacobianPlan"]
+
+
+class JacobianPlan(StagedPlan):
+    """Value and Jacobian of a function from one array to an array.
+
+    Built by :func:`hybridad.compile` with ``jacobian=True`` (or by
+    :func:`hybridad.jacobian`).  ``mode="forward"``: chunks of K tangents
+    pushed through the forward graph give K columns at a time;
+    ``"reverse"``: chunks of K cotangent seeds pulled back through the
+    reverse pass give K rows; ``"auto"`` picks forward when ``x`` has no
+    more elements than ``y``.
+    """
+
+    _kind = "jacobian"
+
+    def __init__(self, f, args, argnums=0, backend="numba", mode="auto", chunk=None,
+                 parallel=True, poison=False, pack=True):
+        if mode not in ("auto", "forward", "reverse"):
+            raise ValueError(f"mode must be 'auto', 'forward' or 'reverse'; got {mode!r}")
+        self._mode_request = mode
+        self._chunk_request = chunk
+        super().__init__(f, args, argnums, backend, parallel=parallel, poison=poison,
+                         pack=pack)
+
+    def _check_output(self, out, trace):
+        if not isinstance(out, Tracer):
+            arr = np.asarray(out)
+            if arr.dtype.kind not in "biuf":
+                raise TypeError(f"{self.name} must return a numeric array; it returned "
+                                f"{type(out).__name__}")
+            out = Tracer(as_node(arr.astype(np.float64) if arr.dtype.kind != "f" else arr,
+                                 trace), trace)
+        if out.dtype.kind != "f":
+            raise TypeError(f"{self.name} must return floating-point values; it returned "
+                            f"dtype {out.dtype}")
+        return out
+
+    def _build(self, f, args, leaves):
+        trace = Trace()
+        with trace:
+            _, targs, diff_tracers = self._trace_args(trace, leaves)
+            shape, dtype = self._one_array("a Jacobian")
+            y = self._trace_f(f, targs, trace)
+            if y.node.op in ("input", "const") or y.node.id == diff_tracers[0].node.id:
+                y = y + y.dtype.type(0) if y.node.op == "const" else np.copy(y)
+            (x,) = diff_tracers
+            n = int(np.prod(shape, dtype=np.int64))
+            m = int(np.prod(y.shape, dtype=np.int64))
+            mode = self._mode_request
+            if mode == "auto":
+                mode = "forward" if n <= m else "reverse"
+            self.mode = mode
+            seeds = n if mode == "forward" else m
+            if mode == "forward":
+                s1 = trace.input(len(leaves), shape, dtype)
+                lin = jvp(trace, list(trace.nodes), {x.node.id: s1})
+                d1 = lin.get(y.node.id)
+                per_seed = sum(nd.nbytes for nd in trace.nodes if nd.id in lin)
+            else:
+                s1 = trace.input(len(leaves), y.shape, y.dtype)
+                (d1,) = backward(trace, y, [x], seed=s1)
+                per_seed = sum(nd.nbytes for nd in trace.nodes if nd.phase == "backward")
+            k = default_chunk(seeds, per_seed) if self._chunk_request is None else \
+                self._chunk_request
+            if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+                raise ValueError(f"chunk must be a positive int; got {k!r}")
+            self.chunk = k = int(min(k, max(seeds, 1)))
+            sk = trace.input(len(leaves) + 1, (k, *s1.shape), s1.dtype)
+            batched = vmap(trace, list(trace.nodes), {s1.node.id: sk}, k)
+            dk = None if d1 is None else batched.get(d1.node.id)
+        outputs = [y.node] + ([] if dk is None else [dk.node])
+        graph = dead_code_elimination(Graph(trace.nodes, [nd for nd in trace.nodes
+                                                          if nd.op == "input"], outputs))
+        if self.backend in ("numba", "cupy"):
+            graph = Graph(fuse_regions(graph.nodes, outputs), graph.inputs, outputs)
+        if self.backend == "numba":
+            graph = Graph(fold_accumulations(graph.nodes, outputs), graph.inputs, outputs)
+        self._value_dtype = y.dtype
+        self._primal_outputs = [y.node]
+        self._primal_specs = [(y.shape, y.dtype)]
+        out_shape = (k, *(y.shape if mode == "forward" else shape))
+        self._stage_specs = {"chunk": [(out_shape, dtype)]}
+        self._stage(graph, [y.node], {"chunk": (sk.node, [None if dk is None else dk.node])})
+        self._shape, self._dtype, self._n = shape, np.dtype(dtype), n
+        self._yshape, self._m = y.shape, m
+        self._seed = self._xp.zeros((k, *s1.shape), s1.dtype)
+        self._seed_flat = self._seed.reshape(k, -1)
+        self._stage_out = self._xp.zeros(out_shape, dtype)
+
+    def new_result(self):
+        """A fresh :class:`JacobianResult` matching this plan."""
+        return JacobianResult(self._xp.zeros(self._yshape, self._value_dtype),
+                              self._xp.zeros(self._shape, self._dtype))
+
+    @serialized
+    def gradient(self, *args, out=None):
+        """Not available: raises TypeError (a Jacobian plan's function is not scalar)."""
+        self._refuse("gradient", "hybridad.compile(f, ...) for a scalar f (or "
+                     "hybridad.gradient)")
+
+    def _computes(self):
+        return "Jacobians (plan.jacobian)"
+
+    @serialized
+    def jacobian(self, *args, out=None):
+        """Value and Jacobian of ``f`` at ``args``.
+
+        Parameters
+        ----------
+        *args
+            Arguments matching the example arguments.
+        out : JacobianResult or DiffResult, optional
+            ``(value, jacobian)`` buffers: the value shaped like ``f``'s, the
+            Jacobian ``(y.size, x.size)``; validated before anything is written.
+
+        Returns
+        -------
+        JacobianResult or DiffResult
+            ``out`` (or a new result).
+        """
+        if self._guarded:
+            self._check_stale(args)
+        leaves = self._leaves(args)
+        if out is None:
+            out = self.new_result()
+        bufs = self._check(out, "JacobianResult", ("value", "jacobian"),
+                           (self._yshape, (self._m, self._n)), leaves)
+        if self._raises["chunk"]:  # see hybridad.plans.staged
+            val, jac = (self._staging(k, b.shape, b.dtype) for k, b in enumerate(bufs))
+        else:
+            val, jac = bufs
+        self._run_program("primal", leaves, [val])
+        k = self.chunk
+        total = self._n if self.mode == "forward" else self._m
+        for start in range(0, total, k):
+            stop = min(start + k, total)
+            mm = stop - start
+            ones = self._unit_seeds(start, mm, 1)
+            if self.mode == "reverse" and mm == k and jac.flags.c_contiguous:
+                rows = jac[start:stop].reshape((k, *self._shape))
+                self._run_program("chunk", [*leaves, self._seed], [val, rows])
+            else:
+                self._run_program("chunk", [*leaves, self._seed], [val, self._stage_out])
+                block = self._stage_out.reshape(k, -1)[:mm]
+                if self.mode == "reverse":
+                    jac[start:stop] = block
+                else:
+                    jac[:, start:stop] = block.T
+            ones.fill(0)
+        for b, t in zip(bufs, (val, jac), strict=True):
+            if t is not b:
+                self._xp.copyto(b, t)
+        return out

@@ -1,0 +1,250 @@
+"""The staged plan: one graph, one memory plan and one arena run as several
+programs -- the base of :class:`hybridad.plans.hessian.HessianPlan` and
+:class:`hybridad.plans.jacobian.JacobianPlan` -- and the rule for how many
+seeds a chunk takes (:func:`default_chunk`).
+
+A second-order or Jacobian plan is one graph, one memory plan and one arena,
+run as up to three compiled programs:
+
+* the **primal** program -- the forward pass (and for a Hessian the
+  functional backward pass: value and gradient) -- runs once per point;
+* a **tangent** program -- forward mode over the primal graph
+  (:func:`hybridad.transforms.autodiff.jvp`) for one direction ``v``: ``H v``, or ``J v``;
+* a **chunk** program -- the same batched over a leading axis of K seeds
+  (:func:`hybridad.transforms.batching.vmap`): K columns of ``H`` or ``J`` at once (the
+  multi-component dual numbers of ForwardDiff's chunks, as IR), or K rows of
+  ``J`` from K cotangent seeds pulled back through the reverse pass.
+
+The primal values the tangent programs read are *pinned* in the memory plan
+(alive to the end of the schedule), so the tangent programs can run any
+number of times after one primal run: a Hessian is one primal run and
+``ceil(n / K)`` chunk runs, and ``HessianPlan.linearize`` followed by
+``HessianPlan.hvp`` serves many ``v`` at one point (a Newton-CG or
+trust-region inner loop) without redoing the forward and backward passes.
+The programs that do not depend on the seeds (partials, the primal values)
+are shared; only what depends on the seeds is repeated.
+
+A call that fails writes nothing.  The primal program writes the caller's
+buffers only at its end (its outputs are pinned, never computed in place);
+when a tangent or chunk program can fail (it has an op that can raise, such
+as LAPACK's solve), every program of the call writes into buffers of the
+plan (made at the first such call) and the caller's are filled once all of
+them have run.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from .. import _tree
+from ..backends.numba.program import work_estimate
+from ..backends.numba.threshold import serial_loops
+from ..ir.graph import Graph, check
+from ..ops import REGISTRY, may_raise
+from ..results import DiffResult
+from .plan import Plan, serialized
+from .validate import check_results
+
+__all__ = ["CHUNK_BYTES", "DEFAULT_CHUNK", "ONE_CHUNK", "StagedPlan", "default_chunk"]
+
+#: up to this many seeds, all of them run as one chunk (see :func:`default_chunk`)
+ONE_CHUNK = 128
+#: seeds per run of a chunk program beyond :data:`ONE_CHUNK`
+DEFAULT_CHUNK = 32
+#: bytes of batched workspace a default chunk may take
+CHUNK_BYTES = 1 << 24
+
+
+def default_chunk(n, bytes_per_seed):
+    """Seeds per chunk: all ``n`` up to :data:`ONE_CHUNK`, else :data:`DEFAULT_CHUNK`;
+    fewer where one seed's batched workspace (``bytes_per_seed``) is large.
+
+    Measured (2 cores, Hessians, microseconds per Hessian, K = seeds per chunk):
+    Rosenbrock n = 100: K=16 113, K=32 89, K=64 85, K=100 52; n = 300: K=32 290,
+    K=64 261, K=128 364, K=300 392; n = 1000: K=16 2706, K=32 2396, K=64 2893,
+    K=1000 4646; log-sum-exp n = 100: K=32 74, K=100 47; n = 1000: K=32 2256,
+    K=64 2697; tanh(Mx)|x|^2 n = 100: K=32 228, K=100 170.  One chunk wins
+    while the batched arrays stay small (the per-run overhead is paid once);
+    beyond a few hundred seeds, chunks of 32-64 keep them in cache.
+    """
+    k = n if n <= ONE_CHUNK else DEFAULT_CHUNK
+    k = min(k, max(1, CHUNK_BYTES // max(1, bytes_per_seed)))
+    return max(1, int(k))
+
+
+def _dependents(nodes, seeds):
+    """Ids of the nodes a stage on ``seeds`` computes: those that depend on the
+    seeds (seeds included), and the buffers they update in place (a
+    ``zeros`` a stage accumulates into is the stage's, or its second run
+    would add to the first's sums), with everything depending on those."""
+    dep = set(seeds)
+    while True:
+        for n in nodes:
+            if any(a.id in dep for a in n.args):
+                dep.add(n.id)
+        moved = set()
+        for n in nodes:
+            if n.id in dep and n.op in REGISTRY and REGISTRY[n.op].kind == "inplace":
+                m = n.args[0]
+                while m.op not in ("input", "const") and m.id not in dep:
+                    moved.add(m.id)
+                    if REGISTRY[m.op].kind not in ("view", "inplace"):
+                        break
+                    m = m.args[0]
+        if not moved:
+            return dep
+        dep |= moved
+
+
+class StagedPlan(Plan):
+    """A plan of one primal program and tangent programs over one arena."""
+
+    def _stage(self, graph, primal_outputs, stages):
+        """Order, plan memory for and describe the programs.
+
+        ``stages``: name -> (seed input node, output nodes after the primal ones).
+        """
+        nodes = graph.nodes
+        dependent = {name: _dependents(nodes, [seed.id]) for name, (seed, _) in stages.items()}
+        tangent = set().union(*dependent.values())
+        primal = [n for n in nodes if n.id not in tangent and n.op != "input"]
+        order = [n for n in nodes if n.op == "input"] + primal + [
+            n for name in stages for n in nodes if n.id in dependent[name] and n.op != "input"]
+        by_id = {n.id: n for n in nodes}
+        pinned = {n.id for n in primal_outputs if n is not None}
+        reads = {}
+        for name in stages:
+            reads[name] = {a.id for n in nodes if n.id in dependent[name] for a in n.args
+                           if a.id not in tangent and a.op not in ("input", "const")}
+            pinned |= reads[name]
+        graph = Graph(order, graph.inputs, graph.outputs)
+        check(graph)
+        self.graph = graph
+        self.work = work_estimate(primal)
+        self.memory = self._plan_memory(graph, pinned)
+        self._buffers = self.memory.allocate(self._xp)
+        self._stages = {}
+        #: stage -> whether its program can fail at run time (then the call stages its results)
+        self._raises = {name: any(may_raise(n) for n in order if n.id in dependent[name])
+                        for name in stages}
+        self._staged_results = {}
+        for name, (seed, outs) in stages.items():
+            given = set(reads[name]) | {n.id for n in primal_outputs
+                                        if n is not None and n.op not in ("input", "const")}
+            todo = list(given)
+            while todo:  # what the earlier program's buffers are reached through
+                n = by_id[todo.pop()]
+                storage = self.memory.storage[n.id]
+                src = self.memory.alias_of[n.id] if storage == "alias" else \
+                    n.args[0] if storage == "view" else None
+                if src is not None and src.id not in given and src.op not in ("input", "const"):
+                    given.add(src.id)
+                    todo.append(src.id)
+            # the primal nodes ride along as given (nothing of theirs runs: views of
+            # their buffers are cut, operands resolve), then the stage's own nodes
+            given |= {n.id for n in primal}
+            body = [n for n in order if n.id in given or n.id in dependent[name] or
+                    n.op == "input" and n.attrs["index"] < len(self._specs)]
+            self._stages[name] = (seed, body, given, outs)
+        self._primal_nodes = [n for n in order if n.op == "input" and
+                              n.attrs["index"] < len(self._specs)] + primal
+        self._programs = {}
+
+    def _program_for(self, name):
+        """The compiled program of a stage (compiled at its first use)."""
+        prog = self._programs.get(name)
+        if prog is None:
+            inputs = [n for n in self.graph.inputs if n.attrs["index"] < len(self._specs)]
+            with serial_loops(not self.parallel):
+                if name == "primal":
+                    prog = self._compile(self._primal_nodes, inputs, self._primal_outputs,
+                                         f"{self._kind}_primal", self._primal_specs)
+                else:
+                    seed, body, given, outs = self._stages[name]
+                    prog = self._compile(body, [*inputs, seed], [*self._primal_outputs, *outs],
+                                         f"{self._kind}_{name}",
+                                         self._primal_specs + self._stage_specs[name],
+                                         self._specs + [(seed.shape, seed.dtype)], given)
+            self._programs[name] = prog
+        return prog
+
+    def _run_program(self, name, leaves, outs):
+        prog = self._program_for(name)
+        with np.errstate(all="ignore"):
+            if self.backend == "numba":
+                prog.run(leaves, outs)
+            else:
+                with self._lock:
+                    prog.fn(*leaves, *outs)
+
+    def _staging(self, key, shape, dtype):
+        """A buffer of the plan's for results of a call whose programs can fail
+        (see the module docstring): made once per key and shape."""
+        buf = self._staged_results.get((key, shape))
+        if buf is None:
+            buf = self._staged_results[(key, shape)] = self._xp.zeros(shape, dtype)
+        return buf
+
+    def _unit_seeds(self, start, m, value):
+        """Set seed row j (of the chunk) to the unit vector e_{start + j}, j < m:
+        the positions ``j * (n + 1) + start`` of the flat seed, a strided view
+        (returned, to clear after the run; the seed is zero elsewhere)."""
+        width = self._seed_flat.shape[1]
+        ones = self._seed_flat.reshape(-1)[start:start + m * (width + 1):width + 1]
+        ones.fill(value)
+        return ones
+
+    def _one_array(self, what):
+        if isinstance(self.argnums, tuple) or len(self._diff_leaves) != 1 or \
+                self._treedefs[self.argnums] != _tree.LEAF:
+            raise TypeError(f"{what} differentiates one array argument (argnums an int, the "
+                            f"argument an array); got argnums={self.argnums!r}")
+        return self._specs[self._diff_leaves[0]]
+
+    def _check(self, out, what, names, shapes, leaves, reads=()):
+        """The buffers of ``out`` (value first, then ``out.derivs``), named
+        ``out.<name>`` and shaped ``shapes``, after checking them all
+        (:func:`hybridad.plans.validate.check_results`) against the arguments and
+        ``reads``."""
+        if not isinstance(out, DiffResult):
+            raise TypeError(f"out must be a {what} or DiffResult; got {type(out).__name__}")
+        if len(out.derivs) < len(names) - 1:
+            raise ValueError(f"out holds no {names[len(out.derivs) + 1]} buffer ({what}(x))")
+        bufs = (out.value, *out.derivs[:len(names) - 1])
+        # a scalar's value: any float (cast); a Jacobian holds y's dtype, a Hessian x's
+        dtypes = [None if shapes[0] == () and self._kind == "hessian" else self._value_dtype] + \
+            [self._dtype if self._kind == "hessian" else self._value_dtype] * (len(names) - 1)
+        check_results(self._xp, [(f"out.{n}", b, shape, dt) for n, b, shape, dt in
+                                 zip(names, bufs, shapes, dtypes, strict=True)],
+                      self._reads(leaves) + list(reads))
+        return bufs
+
+    @property
+    def _program(self):
+        """The programs' sources, for :meth:`explain` (compiles them all)."""
+        names = ["primal", *self._stages]
+        source = "\n".join(f"# --- {name} program ---\n{self._program_for(name).source}"
+                           for name in names)
+        return SimpleNamespace(source=source)
+
+    @serialized
+    def value(self, *args):
+        """The function value at ``args`` (a float; for a Jacobian plan an array)."""
+        if self._guarded:
+            self._check_stale(args)
+        leaves = self._leaves(args)
+        self._at_point = False  # (a Hessian plan's arena no longer holds the linearized point)
+        buf = self._xp.zeros(*self._primal_specs[0])
+        outs = [buf] + [self._xp.zeros(s, d) for s, d in self._primal_specs[1:]]
+        self._run_program("primal", leaves, outs)
+        return float(buf) if buf.shape == () else buf
+
+    def explain(self):
+        lines = [super().explain(), "", "programs:"]
+        lines.append(f"  primal: {len(self._primal_nodes)} nodes, run once per point")
+        for name, (seed, body, given, _) in self._stages.items():
+            lines.append(f"  {name}: {len(body) - len(given)} nodes on seed %{seed.id} "
+                         f"{list(seed.shape)}, reading {len(given)} pinned primal buffers")
+        return "\n".join(lines)

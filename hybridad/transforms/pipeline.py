@@ -1,0 +1,76 @@
+"""The passes from a traced graph to what a backend runs, named in order in one
+place, per backend.
+
+A plan (:class:`hybridad.plans.plan.Plan`) traces ``f`` (stage 1), fuses the
+forward graph's elementwise regions on compiled backends and emits the
+backward pass as IR (:mod:`.autodiff`), then *lowers* the graph with the passes
+of :data:`LOWERING` for its backend, plans its memory (:mod:`.memory`) and
+compiles it (the backend's program).  :data:`PIPELINES` is the whole list;
+:func:`describe` renders it (docs/architecture.md shows it, and a test checks
+the doc against it); :func:`lower` runs :data:`LOWERING` -- the same names.
+
+Between passes the graph is checked (:func:`hybridad.ir.check`); with
+``HYBRIDAD_DEBUG`` set, or ``HYBRIDAD_CHECK_RULES=1`` (the test suite sets it),
+every node's shape and dtype are re-derived from its op's shape rule after
+every pass.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..ir.graph import Graph, check, dead_code_elimination
+from .partition import fold_accumulations, fuse_regions
+from .updates import schedule_updates
+
+__all__ = ["LOWERING", "PIPELINES", "check_rules", "describe", "lower"]
+
+#: pass name -> (what it does, graph-to-graph function of (nodes, inputs, outputs, updates))
+PASSES = {
+    "dead_code": ("drop nodes no output depends on",
+                  lambda nodes, ins, outs, upd: dead_code_elimination(
+                      Graph(nodes, ins, outs)).nodes),
+    "schedule_updates": ("move each optimizer update right after its gradient is complete",
+                         lambda nodes, ins, outs, upd: schedule_updates(nodes, upd)
+                         if upd else nodes),
+    "fuse_regions": ("fuse elementwise groups (the backward's too) into regions",
+                     lambda nodes, ins, outs, upd: fuse_regions(nodes, outs)),
+    "fold_accumulations": ("fold a region into the adjoint it adds to (acc += region)",
+                           lambda nodes, ins, outs, upd: fold_accumulations(nodes, outs)),
+}
+
+#: backend -> the lowering passes, in order
+LOWERING = {
+    "numpy": ("dead_code", "schedule_updates"),
+    "numba": ("dead_code", "schedule_updates", "fuse_regions", "fold_accumulations"),
+    "cupy": ("dead_code", "schedule_updates", "fuse_regions"),
+}
+
+#: backend -> the whole pipeline of a plan, in order (the lowering in the middle)
+PIPELINES = {
+    backend: ("trace",) + (("fuse_regions(forward)",) if backend != "numpy" else ()) +
+    ("autodiff",) + passes + ("memory_plan", f"{backend}_program", "run into DiffResult")
+    for backend, passes in LOWERING.items()}
+
+
+def check_rules():
+    """Whether :func:`lower` re-runs every op's shape rule after each pass."""
+    return bool(os.environ.get("HYBRIDAD_DEBUG", "").strip("0") or
+                os.environ.get("HYBRIDAD_CHECK_RULES", "").strip("0"))
+
+
+def describe(backend):
+    """The pipeline of ``backend`` as one line: ``trace -> ... -> run into DiffResult``."""
+    return "  ->  ".join(PIPELINES[backend])
+
+
+def lower(nodes, inputs, outputs, backend, updates=()):
+    """The traced ``nodes`` as the graph ``backend`` runs: the passes of
+    :data:`LOWERING` in order, each followed by :func:`hybridad.ir.check`."""
+    rules = check_rules()
+    graph = Graph(nodes, inputs, outputs)
+    check(graph, rules)
+    for name in LOWERING[backend]:
+        graph = Graph(PASSES[name][1](graph.nodes, inputs, outputs, updates), inputs, outputs)
+        check(graph, rules)
+    return graph
