@@ -271,7 +271,9 @@ def test_objective_plans_are_serial_unless_an_evaluation_is_heavy(monkeypatch):
     obj.hessp(x0, np.ones_like(x0))
     assert not obj._hvp_plan.parallel
     assert hs.Objective(rosen_np, x0, parallel=True)._plan.parallel
-    monkeypatch.setattr(hs, "PARALLEL_WORK", 1000)
+    from hybridad.interop import scipy_objective
+
+    monkeypatch.setattr(scipy_objective, "PARALLEL_WORK", 1000)
     heavy = hs.Objective(rosen_np, x0)
     assert heavy._plan.parallel and "prange(" in heavy._plan._program.source
     np.testing.assert_allclose(heavy.jac(x0), obj.jac(x0), rtol=1e-13)

@@ -1,4 +1,4 @@
-"""The op rules: every primitive declared once, with all its rules (see
+"""Stage 3, the op rules: every primitive declared once, with all its rules (see
 :mod:`hybridad.ir.registry` for what an :class:`~hybridad.ir.registry.Op`
 carries).  One module per family -- :mod:`.elementwise` (the ufunc rule
 table), :mod:`.select` (where, casts, copy), :mod:`.reductions`,

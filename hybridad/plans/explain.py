@@ -24,8 +24,16 @@ class ExplainMixin:
             result's gradient buffer), every buffer with its bytes and arena
             offset, the arena's total bytes, and the generated source.
         """
-        lines = [f"plan for {self.name}, argnums={self.argnums}", "", "graph:",
-                 str(self.graph), ""]
+        from ..transforms.pipeline import describe
+
+        lines = [f"plan for {self.name}, argnums={self.argnums}",
+                 f"pipeline ({self.backend}): {describe(self.backend)}"]
+        if "gradient" in vars(self):  # the generated fast path (FastPathMixin._fast_path)
+            lines.append("calls: plan.gradient is generated code in front of the compiled "
+                         "program (its text: plan.gradient.source); whatever it does not take "
+                         "goes to the readable general path, Plan.gradient (hybridad/plans/"
+                         "plan.py)")
+        lines += ["", "graph:", str(self.graph), ""]
         if self.backend == "numba":
             lines += ["regions:", *self._region_lines(), ""]
         if self.memory_budget is not None:
@@ -36,7 +44,6 @@ class ExplainMixin:
                   "node order)", *self._buffer_lines()]
         lines += ["", "generated source:", self._program.source]
         return "\n".join(lines)
-
 
     def _buffer_lines(self):
         mem = self.memory

@@ -1,4 +1,4 @@
-"""Stages 3 to 5, graph to graph: :mod:`.autodiff` (the backward pass and
+"""Stage 4, the graph transforms, graph to graph: :mod:`.autodiff` (the backward pass and
 forward tangents as IR), :mod:`.batching` (chunks of tangents or cotangents),
 :mod:`.partition` (fused elementwise regions), :mod:`.memory` (liveness and
 the arena)."""

@@ -1,4 +1,4 @@
-"""Stage 3: the autodiff transform, graph to graph.
+"""Stage 4 (transforms): the autodiff transform, graph to graph.
 
 The reverse pass is *emitted as IR* into the same trace: each primitive's VJP
 rule is written with numpy calls on tracers, so the backward nodes are

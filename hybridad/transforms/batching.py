@@ -1,4 +1,4 @@
-"""Stage 3b: batching, graph to graph (``vmap`` over a leading axis).
+"""Stage 4 (transforms): batching, graph to graph (``vmap`` over a leading axis).
 
 A Jacobian or a Hessian needs the same linear map applied to many seeds:
 forward mode pushes a chunk of K tangents through the graph at once, reverse

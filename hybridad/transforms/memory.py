@@ -1,4 +1,4 @@
-"""Stage 5: the memory plan -- where every node's value lives.
+"""Stage 4 (transforms): the memory plan -- where every node's value lives.
 
 Storage kinds:
 

@@ -1,4 +1,4 @@
-"""Stage 6 (compiled backend): the whole plan -- forward and backward -- as ONE
+"""Stage 5 (backends/numba): the whole plan -- forward and backward -- as ONE
 numba function over the preallocated arena, so a call pays one dispatch.
 
 Every node becomes scalar loops: fused regions (value and dual-number
