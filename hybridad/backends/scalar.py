@@ -53,7 +53,7 @@ class Sym:
         if method != "__call__" or kwargs:
             return NotImplemented
         args = [i if isinstance(i, Sym) else self._wrap(i) for i in inputs]
-        return apply_ufunc(ufunc, args)
+        return ufunc_code(ufunc, args)
 
     def __array_function__(self, func, types, args, kwargs):
         if func is np.where:
@@ -63,13 +63,13 @@ class Sym:
         return NotImplemented
 
     def __invert__(self):
-        return apply_ufunc(np.logical_not, [self])
+        return ufunc_code(np.logical_not, [self])
 
 
 def _binop(ufunc, reflected=False):
     def op(self, other):
         a, b = (self._wrap(other), self) if reflected else (self, self._wrap(other))
-        return apply_ufunc(ufunc, [a, b])
+        return ufunc_code(ufunc, [a, b])
 
     return op
 
@@ -88,7 +88,7 @@ def install_operators(cls, binop, negate):
     cls.__hash__ = object.__hash__
 
 
-install_operators(Sym, _binop, lambda self: apply_ufunc(np.negative, [self]))
+install_operators(Sym, _binop, lambda self: ufunc_code(np.negative, [self]))
 
 _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "power": "**",
           "less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">=",
@@ -96,8 +96,9 @@ _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "power": 
 _PREFIX = {"negative": "-", "positive": "+", "logical_not": "not "}
 
 
-def apply_ufunc(ufunc, args):
-    """Source text of ``ufunc(*args)`` for numba scalars."""
+def ufunc_code(ufunc, args):
+    """Source text of ``ufunc(*args)`` on symbolic scalars (the kernel printer; not the
+    tracer surface's :func:`hybridad.frontend.numpy_api.apply_ufunc`)."""
     name = ufunc.__name__
     out_dtype = ufunc.resolve_dtypes(tuple(a.dtype for a in args) + (None,) * ufunc.nout)[-1]
     consts = args[0].consts
@@ -217,7 +218,7 @@ class ScalarBody:
 def _op_code(node, args, consts):
     op = REGISTRY[node.op]
     if op.ufunc is not None:
-        return apply_ufunc(op.ufunc, args)
+        return ufunc_code(op.ufunc, args)
     if node.op == "where":
         c, a, b = args
         return Sym(_where(c.code, a.code, b.code, consts), node.dtype, consts)

@@ -45,7 +45,7 @@ from numba.extending import (
 from numba.np.numpy_support import as_dtype
 
 from ...ops import REGISTRY
-from ..scalar import Sym, apply_ufunc, install_operators, vector_namespace
+from ..scalar import Sym, ufunc_code, install_operators, vector_namespace
 
 __all__ = ["DualType", "make_dual", "promote", "GENERIC"]
 
@@ -209,7 +209,7 @@ def _number_impl(op, args):
     params = [f"a{i}" for i in range(len(args))]
     try:
         syms = [Sym(p, _numpy_dtype(t), None) for p, t in zip(params, args, strict=True)]
-        code = apply_ufunc(op.ufunc, syms).code
+        code = ufunc_code(op.ufunc, syms).code
     except (TypeError, NotImplementedError):
         return None
     ns = dict(_NS)
