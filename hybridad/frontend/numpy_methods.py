@@ -29,6 +29,10 @@ from .tracer import READONLY, SCALAR, Tracer, _no_memory, _value_dependent
 
 __all__ = ["REFUSED"]
 
+#: ndarray methods and attributes of tracers, installed on :class:`Tracer` in one
+#: place at the end of this module
+_METHODS = {}
+
 #: methods and attributes of ndarray that raise on a tracer (named in the error)
 REFUSED = set()
 
@@ -52,12 +56,12 @@ for _name, _func in [("all", np.all), ("any", np.any), ("argmax", np.argmax),
                      ("searchsorted", np.searchsorted), ("squeeze", np.squeeze),
                      ("std", np.std), ("sum", np.sum), ("swapaxes", np.swapaxes),
                      ("take", np.take), ("trace", np.trace), ("var", np.var)]:
-    setattr(Tracer, _name, _as_function(_func))
-Tracer.nonzero = lambda self: np.nonzero(self)  # (refused there: a value-dependent shape)
+    _METHODS[_name] = _as_function(_func)
+_METHODS["nonzero"] = lambda self: np.nonzero(self)  # (refused there: a value-dependent shape)
 REFUSED.add("nonzero")
-Tracer.conj = Tracer.conjugate = lambda self: np.conjugate(self)
-Tracer.compress = lambda self, condition, axis=None, out=None: np.compress(condition, self,
-                                                                          axis, out)
+_METHODS["conj"] = _METHODS["conjugate"] = lambda self: np.conjugate(self)
+_METHODS["compress"] = lambda self, condition, axis=None, out=None: np.compress(
+    condition, self, axis, out)
 
 
 # ----------------------------------------------------------------------------
@@ -121,18 +125,18 @@ def to_device(self, device, /, *, stream=None):
     return self
 
 
-Tracer.astype = astype
-Tracer.copy = copy
-Tracer.flatten = flatten
-Tracer.reshape = reshape_method
-Tracer.transpose = transpose_method
-Tracer.view = view
-Tracer.to_device = to_device
-Tracer.T = property(lambda self: settle(transpose(self), [self], "view"))
-Tracer.mT = property(lambda self: settle(swapaxes(self, -1, -2), [self], "view"))
-Tracer.device = property(lambda self: "cpu")
-Tracer.itemsize = property(lambda self: self.dtype.itemsize)
-Tracer.nbytes = property(lambda self: self.size * self.dtype.itemsize)
+_METHODS["astype"] = astype
+_METHODS["copy"] = copy
+_METHODS["flatten"] = flatten
+_METHODS["reshape"] = reshape_method
+_METHODS["transpose"] = transpose_method
+_METHODS["view"] = view
+_METHODS["to_device"] = to_device
+_METHODS["T"] = property(lambda self: settle(transpose(self), [self], "view"))
+_METHODS["mT"] = property(lambda self: settle(swapaxes(self, -1, -2), [self], "view"))
+_METHODS["device"] = property(lambda self: "cpu")
+_METHODS["itemsize"] = property(lambda self: self.dtype.itemsize)
+_METHODS["nbytes"] = property(lambda self: self.size * self.dtype.itemsize)
 
 
 def _real(self):
@@ -154,8 +158,8 @@ def _refuse_in_place(self, what):
                        "build the result functionally (np.where, np.concatenate, ...)")
 
 
-Tracer.real = property(_real, lambda self, value: _refuse_in_place(self, "setting x.real"))
-Tracer.imag = property(_imag, lambda self, value: _refuse_in_place(self, "setting x.imag"))
+_METHODS["real"] = property(_real, lambda self, value: _refuse_in_place(self, "setting x.real"))
+_METHODS["imag"] = property(_imag, lambda self, value: _refuse_in_place(self, "setting x.imag"))
 
 
 class _Flat:
@@ -185,7 +189,7 @@ class _Flat:
         return self._x.__array__()
 
 
-Tracer.flat = property(lambda self: _Flat(self),
+_METHODS["flat"] = property(lambda self: _Flat(self),
                        lambda self, value: _refuse_in_place(self, "setting x.flat"))
 
 
@@ -218,9 +222,9 @@ def _update(self, value, what):
     assign(self, value, what)
 
 
-Tracer.sort = sort
-Tracer.partition = partition
-Tracer.fill = fill
+_METHODS["sort"] = sort
+_METHODS["partition"] = partition
+_METHODS["fill"] = fill
 
 
 # ----------------------------------------------------------------------------
@@ -234,7 +238,7 @@ def _refuse(name, why, instead, error=TracingError):
 
     method.__name__ = name
     REFUSED.add(name)
-    setattr(Tracer, name, method)
+    _METHODS[name] = method
 
 
 _VALUE = "it needs the traced array's values, which are not known while tracing"
@@ -253,7 +257,7 @@ for _name in ("getfield", "byteswap"):
     _refuse(_name, "it reinterprets the array's memory, which a traced array does not have",
             "Use x.astype(...) to convert values.", NotImplementedError)
 for _name in ("base", "ctypes", "data", "flags", "strides"):
-    setattr(Tracer, _name, property((lambda n: lambda self: _no_memory(f".{n}"))(_name)))
+    _METHODS[_name] = property((lambda n: lambda self: _no_memory(f".{n}"))(_name))
     REFUSED.add(_name)
 
 
@@ -269,5 +273,8 @@ def _scalar_only(name):
 
 
 for _name in ("is_integer", "as_integer_ratio", "hex", "fromhex", "__getnewargs__"):
-    setattr(Tracer, _name, _scalar_only(_name))
+    _METHODS[_name] = _scalar_only(_name)
     REFUSED.add(_name)
+
+for _name, _member in _METHODS.items():
+    setattr(Tracer, _name, _member)
