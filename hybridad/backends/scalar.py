@@ -23,6 +23,7 @@ import re
 import numpy as np
 
 from ..ops import REGISTRY
+from ..ops.common import install_operators
 from .numba.vmath import HELPERS, VECTOR_UFUNCS
 
 #: generated code calls ``vmath``'s functions under these names (``_vm_exp``)
@@ -72,20 +73,6 @@ def _binop(ufunc, reflected=False):
         return ufunc_code(ufunc, [a, b])
 
     return op
-
-
-def install_operators(cls, binop, negate):
-    """Python's arithmetic and comparison operators on a symbolic scalar
-    class: each is ``binop(ufunc, reflected=False)``, ``-x`` is ``negate``."""
-    for name, uf in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
-                     ("truediv", np.true_divide), ("pow", np.power)]:
-        setattr(cls, f"__{name}__", binop(uf))
-        setattr(cls, f"__r{name}__", binop(uf, reflected=True))
-    for name, uf in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
-                     ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
-        setattr(cls, f"__{name}__", binop(uf))
-    cls.__neg__ = negate
-    cls.__hash__ = object.__hash__
 
 
 install_operators(Sym, _binop, lambda self: ufunc_code(np.negative, [self]))

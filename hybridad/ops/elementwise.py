@@ -27,6 +27,8 @@ infinite tangent (``std`` of one element, ``sqrt(x**2)`` at 0).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..ir.registry import Op, register
@@ -212,24 +214,19 @@ for _f in (np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.no
 # --------------------------------------------------------------------------
 # the chain rule's product (see the module docstring)
 # --------------------------------------------------------------------------
-_SAFE_MULTIPLY = []
-
-
 def _safe_multiply_element(a, b):
     return a * b if (a != 0 and b != 0) else 0.0  # cast to each loop's type
 
 
+@functools.cache
 def safe_multiply_ufunc():
     """``safe_multiply`` as a numpy ufunc (float32 and float64 loops,
     broadcasting, ``out=``), what the numpy reference executor runs; built by
     numba on first use (cached on disk)."""
-    if not _SAFE_MULTIPLY:
-        from numba import vectorize
+    from numba import vectorize
 
-        _SAFE_MULTIPLY.append(vectorize(
-            ["float64(float64, float64)", "float32(float32, float32)"],
-            cache=True)(_safe_multiply_element))
-    return _SAFE_MULTIPLY[0]
+    return vectorize(["float64(float64, float64)", "float32(float32, float32)"],
+                     cache=True)(_safe_multiply_element)
 
 
 def _safe_multiply_abstract(a, b):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.registry import Op, register
+from .common import bind as _bind
 
 
 def _kernel(name):
@@ -36,12 +37,6 @@ def _kernel(name):
 
 def _mT(x):
     return np.swapaxes(x, -1, -2)
-
-
-def _bind(name, *args, **attrs):
-    from ..frontend.trace import bind
-
-    return bind(name, *args, **attrs)
 
 
 def _inv_T(a):

@@ -32,6 +32,7 @@ import numpy as np
 
 from .._settings import enabled, switch
 from ..ir.registry import Op, register
+from .common import install_operators
 from .elementwise import chain_product
 
 #: ops whose evaluation is expensive enough that storing partials beats recomputing
@@ -152,16 +153,12 @@ def _dtype_of(v):
     return v.dtype if isinstance(v, _Expr) else np.asarray(v).dtype
 
 
-for _name, _uf in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
-                   ("truediv", np.true_divide), ("pow", np.power)]:
-    setattr(_Expr, f"__{_name}__", lambda a, b, _uf=_uf: _uf(a, b))
-    setattr(_Expr, f"__r{_name}__", lambda a, b, _uf=_uf: _uf(b, a))
-for _name, _uf in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
-                   ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
-    setattr(_Expr, f"__{_name}__", lambda a, b, _uf=_uf: _uf(a, b))
-_Expr.__neg__ = lambda a: np.negative(a)
+def _expr_binop(ufunc, reflected=False):
+    return (lambda a, b: ufunc(b, a)) if reflected else (lambda a, b: ufunc(a, b))
+
+
+install_operators(_Expr, _expr_binop, lambda a: np.negative(a))
 _Expr.__invert__ = lambda a: np.logical_not(a)
-_Expr.__hash__ = lambda a: hash(a.key)
 
 
 def _partial_expr(body, k):

@@ -221,11 +221,6 @@ class HessianPlan(StagedPlan):
         return (self._scratch_value, self._scratch_grad) + tuple(
             self._staging(k, b.shape, b.dtype) for k, b in enumerate(bufs[2:]))
 
-    def _deliver(self, bufs, targets):
-        for b, t in zip(bufs, targets, strict=True):
-            if t is not b:
-                self._xp.copyto(b, t)
-
     @serialized
     def hessian(self, *args, out=None):
         """Value, gradient and Hessian of ``f`` at ``args``.

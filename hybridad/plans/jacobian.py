@@ -166,7 +166,5 @@ class JacobianPlan(StagedPlan):
                 else:
                     jac[:, start:stop] = block.T
             ones.fill(0)
-        for b, t in zip(bufs, (val, jac), strict=True):
-            if t is not b:
-                self._xp.copyto(b, t)
+        self._deliver(bufs, (val, jac))
         return out

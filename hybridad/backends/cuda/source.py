@@ -118,10 +118,7 @@ class CudaConstants(Constants):
         """CUDA source of ufunc ``name`` on operand sources ``codes``."""
         return cuda_apply(name, codes, out_dtype)
 
-    @staticmethod
-    def ctype(dtype):
-        """The C type of ``dtype``."""
-        return ctype(dtype)
+    ctype = staticmethod(ctype)  # the C type of a dtype
 
     def kernel(self, dual):
         raise NotImplementedError(

@@ -45,7 +45,8 @@ from numba.extending import (
 from numba.np.numpy_support import as_dtype
 
 from ...ops import REGISTRY
-from ..scalar import Sym, ufunc_code, install_operators, vector_namespace
+from ...ops.common import install_operators
+from ..scalar import Sym, ufunc_code, vector_namespace
 
 __all__ = ["DualType", "make_dual", "promote", "GENERIC"]
 
