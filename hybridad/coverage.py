@@ -27,9 +27,6 @@ _LAPACK = {"numpy.linalg.solve": "smooth (LAPACK gesv; adjoint rule)",
            "numpy.linalg.eigvalsh": "smooth; reads one triangle, as numpy (LAPACK syevd "
                                     "without vectors)"}
 
-_PIECEWISE = {"absolute", "fabs", "maximum", "minimum", "fmax", "fmin", "copysign", "remainder",
-              "fmod"}
-
 
 def _kind(op):
     partials = op.partials
@@ -37,7 +34,7 @@ def _kind(op):
         return "none (mask / boolean)"
     if all(p is None or (not callable(p) and p == 0) for p in partials):
         return "zero (piecewise constant)"
-    if op.name in _PIECEWISE:
+    if op.piecewise:
         return "piecewise smooth"
     return "smooth"
 

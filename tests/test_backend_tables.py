@@ -45,3 +45,35 @@ def test_every_elementwise_op_renders_in_every_dialect(name, dialect):
 
 def test_the_table_covers_the_registry():
     assert {"exp", "where", "cast", "safe_multiply", "power", "maximum"} <= set(ELEMENTWISE)
+
+
+def test_every_op_has_an_entry_in_every_backend():
+    """Adding an op means saying how each backend runs it: numba's emitter table,
+    the GPU backend's table (elementwise ops: their spelling, tested above), and
+    the numpy reference's ``run``/``view`` on the op itself."""
+    from hybridad.backends.cuda.program import DEVICE_OPS
+    from hybridad.backends.numba.emit import EMITTERS
+
+    missing = []
+    for name, op in sorted(REGISTRY.items()):
+        if op.kind == "elementwise":
+            assert op.run is not None and op.partials is not None, name
+            continue
+        if name not in EMITTERS:
+            missing.append(f"{name}: numba (backends/numba/emit.py EMITTERS)")
+        if DEVICE_OPS.get(name) not in ("kernel", "cupy", "host", "unused"):
+            missing.append(f"{name}: cupy (backends/cuda/program.py DEVICE_OPS)")
+        if op.run is None and op.view is None and op.kind != "region":
+            missing.append(f"{name}: numpy reference (Op.run / Op.view)")
+    assert not missing, missing
+    assert not set(EMITTERS) - set(REGISTRY), "an emitter for an op that does not exist"
+    assert not set(DEVICE_OPS) - set(REGISTRY)
+
+
+def test_op_facts_live_on_the_op():
+    """What a pass needs to know of an elementwise op is declared with it."""
+    expensive = {n for n, op in REGISTRY.items() if op.expensive}
+    assert {"exp", "log", "sin", "power", "logaddexp"} <= expensive
+    assert not expensive & {"add", "multiply", "negative", "maximum"}
+    piecewise = {n for n, op in REGISTRY.items() if op.piecewise}
+    assert {"absolute", "maximum", "remainder"} <= piecewise and "exp" not in piecewise

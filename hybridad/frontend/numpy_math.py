@@ -182,7 +182,7 @@ def diff(a, n=1, axis=-1, prepend=None, append=None):
 
 
 @implements(np.gradient)
-def gradient(f, *varargs, axis=None, edge_order=1):
+def finite_differences(f, *varargs, axis=None, edge_order=1):
     """``np.gradient``: second-order central differences inside, one-sided
     differences of order ``edge_order`` at both ends, with numpy's formulas in
     numpy's order of operations; spacings are scalars (traced or not) or

@@ -26,6 +26,12 @@ An :class:`Op` carries, side by side:
 * ``workspace`` -- for an op whose kernel needs working memory (LAPACK), the
   element count (in the result's dtype) from the operands; the memory plan
   gives it a slot of the arena and ``run`` receives it as ``work=``;
+* ``expensive`` -- for elementwise ops, whether evaluating the op costs more
+  than storing its partial (transcendentals): a fused region holding one
+  stores its partials for the backward sweep instead of recomputing them;
+* ``piecewise`` -- for elementwise ops, whether the derivative is smooth
+  only piecewise (kinks or jumps: ``abs``, ``maximum``, ``remainder``), as the
+  coverage table reports it;
 * ``raises`` -- whether ``run`` can fail on operands of valid shape and dtype
   (LAPACK: a singular or not positive definite matrix, no convergence).  A
   call that fails writes nothing: the plans order every write into a caller's
@@ -79,6 +85,8 @@ class Op:
         Elementwise ops only; see the module docstring.
     workspace : callable, optional
         ``workspace(*arg_nodes, **attrs) -> int``; see the module docstring.
+    expensive, piecewise : bool, default False
+        Elementwise ops only; see the module docstring.
     raises : bool, default False
         Whether ``run`` can raise at run time; see the module docstring.
     """
@@ -88,9 +96,11 @@ class Op:
         "doc",
         "domain",
         "dual",
+        "expensive",
         "kind",
         "name",
         "partials",
+        "piecewise",
         "raises",
         "run",
         "scalar",
@@ -104,7 +114,7 @@ class Op:
 
     def __init__(self, name, kind, abstract, run=None, view=None, vjp=None, ufunc=None,
                  partials=None, domain=None, doc="", scalar=None, workspace=None, jvp=None,
-                 batch=None, dual=None, raises=False):
+                 batch=None, dual=None, raises=False, expensive=False, piecewise=False):
         assert kind in KINDS, kind
         self.name = name
         self.kind = kind
@@ -122,6 +132,8 @@ class Op:
         self.batch = batch
         self.dual = dual
         self.raises = bool(raises)
+        self.expensive = bool(expensive)
+        self.piecewise = bool(piecewise)
 
     def __repr__(self):
         return f"Op({self.name!r}, kind={self.kind!r})"

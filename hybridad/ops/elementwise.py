@@ -107,10 +107,13 @@ def chain_product(a, b):
     return bind("safe_multiply", a, b)
 
 
-def elementwise(ufunc, partials, domain=(-2.0, 2.0), name=None, scalar=None):
+def elementwise(ufunc, partials, domain=(-2.0, 2.0), name=None, scalar=None,
+                expensive=False, piecewise=False):
     """Declare a ufunc primitive with its partials (one per operand); ``scalar``:
     its value as a Python expression over ``{0}``, ``{1}`` where numba has no
-    scalar implementation of the ufunc."""
+    scalar implementation of the ufunc; ``expensive``: a transcendental (fused
+    regions store its partials rather than recompute them); ``piecewise``: its
+    derivative has kinks or jumps (see :class:`hybridad.ir.registry.Op`)."""
     partials = tuple(partials)
     assert len(partials) == ufunc.nin, ufunc
     return register(Op(
@@ -118,7 +121,7 @@ def elementwise(ufunc, partials, domain=(-2.0, 2.0), name=None, scalar=None):
         vjp=_vjp_from_partials(partials), jvp=_jvp_from_partials(partials), ufunc=ufunc,
         partials=partials, domain=domain,
         doc=(ufunc.__doc__ or "").strip().splitlines()[0] if ufunc.__doc__ else "",
-        scalar=scalar,
+        scalar=scalar, expensive=expensive, piecewise=piecewise,
     ))
 
 
@@ -127,31 +130,32 @@ def elementwise(ufunc, partials, domain=(-2.0, 2.0), name=None, scalar=None):
 # --------------------------------------------------------------------------
 elementwise(np.negative, [-1])
 elementwise(np.positive, [1])
-elementwise(np.exp, [lambda x, ans: ans])
-elementwise(np.exp2, [lambda x, ans: ans * _lit(LN2, x)])
-elementwise(np.expm1, [lambda x, ans: ans + 1])
-elementwise(np.log, [lambda x, ans: 1 / x], domain=(0.1, 3.0))
-elementwise(np.log2, [lambda x, ans: 1 / (x * _lit(LN2, x))], domain=(0.1, 3.0))
-elementwise(np.log10, [lambda x, ans: 1 / (x * _lit(LN10, x))], domain=(0.1, 3.0))
-elementwise(np.log1p, [lambda x, ans: 1 / (1 + x)], domain=(-0.9, 3.0))
-elementwise(np.sqrt, [lambda x, ans: 0.5 / ans], domain=(0.1, 3.0))
-elementwise(np.cbrt, [lambda x, ans: 1 / (3 * ans * ans)], domain=(0.1, 3.0))
+elementwise(np.exp, [lambda x, ans: ans], expensive=True)
+elementwise(np.exp2, [lambda x, ans: ans * _lit(LN2, x)], expensive=True)
+elementwise(np.expm1, [lambda x, ans: ans + 1], expensive=True)
+elementwise(np.log, [lambda x, ans: 1 / x], domain=(0.1, 3.0), expensive=True)
+elementwise(np.log2, [lambda x, ans: 1 / (x * _lit(LN2, x))], domain=(0.1, 3.0), expensive=True)
+elementwise(np.log10, [lambda x, ans: 1 / (x * _lit(LN10, x))], domain=(0.1, 3.0), expensive=True)
+elementwise(np.log1p, [lambda x, ans: 1 / (1 + x)], domain=(-0.9, 3.0), expensive=True)
+elementwise(np.sqrt, [lambda x, ans: 0.5 / ans], domain=(0.1, 3.0), expensive=True)
+elementwise(np.cbrt, [lambda x, ans: 1 / (3 * ans * ans)], domain=(0.1, 3.0), expensive=True)
 elementwise(np.square, [lambda x, ans: 2 * x])
 elementwise(np.reciprocal, [lambda x, ans: -(ans * ans)], domain=(0.2, 3.0))
-elementwise(np.sin, [lambda x, ans: np.cos(x)])
-elementwise(np.cos, [lambda x, ans: -np.sin(x)])
-elementwise(np.tan, [lambda x, ans: 1 + ans * ans], domain=(-1.2, 1.2))
-elementwise(np.arcsin, [lambda x, ans: 1 / np.sqrt(1 - x * x)], domain=(-0.9, 0.9))
-elementwise(np.arccos, [lambda x, ans: -1 / np.sqrt(1 - x * x)], domain=(-0.9, 0.9))
-elementwise(np.arctan, [lambda x, ans: 1 / (1 + x * x)])
-elementwise(np.sinh, [lambda x, ans: np.cosh(x)])
-elementwise(np.cosh, [lambda x, ans: np.sinh(x)])
-elementwise(np.tanh, [lambda x, ans: 1 - ans * ans])
-elementwise(np.arcsinh, [lambda x, ans: 1 / np.sqrt(x * x + 1)])
-elementwise(np.arccosh, [lambda x, ans: 1 / np.sqrt(x * x - 1)], domain=(1.1, 3.0))
-elementwise(np.arctanh, [lambda x, ans: 1 / (1 - x * x)], domain=(-0.9, 0.9))
-elementwise(np.absolute, [lambda x, ans: np.sign(x)])
-elementwise(np.fabs, [lambda x, ans: np.sign(x)])
+elementwise(np.sin, [lambda x, ans: np.cos(x)], expensive=True)
+elementwise(np.cos, [lambda x, ans: -np.sin(x)], expensive=True)
+elementwise(np.tan, [lambda x, ans: 1 + ans * ans], domain=(-1.2, 1.2), expensive=True)
+elementwise(np.arcsin, [lambda x, ans: 1 / np.sqrt(1 - x * x)], domain=(-0.9, 0.9), expensive=True)
+elementwise(np.arccos, [lambda x, ans: -1 / np.sqrt(1 - x * x)], domain=(-0.9, 0.9),
+            expensive=True)
+elementwise(np.arctan, [lambda x, ans: 1 / (1 + x * x)], expensive=True)
+elementwise(np.sinh, [lambda x, ans: np.cosh(x)], expensive=True)
+elementwise(np.cosh, [lambda x, ans: np.sinh(x)], expensive=True)
+elementwise(np.tanh, [lambda x, ans: 1 - ans * ans], expensive=True)
+elementwise(np.arcsinh, [lambda x, ans: 1 / np.sqrt(x * x + 1)], expensive=True)
+elementwise(np.arccosh, [lambda x, ans: 1 / np.sqrt(x * x - 1)], domain=(1.1, 3.0), expensive=True)
+elementwise(np.arctanh, [lambda x, ans: 1 / (1 - x * x)], domain=(-0.9, 0.9), expensive=True)
+elementwise(np.absolute, [lambda x, ans: np.sign(x)], piecewise=True)
+elementwise(np.fabs, [lambda x, ans: np.sign(x)], piecewise=True)
 elementwise(np.deg2rad, [lambda x, ans: _lit(np.pi / 180, x)])
 elementwise(np.rad2deg, [lambda x, ans: _lit(180 / np.pi, x)])
 for _f in (np.sign, np.floor, np.ceil, np.rint, np.trunc):
@@ -174,7 +178,7 @@ elementwise(np.power, [
     # x**0 is 1 everywhere: its derivative is 0 at x = 0 too (not 0 * inf)
     lambda x, y, ans: np.where(y == 0, _lit(0, ans), y * x ** (y - 1)),
     lambda x, y, ans: np.where(x == 0, _lit(0, ans), ans * np.log(x)),
-], domain=(0.2, 2.0))
+], domain=(0.2, 2.0), expensive=True)
 
 
 def _tie_split(first, x, y, nan_loses=False):
@@ -189,24 +193,26 @@ def _tie_split(first, x, y, nan_loses=False):
 
 
 elementwise(np.maximum, [lambda x, y, ans: _tie_split(True, x, y),
-                         lambda x, y, ans: _tie_split(True, y, x)])
+                         lambda x, y, ans: _tie_split(True, y, x)], piecewise=True)
 elementwise(np.minimum, [lambda x, y, ans: _tie_split(False, x, y),
-                         lambda x, y, ans: _tie_split(False, y, x)])
+                         lambda x, y, ans: _tie_split(False, y, x)], piecewise=True)
 elementwise(np.fmax, [lambda x, y, ans: _tie_split(True, x, y, nan_loses=True),
-                      lambda x, y, ans: _tie_split(True, y, x, nan_loses=True)])
+                      lambda x, y, ans: _tie_split(True, y, x, nan_loses=True)], piecewise=True)
 elementwise(np.fmin, [lambda x, y, ans: _tie_split(False, x, y, nan_loses=True),
-                      lambda x, y, ans: _tie_split(False, y, x, nan_loses=True)])
+                      lambda x, y, ans: _tie_split(False, y, x, nan_loses=True)], piecewise=True)
 elementwise(np.arctan2, [lambda x, y, ans: y / (x * x + y * y),
-                         lambda x, y, ans: -x / (x * x + y * y)], domain=(0.2, 2.0))
-elementwise(np.hypot, [lambda x, y, ans: x / ans, lambda x, y, ans: y / ans])
+                         lambda x, y, ans: -x / (x * x + y * y)], domain=(0.2, 2.0),
+            expensive=True)
+elementwise(np.hypot, [lambda x, y, ans: x / ans, lambda x, y, ans: y / ans], expensive=True)
 elementwise(np.logaddexp, [lambda x, y, ans: np.exp(x - ans),
-                           lambda x, y, ans: np.exp(y - ans)])
+                           lambda x, y, ans: np.exp(y - ans)], expensive=True)
 elementwise(np.logaddexp2, [lambda x, y, ans: np.exp2(x - ans),
-                            lambda x, y, ans: np.exp2(y - ans)])
-elementwise(np.remainder, [1, lambda x, y, ans: -np.floor(x / y)], domain=(0.3, 2.0))
-elementwise(np.fmod, [1, lambda x, y, ans: -np.trunc(x / y)], domain=(0.3, 2.0))
+                            lambda x, y, ans: np.exp2(y - ans)], expensive=True)
+elementwise(np.remainder, [1, lambda x, y, ans: -np.floor(x / y)], domain=(0.3, 2.0),
+            piecewise=True)
+elementwise(np.fmod, [1, lambda x, y, ans: -np.trunc(x / y)], domain=(0.3, 2.0), piecewise=True)
 elementwise(np.floor_divide, [0, 0], domain=(0.3, 2.0))
-elementwise(np.copysign, [lambda x, y, ans: np.sign(x) * np.sign(ans), 0])
+elementwise(np.copysign, [lambda x, y, ans: np.sign(x) * np.sign(ans), 0], piecewise=True)
 for _f in (np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal,
            np.logical_and, np.logical_or, np.logical_xor):
     elementwise(_f, [None, None])

@@ -35,12 +35,6 @@ from ..ir.registry import Op, register
 from .common import install_operators
 from .elementwise import chain_product
 
-#: ops whose evaluation is expensive enough that storing partials beats recomputing
-TRANSCENDENTAL = frozenset({
-    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "cbrt", "sin", "cos",
-    "tan", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "arcsinh", "arccosh",
-    "arctanh", "power", "arctan2", "hypot", "logaddexp", "logaddexp2"})
-
 
 def recompute_partials(on=True):
     """While active (in this thread), every region's VJP recomputes its body in
@@ -56,7 +50,7 @@ def strategy(body):
         return "recompute"
     from ..ir.registry import REGISTRY
 
-    expensive = any(n.op in TRANSCENDENTAL or REGISTRY[n.op].dual is not None  # user code
+    expensive = any(REGISTRY[n.op].expensive or REGISTRY[n.op].dual is not None  # user code
                     for n in body.nodes)
     return "store" if expensive else "recompute"
 

@@ -53,8 +53,24 @@ def cupy_available():
     return (count > 0, f"{count} CUDA device(s)" if count else "no CUDA device")
 
 
-#: ops whose ``run`` calls LAPACK on host memory (:mod:`hybridad.ops.linalg`)
-HOST_ONLY = frozenset(LAPACK_OPS)
+#: op -> how the GPU backend runs it, for every op that is not elementwise (an
+#: elementwise op is spelled inside a region kernel by :data:`.source.CUDA_FUNCS`):
+#: ``"kernel"`` -- a generated CUDA kernel of this backend (regions, the
+#: accurate float sums of :mod:`.reduce`; other sums as ``"cupy"``);
+#: ``"cupy"`` -- the op's numpy ``run`` on device arrays, which numpy
+#: dispatches to cupy (``__array_function__``/``__array_ufunc__``; matmul on cuBLAS);
+#: ``"host"`` -- runs on host LAPACK only: refused by :func:`check_supported`;
+#: ``"unused"`` -- never in a cupy graph (its pass is not in the cupy lowering).
+DEVICE_OPS = {
+    "region": "kernel", "region_partial": "kernel", "sum": "kernel",
+    "region_acc": "unused",  # fold_accumulations: not in LOWERING["cupy"]
+    **dict.fromkeys(("max", "min", "prod", "matmul", "zeros", "copy", "iadd", "concatenate",
+                     "reshape", "transpose", "broadcast_to", "getitem", "gather", "scatter",
+                     "scatter_add", "scatter_flat", "scatter_add_flat", "cumsum", "cumprod",
+                     "cumprod_exclusive", "cumprod_adjoint", "sort_pack", "sort_values",
+                     "sort_index"), "cupy"),
+    **dict.fromkeys(LAPACK_OPS, "host"),
+}
 
 
 def check_supported(nodes):
@@ -62,10 +78,15 @@ def check_supported(nodes):
     (an ``@elementwise`` function is refused where its kernel is printed:
     :meth:`.cuda.CudaConstants.kernel`)."""
     for n in nodes:
-        if n.op in HOST_ONLY:
+        if n.op not in REGISTRY:  # input, const
+            continue
+        how = "kernel" if REGISTRY[n.op].kind == "elementwise" else DEVICE_OPS.get(n.op)
+        if how == "host":
             raise NotImplementedError(
                 f"np.linalg's {n.op} is not implemented on backend='cupy' yet (hybridad runs "
                 "it through host LAPACK); use backend='numba'")
+        if how not in ("kernel", "cupy"):
+            raise NotImplementedError(f"backend='cupy' has no way to run op {n.op!r}")
 
 
 def scratch_for_cupy(nodes):

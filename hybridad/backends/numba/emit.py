@@ -39,91 +39,159 @@ def region_acc_groups(nodes):
     return groups
 
 
-def _emit_node(w, node, names, users, consts, layouts):
-    op = node.op
-    a = [names[x.id] for x in node.args]
-    out = names[node.id]
-    nd = len(node.shape)
-    if op == "region":
-        partials = {u.attrs["wrt"]: names[u.id] for u in users[node.id]
-                    if u.op == "region_partial"}
-        region_lines(w, node, names, partials, consts, scratch=names.get(("scratch", node.id)))
-    elif op == "region_partial":
-        pass  # written by its region's kernel
-    elif op == "region_acc":
-        region_acc_lines(w, [node], names, consts)
-    elif op == "zeros":
-        fill(w, out, "0")
-    elif op in ("sum", "max", "min", "prod"):
-        x = node.args[0]
-        _reduction_lines(w, op, node.dtype, node.attrs["axis"], node.attrs["keepdims"],
-                         x.shape, f"{a[0]}{here(len(x.shape))}", out,
-                         scratch=names.get(("scratch", node.id)))
-    elif op == "matmul":
-        _emit_matmul(w, node, a, out, layouts)
-    elif op == "reshape":  # materialized: copy through a source-shaped view of the buffer
-        src = node.args[0]
-        w.emit(f"_r = {out}.reshape({src.shape!r})")
-        w.nest(src.shape, [f"_r{here(len(src.shape))} = {a[0]}{here(len(src.shape))}"])
-    elif op == "transpose":
-        inv = {ax: j for j, ax in enumerate(node.attrs["axes"])}
-        idx = "[" + ", ".join(f"i{inv[d]}" for d in range(nd)) + "]" if nd else "[()]"
-        w.nest(node.shape, [f"{out}{here(nd)} = {a[0]}{idx}"])
-    elif op == "broadcast_to":
-        w.nest(node.shape, [f"{out}{here(nd)} = {a[0]}"
-                            f"{broadcast_index(node.args[0].shape, nd)}"])
-    elif op == "getitem":
-        idx = getitem_map(node.attrs["index"], node.args[0].shape)
-        w.nest(node.shape, [f"{out}{here(nd)} = {a[0]}{idx}"])
-    elif op == "copy":
-        w.nest(node.shape, [f"{out}{here(nd)} = {a[0]}{broadcast_index(node.args[0].shape, nd)}"])
-    elif op == "concatenate":
-        axis, off = node.attrs["axis"], 0
-        for x, name in zip(node.args, a, strict=True):
-            idx = [f"i{d}" if d != axis else f"{off} + i{d}" for d in range(nd)]
-            w.nest(x.shape, [f"{out}[{', '.join(idx)}] = {name}{here(nd)}"])
-            off += x.shape[axis]
-    elif op in ("scatter", "scatter_add"):
-        g = node.args[1] if op == "scatter_add" else node.args[0]
-        gname = a[1] if op == "scatter_add" else a[0]
-        if op == "scatter":
-            fill(w, out, "0")
-        idx = getitem_map(node.attrs["index"], node.shape)
+class Emit:
+    """What an emitter of :data:`EMITTERS` gets: the writer ``w``, the node,
+    its operands' names ``a``, its buffer's name ``out`` and the program's
+    tables (``names``, ``users``, ``consts``, ``layouts``)."""
+
+    __slots__ = ("w", "node", "a", "out", "nd", "names", "users", "consts", "layouts")
+
+    def __init__(self, w, node, names, users, consts, layouts):
+        self.w, self.node, self.names = w, node, names
+        self.users, self.consts, self.layouts = users, consts, layouts
+        self.a = [names[x.id] for x in node.args]
+        self.out = names[node.id]
+        self.nd = len(node.shape)
+
+    def const(self, value):
+        """The name of ``value`` in the result's dtype, a module-level constant."""
+        return self.consts.add(self.node.dtype.type(value))
+
+
+def _region(e):
+    partials = {u.attrs["wrt"]: e.names[u.id] for u in e.users[e.node.id]
+                if u.op == "region_partial"}
+    region_lines(e.w, e.node, e.names, partials, e.consts,
+                 scratch=e.names.get(("scratch", e.node.id)))
+
+
+def _reduction(e):
+    x = e.node.args[0]
+    _reduction_lines(e.w, e.node.op, e.node.dtype, e.node.attrs["axis"],
+                     e.node.attrs["keepdims"], x.shape, f"{e.a[0]}{here(len(x.shape))}", e.out,
+                     scratch=e.names.get(("scratch", e.node.id)))
+
+
+def _reshape(e):  # materialized: copy through a source-shaped view of the buffer
+    src = e.node.args[0]
+    e.w.emit(f"_r = {e.out}.reshape({src.shape!r})")
+    e.w.nest(src.shape, [f"_r{here(len(src.shape))} = {e.a[0]}{here(len(src.shape))}"])
+
+
+def _transpose(e):
+    inv = {ax: j for j, ax in enumerate(e.node.attrs["axes"])}
+    idx = "[" + ", ".join(f"i{inv[d]}" for d in range(e.nd)) + "]" if e.nd else "[()]"
+    e.w.nest(e.node.shape, [f"{e.out}{here(e.nd)} = {e.a[0]}{idx}"])
+
+
+def _broadcast_copy(e):  # broadcast_to and copy: read the operand broadcast
+    e.w.nest(e.node.shape, [f"{e.out}{here(e.nd)} = {e.a[0]}"
+                            f"{broadcast_index(e.node.args[0].shape, e.nd)}"])
+
+
+def _getitem(e):
+    idx = getitem_map(e.node.attrs["index"], e.node.args[0].shape)
+    e.w.nest(e.node.shape, [f"{e.out}{here(e.nd)} = {e.a[0]}{idx}"])
+
+
+def _concatenate(e):
+    axis, off = e.node.attrs["axis"], 0
+    for x, name in zip(e.node.args, e.a, strict=True):
+        idx = [f"i{d}" if d != axis else f"{off} + i{d}" for d in range(e.nd)]
+        e.w.nest(x.shape, [f"{e.out}[{', '.join(idx)}] = {name}{here(e.nd)}"])
+        off += x.shape[axis]
+
+
+def _scatter(add):
+    def emit(e):  # scatter(g): zeros with g at index; scatter_add(acc, g): acc[index] += g
+        g, gname = (e.node.args[1], e.a[1]) if add else (e.node.args[0], e.a[0])
+        if not add:
+            fill(e.w, e.out, "0")
+        idx = getitem_map(e.node.attrs["index"], e.node.shape)
+        e.w.nest(g.shape, [f"{e.out}{idx} {'+=' if add else '='} {gname}{here(len(g.shape))}"])
+    return emit
+
+
+def _gather(e):  # x is C-contiguous storage: read it through a flat view
+    e.w.emit(f"_flat = {e.a[0]}.reshape(({e.node.args[0].size},))")
+    e.w.nest(e.node.shape, [f"{e.out}{here(e.nd)} = _flat[{e.a[1]}{here(e.nd)}]"])
+
+
+def _scatter_flat(add):
+    def emit(e):  # (g, flat) or (acc, g, flat): add g at flat positions
+        g, gname, flat = (e.node.args[1], e.a[1], e.a[2]) if add else \
+            (e.node.args[0], e.a[0], e.a[1])
+        if not add:
+            fill(e.w, e.out, "0")
         gnd = len(g.shape)
-        stmt = "+=" if op == "scatter_add" else "="
-        w.nest(g.shape, [f"{out}{idx} {stmt} {gname}{here(gnd)}"])
-    elif op == "gather":  # x is C-contiguous storage: read it through a flat view
-        w.emit(f"_flat = {a[0]}.reshape(({node.args[0].size},))")
-        w.nest(node.shape, [f"{out}{here(nd)} = _flat[{a[1]}{here(nd)}]"])
-    elif op in ("scatter_flat", "scatter_add_flat"):
-        g, gname, flat = (node.args[0], a[0], a[1]) if op == "scatter_flat" else \
-            (node.args[1], a[1], a[2])
-        if op == "scatter_flat":
-            fill(w, out, "0")
-        gnd = len(g.shape)
-        w.emit(f"_flat = {out}.reshape(({node.size},))")
-        w.nest(g.shape, [f"_flat[{flat}{here(gnd)}] += {gname}{here(gnd)}"])
-    elif op == "iadd":
-        w.nest(node.shape, [f"{out}{here(nd)} += {a[1]}{broadcast_index(node.args[1].shape, nd)}"])
-    elif op == "cumprod_exclusive":
-        _emit_scan(w, node, a[0], out, consts.add(node.dtype.type(1)), "*=", inclusive=False)
-    elif op == "cumsum":
-        _emit_scan(w, node, a[0], out, consts.add(node.dtype.type(0)), "+=", inclusive=True)
-    elif op == "cumprod":
-        _emit_scan(w, node, a[0], out, consts.add(node.dtype.type(1)), "*=", inclusive=True)
-    elif op in LAPACK_OPS:  # the shared LAPACK kernels, workspace from the arena
-        work = [names[("scratch", node.id)]] if ("scratch", node.id) in names else []
-        extra = [kind_of(node.dtype), *kernel_args(op, node.attrs)]
-        w.emit(f"_la_{op}({', '.join(a + [out] + work + [str(x) for x in extra])})")
-    elif op == "cumprod_adjoint":
-        _emit_cumprod_adjoint(w, node, a, out, consts.add(node.dtype.type(0)))
-    elif op == "sort_pack":
-        _emit_sort_pack(w, node, a[0], out)
-    elif op in ("sort_values", "sort_index"):
-        _emit_sort_unpack(w, node, a[1] if op == "sort_values" else a[0], out,
-                          "real" if op == "sort_values" else "imag")
-    else:
-        raise NotImplementedError(f"numba backend: no code for op {op!r}")
+        e.w.emit(f"_flat = {e.out}.reshape(({e.node.size},))")
+        e.w.nest(g.shape, [f"_flat[{flat}{here(gnd)}] += {gname}{here(gnd)}"])
+    return emit
+
+
+def _iadd(e):
+    e.w.nest(e.node.shape, [f"{e.out}{here(e.nd)} += {e.a[1]}"
+                            f"{broadcast_index(e.node.args[1].shape, e.nd)}"])
+
+
+def _scan(init, update, inclusive):
+    def emit(e):
+        _emit_scan(e.w, e.node, e.a[0], e.out, e.const(init), update, inclusive=inclusive)
+    return emit
+
+
+def _lapack(e):  # the shared LAPACK kernels, workspace from the arena
+    key = ("scratch", e.node.id)
+    work = [e.names[key]] if key in e.names else []
+    extra = [kind_of(e.node.dtype), *kernel_args(e.node.op, e.node.attrs)]
+    e.w.emit(f"_la_{e.node.op}({', '.join(e.a + [e.out] + work + [str(x) for x in extra])})")
+
+
+def _sort_unpack(part):
+    def emit(e):  # sort_values reads (x, packed), sort_index (packed,)
+        _emit_sort_unpack(e.w, e.node, e.a[1] if part == "real" else e.a[0], e.out, part)
+    return emit
+
+
+#: op -> the emitter of its generated source: the numba backend's whole
+#: knowledge of the ops that are not fused into regions (an elementwise op is
+#: rendered inside a region by :mod:`hybridad.backends.scalar`)
+EMITTERS = {
+    "region": _region,
+    "region_partial": lambda e: None,  # written by its region's kernel
+    "region_acc": lambda e: region_acc_lines(e.w, [e.node], e.names, e.consts),
+    "zeros": lambda e: fill(e.w, e.out, "0"),
+    **dict.fromkeys(("sum", "max", "min", "prod"), _reduction),
+    "matmul": lambda e: _emit_matmul(e.w, e.node, e.a, e.out, e.layouts),
+    "reshape": _reshape,
+    "transpose": _transpose,
+    "broadcast_to": _broadcast_copy,
+    "copy": _broadcast_copy,
+    "getitem": _getitem,
+    "concatenate": _concatenate,
+    "scatter": _scatter(add=False),
+    "scatter_add": _scatter(add=True),
+    "gather": _gather,
+    "scatter_flat": _scatter_flat(add=False),
+    "scatter_add_flat": _scatter_flat(add=True),
+    "iadd": _iadd,
+    "cumsum": _scan(0, "+=", inclusive=True),
+    "cumprod": _scan(1, "*=", inclusive=True),
+    "cumprod_exclusive": _scan(1, "*=", inclusive=False),
+    "cumprod_adjoint": lambda e: _emit_cumprod_adjoint(e.w, e.node, e.a, e.out, e.const(0)),
+    **dict.fromkeys(LAPACK_OPS, _lapack),
+    "sort_pack": lambda e: _emit_sort_pack(e.w, e.node, e.a[0], e.out),
+    "sort_values": _sort_unpack("real"),
+    "sort_index": _sort_unpack("imag"),
+}
+
+
+def emit_node(w, node, names, users, consts, layouts):
+    """Write the source computing ``node`` (not fused into a region) with ``w``."""
+    emitter = EMITTERS.get(node.op)
+    if emitter is None:
+        raise NotImplementedError(f"numba backend: no code for op {node.op!r}")
+    emitter(Emit(w, node, names, users, consts, layouts))
 
 
 def blas_accumulations(nodes, outputs, layouts):

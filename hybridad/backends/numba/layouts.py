@@ -7,8 +7,9 @@ from __future__ import annotations
 from ...ops import REGISTRY
 from ...transforms.memory import layout_proto
 from .reduce import reduction_scratch
+from .runner import view_at
 
-__all__ = ["materialize_for_numba", "numba_layouts", "scratch_for_numba"]
+__all__ = ["materialize_for_numba", "numba_layouts", "scratch_for_numba", "view_statement"]
 
 
 def materialize_for_numba(nodes):
@@ -129,3 +130,33 @@ def numba_layouts(nodes, memplan):
         else:
             out[n.id] = "A"
     return out
+
+
+def view_statement(node, src, var, addresses):
+    """The source binding ``var`` to view ``node`` of ``src`` (a view that
+    :func:`materialize_for_numba` kept): from the data address where ``src``'s
+    is known (``addresses``: variable -> (address, shape, dtype, order); the
+    view's is added) -- a C reshape, a contiguous slice, a 2-D transpose as F
+    -- else a numba array view."""
+    c_source = src in addresses and addresses[src][3] == "C"
+    op, attrs = node.op, node.attrs
+    if c_source and op == "reshape":  # a C array's data, reshaped
+        addresses[var] = (addresses[src][0], node.shape, node.dtype, "C")
+    elif c_source and op == "getitem" and (off := contiguous_getitem_offset(node)) is not None:
+        addresses[var] = (f"{addresses[src][0]} + {off}" if off else addresses[src][0],
+                          node.shape, node.dtype, "C")
+    elif c_source and op == "transpose" and attrs["axes"] == (1, 0):  # as F
+        addresses[var] = (addresses[src][0], node.shape, node.dtype, "F")
+    if var in addresses:
+        return f"{var} = " + view_at(*addresses[var])
+    if op == "reshape":
+        return f"{var} = {src}.reshape({attrs['shape']!r})"
+    if op == "transpose" and attrs["axes"] == (1, 0):
+        return f"{var} = {src}.T"  # typed F-contiguous (BLAS-ready) by numba
+    if op == "transpose":
+        return f"{var} = np.transpose({src}, {attrs['axes']!r})"
+    if op == "broadcast_to":
+        return f"{var} = np.broadcast_to({src}, {attrs['shape']!r})"
+    if op == "getitem":  # strided, read in place by regions (materialize_for_numba)
+        return f"{var} = {src}[{index_source(attrs['index'])}]"
+    raise AssertionError(f"view {op} should have been materialized")

@@ -22,8 +22,8 @@ from ...ops.lapack import LAPACK_OPS
 from ...transforms.memory import poison_schedule
 from ..scalar import vector_imports
 from . import cache
-from .emit import _emit_gemm, _emit_node, blas_accumulations, region_acc_groups
-from .layouts import contiguous_getitem_offset, index_source, numba_layouts
+from .emit import _emit_gemm, blas_accumulations, emit_node, region_acc_groups
+from .layouts import numba_layouts, view_statement
 from .loops import (
     Constants,
     LoopWriter,
@@ -268,23 +268,12 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     addresses = checks.addresses()
     accumulate = {m: add for m, add in blas_accumulations(nodes, outputs, layouts).items()
                   if m not in given}
-    kernels = _Kernels(lambda sub, n: _emit_node(sub, n, names, users, consts, layouts),
+    kernels = _Kernels(lambda sub, n: emit_node(sub, n, names, users, consts, layouts),
                        addresses)
     folded = {n.id for n in accumulate.values()}  # iadds done by their gemm
     acc_groups = region_acc_groups(computed)  # first node id -> the region_accs of one loop
     in_group = {m.id for ms in acc_groups.values() for m in ms[1:]}
-    for n in nodes:  # buffer views, cut once at the top
-        if n.id in direct:
-            names[n.id] = f"o{direct[n.id]}"  # computed straight into the caller's buffer
-        elif memplan.storage[n.id] == "buffer":
-            dt, off, nbytes, shape = memplan.slots[n.id]
-            names[n.id] = f"b{n.id}"
-            addresses[f"b{n.id}"] = (f"ar_{dt.name}p + {off}", shape, dt, "C")
-            w.emit(f"b{n.id} = " + view_at(*addresses[f"b{n.id}"]))
-    for nid, (dt, off, count) in memplan.scratch.items():
-        names[("scratch", nid)] = f"sc{nid}"
-        addresses[f"sc{nid}"] = (f"ar_{dt.name}p + {off}", (count,), dt, "C")
-        w.emit(f"sc{nid} = " + view_at(*addresses[f"sc{nid}"]))
+    _arena_views(w, nodes, memplan, direct, names, addresses)
     dying = poison_schedule(memplan) if poison else {}
 
     def poison_lines(keys):
@@ -301,21 +290,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             names[n.id] = f"a{input_pos[n.id]}"
         elif storage == "const":
             names[n.id] = f"c{n.id}"
-            only_inlined = n.is_literal and n.size == 1 and n.id not in output_ids and all(
-                u.op == "region" for u in users[n.id])
-            v = n.attrs["value"]
-            order = "C" if v.flags.c_contiguous else "F" if v.flags.f_contiguous else None
-            if only_inlined:
-                pass
-            elif objects and order and v.flags.aligned and v.dtype.isnative:
-                params.append(f"c{n.id}p")  # by object, like the inputs
-                const_args.append((v, True))
-                checks.add(f"c{n.id}", v.shape, v.dtype, written=False, order=order)
-                if order == "C":
-                    addresses[f"c{n.id}"] = (f"c{n.id}d", v.shape, v.dtype, "C")
-            else:
-                params.append(f"c{n.id}")
-                const_args.append((v, False))
+            _const_param(n, users, output_ids, objects, params, const_args, checks, addresses)
         elif n.id in given and storage != "view":  # an earlier program's: in its buffer
             if storage == "alias":
                 names[n.id] = names[memplan.alias_of[n.id].id]
@@ -341,31 +316,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
                     f".reshape({n.shape!r})" if acc.shape != n.shape else ""), 1))
         elif storage == "view":
             names[n.id] = f"v{n.id}"
-            src = names[n.args[0].id]
-            c_source = src in addresses and addresses[src][3] == "C"
-            if n.op == "reshape" and c_source:  # a C array's data, reshaped
-                addresses[f"v{n.id}"] = (addresses[src][0], n.shape, n.dtype, "C")
-                w.emit(f"v{n.id} = " + view_at(*addresses[f"v{n.id}"]))
-            elif n.op == "getitem" and c_source and \
-                    (off := contiguous_getitem_offset(n)) is not None:  # address + offset
-                addresses[f"v{n.id}"] = (f"{addresses[src][0]} + {off}" if off else
-                                         addresses[src][0], n.shape, n.dtype, "C")
-                w.emit(f"v{n.id} = " + view_at(*addresses[f"v{n.id}"]))
-            elif n.op == "transpose" and n.attrs["axes"] == (1, 0) and c_source:  # as F
-                addresses[f"v{n.id}"] = (addresses[src][0], n.shape, n.dtype, "F")
-                w.emit(f"v{n.id} = " + view_at(*addresses[f"v{n.id}"]))
-            elif n.op == "reshape":
-                w.emit(f"v{n.id} = {src}.reshape({n.attrs['shape']!r})")
-            elif n.op == "transpose" and n.attrs["axes"] == (1, 0):
-                w.emit(f"v{n.id} = {src}.T")  # typed F-contiguous (BLAS-ready) by numba
-            elif n.op == "transpose":
-                w.emit(f"v{n.id} = np.transpose({src}, {n.attrs['axes']!r})")
-            elif n.op == "broadcast_to":
-                w.emit(f"v{n.id} = np.broadcast_to({src}, {n.attrs['shape']!r})")
-            elif n.op == "getitem":  # strided, read in place by regions (materialize_for_numba)
-                w.emit(f"v{n.id} = {src}[{index_source(n.attrs['index'])}]")
-            else:
-                raise AssertionError(f"view {n.op} should have been materialized")
+            w.emit(view_statement(n, names[n.args[0].id], f"v{n.id}", addresses))
         else:
             w.emit(f"# {format_node(n)}")
             kernels.emit(w, n)
@@ -379,20 +330,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         elif names[n.id] != f"o{k}":
             nd = len(n.shape)
             w.nest(n.shape, [f"o{k}{here(nd)} = {names[n.id]}{here(nd)}"])
-    header = ["import numpy as np", "from numba import get_thread_id, njit, prange",
-              vector_imports(),
-              "from hybridad.backends.numba.rt import check_arrays as _check, gemm as _gemm, "
-              "load_i64 as _ld64, view_at as _view",
-              "from hybridad.backends.numba.rt import fold_max as _fold_max, "
-              "fold_min as _fold_min, "
-              "fold_prod as _fold_prod, fold_sum as _fold_sum, "
-              "sum_compensated as _sum_compensated",
-              "from hybridad.ops.lapack import " +
-              ", ".join(f"{op} as _la_{op}" for op in LAPACK_OPS), ""]
-    abi = tuple(rt.ABI[k] for k in rt.ABI_FIELDS) if objects else (0,) * 9
-    header.append(f"_ABI = {abi!r}  # see rt.ABI")
-    header += [f"{k} = {_literal(v)}" for k, v in consts.namespace().items()]
-    header += consts.kernel_header()
+    header = _header(consts, objects)
     table = checks.table()
     guards = ["    " + line for line in checks.lines(table.size)]
     # numba's disk cache rebuilds the environment of every function the plan
@@ -407,24 +345,93 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     flags = base_flags + (", nogil=True" if heavy else "") + (_PARALLEL if parallel else "")
     signature = f"def {fn_name}({', '.join(params)}):"
     source = "\n".join(header + kernel_defs + ["", "", f"@njit({flags})", signature] + body) + "\n"
+    call, own, fixed, bound = _link(source, fn_name, memplan, arenas, table, in_specs,
+                                    out_specs, const_args, objects, cacheable)
+    keep = [memplan.arenas[dt] for dt in arenas] + [v for v, _ in const_args] + [table]
+    program = NumbaProgram(call, source, heavy,
+                           in_specs, out_specs, keep, objects)
+    program.parts = (own, fixed, bound)
+    program.direct = direct
+    program.blas_limited = bool(parallel) and re.search(r"_gemm\(|_la_\w+\(", source) is not None
+    return program
+
+
+def _arena_views(w, nodes, memplan, direct, names, addresses):
+    """Name every buffer and scratch slot and cut its view of the arena once, at
+    the top (an output computed in place is named as the caller's array)."""
+    for n in nodes:
+        if n.id in direct:
+            names[n.id] = f"o{direct[n.id]}"  # computed straight into the caller's buffer
+        elif memplan.storage[n.id] == "buffer":
+            dt, off, nbytes, shape = memplan.slots[n.id]
+            names[n.id] = f"b{n.id}"
+            addresses[f"b{n.id}"] = (f"ar_{dt.name}p + {off}", shape, dt, "C")
+            w.emit(f"b{n.id} = " + view_at(*addresses[f"b{n.id}"]))
+    for nid, (dt, off, count) in memplan.scratch.items():
+        names[("scratch", nid)] = f"sc{nid}"
+        addresses[f"sc{nid}"] = (f"ar_{dt.name}p + {off}", (count,), dt, "C")
+        w.emit(f"sc{nid} = " + view_at(*addresses[f"sc{nid}"]))
+
+
+def _const_param(n, users, output_ids, objects, params, const_args, checks, addresses):
+    """How captured constant ``n`` reaches the compiled function: inlined (a
+    scalar only regions read), by object with its address known (like the
+    inputs), or as an array argument."""
+    only_inlined = n.is_literal and n.size == 1 and n.id not in output_ids and all(
+        u.op == "region" for u in users[n.id])
+    v = n.attrs["value"]
+    order = "C" if v.flags.c_contiguous else "F" if v.flags.f_contiguous else None
+    if only_inlined:
+        return
+    if objects and order and v.flags.aligned and v.dtype.isnative:
+        params.append(f"c{n.id}p")  # by object, like the inputs
+        const_args.append((v, True))
+        checks.add(f"c{n.id}", v.shape, v.dtype, written=False, order=order)
+        if order == "C":
+            addresses[f"c{n.id}"] = (f"c{n.id}d", v.shape, v.dtype, "C")
+    else:
+        params.append(f"c{n.id}")
+        const_args.append((v, False))
+
+
+def _header(consts, objects):
+    """The generated module's imports and constants."""
+    from . import rt
+
+    header = ["import numpy as np", "from numba import get_thread_id, njit, prange",
+              vector_imports(),
+              "from hybridad.backends.numba.rt import check_arrays as _check, gemm as _gemm, "
+              "load_i64 as _ld64, view_at as _view",
+              "from hybridad.backends.numba.rt import fold_max as _fold_max, "
+              "fold_min as _fold_min, "
+              "fold_prod as _fold_prod, fold_sum as _fold_sum, "
+              "sum_compensated as _sum_compensated",
+              "from hybridad.ops.lapack import " +
+              ", ".join(f"{op} as _la_{op}" for op in LAPACK_OPS), ""]
+    abi = tuple(rt.ABI[k] for k in rt.ABI_FIELDS) if objects else (0,) * 9
+    header.append(f"_ABI = {abi!r}  # see rt.ABI")
+    header += [f"{k} = {_literal(v)}" for k, v in consts.namespace().items()]
+    return header + consts.kernel_header()
+
+
+def _link(source, fn_name, memplan, arenas, table, in_specs, out_specs, const_args,
+          objects, cacheable):
+    """Compile ``source`` and bind what every call passes the same way
+    (:func:`_bind`): the arenas' addresses, the guard table, numpy's array
+    type and the constants -- by ``id()`` where arrays go by object (:mod:`.rt`),
+    else as arrays.  Returns ``(call, own dispatcher, fixed, bound)``."""
     arena_args = [memplan.arenas[dt].ctypes.data for dt in arenas]
     if objects:
         fixed = arena_args + [table.ctypes.data, id(np.ndarray)]
-        protos = fixed + [0] * len(inputs) + [0 if obj else v for v, obj in const_args] + \
-            [0] * len(outputs)
+        protos = fixed + [0] * len(in_specs) + [0 if obj else v for v, obj in const_args] + \
+            [0] * len(out_specs)
     else:
         fixed = arena_args + [table.ctypes.data, 0]
         protos = fixed + [np.empty(s, d) for s, d in in_specs] + [v for v, _ in const_args] + \
             [np.empty(s, d) for s, d in out_specs]
     bound = [id(v) if obj else v for v, obj in const_args]
     own = _own_dispatcher(source, fn_name, protos, cacheable)
-    keep = [memplan.arenas[dt] for dt in arenas] + [v for v, _ in const_args] + [table]
-    program = NumbaProgram(_bind(own, fixed, bound, len(inputs), len(outputs)), source, heavy,
-                           in_specs, out_specs, keep, objects)
-    program.parts = (own, fixed, bound)
-    program.direct = direct
-    program.blas_limited = bool(parallel) and re.search(r"_gemm\(|_la_\w+\(", source) is not None
-    return program
+    return _bind(own, fixed, bound, len(in_specs), len(out_specs)), own, fixed, bound
 
 
 def _own_dispatcher(source, fn_name, protos, cacheable=True):
