@@ -51,14 +51,20 @@ def rows():
     """``(section, name, derivative kind, backends)`` of every supported
     numpy function, ufunc method and ndarray method."""
     from .frontend import numpy_api  # noqa: F401  (fills HANDLED)
-    from .frontend.numpy_api import _UFUNC_ALIASES, HANDLED, UFUNC_OPS
+    from .frontend.numpy_api import _UFUNC_ALIASES, HANDLED, UFUNC_OPS, ufunc_name
     from .frontend.tracer import Tracer
     from .ops import REGISTRY
 
     both = "numpy, numba"
     out = []
+    special = []
     for uf, name in sorted(UFUNC_OPS.items(), key=lambda kv: kv[1]):
-        out.append(("ufuncs", f"numpy.{uf.__name__}", _kind(REGISTRY[name]), both))
+        row = (ufunc_name(uf), _kind(REGISTRY[name]), both)
+        if row[0].startswith("numpy."):
+            out.append(("ufuncs", *row))
+        else:
+            special.append(("scipy.special ufuncs (fused into kernels; CUDA spellings too)",
+                            *row))
     for uf, target in _UFUNC_ALIASES.items():
         out.append(("ufuncs", f"numpy.{uf.__name__}",
                     f"as numpy.{target.__name__}", both))
@@ -82,6 +88,20 @@ def rows():
                      (callable(v) or isinstance(v, property)))
     out += [("ndarray methods and attributes", f"x.{m}", "as the function", both)
             for m in methods]
+    out += special
+    from .frontend.scipy_special import INTERCEPTED
+    from .frontend.scipy_stats import CDF, LOGPDF, LOGPMF
+
+    out += [("scipy functions (intercepted while tracing)", f"{module}.{name}",
+             "composite of primitives", both) for module, name in sorted(INTERCEPTED)]
+    out += [("scipy.stats distributions", f"scipy.stats.{d}",
+             "logpdf, pdf" + (", cdf, logcdf" + (", sf, logsf" if d != "expon" else "")
+                              if d in CDF else "") + "; in x and every parameter", both)
+            for d in sorted(LOGPDF)]
+    out += [("scipy.stats distributions", f"scipy.stats.{d}", "logpmf, pmf; in the parameters",
+             both) for d in sorted(LOGPMF)]
+    out.append(("scipy.stats distributions", "scipy.stats.multivariate_normal",
+                "logpdf; in x, mean and cov", both))
     out.append(("operators", "+ - * / ** @ // % divmod() unary - + abs() < <= > >= == != "
                 "& \\| ^ ~ (booleans) x[index] (basic, integer arrays, boolean masks) len() "
                 "iteration round(x[i], n) copy.copy; in place: += -= *= /= **= @= //= %= &= "

@@ -11,6 +11,7 @@ __all__ = ["MemoryBudgetError", "RetraceWarning", "StalePlanError", "TracingErro
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _NUMPY_MARK = os.sep + "numpy" + os.sep
+_SCIPY_MARK = os.sep + "scipy" + os.sep
 
 
 class TracingError(Exception):
@@ -50,9 +51,26 @@ def user_location():
     frame = sys._getframe(1)
     while frame is not None:
         fname = os.path.abspath(frame.f_code.co_filename)
-        if not fname.startswith(_PKG_DIR) and _NUMPY_MARK not in fname:
+        if not fname.startswith(_PKG_DIR) and _NUMPY_MARK not in fname and \
+                _SCIPY_MARK not in fname:
             line = linecache.getline(fname, frame.f_lineno).strip()
             where = f"{os.path.basename(fname)}:{frame.f_lineno}"
             return f"{where}: {line}" if line else where
         frame = frame.f_back
     return "<unknown location>"
+
+
+def library_entry():
+    """``scipy.special.logsumexp``-style name of the outermost scipy function
+    on the stack below the user's code, or None."""
+    frame, entry = sys._getframe(1), None
+    while frame is not None:
+        fname = os.path.abspath(frame.f_code.co_filename)
+        if _SCIPY_MARK in fname:
+            module = frame.f_globals.get("__name__", "scipy")
+            public = ".".join(p for p in module.split(".") if not p.startswith("_"))
+            entry = f"{public}.{frame.f_code.co_name}"
+        elif not fname.startswith(_PKG_DIR) and _NUMPY_MARK not in fname:
+            break
+        frame = frame.f_back
+    return entry

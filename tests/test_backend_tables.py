@@ -9,6 +9,7 @@ from hybridad.backends.cuda.source import CudaConstants
 from hybridad.backends.scalar import Constants, render_region
 from hybridad.frontend.trace import Trace, bind
 from hybridad.ops import REGISTRY
+from hybridad.ops.elementwise import derived
 from hybridad.transforms.partition import Region
 
 ELEMENTWISE = sorted(n for n, op in REGISTRY.items()
@@ -35,7 +36,8 @@ def _one_node_region(name):
 @pytest.mark.parametrize("name", ELEMENTWISE)
 def test_every_elementwise_op_renders_in_every_dialect(name, dialect):
     region = _one_node_region(name)
-    seeds = [k for k, n in enumerate(region.inputs) if n.dtype.kind == "f"]
+    rules = derived(REGISTRY[name])
+    seeds = [k for k, n in enumerate(region.inputs) if n.dtype.kind == "f" and k in rules]
     sb = render_region(region, [f"in{k}" for k in range(len(region.inputs))], seeds,
                        dialect())
     assert sb.value and all(k in sb.partials for k in seeds)

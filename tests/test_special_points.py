@@ -16,13 +16,15 @@ import pytest
 
 import hybridad as ha
 from hybridad.ops import REGISTRY
+from hybridad.ops.elementwise import derived
 
 from conftest import BACKENDS
 
 
 def _differentiable(op, nin):
     return (op.kind == "elementwise" and isinstance(op.ufunc, np.ufunc) and op.ufunc.nin == nin
-            and op.dual is None and any(callable(p) for p in op.partials))
+            and op.dual is None and any(callable(p) for p in op.partials)
+            and len(derived(op)) == nin)  # (zeta's order has no rule)
 
 
 UNARY = sorted(n for n, op in REGISTRY.items() if _differentiable(op, 1))

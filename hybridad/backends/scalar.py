@@ -18,18 +18,23 @@ tangents of the last value are the region's local partials.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
 
 from ..ops import REGISTRY
 from ..ops.common import install_operators
+from .numba.special import SPECIAL
 from .numba.vmath import HELPERS, VECTOR_UFUNCS
 
 #: generated code calls ``vmath``'s functions under these names (``_vm_exp``)
 VECTOR_PREFIX = "_vm_"
+#: and ``special``'s (scipy.special) under these (``_sp_erf``)
+SPECIAL_PREFIX = "_sp_"
 
-__all__ = ["Sym", "render_region", "ScalarBody", "VECTOR_PREFIX", "vector_imports"]
+__all__ = ["Sym", "render_region", "ScalarBody", "VECTOR_PREFIX", "uses_special",
+           "vector_imports"]
 
 
 class Sym:
@@ -86,7 +91,7 @@ _PREFIX = {"negative": "-", "positive": "+", "logical_not": "not "}
 def ufunc_code(ufunc, args):
     """Source text of ``ufunc(*args)`` on symbolic scalars (the kernel printer; not the
     tracer surface's :func:`hybridad.frontend.numpy_api.apply_ufunc`)."""
-    name = ufunc.__name__
+    name = op_name(ufunc)
     out_dtype = ufunc.resolve_dtypes(tuple(a.dtype for a in args) + (None,) * ufunc.nout)[-1]
     consts = args[0].consts
     if _cuda(consts):  # the dialect's own spelling (hybridad.backends.cuda.source)
@@ -98,11 +103,25 @@ def ufunc_code(ufunc, args):
     elif name in VECTOR_UFUNCS and out_dtype == np.float64 and \
             all(a.dtype == np.float64 for a in args):
         code = f"{VECTOR_PREFIX}{name}({args[0].code})"  # vectorizable (vmath)
+    elif name in SPECIAL:  # scipy.special: scipy's compiled function, in float64
+        code = f"{SPECIAL_PREFIX}{name}({', '.join(a.code for a in args)})"
+        if out_dtype != np.float64:
+            code = f"np.{out_dtype.name}({code})"
     elif REGISTRY.get(name) is not None and REGISTRY[name].scalar is not None:
         code = REGISTRY[name].scalar.format(*(a.code for a in args))
     else:
         code = f"np.{name}({', '.join(a.code for a in args)})"
     return Sym(code, out_dtype, consts)
+
+
+@functools.cache
+def _ops_by_ufunc():
+    return {op.ufunc: name for name, op in REGISTRY.items() if op.ufunc is not None}
+
+
+def op_name(ufunc):
+    """The registry's name of ``ufunc`` (scipy's Hurwitz ``_zeta`` is op ``zeta``)."""
+    return _ops_by_ufunc().get(ufunc, ufunc.__name__)
 
 
 def _cuda(consts):
@@ -129,17 +148,28 @@ def _vmath_names():
     return {**VECTOR_UFUNCS, **HELPERS}
 
 
-def vector_imports():
-    """The import line giving generated source the vectorizable functions."""
+def vector_imports(special=False):
+    """The import line giving generated source the vectorizable functions, and
+    scipy.special's (:mod:`.numba.special`, as ``_sp_<op>``) where ``special``."""
     names = ", ".join(f"{fn} as {VECTOR_PREFIX}{uf}" for uf, fn in _vmath_names().items())
-    return f"from hybridad.backends.numba.vmath import {names}"
+    line = f"from hybridad.backends.numba.vmath import {names}"
+    if special:
+        names = ", ".join(f"{fn} as {SPECIAL_PREFIX}{op}" for op, fn in SPECIAL.items())
+        line += f"\nfrom hybridad.backends.numba.special import {names}"
+    return line
+
+
+def uses_special(lines):
+    """Whether generated ``lines`` call scipy.special's functions."""
+    return any(SPECIAL_PREFIX in line for line in lines)
 
 
 def vector_namespace():
     """name -> function, for source exec'd without imports."""
-    from .numba import vmath
+    from .numba import special, vmath
 
-    return {f"{VECTOR_PREFIX}{uf}": getattr(vmath, fn) for uf, fn in _vmath_names().items()}
+    return {**{f"{VECTOR_PREFIX}{uf}": getattr(vmath, fn) for uf, fn in _vmath_names().items()},
+            **{f"{SPECIAL_PREFIX}{op}": getattr(special, fn) for op, fn in SPECIAL.items()}}
 
 
 class Constants:
@@ -283,7 +313,7 @@ def render_region(region, input_names, seeds=(), consts=None, need_value=True):
             continue
         if node.dtype.kind in "fc" and seeds:
             for j, (a, p) in enumerate(zip(node.args, op.partials, strict=True)):
-                if p is None or (not callable(p) and p == 0):
+                if p is None or (not callable(p) and p == 0) or not tangents[a.id]:
                     continue
                 pj = duals[j] if op.dual is not None else p(*args, ans) if callable(p) else p
                 for k, t in tangents[a.id].items():

@@ -5,10 +5,13 @@ and its Python protocols), :mod:`.trace` (the trace, ``bind``, ``as_node``),
 surface on tracers (:mod:`.numpy_api` and the modules it loads: ufuncs and
 core functions, :mod:`.numpy_reductions`, :mod:`.numpy_math`,
 :mod:`.numpy_selection`, :mod:`.numpy_shapes`, :mod:`.numpy_products`,
-:mod:`.numpy_linalg`, :mod:`.numpy_methods`); what ``f`` reads besides its
+:mod:`.numpy_linalg`, :mod:`.numpy_methods`; scipy's Python functions and
+distributions, :mod:`.scipy_special`, :mod:`.scipy_stats`); what ``f`` reads besides its
 arguments (:mod:`.observe` while tracing, :mod:`.user_code`, the walk
 :mod:`.guard_walk`, the compiled checks :mod:`.guards`, the graph
 :mod:`.signature`) and user scalar functions (:mod:`.scalar_functions`)."""
+
+import sys
 
 # the numpy surface: the core, then the modules that register more of numpy on it
 # (kept one import a line, in this order)
@@ -21,3 +24,17 @@ from . import numpy_shapes  # noqa: E402,F401  (stacking, splitting, pad, diagon
 from . import numpy_products  # noqa: E402,F401  (cross, tensordot, einsum, norm)
 from . import numpy_linalg  # noqa: E402,F401  (numpy.linalg)
 from . import numpy_methods  # noqa: E402,F401  (the ndarray methods of tracers)
+from . import scipy_special, scipy_stats  # noqa: E402  (scipy's Python functions)
+from .trace import ON_ENTER  # noqa: E402
+
+
+def _install_scipy():
+    """Wrap scipy's intercepted entry points; scipy.stats once the user imported it
+    (importing it here would cost every hybridad import half a second)."""
+    scipy_special.install()
+    if "scipy.stats" in sys.modules:
+        scipy_stats.install()
+
+
+_install_scipy()
+ON_ENTER.append(_install_scipy)  # again when a trace begins: modules imported since

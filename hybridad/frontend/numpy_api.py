@@ -13,6 +13,8 @@ from __future__ import annotations
 import numbers
 import operator
 
+import sys
+
 import numpy as np
 
 from ..errors import TracingError, user_location
@@ -46,9 +48,24 @@ def implements(*funcs):
 
 
 def _unsupported(name):
+    if "." not in name:
+        name = f"numpy.{name}"
     return NotImplementedError(
-        f"hybridad does not support numpy.{name} yet (at {user_location()}); "
+        f"hybridad does not support {name} yet (at {user_location()}); "
         "see docs/limitations.md for what tracing supports")
+
+
+def ufunc_name(ufunc):
+    """The public name of ``ufunc``: ``numpy.exp``, ``scipy.special.erf``
+    (scipy's Hurwitz ``_zeta``: ``scipy.special.zeta``)."""
+    name = ufunc.__name__
+    if getattr(np, name, None) is ufunc:
+        return f"numpy.{name}"
+    special = sys.modules.get("scipy.special")
+    if special is not None and (getattr(special, name, None) is ufunc or
+                                callable(getattr(special, name.lstrip("_"), None))):
+        return f"scipy.special.{name.lstrip('_')}"
+    return f"{type(ufunc).__module__}.{name}" if type(ufunc) is not np.ufunc else name
 
 
 def _tracer(x):
@@ -114,7 +131,7 @@ def _ufunc(ufunc, method, inputs, kwargs):
         return _reduce(_REDUCE_OPS[ufunc], x, kwargs.get("axis", 0),
                        kwargs.get("keepdims", False))
     suffix = "" if method == "__call__" else f".{method}"
-    raise _unsupported(f"{ufunc.__name__}{suffix}")
+    raise _unsupported(f"{ufunc_name(ufunc)}{suffix}")
 
 
 _POWER_SHORTCUTS = {1: None, 2: np.square, 0.5: np.sqrt, -1: np.reciprocal}

@@ -48,6 +48,11 @@ def current_trace():
     return stack[-1]
 
 
+#: called when an outermost trace begins (the scipy surface installs its
+#: wrappers for scipy modules imported since: :mod:`.scipy_special`)
+ON_ENTER = []
+
+
 class Trace:
     """The graph under construction: nodes in creation (= topological) order."""
 
@@ -61,6 +66,9 @@ class Trace:
     def __enter__(self):
         if not hasattr(_state, "stack"):
             _state.stack = []
+        if not _state.stack:
+            for hook in ON_ENTER:
+                hook()
         _state.stack.append(self)
         return self
 

@@ -20,7 +20,7 @@ import types
 
 import numpy as np
 
-from ..errors import TracingError, user_location
+from ..errors import TracingError, library_entry, user_location
 from .observe import note_value_operand
 
 #: the numpy surface of tracers: ``apply_ufunc``, ``apply_function`` and
@@ -196,6 +196,13 @@ class Tracer:
         _value_dependent(".tolist()", "Keep it an array.")
 
     def __array__(self, dtype=None, copy=None):
+        entry = library_entry()
+        if entry is not None:
+            raise TracingError(
+                f"{entry} converts its input with np.asarray, which tracing cannot follow (at "
+                f"{user_location()}). hybridad traces scipy.special's ufuncs, logsumexp, "
+                "softmax, log_softmax, polygamma and scipy.stats' distributions "
+                "(docs/limitations.md); write the rest with numpy functions.")
         raise TracingError(
             f"a traced array was converted to a numpy array at {user_location()} (np.asarray, "
             "np.array([...]) over traced values, or an unsupported function). Use np.stack / "

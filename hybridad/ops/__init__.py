@@ -7,6 +7,7 @@ table), :mod:`.select` (where, casts, copy), :mod:`.reductions`,
 :mod:`.indexing` (getitem, gather, gather_positions), :mod:`.sorting`,
 :mod:`.accumulate` (the scatter and in-place adds the reverse pass emits),
 :mod:`.linalg` (LAPACK primitives, their kernels in :mod:`.lapack`),
+:mod:`.special` (scipy.special's ufuncs, the rule table continued),
 :mod:`.region` (the fused regions the partition makes) -- and the helpers
 their rules share (:mod:`.common`, :mod:`.batch_helpers`).  Importing this
 package fills the registry.
@@ -29,6 +30,7 @@ from . import (  # noqa: F401  (fill the registry)
     select,
     shape,
     sorting,
+    special,
 )
 
 __all__ = ["REGISTRY", "Op", "get", "may_raise", "register", "storage_root"]

@@ -37,6 +37,27 @@ LN2 = float(np.log(2.0))
 LN10 = float(np.log(10.0))
 
 
+class Underived:
+    """A partial derivative that exists but has no rule here (the order of
+    ``scipy.special.zeta``): a derivative that needs it raises
+    ``NotImplementedError`` naming the function and argument; where nothing
+    differentiable flows into that operand it is never evaluated."""
+
+    def __init__(self, function, argument):
+        self.message = (f"hybridad: {function} has no derivative rule in its {argument} "
+                        "argument (it is differentiable in the others); pass that argument "
+                        "as a constant or as a non-differentiated argument")
+
+    def __call__(self, *operands):
+        raise NotImplementedError(self.message)
+
+
+def derived(op):
+    """Positions of ``op``'s operands that have a derivative rule (not
+    :class:`Underived`; masks and piecewise-constant ones included)."""
+    return tuple(i for i, p in enumerate(op.partials or ()) if not isinstance(p, Underived))
+
+
 def _lit(value, like):
     """A scalar constant in ``like``'s dtype (so float32 stays float32)."""
     return like.dtype.type(value)
@@ -108,7 +129,7 @@ def chain_product(a, b):
 
 
 def elementwise(ufunc, partials, domain=(-2.0, 2.0), name=None, scalar=None,
-                expensive=False, piecewise=False):
+                expensive=False, piecewise=False, doc=None):
     """Declare a ufunc primitive with its partials (one per operand); ``scalar``:
     its value as a Python expression over ``{0}``, ``{1}`` where numba has no
     scalar implementation of the ufunc; ``expensive``: a transcendental (fused
@@ -120,7 +141,7 @@ def elementwise(ufunc, partials, domain=(-2.0, 2.0), name=None, scalar=None,
         name or ufunc.__name__, "elementwise", _abstract_for(ufunc), run=_run_for(ufunc),
         vjp=_vjp_from_partials(partials), jvp=_jvp_from_partials(partials), ufunc=ufunc,
         partials=partials, domain=domain,
-        doc=(ufunc.__doc__ or "").strip().splitlines()[0] if ufunc.__doc__ else "",
+        doc=doc or ((ufunc.__doc__ or "").strip().splitlines()[0] if ufunc.__doc__ else ""),
         scalar=scalar, expensive=expensive, piecewise=piecewise,
     ))
 

@@ -27,6 +27,7 @@ import re
 import numpy as np
 
 from ..scalar import Constants, safe_product
+from .special import SPECIAL_FUNCS, SPECIAL_PREAMBLE
 
 __all__ = ["CUDA_FUNCS", "CudaConstants", "PREAMBLE", "cuda_apply", "ctype", "region_kernel"]
 
@@ -59,6 +60,7 @@ CUDA_FUNCS = {
     "logaddexp2": "hd_logaddexp2", "remainder": "hd_remainder",
     "floor_divide": "hd_floor_divide", "logical_xor": "hd_logical_xor",
     "positive": "",
+    **SPECIAL_FUNCS,
 }
 _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "less": "<",
           "less_equal": "<=", "greater": ">", "greater_equal": ">=", "equal": "==",
@@ -104,7 +106,7 @@ template <typename T> HD T hd_floor_divide(T a, T b) {
 HD bool hd_logical_xor(bool a, bool b) { return a != b; }
 template <typename A, typename B> HD auto hd_smul(A a, B b) -> decltype(a * b) {
   return (a == A(0) || b == B(0)) ? decltype(a * b)(0) : a * b; }
-"""
+""" + SPECIAL_PREAMBLE
 
 
 class CudaConstants(Constants):

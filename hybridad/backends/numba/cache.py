@@ -146,14 +146,15 @@ def cache_dir():
 
 
 # -- hashing ----------------------------------------------------------------------------
-@functools.lru_cache(maxsize=1)
-def _library_digest():
+@functools.lru_cache(maxsize=2)
+def _library_digest(special=False):
     """Hash of the hybridad modules generated source imports (numba's cache
-    does not see changes to functions a cached function calls)."""
-    from . import rt, vmath
+    does not see changes to functions a cached function calls); scipy.special's
+    module only for source that imports it."""
+    from . import rt, special as special_module, vmath
 
     digest = hashlib.sha256()
-    for module in (rt, vmath):
+    for module in (rt, vmath) + ((special_module,) if special else ()):
         with open(module.__file__, "rb") as fh:
             digest.update(fh.read())
     return digest.hexdigest()
@@ -173,7 +174,8 @@ def source_hash(source):
         24 hex digits.
     """
     key = "\n".join([source, numba.__version__, np.__version__, sys.version,
-                     platform.machine(), _library_digest(), _FORMAT])
+                     platform.machine(),
+                     _library_digest("hybridad.backends.numba.special" in source), _FORMAT])
     return hashlib.sha256(key.encode()).hexdigest()[:24]
 
 

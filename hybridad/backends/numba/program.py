@@ -20,7 +20,7 @@ import numpy as np
 from ...ir.graph import format_node
 from ...ops.lapack import LAPACK_OPS
 from ...transforms.memory import poison_schedule
-from ..scalar import vector_imports
+from ..scalar import uses_special, vector_imports
 from . import cache
 from .emit import _emit_gemm, blas_accumulations, emit_node, region_acc_groups
 from .layouts import numba_layouts, view_statement
@@ -339,6 +339,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     cacheable = all(k.cacheable for k in consts.kernels.values())
     base_flags = _FLAGS if cacheable else _FLAGS.replace("cache=True, ", "")
     body, kernel_defs, parallel = kernels.finish(guards + w.lines, header, params, base_flags)
+    if uses_special(kernel_defs + body):  # scipy.special's functions (and their digest)
+        header[2] = vector_imports(special=True)
     parallel = parallel or w.parallel
     heavy = parallel or work_estimate(nodes) >= PARALLEL_MIN
     fn_name = "plan_fn"

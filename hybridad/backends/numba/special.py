@@ -1,0 +1,136 @@
+"""scipy.special in numba kernels: scipy's own compiled functions, called from
+generated code.
+
+``scipy.special.cython_special`` exports the C function behind every
+special-function ufunc.  Each is bound here as an external symbol
+(``llvmlite.binding.add_symbol``) and called by name from an ``@intrinsic``,
+so a kernel's value is scipy's to the bit and numba's disk cache stays valid
+across processes (the machine code names the symbol; importing this module,
+which generated source does, binds it again).  Float32 kernels compute in
+float64 and round, as scipy's float32 loops do.
+
+The Hurwitz zeta ``zeta(s, q)`` (the polygamma functions: ``psi'(x) =
+zeta(2, x)``) is the one function ``cython_special`` does not export; it is
+written here (the Euler-Maclaurin summation of Cephes' ``zeta.c``, which
+scipy's ufunc also uses).
+
+:data:`SPECIAL` maps each op of :mod:`hybridad.ops.special` to the function
+of this module that generated source calls (as ``_sp_<op>``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import llvmlite.binding as ll
+import numpy as np
+from llvmlite import ir
+from numba import njit
+from numba.core import cgutils, types
+from numba.extending import get_cython_function_address, intrinsic
+
+__all__ = ["SPECIAL", "zeta"]
+
+_MODULE = "scipy.special.cython_special"
+
+
+def _symbol(cname):
+    sym = f"hybridad_cython_special_{cname}"
+    ll.add_symbol(sym, get_cython_function_address(_MODULE, cname))
+    return sym
+
+
+def _codegen(sym, nargs):
+    def codegen(context, builder, signature, args):
+        d = ir.DoubleType()
+        fnty = ir.FunctionType(d, [d] * nargs + [ir.IntType(32)])  # + __pyx_skip_dispatch
+        fn = cgutils.get_or_insert_function(builder.module, fnty, sym)
+        doubles = [context.cast(builder, v, t, types.float64)
+                   for v, t in zip(args, signature.args, strict=True)]
+        return builder.call(fn, doubles + [ir.Constant(ir.IntType(32), 0)])
+    return codegen
+
+
+def _real(*tys):
+    return all(isinstance(t, (types.Float, types.Integer, types.Boolean)) for t in tys)
+
+
+def _make(sym, nargs, cname):
+    if nargs == 1:
+        def impl(typingctx, x):
+            return (types.float64(x), _codegen(sym, 1)) if _real(x) else None
+    else:
+        def impl(typingctx, x, y):
+            return (types.float64(x, y), _codegen(sym, 2)) if _real(x, y) else None
+    impl.__name__ = impl.__qualname__ = f"special_{cname}"
+    return intrinsic(impl)
+
+
+#: op -> the double-precision function of ``cython_special`` (fused ones by index)
+_CYTHON = {
+    "erf": "__pyx_fuse_1erf", "erfc": "__pyx_fuse_1erfc", "erfcx": "__pyx_fuse_1erfcx",
+    "erfinv": "__pyx_fuse_0erfinv", "erfcinv": "erfcinv", "ndtr": "__pyx_fuse_1ndtr",
+    "log_ndtr": "__pyx_fuse_1log_ndtr", "ndtri": "ndtri", "gammaln": "gammaln",
+    "loggamma": "__pyx_fuse_1loggamma", "gamma": "__pyx_fuse_1gamma",
+    "rgamma": "__pyx_fuse_1rgamma", "psi": "__pyx_fuse_1psi",
+    "expit": "__pyx_fuse_0expit", "logit": "__pyx_fuse_0logit",
+    "log_expit": "__pyx_fuse_0log_expit", "entr": "entr", "i0": "i0", "i0e": "i0e",
+    "i1": "i1", "i1e": "i1e", "j0": "j0", "j1": "j1", "y0": "y0", "y1": "y1",
+}
+_CYTHON2 = {"xlogy": "__pyx_fuse_1xlogy", "xlog1py": "__pyx_fuse_1xlog1py",
+            "betaln": "betaln", "rel_entr": "rel_entr"}
+
+for _op, _cname in _CYTHON.items():
+    globals()[_op] = _make(_symbol(_cname), 1, _cname)
+for _op, _cname in _CYTHON2.items():
+    globals()[_op] = _make(_symbol(_cname), 2, _cname)
+
+# Cephes zeta.c: (2k)! / B_2k
+_A = (12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9,
+      7.47242496e10, -2.950130727918164224e12, 1.1646782814350067249e14,
+      -4.5979787224074726105e15, 1.8152105401943546773e17, -7.1661652561756670113e18)
+_MACHEP = 1.11022302462515654042e-16
+
+
+@njit(cache=True, error_model="numpy")
+def zeta(s, q):
+    """Hurwitz zeta ``sum_k (k + q) ** -s`` for ``s > 1`` (scipy's ``zeta(s, q)``)."""
+    s, q = np.float64(s), np.float64(q)
+    if s == 1.0:
+        return np.inf
+    if s < 1.0 or s != s or q != q:
+        return np.nan
+    if q <= 0.0:
+        if q == math.floor(q):
+            return np.inf
+        if s != math.floor(s):
+            return np.nan  # q**-s is not real
+    total = q ** -s
+    a, b, i = q, 0.0, 0
+    while i < 9 or a <= 9.0:
+        i += 1
+        a += 1.0
+        b = a ** -s
+        total += b
+        if abs(b / total) < _MACHEP:
+            return total
+    w = a
+    total += b * w / (s - 1.0)
+    total -= 0.5 * b
+    fact, k = 1.0, 0.0
+    for j in range(12):
+        fact *= s + k
+        b /= w
+        t = fact * b / _A[j]
+        total += t
+        if abs(t / total) < _MACHEP:
+            return total
+        k += 1.0
+        fact *= s + k
+        b /= w
+        k += 1.0
+    return total
+
+
+#: op -> the name of its function in this module (generated source: ``_sp_<op>``)
+SPECIAL = {op: op for op in (*_CYTHON, *_CYTHON2, "zeta")}

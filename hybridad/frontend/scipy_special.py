@@ -1,0 +1,129 @@
+"""scipy on tracers: the special functions that are not ufuncs, and how scipy's
+Python entry points reach the numpy surface.
+
+scipy.special's ufuncs (``erf``, ``gammaln``, ``xlogy``, ...) need nothing
+here: they dispatch through ``__array_ufunc__`` to the ops of
+:mod:`hybridad.ops.special`.  scipy's *Python* functions convert their input
+with ``np.asarray`` first, which a tracer refuses.  The ones below are
+intercepted instead: :func:`install` (run when hybridad is imported) replaces
+each public attribute -- ``scipy.special.logsumexp`` -- by a wrapper that
+calls scipy's own function unless an argument is a tracer, and the traced
+implementation here when one is.  Code that called scipy before behaves as
+before; ``scipy.special.logsumexp(x)`` inside a traced function is traced.
+A name bound before hybridad was imported (``from scipy.special import
+logsumexp`` ahead of ``import hybridad``) still holds scipy's original; its
+``np.asarray`` then raises a :class:`~hybridad.errors.TracingError` naming the
+scipy function and the user's line.  scipy.stats' distributions are
+intercepted the same way (:mod:`.scipy_stats`).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import numpy as np
+
+from .tracer import Tracer
+
+__all__ = ["INTERCEPTED", "install", "intercepts", "is_traced"]
+
+#: (module, attribute) -> the traced implementation
+INTERCEPTED = {}
+
+
+def intercepts(module, name):
+    """Register the decorated function as the traced ``module.name``."""
+    def register(impl):
+        INTERCEPTED[(module, name)] = impl
+        return impl
+    return register
+
+
+def is_traced(args, kwargs=None):
+    """Whether any argument (nested in lists and tuples) is a tracer."""
+    def traced(v):
+        return isinstance(v, Tracer) or (isinstance(v, (list, tuple)) and any(map(traced, v)))
+    return any(map(traced, args)) or (kwargs is not None and any(map(traced, kwargs.values())))
+
+
+def _wrap(original, impl):
+    @functools.wraps(original)
+    def dispatch(*args, **kwargs):
+        if is_traced(args, kwargs):
+            return impl(*args, **kwargs)
+        return original(*args, **kwargs)
+    dispatch.__hybridad_original__ = original
+    return dispatch
+
+
+def install():
+    """Put the wrappers of :data:`INTERCEPTED` in place for every scipy module
+    imported so far (idempotent; scipy.stats is not imported for this: it is
+    wrapped when a trace begins after the user imported it)."""
+    for (module, name), impl in INTERCEPTED.items():
+        mod = sys.modules.get(module)
+        if mod is None:
+            continue
+        current = getattr(mod, name)
+        if getattr(current, "__hybridad_original__", None) is None:
+            setattr(mod, name, _wrap(current, impl))
+
+
+# --------------------------------------------------------------------------
+# scipy.special's Python functions
+# --------------------------------------------------------------------------
+def _shift(a, axis):
+    """The max of ``a`` over ``axis`` (kept), 0 where it is not finite."""
+    m = np.max(a, axis=axis, keepdims=True)
+    return np.where(np.isfinite(m), m, 0.0)
+
+
+@intercepts("scipy.special", "logsumexp")
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
+    """``log(sum(b * exp(a)))`` over ``axis``, shifted by the max (scipy's)."""
+    a = a if isinstance(a, Tracer) else np.asarray(a, dtype=float)
+    if a.dtype.kind != "f":
+        a = a.astype(np.float64)
+    m = _shift(a, axis)
+    e = np.exp(a - m)
+    if b is not None:
+        e = e * b
+    s = np.sum(e, axis=axis, keepdims=True)
+    sign = np.sign(s)
+    out = np.log(np.abs(s)) + m
+    if not keepdims:
+        out = np.squeeze(out, axis=axis)
+        sign = np.squeeze(sign, axis=axis)
+    if return_sign:
+        return out, sign
+    return out
+
+
+@intercepts("scipy.special", "softmax")
+def softmax(x, axis=None):
+    """``exp(x - logsumexp(x, axis, keepdims=True))``."""
+    return np.exp(x - logsumexp(x, axis=axis, keepdims=True))
+
+
+@intercepts("scipy.special", "log_softmax")
+def log_softmax(x, axis=None):
+    """``x - logsumexp(x, axis, keepdims=True)``."""
+    return x - logsumexp(x, axis=axis, keepdims=True)
+
+
+@intercepts("scipy.special", "polygamma")
+def polygamma(n, x):
+    """``psi`` for ``n = 0``, else ``(-1)**(n+1) n! zeta(n + 1, x)`` (scipy's)."""
+    import scipy.special as sp
+    from scipy.special import _ufuncs
+
+    if isinstance(n, Tracer):
+        raise NotImplementedError("hybridad: scipy.special.polygamma with a traced order n "
+                                  "(the order is an integer: pass it as a constant)")
+    n = np.asarray(n)
+    fac = (-1.0) ** (n + 1) * sp.gamma(n + 1.0)
+    if np.all(n == 0):
+        return sp.psi(x)
+    return np.where(n == 0, sp.psi(x), fac * _ufuncs._zeta(n + 1.0, x))
+

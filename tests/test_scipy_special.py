@@ -1,0 +1,303 @@
+"""scipy.special and scipy.stats in traced code: values equal scipy's, gradients
+and Hessians against central differences on both CPU backends, zero
+allocations per repeated call, clear refusals naming the scipy function.
+
+(Each special ufunc's first derivative at several shapes is also in
+test_ops.py, its CUDA spelling in test_cuda_source.py and test_backend_tables.py,
+its untaken-branch behaviour in test_special_points.py: all driven by the
+registry.)"""
+
+import numpy as np
+import pytest
+import scipy.special as sp
+import scipy.stats as st
+from conftest import BACKENDS, assert_grad, rand
+
+import hybridad as ha
+from hybridad.errors import TracingError
+from hybridad.ops import REGISTRY
+from hybridad.ops.elementwise import derived
+from hybridad.ops.special import SCIPY_SPECIAL
+from hybridad.testing import assert_no_alloc, numerical_gradient
+
+
+def _hessian_fd(f, x, h=1e-5):
+    """Central differences of the numerical gradient."""
+    cols = []
+    for i in range(x.size):
+        e = np.zeros_like(x)
+        e.flat[i] = h
+        cols.append((numerical_gradient(f, x + e) - numerical_gradient(f, x - e)) / (2 * h))
+    return np.array(cols)
+
+
+def _weights(n):
+    return np.linspace(0.5, 1.5, n)
+
+
+def _special_objective(name):
+    """``sum(w * op(x[, c]))`` of one special op in its domain, differentiated
+    in each operand with a rule (the other one a constant)."""
+    op = REGISTRY[name]
+    lo, hi = op.domain
+    nin = op.ufunc.nin
+    x = np.linspace(lo + 0.1 * (hi - lo), hi - 0.1 * (hi - lo), 4)
+    c = 0.5 * (lo + hi)
+    w = _weights(4)
+    if nin == 1:
+        return lambda x: np.sum(w * op.ufunc(x)), x
+    k = derived(op)[-1]  # zeta: q
+    if k == 0:
+        return lambda x: np.sum(w * op.ufunc(x, c)), x
+    return lambda x: np.sum(w * op.ufunc(c, x)), x
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_special_op_value_gradient_hessian(backend):
+    """One Hessian plan per op and backend: the value equals scipy's to
+    rounding, the gradient and the (diagonal) Hessian central differences."""
+    for name in SCIPY_SPECIAL:
+        f, x = _special_objective(name)
+        res = ha.hessian(f, x, backend=backend)
+        np.testing.assert_allclose(res.value, f(x), rtol=1e-14, atol=1e-300, err_msg=name)
+        g = numerical_gradient(f, x)
+        np.testing.assert_allclose(res.gradient, g, rtol=1e-6, atol=1e-8, err_msg=name)
+        np.testing.assert_allclose(res.hessian, _hessian_fd(f, x), rtol=1e-4, atol=1e-5,
+                                   err_msg=name)
+
+
+def test_float32_kernels_round_scipys_double():
+    x = np.linspace(0.3, 2.5, 6).astype(np.float32)
+
+    def f(x):
+        return np.sum(sp.gammaln(x) + sp.erf(x) * sp.i0e(x) + sp.expit(x))
+
+    for backend in BACKENDS:
+        res = ha.gradient(f, x, backend=backend)
+        assert res.gradient.dtype == np.float32
+        np.testing.assert_allclose(res.value, f(x), rtol=1e-6)
+        np.testing.assert_allclose(res.gradient, numerical_gradient(f, x.astype(np.float64)),
+                                   rtol=2e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"axis": 0}, {"axis": 1, "keepdims": True},
+                                    {"axis": -1, "b": np.array([0.5, 1.0, 2.0])},
+                                    {"axis": None, "b": 0.3}])
+def test_logsumexp(kwargs):
+    x = rand((4, 3), seed=7)
+
+    def f(x):
+        return np.sum(_weights(4).reshape(4, 1)[: x.shape[0]] * sp.logsumexp(x, **kwargs))
+
+    res = assert_grad(f, (x,))
+    np.testing.assert_allclose(res.value, f(x), rtol=1e-14)
+
+
+def test_logsumexp_return_sign_and_infinities():
+    x = np.array([-np.inf, 0.5, 1.0])
+    b = np.array([1.0, -2.0, 1.0])
+
+    def f(x):
+        v, s = sp.logsumexp(x, b=b, return_sign=True)
+        return v * s
+
+    ref_v, ref_s = sp.logsumexp(x, b=b, return_sign=True)
+    for backend in BACKENDS:
+        res = ha.gradient(f, x, backend=backend)
+        np.testing.assert_allclose(res.value, ref_v * ref_s, rtol=1e-14)
+        assert res.gradient[0] == 0.0 and np.all(np.isfinite(res.gradient))
+    allinf = np.full(3, -np.inf)
+    assert ha.gradient(lambda x: sp.logsumexp(x), allinf).value == -np.inf
+
+
+def test_softmax_and_log_softmax():
+    x = rand((3, 5), seed=3)
+    w = rand((3, 5), seed=4)
+    for fn in (sp.softmax, sp.log_softmax):
+        for axis in (None, 0, 1):
+            def f(x, fn=fn, axis=axis):
+                return np.sum(w * fn(x, axis=axis))
+
+            res = assert_grad(f, (x,))
+            np.testing.assert_allclose(res.value, f(x), rtol=1e-13)
+
+
+def test_polygamma_and_digamma():
+    x = np.linspace(0.4, 3.0, 5)
+
+    def f(x):
+        return np.sum(sp.polygamma(1, x) + sp.polygamma(np.array([0, 1, 2, 3, 0]), x)
+                      + sp.digamma(x) * x)
+
+    res = assert_grad(f, (x,))
+    np.testing.assert_allclose(res.value, f(x), rtol=1e-13)
+    with pytest.raises(NotImplementedError, match="traced order"):
+        ha.gradient(lambda n: np.sum(sp.polygamma(n, 1.5)), np.ones(2))
+
+
+def test_zeta_order_refused_by_name_q_differentiated():
+    q = np.linspace(0.5, 2.0, 4)
+    assert_grad(lambda q: np.sum(sp.zeta(3.0, q)), (q,))
+    with pytest.raises(NotImplementedError, match="scipy.special.zeta .*first"):
+        ha.gradient(lambda s: np.sum(sp.zeta(s, 2.0)), np.array([2.5, 3.0]))
+    # the order as a non-differentiated argument is fine
+    s = np.array([2.5, 3.0])
+    res = ha.gradient(lambda q, s: np.sum(sp.zeta(s, q)), np.array([1.0, 2.0]), s)
+    np.testing.assert_allclose(res.value, np.sum(sp.zeta(s, [1.0, 2.0])), rtol=1e-14)
+
+
+def test_special_function_of_data_argument():
+    """``gammaln(y + 1)`` of a data argument that is not differentiated."""
+    y = np.array([0.0, 1.0, 3.0, 7.0])
+    mu = np.array([0.5, 1.5, 2.0, 6.0])
+
+    def nll(mu, y):
+        return np.sum(mu - y * np.log(mu) + sp.gammaln(y + 1))
+
+    for backend in BACKENDS:
+        res = ha.gradient(nll, mu, y, backend=backend)
+        np.testing.assert_allclose(res.value, nll(mu, y), rtol=1e-14)
+        np.testing.assert_allclose(res.gradient, 1 - y / mu, rtol=1e-14)
+
+
+# --------------------------------------------------------------------------
+# scipy.stats
+# --------------------------------------------------------------------------
+CONTINUOUS = {  # name -> (x, shapes, loc, scale)
+    "norm": (rand((5,), -2, 2, seed=1), (), 0.3, 1.4),
+    "t": (rand((5,), -2, 2, seed=2), (3.5,), 0.1, 0.8),
+    "gamma": (rand((5,), 0.2, 3, seed=3), (2.5,), 0.0, 1.3),
+    "beta": (rand((5,), 0.1, 0.9, seed=4), (2.0, 3.5), 0.0, 1.0),
+    "expon": (rand((5,), 0.1, 3, seed=5), (), 0.0, 2.0),
+    "lognorm": (rand((5,), 0.2, 3, seed=6), (0.7,), 0.0, 1.5),
+    "cauchy": (rand((5,), -2, 2, seed=7), (), 0.2, 0.9),
+    "laplace": (rand((5,), -2, 2, seed=8), (), 0.1, 1.1),
+    "logistic": (rand((5,), -2, 2, seed=9), (), -0.2, 0.7),
+    "uniform": (rand((5,), 0.6, 2.4, seed=10), (), 0.5, 2.0),
+    "chi2": (rand((5,), 0.2, 4, seed=11), (3.0,), 0.0, 1.0),
+    "invgamma": (rand((5,), 0.2, 3, seed=12), (2.5,), 0.0, 1.2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONTINUOUS))
+def test_continuous_logpdf_in_x_and_every_parameter(name):
+    x, shapes, loc, scale = CONTINUOUS[name]
+    dist = getattr(st, name)
+    params = np.array([*shapes, loc, scale])
+    ns = len(shapes)
+
+    def f(x, p):
+        return np.sum(dist.logpdf(x, *[p[i] for i in range(ns)], loc=p[ns], scale=p[ns + 1]))
+
+    # the uniform's density does not depend on x inside its support
+    res = assert_grad(f, (x, params), argnums=(0, 1))
+    np.testing.assert_allclose(res.value, f(x, params), rtol=1e-13)
+    np.testing.assert_allclose(ha.gradient(lambda x: np.sum(dist.pdf(x, *shapes, loc=loc,
+                                                                      scale=scale)), x).value,
+                               np.sum(dist.pdf(x, *shapes, loc=loc, scale=scale)), rtol=1e-13)
+
+
+@pytest.mark.parametrize("name", ["norm", "logistic", "expon", "cauchy", "laplace"])
+def test_cdfs(name):
+    dist = getattr(st, name)
+    x = rand((5,), 0.1, 2.5, seed=13)
+    for method in ("cdf", "logcdf") + (("sf", "logsf") if name != "expon" else ()):
+        def f(x, method=method):
+            return np.sum(getattr(dist, method)(x, loc=0.2, scale=1.3))
+
+        res = assert_grad(f, (x,))
+        np.testing.assert_allclose(res.value, f(x), rtol=1e-12, err_msg=method)
+
+
+def test_frozen_distributions_and_support():
+    x = np.array([-1.0, 0.5, 2.0])
+
+    def f(x):
+        return np.sum(st.norm(0.5, 2.0).logpdf(x) + st.expon(scale=2.0).logpdf(x + 1.5))
+
+    assert_grad(f, (x,))
+    v = ha.gradient(lambda x: np.sum(np.exp(st.gamma.logpdf(x, 2.0))), x)
+    np.testing.assert_allclose(v.value, np.sum(st.gamma.pdf(x, 2.0)), rtol=1e-14)
+    assert v.gradient[0] == 0.0  # outside the support: -inf log-density, no derivative
+
+
+@pytest.mark.parametrize("name,shapes", [("poisson", (2.5,)), ("binom", (9.0, 0.3)),
+                                         ("nbinom", (4.0, 0.4))])
+def test_discrete_logpmf_in_the_parameters(name, shapes):
+    k = np.array([0.0, 1.0, 3.0, 6.0])
+    dist = getattr(st, name)
+
+    def f(p):
+        if name == "binom":  # scipy's binomial needs an integer n: p only
+            return np.sum(dist.logpmf(k, shapes[0], p[1]))
+        return np.sum(dist.logpmf(k, *p))
+
+    res = assert_grad(f, (np.array(shapes),))
+    np.testing.assert_allclose(res.value, np.sum(dist.logpmf(k, *shapes)), rtol=1e-13)
+
+
+def test_multivariate_normal_logpdf():
+    x = rand((4, 3), seed=21)
+    A = rand((3, 3), seed=22)
+    cov = A @ A.T + 3 * np.eye(3)
+
+    def f(x, mean, A):  # a symmetric covariance (scipy reads one triangle)
+        return np.sum(st.multivariate_normal.logpdf(x, mean, A @ A.T + 3 * np.eye(3)))
+
+    mean = np.array([0.1, -0.2, 0.3])
+    res = assert_grad(f, (x, mean, A), argnums=(0, 1, 2))
+    np.testing.assert_allclose(res.value, f(x, mean, A), rtol=1e-13)
+    one = ha.gradient(lambda x: st.multivariate_normal.logpdf(x, mean, cov), x[0])
+    np.testing.assert_allclose(one.value, st.multivariate_normal.logpdf(x[0], mean, cov),
+                               rtol=1e-13)
+
+
+def test_unsupported_scipy_is_refused_by_name_at_the_users_line():
+    x = np.linspace(0.5, 1.5, 3)
+    with pytest.raises(NotImplementedError, match=r"scipy\.special\.spence .*test_scipy_special"):
+        ha.gradient(lambda x: np.sum(sp.spence(x)), x)
+    with pytest.raises(TracingError, match=r"scipy\.special\.comb .*test_scipy_special"):
+        ha.gradient(lambda x: np.sum(sp.comb(x, 2)), x)
+    with pytest.raises(NotImplementedError, match=r"scipy\.stats\.weibull_min\.logpdf"):
+        ha.gradient(lambda x: np.sum(st.weibull_min.logpdf(x, 1.5)), x)
+
+
+def test_outside_tracing_scipy_is_scipys():
+    """The wrappers pass plain calls to scipy unchanged."""
+    x = np.array([0.1, 0.7, 2.0])
+    assert sp.logsumexp.__hybridad_original__(x) == sp.logsumexp(x)
+    np.testing.assert_array_equal(st.norm.logpdf(x, 1.0, 2.0),
+                                  st.norm.logpdf.__func__.__hybridad_original__(
+                                      st.norm, x, 1.0, 2.0))
+
+
+def test_repeated_calls_allocate_nothing():
+    x = np.linspace(0.3, 2.0, 16)
+    y = np.arange(16.0)
+
+    def f(x, y):
+        return np.sum(sp.gammaln(x) * sp.expit(x) + sp.xlogy(y, x)) + sp.logsumexp(x) + \
+            np.sum(st.norm.logpdf(x, 0.5, 1.5))
+
+    plan = ha.compile(f, x, y, backend="numba")
+    out = ha.DiffResult(np.zeros(()), np.zeros(16))
+    plan.gradient(x, y, out=out)
+    assert_no_alloc(lambda: plan.gradient(x, y, out=out))
+
+
+def test_against_jax_where_installed():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp, jsp = jax.numpy, jax.scipy.special
+    x = np.linspace(0.3, 2.5, 7)
+
+    def f(xp, special):
+        return lambda x: xp.sum(special.gammaln(x) * special.erf(x) + special.digamma(x)
+                                + special.xlogy(x, x + 1) + special.i0e(x)
+                                + special.ndtri(x / 3) + special.log_ndtr(x - 1))
+
+    res = ha.hessian(f(np, sp), x, backend="numba")
+    g = jax.grad(f(jnp, jsp))(x)
+    h = jax.hessian(f(jnp, jsp))(x)
+    np.testing.assert_allclose(res.gradient, np.asarray(g), rtol=1e-12)
+    np.testing.assert_allclose(res.hessian, np.asarray(h), rtol=1e-10, atol=1e-12)
