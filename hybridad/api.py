@@ -32,6 +32,7 @@ from .errors import RetraceWarning, StalePlanError
 from .frontend.guard_walk import root_of
 from .plans.arguments import arg_names, normalize_argnums, prepare_args
 from .plans.hessian import HessianPlan
+from .plans import nested as _nested
 from .plans.jacobian import JacobianPlan
 from .plans.plan import Plan
 
@@ -390,6 +391,8 @@ def gradient(f, *args, argnums=0, out=None, backend=None):
                 return e[7](*args, out=out)
             except StalePlanError:
                 pass  # f changed: the general path rebuilds
+    if _nested.traced(args) is not None:  # inside a function being differentiated
+        return _nested.gradient(f, args, argnums, out)
     requested = backend
     backend = _backend(backend, args)
 
@@ -481,6 +484,8 @@ def hessian(f, x, *args, argnums=0, out=None, backend=None, chunk=None):
     array([[ 6.,  1.],
            [ 1., 12.]])
     """
+    if _nested.traced((x, *args)) is not None:  # inside a function being differentiated
+        return _nested.hessian(f, (x, *args), argnums, out)
     full = (x, *args)
     return _cached_call("hessian", f, full, argnums, backend, chunk,
                         lambda b: HessianPlan(f, full, argnums, b, chunk=chunk),
@@ -525,6 +530,8 @@ def jacobian(f, x, *args, argnums=0, out=None, mode="auto", backend=None, chunk=
     array([[2.    , 1.    ],
            [0.5403, 0.    ]])
     """
+    if _nested.traced((x, *args)) is not None:  # inside a function being differentiated
+        return _nested.jacobian(f, (x, *args), argnums, out)
     full = (x, *args)
     return _cached_call("jacobian", f, full, argnums, backend, (mode, chunk),
                         lambda b: JacobianPlan(f, full, argnums, b, mode=mode, chunk=chunk),

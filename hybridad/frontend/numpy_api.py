@@ -169,7 +169,9 @@ def apply_function(func, args, kwargs):
     results (see :func:`hybridad.frontend.objects.settle`)."""
     impl = HANDLED.get(func)
     if impl is None:
-        raise _unsupported(getattr(func, "__name__", repr(func)))
+        module = getattr(func, "__module__", None) or "numpy"
+        public = ".".join(p for p in module.split(".") if not p.startswith("_"))
+        raise _unsupported(f"{public}.{getattr(func, '__name__', repr(func))}")
     kind = "view" if func in VIEW_FUNCTIONS else "array" if func in ARRAY_FUNCTIONS else "new"
     return settle(impl(*args, **kwargs), tracers_in(args, kwargs), kind)
 

@@ -311,6 +311,8 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                                 f"{type(out).__name__}")
             out = Tracer(as_node(arr.astype(np.float64) if arr.dtype.kind != "f" else arr,
                                  trace), trace)
+        if out.shape != () and out.size == 1:  # shape (1,) or (1, 1): a scalar, as autograd
+            out = out.reshape(())
         if out.shape != ():
             raise ValueError(f"{self.name} must return a scalar (0-d) value to take its "
                              f"gradient; it returned shape {out.shape}. Reduce it (np.sum) "

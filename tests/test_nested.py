@@ -1,0 +1,111 @@
+"""Derivatives inside a function being differentiated (autograd's and JAX's
+``grad`` of ``grad``), and size-1 outputs taken as scalars."""
+
+import numpy as np
+import pytest
+from conftest import BACKENDS, assert_grad
+
+import hybridad as ha
+from hybridad.testing import assert_no_alloc, numerical_gradient
+
+X = np.linspace(0.5, 1.5, 4)
+
+
+def _inner(y):
+    return np.sum(np.sin(y) * y ** 2)
+
+
+def _grad_dot_x(x):
+    return np.sum(ha.gradient(_inner, x).gradient * x)
+
+
+def test_gradient_of_a_gradient():
+    g = np.cos(X) * X ** 2 + 2 * X * np.sin(X)
+    dg = -np.sin(X) * X ** 2 + 4 * X * np.cos(X) + 2 * np.sin(X)
+    res = assert_grad(_grad_dot_x, (X,))
+    np.testing.assert_allclose(res.gradient, g + X * dg, rtol=1e-14)
+
+
+def test_closed_over_values_stay_constants_of_the_inner_function():
+    """No perturbation confusion: ``z`` depends on ``x`` but is a constant of
+    the inner function, whose argument is a fresh variable."""
+    def f(x):
+        z = np.sum(x ** 2)
+        return np.sum(ha.gradient(lambda y: np.sum(y * z), x).gradient)  # n * sum(x^2)
+
+    for backend in BACKENDS:
+        np.testing.assert_allclose(ha.gradient(f, X, backend=backend).gradient, 8 * X,
+                                   rtol=1e-14)
+
+
+def test_any_depth_and_several_arguments():
+    def f(x):
+        return np.sum(ha.gradient(
+            lambda y: np.sum(ha.gradient(lambda z: np.sum(z ** 4), y).gradient), x).gradient)
+
+    np.testing.assert_allclose(ha.gradient(f, X).gradient, 24 * X, rtol=1e-14)
+
+    def g(x, w):
+        gx, gw = ha.gradient(lambda a, b: np.sum(a * b ** 2), x, w, argnums=(0, 1)).gradient
+        return np.sum(gx * gw)  # sum(w^2 * 2 a w) = 2 sum(x w^3)
+
+    w = X[::-1].copy()
+    res = ha.gradient(g, X, w, argnums=(0, 1))
+    np.testing.assert_allclose(res.gradient[0], 2 * w ** 3, rtol=1e-14)
+    np.testing.assert_allclose(res.gradient[1], 6 * X * w ** 2, rtol=1e-14)
+
+
+def test_hessian_of_a_function_holding_a_gradient():
+    dg = -np.sin(X) * X ** 2 + 4 * X * np.cos(X) + 2 * np.sin(X)
+    d2g = -X ** 2 * np.cos(X) - 6 * X * np.sin(X) + 6 * np.cos(X)
+    for backend in BACKENDS:
+        res = ha.hessian(_grad_dot_x, X, backend=backend)
+        np.testing.assert_allclose(res.hessian, np.diag(2 * dg + X * d2g), rtol=1e-13,
+                                   atol=1e-14)
+        np.testing.assert_allclose(np.diag(res.hessian),
+                                   [numerical_gradient(lambda x: numerical_gradient(
+                                       _grad_dot_x, x)[i], X)[i] for i in range(4)], rtol=1e-5)
+
+
+def test_nested_hessian_and_jacobian():
+    def f(x):
+        h = ha.hessian(lambda y: np.sum(y ** 3 * x[0]), x).hessian  # diag(6 y x0)
+        return np.sum(h)
+
+    # d/dx sum(6 x x0): 6 x0 everywhere, plus 6 sum(x) on x0
+    expected = np.full(4, 6 * X[0])
+    expected[0] += 6 * X.sum()
+    np.testing.assert_allclose(ha.gradient(f, X).gradient, expected, rtol=1e-14)
+
+    def g(x):
+        return np.sum(ha.jacobian(lambda y: np.cumsum(y ** 2), x).jacobian)
+
+    assert_grad(g, (X,))
+
+
+def test_a_nested_plan_runs_without_allocating():
+    plan = ha.compile(_grad_dot_x, X, backend="numba")
+    out = ha.DiffResult(np.zeros(()), np.zeros(4))
+    plan.gradient(X, out=out)
+    assert_no_alloc(lambda: plan.gradient(X, out=out))
+
+
+def test_out_inside_a_trace_is_refused():
+    def f(x):
+        return np.sum(ha.gradient(_inner, x, out=ha.DiffResult(np.zeros(()),
+                                                               np.zeros(4))).gradient)
+
+    with pytest.raises(TypeError, match="out="):
+        ha.gradient(f, X)
+
+
+@pytest.mark.parametrize("shape", [(1,), (1, 1)])
+def test_size_one_outputs_are_scalars(shape):
+    def f(x):
+        return np.sum(x ** 2).reshape(shape)
+
+    res = ha.gradient(f, X)
+    assert res.value.shape == ()
+    np.testing.assert_allclose(res.gradient, 2 * X, rtol=1e-15)
+    with pytest.raises(ValueError, match="scalar"):
+        ha.gradient(lambda x: x[:2] ** 2, X)
