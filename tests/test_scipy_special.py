@@ -301,3 +301,31 @@ def test_against_jax_where_installed():
     h = jax.hessian(f(jnp, jsp))(x)
     np.testing.assert_allclose(res.gradient, np.asarray(g), rtol=1e-12)
     np.testing.assert_allclose(res.hessian, np.asarray(h), rtol=1e-10, atol=1e-12)
+
+
+def test_ufuncs_without_rules_are_values_of_data():
+    """A ufunc hybridad has no rules for runs as numpy runs it on values that are
+    not differentiated, and is refused by name where a derivative must pass."""
+    mu = np.array([0.5, 1.5, 2.0, 3.0])
+    y = np.array([0.3, 1.0, 2.0, 0.1])
+
+    def f(mu, y):
+        return np.sum(mu * sp.spence(y + 1) + mu ** 2 * np.spacing(y) * 1e15)
+
+    expected = sp.spence(y + 1) + 2 * mu * np.spacing(y) * 1e15
+    for backend in BACKENDS:
+        res = ha.gradient(f, mu, y, backend=backend)
+        np.testing.assert_allclose(res.value, f(mu, y), rtol=1e-14)
+        np.testing.assert_allclose(res.gradient, expected, rtol=1e-14)
+        h = ha.hessian(f, mu, y, backend=backend)
+        np.testing.assert_allclose(h.hessian, np.diag(2 * np.spacing(y) * 1e15), rtol=1e-14)
+    plan = ha.compile(f, mu, y, backend="numba")
+    out = ha.DiffResult(np.zeros(()), np.zeros(4))
+    plan.gradient(mu, y, out=out)
+    assert_no_alloc(lambda: plan.gradient(mu, y, out=out))
+    y2 = y + 0.5  # a new data value: recomputed on every call
+    np.testing.assert_allclose(plan.gradient(mu, y2, out=out).value, f(mu, y2), rtol=1e-14)
+    with pytest.raises(NotImplementedError, match=r"scipy\.special\.spence \(at test_scipy"):
+        ha.gradient(lambda y: np.sum(sp.spence(y)), y)
+    with pytest.raises(NotImplementedError, match=r"numpy\.spacing"):
+        ha.hessian(lambda y: np.sum(np.spacing(y) * y), y)

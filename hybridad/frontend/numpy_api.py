@@ -130,8 +130,23 @@ def _ufunc(ufunc, method, inputs, kwargs):
         (x,) = inputs
         return _reduce(_REDUCE_OPS[ufunc], x, kwargs.get("axis", 0),
                        kwargs.get("keepdims", False))
+    if method == "__call__" and ufunc.nout == 1 and not any(
+            v is not None for k, v in kwargs.items()) and _importable(ufunc):
+        # no rules: its value on data; a derivative through it is refused (ops/host.py)
+        return bind("host_ufunc", *inputs, ufunc=ufunc_name(ufunc), where=user_location())
     suffix = "" if method == "__call__" else f".{method}"
     raise _unsupported(f"{ufunc_name(ufunc)}{suffix}")
+
+
+def _importable(ufunc):
+    """Whether ``ufunc`` is found again at its public name (generated code and
+    pickled plans name it so)."""
+    from ..ops.host import resolve
+
+    try:
+        return resolve(ufunc_name(ufunc)) is ufunc
+    except (ImportError, AttributeError, ValueError):
+        return False
 
 
 _POWER_SHORTCUTS = {1: None, 2: np.square, 0.5: np.sqrt, -1: np.reciprocal}

@@ -8,6 +8,7 @@ table), :mod:`.select` (where, casts, copy), :mod:`.reductions`,
 :mod:`.accumulate` (the scatter and in-place adds the reverse pass emits),
 :mod:`.linalg` (LAPACK primitives, their kernels in :mod:`.lapack`),
 :mod:`.special` (scipy.special's ufuncs, the rule table continued),
+:mod:`.host` (ufuncs without rules, on values that need no derivative),
 :mod:`.region` (the fused regions the partition makes) -- and the helpers
 their rules share (:mod:`.common`, :mod:`.batch_helpers`).  Importing this
 package fills the registry.
@@ -21,6 +22,7 @@ from ..ir.registry import REGISTRY, Op, get, may_raise, register, storage_root
 from . import (  # noqa: F401  (fill the registry)
     accumulate,
     elementwise,
+    host,
     indexing,
     linalg,
     matmul,

@@ -70,6 +70,7 @@ DEVICE_OPS = {
                      "cumprod_exclusive", "cumprod_adjoint", "sort_pack", "sort_values",
                      "sort_index"), "cupy"),
     **dict.fromkeys(LAPACK_OPS, "host"),
+    "host_ufunc": "host",  # a numpy/scipy ufunc on host arrays
 }
 
 
@@ -81,6 +82,10 @@ def check_supported(nodes):
         if n.op not in REGISTRY:  # input, const
             continue
         how = "kernel" if REGISTRY[n.op].kind == "elementwise" else DEVICE_OPS.get(n.op)
+        if how == "host" and n.op == "host_ufunc":
+            raise NotImplementedError(
+                f"{n.attrs['ufunc']} (at {n.attrs['where']}) has no rules in hybridad and runs "
+                "on host arrays only; backend='cupy' cannot run it: use backend='numba'")
         if how == "host":
             raise NotImplementedError(
                 f"np.linalg's {n.op} is not implemented on backend='cupy' yet (hybridad runs "

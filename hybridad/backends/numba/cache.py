@@ -65,6 +65,7 @@ import uuid
 import warnings
 
 import numba
+from numba.core.errors import NumbaWarning
 import numpy as np
 from numba.core import caching
 
@@ -422,7 +423,9 @@ def compiled(source, fn_name, argtypes, cacheable=True):
     own = type(fn)(fn.py_func, locals={}, targetoptions=dict(fn.targetoptions))
     if cacheable and os.path.isabs(module.__file__):
         own._cache = _VerifiedFunctionCache(own.py_func)
-    own.compile(tuple(argtypes))  # not under _LOCK: numba has its own
+    with warnings.catch_warnings():  # a host_ufunc's object-mode block: expected
+        warnings.filterwarnings("ignore", message=".*object mode.*", category=NumbaWarning)
+        own.compile(tuple(argtypes))  # not under _LOCK: numba has its own
     own.disable_compile()
     with _LOCK:  # a racing thread's twin is dropped
         return _COMPILED.setdefault(key, own)

@@ -153,6 +153,33 @@ def _sort_unpack(part):
     return emit
 
 
+class HostUfunc:
+    """A ufunc without rules (op ``host_ufunc``) as a name in generated source,
+    bound at module level from its import path (registered like a user
+    kernel: :meth:`hybridad.backends.scalar.Constants.kernel`)."""
+
+    cacheable = True
+
+    def __init__(self, path):
+        self.path = path
+        self.ident = "_hu_" + "".join(c if c.isalnum() else "_" for c in path)
+
+    def header_line(self):
+        return (f"from numba import objmode as _objmode; from hybridad.ops.host import resolve "
+                f"as _hu_resolve; {self.ident} = _hu_resolve({self.path!r})")
+
+    def driver(self):
+        from ...ops.host import resolve
+
+        return resolve(self.path)
+
+
+def _host_ufunc(e):  # numpy's own ufunc, in object mode, into the node's buffer
+    name = e.consts.kernel(HostUfunc(e.node.attrs["ufunc"]))
+    e.w.emit("with _objmode():")
+    e.w.emit(f"    {name}({', '.join(e.a)}, out={e.out})")
+
+
 #: op -> the emitter of its generated source: the numba backend's whole
 #: knowledge of the ops that are not fused into regions (an elementwise op is
 #: rendered inside a region by :mod:`hybridad.backends.scalar`)
@@ -183,6 +210,7 @@ EMITTERS = {
     "sort_pack": lambda e: _emit_sort_pack(e.w, e.node, e.a[0], e.out),
     "sort_values": _sort_unpack("real"),
     "sort_index": _sort_unpack("imag"),
+    "host_ufunc": _host_ufunc,
 }
 
 
