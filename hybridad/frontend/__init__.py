@@ -5,7 +5,8 @@ and its Python protocols), :mod:`.trace` (the trace, ``bind``, ``as_node``),
 surface on tracers (:mod:`.numpy_api` and the modules it loads: ufuncs and
 core functions, :mod:`.numpy_reductions`, :mod:`.numpy_math`,
 :mod:`.numpy_selection`, :mod:`.numpy_shapes`, :mod:`.numpy_products`,
-:mod:`.numpy_linalg`, :mod:`.numpy_methods`; scipy's Python functions and
+:mod:`.numpy_linalg`, :mod:`.numpy_methods`, complex values
+:mod:`.numpy_complex` and :mod:`.numpy_fft`; scipy's Python functions and
 distributions, :mod:`.scipy_special`, :mod:`.scipy_stats`); what ``f`` reads besides its
 arguments (:mod:`.observe` while tracing, :mod:`.user_code`, the walk
 :mod:`.guard_walk`, the compiled checks :mod:`.guards`, the graph
@@ -24,6 +25,8 @@ from . import numpy_shapes  # noqa: E402,F401  (stacking, splitting, pad, diagon
 from . import numpy_products  # noqa: E402,F401  (cross, tensordot, einsum, norm)
 from . import numpy_linalg  # noqa: E402,F401  (numpy.linalg)
 from . import numpy_methods  # noqa: E402,F401  (the ndarray methods of tracers)
+from . import numpy_complex  # noqa: E402,F401  (complex values as pairs of real tracers)
+from . import numpy_fft  # noqa: E402,F401  (np.fft as products with DFT tables)
 from . import scipy_special, scipy_stats  # noqa: E402  (scipy's Python functions)
 from .trace import ON_ENTER  # noqa: E402
 

@@ -1,0 +1,383 @@
+"""Complex values on tracers, as pairs of real ones.
+
+A complex traced value is a :class:`ComplexTracer`: its real and imaginary
+parts, each a real tracer (or a constant).  Every complex operation is
+written as real operations on the parts -- ``(a + ib)(c + id) = (ac - bd) +
+i(ad + bc)``, ``exp(a + ib) = e^a (cos b + i sin b)`` -- so the IR, the
+derivative rules and every backend stay real: fused kernels, zero
+allocations and exact derivatives come from the real machinery unchanged.
+A real loss of complex intermediates (``np.abs(np.fft.rfft(x)) ** 2``) is
+differentiated like any real function.
+
+The convention for the gradient of a real function of complex *input* (see
+:mod:`hybridad.plans.arguments`) is autograd's and PyTorch's:
+``df/dx + i df/dy`` for ``z = x + iy``, the direction of steepest ascent.
+
+Complex values enter through complex constants (a Python ``1j``, a complex
+array the function captures), complex arguments and :mod:`.numpy_fft`; the
+surface here is the arithmetic, the elementary functions, ``real``/``imag``/
+``conj``/``angle``/``abs``, reductions, shapes and products.  Other numpy
+functions on complex values raise ``NotImplementedError`` naming them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import TracingError, user_location
+from .tracer import SURFACE, Tracer
+
+__all__ = ["ComplexTracer", "as_complex", "involves_complex"]
+
+
+def _is_complex_constant(v):
+    return isinstance(v, complex | np.complexfloating) or \
+        (isinstance(v, np.ndarray) and v.dtype.kind == "c")
+
+
+def involves_complex(values):
+    """Whether ``values`` (one level of lists/tuples too) hold a complex value."""
+    for v in values:
+        if isinstance(v, ComplexTracer) or _is_complex_constant(v):
+            return True
+        if isinstance(v, list | tuple) and involves_complex(v):
+            return True
+    return False
+
+
+def as_complex(v):
+    """``v`` as a :class:`ComplexTracer` (real values get a zero imaginary part)."""
+    if isinstance(v, ComplexTracer):
+        return v
+    if _is_complex_constant(v):
+        v = np.asarray(v)
+        return ComplexTracer(np.ascontiguousarray(v.real), np.ascontiguousarray(v.imag))
+    if isinstance(v, Tracer):
+        return ComplexTracer(v, 0.0)
+    v = np.asarray(v, dtype=np.float64) if not isinstance(v, np.ndarray) or \
+        v.dtype.kind != "f" else v
+    return ComplexTracer(v, 0.0)
+
+
+class ComplexTracer:
+    """A complex traced value: ``real + 1j * imag`` (each real: a tracer or a constant)."""
+
+    __array_priority__ = 1001
+
+    def __init__(self, real, imag):
+        self.re, self.im = real, imag
+
+    # -- what it is -----------------------------------------------------------
+    @property
+    def shape(self):
+        return np.broadcast_shapes(np.shape(self.re), np.shape(self.im))
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape))
+
+    @property
+    def dtype(self):
+        dts = [p.dtype for p in (self.re, self.im) if hasattr(p, "dtype") and np.ndim(p)] or \
+            [getattr(p, "dtype", np.dtype(np.float64)) for p in (self.re, self.im)]
+        real = np.result_type(*dts)
+        return np.dtype(np.complex64 if real == np.float32 else np.complex128)
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __repr__(self):
+        return f"ComplexTracer(shape={self.shape}, dtype={self.dtype})"
+
+    def full(self):
+        """The parts broadcast to the value's shape."""
+        shape = self.shape
+        return (np.broadcast_to(self.re, shape) if np.shape(self.re) != shape else self.re,
+                np.broadcast_to(self.im, shape) if np.shape(self.im) != shape else self.im)
+
+    @property
+    def real(self):
+        return self.full()[0]
+
+    @property
+    def imag(self):
+        return self.full()[1]
+
+    @property
+    def T(self):
+        return np.transpose(self)
+
+    def conj(self):
+        return ComplexTracer(self.re, self.im if _zero(self.im) else -self.im)
+
+    conjugate = conj
+
+    def __array__(self, dtype=None, copy=None):
+        raise TracingError(f"a complex traced value was converted to a numpy array at "
+                           f"{user_location()}; build arrays with np.stack/np.concatenate")
+
+    def __bool__(self):
+        raise TracingError(f"the truth value of a traced complex value at {user_location()}")
+
+    # -- numpy protocols --------------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return complex_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return complex_function(func, args, kwargs)
+
+    def __getitem__(self, index):
+        re, im = self.full()
+        return ComplexTracer(re[index], im[index])
+
+    def reshape(self, *shape, **kw):
+        return np.reshape(self, shape[0] if len(shape) == 1 else shape, **kw)
+
+    def transpose(self, *axes):
+        return np.transpose(self, axes or None)
+
+    def sum(self, *a, **kw):
+        return np.sum(self, *a, **kw)
+
+    def mean(self, *a, **kw):
+        return np.mean(self, *a, **kw)
+
+    def __neg__(self):
+        return ComplexTracer(-self.re, -self.im)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return np.absolute(self)
+
+
+def _binary(ufunc, reflected=False):
+    if reflected:
+        return lambda self, other: ufunc(other, self)
+    return lambda self, other: ufunc(self, other)
+
+
+for _name, _uf in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
+                   ("truediv", np.true_divide), ("pow", np.power), ("matmul", np.matmul)):
+    setattr(ComplexTracer, f"__{_name}__", _binary(_uf))
+    setattr(ComplexTracer, f"__r{_name}__", _binary(_uf, reflected=True))
+
+
+# --------------------------------------------------------------------------
+# ufuncs
+# --------------------------------------------------------------------------
+def _zero(x):
+    """Whether ``x`` is a constant zero (a real value's imaginary part)."""
+    return not isinstance(x, Tracer) and not np.any(x)
+
+
+def _times(x, y):
+    return 0.0 if _zero(x) or _zero(y) else x * y
+
+
+def _plus(x, y, sign=1):
+    if _zero(y):
+        return x
+    if _zero(x):
+        return y if sign > 0 else -y
+    return x + y if sign > 0 else x - y
+
+
+def _mul(a, b):
+    return ComplexTracer(_plus(_times(a.re, b.re), _times(a.im, b.im), -1),
+                         _plus(_times(a.re, b.im), _times(a.im, b.re)))
+
+
+def _div(a, b):
+    if _zero(b.im):
+        return ComplexTracer(a.re / b.re, 0.0 if _zero(a.im) else a.im / b.re)
+    d = b.re * b.re + b.im * b.im
+    return ComplexTracer(_plus(_times(a.re, b.re), _times(a.im, b.im)) / d,
+                         _plus(_times(a.im, b.re), _times(a.re, b.im), -1) / d)
+
+
+def _exp(z):
+    e = np.exp(z.re)
+    return ComplexTracer(e * np.cos(z.im), e * np.sin(z.im))
+
+
+def _log(z):
+    return ComplexTracer(np.log(np.hypot(z.re, z.im)), np.arctan2(z.im, z.re))
+
+
+def _sqrt(z):  # numpy's branch: the sign of the imaginary part (zero too) chooses
+    r = np.hypot(z.re, z.im)
+    return ComplexTracer(np.sqrt(0.5 * (r + z.re)), np.copysign(np.sqrt(0.5 * (r - z.re)), z.im))
+
+
+def _power(z, w):
+    if not isinstance(w, ComplexTracer) or isinstance(w.im, np.ndarray | float | int) and \
+            not np.any(w.im) and not isinstance(w.re, Tracer):
+        n = np.asarray(w.re if isinstance(w, ComplexTracer) else w)
+        if n.ndim == 0 and float(n) == int(n) and abs(int(n)) <= 8:  # exact, by products
+            k, out = abs(int(n)), ComplexTracer(np.ones((), np.float64), np.zeros(()))
+            for _ in range(k):
+                out = _mul(out, z)
+            return _div(as_complex(1.0), out) if int(n) < 0 else out
+    return _exp(_mul(as_complex(w), _log(z)))
+
+
+def _matmul(a, b):
+    def mm(x, y):
+        return 0.0 if _zero(x) or _zero(y) else np.matmul(x, y)
+    return ComplexTracer(_plus(mm(a.re, b.re), mm(a.im, b.im), -1),
+                         _plus(mm(a.re, b.im), mm(a.im, b.re)))
+
+
+_UNARY = {
+    np.negative: lambda z: ComplexTracer(-z.re, -z.im),
+    np.positive: lambda z: z,
+    np.conjugate: lambda z: z.conj(),
+    np.absolute: lambda z: np.hypot(z.re, z.im),
+    np.square: lambda z: _mul(z, z),
+    np.reciprocal: lambda z: _div(as_complex(1.0), z),
+    np.exp: _exp,
+    np.log: _log,
+    np.sqrt: _sqrt,
+    np.sin: lambda z: ComplexTracer(np.sin(z.re) * np.cosh(z.im), np.cos(z.re) * np.sinh(z.im)),
+    np.cos: lambda z: ComplexTracer(np.cos(z.re) * np.cosh(z.im),
+                                    -np.sin(z.re) * np.sinh(z.im)),
+    np.sinh: lambda z: ComplexTracer(np.sinh(z.re) * np.cos(z.im), np.cosh(z.re) * np.sin(z.im)),
+    np.cosh: lambda z: ComplexTracer(np.cosh(z.re) * np.cos(z.im), np.sinh(z.re) * np.sin(z.im)),
+    np.tanh: lambda z: _div(_UNARY[np.sinh](z), _UNARY[np.cosh](z)),
+    np.tan: lambda z: _div(_UNARY[np.sin](z), _UNARY[np.cos](z)),
+    np.isfinite: lambda z: np.isfinite(z.re) & np.isfinite(z.im),
+}
+_BINARY = {
+    np.add: lambda a, b: ComplexTracer(_plus(a.re, b.re), _plus(a.im, b.im)),
+    np.subtract: lambda a, b: ComplexTracer(_plus(a.re, b.re, -1), _plus(a.im, b.im, -1)),
+    np.multiply: _mul,
+    np.true_divide: _div,
+    np.power: lambda a, b: _power(a, b),
+    np.matmul: lambda a, b: _matmul(a, b),
+}
+
+
+def complex_ufunc(ufunc, method, inputs, kwargs):
+    """A ufunc call with a complex operand."""
+    if method != "__call__" or any(v is not None for v in kwargs.values()):
+        raise NotImplementedError(f"hybridad: numpy.{ufunc.__name__}.{method} (or with "
+                                  f"keywords) on complex values is not supported "
+                                  f"(at {user_location()})")
+    if ufunc in _UNARY and len(inputs) == 1:
+        return _UNARY[ufunc](as_complex(inputs[0]))
+    if ufunc is np.power and not involves_complex(inputs[1:]):
+        return _power(as_complex(inputs[0]), inputs[1])
+    if ufunc in _BINARY:
+        return _BINARY[ufunc](*(as_complex(v) for v in inputs))
+    raise NotImplementedError(f"hybridad: numpy.{ufunc.__name__} of complex values is not "
+                              f"supported (at {user_location()}); see docs/limitations.md")
+
+
+# --------------------------------------------------------------------------
+# functions
+# --------------------------------------------------------------------------
+def _both(fn):
+    """A function applied to the real and imaginary parts alike."""
+    def apply(z, *args, **kwargs):
+        re, im = as_complex(z).full()
+        return ComplexTracer(fn(re, *args, **kwargs), fn(im, *args, **kwargs))
+    return apply
+
+
+def _joined(fn):
+    """``concatenate``/``stack``-like: the parts of every operand joined."""
+    def apply(seq, *args, **kwargs):
+        parts = [as_complex(v).full() for v in seq]
+        return ComplexTracer(fn([p[0] for p in parts], *args, **kwargs),
+                             fn([p[1] for p in parts], *args, **kwargs))
+    return apply
+
+
+def _angle(z, deg=False):
+    z = as_complex(z)
+    a = np.arctan2(*np.broadcast_arrays(z.im, z.re)) if not isinstance(z.im, Tracer) and \
+        not isinstance(z.re, Tracer) else np.arctan2(z.im, z.re)
+    return a * (180 / np.pi) if deg else a
+
+
+def _vdot(a, b):
+    a, b = as_complex(a).conj(), as_complex(b)
+    return np.sum(_mul(_both(np.ravel)(a), _both(np.ravel)(b)))
+
+
+def _norm(x, ord=None, axis=None, keepdims=False):
+    if ord not in (None, "fro", 2) or (ord == 2 and axis is None and as_complex(x).ndim != 1):
+        raise NotImplementedError(f"hybridad: np.linalg.norm(ord={ord!r}) of complex values")
+    z = as_complex(x)
+    return np.sqrt(np.sum(z.re * z.re + z.im * z.im, axis=axis, keepdims=keepdims))
+
+
+_FUNCTIONS = {
+    np.real: lambda z: as_complex(z).real,
+    np.imag: lambda z: as_complex(z).imag,
+    np.conj: lambda z: as_complex(z).conj(),
+    np.angle: _angle,
+    np.abs: lambda z: np.absolute(as_complex(z)),
+    np.sum: _both(np.sum),
+    np.mean: _both(np.mean),
+    np.cumsum: _both(np.cumsum),
+    np.reshape: _both(np.reshape),
+    np.ravel: _both(np.ravel),
+    np.transpose: _both(np.transpose),
+    np.swapaxes: _both(np.swapaxes),
+    np.moveaxis: _both(np.moveaxis),
+    np.expand_dims: _both(np.expand_dims),
+    np.squeeze: _both(np.squeeze),
+    np.broadcast_to: _both(np.broadcast_to),
+    np.flip: _both(np.flip),
+    np.roll: _both(np.roll),
+    np.take: _both(np.take),
+    np.diagonal: _both(np.diagonal),
+    np.trace: _both(np.trace),
+    np.concatenate: _joined(np.concatenate),
+    np.stack: _joined(np.stack),
+    np.dot: lambda a, b: _BINARY[np.matmul](as_complex(a), as_complex(b))
+    if np.ndim(a) >= 1 and np.ndim(b) >= 1 else _mul(as_complex(a), as_complex(b)),
+    np.vdot: _vdot,
+    np.linalg.norm: _norm,
+    np.iscomplexobj: lambda z: True,
+}
+
+
+def complex_function(func, args, kwargs):
+    """A numpy function call with a complex argument."""
+    impl = _FUNCTIONS.get(func)
+    if impl is None:
+        from .numpy_api import HANDLED
+
+        impl = HANDLED.get(func) if getattr(func, "__module__", "") == "numpy.fft" else None
+    if impl is None:
+        raise NotImplementedError(
+            f"hybridad: {getattr(func, '__module__', 'numpy')}.{func.__name__} of complex values "
+            f"is not supported (at {user_location()}); see docs/limitations.md")
+    return impl(*args, **kwargs)
+
+
+def _install():
+    real_ufunc, real_function = SURFACE.apply_ufunc, SURFACE.apply_function
+
+    def apply_ufunc(ufunc, method, inputs, kwargs):
+        if involves_complex(inputs):
+            return complex_ufunc(ufunc, method, inputs, kwargs)
+        return real_ufunc(ufunc, method, inputs, kwargs)
+
+    def apply_function(func, args, kwargs):
+        if involves_complex(args) or involves_complex(kwargs.values()):
+            return complex_function(func, args, kwargs)
+        return real_function(func, args, kwargs)
+
+    SURFACE.apply_ufunc, SURFACE.apply_function = apply_ufunc, apply_function
+
+
+_install()

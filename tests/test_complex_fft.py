@@ -1,0 +1,110 @@
+"""Complex intermediates (pairs of real tracers) and np.fft: values equal
+numpy's, real losses differentiated against central differences on both CPU
+backends, Hessians, zero allocations, and JAX where installed."""
+
+import numpy as np
+import pytest
+from conftest import BACKENDS, assert_grad
+
+import hybridad as ha
+from hybridad.testing import assert_no_alloc, numerical_gradient
+
+X = np.linspace(0.1, 1.3, 8) ** 2
+W = np.linspace(-1.0, 1.0, 8)
+
+FFT_LOSSES = {
+    "rfft_power": lambda x: np.sum(np.abs(np.fft.rfft(x)) ** 2),
+    "fft_of_complex": lambda x: np.sum(np.real(np.fft.fft(x * np.exp(1j * x))) * W),
+    "ifft_angle": lambda x: np.sum(np.angle(np.fft.ifft(x + 0.5j))),
+    "irfft_even": lambda x: np.sum(np.fft.irfft(np.fft.rfft(x) * np.exp(-1j * x[:5]), n=8) ** 2),
+    "irfft_odd_n": lambda x: np.sum(np.fft.irfft(np.fft.rfft(x), n=7) * W[:7]),
+    "crop_pad_norms": lambda x: np.sum(np.abs(np.fft.fft(x, n=12, norm="forward"))) +
+    np.sum(np.abs(np.fft.rfft(x, n=5, norm="ortho")) ** 2),
+    "fft2_ortho": lambda x: np.sum(np.abs(np.fft.fft2(x.reshape(2, 4), norm="ortho"))),
+    "fftn_axes": lambda x: np.sum(np.imag(np.fft.fftn((x * np.exp(1j * x)).reshape(2, 2, 2),
+                                                      axes=(0, 2))) ** 2),
+    "rfftn_irfftn": lambda x: np.sum(np.fft.irfftn(np.fft.rfftn(x.reshape(2, 4)) *
+                                                   (1 + 0.5j), s=(2, 4), axes=(0, 1)) ** 3),
+    "rfft2_irfft2": lambda x: np.sum(np.fft.irfft2(np.fft.rfft2(x.reshape(2, 4)) * 2) ** 3),
+    "hfft_ihfft": lambda x: np.sum(np.fft.hfft(x[:5] + 1j * x[3:], n=8) ** 2) +
+    np.sum(np.abs(np.fft.ihfft(x, norm="ortho")) ** 2),
+    "shifts": lambda x: np.sum(np.fft.fftshift(x) * W) +
+    np.sum(np.abs(np.fft.ifftshift(np.fft.fft(x))) * W),
+    "axis0": lambda x: np.sum(np.abs(np.fft.fft(x.reshape(4, 2), axis=0)) ** 2),
+}
+
+
+def test_fft_values_and_gradients():
+    """All transforms in one function per backend (one compiled plan), each
+    term also checked alone against numpy's value."""
+    for name, f in FFT_LOSSES.items():
+        res = ha.gradient(f, X, backend="numpy")
+        np.testing.assert_allclose(res.value, f(X), rtol=1e-13, err_msg=name)
+        g = numerical_gradient(f, X)
+        np.testing.assert_allclose(res.gradient, g, rtol=1e-6, atol=1e-7 * np.max(np.abs(g)),
+                                   err_msg=name)
+
+    def everything(x):
+        return sum(f(x) for f in FFT_LOSSES.values())
+
+    assert_grad(everything, (X,))
+
+
+def test_fft_hessian_and_no_allocation():
+    f = FFT_LOSSES["irfft_even"]
+    for backend in BACKENDS:
+        res = ha.hessian(f, X, backend=backend)
+        num = np.array([numerical_gradient(lambda x: numerical_gradient(f, x)[i], X)
+                        for i in range(X.size)])
+        np.testing.assert_allclose(res.hessian, num, rtol=1e-4, atol=1e-4)
+    plan = ha.compile(FFT_LOSSES["rfft_power"], X, backend="numba")
+    out = ha.DiffResult(np.zeros(()), np.zeros(8))
+    plan.gradient(X, out=out)
+    assert_no_alloc(lambda: plan.gradient(X, out=out))
+
+
+def test_complex_arithmetic_and_elementary_functions():
+    c = np.array([0.5 - 1j, 2.0 + 0.25j, -1.0 + 0.5j, 0.3 + 0j] * 2)
+
+    def f(x):
+        z = (x + 2j) ** 3 / (1 - 1j * x) * np.sqrt(x - 1j) + np.log(x + 1j) * np.cos(x * 1j)
+        z = z + np.exp(1j * x) * c - np.conj(c) * np.tanh(z / 10) + np.sinh(x * c) / c
+        w = np.sum(z * np.conj(z)) + np.vdot(c, z) + (c @ z)
+        return np.abs(w) + np.real(np.sum(np.square(z))) + np.sum(np.angle(z, deg=True))
+
+    res = assert_grad(f, (X,))
+    np.testing.assert_allclose(res.value, f(X), rtol=1e-13)
+
+
+def test_complex_shapes_and_reductions():
+    def f(x):
+        z = (x + 1j * x[::-1]).reshape(2, 4)
+        z = np.concatenate([z, np.conj(z)], axis=0).T
+        return np.real(np.sum(np.mean(z, axis=1) * np.arange(4.0))) + \
+            np.linalg.norm(np.stack([z[0], z[1]]))
+
+    assert_grad(f, (X,))
+
+
+def test_complex_values_refused_where_unsupported():
+    with pytest.raises(NotImplementedError, match=r"numpy\.sort of complex"):
+        ha.gradient(lambda x: np.sum(np.abs(np.sort(x + 1j))), X)
+    with pytest.raises(NotImplementedError, match="complex"):
+        ha.gradient(lambda x: np.sum(np.abs(np.maximum(x + 1j, 1j))), X)
+    with pytest.raises((TypeError, ValueError), match="scalar"):
+        ha.gradient(lambda x: np.sum(x + 1j), X)
+
+
+def test_against_jax_where_installed():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+
+    def f(xp):
+        return lambda x: xp.sum(xp.abs(xp.fft.rfft(x * xp.exp(1j * x).real)) ** 2) + \
+            xp.sum(xp.fft.irfft(xp.fft.fft(x)[:5] * (1 + 0.5j), n=8) ** 2)
+
+    res = ha.hessian(f(np), X, backend="numba")
+    np.testing.assert_allclose(res.gradient, np.asarray(jax.grad(f(jnp))(X)), rtol=1e-11)
+    np.testing.assert_allclose(res.hessian, np.asarray(jax.hessian(f(jnp))(X)), rtol=1e-9,
+                               atol=1e-10)
