@@ -32,6 +32,7 @@ from .errors import RetraceWarning, StalePlanError
 from .frontend.guard_walk import root_of
 from .plans.arguments import arg_names, normalize_argnums, prepare_args
 from .plans.hessian import HessianPlan
+from .plans import complex_args as _complex_args
 from .plans import nested as _nested
 from .plans.jacobian import JacobianPlan
 from .plans.plan import Plan
@@ -393,6 +394,8 @@ def gradient(f, *args, argnums=0, out=None, backend=None):
                 pass  # f changed: the general path rebuilds
     if _nested.traced(args) is not None:  # inside a function being differentiated
         return _nested.gradient(f, args, argnums, out)
+    if _complex_args.any_complex(args):  # as (real, imag) pairs: plans/complex_args.py
+        return _complex_args.gradient(gradient, f, args, argnums, out, backend)
     requested = backend
     backend = _backend(backend, args)
 

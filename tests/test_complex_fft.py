@@ -108,3 +108,30 @@ def test_against_jax_where_installed():
     np.testing.assert_allclose(res.gradient, np.asarray(jax.grad(f(jnp))(X)), rtol=1e-11)
     np.testing.assert_allclose(res.hessian, np.asarray(jax.hessian(f(jnp))(X)), rtol=1e-9,
                                atol=1e-10)
+
+
+def test_complex_arguments_follow_autograds_convention():
+    """``du/dx - 1j du/dy`` for a real ``u`` of ``z = x + iy`` (autograd, JAX)."""
+    z = np.array([1 + 1j, 0.5 - 2j, -0.3 + 0.2j])
+    w = np.array([0.3, -1.2, 2.0])
+
+    def u(z, w):
+        return np.abs(np.sum(np.exp(z) * w)) + np.sum(np.abs(z) ** 2)
+
+    for backend in BACKENDS:
+        res = ha.gradient(u, z, w, argnums=(0, 1), backend=backend)
+        gz, gw = res.gradient
+        assert gz.dtype == np.complex128 and gw.dtype == np.float64
+        dx = numerical_gradient(lambda x: u(x + 1j * z.imag, w), z.real)
+        dy = numerical_gradient(lambda y: u(z.real + 1j * y, w), z.imag)
+        np.testing.assert_allclose(gz, dx - 1j * dy, rtol=1e-7)
+        np.testing.assert_allclose(gw, numerical_gradient(lambda v: u(z, v), w), rtol=1e-7)
+        np.testing.assert_allclose(res.value, u(z, w), rtol=1e-14)
+    out = ha.DiffResult(np.zeros(()), np.zeros(3, complex))
+    assert ha.gradient(lambda z: np.sum(np.abs(z) ** 2), z, out=out) is out
+    np.testing.assert_allclose(out.derivs[0], 2 * np.conj(z), rtol=1e-15)
+    with pytest.raises(ValueError, match="complex"):
+        ha.gradient(lambda z: np.sum(np.abs(z) ** 2), z, out=ha.DiffResult(np.zeros(()),
+                                                                           np.zeros(3)))
+    with pytest.raises(TypeError, match="complex value"):
+        ha.gradient(lambda z: np.sum(np.sin(z)), z)

@@ -9,9 +9,10 @@ allocations and exact derivatives come from the real machinery unchanged.
 A real loss of complex intermediates (``np.abs(np.fft.rfft(x)) ** 2``) is
 differentiated like any real function.
 
-The convention for the gradient of a real function of complex *input* (see
-:mod:`hybridad.plans.arguments`) is autograd's and PyTorch's:
-``df/dx + i df/dy`` for ``z = x + iy``, the direction of steepest ascent.
+The convention for the gradient with respect to a complex *argument* (see
+:mod:`hybridad.plans.complex_args`) is autograd's and JAX's: ``du/dx - i du/dy``
+for ``u = real(f)`` and ``z = x + iy`` -- the complex derivative where ``f`` is
+holomorphic.
 
 Complex values enter through complex constants (a Python ``1j``, a complex
 array the function captures), complex arguments and :mod:`.numpy_fft`; the
