@@ -42,8 +42,9 @@ def _kind(op):
 def _name(f):
     mod = getattr(f, "__module__", None) or "numpy"
     name = getattr(f, "__name__", repr(f))
-    if mod.startswith("numpy.linalg"):
-        return f"numpy.linalg.{name}"
+    for sub in ("linalg", "fft"):
+        if mod.startswith(f"numpy.{sub}"):
+            return f"numpy.{sub}.{name}"
     return f"numpy.{name}"
 
 
@@ -73,7 +74,8 @@ def rows():
             ("ufuncs", "numpy.conjugate", "identity (real arrays)", both)]
     for method in ("numpy.add.reduce", "numpy.multiply.reduce", "numpy.maximum.reduce",
                    "numpy.minimum.reduce", "numpy.logaddexp.reduce", "numpy.add.accumulate",
-                   "numpy.multiply.accumulate"):
+                   "numpy.multiply.accumulate", "numpy.add.at", "numpy.subtract.at",
+                   "numpy.multiply.at", "numpy.maximum.at", "numpy.minimum.at"):
         out.append(("ufunc methods", method, "composite", both))
     names = {}
     for f, impl in HANDLED.items():
@@ -102,6 +104,12 @@ def rows():
              both) for d in sorted(LOGPMF)]
     out.append(("scipy.stats distributions", "scipy.stats.multivariate_normal",
                 "logpdf; in x, mean and cov", both))
+    out += [("complex values (pairs of real tracers)", "complex intermediates",
+             "+ - * / ** @, exp log sqrt sin cos tan sinh cosh tanh, real imag conj angle abs, "
+             "sum mean cumsum, shapes, concatenate stack, dot vdot, norm; numpy.fft as DFT "
+             "matmuls", both),
+            ("complex values (pairs of real tracers)", "complex arguments of hybridad.gradient",
+             "du/dx - 1j du/dy (autograd, JAX); allocates per call", both)]
     out.append(("operators", "+ - * / ** @ // % divmod() unary - + abs() < <= > >= == != "
                 "& \\| ^ ~ (booleans) x[index] (basic, integer arrays, boolean masks) len() "
                 "iteration round(x[i], n) copy.copy; in place: += -= *= /= **= @= //= %= &= "
