@@ -16,7 +16,7 @@ AUTOGRAD_COUNT = 120
 #: Tracer attributes that are not numpy's (or that raise: values are not known)
 _NOT_METHODS = {"node", "item", "tolist"}
 
-#: numpy.linalg functions on the LAPACK primitives (hybridad/ops/linalg.py)
+#: numpy.linalg functions on the LAPACK primitives (hybridad/ops/linalg*.py)
 _LAPACK = {"numpy.linalg.solve": "smooth (LAPACK gesv; adjoint rule)",
            "numpy.linalg.inv": "smooth (LAPACK gesv; adjoint rule)",
            "numpy.linalg.det": "smooth (LAPACK getrf; adjoint rule)",
@@ -25,7 +25,23 @@ _LAPACK = {"numpy.linalg.solve": "smooth (LAPACK gesv; adjoint rule)",
            "numpy.linalg.eigh": "smooth for distinct eigenvalues; reads one triangle, as "
                                 "numpy (LAPACK syevd)",
            "numpy.linalg.eigvalsh": "smooth; reads one triangle, as numpy (LAPACK syevd "
-                                    "without vectors)"}
+                                    "without vectors)",
+           # hybridad/ops/linalg_spectral.py, linalg_factor.py
+           "numpy.linalg.svd": "smooth for distinct singular values (LAPACK gesdd; adjoint "
+                               "rule); full_matrices' extra columns have none",
+           "numpy.linalg.svdvals": "smooth for distinct singular values (LAPACK gesdd)",
+           "numpy.linalg.pinv": "smooth at constant rank (LAPACK gesdd; Golub-Pereyra rule)",
+           "numpy.linalg.eig": "real spectra (a complex one raises when the plan runs); "
+                               "smooth for distinct eigenvalues (LAPACK geev)",
+           "numpy.linalg.eigvals": "real spectra (a complex one raises when the plan runs); "
+                                   "smooth for distinct eigenvalues (LAPACK geev)",
+           "numpy.linalg.qr": "smooth at full rank (LAPACK geqrf + orgqr); complete Q's "
+                              "extra columns have none",
+           "numpy.linalg.lstsq": "smooth at constant rank (pinv); rank-deficient residuals "
+                                 "raise when the plan runs",
+           "numpy.linalg.norm": "composite; orders 2, -2, 'nuc' of matrices from singular "
+                                "values (LAPACK gesdd)",
+           "numpy.linalg.matrix_norm": "as numpy.linalg.norm"}
 
 
 def _kind(op):
@@ -83,6 +99,10 @@ def rows():
             names.setdefault(_name(f), f)
     for name in sorted(names):
         out.append(("functions", name, _LAPACK.get(name, "composite of primitives"), both))
+    from .frontend.numpy_construct import WRAPPERS
+
+    out += [("numpy constructors (intercepted while tracing)", f"numpy.{name}",
+             "composite of primitives", both) for name in sorted([*WRAPPERS, "r_", "c_"])]
     from .frontend.numpy_methods import REFUSED
 
     methods = sorted(m for m, v in vars(Tracer).items()

@@ -122,8 +122,11 @@ def test_value_dependent_control_flow_names_line_and_fix():
 
 
 def test_array_of_traced_values_points_to_stack():
+    # np.array over traced values works (tests/test_constructs.py); numpy's own
+    # function, bound to a name before tracing, still meets the tracer's refusal
+    array = np._core.multiarray.array
     with pytest.raises(ha.TracingError, match="np.stack"):
-        ha.gradient(lambda x: np.sum(np.array([x[0], x[1]])), np.ones(3))
+        ha.gradient(lambda x: np.sum(array([x[0], x[1]])), np.ones(3))
 
 
 def test_unsupported_function_is_named():

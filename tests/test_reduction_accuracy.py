@@ -500,6 +500,15 @@ def _accumulating_numpy_functions():
 #: accumulating functions not held to numpy's accuracy by a case above, and why
 EXEMPT = {"numpy.median": "adds at most the two middle values",
           "numpy.searchsorted": "counts comparisons: an integer sum, exact",
+          "numpy.convolve": "short sums over the trailing axis of a gathered matrix (the "
+                            "per-row path of the cases above); numpy's are plain dot products",
+          "numpy.correlate": "as numpy.convolve",
+          "numpy.trapezoid": "one sum over an axis of elementwise terms: the paths of the "
+                             "sum cases above",
+          "numpy.linalg.lstsq": "pinv(a) @ b: LAPACK (gesdd) and one BLAS product, as numpy's "
+                                "own lstsq is LAPACK",
+          "numpy.linalg.matrix_norm": "ord 2/-2 are one singular value (LAPACK), 'nuc' sums "
+                                      "min(m, n) of them; the other orders are the sum paths",
           "max": "exact: the result is one of the elements", "min": "exact, as max"}
 
 

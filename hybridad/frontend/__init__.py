@@ -5,12 +5,14 @@ and its Python protocols), :mod:`.trace` (the trace, ``bind``, ``as_node``),
 surface on tracers (:mod:`.numpy_api` and the modules it loads: ufuncs and
 core functions, :mod:`.numpy_reductions`, :mod:`.numpy_math`,
 :mod:`.numpy_selection`, :mod:`.numpy_shapes`, :mod:`.numpy_products`,
-:mod:`.numpy_linalg`, :mod:`.numpy_methods`, complex values
-:mod:`.numpy_complex` and :mod:`.numpy_fft`; scipy's Python functions and
-distributions, :mod:`.scipy_special`, :mod:`.scipy_stats`); what ``f`` reads besides its
-arguments (:mod:`.observe` while tracing, :mod:`.user_code`, the walk
-:mod:`.guard_walk`, the compiled checks :mod:`.guards`, the graph
-:mod:`.signature`) and user scalar functions (:mod:`.scalar_functions`)."""
+:mod:`.numpy_linalg`, :mod:`.numpy_methods`, scatters and signals
+:mod:`.numpy_signal`, array construction :mod:`.numpy_construct`, complex
+values :mod:`.numpy_complex` and :mod:`.numpy_fft`); scipy's Python functions
+and distributions (:mod:`.scipy_special`, :mod:`.scipy_stats`,
+:mod:`.scipy_linalg`); what ``f`` reads besides its arguments (:mod:`.observe`
+while tracing, :mod:`.user_code`, the walk :mod:`.guard_walk`, the compiled
+checks :mod:`.guards`, the graph :mod:`.signature`) and user scalar functions
+(:mod:`.scalar_functions`)."""
 
 import sys
 
@@ -27,7 +29,10 @@ from . import numpy_linalg  # noqa: E402,F401  (numpy.linalg)
 from . import numpy_methods  # noqa: E402,F401  (the ndarray methods of tracers)
 from . import numpy_complex  # noqa: E402,F401  (complex values as pairs of real tracers)
 from . import numpy_fft  # noqa: E402,F401  (np.fft as products with DFT tables)
+from . import numpy_signal  # noqa: E402,F401  (ufunc.at, bincount, convolve, interp, ...)
+from . import numpy_construct  # noqa: E402,F401  (np.array, np.r_, append, select, ...)
 from . import scipy_special, scipy_stats  # noqa: E402  (scipy's Python functions)
+from . import scipy_linalg  # noqa: E402,F401  (scipy.linalg)
 from .trace import ON_ENTER  # noqa: E402
 
 

@@ -14,6 +14,7 @@ import numbers
 import operator
 
 import sys
+import weakref
 
 import numpy as np
 
@@ -30,6 +31,8 @@ HANDLED = {}
 #: ufunc -> the implementation of its ``reduce`` method where it is no primitive
 #: (filled by the modules of the numpy surface, like HANDLED)
 UFUNC_REDUCERS = {}
+#: ufunc -> the implementation of its ``at`` method (:mod:`.numpy_signal`)
+UFUNC_AT = {}
 
 #: ufunc -> primitive name, for every elementwise primitive backed by a ufunc
 UFUNC_OPS = {op.ufunc: name for name, op in REGISTRY.items() if op.ufunc is not None}
@@ -122,6 +125,8 @@ def _ufunc(ufunc, method, inputs, kwargs):
         _no_kwargs(f"{ufunc.__name__}.accumulate", kwargs, allowed=("out", "axis", "dtype"))
         return HANDLED[np.cumsum if ufunc is np.add else np.cumprod](
             *inputs, axis=kwargs.get("axis", 0), dtype=kwargs.get("dtype"))
+    if method == "at" and ufunc in UFUNC_AT:  # in place: returns None
+        return UFUNC_AT[ufunc](ufunc, *inputs, **kwargs)
     if method == "__call__" and ufunc in UFUNC_OPS:
         _no_kwargs(ufunc.__name__, kwargs, allowed=("out",))
         return bind(UFUNC_OPS[ufunc], *inputs)
@@ -509,7 +514,9 @@ def getitem(x, index):
     integer index, a new array for advanced indices (as numpy)."""
     x = _tracer(x)
     if _is_advanced(index):
-        return settle(gather_positions(x, lambda pos: pos[index]), [x], "array")
+        r = settle(gather_positions(x, lambda pos: pos[index]), [x], "array")
+        r._origin = (weakref.ref(x), x.node, index)  # for `x[index] op= v` (numpy_signal)
+        return r
     scalar = not any(k is Ellipsis for k in (index if isinstance(index, tuple) else (index,)))
     index = _normalize_index(index, x.shape)
     r = x if all(k == slice(None) for k in index) else bind("getitem", x, index=index)

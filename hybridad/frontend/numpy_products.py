@@ -93,14 +93,18 @@ def kron(a, b):
 def einsum(*operands, out=None, optimize=False, **kw):
     """``np.einsum`` with explicit or implicit output subscripts (letters, and
     ``...`` spelled as unused letters, broadcast like numpy: see
-    :func:`_einsum_ellipsis`): a contraction of two operands without shared output letters
-    is one matmul (:func:`tensordot`); anything else is a broadcast multiply
-    summed over the contracted letters, which the partitioner fuses into one
-    region (no product temporary on the numba backend)."""
+    :func:`_einsum_ellipsis`), or in the interleaved form of operands and
+    sublists (:func:`_einsum_sublists`): a contraction of two operands without
+    shared output letters is one matmul (:func:`tensordot`); anything else is
+    a broadcast multiply summed over the contracted letters, which the
+    partitioner fuses into one region (no product temporary on the numba
+    backend)."""
     _no_kwargs("einsum", {"out": out, **kw})
+    if not operands:
+        raise ValueError("must specify the einstein sum subscripts string and at least one "
+                         "operand")
     if not isinstance(operands[0], str):
-        raise NotImplementedError("hybridad: np.einsum in the interleaved (sublist) form is "
-                                  "not supported; pass a subscripts string")
+        operands = _einsum_sublists(operands)
     subscripts, *arrays = operands
     subscripts = subscripts.replace(" ", "")
     if "." in subscripts:
@@ -165,6 +169,39 @@ def einsum(*operands, out=None, optimize=False, **kw):
     if len(order) > len(rhs):
         prod = _reduce("sum", prod, tuple(range(len(rhs), len(order))), False)
     return prod
+
+
+def _einsum_sublists(operands):
+    """The interleaved form ``einsum(a, [0, 1], b, [1, 2], [0, 2])`` as
+    ``("AB,BC->AC", a, b)``: numpy's labels 0-25 are ``A``-``Z``, 26-51
+    ``a``-``z``, ``Ellipsis`` is ``...``; without a last output sublist the
+    output is implicit."""
+    arrays, sublists = list(operands[0::2]), list(operands[1::2])
+    output = arrays.pop() if len(operands) % 2 and len(operands) > 1 else None
+    if len(sublists) != len(arrays):
+        raise ValueError("einsum in the interleaved form takes an operand and a sublist of "
+                         "its subscripts, for each operand")
+
+    def letters(sublist):
+        out = []
+        for label in sublist:
+            if label is Ellipsis:
+                out.append("...")
+                continue
+            try:
+                k = operator.index(label)
+            except TypeError:
+                raise TypeError("each subscript must be either an integer or an "
+                                "ellipsis") from None
+            if not 0 <= k < 52:
+                raise ValueError("subscript is not within the valid range [0, 52)")
+            out.append(string.ascii_uppercase[k] if k < 26 else string.ascii_lowercase[k - 26])
+        return "".join(out)
+
+    subscripts = ",".join(letters(s) for s in sublists)
+    if output is not None:
+        subscripts += "->" + letters(output)
+    return (subscripts, *arrays)
 
 
 def _einsum_ellipsis(subscripts, ndims):

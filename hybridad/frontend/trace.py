@@ -48,9 +48,13 @@ def current_trace():
     return stack[-1]
 
 
-#: called when an outermost trace begins (the scipy surface installs its
-#: wrappers for scipy modules imported since: :mod:`.scipy_special`)
+#: called when an outermost trace begins on a thread (the scipy surface installs its
+#: wrappers for scipy modules imported since: :mod:`.scipy_special`; numpy's
+#: constructors are wrapped: :mod:`.numpy_construct`)
 ON_ENTER = []
+#: called when the outermost trace of a thread ends (after every ON_ENTER of it:
+#: :mod:`.numpy_construct` restores numpy's constructors when no trace is left)
+ON_EXIT = []
 
 
 class Trace:
@@ -74,6 +78,9 @@ class Trace:
 
     def __exit__(self, *exc):
         _state.stack.pop()
+        if not _state.stack:
+            for hook in ON_EXIT:
+                hook()
 
     def add(self, op, args, attrs, shape, dtype):
         """Append a node -- or return the identical one traced before.

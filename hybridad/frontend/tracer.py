@@ -25,11 +25,12 @@ from .observe import note_value_operand
 
 #: the numpy surface of tracers: ``apply_ufunc``, ``apply_function`` and
 #: ``getitem``, installed by :mod:`hybridad.frontend.numpy_api`, and
-#: ``assign`` (in-place operators), installed by :mod:`hybridad.frontend.objects`
-#: (both import this module; tracers call them through this table, so imports
+#: ``assign`` (in-place operators), installed by :mod:`hybridad.frontend.objects`,
+#: and ``setitem`` (``a[idx] op= v``), installed by :mod:`hybridad.frontend.numpy_signal`
+#: (they import this module; tracers call them through this table, so imports
 #: run one way)
 SURFACE = types.SimpleNamespace(apply_ufunc=None, apply_function=None, getitem=None,
-                                assign=None)
+                                assign=None, setitem=None)
 
 __all__ = ["ARG", "READONLY", "SCALAR", "Tracer"]
 
@@ -80,7 +81,7 @@ class Tracer:
     shares memory with another live one (a view: slice, reshape, transpose).
     """
 
-    __slots__ = ("_flags", "_shares", "_trace", "node", "__weakref__")
+    __slots__ = ("_flags", "_origin", "_shares", "_trace", "node", "__weakref__")
     __array_priority__ = 1000
     __class_getitem__ = classmethod(types.GenericAlias)  # as ndarray[...]
 
@@ -89,6 +90,7 @@ class Tracer:
         self._trace = trace
         self._flags = flags
         self._shares = None  # views: the weakrefs of every tracer sharing its memory
+        self._origin = None  # read by a fancy index: (weakref of the array, its node, index)
 
     @property
     def __class__(self):
@@ -204,9 +206,11 @@ class Tracer:
                 "softmax, log_softmax, polygamma and scipy.stats' distributions "
                 "(docs/limitations.md); write the rest with numpy functions.")
         raise TracingError(
-            f"a traced array was converted to a numpy array at {user_location()} (np.asarray, "
-            "np.array([...]) over traced values, or an unsupported function). Use np.stack / "
-            "np.concatenate to build arrays from traced values.")
+            f"a traced array was converted to a numpy array at {user_location()} by code "
+            "tracing does not follow: a numpy function hybridad does not support, or np.array "
+            "/ np.asarray bound to a name before tracing began (`from numpy import asarray`; "
+            "call np.asarray(...) instead). Use np.stack / np.concatenate to build arrays "
+            "from traced values.")
 
     # -- copies and pickling --------------------------------------------------
     def __copy__(self):
@@ -245,8 +249,11 @@ class Tracer:
         return SURFACE.getitem(self, index)
 
     def __setitem__(self, index, value):
+        if SURFACE.setitem is not None and SURFACE.setitem(self, index, value):
+            return  # `a[idx] op= v` with a constant fancy index
         raise TracingError(f"in-place assignment to a traced array at {user_location()}: "
-                           "build the result functionally (np.where, np.concatenate, ...).")
+                           "build the result functionally (np.where, np.concatenate, ...); "
+                           "`a[idx] += v` with a constant integer array `idx` is traced.")
 
     def __delitem__(self, index):
         raise ValueError("cannot delete array elements")

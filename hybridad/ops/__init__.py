@@ -6,7 +6,9 @@ table), :mod:`.select` (where, casts, copy), :mod:`.reductions`,
 :mod:`.shape` (reshape, transpose, broadcast_to, concatenate),
 :mod:`.indexing` (getitem, gather, gather_positions), :mod:`.sorting`,
 :mod:`.accumulate` (the scatter and in-place adds the reverse pass emits),
-:mod:`.linalg` (LAPACK primitives, their kernels in :mod:`.lapack`),
+:mod:`.linalg`, :mod:`.linalg_spectral` and :mod:`.linalg_factor` (LAPACK
+primitives, their kernels in :mod:`.lapack`, :mod:`.lapack_more` and
+:mod:`.lapack_solve`),
 :mod:`.special` (scipy.special's ufuncs, the rule table continued),
 :mod:`.host` (ufuncs without rules, on values that need no derivative),
 :mod:`.region` (the fused regions the partition makes) -- and the helpers
@@ -25,6 +27,8 @@ from . import (  # noqa: F401  (fill the registry)
     host,
     indexing,
     linalg,
+    linalg_factor,
+    linalg_spectral,
     matmul,
     reductions,
     region,

@@ -44,11 +44,39 @@ import numpy as np
 from llvmlite import binding as _llvm
 from numba import njit, types
 
-__all__ = ["LAPACK_OPS", "cholesky", "det", "eigh", "eigvalsh", "inv", "kernel_args", "kind_of",
-           "slogdet", "solve", "work_size"]
+__all__ = ["KERNEL_MODULES", "LAPACK_OPS", "cholesky", "det", "eigh", "eigvalsh", "inv",
+           "kernel", "kernel_args", "kind_of", "slogdet", "solve", "work_size"]
 
-#: the primitives whose kernels live here (same names)
-LAPACK_OPS = ("solve", "inv", "det", "slogdet", "cholesky", "eigh", "eigvalsh")
+_HERE = ("solve", "inv", "det", "slogdet", "cholesky", "eigh", "eigvalsh")
+_MORE = ("svd", "pinv", "qr", "eig", "eigh_evr")
+_SOLVE = ("solve_triangular", "lu_factor", "expm", "refuse_if")
+#: the primitives whose kernels live here, then those of
+#: :mod:`hybridad.ops.lapack_more` and :mod:`hybridad.ops.lapack_solve` (each
+#: kernel has its op's name)
+LAPACK_OPS = _HERE + _MORE + _SOLVE
+#: op -> the module of its kernel (by name: those modules import this one)
+KERNEL_MODULES = {**dict.fromkeys(_HERE, "hybridad.ops.lapack"),
+                  **dict.fromkeys(_MORE, "hybridad.ops.lapack_more"),
+                  **dict.fromkeys(_SOLVE, "hybridad.ops.lapack_solve")}
+
+
+def kernel(op):
+    """The compiled kernel of a LAPACK primitive.
+
+    Parameters
+    ----------
+    op : str
+        A name in :data:`LAPACK_OPS`.
+
+    Returns
+    -------
+    numba dispatcher
+        ``kernel(*operands, out, [work,] kind, *kernel_args(op, attrs))``.
+    """
+    import importlib
+
+    return getattr(importlib.import_module(KERNEL_MODULES[op]), op)
+
 
 _VOID, _IDX, _CHAR = types.voidptr, types.intp, types.char
 _getrf = types.ExternalFunction("numba_xxgetrf",
@@ -58,11 +86,13 @@ _gesv = types.ExternalFunction("numba_xgesv",
 _potrf = types.ExternalFunction("numba_xxpotrf", types.intc(_CHAR, _CHAR, _IDX, _VOID, _IDX))
 
 
-def _register_cython_lapack(*names):
-    """Make the ``scipy.linalg.cython_lapack`` routines ``names`` callable from
-    compiled code as the symbols ``hybridad_<name>``."""
-    from scipy.linalg import cython_lapack
+def _register_cython_lapack(*names, library="cython_lapack"):
+    """Make the ``scipy.linalg.cython_lapack`` (or ``library``: cython_blas)
+    routines ``names`` callable from compiled code as the symbols
+    ``hybridad_<name>``."""
+    import importlib
 
+    cython_lapack = importlib.import_module(f"scipy.linalg.{library}")
     get_name = ctypes.pythonapi.PyCapsule_GetName
     get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
     get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
@@ -94,6 +124,28 @@ def kernel_args(op, attrs):
         return (ord(attrs.get("uplo", "L")),)
     if op == "cholesky":
         return (int(bool(attrs.get("upper", False))),)
+    return _more_args(op, attrs)
+
+
+def _more_args(op, attrs):
+    """:func:`kernel_args` of the kernels of :mod:`hybridad.ops.lapack_more` and
+    :mod:`hybridad.ops.lapack_solve`."""
+    if op == "svd":
+        return ord(attrs.get("jobz", "S")), int(attrs.get("complement", False))
+    if op == "pinv":
+        return (float(attrs["rcond"]),)
+    if op == "qr":
+        return (("r", "reduced", "complete").index(attrs.get("mode", "reduced")),
+                int(attrs.get("complement", False)))
+    if op == "eig":
+        return (int(attrs.get("vectors", True)),)
+    if op == "eigh_evr":
+        return (ord(attrs["uplo"]), int(attrs["lo"]), int(attrs["hi"]),
+                int(attrs["vectors"]), int(attrs["subset"]))
+    if op == "solve_triangular":
+        return (int(attrs["lower"]), int(attrs["trans"]), int(attrs["unit"]))
+    if op == "refuse_if":
+        return (int(attrs["code"]),)
     return ()
 
 

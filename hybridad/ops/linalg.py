@@ -32,7 +32,7 @@ from .common import bind as _bind
 def _kernel(name):
     from . import lapack
 
-    return getattr(lapack, name), lapack
+    return lapack.kernel(name), lapack
 
 
 def _mT(x):
@@ -56,8 +56,9 @@ def _stacked_batch(node, batched, *args, **attrs):
     """Every operand batched (a copy where it was not), the batch axis folded
     into the stack axis: one call on (K * batch, ...), unfolded after."""
     k = next(x.shape[0] for x, b in zip(args, batched, strict=True) if b)
-    flat = [np.reshape(x if b else np.broadcast_to(x, (k, *x.shape)), (-1, *x.shape[2:]))
-            for x, b in zip(args, batched, strict=True)]
+    wide = [x if b else np.broadcast_to(x, (k, *x.shape)) for x, b in zip(args, batched,
+                                                                         strict=True)]
+    flat = [np.reshape(x, (-1, *x.shape[2:])) for x in wide]
     return np.reshape(_bind(node.op, *flat, **attrs), (k, *node.shape))
 
 

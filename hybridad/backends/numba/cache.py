@@ -56,6 +56,7 @@ import linecache
 import os
 import pickle
 import platform
+import re
 import stat
 import sys
 import tempfile
@@ -147,16 +148,23 @@ def cache_dir():
 
 
 # -- hashing ----------------------------------------------------------------------------
-@functools.lru_cache(maxsize=2)
-def _library_digest(special=False):
+@functools.lru_cache(maxsize=4)
+def _library_digest(special=False, lapack=False):
     """Hash of the hybridad modules generated source imports (numba's cache
     does not see changes to functions a cached function calls); scipy.special's
-    module only for source that imports it."""
+    module and the LAPACK kernels' modules only for source that imports them."""
+    from importlib.util import find_spec
+
     from . import rt, special as special_module, vmath
 
+    files = [rt.__file__, vmath.__file__] + ([special_module.__file__] if special else [])
+    if lapack:
+        from ...ops.lapack import KERNEL_MODULES
+
+        files += [find_spec(m).origin for m in sorted(set(KERNEL_MODULES.values()))]
     digest = hashlib.sha256()
-    for module in (rt, vmath) + ((special_module,) if special else ()):
-        with open(module.__file__, "rb") as fh:
+    for path in files:
+        with open(path, "rb") as fh:
             digest.update(fh.read())
     return digest.hexdigest()
 
@@ -176,7 +184,8 @@ def source_hash(source):
     """
     key = "\n".join([source, numba.__version__, np.__version__, sys.version,
                      platform.machine(),
-                     _library_digest("hybridad.backends.numba.special" in source), _FORMAT])
+                     _library_digest("hybridad.backends.numba.special" in source,
+                                     re.search(r"_la_\w+\(", source) is not None), _FORMAT])
     return hashlib.sha256(key.encode()).hexdigest()[:24]
 
 

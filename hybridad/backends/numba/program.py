@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from ...ir.graph import format_node
-from ...ops.lapack import LAPACK_OPS
+from ...ops.lapack import KERNEL_MODULES, LAPACK_OPS
 from ...transforms.memory import poison_schedule
 from ..scalar import uses_special, vector_imports
 from . import cache
@@ -408,8 +408,9 @@ def _header(consts, objects):
               "fold_min as _fold_min, "
               "fold_prod as _fold_prod, fold_sum as _fold_sum, "
               "sum_compensated as _sum_compensated",
-              "from hybridad.ops.lapack import " +
-              ", ".join(f"{op} as _la_{op}" for op in LAPACK_OPS), ""]
+              *(f"from {mod} import " + ", ".join(f"{op} as _la_{op}" for op in LAPACK_OPS
+                                                  if KERNEL_MODULES[op] == mod)
+                for mod in sorted(set(KERNEL_MODULES.values()))), ""]
     abi = tuple(rt.ABI[k] for k in rt.ABI_FIELDS) if objects else (0,) * 9
     header.append(f"_ABI = {abi!r}  # see rt.ABI")
     header += [f"{k} = {_literal(v)}" for k, v in consts.namespace().items()]

@@ -1,0 +1,226 @@
+"""Kernels of the triangular solves and what is built on them:
+solve_triangular (trtrs), lu_factor (getrf), expm (Pade scaling and squaring
+on BLAS gemm and LAPACK gesv) and the run-time refusal ``refuse_if``.
+
+Conventions as in :mod:`hybridad.ops.lapack_more` (shared helpers come from
+there): float64 stacks, preallocated outputs, every scratch matrix, pivot
+and Fortran scalar cut from the op's ``work``.
+
+* ``solve_triangular``: trtrs as scipy calls it for a C-ordered matrix (the
+  transposed problem, the triangle flipped), trans=2 ('C') on the matrix
+  itself: scipy's values bit for bit;
+* ``lu_factor``: getrf as scipy's lu_factor, ``(batch, 2 n + 1, n)`` = LU,
+  the 0-based pivots (as floats) and the permutation P with ``a = P L U``;
+* ``expm``: Higham's (2005) Pade(13) with ``s = ceil(log2(||A||_1 /
+  theta13))`` squarings, the scaling exact (a power of two); the Pade
+  solve ``(V - U) R = V + U`` on the row-major matrices as LAPACK reads them
+  (P and Q commute, so the transposed system has the same solution).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, types
+
+from .lapack import _gesv, _getrf, _register_cython_lapack
+from .lapack_more import _SCALARS, _colmajor, _scalars
+
+__all__ = ["expm", "lu_factor", "refuse_if", "solve_triangular", "work_size"]
+
+_register_cython_lapack("dtrtrs")
+_register_cython_lapack("dgemm", library="cython_blas")
+_V = types.voidptr
+_dtrtrs = types.ExternalFunction("hybridad_dtrtrs", types.void(*([_V] * 10)))
+_dgemm = types.ExternalFunction("hybridad_dgemm", types.void(*([_V] * 13)))
+
+#: the refusals of :func:`refuse_if` (codes 0, 1, 2)
+_RANK = ("numpy.linalg.lstsq: the matrix is rank-deficient, where numpy returns empty "
+         "residuals: a shape a traced plan cannot take at run time (the solution, rank and "
+         "singular values are computed; compute residuals from the solution)")
+_SVD = ("numpy.linalg.svd(full_matrices=True): the columns of u (rows of vh) beyond "
+        "min(m, n) have no derivative (any orthonormal basis of the complement); use "
+        "full_matrices=False")
+_QR = ("numpy.linalg.qr(mode='complete'): the columns of q beyond n have no derivative "
+       "(any orthonormal basis of the complement); use mode='reduced'")
+
+#: Higham's Pade(13) coefficients and the 1-norm up to which it needs no scaling
+_PADE13 = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0,
+           1187353796428800.0, 129060195264000.0, 10559470521600.0, 670442572800.0,
+           33522128640.0, 1323241920.0, 40840800.0, 960960.0, 16380.0, 182.0, 1.0)
+_THETA13 = 5.371920351148152
+
+
+def work_size(op, m, n, **attrs):
+    """Elements of float64 workspace the kernel ``op`` needs.
+
+    Parameters
+    ----------
+    op : str
+        ``"solve_triangular"``, ``"lu_factor"`` or ``"expm"``.
+    m, n : int
+        The matrices' order (m), and the right-hand sides (n) of
+        solve_triangular (for the others, n = m).
+    **attrs
+        The op's attributes (unused).
+
+    Returns
+    -------
+    int
+    """
+    if op == "solve_triangular":
+        return m * m + m * n + _SCALARS
+    if op == "lu_factor":
+        return n * n + n + _SCALARS
+    if op == "expm":
+        return 8 * n * n + n + 1 + _SCALARS
+    raise KeyError(op)
+
+
+@njit(cache=True, nogil=True)
+def solve_triangular(a, b, out, work, kind, lower, trans, unit):
+    """out[i] = op(T)^-1 b[i], T the ``lower`` (else upper) triangle of a[i]
+    (unit diagonal with ``unit``), op = transpose for ``trans`` 1 or 2.  As
+    scipy for a C-ordered matrix: trtrs on a[i].T (which is a[i] read
+    column-major), the triangle and the transpose flipped; trans=2 ('C'):
+    trtrs on a[i] itself."""
+    n, k = a.shape[1], b.shape[2]
+    mat, rhs = work[:n * n], work[n * n:n * n + n * k]
+    ints, chars, _ = _scalars(work)
+    flip = trans != 2
+    for i in range(a.shape[0]):
+        if n == 0 or k == 0:
+            continue
+        for r in range(n):
+            for c in range(n):
+                if flip:
+                    mat[c + r * n] = a[i, r, c]
+                else:
+                    mat[r + c * n] = a[i, r, c]
+        for c in range(k):
+            for r in range(n):
+                rhs[r + c * n] = b[i, r, c]
+        up = lower if flip else not lower
+        chars[0] = ord("U") if up else ord("L")
+        chars[1] = ord("C") if not flip else (ord("N") if trans == 1 else ord("T"))
+        chars[2] = ord("U") if unit else ord("N")
+        ints[0], ints[1], ints[2] = n, k, 0
+        _dtrtrs(chars[0:].ctypes, chars[1:].ctypes, chars[2:].ctypes, ints[0:].ctypes,
+                ints[1:].ctypes, mat.ctypes, ints[0:].ctypes, rhs.ctypes, ints[0:].ctypes,
+                ints[2:].ctypes)
+        if ints[2] > 0:
+            raise np.linalg.LinAlgError("singular matrix: a diagonal element of the "
+                                        "triangular matrix is exactly zero")
+        for c in range(k):
+            for r in range(n):
+                out[i, r, c] = rhs[r + c * n]
+
+
+@njit(cache=True, nogil=True)
+def lu_factor(a, out, work, kind):
+    """scipy.linalg.lu_factor of each a[i] (getrf): LU in out[i, :n], the
+    0-based pivots in out[i, n], P (a = P L U) in out[i, n + 1:].  A singular
+    matrix is factored as LAPACK leaves it (scipy warns)."""
+    n = a.shape[1]
+    mat = work[:n * n]
+    piv = work[n * n:n * n + n].view(np.int32)
+    for i in range(a.shape[0]):
+        if n == 0:
+            continue
+        _colmajor(a[i], mat, n, n)
+        _getrf(np.int8(ord("d")), n, n, mat.ctypes, n, piv.ctypes)
+        for r in range(n):
+            for c in range(n):
+                out[i, r, c] = mat[r + c * n]
+                out[i, n + 1 + r, c] = 0.0
+        perm = piv[n:2 * n]  # the second half of the pivots' elements: free
+        for j in range(n):
+            perm[j] = j
+        for j in range(n):
+            out[i, n, j] = piv[j] - 1
+            p = piv[j] - 1
+            perm[j], perm[p] = perm[p], perm[j]
+        for r in range(n):
+            out[i, n + 1 + perm[r], r] = 1.0
+
+
+@njit(cache=True, nogil=True)
+def refuse_if(x, flag, out, kind, code):
+    """out = x; where a flag is set, raise the refusal ``code`` (0: lstsq's
+    residuals of a rank-deficient matrix; 1, 2: a tangent of the complement
+    columns of svd, qr)."""
+    for i in range(flag.shape[0]):
+        if flag[i] != 0:
+            if code == 0:
+                raise NotImplementedError(_RANK)
+            if code == 1:
+                raise NotImplementedError(_SVD)
+            raise NotImplementedError(_QR)
+    out[:] = x
+
+
+@njit(cache=True, nogil=True)
+def _mm(x, y, out, ints, chars, dbl):
+    """out = x @ y for n x n row-major matrices (gemm on the transposes:
+    out^T = y^T x^T, each of which LAPACK reads column-major)."""
+    _dgemm(chars[0:].ctypes, chars[0:].ctypes, ints[0:].ctypes, ints[0:].ctypes,
+           ints[0:].ctypes, dbl[0:].ctypes, y.ctypes, ints[0:].ctypes, x.ctypes,
+           ints[0:].ctypes, dbl[1:].ctypes, out.ctypes, ints[0:].ctypes)
+
+
+@njit(cache=True, nogil=True)
+def expm(a, out, work, kind):
+    """out[i] = exp(a[i]): Pade(13) on a[i] / 2**s, squared s times."""
+    b, n = a.shape[0], a.shape[1]
+    nn = n * n
+    if n == 0:
+        return
+    xs, x2, x4, x6 = work[:nn], work[nn:2 * nn], work[2 * nn:3 * nn], work[3 * nn:4 * nn]
+    u, v, t, r = work[4 * nn:5 * nn], work[5 * nn:6 * nn], work[6 * nn:7 * nn], \
+        work[7 * nn:8 * nn]
+    piv = work[8 * nn:8 * nn + n // 2 + 1].view(np.int32)
+    ints, chars, dbl = _scalars(work)
+    ints[0], chars[0], dbl[0], dbl[1] = n, ord("N"), 1.0, 0.0
+    c = _PADE13
+    for i in range(b):
+        norm = 0.0
+        for col in range(n):
+            acc = 0.0
+            for row in range(n):
+                acc += abs(a[i, row, col])
+            norm = max(norm, acc) if acc == acc else acc
+        if not np.isfinite(norm):
+            out[i] = np.nan
+            continue
+        s = 0 if norm <= _THETA13 else int(np.ceil(np.log2(norm / _THETA13)))
+        scale = 2.0 ** -s
+        for row in range(n):
+            for col in range(n):
+                xs[row * n + col] = a[i, row, col] * scale
+        _mm(xs, xs, x2, ints, chars, dbl)
+        _mm(x2, x2, x4, ints, chars, dbl)
+        _mm(x4, x2, x6, ints, chars, dbl)
+        for k in range(nn):
+            t[k] = c[13] * x6[k] + c[11] * x4[k] + c[9] * x2[k]
+        _mm(x6, t, r, ints, chars, dbl)
+        for k in range(nn):
+            r[k] += c[7] * x6[k] + c[5] * x4[k] + c[3] * x2[k]
+        for k in range(n):
+            r[k * n + k] += c[1]
+        _mm(xs, r, u, ints, chars, dbl)
+        for k in range(nn):
+            t[k] = c[12] * x6[k] + c[10] * x4[k] + c[8] * x2[k]
+        _mm(x6, t, v, ints, chars, dbl)
+        for k in range(nn):
+            v[k] += c[6] * x6[k] + c[4] * x4[k] + c[2] * x2[k]
+        for k in range(n):
+            v[k * n + k] += c[0]
+        for k in range(nn):
+            t[k], r[k] = v[k] - u[k], v[k] + u[k]
+        if _gesv(np.int8(ord("d")), n, n, t.ctypes, n, piv.ctypes, r.ctypes, n) > 0:
+            raise np.linalg.LinAlgError("expm: singular Pade denominator")
+        for _ in range(s):
+            _mm(r, r, t, ints, chars, dbl)
+            r[:] = t
+        for row in range(n):
+            for col in range(n):
+                out[i, row, col] = r[row * n + col]
