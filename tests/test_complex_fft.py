@@ -135,3 +135,13 @@ def test_complex_arguments_follow_autograds_convention():
                                                                            np.zeros(3)))
     with pytest.raises(TypeError, match="complex value"):
         ha.gradient(lambda z: np.sum(np.sin(z)), z)
+
+
+def test_complex_scalar_argument_keeps_its_shape():
+    for z in (1.5 - 0.5j, np.complex128(1.5 - 0.5j), np.array(1.5 - 0.5j)):
+        g = ha.gradient(lambda z: np.abs(np.sin(z)) ** 2, z).gradient
+        assert np.shape(g) == ()
+        d = 1e-7
+        u = lambda z: abs(np.sin(z)) ** 2  # noqa: E731
+        expected = (u(z + d) - u(z - d)) / (2 * d) - 1j * (u(z + 1j * d) - u(z - 1j * d)) / (2 * d)
+        np.testing.assert_allclose(g, expected, rtol=1e-6)

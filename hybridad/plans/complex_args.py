@@ -65,7 +65,7 @@ def gradient(gradient_fn, f, args, argnums, out, backend):
     for k in positions:
         z = np.asarray(args[k])
         dtype = np.float32 if z.dtype == np.complex64 else np.float64
-        split[k] = (np.ascontiguousarray(z.real, dtype), np.ascontiguousarray(z.imag, dtype))
+        split[k] = (np.array(z.real, dtype), np.array(z.imag, dtype))  # 0-d stays 0-d
     res = gradient_fn(_realified(f, positions), *split, argnums=argnums, backend=backend)
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     grads = [res.gradient] if isinstance(argnums, int) else list(res.gradient)
