@@ -145,3 +145,20 @@ def test_complex_scalar_argument_keeps_its_shape():
         u = lambda z: abs(np.sin(z)) ** 2  # noqa: E731
         expected = (u(z + d) - u(z - d)) / (2 * d) - 1j * (u(z + 1j * d) - u(z - 1j * d)) / (2 * d)
         np.testing.assert_allclose(g, expected, rtol=1e-6)
+
+
+def test_more_complex_functions():
+    c = np.array([1 + 2j, 0.5 - 1j, -0.3 + 0.1j, 2j])
+    x = np.linspace(0.2, 1.0, 4)
+
+    def f(x):
+        z = x * c
+        w = (np.exp2(z) + np.expm1(z) + np.log2(x + c) + np.log10(x + c) + np.log1p(z) +
+             np.arcsinh(z) + np.arccosh(x + c) + np.arctanh(0.3 * z) + np.sqrt(-x + 0j))
+        bil = np.sum(np.outer(z, c)) + np.sum(np.kron(z, c)) + np.tensordot(z, c, 1) + \
+            np.einsum("i,i->", z, c) + np.inner(z, x)
+        return np.abs(np.sum(w) + bil) + np.abs(np.prod(z)) + np.var(z) + \
+            np.std(z, ddof=1) + np.ndim(z)
+
+    res = assert_grad(f, (x,))
+    np.testing.assert_allclose(res.value, f(x), rtol=1e-13)

@@ -211,9 +211,16 @@ def _log(z):
     return ComplexTracer(np.log(np.hypot(z.re, z.im)), np.arctan2(z.im, z.re))
 
 
-def _sqrt(z):  # numpy's branch: the sign of the imaginary part (zero too) chooses
-    r = np.hypot(z.re, z.im)
-    return ComplexTracer(np.sqrt(0.5 * (r + z.re)), np.copysign(np.sqrt(0.5 * (r - z.re)), z.im))
+def _sqrt(z):
+    """numpy's principal branch (the sign of the imaginary part, zero too, picks
+    the side of the cut), in the stable form: ``t = sqrt((|z| + |a|) / 2)`` is
+    never 0 away from z = 0, so neither part divides by zero on the negative axis."""
+    a, b = z.full()
+    t = np.sqrt(0.5 * (np.hypot(a, b) + np.abs(a)))
+    other = np.abs(b) / (2 * t) if not _zero(b) else 0.0 * t
+    re = np.where(a >= 0, t, other)
+    im = np.where(a >= 0, b / (2 * t) if not _zero(b) else 0.0 * t, np.copysign(t, b))
+    return ComplexTracer(re, im)
 
 
 def _power(z, w):
@@ -226,6 +233,58 @@ def _power(z, w):
                 out = _mul(out, z)
             return _div(as_complex(1.0), out) if int(n) < 0 else out
     return _exp(_mul(as_complex(w), _log(z)))
+
+
+def _scaled(z, c):
+    """``z`` times the real number ``c``."""
+    return ComplexTracer(z.re * c, 0.0 if _zero(z.im) else z.im * c)
+
+
+def _bilinear(fn):
+    """A function bilinear in its two array arguments (outer, kron, tensordot,
+    einsum of two operands): four real products."""
+    def apply(a, b, *args, **kwargs):
+        a, b = as_complex(a), as_complex(b)
+        (ar, ai), (br, bi) = a.full(), b.full()
+
+        def f(x, y, zx, zy):
+            return 0.0 if zx or zy else fn(x, y, *args, **kwargs)
+        za, zb = _zero(a.im), _zero(b.im)
+        return ComplexTracer(_plus(f(ar, br, False, False), f(ai, bi, za, zb), -1),
+                             _plus(f(ar, bi, False, zb), f(ai, br, za, False)))
+    return apply
+
+
+def _einsum(subscripts, *operands, **kwargs):
+    if not isinstance(subscripts, str) or len(operands) != 2:
+        raise NotImplementedError("hybridad: numpy.einsum of complex values takes a subscripts "
+                                  "string and two operands")
+    return _bilinear(lambda x, y, **kw: np.einsum(subscripts, x, y, **kw))(*operands, **kwargs)
+
+
+def _prod(z, axis=None, keepdims=False):
+    z = as_complex(z)
+    re, im = z.full()
+    if axis is None:
+        re, im, axis = np.ravel(re), np.ravel(im), 0
+    axis = axis % len(np.shape(re))
+    n = np.shape(re)[axis]
+    out = as_complex(1.0)
+    for k in range(n):  # a product over a static axis, one complex multiply per element
+        out = _mul(out, ComplexTracer(np.take(re, k, axis=axis), np.take(im, k, axis=axis)))
+    if keepdims:
+        out = ComplexTracer(*(np.expand_dims(p, axis) for p in out.full()))
+    return out
+
+
+def _var(z, axis=None, ddof=0, keepdims=False):
+    """numpy's var of complex values: the mean of |z - mean(z)|^2 (real)."""
+    z = as_complex(z)
+    re, im = z.full()
+    dr = re - np.mean(re, axis=axis, keepdims=True)
+    di = im - np.mean(im, axis=axis, keepdims=True)
+    n = np.size(dr) if axis is None else np.prod([np.shape(dr)[a] for a in np.atleast_1d(axis)])
+    return np.sum(dr * dr + di * di, axis=axis, keepdims=keepdims) / (n - ddof)
 
 
 def _matmul(a, b):
@@ -253,6 +312,21 @@ _UNARY = {
     np.tanh: lambda z: _div(_UNARY[np.sinh](z), _UNARY[np.cosh](z)),
     np.tan: lambda z: _div(_UNARY[np.sin](z), _UNARY[np.cos](z)),
     np.isfinite: lambda z: np.isfinite(z.re) & np.isfinite(z.im),
+    np.exp2: lambda z: _exp(_scaled(z, np.log(2.0))),
+    np.expm1: lambda z: _BINARY[np.subtract](_exp(z), as_complex(1.0)),
+    np.log2: lambda z: _scaled(_log(z), 1 / np.log(2.0)),
+    np.log10: lambda z: _scaled(_log(z), 1 / np.log(10.0)),
+    np.log1p: lambda z: _log(_BINARY[np.add](z, as_complex(1.0))),
+    # numpy's principal branches: asinh z = log(z + sqrt(z^2 + 1)), acosh z =
+    # log(z + sqrt(z + 1) sqrt(z - 1)), atanh z = (log(1 + z) - log(1 - z)) / 2
+    np.arcsinh: lambda z: _log(_BINARY[np.add](z, _sqrt(_BINARY[np.add](_mul(z, z),
+                                                                         as_complex(1.0))))),
+    np.arccosh: lambda z: _log(_BINARY[np.add](z, _mul(
+        _sqrt(_BINARY[np.add](z, as_complex(1.0))),
+        _sqrt(_BINARY[np.subtract](z, as_complex(1.0)))))),
+    np.arctanh: lambda z: _scaled(_BINARY[np.subtract](
+        _log(_BINARY[np.add](as_complex(1.0), z)),
+        _log(_BINARY[np.subtract](as_complex(1.0), z))), 0.5),
 }
 _BINARY = {
     np.add: lambda a, b: ComplexTracer(_plus(a.re, b.re), _plus(a.im, b.im)),
@@ -348,6 +422,17 @@ _FUNCTIONS = {
     np.vdot: _vdot,
     np.linalg.norm: _norm,
     np.iscomplexobj: lambda z: True,
+    np.ndim: lambda z: as_complex(z).ndim,
+    np.shape: lambda z: as_complex(z).shape,
+    np.size: lambda z: as_complex(z).size,
+    np.outer: _bilinear(np.outer),
+    np.kron: _bilinear(np.kron),
+    np.tensordot: _bilinear(np.tensordot),
+    np.inner: _bilinear(np.inner),
+    np.einsum: _einsum,
+    np.prod: _prod,
+    np.var: _var,
+    np.std: lambda z, axis=None, ddof=0, keepdims=False: np.sqrt(_var(z, axis, ddof, keepdims)),
 }
 
 

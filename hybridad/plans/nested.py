@@ -84,10 +84,13 @@ def _refuse_out(name, out):
 def _alias(trace, x, name, k):
     """A fresh node holding argument ``k`` (a tracer or a float array)."""
     if not isinstance(x, Tracer):
+        if isinstance(x, int | float | np.integer | np.floating | np.bool_):
+            x = np.asarray(x, dtype=np.float64)  # a number, as hybridad.gradient takes it
         leaves, _ = flatten(x)
         if len(leaves) != 1 or leaves[0] is not x or np.asarray(x).dtype.kind != "f":
             raise TypeError(f"hybridad.{name} inside a traced function: differentiated "
-                            f"argument {k} must be a float array or a tracer")
+                            f"argument {k} must be a float array, a number or a tracer "
+                            "(containers of tracers are not supported there yet)")
         x = Tracer(trace.const(np.asarray(x), True), trace)
     if x.dtype.kind != "f":
         raise TypeError(f"hybridad.{name}: differentiated argument {k} has dtype {x.dtype}")
