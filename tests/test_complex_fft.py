@@ -148,7 +148,7 @@ def test_complex_scalar_argument_keeps_its_shape():
 
 
 def test_more_complex_functions():
-    c = np.array([1 + 2j, 0.5 - 1j, -0.3 + 0.1j, 2j])
+    c = np.array([1 + 2j, 0.5 - 1j, -0.3 + 0.1j, 0.5 + 2j])  # off the branch cuts
     x = np.linspace(0.2, 1.0, 4)
 
     def f(x):
