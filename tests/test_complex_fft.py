@@ -162,3 +162,18 @@ def test_more_complex_functions():
 
     res = assert_grad(f, (x,))
     np.testing.assert_allclose(res.value, f(x), rtol=1e-13)
+
+
+def test_complex_dot_has_numpys_semantics_for_every_rank():
+    """np.dot of an N-d pair sums the last axis of a with the second-to-last of b
+    (not matmul's broadcasting): the autograd suite's (2, 3) . (2, 3, 4) case."""
+    rng = np.random.default_rng(5)
+    a = rng.normal(size=(2, 3)) + 1j * rng.normal(size=(2, 3))
+    b = rng.normal(size=(2, 3, 4))
+    for f in (lambda b: np.sum(np.abs(np.dot(a, b)) ** 2),
+              lambda b: np.abs(np.sum(np.dot(b[0, :, 0], a[0] * 1j))),
+              lambda b: np.abs(np.dot(a[0, 0], b[0, 0, 0]))):
+        res = ha.gradient(f, b, backend="numpy")
+        np.testing.assert_allclose(res.value, f(b), rtol=1e-13)
+        np.testing.assert_allclose(res.gradient, numerical_gradient(f, b), rtol=1e-6,
+                                   atol=1e-8)

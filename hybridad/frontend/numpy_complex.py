@@ -417,8 +417,7 @@ _FUNCTIONS = {
     np.trace: _both(np.trace),
     np.concatenate: _joined(np.concatenate),
     np.stack: _joined(np.stack),
-    np.dot: lambda a, b: _BINARY[np.matmul](as_complex(a), as_complex(b))
-    if np.ndim(a) >= 1 and np.ndim(b) >= 1 else _mul(as_complex(a), as_complex(b)),
+    np.dot: _bilinear(np.dot),  # numpy's dot semantics for every rank (not matmul's)
     np.vdot: _vdot,
     np.linalg.norm: _norm,
     np.iscomplexobj: lambda z: True,
