@@ -60,6 +60,11 @@ def user_location():
     return "<unknown location>"
 
 
+def public_module(module):
+    """``numpy.linalg`` for ``numpy.linalg._linalg``: a module's public path."""
+    return ".".join(p for p in module.split(".") if not p.startswith("_"))
+
+
 def library_entry():
     """``scipy.special.logsumexp``-style name of the outermost scipy function
     on the stack below the user's code, or None."""
@@ -67,9 +72,8 @@ def library_entry():
     while frame is not None:
         fname = os.path.abspath(frame.f_code.co_filename)
         if _SCIPY_MARK in fname:
-            module = frame.f_globals.get("__name__", "scipy")
-            public = ".".join(p for p in module.split(".") if not p.startswith("_"))
-            entry = f"{public}.{frame.f_code.co_name}"
+            entry = f"{public_module(frame.f_globals.get('__name__', 'scipy'))}." \
+                f"{frame.f_code.co_name}"
         elif not fname.startswith(_PKG_DIR) and _NUMPY_MARK not in fname:
             break
         frame = frame.f_back

@@ -18,7 +18,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import TracingError, user_location
+from ..errors import TracingError, public_module, user_location
 from ..ops import REGISTRY
 from ..ops.indexing import gather_positions as _gather_positions
 from .objects import settle, tracers_in
@@ -189,9 +189,8 @@ def apply_function(func, args, kwargs):
     results (see :func:`hybridad.frontend.objects.settle`)."""
     impl = HANDLED.get(func)
     if impl is None:
-        module = getattr(func, "__module__", None) or "numpy"
-        public = ".".join(p for p in module.split(".") if not p.startswith("_"))
-        raise _unsupported(f"{public}.{getattr(func, '__name__', repr(func))}")
+        module = public_module(getattr(func, "__module__", None) or "numpy")
+        raise _unsupported(f"{module}.{getattr(func, '__name__', repr(func))}")
     kind = "view" if func in VIEW_FUNCTIONS else "array" if func in ARRAY_FUNCTIONS else "new"
     return settle(impl(*args, **kwargs), tracers_in(args, kwargs), kind)
 

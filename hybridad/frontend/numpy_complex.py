@@ -26,12 +26,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TracingError, user_location
-from .tracer import SURFACE, Tracer
+from .tracer import SURFACE, Tracer, _binary
 
-__all__ = ["ComplexTracer", "as_complex", "involves_complex"]
+__all__ = ["ComplexTracer", "as_complex", "involves_complex", "is_complex_constant"]
 
 
-def _is_complex_constant(v):
+def is_complex_constant(v):
+    """Whether ``v`` is a complex number or array (not a tracer)."""
     return isinstance(v, complex | np.complexfloating) or \
         (isinstance(v, np.ndarray) and v.dtype.kind == "c")
 
@@ -39,7 +40,7 @@ def _is_complex_constant(v):
 def involves_complex(values):
     """Whether ``values`` (one level of lists/tuples too) hold a complex value."""
     for v in values:
-        if isinstance(v, ComplexTracer) or _is_complex_constant(v):
+        if isinstance(v, ComplexTracer) or is_complex_constant(v):
             return True
         if isinstance(v, list | tuple) and involves_complex(v):
             return True
@@ -50,7 +51,7 @@ def as_complex(v):
     """``v`` as a :class:`ComplexTracer` (real values get a zero imaginary part)."""
     if isinstance(v, ComplexTracer):
         return v
-    if _is_complex_constant(v):
+    if is_complex_constant(v):
         v = np.asarray(v)
         return ComplexTracer(np.ascontiguousarray(v.real), np.ascontiguousarray(v.imag))
     if isinstance(v, Tracer):
@@ -155,12 +156,6 @@ class ComplexTracer:
 
     def __abs__(self):
         return np.absolute(self)
-
-
-def _binary(ufunc, reflected=False):
-    if reflected:
-        return lambda self, other: ufunc(other, self)
-    return lambda self, other: ufunc(self, other)
 
 
 for _name, _uf in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply),

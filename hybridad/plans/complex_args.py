@@ -19,19 +19,15 @@ import functools
 
 import numpy as np
 
-from ..frontend.numpy_complex import ComplexTracer
+from ..frontend.numpy_complex import ComplexTracer, is_complex_constant
 from ..frontend.tracer import Tracer
 
 __all__ = ["any_complex", "gradient"]
 
 
-def _is_complex(a):
-    return isinstance(a, np.ndarray | np.complexfloating | complex) and np.iscomplexobj(a)
-
-
 def any_complex(args):
     """Whether a top-level argument is a complex array or number."""
-    return any(_is_complex(a) for a in args)
+    return any(is_complex_constant(a) for a in args)
 
 
 def _join(re, im):
@@ -60,7 +56,7 @@ def _realified(f, positions):
 
 def gradient(gradient_fn, f, args, argnums, out, backend):
     """:func:`hybridad.gradient` of ``f`` at ``args`` holding complex arrays."""
-    positions = tuple(k for k, a in enumerate(args) if _is_complex(a))
+    positions = tuple(k for k, a in enumerate(args) if is_complex_constant(a))
     split = list(args)
     for k in positions:
         z = np.asarray(args[k])
