@@ -130,7 +130,9 @@ def test_array_of_traced_values_points_to_stack():
 
 
 def test_unsupported_function_is_named():
-    with pytest.raises(NotImplementedError, match="numpy.unique"):
+    # without a traced implementation numpy's own runs on values (tests/test_host_calls.py);
+    # np.unique's result shape depends on them
+    with pytest.raises(ha.TracingError, match="numpy.unique .*depends on the values"):
         ha.gradient(lambda x: np.sum(np.unique(x)), np.ones(3))
     with pytest.raises(NotImplementedError, match="numpy.logaddexp.accumulate"):
         ha.gradient(lambda x: np.sum(np.logaddexp.accumulate(x)), np.ones(3))

@@ -9,7 +9,8 @@ core functions, :mod:`.numpy_reductions`, :mod:`.numpy_math`,
 :mod:`.numpy_signal`, array construction :mod:`.numpy_construct`, complex
 values :mod:`.numpy_complex` and :mod:`.numpy_fft`); scipy's Python functions
 and distributions (:mod:`.scipy_special`, :mod:`.scipy_stats`,
-:mod:`.scipy_linalg`); what ``f`` reads besides its arguments (:mod:`.observe`
+:mod:`.scipy_linalg`) and any other library function on values that need no
+derivative (:mod:`.host_calls`); what ``f`` reads besides its arguments (:mod:`.observe`
 while tracing, :mod:`.user_code`, the walk :mod:`.guard_walk`, the compiled
 checks :mod:`.guards`, the graph :mod:`.signature`) and user scalar functions
 (:mod:`.scalar_functions`)."""
@@ -33,6 +34,7 @@ from . import numpy_signal  # noqa: E402,F401  (ufunc.at, bincount, convolve, in
 from . import numpy_construct  # noqa: E402,F401  (np.array, np.r_, append, select, ...)
 from . import scipy_special, scipy_stats  # noqa: E402  (scipy's Python functions)
 from . import scipy_linalg  # noqa: E402,F401  (scipy.linalg)
+from . import host_calls  # noqa: E402  (any other function, on values needing no derivative)
 from .trace import ON_ENTER  # noqa: E402
 
 
@@ -42,6 +44,7 @@ def _install_scipy():
     scipy_special.install()
     if "scipy.stats" in sys.modules:
         scipy_stats.install()
+    host_calls.install()  # after the traced ones: what they leave runs on values
 
 
 _install_scipy()

@@ -189,8 +189,14 @@ def apply_function(func, args, kwargs):
     results (see :func:`hybridad.frontend.objects.settle`)."""
     impl = HANDLED.get(func)
     if impl is None:
-        module = public_module(getattr(func, "__module__", None) or "numpy")
-        raise _unsupported(f"{module}.{getattr(func, '__name__', repr(func))}")
+        from .host_calls import host_call, public_path
+
+        path = public_path(func)
+        if path is None:
+            module = public_module(getattr(func, "__module__", None) or "numpy")
+            raise _unsupported(f"{module}.{getattr(func, '__name__', repr(func))}")
+        # no traced implementation: numpy's own on the values (a derivative is refused)
+        return settle(host_call(path, args, kwargs), tracers_in(args, kwargs), "new")
     kind = "view" if func in VIEW_FUNCTIONS else "array" if func in ARRAY_FUNCTIONS else "new"
     return settle(impl(*args, **kwargs), tracers_in(args, kwargs), kind)
 

@@ -71,6 +71,7 @@ DEVICE_OPS = {
                      "sort_index"), "cupy"),
     **dict.fromkeys(LAPACK_OPS, "host"),
     "host_ufunc": "host",  # a numpy/scipy ufunc on host arrays
+    "host_call": "host",  # a numpy/scipy function on host arrays
 }
 
 
@@ -82,9 +83,9 @@ def check_supported(nodes):
         if n.op not in REGISTRY:  # input, const
             continue
         how = "kernel" if REGISTRY[n.op].kind == "elementwise" else DEVICE_OPS.get(n.op)
-        if how == "host" and n.op == "host_ufunc":
+        if how == "host" and n.op in ("host_ufunc", "host_call"):
             raise NotImplementedError(
-                f"{n.attrs['ufunc']} (at {n.attrs['where']}) has no rules in hybridad and runs "
+                f"{n.attrs.get('ufunc') or n.attrs['func']} (at {n.attrs['where']}) has no rules in hybridad and runs "
                 "on host arrays only; backend='cupy' cannot run it: use backend='numba'")
         if how == "host":
             raise NotImplementedError(

@@ -180,6 +180,40 @@ def _host_ufunc(e):  # numpy's own ufunc, in object mode, into the node's buffer
     e.w.emit(f"    {name}({', '.join(e.a)}, out={e.out})")
 
 
+class HostCall:
+    """A library function without rules (op ``host_call``) as a name in
+    generated source: a driver ``(out, *arrays)`` rebuilt at module level from
+    the node's import path, template and item (see :mod:`hybridad.ops.host`)."""
+
+    cacheable = True
+
+    def __init__(self, node):
+        import hashlib
+        import pickle
+
+        self.attrs = (node.attrs["func"], node.attrs["template"], node.attrs["item"],
+                      node.attrs["where"])
+        self.blob = pickle.dumps(self.attrs, protocol=4).hex()
+        digest = hashlib.sha1(self.blob.encode()).hexdigest()[:12]
+        self.ident = "_hc_" + "".join(c if c.isalnum() else "_" for c in self.attrs[0]) + \
+            "_" + digest
+
+    def header_line(self):
+        return (f"from numba import objmode as _objmode; from hybridad.ops.host import driver "
+                f"as _hc_driver; {self.ident} = _hc_driver(bytes.fromhex({self.blob!r}))")
+
+    def driver(self):
+        from ...ops.host import driver
+
+        return driver(bytes.fromhex(self.blob))
+
+
+def _host_call(e):  # the library function, in object mode, into the node's buffer
+    name = e.consts.kernel(HostCall(e.node))
+    e.w.emit("with _objmode():")
+    e.w.emit(f"    {name}({', '.join([e.out, *e.a])})")
+
+
 #: op -> the emitter of its generated source: the numba backend's whole
 #: knowledge of the ops that are not fused into regions (an elementwise op is
 #: rendered inside a region by :mod:`hybridad.backends.scalar`)
@@ -211,6 +245,7 @@ EMITTERS = {
     "sort_values": _sort_unpack("real"),
     "sort_index": _sort_unpack("imag"),
     "host_ufunc": _host_ufunc,
+    "host_call": _host_call,
 }
 
 

@@ -1,0 +1,93 @@
+"""Library functions hybridad has no rules for, on values that need no derivative
+(hybridad/frontend/host_calls.py, op ``host_call``): they run as numpy runs them,
+on every call; a derivative through them is refused naming the function and line."""
+
+import pickle
+
+import numpy as np
+import pytest
+import scipy.signal as sg
+import scipy.special as sc
+import scipy.stats as st
+
+import hybridad as ha
+from hybridad.ops import REGISTRY
+from hybridad.testing import numerical_gradient
+
+
+def model(x, y):
+    w = sc.comb(y, 2.0)                       # scipy Python function: np.asarray inside
+    r = st.rankdata(y)                        # scipy.stats module function
+    h, _ = np.histogram(y, bins=4, range=(0.0, 8.0))  # numpy, no traced implementation, a tuple
+    filt = sg.lfilter([1.0, -0.5], [1.0], y)  # scipy.signal
+    return np.sum(x * w) + np.sum(x * r) + np.sum(h) * x[0] + np.sum(filt * x ** 2)
+
+
+X = np.linspace(0.1, 1.0, 6)
+Y = np.array([3.0, 5.0, 2.0, 7.0, 1.0, 4.0])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_functions_of_data_run_on_every_call(backend):
+    plan = ha.compile(model, X, Y, backend=backend)
+    assert sum(n.op == "host_call" for n in plan.graph.nodes) >= 4
+    res = ha.GradientResult(X)
+    for y in (Y, Y[::-1].copy(), Y + 2.0):  # the data change: so do the host values
+        plan.gradient(X, y, out=res)
+        assert res.value == pytest.approx(model(X, y), rel=1e-13)
+        np.testing.assert_allclose(res.gradient, numerical_gradient(lambda x: model(x, y), X),
+                                   rtol=1e-7)
+
+
+def test_hessian_through_a_data_function():
+    def f(x, y):
+        return np.sum(sc.comb(y, 2.0) * x ** 3)
+
+    res = ha.hessian(f, X, Y, backend="numpy")
+    np.testing.assert_allclose(res.hessian, np.diag(6 * X * sc.comb(Y, 2.0)), rtol=1e-13)
+
+
+def test_derivative_through_it_is_refused_by_name_and_line():
+    with pytest.raises(NotImplementedError,
+                       match=r"scipy\.special\.comb \(at test_host_calls\.py:\d+"):
+        ha.gradient(lambda x: np.sum(sc.comb(x, 2.0)), X)
+    with pytest.raises(NotImplementedError, match=r"numpy\.histogram \(at test_host_calls"):
+        ha.gradient(lambda x: np.sum(np.histogram(x, bins=5)[1] * x), X)  # float edges
+    # integer results (counts) carry no derivative: nothing to refuse
+    res = ha.gradient(lambda x: np.sum(np.histogram(x, bins=6)[0] * x), X)
+    np.testing.assert_array_equal(res.gradient, np.histogram(X, bins=6)[0])
+
+
+def test_value_dependent_shapes_are_refused_while_tracing():
+    with pytest.raises(ha.TracingError, match=r"numpy\.unique .*depends on the values"):
+        ha.gradient(lambda x, y: np.sum(x) * np.sum(np.unique(y)), X, Y)
+
+
+def test_a_changed_result_shape_raises_at_the_call():
+    run = REGISTRY["host_call"].run
+    template = ((("a", 0),), ())
+    out = np.empty(3)
+    with pytest.raises(ValueError, match=r"numpy\.unique \(at here\) returned .*\(2,\).*\(3,\)"):
+        run(out, np.array([1.0, 1.0, 2.0]), func="numpy.unique", template=template, item=None,
+            where="here")
+
+
+def test_arguments_it_cannot_hold_are_named():
+    with pytest.raises(NotImplementedError, match=r"numpy\.apply_along_axis .*of type"):
+        ha.gradient(lambda x, y: np.sum(x * np.apply_along_axis(np.cumsum, 0, y)), X, Y)
+
+
+def test_plans_with_host_calls_pickle():
+    plan = ha.compile(model, X, Y, backend="numpy")
+    again = pickle.loads(pickle.dumps(plan))
+    a, b = ha.GradientResult(X), ha.GradientResult(X)
+    plan.gradient(X, Y, out=a)
+    again.gradient(X, Y, out=b)
+    assert a.value == b.value
+    np.testing.assert_array_equal(a.gradient, b.gradient)
+
+
+def test_calls_outside_traces_are_scipy_s_own():
+    assert sc.comb(5, 2) == 10.0
+    assert sc.comb.__hybridad_original__ is not None
+    np.testing.assert_array_equal(st.rankdata([3, 1, 2]), [3.0, 1.0, 2.0])
