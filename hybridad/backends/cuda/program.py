@@ -84,8 +84,9 @@ def check_supported(nodes):
             continue
         how = "kernel" if REGISTRY[n.op].kind == "elementwise" else DEVICE_OPS.get(n.op)
         if how == "host" and n.op in ("host_ufunc", "host_call"):
+            name = n.attrs.get("ufunc") or n.attrs["func"]
             raise NotImplementedError(
-                f"{n.attrs.get('ufunc') or n.attrs['func']} (at {n.attrs['where']}) has no rules in hybridad and runs "
+                f"{name} (at {n.attrs['where']}) has no rules in hybridad and runs "
                 "on host arrays only; backend='cupy' cannot run it: use backend='numba'")
         if how == "host":
             raise NotImplementedError(
