@@ -247,9 +247,11 @@ def _safe_multiply_element(a, b):
 
 @functools.cache
 def safe_multiply_ufunc():
-    """``safe_multiply`` as a numpy ufunc (float32 and float64 loops,
-    broadcasting, ``out=``), what the numpy reference executor runs; built by
-    numba on first use (cached on disk)."""
+    """``safe_multiply`` as a numba-built numpy ufunc (float32 and float64
+    loops, broadcasting, ``out=``; cached on disk), for callers outside the
+    plans: the numpy executor runs :func:`_safe_multiply_run`, which needs no
+    compiler (a plan answers its first calls while numba compiles: see
+    :mod:`hybridad.plans.tiered`)."""
     from numba import vectorize
 
     return vectorize(["float64(float64, float64)", "float32(float32, float32)"],
@@ -260,12 +262,35 @@ def _safe_multiply_abstract(a, b):
     return np.broadcast_shapes(a.shape, b.shape), np.result_type(a.dtype, b.dtype)
 
 
-def _safe_multiply_run(out, a, b):
-    safe_multiply_ufunc()(a, b, out=out)
+def _safe_multiply_workspace(a, b):
+    """Elements of the node's dtype holding one bool per element (the zero mask)."""
+    size = int(np.prod(np.broadcast_shapes(a.shape, b.shape)))
+    itemsize = np.result_type(a.dtype, b.dtype).itemsize
+    return -(-size // itemsize) + 1
+
+
+#: the 0-d zeros written where a factor is 0 (module constants: no allocation per call)
+_ZEROS = {np.dtype(np.float64): np.zeros((), np.float64),
+          np.dtype(np.float32): np.zeros((), np.float32)}
+
+
+def _safe_multiply_run(out, a, b, work=None):
+    """``a * b`` into ``out``, then 0 wherever ``a`` or ``b`` is 0 (so 0 * inf
+    and 0 * nan are 0), through a bool mask in the op's workspace."""
+    if work is None:  # (a caller without the workspace)
+        safe_multiply_ufunc()(a, b, out=out)
+        return
+    np.multiply(a, b, out=out)
+    mask = work.view(np.bool_)[:out.size].reshape(out.shape)
+    zero = _ZEROS[out.dtype]
+    for factor in (a, b):
+        np.equal(factor, _ZEROS.get(np.result_type(factor), 0), out=mask)
+        np.copyto(out, zero, where=mask)
 
 
 _SAFE_PARTIALS = (lambda a, b, ans: b, lambda a, b, ans: a)
 register(Op("safe_multiply", "elementwise", _safe_multiply_abstract, run=_safe_multiply_run,
+            workspace=_safe_multiply_workspace,
             vjp=_vjp_from_partials(_SAFE_PARTIALS), jvp=_jvp_from_partials(_SAFE_PARTIALS),
             partials=_SAFE_PARTIALS,
             domain=(-2.0, 2.0), doc="a * b, but 0 where a or b is 0 (the chain rule's product)"))
