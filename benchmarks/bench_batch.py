@@ -68,8 +68,8 @@ def main(argv=None):
     B, n = (10**4 if args.quick else 10**5), 100
     repeats, target_ms = (3, 20.0) if args.quick else (7, 100.0)
     X = np.random.default_rng(0).uniform(-1, 1, (B, n))
-    plan = ha.compile(expsum, X[0])
-    serial = ha.compile(expsum, X[0], parallel=False)
+    plan = ha.compile(expsum, X[0], wait=True)
+    serial = ha.compile(expsum, X[0], parallel=False, wait=True)
     batch = ha.DiffResult(np.zeros(B), np.zeros_like(X))
     batch_serial = ha.DiffResult(np.zeros(B), np.zeros_like(X))
     singles = [ha.GradientResult(X[0]) for _ in range(B)]

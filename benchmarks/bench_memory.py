@@ -268,8 +268,8 @@ def plan_memory(workload, quick):
     figures = {}
     for impl in HYBRIDAD_IMPLS:
         pack = impl == "hybridad"
-        plan = (ha.compile(f, *args, argnums=argnums) if pack
-                else Plan(f, args, argnums, pack=False))
+        plan = (ha.compile(f, *args, argnums=argnums, wait=True) if pack
+                else Plan(f, args, argnums, pack=False, tiered=False))
         proto = args[argnums] if isinstance(argnums, int) else tuple(args[i] for i in argnums)
         res = plan.gradient(*args, out=ha.GradientResult(proto))
         grads = [res.gradient] if isinstance(argnums, int) else list(res.gradient)

@@ -94,7 +94,7 @@ def measure(name, params, X, Y, rule, repeats, target_ms):
     fused_p = [p.copy() for p in params]
     loop_p = [p.copy() for p in params]
     fused = ha.compile(mlp3, *fused_p, X, Y, argnums=argnums, update=rule)
-    grad = ha.compile(mlp3, *loop_p, X, Y, argnums=argnums)
+    grad = ha.compile(mlp3, *loop_p, X, Y, argnums=argnums, wait=True)
     out, res = ha.DiffResult(np.zeros(())), ha.GradientResult(tuple(loop_p))
     update = NumpyUpdate(rule, loop_p)
 

@@ -52,7 +52,7 @@ _lock = threading.RLock()
 
 def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
             parallel=True, memory_budget=None, hessian=False, jacobian=False, mode="auto",
-            chunk=None, cuda_graph=False, update=None):
+            chunk=None, cuda_graph=False, update=None, tiered=None, wait=False):
     """Build an explicit gradient plan for ``f`` at the example arguments.
 
     Parameters
@@ -122,6 +122,14 @@ def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
         ``res.value`` and updates the differentiated arrays in place, each as
         soon as its gradient is complete in the backward sweep (the rule's
         state preallocated in the plan; no gradient buffer for the caller).
+    tiered : bool, optional
+        Gradient plans on numba: answer the first calls with the numpy
+        reference program while the numba program compiles in a background
+        thread, and switch to it at a call boundary once it is ready
+        (:mod:`hybridad.plans.tiered`; results agree to rounding).  Default:
+        on, unless the environment sets ``HYBRIDAD_TIERED=0``.
+    wait : bool, default False
+        Return only once the compiled program is in place (``plan.wait()``).
 
     Returns
     -------
@@ -155,7 +163,10 @@ def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
                             parallel=parallel)
     else:
         plan = Plan(f, example_args, argnums, backend, hvp=hvp, parallel=parallel,
-                    memory_budget=memory_budget, cuda_graph=cuda_graph, update=update)
+                    memory_budget=memory_budget, cuda_graph=cuda_graph, update=update,
+                    tiered=tiered)
+        if wait:
+            plan.wait()
     plan._root = root_of(f)  # an explicit plan keeps f alive: its guards read from it
     return plan
 

@@ -8,6 +8,9 @@ import pytest
 # every node's shape and dtype re-derived from its op's shape rule after each
 # lowering pass (hybridad.transforms.pipeline)
 os.environ.setdefault("HYBRIDAD_CHECK_RULES", "1")
+# plans compile before they answer (the numba program from the first call), so a
+# test sees the backend it names; tests/test_tiered.py turns the tiers on per plan
+os.environ.setdefault("HYBRIDAD_TIERED", "0")
 
 import hybridad as ha
 from hybridad.testing import numerical_gradient

@@ -33,6 +33,7 @@ class ExplainMixin:
                          "program (its text: plan.gradient.source); whatever it does not take "
                          "goes to the readable general path, Plan.gradient (hybridad/plans/"
                          "plan.py)")
+        lines += self._tier_lines()
         lines += ["", "graph:", str(self.graph), ""]
         if self.backend == "numba":
             lines += ["regions:", *self._region_lines(), ""]
@@ -42,7 +43,8 @@ class ExplainMixin:
                 "partials)" if self.recomputed_for_budget else "; fits as planned"), ""]
         lines += ["buffers: (live a..b: first and last step of the schedule, the graph's "
                   "node order)", *self._buffer_lines()]
-        lines += ["", "generated source:", self._program.source]
+        lines += ["", "generated source:", "(compiling in the background)" if
+                  self._program is None else self._program.source]
         return "\n".join(lines)
 
     def _buffer_lines(self):

@@ -49,6 +49,7 @@ from .batch import BatchMixin, build_batched
 from .explain import ExplainMixin
 from .fastpath import FastPathMixin
 from .guarded import GuardsMixin
+from .tiered import TieredMixin, default_tiered
 from .updates import UpdatesMixin
 
 __all__ = ["Plan", "arg_names", "normalize_argnums"]
@@ -75,7 +76,7 @@ def serialized(method):
     return call
 
 class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
-           ExplainMixin):
+           TieredMixin, ExplainMixin):
     """A compiled gradient plan (returned by :func:`hybridad.compile`).
 
     Methods
@@ -96,7 +97,8 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
     """
 
     def __init__(self, f, args, argnums=0, backend="numba", hvp=False, parallel=True,
-                 poison=False, pack=True, memory_budget=None, cuda_graph=False, update=None):
+                 poison=False, pack=True, memory_budget=None, cuda_graph=False, update=None,
+                 tiered=None):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
         if not isinstance(parallel, (bool, np.bool_)):
@@ -153,6 +155,10 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         self.memory_budget = memory_budget
         #: True when the budget made every region recompute its partials
         self.recomputed_for_budget = False
+        # tiers (hybridad.plans.tiered): a numba gradient plan answers at once
+        self._tiered = (default_tiered() if tiered is None else bool(tiered)) and \
+            backend == "numba" and not hvp and update is None and type(self) is Plan and \
+            not poison
         with serial_loops(not self.parallel):
             try:
                 self._build(f, args, leaves)
@@ -171,6 +177,9 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                         f"(liveness lower bound {best.lower_bound}; "
                         f"{first.memory.total_bytes} bytes storing partials, "
                         f"{second.memory.total_bytes} recomputing every region)") from None
+        if self._pending is not None and not self._start_tiers(f, args):
+            pending, self._pending = self._pending, None  # no reference program: compile here
+            self._install_program(self._compile(*pending))
 
     # ------------------------------------------------------------------ build
     def _build(self, f, args, leaves):
@@ -212,19 +221,15 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             ([] if self.update is not None else grad_specs * self.order)
         in_specs = self._specs + grad_specs * hvp + [(t.shape, t.dtype) for t in tangents
                                                      if self.update is not None]
-        self._program = self._compile(graph.nodes, inputs, self._outputs,
-                                      "step_program" if self.update is not None else
-                                      "hvp_program" if hvp else "gradient_program",
-                                      self._out_specs, in_specs)
-        if self._cuda_graph:
-            from ..backends.cuda.program import CudaGraphRunner
-            self._graph = CudaGraphRunner(self._program.fn)
         self._value_buf = self._xp.zeros((), self._value_dtype)
-        # (a plan that runs BLAS single-threaded goes through NumbaProgram.call)
-        fast = self._fast_path() if self.backend == "numba" and not hvp and \
-            self.update is None and not self._program.blas_limited else None
-        if fast is not None:  # plain-array calls skip the general path's Python
-            self.gradient = fast
+        pending = (graph.nodes, inputs, self._outputs,
+                   "step_program" if self.update is not None else
+                   "hvp_program" if hvp else "gradient_program", self._out_specs, in_specs)
+        self._program = None
+        if self._tiered:  # compiled in the background (Plan.__init__ starts it)
+            self._pending = pending
+        else:
+            self._install_program(self._compile(*pending))
         # the common case -- plain array arguments, one array gradient -- is
         # validated by a short path with the same checks (see _fast_args)
         self._plain = all(td == _tree.LEAF for td in self._treedefs) and \
@@ -234,6 +239,19 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         self._quiet = self.backend == "numpy"
         if DEBUG:
             print(self.explain() if DEBUG >= 2 else str(self.graph))
+
+    def _install_program(self, program):
+        """Put the compiled program in place (and the fast path in front of it)."""
+        hvp = self.order == 2
+        if self._cuda_graph:
+            from ..backends.cuda.program import CudaGraphRunner
+            self._graph = CudaGraphRunner(program.fn)
+        # (a plan that runs BLAS single-threaded goes through NumbaProgram.call)
+        self._program = program
+        fast = self._fast_path() if self.backend == "numba" and not hvp and \
+            self.update is None and not program.blas_limited else None
+        if fast is not None:  # plain-array calls skip the general path's Python
+            self.gradient = fast
 
     # ----------------------------------------------------------------- guards
 
@@ -387,7 +405,11 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
 
 
     def _call(self, leaves, value, gleaves):
-        if self.backend == "numba":  # serialized by the program's lock or the GIL
+        reference = self._reference if self._program is None else None
+        if reference is not None:  # tier 0: the reference program, while numba compiles
+            self._tier_calls += 1
+            reference._call(leaves, value, gleaves)
+        elif self.backend == "numba":  # serialized by the program's lock or the GIL
             self._program.run(leaves, [value, *gleaves])
         elif self._graph is not None:  # replay the captured CUDA graph
             with self._lock:
@@ -466,6 +488,9 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         if self._guarded:
             self._check_stale(args)
         leaves = self._leaves(args)
+        reference = self._reference if self._program is None else None
+        if reference is not None:  # tier 0 (hybridad.plans.tiered)
+            return reference.value(*args)
         if self._value_program is None:
             fwd = dead_code_elimination(Graph(self.graph.nodes, self.graph.inputs,
                                               [self._outputs[0]]))

@@ -1,0 +1,131 @@
+"""Tiered execution (hybridad/plans/tiered.py): a numba gradient plan answers its
+first calls with the numpy reference program while numba compiles in a
+background thread, then switches at a call boundary."""
+
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad._alloc import count_allocations
+from hybridad.plans import plan as plan_module
+
+
+def loss(W, X, y):
+    h = np.tanh(X @ W[:, :3])
+    return np.mean((h @ W[0, 3:] - y) ** 2) + 1e-3 * np.sum(W ** 2)
+
+
+RNG = np.random.default_rng(3)
+W, X, Y = RNG.normal(size=(3, 6)), RNG.normal(size=(40, 3)), RNG.normal(size=40)
+
+
+@pytest.fixture
+def gate(monkeypatch):
+    """Hold every background compile until ``gate.set()``; ``gate.fail`` makes it raise."""
+    event = threading.Event()
+    event.fail = None
+    original = plan_module.Plan._compile
+
+    def held(self, *args, **kwargs):
+        if threading.current_thread().name.startswith("hybridad compile"):
+            assert event.wait(60)
+            if event.fail is not None:
+                raise event.fail
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(plan_module.Plan, "_compile", held)
+    yield event
+    event.set()
+
+
+def reference():
+    return ha.compile(loss, W, X, Y, backend="numpy").gradient(W, X, Y)
+
+
+def test_first_calls_run_the_reference_then_the_compiled_program(gate):
+    plan = ha.compile(loss, W, X, Y, tiered=True)
+    assert plan.tier == "numpy"
+    assert "numba is compiling in the background" in plan.explain()
+    ref, res = reference(), ha.GradientResult(W)
+    for _ in range(3):
+        plan.gradient(W, X, Y, out=res)
+        assert res.value == ref.value
+        np.testing.assert_array_equal(res.gradient, ref.gradient)
+    assert plan.value(W, X, Y) == pytest.approx(float(ref.value), rel=1e-14)
+    gate.set()
+    assert plan.wait(60) and plan.tier == "numba"
+    plan.gradient(W, X, Y, out=res)  # the compiled program: rounding apart, the same
+    np.testing.assert_allclose(res.value, ref.value, rtol=1e-13)
+    np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12, atol=1e-15)
+    assert "answered the first 3 call(s)" in plan.explain()
+    assert "gradient" in vars(plan)  # the fast path went in with the program
+
+
+def test_zero_allocations_per_call_in_every_tier(gate):
+    plan = ha.compile(loss, W, X, Y, tiered=True)
+    res = ha.GradientResult(W)
+    plan.gradient(W, X, Y, out=res)
+    with count_allocations() as counts:
+        for _ in range(20):
+            plan.gradient(W, X, Y, out=res)
+    assert plan.tier == "numpy" and counts.allocations == 0, counts
+    gate.set()
+    plan.wait(60)
+    plan.gradient(W, X, Y, out=res)
+    with count_allocations() as counts:
+        for _ in range(20):
+            plan.gradient(W, X, Y, out=res)
+    assert plan.tier == "numba" and counts.allocations == 0, counts
+
+
+def test_threads_calling_across_the_switch_get_right_results(gate):
+    plan = ha.compile(loss, W, X, Y, tiered=True)
+    ref = reference()
+    errors, seen = [], set()
+
+    def worker():
+        res = ha.GradientResult(W)
+        try:
+            for _ in range(200):
+                plan.gradient(W, X, Y, out=res)
+                seen.add(plan.tier)
+                np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12, atol=1e-15)
+        except Exception as exc:  # noqa: BLE001 -- reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors[0]
+    assert plan.wait(60)
+
+
+def test_a_failed_compile_keeps_the_reference_with_a_warning(gate):
+    gate.fail = RuntimeError("no LLVM today")
+    plan = ha.compile(loss, W, X, Y, tiered=True)
+    with pytest.warns(RuntimeWarning, match="no LLVM today"):
+        gate.set()
+        assert plan.wait(60) is False
+    assert plan.tier == "numpy" and "failed to compile" in plan.explain()
+    res, ref = plan.gradient(W, X, Y), reference()
+    np.testing.assert_array_equal(res.gradient, ref.gradient)
+
+
+def test_wait_true_returns_the_compiled_plan():
+    plan = ha.compile(loss, W, X, Y, tiered=True, wait=True)
+    assert plan.tier == "numba"
+    assert not any(t.name.startswith("hybridad compile") and t.is_alive()
+                   for t in threading.enumerate())
+
+
+def test_untiered_plans_compile_before_returning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plan = ha.compile(loss, W, X, Y, tiered=False)
+    assert plan.tier == "numba" and "tiers:" not in plan.explain()
