@@ -127,3 +127,40 @@ def polygamma(n, x):
         return sp.psi(x)
     return np.where(n == 0, sp.psi(x), fac * _ufuncs._zeta(n + 1.0, x))
 
+
+@intercepts("scipy.special", "factorial")
+def factorial(n, exact=False, extend="zero"):
+    """``gamma(n + 1)``, 0 where ``n < 0`` (scipy's ``exact=False``,
+    ``extend='zero'``); ``exact=True`` needs integer values and is refused."""
+    import scipy.special as sp
+
+    if exact:
+        raise NotImplementedError(
+            "hybridad: scipy.special.factorial(n, exact=True) of a traced n (exact integer "
+            "arithmetic needs the values): use exact=False, gamma(n + 1) in floating point")
+    if extend != "zero":
+        raise NotImplementedError(f"hybridad: scipy.special.factorial with extend={extend!r} "
+                                  "(complex values) is not supported; use extend='zero'")
+    n = n if isinstance(n, Tracer) else np.asarray(n, dtype=float)
+    if n.dtype.kind != "f":
+        n = n.astype(np.float64)
+    return np.where(n < 0, np.zeros((), n.dtype), sp.gamma(n + 1))
+
+
+@intercepts("scipy.special", "multigammaln")
+def multigammaln(a, d):
+    """``d (d-1)/4 log(pi) + sum_j gammaln(a - j/2)``, ``j < d`` (scipy's);
+    ``d`` is a constant integer.  scipy's check ``a > (d - 1)/2`` needs the
+    values and is not made on a traced ``a``."""
+    import scipy.special as sp
+
+    if isinstance(d, Tracer):
+        raise NotImplementedError("hybridad: scipy.special.multigammaln with a traced "
+                                  "dimension d (an integer: pass it as a constant)")
+    d = np.asarray(d)[()]
+    if not np.isscalar(d) or np.floor(d) != d:
+        raise ValueError("d should be a positive integer (dimension)")
+    d = int(d)
+    terms = [sp.gammaln(a - 0.5 * j) for j in range(d)]
+    total = sum(terms[1:], terms[0]) if terms else a * 0.0
+    return total + d * (d - 1) * 0.25 * np.log(np.pi)

@@ -9,7 +9,15 @@ compiled functions; CUDA: :mod:`hybridad.backends.cuda.special`).
 
 Op names are scipy's (``scipy.special.erf`` is op ``erf``); ``zeta`` is the
 Hurwitz zeta ufunc behind ``scipy.special.zeta(x, q)``, whose ``q``-derivative
-gives the polygamma functions (``psi' (x) = zeta(2, x)``).
+gives the polygamma functions (``psi' (x) = zeta(2, x)``).  ``scipy.special.jn``
+is the ufunc ``jv``.
+
+Partials without a closed form are :class:`~.elementwise.Underived`: a
+derivative that needs one raises ``NotImplementedError`` naming the function
+and the argument -- the order of ``zeta``, the shape ``a`` of ``gammainc`` and
+``gammaincc``, ``a`` and ``b`` of ``betainc``, the order of the Bessel
+functions ``jv``, ``yv``, ``iv``, ``ive``, ``kv``, ``kve``, ``yn`` and of
+``expn``.
 """
 
 from __future__ import annotations
@@ -87,8 +95,105 @@ _special(sp.j1, [lambda x, ans: np.where(x == 0, _lit(0.5, x), sp.j0(x) - ans / 
 _special(sp.y0, [lambda x, ans: -sp.y1(x)], domain=(0.3, 4.0))
 _special(sp.y1, [lambda x, ans: sp.y0(x) - ans / x], domain=(0.3, 4.0))
 
+
+# incomplete gamma and beta functions: no closed form in the shape parameters
+def _gamma_density(a, x):
+    """``x**(a-1) exp(-x) / Gamma(a)``: d gammainc(a, x) / dx (``0**0`` is 1)."""
+    return np.exp(sp.xlogy(a - 1, x) - x - sp.gammaln(a))
+
+
+def _beta_density(a, b, x):
+    """``x**(a-1) (1-x)**(b-1) / B(a, b)``: d betainc(a, b, x) / dx."""
+    return np.exp(sp.xlogy(a - 1, x) + sp.xlog1py(b - 1, -x) - sp.betaln(a, b))
+
+
+def _order(function, what="first (a)"):
+    """The partial of ``scipy.special.<function>`` in argument ``what``: no rule."""
+    return Underived(f"scipy.special.{function}", what)
+
+
+_special(sp.gammainc, [_order("gammainc"), lambda a, x, ans: _gamma_density(a, x)],
+         domain=(0.5, 4.0))
+_special(sp.gammaincc, [_order("gammaincc"), lambda a, x, ans: -_gamma_density(a, x)],
+         domain=(0.5, 4.0))
+_special(sp.betainc, [_order("betainc"), _order("betainc", "second (b)"),
+                      lambda a, b, x, ans: _beta_density(a, b, x)], domain=(0.2, 0.9))
+_special(sp.gammasgn, [0], domain=(0.3, 4.0))
+_special(sp.beta, [lambda a, b, ans: ans * (sp.psi(a) - sp.psi(a + b)),
+                   lambda a, b, ans: ans * (sp.psi(b) - sp.psi(a + b))], domain=(0.3, 4.0))
+_special(sp.poch, [lambda z, m, ans: ans * (sp.psi(z + m) - sp.psi(z)),
+                   lambda z, m, ans: ans * sp.psi(z + m)], domain=(0.3, 3.0))
+# Bessel functions of real order v (scipy.special.jn is jv): the x-derivatives
+# by the recurrences; ive = iv exp(-|x|), kve = kv exp(x)
+_V = "first (v, the order)"
+_special(sp.jv, [_order("jv", _V), lambda v, x, ans: 0.5 * (sp.jv(v - 1, x) - sp.jv(v + 1, x))],
+         domain=(0.3, 4.0))
+_special(sp.yv, [_order("yv", _V), lambda v, x, ans: 0.5 * (sp.yv(v - 1, x) - sp.yv(v + 1, x))],
+         domain=(0.3, 4.0))
+_special(sp.iv, [_order("iv", _V), lambda v, x, ans: 0.5 * (sp.iv(v - 1, x) + sp.iv(v + 1, x))],
+         domain=(0.3, 4.0))
+_special(sp.ive, [_order("ive", _V), lambda v, x, ans: 0.5 * (sp.ive(v - 1, x) + sp.ive(v + 1, x))
+                  - np.sign(x) * ans], domain=(0.3, 4.0))
+_special(sp.kv, [_order("kv", _V), lambda v, x, ans: -0.5 * (sp.kv(v - 1, x) + sp.kv(v + 1, x))],
+         domain=(0.3, 4.0))
+_special(sp.kve, [_order("kve", _V), lambda v, x, ans: ans - 0.5 * (sp.kve(v - 1, x)
+                                                                    + sp.kve(v + 1, x))],
+         domain=(0.3, 4.0))
+# yn and expn take an integer order (scipy warns when it truncates a float one):
+# the registry-driven tests sample the single point (2, 2); ours sample x widely
+_special(sp.yn, [_order("yn", "first (n, the order)"),
+                 lambda n, x, ans: 0.5 * (sp.yn(n - 1, x) - sp.yn(n + 1, x))], domain=(2.0, 2.0))
+_special(sp.k0, [lambda x, ans: -sp.k1(x)], domain=(0.3, 4.0))
+_special(sp.k1, [lambda x, ans: -sp.k0(x) - ans / x], domain=(0.3, 4.0))
+_special(sp.k0e, [lambda x, ans: ans - sp.k1e(x)], domain=(0.3, 4.0))
+_special(sp.k1e, [lambda x, ans: ans * (1 - 1 / x) - sp.k0e(x)], domain=(0.3, 4.0))
+# exponential integrals; E_0(x) = exp(-x) / x, whose derivative E_{-1} scipy does not define
+_special(sp.exp1, [lambda x, ans: -np.exp(-x) / x], domain=(0.3, 4.0))
+_special(sp.expi, [lambda x, ans: np.exp(x) / x], domain=(-3.0, -0.3))
+_special(sp.expn, [_order("expn", "first (n, the order)"),
+                   lambda n, x, ans: np.where(n == 0, -ans * (1 + 1 / x), -sp.expn(n - 1, x))],
+         domain=(2.0, 2.0))
+
+
+def _spence_partial(z, ans):
+    """``log(z) / (1 - z)``; near z = 1 its Taylor polynomial in ``w = z - 1``
+    (so the second derivative at 1 is right too)."""
+    w = z - 1
+    poly = -(1 - w * (0.5 - w * (_lit(1 / 3, z) - w * (0.25 - w * (0.2 - w * _lit(1 / 6, z))))))
+    return np.where(np.abs(w) < _lit(1e-3, z), poly, np.log(z) / (1 - z))
+
+
+_special(sp.spence, [_spence_partial], domain=(0.3, 3.0))
+_special(sp.kl_div, [lambda x, y, ans: np.log(x / y), lambda x, y, ans: 1 - x / y],
+         domain=(0.1, 3.0))
+_special(sp.dawsn, [lambda x, ans: 1 - 2 * x * ans])
+
+# binomial coefficients (scipy.special.comb(N, k) is binom(N, k) for 0 <= k <= N)
+_special(sp.binom, [lambda n, k, ans: ans * (sp.psi(n + 1) - sp.psi(n - k + 1)),
+                    lambda n, k, ans: ans * (sp.psi(n - k + 1) - sp.psi(k + 1))],
+         domain=(2.0, 2.9))
+
+
+def _boxcox_dlmbda(log_x, lmbda, ans):
+    """d/d lmbda of ``expm1(lmbda log x) / lmbda``: ``(x**lmbda log x - ans) /
+    lmbda``, and its Taylor series in ``t = lmbda log x`` near 0 (``log(x)**2
+    / 2`` at lmbda = 0, without cancellation)."""
+    t = lmbda * log_x
+    series = log_x * log_x * (0.5 + t * (_lit(1 / 3, t) + t * (0.125 + t * _lit(1 / 30, t))))
+    return np.where(np.abs(t) < _lit(1e-3, t), series, (np.exp(t) * log_x - ans) / lmbda)
+
+
+_special(sp.boxcox, [lambda x, lm, ans: np.exp((lm - 1) * np.log(x)),
+                     lambda x, lm, ans: _boxcox_dlmbda(np.log(x), lm, ans)], domain=(0.3, 2.0))
+_special(sp.boxcox1p, [lambda x, lm, ans: np.exp((lm - 1) * np.log1p(x)),
+                       lambda x, lm, ans: _boxcox_dlmbda(np.log1p(x), lm, ans)],
+         domain=(0.3, 2.0))
+
 #: the scipy.special ufuncs declared here, by op name
 SCIPY_SPECIAL = ("erf", "erfc", "erfcx", "erfinv", "erfcinv", "ndtr", "log_ndtr", "ndtri",
                  "gammaln", "loggamma", "gamma", "rgamma", "psi", "zeta", "betaln", "expit",
                  "logit", "log_expit", "xlogy", "xlog1py", "entr", "rel_entr", "i0", "i0e",
-                 "i1", "i1e", "j0", "j1", "y0", "y1")
+                 "i1", "i1e", "j0", "j1", "y0", "y1",
+                 "gammainc", "gammaincc", "betainc", "gammasgn", "beta", "poch", "jv", "yv",
+                 "iv", "ive", "kv", "kve", "yn", "k0", "k1", "k0e", "k1e", "exp1", "expi",
+                 "expn", "spence", "kl_div", "dawsn", "binom", "boxcox", "boxcox1p")

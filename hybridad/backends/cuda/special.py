@@ -3,13 +3,20 @@
 host builds of the same source, which the tests run, use C++17's
 ``std::cyl_bessel_i`` for the two device-only Bessel functions),
 device helpers below where it does not (digamma, Hurwitz zeta, the scaled
-Bessel functions, ``log_ndtr``, the logistic family, ``xlogy``).  The helpers
+Bessel functions, ``log_ndtr``, the logistic family, ``xlogy``), and in
+:mod:`.special_bessel` (Bessel functions of real order, ``k0``...``k1e``,
+``yn``) and :mod:`.special_integrals` (incomplete gamma and beta functions,
+``beta``, ``poch``, ``gammasgn``, exponential integrals, ``spence``,
+``dawsn``, ``kl_div``).  The helpers
 follow scipy's definitions at the edges (``xlogy(0, y) = 0``, ``entr(0) = 0``,
 ``loggamma`` of a negative real is NaN) and are ``__host__ __device__``
 templates like the rest of :data:`.source.PREAMBLE`.
 """
 
 from __future__ import annotations
+
+from .special_bessel import BESSEL_FUNCS, BESSEL_PREAMBLE
+from .special_integrals import INTEGRALS_FUNCS, INTEGRALS_PREAMBLE
 
 __all__ = ["SPECIAL_FUNCS", "SPECIAL_PREAMBLE"]
 
@@ -23,6 +30,7 @@ SPECIAL_FUNCS = {
     "xlogy": "hd_xlogy", "xlog1py": "hd_xlog1py", "entr": "hd_entr", "rel_entr": "hd_rel_entr",
     "i0": "hd_i0", "i1": "hd_i1", "i0e": "hd_i0e", "i1e": "hd_i1e",
     "j0": "j0", "j1": "j1", "y0": "y0", "y1": "y1",
+    **BESSEL_FUNCS, **INTEGRALS_FUNCS,
 }
 
 SPECIAL_PREAMBLE = r"""
@@ -112,4 +120,4 @@ template <typename T> HD T hd_i1e(T x_) {
   double x = fabs(double(x_));
   double v = x < 700.0 ? hd_bessel_i1(x) * exp(-x) : hd_bessel_scaled_tail(x, 4.0);
   return T(x_ < T(0) ? -v : v); }
-"""
+""" + BESSEL_PREAMBLE + INTEGRALS_PREAMBLE

@@ -9,6 +9,10 @@ across processes (the machine code names the symbol; importing this module,
 which generated source does, binds it again).  Float32 kernels compute in
 float64 and round, as scipy's float32 loops do.
 
+The integer-order functions ``expn(n, x)`` and ``yn(n, x)`` are bound in
+their ``long n`` form, with a float ``n`` truncated as scipy's ufunc does (the
+``double n`` form warns through Python, which a kernel must not do).
+
 The Hurwitz zeta ``zeta(s, q)`` (the polygamma functions: ``psi'(x) =
 zeta(2, x)``) is the one function ``cython_special`` does not export; it is
 written here (the Euler-Maclaurin summation of Cephes' ``zeta.c``, which
@@ -29,7 +33,7 @@ from numba import njit
 from numba.core import cgutils, types
 from numba.extending import get_cython_function_address, intrinsic
 
-__all__ = ["SPECIAL", "zeta"]
+__all__ = ["SPECIAL", "expn", "yn", "zeta"]
 
 _MODULE = "scipy.special.cython_special"
 
@@ -59,9 +63,31 @@ def _make(sym, nargs, cname):
     if nargs == 1:
         def impl(typingctx, x):
             return (types.float64(x), _codegen(sym, 1)) if _real(x) else None
-    else:
+    elif nargs == 2:
         def impl(typingctx, x, y):
             return (types.float64(x, y), _codegen(sym, 2)) if _real(x, y) else None
+    else:
+        def impl(typingctx, x, y, z):
+            return (types.float64(x, y, z), _codegen(sym, 3)) if _real(x, y, z) else None
+
+    impl.__name__ = impl.__qualname__ = f"special_{cname}"
+    return intrinsic(impl)
+
+
+def _make_order(sym, cname):
+    """An intrinsic calling ``double f(long n, double x)`` (``n`` an int64)."""
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.DoubleType(), [ir.IntType(64), ir.DoubleType(),
+                                                 ir.IntType(32)])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, sym)
+        n = context.cast(builder, args[0], signature.args[0], types.int64)
+        x = context.cast(builder, args[1], signature.args[1], types.float64)
+        return builder.call(fn, [n, x, ir.Constant(ir.IntType(32), 0)])
+
+    def impl(typingctx, n, x):
+        ok = isinstance(n, types.Integer) and _real(x)
+        return (types.float64(n, x), codegen) if ok else None
+
     impl.__name__ = impl.__qualname__ = f"special_{cname}"
     return intrinsic(impl)
 
@@ -77,13 +103,49 @@ _CYTHON = {
     "log_expit": "__pyx_fuse_0log_expit", "entr": "entr", "i0": "i0", "i0e": "i0e",
     "i1": "i1", "i1e": "i1e", "j0": "j0", "j1": "j1", "y0": "y0", "y1": "y1",
 }
+_CYTHON.update({
+    "gammasgn": "gammasgn", "k0": "k0", "k1": "k1", "k0e": "k0e", "k1e": "k1e",
+    "exp1": "__pyx_fuse_1exp1", "expi": "__pyx_fuse_1expi", "spence": "__pyx_fuse_1spence",
+    "dawsn": "__pyx_fuse_1dawsn",
+})
 _CYTHON2 = {"xlogy": "__pyx_fuse_1xlogy", "xlog1py": "__pyx_fuse_1xlog1py",
-            "betaln": "betaln", "rel_entr": "rel_entr"}
+            "betaln": "betaln", "rel_entr": "rel_entr", "gammainc": "gammainc",
+            "gammaincc": "gammaincc", "beta": "beta", "poch": "poch", "kl_div": "kl_div",
+            "jv": "__pyx_fuse_1jv", "yv": "__pyx_fuse_1yv", "iv": "__pyx_fuse_1iv",
+            "ive": "__pyx_fuse_1ive", "kv": "__pyx_fuse_1kv", "kve": "__pyx_fuse_1kve",
+            "binom": "binom", "boxcox": "boxcox", "boxcox1p": "boxcox1p"}
+_CYTHON3 = {"betainc": "__pyx_fuse_0betainc"}
+#: integer-order functions: ``double f(long n, double x)``
+_ORDER = {"expn": "__pyx_fuse_1expn", "yn": "__pyx_fuse_1yn"}
 
 for _op, _cname in _CYTHON.items():
     globals()[_op] = _make(_symbol(_cname), 1, _cname)
 for _op, _cname in _CYTHON2.items():
     globals()[_op] = _make(_symbol(_cname), 2, _cname)
+for _op, _cname in _CYTHON3.items():
+    globals()[_op] = _make(_symbol(_cname), 3, _cname)
+_expn_long = _make_order(_symbol(_ORDER["expn"]), _ORDER["expn"])
+_yn_long = _make_order(_symbol(_ORDER["yn"]), _ORDER["yn"])
+
+_LONG_MAX = 9.2e18
+
+
+@njit(cache=True)
+def expn(n, x):
+    """scipy's ``expn(n, x)``: a float ``n`` truncated to an integer as scipy
+    does (without its warning), NaN where it has none."""
+    if n != n or abs(n) > _LONG_MAX:
+        return np.nan
+    return _expn_long(np.int64(n), x)
+
+
+@njit(cache=True)
+def yn(n, x):
+    """scipy's ``yn(n, x)``: a float ``n`` truncated to an integer as scipy does."""
+    if n != n or abs(n) > _LONG_MAX:
+        return np.nan
+    return _yn_long(np.int64(n), x)
+
 
 # Cephes zeta.c: (2k)! / B_2k
 _A = (12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9,
@@ -133,4 +195,4 @@ def zeta(s, q):
 
 
 #: op -> the name of its function in this module (generated source: ``_sp_<op>``)
-SPECIAL = {op: op for op in (*_CYTHON, *_CYTHON2, "zeta")}
+SPECIAL = {op: op for op in (*_CYTHON, *_CYTHON2, *_CYTHON3, *_ORDER, "zeta")}
