@@ -92,10 +92,11 @@ class _Kernels:
 
     _MARK = "#\x00chunk "
 
-    def __init__(self, write, addresses):
+    def __init__(self, write, addresses, after=None):
         self._write = write
         self._addresses = addresses  # name -> (address, shape, dtype, order), filled as written
         self.chunks = []  # (lines at indent 0, parallel)
+        self._after = after  # after(w, node, lines, parallel): profiled plans' timers
 
     def emit(self, w, node, write=None):
         """Write ``node``'s code (by ``write(writer)`` when given)."""
@@ -106,6 +107,8 @@ class _Kernels:
             write(sub)
         w.emit(f"{self._MARK}{len(self.chunks)}")
         self.chunks.append((sub.lines, sub.parallel))
+        if self._after is not None:
+            self._after(w, node, sub.lines, sub.parallel)
 
     def _call(self, text, free, parallel):
         """``(kernel key, call arguments)`` of canonical code ``text`` whose
@@ -232,12 +235,16 @@ def _canonical(lines, module_names):
 
 
 def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, out_specs,
-                          name="plan", poison=False, given=()):
+                          name="plan", poison=False, given=(), profile=False):
     """Generate, cache and compile the whole-plan function.
 
     ``in_specs`` / ``out_specs``: ``(shape, dtype)`` of each input and output
     buffer.  ``given``: ids of nodes an earlier program of the plan computed
     (their buffers are read, not written; see :mod:`hybridad.plans.staged`).
+    ``profile``: True (or ``"wall"``, ``"cpu"``: the clock) times every node
+    (:mod:`.profiling`; the program's ``timers`` array and ``timed`` slots,
+    see :mod:`hybridad.plans.profile`) -- never in a normal plan, whose source
+    is unchanged by this option.
     Returns a :class:`NumbaProgram`.
     """
     users = {n.id: [] for n in nodes}
@@ -254,6 +261,11 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     arenas = sorted({dt for dt, *_ in memplan.slots.values()} |
                     {dt for dt, *_ in memplan.scratch.values()}, key=lambda d: d.str)
     params += [f"ar_{dt.name}p" for dt in arenas] + ["_tabp", "_ndt"]
+    timers = None
+    if profile:
+        from .profiling import Timers
+        timers = Timers("wall" if profile is True else profile)
+        params.append(timers.PARAM)
     checks = _Checks(objects)
     for i, (shape, dtype) in enumerate(in_specs):
         checks.add(f"a{i}", shape, dtype, written=False)
@@ -269,11 +281,13 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     accumulate = {m: add for m, add in blas_accumulations(nodes, outputs, layouts).items()
                   if m not in given}
     kernels = _Kernels(lambda sub, n: emit_node(sub, n, names, users, consts, layouts),
-                       addresses)
+                       addresses, timers.after if timers is not None else None)
     folded = {n.id for n in accumulate.values()}  # iadds done by their gemm
     acc_groups = region_acc_groups(computed)  # first node id -> the region_accs of one loop
     in_group = {m.id for ms in acc_groups.values() for m in ms[1:]}
     _arena_views(w, nodes, memplan, direct, names, addresses)
+    if timers is not None:
+        timers.stamp(w, "entry")
     dying = poison_schedule(memplan) if poison else {}
 
     def poison_lines(keys):
@@ -333,6 +347,10 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     header = _header(consts, objects)
     table = checks.table()
     guards = ["    " + line for line in checks.lines(table.size)]
+    if timers is not None:  # the first clock read opens the function, the last closes it
+        timers.stamp(w, "outputs")
+        header.append(timers.header)
+        guards, w.lines = timers.prologue() + guards, w.lines + timers.epilogue()
     # numba's disk cache rebuilds the environment of every function the plan
     # calls from its module: a user function defined where no module can be
     # imported from (exec'd code) makes the plan uncacheable
@@ -347,11 +365,14 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     flags = base_flags + (", nogil=True" if heavy else "") + (_PARALLEL if parallel else "")
     signature = f"def {fn_name}({', '.join(params)}):"
     source = "\n".join(header + kernel_defs + ["", "", f"@njit({flags})", signature] + body) + "\n"
+    extra = [timers.array()] if timers is not None else []
     call, own, fixed, bound = _link(source, fn_name, memplan, arenas, table, in_specs,
-                                    out_specs, const_args, objects, cacheable)
-    keep = [memplan.arenas[dt] for dt in arenas] + [v for v, _ in const_args] + [table]
+                                    out_specs, const_args, objects, cacheable, extra)
+    keep = [memplan.arenas[dt] for dt in arenas] + [v for v, _ in const_args] + [table] + extra
     program = NumbaProgram(call, source, heavy,
                            in_specs, out_specs, keep, objects)
+    if timers is not None:
+        program.timers, program.timed = extra[0], timers.slots
     program.parts = (own, fixed, bound)
     program.direct = direct
     program.blas_limited = bool(parallel) and re.search(r"_gemm\(|_la_\w+\(", source) is not None
@@ -418,18 +439,20 @@ def _header(consts, objects):
 
 
 def _link(source, fn_name, memplan, arenas, table, in_specs, out_specs, const_args,
-          objects, cacheable):
+          objects, cacheable, extra=()):
     """Compile ``source`` and bind what every call passes the same way
     (:func:`_bind`): the arenas' addresses, the guard table, numpy's array
-    type and the constants -- by ``id()`` where arrays go by object (:mod:`.rt`),
-    else as arrays.  Returns ``(call, own dispatcher, fixed, bound)``."""
+    type, the addresses of ``extra`` arrays (a profiled plan's timers) and the
+    constants -- by ``id()`` where arrays go by object (:mod:`.rt`), else as
+    arrays.  Returns ``(call, own dispatcher, fixed, bound)``."""
     arena_args = [memplan.arenas[dt].ctypes.data for dt in arenas]
+    extra = [a.ctypes.data for a in extra]
     if objects:
-        fixed = arena_args + [table.ctypes.data, id(np.ndarray)]
+        fixed = arena_args + [table.ctypes.data, id(np.ndarray)] + extra
         protos = fixed + [0] * len(in_specs) + [0 if obj else v for v, obj in const_args] + \
             [0] * len(out_specs)
     else:
-        fixed = arena_args + [table.ctypes.data, 0]
+        fixed = arena_args + [table.ctypes.data, 0] + extra
         protos = fixed + [np.empty(s, d) for s, d in in_specs] + [v for v, _ in const_args] + \
             [np.empty(s, d) for s, d in out_specs]
     bound = [id(v) if obj else v for v, obj in const_args]
