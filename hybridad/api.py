@@ -33,6 +33,7 @@ from .frontend.guard_walk import root_of
 from .plans.arguments import arg_names, normalize_argnums, prepare_args
 from .plans.hessian import HessianPlan
 from .plans import complex_args as _complex_args
+from .plans import complex_jacobian as _complex_jacobian
 from .plans import nested as _nested
 from .plans.jacobian import JacobianPlan
 from .plans.plan import Plan
@@ -169,6 +170,12 @@ def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
             plan.wait()
     plan._root = root_of(f)  # an explicit plan keeps f alive: its guards read from it
     return plan
+
+
+def _is_sparse(out):
+    """Whether ``out`` is a sparse result (:mod:`hybridad.sparse`, imported on first use)."""
+    results = sys.modules.get("hybridad.sparse.results")
+    return results is not None and isinstance(out, results._SparseResult)
 
 
 def _backend(backend, args):
@@ -348,8 +355,9 @@ def gradient(f, *args, argnums=0, out=None, backend=None):
         is a container.  Other array arguments are constants; non-array
         arguments are static (part of the cache key).  ndarray subclasses
         with their own semantics (masked arrays, ``np.matrix``) and dtypes
-        hybridad does not trace (float16, longdouble, complex, object) raise
-        a TypeError naming the argument (docs/limitations.md).
+        hybridad does not trace (float16, longdouble, object) raise a
+        TypeError naming the argument (docs/limitations.md).  A complex
+        argument ``z = x + iy`` gets ``du/dx - 1j du/dy`` (autograd, JAX).
     argnums : int or tuple of int, default 0
         Arguments to differentiate.  With a tuple, ``out.gradient`` is a tuple.
     out : GradientResult or DiffResult, optional
@@ -406,7 +414,7 @@ def gradient(f, *args, argnums=0, out=None, backend=None):
     if _nested.traced(args) is not None:  # inside a function being differentiated
         return _nested.gradient(f, args, argnums, out)
     if _complex_args.any_complex(args):  # as (real, imag) pairs: plans/complex_args.py
-        return _complex_args.gradient(gradient, f, args, argnums, out, backend)
+        return _complex_args.gradient(_lookup, f, args, argnums, out, backend)
     requested = backend
     backend = _backend(backend, args)
 
@@ -424,7 +432,8 @@ def hvp(f, x, v, *args, argnums=0, out=None, backend=None):
     ``H v`` is computed without forming ``H``: tangents are pushed through
     the gradient's graph (forward over reverse), about the cost of three
     gradients.  For many ``v`` at one point, see
-    :meth:`hybridad.plans.hessian.HessianPlan.linearize`.
+    :meth:`hybridad.plans.hessian.HessianPlan.linearize`.  Complex ``x``:
+    ``d/dt gradient(x + t v)``, as ``jax.jvp(jax.grad(f), (x,), (v,))``.
 
     Parameters
     ----------
@@ -456,6 +465,8 @@ def hvp(f, x, v, *args, argnums=0, out=None, backend=None):
     >>> res.hvp  # [[6, 1], [1, 12]] @ [1, 1]
     array([ 7., 13.])
     """
+    if _complex_args.any_complex((x, *args)):  # plans/complex_args.py
+        return _complex_args.hvp(_lookup, f, (x, *args), v, argnums, out, backend)
     return _cached_call("hvp", f, (x, *args), argnums, backend, None, None,
                         lambda plan: plan.hvp(x, *args, v=v, out=out), hvp=True)
 
@@ -465,7 +476,8 @@ def hessian(f, x, *args, argnums=0, out=None, backend=None, chunk=None):
 
     Forward over reverse: chunks of tangents are pushed through the forward
     and backward graph (see :class:`hybridad.plans.hessian.HessianPlan`); the plan
-    is cached like :func:`gradient`'s.
+    is cached like :func:`gradient`'s.  Complex ``x``: the real ``(2n, 2n)``
+    Hessian over ``(x.real, x.imag)`` (:mod:`hybridad.plans.complex_args`).
 
     Parameters
     ----------
@@ -498,15 +510,22 @@ def hessian(f, x, *args, argnums=0, out=None, backend=None, chunk=None):
     array([[ 6.,  1.],
            [ 1., 12.]])
     """
+    if _is_sparse(out):  # a sparse Hessian: hybridad/sparse/run.py
+        from .sparse import run as _sparse
+
+        return _sparse.hessian(f, (x, *args), argnums, out, backend, chunk, _lookup, _backend)
     if _nested.traced((x, *args)) is not None:  # inside a function being differentiated
         return _nested.hessian(f, (x, *args), argnums, out)
     full = (x, *args)
+    if _complex_args.any_complex(full):  # plans/complex_args.py
+        return _complex_args.hessian(_lookup, f, full, argnums, out, backend, chunk)
     return _cached_call("hessian", f, full, argnums, backend, chunk,
                         lambda b: HessianPlan(f, full, argnums, b, chunk=chunk),
                         lambda plan: plan.hessian(*full, out=out), tag=("hessian", chunk))
 
 
-def jacobian(f, x, *args, argnums=0, out=None, mode="auto", backend=None, chunk=None):
+def jacobian(f, x, *args, argnums=0, out=None, mode="auto", backend=None, chunk=None,
+             holomorphic=False):
     """Value and Jacobian of a function from one array to an array.
 
     Parameters
@@ -530,6 +549,11 @@ def jacobian(f, x, *args, argnums=0, out=None, mode="auto", backend=None, chunk=
     backend : {"numba", "numpy"}, default "numba"
     chunk : int, optional
         Seeds per run of the chunked program (see :func:`compile`).
+    holomorphic : bool, default False
+        Complex values of a complex ``x``: ``J = df/dz`` (needed, and refused
+        otherwise, as by ``jax.jacfwd``/``jacrev``).  Complex values of a real
+        ``x``: ``dRe f/dx + 1j dIm f/dx``; real values of a complex ``x``: rows
+        are gradients (:mod:`hybridad.plans.complex_jacobian`).
 
     Returns
     -------
@@ -544,13 +568,20 @@ def jacobian(f, x, *args, argnums=0, out=None, mode="auto", backend=None, chunk=
     array([[2.    , 1.    ],
            [0.5403, 0.    ]])
     """
+    if _is_sparse(out):  # a sparse Jacobian: hybridad/sparse/run.py
+        from .sparse import run as _sparse
+
+        return _sparse.jacobian(f, (x, *args), argnums, out, backend, mode, chunk, _lookup,
+                                _backend)
     if _nested.traced((x, *args)) is not None:  # inside a function being differentiated
         return _nested.jacobian(f, (x, *args), argnums, out)
     full = (x, *args)
-    return _cached_call("jacobian", f, full, argnums, backend, (mode, chunk),
-                        lambda b: JacobianPlan(f, full, argnums, b, mode=mode, chunk=chunk),
-                        lambda plan: plan.jacobian(*full, out=out),
-                        tag=("jacobian", mode, chunk))
+    return _complex_jacobian.dispatch(  # complex values or arguments: plans/complex_jacobian.py
+        lambda: _cached_call("jacobian", f, full, argnums, backend, (mode, chunk),
+                             lambda b: JacobianPlan(f, full, argnums, b, mode=mode, chunk=chunk),
+                             lambda plan: plan.jacobian(*full, out=out),
+                             tag=("jacobian", mode, chunk)),
+        _lookup, f, full, argnums, out, mode, backend, chunk, holomorphic)
 
 
 def clear_cache():

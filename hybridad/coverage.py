@@ -126,10 +126,19 @@ def rows():
                 "logpdf; in x, mean and cov", both))
     out += [("complex values (pairs of real tracers)", "complex intermediates",
              "+ - * / ** @, exp log sqrt sin cos tan sinh cosh tanh, real imag conj angle abs, "
-             "sum mean cumsum, shapes, concatenate stack, dot vdot, norm; numpy.fft as DFT "
-             "matmuls", both),
+             "sum mean cumsum, shapes, concatenate stack, dot vdot, norm; max min maximum "
+             "minimum fmax fmin argmax argmin in numpy's lexicographic order; numpy.fft as "
+             "DFT matmuls", both),
             ("complex values (pairs of real tracers)", "complex arguments of hybridad.gradient",
-             "du/dx - 1j du/dy (autograd, JAX); allocates per call", both)]
+             "du/dx - 1j du/dy (autograd, JAX); no allocation per call with out=", both),
+            ("complex values (pairs of real tracers)", "hybridad.hvp / hessian of complex x",
+             "d/dt gradient(x + t v); the real (2n, 2n) Hessian over (x.real, x.imag)", both),
+            ("complex values (pairs of real tracers)", "hybridad.jacobian with complex values",
+             "real x: dRe/dx + 1j dIm/dx; complex x, complex f: holomorphic=True, df/dz; "
+             "complex x, real f: the gradient convention per row", both),
+            ("functions without rules", "any numpy function, scipy's public Python functions",
+             "on values that need no derivative: run as numpy runs them (host_call); a "
+             "derivative through them raises naming the function", "numpy, numba")]
     out.append(("operators", "+ - * / ** @ // % divmod() unary - + abs() < <= > >= == != "
                 "& \\| ^ ~ (booleans) x[index] (basic, integer arrays, boolean masks) len() "
                 "iteration round(x[i], n) copy.copy; in place: += -= *= /= **= @= //= %= &= "

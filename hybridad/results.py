@@ -15,6 +15,21 @@ from ._xp import array_module, is_array
 
 __all__ = ["DiffResult", "GradientResult", "HessianResult", "HvpResult", "JacobianResult"]
 
+_COMPLEX = (np.dtype(np.complex64), np.dtype(np.complex128))
+
+
+def _real_dtype(dtype):
+    """The dtype of a value whose derivatives have ``dtype`` (float32 for complex64)."""
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32 if dtype in (np.float32, np.complex64) else np.float64) \
+        if dtype.kind == "c" else dtype
+
+
+def _complex_dtype(dtype):
+    """The complex dtype of ``dtype``'s precision (complex64 for float32)."""
+    return np.dtype(np.complex64 if np.dtype(dtype) in (np.float32, np.complex64)
+                    else np.complex128)
+
 
 def _zeros_like_tree(proto, name):
     if is_array(proto) or np.isscalar(proto) or number_array(proto) is not None:
@@ -22,10 +37,10 @@ def _zeros_like_tree(proto, name):
         arr = proto if is_array(proto) else np.asarray(proto)
         if not is_array(proto) and arr.dtype.kind in "biu":
             arr = arr.astype(np.float64)  # as the differentiated argument is converted
-        if arr.dtype.kind != "f":
-            raise TypeError(f"{name} must be a floating-point array (or a tuple, list or dict "
-                            f"of them); got dtype {arr.dtype}")
-        return xp.zeros(arr.shape, arr.dtype)
+        if arr.dtype.kind != "f" and arr.dtype not in _COMPLEX:
+            raise TypeError(f"{name} must be a floating-point or complex array (or a tuple, "
+                            f"list or dict of them); got dtype {arr.dtype}")
+        return xp.zeros(arr.shape, arr.dtype)  # complex x: du/dx - 1j du/dy, x's dtype
     if type(proto) in (tuple, list):
         return type(proto)(_zeros_like_tree(p, f"{name}[{i}]") for i, p in enumerate(proto))
     if type(proto) is dict:
@@ -110,7 +125,7 @@ class GradientResult(DiffResult):
         grad = _zeros_like_tree(x, "x")
         leaves, _ = flatten(grad)
         dtype = np.dtype(dtype) if dtype is not None else (
-            leaves[0].dtype if leaves else np.dtype(np.float64))
+            _real_dtype(leaves[0].dtype) if leaves else np.dtype(np.float64))
         super().__init__(array_module(*leaves).zeros((), dtype), grad)
 
     @property
@@ -165,6 +180,15 @@ def _float_array(proto, name):
     return arr
 
 
+def _numeric_array(proto, name):
+    """A floating-point or complex (complex64/complex128) prototype."""
+    arr = proto if is_array(proto) else np.asarray(proto)
+    if arr.dtype.kind != "f" and arr.dtype not in _COMPLEX:
+        raise TypeError(f"{name} must be a floating-point or complex array; got dtype "
+                        f"{arr.dtype}")
+    return arr
+
+
 class HessianResult(GradientResult):
     """Preallocated value, gradient and Hessian of a scalar function of one array.
 
@@ -173,15 +197,18 @@ class HessianResult(GradientResult):
     x : ndarray
         Prototype of the differentiated argument (shape and dtype only).
     dtype : dtype, optional
-        dtype of the value buffer (default ``x.dtype``).
+        dtype of the value buffer (default ``x.dtype``; its real dtype for a
+        complex ``x``).
 
     Attributes
     ----------
     value : ndarray, shape ()
     gradient : ndarray
-        Shaped like ``x``.
+        Shaped like ``x`` (complex for a complex ``x``: ``du/dx - 1j du/dy``).
     hessian : ndarray, shape (x.size, x.size)
-        ``H[i, j] = d^2 f / dx_i dx_j`` over ``x`` flattened in C order.
+        ``H[i, j] = d^2 f / dx_i dx_j`` over ``x`` flattened in C order.  For a
+        complex ``x`` the real Hessian over ``(x.real, x.imag)``, shape
+        ``(2 * x.size, 2 * x.size)`` (see :func:`hybridad.hessian`).
 
     Examples
     --------
@@ -196,9 +223,10 @@ class HessianResult(GradientResult):
     __slots__ = ()
 
     def __init__(self, x, dtype=None):
-        x = _float_array(x, "x")
+        x = _numeric_array(x, "x")
         super().__init__(x, dtype)
-        self._derivs += (array_module(x).zeros((x.size, x.size), x.dtype),)
+        n = x.size * (2 if x.dtype.kind == "c" else 1)  # complex: over (x.real, x.imag)
+        self._derivs += (array_module(x).zeros((n, n), _real_dtype(x.dtype)),)
 
     @property
     def hessian(self):
@@ -212,16 +240,19 @@ class JacobianResult(DiffResult):
     Parameters
     ----------
     y : ndarray
-        Prototype of the function's value (shape and dtype only).
+        Prototype of the function's value (shape and dtype only; complex for a
+        function returning complex values).
     x : ndarray
-        Prototype of the differentiated argument.
+        Prototype of the differentiated argument (real or complex).
 
     Attributes
     ----------
     value : ndarray
-        Shaped like ``y``.
+        Shaped and typed like ``y``.
     jacobian : ndarray, shape (y.size, x.size)
-        ``J[i, j] = d y_i / d x_j`` over ``y`` and ``x`` flattened in C order.
+        ``J[i, j] = d y_i / d x_j`` over ``y`` and ``x`` flattened in C order;
+        complex (of ``y``'s precision) when ``y`` or ``x`` is complex (see
+        :func:`hybridad.jacobian` for what it holds then).
 
     Examples
     --------
@@ -236,9 +267,10 @@ class JacobianResult(DiffResult):
     __slots__ = ()
 
     def __init__(self, y, x):
-        y, x = _float_array(y, "y"), _float_array(x, "x")
+        y, x = _numeric_array(y, "y"), _numeric_array(x, "x")
         xp = array_module(y, x)
-        super().__init__(xp.zeros(y.shape, y.dtype), xp.zeros((y.size, x.size), y.dtype))
+        jdt = _complex_dtype(y.dtype) if "c" in (y.dtype.kind, x.dtype.kind) else y.dtype
+        super().__init__(xp.zeros(y.shape, y.dtype), xp.zeros((y.size, x.size), jdt))
 
     @property
     def jacobian(self):

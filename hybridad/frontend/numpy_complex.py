@@ -17,8 +17,10 @@ holomorphic.
 Complex values enter through complex constants (a Python ``1j``, a complex
 array the function captures), complex arguments and :mod:`.numpy_fft`; the
 surface here is the arithmetic, the elementary functions, ``real``/``imag``/
-``conj``/``angle``/``abs``, reductions, shapes and products.  Other numpy
-functions on complex values raise ``NotImplementedError`` naming them.
+``conj``/``angle``/``abs``, reductions, shapes and products, and numpy's
+lexicographic order (``maximum``/``minimum``/``fmax``/``fmin``, ``max``/``min``,
+``argmax``/``argmin``: :mod:`.numpy_complex_order`).  Other numpy functions on
+complex values raise ``NotImplementedError`` naming them.
 """
 
 from __future__ import annotations
@@ -26,9 +28,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TracingError, user_location
+from . import numpy_complex_order as _order
 from .tracer import SURFACE, Tracer, _binary
 
-__all__ = ["ComplexTracer", "as_complex", "involves_complex", "is_complex_constant"]
+__all__ = ["ComplexArrayError", "ComplexTracer", "as_complex", "involves_complex",
+           "is_complex_constant"]
+
+
+class ComplexArrayError(TracingError):
+    """A traced complex value was converted to a numpy array (a real-valued
+    consumer got it: ``np.asarray``, a plan expecting a real output)."""
 
 
 def is_complex_constant(v):
@@ -119,7 +128,7 @@ class ComplexTracer:
     conjugate = conj
 
     def __array__(self, dtype=None, copy=None):
-        raise TracingError(f"a complex traced value was converted to a numpy array at "
+        raise ComplexArrayError(f"a complex traced value was converted to a numpy array at "
                            f"{user_location()}; build arrays with np.stack/np.concatenate")
 
     def __bool__(self):
@@ -147,6 +156,18 @@ class ComplexTracer:
 
     def mean(self, *a, **kw):
         return np.mean(self, *a, **kw)
+
+    def max(self, *a, **kw):
+        return np.max(self, *a, **kw)
+
+    def min(self, *a, **kw):
+        return np.min(self, *a, **kw)
+
+    def argmax(self, *a, **kw):
+        return np.argmax(self, *a, **kw)
+
+    def argmin(self, *a, **kw):
+        return np.argmin(self, *a, **kw)
 
     def __neg__(self):
         return ComplexTracer(-self.re, -self.im)
@@ -330,6 +351,12 @@ _BINARY = {
     np.true_divide: _div,
     np.power: lambda a, b: _power(a, b),
     np.matmul: lambda a, b: _matmul(a, b),
+    # numpy's lexicographic order (real parts, then imaginary), NaN propagated
+    np.maximum: lambda a, b: ComplexTracer(*_order.pick(a.full(), b.full())),
+    np.minimum: lambda a, b: ComplexTracer(*_order.pick(a.full(), b.full(), largest=False)),
+    np.fmax: lambda a, b: ComplexTracer(*_order.pick(a.full(), b.full(), ignore_nan=True)),
+    np.fmin: lambda a, b: ComplexTracer(*_order.pick(a.full(), b.full(), largest=False,
+                                                     ignore_nan=True)),
 }
 
 
@@ -376,16 +403,35 @@ def _angle(z, deg=False):
     return a * (180 / np.pi) if deg else a
 
 
+def _ordered(largest, arg):
+    """``np.max``/``np.min`` (``arg``: ``np.argmax``/``np.argmin``) of complex values."""
+    def apply(z, axis=None, out=None, keepdims=False, **kwargs):
+        if out is not None or kwargs:
+            raise NotImplementedError("hybridad: out=, initial= and where= of complex "
+                                      f"max/min/argmax/argmin (at {user_location()})")
+        parts = as_complex(z).full()
+        if arg:
+            return _order.argbest(*parts, axis=axis, keepdims=keepdims, largest=largest)
+        return ComplexTracer(*_order.best(*parts, axis=axis, keepdims=keepdims,
+                                          largest=largest))
+    return apply
+
+
 def _vdot(a, b):
     a, b = as_complex(a).conj(), as_complex(b)
     return np.sum(_mul(_both(np.ravel)(a), _both(np.ravel)(b)))
 
 
 def _norm(x, ord=None, axis=None, keepdims=False):
-    if ord not in (None, "fro", 2) or (ord == 2 and axis is None and as_complex(x).ndim != 1):
-        raise NotImplementedError(f"hybridad: np.linalg.norm(ord={ord!r}) of complex values")
     z = as_complex(x)
-    return np.sqrt(np.sum(z.re * z.re + z.im * z.im, axis=axis, keepdims=keepdims))
+    matrix = (axis is None and z.ndim == 2) or (isinstance(axis, tuple) and len(axis) == 2)
+    if ord in (None, "fro") or (ord == 2 and not matrix):  # smooth where an element is 0
+        return np.sqrt(np.sum(z.re * z.re + z.im * z.im, axis=axis, keepdims=keepdims))
+    if matrix and ord in (2, -2, "nuc"):
+        raise NotImplementedError(f"hybridad: np.linalg.norm(ord={ord!r}) of complex matrices "
+                                  "(singular values of a complex matrix)")
+    # every other norm is numpy's of the moduli, as numpy computes it
+    return np.linalg.norm(np.absolute(z), ord=ord, axis=axis, keepdims=keepdims)
 
 
 _FUNCTIONS = {
@@ -426,6 +472,12 @@ _FUNCTIONS = {
     np.einsum: _einsum,
     np.prod: _prod,
     np.var: _var,
+    np.max: _ordered(True, False),
+    np.amax: _ordered(True, False),
+    np.min: _ordered(False, False),
+    np.amin: _ordered(False, False),
+    np.argmax: _ordered(True, True),
+    np.argmin: _ordered(False, True),
     np.std: lambda z, axis=None, ddof=0, keepdims=False: np.sqrt(_var(z, axis, ddof, keepdims)),
 }
 
