@@ -11,7 +11,8 @@ The package in pipeline order (docs/architecture.md walks it): :mod:`.frontend`
 (tracing, the numpy surface) -> :mod:`.ir` (the graph, the op registry) ->
 :mod:`.ops` (every op's rules) -> :mod:`.transforms` (autodiff, batching,
 partition, memory plan) -> :mod:`.backends` (numpy, numba, cuda) ->
-:mod:`.plans` (run into :mod:`.results`); :mod:`.interop` (scipy, dask).
+:mod:`.plans` (run into :mod:`.results`); :mod:`.sparse` (sparse Jacobians and
+Hessians: detection, coloring, compressed passes); :mod:`.interop` (scipy, dask).
 """
 
 import sys as _sys
@@ -46,6 +47,7 @@ __all__ = [
            "JacobianResult",
            "MemoryBudgetError",
            "Plan",
+           "SparseHessianResult", "SparseJacobianResult",
            "RetraceWarning",
            "StalePlanError",
            "TracingError",
@@ -55,7 +57,25 @@ __all__ = [
            "elementwise",
            "gradient",
            "hessian",
+           "hessian_sparsity",
            "hvp",
            "jacobian",
+           "jacobian_sparsity",
            "optim",
 ]
+
+
+#: public names of :mod:`.sparse`, imported on first use (scipy.sparse and the
+#: coloring kernels cost ~75 ms that a gradient never needs)
+_SPARSE_NAMES = frozenset({"SparseHessianResult", "SparseJacobianResult", "hessian_sparsity",
+                           "jacobian_sparsity"})
+
+
+def __getattr__(name):
+    if name in _SPARSE_NAMES:
+        from . import sparse
+
+        value = getattr(sparse, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'hybridad' has no attribute {name!r}")

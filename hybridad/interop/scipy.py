@@ -53,6 +53,9 @@ from .scipy_minimize import (  # noqa: F401  (the constants: attributes of this 
     HESSP_METHODS,
     minimize,
 )
+from .scipy_ivp import OdeJacobian, solve_ivp
 from .scipy_objective import PARALLEL_WORK, Objective  # noqa: F401
+from .scipy_sparse import NonlinearConstraint, SparseHessian, SparseJacobian
 
-__all__ = ["Objective", "least_squares", "minimize"]
+__all__ = ["NonlinearConstraint", "Objective", "OdeJacobian", "SparseHessian",
+           "SparseJacobian", "least_squares", "minimize", "solve_ivp"]

@@ -52,8 +52,28 @@ class _Residuals:
         return self._res.jacobian.astype(np.float64)  # a new array: scipy may keep it
 
 
+#: ``sparse=None`` tries a sparse Jacobian from this many unknowns on (a dense
+#: Jacobian of 5000 columns and its SVD at every iteration are scipy's limit)
+SPARSE_LSQ_SIZE = 5000
+
+
+def _sparse_residuals(fun, x0, args, backend, sparse, options):
+    """A :class:`hybridad.interop.scipy_sparse.SparseJacobian` where a sparse
+    Jacobian is asked for (``sparse=True``, or ``tr_solver="lsmr"``) or where
+    a dense one would not do, else None.  A sparse Jacobian makes scipy solve
+    with ``lsmr``, which converges differently: never chosen silently for
+    problems the dense path handles."""
+    from .scipy_sparse import SparseJacobian
+
+    if sparse is False or options.get("method", "trf") == "lm" or sparse is None and \
+            options.get("tr_solver") != "lsmr" and x0.size < SPARSE_LSQ_SIZE:
+        return None
+    jac = SparseJacobian(fun, x0, args, 0, sparse=sparse, backend=backend)
+    return jac if jac.sparse else None
+
+
 def least_squares(fun, x0, *extra, jac=None, args=(), kwargs=None, backend="numba",
-                  parallel=None, **options):
+                  parallel=None, sparse=None, **options):
     """``scipy.optimize.least_squares`` with hybridad's exact Jacobian.
 
     Parameters
@@ -78,6 +98,15 @@ def least_squares(fun, x0, *extra, jac=None, args=(), kwargs=None, backend="numb
     parallel : {None, True, False}, default None
         Multithreaded loops in the Jacobian plan; None means serial (see
         :class:`Objective`).
+    sparse : {None, True, False}, default None
+        True: the Jacobian as a ``scipy.sparse.csr_array`` (a new one per
+        call), its pattern detected from ``fun``, computed by compressed
+        passes (:class:`hybridad.SparseJacobianResult`); scipy's ``trf`` and
+        ``dogbox`` then solve with ``lsmr``.  None: sparse where the pattern
+        is (:func:`hybridad.interop.scipy_sparse.use_sparse`) and either
+        ``tr_solver="lsmr"`` is given or ``x0`` has at least
+        :data:`SPARSE_LSQ_SIZE` elements; never for ``method="lm"`` (dense
+        Jacobians only).
     **options
         Every other argument of ``scipy.optimize.least_squares`` (bounds,
         method, ftol, xtol, gtol, x_scale, loss, f_scale, diff_step,
@@ -113,8 +142,11 @@ def least_squares(fun, x0, *extra, jac=None, args=(), kwargs=None, backend="numb
         if kwargs:  # a plan takes positional arguments: bind the keywords
             def traced(*a):
                 return fun(*a, **kwargs)
-        residuals = _Residuals(traced, np.atleast_1d(x0), args, backend, parallel)
-        jac = residuals.jac
+        residuals = _sparse_residuals(traced, np.atleast_1d(x0), args, backend, sparse,
+                                      options)
+        if residuals is None:
+            residuals = _Residuals(traced, np.atleast_1d(x0), args, backend, parallel)
+        jac = residuals.jac if isinstance(residuals, _Residuals) else residuals
     res = optimize.least_squares(fun, x0, jac=jac, args=args, kwargs=kwargs, **options)
     res.n_evaluations = 0 if residuals is None else residuals.n_evaluations
     return res

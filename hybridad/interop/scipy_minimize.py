@@ -84,9 +84,32 @@ def _shaped(g, shape, kind):
     return call
 
 
+def _sparse_hessian(obj, sparse):
+    """trust-constr's ``hess``: a :class:`hybridad.interop.scipy_sparse.SparseHessian`
+    where a sparse Hessian is asked for or pays, else None."""
+    from .scipy_sparse import SPARSE_MIN_SIZE, SparseHessian, use_sparse
+
+    if sparse is False or sparse is None and obj.size < SPARSE_MIN_SIZE:
+        return None
+    hess = SparseHessian(obj.f, obj.x0.reshape(obj.shape), obj._args, obj.argnums,
+                         obj.backend)
+    return hess if use_sparse(sparse, hess.result.pattern) else None
+
+
+def _bind_constraints(constraints, x0):
+    """hybridad's NonlinearConstraints get their derivatives at ``x0``'s size."""
+    from .scipy_sparse import NonlinearConstraint
+
+    many = isinstance(constraints, (list, tuple))
+    for c in constraints if many else [constraints]:
+        if isinstance(c, NonlinearConstraint) and not c.bound:
+            c.bind(x0)
+    return constraints
+
+
 def minimize(fun, x0, *extra, args=(), method=None, jac=None, hess=None, hessp=None,
              bounds=None, constraints=(), tol=None, callback=None, options=None, argnums=0,
-             backend="numba", dtype=None, parallel=None):
+             backend="numba", dtype=None, parallel=None, sparse=None):
     """``scipy.optimize.minimize`` with hybridad's exact derivatives wired in.
 
     Every argument scipy has means what scipy's documentation says; hybridad
@@ -130,6 +153,14 @@ def minimize(fun, x0, *extra, args=(), method=None, jac=None, hess=None, hessp=N
     argnums, backend, dtype, parallel :
         See :class:`Objective`.  A user ``jac`` / ``hess`` / ``hessp``
         callable requires ``argnums=0`` (scipy calls them with ``x`` first).
+    sparse : {None, True, False}, default None
+        trust-constr only: the exact Hessian as a ``scipy.sparse.csr_array``
+        (True), its pattern detected from ``fun`` and computed by compressed
+        Hessian-vector products (:class:`hybridad.SparseHessianResult`), instead
+        of Hessian-vector products (False); None: sparse when the pattern is
+        (:func:`hybridad.interop.scipy_sparse.use_sparse`).  Constraints made
+        with :class:`hybridad.scipy.NonlinearConstraint` get their exact
+        (sparse) Jacobians and Hessians whatever this is.
 
     Returns
     -------
@@ -183,12 +214,16 @@ def minimize(fun, x0, *extra, args=(), method=None, jac=None, hess=None, hessp=N
     else:  # a method without derivatives: the value, from the plan
         f_scipy = obj.fun
     if exact_hess:
+        sparse_hess = _sparse_hessian(obj, sparse) if name == "trust-constr" else None
         if name in HESS_METHODS:
             hess = obj.hess
+        elif sparse_hess is not None:
+            hess = sparse_hess
         else:
             hessp = obj.hessp
     else:
         hess, hessp = _shaped(hess, shape, "hess"), _shaped(hessp, shape, "hessp")
+    constraints = _bind_constraints(constraints, x_start)
     res = optimize.minimize(f_scipy, x_start, args=args, method=method, jac=jac, hess=hess,
                             hessp=hessp, bounds=bounds, constraints=constraints, tol=tol,
                             callback=callback, options=options)

@@ -21,8 +21,9 @@ def materialize_for_numba(nodes):
     data address the generated code knows (an argument, a buffer, a captured
     constant passed by object, or such a view of one) stays a view: the
     address plus an offset, typed C-contiguous -- no copy.  So does a strided
-    slice of a C array (``A[:, 1:]``, ``x[::2]``) that only fused regions read:
-    their loops index it in place (a numba array view, typed ``"A"``)."""
+    slice of a C array (``A[:, 1:]``, ``x[::2]``) that only fused regions and
+    concatenations (``np.roll``) read: their loops index it in place (a numba
+    array view, typed ``"A"``)."""
     from . import rt
 
     objects = rt.ABI is not None  # arrays arrive by object: their addresses are known
@@ -60,14 +61,15 @@ def materialize_for_numba(nodes):
 def strided_in_place(node, layout, readers):
     """Whether getitem ``node`` (slices and ints of a C array) can stay a numba
     view that regions index in place: every reader is a fused region reading it
-    as an operand (not a ``region_acc`` target)."""
+    as an operand (not a ``region_acc`` target) or a ``concatenate`` (whose
+    loops index each operand element by element)."""
     index = node.attrs["index"]
     if layout.get(node.args[0].id) != "C" or not node.shape or \
             not all(isinstance(i, (slice, int)) for i in index):
         return False
     users = readers.get(node.id, [])
-    return bool(users) and all(u.op == "region" or u.op == "region_acc" and i > 0
-                               for u, i in users)
+    return bool(users) and all(u.op in ("region", "concatenate") or
+                               u.op == "region_acc" and i > 0 for u, i in users)
 
 
 def index_source(index):
