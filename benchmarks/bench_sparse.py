@@ -24,6 +24,9 @@ Problems
   at N = 128 only its cost is estimated.
 
 Columns: ``colors`` / ``bound`` (max nonzeros in a row) and their ratio;
+``1-pass`` (the fewest colors of one greedy pass or RLF alone: what
+``order="best"``'s improvement passes -- lattice coloring, iterated greedy,
+tabu search -- start from); ``color_s`` (the ``"best"`` coloring alone);
 ``setup_s`` (detection + coloring, once); microseconds per call of ``f``
 (plain numpy), hybridad's sparse derivative (``ha.jacobian(..., out=res)``;
 for Hessians ``ha.hessian``: value, gradient and Hessian; serial plans, the
@@ -37,6 +40,7 @@ Usage::
     python benchmarks/bench_sparse.py                 # everything (a few minutes)
     python benchmarks/bench_sparse.py --quick         # N = 32 and 128, no ivp
     python benchmarks/bench_sparse.py --json out.json
+    python benchmarks/bench_sparse.py --repeats 3       # fewer timed batches
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from scipy.optimize._numdiff import approx_derivative, group_columns
 
 import hybridad as ha
 from hybridad.bench.harness import format_table, time_round_robin, write_json
+from hybridad.sparse import coloring
 
 DENSE_LIMIT = 4096  # unknowns: dense Jacobians and Hessians up to this size
 
@@ -144,6 +149,22 @@ def _jax_bratu(jnp, n):
 # ----------------------------------------------------------------------------
 # measurements
 # ----------------------------------------------------------------------------
+def _coloring(res, kind):
+    """Seconds of the result's ``"best"`` coloring alone, and the fewest colors of
+    one greedy pass (or RLF) without the improvement passes."""
+    if kind == "hessian":
+        color, names = coloring.star_coloring, coloring.ORDERS
+    else:
+        color = coloring.color_rows if res.mode == "reverse" else coloring.color_columns
+        names = coloring.METHODS
+    t0 = time.perf_counter()
+    colors = color(res.pattern)
+    seconds = time.perf_counter() - t0
+    assert int(colors.max()) + 1 == res.colors
+    return {"color_s": seconds,
+            "one_pass": min(int(color(res.pattern, m).max()) + 1 for m in names)}
+
+
 def _parallel_call(derivative, result, f, x, *args):
     """The same sparse derivative with multithreaded plans (``parallel=True``)."""
     res = result(f, x, *args, parallel=True)
@@ -182,7 +203,8 @@ def bench_jacobian(n, settings, jax_mod):
             calls["jax"] = lambda: jf(yj).block_until_ready()
     times = dict(zip(calls, time_round_robin(list(calls.values()), settings["repeats"],
                                              settings["target_ms"]), strict=True))
-    return _row("brusselator", n, m, res, setup, first, times, fd_groups=int(groups.max()) + 1)
+    return _row("brusselator", n, m, res, setup, first, times, fd_groups=int(groups.max()) + 1,
+                **_coloring(res, "jacobian"))
 
 
 def bench_hessian(name, n, settings, jax_mod):
@@ -223,14 +245,16 @@ def bench_hessian(name, n, settings, jax_mod):
             calls["jax"] = lambda: jh(xj).block_until_ready()
     times = dict(zip(calls, time_round_robin(list(calls.values()), settings["repeats"],
                                              settings["target_ms"]), strict=True))
-    return _row(name, n, x.size, res, setup, first, times, fd_groups=int(groups.max()) + 1)
+    return _row(name, n, x.size, res, setup, first, times, fd_groups=int(groups.max()) + 1,
+                **_coloring(res, "hessian"))
 
 
-def _row(problem, n, size, res, setup, first, times, fd_groups):
+def _row(problem, n, size, res, setup, first, times, fd_groups, color_s, one_pass):
     us = {k: v[0] for k, v in times.items()}
     return {"problem": problem, "grid": f"{n}x{n}", "unknowns": size, "nnz": res.pattern.nnz,
             "colors": res.colors, "bound": res.lower_bound,
             "colors_over_bound": res.colors / max(res.lower_bound, 1), "fd_groups": fd_groups,
+            "one_pass": one_pass, "color_s": color_s,
             "mode": res.mode, "setup_s": setup, "first_call_s": first,
             "f_us": us["f"], "sparse_us": us["sparse"], "parallel_us": us.get("parallel"),
             "dense_us": us.get("dense"), "fd_us": us["fd"], "jax_us": us.get("jax"),
@@ -291,7 +315,8 @@ def _us(v):
 
 COLUMNS = [("problem", "problem", "{}"), ("grid", "grid", "{}"), ("n", "unknowns", "{:,}"),
            ("mode", "mode", "{}"), ("colors", "colors", "{}"), ("bound", "bound", "{}"),
-           ("c/bound", "colors_over_bound", "{:.2f}"), ("fd grp", "fd_groups", "{}"),
+           ("c/bound", "colors_over_bound", "{:.2f}"), ("1-pass", "one_pass", "{}"),
+           ("fd grp", "fd_groups", "{}"), ("color s", "color_s", "{:.2f}"),
            ("setup s", "setup_s", "{:.2f}"), ("f us", "f_us", _us),
            ("sparse us", "sparse_us", _us), ("sparse/f", "sparse_over_f", "{:.1f}"),
            ("parallel us", "parallel_us", _us), ("par/f", "parallel_over_f", "{:.1f}"),
@@ -306,9 +331,12 @@ def main(argv=None):
     parser.add_argument("--no-ivp", action="store_true")
     parser.add_argument("--t-end", type=float, default=1.0, help="the ivp run's end time")
     parser.add_argument("--json", help="write rows and meta to this file")
+    parser.add_argument("--repeats", type=int, help="timed batches per row (default 5; 3 "
+                        "with --quick)")
     args = parser.parse_args(argv)
     sizes = args.sizes or ([32, 128] if args.quick else [32, 128, 512])
-    settings = {"repeats": 3 if args.quick else 5, "target_ms": 30.0 if args.quick else 60.0}
+    settings = {"repeats": args.repeats or (3 if args.quick else 5),
+                "target_ms": 30.0 if args.quick else 60.0}
     jax_mod = _jax()
     rows = []
     for n in sizes:

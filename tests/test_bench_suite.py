@@ -87,3 +87,48 @@ def test_import_hybridad_does_not_load_the_suite():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_sparse_rows(tmp_path, capsys):
+    """The sparse family: hybridad's sparse Jacobian / Hessian, the hand-written
+    scipy.sparse ones and scipy's colored finite differences, checked and timed."""
+    out_json = tmp_path / "sparse.json"
+    status = main(["bench", "--workload", "sparse_jac", "sparse_hess", "--quick", "--sizes", "8",
+                   "--impl", "hybridad", "--progress", "none", "--json", str(out_json)])
+    assert status == 0  # (memory on: sparse workloads have no children)
+    captured = capsys.readouterr()
+    assert "deriv/f" in captured.out and suite.SPARSE_FD in captured.out
+    doc = json.loads(out_json.read_text())
+    assert list(doc["workloads"]) == ["sparse_jac", "sparse_hess"]
+    for name, unknowns, bound in (("sparse_jac", 128, 6), ("sparse_hess", 64, 5)):
+        w = doc["workloads"][name]
+        assert w["kind"] == "sparse" and w["memory_size"] == 8
+        rows = {r["impl"]: r for r in w["rows"]}
+        assert set(rows) == {"hybridad", "hand numpy", suite.SPARSE_FD}
+        for r in rows.values():
+            assert r["size"] == 8 and r["unknowns"] == unknowns and r["bound"] == bound
+            for key in ("median_s", "min_s", "max_s", "f_s", "grad_f_ratio", "first_call_s"):
+                assert math.isfinite(r[key]) and r[key] > 0, (name, r["impl"], key, r[key])
+            assert r["peak_rss_bytes"] is None
+        ha_row = rows["hybridad"]
+        assert ha_row["rel_err"] <= 1e-12 and rows[suite.SPARSE_FD]["rel_err"] <= 1e-5
+        assert bound <= ha_row["colors"] <= bound + 2
+        assert ha_row["allocs_per_call"] == 0 and ha_row["bytes_per_call"] == 0
+
+
+def test_sparse_rows_refuse_a_wrong_derivative(monkeypatch):
+    from hybridad.bench import sparse_workloads
+
+    real = sparse_workloads.make_bratu_derivatives
+
+    def wrong(n, lam=sparse_workloads.BRATU_LAMBDA):
+        gradient, hessian = real(n, lam)
+        return gradient, lambda u, n: 1.001 * hessian(u, n)
+
+    monkeypatch.setattr(sparse_workloads, "make_bratu_derivatives", wrong)
+    settings = suite.make_settings(quick=True, workloads=["sparse_hess"], sizes=[6],
+                                   impls=["hybridad"], memory=False)
+    with pytest.raises(suite.BenchError, match="sparse_hess N=6 hybridad.*disagrees"):
+        suite.run(settings, progress="none")
+    with pytest.raises(ValueError, match="at most 1024"):
+        suite.make_settings(workloads=["sparse_jac"], sizes=[10**4])

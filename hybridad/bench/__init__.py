@@ -9,8 +9,9 @@ Modules: :mod:`.workloads` (the objectives, their hand-written numpy
 gradients and data), :mod:`.kernels` (hand-written numba gradients),
 :mod:`.impls` (the implementations timed), :mod:`.harness` (timing,
 allocation counts, tables), :mod:`.rss` (peak RSS in child processes),
-:mod:`.optim` (scipy optimizer runs), :mod:`.suite` (the runner and the
-command line), :mod:`.plot` (the figure).  Nothing here is imported by
+:mod:`.optim` (scipy optimizer runs), :mod:`.sparse_workloads` (sparse
+Jacobians and Hessians), :mod:`.suite` (the runner and the command line),
+:mod:`.plot` (the figure).  Nothing here is imported by
 ``import hybridad``; peers (jax, torch, autograd), tqdm and matplotlib are
 imported only by the functions that use them.
 """

@@ -65,8 +65,9 @@ def plot(doc, path, dpi=72):
         top.set_xscale("log")
         top.set_yscale("log")
         top.set_title(name, fontsize=10)
-        top.set_ylabel("seconds per minimize run" if w["kind"] == "minimize"
-                       else "seconds per value+gradient", fontsize=8)
+        top.set_ylabel({"minimize": "seconds per minimize run",
+                        "sparse": "seconds per sparse derivative"}.get(
+                            w["kind"], "seconds per value+gradient"), fontsize=8)
         bottom.set_xscale("log")
         bottom.set_yscale("symlog", linthresh=1)
         top_allocs = max((r["allocs_per_call"] or 0 for r in w["rows"]), default=0)

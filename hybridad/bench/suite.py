@@ -15,7 +15,8 @@ every implementation (:mod:`hybridad.bench.impls`), in one run:
   (:func:`hybridad.testing.count_allocations`; None for jax and torch, whose
   buffers numpy's allocator does not see: their memory is in the RSS columns);
 * ``first_call_s`` -- build (trace and plan, compile or load from numba's
-  disk cache, jit) and the first call;
+  disk cache, jit) and the first call (sparse rows: pattern detection and
+  coloring too);
 * ``peak_rss_bytes``, ``call_rss_bytes``, ``startup_rss_bytes`` -- at the
   largest size of each workload, in a fresh child process
   (:mod:`hybridad.bench.rss`): the peak RSS increase of build + first
@@ -25,6 +26,13 @@ every implementation (:mod:`hybridad.bench.impls`), in one run:
 Every implementation's value and gradient are checked against the
 hand-written numpy ones before it is timed; a disagreement aborts the run
 (:class:`BenchError`).
+
+Sparse workloads (``kind="sparse"``, :mod:`hybridad.bench.sparse_workloads`)
+have rows of their own (:func:`measure_sparse`): hybridad's sparse Jacobian
+or Hessian, the hand-written ``scipy.sparse`` one (the reference) and
+scipy's colored finite differences, each over one call of the function
+(``grad_f_ratio``), with ``colors`` and ``bound`` (the densest row's
+nonzeros); no memory children.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import datetime
+import functools
 import json
 import sys
 import time
@@ -47,6 +56,8 @@ SCIPY_ROW = "scipy rosen_der"  # minimize workloads: scipy's own hand-written de
 REFERENCE = "hand numpy"
 BASELINE = "hand numba"
 NO_CHILD = {"ha.gradient", SCIPY_ROW}  # no memory child: hybridad's plan again / not a gradient
+SPARSE_FD = "scipy colored FD"  # sparse workloads: approx_derivative(..., sparsity=)
+SPARSE_MAX = 1024  # sparse workloads: the largest grid (N x N, 2 N^2 unknowns)
 
 FULL = {"repeats": 7, "target_ms": 20.0, "alloc_calls": 100, "minimize_repeats": 5}
 QUICK = {"repeats": 3, "target_ms": 5.0, "alloc_calls": 10, "minimize_repeats": 3}
@@ -106,10 +117,14 @@ def make_settings(quick=False, workloads=None, sizes=None, impls=None, memory=Tr
     chosen = {w: tuple(sizes) if sizes else (WORKLOADS[w].quick_sizes if quick
                                               else WORKLOADS[w].sizes) for w in names}
     for w, ws in chosen.items():
-        bad = [n for n in ws if n < 2 or (WORKLOADS[w].kind == "minimize" and n % 2)]
+        kind = WORKLOADS[w].kind
+        bad = [n for n in ws if n < 2 or (kind == "minimize" and n % 2)
+               or (kind == "sparse" and n > SPARSE_MAX)]
         if bad:
             raise ValueError(f"sizes {bad} do not fit workload {w!r} (at least 2"
-                             + (", even: tile([-1.2, 1], n/2))" if w == "rosen" else ")"))
+                             + (", even: tile([-1.2, 1], n/2))" if w == "rosen" else
+                                f", at most {SPARSE_MAX}: an N x N grid)" if kind == "sparse"
+                                else ")"))
     wanted = set(impls or IMPLS) | {REFERENCE}
     impls = [n for n in (*IMPLS, "hand numpy out=") if n in wanted]
     base = QUICK if quick else FULL
@@ -268,6 +283,72 @@ def measure_minimize(problem, workload, settings, names):
     return rows
 
 
+def measure_sparse(problem, workload, settings, names):
+    """Rows of a sparse workload: hybridad's sparse derivative (with ``hybridad``
+    or ``ha.gradient`` among ``names``), the hand-written one and scipy's colored
+    finite differences, each checked against the hand-written one first."""
+    import scipy.sparse as sp
+    from scipy.optimize._numdiff import approx_derivative, group_columns
+
+    import hybridad as ha
+    from hybridad.plans.tiered import join_all
+
+    where = f"{workload.name} {size_label(workload.size_name, problem.size)}"
+    f, args = problem.f, problem.args
+    ref = sp.csr_array(problem.derivative(*args))
+    structure = sp.csr_array((np.ones(ref.nnz), ref.indices, ref.indptr), shape=ref.shape)
+    groups = group_columns(structure)
+    entries = []  # (name, call, the derivative of its return, rtol, first_call_s, fields)
+    if "hybridad" in names or "ha.gradient" in names:
+        t0 = time.perf_counter()
+        if problem.kind == "jacobian":
+            res = ha.SparseJacobianResult(f, *args)
+            call = functools.partial(ha.jacobian, f, *args, out=res)
+        else:
+            res = ha.SparseHessianResult(f, *args)
+            call = functools.partial(ha.hessian, f, *args, out=res)
+        call()
+        join_all()  # (the warm figures are the compiled program's)
+        entries.append(("hybridad", call, lambda r: getattr(r, problem.kind), RTOL_EXACT,
+                        time.perf_counter() - t0,
+                        {"colors": res.colors, "bound": res.lower_bound}))
+    for name, call, rtol in (
+            ("hand numpy", functools.partial(problem.derivative, *args), RTOL_EXACT),
+            (SPARSE_FD, functools.partial(approx_derivative, problem.fd_function, args[0],
+                                          sparsity=(structure, groups)), 1e-5)):
+        t0 = time.perf_counter()
+        call()
+        entries.append((name, call, sp.csr_array, rtol, time.perf_counter() - t0,
+                        {"colors": int(groups.max()) + 1} if name == SPARSE_FD else {}))
+    scale = max(float(abs(ref).max()), np.finfo(np.float64).tiny)
+    errors = []
+    for name, call, matrix, rtol, _, _ in entries:
+        diff = sp.csr_array(matrix(call())) - ref
+        err = float(abs(diff).max()) / scale if diff.nnz else 0.0
+        if not err <= rtol:
+            raise BenchError(f"{where} {name}: its {problem.kind} disagrees with the "
+                             f"hand-written one (max relative error {err:.3g} > {rtol:g}); "
+                             "nothing was timed")
+        errors.append(err)
+    timings = harness.time_round_robin([e[1] for e in entries] + [functools.partial(f, *args)],
+                                       settings.repeats, settings.target_ms)
+    f_us = timings[-1][0]
+    rows = []
+    for (name, call, _, _, first, fields), (median, lo, hi, number), err in zip(
+            entries, timings, errors, strict=False):
+        allocs, nbytes = harness.allocations_per_call(call, settings.alloc_calls)
+        rows.append(_row(problem, workload, name, median_s=median * 1e-6, min_s=lo * 1e-6,
+                         max_s=hi * 1e-6, f_s=f_us * 1e-6, grad_f_ratio=median / f_us,
+                         allocs_per_call=allocs, bytes_per_call=nbytes, first_call_s=first,
+                         rel_err=err, repeats=settings.repeats, calls_per_repeat=number,
+                         unknowns=problem.n, colors=fields.get("colors"),
+                         bound=fields.get("bound", int(np.diff(ref.indptr).max()))))
+    return rows
+
+
+MEASURE = {"minimize": measure_minimize, "sparse": measure_sparse}
+
+
 def _ratios(rows):
     base = {(r["workload"], r["size"]): r["median_s"] for r in rows if r["impl"] == BASELINE}
     for r in rows:
@@ -279,6 +360,8 @@ def measure_memory(rows, settings, progress):
     """Run the RSS children (largest size of each workload) and fill the rows' RSS fields."""
     jobs = []
     for w in settings.workloads:
+        if WORKLOADS[w].kind == "sparse":
+            continue  # (rows of their own: no memory children)
         size = max(settings.sizes[w])
         for r in rows:
             if r["workload"] == w and r["size"] == size and r["impl"] not in NO_CHILD:
@@ -335,8 +418,8 @@ def run(settings, progress="auto", log=print):
     for name, why in skipped.items():
         log(f"note: {name} skipped ({why})")
     problems = [(w, s) for w in settings.workloads for s in settings.sizes[w]]
-    children = (sum(len([n for n in names if n not in NO_CHILD]) for _ in settings.workloads)
-                if settings.memory else 0)
+    children = (sum(len([n for n in names if n not in NO_CHILD]) for w in settings.workloads
+                    if WORKLOADS[w].kind != "sparse") if settings.memory else 0)
     bar = Progress(len(problems) + children, progress)
     try:
         warm_up(names)
@@ -345,7 +428,7 @@ def run(settings, progress="auto", log=print):
             workload = WORKLOADS[w]
             bar.step(f"{w} {size_label(workload.size_name, size)}")
             problem = make_problem(w, size, settings.seed)
-            measure = measure_minimize if workload.kind == "minimize" else measure_gradient
+            measure = MEASURE.get(workload.kind, measure_gradient)
             rows.extend(measure(problem, workload, settings, names))
         _ratios(rows)
         if settings.memory:
@@ -365,8 +448,7 @@ def run(settings, progress="auto", log=print):
             "title": workload.title, "kind": workload.kind, "size_name": workload.size_name,
             "sizes": list(settings.sizes[w]),
             "memory_size": max(settings.sizes[w]) if settings.memory else None,
-            "time_unit": "whole minimize run" if workload.kind == "minimize"
-            else "value+gradient call",
+            "time_unit": TIME_UNIT.get(workload.kind, "value+gradient call"),
             "rows": [r for r in rows if r["workload"] == w]}
     return doc
 
@@ -400,13 +482,32 @@ COLUMNS = (  # (header, row key, format)
 )
 
 
+SPARSE_COLUMNS = (
+    ("size", "size_label", "{}"),
+    ("impl", "impl", "{}"),
+    ("median", "median_s", harness.format_time),
+    ("min", "min_s", harness.format_time),
+    ("max", "max_s", harness.format_time),
+    ("deriv/f", "grad_f_ratio", "{:.2f}"),
+    ("colors", "colors", "{}"),
+    ("bound", "bound", "{}"),
+    ("allocs/call", "allocs_per_call", "{:g}"),
+    ("bytes/call", "bytes_per_call", format_bytes),
+    ("first call", "first_call_s", harness.format_time),
+)
+TIME_UNIT = {"minimize": "whole minimize run",
+             "sparse": "derivative call; deriv/f: over one call of f; colors: seeds (FD: "
+                       "column groups), bound: the densest row's nonzeros"}
+
+
 def format_report(doc):
     """The tables of a run (one per workload) and its notes, as text."""
     out = []
     for name, w in doc["workloads"].items():
         rows = [dict(r, size_label=size_label(w["size_name"], r["size"])) for r in w["rows"]]
         out.append(f"{name}: {w['title']}; time per {w['time_unit']}")
-        out.append(harness.format_table(rows, COLUMNS, {"size", "impl"},
+        columns = SPARSE_COLUMNS if w.get("kind") == "sparse" else COLUMNS
+        out.append(harness.format_table(rows, columns, {"size", "impl"},
                                         missing=lambda key: "n/a" if key in (
                                             "allocs_per_call", "bytes_per_call") else "-"))
         out.append("")

@@ -21,6 +21,11 @@ Workloads (float64; :data:`WORKLOADS`):
 * ``rosen`` -- scipy's chained Rosenbrock function, minimized with
   ``scipy.optimize.minimize(method="L-BFGS-B")`` from ``tile([-1.2, 1], n / 2)``;
   size n.
+* ``sparse_jac`` / ``sparse_hess`` -- a sparse Jacobian (the 2-D Brusselator)
+  and a sparse Hessian (the 2-D Bratu energy) on N x N grids, against their
+  hand-written ``scipy.sparse`` derivatives and scipy's colored finite
+  differences (:mod:`hybridad.bench.sparse_workloads`, imported when such a
+  problem is made: it needs scipy); size N.
 """
 
 from __future__ import annotations
@@ -388,7 +393,19 @@ class Workload:
     sizes: tuple  # full run
     quick_sizes: tuple  # --quick
     build: Callable  # (size, rng) -> Problem
-    kind: str = "gradient"  # "gradient": value+gradient calls; "minimize": whole scipy runs
+    kind: str = "gradient"  # "gradient": value+gradient calls; "minimize": whole scipy runs;
+    # "sparse": sparse Jacobian / Hessian calls (a SparseProblem, no memory children)
+
+
+def _sparse(builder):
+    """A sparse workload's ``build``: :mod:`.sparse_workloads` imported on use."""
+
+    def build(size, rng):
+        from . import sparse_workloads
+
+        return getattr(sparse_workloads, builder)(size, rng)
+
+    return build
 
 
 WORKLOADS = {w.name: w for w in (
@@ -403,6 +420,12 @@ WORKLOADS = {w.name: w for w in (
              chain_problem),
     Workload("rosen", "scipy L-BFGS-B on the chained Rosenbrock (time of a whole minimize)",
              "n", (100, 10**3, 10**5), (100,), rosen_problem, kind="minimize"),
+    Workload("sparse_jac", "2-D Brusselator (2 N^2 unknowns, np.roll Laplacian): sparse "
+             "Jacobian, value included", "N", (32, 128), (32,), _sparse("brusselator_problem"),
+             kind="sparse"),
+    Workload("sparse_hess", "2-D Bratu energy (N^2 unknowns, np.diff): sparse Hessian, value "
+             "and gradient included", "N", (32, 128), (32,), _sparse("bratu_problem"),
+             kind="sparse"),
 )}
 
 

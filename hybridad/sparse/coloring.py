@@ -12,7 +12,10 @@ arrays that read each structural nonzero back out of the compressed result.
   (``rlf``, Leighton 1979: one color class at a time, a maximal independent
   set that excludes as many already-excluded vertices as it can -- two
   colors fewer than any greedy order on the Brusselator's coupled 5-point
-  stencils); ``best`` tries them all.
+  stencils); ``best`` tries the greedy orders, then improves on the fewest
+  (:mod:`.recolor`: a lattice coloring of the index's residue classes, RLF,
+  Culberson's iterated greedy, tabu search -- 7 colors on the Brusselator,
+  where the densest row has 6).
 * **Hessians** -- a *star coloring* of the adjacency graph of ``H`` (a
   distance-1 coloring in which every path on four vertices uses at least
   three colors; Gebremedhin, Manne & Pothen, SIAM Review 47 (2005), the
@@ -20,13 +23,21 @@ arrays that read each structural nonzero back out of the compressed result.
   appears only at ``j`` among the neighbors of ``i``, or ``i``'s only at
   ``i`` among those of ``j`` -- so ``H @ S`` holds ``H[i, j]`` alone at
   ``(i, color[j])`` or at ``(j, color[i])`` (direct decompression; symmetry
-  halves the colors of a distance-2 coloring).
+  halves the colors of a distance-2 coloring).  ``best`` also tries a
+  distance-2 coloring -- a star coloring too, the column coloring of the
+  pattern with its diagonal, improved as above -- and keeps the fewer colors:
+  the perfect ``(i + 2 j) mod 5`` on a 5-point stencil, 7 colors on the
+  7-point one.
 
-A coloring needs at least as many colors as the densest row has nonzeros
-(those columns are pairwise adjacent): :func:`lower_bound`.
+A column coloring (and a distance-2 one) needs at least as many colors as
+the densest row has nonzeros (those columns are pairwise adjacent):
+:func:`lower_bound`.  (A star coloring can need fewer: an arrow pattern takes
+two.)
 
-The loops are numba functions (compiled once, cached on disk): coloring a
-graph of 10^6 vertices takes tens of milliseconds.
+The loops are numba functions (compiled once, cached on disk): a greedy
+coloring of a graph of 10^6 vertices takes tens of milliseconds; ``best``
+spends work-bounded, deterministic effort on top (about 1.5 s for the
+512 x 512 Brusselator's 524288 columns).
 """
 
 from __future__ import annotations
@@ -35,11 +46,16 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
+from .recolor import improve
+
 __all__ = ["METHODS", "ORDERS", "color_columns", "color_rows", "hessian_sources",
            "jacobian_sources", "lower_bound", "star_coloring"]
 
 #: the vertex orders of the greedy colorings
 ORDERS = ("natural", "largest_first", "smallest_last")
+#: star colorings (``"best"``) also try a distance-2 coloring where its graph
+#: has at most this many edges (the sum of the squared row lengths bounds them)
+D2_MAX = 1 << 26
 #: the Jacobian colorings: greedy in each order, and recursive largest first
 #: (``"best"``: whichever gives the fewest colors)
 METHODS = ORDERS + ("rlf",)
@@ -174,19 +190,16 @@ def _rlf(indptr, indices, order):  # pragma: no cover - numba
     head = np.full(width * width, -1, np.int64)
     nxt = np.full(n, -1, np.int64)
     prv = np.full(n, -1, np.int64)
+    uncolored = np.empty(n, np.int64)  # uncolored neighbors: the candidates a class starts with
+    for v in range(n):
+        uncolored[v] = indptr[v + 1] - indptr[v]
     left, color = n, 0
     while left > 0:
         head[:] = -1
         for v in range(n):
             if state[v] != 2:
                 state[v] = 0
-        for v in range(n):
-            if state[v] != 2:
-                count = 0
-                for p in range(indptr[v], indptr[v + 1]):
-                    if state[indices[p]] == 0:
-                        count += 1
-                d_cand[v] = count
+                d_cand[v] = uncolored[v]
                 d_ex[v] = 0
         top = 0
         for k in range(n - 1, -1, -1):
@@ -217,6 +230,7 @@ def _rlf(indptr, indices, order):  # pragma: no cover - numba
             left -= 1
             for p in range(indptr[v], indptr[v + 1]):
                 w = indices[p]
+                uncolored[w] -= 1
                 if state[w] != 0:
                     continue
                 kk = key[w]  # w leaves the candidates
@@ -276,20 +290,31 @@ def _without_diagonal(g):
 
 def _best(graph, order, color, names=ORDERS, bound=0):
     """The coloring ``order`` gives, or (``"best"``) the fewest colors of
-    ``names``, tried in turn until one reaches ``bound``."""
+    ``names``, tried in turn until one reaches ``bound`` -- for distance-1
+    colorings, the cheap greedy orders, then :func:`.recolor.improve` (a lattice
+    coloring, recursive largest first, iterated greedy, tabu search)."""
     if order != "best" and order not in names:
         raise ValueError(f"order must be one of {names} or 'best'; got {order!r}")
     indptr, indices = graph.indptr.astype(np.int64), graph.indices.astype(np.int64)
-    best = None
-    for name in names if order == "best" else (order,):
+
+    def run(name):
         if name == "rlf":
-            colors = _rlf(indptr, indices, _order(graph, "largest_first"))
-        else:
-            colors = color(indptr, indices, _order(graph, name))
+            return _rlf(indptr, indices, _order(graph, "largest_first"))
+        return color(indptr, indices, _order(graph, name))
+
+    if order != "best":
+        return run(order)
+    best = None
+    for name in names:
+        if name == "rlf":
+            continue  # (improve's start, where it is needed)
+        colors = run(name)
         if best is None or colors.max(initial=-1) < best.max(initial=-1):
             best = colors
         if best.max(initial=-1) + 1 <= bound:
-            break
+            return best
+    if "rlf" in names:
+        best = improve(indptr, indices, best, bound, _greedy, _rlf, lambda: run("rlf"))
     return best
 
 
@@ -344,8 +369,25 @@ def star_coloring(pattern, order="best"):
     ndarray of int64, shape (n,)
     """
     graph = _without_diagonal(pattern)
-    colors = _best(graph, order, _star, ORDERS, lower_bound(pattern, 1))
+    # (the densest row bounds distance-2 colorings, not star colorings: all orders run)
+    colors = _best(graph, order, _star, ORDERS)
+    if order == "best":
+        colors = _distance2_if_fewer(pattern, colors)
     return _uncolor_empty(colors, np.diff(sp.csr_array(pattern).indptr))
+
+
+def _distance2_if_fewer(pattern, colors):
+    """A distance-2 coloring -- a star coloring too: the column coloring of the
+    pattern with its diagonal, whose improvement passes reach stencils' bounds
+    -- where it can have fewer colors than ``colors`` (and its graph is not too
+    big); else ``colors``."""
+    p = sp.csr_array(pattern, dtype=bool)
+    p = sp.csr_array(p + sp.eye_array(p.shape[0], dtype=bool, format="csr"), dtype=bool)
+    row = np.diff(p.indptr)
+    if colors.max(initial=-1) + 1 <= lower_bound(p, 1) or int(np.dot(row, row)) > D2_MAX:
+        return colors
+    d2 = _best(_without_diagonal(p.T @ p), "best", _greedy, METHODS, lower_bound(p, 1))
+    return d2 if d2.max(initial=-1) < colors.max(initial=-1) else colors
 
 
 def lower_bound(pattern, axis=1):
