@@ -81,6 +81,18 @@ def bratu(u, n, lam=BRATU_LAMBDA):
     return 0.5 * (np.sum(dx * dx) + np.sum(dy * dy) + edge) - lam * h * h * np.sum(np.exp(u))
 
 
+def minimal_surface(u, boundary):
+    """The area of the surface over the unit square with heights ``u`` inside
+    (``n^2`` values) and ``boundary`` on the edges (an ``(n+2, n+2)`` grid)."""
+    n = boundary.shape[0] - 2
+    h = 1.0 / (n + 1)
+    mid = np.concatenate([boundary[1:-1, :1], u.reshape(n, n), boundary[1:-1, -1:]], axis=1)
+    full = np.concatenate([boundary[:1], mid, boundary[-1:]], axis=0)
+    dx = (full[1:, :-1] - full[:-1, :-1]) / h
+    dy = (full[:-1, 1:] - full[:-1, :-1]) / h
+    return h * h * np.sum(np.sqrt(1.0 + dx * dx + dy * dy))
+
+
 def _dirichlet_laplacian(n):
     """``-Laplacian`` (4 on the diagonal, -1 off it) of the n x n grid, zero boundary."""
     path = sp.diags_array([-np.ones(n - 1), np.full(n, 2.0), -np.ones(n - 1)],

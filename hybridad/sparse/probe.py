@@ -16,6 +16,7 @@ import functools
 import numpy as np
 
 from ..ir.registry import REGISTRY
+from ..ops.common import install_operators
 
 __all__ = ["carries", "elementwise_pairs"]
 
@@ -70,14 +71,7 @@ def _binop(ufunc, reflected=False):
     return lambda self, other: ufunc(self, other)
 
 
-for _name, _uf in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
-                   ("truediv", np.true_divide), ("pow", np.power)]:
-    setattr(_Probe, f"__{_name}__", _binop(_uf))
-    setattr(_Probe, f"__r{_name}__", _binop(_uf, reflected=True))
-for _name, _uf in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
-                   ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
-    setattr(_Probe, f"__{_name}__", _binop(_uf))
-_Probe.__hash__ = object.__hash__
+install_operators(_Probe, _binop, _Probe.__neg__)  # (the operators every symbolic scalar has)
 
 
 def _deps(*values):
