@@ -27,8 +27,6 @@ infinite tangent (``std`` of one element, ``sqrt(x**2)`` at 0).
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from ..ir.registry import Op, register
@@ -241,23 +239,6 @@ for _f in (np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.no
 # --------------------------------------------------------------------------
 # the chain rule's product (see the module docstring)
 # --------------------------------------------------------------------------
-def _safe_multiply_element(a, b):
-    return a * b if (a != 0 and b != 0) else 0.0  # cast to each loop's type
-
-
-@functools.cache
-def safe_multiply_ufunc():
-    """``safe_multiply`` as a numba-built numpy ufunc (float32 and float64
-    loops, broadcasting, ``out=``; cached on disk), for callers outside the
-    plans: the numpy executor runs :func:`_safe_multiply_run`, which needs no
-    compiler (a plan answers its first calls while numba compiles: see
-    :mod:`hybridad.plans.tiered`)."""
-    from numba import vectorize
-
-    return vectorize(["float64(float64, float64)", "float32(float32, float32)"],
-                     cache=True)(_safe_multiply_element)
-
-
 def _safe_multiply_abstract(a, b):
     return np.broadcast_shapes(a.shape, b.shape), np.result_type(a.dtype, b.dtype)
 
@@ -276,12 +257,13 @@ _ZEROS = {np.dtype(np.float64): np.zeros((), np.float64),
 
 def _safe_multiply_run(out, a, b, work=None):
     """``a * b`` into ``out``, then 0 wherever ``a`` or ``b`` is 0 (so 0 * inf
-    and 0 * nan are 0), through a bool mask in the op's workspace."""
-    if work is None:  # (a caller without the workspace)
-        safe_multiply_ufunc()(a, b, out=out)
-        return
+    and 0 * nan are 0), through a bool mask in the op's workspace (a caller
+    without one -- constant folding while tracing -- gets a new mask).  Plain
+    numpy: the numpy executor needs no compiler, so a plan's first calls do
+    not wait for numba (:mod:`hybridad.plans.tiered`)."""
     np.multiply(a, b, out=out)
-    mask = work.view(np.bool_)[:out.size].reshape(out.shape)
+    mask = np.empty(out.shape, np.bool_) if work is None else \
+        work.view(np.bool_)[:out.size].reshape(out.shape)
     zero = _ZEROS[out.dtype]
     for factor in (a, b):
         np.equal(factor, _ZEROS.get(np.result_type(factor), 0), out=mask)
