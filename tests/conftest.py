@@ -24,6 +24,16 @@ def rand(shape, lo=-2.0, hi=2.0, seed=0, dtype=np.float64):
 BACKENDS = ("numpy", "numba")
 
 
+def hessian_fd(f, x, h=1e-5):
+    """Central differences of the numerical gradient (a dense Hessian)."""
+    cols = []
+    for i in range(x.size):
+        e = np.zeros_like(x)
+        e.flat[i] = h
+        cols.append((numerical_gradient(f, x + e) - numerical_gradient(f, x - e)) / (2 * h))
+    return np.array(cols)
+
+
 def assert_grad(f, args, argnums=0, rtol=1e-6, atol=1e-8, backends=BACKENDS):
     """Gradient of f w.r.t. argnums against central finite differences (float64),
     on every backend; the compiled backend agrees with the numpy reference to

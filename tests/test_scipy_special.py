@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.special as sp
 import scipy.stats as st
-from conftest import BACKENDS, assert_grad, rand
+from conftest import BACKENDS, assert_grad, hessian_fd, rand
 
 import hybridad as ha
 from hybridad.errors import TracingError
@@ -19,16 +19,6 @@ from hybridad.ops import REGISTRY
 from hybridad.ops.elementwise import derived
 from hybridad.ops.special import SCIPY_SPECIAL
 from hybridad.testing import assert_no_alloc, numerical_gradient
-
-
-def _hessian_fd(f, x, h=1e-5):
-    """Central differences of the numerical gradient."""
-    cols = []
-    for i in range(x.size):
-        e = np.zeros_like(x)
-        e.flat[i] = h
-        cols.append((numerical_gradient(f, x + e) - numerical_gradient(f, x - e)) / (2 * h))
-    return np.array(cols)
 
 
 def _weights(n):
@@ -74,7 +64,7 @@ def test_every_special_op_value_gradient_hessian(backend):
         block = slice(4 * k, 4 * k + 4)
         np.testing.assert_allclose(res.gradient[block], numerical_gradient(f, xk), rtol=1e-6,
                                    atol=1e-8, err_msg=name)
-        np.testing.assert_allclose(res.hessian[block, block], _hessian_fd(f, xk), rtol=1e-4,
+        np.testing.assert_allclose(res.hessian[block, block], hessian_fd(f, xk), rtol=1e-4,
                                    atol=1e-5, err_msg=name)
         off[block, block] = 0
     assert not np.any(off)

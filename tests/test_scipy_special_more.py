@@ -17,22 +17,13 @@ import os
 import numpy as np
 import pytest
 import scipy.special as sp
-from conftest import BACKENDS
+from conftest import BACKENDS, hessian_fd
 from cuda_host import NVCC, nvcc_build
 
 import hybridad as ha
 from hybridad.testing import assert_no_alloc, numerical_gradient
 
 inf, nan = np.inf, np.nan
-
-
-def _hessian_fd(f, x, h=1e-5):
-    cols = []
-    for i in range(x.size):
-        e = np.zeros_like(x)
-        e.flat[i] = h
-        cols.append((numerical_gradient(f, x + e) - numerical_gradient(f, x - e)) / (2 * h))
-    return np.array(cols)
 
 
 # --------------------------------------------------------------------------
@@ -136,7 +127,7 @@ def test_gradients_and_hessians_off_the_sample_domains(backend):
         np.testing.assert_allclose(res.gradient[block], numerical_gradient(fk, xk), rtol=1e-6,
                                    atol=1e-8 * scale, err_msg=label)
         hs = max(1.0, float(np.max(np.abs(res.hessian[block, block]))))
-        np.testing.assert_allclose(res.hessian[block, block], _hessian_fd(fk, xk), rtol=1e-4,
+        np.testing.assert_allclose(res.hessian[block, block], hessian_fd(fk, xk), rtol=1e-4,
                                    atol=1e-5 * hs, err_msg=label)
         off[block, block] = 0
     assert not np.any(off)
