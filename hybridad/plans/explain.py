@@ -34,6 +34,7 @@ class ExplainMixin:
                          "goes to the readable general path, Plan.gradient (hybridad/plans/"
                          "plan.py)")
         lines += self._tier_lines()
+        lines += self._thread_lines()
         lines += ["", "graph:", str(self.graph), ""]
         if self.backend == "numba":
             lines += ["regions:", *self._region_lines(), ""]
@@ -46,6 +47,19 @@ class ExplainMixin:
         lines += ["", "generated source:", "(compiling in the background)" if
                   self._program is None else self._program.source]
         return "\n".join(lines)
+
+    def _thread_lines(self):
+        """How many threads the parallel programs' loops use, and why
+        (:class:`hybridad.backends.numba.threads.ThreadChoice`)."""
+        programs = [("program", getattr(self, "_program", None)),
+                    ("value program", getattr(self, "_value_program", None))]
+        programs += sorted(getattr(self, "_programs", {}).items())
+        lines = []
+        for name, prog in programs:
+            choice = getattr(prog, "threads", None)
+            if choice is not None:
+                lines.append(f"{name}: prange loops; {choice.describe()}")
+        return lines
 
     def _buffer_lines(self):
         mem = self.memory

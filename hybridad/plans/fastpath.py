@@ -125,8 +125,11 @@ class FastPathMixin:
                  # the structure checks index into containers: inside the try
                  "            try:",
                  f"                if True{check}:"]
-        if self._program.heavy:
-            lines += ["                    with _lock:", f"                        {call}"]
+        if self._program.heavy:  # the lock, and a parallel program's thread count
+            ns["_inv"] = self._program.invoke
+            inv = "_inv(" + ", ".join([wrap.format(x) for x in arg_leaves] +
+                                      [wrap.format(x) for x in ["out._value", *grads]]) + ")"
+            lines += [f"                    {inv}"]
         else:
             lines += [f"                    {call}"]
         lines += ["                    return out",

@@ -469,8 +469,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                 if not prog.heavy:
                     prog.fn(*ids)
                 else:
-                    with prog.lock:
-                        prog.fn(*ids)
+                    prog.invoke(*ids)
                 return out
             except (TypeError, ValueError, IndexError):
                 pass  # the general path says why

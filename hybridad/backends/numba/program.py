@@ -375,6 +375,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         program.timers, program.timed = extra[0], timers.slots
     program.parts = (own, fixed, bound)
     program.direct = direct
+    program.set_parallel(bool(parallel))
     program.blas_limited = bool(parallel) and re.search(r"_gemm\(|_la_\w+\(", source) is not None
     return program
 

@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-from .threads import SingleThreadedBlas
+from .threads import SingleThreadedBlas, ThreadChoice
 
 
 def _literal(value):
@@ -66,6 +66,9 @@ class NumbaProgram:
         (re-entrant) lock, since they share one arena.  A light program's
         :meth:`call` takes no lock: it holds the GIL from its checks to its
         last write, which makes it atomic.
+    threads : ThreadChoice or None
+        A parallel program's thread count, chosen from measured call times
+        (:mod:`.threads`); None for a serial one.
     blas_limited : bool
         Whether the plan has ``prange`` loops and calls BLAS: it then runs with
         BLAS single-threaded (:mod:`.threads`; one thread pool at a time).
@@ -84,6 +87,13 @@ class NumbaProgram:
         self._staged = {}
         self._keep = keep  # arrays whose addresses the compiled call holds
         self.blas_limited = False
+        self.threads = None  # a parallel program's ThreadChoice (set by set_parallel)
+
+    def set_parallel(self, parallel):
+        """Whether the program has ``prange`` loops: its thread count is then
+        chosen call by call from measured times (:class:`.threads.ThreadChoice`),
+        unless ``HYBRIDAD_THREAD_CHOICE=0`` (then all threads, always)."""
+        self.threads = ThreadChoice() if parallel and ThreadChoice.enabled() else None
 
     def _stage(self, key, shape, dtype):
         buf = self._staged.get(key)
@@ -121,11 +131,23 @@ class NumbaProgram:
         args = [id(a) for a in ins + outs] if self.objects else ins + outs
         if not self.heavy:
             return self.fn(*args)  # holds the GIL throughout: atomic
+        return self.invoke(*args)
+
+    def invoke(self, *args):
+        """The compiled function on its final arguments (``id(array)`` when
+        :attr:`objects`), for a heavy program: under :attr:`lock`, BLAS
+        single-threaded when :attr:`blas_limited`, on the thread count
+        :attr:`threads` chooses for a parallel program."""
         with self.lock:
             if self.blas_limited:
                 with SingleThreadedBlas():
-                    return self.fn(*args)
+                    return self._threaded(args)
+            return self._threaded(args)
+
+    def _threaded(self, args):
+        if self.threads is None:
             return self.fn(*args)
+        return self.threads(self.fn, args)
 
 
 def _type_nums(dtype):

@@ -1,4 +1,6 @@
-"""One thread pool at a time: BLAS runs single-threaded inside multithreaded plans.
+"""Who owns the cores while a plan runs: BLAS single-threaded inside
+multithreaded plans (:class:`SingleThreadedBlas`), and how many threads a
+parallel plan's loops take, measured call by call (:class:`ThreadChoice`).
 
 A plan whose loops run as ``prange`` loops (numba's OpenMP or workqueue
 pool) and that also calls BLAS (a matmul's gemm, scipy's OpenBLAS with its
@@ -9,13 +11,19 @@ with a serial plan.  So while such a plan runs, the BLAS libraries of the
 process are set to one thread (threadpoolctl finds them), and put back after
 the call: the plan's own loops are its parallelism.  Pass
 ``compile(..., parallel=False)`` to keep BLAS's threads instead.
-"""
 
+The thread count of the plan's loops is the calling thread's numba count
+(``numba.set_num_threads``, ``NUMBA_NUM_THREADS``) capped by
+``HYBRIDAD_NUM_THREADS``, or one thread when measured calls say the machine
+is too busy for more (:class:`ThreadChoice`).
+"""
 from __future__ import annotations
 
+import os
 import threading
+import time
 
-__all__ = ["SingleThreadedBlas"]
+__all__ = ["SingleThreadedBlas", "ThreadChoice", "max_threads"]
 
 _libs = None
 _libs_lock = threading.Lock()
@@ -69,3 +77,180 @@ class SingleThreadedBlas:
                         lib.set_num_threads(n)
                 cls._saved = ()
         return False
+
+
+def _median(values):
+    """The median of a few call times, in plain Python (a call allocates no
+    numpy array)."""
+    v = sorted(values)
+    m = len(v) // 2
+    return v[m] if len(v) % 2 else 0.5 * (v[m - 1] + v[m])
+
+
+def max_threads():
+    """The thread count a parallel plan may use in the calling thread: numba's
+    (``numba.set_num_threads`` / ``NUMBA_NUM_THREADS``), capped by
+    ``HYBRIDAD_NUM_THREADS`` when that is set."""
+    import numba
+
+    n = numba.get_num_threads()
+    cap = _env_cap()
+    return min(n, cap) if cap else n
+
+
+def _env_cap():
+    raw = os.environ.get("HYBRIDAD_NUM_THREADS", "").strip()
+    if not raw:
+        return 0
+    try:
+        cap = int(raw)
+    except ValueError:
+        raise ValueError(f"HYBRIDAD_NUM_THREADS must be a positive integer; got {raw!r}") from None
+    if cap < 1:
+        raise ValueError(f"HYBRIDAD_NUM_THREADS must be a positive integer; got {raw!r}")
+    return cap
+
+
+class ThreadChoice:
+    """How many threads one parallel program's ``prange`` loops run on, chosen
+    from the measured times of its own calls on this machine, now.
+
+    Threads pay only when cores are free: on a busy machine (another process
+    running its own parallel plan, a busy loop, BLAS threads) a thread of a
+    parallel loop waits for a core while the others spin at the loop's end,
+    and a call can take 30x the serial time (measured: 16 ms against 0.5 ms
+    on 2 cores).  So a parallel program times its calls: a *probe* runs it
+    alternately with all threads and with one (numba's ``set_num_threads``,
+    per calling thread) and keeps whichever has the lower median, preferring
+    one thread unless all threads are at least :attr:`GAIN` times faster
+    (they cost the machine more).  The choice holds for a period that doubles
+    while probes agree (:attr:`FIRST_PERIOD` up to :attr:`LAST_PERIOD`
+    seconds) and a call taking :attr:`SLOWER` times the chosen setting's
+    median :attr:`STRIKES` times in a row -- the load changed -- starts a new
+    probe at once.  A probe's sample of the other setting that is already
+    :attr:`SLOWER` times worse ends it early, so one probe costs about one
+    call of the worse setting, and the next probe waits long enough to keep
+    that under :attr:`PROBE_SHARE` of the time.
+
+    The choice is per program (a plan's gradient, value and Hessian programs
+    choose apart); :meth:`describe` says what was chosen and on which times
+    (``explain()`` prints it).  Calls are serialized by the program's lock.
+    """
+
+    GAIN = 1.15
+    SLOWER = 3.0
+    SAMPLES = 3
+    FIRST_PERIOD = 0.25
+    LAST_PERIOD = 8.0
+    #: slow calls in a row that start a probe
+    STRIKES = 3
+    #: most of the time probes may cost (a probe waits at least its cost / this)
+    PROBE_SHARE = 0.02
+    #: fewest calls between probes (so that a fast plan does not probe on every
+    #: call of a short period)
+    MIN_CALLS = 16
+
+    @staticmethod
+    def enabled():
+        """Whether parallel programs choose their thread count (on unless
+        ``HYBRIDAD_THREAD_CHOICE=0``: then every call takes all threads)."""
+        return os.environ.get("HYBRIDAD_THREAD_CHOICE", "1").strip() != "0"
+
+    def __init__(self):
+        self.threads = 0  # the chosen count; 0: not chosen yet (probe)
+        self.reference = 0.0  # the chosen setting's median call time (s)
+        self.times = {}  # threads -> the last probe's samples (s)
+        self.probes = 0
+        self.calls = 0
+        self._period = self._wait = self.FIRST_PERIOD
+        self._strikes = 0  # chosen-setting calls in a row over SLOWER x its median
+        self._until = 0.0  # perf_counter time of the next probe
+        self._left = 0  # calls before the next probe may start
+        self._probing = None  # the thread counts still to sample, in order
+
+    def __call__(self, fn, args):
+        """Run ``fn(*args)`` with this program's thread count."""
+        import numba
+
+        self.calls += 1
+        most = max_threads()
+        if most <= 1:  # capped at one thread: nothing to choose
+            return self._timed(fn, args, 1, 1)
+        if self._probing is None:
+            self._left -= 1
+            if self.threads and (self._left > 0 or time.perf_counter() < self._until):
+                return self._timed(fn, args, self.threads, most)
+            self._start_probe(most)
+        n = self._probing[0]
+        before = numba.get_num_threads()
+        numba.set_num_threads(n)
+        t = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            dt = time.perf_counter() - t
+            numba.set_num_threads(before)
+            self._sampled(n, dt, most)
+
+    def _timed(self, fn, args, n, most):
+        import numba
+
+        n, before = min(n, most), numba.get_num_threads()
+        if n != before:
+            numba.set_num_threads(n)
+        t = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            dt = time.perf_counter() - t
+            if n != before:
+                numba.set_num_threads(before)
+            if self.reference and dt > self.SLOWER * self.reference:  # slow calls in a row: the load changed
+                self._strikes += 1
+                if self._strikes >= self.STRIKES:
+                    self._left, self._until = 0, 0.0
+            else:
+                self._strikes = 0
+
+    def _start_probe(self, most):
+        self.probes += 1
+        self.times = {most: [], 1: []}
+        order = [most, 1] if self.threads != 1 else [1, most]
+        self._probing = order * self.SAMPLES
+
+    def _sampled(self, n, dt, most):
+        self.times.setdefault(n, []).append(dt)
+        self._probing.pop(0)
+        other = [k for k in self.times if k != n]
+        if other and self.times[other[0]]:  # one setting already far worse: stop sampling it
+            best = min(min(v) for v in self.times.values() if v)
+            worse = [k for k, v in self.times.items() if v and min(v) > self.SLOWER * best]
+            if worse:
+                self._probing = [k for k in self._probing if k not in worse]
+        if not self._probing:
+            self._decide(most)
+
+    def _decide(self, most):
+        med = {k: _median(v) for k, v in self.times.items() if v}
+        many = med.get(most)
+        choice = most if many is not None and many * self.GAIN < med.get(1, float("inf")) else 1
+        self._period = min(self._period * 2, self.LAST_PERIOD) if choice == self.threads \
+            else self.FIRST_PERIOD
+        # a probe costs about one call of the other setting: keep that a small share
+        penalty = max((min(v) for k, v in self.times.items() if v and k != choice),
+                      default=0.0) - med[choice]
+        self._wait = max(self._period, penalty / self.PROBE_SHARE)
+        self.threads, self.reference, self._strikes = choice, med[choice], 0
+        self._probing = None
+        self._left = self.MIN_CALLS
+        self._until = time.perf_counter() + self._wait
+
+    def describe(self):
+        """One line: the thread count in use and the times it was chosen on."""
+        if not self.threads:
+            return "threads: not chosen yet (the first calls measure all threads against one)"
+        times = ", ".join(f"{k} thread{'s' * (k > 1)} {1e3 * _median(v):.3g} ms"
+                          for k, v in sorted(self.times.items(), reverse=True) if v)
+        return (f"threads: {self.threads} (median call {times}; probe {self.probes}, "
+                f"next in {self._wait:.3g} s or after {self.STRIKES} calls "
+                f"{self.SLOWER:g}x slower)")

@@ -1,0 +1,182 @@
+"""How many threads a parallel plan's loops take: chosen from measured call
+times (hybridad.backends.numba.threads.ThreadChoice).
+
+The policy is driven here by a fake clock whose calls cost what the test
+says per thread count, so the choices are exact; a real parallel plan then
+checks the plumbing (the fast path and the general path both go through the
+choice, results are bitwise the same on one thread and on all, the calling
+thread's numba count is restored, explain() says what was chosen,
+HYBRIDAD_THREAD_CHOICE=0 and HYBRIDAD_NUM_THREADS).
+"""
+
+import numba
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.backends.numba import threads
+from hybridad.backends.numba.threads import ThreadChoice, max_threads
+
+pytestmark = pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2,
+                                reason="needs numba with 2 threads or more")
+
+N = 40_000  # above the prange threshold (32768)
+
+
+class FakeClock:
+    """``perf_counter`` of a fake time; ``fn`` advances it by ``cost(threads)``."""
+
+    def __init__(self, cost):
+        self.now, self.cost, self.seen = 0.0, cost, []
+
+    def perf_counter(self):
+        return self.now
+
+    def fn(self):
+        n = numba.get_num_threads()
+        self.seen.append(n)
+        self.now += self.cost(n)
+        return n
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    def make(cost):
+        c = FakeClock(cost)
+        monkeypatch.setattr(threads.time, "perf_counter", c.perf_counter)
+        return c
+    return make
+
+
+def _calls(choice, c, k):
+    return [choice(c.fn, ()) for _ in range(k)]
+
+
+def test_busy_machine_chooses_one_thread(clock):
+    most = max_threads()
+    c = clock(lambda n: 0.030 if n > 1 else 0.001)  # all threads 30x slower
+    choice = ThreadChoice()
+    before = numba.get_num_threads()
+    _calls(choice, c, 40)
+    assert choice.threads == 1
+    # one slow sample ended the probe: a single call on all threads
+    assert c.seen.count(most) == 1
+    assert c.seen[2:] == [1] * 38
+    assert numba.get_num_threads() == before  # the caller's count is put back
+    assert "threads: 1" in choice.describe()
+
+
+def test_free_cores_choose_all_threads(clock):
+    most = max_threads()
+    c = clock(lambda n: 0.001 if n > 1 else 0.0019)
+    choice = ThreadChoice()
+    _calls(choice, c, 30)
+    assert choice.threads == most
+    assert c.seen[-10:] == [most] * 10
+
+
+def test_small_gain_prefers_one_thread(clock):
+    c = clock(lambda n: 0.00095 if n > 1 else 0.001)  # 5 %: not worth a second core
+    choice = ThreadChoice()
+    _calls(choice, c, 30)
+    assert choice.threads == 1
+
+
+def test_load_change_starts_a_new_probe(clock):
+    most = max_threads()
+    load = {"busy": False}
+    c = clock(lambda n: (0.040 if load["busy"] else 0.001) if n > 1 else 0.002)
+    choice = ThreadChoice()
+    _calls(choice, c, 30)
+    assert choice.threads == most and choice.probes == 1
+    load["busy"] = True
+    _calls(choice, c, ThreadChoice.STRIKES - 1)
+    assert choice.probes == 1  # slow calls below the strike count: no probe yet
+    _calls(choice, c, 10)
+    assert choice.probes == 2 and choice.threads == 1
+
+
+def test_probes_repeat_and_back_off(clock):
+    most = max_threads()
+    c = clock(lambda n: 0.010 if n > 1 else 0.001)
+    choice = ThreadChoice()
+    waits = []
+    for _ in range(6):  # run until past each wait, counting the probes
+        probes = choice.probes
+        while choice.probes == probes:
+            choice(c.fn, ())
+        _calls(choice, c, 2 * ThreadChoice.SAMPLES)
+        waits.append(choice._wait)
+    assert choice.threads == 1
+    assert waits == sorted(waits) and waits[-1] > waits[0]
+    # each probe cost one call on all threads; their time is a small share
+    slow = c.seen.count(most) * 0.009
+    assert slow / c.now < 3 * ThreadChoice.PROBE_SHARE
+
+
+def _objective(x):
+    return np.sum(np.exp(-x * x) * np.sin(x) + np.log1p(x * x))
+
+
+@pytest.fixture(scope="module")
+def plan():
+    x = np.linspace(-2, 2, N)
+    return ha.compile(_objective, x, wait=True), x
+
+
+def test_plan_results_bitwise_equal_on_any_thread_count(plan):
+    p, x = plan
+    assert p._program.threads is not None
+    got = {}
+    for n in (1, max_threads()):
+        numba.set_num_threads(n)
+        try:
+            p._program.threads = None  # all calls as the thread's count says
+            res = ha.GradientResult(x)
+            p.gradient(x, out=res)
+            got[n] = (float(res.value), np.array(res.gradient))
+        finally:
+            numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+            p._program.threads = ThreadChoice()
+    (v1, g1), (v2, g2) = got.values()
+    assert v1 == v2 and np.array_equal(g1, g2)
+    g = -2 * x * np.exp(-x * x) * np.sin(x) + np.exp(-x * x) * np.cos(x) + 2 * x / (1 + x * x)
+    np.testing.assert_allclose(g1, g, rtol=1e-12, atol=1e-14)
+
+
+def test_plan_calls_go_through_the_choice(plan):
+    p, x = plan
+    res = ha.GradientResult(x)
+    choice = p._program.threads
+    before = choice.calls
+    p.gradient(x, out=res)  # the generated fast path
+    p.gradient(x.copy(), out=res)
+    p.gradient(x[::-1][::-1], out=res)  # a view: the general path
+    assert choice.calls == before + 3
+    assert numba.get_num_threads() == numba.config.NUMBA_NUM_THREADS
+    text = p.explain()
+    assert "program: prange loops; threads:" in text
+
+
+def test_switch_off_and_cap(monkeypatch):
+    x = np.linspace(-1, 1, N)
+    monkeypatch.setenv("HYBRIDAD_THREAD_CHOICE", "0")
+    p = ha.compile(lambda x: np.sum(np.sin(x) ** 2), x, wait=True)
+    assert p._program.threads is None
+    assert "prange loops" not in p.explain().split("graph:")[0]
+    monkeypatch.setenv("HYBRIDAD_NUM_THREADS", "1")
+    assert max_threads() == 1
+    monkeypatch.setenv("HYBRIDAD_NUM_THREADS", "many")
+    with pytest.raises(ValueError, match="HYBRIDAD_NUM_THREADS"):
+        max_threads()
+    monkeypatch.delenv("HYBRIDAD_NUM_THREADS")
+    assert max_threads() == numba.get_num_threads()
+
+
+def test_one_thread_cap_calls_plainly(clock, monkeypatch):
+    monkeypatch.setenv("HYBRIDAD_NUM_THREADS", "1")
+    c = clock(lambda n: 0.001)
+    choice = ThreadChoice()
+    _calls(choice, c, 5)
+    assert choice.probes == 0  # nothing to choose between
+    assert c.seen == [1] * 5
