@@ -1,4 +1,5 @@
-"""Command line: ``python -m hybridad demo``, ``explain``, ``bench`` and ``cache``.
+"""Command line: ``python -m hybridad demo``, ``explain``, ``bench``, ``cache`` and
+``calibrate``.
 
 ``demo`` runs a short optimizer loop (gradient descent on a regularized
 logistic regression) that calls ``gradient(loss, w, X, y, out=res)`` every
@@ -20,6 +21,12 @@ table, JSON and a plot (see docs/benchmarks.md).
 ``cache --info`` prints where the disk cache of generated plans is
 (``HYBRIDAD_CACHE_DIR``), whether it is used and its size; ``cache --clear``
 deletes hybridad's files in it (they are rebuilt on demand).
+
+``calibrate [--out FILE]`` measures what this machine's kernels cost (the
+cost model that decides whether a fused region stores or recomputes its
+partials, :mod:`hybridad.transforms.costs`) and writes the table into the
+disk cache, where later plans find it; ``--builtin`` rewrites the package's
+built-in table instead.
 """
 
 from __future__ import annotations
@@ -159,6 +166,32 @@ def cache_command(clear=False):
     return 0
 
 
+def calibrate_command(out=None, builtin=False):
+    """``calibrate``: measure the costs the plans choose by and write them
+    (:func:`hybridad.transforms.costs.calibrate`); print the table."""
+    import json
+    import os
+
+    from .transforms import costs
+
+    if builtin:
+        path = os.path.join(os.path.dirname(costs.__file__), "costs_table.py")
+        c = costs.calibrate(path=os.devnull)
+        table = {k: v for k, v in c.to_dict().items() if k != "source"}
+        with open(path, "w") as fh:
+            fh.write(costs.TABLE_HEADER + "TABLE = " + json.dumps(table, indent=1) + "\n")
+        print(f"wrote {path}")
+    else:
+        c = costs.calibrate(path=out)
+        print(f"wrote {out or costs.calibration_path()}")
+    width = max(len(k) for k in c.op_ns)
+    for k, v in sorted(c.op_ns.items(), key=lambda kv: kv[1]):
+        print(f"  {k:<{width}} {v:8.3f} ns/element")
+    print(f"  copy: {c.cache_ns_per_byte:.4f} ns/byte in cache, {c.stream_ns_per_byte:.4f} "
+          "ns/byte from memory")
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m hybridad")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -187,7 +220,16 @@ def main(argv=None):
                       help="location, status and size (the default)")
     what.add_argument("--clear", action="store_true",
                       help="delete hybridad's files in it (rebuilt on demand)")
+    k = sub.add_parser("calibrate", help="measure this machine's kernel costs for the cost "
+                                         "model (a minute or two)")
+    k.add_argument("--out", metavar="FILE",
+                   help="where to write the table (default: costs.json in the disk cache)")
+    k.add_argument("--builtin", action="store_true",
+                   help="rewrite the package's built-in table (hybridad/transforms/"
+                        "costs_table.py) instead: for the reference machine")
     args = parser.parse_args(argv)
+    if args.command == "calibrate":
+        return calibrate_command(args.out, args.builtin)
     if args.command == "demo":
         demo(steps=args.steps)
     elif args.command == "explain":

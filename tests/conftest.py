@@ -11,6 +11,9 @@ os.environ.setdefault("HYBRIDAD_CHECK_RULES", "1")
 # plans compile before they answer (the numba program from the first call), so a
 # test sees the backend it names; tests/test_tiered.py turns the tiers on per plan
 os.environ.setdefault("HYBRIDAD_TIERED", "0")
+# the cost model's built-in table, not a calibration in this machine's cache: the
+# same store/recompute choices (and generated plans) on every machine
+os.environ.setdefault("HYBRIDAD_COSTS", "builtin")
 
 import hybridad as ha
 from hybridad.testing import numerical_gradient

@@ -17,10 +17,11 @@
   ``zeros``.  No temporary, no second pass over it.
 
 The VJP of a region chooses between the two strategies (:func:`strategy`):
-storing costs one array per differentiated input from the forward to the
-backward sweep; recomputing costs a second evaluation of the body.  A body
-with a transcendental function is stored (it is evaluated once); cheap
-arithmetic is recomputed (no stored array).
+storing costs one array per distinct partial from the forward to the
+backward sweep (a write and a read of each); recomputing costs a second
+evaluation of the body.  The machine's measured costs decide
+(:mod:`hybridad.transforms.costs`): a body with a transcendental function is
+usually stored, cheap arithmetic recomputed (no stored array).
 
 These ops run only on compiled backends (the numpy reference executor runs
 the unpartitioned graph).
@@ -44,15 +45,15 @@ def recompute_partials(on=True):
     return switch("recompute_partials", on)
 
 
-def strategy(body):
-    """``"store"`` or ``"recompute"`` for the partials of region ``body``."""
+def strategy(body, k=1):
+    """``(strategy, reason)`` for the ``k`` distinct partials of region
+    ``body``: ``"store"`` or ``"recompute"``, from the machine's measured
+    costs (:func:`hybridad.transforms.costs.partials_strategy`)."""
     if enabled("recompute_partials"):
-        return "recompute"
-    from ..ir.registry import REGISTRY
+        return "recompute", "every region recomputes (a memory budget, or calibration)"
+    from ..transforms.costs import partials_strategy
 
-    expensive = any(REGISTRY[n.op].expensive or REGISTRY[n.op].dual is not None  # user code
-                    for n in body.nodes)
-    return "store" if expensive else "recompute"
+    return partials_strategy(body, k)
 
 
 def _no_numpy(*args, **kwargs):
@@ -84,8 +85,8 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
     if red is not None and red.op != "sum":
         raise NotImplementedError(f"fused {red.op} reductions are differentiated unfused")
     g_loop = _cotangent_on_loop(g, body)
-    how = strategy(body)
-    same = _equal_partials(body, active) if how == "store" else {}
+    same = _equal_partials(body, active)
+    how, body.partials_reason = strategy(body, len(set(same.values())))
     stored = {}  # input position -> its stored partial (equal ones stored once)
     out = []
     for k, act in enumerate(active):

@@ -35,6 +35,9 @@ class ExplainMixin:
                          "plan.py)")
         lines += self._tier_lines()
         lines += self._thread_lines()
+        if self.backend == "numba":
+            from ..transforms.costs import costs
+            lines.append(f"costs (store or recompute partials): {costs().source}")
         lines += ["", "graph:", str(self.graph), ""]
         if self.backend == "numba":
             lines += ["regions:", *self._region_lines(), ""]
@@ -172,8 +175,10 @@ class ExplainMixin:
             vjps = [m for m in nodes if m.op == "region" and m.attrs["mode"] == "vjp"
                     and m.attrs["body"] is body]
             how = "store" if partials else "recompute" if vjps else "no partials needed"
+            why = f" ({body.partials_reason})" if (partials or vjps) and \
+                getattr(body, "partials_reason", "") else ""
             out.append(f"  %{n.id:<4} {n.phase:<8} {ops} over {body.shape} ({par}) of {ins}: "
-                       f"value into {where(n)}; partials: {how}")
+                       f"value into {where(n)}; partials: {how}{why}")
             for p in partials:
                 out.append(f"         d/d%{n.args[p.attrs['wrt']].id} -> %{p.id}: {where(p)}")
         return out or ["  (none)"]

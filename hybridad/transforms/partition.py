@@ -39,14 +39,19 @@ class Region:
         A reduction consuming the last member, fused as the final step.
     inputs : list of Node
         External operands of the members, in first-use order.
+    partials_reason : str
+        Why the region's VJP stores or recomputes its partials (the cost
+        model's figures, :func:`hybridad.transforms.costs.partials_strategy`);
+        empty until it is differentiated.
     """
 
-    __slots__ = ("nodes", "reduction", "inputs")
+    __slots__ = ("nodes", "reduction", "inputs", "partials_reason")
 
     def __init__(self, nodes, reduction, inputs):
         self.nodes = nodes
         self.reduction = reduction
         self.inputs = inputs
+        self.partials_reason = ""
 
     @property
     def output(self):

@@ -1,0 +1,113 @@
+"""The cost model (hybridad.transforms.costs): where its table comes from, the
+store-or-recompute choice it makes for a fused region's partials, that
+explain() says why, that gradients are right either way, and a calibration
+run on this machine's kernels."""
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.transforms import costs as C
+from hybridad.transforms.partition import Region
+
+
+@pytest.fixture
+def table(monkeypatch, tmp_path):
+    """Use the cost table given (dict), through HYBRIDAD_COSTS."""
+    def use(op_ns, cache=0.01, stream=0.05):
+        path = tmp_path / "costs.json"
+        path.write_text(json.dumps({"op_ns": op_ns, "cache_ns_per_byte": cache,
+                                    "stream_ns_per_byte": stream, "cpu": "test", "cores": 1,
+                                    "when": "today"}))
+        monkeypatch.setenv("HYBRIDAD_COSTS", str(path))
+        C.reset()
+        return path
+    yield use
+    C.reset()
+
+
+def _body(ops, n, dtype="float64"):
+    nodes = [SimpleNamespace(op=op, dtype=np.dtype(dtype), shape=(n,)) for op in ops]
+    return Region(nodes, None, [])
+
+
+def test_choice_weighs_evaluation_against_memory_traffic(table):
+    assert C.STORE_MARGIN == 1.5
+    table({"multiply": 0.1, "add": 0.1, "exp": 1.5, "sin": 8.0})
+    # one partial, in cache: 2 x 8 B x 0.01 ns = 0.16 ns per element, x 1.5
+    assert C.partials_strategy(_body(["multiply", "add"], 1000), 1)[0] == "recompute"
+    assert C.partials_strategy(_body(["exp", "multiply"], 1000), 1)[0] == "store"
+    # from memory: 2 x 8 B x 0.05 = 0.8 ns per partial, x 1.5; exp + multiply = 1.6 ns
+    assert C.partials_strategy(_body(["exp", "multiply"], 10**6), 1)[0] == "store"
+    assert C.partials_strategy(_body(["exp", "multiply"], 10**6), 2)[0] == "recompute"
+    assert C.partials_strategy(_body(["sin"], 10**6), 4)[0] == "store"
+    # float32 partials move half the bytes
+    assert C.partials_strategy(_body(["exp"], 10**6, "float32"), 2)[0] == "store"
+    assert C.partials_strategy(_body(["exp"], 10**6), 2)[0] == "recompute"
+    how, why = C.partials_strategy(_body(["sin"], 10**6), 1)
+    assert how == "store" and why == (
+        "evaluating the body again 8 ns/element > 1.5 x writing and reading 1 partial "
+        "0.8 ns/element (from memory)")
+
+
+def test_unmeasured_ops(table):
+    table({"multiply": 0.2, "exp": 1.5})
+    assert C.costs().op_cost("exp") == 1.5
+    assert C.costs().op_cost("sinh") == 1.5  # expensive, not measured: the dearest op
+    assert C.costs().op_cost("negative") == 0.2  # cheap, not measured: a multiply
+
+
+def _expsum(x):
+    return np.sum(np.exp(-3.0 * x) * x)
+
+
+@pytest.mark.parametrize("exp_ns, how", [(50.0, "store"), (0.01, "recompute")])
+def test_plans_follow_the_table_and_stay_exact(table, exp_ns, how):
+    table({"multiply": 0.05, "add": 0.05, "exp": exp_ns})
+    x = np.linspace(-1, 1, 2000)
+    plan = ha.compile(_expsum, x)
+    res = ha.GradientResult(x)
+    plan.gradient(x, out=res)
+    g = np.exp(-3.0 * x) * (1 - 3.0 * x)
+    np.testing.assert_allclose(res.gradient, g, rtol=1e-13, atol=1e-15)
+    text = plan.explain()
+    line = next(ln for ln in text.splitlines() if "exp" in ln and "partials:" in ln)
+    assert f"partials: {how} (evaluating the body again" in line
+    assert "costs (store or recompute partials):" in text and "HYBRIDAD_COSTS" in text
+
+
+def test_where_the_table_comes_from(monkeypatch, tmp_path):
+    monkeypatch.setenv("HYBRIDAD_COSTS", "builtin")
+    C.reset()
+    assert C.costs().source.startswith("the built-in table")
+    # a calibration of another machine in the cache is not used here
+    monkeypatch.delenv("HYBRIDAD_COSTS")
+    monkeypatch.setenv("HYBRIDAD_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir(mode=0o700)
+    other = {"op_ns": {"multiply": 9.0}, "cache_ns_per_byte": 1.0, "stream_ns_per_byte": 1.0,
+             "cpu": "another machine", "cores": 64, "when": "then"}
+    (tmp_path / "cache" / "costs.json").write_text(json.dumps(other))
+    C.reset()
+    assert C.costs().source.startswith("the built-in table")
+    cpu, cores = C._machine()
+    (tmp_path / "cache" / "costs.json").write_text(json.dumps({**other, "cpu": cpu,
+                                                              "cores": cores}))
+    C.reset()
+    assert C.costs().op_ns == {"multiply": 9.0} and "this machine" in C.costs().source
+    C.reset()
+
+
+def test_calibrate_measures_the_kernels(monkeypatch, tmp_path):
+    monkeypatch.setenv("HYBRIDAD_COSTS", "builtin")
+    path = tmp_path / "costs.json"
+    c = C.calibrate(str(path), n=4096, budget_s=0.3, ops=["exp", "sin"])
+    saved = json.loads(path.read_text())
+    assert saved["op_ns"]["exp"] == c.op_ns["exp"] and saved["cpu"] == C._machine()[0]
+    assert c.op_ns["sin"] > 0 and c.op_ns["exp"] > 0
+    assert 0 < c.cache_ns_per_byte <= c.stream_ns_per_byte * 5
+    # the ops not measured keep the table's figures
+    assert set(C._builtin().op_ns) <= set(c.op_ns)
+    C.reset()
