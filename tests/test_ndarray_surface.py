@@ -78,6 +78,14 @@ def _copy_is_new(make):
     return f
 
 
+def _set_items(x):
+    y = x * 1.0
+    y[0] = x[1] ** 2  # a row from a traced expression
+    y[:, 1] = 0.5  # a column from a constant
+    y[y.shape[0] - 1, [0, 0]] = np.sin(x[0, :2])  # repeated positions: the last write wins
+    return S(y) + S(y * x)
+
+
 def _deleted(x):
     y = x * 1.0
     del y[0]
@@ -182,7 +190,7 @@ SURFACE = {
     "__rxor__": (WORKS, lambda x: np.sum(np.where(True ^ (x > 0), x, 0.0))),
     "__setattr__": (PYTHON, "attribute assignment (ndarray's settable attributes refuse: "
                             "see test_setting_attributes_is_refused)"),
-    "__setitem__": (REFUSED, lambda x: operator.setitem(x * 1.0, 0, 1.0), "in-place assignment"),
+    "__setitem__": (WORKS, lambda x: _set_items(x)),
     "__setstate__": (REFUSED, lambda x: (x * 1.0).__setstate__(None), "__setstate__"),
     "__sizeof__": (PYTHON, "the Python object's size"),
     "__str__": (REFUSED, lambda x: str(x), "str()"),

@@ -180,7 +180,8 @@ VIEW_FUNCTIONS = {np.reshape, np.ravel, np.transpose, np.swapaxes, np.moveaxis, 
                   np.squeeze, np.expand_dims, np.broadcast_to, np.atleast_1d, np.atleast_2d,
                   np.atleast_3d, np.real, np.matrix_transpose}
 #: numpy functions whose 0-d results are 0-d arrays, not numpy scalars
-ARRAY_FUNCTIONS = {np.copy, np.where, np.full_like, np.zeros_like, np.ones_like, np.full,
+ARRAY_FUNCTIONS = {np.copy, np.where, np.full_like, np.zeros_like, np.ones_like, np.empty_like,
+                   np.full,
                    np.tensordot, np.cross, np.imag, np.diagonal, np.asarray_chkfinite}
 
 
@@ -538,12 +539,15 @@ def getitem(x, index):
 def _like(fill):
     def impl(a, dtype=None, order="K", subok=True, shape=None, **kw):
         a = _tracer(a)
-        return np.full(a.shape if shape is None else shape, fill, dtype or a.dtype)
+        # a constant, as a traced array: element writes into it are traced
+        # (`d = np.zeros_like(y); d[1:-1] = ...`, `acc = np.zeros_like(x); acc += ...`)
+        return _tracer(np.full(a.shape if shape is None else shape, fill, dtype or a.dtype))
 
     return impl
 
 
 HANDLED[np.zeros_like] = _like(0)
+HANDLED[np.empty_like] = _like(0)  # numpy leaves the values unspecified: zeros are some
 HANDLED[np.ones_like] = _like(1)
 
 
@@ -552,7 +556,7 @@ def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None):
     a = _tracer(a)
     if isinstance(fill_value, Tracer):
         return broadcast_to(fill_value.astype(dtype or a.dtype), a.shape) + 0
-    return np.full(a.shape if shape is None else shape, fill_value, dtype or a.dtype)
+    return _tracer(np.full(a.shape if shape is None else shape, fill_value, dtype or a.dtype))
 
 
 HANDLED[np.shape] = lambda a: _tracer(a).shape

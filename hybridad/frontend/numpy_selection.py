@@ -15,6 +15,8 @@ from ..errors import TracingError, user_location
 from .numpy_api import (
     HANDLED,
     _no_kwargs,
+    broadcast_to,
+    concatenate,
     _norm_axis,
     _tracer,
     gather_positions,
@@ -27,10 +29,59 @@ from .numpy_api import (
 )
 from .numpy_math import _float
 from .numpy_reductions import mean as _mean_of
+from .objects import assign
 from .trace import bind
 from .tracer import Tracer
 
-__all__ = []
+__all__ = ["set_items"]
+
+
+# ----------------------------------------------------------------------------
+# a[index] = value: numpy's element write, as a new value of the whole array
+# ----------------------------------------------------------------------------
+
+def set_items(target, index, value):
+    """``target[index] = value`` while tracing (``d = np.zeros_like(y);
+    d[1:-1] = ...``, ``out = x.copy(); out[mask] = 0``).
+
+    The index must be known when ``f`` is traced (slices, integers, constant
+    integer arrays and boolean masks, as numpy takes them); ``value`` is
+    broadcast to the selection's shape and cast to ``target``'s dtype as
+    numpy does (a repeated position is written by its last occurrence).  The
+    write becomes one gather -- every element of the new array from
+    ``value`` where written, from ``target`` elsewhere -- which the tracer
+    object then holds (:func:`hybridad.frontend.objects.assign`), so the
+    derivative flows to ``value`` at the written positions and to
+    ``target`` at the others.  Refused, as numpy's in-place operators are,
+    where the write would reach memory the trace does not follow (an
+    argument of ``f``, an array with live views).
+    """
+    if isinstance(index, Tracer) or (isinstance(index, tuple) and
+                                     any(isinstance(i, Tracer) for i in index)):
+        raise TracingError(f"`a[index] = value` at {user_location()} with an index computed "
+                           "from traced values: the written positions must be known when f "
+                           "is traced; use np.where(condition, value, a)")
+    positions = np.arange(target.size, dtype=np.intp).reshape(target.shape)
+    chosen = positions[index]  # numpy checks the index (IndexError, shapes)
+    if isinstance(value, (list, tuple)):  # np.array's traced form (np.stack of the items)
+        value = np.array(value)
+    kind = value.dtype.kind if hasattr(value, "dtype") else np.asarray(value).dtype.kind
+    if kind == "c" and target.dtype.kind != "c":
+        raise TypeError(f"`a[index] = value` at {user_location()}: a complex value into a "
+                        f"{target.dtype} array would drop its imaginary part")
+    v = _tracer(value)
+    if v.dtype != target.dtype:
+        v = bind("cast", v, dtype=target.dtype)
+    while v.ndim > np.ndim(chosen) and v.shape[0] == 1:  # numpy drops leading unit axes
+        v = reshape(v, v.shape[1:])
+    v = broadcast_to(v, np.shape(chosen))
+    last = np.full(target.size, -1, dtype=np.intp)
+    last[np.ravel(chosen)] = np.arange(np.size(chosen), dtype=np.intp)  # last write wins
+    src = np.where(last >= 0, target.size + last, np.arange(target.size))
+    both = concatenate([ravel(target), ravel(v)])
+    new = reshape(gather_positions(both, lambda p: p[src]), target.shape)
+    assign(target, new, "in-place assignment `a[index] = value`")
+    return True
 
 
 # ----------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from .numpy_api import (
 )
 from .numpy_math import diff
 from .objects import assign
+from .numpy_selection import set_items
 from .scipy_special import intercepts
 from .trace import bind
 from .tracer import SURFACE, Tracer
@@ -212,7 +213,14 @@ def write_back(target, index, value):
     return True
 
 
-SURFACE.setitem = write_back
+def _setitem(target, index, value):
+    """``target[index] = value``: the write-back of ``target[index] op= v``
+    through a fancy index (:func:`write_back`), else a plain element write
+    (:func:`hybridad.frontend.numpy_selection.set_items`)."""
+    return write_back(target, index, value) or set_items(target, index, value)
+
+
+SURFACE.setitem = _setitem
 
 
 # ----------------------------------------------------------------------------

@@ -209,8 +209,10 @@ class Tracer:
             f"a traced array was converted to a numpy array at {user_location()} by code "
             "tracing does not follow: a numpy function hybridad does not support, or np.array "
             "/ np.asarray bound to a name before tracing began (`from numpy import asarray`; "
-            "call np.asarray(...) instead). Use np.stack / np.concatenate to build arrays "
-            "from traced values.")
+            "call np.asarray(...) instead), or a traced value written into a numpy array "
+            "(`a[i] = t` with `a = np.zeros(n)`: make `a` from a traced array instead, "
+            "`np.zeros_like(x)` or `x.copy()`, and the write is traced). Use np.stack / "
+            "np.concatenate to build arrays from traced values.")
 
     # -- copies and pickling --------------------------------------------------
     def __copy__(self):
