@@ -246,8 +246,16 @@ def _view_of_argument(x):
     return np.sum(x)
 
 
-@pytest.mark.parametrize("f", [_argument_in_place, _view_then_base, _view_in_place,
-                               _reshape_view, _sort_argument, _view_of_argument],
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("f", [_view_then_base, _view_in_place, _reshape_view])
+def test_in_place_writes_reach_views_as_in_numpy(f, backend):
+    x = np.array([0.3, -1.2, 2.0, 0.7])
+    res = ha.gradient(f, x, backend=backend)
+    np.testing.assert_allclose(float(res.value), float(f(x.copy())), rtol=1e-14)
+    np.testing.assert_allclose(res.gradient, numerical_gradient(f, x), rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("f", [_argument_in_place, _sort_argument, _view_of_argument],
                          ids=lambda f: f.__name__)
 def test_in_place_the_trace_cannot_follow_is_refused(f):
     with pytest.raises(TracingError, match="on a traced array at .*test_semantics.py"):

@@ -52,9 +52,9 @@ def set_items(target, index, value):
     ``value`` where written, from ``target`` elsewhere -- which the tracer
     object then holds (:func:`hybridad.frontend.objects.assign`), so the
     derivative flows to ``value`` at the written positions and to
-    ``target`` at the others.  Refused, as numpy's in-place operators are,
-    where the write would reach memory the trace does not follow (an
-    argument of ``f``, an array with live views).
+    ``target`` at the others; views of ``target`` see the write as in numpy.
+    Refused, as numpy's in-place operators are, where the write would reach
+    memory the trace does not follow (an argument of ``f`` or a view of one).
     """
     if isinstance(index, Tracer) or (isinstance(index, tuple) and
                                      any(isinstance(i, Tracer) for i in index)):

@@ -187,8 +187,8 @@ def write_back(target, index, value):
     ----------
     target : Tracer
         The array written; refused like an in-place operator where numpy would
-        write into memory the trace does not follow (an argument of ``f``, a
-        view of a live array).
+        write into memory the trace does not follow (an argument of ``f`` or a
+        view of one); a write that reaches views of ``target`` reaches them.
     index : object
         The index of the statement, the very object ``target`` was read with.
     value : object

@@ -3,11 +3,15 @@ in-place updates.
 
 :func:`settle` gives a traced result what numpy would return (a new array, a
 numpy scalar, or a view sharing its input's memory); :func:`link_view`
-records which tracers share memory; :func:`assign` is numpy's in-place write
-of a whole array (``y += 1``, ``y.sort()``), refused where numpy would write
-into memory the trace does not follow (an argument of ``f``, a view of a
-live array).  Installs :func:`assign` in :data:`hybridad.frontend.tracer.SURFACE`
-for the in-place operators of :class:`~hybridad.frontend.tracer.Tracer`.
+records which tracers share memory (each view with the tracer it views and
+the view ops from it); :func:`assign` is numpy's in-place write of a whole
+array (``y += 1``, ``y.sort()``, ``y[index] = v`` through
+:func:`hybridad.frontend.numpy_selection.set_items`): it reaches every live
+view as numpy's write would, and is refused where numpy would write into
+memory the trace does not follow (an argument of ``f`` or a view of one, a
+read-only view).  Installs :func:`assign` in
+:data:`hybridad.frontend.tracer.SURFACE` for the in-place operators of
+:class:`~hybridad.frontend.tracer.Tracer`.
 """
 
 from __future__ import annotations
@@ -25,12 +29,16 @@ __all__ = ["assign", "link_view", "settle", "tracers_in"]
 
 
 def _in_place_refused(t, what, instead):
-    if t._flags & READONLY:
+    root = t
+    while root._base is not None and not root._flags & READONLY:
+        root = root._base[0]
+    if t._flags & READONLY or root._flags & READONLY:
         raise ValueError("assignment destination is read-only")
     why = ("it is an argument of the traced function: numpy would write into the caller's "
            "array, and hybridad never modifies its arguments" if t._flags & ARG else
-           "it shares memory with another array (a view: slice, reshape, transpose, ...); "
-           "numpy would change that array too, which tracing does not follow")
+           "it is a view of an argument of the traced function: numpy would write into the "
+           "caller's array, and hybridad never modifies its arguments" if root._flags & ARG
+           else "it shares memory with another array in a way tracing does not follow")
     raise TracingError(f"{what} on a traced array at {user_location()}: {why}. Instead, "
                        f"{instead}.")
 
@@ -47,7 +55,7 @@ def _is_view_node(node):
     return op is not None and op.kind == "view"
 
 
-def link_view(view, base):
+def link_view(view, base, path=()):
     """Record that tracer ``view`` shares memory with tracer ``base`` (numpy
     returned a view), so an in-place write to either is refused while the
     other is alive."""
@@ -62,14 +70,19 @@ def link_view(view, base):
                 group.append(r)
     view._shares = group
     group.append(weakref.ref(view))
+    view._base = (base, tuple(path))  # numpy's view.base: keeps the viewed tracer alive
 
 
 def assign(target, value, what, casting="same_kind", ufunc=None):
     """numpy's in-place write of the whole of ``target`` (``target += ...``,
-    ``target.sort()``, ``target.fill(v)``): the tracer object takes ``value``
-    (cast under ``casting``; its shape must be ``target``'s).  Refused where
-    numpy's write would reach memory the trace does not follow."""
-    if target._flags & (ARG | READONLY) or _others_sharing(target):
+    ``target.sort()``, ``target.fill(v)``, ``target[index] = v``): the tracer
+    object takes ``value`` (cast under ``casting``; its shape must be
+    ``target``'s).  Where ``target`` shares memory with other live arrays (it
+    is a view, or has views), the write reaches them as in numpy
+    (:func:`_write_through`).  Refused where numpy's write would reach memory
+    the trace does not follow: an argument of ``f``, a read-only view."""
+    sharing = _others_sharing(target)
+    if target._flags & (ARG | READONLY) or sharing and _family_root(target) is None:
         _in_place_refused(target, what, "write `y = y + ...` (a new array), or take a "
                           "copy first (`y = y.copy()`)")
     if not isinstance(value, Tracer):
@@ -83,8 +96,120 @@ def assign(target, value, what, casting="same_kind", ufunc=None):
             raise TypeError(f"Cannot cast {src} from {value.dtype!r} to {target.dtype!r} "
                             f"with casting rule '{casting}'")
         value = bind("cast", value, dtype=target.dtype)
-    target.node = value.node
+    if sharing:
+        _write_through(target, value)
+    else:
+        target.node = value.node
     return target
+
+
+# ----------------------------------------------------------------------------
+# writes that reach views: one family of tracers sharing memory
+# ----------------------------------------------------------------------------
+
+def _view_path(base_node, node):
+    """The view ops ``(op, attrs)`` that make ``node`` from ``base_node``."""
+    path = []
+    while node is not base_node:
+        path.append((node.op, dict(node.attrs)))
+        node = node.args[0]
+    return path[::-1]
+
+
+def _replay(array, path):
+    """``path``'s views of the numpy ``array`` (None where numpy would copy:
+    a reshape of a non-contiguous view)."""
+    for op, attrs in path:
+        out = REGISTRY[op].view(array, **attrs)
+        if not np.shares_memory(out, array):
+            return None
+        array = out
+    return array
+
+
+def _family_root(t):
+    """The tracer at the root of ``t``'s memory family, where a write can
+    reach every live member as numpy's would: each member a view (by the ops
+    recorded in ``_base``) of the root, which is neither an argument of ``f``
+    nor read-only, through views numpy makes (no reshape that copies).
+    None otherwise (the write is refused)."""
+    members = [t, *_others_sharing(t)]
+    roots = set()
+    for m in members:
+        node = m
+        while node._base is not None:
+            if node._flags & READONLY:
+                return None
+            node = node._base[0]
+        roots.add(id(node))
+        root = node
+    if len(roots) != 1 or root._flags & (ARG | READONLY):
+        return None
+    grid = np.arange(root.size, dtype=np.intp).reshape(root.shape)
+    for m in members:
+        if _positions(m, grid, root) is None:
+            return None
+    return root
+
+
+def _numpy_copies(t):
+    """Whether numpy would make ``t`` (just linked as a view) as a copy."""
+    root = t
+    while root._base is not None:
+        root = root._base[0]
+    grid = np.arange(root.size, dtype=np.intp).reshape(root.shape)
+    return _positions(t, grid, root) is None
+
+
+def _unlink(t):
+    """``t`` is a new array after all: out of its family."""
+    t._shares[:] = [r for r in t._shares if r() is not t]
+    t._shares, t._base = None, None
+
+
+def _positions(t, grid, root):
+    """Where ``t``'s elements are in ``root``'s (an array of flat positions),
+    None where a view on the way would be a copy in numpy."""
+    chain = []
+    while t is not root:
+        t, path = t._base
+        chain.append(path)
+    for path in reversed(chain):
+        grid = _replay(grid, path)
+        if grid is None:
+            return None
+    return grid
+
+
+def _write_through(target, value):
+    """``target`` takes ``value`` as numpy's write into shared memory would
+    make it: the root of the family takes its new value (``value`` at the
+    positions ``target`` views, its own elsewhere: one gather), then every
+    live member is its views of the new root again."""
+    from .numpy_api import concatenate, gather_positions, ravel, reshape
+
+    root = _family_root(target)
+    grid = np.arange(root.size, dtype=np.intp).reshape(root.shape)
+    at = np.ravel(_positions(target, grid, root))
+    last = np.full(root.size, -1, dtype=np.intp)
+    last[at] = np.arange(at.size, dtype=np.intp)
+    src = np.where(last >= 0, root.size + last, np.arange(root.size))
+    both = concatenate([ravel(Tracer(root.node, root._trace)), ravel(value)])
+    root.node = reshape(gather_positions(both, lambda p: p[src]), root.shape).node
+    live = {id(m): m for m in [target, *_others_sharing(target)] if m is not root}
+
+    def depth(m):
+        d = 0
+        while m is not root:
+            m, d = m._base[0], d + 1
+        return d
+
+    for m in sorted(live.values(), key=depth):  # bases before their views
+        base, path = m._base
+        node = base.node
+        for op, attrs in path:
+            node = bind(op, Tracer(node, root._trace), **attrs).node
+        m.node = node
 
 
 def settle(result, inputs, kind):
@@ -114,7 +239,9 @@ def settle(result, inputs, kind):
         chain.add(node.id)
         for t in inputs:
             if t.node.id in chain and t.node.id != result.node.id:
-                link_view(result, t)
+                link_view(result, t, _view_path(t.node, result.node))
+                if _numpy_copies(result):  # a reshape numpy can only make as a copy
+                    _unlink(result)
         if result.node.op == "broadcast_to":
             result._flags |= READONLY
         return result

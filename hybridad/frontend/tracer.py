@@ -81,7 +81,7 @@ class Tracer:
     shares memory with another live one (a view: slice, reshape, transpose).
     """
 
-    __slots__ = ("_flags", "_origin", "_shares", "_trace", "node", "__weakref__")
+    __slots__ = ("_base", "_flags", "_origin", "_shares", "_trace", "node", "__weakref__")
     __array_priority__ = 1000
     __class_getitem__ = classmethod(types.GenericAlias)  # as ndarray[...]
 
@@ -91,6 +91,7 @@ class Tracer:
         self._flags = flags
         self._shares = None  # views: the weakrefs of every tracer sharing its memory
         self._origin = None  # read by a fancy index: (weakref of the array, its node, index)
+        self._base = None  # a view: (the tracer it views, the view ops from it: (op, attrs))
 
     @property
     def __class__(self):
