@@ -172,17 +172,18 @@ def calibrate_command(out=None, builtin=False):
     import json
     import os
 
+    from .plans.calibrate import calibrate
     from .transforms import costs
 
     if builtin:
         path = os.path.join(os.path.dirname(costs.__file__), "costs_table.py")
-        c = costs.calibrate(path=os.devnull)
+        c = calibrate(path=os.devnull)
         table = {k: v for k, v in c.to_dict().items() if k != "source"}
         with open(path, "w") as fh:
             fh.write(costs.TABLE_HEADER + "TABLE = " + json.dumps(table, indent=1) + "\n")
         print(f"wrote {path}")
     else:
-        c = costs.calibrate(path=out)
+        c = calibrate(path=out)
         print(f"wrote {out or costs.calibration_path()}")
     width = max(len(k) for k in c.op_ns)
     for k, v in sorted(c.op_ns.items(), key=lambda kv: kv[1]):

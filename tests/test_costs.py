@@ -37,8 +37,11 @@ def _body(ops, n, dtype="float64"):
 def test_choice_weighs_evaluation_against_memory_traffic(table):
     assert C.STORE_MARGIN == 1.5
     table({"multiply": 0.1, "add": 0.1, "exp": 1.5, "sin": 8.0})
-    # one partial, in cache: 2 x 8 B x 0.01 ns = 0.16 ns per element, x 1.5
+    # one partial, in cache: 2 x 8 B x 0.01 ns = 0.16 ns per element, x 1.5; and a
+    # body under STORE_MIN_NS (0.5 ns) is never stored
     assert C.partials_strategy(_body(["multiply", "add"], 1000), 1)[0] == "recompute"
+    how, why = C.partials_strategy(_body(["multiply", "add", "add", "add"], 1000), 1)
+    assert how == "recompute" and "0.5 ns/element, below which nothing" in why
     assert C.partials_strategy(_body(["exp", "multiply"], 1000), 1)[0] == "store"
     # from memory: 2 x 8 B x 0.05 = 0.8 ns per partial, x 1.5; exp + multiply = 1.6 ns
     assert C.partials_strategy(_body(["exp", "multiply"], 10**6), 1)[0] == "store"
@@ -103,7 +106,9 @@ def test_where_the_table_comes_from(monkeypatch, tmp_path):
 def test_calibrate_measures_the_kernels(monkeypatch, tmp_path):
     monkeypatch.setenv("HYBRIDAD_COSTS", "builtin")
     path = tmp_path / "costs.json"
-    c = C.calibrate(str(path), n=4096, budget_s=0.3, ops=["exp", "sin"])
+    from hybridad.plans.calibrate import calibrate
+
+    c = calibrate(str(path), n=4096, budget_s=0.3, ops=["exp", "sin"])
     saved = json.loads(path.read_text())
     assert saved["op_ns"]["exp"] == c.op_ns["exp"] and saved["cpu"] == C._machine()[0]
     assert c.op_ns["sin"] > 0 and c.op_ns["exp"] > 0

@@ -17,12 +17,12 @@ The costs (:class:`Costs`) come from, in this order:
 
 1. the file named by ``HYBRIDAD_COSTS`` (``builtin``: the built-in table);
 2. ``costs.json`` in the disk-cache directory, written by
-   ``python -m hybridad calibrate`` (:func:`calibrate`) on this machine --
+   ``python -m hybridad calibrate`` (:mod:`hybridad.plans.calibrate`) on this machine --
    used only where its CPU model and core count match the machine's;
 3. the built-in table (:mod:`hybridad.transforms.costs_table`), measured by
-   :func:`calibrate` on the reference machine (2 cores, see its ``source``).
+   the same calibration on the reference machine (2 cores, see its ``source``).
 
-:func:`calibrate` measures with the library's own kernels: it builds one
+:func:`hybridad.plans.calibrate.calibrate` measures with the library's own kernels: it builds one
 numba plan whose forward sweep is one fused ``op -> sum`` region per
 elementwise op (over an array in the op's domain, 8192 elements: in cache,
 so compute), and reads each region's time from the per-node profiler
@@ -43,7 +43,7 @@ import time
 
 import numpy as np
 
-__all__ = ["Costs", "calibrate", "costs", "partials_strategy"]
+__all__ = ["Costs", "costs", "partials_strategy"]
 
 TABLE_HEADER = ('"""The built-in cost table (:mod:`hybridad.transforms.costs`): written by\n'
                 '``python -m hybridad calibrate --builtin`` on the reference machine."""\n\n')
@@ -52,6 +52,10 @@ TABLE_HEADER = ('"""The built-in cost table (:mod:`hybridad.transforms.costs`): 
 #: to be stored: stored partials also hold memory (the arena) and cache lines
 #: the rest of the plan wants, which the time of the traffic leaves out
 STORE_MARGIN = 1.5
+
+#: a body cheaper than this (ns per element) is always recomputed: a few
+#: arithmetic ops are not worth an array, however cheap the traffic in cache
+STORE_MIN_NS = 0.5
 
 #: the bytes of stored partials up to which the in-cache copy rate applies
 CACHE_BYTES = 1 << 20
@@ -98,9 +102,15 @@ class Costs:
 
 
 def _machine():
-    from ..bench.harness import cpu_model
-
-    return cpu_model(), os.cpu_count() or 0
+    """(CPU model, core count) of this machine."""
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next((line.split(":", 1)[1].strip() for line in fh
+                        if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return cpu or platform.processor() or "", os.cpu_count() or 0
 
 
 _lock = threading.Lock()
@@ -157,7 +167,7 @@ def _load():
 
 
 def calibration_path():
-    """Where :func:`calibrate` writes this machine's table (the disk-cache
+    """Where :func:`hybridad.plans.calibrate.calibrate` writes this machine's table (the disk-cache
     directory), or None without one."""
     from ..backends.numba.cache import cache_dir
 
@@ -178,114 +188,15 @@ def partials_strategy(body, k):
     itemsize = max((np.dtype(n.dtype).itemsize for n in body.nodes), default=8)
     nbytes = k * itemsize * int(np.prod(body.shape, dtype=np.int64))
     store_ns = 2 * k * itemsize * c.copy_ns_per_byte(nbytes)
-    how = "store" if value_ns > STORE_MARGIN * store_ns else "recompute"
+    bar = max(STORE_MARGIN * store_ns, STORE_MIN_NS)
+    how = "store" if value_ns > bar else "recompute"
     sign = ">" if how == "store" else "<="
-    reason = (f"evaluating the body again {value_ns:.2g} ns/element {sign} {STORE_MARGIN:g} x "
-              f"writing and reading {k} partial{'s' * (k != 1)} {store_ns:.2g} ns/element "
-              f"({'in cache' if nbytes <= CACHE_BYTES else 'from memory'})")
+    reason = (f"evaluating the body again {value_ns:.2g} ns/element {sign} " + (
+        f"{STORE_MARGIN:g} x writing and reading {k} partial{'s' * (k != 1)} "
+        f"{store_ns:.2g} ns/element ({'in cache' if nbytes <= CACHE_BYTES else 'from memory'})"
+        if bar > STORE_MIN_NS else f"{STORE_MIN_NS:g} ns/element, below which nothing is "
+        "worth an array"))
     return how, reason
-
-
-# ------------------------------------------------------------- calibration
-
-
-def _measured_ops():
-    """(name, ufunc, nin, domain) of the elementwise ops to calibrate: those
-    whose ufunc is numpy's own."""
-    from ..ir.registry import REGISTRY
-
-    out = []
-    for name, op in sorted(REGISTRY.items()):
-        u = getattr(op, "ufunc", None)
-        if op.kind != "elementwise" or not isinstance(u, np.ufunc) or u.nin not in (1, 2) or \
-                getattr(np, u.__name__, None) is not u or u.types[0][0] == "?" and u.nin == 2:
-            continue
-        if not any(t.endswith("->d") for t in u.types):
-            continue
-        out.append((name, u, u.nin, tuple(op.domain or (-2.0, 2.0))))
-    return out
-
-
-def _copy_rate(nbytes, seconds=0.1, least=5):
-    """ns per byte moved (read + written) by a copy of ``nbytes``: the best
-    of at least ``least`` copies (the pages touched first)."""
-    a = np.ones(nbytes // 8)
-    b = np.zeros_like(a)
-    best, done = np.inf, 0
-    end = time.perf_counter() + seconds
-    while done < least or time.perf_counter() < end:
-        t = time.perf_counter()
-        np.copyto(b, a)
-        best = min(best, time.perf_counter() - t)
-        done += 1
-    return 1e9 * best / (2 * a.nbytes)
-
-
-def calibrate(path=None, n=8192, budget_s=2.0, ops=None):
-    """Measure this machine's costs and write them where :func:`costs` finds
-    them (``path``, default :func:`calibration_path`).
-
-    Builds one numba plan whose forward sweep holds one ``op -> sum`` region
-    per elementwise op and profiles it (two compilations of a large plan:
-    a minute or two).  ``ops``: names of the ops to measure (default: every
-    elementwise op with a numpy ufunc); the others keep the table's figures.
-
-    Returns
-    -------
-    Costs
-    """
-    import hybridad as ha
-    from ..ops.region import recompute_partials
-    from ..plans.profile import profile
-
-    ops = [o for o in _measured_ops() if ops is None or o[0] in ops]
-    rng = np.random.default_rng(0)
-    base = rng.uniform(0.2, 0.9, n)
-    args = [base]
-    for _, _, nin, (lo, hi) in ops:
-        args += [rng.uniform(lo + 0.1 * (hi - lo), hi - 0.1 * (hi - lo), n) for _ in range(nin)]
-
-    def f(x, *ins):
-        total = np.sum(x * 1.5) + np.sum(x * 1.25 * x)
-        at = 0
-        for _, u, nin, _ in ops:
-            total = total + np.sum(u(*ins[at:at + nin]))
-            at += nin
-        return total
-
-    with recompute_partials(), np.errstate(all="ignore"):  # forward regions: values only
-        plan = ha.compile(f, *args, argnums=tuple(range(len(args))), parallel=False,
-                          tiered=False)
-        prof = profile(plan, *args, budget_s=budget_s)
-    nodes = {m.id: m for m in plan.graph.nodes}
-    per = {}  # the region's ops -> ns per element
-    for r in prof.rows:
-        if r.kind == "region_reduce" and r.phase == "forward":
-            body = nodes[r.node].attrs["body"]
-            per[tuple(m.op for m in body.nodes)] = r.median_ns / n
-    base, twice = per.get(("multiply",)), per.get(("multiply", "multiply"))
-    if base is None or twice is None:
-        raise RuntimeError(f"calibration: the baseline regions are missing ({sorted(per)})")
-    multiply = max(twice - base, 0.0)
-    op_ns = {**(costs().op_ns if ops is not None else {}),
-             "multiply": multiply, "add": multiply, "subtract": multiply}
-    for name, *_ in ops:
-        if (name,) in per:  # (an op the tracer rewrites, e.g. positive, has no region)
-            op_ns[name] = max(per[(name,)] - base, 0.0) + multiply
-    cpu, cores = _machine()
-    c = Costs(op_ns={k: round(v, 4) for k, v in sorted(op_ns.items())},
-              cache_ns_per_byte=round(_copy_rate(64 << 10), 5),
-              stream_ns_per_byte=round(_copy_rate(64 << 20), 5),
-              cpu=cpu, cores=cores, when=time.strftime("%Y-%m-%d"))
-    path = path or calibration_path()
-    if path:
-        d = {k: v for k, v in c.to_dict().items() if k != "source"}
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w") as fh:
-            json.dump(d, fh, indent=1)
-    reset()
-    c.source = f"this machine, calibrated {c.when} ({path})"
-    return c
 
 
 def describe_machine():

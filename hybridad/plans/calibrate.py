@@ -1,0 +1,120 @@
+"""Measuring this machine's costs for the cost model
+(:mod:`hybridad.transforms.costs`): ``python -m hybridad calibrate``.
+
+:func:`calibrate` builds one numba plan whose forward sweep holds one fused
+``op -> sum`` region per elementwise op, profiles it
+(:mod:`hybridad.plans.profile`), and writes each op's nanoseconds per
+element and numpy's copy rates where :func:`hybridad.transforms.costs.costs`
+finds them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+
+from ..transforms.costs import Costs, _machine, calibration_path, costs, reset
+
+__all__ = ["calibrate"]
+
+
+def _measured_ops():
+    """(name, ufunc, nin, domain) of the elementwise ops to calibrate: those
+    whose ufunc is numpy's own."""
+    from ..ir.registry import REGISTRY
+
+    out = []
+    for name, op in sorted(REGISTRY.items()):
+        u = getattr(op, "ufunc", None)
+        if op.kind != "elementwise" or not isinstance(u, np.ufunc) or u.nin not in (1, 2) or \
+                getattr(np, u.__name__, None) is not u or u.types[0][0] == "?" and u.nin == 2:
+            continue
+        if not any(t.endswith("->d") for t in u.types):
+            continue
+        out.append((name, u, u.nin, tuple(op.domain or (-2.0, 2.0))))
+    return out
+
+
+def _copy_rate(nbytes, seconds=0.1, least=5):
+    """ns per byte moved (read + written) by a copy of ``nbytes``: the best
+    of at least ``least`` copies (the pages touched first)."""
+    a = np.ones(nbytes // 8)
+    b = np.zeros_like(a)
+    best, done = np.inf, 0
+    end = time.perf_counter() + seconds
+    while done < least or time.perf_counter() < end:
+        t = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - t)
+        done += 1
+    return 1e9 * best / (2 * a.nbytes)
+
+
+def calibrate(path=None, n=8192, budget_s=2.0, ops=None):
+    """Measure this machine's costs and write them where :func:`costs` finds
+    them (``path``, default :func:`calibration_path`).
+
+    Builds one numba plan whose forward sweep holds one ``op -> sum`` region
+    per elementwise op and profiles it (two compilations of a large plan:
+    a minute or two).  ``ops``: names of the ops to measure (default: every
+    elementwise op with a numpy ufunc); the others keep the table's figures.
+
+    Returns
+    -------
+    Costs
+    """
+    from ..api import compile as compile_plan
+    from ..ops.region import recompute_partials
+    from .profile import profile
+
+    ops = [o for o in _measured_ops() if ops is None or o[0] in ops]
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.2, 0.9, n)
+    args = [base]
+    for _, _, nin, (lo, hi) in ops:
+        args += [rng.uniform(lo + 0.1 * (hi - lo), hi - 0.1 * (hi - lo), n) for _ in range(nin)]
+
+    def f(x, *ins):
+        total = np.sum(x * 1.5) + np.sum(x * 1.25 * x)
+        at = 0
+        for _, u, nin, _ in ops:
+            total = total + np.sum(u(*ins[at:at + nin]))
+            at += nin
+        return total
+
+    with recompute_partials(), np.errstate(all="ignore"):  # forward regions: values only
+        plan = compile_plan(f, *args, argnums=tuple(range(len(args))), parallel=False,
+                          tiered=False)
+        prof = profile(plan, *args, budget_s=budget_s)
+    nodes = {m.id: m for m in plan.graph.nodes}
+    per = {}  # the region's ops -> ns per element
+    for r in prof.rows:
+        if r.kind == "region_reduce" and r.phase == "forward":
+            body = nodes[r.node].attrs["body"]
+            per[tuple(m.op for m in body.nodes)] = r.median_ns / n
+    base, twice = per.get(("multiply",)), per.get(("multiply", "multiply"))
+    if base is None or twice is None:
+        raise RuntimeError(f"calibration: the baseline regions are missing ({sorted(per)})")
+    multiply = max(twice - base, 0.0)
+    op_ns = {**(costs().op_ns if ops is not None else {}),
+             "multiply": multiply, "add": multiply, "subtract": multiply}
+    for name, *_ in ops:
+        if (name,) in per:  # (an op the tracer rewrites, e.g. positive, has no region)
+            op_ns[name] = max(per[(name,)] - base, 0.0) + multiply
+    cpu, cores = _machine()
+    c = Costs(op_ns={k: round(v, 4) for k, v in sorted(op_ns.items())},
+              cache_ns_per_byte=round(_copy_rate(64 << 10), 5),
+              stream_ns_per_byte=round(_copy_rate(64 << 20), 5),
+              cpu=cpu, cores=cores, when=time.strftime("%Y-%m-%d"))
+    path = path or calibration_path()
+    if path:
+        d = {k: v for k, v in c.to_dict().items() if k != "source"}
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as fh:
+            json.dump(d, fh, indent=1)
+    reset()
+    c.source = f"this machine, calibrated {c.when} ({path})"
+    return c
