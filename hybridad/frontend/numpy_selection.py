@@ -31,7 +31,7 @@ from .numpy_math import _float
 from .numpy_reductions import mean as _mean_of
 from .objects import assign
 from .trace import bind
-from .tracer import Tracer
+from .tracer import SURFACE, Tracer
 
 __all__ = ["set_items"]
 
@@ -75,13 +75,23 @@ def set_items(target, index, value):
     while v.ndim > np.ndim(chosen) and v.shape[0] == 1:  # numpy drops leading unit axes
         v = reshape(v, v.shape[1:])
     v = broadcast_to(v, np.shape(chosen))
-    last = np.full(target.size, -1, dtype=np.intp)
-    last[np.ravel(chosen)] = np.arange(np.size(chosen), dtype=np.intp)  # last write wins
-    src = np.where(last >= 0, target.size + last, np.arange(target.size))
-    both = concatenate([ravel(target), ravel(v)])
-    new = reshape(gather_positions(both, lambda p: p[src]), target.shape)
-    assign(target, new, "in-place assignment `a[index] = value`")
+    assign(target, write_positions(target, chosen, v), "in-place assignment `a[index] = value`")
     return True
+
+
+def write_positions(a, at, value):
+    """``a`` with its elements at flat positions ``at`` (a constant integer
+    array) taken from ``value`` (shaped like ``at``; a position repeated is
+    written by its last occurrence), as one gather of ``a`` and ``value``."""
+    at = np.ravel(at)
+    last = np.full(a.size, -1, dtype=np.intp)
+    last[at] = np.arange(at.size, dtype=np.intp)  # numpy's last write wins
+    src = np.where(last >= 0, a.size + last, np.arange(a.size))
+    both = concatenate([ravel(a), ravel(value)])
+    return reshape(gather_positions(both, lambda p: p[src]), a.shape)
+
+
+SURFACE.write_positions = write_positions
 
 
 # ----------------------------------------------------------------------------

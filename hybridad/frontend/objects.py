@@ -186,16 +186,10 @@ def _write_through(target, value):
     make it: the root of the family takes its new value (``value`` at the
     positions ``target`` views, its own elsewhere: one gather), then every
     live member is its views of the new root again."""
-    from .numpy_api import concatenate, gather_positions, ravel, reshape
-
     root = _family_root(target)
     grid = np.arange(root.size, dtype=np.intp).reshape(root.shape)
-    at = np.ravel(_positions(target, grid, root))
-    last = np.full(root.size, -1, dtype=np.intp)
-    last[at] = np.arange(at.size, dtype=np.intp)
-    src = np.where(last >= 0, root.size + last, np.arange(root.size))
-    both = concatenate([ravel(Tracer(root.node, root._trace)), ravel(value)])
-    root.node = reshape(gather_positions(both, lambda p: p[src]), root.shape).node
+    at = _positions(target, grid, root)
+    root.node = SURFACE.write_positions(Tracer(root.node, root._trace), at, value).node
     live = {id(m): m for m in [target, *_others_sharing(target)] if m is not root}
 
     def depth(m):

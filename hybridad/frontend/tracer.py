@@ -26,11 +26,12 @@ from .observe import note_value_operand
 #: the numpy surface of tracers: ``apply_ufunc``, ``apply_function`` and
 #: ``getitem``, installed by :mod:`hybridad.frontend.numpy_api`, and
 #: ``assign`` (in-place operators), installed by :mod:`hybridad.frontend.objects`,
-#: and ``setitem`` (``a[idx] op= v``), installed by :mod:`hybridad.frontend.numpy_signal`
-#: (they import this module; tracers call them through this table, so imports
-#: run one way)
+#: ``setitem`` (``a[idx] op= v``), installed by :mod:`hybridad.frontend.numpy_signal`,
+#: and ``write_positions`` (an array with some elements replaced), installed by
+#: :mod:`hybridad.frontend.numpy_selection` (they import this module; tracers
+#: call them through this table, so imports run one way)
 SURFACE = types.SimpleNamespace(apply_ufunc=None, apply_function=None, getitem=None,
-                                assign=None, setitem=None)
+                                assign=None, setitem=None, write_positions=None)
 
 __all__ = ["ARG", "READONLY", "SCALAR", "Tracer"]
 
