@@ -68,14 +68,14 @@ def rows():
     """``(section, name, derivative kind, backends)`` of every supported
     numpy function, ufunc method and ndarray method."""
     from .frontend import numpy_api  # noqa: F401  (fills HANDLED)
-    from .frontend.numpy_api import _UFUNC_ALIASES, HANDLED, UFUNC_OPS, ufunc_name
+    from .frontend.numpy_api import _UFUNC_ALIASES, HANDLED, ufunc_name, ufunc_ops
     from .frontend.tracer import Tracer
     from .ops import REGISTRY
 
     both = "numpy, numba"
     out = []
     special = []
-    for uf, name in sorted(UFUNC_OPS.items(), key=lambda kv: kv[1]):
+    for uf, name in sorted(ufunc_ops(load=True).items(), key=lambda kv: kv[1]):
         row = (ufunc_name(uf), _kind(REGISTRY[name]), both)
         if row[0].startswith("numpy."):
             out.append(("ufuncs", *row))

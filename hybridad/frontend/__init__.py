@@ -9,8 +9,9 @@ core functions, :mod:`.numpy_reductions`, :mod:`.numpy_math`,
 :mod:`.numpy_signal`, array construction :mod:`.numpy_construct`, complex
 values :mod:`.numpy_complex` and :mod:`.numpy_fft`); scipy's Python functions
 and distributions (:mod:`.scipy_special`, :mod:`.scipy_stats`,
-:mod:`.scipy_linalg`) and any other library function on values that need no
-derivative (:mod:`.host_calls`); what ``f`` reads besides its arguments (:mod:`.observe`
+:mod:`.scipy_linalg`, wrapped when scipy is imported: :mod:`.after_import`)
+and any other library function on values that need no derivative
+(:mod:`.host_calls`); what ``f`` reads besides its arguments (:mod:`.observe`
 while tracing, :mod:`.user_code`, the walk :mod:`.guard_walk`, the compiled
 checks :mod:`.guards`, the graph :mod:`.signature`) and user scalar functions
 (:mod:`.scalar_functions`)."""
@@ -35,17 +36,22 @@ from . import numpy_construct  # noqa: E402,F401  (np.array, np.r_, append, sele
 from . import scipy_special, scipy_stats  # noqa: E402  (scipy's Python functions)
 from . import scipy_linalg  # noqa: E402,F401  (scipy.linalg)
 from . import host_calls  # noqa: E402  (any other function, on values needing no derivative)
+from .after_import import after_import  # noqa: E402
 from .trace import ON_ENTER  # noqa: E402
 
 
-def _install_scipy():
-    """Wrap scipy's intercepted entry points; scipy.stats once the user imported it
-    (importing it here would cost every hybridad import half a second)."""
-    scipy_special.install()
-    if "scipy.stats" in sys.modules:
+def _install_scipy(only=None):
+    """Wrap scipy's intercepted entry points in the modules imported so far (or
+    in the one named ``only``, just imported).  hybridad imports no scipy
+    itself: scipy costs every import a quarter of a second."""
+    scipy_special.install(only)
+    if "scipy.stats" in sys.modules and only in (None, "scipy.stats"):
         scipy_stats.install()
-    host_calls.install()  # after the traced ones: what they leave runs on values
+    host_calls.install(only)  # after the traced ones: what they leave runs on values
 
 
 _install_scipy()
-ON_ENTER.append(_install_scipy)  # again when a trace begins: modules imported since
+# each scipy module imported later: at once, before user code binds its names
+after_import({module for module, _ in scipy_special.INTERCEPTED} | {"scipy.stats"} |
+             set(host_calls.LIBRARY_MODULES), _install_scipy)
+ON_ENTER.append(_install_scipy)  # and again when a trace begins (idempotent)

@@ -176,12 +176,13 @@ def _traced(args, kwargs):
 _INSTALLED = set()
 
 
-def install():
+def install(only=None):
     """Wrap the public Python functions of every module of
-    :data:`LIBRARY_MODULES` imported so far (each module once)."""
+    :data:`LIBRARY_MODULES` imported so far, or of the one named ``only``
+    (each module once)."""
     for name in LIBRARY_MODULES:
         module = sys.modules.get(name)
-        if module is None or name in _INSTALLED:
+        if module is None or name in _INSTALLED or only not in (None, name):
             continue
         _INSTALLED.add(name)
         for attr, obj in list(vars(module).items()):

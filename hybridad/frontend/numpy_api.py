@@ -19,6 +19,7 @@ import weakref
 import numpy as np
 
 from ..errors import TracingError, public_module, user_location
+from ..ir.registry import LazyUfunc
 from ..ops import REGISTRY
 from ..ops.indexing import gather_positions as _gather_positions
 from .objects import settle, tracers_in
@@ -35,7 +36,24 @@ UFUNC_REDUCERS = {}
 UFUNC_AT = {}
 
 #: ufunc -> primitive name, for every elementwise primitive backed by a ufunc
-UFUNC_OPS = {op.ufunc: name for name, op in REGISTRY.items() if op.ufunc is not None}
+#: (scipy.special's once scipy is imported: see :func:`ufunc_ops`)
+UFUNC_OPS = {op.ufunc: name for name, op in REGISTRY.items()
+             if op._ufunc is not None and type(op._ufunc) is not LazyUfunc}
+#: primitive name -> its ufunc not imported yet (:class:`~hybridad.ir.registry.LazyUfunc`)
+_LAZY_UFUNCS = {name: op._ufunc for name, op in REGISTRY.items()
+                if type(op._ufunc) is LazyUfunc}
+
+
+def ufunc_ops(load=False):
+    """:data:`UFUNC_OPS` with the ufuncs of every library imported by now
+    (``load``: of every library, importing them)."""
+    for name, lazy in list(_LAZY_UFUNCS.items()):
+        if load or lazy.module in sys.modules:
+            UFUNC_OPS[lazy.resolve()] = name
+            _LAZY_UFUNCS.pop(name, None)
+    return UFUNC_OPS
+
+
 _REDUCE_OPS = {np.add: "sum", np.maximum: "max", np.minimum: "min", np.multiply: "prod"}
 #: ufuncs that are another one under a second name
 _UFUNC_ALIASES = {np.radians: np.deg2rad, np.degrees: np.rad2deg}
@@ -127,7 +145,7 @@ def _ufunc(ufunc, method, inputs, kwargs):
             *inputs, axis=kwargs.get("axis", 0), dtype=kwargs.get("dtype"))
     if method == "at" and ufunc in UFUNC_AT:  # in place: returns None
         return UFUNC_AT[ufunc](ufunc, *inputs, **kwargs)
-    if method == "__call__" and ufunc in UFUNC_OPS:
+    if method == "__call__" and (ufunc in UFUNC_OPS or _LAZY_UFUNCS and ufunc in ufunc_ops()):
         _no_kwargs(ufunc.__name__, kwargs, allowed=("out",))
         return bind(UFUNC_OPS[ufunc], *inputs)
     if method == "reduce" and ufunc in _REDUCE_OPS:

@@ -5,9 +5,10 @@ solve_triangular, cholesky, cho_factor/cho_solve, lu_factor/lu_solve, eigh
 Registered in :data:`.scipy_special.INTERCEPTED` under ``"scipy.linalg"``:
 ``scipy.linalg.solve(a, b)`` inside a traced function comes here when an
 argument is a tracer (:func:`.scipy_special.install` wraps the module's
-attributes when hybridad is imported: ``from scipy.linalg import solve``
-after ``import hybridad`` binds the wrapper).  Batches broadcast as
-scipy's (``b`` is a vector when it is 1-D, else a matrix).
+attributes when hybridad or scipy.linalg is imported, whichever is second:
+``from scipy.linalg import solve`` after ``import hybridad`` binds the
+wrapper).  Batches broadcast as scipy's (``b`` is a vector when it is 1-D,
+else a matrix).
 
 Values are scipy's: the same LAPACK call where scipy makes one directly
 (trtrs as scipy calls it for a C-ordered matrix, potrf, getrf, syevr: bit
@@ -28,7 +29,6 @@ from __future__ import annotations
 import weakref
 
 import numpy as np
-import scipy.linalg  # noqa: F401  (hybridad's LAPACK kernels import it anyway: wrapped at import)
 
 from ..ops.linalg_factor import lu_parts
 from .numpy_api import _tracer, concatenate, getitem, reshape

@@ -5,9 +5,10 @@ scipy.special's ufuncs (``erf``, ``gammaln``, ``xlogy``, ...) need nothing
 here: they dispatch through ``__array_ufunc__`` to the ops of
 :mod:`hybridad.ops.special`.  scipy's *Python* functions convert their input
 with ``np.asarray`` first, which a tracer refuses.  The ones below are
-intercepted instead: :func:`install` (run when hybridad is imported) replaces
-each public attribute -- ``scipy.special.logsumexp`` -- by a wrapper that
-calls scipy's own function unless an argument is a tracer, and the traced
+intercepted instead: :func:`install` (run when hybridad is imported if scipy
+was, else right after the scipy module is imported: :mod:`.after_import`)
+replaces each public attribute -- ``scipy.special.logsumexp`` -- by a wrapper
+that calls scipy's own function unless an argument is a tracer, and the traced
 implementation here when one is.  Code that called scipy before behaves as
 before; ``scipy.special.logsumexp(x)`` inside a traced function is traced.
 A name bound before hybridad was imported (``from scipy.special import
@@ -57,13 +58,13 @@ def _wrap(original, impl):
     return dispatch
 
 
-def install():
+def install(only=None):
     """Put the wrappers of :data:`INTERCEPTED` in place for every scipy module
-    imported so far (idempotent; scipy.stats is not imported for this: it is
-    wrapped when a trace begins after the user imported it)."""
+    imported so far, or for the module named ``only`` (idempotent; nothing is
+    imported for this)."""
     for (module, name), impl in INTERCEPTED.items():
         mod = sys.modules.get(module)
-        if mod is None:
+        if mod is None or only not in (None, module):
             continue
         current = getattr(mod, name)
         if getattr(current, "__hybridad_original__", None) is None:

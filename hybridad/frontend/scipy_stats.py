@@ -3,9 +3,10 @@
 ``scipy.stats.norm.logpdf(x, loc, scale)`` (and ``norm(loc, scale).logpdf(x)``,
 the frozen form, which calls it) is a method of ``rv_continuous`` /
 ``rv_discrete`` that converts its input with ``np.asarray``.  :func:`install`
-(run when hybridad is imported) wraps those methods on the two classes, so
-every distribution instance, however it was imported, dispatches here when an
-argument is a tracer and to scipy otherwise.  The log-density of each
+(run when hybridad or scipy.stats is imported, whichever is second) wraps
+those methods on the two classes, so every distribution instance, however it
+was imported, dispatches here when an argument is a tracer and to scipy
+otherwise.  The log-density of each
 distribution is one line of :data:`LOGPDF` (continuous, in the standardized
 ``z = (x - loc) / scale``) or :data:`LOGPMF` (discrete), written with the ufuncs
 of numpy and scipy.special, so it is differentiable in ``x`` and in every
@@ -21,8 +22,8 @@ import functools
 import math
 
 import numpy as np
-import scipy.special as sp
 
+from ..ops.special import sp  # scipy.special's ufuncs, scipy imported on the first call
 from .scipy_special import is_traced
 
 __all__ = ["CDF", "LOGPDF", "LOGPMF", "install"]

@@ -37,7 +37,18 @@ An :class:`Op` carries, side by side:
   call that fails writes nothing: the plans order every write into a caller's
   buffer after the last such op (:func:`hybridad.transforms.memory.plan_memory`,
   :func:`hybridad.transforms.updates.schedule_updates`, the staged programs of
-  :mod:`hybridad.plans.staged`).
+  :mod:`hybridad.plans.staged`);
+* ``shifts`` -- for data-movement ops whose result is made of operands'
+  elements at shifted positions (``concatenate``; ``getitem`` by slices of
+  step 1, integers, new axes; a ``reshape`` inserting or dropping axes of
+  length 1): ``shifts(*arg_nodes, **attrs) -> [(operand position, lo, hi,
+  index)]``, or None where the op's index map is not of that kind.  The
+  result's elements in the box ``lo <= i < hi`` (per-axis tuples) are the
+  operand's at, along each operand axis, ``i[d] + offset`` where ``index``
+  has ``(d, offset)`` there, or a fixed index where it has an int.  A
+  compiled backend may then read the result in place through its operands
+  instead of copying it (:func:`hybridad.backends.numba.layouts.read_in_place`:
+  ``np.roll``).
 
 Adding an op touches one file in this package; tests pick it up from
 :data:`REGISTRY`.
@@ -45,13 +56,38 @@ Adding an op touches one file in this package; tests pick it up from
 
 from __future__ import annotations
 
-__all__ = ["REGISTRY", "Op", "get", "may_raise", "register", "storage_root"]
+import importlib
+
+__all__ = ["REGISTRY", "LazyUfunc", "Op", "get", "may_raise", "register", "storage_root"]
 
 REGISTRY: dict[str, Op] = {}
 
 #: kinds of op; ``view`` results alias their first operand's storage,
 #: ``inplace`` results *are* their first operand's storage, modified.
 KINDS = ("elementwise", "reduce", "view", "inplace", "compute", "region")
+
+
+class LazyUfunc:
+    """A library's ufunc named, not imported (``scipy.special.erf``), so that
+    declaring its op does not import the library: :attr:`Op.ufunc` and calling
+    this import it and give the ufunc itself."""
+
+    def __init__(self, module, name):
+        self.module = module
+        self.__name__ = name
+        self._ufunc = None
+
+    def resolve(self):
+        """The ufunc (importing its module on first use)."""
+        if self._ufunc is None:
+            self._ufunc = getattr(importlib.import_module(self.module), self.__name__)
+        return self._ufunc
+
+    def __call__(self, *args, **kwargs):
+        return self.resolve()(*args, **kwargs)
+
+    def __repr__(self):
+        return f"LazyUfunc({self.module}.{self.__name__})"
 
 
 class Op:
@@ -82,13 +118,16 @@ class Op:
         leading batch axis; the result has it too.  Elementwise ops share
         one rule.
     ufunc, partials, domain, scalar :
-        Elementwise ops only; see the module docstring.
+        Elementwise ops only; see the module docstring.  ``ufunc`` may be a
+        :class:`LazyUfunc` (scipy.special's: imported when first needed).
     workspace : callable, optional
         ``workspace(*arg_nodes, **attrs) -> int``; see the module docstring.
     expensive, piecewise : bool, default False
         Elementwise ops only; see the module docstring.
     raises : bool, default False
         Whether ``run`` can raise at run time; see the module docstring.
+    shifts : callable, optional
+        Data-movement ops only; see the module docstring.
     """
 
     __slots__ = (
@@ -104,7 +143,8 @@ class Op:
         "raises",
         "run",
         "scalar",
-        "ufunc",
+        "shifts",
+        "_ufunc",
         "batch",
         "jvp",
         "view",
@@ -114,7 +154,8 @@ class Op:
 
     def __init__(self, name, kind, abstract, run=None, view=None, vjp=None, ufunc=None,
                  partials=None, domain=None, doc="", scalar=None, workspace=None, jvp=None,
-                 batch=None, dual=None, raises=False, expensive=False, piecewise=False):
+                 batch=None, dual=None, raises=False, expensive=False, piecewise=False,
+                 shifts=None):
         assert kind in KINDS, kind
         self.name = name
         self.kind = kind
@@ -134,6 +175,19 @@ class Op:
         self.raises = bool(raises)
         self.expensive = bool(expensive)
         self.piecewise = bool(piecewise)
+        self.shifts = shifts
+
+    @property
+    def ufunc(self):
+        """The ufunc of an elementwise op (a :class:`LazyUfunc` is imported here)."""
+        ufunc = self._ufunc
+        if type(ufunc) is LazyUfunc:
+            ufunc = self._ufunc = ufunc.resolve()
+        return ufunc
+
+    @ufunc.setter
+    def ufunc(self, ufunc):
+        self._ufunc = ufunc
 
     def __repr__(self):
         return f"Op({self.name!r}, kind={self.kind!r})"

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.registry import Op, register
+from ..ir.registry import LazyUfunc, Op, register
 
 LN2 = float(np.log(2.0))
 LN10 = float(np.log(10.0))
@@ -61,19 +61,24 @@ def _lit(value, like):
     return like.dtype.type(value)
 
 
+def _real(ufunc):
+    """The ufunc itself (a :class:`~hybridad.ir.registry.LazyUfunc` imported)."""
+    return ufunc.resolve() if type(ufunc) is LazyUfunc else ufunc
+
+
 def _abstract_for(ufunc):
     def abstract(*args):
         from ..frontend.trace import loop_dtypes
 
         shape = np.broadcast_shapes(*(a.shape for a in args))
-        return shape, loop_dtypes(ufunc, args)[-1]
+        return shape, loop_dtypes(_real(ufunc), args)[-1]
 
     return abstract
 
 
 def _run_for(ufunc):
     def run(out, *arrays):
-        ufunc(*arrays, out=out)
+        _real(ufunc)(*arrays, out=out)
 
     return run
 
@@ -134,7 +139,7 @@ def elementwise(ufunc, partials, domain=(-2.0, 2.0), name=None, scalar=None,
     regions store its partials rather than recompute them); ``piecewise``: its
     derivative has kinks or jumps (see :class:`hybridad.ir.registry.Op`)."""
     partials = tuple(partials)
-    assert len(partials) == ufunc.nin, ufunc
+    assert type(ufunc) is LazyUfunc or len(partials) == ufunc.nin, ufunc
     return register(Op(
         name or ufunc.__name__, "elementwise", _abstract_for(ufunc), run=_run_for(ufunc),
         vjp=_vjp_from_partials(partials), jvp=_jvp_from_partials(partials), ufunc=ufunc,

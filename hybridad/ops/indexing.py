@@ -6,6 +6,8 @@ their reverse rules return."""
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from ..ir.registry import REGISTRY, Op, register
@@ -35,7 +37,41 @@ def _getitem_abstract(x, index):
     return _proxy(x)[index + (...,)].shape, x.dtype
 
 
+def _getitem_shifts(x, index):
+    """Basic indexing by slices of step 1, integers and new axes: the
+    result's index plus the slice's start, or the integer."""
+    lo, hi, where, d, j = [], [], [], 0, 0
+    for k in index:
+        if k is None:  # a new axis of length 1
+            lo.append(0)
+            hi.append(1)
+            d += 1
+            continue
+        if j == len(x.shape):
+            return None
+        if type(k) is slice:
+            start, stop, step = k.indices(x.shape[j])
+            if step != 1:
+                return None
+            lo.append(0)
+            hi.append(max(stop - start, 0))
+            where.append((d, start))
+            d += 1
+        elif isinstance(k, numbers.Integral) and not isinstance(k, bool):
+            where.append(int(k) % x.shape[j])
+        else:
+            return None
+        j += 1
+    for n in x.shape[j:]:
+        lo.append(0)
+        hi.append(n)
+        where.append((d, 0))
+        d += 1
+    return [(0, tuple(lo), tuple(hi), tuple(where))]
+
+
 register(Op("getitem", "view", _getitem_abstract, view=lambda x, index: x[index + (...,)],
+            shifts=_getitem_shifts,
             vjp=lambda g, node, active, x, ans, index: (Scatter(index, g),),
             jvp=lambda ts, node, x, ans, index: _bind("getitem", ts[0], index=index),
             batch=lambda node, batched, x, index: _bind("getitem", x,

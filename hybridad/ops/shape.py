@@ -15,7 +15,21 @@ def _reshape_view(x, shape):
     return np.reshape(x, shape)
 
 
+def _reshape_shifts(x, shape):
+    """Only a reshape that inserts or drops axes of length 1 (a batched or
+    broadcast operand's): each other axis of ``x`` is one of the result's."""
+    kept = [j for j, n in enumerate(x.shape) if n != 1]
+    new = [d for d, n in enumerate(shape) if n != 1]
+    if [x.shape[j] for j in kept] != [shape[d] for d in new]:
+        return None
+    index = [0] * len(x.shape)
+    for j, d in zip(kept, new, strict=True):
+        index[j] = (d, 0)
+    return [(0, (0,) * len(shape), tuple(shape), tuple(index))]
+
+
 register(Op("reshape", "view", lambda x, shape: (shape, x.dtype), view=_reshape_view,
+            shifts=_reshape_shifts,
             vjp=lambda g, node, active, x, ans, shape: (np.reshape(g, x.shape),),
             jvp=lambda ts, node, x, ans, shape: np.reshape(ts[0], shape),
             batch=lambda node, batched, x, shape: np.reshape(x, (x.shape[0], *shape))))
@@ -75,5 +89,20 @@ def _concat_batch(node, batched, *xs, axis):
     return _bind("concatenate", *parts, axis=axis + 1)
 
 
+def _concat_shifts(*xs, axis):
+    """Operand ``k`` is the box ``start_k <= i[axis] < start_k + n_k`` of the
+    result, at ``i[axis] - start_k`` (a compiled backend may read the result in
+    place: ``np.roll``'s two slices of one array)."""
+    pieces, start = [], 0
+    for k, x in enumerate(xs):
+        n = x.shape[axis]
+        lo = tuple(start if d == axis else 0 for d in range(len(x.shape)))
+        hi = tuple(start + n if d == axis else s for d, s in enumerate(x.shape))
+        pieces.append((k, lo, hi, tuple((d, -start if d == axis else 0)
+                                        for d in range(len(x.shape)))))
+        start += n
+    return pieces
+
+
 register(Op("concatenate", "compute", _concat_abstract, run=_concat_run, vjp=_concat_vjp,
-            jvp=_concat_jvp, batch=_concat_batch))
+            jvp=_concat_jvp, batch=_concat_batch, shifts=_concat_shifts))

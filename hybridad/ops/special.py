@@ -25,9 +25,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.special as sp
-from scipy.special import _ufuncs
 
+from ..ir.registry import LazyUfunc
 from .elementwise import Underived, _lit, elementwise
 
 __all__ = ["SCIPY_SPECIAL"]
@@ -35,7 +34,26 @@ __all__ = ["SCIPY_SPECIAL"]
 _2_SQRTPI = 2.0 / math.sqrt(math.pi)
 _SQRTPI_2 = math.sqrt(math.pi) / 2.0
 _SQRT2PI = math.sqrt(2.0 * math.pi)
-_zeta = _ufuncs._zeta  # Hurwitz zeta(s, q), what scipy.special.zeta(x, q) calls
+
+
+class _Names:
+    """``sp.erf``: scipy.special's ufunc by name, a :class:`LazyUfunc` -- scipy
+    is imported when a rule first calls one or a backend needs it, not by
+    ``import hybridad``."""
+
+    def __init__(self, module):
+        self._module = module
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        ufunc = LazyUfunc(self._module, name)
+        setattr(self, name, ufunc)
+        return ufunc
+
+
+sp = _Names("scipy.special")
+_zeta = LazyUfunc("scipy.special._ufuncs", "_zeta")  # Hurwitz zeta(s, q): scipy.special.zeta(x, q)
 
 
 def _special(ufunc, partials, domain=(-2.0, 2.0), name=None, expensive=True):

@@ -25,12 +25,7 @@ import weakref
 import numpy as np
 
 from .. import _tree
-from ..backends.numba.layouts import materialize_for_numba, scratch_for_numba
-from ..backends.numba.program import (
-    compile_numba_program,
-    work_estimate,
-)
-from ..backends.numba.threshold import serial_loops
+from ..backends.numba.threshold import serial_loops, work_estimate
 from ..backends.numpy.program import compile_program
 from ..errors import MemoryBudgetError
 from ..frontend.guard_walk import root_of
@@ -272,13 +267,18 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         numba = self.backend == "numba"
         scratch = op_workspaces(graph.nodes)
         if numba:
+            from ..backends.numba.layouts import scratch_for_numba
             scratch.update(scratch_for_numba(graph.nodes))
         if self.backend == "cupy":
             from ..backends.cuda.program import scratch_for_cupy
             scratch.update(scratch_for_cupy(graph.nodes))
-        return plan_memory(graph, self._materialize(graph.nodes), scratch,
+        in_place = {}
+        if numba:  # concatenations (np.roll) its loops read in place, never made
+            from ..backends.numba.layouts import read_in_place
+            in_place = read_in_place(graph.nodes, graph.outputs)
+        return plan_memory(graph, self._materialize(graph.nodes, in_place), scratch,
                            reuse=self.backend != "numpy", direct_outputs=numba,
-                           pack=self._pack, pinned=pinned)
+                           pack=self._pack, pinned=pinned, in_place=in_place)
 
 
     def __reduce__(self):
@@ -299,11 +299,15 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         return _rebuild_plan, (f, protos, self.argnums, self.backend, self.parallel)
 
 
-    def _materialize(self, nodes):
-        return materialize_for_numba(nodes) if self.backend == "numba" else ()
+    def _materialize(self, nodes, in_place=()):
+        if self.backend != "numba":
+            return ()
+        from ..backends.numba.layouts import materialize_for_numba
+        return materialize_for_numba(nodes, in_place)
 
     def _compile(self, nodes, inputs, outputs, name, out_specs, in_specs=None, given=()):
-        if self.backend == "numba":
+        if self.backend == "numba":  # numba is imported by the first plan that needs it
+            from ..backends.numba.program import compile_numba_program
             with serial_loops(not self.parallel):
                 prog = compile_numba_program(nodes, inputs, outputs, self.memory, self._buffers,
                                              in_specs or self._specs, out_specs, name=name,

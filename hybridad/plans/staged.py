@@ -39,8 +39,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from .. import _tree
-from ..backends.numba.program import work_estimate
-from ..backends.numba.threshold import serial_loops
+from ..backends.numba.threshold import serial_loops, work_estimate
 from ..ir.graph import Graph, check
 from ..ops import REGISTRY, may_raise
 from ..results import DiffResult

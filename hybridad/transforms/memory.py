@@ -61,10 +61,16 @@ class MemoryPlan:
     materialized : set
         ids of view nodes that get a buffer and a copy instead (a reshape whose
         operand's layout forbids a view, or what a backend asked for).
+    in_place : dict
+        node id -> the backend's description of how its readers index the
+        node's operands: nodes the backend does not make at all (a
+        concatenation read in place, see :func:`plan_memory`).
     """
 
     def __init__(self, storage, slots, arena_bytes, materialized, scratch=None, alias_of=None,
-                 lifetimes=None, direct=None, order=(), naive_bytes=None, live_bytes=()):
+                 lifetimes=None, direct=None, order=(), naive_bytes=None, live_bytes=(),
+                 in_place=None):
+        self.in_place = in_place or {}
         self.scratch = scratch or {}  # node id -> (dtype, offset_bytes, count)
         self.alias_of = alias_of or {}  # alias node id -> the operand node it overwrites
         self.arenas = {}  # dtype -> the flat arena (typed view), set by allocate()
@@ -206,7 +212,7 @@ def op_workspaces(nodes):
 
 
 def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs=False,
-                pack=True, pinned=()):
+                pack=True, pinned=(), in_place=None):
     """Assign storage to every node of ``graph`` (see module docstring).
 
     ``materialize``: ids of view nodes the backend wants copied into a buffer.
@@ -220,7 +226,14 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
     ``pinned``: ids of nodes that live to the end of the schedule like the
     outputs (values a later program of the plan reads, see
     :mod:`hybridad.plans.staged`).
+    ``in_place``: node id -> the backend's description, for nodes the
+    backend reads in place through their operands instead of making them
+    (:func:`hybridad.backends.numba.layouts.read_in_place`: a concatenation
+    of slices of one array, whose readers index that array): they take the
+    storage ``view`` of their first operand -- no slot, and the array they
+    read lives as long as they are read.
     """
+    in_place = in_place or {}
     storage, copies, protos, alias_of = {}, set(), {}, {}
     users = graph.users()
     outputs = {n.id for n in graph.outputs if n is not None} | set(pinned)
@@ -242,6 +255,9 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
             storage[node.id] = "alias"
             alias_of[node.id] = target
             protos[node.id] = layout_proto(target, protos)
+            continue
+        if node.id in in_place and kind != "view":  # read in place: no storage of its own
+            storage[node.id] = "view"
             continue
         if kind == "view" and node.id in materialize:
             copies.add(node.id)
@@ -308,7 +324,8 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
     lifetimes = {key: (a, b) for key, _, _, a, b in items}
     return MemoryPlan(storage, slots, arena, copies, scratch_slots, alias_of,
                       lifetimes=lifetimes, direct=direct, order=[n.id for n in graph.nodes],
-                      naive_bytes=naive, live_bytes=live[:end_of_schedule])
+                      naive_bytes=naive, live_bytes=live[:end_of_schedule],
+                      in_place=in_place)
 
 
 def poison_schedule(memplan):

@@ -1,18 +1,22 @@
 """How buffers look to the generated numba code: which views become copies
-(:func:`materialize_for_numba`), scratch buffers, and each buffer's layout
-(:func:`numba_layouts`)."""
+(:func:`materialize_for_numba`), which concatenations are read in place
+instead of copied (:func:`read_in_place`), scratch buffers, and each
+buffer's layout (:func:`numba_layouts`)."""
 
 from __future__ import annotations
 
-from ...ops import REGISTRY
+import itertools
+
+from ...ops import REGISTRY, storage_root
 from ...transforms.memory import layout_proto
 from .reduce import reduction_scratch
 from .runner import view_at
 
-__all__ = ["materialize_for_numba", "numba_layouts", "scratch_for_numba", "view_statement"]
+__all__ = ["ShiftMap", "materialize_for_numba", "numba_layouts", "read_in_place",
+           "scratch_for_numba", "view_statement"]
 
 
-def materialize_for_numba(nodes):
+def materialize_for_numba(nodes, in_place=()):
     """Ids of view nodes to copy into buffers: indexing views that are not one
     contiguous piece of a C array, and reshapes of operands numba does not
     type as C-contiguous.
@@ -23,7 +27,8 @@ def materialize_for_numba(nodes):
     address plus an offset, typed C-contiguous -- no copy.  So does a strided
     slice of a C array (``A[:, 1:]``, ``x[::2]``) that only fused regions and
     concatenations (``np.roll``) read: their loops index it in place (a numba
-    array view, typed ``"A"``)."""
+    array view, typed ``"A"``).  Nodes of ``in_place`` (:func:`read_in_place`)
+    are not made at all: their readers index the source."""
     from . import rt
 
     objects = rt.ABI is not None  # arrays arrive by object: their addresses are known
@@ -33,7 +38,9 @@ def materialize_for_numba(nodes):
         for i, a in enumerate(n.args):
             readers.setdefault(a.id, []).append((n, i))
     for n in nodes:
-        if n.op == "input":
+        if n.id in in_place:
+            layout[n.id], addressed[n.id] = "A", False
+        elif n.op == "input":
             layout[n.id], addressed[n.id] = "C", objects
         elif n.op == "const":
             v = n.attrs["value"]
@@ -56,6 +63,150 @@ def materialize_for_numba(nodes):
                 out.add(n.id)
             layout[n.id], addressed[n.id] = "C", True
     return out
+
+
+class ShiftMap:
+    """A node's elements as those of ``source`` at shifted positions.
+
+    ``axes[d]``: ``(lo, hi, offset)`` intervals tiling the node's axis ``d``;
+    ``drive[j]``: the node axis whose index, plus the offset of its interval
+    there, is the source's index along source axis ``j`` -- or None: the
+    source's index there is ``const[j]`` (an axis of length 1 dropped, an
+    integer index).  A node axis driving no source axis has length 1.  Each
+    offset depends on one axis's index only: ``np.roll`` along any axes and
+    slices of it, broadcast against higher ranks."""
+
+    __slots__ = ("source", "axes", "drive", "const")
+
+    def __init__(self, source, axes, drive, const):
+        self.source, self.axes, self.drive, self.const = source, axes, drive, const
+
+    @classmethod
+    def identity(cls, node):
+        nd = len(node.shape)
+        return cls(node, tuple(((0, s, 0),) for s in node.shape), tuple(range(nd)), (0,) * nd)
+
+    def __repr__(self):
+        return f"ShiftMap(%{self.source.id}, {self.axes}, drive={self.drive}, const={self.const})"
+
+
+def _shift_map(node, maps):
+    """``node``'s :class:`ShiftMap` from its op's ``shifts`` rule composed with
+    its operands' maps (``maps``; an operand without one is the source
+    itself), or None: not of that kind, pieces of several sources, or an
+    offset along an axis that depends on another axis's index."""
+    rule = REGISTRY[node.op].shifts
+    pieces = rule(*node.args, **node.attrs) if rule is not None and node.size else None
+    if pieces is None:
+        return None
+    boxes, found = [], None
+    for k, lo, hi, index in pieces:
+        a = node.args[k]
+        m = maps.get(a.id) or ShiftMap.identity(a)
+        per_axis = [[(0, 1, 0)] if h - l == 1 else None for l, h in zip(lo, hi, strict=True)]
+        drive, const = list(m.drive), list(m.const)
+        for j, where in enumerate(index):  # operand axis j: a node axis's index + off, or c
+            if isinstance(where, tuple):
+                d, off = where
+                per_axis[d] = [(max(lo[d], l1 - off), min(hi[d], h1 - off), off + o1)
+                               for l1, h1, o1 in m.axes[j]
+                               if max(lo[d], l1 - off) < min(hi[d], h1 - off)]
+            else:
+                at = [o1 for l1, h1, o1 in m.axes[j] if l1 <= where < h1]
+            for t, dj in enumerate(m.drive):
+                if dj == j:
+                    drive[t], const[t] = (d, 0) if isinstance(where, tuple) else \
+                        (None, where + at[0])
+        if any(ivs is None for ivs in per_axis) or found is not None and \
+                found != (m.source, drive, const):
+            return None  # (a node axis longer than 1 driving nothing: not a shift)
+        found = (m.source, drive, const)
+        boxes += itertools.product(*per_axis)
+    if found is None or found[0].is_literal and found[0].size == 1:
+        return None
+    source, drive, const = found
+    axes, count = [], 1
+    for d, n in enumerate(node.shape):
+        ivs, at = sorted({b[d] for b in boxes}), 0
+        for lo, hi, _ in ivs:  # the intervals tile the axis, one offset each
+            if lo != at:
+                return None
+            at = hi
+        if at != n:
+            return None
+        count *= len(ivs)
+        merged = [ivs[0]]
+        for lo, hi, o in ivs[1:]:
+            if o == merged[-1][2]:
+                merged[-1] = (merged[-1][0], hi, o)
+            else:
+                merged.append((lo, hi, o))
+        axes.append(tuple(merged))
+    if count != len(boxes):  # not every combination of the axes' intervals is a box
+        return None
+    return ShiftMap(source, tuple(axes), tuple(drive), tuple(const))
+
+
+def read_in_place(nodes, outputs=()):
+    """node id -> :class:`ShiftMap`: the concatenations (``np.roll``'s) and
+    slices of them that the plan does not make at all, whose readers -- fused
+    regions' loops (``region``: no fused reduction, or a ``vjp`` one;
+    ``region_acc`` operands) -- index their source at shifted positions
+    instead (:func:`hybridad.backends.numba.loops.operand_read`; a loop's
+    innermost axis is cut where an offset along it changes).
+
+    A node qualifies when its op declares ``shifts``
+    (:attr:`hybridad.ir.registry.Op.shifts`) and the composition with its
+    operands' maps is one source at offsets that per axis depend on that
+    axis's index only (:func:`_shift_map`); when every reader is such a
+    region or another node of the result; when it is no graph output; and
+    when nothing writes in place into the source's storage from the node to
+    its readers.  Views (slices, reshapes) are included only where they lead
+    to, or are cut from, such a concatenation (a plain slice stays a view,
+    :func:`materialize_for_numba`).  The memory plan gives the
+    concatenations view storage of their first operand, so the source lives
+    while they are read (:func:`hybridad.transforms.memory.plan_memory`)."""
+    readers, pos = {}, {}
+    for k, n in enumerate(nodes):
+        pos[n.id] = k
+        for i, a in enumerate(n.args):
+            readers.setdefault(a.id, []).append((n, i))
+    external = {n.id for n in outputs if n is not None}
+    writes = [(pos[n.id], storage_root(n).id) for n in nodes
+              if n.op in REGISTRY and REGISTRY[n.op].kind == "inplace"]
+    shifts = {n.id for n in nodes if REGISTRY.get(n.op) is not None and
+              REGISTRY[n.op].shifts is not None}
+    cand = {n.id for n in nodes if n.id in shifts and REGISTRY[n.op].kind != "view"}
+    for n in reversed(nodes):  # and the views (slices, reshapes) leading to them ...
+        if n.id in shifts and any(u.id in cand for u, _ in readers.get(n.id, ())):
+            cand.add(n.id)
+    for n in nodes:  # ... or cut from them
+        if n.id in shifts and n.args and n.args[0].id in cand:
+            cand.add(n.id)
+
+    def reader_ok(m, u, i):
+        if u.id in cand:
+            return True
+        if u.op == "region":
+            ok = u.attrs["mode"] == "vjp" or u.attrs["body"].reduction is None
+        else:
+            ok = u.op == "region_acc" and i > 0
+        root = storage_root(m.source).id  # not written in place before u reads it
+        return ok and not any(pos[m.source.id] < p <= pos[u.id] and r == root
+                              for p, r in writes)
+
+    while True:
+        maps = {}
+        for n in nodes:
+            if n.id in cand and (m := _shift_map(n, maps)) is not None:
+                maps[n.id] = m
+        cand &= set(maps)
+        for n in reversed(nodes):
+            if n.id in cand and (n.id in external or not readers.get(n.id) or not all(
+                    reader_ok(maps[n.id], u, i) for u, i in readers[n.id])):
+                cand.discard(n.id)
+        if cand == set(maps):
+            return maps
 
 
 def strided_in_place(node, layout, readers):

@@ -73,7 +73,8 @@ class LoopWriter:
         pad = "    " * self.indent
         self.lines.extend(pad + line for line in lines)
 
-    def nest(self, shape, body, prefix="i", parallel=False, work=None, opaque=None):
+    def nest(self, shape, body, prefix="i", parallel=False, work=None, opaque=None,
+             split=None):
         """A loop nest over ``shape`` around ``body`` (list of lines).
 
         ``parallel``: the outermost loop is a ``prange`` when the nest has at
@@ -90,6 +91,11 @@ class LoopWriter:
         and scatters of stride ``shape[-1]``: a ``(100000, 16)`` region ran
         at 6 GB/s instead of 40 (benchmarks/profile_plan.py).  Unknown, the
         inner loop is the one vectorized, over contiguous elements.
+
+        ``split``: ``(rows, names)`` of :func:`shifted_split` -- the
+        innermost loop runs over each row's ``lo:hi`` in turn, the row's
+        offsets bound to ``names`` (a loop over a literal tuple, just outside
+        the innermost loop; reads in place of ``np.roll``'s concatenations).
         """
         pad = self.indent
         par = parallel and shape and \
@@ -100,9 +106,16 @@ class LoopWriter:
         hide = opaque is not None and len(shape) >= 2 and shape[-1] >= OPAQUE_MIN
         if hide:
             self.lines.append("    " * pad + f"_lz = {opaque}.ctypes.data >> 63  # 0")
+        last = len(shape) - 1
         for d, s in enumerate(shape):
             loop = "prange" if par and d == 0 else "range"
-            bounds = f"_lz, {s}" if hide and d == len(shape) - 1 else f"{s}"
+            bounds = f"_lz, {s}" if hide and d == last else f"{s}"
+            if split is not None and d == last:
+                rows, names = split
+                self.lines.append("    " * (pad + d) + f"for _sl, _sh, "
+                                  f"{', '.join(names.values())} in {tuple(rows)!r}:")
+                bounds = "_lz + _sl, _sh" if hide else "_sl, _sh"
+                pad += 1
             self.lines.append("    " * (pad + d) + f"for {prefix}{d} in {loop}({bounds}):")
         inner = "    " * (pad + len(shape))
         self.lines.extend(inner + line for line in body)
@@ -140,13 +153,59 @@ def reduction_lines(w, kind, dtype, axis, keepdims, loop_shape, value, out, scra
                    parallel=True)
 
 
-def operand_read(operand, names, consts, ndim):
+def operand_read(operand, names, consts, ndim, split=None):
     """Scalar expression reading ``operand`` inside a region's loop nest of
     ``ndim`` axes: a literal scalar inlined as a typed constant, any other
-    operand indexed with broadcasting."""
+    operand indexed with broadcasting -- one read in place
+    (``names[("shifts", id)]``: its source's name and ShiftMap,
+    :func:`hybridad.backends.numba.layouts.read_in_place`) as its source at
+    shifted indices: a constant offset, the innermost axis's from ``split``
+    (:func:`shifted_split`), another axis's chosen by its index (invariant
+    in the inner loop)."""
     if operand.is_literal and operand.size == 1:
         return consts.add(operand.dtype.type(operand.attrs["value"].reshape(-1)[0]))
-    return names[operand.id] + broadcast_index(operand.shape, ndim)
+    shifted = names.get(("shifts", operand.id))
+    if shifted is None:
+        return names[operand.id] + broadcast_index(operand.shape, ndim)
+    source, m = shifted  # (a ShiftMap)
+    lead, at = ndim - len(operand.shape), []
+    for d, (n, ivs) in enumerate(zip(operand.shape, m.axes, strict=True)):
+        i = f"i{lead + d}"
+        if n == 1 or len(ivs) == 1:
+            o = ivs[0][2]
+            at.append(str(o) if n == 1 else i if o == 0 else f"{i} + {o}" if o > 0
+                      else f"{i} - {-o}")
+        elif lead + d == ndim - 1:
+            at.append(f"{i} + {split[1][operand.id]}")
+        else:
+            choice = str(ivs[-1][2])
+            for _, hi, o in reversed(ivs[:-1]):
+                choice = f"({o} if {i} < {hi} else {choice})"
+            at.append(f"{i} + {choice}")
+    parts = [str(c) if d is None else at[d] for d, c in zip(m.drive, m.const, strict=True)]
+    return f"{source}[{', '.join(parts)}]" if parts else f"{source}[()]"
+
+
+def shifted_split(operands, names):
+    """Where the innermost axis of a loop nest reading ``operands`` is cut:
+    ``(rows, operand id -> name)`` -- rows ``(lo, hi, offset, ...)`` in which
+    each read in place whose offset along its last axis changes has one
+    offset (named ``_s0, _s1, ...`` in that order) -- or None when none
+    does (:meth:`LoopWriter.nest`, :func:`operand_read`)."""
+    cut, ids = set(), []
+    for a in operands:
+        shifted = names.get(("shifts", a.id))
+        if shifted is None or a.id in ids or not a.shape or a.shape[-1] == 1 or \
+                len(shifted[1].axes[-1]) == 1:
+            continue
+        ids.append(a.id)
+        cut.update(x for lo, hi, _ in shifted[1].axes[-1] for x in (lo, hi))
+    if not ids:
+        return None
+    cut = sorted(cut)
+    rows = [(lo, hi, *(next(o for a, b, o in names[("shifts", k)][1].axes[-1] if a <= lo < b)
+                       for k in ids)) for lo, hi in zip(cut, cut[1:], strict=False)]
+    return rows, {k: f"_s{j}" for j, k in enumerate(ids)}
 
 
 def region_lines(w, node, names, partial_outs, consts, scratch=None):
@@ -183,8 +242,10 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
                 names[operand.id] = _block_slice(w, names[operand.id])
         partial_outs = {k: _block_slice(w, v) for k, v in partial_outs.items()}
 
+    split = shifted_split(node.args, names)  # (reads in place: no fused reduction)
+
     def read(operand):
-        return operand_read(operand, names, consts, nd)
+        return operand_read(operand, names, consts, nd, split)
 
     reads = [read(a) for a in node.args[:len(body.inputs)]]
     out = names[node.id]
@@ -193,14 +254,14 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
         sb = render_region(body, reads, (k,), consts, need_value=False)
         line = f"{out}{here(nd)} = " + safe_product(read(node.args[-1]), sb.partials[k],
                                                      body.nodes[-1].dtype, consts)
-        w.nest(shape, sb.lines + [line], parallel=True, opaque=out)
+        w.nest(shape, sb.lines + [line], parallel=True, opaque=out, split=split)
         return
     seeds = tuple(sorted(partial_outs))
     sb = render_region(body, reads, seeds, consts)
     stores = [f"{partial_outs[k]}{here(nd)} = {sb.partials[k]}" for k in seeds]
     if red is None:
         w.nest(shape, sb.lines + [f"{out}{here(nd)} = {sb.value}"] + stores, parallel=True,
-               opaque=out)
+               opaque=out, split=split)
         return
     if blocked:
         return blocked_full_reduction(w, node, out, sb, stores, scratch)
@@ -231,9 +292,10 @@ def region_acc_lines(w, members, names, consts):
     ``prange`` per (target, map), each computing only what it adds, and a
     small one runs serially."""
     shape, nd = members[0].attrs["body"].shape, len(members[0].attrs["body"].shape)
+    split = shifted_split([a for m in members for a in m.args[1:]], names)
 
     def read(operand):
-        return operand_read(operand, names, consts, nd)
+        return operand_read(operand, names, consts, nd, split)
 
     # (target, index text) -> [(region key, wrt)]; region key -> its first member
     writes, regions = {}, {}
@@ -268,7 +330,7 @@ def region_acc_lines(w, members, names, consts):
         stores = [f"{target}{where} += " + (ts[0] if len(ts) == 1 else f"({' + '.join(ts)})")
                   for (target, where), ts in terms.items()]
         if stores:
-            w.nest(shape, lines + stores, parallel=race_free or len(group) == 1)
+            w.nest(shape, lines + stores, parallel=race_free or len(group) == 1, split=split)
 
 
 __all__ += ["accumulate", "fill", "reduction_lines", "here", "Constants",

@@ -23,6 +23,7 @@ from ...transforms.memory import poison_schedule
 from ..scalar import uses_special, vector_imports
 from . import cache
 from .emit import _emit_gemm, blas_accumulations, emit_node, region_acc_groups
+from .split import _drop_unused_views, split_body
 from .layouts import numba_layouts, view_statement
 from .loops import (
     Constants,
@@ -32,7 +33,7 @@ from .loops import (
     region_acc_lines,
 )
 from .runner import NumbaProgram, _Checks, _literal, view_at
-from .threshold import PARALLEL_MIN
+from .threshold import PARALLEL_MIN, work_estimate
 
 __all__ = ["compile_numba_program", "work_estimate"]
 
@@ -52,22 +53,10 @@ __all__ = ["compile_numba_program", "work_estimate"]
 # ----------------------------------------------------------------------------
 
 
-def work_estimate(nodes):
-    """Rough count of element operations of a plan (decides ``heavy``)."""
-    total = 0
-    for n in nodes:
-        if n.op == "matmul":
-            total += n.size * n.args[0].shape[-1]
-        elif n.op == "region":
-            total += int(np.prod(n.attrs["body"].shape))
-        else:
-            total += n.size
-    return total
-
-
 # fastmath "contract" only: fused multiply-adds, no reassociation (rounding
 # stays that of the written order, NaN and inf semantics unchanged)
 _FLAGS = 'cache=True, error_model="numpy", fastmath={"contract"}'
+_GUARDS_END = "    # (the argument checks end here)"
 # our own prange loops, and nothing numba would parallelize or merge on its own:
 # its loop fusion merges neighbouring prange loops, and cannot see that two of
 # them use one arena slot in turn (a buffer that dies in the first, another
@@ -182,28 +171,6 @@ class _Kernels:
         return _drop_unused_views(body), defs, inline_parallel
 
 
-_VIEW_LINE = re.compile(r"^    (\w+) = (?:_view\(|\w+\.T$|\w+\.reshape\()")
-_WORD = re.compile(r"\w+")
-
-
-def _drop_unused_views(lines):
-    """The plan's lines without the views (top-level ``name = <view>`` lines)
-    nothing reads: numba types and lowers every line, used or not."""
-    lines = list(lines)
-    while True:
-        uses = {}
-        for line in lines:
-            m = _VIEW_LINE.match(line)
-            code = line.split("#", 1)[0]
-            for word in _WORD.findall(code[m.end(1):] if m else code):
-                uses[word] = uses.get(word, 0) + 1
-        keep = [x for x in lines
-                if not ((m := _VIEW_LINE.match(x)) and uses.get(m.group(1), 0) == 0)]
-        if len(keep) == len(lines):
-            return keep
-        lines = keep
-
-
 def _canonical(lines, module_names):
     """``(text, free variables, assigned names)`` of a chunk of code, the text
     with its free variables renamed ``_p0, _p1, ...`` and the names it assigns
@@ -305,6 +272,11 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         elif storage == "const":
             names[n.id] = f"c{n.id}"
             _const_param(n, users, output_ids, objects, params, const_args, checks, addresses)
+        elif n.id in memplan.in_place:  # its readers' loops index its source: not made
+            m = memplan.in_place[n.id]
+            names[n.id] = f"v{n.id}"  # (never bound: no code reads it by name)
+            names[("shifts", n.id)] = (names[m.source.id], m)
+            w.emit(f"# {format_node(n)}: read in place (%{m.source.id} at shifted indices)")
         elif n.id in given and storage != "view":  # an earlier program's: in its buffer
             if storage == "alias":
                 names[n.id] = names[memplan.alias_of[n.id].id]
@@ -356,13 +328,20 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     # imported from (exec'd code) makes the plan uncacheable
     cacheable = all(k.cacheable for k in consts.kernels.values())
     base_flags = _FLAGS if cacheable else _FLAGS.replace("cache=True, ", "")
-    body, kernel_defs, parallel = kernels.finish(guards + w.lines, header, params, base_flags)
+    body, kernel_defs, parallel = kernels.finish(guards + [_GUARDS_END] + w.lines, header,
+                                                 params, base_flags)
+    n_guards = body.index(_GUARDS_END)  # (finish drops the views of unread inputs)
+    del body[n_guards]
     if uses_special(kernel_defs + body):  # scipy.special's functions (and their digest)
         header[2] = vector_imports(special=True)
     parallel = parallel or w.parallel
     heavy = parallel or work_estimate(nodes) >= PARALLEL_MIN
     fn_name = "plan_fn"
     flags = base_flags + (", nogil=True" if heavy else "") + (_PARALLEL if parallel else "")
+    if timers is None:  # a long body: parts of bounded size
+        body, part_defs, _ = split_body(body, n_guards, params,
+                                        base_flags + (", nogil=True" if heavy else ""), _PARALLEL)
+        kernel_defs = kernel_defs + part_defs
     signature = f"def {fn_name}({', '.join(params)}):"
     source = "\n".join(header + kernel_defs + ["", "", f"@njit({flags})", signature] + body) + "\n"
     extra = [timers.array()] if timers is not None else []

@@ -1,13 +1,15 @@
-"""When a loop runs multithreaded: the ``prange`` threshold and the switch
-that turns it off for a plan built with ``parallel=False``."""
+"""When a loop runs multithreaded: the ``prange`` threshold, the switch
+that turns it off for a plan built with ``parallel=False``, and the work
+estimate plans compare with it (no numba here: every plan imports this)."""
 
 from __future__ import annotations
 
+import math
 import os
 
 from ..._settings import enabled, switch
 
-__all__ = ["PARALLEL_MIN", "parallel_min", "serial_loops"]
+__all__ = ["PARALLEL_MIN", "parallel_min", "serial_loops", "work_estimate"]
 
 #: fewest loop iterations for which a region runs as a parallel ``prange``
 #: (below it, thread start-up costs more than it saves; see benchmarks/);
@@ -25,3 +27,16 @@ def serial_loops(serial=True):
     """Generate every loop as a plain ``range`` (no worker threads) while
     active, in this thread (a plan built with ``parallel=False``)."""
     return switch("serial_loops", serial)
+
+
+def work_estimate(nodes):
+    """Rough count of element operations of a plan (decides ``heavy``)."""
+    total = 0
+    for n in nodes:
+        if n.op == "matmul":
+            total += n.size * n.args[0].shape[-1]
+        elif n.op == "region":
+            total += math.prod(n.attrs["body"].shape)
+        else:
+            total += n.size
+    return total

@@ -86,8 +86,8 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
         Emits fused ``region`` nodes (the GPU backend's kernels, see
         :mod:`hybridad.backends.cuda.program`); the numpy backend has none.
     """
-    from ..cuda.program import region_protos
-
+    if regions is not None:  # the GPU backend's (the numpy backend imports no CUDA source)
+        from ..cuda.program import region_protos
     ns = {"_copyto": xp.copyto, "_stage": _Stager(xp)}
     protos = {}  # node id -> an array with its strides (region kernels read views in place)
     names, static = {}, {}

@@ -1,0 +1,182 @@
+"""``import hybridad`` imports no numba, llvmlite, scipy or cupy; the numpy
+backend runs without them; scipy's functions are traced however the user's
+imports are ordered (each case in a fresh interpreter)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HEAVY = ("numba", "llvmlite", "scipy", "cupy")
+_REPORT = f"import json, sys; print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+
+
+def run(code, cwd=None):
+    """Run ``code`` in a fresh interpreter; the last line it prints, parsed as JSON."""
+    env = dict(os.environ, HYBRIDAD_TIERED="0", PYTHONWARNINGS="error::RuntimeWarning")
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=cwd,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_loads_no_heavy_module():
+    assert run(f"import hybridad\n{_REPORT}") == []
+
+
+def test_numpy_backend_runs_without_them():
+    loaded = run(f"""
+        import numpy as np
+        import hybridad as ha
+
+        A = np.arange(12.0).reshape(3, 4) / 10
+
+        def f(x):
+            return np.sum(np.exp(-(A @ x) ** 2)) + np.sum(np.tanh(x) * x) + np.linalg.norm(x)
+
+        x = np.linspace(0.1, 1.0, 4)
+        g = ha.gradient(f, x, backend="numpy").gradient
+        fd = [(f(x + h) - f(x - h)) / 2e-6 for h in 1e-6 * np.eye(4)]
+        assert np.allclose(g, fd, rtol=1e-6)
+        ha.hessian(f, x, backend="numpy")
+        ha.hvp(f, x, np.ones(4), backend="numpy")
+        ha.jacobian(lambda x: np.sin(A @ x), x, backend="numpy")
+        ha.compile(f, x, backend="numpy").gradient(x)
+        {_REPORT}
+    """)
+    assert loaded == []
+    assert run(f"""
+        import numpy as np
+        import hybridad as ha
+        x = np.linspace(0.1, 1.0, 4)
+        g = ha.gradient(lambda x: np.sum(np.cos(x) * x), x, backend="numpy").gradient
+        assert np.allclose(g, np.cos(x) - x * np.sin(x))
+        {_REPORT}
+    """) == []
+
+
+_SCIPY_CHECKS = """
+    x = np.linspace(0.5, 2.0, 5)
+    k = np.full(5, 2.0)
+    A = 2 * np.eye(5) + 0.1
+    for backend in BACKENDS:
+        def grad(f, *data):
+            return ha.gradient(f, x, *data, backend=backend).gradient
+        # a ufunc, the same bound by name, a traced Python function, scipy.linalg
+        assert np.allclose(grad(lambda x: scipy.special.gammaln(x).sum()),
+                           scipy.special.digamma(x))
+        assert np.allclose(grad(lambda x: gammaln(x).sum()), scipy.special.digamma(x))
+        assert np.allclose(grad(lambda x: logsumexp(x)), scipy.special.softmax(x))
+        if FULL:
+            assert np.allclose(grad(lambda x: solve(A, x).sum()),
+                               np.linalg.solve(A.T, np.ones(5)))
+            # a distribution; a host call (comb of a traced, not differentiated k)
+            assert np.allclose(grad(lambda x: scipy.stats.norm.logpdf(x).sum()), -x)
+            assert np.allclose(grad(lambda x, k: np.sum(comb(5, k) * x), k), 10.0)
+    print("[]")
+"""
+_SCIPY_MODULES = """
+    import scipy.linalg
+    import scipy.special
+    import scipy.stats
+"""
+# names bound after hybridad is imported (bound before, they hold scipy's originals)
+_SCIPY_NAMES = """
+    from scipy.linalg import solve
+    from scipy.special import comb, gammaln, logsumexp
+"""
+_SCIPY_IMPORTS = _SCIPY_MODULES + _SCIPY_NAMES
+
+
+@pytest.mark.parametrize("order", ["scipy after hybridad", "scipy before hybridad"])
+def test_scipy_is_traced_in_either_import_order(order):
+    first, second = ("import hybridad as ha", _SCIPY_MODULES)
+    if order.startswith("scipy before"):
+        first, second = second, first
+    run(textwrap.dedent("""
+        import numpy as np
+        BACKENDS, FULL = ("numpy",), True
+    """) + textwrap.dedent(first) + textwrap.dedent(second) + textwrap.dedent(_SCIPY_NAMES)
+        + textwrap.dedent(_SCIPY_CHECKS))
+
+
+def test_numba_backend_after_a_lazy_import():
+    run(textwrap.dedent("""
+        import numpy as np
+        import hybridad as ha
+        BACKENDS, FULL = ("numba",), False
+    """) + textwrap.dedent(_SCIPY_IMPORTS) + textwrap.dedent(_SCIPY_CHECKS))
+    loaded = run(f"""
+        import numpy as np
+        import hybridad as ha
+        x = np.linspace(0.1, 1.0, 4)
+        g = ha.gradient(lambda x: np.sum(np.cos(x) * x), x).gradient
+        assert np.allclose(g, np.cos(x) - x * np.sin(x))
+        {_REPORT}
+    """)
+    assert "numba" in loaded
+
+
+def test_wrapped_modules_keep_their_own_loader():
+    assert run("""
+        import json
+        import hybridad
+        import scipy.linalg
+        import scipy.special
+        print(json.dumps([m.__loader__ is m.__spec__.loader and
+                          "hybridad" not in type(m.__loader__).__module__ and
+                          getattr(m, name).__hybridad_original__ is not None
+                          for m, name in ((scipy.special, "logsumexp"),
+                                          (scipy.linalg, "solve"))]))
+    """) == [True, True]
+
+
+def test_after_import_hook(tmp_path):
+    (tmp_path / "hd_probe_ok.py").write_text("VALUE = 42\n")
+    (tmp_path / "hd_probe_bad.py").write_text("VALUE = 1\n")
+    seen = run("""
+        import json, sys, warnings
+        from hybridad.frontend.after_import import after_import
+
+        seen = []
+        after_import(["hd_probe_ok"], lambda name: seen.append((name, sys.modules[name].VALUE)))
+        def fail(name):
+            raise ValueError("boom")
+        after_import(["hd_probe_bad"], fail)
+        import hd_probe_ok
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import hd_probe_bad  # the callback fails: a warning, the import succeeds
+        assert hd_probe_bad.VALUE == 1
+        assert any("boom" in str(w.message) for w in caught), caught
+        import hd_probe_ok  # once
+        print(json.dumps(seen))
+    """, cwd=tmp_path)
+    assert seen == [["hd_probe_ok", 42]]
+
+
+def test_pickled_plan_in_a_fresh_process(tmp_path):
+    (tmp_path / "hd_model.py").write_text(textwrap.dedent("""
+        import numpy as np
+
+        def loss(x):
+            return np.sum(np.sin(x) ** 2)
+    """))
+    run("""
+        import pickle, numpy as np, hybridad as ha, hd_model
+        plan = ha.compile(hd_model.loss, np.ones(3), backend="numpy")
+        with open("plan.pkl", "wb") as fh:
+            pickle.dump(plan, fh)
+        print("[]")
+    """, cwd=tmp_path)
+    assert run(f"""
+        import pickle, numpy as np
+        with open("plan.pkl", "rb") as fh:
+            plan = pickle.load(fh)
+        x = np.array([0.1, 0.2, 0.3])
+        assert np.allclose(plan.gradient(x).gradient, np.sin(2 * x))
+        {_REPORT}
+    """, cwd=tmp_path) == []
