@@ -44,6 +44,25 @@ def test_cuts_between_statements_and_repeats_view_definitions():
     assert "parallel" not in text  # no prange: no parallel flags
 
 
+def test_views_of_views_and_aliases_are_repeated_whole():
+    # scratch reused under one name: each part cuts the chain it reads again
+    views = ["    sc1 = _view(ar_float64p + 0, np.int64(40), np.float64)",
+             "    sc2 = _view(ar_float64p + 320, np.int64(40), np.float64)"]
+    body = _body([views[0]], [views[1]], ["    scf = sc1"], ["    sc = scf[:10]"],
+                 _loop("sc", "a0"), _loop("b1", "sc"), ["    scf = sc2"], ["    sc = scf[:10]"],
+                 _loop("sc", "b1"), _loop("b2", "sc"))
+    main, defs, parts = split_body(body, len(GUARDS), ["ar_float64p"], "", "", max_lines=4)
+    assert parts >= 2
+    text = "\n".join(defs)
+    for part in text.split("def _part")[1:]:
+        if "sc[i0]" in part:  # the alias and the view it slices, from the right scratch
+            assert "    sc = scf[:10]" in part and "    scf = sc" in part
+            src = part.split("    scf = ")[1].split("\n")[0]
+            assert f"    {src} = _view(" in part
+    # the last part reads the second scratch
+    assert "scf = sc2" in text.split("def _part")[-1]
+
+
 def test_no_cut_across_a_local_value():
     body = _body(["    acc = 0.0"], _loop("b1", "a0"), _loop("b2", "b1"),
                  ["    for i0 in range(10):", "        acc += b2[i0]"], ["    o0[()] = acc"])

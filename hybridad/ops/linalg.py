@@ -204,18 +204,26 @@ def _phi(x):
     return np.tril(x) * (1 - 0.5 * np.eye(n))
 
 
+def _lower_solve(lo, b, trans):
+    """``L^-1 b`` (``trans=0``) or ``L^-T b`` (``trans=1``) by a triangular solve."""
+    return _bind("solve_triangular", lo, b, lower=True, trans=trans, unit=False)
+
+
 def _cholesky_vjp(g, node, active, a, ans, upper=False):
-    # L = chol(S), dL = L phi(L^-1 dS L^-T): dS's gradient L^-T phi(L^T gL) L^-1
+    # L = chol(S), dL = L phi(L^-1 dS L^-T): dS's gradient L^-T phi(L^T gL) L^-1,
+    # by two triangular solves (no inverse, no product with one): X = L^-T P,
+    # then X L^-1 = (L^-T X^T)^T
     lo, gl = (_mT(ans), _mT(g)) if upper else (ans, g)
-    linv = _bind("inv", lo)
-    s = np.matmul(np.matmul(_mT(linv), _phi(np.matmul(_mT(lo), gl))), linv)
+    x = _lower_solve(lo, _phi(np.matmul(_mT(lo), gl)), 1)
+    s = _mT(_lower_solve(lo, _mT(x), 1))
     return (_to_triangle(s, not upper),)
 
 
 def _cholesky_jvp(ts, node, a, ans, upper=False):
+    # L^-1 dS L^-T = (L^-1 (L^-1 dS)^T)^T: two triangular solves
     lo = _mT(ans) if upper else ans
-    linv = _bind("inv", lo)
-    inner = np.matmul(np.matmul(linv, _from_triangle(ts[0], not upper)), _mT(linv))
+    x = _lower_solve(lo, _from_triangle(ts[0], not upper), 0)
+    inner = _mT(_lower_solve(lo, _mT(x), 0))
     dl = np.matmul(lo, _phi(inner))
     return _mT(dl) if upper else dl
 

@@ -34,7 +34,7 @@ __all__ = ["MAX_LINES", "split_body"]
 MAX_LINES = int(os.environ.get("HYBRIDAD_MAX_FUNCTION_LINES", "") or 400)
 
 _DEF = re.compile(r"^    (\w+) = (.+)$")
-_PURE = re.compile(r"^(?:_view\(|_ld64\(|\w+\.T$|\w+\.reshape\(|\w+\[[^\]]*:[^\]]*\]$)")
+_PURE = re.compile(r"^(?:_view\(|_ld64\(|\w+$|\w+\.T$|\w+\.reshape\(|\w+\[[^\]]*:[^\]]*\]$)")
 
 
 _VIEW_LINE = re.compile(r"^    (\w+) = (?:_view\(|\w+\.T$|\w+\.reshape\(|\w+\[[^\]]*\]$)")
@@ -146,6 +146,7 @@ def split_body(body, n_guards, params, flags, parallel_flags, max_lines=None):
         for name in first:
             j = last_set.get(name)
             if j is not None and defs[j] is None:
+                defs[k] = None  # a view of a local value: no more repeatable than it
                 for b in range(j + 1, k + 1):
                     blocked[b] = True
         for name in stores:
