@@ -2,7 +2,10 @@
 
 One workload (expsum) at n = 100, quick settings, the hybridad and
 hand-written rows only (no peers: they would dominate the time), no memory
-children except one tiny one run on its own.
+children except one tiny one run on its own.  The wide MLP and the
+Gaussian process at tiny sizes: hybridad against the hand-written
+gradients and central differences, the GP's peer ports; ``--dtype`` and
+the goals summary.
 """
 
 import importlib.util
@@ -11,10 +14,12 @@ import math
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from hybridad.__main__ import main
-from hybridad.bench import kernels, rss, suite
+from hybridad.bench import harness, kernels, report, rss, suite, workloads
+from hybridad.bench.workloads import make_problem
 
 FIELDS = ("median_s", "min_s", "max_s", "f_s", "grad_f_ratio", "ratio_vs_numba",
           "first_call_s")
@@ -132,3 +137,140 @@ def test_sparse_rows_refuse_a_wrong_derivative(monkeypatch):
         suite.run(settings, progress="none")
     with pytest.raises(ValueError, match="at most 1024"):
         suite.make_settings(workloads=["sparse_jac"], sizes=[10**4])
+
+
+# --- the wide MLP, the Gaussian process, --dtype and the goals summary (issue 31) -------------
+
+
+def _directional_fd(problem, direction, h):
+    """Central difference of the problem's objective along ``direction`` (a list of
+    arrays, one per differentiated argument), in float64."""
+    def at(t):
+        args = list(problem.args)
+        for i, d in zip(problem.diff_argnums, direction, strict=True):
+            args[i] = args[i] + t * d
+        return float(problem.f(*args))
+
+    return (at(h) - at(-h)) / (2 * h)
+
+
+@pytest.mark.parametrize(("workload", "size"), [("wide_mlp", 8), ("gp", 12)])
+def test_new_workloads_hybridad_matches_the_hand_gradient(workload, size):
+    """hybridad's gradient equals the hand-written numpy one to rounding, and both
+    agree with central differences along a random direction.
+
+    hybridad's numpy backend (the same derivative program without a numba
+    compile of a plan no other test shares: ~5-15 s here); the numba plans
+    are checked by every bench run before anything is timed.
+    """
+    from hybridad.bench import impls
+
+    problem = make_problem(workload, size)
+    value, grads = problem.reference()
+    assert value == pytest.approx(float(problem.f(*problem.args)), rel=1e-12)
+    assert [g.shape for g in grads] == [np.shape(problem.args[i]) for i in problem.diff_argnums]
+    impl = impls.setup("hybridad", problem, backend="numpy")
+    err = harness.check_against("hybridad", impl.result(impl.call()), (value, grads),
+                                problem.tolerance(impls.RTOL_EXACT))
+    assert err <= 1e-12
+    rng = np.random.default_rng(1)
+    direction = [rng.standard_normal(g.shape) for g in grads]
+    want = sum(float(np.vdot(g, d)) for g, d in zip(grads, direction, strict=True))
+    got = _directional_fd(problem, direction, 1e-5)
+    assert got == pytest.approx(want, rel=1e-7, abs=1e-9)
+    if workload == "gp":  # every hyperparameter on its own too
+        from hybridad.testing import numerical_gradient
+
+        theta, rest = problem.args[0], problem.args[1:]
+        num = numerical_gradient(lambda t: problem.f(t, *rest), theta)
+        np.testing.assert_allclose(grads[0], num, rtol=1e-7, atol=1e-9)
+
+
+def test_gp_ports_agree_in_both_dtypes():
+    """The GP's jax / torch / autograd ports (as the suite runs them) give the hand-written
+    gradient, and keep float32 data in float32 (jax with x64 on included)."""
+    from hybridad.bench import impls
+
+    ran = []
+    for dtype in ("float64", "float32"):
+        problem = make_problem("gp", 6, dtype=dtype)
+        reference = problem.reference()
+        for name in ("hand numpy", "jax.jit", "torch", "autograd"):
+            if impls.availability(name):
+                continue
+            impl = impls.setup(name, problem)
+            value, grads = impl.result(impl.call())
+            harness.check_against(name, (value, grads), reference,
+                                  problem.tolerance(impl.rtol))
+            if name != "autograd":  # (autograd's vjps may promote; not checked)
+                assert {g.dtype.name for g in grads} == {dtype}, (name, dtype)
+            ran.append((name, dtype))
+    assert ("hand numpy", "float32") in ran
+
+
+def test_float32_problems_stay_close_to_the_float64_reference():
+    for workload, size in (("wide_mlp", 16), ("gp", 50), ("quadform", 20), ("mlp", 50)):
+        problem = make_problem(workload, size, dtype="float32")
+        arrays = [a for a in problem.args if isinstance(a, np.ndarray)]
+        assert arrays and all(a.dtype == np.float32 for a in arrays)
+        value, grads = problem.numpy_grad(*problem.args)
+        grads = workloads.gradient_leaves(grads)
+        assert all(g.dtype == np.float32 for g in grads)
+        err = harness.check_against("hand numpy float32", (value, grads), problem.reference(),
+                                    problem.tolerance(1e-12))
+        assert err < 1e-5, (workload, err)
+        assert problem.tolerance(1e-12) >= 1e-4
+
+
+def test_dtype_option_rows_and_goals(tmp_path, capsys):
+    """--dtype float64 float32: every row twice, the dtype shown; hybridad gets float32
+    data and returns float32 gradients; the goals summary covers both."""
+    out_json = tmp_path / "dtypes.json"
+    status = main(["bench", "--workload", "expsum", "rosen", "--sizes", "100", "--quick",
+                   "--repeats", "1", "--dtype", "float64", "float32", "--impl", "hybridad",
+                   "hybridad serial", "--no-memory", "--progress", "none",
+                   "--json", str(out_json)])
+    assert status == 0
+    out = capsys.readouterr().out
+    assert "float32" in out and "goals (issue 31)" in out and "hybridad serial" in out
+    assert "note: rosen runs in float64 only" in out
+    doc = json.loads(out_json.read_text())
+    assert doc["meta"]["dtypes"] == ["float64", "float32"]
+    assert {r["dtype"] for r in doc["workloads"]["rosen"]["rows"]} == {"float64"}
+    rows = doc["workloads"]["expsum"]["rows"]
+    assert {(r["impl"], r["dtype"]) for r in rows} == {
+        (i, d) for i in ("hybridad", "hybridad serial", "hand numpy")
+        for d in ("float64", "float32")}
+    for r in rows:
+        assert r["grad_dtype"] == r["dtype"], r
+        assert r["rel_err"] <= (1e-12 if r["dtype"] == "float64" else 1e-4), r
+    goals = {g["dtype"]: g for g in doc["goals"]}
+    assert set(goals) == {"float64", "float32"}
+    for g in goals.values():
+        assert g["vs_jax"] is None and g["jax_s"] is None  # not asked for: not a miss
+        assert g["vs_numpy"] == pytest.approx(g["hybridad_s"] / g["numpy_s"])
+        assert g["vs_serial"] == pytest.approx(g["hybridad_s"] / g["serial_s"])
+        assert g["met"] == (not g["misses"])
+    with pytest.raises(ValueError, match="unknown dtype"):
+        suite.make_settings(dtypes=["float16"])
+
+
+def test_goals_flags_misses_and_noise():
+    def row(impl, median, lo=None, hi=None, dtype="float64"):
+        return {"impl": impl, "size": 10, "dtype": dtype, "median_s": median,
+                "min_s": median if lo is None else lo, "max_s": median if hi is None else hi}
+
+    doc = {"workloads": {
+        "w": {"kind": "gradient", "size_name": "n", "rows": [
+            row("hybridad", 2.0, 1.9, 2.1), row("jax.jit", 1.0, 0.9, 1.1),
+            row("hand numpy", 4.0), row("hybridad serial", 1.7, 1.6, 2.0)]},
+        "r": {"kind": "minimize", "size_name": "n", "rows": [row("hybridad", 1.0)]}}}
+    (g,) = report.goals(doc)
+    assert (g["vs_jax"], g["vs_numpy"]) == (2.0, 0.5)
+    assert g["vs_serial"] == pytest.approx(2.0 / 1.7)
+    assert g["misses"] == ["jax.jit"] and g["overlap"] == [] and not g["met"]
+    doc["workloads"]["w"]["rows"][3] = row("hybridad serial", 1.5, 1.4, 1.95)
+    (g,) = report.goals(doc)
+    assert g["misses"] == ["jax.jit", "serial"] and g["overlap"] == ["serial"]
+    text = report.format_goals([g])
+    assert "MISS jax.jit, serial?" in text and "1 of 1 rows miss a goal" in text

@@ -10,8 +10,9 @@ gradients and data), :mod:`.kernels` (hand-written numba gradients),
 :mod:`.impls` (the implementations timed), :mod:`.harness` (timing,
 allocation counts, tables), :mod:`.rss` (peak RSS in child processes),
 :mod:`.optim` (scipy optimizer runs), :mod:`.sparse_workloads` (sparse
-Jacobians and Hessians), :mod:`.suite` (the runner and the command line),
-:mod:`.plot` (the figure).  Nothing here is imported by
+Jacobians and Hessians), :mod:`.gp` (the Gaussian-process likelihood and its
+ports), :mod:`.suite` (the runner and the command line), :mod:`.report`
+(the tables and the goals summary), :mod:`.plot` (the figure).  Nothing here is imported by
 ``import hybridad``; peers (jax, torch, autograd), tqdm and matplotlib are
 imported only by the functions that use them.
 """

@@ -16,14 +16,22 @@ before its baseline and measure only the rest:
 Peers are imported only inside their ``prepare`` (they are optional).
 
 Names (:data:`PREPARE`): ``hybridad`` (``ha.compile`` then
-``plan.gradient(*args, out=res)``; options ``backend`` and ``pack``),
+``plan.gradient(*args, out=res)``; options ``backend``, ``pack`` and
+``parallel``), ``hybridad serial`` (the same with ``parallel=False``: every
+loop in the calling thread; no row where ``ha.compile``'s default is already
+serial),
 ``ha.gradient`` (``ha.gradient(f, *args, argnums=..., out=res)``, the plan
 cache), ``hand numpy`` (the hand-written numpy gradient, allocating),
 ``hand numpy out=`` (the same into buffers of its own), ``hand numba``
 (:mod:`hybridad.bench.kernels`; option ``cache``), ``jax.jit``
 (``jax.jit(jax.value_and_grad(f, argnums))`` with x64, ``block_until_ready``),
-``torch`` (float64 tensors, ``torch.autograd.grad``) and ``autograd``
-(HIPS ``autograd.value_and_grad`` with ``autograd.numpy``).
+``torch`` (``torch.autograd.grad``) and ``autograd`` (HIPS
+``autograd.value_and_grad`` with ``autograd.numpy``).
+
+Every implementation gets the problem's arrays in their dtype
+(:attr:`~hybridad.bench.workloads.Problem.dtype`): jax arrays made from
+float32 numpy arrays stay float32 with x64 enabled, torch tensors take the
+numpy arrays' dtype.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import dataclasses
 import functools
 import importlib
 import importlib.util
+import inspect
 import time
 from collections.abc import Callable
 
@@ -43,7 +52,7 @@ RTOL_EXACT = 1e-12  # hybridad, hand-written numpy and numba: the same arithmeti
 RTOL_PEER = 1e-9  # jax, torch, autograd: their exp, tanh and reductions differ in the last bits
 
 OPTIONAL = {"jax.jit": "jax", "torch": "torch", "autograd": "autograd"}  # impl -> module
-HYBRIDAD_IMPLS = ("hybridad", "ha.gradient")
+HYBRIDAD_IMPLS = ("hybridad", "hybridad serial", "ha.gradient")
 
 
 @dataclasses.dataclass
@@ -108,17 +117,22 @@ def _ha_pair(res):
     return float(res.value), gradient_leaves(res.gradient)
 
 
-def prepare_hybridad(problem, backend="numba", pack=True, label="hybridad"):
-    """``ha.compile`` (or ``Plan(..., pack=False)``) + ``GradientResult`` + ``plan.gradient``."""
+def prepare_hybridad(problem, backend="numba", pack=True, label="hybridad", parallel=None):
+    """``ha.compile`` (or ``Plan(..., pack=False)``) + ``GradientResult`` + ``plan.gradient``.
+
+    ``parallel``: passed on to ``ha.compile`` / ``Plan`` (None: their default).
+    """
     import hybridad as ha
     from hybridad.plans.plan import Plan
 
     f, args, argnums = problem.f, problem.args, problem.argnums
+    chosen = {} if parallel is None else {"parallel": parallel}
 
     def build():
         t0 = time.perf_counter()
-        plan = (ha.compile(f, *args, argnums=argnums, backend=backend, wait=True) if pack
-                else Plan(f, args, argnums, backend=backend, pack=False, tiered=False))
+        plan = (ha.compile(f, *args, argnums=argnums, backend=backend, wait=True, **chosen)
+                if pack else Plan(f, args, argnums, backend=backend, pack=False, tiered=False,
+                                  **chosen))
         res = _gradient_result(problem)
         ret = plan.gradient(*args, out=res)
 
@@ -133,6 +147,21 @@ def prepare_hybridad(problem, backend="numba", pack=True, label="hybridad"):
                     value_and_grad=_optimizer_form(problem, evaluate), first_return=ret)
 
     return build
+
+
+def default_parallel():
+    """``ha.compile``'s default ``parallel`` (the ``hybridad`` row's plans)."""
+    import hybridad as ha
+
+    return inspect.signature(ha.compile).parameters["parallel"].default
+
+
+def prepare_hybridad_serial(problem, label="hybridad serial", **options):
+    """:func:`prepare_hybridad` with ``parallel=False``; None when the default plan is
+    serial already (the row would time the ``hybridad`` row's plan again)."""
+    if default_parallel() is False:
+        return None
+    return prepare_hybridad(problem, label=label, parallel=False, **options)
 
 
 def prepare_ha_gradient(problem, label="ha.gradient"):
@@ -269,14 +298,14 @@ def prepare_jax(problem, label="jax.jit"):
 
 
 def prepare_torch(problem, label="torch"):
-    """torch autograd in float64: ``torch.autograd.grad(f(*tensors), params)``."""
+    """torch autograd in the problem's dtype: ``torch.autograd.grad(f(*tensors), params)``."""
     import torch
 
     diff = problem.diff_argnums
 
     def convert(i, a):
         if i in diff:
-            return torch.tensor(a, dtype=torch.float64, requires_grad=True)
+            return torch.tensor(a, requires_grad=True)  # (the numpy array's dtype)
         return [torch.from_numpy(b) for b in a] if isinstance(a, list) else torch.from_numpy(a)
 
     targs = [convert(i, a) for i, a in enumerate(problem.args)]
@@ -295,8 +324,7 @@ def prepare_torch(problem, label="torch"):
             return evaluate(targs)
 
         def at(a):
-            value, (g,) = evaluate([torch.tensor(a[0], dtype=torch.float64,
-                                                 requires_grad=True), *targs[1:]])
+            value, (g,) = evaluate([torch.tensor(a[0], requires_grad=True), *targs[1:]])
             return value, g.numpy()
 
         ret, first = _timed_first(call)
@@ -343,6 +371,7 @@ def prepare_autograd(problem, label="autograd"):
 
 PREPARE = {
     "hybridad": prepare_hybridad,
+    "hybridad serial": prepare_hybridad_serial,
     "ha.gradient": prepare_ha_gradient,
     "hand numpy": prepare_hand_numpy,
     "hand numpy out=": prepare_hand_numpy_out,

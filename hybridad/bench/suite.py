@@ -27,6 +27,25 @@ Every implementation's value and gradient are checked against the
 hand-written numpy ones before it is timed; a disagreement aborts the run
 (:class:`BenchError`).
 
+Dtypes (``--dtype float64 float32``, :attr:`Settings.dtypes`; default
+float64 only): every ``gradient`` workload runs once per dtype, its data
+cast (:meth:`~hybridad.bench.workloads.Problem.astype`) and every
+implementation given arrays of that dtype; rows carry ``dtype`` and
+``grad_dtype`` (the dtype of the gradient the implementation returned).  A
+float32 row is checked against the float64 hand-written gradient at the
+same data, at a float32 tolerance
+(:meth:`~hybridad.bench.workloads.Problem.tolerance`).  ``minimize`` and
+``sparse`` workloads run in float64 only (a note says so); memory children
+measure the float64 rows.
+
+The ``hybridad serial`` row is hybridad's plan built with
+``parallel=False``.  After the tables, the goals summary
+(:func:`hybridad.bench.report.goals`, stored as the document's ``"goals"``):
+per gradient workload, size and dtype, hybridad's median over jax.jit's,
+over hand numpy's and over hybridad serial's, the rows that miss issue
+31's goals marked.  The tables and the summary are formatted by
+:mod:`hybridad.bench.report`.
+
 Sparse workloads (``kind="sparse"``, :mod:`hybridad.bench.sparse_workloads`)
 have rows of their own (:func:`measure_sparse`): hybridad's sparse Jacobian
 or Hessian, the hand-written ``scipy.sparse`` one (the reference) and
@@ -47,18 +66,23 @@ import time
 
 import numpy as np
 
-from . import harness, optim
+from . import harness, optim, report
 from .impls import HYBRIDAD_IMPLS, RTOL_EXACT, availability, setup
-from .workloads import WORKLOADS, make_problem, warm_problem
+from .report import (COLUMNS, SPARSE_COLUMNS, TIME_UNIT, format_bytes,  # noqa: F401 (re-exported)
+                     format_report, size_label)
+from .workloads import DTYPES, WORKLOADS, make_problem, warm_problem
 
-IMPLS = ("hybridad", "ha.gradient", "hand numpy", "hand numba", "jax.jit", "torch", "autograd")
+IMPLS = ("hybridad", "hybridad serial", "ha.gradient", "hand numpy", "hand numba", "jax.jit",
+         "torch", "autograd")
 SCIPY_ROW = "scipy rosen_der"  # minimize workloads: scipy's own hand-written derivative
 REFERENCE = "hand numpy"
 BASELINE = "hand numba"
-NO_CHILD = {"ha.gradient", SCIPY_ROW}  # no memory child: hybridad's plan again / not a gradient
+NO_CHILD = {"ha.gradient", "hybridad serial", SCIPY_ROW}  # no memory child: hybridad's plan
+# again (ha.gradient, the serial plan's arenas are the default plan's) / not a gradient
 SPARSE_FD = "scipy colored FD"  # sparse workloads: approx_derivative(..., sparsity=)
 SPARSE_MAX = 1024  # sparse workloads: the largest grid (N x N, 2 N^2 unknowns)
 
+ALLOC_BUDGET_S = 1.0  # gradient rows: allocation counts over at most ~this many seconds of calls
 FULL = {"repeats": 7, "target_ms": 20.0, "alloc_calls": 100, "minimize_repeats": 5}
 QUICK = {"repeats": 3, "target_ms": 5.0, "alloc_calls": 10, "minimize_repeats": 3}
 
@@ -82,10 +106,11 @@ class Settings:
     minimize_repeats: int
     jobs: int = 2
     seed: int = 0
+    dtypes: tuple = ("float64",)  # gradient workloads run in each; others in float64 only
 
 
 def make_settings(quick=False, workloads=None, sizes=None, impls=None, memory=True,
-                  repeats=None, jobs=2):
+                  repeats=None, jobs=2, dtypes=None):
     """Settings of a run.
 
     Parameters
@@ -105,6 +130,12 @@ def make_settings(quick=False, workloads=None, sizes=None, impls=None, memory=Tr
         Timed batches (rounds for ``minimize`` workloads).
     jobs : int
         Memory children run at once.
+    dtypes : list of str, optional
+        Some of :data:`~hybridad.bench.workloads.DTYPES` (default float64
+        only): every ``gradient`` workload runs in each, data and every
+        implementation in that dtype (``minimize`` and ``sparse`` workloads
+        run in float64 only, with a note).  Memory children measure the
+        float64 rows.
 
     Returns
     -------
@@ -125,12 +156,16 @@ def make_settings(quick=False, workloads=None, sizes=None, impls=None, memory=Tr
                              + (", even: tile([-1.2, 1], n/2))" if w == "rosen" else
                                 f", at most {SPARSE_MAX}: an N x N grid)" if kind == "sparse"
                                 else ")"))
+    dtypes = tuple(dict.fromkeys(dtypes or ("float64",)))
+    unknown = [d for d in dtypes if d not in DTYPES]
+    if unknown:
+        raise ValueError(f"unknown dtype(s) {unknown}; choose from {list(DTYPES)}")
     wanted = set(impls or IMPLS) | {REFERENCE}
     impls = [n for n in (*IMPLS, "hand numpy out=") if n in wanted]
     base = QUICK if quick else FULL
     return Settings(quick, names, chosen, impls, memory,
                     repeats or base["repeats"], base["target_ms"], base["alloc_calls"],
-                    repeats or base["minimize_repeats"], jobs)
+                    repeats or base["minimize_repeats"], jobs, dtypes=dtypes)
 
 
 # --- progress ------------------------------------------------------------------------------
@@ -181,15 +216,17 @@ class Progress:
 # --- measuring ------------------------------------------------------------------------------
 
 
-def size_label(size_name, size):
-    """``n=10^4`` for powers of ten from 1000, else ``n=500``."""
-    exp = round(np.log10(size)) if size > 0 else 0
-    return f"{size_name}=10^{exp}" if size >= 1000 and 10**exp == size else f"{size_name}={size}"
+def where_label(workload, problem):
+    """``mlp B=10^4`` (``mlp B=10^4 float32`` in another dtype than float64): for messages."""
+    dtype = getattr(problem, "dtype", "float64")
+    return (f"{workload.name} {size_label(workload.size_name, problem.size)}"
+            + ("" if dtype == "float64" else f" {dtype}"))
 
 
-def _check(problem, name, got, rtol, where):
+def _check(problem, name, got, rtol, where, reference=None):
+    reference = problem.reference() if reference is None else reference
     try:
-        return harness.check_against(name, got, problem.reference(), problem.tolerance(rtol))
+        return harness.check_against(name, got, reference, problem.tolerance(rtol))
     except AssertionError as exc:
         raise BenchError(f"{where}: {exc} -- the hand-written numpy gradient is the "
                          "reference; this implementation is wrong, nothing was timed") from None
@@ -197,7 +234,8 @@ def _check(problem, name, got, rtol, where):
 
 def _row(problem, workload, name, **fields):
     row = {"workload": workload.name, "size": problem.size, "size_name": workload.size_name,
-           "n": problem.n, "impl": name, "median_s": None, "min_s": None, "max_s": None,
+           "dtype": getattr(problem, "dtype", "float64"), "n": problem.n, "impl": name,
+           "median_s": None, "min_s": None, "max_s": None,
            "f_s": None, "grad_f_ratio": None, "ratio_vs_numba": None,
            "allocs_per_call": None, "bytes_per_call": None, "first_call_s": None,
            "peak_rss_bytes": None, "call_rss_bytes": None, "startup_rss_bytes": None,
@@ -207,11 +245,21 @@ def _row(problem, workload, name, **fields):
 
 
 def measure_gradient(problem, workload, settings, names):
-    """Rows of a value+gradient problem, one per implementation it has."""
-    where = f"{workload.name} {size_label(workload.size_name, problem.size)}"
+    """Rows of a value+gradient problem, one per implementation it has.
+
+    Each implementation's value and gradient are checked against the
+    reference first (:meth:`~hybridad.bench.workloads.Problem.reference`:
+    float64, also for a float32 problem); ``grad_dtype`` records the dtype
+    of the gradient it returned.
+    """
+    where = where_label(workload, problem)
     impls = [impl for impl in (setup(name, problem) for name in names) if impl is not None]
-    errors = [_check(problem, impl.name, impl.result(impl.call()), impl.rtol,
-                     f"{where} {impl.name}") for impl in impls]
+    reference = problem.reference()
+    results = [impl.result(impl.call()) for impl in impls]
+    errors = [_check(problem, impl.name, got, impl.rtol, f"{where} {impl.name}", reference)
+              for impl, got in zip(impls, results, strict=True)]
+    grad_dtypes = ["/".join(sorted({np.asarray(g).dtype.name for g in got[1]}))
+                   for got in results]
     args = problem.args
 
     def f_value():
@@ -221,25 +269,29 @@ def measure_gradient(problem, workload, settings, names):
                                        settings.repeats, settings.target_ms)
     f_us = timings[-1][0]
     rows = []
-    for impl, (median, lo, hi, number), err in zip(impls, timings, errors, strict=False):
-        allocs, nbytes = (harness.allocations_per_call(impl.call, settings.alloc_calls)
+    for impl, (median, lo, hi, number), err, grad_dtype in zip(impls, timings, errors,
+                                                               grad_dtypes, strict=False):
+        # (counts are per call: slow rows are counted over fewer calls, at least 2)
+        calls = max(2, min(settings.alloc_calls, int(ALLOC_BUDGET_S / (median * 1e-6))))
+        allocs, nbytes = (harness.allocations_per_call(impl.call, calls)
                           if impl.numpy_memory else (None, None))
         rows.append(_row(problem, workload, impl.name, median_s=median * 1e-6,
                          min_s=lo * 1e-6, max_s=hi * 1e-6, f_s=f_us * 1e-6,
                          grad_f_ratio=median / f_us, allocs_per_call=allocs,
                          bytes_per_call=nbytes, first_call_s=impl.first_call_s, rel_err=err,
-                         repeats=settings.repeats, calls_per_repeat=number))
+                         repeats=settings.repeats, calls_per_repeat=number,
+                         grad_dtype=grad_dtype, alloc_calls=calls if impl.numpy_memory else None))
     return rows
 
 
 def measure_minimize(problem, workload, settings, names):
     """Rows of a ``minimize`` problem: whole L-BFGS-B runs per implementation."""
-    where = f"{workload.name} {size_label(workload.size_name, problem.size)}"
+    where = where_label(workload, problem)
     x0 = problem.args[0]
     options = optim.options_for(problem.n)
     entries = []  # (name, value_and_grad, rtol, first_call_s, numpy_memory)
     for name in names:
-        if name == "ha.gradient":
+        if name in ("ha.gradient", "hybridad serial"):
             continue  # the optimizer's hybridad row is hybridad.scipy.Objective
         if name == "hybridad":
             vg, first = optim.objective_value_and_grad(problem)
@@ -293,7 +345,7 @@ def measure_sparse(problem, workload, settings, names):
     import hybridad as ha
     from hybridad.plans.tiered import join_all
 
-    where = f"{workload.name} {size_label(workload.size_name, problem.size)}"
+    where = where_label(workload, problem)
     f, args = problem.f, problem.args
     ref = sp.csr_array(problem.derivative(*args))
     structure = sp.csr_array((np.ones(ref.nnz), ref.indices, ref.indptr), shape=ref.shape)
@@ -350,21 +402,24 @@ MEASURE = {"minimize": measure_minimize, "sparse": measure_sparse}
 
 
 def _ratios(rows):
-    base = {(r["workload"], r["size"]): r["median_s"] for r in rows if r["impl"] == BASELINE}
+    base = {(r["workload"], r["size"], r["dtype"]): r["median_s"] for r in rows
+            if r["impl"] == BASELINE}
     for r in rows:
-        b = base.get((r["workload"], r["size"]))
+        b = base.get((r["workload"], r["size"], r["dtype"]))
         r["ratio_vs_numba"] = None if b is None else r["median_s"] / b
 
 
 def measure_memory(rows, settings, progress):
-    """Run the RSS children (largest size of each workload) and fill the rows' RSS fields."""
+    """Run the RSS children (largest size of each workload, float64 rows) and fill the
+    rows' RSS fields."""
     jobs = []
     for w in settings.workloads:
         if WORKLOADS[w].kind == "sparse":
             continue  # (rows of their own: no memory children)
         size = max(settings.sizes[w])
         for r in rows:
-            if r["workload"] == w and r["size"] == size and r["impl"] not in NO_CHILD:
+            if (r["workload"] == w and r["size"] == size and r["impl"] not in NO_CHILD
+                    and r["dtype"] == "float64"):
                 jobs.append(r)
     progress.expect(len(jobs))
     with concurrent.futures.ThreadPoolExecutor(max_workers=settings.jobs) as pool:
@@ -417,17 +472,25 @@ def run(settings, progress="auto", log=print):
     names = [n for n in settings.impls if n not in skipped]
     for name, why in skipped.items():
         log(f"note: {name} skipped ({why})")
-    problems = [(w, s) for w in settings.workloads for s in settings.sizes[w]]
+    notes = [f"{w} runs in float64 only (a {WORKLOADS[w].kind} workload): no "
+             f"{', '.join(d for d in settings.dtypes if d != 'float64')} rows"
+             for w in settings.workloads
+             if WORKLOADS[w].kind != "gradient" and set(settings.dtypes) - {"float64"}]
+    for note in notes:
+        log(f"note: {note}")
+    problems = [(w, s, d) for w in settings.workloads for s in settings.sizes[w]
+                for d in (settings.dtypes if WORKLOADS[w].kind == "gradient" else ("float64",))]
     children = (sum(len([n for n in names if n not in NO_CHILD]) for w in settings.workloads
-                    if WORKLOADS[w].kind != "sparse") if settings.memory else 0)
+                    if WORKLOADS[w].kind != "sparse")
+                if settings.memory and "float64" in settings.dtypes else 0)
     bar = Progress(len(problems) + children, progress)
     try:
         warm_up(names)
         rows = []
-        for w, size in problems:
+        for w, size, dtype in problems:
             workload = WORKLOADS[w]
-            bar.step(f"{w} {size_label(workload.size_name, size)}")
-            problem = make_problem(w, size, settings.seed)
+            problem = make_problem(w, size, settings.seed, dtype)
+            bar.step(where_label(workload, problem))
             measure = MEASURE.get(workload.kind, measure_gradient)
             rows.extend(measure(problem, workload, settings, names))
         _ratios(rows)
@@ -435,12 +498,12 @@ def run(settings, progress="auto", log=print):
             measure_memory(rows, settings, bar)
     finally:
         bar.close()
-    doc = {"workloads": {}, "skipped": skipped, "meta": {
+    doc = {"workloads": {}, "skipped": skipped, "notes": notes, "meta": {
         **harness.machine(), "date": started.isoformat(timespec="seconds"),
         "quick": settings.quick, "repeats": settings.repeats, "target_ms": settings.target_ms,
         "alloc_calls": settings.alloc_calls, "minimize_repeats": settings.minimize_repeats,
         "memory": settings.memory, "impls": names, "reference": REFERENCE,
-        "baseline": BASELINE, "seed": settings.seed,
+        "baseline": BASELINE, "seed": settings.seed, "dtypes": list(settings.dtypes),
         "total_s": time.perf_counter() - t_start}}
     for w in settings.workloads:
         workload = WORKLOADS[w]
@@ -450,78 +513,8 @@ def run(settings, progress="auto", log=print):
             "memory_size": max(settings.sizes[w]) if settings.memory else None,
             "time_unit": TIME_UNIT.get(workload.kind, "value+gradient call"),
             "rows": [r for r in rows if r["workload"] == w]}
+    doc["goals"] = report.goals(doc)
     return doc
-
-
-# --- output ---------------------------------------------------------------------------------
-
-
-def format_bytes(value):
-    """``0``, ``812 B``, ``31.3 kB``, ``8.00 MB`` (decimal units)."""
-    if value is None:
-        return "-"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value:.0f} B" if value else "0"
-
-
-COLUMNS = (  # (header, row key, format)
-    ("size", "size_label", "{}"),
-    ("impl", "impl", "{}"),
-    ("median", "median_s", harness.format_time),
-    ("min", "min_s", harness.format_time),
-    ("max", "max_s", harness.format_time),
-    ("x numba", "ratio_vs_numba", "{:.2f}"),
-    ("grad/f", "grad_f_ratio", "{:.2f}"),
-    ("allocs/call", "allocs_per_call", "{:g}"),
-    ("bytes/call", "bytes_per_call", format_bytes),
-    ("first call", "first_call_s", harness.format_time),
-    ("peak RSS", "peak_rss_bytes", format_bytes),
-    ("RSS/call", "call_rss_bytes", format_bytes),
-)
-
-
-SPARSE_COLUMNS = (
-    ("size", "size_label", "{}"),
-    ("impl", "impl", "{}"),
-    ("median", "median_s", harness.format_time),
-    ("min", "min_s", harness.format_time),
-    ("max", "max_s", harness.format_time),
-    ("deriv/f", "grad_f_ratio", "{:.2f}"),
-    ("colors", "colors", "{}"),
-    ("bound", "bound", "{}"),
-    ("allocs/call", "allocs_per_call", "{:g}"),
-    ("bytes/call", "bytes_per_call", format_bytes),
-    ("first call", "first_call_s", harness.format_time),
-)
-TIME_UNIT = {"minimize": "whole minimize run",
-             "sparse": "derivative call; deriv/f: over one call of f; colors: seeds (FD: "
-                       "column groups), bound: the densest row's nonzeros"}
-
-
-def format_report(doc):
-    """The tables of a run (one per workload) and its notes, as text."""
-    out = []
-    for name, w in doc["workloads"].items():
-        rows = [dict(r, size_label=size_label(w["size_name"], r["size"])) for r in w["rows"]]
-        out.append(f"{name}: {w['title']}; time per {w['time_unit']}")
-        columns = SPARSE_COLUMNS if w.get("kind") == "sparse" else COLUMNS
-        out.append(harness.format_table(rows, columns, {"size", "impl"},
-                                        missing=lambda key: "n/a" if key in (
-                                            "allocs_per_call", "bytes_per_call") else "-"))
-        out.append("")
-    meta = doc["meta"]
-    out.append(f"medians of {meta['repeats']} batches of ~{meta['target_ms']:g} ms "
-               f"(minimize: {meta['minimize_repeats']} rounds); x numba: median over the "
-               f"hand-written numba gradient's; grad/f: over the numpy function's value "
-               f"alone; allocs: numpy allocations per call (n/a: not numpy memory, see RSS); "
-               f"RSS: fresh process, largest size, after the library's start-up")
-    for impl, why in doc["skipped"].items():
-        out.append(f"note: {impl} skipped ({why})")
-    out.append(f"{meta['cpu_count']} CPUs ({meta['cpu_model']}), numpy {meta['numpy']}, "
-               f"numba {meta['numba']}, total {meta['total_s']:.0f} s")
-    return "\n".join(out)
 
 
 def add_arguments(parser):
@@ -538,6 +531,9 @@ def add_arguments(parser):
     parser.add_argument("--impl", metavar="NAME", nargs="+", action="extend",
                         choices=list(IMPLS) + ["hand numpy out="],
                         help=f"implementations (default: {', '.join(IMPLS)})")
+    parser.add_argument("--dtype", metavar="DTYPE", nargs="+", action="extend",
+                        choices=list(DTYPES), help="run the gradient workloads in each of "
+                        "these dtypes (default: float64)")
     parser.add_argument("--no-memory", action="store_true",
                         help="skip the peak-RSS child processes")
     parser.add_argument("--repeats", type=int, help="timed batches per row")
@@ -551,7 +547,7 @@ def main(args):
     """Run the ``bench`` subcommand from parsed arguments; the exit status."""
     try:
         settings = make_settings(args.quick, args.workload, args.sizes, args.impl,
-                                 not args.no_memory, args.repeats, args.jobs)
+                                 not args.no_memory, args.repeats, args.jobs, args.dtype)
         doc = run(settings, args.progress)
     except (BenchError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -566,8 +562,11 @@ def main(args):
     if args.plot:
         from .plot import plot
 
+        first = doc["meta"]["dtypes"][0]  # one line per row: the first dtype's rows
         try:
-            plot(doc, args.plot)
+            plot({**doc, "workloads": {name: {**w, "rows": [r for r in w["rows"]
+                                                             if r["dtype"] == first]}
+                                       for name, w in doc["workloads"].items()}}, args.plot)
         except ImportError:
             print("matplotlib is not installed: no plot written "
                   "(pip install matplotlib, or hybridad[bench])")

@@ -6,7 +6,10 @@ The hand-written numba gradients are in :mod:`hybridad.bench.kernels`; the
 implementations that are timed (hybridad, the hand-written ones, JAX,
 PyTorch, autograd) in :mod:`hybridad.bench.impls`.  Imports numpy only.
 
-Workloads (float64; :data:`WORKLOADS`):
+Workloads (:data:`WORKLOADS`; float64, and for the ``gradient`` ones
+float32 too: :meth:`Problem.astype` casts the data, drawn in float64, and
+the reference is then the float64 hand-written gradient at the float32
+data, see :meth:`Problem.reference` and :meth:`Problem.tolerance`):
 
 * ``expsum`` -- ``r = sum(exp(-3 (x + 1)))``, ``f = r**2 + r**3 + r**4 / 4``,
   gradient w.r.t. ``x``; size n = len(x).
@@ -15,6 +18,13 @@ Workloads (float64; :data:`WORKLOADS`):
 * ``mlp`` -- a tanh MLP 1 -> 16 -> 16 -> 1, ``mean((pred - Y)**2)`` over a
   batch of B samples (X, Y constants), gradient w.r.t. the six weight and bias
   arrays (321 numbers); size B.
+* ``wide_mlp`` -- the same MLP (:func:`mlp`, tanh) with widths 64 -> 256 ->
+  256 -> 10 (85,002 parameters): BLAS-bound; no hand-written numba kernel
+  (matmuls in numba loops are not what anyone would write); size B.
+* ``gp`` -- a Gaussian process's negative log marginal likelihood (RBF
+  kernel, Cholesky and two triangular solves) w.r.t. its three log
+  hyperparameters, X (n x 3) and y constant (:mod:`hybridad.bench.gp`;
+  scipy); no numba kernel; size n.
 * ``chain`` -- the dense chain ``x_i = x_0 + ... + x_{i-1}`` for 20 layers
   (a Python list, ``sum(xs[1:], xs[0])``), ``f = sum(tanh(x_20))``, gradient
   w.r.t. ``x_0``; size n.
@@ -36,11 +46,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import kernels
+from . import gp, kernels
 from .kernels import CHAIN_LAYERS
 
 SEED = 0
 MLP_WIDTHS = (1, 16, 16, 1)
+WIDE_MLP_WIDTHS = (64, 256, 256, 10)
+DTYPES = ("float64", "float32")  # what --dtype offers; gradient workloads only
+FLOAT32_RTOL = 1e-4  # float32 rows against the float64 reference (times float32_scale)
 QUAD_K = 10
 
 
@@ -68,8 +81,8 @@ def make_expsum_numpy_out(x):
     float handed to a ufunc (or a reduction to a scalar) allocates a 0-d array.
     """
     e, g = np.empty_like(x), np.empty_like(x)
-    one, minus3 = np.array(1.0), np.array(-3.0)
-    r, coef, value = np.empty(()), np.empty(()), np.empty(())
+    one, minus3 = np.array(1.0, x.dtype), np.array(-3.0, x.dtype)
+    r, coef, value = (np.empty((), x.dtype) for _ in range(3))
 
     def grad(x):
         np.add(x, one, out=e)
@@ -103,7 +116,7 @@ def quadform_numpy(x, A):
 def make_quadform_numpy_out(x, A):
     """:func:`quadform_numpy` into buffers: ``s = sum A_k x``, ``h = sum x A_k``."""
     s, h, t, g = (np.empty_like(x) for _ in range(4))
-    value = np.empty(())
+    value = np.empty((), x.dtype)
 
     def grad(x, A):
         s.fill(0.0)
@@ -155,13 +168,14 @@ def make_mlp_numpy_out(W1, b1, W2, b2, W3, b3, X, Y):
     The loss is ``dot(r, r) / size`` on the flattened residual (a view).
     """
     n, h1_width, h2_width = X.shape[0], W1.shape[1], W2.shape[1]
-    h1, d1, t1 = (np.empty((n, h1_width)) for _ in range(3))
-    h2, d2, t2 = (np.empty((n, h2_width)) for _ in range(3))
-    r = np.empty((n, W3.shape[1]))
+    dt = X.dtype
+    h1, d1, t1 = (np.empty((n, h1_width), dt) for _ in range(3))
+    h2, d2, t2 = (np.empty((n, h2_width), dt) for _ in range(3))
+    r = np.empty((n, W3.shape[1]), dt)
     grads = tuple(np.empty_like(w) for w in (W1, b1, W2, b2, W3, b3))
     gW1, gb1, gW2, gb2, gW3, gb3 = grads
-    one, inv_size, scale = np.array(1.0), np.array(1.0 / r.size), np.array(2.0 / r.size)
-    value = np.empty(())
+    one, inv_size, scale = (np.array(c, dt) for c in (1.0, 1.0 / r.size, 2.0 / r.size))
+    value = np.empty((), dt)
     r_flat = r.reshape(-1)  # a view
 
     def grad(W1, b1, W2, b2, W3, b3, X, Y):
@@ -284,35 +298,80 @@ class Problem:
     argnums: int | tuple = 0  # the differentiated arguments, as hybridad takes them
     make_numpy_out: Callable | None = None  # (*args) -> function like numpy_grad, own buffers
     make_numba: Callable | None = None  # (*args, cache=) -> like make_numpy_out, @njit
+    float32_scale: float = 1.0  # the float32 tolerance's factor (see tolerance)
     workload: str = ""  # key in WORKLOADS
     size: int = 0  # the workload's size parameter
+    dtype: str = "float64"  # of every floating-point array in args (see astype)
 
     @property
     def diff_argnums(self):
         """``argnums`` as a tuple."""
         return (self.argnums,) if isinstance(self.argnums, int) else tuple(self.argnums)
 
+    def astype(self, dtype):
+        """The same problem with every floating-point array of ``args`` cast to ``dtype``.
+
+        Lists (``quadform``'s matrices) are cast element by element.  The data
+        are drawn in float64 and rounded once, so every dtype's problem is the
+        same one up to that rounding.
+        """
+        dtype = np.dtype(dtype)
+        if dtype.name == self.dtype:
+            return self
+        return dataclasses.replace(self, args=_cast(self.args, dtype), dtype=dtype.name)
+
     def reference(self):
-        """``(value, [gradient arrays])`` of the hand-written numpy gradient."""
-        value, grad = self.numpy_grad(*self.args)
-        return float(value), gradient_leaves(grad)
+        """``(value, [gradient arrays])`` of the hand-written numpy gradient, in float64.
+
+        For a problem in another dtype: the float64 hand-written gradient at
+        the same (exactly upcast) data, so that the check measures the
+        arithmetic's error, not the rounding of the inputs.
+        """
+        args = self.args if self.dtype == "float64" else _cast(self.args, np.float64)
+        value, grad = self.numpy_grad(*args)
+        return float(value), [np.asarray(g, dtype=np.float64) for g in gradient_leaves(grad)]
 
     def tolerance(self, rtol):
-        """``rtol``, or the error bound of a sequential sum over the largest input if larger.
+        """The relative error an implementation may have against :meth:`reference`.
 
-        Implementations sum in different orders (numpy pairwise, a numba loop
-        sequentially, BLAS blocked): ``m * eps`` bounds a sequential sum of
-        ``m`` terms, relative to the sum of their magnitudes.
+        float64: ``rtol``, or the error bound of a sequential sum over the
+        largest input if larger.  Implementations sum in different orders
+        (numpy pairwise, a numba loop sequentially, BLAS blocked): ``m * eps``
+        bounds a sequential sum of ``m`` terms, relative to the sum of their
+        magnitudes.
+
+        Other dtypes (float32): ``rtol`` does not apply (every row rounds to
+        float32, whatever its float64 agreement would be); the tolerance is
+        ``FLOAT32_RTOL`` times the problem's ``float32_scale`` (for its
+        conditioning: 1 for the elementwise and MLP workloads, 10 for the
+        Gaussian process), or ``sqrt(m) * eps`` where that is larger (every
+        row measured within 1e-5 of the float64 reference).
         """
         arrays = [b for a in self.args for b in (a if isinstance(a, (list, tuple)) else (a,))]
         terms = max(np.size(a) for a in arrays)
-        return max(rtol, terms * float(np.finfo(np.float64).eps))
+        if self.dtype == "float64":
+            return max(rtol, terms * float(np.finfo(np.float64).eps))
+        eps = float(np.finfo(self.dtype).eps)
+        return max(FLOAT32_RTOL * self.float32_scale, np.sqrt(terms) * eps)
+
+
+def _cast(args, dtype):
+    """``args`` with every floating-point array (also inside lists/tuples) cast to ``dtype``."""
+    def cast(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(cast(b) for b in a)
+        if isinstance(a, np.ndarray) and a.dtype.kind == "f":
+            return a.astype(dtype)
+        return a
+
+    return tuple(cast(a) for a in args)
 
 
 def gradient_leaves(grad):
-    """A gradient (array, or tuple/list of arrays, one per argnum) as a list of float64 copies."""
+    """A gradient (array, or tuple/list of arrays, one per argnum) as a list of copies
+    (numpy arrays in their own dtype: a float32 row's gradient stays float32)."""
     parts = grad if isinstance(grad, (tuple, list)) else (grad,)
-    return [np.array(g, dtype=np.float64) for g in parts]
+    return [np.array(g) for g in parts]
 
 
 def _kernels():
@@ -357,6 +416,26 @@ def mlp_problem(batch, rng, widths=MLP_WIDTHS):
                    mlp_numpy, _port(mlp), argnums=tuple(range(len(params))),
                    make_numpy_out=make_mlp_numpy_out, make_numba=_kernels().make_mlp_numba,
                    workload="mlp", size=batch)
+
+
+def wide_mlp_problem(batch, rng):
+    """:func:`mlp_problem` with widths :data:`WIDE_MLP_WIDTHS` (64-256-256-10); no numba kernel."""
+    problem = mlp_problem(batch, rng, WIDE_MLP_WIDTHS)
+    return dataclasses.replace(problem, name=f"wide_mlp B={batch}", make_numba=None,
+                               workload="wide_mlp")
+
+
+def gp_problem(n, rng):
+    """The GP likelihood (:mod:`hybridad.bench.gp`) on ``n`` points; ``float32_scale`` 10.
+
+    float32 rounding in ``K`` is amplified by its condition number (up to
+    ``n s2 / noise``, about 2e4 at n = 1000), so the float32 rows get 10x
+    the MLP's tolerance (measured: every row within 6e-6 of the float64
+    reference at n = 200 and 1000).
+    """
+    theta, X, y = gp.gp_data(n, rng)
+    return Problem(f"gp n={n}", theta.size, gp.gp_nll, (theta, X, y), gp.gp_numpy, gp.gp_port,
+                   workload="gp", size=n, float32_scale=10.0)
 
 
 def chain_problem(n, rng):
@@ -415,6 +494,11 @@ WORKLOADS = {w.name: w for w in (
              (100, 500, 1000), (100, 500), functools.partial(quadform_problem, QUAD_K)),
     Workload("mlp", "tanh MLP 1-16-16-1, mean squared error over B samples (321 parameters)",
              "B", (100, 10**3, 10**4, 10**5), (100, 10**3), mlp_problem),
+    Workload("wide_mlp", "tanh MLP 64-256-256-10, mean squared error over B samples "
+             "(85002 parameters)", "B", (256, 1024, 4096), (256, 1024), wide_mlp_problem),
+    Workload("gp", "Gaussian-process NLL, RBF kernel on n points in 3-D: cholesky + 2 "
+             "triangular solves; gradient w.r.t. 3 log hyperparameters", "n", (200, 1000),
+             (200,), gp_problem),
     Workload("chain", f"dense chain, {CHAIN_LAYERS} layers x_i = x_0 + ... + x_(i-1); "
              "sum(tanh(x_20))", "n", (10**3, 10**4, 10**5, 10**6), (10**3, 10**5),
              chain_problem),
@@ -429,7 +513,7 @@ WORKLOADS = {w.name: w for w in (
 )}
 
 
-def make_problem(workload, size, seed=SEED):
+def make_problem(workload, size, seed=SEED, dtype="float64"):
     """The problem of ``workload`` (a key of :data:`WORKLOADS`) at ``size``, data from ``seed``.
 
     Parameters
@@ -439,11 +523,17 @@ def make_problem(workload, size, seed=SEED):
     seed : int, default SEED
         A fresh ``numpy.random.default_rng(seed)`` draws the data: a child
         process rebuilds the same problem from (workload, size, seed).
+    dtype : str, default "float64"
+        The data's dtype (:meth:`Problem.astype`; drawn in float64 first).
 
     Returns
     -------
     Problem
     """
-    if workload == "warm":
-        return warm_problem(size)
-    return WORKLOADS[workload].build(size, np.random.default_rng(seed))
+    problem = (warm_problem(size) if workload == "warm"
+               else WORKLOADS[workload].build(size, np.random.default_rng(seed)))
+    if np.dtype(dtype) == np.float64:
+        return problem
+    if not isinstance(problem, Problem):
+        raise ValueError(f"workload {workload!r} runs in float64 only")
+    return problem.astype(dtype)
