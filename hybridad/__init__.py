@@ -19,7 +19,8 @@ import sys as _sys
 
 from . import optim
 from .api import clear_cache, compile, gradient, hessian, hvp, jacobian
-from .errors import MemoryBudgetError, RetraceWarning, StalePlanError, TracingError
+from .errors import (CompileBudgetError, MemoryBudgetError, RetraceWarning,
+                     StalePlanError, TracingError)
 from .frontend import numpy_api as _numpy_api  # noqa: F401  (the numpy surface: methods on tracers)
 from .frontend.scalar_functions import ElementwiseError, elementwise
 from .plans import plan as _plan_module
@@ -45,7 +46,7 @@ __all__ = [
            "HessianResult",
            "HvpResult",
            "JacobianResult",
-           "MemoryBudgetError",
+           "CompileBudgetError", "MemoryBudgetError",
            "Plan",
            "SparseHessianResult", "SparseJacobianResult",
            "RetraceWarning",

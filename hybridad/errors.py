@@ -6,8 +6,8 @@ import linecache
 import os
 import sys
 
-__all__ = ["MemoryBudgetError", "RetraceWarning", "StalePlanError", "TracingError",
-           "user_location"]
+__all__ = ["CompileBudgetError", "MemoryBudgetError", "RetraceWarning", "StalePlanError",
+           "TracingError", "user_location"]
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _NUMPY_MARK = os.sep + "numpy" + os.sep
@@ -28,6 +28,15 @@ class MemoryBudgetError(ValueError):
     """Raised by :func:`hybridad.compile` when no plan fits ``memory_budget``
     (at compile time, never as an out-of-memory at run time).  The message
     gives the smallest workspace hybridad can plan for the function."""
+
+
+class CompileBudgetError(RuntimeError):
+    """Raised when a numba program would take longer to compile than
+    ``HYBRIDAD_COMPILE_BUDGET`` seconds (estimated from its generated code,
+    before numba starts).  Gradient, Hessian and Jacobian plans catch it and
+    run the function's numpy reference program instead, with a
+    :class:`RuntimeWarning`; it reaches the caller only from plans that have
+    no such fallback (``hvp=True``, ``update=``)."""
 
 
 class StalePlanError(RuntimeError):

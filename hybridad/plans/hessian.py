@@ -15,7 +15,7 @@ from ..transforms.autodiff import backward, jvp
 from ..transforms.batching import vmap
 from ..transforms.partition import fold_accumulations, fuse_regions
 from .plan import serialized
-from .staged import StagedPlan, default_chunk
+from .staged import StagedPlan, default_chunk, falls_back
 
 __all__ = ["HessianPlan"]
 
@@ -50,6 +50,10 @@ class HessianPlan(StagedPlan):
         super().__init__(f, args, argnums, backend, parallel=parallel, poison=poison,
                          pack=pack)
         self.order = 2
+
+    def _remake(self, f, args, backend):
+        return HessianPlan(f, args, self.argnums, backend, chunk=self._chunk_request,
+                           parallel=self.parallel)
 
     def _build(self, f, args, leaves):
         trace = Trace()
@@ -111,6 +115,7 @@ class HessianPlan(StagedPlan):
         self._run_program("primal", leaves, [v, g])
 
     # -------------------------------------------------------------- calls
+    @falls_back
     @serialized
     def gradient(self, *args, out=None):
         """Value and gradient (the primal program), as :meth:`Plan.gradient`."""
@@ -124,6 +129,7 @@ class HessianPlan(StagedPlan):
         self._primal(leaves, v, g)
         return out
 
+    @falls_back
     @serialized
     def linearize(self, *args, out=None):
         """Run the primal pass at ``args``; later :meth:`hvp` calls without
@@ -156,6 +162,7 @@ class HessianPlan(StagedPlan):
         self._point_args = args  # what the guards read (static arguments) at this point
         return out
 
+    @falls_back
     @serialized
     def hvp(self, *args, v, out=None):
         """Value, gradient and ``H v``.
@@ -221,6 +228,7 @@ class HessianPlan(StagedPlan):
         return (self._scratch_value, self._scratch_grad) + tuple(
             self._staging(k, b.shape, b.dtype) for k, b in enumerate(bufs[2:]))
 
+    @falls_back
     @serialized
     def hessian(self, *args, out=None):
         """Value, gradient and Hessian of ``f`` at ``args``.

@@ -14,7 +14,7 @@ from ..transforms.autodiff import backward, jvp
 from ..transforms.batching import vmap
 from ..transforms.partition import fold_accumulations, fuse_regions
 from .plan import serialized
-from .staged import StagedPlan, default_chunk
+from .staged import StagedPlan, default_chunk, falls_back
 
 __all__ = ["JacobianPlan"]
 
@@ -40,6 +40,10 @@ class JacobianPlan(StagedPlan):
         self._chunk_request = chunk
         super().__init__(f, args, argnums, backend, parallel=parallel, poison=poison,
                          pack=pack)
+
+    def _remake(self, f, args, backend):
+        return JacobianPlan(f, args, self.argnums, backend, mode=self._mode_request,
+                            chunk=self._chunk_request, parallel=self.parallel)
 
     def _check_output(self, out, trace):
         if not isinstance(out, Tracer):
@@ -111,6 +115,7 @@ class JacobianPlan(StagedPlan):
         return JacobianResult(self._xp.zeros(self._yshape, self._value_dtype),
                               self._xp.zeros(self._shape, self._dtype))
 
+    @falls_back
     @serialized
     def gradient(self, *args, out=None):
         """Not available: raises TypeError (a Jacobian plan's function is not scalar)."""
@@ -120,6 +125,7 @@ class JacobianPlan(StagedPlan):
     def _computes(self):
         return "Jacobians (plan.jacobian)"
 
+    @falls_back
     @serialized
     def jacobian(self, *args, out=None):
         """Value and Jacobian of ``f`` at ``args``.

@@ -27,7 +27,7 @@ import numpy as np
 from .. import _tree
 from ..backends.numba.threshold import serial_loops, work_estimate
 from ..backends.numpy.program import compile_program
-from ..errors import MemoryBudgetError
+from ..errors import CompileBudgetError, MemoryBudgetError
 from ..frontend.guard_walk import root_of
 from ..frontend.trace import Trace, as_node
 from ..frontend.tracer import Tracer
@@ -224,7 +224,12 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         if self._tiered:  # compiled in the background (Plan.__init__ starts it)
             self._pending = pending
         else:
-            self._install_program(self._compile(*pending))
+            try:
+                self._install_program(self._compile(*pending))
+            except CompileBudgetError as exc:  # the reference program, for good
+                if type(self) is not Plan or self.order != 1 or self.update is not None:
+                    raise  # (no reference program for hvp or update plans)
+                self._serve_reference(f, args, exc)
         # the common case -- plain array arguments, one array gradient -- is
         # validated by a short path with the same checks (see _fast_args)
         self._plain = all(td == _tree.LEAF for td in self._treedefs) and \
@@ -299,6 +304,23 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         return _rebuild_plan, (f, protos, self.argnums, self.backend, self.parallel)
 
 
+    def _serial_twin(self):
+        """The call of this gradient plan's serial twin: the same function
+        planned with ``parallel=False`` (its own arena and memory plan; kept
+        alive by this plan), taking the same arguments and results."""
+        f = self._f()
+        if f is None:
+            raise RuntimeError("the function is gone")
+        it = iter(self._specs)
+        args = tuple(_tree.unflatten(td, [np.zeros(s, d) for s, d in
+                                          (next(it) for _ in range(_tree.count_leaves(td)))])
+                     for td in self._treedefs)
+        twin = Plan(f, args, self.argnums, self.backend, parallel=False, tiered=False)
+        if twin._program is None or twin._program.objects != self._program.objects:
+            raise RuntimeError("no compiled twin")
+        self._twin_plan = twin
+        return twin._program.fn
+
     def _materialize(self, nodes, in_place=()):
         if self.backend != "numba":
             return ()
@@ -313,6 +335,9 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                                              in_specs or self._specs, out_specs, name=name,
                                              poison=self._poison, given=given)
             prog.lock = self._lock  # every program of the plan writes the same arena
+            if prog.threads is not None and type(self) is Plan and self.order == 1 and \
+                    self.update is None and name == "gradient_program":
+                prog.threads.make_serial = self._serial_twin  # should one thread win a probe
             return prog
         regions = None
         if self.backend == "cupy":

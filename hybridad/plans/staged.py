@@ -34,19 +34,23 @@ them have run.
 
 from __future__ import annotations
 
+import functools
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
 
 from .. import _tree
 from ..backends.numba.threshold import serial_loops, work_estimate
+from ..errors import CompileBudgetError
 from ..ir.graph import Graph, check
 from ..ops import REGISTRY, may_raise
 from ..results import DiffResult
 from .plan import Plan, serialized
 from .validate import check_results
 
-__all__ = ["CHUNK_BYTES", "DEFAULT_CHUNK", "ONE_CHUNK", "StagedPlan", "default_chunk"]
+__all__ = ["CHUNK_BYTES", "DEFAULT_CHUNK", "ONE_CHUNK", "StagedPlan", "default_chunk",
+           "falls_back"]
 
 #: up to this many seeds, all of them run as one chunk (see :func:`default_chunk`)
 ONE_CHUNK = 128
@@ -54,6 +58,26 @@ ONE_CHUNK = 128
 DEFAULT_CHUNK = 32
 #: bytes of batched workspace a default chunk may take
 CHUNK_BYTES = 1 << 24
+
+
+def falls_back(method):
+    """A public method of a staged plan that, once one of its numba programs
+    is over the compile budget (:class:`hybridad.CompileBudgetError`, raised
+    before numba starts and before the program writes anything), runs the
+    same method of the plan's numpy twin -- this call and every later one."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        twin = self._twin
+        if twin is None:
+            try:
+                return method(self, *args, **kwargs)
+            except CompileBudgetError as exc:
+                twin = self._make_twin(args, exc)
+        return getattr(twin, name)(*args, **kwargs)
+
+    return call
 
 
 def default_chunk(n, bytes_per_seed):
@@ -150,6 +174,23 @@ class StagedPlan(Plan):
         self._primal_nodes = [n for n in order if n.op == "input" and
                               n.attrs["index"] < len(self._specs)] + primal
         self._programs = {}
+
+    _twin = None  # the numpy plan serving the calls once a program is over budget
+
+    def _remake(self, f, args, backend):
+        """This plan again, for ``backend`` (the subclass's options)."""
+        raise NotImplementedError
+
+    def _make_twin(self, args, exc):
+        f = self._f()
+        if f is None or not args:  # (hvp(v=...) at a linearized point: no arguments)
+            raise exc
+        self._twin = self._remake(f, args, "numpy")
+        self._tier_error = exc
+        warnings.warn(f"hybridad: {exc}; the plan runs its numpy reference program from now "
+                      "on (no compile, no allocation per call; slower than compiled code)",
+                      RuntimeWarning, stacklevel=3)
+        return self._twin
 
     def _program_for(self, name):
         """The compiled program of a stage (compiled at its first use)."""

@@ -36,7 +36,8 @@ import time
 import warnings
 import weakref
 
-__all__ = ["TieredMixin", "default_tiered", "join_all"]
+__all__ = ["TieredMixin", "default_tiered", "join_all", "track_thread"]
+
 
 _THREADS = weakref.WeakSet()  # compile threads still running
 
@@ -45,6 +46,11 @@ def default_tiered():
     """Whether plans are tiered when ``tiered=None`` (``HYBRIDAD_TIERED``, default on)."""
     return os.environ.get("HYBRIDAD_TIERED", "1").strip().lower() not in ("0", "false", "no",
                                                                           "off", "")
+
+
+def track_thread(thread):
+    """Count ``thread`` (a compile) among those :func:`join_all` waits for."""
+    _THREADS.add(thread)
 
 
 def join_all(timeout=120.0):
@@ -94,6 +100,17 @@ class TieredMixin:
         thread.start()
         return True
 
+    def _serve_reference(self, f, args, exc):
+        """A numba program over the compile budget (``exc``, a
+        :class:`hybridad.CompileBudgetError`): the numpy reference program
+        serves every call, with a :class:`RuntimeWarning` (gradient plans)."""
+        self._reference = type(self)(f, args, self.argnums, backend="numpy",
+                                     parallel=self.parallel, tiered=False)
+        self._tier_error = exc
+        warnings.warn(f"hybridad: {exc}; the plan runs its numpy reference program (no "
+                      "compile, no allocation per call; slower than compiled code)",
+                      RuntimeWarning, stacklevel=4)
+
     def _compile_in_background(self):
         pending, self._pending = self._pending, None
         try:
@@ -133,6 +150,9 @@ class TieredMixin:
     def _tier_lines(self):
         """The tier lines of :meth:`explain`."""
         if getattr(self, "_tier_thread", None) is None:
+            if self._tier_error is not None:
+                return [f"tiers: {self._tier_error}; the numpy reference program serves every "
+                        f"call ({self._tier_calls} so far)"]
             return []
         if self._tier_seconds is not None:
             return [f"tiers: the numpy reference program answered the first "

@@ -383,6 +383,25 @@ def _module(source):
         return module
 
 
+def warm(source, fn_name="plan_fn"):
+    """Whether ``source``'s function ``fn_name`` was compiled before: in this
+    process, or by one that left numba's index for it in the disk cache (a
+    warm load takes milliseconds, whatever the size of the code)."""
+    modname = _PREFIX + source_hash(source)
+    module = sys.modules.get(modname)
+    if module is not None and getattr(getattr(module, fn_name, None), "signatures", None):
+        return True
+    directory = cache_dir()
+    if directory is None:
+        return False
+    prefix = f"{modname}.{fn_name}-"
+    try:
+        return any(name.startswith(prefix) and name.endswith(".nbi")
+                   for name in os.listdir(os.path.join(directory, "__pycache__")))
+    except OSError:
+        return False
+
+
 def load_function(source, fn_name):
     """Function ``fn_name`` of generated ``source``, written to the cache once.
 

@@ -23,7 +23,7 @@ from ...transforms.memory import poison_schedule
 from ..scalar import uses_special, vector_imports
 from . import cache
 from .emit import _emit_gemm, blas_accumulations, emit_node, region_acc_groups
-from .split import _drop_unused_views, split_body
+from .split import _drop_unused_views, check_budget, split_body
 from .layouts import numba_layouts, view_statement
 from .loops import (
     Constants,
@@ -345,6 +345,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     signature = f"def {fn_name}({', '.join(params)}):"
     source = "\n".join(header + kernel_defs + ["", "", f"@njit({flags})", signature] + body) + "\n"
     extra = [timers.array()] if timers is not None else []
+    check_budget(source, name)  # (before numba: a plan too big falls back, see plans)
     call, own, fixed, bound = _link(source, fn_name, memplan, arenas, table, in_specs,
                                     out_specs, const_args, objects, cacheable, extra)
     keep = [memplan.arenas[dt] for dt in arenas] + [v for v, _ in const_args] + [table] + extra

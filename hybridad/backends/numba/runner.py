@@ -135,19 +135,17 @@ class NumbaProgram:
 
     def invoke(self, *args):
         """The compiled function on its final arguments (``id(array)`` when
-        :attr:`objects`), for a heavy program: under :attr:`lock`, BLAS
-        single-threaded when :attr:`blas_limited`, on the thread count
-        :attr:`threads` chooses for a parallel program."""
+        :attr:`objects`), for a heavy program: under :attr:`lock`, on the thread
+        count :attr:`threads` chooses for a parallel program, BLAS
+        single-threaded (when :attr:`blas_limited`) while the program's own
+        loops run on more than one thread -- one owner of the cores per call."""
         with self.lock:
+            if self.threads is not None:  # BLAS single-threaded only beside our threads
+                return self.threads(self.fn, args, self.blas_limited)
             if self.blas_limited:
                 with SingleThreadedBlas():
-                    return self._threaded(args)
-            return self._threaded(args)
-
-    def _threaded(self, args):
-        if self.threads is None:
+                    return self.fn(*args)
             return self.fn(*args)
-        return self.threads(self.fn, args)
 
 
 def _type_nums(dtype):

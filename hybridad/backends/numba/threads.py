@@ -79,6 +79,15 @@ class SingleThreadedBlas:
         return False
 
 
+def _run(fn, args, n, blas, serial=None):
+    if n == 1 and serial is not None:  # the serial twin: plain loops, BLAS's own threads
+        return serial(*args)
+    if blas and n > 1:
+        with SingleThreadedBlas():
+            return fn(*args)
+    return fn(*args)
+
+
 def _median(values):
     """The median of a few call times, in plain Python (a call allocates no
     numpy array)."""
@@ -157,6 +166,14 @@ class ThreadChoice:
         return os.environ.get("HYBRIDAD_THREAD_CHOICE", "1").strip() != "0"
 
     def __init__(self):
+        #: ``make_serial()`` compiles the program's serial twin (the same
+        #: plan without ``prange``, on the same arena) and returns its call;
+        #: started in the background the first time one thread wins a probe,
+        #: it then runs the one-thread calls (numba's ``prange`` code on one
+        #: thread can be several times slower than plain loops)
+        self.make_serial = None
+        self.serial = None  # the twin's call, once compiled
+        self._twin_started = False
         self.threads = 0  # the chosen count; 0: not chosen yet (probe)
         self.reference = 0.0  # the chosen setting's median call time (s)
         self.times = {}  # threads -> the last probe's samples (s)
@@ -168,31 +185,33 @@ class ThreadChoice:
         self._left = 0  # calls before the next probe may start
         self._probing = None  # the thread counts still to sample, in order
 
-    def __call__(self, fn, args):
-        """Run ``fn(*args)`` with this program's thread count."""
+    def __call__(self, fn, args, blas=False):
+        """Run ``fn(*args)`` with this program's thread count; ``blas``: the
+        program calls BLAS, which then runs single-threaded while the
+        program's loops take more than one thread (one owner of the cores)."""
         import numba
 
         self.calls += 1
         most = max_threads()
         if most <= 1:  # capped at one thread: nothing to choose
-            return self._timed(fn, args, 1, 1)
+            return self._timed(fn, args, 1, 1, blas)
         if self._probing is None:
             self._left -= 1
             if self.threads and (self._left > 0 or time.perf_counter() < self._until):
-                return self._timed(fn, args, self.threads, most)
+                return self._timed(fn, args, self.threads, most, blas)
             self._start_probe(most)
         n = self._probing[0]
         before = numba.get_num_threads()
         numba.set_num_threads(n)
         t = time.perf_counter()
         try:
-            return fn(*args)
+            return _run(fn, args, n, blas, self.serial)
         finally:
             dt = time.perf_counter() - t
             numba.set_num_threads(before)
             self._sampled(n, dt, most)
 
-    def _timed(self, fn, args, n, most):
+    def _timed(self, fn, args, n, most, blas=False):
         import numba
 
         n, before = min(n, most), numba.get_num_threads()
@@ -200,7 +219,7 @@ class ThreadChoice:
             numba.set_num_threads(n)
         t = time.perf_counter()
         try:
-            return fn(*args)
+            return _run(fn, args, n, blas, self.serial)
         finally:
             dt = time.perf_counter() - t
             if n != before:
@@ -223,8 +242,9 @@ class ThreadChoice:
         self._probing.pop(0)
         other = [k for k in self.times if k != n]
         if other and self.times[other[0]]:  # one setting already far worse: stop sampling it
-            best = min(min(v) for v in self.times.values() if v)
-            worse = [k for k, v in self.times.items() if v and min(v) > self.SLOWER * best]
+            best = min(min(v) for v in self.times.values() if v)  # (two samples: a first
+            worse = [k for k, v in self.times.items()           # call after a switch is cold)
+                     if len(v) >= 2 and min(v) > self.SLOWER * best]
             if worse:
                 self._probing = [k for k in self._probing if k not in worse]
         if not self._probing:
@@ -241,9 +261,32 @@ class ThreadChoice:
                       default=0.0) - med[choice]
         self._wait = max(self._period, penalty / self.PROBE_SHARE)
         self.threads, self.reference, self._strikes = choice, med[choice], 0
+        if choice == 1 and not self._twin_started and self.make_serial is not None:
+            self._start_twin()
         self._probing = None
         self._left = self.MIN_CALLS
         self._until = time.perf_counter() + self._wait
+
+    def _start_twin(self):
+        """Compile the serial twin in a background thread; the first probe after
+        it is ready measures it against all threads."""
+        self._twin_started = True
+        make, self.make_serial = self.make_serial, None
+
+        def compile_twin():
+            try:
+                serial = make()
+            except Exception:  # noqa: BLE001 -- no twin: one thread runs the prange code
+                return
+            self.serial = serial
+            self._left, self._until = 0, 0.0  # probe again, with the twin
+
+        thread = threading.Thread(target=compile_twin, name="hybridad serial twin",
+                                  daemon=True)
+        from ...plans.tiered import track_thread
+
+        track_thread(thread)
+        thread.start()
 
     def describe(self):
         """One line: the thread count in use and the times it was chosen on."""
@@ -251,6 +294,8 @@ class ThreadChoice:
             return "threads: not chosen yet (the first calls measure all threads against one)"
         times = ", ".join(f"{k} thread{'s' * (k > 1)} {1e3 * _median(v):.3g} ms"
                           for k, v in sorted(self.times.items(), reverse=True) if v)
-        return (f"threads: {self.threads} (median call {times}; probe {self.probes}, "
+        twin = " (its serial twin)" if self.serial is not None else ""
+        return (f"threads: {self.threads}{twin * (self.threads == 1)} (median call {times}; "
+                f"probe {self.probes}, "
                 f"next in {self._wait:.3g} s or after {self.STRIKES} calls "
                 f"{self.SLOWER:g}x slower)")

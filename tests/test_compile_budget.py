@@ -1,0 +1,68 @@
+"""A plan whose numba program would compile longer than HYBRIDAD_COMPILE_BUDGET
+seconds (estimated from its generated code before numba starts) runs its
+numpy reference program instead, with a warning -- gradient, Hessian and
+Jacobian plans alike -- and the same results."""
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.backends.numba import split
+
+
+def _f(x):
+    return np.sum(np.tanh(x) ** 2 * np.exp(-x))
+
+
+def _g(x):
+    return np.tanh(x[:3]) * x[1:4] ** 2
+
+
+X = np.linspace(-1.0, 1.0, 5)
+
+
+@pytest.fixture
+def tiny_budget(monkeypatch):
+    monkeypatch.setenv("HYBRIDAD_COMPILE_BUDGET", "1e-9")
+
+
+def test_budget_is_read_and_checked(monkeypatch):
+    monkeypatch.setenv("HYBRIDAD_COMPILE_BUDGET", "0")
+    assert split.compile_budget() == float("inf")
+    monkeypatch.setenv("HYBRIDAD_COMPILE_BUDGET", "soon")
+    with pytest.raises(ValueError, match="HYBRIDAD_COMPILE_BUDGET"):
+        split.compile_budget()
+    monkeypatch.setenv("HYBRIDAD_COMPILE_BUDGET", "1")
+    src = "\n".join(f"x{i} = {i}" for i in range(200)) + "\n# fresh " + str(np.random.rand())
+    with pytest.raises(ha.CompileBudgetError, match=r"201 lines .* about 2 s, over the budget"):
+        split.check_budget(src, "f")
+
+
+def test_gradient_plan_falls_back_to_the_reference(tiny_budget):
+    with pytest.warns(RuntimeWarning, match="over the budget.*numpy reference program"):
+        plan = ha.compile(lambda x: _f(x) + 0.5, X, tiered=False)
+    assert plan.tier == "numpy"
+    res = plan.gradient(X)
+    ref = ha.gradient(_f, X, backend="numpy")
+    np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-15)
+    assert float(res.value) == pytest.approx(float(ref.value) + 0.5, rel=1e-15)
+    assert "over the budget" in plan.explain()
+
+
+def test_hessian_and_jacobian_plans_fall_back(tiny_budget):
+    hp = ha.compile(lambda x: _f(x) * 2.0, X, hessian=True)
+    with pytest.warns(RuntimeWarning, match="over the budget"):
+        h = hp.hessian(X).hessian
+    np.testing.assert_allclose(h, 2.0 * ha.hessian(_f, X, backend="numpy").hessian,
+                               rtol=1e-14)
+    assert hp._twin is not None and hp._twin.backend == "numpy"
+    np.testing.assert_allclose(hp.hvp(X, v=np.ones(5)).hvp, h @ np.ones(5), rtol=1e-13)
+    jp = ha.compile(lambda x: _g(x) + 1.0, X, jacobian=True)
+    with pytest.warns(RuntimeWarning, match="over the budget"):
+        j = jp.jacobian(X).jacobian
+    np.testing.assert_allclose(j, ha.jacobian(_g, X, backend="numpy").jacobian, rtol=1e-15)
+
+
+def test_hvp_plans_refuse_by_name(tiny_budget):
+    with pytest.raises(ha.CompileBudgetError, match="HYBRIDAD_COMPILE_BUDGET"):
+        ha.compile(lambda x: _f(x) * 3.0, X, hvp=True)
