@@ -63,6 +63,36 @@ def test_views_of_views_and_aliases_are_repeated_whole():
     assert "scf = sc2" in text.split("def _part")[-1]
 
 
+def _defined_before_use(defs, params, globals_=("np", "range", "_view", "_ld64")):
+    """Every name a part reads is a parameter, a global or set earlier in the part."""
+    for part in "\n".join(defs).split("def _part")[1:]:
+        known = set(params) | set(globals_)
+        for stmt in split._statements([ln for ln in part.splitlines()[1:]
+                                       if ln.startswith("    ")]):
+            stores, first, _ = split._names(stmt)
+            assert first <= known, (first - known, part)
+            known |= stores
+
+
+def test_a_name_redefined_in_the_part_takes_the_right_definition():
+    # the statements around a cut: scf is rebound to the next scratch just before
+    # it, and the part re-slices it: the part must cut scf = sc2 again, not an older sc
+    views = ["    sc1 = _view(ar_float64p + 0, np.int64(40), np.float64)",
+             "    sc2 = _view(ar_float64p + 320, np.int64(40), np.float64)"]
+    body = _body([views[0]], [views[1]], ["    scf = sc1"], ["    sc = scf[:4]"],
+                 _loop("sc", "a0"), _loop("b1", "sc"), ["    scf = sc2"], ["    sc = scf[:4]"],
+                 _loop("sc", "b1"), _loop("b2", "sc"), _loop("b1", "b2"))
+    params = ["ar_float64p", "a0", "b1", "b2"]
+    for limit in range(2, 12):
+        main, defs, parts = split_body(body, len(GUARDS), params, "", "", max_lines=limit)
+        _defined_before_use(defs, params)
+        for part in "\n".join(defs).split("def _part")[1:]:
+            if "sc = scf[:4]" in part.split("for ")[0]:  # a repeated definition of sc ...
+                head = part.split("for ")[0]
+                # ... reads the scf of that point: sc2 once the rebinding is behind
+                assert head.index("scf = ") < head.index("sc = scf")
+
+
 def test_no_cut_across_a_local_value():
     body = _body(["    acc = 0.0"], _loop("b1", "a0"), _loop("b2", "b1"),
                  ["    for i0 in range(10):", "        acc += b2[i0]"], ["    o0[()] = acc"])

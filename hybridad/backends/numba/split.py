@@ -198,18 +198,24 @@ def split_body(body, n_guards, params, flags, parallel_flags, max_lines=None):
     definitions, calls = [], []
     for a, b in parts:
         own = [line for s in stmts[a:b] for line in s]
-        need = set().union(*(info[k][2] for k in range(a, b)))
-        prologue = {}
-        changed = True
-        while changed:  # the view definitions this part reads, and what those read
-            changed = False
-            for k in range(a - 1, -1, -1):
-                name = defs[k]
-                if name is not None and name in need and name not in prologue:
-                    prologue[name] = k
-                    need |= info[k][2]
-                    changed = True
-        lines = _drop_unused_views([stmts[k][0] for k in sorted(prologue.values())] + own)
+        need, set_here = set(), set()  # what the part reads before it sets it
+        for k in range(a, b):
+            need |= info[k][1] - set_here
+            set_here |= info[k][0]
+        prologue = set()  # the view definitions those names had, and what those read
+
+        def resolve(name, before):
+            for k in range(before - 1, -1, -1):
+                if name in info[k][0]:  # its last definition before `before`
+                    if defs[k] == name and k not in prologue:
+                        prologue.add(k)
+                        for dep in info[k][1]:
+                            resolve(dep, k)
+                    return
+
+        for name in need:
+            resolve(name, a)
+        lines = _drop_unused_views([stmts[k][0] for k in sorted(prologue)] + own)
         if not any(_view_def([line]) is None for line in lines if line.strip()):
             continue  # view definitions only, which nothing in the part reads
         name = f"_part{len(calls)}"
