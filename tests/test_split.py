@@ -153,3 +153,21 @@ def test_split_plan_matches_the_whole_one(plans):
         for _ in range(5):
             cut.gradient(x, out=r2)
     assert counts.allocations == 0
+
+
+def test_parts_that_do_not_compile_fall_back_to_one_function(monkeypatch):
+    import hybridad.backends.numba.program as program
+
+    real = program.split_body
+
+    def broken(body, n, params, flags, parallel_flags, max_lines=None):
+        main, defs, parts = real(body, n, params, flags, parallel_flags, max_lines=40)
+        return main, [ln + " + _no_such_name" if "= _view(" in ln else ln for ln in defs], parts
+
+    monkeypatch.setattr(program, "split_body", broken)
+    x = np.linspace(-0.5, 0.5, 303)
+    with pytest.warns(RuntimeWarning, match="split into parts did not compile"):
+        plan = ha.compile(_layers, x)
+    assert "def _part" not in plan._program.source
+    np.testing.assert_allclose(plan.gradient(x).gradient,
+                               ha.gradient(_layers, x, backend="numpy").gradient, rtol=1e-10)

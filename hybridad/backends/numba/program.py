@@ -14,6 +14,7 @@ new process reuses the machine code.  ``HYBRIDAD_DEBUG=3`` prints the source.
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 
@@ -338,16 +339,32 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     heavy = parallel or work_estimate(nodes) >= PARALLEL_MIN
     fn_name = "plan_fn"
     flags = base_flags + (", nogil=True" if heavy else "") + (_PARALLEL if parallel else "")
-    if timers is None:  # a long body: parts of bounded size
-        body, part_defs, _ = split_body(body, n_guards, params,
-                                        base_flags + (", nogil=True" if heavy else ""), _PARALLEL)
-        kernel_defs = kernel_defs + part_defs
     signature = f"def {fn_name}({', '.join(params)}):"
-    source = "\n".join(header + kernel_defs + ["", "", f"@njit({flags})", signature] + body) + "\n"
+
+    def module(body, defs):
+        return "\n".join(header + defs + ["", "", f"@njit({flags})", signature] + body) + "\n"
+
+    whole = module(body, kernel_defs)
+    source = whole
+    if timers is None:  # a long body: parts of bounded size
+        parts_body, part_defs, nparts = split_body(
+            body, n_guards, params, base_flags + (", nogil=True" if heavy else ""), _PARALLEL)
+        if nparts:
+            source = module(parts_body, kernel_defs + part_defs)
     extra = [timers.array()] if timers is not None else []
     check_budget(source, name)  # (before numba: a plan too big falls back, see plans)
-    call, own, fixed, bound = _link(source, fn_name, memplan, arenas, table, in_specs,
-                                    out_specs, const_args, objects, cacheable, extra)
+    try:
+        call, own, fixed, bound = _link(source, fn_name, memplan, arenas, table, in_specs,
+                                        out_specs, const_args, objects, cacheable, extra)
+    except Exception as exc:  # noqa: BLE001 -- the parts do not compile: one function, as before
+        if source is whole:
+            raise
+        warnings.warn(f"hybridad: {name}: its generated function split into parts did not "
+                      f"compile ({type(exc).__name__}); compiled as one function (please "
+                      "report this)", RuntimeWarning, stacklevel=2)
+        source = whole
+        call, own, fixed, bound = _link(source, fn_name, memplan, arenas, table, in_specs,
+                                        out_specs, const_args, objects, cacheable, extra)
     keep = [memplan.arenas[dt] for dt in arenas] + [v for v, _ in const_args] + [table] + extra
     program = NumbaProgram(call, source, heavy,
                            in_specs, out_specs, keep, objects)
