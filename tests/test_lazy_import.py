@@ -180,3 +180,37 @@ def test_pickled_plan_in_a_fresh_process(tmp_path):
         assert np.allclose(plan.gradient(x).gradient, np.sin(2 * x))
         {_REPORT}
     """, cwd=tmp_path) == []
+
+
+def test_a_trace_while_another_thread_imports_scipy():
+    # a background compile imports numba and with it scipy.special; a trace that
+    # starts meanwhile must neither wrap the half-executed module (AttributeError:
+    # partially initialized module) nor leave it unwrapped once its import is done
+    out = run("""
+        import importlib, importlib.abc, sys, threading, time
+        import numpy as np
+        import hybridad as ha
+        ready = threading.Event()
+
+        class Slow(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name == "scipy.special._logsumexp":  # scipy.special is executing now
+                    ready.set()
+                    time.sleep(1.0)
+                return None
+
+        sys.meta_path.insert(0, Slow())
+        t = threading.Thread(target=lambda: importlib.import_module("scipy.special"))
+        t.start()
+        ready.wait()
+        assert sys.modules["scipy.special"].__spec__._initializing
+        g = ha.gradient(lambda x: np.sum(x ** 2), np.ones(3), backend="numpy").gradient
+        assert np.allclose(g, 2.0)
+        t.join()
+        import scipy.special
+        assert scipy.special.logsumexp.__hybridad_original__ is not None
+        g = ha.gradient(lambda x: scipy.special.logsumexp(x), np.zeros(3), backend="numpy")
+        assert np.allclose(g.gradient, 1 / 3)
+        print('"ok"')
+    """)
+    assert out == "ok"

@@ -16,7 +16,6 @@ while tracing, :mod:`.user_code`, the walk :mod:`.guard_walk`, the compiled
 checks :mod:`.guards`, the graph :mod:`.signature`) and user scalar functions
 (:mod:`.scalar_functions`)."""
 
-import sys
 
 # the numpy surface: the core, then the modules that register more of numpy on it
 # (kept one import a line, in this order)
@@ -36,7 +35,7 @@ from . import numpy_construct  # noqa: E402,F401  (np.array, np.r_, append, sele
 from . import scipy_special, scipy_stats  # noqa: E402  (scipy's Python functions)
 from . import scipy_linalg  # noqa: E402,F401  (scipy.linalg)
 from . import host_calls  # noqa: E402  (any other function, on values needing no derivative)
-from .after_import import after_import  # noqa: E402
+from .after_import import after_import, loaded  # noqa: E402
 from .trace import ON_ENTER  # noqa: E402
 
 
@@ -45,7 +44,7 @@ def _install_scipy(only=None):
     in the one named ``only``, just imported).  hybridad imports no scipy
     itself: scipy costs every import a quarter of a second."""
     scipy_special.install(only)
-    if "scipy.stats" in sys.modules and only in (None, "scipy.stats"):
+    if loaded("scipy.stats", only) is not None and only in (None, "scipy.stats"):
         scipy_stats.install()
     host_calls.install(only)  # after the traced ones: what they leave runs on values
 

@@ -17,7 +17,22 @@ import sys
 import threading
 import warnings
 
-__all__ = ["after_import"]
+__all__ = ["after_import", "loaded"]
+
+
+def loaded(name, just_executed=None):
+    """The module ``name`` once its code has run, else None (not imported, or
+    still executing -- in this thread or another, e.g. a background compile
+    importing numba and with it scipy): a wrapper installed into a
+    half-executed module would miss, or fail on, the names it has yet to
+    define; :func:`after_import` installs them when it is done.
+    ``just_executed``: the module whose callback this is (its code has run;
+    importlib marks it initialized only when the callback returns)."""
+    module = sys.modules.get(name)
+    if module is None or name != just_executed and \
+            getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return None
+    return module
 
 
 class _Loader:

@@ -32,7 +32,6 @@ call whose result does not have the traced shape raises.
 from __future__ import annotations
 
 import functools
-import sys
 import types
 import warnings
 
@@ -180,8 +179,10 @@ def install(only=None):
     """Wrap the public Python functions of every module of
     :data:`LIBRARY_MODULES` imported so far, or of the one named ``only``
     (each module once)."""
+    from .after_import import loaded
+
     for name in LIBRARY_MODULES:
-        module = sys.modules.get(name)
+        module = loaded(name, only)  # (a module still executing: when its import is done)
         if module is None or name in _INSTALLED or only not in (None, name):
             continue
         _INSTALLED.add(name)

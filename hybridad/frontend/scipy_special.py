@@ -21,7 +21,6 @@ intercepted the same way (:mod:`.scipy_stats`).
 from __future__ import annotations
 
 import functools
-import sys
 
 import numpy as np
 
@@ -62,12 +61,14 @@ def install(only=None):
     """Put the wrappers of :data:`INTERCEPTED` in place for every scipy module
     imported so far, or for the module named ``only`` (idempotent; nothing is
     imported for this)."""
+    from .after_import import loaded
+
     for (module, name), impl in INTERCEPTED.items():
-        mod = sys.modules.get(module)
+        mod = loaded(module, only)
         if mod is None or only not in (None, module):
             continue
-        current = getattr(mod, name)
-        if getattr(current, "__hybridad_original__", None) is None:
+        current = getattr(mod, name, None)
+        if current is not None and getattr(current, "__hybridad_original__", None) is None:
             setattr(mod, name, _wrap(current, impl))
 
 
