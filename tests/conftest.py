@@ -14,6 +14,9 @@ os.environ.setdefault("HYBRIDAD_TIERED", "0")
 # the cost model's built-in table, not a calibration in this machine's cache: the
 # same store/recompute choices (and generated plans) on every machine
 os.environ.setdefault("HYBRIDAD_COSTS", "builtin")
+# parallel programs take all threads on every call: no probes, no serial twins
+# compiled in the background (tests/test_thread_choice.py turns the choice on)
+os.environ.setdefault("HYBRIDAD_THREAD_CHOICE", "0")
 
 import hybridad as ha
 from hybridad.testing import numerical_gradient

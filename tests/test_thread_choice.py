@@ -20,6 +20,12 @@ from hybridad.backends.numba.threads import ThreadChoice, max_threads
 pytestmark = pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2,
                                 reason="needs numba with 2 threads or more")
 
+
+@pytest.fixture(autouse=True)
+def choice_on(monkeypatch):
+    """The choice is on here (tests/conftest.py turns it off for the rest)."""
+    monkeypatch.setenv("HYBRIDAD_THREAD_CHOICE", "1")
+
 N = 40_000  # above the prange threshold (32768)
 
 
@@ -121,7 +127,9 @@ def _objective(x):
 @pytest.fixture(scope="module")
 def plan():
     x = np.linspace(-2, 2, N)
-    return ha.compile(_objective, x, wait=True), x
+    with pytest.MonkeyPatch.context() as mp:  # (before the function-scoped fixture)
+        mp.setenv("HYBRIDAD_THREAD_CHOICE", "1")
+        return ha.compile(_objective, x, wait=True), x
 
 
 def test_plan_results_bitwise_equal_on_any_thread_count(plan):
