@@ -189,32 +189,24 @@ class ThreadChoice:
         """Run ``fn(*args)`` with this program's thread count; ``blas``: the
         program calls BLAS, which then runs single-threaded while the
         program's loops take more than one thread (one owner of the cores)."""
-        import numba
-
         self.calls += 1
         most = max_threads()
         if most <= 1:  # capped at one thread: nothing to choose
-            return self._timed(fn, args, 1, 1, blas)
+            return self._timed(fn, args, 1, blas, self._watch)
         if self._probing is None:
             self._left -= 1
             if self.threads and (self._left > 0 or time.perf_counter() < self._until):
-                return self._timed(fn, args, self.threads, most, blas)
+                return self._timed(fn, args, min(self.threads, most), blas, self._watch)
             self._start_probe(most)
         n = self._probing[0]
-        before = numba.get_num_threads()
-        numba.set_num_threads(n)
-        t = time.perf_counter()
-        try:
-            return _run(fn, args, n, blas, self.serial)
-        finally:
-            dt = time.perf_counter() - t
-            numba.set_num_threads(before)
-            self._sampled(n, dt, most)
+        return self._timed(fn, args, n, blas, lambda dt: self._sampled(n, dt, most))
 
-    def _timed(self, fn, args, n, most, blas=False):
+    def _timed(self, fn, args, n, blas, done):
+        """``fn(*args)`` on ``n`` threads (the calling thread's count put back
+        after), then ``done(seconds)``."""
         import numba
 
-        n, before = min(n, most), numba.get_num_threads()
+        before = numba.get_num_threads()
         if n != before:
             numba.set_num_threads(n)
         t = time.perf_counter()
@@ -224,12 +216,16 @@ class ThreadChoice:
             dt = time.perf_counter() - t
             if n != before:
                 numba.set_num_threads(before)
-            if self.reference and dt > self.SLOWER * self.reference:  # slow calls in a row: the load changed
-                self._strikes += 1
-                if self._strikes >= self.STRIKES:
-                    self._left, self._until = 0, 0.0
-            else:
-                self._strikes = 0
+            done(dt)
+
+    def _watch(self, dt):
+        """A call on the chosen setting: slow calls in a row mean the load changed."""
+        if self.reference and dt > self.SLOWER * self.reference:
+            self._strikes += 1
+            if self._strikes >= self.STRIKES:
+                self._left, self._until = 0, 0.0
+        else:
+            self._strikes = 0
 
     def _start_probe(self, most):
         self.probes += 1
