@@ -29,10 +29,9 @@ __all__ = ["assign", "link_view", "settle", "tracers_in"]
 
 
 def _in_place_refused(t, what, instead):
-    root = t
-    while root._base is not None and not root._flags & READONLY:
-        root = root._base[0]
-    if t._flags & READONLY or root._flags & READONLY:
+    chain = _chain(t)
+    root = chain[-1]
+    if any(m._flags & READONLY for m in chain):
         raise ValueError("assignment destination is read-only")
     why = ("it is an argument of the traced function: numpy would write into the caller's "
            "array, and hybridad never modifies its arguments" if t._flags & ARG else
@@ -82,7 +81,8 @@ def assign(target, value, what, casting="same_kind", ufunc=None):
     (:func:`_write_through`).  Refused where numpy's write would reach memory
     the trace does not follow: an argument of ``f``, a read-only view."""
     sharing = _others_sharing(target)
-    if target._flags & (ARG | READONLY) or sharing and _family_root(target) is None:
+    root = _family_root(target) if sharing else None
+    if target._flags & (ARG | READONLY) or sharing and root is None:
         _in_place_refused(target, what, "write `y = y + ...` (a new array), or take a "
                           "copy first (`y = y.copy()`)")
     if not isinstance(value, Tracer):
@@ -97,7 +97,7 @@ def assign(target, value, what, casting="same_kind", ufunc=None):
                             f"with casting rule '{casting}'")
         value = bind("cast", value, dtype=target.dtype)
     if sharing:
-        _write_through(target, value)
+        _write_through(target, value, root)
     else:
         target.node = value.node
     return target
@@ -127,6 +127,14 @@ def _replay(array, path):
     return array
 
 
+def _chain(t):
+    """``t``, the tracer it views, that one's, ... up to the root of its family."""
+    chain = [t]
+    while chain[-1]._base is not None:
+        chain.append(chain[-1]._base[0])
+    return chain
+
+
 def _family_root(t):
     """The tracer at the root of ``t``'s memory family, where a write can
     reach every live member as numpy's would: each member a view (by the ops
@@ -136,13 +144,11 @@ def _family_root(t):
     members = [t, *_others_sharing(t)]
     roots = set()
     for m in members:
-        node = m
-        while node._base is not None:
-            if node._flags & READONLY:
-                return None
-            node = node._base[0]
-        roots.add(id(node))
-        root = node
+        chain = _chain(m)
+        if any(c._flags & READONLY for c in chain):
+            return None
+        root = chain[-1]
+        roots.add(id(root))
     if len(roots) != 1 or root._flags & (ARG | READONLY):
         return None
     grid = np.arange(root.size, dtype=np.intp).reshape(root.shape)
@@ -154,9 +160,7 @@ def _family_root(t):
 
 def _numpy_copies(t):
     """Whether numpy would make ``t`` (just linked as a view) as a copy."""
-    root = t
-    while root._base is not None:
-        root = root._base[0]
+    root = _chain(t)[-1]
     grid = np.arange(root.size, dtype=np.intp).reshape(root.shape)
     return _positions(t, grid, root) is None
 
@@ -181,24 +185,16 @@ def _positions(t, grid, root):
     return grid
 
 
-def _write_through(target, value):
+def _write_through(target, value, root):
     """``target`` takes ``value`` as numpy's write into shared memory would
-    make it: the root of the family takes its new value (``value`` at the
-    positions ``target`` views, its own elsewhere: one gather), then every
-    live member is its views of the new root again."""
-    root = _family_root(target)
+    make it: the family's ``root`` (:func:`_family_root`) takes its new value
+    (``value`` at the positions ``target`` views, its own elsewhere: one
+    gather), then every live member is its views of the new root again."""
     grid = np.arange(root.size, dtype=np.intp).reshape(root.shape)
     at = _positions(target, grid, root)
     root.node = SURFACE.write_positions(Tracer(root.node, root._trace), at, value).node
     live = {id(m): m for m in [target, *_others_sharing(target)] if m is not root}
-
-    def depth(m):
-        d = 0
-        while m is not root:
-            m, d = m._base[0], d + 1
-        return d
-
-    for m in sorted(live.values(), key=depth):  # bases before their views
+    for m in sorted(live.values(), key=lambda m: len(_chain(m))):  # bases before their views
         base, path = m._base
         node = base.node
         for op, attrs in path:
