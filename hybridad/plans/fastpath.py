@@ -100,7 +100,7 @@ class FastPathMixin:
         check = "".join(f" and {c}" for c in arg_conds + grad_conds)
         wrap = "_id({})" if self._program.objects else "{}"
         jitted, fixed, bound = self._program.parts
-        ns = {"_j": jitted, "_lock": self._program.lock, "_id": id, "_GR": GradientResult,
+        ns = {"_j": jitted, "_id": id, "_GR": GradientResult,
               "_DR": DiffResult, "_general": type(self).gradient, "_stale": self._check_stale,
               "_fref": self._rootref,
               "_plan": self}  # a cycle (plan -> gradient -> plan): the collector frees it

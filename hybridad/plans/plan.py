@@ -296,12 +296,17 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                 self.update is not None or self._cuda_graph:
             raise TypeError(f"only gradient plans of a live function can be pickled "
                             f"({self.name})")
+        return _rebuild_plan, (f, self._protos(), self.argnums, self.backend, self.parallel)
+
+    def _protos(self):
+        """The example arguments' structure, shapes and dtypes: ``[(treedef,
+        [(shape, dtype name), ...]), ...]`` (:func:`_example_args` makes them)."""
         protos, it = [], iter(self._specs)
         for td in self._treedefs:
             leaves = [(s, str(np.dtype(d))) for s, d in
                       (next(it) for _ in range(_tree.count_leaves(td)))]
             protos.append((td, leaves))
-        return _rebuild_plan, (f, protos, self.argnums, self.backend, self.parallel)
+        return protos
 
 
     def _serial_twin(self):
@@ -311,11 +316,8 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         f = self._f()
         if f is None:
             raise RuntimeError("the function is gone")
-        it = iter(self._specs)
-        args = tuple(_tree.unflatten(td, [np.zeros(s, d) for s, d in
-                                          (next(it) for _ in range(_tree.count_leaves(td)))])
-                     for td in self._treedefs)
-        twin = Plan(f, args, self.argnums, self.backend, parallel=False, tiered=False)
+        twin = Plan(f, _example_args(self._protos()), self.argnums, self.backend,
+                    parallel=False, tiered=False)
         if twin._program is None or twin._program.objects != self._program.objects:
             raise RuntimeError("no compiled twin")
         self._twin_plan = twin
@@ -566,7 +568,13 @@ def _rebuild_plan(f, protos, argnums, backend, parallel):
     key = (fingerprint(f), repr(protos), argnums, backend, parallel)
     plan = _REBUILT.get(key)
     if plan is None:
-        args = tuple(_tree.unflatten(td, [np.zeros(s, d) for s, d in leaves])
-                     for td, leaves in protos)
-        plan = _REBUILT[key] = Plan(f, args, argnums, backend, parallel=parallel)
+        plan = _REBUILT[key] = Plan(f, _example_args(protos), argnums, backend,
+                                    parallel=parallel)
     return plan
+
+
+def _example_args(protos):
+    """Arguments of zeros of the structure, shapes and dtypes ``protos``
+    (:meth:`Plan._protos`)."""
+    return tuple(_tree.unflatten(td, [np.zeros(s, d) for s, d in leaves])
+                 for td, leaves in protos)

@@ -150,9 +150,10 @@ class TieredMixin:
     def _tier_lines(self):
         """The tier lines of :meth:`explain`."""
         if getattr(self, "_tier_thread", None) is None:
-            if self._tier_error is not None:
+            if self._tier_error is not None:  # (over the compile budget)
                 return [f"tiers: {self._tier_error}; the numpy reference program serves every "
-                        f"call ({self._tier_calls} so far)"]
+                        "call" + (f" ({self._tier_calls} so far)" if self._reference is not None
+                                  else "")]
             return []
         if self._tier_seconds is not None:
             return [f"tiers: the numpy reference program answered the first "

@@ -136,10 +136,14 @@ class ThreadChoice:
     while probes agree (:attr:`FIRST_PERIOD` up to :attr:`LAST_PERIOD`
     seconds) and a call taking :attr:`SLOWER` times the chosen setting's
     median :attr:`STRIKES` times in a row -- the load changed -- starts a new
-    probe at once.  A probe's sample of the other setting that is already
-    :attr:`SLOWER` times worse ends it early, so one probe costs about one
-    call of the worse setting, and the next probe waits long enough to keep
-    that under :attr:`PROBE_SHARE` of the time.
+    probe at once.  Two samples of a setting already :attr:`SLOWER` times
+    worse than the other end the probe early (the first call after a switch
+    runs cold), so one probe costs about two calls of the worse setting, and
+    the next probe waits long enough to keep that under :attr:`PROBE_SHARE`
+    of the time.  The first time one thread wins, the program's serial twin
+    (:attr:`make_serial`) is compiled in the background and runs the
+    one-thread calls; while the loops run on one thread, BLAS keeps its own
+    threads.
 
     The choice is per program (a plan's gradient, value and Hessian programs
     choose apart); :meth:`describe` says what was chosen and on which times
@@ -167,7 +171,7 @@ class ThreadChoice:
 
     def __init__(self):
         #: ``make_serial()`` compiles the program's serial twin (the same
-        #: plan without ``prange``, on the same arena) and returns its call;
+        #: plan with ``parallel=False``, its own arena) and returns its call;
         #: started in the background the first time one thread wins a probe,
         #: it then runs the one-thread calls (numba's ``prange`` code on one
         #: thread can be several times slower than plain loops)
@@ -252,7 +256,7 @@ class ThreadChoice:
         choice = most if many is not None and many * self.GAIN < med.get(1, float("inf")) else 1
         self._period = min(self._period * 2, self.LAST_PERIOD) if choice == self.threads \
             else self.FIRST_PERIOD
-        # a probe costs about one call of the other setting: keep that a small share
+        # a probe costs about two calls of the other setting: keep that a small share
         penalty = max((min(v) for k, v in self.times.items() if v and k != choice),
                       default=0.0) - med[choice]
         self._wait = max(self._period, penalty / self.PROBE_SHARE)
