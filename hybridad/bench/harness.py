@@ -20,6 +20,8 @@ import time
 
 import numpy as np
 
+from ..transforms.costs import cpu_model
+
 __all__ = ["allocations_per_call", "batch_ns", "calls_per_batch", "check_against",
            "cpu_model", "format_table", "format_time", "gc_disabled", "machine",
            "relative_error", "time_round_robin", "version", "write_json"]
@@ -188,16 +190,6 @@ def version(module):
         return None
 
 
-def cpu_model():
-    """The CPU's model name from ``/proc/cpuinfo`` (else ``platform.processor()``)."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
 
 
 def machine():

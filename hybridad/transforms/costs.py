@@ -39,7 +39,6 @@ import json
 import os
 import platform
 import threading
-import time
 
 import numpy as np
 
@@ -89,7 +88,7 @@ class Costs:
             return ns
         from ..ir.registry import REGISTRY
 
-        spec = REGISTRY.get(op) if hasattr(REGISTRY, "get") else None
+        spec = REGISTRY.get(op)
         if spec is not None and (spec.expensive or spec.dual is not None):
             return max(self.op_ns.values())
         return self.op_ns.get("multiply", 0.5)
@@ -101,16 +100,21 @@ class Costs:
         return dataclasses.asdict(self)
 
 
-def _machine():
-    """(CPU model, core count) of this machine."""
-    cpu = ""
+def cpu_model():
+    """The CPU's model name from ``/proc/cpuinfo`` (else ``platform.processor()``)."""
     try:
         with open("/proc/cpuinfo") as fh:
-            cpu = next((line.split(":", 1)[1].strip() for line in fh
-                        if line.startswith("model name")), "")
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return cpu or platform.processor() or "", os.cpu_count() or 0
+    return platform.processor() or None
+
+
+def _machine():
+    """(CPU model, core count) of this machine: what a calibration is valid for."""
+    return cpu_model() or "", os.cpu_count() or 0
 
 
 _lock = threading.Lock()
@@ -197,8 +201,3 @@ def partials_strategy(body, k):
         if bar > STORE_MIN_NS else f"{STORE_MIN_NS:g} ns/element, below which nothing is "
         "worth an array"))
     return how, reason
-
-
-def describe_machine():
-    """One line for reports: the machine the table in effect was measured on."""
-    return f"{platform.machine()}; costs: {costs().source}"
