@@ -28,6 +28,8 @@ scipy (and the peers) are imported inside the functions that use them.
 
 from __future__ import annotations
 
+import importlib
+
 import math
 
 import numpy as np
@@ -72,12 +74,11 @@ def gp_port(xp):
     name = xp.__name__
     if name == "numpy":
         return gp_nll
-    if name == "jax.numpy":
-        import jax.scipy.linalg as jsl
-
+    if name in ("jax.numpy", "autograd.numpy"):  # numpy's spelling, their own scipy.linalg
+        sl = importlib.import_module(name.split(".")[0] + ".scipy.linalg")
         ops = dict(cholesky=xp.linalg.cholesky,
-                   solve_lower=lambda a, b: jsl.solve_triangular(a, b, lower=True),
-                   solve_upper=lambda a, b: jsl.solve_triangular(a, b, lower=False),
+                   solve_lower=lambda a, b: sl.solve_triangular(a, b, lower=True),
+                   solve_upper=lambda a, b: sl.solve_triangular(a, b, lower=False),
                    eye=lambda n, dt: xp.eye(n, dtype=dt), diag=xp.diag,
                    clip=lambda d: xp.maximum(d, 0.0))
     elif name == "torch":
@@ -87,14 +88,6 @@ def gp_port(xp):
         ops = dict(cholesky=xp.linalg.cholesky, solve_lower=solve(False), solve_upper=solve(True),
                    eye=lambda n, dt: xp.eye(n, dtype=dt), diag=xp.diagonal,
                    clip=lambda d: xp.clamp(d, min=0.0))
-    elif name == "autograd.numpy":
-        import autograd.scipy.linalg as asl
-
-        ops = dict(cholesky=xp.linalg.cholesky,
-                   solve_lower=lambda a, b: asl.solve_triangular(a, b, lower=True),
-                   solve_upper=lambda a, b: asl.solve_triangular(a, b, lower=False),
-                   eye=lambda n, dt: xp.eye(n, dtype=dt), diag=xp.diag,
-                   clip=lambda d: xp.maximum(d, 0.0))
     else:
         raise ValueError(f"no GP port for array module {name!r}")
 

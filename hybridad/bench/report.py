@@ -139,12 +139,15 @@ def format_bytes(value):
     return f"{value:.0f} B" if value else "0"
 
 
-COLUMNS = (  # (header, row key, format)
+_TIMES = (  # (header, row key, format): the columns every table opens with
     ("size", "size_label", "{}"),
     ("impl", "impl", "{}"),
     ("median", "median_s", harness.format_time),
     ("min", "min_s", harness.format_time),
     ("max", "max_s", harness.format_time),
+)
+COLUMNS = (
+    *_TIMES,
     ("x numba", "ratio_vs_numba", "{:.2f}"),
     ("grad/f", "grad_f_ratio", "{:.2f}"),
     ("allocs/call", "allocs_per_call", "{:g}"),
@@ -157,11 +160,7 @@ DTYPE_COLUMN = ("dtype", "dtype", "{}")  # after "size" when the run has other d
 
 
 SPARSE_COLUMNS = (
-    ("size", "size_label", "{}"),
-    ("impl", "impl", "{}"),
-    ("median", "median_s", harness.format_time),
-    ("min", "min_s", harness.format_time),
-    ("max", "max_s", harness.format_time),
+    *_TIMES,
     ("deriv/f", "grad_f_ratio", "{:.2f}"),
     ("colors", "colors", "{}"),
     ("bound", "bound", "{}"),

@@ -19,6 +19,10 @@ addresses -- a *view definition* (``name = _view(...)``, an address load,
 value one statement sets and a later one reads (an accumulator, a scalar
 read out of an array) cannot: no cut falls between the two.  A body with no
 cut to make stays one function.
+
+:func:`check_budget` refuses, before numba starts, a program whose generated
+code would take longer than ``HYBRIDAD_COMPILE_BUDGET`` seconds to compile
+(the plans then run their numpy reference program).
 """
 
 from __future__ import annotations
