@@ -214,3 +214,73 @@ def test_a_trace_while_another_thread_imports_scipy():
         print('"ok"')
     """)
     assert out == "ok"
+
+
+def test_tiered_plan_answers_before_numba_is_imported():
+    """A tiered numba plan's trace, memory plan and reference program import
+    no numba and no scipy: the compile thread imports them, after the plan
+    answered from its reference program (half a second of a first call)."""
+    out = run("""
+        import importlib.abc, json, sys, threading
+        import numpy as np
+        import hybridad as ha
+
+        who = {}
+
+        class Watch(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name in ("numba", "scipy"):
+                    who.setdefault(name, threading.current_thread().name)
+
+        sys.meta_path.insert(0, Watch())
+        rng = np.random.default_rng(0)
+        X, y = rng.standard_normal((50, 10)), np.sign(rng.standard_normal(50))
+
+        def f(w, X, y):
+            return np.mean(np.logaddexp(0, -y * (X @ w))) + 1e-3 * np.sum(w * w)
+
+        w = np.linspace(-1, 1, 10)
+        plan = ha.compile(f, w, X, y, tiered=True)
+        res = ha.GradientResult(w)
+        plan.gradient(w, X, y, out=res)
+        first = res.gradient.copy()
+        assert plan.wait(600) and plan.tier == "numba"
+        plan.gradient(w, X, y, out=res)
+        assert np.allclose(res.gradient, first, rtol=1e-12, atol=1e-15)
+        print(json.dumps(who))
+    """)
+    assert out.get("numba", "").startswith("hybridad compile"), out
+    assert not out.get("scipy", "hybridad compile").startswith("Main"), out
+
+
+@pytest.mark.parametrize("preload", ["", "import numba.np.arraymath"])
+def test_numba_loads_its_numpy_functions_during_a_trace(preload):
+    """numba loads its implementations of np.asarray & co. (numba.np.arraymath)
+    whenever it first compiles: here while a trace has the constructors
+    wrapped, or before hybridad was imported.  njit code calling them
+    compiles during the trace and after it."""
+    assert run(f"""
+        import numba
+        {preload}
+        import numpy as np
+        import hybridad as ha
+
+        @numba.njit
+        def during(a):
+            return np.broadcast_to(np.asarray(a), (3, 2)).sum() + np.ascontiguousarray(a)[1]
+
+        @numba.njit
+        def after(a):
+            return np.asarray(a).sum() + np.array((1.0, 2.0)).sum()
+
+        seen = []
+
+        def f(x):
+            seen.append(during(np.arange(2.0)))
+            return np.sum(np.array([x[0], 1.0]) ** 2)
+
+        res = ha.gradient(f, np.ones(2), backend="numpy")
+        assert seen == [4.0] and res.gradient[0] == 2.0
+        assert after(np.arange(3.0)) == 6.0
+        print("[]")
+    """) == []

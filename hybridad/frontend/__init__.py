@@ -54,3 +54,6 @@ _install_scipy()
 after_import({module for module, _ in scipy_special.INTERCEPTED} | {"scipy.stats"} |
              set(host_calls.LIBRARY_MODULES), _install_scipy)
 ON_ENTER.append(_install_scipy)  # and again when a trace begins (idempotent)
+# numba's implementations of np.asarray & co. typed for the constructors' wrappers too
+numpy_construct.numba_aliases()
+after_import(numpy_construct.NUMBA_MODULES, numpy_construct.numba_aliases)

@@ -39,6 +39,7 @@ import numpy as np
 from numpy.lib import _index_tricks_impl as _index_tricks
 
 from ..errors import user_location
+from .after_import import loaded
 from .numpy_api import (
     ARRAY_FUNCTIONS,
     _tracer,
@@ -335,31 +336,38 @@ def installed():
     return _active > 0
 
 
-def _numba_aliases():
+#: numba's modules that register its implementations of numpy's constructors
+NUMBA_MODULES = ("numba.np.arraymath", "numba.np.arrayobj")
+
+
+def numba_aliases(just_imported=None):
     """Let numba compile code that calls ``np.asarray`` while the wrappers are
     in (another thread's njit function; numba's own ``np.broadcast_to`` calls
-    it): load numba's implementations of numpy's constructors, keyed to
-    numpy's functions (numba registers them under whatever ``np.asarray`` is
-    when it loads them), and type each wrapper as its original.  Once per
-    process, only where numba is loaded; numba's internals may change, so a
-    failure leaves numba as it is."""
-    global _numba_done
-    if _numba_done or "numba" not in sys.modules:
+    it), and after they are out.  numba registers its implementations of
+    numpy's constructors under whatever ``np.asarray`` is when
+    :data:`NUMBA_MODULES` load -- the function or, while a trace runs on some
+    thread, its wrapper -- so each of the pair is typed as the other.  Run
+    when hybridad is imported (numba's modules already loaded) and right
+    after each of them loads (:mod:`.after_import`): never imports numba
+    itself, which costs a first call half a second.  numba's internals may
+    change, so a failure leaves numba as it is."""
+    if not any(loaded(m, just_imported) is not None for m in NUMBA_MODULES):
         return
-    _numba_done = True
     try:
-        import numba.np.arraymath  # noqa: F401  (numba's np.asarray)
-        import numba.np.arrayobj  # noqa: F401  (np.array, np.ascontiguousarray)
         from numba.core.typing.templates import builtin_registry
     except Exception:  # noqa: BLE001 - another numba: nothing to alias
         return
-    names = {id(f): name for name, f in ORIGINALS.items()}
-    for value, typ in list(builtin_registry.globals):
-        if id(value) in names and value is ORIGINALS[names[id(value)]]:
-            builtin_registry.register_global(WRAPPERS[names[id(value)]], typ)
-
-
-_numba_done = False
+    other = {}
+    for name, original in ORIGINALS.items():
+        other[id(original)] = (original, WRAPPERS[name])
+        other[id(WRAPPERS[name])] = (WRAPPERS[name], original)
+    with _lock:
+        typed = {id(value) for value, _ in builtin_registry.globals}
+        for value, typ in list(builtin_registry.globals):
+            pair = other.get(id(value))
+            if pair is not None and value is pair[0] and id(pair[1]) not in typed:
+                builtin_registry.register_global(pair[1], typ)
+                typed.add(id(pair[1]))
 
 
 def _begin():
@@ -372,7 +380,6 @@ def _begin():
         _thread.counted = True
         _active += 1
         if _active == 1:
-            _numba_aliases()
             for name, wrapper in WRAPPERS.items():
                 _saved[name] = getattr(np, name)
                 setattr(np, name, wrapper)

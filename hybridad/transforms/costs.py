@@ -173,7 +173,7 @@ def _load():
 def calibration_path():
     """Where :func:`hybridad.plans.calibrate.calibrate` writes this machine's table (the disk-cache
     directory), or None without one."""
-    from ..backends.numba.cache import cache_dir
+    from ..backends.cachedir import cache_dir
 
     d = cache_dir()
     return None if d is None else os.path.join(d, "costs.json")

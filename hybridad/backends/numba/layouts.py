@@ -6,6 +6,8 @@ buffer's layout (:func:`numba_layouts`)."""
 from __future__ import annotations
 
 import itertools
+import os
+import sys
 
 from ...ops import REGISTRY, storage_root
 from ...transforms.memory import layout_proto
@@ -29,9 +31,9 @@ def materialize_for_numba(nodes, in_place=()):
     concatenations (``np.roll``) read: their loops index it in place (a numba
     array view, typed ``"A"``).  Nodes of ``in_place`` (:func:`read_in_place`)
     are not made at all: their readers index the source."""
-    from . import rt
+    from .abi import ABI
 
-    objects = rt.ABI is not None  # arrays arrive by object: their addresses are known
+    objects = ABI is not None  # arrays arrive by object: their addresses are known
     layout, addressed, out = {}, {}, set()
     readers = {}
     for n in nodes:
@@ -103,7 +105,8 @@ def _shift_map(node, maps):
     for k, lo, hi, index in pieces:
         a = node.args[k]
         m = maps.get(a.id) or ShiftMap.identity(a)
-        per_axis = [[(0, 1, 0)] if h - l == 1 else None for l, h in zip(lo, hi, strict=True)]
+        per_axis = [[(0, 1, 0)] if top - bottom == 1 else None
+                    for bottom, top in zip(lo, hi, strict=True)]
         drive, const = list(m.drive), list(m.const)
         for j, where in enumerate(index):  # operand axis j: a node axis's index + off, or c
             if isinstance(where, tuple):
@@ -243,15 +246,50 @@ def contiguous_getitem_offset(node):
     return int(view.__array_interface__["data"][0] - proto.__array_interface__["data"][0])
 
 
+_ASSUMED = set()  # pool sizes read before numba was loaded (checked when it compiles)
+
+
+def numba_pool_size():
+    """``numba.config.NUMBA_NUM_THREADS`` (the ids ``get_thread_id()`` returns
+    are below it), without importing numba where its rule can be read here:
+    ``$NUMBA_NUM_THREADS``, else the CPUs this process may run on.  numba's
+    own value once numba is loaded, or where a ``.numba_config.yaml`` might
+    set it (then numba is imported); :func:`check_pool_size` holds the
+    numba program to the value read here."""
+    numba = sys.modules.get("numba")
+    if numba is None and os.path.isfile(".numba_config.yaml"):
+        import numba
+    config = getattr(numba, "config", None)
+    if config is not None and hasattr(config, "NUMBA_NUM_THREADS"):
+        return config.NUMBA_NUM_THREADS
+    try:
+        n = int(os.environ["NUMBA_NUM_THREADS"])
+    except (KeyError, ValueError):
+        n = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                else os.cpu_count() or 1)
+    _ASSUMED.add(n)
+    return n
+
+
+def check_pool_size():
+    """Raise if numba's thread pool is larger than a plan's scratch was sized
+    for by :func:`numba_pool_size` before numba was loaded."""
+    import numba
+
+    low = [n for n in _ASSUMED if n < numba.config.NUMBA_NUM_THREADS]
+    if low:
+        raise RuntimeError(f"numba's thread pool has {numba.config.NUMBA_NUM_THREADS} threads; "
+                           f"a plan's per-thread scratch was sized for {min(low)}")
+
+
 def scratch_for_numba(nodes):
     """node id -> (dtype, elements) of scratch the generated code needs: a
     block per thread for two-phase full reductions, the float64 accumulator
     or the compensation of a reduction over leading axes (:mod:`.reduce`)."""
-    import numba
-
+    threads = numba_pool_size()
     out = {}
     for n in nodes:
-        need = reduction_scratch(n, numba.config.NUMBA_NUM_THREADS)
+        need = reduction_scratch(n, threads)
         if need is not None:
             out[n.id] = need
     return out

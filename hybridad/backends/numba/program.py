@@ -222,6 +222,9 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     # the nodes this program computes (``given`` ones an earlier program did)
     computed = [n for n in nodes if n.id not in given] if given else nodes
     from . import rt
+    from .layouts import check_pool_size
+
+    check_pool_size()  # the per-thread scratch fits numba's pool
 
     objects = rt.ABI is not None  # arrays passed as id(array), see NumbaProgram
     consts = Constants()
