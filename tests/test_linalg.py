@@ -302,8 +302,11 @@ def _check_gradients(rows, grads):
         assert np.all(g[0][_unread(name, a[0])] == 0), name
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("shape, backend", [
+    pytest.param(shape, backend, id=f"{shape}-{backend}",
+                 # numba: one shape by default (40 s a shape to compile), the others slow
+                 marks=[pytest.mark.slow] if backend == "numba" and shape != "single" else [])
+    for shape in sorted(SHAPES) for backend in BACKENDS])
 def test_gradient_is_numpys_derivative(shape, backend):
     rows = Rows(TABLE, shape)
     s = rows.scalar()
@@ -325,6 +328,7 @@ def test_gradient_on_symmetric_input(backend):
     _check_gradients(rows, res.gradient)
 
 
+@pytest.mark.slow  # 55 s of compiles; float32 values: test_value_is_numpys
 def test_float32_gradient_is_the_float64_one_rounded():
     rows64, rows32 = Rows(TABLE, "stack"), Rows(TABLE, "stack", np.float32)
     nums = tuple(range(len(rows64.args)))
@@ -343,9 +347,10 @@ def test_float32_gradient_is_the_float64_one_rounded():
 _HESSIAN_GROUPS = [list(TABLE)[i::4] for i in range(4)]
 
 
-@pytest.mark.parametrize("backend, names", [("numpy", list(TABLE))] + [
-    ("numba", g) for g in _HESSIAN_GROUPS], ids=["numpy"] + [
-    f"numba-{i}" for i in range(len(_HESSIAN_GROUPS))])
+@pytest.mark.parametrize("backend, names", [pytest.param("numpy", list(TABLE), id="numpy")] + [
+    # numba: the first quarter of the table by default (50 s a quarter), the rest slow
+    pytest.param("numba", g, id=f"numba-{i}", marks=[pytest.mark.slow] if i else [])
+    for i, g in enumerate(_HESSIAN_GROUPS)])
 def test_hessian_and_hvp(backend, names):
     """Forward over reverse: every op's jvp rule, through its vjp rule.  The
     rows' first arguments are one flat vector ``x`` (the Hessian is
