@@ -30,6 +30,8 @@ from .numba.vmath import HELPERS, VECTOR_UFUNCS
 
 #: generated code calls ``vmath``'s functions under these names (``_vm_exp``)
 VECTOR_PREFIX = "_vm_"
+#: and their numba-inlined twins, in ``prange`` bodies, under these (``_vmi_exp``)
+INLINE_PREFIX = "_vmi_"
 #: and ``special``'s (scipy.special) under these (``_sp_erf``)
 SPECIAL_PREFIX = "_sp_"
 
@@ -153,11 +155,26 @@ def _vmath_names():
     return {**VECTOR_UFUNCS, **HELPERS}
 
 
+_VECTOR_CALL = re.compile(r"\b" + VECTOR_PREFIX + r"(\w+)\(")
+
+
+def inline_vector_calls(lines):
+    """``lines`` (a ``prange`` body) calling vmath's inlined twins
+    (``_vmi_tanh``): numba outlines the body into a function where LLVM does
+    not inline the called ones, and the loop would not vectorize
+    (:data:`hybridad.backends.numba.vmath.INLINED`)."""
+    return [_VECTOR_CALL.sub(INLINE_PREFIX + r"\1(", line) for line in lines]
+
+
 def vector_imports(special=False):
-    """The import line giving generated source the vectorizable functions, and
-    scipy.special's (:mod:`.numba.special`, as ``_sp_<op>``) where ``special``."""
+    """The import lines giving generated source the vectorizable functions (and
+    their inlined twins, :func:`inline_vector_calls`), and scipy.special's
+    (:mod:`.numba.special`, as ``_sp_<op>``) where ``special``."""
     names = ", ".join(f"{fn} as {VECTOR_PREFIX}{uf}" for uf, fn in _vmath_names().items())
-    line = f"from hybridad.backends.numba.vmath import {names}"
+    inlined = ", ".join(f"{fn}_inline as {INLINE_PREFIX}{uf}"
+                        for uf, fn in _vmath_names().items())
+    line = (f"from hybridad.backends.numba.vmath import {names}\n"
+            f"from hybridad.backends.numba.vmath import {inlined}")
     if special:
         names = ", ".join(f"{fn} as {SPECIAL_PREFIX}{op}" for op, fn in SPECIAL.items())
         line += f"\nfrom hybridad.backends.numba.special import {names}"
@@ -174,6 +191,7 @@ def vector_namespace():
     from .numba import special, vmath
 
     return {**{f"{VECTOR_PREFIX}{uf}": getattr(vmath, fn) for uf, fn in _vmath_names().items()},
+            **{f"{INLINE_PREFIX}{uf}": vmath.INLINED[fn] for uf, fn in _vmath_names().items()},
             **{f"{SPECIAL_PREFIX}{op}": getattr(special, fn) for op, fn in SPECIAL.items()}}
 
 

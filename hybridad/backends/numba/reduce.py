@@ -403,7 +403,9 @@ def blocked_full_reduction(w, node, out, sb, stores, scratch):
     w.emit(*w.pending)
     w.pending.clear()
     block_shape = ("nr",) + tuple(str(s) for s in shape[1:])
+    w.in_prange += bool(many and par)
     w.nest(block_shape, sb.lines + [f"sc{_here(nd)} = {sb.value}"] + stores)
+    w.in_prange -= bool(many and par)
     # pad to the power-of-two width with the identity, then fold halves
     pad = f", {init_text(red.op, red.dtype)}" if red.op in ("max", "min") else ""
     fold = f"_fold_{red.op}(scf, nr * {inner}{pad})"
