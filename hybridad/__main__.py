@@ -190,6 +190,8 @@ def calibrate_command(out=None, builtin=False):
         print(f"  {k:<{width}} {v:8.3f} ns/element")
     print(f"  copy: {c.cache_ns_per_byte:.4f} ns/byte in cache, {c.stream_ns_per_byte:.4f} "
           "ns/byte from memory")
+    print("  gemm (one thread, 256 x 256 x 256): " + ", ".join(
+        f"{dt} {ns:.4f} ns/multiply-add" for dt, ns in (c.gemm_ns or {}).items()))
     return 0
 
 

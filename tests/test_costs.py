@@ -113,6 +113,60 @@ def test_calibrate_measures_the_kernels(monkeypatch, tmp_path):
     assert saved["op_ns"]["exp"] == c.op_ns["exp"] and saved["cpu"] == C._machine()[0]
     assert c.op_ns["sin"] > 0 and c.op_ns["exp"] > 0
     assert 0 < c.cache_ns_per_byte <= c.stream_ns_per_byte * 5
+    assert 0 < c.gemm_ns["float32"] < c.gemm_ns["float64"] < 10  # ns per multiply-add
     # the ops not measured keep the table's figures
     assert set(C._builtin().op_ns) <= set(c.op_ns)
     C.reset()
+
+
+def _mlp(widths, batch):
+    rng = np.random.default_rng(1)
+    ws = [rng.standard_normal((a, b)) / np.sqrt(a) for a, b in zip(widths, widths[1:])]
+    X = rng.standard_normal((batch, widths[0]))
+
+    def loss(*ws):
+        h = X
+        for w in ws[:-1]:
+            h = np.tanh(h @ w)
+        return np.mean((h @ ws[-1]) ** 2)
+
+    return loss, ws
+
+
+def test_blas_or_loops_own_the_threads(table):
+    """A parallel plan's threads go to the larger share of its work: a wide
+    layer's gemms (every loop serial: no prange, BLAS keeps its threads) or
+    a narrow one's elementwise loops (prange loops, BLAS on one thread)."""
+    table({"tanh": 1.3, "multiply": 0.0}, cache=0.0125, stream=0.038)
+    wide_f, wide = _mlp((64, 256, 256, 10), 512)
+    narrow_f, narrow = _mlp((1, 16, 16, 1), 20000)
+    got = {}
+    for name, f, ws in (("wide", wide_f, wide), ("narrow", narrow_f, narrow)):
+        plan = ha.compile(f, *ws, argnums=tuple(range(len(ws))), tiered=False)
+        serial = ha.compile(f, *ws, argnums=tuple(range(len(ws))), parallel=False)
+        got[name] = plan._owner[0]
+        assert ("prange(" in plan._program.source) == (got[name] == "loops"), name
+        assert "threads: gemms" in plan.explain()
+        a, b = plan.gradient(*ws), serial.gradient(*ws)
+        assert a.value == pytest.approx(b.value, rel=1e-12)
+        for x, y in zip(a.gradient, b.gradient, strict=True):
+            np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-14)
+    assert got == {"wide": "blas", "narrow": "loops"}
+
+
+def test_thread_owner_counts_lapack_and_skinny_gemms():
+    """LAPACK routines count as BLAS work at their textbook multiply-adds, and
+    a skinny gemm costs more per multiply-add than a square one."""
+    c = C.costs()
+    skinny = c.gemm_cost(1024, 256, 10, "float64") / (1024 * 256 * 10)
+    square = c.gemm_cost(256, 256, 256, "float64") / 256 ** 3
+    assert skinny > 1.5 * square and c.gemm_cost(256, 256, 256, "float32") < 256 ** 3 * square
+    sq = SimpleNamespace(shape=(400, 400), size=160000)
+    chol = SimpleNamespace(op="cholesky", args=[sq], shape=(400, 400), size=160000,
+                           dtype=np.dtype("float64"))
+    big = SimpleNamespace(op="region", args=[sq], shape=(1000,), size=1000,
+                          dtype=np.dtype("float64"), attrs={"body": _body(["multiply"], 1000)})
+    assert C.thread_owner([chol, big], 1 << 15) == ("loops", None)  # no loop long enough
+    owner, why = C.thread_owner([chol, SimpleNamespace(**{**vars(big), "attrs": {
+        "body": _body(["multiply"], 1 << 16)}})], 1 << 15)
+    assert owner == "blas" and "gemms" in why

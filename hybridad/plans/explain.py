@@ -57,7 +57,8 @@ class ExplainMixin:
         programs = [("program", getattr(self, "_program", None)),
                     ("value program", getattr(self, "_value_program", None))]
         programs += sorted(getattr(self, "_programs", {}).items())
-        lines = []
+        owner, why = getattr(self, "_owner", ("loops", None))
+        lines = [] if why is None else [f"threads: {why}"]
         for name, prog in programs:
             choice = getattr(prog, "threads", None)
             if choice is not None:

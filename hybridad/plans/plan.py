@@ -25,7 +25,7 @@ import weakref
 import numpy as np
 
 from .. import _tree
-from ..backends.numba.threshold import serial_loops, work_estimate
+from ..backends.numba.threshold import PARALLEL_MIN, serial_loops, work_estimate
 from ..backends.numpy.program import compile_program
 from ..errors import CompileBudgetError, MemoryBudgetError
 from ..frontend.guard_walk import root_of
@@ -37,6 +37,7 @@ from ..optim import UpdateRule
 from ..results import DiffResult, HvpResult
 from ..transforms import pipeline
 from ..transforms.autodiff import backward, jvp
+from ..transforms.costs import thread_owner
 from ..transforms.memory import op_workspaces, plan_memory
 from ..transforms.partition import fuse_regions
 from .arguments import ArgumentsMixin, arg_names, normalize_argnums, prepare_args
@@ -207,7 +208,10 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         graph = self._lower(trace.nodes, inputs, outputs,
                             self._update_ids if writes else ())
         self._outputs = [out.node] + grad_nodes + hvp_nodes
-        self.memory = self._plan_memory(graph)
+        if self.parallel and self.backend == "numba":  # its loops' threads, or BLAS's
+            self._owner = thread_owner(graph.nodes, PARALLEL_MIN)
+        with serial_loops(self._loops_serial):
+            self.memory = self._plan_memory(graph)
         if self.memory_budget is not None and self.memory.total_bytes > self.memory_budget:
             raise _OverBudget(self.memory)  # before compiling anything
         self._buffers = self.memory.allocate(self._xp)
@@ -239,6 +243,16 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         self._quiet = self.backend == "numpy"
         if DEBUG:
             print(self.explain() if DEBUG >= 2 else str(self.graph))
+
+    #: ``(owner, reason)`` of :func:`hybridad.transforms.costs.thread_owner`
+    #: (parallel numba gradient plans): ``"blas"`` makes every loop serial
+    _owner = ("loops", None)
+
+    @property
+    def _loops_serial(self):
+        """Whether the plan's loops are generated serial: ``parallel=False``,
+        or BLAS owns the threads (:func:`hybridad.transforms.costs.thread_owner`)."""
+        return not self.parallel or self._owner[0] == "blas"
 
     def _install_program(self, program):
         """Put the compiled program in place (and the fast path in front of it)."""
@@ -332,7 +346,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
     def _compile(self, nodes, inputs, outputs, name, out_specs, in_specs=None, given=()):
         if self.backend == "numba":  # numba is imported by the first plan that needs it
             from ..backends.numba.program import compile_numba_program
-            with serial_loops(not self.parallel):
+            with serial_loops(self._loops_serial):
                 prog = compile_numba_program(nodes, inputs, outputs, self.memory, self._buffers,
                                              in_specs or self._specs, out_specs, name=name,
                                              poison=self._poison, given=given)

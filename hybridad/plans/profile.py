@@ -280,7 +280,7 @@ def _instrumented(plan, clock="wall"):
 
     prog = plan._program
     outputs = plan._outputs
-    with serial_loops(not plan.parallel):
+    with serial_loops(plan._loops_serial):
         timed = compile_numba_program(plan.graph.nodes, plan.graph.inputs, outputs, plan.memory,
                                       plan._buffers, prog._in_specs, prog._out_specs,
                                       name="profile_program", profile=clock)

@@ -197,7 +197,7 @@ class StagedPlan(Plan):
         prog = self._programs.get(name)
         if prog is None:
             inputs = [n for n in self.graph.inputs if n.attrs["index"] < len(self._specs)]
-            with serial_loops(not self.parallel):
+            with serial_loops(self._loops_serial):
                 if name == "primal":
                     prog = self._compile(self._primal_nodes, inputs, self._primal_outputs,
                                          f"{self._kind}_primal", self._primal_specs)

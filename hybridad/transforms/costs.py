@@ -23,9 +23,10 @@ The costs (:class:`Costs`) come from, in this order:
    the same calibration on the reference machine (2 cores, see its ``source``).
 
 :func:`hybridad.plans.calibrate.calibrate` measures with the library's own kernels: it builds one
-numba plan whose forward sweep is one fused ``op -> sum`` region per
-elementwise op (over an array in the op's domain, 8192 elements: in cache,
-so compute), and reads each region's time from the per-node profiler
+numba plan whose forward sweep is one fused region per elementwise op
+writing an array, as the plans' loops do (vectorized where the op's code
+allows; over an array in the op's domain, 8192 elements: in cache, so
+compute), and reads each region's time from the per-node profiler
 (:mod:`hybridad.plans.profile`); an op's cost is its region's time less a
 baseline region's, plus one multiply.  The copy rates are numpy's
 ``copyto`` over 64 KiB (cache) and 64 MiB (memory).  ``plan.explain()``
@@ -42,7 +43,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["Costs", "costs", "partials_strategy"]
+__all__ = ["Costs", "costs", "partials_strategy", "thread_owner"]
 
 TABLE_HEADER = ('"""The built-in cost table (:mod:`hybridad.transforms.costs`): written by\n'
                 '``python -m hybridad calibrate --builtin`` on the reference machine."""\n\n')
@@ -58,6 +59,10 @@ STORE_MIN_NS = 0.5
 
 #: the bytes of stored partials up to which the in-cache copy rate applies
 CACHE_BYTES = 1 << 20
+
+#: ns per multiply-add of a single-threaded gemm where the table has no
+#: measurement (scipy's OpenBLAS on the reference machine, 256 x 256 x 256)
+GEMM_NS = {"float64": 0.045, "float32": 0.022}
 
 
 @dataclasses.dataclass
@@ -78,6 +83,10 @@ class Costs:
     cores: int = 0
     when: str = ""
     source: str = ""
+    #: dtype name -> nanoseconds per multiply-add of a single-threaded BLAS
+    #: gemm of a square-ish product (256 x 256 x 256); None: not measured
+    #: (:data:`GEMM_NS` then)
+    gemm_ns: dict | None = None
 
     def op_cost(self, op):
         """Nanoseconds per element for ``op``; an op without a measurement
@@ -92,6 +101,16 @@ class Costs:
         if spec is not None and (spec.expensive or spec.dual is not None):
             return max(self.op_ns.values())
         return self.op_ns.get("multiply", 0.5)
+
+    def gemm_cost(self, m, k, n, dtype):
+        """Nanoseconds of one single-threaded BLAS gemm ``(m, k) @ (k, n)``:
+        the measured rate per multiply-add, dearer for skinny products (a
+        small dimension leaves BLAS's register blocks part empty, and at 1 the
+        product is bound by memory: measured 2.4x the square rate at k or
+        n = 10, about 9x at 1)."""
+        table = self.gemm_ns or GEMM_NS
+        rate = table.get(np.dtype(dtype).name, table["float64"])
+        return m * k * n * rate * (1 + 8 / max(1, min(m, k, n)))
 
     def copy_ns_per_byte(self, nbytes):
         return self.cache_ns_per_byte if nbytes <= CACHE_BYTES else self.stream_ns_per_byte
@@ -201,3 +220,78 @@ def partials_strategy(body, k):
         if bar > STORE_MIN_NS else f"{STORE_MIN_NS:g} ns/element, below which nothing is "
         "worth an array"))
     return how, reason
+
+
+#: multiply-adds of the LAPACK routines behind these ops for a matrix of
+#: dimensions ``s <= big`` and ``r`` right-hand sides (the textbook counts)
+LAPACK_MADDS = {
+    "cholesky": lambda s, big, r: s ** 3 / 3,
+    "solve_triangular": lambda s, big, r: s * s * r / 2,
+    "solve": lambda s, big, r: s ** 3 / 3 + s * s * r,
+    "lu_factor": lambda s, big, r: s * s * big / 3,
+    "det": lambda s, big, r: s ** 3 / 3,
+    "slogdet": lambda s, big, r: s ** 3 / 3,
+    "inv": lambda s, big, r: s ** 3,
+    "qr": lambda s, big, r: s * s * big,
+    "eigh": lambda s, big, r: 2 * s ** 3,
+    "svd": lambda s, big, r: 2 * s * s * big + 2 * s ** 3,
+    "pinv": lambda s, big, r: 2 * s * s * big + 2 * s ** 3,
+    "eig": lambda s, big, r: 5 * s ** 3,
+    "expm": lambda s, big, r: 6 * s ** 3,
+}
+
+
+def thread_owner(nodes, parallel_min):
+    """``(owner, reason)``: who takes the cores in a parallel plan, its loops
+    (``"loops"``: ``prange`` loops on every thread, BLAS on one) or BLAS
+    (``"blas"``: every loop serial, BLAS on its own threads).  Two pools
+    taking turns fight for the cores (:mod:`hybridad.backends.numba.threads`),
+    so one owns them; with the work split as ``L`` in loops long enough to be
+    parallel and ``G`` in gemms, ``p`` threads take ``L / p + G`` against
+    ``L + G / p``: the larger share owns the threads.  ``L`` is each such
+    loop's elements times its body's measured cost per element plus the
+    traffic of its operands and result; ``G`` each product's gemm time
+    (:meth:`Costs.gemm_cost`)."""
+    from ..ir.registry import REGISTRY
+
+    c = costs()
+    loops = blas = 0.0
+    for n in nodes:
+        if n.op in LAPACK_MADDS and n.args and len(n.args[0].shape) >= 2 and n.size:
+            a = n.args[0]  # a LAPACK routine: blocked, its time in BLAS's level-3 kernels
+            k, m = a.shape[-1], a.shape[-2]
+            rhs = int(np.prod(n.args[1].shape[-1:])) if len(n.args) > 1 and \
+                len(n.args[1].shape) == len(a.shape) else 1
+            batch = int(np.prod(a.shape[:-2], dtype=np.int64))
+            madds = LAPACK_MADDS[n.op](min(m, k), max(m, k), rhs)
+            blas += batch * madds * c.gemm_cost(64, 64, 64, n.dtype) / 64 ** 3
+            continue
+        if n.op == "matmul" and n.dtype.kind == "f" and n.size:
+            a, b = n.args
+            m = int(np.prod(n.shape[:-1], dtype=np.int64)) if len(b.shape) > 1 else \
+                int(np.prod(n.shape, dtype=np.int64))
+            cols = n.shape[-1] if len(b.shape) > 1 else 1
+            blas += c.gemm_cost(max(m, 1), a.shape[-1], cols, n.dtype)
+            continue
+        if n.op == "region":
+            body = n.attrs["body"]
+            elems = int(np.prod(body.shape, dtype=np.int64))
+            if elems < parallel_min:
+                continue
+            per = sum(c.op_cost(b.op) for b in body.nodes if b.op not in ("input", "const"))
+            nbytes = elems * np.dtype(n.dtype).itemsize * (len(n.args) + 1)
+            loops += elems * per + nbytes * c.copy_ns_per_byte(nbytes)
+        elif n.op in REGISTRY and REGISTRY[n.op].kind in ("compute", "reduce") and \
+                n.op != "region_partial":
+            # a copy, a reduction (region_partial: written by its region's kernel)
+            size = max([n.size] + [a.size for a in n.args])
+            if size >= parallel_min:
+                nbytes = 2 * size * np.dtype(n.dtype).itemsize
+                loops += nbytes * c.copy_ns_per_byte(nbytes)
+    if blas == 0.0 or loops == 0.0:
+        return "loops", None
+    owner = "blas" if blas > loops else "loops"
+    return owner, (f"gemms {blas / 1e3:.3g} us {'>' if owner == 'blas' else '<='} parallel "
+                   f"loops {loops / 1e3:.3g} us (one thread): "
+                   + ("loops serial, BLAS on its threads" if owner == "blas" else
+                      "loops on every thread, BLAS on one"))
