@@ -91,6 +91,23 @@ def calls_per_batch(call, target_ns, step=1):
         number *= 10
 
 
+def settle(calls, seconds=0.3, rounds=2):
+    """Run each call for about ``seconds``, then wait for the compiles hybridad
+    started in the background (a tiered plan's program, the serial twin a
+    thread probe asked for), ``rounds`` times: the timed batches then see
+    each plan's steady state, not its first seconds, and no compile thread
+    takes a core from another row."""
+    from ..plans.tiered import join_all
+
+    for _ in range(rounds):
+        for call in calls:
+            end = time.perf_counter() + seconds
+            call()
+            while time.perf_counter() < end:
+                call()
+        join_all()
+
+
 def time_round_robin(calls, repeats, target_ms, step=1):
     """Time several calls in interleaved batches.
 
@@ -119,6 +136,7 @@ def time_round_robin(calls, repeats, target_ms, step=1):
         call()  # warm-up
         if step > 1:
             call()
+    settle(calls)
     with gc_disabled():
         numbers = [calls_per_batch(call, target_ms * 1e6, step) for call in calls]
         per_call = [[] for _ in calls]
