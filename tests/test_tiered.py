@@ -129,3 +129,29 @@ def test_untiered_plans_compile_before_returning():
         warnings.simplefilter("error")
         plan = ha.compile(loss, W, X, Y, tiered=False)
     assert plan.tier == "numba" and "tiers:" not in plan.explain()
+
+
+def test_convenience_calls_take_the_fast_path_after_the_switch(monkeypatch):
+    """ha.gradient's recent-call path calls the plan's ``gradient`` as it is at
+    each call: after the switch, the compiled program's fast path (a bound
+    method kept from the first call would run the general path for good)."""
+    monkeypatch.setenv("HYBRIDAD_TIERED", "1")
+    from hybridad import api
+
+    def f(x):
+        return np.sum(np.sin(x) * x + 0.25 * x)
+
+    x = np.linspace(0.0, 1.0, 100)
+    res = ha.GradientResult(x)
+    ha.gradient(f, x, out=res)
+    plan = api._recent_gradient[id(f)][8]
+    assert plan.wait(600) and plan.tier == "numba"
+    assert "gradient" in vars(plan)  # the fast path, in front of Plan.gradient
+    seen = []
+    fast = plan.gradient
+    plan.gradient = lambda *a, **k: seen.append(1) or fast(*a, **k)
+    before = res.gradient.copy()
+    ha.gradient(f, x, out=res)
+    assert seen == [1]
+    np.testing.assert_allclose(res.gradient, before, rtol=1e-14)
+    np.testing.assert_allclose(res.gradient, np.sin(x) + x * np.cos(x) + 0.25, rtol=1e-13)
