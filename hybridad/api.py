@@ -257,7 +257,7 @@ def _rebuilt(plan, stale):
 # ----------------------------------------------------------------------------
 
 #: kind -> {id(owner): (weakref to owner, method function or None, argnums, backend,
-#: options, shapes and dtypes of the plain-array arguments, plan.<kind>, plan)}
+#: options, shapes and dtypes of the plain-array arguments, plan)}
 _recent = {"gradient": {}, "hvp": {}, "hessian": {}, "jacobian": {}}
 _recent_gradient = _recent["gradient"]
 _MethodType = types.MethodType
@@ -283,7 +283,7 @@ def _recent_plan(kind, f, args, argnums, backend, options=None):
     for a, shape, dtype in zip(args, e[5], e[6]):  # noqa: B905 - lengths compared above
         if type(a) is not _ndarray or a.shape != shape or a.dtype is not dtype:
             return None
-    return e[8]
+    return e[7]
 
 
 def _remember(kind, f, args, argnums, backend, plan, options=None):
@@ -299,7 +299,7 @@ def _remember(kind, f, args, argnums, backend, plan, options=None):
     except TypeError:
         return
     table[key] = (ref, sub, argnums, backend, options, tuple(a.shape for a in args),
-                  tuple(a.dtype for a in args), kind, plan)
+                  tuple(a.dtype for a in args), plan)
 
 
 def _forget(table, key, ref):
@@ -410,7 +410,7 @@ def gradient(f, *args, argnums=0, out=None, backend=None):
             try:
                 # (the plan's attribute, not a bound method kept: a tiered plan
                 # puts its fast path there when its compiled program arrives)
-                return e[8].gradient(*args, out=out)
+                return e[7].gradient(*args, out=out)
             except StalePlanError:
                 pass  # f changed: the general path rebuilds
     if _nested.traced(args) is not None:  # inside a function being differentiated

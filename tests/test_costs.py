@@ -121,7 +121,8 @@ def test_calibrate_measures_the_kernels(monkeypatch, tmp_path):
 
 def _mlp(widths, batch):
     rng = np.random.default_rng(1)
-    ws = [rng.standard_normal((a, b)) / np.sqrt(a) for a, b in zip(widths, widths[1:])]
+    ws = [rng.standard_normal((a, b)) / np.sqrt(a)
+          for a, b in zip(widths[:-1], widths[1:], strict=True)]
     X = rng.standard_normal((batch, widths[0]))
 
     def loss(*ws):

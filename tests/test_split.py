@@ -18,7 +18,7 @@ def _body(*stmts):
 
 
 def _loop(out, src):
-    return [f"    for i0 in range(10):", f"        {out}[i0] = {src}[i0] * 2.0"]
+    return ["    for i0 in range(10):", f"        {out}[i0] = {src}[i0] * 2.0"]
 
 
 def test_cuts_between_statements_and_repeats_view_definitions():

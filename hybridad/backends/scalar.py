@@ -162,7 +162,7 @@ def inline_vector_calls(lines):
     """``lines`` (a ``prange`` body) calling vmath's inlined twins
     (``_vmi_tanh``): numba outlines the body into a function where LLVM does
     not inline the called ones, and the loop would not vectorize
-    (:data:`hybridad.backends.numba.vmath.INLINED`)."""
+    (``hybridad.backends.numba.vmath``'s ``<name>_inline`` functions)."""
     return [_VECTOR_CALL.sub(INLINE_PREFIX + r"\1(", line) for line in lines]
 
 
@@ -191,7 +191,8 @@ def vector_namespace():
     from .numba import special, vmath
 
     return {**{f"{VECTOR_PREFIX}{uf}": getattr(vmath, fn) for uf, fn in _vmath_names().items()},
-            **{f"{INLINE_PREFIX}{uf}": vmath.INLINED[fn] for uf, fn in _vmath_names().items()},
+            **{f"{INLINE_PREFIX}{uf}": getattr(vmath, f"{fn}_inline")
+               for uf, fn in _vmath_names().items()},
             **{f"{SPECIAL_PREFIX}{op}": getattr(special, fn) for op, fn in SPECIAL.items()}}
 
 

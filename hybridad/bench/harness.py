@@ -208,8 +208,6 @@ def version(module):
         return None
 
 
-
-
 def machine():
     """The machine and the relevant package versions, as a dict (for JSON ``meta``)."""
     return {"python": platform.python_version(), "platform": platform.platform(),

@@ -100,7 +100,7 @@ def _profile_group(ops, n, budget_s, rng):
     with recompute_partials(), np.errstate(all="ignore"):  # forward regions: values only
         plan = compile_plan(f, *args, argnums=tuple(range(len(args))), parallel=False,
                             tiered=False)
-        prof = profile(plan, *args, budget_s=budget_s / max(1, 48 // GROUP))
+        prof = profile(plan, *args, budget_s=budget_s)
     nodes = {m.id: m for m in plan.graph.nodes}
     per = {}  # the region's ops -> ns per element
     for r in prof.rows:
@@ -131,8 +131,9 @@ def calibrate(path=None, n=8192, budget_s=2.0, ops=None):
     names, ops = ops, [o for o in _measured_ops() if ops is None or o[0] in ops]
     rng = np.random.default_rng(0)
     op_ns, multiplies = dict(costs().op_ns if names is not None else {}), []
-    for at in range(0, len(ops), GROUP):
-        multiply, measured = _profile_group(ops[at:at + GROUP], n, budget_s, rng)
+    groups = [ops[at:at + GROUP] for at in range(0, len(ops), GROUP)]
+    for group in groups:  # (the profiling budget shared out among the plans)
+        multiply, measured = _profile_group(group, n, budget_s / len(groups), rng)
         multiplies.append(multiply)
         op_ns.update(measured)
     multiply = float(np.median(multiplies))

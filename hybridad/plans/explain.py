@@ -57,7 +57,7 @@ class ExplainMixin:
         programs = [("program", getattr(self, "_program", None)),
                     ("value program", getattr(self, "_value_program", None))]
         programs += sorted(getattr(self, "_programs", {}).items())
-        owner, why = getattr(self, "_owner", ("loops", None))
+        why = self._owner[1]  # (who owns the threads: hybridad.transforms.costs.thread_owner)
         lines = [] if why is None else [f"threads: {why}"]
         for name, prog in programs:
             choice = getattr(prog, "threads", None)

@@ -23,10 +23,11 @@ The costs (:class:`Costs`) come from, in this order:
    the same calibration on the reference machine (2 cores, see its ``source``).
 
 :func:`hybridad.plans.calibrate.calibrate` measures with the library's own kernels: it builds one
-numba plan whose forward sweep is one fused region per elementwise op
-writing an array, as the plans' loops do (vectorized where the op's code
-allows; over an array in the op's domain, 8192 elements: in cache, so
-compute), and reads each region's time from the per-node profiler
+numba plan per :data:`~hybridad.plans.calibrate.GROUP` elementwise ops whose
+forward sweep is one fused ``op -> sum`` region per op (over an array in the
+op's domain, 8192 elements: in cache, so compute; a small plan, so vmath's
+functions are inlined and vectorize as in the plans' loops), and reads each
+region's time from the per-node profiler
 (:mod:`hybridad.plans.profile`); an op's cost is its region's time less a
 baseline region's, plus one multiply.  The copy rates are numpy's
 ``copyto`` over 64 KiB (cache) and 64 MiB (memory).  ``plan.explain()``
@@ -101,6 +102,11 @@ class Costs:
         if spec is not None and (spec.expensive or spec.dual is not None):
             return max(self.op_ns.values())
         return self.op_ns.get("multiply", 0.5)
+
+    def body_cost(self, body):
+        """Nanoseconds per element of one evaluation of a region's ``body``
+        (its elementwise ops; the reduction it may end in is not counted)."""
+        return sum(self.op_cost(n.op) for n in body.nodes if n is not body.reduction)
 
     def gemm_cost(self, m, k, n, dtype):
         """Nanoseconds of one single-threaded BLAS gemm ``(m, k) @ (k, n)``:
@@ -207,7 +213,7 @@ def partials_strategy(body, k):
     more than :data:`STORE_MARGIN` times writing and reading ``k`` partials,
     else ``"recompute"``."""
     c = costs()
-    value_ns = sum(c.op_cost(n.op) for n in body.nodes if n is not body.reduction)
+    value_ns = c.body_cost(body)
     itemsize = max((np.dtype(n.dtype).itemsize for n in body.nodes), default=8)
     nbytes = k * itemsize * int(np.prod(body.shape, dtype=np.int64))
     store_ns = 2 * k * itemsize * c.copy_ns_per_byte(nbytes)
@@ -278,9 +284,8 @@ def thread_owner(nodes, parallel_min):
             elems = int(np.prod(body.shape, dtype=np.int64))
             if elems < parallel_min:
                 continue
-            per = sum(c.op_cost(b.op) for b in body.nodes if b.op not in ("input", "const"))
             nbytes = elems * np.dtype(n.dtype).itemsize * (len(n.args) + 1)
-            loops += elems * per + nbytes * c.copy_ns_per_byte(nbytes)
+            loops += elems * c.body_cost(body) + nbytes * c.copy_ns_per_byte(nbytes)
         elif n.op in REGISTRY and REGISTRY[n.op].kind in ("compute", "reduce") and \
                 n.op != "region_partial":
             # a copy, a reduction (region_partial: written by its region's kernel)

@@ -18,6 +18,10 @@ from numba import njit, types
 from numba.core import cgutils, ir_utils
 from numba.extending import intrinsic
 
+# numpy's array-struct field offsets (in .abi, which imports no numba: the
+# memory plan asks for them before any numba code exists)
+from .abi import ABI, ABI_FIELDS
+
 __all__ = ["ABI", "ABI_FIELDS", "check_arrays", "fold_max",
            "fold_min", "fold_prod", "fold_sum", "gemm", "sum_compensated",
            "load_i32", "load_i64", "load_u8", "overlaps", "type_num", "view_at"]
@@ -75,9 +79,6 @@ def overlaps(a, na, b, nb):
     """Whether the byte ranges ``[a, a + na)`` and ``[b, b + nb)`` intersect."""
     return na > 0 and nb > 0 and a < b + nb and b < a + na
 
-
-# the struct's field offsets (numba-free: the memory plan asks for them first)
-from .abi import ABI, ABI_FIELDS  # noqa: E402
 
 #: numpy's flag bits (ndarraytypes.h)
 C_CONTIGUOUS, F_CONTIGUOUS, ALIGNED, WRITEABLE = 0x1, 0x2, 0x100, 0x400

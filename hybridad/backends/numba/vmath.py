@@ -200,10 +200,9 @@ HELPERS = {"smul": "smul", "smul32": "smul32"}
 # (a tanh region of 10^4 x 16 took 673 us on 2 threads, 132 us with them
 # inlined; the same loop serial, 354 us).  numba-level inlining re-types the
 # body at each call site (compile time), so only prange bodies use these
-# (:func:`hybridad.backends.scalar.inline_vector_calls`).
-INLINED = {}
+# (:func:`hybridad.backends.scalar.inline_vector_calls`), as ``<name>_inline``.
 for _name in list(VECTOR_UFUNCS.values()) + list(HELPERS.values()):
-    INLINED[_name] = njit(inline="always", error_model="numpy")(globals()[_name].py_func)
-    globals()[_name + "_inline"] = INLINED[_name]
+    globals()[_name + "_inline"] = njit(inline="always",
+                                        error_model="numpy")(globals()[_name].py_func)
 del _name
 
