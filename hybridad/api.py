@@ -1,54 +1,39 @@
-"""Public entry points: :func:`gradient` and :func:`compile`, with the plan cache.
+"""Public entry points: :func:`gradient`, :func:`hvp`, :func:`hessian`,
+:func:`jacobian` and :func:`compile`.
 
 The mutating form is primary: ``gradient(f, x, out=res)`` builds (once) or
 fetches the plan for ``f`` and this argument signature, then writes value and
 gradient into ``res``.  Without ``out`` a new result is allocated and
-returned -- a thin wrapper over the same path.
-
-Plan cache: keyed by ``(argnums, argument structure and static values,
-shapes, dtypes)`` under the function object, held *weakly* -- a function that
-is garbage-collected takes its plans with it (a lambda made in a loop does not
-leak), and at most :data:`MAX_PLANS_PER_FUNCTION` signatures are kept per
-function (least recently used dropped first).  Bound methods are cached under
-their instance and function.  Callables that cannot be weakly referenced use
-a small bounded LRU of :data:`MAX_STRONG_PLANS` entries.
+returned -- a thin wrapper over the same path.  The plans live in the plan
+cache (:mod:`hybridad.plans.cache`); :func:`compile` returns a plan the caller
+holds instead.
 """
 
 from __future__ import annotations
 
-import collections
-import inspect
 import sys
-import threading
 import types
-import warnings
-import weakref
 
 import numpy as np
 
-from . import _tree
-from ._xp import array_module, is_array
-from .errors import RetraceWarning, StalePlanError
+from .errors import StalePlanError
 from .frontend.guard_walk import root_of
-from .plans.arguments import arg_names, normalize_argnums, prepare_args
 from .plans.hessian import HessianPlan
 from .plans import complex_args as _complex_args
 from .plans import complex_jacobian as _complex_jacobian
 from .plans import nested as _nested
+from .plans.cache import MAX_PLANS_PER_FUNCTION, cached_plans, clear_cache
+from .plans.cache import cached_call as _cached_call, call as _call, default_backend as _backend
+from .plans.cache import lookup as _lookup, recent_gradient as _recent_gradient
+from .plans.cache import remember as _remember
 from .plans.jacobian import JacobianPlan
 from .plans.plan import Plan
 
-__all__ = ["MAX_PLANS_PER_FUNCTION", "clear_cache", "compile", "gradient", "hessian", "hvp",
-           "jacobian"]
+__all__ = ["MAX_PLANS_PER_FUNCTION", "cached_plans", "clear_cache", "compile", "gradient",
+           "hessian", "hvp", "jacobian"]
 
-MAX_PLANS_PER_FUNCTION = 32
-MAX_STRONG_PLANS = 32
-#: rebuilds of one cached plan after which :class:`~hybridad.errors.RetraceWarning` is issued
-REBUILD_WARN = 3
-
-_weak = weakref.WeakKeyDictionary()
-_strong = collections.OrderedDict()
-_lock = threading.RLock()
+_MethodType = types.MethodType
+_ndarray = np.ndarray
 
 
 def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
@@ -178,165 +163,6 @@ def _is_sparse(out):
     return results is not None and isinstance(out, results._SparseResult)
 
 
-def _backend(backend, args):
-    """``backend``, or the default for these arguments: ``"cupy"`` when one
-    of them is a cupy array (only looked for once cupy is imported)."""
-    if backend is not None:
-        return backend
-    if "cupy" in sys.modules and any(is_array(a) and array_module(a) is not np
-                                     for a in _tree.flatten(args)[0]):
-        return "cupy"
-    return "numba"
-
-
-def _cache_for(f):
-    """The per-function LRU of plans (created on first use)."""
-    owner, sub = (f.__self__, f.__func__) if inspect.ismethod(f) else (f, None)
-    try:
-        per_owner = _weak.get(owner)
-        if per_owner is None:
-            per_owner = _weak[owner] = {}
-    except TypeError:  # not weakly referenceable or not hashable
-        return None
-    lru = per_owner.get(sub)
-    if lru is None:
-        lru = per_owner[sub] = collections.OrderedDict()
-    return lru
-
-
-def _lookup(f, args, argnums, backend, hvp=False, parallel=True, build=None, tag=(),
-            stale=None):
-    argnums_norm, diff = normalize_argnums(argnums, len(args))
-    leaves, treedefs = prepare_args(args, diff, lambda: arg_names(f, len(args)))
-    key = (argnums_norm, backend, treedefs, tuple((a.shape, a.dtype.str) for a in leaves))
-    if hvp:
-        key += ("hvp",)
-    if not parallel:
-        key += ("serial",)
-    key += tuple(tag)
-    if build is None:
-        def build():
-            return Plan(f, args, argnums, backend, hvp=hvp, parallel=parallel)
-    with _lock:
-        lru = _cache_for(f)
-        if lru is None:
-            try:
-                hash(f)
-            except TypeError:  # unhashable callable: no caching
-                return build(), leaves
-            lru, key = _strong, (f, key)
-        plan = lru.get(key)
-        if plan is None or plan is stale:
-            plan = _rebuilt(build(), stale)
-            lru[key] = plan
-            limit = MAX_STRONG_PLANS if lru is _strong else MAX_PLANS_PER_FUNCTION
-            while len(lru) > limit:
-                lru.popitem(last=False)
-        else:
-            lru.move_to_end(key)
-    return plan, leaves
-
-
-def _rebuilt(plan, stale):
-    """A plan built to replace ``stale`` (a cached plan whose ``f`` changed:
-    :class:`~hybridad.errors.StalePlanError`); warns when one function keeps
-    needing new plans."""
-    if stale is not None:
-        plan._rebuilds = stale._rebuilds + 1
-        if plan._rebuilds == REBUILD_WARN:
-            warnings.warn(
-                f"hybridad: the plan of {plan.name} was rebuilt {REBUILD_WARN} times because "
-                "what it reads besides its arguments changed between calls (each rebuild "
-                "traces and may compile). Pass values that change as arguments (arrays are "
-                "read by a plan on every call).", RetraceWarning, stacklevel=5)
-    return plan
-
-
-# ----------------------------------------------------------------------------
-# the most recent plan of each function: the cheap path of repeated calls
-# ----------------------------------------------------------------------------
-
-#: kind -> {id(owner): (weakref to owner, method function or None, argnums, backend,
-#: options, shapes and dtypes of the plain-array arguments, plan)}
-_recent = {"gradient": {}, "hvp": {}, "hessian": {}, "jacobian": {}}
-_recent_gradient = _recent["gradient"]
-_MethodType = types.MethodType
-_ndarray = np.ndarray
-
-
-def _owner(f):
-    return (f.__self__, f.__func__) if type(f) is _MethodType else (f, None)
-
-
-def _recent_plan(kind, f, args, argnums, backend, options=None):
-    """The plan last used for ``f`` with plain ndarray arguments of these shapes
-    and dtypes and these options, or None.  A dict lookup and a comparison of
-    each argument: no key tuple built, no lock taken."""
-    if type(f) is _MethodType:
-        owner, sub = f.__self__, f.__func__
-    else:
-        owner, sub = f, None
-    e = _recent[kind].get(id(owner))
-    if e is None or e[1] is not sub or e[2] != argnums or e[3] != backend or \
-            e[4] != options or e[0]() is not owner or len(args) != len(e[5]):
-        return None
-    for a, shape, dtype in zip(args, e[5], e[6]):  # noqa: B905 - lengths compared above
-        if type(a) is not _ndarray or a.shape != shape or a.dtype is not dtype:
-            return None
-    return e[7]
-
-
-def _remember(kind, f, args, argnums, backend, plan, options=None):
-    """Make ``plan`` what :func:`_recent_plan` returns for calls like this one
-    (plain ndarray arguments only; held weakly by ``f``'s owner)."""
-    for a in args:
-        if type(a) is not np.ndarray:
-            return
-    owner, sub = _owner(f)
-    table, key = _recent[kind], id(owner)
-    try:
-        ref = weakref.ref(owner, lambda r, table=table, key=key: _forget(table, key, r))
-    except TypeError:
-        return
-    table[key] = (ref, sub, argnums, backend, options, tuple(a.shape for a in args),
-                  tuple(a.dtype for a in args), plan)
-
-
-def _forget(table, key, ref):
-    e = table.get(key)
-    if e is not None and e[0] is ref:
-        table.pop(key, None)
-
-
-def _call(lookup, call):
-    """``call(plan)`` on the cached plan; once more on a rebuilt one when the
-    cached plan's function changed since it was traced."""
-    plan = lookup(None)
-    try:
-        return call(plan)
-    except StalePlanError:
-        return call(lookup(plan))
-
-
-def _cached_call(kind, f, args, argnums, backend, options, build, call, tag=(), hvp=False):
-    """The convenience functions' path: the recent plan of ``f`` when the call
-    is like the last one, else the plan cache (built on a miss, rebuilt when
-    ``f`` changed)."""
-    plan = _recent_plan(kind, f, args, argnums, backend, options)
-    if plan is not None:
-        try:
-            return call(plan)
-        except StalePlanError:
-            pass
-    resolved = _backend(backend, args)
-
-    def lookup(stale):
-        plan = _lookup(f, args, argnums, resolved, hvp=hvp, tag=tag, stale=stale,
-                       build=None if build is None else lambda: build(resolved))[0]
-        _remember(kind, f, args, argnums, backend, plan, options)
-        return plan
-
-    return _call(lookup, call)
 
 
 def gradient(f, *args, argnums=0, out=None, backend=None):
@@ -584,19 +410,3 @@ def jacobian(f, x, *args, argnums=0, out=None, mode="auto", backend=None, chunk=
                              lambda plan: plan.jacobian(*full, out=out),
                              tag=("jacobian", mode, chunk)),
         _lookup, f, full, argnums, out, mode, backend, chunk, holomorphic)
-
-
-def clear_cache():
-    """Drop every cached plan."""
-    with _lock:
-        _weak.clear()
-        _strong.clear()
-        for table in _recent.values():
-            table.clear()
-
-
-def cached_plans(f):
-    """The plans cached for ``f`` (a list; for tests and introspection)."""
-    with _lock:
-        lru = _cache_for(f)
-        return list((lru if lru is not None else {}).values())

@@ -11,6 +11,7 @@ from conftest import assert_grad, rand
 
 import hybridad as ha
 from hybridad import api
+from hybridad.plans import cache
 
 
 def exp_sum(x):
@@ -148,7 +149,7 @@ def test_static_python_scalars_and_retrace_per_shape():
 def test_cache_holds_no_dead_function():
     refs = []
     x = rand((3,), seed=17)
-    before = len(api._weak)
+    before = len(cache._weak)
     for k in range(20):
         fn = (lambda k: lambda x: np.sum(x * k))(k)
         np.testing.assert_allclose(ha.gradient(fn, x).gradient, np.full(3, k))
@@ -156,7 +157,7 @@ def test_cache_holds_no_dead_function():
     del fn
     gc.collect()
     assert all(r() is None for r in refs), "plans must not keep their functions alive"
-    assert len(api._weak) <= before
+    assert len(cache._weak) <= before
 
 
 def test_cache_is_bounded_per_function():

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
-from hybridad import api
+from hybridad.plans import cache
 from hybridad.errors import RetraceWarning, StalePlanError, TracingError
 from hybridad.testing import count_allocations
 
@@ -405,10 +405,10 @@ def test_cache_does_not_keep_instances_alive():
     m = Model()
     ha.gradient(m.loss, X, backend="numpy")
     ref = weakref.ref(m)
-    n = len(api._weak)
+    n = len(cache._weak)
     del m
     gc.collect()
-    assert ref() is None and len(api._weak) < n
+    assert ref() is None and len(cache._weak) < n
 
 
 GAIN = 2.0

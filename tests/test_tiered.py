@@ -136,7 +136,7 @@ def test_convenience_calls_take_the_fast_path_after_the_switch(monkeypatch):
     each call: after the switch, the compiled program's fast path (a bound
     method kept from the first call would run the general path for good)."""
     monkeypatch.setenv("HYBRIDAD_TIERED", "1")
-    from hybridad import api
+    from hybridad.plans import cache
 
     def f(x):
         return np.sum(np.sin(x) * x + 0.25 * x)
@@ -144,7 +144,7 @@ def test_convenience_calls_take_the_fast_path_after_the_switch(monkeypatch):
     x = np.linspace(0.0, 1.0, 100)
     res = ha.GradientResult(x)
     ha.gradient(f, x, out=res)
-    plan = api._recent_gradient[id(f)][-1]
+    plan = cache.recent_gradient[id(f)][-1]
     assert plan.wait(600) and plan.tier == "numba"
     assert "gradient" in vars(plan)  # the fast path, in front of Plan.gradient
     seen = []

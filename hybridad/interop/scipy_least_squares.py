@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..api import _lookup
+from ..plans.cache import lookup as _lookup
 from ..errors import StalePlanError
 from ..plans.jacobian import JacobianPlan
 from .scipy_objective import check_x0, scipy_args

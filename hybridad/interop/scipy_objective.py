@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..api import _lookup
+from ..plans.cache import lookup as _lookup
 from ..errors import StalePlanError
 from ..frontend.supported import refuse_subclass
 from ..plans.hessian import HessianPlan

@@ -311,7 +311,7 @@ def _pair_layout(args):
 
 def gradient(lookup, f, args, argnums, out, backend):
     """:func:`hybridad.gradient` of ``f`` at ``args`` holding complex arrays
-    (``lookup``: the plan cache, :func:`hybridad.api._lookup`)."""
+    (``lookup``: the plan cache, :func:`hybridad.plans.cache.lookup`)."""
     argnums, nums = normalize_argnums(argnums, len(args))
     return _scalar(lookup, f, args, argnums, nums, out, backend, None)
 

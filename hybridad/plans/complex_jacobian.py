@@ -83,7 +83,7 @@ def dispatch(real, lookup, f, args, argnums, out, mode, backend, chunk, holomorp
 
 def jacobian(lookup, f, args, argnums, out, mode, backend, chunk, holomorphic):
     """:func:`hybridad.jacobian` with complex values or arguments (see the
-    module docstring); ``lookup`` is the plan cache (:func:`hybridad.api._lookup`)."""
+    module docstring); ``lookup`` is the plan cache (:func:`hybridad.plans.cache.lookup`)."""
     argnums, nums = normalize_argnums(argnums, len(args))
     diff = nums[0] if len(nums) == 1 else None  # a tuple: the plan says why not
     z = args[diff] if diff is not None else None

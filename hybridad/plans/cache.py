@@ -1,0 +1,223 @@
+"""The plan cache behind the convenience functions (:mod:`hybridad.api`).
+
+Keyed by ``(argnums, argument structure and static values, shapes, dtypes)``
+under the function object, held *weakly* -- a function that is
+garbage-collected takes its plans with it (a lambda made in a loop does not
+leak), and at most :data:`MAX_PLANS_PER_FUNCTION` signatures are kept per
+function (least recently used dropped first).  Bound methods are cached under
+their instance and function.  Callables that cannot be weakly referenced use
+a small bounded LRU of :data:`MAX_STRONG_PLANS` entries.
+
+In front of it, :data:`recent` holds each function's most recent plan per
+kind of call: a repeated call like the last one finds its plan with a dict
+lookup and a comparison of each argument, no key tuple built and no lock
+taken.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import sys
+import threading
+import types
+import warnings
+import weakref
+
+import numpy as np
+
+from .. import _tree
+from .._xp import array_module, is_array
+from ..errors import RetraceWarning, StalePlanError
+from .arguments import arg_names, normalize_argnums, prepare_args
+from .plan import Plan
+
+MAX_PLANS_PER_FUNCTION = 32
+MAX_STRONG_PLANS = 32
+#: rebuilds of one cached plan after which :class:`~hybridad.errors.RetraceWarning` is issued
+REBUILD_WARN = 3
+
+_weak = weakref.WeakKeyDictionary()
+_strong = collections.OrderedDict()
+_lock = threading.RLock()
+
+
+def default_backend(backend, args):
+    """``backend``, or the default for these arguments: ``"cupy"`` when one
+    of them is a cupy array (only looked for once cupy is imported)."""
+    if backend is not None:
+        return backend
+    if "cupy" in sys.modules and any(is_array(a) and array_module(a) is not np
+                                     for a in _tree.flatten(args)[0]):
+        return "cupy"
+    return "numba"
+
+
+def cache_for(f):
+    """The per-function LRU of plans (created on first use)."""
+    owner, sub = (f.__self__, f.__func__) if inspect.ismethod(f) else (f, None)
+    try:
+        per_owner = _weak.get(owner)
+        if per_owner is None:
+            per_owner = _weak[owner] = {}
+    except TypeError:  # not weakly referenceable or not hashable
+        return None
+    lru = per_owner.get(sub)
+    if lru is None:
+        lru = per_owner[sub] = collections.OrderedDict()
+    return lru
+
+
+def lookup(f, args, argnums, backend, hvp=False, parallel=True, build=None, tag=(),
+           stale=None):
+    """The cached plan of ``f`` for these arguments and options, and the
+    arguments' array leaves; ``build()`` (default: a gradient :class:`Plan`)
+    makes it on a miss, or when the cached plan is ``stale``."""
+    argnums_norm, diff = normalize_argnums(argnums, len(args))
+    leaves, treedefs = prepare_args(args, diff, lambda: arg_names(f, len(args)))
+    key = (argnums_norm, backend, treedefs, tuple((a.shape, a.dtype.str) for a in leaves))
+    if hvp:
+        key += ("hvp",)
+    if not parallel:
+        key += ("serial",)
+    key += tuple(tag)
+    if build is None:
+        def build():
+            return Plan(f, args, argnums, backend, hvp=hvp, parallel=parallel)
+    with _lock:
+        lru = cache_for(f)
+        if lru is None:
+            try:
+                hash(f)
+            except TypeError:  # unhashable callable: no caching
+                return build(), leaves
+            lru, key = _strong, (f, key)
+        plan = lru.get(key)
+        if plan is None or plan is stale:
+            plan = _rebuilt(build(), stale)
+            lru[key] = plan
+            limit = MAX_STRONG_PLANS if lru is _strong else MAX_PLANS_PER_FUNCTION
+            while len(lru) > limit:
+                lru.popitem(last=False)
+        else:
+            lru.move_to_end(key)
+    return plan, leaves
+
+
+def _rebuilt(plan, stale):
+    """A plan built to replace ``stale`` (a cached plan whose ``f`` changed:
+    :class:`~hybridad.errors.StalePlanError`); warns when one function keeps
+    needing new plans."""
+    if stale is not None:
+        plan._rebuilds = stale._rebuilds + 1
+        if plan._rebuilds == REBUILD_WARN:
+            warnings.warn(
+                f"hybridad: the plan of {plan.name} was rebuilt {REBUILD_WARN} times because "
+                "what it reads besides its arguments changed between calls (each rebuild "
+                "traces and may compile). Pass values that change as arguments (arrays are "
+                "read by a plan on every call).", RetraceWarning, stacklevel=5)
+    return plan
+
+
+# ----------------------------------------------------------------------------
+# the most recent plan of each function: the cheap path of repeated calls
+# ----------------------------------------------------------------------------
+
+#: kind -> {id(owner): (weakref to owner, method function or None, argnums, backend,
+#: options, shapes and dtypes of the plain-array arguments, plan)}
+recent = {"gradient": {}, "hvp": {}, "hessian": {}, "jacobian": {}}
+recent_gradient = recent["gradient"]
+_MethodType = types.MethodType
+_ndarray = np.ndarray
+
+
+def _owner(f):
+    return (f.__self__, f.__func__) if type(f) is _MethodType else (f, None)
+
+
+def recent_plan(kind, f, args, argnums, backend, options=None):
+    """The plan last used for ``f`` with plain ndarray arguments of these shapes
+    and dtypes and these options, or None.  A dict lookup and a comparison of
+    each argument: no key tuple built, no lock taken."""
+    if type(f) is _MethodType:
+        owner, sub = f.__self__, f.__func__
+    else:
+        owner, sub = f, None
+    e = recent[kind].get(id(owner))
+    if e is None or e[1] is not sub or e[2] != argnums or e[3] != backend or \
+            e[4] != options or e[0]() is not owner or len(args) != len(e[5]):
+        return None
+    for a, shape, dtype in zip(args, e[5], e[6]):  # noqa: B905 - lengths compared above
+        if type(a) is not _ndarray or a.shape != shape or a.dtype is not dtype:
+            return None
+    return e[7]
+
+
+def remember(kind, f, args, argnums, backend, plan, options=None):
+    """Make ``plan`` what :func:`recent_plan` returns for calls like this one
+    (plain ndarray arguments only; held weakly by ``f``'s owner)."""
+    for a in args:
+        if type(a) is not np.ndarray:
+            return
+    owner, sub = _owner(f)
+    table, key = recent[kind], id(owner)
+    try:
+        ref = weakref.ref(owner, lambda r, table=table, key=key: _forget(table, key, r))
+    except TypeError:
+        return
+    table[key] = (ref, sub, argnums, backend, options, tuple(a.shape for a in args),
+                  tuple(a.dtype for a in args), plan)
+
+
+def _forget(table, key, ref):
+    e = table.get(key)
+    if e is not None and e[0] is ref:
+        table.pop(key, None)
+
+
+def call(find, run):
+    """``run(plan)`` on the cached plan ``find(None)``; once more on a rebuilt
+    one, ``find(stale)``, when the cached plan's function changed since it was
+    traced."""
+    plan = find(None)
+    try:
+        return run(plan)
+    except StalePlanError:
+        return run(find(plan))
+
+
+def cached_call(kind, f, args, argnums, backend, options, build, run, tag=(), hvp=False):
+    """The convenience functions' path: ``run(plan)`` on the recent plan of
+    ``f`` when the call is like the last one, else on the plan cache's (built
+    on a miss, rebuilt when ``f`` changed)."""
+    plan = recent_plan(kind, f, args, argnums, backend, options)
+    if plan is not None:
+        try:
+            return run(plan)
+        except StalePlanError:
+            pass
+    resolved = default_backend(backend, args)
+
+    def find(stale):
+        plan = lookup(f, args, argnums, resolved, hvp=hvp, tag=tag, stale=stale,
+                      build=None if build is None else lambda: build(resolved))[0]
+        remember(kind, f, args, argnums, backend, plan, options)
+        return plan
+
+    return call(find, run)
+
+
+def clear_cache():
+    """Drop every cached plan."""
+    with _lock:
+        _weak.clear()
+        _strong.clear()
+        for table in recent.values():
+            table.clear()
+
+
+def cached_plans(f):
+    """The plans cached for ``f`` (a list; for tests and introspection)."""
+    with _lock:
+        lru = cache_for(f)
+        return list((lru if lru is not None else {}).values())
