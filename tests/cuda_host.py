@@ -3,7 +3,10 @@
 Every region kernel's per-element function is ``__host__ __device__``
 (:mod:`hybridad.backends.cuda.source`), so nvcc can build the very source a GPU would
 run into a host program or shared library -- device code for sm_90 is
-compiled too, so it is compile-checked at the same time.
+compiled too, so it is compile-checked at the same time.  nvcc compiles with
+the host's headers, NVRTC (what cupy launches through) without them: where
+cupy and libnvrtc load (no GPU needed), :class:`HostLauncher` also hands each
+kernel's exact source to NVRTC, as ``cupy.RawKernel`` would.
 """
 
 import ctypes
@@ -29,6 +32,27 @@ def nvcc_build(source, out, shared=False):
     build = subprocess.run([NVCC, *NVCC_FLAGS, *extra, "-o", out, path], capture_output=True,
                            text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-4000:]
+
+
+def _nvrtc_program():
+    """cupy's NVRTC program class when cupy and libnvrtc load (no GPU needed), else None."""
+    try:
+        from cupy.cuda import compiler
+
+        compiler._NVRTCProgram('extern "C" __global__ void k() {}', "k.cu").compile(
+            ("--gpu-architecture=compute_90",))
+        return compiler._NVRTCProgram
+    except Exception:  # noqa: BLE001 - no cupy, or no libnvrtc (pip install nvidia-cuda-nvrtc)
+        return None
+
+
+NVRTC = _nvrtc_program()
+
+
+def nvrtc_compile(source, name="k.cu"):
+    """PTX of ``source`` compiled by NVRTC as ``CupyLauncher`` has cupy do it."""
+    ptx, _ = NVRTC(source, name).compile(("-std=c++17", "--gpu-architecture=compute_90"))
+    return ptx.decode() if isinstance(ptx, bytes) else ptx
 
 
 def kernel_codes(kernels):
@@ -74,6 +98,13 @@ class HostLauncher(Launcher):
             nvcc_build(source, os.path.join(tmp, "k.so"), shared=True)
             os.replace(os.path.join(tmp, "k.so"), lib)
             shutil.rmtree(tmp, ignore_errors=True)
+        if NVRTC is not None:  # each kernel's translation unit, as cupy compiles it
+            for k in kernels:
+                mark = os.path.join(self.directory, "nvrtc-" + hashlib.sha256(
+                    k.source.encode()).hexdigest()[:20])
+                if not os.path.exists(mark):
+                    assert f".entry {k.name}(" in nvrtc_compile(k.source, f"{k.name}.cu")
+                    open(mark, "w").close()
         dll = ctypes.CDLL(lib)
         self.built.append(source)
         calls = []

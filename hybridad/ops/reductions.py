@@ -28,9 +28,12 @@ def _reduce_abstract(x, axis, keepdims):
     return _reduced_shape(x.shape, axis, keepdims), x.dtype
 
 
-def _reducer(ufunc):
+def _reducer(reduce):
+    # numpy's reduction functions, not their ufuncs' .reduce: cupy implements
+    # the functions for every reduction (its maximum.reduce raises), and numpy
+    # hands them device arrays (__array_function__)
     def run(out, x, axis, keepdims):
-        ufunc.reduce(x, axis=axis, keepdims=keepdims, out=out)
+        reduce(x, axis=axis, keepdims=keepdims, out=out)
 
     return run
 
@@ -69,11 +72,11 @@ def _axis_batch(node, batched, x, **attrs):
     return _bind(node.op, x, axis=axis, **attrs)
 
 
-register(Op("sum", "reduce", _reduce_abstract, run=_reducer(np.add), vjp=_sum_vjp,
+register(Op("sum", "reduce", _reduce_abstract, run=_reducer(np.sum), vjp=_sum_vjp,
             jvp=_sum_jvp, batch=_axis_batch))
-register(Op("max", "reduce", _reduce_abstract, run=_reducer(np.maximum), vjp=_extremum_vjp,
+register(Op("max", "reduce", _reduce_abstract, run=_reducer(np.max), vjp=_extremum_vjp,
             jvp=_extremum_jvp, batch=_axis_batch))
-register(Op("min", "reduce", _reduce_abstract, run=_reducer(np.minimum), vjp=_extremum_vjp,
+register(Op("min", "reduce", _reduce_abstract, run=_reducer(np.min), vjp=_extremum_vjp,
             jvp=_extremum_jvp, batch=_axis_batch))
 
 
@@ -99,5 +102,5 @@ def _prod_jvp(ts, node, x, ans, axis, keepdims):
     return _bind("sum", ts[0] * (left * right), axis=axis, keepdims=keepdims)
 
 
-register(Op("prod", "reduce", _prod_abstract, run=_reducer(np.multiply), vjp=_prod_vjp,
+register(Op("prod", "reduce", _prod_abstract, run=_reducer(np.prod), vjp=_prod_vjp,
             jvp=_prod_jvp, batch=_axis_batch))

@@ -9,6 +9,7 @@ import inspect
 import numpy as np
 
 from .. import _tree
+from .._xp import array_module
 from ..frontend.supported import SUPPORTED_DTYPES
 from ..results import DiffResult, GradientResult, HvpResult
 from .validate import FLOATS as _FLOATS
@@ -188,7 +189,8 @@ class ArgumentsMixin:
             shape, dtype = self._specs[i]
             _tree.refuse_subclass(t, "v")
             if type(t) is not np.ndarray or t.dtype != dtype:
-                t = np.asarray(t, dtype=dtype)
+                # (a device array stays on its device: cupy refuses np.asarray)
+                t = array_module(t).asarray(t, dtype=dtype)
             if t.shape != shape:
                 raise ValueError(f"v for argument {self._names[self._leaf_arg[i]]} has shape "
                                  f"{t.shape}; expected {shape}")

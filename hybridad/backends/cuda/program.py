@@ -14,9 +14,9 @@ with a second array module and a second dialect, not a second design:
   thread per element: the value and the dual-number partials its
   ``region_partial`` users read, or ``g * partial`` in the backward sweep),
   launched through a :class:`Launcher`; a fused reduction runs after it over
-  a scratch slot of the arena: a sum by the accurate kernels of
-  :mod:`.cuda_reduce` (as every float ``sum`` node), ``max``/``min`` by
-  ``xp.max(..., out=)``.  Each operand's
+  a scratch slot of the arena: a float sum, max or min by the kernels of
+  :mod:`.reduce` (as every float ``sum``, ``max`` and ``min`` node; other
+  dtypes by ``xp.max(..., out=)``).  Each operand's
   strides are folded into the kernel as constants: views (transposes,
   strided slices, broadcasts) are read in place, never copied.
 
@@ -56,15 +56,19 @@ def cupy_available():
 #: op -> how the GPU backend runs it, for every op that is not elementwise (an
 #: elementwise op is spelled inside a region kernel by :data:`.source.CUDA_FUNCS`):
 #: ``"kernel"`` -- a generated CUDA kernel of this backend (regions, the
-#: accurate float sums of :mod:`.reduce`; other sums as ``"cupy"``);
+#: float sums, maxima and minima of :mod:`.reduce`; other dtypes as ``"cupy"``);
 #: ``"cupy"`` -- the op's numpy ``run`` on device arrays, which numpy
-#: dispatches to cupy (``__array_function__``/``__array_ufunc__``; matmul on cuBLAS);
+#: dispatches to cupy (``__array_function__``/``__array_ufunc__``);
+#: ``"cublas"`` -- the same, a cuBLAS call (cupy refuses cuBLAS while a stream
+#: is captured: a CUDA graph runs it between the captured segments);
 #: ``"host"`` -- runs on host LAPACK only: refused by :func:`check_supported`;
 #: ``"unused"`` -- never in a cupy graph (its pass is not in the cupy lowering).
 DEVICE_OPS = {
-    "region": "kernel", "region_partial": "kernel", "sum": "kernel",
+    "region": "kernel", "region_partial": "kernel", "sum": "kernel", "max": "kernel",
+    "min": "kernel",
     "region_acc": "unused",  # fold_accumulations: not in LOWERING["cupy"]
-    **dict.fromkeys(("max", "min", "prod", "matmul", "zeros", "copy", "iadd", "concatenate",
+    "matmul": "cublas",  # a library call: outside CUDA graph captures (CudaGraphRunner)
+    **dict.fromkeys(("prod", "zeros", "copy", "iadd", "concatenate",
                      "reshape", "transpose", "broadcast_to", "getitem", "gather", "scatter",
                      "scatter_add", "scatter_flat", "scatter_add_flat", "cumsum", "cumprod",
                      "cumprod_exclusive", "cumprod_adjoint", "sort_pack", "sort_values",
@@ -92,7 +96,7 @@ def check_supported(nodes):
             raise NotImplementedError(
                 f"np.linalg's {n.op} is not implemented on backend='cupy' yet (hybridad runs "
                 "it through host LAPACK); use backend='numba'")
-        if how not in ("kernel", "cupy"):
+        if how not in ("kernel", "cupy", "cublas"):
             raise NotImplementedError(f"backend='cupy' has no way to run op {n.op!r}")
 
 
@@ -107,19 +111,23 @@ def scratch_for_cupy(nodes):
             body = n.attrs["body"]
             dt = body.nodes[-1].dtype
             count = max(int(np.prod(body.shape)), 1)
-            if _fast_sum(body.reduction):
+            red = body.reduction
+            if _kernel_reduction(red):
                 count = _partials_at(count, dt) + \
-                    sum_scratch(body.shape, body.reduction.attrs["axis"], dt) * 8 // dt.itemsize
+                    sum_scratch(body.shape, red.attrs["axis"], dt, red.op) * 8 // dt.itemsize
             out[n.id] = (dt, count)
-        elif _fast_sum(n):
+        elif _kernel_reduction(n):
             out[n.id] = (np.dtype(np.float64),
-                         max(sum_scratch(n.args[0].shape, n.attrs["axis"], n.dtype), 1))
+                         max(sum_scratch(n.args[0].shape, n.attrs["axis"], n.dtype, n.op), 1))
     return out
 
 
-def _fast_sum(node):
-    """Whether ``node`` (a reduction) is a sum the kernels of :mod:`.cuda_reduce` run."""
-    return node.op == "sum" and summable(node.dtype) and node.args[0].dtype == node.dtype
+def _kernel_reduction(node):
+    """Whether ``node`` (a reduction) is a float sum, max or min the kernels of
+    :mod:`.reduce` run (cupy's max and min with ``out=`` break in its CUB
+    path, and cupy's sums are less accurate)."""
+    return node.op in ("sum", "max", "min") and summable(node.dtype) and \
+        node.args[0].dtype == node.dtype
 
 
 def _partials_at(count, dtype):
@@ -162,6 +170,11 @@ class CupyLauncher(Launcher):
         return calls
 
 
+def run_library_call(fn, *args):
+    """``_lib`` of a GPU program outside a capture: the call, now."""
+    fn(*args)
+
+
 class RegionCalls:
     """The region statements of one program: collects the kernels while the
     program is generated, then builds them all at once (:meth:`finish`)."""
@@ -186,7 +199,7 @@ class RegionCalls:
             x = node.args[0]
             return self._sum_lines(node.id, x.shape, _element_strides(protos[x.id]),
                                    node.attrs["axis"], node.dtype, names[x.id], target,
-                                   self.memplan.scratch_view(node.id), ns)
+                                   self.memplan.scratch_view(node.id), ns, node.op)
         body, mode = node.attrs["body"], node.attrs["mode"]
         operands = node.args
         literal = [a.is_literal and a.size == 1 for a in operands]
@@ -217,12 +230,13 @@ class RegionCalls:
         self.kernels.append(kernel)
         lines = [f"_rk{k}({', '.join(args)})"]
         red = body.reduction if mode == "value" else None
-        if red is not None and _fast_sum(red):
+        if red is not None and _kernel_reduction(red):
             dt = body.nodes[-1].dtype
             size = int(np.prod(body.shape))
             part = self.memplan.scratch_view(node.id)[_partials_at(size, dt):]
             lines += self._sum_lines(node.id, body.shape, None, red.attrs["axis"], dt,
-                                     f"_scr{node.id}", target, part.view(np.float64), ns)
+                                     f"_scr{node.id}", target, part.view(np.float64), ns,
+                                     red.op)
         elif red is not None:
             axes = tuple(red.attrs["axis"])
             keep = tuple(1 if i in axes else s for i, s in enumerate(body.shape))
@@ -233,14 +247,24 @@ class RegionCalls:
 
     def handles(self, node):
         """Whether :meth:`statement` runs ``node`` (regions, float sums)."""
-        return node.op == "region" or _fast_sum(node)
+        return node.op == "region" or _kernel_reduction(node)
 
-    def _sum_lines(self, nid, shape, strides, axis, dtype, source, target, scratch, ns):
+    @staticmethod
+    def library_call(node):
+        """Whether ``node`` is a library call cupy refuses inside a stream
+        capture (cuBLAS): the program makes it through ``_lib(fn, *args)``,
+        which :class:`CudaGraphRunner` records between captured segments."""
+        return DEVICE_OPS.get(node.op) == "cublas"
+
+    run_library_call = staticmethod(run_library_call)
+
+    def _sum_lines(self, nid, shape, strides, axis, dtype, source, target, scratch, ns,
+                   op="sum"):
         """Launches summing ``source`` (an operand of ``shape``, element
         ``strides``) over ``axis`` into ``target``, partial sums in
         ``scratch`` (a float64 view, bound here)."""
         lines = []
-        for j, level in enumerate(sum_levels(shape, strides, axis, dtype)):
+        for j, level in enumerate(sum_levels(shape, strides, axis, dtype, op)):
             args = []
             for role, where in (("x", level.source), ("y", level.dest)):
                 if where is None:
@@ -249,7 +273,7 @@ class RegionCalls:
                 off, count = where
                 ns[f"_{role}{nid}_{j}"] = scratch[off:off + count]
                 args.append(f"_{role}{nid}_{j}")
-                if dtype == np.float64:  # the errors follow the sums
+                if dtype == np.float64 and op == "sum":  # the errors follow the sums
                     ns[f"_{role}c{nid}_{j}"] = scratch[off + count:off + 2 * count]
                     args.append(f"_{role}c{nid}_{j}")
             lines.append(f"_rk{len(self.kernels)}({', '.join(args)})")
@@ -294,30 +318,61 @@ def device():
 
 
 class CudaGraphRunner:
-    """``compile(..., cuda_graph=True)``: the first call captures the whole
-    program (every kernel launch and cuBLAS call, on a capture stream) as a
-    CUDA graph; later calls with the same arrays -- the same device pointers,
-    as in a loop that updates ``x`` in place -- replay it: one launch instead
-    of one per node.  New arrays are captured anew.  The stream is a blocking
-    one, so it orders with work on the default stream."""
+    """``compile(..., cuda_graph=True)``: the first call captures the program
+    (on a capture stream) as CUDA graphs; later calls with the same arrays --
+    the same device pointers, as in a loop that updates ``x`` in place --
+    replay them: one launch per segment instead of one per node.  New arrays
+    are captured anew.
+
+    cupy refuses cuBLAS calls while a stream is captured, so a program with
+    matmuls is captured in segments: each library call (the program's
+    ``_lib(fn, *args)``) ends the segment before it and is recorded with its
+    arguments (arena views and the caller's arrays: the same pointers at
+    every replay); a replay launches graph, call, graph, ... in order on the
+    capture stream.  The stream is a blocking one, so it orders with work on
+    the default stream."""
 
     def __init__(self, fn):
         self.fn = fn
         self.key = None
-        self.graph = None
+        self.steps = None
         self.stream = None
 
-    def __call__(self, *arrays):
+    @property
+    def segments(self):
+        """How many graphs a replay launches (library calls between them)."""
+        return sum(1 for kind, _ in self.steps or () if kind == "graph")
+
+    def _capture(self, arrays):
         import cupy
 
-        key = tuple(a.data.ptr for a in arrays)
-        if key != self.key:
-            stream = self.stream or cupy.cuda.Stream()
-            with stream:
-                stream.begin_capture()
-                try:
-                    self.fn(*arrays)
-                finally:
-                    graph = stream.end_capture()
-            self.graph, self.key, self.stream = graph, key, stream
-        self.graph.launch(stream=self.stream)
+        stream = self.stream or cupy.cuda.Stream()
+        ns = self.fn.__globals__
+        steps = []
+
+        def record(fn, *args):
+            steps.append(("graph", stream.end_capture()))
+            steps.append(("call", (fn, args)))
+            stream.begin_capture()
+
+        with stream:
+            ns["_lib"] = record
+            stream.begin_capture()
+            try:
+                self.fn(*arrays)
+            finally:
+                ns["_lib"] = run_library_call
+                steps.append(("graph", stream.end_capture()))
+        self.steps, self.key, self.stream = steps, tuple(a.data.ptr for a in arrays), stream
+
+    def __call__(self, *arrays):
+        if tuple(a.data.ptr for a in arrays) != self.key:
+            self._capture(arrays)
+        stream = self.stream
+        with stream:
+            for kind, step in self.steps:
+                if kind == "graph":
+                    step.launch(stream=stream)
+                else:
+                    fn, args = step
+                    fn(*args)

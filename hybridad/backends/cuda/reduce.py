@@ -50,11 +50,11 @@ def _widths(m, r):
         r = p
 
 
-def sum_scratch(shape, axis, dtype):
-    """Doubles of partial sums a sum over ``axis`` of ``shape`` needs."""
+def sum_scratch(shape, axis, dtype, op="sum"):
+    """Doubles of partial results a sum (max, min) over ``axis`` of ``shape`` needs."""
     m = int(np.prod([s for d, s in enumerate(shape) if d not in axis], dtype=np.int64))
     r = int(np.prod([shape[d] for d in axis], dtype=np.int64))
-    pairs = 2 if np.dtype(dtype) == np.float64 else 1
+    pairs = 2 if np.dtype(dtype) == np.float64 and op == "sum" else 1
     return sum(m * p for p in _widths(m, r)[:-1]) * pairs
 
 
@@ -98,7 +98,7 @@ def _offset(var, dims, name):
     return lines
 
 
-def _kernel(in_type, kept, reduced, p, compensated, carry, final, out_type, o_major):
+def _kernel(in_type, kept, reduced, p, compensated, carry, final, out_type, o_major, op="sum"):
     """CUDA source of one level (see the module docstring)."""
     m = int(np.prod([s for s, _ in kept], dtype=np.int64))
     r = int(np.prod([s for s, _ in reduced], dtype=np.int64))
@@ -111,6 +111,15 @@ def _kernel(in_type, kept, reduced, p, compensated, carry, final, out_type, o_ma
     body = [f"    const long long o = i / {p}LL, p = i - o * {p}LL;" if o_major else
             f"    const long long p = i / {m}LL, o = i - p * {m}LL;"]
     body += _offset("o", kept, "base")
+    if op != "sum":  # max / min: thread p reads element p first (p < P <= r), NaN wins
+        body += _offset("p", reduced, "first")
+        body += ["    double s = (double)x[base + first];",
+                 f"    for (long long r = p + {p}LL; r < {r}LL; r += {p}LL) {{"]
+        body += ["    " + x for x in _offset("r", reduced, "off")]
+        body += [f"        s = hd_{'maximum' if op == 'max' else 'minimum'}"
+                 "(s, (double)x[base + off]);", "    }"]
+        body.append(f"    y[{'o' if final else 'i'}] = {f'({out_type})s' if final else 's'};")
+        return _finish(op, body, params, m * p)
     body += ["    double s = 0.0, c = 0.0;",
              f"    for (long long r = p; r < {r}LL; r += {p}LL) {{"]
     body += ["    " + x for x in _offset("r", reduced, "off")]
@@ -131,8 +140,13 @@ def _kernel(in_type, kept, reduced, p, compensated, carry, final, out_type, o_ma
         body.append("    y[i] = s;")
         if compensated:
             body.append("    yc[i] = c;")
+    return _finish(op, body, params, m * p)
+
+
+def _finish(op, body, params, threads):
+    """The kernel of one level's ``element`` ``body``."""
     text = "\n".join(body)
-    name = "hybridad_sum_" + hashlib.sha256((text + ",".join(params)).encode()).hexdigest()[:16]
+    name = f"hybridad_{op}_" + hashlib.sha256((text + ",".join(params)).encode()).hexdigest()[:16]
     names = [q.rsplit(" ", 1)[1] for q in params]
     params.append("long long n")
     code = "\n".join([
@@ -142,13 +156,14 @@ def _kernel(in_type, kept, reduced, p, compensated, carry, final, out_type, o_ma
         "    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
         "    if (i >= n) return;",
         f"    {name}_::element(i, {', '.join(names)});", "}", ""])
-    return RegionKernel(name, code, names + ["n"], m * p)
+    return RegionKernel(name, code, names + ["n"], threads)
 
 
-def sum_levels(shape, strides, axis, dtype):
-    """The launches of the sum over ``axis`` of an operand of ``shape`` and
-    element ``strides`` (None: C-contiguous), result dtype ``dtype``
-    (float32 or float64), into a C-contiguous result of the kept axes.
+def sum_levels(shape, strides, axis, dtype, op="sum"):
+    """The launches of the sum (``op="max"``, ``"min"``: the maximum, the
+    minimum, NaN-propagating as numpy's) over ``axis`` of an operand of
+    ``shape`` and element ``strides`` (None: C-contiguous), result dtype
+    ``dtype`` (float32 or float64), into a C-contiguous result of the kept axes.
 
     Returns a list of :class:`SumLevel`; the partial sums take
     :func:`sum_scratch` doubles."""
@@ -163,7 +178,7 @@ def sum_levels(shape, strides, axis, dtype):
     reduced = [(shape[d], strides[d]) for d in sorted(axis)]
     m = int(np.prod([s for s, _ in kept], dtype=np.int64))
     r = int(np.prod([s for s, _ in reduced], dtype=np.int64))
-    compensated = dtype == np.float64
+    compensated = dtype == np.float64 and op == "sum"  # (max, min: exact in double)
     # neighbouring threads read neighbouring elements: the partials of one
     # output side by side when the reduced axes hold the unit stride
     o_major = bool(reduced) and min(st for _, st in reduced) <= min(
@@ -173,7 +188,7 @@ def sum_levels(shape, strides, axis, dtype):
     for p in _widths(m, r):
         final = p == 1
         k = _kernel(in_type, kept, reduced, p, compensated, compensated and source is not None,
-                    final, t, o_major)
+                    final, t, o_major, op)
         dest = None if final else (offset, m * p)
         levels.append(SumLevel(k, source, dest))
         if final:

@@ -73,6 +73,11 @@ PREAMBLE = r"""
 #ifndef __CUDACC_RTC__
 #include <cmath>
 using std::isnan; using std::isinf; using std::isfinite; using std::signbit;
+#else
+// NVRTC has no host headers and no __builtin_nan: C's NAN and INFINITY (float
+// constants, as <cmath> has them) by their bits
+#define NAN __builtin_bit_cast(float, 0x7fc00000U)
+#define INFINITY __builtin_bit_cast(float, 0x7f800000U)
 #endif
 #define HD __host__ __device__ __forceinline__
 template <typename T> HD T hd_square(T x) { return x * x; }
@@ -141,11 +146,12 @@ def _literal(value):
     if isinstance(v, int):
         return f"{v}LL" if value.dtype.itemsize == 8 else str(v)
     single = value.dtype == np.float32
-    if math.isnan(v):
-        return "__builtin_nanf(\"\")" if single else "__builtin_nan(\"\")"
-    if math.isinf(v):
-        text = "__builtin_huge_valf()" if single else "__builtin_huge_val()"
-        return text if v > 0 else f"(-{text})"
+    if math.isnan(v) or math.isinf(v):
+        # by their bits: constexpr under nvcc and NVRTC alike (NVRTC has neither
+        # <cmath>'s macros nor __builtin_nan / __builtin_huge_val)
+        bits = np.asarray(value).view(np.uint32 if single else np.uint64).item()
+        return (f"__builtin_bit_cast(float, {bits:#010x}U)" if single
+                else f"__builtin_bit_cast(double, {bits:#018x}ULL)")
     return f"{v!r}f" if single else repr(v)  # shortest text that reads back exactly
 
 

@@ -187,4 +187,7 @@ def _call(node, names, ns, target, xp, regions, protos, nodes, work=None):
     attrs = dict(node.attrs, work=work) if work is not None else node.attrs
     fn = functools.partial(op.run, **attrs) if attrs else op.run
     ns[f"_f{node.id}"] = fn
+    if regions is not None and regions.library_call(node):  # (a CUDA graph records it)
+        ns["_lib"] = regions.run_library_call
+        return [f"_lib(_f{node.id}, {target}, {args})"]
     return [f"_f{node.id}({target}, {args})"]
