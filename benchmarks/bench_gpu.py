@@ -170,6 +170,9 @@ def jax_row(f, args, argnums):
     import jax
 
     jax.config.update("jax_enable_x64", True)
+    # float32 products in float32, as cuBLAS gives hybridad and torch (JAX's
+    # GPU default rounds their inputs to TF32: 1e-3 off, not the same work)
+    jax.config.update("jax_default_matmul_precision", "highest")
     import jax.numpy as jnp
 
     dev = [jax.device_put(a) for a in args]
