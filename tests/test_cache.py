@@ -36,11 +36,13 @@ def cache_env(tmp_path, monkeypatch):
     """A fresh, private HYBRIDAD_CACHE_DIR for this test."""
     path = tmp_path / "cache"
     monkeypatch.setenv("HYBRIDAD_CACHE_DIR", str(path))
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)  # numba's files beside ours
     return path
 
 
 def _run(script, path, *args):
     env = dict(os.environ, HYBRIDAD_CACHE_DIR=str(path))
+    env.pop("NUMBA_CACHE_DIR", None)  # (numba's files beside ours, where the tests look)
     out = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
