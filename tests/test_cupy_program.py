@@ -2,17 +2,19 @@
 
 The plan is built exactly as on a GPU -- fused regions as generated CUDA
 kernels, reverse nodes through their ops' ``run``, one arena -- but with
-numpy arrays and a launcher that builds the same CUDA source for the host
-with nvcc (``cuda_host.HostLauncher``).  What this leaves unverified is
-cupy itself: NVRTC compiling the source (nvcc compiles it for sm_90 here),
-device launches, cupy's ``out=`` dispatch and its memory pool; the GPU
-tests in ``test_gpu.py`` check those where a GPU is present.
+numpy arrays that refuse what cupy refuses (``cupy_strict.STRICT``, where
+cupy imports) and a launcher that builds the same CUDA source for the host
+with nvcc and hands it to NVRTC as cupy would (``cuda_host.HostLauncher``).
+What this leaves unverified is device launches, cupy's results and its
+memory pool; the GPU tests in ``test_gpu.py`` check those where a GPU is
+present.
 """
 
 import numpy as np
 import pytest
 from conftest import rand
 from cuda_host import NVCC, HostLauncher
+from cupy_strict import STRICT
 from test_coverage import CASES
 
 import hybridad as ha
@@ -30,7 +32,8 @@ def launcher():
 
 @pytest.fixture(autouse=True)
 def _host_device(monkeypatch, launcher):
-    monkeypatch.setattr(cupy_backend, "device", lambda: (np, launcher))
+    # arrays that refuse what cupy refuses (tests/cupy_strict.py), where cupy imports
+    monkeypatch.setattr(cupy_backend, "device", lambda: (STRICT or np, launcher))
 
 
 def exp_sum(x):
@@ -114,6 +117,21 @@ def test_max_and_min_by_the_reduce_kernels(launcher, dtype):
         np.testing.assert_allclose(float(got.value), float(want.value), rtol=rtol)
         for g, w in zip(got.gradient, want.gradient, strict=True):
             np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.skipif(STRICT is None, reason="cupy is not installed: no strict emulation")
+def test_the_emulation_refuses_what_cupy_refuses():
+    # what the first run on a GPU found, and numpy accepts
+    x, out = STRICT.asarray(rand((4, 5))), STRICT.zeros(5)
+    with pytest.raises(NotImplementedError, match="maximum.reduce"):
+        np.maximum.reduce(x, axis=0, out=out)
+    with pytest.raises(TypeError, match="mode"):
+        np.take(x, np.arange(5), out=out, mode="wrap")
+    with pytest.raises(TypeError, match="where"):
+        np.add(x[0], x[1], out=out, where=x[0] > 0)
+    np.max(x, axis=0, out=out)  # what the program calls instead
+    np.testing.assert_array_equal(out, np.max(x.view(np.ndarray), axis=0))
+    assert type(np.reshape(x, (5, 4))) is type(x)  # views stay strict
 
 
 def test_elementwise_functions_are_refused_clearly():

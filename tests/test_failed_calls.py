@@ -243,11 +243,14 @@ def test_chunk_program_failures_numpy(fragile):
 
 def test_chunk_program_failures_cupy_program_on_the_host(fragile, monkeypatch):
     cuda_host = pytest.importorskip("cuda_host")
+    import cupy_strict
+
     if cuda_host.NVCC is None:
         pytest.skip("nvcc is not installed")
     from hybridad.backends.cuda import program as cupy_backend
 
-    monkeypatch.setattr(cupy_backend, "device", lambda: (np, cuda_host.HostLauncher()))
+    monkeypatch.setattr(cupy_backend, "device",
+                        lambda: (cupy_strict.STRICT or np, cuda_host.HostLauncher()))
     _staged_calls(fragile, "cupy")
 
 

@@ -437,11 +437,12 @@ def test_cuda_sums_on_the_host(name, dtype, monkeypatch):
     :mod:`hybridad.backends.cuda.reduce`, compiled by nvcc and run on the
     CPU: the GPU's arithmetic, as accurate as the CPU backends."""
     from cuda_host import HostLauncher
+    from cupy_strict import STRICT
 
     from hybridad.backends.cuda import program as cupy_backend
 
     launcher = HostLauncher()
-    monkeypatch.setattr(cupy_backend, "device", lambda: (np, launcher))
+    monkeypatch.setattr(cupy_backend, "device", lambda: (STRICT or np, launcher))
     case = CASES[name]
     p = ha.compile(case.f, data("near1", case.shape, dtype), backend="cupy")
     assert "hybridad_sum_" in "".join(launcher.built)

@@ -81,8 +81,8 @@ register(Op("getitem", "view", _getitem_abstract, view=lambda x, index: x[index 
 def _gather_run(out, x, flat):
     # x is C-contiguous (numpy_api.gather_positions sees to it); indices are
     # in range by construction, and mode="wrap" keeps numpy's take unbuffered.
-    # cupy's take has no mode (it wraps): device arrays get the plain call
-    if type(x) is np.ndarray:
+    # cupy's take has no mode (it wraps): a device buffer gets the plain call
+    if type(out) is np.ndarray:
         np.take(x, flat, out=out, mode="wrap")
     else:
         np.take(x, flat, out=out)
