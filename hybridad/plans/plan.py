@@ -296,7 +296,8 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             from ..backends.numba.layouts import read_in_place
             in_place = read_in_place(graph.nodes, graph.outputs)
         return plan_memory(graph, self._materialize(graph.nodes, in_place), scratch,
-                           reuse=self.backend != "numpy", direct_outputs=numba,
+                           reuse=self.backend != "numpy",
+                           direct_outputs=numba or self.backend == "cupy",
                            pack=self._pack, pinned=pinned, in_place=in_place)
 
 

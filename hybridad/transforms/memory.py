@@ -111,6 +111,23 @@ class MemoryPlan:
         dt, off, count = self.scratch[nid]
         return self.arenas[dt][off // dt.itemsize:off // dt.itemsize + count]
 
+    def direct_positions(self, nodes, outputs):
+        """buffer node id -> output position, for the gradient outputs one
+        program of the plan computes straight into the caller's buffer (no
+        copy at the end): the ``direct`` roots (they have no arena slot) among
+        ``nodes``, placed at that program's ``outputs`` positions."""
+        by_id = {n.id: n for n in nodes}
+        direct = {}
+        for k, n in enumerate(outputs):
+            if k == 0 or n is None or n.id not in by_id:
+                continue
+            root = by_id[n.id]
+            while self.storage[root.id] == "alias":
+                root = self.alias_of[root.id]
+            if root.id in self.direct:
+                direct.setdefault(root.id, k)
+        return direct
+
     def allocate(self, xp=np):
         """Allocate the arenas (one allocation per dtype, with array module
         ``xp``: numpy, or cupy on the GPU); return node id -> view for buffer

@@ -225,6 +225,9 @@ class RegionCalls:
                 args.append(f"_scr{node.id}")
             for w in seeds:
                 pid = partials[w].id
+                if pid in names:  # a caller's output buffer (named before the program)
+                    args.append(names[pid])
+                    continue
                 ns[f"b{pid}"] = self.buffers[pid]
                 args.append(f"b{pid}")
         self.kernels.append(kernel)

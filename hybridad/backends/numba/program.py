@@ -246,7 +246,9 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     layouts = numba_layouts(nodes, memplan)
     input_pos = {n.id: i for i, n in enumerate(inputs)}
     output_ids = {n.id for n in outputs if n is not None}
-    direct = _direct_outputs(nodes, outputs, memplan)
+    # (outputs reach the compiled function C-contiguous and of the plan's dtype,
+    # see NumbaProgram)
+    direct = memplan.direct_positions(nodes, outputs)
     # variable -> (data address, shape, dtype, order) of contiguous arrays, for cheap views
     addresses = checks.addresses()
     accumulate = {m: add for m, add in blas_accumulations(nodes, outputs, layouts).items()
@@ -492,21 +494,3 @@ def _bind(jitted, fixed, consts, n_in, n_out):
     exec(compile(src, "<hybridad numba call>", "exec"), ns)  # noqa: S102
     return ns["call"]
 
-
-def _direct_outputs(nodes, outputs, memplan):
-    """buffer node id -> output position, for gradient outputs computed straight
-    into the caller's buffer (no copy at the end; outputs reach the compiled
-    function C-contiguous and of the plan's dtype, see :class:`NumbaProgram`):
-    the memory plan's ``direct`` roots (they have no arena slot), placed at
-    this program's output positions."""
-    by_id = {n.id: n for n in nodes}
-    direct = {}
-    for k, n in enumerate(outputs):
-        if k == 0 or n is None:
-            continue
-        root = by_id[n.id]
-        while memplan.storage[root.id] == "alias":
-            root = memplan.alias_of[root.id]
-        if root.id in memplan.direct:
-            direct.setdefault(root.id, k)
-    return direct

@@ -57,6 +57,16 @@ class _Stager:
         self.xp.copyto(buf, a)
         return buf
 
+    def output(self, index, a, dtype):
+        """A C-contiguous buffer of ``dtype`` (allocated once) standing in for
+        output ``a`` of another layout: the program writes it, then copies it
+        into ``a`` at its end."""
+        key = ("out", index)
+        buf = self.buffers.get(key)
+        if buf is None or buf.shape != a.shape:
+            buf = self.buffers[key] = self.xp.empty(a.shape, dtype)
+        return buf
+
 
 def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", poison=False,
                     given=(), xp=np, regions=None):
@@ -89,6 +99,11 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
     if regions is not None:  # the GPU backend's (the numpy backend imports no CUDA source)
         from ..cuda.program import region_protos
     ns = {"_copyto": xp.copyto, "_stage": _Stager(xp)}
+    # the GPU program computes gradient outputs straight into the caller's
+    # buffers (the memory plan's direct roots, which have no arena slot; the
+    # numba program does the same); a buffer of another layout is staged
+    direct = {} if regions is None else {
+        rid: k for rid, k in memplan.direct_positions(nodes, outputs).items() if rid not in given}
     protos = {}  # node id -> an array with its strides (region kernels read views in place)
     names, static = {}, {}
     params = [f"a{i}" for i in range(len(inputs))] + [f"o{i}" for i in range(len(outputs))]
@@ -109,6 +124,13 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
     ns["_nan"] = np.nan
     if not given:  # (a later program's slots hold what the earlier one left)
         lines += poison_lines(dying.get("start", ()))
+    for rid, k in direct.items():  # (named first: a region kernel writes partials there)
+        names[rid] = f"o{k}"
+    for k in sorted(direct.values()):
+        ns[f"_dt{k}"] = outputs[k].dtype
+        lines += [f"    r{k} = o{k}",
+                  f"    if not (o{k}.flags.c_contiguous and o{k}.dtype == _dt{k}):",
+                  f"        o{k} = _stage.output({k}, o{k}, _dt{k})"]
 
     for node in nodes:
         storage = memplan.storage[node.id]
@@ -139,9 +161,13 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
                 ns[f"_view{node.id}"] = fn
                 body.append(f"{v} = _view{node.id}({names[node.args[0].id]})")
         else:  # buffer
-            b = names[node.id] = f"b{node.id}"
-            ns[b] = buffers[node.id]
-            static[node.id] = True
+            if node.id in direct:  # the caller's (or its stand-in)
+                b = names[node.id] = f"o{direct[node.id]}"
+                static[node.id] = False
+            else:
+                b = names[node.id] = f"b{node.id}"
+                ns[b] = buffers[node.id]
+                static[node.id] = True
             if node.id in given:
                 pass
             elif node.id in memplan.materialized:
@@ -162,8 +188,12 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
 
     lines.append("    # outputs")
     for k, node in enumerate(outputs):
-        write = f"o{k}.fill(0)" if node is None else f"_copyto(o{k}, {names[node.id]})"
-        lines.append("    " + write)
+        if node is None:
+            lines.append(f"    o{k}.fill(0)")
+        elif names[node.id] == f"o{k}":  # computed in place: copied only when staged
+            lines.append(f"    if o{k} is not r{k}: _copyto(r{k}, o{k})")
+        else:
+            lines.append(f"    _copyto(o{k}, {names[node.id]})")
     if len(lines) == 1:
         lines.append("    pass")
     if regions is not None:
