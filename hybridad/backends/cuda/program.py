@@ -101,9 +101,10 @@ def check_supported(nodes):
 
 
 def scratch_for_cupy(nodes):
-    """node id -> (dtype, elements): a value region with a fused reduction
-    writes its elementwise values there before the reduction runs, a sum its
-    partial sums (doubles: after the values, a whole number of doubles in)."""
+    """node id -> (dtype, elements): a value region with a fused float sum,
+    max or min, and a sum node, their partial sums (doubles); a value region
+    with another reduction writes its elementwise values there before cupy
+    reduces them."""
     out = {}
     for n in nodes:
         if n.op == "region" and n.attrs["mode"] == "value" and \
@@ -112,9 +113,9 @@ def scratch_for_cupy(nodes):
             dt = body.nodes[-1].dtype
             count = max(int(np.prod(body.shape)), 1)
             red = body.reduction
-            if _kernel_reduction(red):
-                count = _partials_at(count, dt) + \
-                    sum_scratch(body.shape, red.attrs["axis"], dt, red.op) * 8 // dt.itemsize
+            if _kernel_reduction(red):  # values never stored: the partial sums alone
+                count = max(sum_scratch(body.shape, red.attrs["axis"], dt, red.op), 1) * 8 \
+                    // dt.itemsize
             out[n.id] = (dt, count)
         elif _kernel_reduction(n):
             out[n.id] = (np.dtype(np.float64),
@@ -128,12 +129,6 @@ def _kernel_reduction(node):
     path, and cupy's sums are less accurate)."""
     return node.op in ("sum", "max", "min") and summable(node.dtype) and \
         node.args[0].dtype == node.dtype
-
-
-def _partials_at(count, dtype):
-    """Elements of ``dtype`` before a region's partial sums in its scratch (8-byte aligned)."""
-    step = 8 // np.dtype(dtype).itemsize
-    return -(-count // step) * step
 
 
 class Launcher:
@@ -214,11 +209,13 @@ class RegionCalls:
         else:
             partials = self.partial_users(node, nodes)
             seeds = tuple(sorted(partials))
-            kernel = region_kernel(body, "value", operands, seeds=seeds, strides=strides)
             red = body.reduction
+            fused = red is not None and _kernel_reduction(red)
+            kernel = region_kernel(body, "value", operands, seeds=seeds, strides=strides,
+                                   fused=fused)
             if red is None:
                 args.append(target)
-            else:
+            elif not fused:
                 size = int(np.prod(body.shape))
                 ns[f"_scr{node.id}"] = \
                     self.memplan.scratch_view(node.id)[:size].reshape(body.shape)
@@ -230,17 +227,17 @@ class RegionCalls:
                     continue
                 ns[f"b{pid}"] = self.buffers[pid]
                 args.append(f"b{pid}")
-        self.kernels.append(kernel)
-        lines = [f"_rk{k}({', '.join(args)})"]
         red = body.reduction if mode == "value" else None
         if red is not None and _kernel_reduction(red):
-            dt = body.nodes[-1].dtype
-            size = int(np.prod(body.shape))
-            part = self.memplan.scratch_view(node.id)[_partials_at(size, dt):]
-            lines += self._sum_lines(node.id, body.shape, None, red.attrs["axis"], dt,
-                                     f"_scr{node.id}", target, part.view(np.float64), ns,
-                                     red.op)
-        elif red is not None:
+            # the reduction's first level computes the region's elements as it
+            # adds them (and stores their partials): no values in memory
+            part = self.memplan.scratch_view(node.id).view(np.float64)
+            return self._sum_lines(node.id, body.shape, None, red.attrs["axis"],
+                                   body.nodes[-1].dtype, ", ".join(args), target, part, ns,
+                                   red.op, fused=kernel)
+        self.kernels.append(kernel)
+        lines = [f"_rk{k}({', '.join(args)})"]
+        if red is not None:
             axes = tuple(red.attrs["axis"])
             keep = tuple(1 if i in axes else s for i, s in enumerate(body.shape))
             ns[f"_red{node.id}"] = getattr(self.xp, red.op)
@@ -262,12 +259,13 @@ class RegionCalls:
     run_library_call = staticmethod(run_library_call)
 
     def _sum_lines(self, nid, shape, strides, axis, dtype, source, target, scratch, ns,
-                   op="sum"):
+                   op="sum", fused=None):
         """Launches summing ``source`` (an operand of ``shape``, element
-        ``strides``) over ``axis`` into ``target``, partial sums in
-        ``scratch`` (a float64 view, bound here)."""
+        ``strides``; with ``fused``, the arguments of that region's value
+        function) over ``axis`` into ``target``, partial sums in ``scratch``
+        (a float64 view, bound here)."""
         lines = []
-        for j, level in enumerate(sum_levels(shape, strides, axis, dtype, op)):
+        for j, level in enumerate(sum_levels(shape, strides, axis, dtype, op, fused)):
             args = []
             for role, where in (("x", level.source), ("y", level.dest)):
                 if where is None:

@@ -98,11 +98,22 @@ def _offset(var, dims, name):
     return lines
 
 
-def _kernel(in_type, kept, reduced, p, compensated, carry, final, out_type, o_major, op="sum"):
-    """CUDA source of one level (see the module docstring)."""
+def _kernel(in_type, kept, reduced, p, compensated, carry, final, out_type, o_major, op="sum",
+            fused=None):
+    """CUDA source of one level (see the module docstring); ``fused``: a
+    region's value function read in place of the operand (:func:`sum_levels`)."""
     m = int(np.prod([s for s, _ in kept], dtype=np.int64))
     r = int(np.prod([s for s, _ in reduced], dtype=np.int64))
-    params = [f"const {in_type}* __restrict__ x"]
+    if fused is None:
+        params = [f"const {in_type}* __restrict__ x"]
+
+        def read(at):
+            return f"(double)x[{at}]"
+    else:
+        params = list(fused.decls)
+
+        def read(at):
+            return f"(double){fused.name}_::value({at}, {', '.join(fused.params)})"
     if carry:
         params.append("const double* __restrict__ xc")
     params.append(f"{out_type if final else 'double'}* __restrict__ y")
@@ -113,17 +124,17 @@ def _kernel(in_type, kept, reduced, p, compensated, carry, final, out_type, o_ma
     body += _offset("o", kept, "base")
     if op != "sum":  # max / min: thread p reads element p first (p < P <= r), NaN wins
         body += _offset("p", reduced, "first")
-        body += ["    double s = (double)x[base + first];",
+        body += [f"    double s = {read('base + first')};",
                  f"    for (long long r = p + {p}LL; r < {r}LL; r += {p}LL) {{"]
         body += ["    " + x for x in _offset("r", reduced, "off")]
         body += [f"        s = hd_{'maximum' if op == 'max' else 'minimum'}"
-                 "(s, (double)x[base + off]);", "    }"]
+                 f"(s, {read('base + off')});", "    }"]
         body.append(f"    y[{'o' if final else 'i'}] = {f'({out_type})s' if final else 's'};")
-        return _finish(op, body, params, m * p)
+        return _finish(op, body, params, m * p, fused)
     body += ["    double s = 0.0, c = 0.0;",
              f"    for (long long r = p; r < {r}LL; r += {p}LL) {{"]
     body += ["    " + x for x in _offset("r", reduced, "off")]
-    body.append("        const double v = (double)x[base + off];")
+    body.append(f"        const double v = {read('base + off')};")
     if compensated:  # TwoSum: t + (its error) == s + v exactly
         body += ["        const double t = s + v, z = t - s;",
                  "        c += (s - (t - z)) + (v - z);",
@@ -140,18 +151,21 @@ def _kernel(in_type, kept, reduced, p, compensated, carry, final, out_type, o_ma
         body.append("    y[i] = s;")
         if compensated:
             body.append("    yc[i] = c;")
-    return _finish(op, body, params, m * p)
+    return _finish(op, body, params, m * p, fused)
 
 
-def _finish(op, body, params, threads):
-    """The kernel of one level's ``element`` ``body``."""
+def _finish(op, body, params, threads, fused=None):
+    """The kernel of one level's ``element`` ``body`` (with the code of the
+    region it reads, when ``fused``)."""
     text = "\n".join(body)
-    name = f"hybridad_{op}_" + hashlib.sha256((text + ",".join(params)).encode()).hexdigest()[:16]
+    head = fused.code if fused is not None else ""
+    name = f"hybridad_{op}_" + hashlib.sha256(
+        (head + text + ",".join(params)).encode()).hexdigest()[:16]
     names = [q.rsplit(" ", 1)[1] for q in params]
     params.append("long long n")
-    code = "\n".join([
+    code = "\n".join([  # (the region's namespace inside this kernel's: defined once)
         f"namespace {name}_ {{  // thread i's partial sum (host and device: tests run it)",
-        f"HD void element(long long i, {', '.join(params[:-1])}) {{", text, "}", "}", "",
+        head, f"HD void element(long long i, {', '.join(params[:-1])}) {{", text, "}", "}", "",
         f"extern \"C\" __global__ void {name}({', '.join(params)}) {{",
         "    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
         "    if (i >= n) return;",
@@ -159,11 +173,16 @@ def _finish(op, body, params, threads):
     return RegionKernel(name, code, names + ["n"], threads)
 
 
-def sum_levels(shape, strides, axis, dtype, op="sum"):
+def sum_levels(shape, strides, axis, dtype, op="sum", fused=None):
     """The launches of the sum (``op="max"``, ``"min"``: the maximum, the
     minimum, NaN-propagating as numpy's) over ``axis`` of an operand of
     ``shape`` and element ``strides`` (None: C-contiguous), result dtype
     ``dtype`` (float32 or float64), into a C-contiguous result of the kept axes.
+
+    ``fused``: a region's value function (:func:`.source.region_kernel` with
+    ``fused=True``) is the operand (C order over ``shape``): the first level
+    computes each element as it adds it -- values never stored -- and takes
+    the region's parameters in place of the operand.
 
     Returns a list of :class:`SumLevel`; the partial sums take
     :func:`sum_scratch` doubles."""
@@ -188,7 +207,7 @@ def sum_levels(shape, strides, axis, dtype, op="sum"):
     for p in _widths(m, r):
         final = p == 1
         k = _kernel(in_type, kept, reduced, p, compensated, compensated and source is not None,
-                    final, t, o_major, op)
+                    final, t, o_major, op, fused if source is None else None)
         dest = None if final else (offset, m * p)
         levels.append(SumLevel(k, source, dest))
         if final:

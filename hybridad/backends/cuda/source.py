@@ -221,7 +221,8 @@ class RegionKernel:
         return PREAMBLE + "\n" + self.code
 
 
-def region_kernel(region, mode, operands, seeds=(), wrt=None, cotangent=None, strides=None):
+def region_kernel(region, mode, operands, seeds=(), wrt=None, cotangent=None, strides=None,
+                  fused=False):
     """The CUDA kernel of one region.
 
     Parameters
@@ -243,6 +244,12 @@ def region_kernel(region, mode, operands, seeds=(), wrt=None, cotangent=None, st
     strides : list, optional
         Per operand, its strides in elements (views read in place), or None
         for C-contiguous (the default for all).
+    fused : bool
+        ``value`` mode, for a reduction that reads the values as it makes
+        them (:func:`.reduce.sum_levels`' ``fused``): instead of a kernel,
+        the namespace's ``value(i, ...)`` returns element ``i``'s value (and
+        stores its partials); the result's ``params`` are its parameters,
+        ``decls`` their declarations, ``size`` None.
     """
     from ..scalar import render_region
 
@@ -273,6 +280,9 @@ def region_kernel(region, mode, operands, seeds=(), wrt=None, cotangent=None, st
         value_dtype = region.nodes[-1].dtype
         outs = [("out", value_dtype, sb.value)] + \
             [(f"p{k}", value_dtype, sb.partials[k]) for k in seeds]
+    if fused:  # element i's value returned, not stored
+        value_dtype, value = outs[0][1], outs[0][2]
+        outs = outs[1:]
     params += [f"{ctype(dt)}* __restrict__ {name}" for name, dt, _ in outs]
     params.append("long long n")
     for line in sb.lines:
@@ -289,11 +299,21 @@ def region_kernel(region, mode, operands, seeds=(), wrt=None, cotangent=None, st
             index.append(f"    const long long q{axis} = {rest} / {loop[axis]}LL;")
             rest = f"q{axis}"
     stores = [f"    {name}[i] = ({ctype(dt)})({expr});" for name, dt, expr in outs]
+    if fused:
+        stores.append(f"    return ({ctype(value_dtype)})({value});")
     body = "\n".join(index[2:] + decls + stores)
     head = "\n".join(consts.declarations())
     digest = hashlib.sha256((head + body + ",".join(params)).encode()).hexdigest()[:16]
     name = f"hybridad_{digest}"
     names = [p.rsplit(" ", 1)[1] for p in params]
+    if fused:
+        code = "\n".join([
+            f"namespace {name}_ {{  // constants and element i's value (host and device)",
+            head, f"HD {ctype(value_dtype)} value(long long i, {', '.join(params[:-1])}) {{",
+            body, "}", "}", ""])
+        kernel = RegionKernel(name, code, names[:-1], None)
+        kernel.decls = params[:-1]
+        return kernel
     code = "\n".join([
         f"namespace {name}_ {{  // constants and element i (host and device: tests run it)",
         head, f"HD void element(long long i, {', '.join(params[:-1])}) {{", body, "}", "}", "",
