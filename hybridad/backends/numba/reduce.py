@@ -38,10 +38,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .threshold import parallel_min
+from .threshold import PARALLEL_MIN, parallel_min
 
 __all__ = ["INIT", "init_text", "Accumulator", "acc_dtype", "accumulate", "blocked_full_reduction",
-           "compensated", "reduction_nest", "reduction_scratch", "region_runs_parallel"]
+           "compensated", "leading_chunks", "reduction_nest", "reduction_scratch",
+           "region_runs_parallel"]
 
 INIT = {"sum": "0", "max": "-np.inf", "min": "np.inf", "prod": "1"}
 
@@ -200,6 +201,10 @@ def reduction_nest(w, kind, dtype, axis, keepdims, shape, body, value, out, stor
         w.emit(f"{out}[...] = {init_text(kind, dtype)}")
         w.nest(shape, body + accumulate(kind, f"{out}{tgt}", value) + stores, parallel=par)
         return
+    chunks = leading_chunks(kind, dtype, shape, axis)
+    if chunks > 1:
+        return _chunked_leading(w, kind, dtype, axis, keepdims, shape, body, value, out,
+                                stores, scratch, parallel, chunks)
     # leading or middle axes reduced: output elements accumulate side by side
     size = int(np.prod(_reduced_shape(shape, axis, keepdims), dtype=np.int64))
     oshape = _reduced_shape(shape, axis, keepdims)
@@ -217,6 +222,61 @@ def reduction_nest(w, kind, dtype, axis, keepdims, shape, body, value, out, stor
     w.emit(f"{side}[...] = {INIT[kind]}")  # the side array accumulates (float64)
     w.nest(shape, body + accumulate(kind, f"{side}{tgt}", value) + stores, parallel=par)
     w.nest(oshape, [f"{out}{_here(ond)} = {side}{_here(ond)}"], parallel=par)
+
+
+#: rows of axis 0 each chunk of a chunked leading-axis sum holds at least,
+#: and the most chunks it runs in (:func:`leading_chunks`)
+CHUNK_ROWS = 512
+MAX_CHUNKS = 16
+
+
+def leading_chunks(kind, dtype, shape, axis):
+    """Chunks of axis 0 a float sum over leading or middle axes (axis 0 among
+    them: a bias gradient over the batch) runs in, or 1 for one pass.  Each
+    chunk sums its rows into its own partial array (compensated, or in
+    float64 for float32), the chunks a ``prange`` when the plan is parallel;
+    the partials are then added in chunk order.  A function of the shape
+    alone: serial and parallel plans add in the same order, to the bit."""
+    if kind != "sum" or not _array_scratch(kind, dtype) or 0 not in axis or \
+            _trailing(axis, len(shape)) or int(np.prod(shape, dtype=np.int64)) < PARALLEL_MIN:
+        return 1
+    return max(1, min(MAX_CHUNKS, shape[0] // CHUNK_ROWS))
+
+
+def _chunked_leading(w, kind, dtype, axis, keepdims, shape, body, value, out, stores,
+                     scratch, parallel, chunks):
+    """:func:`reduction_nest` of a sum over leading axes in ``chunks`` chunks
+    of axis 0 (:func:`leading_chunks`)."""
+    nd = len(shape)
+    oshape = _reduced_shape(shape, axis, keepdims)
+    size = int(np.prod(oshape, dtype=np.int64))
+    rows = -(-shape[0] // chunks)
+    comp = compensated(kind, dtype)
+    inner = _target(axis, keepdims, nd)[1:-1]
+    part, partc = f"{out}_p", f"{out}_pc"
+    w.emit(f"{part} = {scratch}[:{chunks * size}].reshape({(chunks, *oshape)!r})")
+    if comp:
+        w.emit(f"{partc} = {scratch}[{chunks * size}:{2 * chunks * size}]"
+               f".reshape({(chunks, *oshape)!r})")
+    at = f"[k0, {inner}]"
+    lines = [f"{part}[k0] = 0.0"] + ([f"{partc}[k0] = 0.0"] if comp else [])
+    loops = [f"for i0 in range(k0 * {rows}, min(k0 * {rows} + {rows}, {shape[0]})):"] + \
+        [f"for i{d} in range({shape[d]}):" for d in range(1, nd)]
+    lines += ["    " * j + x for j, x in enumerate(loops)]
+    add = two_sum(part + at, partc + at, value) if comp else accumulate(kind, part + at, value)
+    lines += ["    " * len(loops) + x for x in body + add + stores]
+    w.nest((chunks,), lines, prefix="k", parallel=parallel,
+           work=int(np.prod(shape, dtype=np.int64)))
+    ond = len(oshape)
+    idx = ", ".join(f"i{d}" for d in range(ond))
+    comb = ["_cs = np.float64(0)", "_cc = np.float64(0)", f"for k in range({chunks}):"]
+    if comp:
+        comb += ["    " + x for x in two_sum("_cs", "_cc", f"{part}[k, {idx}]")]
+        comb += [f"    _cc += {partc}[k, {idx}]",
+                 f"{out}{_here(ond)} = {two_sum_result('_cs', '_cc')}"]
+    else:
+        comb += [f"    _cs += {part}[k, {idx}]", f"{out}{_here(ond)} = _cs"]
+    w.nest(oshape, comb)
 
 
 #: fewest elements per output for which a sum over trailing axes runs in
@@ -338,6 +398,10 @@ def reduction_scratch(node, threads):
                                                     else 1)
     if not _array_scratch(kind, node.dtype):
         return None
+    chunks = leading_chunks(kind, node.dtype, shape, axis)
+    if chunks > 1:  # the chunks' partial sums (and their errors)
+        return acc_dtype(kind, node.dtype), \
+            chunks * max(node.size, 1) * (2 if compensated(kind, node.dtype) else 1)
     return acc_dtype(kind, node.dtype), max(node.size, 1)
 
 
