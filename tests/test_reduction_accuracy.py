@@ -592,3 +592,16 @@ def test_ten_million(dtype):
                                                         CASES[name].scale))
             assert_as_accurate(res.value, exact[0], numpy_value[0], scale[0], dtype, name)
             assert_as_accurate(res.gradient, exact[1], numpy_value[1], scale[1], dtype, name)
+
+
+def test_leading_sums_run_in_chunks_within_a_memory_cap():
+    # a bias gradient's sum over the batch: chunks of axis 0 (a prange in
+    # parallel plans; the same bits serial, test above), partials capped
+    from hybridad.backends.numba.reduce import MAX_PARTIALS, leading_chunks
+
+    assert leading_chunks("sum", np.float64, (10000, 16), (0,)) == 16
+    assert leading_chunks("sum", np.float32, (100000, 1), (0,)) == 16
+    assert 1 < leading_chunks("sum", np.float64, (1024, 1024), (0,)) * 1024 <= MAX_PARTIALS
+    assert leading_chunks("sum", np.float64, (2048, 100000), (0,)) == 1  # wide: no copies
+    assert leading_chunks("max", np.float64, (10000, 16), (0,)) == 1  # exact in any order
+    assert leading_chunks("sum", np.float64, (16, 10000), (1,)) == 1  # trailing: row blocks

@@ -228,6 +228,9 @@ def reduction_nest(w, kind, dtype, axis, keepdims, shape, body, value, out, stor
 #: and the most chunks it runs in (:func:`leading_chunks`)
 CHUNK_ROWS = 512
 MAX_CHUNKS = 16
+#: the most partial sums (chunks x outputs) a chunked sum keeps: wide outputs
+#: have their parallelism in the kept axes, and scratch is memory
+MAX_PARTIALS = 1 << 14
 
 
 def leading_chunks(kind, dtype, shape, axis):
@@ -240,7 +243,9 @@ def leading_chunks(kind, dtype, shape, axis):
     if kind != "sum" or not _array_scratch(kind, dtype) or 0 not in axis or \
             _trailing(axis, len(shape)) or int(np.prod(shape, dtype=np.int64)) < PARALLEL_MIN:
         return 1
-    return max(1, min(MAX_CHUNKS, shape[0] // CHUNK_ROWS))
+    outputs = int(np.prod([s for d, s in enumerate(shape) if d not in axis], dtype=np.int64))
+    chunks = min(MAX_CHUNKS, shape[0] // CHUNK_ROWS, MAX_PARTIALS // max(outputs, 1))
+    return chunks if chunks > 1 else 1
 
 
 def _chunked_leading(w, kind, dtype, axis, keepdims, shape, body, value, out, stores,
