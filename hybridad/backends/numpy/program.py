@@ -161,8 +161,8 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
                 ns[f"_view{node.id}"] = fn
                 body.append(f"{v} = _view{node.id}({names[node.args[0].id]})")
         else:  # buffer
-            if node.id in direct:  # the caller's (or its stand-in)
-                b = names[node.id] = f"o{direct[node.id]}"
+            if node.id in direct:  # the caller's (or its stand-in), named above
+                b = names[node.id]
                 static[node.id] = False
             else:
                 b = names[node.id] = f"b{node.id}"
