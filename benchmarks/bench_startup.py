@@ -41,6 +41,13 @@ the ``python -m hybridad bench`` workloads at a small size each
 (``hybridad.bench.workloads``; re-declared here so that the JAX children do
 not import hybridad -- the parent checks the copies against the originals).
 
+Byte code: the parent first byte-compiles the package (``compileall``, into
+its ``__pycache__``), the state ``pip install`` leaves a package in (pip
+compiles at install, as it did numpy's and JAX's).  Without it a machine that
+sets ``PYTHONDONTWRITEBYTECODE`` (this project's does) re-compiles the
+library's ~90 modules from source in every child: ~0.12 s of ``import_s``
+that no installed copy pays.  ``meta["bytecode"]`` records it.
+
 Medians of ``--repeats`` fresh processes per (workload, implementation).
 Goals (issue 32): ``first_s`` of hybridad at most 1.0x JAX's with an empty
 cache and at most 0.5x with a warm one.
@@ -325,6 +332,13 @@ def meta(use_jax):
     return info
 
 
+def byte_compile():
+    """Byte-compile the package as ``pip install`` does; True if every module compiled."""
+    import compileall
+
+    return bool(compileall.compile_dir(str(ROOT / "hybridad"), quiet=1))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=3, help="fresh processes per row (medians)")
@@ -342,6 +356,7 @@ def main(argv=None):
     impls = [i for i in IMPLS if i in impls]
     _check_copies(a.workloads)
     info = meta(use_jax)
+    info["bytecode"] = "compiled" if byte_compile() else "compile failed"
     print(f"# bench_startup: {info}", file=sys.stderr)
     raw = []
     for name in a.workloads:
