@@ -114,7 +114,8 @@ def time_round_robin(calls, repeats, target_ms, step=1):
     Each call is warmed up, its batch size calibrated to about ``target_ms``,
     then ``repeats`` rounds run one batch of every call each, the garbage
     collector off, so that a slow spell of a shared machine falls on all of
-    them and ratios stay fair.
+    them and ratios stay fair; the order rotates from round to round, so
+    that no call always follows the same one.
 
     Parameters
     ----------
@@ -140,9 +141,14 @@ def time_round_robin(calls, repeats, target_ms, step=1):
     with gc_disabled():
         numbers = [calls_per_batch(call, target_ms * 1e6, step) for call in calls]
         per_call = [[] for _ in calls]
-        for _ in range(repeats):
-            for call, number, times in zip(calls, numbers, per_call, strict=True):
-                times.append(batch_ns(call, number) / number / 1e3)
+        for r in range(repeats):
+            # each round starts one call later: every call follows each of the
+            # others alike (a call right after another library's BLAS or OpenMP
+            # pool meets its idle workers still spinning -- the same plan measured
+            # 2.8x slower first in every round than second, on 2 cores)
+            for k in range(len(calls)):
+                i = (k + r) % len(calls)
+                per_call[i].append(batch_ns(calls[i], numbers[i]) / numbers[i] / 1e3)
     return [(statistics.median(t), min(t), max(t), number)
             for t, number in zip(per_call, numbers, strict=True)]
 
