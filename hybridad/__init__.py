@@ -17,6 +17,12 @@ Hessians: detection, coloring, compressed passes); :mod:`.interop` (scipy, dask)
 
 import sys as _sys
 
+from .backends.numba.threads import short_blas_spin as _short_blas_spin
+
+# idle OpenBLAS workers sleep after tens of microseconds, not 0.1 s, in the
+# BLAS libraries loaded from here on (scipy's: every plan's gemm); see
+# hybridad.backends.numba.threads
+_short_blas_spin()
 from . import optim
 from .api import clear_cache, compile, gradient, hessian, hvp, jacobian
 from .errors import (CompileBudgetError, MemoryBudgetError, RetraceWarning,

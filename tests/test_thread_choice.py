@@ -239,3 +239,55 @@ def test_serial_twin_is_compiled_when_one_thread_wins(monkeypatch):
     np.testing.assert_allclose(float(res.value), expected[0], rtol=1e-14)
     np.testing.assert_allclose(res.gradient, expected[1], rtol=1e-14, atol=1e-16)
     assert "threads: 1 (its serial twin)" in choice.describe()
+
+
+# --- idle BLAS workers sleep soon (threads.short_blas_spin) ---------------------------------
+
+_SPIN_CHILD = r"""
+import ctypes, json, os, sys
+import numpy            # loaded first, as users do: keeps the value it read
+import hybridad
+import scipy.linalg     # loaded after: takes hybridad's value
+from threadpoolctl import threadpool_info
+out = {"env": os.environ.get("OPENBLAS_THREAD_TIMEOUT")}
+for info in threadpool_info():
+    if info["internal_api"] == "openblas":
+        lib = ctypes.CDLL(info["filepath"])
+        if hasattr(lib, "openblas_thread_timeout"):
+            lib.openblas_thread_timeout.restype = ctypes.c_uint
+            where = "numpy" if "numpy" in info["filepath"] else "scipy"
+            out[where] = lib.openblas_thread_timeout()
+print(json.dumps(out))
+"""
+
+
+def _spin_child(env_value):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    if env_value is not None:
+        env["OPENBLAS_THREAD_TIMEOUT"] = env_value
+    run = subprocess.run([sys.executable, "-c", _SPIN_CHILD], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_blas_loaded_after_import_spins_briefly():
+    got = _spin_child(None)
+    assert got["env"] == str(threads.BLAS_SPIN_LOG2)
+    if "scipy" not in got:
+        pytest.skip("scipy's BLAS is not an OpenBLAS that reports its thread timeout")
+    assert got["scipy"] == threads.BLAS_SPIN_LOG2
+    # numpy's OpenBLAS was loaded before hybridad: it keeps what it read (unset: 0)
+    assert got.get("numpy", 0) != threads.BLAS_SPIN_LOG2
+
+
+def test_users_blas_spin_setting_is_kept():
+    got = _spin_child("28")
+    assert got["env"] == "28"
+    if "scipy" in got:
+        assert got["scipy"] == 28

@@ -12,6 +12,20 @@ process are set to one thread (threadpoolctl finds them), and put back after
 the call: the plan's own loops are its parallelism.  Pass
 ``compile(..., parallel=False)`` to keep BLAS's threads instead.
 
+Idle BLAS workers: after each call OpenBLAS's worker threads busy-wait for
+work for 2^28 cycles (about 0.1 s) before they sleep, taking the cores from
+whatever runs next -- the plan's own loops, the serial code after a gemm,
+another library's thread pool, the next row of a benchmark.  On 2 cores, with
+numpy's and JAX's calls in the same process, the MLP gradient at a batch of
+10^4 took 3.5-5.7 ms that way against 1.3-1.8 ms when they sleep at once.
+:func:`short_blas_spin` (run by ``import hybridad``) sets
+``OPENBLAS_THREAD_TIMEOUT`` to :data:`BLAS_SPIN_LOG2` (2^16 cycles, tens of
+microseconds: enough for a plan's back-to-back BLAS calls) unless it is
+set, for the OpenBLAS libraries loaded after it -- scipy's, which numba's BLAS
+binding and hence every plan's gemm call, is loaded by the first compiled plan.
+A library already loaded (numpy's, or scipy's imported before hybridad) keeps
+the value it read; ``OPENBLAS_THREAD_TIMEOUT=28`` restores OpenBLAS's default.
+
 The thread count of the plan's loops is the calling thread's numba count
 (``numba.set_num_threads``, ``NUMBA_NUM_THREADS``) capped by
 ``HYBRIDAD_NUM_THREADS``, or one thread when measured calls say the machine
@@ -23,7 +37,22 @@ import os
 import threading
 import time
 
-__all__ = ["SingleThreadedBlas", "ThreadChoice", "max_threads"]
+__all__ = ["BLAS_SPIN_LOG2", "SingleThreadedBlas", "ThreadChoice", "max_threads",
+           "short_blas_spin"]
+
+#: log2 of the cycles an idle OpenBLAS worker spins before it sleeps, set by
+#: :func:`short_blas_spin` (OpenBLAS's own default: 28; its least: 4).  On 2
+#: cores the GP gradient at n = 200 (a dozen BLAS and LAPACK calls) took
+#: 1.19 / 1.27 / 1.34 / 1.69 ms with 20 / 16 / 12 / 4, and a gradient beside
+#: numpy and JAX calls 3.6 / 2.1 / 1.8 ms with 28 / 16 / 4
+BLAS_SPIN_LOG2 = 16
+
+
+def short_blas_spin():
+    """Set ``OPENBLAS_THREAD_TIMEOUT`` to :data:`BLAS_SPIN_LOG2` unless it is
+    set (OpenBLAS reads it when it is loaded: the libraries loaded afterwards
+    take it).  Returns the value in effect for them."""
+    return os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", str(BLAS_SPIN_LOG2))
 
 _libs = None
 _libs_lock = threading.Lock()
