@@ -112,6 +112,10 @@ def test_calibrate_measures_the_kernels(monkeypatch, tmp_path):
     saved = json.loads(path.read_text())
     assert saved["op_ns"]["exp"] == c.op_ns["exp"] and saved["cpu"] == C._machine()[0]
     assert c.op_ns["sin"] > 0 and c.op_ns["exp"] > 0
+    # exp's float32 twin is measured in float32, and a float32 region is costed by it
+    assert c.op_ns["exp:float32"] > 0 and "sin:float32" not in c.op_ns
+    assert c.op_cost("exp", np.float32) == c.op_ns["exp:float32"]
+    assert c.op_cost("sin", np.float32) == c.op_cost("sin") == c.op_ns["sin"]
     assert 0 < c.cache_ns_per_byte <= c.stream_ns_per_byte * 5
     assert 0 < c.gemm_ns["float32"] < c.gemm_ns["float64"] < 10  # ns per multiply-add
     # the ops not measured keep the table's figures

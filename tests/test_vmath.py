@@ -80,7 +80,8 @@ def test_special_values_match_numpy_exactly_in_kind(name):
 
 def test_kernels_use_the_vectorizable_forms():
     """Generated region code calls vmath: float64 directly, float32 through
-    float64 (one rounding), since libm's float32 functions do not vectorize."""
+    the float32 twins in float64 (one rounding), since libm's float32
+    functions do not vectorize."""
     import hybridad as ha
 
     def f(x):
@@ -91,8 +92,47 @@ def test_kernels_use_the_vectorizable_forms():
     assert "_vm_exp(" in src and "_vm_tanh(" in src and "np.log1p(" in src
     src32 = ha.compile(f, x.astype(np.float32))._program.source
     body32 = src32.split("def plan_fn")[1]
-    assert "np.float32(_vm_exp(np.float64(" in body32
-    assert "np.float32(_vm_tanh(np.float64(" in body32
+    assert "np.float32(_vm_exp32(np.float64(" in body32
+    assert "np.float32(_vm_tanh32(np.float64(" in body32
+
+
+KERNELS32 = {name: _loop(getattr(vmath, fn)) for name, fn in vmath.FLOAT32_UFUNCS.items()}
+
+
+def _float32_samples():
+    """Every 251st float32 bit pattern, both signs: ~34 million values over
+    the whole range (subnormals, the overflow edges, inf and nan included)."""
+    bits = np.arange(0, 0x7F800001, 251, dtype=np.uint32)
+    pos = bits.view(np.float32)
+    edges = np.array([0.0, np.inf, np.nan, 88.72283, 88.72284, 89.0, -87.33655, -103.97208,
+                      -103.9721, -104.0, 1e-45, 9.0, 9.02, 10.0, 1.0, 0.5], dtype=np.float32)
+    return np.concatenate([pos, -pos, edges, -edges])
+
+
+@pytest.mark.parametrize("name", sorted(vmath.FLOAT32_UFUNCS))
+def test_float32_twins_round_to_within_half_an_ulp_and_a_bit(name):
+    """Widened, evaluated and rounded once, a float32 twin is within
+    0.5 + 1/16 ulp of the exact value (its float64 error is below 2**-30
+    relative), and special values come out as numpy's float32 function gives."""
+    x32 = _float32_samples()
+    x = x32.astype(np.float64)
+    got = np.empty_like(x)
+    KERNELS32[name](x, got)
+    got32 = got.astype(np.float32)
+    with np.errstate(all="ignore"):
+        exact = getattr(np, name)(x)  # float64: exact to far below a float32 ulp
+        want32 = getattr(np, name)(x32)
+    finite = np.isfinite(exact) & np.isfinite(got32.astype(np.float64)) & \
+        (np.abs(exact) <= np.finfo(np.float32).max)
+    ulp = np.spacing(np.abs(exact[finite]).astype(np.float32)).astype(np.float64)
+    err = np.abs(got32[finite].astype(np.float64) - exact[finite]) / ulp
+    worst = int(np.argmax(err))
+    assert err[worst] <= 0.5 + 1 / 16, (name, x[finite][worst], got32[finite][worst])
+    np.testing.assert_array_equal(np.isnan(got32), np.isnan(want32))
+    np.testing.assert_array_equal(np.isposinf(got32), np.isposinf(want32))
+    np.testing.assert_array_equal(np.isneginf(got32), np.isneginf(want32))
+    np.testing.assert_array_equal(np.signbit(got32[~np.isnan(got32)]),
+                                  np.signbit(want32[~np.isnan(want32)]))
 
 
 def test_float32_through_vmath_is_correctly_rounded_mostly():
@@ -125,7 +165,8 @@ def test_prange_regions_call_the_inlined_functions(dtype):
     x = np.linspace(-1.5, 1.5, 4096).astype(dtype)
     W = np.linspace(0.5, 1.0, 16).astype(dtype)
     par = ha.compile(f, x, W, tiered=False)
-    assert "prange(" in par._program.source and "_vmi_tanh(" in par._program.source
+    tanh = "_vmi_tanh(" if dtype == np.float64 else "_vmi_tanh32("
+    assert "prange(" in par._program.source and tanh in par._program.source
     ref = ha.gradient(f, x, W, backend="numpy")
     ser = ha.compile(f, x, W, parallel=False).gradient(x, W)
     res = par.gradient(x, W)

@@ -26,7 +26,7 @@ import numpy as np
 from ..ops import REGISTRY
 from ..ops.common import install_operators
 from .numba.special import SPECIAL
-from .numba.vmath import HELPERS, VECTOR_UFUNCS
+from .numba.vmath import FLOAT32_UFUNCS, HELPERS, VECTOR_UFUNCS
 
 #: generated code calls ``vmath``'s functions under these names (``_vm_exp``)
 VECTOR_PREFIX = "_vm_"
@@ -107,9 +107,10 @@ def ufunc_code(ufunc, args):
         code = f"{VECTOR_PREFIX}{name}({args[0].code})"  # vectorizable (vmath)
     elif name in VECTOR_UFUNCS and out_dtype == np.float32 and \
             all(a.dtype == np.float32 for a in args):
-        # vmath in float64, rounded once: vectorizes, where libm's float32
-        # function (tanhf, expf) is a scalar call per element (4-10x slower)
-        code = f"np.float32({VECTOR_PREFIX}{name}(np.float64({args[0].code})))"
+        # vmath's float32 twin in float64, rounded once: vectorizes, where
+        # libm's float32 function (tanhf, expf) is a scalar call per element
+        # (4-10x slower)
+        code = f"np.float32({VECTOR_PREFIX}{name}32(np.float64({args[0].code})))"
     elif name in SPECIAL:  # scipy.special: scipy's compiled function, in float64
         code = f"{SPECIAL_PREFIX}{name}({', '.join(a.code for a in args)})"
         if out_dtype != np.float64:
@@ -152,7 +153,8 @@ def safe_product(a, b, dtype, consts):
 
 
 def _vmath_names():
-    return {**VECTOR_UFUNCS, **HELPERS}
+    return {**VECTOR_UFUNCS, **{f"{uf}32": fn for uf, fn in FLOAT32_UFUNCS.items()},
+            **HELPERS}
 
 
 _VECTOR_CALL = re.compile(r"\b" + VECTOR_PREFIX + r"(\w+)\(")

@@ -78,16 +78,17 @@ def _copy_rate(nbytes, seconds=0.1, least=5):
 GROUP = 6
 
 
-def _profile_group(ops, n, budget_s, rng):
+def _profile_group(ops, n, budget_s, rng, dtype=np.float64):
     """``(multiply, {op: ns per element})`` from one plan of ``ops``' regions
-    and two baseline regions."""
+    and two baseline regions, in ``dtype``."""
     from ..api import compile as compile_plan
     from ..ops.region import recompute_partials
     from .profile import profile
 
-    args = [rng.uniform(0.2, 0.9, n)]
+    args = [rng.uniform(0.2, 0.9, n).astype(dtype)]
     for _, _, nin, (lo, hi) in ops:
-        args += [rng.uniform(lo + 0.1 * (hi - lo), hi - 0.1 * (hi - lo), n) for _ in range(nin)]
+        args += [rng.uniform(lo + 0.1 * (hi - lo), hi - 0.1 * (hi - lo), n).astype(dtype)
+                 for _ in range(nin)]
 
     def f(x, *ins):
         total = np.sum(x * 1.5) + np.sum(x * 1.25 * x)
@@ -128,6 +129,8 @@ def calibrate(path=None, n=8192, budget_s=2.0, ops=None):
     -------
     Costs
     """
+    from ..backends.numba.vmath import FLOAT32_UFUNCS
+
     names, ops = ops, [o for o in _measured_ops() if ops is None or o[0] in ops]
     rng = np.random.default_rng(0)
     op_ns, multiplies = dict(costs().op_ns if names is not None else {}), []
@@ -138,6 +141,13 @@ def calibrate(path=None, n=8192, budget_s=2.0, ops=None):
         op_ns.update(measured)
     multiply = float(np.median(multiplies))
     op_ns.update(multiply=multiply, add=multiply, subtract=multiply)
+    # float32 kernels run their own twins of vmath's functions (about half the
+    # float64 arithmetic): measured in float32, as "<op>:float32"
+    twins = [o for o in _measured_ops() if o[0] in FLOAT32_UFUNCS and (names is None
+                                                                        or o[0] in names)]
+    if twins:
+        _, measured = _profile_group(twins, n, budget_s / (len(groups) + 1), rng, np.float32)
+        op_ns.update({f"{k}:float32": v for k, v in measured.items()})
     cpu, cores = _machine()
     c = Costs(op_ns={k: round(v, 4) for k, v in sorted(op_ns.items())},
               cache_ns_per_byte=round(_copy_rate(64 << 10), 5),

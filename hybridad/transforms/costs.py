@@ -89,10 +89,16 @@ class Costs:
     #: (:data:`GEMM_NS` then)
     gemm_ns: dict | None = None
 
-    def op_cost(self, op):
-        """Nanoseconds per element for ``op``; an op without a measurement
-        costs as the dearest measured op when it is expensive (a user's scalar
-        function, a special function) and as a multiply otherwise."""
+    def op_cost(self, op, dtype=None):
+        """Nanoseconds per element for ``op`` (in ``dtype``: an op measured in
+        it has its own figure, ``"exp:float32"``, else the float64 one); an op
+        without a measurement costs as the dearest measured op when it is
+        expensive (a user's scalar function, a special function) and as a
+        multiply otherwise."""
+        if dtype is not None:
+            ns = self.op_ns.get(f"{op}:{np.dtype(dtype).name}")
+            if ns is not None:
+                return ns
         ns = self.op_ns.get(op)
         if ns is not None:
             return ns
@@ -106,7 +112,7 @@ class Costs:
     def body_cost(self, body):
         """Nanoseconds per element of one evaluation of a region's ``body``
         (its elementwise ops; the reduction it may end in is not counted)."""
-        return sum(self.op_cost(n.op) for n in body.nodes if n is not body.reduction)
+        return sum(self.op_cost(n.op, n.dtype) for n in body.nodes if n is not body.reduction)
 
     def gemm_cost(self, m, k, n, dtype):
         """Nanoseconds of one single-threaded BLAS gemm ``(m, k) @ (k, n)``:

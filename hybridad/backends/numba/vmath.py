@@ -19,8 +19,9 @@ polynomials of high enough degree that truncation is below rounding):
 
 Accuracy, tested against numpy over the whole double range (tests/test_vmath.py):
 exp, expm1 and log within 2 ulp, tanh within 3 ulp; inf, nan, 0 and
-subnormal inputs give numpy's results.  float32 code keeps numpy's own
-functions (numba's float32 libm calls), as do all other ufuncs.
+subnormal inputs give numpy's results.  float32 kernels call the ``*32``
+twins (float64 arithmetic, shorter polynomials, one rounding to float32:
+within 1 ulp); all other ufuncs keep numba's libm calls.
 
 The four public functions are ordinary numba functions, compiled once (and
 cached on disk), not inlined into the numba IR of each kernel: LLVM inlines
@@ -34,8 +35,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["HELPERS", "VECTOR_UFUNCS", "smul", "smul32", "vexp", "vexpm1",
-           "vlog", "vtanh"]
+__all__ = ["FLOAT32_UFUNCS", "HELPERS", "VECTOR_UFUNCS", "smul", "smul32", "vexp",
+           "vexp32", "vexpm1", "vexpm1_32", "vlog", "vlog32", "vtanh", "vtanh32"]
 
 _LN2_HI = 6.93147180369123816490e-01  # fdlibm: trailing zero bits, so k * _LN2_HI is exact
 _LN2_LO = 1.90821492927058770002e-10
@@ -167,6 +168,89 @@ VECTOR_UFUNCS = {"exp": "vexp", "expm1": "vexpm1", "log": "vlog", "tanh": "vtanh
 
 
 # --------------------------------------------------------------------------
+# float32 kernels: the same in float64 arithmetic, to the precision a float32
+# result needs
+# --------------------------------------------------------------------------
+# A float32 kernel widens its argument, calls one of these and rounds the
+# result once.  Their relative error is below 2**-30 (truncation 2**-32 and
+# float64 rounding), 1/64 of float32's half ulp: the rounded result is
+# within 1 ulp of the exact value and nearly always the correctly rounded
+# one.  Shorter polynomials than the float64 functions' (degree 8, not 13;
+# log: 6 terms, not 12) and no subnormal or far-range cases (a float32 is
+# a normal float64, and exp overflows float32 from 88.7): about half the
+# arithmetic per element.
+
+@njit(inline="always", cache=True)
+def _expm1_poly32(r):
+    """exp(r) - 1 on |r| <= ln2/2 to 2**-32 relative (Taylor to degree 8)."""
+    r2 = r * r
+    r4 = r2 * r2
+    q0 = (_C2 + r * _C3) + r2 * (_C4 + r * _C5)
+    q1 = (_C6 + r * _C7) + r2 * _C8
+    return r + r2 * (q0 + r4 * q1)
+
+
+@njit(cache=True, error_model="numpy")
+def vexp32(x):
+    """exp(x) for a float32 x widened to float64, to 2**-30 relative: round to float32."""
+    xc = min(max(x, -110.0), 100.0)  # beyond: 0 and inf in float32
+    k, r = _reduce(xc)
+    y = (1.0 + _expm1_poly32(r)) * _pow2(k)
+    return x if x != x else y
+
+
+@njit(cache=True, error_model="numpy")
+def vexpm1_32(x):
+    """exp(x) - 1 for a float32 x widened to float64, to 2**-30 relative."""
+    xc = min(max(x, -30.0), 100.0)  # below -30: -1 in float32
+    k, r = _reduce(xc)
+    em = _expm1_poly32(r)
+    s = _pow2(k)
+    y = em * s + (s - 1.0)  # s - 1 exact for |k| <= 52
+    y = em if k == 0.0 else y
+    return x if (x != x or x == 0.0) else y  # nan, and the sign of zero
+
+
+@njit(cache=True, error_model="numpy")
+def vlog32(x):
+    """log(x) for a float32 x widened to float64 (a normal float64), to 2**-30 relative."""
+    bits = np.float64(x).view(np.int64)
+    ebits = ((bits >> 52) & 0x7FF) | 0x4330000000000000
+    e = np.int64(ebits).view(np.float64) - (_MAGIC + 1023.0)
+    m = np.int64((bits & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000).view(np.float64)
+    big = m > 1.4142135623730951
+    m = m * 0.5 if big else m
+    e = e + 1.0 if big else e
+    f = m - 1.0
+    s = f / (m + 1.0)
+    s2 = s * s
+    s4 = s2 * s2
+    p = (_L1 + s2 * _L2) + s4 * ((_L3 + s2 * _L4) + s4 * (_L5 + s2 * _L6))
+    hf = 0.5 * f * f
+    logm = f - (hf - s * (hf + 2.0 * s2 * p))
+    y = e * _LN2 + logm
+    y = -np.inf if x == 0.0 else y
+    y = np.nan if x < 0.0 else y
+    y = x if (x != x or x == np.inf) else y
+    return y
+
+
+@njit(cache=True, error_model="numpy")
+def vtanh32(x):
+    """tanh(x) for a float32 x widened to float64, to 2**-30 relative."""
+    a = min(abs(x), 10.0)  # tanh(10) rounds to 1 in float32
+    em = vexpm1_32(2.0 * a)
+    t = em / (em + 2.0)
+    y = -t if x < 0.0 else t
+    return x if (x != x or x == 0.0) else y  # nan, and the sign of zero
+
+
+FLOAT32_UFUNCS = {"exp": "vexp32", "expm1": "vexpm1_32", "log": "vlog32", "tanh": "vtanh32"}
+"""ufunc name -> the function of this module a float32 kernel calls (widened,
+then rounded); generated source names them ``<ufunc>32`` (``_vm_exp32``)."""
+
+
+# --------------------------------------------------------------------------
 # the chain rule's product: zero annihilates inf and nan
 # --------------------------------------------------------------------------
 
@@ -201,7 +285,8 @@ HELPERS = {"smul": "smul", "smul32": "smul32"}
 # inlined; the same loop serial, 354 us).  numba-level inlining re-types the
 # body at each call site (compile time), so only prange bodies use these
 # (:func:`hybridad.backends.scalar.inline_vector_calls`), as ``<name>_inline``.
-for _name in list(VECTOR_UFUNCS.values()) + list(HELPERS.values()):
+for _name in list(VECTOR_UFUNCS.values()) + list(FLOAT32_UFUNCS.values()) + \
+        list(HELPERS.values()):
     globals()[_name + "_inline"] = njit(inline="always",
                                         error_model="numpy")(globals()[_name].py_func)
 del _name
