@@ -23,6 +23,7 @@ from .backends.numba.threads import short_blas_spin as _short_blas_spin
 # BLAS libraries loaded from here on (scipy's: every plan's gemm); see
 # hybridad.backends.numba.threads
 _short_blas_spin()
+
 from . import optim
 from .api import clear_cache, compile, gradient, hessian, hvp, jacobian
 from .errors import (CompileBudgetError, MemoryBudgetError, RetraceWarning,

@@ -105,7 +105,7 @@ def ufunc_code(ufunc, args):
     elif name in VECTOR_UFUNCS and out_dtype == np.float64 and \
             all(a.dtype == np.float64 for a in args):
         code = f"{VECTOR_PREFIX}{name}({args[0].code})"  # vectorizable (vmath)
-    elif name in VECTOR_UFUNCS and out_dtype == np.float32 and \
+    elif name in FLOAT32_UFUNCS and out_dtype == np.float32 and \
             all(a.dtype == np.float32 for a in args):
         # vmath's float32 twin in float64, rounded once: vectorizes, where
         # libm's float32 function (tanhf, expf) is a scalar call per element

@@ -135,18 +135,18 @@ def calibrate(path=None, n=8192, budget_s=2.0, ops=None):
     rng = np.random.default_rng(0)
     op_ns, multiplies = dict(costs().op_ns if names is not None else {}), []
     groups = [ops[at:at + GROUP] for at in range(0, len(ops), GROUP)]
-    for group in groups:  # (the profiling budget shared out among the plans)
-        multiply, measured = _profile_group(group, n, budget_s / len(groups), rng)
+    # float32 kernels run their own twins of vmath's functions (about half the
+    # float64 arithmetic): measured in float32 by one more plan, as "<op>:float32"
+    twins = [o for o in ops if o[0] in FLOAT32_UFUNCS]
+    share = budget_s / (len(groups) + bool(twins))  # the profiling budget, per plan
+    for group in groups:
+        multiply, measured = _profile_group(group, n, share, rng)
         multiplies.append(multiply)
         op_ns.update(measured)
     multiply = float(np.median(multiplies))
     op_ns.update(multiply=multiply, add=multiply, subtract=multiply)
-    # float32 kernels run their own twins of vmath's functions (about half the
-    # float64 arithmetic): measured in float32, as "<op>:float32"
-    twins = [o for o in _measured_ops() if o[0] in FLOAT32_UFUNCS and (names is None
-                                                                        or o[0] in names)]
     if twins:
-        _, measured = _profile_group(twins, n, budget_s / (len(groups) + 1), rng, np.float32)
+        _, measured = _profile_group(twins, n, share, rng, np.float32)
         op_ns.update({f"{k}:float32": v for k, v in measured.items()})
     cpu, cores = _machine()
     c = Costs(op_ns={k: round(v, 4) for k, v in sorted(op_ns.items())},

@@ -120,22 +120,46 @@ _SQRT_HALF = 0.7071067811865476
 _TWO54 = 18014398509481984.0
 
 
-@njit(cache=True, error_model="numpy")
-def vlog(x):
-    """Natural log for float64 x, vectorizable (within 2 ulp of numpy)."""
-    tiny = x < 2.2250738585072014e-308
-    xs = x * _TWO54 if tiny else x  # subnormals: scale into the normal range
-    bits = np.float64(xs).view(np.int64)
+@njit(inline="always", cache=True)
+def _log_split(x):
+    """``e, f, s, s2`` with ``x = 2**e (1 + f)``, ``1 + f`` in ``[sqrt(1/2), sqrt(2))``,
+    ``s = f / (2 + f)``, for a positive normal float64 ``x`` (other inputs
+    give values :func:`_log_special` replaces)."""
+    bits = np.float64(x).view(np.int64)
     # the exponent field as a float without an int -> float conversion (see _pow2)
     ebits = ((bits >> 52) & 0x7FF) | 0x4330000000000000
-    e = np.int64(ebits).view(np.float64) - (_MAGIC + 1023.0) - (54.0 if tiny else 0.0)
+    e = np.int64(ebits).view(np.float64) - (_MAGIC + 1023.0)
     m = np.int64((bits & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000).view(np.float64)
     big = m > 1.4142135623730951
     m = m * 0.5 if big else m
     e = e + 1.0 if big else e
     f = m - 1.0
     s = f / (m + 1.0)
-    s2 = s * s
+    return e, f, s, s * s
+
+
+@njit(inline="always", cache=True)
+def _log_m(f, s, s2, p):
+    """log(1 + f) from the series' ``p`` (``2 atanh(s) = 2 s + 2 s^3 p``):
+    ``f - f^2/2 + s (f^2/2 + R)``, the fdlibm arrangement that keeps f exact."""
+    hf = 0.5 * f * f
+    return f - (hf - s * (hf + 2.0 * s2 * p))
+
+
+@njit(inline="always", cache=True)
+def _log_special(x, y):
+    """``y``, or numpy's log at 0, negative numbers, nan and inf."""
+    y = -np.inf if x == 0.0 else y
+    y = np.nan if x < 0.0 else y
+    return x if (x != x or x == np.inf) else y
+
+
+@njit(cache=True, error_model="numpy")
+def vlog(x):
+    """Natural log for float64 x, vectorizable (within 2 ulp of numpy)."""
+    tiny = x < 2.2250738585072014e-308
+    e, f, s, s2 = _log_split(x * _TWO54 if tiny else x)  # subnormals: scaled to normal
+    e = e - 54.0 if tiny else e
     # p = L1 + L2 s2 + ... + L12 s2**11, by Estrin's scheme (see _expm1_poly)
     s4 = s2 * s2
     s8 = s4 * s4
@@ -143,14 +167,7 @@ def vlog(x):
     q1 = (_L5 + s2 * _L6) + s4 * (_L7 + s2 * _L8)
     q2 = (_L9 + s2 * _L10) + s4 * (_L11 + s2 * _L12)
     p = (q0 + s8 * q1) + (s8 * s8) * q2
-    # log(m) = f - f^2/2 + s (f^2/2 + R): the fdlibm arrangement keeps f exact
-    hf = 0.5 * f * f
-    logm = f - (hf - s * (hf + 2.0 * s2 * p))
-    y = (e * _LN2_HI + (logm + e * _LN2_LO))
-    y = -np.inf if x == 0.0 else y
-    y = np.nan if x < 0.0 else y
-    y = x if (x != x or x == np.inf) else y
-    return y
+    return _log_special(x, e * _LN2_HI + (_log_m(f, s, s2, p) + e * _LN2_LO))
 
 
 @njit(cache=True, error_model="numpy")
@@ -214,25 +231,10 @@ def vexpm1_32(x):
 @njit(cache=True, error_model="numpy")
 def vlog32(x):
     """log(x) for a float32 x widened to float64 (a normal float64), to 2**-30 relative."""
-    bits = np.float64(x).view(np.int64)
-    ebits = ((bits >> 52) & 0x7FF) | 0x4330000000000000
-    e = np.int64(ebits).view(np.float64) - (_MAGIC + 1023.0)
-    m = np.int64((bits & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000).view(np.float64)
-    big = m > 1.4142135623730951
-    m = m * 0.5 if big else m
-    e = e + 1.0 if big else e
-    f = m - 1.0
-    s = f / (m + 1.0)
-    s2 = s * s
+    e, f, s, s2 = _log_split(x)
     s4 = s2 * s2
     p = (_L1 + s2 * _L2) + s4 * ((_L3 + s2 * _L4) + s4 * (_L5 + s2 * _L6))
-    hf = 0.5 * f * f
-    logm = f - (hf - s * (hf + 2.0 * s2 * p))
-    y = e * _LN2 + logm
-    y = -np.inf if x == 0.0 else y
-    y = np.nan if x < 0.0 else y
-    y = x if (x != x or x == np.inf) else y
-    return y
+    return _log_special(x, e * _LN2 + _log_m(f, s, s2, p))
 
 
 @njit(cache=True, error_model="numpy")
