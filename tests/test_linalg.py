@@ -164,7 +164,9 @@ def test_the_table_covers_every_linalg_op():
                   if op.abstract.__module__ == "hybridad.ops.linalg"}
     assert linalg_ops | MORE_OPS == set(LAPACK_OPS)
     rows = Rows(TABLE)
-    plan = ha.compile(rows.scalar(), *rows.args, backend="numpy")
+    # every argument differentiated: the reverse rules' own ops (cholesky_adjoint) count
+    plan = ha.compile(rows.scalar(), *rows.args, backend="numpy",
+                      argnums=tuple(range(len(rows.args))))
     traced = {n.op for n in plan.graph.nodes}
     assert linalg_ops <= traced, f"no row for {linalg_ops - traced}"
     implemented = {f for f in HANDLED if getattr(f, "__module__", "").startswith("numpy.linalg")}
@@ -389,3 +391,78 @@ def test_hessian_and_hvp(backend, names):
     v = np.random.default_rng(3).standard_normal(x.shape)
     hv = ha.hvp(f, x, v, *rest, backend=backend).hvp
     np.testing.assert_allclose(hv, h @ v, rtol=0, atol=1e-10 * np.abs(h).max() * np.abs(v).sum())
+
+
+# ----------------------------------------------------------------------------
+# cholesky's reverse rule: the blocked sweep against the closed form, and the
+# rules of cholesky_adjoint itself (second order), at orders spanning blocks
+# ----------------------------------------------------------------------------
+
+
+def _closed_form_adjoint(lo, g):
+    """The lower triangle of S + S^T (diagonal S_ii), S = L^-T phi(L^T tril(g)) L^-1."""
+    import scipy.linalg as sl
+
+    n = lo.shape[-1]
+    p = np.tril(lo.T @ np.tril(g)) * (1 - 0.5 * np.eye(n))
+    x = sl.solve_triangular(lo, p, lower=True, trans=1)
+    s = sl.solve_triangular(lo, x.T, lower=True, trans=1).T
+    return np.tril(s + s.T) * (1 - 0.5 * np.eye(n))
+
+
+def _factor(rng, n):
+    a = rng.standard_normal((n, n))
+    return np.linalg.cholesky(a @ a.T / n + np.eye(n))
+
+
+@pytest.mark.parametrize("n", [1, 2, 63, 64, 65, 150])
+def test_cholesky_adjoint_is_the_closed_form(n):
+    from hybridad.ops.lapack_solve import CHOL_BLOCK, cholesky_adjoint, work_size
+
+    assert CHOL_BLOCK == 64  # the orders above straddle one and two blocks
+    rng = np.random.default_rng(n)
+    lo = np.stack([_factor(rng, n) for _ in range(2)])
+    g = rng.standard_normal((2, n, n))  # upper triangle: not a gradient, ignored
+    out = np.full((2, n, n), np.nan)
+    cholesky_adjoint(lo, g, out, np.empty(work_size("cholesky_adjoint", n, n)), ord("d"))
+    for i in range(2):
+        ref = _closed_form_adjoint(lo[i], g[i])
+        np.testing.assert_allclose(out[i], ref, rtol=0, atol=1e-13 * np.abs(ref).max())
+        assert np.all(np.triu(out[i], 1) == 0)
+
+
+def _directional(f, x, v, eps=1e-6):
+    return (f(x + eps * v) - f(x - eps * v)) / (2 * eps)
+
+
+def test_cholesky_adjoint_rules_across_blocks():
+    """cholesky_adjoint's own vjp (gradient of a function of it) and jvp (the
+    Hessian-vector product of a function of cholesky at n = 150, forward over
+    reverse) against central differences along random directions."""
+    from hybridad.ops.common import bind
+
+    n = 150
+    rng = np.random.default_rng(5)
+    lo, g, w = _factor(rng, n)[None], rng.standard_normal((1, n, n)), rng.standard_normal((n, n))
+
+    def h(lo, g):
+        return np.sum(w * bind("cholesky_adjoint", lo, g)[0])
+
+    res = ha.gradient(h, lo, g, argnums=(0, 1), backend="numpy")
+    vl, vg = np.tril(rng.standard_normal(lo.shape)), rng.standard_normal(g.shape)
+    plain = ha.compile(h, lo, g, backend="numpy", argnums=(0, 1))
+    dl = _directional(lambda x: plain.value(x, g), lo, vl)
+    dg = _directional(lambda x: plain.value(lo, x), g, vg)
+    np.testing.assert_allclose(np.vdot(res.gradient[0], vl), dl, rtol=1e-6)
+    np.testing.assert_allclose(np.vdot(res.gradient[1], vg), dg, rtol=1e-6)
+
+    k = lo[0] @ lo[0].T
+
+    def f(x):
+        return np.sum(w * np.linalg.cholesky(np.reshape(x, (n, n))))
+
+    grad = ha.compile(f, k.ravel(), backend="numpy")
+    v = rng.standard_normal(n * n)
+    hv = ha.hvp(f, k.ravel(), v, backend="numpy").hvp
+    num = _directional(lambda x: grad.gradient(x).gradient.copy(), k.ravel(), v, eps=1e-5)
+    np.testing.assert_allclose(hv, num, rtol=0, atol=1e-6 * np.abs(num).max())

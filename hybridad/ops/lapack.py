@@ -49,7 +49,7 @@ __all__ = ["KERNEL_MODULES", "LAPACK_OPS", "cholesky", "det", "eigh", "eigvalsh"
 
 _HERE = ("solve", "inv", "det", "slogdet", "cholesky", "eigh", "eigvalsh")
 _MORE = ("svd", "pinv", "qr", "eig", "eigh_evr")
-_SOLVE = ("solve_triangular", "lu_factor", "expm", "refuse_if")
+_SOLVE = ("solve_triangular", "lu_factor", "expm", "refuse_if", "cholesky_adjoint")
 #: the primitives whose kernels live here, then those of
 #: :mod:`hybridad.ops.lapack_more` and :mod:`hybridad.ops.lapack_solve` (each
 #: kernel has its op's name)

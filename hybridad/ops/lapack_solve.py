@@ -1,6 +1,7 @@
 """Kernels of the triangular solves and what is built on them:
 solve_triangular (trtrs), lu_factor (getrf), expm (Pade scaling and squaring
-on BLAS gemm and LAPACK gesv) and the run-time refusal ``refuse_if``.
+on BLAS gemm and LAPACK gesv), cholesky's reverse rule ``cholesky_adjoint``
+(blocked, on BLAS trsm and gemm) and the run-time refusal ``refuse_if``.
 
 Conventions as in :mod:`hybridad.ops.lapack_more` (shared helpers come from
 there): float64 stacks, preallocated outputs, every scratch matrix, pivot
@@ -15,6 +16,11 @@ and Fortran scalar cut from the op's ``work``.
   theta13))`` squarings, the scaling exact (a power of two); the Pade
   solve ``(V - U) R = V + U`` on the row-major matrices as LAPACK reads them
   (P and Q commute, so the transposed system has the same solution).
+* ``cholesky_adjoint``: the gradient w.r.t. the lower triangle a Cholesky
+  factor L was computed from, given the gradient w.r.t. L; Murray's (2016)
+  blocked reverse sweep, about twice a Cholesky's multiply-adds (n^3 / 3)
+  where the closed form ``L^-T phi(L^T Lbar) L^-1`` takes a triangular
+  product and two triangular solves (3 n^3 / 2).
 """
 
 from __future__ import annotations
@@ -25,13 +31,18 @@ from numba import njit, types
 from .lapack import _gesv, _getrf, _register_cython_lapack
 from .lapack_more import _SCALARS, _colmajor, _scalars
 
-__all__ = ["expm", "lu_factor", "refuse_if", "solve_triangular", "work_size"]
+__all__ = ["cholesky_adjoint", "expm", "lu_factor", "refuse_if", "solve_triangular",
+           "work_size"]
 
 _register_cython_lapack("dtrtrs")
-_register_cython_lapack("dgemm", library="cython_blas")
+_register_cython_lapack("dgemm", "dtrsm", library="cython_blas")
 _V = types.voidptr
 _dtrtrs = types.ExternalFunction("hybridad_dtrtrs", types.void(*([_V] * 10)))
 _dgemm = types.ExternalFunction("hybridad_dgemm", types.void(*([_V] * 13)))
+_dtrsm = types.ExternalFunction("hybridad_dtrsm", types.void(*([_V] * 11)))
+
+#: the block order of :func:`cholesky_adjoint`'s sweep
+CHOL_BLOCK = 64
 
 #: the refusals of :func:`refuse_if` (codes 0, 1, 2)
 _RANK = ("numpy.linalg.lstsq: the matrix is rank-deficient, where numpy returns empty "
@@ -56,7 +67,7 @@ def work_size(op, m, n, **attrs):
     Parameters
     ----------
     op : str
-        ``"solve_triangular"``, ``"lu_factor"`` or ``"expm"``.
+        ``"solve_triangular"``, ``"lu_factor"``, ``"expm"`` or ``"cholesky_adjoint"``.
     m, n : int
         The matrices' order (m), and the right-hand sides (n) of
         solve_triangular (for the others, n = m).
@@ -73,6 +84,8 @@ def work_size(op, m, n, **attrs):
         return n * n + n + _SCALARS
     if op == "expm":
         return 8 * n * n + n + 1 + _SCALARS
+    if op == "cholesky_adjoint":
+        return n * n + CHOL_BLOCK * CHOL_BLOCK + _SCALARS
     raise KeyError(op)
 
 
@@ -224,3 +237,104 @@ def expm(a, out, work, kind):
         for row in range(n):
             for col in range(n):
                 out[i, row, col] = r[row * n + col]
+
+
+@njit(cache=True, nogil=True)
+def _chol_adjoint_block(lm, g, n, j, k):
+    """The unblocked reverse sweep (block size 1) on the diagonal block
+    ``j:k``: ``g``'s lower triangle there goes from the gradient w.r.t. the
+    factor's block D to the gradient w.r.t. the matrix D was factored from
+    (row-major ``lm`` holds L, ``g`` the gradients, both n x n)."""
+    for c in range(k - 1, j - 1, -1):
+        dcc = lm[c * n + c]
+        acc = 0.0
+        for r in range(c + 1, k):
+            e = g[r * n + c] / dcc
+            g[r * n + c] = e
+            acc += e * lm[r * n + c]
+            for q in range(j, c):  # the gradient of the rows below, left of c
+                g[r * n + q] -= e * lm[c * n + q]
+        for r in range(c + 1, k):  # ... and of row c, left of c
+            e = g[r * n + c]
+            for q in range(j, c):
+                g[c * n + q] -= e * lm[r * n + q]
+        f = (g[c * n + c] - acc) / (2.0 * dcc)
+        g[c * n + c] = f
+        for q in range(j, c):
+            g[c * n + q] -= 2.0 * f * lm[c * n + q]
+
+
+@njit(cache=True, nogil=True)
+def cholesky_adjoint(lo, gl, out, work, kind):
+    """out[i] = the gradient w.r.t. the lower triangle of the matrix whose
+    Cholesky factor is lo[i] (potrf 'L' reads that triangle), from gl[i], the
+    gradient w.r.t. lo[i] (its upper triangle ignored); out's upper triangle 0.
+
+    Murray's (2016) blocked reverse sweep, blocks of :data:`CHOL_BLOCK` from
+    the last: with the block's rows ``j:k`` of L split ``R = L[j:k, :j]``,
+    ``D = L[j:k, j:k]``, ``B = L[k:, :j]``, ``C = L[k:, j:k]`` (the forward
+    step being ``D = chol(A_D - R R^T)``, ``C = (A_C - B R^T) D^-T``), and
+    ``Ebar = Cbar D^-1``: ``Dbar -= Ebar^T C``, ``Bbar -= Ebar R``, ``Rbar -=
+    Ebar^T B``, the block's own sweep gives ``Fbar`` from ``Dbar``, then
+    ``Rbar -= (Fbar + Fbar^T) R``.  Every product runs on BLAS (trsm, gemm)
+    on the row-major arrays, which BLAS reads as their transposes."""
+    n = lo.shape[1]
+    nb = CHOL_BLOCK
+    lm, fs = work[:n * n], work[n * n:n * n + nb * nb]
+    ints, chars, dbl = _scalars(work)
+    chars[0], chars[1], chars[2], chars[3] = ord("N"), ord("T"), ord("L"), ord("U")
+    dbl[0], dbl[1] = 1.0, -1.0
+    ints[0], ints[5] = n, nb
+    for i in range(lo.shape[0]):
+        if n == 0:
+            continue
+        g = out[i].reshape(n * n)  # out is C-contiguous
+        for r in range(n):
+            for c in range(n):
+                lm[r * n + c] = lo[i, r, c]
+                g[r * n + c] = gl[i, r, c] if c <= r else 0.0
+        k = n
+        while k > 0:
+            j = max(0, k - nb)
+            b, m = k - j, n - k
+            ints[1], ints[2], ints[3] = b, m, j
+            # BLAS's view (column-major, leading dimension n) of a row-major
+            # block X[r0:, c0:] is X^T[c0:, r0:], at offset r0 * n + c0
+            if m > 0:
+                # Ebar^T = D^-T Cbar^T: trsm 'L', 'U', 'N' on the transposes
+                _dtrsm(chars[2:].ctypes, chars[3:].ctypes, chars[0:].ctypes, chars[0:].ctypes,
+                       ints[1:].ctypes, ints[2:].ctypes, dbl[0:].ctypes, lm[j * n + j:].ctypes,
+                       ints[0:].ctypes, g[k * n + j:].ctypes, ints[0:].ctypes)
+                # Dbar^T -= C^T Ebar (both triangles; the upper is dropped below)
+                _dgemm(chars[0:].ctypes, chars[1:].ctypes, ints[1:].ctypes, ints[1:].ctypes,
+                       ints[2:].ctypes, dbl[1:].ctypes, lm[k * n + j:].ctypes, ints[0:].ctypes,
+                       g[k * n + j:].ctypes, ints[0:].ctypes, dbl[0:].ctypes,
+                       g[j * n + j:].ctypes, ints[0:].ctypes)
+                if j > 0:
+                    # Bbar^T -= R^T Ebar^T
+                    _dgemm(chars[0:].ctypes, chars[0:].ctypes, ints[3:].ctypes,
+                           ints[2:].ctypes, ints[1:].ctypes, dbl[1:].ctypes,
+                           lm[j * n:].ctypes, ints[0:].ctypes, g[k * n + j:].ctypes,
+                           ints[0:].ctypes, dbl[0:].ctypes, g[k * n:].ctypes, ints[0:].ctypes)
+                    # Rbar^T -= B^T Ebar
+                    _dgemm(chars[0:].ctypes, chars[1:].ctypes, ints[3:].ctypes,
+                           ints[1:].ctypes, ints[2:].ctypes, dbl[1:].ctypes,
+                           lm[k * n:].ctypes, ints[0:].ctypes, g[k * n + j:].ctypes,
+                           ints[0:].ctypes, dbl[0:].ctypes, g[j * n:].ctypes, ints[0:].ctypes)
+            for r in range(j, k):  # the upper triangle of Dbar is not a gradient
+                for c in range(r + 1, k):
+                    g[r * n + c] = 0.0
+            _chol_adjoint_block(lm, g, n, j, k)
+            if j > 0:
+                # Rbar^T -= R^T (Fbar + Fbar^T), the symmetric block in fs
+                for r in range(b):
+                    for c in range(r + 1):
+                        f = g[(j + r) * n + j + c]
+                        fs[r * b + c] = f
+                        fs[c * b + r] = f
+                    fs[r * b + r] *= 2.0
+                _dgemm(chars[0:].ctypes, chars[0:].ctypes, ints[3:].ctypes, ints[1:].ctypes,
+                       ints[1:].ctypes, dbl[1:].ctypes, lm[j * n:].ctypes, ints[0:].ctypes,
+                       fs.ctypes, ints[1:].ctypes, dbl[0:].ctypes, g[j * n:].ctypes,
+                       ints[0:].ctypes)
+            k = j

@@ -211,12 +211,11 @@ def _lower_solve(lo, b, trans):
 
 def _cholesky_vjp(g, node, active, a, ans, upper=False):
     # L = chol(S), dL = L phi(L^-1 dS L^-T): dS's gradient L^-T phi(L^T gL) L^-1,
-    # by two triangular solves (no inverse, no product with one): X = L^-T P,
-    # then X L^-1 = (L^-T X^T)^T
-    lo, gl = (_mT(ans), _mT(g)) if upper else (ans, g)
-    x = _lower_solve(lo, _phi(np.matmul(_mT(lo), gl)), 1)
-    s = _mT(_lower_solve(lo, _mT(x), 1))
-    return (_to_triangle(s, not upper),)
+    # computed by the blocked reverse sweep of ``cholesky_adjoint`` (an upper
+    # factor is the transpose of the lower one of the same matrix)
+    if upper:
+        return (_mT(_bind("cholesky_adjoint", _mT(ans), _mT(g))),)
+    return (_bind("cholesky_adjoint", ans, g),)
 
 
 def _cholesky_jvp(ts, node, a, ans, upper=False):
@@ -234,6 +233,60 @@ register(Op("cholesky", "compute", _cholesky_abstract, run=_run("cholesky"),
             doc="Cholesky factor of the symmetric matrix one triangle stands for: lower "
                 "from the lower triangle, or (upper=True) upper from the upper one "
                 "(LAPACK potrf)"))
+
+
+def _adjoint_work(lo, g):
+    from .lapack_solve import work_size
+
+    return work_size("cholesky_adjoint", lo.shape[-1], lo.shape[-1])
+
+
+def _chol_adjoint_abstract(lo, g):
+    _check_square(lo)
+    if g.shape != lo.shape or g.dtype != lo.dtype:
+        raise ValueError(f"cholesky_adjoint: gradient {g.shape} {g.dtype} for a factor "
+                         f"{lo.shape} {lo.dtype}")
+    return lo.shape, lo.dtype
+
+
+def _chol_adjoint_jvp(ts, node, lo, g, ans):
+    # the result is the lower triangle of Y = S + S^T (diagonal S_ii), S = L^-T P
+    # L^-1, P = phi(L^T G); with M = L^-T dL^T: dS = -M S - S M^T + L^-T phi(L^T
+    # (dG + M G)) L^-1, whose symmetric part depends on S only through Y = ans + ans^T
+    tl, tg = ts
+    out, rhs = None, tg
+    if tl is not None:
+        m = _lower_solve(lo, _mT(tl), 1)
+        out = _to_triangle(-np.matmul(m, (ans + _mT(ans))), True)
+        mg = np.matmul(m, g)
+        rhs = mg if rhs is None else rhs + mg
+    if rhs is not None:
+        term = _bind("cholesky_adjoint", lo, rhs)
+        out = term if out is None else out + term
+    return out
+
+
+def _chol_adjoint_vjp(h, node, active, lo, g, ans):
+    # <H, T(S)> = <Z, S>, Z = H's symmetric matrix (T's adjoint); then G's
+    # gradient L phi(L^-1 Z L^-T) (cholesky's tangent map) and L's
+    # tril(-Y Z L^-T + G phi(L^-1 Z L^-T)^T)
+    z = _from_triangle(h, True)
+    x = _lower_solve(lo, z, 0)
+    inner = _phi(_mT(_lower_solve(lo, _mT(x), 0)))
+    gl = None
+    if active[0]:
+        gl = np.tril(np.matmul(g, _mT(inner))
+                     - np.matmul((ans + _mT(ans)), _mT(x)))
+    return gl, np.matmul(lo, inner) if active[1] else None
+
+
+register(Op("cholesky_adjoint", "compute", _chol_adjoint_abstract,
+            run=_run("cholesky_adjoint"), vjp=_chol_adjoint_vjp, jvp=_chol_adjoint_jvp,
+            batch=_stacked_batch, workspace=_adjoint_work,
+            doc="cholesky's reverse rule: the gradient w.r.t. the lower triangle a lower "
+                "Cholesky factor lo was computed from, given g, the gradient w.r.t. lo "
+                "(its upper triangle ignored): tril of L^-T phi(L^T tril(g)) L^-1 plus its "
+                "transpose, diagonal once (Murray's blocked sweep on BLAS)"))
 
 
 def _eigh_abstract(a, uplo="L"):

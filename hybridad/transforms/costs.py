@@ -238,6 +238,7 @@ def partials_strategy(body, k):
 #: dimensions ``s <= big`` and ``r`` right-hand sides (the textbook counts)
 LAPACK_MADDS = {
     "cholesky": lambda s, big, r: s ** 3 / 3,
+    "cholesky_adjoint": lambda s, big, r: 2 * s ** 3 / 3,
     "solve_triangular": lambda s, big, r: s * s * r / 2,
     "solve": lambda s, big, r: s ** 3 / 3 + s * s * r,
     "lu_factor": lambda s, big, r: s * s * big / 3,
