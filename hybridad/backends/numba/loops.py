@@ -22,7 +22,7 @@ from .reduce import (
     region_runs_parallel,
     single_block,
 )
-from .threshold import parallel_min
+from .threshold import PARALLEL_MIN, parallel_min
 
 __all__ = ["LoopWriter", "broadcast_index", "region_lines", "INIT", "init_text"]
 
@@ -108,7 +108,16 @@ class LoopWriter:
         if par:
             body = self._hoist_scalars(body)
         inside = par or self.in_prange
-        if inside:  # (vmath's functions inlined: a prange body is a function of its own)
+        # vmath's functions inlined by numba: a prange body is a function of its
+        # own, where LLVM does not inline them; and in a large plan function
+        # LLVM's inliner stops inlining them after a few call sites (a GP
+        # plan's fourth exp loop called vexp per element: 11 ms, 1.9 inlined),
+        # so a nest long enough to run in parallel (were the plan parallel)
+        # inlines them too: numba re-types them per call site, a cost worth
+        # paying only where the loop is long
+        long = all(isinstance(s, (int, np.integer)) for s in shape) and \
+            int(np.prod(shape)) >= PARALLEL_MIN
+        if inside or long:
             body = inline_vector_calls(body)
         hide = not inside and opaque is not None and len(shape) >= 2 and \
             shape[-1] >= OPAQUE_MIN
