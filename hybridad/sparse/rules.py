@@ -465,7 +465,7 @@ CONSERVATIVE_RULE = Rule(_conservative_maps, _all_pairs)
 #: every element of every active operand, nonlinearly
 CONSERVATIVE = frozenset({
     "solve", "inv", "det", "slogdet", "cholesky", "eigh", "eigvalsh", "svd", "pinv", "eig",
-    "eigh_evr", "solve_triangular", "qr", "lu_factor", "expm", "refuse_if",
+    "eigh_evr", "solve_triangular", "qr", "lu_factor", "expm", "refuse_if", "cholesky_adjoint",
     "host_ufunc", "host_call", "region", "region_acc", "region_partial",
 })
 
