@@ -460,3 +460,63 @@ def test_multithreaded_plans_with_blas_run_it_single_threaded(monkeypatch):
     a, b = threaded.gradient(W, X), serial.gradient(W, X)
     np.testing.assert_allclose(a.gradient, b.gradient, rtol=1e-13)
     assert [lib.get_num_threads() for lib in blas] == before
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_a_region_and_its_reduced_twin_share_one_loop(monkeypatch, parallel):
+    # x @ W + b: the cotangent times tanh' feeds the matmuls whole and b's
+    # gradient summed over rows (a vector b), or over everything (a scalar
+    # c): one loop writes the product and its sum (region_partial, wrt -1);
+    # blocks of the full sum slice the stored value too
+    from hybridad.backends.numba import reduce, threshold
+    from hybridad.testing import assert_no_alloc, numerical_gradient
+    from hybridad.transforms.partition import PRE_REDUCTION
+
+    monkeypatch.setattr(threshold, "PARALLEL_MIN", 64)
+    monkeypatch.setattr(reduce, "BLOCK", 96)  # blocks of 19 rows of the full sum
+    monkeypatch.setattr(reduce, "CHUNK_ROWS", 16)  # chunks of the bias sum
+
+    def f(W, b, c, X):
+        h = np.tanh(X @ W + b)
+        h2 = np.tanh(h @ W.T + c)
+        return np.sum(h2 ** 2) + np.sum(h)
+
+    W, b, c, X = rand((5, 7), seed=1), rand((7,), seed=2), np.array(0.3), rand((60, 5), seed=3)
+    plan = ha.compile(f, W, b, c, X, argnums=(0, 1, 2), parallel=parallel, tiered=False)
+    shared = [n for n in plan.graph.nodes
+              if n.op == "region_partial" and n.attrs["wrt"] == PRE_REDUCTION]
+    reduced = {n.args[0].attrs["body"].reduction.attrs["axis"] for n in shared}
+    assert len(shared) == 2 and reduced == {(0,), (0, 1)}, reduced
+    assert "its value before the sum" in plan.explain()
+    res = plan.gradient(W, b, c, X)
+    ref = ha.gradient(f, W, b, c, X, argnums=(0, 1, 2), backend="numpy")
+    for got, want in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
+    fd = numerical_gradient(lambda v: f(W, v, c, X), b.copy())
+    np.testing.assert_allclose(res.gradient[1], fd, rtol=1e-7, atol=1e-9)
+    fd_c = numerical_gradient(lambda v: f(W, b, v[0], X), c.reshape(1))
+    np.testing.assert_allclose(res.gradient[2], fd_c[0], rtol=1e-7)
+    assert_no_alloc(plan.gradient, W, b, c, X, out=res, n=10)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_zero_d_operands_of_parallel_fused_reductions(monkeypatch, axis):
+    # a 0-d array read inside a prange over blocks, chunks or rows failed to
+    # compile (numba's parfor lowering cannot type it): it is read once before
+    from hybridad.backends.numba import reduce, threshold
+
+    monkeypatch.setattr(threshold, "PARALLEL_MIN", 64)
+    monkeypatch.setattr(reduce, "BLOCK", 96)
+    monkeypatch.setattr(reduce, "CHUNK_ROWS", 16)
+
+    def f(x, c):
+        return np.sum(np.sum(np.tanh(x + c) ** 2, axis=axis) * c)
+
+    x, c = rand((60, 7), seed=4), np.array(0.3)
+    plan = ha.compile(f, x, c, argnums=(0, 1), tiered=False)
+    assert "prange(" in plan._program.source and "_h_" in plan._program.source
+    res = plan.gradient(x, c)
+    ref = ha.gradient(f, x, c, argnums=(0, 1), backend="numpy")
+    np.testing.assert_allclose(float(res.value), float(ref.value), rtol=1e-13)
+    for got, want in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)

@@ -125,6 +125,7 @@ class ExplainMixin:
 
     def _region_lines(self):
         from ..backends.numba.loops import region_runs_parallel
+        from ..transforms.partition import PRE_REDUCTION
 
         nodes = self.graph.nodes
         users = {n.id: [] for n in nodes}
@@ -172,7 +173,9 @@ class ExplainMixin:
                            f"recomputed for cotangent x d/d(operand {n.attrs['wrt']}), into "
                            f"{where(n)}")
                 continue
-            partials = [u for u in users[n.id] if u.op == "region_partial"]
+            stored = [u for u in users[n.id] if u.op == "region_partial"]
+            partials = [u for u in stored if u.attrs["wrt"] != PRE_REDUCTION]
+            values = [u for u in stored if u.attrs["wrt"] == PRE_REDUCTION]
             vjps = [m for m in nodes if m.op == "region" and m.attrs["mode"] == "vjp"
                     and m.attrs["body"] is body]
             how = "store" if partials else "recompute" if vjps else "no partials needed"
@@ -182,6 +185,9 @@ class ExplainMixin:
                        f"value into {where(n)}; partials: {how}{why}")
             for p in partials:
                 out.append(f"         d/d%{n.args[p.attrs['wrt']].id} -> %{p.id}: {where(p)}")
+            for p in values:
+                out.append(f"         its value before the {body.reduction.op} -> %{p.id}: "
+                           f"{where(p)} (the same loop writes it, for %{p.id}'s readers)")
         return out or ["  (none)"]
 
 

@@ -22,9 +22,13 @@ from __future__ import annotations
 from ..ops import REGISTRY, storage_root
 
 __all__ = ["Region", "find_regions", "fuse_regions", "fold_accumulations",
-           "FUSABLE_REDUCTIONS"]
+           "share_reduced_values", "FUSABLE_REDUCTIONS", "PRE_REDUCTION"]
 
 FUSABLE_REDUCTIONS = ("sum", "max", "min")
+
+#: the ``wrt`` of a ``region_partial`` that is not a partial but the region's
+#: elementwise value before its fused reduction (:func:`share_reduced_values`)
+PRE_REDUCTION = -1
 
 
 class Region:
@@ -244,3 +248,78 @@ def _foldable(v, user, users, external):
         return False
     body = v.attrs["body"]  # a vjp region's result is per element, reduction or not
     return (v.attrs["mode"] == "vjp" or body.reduction is None) and v.dtype == user.dtype
+
+
+def _body_signature(body):
+    """A region body's elementwise members as a comparable structure: each
+    member's op, attributes and operands (an input position or an earlier
+    member), and the output's shape and dtype; None where an attribute does
+    not compare."""
+    where = {a.id: ("in", k) for k, a in enumerate(body.inputs)}
+    out = []
+    for j, m in enumerate(body.nodes):
+        refs = tuple(where.get(a.id, ("?", a.id)) for a in m.args)
+        try:
+            attrs = tuple(sorted((k, repr(v)) for k, v in m.attrs.items()))
+        except TypeError:
+            return None
+        out.append((m.op, attrs, refs, m.shape, str(m.dtype)))
+        where[m.id] = ("m", j)
+    return tuple(out)
+
+
+def share_reduced_values(nodes, outputs=()):
+    """One loop for a region and its reduced twin (IR -> IR).
+
+    The reverse pass of ``x @ W + b`` needs ``g * d`` (the cotangent times
+    the stored partial) twice: whole, for the matmuls, and summed over the
+    batch axis, for ``b``.  Partitioning gives two regions with the same
+    operands and the same elementwise body, the second with the sum fused:
+    two passes over the same operands.  Here the reducing one also stores
+    its elementwise value (``region_partial`` with ``wrt=`` :data:`PRE_REDUCTION`),
+    which replaces the other: one pass reading the operands once, writing the
+    value and the sum.  The reducing region moves up to where the other one
+    was (its operands are the same, so they are ready there).
+
+    Returns
+    -------
+    list of Node
+    """
+    external = {n.id for n in outputs if n is not None}
+    taken = set()
+    plain = {}  # (operand ids, signature) -> the first value region without a reduction
+    for n in nodes:
+        if n.op != "region" or n.attrs["mode"] != "value" or n.id in external:
+            continue
+        body = n.attrs["body"]
+        if body.reduction is None:
+            sig = _body_signature(body)
+            if sig is not None:
+                plain.setdefault((tuple(a.id for a in n.args), sig), n)
+    if not plain:
+        return nodes
+    moves = {}  # the plain region's id -> the reducing region placed before it
+    for n in nodes:
+        if n.op != "region" or n.attrs["mode"] != "value":
+            continue
+        body = n.attrs["body"]
+        if body.reduction is None:
+            continue
+        twin = plain.get((tuple(a.id for a in n.args), _body_signature(body)))
+        if twin is None or twin.id in taken:
+            continue
+        taken.add(twin.id)
+        moves[twin.id] = n
+    if not moves:
+        return nodes
+    moved = {r.id for r in moves.values()}
+    out = []
+    for n in nodes:
+        if n.id in moved:
+            continue
+        if n.id in moves:
+            red = moves[n.id]
+            out.append(red)
+            n.op, n.args, n.attrs = "region_partial", (red,), {"wrt": PRE_REDUCTION}
+        out.append(n)
+    return out

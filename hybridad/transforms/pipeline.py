@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 
 from ..ir.graph import Graph, check, dead_code_elimination
-from .partition import fold_accumulations, fuse_regions
+from .partition import fold_accumulations, fuse_regions, share_reduced_values
 from .updates import schedule_updates
 
 __all__ = ["LOWERING", "PIPELINES", "check_rules", "describe", "lower"]
@@ -37,12 +37,16 @@ PASSES = {
                      lambda nodes, ins, outs, upd: fuse_regions(nodes, outs)),
     "fold_accumulations": ("fold a region into the adjoint it adds to (acc += region)",
                            lambda nodes, ins, outs, upd: fold_accumulations(nodes, outs)),
+    "share_reduced_values": ("one loop for a region and its reduced twin (g * d and its "
+                             "bias sum)",
+                             lambda nodes, ins, outs, upd: share_reduced_values(nodes, outs)),
 }
 
 #: backend -> the lowering passes, in order
 LOWERING = {
     "numpy": ("dead_code", "schedule_updates"),
-    "numba": ("dead_code", "schedule_updates", "fuse_regions", "fold_accumulations"),
+    "numba": ("dead_code", "schedule_updates", "fuse_regions", "fold_accumulations",
+              "share_reduced_values"),
     "cupy": ("dead_code", "schedule_updates", "fuse_regions"),
 }
 

@@ -12,7 +12,8 @@ import re
 
 import numpy as np
 
-from ..scalar import Constants, inline_vector_calls, render_region, safe_product
+from ...transforms.partition import PRE_REDUCTION
+from ..scalar import Constants, ScalarBody, inline_vector_calls, render_region, safe_product
 from .reduce import (
     INIT,
     accumulate,
@@ -273,13 +274,23 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
                                                      body.nodes[-1].dtype, consts)
         w.nest(shape, sb.lines + [line], parallel=True, opaque=out, split=split)
         return
-    seeds = tuple(sorted(partial_outs))
+    seeds = tuple(sorted(k for k in partial_outs if k != PRE_REDUCTION))
     sb = render_region(body, reads, seeds, consts)
     stores = [f"{partial_outs[k]}{here(nd)} = {sb.partials[k]}" for k in seeds]
+    if PRE_REDUCTION in partial_outs:  # the value before the reduction, too
+        stores.append(f"{partial_outs[PRE_REDUCTION]}{here(nd)} = {sb.value}")
     if red is None:
         w.nest(shape, sb.lines + [f"{out}{here(nd)} = {sb.value}"] + stores, parallel=True,
                opaque=out, split=split)
         return
+    # a fused reduction's loops may be a prange (over blocks, chunks or rows):
+    # 0-d operands are read once before them, as a parallel nest's are
+    # (numba's parfor lowering cannot type a 0-d array read inside one)
+    if nd:
+        k = len(sb.lines)
+        hoisted = w._hoist_scalars([*sb.lines, sb.value, *stores])
+        sb = ScalarBody(hoisted[:k], hoisted[k], sb.partials, sb.consts)
+        stores = hoisted[k + 1:]
     if blocked:
         return blocked_full_reduction(w, node, out, sb, stores, scratch)
     # a reduction that keeps axis 0 (a batch of rows, each summed on its own)
