@@ -153,8 +153,8 @@ def test_float32_through_vmath_is_correctly_rounded_mostly():
 def test_prange_regions_call_the_inlined_functions(dtype):
     """A parallel plan's prange loops (a region nest and a blocked full sum),
     and a serial plan's nests as long, call vmath's numba-inlined twins;
-    gradients agree with the serial plan and the numpy reference, against finite differences, and a repeated call
-    allocates nothing."""
+    gradients agree with the serial plan and the numpy reference, against
+    finite differences, and a repeated call allocates nothing."""
     import hybridad as ha
     from hybridad.testing import count_allocations, numerical_gradient
 
