@@ -278,8 +278,8 @@ def share_reduced_values(nodes, outputs=()):
     two passes over the same operands.  Here the reducing one also stores
     its elementwise value (``region_partial`` with ``wrt=`` :data:`PRE_REDUCTION`),
     which replaces the other: one pass reading the operands once, writing the
-    value and the sum.  The reducing region moves up to where the other one
-    was (its operands are the same, so they are ready there).
+    value and the sum.  The reducing region runs where the first of the two
+    was (their operands are the same, so they are ready there).
 
     Returns
     -------
@@ -312,14 +312,20 @@ def share_reduced_values(nodes, outputs=()):
         moves[twin.id] = n
     if not moves:
         return nodes
-    moved = {r.id for r in moves.values()}
-    out = []
+    # the reducing region runs at the first of the two positions (both have
+    # the same operands; its own users may come before the other's)
+    moved, placed, out = {r.id for r in moves.values()}, set(), []
     for n in nodes:
         if n.id in moved:
+            if n.id not in placed:
+                placed.add(n.id)
+                out.append(n)
             continue
         if n.id in moves:
             red = moves[n.id]
-            out.append(red)
+            if red.id not in placed:
+                placed.add(red.id)
+                out.append(red)
             n.op, n.args, n.attrs = "region_partial", (red,), {"wrt": PRE_REDUCTION}
         out.append(n)
     return out
