@@ -520,3 +520,30 @@ def test_zero_d_operands_of_parallel_fused_reductions(monkeypatch, axis):
     np.testing.assert_allclose(float(res.value), float(ref.value), rtol=1e-13)
     for got, want in zip(res.gradient, ref.gradient, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_a_reduced_twin_that_comes_first_keeps_its_place():
+    # the reducing region before the plain one, read in between: it stays
+    # where it is, and the plain one becomes its stored value in place
+    from hybridad.ir.graph import Node
+    from hybridad.transforms.partition import PRE_REDUCTION, Region, share_reduced_values
+
+    f64 = np.dtype(np.float64)
+
+    def node(i, op, args, attrs, shape):
+        return Node(i, op, tuple(args), attrs, shape, f64, "backward")
+
+    x = node(0, "input", (), {"index": 0}, (4, 3))
+    y = node(1, "input", (), {"index": 1}, (4, 3))
+    m1 = node(2, "multiply", (x, y), {}, (4, 3))
+    m2 = node(3, "multiply", (x, y), {}, (4, 3))
+    s2 = node(4, "sum", (m2,), {"axis": (0,), "keepdims": True}, (1, 3))
+    red = node(5, "region", (x, y), {"body": Region([m2], s2, [x, y]), "mode": "value"}, (1, 3))
+    early = node(6, "negative", (red,), {}, (1, 3))
+    plain = node(7, "region", (x, y), {"body": Region([m1], None, [x, y]), "mode": "value"},
+                 (4, 3))
+    late = node(8, "negative", (plain,), {}, (4, 3))
+    out = share_reduced_values([x, y, red, early, plain, late], (early, late))
+    assert [n.id for n in out] == [0, 1, 5, 6, 7, 8]
+    assert plain.op == "region_partial" and plain.args == (red,)
+    assert plain.attrs == {"wrt": PRE_REDUCTION}
