@@ -44,10 +44,15 @@ def _inv_T(a):
 
 
 def _work(name):
+    """The op's ``workspace``: its kernel module's ``work_size`` on (the order
+    of ``a``, the columns of ``b``)."""
     def size(a, b=None, **attrs):
-        from .lapack import work_size
+        import importlib
 
-        return work_size(name, a.shape[-1], 0 if b is None else b.shape[-1])
+        from .lapack import KERNEL_MODULES
+
+        module = importlib.import_module(KERNEL_MODULES[name])
+        return module.work_size(name, a.shape[-1], 0 if b is None else b.shape[-1])
 
     return size
 
@@ -235,12 +240,6 @@ register(Op("cholesky", "compute", _cholesky_abstract, run=_run("cholesky"),
                 "(LAPACK potrf)"))
 
 
-def _adjoint_work(lo, g):
-    from .lapack_solve import work_size
-
-    return work_size("cholesky_adjoint", lo.shape[-1], lo.shape[-1])
-
-
 def _chol_adjoint_abstract(lo, g):
     _check_square(lo)
     if g.shape != lo.shape or g.dtype != lo.dtype:
@@ -282,7 +281,7 @@ def _chol_adjoint_vjp(h, node, active, lo, g, ans):
 
 register(Op("cholesky_adjoint", "compute", _chol_adjoint_abstract,
             run=_run("cholesky_adjoint"), vjp=_chol_adjoint_vjp, jvp=_chol_adjoint_jvp,
-            batch=_stacked_batch, workspace=_adjoint_work,
+            batch=_stacked_batch, workspace=_work("cholesky_adjoint"),
             doc="cholesky's reverse rule: the gradient w.r.t. the lower triangle a lower "
                 "Cholesky factor lo was computed from, given g, the gradient w.r.t. lo "
                 "(its upper triangle ignored): tril of L^-T phi(L^T tril(g)) L^-1 plus its "
