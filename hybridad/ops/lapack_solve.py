@@ -252,11 +252,8 @@ def _chol_adjoint_block(lm, g, n, j, k):
             e = g[r * n + c] / dcc
             g[r * n + c] = e
             acc += e * lm[r * n + c]
-            for q in range(j, c):  # the gradient of the rows below, left of c
+            for q in range(j, c):  # the gradients left of c: of row r, and of row c
                 g[r * n + q] -= e * lm[c * n + q]
-        for r in range(c + 1, k):  # ... and of row c, left of c
-            e = g[r * n + c]
-            for q in range(j, c):
                 g[c * n + q] -= e * lm[r * n + q]
         f = (g[c * n + c] - acc) / (2.0 * dcc)
         g[c * n + c] = f
@@ -284,7 +281,7 @@ def cholesky_adjoint(lo, gl, out, work, kind):
     ints, chars, dbl = _scalars(work)
     chars[0], chars[1], chars[2], chars[3] = ord("N"), ord("T"), ord("L"), ord("U")
     dbl[0], dbl[1] = 1.0, -1.0
-    ints[0], ints[5] = n, nb
+    ints[0] = n
     for i in range(lo.shape[0]):
         if n == 0:
             continue
