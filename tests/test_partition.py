@@ -504,6 +504,7 @@ def test_zero_d_operands_of_parallel_fused_reductions(monkeypatch, axis):
     # a 0-d array read inside a prange over blocks, chunks or rows failed to
     # compile (numba's parfor lowering cannot type it): it is read once before
     from hybridad.backends.numba import reduce, threshold
+    from hybridad.testing import assert_no_alloc
 
     monkeypatch.setattr(threshold, "PARALLEL_MIN", 64)
     monkeypatch.setattr(reduce, "BLOCK", 96)
@@ -520,6 +521,7 @@ def test_zero_d_operands_of_parallel_fused_reductions(monkeypatch, axis):
     np.testing.assert_allclose(float(res.value), float(ref.value), rtol=1e-13)
     for got, want in zip(res.gradient, ref.gradient, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    assert_no_alloc(plan.gradient, x, c, out=res, n=10)
 
 
 def test_a_reduced_twin_that_comes_first_keeps_its_place():
