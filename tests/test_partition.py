@@ -549,3 +549,49 @@ def test_a_reduced_twin_that_comes_first_keeps_its_place():
     assert [n.id for n in out] == [0, 1, 5, 6, 7, 8]
     assert plain.op == "region_partial" and plain.args == (red,)
     assert plain.attrs == {"wrt": PRE_REDUCTION}
+
+
+@pytest.mark.parametrize("parallel, dtype, shape", [
+    (True, np.float64, (60, 7)), (False, np.float64, (60, 7)), (True, np.float32, (60, 7)),
+    (True, np.float64, (6, 5))])
+def test_vjp_regions_summed_whole_share_one_loop(monkeypatch, parallel, dtype, shape):
+    # scalar parameters broadcast over a matrix (a GP kernel's), partials
+    # recomputed: their gradients are one vjp_sums region (a sum per
+    # parameter, no temporaries); the row vector's gradient sums over axis 0
+    # only and stays a vjp region.  Blocks of 19 rows (13 of 4 elements in a
+    # prange, or in order), or one block (6 x 5)
+    from hybridad.backends.numba import reduce, threshold
+    from hybridad.ops.region import recompute_partials
+    from hybridad.testing import assert_no_alloc, numerical_gradient
+    from hybridad.transforms.partition import VJP_SUMS
+
+    if shape[0] > 10:
+        monkeypatch.setattr(threshold, "PARALLEL_MIN", 64)
+        monkeypatch.setattr(reduce, "BLOCK", 96)
+
+    def f(theta, r, D, v):
+        K = np.exp(theta[1]) * np.exp(-0.5 * D / np.exp(2 * theta[0])) + theta[2] * D * D + r
+        return np.sum(np.sin(K @ v))
+
+    rng = np.random.default_rng(5)
+    theta = np.array([0.3, -0.2, 0.7], dtype)
+    r = rng.uniform(-1, 1, (1, shape[1])).astype(dtype)
+    D, v = rng.uniform(0, 2, shape).astype(dtype), rng.uniform(-1, 1, shape[1]).astype(dtype)
+    with recompute_partials():
+        plan = ha.compile(f, theta, r, D, v, argnums=(0, 1), parallel=parallel, tiered=False)
+        res = plan.gradient(theta, r, D, v)
+    sums = [n for n in plan.graph.nodes if n.op == "region" and n.attrs["mode"] == VJP_SUMS]
+    assert [len(n.attrs["wrt"]) for n in sums] == [3], plan.explain()
+    vjps = [n for n in plan.graph.nodes if n.op == "region" and n.attrs["mode"] == "vjp"]
+    assert [n.shape for n in vjps if n.shape == shape] == [shape]  # r's: summed over axis 0
+    assert "summed whole in the loop" in plan.explain()
+    assert ("prange(" in plan._program.source) == (parallel and shape[0] > 10)
+    ref = ha.gradient(f, theta.astype(np.float64), r.astype(np.float64), D.astype(np.float64),
+                      v.astype(np.float64), argnums=(0, 1), backend="numpy")
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    for got, want in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    if dtype == np.float64:
+        fd = numerical_gradient(lambda t: f(t, r, D, v), theta.copy())
+        np.testing.assert_allclose(res.gradient[0], fd, rtol=1e-7)
+    assert_no_alloc(plan.gradient, theta, r, D, v, out=res, n=10)

@@ -5,7 +5,10 @@
   ``attrs['mode']`` is ``"value"`` (compute the output, and any partials that
   ``region_partial`` nodes ask for -- the *store* strategy) or ``"vjp"``
   (compute ``g * d(output)/d(input k)`` in the backward sweep from the inputs
-  and the cotangent ``g``, its last operand -- the *recompute* strategy).
+  and the cotangent ``g``, its last operand -- the *recompute* strategy), or
+  ``"vjp_sums"`` (the full sums of those products for each ``k`` of the tuple
+  ``attrs['wrt']``, in one loop: made by
+  :func:`hybridad.transforms.partition.sum_vjp_regions`).
 * ``region_partial`` -- d(elementwise output)/d(input ``k``) of a ``value``
   region, per element: written by that region's kernel in the same pass as
   the value (forward-mode dual numbers), read by the backward sweep.
@@ -63,6 +66,8 @@ def _no_numpy(*args, **kwargs):
 def _region_abstract(*args, body, mode, wrt=None):
     if mode == "value":
         return body.output.shape, body.output.dtype
+    if mode == "vjp_sums":  # one sum per input of wrt (partition.sum_vjp_regions)
+        return (len(wrt),), body.nodes[-1].dtype
     return body.shape, body.nodes[-1].dtype
 
 

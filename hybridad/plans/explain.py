@@ -125,7 +125,7 @@ class ExplainMixin:
 
     def _region_lines(self):
         from ..backends.numba.loops import region_runs_parallel
-        from ..transforms.partition import PRE_REDUCTION
+        from ..transforms.partition import PRE_REDUCTION, VJP_SUMS
 
         nodes = self.graph.nodes
         users = {n.id: [] for n in nodes}
@@ -168,6 +168,12 @@ class ExplainMixin:
                 ops += f" -> {body.reduction.op}"
             par = "prange" if region_runs_parallel(n) else "serial"
             ins = ", ".join(f"%{a.id}" for a in n.args)
+            if mode == VJP_SUMS:
+                wrt = ", ".join(str(k) for k in n.attrs["wrt"])
+                out.append(f"  %{n.id:<4} {n.phase:<8} {ops} over {body.shape} ({par}): "
+                           f"recomputed for cotangent x d/d(operand {wrt}), each product "
+                           f"summed whole in the loop (no temporary), into {where(n)}")
+                continue
             if mode == "vjp":
                 out.append(f"  %{n.id:<4} {n.phase:<8} {ops} over {body.shape} ({par}): "
                            f"recomputed for cotangent x d/d(operand {n.attrs['wrt']}), into "
@@ -176,7 +182,7 @@ class ExplainMixin:
             stored = [u for u in users[n.id] if u.op == "region_partial"]
             partials = [u for u in stored if u.attrs["wrt"] != PRE_REDUCTION]
             values = [u for u in stored if u.attrs["wrt"] == PRE_REDUCTION]
-            vjps = [m for m in nodes if m.op == "region" and m.attrs["mode"] == "vjp"
+            vjps = [m for m in nodes if m.op == "region" and m.attrs["mode"] in ("vjp", VJP_SUMS)
                     and m.attrs["body"] is body]
             how = "store" if partials else "recompute" if vjps else "no partials needed"
             why = f" ({body.partials_reason})" if (partials or vjps) and \

@@ -45,8 +45,9 @@ def kind_of(node):
 
     op = node.op
     if op == "region":
-        return "region_reduce" if node.attrs["body"].reduction is not None and \
-            node.attrs["mode"] != "vjp" else "region"
+        mode = node.attrs["mode"]
+        return "region_reduce" if mode == "vjp_sums" or node.attrs["body"].reduction is \
+            not None and mode != "vjp" else "region"
     if op == "region_acc":
         return "region"
     if op == "matmul":
@@ -388,6 +389,8 @@ class _Details:
             text += f" over {_shape(body.shape)}"
             if node.attrs.get("mode") == "vjp":
                 text += f" (vjp wrt {node.attrs['wrt']})"
+            elif node.attrs.get("mode") == "vjp_sums":
+                text += f" (vjp wrt {','.join(map(str, node.attrs['wrt']))}, each summed)"
             if op == "region":
                 stored = len(self.partials.get(node.id, ()))
                 text += f", {stored} partials stored" if stored else ""

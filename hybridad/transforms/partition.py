@@ -22,13 +22,19 @@ from __future__ import annotations
 from ..ops import REGISTRY, storage_root
 
 __all__ = ["Region", "find_regions", "fuse_regions", "fold_accumulations",
-           "share_reduced_values", "FUSABLE_REDUCTIONS", "PRE_REDUCTION"]
+           "share_reduced_values", "sum_vjp_regions", "FUSABLE_REDUCTIONS", "PRE_REDUCTION",
+           "VJP_SUMS"]
 
 FUSABLE_REDUCTIONS = ("sum", "max", "min")
 
 #: the ``wrt`` of a ``region_partial`` that is not a partial but the region's
 #: elementwise value before its fused reduction (:func:`share_reduced_values`)
 PRE_REDUCTION = -1
+
+#: the ``mode`` of a ``region`` node computing, in one loop, the full sums of
+#: ``g * d(output)/d(input k)`` for each ``k`` of its ``wrt`` tuple
+#: (:func:`sum_vjp_regions`); its result holds them in that order
+VJP_SUMS = "vjp_sums"
 
 
 class Region:
@@ -328,4 +334,75 @@ def share_reduced_values(nodes, outputs=()):
                 out.append(red)
             n.op, n.args, n.attrs = "region_partial", (red,), {"wrt": PRE_REDUCTION}
         out.append(n)
+    return out
+
+
+def sum_vjp_regions(nodes, outputs=()):
+    """One loop for the vjp regions whose results are summed whole (IR -> IR).
+
+    A region's input broadcast over its loop -- a scalar parameter, a
+    lengthscale, a bias added to everything -- gets its gradient as the sum
+    of ``g * d(output)/d(input)`` over the loop.  When the region recomputes
+    its partials (the *recompute* strategy), each such input is a ``vjp``
+    region evaluating the body again, writing a temporary of the loop's
+    shape, and a ``sum`` reading it back: a Gaussian process's three
+    hyperparameters are three passes of ``exp`` over the n x n kernel and
+    three n x n temporaries.  Here every ``vjp`` region used only by a sum
+    over all of its axes, grouped with the others of the same region and
+    cotangent, becomes one ``region`` of mode :data:`VJP_SUMS` (``wrt`` the
+    tuple of their inputs): one evaluation of the body with a dual seed per
+    input, each product summed as it is made (the backend's two-phase block
+    reduction), no temporary.  Each ``sum`` becomes a view of its element.
+
+    Returns
+    -------
+    list of Node
+        The new node list: each fused node where the first region of its
+        group was (all of the group read the same operands).
+    """
+    from ..ir.graph import Node
+
+    users = {n.id: [] for n in nodes}
+    for n in nodes:
+        for a in n.args:
+            users[a.id].append(n)
+    external = {n.id for n in outputs if n is not None}
+    groups = {}  # (body, operands) -> [(vjp region, its sum)]
+    for n in nodes:
+        if n.op != "sum" or n.id in external:
+            continue
+        v = n.args[0]
+        if v.op != "region" or v.attrs["mode"] != "vjp" or v.id in external or \
+                len(users[v.id]) != 1 or not v.shape or n.dtype != v.dtype or \
+                sorted(n.attrs["axis"]) != list(range(len(v.shape))):
+            continue
+        key = (id(v.attrs["body"]), tuple(a.id for a in v.args))
+        groups.setdefault(key, []).append((v, n))
+    if not groups:
+        return nodes
+    next_id = max(n.id for n in nodes) + 1
+    order = {n.id: i for i, n in enumerate(nodes)}
+    first, views, dropped = {}, {}, set()  # first region's id -> fused node; sum id -> view
+    for members in groups.values():
+        v0 = members[0][0]
+        wrt = tuple(v.attrs["wrt"] for v, _ in members)
+        fused = Node(next_id, "region", v0.args,
+                     {"body": v0.attrs["body"], "mode": VJP_SUMS, "wrt": wrt},
+                     (len(wrt),), v0.dtype, v0.phase)
+        next_id += 1
+        first[min((v for v, _ in members), key=lambda v: order[v.id]).id] = fused
+        for j, (v, s) in enumerate(members):
+            dropped.add(v.id)
+            item = Node(next_id, "getitem", (fused,), {"index": (j,)}, (), v.dtype, s.phase)
+            next_id += 1
+            views[s.id] = item
+            s.op, s.args, s.attrs = "reshape", (item,), {"shape": s.shape}
+    out = []
+    for n in nodes:
+        if n.id in first:
+            out.append(first[n.id])
+        if n.id in views:
+            out.append(views[n.id])
+        if n.id not in dropped:
+            out.append(n)
     return out

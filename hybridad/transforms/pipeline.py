@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 
 from ..ir.graph import Graph, check, dead_code_elimination
-from .partition import fold_accumulations, fuse_regions, share_reduced_values
+from .partition import fold_accumulations, fuse_regions, share_reduced_values, sum_vjp_regions
 from .updates import schedule_updates
 
 __all__ = ["LOWERING", "PIPELINES", "check_rules", "describe", "lower"]
@@ -40,13 +40,16 @@ PASSES = {
     "share_reduced_values": ("one loop for a region and its reduced twin (g * d and its "
                              "bias sum)",
                              lambda nodes, ins, outs, upd: share_reduced_values(nodes, outs)),
+    "sum_vjp_regions": ("one loop for the vjp regions summed whole (a scalar parameter's "
+                        "gradients)",
+                        lambda nodes, ins, outs, upd: sum_vjp_regions(nodes, outs)),
 }
 
 #: backend -> the lowering passes, in order
 LOWERING = {
     "numpy": ("dead_code", "schedule_updates"),
     "numba": ("dead_code", "schedule_updates", "fuse_regions", "fold_accumulations",
-              "share_reduced_values"),
+              "share_reduced_values", "sum_vjp_regions"),
     "cupy": ("dead_code", "schedule_updates", "fuse_regions"),
 }
 

@@ -191,7 +191,8 @@ def read_in_place(nodes, outputs=()):
         if u.id in cand:
             return True
         if u.op == "region":
-            ok = u.attrs["mode"] == "vjp" or u.attrs["body"].reduction is None
+            ok = u.attrs["mode"] == "vjp" or u.attrs["mode"] == "value" and \
+                u.attrs["body"].reduction is None
         else:
             ok = u.op == "region_acc" and i > 0
         root = storage_root(m.source).id  # not written in place before u reads it

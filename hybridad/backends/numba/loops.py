@@ -12,12 +12,13 @@ import re
 
 import numpy as np
 
-from ...transforms.partition import PRE_REDUCTION
+from ...transforms.partition import PRE_REDUCTION, VJP_SUMS
 from ..scalar import Constants, ScalarBody, inline_vector_calls, render_region, safe_product
 from .reduce import (
     INIT,
     accumulate,
     blocked_full_reduction,
+    blocked_full_sums,
     init_text,
     reduction_nest,
     region_runs_parallel,
@@ -76,7 +77,7 @@ class LoopWriter:
         self.lines.extend(pad + line for line in lines)
 
     def nest(self, shape, body, prefix="i", parallel=False, work=None, opaque=None,
-             split=None):
+             split=None, long=False):
         """A loop nest over ``shape`` around ``body`` (list of lines).
 
         ``parallel``: the outermost loop is a ``prange`` when the nest has at
@@ -97,6 +98,10 @@ class LoopWriter:
         loop its schedule's) the hidden count stops the inner loop from
         vectorizing -- a (100000, 16) region ran at 17 GB/s hidden, 63 not.
 
+        ``long``: the nest is one of many that together make a long loop (the
+        blocks of a full reduction): inline vmath's functions as in a nest of
+        :data:`PARALLEL_MIN` elements.
+
         ``split``: ``(rows, names)`` of :func:`shifted_split` -- the
         innermost loop runs over each row's ``lo:hi`` in turn, the row's
         offsets bound to ``names`` (a loop over a literal tuple, just outside
@@ -116,7 +121,7 @@ class LoopWriter:
         # so a nest long enough to run in parallel (were the plan parallel)
         # inlines them too: numba re-types them per call site, a cost worth
         # paying only where the loop is long
-        long = all(isinstance(s, (int, np.integer)) for s in shape) and \
+        long = long or all(isinstance(s, (int, np.integer)) for s in shape) and \
             int(np.prod(shape)) >= PARALLEL_MIN
         if inside or long:
             body = inline_vector_calls(body)
@@ -233,7 +238,9 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
     ----------
     w : LoopWriter
     node : Node
-        The region node; ``attrs['mode']`` is ``value`` or ``vjp``.
+        The region node; ``attrs['mode']`` is ``value``, ``vjp`` or ``vjp_sums``
+        (the sums of the products for each input of ``attrs['wrt']``, into
+        ``out[0]``, ``out[1]``, ..., as a full reduction's blocks).
     names : dict
         node id -> variable name, for the node's operands and itself.
     partial_outs : dict
@@ -250,11 +257,11 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
     nd = len(shape)
     red = body.reduction
     blocked = (mode == "value" and red is not None and nd > 0 and scratch is not None
-               and len(red.attrs["axis"]) == nd)
-    if blocked and not single_block(body):
+               and len(red.attrs["axis"]) == nd) or mode == VJP_SUMS
+    if blocked and not single_block(node):
         # the loop runs over one block of rows: operands along axis 0 are sliced
         names = dict(names)
-        for operand in node.args[:len(body.inputs)]:
+        for operand in node.args[:len(body.inputs) + (mode == VJP_SUMS)]:  # (and g)
             if len(operand.shape) == nd and operand.shape[0] != 1 and \
                     not (operand.is_literal and operand.size == 1):
                 names[operand.id] = _block_slice(w, names[operand.id])
@@ -267,6 +274,14 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
 
     reads = [read(a) for a in node.args[:len(body.inputs)]]
     out = names[node.id]
+    if mode == VJP_SUMS:  # the products for each input, each summed in the loop
+        wrt = node.attrs["wrt"]
+        sb = render_region(body, reads, tuple(sorted(set(wrt))), consts, need_value=False)
+        g = read(node.args[-1])
+        values = [safe_product(g, sb.partials[k], body.nodes[-1].dtype, consts) for k in wrt]
+        k = len(sb.lines)
+        hoisted = w._hoist_scalars([*sb.lines, *values])
+        return blocked_full_sums(w, node, out, hoisted[:k], hoisted[k:], scratch)
     if mode == "vjp":
         k = node.attrs["wrt"]
         sb = render_region(body, reads, (k,), consts, need_value=False)

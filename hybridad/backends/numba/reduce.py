@@ -38,9 +38,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...transforms.partition import VJP_SUMS
 from .threshold import PARALLEL_MIN, parallel_min
 
 __all__ = ["INIT", "init_text", "Accumulator", "acc_dtype", "accumulate", "blocked_full_reduction",
+           "blocked_full_sums",
            "compensated", "leading_chunks", "reduction_nest", "reduction_scratch",
            "region_runs_parallel"]
 
@@ -376,12 +378,18 @@ def reduction_scratch(node, threads):
 
     A value region with a full reduction: one block per thread that may run
     it (in the accumulation dtype for sums and products), and for a
-    ``prange`` one element per block (the blocks' sums).  A reduction over
+    ``prange`` one element per block (the blocks' sums); a ``vjp_sums``
+    region: as much for each of its sums.  A reduction over
     leading or middle axes (a region's or a ``sum``/``prod`` node's): an
     array of the output's shape (:func:`reduction_nest`)."""
     if node.op == "region":
         body = node.attrs["body"]
         red = body.reduction
+        if node.attrs["mode"] == VJP_SUMS:  # a block per thread for each of its sums
+            count = _pow2_at_least(reduction_block(body.shape)[1])
+            if _parallel_elems(body.shape):
+                count = count * threads + _sums_size(body.shape)
+            return acc_dtype("sum", node.dtype), count * len(node.attrs["wrt"])
         if node.attrs["mode"] != "value" or red is None or not body.shape:
             return None
         kind, shape, axis = red.op, body.shape, red.attrs["axis"]
@@ -414,9 +422,12 @@ def _pow2_at_least(n):
     return 1 << max(int(n) - 1, 0).bit_length()
 
 
-def _parallel_sum(body):
+def _parallel_elems(shape):
+    return int(np.prod(shape)) >= parallel_min()
 
-    return body.reduction.op == "sum" and int(np.prod(body.shape)) >= parallel_min()
+
+def _parallel_sum(body):
+    return body.reduction.op == "sum" and _parallel_elems(body.shape)
 
 
 # ----------------------------------------------------------------------------
@@ -424,9 +435,16 @@ def _parallel_sum(body):
 # ----------------------------------------------------------------------------
 
 
-def single_block(body):
-    """Whether a full reduction over ``body.shape`` is one block (run serially)."""
-    return _blocks(body.shape) == 1 and not _parallel_sum(body)
+def _runs_parallel(node):
+    """Whether a full reduction of region ``node`` runs its blocks as a prange."""
+    body = node.attrs["body"]
+    return _parallel_elems(body.shape) if node.attrs["mode"] == VJP_SUMS else \
+        _parallel_sum(body)
+
+
+def single_block(node):
+    """Whether region ``node``'s full reduction over its loop is one block (run serially)."""
+    return _blocks(node.attrs["body"].shape) == 1 and not _runs_parallel(node)
 
 
 def blocked_full_reduction(w, node, out, sb, stores, scratch):
@@ -445,49 +463,76 @@ def blocked_full_reduction(w, node, out, sb, stores, scratch):
     order (:func:`.rt.sum_compensated`), so the result does not depend on the
     number of threads.  Operands along axis 0 are read through the block
     slices the caller put in ``w.pending``."""
-    body = node.attrs["body"]
-    red, shape, nd = body.reduction, body.shape, len(body.shape)
+    red = node.attrs["body"].reduction
+    _blocked(w, node, red.op, red.dtype, [f"{out}[()]"], sb.lines, [sb.value], stores, scratch)
+
+
+def blocked_full_sums(w, node, out, lines, values, scratch):
+    """The sums of ``values`` over a ``vjp_sums`` region's loop into ``out[0]``,
+    ``out[1]``, ...: one loop writing each value into its own scratch block,
+    each block folded and the blocks' sums added as
+    :func:`blocked_full_reduction` does for one (the scratch holds the blocks'
+    sums of each value in turn, then each thread's blocks, one per value)."""
+    _blocked(w, node, "sum", node.dtype, [f"{out}[{k}]" for k in range(len(values))], lines,
+             values, (), scratch)
+
+
+def _blocked(w, node, kind, dtype, targets, lines, values, stores, scratch):
+    shape = node.attrs["body"].shape
+    nd = len(shape)
     rows, per_block = reduction_block(shape)
     width = _pow2_at_least(per_block)
     inner = per_block // rows
-    par = _parallel_sum(body)
+    par = _runs_parallel(node)
     w.parallel = w.parallel or par
-    acc = Accumulator(red.op, red.dtype, "acc")
-    many = not single_block(body)
+    many = not single_block(node)
     nblocks = _blocks(shape)
-    sums = _sums_size(shape) if par else 0  # the blocks' sums come first
-    base = f"{sums} + get_thread_id() * {width}" if par else "0"
+    nv = len(values)
+    sfx = [""] if nv == 1 else [str(k) for k in range(nv)]
+    accs = [Accumulator(kind, dtype, "acc" + x) for x in sfx]
+    sums = _sums_size(shape) if par else 0  # the blocks' sums of each value come first
+    base = f"{nv * sums} + get_thread_id() * {nv * width}" if par else "0"
     if many and not par:
-        w.emit(*acc.init())
+        for acc in accs:
+            w.emit(*acc.init())
     if many:
         w.emit(f"for blk in {'prange' if par else 'range'}({nblocks}):")
         w.indent += 1
         w.emit(f"r0 = blk * {rows}",
-               f"nr = min({rows}, {shape[0]} - r0)",
-               f"scf = {scratch}[{base}:{base} + {width}]")
+               f"nr = min({rows}, {shape[0]} - r0)")
     else:
-        w.emit(f"nr = {shape[0]}", f"scf = {scratch}")
-    w.emit(f"sc = scf[:{per_block}]" if nd == 1 else
-           f"sc = scf[:{per_block}].reshape({(rows,) + tuple(shape[1:])!r})")
+        w.emit(f"nr = {shape[0]}")
+    for k, x in enumerate(sfx):
+        lo = base if k == 0 else f"{base} + {k * width}"
+        w.emit(f"scf{x} = {scratch}" if not many and nv == 1 else
+               f"scf{x} = {scratch}[{lo}:{base} + {(k + 1) * width}]")
+        w.emit(f"sc{x} = scf{x}[:{per_block}]" if nd == 1 else
+               f"sc{x} = scf{x}[:{per_block}].reshape({(rows,) + tuple(shape[1:])!r})")
     w.emit(*w.pending)
     w.pending.clear()
     block_shape = ("nr",) + tuple(str(s) for s in shape[1:])
     w.in_prange += bool(many and par)
-    w.nest(block_shape, sb.lines + [f"sc{_here(nd)} = {sb.value}"] + stores)
+    w.nest(block_shape, lines + [f"sc{x}{_here(nd)} = {v}" for x, v in zip(sfx, values,
+                                                                             strict=True)]
+           + list(stores), long=int(np.prod(shape)) >= PARALLEL_MIN)
     w.in_prange -= bool(many and par)
     # pad to the power-of-two width with the identity, then fold halves
-    pad = f", {init_text(red.op, red.dtype)}" if red.op in ("max", "min") else ""
-    fold = f"_fold_{red.op}(scf, nr * {inner}{pad})"
+    pad = f", {init_text(kind, dtype)}" if kind in ("max", "min") else ""
+    folds = [f"_fold_{kind}(scf{x}, nr * {inner}{pad})" for x in sfx]
     if not many:
-        w.emit(f"{out}[()] = {fold}")
-    elif par:  # this block's sum; all are added after the loop, in order
-        w.emit(f"{scratch}[blk] = {fold}")
+        w.emit(*(f"{t} = {f}" for t, f in zip(targets, folds, strict=True)))
+    elif par:  # this block's sums; all are added after the loop, in order
+        w.emit(*(f"{scratch}[{k * sums} + blk] = {f}" if k else f"{scratch}[blk] = {f}"
+                 for k, f in enumerate(folds)))
         w.indent -= 1
-        w.emit(f"{out}[()] = _sum_compensated({scratch}[:{nblocks}])")
+        w.emit(*(f"{t} = _sum_compensated({scratch}[{k * sums}:{k * sums + nblocks}])"
+                 if k else f"{t} = _sum_compensated({scratch}[:{nblocks}])"
+                 for k, t in enumerate(targets)))
     else:
-        w.emit("bv = " + fold, *acc.add("bv"))
+        for acc, f in zip(accs, folds, strict=True):
+            w.emit("bv = " + f, *acc.add("bv"))
         w.indent -= 1
-        w.emit(f"{out}[()] = {acc.result()}")
+        w.emit(*(f"{t} = {acc.result()}" for t, acc in zip(targets, accs, strict=True)))
 
 
 def _sums_size(shape):
@@ -505,6 +550,8 @@ def region_runs_parallel(node):
 
     body = node.attrs["body"]
     red, shape = body.reduction, body.shape
+    if node.attrs["mode"] == VJP_SUMS:
+        return bool(shape) and _parallel_elems(shape)
     if node.attrs["mode"] == "vjp" or red is None or 0 not in red.attrs["axis"]:
         return bool(shape) and int(np.prod(shape)) >= parallel_min()
     return bool(shape) and len(red.attrs["axis"]) == len(shape) and _parallel_sum(body)
