@@ -595,3 +595,45 @@ def test_vjp_regions_summed_whole_share_one_loop(monkeypatch, parallel, dtype, s
         fd = numerical_gradient(lambda t: f(t, r, D, v), theta.copy())
         np.testing.assert_allclose(res.gradient[0], fd, rtol=1e-7)
     assert_no_alloc(plan.gradient, theta, r, D, v, out=res, n=10)
+
+
+def _loss(p, x):
+    r = p[0] * np.exp(-p[1] * x) + p[2] * np.sin(x) - 0.5
+    return np.sum(r * r)
+
+
+def _scaled_loss(p, x):
+    return 0.5 * _loss(p, x) + np.sum(np.tanh(p[0] * x))
+
+
+@pytest.mark.parametrize("f, parallel, shape", [
+    (_loss, True, (60, 7)), (_scaled_loss, False, (60, 7)), (_scaled_loss, True, (60, 7)),
+    (_loss, True, (9,))])
+def test_stored_partials_summed_whole_are_summed_in_the_loss_loop(monkeypatch, f, parallel,
+                                                                  shape):
+    # a loss of scalar parameters stores each one's partial per element, and
+    # the gradient sums it (times the loss's cotangent, when it is not the
+    # output): the loss's loop sums it instead (region_partial summed=True,
+    # 0-d).  Blocks of 19 rows (13 of 4 elements in a prange, or in order),
+    # or one block (9 elements)
+    from hybridad.backends.numba import reduce, threshold
+    from hybridad.testing import assert_no_alloc, numerical_gradient
+
+    if shape[0] > 10:
+        monkeypatch.setattr(threshold, "PARALLEL_MIN", 64)
+        monkeypatch.setattr(reduce, "BLOCK", 96)
+    p, x = np.array([1.0, 1.3, 0.2]), np.linspace(0, 3, int(np.prod(shape))).reshape(shape)
+    plan = ha.compile(f, p, x, argnums=0, parallel=parallel, tiered=False)
+    partials = [n for n in plan.graph.nodes if n.op == "region_partial"]
+    summed = [n for n in partials if n.attrs.get("summed")]
+    assert len(summed) >= 3 and all(n.shape == () for n in summed), plan.explain()
+    assert len(partials) == len(summed)  # no partial array is left
+    assert "summed whole in the loop" in plan.explain()
+    assert ("prange(" in plan._program.source) == (parallel and shape[0] > 10)
+    res = plan.gradient(p, x)
+    ref = ha.gradient(f, p, x, argnums=0, backend="numpy")
+    np.testing.assert_allclose(float(res.value), float(ref.value), rtol=1e-13)
+    np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12, atol=1e-13)
+    fd = numerical_gradient(lambda q: f(q, x), p.copy())
+    np.testing.assert_allclose(res.gradient, fd, rtol=1e-7)
+    assert_no_alloc(plan.gradient, p, x, out=res, n=10)

@@ -11,7 +11,10 @@
   :func:`hybridad.transforms.partition.sum_vjp_regions`).
 * ``region_partial`` -- d(elementwise output)/d(input ``k``) of a ``value``
   region, per element: written by that region's kernel in the same pass as
-  the value (forward-mode dual numbers), read by the backward sweep.
+  the value (forward-mode dual numbers), read by the backward sweep; with
+  ``summed=True`` (0-d), its sum over the loop of a region that ends in a full
+  sum (:func:`hybridad.transforms.partition.sum_stored_partials`; the region
+  lists those inputs in ``attrs['sums']``).
 * ``region_acc`` -- an elementwise region (either mode) whose result is
   *added into* an adjoint instead of stored: ``acc[index] += region(...)``,
   in place (operands: ``acc``, the region's operands).  Made by
@@ -63,7 +66,7 @@ def _no_numpy(*args, **kwargs):
     raise NotImplementedError("fused regions run on compiled backends only")
 
 
-def _region_abstract(*args, body, mode, wrt=None):
+def _region_abstract(*args, body, mode, wrt=None, sums=()):
     if mode == "value":
         return body.output.shape, body.output.dtype
     if mode == "vjp_sums":  # one sum per input of wrt (partition.sum_vjp_regions)
@@ -213,10 +216,11 @@ register(Op("zeros", "compute", lambda shape, dtype: (shape, dtype),
             doc="a buffer of zeros (where folded accumulations start)"))
 
 
-def _partial_abstract(region, wrt):
+def _partial_abstract(region, wrt, summed=False):
     body = region.attrs["body"]
-    return body.shape, body.nodes[-1].dtype
+    return () if summed else body.shape, body.nodes[-1].dtype
 
 
 register(Op("region_partial", "compute", _partial_abstract, run=_no_numpy,
-            doc="local partial of a region w.r.t. one input, stored by its kernel"))
+            doc="local partial of a region w.r.t. one input, stored by its kernel "
+                "(summed=True: its sum over the region's loop)"))

@@ -190,7 +190,9 @@ class ExplainMixin:
             out.append(f"  %{n.id:<4} {n.phase:<8} {ops} over {body.shape} ({par}) of {ins}: "
                        f"value into {where(n)}; partials: {how}{why}")
             for p in partials:
-                out.append(f"         d/d%{n.args[p.attrs['wrt']].id} -> %{p.id}: {where(p)}")
+                whole = " summed whole in the loop" if p.attrs.get("summed") else ""
+                out.append(f"         d/d%{n.args[p.attrs['wrt']].id}{whole} -> %{p.id}: "
+                           f"{where(p)}")
             for p in values:
                 out.append(f"         its value before the {body.reduction.op} -> %{p.id}: "
                            f"{where(p)} (the same loop writes it, for %{p.id}'s readers)")

@@ -22,7 +22,8 @@ from __future__ import annotations
 from ..ops import REGISTRY, storage_root
 
 __all__ = ["Region", "find_regions", "fuse_regions", "fold_accumulations",
-           "share_reduced_values", "sum_vjp_regions", "FUSABLE_REDUCTIONS", "PRE_REDUCTION",
+           "share_reduced_values", "sum_vjp_regions", "sum_stored_partials",
+           "FUSABLE_REDUCTIONS", "PRE_REDUCTION",
            "VJP_SUMS"]
 
 FUSABLE_REDUCTIONS = ("sum", "max", "min")
@@ -406,3 +407,84 @@ def sum_vjp_regions(nodes, outputs=()):
         if n.id not in dropped:
             out.append(n)
     return out
+
+
+def _full_sum(node, shape):
+    return node.op == "sum" and sorted(node.attrs["axis"]) == list(range(len(shape)))
+
+
+def _summable_partial(p, user, users, external):
+    """Whether ``p`` is a stored partial that ``user`` alone reads, of a value
+    region whose loop ends in a sum over all of its axes (a loss)."""
+    if p.op != "region_partial" or p.attrs["wrt"] < 0 or p.attrs.get("summed") or \
+            p.id in external or [u.id for u in users[p.id]] != [user.id]:
+        return False
+    r = p.args[0]
+    body = r.attrs["body"]
+    red = body.reduction
+    return r.op == "region" and r.attrs["mode"] == "value" and red is not None and \
+        red.op == "sum" and bool(body.shape) and len(red.attrs["axis"]) == len(body.shape) \
+        and p.shape == body.shape
+
+
+def sum_stored_partials(nodes, outputs=()):
+    """Stored partials a gradient only sums whole are summed in the forward
+    loop (IR -> IR).
+
+    A loss ``sum(h(x, a, b))`` with scalar parameters ``a``, ``b`` stores
+    ``dh/da`` and ``dh/db`` per element (the *store* strategy) for the
+    backward sweep, which sums each (times the loss's scalar cotangent ``g``:
+    ``sum(dh/da)`` or ``sum(g * dh/da)``).  Here such a partial becomes a
+    summed one (``region_partial`` with ``summed=True``, 0-d): the region's
+    loop sums it beside its value (the same two-phase block reduction), and
+    the backward's ``sum`` becomes a view of it, ``sum(g * p)`` the product
+    ``g * sum(p)``.  No array per parameter, no second pass over it.
+
+    Returns
+    -------
+    list of Node
+        The same nodes, some rewritten in place (the region ``n`` keeps the
+        summed inputs in ``attrs['sums']``).
+    """
+    from ..ir.graph import Node
+
+    users = {n.id: [] for n in nodes}
+    for n in nodes:
+        for a in n.args:
+            users[a.id].append(n)
+    external = {n.id for n in outputs if n is not None}
+    next_id = max((n.id for n in nodes), default=-1) + 1
+    for n in nodes:
+        if n.id in external:
+            continue
+        if n.op == "sum":
+            p = n.args[0]
+            if not (_full_sum(n, p.shape) and n.dtype == p.dtype and
+                    _summable_partial(p, n, users, external)):
+                continue
+        elif n.op == "region" and n.attrs["mode"] == "value":
+            body = n.attrs["body"]  # g * p, summed whole, g one element
+            red = body.reduction
+            if len(body.nodes) != 1 or body.nodes[0].op != "safe_multiply" or red is None or \
+                    red.op != "sum" or len(red.attrs["axis"]) != len(body.shape) or \
+                    len(body.inputs) != 2 or any(u.op == "region_partial" for u in users[n.id]):
+                continue  # (a region_partial user: g * p is read whole too, share_reduced_values)
+            ps = [a for a in body.inputs if a.op == "region_partial"]
+            if len(ps) != 1 or [a.size for a in body.inputs if a is not ps[0]] != [1]:
+                continue
+            p = ps[0]
+            if not (p.dtype == n.dtype and _summable_partial(p, n, users, external)):
+                continue
+        else:
+            continue
+        r = p.args[0]
+        p.shape, p.attrs = (), {"wrt": p.attrs["wrt"], "summed": True}
+        r.attrs = {**r.attrs, "sums": r.attrs.get("sums", ()) + (p.attrs["wrt"],)}
+        if n.op == "sum":
+            n.op, n.args, n.attrs = "reshape", (p,), {"shape": n.shape}
+        else:  # g * sum(p), over the loop of one element the sum had kept
+            mul = body.nodes[0]
+            prod = Node(next_id, "safe_multiply", mul.args, mul.attrs, n.shape, n.dtype, n.phase)
+            next_id += 1
+            n.attrs = {"body": Region([prod], None, list(body.inputs)), "mode": "value"}
+    return nodes

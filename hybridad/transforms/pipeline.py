@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 
 from ..ir.graph import Graph, check, dead_code_elimination
-from .partition import fold_accumulations, fuse_regions, share_reduced_values, sum_vjp_regions
+from .partition import (fold_accumulations, fuse_regions, share_reduced_values,
+                        sum_stored_partials, sum_vjp_regions)
 from .updates import schedule_updates
 
 __all__ = ["LOWERING", "PIPELINES", "check_rules", "describe", "lower"]
@@ -40,6 +41,9 @@ PASSES = {
     "share_reduced_values": ("one loop for a region and its reduced twin (g * d and its "
                              "bias sum)",
                              lambda nodes, ins, outs, upd: share_reduced_values(nodes, outs)),
+    "sum_stored_partials": ("sum in a loss's loop the stored partials the gradient sums whole "
+                            "(a scalar parameter's)",
+                            lambda nodes, ins, outs, upd: sum_stored_partials(nodes, outs)),
     "sum_vjp_regions": ("one loop for the vjp regions summed whole (a scalar parameter's "
                         "gradients)",
                         lambda nodes, ins, outs, upd: sum_vjp_regions(nodes, outs)),
@@ -49,7 +53,7 @@ PASSES = {
 LOWERING = {
     "numpy": ("dead_code", "schedule_updates"),
     "numba": ("dead_code", "schedule_updates", "fuse_regions", "fold_accumulations",
-              "share_reduced_values", "sum_vjp_regions"),
+              "share_reduced_values", "sum_stored_partials", "sum_vjp_regions"),
     "cupy": ("dead_code", "schedule_updates", "fuse_regions"),
 }
 

@@ -59,10 +59,11 @@ class Emit:
 
 
 def _region(e):
-    partials = {u.attrs["wrt"]: e.names[u.id] for u in e.users[e.node.id]
-                if u.op == "region_partial"}
+    stored = [u for u in e.users[e.node.id] if u.op == "region_partial"]
+    partials = {u.attrs["wrt"]: e.names[u.id] for u in stored if not u.attrs.get("summed")}
+    sums = {u.attrs["wrt"]: e.names[u.id] for u in stored if u.attrs.get("summed")}
     region_lines(e.w, e.node, e.names, partials, e.consts,
-                 scratch=e.names.get(("scratch", e.node.id)))
+                 scratch=e.names.get(("scratch", e.node.id)), sum_outs=sums)
 
 
 def _reduction(e):

@@ -231,7 +231,7 @@ def shifted_split(operands, names):
     return rows, {k: f"_s{j}" for j, k in enumerate(ids)}
 
 
-def region_lines(w, node, names, partial_outs, consts, scratch=None):
+def region_lines(w, node, names, partial_outs, consts, scratch=None, sum_outs=None):
     """Emit one fused region (``node.op == 'region'``).
 
     Parameters
@@ -251,6 +251,10 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
         full reduction runs in two phases per block
         (:func:`.reduce.blocked_full_reduction`), a reduction over leading or
         middle axes keeps its float64 accumulator or compensation there.
+    sum_outs : dict, optional
+        input position -> variable name (0-d), for partials a value region
+        ending in a full sum sums in its loop (``region_partial`` with
+        ``summed=True``).
     """
     body, mode = node.attrs["body"], node.attrs["mode"]
     shape = body.shape
@@ -289,8 +293,9 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
                                                      body.nodes[-1].dtype, consts)
         w.nest(shape, sb.lines + [line], parallel=True, opaque=out, split=split)
         return
+    sum_outs = sum_outs or {}
     seeds = tuple(sorted(k for k in partial_outs if k != PRE_REDUCTION))
-    sb = render_region(body, reads, seeds, consts)
+    sb = render_region(body, reads, tuple(sorted(set(seeds) | set(sum_outs))), consts)
     stores = [f"{partial_outs[k]}{here(nd)} = {sb.partials[k]}" for k in seeds]
     if PRE_REDUCTION in partial_outs:  # the value before the reduction, too
         stores.append(f"{partial_outs[PRE_REDUCTION]}{here(nd)} = {sb.value}")
@@ -301,13 +306,16 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None):
     # a fused reduction's loops may be a prange (over blocks, chunks or rows):
     # 0-d operands are read once before them, as a parallel nest's are
     # (numba's parfor lowering cannot type a 0-d array read inside one)
+    summed = [sb.partials[k] for k in sorted(sum_outs)]
     if nd:
-        k = len(sb.lines)
-        hoisted = w._hoist_scalars([*sb.lines, sb.value, *stores])
+        k, m = len(sb.lines), len(summed)
+        hoisted = w._hoist_scalars([*sb.lines, sb.value, *summed, *stores])
         sb = ScalarBody(hoisted[:k], hoisted[k], sb.partials, sb.consts)
-        stores = hoisted[k + 1:]
+        summed, stores = hoisted[k + 1:k + 1 + m], hoisted[k + 1 + m:]
     if blocked:
-        return blocked_full_reduction(w, node, out, sb, stores, scratch)
+        return blocked_full_reduction(w, node, out, sb, stores, scratch, list(zip(
+            [sum_outs[k] for k in sorted(sum_outs)], summed, strict=True)))
+    assert not sum_outs, "partials are summed in blocked full reductions only"
     # a reduction that keeps axis 0 (a batch of rows, each summed on its own)
     # runs its outer loop as a prange: every iteration has its own target
     reduction_nest(w, red.op, red.dtype, red.attrs["axis"], red.attrs["keepdims"], shape,

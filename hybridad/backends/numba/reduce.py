@@ -378,8 +378,9 @@ def reduction_scratch(node, threads):
 
     A value region with a full reduction: one block per thread that may run
     it (in the accumulation dtype for sums and products), and for a
-    ``prange`` one element per block (the blocks' sums); a ``vjp_sums``
-    region: as much for each of its sums.  A reduction over
+    ``prange`` one element per block (the blocks' sums); as much again for
+    each partial it sums (``attrs['sums']``), and for each sum of a
+    ``vjp_sums`` region.  A reduction over
     leading or middle axes (a region's or a ``sum``/``prod`` node's): an
     array of the output's shape (:func:`reduction_nest`)."""
     if node.op == "region":
@@ -397,7 +398,7 @@ def reduction_scratch(node, threads):
             count = _pow2_at_least(reduction_block(shape)[1])
             if _parallel_sum(body):
                 count = count * threads + _sums_size(shape)
-            return acc_dtype(kind, red.dtype), count
+            return acc_dtype(kind, red.dtype), count * (1 + len(node.attrs.get("sums", ())))
     elif node.op in ("sum", "prod", "max", "min"):
         kind, shape, axis = node.op, node.args[0].shape, node.attrs["axis"]
     else:
@@ -447,7 +448,7 @@ def single_block(node):
     return _blocks(node.attrs["body"].shape) == 1 and not _runs_parallel(node)
 
 
-def blocked_full_reduction(w, node, out, sb, stores, scratch):
+def blocked_full_reduction(w, node, out, sb, stores, scratch, sums=()):
     """A full reduction in two phases per block of rows: the elementwise values
     (and stored partials) into an L1-sized scratch block -- a loop with no
     carried dependency, which LLVM vectorizes -- then the block's reduction as
@@ -462,9 +463,12 @@ def blocked_full_reduction(w, node, out, sb, stores, scratch):
     its element at the scratch's start; they are added after the loop, in
     order (:func:`.rt.sum_compensated`), so the result does not depend on the
     number of threads.  Operands along axis 0 are read through the block
-    slices the caller put in ``w.pending``."""
+    slices the caller put in ``w.pending``.  ``sums``: ``(target, value)``
+    pairs summed in the same loop (stored partials summed whole), each as
+    :func:`blocked_full_sums` sums its values."""
     red = node.attrs["body"].reduction
-    _blocked(w, node, red.op, red.dtype, [f"{out}[()]"], sb.lines, [sb.value], stores, scratch)
+    _blocked(w, node, red.op, red.dtype, [f"{out}[()]"] + [f"{t}[()]" for t, _ in sums],
+             sb.lines, [sb.value] + [v for _, v in sums], stores, scratch)
 
 
 def blocked_full_sums(w, node, out, lines, values, scratch):
