@@ -637,3 +637,24 @@ def test_stored_partials_summed_whole_are_summed_in_the_loss_loop(monkeypatch, f
     fd = numerical_gradient(lambda q: f(q, x), p.copy())
     np.testing.assert_allclose(res.gradient, fd, rtol=1e-7)
     assert_no_alloc(plan.gradient, p, x, out=res, n=10)
+
+
+def test_cheap_losses_of_scalar_parameters_store_their_summed_partials():
+    # arithmetic this cheap was recomputed in the backward sweep (a second
+    # pass over x); a partial its loop sums costs no array, so it is stored
+    # (summed) instead: no backward region reads x again, and the arena
+    # holds no array of x's size
+    from hybridad.transforms.partition import VJP_SUMS
+
+    def f(p, x):
+        return np.sum((p[0] * x + p[1]) ** 2)
+
+    p, x = np.array([0.7, -0.2]), np.linspace(-1, 1, 5000)
+    plan = ha.compile(f, p, x, argnums=0, tiered=False)
+    assert "no array, no second evaluation" in plan.explain()
+    assert not [n for n in plan.graph.nodes if n.op == "region" and
+                n.attrs["mode"] in ("vjp", VJP_SUMS) and n.attrs["body"].shape == x.shape]
+    assert plan.memory.total_bytes < x.nbytes
+    res = plan.gradient(p, x)
+    np.testing.assert_allclose(res.gradient, [2 * np.sum((p[0] * x + p[1]) * x),
+                                              2 * np.sum(p[0] * x + p[1])], rtol=1e-12)

@@ -51,12 +51,27 @@ def recompute_partials(on=True):
     return switch("recompute_partials", on)
 
 
-def strategy(body, k=1):
+def summed_partials_in_loop(on=True):
+    """While active (in this thread), the regions' VJPs know that the backend
+    sums in the region's own loop the stored partials w.r.t. a scalar input
+    of a region ending in a full sum (the numba backend's lowering,
+    :func:`hybridad.transforms.partition.sum_stored_partials`): such a
+    partial costs no array, so storing it is free."""
+    return switch("summed_partials_in_loop", on)
+
+
+def strategy(body, k=1, summed=0):
     """``(strategy, reason)`` for the ``k`` distinct partials of region
-    ``body``: ``"store"`` or ``"recompute"``, from the machine's measured
-    costs (:func:`hybridad.transforms.costs.partials_strategy`)."""
+    ``body`` that need an array each, and ``summed`` more that its loop sums
+    (no array): ``"store"`` or ``"recompute"``, from the machine's measured
+    costs (:func:`hybridad.transforms.costs.partials_strategy`); every
+    partial summed: ``"store"`` (nothing is kept, the backward sweep does not
+    evaluate the body again)."""
     if enabled("recompute_partials"):
         return "recompute", "every region recomputes (a memory budget, or calibration)"
+    if summed and not k:
+        return "store", (f"each of the {summed} partials is summed in the loop (scalar inputs "
+                         f"of a full sum): no array, no second evaluation")
     from ..transforms.costs import partials_strategy
 
     return partials_strategy(body, k)
@@ -94,7 +109,16 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
         raise NotImplementedError(f"fused {red.op} reductions are differentiated unfused")
     g_loop = _cotangent_on_loop(g, body)
     same = _equal_partials(body, active)
-    how, body.partials_reason = strategy(body, len(set(same.values())))
+    # a partial w.r.t. one scalar input of a full sum is summed in the loop
+    # (no array) where the backend does that
+    full_sum = red is not None and bool(body.shape) and \
+        len(red.attrs["axis"]) == len(body.shape) and enabled("summed_partials_in_loop")
+    shared = {}
+    for k, first in same.items():
+        shared[first] = shared.get(first, 0) + 1
+    summed = {first for first, count in shared.items()
+              if full_sum and count == 1 and inputs[first].size == 1}
+    how, body.partials_reason = strategy(body, len(shared) - len(summed), len(summed))
     stored = {}  # input position -> its stored partial (equal ones stored once)
     out = []
     for k, act in enumerate(active):

@@ -32,7 +32,7 @@ from ..frontend.guard_walk import root_of
 from ..frontend.trace import Trace, as_node
 from ..frontend.tracer import Tracer
 from ..ir.graph import Graph, dead_code_elimination
-from ..ops.region import recompute_partials
+from ..ops.region import recompute_partials, summed_partials_in_loop
 from ..optim import UpdateRule
 from ..results import DiffResult, HvpResult
 from ..transforms import pipeline
@@ -189,7 +189,8 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                 trace.nodes = fuse_regions(trace.nodes, [out.node], reductions=("sum",))
             # a Hessian-vector product differentiates the gradient graph again:
             # the first reverse pass is then functional (see autodiff.backward)
-            grads = backward(trace, out, diff_tracers, inplace=not hvp)
+            with summed_partials_in_loop(self.backend == "numba"):
+                grads = backward(trace, out, diff_tracers, inplace=not hvp)
             tangents, hvps, writes = [], [], []
             if self.update is not None:  # the optimizer step, fused into the sweep
                 tangents, writes = self._emit_update(trace, leaves, diff_tracers, grads)
