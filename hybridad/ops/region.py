@@ -113,8 +113,8 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
     # (no array) where the backend does that
     full_sum = red is not None and bool(body.shape) and \
         len(red.attrs["axis"]) == len(body.shape) and enabled("summed_partials_in_loop")
-    shared = {}
-    for k, first in same.items():
+    shared = {}  # first input position of a distinct partial -> how many inputs share it
+    for first in same.values():
         shared[first] = shared.get(first, 0) + 1
     summed = {first for first, count in shared.items()
               if full_sum and count == 1 and inputs[first].size == 1}
