@@ -658,3 +658,52 @@ def test_cheap_losses_of_scalar_parameters_store_their_summed_partials():
     res = plan.gradient(p, x)
     np.testing.assert_allclose(res.gradient, [2 * np.sum((p[0] * x + p[1]) * x),
                                               2 * np.sum(p[0] * x + p[1])], rtol=1e-12)
+
+
+def _expit(u):
+    from scipy.special import expit
+
+    return expit(u)
+
+
+@pytest.mark.parametrize("name, f, n_stored", [  # (n_stored: at most)
+    ("tanh", lambda x, W, a: np.tanh(x @ W + a[0]), 0),
+    ("exp", lambda x, W, a: np.exp(a[0] * (x @ W)), 1),
+    ("sqrt", lambda x, W, a: np.sqrt((x @ W) ** 2 + a[0]), 1),
+    ("expit", lambda x, W, a: _expit(x @ W - a[0]), 0),
+    ("sin", lambda x, W, a: np.sin(x @ W + a[0]), 1)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_partials_that_are_functions_of_the_output_are_computed_from_it(name, f, n_stored,
+                                                                         dtype):
+    # with u = x @ W: tanh(u + a): 1 - out**2 for both; exp(a u): a * out for
+    # u (a a scalar input), u * out for a is stored (u an array); sqrt(u**2 +
+    # a): 0.5 / out for a, 2 u * 0.5 / out stored for u; expit(u - a): out (1 -
+    # out) and its negative; sin: cos, stored (once for both): the backward
+    # reads the region's output where it can, nothing stored for that
+    from hybridad.testing import assert_no_alloc, numerical_gradient
+
+    def loss(x, W, a):  # the region's output feeds a matmul (its cotangent an array)
+        return np.sum((f(x, W, a) @ np.linspace(-1, 1, 10, dtype=dtype).reshape(5, 2)) ** 2)
+
+    rng = np.random.default_rng(3)
+    x, W = rng.uniform(-1, 1, (40, 3)).astype(dtype), rng.uniform(-1, 1, (3, 5)).astype(dtype)
+    a = np.array([0.3], dtype)
+    plan = ha.compile(loss, x, W, a, argnums=(0, 1, 2), tiered=False)
+    stored = [n for n in plan.graph.nodes if n.op == "region_partial" and n.attrs["wrt"] >= 0
+              and not n.attrs.get("summed")]
+    assert ("from the output" in plan.explain()) == (name != "sin")
+    assert len(stored) <= n_stored, plan.explain()  # (the rest stored or recomputed)
+    if n_stored == 0:  # every partial from the output: none stored, the body not run again
+        assert not [n for n in plan.graph.nodes if n.op == "region" and
+                    n.attrs["mode"] != "value" and n.attrs["body"].shape == (40, 5)]
+    res = plan.gradient(x, W, a)
+    assert all(g.dtype == dtype for g in res.gradient)
+    wide = [v.astype(np.float64) for v in (x, W, a)]
+    ref = ha.gradient(loss, *wide, argnums=(0, 1, 2), backend="numpy")
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    for got, want in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    if dtype == np.float64:
+        fd = numerical_gradient(lambda v: loss(x, v, a), W.copy())
+        np.testing.assert_allclose(res.gradient[1], fd, rtol=1e-7, atol=1e-9)
+    assert_no_alloc(plan.gradient, x, W, a, out=res, n=5)

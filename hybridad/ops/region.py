@@ -118,12 +118,28 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
         shared[first] = shared.get(first, 0) + 1
     summed = {first for first, count in shared.items()
               if full_sum and count == 1 and inputs[first].size == 1}
-    how, body.partials_reason = strategy(body, len(shared) - len(summed), len(summed))
+    # a partial that is a function of the region's output (and its scalar
+    # inputs) is computed from the output in the backward sweep
+    trees = {} if red is not None or enabled("recompute_partials") else \
+        {first: t for first in shared
+         if (t := _partial_of_output(body, first, inputs)) is not None}
+    rest = [first for first in shared if first not in trees]
+    if rest:  # (summed partials come with a full sum: then trees is empty)
+        how, body.partials_reason = strategy(body, len(rest) - len(summed), len(summed))
+        if trees:
+            body.partials_reason += f"; {len(trees)} more {FROM_OUTPUT}"
+    else:
+        how, body.partials_reason = "output", (
+            f"{FROM_OUTPUT}: no array, the body is not evaluated again")
     stored = {}  # input position -> its stored partial (equal ones stored once)
     out = []
     for k, act in enumerate(active):
         if not act:
             out.append(None)
+        elif same.get(k, k) in trees:  # (built per input: each fuses into its consumer)
+            tree = trees[same.get(k, k)]
+            out.append(chain_product(g_loop, _build_partial(tree, inputs, ans,
+                                                            body.nodes[-1].dtype)))
         elif how == "store":
             first = same.get(k, k)
             if first not in stored:
@@ -132,6 +148,98 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
         else:
             out.append(bind("region", *inputs, g_loop, body=body, mode="vjp", wrt=k))
     return tuple(out)
+
+
+#: how a region's reason for its partials starts when they are computed from its output
+FROM_OUTPUT = "from the output"
+
+#: bodies longer than this are not searched for partials of their output
+OUTPUT_PARTIAL_NODES = 16
+
+
+def _partial_of_output(body, k, inputs):
+    """d(region value)/d(input k) as a nested expression of the region's output
+    value, its one-element inputs and constants (``tanh(x + b)``: ``1 -
+    out * out``), or None where it needs anything else (an intermediate
+    value, an array input, a dual-number op, a ``where``), or does not read
+    the output.  Built from the same rule table the kernels use."""
+    from ..ir.registry import REGISTRY
+
+    if len(body.nodes) > OUTPUT_PARTIAL_NODES:
+        return None
+    last = body.nodes[-1].id
+    vals, tans = {}, {}
+    for j, node in enumerate(body.inputs):
+        vals[node.id] = _Expr(("in", j), node.dtype)
+        tans[node.id] = ("one",) if j == k else None
+    for node in body.nodes:
+        op = REGISTRY[node.op]
+        args = [vals[a.id] for a in node.args]
+        ans = vals[node.id] = _Expr(("v", node.id), node.dtype)
+        live = [j for j, a in enumerate(node.args) if tans[a.id] is not None]
+        if live and (node.op == "where" or op.dual is not None):
+            return None
+        terms = []
+        for j in live:
+            p = op.partials[j]
+            if p is None or (not callable(p) and p == 0):
+                continue
+            pj = _key(p(*args, ans)) if callable(p) else ("num", p)
+            terms.append(("mul", pj, tans[node.args[j].id]))
+        tans[node.id] = ("add", *terms) if terms else None
+    tree = tans[last]
+    if tree is None:
+        return None
+    reads_output = False
+    stack = [tree]
+    while stack:  # the leaves it may read: the output, scalar inputs, constants
+        t = stack.pop()
+        tag = t[0]
+        if tag == "v":
+            if t[1] != last:
+                return None
+            reads_output = True
+        elif tag == "in":
+            if inputs[t[1]].size != 1:
+                return None
+        elif tag in ("mul", "add"):
+            stack.extend(t[1:])
+        elif tag not in ("one", "num", "const"):
+            if not isinstance(getattr(np, tag, None), np.ufunc):
+                return None
+            stack.extend(t[1:])
+    return tree if reads_output else None
+
+
+def _build_partial(tree, inputs, out, dtype):
+    """The tracer computing the expression ``tree`` of :func:`_partial_of_output`
+    (constants as Python numbers, so that they take the output's dtype)."""
+    def build(t):
+        tag = t[0]
+        if tag == "one":
+            return 1
+        if tag == "num":
+            return t[1]
+        if tag == "const":
+            return np.frombuffer(t[2], dtype=np.dtype(t[1]))[0].item()
+        if tag == "in":
+            return inputs[t[1]]
+        if tag == "v":
+            return out
+        parts = [build(c) for c in t[1:]]
+        if tag == "mul":
+            a, b = parts
+            return b if isinstance(a, int) and a == 1 else a if isinstance(b, int) and b == 1 \
+                else a * b
+        if tag == "add":
+            total = parts[0]
+            for q in parts[1:]:
+                total = total + q
+            return total
+        return getattr(np, tag)(*parts)
+
+    partial = build(tree)
+    return partial.astype(dtype, copy=False) if partial.dtype != dtype else partial
 
 
 def _equal_partials(body, active):

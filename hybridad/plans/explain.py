@@ -125,6 +125,7 @@ class ExplainMixin:
 
     def _region_lines(self):
         from ..backends.numba.loops import region_runs_parallel
+        from ..ops.region import FROM_OUTPUT
         from ..transforms.partition import PRE_REDUCTION, VJP_SUMS
 
         nodes = self.graph.nodes
@@ -184,9 +185,11 @@ class ExplainMixin:
             values = [u for u in stored if u.attrs["wrt"] == PRE_REDUCTION]
             vjps = [m for m in nodes if m.op == "region" and m.attrs["mode"] in ("vjp", VJP_SUMS)
                     and m.attrs["body"] is body]
-            how = "store" if partials else "recompute" if vjps else "no partials needed"
-            why = f" ({body.partials_reason})" if (partials or vjps) and \
-                getattr(body, "partials_reason", "") else ""
+            reason = getattr(body, "partials_reason", "")
+            how = "store" if partials else "recompute" if vjps else \
+                FROM_OUTPUT if reason.startswith(FROM_OUTPUT) else "no partials needed"
+            why = f" ({reason})" if (partials or vjps) and reason else \
+                reason[len(FROM_OUTPUT):] if how == FROM_OUTPUT else ""
             out.append(f"  %{n.id:<4} {n.phase:<8} {ops} over {body.shape} ({par}) of {ins}: "
                        f"value into {where(n)}; partials: {how}{why}")
             for p in partials:

@@ -293,6 +293,11 @@ def share_reduced_values(nodes, outputs=()):
     list of Node
     """
     external = {n.id for n in outputs if n is not None}
+
+    def operands(n):  # literal scalars by value (each rule's ``1`` is a node of its own)
+        return tuple(("lit", a.dtype.str, a.attrs["value"].tobytes())
+                     if a.is_literal and a.size == 1 else a.id for a in n.args)
+
     taken = set()
     plain = {}  # (operand ids, signature) -> the first value region without a reduction
     for n in nodes:
@@ -302,7 +307,7 @@ def share_reduced_values(nodes, outputs=()):
         if body.reduction is None:
             sig = _body_signature(body)
             if sig is not None:
-                plain.setdefault((tuple(a.id for a in n.args), sig), n)
+                plain.setdefault((operands(n), sig), n)
     if not plain:
         return nodes
     moves = {}  # the plain region's id -> the reducing region placed before it
@@ -312,7 +317,7 @@ def share_reduced_values(nodes, outputs=()):
         body = n.attrs["body"]
         if body.reduction is None:
             continue
-        twin = plain.get((tuple(a.id for a in n.args), _body_signature(body)))
+        twin = plain.get((operands(n), _body_signature(body)))
         if twin is None or twin.id in taken:
             continue
         taken.add(twin.id)
@@ -321,7 +326,9 @@ def share_reduced_values(nodes, outputs=()):
         return nodes
     # the reducing region runs at the first of the two positions (both have
     # the same operands; its own users may come before the other's)
+    # (its literal scalars, equal to the other's but nodes of their own, with it)
     moved, placed, out = {r.id for r in moves.values()}, set(), []
+    moved |= {a.id for r in moves.values() for a in r.args if a.is_literal and a.size == 1}
     for n in nodes:
         if n.id in moved:
             if n.id not in placed:
@@ -331,6 +338,10 @@ def share_reduced_values(nodes, outputs=()):
         if n.id in moves:
             red = moves[n.id]
             if red.id not in placed:
+                for a in red.args:
+                    if a.id in moved and a.id not in placed:
+                        placed.add(a.id)
+                        out.append(a)
                 placed.add(red.id)
                 out.append(red)
             n.op, n.args, n.attrs = "region_partial", (red,), {"wrt": PRE_REDUCTION}
