@@ -22,7 +22,11 @@
   user was ``iadd`` / ``scatter_add`` / ``scatter``; the last starts from
   ``zeros``.  No temporary, no second pass over it.
 
-The VJP of a region chooses between the two strategies (:func:`strategy`):
+A partial that is a function of the region's output (and its one-element
+inputs) -- ``tanh``'s ``1 - out**2``, ``exp``'s ``out`` -- is computed from the
+output in the backward sweep (:func:`_partial_of_output`): nothing stored,
+nothing evaluated again.  For the others the VJP of a region chooses between
+the two strategies (:func:`strategy`):
 storing costs one array per distinct partial from the forward to the
 backward sweep (a write and a read of each); recomputing costs a second
 evaluation of the body.  The machine's measured costs decide
