@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Graph", "Node", "check", "format_node"]
+__all__ = ["Graph", "Node", "check", "format_node", "users_of"]
 
 
 class Node:
@@ -125,11 +125,16 @@ class Graph:
 
     def users(self):
         """Map node id -> list of nodes that read it."""
-        out = {n.id: [] for n in self.nodes}
-        for n in self.nodes:
-            for a in n.args:
-                out[a.id].append(n)
-        return out
+        return users_of(self.nodes)
+
+
+def users_of(nodes):
+    """Map node id -> list of the nodes of ``nodes`` that read it (once per operand)."""
+    out = {n.id: [] for n in nodes}
+    for n in nodes:
+        for a in n.args:
+            out[a.id].append(n)
+    return out
 
 
 def check(graph, rules=False):

@@ -129,10 +129,7 @@ class ExplainMixin:
         from ..transforms.partition import PRE_REDUCTION, VJP_SUMS
 
         nodes = self.graph.nodes
-        users = {n.id: [] for n in nodes}
-        for n in nodes:
-            for a in n.args:
-                users[a.id].append(n)
+        users = self.graph.users()
         direct = getattr(self._program, "direct", {})
         aliases = {}  # node id -> nodes written in place over it
         for nid, target in self.memory.alias_of.items():

@@ -19,6 +19,7 @@ input, its local partials -- is rendered by :mod:`hybridad.backends.scalar`.
 
 from __future__ import annotations
 
+from ..ir.graph import Node, users_of
 from ..ops import REGISTRY, storage_root
 
 __all__ = ["Region", "find_regions", "fuse_regions", "fold_accumulations",
@@ -99,10 +100,7 @@ def find_regions(nodes, outputs=(), reductions=FUSABLE_REDUCTIONS):
     list of Region
         In execution order of their outputs.  Nodes in no region are reverse nodes.
     """
-    users = {n.id: [] for n in nodes}
-    for n in nodes:
-        for a in n.args:
-            users[a.id].append(n)
+    users = users_of(nodes)
     external = {n.id for n in outputs}
     owner = {}  # node id -> region index
     found = []
@@ -156,8 +154,6 @@ def fuse_regions(nodes, outputs=(), reductions=FUSABLE_REDUCTIONS):
     list of Node
         The new node list, still topologically ordered.
     """
-    from ..ir.graph import Node
-
     dropped = set()
     for region in find_regions(nodes, outputs, reductions):
         members = region.nodes + ([region.reduction] if region.reduction is not None else [])
@@ -201,12 +197,7 @@ def fold_accumulations(nodes, outputs=()):
         The new node list, still topologically ordered (every ``zeros``
         moved ahead of the run of ``region_acc`` nodes it starts).
     """
-    from ..ir.graph import Node
-
-    users = {n.id: [] for n in nodes}
-    for n in nodes:
-        for a in n.args:
-            users[a.id].append(n)
+    users = users_of(nodes)
     external = {n.id for n in outputs if n is not None}
     next_id = max((n.id for n in nodes), default=-1) + 1
     dropped, zeros = set(), {}
@@ -372,12 +363,7 @@ def sum_vjp_regions(nodes, outputs=()):
         The new node list: each fused node where the first region of its
         group was (all of the group read the same operands).
     """
-    from ..ir.graph import Node
-
-    users = {n.id: [] for n in nodes}
-    for n in nodes:
-        for a in n.args:
-            users[a.id].append(n)
+    users = users_of(nodes)
     external = {n.id for n in outputs if n is not None}
     groups = {}  # (body, operands) -> [(vjp region, its sum)]
     for n in nodes:
@@ -457,12 +443,7 @@ def sum_stored_partials(nodes, outputs=()):
         The same nodes, some rewritten in place (the region ``n`` keeps the
         summed inputs in ``attrs['sums']``).
     """
-    from ..ir.graph import Node
-
-    users = {n.id: [] for n in nodes}
-    for n in nodes:
-        for a in n.args:
-            users[a.id].append(n)
+    users = users_of(nodes)
     external = {n.id for n in outputs if n is not None}
     next_id = max((n.id for n in nodes), default=-1) + 1
     for n in nodes:

@@ -4,6 +4,7 @@ gemm or loops, scans, sort."""
 
 from __future__ import annotations
 
+from ...ir.graph import users_of
 from ...ops import storage_root
 from ...ops.lapack import LAPACK_OPS, kernel_args, kind_of
 from .loops import (
@@ -269,10 +270,7 @@ def blas_accumulations(nodes, outputs, layouts):
     C ``acc`` of its shape (1-D or 2-D); ``acc`` is computed before the product
     and nothing else reads ``acc`` after the product is computed."""
     pos = {n.id: i for i, n in enumerate(nodes)}
-    users = {n.id: [] for n in nodes}
-    for n in nodes:
-        for x in n.args:
-            users[x.id].append(n)
+    users = users_of(nodes)
     out_ids = {n.id for n in outputs if n is not None}
     found = {}
     for n in nodes:

@@ -18,7 +18,7 @@ import warnings
 
 import numpy as np
 
-from ...ir.graph import format_node
+from ...ir.graph import format_node, users_of
 from ...ops.lapack import KERNEL_MODULES, LAPACK_OPS
 from ...transforms.memory import poison_schedule
 from ..scalar import uses_special, vector_imports
@@ -215,10 +215,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     is unchanged by this option.
     Returns a :class:`NumbaProgram`.
     """
-    users = {n.id: [] for n in nodes}
-    for n in nodes:
-        for x in n.args:
-            users[x.id].append(n)
+    users = users_of(nodes)
     # the nodes this program computes (``given`` ones an earlier program did)
     computed = [n for n in nodes if n.id not in given] if given else nodes
     from . import rt
