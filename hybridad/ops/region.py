@@ -138,14 +138,13 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
     stored = {}  # input position -> its stored partial (equal ones stored once)
     out = []
     for k, act in enumerate(active):
+        first = same.get(k, k)
         if not act:
             out.append(None)
-        elif same.get(k, k) in trees:  # (built per input: each fuses into its consumer)
-            tree = trees[same.get(k, k)]
-            out.append(chain_product(g_loop, _build_partial(tree, inputs, ans,
+        elif first in trees:  # (built per input: each fuses into its consumer's region)
+            out.append(chain_product(g_loop, _build_partial(trees[first], inputs, ans,
                                                             body.nodes[-1].dtype)))
         elif how == "store":
-            first = same.get(k, k)
             if first not in stored:
                 stored[first] = bind("region_partial", Tracer(node, ans._trace), wrt=first)
             out.append(chain_product(g_loop, stored[first]))
@@ -162,38 +161,17 @@ OUTPUT_PARTIAL_NODES = 16
 
 
 def _partial_of_output(body, k, inputs):
-    """d(region value)/d(input k) as a nested expression of the region's output
-    value, its one-element inputs and constants (``tanh(x + b)``: ``1 -
-    out * out``), or None where it needs anything else (an intermediate
-    value, an array input, a dual-number op, a ``where``), or does not read
-    the output.  Built from the same rule table the kernels use."""
-    from ..ir.registry import REGISTRY
-
+    """d(region value)/d(input k) as a nested expression (:func:`_tangent_tree`,
+    not interned) of the region's output value, its one-element inputs and
+    constants (``tanh(x + b)``: ``1 - out * out``), or None where it needs
+    anything else (an intermediate value, an array input, a dual-number op, a
+    ``where``), or does not read the output."""
     if len(body.nodes) > OUTPUT_PARTIAL_NODES:
         return None
-    last = body.nodes[-1].id
-    vals, tans = {}, {}
-    for j, node in enumerate(body.inputs):
-        vals[node.id] = _Expr(("in", j), node.dtype)
-        tans[node.id] = ("one",) if j == k else None
-    for node in body.nodes:
-        op = REGISTRY[node.op]
-        args = [vals[a.id] for a in node.args]
-        ans = vals[node.id] = _Expr(("v", node.id), node.dtype)
-        live = [j for j, a in enumerate(node.args) if tans[a.id] is not None]
-        if live and (node.op == "where" or op.dual is not None):
-            return None
-        terms = []
-        for j in live:
-            p = op.partials[j]
-            if p is None or (not callable(p) and p == 0):
-                continue
-            pj = _key(p(*args, ans)) if callable(p) else ("num", p)
-            terms.append(("mul", pj, tans[node.args[j].id]))
-        tans[node.id] = ("add", *terms) if terms else None
-    tree = tans[last]
+    tree = _tangent_tree(body, k, lambda t: t)
     if tree is None:
         return None
+    last = body.nodes[-1].id
     reads_output = False
     stack = [tree]
     while stack:  # the leaves it may read: the output, scalar inputs, constants
@@ -208,7 +186,7 @@ def _partial_of_output(body, k, inputs):
                 return None
         elif tag in ("mul", "add"):
             stack.extend(t[1:])
-        elif tag not in ("one", "num", "const"):
+        elif tag not in ("one", "num", "const"):  # ("dual", ...) and ("select", ...) too
             if not isinstance(getattr(np, tag, None), np.ufunc):
                 return None
             stack.extend(t[1:])
@@ -301,16 +279,22 @@ _Expr.__invert__ = lambda a: np.logical_not(a)
 
 
 def _partial_expr(body, k, table):
-    """d(region value)/d(input k) as an expression tree (forward mode, seed 1
-    on input k), with the region's inputs as opaque leaves -- hash-consed in
-    ``table`` (tree -> id, shared by the calls that compare): each tangent is
-    a small tuple of its children's ids.  (As nested tuples, the tangents of a
-    deep region repeat their shared subtrees, and hashing one walked them all:
-    30 of the 77 ms a 20-layer dense chain took to plan.)"""
-    from ..ir.registry import REGISTRY
+    """d(region value)/d(input k) as an expression tree (:func:`_tangent_tree`)
+    hash-consed in ``table`` (tree -> id, shared by the calls that compare):
+    each tangent is a small tuple of its children's ids.  (As nested tuples,
+    the tangents of a deep region repeat their shared subtrees, and hashing
+    one walked them all: 30 of the 77 ms a 20-layer dense chain took to plan.)"""
+    return _tangent_tree(body, k, lambda tree: table.setdefault(tree, len(table)))
 
-    def intern(tree):
-        return table.setdefault(tree, len(table))
+
+def _tangent_tree(body, k, intern):
+    """d(region value)/d(input k) by forward mode (seed 1 on input k), each
+    tangent ``intern(tuple)``: ``("one",)``, ``("add", *terms)``, ``("mul",
+    partial, tangent)``, ``("select", condition, a, b)``; a partial is an
+    :class:`_Expr` key (the rule applied to opaque leaves ``("in", j)``, ``("v",
+    node id)``, ``("const", dtype, bytes)``), ``("num", number)`` or ``("dual",
+    node id, j)``; None where the value does not depend on input k."""
+    from ..ir.registry import REGISTRY
 
     vals, tans = {}, {}
     for j, node in enumerate(body.inputs):
@@ -330,7 +314,7 @@ def _partial_expr(body, k, table):
             if tans[a.id] is None or p is None or (not callable(p) and p == 0):
                 continue
             pj = ("dual", node.id, j) if op.dual is not None else \
-                _key(p(*args, ans)) if callable(p) else ("const", p)
+                _key(p(*args, ans)) if callable(p) else ("num", p)
             terms.append(intern(("mul", pj, tans[a.id])))
         tans[node.id] = intern(("add", *terms)) if terms else None
     return tans[body.nodes[-1].id]
