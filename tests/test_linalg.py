@@ -415,19 +415,25 @@ def _factor(rng, n):
     return np.linalg.cholesky(a @ a.T / n + np.eye(n))
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("n", [1, 2, 63, 64, 65, 150])
-def test_cholesky_adjoint_is_the_closed_form(n):
+def test_cholesky_adjoint_is_the_closed_form(n, dtype):
+    """The blocked sweep (LAPACK's d- or s-routines: trsm, gemm) against the
+    closed form in float64, to the precision of the dtype."""
+    from hybridad.ops.lapack import kind_of
     from hybridad.ops.lapack_solve import CHOL_BLOCK, cholesky_adjoint, work_size
 
     assert CHOL_BLOCK == 64  # the orders above straddle one and two blocks
     rng = np.random.default_rng(n)
-    lo = np.stack([_factor(rng, n) for _ in range(2)])
-    g = rng.standard_normal((2, n, n))  # upper triangle: not a gradient, ignored
-    out = np.full((2, n, n), np.nan)
-    cholesky_adjoint(lo, g, out, np.empty(work_size("cholesky_adjoint", n, n)), ord("d"))
+    lo = np.stack([_factor(rng, n) for _ in range(2)]).astype(dtype)
+    g = rng.standard_normal((2, n, n)).astype(dtype)  # upper triangle: ignored
+    out = np.full((2, n, n), np.nan, dtype)
+    cholesky_adjoint(lo, g, out, np.empty(work_size("cholesky_adjoint", n, n), dtype),
+                     kind_of(dtype))
+    tol = 1e-13 if dtype == np.float64 else 2e-5
     for i in range(2):
-        ref = _closed_form_adjoint(lo[i], g[i])
-        np.testing.assert_allclose(out[i], ref, rtol=0, atol=1e-13 * np.abs(ref).max())
+        ref = _closed_form_adjoint(lo[i].astype(float), g[i].astype(float))
+        np.testing.assert_allclose(out[i], ref, rtol=0, atol=tol * np.abs(ref).max())
         assert np.all(np.triu(out[i], 1) == 0)
 
 

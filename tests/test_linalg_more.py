@@ -100,6 +100,11 @@ SCIPY_ROWS = {
                                                            unit_diagonal=u)
                                        for lo in (False, True) for t in (0, 1, "C")
                                        for u in (False, True)], (CB, B)),
+    # a traced transpose is Fortran-ordered for scipy, which hands it to trtrs as
+    # it is: hybridad makes that call on the matrix itself (no copy)
+    "solve_triangular_transposed": (lambda a, b: [sl.solve_triangular(a.T, b, lower=lo, trans=t)
+                                                  for lo in (False, True)
+                                                  for t in (0, 1, "C")], (CB, B)),
     "solve_triangular_vector_stack": (lambda a, b: sl.solve_triangular(a, b, lower=True),
                                       (np.stack([CB, CB.T]), B[:, 0])),
     "cholesky": (lambda a: [sl.cholesky(a), sl.cholesky(a, lower=True)], (N,)),
@@ -134,7 +139,8 @@ SCIPY_ROWS = {
 }
 
 #: rows making the LAPACK call scipy makes, on the same layout: bit for bit
-EXACT = {"solve_triangular", "solve_triangular_vector_stack", "cholesky", "cho_factor",
+EXACT = {"solve_triangular", "solve_triangular_transposed",
+         "solve_triangular_vector_stack", "cholesky", "cho_factor",
          "lu_factor", "eigh", "eigh_subset", "eigh_evd"}
 
 
@@ -215,6 +221,87 @@ def test_result_types_are_numpys():
     res = ha.gradient(f, a, b, argnums=(0, 1), backend="numpy")
     np.testing.assert_allclose(res.value, f(a, b), rtol=1e-5)
     assert res.gradient[0].dtype == np.float32
+
+
+def _single(a, t, b):
+    """scipy.linalg in float32 (scipy's LAPACK calls in single precision), and
+    numpy's cholesky (computed in double precision, rounded).  The first six
+    take the C-ordered arguments (scipy's calls depend on the layout: its
+    factors are Fortran-ordered), the rest chain them."""
+    lo, up = sl.cholesky(a, lower=True), sl.cholesky(a)
+    c, low = sl.cho_factor(a, lower=True)
+    return [lo, up, c, sl.solve_triangular(t, b, lower=True),
+            sl.solve_triangular(t.T, b[:, 0], lower=False), np.linalg.cholesky(a),
+            sl.solve_triangular(lo.T, b[:, 0], lower=False), sl.solve_triangular(up, b, trans=1),
+            sl.solve_triangular(up.T, b, lower=True, trans="C"), sl.cho_solve((c, low), b)]
+
+
+@pytest.mark.parametrize("trans", [0, 1, 2])
+def test_single_precision_triangular_kernel_is_scipys(trans):
+    """strtrs at an order past LAPACK's blocking, against scipy's float32 bits."""
+    from hybridad.ops.lapack import kernel_args, kind_of
+    from hybridad.ops.lapack_solve import solve_triangular, work_size
+
+    rng = np.random.default_rng(trans)
+    n, k = 150, 3
+    a = (rng.standard_normal((n, n)) + 4 * np.sqrt(n) * np.eye(n)).astype(np.float32)
+    b = rng.standard_normal((n, k)).astype(np.float32)
+    for lower in (False, True):
+        out = np.empty((1, n, k), np.float32)
+        work = np.empty(work_size("solve_triangular", n, k), np.float32)
+        attrs = dict(lower=lower, trans=trans, unit=False)
+        solve_triangular(a[None], b[None], out, work, kind_of(np.float32),
+                         *kernel_args("solve_triangular", attrs))
+        want = sl.solve_triangular(a, b, lower=lower, trans=trans)
+        assert want.dtype == np.float32
+        np.testing.assert_array_equal(out[0], want)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_single_precision_is_scipys(backend):
+    """float32 operands of scipy.linalg's solve_triangular, cholesky, cho_factor
+    and cho_solve are computed in float32, as scipy computes them: LAPACK's
+    s-routines, scipy's values bit for bit where hybridad makes scipy's call,
+    and the gradient (through cholesky's float32 reverse sweep) agrees with
+    float64's to float32's precision; numpy.linalg.cholesky still computes in
+    float64, as numpy."""
+    from hybridad.ops.lapack import LAPACK_OPS
+
+    args = tuple(x.astype(np.float32) for x in (N, CB, B))
+    want = _single(*args)
+    assert all(w.dtype == np.float32 for w in want)
+    assert not np.array_equal(want[0], want[5])  # numpy's cholesky: not float32's
+
+    def values(z, *args):
+        return np.concatenate([np.ravel(p) for p in _single(*args)] + [z])
+
+    plan = ha.compile(values, np.zeros(1, np.float32), *args, backend=backend, jacobian=True)
+    got = plan.value(np.zeros(1, np.float32), *args)
+    assert got.dtype == np.float32
+    at = 0
+    for k, w in enumerate(want):
+        part = got[at:at + w.size].reshape(w.shape)
+        at += w.size
+        if k < 6:
+            np.testing.assert_array_equal(part, w, err_msg=f"result {k}")
+        else:
+            np.testing.assert_allclose(part, w, rtol=1e-5, atol=1e-6, err_msg=f"result {k}")
+
+    def f(a, t, b):
+        return sum(_dot(p, k) for k, p in enumerate(_single(a, t, b)))
+
+    nums = (0, 1, 2)
+    res = ha.gradient(f, *args, argnums=nums, backend=backend)
+    graph = ha.compile(f, *args, argnums=nums, backend=backend).graph
+    single = {n.op: n.dtype for n in graph.nodes if n.op in LAPACK_OPS and n.dtype == np.float32}
+    assert set(single) == {"cholesky", "solve_triangular", "cholesky_adjoint"}, single
+    ref = ha.gradient(f, N, CB, B, argnums=nums, backend="numpy")
+    np.testing.assert_allclose(res.value, ref.value, rtol=1e-5)
+    for g, g64 in zip(res.gradient, ref.gradient, strict=True):
+        assert g.dtype == np.float32
+        np.testing.assert_allclose(g, g64, rtol=0, atol=1e-4 * np.abs(g64).max())
+    if backend == "numba":
+        assert_no_alloc(ha.gradient, f, *args, argnums=nums, backend="numba", out=res)
 
 
 # ----------------------------------------------------------------------------

@@ -48,19 +48,23 @@ SVDResult = getattr(_linalg, "SVDResult", None) or \
 QRResult = getattr(_linalg, "QRResult", None) or collections.namedtuple("QRResult", "Q R")
 
 
-def _operands(*arrays):
+def _operands(*arrays, single=False):
     """The operands as float64 tracers, and numpy's result dtype (float32 when
-    all are float32, else float64; numpy's TypeError for other types)."""
-    out, single = [], True
+    all are float32, else float64; numpy's TypeError for other types).
+
+    With ``single`` (scipy.linalg's rule for the LAPACK routines it calls in
+    single precision), operands that are all float32 stay float32: the
+    computation is float32's.
+    """
+    arrays = [_tracer(a) for a in arrays]
     for a in arrays:
-        a = _tracer(a)
         if a.dtype.kind not in "biuf" or a.dtype.kind == "f" and \
                 a.dtype not in (np.float32, np.float64):
             raise TypeError(f"array type {a.dtype} is unsupported in linalg while tracing "
                             "(integers, float32 and float64 are)")
-        single = single and a.dtype == np.float32
-        out.append(a.astype(np.float64) if a.dtype != np.float64 else a)
-    return out, np.dtype(np.float32 if single else np.float64)
+    dtype = np.dtype(np.float32 if all(a.dtype == np.float32 for a in arrays) else np.float64)
+    compute = dtype if single else np.dtype(np.float64)
+    return [a.astype(compute) if a.dtype != compute else a for a in arrays], dtype
 
 
 def _result(x, dtype):

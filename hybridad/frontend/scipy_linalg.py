@@ -13,10 +13,15 @@ else a matrix).
 Values are scipy's: the same LAPACK call where scipy makes one directly
 (trtrs as scipy calls it for a C-ordered matrix, potrf, getrf, syevr: bit
 for bit), elsewhere a composition computing the same function (each
-function's docstring says which, and how close).  Two differences, both
-documented in docs/limitations.md: float32 is computed in float64 and
-rounded (scipy computes it in single precision), and ``check_finite`` is not
-applied (NaN and inf propagate; scipy raises).
+function's docstring says which, and how close).  float32 operands of
+solve_triangular, cholesky, cho_factor and cho_solve are computed in single
+precision, as scipy does (LAPACK's s-routines); the other functions compute
+float32 in float64 and round.  scipy's call depends on its operands' memory
+order: the kernels make the one it makes for C-ordered operands, and
+solve_triangular on a traced transpose (``L.T``, Fortran-ordered for scipy)
+the one scipy makes for that (:func:`_untransposed`).  ``check_finite`` is
+not applied (NaN and inf propagate; scipy raises).  docs/limitations.md
+lists these.
 
 ``lu_factor`` returns scipy's ``(lu, piv)`` (``piv`` a traced int32 array).
 ``lu_solve`` takes them back when ``piv`` is the traced array ``lu_factor``
@@ -58,10 +63,11 @@ def _square(a, name="a"):
         raise ValueError(f"expected square matrix {name}, got shape {a.shape}")
 
 
-def _system(a, b):
+def _system(a, b, single=False):
     """scipy's batching of (a: a matrix, b: a vector if 1-D, else a matrix):
-    both as float64 stacks, and how to give the result back."""
-    (a, b), dtype = _operands(a, b)
+    both as float64 stacks (float32 ones with ``single`` when both are
+    float32), and how to give the result back."""
+    (a, b), dtype = _operands(a, b, single=single)
     _square(a)
     vector = b.ndim == 1
     b2 = reshape(b, b.shape + (1,)) if vector else b
@@ -87,15 +93,31 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     trans = {"N": 0, "T": 1, "C": 2}.get(trans, trans)
     if trans not in (0, 1, 2):
         raise ValueError("trans must be 0, 1, 2, 'N', 'T' or 'C'")
-    a, b, _, back = _system(a, b)
+    a, lower, trans = _untransposed(a, lower, trans)
+    a, b, _, back = _system(a, b, single=True)
     return back(_tri(a, b, lower, trans, unit_diagonal))
+
+
+def _untransposed(a, lower, trans):
+    """A traced transpose of a matrix (``L.T``, ``np.swapaxes(L, -1, -2)``) as
+    the matrix itself, the other triangle and the other ``trans``: the same
+    system, solved without copying the transpose into C order.  It is also
+    scipy's call: a C-ordered ``L`` makes ``L.T`` Fortran-ordered, which scipy
+    hands to trtrs as it is -- the call the kernel makes for ``L`` with the
+    triangle and ``trans`` flipped."""
+    if not isinstance(a, Tracer) or a.node.op != "transpose":
+        return a, lower, trans
+    axes, nd = a.node.attrs["axes"], a.ndim
+    if nd < 2 or tuple(axes) != tuple(range(nd - 2)) + (nd - 1, nd - 2):
+        return a, lower, trans
+    return Tracer(a.node.args[0], current_trace()), not lower, 1 if trans == 0 else 0
 
 
 @intercepts(_M, "cholesky")
 def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
     """potrf on the triangle asked for (upper by default, as scipy), the other
     triangle zero."""
-    (a,), dtype = _operands(a)
+    (a,), dtype = _operands(a, single=True)
     _square(a)
     x = bind("cholesky", _stack(a, a.shape[:-2]), upper=not lower)
     return _result(reshape(x, a.shape), dtype)
@@ -105,7 +127,7 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True):
 def cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
     """``(c, lower)`` as scipy: the factor in one triangle, the other holding
     ``a``'s entries (potrf with clean=False)."""
-    (a,), dtype = _operands(a)
+    (a,), dtype = _operands(a, single=True)
     c = cholesky(a, lower=lower)
     rest = np.triu(a, 1) if lower else np.tril(a, -1)
     return _result(c + rest, dtype), bool(lower)
@@ -124,7 +146,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     c, lower = c_and_lower
     if isinstance(lower, Tracer):
         _refuse("cho_solve", "with a traced `lower` flag is not supported")
-    c, b, _, back = _system(c, b)
+    c, b, _, back = _system(c, b, single=True)
     return back(_cho(c, b, bool(lower)))
 
 

@@ -44,8 +44,8 @@ import numpy as np
 from llvmlite import binding as _llvm
 from numba import njit, types
 
-__all__ = ["KERNEL_MODULES", "LAPACK_OPS", "cholesky", "det", "eigh", "eigvalsh", "inv",
-           "kernel", "kernel_args", "kind_of", "slogdet", "solve", "work_size"]
+__all__ = ["KERNEL_MODULES", "LAPACK_OPS", "SINGLE_OPS", "cholesky", "det", "eigh", "eigvalsh",
+           "inv", "kernel", "kernel_args", "kind_of", "slogdet", "solve", "work_size"]
 
 _HERE = ("solve", "inv", "det", "slogdet", "cholesky", "eigh", "eigvalsh")
 _MORE = ("svd", "pinv", "qr", "eig", "eigh_evr")
@@ -54,6 +54,12 @@ _SOLVE = ("solve_triangular", "lu_factor", "expm", "refuse_if", "cholesky_adjoin
 #: :mod:`hybridad.ops.lapack_more` and :mod:`hybridad.ops.lapack_solve` (each
 #: kernel has its op's name)
 LAPACK_OPS = _HERE + _MORE + _SOLVE
+#: the primitives whose kernels also compute in single precision (LAPACK's and
+#: BLAS's s-routines, for float32 operands: scipy.linalg's solve_triangular and
+#: cholesky compute float32 so, and cholesky's reverse rule follows its factor);
+#: the others take float64 only (numpy.linalg computes every float type in
+#: double precision)
+SINGLE_OPS = ("cholesky", "solve_triangular", "cholesky_adjoint")
 #: op -> the module of its kernel (by name: those modules import this one)
 KERNEL_MODULES = {**dict.fromkeys(_HERE, "hybridad.ops.lapack"),
                   **dict.fromkeys(_MORE, "hybridad.ops.lapack_more"),

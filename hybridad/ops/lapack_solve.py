@@ -4,8 +4,10 @@ on BLAS gemm and LAPACK gesv), cholesky's reverse rule ``cholesky_adjoint``
 (blocked, on BLAS trsm and gemm) and the run-time refusal ``refuse_if``.
 
 Conventions as in :mod:`hybridad.ops.lapack_more` (shared helpers come from
-there): float64 stacks, preallocated outputs, every scratch matrix, pivot
-and Fortran scalar cut from the op's ``work``.
+there): float64 stacks (float32 too for solve_triangular and
+cholesky_adjoint: LAPACK's and BLAS's s-routines, chosen by ``kind``),
+preallocated outputs, every scratch matrix, pivot and Fortran scalar cut
+from the op's ``work`` (of the stack's dtype).
 
 * ``solve_triangular``: trtrs as scipy calls it for a C-ordered matrix (the
   transposed problem, the triangle flipped), trans=2 ('C') on the matrix
@@ -34,12 +36,43 @@ from .lapack_more import _SCALARS, _colmajor, _scalars
 __all__ = ["cholesky_adjoint", "expm", "lu_factor", "refuse_if", "solve_triangular",
            "work_size"]
 
-_register_cython_lapack("dtrtrs")
-_register_cython_lapack("dgemm", "dtrsm", library="cython_blas")
+_register_cython_lapack("dtrtrs", "strtrs")
+_register_cython_lapack("dgemm", "dtrsm", "sgemm", "strsm", library="cython_blas")
 _V = types.voidptr
 _dtrtrs = types.ExternalFunction("hybridad_dtrtrs", types.void(*([_V] * 10)))
+_strtrs = types.ExternalFunction("hybridad_strtrs", types.void(*([_V] * 10)))
 _dgemm = types.ExternalFunction("hybridad_dgemm", types.void(*([_V] * 13)))
+_sgemm = types.ExternalFunction("hybridad_sgemm", types.void(*([_V] * 13)))
 _dtrsm = types.ExternalFunction("hybridad_dtrsm", types.void(*([_V] * 11)))
+_strsm = types.ExternalFunction("hybridad_strsm", types.void(*([_V] * 11)))
+
+
+@njit(cache=True, nogil=True)
+def _trtrs(kind, uplo, trans, diag, n, k, a, lda, b, ldb, info):
+    """trtrs in the precision ``kind`` (``ord('d')`` or ``ord('s')``; Fortran
+    arguments, all pointers)."""
+    if kind == ord("s"):
+        _strtrs(uplo, trans, diag, n, k, a, lda, b, ldb, info)
+    else:
+        _dtrtrs(uplo, trans, diag, n, k, a, lda, b, ldb, info)
+
+
+@njit(cache=True, nogil=True)
+def _trsm(kind, side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb):
+    """trsm in the precision ``kind`` (``alpha`` points to a scalar of it)."""
+    if kind == ord("s"):
+        _strsm(side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb)
+    else:
+        _dtrsm(side, uplo, transa, diag, m, n, alpha, a, lda, b, ldb)
+
+
+@njit(cache=True, nogil=True)
+def _gemm(kind, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+    """gemm in the precision ``kind`` (``alpha``, ``beta`` point to scalars of it)."""
+    if kind == ord("s"):
+        _sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+    else:
+        _dgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 
 #: the block order of :func:`cholesky_adjoint`'s sweep
 CHOL_BLOCK = 64
@@ -62,7 +95,7 @@ _THETA13 = 5.371920351148152
 
 
 def work_size(op, m, n, **attrs):
-    """Elements of float64 workspace the kernel ``op`` needs.
+    """Elements of workspace (of the operands' dtype) the kernel ``op`` needs.
 
     Parameters
     ----------
@@ -117,7 +150,7 @@ def solve_triangular(a, b, out, work, kind, lower, trans, unit):
         chars[1] = ord("C") if not flip else (ord("N") if trans == 1 else ord("T"))
         chars[2] = ord("U") if unit else ord("N")
         ints[0], ints[1], ints[2] = n, k, 0
-        _dtrtrs(chars[0:].ctypes, chars[1:].ctypes, chars[2:].ctypes, ints[0:].ctypes,
+        _trtrs(kind, chars[0:].ctypes, chars[1:].ctypes, chars[2:].ctypes, ints[0:].ctypes,
                 ints[1:].ctypes, mat.ctypes, ints[0:].ctypes, rhs.ctypes, ints[0:].ctypes,
                 ints[2:].ctypes)
         if ints[2] > 0:
@@ -305,22 +338,22 @@ def cholesky_adjoint(lo, gl, out, work, kind):
             # block X[r0:, c0:] is X^T[c0:, r0:], at offset r0 * n + c0
             if m > 0:
                 # Ebar^T = D^-T Cbar^T: trsm 'L', 'U', 'N' on the transposes
-                _dtrsm(chars[2:].ctypes, chars[3:].ctypes, chars[0:].ctypes, chars[0:].ctypes,
+                _trsm(kind, chars[2:].ctypes, chars[3:].ctypes, chars[0:].ctypes, chars[0:].ctypes,
                        ints[1:].ctypes, ints[2:].ctypes, dbl[0:].ctypes, lm[j * n + j:].ctypes,
                        ints[0:].ctypes, g[k * n + j:].ctypes, ints[0:].ctypes)
                 # Dbar^T -= C^T Ebar (both triangles; the upper is dropped below)
-                _dgemm(chars[0:].ctypes, chars[1:].ctypes, ints[1:].ctypes, ints[1:].ctypes,
+                _gemm(kind, chars[0:].ctypes, chars[1:].ctypes, ints[1:].ctypes, ints[1:].ctypes,
                        ints[2:].ctypes, dbl[1:].ctypes, lm[k * n + j:].ctypes, ints[0:].ctypes,
                        g[k * n + j:].ctypes, ints[0:].ctypes, dbl[0:].ctypes,
                        g[j * n + j:].ctypes, ints[0:].ctypes)
                 if j > 0:
                     # Bbar^T -= R^T Ebar^T
-                    _dgemm(chars[0:].ctypes, chars[0:].ctypes, ints[3:].ctypes,
+                    _gemm(kind, chars[0:].ctypes, chars[0:].ctypes, ints[3:].ctypes,
                            ints[2:].ctypes, ints[1:].ctypes, dbl[1:].ctypes,
                            lm[j * n:].ctypes, ints[0:].ctypes, g[k * n + j:].ctypes,
                            ints[0:].ctypes, dbl[0:].ctypes, g[k * n:].ctypes, ints[0:].ctypes)
                     # Rbar^T -= B^T Ebar
-                    _dgemm(chars[0:].ctypes, chars[1:].ctypes, ints[3:].ctypes,
+                    _gemm(kind, chars[0:].ctypes, chars[1:].ctypes, ints[3:].ctypes,
                            ints[1:].ctypes, ints[2:].ctypes, dbl[1:].ctypes,
                            lm[k * n:].ctypes, ints[0:].ctypes, g[k * n + j:].ctypes,
                            ints[0:].ctypes, dbl[0:].ctypes, g[j * n:].ctypes, ints[0:].ctypes)
@@ -336,7 +369,7 @@ def cholesky_adjoint(lo, gl, out, work, kind):
                         fs[r * b + c] = f
                         fs[c * b + r] = f
                     fs[r * b + r] *= 2.0
-                _dgemm(chars[0:].ctypes, chars[0:].ctypes, ints[3:].ctypes, ints[1:].ctypes,
+                _gemm(kind, chars[0:].ctypes, chars[0:].ctypes, ints[3:].ctypes, ints[1:].ctypes,
                        ints[1:].ctypes, dbl[1:].ctypes, lm[j * n:].ctypes, ints[0:].ctypes,
                        fs.ctypes, ints[1:].ctypes, dbl[0:].ctypes, g[j * n:].ctypes,
                        ints[0:].ctypes)

@@ -2,7 +2,9 @@
 
 Operands are stacks of square float64 matrices, exactly 3-D ``(batch, n, n)``
 (the numpy surface reshapes ``(..., n, n)`` operands, broadcasts batches and
-computes float32 in float64, as numpy.linalg does).  The reference ``run`` of
+computes float32 in float64, as numpy.linalg does); ``cholesky`` and
+``cholesky_adjoint`` also take float32 stacks (:data:`.lapack.SINGLE_OPS`:
+scipy.linalg's cholesky computes float32 in single precision).  The reference ``run`` of
 each is a LAPACK kernel of :mod:`hybridad.ops.lapack` writing into the
 preallocated result with a preallocated ``work`` slot; the numba backend
 calls the same kernels.  Each makes numpy's LAPACK call (routine, ``uplo``,
@@ -67,12 +69,20 @@ def _stacked_batch(node, batched, *args, **attrs):
     return np.reshape(_bind(node.op, *flat, **attrs), (k, *node.shape))
 
 
-def _check_square(a):
+def _check_dtype(a, name):
+    """float64, or float32 for the primitives of :data:`.lapack.SINGLE_OPS`."""
+    from .lapack import SINGLE_OPS
+
+    if a.dtype != np.float64 and not (a.dtype == np.float32 and name in SINGLE_OPS):
+        raise TypeError(f"{name}: the LAPACK primitive computes in float64"
+                        f"{' or float32' if name in SINGLE_OPS else ''}; got {a.dtype}")
+
+
+def _check_square(a, name):
     if len(a.shape) != 3 or a.shape[1] != a.shape[2]:
-        raise ValueError(f"expected a stack of square matrices (batch, n, n), got {a.shape}")
-    if a.dtype != np.float64:
-        raise TypeError(f"the LAPACK primitives compute in float64 (as numpy.linalg does for "
-                        f"every float type); got {a.dtype}")
+        raise ValueError(f"{name}: expected a stack of square matrices (batch, n, n), got "
+                         f"{a.shape}")
+    _check_dtype(a, name)
 
 
 # ----------------------------------------------------------------------------
@@ -81,7 +91,7 @@ def _check_square(a):
 
 
 def _solve_abstract(a, b):
-    _check_square(a)
+    _check_square(a, "solve")
     if len(b.shape) != 3 or b.shape[:2] != a.shape[:2] or b.dtype != a.dtype:
         raise ValueError(f"solve: right-hand side {b.shape} {b.dtype} does not match "
                          f"{a.shape} {a.dtype}")
@@ -124,8 +134,8 @@ register(Op("solve", "compute", _solve_abstract, run=_run("solve"), vjp=_solve_v
             workspace=_work("solve"), raises=True, doc="x with a @ x = b (LAPACK gesv)"))
 
 
-def _inv_abstract(a):
-    _check_square(a)
+def _inv_abstract(a, name="inv"):
+    _check_square(a, name)
     return a.shape, a.dtype
 
 
@@ -154,7 +164,7 @@ def _logdet_tangent(ta, a):
     return np.sum(_inv_T(a) * ta, axis=(1, 2))
 
 
-register(Op("det", "compute", lambda a: (_inv_abstract(a)[0][:1], a.dtype), run=_run("det"),
+register(Op("det", "compute", lambda a: (_inv_abstract(a, "det")[0][:1], a.dtype), run=_run("det"),
             vjp=_det_vjp, jvp=lambda ts, node, a, ans: ans * _logdet_tangent(ts[0], a),
             batch=_stacked_batch, workspace=_work("det"),
             doc="determinant, sign * exp(log|det|) as numpy (LAPACK getrf)"))
@@ -164,7 +174,7 @@ def _slogdet_vjp(g, node, active, a, ans):
     return (g[:, 1][:, None, None] * _inv_T(a),)  # the sign is piecewise constant
 
 
-register(Op("slogdet", "compute", lambda a: ((_inv_abstract(a)[0][0], 2), a.dtype),
+register(Op("slogdet", "compute", lambda a: ((_inv_abstract(a, "slogdet")[0][0], 2), a.dtype),
             run=_run("slogdet"), vjp=_slogdet_vjp, workspace=_work("slogdet"),
             jvp=lambda ts, node, a, ans: np.concatenate(
                 [np.zeros((a.shape[0], 1), a.dtype), _logdet_tangent(ts[0], a)[:, None]],
@@ -177,17 +187,18 @@ register(Op("slogdet", "compute", lambda a: ((_inv_abstract(a)[0][0], 2), a.dtyp
 # ----------------------------------------------------------------------------
 
 
-def _triangle_weights(n, lower):
-    """(n, n): 1 on the strict ``lower`` (else upper) triangle, 1/2 on the
-    diagonal, 0 elsewhere."""
-    tri = np.tril(np.ones((n, n)), -1) if lower else np.triu(np.ones((n, n)), 1)
-    return tri + 0.5 * np.eye(n)
+def _triangle_weights(n, lower, dtype):
+    """(n, n) of ``dtype``: 1 on the strict ``lower`` (else upper) triangle, 1/2
+    on the diagonal, 0 elsewhere."""
+    ones = np.ones((n, n), dtype)
+    tri = np.tril(ones, -1) if lower else np.triu(ones, 1)
+    return tri + np.asarray(0.5, dtype) * np.eye(n, dtype=dtype)
 
 
 def _from_triangle(t, lower):
     """The symmetric matrix the ``lower`` (else upper) triangle of ``t`` stands
     for (what LAPACK reads): ``S(t)``, linear in ``t``."""
-    h = t * _triangle_weights(t.shape[-1], lower)
+    h = t * _triangle_weights(t.shape[-1], lower, t.dtype)
     return h + _mT(h)
 
 
@@ -196,17 +207,17 @@ def _to_triangle(g, lower):
     from ``g``, a gradient w.r.t. ``S`` (only its symmetric part counts).  The
     unread triangle gets 0; an entry below (above) the diagonal gets
     ``g_ij + g_ji``, as it moves both ``S_ij`` and ``S_ji``; the diagonal ``g_ii``."""
-    return (g + _mT(g)) * _triangle_weights(g.shape[-1], lower)
+    return (g + _mT(g)) * _triangle_weights(g.shape[-1], lower, g.dtype)
 
 
 def _cholesky_abstract(a, upper=False):
-    return _inv_abstract(a)
+    return _inv_abstract(a, "cholesky")
 
 
 def _phi(x):
     """The lower triangle of ``x``, its diagonal halved."""
     n = x.shape[-1]
-    return np.tril(x) * (1 - 0.5 * np.eye(n))
+    return np.tril(x) * (1 - 0.5 * np.eye(n, dtype=x.dtype))
 
 
 def _lower_solve(lo, b, trans):
@@ -241,7 +252,7 @@ register(Op("cholesky", "compute", _cholesky_abstract, run=_run("cholesky"),
 
 
 def _chol_adjoint_abstract(lo, g):
-    _check_square(lo)
+    _check_square(lo, "cholesky_adjoint")
     if g.shape != lo.shape or g.dtype != lo.dtype:
         raise ValueError(f"cholesky_adjoint: gradient {g.shape} {g.dtype} for a factor "
                          f"{lo.shape} {lo.dtype}")
@@ -289,7 +300,7 @@ register(Op("cholesky_adjoint", "compute", _chol_adjoint_abstract,
 
 
 def _eigh_abstract(a, uplo="L"):
-    _check_square(a)
+    _check_square(a, "eigh")
     if uplo not in ("L", "U"):
         raise ValueError(f"uplo must be 'L' or 'U'; got {uplo!r}")
     return (a.shape[0], a.shape[1] + 1, a.shape[1]), a.dtype

@@ -2,8 +2,8 @@
 solve_triangular, lu_factor, expm, and ``refuse_if`` (a run-time refusal the
 numpy surface places where a value decides what numpy would return).
 
-Operands are stacks ``(batch, m, n)`` of float64, as the primitives of
-:mod:`hybridad.ops.linalg`; the kernels are those of
+Operands are stacks ``(batch, m, n)`` of float64 (``solve_triangular``:
+float32 too), as the primitives of :mod:`hybridad.ops.linalg`; the kernels are those of
 :mod:`hybridad.ops.lapack_more` (which also says how results are packed).
 
 Derivatives:
@@ -49,9 +49,9 @@ def _tri_abstract(a, b, lower=False, trans=0, unit=False):
     return b.shape, a.dtype
 
 
-def _read(n, lower, unit):
-    """(n, n): 1 where solve_triangular reads the matrix, else 0."""
-    ones = np.ones((n, n))
+def _read(n, lower, unit, dtype):
+    """(n, n) of ``dtype``: 1 where solve_triangular reads the matrix, else 0."""
+    ones = np.ones((n, n), dtype)
     return np.tril(ones, -int(unit)) if lower else np.triu(ones, int(unit))
 
 
@@ -61,7 +61,7 @@ def _tri_vjp(g, node, active, a, b, ans, lower=False, trans=0, unit=False):
     ga = None
     if active[0]:
         outer = np.matmul(ans, _mT(gb)) if trans else np.matmul(gb, _mT(ans))
-        ga = -outer * _read(a.shape[-1], lower, unit)
+        ga = -outer * _read(a.shape[-1], lower, unit, a.dtype)
     return ga, gb if active[1] else None
 
 
@@ -69,7 +69,7 @@ def _tri_jvp(ts, node, a, b, ans, lower=False, trans=0, unit=False):
     ta, tb = ts
     rhs = tb
     if ta is not None:
-        dt = ta * _read(a.shape[-1], lower, unit)
+        dt = ta * _read(a.shape[-1], lower, unit, a.dtype)
         prod = np.matmul(_mT(dt) if trans else dt, ans)
         rhs = -prod if tb is None else tb - prod
     return _bind("solve_triangular", a, rhs, lower=lower, trans=trans, unit=unit)

@@ -34,14 +34,15 @@ import numpy as np
 
 from ..ir.registry import Op, register
 from .common import bind as _bind
-from .linalg import _from_triangle, _gaps, _mT, _run, _stacked_batch, _to_triangle
+from .linalg import (_check_dtype, _from_triangle, _gaps, _mT, _run, _stacked_batch,
+                     _to_triangle)
 
 
 def _check_stack(a, name):
     if len(a.shape) != 3:
         raise ValueError(f"{name}: expected a stack of matrices (batch, m, n), got {a.shape}")
-    if a.dtype != np.float64:
-        raise TypeError(f"{name}: the LAPACK primitives compute in float64; got {a.dtype}")
+    _check_dtype(a, name)
+
 
 
 def _work(op):
