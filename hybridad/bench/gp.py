@@ -11,8 +11,11 @@ targets ``y`` (n), constants::
     nll   = y . alpha / 2 + sum(log(diag(L))) + n/2 log(2 pi)
 
 :func:`gp_nll` is the numpy + scipy code hybridad differentiates
-(``np.linalg.cholesky`` and ``scipy.linalg.solve_triangular``, as a user
-writes it); :func:`gp_port` gives the same function for jax
+(``scipy.linalg.cholesky`` and ``scipy.linalg.solve_triangular``, as a user
+writes it, scikit-learn's GaussianProcessRegressor among them; scipy.linalg
+computes float32 in single precision, where ``np.linalg.cholesky`` computes
+every float type in double precision and rounds -- hybridad keeps both
+rules); :func:`gp_port` gives the same function for jax
 (``jnp.linalg.cholesky``, ``jax.scipy.linalg.solve_triangular``), torch
 (``torch.linalg``) and autograd (``autograd.numpy.linalg.cholesky``,
 ``autograd.scipy.linalg.solve_triangular``).  :func:`gp_numpy` is the value
@@ -56,14 +59,14 @@ def _nll(theta, X, y, xp, cholesky, solve_lower, solve_upper, eye, diag, clip):
 
 def gp_nll(theta, X, y):
     """The GP's negative log marginal likelihood as numpy + scipy code (what hybridad traces)."""
-    from scipy.linalg import solve_triangular
+    from scipy.linalg import cholesky, solve_triangular
 
     n = y.shape[0]
     ell2, s2, noise = np.exp(2.0 * theta[0]), np.exp(theta[1]), np.exp(theta[2])
     sq = np.sum(X * X, axis=1)
     D = np.maximum(sq[:, None] + sq[None, :] - 2.0 * (X @ X.T), 0.0)
     K = s2 * np.exp(-0.5 * D / ell2) + noise * np.eye(n, dtype=X.dtype)
-    L = np.linalg.cholesky(K)
+    L = cholesky(K, lower=True)
     z = solve_triangular(L, y, lower=True)
     alpha = solve_triangular(L.T, z, lower=False)
     return 0.5 * (y @ alpha) + np.sum(np.log(np.diag(L))) + 0.5 * n * LOG_2PI
