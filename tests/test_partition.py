@@ -707,3 +707,40 @@ def test_partials_that_are_functions_of_the_output_are_computed_from_it(name, f,
         fd = numerical_gradient(lambda v: loss(x, v, a), W.copy())
         np.testing.assert_allclose(res.gradient[1], fd, rtol=1e-7, atol=1e-9)
     assert_no_alloc(plan.gradient, x, W, a, out=res, n=5)
+
+
+def test_products_over_an_axis_of_length_one_are_fused_multiplies():
+    """A matmul whose contracted axis has length 1 (a one-feature input layer,
+    stacks of outer products, a length-1 vector times a row) is a broadcast
+    multiply: no matmul node in the plan, forward or backward (the weight's
+    gradient is a sum over the batch in a region), values numpy's bit for bit
+    (one product per element either way), gradients against the numpy backend
+    and differences; integer products stay matmuls."""
+    from conftest import assert_grad
+
+    rng = np.random.default_rng(5)
+    X, W, b = rng.standard_normal((50, 1)), rng.standard_normal((1, 8)), rng.standard_normal(8)
+    S, T, v = rng.standard_normal((3, 4, 1)), rng.standard_normal((1, 6)), rng.standard_normal(1)
+
+    def layers(X, W, b, S, T, v):
+        h = np.tanh(X @ W + b)
+        return h, S @ T, v @ T, np.sum(h ** 2) + np.sum(np.sin(S @ T)) + np.sum((v @ T) ** 3)
+
+    def f(*args):
+        return layers(*args)[-1]
+
+    args = (X, W, b, S, T, v)
+    plan = ha.compile(lambda *a: np.concatenate([np.ravel(p) for p in layers(*a)]),
+                      *args, jacobian=True)
+    assert not [n for n in plan.graph.nodes if n.op == "matmul"]
+    got = plan.value(*args)
+    h = np.tanh(X @ W + b)  # vmath's tanh: to rounding
+    np.testing.assert_allclose(got[:h.size], h.ravel(), rtol=1e-15, atol=1e-15)
+    want = np.concatenate([np.ravel(p) for p in (S @ T, v @ T)])
+    np.testing.assert_array_equal(got[h.size:h.size + want.size], want)
+    gplan = ha.compile(f, *args, argnums=tuple(range(6)))
+    assert not [n for n in gplan.graph.nodes if n.op == "matmul"]
+    assert_grad(f, args, argnums=tuple(range(6)))
+    ints = ha.compile(lambda x, m: np.sum(x * (m @ m.T)), rng.standard_normal((5, 5)),
+                      np.ones((5, 1), np.int64))
+    assert [n for n in ints.graph.nodes if n.op == "matmul"]

@@ -427,7 +427,15 @@ def matmul(a, b):
     b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
         raise ValueError(f"matmul: mismatch in core dimension: {a.shape} @ {b.shape}")
-    r = bind("matmul", a2, b2)
+    if a2.shape[-1] == 1 and np.issubdtype(dtype, np.inexact):
+        # a contracted axis of length 1 (an outer product: a one-feature input
+        # layer, a cotangent times a vector in a rule) is a broadcast multiply,
+        # the same one product per element as BLAS's: it fuses with its
+        # neighbours into one region (no gemm, no temporary), and so does its
+        # derivative (the weight's gradient becomes a fused sum over the batch)
+        r = a2 * b2
+    else:
+        r = bind("matmul", a2, b2)
     shape = r.shape
     if a.ndim == 1:
         shape = shape[:-2] + shape[-1:]

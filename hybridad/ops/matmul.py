@@ -1,6 +1,7 @@
 """``matmul``: operands at least 2-D (1-D cases are reshaped at trace time),
-numpy's batch broadcasting; rank-1 products in its rules become broadcast
-multiplies."""
+numpy's batch broadcasting.  Products over a contracted axis of length 1 are
+never bound: the numpy surface (:func:`hybridad.frontend.numpy_api.matmul`)
+makes them broadcast multiplies, in user code and in these rules alike."""
 
 from __future__ import annotations
 
@@ -22,22 +23,15 @@ def _matmul_run(out, a, b):
     np.matmul(a, b, out=out)
 
 
-def _product(x, y):
-    """``x @ y``; a broadcast multiply when the contracted axis has length 1
-    (an outer product, e.g. a scalar cotangent times a vector): it then fuses
-    into elementwise regions instead of calling BLAS for a rank-1 update."""
-    return x * y if x.shape[-1] == 1 else np.matmul(x, y)
-
-
 def _matmul_vjp(g, node, active, a, b, ans):
-    return (_product(g, np.swapaxes(b, -1, -2)) if active[0] else None,
-            _product(np.swapaxes(a, -1, -2), g) if active[1] else None)
+    return (np.matmul(g, np.swapaxes(b, -1, -2)) if active[0] else None,
+            np.matmul(np.swapaxes(a, -1, -2), g) if active[1] else None)
 
 
 def _matmul_jvp(ts, node, a, b, ans):
     ta, tb = ts
-    left = None if ta is None else _product(ta, b)
-    right = None if tb is None else _product(a, tb)
+    left = None if ta is None else np.matmul(ta, b)
+    right = None if tb is None else np.matmul(a, tb)
     return right if left is None else left if right is None else left + right
 
 
@@ -45,11 +39,11 @@ def _matmul_batch(node, batched, a, b):
     ba, bb = batched
     if ba and not bb and b.ndim == 2:  # a stack of rows times one matrix: one gemm
         rows = np.reshape(a, (-1, a.shape[-1]))
-        return np.reshape(_product(rows, b), (a.shape[0], *node.shape))
+        return np.reshape(np.matmul(rows, b), (a.shape[0], *node.shape))
     if bb and not ba and a.ndim == 2 and b.ndim == 3:  # a matrix times K matrices: one gemm
         k, n = b.shape[0], node.shape[-1]
         cols = np.reshape(np.transpose(b, (1, 0, 2)), (b.shape[1], k * n))
-        return np.transpose(np.reshape(_product(a, cols), (a.shape[0], k, n)), (1, 0, 2))
+        return np.transpose(np.reshape(np.matmul(a, cols), (a.shape[0], k, n)), (1, 0, 2))
     rank = len(node.shape)
     return _bind("matmul", _lift(a, rank) if ba else a, _lift(b, rank) if bb else b)
 
