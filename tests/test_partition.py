@@ -668,18 +668,24 @@ def _expit(u):
 
 @pytest.mark.parametrize("name, f, n_stored", [  # (n_stored: at most)
     ("tanh", lambda x, W, a: np.tanh(x @ W + a[0]), 0),
-    ("exp", lambda x, W, a: np.exp(a[0] * (x @ W)), 1),
+    ("exp", lambda x, W, a: np.exp(a[0] * (x @ W)), 0),
     ("sqrt", lambda x, W, a: np.sqrt((x @ W) ** 2 + a[0]), 1),
     ("expit", lambda x, W, a: _expit(x @ W - a[0]), 0),
-    ("sin", lambda x, W, a: np.sin(x @ W + a[0]), 1)])
+    ("sin", lambda x, W, a: np.sin(x @ W + a[0]), 1),
+    ("tanh_columns", lambda x, W, a: np.tanh((x @ W) * x[:, :1] + a[0]), 0),
+    ("tanh_sin", lambda x, W, a: np.tanh(np.sin(x @ W) * a[0]), 2)])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_partials_that_are_functions_of_the_output_are_computed_from_it(name, f, n_stored,
                                                                          dtype):
     # with u = x @ W: tanh(u + a): 1 - out**2 for both; exp(a u): a * out for
-    # u (a a scalar input), u * out for a is stored (u an array); sqrt(u**2 +
-    # a): 0.5 / out for a, 2 u * 0.5 / out stored for u; expit(u - a): out (1 -
-    # out) and its negative; sin: cos, stored (once for both): the backward
-    # reads the region's output where it can, nothing stored for that
+    # u (a a scalar input), u * out for a (u an array input: arithmetic on
+    # it, read again in the backward); sqrt(u**2 + a): 0.5 / out for a, 2 u *
+    # 0.5 / out stored for u (a division of an array input: not cheap
+    # arithmetic); expit(u - a): out (1 - out) and its negative; sin: cos,
+    # stored (once for both); tanh(u c + a), c a column of x: c (1 - out**2)
+    # and u (1 - out**2); tanh(sin(u) a): sin and cos of an array input are
+    # not recomputed for it (stored): the backward reads the region's
+    # output where it can, nothing stored for that
     from hybridad.testing import assert_no_alloc, numerical_gradient
 
     def loss(x, W, a):  # the region's output feeds a matmul (its cotangent an array)
@@ -691,7 +697,7 @@ def test_partials_that_are_functions_of_the_output_are_computed_from_it(name, f,
     plan = ha.compile(loss, x, W, a, argnums=(0, 1, 2), tiered=False)
     stored = [n for n in plan.graph.nodes if n.op == "region_partial" and n.attrs["wrt"] >= 0
               and not n.attrs.get("summed")]
-    assert ("from the output" in plan.explain()) == (name != "sin")
+    assert ("from the output" in plan.explain()) == (name not in ("sin", "tanh_sin"))
     assert len(stored) <= n_stored, plan.explain()  # (the rest stored or recomputed)
     if n_stored == 0:  # every partial from the output: none stored, the body not run again
         assert not [n for n in plan.graph.nodes if n.op == "region" and

@@ -160,21 +160,32 @@ FROM_OUTPUT = "from the output"
 OUTPUT_PARTIAL_NODES = 16
 
 
+#: the ufuncs a partial read from the output may apply to the region's array
+#: inputs: arithmetic, cheaper than storing an array and reading it back
+CHEAP_UFUNCS = frozenset({"add", "subtract", "multiply", "negative", "square"})
+
+
 def _partial_of_output(body, k, inputs):
     """d(region value)/d(input k) as a nested expression (:func:`_tangent_tree`,
-    not interned) of the region's output value, its one-element inputs and
-    constants (``tanh(x + b)``: ``1 - out * out``), or None where it needs
-    anything else (an intermediate value, an array input, a dual-number op, a
-    ``where``), or does not read the output."""
+    not interned) of the region's output value, its inputs and constants
+    (``tanh(x + b)``: ``1 - out * out``; ``tanh(x * w + b)`` w.r.t. ``w``: ``x
+    (1 - out * out)``), or None where it needs anything else (an intermediate
+    value, a dual-number op, a ``where``), or does not read the output.
+
+    An array input may be read when it is no larger than the loop and the
+    expression is only arithmetic (:data:`CHEAP_UFUNCS`): reading it in the
+    backward sweep costs at most what reading a stored partial would, and
+    saves writing one; it stays alive until then, in no more memory than
+    the stored partial would take."""
     if len(body.nodes) > OUTPUT_PARTIAL_NODES:
         return None
     tree = _tangent_tree(body, k, lambda t: t)
     if tree is None:
         return None
-    last = body.nodes[-1].id
-    reads_output = False
+    last, loop = body.nodes[-1].id, int(np.prod(body.shape, dtype=np.int64))
+    reads_output, arrays, costly = False, False, False
     stack = [tree]
-    while stack:  # the leaves it may read: the output, scalar inputs, constants
+    while stack:  # the leaves it may read: the output, inputs, constants
         t = stack.pop()
         tag = t[0]
         if tag == "v":
@@ -182,15 +193,17 @@ def _partial_of_output(body, k, inputs):
                 return None
             reads_output = True
         elif tag == "in":
-            if inputs[t[1]].size != 1:
+            if inputs[t[1]].size > loop:
                 return None
+            arrays = arrays or inputs[t[1]].size != 1
         elif tag in ("mul", "add"):
             stack.extend(t[1:])
         elif tag not in ("one", "num", "const"):  # ("dual", ...) and ("select", ...) too
             if not isinstance(getattr(np, tag, None), np.ufunc):
                 return None
+            costly = costly or tag not in CHEAP_UFUNCS
             stack.extend(t[1:])
-    return tree if reads_output else None
+    return tree if reads_output and not (arrays and costly) else None
 
 
 def _build_partial(tree, inputs, out, dtype):
