@@ -750,3 +750,38 @@ def test_products_over_an_axis_of_length_one_are_fused_multiplies():
     ints = ha.compile(lambda x, m: np.sum(x * (m @ m.T)), rng.standard_normal((5, 5)),
                       np.ones((5, 1), np.int64))
     assert [n for n in ints.graph.nodes if n.op == "matmul"]
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_value_region_only_one_loop_reads_is_evaluated_in_it(parallel, dtype):
+    """The cotangent of a layer whose next layer has one output unit (``g *
+    w^T``) is read by two twin chain products; once they are one loop
+    (share_reduced_values: the bias sum and the value before it),
+    absorb_producers evaluates it there: no backward region of its own, no
+    array for it; gradients agree with the numpy backend, the value before
+    the sum (read by the matmuls) included; nothing allocated per call."""
+    from hybridad.testing import assert_no_alloc
+
+    rng = np.random.default_rng(11)
+    X = rng.uniform(-1, 1, (3000, 4)).astype(dtype)
+    W1, b1 = rng.standard_normal((4, 16)).astype(dtype), rng.standard_normal(16).astype(dtype)
+    w2, b2 = rng.standard_normal((16, 1)).astype(dtype), rng.standard_normal(1).astype(dtype)
+
+    def loss(W1, b1, w2, b2):
+        h = np.tanh(X @ W1 + b1)
+        return np.mean((h @ w2 + b2 - 0.5) ** 2)
+
+    args = (W1, b1, w2, b2)
+    plan = ha.compile(loss, *args, argnums=(0, 1, 2, 3), parallel=parallel, tiered=False)
+    wide = [n for n in plan.graph.nodes if n.op == "region" and n.phase == "backward"
+            and n.attrs["mode"] == "value" and n.attrs["body"].shape == (3000, 16)]
+    assert len(wide) == 1 and wide[0].attrs["body"].reduction is not None, plan.explain()
+    assert [n.op for n in wide[0].attrs["body"].nodes][:2] == ["multiply", "multiply"]
+    res = plan.gradient(*args)
+    ref = ha.gradient(loss, *[a.astype(np.float64) for a in args], argnums=(0, 1, 2, 3),
+                      backend="numpy")
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    for got, want in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+    assert_no_alloc(plan.gradient, *args, out=res, n=5)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from ..ir.graph import Node, users_of
 from ..ops import REGISTRY, storage_root
 
-__all__ = ["Region", "find_regions", "fuse_regions", "fold_accumulations",
+__all__ = ["Region", "absorb_producers", "find_regions", "fuse_regions", "fold_accumulations",
            "share_reduced_values", "sum_vjp_regions", "sum_stored_partials",
            "FUSABLE_REDUCTIONS", "PRE_REDUCTION",
            "VJP_SUMS"]
@@ -338,6 +338,81 @@ def share_reduced_values(nodes, outputs=()):
             n.op, n.args, n.attrs = "region_partial", (red,), {"wrt": PRE_REDUCTION}
         out.append(n)
     return out
+
+
+def absorb_producers(nodes, outputs=()):
+    """Fuse into a value region the value regions only it reads (IR -> IR).
+
+    Partitioning keeps a node out of its consumer's region when it has users
+    elsewhere; later passes can leave it with one.  The reverse pass of
+    ``h @ w`` with ``w`` one column (a scalar output per sample) gives the
+    cotangent ``g * w^T`` of ``h``, which two chain products read -- the
+    product for ``h``'s matmul and its twin summed for ``b`` -- so it is a
+    region of its own; once :func:`share_reduced_values` made the two one
+    loop, that loop is its only reader.  A value region ``P`` without a
+    reduction, over the same loop shape as its only reader ``R`` (a value
+    region, ``P`` not an output, neither with stored partials other than
+    ``R``'s value before its reduction), is evaluated inside ``R``'s loop:
+    no array for ``P``, one pass fewer over it -- unless a node between the
+    two writes in place to what ``P`` reads (a fused optimizer's update of a
+    weight ``P`` reads, :mod:`.updates`): ``P`` then reads the old value
+    only where it stands.  ``R`` gets a new body
+    (``P``'s members, then its own), so vjp regions sharing its old body
+    are untouched.
+
+    Returns
+    -------
+    list of Node
+    """
+    external = {n.id for n in outputs if n is not None}
+    users = users_of(nodes)
+
+    def stored(n):
+        return any(u.op == "region_partial" and u.attrs["wrt"] != PRE_REDUCTION
+                   for u in users[n.id])
+
+    position = {n.id: i for i, n in enumerate(nodes)}
+
+    def written_between(p, r):  # an in-place write to what p reads, after p, before r
+        roots = {storage_root(a).id for a in p.args}
+        return any(REGISTRY[m.op].kind == "inplace" and storage_root(m.args[0]).id in roots
+                   for m in nodes[position[p.id] + 1:position[r.id]] if m.op in REGISTRY)
+
+    dropped = set()
+    for n in nodes:
+        if n.op != "region" or n.attrs["mode"] != "value" or stored(n):
+            continue
+        body = n.attrs["body"]
+        absorbed = [a for a in body.inputs
+                    if a.op == "region" and a.attrs["mode"] == "value" and a.id not in external
+                    and a.attrs["body"].reduction is None and a.shape == body.shape
+                    and {u.id for u in users[a.id]} == {n.id} and not written_between(a, n)]
+        if not absorbed:
+            continue
+        remap = {a.id: a.attrs["body"].nodes[-1] for a in absorbed}
+
+        def rewired(m):  # m reading the absorbed members instead of the regions
+            args = tuple(remap.get(x.id, x) for x in m.args)
+            if all(x is y for x, y in zip(args, m.args, strict=True)):
+                return m
+            remap[m.id] = Node(m.id, m.op, args, m.attrs, m.shape, m.dtype, m.phase)
+            return remap[m.id]
+
+        members = [m for a in absorbed for m in a.attrs["body"].nodes]
+        members += [rewired(m) for m in body.nodes]
+        reduction = None if body.reduction is None else rewired(body.reduction)
+        inside = {m.id for m in members}
+        inputs, seen = [], set()
+        for m in members + ([reduction] if reduction is not None else []):
+            for x in m.args:
+                if x.id not in inside and x.id not in seen:
+                    seen.add(x.id)
+                    inputs.append(x)
+        merged = Region(members, reduction, inputs)
+        merged.partials_reason = body.partials_reason
+        n.args, n.attrs = tuple(inputs), {**n.attrs, "body": merged}
+        dropped.update(a.id for a in absorbed)
+    return [n for n in nodes if n.id not in dropped] if dropped else nodes
 
 
 def sum_vjp_regions(nodes, outputs=()):

@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 
 from ..ir.graph import Graph, check, dead_code_elimination
-from .partition import (fold_accumulations, fuse_regions, share_reduced_values,
-                        sum_stored_partials, sum_vjp_regions)
+from .partition import (absorb_producers, fold_accumulations, fuse_regions,
+                        share_reduced_values, sum_stored_partials, sum_vjp_regions)
 from .updates import schedule_updates
 
 __all__ = ["LOWERING", "PIPELINES", "check_rules", "describe", "lower"]
@@ -47,13 +47,16 @@ PASSES = {
     "sum_vjp_regions": ("one loop for the vjp regions summed whole (a scalar parameter's "
                         "gradients)",
                         lambda nodes, ins, outs, upd: sum_vjp_regions(nodes, outs)),
+    "absorb_producers": ("evaluate in a region's loop the value regions only it reads",
+                         lambda nodes, ins, outs, upd: absorb_producers(nodes, outs)),
 }
 
 #: backend -> the lowering passes, in order
 LOWERING = {
     "numpy": ("dead_code", "schedule_updates"),
     "numba": ("dead_code", "schedule_updates", "fuse_regions", "fold_accumulations",
-              "share_reduced_values", "sum_stored_partials", "sum_vjp_regions"),
+              "share_reduced_values", "sum_stored_partials", "sum_vjp_regions",
+              "absorb_producers"),
     "cupy": ("dead_code", "schedule_updates", "fuse_regions"),
 }
 
