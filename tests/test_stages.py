@@ -23,7 +23,7 @@ import pytest
 
 from hybridad.transforms.autodiff import active_nodes, backward
 from hybridad.backends.numpy.program import compile_program
-from hybridad.ir.graph import Graph, check
+from hybridad.ir.graph import Graph, check, users_of
 from hybridad.transforms.memory import ALIGN, plan_memory
 from hybridad.ops import REGISTRY, storage_root
 from hybridad.transforms.partition import (FUSABLE_REDUCTIONS, find_regions, fold_accumulations,
@@ -446,18 +446,10 @@ def random_elementwise_graph(seed, n=14, sums=True):
     return tr.nodes, [n for n in tr.nodes if n.op == "input"], [o.node for o in outs]
 
 
-def _users(nodes):
-    users = {n.id: [] for n in nodes}
-    for n in nodes:
-        for a in n.args:
-            users[a.id].append(n)
-    return users
-
-
 @pytest.mark.parametrize("seed", range(50))
 def test_random_dags_regions_are_convex_single_output_and_maximal(seed):
     nodes, inputs, outputs = random_elementwise_graph(seed)
-    users = _users(nodes)
+    users = users_of(nodes)
     external = {o.id for o in outputs}
     regions = find_regions(nodes, outputs)
     owner = {}

@@ -23,13 +23,14 @@
   ``zeros``.  No temporary, no second pass over it.
 
 A partial that is a function of the region's output (and its one-element
-inputs) -- ``tanh``'s ``1 - out**2``, ``exp``'s ``out`` -- is computed from the
-output in the backward sweep (:func:`_partial_of_output`): nothing stored,
-nothing evaluated again.  For the others the VJP of a region chooses between
-the two strategies (:func:`strategy`):
-storing costs one array per distinct partial from the forward to the
-backward sweep (a write and a read of each); recomputing costs a second
-evaluation of the body.  The machine's measured costs decide
+inputs, or inputs no larger than the loop through arithmetic) -- ``tanh``'s
+``1 - out**2``, ``exp``'s ``out``, ``x (1 - out**2)`` for ``w`` in ``tanh(x w +
+b)`` -- is computed from the output in the backward sweep
+(:func:`_partial_of_output`): nothing stored, nothing evaluated again.  For
+the others the VJP of a region chooses between the two strategies
+(:func:`strategy`): storing costs one array per distinct partial from the
+forward to the backward sweep (a write and a read of each); recomputing
+costs a second evaluation of the body.  The machine's measured costs decide
 (:mod:`hybridad.transforms.costs`): a body with a transcendental function is
 usually stored, cheap arithmetic recomputed (no stored array).
 
@@ -122,8 +123,8 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
         shared[first] = shared.get(first, 0) + 1
     summed = {first for first, count in shared.items()
               if full_sum and count == 1 and inputs[first].size == 1}
-    # a partial that is a function of the region's output (and its scalar
-    # inputs) is computed from the output in the backward sweep
+    # a partial that is a function of the region's output (and of inputs
+    # :func:`_partial_of_output` allows) is computed from it in the backward sweep
     trees = {} if red is not None or enabled("recompute_partials") else \
         {first: t for first in shared
          if (t := _partial_of_output(body, first, inputs)) is not None}

@@ -84,6 +84,19 @@ def _fusable(node):
     return node.op in REGISTRY and REGISTRY[node.op].kind == "elementwise"
 
 
+def _external_inputs(members):
+    """The operands of ``members`` (a region's elementwise nodes, in order)
+    made outside them, in first-use order: the region's inputs."""
+    inside = {m.id for m in members}
+    inputs, seen = [], set()
+    for m in members:
+        for a in m.args:
+            if a.id not in inside and a.id not in seen:
+                seen.add(a.id)
+                inputs.append(a)
+    return inputs
+
+
 def find_regions(nodes, outputs=(), reductions=FUSABLE_REDUCTIONS):
     """Partition ``nodes`` (topologically ordered) into regions.
 
@@ -130,13 +143,7 @@ def find_regions(nodes, outputs=(), reductions=FUSABLE_REDUCTIONS):
         us = users[sink.id]
         if len(us) == 1 and us[0].op in reductions and sink.id not in external:
             red = us[0]
-        inputs, seen = [], set()
-        for n in ordered:
-            for a in n.args:
-                if a.id not in members and a.id not in seen:
-                    seen.add(a.id)
-                    inputs.append(a)
-        regions.append(Region(ordered, red, inputs))
+        regions.append(Region(ordered, red, _external_inputs(ordered)))
     order = {n.id: i for i, n in enumerate(nodes)}
     regions.sort(key=lambda r: order[r.output.id])
     return regions
@@ -401,13 +408,7 @@ def absorb_producers(nodes, outputs=()):
         members = [m for a in absorbed for m in a.attrs["body"].nodes]
         members += [rewired(m) for m in body.nodes]
         reduction = None if body.reduction is None else rewired(body.reduction)
-        inside = {m.id for m in members}
-        inputs, seen = [], set()
-        for m in members + ([reduction] if reduction is not None else []):
-            for x in m.args:
-                if x.id not in inside and x.id not in seen:
-                    seen.add(x.id)
-                    inputs.append(x)
+        inputs = _external_inputs(members)  # (the reduction reads the last member)
         merged = Region(members, reduction, inputs)
         merged.partials_reason = body.partials_reason
         n.args, n.attrs = tuple(inputs), {**n.attrs, "body": merged}
