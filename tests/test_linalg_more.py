@@ -304,6 +304,34 @@ def test_single_precision_is_scipys(backend):
         assert_no_alloc(ha.gradient, f, *args, argnums=nums, backend="numba", out=res)
 
 
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_single_precision_hessian(backend):
+    """The float32 Hessian through scipy.linalg's single-precision cholesky,
+    solve_triangular (both triangles, a transposed factor) and cho_factor /
+    cho_solve -- forward over the float32 reverse sweep -- agrees with the
+    float64 Hessian to float32's precision."""
+
+    def make(dtype):
+        n, b = N.astype(dtype), B[:, 0].astype(dtype)
+
+        def f(x):
+            a = n + np.outer(x, x) + np.diag(x * x)
+            low = sl.cholesky(a, lower=True)
+            z = sl.solve_triangular(low, b, lower=True)
+            y = sl.solve_triangular(low.T, z, lower=False)
+            w = sl.cho_solve(sl.cho_factor(a), b * x)
+            return z @ z + w @ x + y @ b
+
+        return f
+
+    x = np.array([0.3, -0.5, 0.8, 0.1])
+    want = ha.hessian(make(np.float64), x, backend="numpy").hessian
+    got = ha.hessian(make(np.float32), x.astype(np.float32), backend=backend)
+    assert got.hessian.dtype == np.float32 and got.gradient.dtype == np.float32
+    assert np.abs(want - np.diag(np.diag(want))).max() > 0.01  # (coupled, not trivial)
+    np.testing.assert_allclose(got.hessian, want, rtol=0, atol=2e-6 * np.abs(want).max())
+
+
 # ----------------------------------------------------------------------------
 # gradients: groups of rows, one plan per group and backend
 # ----------------------------------------------------------------------------

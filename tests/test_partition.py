@@ -747,6 +747,10 @@ def test_products_over_an_axis_of_length_one_are_fused_multiplies():
     gplan = ha.compile(f, *args, argnums=tuple(range(6)))
     assert not [n for n in gplan.graph.nodes if n.op == "matmul"]
     assert_grad(f, args, argnums=tuple(range(6)))
+    from hybridad.testing import assert_no_alloc
+
+    res = gplan.new_result()
+    assert_no_alloc(gplan.gradient, *args, out=res, n=20)
     ints = ha.compile(lambda x, m: np.sum(x * (m @ m.T)), rng.standard_normal((5, 5)),
                       np.ones((5, 1), np.int64))
     assert [n for n in ints.graph.nodes if n.op == "matmul"]
