@@ -442,12 +442,19 @@ def test_multithreaded_plans_with_blas_run_it_single_threaded(monkeypatch):
     from hybridad.backends.numba.threads import SingleThreadedBlas
 
     monkeypatch.setattr(threshold, "PARALLEL_MIN", 64)
+    from hybridad.backends.numba.threads import _blas_libraries
+
     blas = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
     before = [lib.get_num_threads() for lib in blas]
+    plans = {lib.filepath for lib in _blas_libraries()}
+    assert plans
     with SingleThreadedBlas():
         with SingleThreadedBlas():  # nested: restored by the outer one only
-            assert all(lib.get_num_threads() == 1 for lib in blas)
-        assert all(lib.get_num_threads() == 1 for lib in blas)
+            assert all(lib.get_num_threads() == 1 for lib in blas if lib.filepath in plans)
+        assert all(lib.get_num_threads() == 1 for lib in blas if lib.filepath in plans)
+        # (another library -- numpy's own OpenBLAS -- keeps its threads)
+        assert [lib.get_num_threads() for lib in blas if lib.filepath not in plans] == \
+            [n for lib, n in zip(blas, before, strict=True) if lib.filepath not in plans]
     assert [lib.get_num_threads() for lib in blas] == before
 
     def f(W, X):
@@ -460,6 +467,62 @@ def test_multithreaded_plans_with_blas_run_it_single_threaded(monkeypatch):
     a, b = threaded.gradient(W, X), serial.gradient(W, X)
     np.testing.assert_allclose(a.gradient, b.gradient, rtol=1e-13)
     assert [lib.get_num_threads() for lib in blas] == before
+
+
+_LIMITED_CHILD = """
+import json, numpy as np, hybridad as ha
+from threadpoolctl import ThreadpoolController
+from hybridad.backends.numba import threads
+
+W = np.linspace(-1, 1, 64).reshape(8, 8)
+X = np.linspace(-1, 1, 40_000 * 8).reshape(40_000, 8)
+plan = ha.compile(lambda W, X: np.sum(np.tanh(X @ W) ** 2), W, X, wait=True)
+assert plan._program.blas_limited
+seen = {}
+enter = threads.SingleThreadedBlas.__enter__
+
+def spy(self):  # the thread counts while the plan runs
+    out = enter(self)
+    seen.update({lib.filepath: lib.get_num_threads()
+                 for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"})
+    return out
+
+threads.SingleThreadedBlas.__enter__ = spy
+before = {lib.filepath: lib.get_num_threads()
+          for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"}
+plan.gradient(W, X)
+print(json.dumps([before, seen]))
+"""
+
+
+def test_the_blas_library_plans_call_is_the_one_limited(tmp_path):
+    """A multithreaded plan limits the BLAS library it calls -- scipy's
+    (scipy.linalg.cython_blas) -- to one thread while it runs, compiled or
+    from the disk cache, and leaves numpy's own OpenBLAS alone (it used to be
+    limited too: the plan never calls it, and another thread of the program
+    may be in it meanwhile)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import scipy
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: every BLAS runs one thread")
+    env = {**os.environ, "HYBRIDAD_CACHE_DIR": str(tmp_path), "HYBRIDAD_TIERED": "0"}
+    scipy_libs = os.path.realpath(os.path.dirname(scipy.__file__)) + ".libs" + os.sep
+    for run in ("compiled", "from the disk cache"):
+        out = subprocess.run([sys.executable, "-c", _LIMITED_CHILD], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        before, seen = json.loads(out.stdout.strip().splitlines()[-1])
+        ours = [p for p in seen if os.path.realpath(p).startswith(scipy_libs)]
+        if not ours:
+            pytest.skip("scipy ships no BLAS of its own here (one shared library)")
+        assert [seen[p] for p in ours] == [1] * len(ours), (run, seen)
+        others = [p for p in seen if p not in ours]
+        assert {p: seen[p] for p in others} == {p: before[p] for p in others}, (run, seen)
 
 
 @pytest.mark.parametrize("parallel", [True, False])

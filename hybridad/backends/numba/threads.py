@@ -7,9 +7,11 @@ pool) and that also calls BLAS (a matmul's gemm, scipy's OpenBLAS with its
 own pool) alternates between two pools; each one's idle workers keep spinning
 on the cores the other needs.  On 2 cores the MLP gradient at a batch of
 10^4 took 24 ms that way, 4.6 ms with BLAS limited to one thread, 3.0 ms
-with a serial plan.  So while such a plan runs, the BLAS libraries of the
-process are set to one thread (threadpoolctl finds them), and put back after
-the call: the plan's own loops are its parallelism.  Pass
+with a serial plan.  So while such a plan runs, the BLAS library it calls
+(scipy's; threadpoolctl finds it) is set to one thread, and put back after
+the call: the plan's own loops are its parallelism.  The process's other
+BLAS libraries (numpy's own OpenBLAS) keep their threads: the plan never
+calls them, and another thread of the program may be in one meanwhile.  Pass
 ``compile(..., parallel=False)`` to keep BLAS's threads instead.
 
 Idle BLAS workers: after each call OpenBLAS's worker threads busy-wait for
@@ -58,23 +60,51 @@ _libs = None
 _libs_lock = threading.Lock()
 
 
+def _plans_blas(libs):
+    """Of the process's BLAS ``libs`` (threadpoolctl controllers), those the
+    plans call: their gemms and LAPACK routines go through
+    scipy.linalg.cython_blas / cython_lapack, so the library scipy's wheel
+    ships (under ``scipy.libs`` / ``scipy/.dylibs``) where there is one; any
+    other -- numpy's own OpenBLAS, torch's MKL -- serves the user's other
+    code, which may run in another thread meanwhile, and is left alone.
+    Where scipy ships none (conda, a system BLAS shared by numpy and scipy),
+    every library: the plans' is among them."""
+    import os
+
+    try:
+        import scipy
+    except ImportError:
+        return list(libs)
+    here = os.path.realpath(os.path.dirname(scipy.__file__))
+    roots = [here + ".libs", os.path.join(here, ".libs"), os.path.join(here, ".dylibs")]
+    own = [lib for lib in libs
+           if any(os.path.realpath(lib.filepath).startswith(r + os.sep) for r in roots)]
+    return own or list(libs)
+
+
 def _blas_libraries():
-    """The BLAS library controllers of this process (found once)."""
+    """The controllers of the BLAS libraries the plans call (found once; see
+    :func:`_plans_blas`)."""
     global _libs
     with _libs_lock:
         if _libs is None:
             try:
+                from numba.np.linalg import ensure_blas
                 from threadpoolctl import ThreadpoolController
 
-                _libs = [lib for lib in ThreadpoolController().lib_controllers
-                         if lib.user_api == "blas"]
+                # scipy's BLAS (a plan calling it has loaded it; loaded here too,
+                # so the list is never made without it)
+                ensure_blas()
+                _libs = _plans_blas([lib for lib in ThreadpoolController().lib_controllers
+                                     if lib.user_api == "blas"])
             except Exception:  # noqa: BLE001 - no threadpoolctl or an unknown BLAS: no limit
                 _libs = []
     return _libs
 
 
 class SingleThreadedBlas:
-    """Context manager: the process's BLAS libraries at one thread, then as before.
+    """Context manager: the BLAS library the plans call at one thread, then as
+    before (another library of the process -- numpy's own -- is not touched).
 
     Nesting and concurrent use from several threads are counted: the thread
     counts are restored when the last user leaves.
