@@ -517,6 +517,7 @@ def test_the_blas_library_plans_call_is_the_one_limited(tmp_path):
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
         before, seen = json.loads(out.stdout.strip().splitlines()[-1])
+        assert seen, (run, "the plan's call never limited BLAS")
         ours = [p for p in seen if os.path.realpath(p).startswith(scipy_libs)]
         if not ours:
             pytest.skip("scipy ships no BLAS of its own here (one shared library)")
