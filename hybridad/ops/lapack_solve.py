@@ -151,8 +151,8 @@ def solve_triangular(a, b, out, work, kind, lower, trans, unit):
         chars[2] = ord("U") if unit else ord("N")
         ints[0], ints[1], ints[2] = n, k, 0
         _trtrs(kind, chars[0:].ctypes, chars[1:].ctypes, chars[2:].ctypes, ints[0:].ctypes,
-                ints[1:].ctypes, mat.ctypes, ints[0:].ctypes, rhs.ctypes, ints[0:].ctypes,
-                ints[2:].ctypes)
+               ints[1:].ctypes, mat.ctypes, ints[0:].ctypes, rhs.ctypes, ints[0:].ctypes,
+               ints[2:].ctypes)
         if ints[2] > 0:
             raise np.linalg.LinAlgError("singular matrix: a diagonal element of the "
                                         "triangular matrix is exactly zero")
@@ -339,24 +339,24 @@ def cholesky_adjoint(lo, gl, out, work, kind):
             if m > 0:
                 # Ebar^T = D^-T Cbar^T: trsm 'L', 'U', 'N' on the transposes
                 _trsm(kind, chars[2:].ctypes, chars[3:].ctypes, chars[0:].ctypes, chars[0:].ctypes,
-                       ints[1:].ctypes, ints[2:].ctypes, dbl[0:].ctypes, lm[j * n + j:].ctypes,
-                       ints[0:].ctypes, g[k * n + j:].ctypes, ints[0:].ctypes)
+                      ints[1:].ctypes, ints[2:].ctypes, dbl[0:].ctypes, lm[j * n + j:].ctypes,
+                      ints[0:].ctypes, g[k * n + j:].ctypes, ints[0:].ctypes)
                 # Dbar^T -= C^T Ebar (both triangles; the upper is dropped below)
                 _gemm(kind, chars[0:].ctypes, chars[1:].ctypes, ints[1:].ctypes, ints[1:].ctypes,
-                       ints[2:].ctypes, dbl[1:].ctypes, lm[k * n + j:].ctypes, ints[0:].ctypes,
-                       g[k * n + j:].ctypes, ints[0:].ctypes, dbl[0:].ctypes,
-                       g[j * n + j:].ctypes, ints[0:].ctypes)
+                      ints[2:].ctypes, dbl[1:].ctypes, lm[k * n + j:].ctypes, ints[0:].ctypes,
+                      g[k * n + j:].ctypes, ints[0:].ctypes, dbl[0:].ctypes,
+                      g[j * n + j:].ctypes, ints[0:].ctypes)
                 if j > 0:
                     # Bbar^T -= R^T Ebar^T
                     _gemm(kind, chars[0:].ctypes, chars[0:].ctypes, ints[3:].ctypes,
-                           ints[2:].ctypes, ints[1:].ctypes, dbl[1:].ctypes,
-                           lm[j * n:].ctypes, ints[0:].ctypes, g[k * n + j:].ctypes,
-                           ints[0:].ctypes, dbl[0:].ctypes, g[k * n:].ctypes, ints[0:].ctypes)
+                          ints[2:].ctypes, ints[1:].ctypes, dbl[1:].ctypes,
+                          lm[j * n:].ctypes, ints[0:].ctypes, g[k * n + j:].ctypes,
+                          ints[0:].ctypes, dbl[0:].ctypes, g[k * n:].ctypes, ints[0:].ctypes)
                     # Rbar^T -= B^T Ebar
                     _gemm(kind, chars[0:].ctypes, chars[1:].ctypes, ints[3:].ctypes,
-                           ints[1:].ctypes, ints[2:].ctypes, dbl[1:].ctypes,
-                           lm[k * n:].ctypes, ints[0:].ctypes, g[k * n + j:].ctypes,
-                           ints[0:].ctypes, dbl[0:].ctypes, g[j * n:].ctypes, ints[0:].ctypes)
+                          ints[1:].ctypes, ints[2:].ctypes, dbl[1:].ctypes,
+                          lm[k * n:].ctypes, ints[0:].ctypes, g[k * n + j:].ctypes,
+                          ints[0:].ctypes, dbl[0:].ctypes, g[j * n:].ctypes, ints[0:].ctypes)
             for r in range(j, k):  # the upper triangle of Dbar is not a gradient
                 for c in range(r + 1, k):
                     g[r * n + c] = 0.0
@@ -370,7 +370,7 @@ def cholesky_adjoint(lo, gl, out, work, kind):
                         fs[c * b + r] = f
                     fs[r * b + r] *= 2.0
                 _gemm(kind, chars[0:].ctypes, chars[0:].ctypes, ints[3:].ctypes, ints[1:].ctypes,
-                       ints[1:].ctypes, dbl[1:].ctypes, lm[j * n:].ctypes, ints[0:].ctypes,
-                       fs.ctypes, ints[1:].ctypes, dbl[0:].ctypes, g[j * n:].ctypes,
-                       ints[0:].ctypes)
+                      ints[1:].ctypes, dbl[1:].ctypes, lm[j * n:].ctypes, ints[0:].ctypes,
+                      fs.ctypes, ints[1:].ctypes, dbl[0:].ctypes, g[j * n:].ctypes,
+                      ints[0:].ctypes)
             k = j

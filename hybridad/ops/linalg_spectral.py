@@ -44,7 +44,6 @@ def _check_stack(a, name):
     _check_dtype(a, name)
 
 
-
 def _work(op):
     """The op's ``workspace``: its kernel module's ``work_size`` on (the rows of
     the first operand, the columns of the last)."""
