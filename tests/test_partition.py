@@ -299,6 +299,7 @@ def test_kernel_outlining_renames_consistently_and_keeps_plan_variables():
     class W:
         def __init__(self):
             self.lines = []
+            self.threaded = False
 
         def emit(self, *lines):
             self.lines += ["    " + x for x in lines]

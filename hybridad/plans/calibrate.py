@@ -4,7 +4,8 @@
 :func:`calibrate` builds one numba plan whose forward sweep holds one fused
 ``op -> sum`` region per elementwise op, profiles it
 (:mod:`hybridad.plans.profile`), and writes each op's nanoseconds per
-element and numpy's copy rates where :func:`hybridad.transforms.costs.costs`
+element, numpy's copy rates, BLAS's gemm and gemv rates and the numba
+backend's matrix-vector loops' where :func:`hybridad.transforms.costs.costs`
 finds them.
 """
 
@@ -55,6 +56,48 @@ def _gemm_rate(dtype, size=256, seconds=0.1, least=5):
             best = min(best, time.perf_counter() - t)
             done += 1
     return 1e9 * best / size ** 3
+
+
+def _best_ns(fn, seconds, least):
+    """Best time of at least ``least`` calls of ``fn`` (and ``seconds``), ns."""
+    best, done = np.inf, 0
+    end = time.perf_counter() + seconds
+    while done < least or time.perf_counter() < end:
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+        done += 1
+    return 1e9 * best
+
+
+def _matvec_rates(dtype, size=512, nbytes=16 << 20, seconds=0.1, least=5):
+    """ns per matrix element of single-threaded matrix-vector products of
+    ``size``-square C matrices, ``nbytes`` of them in turn (each read from
+    L3, as a plan's matrices are, not from L2, where gemv runs twice as fast):
+    scipy's BLAS gemv (the library the plans call; the mean of ``A x`` and
+    ``A^T x``, through the F view, so no copy) and the numba backend's row
+    and column loops (:mod:`hybridad.backends.numba.rt`)."""
+    import scipy.linalg.blas as sb
+    from threadpoolctl import threadpool_limits
+
+    from ..backends.numba import rt
+
+    rng = np.random.default_rng(0)
+    count = max(1, nbytes // (size * size * np.dtype(dtype).itemsize))
+    mats = [rng.standard_normal((size, size)).astype(dtype) for _ in range(count)]
+    x, out = rng.standard_normal(size).astype(dtype), np.empty(size, dtype)
+    gemv = sb.get_blas_funcs("gemv", dtype=np.dtype(dtype))
+
+    def each(fn):
+        return lambda: [fn(a) for a in mats]
+
+    rates = {}
+    with threadpool_limits(1, user_api="blas"):
+        rates["blas"] = np.mean([_best_ns(each(lambda a, t=t: gemv(
+            1.0, a.T, x, 0.0, out, trans=t, overwrite_y=1)), seconds, least) for t in (0, 1)])
+    rates["dot"] = _best_ns(each(lambda a: rt.matvec_dot(a, x, out, 0.0)), seconds, least)
+    rates["axpy"] = _best_ns(each(lambda a: rt.matvec_axpy(a, x, out, 0.0)), seconds, least)
+    return {k: round(float(v) / (count * size * size), 5) for k, v in rates.items()}
 
 
 def _copy_rate(nbytes, seconds=0.1, least=5):
@@ -153,7 +196,8 @@ def calibrate(path=None, n=8192, budget_s=2.0, ops=None):
               cache_ns_per_byte=round(_copy_rate(64 << 10), 5),
               stream_ns_per_byte=round(_copy_rate(64 << 20), 5),
               cpu=cpu, cores=cores, when=time.strftime("%Y-%m-%d"),
-              gemm_ns={dt: round(_gemm_rate(dt), 5) for dt in ("float64", "float32")})
+              gemm_ns={dt: round(_gemm_rate(dt), 5) for dt in ("float64", "float32")},
+              matvec_ns={dt: _matvec_rates(dt) for dt in ("float64", "float32")})
     path = path or calibration_path()
     if path:
         d = {k: v for k, v in c.to_dict().items() if k != "source"}

@@ -37,7 +37,8 @@ class ExplainMixin:
         lines += self._thread_lines()
         if self.backend == "numba":
             from ..transforms.costs import costs
-            lines.append(f"costs (store or recompute partials): {costs().source}")
+            lines.append("costs (store or recompute partials, matrix-vector loop or gemv): "
+                         + costs().source)
         lines += ["", "graph:", str(self.graph), ""]
         if self.backend == "numba":
             lines += ["regions:", *self._region_lines(), ""]

@@ -317,7 +317,10 @@ def _measure(plain, timed, leaves, outs, repeats):
 
 
 def _summary(plan, timed, samples, call_ns, plain_ns, clock_ns, clock_name):
-    details = _Details(plan)
+    from ..backends.numba.threshold import serial_loops
+
+    with serial_loops(plan._loops_serial):  # (the choices the program was built with)
+        details = _Details(plan)
     n = len(timed.timed)
     med = np.median(samples[:, :n], axis=0)
     whole = float(med.sum()) or 1.0
@@ -352,7 +355,12 @@ class _Details:
     """The detail text and rough memory traffic of a plan's nodes."""
 
     def __init__(self, plan):
-        from ..backends.numba.emit import blas_accumulations, blas_ready, region_acc_groups
+        from ..backends.numba.emit import (
+            blas_accumulations,
+            blas_ready,
+            matvec_call,
+            region_acc_groups,
+        )
         from ..backends.numba.layouts import numba_layouts
 
         nodes = plan.graph.nodes
@@ -360,6 +368,8 @@ class _Details:
         self.accumulating = set(blas_accumulations(nodes, plan._outputs, self.layouts))
         self.groups = region_acc_groups(nodes)
         self.blas_ready = blas_ready
+        self.matvec = lambda node: matvec_call(node, self.layouts) if \
+            blas_ready(node, self.layouts) else None
         self.partials = {}
         for m in nodes:
             if m.op == "region_partial":
@@ -403,7 +413,11 @@ class _Details:
             a, b = node.args
             text = f"{_shape(a.shape)}{self.layouts.get(a.id, '?')} @ " \
                    f"{_shape(b.shape)}{self.layouts.get(b.id, '?')}"
-            text += " gemm" if self.blas_ready(node, self.layouts) else " loops"
+            call = self.matvec(node)
+            text += (f" {'row' if call.form == 'dot' else 'column'} loop"
+                     f"{f' ({call.threads} threads)' if call.threads > 1 else ''}"
+                     if call is not None and call.how == "loop" else
+                     " gemm" if self.blas_ready(node, self.layouts) else " loops")
             if node.id in self.accumulating:
                 text += " (+= into the adjoint, beta = 1)"
             return text

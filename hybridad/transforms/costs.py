@@ -44,7 +44,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["Costs", "costs", "partials_strategy", "thread_owner"]
+__all__ = ["Costs", "costs", "matvec_choice", "partials_strategy", "thread_owner"]
 
 TABLE_HEADER = ('"""The built-in cost table (:mod:`hybridad.transforms.costs`): written by\n'
                 '``python -m hybridad calibrate --builtin`` on the reference machine."""\n\n')
@@ -64,6 +64,17 @@ CACHE_BYTES = 1 << 20
 #: ns per multiply-add of a single-threaded gemm where the table has no
 #: measurement (scipy's OpenBLAS on the reference machine, 256 x 256 x 256)
 GEMM_NS = {"float64": 0.045, "float32": 0.022}
+
+#: ns per matrix element of single-threaded matrix-vector products where the
+#: table has no measurement (the reference machine, 512 x 512 matrices from L3)
+MATVEC_NS = {"float64": {"blas": 0.36, "dot": 0.33, "axpy": 0.31},
+             "float32": {"blas": 0.27, "dot": 0.1, "axpy": 0.25}}
+
+#: both dimensions of a matrix-vector product at least this for it to run as
+#: the numba backend's loops: the rates are measured on square matrices, and
+#: on a skinny one per-row or per-column overheads (a dot of 16 elements, a
+#: single block of columns) decide instead -- BLAS then
+MATVEC_MIN = 64
 
 
 @dataclasses.dataclass
@@ -88,6 +99,12 @@ class Costs:
     #: gemm of a square-ish product (256 x 256 x 256); None: not measured
     #: (:data:`GEMM_NS` then)
     gemm_ns: dict | None = None
+    #: dtype name -> {"blas", "dot", "axpy"} -> nanoseconds per matrix element
+    #: of a single-threaded matrix-vector product of 512 x 512 C matrices
+    #: read from L3 (:func:`hybridad.plans.calibrate._matvec_rates`): BLAS
+    #: gemv (both directions' mean) and the numba backend's row loop (``A x``)
+    #: and column loop (``A^T v``); None: not measured (:data:`MATVEC_NS`)
+    matvec_ns: dict | None = None
 
     def op_cost(self, op, dtype=None):
         """Nanoseconds per element for ``op`` (in ``dtype``: an op measured in
@@ -123,6 +140,13 @@ class Costs:
         table = self.gemm_ns or GEMM_NS
         rate = table.get(np.dtype(dtype).name, table["float64"])
         return m * k * n * rate * (1 + 8 / max(1, min(m, k, n)))
+
+    def matvec_rates(self, dtype):
+        """``{"blas", "dot", "axpy"}`` -> ns per matrix element of a
+        single-threaded matrix-vector product in ``dtype`` (see
+        :attr:`matvec_ns`)."""
+        table = self.matvec_ns or MATVEC_NS
+        return table.get(np.dtype(dtype).name, table["float64"])
 
     def copy_ns_per_byte(self, nbytes):
         return self.cache_ns_per_byte if nbytes <= CACHE_BYTES else self.stream_ns_per_byte
@@ -234,6 +258,34 @@ def partials_strategy(body, k):
     return how, reason
 
 
+def matvec_choice(m, k, dtype, form, threads=1):
+    """``(how, reason, threads)`` for a matrix-vector product over an
+    ``m x k`` C matrix: ``"loop"`` (the numba backend's own loop, :mod:`.rt`'s
+    ``matvec_dot`` for ``form == "dot"``, ``A x``, or ``matvec_axpy`` for
+    ``"axpy"``, ``A^T v``) or ``"blas"`` (gemv).
+
+    ``threads``: the threads the loop may take (returned: those it uses) --
+    a parallel plan's loops own the cores, and BLAS then runs on one thread
+    (:func:`thread_owner`); the row loop splits the ``m`` rows, the column
+    loop blocks of
+    :data:`~hybridad.backends.numba.threshold.MATVEC_BLOCK` columns.  The
+    loop is chosen when its measured single-threaded rate over the threads it
+    can use is below gemv's (:attr:`Costs.matvec_ns`) and both dimensions are
+    at least :data:`MATVEC_MIN`."""
+    from ..backends.numba.threshold import MATVEC_BLOCK
+
+    if min(m, k) < MATVEC_MIN:
+        return "blas", f"a dimension below {MATVEC_MIN}: gemv", 1
+    rates = costs().matvec_rates(dtype)
+    tasks = m if form == "dot" else -(-k // MATVEC_BLOCK)
+    p = max(1, min(threads, tasks))
+    loop_ns, blas_ns = rates[form] / p, rates["blas"]
+    how = "loop" if loop_ns < blas_ns else "blas"
+    return how, (f"{'row' if form == 'dot' else 'column'} loop "
+                 f"{rates[form]:.3g} ns/element / {p} thread{'s' * (p > 1)} "
+                 f"{'<' if how == 'loop' else '>='} gemv {blas_ns:.3g}"), p
+
+
 #: multiply-adds of the LAPACK routines behind these ops for a matrix of
 #: dimensions ``s <= big`` and ``r`` right-hand sides (the textbook counts)
 LAPACK_MADDS = {
@@ -254,6 +306,31 @@ LAPACK_MADDS = {
 }
 
 
+def _matvec_loop_ns(n, parallel_min):
+    """Single-threaded ns of matmul ``n`` as the numba backend's loop when it
+    is a 2-D matrix-vector product long enough for parallel loops that
+    :func:`matvec_choice` gives to them in either form (the operands'
+    layouts, which pick the form, come later), else None."""
+    a, b = n.args
+    if len(n.shape) > 2 or len(a.shape) > 2 or len(b.shape) > 2:
+        return None
+    rows = a.shape[0] if len(a.shape) == 2 else 1
+    cols = b.shape[1] if len(b.shape) == 2 else 1
+    if (rows == 1) == (cols == 1):
+        return None
+    shape = a.shape if cols == 1 else b.shape
+    size = shape[0] * shape[1]
+    if size < parallel_min:
+        return None
+    from ..backends.numba.threshold import loop_threads
+
+    rates = costs().matvec_rates(n.dtype)
+    for form, dims in (("dot", shape), ("axpy", shape[::-1])):
+        if matvec_choice(*dims, n.dtype, form, loop_threads())[0] != "loop":
+            return None
+    return size * max(rates["dot"], rates["axpy"])
+
+
 def thread_owner(nodes, parallel_min):
     """``(owner, reason)``: who takes the cores in a parallel plan, its loops
     (``"loops"``: ``prange`` loops on every thread, BLAS on one) or BLAS
@@ -264,7 +341,9 @@ def thread_owner(nodes, parallel_min):
     ``L + G / p``: the larger share owns the threads.  ``L`` is each such
     loop's elements times its body's measured cost per element plus the
     traffic of its operands and result; ``G`` each product's gemm time
-    (:meth:`Costs.gemm_cost`)."""
+    (:meth:`Costs.gemm_cost`) -- except matrix-vector products that run as
+    the backend's own loops on every thread (:func:`matvec_choice`), which
+    count as loops."""
     from ..ir.registry import REGISTRY
 
     c = costs()
@@ -284,7 +363,11 @@ def thread_owner(nodes, parallel_min):
             m = int(np.prod(n.shape[:-1], dtype=np.int64)) if len(b.shape) > 1 else \
                 int(np.prod(n.shape, dtype=np.int64))
             cols = n.shape[-1] if len(b.shape) > 1 else 1
-            blas += c.gemm_cost(max(m, 1), a.shape[-1], cols, n.dtype)
+            loop = _matvec_loop_ns(n, parallel_min)
+            if loop is not None:  # a matrix-vector product the backend's loops run
+                loops += loop
+            else:
+                blas += c.gemm_cost(max(m, 1), a.shape[-1], cols, n.dtype)
             continue
         if n.op == "region":
             body = n.attrs["body"]

@@ -5,7 +5,12 @@ The four ``"<op>:float32"`` entries (vmath's float32 twins) were added by
 hand on 2026-11-26: the float64 figure times the float32 / float64 ratio
 ``calibrate(ops=["exp", "expm1", "log", "tanh"])`` measured here in two runs
 (exp 0.64, expm1 0.61, log 0.80, tanh 0.61); the next ``--builtin`` run
-measures them directly."""
+measures them directly.
+
+``matvec_ns`` was added on 2026-11-27: the medians of five runs of
+:func:`hybridad.plans.calibrate._matvec_rates` per dtype here (single-threaded
+gemv and the numba backend's row and column loops over 16 MiB of 512 x 512
+matrices; float64 gemv 0.29-0.52 ns per element, the loops 0.25-0.41)."""
 
 TABLE = {
  "op_ns": {
@@ -70,5 +75,9 @@ TABLE = {
  "gemm_ns": {
   "float64": 0.03837,
   "float32": 0.01905
+ },
+ "matvec_ns": {
+  "float64": {"blas": 0.36, "dot": 0.33, "axpy": 0.31},
+  "float32": {"blas": 0.27, "dot": 0.1, "axpy": 0.25}
  }
 }

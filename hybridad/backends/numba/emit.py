@@ -4,6 +4,8 @@ gemm or loops, scans, sort."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ...ir.graph import users_of
 from ...ops import storage_root
 from ...ops.lapack import LAPACK_OPS, kernel_args, kind_of
@@ -305,9 +307,79 @@ def blas_ready(node, layouts):
         all(layouts[x.id] in ("C" if len(x.shape) == 1 else "CF") for x in (A, B))
 
 
-def _emit_gemm(w, node, a, acc, beta):
+def matvec_call(node, layouts):
+    """How matmul ``node`` (:func:`blas_ready`) runs when it is a
+    matrix-vector product: a :class:`MatvecCall`, or None for any other
+    product.
+
+    ``form``: ``"dot"`` (the result is the C matrix ``matrix`` times
+    ``vector``: a row loop) or ``"axpy"`` (``matrix.T @ vector``: a column
+    loop); ``matrix``/``vector``: ``(operand index, transposed, shape)`` of
+    the C matrix (the operand, or the transpose of an F one) and of the
+    vector (a 1-D operand, or a 2-D one with one row or column);
+    ``how``: ``"loop"`` or ``"blas"`` (:func:`hybridad.transforms.costs.matvec_choice`);
+    ``threads``: more than one when the loop runs on numba's threads (the
+    plan's loops are parallel and the product long enough); ``reason``: the
+    choice's figures."""
+    from ...transforms.costs import matvec_choice
+    from .threshold import loop_threads, parallel_min
+
+    A, B = node.args
+    rows = A.shape[0] if len(A.shape) == 2 else 1
+    cols = B.shape[1] if len(B.shape) == 2 else 1
+    if (rows == 1) == (cols == 1):  # a gemm, or a dot product
+        return None
+    mat, vec = (0, 1) if cols == 1 else (1, 0)
+    M = node.args[mat]
+    if len(M.shape) != 2 or not all(M.shape):
+        return None
+    flip = layouts[M.id] == "F"
+    shape = M.shape[::-1] if flip else M.shape
+    # A x (A C), x^T B = B^T x (B F): rows of a C matrix; the others its columns
+    form = "dot" if (mat == 0) != flip else "axpy"
+    size = shape[0] * shape[1]
+    threads = loop_threads() if size >= parallel_min() else 1
+    how, reason, threads = matvec_choice(shape[0], shape[1], node.dtype, form, threads)
+    V = node.args[vec]
+    return MatvecCall(how, form, (mat, flip, shape),
+                      (vec, len(V.shape) == 2 and layouts[V.id] == "F", V.size), threads, reason)
+
+
+class MatvecCall(NamedTuple):
+    """:func:`matvec_call`'s answer."""
+
+    how: str
+    form: str
+    matrix: tuple  # (operand index, transposed, C shape)
+    vector: tuple  # (operand index, transposed, length)
+    threads: int
+    reason: str
+
+
+def _emit_matvec(w, node, a, acc, beta, call):
+    """``acc = A @ B + beta * acc`` by :mod:`.rt`'s row or column loop
+    (:func:`matvec_call`): C views of the matrix and 1-D views of the vector
+    and the result (reshapes of contiguous arrays: no copies)."""
+    form, (mat, mflip, shape), (vec, vflip, k) = call.form, call.matrix, call.vector
+    matrix = a[mat] + (".T" if mflip else "")
+    vector = a[vec] if len(node.args[vec].shape) == 1 else \
+        f"{a[vec]}{'.T' if vflip else ''}.reshape(({k},))"
+    n = shape[0] if form == "dot" else shape[1]
+    out = acc if len(node.shape) == 1 else f"{acc}.reshape(({n},))"
+    par = "_par" if call.threads > 1 else ""
+    w.threaded = w.threaded or bool(par)
+    w.emit(f"_mv_{form}{par}({matrix}, {vector}, {out}, {float(beta)!r})  # {call.reason}")
+
+
+def _emit_gemm(w, node, a, acc, beta, layouts=None):
     """``acc = A @ B + beta * acc`` by BLAS gemm, 1-D operands and result as
-    2-D views (``acc`` C-contiguous)."""
+    2-D views (``acc`` C-contiguous) -- or, for a matrix-vector product the
+    cost model gives to the backend's own loops, by them (:func:`matvec_call`)."""
+    if layouts is not None:
+        call = matvec_call(node, layouts)
+        if call is not None and call.how == "loop":
+            _emit_matvec(w, node, a, acc, beta, call)
+            return
     A, B = node.args
     av = a[0] if len(A.shape) == 2 else f"{a[0]}.reshape((1, {A.shape[0]}))"
     bv = a[1] if len(B.shape) == 2 else f"{a[1]}.reshape(({B.shape[0]}, 1))"
@@ -331,7 +403,7 @@ def _emit_matmul(w, node, a, out, layouts, names=None):
         if A.shape[-1] == 0:
             fill(w, out, "0")
         else:
-            _emit_gemm(w, node, a, out, 0)  # straight into the buffer
+            _emit_gemm(w, node, a, out, 0, layouts)  # straight into the buffer
         return
     M, N, K = node.shape[-2], node.shape[-1], A.shape[-1]
     batch = node.shape[:-2]

@@ -69,6 +69,9 @@ class LoopWriter:
         self.lines = []
         self.indent = indent
         self.parallel = False  # whether any loop was emitted as a prange
+        #: whether the code calls a kernel that runs on numba's threads (its
+        #: own prange: the program is parallel, its functions need not be)
+        self.threaded = False
         self.pending = []  # lines a block loop emits at its top (block slices)
         self.in_prange = 0  # > 0 while writing inside a prange its caller opened
 

@@ -97,8 +97,9 @@ class _Kernels:
             write(sub)
         w.emit(f"{self._MARK}{len(self.chunks)}")
         self.chunks.append((sub.lines, sub.parallel))
+        w.threaded = w.threaded or sub.threaded
         if self._after is not None:
-            self._after(w, node, sub.lines, sub.parallel)
+            self._after(w, node, sub.lines, sub.parallel or sub.threaded)
 
     def _call(self, text, free, parallel):
         """``(kernel key, call arguments)`` of canonical code ``text`` whose
@@ -302,7 +303,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             acc = accumulate[n.id].args[0]
             kernels.emit(w, n, lambda sub, n=n, acc=acc: _emit_gemm(
                 sub, n, [names[x.id] for x in n.args], names[acc.id] + (
-                    f".reshape({n.shape!r})" if acc.shape != n.shape else ""), 1))
+                    f".reshape({n.shape!r})" if acc.shape != n.shape else ""), 1, layouts))
         elif storage == "view":
             names[n.id] = f"v{n.id}"
             w.emit(view_statement(n, names[n.args[0].id], f"v{n.id}", addresses))
@@ -337,8 +338,9 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     del body[n_guards]
     if uses_special(kernel_defs + body):  # scipy.special's functions (and their digest)
         header[2] = vector_imports(special=True)
-    parallel = parallel or w.parallel
-    heavy = parallel or work_estimate(nodes) >= PARALLEL_MIN
+    parallel = parallel or w.parallel  # (a prange here: numba's parallel flags)
+    threaded = parallel or w.threaded  # numba's threads run part of it
+    heavy = threaded or work_estimate(nodes) >= PARALLEL_MIN
     fn_name = "plan_fn"
     flags = base_flags + (", nogil=True" if heavy else "") + (_PARALLEL if parallel else "")
     signature = f"def {fn_name}({', '.join(params)}):"
@@ -374,8 +376,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         program.timers, program.timed = extra[0], timers.slots
     program.parts = (own, fixed, bound)
     program.direct = direct
-    program.set_parallel(bool(parallel))
-    program.blas_limited = bool(parallel) and re.search(r"_gemm\(|_la_\w+\(", source) is not None
+    program.set_parallel(bool(threaded))
+    program.blas_limited = bool(threaded) and re.search(r"_gemm\(|_la_\w+\(", source) is not None
     return program
 
 
@@ -425,6 +427,9 @@ def _header(consts, objects):
               vector_imports(),
               "from hybridad.backends.numba.rt import check_arrays as _check, gemm as _gemm, "
               "load_i64 as _ld64, view_at as _view",
+              "from hybridad.backends.numba.rt import matvec_axpy as _mv_axpy, "
+              "matvec_axpy_par as _mv_axpy_par, matvec_dot as _mv_dot, "
+              "matvec_dot_par as _mv_dot_par",
               "from hybridad.backends.numba.rt import fold_max as _fold_max, "
               "fold_min as _fold_min, "
               "fold_prod as _fold_prod, fold_sum as _fold_sum, "

@@ -21,6 +21,7 @@ from numba.extending import intrinsic
 # numpy's array-struct field offsets (in .abi, which imports no numba: the
 # memory plan asks for them before any numba code exists)
 from .abi import ABI, ABI_FIELDS
+from .threshold import MATVEC_BLOCK
 
 __all__ = ["ABI", "ABI_FIELDS", "check_arrays", "fold_max",
            "fold_min", "fold_prod", "fold_sum", "gemm", "sum_compensated",
@@ -278,6 +279,83 @@ def _gemm_over_k(context, builder, gemm_fn, status, types_, arrs, dims, flags, a
                 pb = builder.bitcast(builder.gep(ab.data, [off_b]), voidp)
                 first = builder.icmp_signed("==", s, const(0))
                 call(pa, pb, kk, builder.select(first, beta_p, one))
+
+
+# ----------------------------------------------------------------------------
+# matrix-vector products as our own loops (where they beat BLAS's gemv)
+# ----------------------------------------------------------------------------
+#
+# Measured on the reference machine (2 cores, ten 500 x 500 float64 matrices
+# read in turn, from L3): scipy's OpenBLAS gemv takes ~100 us per product on
+# one thread or two; the row loop below 60 us on one thread and 26-65 on two,
+# the column loop 85 and 40-65 (a noisy machine: medians of runs minutes
+# apart).  Whether a plan uses them is the cost model's call
+# (:func:`hybridad.transforms.costs.matvec_choice`, from measured rates).
+
+
+def _matvec_kernels(parallel):
+    """``(dot, axpy)`` for a C matrix ``a`` (m x k), compiled with ``prange``
+    loops on numba's threads when ``parallel`` (named apart: numba's disk
+    cache keys a function by its qualified name and code, not its flags).
+
+    ``dot(a, x, out, beta)``: ``out = a @ x + beta * out`` (``out`` of m,
+    ``x`` of k), one dot product per row, each row on one thread: its sum is
+    reassociated (vectorized, as BLAS's is) but the same whatever the thread
+    count.  ``axpy(a, v, out, beta)``: ``out = a.T @ v + beta * out``
+    (``out`` of k, ``v`` of m): blocks of :data:`.threshold.MATVEC_BLOCK` columns, each
+    block on one thread adding the rows eight at a time in order -- no
+    reassociation.  With ``beta = 0`` ``out`` is not read."""
+    from numba import prange
+
+    def dot(a, x, out, beta):
+        m, k = a.shape
+        for i in prange(m):
+            s = a.dtype.type(0)
+            row = a[i]
+            for j in range(k):
+                s += row[j] * x[j]
+            out[i] = s if beta == 0 else s + beta * out[i]
+
+    def axpy(a, v, out, beta):
+        m, k = a.shape
+        block = MATVEC_BLOCK
+        for b in prange((k + block - 1) // block):
+            lo = b * block
+            hi = min(k, lo + block)
+            o = out[lo:hi]
+            if beta == 0:
+                for j in range(hi - lo):
+                    o[j] = 0
+            elif beta != 1:
+                for j in range(hi - lo):
+                    o[j] *= beta
+            i = 0
+            while i + 8 <= m:  # eight rows per pass over the block
+                v0, v1, v2, v3 = v[i], v[i + 1], v[i + 2], v[i + 3]
+                v4, v5, v6, v7 = v[i + 4], v[i + 5], v[i + 6], v[i + 7]
+                r0, r1, r2, r3 = a[i, lo:hi], a[i + 1, lo:hi], a[i + 2, lo:hi], a[i + 3, lo:hi]
+                r4, r5, r6, r7 = (a[i + 4, lo:hi], a[i + 5, lo:hi], a[i + 6, lo:hi],
+                                  a[i + 7, lo:hi])
+                for j in range(hi - lo):
+                    o[j] += (r0[j] * v0 + r1[j] * v1 + r2[j] * v2 + r3[j] * v3) + \
+                        (r4[j] * v4 + r5[j] * v5 + r6[j] * v6 + r7[j] * v7)
+                i += 8
+            while i < m:
+                vi, r0 = v[i], a[i, lo:hi]
+                for j in range(hi - lo):
+                    o[j] += r0[j] * vi
+                i += 1
+
+    suffix = "_par" if parallel else ""
+    for fn in (dot, axpy):
+        fn.__name__ = fn.__qualname__ = f"matvec_{fn.__name__}{suffix}"
+    flags = dict(cache=True, error_model="numpy", parallel=bool(parallel), nogil=True)
+    return (njit(fastmath={"reassoc", "contract"}, **flags)(dot),
+            njit(fastmath={"contract"}, **flags)(axpy))
+
+
+matvec_dot, matvec_axpy = _matvec_kernels(False)
+matvec_dot_par, matvec_axpy_par = _matvec_kernels(True)
 
 
 def _external_memory(lhs, args, alias_map, arg_aliases):

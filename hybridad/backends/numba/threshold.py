@@ -9,7 +9,8 @@ import os
 
 from ..._settings import enabled, switch
 
-__all__ = ["PARALLEL_MIN", "parallel_min", "serial_loops", "work_estimate"]
+__all__ = ["MATVEC_BLOCK", "PARALLEL_MIN", "loop_threads", "parallel_min", "serial_loops",
+           "work_estimate"]
 
 #: fewest loop iterations for which a region runs as a parallel ``prange``
 #: (below it, thread start-up costs more than it saves; see benchmarks/);
@@ -17,10 +18,23 @@ __all__ = ["PARALLEL_MIN", "parallel_min", "serial_loops", "work_estimate"]
 PARALLEL_MIN = int(os.environ.get("HYBRIDAD_PARALLEL_MIN", "") or 1 << 15)
 
 
+#: columns per block of the numba backend's column loop for ``A^T v``
+#: (:mod:`.rt`'s ``matvec_axpy``): a block of the result stays in L1 while
+#: the rows stream past, and blocks are what its threads split
+MATVEC_BLOCK = 256
+
+
 def parallel_min():
     """The prange threshold in effect: :data:`PARALLEL_MIN`, or no loop at
     all inside :func:`serial_loops`."""
     return 1 << 62 if enabled("serial_loops") else PARALLEL_MIN
+
+
+def loop_threads():
+    """The threads a parallel loop runs on: numba's thread count."""
+    from numba import config
+
+    return config.NUMBA_NUM_THREADS
 
 
 def serial_loops(serial=True):

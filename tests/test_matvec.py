@@ -1,0 +1,178 @@
+"""Matrix-vector products as the numba backend's own loops
+(:mod:`hybridad.backends.numba.rt`'s ``matvec_dot`` / ``matvec_axpy``) where
+the cost model says they beat BLAS's gemv
+(:func:`hybridad.transforms.costs.matvec_choice`): the kernels against numpy,
+every layout a plan hands them (a C matrix, an F one -- a transpose --, the
+vector on either side, 1-D or a one-column 2-D array, a product added into
+an adjoint), serial and on numba's threads, the choice following the table,
+and nothing allocated per call."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+from conftest import rand
+
+import hybridad as ha
+from hybridad.backends.numba import rt
+from hybridad.testing import count_allocations
+from hybridad.transforms import costs as C
+
+KERNELS = {"dot": (rt.matvec_dot, rt.matvec_dot_par),
+           "axpy": (rt.matvec_axpy, rt.matvec_axpy_par)}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("form", ["dot", "axpy"])
+@pytest.mark.parametrize("par", [False, True], ids=["serial", "threads"])
+def test_kernels_agree_with_numpy(form, par, dtype):
+    """Odd shapes (rows not a multiple of the eight the column loop takes at
+    once, columns not a multiple of its block), beta 0 (the old contents, NaN
+    here, never read), 1 (accumulate) and another value."""
+    kernel = KERNELS[form][par]
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=2e-5, atol=2e-5)
+    for m, k in ((1, 1), (7, 3), (67, 301), (300, 600), (1000, 9)):
+        a = rand((m, k), seed=m + k).astype(dtype)
+        x = rand((k if form == "dot" else m,), seed=m).astype(dtype)
+        n = m if form == "dot" else k
+        want = a @ x if form == "dot" else a.T @ x
+        out = np.full(n, np.nan, dtype)
+        kernel(a, x, out, 0.0)
+        np.testing.assert_allclose(out, want, **tol)
+        base = rand((n,), seed=k).astype(dtype)
+        for beta in (1.0, -0.5):
+            out = base.copy()
+            kernel(a, x, out, beta)
+            np.testing.assert_allclose(out, want + beta * base, **tol)
+
+
+def test_the_row_loop_sums_alike_on_any_thread_count():
+    """Each row's dot product is one thread's: the threaded kernel's result is
+    bit for bit the serial one's."""
+    a, x = rand((500, 700), seed=3), rand((700,), seed=4)
+    one, two = np.empty(500), np.empty(500)
+    rt.matvec_dot(a, x, one, 0.0)
+    rt.matvec_dot_par(a, x, two, 0.0)
+    np.testing.assert_array_equal(one, two)
+    one, two = np.empty(700), np.empty(700)
+    rt.matvec_axpy(a, rand((500,), seed=5), one, 0.0)
+    rt.matvec_axpy_par(a, rand((500,), seed=5), two, 0.0)
+    np.testing.assert_array_equal(one, two)
+
+
+@pytest.fixture
+def rates(monkeypatch, tmp_path):
+    """Use a cost table whose matrix-vector rates are given."""
+    def use(blas, dot, axpy):
+        table = {**C._builtin().to_dict(), "matvec_ns": {
+            dt: {"blas": blas, "dot": dot, "axpy": axpy} for dt in ("float64", "float32")}}
+        table.pop("source")
+        path = tmp_path / "costs.json"
+        path.write_text(json.dumps(table))
+        monkeypatch.setenv("HYBRIDAD_COSTS", str(path))
+        C.reset()
+    yield use
+    C.reset()
+
+
+def _products(x, A, B, v):
+    """Every form a plan meets: A x (A C), A^T v (an F view), x^T B (B C),
+    x^T A^T, one-column and one-row 2-D vectors, and the backward's
+    transposed products, added into x's adjoint (beta = 1)."""
+    y = A @ x  # row loop; backward: A^T (.) added into x's adjoint
+    z = A.T @ v  # column loop over A
+    w = v @ B  # column loop over B
+    u = (A @ x[:, None])[:, 0] + (x[None, :] @ A.T)[0]  # 2-D vectors
+    return np.sum(np.tanh(y) * v) + np.sum(z * x) + np.sum(np.sin(w)) + np.sum(u * u)
+
+
+def _problem(m, k, dtype=np.float64):
+    return (rand((k,), seed=1).astype(dtype), rand((m, k), seed=2).astype(dtype) / 8,
+            rand((m, 90), seed=3).astype(dtype), rand((m,), seed=4).astype(dtype))
+
+
+@pytest.mark.parametrize("parallel", [True, False], ids=["parallel", "serial"])
+def test_plans_run_matvecs_as_loops_and_agree(rates, parallel):
+    """With loops cheaper than gemv every matrix-vector product is a loop call
+    (threaded where the plan's loops are parallel and the product is long), the
+    gradient agrees with the numpy backend to rounding and with finite
+    differences, and a call allocates nothing."""
+    rates(blas=1.0, dot=0.1, axpy=0.1)
+    args = _problem(300, 600)
+    plan = ha.compile(_products, *args, argnums=(0, 1, 3), parallel=parallel, tiered=False)
+    src = plan._program.source
+    assert "_gemm(" not in src, src
+    assert len(re.findall(r"_mv_(?:dot|axpy)(?:_par)?\(", src)) >= 4, src
+    assert ("_mv_dot_par(" in src) == parallel and ("_mv_axpy_par(" in src) == parallel
+    assert "row loop 0.1 ns/element" in plan.explain()  # why, in the source shown
+    res = plan.gradient(*args)
+    ref = ha.gradient(_products, *args, argnums=(0, 1, 3), backend="numpy")
+    assert res.value == pytest.approx(ref.value, rel=1e-12)
+    for g, r in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-12)
+    x, A, B, v = args
+    eps = 1e-6
+    for k in (0, 5):  # finite differences of two of x's entries
+        e = np.zeros_like(x)
+        e[k] = eps
+        fd = (_products(x + e, A, B, v) - _products(x - e, A, B, v)) / (2 * eps)
+        assert res.gradient[0][k] == pytest.approx(fd, rel=1e-6, abs=1e-8)
+    out = plan.gradient(*args)
+    with count_allocations() as counts:
+        for _ in range(20):
+            plan.gradient(*args, out=out)
+    assert counts.allocations == 0
+
+
+def test_float32_products_and_the_choice_follows_the_table(rates):
+    """float32 runs its own kernels; with gemv cheaper every product goes to
+    BLAS, and the two plans agree."""
+    args = _problem(256, 128, np.float32)
+    rates(blas=1.0, dot=0.1, axpy=0.1)
+    loops = ha.compile(_products, *args, argnums=(0, 1), tiered=False)
+    rates(blas=0.1, dot=1.0, axpy=1.0)
+    blas = ha.compile(_products, *args, argnums=(0, 1), tiered=False)
+    calls = re.compile(r"_mv_\w+\(")
+    assert not calls.search(blas._program.source) and "_gemm(" in blas._program.source
+    assert calls.search(loops._program.source) and "_gemm(" not in loops._program.source
+    a, b = loops.gradient(*args), blas.gradient(*args)
+    assert a.value == pytest.approx(b.value, rel=1e-5)
+    for g, r in zip(a.gradient, b.gradient, strict=True):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4 * np.abs(r).max())
+
+
+def test_choice_figures():
+    """The loop wins by its rate over the threads it can use; skinny products
+    (a dimension under MATVEC_MIN) stay on BLAS; a column loop's threads are
+    its column blocks."""
+    from hybridad.backends.numba.threshold import MATVEC_BLOCK
+
+    c = C.costs()
+    r = c.matvec_rates("float64")
+    how, why, threads = C.matvec_choice(500, 500, "float64", "dot", threads=2)
+    assert threads == 2 and how == ("loop" if r["dot"] / 2 < r["blas"] else "blas")
+    assert "/ 2 threads" in why and "gemv" in why
+    assert C.matvec_choice(10**5, 16, "float64", "dot", threads=2)[0] == "blas"
+    assert C.matvec_choice(500, MATVEC_BLOCK, "float64", "axpy", threads=2)[2] == 1
+    assert C.matvec_choice(500, 2 * MATVEC_BLOCK + 1, "float64", "axpy", threads=8)[2] == 3
+
+
+def test_quadratic_forms_give_their_threads_to_the_loops(rates):
+    """A plan of matrix-vector products only: its loops own the threads
+    (thread_owner counts the products as loops), and the profile names them."""
+    rates(blas=1.0, dot=0.3, axpy=0.3)
+    As = [rand((256, 256), seed=s) for s in range(3)]
+    x = rand((256,), seed=9)
+
+    def f(x, As):
+        return sum(x @ (A @ x) for A in As)
+
+    plan = ha.compile(f, x, As, tiered=False)
+    assert plan._owner[0] == "loops"
+    res = plan.gradient(x, As)
+    np.testing.assert_allclose(res.gradient, sum(A @ x + A.T @ x for A in As), rtol=1e-12)
+    from hybridad.plans.profile import profile
+
+    table = profile(f, x, As, budget_s=0.2).table()
+    assert "256x256C @ 256x1C row loop (2 threads)" in table, table
