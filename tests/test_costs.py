@@ -119,6 +119,11 @@ def test_calibrate_measures_the_kernels(monkeypatch, tmp_path):
     assert c.op_cost("sin", np.float32) == c.op_cost("sin") == c.op_ns["sin"]
     assert 0 < c.cache_ns_per_byte <= c.stream_ns_per_byte * 5
     assert 0 < c.gemm_ns["float32"] < c.gemm_ns["float64"] < 10  # ns per multiply-add
+    # matrix-vector products: gemv's rate and the numba backend's two loops'
+    for dt in ("float64", "float32"):
+        assert set(c.matvec_ns[dt]) == {"blas", "dot", "axpy"}
+        assert all(0 < ns < 10 for ns in c.matvec_ns[dt].values())  # ns per element
+    assert saved["matvec_ns"] == c.matvec_ns and c.matvec_rates("float32") == c.matvec_ns["float32"]
     # the ops not measured keep the table's figures
     assert set(C._builtin().op_ns) <= set(c.op_ns)
     C.reset()

@@ -176,3 +176,40 @@ def test_quadratic_forms_give_their_threads_to_the_loops(rates):
 
     table = profile(f, x, As, budget_s=0.2).table()
     assert "256x256C @ 256x1C row loop (2 threads)" in table, table
+
+
+_CACHED = """
+import numpy as np
+import hybridad as ha
+
+rng = np.random.default_rng(0)
+As = [rng.standard_normal((300, 300)) for _ in range(2)]
+x = rng.standard_normal(300)
+plan = ha.compile(lambda x, As: sum(x @ (A @ x) for A in As), x, As, tiered=False)
+assert "_mv_dot_par(" in plan._program.source, plan._program.source
+res = plan.gradient(x, As)
+np.testing.assert_allclose(res.gradient, sum(A @ x + A.T @ x for A in As), rtol=1e-12)
+print("ok")
+"""
+
+
+def test_a_plan_calling_threaded_loops_runs_from_the_disk_cache(rates, tmp_path):
+    """numba's pool is started before a threaded plan's machine code loads.
+
+    A plan whose only parallel code is :mod:`.rt`'s threaded loops, compiled
+    while those came from numba's disk cache, lost numba's own start-up hook:
+    loaded from the cache in a later process, its first call crashed.  Three
+    processes: one compiles the loops (numba caches them), one compiles the
+    plan into a fresh cache, one loads it from there."""
+    import os
+    import subprocess
+    import sys
+
+    rates(blas=1.0, dot=0.1, axpy=0.1)
+    env = {**os.environ, "NUMBA_NUM_THREADS": "2"}
+    for cache in ("warm", "plan", "plan"):
+        env["HYBRIDAD_CACHE_DIR"] = str(tmp_path / cache)
+        run = subprocess.run([sys.executable, "-c", _CACHED], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert run.returncode == 0 and run.stdout.strip() == "ok", (cache, run.returncode,
+                                                                    run.stderr[-2000:])

@@ -34,6 +34,7 @@ from .loops import (
     region_acc_lines,
 )
 from .runner import NumbaProgram, _Checks, _literal, view_at
+from .threads import start_pool
 from .threshold import PARALLEL_MIN, work_estimate
 
 __all__ = ["compile_numba_program", "work_estimate"]
@@ -357,6 +358,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             source = module(parts_body, kernel_defs + part_defs)
     extra = [timers.array()] if timers is not None else []
     check_budget(source, name)  # (before numba: a plan too big falls back, see plans)
+    if threaded:
+        start_pool()  # (before its machine code is loaded: see start_pool)
     try:
         call, own, fixed, bound = _link(source, fn_name, memplan, arenas, table, in_specs,
                                         out_specs, const_args, objects, cacheable, extra)

@@ -40,7 +40,7 @@ import threading
 import time
 
 __all__ = ["BLAS_SPIN_LOG2", "SingleThreadedBlas", "ThreadChoice", "max_threads",
-           "short_blas_spin"]
+           "short_blas_spin", "start_pool"]
 
 #: log2 of the cycles an idle OpenBLAS worker spins before it sleeps, set by
 #: :func:`short_blas_spin` (OpenBLAS's own default: 28; its least: 4).  On 2
@@ -58,6 +58,22 @@ def short_blas_spin():
 
 _libs = None
 _libs_lock = threading.Lock()
+
+
+def start_pool():
+    """Start numba's thread pool (once; ``get_num_threads`` starts it).
+
+    Before a parallel program's machine code is loaded: starting the pool
+    gives the JIT linker the threading layer's entry points, which the
+    code's parallel loops call.  numba starts it itself when the code was
+    compiled from a ``prange`` (a hook saved in its cache entry); a plan
+    whose only parallel code is a callee's (:mod:`.rt`'s threaded
+    matrix-vector loops) loses that hook when the callee came from numba's
+    disk cache as the plan compiled, and the plan loaded from the cache in
+    a later process then called a null entry point (a segmentation fault)."""
+    import numba
+
+    numba.get_num_threads()
 
 
 def _plans_blas(libs):
