@@ -22,12 +22,18 @@ import os
 from ..ir.graph import Graph, check, dead_code_elimination
 from .partition import (absorb_producers, fold_accumulations, fuse_regions,
                         share_reduced_values, sum_stored_partials, sum_vjp_regions)
+from .products import hoist_transposed_products
 from .updates import schedule_updates
 
 __all__ = ["LOWERING", "PIPELINES", "check_rules", "describe", "lower"]
 
 #: pass name -> (what it does, graph-to-graph function of (nodes, inputs, outputs, updates))
 PASSES = {
+    "hoist_transposed_products": ("compute a backward A^T (c w) in the forward as A^T w, beside "
+                                  "the forward's product reading A (one read from memory), "
+                                  "scaled by c in the backward",
+                                  lambda nodes, ins, outs, upd: hoist_transposed_products(
+                                      nodes, outs)),
     "dead_code": ("drop nodes no output depends on",
                   lambda nodes, ins, outs, upd: dead_code_elimination(
                       Graph(nodes, ins, outs)).nodes),
@@ -54,9 +60,9 @@ PASSES = {
 #: backend -> the lowering passes, in order
 LOWERING = {
     "numpy": ("dead_code", "schedule_updates"),
-    "numba": ("dead_code", "schedule_updates", "fuse_regions", "fold_accumulations",
-              "share_reduced_values", "sum_stored_partials", "sum_vjp_regions",
-              "absorb_producers"),
+    "numba": ("hoist_transposed_products", "dead_code", "schedule_updates", "fuse_regions",
+              "fold_accumulations", "share_reduced_values", "sum_stored_partials",
+              "sum_vjp_regions", "absorb_producers"),
     "cupy": ("dead_code", "schedule_updates", "fuse_regions"),
 }
 
