@@ -73,7 +73,9 @@ MATVEC_NS = {"float64": {"blas": 0.36, "dot": 0.33, "axpy": 0.31},
 #: both dimensions of a matrix-vector product at least this for it to run as
 #: the numba backend's loops: the rates are measured on square matrices, and
 #: on a skinny one per-row or per-column overheads (a dot of 16 elements, a
-#: single block of columns) decide instead -- BLAS then
+#: single block of columns) decide instead -- BLAS then (measured, 2 cores,
+#: 10^5 x 16 float64: gemv 0.136 ns/element, the row loop 0.143 on one thread
+#: and 0.132 on two; 10^5 x 8: 0.179 against 0.207 / 0.197)
 MATVEC_MIN = 64
 
 
