@@ -144,10 +144,18 @@ def _mlp(widths, batch):
     return loss, ws
 
 
-def test_blas_or_loops_own_the_threads(table):
+@pytest.mark.parametrize("shared", [True, False], ids=["gemms-shared", "gemms-on-blas"])
+def test_blas_or_loops_own_the_threads(table, monkeypatch, shared):
     """A parallel plan's threads go to the larger share of its work: a wide
     layer's gemms (every loop serial: no prange, BLAS keeps its threads) or
-    a narrow one's elementwise loops (prange loops, BLAS on one thread)."""
+    a narrow one's elementwise loops (prange loops, BLAS on one thread).
+    Gemms the loops' threads share, a panel of rows each
+    (``GEMM_THREADS_MIN``), count as the loops' work: the wide layer's loops
+    then own the threads too, and its products are ``_gemm_threads``."""
+    from hybridad.backends.numba import threshold
+
+    if not shared:
+        monkeypatch.setattr(threshold, "GEMM_THREADS_MIN", 1 << 62)
     table({"tanh": 1.3, "multiply": 0.0}, cache=0.0125, stream=0.038)
     wide_f, wide = _mlp((64, 256, 256, 10), 512)
     narrow_f, narrow = _mlp((1, 16, 16, 1), 20000)
@@ -156,13 +164,17 @@ def test_blas_or_loops_own_the_threads(table):
         plan = ha.compile(f, *ws, argnums=tuple(range(len(ws))), tiered=False)
         serial = ha.compile(f, *ws, argnums=tuple(range(len(ws))), parallel=False)
         got[name] = plan._owner[0]
-        assert ("prange(" in plan._program.source) == (got[name] == "loops"), name
-        assert "threads: gemms" in plan.explain()
+        src = plan._program.source
+        assert ("prange(" in src) == (got[name] == "loops"), name
+        assert ("_gemm_threads(" in src) == (shared and got[name] == "loops"), name
+        assert "_gemm_threads(" not in serial._program.source
+        text = plan.explain()
+        assert "threads: BLAS's gemms" in text or "threads: every gemm shared" in text
         a, b = plan.gradient(*ws), serial.gradient(*ws)
         assert a.value == pytest.approx(b.value, rel=1e-12)
         for x, y in zip(a.gradient, b.gradient, strict=True):
             np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-14)
-    assert got == {"wide": "blas", "narrow": "loops"}
+    assert got == {"wide": "loops" if shared else "blas", "narrow": "loops"}
 
 
 def test_thread_owner_counts_lapack_and_skinny_gemms():

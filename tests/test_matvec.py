@@ -1,11 +1,12 @@
-"""Matrix-vector products as the numba backend's own loops
+"""Products the numba backend runs its own way.  Matrix-vector products as its own loops
 (:mod:`hybridad.backends.numba.rt`'s ``matvec_dot`` / ``matvec_axpy``) where
 the cost model says they beat BLAS's gemv
 (:func:`hybridad.transforms.costs.matvec_choice`): the kernels against numpy,
 every layout a plan hands them (a C matrix, an F one -- a transpose --, the
 vector on either side, 1-D or a one-column 2-D array, a product added into
 an adjoint), serial and on numba's threads, the choice following the table,
-and nothing allocated per call."""
+and nothing allocated per call.  Large gemms of a parallel plan shared by
+its threads, a panel of rows each (``rt.gemm_threads``)."""
 
 import json
 import re
@@ -213,3 +214,47 @@ def test_a_plan_calling_threaded_loops_runs_from_the_disk_cache(rates, tmp_path)
                              text=True, timeout=300)
         assert run.returncode == 0 and run.stdout.strip() == "ok", (cache, run.returncode,
                                                                     run.stderr[-2000:])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gemm_threads_agrees_with_numpy(dtype):
+    """rt.gemm_threads (a panel of rows per thread, each one gemm through
+    rt.gemm_rows) against numpy, every layout pair, beta 0 (NaN never read)
+    and 0.5, row counts below, at and above the panel count."""
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
+    for m, k, n in ((1, 3, 2), (2, 7, 5), (3, 40, 9), (67, 33, 70)):
+        for la in "CF":
+            for lb in "CF":
+                a = np.asarray(rand((m, k), seed=m).astype(dtype), order=la)
+                b = np.asarray(rand((k, n), seed=n).astype(dtype), order=lb)
+                base = rand((m, n), seed=k).astype(dtype)
+                out = np.full((m, n), np.nan, dtype)
+                rt.gemm_threads(a, b, out, 0.0)
+                np.testing.assert_allclose(out, a @ b, **tol, err_msg=f"{la}{lb} {m}x{k}x{n}")
+                out = base.copy()
+                rt.gemm_threads(a, b, out, 0.5)
+                np.testing.assert_allclose(out, a @ b + 0.5 * base, **tol)
+
+
+def test_plans_share_large_gemms_among_their_threads():
+    """A parallel plan's large gemms run as rt.gemm_threads (a layer of a
+    tanh network: forward product and the backward's two, one of them a
+    transposed operand's), with the serial plan's result and no allocation."""
+    X, W, V = rand((2000, 64), seed=1), rand((64, 96), seed=2) / 8, rand((96, 32), seed=3) / 8
+
+    def f(W, V):
+        return np.sum(np.tanh(np.tanh(X @ W) @ V) ** 2)
+
+    plan = ha.compile(f, W, V, argnums=(0, 1), tiered=False)
+    serial = ha.compile(f, W, V, argnums=(0, 1), parallel=False, tiered=False)
+    src = plan._program.source
+    assert src.count("_gemm_threads(") >= 3, src
+    a, b = plan.gradient(W, V), serial.gradient(W, V)
+    assert a.value == pytest.approx(b.value, rel=1e-12)
+    for x, y in zip(a.gradient, b.gradient, strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-11, atol=1e-13 * np.abs(y).max())
+    out = plan.gradient(W, V)
+    with count_allocations() as counts:
+        for _ in range(10):
+            plan.gradient(W, V, out=out)
+    assert counts.allocations == 0

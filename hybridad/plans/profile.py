@@ -317,10 +317,7 @@ def _measure(plain, timed, leaves, outs, repeats):
 
 
 def _summary(plan, timed, samples, call_ns, plain_ns, clock_ns, clock_name):
-    from ..backends.numba.threshold import serial_loops
-
-    with serial_loops(plan._loops_serial):  # (the choices the program was built with)
-        details = _Details(plan)
+    details = _Details(plan)
     n = len(timed.timed)
     med = np.median(samples[:, :n], axis=0)
     whole = float(med.sum()) or 1.0
@@ -358,6 +355,7 @@ class _Details:
         from ..backends.numba.emit import (
             blas_accumulations,
             blas_ready,
+            gemm_on_threads,
             matvec_call,
             region_acc_groups,
         )
@@ -368,8 +366,10 @@ class _Details:
         self.accumulating = set(blas_accumulations(nodes, plan._outputs, self.layouts))
         self.groups = region_acc_groups(nodes)
         self.blas_ready = blas_ready
+        self.serial = plan._loops_serial  # (the choices the program was built with)
         self.matvec = lambda node: matvec_call(node, self.layouts) if \
             blas_ready(node, self.layouts) else None
+        self.gemm_on_threads = gemm_on_threads
         self.partials = {}
         for m in nodes:
             if m.op == "region_partial":
@@ -387,6 +387,12 @@ class _Details:
         return int(total)
 
     def __call__(self, node):
+        from ..backends.numba.threshold import serial_loops
+
+        with serial_loops(self.serial):
+            return self._detail(node)
+
+    def _detail(self, node):
         op = node.op
         if op in ("region", "region_acc"):
             body = node.attrs["body"]
@@ -418,6 +424,10 @@ class _Details:
                      f"{f' ({call.threads} threads)' if call.threads > 1 else ''}"
                      if call is not None and call.how == "loop" else
                      " gemm" if self.blas_ready(node, self.layouts) else " loops")
+            if text.endswith(" gemm") and len(node.shape) == 2 and \
+                    self.gemm_on_threads(node.shape[0], node.args[0].shape[-1],
+                                         node.shape[1]):
+                text += " (a panel of rows per thread)"
             if node.id in self.accumulating:
                 text += " (+= into the adjoint, beta = 1)"
             return text

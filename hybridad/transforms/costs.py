@@ -333,6 +333,17 @@ def _matvec_loop_ns(n, parallel_min):
     return size * max(rates["dot"], rates["axpy"])
 
 
+def _gemm_on_threads(m, k, n, parallel_min):
+    """Whether a parallel plan's threads would share this gemm, a panel of
+    rows each (:func:`hybridad.backends.numba.emit.gemm_on_threads`): then it
+    is the loops' work, not BLAS's pool's."""
+    from ..backends.numba.emit import gemm_on_threads
+    from ..backends.numba.threshold import serial_loops
+
+    with serial_loops(False):
+        return parallel_min < (1 << 62) and gemm_on_threads(m, k, n)
+
+
 def thread_owner(nodes, parallel_min):
     """``(owner, reason)``: who takes the cores in a parallel plan, its loops
     (``"loops"``: ``prange`` loops on every thread, BLAS on one) or BLAS
@@ -344,12 +355,15 @@ def thread_owner(nodes, parallel_min):
     loop's elements times its body's measured cost per element plus the
     traffic of its operands and result; ``G`` each product's gemm time
     (:meth:`Costs.gemm_cost`) -- except matrix-vector products that run as
-    the backend's own loops on every thread (:func:`matvec_choice`), which
-    count as loops."""
+    the backend's own loops on every thread (:func:`matvec_choice`) and
+    gemms the loops' threads share, a panel of rows each
+    (:func:`hybridad.backends.numba.emit.gemm_on_threads`), which count as
+    loops: then BLAS runs on one thread inside each panel, and one pool owns
+    the cores."""
     from ..ir.registry import REGISTRY
 
     c = costs()
-    loops = blas = 0.0
+    loops = blas = shared = 0.0
     for n in nodes:
         if n.op in LAPACK_MADDS and n.args and len(n.args[0].shape) >= 2 and n.size:
             a = n.args[0]  # a LAPACK routine: blocked, its time in BLAS's level-3 kernels
@@ -368,6 +382,8 @@ def thread_owner(nodes, parallel_min):
             loop = _matvec_loop_ns(n, parallel_min)
             if loop is not None:  # a matrix-vector product the backend's loops run
                 loops += loop
+            elif _gemm_on_threads(max(m, 1), a.shape[-1], cols, parallel_min):
+                shared += c.gemm_cost(max(m, 1), a.shape[-1], cols, n.dtype)
             else:
                 blas += c.gemm_cost(max(m, 1), a.shape[-1], cols, n.dtype)
             continue
@@ -385,10 +401,15 @@ def thread_owner(nodes, parallel_min):
             if size >= parallel_min:
                 nbytes = 2 * size * np.dtype(n.dtype).itemsize
                 loops += nbytes * c.copy_ns_per_byte(nbytes)
+    loops += shared
     if blas == 0.0 or loops == 0.0:
-        return "loops", None
+        return "loops", (None if shared == 0.0 else
+                         f"every gemm shared by the loops' threads ({shared / 1e3:.3g} us on one "
+                         "thread), a panel of rows each: loops on every thread, BLAS on one")
     owner = "blas" if blas > loops else "loops"
-    return owner, (f"gemms {blas / 1e3:.3g} us {'>' if owner == 'blas' else '<='} parallel "
-                   f"loops {loops / 1e3:.3g} us (one thread): "
+    return owner, (f"BLAS's gemms {blas / 1e3:.3g} us {'>' if owner == 'blas' else '<='} "
+                   f"parallel loops {loops / 1e3:.3g} us (one thread"
+                   + (f"; {shared / 1e3:.3g} us of it gemms shared by the loops' threads"
+                      if shared else "") + "): "
                    + ("loops serial, BLAS on its threads" if owner == "blas" else
                       "loops on every thread, BLAS on one"))

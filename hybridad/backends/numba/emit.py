@@ -387,7 +387,25 @@ def _emit_gemm(w, node, a, acc, beta, layouts=None):
     cols = B.shape[1] if len(B.shape) == 2 else 1
     ov = acc if len(node.shape) == 2 else f"{acc}.reshape(({rows}, {cols}))"
     note = "  # BLAS gemm, beta = 1: accumulates in place" if beta else "  # BLAS gemm"
+    if gemm_on_threads(rows, A.shape[-1], cols):
+        w.threaded = True
+        w.emit(f"_gemm_threads({av}, {bv}, {ov}, {float(beta)!r}){note}, a panel of rows "
+               "per thread")
+        return
     w.emit(f"_gemm({av}, {bv}, {ov}, {float(beta)!r}){note}")
+
+
+def gemm_on_threads(m, k, n):
+    """Whether an ``m x k @ k x n`` gemm runs on numba's threads, a panel of
+    rows each (:func:`.rt.gemm_threads`): the plan's loops are parallel (its
+    pool owns the cores, BLAS is single-threaded), the product has
+    :data:`.threshold.GEMM_THREADS_MIN` multiply-adds and rows for two
+    panels, and its result is not one :func:`.rt.gemm` splits along ``k``."""
+    from .rt import GEMM_SMALL_RESULT
+    from .threshold import GEMM_THREADS_MIN, loop_threads, parallel_min
+
+    return parallel_min() < (1 << 62) and loop_threads() > 1 and m >= 2 and n >= 2 and \
+        m * k * n >= GEMM_THREADS_MIN and m * n > GEMM_SMALL_RESULT
 
 
 #: fewest multiply-adds per matrix for which a batched matmul calls BLAS per

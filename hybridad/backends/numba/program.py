@@ -380,7 +380,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     program.parts = (own, fixed, bound)
     program.direct = direct
     program.set_parallel(bool(threaded))
-    program.blas_limited = bool(threaded) and re.search(r"_gemm\(|_la_\w+\(", source) is not None
+    program.blas_limited = bool(threaded) and \
+        re.search(r"_gemm(?:_threads)?\(|_la_\w+\(", source) is not None
     return program
 
 
@@ -430,7 +431,8 @@ def _header(consts, objects):
               vector_imports(),
               "from hybridad.backends.numba.rt import check_arrays as _check, gemm as _gemm, "
               "load_i64 as _ld64, view_at as _view",
-              "from hybridad.backends.numba.rt import matvec_axpy as _mv_axpy, "
+              "from hybridad.backends.numba.rt import gemm_threads as _gemm_threads, "
+              "matvec_axpy as _mv_axpy, "
               "matvec_axpy_par as _mv_axpy_par, matvec_dot as _mv_dot, "
               "matvec_dot_par as _mv_dot_par",
               "from hybridad.backends.numba.rt import fold_max as _fold_max, "

@@ -14,7 +14,7 @@ constants; a call's arguments are held by the calling frame).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
+from numba import config, njit, prange, types
 from numba.core import cgutils, ir_utils
 from numba.extending import intrinsic
 
@@ -223,6 +223,84 @@ def gemm(typingctx, a, b, out, beta):
     return types.none(a, b, out, beta), codegen
 
 
+@intrinsic
+def gemm_rows(typingctx, a, b, out, beta, lo, hi):
+    """``out[lo:hi] = a[lo:hi] @ b + beta * out[lo:hi]`` by one BLAS gemm
+    (the panel of rows ``lo:hi`` of a product :func:`gemm` would make whole,
+    ``0 <= lo < hi <= rows``): the operands' leading dimensions stay the
+    whole arrays', the pointers move to the panel's first row.  ``a`` and
+    ``b`` C or F, ``out`` C, one float dtype, a non-zero inner dimension (the
+    caller guarantees them).  Threads each running one panel
+    (:func:`gemm_threads`) share a product without BLAS's own pool."""
+    if not all(isinstance(t, types.Array) and t.ndim == 2 for t in (a, b, out)) or \
+            out.layout != "C" or a.layout not in "CF" or b.layout not in "CF" or \
+            not (a.dtype == b.dtype == out.dtype) or \
+            not isinstance(out.dtype, types.Float) or not isinstance(beta, types.Number) or \
+            not all(isinstance(t, types.Integer) for t in (lo, hi)):
+        return None
+    from llvmlite import ir
+    from numba.np.linalg import ensure_blas, get_blas_kind
+
+    ensure_blas()
+    char, intp, voidp = ir.IntType(8), cgutils.intp_t, cgutils.voidptr_t
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        gemm_fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+            i32, [char, char, char, intp, intp, intp, voidp, voidp, intp, voidp, intp,
+                  voidp, voidp, intp]), "numba_xxgemm")
+        arrs = [context.make_array(t)(context, builder, v)
+                for t, v in zip((a, b, out), args[:3], strict=True)]
+        (m, k), (_, n) = (cgutils.unpack_tuple(builder, x.shape, 2) for x in arrs[:2])
+        r0 = context.cast(builder, args[4], lo, types.intp)
+        rows = builder.sub(context.cast(builder, args[5], hi, types.intp), r0)
+        kind = ir.Constant(char, ord(get_blas_kind(out.dtype)))
+        alpha = builder.bitcast(cgutils.alloca_once_value(
+            builder, context.get_constant(out.dtype, 1.0)), voidp)
+        beta_p = builder.bitcast(cgutils.alloca_once_value(
+            builder, context.cast(builder, args[3], beta, out.dtype)), voidp)
+        # column-major out^T = b^T a^T (see gemm); rows lo:hi of out and a
+        # are columns lo:hi of their transposes
+        def flag(ty):
+            return ir.Constant(char, ord("n" if ty.layout == "C" else "t"))
+
+        lda = n if b.layout == "C" else k
+        ldb = k if a.layout == "C" else m
+        pa = builder.gep(arrs[0].data, [r0 if a.layout == "F" else builder.mul(r0, k)])
+        pout = builder.gep(arrs[2].data, [builder.mul(r0, n)])
+        status = builder.call(gemm_fn, (
+            kind, flag(b), flag(a), n, rows, k, alpha, builder.bitcast(arrs[1].data, voidp),
+            lda, builder.bitcast(pa, voidp), ldb, beta_p, builder.bitcast(pout, voidp), n))
+        with builder.if_then(builder.icmp_signed("!=", status, ir.Constant(i32, 0)),
+                             likely=False):
+            context.call_conv.return_user_exc(builder, RuntimeError, ("BLAS call failed",))
+        return context.get_dummy_value()
+
+    return types.none(a, b, out, beta, lo, hi), codegen
+
+
+#: panels of a product shared by :func:`gemm_threads`: numba's thread count
+#: (a constant: ``get_num_threads`` inside a function keeps numba from
+#: caching it; fewer threads run the panels in turn)
+GEMM_PANELS = config.NUMBA_NUM_THREADS
+
+
+@njit(cache=True, parallel=True, nogil=True)
+def gemm_threads(a, b, out, beta):
+    """``out = a @ b + beta * out`` (as :func:`gemm`, a general product) on
+    numba's threads: one panel of ``out``'s rows per thread, each one
+    single-threaded BLAS gemm (:func:`gemm_rows`) -- the plan's own pool
+    runs the product, so no second pool waits for the cores."""
+    m = out.shape[0]
+    p = min(GEMM_PANELS, m)
+    step = (m + p - 1) // p
+    for t in prange(p):
+        lo = t * step
+        hi = min(m, lo + step)
+        if lo < hi:
+            gemm_rows(a, b, out, beta, lo, hi)
+
+
 #: a product with a small result (at most this many elements) and a long
 #: contracted axis runs as gemms over chunks of that axis, each chunk's two
 #: panels together about :data:`GEMM_CHUNK_BYTES` (L2-resident), accumulated
@@ -305,8 +383,6 @@ def _matvec_kernels(parallel):
     (``out`` of k, ``v`` of m): blocks of :data:`.threshold.MATVEC_BLOCK` columns, each
     block on one thread adding the rows eight at a time in order -- no
     reassociation.  With ``beta = 0`` ``out`` is not read."""
-    from numba import prange
-
     def dot(a, x, out, beta):
         m, k = a.shape
         for i in prange(m):

@@ -9,8 +9,8 @@ import os
 
 from ..._settings import enabled, switch
 
-__all__ = ["MATVEC_BLOCK", "PARALLEL_MIN", "loop_threads", "parallel_min", "serial_loops",
-           "work_estimate"]
+__all__ = ["GEMM_THREADS_MIN", "MATVEC_BLOCK", "PARALLEL_MIN", "loop_threads", "parallel_min",
+           "serial_loops", "work_estimate"]
 
 #: fewest loop iterations for which a region runs as a parallel ``prange``
 #: (below it, thread start-up costs more than it saves; see benchmarks/);
@@ -22,6 +22,11 @@ PARALLEL_MIN = int(os.environ.get("HYBRIDAD_PARALLEL_MIN", "") or 1 << 15)
 #: (:mod:`.rt`'s ``matvec_axpy``): a block of the result stays in L1 while
 #: the rows stream past, and blocks are what its threads split
 MATVEC_BLOCK = 256
+
+
+#: fewest multiply-adds of a gemm that a parallel plan's threads share, a
+#: panel of rows each (:func:`hybridad.backends.numba.rt.gemm_threads`)
+GEMM_THREADS_MIN = 1 << 20
 
 
 def parallel_min():
