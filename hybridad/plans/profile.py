@@ -355,11 +355,11 @@ class _Details:
         from ..backends.numba.emit import (
             blas_accumulations,
             blas_ready,
-            gemm_on_threads,
             matvec_call,
             region_acc_groups,
         )
         from ..backends.numba.layouts import numba_layouts
+        from ..backends.numba.threshold import gemm_on_threads
 
         nodes = plan.graph.nodes
         self.layouts = numba_layouts(nodes, plan.memory)

@@ -335,10 +335,9 @@ def _matvec_loop_ns(n, parallel_min):
 
 def _gemm_on_threads(m, k, n, parallel_min):
     """Whether a parallel plan's threads would share this gemm, a panel of
-    rows each (:func:`hybridad.backends.numba.emit.gemm_on_threads`): then it
-    is the loops' work, not BLAS's pool's."""
-    from ..backends.numba.emit import gemm_on_threads
-    from ..backends.numba.threshold import serial_loops
+    rows each (:func:`hybridad.backends.numba.threshold.gemm_on_threads`):
+    then it is the loops' work, not BLAS's pool's."""
+    from ..backends.numba.threshold import gemm_on_threads, serial_loops
 
     with serial_loops(False):
         return parallel_min < (1 << 62) and gemm_on_threads(m, k, n)
@@ -357,7 +356,7 @@ def thread_owner(nodes, parallel_min):
     (:meth:`Costs.gemm_cost`) -- except matrix-vector products that run as
     the backend's own loops on every thread (:func:`matvec_choice`) and
     gemms the loops' threads share, a panel of rows each
-    (:func:`hybridad.backends.numba.emit.gemm_on_threads`), which count as
+    (:func:`hybridad.backends.numba.threshold.gemm_on_threads`), which count as
     loops: then BLAS runs on one thread inside each panel, and one pool owns
     the cores."""
     from ..ir.registry import REGISTRY

@@ -18,6 +18,7 @@ from .loops import (
     region_lines,
 )
 from .loops import reduction_lines as _reduction_lines
+from .threshold import gemm_on_threads
 
 
 def region_acc_groups(nodes):
@@ -393,19 +394,6 @@ def _emit_gemm(w, node, a, acc, beta, layouts=None):
                "per thread")
         return
     w.emit(f"_gemm({av}, {bv}, {ov}, {float(beta)!r}){note}")
-
-
-def gemm_on_threads(m, k, n):
-    """Whether an ``m x k @ k x n`` gemm runs on numba's threads, a panel of
-    rows each (:func:`.rt.gemm_threads`): the plan's loops are parallel (its
-    pool owns the cores, BLAS is single-threaded), the product has
-    :data:`.threshold.GEMM_THREADS_MIN` multiply-adds and rows for two
-    panels, and its result is not one :func:`.rt.gemm` splits along ``k``."""
-    from .rt import GEMM_SMALL_RESULT
-    from .threshold import GEMM_THREADS_MIN, loop_threads, parallel_min
-
-    return parallel_min() < (1 << 62) and loop_threads() > 1 and m >= 2 and n >= 2 and \
-        m * k * n >= GEMM_THREADS_MIN and m * n > GEMM_SMALL_RESULT
 
 
 #: fewest multiply-adds per matrix for which a batched matmul calls BLAS per

@@ -21,7 +21,7 @@ from numba.extending import intrinsic
 # numpy's array-struct field offsets (in .abi, which imports no numba: the
 # memory plan asks for them before any numba code exists)
 from .abi import ABI, ABI_FIELDS
-from .threshold import MATVEC_BLOCK
+from .threshold import GEMM_SMALL_RESULT, MATVEC_BLOCK
 
 __all__ = ["ABI", "ABI_FIELDS", "check_arrays", "fold_max",
            "fold_min", "fold_prod", "fold_sum", "gemm", "sum_compensated",
@@ -301,15 +301,6 @@ def gemm_threads(a, b, out, beta):
             gemm_rows(a, b, out, beta, lo, hi)
 
 
-#: a product with a small result (at most this many elements) and a long
-#: contracted axis runs as gemms over chunks of that axis, each chunk's two
-#: panels together about :data:`GEMM_CHUNK_BYTES` (L2-resident), accumulated
-#: with beta = 1.  OpenBLAS streams the whole axis through one packing pass
-#: there and runs 3x slower (2 cores, h^T g of two 10^5 x 16 float32 panels:
-#: 1.45 ms as one call, 0.45 ms in chunks of 512 to 2048 rows; float64 2.9
-#: and 1.05 ms; 32 x 32 results 1.7x; 64 x 64 and larger are compute-bound:
-#: no gain)
-GEMM_SMALL_RESULT = 2048
 GEMM_CHUNK_BYTES = 1 << 17
 #: fewest rows of a chunk, and chunks a product needs before it is split
 GEMM_CHUNK_MIN, GEMM_CHUNKS_MIN = 256, 4

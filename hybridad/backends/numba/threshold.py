@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 
 from ..._settings import enabled, switch
 
-__all__ = ["GEMM_THREADS_MIN", "MATVEC_BLOCK", "PARALLEL_MIN", "loop_threads", "parallel_min",
-           "serial_loops", "work_estimate"]
+__all__ = ["GEMM_SMALL_RESULT", "GEMM_THREADS_MIN", "MATVEC_BLOCK", "PARALLEL_MIN",
+           "gemm_on_threads", "loop_threads", "parallel_min", "serial_loops", "work_estimate"]
 
 #: fewest loop iterations for which a region runs as a parallel ``prange``
 #: (below it, thread start-up costs more than it saves; see benchmarks/);
@@ -28,6 +29,17 @@ MATVEC_BLOCK = 256
 #: panel of rows each (:func:`hybridad.backends.numba.rt.gemm_threads`)
 GEMM_THREADS_MIN = 1 << 20
 
+#: a product with a small result (at most this many elements) and a long
+#: contracted axis runs as gemms over chunks of that axis
+#: (:func:`hybridad.backends.numba.rt.gemm`), each chunk's two panels
+#: together about ``rt.GEMM_CHUNK_BYTES`` (L2-resident), accumulated
+#: with beta = 1.  OpenBLAS streams the whole axis through one packing pass
+#: there and runs 3x slower (2 cores, h^T g of two 10^5 x 16 float32 panels:
+#: 1.45 ms as one call, 0.45 ms in chunks of 512 to 2048 rows; float64 2.9
+#: and 1.05 ms; 32 x 32 results 1.7x; 64 x 64 and larger are compute-bound:
+#: no gain)
+GEMM_SMALL_RESULT = 2048
+
 
 def parallel_min():
     """The prange threshold in effect: :data:`PARALLEL_MIN`, or no loop at
@@ -36,10 +48,30 @@ def parallel_min():
 
 
 def loop_threads():
-    """The threads a parallel loop runs on: numba's thread count."""
-    from numba import config
+    """The threads a parallel loop runs on: numba's thread count (worked out
+    as numba does when numba is not imported yet: a plan's trace and memory
+    plan import no numba, see tests/test_lazy_import.py)."""
+    numba = sys.modules.get("numba")
+    if numba is not None:
+        return numba.config.NUMBA_NUM_THREADS
+    env = os.environ.get("NUMBA_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # (no sched_getaffinity: macOS, Windows)
+        return max(1, os.cpu_count() or 1)
 
-    return config.NUMBA_NUM_THREADS
+
+def gemm_on_threads(m, k, n):
+    """Whether an ``m x k @ k x n`` gemm runs on numba's threads, a panel of
+    rows each (:func:`hybridad.backends.numba.rt.gemm_threads`): the plan's
+    loops are parallel (its pool owns the cores, BLAS is single-threaded),
+    the product has :data:`GEMM_THREADS_MIN` multiply-adds and rows for two
+    panels, and its result is not one a gemm splits along ``k``
+    (:data:`GEMM_SMALL_RESULT`)."""
+    return parallel_min() < (1 << 62) and loop_threads() > 1 and m >= 2 and n >= 2 and \
+        m * k * n >= GEMM_THREADS_MIN and m * n > GEMM_SMALL_RESULT
 
 
 def serial_loops(serial=True):
