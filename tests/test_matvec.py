@@ -240,7 +240,7 @@ def test_plans_share_large_gemms_among_their_threads():
     """A parallel plan's large gemms run as rt.gemm_threads (a layer of a
     tanh network: forward product and the backward's two, one of them a
     transposed operand's), with the serial plan's result and no allocation."""
-    X, W, V = rand((2000, 64), seed=1), rand((64, 96), seed=2) / 8, rand((96, 32), seed=3) / 8
+    X, W, V = rand((2000, 64), seed=1), rand((64, 96), seed=2) / 8, rand((96, 64), seed=3) / 8
 
     def f(W, V):
         return np.sum(np.tanh(np.tanh(X @ W) @ V) ** 2)

@@ -10,8 +10,9 @@ import sys
 
 from ..._settings import enabled, switch
 
-__all__ = ["GEMM_SMALL_RESULT", "GEMM_THREADS_MIN", "MATVEC_BLOCK", "PARALLEL_MIN",
-           "gemm_on_threads", "loop_threads", "parallel_min", "serial_loops", "work_estimate"]
+__all__ = ["GEMM_SMALL_RESULT", "GEMM_THREADS_MIN", "GEMM_THREADS_MIN_DIM", "MATVEC_BLOCK",
+           "PARALLEL_MIN", "gemm_on_threads", "loop_threads", "parallel_min", "serial_loops",
+           "work_estimate"]
 
 #: fewest loop iterations for which a region runs as a parallel ``prange``
 #: (below it, thread start-up costs more than it saves; see benchmarks/);
@@ -28,6 +29,14 @@ MATVEC_BLOCK = 256
 #: fewest multiply-adds of a gemm that a parallel plan's threads share, a
 #: panel of rows each (:func:`hybridad.backends.numba.rt.gemm_threads`)
 GEMM_THREADS_MIN = 1 << 20
+#: and the most of its columns and contracted length at least this: narrow
+#: products (an MLP's 16 features in and out) stay on BLAS, as before.
+#: Shared, they made the 1-16-16-1 MLP at B = 10^5 18% faster on a quiet
+#: machine, but beside numpy matmuls in
+#: another thread (benchmarks/bench_load.py, ``blas``) its default plan
+#: took 0.96-1.64x its serial plan in 2 s windows -- 0.85-2.28x with them
+#: on BLAS, so noise decides there; kept out until measured better
+GEMM_THREADS_MIN_DIM = 64
 
 #: a product with a small result (at most this many elements) and a long
 #: contracted axis runs as gemms over chunks of that axis
@@ -67,11 +76,12 @@ def gemm_on_threads(m, k, n):
     """Whether an ``m x k @ k x n`` gemm runs on numba's threads, a panel of
     rows each (:func:`hybridad.backends.numba.rt.gemm_threads`): the plan's
     loops are parallel (its pool owns the cores, BLAS is single-threaded),
-    the product has :data:`GEMM_THREADS_MIN` multiply-adds and rows for two
-    panels, and its result is not one a gemm splits along ``k``
-    (:data:`GEMM_SMALL_RESULT`)."""
+    the product has :data:`GEMM_THREADS_MIN` multiply-adds, rows for two
+    panels, :data:`GEMM_THREADS_MIN_DIM` columns or contracted length, and
+    its result is not one a gemm splits along ``k`` (:data:`GEMM_SMALL_RESULT`)."""
     return parallel_min() < (1 << 62) and loop_threads() > 1 and m >= 2 and n >= 2 and \
-        m * k * n >= GEMM_THREADS_MIN and m * n > GEMM_SMALL_RESULT
+        max(k, n) >= GEMM_THREADS_MIN_DIM and m * k * n >= GEMM_THREADS_MIN and \
+        m * n > GEMM_SMALL_RESULT
 
 
 def serial_loops(serial=True):
