@@ -136,6 +136,32 @@ def type_num(obj, ndarray_type, ndim, flags, abi):
 # ----------------------------------------------------------------------------
 
 
+def _gemm_operands(a, b, out, beta):
+    """Whether :func:`gemm`'s (and :func:`gemm_rows`') operands are typed
+    for it: 2-D float arrays of one dtype, ``a`` and ``b`` C or F, ``out``
+    C, a number ``beta``.  Loads numba's BLAS binding (scipy's)."""
+    from numba.np.linalg import ensure_blas
+
+    if not all(isinstance(t, types.Array) and t.ndim == 2 for t in (a, b, out)) or \
+            out.layout != "C" or a.layout not in "CF" or b.layout not in "CF" or \
+            not (a.dtype == b.dtype == out.dtype) or \
+            not isinstance(out.dtype, types.Float) or not isinstance(beta, types.Number):
+        return False
+    ensure_blas()
+    return True
+
+
+def _gemm_function(builder):
+    """numba's ``numba_xxgemm`` (kind, transa, transb, m, n, k, alpha, a,
+    lda, b, ldb, beta, c, ldc), declared in ``builder``'s module."""
+    from llvmlite import ir
+
+    char, intp, voidp = ir.IntType(8), cgutils.intp_t, cgutils.voidptr_t
+    return cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+        ir.IntType(32), [char, char, char, intp, intp, intp, voidp, voidp, intp, voidp, intp,
+                         voidp, voidp, intp]), "numba_xxgemm")
+
+
 @intrinsic
 def gemm(typingctx, a, b, out, beta):
     """``out[...] = a @ b + beta * out`` for 2-D float arrays by one BLAS gemm
@@ -149,22 +175,16 @@ def gemm(typingctx, a, b, out, beta):
     scipy.linalg.cython_blas) does the work, as for ``np.dot``; being an
     intrinsic, it compiles nothing per plan (numba's ``np.dot(a, b, out)``
     compiles its implementation again for every function that calls it)."""
-    if not all(isinstance(t, types.Array) and t.ndim == 2 for t in (a, b, out)) or \
-            out.layout != "C" or a.layout not in "CF" or b.layout not in "CF" or \
-            not (a.dtype == b.dtype == out.dtype) or \
-            not isinstance(out.dtype, types.Float) or not isinstance(beta, types.Number):
+    if not _gemm_operands(a, b, out, beta):
         return None
     from llvmlite import ir
-    from numba.np.linalg import ensure_blas, get_blas_kind
+    from numba.np.linalg import get_blas_kind
 
-    ensure_blas()
     char, intp, voidp = ir.IntType(8), cgutils.intp_t, cgutils.voidptr_t
 
     def codegen(context, builder, signature, args):
         i32 = ir.IntType(32)
-        gemm_fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-            i32, [char, char, char, intp, intp, intp, voidp, voidp, intp, voidp, intp,
-                  voidp, voidp, intp]), "numba_xxgemm")
+        gemm_fn = _gemm_function(builder)
         gemv_fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
             i32, [char, char, intp, intp, voidp, voidp, intp, voidp, voidp, voidp]),
             "numba_xxgemv")
@@ -232,23 +252,17 @@ def gemm_rows(typingctx, a, b, out, beta, lo, hi):
     ``b`` C or F, ``out`` C, one float dtype, a non-zero inner dimension (the
     caller guarantees them).  Threads each running one panel
     (:func:`gemm_threads`) share a product without BLAS's own pool."""
-    if not all(isinstance(t, types.Array) and t.ndim == 2 for t in (a, b, out)) or \
-            out.layout != "C" or a.layout not in "CF" or b.layout not in "CF" or \
-            not (a.dtype == b.dtype == out.dtype) or \
-            not isinstance(out.dtype, types.Float) or not isinstance(beta, types.Number) or \
+    if not _gemm_operands(a, b, out, beta) or \
             not all(isinstance(t, types.Integer) for t in (lo, hi)):
         return None
     from llvmlite import ir
-    from numba.np.linalg import ensure_blas, get_blas_kind
+    from numba.np.linalg import get_blas_kind
 
-    ensure_blas()
-    char, intp, voidp = ir.IntType(8), cgutils.intp_t, cgutils.voidptr_t
+    char, voidp = ir.IntType(8), cgutils.voidptr_t
 
     def codegen(context, builder, signature, args):
         i32 = ir.IntType(32)
-        gemm_fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-            i32, [char, char, char, intp, intp, intp, voidp, voidp, intp, voidp, intp,
-                  voidp, voidp, intp]), "numba_xxgemm")
+        gemm_fn = _gemm_function(builder)
         arrs = [context.make_array(t)(context, builder, v)
                 for t, v in zip((a, b, out), args[:3], strict=True)]
         (m, k), (_, n) = (cgutils.unpack_tuple(builder, x.shape, 2) for x in arrs[:2])
