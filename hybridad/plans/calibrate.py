@@ -39,25 +39,6 @@ def _measured_ops():
     return out
 
 
-def _gemm_rate(dtype, size=256, seconds=0.1, least=5):
-    """ns per multiply-add of a single-threaded BLAS gemm ``size``-cubed (numpy's
-    matmul into a buffer, the BLAS libraries at one thread): the best of at
-    least ``least`` products."""
-    from threadpoolctl import threadpool_limits
-
-    a = np.ones((size, size), dtype)
-    b, out = a.copy(), np.empty_like(a)
-    best, done = np.inf, 0
-    with threadpool_limits(1, user_api="blas"):
-        end = time.perf_counter() + seconds
-        while done < least or time.perf_counter() < end:
-            t = time.perf_counter()
-            np.matmul(a, b, out=out)
-            best = min(best, time.perf_counter() - t)
-            done += 1
-    return 1e9 * best / size ** 3
-
-
 def _best_ns(fn, seconds, least):
     """Best time of at least ``least`` calls of ``fn`` (and ``seconds``), ns."""
     best, done = np.inf, 0
@@ -68,6 +49,18 @@ def _best_ns(fn, seconds, least):
         best = min(best, time.perf_counter() - t)
         done += 1
     return 1e9 * best
+
+
+def _gemm_rate(dtype, size=256, seconds=0.1, least=5):
+    """ns per multiply-add of a single-threaded BLAS gemm ``size``-cubed (numpy's
+    matmul into a buffer, the BLAS libraries at one thread): the best of at
+    least ``least`` products."""
+    from threadpoolctl import threadpool_limits
+
+    a = np.ones((size, size), dtype)
+    b, out = a.copy(), np.empty_like(a)
+    with threadpool_limits(1, user_api="blas"):
+        return _best_ns(lambda: np.matmul(a, b, out=out), seconds, least) / size ** 3
 
 
 def _matvec_rates(dtype, size=512, nbytes=16 << 20, seconds=0.1, least=5):
@@ -105,14 +98,7 @@ def _copy_rate(nbytes, seconds=0.1, least=5):
     of at least ``least`` copies (the pages touched first)."""
     a = np.ones(nbytes // 8)
     b = np.zeros_like(a)
-    best, done = np.inf, 0
-    end = time.perf_counter() + seconds
-    while done < least or time.perf_counter() < end:
-        t = time.perf_counter()
-        np.copyto(b, a)
-        best = min(best, time.perf_counter() - t)
-        done += 1
-    return 1e9 * best / (2 * a.nbytes)
+    return _best_ns(lambda: np.copyto(b, a), seconds, least) / (2 * a.nbytes)
 
 
 #: ops per profiled plan: in one generated function of 48 loops LLVM stops

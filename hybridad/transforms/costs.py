@@ -333,16 +333,6 @@ def _matvec_loop_ns(n, parallel_min):
     return size * max(rates["dot"], rates["axpy"])
 
 
-def _gemm_on_threads(m, k, n, parallel_min):
-    """Whether a parallel plan's threads would share this gemm, a panel of
-    rows each (:func:`hybridad.backends.numba.threshold.gemm_on_threads`):
-    then it is the loops' work, not BLAS's pool's."""
-    from ..backends.numba.threshold import gemm_on_threads, serial_loops
-
-    with serial_loops(False):
-        return parallel_min < (1 << 62) and gemm_on_threads(m, k, n)
-
-
 def thread_owner(nodes, parallel_min):
     """``(owner, reason)``: who takes the cores in a parallel plan, its loops
     (``"loops"``: ``prange`` loops on every thread, BLAS on one) or BLAS
@@ -359,6 +349,7 @@ def thread_owner(nodes, parallel_min):
     (:func:`hybridad.backends.numba.threshold.gemm_on_threads`), which count as
     loops: then BLAS runs on one thread inside each panel, and one pool owns
     the cores."""
+    from ..backends.numba.threshold import gemm_on_threads
     from ..ir.registry import REGISTRY
 
     c = costs()
@@ -381,7 +372,7 @@ def thread_owner(nodes, parallel_min):
             loop = _matvec_loop_ns(n, parallel_min)
             if loop is not None:  # a matrix-vector product the backend's loops run
                 loops += loop
-            elif _gemm_on_threads(max(m, 1), a.shape[-1], cols, parallel_min):
+            elif gemm_on_threads(max(m, 1), a.shape[-1], cols, parallel_min):
                 shared += c.gemm_cost(max(m, 1), a.shape[-1], cols, n.dtype)
             else:
                 blas += c.gemm_cost(max(m, 1), a.shape[-1], cols, n.dtype)

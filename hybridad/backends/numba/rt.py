@@ -151,6 +151,16 @@ def _gemm_operands(a, b, out, beta):
     return True
 
 
+def _trans_ld(ty, rows, cols):
+    """BLAS's transpose flag and leading dimension of a ``rows x cols``
+    operand of array type ``ty`` (C: its column-major transpose, ``"n"``
+    and ``cols``; F: ``"t"`` and ``rows``)."""
+    from llvmlite import ir
+
+    c = ty.layout == "C"
+    return ir.Constant(ir.IntType(8), ord("n" if c else "t")), (cols if c else rows)
+
+
 def _gemm_function(builder):
     """numba's ``numba_xxgemm`` (kind, transa, transb, m, n, k, alpha, a,
     lda, b, ldb, beta, c, ldc), declared in ``builder``'s module."""
@@ -226,12 +236,8 @@ def gemm(typingctx, a, b, out, beta):
                                 status)
                         with general:
                             # C row-major out = a @ b is, column-major, out^T = b^T a^T
-                            def param(ty, rows, cols):
-                                trans = flag("n" if ty.layout == "C" else "t")
-                                return trans, (cols if ty.layout == "C" else rows)
-
-                            ta, lda = param(b, k, n)
-                            tb, ldb = param(a, m, k)
+                            ta, lda = _trans_ld(b, k, n)
+                            tb, ldb = _trans_ld(a, m, k)
                             _gemm_over_k(context, builder, gemm_fn, status, (a, b, out),
                                          arrs, (m, k, n), (kind, ta, tb, lda, ldb),
                                          alpha, beta_p)
@@ -275,15 +281,12 @@ def gemm_rows(typingctx, a, b, out, beta, lo, hi):
             builder, context.cast(builder, args[3], beta, out.dtype)), voidp)
         # column-major out^T = b^T a^T (see gemm); rows lo:hi of out and a
         # are columns lo:hi of their transposes
-        def flag(ty):
-            return ir.Constant(char, ord("n" if ty.layout == "C" else "t"))
-
-        lda = n if b.layout == "C" else k
-        ldb = k if a.layout == "C" else m
+        ta, lda = _trans_ld(b, k, n)
+        tb, ldb = _trans_ld(a, m, k)
         pa = builder.gep(arrs[0].data, [r0 if a.layout == "F" else builder.mul(r0, k)])
         pout = builder.gep(arrs[2].data, [builder.mul(r0, n)])
         status = builder.call(gemm_fn, (
-            kind, flag(b), flag(a), n, rows, k, alpha, builder.bitcast(arrs[1].data, voidp),
+            kind, ta, tb, n, rows, k, alpha, builder.bitcast(arrs[1].data, voidp),
             lda, builder.bitcast(pa, voidp), ldb, beta_p, builder.bitcast(pout, voidp), n))
         with builder.if_then(builder.icmp_signed("!=", status, ir.Constant(i32, 0)),
                              likely=False):

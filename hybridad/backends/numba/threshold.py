@@ -32,10 +32,10 @@ GEMM_THREADS_MIN = 1 << 20
 #: and the most of its columns and contracted length at least this: narrow
 #: products (an MLP's 16 features in and out) stay on BLAS, as before.
 #: Shared, they made the 1-16-16-1 MLP at B = 10^5 18% faster on a quiet
-#: machine, but beside numpy matmuls in
-#: another thread (benchmarks/bench_load.py, ``blas``) its default plan
-#: took 0.96-1.64x its serial plan in 2 s windows -- 0.85-2.28x with them
-#: on BLAS, so noise decides there; kept out until measured better
+#: machine, but beside numpy matmuls in another thread
+#: (benchmarks/bench_load.py, ``blas``) its default plan took 0.96-1.64x
+#: its serial plan in 2 s windows -- 0.85-2.28x with them on BLAS, so noise
+#: decides there; kept out until measured better
 GEMM_THREADS_MIN_DIM = 64
 
 #: a product with a small result (at most this many elements) and a long
@@ -72,14 +72,17 @@ def loop_threads():
         return max(1, os.cpu_count() or 1)
 
 
-def gemm_on_threads(m, k, n):
+def gemm_on_threads(m, k, n, loops_min=None):
     """Whether an ``m x k @ k x n`` gemm runs on numba's threads, a panel of
     rows each (:func:`hybridad.backends.numba.rt.gemm_threads`): the plan's
     loops are parallel (its pool owns the cores, BLAS is single-threaded),
     the product has :data:`GEMM_THREADS_MIN` multiply-adds, rows for two
     panels, :data:`GEMM_THREADS_MIN_DIM` columns or contracted length, and
-    its result is not one a gemm splits along ``k`` (:data:`GEMM_SMALL_RESULT`)."""
-    return parallel_min() < (1 << 62) and loop_threads() > 1 and m >= 2 and n >= 2 and \
+    its result is not one a gemm splits along ``k`` (:data:`GEMM_SMALL_RESULT`).
+    ``loops_min``: the prange threshold to judge by (default
+    :func:`parallel_min`, the one in effect)."""
+    loops_min = parallel_min() if loops_min is None else loops_min
+    return loops_min < (1 << 62) and loop_threads() > 1 and m >= 2 and n >= 2 and \
         max(k, n) >= GEMM_THREADS_MIN_DIM and m * k * n >= GEMM_THREADS_MIN and \
         m * n > GEMM_SMALL_RESULT
 
