@@ -313,18 +313,17 @@ def _matvec_loop_ns(n, parallel_min):
     is a 2-D matrix-vector product long enough for parallel loops that
     :func:`matvec_choice` gives to them in either form (the operands'
     layouts, which pick the form, come later), else None."""
+    from ..backends.numba.threshold import loop_threads, matvec_matrix
+
     a, b = n.args
-    if len(n.shape) > 2 or len(a.shape) > 2 or len(b.shape) > 2:
+    found = None if max(len(n.shape), len(a.shape), len(b.shape)) > 2 else \
+        matvec_matrix(a.shape, b.shape)
+    if found is None:
         return None
-    rows = a.shape[0] if len(a.shape) == 2 else 1
-    cols = b.shape[1] if len(b.shape) == 2 else 1
-    if (rows == 1) == (cols == 1):
-        return None
-    shape = a.shape if cols == 1 else b.shape
+    shape = found[1]
     size = shape[0] * shape[1]
     if size < parallel_min:
         return None
-    from ..backends.numba.threshold import loop_threads
 
     rates = costs().matvec_rates(n.dtype)
     for form, dims in (("dot", shape), ("axpy", shape[::-1])):

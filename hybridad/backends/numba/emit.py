@@ -323,19 +323,15 @@ def matvec_call(node, layouts):
     plan's loops are parallel and the product long enough); ``reason``: the
     choice's figures."""
     from ...transforms.costs import matvec_choice
-    from .threshold import loop_threads, parallel_min
+    from .threshold import loop_threads, matvec_matrix, parallel_min
 
-    A, B = node.args
-    rows = A.shape[0] if len(A.shape) == 2 else 1
-    cols = B.shape[1] if len(B.shape) == 2 else 1
-    if (rows == 1) == (cols == 1):  # a gemm, or a dot product
+    found = matvec_matrix(*(x.shape for x in node.args))
+    if found is None:
         return None
-    mat, vec = (0, 1) if cols == 1 else (1, 0)
-    M = node.args[mat]
-    if len(M.shape) != 2 or not all(M.shape):
-        return None
-    flip = layouts[M.id] == "F"
-    shape = M.shape[::-1] if flip else M.shape
+    mat, shape = found
+    vec = 1 - mat
+    flip = layouts[node.args[mat].id] == "F"
+    shape = shape[::-1] if flip else shape
     # A x (A C), x^T B = B^T x (B F): rows of a C matrix; the others its columns
     form = "dot" if (mat == 0) != flip else "axpy"
     size = shape[0] * shape[1]

@@ -11,8 +11,8 @@ import sys
 from ..._settings import enabled, switch
 
 __all__ = ["GEMM_SMALL_RESULT", "GEMM_THREADS_MIN", "GEMM_THREADS_MIN_DIM", "MATVEC_BLOCK",
-           "PARALLEL_MIN", "gemm_on_threads", "loop_threads", "parallel_min", "serial_loops",
-           "work_estimate"]
+           "PARALLEL_MIN", "gemm_on_threads", "loop_threads", "matvec_matrix", "parallel_min",
+           "serial_loops", "work_estimate"]
 
 #: fewest loop iterations for which a region runs as a parallel ``prange``
 #: (below it, thread start-up costs more than it saves; see benchmarks/);
@@ -70,6 +70,20 @@ def loop_threads():
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # (no sched_getaffinity: macOS, Windows)
         return max(1, os.cpu_count() or 1)
+
+
+def matvec_matrix(a_shape, b_shape):
+    """``(operand index, shape)`` of the matrix when a matmul of 1-D or 2-D
+    operands of these shapes is a matrix-vector product (a 2-D matrix
+    without an empty axis, the other operand a vector: 1-D, one column or
+    one row), else None (a gemm, or a dot product)."""
+    rows = a_shape[0] if len(a_shape) == 2 else 1
+    cols = b_shape[1] if len(b_shape) == 2 else 1
+    if (rows == 1) == (cols == 1):
+        return None
+    mat = 0 if cols == 1 else 1
+    shape = tuple((a_shape, b_shape)[mat])
+    return (mat, shape) if len(shape) == 2 and all(shape) else None
 
 
 def gemm_on_threads(m, k, n, loops_min=None):
