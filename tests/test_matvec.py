@@ -253,6 +253,12 @@ def test_plans_share_large_gemms_among_their_threads():
     assert a.value == pytest.approx(b.value, rel=1e-12)
     for x, y in zip(a.gradient, b.gradient, strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-11, atol=1e-13 * np.abs(y).max())
+    eps = 1e-6
+    for (i, j) in ((0, 0), (17, 41)):  # finite differences of two of W's entries
+        e = np.zeros_like(W)
+        e[i, j] = eps
+        fd = (f(W + e, V) - f(W - e, V)) / (2 * eps)
+        assert a.gradient[0][i, j] == pytest.approx(fd, rel=1e-6, abs=1e-8)
     out = plan.gradient(W, V)
     with count_allocations() as counts:
         for _ in range(10):

@@ -10,7 +10,7 @@ import pytest
 from conftest import rand
 
 import hybridad as ha
-from hybridad.testing import numerical_gradient
+from hybridad.testing import count_allocations, numerical_gradient
 from hybridad.transforms.costs import CACHE_BYTES
 
 D = 400  # a 400 x 400 float64 matrix: 1.28 MB, over the cache bytes
@@ -69,6 +69,10 @@ def test_hoisted_products_keep_the_gradient(name):
 
         num = numerical_gradient(fk, args[k])
         np.testing.assert_allclose(g, num, rtol=0, atol=1e-6 * max(1.0, np.abs(num).max()))
+    with count_allocations() as counts:  # the hoisted products allocate nothing either
+        for _ in range(10):
+            plan.gradient(*args, out=res)
+    assert counts.allocations == 0
 
 
 def test_float32_and_the_serial_plan():
