@@ -129,6 +129,83 @@ def test_calibrate_measures_the_kernels(monkeypatch, tmp_path):
     C.reset()
 
 
+def _fake_calibrate(calls):
+    """A stand-in for calibrate (a minute of compiles): writes a table of this
+    machine, as calibrate does, and counts its calls."""
+    def fake(path=None, **kw):
+        cpu, cores = C._machine()
+        calls.append(path)
+        with open(path, "w") as fh:
+            json.dump({"op_ns": {"exp": 7.0}, "cache_ns_per_byte": 0.02,
+                       "stream_ns_per_byte": 0.06, "cpu": cpu, "cores": cores,
+                       "when": "now"}, fh)
+    return fake
+
+
+def test_the_bench_measures_this_machine_first_where_it_has_no_table(monkeypatch, tmp_path):
+    """ensure_calibrated: the built-in table of another machine in effect (no
+    HYBRIDAD_COSTS, no calibration in the disk cache) -> calibrate once into
+    the disk cache and use it; this machine's table in effect, or a table
+    named by HYBRIDAD_COSTS -> nothing measured."""
+    from hybridad.plans import calibrate as K
+
+    calls, notes = [], []
+    monkeypatch.setattr(K, "calibrate", _fake_calibrate(calls))
+    monkeypatch.setattr(C, "_builtin", lambda: C.Costs(
+        op_ns={"exp": 1.0}, cache_ns_per_byte=0.01, stream_ns_per_byte=0.04,
+        cpu="the reference machine", cores=2, when="then", source="the built-in table"))
+    monkeypatch.setenv("HYBRIDAD_COSTS", "builtin")  # named: used as it is
+    C.reset()
+    assert K.ensure_calibrated(notes.append).op_ns == {"exp": 1.0} and not calls
+    monkeypatch.delenv("HYBRIDAD_COSTS")
+    monkeypatch.setenv("HYBRIDAD_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir(mode=0o700)
+    C.reset()
+    c = K.ensure_calibrated(notes.append)
+    assert calls == [str(tmp_path / "cache" / "costs.json")]
+    assert c.op_ns == {"exp": 7.0} and "this machine" in c.source
+    assert C.costs().op_ns == {"exp": 7.0}  # in effect for the plans built next
+    assert "no cost table for this machine" in notes[0] and "measured" in notes[1]
+    C.reset()  # a later process finds it in the disk cache: nothing measured
+    assert K.ensure_calibrated(notes.append).op_ns == {"exp": 7.0} and len(calls) == 1
+    # no disk cache: a file of its own, named by HYBRIDAD_COSTS for the process
+    monkeypatch.setenv("HYBRIDAD_CACHE_DIR", str(tmp_path / "public"))
+    (tmp_path / "public").mkdir(mode=0o777)
+    (tmp_path / "public").chmod(0o777)  # writable by others: refused (a warning)
+    monkeypatch.delenv("HYBRIDAD_COSTS", raising=False)
+    C.reset()
+    with pytest.warns(Warning):
+        c = K.ensure_calibrated(notes.append)
+    import os
+
+    assert len(calls) == 2 and os.environ["HYBRIDAD_COSTS"] == calls[1]
+    assert c.op_ns == {"exp": 7.0} and os.path.isfile(calls[1])
+    os.unlink(calls[1])
+    C.reset()
+
+
+def test_bench_suite_calibrates_only_when_asked(monkeypatch):
+    """The bench's command line measures the table first (--no-calibrate: not);
+    suite.run's default does not; the run's metadata names the table."""
+    from hybridad.__main__ import main
+    from hybridad.bench import suite
+    from hybridad.plans import calibrate as K
+
+    asked = []
+    monkeypatch.setattr(K, "ensure_calibrated", lambda log: asked.append(log) or C.costs())
+    seen = []
+    real_run = suite.run
+    monkeypatch.setattr(suite, "run", lambda settings, progress="auto": seen.append(
+        settings.calibrate) or real_run(settings, progress))
+    args = ["bench", "--workload", "expsum", "--quick", "--sizes", "100", "--impl", "hybridad",
+            "--no-memory", "--repeats", "1", "--progress", "none"]
+    assert main(args) == 0 and seen == [True] and len(asked) == 1
+    assert main(args + ["--no-calibrate"]) == 0 and seen == [True, False] and len(asked) == 1
+    doc = real_run(suite.make_settings(quick=True, workloads=["expsum"], sizes=[100],
+                                       impls=["hybridad"], memory=False, repeats=1), "none")
+    assert len(asked) == 1 and doc["meta"]["costs"] == C.costs().source
+
+
 def _mlp(widths, batch):
     rng = np.random.default_rng(1)
     ws = [rng.standard_normal((a, b)) / np.sqrt(a)

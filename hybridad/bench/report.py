@@ -200,6 +200,8 @@ def format_report(doc):
         out.append(f"note: {impl} skipped ({why})")
     out.append(f"{meta['cpu_count']} CPUs ({meta['cpu_model']}), numpy {meta['numpy']}, "
                f"numba {meta['numba']}, total {meta['total_s']:.0f} s")
+    if meta.get("costs"):
+        out.append(f"hybridad's cost table: {meta['costs']}")
     if doc.get("goals"):
         out.append("")
         out.append(format_goals(doc["goals"]))

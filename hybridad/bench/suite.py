@@ -107,10 +107,11 @@ class Settings:
     jobs: int = 2
     seed: int = 0
     dtypes: tuple = ("float64",)  # gradient workloads run in each; others in float64 only
+    calibrate: bool = False  # measure this machine's cost table first where it has none
 
 
 def make_settings(quick=False, workloads=None, sizes=None, impls=None, memory=True,
-                  repeats=None, jobs=2, dtypes=None):
+                  repeats=None, jobs=2, dtypes=None, calibrate=False):
     """Settings of a run.
 
     Parameters
@@ -136,6 +137,11 @@ def make_settings(quick=False, workloads=None, sizes=None, impls=None, memory=Tr
         implementation in that dtype (``minimize`` and ``sparse`` workloads
         run in float64 only, with a note).  Memory children measure the
         float64 rows.
+    calibrate : bool
+        Before timing hybridad, measure this machine's cost table when the
+        one in effect is another machine's
+        (:func:`hybridad.plans.calibrate.ensure_calibrated`; the command line's
+        default, ``--no-calibrate`` leaves it out).
 
     Returns
     -------
@@ -165,7 +171,8 @@ def make_settings(quick=False, workloads=None, sizes=None, impls=None, memory=Tr
     base = QUICK if quick else FULL
     return Settings(quick, names, chosen, impls, memory,
                     repeats or base["repeats"], base["target_ms"], base["alloc_calls"],
-                    repeats or base["minimize_repeats"], jobs, dtypes=dtypes)
+                    repeats or base["minimize_repeats"], jobs, dtypes=dtypes,
+                    calibrate=calibrate)
 
 
 # --- progress ------------------------------------------------------------------------------
@@ -483,6 +490,13 @@ def run(settings, progress="auto", log=print):
     children = (sum(len([n for n in names if n not in NO_CHILD]) for w in settings.workloads
                     if WORKLOADS[w].kind != "sparse")
                 if settings.memory and "float64" in settings.dtypes else 0)
+    costs = None
+    if any(n in HYBRIDAD_IMPLS for n in names):
+        # the plans choose by this machine's kernel costs, as a calibrated user's do
+        from ..plans.calibrate import ensure_calibrated
+        from ..transforms.costs import costs as costs_in_effect
+
+        costs = (ensure_calibrated(log) if settings.calibrate else costs_in_effect()).source
     bar = Progress(len(problems) + children, progress)
     try:
         warm_up(names)
@@ -504,6 +518,7 @@ def run(settings, progress="auto", log=print):
         "alloc_calls": settings.alloc_calls, "minimize_repeats": settings.minimize_repeats,
         "memory": settings.memory, "impls": names, "reference": REFERENCE,
         "baseline": BASELINE, "seed": settings.seed, "dtypes": list(settings.dtypes),
+        "costs": costs,
         "total_s": time.perf_counter() - t_start}}
     for w in settings.workloads:
         workload = WORKLOADS[w]
@@ -538,6 +553,10 @@ def add_arguments(parser):
                         help="skip the peak-RSS child processes")
     parser.add_argument("--repeats", type=int, help="timed batches per row")
     parser.add_argument("--jobs", type=int, default=2, help="memory children run at once")
+    parser.add_argument("--no-calibrate", action="store_true",
+                        help="time hybridad with the cost table in effect, even where it is "
+                        "another machine's (default: measure this machine's first, once: "
+                        "python -m hybridad calibrate)")
     parser.add_argument("--progress", choices=["auto", "tqdm", "plain", "none"],
                         default="auto", help="progress display on stderr (auto: tqdm if "
                         "installed, else one line per step)")
@@ -547,7 +566,8 @@ def main(args):
     """Run the ``bench`` subcommand from parsed arguments; the exit status."""
     try:
         settings = make_settings(args.quick, args.workload, args.sizes, args.impl,
-                                 not args.no_memory, args.repeats, args.jobs, args.dtype)
+                                 not args.no_memory, args.repeats, args.jobs, args.dtype,
+                                 calibrate=not args.no_calibrate)
         doc = run(settings, args.progress)
     except (BenchError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

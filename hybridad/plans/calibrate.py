@@ -19,7 +19,7 @@ import numpy as np
 
 from ..transforms.costs import Costs, _machine, calibration_path, costs, reset
 
-__all__ = ["calibrate"]
+__all__ = ["calibrate", "ensure_calibrated"]
 
 
 def _measured_ops():
@@ -192,4 +192,50 @@ def calibrate(path=None, n=8192, budget_s=2.0, ops=None):
             json.dump(d, fh, indent=1)
     reset()
     c.source = f"this machine, calibrated {c.when} ({path})"
+    return c
+
+
+def ensure_calibrated(log=print):
+    """The cost table in effect, this machine's: measured first (:func:`calibrate`,
+    once per machine: the table is written to the disk cache) when the table in
+    effect is another machine's -- the built-in one, measured on the reference
+    machine, on a machine without a calibration of its own.
+
+    ``python -m hybridad bench`` calls it before it times anything, so that its
+    plans choose (store or recompute partials, matrix-vector loop or gemv,
+    which loops own the threads) by this machine's costs, as a calibrated
+    user's plans do.  A table named by ``HYBRIDAD_COSTS`` (``builtin`` too) is
+    used as it is.  Without a disk cache, the table goes to a temporary file
+    that ``HYBRIDAD_COSTS`` names for the rest of the process.
+
+    Parameters
+    ----------
+    log : callable
+        Where the note on the measurement goes (``print``).
+
+    Returns
+    -------
+    Costs
+    """
+    if os.environ.get("HYBRIDAD_COSTS", "").strip():
+        return costs()
+    c = costs()
+    if (c.cpu, c.cores) == _machine():
+        return c
+    cpu, cores = _machine()
+    log(f"note: no cost table for this machine ({cpu or 'unknown CPU'}, {cores} cores; "
+        f"the one in effect is {c.cpu or 'another machine'}'s): measuring it first, once "
+        "(python -m hybridad calibrate; a minute or two of compiles on a new disk cache)")
+    t0 = time.perf_counter()
+    path = calibration_path()
+    if path is None:  # no disk cache: a file of its own for this process
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="hybridad-costs-", suffix=".json")
+        os.close(fd)
+        os.environ["HYBRIDAD_COSTS"] = path
+    calibrate(path=path)
+    reset()
+    c = costs()
+    log(f"note: cost table measured in {time.perf_counter() - t0:.0f} s: {c.source}")
     return c
