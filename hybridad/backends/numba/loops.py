@@ -24,7 +24,7 @@ from .reduce import (
     region_runs_parallel,
     single_block,
 )
-from .threshold import PARALLEL_MIN, parallel_min
+from .threshold import OPAQUE_MIN, PARALLEL_MIN, parallel_min
 
 __all__ = ["LoopWriter", "broadcast_index", "region_lines", "INIT", "init_text"]
 
@@ -160,10 +160,6 @@ class LoopWriter:
         self.emit(*(f"_h_{n} = {n}[()]" for n in names))
         return [self._ZERO_D.sub(lambda m: f"_h_{m.group(1)}", line) for line in body]
 
-
-#: the innermost extent from which :meth:`LoopWriter.nest` hides the trip count
-#: (below it, LLVM's outer-loop vectorization reads few interleaved elements)
-OPAQUE_MIN = 8
 
 
 def fill(w, name, value):

@@ -11,13 +11,19 @@ import sys
 from ..._settings import enabled, switch
 
 __all__ = ["GEMM_SMALL_RESULT", "GEMM_THREADS_MIN", "GEMM_THREADS_MIN_DIM", "MATVEC_BLOCK",
-           "PARALLEL_MIN", "gemm_on_threads", "loop_threads", "matvec_matrix", "parallel_min",
-           "serial_loops", "work_estimate"]
+           "OPAQUE_MIN", "PARALLEL_MIN", "gemm_on_threads", "loop_threads", "matvec_matrix",
+           "parallel_min", "serial_loops", "work_estimate"]
 
 #: fewest loop iterations for which a region runs as a parallel ``prange``
 #: (below it, thread start-up costs more than it saves; see benchmarks/);
 #: ``HYBRIDAD_PARALLEL_MIN`` overrides
 PARALLEL_MIN = int(os.environ.get("HYBRIDAD_PARALLEL_MIN", "") or 1 << 15)
+
+#: the innermost extent from which generated loops hide their trip count from
+#: LLVM (:meth:`hybridad.backends.numba.loops.LoopWriter.nest`'s ``opaque``,
+#: :func:`hybridad.backends.numba.reduce.hidden_start`); below it, a vector of
+#: the inner loop holds few elements
+OPAQUE_MIN = 8
 
 
 #: columns per block of the numba backend's column loop for ``A^T v``

@@ -1,0 +1,109 @@
+"""A sum over the batch axis into a short row of accumulators (a bias
+gradient: ``acc[j] += v[i, j]``, 16 features) runs its loop over the row to a
+count LLVM cannot see, so that the loop vectorizes instead of unrolling into
+scalar code (hybridad.backends.numba.reduce.accumulates_across): the same
+bits as with the count in sight, right against finite differences, and
+packed vector arithmetic in the machine code on x86-64."""
+
+import platform
+import re
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.backends.numba import reduce as R
+from hybridad.testing import check_grads
+
+
+def _loss(W, b, X):
+    return np.sum(np.tanh(X @ W + b) ** 2)
+
+
+def _problem(dtype, batch=40000):
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((batch, 16)).astype(dtype)
+    W = (rng.standard_normal((16, 16)) / 4).astype(dtype)
+    b = (rng.standard_normal(16) / 10).astype(dtype)
+    return W, b, X
+
+
+def _plan(dtype, parallel, hidden=True, monkeypatch=None):
+    W, b, X = _problem(dtype)
+    if not hidden:
+        monkeypatch.setattr(R, "accumulates_across", lambda *a: False)
+    plan = ha.compile(_loss, W, b, X, argnums=(0, 1), parallel=parallel)
+    return plan, (W, b, X)
+
+
+@pytest.mark.parametrize("parallel", [True, False], ids=["parallel", "serial"])
+def test_float32_batch_sum_hides_its_row_count_and_keeps_the_bits(parallel, monkeypatch):
+    plan, args = _plan(np.float32, parallel)
+    src = plan._program.source
+    # the bias gradient's region: a sum over axis 0 of (40000, 16), float64 partials
+    assert "range(_ln)" in src and "_ln = 16 + (" in src
+    res = ha.GradientResult((args[0], args[1]))
+    plan.gradient(*args, out=res)
+    with monkeypatch.context() as m:
+        plain, _ = _plan(np.float32, parallel, hidden=False, monkeypatch=m)
+    assert "_ln" not in plain._program.source
+    ref = ha.GradientResult((args[0], args[1]))
+    plain.gradient(*args, out=ref)
+    for got, want in zip(res.gradient, ref.gradient, strict=True):  # same order of additions
+        np.testing.assert_array_equal(got, want)
+    assert res.value == ref.value
+    # and right: against the float64 numpy backend
+    exact = ha.compile(_loss, *(a.astype(np.float64) for a in args), argnums=(0, 1),
+                       backend="numpy")
+    ex = ha.GradientResult((args[0].astype(np.float64), args[1].astype(np.float64)))
+    exact.gradient(*(a.astype(np.float64) for a in args), out=ex)
+    for got, want in zip(res.gradient, ex.gradient, strict=True):
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-3 * np.abs(want).max())
+
+
+def test_float64_compensated_sums_keep_their_constant_count():
+    """float64 batch sums are compensated (two arrays per element): they
+    vectorize with the constant count, so no ``_ln`` there -- and the
+    gradient matches finite differences."""
+    plan, (W, b, X) = _plan(np.float64, True)
+    assert "_ln" not in plan._program.source
+    check_grads(lambda b, W, X: _loss(W, b, X), b, W, X)  # the bias's batch sum
+
+
+def _batch_sum_kernel(hidden, monkeypatch):
+    """The emitter's float32 sum over axis 0 of (4096, 16) as a numba function
+    compiled here (not from the disk cache, whose code cannot be inspected)."""
+    from numba import njit
+
+    from hybridad.backends.numba.loops import LoopWriter
+
+    with monkeypatch.context() as m:
+        if not hidden:
+            m.setattr(R, "accumulates_across", lambda *a: False)
+        w = LoopWriter(indent=1)
+        R.reduction_nest(w, "sum", np.float32, (0,), True, (4096, 16), [], "x[i0, i1]", "out",
+                         scratch="sc", parallel=False)
+    ns = {"np": np}
+    exec("def kernel(x, out, sc):\n" + "\n".join(w.lines), ns)  # noqa: S102
+    return njit(error_model="numpy")(ns["kernel"]), "_ln" in "\n".join(w.lines)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 machine code")
+def test_the_hidden_count_loop_vectorizes(monkeypatch):
+    """Packed (ymm/zmm) float64 adds in the machine code of the emitter's
+    float32 batch sum (four or eight accumulators per instruction; with the
+    count in sight numba 0.68's LLVM emits scalar adds only) -- and the same
+    bits as the constant count's loop."""
+    x = np.random.default_rng(0).standard_normal((4096, 16)).astype(np.float32)
+    outs = []
+    for hidden in (True, False):
+        kernel, has = _batch_sum_kernel(hidden, monkeypatch)
+        assert has == hidden
+        out, sc = np.empty((1, 16), np.float32), np.empty(1024, np.float64)
+        kernel(x, out, sc)
+        outs.append(out)
+        asm = "\n".join(kernel.inspect_asm(sig) for sig in kernel.signatures)
+        if hidden:
+            assert re.search(r"vaddpd\s+[^\n]*[yz]mm", asm), "the batch sum did not vectorize"
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_allclose(outs[0][0], x.astype(np.float64).sum(axis=0), rtol=1e-6)
