@@ -1,9 +1,15 @@
-"""A sum over the batch axis into a short row of accumulators (a bias
-gradient: ``acc[j] += v[i, j]``, 16 features) runs its loop over the row to a
-count LLVM cannot see, so that the loop vectorizes instead of unrolling into
-scalar code (hybridad.backends.numba.reduce.accumulates_across): the same
-bits as with the count in sight, right against finite differences, and
-packed vector arithmetic in the machine code on x86-64."""
+"""Reductions written so that LLVM vectorizes them, with the same bits as the
+plain form:
+
+* a sum over the batch axis into a short row of accumulators (a bias
+  gradient: ``acc[j] += v[i, j]``, 16 features) runs its loop over the row to
+  a count LLVM cannot see, so that the loop vectorizes instead of unrolling
+  into scalar code (hybridad.backends.numba.reduce.accumulates_across);
+* a float32 sum's two-phase blocks hold float32 values (folded in float64 by
+  folds.fold_sum_wide), so its loop stores float32 only and runs eight wide.
+
+Checked: the same bits as the plain form, right against finite differences
+or a float64 reference, packed vector arithmetic in the machine code on x86-64."""
 
 import platform
 import re
@@ -107,3 +113,51 @@ def test_the_hidden_count_loop_vectorizes(monkeypatch):
             assert re.search(r"vaddpd\s+[^\n]*[yz]mm", asm), "the batch sum did not vectorize"
     np.testing.assert_array_equal(outs[0], outs[1])
     np.testing.assert_allclose(outs[0][0], x.astype(np.float64).sum(axis=0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("width, n", [(1, 1), (2, 1), (8, 8), (1024, 1000), (1024, 3)])
+def test_fold_sum_wide_is_fold_sum_in_float64(width, n):
+    """folds.fold_sum_wide on a float32 block: the bits of folds.fold_sum on the same
+    block widened to float64 (the same additions), its half-size float64
+    buffer the only memory it writes besides the block's padding."""
+    from hybridad.backends.numba.folds import fold_sum, fold_sum_wide
+
+    rng = np.random.default_rng(width + n)
+    block = (rng.standard_normal(width) * 10 ** rng.uniform(-3, 3, width)).astype(np.float32)
+    wide64 = block.astype(np.float64)
+    want = fold_sum(wide64.copy(), n)
+    wide = np.full(max(width // 2, 1), np.nan)
+    got = fold_sum_wide(block.copy(), n, wide)
+    assert got == want and isinstance(got, float)
+    assert got == np.sum(block[:n].astype(np.float64)) or n > 2  # tiny blocks: exact
+
+
+def _sums(x):
+    return np.sum(np.exp(-x * x)) + np.sum(np.sin(x) ** 2, axis=1) @ np.ones(x.shape[0],
+                                                                             x.dtype)
+
+
+@pytest.mark.parametrize("parallel", [True, False], ids=["parallel", "serial"])
+def test_float32_block_sums_store_float32_and_keep_the_bits(parallel, monkeypatch):
+    """A full float32 sum (two-phase blocks) and a row sum over 5000 float32
+    values (blocked rows) store their values as float32 and fold them with
+    fold_sum_wide: the same value and gradient bits as with float64 blocks,
+    and the value within float32 rounding of the float64 sum."""
+    x = np.random.default_rng(5).uniform(-2, 2, (8, 5000)).astype(np.float32)
+    plan = ha.compile(_sums, x, parallel=parallel)
+    src = plan._program.source
+    assert src.count("_fold_sum_wide(") >= 2 and "_n = _view(" in src
+    res = ha.GradientResult(x)
+    plan.gradient(x, out=res)
+    with monkeypatch.context() as m:
+        m.setattr(R, "_narrow", lambda *a: False)
+        wide = ha.compile(_sums, x, parallel=parallel)
+    assert "_fold_sum_wide(" not in wide._program.source
+    ref = ha.GradientResult(x)
+    wide.gradient(x, out=ref)
+    assert res.value == ref.value
+    np.testing.assert_array_equal(res.gradient, ref.gradient)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(res.value, _sums(x64), rtol=2e-7)
+    g64 = -2 * x64 * np.exp(-x64 * x64) + 2 * np.sin(x64) * np.cos(x64)
+    np.testing.assert_allclose(res.gradient, g64, rtol=1e-5, atol=1e-6)

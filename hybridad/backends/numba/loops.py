@@ -14,12 +14,10 @@ import numpy as np
 
 from ...transforms.partition import PRE_REDUCTION, VJP_SUMS
 from ..scalar import Constants, ScalarBody, inline_vector_calls, render_region, safe_product
+from .accumulators import INIT, accumulate, init_text
 from .reduce import (
-    INIT,
-    accumulate,
     blocked_full_reduction,
     blocked_full_sums,
-    init_text,
     reduction_nest,
     region_runs_parallel,
     single_block,

@@ -435,10 +435,10 @@ def _header(consts, objects):
               "matvec_axpy as _mv_axpy, "
               "matvec_axpy_par as _mv_axpy_par, matvec_dot as _mv_dot, "
               "matvec_dot_par as _mv_dot_par",
-              "from hybridad.backends.numba.rt import fold_max as _fold_max, "
+              "from hybridad.backends.numba.folds import fold_max as _fold_max, "
               "fold_min as _fold_min, "
               "fold_prod as _fold_prod, fold_sum as _fold_sum, "
-              "sum_compensated as _sum_compensated",
+              "fold_sum_wide as _fold_sum_wide, sum_compensated as _sum_compensated",
               *(f"from {mod} import " + ", ".join(f"{op} as _la_{op}" for op in LAPACK_OPS
                                                   if KERNEL_MODULES[op] == mod)
                 for mod in sorted(set(KERNEL_MODULES.values()))), ""]

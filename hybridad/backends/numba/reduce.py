@@ -39,92 +39,13 @@ from __future__ import annotations
 import numpy as np
 
 from ...transforms.partition import VJP_SUMS
+from .accumulators import (INIT, Accumulator, acc_dtype, accumulate, compensated, init_text,
+                           two_sum, two_sum_result)
 from .threshold import OPAQUE_MIN, PARALLEL_MIN, parallel_min
 
-__all__ = ["INIT", "init_text", "Accumulator", "acc_dtype", "accumulate", "blocked_full_reduction",
-           "blocked_full_sums",
-           "compensated", "leading_chunks", "reduction_nest", "reduction_scratch",
+__all__ = ["accumulates_across", "blocked_full_reduction", "blocked_full_sums",
+           "hidden_extent", "leading_chunks", "reduction_nest", "reduction_scratch",
            "region_runs_parallel"]
-
-INIT = {"sum": "0", "max": "-np.inf", "min": "np.inf", "prod": "1"}
-
-
-def init_text(kind, dtype):
-    """The identity a reduction of ``kind`` starts from, as source of ``dtype``:
-    integers and booleans have no infinities (their extreme values instead)."""
-    dt = np.dtype(dtype)
-    if kind in ("max", "min") and dt.kind in "biu":
-        value = (kind == "min") if dt.kind == "b" else \
-            (np.iinfo(dt).min if kind == "max" else np.iinfo(dt).max)
-        return f"np.{'bool_' if dt.kind == 'b' else dt.name}({value})"
-    return f"np.{dt.name}({INIT[kind]})"
-
-#: the wider type a float32 (complex64) sum or product accumulates in
-_WIDE = {np.dtype(np.float32): np.dtype(np.float64),
-         np.dtype(np.complex64): np.dtype(np.complex128)}
-#: types summed compensated (no wider hardware type)
-_COMPENSATED = (np.dtype(np.float64), np.dtype(np.complex128))
-
-
-def acc_dtype(kind, dtype):
-    """The dtype a ``kind`` reduction of ``dtype`` accumulates in."""
-    dtype = np.dtype(dtype)
-    return _WIDE.get(dtype, dtype) if kind in ("sum", "prod") else dtype
-
-
-def compensated(kind, dtype):
-    """Whether a ``kind`` reduction of ``dtype`` carries a compensation term."""
-    return kind == "sum" and np.dtype(dtype) in _COMPENSATED
-
-
-def accumulate(kind, target, value):
-    """Lines folding ``value`` into ``target`` in ``target``'s own type, no
-    compensation (max/min propagate NaN like numpy)."""
-    if kind == "sum":
-        return [f"{target} += {value}"]
-    if kind == "prod":
-        return [f"{target} *= {value}"]
-    cmp = ">" if kind == "max" else "<"
-    return [f"if {value} {cmp} {target} or {value} != {value}:", f"    {target} = {value}"]
-
-
-def two_sum(s, c, value):
-    """Lines adding ``value`` to the compensated pair ``(s, c)`` (variables or
-    array elements): ``s`` the running sum, ``c`` the sum of its rounding
-    errors."""
-    return [f"_v = {value}", f"_s = {s}", "_t = _s + _v", "_z = _t - _s",
-            f"{c} += (_s - (_t - _z)) + (_v - _z)", f"{s} = _t"]
-
-
-def two_sum_result(s, c):
-    """Expression of a compensated pair's value: ``s + c``, or ``s`` once
-    ``s`` is not finite (an infinity or NaN absorbs everything after it and
-    leaves ``c`` NaN; the plain sum is then numpy's)."""
-    return f"({s} + {c} if {s} - {s} == 0 else {s})"
-
-
-class Accumulator:
-    """One running reduction in scalar locals ``name`` (and ``name + 'c'``,
-    its compensation): :meth:`init`, :meth:`add` per element, :meth:`result`."""
-
-    def __init__(self, kind, dtype, name="_a", compensate=True):
-        self.kind = kind
-        self.acc = acc_dtype(kind, dtype)
-        self.comp = compensate and compensated(kind, dtype)
-        self.s, self.c = name, name + "c"
-
-    def init(self):
-        lines = [f"{self.s} = {init_text(self.kind, self.acc)}"]
-        return lines + ([f"{self.c} = np.{self.acc.name}(0)"] if self.comp else [])
-
-    def add(self, value):
-        if self.comp:
-            return two_sum(self.s, self.c, value)
-        return accumulate(self.kind, self.s, value)
-
-    def result(self):
-        return two_sum_result(self.s, self.c) if self.comp else self.s
-
 
 def _here(ndim):
     return "[" + ", ".join(f"i{d}" for d in range(ndim)) + "]" if ndim else "[()]"
@@ -231,32 +152,25 @@ def reduction_nest(w, kind, dtype, axis, keepdims, shape, body, value, out, stor
 
 
 def accumulates_across(shape, axis, how="sum"):
-    """Whether a reduction over ``axis`` of loop ``shape`` accumulates into an
-    array along its innermost loop by a plain ``+=`` (``how``: ``"sum"``; not
-    ``"compensated"``, ``"prod"``, ``"max"``, ``"min"``) -- the innermost axis
-    kept, of :data:`~.threshold.OPAQUE_MIN` or more elements (a float32 bias
-    gradient's sum over the batch: ``acc[i1] += v[i0, i1]``, ``acc`` float64)
-    -- and so runs that loop to a count LLVM cannot see.
-
-    With every extent a constant, LLVM unrolls a short inner loop of such a
-    nest completely and, numba leaving its straight-line (SLP) vectorizer
-    off, runs it as scalar code: a sum over the batch of 100000 x 16 float32
-    values took 1043 us on 2 threads (1549 us serial), 278 us with the count
-    hidden, the loop vectorized over the 16 accumulators (each summed in the
-    same order: the same bits); the MLP 1-16-16-1's float32 gradient 0.76-0.89x
-    at B = 10^3-10^5.  Measured for each form: extents from 64 up vectorize
-    either way; float64's compensated sums (two arrays per element) vectorize
-    with the constant count, not a hidden one (605 us against 922): kept."""
+    """Whether a reduction over ``axis`` of ``shape`` adds (``how == "sum"``: a
+    plain ``+=``, not compensated) into a row of accumulators along its
+    innermost loop, of :data:`~.threshold.OPAQUE_MIN` or more elements (a
+    float32 bias gradient: ``acc[i1] += v[i0, i1]``, ``acc`` float64), and so
+    runs that loop to a count LLVM cannot see: with the constant, LLVM unrolls
+    it into scalar code (numba leaves the SLP vectorizer off).  Measured: a
+    float32 sum over the batch of 100000 x 16, 1043 -> 278 us on 2 threads, the
+    same bits; the MLP 1-16-16-1's float32 gradient 0.76-0.89x.  Extents from
+    64 vectorize either way; float64's compensated sums vectorize with the
+    constant count, not a hidden one (605 against 922 us): they keep it."""
     nd = len(shape)
     return how == "sum" and nd >= 2 and (nd - 1) not in axis and shape[-1] >= OPAQUE_MIN
 
 
 def hidden_extent(w, shape, axis, array, how="sum"):
-    """``shape``, its innermost extent written ``_ln`` -- emitted here as the
-    extent plus a zero LLVM cannot see (``array``'s address >> 63) -- where
-    :func:`accumulates_across`: a hidden count, not a hidden start as
-    ``LoopWriter.nest``'s ``opaque`` (with an unknown start numba's indexing
-    wraps a possibly negative index, and the loop stayed scalar: 2.9 ms)."""
+    """``shape``, its innermost extent as ``_ln`` (emitted: the extent plus
+    ``array``'s address >> 63, a zero LLVM cannot see) where
+    :func:`accumulates_across`; a hidden count, not a hidden start (with
+    ``range(_lz, 16)`` numba's index wrapping kept the loop scalar)."""
     if not accumulates_across(shape, axis, how):
         return tuple(shape)
     w.emit(f"_ln = {shape[-1]} + ({array}.ctypes.data >> 63)  # {shape[-1]}, "
@@ -361,9 +275,13 @@ def _blocked_rows(w, kind, dtype, axis, keepdims, shape, body, value, out, store
     nblocks = -(-shape[k] // rows)
     par = _rows_parallel(shape, axis, parallel)
     base = f"get_thread_id() * {width}" if par else "0"
-    lines = [f"scf = {scratch}[{base}:{base} + {width}]",
-             f"sc = scf[:{per_block}]" if nd - k == 1 else
-             f"sc = scf[:{per_block}].reshape({(rows,) + tuple(shape[k + 1:])!r})"]
+    narrow = _narrow(kind, dtype)
+    lines = [f"scf = {scratch}[{base}:{base} + {width}]"]
+    if narrow:
+        lines.append(f"scn = {_narrow_view(w, scratch)}[2 * ({base}):2 * ({base}) + {width}]")
+    blk = "scn" if narrow else "scf"
+    lines.append(f"sc = {blk}[:{per_block}]" if nd - k == 1 else
+                 f"sc = {blk}[:{per_block}].reshape({(rows,) + tuple(shape[k + 1:])!r})")
     first = f"i{k} - r0" if nblocks > 1 else f"i{k}"
     at = "[" + ", ".join([first] + [f"i{d}" for d in range(k + 1, nd)]) + "]"
     loops = [f"for i{d} in range({shape[d]}):" for d in range(k + 1, nd)]
@@ -379,10 +297,11 @@ def _blocked_rows(w, kind, dtype, axis, keepdims, shape, body, value, out, store
     lines += [pad + "    " * j + x for j, x in enumerate(loops)]
     lines += [pad + "    " * len(loops) + x for x in body + [f"sc{at} = {value}"] + stores]
     if nblocks > 1:
-        lines += [f"    bv = _fold_sum(scf, nr * {inner})"] + ["    " + x for x in acc.add("bv")]
+        lines += [f"    bv = {_fold(kind, 'scf', f'nr * {inner}', width, narrow)}"] + \
+            ["    " + x for x in acc.add("bv")]
         result = acc.result()
     else:
-        result = f"_fold_sum(scf, {per_block})"
+        result = _fold(kind, "scf", str(per_block), width, narrow)
     lines.append(f"{out}{_target(axis, keepdims, nd)} = {result}")
     w.nest(shape[:k], lines, parallel=par, work=int(np.prod(shape, dtype=np.int64)))
 
@@ -495,12 +414,12 @@ def blocked_full_reduction(w, node, out, sb, stores, scratch, sums=()):
     strict IEEE order, as accurate as numpy's pairwise sum; for float32 in
     float64).  Fused in one loop with a running accumulator, the dependency
     chain made the same kernel ~5x slower (measured: 12.5 vs 2.6 ns per exp
-    element).  The fold is a shared compiled helper (:func:`.rt.fold_sum` and
+    element).  The fold is a shared compiled helper (:func:`.folds.fold_sum` and
     kin); a one-block reduction has no block loop.  The blocks' sums are added
     compensated (:class:`Accumulator`).  A large sum runs its blocks as a
     ``prange``, each thread on its own scratch block, each block's sum into
     its element at the scratch's start; they are added after the loop, in
-    order (:func:`.rt.sum_compensated`), so the result does not depend on the
+    order (:func:`.folds.sum_compensated`), so the result does not depend on the
     number of threads.  Operands along axis 0 are read through the block
     slices the caller put in ``w.pending``.  ``sums``: ``(target, value)``
     pairs summed in the same loop (stored partials summed whole), each as
@@ -538,6 +457,7 @@ def _blocked(w, node, kind, dtype, targets, lines, values, stores, scratch):
     if many and not par:
         for acc in accs:
             w.emit(*acc.init())
+    narrow = _narrow(kind, dtype) and _narrow_view(w, scratch)
     if many:
         w.emit(f"for blk in {'prange' if par else 'range'}({nblocks}):")
         w.indent += 1
@@ -549,8 +469,11 @@ def _blocked(w, node, kind, dtype, targets, lines, values, stores, scratch):
         lo = base if k == 0 else f"{base} + {k * width}"
         w.emit(f"scf{x} = {scratch}" if not many and nv == 1 else
                f"scf{x} = {scratch}[{lo}:{base} + {(k + 1) * width}]")
-        w.emit(f"sc{x} = scf{x}[:{per_block}]" if nd == 1 else
-               f"sc{x} = scf{x}[:{per_block}].reshape({(rows,) + tuple(shape[1:])!r})")
+        if narrow:  # the float32 block over the first half of scf's
+            w.emit(f"scn{x} = {narrow}[2 * ({lo}):2 * ({lo}) + {width}]")
+        blk = f"scn{x}" if narrow else f"scf{x}"
+        w.emit(f"sc{x} = {blk}[:{per_block}]" if nd == 1 else
+               f"sc{x} = {blk}[:{per_block}].reshape({(rows,) + tuple(shape[1:])!r})")
     w.emit(*w.pending)
     w.pending.clear()
     block_shape = ("nr",) + tuple(str(s) for s in shape[1:])
@@ -561,7 +484,7 @@ def _blocked(w, node, kind, dtype, targets, lines, values, stores, scratch):
     w.in_prange -= bool(many and par)
     # pad to the power-of-two width with the identity, then fold halves
     pad = f", {init_text(kind, dtype)}" if kind in ("max", "min") else ""
-    folds = [f"_fold_{kind}(scf{x}, nr * {inner}{pad})" for x in sfx]
+    folds = [_fold(kind, f"scf{x}", f"nr * {inner}{pad}", width, narrow) for x in sfx]
     if not many:
         w.emit(*(f"{t} = {f}" for t, f in zip(targets, folds, strict=True)))
     elif par:  # this block's sums; all are added after the loop, in order
@@ -576,6 +499,27 @@ def _blocked(w, node, kind, dtype, targets, lines, values, stores, scratch):
             w.emit("bv = " + f, *acc.add("bv"))
         w.indent -= 1
         w.emit(*(f"{t} = {acc.result()}" for t, acc in zip(targets, accs, strict=True)))
+
+
+def _narrow(kind, dtype):
+    """Whether a blocked sum stores its values as float32 (a float32 sum: its
+    loop then vectorizes twice as wide; folded in float64, the same bits)."""
+    return kind == "sum" and np.dtype(dtype) == np.float32
+
+
+def _narrow_view(w, scratch):
+    """Emit (outside any ``prange``: numba's parfor alias analysis takes views
+    only there) the float32 view of the whole float64 ``scratch``; its name."""
+    w.emit(f"{scratch}_n = _view({scratch}.ctypes.data, 2 * {scratch}.size, np.float32)")
+    return f"{scratch}_n"
+
+
+def _fold(kind, scf, count, width, narrow):
+    """The fold of ``count`` values of block ``scf..`` (narrow: of ``scn..``,
+    into the second half of ``scf..``, :func:`.folds.fold_sum_wide`)."""
+    if narrow:
+        return f"_fold_sum_wide(scn{scf[3:]}, {count}, {scf}[{width // 2}:])"
+    return f"_fold_{kind}({scf}, {count})"
 
 
 def _sums_size(shape):

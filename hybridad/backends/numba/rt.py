@@ -23,8 +23,7 @@ from numba.extending import intrinsic
 from .abi import ABI, ABI_FIELDS
 from .threshold import GEMM_SMALL_RESULT, MATVEC_BLOCK
 
-__all__ = ["ABI", "ABI_FIELDS", "check_arrays", "fold_max",
-           "fold_min", "fold_prod", "fold_sum", "gemm", "sum_compensated",
+__all__ = ["ABI", "ABI_FIELDS", "check_arrays", "gemm",
            "load_i32", "load_i64", "load_u8", "overlaps", "type_num", "view_at"]
 
 
@@ -453,83 +452,6 @@ def _external_memory(lhs, args, alias_map, arg_aliases):
 # a gradient in place) would be removed.  Declaring the views aliases of the
 # arguments keeps every store to them, and to their slices and reshapes, live.
 ir_utils.alias_func_extensions[("view_at", __name__)] = _external_memory
-
-
-# ----------------------------------------------------------------------------
-# the pairwise fold closing each block of a full reduction
-# ----------------------------------------------------------------------------
-#
-# Shared, compiled once per dtype (not emitted into every plan: numba spends
-# milliseconds per generated line).  ``block`` has a power-of-two length; its
-# first ``n`` elements hold the block's values.  The tail is padded with the
-# identity and halves are folded: each level is a dependency-free loop that
-# vectorizes under strict IEEE order, as accurate as numpy's pairwise sum.
-
-
-@njit(cache=True)
-def fold_sum(block, n):
-    for t in range(n, block.size):
-        block[t] = 0
-    h = block.size // 2
-    while h >= 1:
-        for i in range(h):
-            block[i] += block[i + h]
-        h //= 2
-    return block[0]
-
-
-@njit(cache=True)
-def sum_compensated(a):
-    """The sum of ``a`` (non-empty, 1-D) added in order with Knuth's TwoSum
-    compensation (see :mod:`.reduce`): the blocks' sums of a parallel full
-    reduction, in an order that does not depend on the thread count."""
-    s = a[0]
-    c = s - s  # NaN only when s is not finite, and then s stays so
-    for i in range(1, a.size):
-        v = a[i]
-        t = s + v
-        z = t - s
-        c += (s - (t - z)) + (v - z)
-        s = t
-    return s + c if s - s == 0 else s
-
-
-@njit(cache=True)
-def fold_prod(block, n):
-    for t in range(n, block.size):
-        block[t] = 1
-    h = block.size // 2
-    while h >= 1:
-        for i in range(h):
-            block[i] *= block[i + h]
-        h //= 2
-    return block[0]
-
-
-@njit(cache=True)
-def fold_max(block, n, pad):
-    for t in range(n, block.size):  # pad: the identity in the block's dtype
-        block[t] = pad
-    h = block.size // 2
-    while h >= 1:
-        for i in range(h):  # selects, no branches; NaN propagates like numpy
-            va, vb = block[i], block[i + h]
-            block[i] = vb if (vb > va or vb != vb) else va
-        h //= 2
-    return block[0]
-
-
-@njit(cache=True)
-def fold_min(block, n, pad):
-    for t in range(n, block.size):
-        block[t] = pad
-    h = block.size // 2
-    while h >= 1:
-        for i in range(h):
-            va, vb = block[i], block[i + h]
-            block[i] = vb if (vb < va or vb != vb) else va
-        h //= 2
-    return block[0]
 
 
 # ----------------------------------------------------------------------------

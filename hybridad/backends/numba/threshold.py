@@ -21,7 +21,7 @@ PARALLEL_MIN = int(os.environ.get("HYBRIDAD_PARALLEL_MIN", "") or 1 << 15)
 
 #: the innermost extent from which generated loops hide their trip count from
 #: LLVM (:meth:`hybridad.backends.numba.loops.LoopWriter.nest`'s ``opaque``,
-#: :func:`hybridad.backends.numba.reduce.hidden_start`); below it, a vector of
+#: :func:`hybridad.backends.numba.reduce.hidden_extent`); below it, a vector of
 #: the inner loop holds few elements
 OPAQUE_MIN = 8
 

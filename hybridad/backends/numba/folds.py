@@ -1,0 +1,106 @@
+"""The pairwise fold closing each block of a full reduction, and the in-order
+compensated sum of the blocks' sums (:mod:`.reduce` emits the calls).
+
+Shared, compiled once per dtype (not emitted into every plan: numba spends
+milliseconds per generated line).  ``block`` has a power-of-two length; its
+first ``n`` elements hold the block's values.  The tail is padded with the
+identity and halves are folded: each level is a dependency-free loop that
+vectorizes under strict IEEE order, as accurate as numpy's pairwise sum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["fold_max", "fold_min", "fold_prod", "fold_sum", "fold_sum_wide", "sum_compensated"]
+
+
+@njit(cache=True)
+def fold_sum(block, n):
+    for t in range(n, block.size):
+        block[t] = 0
+    h = block.size // 2
+    while h >= 1:
+        for i in range(h):
+            block[i] += block[i + h]
+        h //= 2
+    return block[0]
+
+
+@njit(cache=True)
+def fold_sum_wide(block, n, wide):
+    """:func:`fold_sum` of a float32 ``block`` in float64: padded with zeros
+    from ``n``, its first level's sums (``block[i] + block[i + h]``, widened)
+    into ``wide`` (float64, half the block's size, not overlapping it), then
+    folded there -- the additions :func:`fold_sum` makes on the block widened
+    to float64, so the same bits.  A float32 region's loop then stores float32
+    values: with float64 stores LLVM ran the loop four elements wide, with
+    float32 eight (an exp -> sum region over 10^6 float32: 1.70 -> 0.95 ms)."""
+    for t in range(n, block.size):
+        block[t] = 0
+    h = block.size // 2
+    if h == 0:
+        return np.float64(block[0])
+    for i in range(h):
+        wide[i] = np.float64(block[i]) + np.float64(block[i + h])
+    h //= 2
+    while h >= 1:
+        for i in range(h):
+            wide[i] += wide[i + h]
+        h //= 2
+    return wide[0]
+
+
+@njit(cache=True)
+def sum_compensated(a):
+    """The sum of ``a`` (non-empty, 1-D) added in order with Knuth's TwoSum
+    compensation (see :mod:`.reduce`): the blocks' sums of a parallel full
+    reduction, in an order that does not depend on the thread count."""
+    s = a[0]
+    c = s - s  # NaN only when s is not finite, and then s stays so
+    for i in range(1, a.size):
+        v = a[i]
+        t = s + v
+        z = t - s
+        c += (s - (t - z)) + (v - z)
+        s = t
+    return s + c if s - s == 0 else s
+
+
+@njit(cache=True)
+def fold_prod(block, n):
+    for t in range(n, block.size):
+        block[t] = 1
+    h = block.size // 2
+    while h >= 1:
+        for i in range(h):
+            block[i] *= block[i + h]
+        h //= 2
+    return block[0]
+
+
+@njit(cache=True)
+def fold_max(block, n, pad):
+    for t in range(n, block.size):  # pad: the identity in the block's dtype
+        block[t] = pad
+    h = block.size // 2
+    while h >= 1:
+        for i in range(h):  # selects, no branches; NaN propagates like numpy
+            va, vb = block[i], block[i + h]
+            block[i] = vb if (vb > va or vb != vb) else va
+        h //= 2
+    return block[0]
+
+
+@njit(cache=True)
+def fold_min(block, n, pad):
+    for t in range(n, block.size):
+        block[t] = pad
+    h = block.size // 2
+    while h >= 1:
+        for i in range(h):
+            va, vb = block[i], block[i + h]
+            block[i] = vb if (vb < va or vb != vb) else va
+        h //= 2
+    return block[0]
