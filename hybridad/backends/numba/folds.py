@@ -44,12 +44,7 @@ def fold_sum_wide(block, n, wide):
         return np.float64(block[0])
     for i in range(h):
         wide[i] = np.float64(block[i]) + np.float64(block[i + h])
-    h //= 2
-    while h >= 1:
-        for i in range(h):
-            wide[i] += wide[i + h]
-        h //= 2
-    return wide[0]
+    return fold_sum(wide[:h], h)  # the levels after the first
 
 
 @njit(cache=True)
