@@ -219,10 +219,9 @@ def ensure_calibrated(log=print):
     """
     if os.environ.get("HYBRIDAD_COSTS", "").strip():
         return costs()
-    c = costs()
-    if (c.cpu, c.cores) == _machine():
+    c, (cpu, cores) = costs(), _machine()
+    if (c.cpu, c.cores) == (cpu, cores):
         return c
-    cpu, cores = _machine()
     log(f"note: no cost table for this machine ({cpu or 'unknown CPU'}, {cores} cores; "
         f"the one in effect is {c.cpu or 'another machine'}'s): measuring it first, once "
         "(python -m hybridad calibrate; a minute or two of compiles on a new disk cache)")

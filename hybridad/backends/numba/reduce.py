@@ -275,13 +275,9 @@ def _blocked_rows(w, kind, dtype, axis, keepdims, shape, body, value, out, store
     nblocks = -(-shape[k] // rows)
     par = _rows_parallel(shape, axis, parallel)
     base = f"get_thread_id() * {width}" if par else "0"
-    narrow = _narrow(kind, dtype)
-    lines = [f"scf = {scratch}[{base}:{base} + {width}]"]
-    if narrow:
-        lines.append(f"scn = {_narrow_view(w, scratch)}[2 * ({base}):2 * ({base}) + {width}]")
-    blk = "scn" if narrow else "scf"
-    lines.append(f"sc = {blk}[:{per_block}]" if nd - k == 1 else
-                 f"sc = {blk}[:{per_block}].reshape({(rows,) + tuple(shape[k + 1:])!r})")
+    view = _narrow_view(w, scratch, kind, dtype)
+    lines = _block_lines("", f"{scratch}[{base}:{base} + {width}]", view, base, width, per_block,
+                         (rows,) + tuple(shape[k + 1:]))
     first = f"i{k} - r0" if nblocks > 1 else f"i{k}"
     at = "[" + ", ".join([first] + [f"i{d}" for d in range(k + 1, nd)]) + "]"
     loops = [f"for i{d} in range({shape[d]}):" for d in range(k + 1, nd)]
@@ -297,11 +293,11 @@ def _blocked_rows(w, kind, dtype, axis, keepdims, shape, body, value, out, store
     lines += [pad + "    " * j + x for j, x in enumerate(loops)]
     lines += [pad + "    " * len(loops) + x for x in body + [f"sc{at} = {value}"] + stores]
     if nblocks > 1:
-        lines += [f"    bv = {_fold(kind, 'scf', f'nr * {inner}', width, narrow)}"] + \
+        lines += [f"    bv = {_fold(kind, '', f'nr * {inner}', width, view)}"] + \
             ["    " + x for x in acc.add("bv")]
         result = acc.result()
     else:
-        result = _fold(kind, "scf", str(per_block), width, narrow)
+        result = _fold(kind, "", str(per_block), width, view)
     lines.append(f"{out}{_target(axis, keepdims, nd)} = {result}")
     w.nest(shape[:k], lines, parallel=par, work=int(np.prod(shape, dtype=np.int64)))
 
@@ -457,7 +453,7 @@ def _blocked(w, node, kind, dtype, targets, lines, values, stores, scratch):
     if many and not par:
         for acc in accs:
             w.emit(*acc.init())
-    narrow = _narrow(kind, dtype) and _narrow_view(w, scratch)
+    view = _narrow_view(w, scratch, kind, dtype)
     if many:
         w.emit(f"for blk in {'prange' if par else 'range'}({nblocks}):")
         w.indent += 1
@@ -467,13 +463,9 @@ def _blocked(w, node, kind, dtype, targets, lines, values, stores, scratch):
         w.emit(f"nr = {shape[0]}")
     for k, x in enumerate(sfx):
         lo = base if k == 0 else f"{base} + {k * width}"
-        w.emit(f"scf{x} = {scratch}" if not many and nv == 1 else
-               f"scf{x} = {scratch}[{lo}:{base} + {(k + 1) * width}]")
-        if narrow:  # the float32 block over the first half of scf's
-            w.emit(f"scn{x} = {narrow}[2 * ({lo}):2 * ({lo}) + {width}]")
-        blk = f"scn{x}" if narrow else f"scf{x}"
-        w.emit(f"sc{x} = {blk}[:{per_block}]" if nd == 1 else
-               f"sc{x} = {blk}[:{per_block}].reshape({(rows,) + tuple(shape[1:])!r})")
+        w.emit(*_block_lines(x, scratch if not many and nv == 1 else
+                             f"{scratch}[{lo}:{base} + {(k + 1) * width}]", view, lo, width,
+                             per_block, (rows,) + tuple(shape[1:])))
     w.emit(*w.pending)
     w.pending.clear()
     block_shape = ("nr",) + tuple(str(s) for s in shape[1:])
@@ -484,7 +476,7 @@ def _blocked(w, node, kind, dtype, targets, lines, values, stores, scratch):
     w.in_prange -= bool(many and par)
     # pad to the power-of-two width with the identity, then fold halves
     pad = f", {init_text(kind, dtype)}" if kind in ("max", "min") else ""
-    folds = [_fold(kind, f"scf{x}", f"nr * {inner}{pad}", width, narrow) for x in sfx]
+    folds = [_fold(kind, x, f"nr * {inner}{pad}", width, view) for x in sfx]
     if not many:
         w.emit(*(f"{t} = {f}" for t, f in zip(targets, folds, strict=True)))
     elif par:  # this block's sums; all are added after the loop, in order
@@ -507,19 +499,35 @@ def _narrow(kind, dtype):
     return kind == "sum" and np.dtype(dtype) == np.float32
 
 
-def _narrow_view(w, scratch):
-    """Emit (outside any ``prange``: numba's parfor alias analysis takes views
-    only there) the float32 view of the whole float64 ``scratch``; its name."""
+def _narrow_view(w, scratch, kind, dtype):
+    """Where :func:`_narrow`: emit (outside any ``prange``: numba's parfor alias
+    analysis takes views only there) the float32 view of the whole float64
+    ``scratch`` and return its name; else None."""
+    if not _narrow(kind, dtype):
+        return None
     w.emit(f"{scratch}_n = _view({scratch}.ctypes.data, 2 * {scratch}.size, np.float32)")
     return f"{scratch}_n"
 
 
-def _fold(kind, scf, count, width, narrow):
-    """The fold of ``count`` values of block ``scf..`` (narrow: of ``scn..``,
-    into the second half of ``scf..``, :func:`.folds.fold_sum_wide`)."""
-    if narrow:
-        return f"_fold_sum_wide(scn{scf[3:]}, {count}, {scf}[{width // 2}:])"
-    return f"_fold_{kind}({scf}, {count})"
+def _block_lines(x, scf, view, lo, width, per_block, shape):
+    """Lines naming a thread's scratch block ``scf{x}`` (the slice ``scf``,
+    starting at element ``lo``), over a narrow ``view`` its float32 first half
+    ``scn{x}``, and the block's values ``sc{x}`` (``shape``, rows first)."""
+    lines, blk = [f"scf{x} = {scf}"], f"scf{x}"
+    if view is not None:
+        lines.append(f"scn{x} = {view}[2 * ({lo}):2 * ({lo}) + {width}]")
+        blk = f"scn{x}"
+    return lines + [f"sc{x} = {blk}[:{per_block}]" if len(shape) == 1 else
+                    f"sc{x} = {blk}[:{per_block}].reshape({tuple(shape)!r})"]
+
+
+def _fold(kind, x, count, width, view):
+    """The fold of ``count`` values of block ``x`` (:func:`_block_lines`): a
+    narrow one's float32 half into its float64 second half
+    (:func:`.folds.fold_sum_wide`)."""
+    if view is not None:
+        return f"_fold_sum_wide(scn{x}, {count}, scf{x}[{width // 2}:])"
+    return f"_fold_{kind}(scf{x}, {count})"
 
 
 def _sums_size(shape):
