@@ -19,7 +19,7 @@ import pytest
 
 import hybridad as ha
 from hybridad.backends.numba import reduce as R
-from hybridad.testing import check_grads
+from hybridad.testing import assert_no_alloc, check_grads
 
 
 def _loss(W, b, X):
@@ -58,6 +58,7 @@ def test_float32_batch_sum_hides_its_row_count_and_keeps_the_bits(parallel, monk
     for got, want in zip(res.gradient, ref.gradient, strict=True):  # same order of additions
         np.testing.assert_array_equal(got, want)
     assert res.value == ref.value
+    assert_no_alloc(plan.gradient, *args, out=res, n=10)  # repeated calls allocate nothing
     # and right: against the float64 numpy backend
     exact = ha.compile(_loss, *(a.astype(np.float64) for a in args), argnums=(0, 1),
                        backend="numpy")
@@ -157,6 +158,7 @@ def test_float32_block_sums_store_float32_and_keep_the_bits(parallel, monkeypatc
     wide.gradient(x, out=ref)
     assert res.value == ref.value
     np.testing.assert_array_equal(res.gradient, ref.gradient)
+    assert_no_alloc(plan.gradient, x, out=res, n=10)  # repeated calls allocate nothing
     x64 = x.astype(np.float64)
     np.testing.assert_allclose(res.value, _sums(x64), rtol=2e-7)
     g64 = -2 * x64 * np.exp(-x64 * x64) + 2 * np.sin(x64) * np.cos(x64)
