@@ -181,3 +181,70 @@ def test_step_and_batch_from_threads(n):
     assert not errors, f"{len(errors)} wrong results, e.g. {errors[:3]}"
     for t in range(THREADS):
         np.testing.assert_allclose(ws[t], expected[t], rtol=1e-10, atol=1e-12)
+
+
+_PARSES = """
+import ast, json, threading
+import numpy as np
+import hybridad as ha
+
+from numba.core.compiler_lock import global_compiler_lock
+
+bare, parse = [], ast.parse
+
+
+def watched(*args, **kwargs):  # every ast.parse in the process, numba's and the stdlib's too
+    if not global_compiler_lock.is_locked():
+        bare.append(threading.current_thread().name)
+    return parse(*args, **kwargs)
+
+
+ast.parse = watched
+
+
+def f(x, c):
+    return np.sum(np.exp(-0.5 * (x - c) ** 2)) ** 2 + np.sum(np.tanh(x) * c) + np.sum(x @ c)
+
+
+c = np.linspace(-1, 1, 64)
+xs = [np.linspace(-1, 1, 64) * (1 + k / 8) for k in range(4)]
+plan = ha.compile(f, xs[0], c)  # tiered: compiles in the background
+start = threading.Barrier(4)
+
+
+def body(t):
+    start.wait()
+    for i in range(30):
+        x = xs[(t + i) % 4]
+        plan.value(x, c) if i % 3 == 2 else plan.gradient(x, c)  # value: a second program
+
+
+threads = [threading.Thread(target=body, args=(t,)) for t in range(4)]
+for th in threads:
+    th.start()
+for th in threads:
+    th.join()
+plan.wait()
+ha.compile(f, xs[0], c, parallel=False, tiered=False)
+print(json.dumps(bare))
+"""
+
+
+def test_builds_parse_one_at_a_time():
+    """``ast.parse`` before Python 3.11.8 is not thread-safe (CPython gh-106905):
+    a plan's call from one thread building its value program while the
+    background compile built the gradient program raised ``SystemError: AST
+    constructor recursion depth mismatch`` (once in ~6400 calls of the test
+    above).  Every parse a build makes (its generated source, numba's, the
+    imports of a first build) runs under numba's compiler lock, in a fresh
+    interpreter where the first build's imports happen too."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, HYBRIDAD_TIERED="1")
+    out = subprocess.run([sys.executable, "-c", _PARSES], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -347,8 +347,9 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
 
     def _compile(self, nodes, inputs, outputs, name, out_specs, in_specs=None, given=()):
         if self.backend == "numba":  # numba is imported by the first plan that needs it
-            from ..backends.numba.program import compile_numba_program
-            with serial_loops(self._loops_serial):
+            from ..backends.numba import building
+            with building(), serial_loops(self._loops_serial):  # (see building)
+                from ..backends.numba.program import compile_numba_program
                 prog = compile_numba_program(nodes, inputs, outputs, self.memory, self._buffers,
                                              in_specs or self._specs, out_specs, name=name,
                                              poison=self._poison, given=given)

@@ -3,3 +3,31 @@
 calls (:mod:`.rt`, :mod:`.folds`, :mod:`.lapack`, :mod:`.vmath`, :mod:`.threads`), dual
 numbers for user functions (:mod:`.dual`), small kernels of the plans
 (:mod:`.kernels`) and the verified disk cache (:mod:`.cache`)."""
+
+import contextlib
+
+__all__ = ["building"]
+
+
+@contextlib.contextmanager
+def building():
+    """Hold numba's compiler lock (process-wide, re-entrant) while a program
+    is built: its modules imported, its source generated and parsed, its
+    functions compiled.
+
+    ``ast.parse`` is not thread-safe before Python 3.11.8 and 3.12.2
+    (CPython gh-106905: the depth counter of the conversion to Python AST
+    objects is the interpreter's, and a garbage collection inside it can
+    switch threads).  A build parses its generated source (kernel outlining,
+    function splitting), numba parses while it compiles, and the imports of a
+    first build parse signatures (numpy.ma's, through scipy); two threads
+    building at once -- a tiered plan's background compile beside a call that
+    builds another program of the plan, or beside the serial twin -- raised
+    ``SystemError: AST constructor recursion depth mismatch`` in a call.  A
+    build's compile waited for this lock anyway: what is newly serialized is
+    its code generation.
+    """
+    from numba.core.compiler_lock import global_compiler_lock
+
+    with global_compiler_lock:
+        yield
