@@ -190,12 +190,15 @@ import hybridad as ha
 
 from numba.core.compiler_lock import global_compiler_lock
 
-bare, parse = [], ast.parse
+bare, locked, parse = [], set(), ast.parse
 
 
 def watched(*args, **kwargs):  # every ast.parse in the process, numba's and the stdlib's too
-    if not global_compiler_lock.is_locked():
-        bare.append(threading.current_thread().name)
+    name = threading.current_thread().name
+    if global_compiler_lock.is_locked():
+        locked.add(name.split()[0])
+    else:
+        bare.append(name)
     return parse(*args, **kwargs)
 
 
@@ -214,9 +217,11 @@ start = threading.Barrier(4)
 
 def body(t):
     start.wait()
-    for i in range(30):
+    for i in range(40):
+        if i == 30:
+            plan.wait()  # then the compiled plan: a call builds its value program
         x = xs[(t + i) % 4]
-        plan.value(x, c) if i % 3 == 2 else plan.gradient(x, c)  # value: a second program
+        plan.value(x, c) if i % 3 == 2 else plan.gradient(x, c)
 
 
 threads = [threading.Thread(target=body, args=(t,)) for t in range(4)]
@@ -224,9 +229,8 @@ for th in threads:
     th.start()
 for th in threads:
     th.join()
-plan.wait()
 ha.compile(f, xs[0], c, parallel=False, tiered=False)
-print(json.dumps(bare))
+print(json.dumps([bare, sorted(locked)]))
 """
 
 
@@ -247,4 +251,8 @@ def test_builds_parse_one_at_a_time():
     out = subprocess.run([sys.executable, "-c", _PARSES], env=env, capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+    bare, locked = json.loads(out.stdout.strip().splitlines()[-1])
+    assert bare == []
+    # the builds that parse: the background compile, a caller's, the main thread's
+    assert {"hybridad", "MainThread"} <= set(locked) and any(n.startswith("Thread-")
+                                                        for n in locked), locked
