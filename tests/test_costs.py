@@ -226,7 +226,7 @@ def test_blas_or_loops_own_the_threads(table, monkeypatch, shared):
     """A parallel plan's threads go to the larger share of its work: a wide
     layer's gemms (every loop serial: no prange, BLAS keeps its threads) or
     a narrow one's elementwise loops (prange loops, BLAS on one thread).
-    Gemms the loops' threads share, a panel of rows each
+    Gemms the loops' threads share, a panel of the result each
     (``GEMM_THREADS_MIN``), count as the loops' work: the wide layer's loops
     then own the threads too, and its products are ``_gemm_threads``."""
     from hybridad.backends.numba import threshold

@@ -6,7 +6,7 @@ every layout a plan hands them (a C matrix, an F one -- a transpose --, the
 vector on either side, 1-D or a one-column 2-D array, a product added into
 an adjoint), serial and on numba's threads, the choice following the table,
 and nothing allocated per call.  Large gemms of a parallel plan shared by
-its threads, a panel of rows each (``rt.gemm_threads``)."""
+its threads, a panel each (``rt.gemm_threads``)."""
 
 import json
 import re
@@ -218,11 +218,13 @@ def test_a_plan_calling_threaded_loops_runs_from_the_disk_cache(rates, tmp_path)
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_gemm_threads_agrees_with_numpy(dtype):
-    """rt.gemm_threads (a panel of rows per thread, each one gemm through
-    rt.gemm_rows) against numpy, every layout pair, beta 0 (NaN never read)
-    and 0.5, row counts below, at and above the panel count."""
+    """rt.gemm_threads (a panel per thread, each one gemm through
+    rt.gemm_panel: column panels of a wide result, row panels of a tall or
+    square one) against numpy, every layout pair, beta 0 (NaN never read)
+    and 0.5, panel extents below, at and above the panel count."""
     tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
-    for m, k, n in ((1, 3, 2), (2, 7, 5), (3, 40, 9), (67, 33, 70)):
+    for m, k, n in ((1, 3, 2), (2, 7, 5), (3, 40, 9), (67, 33, 70), (2, 5, 1), (5, 7, 2),
+                    (9, 40, 3), (70, 33, 67), (16, 9, 16)):
         for la in "CF":
             for lb in "CF":
                 a = np.asarray(rand((m, k), seed=m).astype(dtype), order=la)

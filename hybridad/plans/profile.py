@@ -428,7 +428,7 @@ class _Details:
             if text.endswith(" gemm") and len(node.shape) == 2 and \
                     self.gemm_on_threads(node.shape[0], node.args[0].shape[-1],
                                          node.shape[1]):
-                text += " (a panel of rows per thread)"
+                text += " (a panel per thread)"
             if node.id in self.accumulating:
                 text += " (+= into the adjoint, beta = 1)"
             return text

@@ -344,7 +344,7 @@ def thread_owner(nodes, parallel_min):
     traffic of its operands and result; ``G`` each product's gemm time
     (:meth:`Costs.gemm_cost`) -- except matrix-vector products that run as
     the backend's own loops on every thread (:func:`matvec_choice`) and
-    gemms the loops' threads share, a panel of rows each
+    gemms the loops' threads share, a panel of the result each
     (:func:`hybridad.backends.numba.threshold.gemm_on_threads`), which count as
     loops: then BLAS runs on one thread inside each panel, and one pool owns
     the cores."""
@@ -394,7 +394,7 @@ def thread_owner(nodes, parallel_min):
     if blas == 0.0 or loops == 0.0:
         return "loops", (None if shared == 0.0 else
                          f"every gemm shared by the loops' threads ({shared / 1e3:.3g} us on one "
-                         "thread), a panel of rows each: loops on every thread, BLAS on one")
+                         "thread), a panel each: loops on every thread, BLAS on one")
     owner = "blas" if blas > loops else "loops"
     return owner, (f"BLAS's gemms {blas / 1e3:.3g} us {'>' if owner == 'blas' else '<='} "
                    f"parallel loops {loops / 1e3:.3g} us (one thread"

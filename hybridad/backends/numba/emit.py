@@ -386,8 +386,8 @@ def _emit_gemm(w, node, a, acc, beta, layouts=None):
     note = "  # BLAS gemm, beta = 1: accumulates in place" if beta else "  # BLAS gemm"
     if gemm_on_threads(rows, A.shape[-1], cols):
         w.threaded = True
-        w.emit(f"_gemm_threads({av}, {bv}, {ov}, {float(beta)!r}){note}, a panel of rows "
-               "per thread")
+        w.emit(f"_gemm_threads({av}, {bv}, {ov}, {float(beta)!r}){note}, a panel per thread "
+               "(rows, or columns of a wide result)")
         return
     w.emit(f"_gemm({av}, {bv}, {ov}, {float(beta)!r}){note}")
 

@@ -136,7 +136,7 @@ def type_num(obj, ndarray_type, ndim, flags, abi):
 
 
 def _gemm_operands(a, b, out, beta):
-    """Whether :func:`gemm`'s (and :func:`gemm_rows`') operands are typed
+    """Whether :func:`gemm`'s (and :func:`gemm_panel`'s) operands are typed
     for it: 2-D float arrays of one dtype, ``a`` and ``b`` C or F, ``out``
     C, a number ``beta``.  Loads numba's BLAS binding (scipy's)."""
     from numba.np.linalg import ensure_blas
@@ -249,16 +249,18 @@ def gemm(typingctx, a, b, out, beta):
 
 
 @intrinsic
-def gemm_rows(typingctx, a, b, out, beta, lo, hi):
-    """``out[lo:hi] = a[lo:hi] @ b + beta * out[lo:hi]`` by one BLAS gemm
-    (the panel of rows ``lo:hi`` of a product :func:`gemm` would make whole,
-    ``0 <= lo < hi <= rows``): the operands' leading dimensions stay the
-    whole arrays', the pointers move to the panel's first row.  ``a`` and
-    ``b`` C or F, ``out`` C, one float dtype, a non-zero inner dimension (the
-    caller guarantees them).  Threads each running one panel
+def gemm_panel(typingctx, a, b, out, beta, lo, hi, cols):
+    """One panel of a product :func:`gemm` would make whole, by one BLAS gemm:
+    ``out[lo:hi] = a[lo:hi] @ b + beta * out[lo:hi]`` (rows), or with
+    ``cols`` true ``out[:, lo:hi] = a @ b[:, lo:hi] + beta * out[:, lo:hi]``
+    (``0 <= lo < hi <=`` that extent).  The operands' leading dimensions stay
+    the whole arrays', the pointers move to the panel's first row or column.
+    ``a`` and ``b`` C or F, ``out`` C, one float dtype, a non-zero inner
+    dimension (the caller guarantees them).  Threads each running one panel
     (:func:`gemm_threads`) share a product without BLAS's own pool."""
     if not _gemm_operands(a, b, out, beta) or \
-            not all(isinstance(t, types.Integer) for t in (lo, hi)):
+            not all(isinstance(t, types.Integer) for t in (lo, hi)) or \
+            not isinstance(cols, types.Boolean):
         return None
     from llvmlite import ir
     from numba.np.linalg import get_blas_kind
@@ -271,28 +273,36 @@ def gemm_rows(typingctx, a, b, out, beta, lo, hi):
         arrs = [context.make_array(t)(context, builder, v)
                 for t, v in zip((a, b, out), args[:3], strict=True)]
         (m, k), (_, n) = (cgutils.unpack_tuple(builder, x.shape, 2) for x in arrs[:2])
-        r0 = context.cast(builder, args[4], lo, types.intp)
-        rows = builder.sub(context.cast(builder, args[5], hi, types.intp), r0)
+        p0 = context.cast(builder, args[4], lo, types.intp)
+        width = builder.sub(context.cast(builder, args[5], hi, types.intp), p0)
+        by_cols = builder.trunc(context.cast(builder, args[6], cols, types.boolean),
+                                ir.IntType(1))
+        zero = ir.Constant(cgutils.intp_t, 0)
         kind = ir.Constant(char, ord(get_blas_kind(out.dtype)))
         alpha = builder.bitcast(cgutils.alloca_once_value(
             builder, context.get_constant(out.dtype, 1.0)), voidp)
         beta_p = builder.bitcast(cgutils.alloca_once_value(
             builder, context.cast(builder, args[3], beta, out.dtype)), voidp)
-        # column-major out^T = b^T a^T (see gemm); rows lo:hi of out and a
-        # are columns lo:hi of their transposes
+        # column-major out^T = b^T a^T (see gemm): rows lo:hi of out and a are
+        # columns lo:hi of their transposes; columns lo:hi of out and b are
+        # rows lo:hi of theirs (out^T's leading dimension stays n)
         ta, lda = _trans_ld(b, k, n)
         tb, ldb = _trans_ld(a, m, k)
-        pa = builder.gep(arrs[0].data, [r0 if a.layout == "F" else builder.mul(r0, k)])
-        pout = builder.gep(arrs[2].data, [builder.mul(r0, n)])
+        off_a = p0 if a.layout == "F" else builder.mul(p0, k)
+        off_b = p0 if b.layout == "C" else builder.mul(p0, k)
+        pa = builder.gep(arrs[0].data, [builder.select(by_cols, zero, off_a)])
+        pb = builder.gep(arrs[1].data, [builder.select(by_cols, off_b, zero)])
+        pout = builder.gep(arrs[2].data, [builder.select(by_cols, p0, builder.mul(p0, n))])
         status = builder.call(gemm_fn, (
-            kind, ta, tb, n, rows, k, alpha, builder.bitcast(arrs[1].data, voidp),
-            lda, builder.bitcast(pa, voidp), ldb, beta_p, builder.bitcast(pout, voidp), n))
+            kind, ta, tb, builder.select(by_cols, width, n), builder.select(by_cols, m, width),
+            k, alpha, builder.bitcast(pb, voidp), lda, builder.bitcast(pa, voidp), ldb, beta_p,
+            builder.bitcast(pout, voidp), n))
         with builder.if_then(builder.icmp_signed("!=", status, ir.Constant(i32, 0)),
                              likely=False):
             context.call_conv.return_user_exc(builder, RuntimeError, ("BLAS call failed",))
         return context.get_dummy_value()
 
-    return types.none(a, b, out, beta, lo, hi), codegen
+    return types.none(a, b, out, beta, lo, hi, cols), codegen
 
 
 #: panels of a product shared by :func:`gemm_threads`: numba's thread count
@@ -304,17 +314,22 @@ GEMM_PANELS = config.NUMBA_NUM_THREADS
 @njit(cache=True, parallel=True, nogil=True)
 def gemm_threads(a, b, out, beta):
     """``out = a @ b + beta * out`` (as :func:`gemm`, a general product) on
-    numba's threads: one panel of ``out``'s rows per thread, each one
-    single-threaded BLAS gemm (:func:`gemm_rows`) -- the plan's own pool
-    runs the product, so no second pool waits for the cores."""
-    m = out.shape[0]
-    p = min(GEMM_PANELS, m)
-    step = (m + p - 1) // p
+    numba's threads: one panel of ``out`` per thread, each one
+    single-threaded BLAS gemm (:func:`gemm_panel`) -- the plan's own pool
+    runs the product, so no second pool waits for the cores.  The panels cut
+    ``out``'s longer side: a wide result's columns (``X^T G`` of a first
+    layer, 64 x 256 float32 over 4096 rows: 0.83 ms in column panels, 1.06-1.31
+    in row panels of 32 rows, on 2 threads), a tall one's rows."""
+    m, n = out.shape
+    cols = n > m
+    extent = n if cols else m
+    p = min(GEMM_PANELS, extent)
+    step = (extent + p - 1) // p
     for t in prange(p):
         lo = t * step
-        hi = min(m, lo + step)
+        hi = min(extent, lo + step)
         if lo < hi:
-            gemm_rows(a, b, out, beta, lo, hi)
+            gemm_panel(a, b, out, beta, lo, hi, cols)
 
 
 GEMM_CHUNK_BYTES = 1 << 17

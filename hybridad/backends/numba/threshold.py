@@ -33,7 +33,7 @@ MATVEC_BLOCK = 256
 
 
 #: fewest multiply-adds of a gemm that a parallel plan's threads share, a
-#: panel of rows each (:func:`hybridad.backends.numba.rt.gemm_threads`)
+#: panel of the result each (:func:`hybridad.backends.numba.rt.gemm_threads`)
 GEMM_THREADS_MIN = 1 << 20
 #: and the most of its columns and contracted length at least this: narrow
 #: products (an MLP's 16 features in and out) stay on BLAS, as before.
@@ -94,7 +94,7 @@ def matvec_matrix(a_shape, b_shape):
 
 def gemm_on_threads(m, k, n, loops_min=None):
     """Whether an ``m x k @ k x n`` gemm runs on numba's threads, a panel of
-    rows each (:func:`hybridad.backends.numba.rt.gemm_threads`): the plan's
+    the result each (:func:`hybridad.backends.numba.rt.gemm_threads`): the plan's
     loops are parallel (its pool owns the cores, BLAS is single-threaded),
     the product has :data:`GEMM_THREADS_MIN` multiply-adds, rows for two
     panels, :data:`GEMM_THREADS_MIN_DIM` columns or contracted length, and
