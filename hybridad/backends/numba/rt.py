@@ -275,8 +275,7 @@ def gemm_panel(typingctx, a, b, out, beta, lo, hi, cols):
         (m, k), (_, n) = (cgutils.unpack_tuple(builder, x.shape, 2) for x in arrs[:2])
         p0 = context.cast(builder, args[4], lo, types.intp)
         width = builder.sub(context.cast(builder, args[5], hi, types.intp), p0)
-        by_cols = builder.trunc(context.cast(builder, args[6], cols, types.boolean),
-                                ir.IntType(1))
+        by_cols = context.cast(builder, args[6], cols, types.boolean)  # an i1
         zero = ir.Constant(cgutils.intp_t, 0)
         kind = ir.Constant(char, ord(get_blas_kind(out.dtype)))
         alpha = builder.bitcast(cgutils.alloca_once_value(
