@@ -347,12 +347,11 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
 
     def _compile(self, nodes, inputs, outputs, name, out_specs, in_specs=None, given=()):
         if self.backend == "numba":  # numba is imported by the first plan that needs it
-            from ..backends.numba import building
-            with building(), serial_loops(self._loops_serial):  # (see building)
-                from ..backends.numba.program import compile_numba_program
-                prog = compile_numba_program(nodes, inputs, outputs, self.memory, self._buffers,
-                                             in_specs or self._specs, out_specs, name=name,
-                                             poison=self._poison, given=given)
+            from ..backends.numba import build_program
+            with serial_loops(self._loops_serial):
+                prog = build_program(nodes, inputs, outputs, self.memory, self._buffers,
+                                     in_specs or self._specs, out_specs, name=name,
+                                     poison=self._poison, given=given)
             prog.lock = self._lock  # every program of the plan writes the same arena
             if prog.threads is not None and type(self) is Plan and self.order == 1 and \
                     self.update is None and name == "gradient_program":

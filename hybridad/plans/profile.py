@@ -276,16 +276,15 @@ def profile(plan_or_f, *args, argnums=0, parallel=True, repeats=None, warmup=3,
 
 def _instrumented(plan, clock="wall"):
     """The plan's program compiled again with timers (on the plan's arena)."""
-    from ..backends.numba import building
+    from ..backends.numba import build_program
     from ..backends.numba.threshold import serial_loops
 
     prog = plan._program
     outputs = plan._outputs
-    with building(), serial_loops(plan._loops_serial):
-        from ..backends.numba.program import compile_numba_program
-        timed = compile_numba_program(plan.graph.nodes, plan.graph.inputs, outputs, plan.memory,
-                                      plan._buffers, prog._in_specs, prog._out_specs,
-                                      name="profile_program", profile=clock)
+    with serial_loops(plan._loops_serial):
+        timed = build_program(plan.graph.nodes, plan.graph.inputs, outputs, plan.memory,
+                              plan._buffers, prog._in_specs, prog._out_specs,
+                              name="profile_program", profile=clock)
     timed.lock = plan._lock
     return timed
 

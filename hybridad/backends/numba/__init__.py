@@ -4,16 +4,14 @@ calls (:mod:`.rt`, :mod:`.folds`, :mod:`.lapack`, :mod:`.vmath`, :mod:`.threads`
 numbers for user functions (:mod:`.dual`), small kernels of the plans
 (:mod:`.kernels`) and the verified disk cache (:mod:`.cache`)."""
 
-import contextlib
-
-__all__ = ["building"]
+__all__ = ["build_program"]
 
 
-@contextlib.contextmanager
-def building():
-    """Hold numba's compiler lock (process-wide, re-entrant) while a program
-    is built: its modules imported, its source generated and parsed, its
-    functions compiled.
+def build_program(*args, **kwargs):
+    """:func:`.program.compile_numba_program` (same arguments) under numba's
+    compiler lock (process-wide, re-entrant): the program module's imports,
+    the source generated and parsed, its functions compiled, one build at a
+    time in the process.
 
     ``ast.parse`` is not thread-safe before Python 3.11.8 and 3.12.2
     (CPython gh-106905: the depth counter of the conversion to Python AST
@@ -30,4 +28,6 @@ def building():
     from numba.core.compiler_lock import global_compiler_lock
 
     with global_compiler_lock:
-        yield
+        from .program import compile_numba_program
+
+        return compile_numba_program(*args, **kwargs)
