@@ -5,6 +5,8 @@ product that reads ``A`` -- for matrices larger than the cache; the gradients
 (and Hessians) stay those of the numpy backend and of finite differences, in
 every form the rewrite takes and in the forms it must leave alone."""
 
+import json
+
 import numpy as np
 import pytest
 from conftest import rand
@@ -19,12 +21,30 @@ assert As[0].nbytes > CACHE_BYTES
 
 
 def _hoisted(plan):
-    """Forward products of a transposed matrix, backward products."""
+    """Forward products of a transposed matrix (alone, or paired with the
+    forward's product of the matrix into one matvec_pair), backward products."""
     g = plan.graph.nodes
     fwd = [n for n in g if n.op == "matmul" and n.phase == "forward" and
-           any(a.op == "transpose" for a in n.args)]
+           any(a.op == "transpose" for a in n.args) or n.op == "matvec_pair"]
     bwd = [n for n in g if n.op == "matmul" and n.phase == "backward"]
     return len(fwd), len(bwd)
+
+
+@pytest.fixture
+def rates(monkeypatch, tmp_path):
+    """Use a cost table whose matrix-vector rates are given."""
+    from hybridad.transforms import costs as C
+
+    def use(blas, dot, axpy):
+        table = {**C._builtin().to_dict(), "matvec_ns": {
+            dt: {"blas": blas, "dot": dot, "axpy": axpy} for dt in ("float64", "float32")}}
+        table.pop("source")
+        path = tmp_path / "costs.json"
+        path.write_text(json.dumps(table))
+        monkeypatch.setenv("HYBRIDAD_COSTS", str(path))
+        C.reset()
+    yield use
+    C.reset()
 
 
 def quadratic_forms(x, As):  # x^T A x, K times: the cotangent c is 1
@@ -87,13 +107,21 @@ def test_float32_and_the_serial_plan():
         np.testing.assert_allclose(res.gradient, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
 
 
-def test_left_alone():
-    """No rewrite for a matrix in cache, for a cotangent that is not a scalar
-    times a forward value, or with no forward product of the matrix."""
+def test_left_alone(rates):
+    """No rewrite for a matrix in cache unless its two products pair (the
+    cost model's call), for a cotangent that is not a scalar times a
+    forward value, or with no forward product of the matrix."""
     small = [A[:100, :100] * 1.0 for A in As]
     x = rand((D,), seed=11)
+    rates(blas=0.05, dot=1.0, axpy=1.0)  # gemv cheaper than any loop: no pair
     plan = ha.compile(quadratic_forms, x[:100], small, tiered=False)
     assert _hoisted(plan) == (0, 3)
+    rates(blas=1.0, dot=0.3, axpy=0.3)  # one read cheaper than two: hoisted and paired
+    plan = ha.compile(quadratic_forms, x[:100], small, tiered=False)
+    assert _hoisted(plan) == (3, 0)
+    assert sum(n.op == "matvec_pair" for n in plan.graph.nodes) == 3
+    np.testing.assert_allclose(plan.gradient(x[:100], small).gradient,
+                               sum(A @ x[:100] + A.T @ x[:100] for A in small), rtol=1e-12)
 
     def squashed(x, A):  # the cotangent of A x is (1 - tanh^2) * x: not c * w
         return np.sum(np.tanh(A @ x) * x)

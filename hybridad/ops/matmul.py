@@ -50,3 +50,44 @@ def _matmul_batch(node, batched, a, b):
 
 register(Op("matmul", "compute", _matmul_abstract, run=_matmul_run, vjp=_matmul_vjp,
             jvp=_matmul_jvp, batch=_matmul_batch))
+
+
+# ``matvec_pair(a, u, v)``: ``a @ u`` and ``a^T @ v`` from one read of ``a``,
+# one result ``[a u, a^T v]`` (m + k elements for ``a`` m x k).  Not traced from
+# user code: the numba lowering pairs two matrix-vector products of one matrix
+# into it (:func:`hybridad.transforms.products.pair_matvecs`), the two products
+# then views of its halves.
+
+def _pair_abstract(a, u, v):
+    if len(a.shape) != 2 or tuple(u.shape) != (a.shape[1],) or \
+            tuple(v.shape) != (a.shape[0],):
+        raise ValueError(f"matvec_pair: a matrix {a.shape} with vectors {u.shape} (its "
+                         f"columns) and {v.shape} (its rows)")
+    return (a.shape[0] + a.shape[1],), np.result_type(a.dtype, u.dtype, v.dtype)
+
+
+def _pair_run(out, a, u, v):
+    m = a.shape[0]
+    np.matmul(a, u, out=out[:m])
+    np.matmul(v, a, out=out[m:])
+
+
+def _pair_vjp(g, node, active, a, u, v, ans):
+    m = a.shape[0]
+    gy, gz = g[:m], g[m:]  # the cotangents of a u and of a^T v
+    return (np.outer(gy, u) + np.outer(v, gz) if active[0] else None,
+            np.matmul(gy, a) if active[1] else None,
+            np.matmul(a, gz) if active[2] else None)
+
+
+def _pair_jvp(ts, node, a, u, v, ans):
+    ta, tu, tv = ts
+    terms = [] if ta is None else [_bind("matvec_pair", ta, u, v)]
+    if tu is not None or tv is not None:
+        terms.append(_bind("matvec_pair", a, np.zeros(u.shape, node.dtype) if tu is None else tu,
+                           np.zeros(v.shape, node.dtype) if tv is None else tv))
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+register(Op("matvec_pair", "compute", _pair_abstract, run=_pair_run, vjp=_pair_vjp,
+            jvp=_pair_jvp))

@@ -50,7 +50,7 @@ def kind_of(node):
             not None and mode != "vjp" else "region"
     if op == "region_acc":
         return "region"
-    if op == "matmul":
+    if op in ("matmul", "matvec_pair"):
         return "matmul"
     if op in REDUCTION_OPS:
         return "reduction"
@@ -343,6 +343,8 @@ def _summary(plan, timed, samples, call_ns, plain_ns, clock_ns, clock_name):
 
 
 def _flops(node):
+    if node.op == "matvec_pair":
+        return 4 * node.args[0].size
     if node.op != "matmul":
         return 0
     return 2 * node.size * node.args[0].shape[-1]
@@ -431,6 +433,13 @@ class _Details:
             if node.id in self.accumulating:
                 text += " (+= into the adjoint, beta = 1)"
             return text
+        if op == "matvec_pair":
+            from ..backends.numba.emit import pair_call
+
+            A = node.args[0]
+            parts, threads, _ = pair_call(node)
+            return (f"{_shape(A.shape)}{self.layouts.get(A.id, '?')}: A u and A^T v, one read "
+                    f"of A ({parts} parts" + (f", {threads} threads)" if threads > 1 else ")"))
         if op in REDUCTION_OPS:
             axis = node.attrs.get("axis")
             x = node.args[0]

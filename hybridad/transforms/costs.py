@@ -288,6 +288,30 @@ def matvec_choice(m, k, dtype, form, threads=1):
                  f"{'<' if how == 'loop' else '>='} gemv {blas_ns:.3g}"), p
 
 
+def pair_choice(m, k, dtype, threads=1):
+    """``(pair, reason)``: whether ``A u`` and ``A^T v`` over an ``m x k`` C
+    matrix run as one ``matvec_pair`` (:func:`hybridad.backends.numba.rt.matvec_pair`:
+    one read of ``A`` for both) rather than as two products, each as
+    :func:`matvec_choice` gives it.  The pair streams ``A`` once doing both
+    loops' work: its cost is taken as the slower loop's measured rate over
+    the threads its parts can use
+    (:func:`~hybridad.backends.numba.threshold.pair_parts`); the two
+    products' as the sum of their choices' rates.  (Measured on 2 cores, ten
+    matrices read in turn: the pair 0.6-0.75x the two loops' time from 64 x 64
+    to 1000 x 1000, float64 and float32.)"""
+    from ..backends.numba.threshold import pair_parts
+
+    rates = costs().matvec_rates(dtype)
+    pair_ns = max(rates["dot"], rates["axpy"]) / max(1, min(threads, pair_parts(m)))
+    two_ns = 0.0
+    for form in ("dot", "axpy"):
+        how, _, p = matvec_choice(m, k, dtype, form, threads)
+        two_ns += rates[form] / p if how == "loop" else rates["blas"]
+    pair = pair_ns < two_ns
+    return pair, (f"one read of A {pair_ns:.3g} ns/element {'<' if pair else '>='} "
+                  f"two products {two_ns:.3g}")
+
+
 #: multiply-adds of the LAPACK routines behind these ops for a matrix of
 #: dimensions ``s <= big`` and ``r`` right-hand sides (the textbook counts)
 LAPACK_MADDS = {
@@ -345,8 +369,8 @@ def thread_owner(nodes, parallel_min):
     (:meth:`Costs.gemm_cost`) -- except matrix-vector products that run as
     the backend's own loops on every thread (:func:`matvec_choice`) and
     gemms the loops' threads share, a panel of the result each
-    (:func:`hybridad.backends.numba.threshold.gemm_on_threads`), which count as
-    loops: then BLAS runs on one thread inside each panel, and one pool owns
+    (:func:`hybridad.backends.numba.threshold.gemm_on_threads`), and pairs of
+    matrix-vector products (``matvec_pair``), which count as loops: then BLAS runs on one thread inside each panel, and one pool owns
     the cores."""
     from ..backends.numba.threshold import gemm_on_threads
     from ..ir.registry import REGISTRY
@@ -362,6 +386,11 @@ def thread_owner(nodes, parallel_min):
             batch = int(np.prod(a.shape[:-2], dtype=np.int64))
             madds = LAPACK_MADDS[n.op](min(m, k), max(m, k), rhs)
             blas += batch * madds * c.gemm_cost(64, 64, 64, n.dtype) / 64 ** 3
+            continue
+        if n.op == "matvec_pair":  # the backend's own loop (pair_matvecs)
+            if n.args[0].size >= parallel_min:
+                rates = c.matvec_rates(n.dtype)
+                loops += n.args[0].size * max(rates["dot"], rates["axpy"])
             continue
         if n.op == "matmul" and n.dtype.kind == "f" and n.size:
             a, b = n.args

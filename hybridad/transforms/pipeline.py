@@ -22,7 +22,7 @@ import os
 from ..ir.graph import Graph, check, dead_code_elimination
 from .partition import (absorb_producers, fold_accumulations, fuse_regions,
                         share_reduced_values, sum_stored_partials, sum_vjp_regions)
-from .products import hoist_transposed_products
+from .products import hoist_transposed_products, pair_matvecs
 from .updates import schedule_updates
 
 __all__ = ["LOWERING", "PIPELINES", "check_rules", "describe", "lower"]
@@ -34,6 +34,9 @@ PASSES = {
                                   "scaled by c in the backward",
                                   lambda nodes, ins, outs, upd: hoist_transposed_products(
                                       nodes, outs)),
+    "pair_matvecs": ("one read of a matrix for its two matrix-vector products A u and A^T v "
+                     "(one matvec_pair, the products views of its halves)",
+                     lambda nodes, ins, outs, upd: pair_matvecs(nodes, outs)),
     "dead_code": ("drop nodes no output depends on",
                   lambda nodes, ins, outs, upd: dead_code_elimination(
                       Graph(nodes, ins, outs)).nodes),
@@ -60,8 +63,8 @@ PASSES = {
 #: backend -> the lowering passes, in order
 LOWERING = {
     "numpy": ("dead_code", "schedule_updates"),
-    "numba": ("hoist_transposed_products", "dead_code", "schedule_updates", "fuse_regions",
-              "fold_accumulations", "share_reduced_values", "sum_stored_partials",
+    "numba": ("hoist_transposed_products", "pair_matvecs", "dead_code", "schedule_updates",
+              "fuse_regions", "fold_accumulations", "share_reduced_values", "sum_stored_partials",
               "sum_vjp_regions", "absorb_producers"),
     "cupy": ("dead_code", "schedule_updates", "fuse_regions"),
 }

@@ -9,15 +9,22 @@ linear, ``A^T (c x) = c (A^T x)``, and ``A^T x`` needs nothing from the
 backward sweep: :func:`hoist_transposed_products` computes it in the forward
 sweep right after the product that reads ``A`` there (the second read from
 cache) and leaves the backward a scaling by ``c``.
+
+A second read from the cache still costs what the first did when the matrix
+is larger than the core's own cache (a 1000 x 1000 float64 matrix read from
+L3: ~165 us a product, on two threads).  :func:`pair_matvecs` makes two
+matrix-vector products of one matrix -- ``A u`` and ``A^T v``, both operands
+ready when the first runs -- one ``matvec_pair``, whose kernel reads each row
+of ``A`` once for both (:func:`hybridad.backends.numba.rt.matvec_pair`).
 """
 
 from __future__ import annotations
 
 from ..ir.graph import Node, users_of
 from ..ir.registry import REGISTRY
-from .costs import CACHE_BYTES
+from .costs import CACHE_BYTES, pair_choice
 
-__all__ = ["hoist_transposed_products"]
+__all__ = ["hoist_transposed_products", "pair_matvecs"]
 
 
 def _scaled_operand(v):
@@ -54,6 +61,18 @@ def _scaled_operand(v):
     return body.inputs[1 - v.attrs["wrt"]], c
 
 
+def _pairs(A):
+    """Whether :func:`pair_matvecs` pairs two matrix-vector products of ``A``:
+    a float input or computed value (a buffer a compiled backend holds
+    C-contiguous, not a view or a constant) for which the cost model
+    (:func:`~hybridad.transforms.costs.pair_choice`) prefers one read."""
+    from ..backends.numba.threshold import loop_threads
+
+    held = A.op == "input" or (A.op != "const" and REGISTRY[A.op].kind != "view")
+    return held and A.dtype.kind == "f" and len(A.shape) == 2 and \
+        pair_choice(*A.shape, A.dtype, loop_threads())[0]
+
+
 def _new(next_id, op, args, attrs, phase):
     shape, dtype = REGISTRY[op].abstract(*args, **attrs)
     return Node(next_id, op, args, attrs, shape, dtype, phase)
@@ -66,9 +85,11 @@ def hoist_transposed_products(nodes, outputs=()):
     Conditions: a backward ``matmul`` of ``transpose(A)`` (2-D) and a vector
     (a 1-D vjp region, or its one-column or one-row reshape) that is ``c * w``
     (:func:`_scaled_operand`: ``c`` of one element -- a cotangent --, ``w`` a
-    forward value); ``A`` a forward value larger than the cache
-    (:data:`~hybridad.transforms.costs.CACHE_BYTES`: below it a second read
-    costs little) that a forward ``matmul`` reads.  ``A^T w`` goes right
+    forward value); ``A`` a forward value that a forward ``matmul`` reads,
+    larger than the cache (:data:`~hybridad.transforms.costs.CACHE_BYTES`:
+    below it a second read costs little) or read there by a matrix-vector
+    product that :func:`pair_matvecs` will pair ``A^T w`` with (one read of
+    ``A`` for both, faster at every size measured).  ``A^T w`` goes right
     after that product (or after ``w``, if later); the backward product
     becomes ``safe_multiply(A^T w, c)``.  Rounding differs from the original by
     the order of one multiply.
@@ -83,11 +104,15 @@ def hoist_transposed_products(nodes, outputs=()):
     pos = {n.id: i for i, n in enumerate(nodes)}
     external = {n.id for n in outputs if n is not None}
     forward_reads = {}  # matrix id -> position of the last forward matmul reading it
+    forward_forms = {}  # matrix id -> the forms of its forward matrix-vector products
     for n in nodes:
         if n.op == "matmul" and n.phase == "forward":
             for a in n.args:
                 m = a.args[0] if a.op == "transpose" else a
                 forward_reads[m.id] = pos[n.id]
+            found = _matvec_form(n)
+            if found is not None:
+                forward_forms.setdefault(found[0].id, set()).add(found[1])
     next_id = max((n.id for n in nodes), default=-1) + 1
     after = {}  # position -> nodes to insert after it
     replaced = {}  # backward product id -> its replacement
@@ -102,7 +127,11 @@ def hoist_transposed_products(nodes, outputs=()):
         A, vec = n.args[k].args[0], n.args[1 - k]
         v = vec.args[0] if vec.op == "reshape" else vec
         if len(v.shape) != 1 or len(vec.shape) not in (1, 2) or A.phase != "forward" or \
-                A.id not in forward_reads or A.nbytes <= CACHE_BYTES or A.dtype != n.dtype:
+                A.id not in forward_reads or A.dtype != n.dtype:
+            continue
+        # (A^T v is a row loop over A's columns; v^T A^T = (A v)^T a dot per row)
+        paired = ("dot" if k == 0 else "axpy") in forward_forms.get(A.id, ()) and _pairs(A)
+        if A.nbytes <= CACHE_BYTES and not paired:
             continue
         scaled = _scaled_operand(v)
         if scaled is None or scaled[0].phase != "forward":
@@ -133,4 +162,97 @@ def hoist_transposed_products(nodes, outputs=()):
                 n.args = tuple(replaced.get(a.id, a) for a in n.args)
             out.append(n)
         out.extend(after.get(i, ()))
+    return out
+
+
+def _matvec_form(n):
+    """``(B, form, vector)`` when ``n`` is a matrix-vector ``matmul`` of 2-D
+    operands: ``form`` ``"dot"`` (``n`` is ``B @ vector``, a dot product per
+    row of ``B``) or ``"axpy"`` (``B^T @ vector``, rows of ``B`` added up),
+    ``B`` the matrix with its transposes (if any) taken off; else None."""
+    from ..backends.numba.threshold import matvec_matrix
+
+    if n.op != "matmul" or len(n.shape) != 2 or any(len(a.shape) != 2 for a in n.args):
+        return None
+    found = matvec_matrix(n.args[0].shape, n.args[1].shape)
+    if found is None:
+        return None
+    mat = found[0]
+    B, vec, flip = n.args[mat], n.args[1 - mat], False
+    while B.op == "transpose" and tuple(B.attrs.get("axes", ())) == (1, 0):
+        B, flip = B.args[0], not flip  # (the backward's transpose of a transpose)
+    return B, "dot" if (mat == 0) != flip else "axpy", vec
+
+
+def pair_matvecs(nodes, outputs=()):
+    """Two matrix-vector products of one matrix ``B`` -- ``B u`` and ``B^T v``
+    -- become one ``matvec_pair(B, u, v)`` where the first of them runs, the
+    two products views of its halves (nodes kept, changed in place: their
+    readers, regions included, read them as before).
+
+    Conditions: float products of one dtype, neither a graph output; ``B``
+    computed or an input (a buffer the backend holds C-contiguous, not a
+    view or a constant) and one read cheaper than two by the cost model
+    (:func:`~hybridad.transforms.costs.pair_choice`); the second product's
+    vector made before the first product.  Each product pairs
+    once, with the earliest unpaired product of the other form.  Rounding:
+    ``B^T v`` sums its rows in fixed parts (see the kernel); the same bits on
+    any thread count.
+
+    Returns
+    -------
+    list of Node
+        The new node list (the products' old operands are left for dead code
+        elimination).
+    """
+    pos = {n.id: i for i, n in enumerate(nodes)}
+    external = {n.id for n in outputs if n is not None}
+    next_id = max((n.id for n in nodes), default=-1) + 1
+    before = {}  # position -> nodes to insert before it
+    waiting = {}  # B id -> [(product, form, 1-D vector or None, vector position)]
+    for n in nodes:
+        found = _matvec_form(n) if n.id not in external else None
+        if found is None:
+            continue
+        B, form, vec = found
+        if n.dtype.kind != "f" or not (B.dtype == vec.dtype == n.dtype) or not _pairs(B):
+            continue
+        flat = vec.args[0] if vec.op == "reshape" and len(vec.args[0].shape) == 1 else None
+        where = pos[(flat or vec).id]
+        queue = waiting.setdefault(B.id, [])
+        partner = next((q for q in queue if q[1] != form and where < pos[q[0].id]), None)
+        if partner is None:
+            queue.append((n, form, flat, where, vec))
+            continue
+        queue.remove(partner)
+        first = partner[0]
+        new = []
+
+        def flat_of(vec, flat):
+            nonlocal next_id
+            if flat is not None:
+                return flat
+            new.append(_new(next_id, "reshape", (vec,), {"shape": (vec.size,)}, first.phase))
+            next_id += 1
+            return new[-1]
+
+        x = {form: flat_of(vec, flat), partner[1]: flat_of(partner[4], partner[2])}
+        m, k = B.shape
+        p = _new(next_id, "matvec_pair", (B, x["dot"], x["axpy"]), {}, first.phase)
+        halves = {"dot": (0, m), "axpy": (m, m + k)}
+        next_id += 1
+        new.append(p)
+        for node, f in ((first, partner[1]), (n, form)):
+            lo, hi = halves[f]
+            half = _new(next_id, "getitem", (p,), {"index": (slice(lo, hi),)}, first.phase)
+            next_id += 1
+            new.append(half)
+            node.op, node.args, node.attrs = "reshape", (half,), {"shape": node.shape}
+        before.setdefault(pos[first.id], []).extend(new)
+    if not before:
+        return nodes
+    out = []
+    for i, n in enumerate(nodes):
+        out.extend(before.get(i, ()))
+        out.append(n)
     return out

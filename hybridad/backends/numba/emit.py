@@ -229,6 +229,7 @@ EMITTERS = {
     "zeros": lambda e: fill(e.w, e.out, "0"),
     **dict.fromkeys(("sum", "max", "min", "prod"), _reduction),
     "matmul": lambda e: _emit_matmul(e.w, e.node, e.a, e.out, e.layouts, e.names),
+    "matvec_pair": lambda e: _matvec_pair(e),
     "reshape": _reshape,
     "transpose": _transpose,
     "broadcast_to": _broadcast_copy,
@@ -366,6 +367,37 @@ def _emit_matvec(w, node, a, acc, beta, call):
     par = "_par" if call.threads > 1 else ""
     w.threaded = w.threaded or bool(par)
     w.emit(f"_mv_{form}{par}({matrix}, {vector}, {out}, {float(beta)!r})  # {call.reason}")
+
+
+def pair_call(node):
+    """``(parts, threads, reason)`` of ``matvec_pair`` ``node``: the parts of
+    its rows (:func:`.threshold.pair_parts`), the threads they run on (more
+    than one when the plan's loops are parallel and the matrix long enough)
+    and the cost model's figures (:func:`hybridad.transforms.costs.pair_choice`)."""
+    from ...transforms.costs import pair_choice
+    from .threshold import loop_threads, pair_parts, parallel_min
+
+    A = node.args[0]
+    parts = pair_parts(A.shape[0])
+    threads = min(parts, loop_threads()) if A.size >= parallel_min() else 1
+    return parts, threads, pair_choice(*A.shape, A.dtype, loop_threads())[1]
+
+
+def _matvec_pair(e):
+    """``[A u, A^T v]`` by :func:`.rt.matvec_pair` (one read of ``A``, a C
+    matrix: an input or a buffer, see
+    :func:`hybridad.transforms.products.pair_matvecs`), into the halves of
+    the node's buffer; the parts of ``A^T v`` in its scratch."""
+    A = e.node.args[0]
+    if e.layouts[A.id] != "C":
+        raise NotImplementedError(f"matvec_pair of a {e.layouts[A.id]} matrix")
+    (m, k), (parts, threads, why) = A.shape, pair_call(e.node)
+    par = "_par" if threads > 1 else ""
+    e.w.threaded = e.w.threaded or bool(par)
+    work = e.names[("scratch", e.node.id)]
+    e.w.emit(f"_mv_pair{par}({e.a[0]}, {e.a[1]}, {e.a[2]}, {e.out}[:{m}], {e.out}[{m}:], "
+             f"{work}[:{parts * k}].reshape(({parts}, {k})))  # A u and A^T v: {why}; "
+             f"{parts} parts of the rows" + (" on numba's threads" if par else ""))
 
 
 def _emit_gemm(w, node, a, acc, beta, layouts=None):

@@ -13,6 +13,7 @@ from ...ops import REGISTRY, storage_root
 from ...transforms.memory import layout_proto
 from .reduce import reduction_scratch
 from .runner import view_at
+from .threshold import pair_parts
 
 __all__ = ["ShiftMap", "materialize_for_numba", "numba_layouts", "read_in_place",
            "scratch_for_numba", "view_statement"]
@@ -286,13 +287,17 @@ def check_pool_size():
 def scratch_for_numba(nodes):
     """node id -> (dtype, elements) of scratch the generated code needs: a
     block per thread for two-phase full reductions, the float64 accumulator
-    or the compensation of a reduction over leading axes (:mod:`.reduce`)."""
+    or the compensation of a reduction over leading axes (:mod:`.reduce`),
+    the parts of a ``matvec_pair``'s ``A^T v`` (:func:`.rt.matvec_pair`)."""
     threads = numba_pool_size()
     out = {}
     for n in nodes:
         need = reduction_scratch(n, threads)
         if need is not None:
             out[n.id] = need
+        elif n.op == "matvec_pair":  # a row of k per part of the rows
+            m, k = n.args[0].shape
+            out[n.id] = (n.dtype, pair_parts(m) * k)
     return out
 
 

@@ -434,7 +434,8 @@ def _header(consts, objects):
               "from hybridad.backends.numba.rt import gemm_threads as _gemm_threads, "
               "matvec_axpy as _mv_axpy, "
               "matvec_axpy_par as _mv_axpy_par, matvec_dot as _mv_dot, "
-              "matvec_dot_par as _mv_dot_par",
+              "matvec_dot_par as _mv_dot_par, matvec_pair as _mv_pair, "
+              "matvec_pair_par as _mv_pair_par",
               "from hybridad.backends.numba.folds import fold_max as _fold_max, "
               "fold_min as _fold_min, "
               "fold_prod as _fold_prod, fold_sum as _fold_sum, "

@@ -455,6 +455,61 @@ matvec_dot, matvec_axpy = _matvec_kernels(False)
 matvec_dot_par, matvec_axpy_par = _matvec_kernels(True)
 
 
+def _pair_kernel(parallel):
+    """``pair(a, u, v, y, z, parts)``: ``y = a @ u`` and ``z = a.T @ v`` (a C
+    matrix ``a``, m x k) from one read of ``a``: the rows in ``parts.shape[0]``
+    parts (a thread each), four rows at a time, each row's dot product (as
+    :func:`matvec_dot`'s) and its share of ``z`` into its part's row of
+    ``parts``; then ``z`` the sum of the parts in order.  The parts follow
+    from the shape alone: the same bits on any thread count."""
+    def pair(a, u, v, y, z, parts):
+        m, k = a.shape
+        n = parts.shape[0]
+        rows = (m + n - 1) // n
+        for p in prange(n):
+            lo = p * rows
+            hi = min(m, lo + rows)
+            zp = parts[p]
+            for j in range(k):
+                zp[j] = 0
+            i = lo
+            while i + 4 <= hi:
+                r0, r1, r2, r3 = a[i], a[i + 1], a[i + 2], a[i + 3]
+                v0, v1, v2, v3 = v[i], v[i + 1], v[i + 2], v[i + 3]
+                s0 = s1 = s2 = s3 = a.dtype.type(0)
+                for j in range(k):
+                    uj, a0, a1, a2, a3 = u[j], r0[j], r1[j], r2[j], r3[j]
+                    s0 += a0 * uj
+                    s1 += a1 * uj
+                    s2 += a2 * uj
+                    s3 += a3 * uj
+                    zp[j] += (a0 * v0 + a1 * v1) + (a2 * v2 + a3 * v3)
+                y[i], y[i + 1], y[i + 2], y[i + 3] = s0, s1, s2, s3
+                i += 4
+            while i < hi:
+                r0, v0 = a[i], v[i]
+                s0 = a.dtype.type(0)
+                for j in range(k):
+                    s0 += r0[j] * u[j]
+                    zp[j] += r0[j] * v0
+                y[i] = s0
+                i += 1
+        block = MATVEC_BLOCK
+        for b in prange((k + block - 1) // block):
+            for j in range(b * block, min(k, b * block + block)):
+                s = parts[0, j]
+                for p in range(1, n):
+                    s += parts[p, j]
+                z[j] = s
+
+    pair.__name__ = pair.__qualname__ = "matvec_pair" + ("_par" if parallel else "")
+    return njit(fastmath={"reassoc", "contract"}, cache=True, error_model="numpy",
+                parallel=bool(parallel), nogil=True)(pair)
+
+
+matvec_pair, matvec_pair_par = _pair_kernel(False), _pair_kernel(True)
+
+
 def _external_memory(lhs, args, alias_map, arg_aliases):
     """numba alias analysis: a view made from an address is caller memory."""
     arg_aliases.add(lhs)

@@ -11,8 +11,9 @@ import sys
 from ..._settings import enabled, switch
 
 __all__ = ["GEMM_SMALL_RESULT", "GEMM_THREADS_MIN", "GEMM_THREADS_MIN_DIM", "MATVEC_BLOCK",
-           "OPAQUE_MIN", "PARALLEL_MIN", "gemm_on_threads", "loop_threads", "matvec_matrix",
-           "parallel_min", "serial_loops", "work_estimate"]
+           "OPAQUE_MIN", "PAIR_PARTS", "PAIR_ROWS", "PARALLEL_MIN", "gemm_on_threads",
+           "loop_threads", "matvec_matrix", "pair_parts", "parallel_min", "serial_loops",
+           "work_estimate"]
 
 #: fewest loop iterations for which a region runs as a parallel ``prange``
 #: (below it, thread start-up costs more than it saves; see benchmarks/);
@@ -34,6 +35,18 @@ MATVEC_BLOCK = 256
 
 #: fewest multiply-adds of a gemm that a parallel plan's threads share, a
 #: panel of the result each (:func:`hybridad.backends.numba.rt.gemm_threads`)
+#: a ``matvec_pair`` (:func:`hybridad.backends.numba.rt.matvec_pair`) runs its
+#: rows in at most PAIR_PARTS parts (a thread each) of PAIR_ROWS rows or more;
+#: each part adds its rows into its own row of scratch (PAIR_PARTS x k elements)
+PAIR_PARTS, PAIR_ROWS = 8, 64
+
+
+def pair_parts(m):
+    """The parts a ``matvec_pair`` of an ``m``-row matrix runs in (from the
+    shape alone: the same sums on any thread count)."""
+    return max(1, min(PAIR_PARTS, m // PAIR_ROWS))
+
+
 GEMM_THREADS_MIN = 1 << 20
 #: and the most of its columns and contracted length at least this: narrow
 #: products (an MLP's 16 features in and out) stay on BLAS, as before.

@@ -1,0 +1,110 @@
+"""Two matrix-vector products of one matrix, ``A u`` and ``A^T v``, as one
+``matvec_pair`` (:func:`hybridad.transforms.products.pair_matvecs`): one
+read of ``A`` (:func:`hybridad.backends.numba.rt.matvec_pair`).  The kernel
+against numpy on odd shapes, serial and threaded alike to the bit; plans
+whose products pair in the forward sweep (here; a quadratic form's hoisted
+product across the sweeps in tests/test_products.py) against the numpy
+backend and finite differences, allocating nothing, the parallel and serial
+plans to the bit; products that must not pair (the second's vector made
+from the first's result) left alone."""
+
+import numpy as np
+import pytest
+from conftest import rand
+
+import hybridad as ha
+from hybridad.backends.numba import rt
+from hybridad.backends.numba.threshold import pair_parts
+from hybridad.testing import count_allocations, numerical_gradient
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_kernel_agrees_with_numpy_on_any_thread_count(dtype):
+    """Rows not a multiple of the four taken at once nor of the parts,
+    columns not of the summing block; old contents (NaN) never read."""
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=2e-5, atol=2e-5)
+    for m, k in ((1, 1), (3, 5), (7, 3), (67, 301), (130, 70), (300, 600), (1000, 9), (9, 1000)):
+        a = rand((m, k), seed=m + k).astype(dtype)
+        u, v = rand((k,), seed=m).astype(dtype), rand((m,), seed=k).astype(dtype)
+        outs = []
+        for kernel in (rt.matvec_pair, rt.matvec_pair_par):
+            y, z = np.full(m, np.nan, dtype), np.full(k, np.nan, dtype)
+            kernel(a, u, v, y, z, np.full((pair_parts(m), k), np.nan, dtype))
+            np.testing.assert_allclose(y, a @ u, **tol)
+            np.testing.assert_allclose(z, a.T @ v, **tol)
+            outs.append((y, z))
+        for one, two in zip(*outs, strict=True):
+            np.testing.assert_array_equal(one, two)
+
+
+def both_ways(x, w, A):  # A x and A^T w in the forward, w ready: one pair
+    return np.sum(np.tanh(A @ x)) + np.sum(np.sin(A.T @ w)) + 0.5 * (w @ (A @ x))
+
+
+def chained(x, A):  # A^T's vector is made from A x: must not pair in the forward
+    return np.sum(np.cos(A.T @ np.tanh(A @ x)))
+
+
+def _check(f, args, argnums, parallel=True):
+    plan = ha.compile(f, *args, argnums=argnums, parallel=parallel, tiered=False)
+    res = plan.gradient(*args)
+    ref = ha.gradient(f, *args, argnums=argnums, backend="numpy")
+    assert float(res.value) == pytest.approx(float(ref.value), rel=1e-12)
+    grads = res.gradient if isinstance(argnums, tuple) else (res.gradient,)
+    refs = ref.gradient if isinstance(argnums, tuple) else (ref.gradient,)
+    ks = argnums if isinstance(argnums, tuple) else (argnums,)
+    for k, g, r in zip(ks, grads, refs, strict=True):
+        np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-12 * np.abs(r).max())
+
+        def fk(xk, k=k):
+            a = list(args)
+            a[k] = xk
+            return f(*a)
+
+        num = numerical_gradient(fk, args[k])
+        np.testing.assert_allclose(g, num, rtol=0, atol=1e-6 * max(1.0, np.abs(num).max()))
+    with count_allocations() as counts:
+        for _ in range(5):
+            plan.gradient(*args, out=res)
+    assert counts.allocations == 0
+    return plan, res
+
+
+def _both(parallel):
+    x, w, A = rand((300,), seed=1), rand((200,), seed=2), rand((200, 300), seed=3) / 30
+    plan, res = _check(both_ways, (x, w, A), (0, 1, 2), parallel)
+    pairs = [n for n in plan.graph.nodes if n.op == "matvec_pair"]
+    assert [n.phase for n in pairs] == ["forward"], str(plan.graph)
+    assert "pair_matvecs" in plan.explain() and "_mv_pair" in plan._program.source
+    return res
+
+
+@pytest.mark.parametrize("parallel", [True, False], ids=["parallel", "serial"])
+def test_pairs_in_both_sweeps_keep_the_gradient(parallel):
+    _both(parallel)
+
+
+def test_the_parallel_and_serial_plans_agree_to_the_bit():
+    a, b = _both(True), _both(False)
+    assert float(a.value) == float(b.value)
+    for g, h in zip(a.gradient, b.gradient, strict=True):
+        np.testing.assert_array_equal(g, h)
+
+
+def test_a_vector_made_from_the_first_product_is_not_paired_with_it():
+    x, A = rand((150,), seed=4), rand((120, 150), seed=5) / 12
+    plan, _ = _check(chained, (x, A), (0, 1))
+    for n in plan.graph.nodes:  # no forward pair: A^T tanh(A x) waits for A x
+        assert not (n.op == "matvec_pair" and n.phase == "forward"), str(plan.graph)
+
+
+def test_float32_rows():
+    x, w = rand((257,), seed=6).astype(np.float32), rand((130,), seed=7).astype(np.float32)
+    A = (rand((130, 257), seed=8) / 16).astype(np.float32)
+    plan = ha.compile(both_ways, x, w, A, argnums=(0, 1), tiered=False)
+    assert any(n.op == "matvec_pair" for n in plan.graph.nodes)
+    res = plan.gradient(x, w, A)
+    ref = ha.gradient(both_ways, *(a.astype(np.float64) for a in (x, w, A)), argnums=(0, 1),
+                      backend="numpy")
+    for g, r in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4 * np.abs(r).max())
