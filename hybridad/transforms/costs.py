@@ -370,8 +370,8 @@ def thread_owner(nodes, parallel_min):
     the backend's own loops on every thread (:func:`matvec_choice`) and
     gemms the loops' threads share, a panel of the result each
     (:func:`hybridad.backends.numba.threshold.gemm_on_threads`), and pairs of
-    matrix-vector products (``matvec_pair``), which count as loops: then BLAS runs on one thread inside each panel, and one pool owns
-    the cores."""
+    matrix-vector products (``matvec_pair``), which count as loops: then BLAS
+    runs on one thread inside each panel, and one pool owns the cores."""
     from ..backends.numba.threshold import gemm_on_threads
     from ..ir.registry import REGISTRY
 
