@@ -296,11 +296,14 @@ def pair_choice(m, k, dtype, threads=1):
     loops' work: its cost is taken as the slower loop's measured rate over
     the threads its parts can use
     (:func:`~hybridad.backends.numba.threshold.pair_parts`); the two
-    products' as the sum of their choices' rates.  (Measured on 2 cores, ten
+    products' as the sum of their choices' rates; a dimension under
+    :data:`MATVEC_MIN` keeps the two products.  (Measured on 2 cores, ten
     matrices read in turn: the pair 0.6-0.75x the two loops' time from 64 x 64
     to 1000 x 1000, float64 and float32.)"""
     from ..backends.numba.threshold import pair_parts
 
+    if min(m, k) < MATVEC_MIN:  # (skinny: BLAS's, as matvec_choice's products)
+        return False, f"a dimension below {MATVEC_MIN}: two products"
     rates = costs().matvec_rates(dtype)
     pair_ns = max(rates["dot"], rates["axpy"]) / max(1, min(threads, pair_parts(m)))
     two_ns = 0.0
