@@ -76,6 +76,26 @@ def _assert_grad(f, args, argnums, rtol, atol, backend):
     return res
 
 
+@pytest.fixture
+def rates(monkeypatch, tmp_path):
+    """Use a cost table whose matrix-vector rates (ns per element) are given:
+    ``rates(blas=..., dot=..., axpy=...)``, both dtypes."""
+    import json
+
+    from hybridad.transforms import costs as C
+
+    def use(blas, dot, axpy):
+        table = {**C._builtin().to_dict(), "matvec_ns": {
+            dt: {"blas": blas, "dot": dot, "axpy": axpy} for dt in ("float64", "float32")}}
+        table.pop("source")
+        path = tmp_path / "costs.json"
+        path.write_text(json.dumps(table))
+        monkeypatch.setenv("HYBRIDAD_COSTS", str(path))
+        C.reset()
+    yield use
+    C.reset()
+
+
 @pytest.fixture(autouse=True)
 def _ieee_quiet():
     with np.errstate(all="ignore"):

@@ -8,7 +8,6 @@ an adjoint), serial and on numba's threads, the choice following the table,
 and nothing allocated per call.  Large gemms of a parallel plan shared by
 its threads, a panel each (``rt.gemm_threads``)."""
 
-import json
 import re
 
 import numpy as np
@@ -60,21 +59,6 @@ def test_the_row_loop_sums_alike_on_any_thread_count():
     rt.matvec_axpy(a, rand((500,), seed=5), one, 0.0)
     rt.matvec_axpy_par(a, rand((500,), seed=5), two, 0.0)
     np.testing.assert_array_equal(one, two)
-
-
-@pytest.fixture
-def rates(monkeypatch, tmp_path):
-    """Use a cost table whose matrix-vector rates are given."""
-    def use(blas, dot, axpy):
-        table = {**C._builtin().to_dict(), "matvec_ns": {
-            dt: {"blas": blas, "dot": dot, "axpy": axpy} for dt in ("float64", "float32")}}
-        table.pop("source")
-        path = tmp_path / "costs.json"
-        path.write_text(json.dumps(table))
-        monkeypatch.setenv("HYBRIDAD_COSTS", str(path))
-        C.reset()
-    yield use
-    C.reset()
 
 
 def _products(x, A, B, v):

@@ -5,8 +5,6 @@ product that reads ``A`` -- for matrices larger than the cache; the gradients
 (and Hessians) stay those of the numpy backend and of finite differences, in
 every form the rewrite takes and in the forms it must leave alone."""
 
-import json
-
 import numpy as np
 import pytest
 from conftest import rand
@@ -28,23 +26,6 @@ def _hoisted(plan):
            any(a.op == "transpose" for a in n.args) or n.op == "matvec_pair"]
     bwd = [n for n in g if n.op == "matmul" and n.phase == "backward"]
     return len(fwd), len(bwd)
-
-
-@pytest.fixture
-def rates(monkeypatch, tmp_path):
-    """Use a cost table whose matrix-vector rates are given."""
-    from hybridad.transforms import costs as C
-
-    def use(blas, dot, axpy):
-        table = {**C._builtin().to_dict(), "matvec_ns": {
-            dt: {"blas": blas, "dot": dot, "axpy": axpy} for dt in ("float64", "float32")}}
-        table.pop("source")
-        path = tmp_path / "costs.json"
-        path.write_text(json.dumps(table))
-        monkeypatch.setenv("HYBRIDAD_COSTS", str(path))
-        C.reset()
-    yield use
-    C.reset()
 
 
 def quadratic_forms(x, As):  # x^T A x, K times: the cotangent c is 1
