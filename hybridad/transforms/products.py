@@ -184,6 +184,11 @@ def _matvec_form(n):
     return B, "dot" if (mat == 0) != flip else "axpy", vec
 
 
+def _flat(vec):
+    """The 1-D node a one-row or one-column vector is a reshape of, or None."""
+    return vec.args[0] if vec.op == "reshape" and len(vec.args[0].shape) == 1 else None
+
+
 def pair_matvecs(nodes, outputs=()):
     """Two matrix-vector products of one matrix ``B`` -- ``B u`` and ``B^T v``
     -- become one ``matvec_pair(B, u, v)`` where the first of them runs, the
@@ -209,7 +214,7 @@ def pair_matvecs(nodes, outputs=()):
     external = {n.id for n in outputs if n is not None}
     next_id = max((n.id for n in nodes), default=-1) + 1
     before = {}  # position -> nodes to insert before it
-    waiting = {}  # B id -> [(product, form, 1-D vector or None, vector position)]
+    waiting = {}  # B id -> [(product, form, vector)] not paired yet
     for n in nodes:
         found = _matvec_form(n) if n.id not in external else None
         if found is None:
@@ -217,26 +222,25 @@ def pair_matvecs(nodes, outputs=()):
         B, form, vec = found
         if n.dtype.kind != "f" or not (B.dtype == vec.dtype == n.dtype) or not _pairs(B):
             continue
-        flat = vec.args[0] if vec.op == "reshape" and len(vec.args[0].shape) == 1 else None
-        where = pos[(flat or vec).id]
+        where = pos[(_flat(vec) or vec).id]
         queue = waiting.setdefault(B.id, [])
         partner = next((q for q in queue if q[1] != form and where < pos[q[0].id]), None)
         if partner is None:
-            queue.append((n, form, flat, where, vec))
+            queue.append((n, form, vec))
             continue
         queue.remove(partner)
         first = partner[0]
         new = []
 
-        def flat_of(vec, flat):
+        def flat_of(vec):
             nonlocal next_id
-            if flat is not None:
-                return flat
+            if _flat(vec) is not None:
+                return _flat(vec)
             new.append(_new(next_id, "reshape", (vec,), {"shape": (vec.size,)}, first.phase))
             next_id += 1
             return new[-1]
 
-        x = {form: flat_of(vec, flat), partner[1]: flat_of(partner[4], partner[2])}
+        x = {form: flat_of(vec), partner[1]: flat_of(partner[2])}
         m, k = B.shape
         p = _new(next_id, "matvec_pair", (B, x["dot"], x["axpy"]), {}, first.phase)
         halves = {"dot": (0, m), "axpy": (m, m + k)}

@@ -32,9 +32,6 @@ OPAQUE_MIN = 8
 #: the rows stream past, and blocks are what its threads split
 MATVEC_BLOCK = 256
 
-
-#: fewest multiply-adds of a gemm that a parallel plan's threads share, a
-#: panel of the result each (:func:`hybridad.backends.numba.rt.gemm_threads`)
 #: a ``matvec_pair`` (:func:`hybridad.backends.numba.rt.matvec_pair`) runs its
 #: rows in at most PAIR_PARTS parts (a thread each) of PAIR_ROWS rows or more;
 #: each part adds its rows into its own row of scratch (PAIR_PARTS x k elements)
@@ -47,6 +44,8 @@ def pair_parts(m):
     return max(1, min(PAIR_PARTS, m // PAIR_ROWS))
 
 
+#: fewest multiply-adds of a gemm that a parallel plan's threads share, a
+#: panel of the result each (:func:`hybridad.backends.numba.rt.gemm_threads`)
 GEMM_THREADS_MIN = 1 << 20
 #: and the most of its columns and contracted length at least this: narrow
 #: products (an MLP's 16 features in and out) stay on BLAS, as before.
