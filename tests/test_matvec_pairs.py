@@ -6,7 +6,8 @@ whose products pair in the forward sweep (here; a quadratic form's hoisted
 product across the sweeps in tests/test_products.py) against the numpy
 backend and finite differences, allocating nothing, the parallel and serial
 plans to the bit; products that must not pair (the second's vector made
-from the first's result) left alone."""
+from the first's result) left alone; the op's own vjp and jvp against finite
+differences."""
 
 import numpy as np
 import pytest
@@ -15,6 +16,8 @@ from conftest import assert_grad, rand
 import hybridad as ha
 from hybridad.backends.numba import rt
 from hybridad.backends.numba.threshold import pair_parts
+from hybridad.frontend.tracer import Tracer
+from hybridad.ops.common import bind
 from hybridad.testing import count_allocations
 
 
@@ -101,3 +104,46 @@ def test_float32_rows():
                       backend="numpy")
     for g, r in zip(res.gradient, ref.gradient, strict=True):
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4 * np.abs(r).max())
+
+
+def _pair(A, u, v):
+    """``[A u, A^T v]``: the op itself on tracers (its rules differentiate it),
+    numpy's products on arrays (the finite differences)."""
+    if isinstance(A, Tracer):
+        return bind("matvec_pair", A, u, v)
+    return np.concatenate([A @ u, A.T @ v])
+
+
+def through_the_op(A, u, v):
+    return np.sum(np.sin(_pair(A, u, v)) * np.arange(1.0, A.shape[0] + A.shape[1] + 1))
+
+
+def test_the_ops_rules_against_finite_differences():
+    """The op's vjp (every operand; the numba backend runs the op itself, as
+    the lowering makes it) and its jvp (a Hessian-vector product, forward
+    over reverse, against finite differences of the gradient), nothing
+    allocated per call by the numba plan."""
+    A, u, v = rand((70, 90), seed=11) / 9, rand((90,), seed=12), rand((70,), seed=13)
+    assert_grad(through_the_op, (A, u, v), (0, 1, 2))
+    plan = ha.compile(through_the_op, A, u, v, argnums=(0, 1, 2), tiered=False)
+    assert "matvec_pair" in [n.op for n in plan.graph.nodes if n.phase == "forward"]
+    assert "_mv_pair" in plan._program.source
+    res = plan.gradient(A, u, v)
+    with count_allocations() as counts:
+        for _ in range(5):
+            plan.gradient(A, u, v, out=res)
+    assert counts.allocations == 0
+    m, k = A.shape
+
+    def packed(z, v):  # A and u one argument: a tangent along both at once
+        return through_the_op(z[:m * k].reshape(m, k), z[m * k:], v)
+
+    z, t = np.concatenate([A.ravel(), u]), rand((m * k + k,), seed=14)
+    got = ha.hvp(packed, z, t, v, backend="numpy")
+
+    def grad(zz):
+        return ha.gradient(packed, zz, v, backend="numpy").gradient
+
+    h = 1e-5
+    want = (grad(z + h * t) - grad(z - h * t)) / (2 * h)
+    np.testing.assert_allclose(got.hvp, want, rtol=0, atol=1e-6 * np.abs(want).max())
