@@ -253,3 +253,32 @@ def test_soak_rss_flat_over_rebuilds_and_calls(cache_env):
     for _ in range(100_000):
         plan.gradient(x, out=res)
     assert _rss() - before < 256 * 1024, f"{_rss() - before} B of RSS over 10^5 calls"
+
+
+# -- the key covers the library code the machine code was compiled from -----------------
+def test_key_covers_every_library_module_the_code_depends_on(monkeypatch):
+    """numba's cache checks only the cached function's own file: a plan's key
+    must change with any hybridad module its machine code was built from,
+    imported by the generated source or by those modules in turn (folds.py's
+    reductions, threshold.py's frozen constants), else an upgraded hybridad
+    runs the old code."""
+    plan = ha.compile(lambda x: np.sum(np.exp(x)), np.ones(3000, np.float32))
+    src = plan.explain()
+    src = src[src.index("import numpy as np"):]
+    modules = tuple(sorted(set(cache._IMPORTS.findall(src))))
+    files = {os.path.relpath(f, os.path.dirname(ha.__file__))
+             for f in cache._module_closure(modules)}
+    numba_dir = os.path.join("backends", "numba")
+    for name in ("rt", "vmath", "folds", "threshold", "abi"):
+        assert os.path.join(numba_dir, name + ".py") in files
+    assert os.path.join(numba_dir, "emit.py") not in files  # the generator is not in the key
+    real = cache._read
+    before = cache.source_hash(src)
+    for name in ("folds", "threshold"):
+        changed = os.path.join(numba_dir, name + ".py")
+        monkeypatch.setattr(cache, "_read", lambda p, c=changed: real(p) + b"#" * p.endswith(c))
+        cache._library_digest.cache_clear()
+        assert cache.source_hash(src) != before, name
+    monkeypatch.setattr(cache, "_read", real)
+    cache._library_digest.cache_clear()
+    assert cache.source_hash(src) == before

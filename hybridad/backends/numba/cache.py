@@ -4,7 +4,8 @@ numba caches compiled machine code only for functions defined in a real
 file.  Generated source is therefore written to
 ``$HYBRIDAD_CACHE_DIR/hybridad_<hash>.py`` (default:
 ``$XDG_CACHE_HOME/hybridad``, else ``~/.cache/hybridad``), where the hash
-covers the source, the numba, numpy and Python versions and this cache's
+covers the source, the numba, numpy and Python versions, the source of every
+hybridad module the generated code imports (and what those import) and this cache's
 format; numba keeps its machine code next to it (``__pycache__``).  Never
 keyed by object identity.  ``python -m hybridad cache --info`` shows it,
 ``--clear`` empties it.
@@ -82,25 +83,77 @@ _PREFIX = "hybridad_"
 
 
 # -- hashing ----------------------------------------------------------------------------
-@functools.lru_cache(maxsize=4)
-def _library_digest(special=False, lapack=False):
-    """Hash of the hybridad modules generated source imports (numba's cache
-    does not see changes to functions a cached function calls); scipy.special's
-    module and the LAPACK kernels' modules only for source that imports them."""
+_IMPORTS = re.compile(r"^from (hybridad(?:\.\w+)*) import", re.MULTILINE)
+
+
+_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)",
+                   re.MULTILINE)
+_PLAIN = re.compile(r"^[ \t]*import[ \t]+(hybridad[\w.]*)", re.MULTILINE)
+
+
+def _module_closure(names):
+    """The source files of the hybridad modules ``names`` and of those they
+    import, directly or through each other: ``from`` imports anywhere in a
+    module (relative ones resolved), a name imported from a package that is
+    itself a submodule counted as one.  A regular expression, not ``ast``
+    (a tenth of the time; the key is made once per process)."""
     from importlib.util import find_spec
 
-    from . import rt, special as special_module, vmath
+    seen, stack, files = set(), list(names), []
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        spec = find_spec(name)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            continue
+        files.append(spec.origin)
+        with open(spec.origin, encoding="utf-8") as fh:
+            text = fh.read()
+        package = name if spec.submodule_search_locations is not None else name.rpartition(".")[0]
+        stack += _PLAIN.findall(text)
+        for base, what in _FROM.findall(text):
+            level = len(base) - len(base.lstrip("."))
+            base = base.lstrip(".")
+            if level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - level + 1] + ([base] if base else []))
+            if base.split(".")[0] != "hybridad":
+                continue
+            stack.append(base)
+            for alias in what.strip("()").replace("\n", " ").split(","):
+                leaf = alias.split()[0] if alias.split() else ""
+                if leaf.isidentifier() and _is_submodule(f"{base}.{leaf}"):
+                    stack.append(f"{base}.{leaf}")
+    return sorted(files)
 
-    files = [rt.__file__, vmath.__file__] + ([special_module.__file__] if special else [])
-    if lapack:
-        from ...ops.lapack import KERNEL_MODULES
 
-        files += [find_spec(m).origin for m in sorted(set(KERNEL_MODULES.values()))]
+def _is_submodule(name):
+    from importlib.util import find_spec
+
+    try:
+        return find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@functools.lru_cache(maxsize=16)
+def _library_digest(modules):
+    """Hash of the source of the hybridad modules generated source imports,
+    with everything they import from hybridad in turn: numba's cache does not
+    see changes to functions a cached function calls (or to the constants it
+    froze), so a change anywhere in that closure must change the key."""
     digest = hashlib.sha256()
-    for path in files:
-        with open(path, "rb") as fh:
-            digest.update(fh.read())
+    for path in _module_closure(modules):
+        digest.update(path.rsplit("hybridad", 1)[-1].encode())
+        digest.update(_read(path))
     return digest.hexdigest()
+
+
+def _read(path):
+    with open(path, "rb") as fh:
+        return fh.read()
 
 
 def source_hash(source):
@@ -118,8 +171,7 @@ def source_hash(source):
     """
     key = "\n".join([source, numba.__version__, np.__version__, sys.version,
                      platform.machine(),
-                     _library_digest("hybridad.backends.numba.special" in source,
-                                     re.search(r"_la_\w+\(", source) is not None), _FORMAT])
+                     _library_digest(tuple(sorted(set(_IMPORTS.findall(source))))), _FORMAT])
     return hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
