@@ -80,8 +80,8 @@ def test_special_values_match_numpy_exactly_in_kind(name):
 
 def test_kernels_use_the_vectorizable_forms():
     """Generated region code calls vmath: float64 directly, float32 through
-    the float32 twins in float64 (one rounding), since libm's float32
-    functions do not vectorize."""
+    the float32 twins in float64 (one rounding) or, for tanh, vmath's float32
+    function, since libm's float32 functions do not vectorize."""
     import hybridad as ha
 
     def f(x):
@@ -93,7 +93,7 @@ def test_kernels_use_the_vectorizable_forms():
     src32 = ha.compile(f, x.astype(np.float32))._program.source
     body32 = src32.split("def plan_fn")[1]
     assert "np.float32(_vm_exp32(np.float64(" in body32
-    assert "np.float32(_vm_tanh32(np.float64(" in body32
+    assert "_vm_tanhf(" in body32 and "np.float64(_vm_tanh" not in body32
 
 
 KERNELS32 = {name: _loop(getattr(vmath, fn)) for name, fn in vmath.FLOAT32_UFUNCS.items()}
@@ -135,6 +135,42 @@ def test_float32_twins_round_to_within_half_an_ulp_and_a_bit(name):
                                   np.signbit(want32[~np.isnan(want32)]))
 
 
+KERNELS_F = {name: _loop(getattr(vmath, fn)) for name, fn in vmath.FLOAT32_NATIVE.items()}
+
+
+@pytest.mark.parametrize("name", sorted(vmath.FLOAT32_NATIVE))
+def test_float32_arithmetic_functions_within_one_and_a_half_ulps(name):
+    """vmath's float32-arithmetic functions (tanh) on float32 values: within
+    1.5 ulp of the exact value (numpy's float32 tanh: 1.37), odd functions
+    exactly odd, special values (inf, nan, signed zeros, subnormals) as
+    numpy's float32 function gives, and every float32 from 0.55 to 0.7 (the
+    switch between the two formulas, where the error peaks) checked too."""
+    x32 = _float32_samples()
+    near = np.arange(np.float32(0.55).view(np.int32), np.float32(0.7).view(np.int32),
+                     dtype=np.int32).view(np.float32)
+    x32 = np.concatenate([x32, near, -near])
+    got32 = np.empty_like(x32)
+    KERNELS_F[name](x32, got32)
+    with np.errstate(all="ignore"):
+        exact = getattr(np, name)(x32.astype(np.float64))
+        want32 = getattr(np, name)(x32)
+    finite = np.isfinite(exact)
+    ulp = np.spacing(np.maximum(np.abs(exact[finite]).astype(np.float32),
+                                np.finfo(np.float32).tiny)).astype(np.float64)
+    err = np.abs(got32[finite].astype(np.float64) - exact[finite]) / ulp
+    worst = int(np.argmax(err))
+    assert err[worst] <= 1.5, (name, x32[finite][worst], got32[finite][worst])
+    assert err[worst] > 0.5  # (the check sees float32 arithmetic's rounding)
+    neg = np.empty_like(x32)
+    KERNELS_F[name](-x32, neg)
+    np.testing.assert_array_equal(neg, -got32)
+    np.testing.assert_array_equal(np.isnan(got32), np.isnan(want32))
+    np.testing.assert_array_equal(np.isinf(got32), np.isinf(want32))
+    np.testing.assert_array_equal(np.signbit(got32[~np.isnan(got32)]),
+                                  np.signbit(want32[~np.isnan(want32)]))
+    np.testing.assert_array_equal(got32 == 0, want32 == 0)
+
+
 def test_float32_through_vmath_is_correctly_rounded_mostly():
     import hybridad as ha
 
@@ -146,7 +182,8 @@ def test_float32_through_vmath_is_correctly_rounded_mostly():
         exact = u(v.astype(np.float64))
         ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
         assert res.gradient.dtype == np.float32
-        assert np.max(np.abs(res.gradient - exact) / ulp) <= 1.0, u  # (numpy's: <= 1-4 ulp)
+        bound = 1.5 if u is np.tanh else 1.0  # (numpy's: <= 1-4 ulp)
+        assert np.max(np.abs(res.gradient - exact) / ulp) <= bound, u
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -165,7 +202,7 @@ def test_prange_regions_call_the_inlined_functions(dtype):
     x = np.linspace(-1.5, 1.5, 4096).astype(dtype)
     W = np.linspace(0.5, 1.0, 16).astype(dtype)
     par = ha.compile(f, x, W, tiered=False)
-    tanh = "_vmi_tanh(" if dtype == np.float64 else "_vmi_tanh32("
+    tanh = "_vmi_tanh(" if dtype == np.float64 else "_vmi_tanhf("
     assert "prange(" in par._program.source and tanh in par._program.source
     ref = ha.gradient(f, x, W, backend="numpy")
     serial = ha.compile(f, x, W, parallel=False)

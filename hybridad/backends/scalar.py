@@ -26,7 +26,7 @@ import numpy as np
 from ..ops import REGISTRY
 from ..ops.common import install_operators
 from .numba.special import SPECIAL
-from .numba.vmath import FLOAT32_UFUNCS, HELPERS, VECTOR_UFUNCS
+from .numba.vmath import FLOAT32_NATIVE, FLOAT32_UFUNCS, HELPERS, VECTOR_UFUNCS
 
 #: generated code calls ``vmath``'s functions under these names (``_vm_exp``)
 VECTOR_PREFIX = "_vm_"
@@ -105,6 +105,9 @@ def ufunc_code(ufunc, args):
     elif name in VECTOR_UFUNCS and out_dtype == np.float64 and \
             all(a.dtype == np.float64 for a in args):
         code = f"{VECTOR_PREFIX}{name}({args[0].code})"  # vectorizable (vmath)
+    elif name in FLOAT32_NATIVE and out_dtype == np.float32 and \
+            all(a.dtype == np.float32 for a in args):
+        code = f"{VECTOR_PREFIX}{name}f({args[0].code})"  # float32 arithmetic (vmath)
     elif name in FLOAT32_UFUNCS and out_dtype == np.float32 and \
             all(a.dtype == np.float32 for a in args):
         # vmath's float32 twin in float64, rounded once: vectorizes, where
@@ -154,7 +157,7 @@ def safe_product(a, b, dtype, consts):
 
 def _vmath_names():
     return {**VECTOR_UFUNCS, **{f"{uf}32": fn for uf, fn in FLOAT32_UFUNCS.items()},
-            **HELPERS}
+            **{f"{uf}f": fn for uf, fn in FLOAT32_NATIVE.items()}, **HELPERS}
 
 
 _VECTOR_CALL = re.compile(r"\b" + VECTOR_PREFIX + r"(\w+)\(")

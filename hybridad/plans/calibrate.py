@@ -158,15 +158,16 @@ def calibrate(path=None, n=8192, budget_s=2.0, ops=None):
     -------
     Costs
     """
-    from ..backends.numba.vmath import FLOAT32_UFUNCS
+    from ..backends.numba.vmath import FLOAT32_NATIVE, FLOAT32_UFUNCS
 
     names, ops = ops, [o for o in _measured_ops() if ops is None or o[0] in ops]
     rng = np.random.default_rng(0)
     op_ns, multiplies = dict(costs().op_ns if names is not None else {}), []
     groups = [ops[at:at + GROUP] for at in range(0, len(ops), GROUP)]
-    # float32 kernels run their own twins of vmath's functions (about half the
-    # float64 arithmetic): measured in float32 by one more plan, as "<op>:float32"
-    twins = [o for o in ops if o[0] in FLOAT32_UFUNCS]
+    # float32 kernels run vmath's float32 twins and float32-arithmetic functions
+    # (about half the float64 arithmetic, or less): measured in float32 by one
+    # more plan, as "<op>:float32"
+    twins = [o for o in ops if o[0] in FLOAT32_UFUNCS or o[0] in FLOAT32_NATIVE]
     share = budget_s / (len(groups) + bool(twins))  # the profiling budget, per plan
     for group in groups:
         multiply, measured = _profile_group(group, n, share, rng)
