@@ -4,9 +4,9 @@
 :func:`calibrate` builds one numba plan whose forward sweep holds one fused
 ``op -> sum`` region per elementwise op, profiles it
 (:mod:`hybridad.plans.profile`), and writes each op's nanoseconds per
-element, numpy's copy rates, BLAS's gemm and gemv rates and the numba
-backend's matrix-vector loops' where :func:`hybridad.transforms.costs.costs`
-finds them.
+element, numpy's copy rates, BLAS's gemm and gemv rates, the numba
+backend's matrix-vector loops' and the vector width its loops run fastest
+at where :func:`hybridad.transforms.costs.costs` finds them.
 """
 
 from __future__ import annotations
@@ -91,6 +91,15 @@ def _matvec_rates(dtype, size=512, nbytes=16 << 20, seconds=0.1, least=5):
     rates["dot"] = _best_ns(each(lambda a: rt.matvec_dot(a, x, out, 0.0)), seconds, least)
     rates["axpy"] = _best_ns(each(lambda a: rt.matvec_axpy(a, x, out, 0.0)), seconds, least)
     return {k: round(float(v) / (count * size * size), 5) for k, v in rates.items()}
+
+
+def _simd_bits(gain=0.95):
+    """512 where loops like a plan's run in at most ``gain`` of their time with
+    LLVM asked for 512-bit vectors (:func:`hybridad.backends.numba.simd.measure`),
+    else None (LLVM's default width)."""
+    from ..backends.numba import simd
+
+    return 512 if simd.measure() <= gain else None
 
 
 def _copy_rate(nbytes, seconds=0.1, least=5):
@@ -184,7 +193,8 @@ def calibrate(path=None, n=8192, budget_s=2.0, ops=None):
               stream_ns_per_byte=round(_copy_rate(64 << 20), 5),
               cpu=cpu, cores=cores, when=time.strftime("%Y-%m-%d"),
               gemm_ns={dt: round(_gemm_rate(dt), 5) for dt in ("float64", "float32")},
-              matvec_ns={dt: _matvec_rates(dt) for dt in ("float64", "float32")})
+              matvec_ns={dt: _matvec_rates(dt) for dt in ("float64", "float32")},
+              simd_bits=_simd_bits())
     path = path or calibration_path()
     if path:
         d = {k: v for k, v in c.to_dict().items() if k != "source"}

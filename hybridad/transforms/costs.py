@@ -107,6 +107,10 @@ class Costs:
     #: gemv (both directions' mean) and the numba backend's row loop (``A x``)
     #: and column loop (``A^T v``); None: not measured (:data:`MATVEC_NS`)
     matvec_ns: dict | None = None
+    #: the vector width (bits) generated numba functions ask LLVM to prefer
+    #: (:mod:`hybridad.backends.numba.simd`): 512 where loops measured faster
+    #: with it than with LLVM's default for the CPU; None: LLVM's default
+    simd_bits: int | None = None
 
     def op_cost(self, op, dtype=None):
         """Nanoseconds per element for ``op`` (in ``dtype``: an op measured in

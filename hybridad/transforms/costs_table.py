@@ -81,5 +81,6 @@ TABLE = {
  "matvec_ns": {
   "float64": {"blas": 0.36, "dot": 0.33, "axpy": 0.31},
   "float32": {"blas": 0.27, "dot": 0.1, "axpy": 0.25}
- }
+ },
+ "simd_bits": 512
 }

@@ -20,9 +20,10 @@ import numpy as np
 
 from ...ir.graph import format_node, users_of
 from ...ops.lapack import KERNEL_MODULES, LAPACK_OPS
+from ...transforms.costs import costs
 from ...transforms.memory import poison_schedule
 from ..scalar import uses_special, vector_imports
-from . import cache
+from . import cache, simd
 from .emit import _emit_gemm, blas_accumulations, emit_node, region_acc_groups
 from .split import _drop_unused_views, check_budget, split_body
 from .layouts import numba_layouts, view_statement
@@ -346,8 +347,13 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     flags = base_flags + (", nogil=True" if heavy else "") + (_PARALLEL if parallel else "")
     signature = f"def {fn_name}({', '.join(params)}):"
 
+    wide = costs().simd_bits == 512  # LLVM asked for 512-bit vectors (see .simd)
+    if wide:
+        header.insert(3, simd.IMPORT)
+
     def module(body, defs):
-        return "\n".join(header + defs + ["", "", f"@njit({flags})", signature] + body) + "\n"
+        lines = "\n".join(header + defs + ["", "", f"@njit({flags})", signature] + body)
+        return "\n".join(simd.widen(lines.split("\n")) if wide else [lines]) + "\n"
 
     whole = module(body, kernel_defs)
     source = whole

@@ -20,9 +20,10 @@ polynomials of high enough degree that truncation is below rounding):
 Accuracy, tested against numpy over the whole double range (tests/test_vmath.py):
 exp, expm1 and log within 2 ulp, tanh within 3 ulp; inf, nan, 0 and
 subnormal inputs give numpy's results.  float32 kernels call the ``*32``
-twins of exp, expm1 and log (float64 arithmetic, shorter polynomials, one
-rounding to float32: within 1 ulp) and :func:`vtanhf` (float32 arithmetic,
-within 1.5 ulp); all other ufuncs keep numba's libm calls.
+twins of expm1 and log (float64 arithmetic, shorter polynomials, one
+rounding to float32: within 1 ulp) and :func:`vexpf` and :func:`vtanhf`
+(float32 arithmetic, within 1.5 ulp); all other ufuncs keep numba's libm
+calls.
 
 The four public functions are ordinary numba functions, compiled once (and
 cached on disk), not inlined into the numba IR of each kernel: LLVM inlines
@@ -37,7 +38,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["FLOAT32_NATIVE", "FLOAT32_UFUNCS", "HELPERS", "VECTOR_UFUNCS", "smul", "smul32", "vexp",
-           "vexp32", "vexpm1", "vexpm1_32", "vlog", "vlog32", "vtanh", "vtanhf"]
+           "vexpm1", "vexpm1_32", "vlog", "vlog32", "vtanh", "vexpf", "vtanhf"]
 
 _LN2_HI = 6.93147180369123816490e-01  # fdlibm: trailing zero bits, so k * _LN2_HI is exact
 _LN2_LO = 1.90821492927058770002e-10
@@ -209,15 +210,6 @@ def _expm1_poly32(r):
 
 
 @njit(cache=True, error_model="numpy")
-def vexp32(x):
-    """exp(x) for a float32 x widened to float64, to 2**-30 relative: round to float32."""
-    xc = min(max(x, -110.0), 100.0)  # beyond: 0 and inf in float32
-    k, r = _reduce(xc)
-    y = (1.0 + _expm1_poly32(r)) * _pow2(k)
-    return x if x != x else y
-
-
-@njit(cache=True, error_model="numpy")
 def vexpm1_32(x):
     """exp(x) - 1 for a float32 x widened to float64, to 2**-30 relative."""
     xc = min(max(x, -30.0), 100.0)  # below -30: -1 in float32
@@ -238,23 +230,24 @@ def vlog32(x):
     return _log_special(x, e * _LN2 + _log_m(f, s, s2, p))
 
 
-FLOAT32_UFUNCS = {"exp": "vexp32", "expm1": "vexpm1_32", "log": "vlog32"}
+FLOAT32_UFUNCS = {"expm1": "vexpm1_32", "log": "vlog32"}
 """ufunc name -> the function of this module a float32 kernel calls (widened,
 then rounded); generated source names them ``<ufunc>32`` (``_vm_exp32``)."""
 
 
 # --------------------------------------------------------------------------
-# float32 tanh in float32 arithmetic
+# float32 exp and tanh in float32 arithmetic
 # --------------------------------------------------------------------------
-# The widened twins run as many lanes as float32 arithmetic would (LLVM
-# vectorizes a float32 loop 8 wide, and its float64 part in 512-bit
-# registers), so for exp a float32-arithmetic version measured no faster
-# (0.73 ns per element either way).  tanh is different: its float64 division
-# dominates (0.75 ns per element alone), and in float32 arithmetic tanh takes
-# 0.68 ns per element against 1.18 for the widened twin it replaced.  It
-# costs accuracy: within 1.5 ulp of the exact value (1.33 found over every
-# float32 in [0, 10]; numpy's own float32 tanh is 1.37 ulp off at worst),
-# not 0.5 + 1/16.
+# Widened twins run as many lanes as the float32 loop around them (8 in
+# 256-bit vectors, the float64 part in 512-bit registers).  Where generated
+# functions ask for 512-bit vectors (.simd), a float32 loop runs 16 lanes
+# and only float32 arithmetic gains from it: exp over 10^5 float32, 97 us
+# widened, 56 us in float32 arithmetic (76 us at 256 bits).  tanh gains even
+# at 256 bits, as the twin's float64 division was most of its time (1.18 ->
+# 0.68 ns per element).  The price is accuracy: within 1.5 ulp of the exact
+# value (the worst over every float32 of the finite range: exp 1.02, tanh
+# 1.33; numpy's own float32 exp is 2.36 ulp off, its tanh 1.37), not the
+# twins' 0.5 + 1/16.  expm1 and log keep their twins.
 
 # exp(r) = 1 + r + r**2 q(r) on |r| <= ln2/2: a degree-4 q fitted here
 # (Lawson's iteration on weighted least squares, float32 coefficients),
@@ -280,12 +273,24 @@ def _pow2f(k):
 
 
 @njit(inline="always", cache=True)
-def _expf_normal(y):
-    """exp(y) for float32 y in [0, 87] (normal results: one scale)."""
+def _expf_reduced(y):
+    """``e, k`` with exp(y) = e 2**k, ``e`` in [0.7, 1.42], for float32 y in [-104, 89]."""
     k = np.rint(y * _FLOG2E)
     r = (y - k * _FLN2_HI) - k * _FLN2_LO
     q = (_FQ0 + r * _FQ1) + (r * r) * ((_FQ2 + r * _FQ3) + (r * r) * _FQ4)
-    return ((r + (r * r) * q) + np.float32(1.0)) * _pow2f(k)
+    return (r + (r * r) * q) + np.float32(1.0), k
+
+
+@njit(cache=True, error_model="numpy")
+def vexpf(x):
+    """exp for float32 x in float32 arithmetic, vectorizable (within 1.5 ulp).
+
+    The scale ``2**k`` is applied as two normal powers of two (as :func:`vexp`),
+    so results in the subnormal range are rounded once."""
+    e, k = _expf_reduced(min(max(x, np.float32(-104.0)), np.float32(89.0)))  # beyond: 0, inf
+    k1 = np.floor(k * np.float32(0.5))
+    y = (e * _pow2f(k1)) * _pow2f(k - k1)
+    return x if x != x else y
 
 
 @njit(cache=True, error_model="numpy")
@@ -296,15 +301,15 @@ def vtanhf(x):
     whose rounding errors the subtraction from 1 scales down (both computed,
     one selected, so the loop vectorizes).  From 9.1 on, 1 in float32."""
     a = abs(x)
-    e = _expf_normal(np.float32(2.0) * min(a, np.float32(9.1)))
-    big = np.float32(1.0) - np.float32(2.0) / (e + np.float32(1.0))
+    e, k = _expf_reduced(np.float32(2.0) * min(a, np.float32(9.1)))
+    big = np.float32(1.0) - np.float32(2.0) / (e * _pow2f(k) + np.float32(1.0))
     x2 = x * x
     t = (_FT0 + x2 * _FT1) + (x2 * x2) * ((_FT2 + x2 * _FT3) + (x2 * x2) * _FT4)
     y = x + x * (x2 * t) if a < np.float32(0.625) else (-big if x < 0 else big)
     return x if (x != x or x == 0) else y  # nan, and the sign of zero
 
 
-FLOAT32_NATIVE = {"tanh": "vtanhf"}
+FLOAT32_NATIVE = {"exp": "vexpf", "tanh": "vtanhf"}
 """ufunc name -> the function of this module a float32 kernel calls on float32
 values directly; generated source names them ``<ufunc>f`` (``_vm_tanhf``)."""
 
