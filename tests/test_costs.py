@@ -17,11 +17,11 @@ from hybridad.transforms.partition import Region
 @pytest.fixture
 def table(monkeypatch, tmp_path):
     """Use the cost table given (dict), through HYBRIDAD_COSTS."""
-    def use(op_ns, cache=0.01, stream=0.05):
+    def use(op_ns, cache=0.01, stream=0.05, **more):
         path = tmp_path / "costs.json"
         path.write_text(json.dumps({"op_ns": op_ns, "cache_ns_per_byte": cache,
                                     "stream_ns_per_byte": stream, "cpu": "test", "cores": 1,
-                                    "when": "today"}))
+                                    "when": "today", **more}))
         monkeypatch.setenv("HYBRIDAD_COSTS", str(path))
         C.reset()
         return path
@@ -30,7 +30,8 @@ def table(monkeypatch, tmp_path):
 
 
 def _body(ops, n, dtype="float64"):
-    nodes = [SimpleNamespace(op=op, dtype=np.dtype(dtype), shape=(n,)) for op in ops]
+    nodes = [SimpleNamespace(op=op, dtype=np.dtype(dtype), shape=(n,), id=i, args=[])
+             for i, op in enumerate(ops)]
     return Region(nodes, None, [])
 
 
@@ -54,6 +55,55 @@ def test_choice_weighs_evaluation_against_memory_traffic(table):
     assert how == "store" and why == (
         "evaluating the body again 8 ns/element > 1.5 x writing and reading 1 partial "
         "0.8 ns/element (from memory)")
+
+
+def _chain(ops, n, dtype="float64", dependent=True):
+    """A body of ``ops``, each reading the one before (``dependent``) or only
+    the region's input."""
+    source = SimpleNamespace(op="input", id=-1, args=[])
+    nodes = []
+    for i, op in enumerate(ops):
+        before = nodes[-1] if dependent and nodes else source
+        nodes.append(SimpleNamespace(op=op, dtype=np.dtype(dtype), shape=(n,), id=i,
+                                     args=[before]))
+    return Region(nodes, None, [source])
+
+
+def test_a_chain_of_dependent_ops_costs_its_latency(table):
+    """Twenty dependent additions then a tanh cost their chain (20 x 0.03 + 0.3
+    ns), not the throughput sum (0.3: an addition alone measures as free);
+    the same ops side by side, or a table without the latency figure, cost
+    the sum; and the chain's partials are stored where the sum would have
+    them recomputed."""
+    ops = ["add"] * 20 + ["tanh"]
+    table({"multiply": 0.0, "add": 0.0, "tanh": 0.3}, dependent_ns=0.03)
+    assert C.costs().body_cost(_chain(ops, 1000)) == pytest.approx(0.9)
+    assert C.costs().body_cost(_chain(ops, 1000, dependent=False)) == pytest.approx(0.3)
+    how, why = C.partials_strategy(_chain(ops, 1000, "float32"), 1)
+    assert how == "store" and why.startswith("evaluating the body again 0.9 ns/element >")
+    assert C.partials_strategy(_chain(ops, 1000, "float32", dependent=False), 1)[0] == \
+        "recompute"
+    table({"multiply": 0.0, "add": 0.0, "tanh": 0.3})
+    assert C.costs().body_cost(_chain(ops, 1000)) == pytest.approx(0.3)
+
+
+def test_the_dense_chain_stores_its_partial_and_differentiates_right():
+    """The bench's dense chain (20 layers, each the sum of all before, then
+    tanh) in float32 with the built-in table: its forward region stores the
+    one partial instead of the backward sweep evaluating the chain again,
+    explain() gives the chain's figure, and the gradient matches the float64
+    reference."""
+    from hybridad.bench.workloads import dense_chain
+
+    x = (np.linspace(-1.0, 1.0, 5000) * 2.0 ** -19).astype(np.float32)
+    plan = ha.compile(dense_chain, x, tiered=False)
+    text = plan.explain()
+    assert "mode='vjp'" not in text  # no region evaluated again for its partials
+    assert "store" in text and "evaluating the body again" in text
+    res = plan.gradient(x)
+    ref = ha.gradient(dense_chain, x.astype(np.float64), backend="numpy")
+    np.testing.assert_allclose(res.gradient, ref.gradient, rtol=2e-5, atol=1e-3)
+    assert C.costs().dependent_ns
 
 
 def test_unmeasured_ops(table):

@@ -154,6 +154,32 @@ def _profile_group(ops, n, budget_s, rng, dtype=np.float64):
                       for name, *_ in ops if (name,) in per}  # (positive: no region)
 
 
+def _dependent_ns(n, budget_s, rng, chain=16):
+    """ns per element of an op on a chain of dependent ops: a region of
+    ``chain`` dependent multiply-adds (float64) against one multiply, per op."""
+    from ..api import compile as compile_plan
+    from ..ops.region import recompute_partials
+    from .profile import profile
+
+    x = rng.uniform(0.2, 0.9, n)
+
+    def f(x):
+        w = x
+        for _ in range(chain):
+            w = w * 0.999 + 0.001
+        return np.sum(x * 1.5) + np.sum(w)
+
+    with recompute_partials():
+        plan = compile_plan(f, x, parallel=False, tiered=False)
+        prof = profile(plan, x, budget_s=budget_s)
+    nodes = {m.id: m for m in plan.graph.nodes}
+    per = {len(nodes[r.node].attrs["body"].nodes): r.median_ns / n for r in prof.rows
+           if r.kind == "region_reduce" and r.phase == "forward"}
+    if 1 not in per or 2 * chain not in per:
+        raise RuntimeError(f"calibration: the chain regions are missing ({sorted(per)})")
+    return max(per[2 * chain] - per[1], 0.0) / (2 * chain - 1)
+
+
 def calibrate(path=None, n=8192, budget_s=2.0, ops=None):
     """Measure this machine's costs and write them where :func:`costs` finds
     them (``path``, default :func:`calibration_path`).
@@ -194,7 +220,8 @@ def calibrate(path=None, n=8192, budget_s=2.0, ops=None):
               cpu=cpu, cores=cores, when=time.strftime("%Y-%m-%d"),
               gemm_ns={dt: round(_gemm_rate(dt), 5) for dt in ("float64", "float32")},
               matvec_ns={dt: _matvec_rates(dt) for dt in ("float64", "float32")},
-              simd_bits=_simd_bits())
+              simd_bits=_simd_bits(),
+              dependent_ns=round(_dependent_ns(n, share, rng), 5))
     path = path or calibration_path()
     if path:
         d = {k: v for k, v in c.to_dict().items() if k != "source"}

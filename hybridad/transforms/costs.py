@@ -4,7 +4,9 @@ makes from those costs.
 A fused region's partials can be *stored* (written as arrays in the forward
 sweep, read back in the backward sweep) or *recomputed* (the region's body
 evaluated again in the backward sweep): :func:`partials_strategy` weighs one
-extra evaluation of the body (the sum of its ops' measured costs per element)
+extra evaluation of the body (the sum of its ops' measured costs per element,
+or its longest chain of dependent ops at the measured latency per op where
+that is more)
 against the memory traffic of ``k`` stored partials (a write and a read of
 ``k`` elements per element, at the copy rate measured for that many bytes)
 and stores only when that is :data:`STORE_MARGIN` times cheaper (what is
@@ -111,6 +113,10 @@ class Costs:
     #: (:mod:`hybridad.backends.numba.simd`): 512 where loops measured faster
     #: with it than with LLVM's default for the CPU; None: LLVM's default
     simd_bits: int | None = None
+    #: nanoseconds per element of an op that waits for the one before it (a
+    #: chain of dependent multiply-adds: the pipeline's latency, not the
+    #: throughput ``op_ns`` measures); None: not measured (no such term)
+    dependent_ns: float | None = None
 
     def op_cost(self, op, dtype=None):
         """Nanoseconds per element for ``op`` (in ``dtype``: an op measured in
@@ -134,8 +140,20 @@ class Costs:
 
     def body_cost(self, body):
         """Nanoseconds per element of one evaluation of a region's ``body``
-        (its elementwise ops; the reduction it may end in is not counted)."""
-        return sum(self.op_cost(n.op, n.dtype) for n in body.nodes if n is not body.reduction)
+        (its elementwise ops; the reduction it may end in is not counted):
+        the sum of its ops' costs, or its longest chain of dependent ops where
+        that costs more (each op there at least :attr:`dependent_ns`: twenty
+        additions one after the other cost their latency, while each alone
+        measures as free beside a loop's loads and stores)."""
+        ops = [n for n in body.nodes if n is not body.reduction]
+        total = sum(self.op_cost(n.op, n.dtype) for n in ops)
+        if not self.dependent_ns:
+            return total
+        path = {}
+        for n in ops:
+            before = max((path.get(a.id, 0.0) for a in n.args), default=0.0)
+            path[n.id] = before + max(self.op_cost(n.op, n.dtype), self.dependent_ns)
+        return max(total, max(path.values(), default=0.0))
 
     def gemm_cost(self, m, k, n, dtype):
         """Nanoseconds of one single-threaded BLAS gemm ``(m, k) @ (k, n)``:

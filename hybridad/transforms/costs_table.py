@@ -12,7 +12,13 @@ runs, 0.255 taken.
 ``matvec_ns`` was added on 2026-11-27: the medians of five runs of
 :func:`hybridad.plans.calibrate._matvec_rates` per dtype here (single-threaded
 gemv and the numba backend's row and column loops over 16 MiB of 512 x 512
-matrices; float64 gemv 0.29-0.52 ns per element, the loops 0.25-0.41)."""
+matrices; float64 gemv 0.29-0.52 ns per element, the loops 0.25-0.41).
+
+``simd_bits`` and ``dependent_ns`` were added on 2026-11-27, measured on the
+2-core Intel Xeon (Emerald Rapids) these sessions run on, not the reference
+machine: :func:`hybridad.backends.numba.simd.measure` gave 0.74-0.79 (512-bit
+vectors chosen; a CPU without them keeps its width whatever this says), and
+:func:`hybridad.plans.calibrate._dependent_ns` 0.0154-0.0163 ns per op."""
 
 TABLE = {
  "op_ns": {
@@ -82,5 +88,6 @@ TABLE = {
   "float64": {"blas": 0.36, "dot": 0.33, "axpy": 0.31},
   "float32": {"blas": 0.27, "dot": 0.1, "axpy": 0.25}
  },
- "simd_bits": 512
+ "simd_bits": 512,
+ "dependent_ns": 0.016
 }
