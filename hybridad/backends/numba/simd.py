@@ -37,8 +37,11 @@ def prefer_wide(typingctx):
 
     def codegen(context, builder, signature, args):
         # llvmlite's attribute set checks names against LLVM's enum attributes;
-        # a string attribute is written as it will appear in the IR
-        set.add(builder.function.attributes, ATTRIBUTE)
+        # a string attribute is written as it will appear in the IR (an
+        # llvmlite whose attributes are not a set: LLVM's width, as before)
+        attributes = builder.function.attributes
+        if isinstance(attributes, set):
+            set.add(attributes, ATTRIBUTE)
         return context.get_dummy_value()
 
     return types.none(), codegen
