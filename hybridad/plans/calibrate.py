@@ -116,13 +116,26 @@ def _copy_rate(nbytes, seconds=0.1, least=5):
 GROUP = 6
 
 
-def _profile_group(ops, n, budget_s, rng, dtype=np.float64):
-    """``(multiply, {op: ns per element})`` from one plan of ``ops``' regions
-    and two baseline regions, in ``dtype``."""
+def _region_times(f, args, n, budget_s):
+    """``{ops of a forward region -> ns per element}`` of a serial plan of
+    ``f`` (gradient w.r.t. every argument, partials recomputed: the forward
+    regions compute values only), profiled for ``budget_s``."""
     from ..api import compile as compile_plan
     from ..ops.region import recompute_partials
     from .profile import profile
 
+    with recompute_partials(), np.errstate(all="ignore"):
+        plan = compile_plan(f, *args, argnums=tuple(range(len(args))), parallel=False,
+                            tiered=False)
+        prof = profile(plan, *args, budget_s=budget_s)
+    nodes = {m.id: m for m in plan.graph.nodes}
+    return {tuple(m.op for m in nodes[r.node].attrs["body"].nodes): r.median_ns / n
+            for r in prof.rows if r.kind == "region_reduce" and r.phase == "forward"}
+
+
+def _profile_group(ops, n, budget_s, rng, dtype=np.float64):
+    """``(multiply, {op: ns per element})`` from one plan of ``ops``' regions
+    and two baseline regions, in ``dtype``."""
     args = [rng.uniform(0.2, 0.9, n).astype(dtype)]
     for _, _, nin, (lo, hi) in ops:
         args += [rng.uniform(lo + 0.1 * (hi - lo), hi - 0.1 * (hi - lo), n).astype(dtype)
@@ -136,16 +149,7 @@ def _profile_group(ops, n, budget_s, rng, dtype=np.float64):
             at += nin
         return total
 
-    with recompute_partials(), np.errstate(all="ignore"):  # forward regions: values only
-        plan = compile_plan(f, *args, argnums=tuple(range(len(args))), parallel=False,
-                            tiered=False)
-        prof = profile(plan, *args, budget_s=budget_s)
-    nodes = {m.id: m for m in plan.graph.nodes}
-    per = {}  # the region's ops -> ns per element
-    for r in prof.rows:
-        if r.kind == "region_reduce" and r.phase == "forward":
-            body = nodes[r.node].attrs["body"]
-            per[tuple(m.op for m in body.nodes)] = r.median_ns / n
+    per = _region_times(f, args, n, budget_s)
     base, twice = per.get(("multiply",)), per.get(("multiply", "multiply"))
     if base is None or twice is None:
         raise RuntimeError(f"calibration: the baseline regions are missing ({sorted(per)})")
@@ -157,27 +161,17 @@ def _profile_group(ops, n, budget_s, rng, dtype=np.float64):
 def _dependent_ns(n, budget_s, rng, chain=16):
     """ns per element of an op on a chain of dependent ops: a region of
     ``chain`` dependent multiply-adds (float64) against one multiply, per op."""
-    from ..api import compile as compile_plan
-    from ..ops.region import recompute_partials
-    from .profile import profile
-
-    x = rng.uniform(0.2, 0.9, n)
-
     def f(x):
         w = x
         for _ in range(chain):
             w = w * 0.999 + 0.001
         return np.sum(x * 1.5) + np.sum(w)
 
-    with recompute_partials():
-        plan = compile_plan(f, x, parallel=False, tiered=False)
-        prof = profile(plan, x, budget_s=budget_s)
-    nodes = {m.id: m for m in plan.graph.nodes}
-    per = {len(nodes[r.node].attrs["body"].nodes): r.median_ns / n for r in prof.rows
-           if r.kind == "region_reduce" and r.phase == "forward"}
-    if 1 not in per or 2 * chain not in per:
+    per = _region_times(f, [rng.uniform(0.2, 0.9, n)], n, budget_s)
+    base, chained = per.get(("multiply",)), per.get(("multiply", "add") * chain)
+    if base is None or chained is None:
         raise RuntimeError(f"calibration: the chain regions are missing ({sorted(per)})")
-    return max(per[2 * chain] - per[1], 0.0) / (2 * chain - 1)
+    return max(chained - base, 0.0) / (2 * chain - 1)
 
 
 def calibrate(path=None, n=8192, budget_s=2.0, ops=None):

@@ -145,14 +145,14 @@ class Costs:
         that costs more (each op there at least :attr:`dependent_ns`: twenty
         additions one after the other cost their latency, while each alone
         measures as free beside a loop's loads and stores)."""
-        ops = [n for n in body.nodes if n is not body.reduction]
-        total = sum(self.op_cost(n.op, n.dtype) for n in ops)
+        ops = [(n, self.op_cost(n.op, n.dtype)) for n in body.nodes if n is not body.reduction]
+        total = sum(ns for _, ns in ops)
         if not self.dependent_ns:
             return total
         path = {}
-        for n in ops:
+        for n, ns in ops:
             before = max((path.get(a.id, 0.0) for a in n.args), default=0.0)
-            path[n.id] = before + max(self.op_cost(n.op, n.dtype), self.dependent_ns)
+            path[n.id] = before + max(ns, self.dependent_ns)
         return max(total, max(path.values(), default=0.0))
 
     def gemm_cost(self, m, k, n, dtype):

@@ -352,8 +352,10 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         header.insert(3, simd.IMPORT)
 
     def module(body, defs):
-        lines = "\n".join(header + defs + ["", "", f"@njit({flags})", signature] + body)
-        return "\n".join(simd.widen(lines.split("\n")) if wide else [lines]) + "\n"
+        lines = header + defs + ["", "", f"@njit({flags})", signature] + body
+        if wide:  # (header entries may hold several lines)
+            lines = simd.widen("\n".join(lines).split("\n"))
+        return "\n".join(lines) + "\n"
 
     whole = module(body, kernel_defs)
     source = whole

@@ -232,7 +232,7 @@ def vlog32(x):
 
 FLOAT32_UFUNCS = {"expm1": "vexpm1_32", "log": "vlog32"}
 """ufunc name -> the function of this module a float32 kernel calls (widened,
-then rounded); generated source names them ``<ufunc>32`` (``_vm_exp32``)."""
+then rounded); generated source names them ``<ufunc>32`` (``_vm_log32``)."""
 
 
 # --------------------------------------------------------------------------
