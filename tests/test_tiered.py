@@ -155,3 +155,69 @@ def test_convenience_calls_take_the_fast_path_after_the_switch(monkeypatch):
     assert seen == [1]
     np.testing.assert_allclose(res.gradient, before, rtol=1e-14)
     np.testing.assert_allclose(res.gradient, np.sin(x) + x * np.cos(x) + 0.25, rtol=1e-13)
+
+
+FIRST_NJIT_SCRIPT = r"""
+import sys, threading
+import numpy as np
+import hybridad as ha
+
+held, go = threading.Event(), threading.Event()
+
+
+class Hold:
+    # the background build, inside numba's compiler lock, before the
+    # program module's imports: wait there while another thread decorates
+    def find_spec(self, name, path=None, target=None):
+        if name == "hybridad.backends.numba.program" and \
+                threading.current_thread().name.startswith("hybridad compile"):
+            held.set()
+            go.wait(30)
+        return None
+
+
+sys.meta_path.insert(0, Hold())
+plan = ha.compile(lambda x: np.sum(np.tanh(x) @ np.ones((3, 3))), np.ones((4, 3)),
+                  tiered=True)
+plan.gradient(np.ones((4, 3)))  # the numpy reference answers; numba compiles behind
+assert held.wait(60), "the background build never reached the program's imports"
+
+
+def first_njit():
+    import numba
+    assert numba.njit(lambda v: v + 1)(1) == 2
+
+
+user = threading.Thread(target=first_njit)
+user.start()
+user.join(2)  # decorating takes numba's target context (made lazily)
+go.set()
+user.join(60)
+if user.is_alive() or not plan.wait(60):
+    print("deadlock", flush=True)
+    import os
+    os._exit(3)  # the hung threads would keep the interpreter from exiting
+want = ha.compile(lambda x: np.sum(np.tanh(x) @ np.ones((3, 3))), np.ones((4, 3)),
+                  backend="numpy").gradient(np.ones((4, 3)))
+assert np.allclose(plan.gradient(np.ones((4, 3))).gradient, want.gradient)
+print("ok")
+"""
+
+
+def test_a_first_njit_beside_the_background_compile_does_not_deadlock(tmp_path):
+    """A thread decorating its first ``@njit`` function (user code, or a
+    hybridad module imported lazily) while the tiered plan's background build
+    holds numba's compiler lock: numba makes its target context at the first
+    decorator, under the context's lock and then the compiler lock; the build
+    took them the other way round (its imports' first ``@njit``) and the
+    process hung for good.  Deterministic: the build waits inside the lock,
+    before its imports, until the other thread has started decorating."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, HYBRIDAD_TIERED="1")
+    out = subprocess.run([sys.executable, "-c", FIRST_NJIT_SCRIPT], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert "deadlock" not in out.stdout, "the first @njit beside the background compile hung"
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]

@@ -24,9 +24,19 @@ def build_program(*args, **kwargs):
     ``SystemError: AST constructor recursion depth mismatch`` in a call.  A
     build's compile waited for this lock anyway: what is newly serialized is
     its code generation.
+
+    numba's CPU target context is made before the lock is taken.  numba makes
+    it lazily, at the first ``@njit`` decorator, under the context's own lock
+    and then its compiler lock; a build holding the compiler lock whose
+    imports made the context (the first ``@njit`` of ``program``'s imports)
+    took the two the other way round, and a thread decorating its first
+    ``@njit`` function meanwhile (user code, or a hybridad module imported
+    lazily) deadlocked with the tiered plan's background compile.
     """
     from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.registry import cpu_target
 
+    cpu_target.target_context  # noqa: B018 - made now, outside the compiler lock
     with global_compiler_lock:
         from .program import compile_numba_program
 
