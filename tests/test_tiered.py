@@ -204,6 +204,20 @@ print("ok")
 """
 
 
+def _hang_free(script, tmp_path):
+    """Run ``script`` in a fresh interpreter (numba not yet started, a cold
+    disk cache); it prints ``deadlock`` when its threads hang."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, HYBRIDAD_TIERED="1", HYBRIDAD_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert "deadlock" not in out.stdout, "the threads hung: " + out.stdout
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
 def test_a_first_njit_beside_the_background_compile_does_not_deadlock(tmp_path):
     """A thread decorating its first ``@njit`` function (user code, or a
     hybridad module imported lazily) while the tiered plan's background build
@@ -212,12 +226,59 @@ def test_a_first_njit_beside_the_background_compile_does_not_deadlock(tmp_path):
     took them the other way round (its imports' first ``@njit``) and the
     process hung for good.  Deterministic: the build waits inside the lock,
     before its imports, until the other thread has started decorating."""
-    import os
-    import subprocess
-    import sys
+    _hang_free(FIRST_NJIT_SCRIPT, tmp_path)
 
-    env = dict(os.environ, HYBRIDAD_TIERED="1")
-    out = subprocess.run([sys.executable, "-c", FIRST_NJIT_SCRIPT], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert "deadlock" not in out.stdout, "the first @njit beside the background compile hung"
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+ELEMENTWISE_SCRIPT = r"""
+import math, os, sys, threading
+import numpy as np
+import hybridad as ha
+
+go = threading.Event()
+
+
+class Hold:
+    # the background build, inside numba's compiler lock, waits before the
+    # program module's imports while the first call runs the reference program
+    def find_spec(self, name, path=None, target=None):
+        if name == "hybridad.backends.numba.program" and \
+                threading.current_thread().name.startswith("hybridad compile"):
+            go.wait(30)
+        return None
+
+
+sys.meta_path.insert(0, Hold())
+
+
+@ha.elementwise
+def softplus(x):
+    return math.log1p(math.exp(-abs(x))) + max(x, 0.0)
+
+
+x = np.linspace(-2, 2, 50)
+plan = ha.compile(lambda x: np.sum(softplus(x) * x), x, tiered=True)
+done = []
+threading.Timer(2.0, go.set).start()  # by then the call is compiling the ufunc
+caller = threading.Thread(target=lambda: done.append(plan.gradient(x).gradient.copy()),
+                          daemon=True)
+caller.start()
+caller.join(90)
+if caller.is_alive() or not plan.wait(60):
+    print("deadlock", flush=True)
+    os._exit(3)
+s = 1 / (1 + np.exp(-x))
+assert np.allclose(done[0], np.log1p(np.exp(x)) + x * s)
+assert np.allclose(plan.gradient(x).gradient, done[0])
+print("ok")
+"""
+
+
+def test_an_elementwise_function_beside_the_background_compile_does_not_deadlock(tmp_path):
+    """The first call of a tiered plan with an ``@elementwise`` function runs
+    the numpy reference program, which compiles the function's ufunc; the
+    background build, inside numba's compiler lock, needs the function's
+    kernel.  The call took the function's lock and then the compiler lock,
+    the build the other way round: every such first call with a cold cache
+    hung (3 of 3).  Deterministic: the build waits inside the compiler lock
+    until the call is compiling."""
+    _hang_free(ELEMENTWISE_SCRIPT, tmp_path)

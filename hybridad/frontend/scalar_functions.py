@@ -377,7 +377,9 @@ class _Primitive:
         """numba-vectorized ufunc of this derivative (float64 and float32 loops)."""
         import numba
 
-        with _LOCK:
+        from ..backends.numba import compiler_lock
+
+        with compiler_lock(), _LOCK:  # numba's lock first (it compiles here)
             if self._ufunc is None:
                 n = self.family.ef.nargs
                 # float32 first: numpy takes the first loop its operands cast to
@@ -404,9 +406,9 @@ class _Primitive:
         primitive's multi-index: one evaluation on nested dual numbers."""
         import numba
 
-        from ..backends.numba import dual
+        from ..backends.numba import compiler_lock, dual
 
-        with _LOCK:
+        with compiler_lock(), _LOCK:  # numba's lock first (a plan's build calls this)
             if self._driver is None:
                 fam, n = self.family, self.family.ef.nargs
                 params = [f"x{i}" for i in range(n)]

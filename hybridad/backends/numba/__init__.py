@@ -4,7 +4,7 @@ calls (:mod:`.rt`, :mod:`.folds`, :mod:`.lapack`, :mod:`.vmath`, :mod:`.threads`
 numbers for user functions (:mod:`.dual`), small kernels of the plans
 (:mod:`.kernels`) and the verified disk cache (:mod:`.cache`)."""
 
-__all__ = ["build_program"]
+__all__ = ["build_program", "compiler_lock"]
 
 
 def build_program(*args, **kwargs):
@@ -25,19 +25,40 @@ def build_program(*args, **kwargs):
     build's compile waited for this lock anyway: what is newly serialized is
     its code generation.
 
-    numba's CPU target context is made before the lock is taken.  numba makes
-    it lazily, at the first ``@njit`` decorator, under the context's own lock
-    and then its compiler lock; a build holding the compiler lock whose
-    imports made the context (the first ``@njit`` of ``program``'s imports)
-    took the two the other way round, and a thread decorating its first
-    ``@njit`` function meanwhile (user code, or a hybridad module imported
-    lazily) deadlocked with the tiered plan's background compile.
+    The lock is taken by :func:`compiler_lock`.
+    """
+    with compiler_lock():
+        from .program import compile_numba_program
+
+        return compile_numba_program(*args, **kwargs)
+
+
+def compiler_lock():
+    """numba's compiler lock (process-wide, re-entrant), for hybridad code that
+    compiles, or makes numba functions, while holding a lock of its own.
+
+    One order everywhere: the compiler lock first, then hybridad's lock
+    (``with compiler_lock(), _LOCK:``), never the other way round -- a thread
+    holding hybridad's lock and compiling waits for the compiler lock, which a
+    tiered plan's background build may hold while it needs that same lock
+    (the first call of a plan with an ``@elementwise`` function compiled its
+    ufunc under the function's lock while the build, inside the compiler
+    lock, wanted that lock for the function's kernel: the process hung).
+
+    numba's CPU target context is made before the lock is returned: numba
+    makes it lazily, at the first ``@njit`` decorator, under the context's
+    own lock and then the compiler lock; a holder of the compiler lock whose
+    code made the first numba function (``program``'s imports) took the two
+    the other way round, and a thread decorating its first ``@njit``
+    function meanwhile (user code, a hybridad module imported lazily)
+    deadlocked with it.
+
+    Returns
+    -------
+    numba's global compiler lock (a context manager).
     """
     from numba.core.compiler_lock import global_compiler_lock
     from numba.core.registry import cpu_target
 
     cpu_target.target_context  # noqa: B018 - made now, outside the compiler lock
-    with global_compiler_lock:
-        from .program import compile_numba_program
-
-        return compile_numba_program(*args, **kwargs)
+    return global_compiler_lock
