@@ -282,3 +282,55 @@ def test_key_covers_every_library_module_the_code_depends_on(monkeypatch):
     monkeypatch.setattr(cache, "_read", real)
     cache._library_digest.cache_clear()
     assert cache.source_hash(src) == before
+
+
+def _user_function(x):
+    return x + 1.0
+
+
+def test_library_functions_numba_caches_are_stamped_with_their_imports(monkeypatch):
+    """hybridad's own ``cache=True`` functions: numba stamps their cache with
+    their own file alone, so an edit to threshold.py (constants rt.py's loops
+    freeze) left rt.py's cached machine code running.  Their locator stamps
+    it with the source of the module's import closure instead; every module
+    with such functions installs it before the first one."""
+    import re
+
+    import numba
+
+    from hybridad.backends.numba import folds, libcache, rt, vmath
+    from hybridad.ops import lapack_solve
+
+    package = os.path.dirname(ha.__file__)
+    users = []
+    for dirpath, _, files in os.walk(package):
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(dirpath, name), encoding="utf-8") as fh:
+                    text = fh.read()
+                first = re.search(r"^\s*@(?:numba\.)?njit\([^)]*cache=True|njit\(cache=True\)\(",
+                                  text, re.M)
+                if first:
+                    users.append(name)
+                    assert "install()" in text[:first.start()], name
+    assert {"rt.py", "vmath.py", "folds.py", "lapack.py", "coloring.py", "kernels.py"} <= set(users)
+
+    for fn in (rt.gemm_threads, vmath.vtanh, folds.fold_sum, lapack_solve.solve_triangular):
+        locator = fn._cache._impl.locator
+        assert type(locator) in libcache._LOCATORS, fn
+        assert fn._cache._cache_file._source_stamp == locator.get_source_stamp()
+    assert type(numba.njit(cache=True)(_user_function)._cache._impl.locator) \
+        not in libcache._LOCATORS  # others' functions keep numba's own
+
+    stamps = [f._cache._impl.locator.get_source_stamp for f in (rt.gemm_threads, vmath.vtanh)]
+    before = [s() for s in stamps]
+    real = cache._read
+    changed = os.path.join("backends", "numba", "threshold.py")
+    monkeypatch.setattr(cache, "_read", lambda p: real(p) + b"#" * p.endswith(changed))
+    cache._library_digest.cache_clear()
+    after = [s() for s in stamps]
+    assert after[0] != before[0]  # rt imports threshold
+    assert after[1] == before[1]  # vmath does not
+    monkeypatch.setattr(cache, "_read", real)
+    cache._library_digest.cache_clear()
+    assert [s() for s in stamps] == before

@@ -230,6 +230,10 @@ def _content_hash(a):
 def _hash_kernel():
     import numba
 
+    from ..backends.numba.libcache import install
+
+    install()  # numba's cache of the kernel: stamped with its imports' source
+
     @numba.njit(cache=True, nogil=True)
     def content_hash(data):
         n8 = data.size // 8

@@ -43,6 +43,7 @@ import ctypes
 import numpy as np
 from llvmlite import binding as _llvm
 from numba import njit, types
+from ..backends.numba.libcache import install
 
 __all__ = ["KERNEL_MODULES", "LAPACK_OPS", "SINGLE_OPS", "cholesky", "det", "eigh", "eigvalsh",
            "inv", "kernel", "kernel_args", "kind_of", "slogdet", "solve", "work_size"]
@@ -182,6 +183,9 @@ def _syevd_lwork(n, vectors):
     lwork = int(dsyevd_lwork(n, compute_v=int(vectors), lower=1)[0])
     least = (1 + 6 * n + 2 * n * n if vectors else 2 * n + 1) if n > 1 else 1
     return max(lwork, least)
+
+
+install()  # numba's cache of the functions below: stamped with their imports' source
 
 
 @njit(cache=True, nogil=True)

@@ -35,6 +35,7 @@ import numpy as np
 from numba import njit, types
 
 from .lapack import _register_cython_lapack
+from ..backends.numba.libcache import install
 
 __all__ = ["eig", "eigh_evr", "pinv", "qr", "svd", "work_size"]
 
@@ -113,6 +114,9 @@ def work_size(op, m, n, **attrs):
         s = attrs["hi"] - attrs["lo"] + 1
         return _evr_fixed(n, s, attrs["vectors"]) + max(int(lwork), 26 * n, 1) + _SCALARS
     raise KeyError(op)
+
+
+install()  # numba's cache of the functions below: stamped with their imports' source
 
 
 @njit(cache=True, nogil=True)

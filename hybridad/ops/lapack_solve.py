@@ -32,6 +32,7 @@ from numba import njit, types
 
 from .lapack import _gesv, _getrf, _register_cython_lapack
 from .lapack_more import _SCALARS, _colmajor, _scalars
+from ..backends.numba.libcache import install
 
 __all__ = ["cholesky_adjoint", "expm", "lu_factor", "refuse_if", "solve_triangular",
            "work_size"]
@@ -45,6 +46,9 @@ _dgemm = types.ExternalFunction("hybridad_dgemm", types.void(*([_V] * 13)))
 _sgemm = types.ExternalFunction("hybridad_sgemm", types.void(*([_V] * 13)))
 _dtrsm = types.ExternalFunction("hybridad_dtrsm", types.void(*([_V] * 11)))
 _strsm = types.ExternalFunction("hybridad_strsm", types.void(*([_V] * 11)))
+
+
+install()  # numba's cache of the functions below: stamped with their imports' source
 
 
 @njit(cache=True, nogil=True)

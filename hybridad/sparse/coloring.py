@@ -47,6 +47,7 @@ import scipy.sparse as sp
 from numba import njit
 
 from .recolor import improve
+from ..backends.numba.libcache import install
 
 __all__ = ["METHODS", "ORDERS", "color_columns", "color_rows", "hessian_sources",
            "jacobian_sources", "lower_bound", "star_coloring"]
@@ -64,6 +65,9 @@ METHODS = ORDERS + ("rlf",)
 # ----------------------------------------------------------------------------
 # the greedy loops
 # ----------------------------------------------------------------------------
+install()  # numba's cache of the functions below: stamped with their imports' source
+
+
 @njit(cache=True)
 def _greedy(indptr, indices, order):  # pragma: no cover - numba
     n = order.size

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from ..backends.numba.libcache import install
 
 __all__ = ["improve"]
 
@@ -96,6 +97,9 @@ def iterated_greedy(indptr, indices, colors, greedy, passes=IG_PASSES):
 # ----------------------------------------------------------------------------
 # tabu search
 # ----------------------------------------------------------------------------
+install()  # numba's cache of the functions below: stamped with their imports' source
+
+
 @njit(cache=True)
 def _drop(indptr, indices, colors):  # pragma: no cover - numba
     """``colors`` (``0 .. k - 1``) less its smallest class: those vertices take,

@@ -138,7 +138,7 @@ def _is_submodule(name):
         return False
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=64)
 def _library_digest(modules):
     """Hash of the source of the hybridad modules generated source imports,
     with everything they import from hybridad in turn: numba's cache does not

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from .libcache import install
 
 __all__ = ["fold_max", "fold_min", "fold_prod", "fold_sum", "fold_sum_wide", "sum_compensated"]
+
+
+install()  # numba's cache of the functions below: stamped with their imports' source
 
 
 @njit(cache=True)

@@ -33,6 +33,7 @@ import numpy as np
 from numba import njit, objmode, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+from .libcache import install
 
 __all__ = ["CLOCKS", "Timers", "clock_cost", "clock_ns", "cpu_clock_ns"]
 
@@ -94,6 +95,9 @@ else:  # pragma: no cover - Windows
 
 CLOCKS = {"wall": (CLOCK_NAME, "clock_ns"),
           "cpu": ("the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID)", "cpu_clock_ns")}
+
+
+install()  # numba's cache of the functions below: stamped with their imports' source
 
 
 @njit(cache=True)

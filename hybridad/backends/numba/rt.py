@@ -22,6 +22,7 @@ from numba.extending import intrinsic
 # memory plan asks for them before any numba code exists)
 from .abi import ABI, ABI_FIELDS
 from .threshold import GEMM_SMALL_RESULT, MATVEC_BLOCK
+from .libcache import install
 
 __all__ = ["ABI", "ABI_FIELDS", "check_arrays", "gemm",
            "load_i32", "load_i64", "load_u8", "overlaps", "type_num", "view_at"]
@@ -72,6 +73,9 @@ def view_at(typingctx, address, shape, dtype):
         return ary._getvalue()
 
     return arrty(address, shape, dtype), codegen
+
+
+install()  # numba's cache of the functions below: stamped with their imports' source
 
 
 @njit(cache=True)

@@ -32,6 +32,7 @@ from llvmlite import ir
 from numba import njit
 from numba.core import cgutils, types
 from numba.extending import get_cython_function_address, intrinsic
+from .libcache import install
 
 __all__ = ["SPECIAL", "expn", "yn", "zeta"]
 
@@ -128,6 +129,9 @@ _expn_long = _make_order(_symbol(_ORDER["expn"]), _ORDER["expn"])
 _yn_long = _make_order(_symbol(_ORDER["yn"]), _ORDER["yn"])
 
 _LONG_MAX = 9.2e18
+
+
+install()  # numba's cache of the functions below: stamped with their imports' source
 
 
 @njit(cache=True)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from .libcache import install
 
 __all__ = ["FLOAT32_NATIVE", "FLOAT32_UFUNCS", "HELPERS", "VECTOR_UFUNCS", "smul", "smul32", "vexp",
            "vexpm1", "vexpm1_32", "vlog", "vlog32", "vtanh", "vexpf", "vtanhf"]
@@ -52,6 +53,9 @@ _C10, _C11, _C12, _C13 = 1 / 3628800, 1 / 39916800, 1 / 479001600, 1 / 622702080
 
 
 _MAGIC = 4503599627370496.0  # 2**52: adding it puts a small integer in the low mantissa bits
+
+
+install()  # numba's cache of the functions below: stamped with their imports' source
 
 
 @njit(inline="always", cache=True)
