@@ -298,7 +298,8 @@ def test_library_functions_numba_caches_are_stamped_with_their_imports(monkeypat
 
     import numba
 
-    from hybridad.backends.numba import folds, libcache, rt, vmath
+    from hybridad import _libcache as libcache
+    from hybridad.backends.numba import folds, rt, vmath
     from hybridad.ops import lapack_solve
 
     package = os.path.dirname(ha.__file__)

@@ -34,7 +34,7 @@ def jit(kernel, cache=True):
         return numba.njit(kernel)
     dispatcher = _DISPATCHERS.get(kernel)
     if dispatcher is None:
-        from ..backends.numba.libcache import install
+        from .._libcache import install
 
         install()  # numba's cache stamped with this module's imports' source
         dispatcher = _DISPATCHERS[kernel] = numba.njit(cache=True)(kernel)

@@ -230,7 +230,7 @@ def _content_hash(a):
 def _hash_kernel():
     import numba
 
-    from ..backends.numba.libcache import install
+    from .._libcache import install
 
     install()  # numba's cache of the kernel: stamped with its imports' source
 

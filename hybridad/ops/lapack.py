@@ -43,7 +43,7 @@ import ctypes
 import numpy as np
 from llvmlite import binding as _llvm
 from numba import njit, types
-from ..backends.numba.libcache import install
+from .._libcache import install
 
 __all__ = ["KERNEL_MODULES", "LAPACK_OPS", "SINGLE_OPS", "cholesky", "det", "eigh", "eigvalsh",
            "inv", "kernel", "kernel_args", "kind_of", "slogdet", "solve", "work_size"]

@@ -35,7 +35,7 @@ import numpy as np
 from numba import njit, types
 
 from .lapack import _register_cython_lapack
-from ..backends.numba.libcache import install
+from .._libcache import install
 
 __all__ = ["eig", "eigh_evr", "pinv", "qr", "svd", "work_size"]
 

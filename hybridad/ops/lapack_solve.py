@@ -32,7 +32,7 @@ from numba import njit, types
 
 from .lapack import _gesv, _getrf, _register_cython_lapack
 from .lapack_more import _SCALARS, _colmajor, _scalars
-from ..backends.numba.libcache import install
+from .._libcache import install
 
 __all__ = ["cholesky_adjoint", "expm", "lu_factor", "refuse_if", "solve_triangular",
            "work_size"]

@@ -47,7 +47,7 @@ import scipy.sparse as sp
 from numba import njit
 
 from .recolor import improve
-from ..backends.numba.libcache import install
+from .._libcache import install
 
 __all__ = ["METHODS", "ORDERS", "color_columns", "color_rows", "hessian_sources",
            "jacobian_sources", "lower_bound", "star_coloring"]

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-from ..backends.numba.libcache import install
+from .._libcache import install
 
 __all__ = ["improve"]
 

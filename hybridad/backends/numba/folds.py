@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-from .libcache import install
+from ..._libcache import install
 
 __all__ = ["fold_max", "fold_min", "fold_prod", "fold_sum", "fold_sum_wide", "sum_compensated"]
 

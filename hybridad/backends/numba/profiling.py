@@ -33,7 +33,7 @@ import numpy as np
 from numba import njit, objmode, types
 from numba.core import cgutils
 from numba.extending import intrinsic
-from .libcache import install
+from ..._libcache import install
 
 __all__ = ["CLOCKS", "Timers", "clock_cost", "clock_ns", "cpu_clock_ns"]
 

@@ -22,7 +22,7 @@ from numba.extending import intrinsic
 # memory plan asks for them before any numba code exists)
 from .abi import ABI, ABI_FIELDS
 from .threshold import GEMM_SMALL_RESULT, MATVEC_BLOCK
-from .libcache import install
+from ..._libcache import install
 
 __all__ = ["ABI", "ABI_FIELDS", "check_arrays", "gemm",
            "load_i32", "load_i64", "load_u8", "overlaps", "type_num", "view_at"]

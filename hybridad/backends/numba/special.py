@@ -32,7 +32,7 @@ from llvmlite import ir
 from numba import njit
 from numba.core import cgutils, types
 from numba.extending import get_cython_function_address, intrinsic
-from .libcache import install
+from ..._libcache import install
 
 __all__ = ["SPECIAL", "expn", "yn", "zeta"]
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-from .libcache import install
+from ..._libcache import install
 
 __all__ = ["FLOAT32_NATIVE", "FLOAT32_UFUNCS", "HELPERS", "VECTOR_UFUNCS", "smul", "smul32", "vexp",
            "vexpm1", "vexpm1_32", "vlog", "vlog32", "vtanh", "vexpf", "vtanhf"]

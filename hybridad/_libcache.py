@@ -15,7 +15,7 @@ to the source, the user-wide cache).  For a function defined in a file of
 the hybridad package they keep that place and stamp the index with a hash of
 the source of the defining module and of every hybridad module it imports,
 directly or through others (the closure the plans' own keys hash,
-:func:`.cache._library_digest`): a change to any of them makes the cached
+:func:`hybridad.backends.numba.cache._library_digest`): a change to any of them makes the cached
 code stale, and numba compiles again.  Functions outside the package (user
 code, the generated plans, which :mod:`.cache` keys by content) get numba's
 own locators.  Every module of hybridad with ``cache=True`` functions calls
@@ -32,7 +32,7 @@ from numba.core import caching
 __all__ = ["install", "is_library_file"]
 
 #: the hybridad package's directory
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
 
 def is_library_file(path):
@@ -57,7 +57,7 @@ class _ClosureStamp:
         return self
 
     def get_source_stamp(self):
-        from .cache import _library_digest
+        from .backends.numba.cache import _library_digest
 
         return "hybridad-closure", _library_digest((self._hybridad_module,))
 
