@@ -375,6 +375,8 @@ class _Primitive:
     @property
     def ufunc(self):
         """numba-vectorized ufunc of this derivative (float64 and float32 loops)."""
+        if self._ufunc is not None:  # every later call: no lock (a build may hold numba's)
+            return self._ufunc
         import numba
 
         from ..backends.numba import compiler_lock
@@ -404,6 +406,8 @@ class _Primitive:
     def driver(self):
         """``drv(*x) -> (d^I f, d^(I+0) f, ..., d^(I+n-1) f)`` (float64), I this
         primitive's multi-index: one evaluation on nested dual numbers."""
+        if self._driver is not None:  # made once: no lock after that
+            return self._driver
         import numba
 
         from ..backends.numba import compiler_lock, dual
@@ -437,8 +441,9 @@ class _Primitive:
                 src = f"def {self.ident}({', '.join(params)}):\n" + \
                     "\n".join("    " + b for b in body) + "\n"
                 exec(compile(src, f"<hybridad elementwise {self.name}>", "exec"), ns)  # noqa: S102
-                self._driver = numba.njit(**_JIT)(ns[self.ident])
-                self._driver.hybridad_source = src
+                driver = numba.njit(**_JIT)(ns[self.ident])
+                driver.hybridad_source = src
+                self._driver = driver  # published whole (read without the lock)
             return self._driver
 
     @property
