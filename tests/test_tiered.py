@@ -157,17 +157,13 @@ def test_convenience_calls_take_the_fast_path_after_the_switch(monkeypatch):
     np.testing.assert_allclose(res.gradient, np.sin(x) + x * np.cos(x) + 0.25, rtol=1e-13)
 
 
-FIRST_NJIT_SCRIPT = r"""
+HOLD = r"""
 import sys, threading
-import numpy as np
-import hybridad as ha
 
 held, go = threading.Event(), threading.Event()
 
 
 class Hold:
-    # the background build, inside numba's compiler lock, before the
-    # program module's imports: wait there while another thread decorates
     def find_spec(self, name, path=None, target=None):
         if name == "hybridad.backends.numba.program" and \
                 threading.current_thread().name.startswith("hybridad compile"):
@@ -177,6 +173,15 @@ class Hold:
 
 
 sys.meta_path.insert(0, Hold())
+"""
+"""Prelude of the scripts below: the background build, inside numba's
+compiler lock and before the program module's imports, sets ``held`` and
+waits there for ``go``."""
+
+FIRST_NJIT_SCRIPT = HOLD + r"""
+import numpy as np
+import hybridad as ha
+
 plan = ha.compile(lambda x: np.sum(np.tanh(x) @ np.ones((3, 3))), np.ones((4, 3)),
                   tiered=True)
 plan.gradient(np.ones((4, 3)))  # the numpy reference answers; numba compiles behind
@@ -229,25 +234,10 @@ def test_a_first_njit_beside_the_background_compile_does_not_deadlock(tmp_path):
     _hang_free(FIRST_NJIT_SCRIPT, tmp_path)
 
 
-ELEMENTWISE_SCRIPT = r"""
-import math, os, sys, threading
+ELEMENTWISE_SCRIPT = HOLD + r"""
+import math, os
 import numpy as np
 import hybridad as ha
-
-go = threading.Event()
-
-
-class Hold:
-    # the background build, inside numba's compiler lock, waits before the
-    # program module's imports while the first call runs the reference program
-    def find_spec(self, name, path=None, target=None):
-        if name == "hybridad.backends.numba.program" and \
-                threading.current_thread().name.startswith("hybridad compile"):
-            go.wait(30)
-        return None
-
-
-sys.meta_path.insert(0, Hold())
 
 
 @ha.elementwise
