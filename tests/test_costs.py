@@ -29,10 +29,13 @@ def table(monkeypatch, tmp_path):
     C.reset()
 
 
-def _body(ops, n, dtype="float64"):
+def _body(ops, n, dtype="float64", inputs=()):
+    """A region of ``ops`` over ``n`` elements; ``inputs``: the sizes of its
+    array inputs."""
     nodes = [SimpleNamespace(op=op, dtype=np.dtype(dtype), shape=(n,), id=i, args=[])
              for i, op in enumerate(ops)]
-    return Region(nodes, None, [])
+    return Region(nodes, None, [SimpleNamespace(size=size, dtype=np.dtype(dtype))
+                                for size in inputs])
 
 
 def test_choice_weighs_evaluation_against_memory_traffic(table):
@@ -57,10 +60,55 @@ def test_choice_weighs_evaluation_against_memory_traffic(table):
         "0.8 ns/element (from memory)")
 
 
+def test_recomputing_counts_its_loops_and_the_inputs_they_read_again(table):
+    """Recomputed, the backward sweep evaluates the body once per input it
+    differentiates, each loop reading the region's array inputs again;
+    stored, the backward loop reads the partial in their place.  exp-sum's
+    body (one exp, one array input) at n = 10^6 stores where counting the
+    partial's write and read alone recomputed it."""
+    table({"multiply": 0.0, "add": 0.0, "exp": 1.2}, stream=0.07)
+    n = 10**6
+    # the partial's traffic alone: 1.5 x 2 x 8 B x 0.07 = 1.68 ns > 1.2
+    assert C.partials_strategy(_body(["multiply", "exp"], n), 1)[0] == "recompute"
+    # less the input read again (8 B): 1.5 x 0.56 = 0.84 ns < 1.2
+    how, why = C.partials_strategy(_body(["multiply", "exp"], n, inputs=[n, 1]), 1)
+    assert how == "store" and why == (
+        "evaluating the body again 1.2 ns/element > 1.5 x writing and reading 1 partial less "
+        "reading the inputs again 0.56 ns/element (from memory)")
+    # a broadcast input counts its share: a row of 16 read 10^6 / 16 times is in cache
+    row = C.partials_strategy(_body(["multiply", "exp"], n, inputs=[16]), 1)
+    assert row[0] == "recompute" and "less reading the inputs again 1.1 ns" in row[1]
+    # float32: the input and the partial both half the bytes
+    assert C.partials_strategy(_body(["exp"], n, "float32", inputs=[n]), 1)[0] == "store"
+    # two inputs differentiated, two loops, each reading both: no traffic saved by
+    # recomputing, and 2.4 ns of exps
+    how, why = C.partials_strategy(_body(["multiply", "exp"], n, inputs=[n, n]), 2,
+                                   evaluations=2)
+    assert how == "store" and why.startswith("evaluating the body again in 2 loops 2.4 "
+                                             "ns/element > 0.5 ns/element, below which")
+    # cheap bodies are still not worth an array
+    assert C.partials_strategy(_body(["multiply", "add"], n, inputs=[n, n]), 2,
+                               evaluations=2)[0] == "recompute"
+
+
+def test_a_plan_counts_its_recomputing_loops():
+    """A region of two differentiated inputs (``exp(x * y)`` summed) with the
+    built-in table: its partials are stored (two recomputing loops would each
+    evaluate exp and read both inputs), explain() says so, and the gradient
+    is exact."""
+    x, y = np.linspace(-1, 1, 3000), np.linspace(0, 2, 3000)
+    plan = ha.compile(lambda x, y: np.sum(np.exp(x * y)), x, y, argnums=(0, 1), tiered=False)
+    text = plan.explain()
+    assert "mode='vjp'" not in text and "evaluating the body again in 2 loops" in text
+    res = plan.gradient(x, y)
+    np.testing.assert_allclose(res.gradient[0], y * np.exp(x * y), rtol=1e-14)
+    np.testing.assert_allclose(res.gradient[1], x * np.exp(x * y), rtol=1e-14)
+
+
 def _chain(ops, n, dtype="float64", dependent=True):
     """A body of ``ops``, each reading the one before (``dependent``) or only
     the region's input."""
-    source = SimpleNamespace(op="input", id=-1, args=[])
+    source = SimpleNamespace(op="input", id=-1, args=[], size=n, dtype=np.dtype(dtype))
     nodes = []
     for i, op in enumerate(ops):
         before = nodes[-1] if dependent and nodes else source

@@ -65,13 +65,14 @@ def summed_partials_in_loop(on=True):
     return switch("summed_partials_in_loop", on)
 
 
-def strategy(body, k=1, summed=0):
+def strategy(body, k=1, summed=0, evaluations=1):
     """``(strategy, reason)`` for the ``k`` distinct partials of region
     ``body`` that need an array each, and ``summed`` more that its loop sums
-    (no array): ``"store"`` or ``"recompute"``, from the machine's measured
-    costs (:func:`hybridad.transforms.costs.partials_strategy`); every
-    partial summed: ``"store"`` (nothing is kept, the backward sweep does not
-    evaluate the body again)."""
+    (no array): ``"store"`` or ``"recompute"`` (the body evaluated again in
+    ``evaluations`` loops, one per input differentiated), from the machine's
+    measured costs (:func:`hybridad.transforms.costs.partials_strategy`);
+    every partial summed: ``"store"`` (nothing is kept, the backward sweep
+    does not evaluate the body again)."""
     if enabled("recompute_partials"):
         return "recompute", "every region recomputes (a memory budget, or calibration)"
     if summed and not k:
@@ -79,7 +80,7 @@ def strategy(body, k=1, summed=0):
                          f"of a full sum): no array, no second evaluation")
     from ..transforms.costs import partials_strategy
 
-    return partials_strategy(body, k)
+    return partials_strategy(body, k, evaluations)
 
 
 def _no_numpy(*args, **kwargs):
@@ -130,7 +131,10 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
          if (t := _partial_of_output(body, first, inputs)) is not None}
     rest = [first for first in shared if first not in trees]
     if rest:  # (summed partials come with a full sum: then trees is empty)
-        how, body.partials_reason = strategy(body, len(rest) - len(summed), len(summed))
+        # recomputed, each active input not read from the output gets its own loop
+        evaluations = sum(1 for k, act in enumerate(active) if act and same.get(k, k) in rest)
+        how, body.partials_reason = strategy(body, len(rest) - len(summed), len(summed),
+                                             evaluations)
         if trees:
             body.partials_reason += f"; {len(trees)} more {FROM_OUTPUT}"
     else:

@@ -3,14 +3,14 @@ makes from those costs.
 
 A fused region's partials can be *stored* (written as arrays in the forward
 sweep, read back in the backward sweep) or *recomputed* (the region's body
-evaluated again in the backward sweep): :func:`partials_strategy` weighs one
-extra evaluation of the body (the sum of its ops' measured costs per element,
-or its longest chain of dependent ops at the measured latency per op where
-that is more)
-against the memory traffic of ``k`` stored partials (a write and a read of
-``k`` elements per element, at the copy rate measured for that many bytes)
-and stores only when that is :data:`STORE_MARGIN` times cheaper (what is
-stored also holds memory).
+evaluated again in the backward sweep, one loop per input differentiated):
+:func:`partials_strategy` weighs those evaluations of the body (the sum of
+its ops' measured costs per element, or its longest chain of dependent ops at
+the measured latency per op where that is more) against the memory traffic
+storing adds (``k`` partials written and read per element, less the inputs
+the evaluations would read again, at the copy rate measured for that many
+bytes) and stores only when that is :data:`STORE_MARGIN` times cheaper (what
+is stored also holds memory).
 Whether a plan's loops run on several threads is measured call by call
 instead (:class:`hybridad.backends.numba.threads.ThreadChoice`): it depends
 on the load of the moment, not on the machine alone.
@@ -261,21 +261,38 @@ def calibration_path():
 # ---------------------------------------------------------------- choices
 
 
-def partials_strategy(body, k):
+def partials_strategy(body, k, evaluations=1):
     """``(strategy, reason)`` for the partials of region ``body`` with ``k``
-    distinct partials: ``"store"`` when one more evaluation of the body costs
-    more than :data:`STORE_MARGIN` times writing and reading ``k`` partials,
-    else ``"recompute"``."""
+    distinct partials, which the backward sweep otherwise gets by evaluating
+    the body again in ``evaluations`` loops (one per input it differentiates,
+    each reading the region's array inputs again): ``"store"`` when those
+    evaluations cost more than :data:`STORE_MARGIN` times the traffic storing
+    adds -- ``k`` partials written by the forward loop and read by the
+    backward one, less the inputs the evaluations would have read -- and
+    more than :data:`STORE_MIN_NS`; else ``"recompute"``.
+
+    The traffic is bytes moved per element of the loop at the copy rate
+    measured for the partials' size (an input smaller than the loop, a
+    broadcast one, counts its share: a row of 16 read for 10^5 rows is in
+    cache).  exp-sum at n = 10^6 (one exp, one input of 8 bytes, one partial):
+    recomputing costs the exp, 1.2 ns/element on a 2-core Xeon; storing adds
+    8 bytes written (0.56 ns), since the backward loop reads the partial in
+    place of the input."""
     c = costs()
-    value_ns = c.body_cost(body)
+    loop = int(np.prod(body.shape, dtype=np.int64))
+    value_ns = evaluations * c.body_cost(body)
     itemsize = max((np.dtype(n.dtype).itemsize for n in body.nodes), default=8)
-    nbytes = k * itemsize * int(np.prod(body.shape, dtype=np.int64))
-    store_ns = 2 * k * itemsize * c.copy_ns_per_byte(nbytes)
+    nbytes = k * itemsize * loop
+    reads = evaluations * sum(np.dtype(a.dtype).itemsize * min(1.0, a.size / loop)
+                              for a in body.inputs if a.size > 1) if loop else 0.0
+    store_ns = max(0.0, 2 * k * itemsize - reads) * c.copy_ns_per_byte(nbytes)
     bar = max(STORE_MARGIN * store_ns, STORE_MIN_NS)
     how = "store" if value_ns > bar else "recompute"
     sign = ">" if how == "store" else "<="
-    reason = (f"evaluating the body again {value_ns:.2g} ns/element {sign} " + (
-        f"{STORE_MARGIN:g} x writing and reading {k} partial{'s' * (k != 1)} "
+    loops = f" in {evaluations} loops" if evaluations > 1 else ""
+    less = " less reading the inputs again" if reads else ""
+    reason = (f"evaluating the body again{loops} {value_ns:.2g} ns/element {sign} " + (
+        f"{STORE_MARGIN:g} x writing and reading {k} partial{'s' * (k != 1)}{less} "
         f"{store_ns:.2g} ns/element ({'in cache' if nbytes <= CACHE_BYTES else 'from memory'})"
         if bar > STORE_MIN_NS else f"{STORE_MIN_NS:g} ns/element, below which nothing is "
         "worth an array"))
