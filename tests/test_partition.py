@@ -492,7 +492,15 @@ threads.SingleThreadedBlas.__enter__ = spy
 before = {lib.filepath: lib.get_num_threads()
           for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"}
 plan.gradient(W, X)
-print(json.dumps([before, seen]))
+first = dict(seen)
+# the generated fast path (a result given) limits it too: its calls on more
+# than one thread (a thread probe may run a call or two on one)
+assert "gradient" in vars(plan)
+res = plan.new_result()
+seen.clear()
+for _ in range(8):
+    plan.gradient(W, X, out=res)
+print(json.dumps([before, first, seen]))
 """
 
 
@@ -501,7 +509,8 @@ def test_the_blas_library_plans_call_is_the_one_limited(tmp_path):
     (scipy.linalg.cython_blas) -- to one thread while it runs, compiled or
     from the disk cache, and leaves numpy's own OpenBLAS alone (it used to be
     limited too: the plan never calls it, and another thread of the program
-    may be in it meanwhile)."""
+    may be in it meanwhile); so does the generated fast path of calls given a
+    result."""
     import json
     import os
     import subprocess
@@ -517,8 +526,9 @@ def test_the_blas_library_plans_call_is_the_one_limited(tmp_path):
         out = subprocess.run([sys.executable, "-c", _LIMITED_CHILD], env=env,
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
-        before, seen = json.loads(out.stdout.strip().splitlines()[-1])
+        before, seen, fast = json.loads(out.stdout.strip().splitlines()[-1])
         assert seen, (run, "the plan's call never limited BLAS")
+        assert fast == seen, (run, "the fast path's calls", fast, seen)
         ours = [p for p in seen if os.path.realpath(p).startswith(scipy_libs)]
         if not ours:
             pytest.skip("scipy ships no BLAS of its own here (one shared library)")

@@ -261,10 +261,11 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         if self._cuda_graph:
             from ..backends.cuda.program import CudaGraphRunner
             self._graph = CudaGraphRunner(program.fn)
-        # (a plan that runs BLAS single-threaded goes through NumbaProgram.call)
+        # (a heavy program's fast path calls NumbaProgram.invoke: its lock, its
+        # thread count, and BLAS single-threaded beside its own threads)
         self._program = program
         fast = self._fast_path() if self.backend == "numba" and not hvp and \
-            self.update is None and not program.blas_limited else None
+            self.update is None else None
         if fast is not None:  # plain-array calls skip the general path's Python
             self.gradient = fast
 
@@ -505,7 +506,6 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             self._check_stale(args)
         prog = self._program
         if self._plain and out is not None and type(v) is np.ndarray and \
-                not getattr(prog, "blas_limited", True) and \
                 self.backend == "numba" and prog.objects and \
                 len(args) == len(self._fast_specs) and type(out) in (HvpResult, DiffResult):
             # plain arrays: the compiled program checks them all (exact ndarray,
