@@ -26,5 +26,5 @@ def use_checkout():
 use_checkout()
 
 from hybridad.bench.harness import (  # noqa: E402,F401
-    batch_ns, format_table, gc_disabled, relative_error, version, write_json)
+    balanced_orders, batch_ns, format_table, gc_disabled, relative_error, version, write_json)
 from hybridad.bench.workloads import MLP_WIDTHS, mlp, mlp_numpy  # noqa: E402,F401

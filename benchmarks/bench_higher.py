@@ -83,10 +83,10 @@ first call).  Before the rows, a tiny Hessian and Jacobian plan (and a tiny jax 
 pay the process's one-time costs.  Then ``--rounds`` rounds (5; 2 with ``--quick``)
 per workload; in each round every row of the workload times one batch of calls sized
 to about 20 ms (at least one call), after one untimed call of the same row, the garbage
-collector off, the order of the rows rotated from round to round (so that a slow spell
-of a shared machine falls on all of them).  The untimed call: on the 2-core VM this was
-written on, the first call after another row's batch was often 10-30x slower than the
-next ones (e.g. 60-120 ms instead of 4 ms for the MLP's full HVP right after the
+collector off, the order of the rows changing from round to round, each row after each
+of the others alike (so that a slow spell of a shared machine falls on all of them).
+The untimed call: on the 2-core VM this was written on, the first call after another
+row's batch was often 10-30x slower than the next ones (e.g. 60-120 ms instead of 4 ms for the MLP's full HVP right after the
 allocating numpy gradient, with no page faults of its own), which with batches of one
 or a few calls would dominate the batch; the steady per-call cost is what is compared.
 Reported: the median, min and max microseconds per call over the rounds, and
@@ -126,8 +126,8 @@ from scipy.optimize import rosen, rosen_der, rosen_hess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared _harness
 import _harness  # noqa: E402
-from _harness import (MLP_WIDTHS, batch_ns, gc_disabled, mlp, mlp_numpy,  # noqa: E402
-                      relative_error, version)
+from _harness import (MLP_WIDTHS, balanced_orders, batch_ns, gc_disabled,  # noqa: E402
+                      mlp, mlp_numpy, relative_error, version)
 
 _harness.use_checkout()
 
@@ -488,16 +488,16 @@ def calls_per_batch(call, target_ns):
 
 
 def time_rows(rows, rounds, target_ms):
-    """Per row: microseconds per call of each round (batches interleaved, order rotated,
-    each batch after one untimed call)."""
+    """Per row: microseconds per call of each round (batches interleaved, each row
+    after each of the others alike, each batch after one untimed call)."""
     for row in rows:
         row.call()  # warm-up
     per_call = [[] for _ in rows]
     with gc_disabled():
         numbers = [calls_per_batch(row.call, target_ms * 1e6) for row in rows]
+        orders = balanced_orders(len(rows))
         for r in range(rounds):
-            for k in range(len(rows)):
-                i = (r + k) % len(rows)
+            for i in orders[r % len(orders)]:
                 rows[i].call()  # untimed: absorbs a stall left by the previous row
                 per_call[i].append(batch_ns(rows[i].call, numbers[i]) / numbers[i] / 1e3)
     return per_call, numbers

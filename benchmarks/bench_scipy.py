@@ -48,8 +48,9 @@ compile, hybridad builds its plan), whose time is reported as ``first_s``
 (setup -- njit compilation, Objective construction, jit -- plus that first
 call).  Then ``--repeats`` rounds (5; 3 with ``--quick``); in each round every
 implementation runs ``minimize`` once, the garbage collector off, timed with
-``time.perf_counter``; the order of the implementations is rotated from round
-to round, so that a slow spell of a shared machine falls on all of them.
+``time.perf_counter``; the order of the implementations changes from round
+to round, each after each of the others alike, so that a slow spell of a
+shared machine falls on all of them.
 Reported: the median, min and max seconds over the rounds (``median_s``,
 ``min_s``, ``max_s``), and ``ratio_vs_best_hand``, the median over the
 smallest median among the hand-written rows (``scipy rosen+rosen_der``,

@@ -274,3 +274,28 @@ def test_goals_flags_misses_and_noise():
     assert g["misses"] == ["jax.jit", "serial"] and g["overlap"] == ["serial"]
     text = report.format_goals([g])
     assert "MISS jax.jit, serial?" in text and "1 of 1 rows miss a goal" in text
+
+
+@pytest.mark.parametrize("n", range(1, 8))
+def test_round_robin_orders_give_every_call_each_predecessor_alike(n, monkeypatch):
+    """Each call of an interleaved timing directly follows each of the others
+    equally often over a cycle of rounds (a call right after another
+    library's spinning thread pool runs slower): once each for an even
+    number of calls, twice for an odd one; the timing runs those orders."""
+    rows = harness.balanced_orders(n)
+    follows = {}
+    for row in rows:
+        assert sorted(row) == list(range(n))
+        for a, b in zip(row[:-1], row[1:], strict=True):
+            follows[a, b] = follows.get((a, b), 0) + 1
+    assert len(rows) == (n if n % 2 == 0 else 2 * n) or n == 1
+    assert sorted(follows) == [(a, b) for a in range(n) for b in range(n) if a != b]
+    assert set(follows.values()) <= {1 if n % 2 == 0 else 2}
+
+    seen = []
+    calls = [lambda i=i: seen.append(i) for i in range(n)]
+    monkeypatch.setattr(harness, "settle", lambda calls: None)
+    monkeypatch.setattr(harness, "calls_per_batch", lambda call, target_ns, step=1: 3)
+    harness.time_round_robin(calls, repeats=len(rows), target_ms=0.01)
+    timed = seen[-3 * n * len(rows)::3]  # (a batch: three calls)
+    assert [timed[r * n:(r + 1) * n] for r in range(len(rows))] == rows

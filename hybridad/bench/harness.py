@@ -22,8 +22,8 @@ import numpy as np
 
 from ..transforms.costs import cpu_model
 
-__all__ = ["allocations_per_call", "batch_ns", "calls_per_batch", "check_against",
-           "cpu_model", "format_table", "format_time", "gc_disabled", "machine",
+__all__ = ["allocations_per_call", "balanced_orders", "batch_ns", "calls_per_batch",
+           "check_against", "cpu_model", "format_table", "format_time", "gc_disabled", "machine",
            "relative_error", "time_round_robin", "version", "write_json"]
 
 
@@ -113,6 +113,29 @@ def settle(calls, seconds=0.3, rounds=2):
         join_all()
 
 
+def balanced_orders(n):
+    """Orders of ``n`` calls, one per round, in which every call directly
+    follows each of the others equally often over a full cycle (a Williams
+    design: ``n`` rounds for even ``n``, each ordered pair once; ``2 n`` for
+    odd ``n``, each pair twice).  Rotating one order (``k + r``) does not:
+    each call then follows the same neighbour in every round but one.
+
+    >>> balanced_orders(4)
+    [[0, 1, 3, 2], [1, 2, 0, 3], [2, 3, 1, 0], [3, 0, 2, 1]]
+    """
+    if n <= 1:
+        return [list(range(n))]
+    first, lo, hi = [0], 1, n - 1
+    while lo <= hi:  # 0, 1, n-1, 2, n-2, ...
+        first.append(lo)
+        lo += 1
+        if lo <= hi:
+            first.append(hi)
+            hi -= 1
+    rows = [[(i + r) % n for i in first] for r in range(n)]
+    return rows if n % 2 == 0 else rows + [row[::-1] for row in rows]
+
+
 def time_round_robin(calls, repeats, target_ms, step=1):
     """Time several calls in interleaved batches.
 
@@ -120,7 +143,8 @@ def time_round_robin(calls, repeats, target_ms, step=1):
     then ``repeats`` rounds run one batch of every call each, the garbage
     collector off, so that a slow spell of a shared machine falls on all of
     them and ratios stay fair; the order rotates from round to round, so
-    that no call always follows the same one.
+    that every call follows each of the others alike
+    (:func:`balanced_orders`).
 
     Parameters
     ----------
@@ -146,13 +170,13 @@ def time_round_robin(calls, repeats, target_ms, step=1):
     with gc_disabled():
         numbers = [calls_per_batch(call, target_ms * 1e6, step) for call in calls]
         per_call = [[] for _ in calls]
+        orders = balanced_orders(len(calls))
         for r in range(repeats):
-            # each round starts one call later: every call follows each of the
-            # others alike (a call right after another library's BLAS or OpenMP
-            # pool meets its idle workers still spinning -- the same plan measured
-            # 2.8x slower first in every round than second, on 2 cores)
-            for k in range(len(calls)):
-                i = (k + r) % len(calls)
+            # every call follows each of the others alike (a call right after
+            # another library's BLAS or OpenMP pool meets its idle workers still
+            # spinning -- the same plan measured 2.8x slower first in every round
+            # than second, on 2 cores)
+            for i in orders[r % len(orders)]:
                 per_call[i].append(batch_ns(calls[i], numbers[i]) / numbers[i] / 1e3)
     return [(statistics.median(t), min(t), max(t), number)
             for t, number in zip(per_call, numbers, strict=True)]

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from .harness import batch_ns, calls_per_batch, gc_disabled
+from .harness import balanced_orders, batch_ns, calls_per_batch, gc_disabled
 
 METHOD = "L-BFGS-B"
 SMALL_LIMIT = 10**4  # n <= this: run to convergence
@@ -29,7 +29,7 @@ def options_for(n, maxiter_large=MAXITER_LARGE):
 
 
 def time_optimizer(runs, repeats):
-    """Time whole optimizer runs in rotated rounds.
+    """Time whole optimizer runs in interleaved rounds.
 
     Parameters
     ----------
@@ -37,8 +37,9 @@ def time_optimizer(runs, repeats):
         Each a whole ``minimize`` call returning an ``OptimizeResult``.
     repeats : int
         Rounds; in each every run is called once, the garbage collector off,
-        the order rotated from round to round so that a slow spell of a
-        shared machine falls on all of them.
+        each run after each of the others alike over the rounds
+        (:func:`~hybridad.bench.harness.balanced_orders`), so that a slow
+        spell of a shared machine falls on all of them.
 
     Returns
     -------
@@ -47,9 +48,9 @@ def time_optimizer(runs, repeats):
     """
     times = [[] for _ in runs]
     results = [None] * len(runs)
+    orders = balanced_orders(len(runs))
     for r in range(repeats):
-        order = [(r + k) % len(runs) for k in range(len(runs))]  # rotated each round
-        for i in order:
+        for i in orders[r % len(orders)]:  # each run after each of the others alike
             with gc_disabled():
                 t0 = time.perf_counter()
                 res = runs[i]()
