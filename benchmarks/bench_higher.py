@@ -86,9 +86,10 @@ to about 20 ms (at least one call), after one untimed call of the same row, the 
 collector off, the order of the rows changing from round to round, each row after each
 of the others alike (so that a slow spell of a shared machine falls on all of them).
 The untimed call: on the 2-core VM this was written on, the first call after another
-row's batch was often 10-30x slower than the next ones (e.g. 60-120 ms instead of 4 ms for the MLP's full HVP right after the
-allocating numpy gradient, with no page faults of its own), which with batches of one
-or a few calls would dominate the batch; the steady per-call cost is what is compared.
+row's batch was often 10-30x slower than the next ones (e.g. 60-120 ms instead of 4 ms
+for the MLP's full HVP right after the allocating numpy gradient, with no page faults of
+its own), which with batches of one or a few calls would dominate the batch; the steady
+per-call cost is what is compared.
 Reported: the median, min and max microseconds per call over the rounds, and
 ``ratio`` = median over the median of the workload's baseline row (``hand numba``
 Hessian; ``hand numpy`` Jacobian; the ``hand numpy gradient`` for the MLP), same run.
