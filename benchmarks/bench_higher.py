@@ -496,9 +496,8 @@ def time_rows(rows, rounds, target_ms):
     per_call = [[] for _ in rows]
     with gc_disabled():
         numbers = [calls_per_batch(row.call, target_ms * 1e6) for row in rows]
-        orders = balanced_orders(len(rows))
-        for r in range(rounds):
-            for i in orders[r % len(orders)]:
+        for order in balanced_orders(len(rows), rounds):
+            for i in order:
                 rows[i].call()  # untimed: absorbs a stall left by the previous row
                 per_call[i].append(batch_ns(rows[i].call, numbers[i]) / numbers[i] / 1e3)
     return per_call, numbers

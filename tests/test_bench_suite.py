@@ -291,6 +291,7 @@ def test_round_robin_orders_give_every_call_each_predecessor_alike(n, monkeypatc
     assert len(rows) == (n if n % 2 == 0 else 2 * n) or n == 1
     assert sorted(follows) == [(a, b) for a in range(n) for b in range(n) if a != b]
     assert set(follows.values()) <= {1 if n % 2 == 0 else 2}
+    assert harness.balanced_orders(n, 2 * len(rows) + 1) == rows * 2 + rows[:1]
 
     seen = []
     calls = [lambda i=i: seen.append(i) for i in range(n)]

@@ -113,16 +113,20 @@ def settle(calls, seconds=0.3, rounds=2):
         join_all()
 
 
-def balanced_orders(n):
+def balanced_orders(n, rounds=None):
     """Orders of ``n`` calls, one per round, in which every call directly
     follows each of the others equally often over a full cycle (a Williams
     design: ``n`` rounds for even ``n``, each ordered pair once; ``2 n`` for
-    odd ``n``, each pair twice).  Rotating one order (``k + r``) does not:
+    odd ``n``, each pair twice); ``rounds``: that many orders, the cycle
+    repeated (default: one cycle).  Rotating one order (``k + r``) does not:
     each call then follows the same neighbour in every round but one.
 
     >>> balanced_orders(4)
     [[0, 1, 3, 2], [1, 2, 0, 3], [2, 3, 1, 0], [3, 0, 2, 1]]
     """
+    if rounds is not None:
+        cycle = balanced_orders(n)
+        return [cycle[r % len(cycle)] for r in range(rounds)]
     if n <= 1:
         return [list(range(n))]
     first, lo, hi = [0], 1, n - 1
@@ -142,9 +146,8 @@ def time_round_robin(calls, repeats, target_ms, step=1):
     Each call is warmed up, its batch size calibrated to about ``target_ms``,
     then ``repeats`` rounds run one batch of every call each, the garbage
     collector off, so that a slow spell of a shared machine falls on all of
-    them and ratios stay fair; the order rotates from round to round, so
-    that every call follows each of the others alike
-    (:func:`balanced_orders`).
+    them and ratios stay fair; the order changes from round to round, every
+    call following each of the others alike (:func:`balanced_orders`).
 
     Parameters
     ----------
@@ -170,13 +173,12 @@ def time_round_robin(calls, repeats, target_ms, step=1):
     with gc_disabled():
         numbers = [calls_per_batch(call, target_ms * 1e6, step) for call in calls]
         per_call = [[] for _ in calls]
-        orders = balanced_orders(len(calls))
-        for r in range(repeats):
+        for order in balanced_orders(len(calls), repeats):
             # every call follows each of the others alike (a call right after
             # another library's BLAS or OpenMP pool meets its idle workers still
             # spinning -- the same plan measured 2.8x slower first in every round
             # than second, on 2 cores)
-            for i in orders[r % len(orders)]:
+            for i in order:
                 per_call[i].append(batch_ns(calls[i], numbers[i]) / numbers[i] / 1e3)
     return [(statistics.median(t), min(t), max(t), number)
             for t, number in zip(per_call, numbers, strict=True)]

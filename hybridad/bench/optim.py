@@ -48,9 +48,8 @@ def time_optimizer(runs, repeats):
     """
     times = [[] for _ in runs]
     results = [None] * len(runs)
-    orders = balanced_orders(len(runs))
-    for r in range(repeats):
-        for i in orders[r % len(orders)]:  # each run after each of the others alike
+    for order in balanced_orders(len(runs), repeats):
+        for i in order:  # each run after each of the others alike
             with gc_disabled():
                 t0 = time.perf_counter()
                 res = runs[i]()
