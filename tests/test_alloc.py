@@ -144,6 +144,31 @@ def test_zero_allocations_multi_argnums_pytree_float32_noncontiguous():
     _check_no_alloc(lambda: ha.gradient(g, xs, out=res64))
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_zero_allocations_parallel_plan_with_blas(monkeypatch, dtype):
+    """A multithreaded plan that calls BLAS (run single-threaded beside its
+    loops) through its generated fast path: no allocation per call, and the
+    closed-form gradient."""
+    from hybridad.backends.numba import threshold
+
+    monkeypatch.setattr(threshold, "PARALLEL_MIN", 64)
+
+    def f(W, X):
+        return np.sum(np.tanh(X @ W) ** 2)
+
+    W, X = rand((8, 8), seed=10).astype(dtype), rand((40, 8), seed=11).astype(dtype)
+    plan = ha.compile(f, W, X, argnums=(0, 1))
+    assert plan._program.blas_limited and "gradient" in vars(plan)
+    res = plan.new_result()
+    _check_no_alloc(lambda: plan.gradient(W, X, out=res), n=200)
+    t = np.tanh(X.astype(np.float64) @ W)
+    g = 2 * t * (1 - t * t)
+    tol = 1e-12 if dtype == np.float64 else 2e-5  # (float32: relative to the largest entry)
+    for got, want in ((res.gradient[0], X.T.astype(np.float64) @ g),
+                      (res.gradient[1], g @ W.T.astype(np.float64))):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
 def test_value_path_allocates_nothing():
     f, args = FAMILIES["elementwise"]
     plan = ha.compile(f, *args)
