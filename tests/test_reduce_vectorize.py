@@ -133,6 +133,43 @@ def test_fold_sum_wide_is_fold_sum_in_float64(width, n):
     assert got == np.sum(block[:n].astype(np.float64)) or n > 2  # tiny blocks: exact
 
 
+def _levels(block, n):
+    """The pairwise sum level by level, in Python: pad with zeros from ``n``,
+    then ``b[i] += b[i + h]`` for halves ``h`` (the order numpy's pairwise
+    sum uses within a block)."""
+    b = [float(v) for v in block[:n]] + [0.0] * (block.size - n)
+    h = len(b) // 2
+    while h >= 1:
+        b = [b[i] + b[i + h] for i in range(h)]
+        h //= 2
+    return b[0]
+
+
+@pytest.mark.parametrize("width", [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048])
+def test_folds_add_level_by_level(width):
+    """folds.fold_sum (two levels per pass) and fold_sum_wide (its float32
+    block widened): the bits of the level-by-level pairwise sum, at every
+    power-of-two width (an odd and an even count of levels), full and
+    padded blocks, values over twelve decades (every addition rounds), and
+    inf and nan where they come."""
+    from hybridad.backends.numba.folds import fold_sum, fold_sum_wide
+
+    rng = np.random.default_rng(width)
+    for n in sorted({1, max(1, width // 2 + 1), max(1, width - 3), width}):
+        block = rng.standard_normal(width) * 10 ** rng.uniform(-6, 6, width)
+        block32 = block.astype(np.float32)
+        assert fold_sum(block.copy(), n) == _levels(block, n)
+        got = fold_sum_wide(block32.copy(), n, np.full(max(width // 4, 1), np.nan))
+        assert got == _levels(block32.astype(np.float64), n)
+    if width >= 4:
+        block = rng.standard_normal(width)
+        block[width // 3] = np.inf
+        assert fold_sum(block.copy(), width) == np.inf
+        block[width - 1] = -np.inf
+        assert np.isnan(fold_sum(block.copy(), width))
+        assert np.isnan(fold_sum_wide(block.astype(np.float32), width, np.zeros(width // 4)))
+
+
 def _sums(x):
     return np.sum(np.exp(-x * x)) + np.sum(np.sin(x) ** 2, axis=1) @ np.ones(x.shape[0],
                                                                              x.dtype)
