@@ -65,14 +65,16 @@ def summed_partials_in_loop(on=True):
     return switch("summed_partials_in_loop", on)
 
 
-def strategy(body, k=1, summed=0, evaluations=1):
+def strategy(body, k=1, summed=0, evaluations=1, in_result=False):
     """``(strategy, reason)`` for the ``k`` distinct partials of region
     ``body`` that need an array each, and ``summed`` more that its loop sums
     (no array): ``"store"`` or ``"recompute"`` (the body evaluated again in
     ``evaluations`` loops, one per input differentiated), from the machine's
-    measured costs (:func:`hybridad.transforms.costs.partials_strategy`);
-    every partial summed: ``"store"`` (nothing is kept, the backward sweep
-    does not evaluate the body again)."""
+    measured costs (:func:`hybridad.transforms.costs.partials_strategy`;
+    ``in_result``: each of the ``k`` would be written into an argument's
+    gradient buffer, :func:`_in_result_buffers`); every partial summed:
+    ``"store"`` (nothing is kept, the backward sweep does not evaluate the
+    body again)."""
     if enabled("recompute_partials"):
         return "recompute", "every region recomputes (a memory budget, or calibration)"
     if summed and not k:
@@ -80,7 +82,36 @@ def strategy(body, k=1, summed=0, evaluations=1):
                          f"of a full sum): no array, no second evaluation")
     from ..transforms.costs import partials_strategy
 
-    return partials_strategy(body, k, evaluations)
+    return partials_strategy(body, k, evaluations, in_result=in_result)
+
+
+def _in_result_buffers(node, body, firsts, ans):
+    """Whether every partial of ``firsts`` (input positions of region ``node``)
+    would be computed straight into the gradient buffer of the argument it
+    differentiates, an array the plan writes anyway: the input is a
+    differentiated argument (an ``input`` node) of the loop's shape and the
+    partial's dtype, read once by the whole forward graph (here, at one
+    position), so its gradient is this one product ``g * partial``, which the
+    memory plan computes in place over the partial -- unless a node that can
+    fail at run time leaves the caller's buffers for the end
+    (:mod:`hybridad.transforms.memory`).  A prediction for the cost model:
+    where it misses, the partial takes an arena slot of its own."""
+    from ..ir.registry import may_raise
+
+    dtype = body.nodes[-1].dtype
+    args = [node.args[k] for k in firsts]
+    if not args or any(a.op != "input" or a.shape != tuple(body.shape) or a.dtype != dtype
+                       for a in args):
+        return False
+    forward = [n for n in ans._trace.nodes if n.phase == "forward"]
+    if any(may_raise(n) for n in forward):
+        return False
+    reads = {a.id: 0 for a in args}
+    for n in forward:
+        for b in n.args:
+            if b.id in reads:
+                reads[b.id] += 1
+    return all(count == 1 for count in reads.values())
 
 
 def _no_numpy(*args, **kwargs):
@@ -133,8 +164,11 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
     if rest:  # (summed partials come with a full sum: then trees is empty)
         # recomputed, each active input not read from the output gets its own loop
         evaluations = sum(1 for k, act in enumerate(active) if act and same.get(k, k) in rest)
-        how, body.partials_reason = strategy(body, len(rest) - len(summed), len(summed),
-                                             evaluations)
+        arrays = [first for first in rest if first not in summed]
+        how, body.partials_reason = strategy(
+            body, len(arrays), len(summed), evaluations,
+            all(shared[first] == 1 for first in arrays) and
+            _in_result_buffers(node, body, arrays, ans))
         if trees:
             body.partials_reason += f"; {len(trees)} more {FROM_OUTPUT}"
     else:
