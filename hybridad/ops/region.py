@@ -96,6 +96,7 @@ def _in_result_buffers(node, body, firsts, ans):
     fail at run time leaves the caller's buffers for the end
     (:mod:`hybridad.transforms.memory`).  A prediction for the cost model:
     where it misses, the partial takes an arena slot of its own."""
+    from ..ir.graph import users_of
     from ..ir.registry import may_raise
 
     dtype = body.nodes[-1].dtype
@@ -106,12 +107,8 @@ def _in_result_buffers(node, body, firsts, ans):
     forward = [n for n in ans._trace.nodes if n.phase == "forward"]
     if any(may_raise(n) for n in forward):
         return False
-    reads = {a.id: 0 for a in args}
-    for n in forward:
-        for b in n.args:
-            if b.id in reads:
-                reads[b.id] += 1
-    return all(count == 1 for count in reads.values())
+    users = users_of(forward)  # (once per operand)
+    return all(len(users[a.id]) == 1 for a in args)
 
 
 def _no_numpy(*args, **kwargs):
