@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
+from hybridad.testing import count_allocations
 from hybridad.transforms import costs as C
 from hybridad.transforms.partition import Region
 
@@ -153,6 +154,11 @@ def test_the_predicted_gradient_buffer_is_where_the_partial_goes(table, dtype, e
         res = plan.gradient(*args)
         np.testing.assert_allclose(res.gradient, want + (np.arange(x.size) < 2) * (
             name == "read twice"), rtol=1e-6 if dtype == "float32" else 1e-14)
+        plan.gradient(*args, out=res)
+        with count_allocations() as counts:  # repeated calls, either strategy: none
+            for _ in range(20):
+                plan.gradient(*args, out=res)
+        assert counts.allocations == 0, (name, counts)
 
 
 def test_a_plan_counts_its_recomputing_loops():
