@@ -13,7 +13,7 @@ from ...ops import REGISTRY, storage_root
 from ...transforms.memory import layout_proto
 from .reduce import reduction_scratch
 from .runner import view_at
-from .threshold import pair_parts
+from .threshold import environment_threads, numba_config_threads, pair_parts
 
 __all__ = ["ShiftMap", "materialize_for_numba", "numba_layouts", "read_in_place",
            "scratch_for_numba", "view_statement"]
@@ -258,17 +258,12 @@ def numba_pool_size():
     own value once numba is loaded, or where a ``.numba_config.yaml`` might
     set it (then numba is imported); :func:`check_pool_size` holds the
     numba program to the value read here."""
-    numba = sys.modules.get("numba")
-    if numba is None and os.path.isfile(".numba_config.yaml"):
-        import numba
-    config = getattr(numba, "config", None)
-    if config is not None and hasattr(config, "NUMBA_NUM_THREADS"):
-        return config.NUMBA_NUM_THREADS
-    try:
-        n = int(os.environ["NUMBA_NUM_THREADS"])
-    except (KeyError, ValueError):
-        n = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                else os.cpu_count() or 1)
+    if "numba" not in sys.modules and os.path.isfile(".numba_config.yaml"):
+        import numba  # noqa: F401 -- its configuration file may set the count
+    n = numba_config_threads()
+    if n is not None:
+        return n
+    n = environment_threads()
     _ASSUMED.add(n)
     return n
 

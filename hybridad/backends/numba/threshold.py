@@ -11,9 +11,9 @@ import sys
 from ..._settings import enabled, switch
 
 __all__ = ["GEMM_SMALL_RESULT", "GEMM_THREADS_MIN", "GEMM_THREADS_MIN_DIM", "MATVEC_BLOCK",
-           "OPAQUE_MIN", "PAIR_PARTS", "PAIR_ROWS", "PARALLEL_MIN", "gemm_on_threads",
-           "loop_threads", "matvec_matrix", "pair_parts", "parallel_min", "serial_loops",
-           "work_estimate"]
+           "OPAQUE_MIN", "PAIR_PARTS", "PAIR_ROWS", "PARALLEL_MIN", "environment_threads",
+           "gemm_on_threads", "loop_threads", "matvec_matrix", "numba_config_threads",
+           "pair_parts", "parallel_min", "serial_loops", "work_estimate"]
 
 #: fewest loop iterations for which a region runs as a parallel ``prange``
 #: (below it, thread start-up costs more than it saves; see benchmarks/);
@@ -74,13 +74,20 @@ def parallel_min():
     return 1 << 62 if enabled("serial_loops") else PARALLEL_MIN
 
 
-def loop_threads():
-    """The threads a parallel loop runs on: numba's thread count (worked out
-    as numba does when numba is not imported yet: a plan's trace and memory
-    plan import no numba, see tests/test_lazy_import.py)."""
-    numba = sys.modules.get("numba")
-    if numba is not None:
-        return numba.config.NUMBA_NUM_THREADS
+def numba_config_threads():
+    """``numba.config.NUMBA_NUM_THREADS`` when numba's configuration module is
+    fully loaded, else None.  Never ``sys.modules["numba"].config``: while
+    another thread is half way through importing numba that module exists
+    without its ``config`` attribute (reading it crashed a second plan's
+    build while a first plan's compile imported numba)."""
+    config = sys.modules.get("numba.core.config")
+    count = getattr(config, "NUMBA_NUM_THREADS", None)
+    return count if isinstance(count, int) and count > 0 else None
+
+
+def environment_threads():
+    """numba's thread count worked out as numba does, without numba:
+    ``NUMBA_NUM_THREADS``, else the CPUs this process may run on."""
     env = os.environ.get("NUMBA_NUM_THREADS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
@@ -88,6 +95,14 @@ def loop_threads():
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # (no sched_getaffinity: macOS, Windows)
         return max(1, os.cpu_count() or 1)
+
+
+def loop_threads():
+    """The threads a parallel loop runs on: numba's thread count (worked out
+    as numba does when numba is not loaded yet: a plan's trace and memory
+    plan import no numba, see tests/test_lazy_import.py)."""
+    count = numba_config_threads()
+    return environment_threads() if count is None else count
 
 
 def matvec_matrix(a_shape, b_shape):
