@@ -309,10 +309,18 @@ class _VerifiedFunctionCache(caching.FunctionCache):
     def load_overload(self, sig, target_context):
         try:
             return super().load_overload(sig, target_context)
-        except Exception as err:  # noqa: BLE001 -- any damage: rebuild
+        except _Damaged as err:  # the file's digest or owner is wrong: rebuild it
             _warn(f"discarded damaged numba cache of {self._py_func.__qualname__} in "
-                  f"{self._cache_path} ({type(err).__name__}: {err}); recompiling")
+                  f"{self._cache_path} ({err}); recompiling")
             self._discard()
+            return None
+        except Exception as err:  # noqa: BLE001 -- a verified entry this process cannot load
+            # (an import that failed: a module half imported by a thread that a
+            # fork left behind, a library changed since): recompiled, and the
+            # compile's save replaces the entry -- never deleted for the process's
+            # own trouble
+            _warn(f"could not load the numba cache of {self._py_func.__qualname__} in "
+                  f"{self._cache_path} ({type(err).__name__}: {err}); recompiling")
             return None
 
     def save_overload(self, sig, data):
