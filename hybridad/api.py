@@ -109,11 +109,14 @@ def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
         soon as its gradient is complete in the backward sweep (the rule's
         state preallocated in the plan; no gradient buffer for the caller).
     tiered : bool, optional
-        Gradient plans on numba: answer the first calls with the numpy
+        Gradient plans on numba: answer the first call with the numpy
         reference program while the numba program compiles in a background
-        thread, and switch to it at a call boundary once it is ready
-        (:mod:`hybridad.plans.tiered`; results agree to rounding).  Default:
-        on, unless the environment sets ``HYBRIDAD_TIERED=0``.
+        thread; every later call runs the compiled program (the second call
+        waits for the compile).  The first call's results agree with the
+        compiled program's to rounding, not bitwise
+        (:mod:`hybridad.plans.tiered`).  Default: off (the plan compiles
+        before it returns and every call is the compiled program's), unless
+        the environment sets ``HYBRIDAD_TIERED=1``.
     wait : bool, default False
         Return only once the compiled program is in place (``plan.wait()``).
 

@@ -8,15 +8,12 @@ import pytest
 # every node's shape and dtype re-derived from its op's shape rule after each
 # lowering pass (hybridad.transforms.pipeline)
 os.environ.setdefault("HYBRIDAD_CHECK_RULES", "1")
-# plans compile before they answer (the numba program from the first call), so a
-# test sees the backend it names; tests/test_tiered.py turns the tiers on per plan
-os.environ.setdefault("HYBRIDAD_TIERED", "0")
-# the cost model's built-in table, not a calibration in this machine's cache: the
-# same store/recompute choices (and generated plans) on every machine
+# the cost model's built-in table (what a machine without `python -m hybridad
+# calibrate` uses), not a calibration a developer left in this machine's cache:
+# the same store/recompute choices (and generated plans) on every machine.
+# Nothing else is switched: the suite runs the defaults users get (no tiers,
+# thread choice on); a test that needs another setting asks for it itself.
 os.environ.setdefault("HYBRIDAD_COSTS", "builtin")
-# parallel programs take all threads on every call: no probes, no serial twins
-# compiled in the background (tests/test_thread_choice.py turns the choice on)
-os.environ.setdefault("HYBRIDAD_THREAD_CHOICE", "0")
 
 import hybridad as ha
 from hybridad.testing import numerical_gradient

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2,
 
 @pytest.fixture(autouse=True)
 def choice_on(monkeypatch):
-    """The choice is on here (tests/conftest.py turns it off for the rest)."""
+    """The choice is on here (the default), whatever the environment says."""
     monkeypatch.setenv("HYBRIDAD_THREAD_CHOICE", "1")
 
 N = 40_000  # above the prange threshold (32768)
@@ -132,24 +132,85 @@ def plan():
         return ha.compile(_objective, x, wait=True), x
 
 
+def _forced(choice, n):
+    """Make ``choice`` run its next calls on ``n`` threads, as a probe won by
+    ``n`` does (no probe for a long while)."""
+    choice.threads, choice._probing = n, None
+    choice._left, choice._until, choice.reference = 10**6, float("inf"), 1.0
+
+
 def test_plan_results_bitwise_equal_on_any_thread_count(plan):
     p, x = plan
-    assert p._program.threads is not None
+    choice = p._program.threads
+    assert choice is not None
     got = {}
     for n in (1, max_threads()):
-        numba.set_num_threads(n)
-        try:
-            p._program.threads = None  # all calls as the thread's count says
-            res = ha.GradientResult(x)
-            p.gradient(x, out=res)
-            got[n] = (float(res.value), np.array(res.gradient))
-        finally:
-            numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
-            p._program.threads = ThreadChoice()
+        _forced(choice, n)
+        res = ha.GradientResult(x)
+        p.gradient(x, out=res)
+        got[n] = (float(res.value), np.array(res.gradient))
     (v1, g1), (v2, g2) = got.values()
     assert v1 == v2 and np.array_equal(g1, g2)
     g = -2 * x * np.exp(-x * x) * np.sin(x) + np.exp(-x * x) * np.cos(x) + 2 * x / (1 + x * x)
-    np.testing.assert_allclose(g1, g, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(g1, g, rtol=1e-12, atol=1e-15)
+
+
+def _mlp(W1, W2, X, y):  # gemms on BLAS (narrow) and a wide one on the loops' threads
+    h = np.tanh(X @ W1)
+    return np.mean((np.tanh(h @ W2) @ np.ones(W2.shape[1]) - y) ** 2)
+
+
+def _quad(x, A):  # a matrix-vector pair (A x and A^T v in one pass)
+    return x @ (A @ x) + np.sum(np.cos(A @ x))
+
+
+def _logreg(w, X, y):  # axis sums, logaddexp, a long BLAS dot product
+    z = X @ w
+    return np.mean(np.logaddexp(0.0, -y * z)) + 1e-3 * (w @ w) + np.sum(np.tanh(X), axis=0) @ w
+
+
+def _long_dot(x, y):  # a dot product OpenBLAS splits among its threads
+    return (x @ y) ** 2 + np.sum(np.exp(-x * x))
+
+
+_R = np.random.default_rng(11)
+CASES = {
+    "mlp": (_mlp, (_R.normal(size=(64, 64)) / 8, _R.normal(size=(64, 8)) / 8,
+                   _R.normal(size=(4096, 64)), _R.normal(size=4096)), (0, 1)),
+    "quad": (_quad, (_R.normal(size=300), _R.normal(size=(300, 300))), 0),
+    "logreg": (_logreg, (_R.normal(size=40) / 4, _R.normal(size=(2000, 40)),
+                         np.sign(_R.normal(size=2000))), 0),
+    "long_dot": (_long_dot, (_R.normal(size=200_000), _R.normal(size=200_000)), (0, 1)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_any_thread_count_gives_the_same_bits(case):
+    """A parallel plan's results do not depend on the thread count its calls
+    run on (the choice follows the machine's load): gemms on the loops'
+    threads and on BLAS, matrix-vector pairs, axis and full sums, a long BLAS
+    dot product, all bitwise equal on one thread and on all."""
+    f, args, argnums = CASES[case]
+    p = ha.compile(f, *args, argnums=argnums)
+    choice = p._program.threads
+    if choice is None:
+        pytest.skip("no prange loop in this plan")
+    got = []
+    for n in (max_threads(), 1, max_threads()):
+        _forced(choice, n)
+        res = p.gradient(*args)
+        grads = res.gradient if isinstance(argnums, tuple) else (res.gradient,)
+        got.append((float(res.value), [np.array(g) for g in grads]))
+    (v0, g0) = got[0]
+    for v, g in got[1:]:
+        assert v == v0
+        for a, b in zip(g, g0, strict=True):
+            np.testing.assert_array_equal(a, b)
+    ref = ha.gradient(f, *args, argnums=argnums, backend="numpy")
+    refs = ref.gradient if isinstance(argnums, tuple) else (ref.gradient,)
+    np.testing.assert_allclose(v0, float(ref.value), rtol=1e-12)
+    for a, b in zip(g0, refs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12 * np.max(np.abs(b)))
 
 
 def test_plan_calls_go_through_the_choice(plan):
@@ -190,7 +251,10 @@ def test_one_thread_cap_calls_plainly(clock, monkeypatch):
     assert c.seen == [1] * 5
 
 
-def test_blas_is_limited_only_beside_our_threads(clock, monkeypatch):
+def test_blas_is_single_threaded_on_every_thread_count(clock, monkeypatch):
+    """BLAS keeps one thread whether the plan's loops take one or all: its
+    own threads would change the order of its sums (a dot product split
+    among them), so the choice would change the results' bits."""
     most = max_threads()
     inside = {"limited": False}
 
@@ -213,32 +277,10 @@ def test_blas_is_limited_only_beside_our_threads(clock, monkeypatch):
     for _ in range(20):
         choice(fn, (), True)
     assert choice.threads == 1
-    assert all(limited == (n > 1) for n, limited in seen)
-    assert (most, True) in seen and seen[-1] == (1, False)
+    assert all(limited for _, limited in seen)
+    assert (most, True) in seen and seen[-1] == (1, True)
+    assert not hasattr(choice, "serial")  # one program: no twin, nothing in the background
 
-
-def test_serial_twin_is_compiled_when_one_thread_wins(monkeypatch):
-    from hybridad.plans.tiered import join_all
-
-    x = np.linspace(-2, 2, N)
-    p = ha.compile(_objective, x, wait=True)
-    choice = p._program.threads
-    assert choice.make_serial is not None and choice.serial is None
-    res = ha.GradientResult(x)
-    p.gradient(x, out=res)
-    expected = (float(res.value), np.array(res.gradient))
-    choice._start_twin()  # what a probe won by one thread does
-    join_all()
-    assert choice.serial is not None and choice.make_serial is None
-    choice.threads, choice._left, choice._until, choice.reference = 1, 10**6, float("inf"), 1.0
-    calls = []
-    serial = choice.serial
-    choice.serial = lambda *a: (calls.append(1), serial(*a))[1]
-    p.gradient(x, out=res)
-    assert calls == [1]  # the one-thread call ran the twin
-    np.testing.assert_allclose(float(res.value), expected[0], rtol=1e-14)
-    np.testing.assert_allclose(res.gradient, expected[1], rtol=1e-14, atol=1e-16)
-    assert "threads: 1 (its serial twin)" in choice.describe()
 
 
 # --- idle BLAS workers sleep soon (threads.short_blas_spin) ---------------------------------

@@ -326,20 +326,6 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         return protos
 
 
-    def _serial_twin(self):
-        """The call of this gradient plan's serial twin: the same function
-        planned with ``parallel=False`` (its own arena and memory plan; kept
-        alive by this plan), taking the same arguments and results."""
-        f = self._f()
-        if f is None:
-            raise RuntimeError("the function is gone")
-        twin = Plan(f, _example_args(self._protos()), self.argnums, self.backend,
-                    parallel=False, tiered=False)
-        if twin._program is None or twin._program.objects != self._program.objects:
-            raise RuntimeError("no compiled twin")
-        self._twin_plan = twin
-        return twin._program.fn
-
     def _materialize(self, nodes, in_place=()):
         if self.backend != "numba":
             return ()
@@ -352,11 +338,9 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             with serial_loops(self._loops_serial):
                 prog = build_program(nodes, inputs, outputs, self.memory, self._buffers,
                                      in_specs or self._specs, out_specs, name=name,
-                                     poison=self._poison, given=given)
+                                     poison=self._poison, given=given,
+                                     label=f"the {name.replace('_', ' ')} of {self.name}")
             prog.lock = self._lock  # every program of the plan writes the same arena
-            if prog.threads is not None and type(self) is Plan and self.order == 1 and \
-                    self.update is None and name == "gradient_program":
-                prog.threads.make_serial = self._serial_twin  # should one thread win a probe
             return prog
         regions = None
         if self.backend == "cupy":
@@ -453,9 +437,8 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
 
 
     def _call(self, leaves, value, gleaves):
-        reference = self._reference if self._program is None else None
-        if reference is not None:  # tier 0: the reference program, while numba compiles
-            self._tier_calls += 1
+        reference = self._tier_reference()
+        if reference is not None:  # tier 0: the first call of a tiered plan
             reference._call(leaves, value, gleaves)
         elif self.backend == "numba":  # serialized by the program's lock or the GIL
             self._program.run(leaves, [value, *gleaves])
@@ -534,7 +517,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         if self._guarded:
             self._check_stale(args)
         leaves = self._leaves(args)
-        reference = self._reference if self._program is None else None
+        reference = self._tier_reference()
         if reference is not None:  # tier 0 (hybridad.plans.tiered)
             return reference.value(*args)
         if self._value_program is None:

@@ -1,35 +1,39 @@
-"""Tiered execution: a numba plan answers its first calls at once.
+"""Tiered execution, on request: a numba plan answers its first call at once.
 
 Compiling a plan's numba program takes from a few tenths of a second to
 several seconds (LLVM); the numpy reference program of the same function is
 built in milliseconds and, like the compiled one, allocates nothing per call.
-A tiered plan (:class:`~hybridad.plans.plan.Plan` with ``tiered=True``, the
-default of gradient plans on numba) is traced, lowered and memory-planned as
-usual, then
+A tiered plan (``hybridad.compile(..., tiered=True)`` or
+``HYBRIDAD_TIERED=1`` in the environment; gradient plans on numba) is
+traced, lowered and memory-planned as usual, then
 
-1. builds the reference plan of the same function (``backend="numpy"``) and
-   serves its calls there (tier 0);
-2. compiles the numba program in a background thread (tier 1);
-3. switches at a call boundary once the program is ready: a call that began
-   on the reference program ends there, the next one runs compiled code.
+1. builds the reference plan of the same function (``backend="numpy"``);
+2. compiles the numba program in a background thread;
+3. serves its **first call** (gradient or value) with the reference program
+   and **every later call** with the compiled program: the second call waits
+   for the compile if it is still running.
 
-Results agree between tiers to rounding: the reference program evaluates
-the same graph with numpy's ufuncs and reductions (pairwise summation)
-where the compiled one runs fused loops, so values and gradients differ by a
-few ulps per reduction (``docs/guide.md``, "First calls").
+The switch is at a call the program fixes, never where a compile happens to
+finish: the same calls give the same bits on a cold or a warm cache, on a
+busy or a quiet machine.  The first call's results agree with the compiled
+program's to rounding, not bitwise: the reference program evaluates the same
+graph with numpy's ufuncs and reductions where the compiled one runs fused
+loops (``docs/guide.md``, "First calls").  Until the switch the plan holds both
+programs' workspaces.
+
+Plans are not tiered by default: the default plan compiles before it
+answers, and every call is the compiled program's.
 
 A compile that fails leaves the plan on the reference program for good,
 with a :class:`RuntimeWarning` naming the error.  :meth:`TieredMixin.wait`
 blocks until the compiled program is in place (``hybridad.compile(...,
-wait=True)``); :func:`join_all` (run at interpreter exit) waits for every
-compile still running, so no thread is left half way through writing numba's
-disk cache.  ``HYBRIDAD_TIERED=0`` in the environment turns tiering off for
-plans that do not ask for it.
+wait=True)``).  A compile still running when the interpreter exits is
+abandoned (its thread is a daemon; numba and the plan cache write their
+files atomically, so nothing is left half written).
 """
 
 from __future__ import annotations
 
-import atexit
 import os
 import threading
 import time
@@ -43,9 +47,9 @@ _THREADS = weakref.WeakSet()  # compile threads still running
 
 
 def default_tiered():
-    """Whether plans are tiered when ``tiered=None`` (``HYBRIDAD_TIERED``, default on)."""
-    return os.environ.get("HYBRIDAD_TIERED", "1").strip().lower() not in ("0", "false", "no",
-                                                                          "off", "")
+    """Whether plans are tiered when ``tiered=None``: ``HYBRIDAD_TIERED=1`` (or
+    ``true``, ``yes``, ``on``) in the environment; off by default."""
+    return os.environ.get("HYBRIDAD_TIERED", "0").strip().lower() in ("1", "true", "yes", "on")
 
 
 def track_thread(thread):
@@ -54,13 +58,11 @@ def track_thread(thread):
 
 
 def join_all(timeout=120.0):
-    """Wait for the compile threads still running (at most ``timeout`` seconds in all)."""
+    """Wait for the compile threads still running (at most ``timeout`` seconds in
+    all).  Nothing runs it at exit: a compile in flight then is abandoned."""
     deadline = time.monotonic() + timeout
     for thread in list(_THREADS):
         thread.join(max(0.0, deadline - time.monotonic()))
-
-
-atexit.register(join_all)
 
 
 class TieredMixin:
@@ -69,15 +71,20 @@ class TieredMixin:
     Attributes
     ----------
     tier : str
-        ``"numpy"`` while the reference program serves the calls (the numba
-        program is compiling or failed to compile), ``"numba"`` after the switch.
+        ``"numpy"`` until the switch (before the second call, or for good when
+        the numba program failed to compile), ``"numba"`` after it.
     """
+
+    #: calls the reference program serves before the switch (any kind: gradient, value)
+    REFERENCE_CALLS = 1
 
     _reference = None  # the numpy plan serving the calls until the switch
     _pending = None  # what _compile needs, until the background thread took it
+    _compiled = None  # the background compile's program, until the switch installs it
     _tier_error = None  # the compile's exception, when it failed
     _tier_calls = 0  # calls served by the reference program
-    _tier_seconds = None  # seconds from the plan's trace to the switch
+    _tier_seconds = None  # seconds from the plan's trace to the end of the compile
+    _tier_thread = None
 
     @property
     def tier(self):
@@ -93,12 +100,31 @@ class TieredMixin:
             self._reference = None
             return False
         self._tier_started = time.perf_counter()
+        self._tier_lock = threading.Lock()
         thread = threading.Thread(target=self._compile_in_background,
                                   name=f"hybridad compile {self.name}", daemon=True)
         _THREADS.add(thread)
         self._tier_thread = thread
         thread.start()
         return True
+
+    def _tier_reference(self):
+        """The reference plan when it serves this call, else None (the
+        compiled program does): the first :attr:`REFERENCE_CALLS` calls, and
+        every call when there is no compiled program (over the compile budget,
+        or a failed compile).  The call after those waits for the compile and
+        makes the switch."""
+        if self._reference is None or self._program is not None:
+            return None
+        with self._tier_lock:
+            if self._tier_calls < self.REFERENCE_CALLS or self._tier_thread is None:
+                self._tier_calls += 1
+                return self._reference
+        if self.wait():
+            return None
+        with self._tier_lock:  # the compile failed: the reference, for good
+            self._tier_calls += 1
+        return self._reference
 
     def _serve_reference(self, f, args, exc):
         """A numba program over the compile budget (``exc``, a
@@ -107,28 +133,32 @@ class TieredMixin:
         self._reference = type(self)(f, args, self.argnums, backend="numpy",
                                      parallel=self.parallel, tiered=False)
         self._tier_error = exc
+        self._tier_lock = threading.Lock()
         warnings.warn(f"hybridad: {exc}; the plan runs its numpy reference program (no "
                       "compile, no allocation per call; slower than compiled code)",
                       RuntimeWarning, stacklevel=4)
 
     def _compile_in_background(self):
+        from ..backends.numba import build_lock
+
+        with build_lock():  # a fork waits for it: the child has the pending work or the program
+            self._compile_pending()
+
+    def _compile_pending(self):
         pending, self._pending = self._pending, None
         try:
-            program = self._compile(*pending)
+            self._compiled = self._compile(*pending)
         except Exception as exc:  # noqa: BLE001 -- the reference program keeps serving
             self._tier_error = exc
             warnings.warn(f"hybridad: compiling the numba program of {self.name} failed "
                           f"({type(exc).__name__}: {exc}); the plan keeps running its numpy "
                           "reference program", RuntimeWarning, stacklevel=1)
-            return
-        with self._lock:  # no compiled call is in flight before the switch
-            self._install_program(program)
+        finally:
             self._tier_seconds = time.perf_counter() - self._tier_started
-        # its buffers go: a call still on it holds its own reference until it ends
-        self._reference = None
 
     def wait(self, timeout=None):
-        """Block until the compiled program serves the calls.
+        """Block until the compiled program serves the calls, and make the
+        switch: every later call runs it.
 
         Parameters
         ----------
@@ -142,27 +172,44 @@ class TieredMixin:
             was never tiered); False on timeout or when the compile failed
             (the reference program keeps serving; ``explain()`` says why).
         """
-        thread = getattr(self, "_tier_thread", None)
-        if thread is not None:
+        thread = self._tier_thread
+        if thread is not None and self._program is None:
             thread.join(timeout)
+            if not thread.is_alive() and self._pending is not None:
+                # a process forked before the compile began: the child has no
+                # compile thread, so it compiles here
+                from ..backends.numba import build_lock
+
+                with build_lock():
+                    if self._pending is not None:
+                        self._compile_pending()
+            if not thread.is_alive() and self._compiled is not None:
+                with self._lock:  # no call is in flight on the compiled program yet
+                    if self._program is None:
+                        self._install_program(self._compiled)
+                        self._compiled = None
+                        # its buffers go: a call still on it holds its own reference
+                        self._reference = None
         return self._program is not None
 
     def _tier_lines(self):
         """The tier lines of :meth:`explain`."""
-        if getattr(self, "_tier_thread", None) is None:
+        if self._tier_thread is None:
             if self._tier_error is not None:  # (over the compile budget)
                 return [f"tiers: {self._tier_error}; the numpy reference program serves every "
                         "call" + (f" ({self._tier_calls} so far)" if self._reference is not None
                                   else "")]
             return []
-        if self._tier_seconds is not None:
+        if self._program is not None:
             return [f"tiers: the numpy reference program answered the first "
-                    f"{self._tier_calls} call(s) while numba compiled in the background; "
-                    f"switched to the compiled program {self._tier_seconds:.2f} s after the "
-                    "trace"]
+                    f"{self._tier_calls} call(s) while numba compiled in the background "
+                    f"({self._tier_seconds:.2f} s after the trace); every later call runs "
+                    "the compiled program"]
         if self._tier_error is not None:
             return [f"tiers: the numba program failed to compile ({self._tier_error!r}); the "
                     f"numpy reference program serves every call ({self._tier_calls} so far)"]
-        return [f"tiers: numba is compiling in the background; the numpy reference program "
-                f"serves the calls until it is ready ({self._tier_calls} so far; "
-                "plan.wait() blocks until the switch)"]
+        state = "compiled" if self._compiled is not None else "is compiling in the background"
+        return [f"tiers: numba {state}; the numpy reference program serves the first "
+                f"{self.REFERENCE_CALLS} call(s) ({self._tier_calls} so far), every later "
+                "call the compiled program (the next call waits for the compile; "
+                "plan.wait() switches now)"]

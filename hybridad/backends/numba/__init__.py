@@ -4,7 +4,50 @@ calls (:mod:`.rt`, :mod:`.folds`, :mod:`.lapack`, :mod:`.vmath`, :mod:`.threads`
 numbers for user functions (:mod:`.dual`), small kernels of the plans
 (:mod:`.kernels`) and the verified disk cache (:mod:`.cache`)."""
 
-__all__ = ["build_program", "compiler_lock"]
+import logging
+import os
+import threading
+import time
+import warnings
+
+__all__ = ["build_lock", "build_program", "compiler_lock", "make_numba_context"]
+
+#: seconds a build runs before it says so (once, on the ``hybridad`` logger)
+SLOW_BUILD_S = 2.0
+
+_log = logging.getLogger("hybridad")
+_told = []  # the first slow build also says how to avoid the wait
+
+#: held by every build of a numba program, from its ``import numba`` to its
+#: last compiled function; a fork waits for it (:func:`os.register_at_fork`),
+#: so a child process never starts with a build's lock held by a thread it
+#: does not have, or with numba half imported
+_BUILD_LOCK = threading.RLock()
+
+
+def build_lock():
+    """The process-wide lock every numba program build holds (re-entrant).
+
+    :func:`os.fork` (``multiprocessing``'s fork start method included) waits
+    for it: a build in flight -- a tiered plan's background compile, or a
+    synchronous one in another thread -- ends before the process is copied.
+    Without that the child inherited numba's compiler lock held by a thread
+    that does not exist there (its first build hung for good) and numba's
+    modules half imported (its cache loads failed with ``ImportError``)."""
+    return _BUILD_LOCK
+
+
+def _before_fork():
+    _BUILD_LOCK.acquire()
+
+
+def _after_fork():
+    _BUILD_LOCK.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
+                        after_in_child=_after_fork)
 
 
 def build_program(*args, **kwargs):
@@ -25,12 +68,47 @@ def build_program(*args, **kwargs):
     build's compile waited for this lock anyway: what is newly serialized is
     its code generation.
 
-    The lock is taken by :func:`compiler_lock`.
+    The lock is taken by :func:`compiler_lock`, inside :func:`build_lock`.
     """
-    with compiler_lock():
+    label = kwargs.pop("label", None)
+    with _BUILD_LOCK, compiler_lock(), _announce_if_slow(label or kwargs.get("name")), \
+            warnings.catch_warnings():
+        from numba.core.errors import NumbaWarning
+
         from .program import compile_numba_program
 
+        # numba's warnings (NumbaPerformanceWarning on generated code) are not the user's
+        warnings.simplefilter("ignore", NumbaWarning)
         return compile_numba_program(*args, **kwargs)
+
+
+class _announce_if_slow:
+    """While active: a build running past :data:`SLOW_BUILD_S` seconds says
+    so, once, as a warning on the ``hybridad`` logger (shown on stderr unless
+    logging is configured otherwise): what compiles, and how to avoid the
+    wait."""
+
+    def __init__(self, label):
+        self.label = label
+
+    def _say(self):
+        hint = "" if _told else (
+            " -- numba compiles a plan once per process the first time, then loads it from "
+            "the disk cache (python -m hybridad cache --info); backend='numpy' runs at once, "
+            "without compiling")
+        _told.append(True)
+        _log.warning("hybridad: compiling %s with numba (over %.0f s so far)%s",
+                     self.label or "a plan", SLOW_BUILD_S, hint)
+
+    def __enter__(self):
+        self._timer = threading.Timer(SLOW_BUILD_S, self._say)
+        self._timer.daemon = True  # never holds the process at exit
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._timer.cancel()
+        return False
 
 
 def compiler_lock():
@@ -45,20 +123,58 @@ def compiler_lock():
     ufunc under the function's lock while the build, inside the compiler
     lock, wanted that lock for the function's kernel: the process hung).
 
-    numba's CPU target context is made before the lock is returned: numba
-    makes it lazily, at the first ``@njit`` decorator, under the context's
-    own lock and then the compiler lock; a holder of the compiler lock whose
-    code made the first numba function (``program``'s imports) took the two
-    the other way round, and a thread decorating its first ``@njit``
-    function meanwhile (user code, a hybridad module imported lazily)
-    deadlocked with it.
+    numba's CPU target context is made before the lock is returned
+    (:func:`make_numba_context`): numba makes it lazily, at the first
+    ``@njit`` decorator under the context's own lock and then the compiler
+    lock, and at the first ``@cfunc`` the other way round.
 
     Returns
     -------
     numba's global compiler lock (a context manager).
     """
     from numba.core.compiler_lock import global_compiler_lock
-    from numba.core.registry import cpu_target
 
-    cpu_target.target_context  # noqa: B018 - made now, outside the compiler lock
+    make_numba_context()
     return global_compiler_lock
+
+
+def make_numba_context():
+    """Make numba's CPU target context unless it is made, without ever
+    waiting for a lock while holding another.
+
+    numba makes the context lazily, under the lock of each of its two
+    ``functools.cached_property`` (the target and the typing context; Python
+    3.11 gives each one a lock, later versions none) and the compiler lock
+    -- at the first ``@njit`` decorator the properties' locks first, at the
+    first ``@cfunc`` (compiled at once, under the compiler lock) the compiler
+    lock first.  A build making the context one way while user code (or
+    ``hybridad.testing``'s allocation counter, made of ``@cfunc`` s) made it
+    the other way in another thread hung both for good.  Here every lock is
+    tried without blocking and all are released and tried again shortly
+    after when one is busy, so neither order can deadlock with this one."""
+    from numba.core import registry
+    from numba.core.compiler_lock import global_compiler_lock
+
+    target = registry.cpu_target
+    if "_toplevel_target_context" in vars(target):
+        return
+    props = [vars(type(target)).get(name) for name in ("_toplevel_target_context",
+                                                         "_toplevel_typing_context")]
+    locks = [lock for lock in (getattr(p, "lock", None) for p in props) if lock is not None]
+    locks.append(global_compiler_lock._lock)
+    delay = 1e-4
+    while True:
+        held = []
+        for lock in locks:
+            if not lock.acquire(blocking=False):
+                break
+            held.append(lock)
+        try:
+            if len(held) == len(locks):
+                target.target_context  # noqa: B018 -- made now, every lock it takes held
+                return
+        finally:
+            for lock in reversed(held):
+                lock.release()
+        time.sleep(delay)  # another thread holds one: let it finish, then try again
+        delay = min(2 * delay, 0.01)

@@ -154,10 +154,8 @@ class SingleThreadedBlas:
         return False
 
 
-def _run(fn, args, n, blas, serial=None):
-    if n == 1 and serial is not None:  # the serial twin: plain loops, BLAS's own threads
-        return serial(*args)
-    if blas and n > 1:
+def _run(fn, args, blas):
+    if blas:  # on every thread count: BLAS's own threads would change its sums' order
         with SingleThreadedBlas():
             return fn(*args)
     return fn(*args)
@@ -215,10 +213,14 @@ class ThreadChoice:
     worse than the other end the probe early (the first call after a switch
     runs cold), so one probe costs about two calls of the worse setting, and
     the next probe waits long enough to keep that under :attr:`PROBE_SHARE`
-    of the time.  The first time one thread wins, the program's serial twin
-    (:attr:`make_serial`) is compiled in the background and runs the
-    one-thread calls; while the loops run on one thread, BLAS keeps its own
-    threads.
+    of the time.
+
+    Every setting runs the same compiled program, BLAS single-threaded beside
+    it on any thread count, and the program's sums do not depend on the
+    thread count (each thread's share is fixed by the shape; the parts are
+    added in order after the loop): the choice changes how fast a call is,
+    never a bit of its results (``tests/test_thread_choice.py``).  Nothing is
+    compiled or run in the background.
 
     The choice is per program (a plan's gradient, value and Hessian programs
     choose apart); :meth:`describe` says what was chosen and on which times
@@ -245,14 +247,6 @@ class ThreadChoice:
         return os.environ.get("HYBRIDAD_THREAD_CHOICE", "1").strip() != "0"
 
     def __init__(self):
-        #: ``make_serial()`` compiles the program's serial twin (the same
-        #: plan with ``parallel=False``, its own arena) and returns its call;
-        #: started in the background the first time one thread wins a probe,
-        #: it then runs the one-thread calls (numba's ``prange`` code on one
-        #: thread can be several times slower than plain loops)
-        self.make_serial = None
-        self.serial = None  # the twin's call, once compiled
-        self._twin_started = False
         self.threads = 0  # the chosen count; 0: not chosen yet (probe)
         self.reference = 0.0  # the chosen setting's median call time (s)
         self.times = {}  # threads -> the last probe's samples (s)
@@ -266,8 +260,8 @@ class ThreadChoice:
 
     def __call__(self, fn, args, blas=False):
         """Run ``fn(*args)`` with this program's thread count; ``blas``: the
-        program calls BLAS, which then runs single-threaded while the
-        program's loops take more than one thread (one owner of the cores)."""
+        program calls BLAS, which then runs single-threaded (one owner of the
+        cores, and the same sums on any thread count)."""
         self.calls += 1
         most = max_threads()
         if most <= 1:  # capped at one thread: nothing to choose
@@ -290,7 +284,7 @@ class ThreadChoice:
             numba.set_num_threads(n)
         t = time.perf_counter()
         try:
-            return _run(fn, args, n, blas, self.serial)
+            return _run(fn, args, blas)
         finally:
             dt = time.perf_counter() - t
             if n != before:
@@ -336,32 +330,9 @@ class ThreadChoice:
                       default=0.0) - med[choice]
         self._wait = max(self._period, penalty / self.PROBE_SHARE)
         self.threads, self.reference, self._strikes = choice, med[choice], 0
-        if choice == 1 and not self._twin_started and self.make_serial is not None:
-            self._start_twin()
         self._probing = None
         self._left = self.MIN_CALLS
         self._until = time.perf_counter() + self._wait
-
-    def _start_twin(self):
-        """Compile the serial twin in a background thread; the first probe after
-        it is ready measures it against all threads."""
-        self._twin_started = True
-        make, self.make_serial = self.make_serial, None
-
-        def compile_twin():
-            try:
-                serial = make()
-            except Exception:  # noqa: BLE001 -- no twin: one thread runs the prange code
-                return
-            self.serial = serial
-            self._left, self._until = 0, 0.0  # probe again, with the twin
-
-        thread = threading.Thread(target=compile_twin, name="hybridad serial twin",
-                                  daemon=True)
-        from ...plans.tiered import track_thread
-
-        track_thread(thread)
-        thread.start()
 
     def describe(self):
         """One line: the thread count in use and the times it was chosen on."""
@@ -369,8 +340,7 @@ class ThreadChoice:
             return "threads: not chosen yet (the first calls measure all threads against one)"
         times = ", ".join(f"{k} thread{'s' * (k > 1)} {1e3 * _median(v):.3g} ms"
                           for k, v in sorted(self.times.items(), reverse=True) if v)
-        twin = " (its serial twin)" if self.serial is not None else ""
-        return (f"threads: {self.threads}{twin * (self.threads == 1)} (median call {times}; "
+        return (f"threads: {self.threads} (median call {times}; "
                 f"probe {self.probes}, "
                 f"next in {self._wait:.3g} s or after {self.STRIKES} calls "
                 f"{self.SLOWER:g}x slower)")
