@@ -56,10 +56,12 @@ def demo(steps=200, n_samples=500, n_features=100, seed=0):
 
     res = ha.GradientResult(w)
     t0 = time.perf_counter()
-    ha.gradient(loss, w, X, y, lam, out=res)  # first call: trace + build the plan
+    ha.gradient(loss, w, X, y, lam, out=res)  # first call: trace, plan and numba compile
     build = time.perf_counter() - t0
     print(f"hybridad demo: logistic regression, {n_samples} samples x {n_features} features")
-    print(f"first call (trace + plan): {build * 1e3:.1f} ms")
+    print(f"first call (trace, plan and compile; numba's disk cache serves later "
+          f"processes): {build * 1e3:.1f} ms")
+    print("every step below runs the compiled numba program")
     print(f"{'step':>6} {'loss':>14} {'|grad|':>12}")
 
     with count_allocations() as counts:
