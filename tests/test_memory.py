@@ -292,3 +292,61 @@ def test_equal_partials_are_stored_once():
     ref = ha.gradient(sin_mlp, *args, argnums=(0, 1, 2), backend="numpy")
     for got, want in zip(plan.gradient(*args).gradient, ref.gradient, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_memory_budget_binds_everything_a_parallel_plan_holds(monkeypatch):
+    """What a plan holds is its planned workspace: numpy memory still alive
+    after the plan is built and called 60 times -- its thread choice having
+    chosen one thread, where the serial twin used to be traced and planned
+    again in the background with an arena of its own -- stays within
+    ``memory_budget`` (plus the plan's small tables: its value buffer, the
+    argument checks' table)."""
+    import threading
+    import tracemalloc
+
+    import numba
+
+    from hybridad.backends.numba import threads
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs numba with 2 threads or more")
+    monkeypatch.setenv("HYBRIDAD_THREAD_CHOICE", "1")
+    now = [0.0]
+
+    def fake_clock():  # one thread measures 10x faster: the probe picks it
+        return now[0]
+
+    def timed(fn, args, n, blas, done):
+        now[0] += 0.01 if n > 1 else 0.001
+        return original(fn, args, n, blas, done)
+
+    x = np.linspace(-1.0, 1.0, 40_000)  # prange loops
+    res = ha.GradientResult(x)
+
+    def f(x):
+        return np.sum(np.tanh(x) ** 2 * np.exp(-x))
+
+    budget = ha.compile(f, x).memory.total_bytes  # the budget it needs, exactly
+    domain = tracemalloc.DomainFilter(True, np.lib.tracemalloc_domain)
+    tracemalloc.start()
+    try:
+        before = sum(s.size for s in tracemalloc.take_snapshot().filter_traces([domain]).traces)
+        plan = ha.compile(f, x, memory_budget=budget)
+        choice = plan._program.threads
+        assert choice is not None
+        original = choice._timed
+        monkeypatch.setattr(threads.time, "perf_counter", fake_clock)
+        monkeypatch.setattr(choice, "_timed", timed)
+        for _ in range(60):
+            plan.gradient(x, out=res)
+        assert choice.threads == 1 and choice.probes >= 1
+        for t in threading.enumerate():  # nothing compiling behind the calls
+            assert not t.name.startswith("hybridad"), t.name
+        held = sum(s.size for s in tracemalloc.take_snapshot().filter_traces([domain]).traces)
+    finally:
+        tracemalloc.stop()
+    assert plan.memory.total_bytes <= budget
+    # (a twin's arena alone would be as large again)
+    assert held - before <= budget + 4096, (held - before, budget)
+    np.testing.assert_allclose(res.gradient, np.exp(-x) * (2 * np.tanh(x) * (
+        1 - np.tanh(x) ** 2) - np.tanh(x) ** 2), rtol=1e-12, atol=1e-15)
