@@ -109,6 +109,42 @@ def test_damaged_entry_is_discarded_and_rebuilt(warm, tmp_path, kind, how):
         assert out == ["7.0", "1"] and "hybridad cache" not in err
 
 
+LOAD_FAILING = """
+import sys, warnings
+warnings.simplefilter("always")
+from numba.core import caching
+from hybridad.backends.numba import cache
+
+
+def fails(self, *args, **kwargs):  # as in a child forked while numba was half imported
+    raise ImportError("cannot import name 'x' from partially initialized module "
+                      "'numba.cpython.charseq' (most likely due to a circular import)")
+
+
+caching.FunctionCache.load_overload = fails
+f = cache.load_function(sys.argv[1], "f")
+print(f(2.0), sum(f.stats.cache_hits.values()))
+"""
+
+
+def test_a_valid_entry_is_never_deleted_for_the_process_s_own_trouble(warm, tmp_path):
+    """A verified entry that this process fails to load (an ImportError: a
+    module half imported by a thread a fork left behind) is recompiled, and
+    the compile's save replaces it: no file of it is deleted, and the next
+    process loads it."""
+    path = tmp_path / "cache"
+    shutil.copytree(warm, path)
+    before = sorted(p.name for p in (path / "__pycache__").iterdir())
+    out, err = _run(LOAD_FAILING, path, SRC)
+    assert out[0] == "7.0"
+    assert "could not load the numba cache" in err and "discarded" not in err, err
+    assert sorted(p.name for p in (path / "__pycache__").iterdir()) == before
+    for name in (path / "__pycache__").iterdir():
+        cache._VerifiedCacheFile._read(str(name))  # still verified entries
+    out, err = _run(LOAD, path, SRC)
+    assert out == ["7.0", "1"] and "hybridad cache" not in err
+
+
 PLAN = """
 import sys, warnings
 import numpy as np
