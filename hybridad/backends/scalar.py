@@ -114,6 +114,11 @@ def ufunc_code(ufunc, args):
         # libm's float32 function (tanhf, expf) is a scalar call per element
         # (4-10x slower)
         code = f"np.float32({VECTOR_PREFIX}{name}32(np.float64({args[0].code})))"
+    elif name == "floor_divide" and out_dtype in (np.float64, np.float32) and \
+            all(a.dtype == out_dtype for a in args):
+        # numpy's quotient (vmath): numba's np.floor_divide is floor(a / b)
+        suffix = "32" if out_dtype == np.float32 else ""
+        code = f"{VECTOR_PREFIX}floor_divide{suffix}({args[0].code}, {args[1].code})"
     elif name in SPECIAL:  # scipy.special: scipy's compiled function, in float64
         code = f"{SPECIAL_PREFIX}{name}({', '.join(a.code for a in args)})"
         if out_dtype != np.float64:

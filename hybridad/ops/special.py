@@ -66,10 +66,84 @@ def _safe_div(x, num, den):
     return np.where(x == 0, _lit(0, x), num / den)
 
 
+# --------------------------------------------------------------------------
+# asymptotic series: derivatives whose closed form cancels at large |x|
+# --------------------------------------------------------------------------
+def _horner(t, coefs):
+    """``sum_k coefs[k] t**k`` in ``t``'s dtype."""
+    total = _lit(coefs[-1], t)
+    for c in reversed(coefs[:-1]):
+        total = total * t + _lit(c, t)
+    return total
+
+
+def _beyond(x, float64, float32):
+    """``x > float64`` (``float32`` in float32): where an asymptotic series is exact
+    to the dtype's rounding and the closed form would lose more to cancellation."""
+    return x > _lit(float64 if x.dtype == np.float64 else float32, x)
+
+
+#: (2k + 1)!!, k = 0..14: the series of Dawson's integral and erfcx in 1 / (2 x**2)
+#: (``D(x) ~ sum_k (2k - 1)!! / (2x (2x**2)**k)``, ``erfcx`` the same, alternating)
+_ODD_FACTORIALS = tuple(float(math.prod(range(1, 2 * k + 2, 2))) for k in range(15))
+
+
+def _dawsn_partial(x, ans):
+    """``D'(x) = 1 - 2 x D(x)``.  Beyond ``|x| = 10`` (8 in float32) ``2 x D(x)``
+    tends to 1 and the difference cancels (every digit at ``x = 1e10``, relative
+    error ``2 x**2 eps``); there its asymptotic series ``-u sum_k (2k + 1)!! u**k``,
+    ``u = 1 / (2 x**2)`` (0 at +-inf)."""
+    u = 0.5 / (x * x)
+    return np.where(_beyond(np.abs(x), 10.0, 8.0), -u * _horner(u, _ODD_FACTORIALS),
+                    1 - 2 * x * ans)
+
+
+def _erfcx_partial(x, ans):
+    """``erfcx'(x) = 2 x erfcx(x) - 2 / sqrt(pi)``; beyond ``x = 10`` (8 in float32),
+    where the two cancel, the asymptotic series ``-(2 / sqrt(pi)) u sum_k (2k + 1)!!
+    (-u)**k``, ``u = 1 / (2 x**2)`` (0 at +inf)."""
+    u = 0.5 / (x * x)
+    return np.where(_beyond(x, 10.0, 8.0), _lit(-_2_SQRTPI, x) * u * _horner(-u, _ODD_FACTORIALS),
+                    2 * x * ans - _lit(_2_SQRTPI, x))
+
+
+def _bessel_slope(nu, kind):
+    """``d_k``, k = 0..9: the derivative of the asymptotic series of ``I_nu(x) e**-x``
+    (``kind`` "i"; DLMF 10.40.1) or ``K_nu(x) e**x`` ("k"; 10.40.2), term by term:
+    ``x**-3/2 sum_k d_k x**-k`` times ``(2 pi)**-1/2`` or ``(pi / 2)**1/2``."""
+    a, out = 1.0, []
+    for k in range(10):
+        if k:
+            a *= (4 * nu * nu - (2 * k - 1) ** 2) / (8 * k)
+        out.append(-(k + 0.5) * a * ((-1) ** k if kind == "i" else 1))
+    return tuple(out)
+
+
+_I0E, _I1E, _K0E, _K1E = (_bessel_slope(nu, kind) for kind in "ik" for nu in (0, 1))
+
+
+def _scaled_bessel_partial(closed, coefs, scale, symmetry=None):
+    """The derivative of an exponentially scaled Bessel function: ``closed(x,
+    ans)`` (a difference of two terms near ``ans``, which cancel as ``|x|`` grows:
+    relative error ``2 |x| eps``), beyond ``x = 200`` (20 in float32) the
+    asymptotic series ``scale x**-3/2 sum_k coefs[k] x**-k`` (0 at +inf); below
+    ``-200`` the same at ``|x|`` for an ``"even"`` derivative, its negative for an
+    ``"odd"`` one (``symmetry`` None: the function is defined for ``x >= 0`` only)."""
+    def partial(x, ans):
+        ax = x if symmetry is None else np.abs(x)
+        t = 1 / ax
+        tail = _lit(scale, x) * (t * np.sqrt(t)) * _horner(t, coefs)
+        if symmetry == "odd":
+            tail = np.sign(x) * tail
+        return np.where(_beyond(ax, 200.0, 20.0), tail, closed(x, ans))
+
+    return partial
+
+
 # error functions and their inverses
 _special(sp.erf, [lambda x, ans: _lit(_2_SQRTPI, x) * np.exp(-(x * x))])
 _special(sp.erfc, [lambda x, ans: _lit(-_2_SQRTPI, x) * np.exp(-(x * x))])
-_special(sp.erfcx, [lambda x, ans: 2 * x * ans - _lit(_2_SQRTPI, x)])
+_special(sp.erfcx, [_erfcx_partial])
 _special(sp.erfinv, [lambda x, ans: _lit(_SQRTPI_2, x) * np.exp(ans * ans)],
          domain=(-0.9, 0.9))
 _special(sp.erfcinv, [lambda x, ans: _lit(-_SQRTPI_2, x) * np.exp(ans * ans)],
@@ -104,10 +178,12 @@ _special(sp.rel_entr, [lambda x, y, ans: np.log(x / y) + 1, lambda x, y, ans: -x
          domain=(0.1, 3.0))
 # Bessel functions (i1(x)/x and j1(x)/x tend to 1/2 at 0)
 _special(sp.i0, [lambda x, ans: sp.i1(x)])
-_special(sp.i0e, [lambda x, ans: sp.i1e(x) - np.sign(x) * ans])
+_special(sp.i0e, [_scaled_bessel_partial(lambda x, ans: sp.i1e(x) - np.sign(x) * ans, _I0E,
+                                          1 / math.sqrt(2 * math.pi), "odd")])
 _special(sp.i1, [lambda x, ans: np.where(x == 0, _lit(0.5, x), sp.i0(x) - ans / x)])
-_special(sp.i1e, [lambda x, ans: np.where(x == 0, _lit(0.5, x),
-                                           sp.i0e(x) - ans * (np.sign(x) + 1 / x))])
+_special(sp.i1e, [_scaled_bessel_partial(
+    lambda x, ans: np.where(x == 0, _lit(0.5, x), sp.i0e(x) - ans * (np.sign(x) + 1 / x)),
+    _I1E, 1 / math.sqrt(2 * math.pi), "even")])
 _special(sp.j0, [lambda x, ans: -sp.j1(x)])
 _special(sp.j1, [lambda x, ans: np.where(x == 0, _lit(0.5, x), sp.j0(x) - ans / x)])
 _special(sp.y0, [lambda x, ans: -sp.y1(x)], domain=(0.3, 4.0))
@@ -163,8 +239,10 @@ _special(sp.yn, [_order("yn", "first (n, the order)"),
                  lambda n, x, ans: 0.5 * (sp.yn(n - 1, x) - sp.yn(n + 1, x))], domain=(2.0, 2.0))
 _special(sp.k0, [lambda x, ans: -sp.k1(x)], domain=(0.3, 4.0))
 _special(sp.k1, [lambda x, ans: -sp.k0(x) - ans / x], domain=(0.3, 4.0))
-_special(sp.k0e, [lambda x, ans: ans - sp.k1e(x)], domain=(0.3, 4.0))
-_special(sp.k1e, [lambda x, ans: ans * (1 - 1 / x) - sp.k0e(x)], domain=(0.3, 4.0))
+_special(sp.k0e, [_scaled_bessel_partial(lambda x, ans: ans - sp.k1e(x), _K0E,
+                                          math.sqrt(math.pi / 2))], domain=(0.3, 4.0))
+_special(sp.k1e, [_scaled_bessel_partial(lambda x, ans: ans * (1 - 1 / x) - sp.k0e(x), _K1E,
+                                          math.sqrt(math.pi / 2))], domain=(0.3, 4.0))
 # exponential integrals; E_0(x) = exp(-x) / x, whose derivative E_{-1} scipy does not define
 _special(sp.exp1, [lambda x, ans: -np.exp(-x) / x], domain=(0.3, 4.0))
 _special(sp.expi, [lambda x, ans: np.exp(x) / x], domain=(-3.0, -0.3))
@@ -184,7 +262,7 @@ def _spence_partial(z, ans):
 _special(sp.spence, [_spence_partial], domain=(0.3, 3.0))
 _special(sp.kl_div, [lambda x, y, ans: np.log(x / y), lambda x, y, ans: 1 - x / y],
          domain=(0.1, 3.0))
-_special(sp.dawsn, [lambda x, ans: 1 - 2 * x * ans])
+_special(sp.dawsn, [_dawsn_partial])
 
 # binomial coefficients (scipy.special.comb(N, k) is binom(N, k) for 0 <= k <= N)
 _special(sp.binom, [lambda n, k, ans: ans * (sp.psi(n + 1) - sp.psi(n - k + 1)),

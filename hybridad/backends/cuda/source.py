@@ -106,8 +106,13 @@ template <typename T> HD T hd_remainder(T a, T b) {
   T r = fmod(a, b);
   if (r != T(0) && ((r < T(0)) != (b < T(0)))) r += b;
   return r == T(0) ? copysign(T(0), b) : r; }
-template <typename T> HD T hd_floor_divide(T a, T b) {
-  return floor(a / b); }
+template <typename T> HD T hd_floor_divide(T a, T b) {  // numpy's: Python's divmod quotient
+  if (b == T(0)) return a / b;
+  T mod = fmod(a, b), div = (a - mod) / b;
+  if (mod != T(0) && ((b < T(0)) != (mod < T(0)))) div -= T(1);
+  if (div == T(0)) return copysign(T(0), a / b);
+  T q = floor(div);
+  return div - q > T(0.5) ? q + T(1) : q; }
 HD bool hd_logical_xor(bool a, bool b) { return a != b; }
 template <typename A, typename B> HD auto hd_smul(A a, B b) -> decltype(a * b) {
   return (a == A(0) || b == B(0)) ? decltype(a * b)(0) : a * b; }

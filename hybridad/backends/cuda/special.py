@@ -84,11 +84,12 @@ template <typename T> HD T hd_zeta(T s_, T q_) {  // Hurwitz zeta, Euler-Maclaur
     -7.1661652561756670113e18};
   double s = double(s_), q = double(q_);
   if (s == 1.0) return T(INFINITY);
-  if (s < 1.0 || isnan(s) || isnan(q)) return T(NAN);
+  if (s < 1.0) return T(NAN);
   if (q <= 0.0) {
     if (q == floor(q)) return T(INFINITY);
     if (s != floor(s)) return T(NAN);
   }
+  if (q > 1e8) return T((1.0 / (s - 1.0) + 1.0 / (2.0 * q)) * pow(q, 1.0 - s));  // DLMF 25.11.43
   double total = pow(q, -s), a = q, b = 0.0;
   int i = 0;
   while (i < 9 || a <= 9.0) {

@@ -356,8 +356,11 @@ template <typename T> HD T hd_ive(T v, T x) { return T(hd_bessel_iv(double(v), d
 template <typename T> HD T hd_kv(T v, T x) { return T(hd_bessel_kv(double(v), double(x), false)); }
 template <typename T> HD T hd_kve(T v, T x) { return T(hd_bessel_kv(double(v), double(x), true)); }
 template <typename N, typename T> HD T hd_yn(N n, T x) {  // an integer order, as scipy's
+  // NaN beyond a C int (scipy's ufunc: order INT_MIN on x86, -inf at small x; the
+  // real-order algorithm is not accurate at such orders)
   double v = double(n);
-  return (isnan(v) || isinf(v)) ? T(NAN) : T(hd_bessel_yv(trunc(v), double(x))); }
+  return !(v > -2147483649.0 && v < 2147483648.0) ? T(NAN)
+         : T(hd_bessel_yv(trunc(v), double(x))); }
 template <typename T> HD T hd_k0(T x) { return T(hd_bessel_kv(0.0, double(x), false)); }
 template <typename T> HD T hd_k1(T x) { return T(hd_bessel_kv(1.0, double(x), false)); }
 template <typename T> HD T hd_k0e(T x) {  // (0 at +inf, where scipy's kve is NaN)

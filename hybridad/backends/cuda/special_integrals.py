@@ -248,8 +248,9 @@ HDX double hd_expint_n(double n, double x) {
   }
   return exp(-x) / h; }
 HDX double hd_expn_(double n, double x) {
-  if (isnan(n) || isnan(x) || isinf(n)) return NAN;
-  n = trunc(n);
+  if (isnan(n) || isnan(x)) return NAN;
+  // beyond a C int: INT_MIN, as scipy's ufunc's conversion (x86)
+  n = n > -2147483649.0 && n < 2147483648.0 ? trunc(n) : -2147483648.0;
   if (n < 0.0 || x < 0.0) return NAN;
   if (x == 0.0) return n <= 1.0 ? INFINITY : 1.0 / (n - 1.0);
   if (isinf(x)) return 0.0;

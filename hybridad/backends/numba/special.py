@@ -11,7 +11,11 @@ float64 and round, as scipy's float32 loops do.
 
 The integer-order functions ``expn(n, x)`` and ``yn(n, x)`` are bound in
 their ``long n`` form, with a float ``n`` truncated as scipy's ufunc does (the
-``double n`` form warns through Python, which a kernel must not do).
+``double n`` form warns through Python, which a kernel must not do).  scipy's
+ufunc converts the order to a C ``int``; one beyond its range (``+-inf``,
+``1e10``) becomes ``INT_MIN`` there (x86's conversion: ``expn`` is NaN, ``yn``
+the function of order ``-2**31``, -inf at small ``x``), and here too (the
+``long`` form would wrap it to another order).
 
 The Hurwitz zeta ``zeta(s, q)`` (the polygamma functions: ``psi'(x) =
 zeta(2, x)``) is the one function ``cython_special`` does not export; it is
@@ -128,7 +132,8 @@ for _op, _cname in _CYTHON3.items():
 _expn_long = _make_order(_symbol(_ORDER["expn"]), _ORDER["expn"])
 _yn_long = _make_order(_symbol(_ORDER["yn"]), _ORDER["yn"])
 
-_LONG_MAX = 9.2e18
+#: the floats a C int's truncation takes, and scipy's order beyond them (x86's INT_MIN)
+_INT_LO, _INT_HI, _INT_MIN = -2147483649.0, 2147483648.0, -2147483648
 
 
 install()  # numba's cache of the functions below: stamped with their imports' source
@@ -137,18 +142,19 @@ install()  # numba's cache of the functions below: stamped with their imports' s
 @njit(cache=True)
 def expn(n, x):
     """scipy's ``expn(n, x)``: a float ``n`` truncated to an integer as scipy
-    does (without its warning), NaN where it has none."""
-    if n != n or abs(n) > _LONG_MAX:
+    does (without its warning), ``INT_MIN`` beyond a C int, NaN where it is NaN."""
+    if n != n:
         return np.nan
-    return _expn_long(np.int64(n), x)
+    return _expn_long(np.int64(n) if _INT_LO < n < _INT_HI else _INT_MIN, x)
 
 
 @njit(cache=True)
 def yn(n, x):
-    """scipy's ``yn(n, x)``: a float ``n`` truncated to an integer as scipy does."""
-    if n != n or abs(n) > _LONG_MAX:
+    """scipy's ``yn(n, x)``: a float ``n`` truncated to an integer as scipy does,
+    ``INT_MIN`` beyond a C int."""
+    if n != n:
         return np.nan
-    return _yn_long(np.int64(n), x)
+    return _yn_long(np.int64(n) if _INT_LO < n < _INT_HI else _INT_MIN, x)
 
 
 # Cephes zeta.c: (2k)! / B_2k
@@ -160,17 +166,23 @@ _MACHEP = 1.11022302462515654042e-16
 
 @njit(cache=True, error_model="numpy")
 def zeta(s, q):
-    """Hurwitz zeta ``sum_k (k + q) ** -s`` for ``s > 1`` (scipy's ``zeta(s, q)``)."""
+    """Hurwitz zeta ``sum_k (k + q) ** -s`` for ``s > 1`` (scipy's ``zeta(s, q)``):
+    Cephes' ``zeta.c`` as scipy has it (``xsf/cephes/zeta.h``), its tests in its
+    order (a NaN ``s`` with ``q`` a non-positive integer is inf, as there) and its
+    asymptotic expansion for ``q > 1e8`` (DLMF 25.11.43: 0 at ``q = inf``, where the
+    summation would give ``0 * inf``)."""
     s, q = np.float64(s), np.float64(q)
     if s == 1.0:
         return np.inf
-    if s < 1.0 or s != s or q != q:
+    if s < 1.0:
         return np.nan
     if q <= 0.0:
         if q == math.floor(q):
             return np.inf
         if s != math.floor(s):
             return np.nan  # q**-s is not real
+    if q > 1e8:
+        return (1.0 / (s - 1.0) + 1.0 / (2.0 * q)) * q ** (1.0 - s)
     total = q ** -s
     a, b, i = q, 0.0, 0
     while i < 9 or a <= 9.0:

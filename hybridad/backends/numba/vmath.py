@@ -38,8 +38,9 @@ import numpy as np
 from numba import njit
 from ..._libcache import install
 
-__all__ = ["FLOAT32_NATIVE", "FLOAT32_UFUNCS", "HELPERS", "VECTOR_UFUNCS", "smul", "smul32", "vexp",
-           "vexpm1", "vexpm1_32", "vlog", "vlog32", "vtanh", "vexpf", "vtanhf"]
+__all__ = ["FLOAT32_NATIVE", "FLOAT32_UFUNCS", "HELPERS", "VECTOR_UFUNCS", "floor_divide",
+           "floor_divide32", "smul", "smul32", "vexp", "vexpm1", "vexpm1_32", "vlog", "vlog32",
+           "vtanh", "vexpf", "vtanhf"]
 
 _LN2_HI = 6.93147180369123816490e-01  # fdlibm: trailing zero bits, so k * _LN2_HI is exact
 _LN2_LO = 1.90821492927058770002e-10
@@ -340,7 +341,49 @@ def smul32(a, b):
     return a * b if (a != 0 and b != 0) else np.float32(0.0)
 
 
-HELPERS = {"smul": "smul", "smul32": "smul32"}
+# --------------------------------------------------------------------------
+# numpy's floor_divide of floats
+# --------------------------------------------------------------------------
+
+
+@njit(cache=True, error_model="numpy")
+def floor_divide(a, b):
+    """``np.floor_divide`` of two float64: numpy's ``npy_floor_divide``, Python's
+    ``divmod`` quotient (``(a - fmod(a, b)) / b``, one less where the remainder's
+    sign differs from ``b``'s, snapped to an integer), ``a / b`` where ``b`` is 0.
+    numba's own is ``floor(a / b)``: NaN at ``1 // -inf`` (numpy: -1), inf at
+    ``inf // 1`` (numpy: NaN), and a unit off where ``a / b`` rounds up to an
+    integer (``1 // 0.1``: numpy 9, ``floor(1 / 0.1)`` 10)."""
+    if b == 0.0:
+        return a / b
+    mod = np.fmod(a, b)
+    div = (a - mod) / b
+    if mod != 0.0 and (b < 0.0) != (mod < 0.0):  # (a NaN remainder is true in C too)
+        div -= 1.0
+    if div == 0.0:
+        return np.copysign(0.0, a / b)
+    floordiv = np.floor(div)
+    return floordiv + 1.0 if div - floordiv > 0.5 else floordiv
+
+
+@njit(cache=True, error_model="numpy")
+def floor_divide32(a, b):
+    """:func:`floor_divide` in float32 arithmetic (numpy's float32 loop)."""
+    zero, one, half = np.float32(0.0), np.float32(1.0), np.float32(0.5)
+    if b == zero:
+        return a / b
+    mod = np.fmod(a, b)
+    div = (a - mod) / b
+    if mod != zero and (b < zero) != (mod < zero):
+        div -= one
+    if div == zero:
+        return np.copysign(zero, a / b)
+    floordiv = np.floor(div)
+    return floordiv + one if div - floordiv > half else floordiv
+
+
+HELPERS = {"smul": "smul", "smul32": "smul32", "floor_divide": "floor_divide",
+           "floor_divide32": "floor_divide32"}
 """helper name in generated source (after the prefix) -> the function of this module."""
 
 
