@@ -40,7 +40,7 @@ import time
 import warnings
 import weakref
 
-__all__ = ["TieredMixin", "default_tiered", "join_all", "track_thread"]
+__all__ = ["TieredMixin", "default_tiered", "join_all"]
 
 
 _THREADS = weakref.WeakSet()  # compile threads still running
@@ -50,11 +50,6 @@ def default_tiered():
     """Whether plans are tiered when ``tiered=None``: ``HYBRIDAD_TIERED=1`` (or
     ``true``, ``yes``, ``on``) in the environment; off by default."""
     return os.environ.get("HYBRIDAD_TIERED", "0").strip().lower() in ("1", "true", "yes", "on")
-
-
-def track_thread(thread):
-    """Count ``thread`` (a compile) among those :func:`join_all` waits for."""
-    _THREADS.add(thread)
 
 
 def join_all(timeout=120.0):
@@ -101,7 +96,7 @@ class TieredMixin:
             return False
         self._tier_started = time.perf_counter()
         self._tier_lock = threading.Lock()
-        thread = threading.Thread(target=self._compile_in_background,
+        thread = threading.Thread(target=self._compile_pending,
                                   name=f"hybridad compile {self.name}", daemon=True)
         _THREADS.add(thread)
         self._tier_thread = thread
@@ -138,14 +133,18 @@ class TieredMixin:
                       "compile, no allocation per call; slower than compiled code)",
                       RuntimeWarning, stacklevel=4)
 
-    def _compile_in_background(self):
+    def _compile_pending(self):
+        """Compile what is pending, if anything, under the build lock: a fork
+        waits for it, so a child has either the pending work or the program
+        (the background thread's target; a forked child's :meth:`wait`)."""
         from ..backends.numba import build_lock
 
-        with build_lock():  # a fork waits for it: the child has the pending work or the program
-            self._compile_pending()
+        with build_lock():
+            pending, self._pending = self._pending, None
+            if pending is not None:
+                self._compile_taken(pending)
 
-    def _compile_pending(self):
-        pending, self._pending = self._pending, None
+    def _compile_taken(self, pending):
         try:
             self._compiled = self._compile(*pending)
         except Exception as exc:  # noqa: BLE001 -- the reference program keeps serving
@@ -178,11 +177,7 @@ class TieredMixin:
             if not thread.is_alive() and self._pending is not None:
                 # a process forked before the compile began: the child has no
                 # compile thread, so it compiles here
-                from ..backends.numba import build_lock
-
-                with build_lock():
-                    if self._pending is not None:
-                        self._compile_pending()
+                self._compile_pending()
             if not thread.is_alive() and self._compiled is not None:
                 with self._lock:  # no call is in flight on the compiled program yet
                     if self._program is None:
