@@ -284,3 +284,34 @@ def test_numba_loads_its_numpy_functions_during_a_trace(preload):
         assert after(np.arange(3.0)) == 6.0
         print("[]")
     """) == []
+
+
+def test_a_warm_plan_loads_only_what_it_calls(tmp_path):
+    """A compiled plan loaded from the disk cache imports neither the LAPACK
+    kernels (scipy.linalg) nor scipy.special's bindings when it calls
+    neither, and skips numba's registries of implementations (numba.np.*,
+    numba.typed: only a compile needs them): the first gradient of a warm
+    process pays numba's import and the load, not half a second more."""
+    code = f"""
+        import sys
+        import numpy as np
+        import hybridad as ha
+        x = np.linspace(0.1, 1.0, 40)
+        res = ha.gradient(lambda x: np.sum(np.tanh(x) * np.exp(-x)), x)
+        assert np.allclose(res.gradient, (1 - np.tanh(x) ** 2) * np.exp(-x)
+                           - np.tanh(x) * np.exp(-x), rtol=1e-12)
+        import json
+        print(json.dumps([m for m in ("scipy.linalg", "scipy.special", "numba.np.arraymath",
+                                      "numba.typed.typedlist", "hybridad.ops.lapack")
+                          if m in sys.modules]))
+    """
+    env = dict(os.environ, HYBRIDAD_CACHE_DIR=str(tmp_path / "cache"))
+    for warm in (False, True):
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        loaded = json.loads(out.stdout.strip().splitlines()[-1])
+        if warm:
+            assert loaded == [], loaded
+        else:  # (a compile refreshes numba's registries, and may import more)
+            assert "hybridad.ops.lapack" not in loaded and "scipy.special" not in loaded, loaded

@@ -18,14 +18,13 @@ tangents of the last value are the region's local partials.
 
 from __future__ import annotations
 
-import functools
 import re
 
 import numpy as np
 
 from ..ops import REGISTRY
 from ..ops.common import install_operators
-from .numba.special import SPECIAL
+from .numba.special_names import SPECIAL
 from .numba.vmath import FLOAT32_NATIVE, FLOAT32_UFUNCS, HELPERS, VECTOR_UFUNCS
 
 #: generated code calls ``vmath``'s functions under these names (``_vm_exp``)
@@ -130,14 +129,24 @@ def ufunc_code(ufunc, args):
     return Sym(code, out_dtype, consts)
 
 
-@functools.cache
-def _ops_by_ufunc():
-    return {op.ufunc: name for name, op in REGISTRY.items() if op.ufunc is not None}
-
-
 def op_name(ufunc):
-    """The registry's name of ``ufunc`` (scipy's Hurwitz ``_zeta`` is op ``zeta``)."""
-    return _ops_by_ufunc().get(ufunc, ufunc.__name__)
+    """The registry's name of ``ufunc`` (scipy's Hurwitz ``_zeta`` is op ``zeta``).
+
+    Ufuncs of libraries not imported yet (scipy.special's) are not looked
+    at: importing scipy.special to name numpy's ``tanh`` cost half a second
+    of a plan's first build."""
+    known = _OPS_BY_UFUNC.get(ufunc)
+    if known is not None:
+        return known
+    for name, op in REGISTRY.items():
+        if op.loaded_ufunc() is ufunc:
+            _OPS_BY_UFUNC[ufunc] = name
+            return name
+    return ufunc.__name__
+
+
+#: ufunc -> op name, filled as :func:`op_name` finds them
+_OPS_BY_UFUNC = {}
 
 
 def _cuda(consts):

@@ -57,6 +57,7 @@ Adding an op touches one file in this package; tests pick it up from
 from __future__ import annotations
 
 import importlib
+import sys
 
 __all__ = ["REGISTRY", "LazyUfunc", "Op", "get", "may_raise", "register", "storage_root"]
 
@@ -188,6 +189,15 @@ class Op:
     @ufunc.setter
     def ufunc(self, ufunc):
         self._ufunc = ufunc
+
+    def loaded_ufunc(self):
+        """:attr:`ufunc` where it exists in this process (its module imported),
+        else None: a :class:`LazyUfunc` whose library nothing imported yet is
+        not imported here (a ufunc of it is nothing code was given)."""
+        ufunc = self._ufunc
+        if type(ufunc) is LazyUfunc and ufunc.module not in sys.modules:
+            return None
+        return self.ufunc
 
     def __repr__(self):
         return f"Op({self.name!r}, kind={self.kind!r})"

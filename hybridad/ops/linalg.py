@@ -51,7 +51,7 @@ def _work(name):
     def size(a, b=None, **attrs):
         import importlib
 
-        from .lapack import KERNEL_MODULES
+        from .lapack_names import KERNEL_MODULES
 
         module = importlib.import_module(KERNEL_MODULES[name])
         return module.work_size(name, a.shape[-1], 0 if b is None else b.shape[-1])
@@ -71,7 +71,7 @@ def _stacked_batch(node, batched, *args, **attrs):
 
 def _check_dtype(a, name):
     """float64, or float32 for the primitives of :data:`.lapack.SINGLE_OPS`."""
-    from .lapack import SINGLE_OPS
+    from .lapack_names import SINGLE_OPS
 
     if a.dtype != np.float64 and not (a.dtype == np.float32 and name in SINGLE_OPS):
         raise TypeError(f"{name}: the LAPACK primitive computes in float64"

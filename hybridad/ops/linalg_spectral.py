@@ -50,7 +50,7 @@ def _work(op):
     def size(*args, **attrs):
         import importlib
 
-        from .lapack import KERNEL_MODULES
+        from .lapack_names import KERNEL_MODULES
 
         module = importlib.import_module(KERNEL_MODULES[op])
         return module.work_size(op, args[0].shape[1], args[-1].shape[2], **attrs)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ops import REGISTRY
-from ...ops.lapack import LAPACK_OPS
+from ...ops.lapack_names import LAPACK_OPS
 from ...transforms.memory import layout_proto
 from .reduce import sum_levels, sum_scratch, summable
 from .source import region_kernel

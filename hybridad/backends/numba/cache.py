@@ -308,7 +308,15 @@ class _VerifiedFunctionCache(caching.FunctionCache):
 
     def load_overload(self, sig, target_context):
         try:
-            return super().load_overload(sig, target_context)
+            # numba's load first refreshes the context: starts its runtime
+            # (whose symbols machine code may name) and installs every
+            # registry of implementations (imports numba.np.*, ~0.5 s), which
+            # only a compile needs -- and a compile refreshes it itself
+            from numba.core.runtime import rtsys
+
+            rtsys.initialize(target_context)
+            with self._guard_against_spurious_io_errors():
+                return self._load_overload(sig, target_context)
         except _Damaged as err:  # the file's digest or owner is wrong: rebuild it
             _warn(f"discarded damaged numba cache of {self._py_func.__qualname__} in "
                   f"{self._cache_path} ({err}); recompiling")

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from ...ir.graph import users_of
 from ...ops import storage_root
-from ...ops.lapack import LAPACK_OPS, kernel_args, kind_of
+from ...ops.lapack_names import LAPACK_OPS, kernel_args, kind_of
 from .loops import (
     broadcast_index,
     fill,

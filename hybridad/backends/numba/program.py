@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 
 from ...ir.graph import format_node, users_of
-from ...ops.lapack import KERNEL_MODULES, LAPACK_OPS
+from ...ops.lapack_names import KERNEL_MODULES, LAPACK_OPS
 from ...transforms.costs import costs
 from ...transforms.memory import poison_schedule
 from ..scalar import uses_special, vector_imports
@@ -340,6 +340,14 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     del body[n_guards]
     if uses_special(kernel_defs + body):  # scipy.special's functions (and their digest)
         header[2] = vector_imports(special=True)
+    # the LAPACK kernels' modules the plan calls, only (importing one imports
+    # scipy.linalg and binds its symbols: a quarter second a plan without
+    # linear algebra does not pay)
+    calls = "\n".join(kernel_defs + body)
+    header = [h for h in header if not h.startswith(_LAPACK_IMPORT)]
+    at = 1 + next(k for k, h in enumerate(header) if h.startswith(_FOLDS_IMPORT))
+    header[at:at] = _lapack_imports([op for op in LAPACK_OPS
+                                     if re.search(rf"\b_la_{op}\(", calls)])
     parallel = parallel or w.parallel  # (a prange here: numba's parallel flags)
     threaded = parallel or w.threaded  # numba's threads run part of it
     heavy = threaded or work_estimate(nodes) >= PARALLEL_MIN
@@ -431,6 +439,18 @@ def _const_param(n, users, output_ids, objects, params, const_args, checks, addr
         const_args.append((v, False))
 
 
+_FOLDS_IMPORT = "from hybridad.backends.numba.folds import "
+_LAPACK_IMPORT = "from hybridad.ops.lapack"
+
+
+def _lapack_imports(ops):
+    """Import lines giving generated source the kernels of LAPACK primitives
+    ``ops`` as ``_la_<op>``, one line per kernel module."""
+    return [f"from {mod} import " + ", ".join(f"{op} as _la_{op}" for op in ops
+                                              if KERNEL_MODULES[op] == mod)
+            for mod in sorted({KERNEL_MODULES[op] for op in ops})]
+
+
 def _header(consts, objects):
     """The generated module's imports and constants."""
     from . import rt
@@ -444,13 +464,11 @@ def _header(consts, objects):
               "matvec_axpy_par as _mv_axpy_par, matvec_dot as _mv_dot, "
               "matvec_dot_par as _mv_dot_par, matvec_pair as _mv_pair, "
               "matvec_pair_par as _mv_pair_par",
-              "from hybridad.backends.numba.folds import fold_max as _fold_max, "
+              _FOLDS_IMPORT + "fold_max as _fold_max, "
               "fold_min as _fold_min, "
               "fold_prod as _fold_prod, fold_sum as _fold_sum, "
               "fold_sum_wide as _fold_sum_wide, sum_compensated as _sum_compensated",
-              *(f"from {mod} import " + ", ".join(f"{op} as _la_{op}" for op in LAPACK_OPS
-                                                  if KERNEL_MODULES[op] == mod)
-                for mod in sorted(set(KERNEL_MODULES.values()))), ""]
+              *_lapack_imports(LAPACK_OPS), ""]
     abi = tuple(rt.ABI[k] for k in rt.ABI_FIELDS) if objects else (0,) * 9
     header.append(f"_ABI = {abi!r}  # see rt.ABI")
     header += [f"{k} = {_literal(v)}" for k, v in consts.namespace().items()]

@@ -37,6 +37,7 @@ from numba import njit
 from numba.core import cgutils, types
 from numba.extending import get_cython_function_address, intrinsic
 from ..._libcache import install
+from .special_names import _CYTHON, _CYTHON2, _CYTHON3, _ORDER, SPECIAL  # noqa: F401
 
 __all__ = ["SPECIAL", "expn", "yn", "zeta"]
 
@@ -96,32 +97,6 @@ def _make_order(sym, cname):
     impl.__name__ = impl.__qualname__ = f"special_{cname}"
     return intrinsic(impl)
 
-
-#: op -> the double-precision function of ``cython_special`` (fused ones by index)
-_CYTHON = {
-    "erf": "__pyx_fuse_1erf", "erfc": "__pyx_fuse_1erfc", "erfcx": "__pyx_fuse_1erfcx",
-    "erfinv": "__pyx_fuse_0erfinv", "erfcinv": "erfcinv", "ndtr": "__pyx_fuse_1ndtr",
-    "log_ndtr": "__pyx_fuse_1log_ndtr", "ndtri": "ndtri", "gammaln": "gammaln",
-    "loggamma": "__pyx_fuse_1loggamma", "gamma": "__pyx_fuse_1gamma",
-    "rgamma": "__pyx_fuse_1rgamma", "psi": "__pyx_fuse_1psi",
-    "expit": "__pyx_fuse_0expit", "logit": "__pyx_fuse_0logit",
-    "log_expit": "__pyx_fuse_0log_expit", "entr": "entr", "i0": "i0", "i0e": "i0e",
-    "i1": "i1", "i1e": "i1e", "j0": "j0", "j1": "j1", "y0": "y0", "y1": "y1",
-}
-_CYTHON.update({
-    "gammasgn": "gammasgn", "k0": "k0", "k1": "k1", "k0e": "k0e", "k1e": "k1e",
-    "exp1": "__pyx_fuse_1exp1", "expi": "__pyx_fuse_1expi", "spence": "__pyx_fuse_1spence",
-    "dawsn": "__pyx_fuse_1dawsn",
-})
-_CYTHON2 = {"xlogy": "__pyx_fuse_1xlogy", "xlog1py": "__pyx_fuse_1xlog1py",
-            "betaln": "betaln", "rel_entr": "rel_entr", "gammainc": "gammainc",
-            "gammaincc": "gammaincc", "beta": "beta", "poch": "poch", "kl_div": "kl_div",
-            "jv": "__pyx_fuse_1jv", "yv": "__pyx_fuse_1yv", "iv": "__pyx_fuse_1iv",
-            "ive": "__pyx_fuse_1ive", "kv": "__pyx_fuse_1kv", "kve": "__pyx_fuse_1kve",
-            "binom": "binom", "boxcox": "boxcox", "boxcox1p": "boxcox1p"}
-_CYTHON3 = {"betainc": "__pyx_fuse_0betainc"}
-#: integer-order functions: ``double f(long n, double x)``
-_ORDER = {"expn": "__pyx_fuse_1expn", "yn": "__pyx_fuse_1yn"}
 
 for _op, _cname in _CYTHON.items():
     globals()[_op] = _make(_symbol(_cname), 1, _cname)
@@ -208,7 +183,3 @@ def zeta(s, q):
         b /= w
         k += 1.0
     return total
-
-
-#: op -> the name of its function in this module (generated source: ``_sp_<op>``)
-SPECIAL = {op: op for op in (*_CYTHON, *_CYTHON2, *_CYTHON3, *_ORDER, "zeta")}
