@@ -16,7 +16,8 @@ class ExplainMixin:
         Returns
         -------
         str
-            The graph (forward and backward sweeps), each fused region with
+            The build's time by stage (``plan.build_times``: the one that
+            dominates named), the graph (forward and backward sweeps), each fused region with
             its ops, loop, strategy for its partials (``store``: dual-number
             partials written in the forward sweep; ``recompute``: the body
             evaluated again in the backward sweep) and where they are written
@@ -33,6 +34,9 @@ class ExplainMixin:
                          "program (its text: plan.gradient.source); whatever it does not take "
                          "goes to the readable general path, Plan.gradient (hybridad/plans/"
                          "plan.py)")
+        times = getattr(self, "build_times", None)
+        if times is not None:
+            lines += times.lines()
         lines += self._tier_lines()
         lines += self._thread_lines()
         if self.backend == "numba":

@@ -42,6 +42,7 @@ from ..transforms.memory import op_workspaces, plan_memory
 from ..transforms.partition import fuse_regions
 from .arguments import ArgumentsMixin, arg_names, normalize_argnums, prepare_args
 from .batch import BatchMixin, build_batched
+from .buildtime import BuildTimes
 from .explain import ExplainMixin
 from .fastpath import FastPathMixin
 from .guarded import GuardsMixin
@@ -181,15 +182,19 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
     def _build(self, f, args, leaves):
         hvp = self.order == 2
         trace = Trace()
+        times = self.build_times = BuildTimes()
         with trace:
-            tracers, targs, diff_tracers = self._trace_args(trace, leaves)
-            out = self._trace_f(f, targs, trace)
+            with times.stage("trace"):
+                tracers, targs, diff_tracers = self._trace_args(trace, leaves)
+                out = self._trace_f(f, targs, trace)
+            times.nodes = len(trace.nodes)
             self._value_dtype = out.dtype
             if self.backend in ("numba", "cupy") and not hvp:  # the hybrid: regions by duals
-                trace.nodes = fuse_regions(trace.nodes, [out.node], reductions=("sum",))
+                with times.stage("fuse regions"):
+                    trace.nodes = fuse_regions(trace.nodes, [out.node], reductions=("sum",))
             # a Hessian-vector product differentiates the gradient graph again:
             # the first reverse pass is then functional (see autodiff.backward)
-            with summed_partials_in_loop(self.backend == "numba"):
+            with summed_partials_in_loop(self.backend == "numba"), times.stage("reverse pass"):
                 grads = backward(trace, out, diff_tracers, inplace=not hvp)
             tangents, hvps, writes = [], [], []
             if self.update is not None:  # the optimizer step, fused into the sweep
@@ -197,8 +202,10 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             if hvp:  # H v: the tangent of the gradient along v, forward over reverse
                 tangents = [trace.input(len(leaves) + j, *self._specs[i])
                             for j, i in enumerate(self._diff_leaves)]
-                tmap = jvp(trace, list(trace.nodes),
-                           {x.node.id: t for x, t in zip(diff_tracers, tangents, strict=True)})
+                with times.stage("forward over reverse"):
+                    tmap = jvp(trace, list(trace.nodes),
+                               {x.node.id: t for x, t in zip(diff_tracers, tangents,
+                                                             strict=True)})
                 hvps = [None if g is None else tmap.get(g.node.id) for g in grads]
         inputs = [t.node for t in tracers + tangents]
         grad_nodes = [None if g is None else g.node for g in grads]
@@ -211,7 +218,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         self._outputs = [out.node] + grad_nodes + hvp_nodes
         if self.parallel and self.backend == "numba":  # its loops' threads, or BLAS's
             self._owner = thread_owner(graph.nodes, PARALLEL_MIN)
-        with serial_loops(self._loops_serial):
+        with serial_loops(self._loops_serial), times.stage("memory plan"):
             self.memory = self._plan_memory(graph)
         if self.memory_budget is not None and self.memory.total_bytes > self.memory_budget:
             raise _OverBudget(self.memory)  # before compiling anything
@@ -230,7 +237,9 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             self._pending = pending
         else:
             try:
-                self._install_program(self._compile(*pending))
+                with times.stage(f"{self.backend} program"):
+                    program = self._compile(*pending)
+                self._install_program(program)
             except CompileBudgetError as exc:  # the reference program, for good
                 if type(self) is not Plan or self.order != 1 or self.update is not None:
                     raise  # (no reference program for hvp or update plans)
@@ -277,7 +286,9 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         of the backend (:data:`hybridad.transforms.pipeline.LOWERING`: dead code
         removed, optimizer updates scheduled early, elementwise regions fused
         and folded into the adjoints they add to); sets ``graph`` and ``work``."""
-        graph = pipeline.lower(nodes, inputs, outputs, self.backend, updates)
+        times = getattr(self, "build_times", None)
+        graph = pipeline.lower(nodes, inputs, outputs, self.backend, updates,
+                               None if times is None else times.stage)
         self.graph = graph
         #: rough count of element operations per call (matmuls as multiply-adds)
         self.work = work_estimate(graph.nodes)

@@ -41,7 +41,7 @@ KINDS = ("region", "region_reduce", "matmul", "reduction", "copy", "lapack", "ot
 
 def kind_of(node):
     """The kind of node ``node`` (see the module docstring)."""
-    from ..ops.lapack import LAPACK_OPS
+    from ..ops.lapack_names import LAPACK_OPS
 
     op = node.op
     if op == "region":

@@ -402,41 +402,121 @@ def _direct_after_failures(nodes, direct, first, pos):
     return {rid: k for rid, k in direct.items() if first[rid] > last}
 
 
+#: items of one dtype up to which :func:`_pack` places greedily by size (its
+#: cost grows with the square of the items); beyond, in schedule order
+GREEDY_MAX = 4096
+
+
 def _pack(items, pack):
     """key -> byte offset, and dtype -> arena bytes, for ``items`` of
-    ``(key, dtype, nbytes, first, last)``: greedy by size, largest first,
-    each at the lowest 64-byte aligned offset where it overlaps no placed item
-    of the same dtype whose lifetime overlaps its own."""
+    ``(key, dtype, nbytes, first, last)`` (lifetimes inclusive, in schedule
+    positions); items of one dtype whose lifetimes overlap never share bytes.
+
+    Up to :data:`GREEDY_MAX` items of a dtype: greedy by size, largest first,
+    each at the lowest 64-byte aligned offset where it overlaps no placed
+    item whose lifetime overlaps its own (tight, quadratic).  More (a long
+    unrolled loop): :func:`_pack_in_order`, in n log n.  Either is a
+    function of the items alone."""
     offsets, arena = {}, {}
-    placed = {}  # dtype -> ([first], [last], [offset], [end offset])
-    order = sorted(range(len(items)), key=lambda i: (-items[i][2], items[i][3], i))
-    for i in order:
-        key, dt, nbytes, a, b = items[i]
-        size = _aligned(nbytes)
-        if not pack:
+    if not pack:
+        for key, dt, nbytes, _, _ in items:
             offsets[key] = arena.get(dt, 0)
-            arena[dt] = offsets[key] + size
-            continue
-        firsts, lasts, starts, ends = placed.setdefault(dt, ([], [], [], []))
+            arena[dt] = offsets[key] + _aligned(nbytes)
+        return offsets, arena
+    by_dtype = {}
+    for item in items:
+        by_dtype.setdefault(item[1], []).append(item)
+    for dt, group in by_dtype.items():
+        place = _pack_greedy if len(group) <= GREEDY_MAX else _pack_in_order
+        arena[dt] = place(group, offsets)
+    return offsets, arena
+
+
+def _pack_greedy(items, offsets):
+    """Greedy by size (see :func:`_pack`); returns the arena's bytes."""
+    n = len(items)
+    firsts, lasts = np.empty(n, np.int64), np.empty(n, np.int64)
+    starts, ends = np.empty(n, np.int64), np.empty(n, np.int64)
+    top = 0
+    order = sorted(range(n), key=lambda i: (-items[i][2], items[i][3], i))
+    for count, i in enumerate(order):
+        key, _, nbytes, a, b = items[i]
+        size = _aligned(nbytes)
         offset = 0
-        if starts:
-            f, lt = np.asarray(firsts), np.asarray(lasts)
-            busy = (f <= b) & (lt >= a)
+        if count:
+            busy = (firsts[:count] <= b) & (lasts[:count] >= a)
             if busy.any():
-                lo = np.asarray(starts)[busy]
-                hi = np.asarray(ends)[busy]
+                lo, hi = starts[:count][busy], ends[:count][busy]
                 ranks = np.argsort(lo, kind="stable")
-                for s, e in zip(lo[ranks], hi[ranks], strict=True):
+                for s, e in zip(lo[ranks].tolist(), hi[ranks].tolist(), strict=True):
                     if s - offset >= size:
                         break
-                    offset = max(offset, int(e))
+                    offset = max(offset, e)
         offsets[key] = offset
-        firsts.append(a)
-        lasts.append(b)
-        starts.append(offset)
-        ends.append(offset + size)
-        arena[dt] = max(arena.get(dt, 0), offset + size)
-    return offsets, arena
+        firsts[count], lasts[count], starts[count], ends[count] = a, b, offset, offset + size
+        top = max(top, offset + size)
+    return top
+
+
+def _pack_in_order(items, offsets):
+    """Place ``items`` as an allocator would while the schedule runs: at each
+    item's first position the ones dead before it are freed (merged with
+    free neighbours) and it takes the smallest free block that holds it
+    (the lowest such), else the arena grows.  n log n in the items, plus the
+    free list's length per placement (short: neighbours merge).  Returns
+    the arena's bytes."""
+    import bisect
+    import heapq
+
+    free = []         # sorted (size, offset) of free blocks
+    free_at = {}      # offset -> size of a free block
+    free_end = {}     # end offset -> offset of a free block
+    dying = []        # heap of (last, offset, size) of live items
+    top = peak = 0    # the arena's current end and its largest
+
+    def release(offset, size):
+        nonlocal top
+        end = offset + size
+        after = free_at.pop(end, None)
+        if after is not None:  # merge with the free block after it
+            free.pop(bisect.bisect_left(free, (after, end)))
+            del free_end[end + after]
+            size += after
+            end += after
+        before = free_end.pop(offset, None)
+        if before is not None:  # and with the one before
+            free.pop(bisect.bisect_left(free, (offset - before, before)))
+            del free_at[before]
+            size += offset - before
+            offset = before
+        if end == top:  # the arena's tail: give it back
+            top = offset
+            return
+        free_at[offset], free_end[end] = size, offset
+        bisect.insort(free, (size, offset))
+
+    order = sorted(range(len(items)), key=lambda i: (items[i][3], -items[i][2], i))
+    for i in order:
+        key, _, nbytes, a, b = items[i]
+        while dying and dying[0][0] < a:
+            _, off, sz = heapq.heappop(dying)
+            release(off, sz)
+        size = _aligned(nbytes)
+        k = bisect.bisect_left(free, (size, -1))
+        if k < len(free):
+            have, offset = free.pop(k)
+            del free_at[offset], free_end[offset + have]
+            if have > size:  # the rest stays free
+                rest = offset + size
+                free_at[rest], free_end[offset + have] = have - size, rest
+                bisect.insort(free, (have - size, rest))
+        else:
+            offset = top
+            top += size
+            peak = max(peak, top)
+        offsets[key] = offset
+        heapq.heappush(dying, (b, offset, size))
+    return peak
 
 
 def _reusable_operand(node, storage, users, outputs):

@@ -87,13 +87,23 @@ def describe(backend):
     return "  ->  ".join(PIPELINES[backend])
 
 
-def lower(nodes, inputs, outputs, backend, updates=()):
+def lower(nodes, inputs, outputs, backend, updates=(), stage=None):
     """The traced ``nodes`` as the graph ``backend`` runs: the passes of
-    :data:`LOWERING` in order, each followed by :func:`hybridad.ir.check`."""
+    :data:`LOWERING` in order, each followed by :func:`hybridad.ir.check`.
+
+    ``stage``: a ``stage(name)`` context manager timing each pass (as
+    ``lower: <pass>``) and the checks (``lower: checks``), or None."""
+    import contextlib
+
+    stage = stage or (lambda name: contextlib.nullcontext())
     rules = check_rules()
     graph = Graph(nodes, inputs, outputs)
-    check(graph, rules)
-    for name in LOWERING[backend]:
-        graph = Graph(PASSES[name][1](graph.nodes, inputs, outputs, updates), inputs, outputs)
+    with stage("lower: checks"):
         check(graph, rules)
+    for name in LOWERING[backend]:
+        with stage(f"lower: {name}"):
+            graph = Graph(PASSES[name][1](graph.nodes, inputs, outputs, updates), inputs,
+                          outputs)
+        with stage("lower: checks"):
+            check(graph, rules)
     return graph

@@ -1,0 +1,114 @@
+"""A plan's build costs time linear in its traced nodes (issue 53).
+
+The per-node cost of a build -- trace, reverse pass, lowering passes, memory
+plan, the numpy program's code generation -- at ~8000 traced nodes must stay
+within 2x of that at ~800 (a quadratic pass makes it ~10x: the memory
+planner's packing was one, 13 s at 6000 nodes).  CPU time of this process,
+the smaller build's best of two, after a warm-up build that pays the
+one-time costs; ``benchmarks/bench_build.py`` measures 10^3 to 10^5 nodes.
+The packing is also checked directly: no two items whose lifetimes overlap
+share a byte, on either placement (greedy by size, and in schedule order for
+large graphs).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.transforms import memory
+
+
+def _euler(steps, n=20):
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((n, n)) / np.sqrt(n)
+
+    def f(x):
+        for _ in range(steps):
+            x = x + 0.01 * np.tanh(W @ x)
+        return np.sum(x ** 2)
+    return f, rng.standard_normal(n)
+
+
+def _per_node(steps):
+    f, x = _euler(steps)
+    t0 = time.process_time()
+    plan = ha.compile(f, x, backend="numpy")
+    return (time.process_time() - t0) / plan.build_times.nodes, plan
+
+
+def test_build_cost_per_node_is_flat():
+    _per_node(3)  # one-time costs
+    small = min(_per_node(130)[0] for _ in range(2))
+    large, plan = _per_node(1300)
+    assert plan.build_times.nodes > 7000
+    assert large <= 2.0 * small, (
+        f"build: {1e6 * large:.0f} us per node at {plan.build_times.nodes} nodes against "
+        f"{1e6 * small:.0f} at ~800:\n" + "\n".join(plan.build_times.lines()))
+    # and the long plan is right
+    f, x = _euler(1300)
+    res = plan.gradient(x)
+    eps, e = 1e-6, np.zeros_like(x)
+    e[3] = eps
+    fd = (f(x + e) - f(x - e)) / (2 * eps)
+    assert np.isclose(res.gradient[3], fd, rtol=1e-6, atol=1e-8)
+    assert res.value == pytest.approx(f(x), rel=1e-13)
+
+
+def test_explain_names_the_dominant_stage():
+    f, x = _euler(5)
+    plan = ha.compile(f, x, backend="numpy")
+    times = plan.build_times
+    assert {"trace", "reverse pass", "memory plan", "numpy program"} <= set(times.stages)
+    assert any(k.startswith("lower: ") for k in times.stages)
+    assert times.nodes > 0 and all(v >= 0 for v in times.stages.values())
+    name, secs = times.dominant()
+    assert secs == max(times.stages.values())
+    text = plan.explain()
+    assert f"dominated by {name}" in text and f"{times.nodes} traced nodes" in text
+
+
+def _random_items(rng, n):
+    items = []
+    for k in range(n):
+        a = int(rng.integers(0, 3 * n))
+        items.append((k, np.dtype(np.float64) if rng.random() < 0.7 else np.dtype(np.float32),
+                      int(rng.integers(1, 5000)), a, a + int(rng.integers(0, n))))
+    return items
+
+
+@pytest.mark.parametrize("placer", [memory._pack_greedy, memory._pack_in_order])
+def test_packing_never_overlaps_live_items(placer):
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        items = _random_items(rng, int(rng.integers(1, 50)))
+        for dt in {i[1] for i in items}:
+            group = [i for i in items if i[1] == dt]
+            offsets = {}
+            arena = placer(group, offsets)
+            for x, y in itertools.combinations(group, 2):
+                if x[3] <= y[4] and y[3] <= x[4]:  # both alive at some step
+                    ox, oy = offsets[x[0]], offsets[y[0]]
+                    assert ox + memory._aligned(x[2]) <= oy or \
+                        oy + memory._aligned(y[2]) <= ox, (x, y, ox, oy)
+            assert all(offsets[i[0]] % memory.ALIGN == 0 and
+                       offsets[i[0]] + memory._aligned(i[2]) <= arena for i in group)
+            steps = range(max(i[4] for i in group) + 1)
+            assert arena >= max(sum(memory._aligned(i[2]) for i in group if i[3] <= t <= i[4])
+                                for t in steps)  # (at least the bytes live at once)
+
+
+def test_large_graphs_pack_in_order(monkeypatch):
+    """Past GREEDY_MAX items of a dtype the in-order placement serves the
+    plan, and the plan still computes what the greedy one does."""
+    f, x = _euler(40)
+    greedy = ha.compile(f, x, backend="numpy")
+    monkeypatch.setattr(memory, "GREEDY_MAX", 4)
+    ordered = ha.compile(f, x, backend="numpy")
+    a, b = greedy.gradient(x), ordered.gradient(x)
+    assert a.value == b.value and np.array_equal(a.gradient, b.gradient)
+    assert ordered.memory.total_bytes > 0
