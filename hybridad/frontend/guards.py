@@ -188,11 +188,26 @@ def _compile_loads(entries, roots):
     return ns["load"]
 
 
+@functools.lru_cache(maxsize=4096)
 def _subst(load, parent_var):
-    """``load`` with its parent placeholder ``p`` replaced by ``parent_var``."""
-    import re
+    """``load`` with its parent placeholder, the name ``p``, replaced by
+    ``parent_var``: the name only, as Python's tokenizer sees it -- never
+    text inside a string (a key ``'p'``: ``p.__dict__.get('p', _M)``) or an
+    attribute named ``p`` (``p.p``), which a pattern on the text also
+    rewrote (the guard then read another value, failed on every call and
+    the plan traced again each time)."""
+    import io
+    import tokenize
 
-    return re.sub(r"\bp\b", parent_var, load)
+    spans, prev = [], None  # (a load is one line: columns are offsets)
+    for tok in tokenize.generate_tokens(io.StringIO(load).readline):
+        if tok.type == tokenize.NAME and tok.string == "p" and \
+                not (prev is not None and prev.type == tokenize.OP and prev.string == "."):
+            spans.append((tok.start[1], tok.end[1]))
+        prev = tok
+    for a, b in reversed(spans):
+        load = load[:a] + parent_var + load[b:]
+    return load
 
 
 def captured_ids(guards):
