@@ -526,3 +526,53 @@ def test_a_value_named_p_is_guarded_without_retracing(backend):
         check(_reads_key_p, x, backend)
     finally:
         p, TABLE["p"] = old, 3.0
+
+
+def _helper_with_attribute(x):
+    return _helper_with_attribute.k * x
+
+
+_helper_with_attribute.k = 2.0
+
+
+def _reads_own_attribute(x):
+    return np.sum(_helper_with_attribute(x) ** 2) * _reads_own_attribute.k
+
+
+_reads_own_attribute.k = 1.0
+
+
+class ByConstantName:
+    def __init__(self):
+        self.k, self.w = 2.0, 3.0
+
+    def loss(self, x):
+        return np.sum(getattr(self, "k") * x ** 2) + vars(self)["w"] * np.sum(x) + \
+            self.__dict__["k"] * np.sum(x ** 3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_function_attributes_and_constant_name_reads_are_guarded(backend):
+    """``f.k`` read inside ``f``, a helper's ``helper.k``, ``getattr(self,
+    "k")``, ``vars(self)["w"]`` and ``self.__dict__["k"]``: a change of each
+    gives the new function's gradient (they were not guarded: the old one,
+    silently)."""
+    f, h = _reads_own_attribute, _helper_with_attribute
+    check(f, X, backend)
+    try:
+        f.k = 3.0
+        check(f, X, backend)
+        h.k = 5.0
+        check(f, X, backend)
+    finally:
+        f.k, h.k = 1.0, 2.0
+    m = ByConstantName()
+    check(m.loss, X, backend)
+    m.k = 7.0
+    check(m.loss, X, backend)
+    m.w = -1.0
+    check(m.loss, X, backend)
+    plan = ha.compile(m.loss, X, backend=backend)
+    m.k = 1.5
+    with pytest.raises(StalePlanError, match=r"self\.k was 7\.0"):
+        plan.gradient(X)

@@ -34,11 +34,16 @@ _SCALARS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis),
 
 
 def _code_names(code, out):
-    """Names a code object (and the code nested in it) reads: globals and attributes."""
+    """Names a code object (and the code nested in it) reads: globals and
+    attributes, and the identifiers among its string constants -- an
+    attribute read by a constant name, ``getattr(self, "k")``,
+    ``vars(self)["k"]`` or ``self.__dict__["k"]``, is read all the same."""
     out.update(code.co_names)
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
             _code_names(c, out)
+        elif isinstance(c, str) and c.isidentifier():
+            out.add(c)
     return out
 
 
@@ -182,6 +187,8 @@ class _Walker:
             except ValueError:  # not yet assigned
                 content = _MISSING
             self.value(i, f"p.__closure__[{k}].cell_contents", content, f"{name}", depth + 1)
+        if getattr(fn, "__dict__", None):  # its attributes (f.k, read inside f or a helper)
+            self.namespace(i, fn.__dict__, "p.__dict__", what, depth)
         glob = fn.__globals__
         names = _code_names(code, set())
         mod = glob.get("__name__", "?")
