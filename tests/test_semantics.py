@@ -538,3 +538,25 @@ def test_memmap_argument_file_is_plain_data():
         res = traced(lambda x: np.sum(x ** 2), mm)
         np.testing.assert_allclose(res.gradient, 2 * X)
         del mm
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("lo, hi", [
+    (np.nan, 0.5), (-0.5, np.nan), (np.array([0.0, np.nan, 0.0, 0.0]), 1.0),
+    (-0.5, np.array([1.0, 1.0, np.nan, 1.0])), (-1.0, 1.0), (None, 0.5)])
+def test_clip_follows_numpy_with_nan_bounds(lo, hi, backend):
+    """np.clip is minimum(maximum(a, lo), hi): a NaN bound gives NaN where it
+    applies (it gave a number, on both backends)."""
+    def f(x):
+        return np.clip(x, lo, hi) * np.arange(1.0, 5.0)
+
+    plan = ha.compile(lambda x: np.sum(f(x)), X, backend=backend)
+    res = plan.gradient(X)
+    want = np.sum(f(X))
+    assert (np.isnan(res.value) and np.isnan(want)) or res.value == pytest.approx(want, rel=1e-14)
+    jac = ha.jacobian(f, X, backend=backend)
+    np.testing.assert_array_equal(np.isnan(jac.value), np.isnan(f(X)))
+    np.testing.assert_allclose(jac.value, f(X), rtol=1e-15)
+    # a traced bound: NaN there too
+    g = ha.gradient(lambda x: np.sum(np.clip(x[:3], x[3] * np.nan, 5.0)), X, backend=backend)
+    assert np.isnan(g.value)

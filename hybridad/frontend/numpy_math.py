@@ -72,10 +72,22 @@ def clip(a, a_min=None, a_max=None, out=None, *, min=None, max=None, **kw):  # n
     hi = a_max if a_max is not None else max
     x = _tracer(a)
     if lo is not None:
-        x = where(x < lo, lo, x)
+        x = where(_or_nan(x < lo, lo), lo, x)
     if hi is not None:
-        x = where(x > hi, hi, x)
+        x = where(_or_nan(x > hi, hi), hi, x)
     return x
+
+
+def _or_nan(outside, bound):
+    """``outside``, or where ``bound`` is NaN: numpy's clip is
+    ``minimum(maximum(a, lo), hi)``, so a NaN bound gives NaN there (a bound
+    with no NaN adds nothing to the graph)."""
+    if isinstance(bound, Tracer):
+        return outside | (bound != bound) if bound.dtype.kind in "fc" else outside
+    nan = np.isnan(np.asarray(bound)) if np.asarray(bound).dtype.kind in "fc" else False
+    if not np.any(nan):
+        return outside
+    return outside | nan
 
 
 # ----------------------------------------------------------------------------
