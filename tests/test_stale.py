@@ -547,7 +547,8 @@ class ByConstantName:
         self.k, self.w = 2.0, 3.0
 
     def loss(self, x):
-        return np.sum(getattr(self, "k") * x ** 2)  # noqa: B009 (as users write it) + vars(self)["w"] * np.sum(x) + \
+        k = getattr(self, "k")  # noqa: B009 (as users write it)
+        return np.sum(k * x ** 2) + vars(self)["w"] * np.sum(x) + \
             self.__dict__["k"] * np.sum(x ** 3)
 
 
