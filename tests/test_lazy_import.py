@@ -292,7 +292,7 @@ def test_a_warm_plan_loads_only_what_it_calls(tmp_path):
     neither, and skips numba's registries of implementations (numba.np.*,
     numba.typed: only a compile needs them): the first gradient of a warm
     process pays numba's import and the load, not half a second more."""
-    code = f"""
+    code = """
         import sys
         import numpy as np
         import hybridad as ha
