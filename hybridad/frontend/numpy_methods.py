@@ -73,7 +73,7 @@ def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
     """``x.astype(dtype)``: a copy (``copy=False``: ``x`` itself when the dtype
     is the same); a numpy scalar stays one."""
     dtype = np.dtype(dtype)
-    check_dtype(dtype, "astype's target", where=user_location())
+    check_dtype(dtype, "astype's target", where=user_location)
     if not np.can_cast(self.dtype, dtype, casting):
         raise TypeError(f"Cannot cast array data from {self.dtype!r} to {dtype!r} according "
                         f"to the rule '{casting}'")

@@ -40,7 +40,7 @@ def _accumulate_in(a, dtype):
     """``a`` in the reduction's accumulator dtype: ``dtype``, or numpy's
     default (int64 / uint64 for booleans and integers narrower than 64 bits)."""
     if dtype is not None:
-        check_dtype(dtype, "the reduction's dtype=", where=user_location())
+        check_dtype(dtype, "the reduction's dtype=", where=user_location)
         return a.astype(dtype)
     if a.dtype == np.bool_ or (a.dtype.kind == "i" and a.dtype.itemsize < 8):
         return a.astype(np.int64)
@@ -126,7 +126,7 @@ implements(np.any)(_logical("max", False))
 
 def _float(a, dtype):
     if dtype is not None:
-        check_dtype(dtype, "the reduction's dtype=", where=user_location())
+        check_dtype(dtype, "the reduction's dtype=", where=user_location)
         return a.astype(dtype)
     return a if a.dtype.kind in "fc" else a.astype(np.float64)
 

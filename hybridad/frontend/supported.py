@@ -26,13 +26,16 @@ SUPPORTED_TEXT = "bool, (u)int8 to (u)int64, float32 and float64"
 
 def check_dtype(dtype, what, where=None):
     """Raise a TypeError naming ``what`` unless ``dtype`` is traced by hybridad
-    (NotImplementedError for complex dtypes, which may be one day)."""
+    (NotImplementedError for complex dtypes, which may be one day).
+    ``where``: text, or a callable giving it (called only to raise: finding
+    the user's line costs a walk of the stack)."""
     dtype = np.dtype(dtype)
     if dtype.newbyteorder("=") in SUPPORTED_DTYPES:  # either byte order
         return
     hint = {"f": f"convert it with .astype(np.{'float32' if dtype.itemsize < 4 else 'float64'})",
             "c": "complex arrays are not supported yet (docs/limitations.md)"}.get(
         dtype.kind, "hybridad traces numbers only")
+    where = where() if callable(where) else where
     at = f" at {where}" if where else ""
     error = NotImplementedError if dtype.kind == "c" else TypeError  # complex: not yet
     raise error(f"{what}{at} has dtype {dtype}; hybridad traces arrays of dtype "

@@ -112,7 +112,7 @@ class Trace:
         if value.dtype not in SUPPORTED_DTYPES:
             check_dtype(value.dtype, "an array captured by the traced function (a global, "
                         "closure or constant operand)" if not literal else "a constant",
-                        where=user_location())
+                        where=user_location)
         key = ("const", value.dtype.str, value.shape, value.tobytes()) \
             if literal and value.size <= 16 and self.phase == "forward" else None
         if key is not None and key in self._seen:

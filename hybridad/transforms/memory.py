@@ -293,9 +293,20 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
         storage[node.id] = "buffer"
         buffers.append(node)
 
+    roots = {}  # node id -> its root, for every node a walk passed (chains are walked once:
+    # a gradient accumulated in place over T steps is a chain of T aliases)
+
     def root_of(node):
+        path = []
         while storage[node.id] in ("alias", "view"):
+            known = roots.get(node.id)
+            if known is not None:
+                node = known
+                break
+            path.append(node.id)
             node = alias_of[node.id] if storage[node.id] == "alias" else node.args[0]
+        for nid in path:
+            roots[nid] = node
         return node
 
     direct = _direct(graph.outputs, storage, alias_of) if direct_outputs else {}
