@@ -108,17 +108,20 @@ def test_value_dependent_control_flow_names_line_and_fix():
             return np.sum(x)
         return np.sum(-x)
 
+    # a gradient plan takes the call's value, guarded (hybridad.frontend.decisions);
+    # a Hessian plan (no decisions there yet) refuses, naming the line and the fix
+    assert np.array_equal(ha.gradient(g, np.ones(3)).gradient, np.ones(3))
     with pytest.raises(ha.TracingError) as err:
-        ha.gradient(g, np.ones(3))
+        ha.hessian(g, np.ones(3))
     msg = str(err.value)
     assert "if x[0] > 0:" in msg and "test_errors.py" in msg and "np.where" in msg
 
     with pytest.raises(ha.TracingError, match="float\\(\\)"):
-        ha.gradient(lambda x: float(np.sum(x)) * x[0], np.ones(3))
+        ha.hessian(lambda x: float(np.sum(x)) * x[0] ** 2, np.ones(3))
     with pytest.raises(ha.TracingError, match="bool"):
-        ha.gradient(lambda x: np.sum(x) if np.all(x > 0) and True else 0.0, np.ones(3))
+        ha.hessian(lambda x: np.sum(x ** 3) if np.all(x > 0) and True else 0.0, np.ones(3))
     with pytest.raises(ha.TracingError, match="np.maximum"):
-        ha.gradient(lambda x: max(x[0], x[1]), np.ones(3))
+        ha.hessian(lambda x: max(x[0], x[1]) ** 3, np.ones(3))
 
 
 def test_array_of_traced_values_points_to_stack():
@@ -139,12 +142,16 @@ def test_unsupported_function_is_named():
 
 
 def test_value_dependent_indices():
+    # gradient plans take the call's mask and indices, guarded; Hessian plans refuse
+    x = np.array([0.5, -1.0, 2.0])
+    assert np.array_equal(ha.gradient(lambda x: np.sum(x[x > 0] ** 2), x).gradient,
+                          [1.0, 0.0, 4.0])
     with pytest.raises(ha.TracingError, match="np.where"):
-        ha.gradient(lambda x: np.sum(x[x > 0]), np.ones(3))
+        ha.hessian(lambda x: np.sum(x[x > 0] ** 3), np.ones(3))
     with pytest.raises(ha.TracingError, match="constant arrays"):
-        ha.gradient(lambda x: np.sum(x[np.floor(x).astype(int)]), np.ones(3))
+        ha.hessian(lambda x: np.sum(x[np.floor(x).astype(int)] ** 3), np.ones(3))
     with pytest.raises(ha.TracingError, match="known at trace time"):
-        ha.gradient(lambda x: np.sum(np.take(x, np.floor(x).astype(int))), np.ones(3))
+        ha.hessian(lambda x: np.sum(np.take(x, np.floor(x).astype(int)) ** 3), np.ones(3))
     with pytest.raises(IndexError, match="out of bounds"):
         ha.gradient(lambda x: np.sum(x[[0, 3]]), np.ones(3))
 
@@ -218,3 +225,31 @@ def test_singular_matrix_value_is_numpys():
     assert plan.value(np.ones((2, 2))) == 0.0
     plan = ha.compile(lambda A: np.linalg.slogdet(A)[1], np.eye(2))
     assert plan.value(np.ones((2, 2))) == -np.inf
+
+
+def test_compiled_extension_called_on_a_tracer_is_named():
+    """Cython (scipy's own _ppoly.evaluate, a typed-memoryview function) or
+    pybind11 code handed a traced array: a TracingError naming the function,
+    the user's line and the ways out, not the extension's bare TypeError."""
+    from scipy.interpolate import _ppoly
+
+    def f(x):
+        out = np.empty((3, 1))
+        _ppoly.evaluate(np.ones((2, 1, 1)), np.array([0.0, 1.0]), x, 0, True, out)
+        return np.sum(out)
+
+    with pytest.raises(ha.TracingError) as err:
+        ha.gradient(f, np.array([0.1, 0.2, 0.3]))
+    msg = str(err.value)
+    assert "scipy.interpolate._ppoly.evaluate" in msg and "_ppoly.pyx" in msg
+    assert "test_errors.py" in msg and "_ppoly.evaluate(" in msg
+    assert "@hybridad.elementwise" in msg and "on values" in msg
+
+    def bound(x):  # what pybind11 says
+        raise TypeError("loss(): incompatible function arguments. The following argument "
+                        "types are supported: (arg0: numpy.ndarray) -> float")
+
+    with pytest.raises(ha.TracingError, match="loss is compiled code"):
+        ha.gradient(lambda x: bound(x) + np.sum(x), np.array([0.1, 0.2]))
+    with pytest.raises(TypeError, match="has no len"):  # an ordinary TypeError: as it was
+        ha.gradient(lambda x: np.sum(x) + len(5), np.array([0.1, 0.2]))

@@ -111,7 +111,8 @@ SURFACE = {
     "__array_struct__": (REFUSED, lambda x: x.__array_struct__, "__array_struct__"),
     "__array_ufunc__": (WORKS, lambda x: S(np.tanh(x))),
     "__array_wrap__": (REFUSED, lambda x: x.__array_wrap__, "__array_wrap__"),
-    "__bool__": (REFUSED, lambda x: bool(x[0, 0]), "bool()"),
+    # (a Python decision on a value takes the traced call's, guarded: hybridad.frontend.decisions)
+    "__bool__": (WORKS, lambda x: S(x) * (2.0 if bool(x[0, 0] > 0.1) else 1.0)),
     "__class__": (WORKS, lambda x: S(x) * (isinstance(x, np.ndarray) + 2 * isinstance(x[0, 0],
                                                                                     float))),
     "__class_getitem__": (PYTHON, "typing: ndarray[...] is a class-level alias"),
@@ -127,7 +128,7 @@ SURFACE = {
     "__dlpack_device__": (REFUSED, lambda x: x.__dlpack_device__(), "__dlpack_device__"),
     "__doc__": (PYTHON, "documentation"),
     "__eq__": (WORKS, lambda x: np.sum(np.where(x == x[0, 0], x, W)) + np.sum(x == None)),  # noqa: E711
-    "__float__": (REFUSED, lambda x: float(x[0, 0]), "float()"),
+    "__float__": (REFUSED, lambda x: float(x[0, 0]), "float()"),  # (would drop the derivative)
     "__floordiv__": (WORKS, lambda x: S(x // 0.3) + S(x)),
     "__format__": (REFUSED, lambda x: f"{x[0, 0]:.3f}", "format()"),
     "__ge__": (WORKS, lambda x: np.sum(np.where(x >= 0.1, x, W))),
@@ -145,10 +146,10 @@ SURFACE = {
     "__imatmul__": (WORKS, _in_place(operator.imatmul, lambda x: M)),
     "__imod__": (WORKS, _in_place(operator.imod, lambda x: 0.7)),
     "__imul__": (WORKS, _in_place(operator.imul, lambda x: x)),
-    "__index__": (REFUSED, lambda x: [1, 2, 3][x[0, 0]], "as an index"),
+    "__index__": (WORKS, lambda x: S(x) * [1.0, 2.0][(x[0, 0] > 0.1).astype(np.int64)]),
     "__init__": (PYTHON, "construction"),
     "__init_subclass__": (PYTHON, "subclassing"),
-    "__int__": (REFUSED, lambda x: int(x[0, 0]), "int()"),
+    "__int__": (WORKS, lambda x: S(x) * (1 + int(x[0, 0] > 0.1))),
     "__invert__": (WORKS, lambda x: np.sum(np.where(~(x > 0), x, 0.0))),
     "__ior__": (WORKS, _in_place_bool(operator.ior)),
     "__ipow__": (WORKS, _in_place(operator.ipow, lambda x: 2)),

@@ -309,10 +309,23 @@ def test_in_place_errors_are_numpys():
     lambda x, i: x[i], lambda x, i: x[i:], lambda x, i: np.take(x, i),
     lambda x, i: x[[i, 0]], lambda x, i: range(i), lambda x, i: int(i)],
     ids=["index", "slice", "take", "list", "range", "int"])
-def test_value_dependent_index_is_refused(use):
-    with pytest.raises(TracingError, match="index|int()|indices"):
-        ha.gradient(lambda x: np.sum(use(x, np.argmax(x))) * 0.0 + np.sum(x), X,
-                    backend="numpy")
+def test_value_dependent_index_takes_the_call_s_value(use):
+    """An index, slice bound, ``range`` or ``int()`` computed from values takes
+    the traced call's value, guarded (hybridad.frontend.decisions): a call
+    whose argmax differs runs another specialization, never the old one."""
+    def f(x):
+        r = use(x, np.argmax(x))
+        if isinstance(r, (range, int)):  # a number: it scales x[0]
+            return (len(r) if isinstance(r, range) else r) * x[0] + np.sum(x ** 2)
+        return np.sum(r * x[0]) + np.sum(x ** 2)
+
+    plan = ha.compile(f, X, backend="numpy")
+    for x in (X, X[::-1].copy(), np.array([5.0, 0.1, 0.2, 0.3])):
+        res = plan.gradient(x)
+        assert float(res.value) == pytest.approx(f(x), rel=1e-13)
+        np.testing.assert_allclose(res.gradient, numerical_gradient(f, x), rtol=1e-6,
+                                   atol=1e-8)
+    assert 1 <= len(plan._specializations) <= 2
 
 
 def test_argmax_values_used_in_arithmetic():

@@ -57,3 +57,17 @@ ON_ENTER.append(_install_scipy)  # and again when a trace begins (idempotent)
 # numba's implementations of np.asarray & co. typed for the constructors' wrappers too
 numpy_construct.numba_aliases()
 after_import(numpy_construct.NUMBA_MODULES, numpy_construct.numba_aliases)
+
+
+def _install_array_api(only=None):
+    """scipy's array-API conversion helper takes tracers (:mod:`.array_api`)."""
+    module = loaded(_SCIPY_ARRAY_API, only)
+    if module is not None:
+        array_api.install_scipy(module)
+
+
+from . import array_api  # noqa: E402  (the namespace of tracers; scipy's helper wrapped)
+
+_SCIPY_ARRAY_API = "scipy._lib._array_api"
+_install_array_api()
+after_import({_SCIPY_ARRAY_API}, _install_array_api)

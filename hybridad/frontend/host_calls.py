@@ -158,7 +158,7 @@ def _fallback(original, path):
     def dispatch(*args, **kwargs):
         if not _traced(args, kwargs):
             return original(*args, **kwargs)
-        try:
+        try:  # (its Python decisions on values are guarded, as the user's own)
             return original(*args, **kwargs)
         except TracingError:  # it needed the values: run it on them, call by call
             return host_call(path, args, kwargs)

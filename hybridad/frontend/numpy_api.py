@@ -22,6 +22,7 @@ from ..errors import TracingError, public_module, user_location
 from ..ir.registry import LazyUfunc
 from ..ops import REGISTRY
 from ..ops.indexing import gather_positions as _gather_positions
+from .decisions import concrete_index
 from .objects import settle, tracers_in
 from .trace import as_node, bind, current_trace, loop_dtypes
 from .tracer import SURFACE, Tracer
@@ -343,6 +344,15 @@ def broadcast_to(array, shape, subok=False):
     return a if a.shape == shape else bind("broadcast_to", a, shape=shape)
 
 
+@implements(np.broadcast_arrays)
+def broadcast_arrays(*args, subok=False):
+    """``np.broadcast_arrays``: each argument broadcast to the common shape (a
+    tuple, as numpy 2 returns; untraced arguments as numpy's read-only views)."""
+    shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+    return tuple(broadcast_to(a, shape) if isinstance(a, Tracer) else
+                 np.broadcast_to(np.asarray(a), shape) for a in args)
+
+
 @implements(np.concatenate)
 def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
     _no_kwargs("concatenate", {"out": out, "dtype": dtype})
@@ -545,6 +555,7 @@ def getitem(x, index):
     """``x[index]``: a view for basic indices, a numpy scalar for a full
     integer index, a new array for advanced indices (as numpy)."""
     x = _tracer(x)
+    index = concrete_index(index)  # (indices computed from values: this call's, guarded)
     if _is_advanced(index):
         r = settle(gather_positions(x, lambda pos: pos[index]), [x], "array")
         r._origin = (weakref.ref(x), x.node, index)  # for `x[index] op= v` (numpy_signal)
@@ -587,6 +598,11 @@ def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None):
 
 HANDLED[np.shape] = lambda a: _tracer(a).shape
 HANDLED[np.ndim] = lambda a: _tracer(a).ndim
+# dtype queries: a traced array stands for its dtype
+HANDLED[np.result_type] = lambda *a: np.result_type(*(x.dtype if isinstance(x, Tracer) else x
+                                                      for x in a))
+HANDLED[np.can_cast] = lambda from_, to, casting="safe": np.can_cast(
+    from_.dtype if isinstance(from_, Tracer) else from_, to, casting)
 HANDLED[np.size] = lambda a, axis=None: _tracer(a).size if axis is None else \
     _tracer(a).shape[axis]
 HANDLED[np.copy] = lambda a, order="K", subok=False: _tracer(a)

@@ -209,14 +209,22 @@ def _package_dir(module):
     return os.path.dirname(os.path.abspath(path)) + os.sep if path else None
 
 
+#: scipy's vendored array API layer: its ``asarray`` is the standard's, which
+#: takes an array of the namespace as it is (array-API code calls it: a tracer
+#: stays one there, :mod:`.array_api`)
+_ARRAY_API_COMPAT = os.sep + os.path.join("_lib", "array_api_compat") + os.sep
+
+
 def _called_from_library():
-    """Whether the caller of the wrapper is numpy's or scipy's own code."""
+    """Whether the caller of the wrapper is numpy's or scipy's own code (not
+    scipy's array API layer)."""
     name = sys._getframe(2).f_code.co_filename
     kind = _library_files.get(name)
     if kind is None:  # (a scipy file runs only once scipy is imported)
         dirs = tuple(d for d in (_package_dir(np), _package_dir(sys.modules.get("scipy")))
                      if d)
-        kind = _library_files[name] = os.path.abspath(name).startswith(dirs)
+        path = os.path.abspath(name)
+        kind = _library_files[name] = path.startswith(dirs) and _ARRAY_API_COMPAT not in path
     return kind
 
 

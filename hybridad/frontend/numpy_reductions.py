@@ -86,6 +86,16 @@ def sum_(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NoValue, w
     return _with_initial(_reduce("sum", a, axis, keepdims), initial, np.add)
 
 
+@implements(np.count_nonzero)
+def count_nonzero(a, axis=None, *, keepdims=False):
+    """``np.count_nonzero``: a traced integer (``intp``) sum of ``a != 0``,
+    in the plan's loops (it ran on the host before: a value computed in numpy
+    and an allocation on every call)."""
+    a = _tracer(a)
+    return sum_(a if a.dtype == np.bool_ else np.not_equal(a, 0), axis=axis, dtype=np.intp,
+                keepdims=keepdims)
+
+
 @implements(np.prod)
 def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NoValue, where=True):
     _no_out("prod", out)

@@ -12,6 +12,7 @@ import numbers
 import numpy as np
 
 from ..errors import TracingError, user_location
+from .decisions import concrete_index, decide
 from .numpy_api import (
     HANDLED,
     _no_kwargs,
@@ -56,6 +57,7 @@ def set_items(target, index, value):
     Refused, as numpy's in-place operators are, where the write would reach
     memory the trace does not follow (an argument of ``f`` or a view of one).
     """
+    index = concrete_index(index)  # (computed from values: this call's, guarded)
     if isinstance(index, Tracer) or (isinstance(index, tuple) and
                                      any(isinstance(i, Tracer) for i in index)):
         raise TracingError(f"`a[index] = value` at {user_location()} with an index computed "
@@ -100,6 +102,9 @@ SURFACE.write_positions = write_positions
 
 def _const_indices(name, indices):
     if isinstance(indices, Tracer):
+        value = decide(indices, "array")  # (computed from values: this call's, guarded)
+        if value is not None:
+            return value
         raise TracingError(f"np.{name} with traced indices at {user_location()}: indices "
                            "must be known at trace time (constant arrays)")
     return np.asarray(indices)

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import TracingError, user_location
 from ..ops.batch_helpers import contiguous
+from .decisions import concrete_index
 from .numpy_api import (
     UFUNC_AT,
     _norm_axis,
@@ -217,6 +218,7 @@ def _setitem(target, index, value):
     """``target[index] = value``: the write-back of ``target[index] op= v``
     through a fancy index (:func:`write_back`), else a plain element write
     (:func:`hybridad.frontend.numpy_selection.set_items`)."""
+    index = concrete_index(index)  # (computed from values: this call's, guarded)
     return write_back(target, index, value) or set_items(target, index, value)
 
 

@@ -66,6 +66,12 @@ class Trace:
         self.phase = "forward"
         self._captured = {}  # id(array) -> (array, node): one node per captured array
         self._seen = {}  # common subexpressions: key -> node (forward phase only)
+        #: the traced call's leaf arrays by input index, when the trace has them:
+        #: Python decisions on traced values then take their values
+        #: (:mod:`hybridad.frontend.decisions`); None: shapes and dtypes only
+        self.concrete = None
+        self.decisions = []  # the Decision of each value taken, in order
+        self.decision_cache = {}  # node id -> value, for those evaluations
 
     def __enter__(self):
         if not hasattr(_state, "stack"):

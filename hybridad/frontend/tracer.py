@@ -21,6 +21,7 @@ import types
 import numpy as np
 
 from ..errors import TracingError, library_entry, user_location
+from .decisions import decide
 from .observe import note_value_operand
 
 #: the numpy surface of tracers: ``apply_ufunc``, ``apply_function`` and
@@ -142,21 +143,37 @@ class Tracer:
         return (self[i] for i in range(self.shape[0]))
 
     # -- value-dependent conversions --------------------------------------
+    # (a plan traced at a call's arguments takes their value, guarded:
+    # hybridad.frontend.decisions; a trace from shapes alone refuses)
     def __bool__(self):
+        outcome = decide(self, "bool")
+        if outcome is not None:
+            return outcome
         _value_dependent("bool() / `if` / `and` / `or` / `while`",
                          "Use np.where(cond, a, b) or np.maximum/np.minimum instead, or an "
                          "elementwise function.")
 
     def __float__(self):
-        _value_dependent("float()", "Keep it an array: 0-d arrays work in arithmetic.")
+        outcome = decide(self, "float")
+        if outcome is not None:
+            return outcome
+        _value_dependent("float()", "Keep it an array: 0-d arrays work in arithmetic (a Python "
+                         "float would drop its derivative); comparisons, `if` and int() on "
+                         "it are traced, by the values of the call traced.")
 
     def __int__(self):
+        outcome = decide(self, "int")
+        if outcome is not None:
+            return outcome
         _value_dependent("int()", "Shapes and indices must not depend on traced values.")
 
     def __complex__(self):
         _value_dependent("complex()", "Keep it an array.")
 
     def __index__(self):
+        outcome = decide(self, "index")
+        if outcome is not None:
+            return outcome
         _value_dependent("Using it as an index", "Indices must be Python ints or constant "
                          "arrays, not traced values.")
 
@@ -194,7 +211,13 @@ class Tracer:
         _value_dependent("math.trunc() (a Python int)", "Use np.trunc(x), a traced float.")
 
     def item(self, *args):
-        _value_dependent(".item()", "Keep it an array: 0-d arrays work in arithmetic.")
+        if not args:  # (a Python number of the array's kind, decided as float/int/bool)
+            kind = {"b": "bool", "f": "float"}.get(self.dtype.kind, "int")
+            outcome = decide(self, kind)
+            if outcome is not None:
+                return outcome
+        _value_dependent(".item()", "Keep it an array: 0-d arrays work in arithmetic (a Python "
+                         "float would drop its derivative).")
 
     def tolist(self):
         _value_dependent(".tolist()", "Keep it an array.")
@@ -246,7 +269,11 @@ class Tracer:
         return SURFACE.apply_function(func, args, kwargs)
 
     def __array_namespace__(self, *, api_version=None):
-        return np
+        """hybridad's array API namespace (numpy 2's, with ``asarray`` of a
+        tracer the tracer: :mod:`.array_api`)."""
+        from .array_api import namespace
+
+        return namespace
 
     # -- indexing -------------------------------------------------------------
     def __getitem__(self, index):

@@ -37,6 +37,11 @@ class ExplainMixin:
         times = getattr(self, "build_times", None)
         if times is not None:
             lines += times.lines()
+        check = getattr(self, "_decision_check", None)
+        if check is not None:
+            lines.append(f"decisions on values (checked before every call; "
+                         f"{len(self._specializations)} other specialization(s) made):")
+            lines += [f"  {d!r}" for d in check.decisions]
         lines += self._tier_lines()
         lines += self._thread_lines()
         if self.backend == "numba":

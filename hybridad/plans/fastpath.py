@@ -86,7 +86,11 @@ class FastPathMixin:
         buffer -- exact ndarray, shape, dtype, native byte order, alignment,
         contiguity, writeable results, no overlaps -- before writing anything.
         Whatever it rejects (other types, staging, the precise error) goes to
-        the general path (:meth:`Plan.gradient`)."""
+        the general path (:meth:`Plan.gradient`).  None for a plan that
+        decided on values (:mod:`hybridad.frontend.decisions`): its decisions
+        are checked on the general path."""
+        if self._decision_check is not None:
+            return None
         consts = {}
         arg_leaves, arg_conds = [], []
         n = len(self._treedefs)

@@ -9,7 +9,8 @@ import warnings
 
 import numpy as np
 
-from ..errors import RetraceWarning, StalePlanError
+from ..errors import RetraceWarning, StalePlanError, TracingError
+from ..frontend.decisions import MAX_SPECIALIZATIONS
 from ..frontend.guard_walk import build_guards
 from ..frontend.guards import captured_ids
 from ..frontend.observe import observe
@@ -17,7 +18,65 @@ from ..frontend.signature import signature
 from ..frontend.trace import Trace
 from .arguments import _static_paths
 
-__all__ = ["GuardsMixin"]
+__all__ = ["GuardsMixin", "compiled_code_refusal"]
+
+#: how compiled extensions refuse an argument type they were not built for:
+#: Cython's fused-type dispatch and typed arguments, pybind11, nanobind
+_EXTENSION_MESSAGES = ("ambiguous argument types", "No matching signature found",
+                       "incompatible function arguments", "has incorrect type",
+                       "Cannot convert", "incompatible function argument")
+_EXTENSION_SUFFIXES = (".pyx", ".pxd", ".pxi")
+
+
+def _cython(tb):
+    """Whether traceback entry ``tb`` is Cython's (its .pyx source, or the
+    ``<stringsource>`` of its generated helpers: memoryviews, fused dispatch)."""
+    name = tb.tb_frame.f_code.co_filename
+    return name.endswith(_EXTENSION_SUFFIXES) or name == "<stringsource>"
+
+
+def compiled_code_refusal(exc):
+    """A :class:`~hybridad.errors.TracingError` for ``exc``, a TypeError raised
+    by compiled code (Cython, pybind11) that was handed a traced array, naming
+    the function and the ways out; None for any other TypeError."""
+    import linecache
+    import os
+
+    from ..errors import _NUMPY_MARK, _PKG_DIR, _SCIPY_MARK
+
+    frames, tb = [], exc.__traceback__
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    mine = None  # the innermost line of the user's code
+    for k, t in enumerate(frames):
+        fname = os.path.abspath(t.tb_frame.f_code.co_filename)
+        if not fname.startswith(_PKG_DIR) and _NUMPY_MARK not in fname and \
+                _SCIPY_MARK not in fname and not _cython(t):
+            mine = k
+    cython = [t for t in frames[(mine or 0):] if _cython(t)]
+    text = str(exc)
+    if not cython and not any(m in text for m in _EXTENSION_MESSAGES) and \
+            "'Tracer'" not in text:
+        return None
+    at = "<unknown location>"
+    if mine is not None:
+        t = frames[mine]
+        fname, line = t.tb_frame.f_code.co_filename, t.tb_lineno
+        src = linecache.getline(fname, line).strip()
+        at = f"{os.path.basename(fname)}:{line}" + (f": {src}" if src else "")
+    if cython:
+        code = cython[0].tb_frame.f_code
+        name, where = code.co_name, f" ({code.co_filename})"
+    else:
+        name, where = text.split("(")[0].strip() or "a compiled function", ""
+    return TracingError(
+        f"{name}{where} is compiled code (Cython, pybind11 or C) and was called on a traced "
+        f"array at {at}: compiled code cannot be traced (it said: {text}). "
+        "Call it on values -- outside the differentiated function, or on arrays that do not "
+        "depend on the arguments you differentiate -- or give hybridad the law and its "
+        "derivative: an elementwise law as scalar Python with @hybridad.elementwise, anything "
+        "else written with numpy.")
 
 #: re-traces of one plan after which :class:`~hybridad.errors.RetraceWarning` is issued
 RETRACE_WARN = 3
@@ -25,6 +84,12 @@ RETRACE_WARN = 3
 
 class GuardsMixin:
     """Methods of :class:`hybridad.plans.plan.Plan` (a mixin)."""
+
+    #: the check of the plan's Python decisions on values, or None; the plans
+    #: made for other outcomes (:meth:`_specialized`)
+    _decision_check = None
+    _specializations = ()
+    _specialized_count = 0
 
 
     def _trace_f(self, f, targs, trace):
@@ -40,7 +105,13 @@ class GuardsMixin:
         """``(output, guards, signature)`` of ``f(*targs)`` traced into ``trace``
         under :func:`hybridad.frontend.observe.observe`."""
         with observe(self.name) as obs:
-            out = f(*targs)
+            try:
+                out = f(*targs)
+            except TypeError as exc:
+                refusal = compiled_code_refusal(exc)
+                if refusal is None:
+                    raise
+                raise refusal from exc
         out = self._check_output(out, trace)
         nodes = list(trace.nodes)
         consts = [n.attrs["value"] for n in nodes if n.op == "const" and not n.is_literal]
@@ -56,17 +127,63 @@ class GuardsMixin:
         return self.guards.check(root, args)
 
 
-    def _check_stale(self, args):
+    def _check_stale(self, args, specialize=False):
         """Before a call: if what ``f`` reads changed since it was traced, trace
         it again; the plan keeps running when the graph came out the same, and
-        raises :class:`~hybridad.errors.StalePlanError` otherwise."""
+        raises :class:`~hybridad.errors.StalePlanError` otherwise.  Then, for a
+        plan whose trace decided on values (:mod:`hybridad.frontend.decisions`),
+        returns the plan whose decisions hold for ``args`` (``specialize``:
+        this one or another specialization, built on first need); without
+        ``specialize`` a call that decides otherwise raises
+        :class:`~hybridad.errors.TracingError`.  Returns the plan to run."""
         root = self._root if self._root is not None else self._rootref()
-        if root is None:  # f is gone: nothing can reach its closure any more
-            return
-        why = self.guards.check(root, args)
-        if why is not None:
-            self._revalidate(root, args, why)
+        if root is not None:  # (f gone: nothing can reach its closure any more)
+            why = self.guards.check(root, args)
+            if why is not None:
+                self._revalidate(root, args, why)
+        if self._decision_check is None:
+            return self
+        return self._specialized(args, specialize)
 
+    def _specialized(self, args, specialize):
+        """The plan whose decisions on values hold for ``args``: this one, a
+        specialization made before (moved to the end: most recently used), or
+        a new one (the least recently used dropped beyond
+        :data:`MAX_SPECIALIZATIONS`)."""
+        leaves = self._leaves(args)
+        failed = self._decision_check.first_failing(leaves)
+        if failed is None:
+            return self
+        with self._guard_lock:
+            for k, plan in enumerate(self._specializations):
+                if plan._decision_check is None or \
+                        plan._decision_check.first_failing(leaves) is None:
+                    self._specializations.append(self._specializations.pop(k))
+                    return plan
+            if not specialize:
+                raise TracingError(
+                    f"{self.name}: this call decides otherwise than the traced one "
+                    f"({failed!r}, evaluated on this call's arguments), and this kind of call "
+                    "has one specialization; use plan.gradient / hvp / value, or make the "
+                    "decision with np.where")
+            f = self._f()
+            if f is None:
+                raise TracingError(f"{self.name}: this call decides otherwise ({failed!r}) "
+                                   "and the function is gone: it cannot be traced again")
+            plan = type(self)(f, args, **self._options)
+            plan._root = self._root
+            self._specializations.append(plan)
+            self._specialized_count += 1
+            if len(self._specializations) >= MAX_SPECIALIZATIONS:
+                self._specializations.pop(0)
+            if self._specialized_count == RETRACE_WARN:
+                warnings.warn(
+                    f"hybridad: {self.name} was traced for {RETRACE_WARN + 1} outcomes of its "
+                    f"Python decisions on values; the latest that changed: {failed!r}. Each "
+                    f"new outcome traces and compiles (a plan keeps {MAX_SPECIALIZATIONS}, the "
+                    "least recently used dropped); np.where makes one graph of both "
+                    "branches.", RetraceWarning, stacklevel=5)
+            return plan
 
     def _revalidate(self, root, args, why):
         with self._guard_lock:
@@ -76,6 +193,8 @@ class GuardsMixin:
             stand_ins = [types.SimpleNamespace(shape=s, dtype=np.dtype(d))
                          for s, d in self._specs]
             f = root if self._method_func is None else types.MethodType(self._method_func, root)
+            if self._decision_check is not None:  # its decisions take the call's values
+                trace.concrete = self._leaves(args)
             with trace:
                 _, targs, _ = self._trace_args(trace, stand_ins)
                 _, guards, sig = self._observe_f(f, targs, trace)

@@ -43,6 +43,7 @@ from ..transforms.partition import fuse_regions
 from .arguments import ArgumentsMixin, arg_names, normalize_argnums, prepare_args
 from .batch import BatchMixin, build_batched
 from .buildtime import BuildTimes
+from ..frontend.decisions import DecisionCheck
 from .explain import ExplainMixin
 from .fastpath import FastPathMixin
 from .guarded import GuardsMixin
@@ -102,6 +103,12 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             raise TypeError(f"parallel must be True or False; got {parallel!r}")
         self.backend = backend
         self.parallel = bool(parallel)
+        #: the constructor's options: a specialization for other decisions is
+        #: built with them (hybridad.frontend.decisions)
+        self._options = dict(argnums=argnums, backend=backend, hvp=hvp, parallel=parallel,
+                             poison=poison, pack=pack, memory_budget=memory_budget,
+                             cuda_graph=cuda_graph, update=update, tiered=tiered)
+        self._decision_check, self._specializations = None, []
         # the array module of buffers and arguments, and (GPU) the kernel launcher
         self._xp, self._launcher = np, None
         if cuda_graph and backend != "cupy":
@@ -182,12 +189,18 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
     def _build(self, f, args, leaves):
         hvp = self.order == 2
         trace = Trace()
+        if type(self) is Plan and self.update is None and \
+                all(isinstance(a, np.ndarray) for a in leaves):
+            trace.concrete = leaves  # Python decisions on values take this call's
         times = self.build_times = BuildTimes()
         with trace:
             with times.stage("trace"):
                 tracers, targs, diff_tracers = self._trace_args(trace, leaves)
                 out = self._trace_f(f, targs, trace)
             times.nodes = len(trace.nodes)
+            if trace.decisions:  # checked before every call (see _specialized)
+                self._decision_check = DecisionCheck(trace.decisions)
+                self._guarded = True
             self._value_dtype = out.dtype
             if self.backend in ("numba", "cupy") and not hvp:  # the hybrid: regions by duals
                 with times.stage("fuse regions"):
@@ -438,7 +451,9 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             self._refuse("gradient", "hybridad.compile(f, ...) without hvp=, update=, "
                          "hessian= or jacobian= (or hybridad.gradient)")
         if self._guarded and not _checked:
-            self._check_stale(args)
+            plan = self._check_stale(args, specialize=True)
+            if plan is not self:
+                return plan.gradient(*args, out=out, _checked=True)
         if self._plain and out is not None:
             g = self._fast_args(args, out)
             if g is not None:
@@ -497,7 +512,9 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             self._refuse("hvp", "hybridad.compile(f, ..., hvp=True) or hessian=True (or "
                          "hybridad.hvp)")
         if self._guarded:
-            self._check_stale(args)
+            plan = self._check_stale(args, specialize=True)
+            if plan is not self:
+                return plan.hvp(*args, v=v, out=out)
         prog = self._program
         if self._plain and out is not None and type(v) is np.ndarray and \
                 self.backend == "numba" and prog.objects and \
@@ -526,7 +543,9 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
     def value(self, *args):
         """The function value at ``args`` as a Python float (forward pass only)."""
         if self._guarded:
-            self._check_stale(args)
+            plan = self._check_stale(args, specialize=True)
+            if plan is not self:
+                return plan.value(*args)
         leaves = self._leaves(args)
         reference = self._tier_reference()
         if reference is not None:  # tier 0 (hybridad.plans.tiered)

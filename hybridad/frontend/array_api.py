@@ -1,0 +1,142 @@
+"""The array API namespace of a traced array, and scipy's array-API helpers on tracers.
+
+``Tracer.__array_namespace__()`` returns :data:`namespace`: numpy 2's own
+namespace (which adopted the standard's names: ``acos``, ``concat``,
+``permute_dims``, ``pow``, ``matrix_transpose``, ``vecdot``, ...), whose
+functions dispatch traced arrays to hybridad, except where the standard and
+numpy part ways on a traced argument:
+
+* ``asarray(x)`` of a tracer is the tracer (cast when ``dtype`` says so), as
+  the standard requires for an array of the namespace; numpy's would try to
+  make memory of it;
+* ``astype(x, dtype, copy=True)``, ``result_type(...)`` and ``isdtype`` take
+  tracers (by their dtype).
+
+scipy's array-API code (``array_namespace``, ``xp_promote``, ``_asarray``)
+converts its inputs with ``np.asanyarray`` whenever ``SCIPY_ARRAY_API`` is
+off (the default), and asks ``__array_namespace__`` when it is on.  So that
+it runs on tracers both ways -- ``scipy.optimize.rosen``, ``rosen_der``,
+``rosen_hess_prod`` and the array-API functions of scipy.special, stats and
+signal -- :func:`install_scipy` wraps ``scipy._lib._array_api._asarray`` (the
+one helper every conversion goes through) when scipy imports it: a tracer
+goes to :func:`asarray`, anything else to scipy's own; and with the switch on,
+a tracer takes scipy's numpy namespace (``array_api_compat.numpy``, whose
+``asarray`` keeps a tracer: :mod:`.numpy_construct`), as the ndarrays beside
+it do.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+
+import numpy as np
+
+from .tracer import Tracer
+
+__all__ = ["asarray", "install_scipy", "namespace"]
+
+
+def _traced(obj):
+    return isinstance(obj, Tracer) or (type(obj) in (list, tuple) and any(map(_traced, obj)))
+
+
+def asarray(obj, /, *, dtype=None, device=None, copy=None):
+    """The standard's ``asarray``: a traced array is returned as it is (cast to
+    ``dtype`` when that differs; ``copy=True`` a copy); a nested sequence of
+    traced values is stacked (``np.asarray`` of it is traced); anything else is
+    numpy's."""
+    if device not in (None, "cpu"):
+        raise ValueError(f"hybridad traces arrays on the CPU; device={device!r}")
+    if isinstance(obj, Tracer):
+        if dtype is not None and np.dtype(dtype) != obj.dtype:
+            return obj.astype(dtype)
+        return obj.copy() if copy else obj
+    if _traced(obj):
+        return np.asarray(obj, dtype=dtype)
+    return np.asarray(obj, dtype=dtype, copy=copy)
+
+
+def astype(x, dtype, /, *, copy=True, device=None):
+    """The standard's ``astype`` (``x.astype``; tracers too)."""
+    return x.astype(dtype, copy=copy)
+
+
+def _dtype_of(a):
+    return a.dtype if isinstance(a, Tracer) else a
+
+
+def result_type(*arrays_and_dtypes):
+    """``np.result_type`` with tracers standing for their dtypes."""
+    return np.result_type(*map(_dtype_of, arrays_and_dtypes))
+
+
+def isdtype(dtype, kind):
+    """``np.isdtype`` (a tracer's dtype too)."""
+    return np.isdtype(_dtype_of(dtype), kind)
+
+
+class _Namespace(types.ModuleType):
+    """numpy's namespace, with the functions above in front."""
+
+    __array_api_version__ = "2023.12"
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    def __dir__(self):
+        return sorted(set(dir(np)) | set(vars(self)))
+
+
+namespace = _Namespace("hybridad.array_api", __doc__)
+for _fn in (asarray, astype, result_type, isdtype):
+    setattr(namespace, _fn.__name__, _fn)
+
+
+def _wrap_asarray(original):
+    @functools.wraps(original)
+    def _asarray(array, dtype=None, order=None, copy=None, *, xp=None, check_finite=False,
+                 subok=False):
+        if not _traced(array):
+            return original(array, dtype=dtype, order=order, copy=copy, xp=xp,
+                            check_finite=check_finite, subok=subok)
+        if check_finite:
+            raise ValueError("check_finite=True needs the values, which a traced array does "
+                             "not have while tracing")
+        return asarray(array, dtype=dtype, copy=copy)
+
+    _asarray.__hybridad_original__ = original
+    return _asarray
+
+
+def _wrap_namespace(original, np_compat):
+    @functools.wraps(original)
+    def array_namespace(*xs, **kwargs):
+        if any(isinstance(x, Tracer) for x in xs):
+            return np_compat  # (numpy's, as for the ndarrays beside them: one namespace)
+        return original(*xs, **kwargs)
+
+    array_namespace.__hybridad_original__ = original
+    return array_namespace
+
+
+def install_scipy(module):
+    """Wrap ``module._asarray`` (``scipy._lib._array_api``) and the
+    ``array_namespace`` of its vendored array_api_compat, once: with
+    ``SCIPY_ARRAY_API=1`` a tracer beside ndarrays takes scipy's numpy
+    namespace (whose ``asarray`` keeps tracers), not a second namespace scipy
+    would refuse to mix."""
+    original = getattr(module, "_asarray", None)
+    if original is not None and not hasattr(original, "__hybridad_original__"):
+        module._asarray = _wrap_asarray(original)
+    import importlib
+
+    try:  # (scipy's vendored copy: its helpers look the function up on the package)
+        compat = importlib.import_module("scipy._lib.array_api_compat")
+        np_compat = importlib.import_module("scipy._lib.array_api_compat.numpy")
+    except ImportError:
+        return
+    original = getattr(compat, "array_namespace", None)
+    if original is not None and np_compat is not None and \
+            not hasattr(original, "__hybridad_original__"):
+        compat.array_namespace = _wrap_namespace(original, np_compat)

@@ -1,0 +1,277 @@
+"""Python decisions on traced values, by guarded specialization.
+
+numpy code decides on values: ``if abs(x[j] - zj) < 0.05:``, ``float(x[0] >=
+0)``, builtin ``max(a, b)`` of two traced scalars.  A trace knows shapes and
+dtypes only -- but a plan is always traced at the arguments of a real call, so
+a decision can take *this call's* value, as torch.compile's guards do:
+
+1. :meth:`Tracer.__bool__` (and ``float``, ``int``, ``operator.index``) asks
+   :func:`decide`: while the trace has the call's arguments
+   (:attr:`Trace.concrete`), the traced value is evaluated on them
+   (:func:`evaluate`, the ops' reference ``run`` and ``view``), the outcome is
+   recorded as a :class:`Decision` and returned to Python, which takes that
+   branch.  The graph is that of the branch taken, and so are its derivatives
+   (as autograd's).
+2. The plan keeps the decisions and, before every call, evaluates them on the
+   call's arguments (:class:`DecisionCheck`: the same reference ops, into
+   buffers made once -- no allocation) and compares them with the recorded
+   outcomes.  A call that decides otherwise runs another specialization, traced
+   for it (:mod:`hybridad.plans.guarded`); a plan keeps at most
+   :data:`MAX_SPECIALIZATIONS`, the least recently used dropped first (a
+   :class:`~hybridad.errors.RetraceWarning` names the decision that keeps
+   changing).  Never the wrong branch.
+
+An ``int()`` of a traced value (or a ``float()`` of a traced bool or integer)
+bakes the number into the graph, so its guard is that exact value: such a
+plan is reused only where the value repeats.  A ``float()`` of a traced
+*float* is refused: the number would carry the value and drop its derivative
+(``math.exp(x[0])`` would differentiate to 0) -- the one wrong answer this
+could give.  Without the call's arguments (a trace
+from shapes alone) a decision is refused as before, with the same message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import numpy as np
+
+from ..errors import TracingError
+from ..ir.registry import REGISTRY
+
+__all__ = ["Decision", "DecisionCheck", "MAX_SPECIALIZATIONS", "concrete_index", "decide",
+           "evaluate", "suspended"]
+
+#: specializations one plan keeps (distinct outcomes of its decisions); a call
+#: needing another then drops the least recently used one
+MAX_SPECIALIZATIONS = 8
+
+
+class Decision:
+    """One value a trace took from a call's arguments.
+
+    Attributes
+    ----------
+    node : Node
+        The traced value decided on (a 0-d or one-element array).
+    kind : str
+        ``"bool"``, ``"float"``, ``"int"`` or ``"index"``: the conversion asked;
+        ``"array"``: integer or boolean values used as indices or a mask.
+    outcome : bool, float, int or ndarray
+        What the conversion returned while tracing.
+    where : str
+        The user's line (``file.py:12: if x[0] > 0:``), for messages.
+    """
+
+    __slots__ = ("node", "kind", "outcome", "where", "_bytes")
+
+    def __init__(self, node, kind, outcome, where):
+        self.node, self.kind, self.outcome, self.where = node, kind, outcome, where
+        self._bytes = outcome.tobytes() if kind == "array" else None
+
+    def holds(self, value):
+        """Whether ``value`` (this decision's node evaluated on a call's
+        arguments) gives the traced outcome (no numpy allocation)."""
+        if self.kind == "array":
+            return value.shape == self.outcome.shape and value.dtype == self.outcome.dtype \
+                and value.tobytes() == self._bytes
+        return _same(_convert(self.kind, value), self.outcome)
+
+    def __repr__(self):
+        out = self.outcome
+        if isinstance(out, np.ndarray):
+            what = (f"a mask of shape {out.shape} with {int(out.sum())} True"
+                    if out.dtype == np.bool_ else f"indices of shape {out.shape}")
+            return f"the values of %{self.node.id} used as {what} at {self.where}"
+        return f"{self.kind}(%{self.node.id}) == {out!r} at {self.where}"
+
+
+def _convert(kind, value):
+    if kind == "array":
+        return np.array(value, copy=True)
+    v = value.reshape(()) if value.size == 1 else value
+    if kind == "bool":
+        return bool(v)
+    if kind == "float":
+        return float(v)
+    return int(v) if kind == "int" else v.__index__()
+
+
+def _same(a, b):
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return (a == b and np.signbit(a) == np.signbit(b)) or (a != a and b != b)
+    return a == b
+
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def suspended():
+    """No decisions on values in the ``with`` block (this thread): a library
+    function hybridad runs on the values when its trace needs them
+    (scipy's, :mod:`.host_calls`) keeps doing so, with no guard."""
+    before = getattr(_local, "off", False)
+    _local.off = True
+    try:
+        yield
+    finally:
+        _local.off = before
+
+
+def decide(tracer, kind):
+    """The value of ``kind(tracer)`` at the traced call's arguments, recorded
+    as a decision of the trace; None when the trace has no arguments (then the
+    caller refuses the conversion as before)."""
+    trace = tracer._trace
+    concrete = getattr(trace, "concrete", None)
+    if concrete is None or trace.phase != "forward" or getattr(_local, "off", False):
+        return None
+    if kind == "array" and tracer.dtype.kind not in "biu":
+        return None  # (an index of floats: numpy refuses it, and so does the caller)
+    if kind == "float" and tracer.dtype.kind not in "biu":
+        # a Python float of a traced float would carry its value and drop its
+        # derivative (math.exp(x[0]) would differentiate to 0): refused as
+        # before; int() of it is piecewise constant, and a comparison's bool
+        # is what decides
+        return None
+    if kind == "bool" and tracer.size != 1:
+        raise ValueError("The truth value of an array with more than one element is "
+                         "ambiguous. Use a.any() or a.all()")
+    if kind not in ("bool", "array") and tracer.size != 1:
+        raise TypeError(f"only length-1 arrays can be converted to Python scalars ({kind}())")
+    if kind == "index" and tracer.dtype.kind not in "biu":
+        raise TypeError("only integer scalar arrays can be converted to a scalar index")
+    from ..errors import user_location
+
+    value = evaluate(tracer.node, concrete, trace.decision_cache)
+    outcome = _convert(kind, value)
+    trace.decisions.append(Decision(tracer.node, kind, outcome, user_location()))
+    return outcome
+
+
+def concrete_index(index):
+    """``index`` (of ``x[index]``) with each traced integer or boolean part
+    replaced by its value at the traced call -- a decision each: a 0-d
+    integer becomes a Python int, an array (indices, a mask computed from
+    values) a numpy array; unchanged where the trace has no values."""
+    from .tracer import Tracer
+
+    def traced(k):
+        return isinstance(k, Tracer) or (
+            isinstance(k, slice) and any(isinstance(v, Tracer) for v in (k.start, k.stop, k.step))
+        ) or (type(k) is list and any(map(traced, k)))
+
+    def value(k):
+        if isinstance(k, Tracer) and k.dtype.kind in "biu":
+            v = decide(k, "index" if k.ndim == 0 and k.dtype.kind != "b" else "array")
+            return k if v is None else v
+        if isinstance(k, slice):
+            return slice(value(k.start), value(k.stop), value(k.step))
+        if type(k) is list:
+            return [value(v) for v in k]
+        return k
+
+    parts = index if isinstance(index, tuple) else (index,)
+    if not any(map(traced, parts)):
+        return index
+    out = [value(k) for k in parts]
+    return tuple(out) if isinstance(index, tuple) else out[0]
+
+
+def _ancestors(targets):
+    """The nodes ``targets`` are computed from, in topological (id) order."""
+    seen, stack = {}, list(targets)
+    while stack:
+        n = stack.pop()
+        if n.id in seen:
+            continue
+        seen[n.id] = n
+        stack.extend(n.args)
+    return [seen[k] for k in sorted(seen)]
+
+
+def _run_node(n, vals, out=None):
+    """The value of node ``n`` (a Node, or a :class:`_Frozen` copy) from its
+    operands' values ``vals`` (into ``out`` when given: a buffer of its shape
+    and dtype)."""
+    if n.op == "const":
+        return np.asarray(n.attrs["value"])
+    op = REGISTRY.get(n.op)
+    if op is None or (op.run is None and op.view is None):
+        raise TracingError(f"a Python decision on a traced value needs %{n.id} {n.op}, "
+                           "which has no reference implementation to evaluate it with")
+    if op.kind == "view" and op.view is not None:
+        return op.view(*vals, **n.attrs)
+    if out is None:
+        out = np.empty(n.shape, n.dtype)
+    if op.kind == "inplace":
+        np.copyto(out, vals[0])
+        op.run(out, *vals[1:], **n.attrs)
+        return out
+    op.run(out, *vals, **n.attrs)
+    return out
+
+
+class _Frozen:
+    """A node as it was traced (later passes rewrite nodes in place: fusion
+    makes regions of them), its operands by id."""
+
+    __slots__ = ("id", "op", "arg_ids", "attrs", "shape", "dtype")
+
+    def __init__(self, n):
+        self.id, self.op, self.attrs = n.id, n.op, dict(n.attrs)
+        self.arg_ids = tuple(a.id for a in n.args)
+        self.shape, self.dtype = n.shape, n.dtype
+
+
+def evaluate(node, concrete, cache=None):
+    """``node``'s value at the leaf arrays ``concrete`` (by input index), by
+    the ops' reference implementations (values of other nodes kept in
+    ``cache``, a dict by node id, across calls)."""
+    cache = {} if cache is None else cache
+    for n in _ancestors([node]):
+        if n.id in cache:
+            continue
+        if n.op == "input":
+            cache[n.id] = np.asarray(concrete[n.attrs["index"]])
+            continue
+        with np.errstate(all="ignore"):
+            cache[n.id] = _run_node(n, [cache[a.id] for a in n.args])
+    return cache[node.id]
+
+
+class DecisionCheck:
+    """The check of a plan's decisions on a call's arguments: the traced
+    values recomputed by the ops' reference implementations into buffers made
+    once, each compared with its recorded outcome.  Made right after the
+    trace, from a copy of the nodes the decisions read."""
+
+    def __init__(self, decisions):
+        self.decisions = list(decisions)
+        self._nodes = [_Frozen(n) for n in _ancestors([d.node for d in self.decisions])]
+        self._targets = [d.node.id for d in self.decisions]
+        self._buffers = {}
+        for n in self._nodes:
+            op = REGISTRY.get(n.op)
+            if n.op not in ("input", "const") and op is not None and op.kind != "view":
+                self._buffers[n.id] = np.empty(n.shape, n.dtype)
+
+    def first_failing(self, leaves):
+        """None when every decision holds for the leaf arrays ``leaves``, else
+        the first one that does not."""
+        vals = {}
+        with np.errstate(all="ignore"):
+            for n in self._nodes:
+                if n.op == "input":
+                    vals[n.id] = np.asarray(leaves[n.attrs["index"]])
+                else:
+                    vals[n.id] = _run_node(n, [vals[a] for a in n.arg_ids],
+                                           self._buffers.get(n.id))
+        for d, target in zip(self.decisions, self._targets, strict=True):
+            if not d.holds(vals[target]):
+                return d
+        return None

@@ -1,0 +1,239 @@
+"""Python decisions on traced values, by guarded specialization
+(hybridad.frontend.decisions): code as people ship it -- the benchmark
+collection's ``if`` on values, builtin ``max``, ``float()``/``int()``,
+pairwise loops with a branch, scikit-learn's Huber loss with its mask --
+traces unchanged; each gradient is the branch's, checked against finite
+differences (and autograd's where it is installed); a call that decides
+otherwise runs another specialization, never the old branch."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+import hybridad.scipy as hs
+from hybridad.errors import RetraceWarning
+from hybridad.frontend.decisions import MAX_SPECIALIZATIONS
+from hybridad.testing import count_allocations, numerical_gradient
+
+BACKENDS = ("numpy", "numba")
+
+
+def _check(f, x, backend, plan=None):
+    """The plan's (or ha.gradient's) value and gradient at x against f and
+    central differences."""
+    res = plan.gradient(x) if plan is not None else ha.gradient(f, x, backend=backend)
+    want = f(x.copy())
+    assert float(res.value) == pytest.approx(float(want), rel=1e-12, abs=1e-14)
+    np.testing.assert_allclose(res.gradient, numerical_gradient(f, x), rtol=1e-6, atol=1e-7)
+    return res
+
+
+# -- the collection's functions, as their authors wrote them ------------------------------
+
+def near_point(x, zj=0.3, j=0):  # `if abs(x[j] - zj) < 0.05:`
+    if abs(x[j] - zj) < 0.05:
+        return np.sum(x ** 2)
+    return np.sum(np.sin(x)) + x[j] ** 3
+
+
+def threshold_loop(x, eye=0.5):  # `for val in x: if abs(val) >= eye`
+    total = 0.0
+    for val in x:
+        if abs(val) >= eye:
+            total = total + val ** 2
+        else:
+            total = total + np.cos(val)
+    return total
+
+
+def lennard_jones(x):  # `if ed > 0.0:` inside a pairwise loop
+    pts = x.reshape(-1, 2)
+    e = 0.0
+    for i in range(len(pts)):
+        for j in range(i + 1, len(pts)):
+            d = pts[i] - pts[j]
+            ed = np.sum(d * d)
+            if ed > 0.0:
+                e = e + 1.0 / ed ** 6 - 2.0 / ed ** 3
+    return e
+
+
+def builtin_max(x):  # builtin max(a, b) of traced scalars and max(abs(x)) over an array
+    return max(x[0], x[1]) ** 2 + max(abs(x)) + min(x[2], 0.25) * x[3]
+
+
+def conversions(x):  # float(x[0] >= 0), int(x[0]), x.item()
+    return float(x[0] >= 0) * np.sum(x ** 2) + int(x[1] * 3) * x[2] + (x[3] > 1).item() + \
+        np.sum(np.tanh(x))
+
+
+def early_return(x):  # `if abs(sum(x)) < 3e-16: return 0.0`
+    if abs(sum(x)) < 3e-16:
+        return 0.0
+    return np.sum(x ** 2) / sum(x)
+
+
+HUBER_X = np.linspace(-2, 2, 40).reshape(20, 2)
+HUBER_Y = HUBER_X @ np.array([1.0, -2.0]) + np.sin(np.arange(20.0)) * 2.0
+
+
+def huber(w, X=HUBER_X, y=HUBER_Y, epsilon=1.35, alpha=1e-4):
+    """scikit-learn's _huber_loss_and_gradient's loss, as written there."""
+    sigma, coef = w[-1], w[:-1]
+    linear_loss = y - X @ coef
+    abs_linear_loss = np.abs(linear_loss)
+    outliers_mask = abs_linear_loss > epsilon * sigma
+    outliers = abs_linear_loss[outliers_mask]
+    num_outliers = np.count_nonzero(outliers_mask)
+    n_non_outliers = X.shape[0] - num_outliers
+    outlier_loss = 2.0 * epsilon * np.sum(outliers) - sigma * num_outliers * epsilon ** 2
+    non_outliers = linear_loss[~outliers_mask]
+    squared_loss = np.dot(non_outliers.T, non_outliers) / sigma
+    return n_non_outliers * sigma + squared_loss + outlier_loss + alpha * np.dot(coef, coef)
+
+
+CASES = {
+    "near_point": (near_point, [np.array([0.31, 1.0, 2.0]), np.array([0.9, 1.0, 2.0])]),
+    "threshold_loop": (threshold_loop, [np.array([0.1, -0.7, 0.9, 0.2]),
+                                        np.array([0.8, 0.1, -0.1, 0.6])]),
+    "lennard_jones": (lennard_jones, [np.array([0.0, 0.0, 1.1, 0.1, 0.3, 1.2]),
+                                      np.array([0.0, 0.0, 1.0, 0.0, 0.0, 1.0])]),
+    "builtin_max": (builtin_max, [np.array([0.5, -1.5, 0.1, 2.0]),
+                                  np.array([-0.5, 1.5, 0.7, -3.0])]),
+    "conversions": (conversions, [np.array([0.5, 0.2, 0.9, 1.3]),
+                                  np.array([-0.5, 0.7, 0.9, 1.3])]),
+    "early_return": (early_return, [np.array([0.5, 0.2, 0.9]), np.array([1.0, -2.0, 1.5])]),
+    "huber": (huber, [np.array([0.5, -1.0, 1.0]), np.array([1.0, -2.0, 0.3])]),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(CASES))
+def test_decisions_trace_unchanged(name, backend):
+    f, points = CASES[name]
+    for x in points:  # ha.gradient: a plan per outcome, from its cache
+        _check(f, x, backend)
+    plan = ha.compile(f, points[0], backend=backend)
+    assert "decisions on values" in plan.explain()
+    for x in points + points[::-1]:  # one explicit plan, both outcomes, back and forth
+        _check(f, x, backend, plan)
+    if name not in ("early_return", "lennard_jones"):  # (their points decide alike)
+        assert len(plan._specializations) >= 1
+
+
+def test_coincident_points_skip_their_pair():
+    """Two coincident points: the branch skips the pair (its value is finite, the
+    other pairs' gradient only), as numpy and autograd compute it."""
+    x = np.array([0.0, 0.0, 1.1, 0.1, 1.1, 0.1])
+    plan = ha.compile(lennard_jones, np.array([0.0, 0.0, 1.1, 0.1, 0.3, 1.2]), backend="numpy")
+    res = plan.gradient(x)
+    assert float(res.value) == pytest.approx(lennard_jones(x), rel=1e-13)
+    assert np.isfinite(res.gradient).all() and len(plan._specializations) == 1
+
+
+def test_early_return_at_the_guard():
+    x = np.array([1.0, -2.0, 1.0])  # sum == 0: the early branch
+    plan = ha.compile(early_return, x, backend="numpy")
+    assert plan.gradient(x).value == 0.0 and not plan.gradient(x).gradient.any()
+    y = np.array([1.0, -2.0, 1.5])
+    assert plan.gradient(y).value == pytest.approx(early_return(y))
+
+
+def test_against_autograd():
+    import autograd as ag  # (a test dependency: pyproject's test extra)
+    import autograd.numpy as anp
+
+    def f(x, np=np):
+        e = 0.0
+        for v in x:
+            if v > 0.2:
+                e = e + np.exp(-v) * v
+            else:
+                e = e + v ** 3
+        return e + max(x[0], x[1]) ** 2
+
+    for x in (np.array([0.5, -0.3, 0.9]), np.array([-0.5, 0.3, 0.1])):
+        mine = ha.gradient(f, x).gradient
+        theirs = ag.grad(lambda x: f(x, np=anp))(x)
+        np.testing.assert_allclose(mine, theirs, rtol=1e-14)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_call_never_runs_the_wrong_branch(backend):
+    """Alternating outcomes, many calls: every result is its own branch's."""
+    plan = ha.compile(near_point, np.array([0.3, 1.0, 2.0]), backend=backend)
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        x = np.array([0.3 + rng.choice([-0.2, 0.01, 0.2]), rng.normal(), rng.normal()])
+        res = plan.gradient(x)
+        assert float(res.value) == pytest.approx(near_point(x), rel=1e-13)
+    assert len(plan._specializations) <= 2  # (three points, two outcomes)
+
+
+def test_specializations_are_bounded_and_the_warning_names_the_decision():
+    def f(x):
+        k = int(np.floor(x[0]))  # a new outcome for every integer part
+        return k * np.sum(x ** 2)
+
+    plan = ha.compile(f, np.array([0.5, 1.0]), backend="numpy")
+    with pytest.warns(RetraceWarning, match=r"int\(%\d+\) == .* at test_decisions.py:\d+"):
+        for k in range(2 * MAX_SPECIALIZATIONS):
+            x = np.array([k + 0.5, 1.0])
+            assert plan.gradient(x).value == pytest.approx(f(x))
+    assert len(plan._specializations) < MAX_SPECIALIZATIONS
+    x = np.array([3.5, 1.0])  # dropped long ago: traced again, still right
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RetraceWarning)
+        np.testing.assert_allclose(plan.gradient(x).gradient, 2 * 3 * x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_guarded_calls_allocate_nothing(backend):
+    for f, x in ((near_point, np.array([0.31, 1.0, 2.0])),
+                 (huber, np.array([0.5, -1.0, 1.0])),
+                 (builtin_max, np.array([0.5, -1.5, 0.1, 2.0]))):
+        plan = ha.compile(f, x, backend=backend)
+        res = ha.GradientResult(x)
+        plan.gradient(x, out=res)
+        with count_allocations() as counts:
+            for _ in range(5):
+                plan.gradient(x, out=res)
+        assert counts.allocations == 0, (f.__name__, counts)
+
+
+def test_value_hvp_and_scipy_minimize_follow_the_branch():
+    x = np.array([0.5, -1.0, 1.0])
+    plan = ha.compile(huber, x, backend="numpy")
+    for w in (x, np.array([1.0, -2.0, 0.3])):
+        assert plan.value(w) == pytest.approx(huber(w), rel=1e-13)
+    h = ha.hvp(near_point, np.array([0.31, 1.0, 2.0]), np.ones(3))
+    np.testing.assert_allclose(h.hvp, 2 * np.ones(3), rtol=1e-13)  # the x**2 branch
+    h = ha.hvp(near_point, np.array([0.9, 1.0, 2.0]), np.ones(3))
+    want = -np.sin(np.array([0.9, 1.0, 2.0])) + np.array([6 * 0.9, 0.0, 0.0])
+    np.testing.assert_allclose(h.hvp, want, rtol=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RetraceWarning)
+        res = hs.minimize(huber, x, method="L-BFGS-B")
+    from scipy.optimize import minimize
+    ref = minimize(huber, x, method="L-BFGS-B")
+    assert res.fun <= ref.fun + 1e-6
+
+
+def test_a_python_float_of_a_traced_float_is_refused():
+    """It would carry the value and drop the derivative: math.exp(x[0]) would
+    differentiate to 0.  A comparison on it, or int() of it, is traced."""
+    import math
+
+    for f in (lambda x: math.exp(x[0]) + np.sum(x), lambda x: float(np.sum(x)) * x[0],
+              lambda x: x[0].item() * x[1]):
+        with pytest.raises(ha.TracingError, match=r"float\(\)|\.item\(\)"):
+            ha.gradient(f, np.array([0.5, 1.0]))
+
+
+def test_a_trace_without_values_still_refuses():
+    with pytest.raises(ha.TracingError, match="np.where"):
+        ha.hessian(near_point, np.array([0.31, 1.0, 2.0]))
