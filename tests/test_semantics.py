@@ -573,3 +573,48 @@ def test_clip_follows_numpy_with_nan_bounds(lo, hi, backend):
     # a traced bound: NaN there too
     g = ha.gradient(lambda x: np.sum(np.clip(x[:3], x[3] * np.nan, 5.0)), X, backend=backend)
     assert np.isnan(g.value)
+
+
+_RNG = np.random.default_rng(11)
+_W1, _W2 = _RNG.standard_normal((3, 5)), _RNG.standard_normal((5, 4))
+_LABELS = _RNG.integers(0, 4, 6)
+
+
+def _sklearn_mlp_loss(x):
+    """scikit-learn's MLP forward pass as it is written: every activation in place."""
+    a = x @ _W1
+    np.maximum(a, 0, out=a)  # relu
+    b = a @ _W2
+    np.tanh(b, out=b)
+    tmp = b - b.max(axis=1)[:, np.newaxis]  # softmax
+    np.exp(tmp, out=b)
+    b /= b.sum(axis=1)[:, np.newaxis]
+    return -np.sum(np.log(b[np.arange(6), _LABELS]))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_out_into_arrays_made_inside_f(backend):
+    """out= into a traced array made inside f is numpy's in-place write (views
+    of it see it, where= keeps the old values, functions' out= too); into an
+    argument or a plain numpy array it is refused by name."""
+    x = _RNG.standard_normal((6, 3))
+    res = traced(_sklearn_mlp_loss, x, backend=backend)
+    np.testing.assert_allclose(res.gradient, numerical_gradient(_sklearn_mlp_loss, x),
+                               rtol=1e-5, atol=1e-7)
+
+    def g(x):
+        a = x * 2.0
+        v = a[1:]  # a view: sees the write
+        np.exp(a, out=a, where=a > 0)
+        s = np.zeros(2) * x[0]
+        np.sum(np.stack([a[:2], v[:2]]), axis=0, out=s)
+        d = x.copy()
+        np.clip(x, 0.1, 0.5, out=d)
+        return np.sum(v) + np.sum(a) + np.sum(s ** 2) + np.sum(d)
+
+    res = traced(g, X, backend=backend)
+    np.testing.assert_allclose(res.gradient, numerical_gradient(g, X), rtol=1e-6, atol=1e-8)
+    with pytest.raises(TracingError, match="out= of np.tanh .* argument"):
+        ha.gradient(lambda x: np.sum(np.tanh(x, out=x)), X, backend=backend)
+    with pytest.raises(TracingError, match="out= a numpy array"):
+        ha.gradient(lambda x: np.sum(np.tanh(x, out=np.empty(4))), X, backend=backend)

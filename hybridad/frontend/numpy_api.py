@@ -99,12 +99,49 @@ def _tracer(x):
 
 
 def apply_ufunc(ufunc, method, inputs, kwargs):
-    """A ufunc call on tracers: a new array, or a numpy scalar where it is 0-d."""
+    """A ufunc call on tracers: a new array, or a numpy scalar where it is 0-d;
+    with ``out=`` traced arrays, the result written into them as numpy does
+    (:func:`_into_out`)."""
     if kwargs.get("out") is not None:
-        raise TracingError(f"out= on a traced array at {user_location()} (or `a += t` with "
-                           "`a` a numpy array): writes of traced values into an array are not "
-                           "traced; use the returned value.")
+        return _into_out(ufunc, method, inputs, dict(kwargs))
     return settle(_ufunc(ufunc, method, inputs, kwargs), tracers_in(inputs), "new")
+
+
+def _into_out(ufunc, method, inputs, kwargs):
+    """``ufunc(..., out=a)`` with ``a`` a traced array made inside ``f``
+    (``np.tanh(a, out=a)``, scikit-learn's ``np.maximum(X, 0, out=X)``): the
+    result is computed as a new value and written into ``a`` by numpy's
+    in-place semantics (:func:`hybridad.frontend.objects.assign`: views of
+    ``a`` see it; ``where=`` keeps ``a``'s old values where it is False;
+    ``casting`` as numpy's).  An ``out`` that is an argument of ``f`` (or a
+    view of one) is refused by name, as element writes into it are; one that
+    is a plain numpy array too (the trace cannot follow writes into it)."""
+    from .objects import assign
+
+    outs = kwargs.pop("out")
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    if not all(isinstance(o, Tracer) or o is None for o in outs):
+        raise TracingError(f"out= a numpy array at {user_location()} (or `a += t` with `a` a "
+                           "numpy array): writes of traced values into memory the trace does "
+                           "not follow are not traced; use the returned value, or make `a` "
+                           "from a traced array (`np.zeros_like(x)`, `x.copy()`)")
+    mask = kwargs.pop("where", True)
+    casting = kwargs.pop("casting", "same_kind")
+    result = _ufunc(ufunc, method, inputs, kwargs)
+    results = result if isinstance(result, tuple) else (result,)
+    if len(results) != len(outs):
+        raise ValueError(f"{ufunc.__name__} has {len(results)} outputs; out= gave {len(outs)}")
+    for target, value in zip(outs, results, strict=True):
+        if target is None:
+            continue
+        value = _tracer(value)
+        if value.shape != target.shape:  # (numpy broadcasts the result into out)
+            value = broadcast_to(value, target.shape)
+        if mask is not True:
+            value = where(mask, value, target)
+        assign(target, value, f"out= of np.{ufunc.__name__}", casting=casting, ufunc=ufunc)
+    written = tuple(o if o is not None else r for o, r in zip(outs, results, strict=True))
+    return written if isinstance(result, tuple) else written[0]
 
 
 #: bitwise ufuncs, which are the logical ones on booleans
@@ -217,6 +254,22 @@ def apply_function(func, args, kwargs):
             raise _unsupported(f"{module}.{getattr(func, '__name__', repr(func))}")
         # no traced implementation: numpy's own on the values (a derivative is refused)
         return settle(host_call(path, args, kwargs), tracers_in(args, kwargs), "new")
+    out = kwargs.get("out")
+    if isinstance(out, Tracer) or (isinstance(out, tuple) and out and
+                                   all(isinstance(o, Tracer) for o in out)):
+        # out= a traced array made inside f (np.dot(a, b, out=c), np.sum(x, axis, out=s)):
+        # the result, written into it by numpy's in-place semantics
+        from .objects import assign
+
+        rest = {k: v for k, v in kwargs.items() if k != "out"}
+        result = settle(impl(*args, **rest), tracers_in(args, rest), "new")
+        outs, results = (out, result) if isinstance(out, tuple) else ((out,), (result,))
+        for target, value in zip(outs, results, strict=True):
+            value = _tracer(value)
+            if value.shape != target.shape:
+                value = broadcast_to(value, target.shape)
+            assign(target, value, f"out= of np.{func.__name__}", casting="unsafe")
+        return out
     kind = "view" if func in VIEW_FUNCTIONS else "array" if func in ARRAY_FUNCTIONS else "new"
     return settle(impl(*args, **kwargs), tracers_in(args, kwargs), kind)
 
