@@ -231,3 +231,55 @@ def test_repeated_gradient_calls_share_one_plan_and_still_validate():
     with pytest.raises(ValueError, match="shape"):
         ha.gradient(f, x, c, out=bad)
     np.testing.assert_array_equal(bad.derivs[0], np.zeros(4))
+
+
+def test_pytree_and_static_arguments_reuse_the_last_plan(monkeypatch):
+    """ha.gradient / hvp with tuple, nested-list and static-float arguments:
+    a call like the last one runs its plan without the plan cache's lookup
+    (the plan's generated structure check, no flattening, no inspect), and
+    allocates nothing; any other structure, static value, shape or dtype gets
+    its own plan (a right answer, never the last plan's)."""
+    from hybridad.testing import count_allocations
+
+    rng = np.random.default_rng(0)
+    W, b, X = rng.standard_normal((5, 3)), rng.standard_normal(3), rng.standard_normal((8, 5))
+
+    def f(p, X, scale):
+        (W,), (b,) = p
+        return scale * np.sum(np.tanh(X @ W + b) ** 2)
+
+    def reference(p, X, scale):
+        return ha.gradient(f, p, X, scale, backend="numpy")
+
+    p = ([W], [b])
+    res = ha.gradient(f, p, X, 2.0)
+    import hybridad.api as api
+
+    calls = []
+    real_lookup = api._lookup
+    monkeypatch.setattr(api, "_lookup", lambda *a, **k: calls.append(1) or real_lookup(*a, **k))
+    with count_allocations() as counts:
+        for _ in range(3):
+            ha.gradient(f, p, X, 2.0, out=res)
+    assert counts.allocations == 0 and not calls
+    np.testing.assert_allclose(res.gradient[0][0], reference(p, X, 2.0).gradient[0][0],
+                               rtol=1e-12)
+    r = ha.gradient(f, ((W,), (b,)), X, 2.0)  # another structure (tuples): another plan
+    assert type(r.gradient[0]) is tuple and calls
+    np.testing.assert_allclose(r.gradient[0][0], res.gradient[0][0], rtol=1e-12)
+    calls.clear()
+    r3 = ha.gradient(f, p, X, 3.0)  # another static value: its own plan
+    assert calls
+    np.testing.assert_allclose(r3.gradient[1][0], 1.5 * res.gradient[1][0], rtol=1e-12)
+    r4 = ha.gradient(f, ([W[:4]], [b]), X[:, :4], 2.0)  # another shape
+    np.testing.assert_allclose(r4.gradient[0][0],
+                               reference(([W[:4]], [b]), X[:, :4], 2.0).gradient[0][0],
+                               rtol=1e-12)
+
+    def g(q):
+        return np.sum(q[0] ** 3) + np.sum(q[1] ** 2)
+
+    h = ha.hvp(g, (W, b), (W, b))
+    h2 = ha.hvp(g, (W, b), (W, b))
+    np.testing.assert_allclose(h2.hvp[0], 6 * W * W, rtol=1e-13)
+    np.testing.assert_allclose(h.hvp[1], 2 * b, rtol=1e-13)

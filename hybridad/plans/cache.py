@@ -124,7 +124,8 @@ def _rebuilt(plan, stale):
 # ----------------------------------------------------------------------------
 
 #: kind -> {id(owner): (weakref to owner, method function or None, argnums, backend,
-#: options, shapes and dtypes of the plain-array arguments, plan)}
+#: options, shapes and dtypes of the plain-array arguments -- or None and the plan's
+#: structure check for pytree and static arguments --, plan)}
 recent = {"gradient": {}, "hvp": {}, "hessian": {}, "jacobian": {}}
 recent_gradient = recent["gradient"]
 _MethodType = types.MethodType
@@ -145,7 +146,11 @@ def recent_plan(kind, f, args, argnums, backend, options=None):
         owner, sub = f, None
     e = recent[kind].get(id(owner))
     if e is None or e[1] is not sub or e[2] != argnums or e[3] != backend or \
-            e[4] != options or e[0]() is not owner or len(args) != len(e[5]):
+            e[4] != options or e[0]() is not owner:
+        return None
+    if e[5] is None:  # pytree or static arguments: the plan's generated check
+        return e[7] if e[6](args) else None
+    if len(args) != len(e[5]):
         return None
     for a, shape, dtype in zip(args, e[5], e[6]):  # noqa: B905 - lengths compared above
         if type(a) is not _ndarray or a.shape != shape or a.dtype is not dtype:
@@ -155,15 +160,22 @@ def recent_plan(kind, f, args, argnums, backend, options=None):
 
 def remember(kind, f, args, argnums, backend, plan, options=None):
     """Make ``plan`` what :func:`recent_plan` returns for calls like this one
-    (plain ndarray arguments only; held weakly by ``f``'s owner)."""
-    for a in args:
-        if type(a) is not np.ndarray:
+    (held weakly by ``f``'s owner): plain ndarray arguments are compared by
+    shape and dtype; pytrees and static values by the plan's generated
+    check (:meth:`hybridad.plans.fastpath.FastPathMixin._matcher`)."""
+    matcher = None
+    if not all(type(a) is np.ndarray for a in args):
+        matcher = getattr(plan, "_matcher", lambda: None)()
+        if matcher is None or not matcher(args):
             return
     owner, sub = _owner(f)
     table, key = recent[kind], id(owner)
     try:
         ref = weakref.ref(owner, lambda r, table=table, key=key: _forget(table, key, r))
     except TypeError:
+        return
+    if matcher is not None:
+        table[key] = (ref, sub, argnums, backend, options, None, matcher, plan)
         return
     table[key] = (ref, sub, argnums, backend, options, tuple(a.shape for a in args),
                   tuple(a.dtype for a in args), plan)

@@ -47,6 +47,35 @@ class FastPathMixin:
     """Methods of :class:`hybridad.plans.plan.Plan` (a mixin)."""
 
 
+    def _matcher(self):
+        """A generated ``matches(args) -> bool``: whether ``args`` have this
+        plan's structure (containers, lengths, dict keys, static values) and
+        each array leaf is an exact ndarray of its shape and dtype -- what
+        the convenience functions check before reusing the last plan of a
+        function called with pytree or static arguments
+        (:func:`hybridad.plans.cache.recent_plan`).  None where the structure
+        cannot be written so."""
+        cached = vars(self).get("_matches")
+        if cached is not None:
+            return cached
+        consts, leaves, conds = {"_nd": np.ndarray}, [], []
+        for k, td in enumerate(self._treedefs):
+            if not _unpack_source(td, f"args[{k}]", leaves, conds, consts):
+                return None
+        for i, (leaf, (shape, dtype)) in enumerate(zip(leaves, self._specs, strict=True)):
+            consts[f"_S{i}"], consts[f"_D{i}"] = tuple(shape), np.dtype(dtype)
+            conds.append(f"{leaf}.__class__ is _nd and {leaf}.shape == _S{i} and "
+                         f"{leaf}.dtype == _D{i}")
+        lines = ["def matches(args):", f"    if len(args) != {len(self._treedefs)}:",
+                 "        return False", "    try:",
+                 "        return bool(" + (" and ".join(conds) or "True") + ")",
+                 "    except (TypeError, ValueError, LookupError, AttributeError):",
+                 "        return False"]
+        exec(compile("\n".join(lines) + "\n", f"<hybridad matches {self.name}>", "exec"),
+             consts)  # noqa: S102
+        self._matches = consts["matches"]
+        return self._matches
+
     def _fast_args(self, args, out):
         """The gradient buffer if ``args`` and ``out`` pass every check of
         :meth:`_leaves` and :meth:`_check_out` on the plain-array path; else None
