@@ -62,3 +62,29 @@ def test_gradient_map_on_two_worker_processes(client):
     np.testing.assert_allclose(g, ref.derivs[0], rtol=1e-13)
     pids = client.run(lambda: __import__("os").getpid())
     assert len(set(pids.values())) == 2
+
+
+def test_gradient_map_of_functions_shipped_by_value(client):
+    """A lambda, a closure and a plan of one travel by value (cloudpickle):
+    on a worker process nothing but the plan holds the function, and it must
+    (the plan held it weakly: 'no longer exists' on every block)."""
+    from hybridad.dask import gradient_map
+
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-1, 1, (120, 6))
+    DX = da.from_array(X, chunks=(40, 6))
+    scale = 1.5
+
+    def closure(x):
+        return scale * np.sum(np.tanh(x) ** 2)
+
+    for f in (lambda x: np.sum(np.logaddexp(0.0, -x)), closure):
+        values, grads = gradient_map(f, DX)
+        v, g = client.compute([values, grads], sync=True)
+        ref = ha.compile(f, X[0]).gradient_batch(X)
+        np.testing.assert_allclose(v, ref.value, rtol=1e-13)
+        np.testing.assert_allclose(g, ref.derivs[0], rtol=1e-13)
+    plan = ha.compile(closure, X[0])
+    values, grads = gradient_map(plan, DX)
+    v, _ = client.compute([values, grads], sync=True)
+    np.testing.assert_allclose(v, plan.gradient_batch(X).value, rtol=1e-13)

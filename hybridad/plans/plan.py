@@ -599,6 +599,10 @@ def _rebuild_plan(f, protos, argnums, backend, parallel):
     if plan is None:
         plan = _REBUILT[key] = Plan(f, _example_args(protos), argnums, backend,
                                     parallel=parallel)
+        # the unpickled f (shipped by value to a worker: a function of __main__, a
+        # lambda, a closure) has no other owner there: the plan keeps it alive, as
+        # hybridad.compile's plans do (gradient_batch traces it again per batch size)
+        plan._root = root_of(f)
     return plan
 
 
