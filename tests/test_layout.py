@@ -116,16 +116,20 @@ def _square_sum(x):
 
 
 def test_plans_pickled_before_the_layout_load():
-    """A plan pickled when it lived in ``hybridad.plan`` unpickles now."""
+    """A plan pickled when it lived in ``hybridad.plan`` (or, later, in
+    ``hybridad.plans.plan``) unpickles now."""
     import pickle
 
     import numpy as np
 
     plan = hybridad.compile(_square_sum, np.ones(3), backend="numpy")
-    old = pickle.dumps(plan, protocol=0).replace(b"hybridad.plans.plan\n", b"hybridad.plan\n")
-    assert b"chybridad.plan\n" in old
-    np.testing.assert_array_equal(pickle.loads(old).gradient(np.arange(3.0)).gradient,
-                                  [0.0, 2.0, 4.0])
+    now = pickle.dumps(plan, protocol=0)
+    assert b"chybridad.plans.pickling\n" in now
+    for then in (b"hybridad.plan\n", b"hybridad.plans.plan\n"):
+        old = now.replace(b"hybridad.plans.pickling\n", then)
+        assert b"c" + then in old
+        np.testing.assert_array_equal(pickle.loads(old).gradient(np.arange(3.0)).gradient,
+                                      [0.0, 2.0, 4.0])
 
 
 def test_the_pipeline_is_described_as_it_runs():

@@ -501,6 +501,7 @@ def _accumulating_numpy_functions():
 #: accumulating functions not held to numpy's accuracy by a case above, and why
 EXEMPT = {"numpy.median": "adds at most the two middle values",
           "numpy.searchsorted": "counts comparisons: an integer sum, exact",
+          "numpy.count_nonzero": "counts nonzero elements: an integer sum, exact",
           "numpy.convolve": "short sums over the trailing axis of a gathered matrix (the "
                             "per-row path of the cases above); numpy's are plain dot products",
           "numpy.correlate": "as numpy.convolve",

@@ -32,7 +32,7 @@ import types
 
 import numpy as np
 
-from .tracer import Tracer
+from .tracer import SURFACE, Tracer
 
 __all__ = ["asarray", "install_scipy", "namespace"]
 
@@ -91,6 +91,7 @@ class _Namespace(types.ModuleType):
 namespace = _Namespace("hybridad.array_api", __doc__)
 for _fn in (asarray, astype, result_type, isdtype):
     setattr(namespace, _fn.__name__, _fn)
+SURFACE.namespace = namespace  # (Tracer.__array_namespace__ returns it)
 
 
 def _wrap_asarray(original):

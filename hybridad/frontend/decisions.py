@@ -43,6 +43,10 @@ from ..ir.registry import REGISTRY
 __all__ = ["Decision", "DecisionCheck", "MAX_SPECIALIZATIONS", "concrete_index", "decide",
            "evaluate", "suspended"]
 
+#: the tracer class, put here by :mod:`.tracer` (which imports this module: imports
+#: run one way)
+TRACER = [None]
+
 #: specializations one plan keeps (distinct outcomes of its decisions); a call
 #: needing another then drops the least recently used one
 MAX_SPECIALIZATIONS = 8
@@ -158,7 +162,7 @@ def concrete_index(index):
     replaced by its value at the traced call -- a decision each: a 0-d
     integer becomes a Python int, an array (indices, a mask computed from
     values) a numpy array; unchanged where the trace has no values."""
-    from .tracer import Tracer
+    Tracer = TRACER[0]
 
     def traced(k):
         return isinstance(k, Tracer) or (

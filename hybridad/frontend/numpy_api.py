@@ -14,6 +14,7 @@ import numbers
 import operator
 
 import sys
+import types
 import weakref
 
 import numpy as np
@@ -30,6 +31,10 @@ from .tracer import SURFACE, Tracer
 __all__ = ["HANDLED", "apply_function", "apply_ufunc", "getitem"]
 
 HANDLED = {}
+#: ``out=`` into traced arrays: ``ufunc(ufunc, method, inputs, kwargs)`` and
+#: ``function(impl, func, args, kwargs)``, installed by
+#: :mod:`hybridad.frontend.numpy_out` (which imports this module)
+OUT = types.SimpleNamespace(ufunc=None, function=None)
 #: ufunc -> the implementation of its ``reduce`` method where it is no primitive
 #: (filled by the modules of the numpy surface, like HANDLED)
 UFUNC_REDUCERS = {}
@@ -101,47 +106,10 @@ def _tracer(x):
 def apply_ufunc(ufunc, method, inputs, kwargs):
     """A ufunc call on tracers: a new array, or a numpy scalar where it is 0-d;
     with ``out=`` traced arrays, the result written into them as numpy does
-    (:func:`_into_out`)."""
-    if kwargs.get("out") is not None:
-        return _into_out(ufunc, method, inputs, dict(kwargs))
+    (:mod:`hybridad.frontend.numpy_out`)."""
+    if kwargs.get("out") is not None:  # (hybridad.frontend.numpy_out)
+        return OUT.ufunc(ufunc, method, inputs, dict(kwargs))
     return settle(_ufunc(ufunc, method, inputs, kwargs), tracers_in(inputs), "new")
-
-
-def _into_out(ufunc, method, inputs, kwargs):
-    """``ufunc(..., out=a)`` with ``a`` a traced array made inside ``f``
-    (``np.tanh(a, out=a)``, scikit-learn's ``np.maximum(X, 0, out=X)``): the
-    result is computed as a new value and written into ``a`` by numpy's
-    in-place semantics (:func:`hybridad.frontend.objects.assign`: views of
-    ``a`` see it; ``where=`` keeps ``a``'s old values where it is False;
-    ``casting`` as numpy's).  An ``out`` that is an argument of ``f`` (or a
-    view of one) is refused by name, as element writes into it are; one that
-    is a plain numpy array too (the trace cannot follow writes into it)."""
-    from .objects import assign
-
-    outs = kwargs.pop("out")
-    outs = outs if isinstance(outs, tuple) else (outs,)
-    if not all(isinstance(o, Tracer) or o is None for o in outs):
-        raise TracingError(f"out= a numpy array at {user_location()} (or `a += t` with `a` a "
-                           "numpy array): writes of traced values into memory the trace does "
-                           "not follow are not traced; use the returned value, or make `a` "
-                           "from a traced array (`np.zeros_like(x)`, `x.copy()`)")
-    mask = kwargs.pop("where", True)
-    casting = kwargs.pop("casting", "same_kind")
-    result = _ufunc(ufunc, method, inputs, kwargs)
-    results = result if isinstance(result, tuple) else (result,)
-    if len(results) != len(outs):
-        raise ValueError(f"{ufunc.__name__} has {len(results)} outputs; out= gave {len(outs)}")
-    for target, value in zip(outs, results, strict=True):
-        if target is None:
-            continue
-        value = _tracer(value)
-        if value.shape != target.shape:  # (numpy broadcasts the result into out)
-            value = broadcast_to(value, target.shape)
-        if mask is not True:
-            value = where(mask, value, target)
-        assign(target, value, f"out= of np.{ufunc.__name__}", casting=casting, ufunc=ufunc)
-    written = tuple(o if o is not None else r for o, r in zip(outs, results, strict=True))
-    return written if isinstance(result, tuple) else written[0]
 
 
 #: bitwise ufuncs, which are the logical ones on booleans
@@ -257,19 +225,7 @@ def apply_function(func, args, kwargs):
     out = kwargs.get("out")
     if isinstance(out, Tracer) or (isinstance(out, tuple) and out and
                                    all(isinstance(o, Tracer) for o in out)):
-        # out= a traced array made inside f (np.dot(a, b, out=c), np.sum(x, axis, out=s)):
-        # the result, written into it by numpy's in-place semantics
-        from .objects import assign
-
-        rest = {k: v for k, v in kwargs.items() if k != "out"}
-        result = settle(impl(*args, **rest), tracers_in(args, rest), "new")
-        outs, results = (out, result) if isinstance(out, tuple) else ((out,), (result,))
-        for target, value in zip(outs, results, strict=True):
-            value = _tracer(value)
-            if value.shape != target.shape:
-                value = broadcast_to(value, target.shape)
-            assign(target, value, f"out= of np.{func.__name__}", casting="unsafe")
-        return out
+        return OUT.function(impl, func, args, kwargs)  # (hybridad.frontend.numpy_out)
     kind = "view" if func in VIEW_FUNCTIONS else "array" if func in ARRAY_FUNCTIONS else "new"
     return settle(impl(*args, **kwargs), tracers_in(args, kwargs), kind)
 
@@ -395,15 +351,6 @@ def broadcast_to(array, shape, subok=False):
     if np.broadcast_shapes(a.shape, shape) != shape:
         raise ValueError(f"cannot broadcast shape {a.shape} to {shape}")
     return a if a.shape == shape else bind("broadcast_to", a, shape=shape)
-
-
-@implements(np.broadcast_arrays)
-def broadcast_arrays(*args, subok=False):
-    """``np.broadcast_arrays``: each argument broadcast to the common shape (a
-    tuple, as numpy 2 returns; untraced arguments as numpy's read-only views)."""
-    shape = np.broadcast_shapes(*(np.shape(a) for a in args))
-    return tuple(broadcast_to(a, shape) if isinstance(a, Tracer) else
-                 np.broadcast_to(np.asarray(a), shape) for a in args)
 
 
 @implements(np.concatenate)
@@ -621,41 +568,8 @@ def getitem(x, index):
     return settle(r, [x], "view")
 
 
-# ----------------------------------------------------------------------------
-# constructors of constants from traced shapes
-# ----------------------------------------------------------------------------
-
-
-def _like(fill):
-    def impl(a, dtype=None, order="K", subok=True, shape=None, **kw):
-        a = _tracer(a)
-        # a constant, as a traced array: element writes into it are traced
-        # (`d = np.zeros_like(y); d[1:-1] = ...`, `acc = np.zeros_like(x); acc += ...`)
-        return _tracer(np.full(a.shape if shape is None else shape, fill, dtype or a.dtype))
-
-    return impl
-
-
-HANDLED[np.zeros_like] = _like(0)
-HANDLED[np.empty_like] = _like(0)  # numpy leaves the values unspecified: zeros are some
-HANDLED[np.ones_like] = _like(1)
-
-
-@implements(np.full_like)
-def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None):
-    a = _tracer(a)
-    if isinstance(fill_value, Tracer):
-        return broadcast_to(fill_value.astype(dtype or a.dtype), a.shape) + 0
-    return _tracer(np.full(a.shape if shape is None else shape, fill_value, dtype or a.dtype))
-
-
 HANDLED[np.shape] = lambda a: _tracer(a).shape
 HANDLED[np.ndim] = lambda a: _tracer(a).ndim
-# dtype queries: a traced array stands for its dtype
-HANDLED[np.result_type] = lambda *a: np.result_type(*(x.dtype if isinstance(x, Tracer) else x
-                                                      for x in a))
-HANDLED[np.can_cast] = lambda from_, to, casting="safe": np.can_cast(
-    from_.dtype if isinstance(from_, Tracer) else from_, to, casting)
 HANDLED[np.size] = lambda a, axis=None: _tracer(a).size if axis is None else \
     _tracer(a).shape[axis]
 HANDLED[np.copy] = lambda a, order="K", subok=False: _tracer(a)

@@ -32,7 +32,7 @@ from .numpy_api import (
     where,
 )
 from .numpy_selection import _const_indices
-from .tracer import READONLY
+from .tracer import READONLY, Tracer
 
 __all__ = []
 
@@ -286,3 +286,47 @@ def diag(v, k=0):
         return square
     w = abs(k)
     return pad(square, ((0, w), (w, 0)) if k > 0 else ((w, 0), (0, w)))
+
+
+@implements(np.broadcast_arrays)
+def broadcast_arrays(*args, subok=False):
+    """``np.broadcast_arrays``: each argument broadcast to the common shape (a
+    tuple, as numpy 2 returns; untraced arguments as numpy's read-only views)."""
+    shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+    return tuple(broadcast_to(a, shape) if isinstance(a, Tracer) else
+                 np.broadcast_to(np.asarray(a), shape) for a in args)
+
+
+# dtype queries: a traced array stands for its dtype
+HANDLED[np.result_type] = lambda *a: np.result_type(*(x.dtype if isinstance(x, Tracer) else x
+                                                      for x in a))
+HANDLED[np.can_cast] = lambda from_, to, casting="safe": np.can_cast(
+    from_.dtype if isinstance(from_, Tracer) else from_, to, casting)
+
+
+# ----------------------------------------------------------------------------
+# constructors of constants from traced shapes
+# ----------------------------------------------------------------------------
+
+
+def _like(fill):
+    def impl(a, dtype=None, order="K", subok=True, shape=None, **kw):
+        a = _tracer(a)
+        # a constant, as a traced array: element writes into it are traced
+        # (`d = np.zeros_like(y); d[1:-1] = ...`, `acc = np.zeros_like(x); acc += ...`)
+        return _tracer(np.full(a.shape if shape is None else shape, fill, dtype or a.dtype))
+
+    return impl
+
+
+HANDLED[np.zeros_like] = _like(0)
+HANDLED[np.empty_like] = _like(0)  # numpy leaves the values unspecified: zeros are some
+HANDLED[np.ones_like] = _like(1)
+
+
+@implements(np.full_like)
+def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None):
+    a = _tracer(a)
+    if isinstance(fill_value, Tracer):
+        return broadcast_to(fill_value.astype(dtype or a.dtype), a.shape) + 0
+    return _tracer(np.full(a.shape if shape is None else shape, fill_value, dtype or a.dtype))

@@ -21,6 +21,7 @@ import types
 import numpy as np
 
 from ..errors import TracingError, library_entry, user_location
+from . import decisions as _decisions
 from .decisions import decide
 from .observe import note_value_operand
 
@@ -29,10 +30,12 @@ from .observe import note_value_operand
 #: ``assign`` (in-place operators), installed by :mod:`hybridad.frontend.objects`,
 #: ``setitem`` (``a[idx] op= v``), installed by :mod:`hybridad.frontend.numpy_signal`,
 #: and ``write_positions`` (an array with some elements replaced), installed by
-#: :mod:`hybridad.frontend.numpy_selection` (they import this module; tracers
-#: call them through this table, so imports run one way)
+#: :mod:`hybridad.frontend.numpy_selection`, and ``namespace`` (the array API
+#: namespace), installed by :mod:`hybridad.frontend.array_api` (they import this
+#: module; tracers call them through this table, so imports run one way)
 SURFACE = types.SimpleNamespace(apply_ufunc=None, apply_function=None, getitem=None,
-                                assign=None, setitem=None, write_positions=None)
+                                assign=None, setitem=None, write_positions=None,
+                                namespace=None)
 
 __all__ = ["ARG", "READONLY", "SCALAR", "Tracer"]
 
@@ -271,9 +274,7 @@ class Tracer:
     def __array_namespace__(self, *, api_version=None):
         """hybridad's array API namespace (numpy 2's, with ``asarray`` of a
         tracer the tracer: :mod:`.array_api`)."""
-        from .array_api import namespace
-
-        return namespace
+        return SURFACE.namespace
 
     # -- indexing -------------------------------------------------------------
     def __getitem__(self, index):
@@ -368,3 +369,4 @@ Tracer.__neg__ = lambda self: np.negative(self)
 Tracer.__pos__ = lambda self: self.__copy__()  # numpy: a copy
 Tracer.__abs__ = lambda self: np.absolute(self)
 Tracer.__invert__ = lambda self: np.invert(self)
+_decisions.TRACER[0] = Tracer  # (what hybridad.frontend.decisions recognizes as traced)

@@ -45,6 +45,7 @@ from .batch import BatchMixin, build_batched
 from .buildtime import BuildTimes
 from ..frontend.decisions import DecisionCheck
 from .explain import ExplainMixin
+from .pickling import PLAN_TYPE, PicklingMixin, _rebuild_plan  # noqa: F401 (older pickles name it here)
 from .fastpath import FastPathMixin
 from .guarded import GuardsMixin
 from .tiered import TieredMixin, default_tiered
@@ -74,7 +75,7 @@ def serialized(method):
     return call
 
 class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
-           TieredMixin, ExplainMixin):
+           TieredMixin, ExplainMixin, PicklingMixin):
     """A compiled gradient plan (returned by :func:`hybridad.compile`).
 
     Methods
@@ -327,29 +328,6 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                            pack=self._pack, pinned=pinned, in_place=in_place)
 
 
-    def __reduce__(self):
-        """Pickle as a recipe: the function, the example arguments' structure,
-        shapes and dtypes, and the options; unpickling rebuilds the plan (once
-        per process and recipe; numba's code comes from the disk cache).
-        Gradient plans only."""
-        f = self._f()
-        if f is None or type(self) is not Plan or self.order != 1 or \
-                self.update is not None or self._cuda_graph:
-            raise TypeError(f"only gradient plans of a live function can be pickled "
-                            f"({self.name})")
-        return _rebuild_plan, (f, self._protos(), self.argnums, self.backend, self.parallel)
-
-    def _protos(self):
-        """The example arguments' structure, shapes and dtypes: ``[(treedef,
-        [(shape, dtype name), ...]), ...]`` (:func:`_example_args` makes them)."""
-        protos, it = [], iter(self._specs)
-        for td in self._treedefs:
-            leaves = [(s, str(np.dtype(d))) for s, d in
-                      (next(it) for _ in range(_tree.count_leaves(td)))]
-            protos.append((td, leaves))
-        return protos
-
-
     def _materialize(self, nodes, in_place=()):
         if self.backend != "numba":
             return ()
@@ -586,28 +564,4 @@ class BatchPlan(Plan):
 Plan._batch_plan_type = BatchPlan  # what gradient_batch builds (hybridad.plans.batch)
 
 
-_REBUILT = {}  # recipe -> plan, in this process (workers unpickle a plan once)
-
-
-def _rebuild_plan(f, protos, argnums, backend, parallel):
-    """Unpickling a :class:`Plan`: the plan of ``f`` at example arguments of
-    the pickled structure, shapes and dtypes (one per process and recipe)."""
-    from ..frontend.scalar_functions import fingerprint
-
-    key = (fingerprint(f), repr(protos), argnums, backend, parallel)
-    plan = _REBUILT.get(key)
-    if plan is None:
-        plan = _REBUILT[key] = Plan(f, _example_args(protos), argnums, backend,
-                                    parallel=parallel)
-        # the unpickled f (shipped by value to a worker: a function of __main__, a
-        # lambda, a closure) has no other owner there: the plan keeps it alive, as
-        # hybridad.compile's plans do (gradient_batch traces it again per batch size)
-        plan._root = root_of(f)
-    return plan
-
-
-def _example_args(protos):
-    """Arguments of zeros of the structure, shapes and dtypes ``protos``
-    (:meth:`Plan._protos`)."""
-    return tuple(_tree.unflatten(td, [np.zeros(s, d) for s, d in leaves])
-                 for td, leaves in protos)
+PLAN_TYPE[0] = Plan  # what an unpickled recipe builds (hybridad.plans.pickling)
