@@ -1,5 +1,5 @@
 """Build-time benchmark: the cost of building a plan per traced node, from 10^3
-to 10^5 nodes (issue 53, "linear build").
+to 10^5 nodes: a build linear in the traced nodes.
 
 A plan's build -- the trace of ``f``, region fusion, the reverse pass, the
 lowering passes, the memory plan and the backend's program -- should cost

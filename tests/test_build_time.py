@@ -1,4 +1,4 @@
-"""A plan's build costs time linear in its traced nodes (issue 53).
+"""A plan's build costs time linear in its traced nodes.
 
 The per-node cost of a build -- trace, reverse pass, lowering passes, memory
 plan, the numpy program's code generation -- at ~8000 traced nodes must stay
