@@ -40,9 +40,22 @@ class UpdateRule:
     Subclasses define :attr:`state` (names of per-parameter state arrays,
     zero at the start), :meth:`hyper` (scalars that change with the step
     count ``t``, handed to the plan as a small array each step) and
-    :meth:`emit` (the update, written with numpy operations on tracers)."""
+    :meth:`emit` (the update, written with numpy operations on tracers).
+
+    Hyperparameters are live: every one reaches the compiled plan through
+    :meth:`hyper`, read at each step, so setting one between steps
+    (``plan.update.lr = 0.5 * plan.update.lr``, a schedule) changes the next
+    step -- for every rule.  A new value is checked as the constructor checks
+    it (:attr:`BOUNDS`)."""
 
     state: tuple = ()
+    #: hyperparameter -> exclusive upper bound (None: any positive finite number)
+    BOUNDS: dict = {}
+
+    def __setattr__(self, name, value):
+        if name in self.BOUNDS:
+            value = _positive(name, value, upper=self.BOUNDS[name])
+        object.__setattr__(self, name, value)
 
     def hyper(self, t):
         """Per-step scalars (a tuple of floats) for step ``t`` (1, 2, ...)."""
@@ -81,11 +94,20 @@ class SGD(UpdateRule):
         Learning rate (positive, finite).
     """
 
+    BOUNDS = {"lr": None}
+
     def __init__(self, lr):
-        self.lr = _positive("lr", lr)
+        self.lr = lr
+
+    def hyper(self, t):
+        return (self.lr,)
+
+    def shared(self, hyper):
+        return (-hyper[0],)
 
     def emit(self, p, g, states, shared):
-        return [_iadd(p, (-self.lr) * g)]
+        (neg_lr,) = shared
+        return [_iadd(p, neg_lr * g)]
 
 
 class Momentum(UpdateRule):
@@ -100,14 +122,23 @@ class Momentum(UpdateRule):
 
     state = ("velocity",)
 
+    BOUNDS = {"lr": None, "momentum": 1.0}
+
     def __init__(self, lr, momentum=0.9):
-        self.lr = _positive("lr", lr)
-        self.momentum = _positive("momentum", momentum, upper=1.0)
+        self.lr = lr
+        self.momentum = momentum
+
+    def hyper(self, t):
+        return (self.lr, self.momentum - 1.0)
+
+    def shared(self, hyper):
+        return -hyper[0], hyper[1]  # -lr, momentum - 1
 
     def emit(self, p, g, states, shared):
         (v,) = states
-        v1 = _iadd(v, (self.momentum - 1.0) * v + g)
-        return [v1, _iadd(p, (-self.lr) * v1)]
+        neg_lr, decay = shared
+        v1 = _iadd(v, decay * v + g)
+        return [v1, _iadd(p, neg_lr * v1)]
 
 
 class Adam(UpdateRule):
@@ -126,22 +157,22 @@ class Adam(UpdateRule):
 
     state = ("m", "v")
 
+    BOUNDS = {"lr": None, "b1": 1.0, "b2": 1.0, "eps": None}
+
     def __init__(self, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
-        self.lr = _positive("lr", lr)
-        self.b1 = _positive("b1", b1, upper=1.0)
-        self.b2 = _positive("b2", b2, upper=1.0)
-        self.eps = _positive("eps", eps)
+        self.lr, self.b1, self.b2, self.eps = lr, b1, b2, eps
 
     def hyper(self, t):
         c2 = math.sqrt(1.0 - self.b2 ** t)
-        return (self.lr * c2 / (1.0 - self.b1 ** t), self.eps * c2)
+        return (self.lr * c2 / (1.0 - self.b1 ** t), self.eps * c2, 1.0 - self.b1,
+                1.0 - self.b2)
 
     def shared(self, hyper):
-        return -hyper[0], hyper[1]  # -lr_t, eps_t
+        return -hyper[0], hyper[1], hyper[2], hyper[3]  # -lr_t, eps_t, 1 - b1, 1 - b2
 
     def emit(self, p, g, states, shared):
         m, v = states
-        neg_lr, eps = shared
-        m1 = _iadd(m, (1.0 - self.b1) * (g - m))
-        v1 = _iadd(v, (1.0 - self.b2) * (g * g - v))
+        neg_lr, eps, c1, c2 = shared
+        m1 = _iadd(m, c1 * (g - m))
+        v1 = _iadd(v, c2 * (g * g - v))
         return [m1, v1, _iadd(p, neg_lr * m1 / (np.sqrt(v1) + eps))]

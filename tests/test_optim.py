@@ -136,3 +136,35 @@ def test_bad_input_is_rejected_before_any_write():
         ha.compile(mlp, *params, X, Y, update=0.1)
     with pytest.raises(ValueError, match="update rule"):
         ha.compile(lambda x: np.sum(x ** 2), rand((3,)), hessian=True, update=SGD(0.1))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("make", [lambda: SGD(0.1), lambda: Momentum(0.05, 0.8),
+                                  lambda: Adam(0.01)], ids=["SGD", "Momentum", "Adam"])
+def test_hyperparameters_are_live_for_every_rule(make, backend):
+    """A schedule: setting ``plan.update.<name>`` between steps changes the next
+    step, for every rule (SGD ignored it: its rate was compiled in); a bad value
+    raises as the constructor does and keeps the old one."""
+    rule = make()
+    params, X, Y = data(64, 8)
+    mine = [p.copy() for p in params]
+    plan = ha.compile(mlp, *mine, X, Y, argnums=(0, 1, 2), update=rule, backend=backend)
+    ref = ha.compile(mlp, *params, X, Y, argnums=(0, 1, 2), backend=backend)
+    res, state = ha.GradientResult(tuple(params)), {}
+    base = rule.lr
+    for t in range(1, 7):
+        rule.lr = base / t  # the documented pattern: set lr between steps
+        if isinstance(rule, Momentum):
+            rule.momentum = 0.8 if t % 2 else 0.5
+        if isinstance(rule, Adam):
+            rule.b1 = 0.9 if t < 4 else 0.8
+        plan.step(*mine, X, Y)
+        ref.gradient(*params, X, Y, out=res)
+        reference_update(rule, params, list(res.gradient), state, t)
+        for a, b in zip(mine, params, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="lr must be positive"):
+        rule.lr = -1.0
+    assert rule.lr == base / 6
+    with pytest.raises(TypeError, match="lr must be a number"):
+        rule.lr = "fast"
