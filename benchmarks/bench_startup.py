@@ -51,7 +51,7 @@ library's ~90 modules from source in every child: ~0.12 s of ``import_s``
 that no installed copy pays.  ``meta["bytecode"]`` records it.
 
 Medians of ``--repeats`` fresh processes per (workload, implementation).
-Goals (issue 32): ``first_s`` of hybridad at most 1.0x JAX's with an empty
+Goals: ``first_s`` of hybridad at most 1.0x JAX's with an empty
 cache and at most 0.5x with a warm one.
 
     python benchmarks/bench_startup.py [--repeats 3] [--json FILE]
@@ -73,7 +73,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: goals of issue 32: hybridad's first_s over JAX's
+#: the goals: hybridad's first_s over JAX's
 GOAL_COLD, GOAL_WARM = 1.0, 0.5
 
 #: the workloads' data and objectives; ``xp`` is numpy or jax.numpy.  Executed
@@ -82,7 +82,7 @@ WORKLOADS_SRC = r'''
 def build(name, xp, np):
     """(f, args, argnums) of workload ``name``; data drawn with numpy, seed 0."""
     rng = np.random.default_rng(0)
-    if name == "mlp16":  # issue 32: MLP 1-16-16-1, batch 1000
+    if name == "mlp16":  # MLP 1-16-16-1, batch 1000
         X = rng.uniform(-1, 1, (1000, 1))
         Y = np.sin(np.pi * X)
         def f(W1, b1, W2, b2, W3, b3, X, Y):
@@ -92,7 +92,7 @@ def build(name, xp, np):
         args = (rng.standard_normal((1, 16)), np.zeros(16), rng.standard_normal((16, 16)) / 4,
                 np.zeros(16), rng.standard_normal((16, 1)) / 4, np.zeros(1), X, Y)
         return f, args, tuple(range(6))
-    if name == "logreg":  # issue 32: logistic regression, X 500 x 100
+    if name == "logreg":  # logistic regression, X 500 x 100
         X = rng.standard_normal((500, 100))
         y = np.sign(rng.standard_normal(500))
         def f(w, X, y):

@@ -5,7 +5,7 @@
 float64), the notes, and then the goals summary (:func:`goals`,
 :func:`format_goals`).
 
-Goals (issue 31, "scale and load"): on every ``gradient`` workload, size
+Goals: on every ``gradient`` workload, size
 and dtype, hybridad's default plan (the ``hybridad`` row) should take at
 most :data:`GOAL_VS_JAX` times the ``jax.jit`` median and at most
 :data:`GOAL_VS_NUMPY` times the ``hand numpy`` median, and at most
@@ -117,7 +117,7 @@ def format_goals(rows):
     missed = sum(not g["met"] for g in rows)
     counted = {short: sum(short in g["misses"] for g in rows) for _, _, _, short in GOALS}
     return "\n".join([
-        f"goals (issue 31): hybridad's median over jax.jit's <= {GOAL_VS_JAX:g} and over "
+        f"goals: hybridad's median over jax.jit's <= {GOAL_VS_JAX:g} and over "
         f"hand numpy's <= {GOAL_VS_NUMPY:g}; default plan over parallel=False <= "
         f"{GOAL_VS_SERIAL:g}; * and MISS: over its goal, ?: the two rows' min-max ranges "
         "overlap (within noise)",
