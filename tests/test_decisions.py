@@ -237,3 +237,39 @@ def test_a_python_float_of_a_traced_float_is_refused():
 def test_a_trace_without_values_still_refuses():
     with pytest.raises(ha.TracingError, match="np.where"):
         ha.hessian(near_point, np.array([0.31, 1.0, 2.0]))
+
+
+def test_a_decision_on_a_constant_is_no_guard():
+    """A value no argument reaches is the same on every call: it decides with
+    no guard (a float() of it too: it has no derivative to drop)."""
+    W = np.array([[0.5, 0.1], [0.2, 0.3]])
+
+    def f(x):
+        c = np.zeros_like(x) + np.sum(W)  # traced, but constant
+        scale = float(np.sum(c))           # a Python float of a constant
+        if np.max(c) > 1.0:
+            return scale * np.sum(x ** 2)
+        return np.sum(x)
+
+    x = np.array([0.3, -0.7])
+    plan = ha.compile(f, x, backend="numpy")
+    assert plan._decision_check is None
+    _check(f, x, "numpy", plan)
+
+
+def test_decisions_along_a_long_loop():
+    """A decision at every step of a time-stepping loop: each evaluates only
+    the steps new since the last (the walk stops at values already known),
+    and the plan checks every one."""
+    def f(x, steps=300):
+        for _ in range(steps):
+            if np.max(np.abs(x)) > 2.0:
+                x = x * 0.5
+            x = x + 0.01 * np.tanh(x)
+        return np.sum(x ** 2)
+
+    x = np.array([0.5, -1.9, 1.2])
+    plan = ha.compile(f, x, backend="numpy")
+    assert len(plan._decision_check.decisions) == 300
+    _check(f, x, "numpy", plan)
+    _check(f, np.array([0.1, 0.2, 0.3]), "numpy", plan)  # another outcome: traced again

@@ -136,11 +136,12 @@ def decide(tracer, kind):
         return None
     if kind == "array" and tracer.dtype.kind not in "biu":
         return None  # (an index of floats: numpy refuses it, and so does the caller)
-    if kind == "float" and tracer.dtype.kind not in "biu":
-        # a Python float of a traced float would carry its value and drop its
-        # derivative (math.exp(x[0]) would differentiate to 0): refused as
-        # before; int() of it is piecewise constant, and a comparison's bool
-        # is what decides
+    if kind == "float" and tracer.dtype.kind not in "biu" and \
+            evaluate(tracer.node, concrete, trace.decision_cache)[1]:
+        # a Python float of a traced float that an argument reaches would carry
+        # its value and drop its derivative (math.exp(x[0]) would differentiate
+        # to 0): refused as before; int() of it is piecewise constant, and a
+        # comparison's bool is what decides.  A constant's is its value.
         return None
     if kind == "bool" and tracer.size != 1:
         raise ValueError("The truth value of an array with more than one element is "
@@ -151,9 +152,10 @@ def decide(tracer, kind):
         raise TypeError("only integer scalar arrays can be converted to a scalar index")
     from ..errors import user_location
 
-    value = evaluate(tracer.node, concrete, trace.decision_cache)
+    value, depends = evaluate(tracer.node, concrete, trace.decision_cache)
     outcome = _convert(kind, value)
-    trace.decisions.append(Decision(tracer.node, kind, outcome, user_location()))
+    if depends:  # (a value no argument reaches is the same on every call: no guard)
+        trace.decisions.append(Decision(tracer.node, kind, outcome, user_location()))
     return outcome
 
 
@@ -234,17 +236,26 @@ class _Frozen:
 
 def evaluate(node, concrete, cache=None):
     """``node``'s value at the leaf arrays ``concrete`` (by input index), by
-    the ops' reference implementations (values of other nodes kept in
-    ``cache``, a dict by node id, across calls)."""
+    the ops' reference implementations, and whether it depends on an input;
+    ``cache`` (a dict by node id, kept across calls) holds ``(value,
+    depends)`` of every node evaluated, and a walk stops at them: decisions
+    along a long trace cost in proportion to the nodes new since the last."""
     cache = {} if cache is None else cache
-    for n in _ancestors([node]):
+    stack = [(node, False)]
+    while stack:
+        n, ready = stack.pop()
         if n.id in cache:
             continue
+        if not ready:
+            stack.append((n, True))
+            stack.extend((a, False) for a in n.args if a.id not in cache)
+            continue
         if n.op == "input":
-            cache[n.id] = np.asarray(concrete[n.attrs["index"]])
+            cache[n.id] = (np.asarray(concrete[n.attrs["index"]]), True)
             continue
         with np.errstate(all="ignore"):
-            cache[n.id] = _run_node(n, [cache[a.id] for a in n.args])
+            value = _run_node(n, [cache[a.id][0] for a in n.args])
+        cache[n.id] = (value, any(cache[a.id][1] for a in n.args))
     return cache[node.id]
 
 
