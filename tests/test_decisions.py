@@ -273,3 +273,15 @@ def test_decisions_along_a_long_loop():
     assert len(plan._decision_check.decisions) == 300
     _check(f, x, "numpy", plan)
     _check(f, np.array([0.1, 0.2, 0.3]), "numpy", plan)  # another outcome: traced again
+
+
+def test_wrong_arguments_get_the_plan_s_own_error():
+    """Arguments not of the plan's shapes and dtypes never reach the decision
+    check: the plan says why, as a plan without decisions does."""
+    plan = ha.compile(near_point, np.array([0.3, 1.0, 2.0]), backend="numpy")
+    plain = ha.compile(lambda x: np.sum(x ** 2), np.array([0.3, 1.0, 2.0]), backend="numpy")
+    for p in (plan, plain):
+        with pytest.raises(ValueError, match=r"shape \(4,\).*compiled for shape \(3,\)"):
+            p.gradient(np.ones(4))
+        with pytest.raises(ValueError, match=r"dtype float32.*compiled for .*float64"):
+            p.gradient(np.ones(3, np.float32))

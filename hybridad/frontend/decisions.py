@@ -263,30 +263,63 @@ class DecisionCheck:
     """The check of a plan's decisions on a call's arguments: the traced
     values recomputed by the ops' reference implementations into buffers made
     once, each compared with its recorded outcome.  Made right after the
-    trace, from a copy of the nodes the decisions read."""
+    trace, from a copy of the nodes the decisions read, as one generated
+    straight-line function (a call costs the ops themselves, a few
+    microseconds, not an interpreter's loop over the nodes)."""
 
     def __init__(self, decisions):
         self.decisions = list(decisions)
-        self._nodes = [_Frozen(n) for n in _ancestors([d.node for d in self.decisions])]
-        self._targets = [d.node.id for d in self.decisions]
-        self._buffers = {}
-        for n in self._nodes:
+        nodes = [_Frozen(n) for n in _ancestors([d.node for d in self.decisions])]
+        ns = {"_np": np, "_same": _same, "_convert": _convert, "_copyto": np.copyto}
+        lines = ["def first_failing(leaves):"]
+        for n in nodes:
+            v = f"v{n.id}"
+            args = ", ".join(f"v{a}" for a in n.arg_ids)
+            if n.op == "input":
+                lines.append(f"    {v} = leaves[{n.attrs['index']}]")
+                continue
+            if n.op == "const":
+                ns[f"_c{n.id}"] = np.asarray(n.attrs["value"])
+                lines.append(f"    {v} = _c{n.id}")
+                continue
             op = REGISTRY.get(n.op)
-            if n.op not in ("input", "const") and op is not None and op.kind != "view":
-                self._buffers[n.id] = np.empty(n.shape, n.dtype)
+            if op is None or (op.run is None and op.view is None):
+                raise TracingError(f"a Python decision on a traced value needs %{n.id} {n.op}, "
+                                   "which has no reference implementation to evaluate it with")
+            ns[f"_a{n.id}"] = dict(n.attrs)
+            if op.kind == "view" and op.view is not None:
+                ns[f"_f{n.id}"] = op.view
+                lines.append(f"    {v} = _f{n.id}({args}, **_a{n.id})")
+                continue
+            ns[f"_f{n.id}"], ns[f"_b{n.id}"] = op.run, np.empty(n.shape, n.dtype)
+            if op.kind == "inplace":
+                first, rest = f"v{n.arg_ids[0]}", "".join(f", v{a}" for a in n.arg_ids[1:])
+                lines += [f"    _copyto(_b{n.id}, {first})",
+                          f"    _f{n.id}(_b{n.id}{rest}, **_a{n.id})"]
+            else:
+                lines.append(f"    _f{n.id}(_b{n.id}, {args}, **_a{n.id})")
+            lines.append(f"    {v} = _b{n.id}")
+        for k, d in enumerate(self.decisions):
+            v = f"v{d.node.id}"
+            ns[f"_o{k}"] = d.outcome
+            if d.kind == "array":
+                ns[f"_s{k}"], ns[f"_d{k}"], ns[f"_y{k}"] = d.outcome.shape, d.outcome.dtype, \
+                    d.outcome.tobytes()
+                cond = (f"{v}.shape != _s{k} or {v}.dtype != _d{k} or "
+                        f"{v}.tobytes() != _y{k}")
+            elif d.kind == "bool":
+                cond = f"bool({v}) is not _o{k}"
+            else:
+                cond = f"not _same(_convert({d.kind!r}, {v}), _o{k})"
+            lines.append(f"    if {cond}: return {k}")
+        lines.append("    return -1")
+        self.source = "\n".join(lines) + "\n"
+        exec(compile(self.source, "<hybridad decisions>", "exec"), ns)  # noqa: S102
+        self._check = ns["first_failing"]
 
     def first_failing(self, leaves):
         """None when every decision holds for the leaf arrays ``leaves``, else
         the first one that does not."""
-        vals = {}
-        with np.errstate(all="ignore"):
-            for n in self._nodes:
-                if n.op == "input":
-                    vals[n.id] = np.asarray(leaves[n.attrs["index"]])
-                else:
-                    vals[n.id] = _run_node(n, [vals[a] for a in n.arg_ids],
-                                           self._buffers.get(n.id))
-        for d, target in zip(self.decisions, self._targets, strict=True):
-            if not d.holds(vals[target]):
-                return d
-        return None
+        with np.errstate(all="ignore"):  # (a fresh one: not reentrant)
+            k = self._check(leaves)
+        return None if k < 0 else self.decisions[k]

@@ -150,7 +150,12 @@ class GuardsMixin:
         specialization made before (moved to the end: most recently used), or
         a new one (the least recently used dropped beyond
         :data:`MAX_SPECIALIZATIONS`)."""
-        leaves = self._leaves(args)
+        leaves = args if self._plain and all(type(a) is np.ndarray for a in args) else \
+            self._leaves(args)  # (plain arrays are the leaves: no flattening)
+        if len(leaves) != len(self._specs) or any(
+                getattr(a, "shape", None) != s or getattr(a, "dtype", None) != d
+                for a, (s, d) in zip(leaves, self._specs, strict=True)):
+            return self  # (not this plan's arguments: its own checks say why)
         failed = self._decision_check.first_failing(leaves)
         if failed is None:
             return self
