@@ -55,16 +55,27 @@ class RetraceWarning(UserWarning):
     ``docs/limitations.md``): correct, but each call then pays a trace."""
 
 
+def is_user_file(filename):
+    """Whether code of ``filename`` is the user's: not hybridad's, numpy's or scipy's."""
+    fname = os.path.abspath(filename)
+    return not fname.startswith(_PKG_DIR) and _NUMPY_MARK not in fname and \
+        _SCIPY_MARK not in fname
+
+
+def code_line(filename, lineno):
+    """``'file.py:12: <source line>'`` (the line's text where it can be read)."""
+    fname = os.path.abspath(filename)
+    line = linecache.getline(fname, lineno).strip()
+    where = f"{os.path.basename(fname)}:{lineno}"
+    return f"{where}: {line}" if line else where
+
+
 def user_location():
     """``'file.py:12: <source line>'`` of the innermost frame outside hybridad/numpy."""
     frame = sys._getframe(1)
     while frame is not None:
-        fname = os.path.abspath(frame.f_code.co_filename)
-        if not fname.startswith(_PKG_DIR) and _NUMPY_MARK not in fname and \
-                _SCIPY_MARK not in fname:
-            line = linecache.getline(fname, frame.f_lineno).strip()
-            where = f"{os.path.basename(fname)}:{frame.f_lineno}"
-            return f"{where}: {line}" if line else where
+        if is_user_file(frame.f_code.co_filename):
+            return code_line(frame.f_code.co_filename, frame.f_lineno)
         frame = frame.f_back
     return "<unknown location>"
 

@@ -9,8 +9,8 @@ numpy part ways on a traced argument:
 * ``asarray(x)`` of a tracer is the tracer (cast when ``dtype`` says so), as
   the standard requires for an array of the namespace; numpy's would try to
   make memory of it;
-* ``astype(x, dtype, copy=True)``, ``result_type(...)`` and ``isdtype`` take
-  tracers (by their dtype).
+* ``astype(x, dtype, copy=True)`` is the tracer's ``astype``
+  (``result_type`` of tracers is numpy's, dispatched to :mod:`.numpy_shapes`).
 
 scipy's array-API code (``array_namespace``, ``xp_promote``, ``_asarray``)
 converts its inputs with ``np.asanyarray`` whenever ``SCIPY_ARRAY_API`` is
@@ -32,13 +32,10 @@ import types
 
 import numpy as np
 
+from .numpy_construct import holds_tracer
 from .tracer import SURFACE, Tracer
 
 __all__ = ["asarray", "install_scipy", "namespace"]
-
-
-def _traced(obj):
-    return isinstance(obj, Tracer) or (type(obj) in (list, tuple) and any(map(_traced, obj)))
 
 
 def asarray(obj, /, *, dtype=None, device=None, copy=None):
@@ -52,7 +49,7 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
         if dtype is not None and np.dtype(dtype) != obj.dtype:
             return obj.astype(dtype)
         return obj.copy() if copy else obj
-    if _traced(obj):
+    if holds_tracer(obj):
         return np.asarray(obj, dtype=dtype)
     return np.asarray(obj, dtype=dtype, copy=copy)
 
@@ -60,20 +57,6 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
 def astype(x, dtype, /, *, copy=True, device=None):
     """The standard's ``astype`` (``x.astype``; tracers too)."""
     return x.astype(dtype, copy=copy)
-
-
-def _dtype_of(a):
-    return a.dtype if isinstance(a, Tracer) else a
-
-
-def result_type(*arrays_and_dtypes):
-    """``np.result_type`` with tracers standing for their dtypes."""
-    return np.result_type(*map(_dtype_of, arrays_and_dtypes))
-
-
-def isdtype(dtype, kind):
-    """``np.isdtype`` (a tracer's dtype too)."""
-    return np.isdtype(_dtype_of(dtype), kind)
 
 
 class _Namespace(types.ModuleType):
@@ -89,7 +72,7 @@ class _Namespace(types.ModuleType):
 
 
 namespace = _Namespace("hybridad.array_api", __doc__)
-for _fn in (asarray, astype, result_type, isdtype):
+for _fn in (asarray, astype):
     setattr(namespace, _fn.__name__, _fn)
 SURFACE.namespace = namespace  # (Tracer.__array_namespace__ returns it)
 
@@ -98,7 +81,7 @@ def _wrap_asarray(original):
     @functools.wraps(original)
     def _asarray(array, dtype=None, order=None, copy=None, *, xp=None, check_finite=False,
                  subok=False):
-        if not _traced(array):
+        if not holds_tracer(array):
             return original(array, dtype=dtype, order=order, copy=copy, xp=xp,
                             check_finite=check_finite, subok=subok)
         if check_finite:

@@ -32,16 +32,13 @@ from shapes alone) a decision is refused as before, with the same message.
 
 from __future__ import annotations
 
-import contextlib
-import threading
-
 import numpy as np
 
 from ..errors import TracingError
 from ..ir.registry import REGISTRY
 
 __all__ = ["Decision", "DecisionCheck", "MAX_SPECIALIZATIONS", "concrete_index", "decide",
-           "evaluate", "suspended"]
+           "evaluate"]
 
 #: the tracer class, put here by :mod:`.tracer` (which imports this module: imports
 #: run one way)
@@ -68,19 +65,10 @@ class Decision:
         The user's line (``file.py:12: if x[0] > 0:``), for messages.
     """
 
-    __slots__ = ("node", "kind", "outcome", "where", "_bytes")
+    __slots__ = ("node", "kind", "outcome", "where")
 
     def __init__(self, node, kind, outcome, where):
         self.node, self.kind, self.outcome, self.where = node, kind, outcome, where
-        self._bytes = outcome.tobytes() if kind == "array" else None
-
-    def holds(self, value):
-        """Whether ``value`` (this decision's node evaluated on a call's
-        arguments) gives the traced outcome (no numpy allocation)."""
-        if self.kind == "array":
-            return value.shape == self.outcome.shape and value.dtype == self.outcome.dtype \
-                and value.tobytes() == self._bytes
-        return _same(_convert(self.kind, value), self.outcome)
 
     def __repr__(self):
         out = self.outcome
@@ -110,29 +98,13 @@ def _same(a, b):
     return a == b
 
 
-_local = threading.local()
-
-
-@contextlib.contextmanager
-def suspended():
-    """No decisions on values in the ``with`` block (this thread): a library
-    function hybridad runs on the values when its trace needs them
-    (scipy's, :mod:`.host_calls`) keeps doing so, with no guard."""
-    before = getattr(_local, "off", False)
-    _local.off = True
-    try:
-        yield
-    finally:
-        _local.off = before
-
-
 def decide(tracer, kind):
     """The value of ``kind(tracer)`` at the traced call's arguments, recorded
     as a decision of the trace; None when the trace has no arguments (then the
     caller refuses the conversion as before)."""
     trace = tracer._trace
     concrete = getattr(trace, "concrete", None)
-    if concrete is None or trace.phase != "forward" or getattr(_local, "off", False):
+    if concrete is None or trace.phase != "forward":
         return None
     if kind == "array" and tracer.dtype.kind not in "biu":
         return None  # (an index of floats: numpy refuses it, and so does the caller)
@@ -200,20 +172,23 @@ def _ancestors(targets):
     return [seen[k] for k in sorted(seen)]
 
 
-def _run_node(n, vals, out=None):
-    """The value of node ``n`` (a Node, or a :class:`_Frozen` copy) from its
-    operands' values ``vals`` (into ``out`` when given: a buffer of its shape
-    and dtype)."""
-    if n.op == "const":
-        return np.asarray(n.attrs["value"])
+def _reference_op(n):
+    """The registry's op of node ``n``, which has a reference ``run`` or ``view``."""
     op = REGISTRY.get(n.op)
     if op is None or (op.run is None and op.view is None):
         raise TracingError(f"a Python decision on a traced value needs %{n.id} {n.op}, "
                            "which has no reference implementation to evaluate it with")
+    return op
+
+
+def _run_node(n, vals):
+    """The value of node ``n`` from its operands' values ``vals``."""
+    if n.op == "const":
+        return np.asarray(n.attrs["value"])
+    op = _reference_op(n)
     if op.kind == "view" and op.view is not None:
         return op.view(*vals, **n.attrs)
-    if out is None:
-        out = np.empty(n.shape, n.dtype)
+    out = np.empty(n.shape, n.dtype)
     if op.kind == "inplace":
         np.copyto(out, vals[0])
         op.run(out, *vals[1:], **n.attrs)
@@ -270,7 +245,7 @@ class DecisionCheck:
     def __init__(self, decisions):
         self.decisions = list(decisions)
         nodes = [_Frozen(n) for n in _ancestors([d.node for d in self.decisions])]
-        ns = {"_np": np, "_same": _same, "_convert": _convert, "_copyto": np.copyto}
+        ns = {"_same": _same, "_convert": _convert, "_copyto": np.copyto}
         lines = ["def first_failing(leaves):"]
         for n in nodes:
             v = f"v{n.id}"
@@ -282,10 +257,7 @@ class DecisionCheck:
                 ns[f"_c{n.id}"] = np.asarray(n.attrs["value"])
                 lines.append(f"    {v} = _c{n.id}")
                 continue
-            op = REGISTRY.get(n.op)
-            if op is None or (op.run is None and op.view is None):
-                raise TracingError(f"a Python decision on a traced value needs %{n.id} {n.op}, "
-                                   "which has no reference implementation to evaluate it with")
+            op = _reference_op(n)
             ns[f"_a{n.id}"] = dict(n.attrs)
             if op.kind == "view" and op.view is not None:
                 ns[f"_f{n.id}"] = op.view

@@ -41,14 +41,8 @@ def into_out(ufunc, method, inputs, kwargs):
     if len(results) != len(outs):
         raise ValueError(f"{ufunc.__name__} has {len(results)} outputs; out= gave {len(outs)}")
     for target, value in zip(outs, results, strict=True):
-        if target is None:
-            continue
-        value = _tracer(value)
-        if value.shape != target.shape:  # (numpy broadcasts the result into out)
-            value = broadcast_to(value, target.shape)
-        if mask is not True:
-            value = where(mask, value, target)
-        assign(target, value, f"out= of np.{ufunc.__name__}", casting=casting, ufunc=ufunc)
+        if target is not None:
+            _write(target, value, f"out= of np.{ufunc.__name__}", casting, mask, ufunc)
     written = tuple(o if o is not None else r for o, r in zip(outs, results, strict=True))
     return written if isinstance(result, tuple) else written[0]
 
@@ -62,11 +56,19 @@ def function_into_out(impl, func, args, kwargs):
     result = settle(impl(*args, **rest), tracers_in(args, rest), "new")
     outs, results = (out, result) if isinstance(out, tuple) else ((out,), (result,))
     for target, value in zip(outs, results, strict=True):
-        value = _tracer(value)
-        if value.shape != target.shape:
-            value = broadcast_to(value, target.shape)
-        assign(target, value, f"out= of np.{func.__name__}", casting="unsafe")
+        _write(target, value, f"out= of np.{func.__name__}", "unsafe")
     return out
+
+
+def _write(target, value, what, casting, mask=True, ufunc=None):
+    """``value`` into the traced array ``target``: broadcast to its shape (as
+    numpy broadcasts a result into ``out``), kept where ``mask`` is False."""
+    value = _tracer(value)
+    if value.shape != target.shape:
+        value = broadcast_to(value, target.shape)
+    if mask is not True:
+        value = where(mask, value, target)
+    assign(target, value, what, casting=casting, ufunc=ufunc)
 
 
 OUT.ufunc, OUT.function = into_out, function_into_out

@@ -9,7 +9,7 @@ import warnings
 
 import numpy as np
 
-from ..errors import RetraceWarning, StalePlanError, TracingError
+from ..errors import RetraceWarning, StalePlanError, TracingError, code_line, is_user_file
 from ..frontend.decisions import MAX_SPECIALIZATIONS
 from ..frontend.guard_walk import build_guards
 from ..frontend.guards import captured_ids
@@ -39,32 +39,21 @@ def compiled_code_refusal(exc):
     """A :class:`~hybridad.errors.TracingError` for ``exc``, a TypeError raised
     by compiled code (Cython, pybind11) that was handed a traced array, naming
     the function and the ways out; None for any other TypeError."""
-    import linecache
-    import os
-
-    from ..errors import _NUMPY_MARK, _PKG_DIR, _SCIPY_MARK
-
     frames, tb = [], exc.__traceback__
     while tb is not None:
         frames.append(tb)
         tb = tb.tb_next
     mine = None  # the innermost line of the user's code
     for k, t in enumerate(frames):
-        fname = os.path.abspath(t.tb_frame.f_code.co_filename)
-        if not fname.startswith(_PKG_DIR) and _NUMPY_MARK not in fname and \
-                _SCIPY_MARK not in fname and not _cython(t):
+        if is_user_file(t.tb_frame.f_code.co_filename) and not _cython(t):
             mine = k
     cython = [t for t in frames[(mine or 0):] if _cython(t)]
     text = str(exc)
     if not cython and not any(m in text for m in _EXTENSION_MESSAGES) and \
             "'Tracer'" not in text:
         return None
-    at = "<unknown location>"
-    if mine is not None:
-        t = frames[mine]
-        fname, line = t.tb_frame.f_code.co_filename, t.tb_lineno
-        src = linecache.getline(fname, line).strip()
-        at = f"{os.path.basename(fname)}:{line}" + (f": {src}" if src else "")
+    at = "<unknown location>" if mine is None else \
+        code_line(frames[mine].tb_frame.f_code.co_filename, frames[mine].tb_lineno)
     if cython:
         code = cython[0].tb_frame.f_code
         name, where = code.co_name, f" ({code.co_filename})"

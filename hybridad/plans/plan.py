@@ -28,6 +28,7 @@ from .. import _tree
 from ..backends.numba.threshold import PARALLEL_MIN, serial_loops, work_estimate
 from ..backends.numpy.program import compile_program
 from ..errors import CompileBudgetError, MemoryBudgetError
+from ..frontend.decisions import DecisionCheck
 from ..frontend.guard_walk import root_of
 from ..frontend.trace import Trace, as_node
 from ..frontend.tracer import Tracer
@@ -43,7 +44,6 @@ from ..transforms.partition import fuse_regions
 from .arguments import ArgumentsMixin, arg_names, normalize_argnums, prepare_args
 from .batch import BatchMixin, build_batched
 from .buildtime import BuildTimes
-from ..frontend.decisions import DecisionCheck
 from .explain import ExplainMixin
 from .pickling import PLAN_TYPE, PicklingMixin, _rebuild_plan  # noqa: F401 (older pickles name it here)
 from .fastpath import FastPathMixin
