@@ -285,3 +285,16 @@ def test_wrong_arguments_get_the_plan_s_own_error():
             p.gradient(np.ones(4))
         with pytest.raises(ValueError, match=r"dtype float32.*compiled for .*float64"):
             p.gradient(np.ones(3, np.float32))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float32_decides_as_float64(backend):
+    """float32 arguments decide on their own values (guards compare float32
+    values) and give the float64 plan's gradient to float32 rounding."""
+    for f, points in (CASES["near_point"], CASES["builtin_max"], CASES["huber"]):
+        plan32 = ha.compile(f, points[0].astype(np.float32), backend=backend)
+        for x in points:
+            r32 = plan32.gradient(x.astype(np.float32))
+            r64 = ha.gradient(f, x, backend=backend)
+            assert r32.gradient.dtype == np.float32
+            np.testing.assert_allclose(r32.gradient, r64.gradient, rtol=2e-5, atol=2e-5)
