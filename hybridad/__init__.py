@@ -29,6 +29,7 @@ from .api import clear_cache, compile, gradient, hessian, hvp, jacobian
 from .errors import (CompileBudgetError, MemoryBudgetError, RetraceWarning,
                      StalePlanError, TracingError)
 from .frontend import numpy_api as _numpy_api  # noqa: F401  (the numpy surface: methods on tracers)
+from .frontend.loops import fori_loop, scan
 from .frontend.scalar_functions import ElementwiseError, elementwise
 from .plans import plan as _plan_module
 from .plans.plan import Plan
@@ -63,10 +64,12 @@ __all__ = [
            "clear_cache",
            "compile",
            "elementwise",
+           "fori_loop",
            "gradient",
            "hessian",
            "hessian_sparsity",
            "hvp",
+           "scan",
            "jacobian",
            "jacobian_sparsity",
            "optim",

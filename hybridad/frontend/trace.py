@@ -198,10 +198,13 @@ def as_node(x, trace, dtype=None):
     """Turn an operand into a node: tracers pass through, scalars become literal
     constants (in ``dtype`` if given), arrays are captured by reference."""
     if isinstance(x, Tracer):
-        if x._trace is not trace:
+        if x._trace is trace:
+            node = x.node
+        elif getattr(trace, "lift", None) is not None:  # a loop body reads an outer value
+            node = trace.lift(x)
+        else:
             raise TracingError("a traced value escaped its trace (was it stored in a global "
                                "or closure during an earlier trace?)")
-        node = x.node
     elif isinstance(x, np.ndarray):
         refuse_subclass(x, f"an array used in the traced function at {user_location()}")
         node = trace.const(x, literal=False)  # by reference, 0-d arrays included

@@ -125,8 +125,10 @@ class Op:
         ``workspace(*arg_nodes, **attrs) -> int``; see the module docstring.
     expensive, piecewise : bool, default False
         Elementwise ops only; see the module docstring.
-    raises : bool, default False
-        Whether ``run`` can raise at run time; see the module docstring.
+    raises : bool or callable, default False
+        Whether ``run`` can raise at run time; see the module docstring.  A
+        callable ``raises(node)`` decides per node (a loop raises where its
+        body can).
     shifts : callable, optional
         Data-movement ops only; see the module docstring.
     """
@@ -173,7 +175,7 @@ class Op:
         self.jvp = jvp
         self.batch = batch
         self.dual = dual
-        self.raises = bool(raises)
+        self.raises = raises if callable(raises) else bool(raises)
         self.expensive = bool(expensive)
         self.piecewise = bool(piecewise)
         self.shifts = shifts
@@ -219,7 +221,9 @@ def get(name):
 def may_raise(node):
     """Whether running ``node`` can fail at run time (:attr:`Op.raises`)."""
     op = REGISTRY.get(node.op)
-    return op is not None and op.raises
+    if op is None:
+        return False
+    return bool(op.raises(node)) if callable(op.raises) else op.raises
 
 
 def storage_root(node):

@@ -11,7 +11,8 @@ primitives, their kernels in :mod:`.lapack`, :mod:`.lapack_more` and
 :mod:`.lapack_solve`),
 :mod:`.special` (scipy.special's ufuncs, the rule table continued),
 :mod:`.host` (ufuncs without rules, on values that need no derivative),
-:mod:`.region` (the fused regions the partition makes) -- and the helpers
+:mod:`.region` (the fused regions the partition makes), :mod:`.loop` (a
+body traced once, run many times) -- and the helpers
 their rules share (:mod:`.common`, :mod:`.batch_helpers`).  Importing this
 package fills the registry.
 
@@ -29,6 +30,7 @@ from . import (  # noqa: F401  (fill the registry)
     linalg,
     linalg_factor,
     linalg_spectral,
+    loop,
     matmul,
     reductions,
     region,

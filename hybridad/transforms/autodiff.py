@@ -32,20 +32,22 @@ import numpy as np
 from ..frontend.trace import bind
 from ..frontend.tracer import Tracer
 from ..ops import REGISTRY, storage_root
+from ..ops import loop as _loop
 from ..ops.indexing import Scatter
 
-__all__ = ["active_nodes", "backward", "jvp"]
+__all__ = ["active_nodes", "backward", "backward_many", "jvp"]
 
 _WRITABLE_VIEWS = ("reshape", "transpose", "getitem")
 
 
 def active_nodes(nodes, wrt_ids, out_id):
-    """Ids of nodes on a differentiable path from ``wrt_ids`` to ``out_id``."""
+    """Ids of nodes on a differentiable path from ``wrt_ids`` to ``out_id`` (an
+    id, or a set of ids)."""
     fwd = set()
     for n in nodes:
         if n.dtype.kind in "fc" and (n.id in wrt_ids or any(a.id in fwd for a in n.args)):
             fwd.add(n.id)
-    needed = {out_id}
+    needed = set(out_id) if isinstance(out_id, (set, frozenset)) else {out_id}
     for n in reversed(nodes):
         if n.id in needed:
             needed.update(a.id for a in n.args)
@@ -133,14 +135,24 @@ def backward(trace, out, wrt, inplace=True, seed=None):
     list of (Tracer or None)
         The gradient for each ``wrt`` entry; ``None`` where it is identically zero.
     """
+    if seed is None:
+        trace.phase = "backward"
+        seed = Tracer(trace.const(out.dtype.type(1), True), trace)
+    return backward_many(trace, [out], [seed], wrt, inplace)
+
+
+def backward_many(trace, outs, seeds, wrt, inplace=True):
+    """:func:`backward` of several outputs at once, each with its cotangent
+    ``seeds[i]`` (shaped like ``outs[i]``): the vector-Jacobian product of a
+    function of several results (a loop body's new carries and outputs,
+    :mod:`hybridad.ops.loop`).  An output may be an input (returned unchanged)."""
     forward = list(trace.nodes)
-    active = active_nodes(forward, {t.node.id for t in wrt}, out.node.id)
+    active = active_nodes(forward, {t.node.id for t in wrt}, {o.node.id for o in outs})
     trace.phase = "backward"
     adj = _Adjoints(inplace)
-    if out.node.id in active:
-        if seed is None:
-            seed = Tracer(trace.const(out.dtype.type(1), True), trace)
-        adj.add(out.node, seed, False)
+    for out, seed in zip(outs, seeds, strict=True):
+        if out.node.id in active:
+            adj.add(out.node, seed, False)
     for node in reversed(forward):
         g = adj.value.get(node.id)
         if g is None or node.op in ("input", "const"):
@@ -235,3 +247,7 @@ def _writable(node, fresh):
             return False
         node = node.args[0]
     return node.id in fresh and node.op not in ("input", "const")
+
+
+# the loop primitive's rules differentiate its body with these (hybridad.ops.loop)
+_loop.TRANSFORMS.update(backward=backward_many, jvp=jvp)

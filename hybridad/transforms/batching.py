@@ -19,6 +19,7 @@ from __future__ import annotations
 from ..frontend.trace import bind
 from ..frontend.tracer import Tracer
 from ..ops import REGISTRY
+from ..ops import loop as _loop
 from ..ops.batch_helpers import contiguous, expand, lift  # noqa: F401  (re-exported)
 
 __all__ = ["contiguous", "elementwise_batch", "expand", "lift", "vmap"]
@@ -73,3 +74,7 @@ def vmap(trace, nodes, batched, k):
             out = out.astype(node.dtype)
         batched[node.id] = out
     return batched
+
+
+# the loop primitive's batch rule batches its body with this (hybridad.ops.loop)
+_loop.TRANSFORMS.update(vmap=vmap)

@@ -211,6 +211,13 @@ def _call(node, names, ns, target, xp, regions, protos, nodes, work=None):
         return regions.statement(node, names, ns, target, protos, nodes)
     op = REGISTRY[node.op]
     args = ", ".join(names[a.id] for a in node.args)
+    if node.op == "loop":  # the body compiled once, run per iteration (..loops)
+        if regions is not None:
+            raise NotImplementedError("loops (hybridad.fori_loop, hybridad.scan) do not run "
+                                      "on the GPU backend yet; use backend='numba'")
+        from ..loops import runner
+        ns[f"_f{node.id}"] = runner(node, "numpy")
+        return [f"_f{node.id}({target}, {args})"]
     if op.ufunc is not None:  # the array module's own ufunc (cupy's on the GPU)
         ns[f"_uf{node.id}"] = op.ufunc if xp is np else getattr(xp, op.ufunc.__name__)
         return [f"_uf{node.id}({args}, out={target})"]

@@ -1,0 +1,155 @@
+"""Running a ``loop`` node (:mod:`hybridad.ops.loop`) on every backend: its
+body compiled ONCE as a program of its own, called once per iteration.
+
+A :class:`LoopRunner` lowers the body graph with the backend's passes
+(:func:`hybridad.transforms.pipeline.lower`), plans its memory and compiles
+it -- the numpy reference program, or one numba function -- then runs it
+``length`` times into the loop node's buffer: the carries go back and forth
+between two buffers the runner holds (allocated once), each iteration's
+slice of an ``xs`` operand is read in place, each per-iteration output is
+written in place into its row of the loop's value.  Nothing is allocated per
+call.  The body's program, and so the time to build it, do not depend on the
+trip count.
+
+The numpy program calls the runner as the node's function; the numba plan
+function calls it in object mode (one switch to Python per loop, not per
+iteration) through a module-level name the generated source binds from the
+runner's key (:func:`runner_for`), so the plan's source, and numba's disk
+cache of it, are the same in every process.  Runners are shared by every
+plan with the same body and trip count; one lock serializes their calls (the
+body's workspace is one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import numpy as np
+
+__all__ = ["LoopRunner", "runner", "runner_for"]
+
+_RUNNERS = {}
+_LOCK = threading.Lock()
+
+
+def _key(node, backend):
+    a = node.attrs
+    head = (a["body"].key, a["length"], a["start"], a["reverse"], tuple(a["order"]), backend,
+            node.shape, node.dtype.str, tuple((n.shape, n.dtype.str) for n in node.args))
+    return hashlib.sha1(repr(head).encode()).hexdigest()
+
+
+def runner(node, backend):
+    """The runner of loop ``node`` on ``backend`` (``"numpy"`` or ``"numba"``),
+    compiled on first use and shared."""
+    key = _key(node, backend)
+    with _LOCK:
+        hit = _RUNNERS.get(key)
+    if hit is None:
+        hit = LoopRunner(node, backend, key)
+        with _LOCK:
+            hit = _RUNNERS.setdefault(key, hit)
+    return hit
+
+
+def runner_for(key):
+    """The runner registered under ``key`` (generated numba source binds it)."""
+    return _RUNNERS[key]
+
+
+def _compile_body(graph, backend):
+    """``(call(ins, outs), keep)``: the body graph as a program of ``backend``."""
+    from ..transforms import pipeline
+    from ..transforms.memory import op_workspaces, plan_memory
+
+    g = pipeline.lower(graph.nodes, graph.inputs, graph.outputs, backend)
+    in_specs = [(n.shape, n.dtype) for n in graph.inputs]
+    out_specs = [(n.shape, n.dtype) for n in graph.outputs]
+    scratch = op_workspaces(g.nodes)
+    if backend == "numpy":
+        from .numpy.program import compile_program
+
+        memplan = plan_memory(g, (), scratch)
+        buffers = memplan.allocate(np)
+        prog = compile_program(g.nodes, g.inputs, g.outputs, memplan, buffers,
+                               name="loop_body")
+        return (lambda ins, outs: prog.fn(*ins, *outs)), (memplan, buffers, prog)
+    if backend != "numba":
+        raise NotImplementedError(f"loops (hybridad.fori_loop, hybridad.scan) do not run on "
+                                  f"the {backend!r} backend yet; use 'numba' or 'numpy'")
+    from .numba import build_program
+    from .numba.layouts import materialize_for_numba, read_in_place, scratch_for_numba
+    from .numba.threshold import serial_loops
+
+    scratch.update(scratch_for_numba(g.nodes))
+    in_place = read_in_place(g.nodes, g.outputs)
+    with serial_loops(True):  # (one iteration is small: the loop is the work)
+        memplan = plan_memory(g, materialize_for_numba(g.nodes, in_place), scratch,
+                              reuse=True, direct_outputs=True, in_place=in_place)
+        buffers = memplan.allocate(np)
+        prog = build_program(g.nodes, g.inputs, g.outputs, memplan, buffers, in_specs,
+                             out_specs, name="loop_body", label="a loop body")
+    return prog.call, (memplan, buffers, prog)
+
+
+class LoopRunner:
+    """One loop node's body, compiled, and the buffers its iterations use.
+
+    Call as ``runner(out, *operands)``: ``out`` is the loop node's buffer,
+    the operands its carries' initial values, its xs and its constants."""
+
+    def __init__(self, node, backend, key):
+        a = node.attrs
+        self.key = key
+        self.body = body = a["body"]
+        self.length, self.start, self.reverse = a["length"], a["start"], a["reverse"]
+        self.call, self._keep = _compile_body(body.graph, backend)
+        self._lock = threading.RLock()
+        outs = body.graph.outputs
+        nc = body.n_carry
+        self._carries = [[np.empty(n.shape, n.dtype) for n in outs[:nc]] for _ in range(2)]
+        self._index = [np.zeros((), np.int64)] if body.index else []
+        from ..ops.loop import layout
+
+        self._parts = {k: (off, shape) for k, off, shape in layout(body, self.length, a["order"])}
+        self._staged = {}
+
+    def _canonical(self, pos, a):
+        if a.flags.c_contiguous and a.flags.aligned and a.dtype.isnative and \
+                type(a) is np.ndarray:
+            return a
+        buf = self._staged.get(pos)
+        if buf is None or buf.shape != a.shape or buf.dtype != a.dtype:
+            buf = self._staged[pos] = np.empty(a.shape, a.dtype.newbyteorder("="))
+        np.copyto(buf, a)
+        return buf
+
+    def __call__(self, out, *operands):
+        body = self.body
+        nc, nx = body.n_carry, body.n_xs
+        n_out = len(body.graph.outputs)
+        with self._lock:
+            ops = [self._canonical(i, a) for i, a in enumerate(operands)]
+            xs, consts = ops[nc:nc + nx], ops[nc + nx:]
+            cur = self._carries[0]
+            for c, a in zip(cur, ops[:nc], strict=True):
+                np.copyto(c, a)
+            rows = []
+            for k in range(nc, n_out):
+                off, shape = self._parts[k]
+                size = int(np.prod(shape, dtype=np.int64))
+                rows.append(out[off:off + size].reshape(shape))
+            other = self._carries[1]
+            index = self._index
+            steps = range(self.length - 1, -1, -1) if self.reverse else range(self.length)
+            for t in steps:
+                if index:
+                    index[0][()] = self.start + t
+                self.call(index + cur + [x[t, ...] for x in xs] + consts,
+                          other + [r[t, ...] for r in rows])
+                cur, other = other, cur
+            for k in range(nc):
+                off, shape = self._parts[k]
+                size = int(np.prod(shape, dtype=np.int64))
+                out[off:off + size] = cur[k].reshape(-1)

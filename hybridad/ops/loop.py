@@ -1,0 +1,370 @@
+"""The loop primitive: a body traced once, run ``length`` times.
+
+:func:`hybridad.fori_loop` and :func:`hybridad.scan` trace their body once
+into a :class:`LoopBody` -- a graph whose inputs are, in order, the iteration
+index (when the body takes it), the *carries* (the state handed from one
+iteration to the next), the per-iteration slices of the *xs* (arrays with a
+leading axis of ``length``) and the *constants* (everything else the body
+reads: closed-over traced values, captured arrays) -- and whose outputs are
+the new carries, then the per-iteration outputs *ys*.
+
+One ``loop`` node runs it.  Its operands are the initial carries, the xs and
+the constants; its value is ONE flat buffer (the IR has one value per node)
+holding, in the order ``attrs["order"]`` gives (body output positions), the
+final value of each carry and the stacked ``ys`` (``length`` x its shape).
+The tracer cuts each part out as a view (:func:`part`).  So every stage after
+tracing handles it as one node of a known shape, and the plan's cost does not
+grow with the trip count: the body is differentiated and compiled once.
+
+Rules, all derived from the body graph:
+
+* reverse (``vjp``): the forward loop saves the carry at the start of every
+  iteration (``attrs["saved"]``: the body outputs that return the carries
+  unchanged, stacked -- the *stored carries*, ``length`` x state); the
+  backward is another ``loop`` over the body's reverse pass, run the other way
+  round, carrying the carries' cotangents and the constants' accumulated
+  cotangents, its per-iteration outputs the xs' cotangents;
+* forward (``jvp``): a loop over the body's tangent pass, carrying each carry
+  with its tangent (Hessian-vector products through loops: forward over the
+  reverse loop);
+* ``batch``: a loop over the body's batched graph (chunks of tangents: dense
+  Hessians and Jacobians).
+
+Backends run the node with the body compiled once as a program of its own
+(:mod:`hybridad.backends.loops`).  The differentiating transforms are those of
+:mod:`hybridad.transforms` (a later stage), which hands them to this module
+when it is imported (:data:`TRANSFORMS`), so imports run one way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from ..ir.graph import Graph, dead_code_elimination
+from ..ir.registry import Op, may_raise, register
+
+__all__ = ["TRANSFORMS", "LoopBody", "layout", "part", "replay"]
+
+#: the graph transforms the rules apply to a body: ``backward``, ``jvp`` and
+#: ``vmap``, set by :mod:`hybridad.transforms.autodiff` and
+#: :mod:`hybridad.transforms.batching` when they are imported
+TRANSFORMS = {}
+
+
+class LoopBody:
+    """A loop body traced once.
+
+    Parameters
+    ----------
+    graph : Graph
+        Inputs: ``[index] + carries + xs slices + constants``; outputs: new
+        carries, then the per-iteration outputs.
+    index : bool
+        Whether the first input is the iteration index (int64, 0-d).
+    n_carry, n_xs : int
+        How many inputs are carries and xs slices.
+    """
+
+    __slots__ = ("graph", "index", "key", "n_carry", "n_xs")
+
+    def __init__(self, graph, index, n_carry, n_xs):
+        self.graph = dead_code_elimination(graph)
+        self.index = bool(index)
+        self.n_carry = int(n_carry)
+        self.n_xs = int(n_xs)
+        self.key = _digest(self.graph, (self.index, self.n_carry, self.n_xs))
+
+    def __getstate__(self):
+        return (self.graph, self.index, self.n_carry, self.n_xs, self.key)
+
+    def __setstate__(self, state):
+        self.graph, self.index, self.n_carry, self.n_xs, self.key = state
+
+    @property
+    def n_const(self):
+        return len(self.graph.inputs) - self.index - self.n_carry - self.n_xs
+
+    @property
+    def raises(self):
+        """Whether some node of the body can fail at run time."""
+        return any(may_raise(n) for n in self.graph.nodes)
+
+    def __repr__(self):
+        return (f"<loop body {self.key[:8]}: {self.n_carry} carries, {self.n_xs} xs, "
+                f"{self.n_const} constants, {len(self.graph.nodes)} nodes>")
+
+
+def _digest(graph, head):
+    """A content hash of ``graph`` (ids renumbered, constants' bytes included):
+    two bodies traced alike share their compiled programs."""
+    h = hashlib.sha1(repr(head).encode())
+    pos = {}
+    for n in graph.nodes:
+        pos[n.id] = len(pos)
+        items = []
+        for k in sorted(n.attrs):
+            v = n.attrs[k]
+            if isinstance(v, np.ndarray):
+                h.update(v.dtype.str.encode() + repr(v.shape).encode() + v.tobytes())
+                v = "<array>"
+            elif isinstance(v, LoopBody):
+                v = v.key
+            items.append((k, repr(v)))
+        h.update(repr((n.op, [pos[a.id] for a in n.args], items, n.shape,
+                       n.dtype.str)).encode())
+    h.update(repr(([pos[n.id] for n in graph.inputs],
+                   [pos[n.id] for n in graph.outputs])).encode())
+    return h.hexdigest()
+
+
+def layout(body, length, order):
+    """``[(body output position, offset, shape)]`` of a loop's value, in order:
+    a carry's final value, or a per-iteration output stacked (``length`` first)."""
+    out, offset = [], 0
+    for k in order:
+        node = body.graph.outputs[k]
+        shape = node.shape if k < body.n_carry else (length, *node.shape)
+        out.append((k, offset, shape))
+        offset += int(np.prod(shape, dtype=np.int64))
+    return out
+
+
+def part(packed, offset, shape):
+    """The view of ``packed`` (a loop's value, or its tangent) holding one part."""
+    size = int(np.prod(shape, dtype=np.int64))
+    return np.reshape(packed[offset:offset + size], shape)
+
+
+def replay(graph, trace, inputs):
+    """Emit ``graph``'s nodes into ``trace`` on the tracers ``inputs`` (one per
+    graph input); returns the tracers of its outputs."""
+    from ..frontend.trace import bind
+    from ..frontend.tracer import Tracer
+
+    env = {n.id: t for n, t in zip(graph.inputs, inputs, strict=True)}
+    for n in graph.nodes:
+        if n.id in env:
+            continue
+        if n.op == "const":
+            env[n.id] = Tracer(trace.const(n.attrs["value"], n.attrs.get("literal", False)),
+                               trace)
+        else:
+            env[n.id] = bind(n.op, *(env[a.id] for a in n.args), **n.attrs)
+    return [env[n.id] for n in graph.outputs]
+
+
+def _abstract(*args, body, length, start, reverse, order, saved):
+    dtypes = {n.dtype for n in body.graph.outputs}
+    if len(dtypes) != 1:
+        raise TypeError("a loop's carries and per-iteration outputs must share one dtype; "
+                        f"got {sorted(d.name for d in dtypes)}")
+    last = layout(body, length, order)[-1] if order else (0, 0, (0,))
+    return (last[1] + int(np.prod(last[2], dtype=np.int64)),), dtypes.pop()
+
+
+def _sub_trace(specs):
+    """A fresh trace and one input tracer per ``(shape, dtype)``."""
+    from ..frontend.trace import Trace
+
+    trace = Trace()
+    with trace:
+        inputs = [trace.input(i, s, d) for i, (s, d) in enumerate(specs)]
+    return trace, inputs
+
+
+def _specs(nodes):
+    return [(n.shape, n.dtype) for n in nodes]
+
+
+def _zeros(shape, dtype):
+    from ..frontend.trace import bind
+
+    return bind("zeros", shape=tuple(shape), dtype=np.dtype(dtype))
+
+
+def _bind_loop(args, body, length, start, reverse, order, saved):
+    from ..frontend.trace import bind
+
+    return bind("loop", *args, body=body, length=length, start=start, reverse=reverse,
+                order=tuple(order), saved=saved)
+
+
+def _split(body, args):
+    nc, nx = body.n_carry, body.n_xs
+    return list(args[:nc]), list(args[nc:nc + nx]), list(args[nc + nx:])
+
+
+def _vjp(g, node, active, *operands, body, length, start, reverse, order, saved):
+    """The backward loop: the body's reverse pass, iterations the other way round."""
+    args, ans = operands[:-1], operands[-1]
+    if saved is None:
+        raise NotImplementedError(
+            "a loop emitted by a derivative (a reverse or tangent loop) cannot be reversed "
+            "again; forward over reverse (hvp, hessian) is supported")
+    backward = TRANSFORMS["backward"]
+    gin = body.graph.inputs
+    nc, nx, idx = body.n_carry, body.n_xs, int(body.index)
+    carries, xs, consts = _split(body, args)
+    a_x = [k for k in range(nx) if active[nc + k]]
+    a_k = [k for k in range(len(consts)) if active[nc + nx + k]]
+    where = {k: (off, shape) for k, off, shape in layout(body, length, order)}
+    history = {saved[j]: j for j in range(nc)}
+    n_y = len(body.graph.outputs) - nc
+    user_ys = [k for k in range(nc, nc + n_y) if k not in history]
+    # the reverse body: inputs [index] + (carry cotangents, constants' sums) +
+    # (stored carries, xs slices, ys' cotangents) + constants
+    specs = ([((), np.dtype(np.int64))] if idx else []) + \
+        _specs(gin[idx:idx + nc]) + [(gin[idx + nc + nx + k].shape, gin[idx + nc + nx + k].dtype)
+                                    for k in a_k] + \
+        _specs(gin[idx:idx + nc]) + _specs(gin[idx + nc:idx + nc + nx]) + \
+        _specs([body.graph.outputs[k] for k in user_ys]) + _specs(gin[idx + nc + nx:])
+    trace, ins = _sub_trace(specs)
+    it = iter(ins)
+    index = [next(it)] if idx else []
+    ct_c = [next(it) for _ in range(nc)]
+    acc = [next(it) for _ in a_k]
+    c_t = [next(it) for _ in range(nc)]
+    x_t = [next(it) for _ in range(nx)]
+    ct_y = [next(it) for _ in user_ys]
+    k_t = [next(it) for _ in consts]
+    with trace:
+        outs = replay(body.graph, trace, index + c_t + x_t + k_t)
+        wrt = c_t + [x_t[k] for k in a_x] + [k_t[k] for k in a_k]
+        grads = backward(trace, outs[:nc] + [outs[k] for k in user_ys], ct_c + ct_y, wrt,
+                         inplace=False)
+        grads = [_zeros(w.shape, w.dtype) if gr is None else gr
+                 for gr, w in zip(grads, wrt, strict=True)]
+        new_ct = grads[:nc]
+        ct_x = grads[nc:nc + len(a_x)]
+        new_acc = [a + gr for a, gr in zip(acc, grads[nc + len(a_x):], strict=True)]
+    rbody = LoopBody(Graph(trace.nodes, [t.node for t in ins],
+                           [t.node for t in new_ct + new_acc + ct_x]), idx, nc + len(a_k),
+                     nc + nx + len(user_ys))
+    finals = [part(g, *where[j]) for j in range(nc)]
+    zeros = [_zeros(consts[k].shape, consts[k].dtype) for k in a_k]
+    stored = [part(ans, *where[saved[j]]) for j in range(nc)]
+    gys = [part(g, *where[k]) for k in user_ys]
+    n_out = nc + len(a_k) + len(a_x)
+    packed = _bind_loop(finals + zeros + stored + xs + gys + consts, rbody, length, start,
+                        not reverse, range(n_out), None)
+    rl = layout(rbody, length, range(n_out))
+    cts = [part(packed, off, shape) for _, off, shape in rl]
+    out = [None] * len(args)
+    for j in range(nc):
+        if active[j]:
+            out[j] = cts[j]
+    for m, k in enumerate(a_k):
+        out[nc + nx + k] = cts[nc + m]
+    for m, k in enumerate(a_x):
+        out[nc + k] = cts[nc + len(a_k) + m]
+    return tuple(out)
+
+
+def _jvp(ts, node, *operands, body, length, start, reverse, order, saved):
+    """A loop over the body's tangent pass: each carry carried with its tangent."""
+    args = operands[:-1]
+    jvp = TRANSFORMS["jvp"]
+    gin, gout = body.graph.inputs, body.graph.outputs
+    nc, nx, idx = body.n_carry, body.n_xs, int(body.index)
+    carries, xs, consts = _split(body, args)
+    tc, tx, tk = _split(body, ts)
+    d_x = [k for k in range(nx) if tx[k] is not None]
+    d_k = [k for k in range(len(consts)) if tk[k] is not None]
+    specs = ([((), np.dtype(np.int64))] if idx else []) + _specs(gin[idx:idx + nc]) * 2 + \
+        _specs(gin[idx + nc:idx + nc + nx]) + [(gin[idx + nc + k].shape,
+                                                gin[idx + nc + k].dtype) for k in d_x] + \
+        _specs(gin[idx + nc + nx:]) + [(gin[idx + nc + nx + k].shape,
+                                         gin[idx + nc + nx + k].dtype) for k in d_k]
+    trace, ins = _sub_trace(specs)
+    it = iter(ins)
+    index = [next(it)] if idx else []
+    c_t = [next(it) for _ in range(nc)]
+    dc_t = [next(it) for _ in range(nc)]
+    x_t = [next(it) for _ in range(nx)]
+    dx_t = [next(it) for _ in d_x]
+    k_t = [next(it) for _ in consts]
+    dk_t = [next(it) for _ in d_k]
+    with trace:
+        outs = replay(body.graph, trace, index + c_t + x_t + k_t)
+        seeds = {c.node.id: d for c, d in zip(c_t, dc_t, strict=True)}
+        seeds.update({x_t[k].node.id: d for k, d in zip(d_x, dx_t, strict=True)})
+        seeds.update({k_t[k].node.id: d for k, d in zip(d_k, dk_t, strict=True)})
+        tmap = jvp(trace, list(trace.nodes), dict(seeds))
+        touts = [tmap.get(o.node.id) for o in outs]
+        touts = [_zeros(o.shape, o.dtype) if t is None else t
+                 for t, o in zip(touts, outs, strict=True)]
+    n_y = len(gout) - nc
+    new_outs = outs[:nc] + touts[:nc] + outs[nc:] + touts[nc:]
+    jbody = LoopBody(Graph(trace.nodes, [t.node for t in ins], [t.node for t in new_outs]),
+                     idx, 2 * nc, nx + len(d_x))
+
+    def pos(k):
+        return k if k < nc else nc + k
+
+    def tpos(k):
+        return nc + k if k < nc else nc + n_y + k
+    dinit = [_zeros(c.shape, c.dtype) if t is None else t for c, t in zip(carries, tc, strict=True)]
+    packed = _bind_loop(carries + dinit + xs + [tx[k] for k in d_x] + consts +
+                        [tk[k] for k in d_k], jbody, length, start, reverse,
+                        [pos(k) for k in order] + [tpos(k) for k in order], None)
+    n = node.shape[0]
+    return packed[n:2 * n]
+
+
+def _batch(node, batched, *args, body, length, start, reverse, order, saved):
+    """A loop over the body's batched graph: every carry batched (a batched
+    input reaches all of them within a few iterations, in general)."""
+    vmap = TRANSFORMS["vmap"]
+    gin = body.graph.inputs
+    nc, nx, idx = body.n_carry, body.n_xs, int(body.index)
+    carries, xs, consts = _split(body, args)
+    bc, bx, bk = _split(body, batched)
+    k = next(a.shape[0] for a, b in zip(args, batched, strict=True) if b)
+    specs = ([((), np.dtype(np.int64))] if idx else []) + \
+        [((k, *n.shape), n.dtype) for n in gin[idx:idx + nc]] + \
+        [((k, *n.shape) if b else n.shape, n.dtype)
+         for n, b in zip(gin[idx + nc:idx + nc + nx], bx, strict=True)] + \
+        [((k, *n.shape) if b else n.shape, n.dtype)
+         for n, b in zip(gin[idx + nc + nx:], bk, strict=True)] + \
+        _specs(gin[idx:idx + nc])  # the carries unbatched: placeholders dead code drops
+    trace, ins = _sub_trace(specs)
+    index = ins[:idx]
+    c_b = ins[idx:idx + nc]
+    x_in = ins[idx + nc:idx + nc + nx]
+    k_in = ins[idx + nc + nx:idx + nc + nx + len(consts)]
+    c_plain = ins[idx + nc + nx + len(consts):]
+    with trace:
+        # the body on unbatched stand-ins, then what depends on a batched value again
+        x_plain = [x if not b else x[0] for x, b in zip(x_in, bx, strict=True)]
+        k_plain = [c if not b else c[0] for c, b in zip(k_in, bk, strict=True)]
+        outs = replay(body.graph, trace, index + c_plain + x_plain + k_plain)
+        seeds = {c.node.id: b for c, b in zip(c_plain, c_b, strict=True)}
+        seeds.update({p.node.id: x for p, x, b in zip(x_plain, x_in, bx, strict=True) if b})
+        seeds.update({p.node.id: c for p, c, b in zip(k_plain, k_in, bk, strict=True) if b})
+        bmap = vmap(trace, list(trace.nodes), dict(seeds), k)
+        bouts = [bmap.get(o.node.id) for o in outs]
+        bouts = [np.broadcast_to(o, (k, *o.shape)) + 0 if b is None else b
+                 for b, o in zip(bouts, outs, strict=True)]
+    bbody = LoopBody(Graph(trace.nodes, [t.node for t in ins[:idx + nc + nx + len(consts)]],
+                           [t.node for t in bouts]), idx, nc, nx)
+    binit = [c if b else np.broadcast_to(c, (k, *c.shape))
+             for c, b in zip(carries, bc, strict=True)]
+    bxs = [np.moveaxis(x, 0, 1) if b else x for x, b in zip(xs, bx, strict=True)]
+    packed = _bind_loop(binit + bxs + consts, bbody, length, start, reverse, order, None)
+    parts = []
+    for j, off, shape in layout(bbody, length, order):
+        p = part(packed, off, shape)
+        if j >= nc:  # stacked (length, k, ...): the batch axis first
+            p = np.moveaxis(p, 1, 0)
+        parts.append(np.reshape(p, (k, -1)))
+    return np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
+
+
+def _raises(node):
+    return node.attrs["body"].raises
+
+
+register(Op("loop", "compute", _abstract, vjp=_vjp, jvp=_jvp, batch=_batch, raises=_raises,
+            doc="a body traced once, run length times (hybridad.fori_loop, hybridad.scan)"))
