@@ -23,6 +23,7 @@ body's workspace is one).
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 
 import numpy as np
@@ -50,6 +51,7 @@ def runner(node, backend):
         hit = LoopRunner(node, backend, key)
         with _LOCK:
             hit = _RUNNERS.setdefault(key, hit)
+        hit.prepare()
     return hit
 
 
@@ -109,7 +111,15 @@ class LoopRunner:
         outs = body.graph.outputs
         nc = body.n_carry
         self._carries = [[np.empty(n.shape, n.dtype) for n in outs[:nc]] for _ in range(2)]
-        self._index = [np.zeros((), np.int64)] if body.index else []
+        # the iteration index, row t of an array: (an xs of the body, in effect)
+        steps = np.arange(self.start, self.start + self.length, dtype=np.int64)
+        self._index_rows = [steps[t, ...] for t in range(self.length)] if body.index else []
+        self._prog = self._keep[2]
+        # numba's body called on argument lists made once (see _iterations)
+        self._fast = backend == "numba" and getattr(self._prog, "objects", False) and \
+            not self._prog.heavy
+        self._cached = None
+        self._drive = None
         from ..ops.loop import layout
 
         self._parts = {k: (off, shape) for k, off, shape in layout(body, self.length, a["order"])}
@@ -125,31 +135,91 @@ class LoopRunner:
         np.copyto(buf, a)
         return buf
 
+    def prepare(self):
+        """Compile the numba driver: the loop over the iterations' argument
+        lists as one compiled function calling the body natively (no dispatch
+        per iteration).  Needs the runner registered (its source finds the
+        body by the runner's key)."""
+        if not self._fast or self._drive is not None:
+            return
+        import numba
+
+        from .numba import cache
+
+        own, fixed, bound = self._prog.parts
+        if not all(isinstance(v, int) for v in (*fixed, *bound)):
+            return  # (a constant passed as an array: the Python loop)
+        n = len(fixed) + len(bound) + len(self.body.graph.inputs) + len(self.body.graph.outputs)
+        args = ", ".join(f"a[t, {j}]" for j in range(n))
+        source = ("from numba import njit\n"
+                  "from hybridad.backends.loops import runner_for as _runner\n"
+                  f"_body = _runner({self.key!r})._prog.parts[0]\n\n\n"
+                  "@njit(cache=True, nogil=True)\n"
+                  "def drive(a):\n"
+                  "    for t in range(a.shape[0]):\n"
+                  f"        _body({args})\n")
+        self._drive = cache.compiled(source, "drive",
+                                     (numba.typeof(np.zeros((1, 1), np.int64)),))
+
+    def _iterations(self, out, ops):
+        """One argument list per iteration for a numba body: every array as
+        ``id(view)`` (the rows of the xs and of the outputs are views made
+        once and kept here), so an iteration is one call of the compiled body.
+        Kept for the next call while the operands stay where they are (the
+        plan's arena, the same constants)."""
+        key = tuple((a.__array_interface__["data"][0], a.shape, a.strides)
+                    for a in (out, *ops))
+        if self._cached is not None and self._cached[0] == key:
+            return self._cached[1]
+        body, (own, fixed, bound) = self.body, self._prog.parts
+        nc, nx = body.n_carry, body.n_xs
+        n_out = len(body.graph.outputs)
+        rows = [self._row(out, k) for k in range(nc, n_out)]
+        xs, consts = ops[nc:nc + nx], ops[nc + nx:]
+        keep = [rows, xs, consts]
+        bufs = self._carries
+        iterations = []
+        order = range(self.length - 1, -1, -1) if self.reverse else range(self.length)
+        for step, t in enumerate(order):
+            cur, other = bufs[step % 2], bufs[(step + 1) % 2]
+            views = [self._index_rows[t]] if body.index else []
+            views += cur + [x[t, ...] for x in xs] + consts
+            outs = other + [r[t, ...] for r in rows]
+            keep.append(views + outs)
+            iterations.append((*fixed, *map(id, views), *bound, *map(id, outs)))
+        table = np.array(iterations, dtype=np.int64) if self._drive is not None else None
+        self._cached = (key, (own, iterations, keep, table))
+        return self._cached[1]
+
+    def _row(self, out, k):
+        off, shape = self._parts[k]
+        return out[off:off + math.prod(shape)].reshape(shape)
+
     def __call__(self, out, *operands):
         body = self.body
         nc, nx = body.n_carry, body.n_xs
         n_out = len(body.graph.outputs)
         with self._lock:
             ops = [self._canonical(i, a) for i, a in enumerate(operands)]
-            xs, consts = ops[nc:nc + nx], ops[nc + nx:]
-            cur = self._carries[0]
-            for c, a in zip(cur, ops[:nc], strict=True):
+            for c, a in zip(self._carries[0], ops[:nc], strict=True):
                 np.copyto(c, a)
-            rows = []
-            for k in range(nc, n_out):
-                off, shape = self._parts[k]
-                size = int(np.prod(shape, dtype=np.int64))
-                rows.append(out[off:off + size].reshape(shape))
-            other = self._carries[1]
-            index = self._index
-            steps = range(self.length - 1, -1, -1) if self.reverse else range(self.length)
-            for t in steps:
-                if index:
-                    index[0][()] = self.start + t
-                self.call(index + cur + [x[t, ...] for x in xs] + consts,
-                          other + [r[t, ...] for r in rows])
-                cur, other = other, cur
+            if self._fast:
+                own, iterations, _, table = self._iterations(out, ops)
+                if table is not None:
+                    self._drive(table)
+                else:
+                    for args in iterations:
+                        own(*args)
+            else:
+                xs, consts = ops[nc:nc + nx], ops[nc + nx:]
+                rows = [self._row(out, k) for k in range(nc, n_out)]
+                cur, other = self._carries
+                steps = range(self.length - 1, -1, -1) if self.reverse else range(self.length)
+                for t in steps:
+                    index = [self._index_rows[t]] if body.index else []
+                    self.call(index + cur + [x[t, ...] for x in xs] + consts,
+                              other + [r[t, ...] for r in rows])
+                    cur, other = other, cur
+            final = self._carries[self.length % 2]
             for k in range(nc):
-                off, shape = self._parts[k]
-                size = int(np.prod(shape, dtype=np.int64))
-                out[off:off + size] = cur[k].reshape(-1)
+                self._row(out, k)[...] = final[k]

@@ -1,0 +1,193 @@
+"""Loops benchmark: a time-stepping model's first gradient, build and per-call
+time against JAX's ``lax.fori_loop`` / ``lax.scan``, at trip counts 10^2 to 10^4.
+
+Each row is measured in a fresh process: hybridad with an empty disk cache
+(so ``first_s`` -- import, trace, build, numba's compile and the first call --
+is what a new user meets) and JAX (import, ``jit`` trace and XLA compile, the
+first call).  ``call_us`` is the median of the calls that follow, in that
+process.  Ratios are hybridad over JAX, measured in the same run.
+
+Models:
+
+* ``euler`` -- explicit Euler, ``x = x + dt * tanh(W @ x)`` for T steps
+  (``hybridad.fori_loop``), then ``sum(x**2)``; gradient w.r.t. ``x0``, n = 50;
+* ``rnn`` -- an RNN over a sequence, ``h = tanh(W @ h + U @ x_t)``
+  (``hybridad.scan`` over the rows ``x_t``), then ``sum(h)``; gradient w.r.t.
+  ``W``; hidden 32, input 8;
+* ``rk4_hessian`` -- the dense Hessian (``hybridad.hessian``) of
+  ``sum(x_T**2)`` after T steps of classic RK4 on ``x' = tanh(W @ x) - 0.1 x``,
+  n = 6, w.r.t. ``x0``.
+
+The goals: first gradient at most 1.0x JAX's at T = 10^4; per call at most
+1.0x; build at T = 10^4 within 1.5x that at T = 10^2 (``build_growth``).
+
+    python benchmarks/bench_loops.py [--models euler rnn rk4_hessian]
+        [--steps 100 1000 10000] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MODELS = r'''
+import numpy as np
+rng = np.random.default_rng(0)
+
+def data(model):
+    if model == "euler":
+        n = 50
+        return [rng.standard_normal(n), rng.standard_normal((n, n)) / np.sqrt(n)]
+    if model == "rnn":
+        return [np.zeros(32), rng.standard_normal((32, 32)) / np.sqrt(32),
+                rng.standard_normal((32, 8)) / np.sqrt(8), None]
+    n = 6
+    return [rng.standard_normal(n), rng.standard_normal((n, n)) / np.sqrt(n)]
+
+def euler(lib, T, fori):
+    def f(x, W):
+        return lib.sum(fori(0, T, lambda i, x: x + 0.01 * lib.tanh(W @ x), x) ** 2)
+    return f
+
+def rnn(lib, T, scan):
+    def f(h, W, U, xs):
+        h, _ = scan(lambda h, x: (lib.tanh(W @ h + U @ x), None), h, xs)
+        return lib.sum(h)
+    return f
+
+def rk4(lib, T, fori):
+    def rhs(x, W):
+        return lib.tanh(W @ x) - 0.1 * x
+    def f(x, W):
+        def step(i, x):
+            dt = 0.05
+            k1 = rhs(x, W)
+            k2 = rhs(x + 0.5 * dt * k1, W)
+            k3 = rhs(x + 0.5 * dt * k2, W)
+            k4 = rhs(x + dt * k3, W)
+            return x + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        return lib.sum(fori(0, T, step, x) ** 2)
+    return f
+'''
+
+HYBRIDAD = MODELS + r'''
+import sys, time, json
+t0 = time.perf_counter()
+import hybridad as ha
+model, T = sys.argv[1], int(sys.argv[2])
+args = data(model)
+if model == "rnn":
+    args[3] = rng.standard_normal((T, 8))
+if model == "euler":
+    f, argnums, kind = euler(np, T, ha.fori_loop), 0, "gradient"
+elif model == "rnn":
+    f, argnums, kind = rnn(np, T, ha.scan), 1, "gradient"
+else:
+    f, argnums, kind = rk4(np, T, ha.fori_loop), 0, "hessian"
+if kind == "gradient":
+    plan = ha.compile(f, *args, argnums=argnums)
+    out = ha.GradientResult(args[argnums])
+    call = lambda: plan.gradient(*args, out=out)
+else:
+    plan = ha.compile(f, *args, hessian=True)
+    out = ha.HessianResult(args[0])
+    call = lambda: plan.hessian(*args, out=out)
+t1 = time.perf_counter()
+call()
+first = time.perf_counter() - t0
+build = t1 - t0
+times = []
+for _ in range(max(3, min(50, int(2e4 / T)))):
+    s = time.perf_counter(); call(); times.append(time.perf_counter() - s)
+print(json.dumps({"first_s": first, "build_s": build,
+                  "call_us": float(np.median(times) * 1e6),
+                  "nodes": len(getattr(plan, "graph", None).nodes)
+                  if getattr(plan, "graph", None) is not None else None}))
+'''
+
+JAX = MODELS + r'''
+import sys, time, json
+t0 = time.perf_counter()
+import jax, jax.numpy as jnp
+jax.config.update("jax_enable_x64", True)
+model, T = sys.argv[1], int(sys.argv[2])
+args = data(model)
+if model == "rnn":
+    args[3] = rng.standard_normal((T, 8))
+if model == "euler":
+    fn = jax.jit(jax.value_and_grad(euler(jnp, T, jax.lax.fori_loop)))
+elif model == "rnn":
+    fn = jax.jit(jax.value_and_grad(rnn(jnp, T, jax.lax.scan), argnums=1))
+else:
+    fn = jax.jit(jax.hessian(rk4(jnp, T, jax.lax.fori_loop)))
+call = lambda: jax.block_until_ready(fn(*args))
+call()
+first = time.perf_counter() - t0
+times = []
+for _ in range(max(3, min(50, int(2e4 / T)))):
+    s = time.perf_counter(); call(); times.append(time.perf_counter() - s)
+print(json.dumps({"first_s": first, "call_us": float(np.median(times) * 1e6)}))
+'''
+
+
+def _run(code, model, steps, env):
+    out = subprocess.run([sys.executable, "-c", code, model, str(steps)], capture_output=True,
+                         text=True, env=env, cwd=ROOT, timeout=1800)
+    if out.returncode:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr else "failed"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=["euler", "rnn", "rk4_hessian"])
+    parser.add_argument("--steps", nargs="+", type=int, default=[100, 1000, 10000])
+    parser.add_argument("--json", default=None)
+    opts = parser.parse_args(argv)
+    try:
+        import jax  # noqa: F401
+        have_jax = True
+    except ImportError:
+        have_jax = False
+    rows = []
+    print(f"{'model':<12} {'T':>6} {'first_s':>8} {'jax_first':>9} {'ratio':>6} "
+          f"{'build_s':>8} {'call_us':>10} {'jax_us':>10} {'ratio':>6}")
+    for model in opts.models:
+        for steps in opts.steps:
+            with tempfile.TemporaryDirectory() as cache:
+                env = dict(os.environ, HYBRIDAD_CACHE_DIR=cache,
+                           PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+                ha = _run(HYBRIDAD, model.split("_")[0], steps, env)
+            jx = _run(JAX, model.split("_")[0], steps, dict(os.environ, JAX_PLATFORMS="cpu")) \
+                if have_jax else {}
+            row = {"model": model, "T": steps, "hybridad": ha, "jax": jx}
+            rows.append(row)
+            if "error" in ha:
+                print(f"{model:<12} {steps:>6} hybridad failed: {ha['error']}")
+                continue
+
+            def ratio(a, b):
+                return f"{a / b:6.2f}" if b else "   n/a"
+            print(f"{model:<12} {steps:>6} {ha['first_s']:8.2f} {jx.get('first_s', 0):9.2f} "
+                  f"{ratio(ha['first_s'], jx.get('first_s'))} {ha['build_s']:8.2f} "
+                  f"{ha['call_us']:10.1f} {jx.get('call_us', 0):10.1f} "
+                  f"{ratio(ha['call_us'], jx.get('call_us'))}")
+    for model in opts.models:
+        b = {r["T"]: r["hybridad"].get("build_s") for r in rows if r["model"] == model}
+        lo, hi = min(b), max(b)
+        if b.get(lo) and b.get(hi):
+            print(f"{model}: build at T={hi} over T={lo}: {b[hi] / b[lo]:.2f}x")
+    if opts.json:
+        with open(opts.json, "w", encoding="utf-8") as fh:
+            json.dump(rows, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""Loops stated with hybridad.fori_loop and hybridad.scan: traced once, built in
+time independent of the trip count, differentiated through (gradients, HVPs,
+Hessians) and run with no allocation per call, on the numpy and numba backends.
+
+Every derivative is compared with the same function written as a Python loop
+(unrolled into the trace: another path through hybridad, to AD precision) and
+with central finite differences.
+"""
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.testing import count_allocations
+
+RNG = np.random.default_rng(7)
+N = 4
+W0 = RNG.standard_normal((N, N)) / 2
+F0 = RNG.standard_normal((6, N))
+X0 = RNG.standard_normal(N)
+
+
+def euler_loop(x, W, T=12):
+    return np.sum(ha.fori_loop(0, T, lambda i, x: x + 0.1 * np.tanh(W @ x), x) ** 2)
+
+
+def euler_unrolled(x, W, T=12):
+    for _ in range(T):
+        x = x + 0.1 * np.tanh(W @ x)
+    return np.sum(x ** 2)
+
+
+def scan_loop(x, W):
+    """A pytree carry, per-iteration rows, a per-iteration output, a closure."""
+    def body(c, fk):
+        x, s = c
+        x = x + 0.1 * np.tanh(W @ x + fk)
+        return (x, s + np.sum(x * fk)), x[0] * np.exp(0.1 * s)
+    (x, s), ys = ha.scan(body, (x, 0.0 * np.sum(x)), F0)
+    return np.sum(x ** 2) + s + np.sum(np.sin(ys))
+
+
+def scan_unrolled(x, W):
+    s, ys = 0.0 * np.sum(x), []
+    for k in range(F0.shape[0]):
+        x = x + 0.1 * np.tanh(W @ x + F0[k])
+        ys.append(x[0] * np.exp(0.1 * s))
+        s = s + np.sum(x * F0[k])
+    return np.sum(x ** 2) + s + np.sum(np.sin(np.stack(ys)))
+
+
+def reverse_loop(x, W):
+    def body(c, fk):
+        c = c * np.cos(fk) + W[0]
+        return c, np.sum(c)
+    c, ys = ha.scan(body, x, F0, reverse=True)
+    return np.sum(c * c) + np.sum(ys * np.arange(6.0))
+
+
+def reverse_unrolled(x, W):
+    c, ys = x, [None] * 6
+    for k in range(5, -1, -1):
+        c = c * np.cos(F0[k]) + W[0]
+        ys[k] = np.sum(c)
+    return np.sum(c * c) + np.sum(np.stack(ys) * np.arange(6.0))
+
+
+def indexed_loop(x, W):
+    return np.sum(ha.fori_loop(1, 7, lambda i, x: x + 0.05 * np.sin(i * x) * W[1], x) ** 3)
+
+
+def indexed_unrolled(x, W):
+    for i in range(1, 7):
+        x = x + 0.05 * np.sin(i * x) * W[1]
+    return np.sum(x ** 3)
+
+
+def nested_loop(x, W):
+    def outer(i, x):
+        return ha.fori_loop(0, 3, lambda j, y: y + 0.1 * np.tanh(W @ y), x) * 0.9
+    return np.sum(ha.fori_loop(0, 4, outer, x) ** 2)
+
+
+def nested_unrolled(x, W):
+    for _ in range(4):
+        for _ in range(3):
+            x = x + 0.1 * np.tanh(W @ x)
+        x = x * 0.9
+    return np.sum(x ** 2)
+
+
+PAIRS = [(euler_loop, euler_unrolled), (scan_loop, scan_unrolled),
+         (reverse_loop, reverse_unrolled), (indexed_loop, indexed_unrolled),
+         (nested_loop, nested_unrolled)]
+
+
+def _fd_grad(f, args, i, eps=1e-6):
+    g = np.zeros_like(args[i])
+    for j in np.ndindex(args[i].shape):
+        up = [a.copy() for a in args]
+        dn = [a.copy() for a in args]
+        up[i][j] += eps
+        dn[i][j] -= eps
+        g[j] = (f(*up) - f(*dn)) / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize("loop,unrolled", PAIRS, ids=[p[0].__name__ for p in PAIRS])
+def test_gradient_through_a_loop_matches_the_unrolled_plan_and_fd(loop, unrolled):
+    a = ha.gradient(loop, X0, W0, argnums=(0, 1), backend="numpy")
+    b = ha.gradient(unrolled, X0, W0, argnums=(0, 1), backend="numpy")
+    assert a.value == pytest.approx(b.value, rel=1e-13)
+    for ga, gb in zip(a.gradient, b.gradient, strict=True):
+        np.testing.assert_allclose(ga, gb, rtol=1e-12, atol=1e-13)
+    # (the loops run eagerly outside a trace: the finite differences use them)
+    for i in (0, 1):
+        np.testing.assert_allclose(a.gradient[i], _fd_grad(loop, [X0, W0], i),
+                                   rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("loop,unrolled", PAIRS[1:4], ids=[p[0].__name__ for p in PAIRS[1:4]])
+def test_hessian_and_hvp_through_a_loop(loop, unrolled):
+    h = ha.hessian(loop, X0, W0, backend="numpy")
+    hu = ha.hessian(unrolled, X0, W0, backend="numpy")
+    np.testing.assert_allclose(h.hessian, hu.hessian, rtol=1e-11, atol=1e-12)
+    v = RNG.standard_normal(N)
+    p = ha.hvp(loop, X0, v, W0, backend="numpy")
+    np.testing.assert_allclose(p.hvp, hu.hessian @ v, rtol=1e-11, atol=1e-12)
+    # the Hessian's columns from finite differences of the gradient
+    eps = 1e-6
+    for j in range(N):
+        e = np.zeros(N)
+        e[j] = eps
+        col = (ha.gradient(loop, X0 + e, W0, backend="numpy").gradient -
+               ha.gradient(loop, X0 - e, W0, backend="numpy").gradient) / (2 * eps)
+        np.testing.assert_allclose(h.hessian[:, j], col, rtol=1e-5, atol=1e-7)
+
+
+def test_numba_gradient_hessian_and_no_allocation():
+    """The compiled backend: one plan per kind, against the numpy backend's."""
+    plan = ha.compile(scan_loop, X0, W0, argnums=(0, 1))
+    ref = ha.gradient(scan_unrolled, X0, W0, argnums=(0, 1), backend="numpy")
+    res = ha.GradientResult((X0, W0))
+    plan.gradient(X0, W0, out=res)
+    assert res.value == pytest.approx(ref.value, rel=1e-13)
+    for ga, gb in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(ga, gb, rtol=1e-12, atol=1e-13)
+    with count_allocations() as counts:
+        for _ in range(5):
+            plan.gradient(X0, W0, out=res)
+    assert counts.allocations == 0, counts
+    h = ha.hessian(euler_loop, X0, W0)
+    hu = ha.hessian(euler_unrolled, X0, W0, backend="numpy")
+    np.testing.assert_allclose(h.hessian, hu.hessian, rtol=1e-11, atol=1e-12)
+
+
+def test_no_allocation_per_call_numpy_backend():
+    plan = ha.compile(reverse_loop, X0, W0, backend="numpy")
+    res = ha.GradientResult(X0)
+    plan.gradient(X0, W0, out=res)
+    with count_allocations() as counts:
+        for _ in range(5):
+            plan.gradient(X0, W0, out=res)
+    assert counts.allocations == 0, counts
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_the_plan_does_not_grow_with_the_trip_count(backend):
+    """The body is traced once: the graph of T = 1000 steps is that of T = 5."""
+    small = ha.compile(lambda x, W: euler_loop(x, W, T=5), X0, W0, backend="numpy")
+    large = ha.compile(lambda x, W: euler_loop(x, W, T=1000), X0, W0, backend="numpy")
+    assert len(large.graph.nodes) == len(small.graph.nodes) < 40
+    g = large.gradient(X0, W0).gradient
+    if backend == "numba":
+        g2 = ha.compile(lambda x, W: euler_loop(x, W, T=1000), X0, W0).gradient(X0, W0)
+        np.testing.assert_allclose(g2.gradient, g, rtol=1e-12)
+    np.testing.assert_allclose(g, _fd_grad(lambda x, W: euler_loop(x, W, T=1000), [X0, W0], 0),
+                               rtol=1e-6, atol=1e-8)
+
+
+def test_eager_loops_are_python_loops():
+    out = ha.fori_loop(2, 5, lambda i, v: v * i, 1.0)
+    assert out == 2 * 3 * 4
+    carry, ys = ha.scan(lambda c, x: (c + x, c * x), 0.0, np.arange(4.0))
+    assert carry == 6.0
+    np.testing.assert_array_equal(ys, [0.0, 0.0, 2.0, 9.0])
+    carry, ys = ha.scan(lambda c, x: (c + x, c), 0.0, np.arange(4.0), reverse=True)
+    np.testing.assert_array_equal(ys, [6.0, 5.0, 3.0, 0.0])
+    assert ha.scan(lambda c, x: (c * 2, None), 1.0, length=3) == (8.0, None)
+
+
+def test_traced_and_eager_scan_agree_on_values():
+    f = scan_loop
+    assert ha.gradient(f, X0, W0, backend="numpy").value == pytest.approx(f(X0, W0), rel=1e-13)
+    assert ha.gradient(reverse_loop, X0, W0, backend="numpy").value == \
+        pytest.approx(reverse_loop(X0, W0), rel=1e-13)
+
+
+def test_zero_trip_count_returns_the_initial_carry():
+    f = lambda x: np.sum(ha.fori_loop(3, 3, lambda i, v: v * 2, x) ** 2)  # noqa: E731
+    r = ha.gradient(f, X0, backend="numpy")
+    np.testing.assert_allclose(r.gradient, 2 * X0)
+
+
+def test_bad_loops_raise_clear_errors():
+    with pytest.raises(TypeError, match="carry leaf 0"):
+        ha.gradient(lambda x: np.sum(ha.fori_loop(0, 3, lambda i, v: v[:2], x)), X0,
+                    backend="numpy")
+    with pytest.raises(TypeError, match="structure"):
+        ha.gradient(lambda x: np.sum(ha.fori_loop(0, 3, lambda i, v: (v, v), x)), X0,
+                    backend="numpy")
+    with pytest.raises(TypeError, match="floating-point"):
+        ha.gradient(lambda x: np.sum(x) * ha.fori_loop(0, 3, lambda i, v: v + 1,
+                                                       np.int64(0)), X0, backend="numpy")
+    with pytest.raises(ha.TracingError, match="upper"):
+        ha.gradient(lambda x: np.sum(ha.fori_loop(0, x.shape[0] + np.sum(x).astype(int),
+                                                  lambda i, v: v, x)), X0, backend="numpy")
+    with pytest.raises(ha.TracingError):  # a Python decision on a carried value
+        ha.gradient(lambda x: np.sum(ha.fori_loop(0, 3, lambda i, v: v * 2 if v[0] > 0
+                                                  else v, x)), X0, backend="numpy")
+    with pytest.raises(ValueError, match="leading axes"):
+        ha.scan(lambda c, x: (c, x), 0.0, (np.zeros(3), np.zeros(4)))
+
+
+def test_float32_loop():
+    x = X0.astype(np.float32)
+    W = W0.astype(np.float32)
+    a = ha.gradient(euler_loop, x, W, backend="numpy")
+    b = ha.gradient(euler_unrolled, x, W, backend="numpy")
+    assert a.gradient.dtype == np.float32
+    np.testing.assert_allclose(a.gradient, b.gradient, rtol=1e-5)
