@@ -41,14 +41,18 @@ def _key(node, backend):
     return hashlib.sha1(repr(head).encode()).hexdigest()
 
 
-def runner(node, backend):
+def runner(node, backend, compile_body):
     """The runner of loop ``node`` on ``backend`` (``"numpy"`` or ``"numba"``),
-    compiled on first use and shared."""
+    compiled on first use and shared.  ``compile_body(graph)`` is the
+    backend's: ``(call(ins, outs), program, parts, make_driver)`` -- ``parts``
+    the numba program's ``(dispatcher, fixed, bound)`` where its arrays go as
+    ``id()`` (else None), ``make_driver(key, n)`` a compiled loop over an
+    ``int64[T, n]`` table of argument lists (else None)."""
     key = _key(node, backend)
     with _LOCK:
         hit = _RUNNERS.get(key)
     if hit is None:
-        hit = LoopRunner(node, backend, key)
+        hit = LoopRunner(node, key, compile_body)
         with _LOCK:
             hit = _RUNNERS.setdefault(key, hit)
         hit.prepare()
@@ -60,39 +64,13 @@ def runner_for(key):
     return _RUNNERS[key]
 
 
-def _compile_body(graph, backend):
-    """``(call(ins, outs), keep)``: the body graph as a program of ``backend``."""
+def lower_body(graph, backend):
+    """The body graph lowered by ``backend``'s passes, and its op workspaces."""
     from ..transforms import pipeline
-    from ..transforms.memory import op_workspaces, plan_memory
+    from ..transforms.memory import op_workspaces
 
     g = pipeline.lower(graph.nodes, graph.inputs, graph.outputs, backend)
-    in_specs = [(n.shape, n.dtype) for n in graph.inputs]
-    out_specs = [(n.shape, n.dtype) for n in graph.outputs]
-    scratch = op_workspaces(g.nodes)
-    if backend == "numpy":
-        from .numpy.program import compile_program
-
-        memplan = plan_memory(g, (), scratch)
-        buffers = memplan.allocate(np)
-        prog = compile_program(g.nodes, g.inputs, g.outputs, memplan, buffers,
-                               name="loop_body")
-        return (lambda ins, outs: prog.fn(*ins, *outs)), (memplan, buffers, prog)
-    if backend != "numba":
-        raise NotImplementedError(f"loops (hybridad.fori_loop, hybridad.scan) do not run on "
-                                  f"the {backend!r} backend yet; use 'numba' or 'numpy'")
-    from .numba import build_program
-    from .numba.layouts import materialize_for_numba, read_in_place, scratch_for_numba
-    from .numba.threshold import serial_loops
-
-    scratch.update(scratch_for_numba(g.nodes))
-    in_place = read_in_place(g.nodes, g.outputs)
-    with serial_loops(True):  # (one iteration is small: the loop is the work)
-        memplan = plan_memory(g, materialize_for_numba(g.nodes, in_place), scratch,
-                              reuse=True, direct_outputs=True, in_place=in_place)
-        buffers = memplan.allocate(np)
-        prog = build_program(g.nodes, g.inputs, g.outputs, memplan, buffers, in_specs,
-                             out_specs, name="loop_body", label="a loop body")
-    return prog.call, (memplan, buffers, prog)
+    return g, op_workspaces(g.nodes)
 
 
 class LoopRunner:
@@ -101,12 +79,12 @@ class LoopRunner:
     Call as ``runner(out, *operands)``: ``out`` is the loop node's buffer,
     the operands its carries' initial values, its xs and its constants."""
 
-    def __init__(self, node, backend, key):
+    def __init__(self, node, key, compile_body):
         a = node.attrs
         self.key = key
         self.body = body = a["body"]
         self.length, self.start, self.reverse = a["length"], a["start"], a["reverse"]
-        self.call, self._keep = _compile_body(body.graph, backend)
+        self.call, self._prog, parts, self._make_driver = compile_body(body.graph)
         self._lock = threading.RLock()
         outs = body.graph.outputs
         nc = body.n_carry
@@ -114,10 +92,9 @@ class LoopRunner:
         # the iteration index, row t of an array: (an xs of the body, in effect)
         steps = np.arange(self.start, self.start + self.length, dtype=np.int64)
         self._index_rows = [steps[t, ...] for t in range(self.length)] if body.index else []
-        self._prog = self._keep[2]
         # numba's body called on argument lists made once (see _iterations)
-        self._fast = backend == "numba" and getattr(self._prog, "objects", False) and \
-            not self._prog.heavy
+        self._fast = parts is not None
+        self._parts_of_body = parts
         self._cached = None
         self._drive = None
         from ..ops.loop import layout
@@ -140,26 +117,13 @@ class LoopRunner:
         lists as one compiled function calling the body natively (no dispatch
         per iteration).  Needs the runner registered (its source finds the
         body by the runner's key)."""
-        if not self._fast or self._drive is not None:
+        if not self._fast or self._drive is not None or self._make_driver is None:
             return
-        import numba
-
-        from .numba import cache
-
-        own, fixed, bound = self._prog.parts
+        own, fixed, bound = self._parts_of_body
         if not all(isinstance(v, int) for v in (*fixed, *bound)):
             return  # (a constant passed as an array: the Python loop)
         n = len(fixed) + len(bound) + len(self.body.graph.inputs) + len(self.body.graph.outputs)
-        args = ", ".join(f"a[t, {j}]" for j in range(n))
-        source = ("from numba import njit\n"
-                  "from hybridad.backends.loops import runner_for as _runner\n"
-                  f"_body = _runner({self.key!r})._prog.parts[0]\n\n\n"
-                  "@njit(cache=True, nogil=True)\n"
-                  "def drive(a):\n"
-                  "    for t in range(a.shape[0]):\n"
-                  f"        _body({args})\n")
-        self._drive = cache.compiled(source, "drive",
-                                     (numba.typeof(np.zeros((1, 1), np.int64)),))
+        self._drive = self._make_driver(self.key, n)
 
     def _iterations(self, out, ops):
         """One argument list per iteration for a numba body: every array as
@@ -171,7 +135,7 @@ class LoopRunner:
                     for a in (out, *ops))
         if self._cached is not None and self._cached[0] == key:
             return self._cached[1]
-        body, (own, fixed, bound) = self.body, self._prog.parts
+        body, (own, fixed, bound) = self.body, self._parts_of_body
         nc, nx = body.n_carry, body.n_xs
         n_out = len(body.graph.outputs)
         rows = [self._row(out, k) for k in range(nc, n_out)]

@@ -219,34 +219,6 @@ def _host_call(e):  # the library function, in object mode, into the node's buff
     e.w.emit(f"    {name}({', '.join([e.out, *e.a])})")
 
 
-class LoopKernel:
-    """A loop node's runner (:mod:`hybridad.backends.loops`) as a name in
-    generated source, bound at module level from the runner's key."""
-
-    cacheable = True
-
-    def __init__(self, key):
-        self.key = key
-        self.ident = "_lp_" + key[:16]
-
-    def header_line(self):
-        return (f"from numba import objmode as _objmode; from hybridad.backends.loops import "
-                f"runner_for as _lp_runner; {self.ident} = _lp_runner({self.key!r})")
-
-    def driver(self):
-        from ..loops import runner_for
-
-        return runner_for(self.key)
-
-
-def _loop(e):  # the body's own program, run per iteration, in object mode
-    from ..loops import runner
-
-    name = e.consts.kernel(LoopKernel(runner(e.node, "numba").key))
-    e.w.emit("with _objmode():")
-    e.w.emit(f"    {name}({', '.join([e.out, *e.a])})")
-
-
 #: op -> the emitter of its generated source: the numba backend's whole
 #: knowledge of the ops that are not fused into regions (an elementwise op is
 #: rendered inside a region by :mod:`hybridad.backends.scalar`)
@@ -280,7 +252,6 @@ EMITTERS = {
     "sort_index": _sort_unpack("imag"),
     "host_ufunc": _host_ufunc,
     "host_call": _host_call,
-    "loop": _loop,
 }
 
 

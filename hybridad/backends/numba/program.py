@@ -24,7 +24,7 @@ from ...transforms.costs import costs
 from ...transforms.memory import poison_schedule
 from ..scalar import uses_special, vector_imports
 from . import cache, simd
-from .emit import _emit_gemm, blas_accumulations, emit_node, region_acc_groups
+from .emit import EMITTERS, _emit_gemm, blas_accumulations, emit_node, region_acc_groups
 from .split import _drop_unused_views, check_budget, split_body
 from .layouts import numba_layouts, view_statement
 from .loops import (
@@ -528,3 +528,72 @@ def _bind(jitted, fixed, consts, n_in, n_out):
     exec(compile(src, "<hybridad numba call>", "exec"), ns)  # noqa: S102
     return ns["call"]
 
+
+# -- loops (hybridad.backends.loops): the body compiled as a program of its own --------------
+class _LoopKernel:
+    """A loop node's runner as a name in generated source, bound at module
+    level from the runner's key (the same source in every process)."""
+
+    cacheable = True
+
+    def __init__(self, key):
+        self.key, self.ident = key, "_lp_" + key[:16]
+
+    def header_line(self):
+        return (f"from numba import objmode as _objmode; from hybridad.backends.loops import "
+                f"runner_for as _lp_runner; {self.ident} = _lp_runner({self.key!r})")
+
+    def driver(self):
+        from ..loops import runner_for
+
+        return runner_for(self.key)
+
+
+def _emit_loop(e):  # the runner, in object mode: one switch to Python per loop
+    from ..loops import runner
+
+    name = e.consts.kernel(_LoopKernel(runner(e.node, "numba", compile_loop_body).key))
+    e.w.emit("with _objmode():")
+    e.w.emit(f"    {name}({', '.join([e.out, *e.a])})")
+
+
+EMITTERS["loop"] = _emit_loop
+
+
+def compile_loop_body(graph):
+    """A loop body as one numba function (serial loops: one iteration is small)."""
+    from ...transforms.memory import plan_memory
+    from ..loops import lower_body
+    from .layouts import materialize_for_numba, read_in_place, scratch_for_numba
+    from .threshold import serial_loops
+
+    g, scratch = lower_body(graph, "numba")
+    scratch.update(scratch_for_numba(g.nodes))
+    in_place = read_in_place(g.nodes, g.outputs)
+    with serial_loops(True):
+        memplan = plan_memory(g, materialize_for_numba(g.nodes, in_place), scratch,
+                              reuse=True, direct_outputs=True, in_place=in_place)
+        prog = compile_numba_program(g.nodes, g.inputs, g.outputs, memplan,
+                                     memplan.allocate(np), [(n.shape, n.dtype) for n in
+                                                            graph.inputs],
+                                     [(n.shape, n.dtype) for n in graph.outputs],
+                                     name="loop_body")
+    prog.memory = memplan
+    parts = prog.parts if prog.objects and not prog.heavy else None
+    return prog.call, prog, parts, _loop_driver
+
+
+def _loop_driver(key, n):
+    """One compiled loop calling runner ``key``'s body natively on the rows of
+    an ``int64[T, n]`` table of argument lists (no dispatch per iteration)."""
+    import numba
+
+    args = ", ".join(f"a[t, {j}]" for j in range(n))
+    source = ("from numba import njit\n"
+              "from hybridad.backends.loops import runner_for as _runner\n"
+              f"_body = _runner({key!r})._parts_of_body[0]\n\n\n"
+              "@njit(cache=True, nogil=True)\n"
+              "def drive(a):\n"
+              "    for t in range(a.shape[0]):\n"
+              f"        _body({args})\n")
+    return cache.compiled(source, "drive", (numba.typeof(np.zeros((1, 1), np.int64)),))

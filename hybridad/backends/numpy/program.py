@@ -216,7 +216,7 @@ def _call(node, names, ns, target, xp, regions, protos, nodes, work=None):
             raise NotImplementedError("loops (hybridad.fori_loop, hybridad.scan) do not run "
                                       "on the GPU backend yet; use backend='numba'")
         from ..loops import runner
-        ns[f"_f{node.id}"] = runner(node, "numpy")
+        ns[f"_f{node.id}"] = runner(node, "numpy", compile_loop_body)
         return [f"_f{node.id}({target}, {args})"]
     if op.ufunc is not None:  # the array module's own ufunc (cupy's on the GPU)
         ns[f"_uf{node.id}"] = op.ufunc if xp is np else getattr(xp, op.ufunc.__name__)
@@ -228,3 +228,16 @@ def _call(node, names, ns, target, xp, regions, protos, nodes, work=None):
         ns["_lib"] = regions.run_library_call
         return [f"_lib(_f{node.id}, {target}, {args})"]
     return [f"_f{node.id}({target}, {args})"]
+
+
+def compile_loop_body(graph):
+    """A loop body (:mod:`hybridad.backends.loops`) as a numpy program."""
+    from ...transforms.memory import plan_memory
+    from ..loops import lower_body
+
+    g, scratch = lower_body(graph, "numpy")
+    memplan = plan_memory(g, (), scratch)
+    prog = compile_program(g.nodes, g.inputs, g.outputs, memplan, memplan.allocate(np),
+                           name="loop_body")
+    prog.memory = memplan
+    return (lambda ins, outs: prog.fn(*ins, *outs)), prog, None, None
