@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
-from hybridad.testing import count_allocations
+from hybridad.testing import count_allocations, numerical_gradient
 
 RNG = np.random.default_rng(7)
 N = 4
@@ -94,15 +94,11 @@ PAIRS = [(euler_loop, euler_unrolled), (scan_loop, scan_unrolled),
          (nested_loop, nested_unrolled)]
 
 
-def _fd_grad(f, args, i, eps=1e-6):
-    g = np.zeros_like(args[i])
-    for j in np.ndindex(args[i].shape):
-        up = [a.copy() for a in args]
-        dn = [a.copy() for a in args]
-        up[i][j] += eps
-        dn[i][j] -= eps
-        g[j] = (f(*up) - f(*dn)) / (2 * eps)
-    return g
+def _fd_grad(f, args, i):
+    """Central differences of ``f(*args)`` w.r.t. ``args[i]``."""
+    def moved(a, *rest):
+        return f(*rest[:i], a, *rest[i:])
+    return numerical_gradient(moved, args[i], *args[:i], *args[i + 1:])
 
 
 @pytest.mark.parametrize("loop,unrolled", PAIRS, ids=[p[0].__name__ for p in PAIRS])

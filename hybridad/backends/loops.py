@@ -22,6 +22,7 @@ body's workspace is one).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import threading
@@ -65,12 +66,10 @@ def runner_for(key):
 
 
 def lower_body(graph, backend):
-    """The body graph lowered by ``backend``'s passes, and its op workspaces."""
+    """The body graph lowered by ``backend``'s passes."""
     from ..transforms import pipeline
-    from ..transforms.memory import op_workspaces
 
-    g = pipeline.lower(graph.nodes, graph.inputs, graph.outputs, backend)
-    return g, op_workspaces(g.nodes)
+    return pipeline.lower(graph.nodes, graph.inputs, graph.outputs, backend)
 
 
 class LoopRunner:
@@ -92,8 +91,8 @@ class LoopRunner:
         # the iteration index, row t of an array: (an xs of the body, in effect)
         steps = np.arange(self.start, self.start + self.length, dtype=np.int64)
         self._index_rows = [steps[t, ...] for t in range(self.length)] if body.index else []
-        # numba's body called on argument lists made once (see _iterations)
-        self._fast = parts is not None
+        # numba's body: (dispatcher, fixed, bound) called on argument lists made
+        # once (see _iterations), or None: the Python loop over ``call``
         self._parts_of_body = parts
         self._cached = None
         self._drive = None
@@ -117,7 +116,7 @@ class LoopRunner:
         lists as one compiled function calling the body natively (no dispatch
         per iteration).  Needs the runner registered (its source finds the
         body by the runner's key)."""
-        if not self._fast or self._drive is not None or self._make_driver is None:
+        if self._parts_of_body is None or self._drive is not None or self._make_driver is None:
             return
         own, fixed, bound = self._parts_of_body
         if not all(isinstance(v, int) for v in (*fixed, *bound)):
@@ -125,65 +124,61 @@ class LoopRunner:
         n = len(fixed) + len(bound) + len(self.body.graph.inputs) + len(self.body.graph.outputs)
         self._drive = self._make_driver(self.key, n)
 
+    def _steps(self, out, ops):
+        """``(inputs, outputs)`` of the body at each iteration, in the order
+        they run: the carries alternate between the runner's two buffers,
+        the xs are read and the per-iteration outputs written row by row."""
+        body = self.body
+        nc, nx = body.n_carry, body.n_xs
+        rows = [self._row(out, k) for k in range(nc, len(body.graph.outputs))]
+        xs, consts = ops[nc:nc + nx], ops[nc + nx:]
+        order = range(self.length - 1, -1, -1) if self.reverse else range(self.length)
+        for step, t in enumerate(order):
+            cur, other = self._carries[step % 2], self._carries[(step + 1) % 2]
+            index = [self._index_rows[t]] if body.index else []
+            yield index + cur + [x[t, ...] for x in xs] + consts, \
+                other + [r[t, ...] for r in rows]
+
     def _iterations(self, out, ops):
-        """One argument list per iteration for a numba body: every array as
-        ``id(view)`` (the rows of the xs and of the outputs are views made
-        once and kept here), so an iteration is one call of the compiled body.
-        Kept for the next call while the operands stay where they are (the
-        plan's arena, the same constants)."""
+        """The iterations of a numba body as one call: every array of every
+        iteration as ``id(view)`` (the views made once and kept here), in one
+        table the compiled driver walks, or in argument lists.  Kept for the
+        next call while the operands stay where they are (the plan's arena,
+        the same constants)."""
         key = tuple((a.__array_interface__["data"][0], a.shape, a.strides)
                     for a in (out, *ops))
         if self._cached is not None and self._cached[0] == key:
             return self._cached[1]
-        body, (own, fixed, bound) = self.body, self._parts_of_body
-        nc, nx = body.n_carry, body.n_xs
-        n_out = len(body.graph.outputs)
-        rows = [self._row(out, k) for k in range(nc, n_out)]
-        xs, consts = ops[nc:nc + nx], ops[nc + nx:]
-        keep = [rows, xs, consts]
-        bufs = self._carries
-        iterations = []
-        order = range(self.length - 1, -1, -1) if self.reverse else range(self.length)
-        for step, t in enumerate(order):
-            cur, other = bufs[step % 2], bufs[(step + 1) % 2]
-            views = [self._index_rows[t]] if body.index else []
-            views += cur + [x[t, ...] for x in xs] + consts
-            outs = other + [r[t, ...] for r in rows]
-            keep.append(views + outs)
-            iterations.append((*fixed, *map(id, views), *bound, *map(id, outs)))
-        table = np.array(iterations, dtype=np.int64) if self._drive is not None else None
-        self._cached = (key, (own, iterations, keep, table))
-        return self._cached[1]
+        own, fixed, bound = self._parts_of_body
+        keep, iterations = [], []
+        for ins, outs in self._steps(out, ops):
+            keep.append(ins + outs)
+            iterations.append((*fixed, *map(id, ins), *bound, *map(id, outs)))
+        if self._drive is not None:
+            table = np.array(iterations, dtype=np.int64)
+            run = functools.partial(self._drive, table)
+        else:
+            def run():
+                for args in iterations:
+                    own(*args)
+        self._cached = (key, run, keep)
+        return run
 
     def _row(self, out, k):
         off, shape = self._parts[k]
         return out[off:off + math.prod(shape)].reshape(shape)
 
     def __call__(self, out, *operands):
-        body = self.body
-        nc, nx = body.n_carry, body.n_xs
-        n_out = len(body.graph.outputs)
+        nc = self.body.n_carry
         with self._lock:
             ops = [self._canonical(i, a) for i, a in enumerate(operands)]
             for c, a in zip(self._carries[0], ops[:nc], strict=True):
                 np.copyto(c, a)
-            if self._fast:
-                own, iterations, _, table = self._iterations(out, ops)
-                if table is not None:
-                    self._drive(table)
-                else:
-                    for args in iterations:
-                        own(*args)
+            if self._parts_of_body is not None:
+                self._iterations(out, ops)()
             else:
-                xs, consts = ops[nc:nc + nx], ops[nc + nx:]
-                rows = [self._row(out, k) for k in range(nc, n_out)]
-                cur, other = self._carries
-                steps = range(self.length - 1, -1, -1) if self.reverse else range(self.length)
-                for t in steps:
-                    index = [self._index_rows[t]] if body.index else []
-                    self.call(index + cur + [x[t, ...] for x in xs] + consts,
-                              other + [r[t, ...] for r in rows])
-                    cur, other = other, cur
+                for ins, outs in self._steps(out, ops):
+                    self.call(ins, outs)
             final = self._carries[self.length % 2]
             for k in range(nc):
                 self._row(out, k)[...] = final[k]

@@ -215,11 +215,10 @@ def _vjp(g, node, active, *operands, body, length, start, reverse, order, saved)
     user_ys = [k for k in range(nc, nc + n_y) if k not in history]
     # the reverse body: inputs [index] + (carry cotangents, constants' sums) +
     # (stored carries, xs slices, ys' cotangents) + constants
-    specs = ([((), np.dtype(np.int64))] if idx else []) + \
-        _specs(gin[idx:idx + nc]) + [(gin[idx + nc + nx + k].shape, gin[idx + nc + nx + k].dtype)
-                                    for k in a_k] + \
-        _specs(gin[idx:idx + nc]) + _specs(gin[idx + nc:idx + nc + nx]) + \
-        _specs([body.graph.outputs[k] for k in user_ys]) + _specs(gin[idx + nc + nx:])
+    c_in, x_in, k_in = gin[idx:idx + nc], gin[idx + nc:idx + nc + nx], gin[idx + nc + nx:]
+    specs = _specs(gin[:idx]) + _specs(c_in) + _specs([k_in[k] for k in a_k]) + \
+        _specs(c_in) + _specs(x_in) + _specs([body.graph.outputs[k] for k in user_ys]) + \
+        _specs(k_in)
     trace, ins = _sub_trace(specs)
     it = iter(ins)
     index = [next(it)] if idx else []
@@ -272,11 +271,9 @@ def _jvp(ts, node, *operands, body, length, start, reverse, order, saved):
     tc, tx, tk = _split(body, ts)
     d_x = [k for k in range(nx) if tx[k] is not None]
     d_k = [k for k in range(len(consts)) if tk[k] is not None]
-    specs = ([((), np.dtype(np.int64))] if idx else []) + _specs(gin[idx:idx + nc]) * 2 + \
-        _specs(gin[idx + nc:idx + nc + nx]) + [(gin[idx + nc + k].shape,
-                                                gin[idx + nc + k].dtype) for k in d_x] + \
-        _specs(gin[idx + nc + nx:]) + [(gin[idx + nc + nx + k].shape,
-                                         gin[idx + nc + nx + k].dtype) for k in d_k]
+    c_in, x_in, k_in = gin[idx:idx + nc], gin[idx + nc:idx + nc + nx], gin[idx + nc + nx:]
+    specs = _specs(gin[:idx]) + _specs(c_in) * 2 + _specs(x_in) + \
+        _specs([x_in[k] for k in d_x]) + _specs(k_in) + _specs([k_in[k] for k in d_k])
     trace, ins = _sub_trace(specs)
     it = iter(ins)
     index = [next(it)] if idx else []
@@ -322,7 +319,7 @@ def _batch(node, batched, *args, body, length, start, reverse, order, saved):
     carries, xs, consts = _split(body, args)
     bc, bx, bk = _split(body, batched)
     k = next(a.shape[0] for a, b in zip(args, batched, strict=True) if b)
-    specs = ([((), np.dtype(np.int64))] if idx else []) + \
+    specs = _specs(gin[:idx]) + \
         [((k, *n.shape), n.dtype) for n in gin[idx:idx + nc]] + \
         [((k, *n.shape) if b else n.shape, n.dtype)
          for n, b in zip(gin[idx + nc:idx + nc + nx], bx, strict=True)] + \

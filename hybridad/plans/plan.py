@@ -310,29 +310,16 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
 
     def _plan_memory(self, graph, pinned=()):
         """The memory plan of ``graph`` for this backend (scratch, reuse, direct outputs)."""
-        numba = self.backend == "numba"
+        if self.backend == "numba":
+            from ..backends.numba.layouts import plan_numba_memory
+            return plan_numba_memory(graph, pack=self._pack, pinned=pinned)
         scratch = op_workspaces(graph.nodes)
-        if numba:
-            from ..backends.numba.layouts import scratch_for_numba
-            scratch.update(scratch_for_numba(graph.nodes))
         if self.backend == "cupy":
             from ..backends.cuda.program import scratch_for_cupy
             scratch.update(scratch_for_cupy(graph.nodes))
-        in_place = {}
-        if numba:  # concatenations (np.roll) its loops read in place, never made
-            from ..backends.numba.layouts import read_in_place
-            in_place = read_in_place(graph.nodes, graph.outputs)
-        return plan_memory(graph, self._materialize(graph.nodes, in_place), scratch,
-                           reuse=self.backend != "numpy",
-                           direct_outputs=numba or self.backend == "cupy",
-                           pack=self._pack, pinned=pinned, in_place=in_place)
-
-
-    def _materialize(self, nodes, in_place=()):
-        if self.backend != "numba":
-            return ()
-        from ..backends.numba.layouts import materialize_for_numba
-        return materialize_for_numba(nodes, in_place)
+        return plan_memory(graph, (), scratch, reuse=self.backend != "numpy",
+                           direct_outputs=self.backend == "cupy", pack=self._pack,
+                           pinned=pinned)
 
     def _compile(self, nodes, inputs, outputs, name, out_specs, in_specs=None, given=()):
         if self.backend == "numba":  # numba is imported by the first plan that needs it

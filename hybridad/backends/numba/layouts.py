@@ -10,7 +10,7 @@ import os
 import sys
 
 from ...ops import REGISTRY, storage_root
-from ...transforms.memory import layout_proto
+from ...transforms.memory import layout_proto, op_workspaces, plan_memory
 from .reduce import reduction_scratch
 from .runner import view_at
 from .threshold import environment_threads, numba_config_threads, pair_parts
@@ -294,6 +294,20 @@ def scratch_for_numba(nodes):
             m, k = n.args[0].shape
             out[n.id] = (n.dtype, pair_parts(m) * k)
     return out
+
+
+def plan_numba_memory(graph, pack=True, pinned=()):
+    """The memory plan of ``graph`` for a numba program: the ops' and the
+    kernels' scratch, concatenations its loops read in place (never made),
+    views copied where numba needs them, regions writing over dying operands,
+    gradient outputs straight into the caller's buffers (see
+    :func:`hybridad.transforms.memory.plan_memory`)."""
+    scratch = op_workspaces(graph.nodes)
+    scratch.update(scratch_for_numba(graph.nodes))
+    in_place = read_in_place(graph.nodes, graph.outputs)
+    return plan_memory(graph, materialize_for_numba(graph.nodes, in_place), scratch,
+                       reuse=True, direct_outputs=True, pack=pack, pinned=pinned,
+                       in_place=in_place)
 
 
 def numba_layouts(nodes, memplan):

@@ -562,17 +562,13 @@ EMITTERS["loop"] = _emit_loop
 
 def compile_loop_body(graph):
     """A loop body as one numba function (serial loops: one iteration is small)."""
-    from ...transforms.memory import plan_memory
     from ..loops import lower_body
-    from .layouts import materialize_for_numba, read_in_place, scratch_for_numba
+    from .layouts import plan_numba_memory
     from .threshold import serial_loops
 
-    g, scratch = lower_body(graph, "numba")
-    scratch.update(scratch_for_numba(g.nodes))
-    in_place = read_in_place(g.nodes, g.outputs)
+    g = lower_body(graph, "numba")
     with serial_loops(True):
-        memplan = plan_memory(g, materialize_for_numba(g.nodes, in_place), scratch,
-                              reuse=True, direct_outputs=True, in_place=in_place)
+        memplan = plan_numba_memory(g)
         prog = compile_numba_program(g.nodes, g.inputs, g.outputs, memplan,
                                      memplan.allocate(np), [(n.shape, n.dtype) for n in
                                                             graph.inputs],

@@ -232,11 +232,11 @@ def _call(node, names, ns, target, xp, regions, protos, nodes, work=None):
 
 def compile_loop_body(graph):
     """A loop body (:mod:`hybridad.backends.loops`) as a numpy program."""
-    from ...transforms.memory import plan_memory
+    from ...transforms.memory import op_workspaces, plan_memory
     from ..loops import lower_body
 
-    g, scratch = lower_body(graph, "numpy")
-    memplan = plan_memory(g, (), scratch)
+    g = lower_body(graph, "numpy")
+    memplan = plan_memory(g, (), op_workspaces(g.nodes))
     prog = compile_program(g.nodes, g.inputs, g.outputs, memplan, memplan.allocate(np),
                            name="loop_body")
     prog.memory = memplan
