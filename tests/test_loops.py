@@ -225,3 +225,38 @@ def test_float32_loop():
     b = ha.gradient(euler_unrolled, x, W, backend="numpy")
     assert a.gradient.dtype == np.float32
     np.testing.assert_allclose(a.gradient, b.gradient, rtol=1e-5)
+
+
+def test_the_reference_run_matches_the_backends():
+    """The op's reference ``run`` (what Python decisions on a loop's value
+    evaluate), on the traced graph, against the numpy program's compiled body."""
+    from hybridad.frontend.decisions import evaluate
+
+    for f in (scan_loop, reverse_loop, indexed_loop, nested_loop):
+        plan = ha.compile(f, X0, W0, backend="numpy")
+        assert any(n.op == "loop" for n in plan.graph.nodes)
+        got = evaluate(plan._outputs[0], [X0, W0])[0]
+        assert float(got) == pytest.approx(plan.value(X0, W0), rel=1e-13)
+
+
+def test_a_python_decision_on_a_loop_value():
+    def f(x, W):
+        y = ha.fori_loop(0, 5, lambda i, v: v + 0.1 * np.tanh(W @ v), x)
+        if y[0] > 0:  # decided on the call's values, guarded
+            return np.sum(y ** 2)
+        return -np.sum(np.sin(y))
+
+    for x in (np.abs(X0), -np.abs(X0)):
+        for backend in ("numpy", "numba"):
+            r = ha.gradient(f, x, W0, backend=backend)
+            assert r.value == pytest.approx(f(x, W0), rel=1e-13)
+            np.testing.assert_allclose(r.gradient, _fd_grad(f, [x, W0], 0), rtol=1e-6,
+                                       atol=1e-8)
+
+
+def test_loops_are_refused_on_the_gpu_backend_by_name():
+    from hybridad.backends.cuda.program import check_supported
+
+    plan = ha.compile(euler_loop, X0, W0, backend="numpy")
+    with pytest.raises(NotImplementedError, match="fori_loop"):
+        check_supported(plan.graph.nodes)

@@ -29,10 +29,17 @@ import threading
 
 import numpy as np
 
-__all__ = ["LoopRunner", "runner", "runner_for"]
+__all__ = ["COMPILERS", "LoopRunner", "emit_numba", "runner", "runner_for"]
 
 _RUNNERS = {}
 _LOCK = threading.Lock()
+#: backend -> its body compiler ``compile_body(graph) -> (call(ins, outs), program,
+#: parts, make_driver)``: ``parts`` the numba program's ``(dispatcher, fixed,
+#: bound)`` where its arrays go as ``id()`` (else None), ``make_driver(key, n)``
+#: a compiled loop over an ``int64[T, n]`` table of argument lists (else None).
+#: Each backend's program module registers its own when imported (it is what
+#: runs or emits a loop node), so imports run one way
+COMPILERS = {}
 
 
 def _key(node, backend):
@@ -42,18 +49,14 @@ def _key(node, backend):
     return hashlib.sha1(repr(head).encode()).hexdigest()
 
 
-def runner(node, backend, compile_body):
-    """The runner of loop ``node`` on ``backend`` (``"numpy"`` or ``"numba"``),
-    compiled on first use and shared.  ``compile_body(graph)`` is the
-    backend's: ``(call(ins, outs), program, parts, make_driver)`` -- ``parts``
-    the numba program's ``(dispatcher, fixed, bound)`` where its arrays go as
-    ``id()`` (else None), ``make_driver(key, n)`` a compiled loop over an
-    ``int64[T, n]`` table of argument lists (else None)."""
+def runner(node, backend):
+    """The runner of loop ``node`` on ``backend`` (``"numpy"`` or ``"numba"``:
+    its :data:`COMPILERS` entry), compiled on first use and shared."""
     key = _key(node, backend)
     with _LOCK:
         hit = _RUNNERS.get(key)
     if hit is None:
-        hit = LoopRunner(node, key, compile_body)
+        hit = LoopRunner(node, key, COMPILERS[backend])
         with _LOCK:
             hit = _RUNNERS.setdefault(key, hit)
         hit.prepare()
@@ -65,11 +68,40 @@ def runner_for(key):
     return _RUNNERS[key]
 
 
+class _SourceName:
+    """A runner as a name in generated numba source, bound at module level
+    from the runner's key (the same source in every process)."""
+
+    cacheable = True
+
+    def __init__(self, key):
+        self.key, self.ident = key, "_lp_" + key[:16]
+
+    def header_line(self):
+        return (f"from numba import objmode as _objmode; from hybridad.backends.loops import "
+                f"runner_for as _lp_runner; {self.ident} = _lp_runner({self.key!r})")
+
+    def driver(self):
+        return runner_for(self.key)
+
+
+def emit_numba(e):
+    """The numba emitter of a loop node (``e``: :class:`.numba.emit.Emit`): its
+    runner called in object mode, one switch to Python per loop."""
+    name = e.consts.kernel(_SourceName(runner(e.node, "numba").key))
+    e.w.emit("with _objmode():")
+    e.w.emit(f"    {name}({', '.join([e.out, *e.a])})")
+
+
 def lower_body(graph, backend):
-    """The body graph lowered by ``backend``'s passes."""
+    """The body graph lowered by ``backend``'s passes, on a copy (the passes
+    rewrite nodes in place; the body stays as traced for its rules, its
+    reference run and the other backends)."""
+    from ..ir.graph import copy_graph
     from ..transforms import pipeline
 
-    return pipeline.lower(graph.nodes, graph.inputs, graph.outputs, backend)
+    g = copy_graph(graph)
+    return pipeline.lower(g.nodes, g.inputs, g.outputs, backend)
 
 
 class LoopRunner:

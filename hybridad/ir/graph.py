@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Graph", "Node", "check", "format_node", "users_of"]
+__all__ = ["Graph", "Node", "check", "copy_graph", "format_node", "users_of"]
 
 
 class Node:
@@ -176,3 +176,16 @@ def dead_code_elimination(graph):
             live.update(a.id for a in node.args)
     live.update(n.id for n in graph.inputs)
     return Graph([n for n in graph.nodes if n.id in live], graph.inputs, graph.outputs)
+
+
+def copy_graph(graph):
+    """A copy of ``graph`` made of new nodes (same ids, operands remapped,
+    attributes copied one level): for passes that rewrite nodes in place
+    (fusion makes regions of them) run on a graph that must stay as traced
+    (a loop body, which its rules replay and Python decisions evaluate)."""
+    new = {}
+    for n in graph.nodes:
+        new[n.id] = Node(n.id, n.op, (new[a.id] for a in n.args), dict(n.attrs), n.shape,
+                         n.dtype, n.phase)
+    return Graph([new[n.id] for n in graph.nodes], [new[n.id] for n in graph.inputs],
+                 [new[n.id] for n in graph.outputs])

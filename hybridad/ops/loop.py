@@ -31,9 +31,11 @@ Rules, all derived from the body graph:
   Hessians and Jacobians).
 
 Backends run the node with the body compiled once as a program of its own
-(:mod:`hybridad.backends.loops`).  The differentiating transforms are those of
-:mod:`hybridad.transforms` (a later stage), which hands them to this module
-when it is imported (:data:`TRANSFORMS`), so imports run one way.
+(:mod:`hybridad.backends.loops`); the op's ``run`` is the reference, the body
+evaluated node by node (what Python decisions on a loop's value use).  The
+differentiating transforms are those of :mod:`hybridad.transforms` (a later
+stage), which hands them to this module when it is imported
+(:data:`TRANSFORMS`), so imports run one way.
 """
 
 from __future__ import annotations
@@ -359,9 +361,33 @@ def _batch(node, batched, *args, body, length, start, reverse, order, saved):
     return np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
 
 
+def _run(out, *arrays, body, length, start, reverse, order, saved):
+    """The reference: every iteration evaluates the body graph by its ops'
+    own reference implementations (:func:`hybridad.frontend.decisions.evaluate`,
+    which Python decisions on traced values use too).  It allocates; the
+    backends run a loop with its body compiled (:mod:`hybridad.backends.loops`)."""
+    from ..frontend.decisions import evaluate
+
+    nc, nx, idx = body.n_carry, body.n_xs, int(body.index)
+    outs = body.graph.outputs
+    where = {k: (off, shape) for k, off, shape in layout(body, length, order)}
+    carries = [np.array(a) for a in arrays[:nc]]
+    xs, consts = arrays[nc:nc + nx], list(arrays[nc + nx:])
+    for t in (range(length - 1, -1, -1) if reverse else range(length)):
+        leaves = [np.int64(start + t)] * idx + carries + [x[t, ...] for x in xs] + consts
+        cache = {}
+        values = [evaluate(o, leaves, cache)[0] for o in outs]
+        carries = [np.array(v) for v in values[:nc]]
+        for k in range(nc, len(outs)):
+            part(out, *where[k])[t] = values[k]
+    for k in range(nc):
+        part(out, *where[k])[...] = carries[k]
+
+
 def _raises(node):
     return node.attrs["body"].raises
 
 
-register(Op("loop", "compute", _abstract, vjp=_vjp, jvp=_jvp, batch=_batch, raises=_raises,
+register(Op("loop", "compute", _abstract, run=_run, vjp=_vjp, jvp=_jvp, batch=_batch,
+            raises=_raises,
             doc="a body traced once, run length times (hybridad.fori_loop, hybridad.scan)"))

@@ -468,6 +468,7 @@ CONSERVATIVE = frozenset({
     "eigh_evr", "solve_triangular", "qr", "lu_factor", "expm", "refuse_if", "cholesky_adjoint",
     "host_ufunc", "host_call", "region", "region_acc", "region_partial",
     "matvec_pair",  # (made by the numba lowering only, after any pattern is traced)
+    "loop",  # (the body's pattern iterated is not derived yet)
 })
 
 

@@ -77,6 +77,7 @@ DEVICE_OPS = {
     **dict.fromkeys(LAPACK_OPS, "host"),
     "host_ufunc": "host",  # a numpy/scipy ufunc on host arrays
     "host_call": "host",  # a numpy/scipy function on host arrays
+    "loop": "host",  # hybridad.fori_loop / scan: its body runs on the CPU backends only
 }
 
 
@@ -93,6 +94,10 @@ def check_supported(nodes):
             raise NotImplementedError(
                 f"{name} (at {n.attrs['where']}) has no rules in hybridad and runs "
                 "on host arrays only; backend='cupy' cannot run it: use backend='numba'")
+        if how == "host" and n.op == "loop":
+            raise NotImplementedError(
+                "loops (hybridad.fori_loop, hybridad.scan) do not run on backend='cupy' yet; "
+                "use backend='numba'")
         if how == "host":
             raise NotImplementedError(
                 f"np.linalg's {n.op} is not implemented on backend='cupy' yet (hybridad runs "

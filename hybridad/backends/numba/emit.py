@@ -219,6 +219,11 @@ def _host_call(e):  # the library function, in object mode, into the node's buff
     e.w.emit(f"    {name}({', '.join([e.out, *e.a])})")
 
 
+def _loop(e):  # the body compiled once, run per iteration (hybridad.backends.loops)
+    from ..loops import emit_numba
+    emit_numba(e)
+
+
 #: op -> the emitter of its generated source: the numba backend's whole
 #: knowledge of the ops that are not fused into regions (an elementwise op is
 #: rendered inside a region by :mod:`hybridad.backends.scalar`)
@@ -252,6 +257,7 @@ EMITTERS = {
     "sort_index": _sort_unpack("imag"),
     "host_ufunc": _host_ufunc,
     "host_call": _host_call,
+    "loop": _loop,
 }
 
 

@@ -22,9 +22,10 @@ from ...ir.graph import format_node, users_of
 from ...ops.lapack_names import KERNEL_MODULES, LAPACK_OPS
 from ...transforms.costs import costs
 from ...transforms.memory import poison_schedule
+from .. import loops as _loops
 from ..scalar import uses_special, vector_imports
 from . import cache, simd
-from .emit import EMITTERS, _emit_gemm, blas_accumulations, emit_node, region_acc_groups
+from .emit import _emit_gemm, blas_accumulations, emit_node, region_acc_groups
 from .split import _drop_unused_views, check_budget, split_body
 from .layouts import numba_layouts, view_statement
 from .loops import (
@@ -530,36 +531,6 @@ def _bind(jitted, fixed, consts, n_in, n_out):
 
 
 # -- loops (hybridad.backends.loops): the body compiled as a program of its own --------------
-class _LoopKernel:
-    """A loop node's runner as a name in generated source, bound at module
-    level from the runner's key (the same source in every process)."""
-
-    cacheable = True
-
-    def __init__(self, key):
-        self.key, self.ident = key, "_lp_" + key[:16]
-
-    def header_line(self):
-        return (f"from numba import objmode as _objmode; from hybridad.backends.loops import "
-                f"runner_for as _lp_runner; {self.ident} = _lp_runner({self.key!r})")
-
-    def driver(self):
-        from ..loops import runner_for
-
-        return runner_for(self.key)
-
-
-def _emit_loop(e):  # the runner, in object mode: one switch to Python per loop
-    from ..loops import runner
-
-    name = e.consts.kernel(_LoopKernel(runner(e.node, "numba", compile_loop_body).key))
-    e.w.emit("with _objmode():")
-    e.w.emit(f"    {name}({', '.join([e.out, *e.a])})")
-
-
-EMITTERS["loop"] = _emit_loop
-
-
 def compile_loop_body(graph):
     """A loop body as one numba function (serial loops: one iteration is small)."""
     from ..loops import lower_body
@@ -593,3 +564,6 @@ def _loop_driver(key, n):
               "    for t in range(a.shape[0]):\n"
               f"        _body({args})\n")
     return cache.compiled(source, "drive", (numba.typeof(np.zeros((1, 1), np.int64)),))
+
+
+_loops.COMPILERS["numba"] = compile_loop_body

@@ -20,6 +20,7 @@ import numpy as np
 from ...ir.graph import format_node
 from ...ops import REGISTRY
 from ...transforms.memory import poison_schedule
+from .. import loops as _loops
 
 __all__ = ["Program", "compile_program"]
 
@@ -212,11 +213,7 @@ def _call(node, names, ns, target, xp, regions, protos, nodes, work=None):
     op = REGISTRY[node.op]
     args = ", ".join(names[a.id] for a in node.args)
     if node.op == "loop":  # the body compiled once, run per iteration (..loops)
-        if regions is not None:
-            raise NotImplementedError("loops (hybridad.fori_loop, hybridad.scan) do not run "
-                                      "on the GPU backend yet; use backend='numba'")
-        from ..loops import runner
-        ns[f"_f{node.id}"] = runner(node, "numpy", compile_loop_body)
+        ns[f"_f{node.id}"] = _loops.runner(node, "numpy")
         return [f"_f{node.id}({target}, {args})"]
     if op.ufunc is not None:  # the array module's own ufunc (cupy's on the GPU)
         ns[f"_uf{node.id}"] = op.ufunc if xp is np else getattr(xp, op.ufunc.__name__)
@@ -241,3 +238,6 @@ def compile_loop_body(graph):
                            name="loop_body")
     prog.memory = memplan
     return (lambda ins, outs: prog.fn(*ins, *outs)), prog, None, None
+
+
+_loops.COMPILERS["numpy"] = compile_loop_body
