@@ -82,18 +82,19 @@ HUBER_Y = HUBER_X @ np.array([1.0, -2.0]) + np.sin(np.arange(20.0)) * 2.0
 
 
 def huber(w, X=HUBER_X, y=HUBER_Y, epsilon=1.35, alpha=1e-4):
-    """scikit-learn's _huber_loss_and_gradient's loss, as written there."""
+    """scikit-learn's _huber_loss_and_gradient's loss, as written there
+    (unweighted): continuous in w, with a kink where a residual becomes an
+    outlier."""
     sigma, coef = w[-1], w[:-1]
     linear_loss = y - X @ coef
     abs_linear_loss = np.abs(linear_loss)
     outliers_mask = abs_linear_loss > epsilon * sigma
     outliers = abs_linear_loss[outliers_mask]
     num_outliers = np.count_nonzero(outliers_mask)
-    n_non_outliers = X.shape[0] - num_outliers
     outlier_loss = 2.0 * epsilon * np.sum(outliers) - sigma * num_outliers * epsilon ** 2
     non_outliers = linear_loss[~outliers_mask]
     squared_loss = np.dot(non_outliers.T, non_outliers) / sigma
-    return n_non_outliers * sigma + squared_loss + outlier_loss + alpha * np.dot(coef, coef)
+    return X.shape[0] * sigma + squared_loss + outlier_loss + alpha * np.dot(coef, coef)
 
 
 CASES = {
@@ -215,12 +216,17 @@ def test_value_hvp_and_scipy_minimize_follow_the_branch():
     h = ha.hvp(near_point, np.array([0.9, 1.0, 2.0]), np.ones(3))
     want = -np.sin(np.array([0.9, 1.0, 2.0])) + np.array([6 * 0.9, 0.0, 0.0])
     np.testing.assert_allclose(h.hvp, want, rtol=1e-12)
+    # scikit-learn's own fit: L-BFGS-B with sigma bounded away from 0
+    bounds = [(None, None), (None, None), (10 * np.finfo(float).eps, None)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RetraceWarning)
-        res = hs.minimize(huber, x, method="L-BFGS-B")
+        res = hs.minimize(huber, x, method="L-BFGS-B", bounds=bounds)
     from scipy.optimize import minimize
-    ref = minimize(huber, x, method="L-BFGS-B")
-    assert res.fun <= ref.fun + 1e-6
+    ref = minimize(huber, x, method="L-BFGS-B", bounds=bounds)
+    assert res.success and ref.success, (res.message, ref.message)
+    assert res.fun == pytest.approx(huber(res.x), rel=1e-13)  # the branch of res.x
+    assert res.fun == pytest.approx(ref.fun, rel=1e-9)
+    np.testing.assert_allclose(res.x, ref.x, rtol=1e-4)
 
 
 def test_a_python_float_of_a_traced_float_is_refused():
