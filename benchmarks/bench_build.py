@@ -12,7 +12,10 @@ at 60 steps (the process's one-time costs -- imports, first loads of
 library kernels -- are not the per-node cost), with ``backend="numpy"``: trace,
 passes and code generation, without numba's compile (numba compiles the
 generated function in time of its own, superlinear in the size of one
-function; loop rolling is what removes it).
+function; loop rolling is what removes it).  The children run with
+``HYBRIDAD_ROLL=0``: by default the loop would be rolled
+(:mod:`hybridad.transforms.rolling`) and the passes would see one step;
+``benchmarks/bench_loops.py`` measures rolled loops.
 
 Cases:
 
@@ -93,7 +96,8 @@ print(json.dumps({"nodes": b.nodes, "total_s": wall, "stages": b.stages}))
 
 def run_one(case, size):
     steps = max(1, round(size / NODES_PER_STEP[case]))
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, HYBRIDAD_ROLL="0",
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-c", CHILD, case, str(steps)], env=env,
                          capture_output=True, text=True, check=True)
     row = json.loads(out.stdout.strip().splitlines()[-1])

@@ -41,7 +41,8 @@ def _per_node(steps):
     return (time.process_time() - t0) / plan.build_times.nodes, plan
 
 
-def test_build_cost_per_node_is_flat():
+def test_build_cost_per_node_is_flat(monkeypatch):
+    monkeypatch.setenv("HYBRIDAD_ROLL", "0")  # the unrolled graph: every pass sees 8000 nodes
     _per_node(3)  # one-time costs
     small = min(_per_node(130)[0] for _ in range(2))
     large, plan = _per_node(1300)
@@ -57,6 +58,24 @@ def test_build_cost_per_node_is_flat():
     fd = (f(x + e) - f(x - e)) / (2 * eps)
     assert np.isclose(res.gradient[3], fd, rtol=1e-6, atol=1e-8)
     assert res.value == pytest.approx(f(x), rel=1e-13)
+
+
+def test_rolling_costs_time_linear_in_the_steps():
+    """By default the loop is rolled (hybridad.transforms.rolling): the trace
+    is still one pass over the steps, and finding the loop in it must stay
+    linear too -- per step, within 2x from 130 to 1300 steps."""
+    def per_step(steps):
+        f, x = _euler(steps)
+        t0 = time.process_time()
+        plan = ha.compile(f, x, backend="numpy")
+        return (time.process_time() - t0) / steps, plan
+
+    per_step(3)
+    small = min(per_step(130)[0] for _ in range(2))
+    large, plan = per_step(1300)
+    assert any(n.op == "loop" for n in plan.graph.nodes)
+    assert large <= 2.0 * small, (f"{1e6 * large:.0f} us per step at 1300 steps against "
+                                  f"{1e6 * small:.0f} at 130")
 
 
 def test_explain_names_the_dominant_stage():

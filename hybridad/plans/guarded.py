@@ -16,6 +16,7 @@ from ..frontend.guards import captured_ids
 from ..frontend.observe import observe
 from ..frontend.signature import signature
 from ..frontend.trace import Trace
+from ..transforms import rolling
 from .arguments import _static_paths
 
 __all__ = ["GuardsMixin", "compiled_code_refusal"]
@@ -85,6 +86,8 @@ class GuardsMixin:
         """``f(*targs)`` in ``trace``, observed: the output checked, and the plan's
         guards and graph signature set (see :mod:`hybridad.frontend.guards`)."""
         out, self.guards, self._signature = self._observe_f(f, targs, trace)
+        if self.backend in ("numpy", "numba") and not trace.decisions and rolling.enabled():
+            (out.node,) = rolling.roll_loops(trace, [out.node])
         self._guarded = self.guards.count > 0
         self._gcheck = self.guards._check  # the compiled check (generated fast paths)
         return out

@@ -1,0 +1,346 @@
+"""Loops rolled from the trace: a Python ``for`` loop that the trace unrolled
+becomes one ``loop`` node again (:mod:`hybridad.ops.loop`).
+
+Tracing unrolls a Python loop: ``T`` iterations leave ``T`` copies of one
+node sequence in the trace, each reading the values the one before it made.
+:func:`roll_loops` finds such runs in the traced forward graph -- consecutive
+repeats of one sequence of ops (with the same attributes, shapes and dtypes)
+whose operands are, copy after copy, the same outer value (*invariant*) or
+the value one period earlier (an operand of the same iteration, or of the
+previous one: a *carry*) -- as LLVM's loop rerolling does for machine code.
+The run becomes one ``loop`` node whose body is one iteration, so
+differentiating and compiling the plan cost what one iteration costs.
+
+* A node with no operand that varies between copies only in its attributes
+  or value -- a literal ``t = k * dt``, a row ``forcing[k]`` of a captured
+  array -- is evaluated outside the loop and its copies stacked into a
+  per-iteration input (the loop's ``xs``).  One that is the same every time
+  is evaluated once and read as a constant.
+* Values of the run that code after it reads become the loop's outputs: the
+  last iteration's carried values as the final carries, any other as the
+  stacked per-iteration outputs, read at their row.
+* What does not repeat exactly (a first iteration that differs, a branch
+  taken at iteration ``k``, a carried value whose shape changes) stays
+  unrolled, as traced: a roll is only made when the one iteration replayed as
+  a body gives every node its traced shape and dtype.
+
+The rolled plan runs the same operations in the same order per element; only
+what the compiled body fuses can round differently from the unrolled plan.
+``HYBRIDAD_ROLL=0`` (read when a plan is built) keeps every loop unrolled.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import numpy as np
+
+from ..frontend.trace import Trace, bind
+from ..frontend.tracer import Tracer
+from ..ir.graph import Graph
+from ..ir.registry import REGISTRY
+from ..ops.loop import LoopBody, layout, part
+
+__all__ = ["MIN_NODES", "MIN_TRIPS", "enabled", "roll_loops"]
+
+#: the fewest iterations, and the fewest traced nodes in all, that are rolled
+#: (a short loop runs faster unrolled, and compiles about as fast)
+MIN_TRIPS = 4
+MIN_NODES = 96
+#: the most periods tried per search, the most loops rolled per trace
+_CANDIDATES = 6
+_MAX_ROLLS = 32
+
+
+def enabled():
+    """Whether plans roll loops (the ``HYBRIDAD_ROLL`` environment variable,
+    on unless ``0``)."""
+    return os.environ.get("HYBRIDAD_ROLL", "1").strip() not in ("0", "false", "no", "off")
+
+
+def roll_loops(trace, outs):
+    """Roll the repeated runs of ``trace.nodes`` (a forward trace) into loop
+    nodes, in place; returns ``outs`` (nodes) with any rolled node replaced
+    by the loop's part that holds its value."""
+    outs, rejected = list(outs), set()
+    with trace:
+        for _ in range(_MAX_ROLLS):
+            run = _best_run(trace.nodes, rejected)
+            if run is None:
+                break
+            new_outs = _roll(trace, outs, *run)
+            if new_outs is None:  # the body did not replay as traced: left unrolled
+                rejected.add((trace.nodes[run[0]].id, run[1]))
+            else:
+                outs = new_outs
+    return outs
+
+
+# -- finding runs ----------------------------------------------------------------
+
+def _attr_key(value):
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__,) + tuple(_attr_key(v) for v in value)
+    if isinstance(value, dict):
+        return ("dict",) + tuple((k, _attr_key(value[k])) for k in sorted(value))
+    if isinstance(value, LoopBody):
+        return ("body", value.key)
+    if isinstance(value, slice):
+        return ("slice", value.start, value.stop, value.step)
+    try:
+        hash(value)
+    except TypeError:
+        return ("object", id(value))
+    return (type(value).__name__, value)
+
+
+def _attrs_key(node):
+    return tuple((k, _attr_key(node.attrs[k])) for k in sorted(node.attrs))
+
+
+def _rollable(node):
+    return node.op not in ("input",) and (node.op == "const" or
+                                          REGISTRY[node.op].kind != "inplace")
+
+
+def _signatures(nodes):
+    """An int per node: equal for nodes that may be copies of one another
+    (op, shape, dtype and the operands' shapes and dtypes; not attributes)."""
+    table, out = {}, []
+    for i, n in enumerate(nodes):
+        if not _rollable(n):
+            key = ("unique", i)
+        else:
+            key = (n.op, n.shape, n.dtype.str,
+                   tuple((a.shape, a.dtype.str) for a in n.args))
+        out.append(table.setdefault(key, len(table)))
+    return out
+
+
+class _Matcher:
+    """Whether node ``i`` and node ``i + p`` are copies of one another."""
+
+    def __init__(self, nodes):
+        self.nodes = nodes
+        self.pos = {n.id: i for i, n in enumerate(nodes)}
+        self.sig = _signatures(nodes)
+        self._keys = {}
+
+    def key(self, i):
+        k = self._keys.get(i)
+        if k is None:
+            k = self._keys[i] = _attrs_key(self.nodes[i])
+        return k
+
+    def match(self, i, p):
+        """None (no), "same" (copies with equal attributes) or "leaf" (every
+        operand invariant, attributes or value differing)."""
+        if self.sig[i] != self.sig[i + p]:
+            return None
+        a, b = self.nodes[i], self.nodes[i + p]
+        invariant = True
+        for x, y in zip(a.args, b.args, strict=True):
+            if x is y:
+                continue
+            if self.pos[y.id] - self.pos[x.id] != p:
+                return None
+            invariant = False
+        if a.op != "const" and self.key(i) == self.key(i + p):
+            return "same"
+        return "leaf" if invariant else None
+
+
+def _best_run(nodes, rejected):
+    """``(start, period, trips)`` of the run covering the most nodes, or None."""
+    n = len(nodes)
+    if n < MIN_NODES:
+        return None
+    m = _Matcher(nodes)
+    last, gaps = {}, Counter()
+    for i in range(n - 1, -1, -1):
+        j = last.get(m.sig[i])
+        if j is not None and (j - i) * MIN_TRIPS <= n:
+            gaps[j - i] += 1
+        last[m.sig[i]] = i
+    best = None
+    for p, count in gaps.most_common(_CANDIDATES):
+        if count < MIN_TRIPS - 1:
+            continue
+        i = 0
+        while i + p < n:
+            if m.match(i, p) is None:
+                i += 1
+                continue
+            j = i
+            while j + p < n and m.match(j, p) is not None:
+                j += 1
+            run = _trim(m, i, p, (j - i) // p + 1)
+            if run is not None and (nodes[run[0]].id, p) not in rejected:
+                covered = run[1] * run[2]
+                if best is None or covered > best[1] * best[2] or \
+                        covered == best[1] * best[2] and run[1] < best[1]:
+                    best = run
+            i = j + 1
+    return best
+
+
+def _trim(m, s, p, trips):
+    """The run of ``trips`` iterations of ``p`` nodes from ``s``, less the
+    leading iterations up to an invariant that the run itself computes (the
+    trace merged its copies into the first), or None when what is left is too
+    short or an iteration reads a value made two or more iterations before."""
+    nodes, pos = m.nodes, m.pos
+    while trips >= MIN_TRIPS and trips * p >= MIN_NODES:
+        end = s + trips * p
+        cut = -1
+        for i in range(s, end):
+            it = (i - s) // p
+            partner = i + p if i + p < end else i - p
+            for x, y in zip(nodes[i].args, nodes[partner].args, strict=True):
+                q = pos[x.id]
+                if x is y:  # invariant
+                    cut = max(cut, q)
+                elif q < s + (it - 1) * p:
+                    return None
+        if cut < s:
+            return s, p, trips
+        shift = (cut - s) // p + 1
+        s, trips = s + shift * p, trips - shift
+    return None
+
+
+# -- rolling one run -------------------------------------------------------------
+
+def _kinds(nodes, s, p, trips):
+    """Per offset of the period: whether its node is a *leaf* (every operand
+    the same outer value in every copy; a constant, or attributes that differ
+    between copies: evaluated outside the loop) and whether its copies differ
+    (*varying*: stacked into a per-iteration input)."""
+    leaf, varying = [], []
+    for o in range(p):
+        first = nodes[s + o]
+        copies = [nodes[s + k * p + o] for k in range(1, trips)]
+        invariant = all(all(x is y for x, y in zip(first.args, c.args, strict=True))
+                        for c in copies)
+        key = _attrs_key(first)
+        differ = any(_attrs_key(c) != key for c in copies)
+        leaf.append(invariant and (first.op == "const" or differ))
+        varying.append(leaf[-1] and differ)
+    return leaf, varying
+
+
+def _roll(trace, outs, s, p, trips):
+    """Replace the run by a loop node; the new ``outs``, or None (left as is)."""
+    nodes = trace.nodes
+    end = s + trips * p
+    pos = {n.id: i for i, n in enumerate(nodes)}
+    leaf, varying = _kinds(nodes, s, p, trips)
+    after = set()  # positions in the run that nodes after it (or the outputs) read
+    for n in nodes[end:]:
+        after.update(q for q in (pos[a.id] for a in n.args) if s <= q < end)
+    after.update(q for q in (pos.get(o.id, -1) for o in outs) if s <= q < end)
+    t0 = s + p  # the template: iteration 1 (its carries come from iteration 0)
+    carries, consts = set(), {}
+    for i in range(t0, t0 + p):
+        if leaf[i - t0]:
+            continue
+        for a in nodes[i].args:
+            q = pos[a.id]
+            if s <= q < t0:
+                if leaf[q - s]:
+                    return None  # a leaf's value carried: not a loop of ours
+                carries.add(q - s)
+            elif q < s:
+                consts.setdefault(a.id, a)
+    carries = sorted(carries)
+    ys = sorted({(q - s) % p for q in after if not leaf[(q - s) % p] and
+                 not ((q - s) // p == trips - 1 and (q - s) % p in carries)})
+    dtypes = {nodes[s + o].dtype for o in carries + ys}
+    if not carries or len(dtypes) != 1 or next(iter(dtypes)).kind != "f":
+        return None
+    xs = [o for o in range(p) if varying[o]]
+    once = [o for o in range(p) if leaf[o] and not varying[o]]
+    lifted = [a for a in consts.values() if not _inline(a)]
+
+    # the body: iteration 1 replayed on the body's inputs
+    body = Trace()
+    with body:
+        specs = [nodes[s + o] for o in carries + xs + once] + lifted
+        ins = [body.input(j, n.shape, n.dtype) for j, n in enumerate(specs)]
+        c_in = ins[:len(carries)]
+        prev = dict(zip(carries, c_in, strict=True))
+        env = dict(zip(xs + once, ins[len(carries):len(carries) + len(xs) + len(once)],
+                       strict=True))
+        outer = {a.id: t for a, t in zip(lifted, ins[len(specs) - len(lifted):], strict=True)}
+        for o in range(p):
+            if leaf[o]:
+                continue
+            node, args = nodes[t0 + o], []
+            for a in node.args:
+                q = pos[a.id]
+                if q >= t0:
+                    args.append(env[q - t0])
+                elif q >= s:
+                    args.append(prev[q - s])
+                elif a.id in outer:
+                    args.append(outer[a.id])
+                else:  # a small literal: folded into the body, as traced
+                    args.append(Tracer(body.const(a.attrs["value"], True), body))
+            try:
+                t = bind(node.op, *args, **node.attrs)
+            except Exception:  # noqa: BLE001 -- the body does not replay: stay unrolled
+                return None
+            if t.shape != node.shape or t.dtype != node.dtype:
+                return None
+            env[o] = t
+    outputs = [env[o].node for o in carries + ys] + [t.node for t in c_in]
+    lbody = LoopBody(Graph(body.nodes, [t.node for t in ins], outputs), False, len(carries),
+                     len(xs))
+    order = tuple(range(len(outputs)))
+
+    # the loop, spliced into the outer trace where the run was
+    head = len(nodes)
+    keep = [nodes[q] for q in sorted(after) if leaf[(q - s) % p]]  # leaves read later
+    kept = {n.id for n in keep}
+    x_outer = []
+    for o in xs:
+        copies = [nodes[s + k * p + o] for k in range(trips)]
+        if all(c.is_literal for c in copies):
+            value = np.stack([c.attrs["value"] for c in copies])
+            x_outer.append(Tracer(trace.const(value, True), trace))
+        else:  # rows of a captured array, ...: stacked when the plan runs
+            keep.extend(c for c in copies if c.id not in kept)
+            kept.update(c.id for c in copies)
+            x_outer.append(np.stack([Tracer(c, trace) for c in copies]))
+    keep.extend(nodes[s + o] for o in once if nodes[s + o].id not in kept)
+    inits = [Tracer(nodes[s + o - p], trace) for o in carries]
+    nc, ny = len(carries), len(ys)
+    packed = bind("loop", *inits, *x_outer, *[Tracer(nodes[s + o], trace) for o in once],
+                  *[Tracer(a, trace) for a in lifted], body=lbody, length=int(trips), start=0,
+                  reverse=False, order=order, saved=tuple(range(nc + ny, 2 * nc + ny)))
+    parts = [part(packed, off, shape) for _, off, shape in layout(lbody, trips, order)]
+    replace = {}
+    for q in sorted(after):
+        k, o = divmod(q - s, p)
+        if leaf[o]:
+            continue
+        replace[nodes[q].id] = parts[carries.index(o)].node if k == trips - 1 and \
+            o in carries else parts[nc + ys.index(o)][k].node
+    new, rest = nodes[head:], nodes[end:head]
+    for n in rest:
+        if any(a.id in replace for a in n.args):
+            n.args = tuple(replace.get(a.id, a) for a in n.args)
+    keep.sort(key=lambda n: pos[n.id])
+    trace.nodes = nodes[:s] + keep + new + rest
+    live = {n.id for n in trace.nodes}
+    trace._seen = {k: v for k, v in trace._seen.items() if v.id in live}
+    return [replace.get(o.id, o) for o in outs]
+
+
+def _inline(node):
+    """Whether an outer operand is copied into the body: a small literal (its
+    folding and the ops' literal forms stay as traced)."""
+    return node.is_literal and node.size <= 16

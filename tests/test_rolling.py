@@ -1,0 +1,201 @@
+"""Loops rolled from the trace (hybridad.transforms.rolling): a Python ``for``
+loop whose iterations trace alike becomes one loop node, with no change to
+the user's code.  Each rolled plan is checked against the same function's
+unrolled plan (``HYBRIDAD_ROLL=0``) and central differences: values,
+gradients, Hessian-vector products and Hessians; the graph must not grow
+with the trip count; loops that must not roll stay unrolled and correct."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.testing import count_allocations, numerical_gradient
+
+RNG = np.random.default_rng(7)
+W = RNG.standard_normal((6, 6)) / 3
+U = RNG.standard_normal((6, 3)) / 2
+X = RNG.standard_normal((40, 3))
+F = RNG.standard_normal((40, 6))
+X0 = np.linspace(-1.0, 1.0, 6)
+
+
+def euler(x, T=40):
+    for _ in range(T):
+        x = x + 0.05 * np.tanh(W @ x)
+    return np.sum(x ** 2)
+
+
+def rnn(h):  # a row of a captured array per step: a per-iteration input
+    for k in range(40):
+        h = np.tanh(W @ h + U @ X[k])
+    return np.sum(h ** 2)
+
+
+def forced(x):  # a Python float per step (t = k dt) and a row of forcing
+    for k in range(40):
+        t = k * 0.1
+        x = x + 0.1 * (np.sin(t) * x - x ** 3 / 3 + F[k])
+    return np.sum(np.cos(x))
+
+
+def trajectory(x):  # every state kept: the loop's stacked per-step outputs
+    xs = []
+    for _ in range(30):
+        x = np.cos(x) * 0.9 + 0.1 * x
+        xs.append(x)
+    return np.sum(np.stack(xs) ** 2) + np.sum(xs[7] * xs[-1])
+
+
+def verlet(x):  # two carries
+    v = np.zeros_like(x)
+    for _ in range(50):
+        v = v - 0.05 * np.sin(x)
+        x = x + 0.05 * v
+    return np.sum(x * v) + np.sum(x ** 2)
+
+
+def running_sum(x):  # a scalar carry started from a Python float
+    total = 0.0
+    for k in range(60):
+        total = total + np.sum(np.sin(x * (k + 1) / 60))
+    return total
+
+
+def two_phases(x):  # the update changes at step 40: two loops, each rolled
+    for k in range(80):
+        x = x + 0.02 * np.tanh(x) if k < 40 else x - 0.02 * np.sin(x) ** 2
+    return np.sum(x ** 2)
+
+
+def growing(x):  # a carried value whose shape changes: never rolled
+    for _ in range(30):
+        x = np.concatenate([x, np.sin(x[-1:]) * 0.5])
+    return np.sum(x ** 2)
+
+
+ROLLED = [euler, rnn, forced, trajectory, verlet, running_sum, two_phases]
+
+
+def _plans(f, x, backend, monkeypatch, **kw):
+    """The rolled and the unrolled plan of ``f``."""
+    monkeypatch.setenv("HYBRIDAD_ROLL", "1")
+    rolled = ha.compile(f, x, backend=backend, **kw)
+    monkeypatch.setenv("HYBRIDAD_ROLL", "0")
+    unrolled = ha.compile(f, x, backend=backend, **kw)
+    monkeypatch.delenv("HYBRIDAD_ROLL")
+    return rolled, unrolled
+
+
+def _loops(plan):
+    return sum(n.op == "loop" for n in plan.graph.nodes)
+
+
+@pytest.mark.parametrize("f", ROLLED, ids=lambda f: f.__name__)
+def test_rolled_gradient_matches_the_unrolled_plan(f, monkeypatch):
+    rolled, unrolled = _plans(f, X0, "numpy", monkeypatch)
+    assert _loops(rolled) >= 1 and _loops(unrolled) == 0
+    # (trajectory's np.stack of every state reads each row of the loop's output)
+    assert len(rolled.graph.nodes) < len(unrolled.graph.nodes) / (1.5 if f is trajectory else 3)
+    r, u = rolled.gradient(X0), unrolled.gradient(X0)
+    assert float(r.value) == pytest.approx(float(u.value), rel=1e-14)
+    assert float(r.value) == pytest.approx(float(f(X0.copy())), rel=1e-14)
+    np.testing.assert_allclose(r.gradient, u.gradient, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(r.gradient, numerical_gradient(f, X0), rtol=1e-6, atol=1e-8)
+
+
+def test_two_phases_roll_separately(monkeypatch):
+    rolled, _ = _plans(two_phases, X0, "numpy", monkeypatch)
+    assert _loops(rolled) == 4  # the forward loop of each phase and its reverse loop
+    assert sum(n.op == "loop" for n in rolled.graph.nodes if n.phase == "forward") == 2
+
+
+def test_the_graph_does_not_grow_with_the_trip_count(monkeypatch):
+    sizes = []
+    for T in (40, 400):
+        monkeypatch.setenv("HYBRIDAD_ROLL", "1")
+        plan = ha.compile(lambda x, T=T: euler(x, T), X0, backend="numpy")
+        sizes.append(len(plan.graph.nodes))
+        r = plan.gradient(X0)
+        np.testing.assert_allclose(r.gradient, numerical_gradient(lambda x: euler(x, T), X0),
+                                   rtol=1e-6, atol=1e-8)
+    assert sizes[0] == sizes[1]
+
+
+def test_what_must_not_roll_stays_unrolled(monkeypatch):
+    rolled, unrolled = _plans(growing, X0, "numpy", monkeypatch)
+    assert _loops(rolled) == 0 and len(rolled.graph.nodes) == len(unrolled.graph.nodes)
+    np.testing.assert_allclose(rolled.gradient(X0).gradient, numerical_gradient(growing, X0),
+                               rtol=1e-6, atol=1e-8)
+    # a Python decision on a traced value in every iteration: each is guarded, unrolled
+    def decided(x):
+        for _ in range(40):
+            x = x + 0.05 * np.tanh(x) if np.sum(x) > -100 else x
+        return np.sum(x ** 2)
+    plan = ha.compile(decided, X0, backend="numpy")
+    assert _loops(plan) == 0
+    # too short to pay: unrolled
+    plan = ha.compile(lambda x: euler(x, 3), X0, backend="numpy")
+    assert _loops(plan) == 0
+
+
+@pytest.mark.parametrize("f", [rnn, forced, verlet], ids=lambda f: f.__name__)
+def test_hvp_and_hessian_through_rolled_loops(f, monkeypatch):
+    v = np.cos(np.arange(6.0))
+    monkeypatch.setenv("HYBRIDAD_ROLL", "1")
+    hr = ha.hvp(f, X0, v, backend="numpy").hvp
+    Hr = ha.hessian(f, X0, backend="numpy").hessian
+    monkeypatch.setenv("HYBRIDAD_ROLL", "0")
+    hu = ha.hvp(f, X0, v, backend="numpy").hvp
+    Hu = ha.hessian(f, X0, backend="numpy").hessian
+    np.testing.assert_allclose(hr, hu, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(Hr, Hu, rtol=1e-12, atol=1e-13)
+    plan = ha.compile(f, X0, backend="numpy")
+    fd = np.array([numerical_gradient(lambda x, i=i: plan.gradient(x).gradient[i], X0)
+                   for i in range(6)])
+    np.testing.assert_allclose(Hr, fd, rtol=1e-5, atol=1e-7)
+
+
+def test_float32_rolls_in_float32(monkeypatch):
+    x = X0.astype(np.float32)
+    rolled, unrolled = _plans(verlet, x, "numpy", monkeypatch)
+    r, u = rolled.gradient(x), unrolled.gradient(x)
+    assert _loops(rolled) >= 1 and r.gradient.dtype == np.float32
+    np.testing.assert_allclose(r.gradient, u.gradient, rtol=1e-6, atol=1e-6)
+
+
+def test_numba_rolled_plan_matches_and_allocates_nothing(monkeypatch):
+    rolled, unrolled = _plans(rnn, X0, "numba", monkeypatch)
+    assert _loops(rolled) >= 1
+    r = ha.GradientResult(X0)
+    rolled.gradient(X0, out=r)
+    np.testing.assert_allclose(r.gradient, unrolled.gradient(X0).gradient, rtol=1e-12,
+                               atol=1e-14)
+    np.testing.assert_allclose(r.gradient, numerical_gradient(rnn, X0), rtol=1e-6, atol=1e-8)
+    with count_allocations() as counts:
+        for _ in range(5):
+            rolled.gradient(X0, out=r)
+    assert counts.allocations == 0, counts
+
+
+def test_captured_rows_changed_in_place_are_seen(monkeypatch):
+    """Rows of a captured array are per-iteration inputs of the rolled loop;
+    changing the array in place is seen by the next call, as unrolled."""
+    Xc = X.copy()
+
+    def f(h):
+        for k in range(40):
+            h = np.tanh(W @ h + U @ Xc[k])
+        return np.sum(h ** 2)
+
+    monkeypatch.setenv("HYBRIDAD_ROLL", "1")
+    before = ha.gradient(f, X0, backend="numpy").gradient.copy()
+    Xc[35] += 1.0
+    after = ha.gradient(f, X0, backend="numpy").gradient
+    assert not np.allclose(before, after, rtol=1e-3, atol=0)
+    monkeypatch.setenv("HYBRIDAD_ROLL", "0")
+    np.testing.assert_allclose(after, ha.gradient(f, X0, backend="numpy").gradient,
+                               rtol=1e-12, atol=0)
+    monkeypatch.setenv("HYBRIDAD_ROLL", "1")
+    assert _loops(ha.compile(f, X0, backend="numpy")) >= 1
