@@ -199,3 +199,24 @@ def test_captured_rows_changed_in_place_are_seen(monkeypatch):
                                rtol=1e-12, atol=0)
     monkeypatch.setenv("HYBRIDAD_ROLL", "1")
     assert _loops(ha.compile(f, X0, backend="numpy")) >= 1
+
+
+def test_rows_of_a_large_captured_array_are_read_in_place(monkeypatch):
+    """``forcing[k]``, rows of an array a plan reads by reference: the loop's
+    per-step input is one view of its memory, so an in-place change is seen
+    by the same plan's next call -- as the unrolled plan sees it."""
+    forcing = np.random.default_rng(3).standard_normal((2000, 6))  # 96 kB: by reference
+
+    def f(x):
+        for k in range(40):
+            x = x + 0.05 * (np.tanh(W @ x) + forcing[k])
+        return np.sum(x ** 2)
+
+    rolled, unrolled = _plans(f, X0, "numpy", monkeypatch)
+    (loop,) = [n for n in rolled.graph.nodes if n.op == "loop" and n.phase == "forward"]
+    assert any(a.op == "const" and np.shares_memory(a.attrs["value"], forcing)
+               for a in loop.args)
+    forcing[10:20] += 0.5
+    r, u = rolled.gradient(X0), unrolled.gradient(X0)
+    np.testing.assert_allclose(r.gradient, u.gradient, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(r.gradient, numerical_gradient(f, X0), rtol=1e-6, atol=1e-8)

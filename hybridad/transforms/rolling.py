@@ -14,8 +14,12 @@ differentiating and compiling the plan cost what one iteration costs.
 * A node with no operand that varies between copies only in its attributes
   or value -- a literal ``t = k * dt``, a row ``forcing[k]`` of a captured
   array -- is evaluated outside the loop and its copies stacked into a
-  per-iteration input (the loop's ``xs``).  One that is the same every time
-  is evaluated once and read as a constant.
+  per-iteration input (the loop's ``xs``): literals by value; captured
+  arrays by reference where they are equally spaced views of one array (one
+  strided view of its memory), by value where a plan compares them by
+  content anyway (:data:`~hybridad.frontend.guards.SMALL_BYTES`), and
+  otherwise stacked when the plan runs.  One that is the same every time is
+  evaluated once and read as a constant.
 * Values of the run that code after it reads become the loop's outputs: the
   last iteration's carried values as the final carries, any other as the
   stacked per-iteration outputs, read at their row.
@@ -36,6 +40,7 @@ from collections import Counter
 
 import numpy as np
 
+from ..frontend.guards import SMALL_BYTES
 from ..frontend.trace import Trace, bind
 from ..frontend.tracer import Tracer
 from ..ir.graph import Graph
@@ -308,10 +313,17 @@ def _roll(trace, outs, s, p, trips):
     x_outer = []
     for o in xs:
         copies = [nodes[s + k * p + o] for k in range(trips)]
-        if all(c.is_literal for c in copies):
-            value = np.stack([c.attrs["value"] for c in copies])
-            x_outer.append(Tracer(trace.const(value, True), trace))
-        else:  # rows of a captured array, ...: stacked when the plan runs
+        values = [c.attrs["value"] for c in copies] if copies[0].op == "const" else None
+        rows = _rows_of_one_array(values) if values and not copies[0].is_literal else None
+        if values and all(c.is_literal for c in copies):
+            x_outer.append(Tracer(trace.const(np.stack(values), True), trace))
+        elif rows is not None:  # forcing[k]: one view of the captured array's memory
+            x_outer.append(Tracer(trace.const(rows, False), trace))
+        elif values and all(v.nbytes <= SMALL_BYTES for v in values):
+            # small arrays a plan compares by content before every call (a change
+            # rebuilds it), or arrays made while tracing: their values, stacked
+            x_outer.append(Tracer(trace.const(np.stack(values), False), trace))
+        else:  # anything else: stacked when the plan runs
             keep.extend(c for c in copies if c.id not in kept)
             kept.update(c.id for c in copies)
             x_outer.append(np.stack([Tracer(c, trace) for c in copies]))
@@ -338,6 +350,25 @@ def _roll(trace, outs, s, p, trips):
     live = {n.id for n in trace.nodes}
     trace._seen = {k: v for k, v in trace._seen.items() if v.id in live}
     return [replace.get(o.id, o) for o in outs]
+
+
+def _rows_of_one_array(values):
+    """The arrays ``values`` (captured by reference: ``forcing[k]`` for each
+    step ``k``) as ONE strided view of the memory they share -- so the loop
+    reads the caller's array in place, as the unrolled plan did -- or None
+    when they are not equally spaced views of one array."""
+    first = values[0]
+    base = first.base
+    if base is None or any(v.base is not base or v.shape != first.shape or
+                           v.strides != first.strides or v.dtype != first.dtype
+                           for v in values):
+        return None
+    ptrs = [v.__array_interface__["data"][0] for v in values]
+    step = ptrs[1] - ptrs[0] if len(ptrs) > 1 else 0
+    if any(b - a != step for a, b in zip(ptrs, ptrs[1:], strict=False)):
+        return None
+    return np.lib.stride_tricks.as_strided(first, (len(values), *first.shape),
+                                           (step, *first.strides), writeable=False)
 
 
 def _inline(node):
