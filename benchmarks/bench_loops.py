@@ -18,11 +18,16 @@ Models:
   ``sum(x_T**2)`` after T steps of classic RK4 on ``x' = tanh(W @ x) - 0.1 x``,
   n = 6, w.r.t. ``x0``.
 
+Each model runs in two forms: ``explicit`` (``hybridad.fori_loop`` /
+``hybridad.scan``) and ``python`` (the same step in a plain Python ``for``
+loop, which the trace unrolls and the plan rolls back into a loop:
+:mod:`hybridad.transforms.rolling`); JAX runs the explicit form.
+
 The goals: first gradient at most 1.0x JAX's at T = 10^4; per call at most
 1.0x; build at T = 10^4 within 1.5x that at T = 10^2 (``build_growth``).
 
     python benchmarks/bench_loops.py [--models euler rnn rk4_hessian]
-        [--steps 100 1000 10000] [--json FILE]
+        [--steps 100 1000 10000] [--forms explicit python] [--json FILE]
 """
 
 from __future__ import annotations
@@ -50,6 +55,16 @@ def data(model):
                 rng.standard_normal((32, 8)) / np.sqrt(8), None]
     n = 6
     return [rng.standard_normal(n), rng.standard_normal((n, n)) / np.sqrt(n)]
+
+def py_fori(lower, upper, body, init):  # the loop as users write it: rolled by the plan
+    for i in range(lower, upper):
+        init = body(i, init)
+    return init
+
+def py_scan(f, init, xs):
+    for x in xs:
+        init, _ = f(init, x)
+    return init, None
 
 def euler(lib, T, fori):
     def f(x, W):
@@ -81,16 +96,17 @@ HYBRIDAD = MODELS + r'''
 import sys, time, json
 t0 = time.perf_counter()
 import hybridad as ha
-model, T = sys.argv[1], int(sys.argv[2])
+model, T, form = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 args = data(model)
 if model == "rnn":
     args[3] = rng.standard_normal((T, 8))
+fori, scan = (ha.fori_loop, ha.scan) if form == "explicit" else (py_fori, py_scan)
 if model == "euler":
-    f, argnums, kind = euler(np, T, ha.fori_loop), 0, "gradient"
+    f, argnums, kind = euler(np, T, fori), 0, "gradient"
 elif model == "rnn":
-    f, argnums, kind = rnn(np, T, ha.scan), 1, "gradient"
+    f, argnums, kind = rnn(np, T, scan), 1, "gradient"
 else:
-    f, argnums, kind = rk4(np, T, ha.fori_loop), 0, "hessian"
+    f, argnums, kind = rk4(np, T, fori), 0, "hessian"
 if kind == "gradient":
     plan = ha.compile(f, *args, argnums=argnums)
     out = ha.GradientResult(args[argnums])
@@ -137,9 +153,9 @@ print(json.dumps({"first_s": first, "call_us": float(np.median(times) * 1e6)}))
 '''
 
 
-def _run(code, model, steps, env):
-    out = subprocess.run([sys.executable, "-c", code, model, str(steps)], capture_output=True,
-                         text=True, env=env, cwd=ROOT, timeout=1800)
+def _run(code, model, steps, env, form="explicit"):
+    out = subprocess.run([sys.executable, "-c", code, model, str(steps), form],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
     if out.returncode:
         return {"error": out.stderr.strip().splitlines()[-1] if out.stderr else "failed"}
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -149,6 +165,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["euler", "rnn", "rk4_hessian"])
     parser.add_argument("--steps", nargs="+", type=int, default=[100, 1000, 10000])
+    parser.add_argument("--forms", nargs="+", default=["explicit", "python"],
+                        choices=["explicit", "python"])
     parser.add_argument("--json", default=None)
     opts = parser.parse_args(argv)
     try:
@@ -157,33 +175,37 @@ def main(argv=None):
     except ImportError:
         have_jax = False
     rows = []
-    print(f"{'model':<12} {'T':>6} {'first_s':>8} {'jax_first':>9} {'ratio':>6} "
+    print(f"{'model':<12} {'form':<8} {'T':>6} {'first_s':>8} {'jax_first':>9} {'ratio':>6} "
           f"{'build_s':>8} {'call_us':>10} {'jax_us':>10} {'ratio':>6}")
     for model in opts.models:
         for steps in opts.steps:
-            with tempfile.TemporaryDirectory() as cache:
-                env = dict(os.environ, HYBRIDAD_CACHE_DIR=cache,
-                           PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-                ha = _run(HYBRIDAD, model.split("_")[0], steps, env)
             jx = _run(JAX, model.split("_")[0], steps, dict(os.environ, JAX_PLATFORMS="cpu")) \
                 if have_jax else {}
-            row = {"model": model, "T": steps, "hybridad": ha, "jax": jx}
-            rows.append(row)
-            if "error" in ha:
-                print(f"{model:<12} {steps:>6} hybridad failed: {ha['error']}")
-                continue
+            for form in opts.forms:
+                with tempfile.TemporaryDirectory() as cache:
+                    env = dict(os.environ, HYBRIDAD_CACHE_DIR=cache,
+                               PYTHONPATH=str(ROOT) + os.pathsep +
+                               os.environ.get("PYTHONPATH", ""))
+                    ha = _run(HYBRIDAD, model.split("_")[0], steps, env, form)
+                row = {"model": model, "form": form, "T": steps, "hybridad": ha, "jax": jx}
+                rows.append(row)
+                if "error" in ha:
+                    print(f"{model:<12} {form:<8} {steps:>6} hybridad failed: {ha['error']}")
+                    continue
 
-            def ratio(a, b):
-                return f"{a / b:6.2f}" if b else "   n/a"
-            print(f"{model:<12} {steps:>6} {ha['first_s']:8.2f} {jx.get('first_s', 0):9.2f} "
-                  f"{ratio(ha['first_s'], jx.get('first_s'))} {ha['build_s']:8.2f} "
-                  f"{ha['call_us']:10.1f} {jx.get('call_us', 0):10.1f} "
-                  f"{ratio(ha['call_us'], jx.get('call_us'))}")
+                def ratio(a, b):
+                    return f"{a / b:6.2f}" if b else "   n/a"
+                print(f"{model:<12} {form:<8} {steps:>6} {ha['first_s']:8.2f} "
+                      f"{jx.get('first_s', 0):9.2f} {ratio(ha['first_s'], jx.get('first_s'))} "
+                      f"{ha['build_s']:8.2f} {ha['call_us']:10.1f} {jx.get('call_us', 0):10.1f} "
+                      f"{ratio(ha['call_us'], jx.get('call_us'))}", flush=True)
     for model in opts.models:
-        b = {r["T"]: r["hybridad"].get("build_s") for r in rows if r["model"] == model}
-        lo, hi = min(b), max(b)
-        if b.get(lo) and b.get(hi):
-            print(f"{model}: build at T={hi} over T={lo}: {b[hi] / b[lo]:.2f}x")
+        for form in opts.forms:
+            b = {r["T"]: r["hybridad"].get("build_s") for r in rows
+                 if r["model"] == model and r["form"] == form}
+            lo, hi = min(b), max(b)
+            if b.get(lo) and b.get(hi):
+                print(f"{model} ({form}): build at T={hi} over T={lo}: {b[hi] / b[lo]:.2f}x")
     if opts.json:
         with open(opts.json, "w", encoding="utf-8") as fh:
             json.dump(rows, fh, indent=1)

@@ -12,6 +12,16 @@ import pytest
 
 import hybridad as ha
 from hybridad.testing import count_allocations, numerical_gradient
+from hybridad.transforms import rolling
+
+
+@pytest.fixture(autouse=True)
+def roll_small_steps(monkeypatch):
+    """The models here are small (6 states): every run of MIN_NODES rolls,
+    however little one step computes (the default rolls only steps doing
+    rolling.HEAVY_STEP work, or runs of rolling.LONG_RUN nodes: see
+    test_the_default_rolls_heavy_steps_and_long_runs)."""
+    monkeypatch.setattr(rolling, "HEAVY_STEP", 0)
 
 RNG = np.random.default_rng(7)
 W = RNG.standard_normal((6, 6)) / 3
@@ -220,3 +230,36 @@ def test_rows_of_a_large_captured_array_are_read_in_place(monkeypatch):
     r, u = rolled.gradient(X0), unrolled.gradient(X0)
     np.testing.assert_allclose(r.gradient, u.gradient, rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(r.gradient, numerical_gradient(f, X0), rtol=1e-6, atol=1e-8)
+
+
+def test_the_default_rolls_heavy_steps_and_long_runs(monkeypatch):
+    monkeypatch.undo()  # the library's thresholds
+    assert rolling.HEAVY_STEP > 0
+    # 40 light steps (6 states): faster unrolled, and quick to compile
+    assert _loops(ha.compile(euler, X0, backend="numpy")) == 0
+    # a step with a 40 x 40 matrix-vector product: rolled
+    W40 = np.random.default_rng(0).standard_normal((40, 40)) / 7
+    x40 = np.linspace(-1, 1, 40)
+
+    def heavy(x):
+        for _ in range(30):
+            x = x + 0.05 * np.tanh(W40 @ x)
+        return np.sum(x ** 2)
+    plan = ha.compile(heavy, x40, backend="numpy")
+    assert _loops(plan) >= 1
+    np.testing.assert_allclose(plan.gradient(x40).gradient, numerical_gradient(heavy, x40),
+                               rtol=1e-6, atol=1e-8)
+    # a long run of light steps: Rosenbrock's sum as a Python loop (x[i] and x[i + 1]:
+    # the one each step reads was made by the step before), rolled
+    def rosen(x):
+        s = 0.0
+        for i in range(len(x) - 1):
+            s = s + 100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2
+        return s
+    x = np.linspace(-1.2, 1.1, 300)
+    plan = ha.compile(rosen, x, backend="numpy")
+    assert _loops(plan) >= 1 and len(plan.graph.nodes) < 200
+    r = plan.gradient(x)
+    from scipy.optimize import rosen as rosen_ref, rosen_der
+    assert float(r.value) == pytest.approx(rosen_ref(x), rel=1e-13)
+    np.testing.assert_allclose(r.gradient, rosen_der(x), rtol=1e-12, atol=1e-12)

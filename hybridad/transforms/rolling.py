@@ -53,6 +53,12 @@ __all__ = ["MIN_NODES", "MIN_TRIPS", "enabled", "roll_loops"]
 #: (a short loop runs faster unrolled, and compiles about as fast)
 MIN_TRIPS = 4
 MIN_NODES = 96
+#: a run is rolled when one iteration does at least this much work (elements
+#: computed; a matrix product counts its multiply-adds), so that calling the
+#: body once per iteration costs little beside it -- or when the run is so long
+#: (traced nodes) that compiling it unrolled would take minutes
+HEAVY_STEP = 1000
+LONG_RUN = 1500
 #: the most periods tried per search, the most loops rolled per trace
 _CANDIDATES = 6
 _MAX_ROLLS = 32
@@ -248,36 +254,42 @@ def _roll(trace, outs, s, p, trips):
         after.update(q for q in (pos[a.id] for a in n.args) if s <= q < end)
     after.update(q for q in (pos.get(o.id, -1) for o in outs) if s <= q < end)
     t0 = s + p  # the template: iteration 1 (its carries come from iteration 0)
-    carries, consts = set(), {}
+    carries, lagged, consts = set(), set(), {}
     for i in range(t0, t0 + p):
         if leaf[i - t0]:
             continue
         for a in nodes[i].args:
             q = pos[a.id]
-            if s <= q < t0:
-                if leaf[q - s]:
-                    return None  # a leaf's value carried: not a loop of ours
-                carries.add(q - s)
+            if s <= q < t0:  # made by the iteration before
+                (lagged if leaf[q - s] else carries).add(q - s)
             elif q < s:
                 consts.setdefault(a.id, a)
-    carries = sorted(carries)
+    carries, lagged = sorted(carries), sorted(lagged)
     ys = sorted({(q - s) % p for q in after if not leaf[(q - s) % p] and
                  not ((q - s) // p == trips - 1 and (q - s) % p in carries)})
+    work = sum(_work(nodes[t0 + o]) for o in range(p) if not leaf[o])
+    if work < HEAVY_STEP and trips * p < LONG_RUN:
+        return None  # faster unrolled, and quick enough to compile
     dtypes = {nodes[s + o].dtype for o in carries + ys}
     if not carries or len(dtypes) != 1 or next(iter(dtypes)).kind != "f":
         return None
-    xs = [o for o in range(p) if varying[o]]
+    # per-iteration inputs: a varying leaf of this iteration, or a leaf of the one
+    # before (x[i] after x[i + 1] the step before made it: the trace merged the two)
+    xs = [("now", o) for o in range(p) if varying[o]] + [("before", o) for o in lagged]
     once = [o for o in range(p) if leaf[o] and not varying[o]]
     lifted = [a for a in consts.values() if not _inline(a)]
 
     # the body: iteration 1 replayed on the body's inputs
     body = Trace()
     with body:
-        specs = [nodes[s + o] for o in carries + xs + once] + lifted
+        specs = [nodes[s + o] for o in carries + [o for _, o in xs] + once] + lifted
         ins = [body.input(j, n.shape, n.dtype) for j, n in enumerate(specs)]
         c_in = ins[:len(carries)]
+        x_in = dict(zip(xs, ins[len(carries):len(carries) + len(xs)], strict=True))
         prev = dict(zip(carries, c_in, strict=True))
-        env = dict(zip(xs + once, ins[len(carries):len(carries) + len(xs) + len(once)],
+        prev.update({o: t for (when, o), t in x_in.items() if when == "before"})
+        env = {o: t for (when, o), t in x_in.items() if when == "now"}
+        env.update(zip(once, ins[len(carries) + len(xs):len(carries) + len(xs) + len(once)],
                        strict=True))
         outer = {a.id: t for a, t in zip(lifted, ins[len(specs) - len(lifted):], strict=True)}
         for o in range(p):
@@ -311,22 +323,14 @@ def _roll(trace, outs, s, p, trips):
     keep = [nodes[q] for q in sorted(after) if leaf[(q - s) % p]]  # leaves read later
     kept = {n.id for n in keep}
     x_outer = []
-    for o in xs:
+    for when, o in xs:
         copies = [nodes[s + k * p + o] for k in range(trips)]
-        values = [c.attrs["value"] for c in copies] if copies[0].op == "const" else None
-        rows = _rows_of_one_array(values) if values and not copies[0].is_literal else None
-        if values and all(c.is_literal for c in copies):
-            x_outer.append(Tracer(trace.const(np.stack(values), True), trace))
-        elif rows is not None:  # forcing[k]: one view of the captured array's memory
-            x_outer.append(Tracer(trace.const(rows, False), trace))
-        elif values and all(v.nbytes <= SMALL_BYTES for v in values):
-            # small arrays a plan compares by content before every call (a change
-            # rebuilds it), or arrays made while tracing: their values, stacked
-            x_outer.append(Tracer(trace.const(np.stack(values), False), trace))
-        else:  # anything else: stacked when the plan runs
-            keep.extend(c for c in copies if c.id not in kept)
-            kept.update(c.id for c in copies)
-            x_outer.append(np.stack([Tracer(c, trace) for c in copies]))
+        if when == "before":
+            copies = [nodes[s + o - p]] + copies[:-1]
+        stacked, outside = _stack(trace, copies)
+        x_outer.append(stacked)
+        keep.extend(c for c in outside if c.id not in kept)
+        kept.update(c.id for c in outside)
     keep.extend(nodes[s + o] for o in once if nodes[s + o].id not in kept)
     inits = [Tracer(nodes[s + o - p], trace) for o in carries]
     nc, ny = len(carries), len(ys)
@@ -350,6 +354,63 @@ def _roll(trace, outs, s, p, trips):
     live = {n.id for n in trace.nodes}
     trace._seen = {k: v for k, v in trace._seen.items() if v.id in live}
     return [replace.get(o.id, o) for o in outs]
+
+
+def _work(node):
+    """About how many elements ``node`` computes (a product: its multiply-adds)."""
+    if node.op in ("matmul", "dot", "tensordot", "einsum") and node.args and \
+            node.args[0].shape:
+        return node.size * node.args[0].shape[-1]
+    return node.size if REGISTRY[node.op].kind != "view" else 0
+
+
+def _stack(trace, copies):
+    """The values of ``copies`` (one per iteration) stacked along a new first
+    axis, as a tracer, and the copies the outer graph must keep for it."""
+    first = copies[0]
+    if all(c.op == "const" for c in copies):
+        values = [c.attrs["value"] for c in copies]
+        if all(c.is_literal for c in copies):
+            return Tracer(trace.const(np.stack(values), True), trace), []
+        rows = _rows_of_one_array(values)
+        if rows is not None:  # forcing[k]: one view of the captured array's memory
+            return Tracer(trace.const(rows, False), trace), []
+        if all(v.nbytes <= SMALL_BYTES for v in values):
+            # small arrays a plan compares by content before every call (a change
+            # rebuilds it), or arrays made while tracing: their values, stacked
+            return Tracer(trace.const(np.stack(values), False), trace), []
+    elif all(c.op == "getitem" and c.args[0] is first.args[0] for c in copies):
+        view = _strided_items(trace, first.args[0], [c.attrs["index"] for c in copies])
+        if view is not None:  # x[i] for i = a, a + b, ...: one view of x
+            return view, []
+    return np.stack([Tracer(c, trace) for c in copies]), copies  # stacked when it runs
+
+
+def _strided_items(trace, source, indices):
+    """``source[index]`` for each index, stacked, as one basic-indexing view:
+    when the indices differ in one integer position only, by a constant step."""
+    first = indices[0]
+    if any(len(ix) != len(first) for ix in indices):
+        return None
+    differ = [j for j in range(len(first))
+              if any(_attr_key(ix[j]) != _attr_key(first[j]) for ix in indices)]
+    if len(differ) != 1:
+        return None
+    j = differ[0]
+    ks = [ix[j] for ix in indices]
+    if not all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in ks):
+        return None
+    step = int(ks[1]) - int(ks[0]) if len(ks) > 1 else 1
+    if step == 0 or any(int(b) - int(a) != step for a, b in zip(ks, ks[1:], strict=False)):
+        return None
+    if any(int(k) < 0 for k in ks):
+        return None
+    stop = int(ks[-1]) + step
+    index = list(first)
+    index[j] = slice(int(ks[0]), stop if stop >= 0 else None, step)
+    view = Tracer(source, trace)[tuple(index)]
+    axis = sum(1 for x in first[:j] if not isinstance(x, (int, np.integer)))
+    return np.moveaxis(view, axis, 0) if axis else view
 
 
 def _rows_of_one_array(values):

@@ -207,7 +207,7 @@ def _canonical(lines, module_names):
 
 
 def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, out_specs,
-                          name="plan", poison=False, given=(), profile=False):
+                          name="plan", poison=False, given=(), profile=False, trusted=False):
     """Generate, cache and compile the whole-plan function.
 
     ``in_specs`` / ``out_specs``: ``(shape, dtype)`` of each input and output
@@ -216,7 +216,9 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     ``profile``: True (or ``"wall"``, ``"cpu"``: the clock) times every node
     (:mod:`.profiling`; the program's ``timers`` array and ``timed`` slots,
     see :mod:`hybridad.plans.profile`) -- never in a normal plan, whose source
-    is unchanged by this option.
+    is unchanged by this option.  ``trusted``: the caller makes every argument
+    as the specs say (a loop body, called by :mod:`hybridad.backends.loops`
+    on views it made once): the arguments are not checked per call.
     Returns a :class:`NumbaProgram`.
     """
     users = users_of(nodes)
@@ -238,7 +240,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         from .profiling import Timers
         timers = Timers("wall" if profile is True else profile)
         params.append(timers.PARAM)
-    checks = _Checks(objects)
+    checks = _Checks(objects, trusted)
     for i, (shape, dtype) in enumerate(in_specs):
         checks.add(f"a{i}", shape, dtype, written=False)
     for k, (shape, dtype) in enumerate(out_specs):
@@ -544,7 +546,7 @@ def compile_loop_body(graph):
                                      memplan.allocate(np), [(n.shape, n.dtype) for n in
                                                             graph.inputs],
                                      [(n.shape, n.dtype) for n in graph.outputs],
-                                     name="loop_body")
+                                     name="loop_body", trusted=True)
     prog.memory = memplan
     parts = prog.parts if prog.objects and not prog.heavy else None
     return prog.call, prog, parts, _loop_driver
