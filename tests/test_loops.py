@@ -260,3 +260,27 @@ def test_loops_are_refused_on_the_gpu_backend_by_name():
     plan = ha.compile(euler_loop, X0, W0, backend="numpy")
     with pytest.raises(NotImplementedError, match="fori_loop"):
         check_supported(plan.graph.nodes)
+
+
+def test_scanned_arguments_that_move_between_calls():
+    """xs passed as an argument, a new array at every call (and one changed in
+    place): each call scans the array it was given, on both backends."""
+    rng = np.random.default_rng(5)
+    W = rng.standard_normal((4, 4)) / 3
+
+    def f(h, xs):
+        h, _ = ha.scan(lambda h, x: (np.tanh(W @ h + x), None), h, xs)
+        return np.sum(h ** 2)
+
+    h0 = np.linspace(-1, 1, 4)
+    for backend in ("numpy", "numba"):
+        xs = rng.standard_normal((30, 4))
+        plan = ha.compile(f, h0, xs, backend=backend)
+        for _ in range(3):
+            xs = rng.standard_normal((30, 4))  # another array, at another address
+            for changed in (False, True):
+                if changed:
+                    xs[7] += 0.5  # in place
+                g = plan.gradient(h0, xs).gradient
+                np.testing.assert_allclose(
+                    g, numerical_gradient(lambda h, xs=xs: f(h, xs), h0), rtol=1e-6, atol=1e-9)

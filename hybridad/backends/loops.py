@@ -22,12 +22,15 @@ body's workspace is one).
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import math
 import threading
 
 import numpy as np
+
+from .numba.abi import ABI
 
 __all__ = ["COMPILERS", "LoopRunner", "emit_numba", "runner", "runner_for"]
 
@@ -85,6 +88,10 @@ class _SourceName:
         return runner_for(self.key)
 
 
+_DATA = None if ABI is None else ABI["data"]
+_LOAD = ctypes.c_int64.from_address
+
+
 def emit_numba(e):
     """The numba emitter of a loop node (``e``: :class:`.numba.emit.Emit`): its
     runner called in object mode, one switch to Python per loop."""
@@ -102,6 +109,14 @@ def lower_body(graph, backend):
 
     g = copy_graph(graph)
     return pipeline.lower(g.nodes, g.inputs, g.outputs, backend)
+
+
+def _address(a):
+    """The data address of array ``a``: read from numpy's array struct where
+    its layout is known (:mod:`.numba.abi`), ~10x cheaper than
+    ``__array_interface__``."""
+    return _LOAD(id(a) + _DATA).value if _DATA is not None else \
+        a.__array_interface__["data"][0]
 
 
 class LoopRunner:
@@ -132,6 +147,7 @@ class LoopRunner:
 
         self._parts = {k: (off, shape) for k, off, shape in layout(body, self.length, a["order"])}
         self._staged = {}
+        self._moving = {}  # operand position -> the runner's copy of an operand that moved
 
     def _canonical(self, pos, a):
         if a.flags.c_contiguous and a.flags.aligned and a.dtype.isnative and \
@@ -174,13 +190,24 @@ class LoopRunner:
     def _iterations(self, out, ops):
         """The iterations of a numba body as one call: every array of every
         iteration as ``id(view)`` (the views made once and kept here), in one
-        table the compiled driver walks, or in argument lists.  Kept for the
-        next call while the operands stay where they are (the plan's arena,
-        the same constants)."""
-        key = tuple((a.__array_interface__["data"][0], a.shape, a.strides)
-                    for a in (out, *ops))
+        table the compiled driver walks, or in argument lists; and the views
+        of ``out`` the final carries go to.  Kept for the next call while the
+        arrays the table reads stay where they are (the plan's arena, the
+        same constants); an xs or constant that moves (an argument of the
+        plan) is copied from then on into a buffer of the runner's, so the
+        table is made again once, not at every call."""
+        nc = self.body.n_carry
+        key = tuple(map(_address, (out, *ops[nc:])))
+        if self._cached is not None and self._cached[0] != key:
+            moved = [j for j, (a, b) in enumerate(zip(key[1:], self._cached[0][1:],
+                                                      strict=True), nc) if a != b]
+            for j in moved:
+                self._moving[j] = np.empty_like(ops[j])
+                np.copyto(self._moving[j], ops[j])
+                ops[j] = self._moving[j]
+            key = tuple(map(_address, (out, *ops[nc:])))
         if self._cached is not None and self._cached[0] == key:
-            return self._cached[1]
+            return self._cached[1], self._cached[2]
         own, fixed, bound = self._parts_of_body
         keep, iterations = [], []
         for ins, outs in self._steps(out, ops):
@@ -193,8 +220,9 @@ class LoopRunner:
             def run():
                 for args in iterations:
                     own(*args)
-        self._cached = (key, run, keep)
-        return run
+        finals = [self._row(out, k) for k in range(nc)]
+        self._cached = (key, run, finals, keep)
+        return run, finals
 
     def _row(self, out, k):
         off, shape = self._parts[k]
@@ -204,13 +232,17 @@ class LoopRunner:
         nc = self.body.n_carry
         with self._lock:
             ops = [self._canonical(i, a) for i, a in enumerate(operands)]
+            for j, buf in self._moving.items():
+                np.copyto(buf, ops[j])
+                ops[j] = buf
             for c, a in zip(self._carries[0], ops[:nc], strict=True):
                 np.copyto(c, a)
             if self._parts_of_body is not None:
-                self._iterations(out, ops)()
+                run, finals = self._iterations(out, ops)
+                run()
             else:
                 for ins, outs in self._steps(out, ops):
                     self.call(ins, outs)
-            final = self._carries[self.length % 2]
-            for k in range(nc):
-                self._row(out, k)[...] = final[k]
+                finals = [self._row(out, k) for k in range(nc)]
+            for dst, src in zip(finals, self._carries[self.length % 2], strict=True):
+                np.copyto(dst, src)
