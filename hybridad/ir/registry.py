@@ -32,6 +32,9 @@ An :class:`Op` carries, side by side:
 * ``piecewise`` -- for elementwise ops, whether the derivative is smooth
   only piecewise (kinks or jumps: ``abs``, ``maximum``, ``remainder``), as the
   coverage table reports it;
+* ``held`` -- for an op whose backends keep memory of their own beside the
+  arena (a loop: its runner's carries and its body's workspace), the bytes,
+  from the node; the memory plan adds them to what the plan holds;
 * ``raises`` -- whether ``run`` can fail on operands of valid shape and dtype
   (LAPACK: a singular or not positive definite matrix, no convergence).  A
   call that fails writes nothing: the plans order every write into a caller's
@@ -153,13 +156,15 @@ class Op:
         "view",
         "vjp",
         "workspace",
+        "held",
     )
 
     def __init__(self, name, kind, abstract, run=None, view=None, vjp=None, ufunc=None,
                  partials=None, domain=None, doc="", scalar=None, workspace=None, jvp=None,
                  batch=None, dual=None, raises=False, expensive=False, piecewise=False,
-                 shifts=None):
+                 shifts=None, held=None):
         assert kind in KINDS, kind
+        self.held = held
         self.name = name
         self.kind = kind
         self.abstract = abstract

@@ -45,13 +45,14 @@ import hashlib
 import numpy as np
 
 from ..ir.graph import Graph, dead_code_elimination
-from ..ir.registry import Op, may_raise, register
+from ..ir.registry import REGISTRY, Op, may_raise, register
 
 __all__ = ["TRANSFORMS", "LoopBody", "layout", "part", "replay"]
 
 #: the graph transforms the rules apply to a body: ``backward``, ``jvp`` and
 #: ``vmap``, set by :mod:`hybridad.transforms.autodiff` and
-#: :mod:`hybridad.transforms.batching` when they are imported
+#: :mod:`hybridad.transforms.batching` when they are imported, and the memory
+#: pass's ``plan_memory`` (what a body's workspace takes, :mod:`.memory`)
 TRANSFORMS = {}
 
 
@@ -388,6 +389,27 @@ def _raises(node):
     return node.attrs["body"].raises
 
 
+def _held(node):
+    """What a backend keeps for the loop beside the plan's arena: two sets of
+    carries (the runner's) and the body's workspace -- its memory plan, when
+    the memory pass is loaded (:data:`TRANSFORMS`), which counts nested loops'
+    own in turn; else every value of one iteration."""
+    body = node.attrs["body"]
+    g = body.graph
+    carries = sum(n.nbytes for n in g.outputs[:body.n_carry])
+    plan = TRANSFORMS.get("plan_memory")
+    if plan is not None:
+        return 2 * carries + plan(g).total_bytes
+    work = 0
+    for n in g.nodes:
+        op = REGISTRY.get(n.op)
+        if n.op not in ("input", "const") and (op is None or op.kind != "view"):
+            work += n.nbytes
+        if op is not None and op.held is not None:
+            work += int(op.held(n))
+    return 2 * carries + work
+
+
 register(Op("loop", "compute", _abstract, run=_run, vjp=_vjp, jvp=_jvp, batch=_batch,
-            raises=_raises,
+            raises=_raises, held=_held,
             doc="a body traced once, run length times (hybridad.fori_loop, hybridad.scan)"))

@@ -105,6 +105,13 @@ class ExplainMixin:
                        f"the result's buffer (no arena)")
         for dt, n in mem.arena_bytes.items():
             out.append(f"arena[{dt.name}]: {n} bytes")
+        if mem.held_bytes:
+            out.append(f"held by loops beside the arena (carries, body workspace): "
+                       f"{mem.held_bytes} bytes")
+        if self.checkpoint_levels:
+            out.append(f"loops checkpointed on {self.checkpoint_levels} levels for the memory "
+                       f"budget: each loop's forward sweep runs {self.checkpoint_levels} times "
+                       "per gradient (recompute factor), its carries stored per segment")
         out.append(f"total workspace: {mem.total_bytes} bytes (peak); liveness lower bound "
                    f"{mem.lower_bound} bytes; one slot per buffer would take "
                    f"{mem.naive_total} bytes")

@@ -38,6 +38,7 @@ from ..optim import UpdateRule
 from ..results import DiffResult, HvpResult
 from ..transforms import pipeline
 from ..transforms.autodiff import backward, jvp
+from ..transforms.checkpoint import checkpoint_loops
 from ..transforms.costs import thread_owner
 from ..transforms.memory import op_workspaces, plan_memory
 from ..transforms.partition import fuse_regions
@@ -168,23 +169,43 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             try:
                 self._build(f, args, leaves)
             except _OverBudget as first:
-                # checkpointing: recompute every region in the backward sweep
-                # instead of keeping its partials from the forward sweep
-                self.recomputed_for_budget = True
-                try:
-                    with recompute_partials():
-                        self._build(f, args, leaves)
-                except _OverBudget as second:
-                    best = min(first.memory, second.memory, key=lambda m: m.total_bytes)
-                    raise MemoryBudgetError(
-                        f"{self.name}: memory_budget={memory_budget} bytes is too small; the "
-                        f"smallest workspace hybridad can plan is {best.total_bytes} bytes "
-                        f"(liveness lower bound {best.lower_bound}; "
-                        f"{first.memory.total_bytes} bytes storing partials, "
-                        f"{second.memory.total_bytes} recomputing every region)") from None
+                self._build_within_budget(f, args, leaves, first)
         if self._pending is not None and not self._start_tiers(f, args):
             pending, self._pending = self._pending, None  # no reference program: compile here
             self._install_program(self._compile(*pending))
+
+    #: loops split into this many nested levels for the budget
+    #: (:mod:`hybridad.transforms.checkpoint`), or None
+    checkpoint_levels = None
+    _has_loops = False
+
+    def _build_within_budget(self, f, args, leaves, first):
+        """Build again for ``memory_budget``: every region recomputing its
+        partials in the backward sweep instead of keeping them from the
+        forward sweep; then, if the graph has loops, their carries
+        checkpointed on 2, 3, 4 levels (each level one more forward sweep of
+        the loop instead of storing every carry)."""
+        self.recomputed_for_budget = True
+        tries = [("storing partials", first.memory)]
+        with recompute_partials():
+            for levels in (None, 2, 3, 4):
+                if levels is not None and not self._has_loops:
+                    break
+                self.checkpoint_levels = levels
+                try:
+                    self._build(f, args, leaves)
+                    return
+                except _OverBudget as over:
+                    tries.append(("recomputing every region" + (
+                        f", loops checkpointed on {levels} levels" if levels else ""),
+                        over.memory))
+        self.checkpoint_levels = None
+        best = min((m for _, m in tries), key=lambda m: m.total_bytes)
+        raise MemoryBudgetError(
+            f"{self.name}: memory_budget={self.memory_budget} bytes is too small; the smallest "
+            f"workspace hybridad can plan is {best.total_bytes} bytes (liveness lower bound "
+            f"{best.lower_bound}; " + ", ".join(f"{m.total_bytes} bytes {how}"
+                                                 for how, m in tries) + ")") from None
 
     # ------------------------------------------------------------------ build
     def _build(self, f, args, leaves):
@@ -199,6 +220,10 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                 tracers, targs, diff_tracers = self._trace_args(trace, leaves)
                 out = self._trace_f(f, targs, trace)
             times.nodes = len(trace.nodes)
+            self._has_loops = any(n.op == "loop" for n in trace.nodes)
+            if self.checkpoint_levels:
+                with times.stage("checkpoint loops"):
+                    (out.node,), _ = checkpoint_loops(trace, [out.node], self.checkpoint_levels)
             if trace.decisions:  # checked before every call (see _specialized)
                 self._decision_check = DecisionCheck(trace.decisions)
                 self._guarded = True

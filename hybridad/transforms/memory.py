@@ -40,9 +40,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops import REGISTRY, may_raise, storage_root
+from ..ops import loop as _loop
 
-__all__ = ["MemoryPlan", "MemoryProfile", "layout_proto", "op_workspaces", "plan_memory",
-           "poison_schedule"]
+__all__ = ["MemoryPlan", "MemoryProfile", "held_bytes", "layout_proto", "op_workspaces",
+           "plan_memory", "poison_schedule"]
 
 ALIGN = 64
 
@@ -91,10 +92,14 @@ class MemoryPlan:
         #: bytes of arena live after each schedule position
         self.live_bytes = np.asarray(live_bytes, dtype=np.int64)
 
+    #: bytes ops keep beside the arenas (:attr:`hybridad.ops.Op.held`: a loop's
+    #: carries and its body's workspace)
+    held_bytes = 0
+
     @property
     def total_bytes(self):
-        """Bytes of all arenas (what the plan holds)."""
-        return sum(self.arena_bytes.values())
+        """Bytes of all arenas and of what ops keep beside them (what the plan holds)."""
+        return sum(self.arena_bytes.values()) + self.held_bytes
 
     @property
     def lower_bound(self):
@@ -350,10 +355,27 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
         naive[dt] = naive.get(dt, 0) + _aligned(nbytes)
         live[a:b + 1] += nbytes
     lifetimes = {key: (a, b) for key, _, _, a, b in items}
-    return MemoryPlan(storage, slots, arena, copies, scratch_slots, alias_of,
+    plan = MemoryPlan(storage, slots, arena, copies, scratch_slots, alias_of,
                       lifetimes=lifetimes, direct=direct, order=[n.id for n in graph.nodes],
                       naive_bytes=naive, live_bytes=live[:end_of_schedule],
                       in_place=in_place)
+    plan.held_bytes = held_bytes(graph.nodes)
+    return plan
+
+
+def _body_memory(graph):
+    """A loop body's workspace (for :attr:`hybridad.ops.Op.held` of ``loop``)."""
+    return plan_memory(graph, (), op_workspaces(graph.nodes), reuse=True)
+
+
+def held_bytes(nodes):
+    """Bytes the ops of ``nodes`` keep beside the arena (:attr:`hybridad.ops.Op.held`)."""
+    total = 0
+    for n in nodes:
+        op = REGISTRY.get(n.op)
+        if op is not None and op.held is not None:
+            total += int(op.held(n))
+    return total
 
 
 def poison_schedule(memplan):
@@ -540,3 +562,6 @@ def _reusable_operand(node, storage, users, outputs):
                 storage.get(a.id) == "buffer" and all(u is node for u in users[a.id]):
             return a
     return None
+
+
+_loop.TRANSFORMS.update(plan_memory=_body_memory)
