@@ -55,9 +55,10 @@ MIN_TRIPS = 4
 MIN_NODES = 96
 #: a run is rolled when one iteration does at least this much work (elements
 #: computed; a matrix product counts its multiply-adds), so that calling the
-#: body once per iteration costs little beside it -- or when the run is so long
-#: (traced nodes) that compiling it unrolled would take minutes
-HEAVY_STEP = 1000
+#: body once per iteration (~0.2-0.5 us) costs little beside it -- or when the
+#: run is so long (traced nodes) that numba would take half a minute or more
+#: to compile it unrolled
+HEAVY_STEP = 10_000
 LONG_RUN = 1500
 #: the most periods tried per search, the most loops rolled per trace
 _CANDIDATES = 6
