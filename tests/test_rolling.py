@@ -265,3 +265,27 @@ def test_the_default_rolls_heavy_steps_and_long_runs(monkeypatch):
     from scipy.optimize import rosen as rosen_ref, rosen_der
     assert float(r.value) == pytest.approx(rosen_ref(x), rel=1e-13)
     np.testing.assert_allclose(r.gradient, rosen_der(x), rtol=1e-12, atol=1e-12)
+
+
+def test_rk4_steps_roll_and_their_hessian_matches(monkeypatch):
+    """An RK4 step calls the right-hand side four times: its nodes repeat
+    inside the step, and the step's period is found past them."""
+    def rhs(x):
+        return np.tanh(W @ x) - 0.1 * x
+
+    def rk4(x, dt=0.05):
+        for _ in range(40):
+            k1 = rhs(x)
+            k2 = rhs(x + 0.5 * dt * k1)
+            k3 = rhs(x + 0.5 * dt * k2)
+            k4 = rhs(x + dt * k3)
+            x = x + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        return np.sum(x ** 2)
+
+    monkeypatch.setenv("HYBRIDAD_ROLL", "1")
+    rolled = ha.compile(rk4, X0, hessian=True, backend="numpy")
+    monkeypatch.setenv("HYBRIDAD_ROLL", "0")
+    unrolled = ha.compile(rk4, X0, hessian=True, backend="numpy")
+    assert _loops(rolled) >= 1 and len(rolled.graph.nodes) < len(unrolled.graph.nodes) / 5
+    np.testing.assert_allclose(rolled.hessian(X0).hessian, unrolled.hessian(X0).hessian,
+                               rtol=1e-12, atol=1e-13)

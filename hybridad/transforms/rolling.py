@@ -61,7 +61,8 @@ MIN_NODES = 96
 HEAVY_STEP = 10_000
 LONG_RUN = 1500
 #: the most periods tried per search, the most loops rolled per trace
-_CANDIDATES = 6
+_CANDIDATES = 12
+_REACH = 8
 _MAX_ROLLS = 32
 
 
@@ -171,12 +172,19 @@ def _best_run(nodes, rejected):
     if n < MIN_NODES:
         return None
     m = _Matcher(nodes)
-    last, gaps = {}, Counter()
+    # candidate periods: distances from each node to the next few of its kind
+    # (a step that calls one function four times repeats its nodes within the
+    # step: the step's period is the distance to the fourth next one)
+    nxt, last, gaps = [None] * n, {}, Counter()
     for i in range(n - 1, -1, -1):
-        j = last.get(m.sig[i])
-        if j is not None and (j - i) * MIN_TRIPS <= n:
-            gaps[j - i] += 1
+        nxt[i] = last.get(m.sig[i])
         last[m.sig[i]] = i
+        j = nxt[i]
+        for _ in range(_REACH):
+            if j is None or (j - i) * MIN_TRIPS > n:
+                break
+            gaps[j - i] += 1
+            j = nxt[j]
     best = None
     for p, count in gaps.most_common(_CANDIDATES):
         if count < MIN_TRIPS - 1:
