@@ -17,6 +17,8 @@ Node kinds:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = ["Graph", "Node", "check", "copy_graph", "format_node", "users_of"]
@@ -53,7 +55,7 @@ class Node:
 
     @property
     def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     @property
     def nbytes(self):
