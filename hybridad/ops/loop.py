@@ -45,6 +45,7 @@ import hashlib
 import numpy as np
 
 from ..ir.graph import Graph, dead_code_elimination
+from .._settings import enabled
 from ..ir.registry import REGISTRY, Op, may_raise, register
 
 __all__ = ["TRANSFORMS", "LoopBody", "layout", "part", "replay"]
@@ -140,13 +141,15 @@ def part(packed, offset, shape):
     return np.reshape(packed[offset:offset + size], shape)
 
 
-def replay(graph, trace, inputs):
+def replay(graph, trace, inputs, env=None):
     """Emit ``graph``'s nodes into ``trace`` on the tracers ``inputs`` (one per
-    graph input); returns the tracers of its outputs."""
+    graph input); returns the tracers of its outputs.  ``env``: a dict that
+    receives node id -> tracer for every node."""
     from ..frontend.trace import bind
     from ..frontend.tracer import Tracer
 
-    env = {n.id: t for n, t in zip(graph.inputs, inputs, strict=True)}
+    env = {} if env is None else env
+    env.update({n.id: t for n, t in zip(graph.inputs, inputs, strict=True)})
     for n in graph.nodes:
         if n.id in env:
             continue
@@ -201,38 +204,83 @@ def _split(body, args):
 
 def _vjp(g, node, active, *operands, body, length, start, reverse, order, saved):
     """The backward loop: the body's reverse pass, iterations the other way round."""
-    args, ans = operands[:-1], operands[-1]
     if saved is None:
         raise NotImplementedError(
             "a loop emitted by a derivative (a reverse or tangent loop) cannot be reversed "
             "again; forward over reverse (hvp, hessian) is supported")
+    nc = body.n_carry
+    if len(saved) == nc and not enabled("recompute_partials"):
+        kept = _keep_residuals(g, node, active, operands, body, length, start, reverse,
+                               order, saved)
+        if kept is not None:
+            return kept
+    return _reverse_loop(g, node, active, operands, body, length, start, reverse, order, saved)
+
+
+def _keep_residuals(g, node, active, operands, body, length, start, reverse, order, saved):
+    """The values of the forward body that its reverse pass reads (a matrix
+    product's result, an activation), stored per iteration by the forward loop
+    -- its node takes them as more per-iteration outputs, after the others --
+    so that the reverse body reads them instead of recomputing them (as
+    JAX's scan keeps residuals).  Not under a memory budget
+    (``recompute_partials``): the carries alone are stored then.  None when
+    the reverse pass needs nothing but the body's inputs."""
+    trace, _, env, _ = _reverse_body(body, active, saved)
+    back = {n.id for n in trace.nodes if n.phase != "forward"}
+    read = {a.id for n in trace.nodes if n.id in back for a in n.args}
+    inputs = {n.id for n in body.graph.inputs}
+    by_replay = {t.node.id: nid for nid, t in env.items()}
+    residuals = []
+    for n in body.graph.nodes:
+        t = env.get(n.id)
+        op = REGISTRY.get(n.op)
+        if t is None or n.id in inputs or n.op == "const" or t.node.id not in read or \
+                n.dtype != body.graph.outputs[0].dtype or op is None or op.kind == "view" or \
+                n.op == "loop":  # (a nested loop keeps its own, and may widen while reversed)
+            continue
+        residuals.append(n)
+    if not residuals or not all(by_replay.get(env[n.id].node.id) == n.id for n in residuals):
+        return None
+    g0 = body.graph
+    first = len(g0.outputs)
+    wider = LoopBody(Graph(g0.nodes, g0.inputs, [*g0.outputs, *residuals]), body.index,
+                     body.n_carry, body.n_xs)
+    extra = tuple(range(first, first + len(residuals)))
+    attrs = dict(node.attrs, body=wider, order=tuple(order) + extra, saved=tuple(saved) + extra)
+    node.attrs = attrs
+    node.shape = _abstract(*node.args, **attrs)[0]
+    return _reverse_loop(g, node, active, operands, wider, length, start, reverse,
+                         attrs["order"], attrs["saved"])
+
+
+def _reverse_body(body, active, saved):
+    """The trace of the reverse body and its inputs: ``[index] + (carry
+    cotangents, constants' sums) + (stored carries, residuals, xs slices,
+    ys' cotangents) + constants``."""
     backward = TRANSFORMS["backward"]
     gin = body.graph.inputs
     nc, nx, idx = body.n_carry, body.n_xs, int(body.index)
-    carries, xs, consts = _split(body, args)
     a_x = [k for k in range(nx) if active[nc + k]]
-    a_k = [k for k in range(len(consts)) if active[nc + nx + k]]
-    where = {k: (off, shape) for k, off, shape in layout(body, length, order)}
-    history = {saved[j]: j for j in range(nc)}
-    n_y = len(body.graph.outputs) - nc
-    user_ys = [k for k in range(nc, nc + n_y) if k not in history]
-    # the reverse body: inputs [index] + (carry cotangents, constants' sums) +
-    # (stored carries, xs slices, ys' cotangents) + constants
+    a_k = [k for k in range(len(gin) - idx - nc - nx) if active[nc + nx + k]]
+    residuals = [body.graph.outputs[k] for k in saved[nc:]]
+    user_ys = [k for k in range(nc, len(body.graph.outputs)) if k not in saved]
     c_in, x_in, k_in = gin[idx:idx + nc], gin[idx + nc:idx + nc + nx], gin[idx + nc + nx:]
     specs = _specs(gin[:idx]) + _specs(c_in) + _specs([k_in[k] for k in a_k]) + \
-        _specs(c_in) + _specs(x_in) + _specs([body.graph.outputs[k] for k in user_ys]) + \
-        _specs(k_in)
+        _specs(c_in) + _specs(residuals) + _specs(x_in) + \
+        _specs([body.graph.outputs[k] for k in user_ys]) + _specs(k_in)
     trace, ins = _sub_trace(specs)
     it = iter(ins)
     index = [next(it)] if idx else []
     ct_c = [next(it) for _ in range(nc)]
     acc = [next(it) for _ in a_k]
     c_t = [next(it) for _ in range(nc)]
+    r_t = [next(it) for _ in residuals]
     x_t = [next(it) for _ in range(nx)]
     ct_y = [next(it) for _ in user_ys]
-    k_t = [next(it) for _ in consts]
+    k_t = [next(it) for _ in k_in]
+    env = {}
     with trace:
-        outs = replay(body.graph, trace, index + c_t + x_t + k_t)
+        outs = replay(body.graph, trace, index + c_t + x_t + k_t, env=env)
         wrt = c_t + [x_t[k] for k in a_x] + [k_t[k] for k in a_k]
         grads = backward(trace, outs[:nc] + [outs[k] for k in user_ys], ct_c + ct_y, wrt,
                          inplace=False)
@@ -241,12 +289,28 @@ def _vjp(g, node, active, *operands, body, length, start, reverse, order, saved)
         new_ct = grads[:nc]
         ct_x = grads[nc:nc + len(a_x)]
         new_acc = [a + gr for a, gr in zip(acc, grads[nc + len(a_x):], strict=True)]
-    rbody = LoopBody(Graph(trace.nodes, [t.node for t in ins],
-                           [t.node for t in new_ct + new_acc + ct_x]), idx, nc + len(a_k),
-                     nc + nx + len(user_ys))
+    results = new_ct + new_acc + ct_x
+    # the reverse pass reads the stored residuals, not their recomputation (the
+    # forward nodes that computed them are left to dead-code elimination)
+    stored = {env[r.id].node.id: t.node for r, t in zip(residuals, r_t, strict=True)}
+    if stored:
+        for n in trace.nodes:
+            if n.phase != "forward" and any(a.id in stored for a in n.args):
+                n.args = tuple(stored.get(a.id, a) for a in n.args)
+    return trace, ins, env, (results, a_x, a_k, user_ys)
+
+
+def _reverse_loop(g, node, active, operands, body, length, start, reverse, order, saved):
+    args, ans = operands[:-1], operands[-1]
+    nc, nx, idx = body.n_carry, body.n_xs, int(body.index)
+    carries, xs, consts = _split(body, args)
+    trace, ins, _, (results, a_x, a_k, user_ys) = _reverse_body(body, active, saved)
+    where = {k: (off, shape) for k, off, shape in layout(body, length, order)}
+    rbody = LoopBody(Graph(trace.nodes, [t.node for t in ins], [t.node for t in results]),
+                     idx, nc + len(a_k), nc + len(saved) - nc + nx + len(user_ys))
     finals = [part(g, *where[j]) for j in range(nc)]
     zeros = [_zeros(consts[k].shape, consts[k].dtype) for k in a_k]
-    stored = [part(ans, *where[saved[j]]) for j in range(nc)]
+    stored = [part(ans, *where[k]) for k in saved]
     gys = [part(g, *where[k]) for k in user_ys]
     n_out = nc + len(a_k) + len(a_x)
     packed = _bind_loop(finals + zeros + stored + xs + gys + consts, rbody, length, start,
