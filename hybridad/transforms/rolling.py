@@ -62,6 +62,7 @@ HEAVY_STEP = 10_000
 LONG_RUN = 1500
 #: the most periods tried per search, the most loops rolled per trace
 _CANDIDATES = 12
+_LIGHT = object()  # _roll's answer for a run too light to roll
 _REACH = 8
 _MAX_ROLLS = 32
 
@@ -76,15 +77,18 @@ def roll_loops(trace, outs):
     """Roll the repeated runs of ``trace.nodes`` (a forward trace) into loop
     nodes, in place; returns ``outs`` (nodes) with any rolled node replaced
     by the loop's part that holds its value."""
-    outs, rejected = list(outs), set()
+    outs, rejected, light = list(outs), set(), []
     with trace:
         for _ in range(_MAX_ROLLS):
-            run = _best_run(trace.nodes, rejected)
+            run = _best_run(trace.nodes, rejected, light)
             if run is None:
                 break
-            new_outs = _roll(trace, outs, *run)
-            if new_outs is None:  # the body did not replay as traced: left unrolled
-                rejected.add((trace.nodes[run[0]].id, run[1]))
+            s, p, trips = run
+            new_outs = _roll(trace, outs, s, p, trips)
+            if new_outs is _LIGHT:  # nor as a body of several steps: faster unrolled
+                light.append((trace.nodes[s].id, trace.nodes[s + p * trips - 1].id, p))
+            elif new_outs is None:  # the body did not replay as traced: left unrolled
+                rejected.add((trace.nodes[s].id, p))
             else:
                 outs = new_outs
     return outs
@@ -166,7 +170,7 @@ class _Matcher:
         return "leaf" if invariant else None
 
 
-def _best_run(nodes, rejected):
+def _best_run(nodes, rejected, light=()):
     """``(start, period, trips)`` of the run covering the most nodes, or None."""
     n = len(nodes)
     if n < MIN_NODES:
@@ -198,13 +202,21 @@ def _best_run(nodes, rejected):
             while j + p < n and m.match(j, p) is not None:
                 j += 1
             run = _trim(m, i, p, (j - i) // p + 1)
-            if run is not None and (nodes[run[0]].id, p) not in rejected:
+            if run is not None and (nodes[run[0]].id, p) not in rejected and \
+                    not _in_light(m.pos, run, light):
                 covered = run[1] * run[2]
                 if best is None or covered > best[1] * best[2] or \
                         covered == best[1] * best[2] and run[1] < best[1]:
                     best = run
             i = j + 1
     return best
+
+
+def _in_light(pos, run, light):
+    """Whether ``run`` repeats, a few steps at a time, a run found too light
+    to roll (a body of k light steps would only hide the per-step cost)."""
+    s, p, _ = run
+    return any(p % p0 == 0 and pos[first] <= s <= pos[last] for first, last, p0 in light)
 
 
 def _trim(m, s, p, trips):
@@ -278,7 +290,7 @@ def _roll(trace, outs, s, p, trips):
                  not ((q - s) // p == trips - 1 and (q - s) % p in carries)})
     work = sum(_work(nodes[t0 + o]) for o in range(p) if not leaf[o])
     if work < HEAVY_STEP and trips * p < LONG_RUN:
-        return None  # faster unrolled, and quick enough to compile
+        return _LIGHT  # faster unrolled, and quick enough to compile
     dtypes = {nodes[s + o].dtype for o in carries + ys}
     if not carries or len(dtypes) != 1 or next(iter(dtypes)).kind != "f":
         return None
