@@ -78,6 +78,18 @@ def roll_loops(trace, outs):
     nodes, in place; returns ``outs`` (nodes) with any rolled node replaced
     by the loop's part that holds its value."""
     outs, rejected, light = list(outs), set(), []
+    # constants that every iteration reads first: the trace makes a literal
+    # (``0.5 * dt``) where the first iteration uses it and the later ones share
+    # it, which would keep the first iteration out of the run.  (A constant of
+    # one iteration -- ``t = k dt`` -- has few readers and stays in place: the
+    # loop takes its copies as a per-iteration input.)
+    original = trace.nodes
+    readers = Counter(a.id for n in original for a in n.args)
+    shared = [n for n in original if n.op == "const" and readers[n.id] >= MIN_TRIPS]
+    first = {n.id for n in shared}
+    trace.nodes = [n for n in original if n.op == "input"] + shared + \
+        [n for n in original if n.op != "input" and n.id not in first]
+    rolled = False
     with trace:
         for _ in range(_MAX_ROLLS):
             run = _best_run(trace.nodes, rejected, light)
@@ -90,7 +102,9 @@ def roll_loops(trace, outs):
             elif new_outs is None:  # the body did not replay as traced: left unrolled
                 rejected.add((trace.nodes[s].id, p))
             else:
-                outs = new_outs
+                outs, rolled = new_outs, True
+    if not rolled:
+        trace.nodes = original
     return outs
 
 
@@ -162,8 +176,8 @@ class _Matcher:
         for x, y in zip(a.args, b.args, strict=True):
             if x is y:
                 continue
-            if self.pos[y.id] - self.pos[x.id] != p:
-                return None
+            if self.pos[y.id] - self.pos[x.id] < p:  # (more: a carry's initial value,
+                return None  # which the trip count's first iteration reads; see _trim)
             invariant = False
         if a.op != "const" and self.key(i) == self.key(i + p):
             return "same"
@@ -235,7 +249,10 @@ def _trim(m, s, p, trips):
                 q = pos[x.id]
                 if x is y:  # invariant
                     cut = max(cut, q)
-                elif q < s + (it - 1) * p:
+                elif it == 0 and q < s:  # a carry's initial value, made before the run
+                    if not s <= pos[y.id] < s + p:
+                        return None
+                elif q < s + (it - 1) * p or it > 0 and pos[y.id] - q not in (p, -p):
                     return None
         if cut < s:
             return s, p, trips
@@ -343,17 +360,27 @@ def _roll(trace, outs, s, p, trips):
     head = len(nodes)
     keep = [nodes[q] for q in sorted(after) if leaf[(q - s) % p]]  # leaves read later
     kept = {n.id for n in keep}
+    init = {}  # carry offset -> its initial value (what the first iteration reads)
+    for i in range(s, s + p):
+        if leaf[i - s]:
+            continue
+        for x, y in zip(nodes[i].args, nodes[i + p].args, strict=True):
+            if x is not y and s <= pos[y.id] < s + p:
+                if init.setdefault(pos[y.id] - s, x) is not x:
+                    return None
+    if any(o not in init for o in carries + [o for when, o in xs if when == "before"]):
+        return None
     x_outer = []
     for when, o in xs:
         copies = [nodes[s + k * p + o] for k in range(trips)]
         if when == "before":
-            copies = [nodes[s + o - p]] + copies[:-1]
+            copies = [init.get(o, nodes[s + o - p])] + copies[:-1]
         stacked, outside = _stack(trace, copies)
         x_outer.append(stacked)
         keep.extend(c for c in outside if c.id not in kept)
         kept.update(c.id for c in outside)
     keep.extend(nodes[s + o] for o in once if nodes[s + o].id not in kept)
-    inits = [Tracer(nodes[s + o - p], trace) for o in carries]
+    inits = [Tracer(init[o], trace) for o in carries]
     nc, ny = len(carries), len(ys)
     packed = bind("loop", *inits, *x_outer, *[Tracer(nodes[s + o], trace) for o in once],
                   *[Tracer(a, trace) for a in lifted], body=lbody, length=int(trips), start=0,
