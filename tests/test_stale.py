@@ -110,6 +110,31 @@ def other_helper(x):
     return np.sum(np.cos(x))
 
 
+GAIN = 2.0
+PIECES = {}
+
+
+def _piece(v):
+    return GAIN * v ** 2
+
+
+def uses_a_callback(x):  # the piece is looked up when f runs: only observing it finds GAIN
+    return np.sum(np.piecewise(x, [x < 0, x >= 0], [PIECES["neg"], lambda v: v]))
+
+
+def test_globals_read_by_a_callback_of_a_numpy_function():
+    """np.piecewise calls the user's pieces from inside hybridad's dispatch
+    (which is otherwise not observed): a global they read is guarded."""
+    global GAIN
+    PIECES["neg"] = _piece
+    try:
+        check(uses_a_callback)
+        GAIN = 5.0
+        check(uses_a_callback)
+    finally:
+        GAIN = 2.0
+
+
 def test_globals_and_helpers():
     global SCALE, POWER, helper
     saved = SCALE, POWER, helper
