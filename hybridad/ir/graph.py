@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-__all__ = ["Graph", "Node", "check", "copy_graph", "format_node", "users_of"]
+__all__ = ["Graph", "Node", "check", "copy_graph", "format_node", "redirect", "users_of"]
 
 
 class Node:
@@ -178,6 +178,14 @@ def dead_code_elimination(graph):
             live.update(a.id for a in node.args)
     live.update(n.id for n in graph.inputs)
     return Graph([n for n in graph.nodes if n.id in live], graph.inputs, graph.outputs)
+
+
+def redirect(nodes, replace):
+    """Point every operand of ``nodes`` that ``replace`` (node id -> node)
+    names at its replacement, in place (a pass that substitutes nodes)."""
+    for n in nodes:
+        if any(a.id in replace for a in n.args):
+            n.args = tuple(replace.get(a.id, a) for a in n.args)
 
 
 def copy_graph(graph):

@@ -44,7 +44,7 @@ import hashlib
 
 import numpy as np
 
-from ..ir.graph import Graph, dead_code_elimination
+from ..ir.graph import Graph, dead_code_elimination, redirect
 from .._settings import enabled
 from ..ir.registry import REGISTRY, Op, may_raise, register
 
@@ -293,10 +293,7 @@ def _reverse_body(body, active, saved):
     # the reverse pass reads the stored residuals, not their recomputation (the
     # forward nodes that computed them are left to dead-code elimination)
     stored = {env[r.id].node.id: t.node for r, t in zip(residuals, r_t, strict=True)}
-    if stored:
-        for n in trace.nodes:
-            if n.phase != "forward" and any(a.id in stored for a in n.args):
-                n.args = tuple(stored.get(a.id, a) for a in n.args)
+    redirect([n for n in trace.nodes if n.phase != "forward"], stored)
     return trace, ins, env, (results, a_x, a_k, user_ys)
 
 

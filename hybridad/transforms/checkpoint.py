@@ -29,7 +29,7 @@ import numpy as np
 
 from ..frontend.trace import Trace, bind
 from ..frontend.tracer import Tracer
-from ..ir.graph import Graph
+from ..ir.graph import Graph, redirect
 from ..ops.loop import LoopBody, layout, part
 
 __all__ = ["checkpoint_loops", "segments"]
@@ -149,9 +149,7 @@ def _split(trace, outs, node, seg):
     new = nodes[head:]
     i = next(j for j, n in enumerate(nodes) if n is node)
     rest = [n for n in nodes[i + 1:head] if n.id not in replace and n.id not in dead]
-    for n in rest:
-        if any(x.id in replace for x in n.args):
-            n.args = tuple(replace.get(x.id, x) for x in n.args)
+    redirect(rest, replace)
     trace.nodes = nodes[:i] + new + rest
     return [replace.get(o.id, o) for o in outs], opacked.node
 

@@ -20,7 +20,7 @@ of ``A`` once for both (:func:`hybridad.backends.numba.rt.matvec_pair`).
 
 from __future__ import annotations
 
-from ..ir.graph import Node, users_of
+from ..ir.graph import Node, redirect, users_of
 from ..ir.registry import REGISTRY
 from .costs import CACHE_BYTES, pair_choice
 
@@ -158,8 +158,7 @@ def hoist_transposed_products(nodes, outputs=()):
         if n.id in replaced:
             out.append(replaced[n.id])
         else:
-            if any(a.id in replaced for a in n.args):
-                n.args = tuple(replaced.get(a.id, a) for a in n.args)
+            redirect((n,), replaced)
             out.append(n)
         out.extend(after.get(i, ()))
     return out

@@ -43,7 +43,7 @@ import numpy as np
 from ..frontend.guards import SMALL_BYTES
 from ..frontend.trace import Trace, bind
 from ..frontend.tracer import Tracer
-from ..ir.graph import Graph
+from ..ir.graph import Graph, redirect
 from ..ir.registry import REGISTRY
 from ..ops.loop import LoopBody, layout, part
 
@@ -394,9 +394,7 @@ def _roll(trace, outs, s, p, trips):
         replace[nodes[q].id] = parts[carries.index(o)].node if k == trips - 1 and \
             o in carries else parts[nc + ys.index(o)][k].node
     new, rest = nodes[head:], nodes[end:head]
-    for n in rest:
-        if any(a.id in replace for a in n.args):
-            n.args = tuple(replace.get(a.id, a) for a in n.args)
+    redirect(rest, replace)
     keep.sort(key=lambda n: pos[n.id])
     trace.nodes = nodes[:s] + keep + new + rest
     live = {n.id for n in trace.nodes}
