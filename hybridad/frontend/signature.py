@@ -11,7 +11,7 @@ import numpy as np
 
 from .guard_walk import _SCALARS
 
-__all__ = ["signature"]
+__all__ = ["attr_signature", "signature"]
 
 
 def signature(nodes, outputs, captured):
@@ -34,12 +34,14 @@ def signature(nodes, outputs, captured):
             out.append(("const", c))
             continue
         out.append((n.op, tuple(pos[a.id] for a in n.args), n.shape, n.dtype.str,
-                    tuple((key, _attr_signature(val)) for key, val in sorted(n.attrs.items()))))
+                    tuple((key, attr_signature(val)) for key, val in sorted(n.attrs.items()))))
     out.append(("outputs", tuple(pos.get(o.id, -1) for o in outputs)))
     return tuple(out)
 
 
-def _attr_signature(v):
+def attr_signature(v):
+    """An attribute value as a comparable value: scalars, dtypes, slices and
+    containers by value, arrays by their bytes, other objects by identity."""
     if isinstance(v, _SCALARS):
         return (type(v).__name__, v)
     if isinstance(v, np.generic):
@@ -47,12 +49,12 @@ def _attr_signature(v):
     if isinstance(v, np.dtype):
         return ("dtype", v.str)
     if isinstance(v, slice):
-        return ("slice", _attr_signature(v.start), _attr_signature(v.stop),
-                _attr_signature(v.step))
+        return ("slice", attr_signature(v.start), attr_signature(v.stop),
+                attr_signature(v.step))
     if isinstance(v, (tuple, list)):
-        return (type(v).__name__,) + tuple(_attr_signature(x) for x in v)
+        return (type(v).__name__,) + tuple(attr_signature(x) for x in v)
     if isinstance(v, dict):
-        return ("dict",) + tuple((k, _attr_signature(x)) for k, x in sorted(v.items()))
+        return ("dict",) + tuple((k, attr_signature(x)) for k, x in sorted(v.items()))
     if isinstance(v, np.ndarray):
         return ("array", v.dtype.str, v.shape, v.tobytes() if not v.dtype.hasobject else id(v))
     return ("object", id(v))  # compared by identity: a new one means a new plan

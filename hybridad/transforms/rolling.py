@@ -41,6 +41,7 @@ from collections import Counter
 import numpy as np
 
 from ..frontend.guards import SMALL_BYTES
+from ..frontend.signature import attr_signature
 from ..frontend.trace import Trace, bind
 from ..frontend.tracer import Tracer
 from ..ir.graph import Graph, redirect
@@ -60,11 +61,12 @@ MIN_NODES = 96
 #: to compile it unrolled
 HEAVY_STEP = 10_000
 LONG_RUN = 1500
-#: the most periods tried per search, the most loops rolled per trace
+#: the most periods tried per search, how many next nodes of a kind give
+#: candidate periods, the most loops rolled per trace
 _CANDIDATES = 12
-_LIGHT = object()  # _roll's answer for a run too light to roll
 _REACH = 8
 _MAX_ROLLS = 32
+_LIGHT = object()  # _roll's answer for a run too light to roll
 
 
 def enabled():
@@ -111,21 +113,9 @@ def roll_loops(trace, outs):
 # -- finding runs ----------------------------------------------------------------
 
 def _attr_key(value):
-    if isinstance(value, np.ndarray):
-        return ("array", value.dtype.str, value.shape, value.tobytes())
-    if isinstance(value, (tuple, list)):
-        return (type(value).__name__,) + tuple(_attr_key(v) for v in value)
-    if isinstance(value, dict):
-        return ("dict",) + tuple((k, _attr_key(value[k])) for k in sorted(value))
-    if isinstance(value, LoopBody):
-        return ("body", value.key)
-    if isinstance(value, slice):
-        return ("slice", value.start, value.stop, value.step)
-    try:
-        hash(value)
-    except TypeError:
-        return ("object", id(value))
-    return (type(value).__name__, value)
+    """An attribute as the plan's graph signature compares it, a loop body by
+    its content (each iteration traced its own)."""
+    return ("body", value.key) if isinstance(value, LoopBody) else attr_signature(value)
 
 
 def _attrs_key(node):
@@ -133,8 +123,7 @@ def _attrs_key(node):
 
 
 def _rollable(node):
-    return node.op not in ("input",) and (node.op == "const" or
-                                          REGISTRY[node.op].kind != "inplace")
+    return node.op != "input" and (node.op == "const" or REGISTRY[node.op].kind != "inplace")
 
 
 def _signatures(nodes):
@@ -374,7 +363,7 @@ def _roll(trace, outs, s, p, trips):
     for when, o in xs:
         copies = [nodes[s + k * p + o] for k in range(trips)]
         if when == "before":
-            copies = [init.get(o, nodes[s + o - p])] + copies[:-1]
+            copies = [init[o]] + copies[:-1]
         stacked, outside = _stack(trace, copies)
         x_outer.append(stacked)
         keep.extend(c for c in outside if c.id not in kept)
