@@ -304,7 +304,7 @@ def _reverse_loop(g, node, active, operands, body, length, start, reverse, order
     trace, ins, _, (results, a_x, a_k, user_ys) = _reverse_body(body, active, saved)
     where = {k: (off, shape) for k, off, shape in layout(body, length, order)}
     rbody = LoopBody(Graph(trace.nodes, [t.node for t in ins], [t.node for t in results]),
-                     idx, nc + len(a_k), nc + len(saved) - nc + nx + len(user_ys))
+                     idx, nc + len(a_k), len(saved) + nx + len(user_ys))
     finals = [part(g, *where[j]) for j in range(nc)]
     zeros = [_zeros(consts[k].shape, consts[k].dtype) for k in a_k]
     stored = [part(ans, *where[k]) for k in saved]
@@ -452,23 +452,12 @@ def _raises(node):
 
 def _held(node):
     """What a backend keeps for the loop beside the plan's arena: two sets of
-    carries (the runner's) and the body's workspace -- its memory plan, when
-    the memory pass is loaded (:data:`TRANSFORMS`), which counts nested loops'
-    own in turn; else every value of one iteration."""
+    carries (the runner's) and the body's workspace, its memory plan (by the
+    memory pass, the one caller, which hands it in: :data:`TRANSFORMS`;
+    nested loops count their own in turn)."""
     body = node.attrs["body"]
-    g = body.graph
-    carries = sum(n.nbytes for n in g.outputs[:body.n_carry])
-    plan = TRANSFORMS.get("plan_memory")
-    if plan is not None:
-        return 2 * carries + plan(g).total_bytes
-    work = 0
-    for n in g.nodes:
-        op = REGISTRY.get(n.op)
-        if n.op not in ("input", "const") and (op is None or op.kind != "view"):
-            work += n.nbytes
-        if op is not None and op.held is not None:
-            work += int(op.held(n))
-    return 2 * carries + work
+    carries = sum(n.nbytes for n in body.graph.outputs[:body.n_carry])
+    return 2 * carries + TRANSFORMS["plan_memory"](body.graph).total_bytes
 
 
 register(Op("loop", "compute", _abstract, run=_run, vjp=_vjp, jvp=_jvp, batch=_batch,

@@ -223,7 +223,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             self._has_loops = any(n.op == "loop" for n in trace.nodes)
             if self.checkpoint_levels:
                 with times.stage("checkpoint loops"):
-                    (out.node,), _ = checkpoint_loops(trace, [out.node], self.checkpoint_levels)
+                    (out.node,) = checkpoint_loops(trace, [out.node], self.checkpoint_levels)
             if trace.decisions:  # checked before every call (see _specialized)
                 self._decision_check = DecisionCheck(trace.decisions)
                 self._guarded = True

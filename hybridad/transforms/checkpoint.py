@@ -44,14 +44,12 @@ def segments(length, levels):
 def checkpoint_loops(trace, outs, levels, min_length=8):
     """Split every forward loop of ``trace`` of at least ``min_length``
     iterations into ``levels`` nested levels, in place; returns ``outs``
-    remapped.  Returns the number of loops split as a second value."""
-    outs, done = list(outs), 0
+    remapped."""
+    outs = list(outs)
     with trace:
         for node in [n for n in trace.nodes if _splittable(n, min_length)]:
-            new = _split_levels(trace, outs, node, levels)
-            if new is not None:
-                outs, done = new, done + 1
-    return outs, done
+            outs = _split_levels(trace, outs, node, levels) or outs
+    return outs
 
 
 def _splittable(node, min_length):

@@ -70,8 +70,11 @@ class MemoryPlan:
 
     def __init__(self, storage, slots, arena_bytes, materialized, scratch=None, alias_of=None,
                  lifetimes=None, direct=None, order=(), naive_bytes=None, live_bytes=(),
-                 in_place=None):
+                 in_place=None, held_bytes=0):
         self.in_place = in_place or {}
+        #: bytes ops keep beside the arenas (:attr:`hybridad.ops.Op.held`: a
+        #: loop's carries and its body's workspace)
+        self.held_bytes = held_bytes
         self.scratch = scratch or {}  # node id -> (dtype, offset_bytes, count)
         self.alias_of = alias_of or {}  # alias node id -> the operand node it overwrites
         self.arenas = {}  # dtype -> the flat arena (typed view), set by allocate()
@@ -91,10 +94,6 @@ class MemoryPlan:
         self.naive_bytes = naive_bytes or dict(arena_bytes)
         #: bytes of arena live after each schedule position
         self.live_bytes = np.asarray(live_bytes, dtype=np.int64)
-
-    #: bytes ops keep beside the arenas (:attr:`hybridad.ops.Op.held`: a loop's
-    #: carries and its body's workspace)
-    held_bytes = 0
 
     @property
     def total_bytes(self):
@@ -355,12 +354,10 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
         naive[dt] = naive.get(dt, 0) + _aligned(nbytes)
         live[a:b + 1] += nbytes
     lifetimes = {key: (a, b) for key, _, _, a, b in items}
-    plan = MemoryPlan(storage, slots, arena, copies, scratch_slots, alias_of,
+    return MemoryPlan(storage, slots, arena, copies, scratch_slots, alias_of,
                       lifetimes=lifetimes, direct=direct, order=[n.id for n in graph.nodes],
                       naive_bytes=naive, live_bytes=live[:end_of_schedule],
-                      in_place=in_place)
-    plan.held_bytes = held_bytes(graph.nodes)
-    return plan
+                      in_place=in_place, held_bytes=held_bytes(graph.nodes))
 
 
 def _body_memory(graph):

@@ -219,14 +219,17 @@ class _Checks:
         return t
 
     def lines(self, size):
-        from . import rt
-
-        out = []
-        if self.trusted:
+        out = [] if self.trusted else self._check_lines(size)
+        if self.objects:
             for name, shape, dtype, _, _, order in self.records:
                 out.append(f"{name}d = _ld64({name}p + _ABI[1])")
                 out.append(f"{name} = " + view_at(f"{name}d", shape, dtype, order))
-            return out
+        return out
+
+    def _check_lines(self, size):
+        from . import rt
+
+        out = []
         if not self.objects:  # numba typed the arrays; their shapes remain
             for name, shape, *_ in self.records:
                 out += [f"if {name}.shape != {shape!r}:",
@@ -243,10 +246,6 @@ class _Checks:
                 "or with the arguments')",
                 "    raise ValueError('an argument or result buffer is not an aligned, "
                 "contiguous array of the plan\\'s dtype and shape')"]
-        if self.objects:
-            for name, shape, dtype, _, _, order in self.records:
-                out.append(f"{name}d = _ld64({name}p + _ABI[1])")
-                out.append(f"{name} = " + view_at(f"{name}d", shape, dtype, order))
         return out
 
     def addresses(self):
