@@ -98,6 +98,17 @@ def _plans(f, x, backend, monkeypatch, **kw):
     return rolled, unrolled
 
 
+def _wide_euler(n, steps, dt, scale, seed):
+    """Euler steps ``x + dt tanh(W x)`` of an ``n``-state model, and a start."""
+    w = np.random.default_rng(seed).standard_normal((n, n)) / scale
+
+    def f(x):
+        for _ in range(steps):
+            x = x + dt * np.tanh(w @ x)
+        return np.sum(x ** 2)
+    return f, np.linspace(-1, 1, n)
+
+
 def _loops(plan):
     return sum(n.op == "loop" for n in plan.graph.nodes)
 
@@ -238,13 +249,7 @@ def test_the_default_rolls_heavy_steps_and_long_runs(monkeypatch):
     # 40 light steps (6 states): faster unrolled, and quick to compile
     assert _loops(ha.compile(euler, X0, backend="numpy")) == 0
     # a step with a 100 x 100 matrix-vector product: rolled
-    W100 = np.random.default_rng(0).standard_normal((100, 100)) / 15
-    x100 = np.linspace(-1, 1, 100)
-
-    def heavy(x):
-        for _ in range(20):
-            x = x + 0.05 * np.tanh(W100 @ x)
-        return np.sum(x ** 2)
+    heavy, x100 = _wide_euler(100, 20, 0.05, scale=15, seed=0)
     plan = ha.compile(heavy, x100, backend="numpy")
     assert _loops(plan) >= 1
     g = plan.gradient(x100).gradient
@@ -299,11 +304,5 @@ def test_a_light_step_is_not_rolled_several_steps_at_a_time(monkeypatch):
     2500 multiply-adds; 100 steps, 600 nodes) is not rolled as a body of
     four steps either (the per-step cost would be hidden, not paid less)."""
     monkeypatch.undo()
-    W50 = np.random.default_rng(1).standard_normal((50, 50)) / 8
-    x50 = np.linspace(-1, 1, 50)
-
-    def f(x):
-        for _ in range(100):
-            x = x + 0.01 * np.tanh(W50 @ x)
-        return np.sum(x ** 2)
+    f, x50 = _wide_euler(50, 100, 0.01, scale=8, seed=1)
     assert _loops(ha.compile(f, x50, backend="numpy")) == 0
