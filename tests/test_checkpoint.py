@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
-from hybridad.testing import numerical_gradient
+from hybridad.testing import count_allocations, numerical_gradient
 from hybridad.transforms import checkpoint
 
 N = 500  # a state of 4 kB: its 400 stored copies dominate what a plan holds
@@ -85,8 +85,14 @@ def test_numba_checkpointed_plan_matches():
     full = ha.compile(euler, X0, backend="numpy")
     tight = ha.compile(euler, X0, memory_budget=full.memory.total_bytes // 4)
     assert tight.checkpoint_levels >= 2
-    np.testing.assert_allclose(tight.gradient(X0).gradient, full.gradient(X0).gradient,
-                               rtol=1e-13, atol=1e-15)
+    res = ha.GradientResult(X0)
+    tight.gradient(X0, out=res)
+    np.testing.assert_allclose(res.gradient, full.gradient(X0).gradient, rtol=1e-13,
+                               atol=1e-15)
+    with count_allocations() as counts:  # the nested loops included
+        for _ in range(3):
+            tight.gradient(X0, out=res)
+    assert counts.allocations == 0, counts
 
 
 @pytest.mark.parametrize("levels", [2, 3])

@@ -89,6 +89,9 @@ class _SourceName:
 
 
 _DATA = None if ABI is None else ABI["data"]
+#: the most placements (iteration tables) a runner keeps: a runner is shared by
+#: every loop of its body, in every plan
+_PLACES = 8
 _LOAD = ctypes.c_int64.from_address
 
 
@@ -141,13 +144,15 @@ class LoopRunner:
         # numba's body: (dispatcher, fixed, bound) called on argument lists made
         # once (see _iterations), or None: the Python loop over ``call``
         self._parts_of_body = parts
-        self._cached = None
+        self._tables = {}  # placement -> (run, final carries' views, views kept alive)
         self._drive = None
         from ..ops.loop import layout
 
         self._parts = {k: (off, shape) for k, off, shape in layout(body, self.length, a["order"])}
         self._staged = {}
-        self._moving = {}  # operand position -> the runner's copy of an operand that moved
+        #: (the loop's buffer address, operand position) -> the runner's copy of an
+        #: operand that moved between calls there
+        self._moving = {}
 
     def _canonical(self, pos, a):
         if a.flags.c_contiguous and a.flags.aligned and a.dtype.isnative and \
@@ -191,38 +196,46 @@ class LoopRunner:
         """The iterations of a numba body as one call: every array of every
         iteration as ``id(view)`` (the views made once and kept here), in one
         table the compiled driver walks, or in argument lists; and the views
-        of ``out`` the final carries go to.  Kept for the next call while the
-        arrays the table reads stay where they are (the plan's arena, the
-        same constants); an xs or constant that moves (an argument of the
-        plan) is copied from then on into a buffer of the runner's, so the
-        table is made again once, not at every call."""
+        of ``out`` the final carries go to.  One table per placement -- the
+        data addresses of what it reads: the loop's buffer, the xs and the
+        constants -- kept for the next call there (a runner serves every loop
+        of its body: the forward loop and its recomputation in a reverse body
+        are two).  An xs or constant that moves between calls at one place
+        (an argument of the plan) is copied from then on into a buffer of the
+        runner's, so the table there is made once, not at every call."""
         nc = self.body.n_carry
         key = tuple(map(_address, (out, *ops[nc:])))
-        if self._cached is not None and self._cached[0] != key:
-            moved = [j for j, (a, b) in enumerate(zip(key[1:], self._cached[0][1:],
-                                                      strict=True), nc) if a != b]
-            for j in moved:
-                self._moving[j] = np.empty_like(ops[j])
-                np.copyto(self._moving[j], ops[j])
-                ops[j] = self._moving[j]
-            key = tuple(map(_address, (out, *ops[nc:])))
-        if self._cached is not None and self._cached[0] == key:
-            return self._cached[1], self._cached[2]
-        own, fixed, bound = self._parts_of_body
-        keep, iterations = [], []
-        for ins, outs in self._steps(out, ops):
-            keep.append(ins + outs)
-            iterations.append((*fixed, *map(id, ins), *bound, *map(id, outs)))
-        if self._drive is not None:
-            table = np.array(iterations, dtype=np.int64)
-            run = functools.partial(self._drive, table)
-        else:
-            def run():
-                for args in iterations:
-                    own(*args)
-        finals = [self._row(out, k) for k in range(nc)]
-        self._cached = (key, run, finals, keep)
-        return run, finals
+        hit = self._tables.get(key)
+        if hit is None:
+            seen = next((k for k in self._tables if k[0] == key[0]), None)
+            if seen is not None:  # operands moved, at a place seen before
+                for j, (a, b) in enumerate(zip(key[1:], seen[1:], strict=True), nc):
+                    if a != b:
+                        buf = self._moving[key[0], j] = np.empty_like(ops[j])
+                        np.copyto(buf, ops[j])
+                        ops[j] = buf
+                key = tuple(map(_address, (out, *ops[nc:])))
+                hit = self._tables.get(key)
+        if hit is None:
+            own, fixed, bound = self._parts_of_body
+            keep, iterations = [], []
+            for ins, outs in self._steps(out, ops):
+                keep.append(ins + outs)
+                iterations.append((*fixed, *map(id, ins), *bound, *map(id, outs)))
+            if self._drive is not None:
+                table = np.array(iterations, dtype=np.int64)
+                run = functools.partial(self._drive, table)
+            else:
+                def run():
+                    for args in iterations:
+                        own(*args)
+            if len(self._tables) >= _PLACES:  # (plans that are gone leave theirs)
+                gone = next(iter(self._tables))
+                del self._tables[gone]
+                for k in [k for k in self._moving if k[0] == gone[0]]:
+                    del self._moving[k]
+            hit = self._tables[key] = (run, [self._row(out, k) for k in range(nc)], keep)
+        return hit[0], hit[1]
 
     def _row(self, out, k):
         off, shape = self._parts[k]
@@ -232,9 +245,12 @@ class LoopRunner:
         nc = self.body.n_carry
         with self._lock:
             ops = [self._canonical(i, a) for i, a in enumerate(operands)]
-            for j, buf in self._moving.items():
-                np.copyto(buf, ops[j])
-                ops[j] = buf
+            if self._moving:
+                site = _address(out)
+                for (at, j), buf in self._moving.items():
+                    if at == site:
+                        np.copyto(buf, ops[j])
+                        ops[j] = buf
             for c, a in zip(self._carries[0], ops[:nc], strict=True):
                 np.copyto(c, a)
             if self._parts_of_body is not None:
