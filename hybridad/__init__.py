@@ -25,6 +25,7 @@ from .backends.numba.threads import short_blas_spin as _short_blas_spin
 _short_blas_spin()
 
 from . import optim
+from .backends.numba import elementwise as _elementwise  # noqa: F401  (compiles @elementwise)
 from .api import clear_cache, compile, gradient, hessian, hvp, jacobian
 from .errors import (CompileBudgetError, MemoryBudgetError, RetraceWarning,
                      StalePlanError, TracingError)

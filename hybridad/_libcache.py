@@ -15,7 +15,7 @@ to the source, the user-wide cache).  For a function defined in a file of
 the hybridad package they keep that place and stamp the index with a hash of
 the source of the defining module and of every hybridad module it imports,
 directly or through others (the closure the plans' own keys hash,
-:func:`hybridad.backends.numba.cache._library_digest`): a change to any of them makes the cached
+:func:`hybridad._sources.library_digest`): a change to any of them makes the cached
 code stale, and numba compiles again.  Functions outside the package (user
 code, the generated plans, which :mod:`.cache` keys by content) get numba's
 own locators.  Every module of hybridad with ``cache=True`` functions calls
@@ -28,6 +28,8 @@ from __future__ import annotations
 import os
 
 from numba.core import caching
+
+from ._sources import library_digest
 
 __all__ = ["install", "is_library_file"]
 
@@ -57,9 +59,7 @@ class _ClosureStamp:
         return self
 
     def get_source_stamp(self):
-        from .backends.numba.cache import _library_digest
-
-        return "hybridad-closure", _library_digest((self._hybridad_module,))
+        return "hybridad-closure", library_digest((self._hybridad_module,))
 
 
 class _UserProvided(_ClosureStamp, caching.UserProvidedCacheLocator):

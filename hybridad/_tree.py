@@ -13,8 +13,8 @@ import numbers
 import numpy as np
 
 from ._xp import is_array
-from .frontend.supported import check_dtype, refuse_subclass
-from .frontend.tracer import Tracer
+from .core.supported import check_dtype, refuse_subclass
+from .core.tracer import Tracer
 
 __all__ = ["LEAF", "flatten", "unflatten"]
 
@@ -144,7 +144,7 @@ def as_array_tree(obj, name):
 
 def plain_leaf(leaf, name):
     """An array argument as hybridad traces it: an ndarray (a view of a memmap or
-    another plain-data subclass, :func:`hybridad.frontend.supported.plain_subclass`).  Other
+    another plain-data subclass, :func:`hybridad.core.supported.plain_subclass`).  Other
     ndarray subclasses and dtypes hybridad does not trace raise a TypeError
     naming the argument."""
     refuse_subclass(leaf, f"argument {name}")

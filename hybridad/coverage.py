@@ -69,7 +69,7 @@ def rows():
     numpy function, ufunc method and ndarray method."""
     from .frontend import numpy_api  # noqa: F401  (fills HANDLED)
     from .frontend.numpy_api import _UFUNC_ALIASES, HANDLED, ufunc_name, ufunc_ops
-    from .frontend.tracer import Tracer
+    from .core.tracer import Tracer
     from .ops import REGISTRY
 
     both = "numpy, numba"

@@ -80,7 +80,7 @@ class UpdateRule:
 
 
 def _iadd(acc, x):
-    from .frontend.trace import bind
+    from .core.trace import bind
 
     return bind("iadd", acc, x)
 

@@ -7,7 +7,7 @@ import pytest
 
 from hybridad.backends.cuda.source import CudaConstants
 from hybridad.backends.scalar import Constants, render_region
-from hybridad.frontend.trace import Trace, bind
+from hybridad.core.trace import Trace, bind
 from hybridad.ops import REGISTRY
 from hybridad.ops.elementwise import derived
 from hybridad.transforms.partition import Region

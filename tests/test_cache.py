@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
+from hybridad import _sources as sources
 from hybridad.__main__ import main
 from hybridad.backends.numba import cache
 
@@ -303,20 +304,20 @@ def test_key_covers_every_library_module_the_code_depends_on(monkeypatch):
     src = src[src.index("import numpy as np"):]
     modules = tuple(sorted(set(cache._IMPORTS.findall(src))))
     files = {os.path.relpath(f, os.path.dirname(ha.__file__))
-             for f in cache._module_closure(modules)}
+             for f in sources.module_closure(modules)}
     numba_dir = os.path.join("backends", "numba")
     for name in ("rt", "vmath", "folds", "threshold", "abi"):
         assert os.path.join(numba_dir, name + ".py") in files
     assert os.path.join(numba_dir, "emit.py") not in files  # the generator is not in the key
-    real = cache._read
+    real = sources._read
     before = cache.source_hash(src)
     for name in ("folds", "threshold"):
         changed = os.path.join(numba_dir, name + ".py")
-        monkeypatch.setattr(cache, "_read", lambda p, c=changed: real(p) + b"#" * p.endswith(c))
-        cache._library_digest.cache_clear()
+        monkeypatch.setattr(sources, "_read", lambda p, c=changed: real(p) + b"#" * p.endswith(c))
+        sources.library_digest.cache_clear()
         assert cache.source_hash(src) != before, name
-    monkeypatch.setattr(cache, "_read", real)
-    cache._library_digest.cache_clear()
+    monkeypatch.setattr(sources, "_read", real)
+    sources.library_digest.cache_clear()
     assert cache.source_hash(src) == before
 
 
@@ -361,13 +362,13 @@ def test_library_functions_numba_caches_are_stamped_with_their_imports(monkeypat
 
     stamps = [f._cache._impl.locator.get_source_stamp for f in (rt.gemm_threads, vmath.vtanh)]
     before = [s() for s in stamps]
-    real = cache._read
+    real = sources._read
     changed = os.path.join("backends", "numba", "threshold.py")
-    monkeypatch.setattr(cache, "_read", lambda p: real(p) + b"#" * p.endswith(changed))
-    cache._library_digest.cache_clear()
+    monkeypatch.setattr(sources, "_read", lambda p: real(p) + b"#" * p.endswith(changed))
+    sources.library_digest.cache_clear()
     after = [s() for s in stamps]
     assert after[0] != before[0]  # rt imports threshold
     assert after[1] == before[1]  # vmath does not
-    monkeypatch.setattr(cache, "_read", real)
-    cache._library_digest.cache_clear()
+    monkeypatch.setattr(sources, "_read", real)
+    sources.library_digest.cache_clear()
     assert [s() for s in stamps] == before

@@ -278,7 +278,7 @@ def test_a_thread_keeps_tracing_while_another_ends_its_trace():
 def test_nested_traces_count_once():
     """A trace inside a trace on one thread (a gradient of a function that
     builds another plan is refused, but Trace objects nest) counts once."""
-    from hybridad.frontend.trace import Trace
+    from hybridad.core.trace import Trace
 
     with Trace():
         with Trace():

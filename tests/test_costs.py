@@ -437,7 +437,10 @@ def test_thread_owner_counts_lapack_and_skinny_gemms():
                            dtype=np.dtype("float64"))
     big = SimpleNamespace(op="region", args=[sq], shape=(1000,), size=1000,
                           dtype=np.dtype("float64"), attrs={"body": _body(["multiply"], 1000)})
-    assert C.thread_owner([chol, big], 1 << 15) == ("loops", None)  # no loop long enough
+    from hybridad.backends.numba.machine import machine
+
+    facts = machine(parallel_min=1 << 15)
+    assert C.thread_owner([chol, big], facts) == ("loops", None)  # no loop long enough
     owner, why = C.thread_owner([chol, SimpleNamespace(**{**vars(big), "attrs": {
-        "body": _body(["multiply"], 1 << 16)}})], 1 << 15)
+        "body": _body(["multiply"], 1 << 16)}})], facts)
     assert owner == "blas" and "gemms" in why

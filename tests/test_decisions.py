@@ -1,5 +1,5 @@
 """Python decisions on traced values, by guarded specialization
-(hybridad.frontend.decisions): code as people ship it -- the benchmark
+(hybridad.core.decisions): code as people ship it -- the benchmark
 collection's ``if`` on values, builtin ``max``, ``float()``/``int()``,
 pairwise loops with a branch, scikit-learn's Huber loss with its mask --
 traces unchanged; each gradient is the branch's, checked against finite
@@ -16,7 +16,7 @@ import pytest
 import hybridad as ha
 import hybridad.scipy as hs
 from hybridad.errors import RetraceWarning
-from hybridad.frontend.decisions import MAX_SPECIALIZATIONS
+from hybridad.core.decisions import MAX_SPECIALIZATIONS
 from hybridad.testing import count_allocations, numerical_gradient
 
 BACKENDS = ("numpy", "numba")

@@ -108,7 +108,7 @@ def test_value_dependent_control_flow_names_line_and_fix():
             return np.sum(x)
         return np.sum(-x)
 
-    # a gradient plan takes the call's value, guarded (hybridad.frontend.decisions);
+    # a gradient plan takes the call's value, guarded (hybridad.core.decisions);
     # a Hessian plan (no decisions there yet) refuses, naming the line and the fix
     assert np.array_equal(ha.gradient(g, np.ones(3)).gradient, np.ones(3))
     with pytest.raises(ha.TracingError) as err:

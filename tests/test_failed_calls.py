@@ -22,8 +22,8 @@ from hybridad import optim
 from hybridad.ops import REGISTRY, Op
 from hybridad.backends.cuda.program import DEVICE_OPS
 from hybridad.testing import assert_no_alloc
-from hybridad.frontend.trace import bind
-from hybridad.frontend.tracer import Tracer
+from hybridad.core.trace import bind
+from hybridad.core.tracer import Tracer
 
 SENTINEL = 7.25
 LinAlgError = np.linalg.LinAlgError

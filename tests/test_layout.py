@@ -1,9 +1,10 @@
 """The package's layout: imports run one way, down the pipeline.
 
 Walks the source's imports with ``ast`` (nothing is imported), function-level
-imports included, and fails on an import cycle anywhere in the package, on
-an op module that imports a backend or the numpy surface, and on a module
-that outgrows one concern.
+imports included, and fails on an import from an earlier stage to a later one
+(:data:`STAGES`, the order docs/architecture.md shows), on an import cycle
+anywhere in the package, on an op module that imports a backend or the numpy
+surface, and on a module that outgrows one concern.
 """
 
 import ast
@@ -15,6 +16,23 @@ ROOT = os.path.dirname(hybridad.__file__)
 PKG = "hybridad"
 #: the longest a module may be (docs/architecture.md: one module, one thing)
 MAX_LINES = 600
+
+#: the stages in the order data flows, each with the modules (or packages) it
+#: holds; a module imports only from its own stage or an earlier one
+STAGES = (
+    ("base", ("errors", "_settings", "_xp", "_alloc", "_cachedir", "_sources", "_libcache")),
+    ("ir", ("ir",)),
+    ("core", ("core", "_tree", "trace")),
+    ("ops", ("ops",)),
+    ("frontend", ("frontend",)),
+    ("transforms", ("transforms", "optim")),
+    ("backends", ("backends",)),
+    ("plans", ("plans", "results")),
+    ("sparse", ("sparse",)),
+    ("api", ("api",)),
+    ("interop", ("interop", "scipy", "dask", "testing")),
+    ("tools", ("bench", "coverage", "__main__", "")),
+)
 
 
 def _modules():
@@ -85,6 +103,64 @@ def _cycles(edges):
     return out
 
 
+def stage_of(module):
+    """The index in :data:`STAGES` of ``module`` (``hybridad.x.y``): its top
+    component's stage (the package itself: the last)."""
+    top = module.split(".")[1] if "." in module else ""
+    for i, (_, members) in enumerate(STAGES):
+        if top in members:
+            return i
+    raise AssertionError(f"{module} is in no stage of STAGES: give it one")
+
+
+def upward_imports(edges):
+    """``(importer, imported)`` pairs where a stage imports a later stage."""
+    return sorted((m, t) for m, ts in edges.items() for t in ts if stage_of(t) > stage_of(m))
+
+
+def describe_stages():
+    """The stage order as docs/architecture.md shows it: one line."""
+    return "  <  ".join(f"{name} ({', '.join(m or 'hybridad' for m in members)})"
+                        for name, members in STAGES)
+
+
+def test_imports_run_from_later_stages_to_earlier_ones():
+    """Every import (function-level ones too) goes down the stages or stays
+    within one: op rules import no tracer surface, graph passes no backend,
+    tracing no backend, a backend no plan, op rules no cache of a backend."""
+    edges = _imports(_modules())
+    for m in edges:
+        stage_of(m)  # every module has a stage
+    bad = upward_imports(edges)
+    assert not bad, "imports from an earlier stage to a later one:\n" + "\n".join(
+        f"  {m} ({STAGES[stage_of(m)][0]}) -> {t} ({STAGES[stage_of(t)][0]})" for m, t in bad)
+
+
+def test_the_stage_check_finds_upward_imports():
+    """The five kinds of wrong-way import the layout once had are each found."""
+    found = upward_imports({
+        "hybridad.ops.region": {"hybridad.core.trace", "hybridad.transforms.costs"},
+        "hybridad.transforms.costs": {"hybridad.backends.numba.threshold"},
+        "hybridad.frontend.scalar_functions": {"hybridad.backends.numba"},
+        "hybridad.backends.numba.threads": {"hybridad.plans.tiered"},
+        "hybridad._libcache": {"hybridad.backends.numba.cache"},
+        "hybridad.plans.plan": {"hybridad.transforms.costs", "hybridad.results"},
+    })
+    assert found == [
+        ("hybridad._libcache", "hybridad.backends.numba.cache"),
+        ("hybridad.backends.numba.threads", "hybridad.plans.tiered"),
+        ("hybridad.frontend.scalar_functions", "hybridad.backends.numba"),
+        ("hybridad.ops.region", "hybridad.transforms.costs"),
+        ("hybridad.transforms.costs", "hybridad.backends.numba.threshold"),
+    ]
+
+
+def test_the_architecture_doc_shows_the_stage_order():
+    doc = open(os.path.join(os.path.dirname(ROOT), "docs", "architecture.md"),
+               encoding="utf-8").read()
+    assert describe_stages() in doc, describe_stages()
+
+
 def test_no_import_cycle():
     cycles = _cycles(_imports(_modules()))
     assert not cycles, "import cycles (function-level imports included): " + "; ".join(
@@ -148,7 +224,7 @@ def test_check_rederives_shapes_from_the_rules():
     import numpy as np
     import pytest
 
-    from hybridad.frontend.trace import Trace, bind
+    from hybridad.core.trace import Trace, bind
     from hybridad.ir import Graph, check
 
     tr = Trace()

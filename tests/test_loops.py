@@ -230,7 +230,7 @@ def test_float32_loop():
 def test_the_reference_run_matches_the_backends():
     """The op's reference ``run`` (what Python decisions on a loop's value
     evaluate), on the traced graph, against the numpy program's compiled body."""
-    from hybridad.frontend.decisions import evaluate
+    from hybridad.core.decisions import evaluate
 
     for f in (scan_loop, reverse_loop, indexed_loop, nested_loop):
         plan = ha.compile(f, X0, W0, backend="numpy")

@@ -131,16 +131,18 @@ def test_choice_figures():
     """The loop wins by its rate over the threads it can use; skinny products
     (a dimension under MATVEC_MIN) stay on BLAS; a column loop's threads are
     its column blocks."""
+    from hybridad.backends.numba.machine import machine
     from hybridad.backends.numba.threshold import MATVEC_BLOCK
 
+    facts = machine()
     c = C.costs()
     r = c.matvec_rates("float64")
-    how, why, threads = C.matvec_choice(500, 500, "float64", "dot", threads=2)
+    how, why, threads = C.matvec_choice(500, 500, "float64", "dot", facts, threads=2)
     assert threads == 2 and how == ("loop" if r["dot"] / 2 < r["blas"] else "blas")
     assert "/ 2 threads" in why and "gemv" in why
-    assert C.matvec_choice(10**5, 16, "float64", "dot", threads=2)[0] == "blas"
-    assert C.matvec_choice(500, MATVEC_BLOCK, "float64", "axpy", threads=2)[2] == 1
-    assert C.matvec_choice(500, 2 * MATVEC_BLOCK + 1, "float64", "axpy", threads=8)[2] == 3
+    assert C.matvec_choice(10**5, 16, "float64", "dot", facts, threads=2)[0] == "blas"
+    assert C.matvec_choice(500, MATVEC_BLOCK, "float64", "axpy", facts, threads=2)[2] == 1
+    assert C.matvec_choice(500, 2 * MATVEC_BLOCK + 1, "float64", "axpy", facts, threads=8)[2] == 3
 
 
 def test_quadratic_forms_give_their_threads_to_the_loops(rates):

@@ -15,8 +15,8 @@ from conftest import assert_grad, rand
 
 import hybridad as ha
 from hybridad.backends.numba import rt
-from hybridad.backends.numba.threshold import pair_parts
-from hybridad.frontend.tracer import Tracer
+from hybridad.backends.numba.machine import machine
+from hybridad.core.tracer import Tracer
 from hybridad.ops.common import bind
 from hybridad.testing import count_allocations
 
@@ -32,7 +32,7 @@ def test_kernel_agrees_with_numpy_on_any_thread_count(dtype):
         outs = []
         for kernel in (rt.matvec_pair, rt.matvec_pair_par):
             y, z = np.full(m, np.nan, dtype), np.full(k, np.nan, dtype)
-            kernel(a, u, v, y, z, np.full((pair_parts(m), k), np.nan, dtype))
+            kernel(a, u, v, y, z, np.full((machine().pair_parts(m), k), np.nan, dtype))
             np.testing.assert_allclose(y, a @ u, **tol)
             np.testing.assert_allclose(z, a.T @ v, **tol)
             outs.append((y, z))

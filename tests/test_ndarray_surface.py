@@ -19,7 +19,7 @@ import pytest
 import hybridad as ha
 from hybridad import TracingError
 from hybridad.testing import numerical_gradient
-from hybridad.frontend.tracer import Tracer
+from hybridad.core.tracer import Tracer
 
 RNG = np.random.default_rng(7)
 X = RNG.uniform(-1.0, 1.0, (3, 4))
@@ -111,7 +111,7 @@ SURFACE = {
     "__array_struct__": (REFUSED, lambda x: x.__array_struct__, "__array_struct__"),
     "__array_ufunc__": (WORKS, lambda x: S(np.tanh(x))),
     "__array_wrap__": (REFUSED, lambda x: x.__array_wrap__, "__array_wrap__"),
-    # (a Python decision on a value takes the traced call's, guarded: hybridad.frontend.decisions)
+    # (a Python decision on a value takes the traced call's, guarded: hybridad.core.decisions)
     "__bool__": (WORKS, lambda x: S(x) * (2.0 if bool(x[0, 0] > 0.1) else 1.0)),
     "__class__": (WORKS, lambda x: S(x) * (isinstance(x, np.ndarray) + 2 * isinstance(x[0, 0],
                                                                                     float))),

@@ -464,7 +464,7 @@ def _accumulating_numpy_functions():
     graph (on a vector, a matrix, or two of them) holds a sum or a product."""
     from hybridad.coverage import rows
     from hybridad.frontend.numpy_api import HANDLED
-    from hybridad.frontend.trace import Trace
+    from hybridad.core.trace import Trace
 
     by_name = {}
     for f in HANDLED:

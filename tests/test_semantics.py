@@ -108,7 +108,7 @@ def test_isinstance_branches_take_numpys_path():
 
 
 def test_type_is_still_the_tracer():
-    from hybridad.frontend.tracer import Tracer
+    from hybridad.core.tracer import Tracer
 
     def f(x):
         assert type(x) is Tracer and isinstance(x, Tracer) and isinstance(x[0], Tracer)
@@ -311,7 +311,7 @@ def test_in_place_errors_are_numpys():
     ids=["index", "slice", "take", "list", "range", "int"])
 def test_value_dependent_index_takes_the_call_s_value(use):
     """An index, slice bound, ``range`` or ``int()`` computed from values takes
-    the traced call's value, guarded (hybridad.frontend.decisions): a call
+    the traced call's value, guarded (hybridad.core.decisions): a call
     whose argmax differs runs another specialization, never the old one."""
     def f(x):
         r = use(x, np.argmax(x))

@@ -190,7 +190,7 @@ def test_index_errors_as_numpy():
 
 def test_write_at_a_position_computed_from_values():
     """``d[np.argmax(y)] = 1`` takes the call's argmax, guarded
-    (hybridad.frontend.decisions): another argmax runs another specialization."""
+    (hybridad.core.decisions): another argmax runs another specialization."""
     plan = ha.compile(_traced_index, X1.copy(), backend="numpy")
     for y in (X1, X1[::-1].copy()):
         res = plan.gradient(y)

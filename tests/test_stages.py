@@ -1,8 +1,8 @@
 """Each pipeline stage on its own, on small hand-built graphs.
 
 In the spirit of tinygrad's ``test_memory_planner.py`` and JAX's
-``check_jaxpr``: graphs are built with :class:`hybridad.frontend.trace.Trace` and
-:func:`hybridad.frontend.trace.bind` (never through ``hybridad.gradient``), then one
+``check_jaxpr``: graphs are built with :class:`hybridad.core.trace.Trace` and
+:func:`hybridad.core.trace.bind` (never through ``hybridad.gradient``), then one
 stage runs and its output is checked against what its rules promise:
 
 * autodiff (:func:`hybridad.transforms.autodiff.backward`): the backward nodes it
@@ -28,7 +28,7 @@ from hybridad.transforms.memory import ALIGN, plan_memory
 from hybridad.ops import REGISTRY, storage_root
 from hybridad.transforms.partition import (FUSABLE_REDUCTIONS, find_regions, fold_accumulations,
                                            fuse_regions)
-from hybridad.frontend.trace import Trace, bind
+from hybridad.core.trace import Trace, bind
 
 F64 = np.dtype(np.float64)
 

@@ -5,7 +5,7 @@ import numpy as np
 import hybridad as ha
 
 def test_common_subexpressions_are_merged():
-    from hybridad.frontend.trace import Trace
+    from hybridad.core.trace import Trace
 
     trace = Trace()
     with trace:

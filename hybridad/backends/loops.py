@@ -111,7 +111,12 @@ def lower_body(graph, backend):
     from ..transforms import pipeline
 
     g = copy_graph(graph)
-    return pipeline.lower(g.nodes, g.inputs, g.outputs, backend)
+    machine = None
+    if backend in pipeline.NEEDS_MACHINE:
+        from .numba.machine import machine as numba_machine
+
+        machine = numba_machine()
+    return pipeline.lower(g.nodes, g.inputs, g.outputs, backend, machine=machine)
 
 
 def _address(a):

@@ -1,20 +1,18 @@
-"""Stage 1, the tracing front end: :mod:`.tracer` (the stand-in for an ndarray
-and its Python protocols), :mod:`.trace` (the trace, ``bind``, ``as_node``),
-:mod:`.objects` (numpy's object semantics: scalars, views, in-place updates),
-:mod:`.supported` (the dtypes and ndarray subclasses traced); the numpy
-surface on tracers (:mod:`.numpy_api` and the modules it loads: ufuncs and
-core functions, :mod:`.numpy_reductions`, :mod:`.numpy_math`,
-:mod:`.numpy_selection`, :mod:`.numpy_shapes`, :mod:`.numpy_products`,
-:mod:`.numpy_linalg`, :mod:`.numpy_methods`, scatters and signals
-:mod:`.numpy_signal`, array construction :mod:`.numpy_construct`, complex
-values :mod:`.numpy_complex` and :mod:`.numpy_fft`); scipy's Python functions
-and distributions (:mod:`.scipy_special`, :mod:`.scipy_stats`,
+"""The frontend stage, the numpy surface on tracers (above the op rules; the
+tracer, the trace and ``bind`` are :mod:`hybridad.core`'s): :mod:`.objects`
+(numpy's object semantics: scalars, views, in-place updates), :mod:`.numpy_api`
+and the modules it loads (ufuncs and core functions, :mod:`.numpy_reductions`,
+:mod:`.numpy_math`, :mod:`.numpy_selection`, :mod:`.numpy_shapes`,
+:mod:`.numpy_products`, :mod:`.numpy_linalg`, :mod:`.numpy_methods`, scatters
+and signals :mod:`.numpy_signal`, array construction :mod:`.numpy_construct`,
+complex values :mod:`.numpy_complex` and :mod:`.numpy_fft`); scipy's Python
+functions and distributions (:mod:`.scipy_special`, :mod:`.scipy_stats`,
 :mod:`.scipy_linalg`, wrapped when scipy is imported: :mod:`.after_import`)
 and any other library function on values that need no derivative
-(:mod:`.host_calls`); what ``f`` reads besides its arguments (:mod:`.observe`
-while tracing, :mod:`.user_code`, the walk :mod:`.guard_walk`, the compiled
-checks :mod:`.guards`, the graph :mod:`.signature`) and user scalar functions
-(:mod:`.scalar_functions`)."""
+(:mod:`.host_calls`); what ``f`` reads besides its arguments (noted while
+tracing by :mod:`hybridad.core.observe`; the walk :mod:`.guard_walk`, the
+compiled checks :mod:`.guards`, the graph :mod:`.signature`), explicit loops
+(:mod:`.loops`) and user scalar functions (:mod:`.scalar_functions`)."""
 
 
 # the numpy surface: the core, then the modules that register more of numpy on it
@@ -37,7 +35,7 @@ from . import scipy_special, scipy_stats  # noqa: E402  (scipy's Python function
 from . import scipy_linalg  # noqa: E402,F401  (scipy.linalg)
 from . import host_calls  # noqa: E402  (any other function, on values needing no derivative)
 from .after_import import after_import, loaded  # noqa: E402
-from .trace import ON_ENTER  # noqa: E402
+from ..core.trace import ON_ENTER  # noqa: E402
 
 
 def _install_scipy(only=None):

@@ -33,7 +33,7 @@ import types
 import numpy as np
 
 from .numpy_construct import holds_tracer
-from .tracer import SURFACE, Tracer
+from ..core.tracer import SURFACE, Tracer
 
 __all__ = ["asarray", "install_scipy", "namespace"]
 

@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 
 from .guards import _MISSING, SMALL_BYTES, Guards, _mro_get, _snapshot
-from .user_code import _is_library_module_name, _is_user_function, _is_user_type
+from ..core.user_code import _is_library_module_name, _is_user_function, _is_user_type
 
 __all__ = ["build_guards", "root_of"]
 
@@ -82,7 +82,7 @@ class _Walker:
 
     # -- one value ------------------------------------------------------------
     def value(self, parent, load, v, what, depth):
-        if type(v).__module__ == "hybridad.frontend.tracer":  # a tracer kept from a trace: identity
+        if type(v).__module__ == "hybridad.core.tracer":  # a tracer kept from a trace: identity
             self.add(parent, load, "ident", v, what)
             return
         if isinstance(v, _SCALARS) or isinstance(v, (np.generic, np.dtype, slice, range)):

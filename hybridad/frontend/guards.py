@@ -1,4 +1,4 @@
-"""Stage 1 (beside tracing): the compiled checks of what ``f`` reads besides its arguments.
+"""Frontend stage (beside tracing): the compiled checks of what ``f`` reads besides its arguments.
 
 A plan is the graph of ``f`` *as it was when it was traced*.  Besides its
 arguments, ``f`` reads Python state -- its globals and closure, the
@@ -9,7 +9,7 @@ graph's shape, an array becomes a constant (read by reference), a mask
 becomes gather positions.  A plan *knows* what it read, in the way
 torch.compile's guards do:
 
-1. :func:`hybridad.frontend.observe.observe` runs the trace under a
+1. :func:`hybridad.core.observe.observe` runs the trace under a
    per-thread profiler that records which user code ran and refuses calls
    whose result changes from call to call without depending on the inputs
    (``np.random.*``, ``time.time``, ...).

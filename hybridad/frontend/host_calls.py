@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import TracingError, user_location
 from ..ops.host import invoke, placeholders, probe, resolve
-from .tracer import Tracer
+from ..core.tracer import Tracer
 
 __all__ = ["LIBRARY_MODULES", "host_call", "install"]
 
@@ -106,7 +106,7 @@ def host_call(path, args, kwargs):
     Tracer or tuple of Tracer
         As the function returns one array or a tuple of arrays.
     """
-    from .trace import bind
+    from ..core.trace import bind
 
     if kwargs.get("out") is not None:
         raise NotImplementedError(f"{path}(..., out=) on traced values (at {user_location()}): "

@@ -25,8 +25,8 @@ import numpy as np
 from ..errors import TracingError
 from ..ir.graph import Graph
 from ..ops.loop import LoopBody, layout, part
-from .trace import Trace, _state, as_node, bind
-from .tracer import Tracer
+from ..core.trace import Trace, _state, as_node, bind
+from ..core.tracer import Tracer
 
 __all__ = ["BodyTrace", "fori_loop", "scan"]
 

@@ -23,10 +23,10 @@ from ..errors import TracingError, public_module, user_location
 from ..ir.registry import LazyUfunc
 from ..ops import REGISTRY
 from ..ops.indexing import gather_positions as _gather_positions
-from .decisions import concrete_index
+from ..core.decisions import concrete_index
 from .objects import settle, tracers_in
-from .trace import as_node, bind, current_trace, loop_dtypes
-from .tracer import SURFACE, Tracer
+from ..core.trace import as_node, bind, current_trace, loop_dtypes
+from ..core.tracer import SURFACE, Tracer
 
 __all__ = ["HANDLED", "apply_function", "apply_ufunc", "getitem"]
 

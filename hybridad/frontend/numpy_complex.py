@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import TracingError, user_location
 from . import numpy_complex_order as _order
-from .tracer import SURFACE, Tracer, _binary
+from ..core.tracer import SURFACE, Tracer, _binary
 
 __all__ = ["ComplexArrayError", "ComplexTracer", "as_complex", "involves_complex",
            "is_complex_constant"]

@@ -10,8 +10,8 @@ while a trace runs on any thread, the attributes ``numpy.array``,
 ``AxisConcatenator.__getitem__`` (behind ``np.r_`` and ``np.c_``) are
 wrappers that call numpy's own function unless an argument holds a tracer
 (a tracer, or a list or tuple with one inside, at any depth).  The first
-trace to begin (:data:`~hybridad.frontend.trace.ON_ENTER`) puts them in,
-the last to end (:data:`~hybridad.frontend.trace.ON_EXIT`) takes them out:
+trace to begin (:data:`~hybridad.core.trace.ON_ENTER`) puts them in,
+the last to end (:data:`~hybridad.core.trace.ON_EXIT`) takes them out:
 a count under a lock, so threads tracing at once share one installation
 and numpy's objects are back as soon as no trace runs.
 
@@ -53,8 +53,8 @@ from .numpy_api import (
     where,
 )
 from .objects import settle, tracers_in
-from .trace import ON_ENTER, ON_EXIT, current_trace
-from .tracer import SCALAR, Tracer
+from ..core.trace import ON_ENTER, ON_EXIT, current_trace
+from ..core.tracer import SCALAR, Tracer
 
 __all__ = ["ORIGINALS", "construct", "holds_tracer", "installed"]
 

@@ -32,7 +32,7 @@ from .numpy_api import (
     moveaxis,
     reshape,
 )
-from .trace import bind
+from ..core.trace import bind
 
 __all__ = []
 

@@ -35,8 +35,8 @@ from .numpy_api import (
     where,
 )
 from .numpy_reductions import mean
-from .trace import bind
-from .tracer import Tracer
+from ..core.trace import bind
+from ..core.tracer import Tracer
 
 __all__ = []
 

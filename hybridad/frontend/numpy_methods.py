@@ -23,9 +23,9 @@ import numpy as np
 from ..errors import TracingError, user_location
 from .numpy_api import _tracer, ravel, reshape, swapaxes, transpose
 from .objects import assign, link_view, settle
-from .supported import check_dtype
-from .trace import bind
-from .tracer import READONLY, SCALAR, Tracer, _no_memory, _value_dependent
+from ..core.supported import check_dtype
+from ..core.trace import bind
+from ..core.tracer import READONLY, SCALAR, Tracer, _no_memory, _value_dependent
 
 __all__ = ["REFUSED"]
 
@@ -244,7 +244,7 @@ def _refuse(name, why, instead, error=TracingError):
 _VALUE = "it needs the traced array's values, which are not known while tracing"
 for _name in ("tobytes", "tofile", "dump", "dumps"):
     _refuse(_name, _VALUE, "Call it on the function's inputs or results, outside the trace.")
-REFUSED.update({"item", "tolist"})  # (hybridad/frontend/tracer.py)
+REFUSED.update({"item", "tolist"})  # (hybridad/core/tracer.py)
 _refuse("choose", "it uses the traced values of x as indices", "Use np.where or np.select "
         "with constant choices.")
 for _name, _instead in [("put", "Build the result with np.where or np.concatenate."),

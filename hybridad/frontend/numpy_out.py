@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..errors import TracingError, user_location
 from .numpy_api import OUT, _tracer, _ufunc, broadcast_to, where
 from .objects import assign, settle, tracers_in
-from .tracer import Tracer
+from ..core.tracer import Tracer
 
 __all__ = ["function_into_out", "into_out"]
 

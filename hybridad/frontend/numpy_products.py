@@ -25,7 +25,7 @@ from .numpy_api import (
 )
 from .numpy_math import _float
 from .numpy_shapes import diagonal, pad
-from .tracer import Tracer
+from ..core.tracer import Tracer
 
 __all__ = []
 

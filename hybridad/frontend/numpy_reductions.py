@@ -22,8 +22,8 @@ import numpy as np
 
 from ..errors import TracingError, user_location
 from .numpy_api import HANDLED, _norm_axis, _reduce, _tracer, implements, ravel, reshape, where
-from .supported import check_dtype
-from .tracer import Tracer
+from ..core.supported import check_dtype
+from ..core.tracer import Tracer
 
 __all__ = ["mean", "var", "std"]
 

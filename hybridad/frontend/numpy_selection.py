@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 
 from ..errors import TracingError, user_location
-from .decisions import concrete_index, decide
+from ..core.decisions import concrete_index, decide
 from .numpy_api import (
     HANDLED,
     _no_kwargs,
@@ -31,8 +31,8 @@ from .numpy_api import (
 from .numpy_math import _float
 from .numpy_reductions import mean as _mean_of
 from .objects import assign
-from .trace import bind
-from .tracer import SURFACE, Tracer
+from ..core.trace import bind
+from ..core.tracer import SURFACE, Tracer
 
 __all__ = ["set_items"]
 

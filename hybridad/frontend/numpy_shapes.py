@@ -32,7 +32,7 @@ from .numpy_api import (
     where,
 )
 from .numpy_selection import _const_indices
-from .tracer import READONLY, Tracer
+from ..core.tracer import READONLY, Tracer
 
 __all__ = []
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import TracingError, user_location
 from ..ops.batch_helpers import contiguous
-from .decisions import concrete_index
+from ..core.decisions import concrete_index
 from .numpy_api import (
     UFUNC_AT,
     _norm_axis,
@@ -38,8 +38,8 @@ from .numpy_math import diff
 from .objects import assign
 from .numpy_selection import set_items
 from .scipy_special import intercepts
-from .trace import bind
-from .tracer import SURFACE, Tracer
+from ..core.trace import bind
+from ..core.tracer import SURFACE, Tracer
 
 __all__ = ["bincount", "convolve", "correlate", "cumulative_trapezoid", "interp",
            "trapezoid", "ufunc_at", "write_back"]

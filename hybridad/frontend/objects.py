@@ -10,8 +10,8 @@ array (``y += 1``, ``y.sort()``, ``y[index] = v`` through
 view as numpy's write would, and is refused where numpy would write into
 memory the trace does not follow (an argument of ``f`` or a view of one, a
 read-only view).  Installs :func:`assign` in
-:data:`hybridad.frontend.tracer.SURFACE` for the in-place operators of
-:class:`~hybridad.frontend.tracer.Tracer`.
+:data:`hybridad.core.tracer.SURFACE` for the in-place operators of
+:class:`~hybridad.core.tracer.Tracer`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import numpy as np
 
 from ..errors import TracingError, user_location
 from ..ir.registry import REGISTRY
-from .trace import as_node, bind
-from .tracer import ARG, READONLY, SCALAR, SURFACE, Tracer
+from ..core.trace import as_node, bind
+from ..core.tracer import ARG, READONLY, SCALAR, SURFACE, Tracer
 
 __all__ = ["assign", "link_view", "settle", "tracers_in"]
 

@@ -23,10 +23,15 @@ hand-written derivative (:meth:`ElementwiseFunction.defderiv`) the first
 partials come from it and the dual evaluation of the function is skipped
 (higher derivatives then differentiate the supplied derivative by duals).
 
-Compiled code reaches generated plan source through :func:`kernel`: the plan
-module looks its kernels up by primitive name, and the name carries a hash of
-the function's code, constants, globals and closure, so numba's disk cache
-never serves machine code of an older version of a function.
+This module registers the primitives and their rules; the numba backend
+compiles them (:mod:`hybridad.backends.numba.elementwise`: the ufunc, the
+dual-number driver, the check that numba can compile the code), handing
+itself in through :data:`COMPILER` when it is imported, so imports run one
+way.  Compiled code reaches generated plan source through that module's
+``kernel``: the plan module looks its kernels up by primitive name, and the
+name carries a hash of the function's code, constants, globals and closure,
+so numba's disk cache never serves machine code of an older version of a
+function.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ import numpy as np
 
 from ..errors import TracingError
 
-__all__ = ["ElementwiseError", "ElementwiseFunction", "elementwise", "kernel"]
+__all__ = ["COMPILER", "ElementwiseError", "ElementwiseFunction", "elementwise", "primitive"]
 
 
 class ElementwiseError(TypeError):
@@ -50,10 +55,23 @@ class ElementwiseError(TypeError):
     return a scalar."""
 
 
-#: primitive name -> _Primitive, for generated source (``kernel(name)``)
+#: primitive name -> _Primitive, for generated source (:func:`primitive`)
 _PRIMITIVES = {}
 _LOCK = threading.RLock()
-_JIT = {"error_model": "numpy", "fastmath": {"contract"}}
+
+#: the backend that compiles user functions: ``check(family, prim, dtypes)``,
+#: ``ufunc(prim)`` and ``driver(prim)`` (each sets the primitive's
+#: ``_ufunc`` / ``_driver`` once); the numba backend fills it when imported
+#: (:mod:`hybridad.backends.numba.elementwise`; ``import hybridad`` does)
+COMPILER = pytypes.SimpleNamespace(check=None, ufunc=None, driver=None)
+
+
+def primitive(name):
+    """The primitive (:class:`_Primitive`) registered as op ``name``."""
+    try:
+        return _PRIMITIVES[name]
+    except KeyError:
+        raise TracingError(f"no @elementwise primitive {name!r} in this process") from None
 
 
 def elementwise(fn=None, *, name=None):
@@ -163,8 +181,8 @@ class ElementwiseFunction:
         return self.family.primitive(()).ufunc
 
     def __call__(self, *args):
-        from .trace import bind
-        from .tracer import Tracer
+        from ..core.trace import bind
+        from ..core.tracer import Tracer
 
         if len(args) != self.nargs:
             raise TypeError(f"{self.name}() takes {self.nargs} argument(s), got {len(args)}")
@@ -237,32 +255,11 @@ class _Family:
         self.tag = hashlib.sha256(key.encode()).hexdigest()[:16]
         self.base = re.sub(r"\W", "_", ef.name)
         self._prims = {}
+        # the compiler's (COMPILER): the compiled function and derivative, and
+        # the (index, signature) pairs checked
         self._jit = None
         self._deriv_jit = None
         self._checked = set()
-
-    # -- compiled pieces ---------------------------------------------------
-    def jit(self):
-        import numba
-
-        if self._jit is None:
-            self._jit = numba.njit(**_JIT)(self.ef.py_func)
-        return self._jit
-
-    def deriv_jit(self):
-        """The hand-written derivative as a function returning a tuple."""
-        import numba
-
-        if self._deriv_jit is None:
-            d = numba.njit(**_JIT)(self.ef._deriv)
-            if self.ef.nargs == 1:
-                @numba.njit(**_JIT)
-                def as_tuple(x):
-                    return (d(x),)
-                self._deriv_jit = as_tuple
-            else:
-                self._deriv_jit = d
-        return self._deriv_jit
 
     def primitive(self, index):
         index = tuple(sorted(index))
@@ -276,54 +273,10 @@ class _Family:
 
     def check(self, prim, dtypes):
         """Compile the function, its hand-written derivative and ``prim``'s dual
-        evaluation for these operand dtypes (once), turning numba's errors into
-        :class:`ElementwiseError`."""
-        import numba
-
-        sig = tuple(numba.from_dtype(np.dtype(d)) for d in dtypes)
-        if (prim.index, sig) in self._checked:
-            return
-        what = "the function"
-        try:
-            self.jit().compile(sig)
-            ret = self.jit().overloads[sig].signature.return_type
-            if not isinstance(ret, (numba.types.Number, numba.types.Boolean)):
-                raise ElementwiseError(
-                    f"@hybridad.elementwise {self.ef.py_func.__qualname__} "
-                    f"({_where(self.ef.py_func)}) must return one scalar, but returns {ret}")
-            if self.ef._deriv is not None:
-                what = "its defderiv"
-                self.deriv_jit().compile(sig)
-            what = "its derivative (the function evaluated on dual numbers)"
-            prim.driver().compile(sig)
-        except numba.core.errors.NumbaError as err:
-            raise ElementwiseError(_compile_message(self.ef, what, err)) from None
-        self._checked.add((prim.index, sig))
-
-
-def _where(fn):
-    code = fn.__code__
-    return f"{code.co_filename}:{code.co_firstlineno}"
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _compile_message(ef, what, err):
-    """One line saying where and why numba failed, then numba's own message."""
-    import os
-
-    text = _ANSI.sub("", str(err))
-    reason = next((x.strip() for x in text.splitlines() if x.strip() and not x.startswith(
-        ("Failed in ", "File ", "During:", " ", "\t")) and "<source" not in x), text.strip())
-    at = _where(ef.py_func)
-    for path, line in re.findall(r'File "([^"]+)", line (\d+)', text):
-        mine = ef.py_func.__code__.co_filename
-        at = f"{mine if os.path.basename(path) == os.path.basename(mine) else path}:{line}"
-        break
-    return (f"@hybridad.elementwise {ef.py_func.__qualname__} ({at}): numba cannot compile "
-            f"{what}: {reason}\n(the function must be numba-compilable scalar code; numba's "
-            f"message follows)\n{text}")
+        evaluation for these operand dtypes (once, by the backend that
+        compiles user functions: :data:`COMPILER`), raising
+        :class:`ElementwiseError` where it cannot."""
+        COMPILER.check(self, prim, dtypes)
 
 
 def _suffix(index):
@@ -362,7 +315,7 @@ class _Primitive:
 
     # -- the op's rules ------------------------------------------------------
     def _abstract(self, *args):
-        from .trace import loop_dtypes
+        from ..core.trace import loop_dtypes
 
         shape = np.broadcast_shapes(*(a.shape for a in args))
         dtypes = loop_dtypes(self.op.ufunc, args)
@@ -374,110 +327,19 @@ class _Primitive:
 
     @property
     def ufunc(self):
-        """numba-vectorized ufunc of this derivative (float64 and float32 loops)."""
-        if self._ufunc is not None:  # every later call: no lock (a build may hold numba's)
-            return self._ufunc
-        import numba
+        """The numpy ufunc of this derivative (float64 and float32 loops),
+        compiled once by :data:`COMPILER`."""
+        if self._ufunc is None:
+            COMPILER.ufunc(self)
+        return self._ufunc
 
-        from ..backends.numba import compiler_lock
-
-        with compiler_lock(), _LOCK:  # numba's lock first (it compiles here)
-            if self._ufunc is None:
-                n = self.family.ef.nargs
-                # float32 first: numpy takes the first loop its operands cast to
-                sigs = [f"{t}({', '.join([t] * n)})" for t in ("float32", "float64")]
-                if not self.index:
-                    fn = self.family.ef.py_func
-                else:
-                    params = ", ".join(f"x{i}" for i in range(n))
-                    ns = {"_drv": self.driver(), "__name__": __name__}
-                    exec(f"def {self.family.base}_d({params}):\n"  # noqa: S102
-                         f"    return _drv({params})[0]\n", ns)
-                    fn = ns[f"{self.family.base}_d"]
-                try:
-                    vec = numba.vectorize(sigs, fastmath=_JIT["fastmath"])(fn)
-                    self._ufunc = getattr(vec, "ufunc", vec)  # numpy's ufunc, loops fixed
-                except numba.core.errors.NumbaError as err:
-                    raise ElementwiseError(_compile_message(self.family.ef, "the ufunc", err)) \
-                        from None
-            return self._ufunc
-
-    # -- the compiled value-and-partials function ---------------------------
     def driver(self):
         """``drv(*x) -> (d^I f, d^(I+0) f, ..., d^(I+n-1) f)`` (float64), I this
-        primitive's multi-index: one evaluation on nested dual numbers."""
-        if self._driver is not None:  # made once: no lock after that
-            return self._driver
-        import numba
-
-        from ..backends.numba import compiler_lock, dual
-
-        with compiler_lock(), _LOCK:  # numba's lock first (a plan's build calls this)
-            if self._driver is None:
-                fam, n = self.family, self.family.ef.nargs
-                params = [f"x{i}" for i in range(n)]
-                # an importable __name__: numba's disk cache of a plan calling
-                # this function rebuilds its environment from that module
-                ns = {"_mk": dual.make_dual, "_promote": dual.promote, "__name__": __name__}
-                index = self.index
-                if fam.ef._deriv is not None and not index:
-                    ns["_f"], ns["_df"] = fam.jit(), fam.deriv_jit()
-                    body = [f"d = _df({', '.join(params)})",
-                            f"return (float(_f({', '.join(params)})), "
-                            + " ".join(f"float(d[{j}])," for j in range(n)) + ")"]
-                else:
-                    if fam.ef._deriv is not None:  # differentiate the given derivative
-                        ns["_g"] = fam.deriv_jit()
-                        call, index = "_g({})[%d]" % index[0], index[1:]
-                    else:
-                        ns["_f"] = fam.jit()
-                        call = "_f({})"
-                    depth = len(index) + 1
-                    body = [f"s{i} = {_seed(f'x{i}', i, n, depth)}" for i in range(n)]
-                    body.append(f"r = _promote({call.format(', '.join(f's{i}' for i in range(n)))}"
-                                ", s0)")
-                    outs = [_path(index, depth)] + [_path(index + (j,), depth) for j in range(n)]
-                    body.append("return (" + " ".join(f"r{o}," for o in outs) + ")")
-                src = f"def {self.ident}({', '.join(params)}):\n" + \
-                    "\n".join("    " + b for b in body) + "\n"
-                exec(compile(src, f"<hybridad elementwise {self.name}>", "exec"), ns)  # noqa: S102
-                driver = numba.njit(**_JIT)(ns[self.ident])
-                driver.hybridad_source = src
-                self._driver = driver  # published whole (read without the lock)
-            return self._driver
-
-    @property
-    def cacheable(self):
-        """Whether numba can cache code calling this function on disk: it
-        rebuilds the function's environment from its module on loading, so
-        the user's functions must come from an importable module."""
-        ef = self.family.ef
-        return all(inspect.getmodule(f) is not None for f in (ef.py_func, ef._deriv)
-                   if f is not None)
-
-    def header_line(self):
-        """The generated-source line binding this primitive's kernel."""
-        return f"{self.ident} = _hd_kernel({self.name!r})"
-
-
-def _seed(x, i, n, depth):
-    """Source of ``x`` as a dual ``depth`` deep with unit partial ``i`` at every level."""
-    def const(c, level):
-        if level == 0:
-            return c
-        zero = const("0.0", level - 1)
-        return f"_mk({const(c, level - 1)}, ({', '.join([zero] * n)},))"
-
-    if depth == 0:
-        return x
-    inner = _seed(x, i, n, depth - 1)
-    parts = [const("1.0" if j == i else "0.0", depth - 1) for j in range(n)]
-    return f"_mk({inner}, ({', '.join(parts)},))"
-
-
-def _path(index, depth):
-    """Attribute path to the derivative ``index`` of a result ``depth`` duals deep."""
-    return "".join(f".d[{j}]" for j in index) + ".v" * (depth - len(index))
+        primitive's multi-index: one evaluation on nested dual numbers,
+        compiled once by :data:`COMPILER`."""
+        if self._driver is None:
+            COMPILER.driver(self)
+        return self._driver
 
 
 class _LazyUfunc:
@@ -509,17 +371,7 @@ class _LazyUfunc:
 
 def _bind_partial(family, index, *operands):
     """The partial ``d^index f`` at the operands (tracers: emits its node)."""
-    from .trace import bind
+    from ..core.trace import bind
 
     *xs, _ans = operands
     return bind(family.primitive(index).name, *xs)
-
-
-
-def kernel(name):
-    """The compiled value-and-partials function of primitive ``name`` (what
-    generated plan source binds at import)."""
-    try:
-        return _PRIMITIVES[name].driver()
-    except KeyError:
-        raise TracingError(f"no @elementwise primitive {name!r} in this process") from None

@@ -39,8 +39,8 @@ from ..ops.linalg_factor import lu_parts
 from .numpy_api import _tracer, concatenate, getitem, reshape
 from .numpy_linalg import _operands, _result, _stack
 from .scipy_special import intercepts
-from .trace import bind, current_trace
-from .tracer import Tracer
+from ..core.trace import bind, current_trace
+from ..core.tracer import Tracer
 
 __all__ = []
 

@@ -24,7 +24,7 @@ import functools
 
 import numpy as np
 
-from .tracer import Tracer
+from ..core.tracer import Tracer
 
 __all__ = ["INTERCEPTED", "install", "intercepts", "is_traced"]
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..plans.cache import lookup as _lookup
 from ..errors import StalePlanError
-from ..frontend.supported import refuse_subclass
+from ..core.supported import refuse_subclass
 from ..plans.hessian import HessianPlan
 from ..results import GradientResult, HessianResult, HvpResult
 

@@ -1,4 +1,4 @@
-"""Stage 2, the IR: a flat, topologically ordered graph of typed nodes
+"""The ir stage: a flat, topologically ordered graph of typed nodes
 (:mod:`.graph`), and the vocabulary its nodes are made of -- the registry of
 primitive ops and their rules (:mod:`.registry`; the ops themselves are
 declared in :mod:`hybridad.ops`)."""

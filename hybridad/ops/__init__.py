@@ -1,4 +1,4 @@
-"""Stage 3, the op rules: every primitive declared once, with all its rules (see
+"""The ops stage, the op rules: every primitive declared once, with all its rules (see
 :mod:`hybridad.ir.registry` for what an :class:`~hybridad.ir.registry.Op`
 carries).  One module per family -- :mod:`.elementwise` (the ufunc rule
 table), :mod:`.select` (where, casts, copy), :mod:`.reductions`,
@@ -17,7 +17,7 @@ their rules share (:mod:`.common`, :mod:`.batch_helpers`).  Importing this
 package fills the registry.
 
 Op rules are symbolic: they may emit IR through the tracer
-(:func:`hybridad.frontend.trace.bind`), and import no backend and no module
+(:func:`hybridad.core.trace.bind`), and import no backend and no module
 of the numpy surface.
 """
 

@@ -90,7 +90,7 @@ register(Op("scatter_add", "inplace", lambda acc, g, index: (acc.shape, acc.dtyp
             jvp=_in_place_jvp, batch=_scatter_add_batch, doc="acc[index] += g, in place"))
 
 def _scatter_flat_vjp(gg, node, active, g, flat, ans, shape):
-    from ..frontend.trace import bind
+    from ..core.trace import bind
 
     if flat.node.is_const:  # positions known at trace time: through any view of gg
         return (gather_positions(gg, lambda pos: pos.reshape(-1)[flat.node.attrs["value"]]),

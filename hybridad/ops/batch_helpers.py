@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..frontend.trace import bind
+from ..core.trace import bind
 from ..ir.registry import REGISTRY
 
 __all__ = ["batched_positions", "contiguous", "expand", "lift"]

@@ -17,7 +17,7 @@ __all__ = ["bind", "expand", "install_operators", "lift", "same_as_first"]
 
 
 def bind(*args, **attrs):
-    from ..frontend.trace import bind
+    from ..core.trace import bind
 
     return bind(*args, **attrs)
 

@@ -68,7 +68,7 @@ def _real(ufunc):
 
 def _abstract_for(ufunc):
     def abstract(*args):
-        from ..frontend.trace import loop_dtypes
+        from ..core.trace import loop_dtypes
 
         shape = np.broadcast_shapes(*(a.shape for a in args))
         return shape, loop_dtypes(_real(ufunc), args)[-1]
@@ -120,8 +120,8 @@ def chain_product(a, b):
     """``a * b`` for the chain rule, on tracers: ``0`` wherever either factor is
     ``0``, even against ``inf`` or ``nan`` (op ``safe_multiply``).  A factor that
     is a number (a rule's constant: finite, nonzero) multiplies plainly."""
-    from ..frontend.trace import bind
-    from ..frontend.tracer import Tracer
+    from ..core.trace import bind
+    from ..core.tracer import Tracer
 
     if not (isinstance(a, Tracer) and isinstance(b, Tracer)):
         return a * b

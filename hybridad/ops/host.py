@@ -47,7 +47,7 @@ def resolve(path):
 
 
 def _abstract(*args, ufunc, where):
-    from ..frontend.trace import loop_dtypes
+    from ..core.trace import loop_dtypes
 
     fn = resolve(ufunc)
     shape = np.broadcast_shapes(*(a.shape for a in args))

@@ -122,8 +122,8 @@ def gather_positions(x, select):
     numpy therefore checks the selection and gives its exact semantics (and its
     errors).  The result is one ``gather`` primitive reading that storage.
     """
-    from ..frontend.trace import bind
-    from ..frontend.tracer import Tracer
+    from ..core.trace import bind
+    from ..core.tracer import Tracer
 
     chain, node = [], x.node
     while node.op in REGISTRY and REGISTRY[node.op].kind == "view":

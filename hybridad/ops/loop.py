@@ -145,8 +145,8 @@ def replay(graph, trace, inputs, env=None):
     """Emit ``graph``'s nodes into ``trace`` on the tracers ``inputs`` (one per
     graph input); returns the tracers of its outputs.  ``env``: a dict that
     receives node id -> tracer for every node."""
-    from ..frontend.trace import bind
-    from ..frontend.tracer import Tracer
+    from ..core.trace import bind
+    from ..core.tracer import Tracer
 
     env = {} if env is None else env
     env.update({n.id: t for n, t in zip(graph.inputs, inputs, strict=True)})
@@ -172,7 +172,7 @@ def _abstract(*args, body, length, start, reverse, order, saved):
 
 def _sub_trace(specs):
     """A fresh trace and one input tracer per ``(shape, dtype)``."""
-    from ..frontend.trace import Trace
+    from ..core.trace import Trace
 
     trace = Trace()
     with trace:
@@ -185,13 +185,13 @@ def _specs(nodes):
 
 
 def _zeros(shape, dtype):
-    from ..frontend.trace import bind
+    from ..core.trace import bind
 
     return bind("zeros", shape=tuple(shape), dtype=np.dtype(dtype))
 
 
 def _bind_loop(args, body, length, start, reverse, order, saved):
-    from ..frontend.trace import bind
+    from ..core.trace import bind
 
     return bind("loop", *args, body=body, length=length, start=start, reverse=reverse,
                 order=tuple(order), saved=saved)
@@ -425,10 +425,10 @@ def _batch(node, batched, *args, body, length, start, reverse, order, saved):
 
 def _run(out, *arrays, body, length, start, reverse, order, saved):
     """The reference: every iteration evaluates the body graph by its ops'
-    own reference implementations (:func:`hybridad.frontend.decisions.evaluate`,
+    own reference implementations (:func:`hybridad.core.decisions.evaluate`,
     which Python decisions on traced values use too).  It allocates; the
     backends run a loop with its body compiled (:mod:`hybridad.backends.loops`)."""
-    from ..frontend.decisions import evaluate
+    from ..core.decisions import evaluate
 
     nc, nx, idx = body.n_carry, body.n_xs, int(body.index)
     outs = body.graph.outputs

@@ -82,7 +82,7 @@ register(Op("min", "reduce", _reduce_abstract, run=_reducer(np.min), vjp=_extrem
 
 def _prod_vjp(g, node, active, x, ans, axis, keepdims):
     # Exact with zeros: d prod / d x_i = prod_{j<i} x_j * prod_{j>i} x_j.
-    from ..frontend.trace import bind
+    from ..core.trace import bind
 
     (ax,) = axis
     left = bind("cumprod_exclusive", x, axis=ax, reverse=False)

@@ -47,6 +47,12 @@ from ..ir.registry import Op, register
 from .common import install_operators
 from .elementwise import chain_product
 
+#: the cost model's choice of a region's partials, ``partials_strategy(body, k,
+#: evaluations, in_result=...)``: the cost model
+#: (:mod:`hybridad.transforms.costs`) hands it in when it is imported, so the
+#: op rule reads the machine's costs without importing a later stage
+COST_MODEL = {}
+
 
 def recompute_partials(on=True):
     """While active (in this thread), every region's VJP recomputes its body in
@@ -80,9 +86,7 @@ def strategy(body, k=1, summed=0, evaluations=1, in_result=False):
     if summed and not k:
         return "store", (f"each of the {summed} partials is summed in the loop (scalar inputs "
                          f"of a full sum): no array, no second evaluation")
-    from ..transforms.costs import partials_strategy
-
-    return partials_strategy(body, k, evaluations, in_result=in_result)
+    return COST_MODEL["partials_strategy"](body, k, evaluations, in_result=in_result)
 
 
 def _in_result_buffers(node, body, firsts, ans):
@@ -133,8 +137,8 @@ def _cotangent_on_loop(g, body):
 
 
 def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
-    from ..frontend.trace import bind
-    from ..frontend.tracer import Tracer
+    from ..core.trace import bind
+    from ..core.tracer import Tracer
 
     assert mode == "value", "vjp-mode regions are not differentiated again"
     *inputs, ans = operands

@@ -44,7 +44,7 @@ def _cumprod_exclusive_vjp(g, node, active, x, ans, axis, reverse):
     # cotangent of x_i is E_i R_i with R_i = g_{i+1} + x_{i+1} R_{i+1} -- the
     # reverse scan of cumprod_adjoint on g moved one place back.  Exact with
     # zeros.  reverse=True is the same along the flipped axis.
-    from ..frontend.trace import bind
+    from ..core.trace import bind
 
     if reverse:
         (back,) = _cumprod_exclusive_vjp(_flip(g, axis), None, active, _flip(x, axis),
@@ -91,7 +91,7 @@ def _cumsum_run(out, x, axis, reverse):
 
 
 def _cumsum_vjp(g, node, active, x, ans, axis, reverse):
-    from ..frontend.trace import bind
+    from ..core.trace import bind
 
     return (bind("cumsum", g, axis=axis, reverse=not reverse),)
 
@@ -110,7 +110,7 @@ def _cumprod_vjp(g, node, active, x, ans, axis):
     # d y_i / d x_j = prod_{k <= i, k != j} x_k (j <= i), so the cotangent of
     # x_j is prod_{k < j} x_k * S_j with S_j = g_j + x_{j+1} S_{j+1}: exact
     # with zeros, no division.
-    from ..frontend.trace import bind
+    from ..core.trace import bind
 
     left = bind("cumprod_exclusive", x, axis=axis, reverse=False)
     return (left * bind("cumprod_adjoint", g, x, axis=axis),)
@@ -141,7 +141,7 @@ def _cumprod_adjoint_vjp(gs, node, active, g, x, ans, axis):
     # the forward scan T_k = gs_k + x_k T_{k-1} (written as cumprod_adjoint
     # along the flipped axis, x moved one place), and dS_j/dx_i =
     # (prod_{j<l<i} x_l) S_i for j < i gives x's cotangent S_i T_{i-1}.
-    from ..frontend.trace import bind
+    from ..core.trace import bind
 
     t = _flip(bind("cumprod_adjoint", _flip(gs, axis), _shift(_flip(x, axis), axis, 1),
                    axis=axis), axis)

@@ -1,4 +1,4 @@
-"""Stage 6, plans: the pipeline run once per key, then called many times --
+"""The plans stage: the pipeline run once per key, then called many times --
 gradients (:mod:`.plan`), Hessians and Jacobians (:mod:`.hessian`,
 :mod:`.jacobian`, both staged plans of :mod:`.staged`), argument and
 result-buffer validation (:mod:`.validate`)."""

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import _tree
 from .._xp import array_module
-from ..frontend.supported import SUPPORTED_DTYPES
+from ..core.supported import SUPPORTED_DTYPES
 from ..results import DiffResult, GradientResult, HvpResult
 from .validate import FLOATS as _FLOATS
 from .validate import check_results

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _tree
-from ..frontend.trace import Trace
+from ..core.trace import Trace
 from ..results import BatchGradientResult, DiffResult
 from ..transforms.autodiff import backward
 from .validate import check_results

@@ -120,13 +120,12 @@ def _region_times(f, args, n, budget_s):
     """``{ops of a forward region -> ns per element}`` of a serial plan of
     ``f`` (gradient w.r.t. every argument, partials recomputed: the forward
     regions compute values only), profiled for ``budget_s``."""
-    from ..api import compile as compile_plan
     from ..ops.region import recompute_partials
+    from .plan import Plan
     from .profile import profile
 
     with recompute_partials(), np.errstate(all="ignore"):
-        plan = compile_plan(f, *args, argnums=tuple(range(len(args))), parallel=False,
-                            tiered=False)
+        plan = Plan(f, args, tuple(range(len(args))), "numba", parallel=False, tiered=False)
         prof = profile(plan, *args, budget_s=budget_s)
     nodes = {m.id: m for m in plan.graph.nodes}
     return {tuple(m.op for m in nodes[r.node].attrs["body"].nodes): r.median_ns / n

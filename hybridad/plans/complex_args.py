@@ -41,7 +41,7 @@ import numpy as np
 from .. import _tree
 from ..errors import StalePlanError
 from ..frontend.numpy_complex import ComplexTracer, as_complex, is_complex_constant
-from ..frontend.tracer import Tracer
+from ..core.tracer import Tracer
 from ..results import DiffResult, GradientResult, HessianResult, HvpResult
 from .arguments import normalize_argnums
 from .hessian import HessianPlan

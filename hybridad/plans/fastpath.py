@@ -116,7 +116,7 @@ class FastPathMixin:
         contiguity, writeable results, no overlaps -- before writing anything.
         Whatever it rejects (other types, staging, the precise error) goes to
         the general path (:meth:`Plan.gradient`).  None for a plan that
-        decided on values (:mod:`hybridad.frontend.decisions`): its decisions
+        decided on values (:mod:`hybridad.core.decisions`): its decisions
         are checked on the general path."""
         if self._decision_check is not None:
             return None

@@ -1,5 +1,5 @@
 """A plan against what ``f`` reads besides its arguments: tracing under
-:func:`hybridad.frontend.observe.observe`, and the check before every call
+:func:`hybridad.core.observe.observe`, and the check before every call
 (re-trace, rebuild, or :class:`~hybridad.errors.StalePlanError`)."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import warnings
 import numpy as np
 
 from ..errors import RetraceWarning, StalePlanError, TracingError, code_line, is_user_file
-from ..frontend.decisions import MAX_SPECIALIZATIONS
+from ..core.decisions import MAX_SPECIALIZATIONS
 from ..frontend.guard_walk import build_guards
 from ..frontend.guards import captured_ids
-from ..frontend.observe import observe
+from ..core.observe import observe
 from ..frontend.signature import signature
-from ..frontend.trace import Trace
+from ..core.trace import Trace
 from ..transforms import rolling
 from .arguments import _static_paths
 
@@ -95,7 +95,7 @@ class GuardsMixin:
 
     def _observe_f(self, f, targs, trace):
         """``(output, guards, signature)`` of ``f(*targs)`` traced into ``trace``
-        under :func:`hybridad.frontend.observe.observe`."""
+        under :func:`hybridad.core.observe.observe`."""
         with observe(self.name) as obs:
             try:
                 out = f(*targs)
@@ -123,7 +123,7 @@ class GuardsMixin:
         """Before a call: if what ``f`` reads changed since it was traced, trace
         it again; the plan keeps running when the graph came out the same, and
         raises :class:`~hybridad.errors.StalePlanError` otherwise.  Then, for a
-        plan whose trace decided on values (:mod:`hybridad.frontend.decisions`),
+        plan whose trace decided on values (:mod:`hybridad.core.decisions`),
         returns the plan whose decisions hold for ``args`` (``specialize``:
         this one or another specialization, built on first need); without
         ``specialize`` a call that decides otherwise raises

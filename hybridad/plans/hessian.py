@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _tree
-from ..frontend.trace import Trace
+from ..core.trace import Trace
 from ..ir.graph import Graph, dead_code_elimination
 from ..results import DiffResult, HessianResult, HvpResult
 from ..transforms.autodiff import backward, jvp

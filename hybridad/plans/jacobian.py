@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..frontend.trace import Trace, as_node
-from ..frontend.tracer import Tracer
+from ..core.trace import Trace, as_node
+from ..core.tracer import Tracer
 from ..ir.graph import Graph, dead_code_elimination
 from ..results import JacobianResult
 from ..transforms.autodiff import backward, jvp

@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._tree import flatten
-from ..frontend.trace import bind
-from ..frontend.tracer import Tracer
+from ..core.trace import bind
+from ..core.tracer import Tracer
 from ..transforms.autodiff import backward, jvp
 
 __all__ = ["NestedResult", "gradient", "hessian", "jacobian", "traced"]

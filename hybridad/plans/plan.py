@@ -28,10 +28,10 @@ from .. import _tree
 from ..backends.numba.threshold import PARALLEL_MIN, serial_loops, work_estimate
 from ..backends.numpy.program import compile_program
 from ..errors import CompileBudgetError, MemoryBudgetError
-from ..frontend.decisions import DecisionCheck
+from ..core.decisions import DecisionCheck
 from ..frontend.guard_walk import root_of
-from ..frontend.trace import Trace, as_node
-from ..frontend.tracer import Tracer
+from ..core.trace import Trace, as_node
+from ..core.tracer import Tracer
 from ..ir.graph import Graph, dead_code_elimination
 from ..ops.region import recompute_partials, summed_partials_in_loop
 from ..optim import UpdateRule
@@ -106,7 +106,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         self.backend = backend
         self.parallel = bool(parallel)
         #: the constructor's options: a specialization for other decisions is
-        #: built with them (hybridad.frontend.decisions)
+        #: built with them (hybridad.core.decisions)
         self._options = dict(argnums=argnums, backend=backend, hvp=hvp, parallel=parallel,
                              poison=poison, pack=pack, memory_budget=memory_budget,
                              cuda_graph=cuda_graph, update=update, tiered=tiered)
@@ -256,7 +256,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                             self._update_ids if writes else ())
         self._outputs = [out.node] + grad_nodes + hvp_nodes
         if self.parallel and self.backend == "numba":  # its loops' threads, or BLAS's
-            self._owner = thread_owner(graph.nodes, PARALLEL_MIN)
+            self._owner = thread_owner(graph.nodes, self._machine(parallel_min=PARALLEL_MIN))
         with serial_loops(self._loops_serial), times.stage("memory plan"):
             self.memory = self._plan_memory(graph)
         if self.memory_budget is not None and self.memory.total_bytes > self.memory_budget:
@@ -320,6 +320,14 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
     # ----------------------------------------------------------------- guards
 
 
+    @staticmethod
+    def _machine(**changes):
+        """The numba backend's facts for the passes' choices
+        (:func:`hybridad.backends.numba.machine.machine`), handed to them."""
+        from ..backends.numba.machine import machine
+
+        return machine(**changes)
+
     def _lower(self, nodes, inputs, outputs, updates=()):
         """The traced nodes as the graph the backends run: the lowering passes
         of the backend (:data:`hybridad.transforms.pipeline.LOWERING`: dead code
@@ -327,7 +335,8 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         and folded into the adjoints they add to); sets ``graph`` and ``work``."""
         times = getattr(self, "build_times", None)
         graph = pipeline.lower(nodes, inputs, outputs, self.backend, updates,
-                               None if times is None else times.stage)
+                               None if times is None else times.stage,
+                               self._machine() if self.backend in pipeline.NEEDS_MACHINE else None)
         self.graph = graph
         #: rough count of element operations per call (matmuls as multiply-adds)
         self.work = work_estimate(graph.nodes)

@@ -210,7 +210,8 @@ def profile(plan_or_f, *args, argnums=0, parallel=True, repeats=None, warmup=3,
     plan_or_f : Plan or callable
         A gradient plan (``hybridad.compile(f, ...)``, backend ``"numba"``),
         or a function: its plan is built here (``argnums``, ``parallel`` and
-        ``compile_kwargs`` go to :func:`hybridad.compile`, untiered).
+        ``compile_kwargs`` go to the gradient plan as :func:`hybridad.compile`
+        gives them, untiered).
     *args
         Arguments of a gradient call.
     repeats : int, optional
@@ -235,11 +236,9 @@ def profile(plan_or_f, *args, argnums=0, parallel=True, repeats=None, warmup=3,
 
     if isinstance(plan_or_f, Plan):
         plan = plan_or_f
-    else:
-        from ..api import compile as compile_plan
-
-        plan = compile_plan(plan_or_f, *args, argnums=argnums, parallel=parallel,
-                            tiered=False, **compile_kwargs)
+    else:  # (ha.compile's gradient plan; the entry points sit above the plans)
+        plan = Plan(plan_or_f, args, argnums, compile_kwargs.pop("backend", "numba"),
+                    parallel=parallel, tiered=False, **compile_kwargs)
     if type(plan) is not Plan or plan.backend != "numba" or plan.order != 1 or \
             plan.update is not None:
         raise TypeError("profile() takes a gradient plan on the numba backend "
@@ -361,7 +360,7 @@ class _Details:
             region_acc_groups,
         )
         from ..backends.numba.layouts import numba_layouts
-        from ..backends.numba.threshold import gemm_on_threads
+        from ..backends.numba.machine import machine
 
         nodes = plan.graph.nodes
         self.layouts = numba_layouts(nodes, plan.memory)
@@ -371,7 +370,7 @@ class _Details:
         self.serial = plan._loops_serial  # (the choices the program was built with)
         self.matvec = lambda node: matvec_call(node, self.layouts) if \
             blas_ready(node, self.layouts) else None
-        self.gemm_on_threads = gemm_on_threads
+        self.gemm_on_threads = machine().gemm_on_threads
         self.partials = {}
         for m in nodes:
             if m.op == "region_partial":

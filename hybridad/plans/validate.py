@@ -22,9 +22,9 @@ FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 def is_buffer(buf, xp):
     """Whether results may be written into ``buf``: an ndarray of the plan's
     array module, or a subclass holding plain data (a memmap; see
-    :func:`hybridad.frontend.supported.plain_subclass`) -- not a masked array or np.matrix,
+    :func:`hybridad.core.supported.plain_subclass`) -- not a masked array or np.matrix,
     which would give the numbers written another meaning."""
-    from ..frontend.supported import plain_subclass
+    from ..core.supported import plain_subclass
 
     return type(buf) is xp.ndarray or issubclass(type(buf), np.ndarray) and \
         plain_subclass(type(buf))
@@ -38,7 +38,7 @@ def writeable(a):
 
 def describe(a):
     """``shape (2,), dtype float64[, read-only]`` or the type's name."""
-    from ..frontend.supported import plain_subclass
+    from ..core.supported import plain_subclass
 
     if isinstance(a, np.ndarray) and (type(a) is np.ndarray or plain_subclass(type(a))):
         return f"shape {a.shape}, dtype {a.dtype}" + ("" if a.flags.writeable else ", read-only")

@@ -25,8 +25,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _tree
-from ..frontend.trace import Trace
-from ..frontend.tracer import Tracer
+from ..core.trace import Trace
+from ..core.tracer import Tracer
 from ..ir.registry import REGISTRY
 from ..plans.arguments import arg_names, normalize_argnums, prepare_args
 from .rules import IDENTITY, check_nnz, rule_for

@@ -1,4 +1,4 @@
-"""Stage 4 (transforms): the autodiff transform, graph to graph.
+"""Transforms stage: the autodiff transform, graph to graph.
 
 The reverse pass is *emitted as IR* into the same trace: each primitive's VJP
 rule is written with numpy calls on tracers, so the backward nodes are
@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..frontend.trace import bind
-from ..frontend.tracer import Tracer
+from ..core.trace import bind
+from ..core.tracer import Tracer
 from ..ops import REGISTRY, storage_root
 from ..ops import loop as _loop
 from ..ops.indexing import Scatter
@@ -115,7 +115,7 @@ def backward(trace, out, wrt, inplace=True, seed=None):
 
     Parameters
     ----------
-    trace : hybridad.frontend.trace.Trace
+    trace : hybridad.core.trace.Trace
         The trace holding the forward graph; backward nodes are appended to it
         with ``phase="backward"``.
     out : Tracer
@@ -194,12 +194,12 @@ def jvp(trace, nodes, tangents):
 
     Parameters
     ----------
-    trace : hybridad.frontend.trace.Trace
+    trace : hybridad.core.trace.Trace
     nodes : list of Node
         The graph to push tangents through, in execution order (forward nodes,
         and for second order a functional backward pass after them).
     tangents : dict
-        Node id -> tangent :class:`~hybridad.frontend.tracer.Tracer` (shaped like the
+        Node id -> tangent :class:`~hybridad.core.tracer.Tracer` (shaped like the
         node) for the seeds; extended in place with the tangent of every
         floating-point node that depends on them (absent: identically zero).
 

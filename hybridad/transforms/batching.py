@@ -1,4 +1,4 @@
-"""Stage 4 (transforms): batching, graph to graph (``vmap`` over a leading axis).
+"""Transforms stage: batching, graph to graph (``vmap`` over a leading axis).
 
 A Jacobian or a Hessian needs the same linear map applied to many seeds:
 forward mode pushes a chunk of K tangents through the graph at once, reverse
@@ -16,8 +16,8 @@ fused loop whose dual numbers carry K partials.
 
 from __future__ import annotations
 
-from ..frontend.trace import bind
-from ..frontend.tracer import Tracer
+from ..core.trace import bind
+from ..core.tracer import Tracer
 from ..ops import REGISTRY
 from ..ops import loop as _loop
 from ..ops.batch_helpers import contiguous, expand, lift  # noqa: F401  (re-exported)
@@ -37,12 +37,12 @@ def vmap(trace, nodes, batched, k):
 
     Parameters
     ----------
-    trace : hybridad.frontend.trace.Trace
+    trace : hybridad.core.trace.Trace
         The trace to append the batched nodes to.
     nodes : list of Node
         The graph, in execution order.
     batched : dict
-        Node id -> batched :class:`~hybridad.frontend.tracer.Tracer` (shape ``(k, *node.shape)``)
+        Node id -> batched :class:`~hybridad.core.tracer.Tracer` (shape ``(k, *node.shape)``)
         for the seeds; extended in place with every node that depends on them.
     k : int
         The batch size.

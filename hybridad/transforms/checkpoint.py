@@ -27,8 +27,8 @@ import math
 
 import numpy as np
 
-from ..frontend.trace import Trace, bind
-from ..frontend.tracer import Tracer
+from ..core.trace import Trace, bind
+from ..core.tracer import Tracer
 from ..ir.graph import Graph, redirect
 from ..ops.loop import LoopBody, layout, part
 

@@ -46,6 +46,9 @@ import threading
 
 import numpy as np
 
+from ..ops import region as _region
+from .machine import matvec_matrix
+
 __all__ = ["Costs", "costs", "matvec_choice", "partials_strategy", "thread_owner"]
 
 TABLE_HEADER = ('"""The built-in cost table (:mod:`hybridad.transforms.costs`): written by\n'
@@ -252,7 +255,7 @@ def _load():
 def calibration_path():
     """Where :func:`hybridad.plans.calibrate.calibrate` writes this machine's table (the disk-cache
     directory), or None without one."""
-    from ..backends.cachedir import cache_dir
+    from .._cachedir import cache_dir
 
     d = cache_dir()
     return None if d is None else os.path.join(d, "costs.json")
@@ -311,7 +314,11 @@ def partials_strategy(body, k, evaluations=1, in_result=False):
     return how, reason
 
 
-def matvec_choice(m, k, dtype, form, threads=1):
+# the region VJPs' choice (the ops stage reads it from here, handed in: imports run one way)
+_region.COST_MODEL.update(partials_strategy=partials_strategy)
+
+
+def matvec_choice(m, k, dtype, form, machine, threads=1):
     """``(how, reason, threads)`` for a matrix-vector product over an
     ``m x k`` C matrix: ``"loop"`` (the numba backend's own loop, :mod:`.rt`'s
     ``matvec_dot`` for ``form == "dot"``, ``A x``, or ``matvec_axpy`` for
@@ -320,17 +327,15 @@ def matvec_choice(m, k, dtype, form, threads=1):
     ``threads``: the threads the loop may take (returned: those it uses) --
     a parallel plan's loops own the cores, and BLAS then runs on one thread
     (:func:`thread_owner`); the row loop splits the ``m`` rows, the column
-    loop blocks of
-    :data:`~hybridad.backends.numba.threshold.MATVEC_BLOCK` columns.  The
+    loop blocks of ``machine.matvec_block`` columns
+    (:class:`~hybridad.transforms.machine.Machine`, handed in).  The
     loop is chosen when its measured single-threaded rate over the threads it
     can use is below gemv's (:attr:`Costs.matvec_ns`) and both dimensions are
     at least :data:`MATVEC_MIN`."""
-    from ..backends.numba.threshold import MATVEC_BLOCK
-
     if min(m, k) < MATVEC_MIN:
         return "blas", f"a dimension below {MATVEC_MIN}: gemv", 1
     rates = costs().matvec_rates(dtype)
-    tasks = m if form == "dot" else -(-k // MATVEC_BLOCK)
+    tasks = m if form == "dot" else -(-k // machine.matvec_block)
     p = max(1, min(threads, tasks))
     loop_ns, blas_ns = rates[form] / p, rates["blas"]
     how = "loop" if loop_ns < blas_ns else "blas"
@@ -339,27 +344,26 @@ def matvec_choice(m, k, dtype, form, threads=1):
                  f"{'<' if how == 'loop' else '>='} gemv {blas_ns:.3g}"), p
 
 
-def pair_choice(m, k, dtype, threads=1):
+def pair_choice(m, k, dtype, machine):
     """``(pair, reason)``: whether ``A u`` and ``A^T v`` over an ``m x k`` C
     matrix run as one ``matvec_pair`` (:func:`hybridad.backends.numba.rt.matvec_pair`:
     one read of ``A`` for both) rather than as two products, each as
     :func:`matvec_choice` gives it.  The pair streams ``A`` once doing both
     loops' work: its cost is taken as the slower loop's measured rate over
-    the threads its parts can use
-    (:func:`~hybridad.backends.numba.threshold.pair_parts`); the two
+    ``machine.threads`` its parts can use
+    (:meth:`~hybridad.transforms.machine.Machine.pair_parts`); the two
     products' as the sum of their choices' rates; a dimension under
     :data:`MATVEC_MIN` keeps the two products.  (Measured on 2 cores, ten
     matrices read in turn: the pair 0.6-0.75x the two loops' time from 64 x 64
     to 1000 x 1000, float64 and float32.)"""
-    from ..backends.numba.threshold import pair_parts
-
     if min(m, k) < MATVEC_MIN:  # (skinny: BLAS's, as matvec_choice's products)
         return False, f"a dimension below {MATVEC_MIN}: two products"
     rates = costs().matvec_rates(dtype)
-    pair_ns = max(rates["dot"], rates["axpy"]) / max(1, min(threads, pair_parts(m)))
+    threads = machine.threads
+    pair_ns = max(rates["dot"], rates["axpy"]) / max(1, min(threads, machine.pair_parts(m)))
     two_ns = 0.0
     for form in ("dot", "axpy"):
-        how, _, p = matvec_choice(m, k, dtype, form, threads)
+        how, _, p = matvec_choice(m, k, dtype, form, machine, threads)
         two_ns += rates[form] / p if how == "loop" else rates["blas"]
     pair = pair_ns < two_ns
     return pair, (f"one read of A {pair_ns:.3g} ns/element {'<' if pair else '>='} "
@@ -386,13 +390,11 @@ LAPACK_MADDS = {
 }
 
 
-def _matvec_loop_ns(n, parallel_min):
+def _matvec_loop_ns(n, machine):
     """Single-threaded ns of matmul ``n`` as the numba backend's loop when it
     is a 2-D matrix-vector product long enough for parallel loops that
     :func:`matvec_choice` gives to them in either form (the operands'
     layouts, which pick the form, come later), else None."""
-    from ..backends.numba.threshold import loop_threads, matvec_matrix
-
     a, b = n.args
     found = None if max(len(n.shape), len(a.shape), len(b.shape)) > 2 else \
         matvec_matrix(a.shape, b.shape)
@@ -400,17 +402,17 @@ def _matvec_loop_ns(n, parallel_min):
         return None
     shape = found[1]
     size = shape[0] * shape[1]
-    if size < parallel_min:
+    if size < machine.parallel_min:
         return None
 
     rates = costs().matvec_rates(n.dtype)
     for form, dims in (("dot", shape), ("axpy", shape[::-1])):
-        if matvec_choice(*dims, n.dtype, form, loop_threads())[0] != "loop":
+        if matvec_choice(*dims, n.dtype, form, machine, machine.threads)[0] != "loop":
             return None
     return size * max(rates["dot"], rates["axpy"])
 
 
-def thread_owner(nodes, parallel_min):
+def thread_owner(nodes, machine):
     """``(owner, reason)``: who takes the cores in a parallel plan, its loops
     (``"loops"``: ``prange`` loops on every thread, BLAS on one) or BLAS
     (``"blas"``: every loop serial, BLAS on its own threads).  Two pools
@@ -423,12 +425,12 @@ def thread_owner(nodes, parallel_min):
     (:meth:`Costs.gemm_cost`) -- except matrix-vector products that run as
     the backend's own loops on every thread (:func:`matvec_choice`) and
     gemms the loops' threads share, a panel of the result each
-    (:func:`hybridad.backends.numba.threshold.gemm_on_threads`), and pairs of
+    (:meth:`hybridad.transforms.machine.Machine.gemm_on_threads`), and pairs of
     matrix-vector products (``matvec_pair``), which count as loops: then BLAS
     runs on one thread inside each panel, and one pool owns the cores."""
-    from ..backends.numba.threshold import gemm_on_threads
     from ..ir.registry import REGISTRY
 
+    parallel_min = machine.parallel_min
     c = costs()
     loops = blas = shared = 0.0
     for n in nodes:
@@ -451,10 +453,10 @@ def thread_owner(nodes, parallel_min):
             m = int(np.prod(n.shape[:-1], dtype=np.int64)) if len(b.shape) > 1 else \
                 int(np.prod(n.shape, dtype=np.int64))
             cols = n.shape[-1] if len(b.shape) > 1 else 1
-            loop = _matvec_loop_ns(n, parallel_min)
+            loop = _matvec_loop_ns(n, machine)
             if loop is not None:  # a matrix-vector product the backend's loops run
                 loops += loop
-            elif gemm_on_threads(max(m, 1), a.shape[-1], cols, parallel_min):
+            elif machine.gemm_on_threads(max(m, 1), a.shape[-1], cols):
                 shared += c.gemm_cost(max(m, 1), a.shape[-1], cols, n.dtype)
             else:
                 blas += c.gemm_cost(max(m, 1), a.shape[-1], cols, n.dtype)

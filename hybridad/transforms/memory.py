@@ -1,4 +1,4 @@
-"""Stage 4 (transforms): the memory plan -- where every node's value lives.
+"""Transforms stage: the memory plan -- where every node's value lives.
 
 Storage kinds:
 

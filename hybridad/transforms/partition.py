@@ -1,4 +1,4 @@
-"""Stage 4 (transforms): partition -- the hybrid.
+"""Transforms stage: partition -- the hybrid.
 
 Maximal connected groups of elementwise ops become one *region*: a fused
 kernel that evaluates the group per element.  A reduction (sum, max, min)

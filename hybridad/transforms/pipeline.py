@@ -1,7 +1,7 @@
 """The passes from a traced graph to what a backend runs, named in order in one
 place, per backend.
 
-A plan (:class:`hybridad.plans.plan.Plan`) traces ``f`` (stage 1), fuses the
+A plan (:class:`hybridad.plans.plan.Plan`) traces ``f`` (core and frontend), fuses the
 forward graph's elementwise regions on compiled backends and emits the
 backward pass as IR (:mod:`.autodiff`), then *lowers* the graph with the passes
 of :data:`LOWERING` for its backend, plans its memory (:mod:`.memory`) and
@@ -27,37 +27,39 @@ from .updates import schedule_updates
 
 __all__ = ["LOWERING", "PIPELINES", "check_rules", "describe", "lower"]
 
-#: pass name -> (what it does, graph-to-graph function of (nodes, inputs, outputs, updates))
+#: pass name -> (what it does, graph-to-graph function of (nodes, inputs, outputs, updates,
+#: machine)); ``machine``: the backend's facts the cost model reads
+#: (:class:`~hybridad.transforms.machine.Machine`), handed in by the plan
 PASSES = {
     "hoist_transposed_products": ("compute a backward A^T (c w) in the forward as A^T w, beside "
                                   "the forward's product reading A (one read from memory), "
                                   "scaled by c in the backward",
-                                  lambda nodes, ins, outs, upd: hoist_transposed_products(
-                                      nodes, outs)),
+                                  lambda nodes, ins, outs, upd, mach: hoist_transposed_products(
+                                      nodes, outs, mach)),
     "pair_matvecs": ("one read of a matrix for its two matrix-vector products A u and A^T v "
                      "(one matvec_pair, the products views of its halves)",
-                     lambda nodes, ins, outs, upd: pair_matvecs(nodes, outs)),
+                     lambda nodes, ins, outs, upd, mach: pair_matvecs(nodes, outs, mach)),
     "dead_code": ("drop nodes no output depends on",
-                  lambda nodes, ins, outs, upd: dead_code_elimination(
+                  lambda nodes, ins, outs, upd, mach: dead_code_elimination(
                       Graph(nodes, ins, outs)).nodes),
     "schedule_updates": ("move each optimizer update right after its gradient is complete",
-                         lambda nodes, ins, outs, upd: schedule_updates(nodes, upd)
+                         lambda nodes, ins, outs, upd, mach: schedule_updates(nodes, upd)
                          if upd else nodes),
     "fuse_regions": ("fuse elementwise groups (the backward's too) into regions",
-                     lambda nodes, ins, outs, upd: fuse_regions(nodes, outs)),
+                     lambda nodes, ins, outs, upd, mach: fuse_regions(nodes, outs)),
     "fold_accumulations": ("fold a region into the adjoint it adds to (acc += region)",
-                           lambda nodes, ins, outs, upd: fold_accumulations(nodes, outs)),
+                           lambda nodes, ins, outs, upd, mach: fold_accumulations(nodes, outs)),
     "share_reduced_values": ("one loop for a region and its reduced twin (g * d and its "
                              "bias sum)",
-                             lambda nodes, ins, outs, upd: share_reduced_values(nodes, outs)),
+                             lambda nodes, ins, outs, upd, mach: share_reduced_values(nodes, outs)),
     "sum_stored_partials": ("sum in a loss's loop the stored partials the gradient sums whole "
                             "(a scalar parameter's)",
-                            lambda nodes, ins, outs, upd: sum_stored_partials(nodes, outs)),
+                            lambda nodes, ins, outs, upd, mach: sum_stored_partials(nodes, outs)),
     "sum_vjp_regions": ("one loop for the vjp regions summed whole (a scalar parameter's "
                         "gradients)",
-                        lambda nodes, ins, outs, upd: sum_vjp_regions(nodes, outs)),
+                        lambda nodes, ins, outs, upd, mach: sum_vjp_regions(nodes, outs)),
     "absorb_producers": ("evaluate in a region's loop the value regions only it reads",
-                         lambda nodes, ins, outs, upd: absorb_producers(nodes, outs)),
+                         lambda nodes, ins, outs, upd, mach: absorb_producers(nodes, outs)),
 }
 
 #: backend -> the lowering passes, in order
@@ -68,6 +70,9 @@ LOWERING = {
               "sum_vjp_regions", "absorb_producers"),
     "cupy": ("dead_code", "schedule_updates", "fuse_regions"),
 }
+
+#: the backends whose lowering asks the cost model (and so needs a machine)
+NEEDS_MACHINE = ("numba",)
 
 #: backend -> the whole pipeline of a plan, in order (the lowering in the middle)
 PIPELINES = {
@@ -87,14 +92,18 @@ def describe(backend):
     return "  ->  ".join(PIPELINES[backend])
 
 
-def lower(nodes, inputs, outputs, backend, updates=(), stage=None):
+def lower(nodes, inputs, outputs, backend, updates=(), stage=None, machine=None):
     """The traced ``nodes`` as the graph ``backend`` runs: the passes of
     :data:`LOWERING` in order, each followed by :func:`hybridad.ir.check`.
 
+    ``machine``: the backend's :class:`~hybridad.transforms.machine.Machine`
+    (the numba lowering's cost choices read it; the others need none).
     ``stage``: a ``stage(name)`` context manager timing each pass (as
     ``lower: <pass>``) and the checks (``lower: checks``), or None."""
     import contextlib
 
+    if machine is None and backend in NEEDS_MACHINE:
+        raise ValueError(f"the {backend} lowering needs the backend's machine facts")
     stage = stage or (lambda name: contextlib.nullcontext())
     rules = check_rules()
     graph = Graph(nodes, inputs, outputs)
@@ -102,8 +111,8 @@ def lower(nodes, inputs, outputs, backend, updates=(), stage=None):
         check(graph, rules)
     for name in LOWERING[backend]:
         with stage(f"lower: {name}"):
-            graph = Graph(PASSES[name][1](graph.nodes, inputs, outputs, updates), inputs,
-                          outputs)
+            graph = Graph(PASSES[name][1](graph.nodes, inputs, outputs, updates, machine),
+                          inputs, outputs)
         with stage("lower: checks"):
             check(graph, rules)
     return graph

@@ -23,6 +23,7 @@ from __future__ import annotations
 from ..ir.graph import Node, redirect, users_of
 from ..ir.registry import REGISTRY
 from .costs import CACHE_BYTES, pair_choice
+from .machine import matvec_matrix
 
 __all__ = ["hoist_transposed_products", "pair_matvecs"]
 
@@ -61,16 +62,14 @@ def _scaled_operand(v):
     return body.inputs[1 - v.attrs["wrt"]], c
 
 
-def _pairs(A):
+def _pairs(A, machine):
     """Whether :func:`pair_matvecs` pairs two matrix-vector products of ``A``:
     a float input or computed value (a buffer a compiled backend holds
     C-contiguous, not a view or a constant) for which the cost model
     (:func:`~hybridad.transforms.costs.pair_choice`) prefers one read."""
-    from ..backends.numba.threshold import loop_threads
-
     held = A.op == "input" or (A.op != "const" and REGISTRY[A.op].kind != "view")
     return held and A.dtype.kind == "f" and len(A.shape) == 2 and \
-        pair_choice(*A.shape, A.dtype, loop_threads())[0]
+        pair_choice(*A.shape, A.dtype, machine)[0]
 
 
 def _new(next_id, op, args, attrs, phase):
@@ -78,7 +77,7 @@ def _new(next_id, op, args, attrs, phase):
     return Node(next_id, op, args, attrs, shape, dtype, phase)
 
 
-def hoist_transposed_products(nodes, outputs=()):
+def hoist_transposed_products(nodes, outputs=(), machine=None):
     """``A^T (c w)`` in the backward sweep becomes ``c (A^T w)``, ``A^T w``
     computed in the forward sweep beside a product that reads ``A`` there.
 
@@ -130,7 +129,7 @@ def hoist_transposed_products(nodes, outputs=()):
                 A.id not in forward_reads or A.dtype != n.dtype:
             continue
         # (A^T v is a row loop over A's columns; v^T A^T = (A v)^T a dot per row)
-        paired = ("dot" if k == 0 else "axpy") in forward_forms.get(A.id, ()) and _pairs(A)
+        paired = ("dot" if k == 0 else "axpy") in forward_forms.get(A.id, ()) and _pairs(A, machine)
         if A.nbytes <= CACHE_BYTES and not paired:
             continue
         scaled = _scaled_operand(v)
@@ -169,8 +168,6 @@ def _matvec_form(n):
     operands: ``form`` ``"dot"`` (``n`` is ``B @ vector``, a dot product per
     row of ``B``) or ``"axpy"`` (``B^T @ vector``, rows of ``B`` added up),
     ``B`` the matrix with its transposes (if any) taken off; else None."""
-    from ..backends.numba.threshold import matvec_matrix
-
     if n.op != "matmul" or len(n.shape) != 2 or any(len(a.shape) != 2 for a in n.args):
         return None
     found = matvec_matrix(n.args[0].shape, n.args[1].shape)
@@ -188,7 +185,7 @@ def _flat(vec):
     return vec.args[0] if vec.op == "reshape" and len(vec.args[0].shape) == 1 else None
 
 
-def pair_matvecs(nodes, outputs=()):
+def pair_matvecs(nodes, outputs=(), machine=None):
     """Two matrix-vector products of one matrix ``B`` -- ``B u`` and ``B^T v``
     -- become one ``matvec_pair(B, u, v)`` where the first of them runs, the
     two products views of its halves (nodes kept, changed in place: their
@@ -219,7 +216,7 @@ def pair_matvecs(nodes, outputs=()):
         if found is None:
             continue
         B, form, vec = found
-        if n.dtype.kind != "f" or not (B.dtype == vec.dtype == n.dtype) or not _pairs(B):
+        if n.dtype.kind != "f" or not (B.dtype == vec.dtype == n.dtype) or not _pairs(B, machine):
             continue
         where = pos[(_flat(vec) or vec).id]
         queue = waiting.setdefault(B.id, [])

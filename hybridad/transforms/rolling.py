@@ -42,8 +42,8 @@ import numpy as np
 
 from ..frontend.guards import SMALL_BYTES
 from ..frontend.signature import attr_signature
-from ..frontend.trace import Trace, bind
-from ..frontend.tracer import Tracer
+from ..core.trace import Trace, bind
+from ..core.tracer import Tracer
 from ..ir.graph import Graph, redirect
 from ..ir.registry import REGISTRY
 from ..ops.loop import LoopBody, layout, part

@@ -51,7 +51,6 @@ file, so it appears complete or not at all and is never rewritten in place
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import linecache
 import os
@@ -71,7 +70,8 @@ import numpy as np
 from numba.core import caching
 
 # the directory (no numba needed to find it): re-exported, with its lock and owner checks
-from ..cachedir import (_LOCK, _UID, CacheWarning, _refusal, _warn, cache_dir,  # noqa: F401
+from ..._sources import library_digest
+from ..._cachedir import (_LOCK, _UID, CacheWarning, _refusal, _warn, cache_dir,  # noqa: F401
                         cache_location)
 
 __all__ = ["CacheWarning", "cache_dir", "cache_location", "clear", "compiled", "info",
@@ -85,75 +85,6 @@ _PREFIX = "hybridad_"
 # -- hashing ----------------------------------------------------------------------------
 _IMPORTS = re.compile(r"^from (hybridad(?:\.\w+)*) import", re.MULTILINE)
 
-
-_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)",
-                   re.MULTILINE)
-_PLAIN = re.compile(r"^[ \t]*import[ \t]+(hybridad[\w.]*)", re.MULTILINE)
-
-
-def _module_closure(names):
-    """The source files of the hybridad modules ``names`` and of those they
-    import, directly or through each other: ``from`` imports anywhere in a
-    module (relative ones resolved), a name imported from a package that is
-    itself a submodule counted as one.  A regular expression, not ``ast``
-    (a tenth of the time; the key is made once per process)."""
-    from importlib.util import find_spec
-
-    seen, stack, files = set(), list(names), []
-    while stack:
-        name = stack.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        spec = find_spec(name)
-        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-            continue
-        files.append(spec.origin)
-        with open(spec.origin, encoding="utf-8") as fh:
-            text = fh.read()
-        package = name if spec.submodule_search_locations is not None else name.rpartition(".")[0]
-        stack += _PLAIN.findall(text)
-        for base, what in _FROM.findall(text):
-            level = len(base) - len(base.lstrip("."))
-            base = base.lstrip(".")
-            if level:
-                parts = package.split(".")
-                base = ".".join(parts[:len(parts) - level + 1] + ([base] if base else []))
-            if base.split(".")[0] != "hybridad":
-                continue
-            stack.append(base)
-            for alias in what.strip("()").replace("\n", " ").split(","):
-                leaf = alias.split()[0] if alias.split() else ""
-                if leaf.isidentifier() and _is_submodule(f"{base}.{leaf}"):
-                    stack.append(f"{base}.{leaf}")
-    return sorted(files)
-
-
-def _is_submodule(name):
-    from importlib.util import find_spec
-
-    try:
-        return find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-@functools.lru_cache(maxsize=64)
-def _library_digest(modules):
-    """Hash of the source of the hybridad modules generated source imports,
-    with everything they import from hybridad in turn: numba's cache does not
-    see changes to functions a cached function calls (or to the constants it
-    froze), so a change anywhere in that closure must change the key."""
-    digest = hashlib.sha256()
-    for path in _module_closure(modules):
-        digest.update(path.rsplit("hybridad", 1)[-1].encode())
-        digest.update(_read(path))
-    return digest.hexdigest()
-
-
-def _read(path):
-    with open(path, "rb") as fh:
-        return fh.read()
 
 
 def source_hash(source):
@@ -171,7 +102,7 @@ def source_hash(source):
     """
     key = "\n".join([source, numba.__version__, np.__version__, sys.version,
                      platform.machine(),
-                     _library_digest(tuple(sorted(set(_IMPORTS.findall(source))))), _FORMAT])
+                     library_digest(tuple(sorted(set(_IMPORTS.findall(source))))), _FORMAT])
     return hashlib.sha256(key.encode()).hexdigest()[:24]
 
 

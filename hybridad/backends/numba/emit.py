@@ -18,7 +18,7 @@ from .loops import (
     region_lines,
 )
 from .loops import reduction_lines as _reduction_lines
-from .threshold import gemm_on_threads
+from .machine import machine
 
 
 def region_acc_groups(nodes):
@@ -330,7 +330,7 @@ def matvec_call(node, layouts):
     plan's loops are parallel and the product long enough); ``reason``: the
     choice's figures."""
     from ...transforms.costs import matvec_choice
-    from .threshold import loop_threads, matvec_matrix, parallel_min
+    from ...transforms.machine import matvec_matrix
 
     found = matvec_matrix(*(x.shape for x in node.args))
     if found is None:
@@ -342,8 +342,9 @@ def matvec_call(node, layouts):
     # A x (A C), x^T B = B^T x (B F): rows of a C matrix; the others its columns
     form = "dot" if (mat == 0) != flip else "axpy"
     size = shape[0] * shape[1]
-    threads = loop_threads() if size >= parallel_min() else 1
-    how, reason, threads = matvec_choice(shape[0], shape[1], node.dtype, form, threads)
+    facts = machine()
+    threads = facts.threads if size >= facts.parallel_min else 1
+    how, reason, threads = matvec_choice(shape[0], shape[1], node.dtype, form, facts, threads)
     V = node.args[vec]
     return MatvecCall(how, form, (mat, flip, shape),
                       (vec, len(V.shape) == 2 and layouts[V.id] == "F", V.size), threads, reason)
@@ -376,17 +377,16 @@ def _emit_matvec(w, node, a, acc, beta, call):
 
 
 def pair_call(node):
-    """``(parts, threads, reason)`` of ``matvec_pair`` ``node``: the parts of
-    its rows (:func:`.threshold.pair_parts`), the threads they run on (more
-    than one when the plan's loops are parallel and the matrix long enough)
+    """``(parts, threads, reason)`` of ``matvec_pair`` ``node``: its rows' parts
+    (:meth:`~hybridad.transforms.machine.Machine.pair_parts`), their threads
+    (several when the plan's loops are parallel and the matrix long enough)
     and the cost model's figures (:func:`hybridad.transforms.costs.pair_choice`)."""
     from ...transforms.costs import pair_choice
-    from .threshold import loop_threads, pair_parts, parallel_min
 
-    A = node.args[0]
-    parts = pair_parts(A.shape[0])
-    threads = min(parts, loop_threads()) if A.size >= parallel_min() else 1
-    return parts, threads, pair_choice(*A.shape, A.dtype, loop_threads())[1]
+    A, facts = node.args[0], machine()
+    parts = facts.pair_parts(A.shape[0])
+    threads = min(parts, facts.threads) if A.size >= facts.parallel_min else 1
+    return parts, threads, pair_choice(*A.shape, A.dtype, facts)[1]
 
 
 def _matvec_pair(e):
@@ -422,7 +422,7 @@ def _emit_gemm(w, node, a, acc, beta, layouts=None):
     cols = B.shape[1] if len(B.shape) == 2 else 1
     ov = acc if len(node.shape) == 2 else f"{acc}.reshape(({rows}, {cols}))"
     note = "  # BLAS gemm, beta = 1: accumulates in place" if beta else "  # BLAS gemm"
-    if gemm_on_threads(rows, A.shape[-1], cols):
+    if machine().gemm_on_threads(rows, A.shape[-1], cols):
         w.threaded = True
         w.emit(f"_gemm_threads({av}, {bv}, {ov}, {float(beta)!r}){note}, a panel per thread "
                "(rows, or columns of a wide result)")

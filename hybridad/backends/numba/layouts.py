@@ -13,7 +13,8 @@ from ...ops import REGISTRY, storage_root
 from ...transforms.memory import layout_proto, op_workspaces, plan_memory
 from .reduce import reduction_scratch
 from .runner import view_at
-from .threshold import environment_threads, numba_config_threads, pair_parts
+from .machine import machine
+from .threshold import environment_threads, numba_config_threads
 
 __all__ = ["ShiftMap", "materialize_for_numba", "numba_layouts", "read_in_place",
            "scratch_for_numba", "view_statement"]
@@ -292,7 +293,7 @@ def scratch_for_numba(nodes):
             out[n.id] = need
         elif n.op == "matvec_pair":  # a row of k per part of the rows
             m, k = n.args[0].shape
-            out[n.id] = (n.dtype, pair_parts(m) * k)
+            out[n.id] = (n.dtype, machine().pair_parts(m) * k)
     return out
 
 

@@ -1,6 +1,9 @@
 """When a loop runs multithreaded: the ``prange`` threshold, the switch
-that turns it off for a plan built with ``parallel=False``, and the work
-estimate plans compare with it (no numba here: every plan imports this)."""
+that turns it off for a plan built with ``parallel=False``, the numba
+backend's block sizes and the work estimate plans compare with the threshold
+(no numba here: every plan imports this).  The passes read these facts from
+the :class:`~hybridad.transforms.machine.Machine` the plan hands them
+(:func:`hybridad.backends.numba.machine.machine`), never from here."""
 
 from __future__ import annotations
 
@@ -12,8 +15,8 @@ from ..._settings import enabled, switch
 
 __all__ = ["GEMM_SMALL_RESULT", "GEMM_THREADS_MIN", "GEMM_THREADS_MIN_DIM", "MATVEC_BLOCK",
            "OPAQUE_MIN", "PAIR_PARTS", "PAIR_ROWS", "PARALLEL_MIN", "environment_threads",
-           "gemm_on_threads", "loop_threads", "matvec_matrix", "numba_config_threads",
-           "pair_parts", "parallel_min", "serial_loops", "work_estimate"]
+           "loop_threads", "numba_config_threads", "parallel_min", "serial_loops",
+           "work_estimate"]
 
 #: fewest loop iterations for which a region runs as a parallel ``prange``
 #: (below it, thread start-up costs more than it saves; see benchmarks/);
@@ -37,15 +40,9 @@ MATVEC_BLOCK = 256
 #: each part adds its rows into its own row of scratch (PAIR_PARTS x k elements)
 PAIR_PARTS, PAIR_ROWS = 8, 64
 
-
-def pair_parts(m):
-    """The parts a ``matvec_pair`` of an ``m``-row matrix runs in (from the
-    shape alone: the same sums on any thread count)."""
-    return max(1, min(PAIR_PARTS, m // PAIR_ROWS))
-
-
 #: fewest multiply-adds of a gemm that a parallel plan's threads share, a
-#: panel of the result each (:func:`hybridad.backends.numba.rt.gemm_threads`)
+#: panel of the result each (:func:`hybridad.backends.numba.rt.gemm_threads`;
+#: :meth:`hybridad.transforms.machine.Machine.gemm_on_threads`)
 GEMM_THREADS_MIN = 1 << 20
 #: and the most of its columns and contracted length at least this: narrow
 #: products (an MLP's 16 features in and out) stay on BLAS, as before.
@@ -105,33 +102,8 @@ def loop_threads():
     return environment_threads() if count is None else count
 
 
-def matvec_matrix(a_shape, b_shape):
-    """``(operand index, shape)`` of the matrix when a matmul of 1-D or 2-D
-    operands of these shapes is a matrix-vector product (a 2-D matrix
-    without an empty axis, the other operand a vector: 1-D, one column or
-    one row), else None (a gemm, or a dot product)."""
-    rows = a_shape[0] if len(a_shape) == 2 else 1
-    cols = b_shape[1] if len(b_shape) == 2 else 1
-    if (rows == 1) == (cols == 1):
-        return None
-    mat = 0 if cols == 1 else 1
-    shape = tuple((a_shape, b_shape)[mat])
-    return (mat, shape) if len(shape) == 2 and all(shape) else None
 
 
-def gemm_on_threads(m, k, n, loops_min=None):
-    """Whether an ``m x k @ k x n`` gemm runs on numba's threads, a panel of
-    the result each (:func:`hybridad.backends.numba.rt.gemm_threads`): the plan's
-    loops are parallel (its pool owns the cores, BLAS is single-threaded),
-    the product has :data:`GEMM_THREADS_MIN` multiply-adds, rows for two
-    panels, :data:`GEMM_THREADS_MIN_DIM` columns or contracted length, and
-    its result is not one a gemm splits along ``k`` (:data:`GEMM_SMALL_RESULT`).
-    ``loops_min``: the prange threshold to judge by (default
-    :func:`parallel_min`, the one in effect)."""
-    loops_min = parallel_min() if loops_min is None else loops_min
-    return loops_min < (1 << 62) and loop_threads() > 1 and m >= 2 and n >= 2 and \
-        max(k, n) >= GEMM_THREADS_MIN_DIM and m * k * n >= GEMM_THREADS_MIN and \
-        m * n > GEMM_SMALL_RESULT
 
 
 def serial_loops(serial=True):

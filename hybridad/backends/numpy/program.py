@@ -1,4 +1,4 @@
-"""Stage 5 (backends/numpy, the reference): the graph as one generated Python function
+"""Backends stage (backends/numpy, the reference): the graph as one generated Python function
 that calls numpy with ``out=`` into the preallocated arena.
 
 The numpy backend is the correctness oracle for every other backend.  The

@@ -1,7 +1,7 @@
 """Library or user code: which files, functions, types and modules are the user's.
 
 The guards (:mod:`hybridad.frontend.guard_walk`) walk into user objects only,
-and the profiler of :mod:`hybridad.frontend.observe` records user code only;
+and the profiler of :mod:`hybridad.core.observe` records user code only;
 numpy's, the standard library's, hybridad's own and the packages of
 :data:`LIBRARY_PACKAGES` are treated as fixed.
 """

@@ -1,7 +1,7 @@
 """The tracer: the stand-in for an ndarray while ``f`` is traced.
 
 :class:`Tracer` holds a :class:`~hybridad.ir.graph.Node` of the trace under
-construction (:mod:`hybridad.frontend.trace`) and speaks numpy's Python
+construction (:mod:`hybridad.core.trace`) and speaks numpy's Python
 protocols: ``__array_ufunc__`` / ``__array_function__``, indexing, the
 operators, ``__class__`` (``np.ndarray`` or a numpy scalar type), copies and
 pickling.  What needs a value (``bool``, ``float``, ``str``) or memory
@@ -147,7 +147,7 @@ class Tracer:
 
     # -- value-dependent conversions --------------------------------------
     # (a plan traced at a call's arguments takes their value, guarded:
-    # hybridad.frontend.decisions; a trace from shapes alone refuses)
+    # hybridad.core.decisions; a trace from shapes alone refuses)
     def __bool__(self):
         outcome = decide(self, "bool")
         if outcome is not None:
@@ -331,7 +331,7 @@ def _holds_code(values):
 def _note_values(operands):
     """A numpy scalar handed to a traced operation by the user's code (not by
     hybridad's) may be a number taken out of a captured array: tell the
-    guards (:func:`hybridad.frontend.observe.note_value_operand`)."""
+    guards (:func:`hybridad.core.observe.note_value_operand`)."""
     for x in operands:
         if issubclass(type(x), np.generic):  # (a scalar tracer's __class__ says np.float64)
             frame = sys._getframe(2)
@@ -387,4 +387,4 @@ Tracer.__neg__ = lambda self: np.negative(self)
 Tracer.__pos__ = lambda self: self.__copy__()  # numpy: a copy
 Tracer.__abs__ = lambda self: np.absolute(self)
 Tracer.__invert__ = lambda self: np.invert(self)
-_decisions.TRACER[0] = Tracer  # (what hybridad.frontend.decisions recognizes as traced)
+_decisions.TRACER[0] = Tracer  # (what hybridad.core.decisions recognizes as traced)

@@ -1,6 +1,6 @@
-"""Stage 1: tracing plain numpy code into an IR graph.
+"""Core stage: tracing plain numpy code into an IR graph.
 
-While ``f`` runs once on :class:`~hybridad.frontend.tracer.Tracer` objects,
+While ``f`` runs once on :class:`~hybridad.core.tracer.Tracer` objects,
 every operation becomes a :class:`~hybridad.ir.graph.Node` appended to the
 current :class:`Trace` through :func:`bind`; Python loops unroll.  This
 module holds the trace itself, :func:`bind` (apply a primitive: operands cast
@@ -68,7 +68,7 @@ class Trace:
         self._seen = {}  # common subexpressions: key -> node (forward phase only)
         #: the traced call's leaf arrays by input index, when the trace has them:
         #: Python decisions on traced values then take their values
-        #: (:mod:`hybridad.frontend.decisions`); None: shapes and dtypes only
+        #: (:mod:`hybridad.core.decisions`); None: shapes and dtypes only
         self.concrete = None
         self.decisions = []  # the Decision of each value taken, in order
         self.decision_cache = {}  # node id -> value, for those evaluations
@@ -268,7 +268,7 @@ def bind(opname, *args, **attrs):
     every executed op runs without hidden casting buffers.  Ops on literal
     constants only are folded.  Returns a :class:`Tracer`.
     """
-    with paused():  # hybridad's own work: not observed (see hybridad.frontend.observe)
+    with paused():  # hybridad's own work: not observed (see hybridad.core.observe)
         return _bind(opname, args, attrs)
 
 

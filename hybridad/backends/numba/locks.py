@@ -1,0 +1,76 @@
+"""numba's compiler lock and CPU target context, taken the one safe way
+(re-exported by :mod:`hybridad.backends.numba`): every hybridad lock after
+numba's, and numba's own locks never waited for while another is held."""
+
+import time
+
+__all__ = ["compiler_lock", "make_numba_context"]
+
+
+def compiler_lock():
+    """numba's compiler lock (process-wide, re-entrant), for hybridad code that
+    compiles, or makes numba functions, while holding a lock of its own.
+
+    One order everywhere: the compiler lock first, then hybridad's lock
+    (``with compiler_lock(), _LOCK:``), never the other way round -- a thread
+    holding hybridad's lock and compiling waits for the compiler lock, which a
+    tiered plan's background build may hold while it needs that same lock
+    (the first call of a plan with an ``@elementwise`` function compiled its
+    ufunc under the function's lock while the build, inside the compiler
+    lock, wanted that lock for the function's kernel: the process hung).
+
+    numba's CPU target context is made before the lock is returned
+    (:func:`make_numba_context`): numba makes it lazily, at the first
+    ``@njit`` decorator under the context's own lock and then the compiler
+    lock, and at the first ``@cfunc`` the other way round.
+
+    Returns
+    -------
+    numba's global compiler lock (a context manager).
+    """
+    from numba.core.compiler_lock import global_compiler_lock
+
+    make_numba_context()
+    return global_compiler_lock
+
+
+def make_numba_context():
+    """Make numba's CPU target context unless it is made, without ever
+    waiting for a lock while holding another.
+
+    numba makes the context lazily, under the lock of each of its two
+    ``functools.cached_property`` (the target and the typing context; Python
+    3.11 gives each one a lock, later versions none) and the compiler lock
+    -- at the first ``@njit`` decorator the properties' locks first, at the
+    first ``@cfunc`` (compiled at once, under the compiler lock) the compiler
+    lock first.  A build making the context one way while user code (or
+    ``hybridad.testing``'s allocation counter, made of ``@cfunc`` s) made it
+    the other way in another thread hung both for good.  Here every lock is
+    tried without blocking and all are released and tried again shortly
+    after when one is busy, so neither order can deadlock with this one."""
+    from numba.core import registry
+    from numba.core.compiler_lock import global_compiler_lock
+
+    target = registry.cpu_target
+    if "_toplevel_target_context" in vars(target):
+        return
+    props = [vars(type(target)).get(name) for name in ("_toplevel_target_context",
+                                                         "_toplevel_typing_context")]
+    locks = [lock for lock in (getattr(p, "lock", None) for p in props) if lock is not None]
+    locks.append(global_compiler_lock._lock)
+    delay = 1e-4
+    while True:
+        held = []
+        for lock in locks:
+            if not lock.acquire(blocking=False):
+                break
+            held.append(lock)
+        try:
+            if len(held) == len(locks):
+                target.target_context  # noqa: B018 -- made now, every lock it takes held
+                return
+        finally:
+            for lock in reversed(held):
+                lock.release()
+        time.sleep(delay)  # another thread holds one: let it finish, then try again
+        delay = min(2 * delay, 0.01)

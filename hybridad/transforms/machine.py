@@ -1,0 +1,89 @@
+"""What the passes' choices need to know of the backend that will run the plan
+and of the machine: plain data that the plan hands in.
+
+The cost model (:mod:`.costs`) and the passes that consult it
+(:mod:`.products`) weigh a backend's own loops against BLAS, and how many
+threads a loop takes.  Those choices rest on facts that belong to the backend
+(the block size of its column loop, how a matrix-vector pair splits its rows,
+when a gemm's panels go to its threads) and on the machine (the threads a
+parallel loop runs on).  A pass imports no backend: the plan asks the backend
+for its :class:`Machine` (the numba backend's is
+:func:`hybridad.backends.numba.machine.machine`) and passes it down, as JAX's
+lowering rules receive the target's facts rather than importing a device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["Machine", "matvec_matrix"]
+
+#: the prange threshold of a plan whose loops all run serial (no loop is that long)
+NEVER = 1 << 62
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """A backend's and a machine's facts, as the passes read them.
+
+    Attributes
+    ----------
+    threads : int
+        The threads a parallel loop runs on.
+    parallel_min : int
+        Fewest iterations of a loop that runs on several threads
+        (:data:`NEVER`: every loop serial).
+    matvec_block : int
+        Columns per task of the column loop of ``A^T v``.
+    pair_parts_max, pair_rows : int
+        A matrix-vector pair runs its rows in at most ``pair_parts_max``
+        parts of ``pair_rows`` rows or more (:meth:`pair_parts`).
+    gemm_threads_min, gemm_threads_min_dim, gemm_small_result : int
+        When a gemm's result panels go to the loops' threads
+        (:meth:`gemm_on_threads`).
+    """
+
+    threads: int
+    parallel_min: int
+    matvec_block: int
+    pair_parts_max: int
+    pair_rows: int
+    gemm_threads_min: int
+    gemm_threads_min_dim: int
+    gemm_small_result: int
+
+    def pair_parts(self, m):
+        """The parts a matrix-vector pair of an ``m``-row matrix runs in (from
+        the shape alone: the same sums on any thread count)."""
+        return max(1, min(self.pair_parts_max, m // self.pair_rows))
+
+    def gemm_on_threads(self, m, k, n, loops_min=None):
+        """Whether an ``m x k @ k x n`` gemm runs on the loops' threads, a
+        panel of the result each: the plan's loops are parallel (``loops_min``,
+        default :attr:`parallel_min`, below :data:`NEVER`), there is more than
+        one thread, the product has :attr:`gemm_threads_min` multiply-adds,
+        rows for two panels, :attr:`gemm_threads_min_dim` columns or
+        contracted length, and a result larger than
+        :attr:`gemm_small_result` (a smaller one is split along ``k``)."""
+        loops_min = self.parallel_min if loops_min is None else loops_min
+        return loops_min < NEVER and self.threads > 1 and m >= 2 and n >= 2 and \
+            max(k, n) >= self.gemm_threads_min_dim and m * k * n >= self.gemm_threads_min and \
+            m * n > self.gemm_small_result
+
+    def replace(self, **changes):
+        """This machine with some facts changed (a plan's own prange threshold)."""
+        return dataclasses.replace(self, **changes)
+
+
+def matvec_matrix(a_shape, b_shape):
+    """``(operand index, shape)`` of the matrix when a matmul of 1-D or 2-D
+    operands of these shapes is a matrix-vector product (a 2-D matrix
+    without an empty axis, the other operand a vector: 1-D, one column or
+    one row), else None (a gemm, or a dot product)."""
+    rows = a_shape[0] if len(a_shape) == 2 else 1
+    cols = b_shape[1] if len(b_shape) == 2 else 1
+    if (rows == 1) == (cols == 1):
+        return None
+    mat = 0 if cols == 1 else 1
+    shape = tuple((a_shape, b_shape)[mat])
+    return (mat, shape) if len(shape) == 2 and all(shape) else None
