@@ -246,9 +246,9 @@ class Constants:
         """Module-level source lines binding the kernels generated code calls."""
         if not self.kernels:
             return []
-        # (the numba backend's compiler of user functions binds them by name)
+        # (_hd_kernel: the compiled driver of an @elementwise primitive, by name)
         return ["from hybridad.backends.numba.elementwise import kernel as _hd_kernel"] + \
-            [f"{k.ident} = _hd_kernel({k.name!r})" for k in self.kernels.values()]
+            [k.header_line() for k in self.kernels.values()]
 
     def kernel_namespace(self):
         """name -> compiled kernel, for source exec'd without imports."""

@@ -341,6 +341,20 @@ class _Primitive:
             COMPILER.driver(self)
         return self._driver
 
+    @property
+    def cacheable(self):
+        """Whether numba can cache code calling this function on disk: it
+        rebuilds the function's environment from its module on loading, so
+        the user's functions must come from an importable module."""
+        ef = self.family.ef
+        return all(inspect.getmodule(f) is not None for f in (ef.py_func, ef._deriv)
+                   if f is not None)
+
+    def header_line(self):
+        """The generated-source line binding this primitive's kernel (by name:
+        ``_hd_kernel``, the compiled driver, :data:`COMPILER`'s)."""
+        return f"{self.ident} = _hd_kernel({self.name!r})"
+
 
 class _LazyUfunc:
     """Stands in for a primitive's ufunc until it is needed: numpy's dtype

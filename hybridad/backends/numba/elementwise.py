@@ -15,13 +15,11 @@ when imported:
 * :func:`driver` -- ``drv(*x) -> (value, partial, ...)``, one evaluation on
   nested dual numbers (:mod:`.dual`), what fused regions call;
 * :func:`kernel` -- the driver of primitive ``name``, for generated plan
-  source (:meth:`hybridad.backends.scalar.Constants.kernel_header` binds it),
-  and :func:`cacheable`: whether numba can cache code calling it.
+  source (each primitive's ``header_line`` binds it by name).
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 
@@ -30,7 +28,7 @@ import numpy as np
 from ...frontend import scalar_functions as front
 from ...frontend.scalar_functions import ElementwiseError
 
-__all__ = ["cacheable", "check", "driver", "kernel", "ufunc"]
+__all__ = ["check", "driver", "kernel", "ufunc"]
 
 #: numba's options for user functions and their drivers
 _JIT = {"error_model": "numpy", "fastmath": {"contract"}}
@@ -200,15 +198,6 @@ def _seed(x, i, n, depth):
 def _path(index, depth):
     """Attribute path to the derivative ``index`` of a result ``depth`` duals deep."""
     return "".join(f".d[{j}]" for j in index) + ".v" * (depth - len(index))
-
-
-def cacheable(prim):
-    """Whether numba can cache code calling ``prim`` on disk: it rebuilds the
-    function's environment from its module on loading, so the user's
-    functions must come from an importable module."""
-    ef = prim.family.ef
-    return all(inspect.getmodule(f) is not None for f in (ef.py_func, ef._deriv)
-               if f is not None)
 
 
 def kernel(name):

@@ -26,7 +26,6 @@ from .. import loops as _loops
 from ..scalar import uses_special, vector_imports
 from . import cache, simd
 from .emit import _emit_gemm, blas_accumulations, emit_node, region_acc_groups
-from .elementwise import cacheable as user_cacheable
 from .split import _drop_unused_views, check_budget, split_body
 from .layouts import numba_layouts, view_statement
 from .loops import (
@@ -336,7 +335,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     # numba's disk cache rebuilds the environment of every function the plan
     # calls from its module: a user function defined where no module can be
     # imported from (exec'd code) makes the plan uncacheable
-    cacheable = all(user_cacheable(k) for k in consts.kernels.values())
+    cacheable = all(k.cacheable for k in consts.kernels.values())
     base_flags = _FLAGS if cacheable else _FLAGS.replace("cache=True, ", "")
     body, kernel_defs, parallel = kernels.finish(guards + [_GUARDS_END] + w.lines, header,
                                                  params, base_flags)
