@@ -27,6 +27,19 @@ def rand(shape, lo=-2.0, hi=2.0, seed=0, dtype=np.float64):
 BACKENDS = ("numpy", "numba")
 
 
+def slow_on_numba(*keep):
+    """Marks for a parametrized case: ``slow`` on the numba backend unless the
+    case's other parameters are one of ``keep``.  For tests whose numba case
+    repeats what the numpy case checks through the same kernels (the LAPACK
+    ops: both backends call one compiled kernel) and only adds the numba
+    backend's code generation, which a few kept cases cover: the default suite
+    keeps those, ``pytest -m slow`` runs the rest."""
+    def marks(backend, *rest):
+        tail = rest[0] if len(rest) == 1 else rest
+        return [pytest.mark.slow] if backend == "numba" and tail not in keep else []
+    return marks
+
+
 def hessian_fd(f, x, h=1e-5):
     """Central differences of the numerical gradient (a dense Hessian)."""
     cols = []

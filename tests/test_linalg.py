@@ -21,7 +21,7 @@ import math
 import numpy as np
 import pytest
 import scipy.linalg.lapack as scipy_lapack
-from conftest import BACKENDS
+from conftest import BACKENDS, slow_on_numba
 
 import hybridad as ha
 from hybridad.ops.lapack import LAPACK_OPS
@@ -179,9 +179,12 @@ def test_the_table_covers_every_linalg_op():
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("shape", sorted(SHAPES))
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+# numba: float64, one shape by default (both backends call the same kernels; the
+# numba case adds its code generation, 8-23 s a case to compile), the rest slow
+@pytest.mark.parametrize("dtype, shape, backend", [
+    pytest.param(d, s, b, id=f"{d.__name__}-{s}-{b}",
+                 marks=slow_on_numba((np.float64, "single"))(b, (d, s)))
+    for d in (np.float64, np.float32) for s in sorted(SHAPES) for b in BACKENDS])
 def test_value_is_numpys(dtype, shape, backend):
     rows = Rows(TABLE, shape, dtype)
     for name, a, got in zip(rows.names, rows.split(rows.args), _values(rows, backend),
@@ -240,8 +243,10 @@ def _lapack_args(n):
     return make
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("n", [1, 2, 5, 12])
+# numba: n = 2 by default (6-13 s a case to compile), the other sizes slow
+@pytest.mark.parametrize("n, backend", [
+    pytest.param(n, b, id=f"{n}-{b}", marks=slow_on_numba(2)(b, n))
+    for n in (1, 2, 5, 12) for b in BACKENDS])
 def test_the_lapack_call_is_numpys(n, backend):
     """Bit for bit the LAPACK routine, ``uplo`` and ``jobz`` numpy.linalg uses
     (for float32 too: numpy computes it in float64, then rounds)."""
@@ -317,7 +322,8 @@ def test_gradient_is_numpys_derivative(shape, backend):
     _check_gradients(rows, res.gradient)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", [  # numba: 18 s of compiles, slow
+    pytest.param(b, marks=slow_on_numba()(b)) for b in BACKENDS])
 def test_gradient_on_symmetric_input(backend):
     def symmetric(name, shape, seed):
         (a,) = _args(name, shape, seed)
@@ -350,8 +356,9 @@ _HESSIAN_GROUPS = [list(TABLE)[i::4] for i in range(4)]
 
 
 @pytest.mark.parametrize("backend, names", [pytest.param("numpy", list(TABLE), id="numpy")] + [
-    # numba: the first quarter of the table by default (50 s a quarter), the rest slow
-    pytest.param("numba", g, id=f"numba-{i}", marks=[pytest.mark.slow] if i else [])
+    # numba: 45-50 s a quarter of the table, all slow (forward over reverse on
+    # numba: tests/test_higher.py; these rules' jvps: the numpy case)
+    pytest.param("numba", g, id=f"numba-{i}", marks=[pytest.mark.slow])
     for i, g in enumerate(_HESSIAN_GROUPS)])
 def test_hessian_and_hvp(backend, names):
     """Forward over reverse: every op's jvp rule, through its vjp rule.  The

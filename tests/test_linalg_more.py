@@ -181,7 +181,9 @@ NUMBA_ROWS = ["svd_full_tall", "svd_reduced_stack", "svd_values", "pinv", "eig_s
               "block_diag", "toeplitz"]
 
 
-@pytest.mark.parametrize("group", ["numpy", "scipy", "numba"])
+# numba: 34 s of compiles, slow (the same kernels as the numpy cases; numba's
+# code generation for them: test_numba_gradient)
+@pytest.mark.parametrize("group", ["numpy", "scipy", pytest.param("numba", marks=pytest.mark.slow)])
 def test_values_are_numpys_and_scipys(group):
     every = {**NUMPY_ROWS, **SCIPY_ROWS}
     rows = NUMPY_ROWS if group == "numpy" else SCIPY_ROWS if group == "scipy" else \
@@ -257,7 +259,7 @@ def test_single_precision_triangular_kernel_is_scipys(trans):
         np.testing.assert_array_equal(out[0], want)
 
 
-@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("numba", marks=pytest.mark.slow)])
 def test_single_precision_is_scipys(backend):
     """float32 operands of scipy.linalg's solve_triangular, cholesky, cho_factor
     and cho_solve are computed in float32, as scipy computes them: LAPACK's
@@ -304,7 +306,7 @@ def test_single_precision_is_scipys(backend):
         assert_no_alloc(ha.gradient, f, *args, argnums=nums, backend="numba", out=res)
 
 
-@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("numba", marks=pytest.mark.slow)])
 def test_single_precision_hessian(backend):
     """The float32 Hessian through scipy.linalg's single-precision cholesky,
     solve_triangular (both triangles, a transposed factor) and cho_factor /
@@ -452,7 +454,8 @@ def _hessian_of(names):
 
 
 @pytest.mark.parametrize("backend, names", [
-    ("numpy", sorted(HESSIANS)), ("numba", ["pinv", "triangular_lu"])], ids=["numpy", "numba"])
+    pytest.param("numpy", sorted(HESSIANS), id="numpy"),
+    pytest.param("numba", ["pinv", "triangular_lu"], id="numba", marks=pytest.mark.slow)])
 def test_hessian(backend, names):
     f, x = _hessian_of(names)
     grad = ha.compile(f, x, backend="numpy")

@@ -22,6 +22,9 @@ BROADCAST_PAIRS = [((3, 4), (3, 4)), ((3, 4), (4,)), ((3, 1), (1, 4)), ((), (5,)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("name", UNARY)
 def test_unary(name, shape):
+    """The op's value and gradient on the numpy reference backend, against
+    numpy and central differences (the compiled backend: below, all ops of a
+    shape in one plan)."""
     op = REGISTRY[name]
     lo, hi = op.domain
     w = rand(shape, seed=1)
@@ -29,7 +32,7 @@ def test_unary(name, shape):
     def f(x):
         return np.sum(op.ufunc(x) * w)
 
-    assert_grad(f, (rand(shape, lo, hi),))
+    assert_grad(f, (rand(shape, lo, hi),), backends=("numpy",))
 
 
 @pytest.mark.parametrize("shapes", BROADCAST_PAIRS)
@@ -43,7 +46,68 @@ def test_binary(name, shapes):
     def f(x, y):
         return np.sum(op.ufunc(x, y) * w)
 
-    assert_grad(f, (x, y), argnums=derived(op))  # zeta: its order has no rule
+    # zeta: its order has no rule
+    assert_grad(f, (x, y), argnums=derived(op), backends=("numpy",))
+
+
+def _same_on_numba(names, operands, argnums):
+    """Every op of ``names`` in ONE plan per backend (one numba compile for the
+    family): ``f = sum_k sum(op_k(*operands[k][:-1]) * operands[k][-1])``, so
+    ``df/dw_k`` is op ``k``'s value at each element and ``df/dx_k`` its
+    derivative there; the numba plan's value and every gradient equal the numpy
+    reference's (the one :func:`test_unary` / :func:`test_binary` check
+    against numpy and finite differences) to rounding, each named by its op."""
+    ops = [REGISTRY[n].ufunc for n in names]
+    sizes = [len(o) for o in operands]
+    flat = [a for o in operands for a in o]
+
+    def f(*args):
+        total, at = 0.0, 0
+        for op, k in zip(ops, sizes, strict=True):
+            *xs, w = args[at:at + k]
+            total = total + np.sum(op(*xs) * w)
+            at += k
+        return total
+
+    starts = np.cumsum([0] + sizes[:-1])
+    nums = tuple(int(s) + j for s, a in zip(starts, argnums, strict=True) for j in a)
+    ref, got = (ha.gradient(f, *flat, argnums=nums, backend=b) for b in ("numpy", "numba"))
+    np.testing.assert_allclose(float(got.value), float(ref.value), rtol=1e-12)
+    owner = [n for n, a in zip(names, argnums, strict=True) for _ in a]
+    for name, g0, g1 in zip(owner, ref.gradient, got.gradient, strict=True):
+        np.testing.assert_allclose(g1, g0, rtol=1e-11, atol=1e-13 * max(
+            1.0, float(np.max(np.abs(g0), initial=0))), err_msg=f"{name}: numba vs numpy")
+
+
+#: ops per numba plan: a plan per op pays numba's fixed cost of a compile
+#: (~0.3 s each, 600 of them), one plan of all 68 unary ops a function so
+#: long that it compiles slower per op (0.37 s; the binary ops' 1.4 s);
+#: a dozen is near the least per op (0.23 s)
+CHUNK = 12
+
+
+def _chunks(names):
+    return [tuple(names[i:i + CHUNK]) for i in range(0, len(names), CHUNK)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("names", _chunks(UNARY), ids=lambda c: f"{c[0]}..{c[-1]}")
+def test_unary_ops_compile_on_numba_as_the_reference_runs_them(names, shape):
+    operands = [(rand(shape, *REGISTRY[n].domain), rand(shape, seed=1)) for n in names]
+    _same_on_numba(names, operands, [(0, 1)] * len(names))
+
+
+@pytest.mark.parametrize("shapes", BROADCAST_PAIRS)
+@pytest.mark.parametrize("names", _chunks(BINARY), ids=lambda c: f"{c[0]}..{c[-1]}")
+def test_binary_ops_compile_on_numba_as_the_reference_runs_them(names, shapes):
+    operands, argnums = [], []
+    for n in names:
+        op = REGISTRY[n]
+        lo, hi = op.domain
+        operands.append((rand(shapes[0], lo, hi, seed=2), rand(shapes[1], lo, hi, seed=3),
+                         rand(np.broadcast_shapes(*shapes), seed=4)))
+        argnums.append(tuple(derived(op)) + (2,))
+    _same_on_numba(names, operands, argnums)
 
 
 # --------------------------------------------------------------------------
