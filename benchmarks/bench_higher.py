@@ -127,7 +127,7 @@ from scipy.optimize import rosen, rosen_der, rosen_hess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared _harness
 import _harness  # noqa: E402
-from _harness import (MLP_WIDTHS, balanced_orders, batch_ns, gc_disabled,  # noqa: E402
+from _harness import (balanced_orders, batch_ns, gc_disabled,  # noqa: E402
                       mlp, mlp_numpy, relative_error, version)
 
 _harness.use_checkout()
@@ -384,17 +384,11 @@ def jacobian_rows(jax_ok):
 
 
 def mlp_args(batch):
-    """bench_memory's ``make_workload("mlp")`` data: W ~ N(0, 1/fan_in), b ~ N(0, 0.1^2),
-    X ~ U(-1, 1), Y = sin(pi X) + 0.1 N(0, 1); seeded."""
-    rng = np.random.default_rng(SEED)
-    n_in, n_out = MLP_WIDTHS[0], MLP_WIDTHS[-1]
-    params = []
-    for fan_in, fan_out in zip(MLP_WIDTHS[:-1], MLP_WIDTHS[1:], strict=True):
-        params += [rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in),
-                   0.1 * rng.standard_normal(fan_out)]
-    X = rng.uniform(-1.0, 1.0, (batch, n_in))
-    Y = np.sin(np.pi * X[:, :n_out]) + 0.1 * rng.standard_normal((batch, n_out))
-    return (*params, X, Y)
+    """bench_memory's ``make_workload("mlp")`` data (the suite's MLP problem:
+    W ~ N(0, 1/fan_in), b ~ N(0, 0.1^2), X ~ U(-1, 1), Y = sin(pi X) + 0.1 N(0, 1)); seeded."""
+    from hybridad.bench.workloads import mlp_problem
+
+    return mlp_problem(batch, np.random.default_rng(SEED)).args
 
 
 def w2_gradient(args, w2):
