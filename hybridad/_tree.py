@@ -83,11 +83,6 @@ def count_leaves(treedef):
     return sum(count_leaves(t) for t in treedef[-1])
 
 
-def leaf_structure(treedef):
-    """The same structure with static leaves removed markers kept (for results)."""
-    return treedef
-
-
 def _numbers_only(obj):
     """Whether ``obj`` is a number, or a (nested) list or tuple of numbers only."""
     if type(obj) in (list, tuple):

@@ -22,7 +22,7 @@ MAX_LINES = 600
 STAGES = (
     ("base", ("errors", "_settings", "_xp", "_alloc", "_cachedir", "_sources", "_libcache")),
     ("ir", ("ir",)),
-    ("core", ("core", "_tree", "trace")),
+    ("core", ("core", "_tree")),
     ("ops", ("ops",)),
     ("frontend", ("frontend",)),
     ("transforms", ("transforms", "optim")),

@@ -131,7 +131,6 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             self._f = weakref.WeakMethod(f) if inspect.ismethod(f) else weakref.ref(f)
         except TypeError:
             self._f = lambda f=f: f
-        self._example = None
         self._batch_plans = {}
         #: what the guards read from (f, or a bound method's instance): held strongly
         #: by explicit plans (hybridad.compile), weakly by cached ones (the cache is

@@ -216,7 +216,7 @@ class SparseJacobianResult(_SparseResult):
            [ 0.,  0., -1.,  8.]]))
     """
 
-    __slots__ = ("_xsize",)
+    __slots__ = ()
 
     def __init__(self, f, x, *args, argnums=0, mode="auto", order="best", parallel=False):
         self.parallel = _parallel(parallel)
@@ -258,7 +258,6 @@ class SparseJacobianResult(_SparseResult):
         super().__init__(np.zeros(yshape, ydtype))
         self._setup(pattern, colors, mode, seed_len, comp_len, ydtype, sources)
         self._derivs = (self._matrix,)
-        self._xsize = n
         self._detected = detected
 
     @property
@@ -316,7 +315,7 @@ class SparseHessianResult(_SparseResult):
            [  0.,  -2., 110.]]))
     """
 
-    __slots__ = ("_xshape",)
+    __slots__ = ()
 
     def __init__(self, f, x, *args, argnums=0, order="best", parallel=False):
         self.parallel = _parallel(parallel)
@@ -348,7 +347,6 @@ class SparseHessianResult(_SparseResult):
         super().__init__(np.zeros((), vdtype), np.zeros(xshape, xdtype))
         self._setup(pattern, colors, "forward", n, n, xdtype, sources)
         self._derivs = (self._derivs[0], self._matrix)
-        self._xshape = xshape
         self._detected = detected
 
     @property

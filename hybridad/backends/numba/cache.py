@@ -392,13 +392,6 @@ def compiled(source, fn_name, argtypes, cacheable=True):
         return _COMPILED.setdefault(key, own)
 
 
-def clear_numba_cache_for(fn):
-    """Remove numba's cache files of a generated function (rebuilt next call)."""
-    filename = fn.py_func.__code__.co_filename
-    stem = os.path.splitext(os.path.basename(filename))[0]
-    _discard_numba_files(os.path.dirname(filename), stem)
-
-
 # -- the command line's cache --info and --clear -------------------------------------------
 def _entries(path):
     """Files of the cache in ``path``: generated modules, temporaries, numba's files."""
