@@ -227,7 +227,11 @@ elementwise(np.fmin, [lambda x, y, ans: _tie_split(False, x, y, nan_loses=True),
 elementwise(np.arctan2, [lambda x, y, ans: y / (x * x + y * y),
                          lambda x, y, ans: -x / (x * x + y * y)], domain=(0.2, 2.0),
             expensive=True)
-elementwise(np.hypot, [lambda x, y, ans: x / ans, lambda x, y, ans: y / ans], expensive=True)
+# at the origin, where hypot has no derivative, the least-norm subgradient 0 (as
+# abs at 0 and np.linalg.norm at a zero vector: hypot(x, 0) is |x|), not 0 / 0
+elementwise(np.hypot, [lambda x, y, ans: np.where(ans == 0, _lit(0, ans), x / ans),
+                       lambda x, y, ans: np.where(ans == 0, _lit(0, ans), y / ans)],
+            expensive=True)
 elementwise(np.logaddexp, [lambda x, y, ans: np.exp(x - ans),
                            lambda x, y, ans: np.exp(y - ans)], expensive=True)
 elementwise(np.logaddexp2, [lambda x, y, ans: np.exp2(x - ans),
