@@ -70,6 +70,18 @@ def _index_add(x):
     return y
 
 
+def _gradient_of_gathers_and_cumprods(x):
+    """A gradient traced inside f: its reverse pass scatters (flat positions of
+    a 2-D row gather, strided views) and runs cumprod's adjoint."""
+    def inner(z):
+        m = z.reshape(3, 4)
+        return (np.sum(z[IDX] ** 3) + np.sum(z[IDX[::-1]] * z[:7]) +
+                np.sum(np.cumprod(z[:6] + 2.0)) + np.sum(np.cumprod(m, axis=1) ** 2) +
+                np.sum(m[np.array([0, 2, 2])] ** 2) + np.sum(m[1:, ::2] * m[:2, 1::2]))
+
+    return ha.gradient(inner, x).gradient
+
+
 #: name -> (function of x (12 elements), exact)
 JACOBIAN_CASES = {
     "elementwise": (lambda x: np.sin(x) * np.exp(x[::-1]) + x ** 3 / (1 + x * x), True),
@@ -93,6 +105,8 @@ JACOBIAN_CASES = {
     "take": (lambda x: np.take(x, IDX) + np.repeat(x[:3], 2).sum(), True),
     "scatter_add_at": (_scatter_add, True),
     "index_add": (_index_add, True),
+    # the reverse pass's own ops (scatter_flat of a 2-D index raised a ValueError)
+    "gradient_inside": (_gradient_of_gathers_and_cumprods, True),
     "bincount": (lambda x: np.bincount(IDX, weights=x[:7] ** 2, minlength=12) + x, True),
     "concatenate": (lambda x: np.concatenate([x[:3] ** 2, np.ones(2), x[5:] * x[0]]), True),
     "transpose": (lambda x: (x.reshape(3, 4).T * np.arange(1.0, 4.0)).ravel(), True),

@@ -259,9 +259,30 @@ def _copy_maps(node, active, ctx):
     return [IDENTITY if active[0] else None]
 
 
-def _const_index(node, k, ctx):
+def _const_index(node, k, ctx, flat=True):
+    """The constant index operand ``k`` of ``node`` as int64 (raveled unless
+    ``flat=False``), or None when it is computed."""
     value = ctx.value(node.args[k])
-    return None if value is None else np.asarray(value, dtype=np.int64).reshape(-1)
+    if value is None:
+        return None
+    value = np.asarray(value, dtype=np.int64)
+    return value.reshape(-1) if flat else value
+
+
+def _scattered(node, g, k, ctx):
+    """The map of a flat-position scatter of ``g`` into ``node`` (index operand
+    ``k``): each element of ``g`` to the position its index names -- the index
+    in its own shape, broadcast against ``g`` as ``np.add.at`` does (a
+    raveled index of a 2-D ``g`` broadcast against it raised); every position
+    for every element when the index is computed, or when ``g`` itself is the
+    operand that broadcasts."""
+    index = _const_index(node, k, ctx, flat=False)
+    if index is not None:
+        try:
+            return group(np.broadcast_to(index % max(node.size, 1), g.shape), node.size)
+        except ValueError:  # (the index has more elements than g)
+            pass
+    return dense(node.size, g.size)
 
 
 def _gather_maps(node, active, ctx):
@@ -275,23 +296,12 @@ def _gather_maps(node, active, ctx):
 
 
 def _scatter_flat_maps(node, active, ctx):
-    flat = _const_index(node, 1, ctx)
-    g = node.args[0]
-    if not active[0]:
-        return [None, None]
-    if flat is None:
-        return [dense(node.size, g.size), None]
-    return [group(np.broadcast_to(flat % max(node.size, 1), g.shape), node.size), None]
+    return [_scattered(node, node.args[0], 1, ctx) if active[0] else None, None]
 
 
 def _scatter_add_flat_maps(node, active, ctx):
-    g = node.args[1]
-    flat = _const_index(node, 2, ctx)
-    gmap = None
-    if active[1]:
-        gmap = dense(node.size, g.size) if flat is None else \
-            group(np.broadcast_to(flat % max(node.size, 1), g.shape), node.size)
-    return [IDENTITY if active[0] else None, gmap, None]
+    return [IDENTITY if active[0] else None,
+            _scattered(node, node.args[1], 2, ctx) if active[1] else None, None]
 
 
 def _scatter_add_maps(node, active, ctx):
