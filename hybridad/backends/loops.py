@@ -110,13 +110,11 @@ def lower_body(graph, backend):
     from ..ir.graph import copy_graph
     from ..transforms import pipeline
 
-    g = copy_graph(graph)
-    machine = None
-    if backend in pipeline.NEEDS_MACHINE:
-        from .numba.machine import machine as numba_machine
+    from .numba.machine import lowering_machine
 
-        machine = numba_machine()
-    return pipeline.lower(g.nodes, g.inputs, g.outputs, backend, machine=machine)
+    g = copy_graph(graph)
+    return pipeline.lower(g.nodes, g.inputs, g.outputs, backend,
+                          machine=lowering_machine(backend))
 
 
 def _address(a):

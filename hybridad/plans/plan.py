@@ -25,6 +25,7 @@ import weakref
 import numpy as np
 
 from .. import _tree
+from ..backends.numba.machine import lowering_machine, machine
 from ..backends.numba.threshold import PARALLEL_MIN, serial_loops, work_estimate
 from ..backends.numpy.program import compile_program
 from ..errors import CompileBudgetError, MemoryBudgetError
@@ -255,7 +256,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                             self._update_ids if writes else ())
         self._outputs = [out.node] + grad_nodes + hvp_nodes
         if self.parallel and self.backend == "numba":  # its loops' threads, or BLAS's
-            self._owner = thread_owner(graph.nodes, self._machine(parallel_min=PARALLEL_MIN))
+            self._owner = thread_owner(graph.nodes, machine(parallel_min=PARALLEL_MIN))
         with serial_loops(self._loops_serial), times.stage("memory plan"):
             self.memory = self._plan_memory(graph)
         if self.memory_budget is not None and self.memory.total_bytes > self.memory_budget:
@@ -319,14 +320,6 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
     # ----------------------------------------------------------------- guards
 
 
-    @staticmethod
-    def _machine(**changes):
-        """The numba backend's facts for the passes' choices
-        (:func:`hybridad.backends.numba.machine.machine`), handed to them."""
-        from ..backends.numba.machine import machine
-
-        return machine(**changes)
-
     def _lower(self, nodes, inputs, outputs, updates=()):
         """The traced nodes as the graph the backends run: the lowering passes
         of the backend (:data:`hybridad.transforms.pipeline.LOWERING`: dead code
@@ -335,7 +328,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         times = getattr(self, "build_times", None)
         graph = pipeline.lower(nodes, inputs, outputs, self.backend, updates,
                                None if times is None else times.stage,
-                               self._machine() if self.backend in pipeline.NEEDS_MACHINE else None)
+                               lowering_machine(self.backend))
         self.graph = graph
         #: rough count of element operations per call (matmuls as multiply-adds)
         self.work = work_estimate(graph.nodes)

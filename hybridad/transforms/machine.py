@@ -57,16 +57,15 @@ class Machine:
         the shape alone: the same sums on any thread count)."""
         return max(1, min(self.pair_parts_max, m // self.pair_rows))
 
-    def gemm_on_threads(self, m, k, n, loops_min=None):
+    def gemm_on_threads(self, m, k, n):
         """Whether an ``m x k @ k x n`` gemm runs on the loops' threads, a
-        panel of the result each: the plan's loops are parallel (``loops_min``,
-        default :attr:`parallel_min`, below :data:`NEVER`), there is more than
+        panel of the result each: the plan's loops are parallel
+        (:attr:`parallel_min` below :data:`NEVER`), there is more than
         one thread, the product has :attr:`gemm_threads_min` multiply-adds,
         rows for two panels, :attr:`gemm_threads_min_dim` columns or
         contracted length, and a result larger than
         :attr:`gemm_small_result` (a smaller one is split along ``k``)."""
-        loops_min = self.parallel_min if loops_min is None else loops_min
-        return loops_min < NEVER and self.threads > 1 and m >= 2 and n >= 2 and \
+        return self.parallel_min < NEVER and self.threads > 1 and m >= 2 and n >= 2 and \
             max(k, n) >= self.gemm_threads_min_dim and m * k * n >= self.gemm_threads_min and \
             m * n > self.gemm_small_result
 

@@ -35,10 +35,10 @@ PASSES = {
                                   "the forward's product reading A (one read from memory), "
                                   "scaled by c in the backward",
                                   lambda nodes, ins, outs, upd, mach: hoist_transposed_products(
-                                      nodes, outs, mach)),
+                                      nodes, outs, machine=mach)),
     "pair_matvecs": ("one read of a matrix for its two matrix-vector products A u and A^T v "
                      "(one matvec_pair, the products views of its halves)",
-                     lambda nodes, ins, outs, upd, mach: pair_matvecs(nodes, outs, mach)),
+                     lambda nodes, ins, outs, upd, mach: pair_matvecs(nodes, outs, machine=mach)),
     "dead_code": ("drop nodes no output depends on",
                   lambda nodes, ins, outs, upd, mach: dead_code_elimination(
                       Graph(nodes, ins, outs)).nodes),

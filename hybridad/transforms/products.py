@@ -77,7 +77,7 @@ def _new(next_id, op, args, attrs, phase):
     return Node(next_id, op, args, attrs, shape, dtype, phase)
 
 
-def hoist_transposed_products(nodes, outputs=(), machine=None):
+def hoist_transposed_products(nodes, outputs=(), *, machine):
     """``A^T (c w)`` in the backward sweep becomes ``c (A^T w)``, ``A^T w``
     computed in the forward sweep beside a product that reads ``A`` there.
 
@@ -91,7 +91,8 @@ def hoist_transposed_products(nodes, outputs=(), machine=None):
     ``A`` for both, faster at every size measured).  ``A^T w`` goes right
     after that product (or after ``w``, if later); the backward product
     becomes ``safe_multiply(A^T w, c)``.  Rounding differs from the original by
-    the order of one multiply.
+    the order of one multiply.  ``machine``: the backend's facts the pairing
+    choice reads (:class:`~hybridad.transforms.machine.Machine`).
 
     Returns
     -------
@@ -185,7 +186,7 @@ def _flat(vec):
     return vec.args[0] if vec.op == "reshape" and len(vec.args[0].shape) == 1 else None
 
 
-def pair_matvecs(nodes, outputs=(), machine=None):
+def pair_matvecs(nodes, outputs=(), *, machine):
     """Two matrix-vector products of one matrix ``B`` -- ``B u`` and ``B^T v``
     -- become one ``matvec_pair(B, u, v)`` where the first of them runs, the
     two products views of its halves (nodes kept, changed in place: their
@@ -198,7 +199,8 @@ def pair_matvecs(nodes, outputs=(), machine=None):
     vector made before the first product.  Each product pairs
     once, with the earliest unpaired product of the other form.  Rounding:
     ``B^T v`` sums its rows in fixed parts (see the kernel); the same bits on
-    any thread count.
+    any thread count.  ``machine``: the backend's facts the choice reads
+    (:class:`~hybridad.transforms.machine.Machine`).
 
     Returns
     -------

@@ -70,9 +70,9 @@ import numpy as np
 from numba.core import caching
 
 # the directory (no numba needed to find it): re-exported, with its lock and owner checks
-from ..._sources import library_digest
 from ..._cachedir import (_LOCK, _UID, CacheWarning, _refusal, _warn, cache_dir,  # noqa: F401
-                        cache_location)
+                          cache_location)
+from ..._sources import library_digest
 
 __all__ = ["CacheWarning", "cache_dir", "cache_location", "clear", "compiled", "info",
            "load_function", "source_hash"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ...transforms.machine import Machine
 from . import threshold
 
-__all__ = ["machine"]
+__all__ = ["lowering_machine", "machine"]
 
 
 def machine(**changes):
@@ -23,3 +23,12 @@ def machine(**changes):
                 gemm_threads_min_dim=threshold.GEMM_THREADS_MIN_DIM,
                 gemm_small_result=threshold.GEMM_SMALL_RESULT)
     return m.replace(**changes) if changes else m
+
+
+def lowering_machine(backend):
+    """What ``backend``'s lowering is handed (:func:`hybridad.transforms.pipeline.lower`):
+    this backend's :func:`machine` where its passes ask the cost model
+    (:data:`~hybridad.transforms.pipeline.NEEDS_MACHINE`), else None."""
+    from ...transforms.pipeline import NEEDS_MACHINE
+
+    return machine() if backend in NEEDS_MACHINE else None

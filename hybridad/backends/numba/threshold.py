@@ -102,10 +102,6 @@ def loop_threads():
     return environment_threads() if count is None else count
 
 
-
-
-
-
 def serial_loops(serial=True):
     """Generate every loop as a plain ``range`` (no worker threads) while
     active, in this thread (a plan built with ``parallel=False``)."""
