@@ -57,13 +57,23 @@ def assert_grad(f, args, argnums=0, rtol=1e-6, atol=1e-8, backends=BACKENDS):
     assert backends[0] == "numpy", "the numpy backend is the reference"
     results = [_assert_grad(f, args, argnums, rtol, atol, b) for b in backends]
     ref = results[0]
-    flat = [(r.gradient,) if isinstance(argnums, int) else r.gradient for r in results]
-    for other, res, grads in zip(backends[1:], results[1:], flat[1:], strict=True):
-        np.testing.assert_allclose(float(res.value), float(ref.value), rtol=1e-12)
-        for g0, g1 in zip(flat[0], grads, strict=True):
-            np.testing.assert_allclose(g1, g0, rtol=1e-11, atol=1e-13 * max(
-                1.0, float(np.max(np.abs(g0), initial=0))), err_msg=f"{other} vs numpy")
+    for other, res in zip(backends[1:], results[1:], strict=True):
+        assert_same_as_reference(res, ref, other, several=not isinstance(argnums, int))
     return ref
+
+
+def assert_same_as_reference(res, ref, other, several=True, labels=None):
+    """A compiled backend's value and gradients (``res``) are the numpy
+    reference's (``ref``) to rounding.  ``several``: the gradient is a tuple,
+    one per argument differentiated (``argnums`` a tuple); ``labels``: a name
+    for each of them in the messages."""
+    np.testing.assert_allclose(float(res.value), float(ref.value), rtol=1e-12)
+    refs, gots = (r.gradient if several else (r.gradient,) for r in (ref, res))
+    labels = labels or [""] * len(refs)
+    for label, g0, g1 in zip(labels, refs, gots, strict=True):
+        np.testing.assert_allclose(g1, g0, rtol=1e-11, atol=1e-13 * max(
+            1.0, float(np.max(np.abs(g0), initial=0))),
+            err_msg=f"{label + ': ' if label else ''}{other} vs numpy")
 
 
 def _assert_grad(f, args, argnums, rtol, atol, backend):

@@ -4,7 +4,7 @@ from the op registry, so a new op is tested by declaring it."""
 
 import numpy as np
 import pytest
-from conftest import assert_grad, rand
+from conftest import assert_grad, assert_same_as_reference, rand
 
 import hybridad as ha
 from hybridad.ops import REGISTRY
@@ -72,11 +72,8 @@ def _same_on_numba(names, operands, argnums):
     starts = np.cumsum([0] + sizes[:-1])
     nums = tuple(int(s) + j for s, a in zip(starts, argnums, strict=True) for j in a)
     ref, got = (ha.gradient(f, *flat, argnums=nums, backend=b) for b in ("numpy", "numba"))
-    np.testing.assert_allclose(float(got.value), float(ref.value), rtol=1e-12)
-    owner = [n for n, a in zip(names, argnums, strict=True) for _ in a]
-    for name, g0, g1 in zip(owner, ref.gradient, got.gradient, strict=True):
-        np.testing.assert_allclose(g1, g0, rtol=1e-11, atol=1e-13 * max(
-            1.0, float(np.max(np.abs(g0), initial=0))), err_msg=f"{name}: numba vs numpy")
+    assert_same_as_reference(got, ref, "numba",
+                             [n for n, a in zip(names, argnums, strict=True) for _ in a])
 
 
 #: ops per numba plan: a plan per op pays numba's fixed cost of a compile
