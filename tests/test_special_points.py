@@ -65,23 +65,25 @@ def test_powers_at_zero(backend):
     np.testing.assert_array_equal(res.gradient, 0.0)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_hypot_at_the_origin_is_abs_at_zero(backend):
+def test_hypot_at_the_origin_is_abs_at_zero(backend, dtype):
     """hypot(x, 0) is |x|: at the origin its derivative is abs's at 0 and
     np.linalg.norm's at a zero vector (0), not 0 / 0; a composite that is
     constant there (hypot(x - x, x - x), which a property test drew) has
     derivative 0 as finite differences say.  Elsewhere x / hypot, y / hypot."""
-    x = np.array([0.0, 0.0, 3.0])
+    x = np.array([0.0, 0.0, 3.0], dtype)
     for f in (lambda x: np.sum(np.hypot(x, 0 * x)), lambda x: np.sum(np.abs(x)),
               lambda x: np.linalg.norm(x[:2])):
         np.testing.assert_array_equal(ha.gradient(f, x, backend=backend).gradient[:2], 0.0)
     g = ha.gradient(lambda x: np.sum(np.hypot(x - x, x - x)), x, backend=backend).gradient
     np.testing.assert_array_equal(g, 0.0)
-    y = np.array([4.0, -1.0, 0.0])
+    y = np.array([4.0, -1.0, 0.0], dtype)
     res = ha.gradient(lambda x, y: np.sum(np.hypot(x, y)), x, y, argnums=(0, 1), backend=backend)
-    h = np.hypot(x, y)
-    np.testing.assert_allclose(res.gradient[0], np.where(h == 0, 0, x / h), rtol=1e-15)
-    np.testing.assert_allclose(res.gradient[1], np.where(h == 0, 0, y / h), rtol=1e-15)
+    h, tol = np.hypot(x, y), 1e-15 if dtype == np.float64 else 1e-6
+    for g, v in zip(res.gradient, (x, y), strict=True):
+        assert g.dtype == dtype
+        np.testing.assert_allclose(g, np.where(h == 0, 0, v / np.where(h == 0, 1, h)), rtol=tol)
 
 
 # --------------------------------------------------------------------------
