@@ -156,12 +156,18 @@ print(float(res.value), float(res.gradient[2]))
 """
 
 
-def test_later_process_survives_a_garbage_plan_cache(tmp_path):
+@pytest.mark.parametrize("jit", ["1", "0"], ids=["hybridad", "numba"])
+def test_later_process_survives_a_garbage_plan_cache(tmp_path, monkeypatch, jit):
+    """Every file of the cache overwritten with garbage: the next process
+    discards them and compiles again -- hybridad's compiler's object code
+    (the default) and numba's cache (``HYBRIDAD_JIT=0``)."""
+    monkeypatch.setenv("HYBRIDAD_JIT", jit)
     path = tmp_path / "cache"
     first, err = _run(PLAN, path)
     assert "hybridad cache" not in err
     files = [f for f in path.rglob("*") if f.is_file()]
-    assert {f.suffix for f in files} == {".py", ".nbi", ".nbc"}
+    assert {f.suffix for f in files} == ({".py", ".o"} if jit == "1" else
+                                         {".py", ".nbi", ".nbc"})
     for f in files:
         f.write_bytes(os.urandom(64))
     again, err = _run(PLAN, path)

@@ -10,10 +10,15 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 SCRIPT = textwrap.dedent("""
     import numpy as np
     import hybridad as ha
+    from numba.core.registry import cpu_target
     from numba.core.runtime import rtsys
+
+    rtsys.initialize(cpu_target.target_context)  # (a plan hybridad compiles never starts it)
 
     def expsum(x):
         r = np.sum(np.exp(-3 * (x + 1)))
@@ -66,8 +71,11 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_no_nrt_allocations_per_call():
-    env = dict(os.environ, NUMBA_NRT_STATS="1")
+@pytest.mark.parametrize("jit", ["1", "0"], ids=["hybridad", "numba"])
+def test_no_nrt_allocations_per_call(jit):
+    """Programs compiled by hybridad's own compiler (the default) and by
+    numba (``HYBRIDAD_JIT=0``, what a program the former refuses gets)."""
+    env = dict(os.environ, NUMBA_NRT_STATS="1", HYBRIDAD_JIT=jit)
     out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr

@@ -18,6 +18,7 @@ import warnings
 
 import numpy as np
 
+from ...errors import CompileBudgetError
 from ...ir.graph import format_node, users_of
 from ...ops.lapack_names import KERNEL_MODULES, LAPACK_OPS
 from ...transforms.costs import costs
@@ -376,21 +377,20 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         if nparts:
             source = module(parts_body, kernel_defs + part_defs)
     extra = [timers.array()] if timers is not None else []
-    check_budget(source, name)  # (before numba: a plan too big falls back, see plans)
     if threaded:
         start_pool()  # (before its machine code is loaded: see start_pool)
     try:
         call, own, fixed, bound = _link(source, fn_name, memplan, arenas, table, in_specs,
-                                        out_specs, const_args, objects, cacheable, extra)
+                                        out_specs, const_args, objects, cacheable, extra, name)
     except Exception as exc:  # noqa: BLE001 -- the parts do not compile: one function, as before
-        if source is whole:
+        if source is whole or isinstance(exc, CompileBudgetError):
             raise
         warnings.warn(f"hybridad: {name}: its generated function split into parts did not "
                       f"compile ({type(exc).__name__}); compiled as one function (please "
                       "report this)", RuntimeWarning, stacklevel=2)
         source = whole
         call, own, fixed, bound = _link(source, fn_name, memplan, arenas, table, in_specs,
-                                        out_specs, const_args, objects, cacheable, extra)
+                                        out_specs, const_args, objects, cacheable, extra, name)
     keep = [memplan.arenas[dt] for dt in arenas] + [v for v, _ in const_args] + [table] + extra
     program = NumbaProgram(call, source, heavy,
                            in_specs, out_specs, keep, objects)
@@ -479,7 +479,7 @@ def _header(consts, objects):
 
 
 def _link(source, fn_name, memplan, arenas, table, in_specs, out_specs, const_args,
-          objects, cacheable, extra=()):
+          objects, cacheable, extra=(), name="plan"):
     """Compile ``source`` and bind what every call passes the same way
     (:func:`_bind`): the arenas' addresses, the guard table, numpy's array
     type, the addresses of ``extra`` arrays (a profiled plan's timers) and the
@@ -496,16 +496,31 @@ def _link(source, fn_name, memplan, arenas, table, in_specs, out_specs, const_ar
         protos = fixed + [np.empty(s, d) for s, d in in_specs] + [v for v, _ in const_args] + \
             [np.empty(s, d) for s, d in out_specs]
     bound = [id(v) if obj else v for v, obj in const_args]
-    own = _own_dispatcher(source, fn_name, protos, cacheable)
+    own = _own_dispatcher(source, fn_name, protos, cacheable, name)
     return _bind(own, fixed, bound, len(in_specs), len(out_specs)), own, fixed, bound
 
 
-def _own_dispatcher(source, fn_name, protos, cacheable=True):
+def _own_dispatcher(source, fn_name, protos, cacheable=True, name="plan"):
     """A dispatcher of the generated function compiled for the types of
     ``protos`` only (from numba's disk cache when warm); it compiles nothing
     else, so an argument of another type raises ``TypeError``.  Shared by
     every plan with the same source (:func:`.cache.compiled`): a rebuilt plan
-    adds no machine code."""
+    adds no machine code.
+
+    A function of integer arguments whose source hybridad's own compiler
+    translates (:mod:`hybridad.backends.jit`) is compiled by it instead,
+    numba's front end skipped; the source alone decides which."""
+    from .. import jit
+
+    if jit.enabled() and all(type(p) is int for p in protos):
+        try:
+            return jit.compile_function(source, fn_name, len(protos),
+                                        lambda: vars(cache._module(source)))
+        except jit.Unsupported as why:
+            jit.refused(fn_name, why)
+    # numba's compile of a long source can take minutes: refused over the
+    # budget before it starts (the plans then run their numpy reference program)
+    check_budget(source, name)
     import numba
 
     return cache.compiled(source, fn_name, tuple(numba.typeof(p) for p in protos), cacheable)
@@ -554,7 +569,16 @@ def compile_loop_body(graph):
 
 def _loop_driver(key, n):
     """One compiled loop calling runner ``key``'s body natively on the rows of
-    an ``int64[T, n]`` table of argument lists (no dispatch per iteration)."""
+    an ``int64[T, n]`` table of argument lists (no dispatch per iteration):
+    hybridad's own driver when its compiler made the body
+    (:func:`hybridad.backends.jit.loop_driver`), else numba's."""
+    from .. import jit
+    from ..loops import runner_for
+
+    address = jit.native(runner_for(key)._parts_of_body[0])
+    if address is not None:
+        drive = jit.loop_driver(n)
+        return lambda table: drive(table.ctypes.data, table.shape[0], address)
     import numba
 
     args = ", ".join(f"a[t, {j}]" for j in range(n))

@@ -1,0 +1,189 @@
+"""hybridad's own compiler for the numba backend's generated source.
+
+The numba backend writes each plan as Python source in numba's dialect
+(:mod:`hybridad.backends.numba.program`).  numba compiles it in 0.5-3 s,
+most of it numba's own Python (type inference, lowering) and a fixed cost
+per process (its registries, ~0.4 s).  The source is narrow: arrays cut at
+known addresses with known shapes, loops, scalar arithmetic, calls to a few
+library functions.  This package translates that subset straight to LLVM IR
+(:mod:`.translate`, :mod:`.exprs`, :mod:`.scalars`, :mod:`.arrays`,
+:mod:`.natives`), optimizes it with the same LLVM pipeline numba uses and
+loads the machine code (:mod:`.engine`): a plan compiles in tenths of a
+second, loads from the disk cache in milliseconds, and is called through an
+entry point of its own (:mod:`.wrapper`) for less than numba's dispatch.
+
+Semantics are numba's, construct by construct (the modules say where each
+comes from).  Source using anything else -- ``prange`` loops, object mode,
+LAPACK and scipy.special kernels, loop runners -- raises
+:class:`~.values.Unsupported` and the numba backend compiles it with numba
+as before.  Which compiler serves a program is decided by its source alone,
+never by timing or cache state, so a plan's results are the same bits cold
+or warm.  ``HYBRIDAD_JIT=0`` sends every program to numba.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+
+from .values import Unsupported
+
+__all__ = ["Unsupported", "compile_function", "enabled", "loop_driver", "native", "refused"]
+
+_IMPORTS = re.compile(r"^from (hybridad(?:\.\w+)*) import", re.MULTILINE)
+_COMPILED = {}  # key -> callable, for the life of the process
+_LOCK = threading.Lock()
+
+
+def enabled():
+    """Whether programs are offered to this compiler (``HYBRIDAD_JIT``, default on)."""
+    return os.environ.get("HYBRIDAD_JIT", "1").strip().lower() not in ("0", "false", "no",
+                                                                        "off")
+
+
+def refused(fn_name, why):
+    """Note that numba compiles ``fn_name`` (``why``: an :class:`Unsupported`):
+    printed on stderr under ``HYBRIDAD_JIT_DEBUG=1``."""
+    log = os.environ.get("HYBRIDAD_JIT_LOG")
+    if log:
+        with open(log, "a") as fh:
+            fh.write(f"{fn_name}\t{why}\n")
+    if os.environ.get("HYBRIDAD_JIT_DEBUG"):
+        import sys
+
+        print(f"hybridad jit: {fn_name} compiled by numba: {why}", file=sys.stderr)
+        if os.environ.get("HYBRIDAD_JIT_DEBUG") == "2":
+            import traceback
+
+            traceback.print_exception(why, file=sys.stderr)
+
+
+def _key(source, fn_name, nargs):
+    from ..._sources import library_digest
+    from . import engine
+
+    modules = tuple(sorted(set(_IMPORTS.findall(source)) | {__name__ + ".module"}))
+    return engine.object_key(source, fn_name, str(nargs), library_digest(modules))
+
+
+def compile_function(source, fn_name, nargs, namespace):
+    """A callable running function ``fn_name`` of generated ``source``,
+    taking ``nargs`` integers; ``namespace()`` gives the executed module's
+    names (called only when the code is not in the disk cache).
+
+    Raises
+    ------
+    Unsupported
+        The source uses what this compiler does not translate (numba
+        compiles it instead).
+    """
+    # (natives and parallel: the symbols they resolve, registered at import)
+    from . import engine, natives, parallel, wrapper  # noqa: F401
+    from .module import Translator
+
+    key = _key(source, fn_name, nargs)
+    fn = _COMPILED.get(key)
+    if fn is not None:
+        return fn
+    with engine.LOCK:
+        fn = _COMPILED.get(key)
+        if fn is not None:
+            return fn
+        blob = engine.cached_object(key)
+        meta = obj = None
+        if blob is not None:
+            head, _, obj = blob.partition(b"\n")
+            try:
+                meta = json.loads(head)
+            except ValueError:
+                meta = obj = None
+        if obj is None:
+            text, entry, symbols = Translator(source, namespace()).translate(fn_name, nargs,
+                                                                             key[:16])
+            obj = engine.compile_ir(text)
+            meta = {"entry": entry, "native": entry[:-3], "symbols": symbols}
+            engine.store_object(key, json.dumps(meta).encode() + b"\n" + obj)
+        addresses = engine.load_object(obj, meta["symbols"], [meta["entry"], meta["native"]])
+        fn = wrapper.make_callable(addresses[meta["entry"]], fn_name)
+        _NATIVE[id(fn)] = (addresses[meta["native"]], nargs, fn)
+        _COMPILED[key] = fn
+        return fn
+
+
+_NATIVE = {}  # id(callable) -> (address of the function itself, its arity, the callable)
+
+
+def native(fn):
+    """The machine-code address of a function :func:`compile_function` made
+    (``int32 f(int64 * nargs)``: 0, or the number of the exception raised),
+    or None for anything else (a numba dispatcher)."""
+    got = _NATIVE.get(id(fn))
+    return got[0] if got is not None and got[2] is fn else None
+
+
+def loop_driver(nargs):
+    """``drive(table, count, address)``: the function at ``address``
+    (:func:`native`, ``nargs`` int64 arguments) called on each of the
+    ``count`` rows of the int64 table at address ``table``, in order -- the
+    loop of a rolled loop's iterations in machine code, no dispatch per
+    iteration.  A nonzero status stops it with RuntimeError."""
+    from llvmlite import ir
+
+    from . import engine, wrapper
+
+    name = f"drive{nargs}"
+    key = engine.object_key("loop driver", str(nargs), FORMAT_DRIVER)
+    got = _COMPILED.get(key)
+    if got is not None:
+        return got
+    with engine.LOCK:
+        blob = engine.cached_object(key)
+        if blob is None:
+            _, layout, triple = engine.target()
+            module = ir.Module(name="hybridad_driver")
+            module.triple, module.data_layout = triple, layout
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            body_t = ir.FunctionType(i32, [i64] * nargs)
+            fn = ir.Function(module, ir.FunctionType(i32, [i64] * 3), name=f"{name}_{key[:16]}")
+            b = ir.IRBuilder(fn.append_basic_block("entry"))
+            tab, count, address = fn.args
+            body = b.inttoptr(address, body_t.as_pointer())
+            head, loop, done = (fn.append_basic_block(n) for n in ("head", "loop", "done"))
+            pre = b.block
+            b.branch(head)
+            b.position_at_end(head)
+            t = b.phi(i64)
+            t.add_incoming(ir.Constant(i64, 0), pre)
+            b.cbranch(b.icmp_signed("<", t, count), loop, done)
+            b.position_at_end(loop)
+            row = b.inttoptr(b.add(tab, b.mul(t, ir.Constant(i64, 8 * nargs))), i64.as_pointer())
+            args = [b.load(b.gep(row, [ir.Constant(i64, j)])) for j in range(nargs)]
+            status = b.call(body, args)
+            with b.if_then(b.icmp_signed("!=", status, ir.Constant(i32, 0)), likely=False):
+                b.ret(status)
+            t.add_incoming(b.add(t, ir.Constant(i64, 1)), b.block)
+            b.branch(head)
+            b.position_at_end(done)
+            b.ret(ir.Constant(i32, 0))
+
+            class _Module:  # what python_entry reads of a translator
+                raises, symbols = [], set()
+
+            holder = _Module()
+            holder.module = module
+            entry = wrapper.python_entry(holder, fn, 3, True)
+            obj = engine.compile_ir(str(module))
+            meta = {"entry": entry, "symbols": sorted(holder.symbols)}
+            engine.store_object(key, json.dumps(meta).encode() + b"\n" + obj)
+        else:
+            head_, _, obj = blob.partition(b"\n")
+            meta = json.loads(head_)
+        addresses = engine.load_object(obj, meta["symbols"], [meta["entry"]])
+        drive = wrapper.make_callable(addresses[meta["entry"]], name)
+        _COMPILED[key] = drive
+        return drive
+
+
+FORMAT_DRIVER = "1"

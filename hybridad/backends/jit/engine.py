@@ -1,0 +1,232 @@
+"""LLVM through llvmlite: one target machine for this CPU, the optimization
+pipeline, machine code emitted as object files, loaded into one MCJIT engine,
+and kept in the disk cache.
+
+An object file names every function it calls that is not its own by a
+symbol (libm's ``exp``, the Python C API, BLAS through :data:`SYMBOLS`); the
+engine resolves them when the object is loaded, in this process, so a cached
+object file is valid in any process of the same library versions on the
+same CPU (both are in its key, :func:`object_key`).
+
+Thread safety: LLVM's contexts are not; every translation and compile holds
+:data:`LOCK` and uses this module's own context (numba uses the global one,
+so the two never meet).  Loading an object into the engine holds it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import os
+import stat
+import sys
+import threading
+import uuid
+
+import numpy as np
+
+__all__ = ["LOCK", "SYMBOLS", "compile_ir", "load_object", "object_key", "target"]
+
+#: held by every translation, optimization and load (LLVM's objects are not thread-safe)
+LOCK = threading.RLock()
+
+#: bumped when anything changes what the compiler emits for the same source
+FORMAT = "hybridad-jit-1"
+
+_STATE = {}
+
+
+def _llvm():
+    """llvmlite's binding layer, initialized once (native target and asm printer)."""
+    llvm = _STATE.get("llvm")
+    if llvm is None:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        _STATE["llvm"] = llvm
+    return llvm
+
+
+def target():
+    """``(target machine, data layout string, triple)`` for this CPU, made once."""
+    tm = _STATE.get("tm")
+    if tm is None:
+        llvm = _llvm()
+        triple = llvm.get_process_triple()
+        t = llvm.Target.from_triple(triple)
+        tm = t.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                     features=llvm.get_host_cpu_features().flatten(),
+                                     opt=3, reloc="static", codemodel="jitdefault")
+        _STATE["tm"] = tm
+        _STATE["layout"] = str(tm.target_data)
+        _STATE["triple"] = triple
+        _STATE["context"] = llvm.create_context()
+    return tm, _STATE["layout"], _STATE["triple"]
+
+
+def machine_key():
+    """What machine code depends on besides the source: CPU, features, LLVM."""
+    llvm = _llvm()
+    return "|".join([FORMAT, llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                     llvm.get_host_cpu_features().flatten(),
+                     ".".join(map(str, llvm.llvm_version_info)), sys.version, np.__version__])
+
+
+def object_key(*parts):
+    """A content hash of ``parts`` (strings) and :func:`machine_key`."""
+    h = hashlib.sha256()
+    for p in (*parts, machine_key()):
+        h.update(p.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
+def compile_ir(text):
+    """Object code (bytes) of LLVM IR ``text``: verified, optimized as numba
+    optimizes its functions (speed level 3, loop and SLP vectorization), emitted
+    for this CPU."""
+    llvm = _llvm()
+    tm, _, _ = target()
+    with LOCK:
+        if os.environ.get("HYBRIDAD_JIT_DEBUG") == "ir":
+            with open(os.path.join(os.environ.get("TMPDIR", "/tmp"), "hybridad_jit.ll"),
+                      "w") as fh:
+                fh.write(text)
+        mod = llvm.parse_assembly(text, context=_STATE["context"])
+        mod.verify()
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(mod, pb)
+        return tm.emit_object(mod)
+
+
+# -- symbols the machine code names ------------------------------------------------------
+#: symbol name -> () -> address, registered with LLVM before any object is loaded
+SYMBOLS = {}
+
+
+def _pyapi(name):
+    return lambda: ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
+
+
+def _pyglobal(name):
+    """The address of a global variable of the Python C API (``PyExc_ValueError``)."""
+    return lambda: ctypes.addressof(ctypes.c_void_p.in_dll(ctypes.pythonapi, name))
+
+
+for _name in ("PyLong_AsLongLong", "PyErr_Occurred", "PyErr_SetString", "PyEval_SaveThread",
+              "PyEval_RestoreThread", "Py_IncRef"):
+    SYMBOLS[_name] = _pyapi(_name)
+for _name in ("PyExc_ValueError", "PyExc_TypeError", "PyExc_RuntimeError",
+              "PyExc_ZeroDivisionError", "PyExc_OverflowError", "PyExc_IndexError",
+              "PyExc_AssertionError"):
+    SYMBOLS[_name] = _pyglobal(_name)
+SYMBOLS["_Py_NoneStruct"] = lambda: id(None)
+
+
+#: (prefix, name -> address) for families of symbols (scipy.special's functions)
+RESOLVERS = []
+
+
+def _register(names):
+    llvm = _llvm()
+    done = _STATE.setdefault("registered", set())
+    for name in names:
+        if name in done:
+            continue
+        if name in SYMBOLS:
+            llvm.add_symbol(name, SYMBOLS[name]())
+        else:
+            for prefix, resolve in RESOLVERS:
+                if name.startswith(prefix):
+                    llvm.add_symbol(name, resolve(name[len(prefix):]))
+                    break
+            else:
+                continue
+        done.add(name)
+
+
+def load_object(obj, symbols, names):
+    """Load object code ``obj`` into this process's engine; the addresses of
+    its functions ``names`` (a dict name -> address).  ``symbols``: the names
+    of :data:`SYMBOLS` it refers to (registered first)."""
+    llvm = _llvm()
+    tm, layout, triple = target()
+    with LOCK:
+        _register(symbols)
+        engine = _STATE.get("engine")
+        if engine is None:
+            empty = llvm.parse_assembly("", context=_STATE["context"])
+            empty.triple, empty.data_layout = triple, layout
+            engine = _STATE["engine"] = llvm.create_mcjit_compiler(empty, tm)
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        engine.finalize_object()
+        out = {}
+        for name in names:
+            addr = engine.get_function_address(name)
+            if not addr:
+                raise RuntimeError(f"hybridad jit: {name} not found in its object code")
+            out[name] = addr
+        return out
+
+
+# -- the disk cache of object files ------------------------------------------------------
+_MAGIC = b"hybridad-jit-object-1\n"
+
+
+def _trusted(st):
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    return stat.S_ISREG(st.st_mode) and (uid is None or st.st_uid == uid) and \
+        not st.st_mode & 0o022
+
+
+def cached_object(key):
+    """The verified object bytes stored under ``key``, or None (absent, or
+    damaged: then removed, and the caller compiles and stores it again)."""
+    from ..._cachedir import cache_dir
+
+    directory = cache_dir()
+    if directory is None:
+        return None
+    path = os.path.join(directory, "jit", key + ".o")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        ok = _trusted(os.fstat(f.fileno()))
+        data = f.read() if ok else b""
+    head = len(_MAGIC) + 32
+    if not ok or len(data) < head or not data.startswith(_MAGIC) or \
+            hashlib.sha256(data[head:]).digest() != data[len(_MAGIC):head]:
+        from ..._cachedir import _warn
+
+        _warn(f"discarded damaged compiled code {path}; recompiling")
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return None
+    return data[head:]
+
+
+def store_object(key, obj):
+    """Store object bytes under ``key`` (atomically: a reader sees all or nothing)."""
+    from ..._cachedir import cache_dir
+
+    directory = cache_dir()
+    if directory is None:
+        return
+    sub = os.path.join(directory, "jit")
+    try:
+        os.makedirs(sub, mode=0o700, exist_ok=True)
+        path = os.path.join(sub, key + ".o")
+        tmp = f"{path}.tmp.{uuid.uuid4().hex[:16]}"
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+            f.write(_MAGIC + hashlib.sha256(obj).digest() + obj)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError, UnboundLocalError):
+            os.unlink(tmp)

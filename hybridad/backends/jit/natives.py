@@ -1,0 +1,299 @@
+"""What numba's intrinsics do, done here: the numba backend's runtime
+primitives (:mod:`hybridad.backends.numba.rt`: arrays at an address, loads,
+the BLAS product) and its SIMD mark, with the same semantics.
+
+BLAS is the one scipy ships (``scipy.linalg.cython_blas``, what numba's own
+binding calls), reached through symbols the engine resolves when machine
+code is loaded (:data:`.engine.SYMBOLS`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+from llvmlite import ir
+
+from . import engine
+from .values import F32, F64, ArrayV, Const, Scalar, TupleV, Unsupported, lltype, memtype
+
+__all__ = ["table"]
+
+_I8 = ir.IntType(8)
+_I32 = ir.IntType(32)
+_I64 = ir.IntType(64)
+_VOIDP = _I8.as_pointer()
+
+
+def table():
+    """id(object) -> implementation(frame, args, kwargs), for the objects
+    generated code and library functions call that numba implements in LLVM."""
+    import numba
+
+    from ..numba import rt, simd
+    from .parallel import thread_id
+
+    t = {id(rt.view_at): view_at, id(rt._load): load, id(rt.gemm): gemm,
+         id(rt.gemm_panel): gemm_panel, id(simd.prefer_wide): prefer_wide,
+         id(numba.get_thread_id): thread_id}
+    nothing = getattr(simd, "_nothing", None)
+    if nothing is not None:
+        t[id(nothing)] = lambda frame, args, kwargs: Const(None)
+    import sys
+
+    special = sys.modules.get("hybridad.backends.numba.special")
+    if special is not None:  # (imported by generated code that calls one)
+        from ..numba import special_names as names
+
+        for table_, nargs in ((names._CYTHON, 1), (names._CYTHON2, 2), (names._CYTHON3, 3)):
+            for op, cname in table_.items():
+                t[id(getattr(special, op))] = _special(cname, nargs)
+        for op, cname in names._ORDER.items():
+            t[id(getattr(special, f"_{op}_long"))] = _special(cname, 2, order=True)
+    return t
+
+
+def _special(cname, nargs, order=False):
+    """A scipy.special function of ``cython_special`` (``double f(double...,
+    int skip_dispatch)``; with ``order``, ``double f(long n, double x, int)``),
+    its arguments converted as the numba intrinsic converts them."""
+    sym = f"hybridad_cython_special_{cname}"
+
+    def impl(frame, args, kwargs):
+        d = ir.DoubleType()
+        kinds = [_I64, d] if order else [d] * nargs
+        module = frame.b.module
+        fn = module.globals.get(sym)
+        if fn is None:
+            fn = ir.Function(module, ir.FunctionType(d, kinds + [_I32]), name=sym)
+        frame.t.symbols.add(sym)
+        from .values import I64 as _i64
+
+        vals = [frame.ops.scalar(a, _i64 if (order and k == 0) else F64).value
+                for k, a in enumerate(args)]
+        return Scalar(frame.b.call(fn, vals + [ir.Constant(_I32, 0)]), F64)
+    return impl
+
+
+def _cython_special(cname):
+    from scipy.special import cython_special
+
+    return _capsule_address(cython_special, cname)
+
+
+engine.RESOLVERS.append(("hybridad_cython_special_", _cython_special))
+
+
+def _dims(frame, shape):
+    if isinstance(shape, TupleV):
+        return [frame.arr.dim(d) for d in shape.items]
+    if isinstance(shape, Const) and isinstance(shape.value, tuple):
+        return [int(d) for d in shape.value]
+    return [frame.arr.dim(shape)]
+
+
+def view_at(frame, args, kwargs):
+    """``rt.view_at(address, shape, dtype)``: the C array at an address."""
+    address, shape, dtype = args
+    if not isinstance(dtype, Const):
+        raise Unsupported("view_at dtype")
+    return frame.arr.from_address(frame.arr.dim(address), _dims(frame, shape),
+                                  np.dtype(dtype.value))
+
+
+def load(frame, args, kwargs):
+    """``rt._load(address, ty)``: the value of type ``ty`` stored at an address."""
+    address, ty = args
+    dtype = np.dtype(ty.value)
+    ptr = frame.b.inttoptr(frame.arr.i64(frame.arr.dim(address)), memtype(dtype).as_pointer())
+    return Scalar(frame.b.load(ptr), dtype)
+
+
+def prefer_wide(frame, args, kwargs):
+    """``simd.prefer_wide()``: the function being built may use 512-bit vectors."""
+    from ..numba.simd import ATTRIBUTE
+
+    attrs = frame.state.fn.attributes
+    set.add(attrs, ATTRIBUTE)
+    return Const(None)
+
+
+# -- BLAS ---------------------------------------------------------------------------
+def _capsule_address(module, name):
+    capsule = module.__pyx_capi__[name]
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+    get_ptr.restype, get_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    return get_ptr(capsule, get_name(capsule))
+
+
+def _blas(name):
+    def address():
+        from scipy.linalg import cython_blas
+
+        return _capsule_address(cython_blas, name)
+    return address
+
+
+for _n in ("dgemm", "sgemm", "dgemv", "sgemv"):
+    engine.SYMBOLS[f"hybridad_{_n}"] = _blas(_n)
+
+
+def _declare(frame, name, nargs):
+    module = frame.b.module
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_VOIDP] * nargs), name=name)
+    frame.t.symbols.add(name)
+    return fn
+
+
+def _slot(frame, llty, value):
+    """A stack slot (in the entry block) holding ``value``, as ``i8*``."""
+    p = frame.state.slot(llty)
+    frame.b.store(value, p)
+    return frame.b.bitcast(p, _VOIDP)
+
+
+def gemm(frame, args, kwargs):
+    """``rt.gemm(a, b, out, beta)``: ``out = a @ b + beta * out`` by BLAS, as the
+    numba intrinsic does it (gemv for one column or one row; a small result
+    over a long inner dimension in chunks of it, each chunk after the first
+    accumulating)."""
+    from ..numba import rt
+    from ..numba.threshold import GEMM_SMALL_RESULT
+
+    a, b_, out, beta = args
+    if not all(isinstance(x, ArrayV) and x.ndim == 2 for x in (a, b_, out)) or \
+            out.layout != "C" or a.layout not in "CF" or b_.layout not in "CF" or \
+            not (a.dtype == b_.dtype == out.dtype) or out.dtype not in (F64, F32):
+        raise Unsupported("gemm operands")
+    bld, arr = frame.b, frame.arr
+    dt = out.dtype
+    kind = "d" if dt == F64 else "s"
+    fty = lltype(dt)
+    m, k = (arr.i64(d) for d in a.shape)
+    n = arr.i64(b_.shape[1])
+    i32 = lambda v: bld.trunc(v, _I32) if v.type == _I64 else v  # noqa: E731
+    ch = lambda c: _slot(frame, _I8, ir.Constant(_I8, ord(c)))  # noqa: E731
+    ival = lambda v: _slot(frame, _I32, i32(v))  # noqa: E731
+    alpha = _slot(frame, fty, ir.Constant(fty, 1.0))
+    beta_v = frame.ops.scalar(beta, dt).value
+    beta_p = _slot(frame, fty, beta_v)
+    one_p = _slot(frame, fty, ir.Constant(fty, 1.0))
+    one = ival(ir.Constant(_I64, 1))
+    pa, pb, pout = (bld.bitcast(x.data, _VOIDP) for x in (a, b_, out))
+    gemv = _declare(frame, f"hybridad_{kind}gemv", 11)
+    gemm_fn = _declare(frame, f"hybridad_{kind}gemm", 13)
+    zero64 = ir.Constant(_I64, 0)
+    one64 = ir.Constant(_I64, 1)
+    empty = bld.or_(bld.icmp_signed("==", m, zero64), bld.icmp_signed("==", n, zero64))
+    with bld.if_then(bld.not_(empty), likely=True):
+        with bld.if_else(bld.icmp_signed("==", n, one64)) as (col, not_col):
+            with col:  # out[:, 0] = a @ b[:, 0]
+                trans, rows, cols = ("t", k, m) if a.layout == "C" else ("n", m, k)
+                bld.call(gemv, [ch(trans), ival(rows), ival(cols), alpha, pa, ival(rows), pb,
+                                one, beta_p, pout, one])
+            with not_col:
+                with bld.if_else(bld.icmp_signed("==", m, one64)) as (row, general):
+                    with row:  # out[0, :] = b^T @ a[0, :]
+                        trans, rows, cols = ("n", n, k) if b_.layout == "C" else ("t", k, n)
+                        bld.call(gemv, [ch(trans), ival(rows), ival(cols), alpha, pb,
+                                        ival(rows), pa, one, beta_p, pout, one])
+                    with general:
+                        _gemm_general(frame, gemm_fn, a, b_, (m, k, n), (pa, pb, pout),
+                                      alpha, beta_p, one_p, ch, ival, dt, rt, GEMM_SMALL_RESULT)
+    return Const(None)
+
+
+def _gemm_general(frame, gemm_fn, a, b_, dims, ptrs, alpha, beta_p, one_p, ch, ival, dt, rt,
+                  small_result):
+    """Column-major ``out^T = b^T a^T``: one call, or chunks of k for a small
+    result and a long k (rt's GEMM_CHUNK_BYTES, GEMM_CHUNK_MIN, GEMM_CHUNKS_MIN)."""
+    bld = frame.b
+    m, k, n = dims
+    pa, pb, pout = ptrs
+    ta, lda = ("n", n) if b_.layout == "C" else ("t", k)
+    tb, ldb = ("n", k) if a.layout == "C" else ("t", m)
+    c = lambda v: ir.Constant(_I64, v)  # noqa: E731
+    itemsize = dt.itemsize
+
+    def call(pa_, pb_, kk, beta):
+        bld.call(gemm_fn, [ch(ta), ch(tb), ival(n), ival(m), ival(kk), alpha, pb_, ival(lda),
+                           pa_, ival(ldb), beta, pout, ival(n)])
+    chunk = bld.sdiv(c(rt.GEMM_CHUNK_BYTES), bld.mul(bld.add(m, n), c(itemsize)))
+    chunk = bld.select(bld.icmp_signed("<", chunk, c(rt.GEMM_CHUNK_MIN)), c(rt.GEMM_CHUNK_MIN),
+                       chunk)
+    split = bld.and_(bld.icmp_signed("<=", bld.mul(m, n), c(small_result)),
+                     bld.icmp_signed(">=", k, bld.mul(chunk, c(rt.GEMM_CHUNKS_MIN))))
+    with bld.if_else(split) as (chunked, whole):
+        with whole:
+            call(pa, pb, k, beta_p)
+        with chunked:
+            pre = bld.block
+            head = bld.append_basic_block("gemm.k")
+            body = bld.append_basic_block("gemm.kbody")
+            done = bld.append_basic_block("gemm.kdone")
+            bld.branch(head)
+            bld.position_at_end(head)
+            s = bld.phi(_I64)
+            s.add_incoming(c(0), pre)
+            bld.cbranch(bld.icmp_signed("<", s, k), body, done)
+            bld.position_at_end(body)
+            kk = bld.sub(k, s)
+            kk = bld.select(bld.icmp_signed("<", chunk, kk), chunk, kk)
+            off_a = s if a.layout == "C" else bld.mul(s, m)
+            off_b = bld.mul(s, n) if b_.layout == "C" else s
+            size = c(itemsize)
+            pa_s = bld.gep(pa, [bld.mul(off_a, size)])
+            pb_s = bld.gep(pb, [bld.mul(off_b, size)])
+            first = bld.icmp_signed("==", s, c(0))
+            call(pa_s, pb_s, kk, bld.select(first, beta_p, one_p))
+            s.add_incoming(bld.add(s, chunk), bld.block)
+            bld.branch(head)
+            bld.position_at_end(done)
+
+
+def gemm_panel(frame, args, kwargs):
+    """``rt.gemm_panel(a, b, out, beta, lo, hi, cols)``: rows (or, with
+    ``cols``, columns) ``lo:hi`` of ``out = a @ b + beta * out`` by one BLAS
+    gemm, the leading dimensions the whole arrays' (as the numba intrinsic)."""
+    a, b_, out, beta, lo, hi, cols = args
+    if not all(isinstance(x, ArrayV) and x.ndim == 2 for x in (a, b_, out)) or \
+            out.layout != "C" or a.layout not in "CF" or b_.layout not in "CF" or \
+            not (a.dtype == b_.dtype == out.dtype) or out.dtype not in (F64, F32):
+        raise Unsupported("gemm_panel operands")
+    bld, arr = frame.b, frame.arr
+    dt = out.dtype
+    kind = "d" if dt == F64 else "s"
+    fty = lltype(dt)
+    m, k = (arr.i64(d) for d in a.shape)
+    n = arr.i64(b_.shape[1])
+    p0 = arr.i64(arr.dim(lo))
+    width = bld.sub(arr.i64(arr.dim(hi)), p0)
+    by_cols = frame.ops.truth(cols)
+    by_cols = by_cols.value if isinstance(by_cols, Scalar) else \
+        ir.Constant(ir.IntType(1), int(by_cols.value))
+    i32 = lambda v: bld.trunc(v, _I32)  # noqa: E731
+    ch = lambda c: _slot(frame, _I8, ir.Constant(_I8, ord(c)))  # noqa: E731
+    ival = lambda v: _slot(frame, _I32, i32(v))  # noqa: E731
+    alpha = _slot(frame, fty, ir.Constant(fty, 1.0))
+    beta_p = _slot(frame, fty, frame.ops.scalar(beta, dt).value)
+    gemm_fn = _declare(frame, f"hybridad_{kind}gemm", 13)
+    ta, lda = ("n", n) if b_.layout == "C" else ("t", k)
+    tb, ldb = ("n", k) if a.layout == "C" else ("t", m)
+    zero = ir.Constant(_I64, 0)
+    off_a = p0 if a.layout == "F" else bld.mul(p0, k)
+    off_b = p0 if b_.layout == "C" else bld.mul(p0, k)
+    size = ir.Constant(_I64, dt.itemsize)
+
+    def at(ptr, off):
+        return bld.gep(bld.bitcast(ptr, _VOIDP), [bld.mul(off, size)])
+    pa = at(a.data, bld.select(by_cols, zero, off_a))
+    pb = at(b_.data, bld.select(by_cols, off_b, zero))
+    pout = at(out.data, bld.select(by_cols, p0, bld.mul(p0, n)))
+    bld.call(gemm_fn, [ch(ta), ch(tb), ival(bld.select(by_cols, width, n)),
+                       ival(bld.select(by_cols, m, width)), ival(k), alpha, pb, ival(lda), pa,
+                       ival(ldb), beta_p, pout, ival(n)])
+    return Const(None)

@@ -1,0 +1,336 @@
+"""hybridad's own compiler of the numba backend's generated source
+(hybridad.backends.jit): numba's semantics construct by construct, checked
+against numba itself on the same source and the same edge values, bitwise;
+its place in the backend (which programs it takes, which it leaves to numba,
+the disk cache, the Python entry point)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.backends import jit
+from conftest import rand
+
+_EDGE64 = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, 7.25, -7.25, 1e-300, 5e-324, -5e-324,
+                    1e300, -1e300, np.inf, -np.inf, np.nan, 709.0, -745.0, 2.0**53 + 1,
+                    -(2.0**63), 0.1, 1e-8, 123456.789], np.float64)
+
+_HEADER = textwrap.dedent("""\
+    import math
+    import numpy as np
+    from numba import njit, prange
+    from hybridad.backends.numba.rt import view_at as _view
+    """)
+
+
+def _module(source):
+    ns = {"__name__": "jit_case"}
+    exec(compile(source, "<jit case>", "exec"), ns)  # noqa: S102
+    return ns
+
+
+def _both(body, dtypes, out_dtype, n, flags='error_model="numpy"'):
+    """``fn(ptrs..., n)`` of ``body`` (which reads ``x0``, ``x1``... and writes
+    ``out`` at element ``i``) compiled by numba and by hybridad's compiler."""
+    params = ", ".join(f"p{k}" for k in range(len(dtypes) + 1))
+    views = "\n".join(f"    x{k} = _view(p{k}, np.int64(n), np.{np.dtype(d).name})"
+                      for k, d in enumerate(dtypes))
+    src = (_HEADER + f"\n@njit({flags})\ndef fn({params}, n):\n{views}\n"
+           f"    out = _view(p{len(dtypes)}, np.int64(n), np.{np.dtype(out_dtype).name})\n"
+           f"    for i in range(n):\n" + textwrap.indent(body, "        ") + "\n")
+    ns = _module(src)
+    numba_fn = ns["fn"]
+    jitted = jit.compile_function(src, "fn", len(dtypes) + 2, lambda: ns)
+    return numba_fn, jitted
+
+
+def _run(fn, arrays, out):
+    fn(*[a.ctypes.data for a in arrays], out.ctypes.data, out.size)
+    return out
+
+
+def _same_bits(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind == "f":
+        both_nan = np.isnan(a) & np.isnan(b)
+        return np.array_equal(np.where(both_nan, 0, a).view(a.dtype),
+                              np.where(both_nan, 0, b).view(b.dtype)) and \
+            np.array_equal(np.signbit(a) | both_nan, np.signbit(b) | both_nan)
+    return np.array_equal(a, b)
+
+
+def _pairs(values):
+    x, y = np.meshgrid(values, values, indexing="ij")
+    return np.ascontiguousarray(x.ravel()), np.ascontiguousarray(y.ravel())
+
+
+def _check(body, arrays, out_dtype):
+    numba_fn, jitted = _both(body, [a.dtype for a in arrays], out_dtype, arrays[0].size)
+    n = arrays[0].size
+    want = _run(numba_fn, arrays, np.zeros(n, out_dtype))
+    got = _run(jitted, arrays, np.zeros(n, out_dtype))
+    bad = [(tuple(a[i] for a in arrays), want[i], got[i]) for i in range(n)
+           if not _same_bits(want[i:i + 1], got[i:i + 1])]
+    assert not bad, f"{body}: (inputs, numba, hybridad): {bad[:5]}"
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("op", ["+", "-", "*", "/", "//", "%", "**"])
+def test_binary_operators_as_numba(op, dtype):
+    x, y = (a.astype(dtype) for a in _pairs(_EDGE64))
+    _check(f"out[i] = x0[i] {op} x1[i]", [x, y], dtype)
+
+
+@pytest.mark.parametrize("op", ["+", "-", "*", "/", "//", "%", "<<", ">>", "&", "|", "^"])
+def test_integer_operators_as_numba(op):
+    vals = np.array([0, 1, -1, 2, -7, 7, 63, 2**62, -(2**63), 2**63 - 1, 5, -5], np.int64)
+    x, y = _pairs(vals)
+    if op in ("<<", ">>"):
+        y = np.abs(y) % 64
+    out = np.float64 if op == "/" else np.int64
+    _check(f"out[i] = x0[i] {op} x1[i]", [x, y], out)
+
+
+@pytest.mark.parametrize("op", ["<", "<=", ">", ">=", "==", "!="])
+def test_comparisons_as_numba(op):
+    x, y = _pairs(_EDGE64)
+    _check(f"out[i] = x0[i] {op} x1[i]", [x, y], np.bool_)
+
+
+UNARY = ["sin", "cos", "tan", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "arcsinh",
+         "arccosh", "arctanh", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt",
+         "cbrt", "square", "absolute", "fabs", "sign", "floor", "ceil", "trunc", "rint",
+         "reciprocal", "negative", "deg2rad", "rad2deg", "isnan", "isinf", "isfinite",
+         "signbit", "logical_not"]
+BINARY = ["maximum", "minimum", "fmax", "fmin", "hypot", "arctan2", "copysign", "logaddexp",
+          "logaddexp2", "remainder", "fmod", "power", "floor_divide", "true_divide",
+          "logical_and", "logical_or", "logical_xor"]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", UNARY)
+def test_numpy_unary_ufuncs_as_numba(name, dtype):
+    x = _EDGE64.astype(dtype)
+    out = getattr(np, name)(x[:1]).dtype
+    _check(f"out[i] = np.{name}(x0[i])", [x], out)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", BINARY)
+def test_numpy_binary_ufuncs_as_numba(name, dtype):
+    x, y = (a.astype(dtype) for a in _pairs(_EDGE64))
+    out = getattr(np, name)(x[:1], y[:1]).dtype
+    _check(f"out[i] = np.{name}(x0[i], x1[i])", [x, y], out)
+
+
+@pytest.mark.parametrize("body", [
+    "out[i] = min(x0[i], x1[i])", "out[i] = max(x0[i], x1[i])",
+    "out[i] = max(min(x0[i], 3.0), -1.0)", "out[i] = abs(x0[i]) + -x1[i]",
+    "out[i] = x0[i] if x0[i] > x1[i] else x1[i] * 2",
+    "out[i] = (x0[i] > 0 and x1[i] < 1) or x0[i] == x1[i]",
+    "out[i] = math.exp(x0[i]) if x0[i] < 700 else 0.0",
+    "out[i] = np.float32(x0[i]) * np.float32(x1[i])",
+    "out[i] = np.int64(x0[i] * 0) + np.float64(x1[i] > 0)",
+    "out[i] = np.float64(x0[i]).view(np.int64) >> 52",
+    "out[i] = x0[i] ** 2 + x1[i] ** -3 + x0[i] ** 0.5",
+])
+def test_expressions_as_numba(body):
+    x, y = _pairs(_EDGE64)
+    if "** -3" in body:  # (numba raises ZeroDivisionError for 0.0 ** -3 whatever its error model)
+        keep = np.abs(y) > 1e-100  # (nor for a power that underflows to 0)
+        x, y = np.ascontiguousarray(x[keep]), np.ascontiguousarray(y[keep])
+    out = np.int64 if ">> 52" in body else np.float64
+    _check(body, [x, y], out)
+
+
+def test_loops_branches_and_widening_as_numba():
+    """Loop-carried values (an int that becomes a float), while/break/continue,
+    nested branches, a literal tuple loop, views and slices."""
+    body = textwrap.dedent("""\
+        s = 0
+        k = 0
+        while k < 10:
+            k += 1
+            if k % 3 == 0:
+                continue
+            s += x0[i] * k
+            if s > 100.0:
+                break
+        for a, b in ((1, 2.0), (3, 4.0)):
+            s = s * a + b
+        out[i] = s
+        """)
+    x = _EDGE64[np.isfinite(_EDGE64)]
+    _check(body, [x], np.float64)
+
+
+def test_array_views_as_numba():
+    """Views cut from an address: slices, steps, reshape, transpose,
+    broadcast_to, 0-d arrays, fills and copies, compared element by element."""
+    src = _HEADER + textwrap.dedent("""\
+        @njit(error_model="numpy")
+        def fn(ap, bp, n):
+            a = _view(ap, (np.int64(4), np.int64(6)), np.float64)
+            b = _view(bp, np.int64(64), np.float64)
+            t = a.T
+            r = a.reshape((3, 8))
+            s = a[1:, ::2]
+            c = b[:24].reshape((6, 4))
+            c[...] = 0
+            c[1:3] = t[2:4]
+            c[5] = r[2, 1:5]
+            z = _view(bp + 8 * 40, (), np.float64)
+            z[()] = s[2, 1] + np.broadcast_to(a[0:1, 3:4], (5, 3))[4, 2]
+            w = b[30:40]
+            for j in range(w.shape[0]):
+                w[j] = a.size + a.shape[1] * j + len(s)
+            b[41:50:2] = -1.0
+        """)
+    ns = _module(src)
+    jitted = jit.compile_function(src, "fn", 3, lambda: ns)
+    a = rand((4, 6), seed=3)
+    outs = []
+    for fn in (ns["fn"], jitted):
+        b = np.full(64, 7.0)
+        fn(a.ctypes.data, b.ctypes.data, 0)
+        outs.append(b)
+    np.testing.assert_array_equal(outs[1], outs[0])
+
+
+def test_exceptions_and_python_entry_point():
+    """A raise becomes that exception with its message; a wrong argument
+    count or a non-integer raise TypeError; results untouched."""
+    src = _HEADER + textwrap.dedent("""\
+        @njit(error_model="numpy")
+        def fn(p, flag):
+            a = _view(p, np.int64(2), np.float64)
+            if flag == 1:
+                raise ValueError('flag one')
+            if flag == 2:
+                raise RuntimeError('flag two')
+            a[0] = 5.0
+        """)
+    ns = _module(src)
+    jitted = jit.compile_function(src, "fn", 2, lambda: ns)
+    a = np.zeros(2)
+    with pytest.raises(ValueError, match="flag one"):
+        jitted(a.ctypes.data, 1)
+    with pytest.raises(RuntimeError, match="flag two"):
+        jitted(a.ctypes.data, 2)
+    assert not a.any()
+    with pytest.raises(TypeError):
+        jitted(a.ctypes.data)
+    with pytest.raises(TypeError):
+        jitted(a.ctypes.data, 1.5)
+    jitted(a.ctypes.data, 0)
+    assert a[0] == 5.0
+
+
+def test_unsupported_source_goes_to_numba():
+    """What the compiler does not translate raises Unsupported (the numba
+    backend then compiles it with numba): object mode, complex numbers,
+    arrays allocated in the function."""
+    for body in ("x = np.empty(3)", "with objmode():\n        pass", "z = 1j * p"):
+        src = _HEADER + f"\n@njit\ndef fn(p):\n    {body}\n"
+        with pytest.raises(jit.Unsupported):
+            jit.compile_function(src, "fn", 1, lambda: _module(src))
+
+
+def _plan_programs(plan):
+    return [plan._program.source]
+
+
+def test_plans_run_on_it_and_match_numba(tmp_path):
+    """Plans of every kind -- regions, reductions, products, a parallel
+    plan -- compiled by hybridad's compiler agree with the same plans under
+    numba (HYBRIDAD_JIT=0) to rounding, and the program came from it."""
+    code = textwrap.dedent("""\
+        import json, sys
+        import numpy as np
+        import hybridad as ha
+        from conftest import rand
+        x = rand((300,), seed=1); A = rand((300, 300), seed=2); X = rand((4000, 8), seed=3)
+        w = rand((8,), seed=4)
+        cases = [
+            (lambda x, A: np.sum(np.tanh(x) ** 2) + x @ (A @ x), (x, A)),
+            (lambda w, X: np.mean(np.logaddexp(0, -(X @ w))) + np.sum(w * w), (w, X)),
+            (lambda x: np.sum(np.exp(-x * x) * np.sin(x[::-1])) + np.max(x) * np.std(x), (x,)),
+            (lambda x: np.sum(np.cumsum(x) ** 2) + np.sum(np.sort(x)[:10]), (x,)),
+        ]
+        out = []
+        for f, args in cases:
+            res = ha.compile(f, *args).gradient(*args)
+            out.append([float(res.value), np.asarray(res.gradient).tolist()])
+        print(json.dumps(out))
+        """)
+    runs = {}
+    for jit_on in ("1", "0"):
+        env = dict(os.environ, HYBRIDAD_JIT=jit_on, HYBRIDAD_CACHE_DIR=str(tmp_path / jit_on),
+                   PYTHONPATH=os.path.dirname(__file__) + os.pathsep +
+                   os.environ.get("PYTHONPATH", ""))
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        runs[jit_on] = json.loads(p.stdout.strip().splitlines()[-1])
+    for (v1, g1), (v0, g0) in zip(runs["1"], runs["0"], strict=True):
+        np.testing.assert_allclose(v1, v0, rtol=1e-13)
+        np.testing.assert_allclose(g1, g0, rtol=1e-12, atol=1e-14)
+
+
+def test_warm_cache_loads_without_compiling(tmp_path):
+    """A program in the disk cache loads in a new process with no LLVM work
+    and no numba compile; a damaged entry is discarded and recompiled."""
+    code = textwrap.dedent("""\
+        import time, numpy as np, hybridad as ha
+        from hybridad.backends.jit import engine
+        calls = []
+        real = engine.compile_ir
+        engine.compile_ir = lambda text: calls.append(1) or real(text)
+        x = np.linspace(-1, 1, 50)
+        plan = ha.compile(lambda x: np.sum(np.sin(x) ** 2), x)
+        print(len(calls), float(plan.gradient(x).value))
+        """)
+    env = dict(os.environ, HYBRIDAD_CACHE_DIR=str(tmp_path))
+    outs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    for p in outs:
+        assert p.returncode == 0, p.stderr[-2000:]
+    (cold, v0), (warm, v1) = (p.stdout.split() for p in outs)
+    assert int(cold) >= 1 and int(warm) == 0 and v0 == v1
+    for name in os.listdir(tmp_path / "jit"):
+        path = tmp_path / "jit" / name
+        data = bytearray(path.read_bytes())
+        data[-10] ^= 0xFF
+        path.write_bytes(bytes(data))
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    recompiled, v2 = p.stdout.split()
+    assert int(recompiled) >= 1 and v2 == v0
+    assert "discarded damaged compiled code" in p.stderr
+
+
+def test_compiles_from_threads_at_once():
+    """Plans built in several threads at once (LLVM's objects are not
+    thread-safe: one lock) each give their own correct gradient."""
+    xs = [rand((40 + k,), seed=k) for k in range(6)]
+    results = [None] * len(xs)
+
+    def build(k):
+        f = lambda x, k=k: np.sum(np.cos(x * (k + 1)) ** 2)  # noqa: E731
+        results[k] = (f, ha.compile(f, xs[k]).gradient(xs[k]))
+    threads = [threading.Thread(target=build, args=(k,)) for k in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k, (f, res) in enumerate(results):
+        ref = ha.compile(f, xs[k], backend="numpy").gradient(xs[k])
+        np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12)
