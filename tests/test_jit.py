@@ -150,6 +150,14 @@ def test_expressions_as_numba(body):
     _check(body, [x, y], out)
 
 
+def test_power_by_a_runtime_integer_as_numba():
+    """``x ** k`` for an integer ``k`` known only at run time: numba's
+    repeated squaring (and a negative ``k`` inverting), not ``pow``."""
+    x = _EDGE64[(_EDGE64 != 0) & (np.abs(_EDGE64) > 1e-30) & (np.abs(_EDGE64) < 1e30)]
+    x = np.ascontiguousarray(np.repeat(x, 9))
+    _check("out[i] = x0[i] ** (i % 9 - 4) + x0[i] ** np.int64(i % 3)", [x], np.float64)
+
+
 def test_loops_branches_and_widening_as_numba():
     """Loop-carried values (an int that becomes a float), while/break/continue,
     nested branches, a literal tuple loop, views and slices."""
@@ -205,8 +213,9 @@ def test_array_views_as_numba():
 
 
 def test_exceptions_and_python_entry_point():
-    """A raise becomes that exception with its message; a wrong argument
-    count or a non-integer raise TypeError; results untouched."""
+    """A raise becomes that exception with its message -- a builtin one or
+    another class (numpy's LinAlgError), its message a constant; a wrong
+    argument count or a non-integer raise TypeError; results untouched."""
     src = _HEADER + textwrap.dedent("""\
         @njit(error_model="numpy")
         def fn(p, flag):
@@ -215,7 +224,10 @@ def test_exceptions_and_python_entry_point():
                 raise ValueError('flag one')
             if flag == 2:
                 raise RuntimeError('flag two')
+            if flag == 3:
+                raise np.linalg.LinAlgError(_MESSAGE)
             a[0] = 5.0
+        _MESSAGE = "flag three"
         """)
     ns = _module(src)
     jitted = jit.compile_function(src, "fn", 2, lambda: ns)
@@ -224,6 +236,8 @@ def test_exceptions_and_python_entry_point():
         jitted(a.ctypes.data, 1)
     with pytest.raises(RuntimeError, match="flag two"):
         jitted(a.ctypes.data, 2)
+    with pytest.raises(np.linalg.LinAlgError, match="flag three"):
+        jitted(a.ctypes.data, 3)
     assert not a.any()
     with pytest.raises(TypeError):
         jitted(a.ctypes.data)
@@ -334,3 +348,26 @@ def test_compiles_from_threads_at_once():
     for k, (f, res) in enumerate(results):
         ref = ha.compile(f, xs[k], backend="numpy").gradient(xs[k])
         np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12)
+
+
+def test_a_parallel_loop_shorter_than_the_threads_keeps_the_thread_count():
+    """A prange loop of fewer iterations than threads runs every one once,
+    and the caller's numba thread count is what it was (numba's threading
+    layer sets each team thread's count to the one it is given)."""
+    import numba
+
+    src = _HEADER + textwrap.dedent("""\
+        @njit(parallel=True)
+        def fn(p, n):
+            a = _view(p, np.int64(8), np.float64)
+            for i in prange(n):
+                a[i] = a[i] + i + 1.0
+        """)
+    ns = _module(src)
+    jitted = jit.compile_function(src, "fn", 2, lambda: ns)
+    before = numba.get_num_threads()
+    for n in (0, 1, 3, 8):
+        a = np.zeros(8)
+        jitted(a.ctypes.data, n)
+        np.testing.assert_array_equal(a, [i + 1.0 if i < n else 0.0 for i in range(8)])
+        assert numba.get_num_threads() == before

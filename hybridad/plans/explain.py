@@ -70,6 +70,9 @@ class ExplainMixin:
         why = self._owner[1]  # (who owns the threads: hybridad.transforms.costs.thread_owner)
         lines = [] if why is None else [f"threads: {why}"]
         for name, prog in programs:
+            compiler = getattr(prog, "compiler", None)
+            if compiler is not None:
+                lines.append(f"{name}: compiled by {compiler}")
             choice = getattr(prog, "threads", None)
             if choice is not None:
                 lines.append(f"{name}: prange loops; {choice.describe()}")

@@ -30,7 +30,8 @@ import threading
 
 from .values import Unsupported
 
-__all__ = ["Unsupported", "compile_function", "enabled", "loop_driver", "native", "refused"]
+__all__ = ["Unsupported", "compile_function", "compiler_of", "enabled", "loop_driver", "native",
+           "refused"]
 
 _IMPORTS = re.compile(r"^from (hybridad(?:\.\w+)*) import", re.MULTILINE)
 _COMPILED = {}  # key -> callable, for the life of the process
@@ -43,9 +44,17 @@ def enabled():
                                                                         "off")
 
 
-def refused(fn_name, why):
+_REFUSED = {}  # source -> why numba compiles it (the last 64)
+
+
+def refused(fn_name, why, source=None):
     """Note that numba compiles ``fn_name`` (``why``: an :class:`Unsupported`):
-    printed on stderr under ``HYBRIDAD_JIT_DEBUG=1``."""
+    kept for :func:`compiler_of`, printed on stderr under
+    ``HYBRIDAD_JIT_DEBUG=1``, appended to the file ``HYBRIDAD_JIT_LOG``."""
+    if source is not None:
+        if len(_REFUSED) >= 64:
+            _REFUSED.pop(next(iter(_REFUSED)))
+        _REFUSED[source] = str(why)
     log = os.environ.get("HYBRIDAD_JIT_LOG")
     if log:
         with open(log, "a") as fh:
@@ -113,6 +122,31 @@ def compile_function(source, fn_name, nargs, namespace):
 
 
 _NATIVE = {}  # id(callable) -> (address of the function itself, its arity, the callable)
+
+#: seconds this compiler takes per line of generated code (translation and
+#: LLVM, measured on the reference machine: the benchmarks' plans, 1-2 ms a
+#: line), for the compile budget (:func:`hybridad.backends.numba.split.check_budget`)
+COMPILE_S_PER_LINE = 0.002
+
+
+def cached(source, fn_name, nargs):
+    """Whether the machine code of ``fn_name`` of ``source`` is in this
+    process or the disk cache (a load takes milliseconds)."""
+    from . import engine
+
+    key = _key(source, fn_name, nargs)
+    return key in _COMPILED or engine.has_object(key)
+
+
+def compiler_of(fn, source):
+    """Which compiler made ``fn`` (a program's compiled function) from
+    ``source``, in words (``explain()``)."""
+    if native(fn) is not None:
+        return "hybridad's own compiler (LLVM)"
+    why = _REFUSED.get(source)
+    if why is None and not enabled():
+        why = "HYBRIDAD_JIT=0"
+    return "numba" + (f" (hybridad's compiler refused it: {why})" if why else "")
 
 
 def native(fn):

@@ -250,6 +250,28 @@ class Arrays:
             [s for n, s in zip(a.shape, self.c_strides(a.shape, a.dtype.itemsize),
                                strict=True) if n != 1]
 
+    def view_as(self, a, dtype):
+        """``a.view(dtype)``: the same bytes as another dtype -- of the same
+        size, or (numba's rule) a C-contiguous array whose last axis is
+        rescaled."""
+        if dtype.itemsize == a.dtype.itemsize:
+            return ArrayV(dtype, self.b.bitcast(a.data, memtype(dtype).as_pointer()), a.shape,
+                          a.strides, a.layout)
+        if a.layout != "C" or not a.shape:
+            raise Unsupported("view to another size of a non-contiguous array")
+        last = a.shape[-1]
+        if isinstance(last, int):
+            nbytes = last * a.dtype.itemsize
+            if nbytes % dtype.itemsize:
+                raise Unsupported("view: the last axis does not divide")
+            new_last = nbytes // dtype.itemsize
+        else:  # (numba raises when it does not divide; here it truncates)
+            new_last = self.b.sdiv(self.mul(last, a.dtype.itemsize),
+                                   ir.Constant(_I64, dtype.itemsize))
+        shape = a.shape[:-1] + [new_last]
+        return ArrayV(dtype, self.b.bitcast(a.data, memtype(dtype).as_pointer()), shape,
+                      self.c_strides(shape, dtype.itemsize), "C")
+
     def transpose(self, a, axes=None):
         axes = list(range(a.ndim))[::-1] if axes is None else list(axes)
         if sorted(axes) != list(range(a.ndim)):

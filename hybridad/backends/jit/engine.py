@@ -131,6 +131,55 @@ SYMBOLS["_Py_NoneStruct"] = lambda: id(None)
 #: (prefix, name -> address) for families of symbols (scipy.special's functions)
 RESOLVERS = []
 
+_EXC = "hybridad_exc."
+_CELLS = []  # the C variables holding exception classes (kept for the process)
+
+
+def exception_symbol(cls):
+    """The symbol of a variable holding exception class ``cls`` (a
+    ``PyObject *``, as ``PyExc_ValueError`` is): resolved at load by
+    importing ``cls``'s module."""
+    return f"{_EXC}{cls.__module__}:{cls.__qualname__}"
+
+
+def _exception_cell(rest):
+    import importlib
+
+    module, _, qualname = rest.partition(":")
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    cell = ctypes.c_void_p(id(obj))
+    _CELLS.append((cell, obj))
+    return ctypes.addressof(cell)
+
+
+def _numba_helper(rest):
+    """numba's C helpers (``numba_xgesv``: LAPACK through scipy), which numba
+    registers only when its compiler starts."""
+    from numba import _helperlib
+
+    return _helperlib.c_helpers[rest]
+
+
+def _hybridad_symbol(rest):
+    """A ``hybridad_<name>`` symbol the LAPACK kernel modules register when
+    imported (scipy's cython LAPACK and BLAS routines)."""
+    import importlib
+
+    from ...ops.lapack_names import KERNEL_MODULES
+
+    for mod in sorted(set(KERNEL_MODULES.values())):
+        importlib.import_module(mod)
+    address = _llvm().address_of_symbol("hybridad_" + rest)
+    if not address:
+        raise RuntimeError(f"hybridad jit: no symbol hybridad_{rest}")
+    return address
+
+
+RESOLVERS += [(_EXC, _exception_cell), ("numba_", _numba_helper),
+              ("hybridad_", _hybridad_symbol)]
+
 
 def _register(names):
     llvm = _llvm()
@@ -141,12 +190,11 @@ def _register(names):
         if name in SYMBOLS:
             llvm.add_symbol(name, SYMBOLS[name]())
         else:
-            for prefix, resolve in RESOLVERS:
-                if name.startswith(prefix):
-                    llvm.add_symbol(name, resolve(name[len(prefix):]))
-                    break
-            else:
+            found = [(p, r) for p, r in RESOLVERS if name.startswith(p)]
+            if not found:
                 continue
+            prefix, resolve = max(found, key=lambda pr: len(pr[0]))  # the most specific
+            llvm.add_symbol(name, resolve(name[len(prefix):]))
         done.add(name)
 
 
@@ -182,6 +230,15 @@ def _trusted(st):
     uid = os.geteuid() if hasattr(os, "geteuid") else None
     return stat.S_ISREG(st.st_mode) and (uid is None or st.st_uid == uid) and \
         not st.st_mode & 0o022
+
+
+def has_object(key):
+    """Whether the disk cache holds object code under ``key`` (not verified)."""
+    from ..._cachedir import cache_dir
+
+    directory = cache_dir()
+    return directory is not None and os.path.exists(os.path.join(directory, "jit",
+                                                                  key + ".o"))
 
 
 def cached_object(key):

@@ -9,7 +9,7 @@ import math
 import numpy as np
 from llvmlite import ir
 
-from .values import BOOL, I64, UNDEF, ArrayV, Const, Scalar, TupleV, Unsupported
+from .values import BOOL, I64, UNDEF, ArrayV, Const, CtypesOf, Scalar, TupleV, Unsupported
 
 __all__ = ["Expressions"]
 
@@ -214,7 +214,32 @@ class Expressions:
                     raise Unsupported("subscript of a constant") from None
             got = items[key.value]
             return TupleV(got) if isinstance(key.value, slice) else got
+        if isinstance(base, Const) and isinstance(base.value, tuple) and base.value and \
+                isinstance(key, Scalar) and key.dtype.kind in "iu":
+            return self.table_item(base.value, key)
         raise Unsupported(f"subscript of {base!r}")
+
+    def table_item(self, values, index):
+        """``values[index]`` of a tuple of numbers known while translating, at a
+        runtime index (numba's homogeneous tuples): a constant table in the
+        module, the index wrapped like an array's."""
+        dts = [Const(v).dtype for v in values]
+        if any(d is None for d in dts):
+            raise Unsupported("a runtime index into a tuple of non-numbers")
+        from .values import lltype, promote
+
+        dt = promote(*dts)
+        t = lltype(dt)
+        arr_t = ir.ArrayType(t, len(values))
+        module = self.b.module
+        g = ir.GlobalVariable(module, arr_t, name=f"table.{len(module.globals)}")
+        g.global_constant = True
+        g.linkage = "internal"
+        g.initializer = ir.Constant(arr_t, [self.ops.const(v, dt).value.constant
+                                            for v in values])
+        i = self.arr.wrap(self.arr.dim(index), len(values))
+        return Scalar(self.b.load(self.b.gep(g, [ir.Constant(ir.IntType(64), 0),
+                                                 self.arr.i64(i)])), dt)
 
     # -- attributes -----------------------------------------------------------------
     def _e_Attribute(self, node):
@@ -223,7 +248,7 @@ class Expressions:
         if isinstance(base, ArrayV):
             return self.array_attr(base, attr)
         if isinstance(base, Const):
-            if isinstance(base.value, _CtypesOf):
+            if isinstance(base.value, CtypesOf):
                 if attr == "data":
                     return Scalar(self.b.ptrtoint(base.value.array.data, ir.IntType(64)), I64)
                 raise Unsupported(f"ctypes.{attr}")
@@ -256,7 +281,7 @@ class Expressions:
         if attr == "dtype":
             return Const(a.dtype)
         if attr == "ctypes":
-            return Const(_CtypesOf(a))
+            return Const(CtypesOf(a))
         if attr == "real" and a.dtype.kind != "c":
             return a
         raise Unsupported(f"array.{attr}")
@@ -307,6 +332,8 @@ class Expressions:
         if name == "fill" and len(args) == 1:
             self.arr.fill(obj, args[0])
             return Const(None)
+        if name == "view" and len(args) == 1 and isinstance(args[0], Const):
+            return self.arr.view_as(obj, np.dtype(args[0].value))
         raise Unsupported(f"array.{name}")
 
     def call(self, fn, args, kwargs):
@@ -316,6 +343,8 @@ class Expressions:
             return native(self, args, kwargs)
         if fn in (range,):
             raise Unsupported("range outside a for loop")
+        if fn in _PURE_BUILTINS and all(isinstance(a, Const) for a in args) and not kwargs:
+            return Const(fn(*(a.value for a in args)))  # decided while translating
         if fn is min or fn is max:
             vals = args[0].items if len(args) == 1 and isinstance(args[0], TupleV) else args
             return self.ops.minmax(fn.__name__, vals)
@@ -359,6 +388,9 @@ class Expressions:
             return self.math_call(fn, args)
         if fn is float.fromhex and isinstance(args[0], Const):
             return Const(float.fromhex(args[0].value))
+        if type(fn).__name__ == "ExternalFunction" and hasattr(fn, "symbol"):
+            from .natives import external_call
+            return external_call(self, fn, args)
         # a Python function: the generated module's own (an LLVM function of
         # its own) or a library one (numba dispatcher: translated inline)
         return t.call_function(self, fn, args, kwargs)
@@ -387,6 +419,8 @@ class Expressions:
 
 
 _MATH_SCALARS = {math.exp, math.log, math.sqrt}
+#: builtins of known arguments, evaluated while translating
+_PURE_BUILTINS = {ord, chr, len, abs, min, max, round, divmod, pow, int, float, bool}
 
 
 def _getattr(obj, attr):
@@ -399,10 +433,3 @@ def _getattr(obj, attr):
 def _dims_tuple(arr, dims):
     return TupleV([arr.value(d) for d in dims]) if not all(isinstance(d, int) for d in dims) \
         else Const(tuple(dims))
-
-
-class _CtypesOf:
-    """``array.ctypes`` (only ``.data`` is read)."""
-
-    def __init__(self, array):
-        self.array = array

@@ -5,6 +5,7 @@ exceptions they raise numbered, library functions found and read."""
 from __future__ import annotations
 
 import ast
+import builtins
 import inspect
 
 import numpy as np
@@ -66,11 +67,16 @@ class Translator:
         raise Unsupported("types did not settle")
 
     # -- numbered exceptions ------------------------------------------------------
-    def raise_code(self, name, message):
-        if name not in ("ValueError", "TypeError", "RuntimeError", "ZeroDivisionError",
-                        "OverflowError", "IndexError", "AssertionError"):
-            raise Unsupported(f"raise {name}")
-        self.raises.append((name, message))
+    def raise_code(self, cls, message):
+        """The status number of raising exception class ``cls`` with ``message``:
+        a builtin exception by its C API symbol (``PyExc_ValueError``), another
+        class (numpy's ``LinAlgError``) by a symbol the engine resolves when
+        the code is loaded (:func:`.engine.exception_symbol`)."""
+        if getattr(builtins, cls.__name__, None) is cls:
+            symbol = f"PyExc_{cls.__name__}"
+        else:
+            symbol = engine.exception_symbol(cls)
+        self.raises.append((symbol, message))
         return len(self.raises)
 
     # -- functions of their own: one LLVM function per argument types ---------------

@@ -15,7 +15,7 @@ import numpy as np
 from llvmlite import ir
 
 from . import engine
-from .values import F32, F64, ArrayV, Const, Scalar, TupleV, Unsupported, lltype, memtype
+from .values import F32, F64, ArrayV, Const, CtypesOf, Scalar, TupleV, Unsupported, lltype, memtype
 
 __all__ = ["table"]
 
@@ -297,3 +297,48 @@ def gemm_panel(frame, args, kwargs):
                        ival(bld.select(by_cols, m, width)), ival(k), alpha, pb, ival(lda), pa,
                        ival(ldb), beta_p, pout, ival(n)])
     return Const(None)
+
+
+# -- numba's external functions (LAPACK helpers, scipy's routines) -------------------------
+def _numba_lltype(t):
+    """The LLVM type of a numba type in an external function's signature."""
+    name = str(t)
+    if name in ("void*", "voidptr"):
+        return _VOIDP
+    if name == "none":
+        return ir.VoidType()
+    try:
+        return lltype(np.dtype(name))
+    except (TypeError, Unsupported):
+        raise Unsupported(f"external function argument of type {name}") from None
+
+
+def external_call(frame, fn, args):
+    """A call of a ``numba.types.ExternalFunction`` (a C symbol and its
+    signature): numbers converted to the parameter types, an array's
+    ``.ctypes`` (or data address) where a pointer is taken."""
+    sig = fn.sig
+    if len(args) != len(sig.args):
+        raise Unsupported(f"{fn.symbol}: argument count")
+    ptys = [_numba_lltype(t) for t in sig.args]
+    rty = _numba_lltype(sig.return_type)
+    module = frame.b.module
+    decl = module.globals.get(fn.symbol)
+    if decl is None:
+        decl = ir.Function(module, ir.FunctionType(rty, ptys), name=fn.symbol)
+    frame.t.symbols.add(fn.symbol)
+    vals = []
+    for a, t, pt in zip(args, sig.args, ptys, strict=True):
+        if pt == _VOIDP:
+            if isinstance(a, Const) and isinstance(a.value, CtypesOf):
+                vals.append(frame.b.bitcast(a.value.array.data, _VOIDP))
+            elif isinstance(a, ArrayV):
+                vals.append(frame.b.bitcast(a.data, _VOIDP))
+            else:
+                vals.append(frame.b.inttoptr(frame.arr.i64(frame.arr.dim(a)), _VOIDP))
+        else:
+            vals.append(frame.ops.scalar(a, np.dtype(str(t))).value)
+    r = frame.b.call(decl, vals)
+    if isinstance(rty, ir.VoidType):
+        return Const(None)
+    return Scalar(r, np.dtype(str(sig.return_type)))

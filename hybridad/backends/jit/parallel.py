@@ -174,9 +174,11 @@ def prange_loop(frame, node, start, stop):
     lo0, hi0 = arr.i64(start), arr.i64(stop)
     total = b.sub(hi0, lo0)
     with b.if_then(b.icmp_signed(">", total, ir.Constant(_I64, 0))):
+        # one row per thread, empty rows when there are more threads than
+        # iterations: the layer sets every thread's count (the caller's too,
+        # with OpenMP) to the number it is given, so it must be the caller's own
         n = b.call(get_n, [])
         n = b.select(b.icmp_signed(">", n, ir.Constant(_I64, nmax)), ir.Constant(_I64, nmax), n)
-        n = b.select(b.icmp_signed(">", n, total), total, n)
         table = frame.state.slot(ir.ArrayType(_I64, 2 * nmax))
         base = b.bitcast(table, _I64.as_pointer())
         each, rem = b.sdiv(total, n), b.srem(total, n)

@@ -180,6 +180,8 @@ class Joins:
         """The phi shape of loop-carried ``name`` entering with ``value``: its
         type widened by the hints of earlier attempts."""
         hint = self.t.hints.get((self.fkey, node.lineno, node.col_offset, name))
+        if hint == "drop":
+            hint = None
         if isinstance(value, Const) and value.dtype is not None:
             dt = value.dtype if hint is None else hint
             return ("scalar", dt)

@@ -108,7 +108,13 @@ class Frame(Expressions, Joins):
         m = getattr(self, "_s_" + type(s).__name__, None)
         if m is None:
             raise Unsupported(f"statement {type(s).__name__}")
-        r = m(s)
+        try:
+            r = m(s)
+        except Unsupported as e:  # where: the innermost function and line
+            if not getattr(e, "located", False):
+                e.located = True
+                e.args = (f"{e.args[0]} (in {self.fdef.name}, line {s.lineno})",)
+            raise
         return True if r is None else r
 
     def _s_Pass(self, s):
@@ -181,14 +187,19 @@ class Frame(Expressions, Joins):
 
     def _s_Raise(self, s):
         exc = s.exc
-        if isinstance(exc, ast.Call) and isinstance(exc.func, ast.Name) and \
-                all(isinstance(a, ast.Constant) for a in exc.args):
-            name, msg = exc.func.id, " ".join(str(a.value) for a in exc.args)
-        elif isinstance(exc, ast.Name):
-            name, msg = exc.id, ""
+        if isinstance(exc, ast.Call) and not exc.keywords:
+            cls, args = self.expr(exc.func), [self.expr(a) for a in exc.args]
+            if not all(isinstance(a, Const) for a in args):
+                raise Unsupported("an exception message known only at run time")
+            msg = " ".join(str(a.value) for a in args)
+        elif isinstance(exc, (ast.Name, ast.Attribute)):
+            cls, msg = self.expr(exc), ""
         else:
             raise Unsupported("raise of a non-literal exception")
-        self.raise_status(name, msg)
+        if not (isinstance(cls, Const) and isinstance(cls.value, type) and
+                issubclass(cls.value, BaseException)):
+            raise Unsupported("raise of something not an exception class")
+        self.raise_status(cls.value, msg)
         return False
 
     def store_result(self, value):
@@ -201,6 +212,15 @@ class Frame(Expressions, Joins):
         if isinstance(value, Const) and value.dtype is not None:  # a literal: in the type
             value = self.ops.scalar(value, shape[0][1] if shape[0] is not None and
                                     shape[0][0] == "scalar" else None)
+        elif isinstance(value, (TupleV, Const)):  # a tuple: its literals as registers
+            items = value.items if isinstance(value, TupleV) else \
+                [Const(v) for v in value.value] if isinstance(value.value, tuple) else None
+            if items is None or not all(isinstance(i, Scalar) or i.dtype is not None
+                                        for i in items):
+                raise Unsupported("a function returning other than numbers")
+            subs = shape[0][1] if shape[0] is not None and shape[0][0] == "tuple" else None
+            value = TupleV([self.ops.scalar(i, None if subs is None or subs[k][0] != "scalar"
+                                            else subs[k][1]) for k, i in enumerate(items)])
         got = self.join_type([value])
         if got[0] == "scalar" and shape[0] is not None and shape[0][0] == "scalar" and \
                 promote(got[1], shape[0][1]) == shape[0][1]:
@@ -257,9 +277,14 @@ class Frame(Expressions, Joins):
         exposed = upward_exposed(body, inner)
         if not isinstance(node, ast.For):
             exposed |= reads(node.test)
-        carried = sorted(n for n in assigned if n in self.env and n in exposed and
-                         self.env[n] is not UNDEF and n != target)
-        # assigned in the body but not carried: unknown after the loop
+        # every name the body assigns and the loop entered with goes round the
+        # loop (its value after the loop is the last one): unless its kind
+        # changes in the body and the body never reads it before assigning
+        # it -- then it is unknown after the loop (a retry drops it)
+        drop = self.t.hints
+        carried = sorted(n for n in assigned if n in self.env and self.env[n] is not UNDEF and
+                         n != target and
+                         drop.get((self.fkey, node.lineno, node.col_offset, n)) != "drop")
         dropped = [n for n in assigned if n not in carried and n != target]
         shapes = {n: self.loop_shape(node, n, self.env[n]) for n in carried}
         pre = dict(self.env)
@@ -305,7 +330,12 @@ class Frame(Expressions, Joins):
         for block, env in continues:
             self.b.position_at_end(block)
             for n in carried:
-                self.check_carried(node, n, shapes[n], env[n])
+                try:
+                    self.check_carried(node, n, shapes[n], env[n])
+                except Unsupported:
+                    if n in exposed:
+                        raise
+                    raise Retype((self.fkey, node.lineno, node.col_offset, n), "drop") from None
                 for phi, v in zip(phis[n], self.flatten(env[n], shapes[n]), strict=True):
                     phi.add_incoming(v, self.b.block)
             if ind is not None:
@@ -457,7 +487,8 @@ class Frame(Expressions, Joins):
 
 def _all_ints(key, ndim):
     items = key.items if isinstance(key, TupleV) else \
-        list(key.value) if isinstance(key, Const) and isinstance(key.value, tuple) else [key]
+        [Const(v) for v in key.value] if isinstance(key, Const) and \
+        isinstance(key.value, tuple) else [key]
     if len(items) != ndim:
         return False
     return all((isinstance(k, Const) and type(k.value) in (int, bool, np.int64)) or

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-__all__ = ["UNDEF", "Unsupported", "Const", "Scalar", "ArrayV", "TupleV", "lltype", "promote",
-           "F64", "F32", "I64", "I32", "I8", "U8", "BOOL", "INTP"]
+__all__ = ["CtypesOf", "UNDEF", "Unsupported", "Const", "Scalar", "ArrayV", "TupleV", "lltype",
+           "promote", "F64", "F32", "I64", "I32", "I8", "U8", "BOOL", "INTP"]
 
 
 #: the value of a name bound on some paths only (reading it is Unsupported)
@@ -130,3 +130,11 @@ class TupleV:
 
     def __repr__(self):
         return f"TupleV({self.items!r})"
+
+
+class CtypesOf:
+    """``array.ctypes`` (its ``.data``; or, passed where a C pointer is
+    taken, the data pointer)."""
+
+    def __init__(self, array):
+        self.array = array

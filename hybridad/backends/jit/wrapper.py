@@ -89,9 +89,9 @@ def python_entry(translator, fn, nargs, nogil):
         b.call(restore, [ts])
     else:
         status = b.call(fn, vals)
-    for code, (kind, message) in enumerate(translator.raises, start=1):
+    for code, (symbol, message) in enumerate(translator.raises, start=1):
         with b.if_then(b.icmp_signed("==", status, ir.Constant(_I32, code)), likely=False):
-            fail(f"PyExc_{kind}", message, f"e{code}")
+            fail(symbol, message, f"e{code}")
     other = b.icmp_signed("!=", status, ir.Constant(_I32, 0))
     with b.if_then(other, likely=False):
         fail("PyExc_RuntimeError", f"{fn.name}: failed (status unknown)", "other")

@@ -397,6 +397,9 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     if timers is not None:
         program.timers, program.timed = extra[0], timers.slots
     program.parts = (own, fixed, bound)
+    from .. import jit
+
+    program.compiler = jit.compiler_of(own, source)
     program.direct = direct
     program.set_parallel(bool(threaded))
     program.blas_limited = bool(threaded) and \
@@ -513,11 +516,13 @@ def _own_dispatcher(source, fn_name, protos, cacheable=True, name="plan"):
     from .. import jit
 
     if jit.enabled() and all(type(p) is int for p in protos):
+        check_budget(source, name, jit.COMPILE_S_PER_LINE,
+                     lambda: jit.cached(source, fn_name, len(protos)))
         try:
             return jit.compile_function(source, fn_name, len(protos),
                                         lambda: vars(cache._module(source)))
         except jit.Unsupported as why:
-            jit.refused(fn_name, why)
+            jit.refused(fn_name, why, source)
     # numba's compile of a long source can take minutes: refused over the
     # budget before it starts (the plans then run their numpy reference program)
     check_budget(source, name)

@@ -69,12 +69,17 @@ class NumbaProgram:
     threads : ThreadChoice or None
         A parallel program's thread count, chosen from measured call times
         (:mod:`.threads`); None for a serial one.
+    compiler : str
+        Which compiler made :attr:`fn`, in words: hybridad's own
+        (:mod:`hybridad.backends.jit`) or numba, and why numba.
     blas_limited : bool
         Whether the plan has ``prange`` loops and calls BLAS: it then runs with
         BLAS single-threaded (:mod:`.threads`; one thread pool at a time).
         A small plan holds the GIL while it runs, which serializes it at no
         cost (a lock costs ~0.3 us, as much as the whole n = 100 kernel).
     """
+
+    compiler = "numba"
 
     def __init__(self, fn, source, heavy, in_specs, out_specs, keep, objects):
         self.fn = fn

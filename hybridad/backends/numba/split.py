@@ -52,18 +52,24 @@ def compile_budget():
     return float("inf") if budget <= 0 else budget
 
 
-def check_budget(source, name):
+def check_budget(source, name, per_line=COMPILE_S_PER_LINE, warm=None):
     """Raise :class:`hybridad.CompileBudgetError` when compiling ``source``
     would take longer than :func:`compile_budget` (estimated from its lines
-    of code, before numba starts)."""
+    of code at ``per_line`` seconds each -- numba's by default -- before the
+    compiler starts).  ``warm()``: whether the compiled code is in the disk
+    cache already (default: numba's), which exempts it."""
     from ...errors import CompileBudgetError
-    from .cache import warm
 
+    if warm is None:
+        from .cache import warm as numba_warm
+
+        def warm():
+            return numba_warm(source)
     lines = sum(1 for line in source.splitlines() if line.strip())
-    estimate, budget = lines * COMPILE_S_PER_LINE, compile_budget()
-    if estimate > budget and not warm(source):  # (a warm disk cache loads in milliseconds)
+    estimate, budget = lines * per_line, compile_budget()
+    if estimate > budget and not warm():  # (a warm disk cache loads in milliseconds)
         raise CompileBudgetError(
-            f"{name}: compiling its numba program ({lines} lines of generated code) would "
+            f"{name}: compiling its program ({lines} lines of generated code) would "
             f"take about {estimate:.0f} s, over the budget of {budget:g} s "
             "(HYBRIDAD_COMPILE_BUDGET; 0 for no limit)")
 
