@@ -62,9 +62,16 @@ def module_closure(names):
 
 
 def _is_submodule(name):
+    """Whether ``name`` is a module -- without importing its parent unless
+    the parent is a package (``find_spec`` of ``a.b.c`` imports ``a.b``: of a
+    name imported from a plain module, that would run the module)."""
     from importlib.util import find_spec
 
+    parent = name.rpartition(".")[0]
     try:
+        spec = find_spec(parent) if parent else None
+        if parent and (spec is None or spec.submodule_search_locations is None):
+            return False
         return find_spec(name) is not None
     except (ImportError, ValueError):
         return False

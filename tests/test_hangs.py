@@ -17,6 +17,15 @@ Hold points of a build (``HOLD`` below):
   locks and numba's compiler lock held);
 * ``compile``: the build holds numba's compiler lock, before the program's
   modules are imported.
+
+Each is taken with numba compiling (``HYBRIDAD_JIT=0``, what a program
+hybridad's own compiler refuses gets) and, ``import`` and ``context``, with
+hybridad's own compiler (the default: its build loads numba, and makes
+numba's context, only to read the library functions it translates; it holds
+no lock of numba's otherwise, see ``backends/numba/locks.build_serialization``
+-- held before that, the build would leave user threads that make numba's
+context at once, ``@njit`` in one and ``@cfunc`` in another, to numba's own
+race between them, which hybridad cannot close).
 """
 
 import os
@@ -224,20 +233,30 @@ def assert_ok(out):
         out.stdout + out.stderr[-3000:]
 
 
-@pytest.mark.parametrize("point", ["import", "context", "compile"])
-def test_numba_entry_points_beside_a_held_build(point, tmp_path):
+@pytest.mark.parametrize("point, jit", [("import", "1"), ("context", "1"), ("import", "0"),
+                                        ("context", "0"), ("compile", "0")],
+                         ids=["import-hybridad", "context-hybridad", "import-numba",
+                              "context-numba", "compile-numba"])
+def test_numba_entry_points_beside_a_held_build(point, jit, tmp_path):
     """``import numba``, ``njit``, ``cfunc``, ``vectorize``, ``guvectorize``,
     ``jitclass``, ``numba.typed``, ``set_num_threads`` and hybridad's own
     ``count_allocations`` (``@cfunc`` s), each in its own thread, while a
     synchronous build in another thread is held at ``point``: all finish,
     and so does the build."""
-    assert_ok(run_script(USERS_SCRIPT, tmp_path, point, "sync"))
+    assert_ok(run_script(USERS_SCRIPT, tmp_path, point, "sync", env={"HYBRIDAD_JIT": jit}))
 
 
 def test_numba_entry_points_beside_a_held_background_compile(tmp_path):
     """The same with a tiered plan's background compile held inside numba's
-    compiler lock."""
-    assert_ok(run_script(USERS_SCRIPT, tmp_path, "compile", "tiered"))
+    compiler lock (numba compiling)."""
+    assert_ok(run_script(USERS_SCRIPT, tmp_path, "compile", "tiered",
+                         env={"HYBRIDAD_JIT": "0"}))
+
+
+def test_numba_entry_points_beside_a_held_background_translation(tmp_path):
+    """A tiered plan's background build by hybridad's own compiler, held
+    while it loads numba to read the library functions it translates."""
+    assert_ok(run_script(USERS_SCRIPT, tmp_path, "import", "tiered"))
 
 
 SEQUENTIAL_SCRIPT = PRELUDE + ENTRY_POINTS + r"""

@@ -25,7 +25,7 @@ import numpy as np
 from ..ops import REGISTRY
 from ..ops.common import install_operators
 from .numba.special_names import SPECIAL
-from .numba.vmath import FLOAT32_NATIVE, FLOAT32_UFUNCS, HELPERS, VECTOR_UFUNCS
+from .numba.vmath_names import FLOAT32_NATIVE, FLOAT32_UFUNCS, HELPERS, VECTOR_UFUNCS
 
 #: generated code calls ``vmath``'s functions under these names (``_vm_exp``)
 VECTOR_PREFIX = "_vm_"

@@ -186,7 +186,7 @@ def calibrate(path=None, n=8192, budget_s=2.0, ops=None):
     -------
     Costs
     """
-    from ..backends.numba.vmath import FLOAT32_NATIVE, FLOAT32_UFUNCS
+    from ..backends.numba.vmath_names import FLOAT32_NATIVE, FLOAT32_UFUNCS
 
     names, ops = ops, [o for o in _measured_ops() if ops is None or o[0] in ops]
     rng = np.random.default_rng(0)

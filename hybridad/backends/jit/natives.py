@@ -76,9 +76,7 @@ def _special(cname, nargs, order=False):
 
 
 def _cython_special(cname):
-    from scipy.special import cython_special
-
-    return _capsule_address(cython_special, cname)
+    return _capsule_address(extension("scipy.special.cython_special"), cname)
 
 
 engine.RESOLVERS.append(("hybridad_cython_special_", _cython_special))
@@ -128,11 +126,40 @@ def _capsule_address(module, name):
     return get_ptr(capsule, get_name(capsule))
 
 
+def extension(qualname):
+    """The compiled extension module ``qualname`` (``scipy.linalg.cython_blas``)
+    -- imported as usual when its package is, else loaded straight from its
+    file (its package's ``__init__``, all of scipy.linalg, costs ~0.2 s at a
+    plan's load for four function pointers; a later ``import scipy.linalg``
+    finds the module loaded)."""
+    import importlib
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
+
+    module = sys.modules.get(qualname)
+    if module is not None:
+        return module
+    package, _, leaf = qualname.rpartition(".")
+    if package in sys.modules:
+        return importlib.import_module(qualname)
+    try:
+        top = importlib.util.find_spec(package.partition(".")[0])
+        base = os.path.join(top.submodule_search_locations[0], *package.split(".")[1:])
+        files = [f for f in os.listdir(base) if f.startswith(leaf + ".") and
+                 any(f.endswith(x) for x in importlib.machinery.EXTENSION_SUFFIXES)]
+        spec = importlib.util.spec_from_file_location(qualname, os.path.join(base, files[0]))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception:  # noqa: BLE001 -- any surprise: the usual import
+        return importlib.import_module(qualname)
+    return sys.modules.setdefault(qualname, module)
+
+
 def _blas(name):
     def address():
-        from scipy.linalg import cython_blas
-
-        return _capsule_address(cython_blas, name)
+        return _capsule_address(extension("scipy.linalg.cython_blas"), name)
     return address
 
 

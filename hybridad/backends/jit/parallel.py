@@ -34,10 +34,14 @@ _I64 = ir.IntType(64)
 
 def start_threads():
     """Start numba's threading layer; its symbols (``numba_parallel_for``,
-    ``get_num_threads``, ``get_thread_id``) are then known to LLVM."""
+    ``get_num_threads``, ``get_thread_id``) are then known to LLVM.  Its pool
+    must not be larger than the plans' per-thread scratch was sized for."""
     from numba.np.ufunc.parallel import _launch_threads
 
+    from ..numba.layouts import check_pool_size
+
     _launch_threads()
+    check_pool_size()
 
 
 def _layer_symbol(name):

@@ -8,10 +8,11 @@ verified disk cache (:mod:`.cache`) and numba's locks taken the one safe way
 
 import logging
 import os
+import sys
 import threading
 import warnings
 
-from .locks import compiler_lock, make_numba_context
+from .locks import build_serialization, compiler_lock, make_numba_context
 
 __all__ = ["build_lock", "build_program", "compiler_lock", "make_numba_context"]
 
@@ -71,17 +72,27 @@ def build_program(*args, **kwargs):
     build's compile waited for this lock anyway: what is newly serialized is
     its code generation.
 
-    The lock is taken by :func:`compiler_lock`, inside :func:`build_lock`.
+    The lock is taken by :func:`.locks.build_serialization`, inside
+    :func:`build_lock`: on a Python whose ``ast.parse`` is thread-safe, or
+    while numba is not imported, a build holds no lock of numba's (and
+    imports no numba) until numba compiles a program hybridad's own compiler
+    refused -- then under numba's compiler lock
+    (:func:`.program._own_dispatcher`).
     """
     label = kwargs.pop("label", None)
-    with _BUILD_LOCK, compiler_lock(), _announce_if_slow(label or kwargs.get("name")), \
+    with _BUILD_LOCK, build_serialization(), _announce_if_slow(label or kwargs.get("name")), \
             warnings.catch_warnings():
-        from numba.core.errors import NumbaWarning
-
         from .program import compile_numba_program
 
-        # numba's warnings (NumbaPerformanceWarning on generated code) are not the user's
-        warnings.simplefilter("ignore", NumbaWarning)
+        # numba's warnings (NumbaPerformanceWarning on generated code) are not
+        # the user's: by numba's category when numba is loaded (its own
+        # compiles are under that filter too, program._own_dispatcher), and by
+        # module (so numba is not imported for this)
+        warnings.filterwarnings("ignore", module=r"numba(\.|$)")
+        if "numba" in sys.modules:
+            from numba.core.errors import NumbaWarning
+
+            warnings.simplefilter("ignore", NumbaWarning)
         return compile_numba_program(*args, **kwargs)
 
 
@@ -96,11 +107,11 @@ class _announce_if_slow:
 
     def _say(self):
         hint = "" if _told else (
-            " -- numba compiles a plan once per process the first time, then loads it from "
-            "the disk cache (python -m hybridad cache --info); backend='numpy' runs at once, "
-            "without compiling")
+            " -- a plan is compiled once, the first time, then loaded from the disk cache "
+            "(python -m hybridad cache --info); backend='numpy' runs at once, without "
+            "compiling")
         _told.append(True)
-        _log.warning("hybridad: compiling %s with numba (over %.0f s so far)%s",
+        _log.warning("hybridad: compiling %s (over %.0f s so far)%s",
                      self.label or "a plan", SLOW_BUILD_S, hint)
 
     def __enter__(self):

@@ -5,7 +5,9 @@ asks whether arrays can be passed by object before any numba code exists.
 
 from __future__ import annotations
 
-__all__ = ["ABI", "ABI_FIELDS"]
+__all__ = ["ABI", "ABI_FIELDS", "ALIGNED", "BAD_ARRAY", "BAD_SHAPE", "C_CONTIGUOUS", "DIMS",
+           "F_CONTIGUOUS", "FLAGS", "NBYTES", "NDIM", "OBJ", "OVERLAP", "RECORD", "TYPE1",
+           "TYPE2", "WRITEABLE", "WRITTEN"]
 
 
 # ----------------------------------------------------------------------------
@@ -81,3 +83,16 @@ if ABI is not None:
 
     ABI["foreign"] = ord(">" if _sys.byteorder == "little" else "<")
     ABI_FIELDS += ("foreign",)
+
+
+#: numpy's flag bits (ndarraytypes.h)
+C_CONTIGUOUS, F_CONTIGUOUS, ALIGNED, WRITEABLE = 0x1, 0x2, 0x100, 0x400
+
+# the check table of :func:`.rt.check_arrays` (one record of RECORD int64 per
+# array, then the expected dimensions)
+RECORD = 8
+#: record fields: the object (or data address), ndim, required flags, two
+#: accepted type numbers, bytes, whether it is written, offset of its dims
+OBJ, NDIM, FLAGS, TYPE1, TYPE2, NBYTES, WRITTEN, DIMS = range(RECORD)
+#: check_arrays' verdicts (with the failing array's index j: 4 j + verdict)
+BAD_ARRAY, BAD_SHAPE, OVERLAP = 0, 1, 2

@@ -271,7 +271,12 @@ def numba_pool_size():
 
 def check_pool_size():
     """Raise if numba's thread pool is larger than a plan's scratch was sized
-    for by :func:`numba_pool_size` before numba was loaded."""
+    for by :func:`numba_pool_size` before numba was loaded.  Nothing to check
+    while numba is not loaded: its threads start only with it (a program of
+    hybridad's own compiler starts them through
+    :func:`hybridad.backends.jit.parallel.start_threads`, which checks)."""
+    if "numba" not in sys.modules:
+        return
     import numba
 
     low = [n for n in _ASSUMED if n < numba.config.NUMBA_NUM_THREADS]

@@ -2,9 +2,30 @@
 (re-exported by :mod:`hybridad.backends.numba`): every hybridad lock after
 numba's, and numba's own locks never waited for while another is held."""
 
+import contextlib
+import sys
 import time
 
-__all__ = ["compiler_lock", "make_numba_context"]
+__all__ = ["build_serialization", "compiler_lock", "make_numba_context"]
+
+#: Python's ``ast.parse`` is thread-safe from 3.11.8 and 3.12.2 on (CPython
+#: gh-106905: before, the conversion to Python objects kept its recursion
+#: depth per interpreter, and a garbage collection inside it could switch
+#: threads: ``SystemError: AST constructor recursion depth mismatch``)
+AST_THREAD_SAFE = sys.version_info >= (3, 12, 2) or (3, 11, 8) <= sys.version_info < (3, 12)
+
+
+def build_serialization():
+    """What a build's code generation holds beside hybridad's build lock:
+    numba's compiler lock (:func:`compiler_lock`) where ``ast.parse`` is not
+    thread-safe (:data:`AST_THREAD_SAFE`) and numba is imported -- so a
+    build's parsing never runs beside a numba compile's in another thread --
+    else nothing, and numba is not imported for it (a program hybridad's own
+    compiler makes needs none; numba's compile of one it refuses takes the
+    compiler lock then, :func:`compiler_lock`)."""
+    if not AST_THREAD_SAFE and "numba" in sys.modules:
+        return compiler_lock()
+    return contextlib.nullcontext()
 
 
 def compiler_lock():

@@ -25,7 +25,7 @@ from ...transforms.costs import costs
 from ...transforms.memory import poison_schedule
 from .. import loops as _loops
 from ..scalar import uses_special, vector_imports
-from . import cache, simd
+from . import simd
 from .emit import _emit_gemm, blas_accumulations, emit_node, region_acc_groups
 from .split import _drop_unused_views, check_budget, split_body
 from .layouts import numba_layouts, view_statement
@@ -225,7 +225,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     users = users_of(nodes)
     # the nodes this program computes (``given`` ones an earlier program did)
     computed = [n for n in nodes if n.id not in given] if given else nodes
-    from . import rt
+    from . import abi as rt
     from .layouts import check_pool_size
 
     check_pool_size()  # the per-thread scratch fits numba's pool
@@ -459,7 +459,7 @@ def _lapack_imports(ops):
 
 def _header(consts, objects):
     """The generated module's imports and constants."""
-    from . import rt
+    from . import abi as rt
 
     header = ["import numpy as np", "from numba import get_thread_id, njit, prange",
               vector_imports(),
@@ -520,15 +520,43 @@ def _own_dispatcher(source, fn_name, protos, cacheable=True, name="plan"):
                      lambda: jit.cached(source, fn_name, len(protos)))
         try:
             return jit.compile_function(source, fn_name, len(protos),
-                                        lambda: vars(cache._module(source)))
+                                        lambda: vars(_module_safely(source)))
         except jit.Unsupported as why:
             jit.refused(fn_name, why, source)
     # numba's compile of a long source can take minutes: refused over the
     # budget before it starts (the plans then run their numpy reference program)
     check_budget(source, name)
     import numba
+    from numba.core.errors import NumbaWarning
 
-    return cache.compiled(source, fn_name, tuple(numba.typeof(p) for p in protos), cacheable)
+    from .locks import compiler_lock
+
+    # numba's compiler lock taken the safe way (its target context made
+    # first); numba's warnings (NumbaPerformanceWarning on generated code)
+    # are not the user's
+    with compiler_lock(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", NumbaWarning)
+        return _cache().compiled(source, fn_name, tuple(numba.typeof(p) for p in protos),
+                                 cacheable)
+
+
+def _module_safely(source):
+    """The generated module of ``source``, executed (its imports and ``@njit``
+    decorators load numba and make its target context): the context made
+    first the one safe way (:func:`.locks.make_numba_context`), as a numba
+    compile does."""
+    from .locks import make_numba_context
+
+    make_numba_context()
+    return _cache()._module(source)
+
+
+def _cache():
+    """The verified numba cache (:mod:`.cache`; imported when needed: it
+    imports numba, which a program hybridad's own compiler makes never needs)."""
+    from . import cache
+
+    return cache
 
 
 def _bind(jitted, fixed, consts, n_in, n_out):
@@ -594,7 +622,7 @@ def _loop_driver(key, n):
               "def drive(a):\n"
               "    for t in range(a.shape[0]):\n"
               f"        _body({args})\n")
-    return cache.compiled(source, "drive", (numba.typeof(np.zeros((1, 1), np.int64)),))
+    return _cache().compiled(source, "drive", (numba.typeof(np.zeros((1, 1), np.int64)),))
 
 
 _loops.COMPILERS["numba"] = compile_loop_body

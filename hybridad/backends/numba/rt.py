@@ -20,7 +20,9 @@ from numba.extending import intrinsic
 
 # numpy's array-struct field offsets (in .abi, which imports no numba: the
 # memory plan asks for them before any numba code exists)
-from .abi import ABI, ABI_FIELDS
+from .abi import (ABI, ABI_FIELDS, ALIGNED, BAD_ARRAY, BAD_SHAPE, C_CONTIGUOUS,  # noqa: F401
+                  DIMS, F_CONTIGUOUS, FLAGS, NBYTES, NDIM, OBJ, OVERLAP, RECORD, TYPE1, TYPE2,
+                  WRITEABLE, WRITTEN)
 from .threshold import GEMM_SMALL_RESULT, MATVEC_BLOCK
 from ..._libcache import install
 
@@ -84,8 +86,6 @@ def overlaps(a, na, b, nb):
     return na > 0 and nb > 0 and a < b + nb and b < a + na
 
 
-#: numpy's flag bits (ndarraytypes.h)
-C_CONTIGUOUS, F_CONTIGUOUS, ALIGNED, WRITEABLE = 0x1, 0x2, 0x100, 0x400
 
 
 @intrinsic
@@ -536,12 +536,6 @@ ir_utils.alias_func_extensions[("view_at", __name__)] = _external_memory
 # at several ms per line).  The table is an int64 array the plan owns: per
 # array a record of RECORD fields, then the expected dimensions.
 
-RECORD = 8
-#: record fields: the object (or data address), ndim, required flags, two
-#: accepted type numbers, bytes, whether it is written, offset of its dims
-OBJ, NDIM, FLAGS, TYPE1, TYPE2, NBYTES, WRITTEN, DIMS = range(RECORD)
-#: check_arrays' verdicts (with the failing array's index j: 4 j + verdict)
-BAD_ARRAY, BAD_SHAPE, OVERLAP = 0, 1, 2
 
 
 @njit(cache=True)

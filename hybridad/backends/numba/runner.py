@@ -197,7 +197,7 @@ class _Checks:
         self.records = []  # (name, shape, dtype, flags, written, order)
 
     def add(self, name, shape, dtype, written, order="C"):
-        from . import rt
+        from . import abi as rt
 
         flags = rt.ALIGNED | (rt.C_CONTIGUOUS if order == "C" else rt.F_CONTIGUOUS) | \
             (rt.WRITEABLE if written else 0)
@@ -206,7 +206,7 @@ class _Checks:
 
     def table(self):
         """The int64 check table (object fields filled per call)."""
-        from . import rt
+        from . import abi as rt
 
         n = len(self.records)
         dims = [d for _, shape, *_ in self.records for d in shape]
@@ -232,7 +232,7 @@ class _Checks:
         return out
 
     def _check_lines(self, size):
-        from . import rt
+        from . import abi as rt
 
         out = []
         if not self.objects:  # numba typed the arrays; their shapes remain

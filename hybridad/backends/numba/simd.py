@@ -17,34 +17,54 @@ choice (:attr:`hybridad.transforms.costs.Costs.simd_bits`).
 
 from __future__ import annotations
 
+import functools
 import re
 
-from numba import types
-from numba.extending import intrinsic
-
-__all__ = ["ATTRIBUTE", "CALL", "IMPORT", "measure", "prefer_wide", "widen"]
+__all__ = ["ATTRIBUTE", "CALL", "IMPORT", "measure", "prefer_wide", "widen"]  # noqa: F822
 
 ATTRIBUTE = '"prefer-vector-width"="512"'
 CALL = "_simd_wide()"
 IMPORT = "from hybridad.backends.numba.simd import prefer_wide as _simd_wide"
 
 
-@intrinsic
-def prefer_wide(typingctx):
-    """Mark the function being compiled: LLVM may vectorize it 512 bits wide.
+@functools.lru_cache(maxsize=None)
+def _intrinsics():
+    """``(prefer_wide, _nothing)``, made on first use (the text helpers of
+    this module -- :data:`IMPORT`, :func:`widen` -- need no numba)."""
+    from numba import types
+    from numba.extending import intrinsic
 
-    A no-op at run time (no instructions); numba-only."""
+    @intrinsic
+    def prefer_wide(typingctx):
+        """Mark the function being compiled: LLVM may vectorize it 512 bits wide.
 
-    def codegen(context, builder, signature, args):
-        # llvmlite's attribute set checks names against LLVM's enum attributes;
-        # a string attribute is written as it will appear in the IR (an
-        # llvmlite whose attributes are not a set: LLVM's width, as before)
-        attributes = builder.function.attributes
-        if isinstance(attributes, set):
-            set.add(attributes, ATTRIBUTE)
-        return context.get_dummy_value()
+        A no-op at run time (no instructions); numba-only."""
 
-    return types.none(), codegen
+        def codegen(context, builder, signature, args):
+            # llvmlite's attribute set checks names against LLVM's enum attributes;
+            # a string attribute is written as it will appear in the IR (an
+            # llvmlite whose attributes are not a set: LLVM's width, as before)
+            attributes = builder.function.attributes
+            if isinstance(attributes, set):
+                set.add(attributes, ATTRIBUTE)
+            return context.get_dummy_value()
+
+        return types.none(), codegen
+
+    @intrinsic
+    def _nothing(typingctx):
+        return types.none(), lambda context, builder, signature, args: \
+            context.get_dummy_value()
+
+    return prefer_wide, _nothing
+
+
+def __getattr__(name):  # prefer_wide and _nothing (PEP 562)
+    if name == "prefer_wide":
+        return _intrinsics()[0]
+    if name == "_nothing":
+        return _intrinsics()[1]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _DEF = re.compile(r"^(\s*)def \w+\(.*\):\s*$")
@@ -74,6 +94,7 @@ def _loops(wide):
     from .vmath import vexp_inline, vtanhf_inline
 
     flags = dict(cache=False, error_model="numpy", fastmath={"contract"})
+    prefer_wide, _nothing = _intrinsics()
     mark = prefer_wide if wide else _nothing
     f32 = np.float32
 
@@ -99,11 +120,6 @@ def _loops(wide):
             out[i] = v
 
     return tanh32, exp64, chain32
-
-
-@intrinsic
-def _nothing(typingctx):
-    return types.none(), lambda context, builder, signature, args: context.get_dummy_value()
 
 
 def measure(n=8192, rounds=15):

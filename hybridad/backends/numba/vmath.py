@@ -37,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 from ..._libcache import install
+from .vmath_names import FLOAT32_NATIVE, FLOAT32_UFUNCS, HELPERS, VECTOR_UFUNCS  # noqa: F401
 
 __all__ = ["FLOAT32_NATIVE", "FLOAT32_UFUNCS", "HELPERS", "VECTOR_UFUNCS", "floor_divide",
            "floor_divide32", "smul", "smul32", "vexp", "vexpm1", "vexpm1_32", "vlog", "vlog32",
@@ -187,8 +188,6 @@ def vtanh(x):
     return x if (x != x or x == 0.0) else y  # nan, and the sign of zero
 
 
-VECTOR_UFUNCS = {"exp": "vexp", "expm1": "vexpm1", "log": "vlog", "tanh": "vtanh"}
-"""ufunc name -> the function of this module that replaces it in float64 kernels."""
 
 
 # --------------------------------------------------------------------------
@@ -235,9 +234,6 @@ def vlog32(x):
     return _log_special(x, e * _LN2 + _log_m(f, s, s2, p))
 
 
-FLOAT32_UFUNCS = {"expm1": "vexpm1_32", "log": "vlog32"}
-"""ufunc name -> the function of this module a float32 kernel calls (widened,
-then rounded); generated source names them ``<ufunc>32`` (``_vm_log32``)."""
 
 
 # --------------------------------------------------------------------------
@@ -314,9 +310,6 @@ def vtanhf(x):
     return x if (x != x or x == 0) else y  # nan, and the sign of zero
 
 
-FLOAT32_NATIVE = {"exp": "vexpf", "tanh": "vtanhf"}
-"""ufunc name -> the function of this module a float32 kernel calls on float32
-values directly; generated source names them ``<ufunc>f`` (``_vm_tanhf``)."""
 
 
 # --------------------------------------------------------------------------
@@ -382,9 +375,6 @@ def floor_divide32(a, b):
     return floordiv + one if div - floordiv > half else floordiv
 
 
-HELPERS = {"smul": "smul", "smul32": "smul32", "floor_divide": "floor_divide",
-           "floor_divide32": "floor_divide32"}
-"""helper name in generated source (after the prefix) -> the function of this module."""
 
 
 # --------------------------------------------------------------------------
