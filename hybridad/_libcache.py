@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 
+import numba  # noqa: F401 -- first: waits for another thread's import of numba (locks.numba_imported)
 from numba.core import caching
 
 from ._sources import library_digest

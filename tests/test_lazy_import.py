@@ -14,9 +14,12 @@ HEAVY = ("numba", "llvmlite", "scipy", "cupy")
 _REPORT = f"import json, sys; print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
 
 
-def run(code, cwd=None):
-    """Run ``code`` in a fresh interpreter; the last line it prints, parsed as JSON."""
+def run(code, cwd=None, cache=None):
+    """Run ``code`` in a fresh interpreter (``cache``: its disk cache); the
+    last line it prints, parsed as JSON."""
     env = dict(os.environ, HYBRIDAD_TIERED="0", PYTHONWARNINGS="error::RuntimeWarning")
+    if cache is not None:
+        env["HYBRIDAD_CACHE_DIR"] = str(cache)
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=cwd,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
@@ -103,21 +106,30 @@ def test_scipy_is_traced_in_either_import_order(order):
         + textwrap.dedent(_SCIPY_CHECKS))
 
 
-def test_numba_backend_after_a_lazy_import():
+def test_numba_backend_after_a_lazy_import(tmp_path):
     run(textwrap.dedent("""
         import numpy as np
         import hybridad as ha
         BACKENDS, FULL = ("numba",), False
-    """) + textwrap.dedent(_SCIPY_IMPORTS) + textwrap.dedent(_SCIPY_CHECKS))
-    loaded = run(f"""
+    """) + textwrap.dedent(_SCIPY_IMPORTS) + textwrap.dedent(_SCIPY_CHECKS), cache=tmp_path)
+    code = f"""
         import numpy as np
         import hybridad as ha
         x = np.linspace(0.1, 1.0, 4)
-        g = ha.gradient(lambda x: np.sum(np.cos(x) * x), x).gradient
+        plan = ha.compile(lambda x: np.sum(np.cos(x) * x), x)
+        g = plan.gradient(x).gradient
         assert np.allclose(g, np.cos(x) - x * np.sin(x))
+        assert plan.tier == "numba" and "compiled by" in plan.explain()
         {_REPORT}
-    """)
-    assert "numba" in loaded
+    """
+    # compiled (a cold disk cache), then loaded from the cache: machine code
+    # either way, made and loaded by llvmlite (numba is needed only by what
+    # hybridad's own compiler refuses, and to compile the library functions
+    # it translates: not for a program loaded from the cache)
+    cold = run(code, cache=tmp_path / "cold")
+    warm = run(code, cache=tmp_path / "cold")
+    assert "llvmlite" in cold and "llvmlite" in warm, (cold, warm)
+    assert "scipy" not in warm, warm
 
 
 def test_wrapped_modules_keep_their_own_loader():
@@ -216,10 +228,11 @@ def test_a_trace_while_another_thread_imports_scipy():
     assert out == "ok"
 
 
-def test_tiered_plan_answers_before_numba_is_imported():
+def test_tiered_plan_answers_before_numba_is_imported(tmp_path):
     """A tiered numba plan's trace, memory plan and reference program import
-    no numba and no scipy: the compile thread imports them, after the plan
-    answered from its reference program (half a second of a first call)."""
+    no compiler (llvmlite, numba) and no scipy: the compile thread imports
+    them, after the plan answered from its reference program (half a second
+    of a first call).  A cold disk cache: the program is compiled."""
     out = run("""
         import importlib.abc, json, sys, threading
         import numpy as np
@@ -229,7 +242,7 @@ def test_tiered_plan_answers_before_numba_is_imported():
 
         class Watch(importlib.abc.MetaPathFinder):
             def find_spec(self, name, path=None, target=None):
-                if name in ("numba", "scipy"):
+                if name in ("numba", "llvmlite", "scipy"):
                     who.setdefault(name, threading.current_thread().name)
 
         sys.meta_path.insert(0, Watch())
@@ -248,8 +261,11 @@ def test_tiered_plan_answers_before_numba_is_imported():
         plan.gradient(w, X, y, out=res)
         assert np.allclose(res.gradient, first, rtol=1e-12, atol=1e-15)
         print(json.dumps(who))
-    """)
-    assert out.get("numba", "").startswith("hybridad compile"), out
+    """, cache=tmp_path)
+    # the compile thread loads the compiler (llvmlite; numba where it is
+    # needed at all), and scipy if anything: never the caller's thread
+    assert out.get("llvmlite", "").startswith("hybridad compile"), out
+    assert not out.get("numba", "hybridad compile").startswith("Main"), out
     assert not out.get("scipy", "hybridad compile").startswith("Main"), out
 
 

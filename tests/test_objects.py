@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
-from hybridad.backends.numba import rt
+from hybridad.backends.numba import abi, rt
 
 
 def f(x, A):
@@ -122,8 +122,8 @@ def test_overlaps_rejected_untouched(plan):
 
 
 def test_fallback_passing_arrays_agrees(monkeypatch, expected):
-    """Where numpy's struct cannot be read (rt.ABI is None) the plan takes arrays."""
-    monkeypatch.setattr(rt, "ABI", None)
+    """Where numpy's struct cannot be read (abi.ABI is None) the plan takes arrays."""
+    monkeypatch.setattr(abi, "ABI", None)
     plan = ha.compile(f, X, A)
     assert not plan._program.objects
     assert "_type_num" not in plan._program.source.split("def plan_fn")[1]

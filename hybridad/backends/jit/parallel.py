@@ -36,6 +36,7 @@ def start_threads():
     """Start numba's threading layer; its symbols (``numba_parallel_for``,
     ``get_num_threads``, ``get_thread_id``) are then known to LLVM.  Its pool
     must not be larger than the plans' per-thread scratch was sized for."""
+    import numba  # noqa: F401 -- first: waits for another thread's import of numba
     from numba.np.ufunc.parallel import _launch_threads
 
     from ..numba.layouts import check_pool_size

@@ -8,11 +8,10 @@ verified disk cache (:mod:`.cache`) and numba's locks taken the one safe way
 
 import logging
 import os
-import sys
 import threading
 import warnings
 
-from .locks import build_serialization, compiler_lock, make_numba_context
+from .locks import build_serialization, compiler_lock, make_numba_context, numba_imported
 
 __all__ = ["build_lock", "build_program", "compiler_lock", "make_numba_context"]
 
@@ -77,7 +76,7 @@ def build_program(*args, **kwargs):
     while numba is not imported, a build holds no lock of numba's (and
     imports no numba) until numba compiles a program hybridad's own compiler
     refused -- then under numba's compiler lock
-    (:func:`.program._own_dispatcher`).
+    (:func:`.link.own_dispatcher`).
     """
     label = kwargs.pop("label", None)
     with _BUILD_LOCK, build_serialization(), _announce_if_slow(label or kwargs.get("name")), \
@@ -86,10 +85,10 @@ def build_program(*args, **kwargs):
 
         # numba's warnings (NumbaPerformanceWarning on generated code) are not
         # the user's: by numba's category when numba is loaded (its own
-        # compiles are under that filter too, program._own_dispatcher), and by
+        # compiles are under that filter too, link.own_dispatcher), and by
         # module (so numba is not imported for this)
         warnings.filterwarnings("ignore", module=r"numba(\.|$)")
-        if "numba" in sys.modules:
+        if numba_imported():
             from numba.core.errors import NumbaWarning
 
             warnings.simplefilter("ignore", NumbaWarning)

@@ -33,6 +33,7 @@ import math
 import operator
 
 import numpy as np
+import numba  # noqa: F401 -- first: waits for another thread's import of numba (locks.numba_imported)
 from numba.core import cgutils, types
 from numba.extending import (
     intrinsic,

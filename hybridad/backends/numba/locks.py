@@ -6,13 +6,33 @@ import contextlib
 import sys
 import time
 
-__all__ = ["build_serialization", "compiler_lock", "make_numba_context"]
+__all__ = ["build_serialization", "compiler_lock", "make_numba_context", "numba_imported"]
 
 #: Python's ``ast.parse`` is thread-safe from 3.11.8 and 3.12.2 on (CPython
 #: gh-106905: before, the conversion to Python objects kept its recursion
 #: depth per interpreter, and a garbage collection inside it could switch
 #: threads: ``SystemError: AST constructor recursion depth mismatch``)
 AST_THREAD_SAFE = sys.version_info >= (3, 12, 2) or (3, 11, 8) <= sys.version_info < (3, 12)
+
+
+def numba_imported():
+    """Whether numba is imported, by this thread or another.
+
+    ``"numba" in sys.modules`` alone is not the answer: the package is there
+    from the start of its import, and a thread importing one of its
+    submodules (``numba.core.errors``) beside another thread's import of the
+    package under way takes the submodule's lock while the other holds the
+    package's -- Python breaks that cycle by handing one of them a module
+    half made (``ImportError: cannot import name 'NumbaTypeError' from
+    partially initialized module``).  ``import numba`` of the package itself
+    waits for the import under way (its lock), so a numba submodule may be
+    imported safely after True is returned.
+    """
+    if "numba" not in sys.modules:
+        return False
+    import numba  # noqa: F401 -- waits until another thread's import is done
+
+    return True
 
 
 def build_serialization():
@@ -23,7 +43,7 @@ def build_serialization():
     else nothing, and numba is not imported for it (a program hybridad's own
     compiler makes needs none; numba's compile of one it refuses takes the
     compiler lock then, :func:`compiler_lock`)."""
-    if not AST_THREAD_SAFE and "numba" in sys.modules:
+    if not AST_THREAD_SAFE and numba_imported():
         return compiler_lock()
     return contextlib.nullcontext()
 
@@ -49,6 +69,7 @@ def compiler_lock():
     -------
     numba's global compiler lock (a context manager).
     """
+    import numba  # noqa: F401 -- first: waits for another thread's import (numba_imported)
     from numba.core.compiler_lock import global_compiler_lock
 
     make_numba_context()
@@ -69,6 +90,7 @@ def make_numba_context():
     the other way in another thread hung both for good.  Here every lock is
     tried without blocking and all are released and tried again shortly
     after when one is busy, so neither order can deadlock with this one."""
+    import numba  # noqa: F401 -- first: waits for another thread's import (numba_imported)
     from numba.core import registry
     from numba.core.compiler_lock import global_compiler_lock
 

@@ -10,7 +10,7 @@ function (before the argument checks) and whose last follows the copies into
 the outputs.  Slots: ``"entry"`` (argument checks and arena views), one per
 node, ``"outputs"``, then two more: the whole run and the number of calls.
 The program gets one more leading argument, the address of the int64 timer
-array (bound like the arenas: :func:`~hybridad.backends.numba.program._link`).
+array (bound like the arenas: :func:`~hybridad.backends.numba.link.link`).
 
 The clock is ``clock_gettime(CLOCK_MONOTONIC)`` called from the generated
 code as an LLVM external (:func:`clock_ns`, an intrinsic: no GIL, no object

@@ -27,8 +27,9 @@ from .. import loops as _loops
 from ..scalar import uses_special, vector_imports
 from . import simd
 from .emit import _emit_gemm, blas_accumulations, emit_node, region_acc_groups
-from .split import _drop_unused_views, check_budget, split_body
+from .split import _drop_unused_views, split_body
 from .layouts import numba_layouts, view_statement
+from .link import link, loop_driver
 from .loops import (
     Constants,
     LoopWriter,
@@ -380,7 +381,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     if threaded:
         start_pool()  # (before its machine code is loaded: see start_pool)
     try:
-        call, own, fixed, bound = _link(source, fn_name, memplan, arenas, table, in_specs,
+        call, own, fixed, bound = link(source, fn_name, memplan, arenas, table, in_specs,
                                         out_specs, const_args, objects, cacheable, extra, name)
     except Exception as exc:  # noqa: BLE001 -- the parts do not compile: one function, as before
         if source is whole or isinstance(exc, CompileBudgetError):
@@ -389,7 +390,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
                       f"compile ({type(exc).__name__}); compiled as one function (please "
                       "report this)", RuntimeWarning, stacklevel=2)
         source = whole
-        call, own, fixed, bound = _link(source, fn_name, memplan, arenas, table, in_specs,
+        call, own, fixed, bound = link(source, fn_name, memplan, arenas, table, in_specs,
                                         out_specs, const_args, objects, cacheable, extra, name)
     keep = [memplan.arenas[dt] for dt in arenas] + [v for v, _ in const_args] + [table] + extra
     program = NumbaProgram(call, source, heavy,
@@ -481,105 +482,6 @@ def _header(consts, objects):
     return header + consts.kernel_header()
 
 
-def _link(source, fn_name, memplan, arenas, table, in_specs, out_specs, const_args,
-          objects, cacheable, extra=(), name="plan"):
-    """Compile ``source`` and bind what every call passes the same way
-    (:func:`_bind`): the arenas' addresses, the guard table, numpy's array
-    type, the addresses of ``extra`` arrays (a profiled plan's timers) and the
-    constants -- by ``id()`` where arrays go by object (:mod:`.rt`), else as
-    arrays.  Returns ``(call, own dispatcher, fixed, bound)``."""
-    arena_args = [memplan.arenas[dt].ctypes.data for dt in arenas]
-    extra = [a.ctypes.data for a in extra]
-    if objects:
-        fixed = arena_args + [table.ctypes.data, id(np.ndarray)] + extra
-        protos = fixed + [0] * len(in_specs) + [0 if obj else v for v, obj in const_args] + \
-            [0] * len(out_specs)
-    else:
-        fixed = arena_args + [table.ctypes.data, 0] + extra
-        protos = fixed + [np.empty(s, d) for s, d in in_specs] + [v for v, _ in const_args] + \
-            [np.empty(s, d) for s, d in out_specs]
-    bound = [id(v) if obj else v for v, obj in const_args]
-    own = _own_dispatcher(source, fn_name, protos, cacheable, name)
-    return _bind(own, fixed, bound, len(in_specs), len(out_specs)), own, fixed, bound
-
-
-def _own_dispatcher(source, fn_name, protos, cacheable=True, name="plan"):
-    """A dispatcher of the generated function compiled for the types of
-    ``protos`` only (from numba's disk cache when warm); it compiles nothing
-    else, so an argument of another type raises ``TypeError``.  Shared by
-    every plan with the same source (:func:`.cache.compiled`): a rebuilt plan
-    adds no machine code.
-
-    A function of integer arguments whose source hybridad's own compiler
-    translates (:mod:`hybridad.backends.jit`) is compiled by it instead,
-    numba's front end skipped; the source alone decides which."""
-    from .. import jit
-
-    if jit.enabled() and all(type(p) is int for p in protos):
-        check_budget(source, name, jit.COMPILE_S_PER_LINE,
-                     lambda: jit.cached(source, fn_name, len(protos)))
-        try:
-            return jit.compile_function(source, fn_name, len(protos),
-                                        lambda: vars(_module_safely(source)))
-        except jit.Unsupported as why:
-            jit.refused(fn_name, why, source)
-    # numba's compile of a long source can take minutes: refused over the
-    # budget before it starts (the plans then run their numpy reference program)
-    check_budget(source, name)
-    import numba
-    from numba.core.errors import NumbaWarning
-
-    from .locks import compiler_lock
-
-    # numba's compiler lock taken the safe way (its target context made
-    # first); numba's warnings (NumbaPerformanceWarning on generated code)
-    # are not the user's
-    with compiler_lock(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", NumbaWarning)
-        return _cache().compiled(source, fn_name, tuple(numba.typeof(p) for p in protos),
-                                 cacheable)
-
-
-def _module_safely(source):
-    """The generated module of ``source``, executed (its imports and ``@njit``
-    decorators load numba and make its target context): the context made
-    first the one safe way (:func:`.locks.make_numba_context`), as a numba
-    compile does."""
-    from .locks import make_numba_context
-
-    make_numba_context()
-    return _cache()._module(source)
-
-
-def _cache():
-    """The verified numba cache (:mod:`.cache`; imported when needed: it
-    imports numba, which a program hybridad's own compiler makes never needs)."""
-    from . import cache
-
-    return cache
-
-
-def _bind(jitted, fixed, consts, n_in, n_out):
-    """``call(*inputs, *outputs)``: the compiled function with the arenas'
-    addresses, numpy's array type and the constants bound (a small generated
-    Python function: no per-call packing)."""
-    ns = {"_j": jitted}
-    args = []
-    for k, value in enumerate(fixed):
-        ns[f"_f{k}"] = value
-        args.append(f"_f{k}")
-    ins = [f"a{i}" for i in range(n_in)]
-    args += ins
-    for k, c in enumerate(consts):
-        ns[f"_c{k}"] = c
-        args.append(f"_c{k}")
-    outs = [f"o{k}" for k in range(n_out)]
-    args += outs
-    src = f"def call({', '.join(ins + outs)}):\n    return _j({', '.join(args)})\n"
-    exec(compile(src, "<hybridad numba call>", "exec"), ns)  # noqa: S102
-    return ns["call"]
-
-
 # -- loops (hybridad.backends.loops): the body compiled as a program of its own --------------
 def compile_loop_body(graph):
     """A loop body as one numba function (serial loops: one iteration is small)."""
@@ -597,32 +499,7 @@ def compile_loop_body(graph):
                                      name="loop_body", trusted=True)
     prog.memory = memplan
     parts = prog.parts if prog.objects and not prog.heavy else None
-    return prog.call, prog, parts, _loop_driver
-
-
-def _loop_driver(key, n):
-    """One compiled loop calling runner ``key``'s body natively on the rows of
-    an ``int64[T, n]`` table of argument lists (no dispatch per iteration):
-    hybridad's own driver when its compiler made the body
-    (:func:`hybridad.backends.jit.loop_driver`), else numba's."""
-    from .. import jit
-    from ..loops import runner_for
-
-    address = jit.native(runner_for(key)._parts_of_body[0])
-    if address is not None:
-        drive = jit.loop_driver(n)
-        return lambda table: drive(table.ctypes.data, table.shape[0], address)
-    import numba
-
-    args = ", ".join(f"a[t, {j}]" for j in range(n))
-    source = ("from numba import njit\n"
-              "from hybridad.backends.loops import runner_for as _runner\n"
-              f"_body = _runner({key!r})._parts_of_body[0]\n\n\n"
-              "@njit(cache=True, nogil=True)\n"
-              "def drive(a):\n"
-              "    for t in range(a.shape[0]):\n"
-              f"        _body({args})\n")
-    return _cache().compiled(source, "drive", (numba.typeof(np.zeros((1, 1), np.int64)),))
+    return prog.call, prog, parts, loop_driver
 
 
 _loops.COMPILERS["numba"] = compile_loop_body
