@@ -15,8 +15,12 @@ Hold points of a build (``HOLD`` below):
   (the module's import lock held);
 * ``context``: the build is making numba's CPU target context (the context's
   locks and numba's compiler lock held);
-* ``compile``: the build holds numba's compiler lock, before the program's
-  modules are imported.
+* ``compile``: the build holds numba's compiler lock (numba loaded before,
+  as by user code; the build makes its target context, then takes the lock:
+  where it compiles with numba, or first thing on a Python whose ``ast.parse``
+  is not thread-safe).  Held before it holds any lock of numba's, the build
+  would leave user threads that make numba's context at once, ``@njit`` in
+  one and ``@cfunc`` in another, to numba's own race between them.
 
 Each is taken with numba compiling (``HYBRIDAD_JIT=0``, what a program
 hybridad's own compiler refuses gets) and, ``import`` and ``context``, with
@@ -74,8 +78,16 @@ elif POINT == "context":
         return _init(self, *args, **kwargs)
 
     _cpu.CPUContext.__init__ = _held_init
-elif POINT == "compile":
-    sys.meta_path.insert(0, Hold("hybridad.backends.numba.program"))
+elif POINT == "compile":  # held as soon as the build holds numba's compiler lock
+    from numba.core.compiler_lock import global_compiler_lock as _gcl
+
+    _acquire = type(_gcl).acquire
+
+    def _held_acquire(self):
+        _acquire(self)
+        hold()
+
+    type(_gcl).acquire = _held_acquire
 elif POINT != "none":
     raise SystemExit(f"unknown hold point {POINT}")
 
