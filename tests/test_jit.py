@@ -249,12 +249,133 @@ def test_exceptions_and_python_entry_point():
 
 def test_unsupported_source_goes_to_numba():
     """What the compiler does not translate raises Unsupported (the numba
-    backend then compiles it with numba): object mode, complex numbers,
-    arrays allocated in the function."""
-    for body in ("x = np.empty(3)", "with objmode():\n        pass", "z = 1j * p"):
-        src = _HEADER + f"\n@njit\ndef fn(p):\n    {body}\n"
+    backend then compiles it with numba): object mode with typed results,
+    complex numbers, arrays allocated in the function."""
+    for body in ("x = np.empty(3)", "with objmode(t='int64'):\n        t = 1", "z = 1j * p"):
+        src = _HEADER + f"from numba import objmode\n\n@njit\ndef fn(p):\n    {body}\n"
         with pytest.raises(jit.Unsupported):
             jit.compile_function(src, "fn", 1, lambda: _module(src))
+
+
+_OBJMODE = _HEADER + textwrap.dedent("""\
+    from numba import objmode as _objmode
+
+    CALLS = []
+
+
+    def host(out, a, scale, b=None):
+        CALLS.append((out.shape, out.strides, a.shape, a.strides, type(scale).__name__))
+        if scale < 0:
+            raise ValueError("negative scale")
+        out[...] = np.sqrt(a) * scale
+        if b is not None:
+            out[...] += b.sum()
+
+
+    @njit(error_model="numpy", nogil=True)
+    def fn(p, q, r, n, scale):
+        a = _view(p, np.int64(n * 3), np.float64).reshape((n, 3))
+        out = _view(q, np.int64(n * 3), np.float64).reshape((n, 3))
+        b = _view(r, np.int64(0), np.float32)
+        for i in range(n):
+            a[i, 0] += 1.0
+        with _objmode():
+            host(out, a, scale)
+        s = 0.0
+        for i in range(n):
+            s += out[i, 0]
+        if s > 1e300:
+            raise RuntimeError("huge")
+        at, outt, scale32 = a.T, out.T, np.float32(scale)
+        with _objmode():
+            host(outt, at, scale32, b=b)
+    """)
+
+
+@pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaWarning")
+def test_object_mode_calls_python_as_numba():
+    """``with objmode():`` around calls of Python functions: each call gets
+    numpy views of the same memory (2-D, transposed, empty), numbers of
+    their dtype and keywords, from a function running without the GIL; what
+    the Python function wrote is read after it; an exception it raises
+    comes out of the compiled function as itself.  The same as numba's."""
+    import types
+
+    got = {}
+    for which in ("numba", "jit"):
+        # a module of its own (numba's object mode looks its globals up in it)
+        mod = types.ModuleType(f"jit_objmode_{which}")
+        sys.modules[mod.__name__] = mod
+        exec(compile(_OBJMODE, mod.__name__, "exec"), vars(mod))  # noqa: S102
+        ns = vars(mod)
+        fn = ns["fn"] if which == "numba" else jit.compile_function(_OBJMODE, "fn", 5,
+                                                                    lambda ns=ns: ns)
+        a, out, b = np.arange(12.0).reshape(4, 3), np.zeros((4, 3)), np.zeros(0, np.float32)
+        fn(a.ctypes.data, out.ctypes.data, b.ctypes.data, 4, 2)
+        with pytest.raises(ValueError, match="negative scale"):
+            fn(a.ctypes.data, out.ctypes.data, b.ctypes.data, 4, -1)
+        got[which] = (a, out, ns["CALLS"])
+        assert jit.native(fn) is (None if which == "numba" else jit.native(fn))
+    (a0, out0, calls0), (a1, out1, calls1) = got["numba"], got["jit"]
+    assert _same_bits(a0, a1) and _same_bits(out0, out1)
+    assert calls0 == calls1 and len(calls1) == 3
+
+
+def test_plans_with_object_mode_run_on_it(tmp_path):
+    """Plans with a loop (``fori_loop``: its runner called from object mode)
+    and a host call (a library function without rules) are compiled by
+    hybridad's compiler, allocate what numba's code does (the loop nothing),
+    agree with numba's code to rounding, give the same bits cold and warm, and
+    load from the disk cache in a new process without an LLVM compile."""
+    code = textwrap.dedent("""\
+        import json, sys
+        import numpy as np
+        import hybridad as ha
+        from hybridad.backends.jit import engine
+        from hybridad.testing import count_allocations
+        from scipy.special import comb
+        calls = []
+        real = engine.compile_ir
+        engine.compile_ir = lambda text: calls.append(1) or real(text)
+        W = np.sin(np.arange(144.0)).reshape(12, 12) / 4
+        x0, k = np.linspace(-1, 1, 12), np.full(12, 3.0)
+
+        def euler(x, W):
+            step = lambda i, x: x + 0.05 * np.tanh(W @ x)
+            return np.sum(ha.fori_loop(0, 40, step, x) ** 2)
+
+        out = []
+        for f, args in ((euler, (x0, W)),
+                        (lambda x, k: np.sum(comb(6, k) * np.sin(x) ** 2), (x0, k))):
+            plan = ha.compile(f, *args)
+            res = plan.new_result()
+            plan.gradient(*args, out=res)
+            with count_allocations() as c:
+                plan.gradient(*args, out=res)
+            assert "compiled by hybridad's own compiler" in plan.explain(), plan.explain()
+            out.append([float(res.value), res.gradient.tolist(), c.allocations])
+        print(json.dumps([len(calls), out]))
+        """)
+    runs = {}
+    for name, jit_on, cache in (("cold", "1", "c"), ("warm", "1", "c"), ("numba", "0", "n")):
+        env = dict(os.environ, HYBRIDAD_JIT=jit_on, HYBRIDAD_CACHE_DIR=str(tmp_path / cache))
+        p = subprocess.run([sys.executable, "-c", code.replace(
+            "assert \"compiled by", "assert jit_on == '0' or \"compiled by").replace(
+            "import json, sys", f"import json, sys\njit_on = {jit_on!r}")], env=env,
+            capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        runs[name] = json.loads(p.stdout.strip().splitlines()[-1])
+    assert runs["cold"][0] >= 1 and runs["warm"][0] == 0
+    assert runs["cold"][1] == runs["warm"][1]  # the same bits from the cache
+    for (v1, g1, a1), (v0, g0, a0) in zip(runs["cold"][1], runs["numba"][1], strict=True):
+        np.testing.assert_allclose(v1, v0, rtol=1e-14)  # numba's code: to rounding
+        np.testing.assert_allclose(g1, g0, rtol=1e-13, atol=1e-15)
+        assert a1 == a0  # (the host call's own function allocates, under either)
+    assert runs["cold"][1][0][2] == 0  # the loop: nothing per call
+    x0 = np.linspace(-1, 1, 12)
+    from scipy.special import comb
+    want = 2 * comb(6, 3.0) * np.sin(x0) * np.cos(x0)
+    np.testing.assert_allclose(runs["cold"][1][1][1], want, rtol=1e-13)
 
 
 def _plan_programs(plan):

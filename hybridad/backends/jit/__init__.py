@@ -13,12 +13,14 @@ second, loads from the disk cache in milliseconds, and is called through an
 entry point of its own (:mod:`.wrapper`) for less than numba's dispatch.
 
 Semantics are numba's, construct by construct (the modules say where each
-comes from).  Source using anything else -- ``prange`` loops, object mode,
-LAPACK and scipy.special kernels, loop runners -- raises
-:class:`~.values.Unsupported` and the numba backend compiles it with numba
-as before.  Which compiler serves a program is decided by its source alone,
-never by timing or cache state, so a plan's results are the same bits cold
-or warm.  ``HYBRIDAD_JIT=0`` sends every program to numba.
+comes from): ``prange`` loops on numba's threads (:mod:`.parallel`), BLAS,
+LAPACK and scipy.special kernels (:mod:`.natives`), object mode's calls back
+into Python -- a loop's runner, a host call -- (:mod:`.sites`).  Source using
+anything else (complex numbers, arrays allocated in the function, object mode
+with typed results) raises :class:`~.values.Unsupported` and the numba
+backend compiles it with numba as before.  Which compiler serves a program
+is decided by its source alone, never by timing or cache state, so a plan's
+results are the same bits cold or warm.  ``HYBRIDAD_JIT=0`` sends every program to numba.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def compile_function(source, fn_name, nargs, namespace):
         compiles it instead).
     """
     # (natives and parallel: the symbols they resolve, registered at import)
-    from . import engine, natives, parallel, wrapper  # noqa: F401
+    from . import engine, natives, parallel, sites, wrapper  # noqa: F401
     from .module import Translator
 
     key = _key(source, fn_name, nargs)
@@ -109,19 +111,24 @@ def compile_function(source, fn_name, nargs, namespace):
             except ValueError:
                 meta = obj = None
         if obj is None:
-            text, entry, symbols = Translator(source, namespace()).translate(fn_name, nargs,
-                                                                             key[:16])
+            translator = Translator(source, namespace())
+            text, entry, symbols = translator.translate(fn_name, nargs, key[:16])
             obj = engine.compile_ir(text)
-            meta = {"entry": entry, "native": entry[:-3], "symbols": symbols}
+            meta = {"entry": entry, "native": entry[:-3], "symbols": symbols,
+                    "sites": translator.sites}
             engine.store_object(key, json.dumps(meta).encode() + b"\n" + obj)
-        addresses = engine.load_object(obj, meta["symbols"], [meta["entry"], meta["native"]])
+        cells, keep = sites.bind_sites(meta.get("sites"), namespace)
+        addresses = engine.load_object(obj, meta["symbols"], [meta["entry"], meta["native"]],
+                                       cells)
         fn = wrapper.make_callable(addresses[meta["entry"]], fn_name)
         _NATIVE[id(fn)] = (addresses[meta["native"]], nargs, fn)
+        _SITES[id(fn)] = keep
         _COMPILED[key] = fn
         return fn
 
 
 _NATIVE = {}  # id(callable) -> (address of the function itself, its arity, the callable)
+_SITES = {}  # id(callable) -> the objects its object-mode sites reach (kept with the code)
 
 #: seconds this compiler takes per line of generated code (translation and
 #: LLVM, measured on the reference machine: the benchmarks' plans, 1-2 ms a

@@ -119,7 +119,8 @@ def _pyglobal(name):
 
 
 for _name in ("PyLong_AsLongLong", "PyErr_Occurred", "PyErr_SetString", "PyEval_SaveThread",
-              "PyEval_RestoreThread", "Py_IncRef"):
+              "PyEval_RestoreThread", "Py_IncRef", "Py_DecRef", "PyGILState_Ensure",
+              "PyGILState_Release", "PyLong_FromVoidPtr", "PyObject_CallFunctionObjArgs"):
     SYMBOLS[_name] = _pyapi(_name)
 for _name in ("PyExc_ValueError", "PyExc_TypeError", "PyExc_RuntimeError",
               "PyExc_ZeroDivisionError", "PyExc_OverflowError", "PyExc_IndexError",
@@ -198,14 +199,17 @@ def _register(names):
         done.add(name)
 
 
-def load_object(obj, symbols, names):
+def load_object(obj, symbols, names, cells=None):
     """Load object code ``obj`` into this process's engine; the addresses of
     its functions ``names`` (a dict name -> address).  ``symbols``: the names
-    of :data:`SYMBOLS` it refers to (registered first)."""
+    of :data:`SYMBOLS` it refers to (registered first); ``cells``: symbols
+    of its own, name -> address (object mode's sites, :mod:`.sites`)."""
     llvm = _llvm()
     tm, layout, triple = target()
     with LOCK:
         _register(symbols)
+        for name, address in (cells or {}).items():
+            llvm.add_symbol(name, address)
         engine = _STATE.get("engine")
         if engine is None:
             empty = llvm.parse_assembly("", context=_STATE["context"])

@@ -45,12 +45,14 @@ class Translator:
         self.functions = {}  # (name, schemas) -> (ir.Function, [result shape])
         self.symbols = set()
         self.parallel = False  # whether a prange loop runs on threads (see .parallel)
+        self.sites = []  # object mode's calls (see .sites): the object file's metadata
 
     def translate(self, fn_name, nargs, tag):
         """``(LLVM IR text, exported wrapper name, symbols)`` of ``fn_name``
         taking ``nargs`` int64 arguments, callable from Python (see
         :mod:`.wrapper`); ``tag`` makes its exported names unique in the
         process (object files share one engine)."""
+        self.tag = tag
         for _ in range(16):
             self.reset()
             try:

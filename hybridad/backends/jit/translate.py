@@ -31,6 +31,7 @@ from .analysis import assigned_names, reads, upward_exposed
 from .arrays import Arrays
 from .exprs import Expressions
 from .parallel import prange_loop
+from .sites import object_mode
 from .scalars import ScalarOps
 from .ssa import Joins, Retype
 from .values import BOOL, I64, UNDEF, ArrayV, Const, Scalar, TupleV, Unsupported, promote
@@ -429,8 +430,8 @@ class Frame(Expressions, Joins):
         self.loops[-1][1].append((self.b.block, dict(self.env)))
         return False
 
-    def _s_With(self, s):
-        raise Unsupported("with (object mode)")
+    def _s_With(self, s):  # numba's object mode (see .sites)
+        return object_mode(self, s)
 
     # -- inlined calls ----------------------------------------------------------
     def inline(self, fdef, globals_, fkey, args, kwargs, flags, parallel=False):

@@ -89,6 +89,10 @@ def python_entry(translator, fn, nargs, nogil):
         b.call(restore, [ts])
     else:
         status = b.call(fn, vals)
+    # a Python function called from object mode raised (.sites): its exception is set
+    raised = b.icmp_signed("==", status, ir.Constant(_I32, -1))
+    with b.if_then(raised, likely=False):
+        b.ret(ir.Constant(_OBJ, None))
     for code, (symbol, message) in enumerate(translator.raises, start=1):
         with b.if_then(b.icmp_signed("==", status, ir.Constant(_I32, code)), likely=False):
             fail(symbol, message, f"e{code}")
