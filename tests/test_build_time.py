@@ -4,8 +4,8 @@ The per-node cost of a build -- trace, reverse pass, lowering passes, memory
 plan, the numpy program's code generation -- at ~8000 traced nodes must stay
 within 2x of that at ~800 (a quadratic pass makes it ~10x: the memory
 planner's packing was one, 13 s at 6000 nodes).  CPU time of this process,
-the smaller build's best of two, after a warm-up build that pays the
-one-time costs; ``benchmarks/bench_build.py`` measures 10^3 to 10^5 nodes.
+each size's best of two, after a warm-up build that pays the one-time
+costs; ``benchmarks/bench_build.py`` measures 10^3 to 10^5 nodes.
 The packing is also checked directly: no two items whose lifetimes overlap
 share a byte, on either placement (greedy by size, and in schedule order for
 large graphs).
@@ -13,6 +13,7 @@ large graphs).
 
 from __future__ import annotations
 
+import gc
 import itertools
 import time
 
@@ -36,6 +37,7 @@ def _euler(steps, n=20):
 
 def _per_node(steps):
     f, x = _euler(steps)
+    gc.collect()  # the garbage of what ran before is not this build's
     t0 = time.process_time()
     plan = ha.compile(f, x, backend="numpy")
     return (time.process_time() - t0) / plan.build_times.nodes, plan
@@ -45,7 +47,7 @@ def test_build_cost_per_node_is_flat(monkeypatch):
     monkeypatch.setenv("HYBRIDAD_ROLL", "0")  # the unrolled graph: every pass sees 8000 nodes
     _per_node(3)  # one-time costs
     small = min(_per_node(130)[0] for _ in range(2))
-    large, plan = _per_node(1300)
+    large, plan = min((_per_node(1300) for _ in range(2)), key=lambda r: r[0])
     assert plan.build_times.nodes > 7000
     assert large <= 2.0 * small, (
         f"build: {1e6 * large:.0f} us per node at {plan.build_times.nodes} nodes against "
