@@ -16,6 +16,8 @@ import ctypes
 
 from llvmlite import ir
 
+from .sites import PYTHON_ERROR
+
 __all__ = ["python_entry", "make_callable"]
 
 _I8 = ir.IntType(8)
@@ -90,7 +92,7 @@ def python_entry(translator, fn, nargs, nogil):
     else:
         status = b.call(fn, vals)
     # a Python function called from object mode raised (.sites): its exception is set
-    raised = b.icmp_signed("==", status, ir.Constant(_I32, -1))
+    raised = b.icmp_signed("==", status, ir.Constant(_I32, PYTHON_ERROR))
     with b.if_then(raised, likely=False):
         b.ret(ir.Constant(_OBJ, None))
     for code, (symbol, message) in enumerate(translator.raises, start=1):
