@@ -155,7 +155,7 @@ class Site:
     at ``address`` (see the module docstring), makes the views and calls
     ``fn``.  ``spec``: the site's entry of the object file's metadata."""
 
-    #: views kept per site (by address, shape, strides)
+    #: views kept per site (by address, shape, strides; all dropped when full)
     KEEP = 32
 
     def __init__(self, fn, spec):
@@ -179,7 +179,7 @@ class Site:
             view = self.views.get(key)
             if view is None:
                 if len(self.views) >= self.KEEP:
-                    self.views.pop(next(iter(self.views)))
+                    self.views.clear()  # (one step, safe beside another thread's call)
                 view = self.views[key] = _view(dtype, key[1], key[2:2 + ndim], key[2 + ndim:])
             values.append(view)
         n = len(values) - len(self.keywords)
