@@ -183,6 +183,19 @@ def _slot(frame, llty, value):
     return frame.b.bitcast(p, _VOIDP)
 
 
+def _gemm_operands(frame, a, b_, out, what):
+    """``(dtype, BLAS kind letter, LLVM float type, m, k, n)`` of a gemm's
+    2-D operands (``out`` C-contiguous, ``a`` and ``b_`` C or F, one float
+    dtype); Unsupported naming ``what`` otherwise."""
+    if not all(isinstance(x, ArrayV) and x.ndim == 2 for x in (a, b_, out)) or \
+            out.layout != "C" or a.layout not in "CF" or b_.layout not in "CF" or \
+            not (a.dtype == b_.dtype == out.dtype) or out.dtype not in (F64, F32):
+        raise Unsupported(f"{what} operands")
+    arr, dt = frame.arr, out.dtype
+    m, k = (arr.i64(d) for d in a.shape)
+    return dt, "d" if dt == F64 else "s", lltype(dt), m, k, arr.i64(b_.shape[1])
+
+
 def gemm(frame, args, kwargs):
     """``rt.gemm(a, b, out, beta)``: ``out = a @ b + beta * out`` by BLAS, as the
     numba intrinsic does it (gemv for one column or one row; a small result
@@ -192,16 +205,8 @@ def gemm(frame, args, kwargs):
     from ..numba.threshold import GEMM_SMALL_RESULT
 
     a, b_, out, beta = args
-    if not all(isinstance(x, ArrayV) and x.ndim == 2 for x in (a, b_, out)) or \
-            out.layout != "C" or a.layout not in "CF" or b_.layout not in "CF" or \
-            not (a.dtype == b_.dtype == out.dtype) or out.dtype not in (F64, F32):
-        raise Unsupported("gemm operands")
-    bld, arr = frame.b, frame.arr
-    dt = out.dtype
-    kind = "d" if dt == F64 else "s"
-    fty = lltype(dt)
-    m, k = (arr.i64(d) for d in a.shape)
-    n = arr.i64(b_.shape[1])
+    dt, kind, fty, m, k, n = _gemm_operands(frame, a, b_, out, "gemm")
+    bld = frame.b
     i32 = lambda v: bld.trunc(v, _I32) if v.type == _I64 else v  # noqa: E731
     ch = lambda c: _slot(frame, _I8, ir.Constant(_I8, ord(c)))  # noqa: E731
     ival = lambda v: _slot(frame, _I32, i32(v))  # noqa: E731
@@ -287,16 +292,8 @@ def gemm_panel(frame, args, kwargs):
     ``cols``, columns) ``lo:hi`` of ``out = a @ b + beta * out`` by one BLAS
     gemm, the leading dimensions the whole arrays' (as the numba intrinsic)."""
     a, b_, out, beta, lo, hi, cols = args
-    if not all(isinstance(x, ArrayV) and x.ndim == 2 for x in (a, b_, out)) or \
-            out.layout != "C" or a.layout not in "CF" or b_.layout not in "CF" or \
-            not (a.dtype == b_.dtype == out.dtype) or out.dtype not in (F64, F32):
-        raise Unsupported("gemm_panel operands")
+    dt, kind, fty, m, k, n = _gemm_operands(frame, a, b_, out, "gemm_panel")
     bld, arr = frame.b, frame.arr
-    dt = out.dtype
-    kind = "d" if dt == F64 else "s"
-    fty = lltype(dt)
-    m, k = (arr.i64(d) for d in a.shape)
-    n = arr.i64(b_.shape[1])
     p0 = arr.i64(arr.dim(lo))
     width = bld.sub(arr.i64(arr.dim(hi)), p0)
     by_cols = frame.ops.truth(cols)
