@@ -383,17 +383,26 @@ def _plan_programs(plan):
 
 
 def test_plans_run_on_it_and_match_numba(tmp_path):
-    """Plans of every kind -- regions, reductions, products, a parallel
-    plan -- compiled by hybridad's compiler agree with the same plans under
-    numba (HYBRIDAD_JIT=0) to rounding, and the program came from it."""
+    """Plans of every kind -- regions, reductions, products, parallel plans
+    (prange loops on numba's threads, per-thread scratch) -- compiled by
+    hybridad's compiler agree with the same plans under numba
+    (HYBRIDAD_JIT=0) to rounding, and the program came from it.  Loaded from
+    the disk cache in a new process (which has not started numba's threads
+    nor registered a symbol) they run without an LLVM compile and give the
+    same bits as when they were compiled."""
     code = textwrap.dedent("""\
         import json, sys
         import numpy as np
         import hybridad as ha
+        from hybridad.backends.jit import engine
         from conftest import rand
+        calls = []
+        real = engine.compile_ir
+        engine.compile_ir = lambda text: calls.append(1) or real(text)
         x = rand((300,), seed=1); A = rand((300, 300), seed=2); X = rand((4000, 8), seed=3)
-        w = rand((8,), seed=4)
+        w = rand((8,), seed=4); big = rand((400000,), seed=5)
         cases = [
+            (lambda x: np.sum(np.exp(-x * x) * np.cos(x)) + np.max(x), (big,)),
             (lambda x, A: np.sum(np.tanh(x) ** 2) + x @ (A @ x), (x, A)),
             (lambda w, X: np.mean(np.logaddexp(0, -(X @ w))) + np.sum(w * w), (w, X)),
             (lambda x: np.sum(np.exp(-x * x) * np.sin(x[::-1])) + np.max(x) * np.std(x), (x,)),
@@ -403,18 +412,20 @@ def test_plans_run_on_it_and_match_numba(tmp_path):
         for f, args in cases:
             res = ha.compile(f, *args).gradient(*args)
             out.append([float(res.value), np.asarray(res.gradient).tolist()])
-        print(json.dumps(out))
+        print(json.dumps([len(calls), out]))
         """)
     runs = {}
-    for jit_on in ("1", "0"):
+    for name, jit_on in (("cold", "1"), ("warm", "1"), ("numba", "0")):
         env = dict(os.environ, HYBRIDAD_JIT=jit_on, HYBRIDAD_CACHE_DIR=str(tmp_path / jit_on),
                    PYTHONPATH=os.path.dirname(__file__) + os.pathsep +
                    os.environ.get("PYTHONPATH", ""))
         p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                            text=True, timeout=600)
         assert p.returncode == 0, p.stderr[-3000:]
-        runs[jit_on] = json.loads(p.stdout.strip().splitlines()[-1])
-    for (v1, g1), (v0, g0) in zip(runs["1"], runs["0"], strict=True):
+        runs[name] = json.loads(p.stdout.strip().splitlines()[-1])
+    assert runs["cold"][0] >= 1 and runs["warm"][0] == 0
+    assert runs["warm"][1] == runs["cold"][1]  # the same bits from the cache
+    for (v1, g1), (v0, g0) in zip(runs["cold"][1], runs["numba"][1], strict=True):
         np.testing.assert_allclose(v1, v0, rtol=1e-13)
         np.testing.assert_allclose(g1, g0, rtol=1e-12, atol=1e-14)
 
@@ -492,3 +503,56 @@ def test_a_parallel_loop_shorter_than_the_threads_keeps_the_thread_count():
         jitted(a.ctypes.data, n)
         np.testing.assert_array_equal(a, [i + 1.0 if i < n else 0.0 for i in range(8)])
         assert numba.get_num_threads() == before
+
+
+def test_programs_load_from_the_disk_cache_in_a_new_process(tmp_path):
+    """Every symbol a program's machine code names is recorded with it: in a
+    new process that has not started numba's threading layer nor registered
+    a symbol, a program with a ``prange`` loop and ``get_thread_id()``, libm
+    and BLAS-free arithmetic loads from the disk cache without an LLVM
+    compile and gives the bits it gave when compiled (a load that missed a
+    symbol would jump to address 0)."""
+    code = _HEADER.replace("prange", "prange, get_thread_id") + textwrap.dedent('''\
+        import json
+        from hybridad.backends import jit
+        from hybridad.backends.jit import engine
+        calls = []
+        real = engine.compile_ir
+        engine.compile_ir = lambda text: calls.append(1) or real(text)
+        SRC = """
+        import math
+        import numpy as np
+        from numba import njit, prange, get_thread_id
+        from hybridad.backends.numba.rt import view_at as _view
+        @njit(parallel=True)
+        def fn(p, q, n):
+            a = _view(p, np.int64(n), np.float64)
+            t = _view(q, np.int64(n), np.int64)
+            for i in prange(n):
+                a[i] = math.exp(-a[i] * a[i]) + np.log1p(abs(a[i])) + i
+                t[i] = get_thread_id() >= 0
+        """
+        ns = {}
+        exec(SRC, ns)
+        fn = jit.compile_function(SRC, "fn", 3, lambda: ns)
+        out = []
+        for n in (0, 1, 3, 1000):
+            a, t = np.linspace(-2, 2, n), np.zeros(n, np.int64)
+            fn(a.ctypes.data, t.ctypes.data, n)
+            out.append([a.tolist(), int(t.sum())])
+        print(json.dumps([len(calls), out]))
+        ''')
+    env = dict(os.environ, HYBRIDAD_CACHE_DIR=str(tmp_path))
+    runs = []
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    (cold, out0), (warm, out1) = runs
+    assert cold >= 1 and warm == 0
+    assert out0 == out1
+    assert [t for _, t in out1] == [0, 1, 3, 1000]
+    a = np.linspace(-2, 2, 1000)
+    np.testing.assert_allclose(out1[3][0], np.exp(-a * a) + np.log1p(abs(a)) + np.arange(1000),
+                               rtol=1e-15)

@@ -216,7 +216,8 @@ def loop_driver(nargs):
             holder.module = module
             entry = wrapper.python_entry(holder, fn, 3, True)
             obj = engine.compile_ir(str(module))
-            meta = {"entry": entry, "symbols": sorted(holder.symbols)}
+            meta = {"entry": entry,
+                    "symbols": sorted(holder.symbols | engine.external_symbols(module))}
             engine.store_object(key, json.dumps(meta).encode() + b"\n" + obj)
         else:
             head_, _, obj = blob.partition(b"\n")

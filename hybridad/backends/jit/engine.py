@@ -105,6 +105,23 @@ def compile_ir(text):
 
 
 # -- symbols the machine code names ------------------------------------------------------
+def external_symbols(module):
+    """The names an llvmlite ``module`` declares but does not define (its
+    functions and globals from elsewhere, LLVM's intrinsics aside): what an
+    object file records, so that a load from the disk cache registers each
+    (:func:`load_object`) exactly as the compile that made it did."""
+    from llvmlite import ir
+
+    names = set()
+    for g in module.globals.values():
+        if isinstance(g, ir.Function):
+            if g.is_declaration and not g.name.startswith("llvm."):
+                names.add(g.name)
+        elif isinstance(g, ir.GlobalVariable) and g.initializer is None:
+            names.add(g.name)
+    return names
+
+
 #: symbol name -> () -> address, registered with LLVM before any object is loaded
 SYMBOLS = {}
 

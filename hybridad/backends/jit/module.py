@@ -61,7 +61,8 @@ class Translator:
                 nogil = bool(decorator_options(self.defs[fn_name]).get("nogil")) or \
                     self.parallel  # (numba's threading layer waits without the GIL)
                 entry = python_entry(self, fn, nargs, nogil)
-                return str(self.module), entry, sorted(self.symbols)
+                return (str(self.module), entry,
+                        sorted(self.symbols | engine.external_symbols(self.module)))
             except Retype as r:
                 if r.key in self.hints and self.hints[r.key] == r.kind:
                     raise Unsupported(f"type of {r.key} does not settle") from None
