@@ -223,9 +223,10 @@ def load_object(obj, symbols, names, cells=None):
     of its own, name -> address (object mode's sites, :mod:`.sites`)."""
     llvm = _llvm()
     tm, layout, triple = target()
+    cells = cells or {}
     with LOCK:
-        _register(symbols)
-        for name, address in (cells or {}).items():
+        _register([name for name in symbols if name not in cells])
+        for name, address in cells.items():
             llvm.add_symbol(name, address)
         engine = _STATE.get("engine")
         if engine is None:
