@@ -107,6 +107,9 @@ def hung(threads, what):
     alive = [t.name for t in threads if t.is_alive()]
     if alive:
         print("deadlock:", what, alive, flush=True)
+        import faulthandler  # where each thread waits, for the report
+        faulthandler.dump_traceback(file=sys.stdout, all_threads=True)
+        sys.stdout.flush()
         os._exit(3)
 """
 
@@ -269,6 +272,72 @@ def test_numba_entry_points_beside_a_held_background_translation(tmp_path):
     """A tiered plan's background build by hybridad's own compiler, held
     while it loads numba to read the library functions it translates."""
     assert_ok(run_script(USERS_SCRIPT, tmp_path, "import", "tiered"))
+
+
+RACE_SCRIPT = r"""
+import os, sys, threading, time
+import hybridad  # noqa: F401 -- before numba: from now on numba's import makes its context
+
+held, go = threading.Event(), threading.Event()
+
+
+class Hold:  # the import of numba by the thread "importer" waits for go
+    def find_spec(self, name, path=None, target=None):
+        if name == "numba" and threading.current_thread().name == "importer" \
+                and not held.is_set():
+            held.set()
+            assert go.wait(120)
+        return None
+
+
+sys.meta_path.insert(0, Hold())
+""" + ENTRY_POINTS + r"""
+importer = threading.Thread(target=lambda: __import__("numba"), name="importer")
+importer.start()
+assert held.wait(120)
+# the first @njit and the first @cfunc (and vectorize), nothing of hybridad's
+users = [threading.Thread(target=ENTRIES[name], name=name, daemon=True)
+         for name in ("njit", "cfunc", "vectorize")]
+for t in users:
+    t.start()
+time.sleep(1.0)  # each user thread waits for the import under way
+go.set()
+deadline = time.monotonic() + 60
+for t in users + [importer]:
+    t.join(max(0.0, deadline - time.monotonic()))
+alive = [t.name for t in users + [importer] if t.is_alive()]
+if alive:
+    print("deadlock:", alive, flush=True)
+    os._exit(3)
+from numba.core import registry
+assert "_toplevel_target_context" in vars(registry.cpu_target)
+print("ok")
+"""
+
+
+def test_user_threads_let_go_by_an_import_of_numba(tmp_path):
+    """User threads that start with numba while another thread imports it
+    are let go together when the import ends: ``@njit`` in one and
+    ``@cfunc`` in another then made numba's target context in opposite lock
+    orders, and hung for good one time in two (numba's own race, which
+    every import of numba after hybridad's -- a build's or the user's --
+    now closes by making the context within the import)."""
+    for _ in range(3):  # (hung one run in two without the context made in the import)
+        assert_ok(run_script(RACE_SCRIPT, tmp_path, timeout=300))
+
+
+def test_the_import_of_numba_makes_its_target_context(tmp_path):
+    """After ``import hybridad``, ``import numba`` returns with numba's CPU
+    target context made (and numba's own loader's methods still there)."""
+    out = run_script(textwrap.dedent("""\
+        import sys, hybridad, numba, inspect
+        from numba.core import registry
+        assert "_toplevel_target_context" in vars(registry.cpu_target)
+        assert "def njit" in inspect.getsource(numba.njit)
+        assert not [f for f in sys.meta_path if "ContextWithImport" in type(f).__name__]
+        print("ok")
+        """), tmp_path)
+    assert_ok(out)
 
 
 SEQUENTIAL_SCRIPT = PRELUDE + ENTRY_POINTS + r"""

@@ -11,7 +11,8 @@ import os
 import threading
 import warnings
 
-from .locks import build_serialization, compiler_lock, make_numba_context, numba_imported
+from .locks import (build_serialization, compiler_lock, context_with_import, make_numba_context,
+                    numba_imported)
 
 __all__ = ["build_lock", "build_program", "compiler_lock", "make_numba_context"]
 
@@ -20,6 +21,8 @@ SLOW_BUILD_S = 2.0
 
 _log = logging.getLogger("hybridad")
 _told = []  # the first slow build also says how to avoid the wait
+
+context_with_import()  # numba's import, whoever's, makes its target context (see there)
 
 #: held by every build of a numba program, from its ``import numba`` to its
 #: last compiled function; a fork waits for it (:func:`os.register_at_fork`),

@@ -6,7 +6,8 @@ import contextlib
 import sys
 import time
 
-__all__ = ["build_serialization", "compiler_lock", "make_numba_context", "numba_imported"]
+__all__ = ["build_serialization", "compiler_lock", "context_with_import", "make_numba_context",
+           "numba_imported"]
 
 #: Python's ``ast.parse`` is thread-safe from 3.11.8 and 3.12.2 on (CPython
 #: gh-106905: before, the conversion to Python objects kept its recursion
@@ -117,3 +118,63 @@ def make_numba_context():
                 lock.release()
         time.sleep(delay)  # another thread holds one: let it finish, then try again
         delay = min(2 * delay, 0.01)
+
+
+class _ContextWithImport:
+    """The meta path finder of :func:`context_with_import`: numba's own
+    spec, its loader wrapped (:class:`_MakesContext`)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "numba":
+            return None
+        for finder in list(sys.meta_path):
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _MakesContext(spec.loader, self)
+                return spec
+        return None
+
+
+class _MakesContext:
+    """numba's loader, which also makes numba's CPU target context once the
+    package has run -- still inside the import, so before any other thread
+    sees numba (their ``import numba`` waits for the package's lock)."""
+
+    def __init__(self, loader, finder):
+        self._loader, self._finder = loader, finder
+
+    def __getattr__(self, name):  # the wrapped loader's own methods (resources, get_code...)
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        try:
+            self._loader.exec_module(module)
+        finally:
+            with contextlib.suppress(ValueError):
+                sys.meta_path.remove(self._finder)
+        make_numba_context()
+
+
+def context_with_import():
+    """From now on, the import of numba -- by a build of hybridad's or by
+    user code -- also makes numba's CPU target context, before the import
+    lets any other thread in (installed when hybridad's numba backend is
+    imported, if numba is not imported yet; about 5 ms more for the import).
+
+    numba makes its context lazily and, on Python 3.11, in an order that
+    deadlocks two threads making it at once: ``@njit`` takes the context's
+    lock, then the compiler lock; ``@cfunc`` the compiler lock, then the
+    context's (:func:`make_numba_context`).  Threads that waited for an
+    import under way -- user threads starting with numba while a build of
+    hybridad imports it -- are let go together, and numba's race then hung
+    them for good one time in two.  Made within the import, the context is
+    there before any of them runs."""
+    if "numba" in sys.modules or any(isinstance(f, _ContextWithImport) for f in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _ContextWithImport())
