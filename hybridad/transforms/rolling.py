@@ -91,10 +91,10 @@ def roll_loops(trace, outs):
     first = {n.id for n in shared}
     trace.nodes = [n for n in original if n.op == "input"] + shared + \
         [n for n in original if n.op != "input" and n.id not in first]
-    rolled = False
+    rolled, keys = False, {}
     with trace:
         for _ in range(_MAX_ROLLS):
-            run = _best_run(trace.nodes, rejected, light)
+            run = _best_run(trace.nodes, rejected, light, keys)
             if run is None:
                 break
             s, p, trips = run
@@ -119,6 +119,8 @@ def _attr_key(value):
 
 
 def _attrs_key(node):
+    if not node.attrs:
+        return ()
     return tuple((k, _attr_key(node.attrs[k])) for k in sorted(node.attrs))
 
 
@@ -143,16 +145,23 @@ def _signatures(nodes):
 class _Matcher:
     """Whether node ``i`` and node ``i + p`` are copies of one another."""
 
-    def __init__(self, nodes):
+    #: operands per node held in the arrays of :meth:`matches` (a node with
+    #: more is checked one by one)
+    WIDE = 8
+
+    def __init__(self, nodes, keys):
         self.nodes = nodes
         self.pos = {n.id: i for i, n in enumerate(nodes)}
         self.sig = _signatures(nodes)
-        self._keys = {}
+        self.sig_array = np.asarray(self.sig, np.int64)
+        self._keys = keys  # node id -> its attributes' key (kept between searches)
+        self._arrays = None
 
     def key(self, i):
-        k = self._keys.get(i)
+        node = self.nodes[i]
+        k = self._keys.get(node.id)
         if k is None:
-            k = self._keys[i] = _attrs_key(self.nodes[i])
+            k = self._keys[node.id] = _attrs_key(node)
         return k
 
     def match(self, i, p):
@@ -172,47 +181,91 @@ class _Matcher:
             return "same"
         return "leaf" if invariant else None
 
+    def _tables(self):
+        """(operand positions, -1 padded; whether a node is a constant; its
+        attributes' key as an int; nodes with more than :data:`WIDE` operands)."""
+        if self._arrays is None:
+            nodes, pos, n = self.nodes, self.pos, len(self.nodes)
+            args = np.full((n, self.WIDE), -1, np.int64)
+            const = np.zeros(n, bool)
+            keys, table, wide = np.zeros(n, np.int64), {}, []
+            for i, node in enumerate(nodes):
+                if len(node.args) > self.WIDE:
+                    wide.append(i)
+                else:
+                    for k, a in enumerate(node.args):
+                        args[i, k] = pos[a.id]
+                const[i] = node.op == "const"
+                if not const[i]:
+                    keys[i] = table.setdefault(self.key(i), len(table))
+            self._arrays = args, const, keys, np.asarray(wide, np.int64)
+        return self._arrays
 
-def _best_run(nodes, rejected, light=()):
-    """``(start, period, trips)`` of the run covering the most nodes, or None."""
+    def matches(self, p):
+        """``ok[i]`` for every ``i < len(nodes) - p``: whether :meth:`match`
+        ``(i, p)`` is not None, all at once."""
+        args, const, keys, wide = self._tables()
+        sig = self.sig_array
+        x, y = args[:-p], args[p:]
+        same = x == y  # (both -1: no operand)
+        invariant = same.all(axis=1)
+        ok = (sig[:-p] == sig[p:]) & (same | (y - x >= p)).all(axis=1) & \
+            (invariant | (~const[:-p] & (keys[:-p] == keys[p:])))
+        for i in wide[wide < len(ok)].tolist():
+            ok[i] = self.match(i, p) is not None
+        return ok
+
+
+def _best_run(nodes, rejected, light=(), keys=None):
+    """``(start, period, trips)`` of the run covering the most nodes, or None.
+
+    Whole arrays at a time (numpy): a trace of 10^4 iterations has 10^5
+    nodes and more, and each candidate period is checked at every node."""
     n = len(nodes)
     if n < MIN_NODES:
         return None
-    m = _Matcher(nodes)
-    # candidate periods: distances from each node to the next few of its kind
-    # (a step that calls one function four times repeats its nodes within the
-    # step: the step's period is the distance to the fourth next one)
-    nxt, last, gaps = [None] * n, {}, Counter()
-    for i in range(n - 1, -1, -1):
-        nxt[i] = last.get(m.sig[i])
-        last[m.sig[i]] = i
-        j = nxt[i]
-        for _ in range(_REACH):
-            if j is None or (j - i) * MIN_TRIPS > n:
-                break
-            gaps[j - i] += 1
-            j = nxt[j]
+    m = _Matcher(nodes, {} if keys is None else keys)
     best = None
-    for p, count in gaps.most_common(_CANDIDATES):
-        if count < MIN_TRIPS - 1:
-            continue
-        i = 0
-        while i + p < n:
-            if m.match(i, p) is None:
-                i += 1
+    for p in _periods(m.sig_array):
+        ok = m.matches(p)  # ok[i]: node i + p copies node i
+        # the stretches of copies: a run of t trips has (t - 1) p of them
+        edges = np.flatnonzero(np.diff(np.concatenate(([0], ok.view(np.int8), [0]))))
+        for i, j in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
+            trips = (j - i) // p + 1
+            if trips < MIN_TRIPS or trips * p < MIN_NODES:  # (trimming only shortens)
                 continue
-            j = i
-            while j + p < n and m.match(j, p) is not None:
-                j += 1
-            run = _trim(m, i, p, (j - i) // p + 1)
+            run = _trim(m, i, p, trips)
             if run is not None and (nodes[run[0]].id, p) not in rejected and \
                     not _in_light(m.pos, run, light):
                 covered = run[1] * run[2]
                 if best is None or covered > best[1] * best[2] or \
                         covered == best[1] * best[2] and run[1] < best[1]:
                     best = run
-            i = j + 1
     return best
+
+
+def _periods(sig):
+    """Candidate periods, most frequent first (ties: the shorter): distances
+    from each node to the next :data:`_REACH` of its kind (a step that calls
+    one function four times repeats its nodes within the step: the step's
+    period is the distance to the fourth next one) that leave room for
+    :data:`MIN_TRIPS` trips."""
+    n = len(sig)
+    order = np.argsort(sig, kind="stable")  # positions grouped by kind, increasing
+    kinds = sig[order]
+    gaps = []
+    for k in range(1, _REACH + 1):
+        if k >= n:
+            break
+        d = order[k:] - order[:-k]
+        gaps.append(d[(kinds[k:] == kinds[:-k]) & (d * MIN_TRIPS <= n)])
+    if not gaps:
+        return []
+    values, counts = np.unique(np.concatenate(gaps), return_counts=True)
+    keep = counts >= MIN_TRIPS - 1
+    values, counts = values[keep], counts[keep]
+    top = np.lexsort((values, -counts))[:_CANDIDATES]
+    return values[top].tolist()
 
 
 def _in_light(pos, run, light):
@@ -227,27 +280,55 @@ def _trim(m, s, p, trips):
     leading iterations up to an invariant that the run itself computes (the
     trace merged its copies into the first), or None when what is left is too
     short or an iteration reads a value made two or more iterations before."""
-    nodes, pos = m.nodes, m.pos
     while trips >= MIN_TRIPS and trips * p >= MIN_NODES:
-        end = s + trips * p
-        cut = -1
-        for i in range(s, end):
-            it = (i - s) // p
-            partner = i + p if i + p < end else i - p
-            for x, y in zip(nodes[i].args, nodes[partner].args, strict=True):
-                q = pos[x.id]
-                if x is y:  # invariant
-                    cut = max(cut, q)
-                elif it == 0 and q < s:  # a carry's initial value, made before the run
-                    if not s <= pos[y.id] < s + p:
-                        return None
-                elif q < s + (it - 1) * p or it > 0 and pos[y.id] - q not in (p, -p):
-                    return None
+        cut = _invariant_cut(m, s, p, s + trips * p)
+        if cut is None:
+            return None
         if cut < s:
             return s, p, trips
         shift = (cut - s) // p + 1
         s, trips = s + shift * p, trips - shift
     return None
+
+
+def _invariant_cut(m, s, p, end):
+    """The last position of an invariant operand that nodes ``s:end`` read
+    (-1 if none), or None when an iteration reads what it may not: a value
+    made two or more iterations before, or a carry's initial value other
+    than in the first iteration (each node compared with its copy in the
+    next iteration; the last iteration's with the one before)."""
+    args, _, _, wide = m._tables()
+    rows = np.arange(s, end)
+    it = (rows - s) // p
+    partner = np.where(rows + p < end, rows + p, rows - p)
+    x, y = args[rows], args[partner]
+    real = x >= 0
+    inv = real & (x == y)
+    first = (it == 0)[:, None] & (x < s)  # a carry's initial value, made before the run
+    moving = real & ~inv
+    bad = moving & first & ((y < s) | (y >= s + p))
+    bad |= moving & ~first & ((x < s + (it[:, None] - 1) * p) |
+                              ((it[:, None] > 0) & (y - x != p) & (y - x != -p)))
+    narrow = np.ones(len(rows), bool)
+    inside = wide[(wide >= s) & (wide < end)]
+    narrow[inside - s] = False
+    if (bad & narrow[:, None]).any():
+        return None
+    cut = int(x[inv & narrow[:, None]].max(initial=-1))
+    nodes, pos = m.nodes, m.pos
+    for i in inside.tolist():  # nodes with many operands, one by one
+        k = (i - s) // p
+        j = i + p if i + p < end else i - p
+        for a, b in zip(nodes[i].args, nodes[j].args, strict=True):
+            q = pos[a.id]
+            if a is b:
+                cut = max(cut, q)
+            elif k == 0 and q < s:
+                if not s <= pos[b.id] < s + p:
+                    return None
+            elif q < s + (k - 1) * p or k > 0 and pos[b.id] - q not in (p, -p):
+                return None
+    return cut
 
 
 # -- rolling one run -------------------------------------------------------------
