@@ -306,3 +306,70 @@ def test_a_light_step_is_not_rolled_several_steps_at_a_time(monkeypatch):
     monkeypatch.undo()
     f, x50 = _wide_euler(50, 100, 0.01, scale=8, seed=1)
     assert _loops(ha.compile(f, x50, backend="numpy")) == 0
+
+
+def wide_stack(x):  # a node with more operands than the matcher's arrays hold
+    for _ in range(30):
+        parts = [x[i:i + 1] * (1.0 + 0.01 * i) for i in range(6)]
+        x = np.tanh(np.concatenate(parts + [x[6:], x[:0], x[:0], x[:0], x[:0]]))
+    return np.sum(x ** 2)
+
+
+@pytest.mark.parametrize("f", ROLLED + [growing, wide_stack], ids=lambda f: f.__name__)
+def test_the_whole_array_search_is_the_node_by_node_definition(f):
+    """The search for runs compares every node with its copy one period on
+    with arrays (``_Matcher.matches``, ``_invariant_cut``): for every
+    candidate period of real traces -- and nodes with more operands than the
+    arrays hold -- it answers what ``_Matcher.match`` and the scalar trim
+    answer node by node."""
+
+    checked, cuts = [], [0]
+    real = rolling.roll_loops
+
+    def check(trace, outs):  # before rolling (which rewires the nodes after a run)
+        nodes = list(trace.nodes)
+        m = rolling._Matcher(nodes, {})
+        wide = [i for i, n in enumerate(nodes) if len(n.args) > m.WIDE]
+        periods = rolling._periods(m.sig_array)
+        for p in periods:
+            ok = m.matches(p)
+            want = [m.match(i, p) is not None for i in range(len(nodes) - p)]
+            assert ok.tolist() == want, p
+            i = 0
+            while i < len(ok):  # each stretch of copies, and each of its later starts
+                j = i
+                while j < len(ok) and ok[j]:
+                    j += 1
+                for s in range(i, max(i, j - p), max(1, p // 3)):
+                    end = s + ((j - s) // p + 1) * p
+                    assert rolling._invariant_cut(m, s, p, end) == \
+                        _scalar_cut(m, s, p, end), (p, s)
+                    cuts[0] += 1
+                i = j + 1
+        checked.append((len(periods), len(wide)))
+        return real(trace, outs)
+    rolling.roll_loops = check
+    try:
+        ha.compile(f, X0, backend="numpy")
+    finally:
+        rolling.roll_loops = real
+    assert checked and all(k > 0 for k, _ in checked) and (cuts[0] > 0 or f is growing)
+    assert f is not wide_stack or all(w > 0 for _, w in checked)
+
+
+def _scalar_cut(m, s, p, end):
+    """``_invariant_cut`` node by node (the definition)."""
+    nodes, pos, cut = m.nodes, m.pos, -1
+    for i in range(s, end):
+        k = (i - s) // p
+        j = i + p if i + p < end else i - p
+        for a, b in zip(nodes[i].args, nodes[j].args, strict=True):
+            q = pos[a.id]
+            if a is b:
+                cut = max(cut, q)
+            elif k == 0 and q < s:
+                if not s <= pos[b.id] < s + p:
+                    return None
+            elif q < s + (k - 1) * p or k > 0 and pos[b.id] - q not in (p, -p):
+                return None
+    return cut
