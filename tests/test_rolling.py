@@ -343,7 +343,7 @@ def test_the_whole_array_search_is_the_node_by_node_definition(f):
                 for s in range(i, max(i, j - p), max(1, p // 3)):
                     end = s + ((j - s) // p + 1) * p
                     assert rolling._invariant_cut(m, s, p, end) == \
-                        _scalar_cut(m, s, p, end), (p, s)
+                        rolling._node_cut(m, s, p, end, range(s, end)), (p, s)
                     cuts[0] += 1
                 i = j + 1
         checked.append((len(periods), len(wide)))
@@ -355,21 +355,3 @@ def test_the_whole_array_search_is_the_node_by_node_definition(f):
         rolling.roll_loops = real
     assert checked and all(k > 0 for k, _ in checked) and (cuts[0] > 0 or f is growing)
     assert f is not wide_stack or all(w > 0 for _, w in checked)
-
-
-def _scalar_cut(m, s, p, end):
-    """``_invariant_cut`` node by node (the definition)."""
-    nodes, pos, cut = m.nodes, m.pos, -1
-    for i in range(s, end):
-        k = (i - s) // p
-        j = i + p if i + p < end else i - p
-        for a, b in zip(nodes[i].args, nodes[j].args, strict=True):
-            q = pos[a.id]
-            if a is b:
-                cut = max(cut, q)
-            elif k == 0 and q < s:
-                if not s <= pos[b.id] < s + p:
-                    return None
-            elif q < s + (k - 1) * p or k > 0 and pos[b.id] - q not in (p, -p):
-                return None
-    return cut

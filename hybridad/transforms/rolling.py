@@ -315,8 +315,15 @@ def _invariant_cut(m, s, p, end):
     if (bad & narrow[:, None]).any():
         return None
     cut = int(x[inv & narrow[:, None]].max(initial=-1))
-    nodes, pos = m.nodes, m.pos
-    for i in inside.tolist():  # nodes with many operands, one by one
+    rest = _node_cut(m, s, p, end, inside.tolist())  # nodes with many operands
+    return None if rest is None else max(cut, rest)
+
+
+def _node_cut(m, s, p, end, rows):
+    """:func:`_invariant_cut` of the nodes at ``rows`` alone, one by one
+    (its definition)."""
+    nodes, pos, cut = m.nodes, m.pos, -1
+    for i in rows:
         k = (i - s) // p
         j = i + p if i + p < end else i - p
         for a, b in zip(nodes[i].args, nodes[j].args, strict=True):
