@@ -314,12 +314,18 @@ def test_multithreaded_plans_with_shared_slots():
 
 
 def test_default_chunk_rule():
-    from hybridad.plans.staged import CHUNK_BYTES, DEFAULT_CHUNK, ONE_CHUNK, default_chunk
+    from hybridad.plans.staged import (CHUNK_BYTES, DEFAULT_CHUNK, ONE_CHUNK, ONE_CHUNK_BYTES,
+                                       default_chunk)
 
     assert default_chunk(7, 800) == 7 and default_chunk(ONE_CHUNK, 800) == ONE_CHUNK
     assert default_chunk(ONE_CHUNK + 1, 800) == DEFAULT_CHUNK
     assert default_chunk(1000, CHUNK_BYTES // 4) == 4  # large batched workspace per seed
     assert default_chunk(1000, 2 * CHUNK_BYTES) == 1
+    # a few seeds with a large workspace each (a loop's stored tangents): one
+    # chunk up to ONE_CHUNK_BYTES in all, each further chunk repeating the primal
+    assert default_chunk(6, ONE_CHUNK_BYTES // 6) == 6
+    assert default_chunk(6, ONE_CHUNK_BYTES // 3) == 3
+    assert default_chunk(6, 2 * ONE_CHUNK_BYTES) == 1
     x = rand((200,), seed=120)
     assert ha.compile(rosen_np, x, hessian=True).chunk == DEFAULT_CHUNK
     assert ha.compile(rosen_np, x[:50], hessian=True).chunk == 50
