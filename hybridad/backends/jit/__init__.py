@@ -210,14 +210,13 @@ def loop_driver(nargs):
             b.ret(ir.Constant(i32, 0))
 
             class _Module:  # what python_entry reads of a translator
-                raises, symbols = [], set()
+                raises = []
 
             holder = _Module()
             holder.module = module
             entry = wrapper.python_entry(holder, fn, 3, True)
             obj = engine.compile_ir(str(module))
-            meta = {"entry": entry,
-                    "symbols": sorted(holder.symbols | engine.external_symbols(module))}
+            meta = {"entry": entry, "symbols": sorted(engine.external_symbols(module))}
             engine.store_object(key, json.dumps(meta).encode() + b"\n" + obj)
         else:
             head_, _, obj = blob.partition(b"\n")

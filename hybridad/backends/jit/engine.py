@@ -236,8 +236,9 @@ def _register(names):
 def load_object(obj, symbols, names, cells=None):
     """Load object code ``obj`` into this process's engine; the addresses of
     its functions ``names`` (a dict name -> address).  ``symbols``: the names
-    of :data:`SYMBOLS` it refers to (registered first); ``cells``: symbols
-    of its own, name -> address (object mode's sites, :mod:`.sites`)."""
+    it declares (:func:`external_symbols`), those of :data:`SYMBOLS` and the
+    resolvers registered first; ``cells``: symbols of its own, name ->
+    address (object mode's sites, :mod:`.sites`)."""
     llvm = _llvm()
     tm, layout, triple = target()
     cells = cells or {}

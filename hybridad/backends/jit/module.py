@@ -43,7 +43,6 @@ class Translator:
         self.module.triple, self.module.data_layout = triple, layout
         self.raises = []  # (exception name, message): status k + 1
         self.functions = {}  # (name, schemas) -> (ir.Function, [result shape])
-        self.symbols = set()
         self.parallel = False  # whether a prange loop runs on threads (see .parallel)
         self.sites = []  # object mode's calls (see .sites): the object file's metadata
 
@@ -61,8 +60,7 @@ class Translator:
                 nogil = bool(decorator_options(self.defs[fn_name]).get("nogil")) or \
                     self.parallel  # (numba's threading layer waits without the GIL)
                 entry = python_entry(self, fn, nargs, nogil)
-                return (str(self.module), entry,
-                        sorted(self.symbols | engine.external_symbols(self.module)))
+                return str(self.module), entry, sorted(engine.external_symbols(self.module))
             except Retype as r:
                 if r.key in self.hints and self.hints[r.key] == r.kind:
                     raise Unsupported(f"type of {r.key} does not settle") from None

@@ -15,7 +15,8 @@ import numpy as np
 from llvmlite import ir
 
 from . import engine
-from .values import F32, F64, ArrayV, Const, CtypesOf, Scalar, TupleV, Unsupported, lltype, memtype
+from .values import (F32, F64, ArrayV, Const, CtypesOf, Scalar, TupleV, Unsupported, declare,
+                     lltype, memtype)
 
 __all__ = ["table"]
 
@@ -62,11 +63,7 @@ def _special(cname, nargs, order=False):
     def impl(frame, args, kwargs):
         d = ir.DoubleType()
         kinds = [_I64, d] if order else [d] * nargs
-        module = frame.b.module
-        fn = module.globals.get(sym)
-        if fn is None:
-            fn = ir.Function(module, ir.FunctionType(d, kinds + [_I32]), name=sym)
-        frame.t.symbols.add(sym)
+        fn = declare(frame.b.module, sym, d, kinds + [_I32])
         from .values import I64 as _i64
 
         vals = [frame.ops.scalar(a, _i64 if (order and k == 0) else F64).value
@@ -168,12 +165,7 @@ for _n in ("dgemm", "sgemm", "dgemv", "sgemv"):
 
 
 def _declare(frame, name, nargs):
-    module = frame.b.module
-    fn = module.globals.get(name)
-    if fn is None:
-        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_VOIDP] * nargs), name=name)
-    frame.t.symbols.add(name)
-    return fn
+    return declare(frame.b.module, name, ir.VoidType(), [_VOIDP] * nargs)
 
 
 def _slot(frame, llty, value):
@@ -346,11 +338,7 @@ def external_call(frame, fn, args):
         raise Unsupported(f"{fn.symbol}: argument count")
     ptys = [_numba_lltype(t) for t in sig.args]
     rty = _numba_lltype(sig.return_type)
-    module = frame.b.module
-    decl = module.globals.get(fn.symbol)
-    if decl is None:
-        decl = ir.Function(module, ir.FunctionType(rty, ptys), name=fn.symbol)
-    frame.t.symbols.add(fn.symbol)
+    decl = declare(frame.b.module, fn.symbol, rty, ptys)
     vals = []
     for a, t, pt in zip(args, sig.args, ptys, strict=True):
         if pt == _VOIDP:

@@ -24,7 +24,7 @@ import ast
 from llvmlite import ir
 
 from .analysis import assigned_names, reads, upward_exposed
-from .values import I64, UNDEF, ArrayV, Const, Scalar, TupleV, Unsupported
+from .values import I64, UNDEF, ArrayV, Const, Scalar, TupleV, Unsupported, declare
 
 __all__ = ["prange_loop", "start_threads"]
 
@@ -69,17 +69,10 @@ def max_threads():
     return int(config.NUMBA_NUM_THREADS)
 
 
-def _declare(module, name, ret, args):
-    fn = module.globals.get(name)
-    if fn is None:
-        fn = ir.Function(module, ir.FunctionType(ret, args), name=name)
-    return fn
-
-
 def thread_id(frame, args, kwargs):
     """``numba.get_thread_id()``: the worker's number (0 outside a parallel loop)."""
     start_threads()
-    fn = _declare(frame.b.module, "get_thread_id", _I64, [])
+    fn = declare(frame.b.module, "get_thread_id", _I64, [])
     return Scalar(frame.b.call(fn, []), I64)
 
 
@@ -173,8 +166,8 @@ def prange_loop(frame, node, start, stop):
     ks.finish()
     # the call: one row [lo, hi) per thread
     nmax = max_threads()
-    get_n = _declare(module, "get_num_threads", _I64, [])
-    pfor = _declare(module, "numba_parallel_for", ir.VoidType(), [_I8P] * 5 + [_I64] * 3)
+    get_n = declare(module, "get_num_threads", _I64, [])
+    pfor = declare(module, "numba_parallel_for", ir.VoidType(), [_I8P] * 5 + [_I64] * 3)
     arr = frame.arr
     lo0, hi0 = arr.i64(start), arr.i64(stop)
     total = b.sub(hi0, lo0)

@@ -17,7 +17,7 @@ import numpy as np
 from llvmlite import ir
 
 from .ufuncs import _INTRINSIC, _LIBM, Ufuncs
-from .values import BOOL, F32, F64, I64, Const, Scalar, Unsupported, lltype, promote
+from .values import BOOL, F32, F64, I64, Const, Scalar, Unsupported, declare, lltype, promote
 
 __all__ = ["ScalarOps", "is_number"]
 
@@ -332,11 +332,7 @@ class ScalarOps(Ufuncs):
 
     # -- functions ---------------------------------------------------------------
     def _declare(self, name, argtypes, ret):
-        module = self.b.module
-        fn = module.globals.get(name)
-        if fn is None:
-            fn = ir.Function(module, ir.FunctionType(ret, argtypes), name=name)
-        return fn
+        return declare(self.b.module, name, ret, argtypes)
 
     def _intrinsic(self, base, args, t):
         suffix = "f64" if isinstance(t, ir.DoubleType) else "f32"

@@ -30,7 +30,7 @@ import ctypes
 import numpy as np
 from llvmlite import ir
 
-from .values import BOOL, ArrayV, Const, Scalar, Unsupported
+from .values import BOOL, ArrayV, Const, Scalar, Unsupported, declare, declare_global
 
 __all__ = ["Site", "bind_sites", "is_objmode", "object_mode"]
 
@@ -39,9 +39,6 @@ _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
 #: status of a compiled function whose Python call raised (the exception is set)
 PYTHON_ERROR = -1
-#: the C API functions a site's code calls (resolved by :mod:`.engine`)
-C_API = ("PyGILState_Ensure", "PyGILState_Release", "PyLong_FromVoidPtr",
-         "PyObject_CallFunctionObjArgs", "Py_DecRef")
 
 
 def is_objmode(obj):
@@ -113,21 +110,12 @@ def _emit_call(frame, name, values, keywords):
     for j, w in enumerate(words):
         b.store(w, b.gep(block, [ir.Constant(_I32, 0), ir.Constant(_I32, j)]))
     module = t.module
-    cell = ir.GlobalVariable(module, _I8P, name=symbol)
-    cell.linkage = "external"
-
-    def api(fname, ret, args, var_arg=False):
-        f = module.globals.get(fname)
-        if f is None:
-            f = ir.Function(module, ir.FunctionType(ret, args, var_arg=var_arg), name=fname)
-        return f
-
-    ensure = api("PyGILState_Ensure", _I32, [])
-    release = api("PyGILState_Release", ir.VoidType(), [_I32])
-    as_long = api("PyLong_FromVoidPtr", _I8P, [_I8P])
-    call = api("PyObject_CallFunctionObjArgs", _I8P, [_I8P], var_arg=True)
-    decref = api("Py_DecRef", ir.VoidType(), [_I8P])
-    t.symbols |= set(C_API)
+    cell = declare_global(module, symbol, _I8P)
+    ensure = declare(module, "PyGILState_Ensure", _I32, [])
+    release = declare(module, "PyGILState_Release", ir.VoidType(), [_I32])
+    as_long = declare(module, "PyLong_FromVoidPtr", _I8P, [_I8P])
+    call = declare(module, "PyObject_CallFunctionObjArgs", _I8P, [_I8P], var_arg=True)
+    decref = declare(module, "Py_DecRef", ir.VoidType(), [_I8P])
     gil = b.call(ensure, [])
     address = b.call(as_long, [b.bitcast(block, _I8P)])
     failed = b.icmp_unsigned("==", address, ir.Constant(_I8P, None))

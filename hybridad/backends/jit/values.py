@@ -14,8 +14,9 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-__all__ = ["CtypesOf", "UNDEF", "Unsupported", "Const", "Scalar", "ArrayV", "TupleV", "lltype",
-           "promote", "F64", "F32", "I64", "I32", "I8", "U8", "BOOL", "INTP"]
+__all__ = ["CtypesOf", "UNDEF", "Unsupported", "Const", "Scalar", "ArrayV", "TupleV", "declare",
+           "declare_global", "lltype", "promote",
+           "F64", "F32", "I64", "I32", "I8", "U8", "BOOL", "INTP"]
 
 
 #: the value of a name bound on some paths only (reading it is Unsupported)
@@ -138,3 +139,23 @@ class CtypesOf:
 
     def __init__(self, array):
         self.array = array
+
+
+def declare(module, name, ret, args, var_arg=False):
+    """The function ``name`` of ``module``, declared (defined elsewhere) on
+    first use.  What a module declares is what its object file records and a
+    load binds (:func:`.engine.external_symbols`)."""
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ret, args, var_arg=var_arg), name=name)
+    return fn
+
+
+def declare_global(module, name, ty):
+    """The global variable ``name`` of type ``ty`` defined elsewhere (a C
+    API object, an object mode site's cell), declared on first use."""
+    g = module.globals.get(name)
+    if g is None:
+        g = ir.GlobalVariable(module, ty, name=name)
+        g.linkage = "external"
+    return g

@@ -17,6 +17,7 @@ import ctypes
 from llvmlite import ir
 
 from .sites import PYTHON_ERROR
+from .values import declare as _fn, declare_global
 
 __all__ = ["python_entry", "make_callable"]
 
@@ -24,13 +25,6 @@ _I8 = ir.IntType(8)
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
 _OBJ = _I8.as_pointer()
-
-
-def _fn(module, name, ret, args):
-    f = module.globals.get(name)
-    if f is None:
-        f = ir.Function(module, ir.FunctionType(ret, args), name=name)
-    return f
 
 
 def _cstring(module, text, name):
@@ -54,15 +48,9 @@ def python_entry(translator, fn, nargs, nogil):
     as_ll = _fn(module, "PyLong_AsLongLong", _I64, [_OBJ])
     occurred = _fn(module, "PyErr_Occurred", _OBJ, [])
     set_string = _fn(module, "PyErr_SetString", ir.VoidType(), [_OBJ, _OBJ])
-    syms = {"PyLong_AsLongLong", "PyErr_Occurred", "PyErr_SetString"}
 
     def exc(kind):
-        g = module.globals.get(kind)
-        if g is None:
-            g = ir.GlobalVariable(module, _OBJ, name=kind)
-            g.linkage = "external"
-        syms.add(kind)
-        return b.load(g)
+        return b.load(declare_global(module, kind, _OBJ))
 
     def fail(kind, text, label):
         msg = _cstring(module, text, f"{name}.{label}")
@@ -85,7 +73,6 @@ def python_entry(translator, fn, nargs, nogil):
     if nogil:
         save = _fn(module, "PyEval_SaveThread", _OBJ, [])
         restore = _fn(module, "PyEval_RestoreThread", ir.VoidType(), [_OBJ])
-        syms |= {"PyEval_SaveThread", "PyEval_RestoreThread"}
         ts = b.call(save, [])
         status = b.call(fn, vals)
         b.call(restore, [ts])
@@ -101,16 +88,11 @@ def python_entry(translator, fn, nargs, nogil):
     other = b.icmp_signed("!=", status, ir.Constant(_I32, 0))
     with b.if_then(other, likely=False):
         fail("PyExc_RuntimeError", f"{fn.name}: failed (status unknown)", "other")
-    none = module.globals.get("_Py_NoneStruct")
-    if none is None:
-        none = ir.GlobalVariable(module, _I8, name="_Py_NoneStruct")
-        none.linkage = "external"
+    none = declare_global(module, "_Py_NoneStruct", _I8)
     incref = _fn(module, "Py_IncRef", ir.VoidType(), [_OBJ])
-    syms |= {"_Py_NoneStruct", "Py_IncRef"}
     p = b.bitcast(none, _OBJ)
     b.call(incref, [p])
     b.ret(p)
-    translator.symbols |= syms
     return name
 
 
