@@ -66,3 +66,37 @@ def test_hessian_and_jacobian_plans_fall_back(tiny_budget):
 def test_hvp_plans_refuse_by_name(tiny_budget):
     with pytest.raises(ha.CompileBudgetError, match="HYBRIDAD_COMPILE_BUDGET"):
         ha.compile(lambda x: _f(x) * 3.0, X, hvp=True)
+
+
+def test_the_twins_come_from_the_plan_s_own_trace(tiny_budget):
+    """The numpy twin of a plan over the budget is built from the graph the plan
+    traced (``f`` runs once), and the plan's guards still decide every call the
+    twin serves."""
+    state = {"calls": 0, "scale": 2.0}
+
+    def f(x):
+        state["calls"] += 1
+        return state["scale"] * _f(x)
+
+    with pytest.warns(RuntimeWarning, match="over the budget"):
+        plan = ha.compile(f, X, tiered=False)
+    assert state["calls"] == 1 and plan._reference._replay is not None
+    np.testing.assert_allclose(plan.gradient(X).gradient,
+                               2.0 * ha.gradient(_f, X, backend="numpy").gradient, rtol=1e-15)
+
+    def g(x):
+        state["calls"] += 1
+        return state["scale"] * _g(x)
+
+    for kind, fn, call in (("hessian", f, lambda p: p.hessian(X)),
+                           ("jacobian", g, lambda p: p.jacobian(X))):
+        state.update(calls=0, scale=2.0)
+        plan = ha.compile(fn, X, **{kind: True})
+        with pytest.warns(RuntimeWarning, match="over the budget"):
+            call(plan)
+        assert state["calls"] == 1 and plan._twin._replay is not None
+        assert plan._recording is None
+        call(plan)
+        state["scale"] = 3.0  # the plan's guards see it before the twin runs
+        with pytest.raises(ha.StalePlanError, match="scale"):
+            call(plan)

@@ -301,3 +301,41 @@ def test_an_elementwise_function_beside_the_background_compile_does_not_deadlock
     hung (3 of 3).  Deterministic: the build waits inside the compiler lock
     until the call is compiling."""
     _hang_free(ELEMENTWISE_SCRIPT, tmp_path)
+
+
+def test_the_reference_program_comes_from_the_plan_s_own_trace(gate):
+    """The reference plan is built from the graph the plan traced: ``f`` runs
+    once, and a global it reads that changes after the compile cannot reach
+    the reference (the plan's guards see the change first)."""
+    state = {"calls": 0, "scale": 2.0}
+
+    def scaled(W, X, y):
+        state["calls"] += 1
+        return state["scale"] * loss(W, X, y)
+
+    plan = ha.compile(scaled, W, X, Y, tiered=True)
+    assert state["calls"] == 1 and plan.tier == "numpy"
+    assert plan._reference._replay is not None and plan._recording is None
+    res = plan.gradient(W, X, Y)  # the reference program
+    ref = reference()
+    np.testing.assert_allclose(res.gradient, 2.0 * ref.gradient, rtol=1e-14)
+    assert res.value == pytest.approx(2.0 * ref.value, rel=1e-15)
+    state["scale"] = 3.0  # f now traces to another graph: the plan refuses, by name
+    with pytest.raises(ha.StalePlanError, match="scale"):
+        plan.gradient(W, X, Y)
+    assert state["calls"] == 2  # (that check traced f again: the plan's guards, not a twin)
+
+
+def test_memory_budget_binds_both_tiers(gate):
+    """A budget that holds the compiled program's workspace but not the reference's
+    beside it: the plan is not tiered (it compiles before it returns)."""
+    alone = ha.compile(loss, W, X, Y, tiered=False)
+    tiered = ha.compile(loss, W, X, Y, tiered=True)
+    both = tiered.memory.total_bytes + tiered._reference.memory.total_bytes
+    assert both > alone.memory.total_bytes
+    gate.set()
+    plan = ha.compile(loss, W, X, Y, tiered=True, memory_budget=both - 1)
+    assert plan.tier == "numba" and plan._reference is None
+    assert plan.memory.total_bytes <= both - 1
+    plan = ha.compile(loss, W, X, Y, tiered=True, memory_budget=both)
+    plan.wait()

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-__all__ = ["Graph", "Node", "check", "copy_graph", "format_node", "redirect", "users_of"]
+__all__ = ["Graph", "Node", "check", "clone_node", "copy_graph", "format_node", "redirect", "users_of"]
 
 
 class Node:
@@ -188,6 +188,16 @@ def redirect(nodes, replace):
             n.args = tuple(replace.get(a.id, a) for a in n.args)
 
 
+def clone_node(node, id, args):
+    """A new node like ``node`` with ``id`` and operands ``args`` (a tuple),
+    its attributes copied one level; shape and dtype taken as they are (no
+    conversion: a copy costs about 1 us, a third of :class:`Node`'s)."""
+    new = Node.__new__(Node)
+    new.id, new.op, new.args, new.attrs = id, node.op, args, dict(node.attrs)
+    new.shape, new.dtype, new.phase = node.shape, node.dtype, node.phase
+    return new
+
+
 def copy_graph(graph):
     """A copy of ``graph`` made of new nodes (same ids, operands remapped,
     attributes copied one level): for passes that rewrite nodes in place
@@ -195,7 +205,6 @@ def copy_graph(graph):
     (a loop body, which its rules replay and Python decisions evaluate)."""
     new = {}
     for n in graph.nodes:
-        new[n.id] = Node(n.id, n.op, (new[a.id] for a in n.args), dict(n.attrs), n.shape,
-                         n.dtype, n.phase)
+        new[n.id] = clone_node(n, n.id, tuple(new[a.id] for a in n.args))
     return Graph([new[n.id] for n in graph.nodes], [new[n.id] for n in graph.inputs],
                  [new[n.id] for n in graph.outputs])

@@ -18,6 +18,7 @@ from ..frontend.signature import signature
 from ..core.trace import Trace
 from ..transforms import rolling
 from .arguments import _static_paths
+from .recording import record
 
 __all__ = ["GuardsMixin", "compiled_code_refusal"]
 
@@ -82,14 +83,40 @@ class GuardsMixin:
     _specialized_count = 0
 
 
+    #: the :class:`~hybridad.plans.recording.Recording` this plan is built from
+    #: instead of calling ``f`` (a second program of its owner), or None
+    _replay = None
+    #: whether :meth:`_trace_f` keeps a recording of the trace (``_recording``)
+    _records = False
+    _recording = None
+
+    @classmethod
+    def _from_recording(cls, recording, *args, **kwargs):
+        """A plan of this class built from ``recording`` (``f`` is not called;
+        ``args``, ``kwargs``: the constructor's).  It has no guards of its own:
+        its owner checks them before every call it forwards."""
+        plan = cls.__new__(cls)
+        plan._replay = recording
+        plan.__init__(*args, **kwargs)
+        return plan
+
     def _trace_f(self, f, targs, trace):
         """``f(*targs)`` in ``trace``, observed: the output checked, and the plan's
-        guards and graph signature set (see :mod:`hybridad.frontend.guards`)."""
+        guards and graph signature set (see :mod:`hybridad.frontend.guards`);
+        for a plan made :meth:`_from_recording`, the recorded graph instead."""
+        replay = self._replay
+        if replay is not None:
+            self.guards, self._signature = replay.guards, replay.signature
+            self._guarded = False
+            self._gcheck = self.guards._check
+            return replay.emit(trace)
         out, self.guards, self._signature = self._observe_f(f, targs, trace)
         if self.backend in ("numpy", "numba") and not trace.decisions and rolling.enabled():
             (out.node,) = rolling.roll_loops(trace, [out.node])
         self._guarded = self.guards.count > 0
         self._gcheck = self.guards._check  # the compiled check (generated fast paths)
+        if self._records:  # before the backend's passes rewrite nodes in place
+            self._recording = record(trace, out, self.guards, self._signature)
         return out
 
 

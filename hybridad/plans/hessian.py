@@ -52,8 +52,8 @@ class HessianPlan(StagedPlan):
         self.order = 2
 
     def _remake(self, f, args, backend):
-        return HessianPlan(f, args, self.argnums, backend, chunk=self._chunk_request,
-                           parallel=self.parallel)
+        return HessianPlan._from_recording(self._recording, f, args, self.argnums, backend,
+                                           chunk=self._chunk_request, parallel=self.parallel)
 
     def _build(self, f, args, leaves):
         trace = Trace()

@@ -42,8 +42,9 @@ class JacobianPlan(StagedPlan):
                          pack=pack)
 
     def _remake(self, f, args, backend):
-        return JacobianPlan(f, args, self.argnums, backend, mode=self._mode_request,
-                            chunk=self._chunk_request, parallel=self.parallel)
+        return JacobianPlan._from_recording(self._recording, f, args, self.argnums, backend,
+                                            mode=self._mode_request, chunk=self._chunk_request,
+                                            parallel=self.parallel)
 
     def _check_output(self, out, trace):
         if not isinstance(out, Tracer):

@@ -165,6 +165,11 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         self._tiered = (default_tiered() if tiered is None else bool(tiered)) and \
             backend == "numba" and not hvp and update is None and type(self) is Plan and \
             not poison
+        # the traced graph, kept for a second program of another backend (a
+        # tiered plan's reference, a numpy twin over the compile budget): built
+        # from it, never by tracing f again (hybridad.plans.recording)
+        self._records = backend == "numba" and self._replay is None and (
+            self._tiered or self._numpy_fallback(hvp, update))
         with serial_loops(not self.parallel):
             try:
                 self._build(f, args, leaves)
@@ -173,6 +178,19 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         if self._pending is not None and not self._start_tiers(f, args):
             pending, self._pending = self._pending, None  # no reference program: compile here
             self._install_program(self._compile(*pending))
+        if not self._KEEPS_RECORDING:
+            self._recording = None
+
+    #: whether the recording outlives the constructor: staged plans, whose
+    #: programs compile at their first use (:mod:`hybridad.plans.staged`)
+    _KEEPS_RECORDING = False
+
+    def _numpy_fallback(self, hvp, update):
+        """Whether a numba program over the compile budget
+        (:class:`hybridad.CompileBudgetError`) leaves this plan's calls to a
+        numpy twin of its recording: plain gradient plans (no ``hvp``, no
+        ``update``, which raise it)."""
+        return type(self) is Plan and not hvp and update is None
 
     #: loops split into this many nested levels for the budget
     #: (:mod:`hybridad.transforms.checkpoint`), or None

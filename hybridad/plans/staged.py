@@ -80,6 +80,8 @@ def falls_back(method):
                 return method(self, *args, **kwargs)
             except CompileBudgetError as exc:
                 twin = self._make_twin(args, exc)
+        elif self._guarded:  # the twin runs this plan's graph: this plan's guards decide
+            self._check_stale(args if args else getattr(twin, "_point_args", ()))
         return getattr(twin, name)(*args, **kwargs)
 
     return call
@@ -185,16 +187,22 @@ class StagedPlan(Plan):
         self._programs = {}
 
     _twin = None  # the numpy plan serving the calls once a program is over budget
+    _KEEPS_RECORDING = True  # until every program compiled (see _program_for)
+
+    def _numpy_fallback(self, hvp, update):
+        return True
 
     def _remake(self, f, args, backend):
-        """This plan again, for ``backend`` (the subclass's options)."""
+        """This plan again, for ``backend`` (the subclass's options), built from
+        its recording (:mod:`hybridad.plans.recording`): ``f`` is not called."""
         raise NotImplementedError
 
     def _make_twin(self, args, exc):
         f = self._f()
-        if f is None or not args:  # (hvp(v=...) at a linearized point: no arguments)
-            raise exc
+        if f is None or not args or self._recording is None:
+            raise exc  # (hvp(v=...) at a linearized point: no arguments)
         self._twin = self._remake(f, args, "numpy")
+        self._recording = None
         self._tier_error = exc
         warnings.warn(f"hybridad: {exc}; the plan runs its numpy reference program from now "
                       "on (no compile, no allocation per call; slower than compiled code)",
@@ -217,6 +225,8 @@ class StagedPlan(Plan):
                                          self._primal_specs + self._stage_specs[name],
                                          self._specs + [(seed.shape, seed.dtype)], given)
             self._programs[name] = prog
+            if len(self._programs) > len(self._stages):  # every program compiled
+                self._recording = None
         return prog
 
     def _run_program(self, name, leaves, outs):
