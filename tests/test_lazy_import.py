@@ -17,7 +17,7 @@ _REPORT = f"import json, sys; print(json.dumps([m for m in {HEAVY!r} if m in sys
 def run(code, cwd=None, cache=None):
     """Run ``code`` in a fresh interpreter (``cache``: its disk cache); the
     last line it prints, parsed as JSON."""
-    env = dict(os.environ, HYBRIDAD_TIERED="0", PYTHONWARNINGS="error::RuntimeWarning")
+    env = dict(os.environ, PYTHONWARNINGS="error::RuntimeWarning")
     if cache is not None:
         env["HYBRIDAD_CACHE_DIR"] = str(cache)
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=cwd,

@@ -521,7 +521,7 @@ def test_the_blas_library_plans_call_is_the_one_limited(tmp_path):
 
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one core: every BLAS runs one thread")
-    env = {**os.environ, "HYBRIDAD_CACHE_DIR": str(tmp_path), "HYBRIDAD_TIERED": "0"}
+    env = {**os.environ, "HYBRIDAD_CACHE_DIR": str(tmp_path)}
     scipy_libs = os.path.realpath(os.path.dirname(scipy.__file__)) + ".libs" + os.sep
     for run in ("compiled", "from the disk cache"):
         out = subprocess.run([sys.executable, "-c", _LIMITED_CHILD], env=env,
