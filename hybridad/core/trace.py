@@ -185,13 +185,25 @@ def _weak_type(x):
     return np.asarray(x).dtype
 
 
+#: (ufunc, operand dtypes or weak Python types) -> numpy's loop dtypes (a trace
+#: asks the same few questions thousands of times: one per op)
+_LOOPS = {}
+
+
 def loop_dtypes(ufunc, args):
     """The (inputs..., output) dtypes numpy's ufunc loop uses for these operands."""
+    key = (ufunc, *(_weak_type(a) for a in args))
+    hit = _LOOPS.get(key)
+    if hit is not None:
+        return hit
     try:
-        return ufunc.resolve_dtypes(tuple(_weak_type(a) for a in args) + (None,) * ufunc.nout)
+        dts = ufunc.resolve_dtypes(key[1:] + (None,) * ufunc.nout)
     except (TypeError, np._core._exceptions._UFuncNoLoopError) as err:  # type: ignore
         raise TypeError(f"np.{ufunc.__name__} does not support operands of dtypes "
-                        f"{[_weak_type(a) for a in args]}: {err}") from None
+                        f"{list(key[1:])}: {err}") from None
+    if len(_LOOPS) < 4096:
+        _LOOPS[key] = dts
+    return dts
 
 
 def as_node(x, trace, dtype=None):
@@ -206,7 +218,8 @@ def as_node(x, trace, dtype=None):
             raise TracingError("a traced value escaped its trace (was it stored in a global "
                                "or closure during an earlier trace?)")
     elif isinstance(x, np.ndarray):
-        refuse_subclass(x, f"an array used in the traced function at {user_location()}")
+        if type(x) is not np.ndarray:  # (the location is a walk up the stack: only then)
+            refuse_subclass(x, f"an array used in the traced function at {user_location()}")
         node = trace.const(x, literal=False)  # by reference, 0-d arrays included
     elif isinstance(x, (np.ndarray, np.generic, numbers.Number)):
         node = trace.const(np.asarray(x, dtype=dtype) if dtype is not None else x, True)
@@ -242,7 +255,10 @@ def _is_literal_fill(node, value):
         node = node.args[0]
     if not node.is_literal or node.size > 4096:
         return False
-    return bool(np.all(node.attrs["value"] == value))
+    held = node.attrs["value"]
+    if held.size == 1:  # (the common case, a scalar literal: no reduction)
+        return bool(held.reshape(()) == value)
+    return bool(np.all(held == value))
 
 
 def _simplify(opname, nodes, shape, dtype):

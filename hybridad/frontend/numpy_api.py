@@ -10,6 +10,7 @@ their own.
 
 from __future__ import annotations
 
+import math
 import numbers
 import operator
 
@@ -278,7 +279,7 @@ def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
     shape = np.empty(a.shape, dtype=np.bool_).reshape(shape).shape if -1 in shape else shape
     if shape == a.shape:
         return a
-    if int(np.prod(shape, dtype=np.int64)) != a.size:
+    if math.prod(shape) != a.size:
         raise ValueError(f"cannot reshape array of size {a.size} into shape {shape}")
     return bind("reshape", a, shape=tuple(int(s) for s in shape))
 

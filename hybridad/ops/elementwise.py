@@ -70,7 +70,10 @@ def _abstract_for(ufunc):
     def abstract(*args):
         from ..core.trace import loop_dtypes
 
-        shape = np.broadcast_shapes(*(a.shape for a in args))
+        shapes = {a.shape for a in args}
+        shapes.discard(())  # (scalars broadcast to anything)
+        shape = () if not shapes else shapes.pop() if len(shapes) == 1 else \
+            np.broadcast_shapes(*shapes)
         return shape, loop_dtypes(_real(ufunc), args)[-1]
 
     return abstract
