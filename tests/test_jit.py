@@ -556,3 +556,53 @@ def test_programs_load_from_the_disk_cache_in_a_new_process(tmp_path):
     a = np.linspace(-2, 2, 1000)
     np.testing.assert_allclose(out1[3][0], np.exp(-a * a) + np.log1p(abs(a)) + np.arange(1000),
                                rtol=1e-15)
+
+
+_BASE = np.random.default_rng(4).uniform(-1, 1, (64, 80))
+_BASE3 = np.random.default_rng(5).uniform(-1, 1, (8, 10, 12))
+_STRIDED = {  # captured views of other strides: read in place through a contiguous hull
+    "columns": _BASE[:, :48],
+    "every_other_row": _BASE[::2, 1:],
+    "every_third": _BASE.ravel()[::3][:3000],
+    "block3": _BASE3[1:, ::2, 2:12],  # (strides 120, 24, 1: nested)
+    "one_row_step": _BASE[2:3, ::2],
+}
+_FALLBACK = {  # strides no hull reads (numba compiles these plans, as before)
+    "reversed": _BASE[::-1, :48],
+    "transposed_block": _BASE[:, :48].T,
+    "not_nested": _BASE3[1:, ::3, 2:5],  # (strides 120, 36, 1)
+}
+
+
+@pytest.mark.parametrize("name", sorted(_STRIDED) + sorted(_FALLBACK))
+def test_captured_strided_views_compile_here_and_read_in_place(name):
+    """A global view that is neither C nor F contiguous (``W[:, :k]``) reaches the
+    program by object: hybridad's compiler builds the plan (numba's front end
+    took 7-15 s for such plans), reading the view's own memory, with no
+    allocation."""
+    from hybridad.testing import assert_no_alloc
+
+    view = {**_STRIDED, **_FALLBACK}[name]
+    size = view.size
+
+    def f(x):
+        return np.sum(np.tanh(x[:size].reshape(view.shape) * view) ** 2) + np.sum(view * 0.5)
+
+    x = rand((size + 3,), seed=len(name))
+    plan = ha.compile(f, x)
+    ref = ha.compile(f, x, backend="numpy")
+    text = plan.explain()
+    assert ("hybridad's own compiler" in text) == (name in _STRIDED), text
+    got, want = plan.gradient(x), ref.gradient(x)
+    np.testing.assert_allclose(float(got.value), float(want.value), rtol=1e-14)
+    np.testing.assert_allclose(got.gradient, want.gradient, rtol=1e-13, atol=1e-15)
+    res = plan.new_result()
+    assert_no_alloc(plan.gradient, x, out=res, n=3)  # (the guards hash the view in place)
+    base = _BASE3 if np.shares_memory(view, _BASE3) else _BASE
+    saved = base.copy()
+    try:  # the guards still see a change in place, small views and large ones
+        base *= 1.25
+        with pytest.raises(ha.StalePlanError, match="changed in place"):
+            plan.gradient(x)
+    finally:
+        base[...] = saved

@@ -234,11 +234,21 @@ def _snapshot(a):
     return ("hash", _content_hash(a))
 
 
+#: itemsize -> the unsigned integer type of that size (a strided array's
+#: elements hashed by their bits, in place)
+_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
 def _content_hash(a):
-    """A 64-bit hash of an array's bytes (C order), computed without a copy when
-    the array is contiguous."""
-    data = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-    return int(_hash_kernel()(data))
+    """A 64-bit hash of an array's contents, without a copy: its bytes when it is
+    C-contiguous, else its elements' bits in C order, read in place (a guard's
+    array keeps its strides, which the guard checks first, so one array is
+    always hashed the same way)."""
+    if a.flags.c_contiguous:
+        return int(_hash_kernel()(a.reshape(-1).view(np.uint8)))
+    if a.dtype.itemsize in _BITS and a.ndim:
+        return int(_element_hash_kernel()(a.view(_BITS[a.dtype.itemsize])))
+    return int(_hash_kernel()(np.ascontiguousarray(a).reshape(-1).view(np.uint8)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -263,6 +273,26 @@ def _hash_kernel():
         return h
 
     return content_hash
+
+
+@functools.lru_cache(maxsize=None)
+def _element_hash_kernel():
+    import numba
+
+    from .._libcache import install
+
+    install()
+
+    @numba.njit(cache=True, nogil=True)
+    def element_hash(bits):
+        h = np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(bits.size)
+        prime = np.uint64(0x100000001B3)
+        for w in bits.flat:
+            h = (h ^ np.uint64(w)) * prime
+            h ^= h >> np.uint64(29)
+        return h
+
+    return element_hash
 
 
 def _same_content(a, snap):

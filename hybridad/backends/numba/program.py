@@ -37,7 +37,7 @@ from .loops import (
     here,
     region_acc_lines,
 )
-from .runner import NumbaProgram, _Checks, _literal, view_at
+from .runner import NumbaProgram, _Checks, _literal, strided_hull, view_at
 from .threads import start_pool
 from .threshold import PARALLEL_MIN, work_estimate
 
@@ -435,13 +435,17 @@ def _const_param(n, users, output_ids, objects, params, const_args, checks, addr
     order = "C" if v.flags.c_contiguous else "F" if v.flags.f_contiguous else None
     if only_inlined:
         return
-    if objects and order and v.flags.aligned and v.dtype.isnative:
+    hull = None if order or not objects else strided_hull(v)
+    if objects and (order or hull) and v.flags.aligned and v.dtype.isnative:
         params.append(f"c{n.id}p")  # by object, like the inputs
         const_args.append((v, True))
+        if hull is not None:  # a strided view (W[:, :k]): read through its hull
+            checks.add_strided(f"c{n.id}", *hull, v.dtype)
+            return
         checks.add(f"c{n.id}", v.shape, v.dtype, written=False, order=order)
         if order == "C":
             addresses[f"c{n.id}"] = (f"c{n.id}d", v.shape, v.dtype, "C")
-    else:
+    else:  # (as an array argument: numba compiles the plan, not hybridad's compiler)
         params.append(f"c{n.id}")
         const_args.append((v, False))
 

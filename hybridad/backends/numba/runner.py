@@ -195,6 +195,9 @@ class _Checks:
         #: body's, by the loop runner): no check, the data addresses only
         self.trusted = bool(trusted and objects)
         self.records = []  # (name, shape, dtype, flags, written, order)
+        #: captured constants of other strides, by object with no check (the plan
+        #: holds them): (name, C-contiguous hull shape, index into it, dtype)
+        self.strided = []
 
     def add(self, name, shape, dtype, written, order="C"):
         from . import abi as rt
@@ -203,6 +206,11 @@ class _Checks:
             (rt.WRITEABLE if written else 0)
         self.records.append((name, tuple(int(d) for d in shape), np.dtype(dtype), flags,
                              written, order))
+
+    def add_strided(self, name, hull, index, dtype):
+        """A constant passed by object and read as ``index`` of the C-contiguous
+        array ``hull`` at its data address (:func:`strided_hull`)."""
+        self.strided.append((name, hull, index, np.dtype(dtype)))
 
     def table(self):
         """The int64 check table (object fields filled per call)."""
@@ -229,6 +237,9 @@ class _Checks:
             for name, shape, dtype, _, _, order in self.records:
                 out.append(f"{name}d = _ld64({name}p + _ABI[1])")
                 out.append(f"{name} = " + view_at(f"{name}d", shape, dtype, order))
+            for name, hull, index, dtype in self.strided:
+                out.append(f"{name}d = _ld64({name}p + _ABI[1])")
+                out.append(f"{name} = " + view_at(f"{name}d", hull, dtype) + index)
         return out
 
     def _check_lines(self, size):
@@ -259,6 +270,40 @@ class _Checks:
             return {}
         return {name: (f"{name}d", shape, dtype, order)
                 for name, shape, dtype, *_, order in self.records if order == "C"}
+
+
+def strided_hull(array):
+    """``(hull, index)``: a C-contiguous shape at ``array``'s data address and
+    the index source (``"[:, :4]"``) that reads ``array`` out of it -- for a
+    view whose strides are positive, decreasing and each a multiple of the
+    next (a column block, every k-th row or element of a C array) -- else None.
+    The hull may reach past ``array``'s last element (its rows are padded to
+    the stride); only ``array``'s own elements are read."""
+    size = array.itemsize
+    hull, index, prev = [], [], None
+    for n, st in zip(array.shape, array.strides, strict=True):
+        if n == 1:  # any stride: an axis of one
+            hull.append(1)
+            index.append(":")
+            continue
+        if st <= 0 or st % size:
+            return None
+        e = st // size
+        if prev is None:
+            hull.append(n)
+            index.append(":")
+        else:
+            if prev % e or n * e > prev:  # not nested, or rows that overlap
+                return None
+            hull.append(prev // e)
+            index.append(f":{n}")
+        prev = e
+    if prev is None:
+        return None  # (no axis longer than one: contiguous, not here)
+    if prev > 1:  # the last axis skips elements: an axis of the stride, read at 0
+        hull.append(prev)
+        index.append("0")
+    return tuple(hull), "[" + ", ".join(index) + "]"
 
 
 def _nbytes(shape, dtype):
