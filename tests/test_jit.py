@@ -606,3 +606,34 @@ def test_captured_strided_views_compile_here_and_read_in_place(name):
             plan.gradient(x)
     finally:
         base[...] = saved
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_sorts_compile_here_as_pairs_of_reals(dtype):
+    """np.sort / argsort / median / partition pack (value, index) pairs in a
+    complex buffer; the numba backend reads it as pairs of reals, so hybridad's
+    compiler builds these plans (numba's front end took 5-7 s).  Insertion sort
+    (rows up to 16) and heapsort (longer rows), NaN last and ties in their
+    order, as numpy's stable sort."""
+    def f(x, w):
+        s = np.sort(x, axis=0)  # rows of 40: heapsort
+        t = np.sort(x[:7], axis=1)  # rows of 9: insertion sort
+        order = np.argsort(x, axis=0, kind="stable")
+        return np.sum(s * w) + np.sum(t ** 2) + np.sum(order * x) + np.median(x[:, 3])
+
+    rng = np.random.default_rng(8)
+    x = np.round(rng.uniform(-2, 2, (40, 9)), 1).astype(dtype)  # ties
+    x[5, 2] = x[17, 2] = np.nan
+    w = rng.uniform(-1, 1, (40, 9)).astype(dtype)
+    plan = ha.compile(f, x, w)
+    assert "hybridad's own compiler" in plan.explain()
+    got, want = plan.gradient(x, w), ha.compile(f, x, w, backend="numpy").gradient(x, w)
+    np.testing.assert_array_equal(np.isnan(got.gradient), np.isnan(want.gradient))
+    np.testing.assert_allclose(got.gradient, want.gradient, rtol=1e-6 if dtype == np.float32
+                               else 1e-14)
+    clean = np.nan_to_num(x, nan=0.25)
+    got, want = plan.gradient(clean, w), ha.gradient(f, clean, w, backend="numpy")
+    assert got.value == pytest.approx(float(want.value), rel=1e-5 if dtype == np.float32
+                                      else 1e-13)
+    np.testing.assert_allclose(got.gradient, want.gradient, rtol=1e-5 if dtype == np.float32
+                               else 1e-13, atol=1e-6)

@@ -527,17 +527,20 @@ def _emit_cumprod_adjoint(w, node, a, out, zero):
 
 
 def _sort_less(a, b):
-    """Source of ``a < b`` for complex scalars ordered like numpy sorts them:
-    by real part, NaN last, then by imaginary part (never NaN here)."""
-    return (f"({a}.real < {b}.real or ({a}.real == {b}.real and {a}.imag < {b}.imag) or "
-            f"({b}.real != {b}.real and ({a}.real == {a}.real or {a}.imag < {b}.imag)))")
+    """Source of ``a < b`` for (value, index) pairs -- ``a`` and ``b`` name the
+    pairs' scalars ``{a}r, {a}i`` -- ordered like numpy sorts complex numbers:
+    by value, NaN last, then by index (never NaN here)."""
+    return (f"({a}r < {b}r or ({a}r == {b}r and {a}i < {b}i) or "
+            f"({b}r != {b}r and ({a}r == {a}r or {a}i < {b}i)))")
 
 
 def _emit_sort_pack(w, node, x, out):
     """Each row of ``x`` along ``axis`` into ``out`` (the axis last) as
-    complex (value, index) pairs, then sorted in place: insertion sort for
-    short rows, heapsort otherwise (the keys are distinct, so any sort gives
-    the stable order; neither needs memory of its own)."""
+    (value, index) pairs -- ``out`` is the packed complex buffer seen as pairs
+    of reals, a last axis of two (``program._arena_views``): no complex
+    scalar, so hybridad's compiler builds the plan -- then sorted in place:
+    insertion sort for short rows, heapsort otherwise (the keys are distinct,
+    so any sort gives the stable order; neither needs memory of its own)."""
     axis = node.attrs["axis"]
     xshape = node.args[0].shape
     n, other = xshape[axis], node.shape[:-1]
@@ -545,21 +548,23 @@ def _emit_sort_pack(w, node, x, out):
                          for d in range(len(xshape))) + "]"
     pre = "".join(f"i{d}, " for d in range(len(other)))
 
-    def at(e):
-        return f"{out}[{pre}{e}]"
+    def get(var, e, k):  # the pair at position e into {var}r, {var}i
+        return ["    " * k + f"{var}r = {out}[{pre}{e}, 0]",
+                "    " * k + f"{var}i = {out}[{pre}{e}, 1]"]
 
-    lines = [f"for _sk in range({n}):", f"    {at('_sk')} = complex({x}{xi}, _sk)"]
+    def put(e, var, k):
+        return ["    " * k + f"{out}[{pre}{e}, 0] = {var}r",
+                "    " * k + f"{out}[{pre}{e}, 1] = {var}i"]
+
+    lines = [f"for _sk in range({n}):", f"    {out}[{pre}_sk, 0] = {x}{xi}",
+             f"    {out}[{pre}_sk, 1] = _sk"]
     if n <= 16:
-        lines += [f"for _st in range(1, {n}):",
-                  f"    _sv = {at('_st')}",
+        lines += [f"for _st in range(1, {n}):", *get("_sv", "_st", 1),
                   "    _sj = _st",
-                  "    while _sj > 0:",
-                  f"        _su = {at('_sj - 1')}",
+                  "    while _sj > 0:", *get("_su", "_sj - 1", 2),
                   f"        if not {_sort_less('_sv', '_su')}:",
-                  "            break",
-                  f"        {at('_sj')} = _su",
-                  "        _sj -= 1",
-                  f"    {at('_sj')} = _sv"]
+                  "            break", *put("_sj", "_su", 2),
+                  "        _sj -= 1", *put("_sj", "_sv", 1)]
     else:  # n // 2 sifts build the heap, then n - 1 take its top to the end
         h = n // 2
         lines += [f"for _sq in range({h + n - 1}):",
@@ -567,34 +572,29 @@ def _emit_sort_pack(w, node, x, out):
                   f"        _sr = {h - 1} - _sq",
                   f"        _se = {n}",
                   "    else:",
-                  f"        _se = {n + h - 1} - _sq",
-                  f"        _sv = {at('_se')}",
-                  f"        {at('_se')} = {at('0')}",
-                  f"        {at('0')} = _sv",
-                  "        _sr = 0",
-                  f"    _sv = {at('_sr')}",
+                  f"        _se = {n + h - 1} - _sq", *get("_sv", "_se", 2),
+                  *get("_sz", "0", 2), *put("_se", "_sz", 2), *put("0", "_sv", 2),
+                  "        _sr = 0", *get("_sv", "_sr", 1),
                   "    while True:",
                   "        _sc = 2 * _sr + 1",
                   "        if _sc >= _se:",
-                  "            break",
-                  f"        _su = {at('_sc')}",
-                  "        if _sc + 1 < _se:",
-                  f"            _sw = {at('_sc + 1')}",
+                  "            break", *get("_su", "_sc", 2),
+                  "        if _sc + 1 < _se:", *get("_sw", "_sc + 1", 3),
                   f"            if {_sort_less('_su', '_sw')}:",
                   "                _sc += 1",
-                  "                _su = _sw",
+                  "                _sur = _swr",
+                  "                _sui = _swi",
                   f"        if not {_sort_less('_sv', '_su')}:",
-                  "            break",
-                  f"        {at('_sr')} = _su",
-                  "        _sr = _sc",
-                  f"    {at('_sr')} = _sv"]
+                  "            break", *put("_sr", "_su", 2),
+                  "        _sr = _sc", *put("_sr", "_sv", 1)]
     w.nest(other, lines)
 
 
 def _emit_sort_unpack(w, node, packed, out, part):
-    """``out`` (the unsorted layout) from a sort_pack's ``part`` (``real``:
-    the values, ``imag``: the indices)."""
+    """``out`` (the unsorted layout) from a sort_pack's pairs (``real``: the
+    values, ``imag``: the indices; see :func:`_emit_sort_pack`)."""
     axis, nd = node.attrs["axis"], len(node.shape)
-    pi = "[" + ", ".join([f"i{d}" for d in range(nd) if d != axis] + [f"i{axis}"]) + "]"
-    value = f"{packed}{pi}.{part}"
+    pi = "[" + ", ".join([f"i{d}" for d in range(nd) if d != axis] + [f"i{axis}"] +
+                         ["0" if part == "real" else "1"]) + "]"
+    value = f"{packed}{pi}"
     w.nest(node.shape, [f"{out}{here(nd)} = " + (value if part == "real" else f"int({value})")])

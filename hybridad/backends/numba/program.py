@@ -417,6 +417,10 @@ def _arena_views(w, nodes, memplan, direct, names, addresses):
         elif memplan.storage[n.id] == "buffer":
             dt, off, nbytes, shape = memplan.slots[n.id]
             names[n.id] = f"b{n.id}"
+            if n.op == "sort_pack":  # (value, index) pairs as two reals: no complex scalar
+                w.emit(f"b{n.id} = " + view_at(f"ar_{dt.name}p + {off}", (*shape, 2),
+                                               np.empty((), dt).real.dtype))
+                continue
             addresses[f"b{n.id}"] = (f"ar_{dt.name}p + {off}", shape, dt, "C")
             w.emit(f"b{n.id} = " + view_at(*addresses[f"b{n.id}"]))
     for nid, (dt, off, count) in memplan.scratch.items():
