@@ -56,6 +56,12 @@ def own_dispatcher(source, fn_name, protos, cacheable=True, name="plan"):
                                         lambda: vars(_module_safely(source)))
         except jit.Unsupported as why:
             jit.refused(fn_name, why, source)
+    elif jit.enabled():  # (said in explain(), and under HYBRIDAD_JIT_DEBUG / _LOG)
+        arrays = [p for p in protos if type(p) is not int]
+        jit.refused(fn_name, jit.Unsupported(
+            f"{len(arrays)} argument(s) passed as arrays (a captured constant of strides "
+            f"{arrays[0].strides}, shape {arrays[0].shape}: no address to read it at)"
+            if hasattr(arrays[0], "strides") else "an argument passed by value"), source)
     # numba's compile of a long source can take minutes: refused over the
     # budget before it starts (the plans then run their numpy reference program)
     check_budget(source, name)
