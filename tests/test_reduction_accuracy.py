@@ -43,6 +43,7 @@ KINDS = ("near1", "centred", "ordered")
 
 
 @functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=4)  # (read-only arrays: shared by the tests of a case)
 def data(kind, shape, dtype, seed=0):
     """Read-only test data of ``shape``: ``near1`` 1 + 1e-3 N(0, 1),
     ``centred`` N(0, 1), ``ordered`` positive magnitudes spanning e^-8 to e^8,
@@ -316,11 +317,20 @@ PARAMS = [(name, kind) for name, case in CASES.items() for kind in case.kinds]
 def test_value_and_gradient_as_accurate_as_numpy(name, kind, dtype, backend):
     case = CASES[name]
     x, res = run(name, dtype, backend, kind)
-    exact, numpy_value, scale = case.exact(x), case.numpy(x), case.scale(x)
+    exact, numpy_value, scale = _references(name, kind, dtype)
     assert res.value.dtype == dtype and res.gradient.dtype == dtype
     assert_as_accurate(res.value, exact[0], numpy_value[0], scale[0], dtype, "value")
     if case.grad:
         assert_as_accurate(res.gradient, exact[1], numpy_value[1], scale[1], dtype, "gradient")
+
+
+@functools.lru_cache(maxsize=1)  # (the backends of one case run one after the other)
+def _references(name, kind, dtype):
+    """The exact (long double) value and gradient, numpy's, and their scale, of
+    one case's data: computed once for both backends' tests."""
+    case = CASES[name]
+    x = data(kind, case.shape, dtype)
+    return case.exact(x), case.numpy(x), case.scale(x)
 
 
 def test_parallel_and_serial_plans_give_the_same_bits():
