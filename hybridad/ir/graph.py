@@ -21,7 +21,8 @@ import math
 
 import numpy as np
 
-__all__ = ["Graph", "Node", "check", "clone_node", "copy_graph", "format_node", "redirect", "users_of"]
+__all__ = ["Graph", "Node", "check", "clone_node", "copy_graph", "format_node", "redirect",
+           "users_of"]
 
 
 class Node:
