@@ -120,3 +120,16 @@ def rates(monkeypatch, tmp_path):
 def _ieee_quiet():
     with np.errstate(all="ignore"):
         yield
+
+
+def nrt_rows(script, jit):
+    """Run ``script`` in a fresh interpreter with numba's runtime statistics on
+    (``NUMBA_NRT_STATS=1``) and ``HYBRIDAD_JIT=jit``; its stdout lines, split."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_NRT_STATS="1", HYBRIDAD_JIT=jit)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return [line.split() for line in out.stdout.splitlines()]

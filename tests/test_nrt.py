@@ -5,10 +5,9 @@ hybridad.backends.numba.rt), so a call makes none -- also through ha.gradient an
 the general path that stages a non-contiguous argument.  With the fallback
 that passes arrays (rt.ABI is None) the count is one per array argument."""
 
-import os
-import subprocess
-import sys
 import textwrap
+
+from conftest import nrt_rows
 
 import pytest
 
@@ -75,12 +74,8 @@ SCRIPT = textwrap.dedent("""
 def test_no_nrt_allocations_per_call(jit):
     """Programs compiled by hybridad's own compiler (the default) and by
     numba (``HYBRIDAD_JIT=0``, what a program the former refuses gets)."""
-    env = dict(os.environ, NUMBA_NRT_STATS="1", HYBRIDAD_JIT=jit)
-    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
-    rows = [line.split() for line in out.stdout.splitlines()]
-    assert len(rows) == 15, out.stdout
+    rows = nrt_rows(SCRIPT, jit)
+    assert len(rows) == 15, rows
     for name, path, _, allocs, frees in rows:
         assert float(allocs) == 0, (name, path, allocs)
         assert float(frees) == 0, (name, path, frees)

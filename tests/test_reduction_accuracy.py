@@ -20,9 +20,6 @@ sequentially as numpy does: not held to more.  max/min are exact.
 """
 
 import functools
-import os
-import subprocess
-import sys
 import textwrap
 import warnings
 
@@ -602,12 +599,10 @@ def test_no_nrt_allocation_per_call_by_numba():
 
 
 def _no_nrt_allocation(jit):
-    env = dict(os.environ, NUMBA_NRT_STATS="1", HYBRIDAD_JIT=jit)
-    out = subprocess.run([sys.executable, "-c", NRT_SCRIPT], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
-    rows = [line.split() for line in out.stdout.splitlines()]
-    assert len(rows) == 8, out.stdout
+    from conftest import nrt_rows
+
+    rows = nrt_rows(NRT_SCRIPT, jit)
+    assert len(rows) == 8, rows
     for name, allocs, frees in rows:
         assert allocs == "0" and frees == "0", (jit, name, allocs, frees)
 

@@ -157,6 +157,8 @@ def _static(value):
     if isinstance(value, slice):
         return ("slice", value.start, value.stop, value.step)
     if isinstance(value, tuple):
+        if all(type(v) is int for v in value):  # (shapes, axes: the common case)
+            return ("ints",) + value
         out = tuple(_static(v) for v in value)
         lost = any(o is None and v is not None for o, v in zip(out, value, strict=True))
         return None if lost else ("tuple",) + out

@@ -49,6 +49,8 @@ def is_complex_constant(v):
 def involves_complex(values):
     """Whether ``values`` (one level of lists/tuples too) hold a complex value."""
     for v in values:
+        if type(v) is Tracer:  # (a real traced value: the common case)
+            continue
         if isinstance(v, ComplexTracer) or is_complex_constant(v):
             return True
         if isinstance(v, list | tuple) and involves_complex(v):
