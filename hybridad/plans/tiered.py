@@ -94,8 +94,6 @@ class TieredMixin:
         except Exception:  # noqa: BLE001 -- no reference program: compile now, as untiered
             self._reference = None
             return False
-        finally:
-            self._recording = None
         if self.memory_budget is not None and self._reference.memory.total_bytes + \
                 self.memory.total_bytes > self.memory_budget:
             self._reference = None  # the budget binds both workspaces: no tiers
@@ -139,7 +137,6 @@ class TieredMixin:
         :class:`hybridad.CompileBudgetError`): the numpy reference program
         serves every call, with a :class:`RuntimeWarning` (gradient plans)."""
         self._reference = self._numpy_twin(f, args)
-        self._recording = None
         self._tier_error = exc
         self._tier_lock = threading.Lock()
         warnings.warn(f"hybridad: {exc}; the plan runs its numpy reference program (no "
