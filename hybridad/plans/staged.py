@@ -192,11 +192,6 @@ class StagedPlan(Plan):
     def _numpy_fallback(self, hvp, update):
         return True
 
-    def _remake(self, f, args, backend):
-        """This plan again, for ``backend`` (the subclass's options), built from
-        its recording (:mod:`hybridad.plans.recording`): ``f`` is not called."""
-        raise NotImplementedError
-
     def _make_twin(self, args, exc):
         f = self._f()
         if f is None or not args or self._recording is None:

@@ -90,7 +90,7 @@ class TieredMixin:
         False (compile in the caller) when the reference cannot be built, or
         when both programs' workspaces would not fit ``memory_budget``."""
         try:  # (type(self) is Plan: only plain gradient plans are tiered)
-            self._reference = self._numpy_twin(f, args)
+            self._reference = self._remake(f, args, "numpy")
         except Exception:  # noqa: BLE001 -- no reference program: compile now, as untiered
             self._reference = None
             return False
@@ -125,18 +125,11 @@ class TieredMixin:
             self._tier_calls += 1
         return self._reference
 
-    def _numpy_twin(self, f, args):
-        """The numpy plan of the graph this plan traced (its recording:
-        :mod:`hybridad.plans.recording`); ``f`` is not called again."""
-        return type(self)._from_recording(self._recording, f, args, self.argnums,
-                                          backend="numpy", parallel=self.parallel,
-                                          tiered=False)
-
     def _serve_reference(self, f, args, exc):
         """A numba program over the compile budget (``exc``, a
         :class:`hybridad.CompileBudgetError`): the numpy reference program
         serves every call, with a :class:`RuntimeWarning` (gradient plans)."""
-        self._reference = self._numpy_twin(f, args)
+        self._reference = self._remake(f, args, "numpy")
         self._tier_error = exc
         self._tier_lock = threading.Lock()
         warnings.warn(f"hybridad: {exc}; the plan runs its numpy reference program (no "
