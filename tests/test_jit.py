@@ -560,45 +560,50 @@ def test_programs_load_from_the_disk_cache_in_a_new_process(tmp_path):
 
 _BASE = np.random.default_rng(4).uniform(-1, 1, (64, 80))
 _BASE3 = np.random.default_rng(5).uniform(-1, 1, (8, 10, 12))
+_BASES = {np.float64: (_BASE, _BASE3),
+          np.float32: (_BASE.astype(np.float32), _BASE3.astype(np.float32))}
 _STRIDED = {  # captured views of other strides: read in place through a contiguous hull
-    "columns": _BASE[:, :48],
-    "every_other_row": _BASE[::2, 1:],
-    "every_third": _BASE.ravel()[::3][:3000],
-    "block3": _BASE3[1:, ::2, 2:12],  # (strides 120, 24, 1: nested)
-    "one_row_step": _BASE[2:3, ::2],
+    "columns": lambda b, b3: b[:, :48],
+    "every_other_row": lambda b, b3: b[::2, 1:],
+    "every_third": lambda b, b3: b.ravel()[::3][:3000],
+    "block3": lambda b, b3: b3[1:, ::2, 2:12],  # (strides 120, 24, 1 elements: nested)
+    "one_row_step": lambda b, b3: b[2:3, ::2],
 }
 _FALLBACK = {  # strides no hull reads (numba compiles these plans, as before)
-    "reversed": _BASE[::-1, :48],
-    "transposed_block": _BASE[:, :48].T,
-    "not_nested": _BASE3[1:, ::3, 2:5],  # (strides 120, 36, 1)
+    "reversed": lambda b, b3: b[::-1, :48],
+    "transposed_block": lambda b, b3: b[:, :48].T,
+    "not_nested": lambda b, b3: b3[1:, ::3, 2:5],  # (strides 120, 36, 1)
 }
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("name", sorted(_STRIDED) + sorted(_FALLBACK))
-def test_captured_strided_views_compile_here_and_read_in_place(name):
+def test_captured_strided_views_compile_here_and_read_in_place(name, dtype):
     """A global view that is neither C nor F contiguous (``W[:, :k]``) reaches the
     program by object: hybridad's compiler builds the plan (numba's front end
     took 7-15 s for such plans), reading the view's own memory, with no
     allocation."""
     from hybridad.testing import assert_no_alloc
 
-    view = {**_STRIDED, **_FALLBACK}[name]
+    bases = _BASES[dtype]
+    view = {**_STRIDED, **_FALLBACK}[name](*bases)
     size = view.size
 
     def f(x):
         return np.sum(np.tanh(x[:size].reshape(view.shape) * view) ** 2) + np.sum(view * 0.5)
 
-    x = rand((size + 3,), seed=len(name))
+    x = rand((size + 3,), seed=len(name), dtype=dtype)
     plan = ha.compile(f, x)
     ref = ha.compile(f, x, backend="numpy")
     text = plan.explain()
     assert ("hybridad's own compiler" in text) == (name in _STRIDED), text
+    rtol = 1e-5 if dtype == np.float32 else 1e-13
     got, want = plan.gradient(x), ref.gradient(x)
-    np.testing.assert_allclose(float(got.value), float(want.value), rtol=1e-14)
-    np.testing.assert_allclose(got.gradient, want.gradient, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(float(got.value), float(want.value), rtol=rtol)
+    np.testing.assert_allclose(got.gradient, want.gradient, rtol=rtol, atol=rtol / 100)
     res = plan.new_result()
     assert_no_alloc(plan.gradient, x, out=res, n=3)  # (the guards hash the view in place)
-    base = _BASE3 if np.shares_memory(view, _BASE3) else _BASE
+    base = bases[1] if np.shares_memory(view, bases[1]) else bases[0]
     saved = base.copy()
     try:  # the guards still see a change in place, small views and large ones
         base *= 1.25
