@@ -100,6 +100,15 @@ class GuardsMixin:
         plan.__init__(*args, **kwargs)
         return plan
 
+    def _remake(self, f, args, backend):
+        """This plan again for ``backend``, built from its recording
+        (:mod:`hybridad.plans.recording`): ``f`` is not called.  The second
+        program of a tiered plan or of one over the compile budget; staged
+        plans give their own options."""
+        return type(self)._from_recording(self._recording, f, args, self.argnums,
+                                          backend=backend, parallel=self.parallel,
+                                          tiered=False)
+
     def _trace_f(self, f, targs, trace):
         """``f(*targs)`` in ``trace``, observed: the output checked, and the plan's
         guards and graph signature set (see :mod:`hybridad.frontend.guards`);

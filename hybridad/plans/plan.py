@@ -185,15 +185,6 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
     #: programs compile at their first use (:mod:`hybridad.plans.staged`)
     _KEEPS_RECORDING = False
 
-    def _remake(self, f, args, backend):
-        """This plan again for ``backend``, built from its recording
-        (:mod:`hybridad.plans.recording`): ``f`` is not called.  The second
-        program of a tiered plan or of one over the compile budget; staged
-        plans give their own options."""
-        return type(self)._from_recording(self._recording, f, args, self.argnums,
-                                          backend=backend, parallel=self.parallel,
-                                          tiered=False)
-
     def _numpy_fallback(self, hvp, update):
         """Whether a numba program over the compile budget
         (:class:`hybridad.CompileBudgetError`) leaves this plan's calls to a
