@@ -100,6 +100,10 @@ model, T, form = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 args = data(model)
 if model == "rnn":
     args[3] = rng.standard_normal((T, 8))
+budget = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+state = {"euler": 50, "rnn": 32}.get(model, 6)
+stored = T * state * 8  # the carries of every step, float64
+opts = {"memory_budget": int(budget * stored)} if budget else {}
 fori, scan = (ha.fori_loop, ha.scan) if form == "explicit" else (py_fori, py_scan)
 if model == "euler":
     f, argnums, kind = euler(np, T, fori), 0, "gradient"
@@ -108,11 +112,11 @@ elif model == "rnn":
 else:
     f, argnums, kind = rk4(np, T, fori), 0, "hessian"
 if kind == "gradient":
-    plan = ha.compile(f, *args, argnums=argnums)
+    plan = ha.compile(f, *args, argnums=argnums, **opts)
     out = ha.GradientResult(args[argnums])
     call = lambda: plan.gradient(*args, out=out)
 else:
-    plan = ha.compile(f, *args, hessian=True)
+    plan = ha.compile(f, *args, hessian=True, **opts)
     out = ha.HessianResult(args[0])
     call = lambda: plan.hessian(*args, out=out)
 t1 = time.perf_counter()
@@ -122,8 +126,16 @@ build = t1 - t0
 times = []
 for _ in range(max(3, min(50, int(2e4 / T)))):
     s = time.perf_counter(); call(); times.append(time.perf_counter() - s)
+import tracemalloc
+tracemalloc.start()
+call()
+per_call = tracemalloc.get_traced_memory()[1]  # what a call allocates (0: nothing)
+tracemalloc.stop()
+memory = getattr(plan, "memory", None)
 print(json.dumps({"first_s": first, "build_s": build,
                   "call_us": float(np.median(times) * 1e6),
+                  "workspace_b": memory.total_bytes + per_call if memory is not None else None,
+                  "stored_b": stored, "budget_b": opts.get("memory_budget"),
                   "nodes": len(getattr(plan, "graph", None).nodes)
                   if getattr(plan, "graph", None) is not None else None}))
 '''
@@ -145,16 +157,22 @@ else:
     fn = jax.jit(jax.hessian(rk4(jnp, T, jax.lax.fori_loop)))
 call = lambda: jax.block_until_ready(fn(*args))
 call()
+try:  # XLA's own account of the compiled program's buffers
+    mem = fn.lower(*args).compile().memory_analysis()
+    temp_b = int(mem.temp_size_in_bytes + mem.output_size_in_bytes)
+except Exception:  # (a backend without it)
+    temp_b = None
 first = time.perf_counter() - t0
 times = []
 for _ in range(max(3, min(50, int(2e4 / T)))):
     s = time.perf_counter(); call(); times.append(time.perf_counter() - s)
-print(json.dumps({"first_s": first, "call_us": float(np.median(times) * 1e6)}))
+print(json.dumps({"first_s": first, "call_us": float(np.median(times) * 1e6),
+                  "workspace_b": temp_b}))
 '''
 
 
-def _run(code, model, steps, env, form="explicit"):
-    out = subprocess.run([sys.executable, "-c", code, model, str(steps), form],
+def _run(code, model, steps, env, form="explicit", budget=0.0):
+    out = subprocess.run([sys.executable, "-c", code, model, str(steps), form, str(budget)],
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
     if out.returncode:
         return {"error": out.stderr.strip().splitlines()[-1] if out.stderr else "failed"}
@@ -167,6 +185,8 @@ def main(argv=None):
     parser.add_argument("--steps", nargs="+", type=int, default=[100, 1000, 10000])
     parser.add_argument("--forms", nargs="+", default=["explicit", "python"],
                         choices=["explicit", "python"])
+    parser.add_argument("--budget", type=float, default=0.0,
+                        help="memory_budget as a fraction of the stored carries (T x state)")
     parser.add_argument("--json", default=None)
     opts = parser.parse_args(argv)
     try:
@@ -176,7 +196,8 @@ def main(argv=None):
         have_jax = False
     rows = []
     print(f"{'model':<12} {'form':<8} {'T':>6} {'first_s':>8} {'jax_first':>9} {'ratio':>6} "
-          f"{'build_s':>8} {'call_us':>10} {'jax_us':>10} {'ratio':>6}")
+          f"{'build_s':>8} {'call_us':>10} {'jax_us':>10} {'ratio':>6} {'mem/stored':>10} "
+          f"{'jax mem/stored':>14}")
     for model in opts.models:
         for steps in opts.steps:
             jx = _run(JAX, model.split("_")[0], steps, dict(os.environ, JAX_PLATFORMS="cpu")) \
@@ -186,7 +207,7 @@ def main(argv=None):
                     env = dict(os.environ, HYBRIDAD_CACHE_DIR=cache,
                                PYTHONPATH=str(ROOT) + os.pathsep +
                                os.environ.get("PYTHONPATH", ""))
-                    ha = _run(HYBRIDAD, model.split("_")[0], steps, env, form)
+                    ha = _run(HYBRIDAD, model.split("_")[0], steps, env, form, opts.budget)
                 row = {"model": model, "form": form, "T": steps, "hybridad": ha, "jax": jx}
                 rows.append(row)
                 if "error" in ha:
@@ -198,7 +219,9 @@ def main(argv=None):
                 print(f"{model:<12} {form:<8} {steps:>6} {ha['first_s']:8.2f} "
                       f"{jx.get('first_s', 0):9.2f} {ratio(ha['first_s'], jx.get('first_s'))} "
                       f"{ha['build_s']:8.2f} {ha['call_us']:10.1f} {jx.get('call_us', 0):10.1f} "
-                      f"{ratio(ha['call_us'], jx.get('call_us'))}", flush=True)
+                      f"{ratio(ha['call_us'], jx.get('call_us'))} "
+                      f"{ratio(ha['workspace_b'] or 0, ha['stored_b']):>10} "
+                      f"{ratio(jx.get('workspace_b') or 0, ha['stored_b']):>14}", flush=True)
     for model in opts.models:
         for form in opts.forms:
             b = {r["T"]: r["hybridad"].get("build_s") for r in rows

@@ -134,6 +134,10 @@ class Op:
         body can).
     shifts : callable, optional
         Data-movement ops only; see the module docstring.
+    packed : bool, default False
+        The value packs several results into one flat buffer, read by 1-d
+        slices (a loop's): ``vjp`` gets its cotangent as
+        :class:`hybridad.ops.indexing.Pieces`, the slices that received one.
     """
 
     __slots__ = (
@@ -157,14 +161,16 @@ class Op:
         "vjp",
         "workspace",
         "held",
+        "packed",
     )
 
     def __init__(self, name, kind, abstract, run=None, view=None, vjp=None, ufunc=None,
                  partials=None, domain=None, doc="", scalar=None, workspace=None, jvp=None,
                  batch=None, dual=None, raises=False, expensive=False, piecewise=False,
-                 shifts=None, held=None):
+                 shifts=None, held=None, packed=False):
         assert kind in KINDS, kind
         self.held = held
+        self.packed = bool(packed)
         self.name = name
         self.kind = kind
         self.abstract = abstract

@@ -1,8 +1,10 @@
 """Indexing: ``getitem`` (a view; its index *basic* -- slices, ints, ``None``,
 ``Ellipsis`` -- normalized to a tuple), ``gather`` (reads at constant flat
 positions) with :func:`gather_positions`, which turns any value-independent
-selection into one ``gather``, and :class:`Scatter`, the sparse cotangent
-their reverse rules return."""
+selection into one ``gather``, :class:`Scatter`, the sparse cotangent
+their reverse rules return, and :class:`Pieces`, the cotangent of a packed
+value (:attr:`~hybridad.ir.registry.Op.packed`) kept as the slices its parts
+received."""
 
 from __future__ import annotations
 
@@ -31,6 +33,49 @@ class Scatter:
         self.index = index
         self.value = value
         self.flat = flat
+
+
+def clean_slice(index, size):
+    """``(start, stop)`` when ``index`` (a getitem's) is one slice of step 1
+    over a 1-d value of ``size`` elements, else None."""
+    if len(index) != 1 or type(index[0]) is not slice:
+        return None
+    start, stop, step = index[0].indices(size)
+    return (start, stop) if step == 1 and stop > start else None
+
+
+class Pieces:
+    """The cotangent of a packed value (a loop's: its final carries and stacked
+    outputs, one flat buffer), kept as the 1-d pieces ``[start, stop)`` that
+    its parts received, so that no buffer of the whole value -- ``length`` x
+    the state, for the stored carries no one differentiates -- is zeroed and
+    written.  Reading ``g[start:stop]`` gives that piece, or zeros where none
+    arrived; any other read builds the whole cotangent (:meth:`dense`)."""
+
+    __slots__ = ("dtype", "parts", "shape")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype, self.parts = tuple(shape), np.dtype(dtype), {}
+
+    def add(self, span, value):
+        prev = self.parts.get(span)
+        self.parts[span] = value if prev is None else prev + value
+
+    def __getitem__(self, key):
+        span = clean_slice(key if type(key) is tuple else (key,), self.shape[0])
+        if span is not None and len(self.shape) == 1:
+            if span in self.parts:
+                return self.parts[span]
+            if not any(a < span[1] and span[0] < b for a, b in self.parts):
+                return _bind("zeros", shape=(span[1] - span[0],), dtype=self.dtype)
+        return self.dense()[key]
+
+    def dense(self):
+        """The whole cotangent (a new value: zeros where no piece arrived)."""
+        out = _bind("zeros", shape=self.shape, dtype=self.dtype)
+        for (a, b), v in sorted(self.parts.items()):
+            out = out + _bind("scatter", v, index=(slice(a, b, None),), shape=self.shape)
+        return out
 
 
 def _getitem_abstract(x, index):

@@ -461,5 +461,5 @@ def _held(node):
 
 
 register(Op("loop", "compute", _abstract, run=_run, vjp=_vjp, jvp=_jvp, batch=_batch,
-            raises=_raises, held=_held,
+            raises=_raises, held=_held, packed=True,
             doc="a body traced once, run length times (hybridad.fori_loop, hybridad.scan)"))

@@ -33,7 +33,7 @@ from ..core.trace import bind
 from ..core.tracer import Tracer
 from ..ops import REGISTRY, storage_root
 from ..ops import loop as _loop
-from ..ops.indexing import Scatter
+from ..ops.indexing import Pieces, Scatter, clean_slice
 
 __all__ = ["active_nodes", "backward", "backward_many", "jvp"]
 
@@ -76,8 +76,16 @@ class _Adjoints:
         self.owned = {}
         self.inplace = inplace
 
-    def add(self, node, c, exclusive):
+    def _dense(self, node):
+        """The adjoint of ``node`` as one tracer (:class:`Pieces` built whole)."""
         prev = self.value.get(node.id)
+        if type(prev) is Pieces:
+            self.value[node.id], self.owned[node.id] = prev.dense(), self.inplace
+            prev = self.value[node.id]
+        return prev
+
+    def add(self, node, c, exclusive):
+        prev = self._dense(node)
         if not self.inplace:
             self.value[node.id] = c if prev is None else prev + c
             self.owned[node.id] = False
@@ -92,7 +100,16 @@ class _Adjoints:
 
     def add_scatter(self, node, s):
         value = s.value if s.value.dtype == node.dtype else s.value.astype(node.dtype)
-        prev = self.value.get(node.id)
+        op = REGISTRY.get(node.op)
+        span = clean_slice(s.index, node.shape[0]) \
+            if s.flat is None and op is not None and op.packed else None
+        if span is not None and (node.id not in self.value or
+                                 type(self.value[node.id]) is Pieces):
+            pieces = self.value.setdefault(node.id, Pieces(node.shape, node.dtype))
+            pieces.add(span, value)
+            self.owned[node.id] = False
+            return
+        prev = self._dense(node)
         # a basic index adds through any view; flat positions need C-contiguous storage
         if prev is not None and self.owned[node.id] and \
                 (s.flat is None or _flat_writable(prev.node)):

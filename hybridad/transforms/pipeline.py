@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 
 from ..ir.graph import Graph, check, dead_code_elimination
+from .loop_parts import drop_unread_loop_parts
 from .partition import (absorb_producers, fold_accumulations, fuse_regions,
                         share_reduced_values, sum_stored_partials, sum_vjp_regions)
 from .products import hoist_transposed_products, pair_matvecs
@@ -39,6 +40,9 @@ PASSES = {
     "pair_matvecs": ("one read of a matrix for its two matrix-vector products A u and A^T v "
                      "(one matvec_pair, the products views of its halves)",
                      lambda nodes, ins, outs, upd, mach: pair_matvecs(nodes, outs, machine=mach)),
+    "loop_parts": ("drop a loop's unread parts: the xs its body does not read, the "
+                   "per-iteration outputs (stored carries) no one reads",
+                   lambda nodes, ins, outs, upd, mach: drop_unread_loop_parts(nodes, ins, outs)),
     "dead_code": ("drop nodes no output depends on",
                   lambda nodes, ins, outs, upd, mach: dead_code_elimination(
                       Graph(nodes, ins, outs)).nodes),
@@ -64,11 +68,11 @@ PASSES = {
 
 #: backend -> the lowering passes, in order
 LOWERING = {
-    "numpy": ("dead_code", "schedule_updates"),
-    "numba": ("hoist_transposed_products", "pair_matvecs", "dead_code", "schedule_updates",
-              "fuse_regions", "fold_accumulations", "share_reduced_values", "sum_stored_partials",
-              "sum_vjp_regions", "absorb_producers"),
-    "cupy": ("dead_code", "schedule_updates", "fuse_regions"),
+    "numpy": ("loop_parts", "dead_code", "schedule_updates"),
+    "numba": ("loop_parts", "hoist_transposed_products", "pair_matvecs", "dead_code",
+              "schedule_updates", "fuse_regions", "fold_accumulations", "share_reduced_values",
+              "sum_stored_partials", "sum_vjp_regions", "absorb_producers"),
+    "cupy": ("loop_parts", "dead_code", "schedule_updates", "fuse_regions"),
 }
 
 #: the backends whose lowering asks the cost model (and so needs a machine)

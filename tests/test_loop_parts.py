@@ -1,0 +1,143 @@
+"""What a loop stores for its reverse sweep (hybridad.transforms.loop_parts and
+ops.indexing.Pieces): the stored carries the reverse body no longer reads
+(it reads the residuals computed from them), per-iteration outputs no one
+reads and xs the body does not read are dropped; no buffer of the loop's
+whole value is zeroed for its cotangent.  A plan's memory is then what the
+reverse sweep needs -- T x the state for the Euler step -- and its results
+are bitwise those of the plan that stores everything."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.testing import count_allocations, numerical_gradient
+from hybridad.transforms import pipeline
+
+RNG = np.random.default_rng(5)
+N, T = 40, 300
+W = RNG.standard_normal((N, N)) / np.sqrt(N)
+U = RNG.standard_normal((N, 6)) / np.sqrt(6)
+XS = RNG.standard_normal((T, 6))
+X0 = RNG.standard_normal(N) / 2
+
+
+def euler(x, W):  # the reverse reads tanh(W x), not x: no carry is stored
+    return np.sum(ha.fori_loop(0, T, lambda i, x: x + 0.05 * np.tanh(W @ x), x) ** 2)
+
+
+def euler_python(x, W):  # the same as a Python loop (rolled by the plan)
+    for _ in range(T):
+        x = x + 0.05 * np.tanh(W @ x)
+    return np.sum(x ** 2)
+
+
+def rnn(W, h):  # the gradient w.r.t. W reads h: the carry stays stored
+    def cell(h, x):
+        return np.tanh(W @ h + U @ x), None
+    return np.sum(ha.scan(cell, h, XS)[0])
+
+
+def outputs_and_xs(x, W):
+    """Per-step outputs of which one is never read, and an xs the body ignores."""
+    def cell(h, xs):
+        x_t, _ignored = xs
+        h = np.tanh(W @ h + 0.1 * x_t[:1])
+        return h, (np.sum(h), h * 2.0)
+    h, (sums, _unused) = ha.scan(cell, x, (XS, XS * 3.0))
+    return np.sum(h ** 2) + np.sum(np.sin(sums))
+
+
+CASES = [(euler, (X0, W), 0, True), (euler_python, (X0, W), 0, True),
+         (rnn, (W, X0), 0, False), (outputs_and_xs, (X0, W), 0, True)]
+IDS = ["euler", "euler_python", "rnn", "outputs_and_xs"]
+
+
+def _unpruned(monkeypatch):
+    """The lowering without the pass: every loop stores what autodiff made."""
+    table = {b: tuple(p for p in passes if p != "loop_parts")
+             for b, passes in pipeline.LOWERING.items()}
+    monkeypatch.setattr(pipeline, "LOWERING", table)
+
+
+def _stacked_bytes(plan):
+    """Bytes of the per-iteration parts the forward loops store."""
+    total = 0
+    for n in plan.graph.nodes:
+        if n.op == "loop" and not n.attrs["reverse"] and n.attrs["saved"] is not None:
+            body = n.attrs["body"]
+            total += n.nbytes - sum(o.nbytes for o in body.graph.outputs[:body.n_carry])
+    return total
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("f, args, argnums, pruned", CASES, ids=IDS)
+def test_pruned_loops_are_bitwise_the_unpruned_and_match_fd(f, args, argnums, pruned, backend,
+                                                            monkeypatch):
+    plan = ha.compile(f, *args, argnums=argnums, backend=backend)
+    res = plan.gradient(*args)
+    with monkeypatch.context() as m:
+        _unpruned(m)
+        full = ha.compile(f, *args, argnums=argnums, backend=backend)
+        ref = full.gradient(*args)
+    assert float(res.value) == float(ref.value)
+    np.testing.assert_array_equal(res.gradient, ref.gradient)
+    if pruned:
+        assert plan.memory.total_bytes < full.memory.total_bytes
+        assert _stacked_bytes(plan) < _stacked_bytes(full)
+    else:  # (the RNN's reverse reads all it stores)
+        assert plan.memory.total_bytes == full.memory.total_bytes
+    fd = numerical_gradient(lambda a: f(*[a if k == argnums else v
+                                          for k, v in enumerate(args)]), args[argnums])
+    np.testing.assert_allclose(res.gradient, fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("f, carries_stored", [(euler, 1), (euler_python, 1), (rnn, 2)],
+                         ids=["euler", "euler_python", "rnn"])
+def test_a_gradient_plan_holds_what_its_reverse_sweep_reads(f, carries_stored):
+    """Euler: one T x state residual (tanh(W x)) and nothing else of size T; the
+    RNN: the carries h (the gradient w.r.t. W reads them) and the residual."""
+    args = (X0, W) if f is not rnn else (W, X0)
+    plan = ha.compile(f, *args)
+    stored = T * N * 8
+    assert _stacked_bytes(plan) == carries_stored * stored
+    assert plan.memory.total_bytes <= 1.1 * carries_stored * stored + 64 * N * N
+    res = ha.GradientResult(args[0])
+    plan.gradient(*args, out=res)
+    with count_allocations() as counts:
+        for _ in range(3):
+            plan.gradient(*args, out=res)
+    assert counts.allocations == 0, counts
+
+
+def _forward_loop(plan):
+    (node,) = [n for n in plan.graph.nodes if n.op == "loop" and not n.attrs["reverse"]]
+    return node
+
+
+def test_unread_outputs_and_xs_leave_the_loop(monkeypatch):
+    fwd = _forward_loop(ha.compile(outputs_and_xs, X0, W))
+    with monkeypatch.context() as m:
+        _unpruned(m)
+        full = _forward_loop(ha.compile(outputs_and_xs, X0, W))
+    assert (fwd.attrs["body"].n_xs, full.attrs["body"].n_xs) == (1, 2)  # the ignored xs
+    # the per-step h * 2 no one reads is no longer stored (nor the carry h,
+    # whose residual tanh(...) the reverse reads instead)
+    assert len(fwd.attrs["order"]) == len(full.attrs["order"]) - 2
+    assert fwd.nbytes == full.nbytes - 2 * T * N * 8
+
+
+def test_hvp_and_hessian_through_a_pruned_loop(monkeypatch):
+    v = np.linspace(-1.0, 1.0, N)
+    h = ha.hessian(euler, X0, W)
+    hv = ha.hvp(euler, X0, v, W)
+    with monkeypatch.context() as m:
+        _unpruned(m)
+        ha.clear_cache()
+        h_ref = ha.hessian(euler, X0, W)
+        hv_ref = ha.hvp(euler, X0, v, W)
+    ha.clear_cache()
+    np.testing.assert_array_equal(h.hessian, h_ref.hessian)
+    np.testing.assert_array_equal(hv.hvp, hv_ref.hvp)
+    np.testing.assert_allclose(h.hessian @ v, hv.hvp, rtol=1e-10, atol=1e-12)
