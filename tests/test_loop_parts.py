@@ -93,11 +93,13 @@ def test_pruned_loops_are_bitwise_the_unpruned_and_match_fd(f, args, argnums, pr
     np.testing.assert_allclose(res.gradient, fd, rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("f, carries_stored", [(euler, 1), (euler_python, 1), (rnn, 2)],
-                         ids=["euler", "euler_python", "rnn"])
-def test_a_gradient_plan_holds_what_its_reverse_sweep_reads(f, carries_stored):
-    """Euler: one T x state residual (tanh(W x)) and nothing else of size T; the
-    RNN: the carries h (the gradient w.r.t. W reads them) and the residual."""
+@pytest.mark.parametrize("f", [euler, euler_python, rnn], ids=["euler", "euler_python", "rnn"])
+def test_a_gradient_plan_holds_what_its_reverse_sweep_reads(f):
+    """T x the state and nothing else of size T.  Euler: the residual
+    tanh(W x), not x; the RNN: the carries h (the gradient w.r.t. W reads
+    them), whose residual tanh(...) is the next step's h: the reverse loop
+    carries it from one step to the one before instead of storing it again."""
+    carries_stored = 1
     args = (X0, W) if f is not rnn else (W, X0)
     plan = ha.compile(f, *args)
     stored = T * N * 8
@@ -122,22 +124,33 @@ def test_unread_outputs_and_xs_leave_the_loop(monkeypatch):
         _unpruned(m)
         full = _forward_loop(ha.compile(outputs_and_xs, X0, W))
     assert (fwd.attrs["body"].n_xs, full.attrs["body"].n_xs) == (1, 2)  # the ignored xs
-    # the per-step h * 2 no one reads is no longer stored (nor the carry h,
-    # whose residual tanh(...) the reverse reads instead)
-    assert len(fwd.attrs["order"]) == len(full.attrs["order"]) - 2
-    assert fwd.nbytes == full.nbytes - 2 * T * N * 8
+    # the per-step h * 2 no one reads is no longer stored
+    assert len(fwd.attrs["order"]) == len(full.attrs["order"]) - 1
+    assert fwd.nbytes == full.nbytes - T * N * 8
 
 
-def test_hvp_and_hessian_through_a_pruned_loop(monkeypatch):
+def rnn_h0(h, W):
+    return rnn(W, h)
+
+
+@pytest.mark.parametrize("f", [euler, rnn_h0], ids=["euler", "rnn"])
+def test_hvp_and_hessian_through_a_pruned_loop(f, monkeypatch):
+    """Forward over reverse through loops that store less (the RNN's reverse
+    loop carrying the next step's h): bitwise the unpruned plans', and the
+    Hessian-vector product a difference of gradients along v."""
     v = np.linspace(-1.0, 1.0, N)
-    h = ha.hessian(euler, X0, W)
-    hv = ha.hvp(euler, X0, v, W)
+    h = ha.hessian(f, X0, W)
+    hv = ha.hvp(f, X0, v, W)
     with monkeypatch.context() as m:
         _unpruned(m)
         ha.clear_cache()
-        h_ref = ha.hessian(euler, X0, W)
-        hv_ref = ha.hvp(euler, X0, v, W)
+        h_ref = ha.hessian(f, X0, W)
+        hv_ref = ha.hvp(f, X0, v, W)
     ha.clear_cache()
     np.testing.assert_array_equal(h.hessian, h_ref.hessian)
     np.testing.assert_array_equal(hv.hvp, hv_ref.hvp)
     np.testing.assert_allclose(h.hessian @ v, hv.hvp, rtol=1e-10, atol=1e-12)
+    eps = 1e-5
+    fd = (ha.gradient(f, X0 + eps * v, W).gradient -
+          ha.gradient(f, X0 - eps * v, W).gradient) / (2 * eps)
+    np.testing.assert_allclose(hv.hvp, fd, rtol=1e-5, atol=1e-7)

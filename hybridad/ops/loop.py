@@ -225,6 +225,7 @@ def _keep_residuals(g, node, active, operands, body, length, start, reverse, ord
     JAX's scan keeps residuals).  Not under a memory budget
     (``recompute_partials``): the carries alone are stored then.  None when
     the reverse pass needs nothing but the body's inputs."""
+    nc = body.n_carry
     trace, _, env, _ = _reverse_body(body, active, saved)
     back = {n.id for n in trace.nodes if n.phase != "forward"}
     read = {a.id for n in trace.nodes if n.id in back for a in n.args}
@@ -242,6 +243,12 @@ def _keep_residuals(g, node, active, operands, body, length, start, reverse, ord
     if not residuals or not all(by_replay.get(env[n.id].node.id) == n.id for n in residuals):
         return None
     g0 = body.graph
+    # a residual that is a new carry (an RNN's h = tanh(...)) is the carry
+    # stored at the next iteration: not stored twice, the reverse loop carries
+    # it from one iteration to the one before (``shifted``)
+    new_carry = {o.id: j for j, o in enumerate(g0.outputs[:nc])}
+    shifted = tuple(new_carry[n.id] for n in residuals if n.id in new_carry)
+    residuals = [n for n in residuals if n.id not in new_carry]
     first = len(g0.outputs)
     wider = LoopBody(Graph(g0.nodes, g0.inputs, [*g0.outputs, *residuals]), body.index,
                      body.n_carry, body.n_xs)
@@ -250,13 +257,16 @@ def _keep_residuals(g, node, active, operands, body, length, start, reverse, ord
     node.attrs = attrs
     node.shape = _abstract(*node.args, **attrs)[0]
     return _reverse_loop(g, node, active, operands, wider, length, start, reverse,
-                         attrs["order"], attrs["saved"])
+                         attrs["order"], attrs["saved"], shifted)
 
 
-def _reverse_body(body, active, saved):
+def _reverse_body(body, active, saved, shifted=()):
     """The trace of the reverse body and its inputs: ``[index] + (carry
-    cotangents, constants' sums) + (stored carries, residuals, xs slices,
-    ys' cotangents) + constants``."""
+    cotangents, constants' sums, the next iteration's carries ``shifted``
+    names) + (stored carries, residuals, xs slices, ys' cotangents) +
+    constants``.  The new carries ``shifted`` names are read from those
+    carries, each the stored carry of the iteration after (the next iteration
+    of the reverse body gets this one's stored carry)."""
     backward = TRANSFORMS["backward"]
     gin = body.graph.inputs
     nc, nx, idx = body.n_carry, body.n_xs, int(body.index)
@@ -266,13 +276,14 @@ def _reverse_body(body, active, saved):
     user_ys = [k for k in range(nc, len(body.graph.outputs)) if k not in saved]
     c_in, x_in, k_in = gin[idx:idx + nc], gin[idx + nc:idx + nc + nx], gin[idx + nc + nx:]
     specs = _specs(gin[:idx]) + _specs(c_in) + _specs([k_in[k] for k in a_k]) + \
-        _specs(c_in) + _specs(residuals) + _specs(x_in) + \
+        _specs([c_in[j] for j in shifted]) + _specs(c_in) + _specs(residuals) + _specs(x_in) + \
         _specs([body.graph.outputs[k] for k in user_ys]) + _specs(k_in)
     trace, ins = _sub_trace(specs)
     it = iter(ins)
     index = [next(it)] if idx else []
     ct_c = [next(it) for _ in range(nc)]
     acc = [next(it) for _ in a_k]
+    nxt = [next(it) for _ in shifted]
     c_t = [next(it) for _ in range(nc)]
     r_t = [next(it) for _ in residuals]
     x_t = [next(it) for _ in range(nx)]
@@ -289,28 +300,34 @@ def _reverse_body(body, active, saved):
         new_ct = grads[:nc]
         ct_x = grads[nc:nc + len(a_x)]
         new_acc = [a + gr for a, gr in zip(acc, grads[nc + len(a_x):], strict=True)]
-    results = new_ct + new_acc + ct_x
+    results = new_ct + new_acc + [c_t[j] for j in shifted] + ct_x
     # the reverse pass reads the stored residuals, not their recomputation (the
     # forward nodes that computed them are left to dead-code elimination)
     stored = {env[r.id].node.id: t.node for r, t in zip(residuals, r_t, strict=True)}
+    new_carries = body.graph.outputs[:nc]
+    stored.update({env[new_carries[j].id].node.id: t.node
+                   for j, t in zip(shifted, nxt, strict=True)})
     redirect([n for n in trace.nodes if n.phase != "forward"], stored)
     return trace, ins, env, (results, a_x, a_k, user_ys)
 
 
-def _reverse_loop(g, node, active, operands, body, length, start, reverse, order, saved):
+def _reverse_loop(g, node, active, operands, body, length, start, reverse, order, saved,
+                  shifted=()):
     args, ans = operands[:-1], operands[-1]
     nc, nx, idx = body.n_carry, body.n_xs, int(body.index)
     carries, xs, consts = _split(body, args)
-    trace, ins, _, (results, a_x, a_k, user_ys) = _reverse_body(body, active, saved)
+    trace, ins, _, (results, a_x, a_k, user_ys) = _reverse_body(body, active, saved, shifted)
     where = {k: (off, shape) for k, off, shape in layout(body, length, order)}
+    n_carry = nc + len(a_k) + len(shifted)
     rbody = LoopBody(Graph(trace.nodes, [t.node for t in ins], [t.node for t in results]),
-                     idx, nc + len(a_k), len(saved) + nx + len(user_ys))
+                     idx, n_carry, len(saved) + nx + len(user_ys))
     finals = [part(g, *where[j]) for j in range(nc)]
     zeros = [_zeros(consts[k].shape, consts[k].dtype) for k in a_k]
+    last = [part(ans, *where[j]) for j in shifted]  # the carries after the last iteration
     stored = [part(ans, *where[k]) for k in saved]
     gys = [part(g, *where[k]) for k in user_ys]
-    n_out = nc + len(a_k) + len(a_x)
-    packed = _bind_loop(finals + zeros + stored + xs + gys + consts, rbody, length, start,
+    n_out = n_carry + len(a_x)
+    packed = _bind_loop(finals + zeros + last + stored + xs + gys + consts, rbody, length, start,
                         not reverse, range(n_out), None)
     rl = layout(rbody, length, range(n_out))
     cts = [part(packed, off, shape) for _, off, shape in rl]
@@ -321,7 +338,7 @@ def _reverse_loop(g, node, active, operands, body, length, start, reverse, order
     for m, k in enumerate(a_k):
         out[nc + nx + k] = cts[nc + m]
     for m, k in enumerate(a_x):
-        out[nc + k] = cts[nc + len(a_k) + m]
+        out[nc + k] = cts[n_carry + m]
     return tuple(out)
 
 
