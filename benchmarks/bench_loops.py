@@ -24,10 +24,17 @@ loop, which the trace unrolls and the plan rolls back into a loop:
 :mod:`hybridad.transforms.rolling`); JAX runs the explicit form.
 
 The goals: first gradient at most 1.0x JAX's at T = 10^4; per call at most
-1.0x; build at T = 10^4 within 1.5x that at T = 10^2 (``build_growth``).
+1.0x; build at T = 10^4 within 1.5x that at T = 10^2 (``build_growth``); peak
+memory at most the stored carries (T x state, float64) plus 10 %, and within
+``memory_budget`` when one is given.  ``mem/stored``: the plan's workspace
+(its arena and what its loops hold beside it, plus what a call allocates,
+by tracemalloc: nothing) over T x state; ``jax mem/stored``: XLA's account
+of the compiled program's temporaries and outputs
+(``compiled.memory_analysis()``) over the same.  ``--budget F`` builds
+hybridad's plans with ``memory_budget = F x`` the stored carries.
 
     python benchmarks/bench_loops.py [--models euler rnn rk4_hessian]
-        [--steps 100 1000 10000] [--forms explicit python] [--json FILE]
+        [--steps 100 1000 10000] [--forms explicit python] [--budget F] [--json FILE]
 """
 
 from __future__ import annotations

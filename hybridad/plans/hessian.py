@@ -9,11 +9,10 @@ import numpy as np
 
 from .. import _tree
 from ..core.trace import Trace
-from ..ir.graph import Graph, dead_code_elimination
 from ..results import DiffResult, HessianResult, HvpResult
 from ..transforms.autodiff import backward, jvp
 from ..transforms.batching import vmap
-from ..transforms.partition import fold_accumulations, fuse_regions
+from ..transforms import pipeline
 from .plan import serialized
 from .staged import StagedPlan, default_chunk, falls_back
 
@@ -80,12 +79,8 @@ class HessianPlan(StagedPlan):
         self._grad_node = None if grad is None else grad.node
         primal_outputs = [out.node, self._grad_node]
         outputs = [out.node] + [m.node for m in (grad, hv, hvk) if m is not None]
-        graph = dead_code_elimination(Graph(trace.nodes, [nd for nd in trace.nodes
-                                                          if nd.op == "input"], outputs))
-        if self.backend in ("numba", "cupy"):
-            graph = Graph(fuse_regions(graph.nodes, outputs), graph.inputs, outputs)
-        if self.backend == "numba":
-            graph = Graph(fold_accumulations(graph.nodes, outputs), graph.inputs, outputs)
+        graph = pipeline.lower(trace.nodes, [nd for nd in trace.nodes if nd.op == "input"],
+                               outputs, self.backend, staged=True)
         self._primal_outputs = primal_outputs
         self._primal_specs = [((), out.dtype), (shape, dtype)]
         self._stage_specs = {"tangent": [(shape, dtype)], "chunk": [((k, *shape), dtype)]}

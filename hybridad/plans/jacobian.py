@@ -8,11 +8,10 @@ import numpy as np
 
 from ..core.trace import Trace, as_node
 from ..core.tracer import Tracer
-from ..ir.graph import Graph, dead_code_elimination
 from ..results import JacobianResult
 from ..transforms.autodiff import backward, jvp
 from ..transforms.batching import vmap
-from ..transforms.partition import fold_accumulations, fuse_regions
+from ..transforms import pipeline
 from .plan import serialized
 from .staged import StagedPlan, default_chunk, falls_back
 
@@ -93,12 +92,8 @@ class JacobianPlan(StagedPlan):
             batched = vmap(trace, list(trace.nodes), {s1.node.id: sk}, k)
             dk = None if d1 is None else batched.get(d1.node.id)
         outputs = [y.node] + ([] if dk is None else [dk.node])
-        graph = dead_code_elimination(Graph(trace.nodes, [nd for nd in trace.nodes
-                                                          if nd.op == "input"], outputs))
-        if self.backend in ("numba", "cupy"):
-            graph = Graph(fuse_regions(graph.nodes, outputs), graph.inputs, outputs)
-        if self.backend == "numba":
-            graph = Graph(fold_accumulations(graph.nodes, outputs), graph.inputs, outputs)
+        graph = pipeline.lower(trace.nodes, [nd for nd in trace.nodes if nd.op == "input"],
+                               outputs, self.backend, staged=True)
         self._value_dtype = y.dtype
         self._primal_outputs = [y.node]
         self._primal_specs = [(y.shape, y.dtype)]

@@ -25,8 +25,9 @@ from .partition import (absorb_producers, fold_accumulations, fuse_regions,
                         share_reduced_values, sum_stored_partials, sum_vjp_regions)
 from .products import hoist_transposed_products, pair_matvecs
 from .updates import schedule_updates
+from .views import simplify_views
 
-__all__ = ["LOWERING", "PIPELINES", "check_rules", "describe", "lower"]
+__all__ = ["LOWERING", "PIPELINES", "STAGED_LOWERING", "check_rules", "describe", "lower"]
 
 #: pass name -> (what it does, graph-to-graph function of (nodes, inputs, outputs, updates,
 #: machine)); ``machine``: the backend's facts the cost model reads
@@ -40,6 +41,9 @@ PASSES = {
     "pair_matvecs": ("one read of a matrix for its two matrix-vector products A u and A^T v "
                      "(one matvec_pair, the products views of its halves)",
                      lambda nodes, ins, outs, upd, mach: pair_matvecs(nodes, outs, machine=mach)),
+    "views": ("read chains of data movement through (a slice of a slice, of a "
+              "concatenation, a reshape of a reshape, a transpose of a transpose)",
+              lambda nodes, ins, outs, upd, mach: simplify_views(nodes, outs)),
     "loop_parts": ("drop a loop's unread parts: the xs its body does not read, the "
                    "per-iteration outputs (stored carries) no one reads",
                    lambda nodes, ins, outs, upd, mach: drop_unread_loop_parts(nodes, ins, outs)),
@@ -68,11 +72,19 @@ PASSES = {
 
 #: backend -> the lowering passes, in order
 LOWERING = {
-    "numpy": ("loop_parts", "dead_code", "schedule_updates"),
-    "numba": ("loop_parts", "hoist_transposed_products", "pair_matvecs", "dead_code",
+    "numpy": ("views", "loop_parts", "dead_code", "schedule_updates"),
+    "numba": ("views", "loop_parts", "hoist_transposed_products", "pair_matvecs", "dead_code",
               "schedule_updates", "fuse_regions", "fold_accumulations", "share_reduced_values",
               "sum_stored_partials", "sum_vjp_regions", "absorb_producers"),
-    "cupy": ("loop_parts", "dead_code", "schedule_updates", "fuse_regions"),
+    "cupy": ("views", "loop_parts", "dead_code", "schedule_updates", "fuse_regions"),
+}
+
+#: backend -> the lowering of the graph of a Hessian or Jacobian plan (the
+#: primal, tangent and chunk programs in one graph: :mod:`hybridad.plans.staged`)
+STAGED_LOWERING = {
+    "numpy": ("views", "loop_parts", "dead_code"),
+    "numba": ("views", "loop_parts", "dead_code", "fuse_regions", "fold_accumulations"),
+    "cupy": ("views", "loop_parts", "dead_code", "fuse_regions"),
 }
 
 #: the backends whose lowering asks the cost model (and so needs a machine)
@@ -96,9 +108,11 @@ def describe(backend):
     return "  ->  ".join(PIPELINES[backend])
 
 
-def lower(nodes, inputs, outputs, backend, updates=(), stage=None, machine=None):
+def lower(nodes, inputs, outputs, backend, updates=(), stage=None, machine=None,
+          staged=False):
     """The traced ``nodes`` as the graph ``backend`` runs: the passes of
-    :data:`LOWERING` in order, each followed by :func:`hybridad.ir.check`.
+    :data:`LOWERING` (``staged``: of :data:`STAGED_LOWERING`) in order, each
+    followed by :func:`hybridad.ir.check`.
 
     ``machine``: the backend's :class:`~hybridad.transforms.machine.Machine`
     (the numba lowering's cost choices read it; the others need none).
@@ -106,14 +120,14 @@ def lower(nodes, inputs, outputs, backend, updates=(), stage=None, machine=None)
     ``lower: <pass>``) and the checks (``lower: checks``), or None."""
     import contextlib
 
-    if machine is None and backend in NEEDS_MACHINE:
+    if machine is None and backend in NEEDS_MACHINE and not staged:
         raise ValueError(f"the {backend} lowering needs the backend's machine facts")
     stage = stage or (lambda name: contextlib.nullcontext())
     rules = check_rules()
     graph = Graph(nodes, inputs, outputs)
     with stage("lower: checks"):
         check(graph, rules)
-    for name in LOWERING[backend]:
+    for name in (STAGED_LOWERING if staged else LOWERING)[backend]:
         with stage(f"lower: {name}"):
             graph = Graph(PASSES[name][1](graph.nodes, inputs, outputs, updates, machine),
                           inputs, outputs)

@@ -1,0 +1,116 @@
+"""Views read through: the algebraic simplification of data movement.
+
+Transforms write data movement generically, one rule at a time, and chains
+of it arise that move values back where they were.  The batching rule of a
+loop packs its stacked outputs batch-first (a transpose, a reshape -- a copy,
+for a transposed operand -- and a concatenation of the parts) and the batched
+rules of its readers cut the parts out again and transpose them back into
+the xs of the next loop: a dense Hessian through a loop copied its tangent
+carries three times.  :func:`simplify_views` rewrites, in one sweep over the
+graph in order (as XLA's algebraic simplifier does):
+
+* ``x[a][b]`` -> ``x[c]`` for slices of step 1 (``c`` composes ``a`` and ``b``);
+* ``concatenate(x0, x1, ..., axis)[..., start:stop]`` -> ``x_k`` where the
+  slice is exactly operand ``k``'s (every other axis whole);
+* ``reshape(reshape(x))`` -> ``reshape(x)``, and a reshape or transpose to
+  what its operand already is -> the operand;
+* ``transpose(transpose(x, a), b)`` -> ``transpose(x, a[b])``.
+
+Each rewrite reads the same elements: results are bitwise the same.  Nothing
+is rewritten whose storage an in-place op writes.  The copies and
+concatenations no one reads any more are left to dead-code elimination.
+"""
+
+from __future__ import annotations
+
+from ..ir.registry import REGISTRY, storage_root
+
+__all__ = ["simplify_views"]
+
+
+def simplify_views(nodes, outputs):
+    """``nodes`` with chains of data movement read through (see the module
+    docstring); rewritten nodes are changed in place, replaced ones left to
+    dead-code elimination (an output is kept: rewritten, not replaced)."""
+    written = {storage_root(n.args[0]).id for n in nodes
+               if n.op in REGISTRY and REGISTRY[n.op].kind == "inplace"}
+    replace, out_ids = {}, {o.id for o in outputs}
+    for n in nodes:
+        if any(a.id in replace for a in n.args):
+            n.args = tuple(replace.get(a.id, a) for a in n.args)
+        if n.op not in _RULES or storage_root(n).id in written:
+            continue
+        new = _RULES[n.op](n)
+        if new is not None and new.shape == n.shape and new.dtype == n.dtype and \
+                n.id not in out_ids and storage_root(new).id not in written:
+            replace[n.id] = new
+    return nodes
+
+
+def _plain(index, shape):
+    """``[(start, stop)]`` per axis of a basic index of slices of step 1 (the
+    axes it does not name whole), else None."""
+    if len(index) > len(shape) or any(type(k) is not slice for k in index):
+        return None
+    spans = []
+    for k, n in zip(index, shape, strict=False):
+        start, stop, step = k.indices(n)
+        if step != 1:
+            return None
+        spans.append((start, max(stop, start)))
+    return spans + [(0, n) for n in shape[len(index):]]
+
+
+def _getitem(n):
+    (x,) = n.args
+    outer = _plain(n.attrs["index"], x.shape)
+    if outer is None:
+        return None
+    if x.op == "getitem":  # x[a][b]: one slice of x's operand, in place
+        inner = _plain(x.attrs["index"], x.args[0].shape)
+        if inner is None or len(inner) != len(outer):
+            return None
+        outer = [(a + c, a + d) for (a, _), (c, d) in zip(inner, outer, strict=True)]
+        n.args = x.args
+        n.attrs = dict(n.attrs, index=tuple(slice(s, e) for s, e in outer))
+        x = n.args[0]
+    if x.op == "concatenate":
+        axis = x.attrs["axis"] % len(x.shape)
+        if not _whole([o for d, o in enumerate(outer) if d != axis],
+                      [m for d, m in enumerate(x.shape) if d != axis]):
+            return None
+        start = 0
+        for part in x.args:
+            stop = start + part.shape[axis]
+            if (start, stop) == outer[axis]:
+                return part
+            start = stop
+        return None
+    return x if _whole(outer, x.shape) else None
+
+
+def _whole(spans, shape):
+    return all((s, e) == (0, m) for (s, e), m in zip(spans, shape, strict=True))
+
+
+def _reshape(n):
+    (x,) = n.args
+    if x.op == "reshape":  # reshape(reshape(y)): one reshape of y
+        n.args = x.args
+        x = n.args[0]
+    return x if tuple(x.shape) == tuple(n.shape) else None
+
+
+def _transpose(n):
+    (x,) = n.args
+    axes = tuple(n.attrs["axes"])
+    if x.op == "transpose":  # transpose(transpose(y, a), b) = transpose(y, a[b])
+        inner = tuple(x.attrs["axes"])
+        axes = tuple(inner[b] for b in axes)
+        n.args = x.args
+        n.attrs = dict(n.attrs, axes=axes)
+        x = n.args[0]
+    return x if axes == tuple(range(len(axes))) else None
+
+
+_RULES = {"getitem": _getitem, "reshape": _reshape, "transpose": _transpose}
