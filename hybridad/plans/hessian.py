@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import _tree
 from ..core.trace import Trace
+from ..ir.registry import may_raise
 from ..results import DiffResult, HessianResult, HvpResult
 from ..transforms.autodiff import backward, jvp
 from ..transforms.batching import vmap
@@ -180,6 +181,8 @@ class HessianPlan(StagedPlan):
         """
         if self._guarded:
             self._check_stale(args if args else getattr(self, "_point_args", ()))
+        if self._fast_hvp(args, v, out):
+            return out
         if args:
             leaves = self._leaves(args)
         elif self._have_point:
@@ -213,6 +216,72 @@ class HessianPlan(StagedPlan):
             self._chunks(leaves, val, g, v.reshape(len(v), -1), hv.reshape(len(hv), -1))
         self._deliver(bufs, (val, g, hv))
         return out
+
+    def _fast_hvp(self, args, v, out):
+        """:meth:`hvp` of one direction on its plain path, in a few checks:
+        plain arrays of the plan's shapes and dtypes, an :class:`HvpResult` /
+        :class:`DiffResult` of exact arrays, a compiled tangent program that
+        cannot fail and checks its buffers itself (alignment, contiguity,
+        writeable results, no overlaps) before writing.  Without ``args``,
+        at the linearized point, only the tangent program runs.  Whether it
+        ran; if not, the general path runs (and says what is wrong)."""
+        if self.backend != "numba" or self._raises["tangent"] or type(v) is not np.ndarray or \
+                v.shape != self._shape or v.dtype != self._dtype or \
+                (out.__class__ is not HvpResult and out.__class__ is not DiffResult):
+            return False
+        d = out._derivs
+        if len(d) != 2:
+            return False
+        val, g, hv = out._value, d[0], d[1]
+        vspec = self._primal_specs[0]
+        for b, shape, dtype in ((val, vspec[0], vspec[1]), (g, self._shape, self._dtype),
+                                (hv, self._shape, self._dtype)):
+            if type(b) is not np.ndarray or b.shape != shape or b.dtype != dtype:
+                return False
+        tangent = self._programs.get("tangent")
+        if tangent is None or not tangent.objects:
+            return False
+        if args:
+            if len(args) != len(self._specs) or self._primal_raises:
+                return False
+            for a, (shape, dtype) in zip(args, self._specs):  # noqa: B905 - lengths checked
+                if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+                    return False
+            primal = self._programs.get("primal")
+            if primal is None or not primal.objects:
+                return False
+            # the primal program writes val and g before the tangent program
+            # checks its buffers: what it would refuse is refused here first
+            ins = (*args, v)
+            for b in (val, g, hv):
+                if not b.flags.writeable or any(np.may_share_memory(b, a) for a in ins):
+                    return False
+            if np.may_share_memory(val, g) or np.may_share_memory(val, hv) or \
+                    np.may_share_memory(g, hv):
+                return False
+            try:  # (no numpy errstate: as the gradient's fast path, compiled code only)
+                primal.call(list(args), [val, g])
+            except ValueError:
+                return False
+            self._at_point = False
+            leaves = args
+        elif self._have_point and self._at_point:
+            leaves = self._point
+        else:
+            return False
+        try:
+            tangent.call([*leaves, v], [val, g, hv])
+        except ValueError:
+            return False
+        return True
+
+    @property
+    def _primal_raises(self):
+        """Whether the primal program can fail at run time (after writing)."""
+        got = vars(self).get("_primal_raises_")
+        if got is None:
+            got = self._primal_raises_ = any(may_raise(n) for n in self._primal_nodes)
+        return got
 
     def _targets(self, stage, bufs):
         """Where the programs of a call write: the caller's ``bufs``, or -- when

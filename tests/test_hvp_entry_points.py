@@ -1,0 +1,110 @@
+"""A Hessian plan's ``hvp`` on its plain path (hybridad.plans.hessian
+``_fast_hvp``): plain arrays and an HvpResult of exact arrays go straight to
+the compiled programs -- after ``linearize``, the tangent program alone --
+with the results of the general path, no allocation, and anything else
+(read-only or overlapping buffers, other dtypes) on the general path, which
+checks before it writes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.testing import count_allocations
+
+RNG = np.random.default_rng(8)
+N = 60
+X = RNG.uniform(-1.0, 1.0, N)
+Y = RNG.uniform(-1.0, 1.0, N)
+V = RNG.standard_normal(N)
+
+
+def rosen(x):
+    return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+
+
+def _fd_hvp(x, v, eps=1e-6):
+    g = lambda z: ha.gradient(rosen, z, backend="numpy").gradient  # noqa: E731
+    return (g(x + eps * v) - g(x - eps * v)) / (2 * eps)
+
+
+@pytest.fixture
+def plan():
+    p = ha.compile(rosen, X, hessian=True)
+    p.hvp(X, v=V)  # (compiles the primal and tangent programs)
+    return p
+
+
+def _no_general_path(plan, monkeypatch):
+    def general(*a, **k):
+        raise AssertionError("the general path ran")
+    monkeypatch.setattr(plan, "_check", general)
+
+
+def test_plain_calls_take_the_plain_path_with_the_general_paths_results(plan, monkeypatch):
+    general = plan.hvp(X, v=V)  # out=None: the general path
+    ref = ha.hvp(rosen, X, V, backend="numpy")
+    res = ha.HvpResult(X)
+    with monkeypatch.context() as m:
+        _no_general_path(plan, m)
+        plan.hvp(X, v=V, out=res)
+    assert float(res.value) == float(general.value)
+    np.testing.assert_array_equal(res.gradient, general.gradient)
+    np.testing.assert_array_equal(res.hvp, general.hvp)
+    np.testing.assert_allclose(res.hvp, ref.hvp, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(res.hvp, _fd_hvp(X, V), rtol=1e-6, atol=1e-6)
+    # at a linearized point: the tangent program only, after calls elsewhere
+    plan.linearize(Y)
+    at_y = ha.HvpResult(X)
+    plan.gradient(X)  # (the arena no longer holds Y's values: the general path)
+    plan.hvp(v=V, out=at_y)
+    with monkeypatch.context() as m:
+        _no_general_path(plan, m)
+        again = ha.HvpResult(X)
+        plan.hvp(v=V, out=again)
+    np.testing.assert_array_equal(again.hvp, at_y.hvp)
+    np.testing.assert_allclose(again.hvp, _fd_hvp(Y, V), rtol=1e-6, atol=1e-6)
+    assert float(again.value) == pytest.approx(rosen(Y), rel=1e-13)
+
+
+def test_no_allocation_per_call(plan):
+    res = ha.HvpResult(X)
+    plan.linearize(X)
+    plan.hvp(v=V, out=res)
+    plan.hvp(X, v=V, out=res)
+    with count_allocations() as counts:
+        for _ in range(5):
+            plan.hvp(v=V, out=res)
+            plan.hvp(X, v=V, out=res)
+    assert counts.allocations == 0, counts
+
+
+@pytest.mark.parametrize("bad", ["read-only hvp", "hvp is the gradient", "hvp is v",
+                                 "gradient is x"])
+def test_bad_buffers_are_refused_before_anything_is_written(plan, bad):
+    res = ha.HvpResult(X)
+    res.value[()] = -7.0
+    res.gradient[:] = -7.0
+    v, x = V.copy(), X.copy()
+    if bad == "read-only hvp":
+        res.hvp.flags.writeable = False
+    elif bad == "hvp is the gradient":
+        res = ha.DiffResult(res.value, res.gradient, res.gradient)
+    elif bad == "hvp is v":
+        res = ha.DiffResult(res.value, res.gradient, v)
+    else:
+        res = ha.DiffResult(res.value, x, res.hvp)
+    before = [np.array(b, copy=True) for b in (res.value, *res.derivs)]
+    with pytest.raises(ValueError, match="out"):
+        plan.hvp(x, v=v, out=res)
+    for b, was in zip((res.value, *res.derivs), before, strict=True):
+        np.testing.assert_array_equal(b, was)
+
+
+def test_other_value_dtypes_go_the_general_way(plan):
+    res = ha.DiffResult(np.zeros((), np.float32), np.zeros(N), np.zeros(N))
+    plan.hvp(X, v=V, out=res)
+    ref = plan.hvp(X, v=V)
+    assert res.value.dtype == np.float32 and float(res.value) == pytest.approx(float(ref.value))
+    np.testing.assert_array_equal(res.derivs[1], ref.hvp)
