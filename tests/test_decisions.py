@@ -175,6 +175,25 @@ def test_a_call_never_runs_the_wrong_branch(backend):
     assert len(plan._specializations) <= 2  # (three points, two outcomes)
 
 
+def test_the_fast_path_checks_the_decisions_before_it_writes():
+    """A numba plan that decided on values keeps its generated fast path: the
+    decisions are evaluated on the call's arrays first, and a call that decides
+    otherwise goes to the general path (another specialization) -- with
+    ``out=``, alternating outcomes, every result its own branch's."""
+    x0 = np.array([0.3, 1.0, 2.0])
+    plan = ha.compile(near_point, x0)
+    assert "_decided(" in plan.gradient.source
+    res = ha.GradientResult(x0)
+    rng = np.random.default_rng(4)
+    for _ in range(30):
+        x = np.array([0.3 + rng.choice([-0.2, 0.01, 0.2]), rng.normal(), rng.normal()])
+        res.gradient[:] = np.nan
+        assert plan.gradient(x, out=res) is res
+        assert float(res.value) == pytest.approx(near_point(x), rel=1e-13)
+        ref = ha.gradient(near_point, x, backend="numpy").gradient
+        np.testing.assert_allclose(res.gradient, ref, rtol=1e-13, atol=1e-15)
+
+
 def test_specializations_are_bounded_and_the_warning_names_the_decision():
     def f(x):
         k = int(np.floor(x[0]))  # a new outcome for every integer part

@@ -97,6 +97,18 @@ def ufunc_code(ufunc, args):
     consts = args[0].consts
     if _cuda(consts):  # the dialect's own spelling (hybridad.backends.cuda.source)
         return Sym(consts.apply_code(name, [a.code for a in args], out_dtype), out_dtype, consts)
+    folded = _fold(ufunc, name, args, out_dtype, consts)
+    if folded is not None:
+        return folded
+    if name == "power" and out_dtype.kind == "f":
+        k = _integral(args[1], consts)
+        if k is not None and 1 <= k <= 4:  # a product, not libm's pow (LLVM keeps pow)
+            x = args[0].code
+            code = {1: x, 2: f"({x} * {x})", 3: f"(({x} * {x}) * {x})",
+                    4: f"(({x} * {x}) * ({x} * {x}))"}[k]
+            if args[0].dtype != out_dtype:
+                code = f"np.{out_dtype.name}({code})"
+            return Sym(code, out_dtype, consts)
     if name in _INFIX:
         code = f"({args[0].code} {_INFIX[name]} {args[1].code})"
     elif name in _PREFIX:
@@ -129,6 +141,40 @@ def ufunc_code(ufunc, args):
     return Sym(code, out_dtype, consts)
 
 
+#: ops whose value on constants is folded while rendering (exact IEEE
+#: arithmetic and comparisons: the value the compiled code would compute)
+_FOLDED = ("add", "subtract", "multiply", "divide", "negative", "positive", "less",
+           "less_equal", "greater", "greater_equal", "equal", "not_equal", "logical_and",
+           "logical_or", "logical_not")
+
+
+def _constant(sym, consts):
+    """The value of ``sym`` when it names a constant of ``consts``, else None."""
+    got = getattr(consts, "values", {}).get(sym.code)
+    return None if got is None else got[1]
+
+
+def _fold(ufunc, name, args, out_dtype, consts):
+    """``ufunc`` on constants as one constant (a partial's ``y - 1`` of a
+    constant exponent, the ``y == 0`` it is tested by), or None."""
+    if name not in _FOLDED:
+        return None
+    values = [_constant(a, consts) for a in args]
+    if any(v is None for v in values):
+        return None
+    with np.errstate(all="ignore"):
+        value = np.asarray(ufunc(*values)).astype(out_dtype)[()]
+    return Sym(consts.add(out_dtype.type(value)), out_dtype, consts)
+
+
+def _integral(sym, consts):
+    """The int a constant ``sym`` equals, or None."""
+    v = _constant(sym, consts)
+    if v is None or np.asarray(v).dtype.kind not in "iuf" or not np.isfinite(v) or v != int(v):
+        return None
+    return int(v)
+
+
 def op_name(ufunc):
     """The registry's name of ``ufunc`` (scipy's Hurwitz ``_zeta`` is op ``zeta``).
 
@@ -155,6 +201,9 @@ def _cuda(consts):
 
 
 def _where(c, a, b, consts):
+    got = getattr(consts, "values", {}).get(c)
+    if got is not None and got[1].dtype == np.bool_:  # (a folded condition)
+        return a if got[1] else b
     return f"({c} ? {a} : {b})" if _cuda(consts) else f"({a} if {c} else {b})"
 
 

@@ -32,6 +32,8 @@ from shapes alone) a decision is refused as before, with the same message.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ..errors import TracingError
@@ -244,6 +246,8 @@ class DecisionCheck:
 
     def __init__(self, decisions):
         self.decisions = list(decisions)
+        # the generated check writes into buffers of its own: one call at a time
+        self._lock = threading.Lock()
         nodes = [_Frozen(n) for n in _ancestors([d.node for d in self.decisions])]
         ns = {"_same": _same, "_convert": _convert, "_copyto": np.copyto}
         lines = ["def first_failing(leaves):"]
@@ -292,6 +296,6 @@ class DecisionCheck:
     def first_failing(self, leaves):
         """None when every decision holds for the leaf arrays ``leaves``, else
         the first one that does not."""
-        with np.errstate(all="ignore"):  # (a fresh one: not reentrant)
+        with self._lock, np.errstate(all="ignore"):  # (a fresh errstate: not reentrant)
             k = self._check(leaves)
         return None if k < 0 else self.decisions[k]

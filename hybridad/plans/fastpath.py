@@ -115,11 +115,10 @@ class FastPathMixin:
         buffer -- exact ndarray, shape, dtype, native byte order, alignment,
         contiguity, writeable results, no overlaps -- before writing anything.
         Whatever it rejects (other types, staging, the precise error) goes to
-        the general path (:meth:`Plan.gradient`).  None for a plan that
-        decided on values (:mod:`hybridad.core.decisions`): its decisions
-        are checked on the general path."""
-        if self._decision_check is not None:
-            return None
+        the general path (:meth:`Plan.gradient`).  A plan that decided on
+        values (:mod:`hybridad.core.decisions`) checks its decisions on the
+        call's arrays first; a call that decides otherwise goes to the
+        general path, which finds or makes the specialization."""
         consts = {}
         arg_leaves, arg_conds = [], []
         n = len(self._treedefs)
@@ -131,13 +130,18 @@ class FastPathMixin:
         if not _unpack_source(self._grad_structure(), "g", grads, grad_conds, consts):
             return None
         check = "".join(f" and {c}" for c in arg_conds + grad_conds)
+        if self._decision_check is not None:  # last: on arrays the checks passed
+            ns_decided = self._decision_check.first_failing
+            check += " and _decided((" + "".join(x + ", " for x in arg_leaves) + ")) is None"
+        else:
+            ns_decided = None
         wrap = "_id({})" if self._program.objects else "{}"
         jitted, fixed, bound = self._program.parts
         ns = {"_j": jitted, "_id": id, "_GR": GradientResult,
               "_DR": DiffResult, "_general": type(self).gradient, "_stale": self._check_stale,
               "_fref": self._rootref,
               "_plan": self}  # a cycle (plan -> gradient -> plan): the collector frees it
-        ns.update(consts)
+        ns.update(consts, _decided=ns_decided)
         ns.update({f"_f{k}": v for k, v in enumerate(fixed)})
         ns.update({f"_c{k}": v for k, v in enumerate(bound)})
         call = "_j(" + ", ".join([f"_f{k}" for k in range(len(fixed))] +
@@ -168,7 +172,9 @@ class FastPathMixin:
         lines += ["                    return out",
                   "            except (TypeError, ValueError, LookupError):",
                   "                pass  # the general path says why",
-                  "    return _general(_plan, *args, out=out, _checked=True)"]
+                  # (a call that decides otherwise: the general path specializes)
+                  "    return _general(_plan, *args, out=out, _checked=%s)"
+                  % (self._decision_check is None)]
         exec(compile("\n".join(lines) + "\n", f"<hybridad gradient {self.name}>", "exec"),
              ns)  # noqa: S102
         fast = ns["gradient"]

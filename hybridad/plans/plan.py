@@ -461,8 +461,8 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                          "hessian= or jacobian= (or hybridad.gradient)")
         if self._guarded and not _checked:
             plan = self._check_stale(args, specialize=True)
-            if plan is not self:
-                return plan.gradient(*args, out=out, _checked=True)
+            if plan is not self:  # (its method: its gradient attribute may be a fast path)
+                return type(plan).gradient(plan, *args, out=out, _checked=True)
         if self._plain and out is not None:
             g = self._fast_args(args, out)
             if g is not None:
