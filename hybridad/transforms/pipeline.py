@@ -24,6 +24,7 @@ from .loop_parts import drop_unread_loop_parts
 from .partition import (absorb_producers, fold_accumulations, fuse_regions,
                         share_reduced_values, sum_stored_partials, sum_vjp_regions)
 from .products import hoist_transposed_products, pair_matvecs
+from .remat import merge_accumulations, rematerialize
 from .updates import schedule_updates
 from .views import simplify_views
 
@@ -55,8 +56,14 @@ PASSES = {
                          if upd else nodes),
     "fuse_regions": ("fuse elementwise groups (the backward's too) into regions",
                      lambda nodes, ins, outs, upd, mach: fuse_regions(nodes, outs)),
+    "rematerialize": ("evaluate a cheap region inside each region that reads it, where it "
+                      "then goes away (no array written and read back)",
+                      lambda nodes, ins, outs, upd, mach: rematerialize(nodes, outs)),
     "fold_accumulations": ("fold a region into the adjoint it adds to (acc += region)",
                            lambda nodes, ins, outs, upd, mach: fold_accumulations(nodes, outs)),
+    "merge_accumulations": ("add a sum of two fresh accumulations into the first's buffer "
+                            "(no second zeros, no pass of the add)",
+                            lambda nodes, ins, outs, upd, mach: merge_accumulations(nodes, outs)),
     "share_reduced_values": ("one loop for a region and its reduced twin (g * d and its "
                              "bias sum)",
                              lambda nodes, ins, outs, upd, mach: share_reduced_values(nodes, outs)),
@@ -74,7 +81,8 @@ PASSES = {
 LOWERING = {
     "numpy": ("views", "loop_parts", "dead_code", "schedule_updates"),
     "numba": ("views", "loop_parts", "hoist_transposed_products", "pair_matvecs", "dead_code",
-              "schedule_updates", "fuse_regions", "fold_accumulations", "share_reduced_values",
+              "schedule_updates", "fuse_regions", "rematerialize", "fold_accumulations",
+              "merge_accumulations", "share_reduced_values",
               "sum_stored_partials", "sum_vjp_regions", "absorb_producers"),
     "cupy": ("views", "loop_parts", "dead_code", "schedule_updates", "fuse_regions"),
 }
@@ -83,7 +91,8 @@ LOWERING = {
 #: primal, tangent and chunk programs in one graph: :mod:`hybridad.plans.staged`)
 STAGED_LOWERING = {
     "numpy": ("views", "loop_parts", "dead_code"),
-    "numba": ("views", "loop_parts", "dead_code", "fuse_regions", "fold_accumulations"),
+    "numba": ("views", "loop_parts", "dead_code", "fuse_regions", "rematerialize",
+              "fold_accumulations", "merge_accumulations"),
     "cupy": ("views", "loop_parts", "dead_code", "fuse_regions"),
 }
 

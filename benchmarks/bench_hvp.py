@@ -1,0 +1,111 @@
+"""Hessian-vector products on scipy's Rosenbrock: every entry point against
+jax.jit and the gradient.
+
+What Newton-CG, trust-ncg, trust-krylov and trust-constr call per inner
+iteration: value, gradient and ``H v`` of the chained Rosenbrock
+``f(x) = sum(100 (x[1:] - x[:-1]**2)**2 + (1 - x[:-1])**2)`` at
+n = 10^2, 10^4, 10^6 (``--quick``: 10^2, 10^4), float64, ``x ~ U(-1, 1)``,
+``v ~ N(0, 1)`` (seeded).  Rows:
+
+* ``hvp=True plan`` -- ``plan = ha.compile(f, x, hvp=True)``,
+  ``plan.hvp(x, v=v, out=res)`` (value, gradient, ``H v``);
+* ``Hessian plan hvp(x, v=)`` -- ``ha.compile(f, x, hessian=True)``'s
+  ``hvp`` with arguments (its primal, then its tangent program);
+* ``linearize + hvp(v=)`` -- the same plan after ``plan.linearize(x)``:
+  ``plan.hvp(v=v, out=res)`` runs the tangent program only (the goal: at
+  most 0.7x the ``hvp=True`` call);
+* ``ha.hvp(out=)`` -- the convenience function into a preallocated result;
+* ``gradient plan`` -- value and gradient only, for scale;
+* ``jax.jit`` -- ``jax.jit(lambda x, v: (f(x), grad(f)(x), jvp(grad(f), (x,), (v,))[1]))``
+  (x64), ``block_until_ready``, when jax is installed.
+
+Every row's ``H v`` is checked against the ``hvp=True`` plan's (1e-12
+relative) before timing.  Interleaved batches of ~20 ms, 5 rounds: median
+us per call; ``vs jax`` is the ratio of medians in the same run.
+
+Usage::
+
+    python benchmarks/bench_hvp.py [--quick] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness  # noqa: E402
+
+_harness.use_checkout()
+
+import hybridad as ha  # noqa: E402
+from hybridad.bench.harness import time_round_robin  # noqa: E402
+
+
+def rosen(x):
+    return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", default=None)
+    opts = parser.parse_args(argv)
+    try:
+        import jax
+        import jax.numpy as jnp
+        jax.config.update("jax_enable_x64", True)
+    except ImportError:
+        jax = None
+    rows = []
+    for n in ([100, 10 ** 4] if opts.quick else [100, 10 ** 4, 10 ** 6]):
+        rng = np.random.default_rng(0)
+        x, v = rng.uniform(-1.0, 1.0, n), rng.standard_normal(n)
+        hp = ha.compile(rosen, x, hvp=True)
+        ref = hp.hvp(x, v=v)
+        hs = ha.compile(rosen, x, hessian=True)
+        lin = ha.compile(rosen, x, hessian=True)
+        gp = ha.compile(rosen, x)
+        outs = [ha.HvpResult(x) for _ in range(4)]
+        rg = ha.GradientResult(x)
+        calls = {
+            "hvp=True plan": lambda: hp.hvp(x, v=v, out=outs[0]),
+            "Hessian plan hvp(x, v=)": lambda: hs.hvp(x, v=v, out=outs[1]),
+            "linearize + hvp(v=)": lambda: lin.hvp(v=v, out=outs[2]),
+            "ha.hvp(out=)": lambda: ha.hvp(rosen, x, v, out=outs[3]),
+            "gradient plan": lambda: gp.gradient(x, out=rg),
+        }
+        lin.linearize(x)
+        for call in calls.values():
+            call()
+        for res in outs:
+            np.testing.assert_allclose(res.hvp, ref.hvp, rtol=1e-12, atol=1e-12 * n)
+        if jax is not None:
+            def fj(z):
+                return jnp.sum(100.0 * (z[1:] - z[:-1] ** 2) ** 2 + (1.0 - z[:-1]) ** 2)
+            fn = jax.jit(lambda z, w: (fj(z), jax.grad(fj)(z),
+                                       jax.jvp(jax.grad(fj), (z,), (w,))[1]))
+            xj, vj = jnp.asarray(x), jnp.asarray(v)
+            np.testing.assert_allclose(np.asarray(fn(xj, vj)[2]), ref.hvp, rtol=1e-10,
+                                       atol=1e-10 * n)
+            calls["jax.jit"] = lambda: jax.block_until_ready(fn(xj, vj))
+        times = dict(zip(calls, time_round_robin(list(calls.values()), 5, 20.0), strict=True))
+        jax_us = times["jax.jit"][0] if "jax.jit" in times else None
+        base = times["hvp=True plan"][0]
+        for name, (med, lo, hi, _) in times.items():
+            rows.append({"n": n, "impl": name, "us": med, "min": lo, "max": hi,
+                         "vs_jax": med / jax_us if jax_us else None, "vs_hvp_plan": med / base})
+            vs = f"{med / jax_us:6.2f}x jax" if jax_us else ""
+            print(f"n={n:<8} {name:<26} {med:10.1f} us  [{lo:.1f}, {hi:.1f}]  {vs}  "
+                  f"{med / base:5.2f}x hvp plan", flush=True)
+    if opts.json:
+        with open(opts.json, "w", encoding="utf-8") as fh:
+            json.dump(rows, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

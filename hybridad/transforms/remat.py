@@ -1,0 +1,152 @@
+"""Cheap regions recomputed where they are read (rematerialization).
+
+The partitioner keeps an elementwise group out of its readers' regions when
+it has more than one reader: it becomes a region of its own, written to an
+array that every reader reads back.  On memory-bound loops that array costs
+more than the arithmetic it saves.  A second-order program is full of them:
+the functional reverse pass of a Hessian-vector product computes ``2 x``,
+``-g``, ``100 * 1`` once and reads each from the gradient's accumulation and
+from the tangent sweep.
+
+:func:`rematerialize` evaluates such a region ``P`` inside the loop of each
+reader, as XLA duplicates cheap producers into their consumers' fusions:
+``P`` is a value region without a reduction, of a few ops none of which is
+expensive (no transcendental), not an output, with no stored partials; each
+reader ``R`` it joins is a value region over the same loop shape, without
+stored partials, with no in-place write to what ``P`` reads between the two.
+It happens only where ``P`` then goes away -- no reader left but, at most,
+one accumulation (``iadd``, ``scatter``, ``scatter_add``), which
+:func:`~hybridad.transforms.partition.fold_accumulations` then folds into
+``P``'s loop.  Each reader gets a new body (``P``'s members, then its own):
+the same operations on the same values, in one loop instead of two.
+"""
+
+from __future__ import annotations
+
+from ..ir.graph import Node, users_of
+from ..ops import REGISTRY, storage_root
+from .partition import PRE_REDUCTION, Region, _external_inputs
+
+__all__ = ["merge_accumulations", "rematerialize"]
+
+#: the most elementwise ops of a region recomputed in each of its readers
+MAX_OPS = 8
+#: the most readers a region is recomputed in
+MAX_READERS = 4
+
+_ACCUMULATIONS = ("iadd", "scatter", "scatter_add")
+
+
+def rematerialize(nodes, outputs=()):
+    """``nodes`` with cheap regions evaluated inside their readers' loops
+    (see the module docstring); readers get new bodies, the regions that no
+    one reads any more are dropped.
+
+    Returns
+    -------
+    list of Node
+    """
+    external = {n.id for n in outputs if n is not None}
+    users = users_of(nodes)
+    position = {n.id: i for i, n in enumerate(nodes)}
+
+    def stored(n):
+        return any(u.op == "region_partial" and u.attrs["wrt"] != PRE_REDUCTION
+                   for u in users[n.id])
+
+    def written_between(p, r):  # an in-place write to what p reads, after p, before r
+        roots = {storage_root(a).id for a in p.args}
+        return any(REGISTRY[m.op].kind == "inplace" and storage_root(m.args[0]).id in roots
+                   for m in nodes[position[p.id] + 1:position[r.id]] if m.op in REGISTRY)
+
+    def reader(r, p):
+        return r.op == "region" and r.attrs["mode"] == "value" and not stored(r) and \
+            r.attrs["body"].shape == p.shape and not written_between(p, r)
+
+    dropped = set()
+    for p in nodes:
+        if p.op != "region" or p.attrs["mode"] != "value" or p.id in external or stored(p):
+            continue
+        body = p.attrs["body"]
+        if body.reduction is not None or len(body.nodes) > MAX_OPS or \
+                any(REGISTRY[m.op].expensive for m in body.nodes):
+            continue
+        readers = {u.id: u for u in users[p.id]}
+        joins = [r for r in readers.values() if reader(r, p)]
+        rest = [r for r in readers.values() if r.id not in {j.id for j in joins}]
+        if not joins or len(joins) > MAX_READERS or len(rest) > 1 or rest and not (
+                rest[0].op in _ACCUMULATIONS and rest[0].args[-1] is p and
+                all(a is not p for a in rest[0].args[:-1])):
+            continue
+        for r in joins:
+            _absorb(r, p)
+            users[p.id] = [u for u in users[p.id] if u.id != r.id]
+            for a in p.args:  # (what r reads now)
+                users[a.id].append(r)
+        if not rest:
+            dropped.add(p.id)
+    return [n for n in nodes if n.id not in dropped] if dropped else nodes
+
+
+def _absorb(r, p):
+    """Region ``r`` evaluating region ``p`` in its own loop: a new body."""
+    remap = {p.id: p.attrs["body"].nodes[-1]}
+
+    def rewired(m):  # m reading p's members instead of the region p
+        args = tuple(remap.get(x.id, x) for x in m.args)
+        if all(x is y for x, y in zip(args, m.args, strict=True)):
+            return m
+        remap[m.id] = Node(m.id, m.op, args, m.attrs, m.shape, m.dtype, m.phase)
+        return remap[m.id]
+
+    body = r.attrs["body"]
+    members = list(p.attrs["body"].nodes) + [rewired(m) for m in body.nodes]
+    reduction = None if body.reduction is None else rewired(body.reduction)
+    inputs = _external_inputs(members)
+    merged = Region(members, reduction, inputs)
+    merged.partials_reason = body.partials_reason
+    r.args, r.attrs = tuple(inputs), {**r.attrs, "body": merged}
+
+
+def merge_accumulations(nodes, outputs=()):
+    """``a + b`` of two accumulations into fresh zeros as one accumulation
+    (IR -> IR): the reverse pass of a Hessian-vector product is functional,
+    so a gradient that two slices reach (``x[1:]`` and ``x[:-1]``) is two
+    ``region_acc`` into zeros of their own and an ``add`` region; instead the
+    second adds straight into the first's buffer (no second zeros, no pass of
+    the ``add``).  ``b`` is one ``region_acc`` into a ``zeros``; ``a`` any
+    accumulation into a ``zeros``; each read only by the ``add``.  The ``add``
+    node becomes ``b``'s accumulation (it keeps its identity: it may be an
+    output).  The same sums in the same order per element: ``a[i] + b[i]``
+    where ``b[i]`` was ``0 + g(i)`` -- bitwise equal."""
+    users = users_of(nodes)
+    dropped = set()
+    for n in nodes:
+        if n.op != "region" or n.attrs["mode"] != "value":
+            continue
+        body = n.attrs["body"]
+        if body.reduction is not None or len(body.nodes) != 1 or body.nodes[0].op != "add" or \
+                len(n.args) != 2:
+            continue
+        a, b = n.args
+        if not (_fresh_sum(a, users) and b.op == "region_acc" and b.args[0].op == "zeros" and
+                [u.id for u in users[b.args[0].id]] == [b.id] and
+                [u.id for u in users[b.id]] == [n.id] and
+                a.shape == b.shape == n.shape and a.dtype == b.dtype == n.dtype and
+                body.nodes[0].args[0] is body.inputs[0]):
+            continue
+        # n := b's accumulation into a (a + b's value, as the add computed)
+        n.op, n.args, n.attrs = "region_acc", (a, *b.args[1:]), dict(b.attrs)
+        dropped.update((b.id, b.args[0].id))
+    return [n for n in nodes if n.id not in dropped] if dropped else nodes
+
+
+def _fresh_sum(a, users):
+    """Whether ``a`` is a chain of accumulations into a ``zeros`` of its own,
+    each link read only by the next (the last by one reader)."""
+    node = a
+    while node.op == "region_acc":
+        if len(users[node.id]) != 1:
+            return False
+        node = node.args[0]
+    return node is not a and node.op == "zeros" and len(users[node.id]) == 1
