@@ -17,11 +17,13 @@ n = 10^2, 10^4, 10^6 (``--quick``: 10^2, 10^4), float64, ``x ~ U(-1, 1)``,
 * ``ha.hvp(out=)`` -- the convenience function into a preallocated result;
 * ``gradient plan`` -- value and gradient only, for scale;
 * ``jax.jit`` -- ``jax.jit(lambda x, v: (f(x), grad(f)(x), jvp(grad(f), (x,), (v,))[1]))``
-  (x64), ``block_until_ready``, when jax is installed.
+  (x64), ``block_until_ready``, when jax is installed -- timed in a process
+  of its own (XLA's thread pool and numba's, in one process on 2 cores,
+  slowed the parallel plans 3x), its ``H v`` checked against the plan's.
 
 Every row's ``H v`` is checked against the ``hvp=True`` plan's (1e-12
 relative) before timing.  Interleaved batches of ~20 ms, 5 rounds: median
-us per call; ``vs jax`` is the ratio of medians in the same run.
+us per call; ``vs jax`` is the ratio of medians of the same run.
 
 Usage::
 
@@ -50,19 +52,52 @@ def rosen(x):
     return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
 
 
+JAX = r"""
+import json, sys, numpy as np
+sys.path.insert(0, sys.argv[1])
+import jax, jax.numpy as jnp
+jax.config.update("jax_enable_x64", True)
+from hybridad.bench.harness import time_round_robin
+out = {}
+for n in json.loads(sys.argv[2]):
+    rng = np.random.default_rng(0)
+    x, v = rng.uniform(-1.0, 1.0, n), rng.standard_normal(n)
+    def fj(z):
+        return jnp.sum(100.0 * (z[1:] - z[:-1] ** 2) ** 2 + (1.0 - z[:-1]) ** 2)
+    fn = jax.jit(lambda z, w: (fj(z), jax.grad(fj)(z), jax.jvp(jax.grad(fj), (z,), (w,))[1]))
+    xj, vj = jnp.asarray(x), jnp.asarray(v)
+    hv = np.asarray(fn(xj, vj)[2])
+    (med, lo, hi, _), = time_round_robin([lambda: jax.block_until_ready(fn(xj, vj))], 5, 20.0)
+    out[n] = [med, lo, hi, hv.tolist()]
+print(json.dumps(out))
+"""
+
+
+def _jax_times(sizes):
+    """n -> (median, min, max, H v) of jax.jit, from a process of its own; {}
+    without jax."""
+    import subprocess
+
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        return {}
+    root = str(Path(__file__).resolve().parents[1])
+    got = subprocess.run([sys.executable, "-c", JAX, root, json.dumps(sizes)],
+                         capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"})
+    return {int(k): v for k, v in json.loads(got.stdout.strip().splitlines()[-1]).items()}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", default=None)
     opts = parser.parse_args(argv)
-    try:
-        import jax
-        import jax.numpy as jnp
-        jax.config.update("jax_enable_x64", True)
-    except ImportError:
-        jax = None
+    sizes = [100, 10 ** 4] if opts.quick else [100, 10 ** 4, 10 ** 6]
+    jax_rows = _jax_times(sizes)
     rows = []
-    for n in ([100, 10 ** 4] if opts.quick else [100, 10 ** 4, 10 ** 6]):
+    for n in sizes:
         rng = np.random.default_rng(0)
         x, v = rng.uniform(-1.0, 1.0, n), rng.standard_normal(n)
         hp = ha.compile(rosen, x, hvp=True)
@@ -84,17 +119,12 @@ def main(argv=None):
             call()
         for res in outs:
             np.testing.assert_allclose(res.hvp, ref.hvp, rtol=1e-12, atol=1e-12 * n)
-        if jax is not None:
-            def fj(z):
-                return jnp.sum(100.0 * (z[1:] - z[:-1] ** 2) ** 2 + (1.0 - z[:-1]) ** 2)
-            fn = jax.jit(lambda z, w: (fj(z), jax.grad(fj)(z),
-                                       jax.jvp(jax.grad(fj), (z,), (w,))[1]))
-            xj, vj = jnp.asarray(x), jnp.asarray(v)
-            np.testing.assert_allclose(np.asarray(fn(xj, vj)[2]), ref.hvp, rtol=1e-10,
-                                       atol=1e-10 * n)
-            calls["jax.jit"] = lambda: jax.block_until_ready(fn(xj, vj))
         times = dict(zip(calls, time_round_robin(list(calls.values()), 5, 20.0), strict=True))
-        jax_us = times["jax.jit"][0] if "jax.jit" in times else None
+        jax_us = None
+        if n in jax_rows:
+            med, lo, hi, hv = jax_rows[n]
+            np.testing.assert_allclose(np.asarray(hv), ref.hvp, rtol=1e-10, atol=1e-10 * n)
+            times["jax.jit"], jax_us = (med, lo, hi, None), med
         base = times["hvp=True plan"][0]
         for name, (med, lo, hi, _) in times.items():
             rows.append({"n": n, "impl": name, "us": med, "min": lo, "max": hi,
