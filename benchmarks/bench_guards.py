@@ -30,7 +30,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -104,8 +103,8 @@ def main(argv=None):
             print(f"n={n:<6} {name:<24} {med:9.2f} us  [{lo:.2f}, {hi:.2f}]  "
                   f"{med / base:6.2f}x no decision", flush=True)
     if opts.json:
-        with open(opts.json, "w", encoding="utf-8") as fh:
-            json.dump(rows, fh, indent=1)
+        _harness.write_json(opts.json, rows, {"quick": opts.quick,
+                                              "numpy": _harness.version("numpy")})
 
 
 if __name__ == "__main__":

@@ -133,8 +133,8 @@ def main(argv=None):
             print(f"n={n:<8} {name:<26} {med:10.1f} us  [{lo:.1f}, {hi:.1f}]  {vs}  "
                   f"{med / base:5.2f}x hvp plan", flush=True)
     if opts.json:
-        with open(opts.json, "w", encoding="utf-8") as fh:
-            json.dump(rows, fh, indent=1)
+        _harness.write_json(opts.json, rows, {"quick": opts.quick,
+                                              "numpy": _harness.version("numpy")})
 
 
 if __name__ == "__main__":
