@@ -25,7 +25,7 @@ from .plans import nested as _nested
 from .plans.cache import MAX_PLANS_PER_FUNCTION, cached_plans, clear_cache
 from .plans.cache import cached_call as _cached_call, call as _call, default_backend as _backend
 from .plans.cache import lookup as _lookup, recent_gradient as _recent_gradient
-from .plans.cache import remember as _remember
+from .plans.cache import recent_plan as _recent_plan, remember as _remember
 from .plans.jacobian import JacobianPlan
 from .plans.plan import Plan
 
@@ -298,10 +298,17 @@ def hvp(f, x, v, *args, argnums=0, out=None, backend=None):
     >>> res.hvp  # [[6, 1], [1, 12]] @ [1, 1]
     array([ 7., 13.])
     """
-    if _complex_args.any_complex((x, *args)):  # plans/complex_args.py
-        return _complex_args.hvp(_lookup, f, (x, *args), v, argnums, out, backend)
-    return _cached_call("hvp", f, (x, *args), argnums, backend, None, None,
-                        lambda plan: plan.hvp(x, *args, v=v, out=out), hvp=True)
+    both = (x, *args)
+    plan = _recent_plan("hvp", f, both, argnums, backend)  # (exact real ndarrays only)
+    if plan is not None:
+        try:
+            return plan.hvp(*both, v=v, out=out)
+        except StalePlanError:
+            pass  # f changed: the general path rebuilds
+    if _complex_args.any_complex(both):  # plans/complex_args.py
+        return _complex_args.hvp(_lookup, f, both, v, argnums, out, backend)
+    return _cached_call("hvp", f, both, argnums, backend, None, None,
+                        lambda plan: plan.hvp(*both, v=v, out=out), hvp=True)
 
 
 def hessian(f, x, *args, argnums=0, out=None, backend=None, chunk=None):

@@ -108,3 +108,32 @@ def test_other_value_dtypes_go_the_general_way(plan):
     ref = plan.hvp(X, v=V)
     assert res.value.dtype == np.float32 and float(res.value) == pytest.approx(float(ref.value))
     np.testing.assert_array_equal(res.derivs[1], ref.hvp)
+
+
+SCALE = 1.0
+
+
+def scaled(x):
+    return SCALE * rosen(x)
+
+
+def test_ha_hvp_reuses_its_recent_plan_and_sees_a_changed_function():
+    """``ha.hvp`` with ``out=`` takes the function's recent plan first (no
+    allocation), and still rebuilds when what the function reads changed."""
+    global SCALE
+    res = ha.HvpResult(X)
+    ha.hvp(scaled, X, V, out=res)
+    with count_allocations() as counts:
+        for _ in range(5):
+            ha.hvp(scaled, X, V, out=res)
+    assert counts.allocations == 0, counts
+    first = res.hvp.copy()
+    SCALE = 3.0
+    try:
+        ha.hvp(scaled, X, V, out=res)
+    finally:
+        SCALE = 1.0
+    np.testing.assert_allclose(res.hvp, 3.0 * first, rtol=1e-13)
+    complex_x = X + 0.5j
+    got = ha.hvp(lambda z: np.sum(np.abs(z) ** 2), complex_x, V + 0j)
+    np.testing.assert_allclose(got.hvp, 2 * (V + 0j), rtol=1e-13)
