@@ -97,3 +97,30 @@ def test_accumulations_at_shifted_positions_run_in_loops_of_their_own():
     np.testing.assert_allclose(plan.gradient(x).gradient,
                                ha.gradient(rosen, x, backend="numpy").gradient,
                                rtol=1e-13, atol=1e-12)
+
+
+@pytest.mark.parametrize("f", [rosen, lambda x: np.sum(x[1:-1] * x[:-2] - x[2:] ** 2 * x[:-2])],
+                         ids=["rosen", "stencil"])
+def test_parallel_stencils_are_the_serial_plans_bits(f):
+    """A parallel plan's loops (``prange``, from 32768 iterations) read and
+    add at shifted positions (``g[1:] += ...``); each thread's bounds are
+    known non-negative (backends/jit/parallel.py), so numba's wraparound of
+    negative indices is dropped there.  Element by element the same
+    arithmetic: the serial plan's bits, HVP included."""
+    import numba
+
+    x, v = RNG.uniform(-1.0, 1.0, 40000), RNG.standard_normal(40000)
+    par = ha.compile(f, x, parallel=True)
+    ser = ha.compile(f, x, parallel=False)
+    hpar = ha.compile(f, x, hvp=True, parallel=True)
+    hser = ha.compile(f, x, hvp=True, parallel=False)
+    assert "prange(" in par._program.source
+    g, h = ser.gradient(x).gradient, hser.hvp(x, v=v).hvp
+    threads = numba.get_num_threads()
+    try:
+        for k in sorted({1, threads}):
+            numba.set_num_threads(k)
+            np.testing.assert_array_equal(par.gradient(x).gradient, g)
+            np.testing.assert_array_equal(hpar.hvp(x, v=v).hvp, h)
+    finally:
+        numba.set_num_threads(threads)

@@ -155,11 +155,21 @@ def prange_loop(frame, node, start, stop):
     rows = kb.load(kdims)
     kf.env = env
 
+    # a loop from a start >= 0: each thread's bounds are too, which LLVM is
+    # told (!range), so that it drops numba's wraparound of a negative index
+    # (``o[1 + i]``: a select per access kept the loop from vectorizing, 1.7x
+    # slower on one thread than the serial loop, whose bounds it knows)
+    nonneg = isinstance(start, int) and start >= 0
+    bounds = module.add_metadata([ir.Constant(_I64, 0), ir.Constant(_I64, 2 ** 63 - 1)])
+
     def body(index):
         row = index[0]
         lo = kb.load(kb.gep(sched, [kb.mul(row, ir.Constant(_I64, 2))]))
         hi = kb.load(kb.gep(sched, [kb.add(kb.mul(row, ir.Constant(_I64, 2)),
                                            ir.Constant(_I64, 1))]))
+        if nonneg:
+            lo.set_metadata("range", bounds)
+            hi.set_metadata("range", bounds)
         _counted(kb, lo, hi, lambda i: _iteration(kf, node, target, i, env))
     kf.arr.loop_nest([rows], body)
     kb.ret_void()
@@ -223,7 +233,7 @@ def _counted(b, lo, hi, body):
     b.cbranch(b.icmp_signed("<", i, hi), inner, done)
     b.position_at_end(inner)
     body(i)
-    i.add_incoming(b.add(i, ir.Constant(_I64, 1)), b.block)
+    i.add_incoming(b.add(i, ir.Constant(_I64, 1), flags=["nsw"]), b.block)  # (i < hi)
     b.branch(head)
     b.position_at_end(done)
 
