@@ -94,6 +94,31 @@ def test_a_vector_made_from_the_first_product_is_not_paired_with_it():
         assert not (n.op == "matvec_pair" and n.phase == "forward"), str(plan.graph)
 
 
+def test_an_hvp_pairs_its_direction_with_the_backward_product():
+    """A Hessian-vector product's ``X v`` (``v`` an argument, its node made
+    after the backward pass) pairs with the backward's ``X^T g``: three
+    passes over X instead of four (logistic regression: 23.6 -> 15.4 ms at
+    10^5 x 100, bench notes)."""
+    X, y = rand((20000, 100), seed=9), np.sign(rand((20000,), seed=10))  # 16 MB: one
+    w, v = rand((100,), seed=11) / 4, rand((100,), seed=12)  # read beats two (cost model)
+
+    def logreg(w, X, y):
+        return np.mean(np.logaddexp(0, -y * (X @ w))) + 1e-3 * np.sum(w ** 2)
+
+    plan = ha.compile(logreg, w, X, y, hvp=True)
+    assert [n.phase for n in plan.graph.nodes if n.op == "matvec_pair"] == ["backward"], \
+        str(plan.graph)
+    res = plan.hvp(w, X, y, v=v)
+    ref = ha.hvp(logreg, w, v, X, y, backend="numpy")
+    assert float(res.value) == pytest.approx(float(ref.value), rel=1e-13)
+    np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(res.hvp, ref.hvp, rtol=1e-11, atol=1e-14)
+    with count_allocations() as counts:
+        for _ in range(3):
+            plan.hvp(w, X, y, v=v, out=res)
+    assert counts.allocations == 0
+
+
 def test_float32_rows():
     x, w = rand((257,), seed=6).astype(np.float32), rand((130,), seed=7).astype(np.float32)
     A = (rand((130, 257), seed=8) / 16).astype(np.float32)

@@ -196,7 +196,7 @@ def pair_matvecs(nodes, outputs=(), *, machine):
     computed or an input (a buffer the backend holds C-contiguous, not a
     view or a constant) and one read cheaper than two by the cost model
     (:func:`~hybridad.transforms.costs.pair_choice`); the second product's
-    vector made before the first product.  Each product pairs
+    vector made before the first product (an argument of the plan always is).  Each product pairs
     once, with the earliest unpaired product of the other form.  Rounding:
     ``B^T v`` sums its rows in fixed parts (see the kernel); the same bits on
     any thread count.  ``machine``: the backend's facts the choice reads
@@ -220,7 +220,10 @@ def pair_matvecs(nodes, outputs=(), *, machine):
         B, form, vec = found
         if n.dtype.kind != "f" or not (B.dtype == vec.dtype == n.dtype) or not _pairs(B, machine):
             continue
-        where = pos[(_flat(vec) or vec).id]
+        src = _flat(vec) or vec
+        # (an argument is there from the start, wherever the trace made its node:
+        # a Hessian-vector product's v, made after the backward pass)
+        where = -1 if src.op == "input" else pos[src.id]
         queue = waiting.setdefault(B.id, [])
         partner = next((q for q in queue if q[1] != form and where < pos[q[0].id]), None)
         if partner is None:
@@ -253,8 +256,9 @@ def pair_matvecs(nodes, outputs=(), *, machine):
         before.setdefault(pos[first.id], []).extend(new)
     if not before:
         return nodes
-    out = []
+    out = [n for n in nodes if n.op == "input"]  # (an argument read by an earlier pair)
     for i, n in enumerate(nodes):
         out.extend(before.get(i, ()))
-        out.append(n)
+        if n.op != "input":
+            out.append(n)
     return out
