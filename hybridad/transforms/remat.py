@@ -23,6 +23,8 @@ the same operations on the same values, in one loop instead of two.
 
 from __future__ import annotations
 
+import bisect
+
 from ..ir.graph import Node, users_of
 from ..ops import REGISTRY, storage_root
 from .partition import PRE_REDUCTION, Region, _external_inputs
@@ -54,10 +56,19 @@ def rematerialize(nodes, outputs=()):
         return any(u.op == "region_partial" and u.attrs["wrt"] != PRE_REDUCTION
                    for u in users[n.id])
 
+    # the in-place writes, by position: (a graph's thousands of regions each
+    # look at the few between a producer and its reader, not at every node)
+    writes = [(i, storage_root(m.args[0]).id) for i, m in enumerate(nodes)
+              if m.op in REGISTRY and REGISTRY[m.op].kind == "inplace"]
+    starts = [i for i, _ in writes]
+
     def written_between(p, r):  # an in-place write to what p reads, after p, before r
+        lo = bisect.bisect_right(starts, position[p.id])
+        hi = bisect.bisect_left(starts, position[r.id])
+        if lo >= hi:
+            return False
         roots = {storage_root(a).id for a in p.args}
-        return any(REGISTRY[m.op].kind == "inplace" and storage_root(m.args[0]).id in roots
-                   for m in nodes[position[p.id] + 1:position[r.id]] if m.op in REGISTRY)
+        return any(root in roots for _, root in writes[lo:hi])
 
     def reader(r, p):
         return r.op == "region" and r.attrs["mode"] == "value" and not stored(r) and \
