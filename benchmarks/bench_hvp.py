@@ -21,6 +21,12 @@ n = 10^2, 10^4, 10^6 (``--quick``: 10^2, 10^4), float64, ``x ~ U(-1, 1)``,
   of its own (XLA's thread pool and numba's, in one process on 2 cores,
   slowed the parallel plans 3x), its ``H v`` checked against the plan's.
 
+The other cases of the goals run the ``hvp=True`` plan against ``jax.jit``
+only (``--quick`` skips them): Rosenbrock in float32 (n = 10^4, 10^6),
+``logreg`` (``mean(logaddexp(0, -y (X w))) + 1e-3 |w|^2``, X 10^5 x 100,
+w.r.t. ``w``) and ``chain`` (a matmul inside an elementwise chain:
+``sum(tanh(A (x cos x))**2) + sum(exp(-x^2) x)``, A 64 x n, n = 10^5).
+
 Every row's ``H v`` is checked against the ``hvp=True`` plan's (1e-12
 relative) before timing.  Interleaved batches of ~20 ms, 5 rounds: median
 us per call; ``vs jax`` is the ratio of medians of the same run.
@@ -48,34 +54,60 @@ import hybridad as ha  # noqa: E402
 from hybridad.bench.harness import time_round_robin  # noqa: E402
 
 
+CASES = r"""
+import numpy as np
+
+def make(case, n, lib):  # (f, args, v) of a case; lib: numpy or jax.numpy
+    rng = np.random.default_rng(0)
+    if case.startswith("rosen"):
+        dt = np.float32 if case == "rosen32" else np.float64
+        def f(x):
+            return lib.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+        return f, [rng.uniform(-1.0, 1.0, n).astype(dt)], rng.standard_normal(n).astype(dt)
+    if case == "logreg":
+        X, y = rng.standard_normal((n, 100)), np.sign(rng.standard_normal(n))
+        def f(w, X, y):
+            return lib.mean(lib.logaddexp(0.0, -y * (X @ w))) + 1e-3 * lib.sum(w ** 2)
+        return f, [rng.standard_normal(100) * 0.1, X, y], rng.standard_normal(100)
+    A = rng.standard_normal((64, n)) / np.sqrt(n)
+    def f(x, A):
+        return lib.sum(lib.tanh(A @ (x * lib.cos(x))) ** 2) + lib.sum(lib.exp(-x ** 2) * x)
+    return f, [rng.uniform(-1.0, 1.0, n), A], rng.standard_normal(n)
+"""
+_CASES = {}
+exec(CASES, _CASES)  # noqa: S102 -- the same definitions as JAX's process
+make = _CASES["make"]
+
+
 def rosen(x):
     return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
 
 
-JAX = r"""
+JAX = CASES + r"""
 import json, sys, numpy as np
 sys.path.insert(0, sys.argv[1])
 import jax, jax.numpy as jnp
 jax.config.update("jax_enable_x64", True)
 from hybridad.bench.harness import time_round_robin
 out = {}
-for n in json.loads(sys.argv[2]):
-    rng = np.random.default_rng(0)
-    x, v = rng.uniform(-1.0, 1.0, n), rng.standard_normal(n)
-    def fj(z):
-        return jnp.sum(100.0 * (z[1:] - z[:-1] ** 2) ** 2 + (1.0 - z[:-1]) ** 2)
-    fn = jax.jit(lambda z, w: (fj(z), jax.grad(fj)(z), jax.jvp(jax.grad(fj), (z,), (w,))[1]))
-    xj, vj = jnp.asarray(x), jnp.asarray(v)
-    hv = np.asarray(fn(xj, vj)[2])
-    (med, lo, hi, _), = time_round_robin([lambda: jax.block_until_ready(fn(xj, vj))], 5, 20.0)
-    out[n] = [med, lo, hi, hv.tolist()]
+for case, n in json.loads(sys.argv[2]):
+    f, args, v = make(case, n, jnp)
+    rest = [jnp.asarray(a) for a in args[1:]]
+    g = jax.grad(lambda z, *r: f(z, *r))
+    fn = jax.jit(lambda z, w, *r: (f(z, *r), g(z, *r),
+                                   jax.jvp(lambda u: g(u, *r), (z,), (w,))[1]))
+    xj, vj = jnp.asarray(args[0]), jnp.asarray(v)
+    hv = np.asarray(fn(xj, vj, *rest)[2])
+    (med, lo, hi, _), = time_round_robin([lambda: jax.block_until_ready(fn(xj, vj, *rest))],
+                                         5, 20.0)
+    out[f"{case} {n}"] = [med, lo, hi, hv.tolist()]
 print(json.dumps(out))
 """
 
 
 def _jax_times(sizes):
-    """n -> (median, min, max, H v) of jax.jit, from a process of its own; {}
-    without jax."""
+    """"case n" -> (median, min, max, H v) of jax.jit for ``sizes`` (pairs of
+    case and n), from a process of its own; {} without jax."""
     import subprocess
 
     try:
@@ -86,7 +118,7 @@ def _jax_times(sizes):
     got = subprocess.run([sys.executable, "-c", JAX, root, json.dumps(sizes)],
                          capture_output=True, text=True, check=True,
                          env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"})
-    return {int(k): v for k, v in json.loads(got.stdout.strip().splitlines()[-1]).items()}
+    return json.loads(got.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None):
@@ -95,7 +127,9 @@ def main(argv=None):
     parser.add_argument("--json", default=None)
     opts = parser.parse_args(argv)
     sizes = [100, 10 ** 4] if opts.quick else [100, 10 ** 4, 10 ** 6]
-    jax_rows = _jax_times(sizes)
+    others = [] if opts.quick else [("rosen32", 10 ** 4), ("rosen32", 10 ** 6),
+                                    ("logreg", 10 ** 5), ("chain", 10 ** 5)]
+    jax_rows = _jax_times([("rosen", n) for n in sizes] + others)
     rows = []
     for n in sizes:
         rng = np.random.default_rng(0)
@@ -121,8 +155,8 @@ def main(argv=None):
             np.testing.assert_allclose(res.hvp, ref.hvp, rtol=1e-12, atol=1e-12 * n)
         times = dict(zip(calls, time_round_robin(list(calls.values()), 5, 20.0), strict=True))
         jax_us = None
-        if n in jax_rows:
-            med, lo, hi, hv = jax_rows[n]
+        if f"rosen {n}" in jax_rows:
+            med, lo, hi, hv = jax_rows[f"rosen {n}"]
             np.testing.assert_allclose(np.asarray(hv), ref.hvp, rtol=1e-10, atol=1e-10 * n)
             times["jax.jit"], jax_us = (med, lo, hi, None), med
         base = times["hvp=True plan"][0]
@@ -132,6 +166,26 @@ def main(argv=None):
             vs = f"{med / jax_us:6.2f}x jax" if jax_us else ""
             print(f"n={n:<8} {name:<26} {med:10.1f} us  [{lo:.1f}, {hi:.1f}]  {vs}  "
                   f"{med / base:5.2f}x hvp plan", flush=True)
+    for case, n in others:
+        f, args, v = make(case, n, np)
+        plan = ha.compile(f, *args, hvp=True)
+        res = ha.HvpResult(args[0])
+        ref = ha.hvp(f, args[0], v, *args[1:], backend="numpy")
+        plan.hvp(*args, v=v, out=res)
+        tol = 1e-4 if case == "rosen32" else 1e-10
+        np.testing.assert_allclose(res.hvp, ref.hvp, rtol=tol, atol=tol * np.abs(ref.hvp).max())
+        (med, lo, hi, _), = time_round_robin([lambda: plan.hvp(*args, v=v, out=res)], 5, 20.0)
+        key = f"{case} {n}"
+        jax_us = None
+        if key in jax_rows:
+            jax_us = jax_rows[key][0]
+            np.testing.assert_allclose(np.asarray(jax_rows[key][3]), ref.hvp, rtol=tol,
+                                       atol=tol * np.abs(ref.hvp).max())
+        rows.append({"n": n, "impl": f"{case}: hvp=True plan", "us": med, "min": lo, "max": hi,
+                     "jax_us": jax_us, "vs_jax": med / jax_us if jax_us else None})
+        vs = f"{med / jax_us:6.2f}x jax ({jax_us:.1f} us)" if jax_us else ""
+        print(f"n={n:<8} {case + ': hvp=True plan':<26} {med:10.1f} us  [{lo:.1f}, {hi:.1f}]  "
+              f"{vs}", flush=True)
     if opts.json:
         _harness.write_json(opts.json, rows, {"quick": opts.quick,
                                               "numpy": _harness.version("numpy")})
