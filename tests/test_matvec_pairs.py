@@ -119,6 +119,27 @@ def test_an_hvp_pairs_its_direction_with_the_backward_product():
     assert counts.allocations == 0
 
 
+def test_a_direction_made_from_arguments_moves_ahead_to_its_pair():
+    """``X (s v)``: the tangent's vector is made from arguments alone, though
+    in the tangent sweep; its computation moves ahead, to where it pairs with
+    the backward's ``X^T g``."""
+    X, y = rand((20000, 100), seed=13), np.sign(rand((20000,), seed=14))
+    w, v, s = rand((100,), seed=15) / 4, rand((100,), seed=16), rand((100,), seed=17) + 2
+
+    def logreg(w, X, y):
+        return np.mean(np.logaddexp(0, -y * (X @ (w * s)))) + 1e-3 * np.sum(w ** 2)
+
+    plan = ha.compile(logreg, w, X, y, hvp=True)
+    pairs = [n for n in plan.graph.nodes if n.op == "matvec_pair"]
+    assert len(pairs) == 1, str(plan.graph)
+    order = {n.id: i for i, n in enumerate(plan.graph.nodes)}
+    assert all(order[a.id] < order[pairs[0].id] for a in pairs[0].args)
+    res = plan.hvp(w, X, y, v=v)
+    ref = ha.hvp(logreg, w, v, X, y, backend="numpy")
+    np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(res.hvp, ref.hvp, rtol=1e-11, atol=1e-14)
+
+
 def test_float32_rows():
     x, w = rand((257,), seed=6).astype(np.float32), rand((130,), seed=7).astype(np.float32)
     A = (rand((130, 257), seed=8) / 16).astype(np.float32)

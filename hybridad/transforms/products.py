@@ -21,7 +21,7 @@ of ``A`` once for both (:func:`hybridad.backends.numba.rt.matvec_pair`).
 from __future__ import annotations
 
 from ..ir.graph import Node, redirect, users_of
-from ..ir.registry import REGISTRY
+from ..ir.registry import REGISTRY, storage_root
 from .costs import CACHE_BYTES, pair_choice
 from .machine import matvec_matrix
 
@@ -196,7 +196,10 @@ def pair_matvecs(nodes, outputs=(), *, machine):
     computed or an input (a buffer the backend holds C-contiguous, not a
     view or a constant) and one read cheaper than two by the cost model
     (:func:`~hybridad.transforms.costs.pair_choice`); the second product's
-    vector made before the first product (an argument of the plan always is).  Each product pairs
+    vector made before the first product, or made there: an argument of the
+    plan always is, and a vector made from arguments and values made before
+    by pure elementwise ops and views (an HVP's ``s v``, traced in the
+    tangent sweep) has that computation moved ahead of the pair.  Each product pairs
     once, with the earliest unpaired product of the other form.  Rounding:
     ``B^T v`` sums its rows in fixed parts (see the kernel); the same bits on
     any thread count.  ``machine``: the backend's facts the choice reads
@@ -212,7 +215,9 @@ def pair_matvecs(nodes, outputs=(), *, machine):
     external = {n.id for n in outputs if n is not None}
     next_id = max((n.id for n in nodes), default=-1) + 1
     before = {}  # position -> nodes to insert before it
+    moved = set()  # nodes moved ahead, to where a pair needs them
     waiting = {}  # B id -> [(product, form, vector)] not paired yet
+    ready = _ready(nodes, pos)
     for n in nodes:
         found = _matvec_form(n) if n.id not in external else None
         if found is None:
@@ -222,11 +227,13 @@ def pair_matvecs(nodes, outputs=(), *, machine):
             continue
         src = _flat(vec) or vec
         # (an argument is there from the start, wherever the trace made its node:
-        # a Hessian-vector product's v, made after the backward pass)
-        where = -1 if src.op == "input" else pos[src.id]
+        # a Hessian-vector product's v, made after the backward pass; and what is
+        # made from such values alone can be made there too)
+        where = ready[src.id]
         queue = waiting.setdefault(B.id, [])
         partner = next((q for q in queue if q[1] != form and where < pos[q[0].id]), None)
-        if partner is None:
+        cone = [] if partner is None else _cone(src, pos[partner[0].id], pos)
+        if partner is None or any(m.id in moved for m in cone):
             queue.append((n, form, vec))
             continue
         queue.remove(partner)
@@ -241,6 +248,8 @@ def pair_matvecs(nodes, outputs=(), *, machine):
             next_id += 1
             return new[-1]
 
+        moved.update(m.id for m in cone)
+        new.extend(cone)  # (what the vector is made of, ahead of the pair)
         x = {form: flat_of(vec), partner[1]: flat_of(partner[2])}
         m, k = B.shape
         p = _new(next_id, "matvec_pair", (B, x["dot"], x["axpy"]), {}, first.phase)
@@ -259,6 +268,38 @@ def pair_matvecs(nodes, outputs=(), *, machine):
     out = [n for n in nodes if n.op == "input"]  # (an argument read by an earlier pair)
     for i, n in enumerate(nodes):
         out.extend(before.get(i, ()))
-        if n.op != "input":
+        if n.op != "input" and n.id not in moved:
             out.append(n)
     return out
+
+
+def _ready(nodes, pos):
+    """node id -> the position after which it could be computed: -1 for
+    arguments and constants; for a pure elementwise op or a view (of storage
+    no in-place op writes) its operands' latest; elsewhere its own."""
+    written = {storage_root(n.args[0]).id for n in nodes
+               if n.op in REGISTRY and REGISTRY[n.op].kind == "inplace"}
+    ready = {}
+    for n in nodes:
+        if n.op in ("input", "const"):
+            ready[n.id] = -1
+        elif n.op in REGISTRY and REGISTRY[n.op].kind in ("elementwise", "view") and \
+                storage_root(n).id not in written and n.args:
+            ready[n.id] = max(ready[a.id] for a in n.args)
+        else:
+            ready[n.id] = pos[n.id]
+    return ready
+
+
+def _cone(src, at, pos):
+    """The nodes ``src`` is made of that come after position ``at`` (``src``
+    included), in their order: moved ahead of ``at`` (all of them pure
+    elementwise ops or views on values made before, by :func:`_ready`)."""
+    cone, todo = {}, [src]
+    while todo:
+        m = todo.pop()
+        if m.id in cone or m.op in ("input", "const") or pos[m.id] <= at:
+            continue
+        cone[m.id] = m
+        todo.extend(m.args)
+    return sorted(cone.values(), key=lambda m: pos[m.id])
