@@ -59,10 +59,13 @@ Adding an op touches one file in this package; tests pick it up from
 
 from __future__ import annotations
 
+import bisect
+
 import importlib
 import sys
 
-__all__ = ["REGISTRY", "LazyUfunc", "Op", "get", "may_raise", "register", "storage_root"]
+__all__ = ["REGISTRY", "InPlaceWrites", "LazyUfunc", "Op", "get", "may_raise", "register",
+           "storage_root"]
 
 REGISTRY: dict[str, Op] = {}
 
@@ -244,3 +247,27 @@ def storage_root(node):
     while node.op in REGISTRY and REGISTRY[node.op].kind in ("view", "inplace"):
         node = node.args[0]
     return node
+
+
+class InPlaceWrites:
+    """The in-place writes of a node list (an ``inplace`` op writes the
+    storage of its first operand): ``roots``, the storage written, and
+    :meth:`between`, found by position (a pass asking about thousands of
+    producer-reader pairs looks at the few writes between each, not at every
+    node)."""
+
+    def __init__(self, nodes):
+        self.position = {n.id: i for i, n in enumerate(nodes)}
+        self._writes = [(i, storage_root(n.args[0]).id) for i, n in enumerate(nodes)
+                        if n.op in REGISTRY and REGISTRY[n.op].kind == "inplace"]
+        self._starts = [i for i, _ in self._writes]
+        self.roots = {root for _, root in self._writes}
+
+    def between(self, p, r):
+        """Whether a write after ``p`` and before ``r`` goes to storage ``p`` reads."""
+        lo = bisect.bisect_right(self._starts, self.position[p.id])
+        hi = bisect.bisect_left(self._starts, self.position[r.id])
+        if lo >= hi:
+            return False
+        roots = {storage_root(a).id for a in p.args}
+        return any(root in roots for _, root in self._writes[lo:hi])

@@ -41,7 +41,7 @@ def clean_slice(index, size):
     if len(index) != 1 or type(index[0]) is not slice:
         return None
     start, stop, step = index[0].indices(size)
-    return (start, stop) if step == 1 and stop > start else None
+    return (start, stop) if step == 1 and stop >= start else None
 
 
 class Pieces:

@@ -30,6 +30,7 @@ import numpy as np
 from ..core.trace import Trace, bind
 from ..core.tracer import Tracer
 from ..ir.graph import Graph, redirect
+from ..ops.indexing import clean_slice
 from ..ops.loop import LoopBody, layout, part
 
 __all__ = ["checkpoint_loops", "segments"]
@@ -91,12 +92,13 @@ def _split(trace, outs, node, seg):
     nodes = trace.nodes
     where = {off: (k, shape) for k, off, shape in layout(body, T, a["order"])}
     readers = [n for n in nodes if any(x is node for x in n.args)]
-    if any(n.op != "getitem" or len(n.args) != 1 or not _slice_of(n.attrs["index"]) or
-           _slice_of(n.attrs["index"])[0] not in where for n in readers):
+    spans = {r.id: clean_slice(r.attrs["index"], node.shape[0]) if r.op == "getitem" else None
+             for r in readers}
+    if any(len(r.args) != 1 or spans[r.id] is None or spans[r.id][0] not in where
+           for r in readers):
         return None  # read otherwise than by its parts
     saved = set(a["saved"])
-    dead = _dead_views(nodes, outs, [r for r in readers
-                                     if where[_slice_of(r.attrs["index"])[0]][0] in saved])
+    dead = _dead_views(nodes, outs, [r for r in readers if where[spans[r.id][0]][0] in saved])
     if dead is None:
         return None  # the stored carries are read: nothing to save
     readers = [r for r in readers if r.id not in dead]
@@ -139,7 +141,7 @@ def _split(trace, outs, node, seg):
     value.update(zip(ys, ys_out, strict=True))
     replace = {}
     for r in readers:
-        off, stop = _slice_of(r.attrs["index"])
+        off, stop = spans[r.id]
         k, _ = where[off]
         if k not in value:
             return _undo(trace, head)
@@ -168,12 +170,4 @@ def _dead_views(nodes, outs, roots):
 
 def _undo(trace, head):
     del trace.nodes[head:]
-    return None
-
-
-def _slice_of(index):
-    """``(start, stop)`` of a part's index ``(slice(start, stop, None),)``, or None."""
-    if len(index) == 1 and isinstance(index[0], slice) and index[0].step in (None, 1) and \
-            index[0].start is not None and index[0].stop is not None:
-        return index[0].start, index[0].stop
     return None

@@ -20,9 +20,11 @@ input, its local partials -- is rendered by :mod:`hybridad.backends.scalar`.
 from __future__ import annotations
 
 from ..ir.graph import Node, users_of
+from ..ir.registry import InPlaceWrites
 from ..ops import REGISTRY, storage_root
 
-__all__ = ["Region", "absorb_producers", "find_regions", "fuse_regions", "fold_accumulations",
+__all__ = ["Region", "absorb_producers", "evaluate_inside", "find_regions", "fuse_regions",
+           "fold_accumulations", "stored_partials",
            "share_reduced_values", "sum_vjp_regions", "sum_stored_partials",
            "FUSABLE_REDUCTIONS", "PRE_REDUCTION",
            "VJP_SUMS"]
@@ -373,47 +375,51 @@ def absorb_producers(nodes, outputs=()):
     """
     external = {n.id for n in outputs if n is not None}
     users = users_of(nodes)
-
-    def stored(n):
-        return any(u.op == "region_partial" and u.attrs["wrt"] != PRE_REDUCTION
-                   for u in users[n.id])
-
-    position = {n.id: i for i, n in enumerate(nodes)}
-
-    def written_between(p, r):  # an in-place write to what p reads, after p, before r
-        roots = {storage_root(a).id for a in p.args}
-        return any(REGISTRY[m.op].kind == "inplace" and storage_root(m.args[0]).id in roots
-                   for m in nodes[position[p.id] + 1:position[r.id]] if m.op in REGISTRY)
-
+    writes = InPlaceWrites(nodes)
     dropped = set()
     for n in nodes:
-        if n.op != "region" or n.attrs["mode"] != "value" or stored(n):
+        if n.op != "region" or n.attrs["mode"] != "value" or stored_partials(n, users):
             continue
         body = n.attrs["body"]
         absorbed = [a for a in body.inputs
                     if a.op == "region" and a.attrs["mode"] == "value" and a.id not in external
                     and a.attrs["body"].reduction is None and a.shape == body.shape
-                    and {u.id for u in users[a.id]} == {n.id} and not written_between(a, n)]
-        if not absorbed:
-            continue
-        remap = {a.id: a.attrs["body"].nodes[-1] for a in absorbed}
-
-        def rewired(m):  # m reading the absorbed members instead of the regions
-            args = tuple(remap.get(x.id, x) for x in m.args)
-            if all(x is y for x, y in zip(args, m.args, strict=True)):
-                return m
-            remap[m.id] = Node(m.id, m.op, args, m.attrs, m.shape, m.dtype, m.phase)
-            return remap[m.id]
-
-        members = [m for a in absorbed for m in a.attrs["body"].nodes]
-        members += [rewired(m) for m in body.nodes]
-        reduction = None if body.reduction is None else rewired(body.reduction)
-        inputs = _external_inputs(members)  # (the reduction reads the last member)
-        merged = Region(members, reduction, inputs)
-        merged.partials_reason = body.partials_reason
-        n.args, n.attrs = tuple(inputs), {**n.attrs, "body": merged}
-        dropped.update(a.id for a in absorbed)
+                    and {u.id for u in users[a.id]} == {n.id} and not writes.between(a, n)]
+        if absorbed:
+            evaluate_inside(n, absorbed)
+            dropped.update(a.id for a in absorbed)
     return [n for n in nodes if n.id not in dropped] if dropped else nodes
+
+
+def stored_partials(n, users):
+    """Whether region ``n`` has stored partials (a ``region_partial`` reader
+    other than its value before its reduction); ``users``: :func:`users_of`."""
+    return any(u.op == "region_partial" and u.attrs["wrt"] != PRE_REDUCTION
+               for u in users[n.id])
+
+
+def evaluate_inside(r, producers):
+    """Region ``r`` evaluating the value regions ``producers`` (operands of
+    it, without reductions, over its loop shape) in its own loop: a new body,
+    their members then its own (vjp regions sharing its old body are left as
+    they are).  ``r`` is changed in place."""
+    remap = {p.id: p.attrs["body"].nodes[-1] for p in producers}
+
+    def rewired(m):  # m reading the producers' members instead of the regions
+        args = tuple(remap.get(x.id, x) for x in m.args)
+        if all(x is y for x, y in zip(args, m.args, strict=True)):
+            return m
+        remap[m.id] = Node(m.id, m.op, args, m.attrs, m.shape, m.dtype, m.phase)
+        return remap[m.id]
+
+    body = r.attrs["body"]
+    members = [m for p in producers for m in p.attrs["body"].nodes]
+    members += [rewired(m) for m in body.nodes]
+    reduction = None if body.reduction is None else rewired(body.reduction)
+    inputs = _external_inputs(members)  # (the reduction reads the last member)
+    merged = Region(members, reduction, inputs)
+    merged.partials_reason = body.partials_reason
+    r.args, r.attrs = tuple(inputs), {**r.attrs, "body": merged}
 
 
 def sum_vjp_regions(nodes, outputs=()):

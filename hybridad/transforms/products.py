@@ -21,7 +21,7 @@ of ``A`` once for both (:func:`hybridad.backends.numba.rt.matvec_pair`).
 from __future__ import annotations
 
 from ..ir.graph import Node, redirect, users_of
-from ..ir.registry import REGISTRY, storage_root
+from ..ir.registry import REGISTRY, InPlaceWrites, storage_root
 from .costs import CACHE_BYTES, pair_choice
 from .machine import matvec_matrix
 
@@ -277,8 +277,7 @@ def _ready(nodes, pos):
     """node id -> the position after which it could be computed: -1 for
     arguments and constants; for a pure elementwise op or a view (of storage
     no in-place op writes) its operands' latest; elsewhere its own."""
-    written = {storage_root(n.args[0]).id for n in nodes
-               if n.op in REGISTRY and REGISTRY[n.op].kind == "inplace"}
+    written = InPlaceWrites(nodes).roots
     ready = {}
     for n in nodes:
         if n.op in ("input", "const"):

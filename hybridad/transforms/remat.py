@@ -23,11 +23,10 @@ the same operations on the same values, in one loop instead of two.
 
 from __future__ import annotations
 
-import bisect
-
-from ..ir.graph import Node, users_of
-from ..ops import REGISTRY, storage_root
-from .partition import PRE_REDUCTION, Region, _external_inputs
+from ..ir.graph import users_of
+from ..ir.registry import InPlaceWrites
+from ..ops import REGISTRY
+from .partition import evaluate_inside, stored_partials
 
 __all__ = ["merge_accumulations", "rematerialize"]
 
@@ -50,33 +49,17 @@ def rematerialize(nodes, outputs=()):
     """
     external = {n.id for n in outputs if n is not None}
     users = users_of(nodes)
-    position = {n.id: i for i, n in enumerate(nodes)}
-
-    def stored(n):
-        return any(u.op == "region_partial" and u.attrs["wrt"] != PRE_REDUCTION
-                   for u in users[n.id])
-
-    # the in-place writes, by position: (a graph's thousands of regions each
-    # look at the few between a producer and its reader, not at every node)
-    writes = [(i, storage_root(m.args[0]).id) for i, m in enumerate(nodes)
-              if m.op in REGISTRY and REGISTRY[m.op].kind == "inplace"]
-    starts = [i for i, _ in writes]
-
-    def written_between(p, r):  # an in-place write to what p reads, after p, before r
-        lo = bisect.bisect_right(starts, position[p.id])
-        hi = bisect.bisect_left(starts, position[r.id])
-        if lo >= hi:
-            return False
-        roots = {storage_root(a).id for a in p.args}
-        return any(root in roots for _, root in writes[lo:hi])
+    writes = InPlaceWrites(nodes)
 
     def reader(r, p):
-        return r.op == "region" and r.attrs["mode"] == "value" and not stored(r) and \
-            r.attrs["body"].shape == p.shape and not written_between(p, r)
+        return r.op == "region" and r.attrs["mode"] == "value" and \
+            not stored_partials(r, users) and r.attrs["body"].shape == p.shape and \
+            not writes.between(p, r)
 
     dropped = set()
     for p in nodes:
-        if p.op != "region" or p.attrs["mode"] != "value" or p.id in external or stored(p):
+        if p.op != "region" or p.attrs["mode"] != "value" or p.id in external or \
+                stored_partials(p, users):
             continue
         body = p.attrs["body"]
         if body.reduction is not None or len(body.nodes) > MAX_OPS or \
@@ -90,33 +73,13 @@ def rematerialize(nodes, outputs=()):
                 all(a is not p for a in rest[0].args[:-1])):
             continue
         for r in joins:
-            _absorb(r, p)
+            evaluate_inside(r, [p])
             users[p.id] = [u for u in users[p.id] if u.id != r.id]
             for a in p.args:  # (what r reads now)
                 users[a.id].append(r)
         if not rest:
             dropped.add(p.id)
     return [n for n in nodes if n.id not in dropped] if dropped else nodes
-
-
-def _absorb(r, p):
-    """Region ``r`` evaluating region ``p`` in its own loop: a new body."""
-    remap = {p.id: p.attrs["body"].nodes[-1]}
-
-    def rewired(m):  # m reading p's members instead of the region p
-        args = tuple(remap.get(x.id, x) for x in m.args)
-        if all(x is y for x, y in zip(args, m.args, strict=True)):
-            return m
-        remap[m.id] = Node(m.id, m.op, args, m.attrs, m.shape, m.dtype, m.phase)
-        return remap[m.id]
-
-    body = r.attrs["body"]
-    members = list(p.attrs["body"].nodes) + [rewired(m) for m in body.nodes]
-    reduction = None if body.reduction is None else rewired(body.reduction)
-    inputs = _external_inputs(members)
-    merged = Region(members, reduction, inputs)
-    merged.partials_reason = body.partials_reason
-    r.args, r.attrs = tuple(inputs), {**r.attrs, "body": merged}
 
 
 def merge_accumulations(nodes, outputs=()):

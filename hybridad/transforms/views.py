@@ -23,7 +23,7 @@ concatenations no one reads any more are left to dead-code elimination.
 
 from __future__ import annotations
 
-from ..ir.registry import REGISTRY, storage_root
+from ..ir.registry import InPlaceWrites, storage_root
 
 __all__ = ["simplify_views"]
 
@@ -32,8 +32,7 @@ def simplify_views(nodes, outputs):
     """``nodes`` with chains of data movement read through (see the module
     docstring); rewritten nodes are changed in place, replaced ones left to
     dead-code elimination (an output is kept: rewritten, not replaced)."""
-    written = {storage_root(n.args[0]).id for n in nodes
-               if n.op in REGISTRY and REGISTRY[n.op].kind == "inplace"}
+    written = InPlaceWrites(nodes).roots
     replace, out_ids = {}, {o.id for o in outputs}
     for n in nodes:
         if any(a.id in replace for a in n.args):
