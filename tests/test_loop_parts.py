@@ -154,3 +154,18 @@ def test_hvp_and_hessian_through_a_pruned_loop(f, monkeypatch):
     fd = (ha.gradient(f, X0 + eps * v, W).gradient -
           ha.gradient(f, X0 - eps * v, W).gradient) / (2 * eps)
     np.testing.assert_allclose(hv.hvp, fd, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_float32_loops_store_what_their_reverse_reads(backend, monkeypatch):
+    """The Euler step in float32: T x the state, the unpruned plan's bits."""
+    x, w = X0.astype(np.float32), W.astype(np.float32)
+    plan = ha.compile(euler, x, w, backend=backend)
+    res = plan.gradient(x, w)
+    with monkeypatch.context() as m:
+        _unpruned(m)
+        ref = ha.compile(euler, x, w, backend=backend).gradient(x, w)
+    assert _stacked_bytes(plan) == T * N * 4
+    np.testing.assert_array_equal(res.gradient, ref.gradient)
+    fd = numerical_gradient(lambda a: euler(a, W), X0)
+    np.testing.assert_allclose(res.gradient, fd, rtol=2e-3, atol=2e-3)
