@@ -32,7 +32,7 @@ __all__ = ["LOCK", "SYMBOLS", "compile_ir", "load_object", "object_key", "target
 LOCK = threading.RLock()
 
 #: bumped when anything changes what the compiler emits for the same source
-FORMAT = "hybridad-jit-1"
+FORMAT = "hybridad-jit-2"
 
 _STATE = {}
 
@@ -94,8 +94,8 @@ LARGE_MODULE_LINES = 2000
 def compile_ir(text):
     """Object code (bytes) of LLVM IR ``text``: verified, optimized as numba
     optimizes its functions (speed level 3, loop and SLP vectorization) but
-    without loop interleaving (see below), and at level 2 when the module is
-    large (:data:`LARGE_MODULE_LINES`), emitted for this CPU."""
+    without loop interleaving (see below), and at level 2 without SLP when the
+    module is large (:data:`LARGE_MODULE_LINES`), emitted for this CPU."""
     llvm = _llvm()
     tm, _, _ = target()
     with LOCK:
@@ -105,10 +105,15 @@ def compile_ir(text):
                 fh.write(text)
         mod = llvm.parse_assembly(text, context=_STATE["context"])
         mod.verify()
-        pto = llvm.create_pipeline_tuning_options(
-            speed_level=3 if text.count("\n") <= LARGE_MODULE_LINES else 2)
+        large = text.count("\n") > LARGE_MODULE_LINES
+        pto = llvm.create_pipeline_tuning_options(speed_level=2 if large else 3)
         pto.loop_vectorization = True
-        pto.slp_vectorization = True
+        # no SLP vectorization of large modules: on AVX2 CPUs (znver3, haswell)
+        # LLVM 20's SLP vectorizer hit an assertion on an Adam training step's
+        # module at level 2 (llvm-project#176658, #218850) -- and llvmlite's LLVM
+        # is built with assertions, so that aborts the process.  Large modules
+        # are straight-line code the loop vectorizer does not see anyway
+        pto.slp_vectorization = not large
         # no interleaving: on the plans' loops (maps over memory, and FP
         # reductions it may not reorder) it changed no call time measurably,
         # and on loop bodies of many short loops (a Hessian through an RK4
