@@ -72,6 +72,8 @@ class Trace:
         self.concrete = None
         self.decisions = []  # the Decision of each value taken, in order
         self.decision_cache = {}  # node id -> value, for those evaluations
+        #: the frontend's memo of what a call added (:mod:`hybridad.frontend.replay`)
+        self.recipes = {}
 
     def __enter__(self):
         if not hasattr(_state, "stack"):

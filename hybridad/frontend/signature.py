@@ -22,6 +22,7 @@ def signature(nodes, outputs, captured):
     plan."""
     pos = {}
     out = []
+    attrs_seen = {}  # id(attrs) -> signature: nodes a call replayed share their attrs dict
     for k, n in enumerate(nodes):
         pos[n.id] = k
         if n.op == "const":
@@ -33,8 +34,11 @@ def signature(nodes, outputs, captured):
                      else id(v))
             out.append(("const", c))
             continue
-        out.append((n.op, tuple(pos[a.id] for a in n.args), n.shape, n.dtype.str,
-                    tuple((key, attr_signature(val)) for key, val in sorted(n.attrs.items()))))
+        attrs = attrs_seen.get(id(n.attrs))
+        if attrs is None:  # (the nodes hold their attrs: ids are not reused meanwhile)
+            attrs = attrs_seen[id(n.attrs)] = tuple(
+                (key, attr_signature(val)) for key, val in sorted(n.attrs.items()))
+        out.append((n.op, tuple(pos[a.id] for a in n.args), n.shape, n.dtype.str, attrs))
     out.append(("outputs", tuple(pos.get(o.id, -1) for o in outputs)))
     return tuple(out)
 

@@ -154,15 +154,16 @@ class _Matcher:
         self.pos = {n.id: i for i, n in enumerate(nodes)}
         self.sig = _signatures(nodes)
         self.sig_array = np.asarray(self.sig, np.int64)
-        self._keys = keys  # node id -> its attributes' key (kept between searches)
+        self._keys = keys  # id(attrs) -> (attrs, its key) (kept between searches)
         self._arrays = None
 
     def key(self, i):
         node = self.nodes[i]
-        k = self._keys.get(node.id)
-        if k is None:
-            k = self._keys[node.id] = _attrs_key(node)
-        return k
+        k = self._keys.get(id(node.attrs))
+        if k is None:  # (by the attrs dict, which the calls a trace replayed share:
+            # held beside its key, so that its id is not reused)
+            k = self._keys[id(node.attrs)] = (node.attrs, _attrs_key(node))
+        return k[1]
 
     def match(self, i, p):
         """None (no), "same" (copies with equal attributes) or "leaf" (every

@@ -1,0 +1,199 @@
+"""The frontend's answers replayed: a ufunc call that meets the same kind of
+operands again in one trace adds the nodes it added the first time.
+
+Tracing a Python loop calls the numpy surface with operands of the same
+shapes and dtypes over and over: ``x + dt * np.tanh(W @ x)`` a thousand
+times.  Each call runs the whole frontend (the ufunc's loop dtypes, operand
+conversion, the shape rules, algebraic identities, the matrix-vector
+reshapes) to add the same few nodes to the trace.  This module records, per
+trace, what one call added -- the nodes, their ops, attributes, shapes and
+dtypes, and which operand or earlier node each reads -- under a key of what
+the frontend's answer depends on: the ufunc and method, and per operand its
+shape, dtype, tracer flags and kind (an array the trace computed, a captured
+array, or a Python or numpy scalar *by value*), and which operands are one
+object.  The next call with the same key adds the same nodes on its own
+operands through :meth:`~hybridad.core.trace.Trace.add` (which still merges
+common subexpressions), without running the frontend.
+
+A call is only recorded when its answer is a function of that key alone:
+
+* forward tracing of a plain :class:`~hybridad.core.trace.Trace` (not a loop
+  body's, which lifts outer values, nor the reverse pass);
+* no keyword arguments (``out=``, ``where=``, ``dtype=``, ...);
+* operands that are tracers of this trace whose node is not a literal
+  constant (literals fold, and ``x * 1`` simplifies), captured arrays of a
+  supported dtype, and Python or numpy scalars other than NaN;
+* the nodes it added read only its operands, each other and constants --
+  never another node of the trace (a common subexpression found there) --,
+  none is an in-place update, it took no Python decision on a value
+  (:mod:`hybridad.core.decisions`), and its result is a new tracer (or a
+  tuple of them) with no view or fancy-index links.
+
+Otherwise the call runs the frontend as always.  A replayed call adds the
+same nodes as the frontend would, so a plan traced with or without replay is
+the same graph; ``HYBRIDAD_REPLAY=0`` (read when a trace begins) turns it off.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..core.supported import SUPPORTED_DTYPES
+from ..core.trace import ON_ENTER, Trace, current_trace
+from ..core.tracer import SURFACE, Tracer
+from ..ir.registry import REGISTRY
+
+__all__ = ["enabled"]
+
+#: operand types keyed by value (scalars)
+_SCALARS = frozenset({float, int, bool, np.float64, np.float32, np.float16, np.int64,
+                      np.int32, np.int16, np.int8, np.uint8, np.uint16, np.uint32, np.uint64,
+                      np.bool_})
+#: the most recipes one trace keeps (a trace with more kinds of calls than this
+#: records no more)
+MAX_RECIPES = 4096
+#: how many calls of one key are tried for a recipe (a call whose nodes the
+#: trace had already made, merged as common subexpressions, cannot be one)
+TRIES = 3
+_on = [True]
+
+
+def enabled():
+    """Whether ufunc calls are replayed (the ``HYBRIDAD_REPLAY`` environment
+    variable, on unless ``0``)."""
+    return os.environ.get("HYBRIDAD_REPLAY", "1").strip() not in ("0", "false", "no", "off")
+
+
+def _refresh():
+    _on[0] = enabled()
+
+
+class _Recipe:
+    """What one call added: ``steps`` ``(op, refs, attrs, shape, dtype)``, where
+    a ref is an operand (an int >= 0), an earlier step (``~j``) or a constant
+    node; ``result`` the refs of the returned tracers (a tuple when the call
+    returned a tuple) and ``flags`` their tracer flags."""
+
+    __slots__ = ("flags", "result", "steps", "tuple")
+
+    def __init__(self, steps, result, flags, is_tuple):
+        self.steps, self.result, self.flags, self.tuple = steps, result, flags, is_tuple
+
+
+def _key(ufunc, method, inputs, trace):
+    """The recipe key of a call and its operands' nodes, or (None, None)."""
+    parts = [ufunc, method]
+    nodes = []
+    for x in inputs:
+        t = type(x)
+        if t is Tracer:
+            if x._trace is not trace:
+                return None, None
+            n = x.node
+            if n.op == "const":
+                if n.attrs.get("literal", False):
+                    return None, None
+                parts.append((n.shape, n.dtype, x._flags, "const"))
+            else:
+                parts.append((n.shape, n.dtype, x._flags))
+            nodes.append(n)
+        elif t in _SCALARS:
+            if x != x:  # NaN: never equal to itself, so never found again
+                return None, None
+            parts.append((t, x) if x else (t, repr(x)))  # (-0.0 is not 0.0)
+        elif t is np.ndarray:
+            if x.dtype not in SUPPORTED_DTYPES:
+                return None, None
+            n = trace.const(x, literal=False)  # (what the frontend would capture)
+            parts.append((n.shape, n.dtype, 0, "const"))
+            nodes.append(n)
+        else:
+            return None, None
+    if len(nodes) > 1:  # which operands are one node (x * x is not x * y)
+        parts.append(tuple(nodes.index(n) for n in nodes))
+    return tuple(parts), nodes
+
+
+def _ref(node, operands, made):
+    """A recorded node as a ref: an operand, a step or a constant; None: a node
+    of the trace the call did not make (the recipe would not be a function of
+    its key)."""
+    k = operands.get(id(node))
+    if k is not None:
+        return k
+    j = made.get(id(node))
+    if j is not None:
+        return ~j
+    return node if node.op == "const" else None
+
+
+def _record(trace, start, decisions, nodes, result):
+    if len(trace.decisions) != decisions:
+        return None
+    is_tuple = type(result) is tuple
+    results = result if is_tuple else (result,)
+    if not results or any(type(r) is not Tracer or r._trace is not trace or r._shares is not None
+                           or r._origin is not None or r._base is not None for r in results):
+        return None
+    operands = {}
+    for k, n in enumerate(nodes):
+        operands.setdefault(id(n), k)
+    made, steps = {}, []
+    for node in trace.nodes[start:]:
+        if node.phase != "forward":
+            return None
+        if node.op == "const":  # made from the key alone: a constant for every replay
+            continue
+        if REGISTRY[node.op].kind == "inplace":
+            return None
+        refs = tuple(_ref(a, operands, made) for a in node.args)
+        if any(r is None for r in refs):
+            return None
+        made[id(node)] = len(steps)
+        steps.append((node.op, refs, node.attrs, node.shape, node.dtype))
+    out = tuple(_ref(r.node, operands, made) for r in results)
+    if any(r is None for r in out):
+        return None
+    return _Recipe(tuple(steps), out, tuple(r._flags for r in results), is_tuple)
+
+
+def _replay(recipe, trace, nodes):
+    made = []
+    add = trace.add
+    for op, refs, attrs, shape, dtype in recipe.steps:
+        made.append(add(op, [r if type(r) is not int else nodes[r] if r >= 0 else made[~r]
+                             for r in refs], attrs, shape, dtype))
+    out = [Tracer(r if type(r) is not int else nodes[r] if r >= 0 else made[~r], trace, f)
+           for r, f in zip(recipe.result, recipe.flags, strict=True)]
+    return tuple(out) if recipe.tuple else out[0]
+
+
+def _install():
+    inner = SURFACE.apply_ufunc
+
+    def apply_ufunc(ufunc, method, inputs, kwargs):
+        if kwargs or not _on[0]:
+            return inner(ufunc, method, inputs, kwargs)
+        trace = current_trace()
+        if type(trace) is not Trace or trace.phase != "forward":
+            return inner(ufunc, method, inputs, kwargs)
+        key, nodes = _key(ufunc, method, inputs, trace)
+        if key is None:
+            return inner(ufunc, method, inputs, kwargs)
+        memo = trace.recipes
+        recipe = memo.get(key, 0)
+        if type(recipe) is _Recipe:
+            return _replay(recipe, trace, nodes)
+        start, decisions = len(trace.nodes), len(trace.decisions)
+        result = inner(ufunc, method, inputs, kwargs)
+        if recipe < TRIES and len(memo) < MAX_RECIPES:  # (recipe: the failed tries)
+            memo[key] = _record(trace, start, decisions, nodes, result) or recipe + 1
+        return result
+
+    SURFACE.apply_ufunc = apply_ufunc
+
+
+_install()
+ON_ENTER.append(_refresh)
