@@ -22,6 +22,7 @@ attribute, ...) is checked before every call by the plan's guards
 
 from __future__ import annotations
 
+import gc
 import itertools
 import numbers
 import threading
@@ -35,7 +36,7 @@ from .observe import paused
 from .supported import SUPPORTED_DTYPES, check_dtype, refuse_subclass
 from .tracer import ARG, SCALAR, Tracer
 
-__all__ = ["Trace", "as_node", "bind", "current_trace", "loop_dtypes"]
+__all__ = ["Trace", "as_node", "bind", "current_trace", "loop_dtypes", "static_attrs"]
 
 _state = threading.local()
 
@@ -79,6 +80,7 @@ class Trace:
         if not hasattr(_state, "stack"):
             _state.stack = []
         if not _state.stack:
+            _collector_paused(True)
             for hook in ON_ENTER:
                 hook()
         _state.stack.append(self)
@@ -87,17 +89,27 @@ class Trace:
     def __exit__(self, *exc):
         _state.stack.pop()
         if not _state.stack:
-            for hook in ON_EXIT:
-                hook()
+            try:
+                for hook in ON_EXIT:
+                    hook()
+            finally:
+                _collector_paused(False)
 
-    def add(self, op, args, attrs, shape, dtype):
+    def add(self, op, args, attrs, shape, dtype, static=None):
         """Append a node -- or return the identical one traced before.
 
         Common subexpressions (``x[:-1]`` written twice) are merged while
         the *forward* graph is traced: every forward op is pure.  The reverse
         pass is never merged, because it accumulates adjoints in place into
-        buffers it created (see :mod:`hybridad.transforms.autodiff`)."""
-        key = _cse_key(op, args, attrs) if self.phase == "forward" else None
+        buffers it created (see :mod:`hybridad.transforms.autodiff`).
+        ``static``: :func:`static_attrs` of ``op`` and ``attrs``, when the
+        caller has it (it is computed otherwise)."""
+        if self.phase != "forward":
+            key = None
+        elif static is None:
+            key = _cse_key(op, args, attrs)
+        else:
+            key = None if static is False else (op, tuple(a.id for a in args), static)
         if key is not None:
             hit = self._seen.get(key)
             if hit is not None:
@@ -134,18 +146,49 @@ class Trace:
         return node
 
 
+_gc_lock = threading.Lock()
+_gc_paused = [0, False]  # traces running on any thread; whether gc was enabled before
+
+
+def _collector_paused(pause):
+    """Python's cyclic garbage collector is paused while any thread traces
+    (and resumed, if it ran before, when the last trace ends): a trace makes
+    tens of thousands of nodes and tracers that live until it ends, and each
+    collection of the oldest generation walked all of them again -- a
+    tenth of a Python loop's tracing time at 10^4 steps.  Memory freed by
+    reference counting is freed as always; cycles wait for the trace's end."""
+    with _gc_lock:
+        if pause:
+            if _gc_paused[0] == 0:
+                _gc_paused[1] = gc.isenabled()
+                gc.disable()
+            _gc_paused[0] += 1
+        else:
+            _gc_paused[0] -= 1
+            if _gc_paused[0] == 0 and _gc_paused[1]:
+                gc.enable()
+
+
 def _cse_key(op, args, attrs):
     """A hashable key of a pure op application, or None (not merged: inputs,
     constants, in-place ops, attributes that are arrays or objects)."""
+    static = static_attrs(op, attrs)
+    return None if static is False else (op, tuple(a.id for a in args), static)
+
+
+def static_attrs(op, attrs):
+    """The attributes part of an application's common-subexpression key, or
+    False where it is never merged (inputs, constants, in-place ops,
+    attributes that are arrays or objects)."""
     if op in ("input", "const") or REGISTRY[op].kind == "inplace":
-        return None
+        return False
     items = []
     for name in sorted(attrs):
         value = _static(attrs[name])
         if value is None and attrs[name] is not None:
-            return None
+            return False
         items.append((name, value))
-    return (op, tuple(a.id for a in args), tuple(items))
+    return tuple(items)
 
 
 def _static(value):

@@ -159,8 +159,14 @@ def _family_root(t):
 
 
 def _numpy_copies(t):
-    """Whether numpy would make ``t`` (just linked as a view) as a copy."""
-    root = _chain(t)[-1]
+    """Whether numpy would make ``t`` (just linked as a view) as a copy: only
+    a reshape can be (numpy's other views never copy), so without one on the
+    way from the root nothing is computed -- a loop over an array's rows
+    would otherwise lay out the whole array at every row."""
+    chain = _chain(t)
+    if not any(op == "reshape" for c in chain[:-1] for op, _ in c._base[1]):
+        return False
+    root = chain[-1]
     grid = np.arange(root.size, dtype=np.intp).reshape(root.shape)
     return _positions(t, grid, root) is None
 

@@ -41,7 +41,7 @@ import os
 import numpy as np
 
 from ..core.supported import SUPPORTED_DTYPES
-from ..core.trace import ON_ENTER, Trace, current_trace
+from ..core.trace import ON_ENTER, Trace, current_trace, static_attrs
 from ..core.tracer import SURFACE, Tracer
 from ..ir.registry import REGISTRY
 
@@ -71,9 +71,11 @@ def _refresh():
 
 
 class _Recipe:
-    """What one call added: ``steps`` ``(op, refs, attrs, shape, dtype)``, where
-    a ref is an operand (an int >= 0), an earlier step (``~j``) or a constant
-    node; ``result`` the refs of the returned tracers (a tuple when the call
+    """What one call added: ``steps`` ``(op, refs, attrs, shape, dtype,
+    static)``, where a ref is an operand (an int >= 0), an earlier step
+    (``~j``) or a constant node, and ``static`` the attributes' part of the
+    common-subexpression key (:func:`~hybridad.core.trace.static_attrs`);
+    ``result`` the refs of the returned tracers (a tuple when the call
     returned a tuple) and ``flags`` their tracer flags."""
 
     __slots__ = ("flags", "result", "steps", "tuple")
@@ -152,7 +154,8 @@ def _record(trace, start, decisions, nodes, result):
         if any(r is None for r in refs):
             return None
         made[id(node)] = len(steps)
-        steps.append((node.op, refs, node.attrs, node.shape, node.dtype))
+        steps.append((node.op, refs, node.attrs, node.shape, node.dtype,
+                      static_attrs(node.op, node.attrs)))
     out = tuple(_ref(r.node, operands, made) for r in results)
     if any(r is None for r in out):
         return None
@@ -162,9 +165,9 @@ def _record(trace, start, decisions, nodes, result):
 def _replay(recipe, trace, nodes):
     made = []
     add = trace.add
-    for op, refs, attrs, shape, dtype in recipe.steps:
+    for op, refs, attrs, shape, dtype, static in recipe.steps:
         made.append(add(op, [r if type(r) is not int else nodes[r] if r >= 0 else made[~r]
-                             for r in refs], attrs, shape, dtype))
+                             for r in refs], attrs, shape, dtype, static))
     out = [Tracer(r if type(r) is not int else nodes[r] if r >= 0 else made[~r], trace, f)
            for r, f in zip(recipe.result, recipe.flags, strict=True)]
     return tuple(out) if recipe.tuple else out[0]

@@ -16,10 +16,23 @@ from ..ir.registry import REGISTRY, Op, register
 from .common import bind as _bind
 
 
+#: zero-strided stand-ins by (shape, dtype): a Python loop over an array's rows
+#: asks for the same one at every row
+_PROXIES = {}
+
+
 def _proxy(node):
-    """A zero-strided stand-in of ``node``'s shape (no data is allocated)."""
-    return np.lib.stride_tricks.as_strided(np.zeros(1, node.dtype), node.shape,
-                                           (0,) * len(node.shape))
+    """A zero-strided, read-only stand-in of ``node``'s shape (no data is
+    allocated)."""
+    key = (node.shape, node.dtype)
+    hit = _PROXIES.get(key)
+    if hit is None:
+        hit = np.lib.stride_tricks.as_strided(np.zeros(1, node.dtype), node.shape,
+                                              (0,) * len(node.shape), writeable=False)
+        if len(_PROXIES) >= 256:
+            _PROXIES.clear()
+        _PROXIES[key] = hit
+    return hit
 
 
 class Scatter:

@@ -136,8 +136,7 @@ def _signatures(nodes):
         if not _rollable(n):
             key = ("unique", i)
         else:
-            key = (n.op, n.shape, n.dtype.str,
-                   tuple((a.shape, a.dtype.str) for a in n.args))
+            key = (n.op, n.shape, n.dtype, *[(a.shape, a.dtype) for a in n.args])
         out.append(table.setdefault(key, len(table)))
     return out
 
@@ -352,8 +351,8 @@ def _kinds(nodes, s, p, trips):
         copies = [nodes[s + k * p + o] for k in range(1, trips)]
         invariant = all(all(x is y for x, y in zip(first.args, c.args, strict=True))
                         for c in copies)
-        key = _attrs_key(first)
-        differ = any(_attrs_key(c) != key for c in copies)
+        key = _attrs_key(first)  # (copies a trace replayed share the attrs dict)
+        differ = any(c.attrs is not first.attrs and _attrs_key(c) != key for c in copies)
         leaf.append(invariant and (first.op == "const" or differ))
         varying.append(leaf[-1] and differ)
     return leaf, varying
