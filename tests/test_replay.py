@@ -159,3 +159,30 @@ def test_no_allocation_per_call_through_replayed_loops():
     with count_allocations() as counts:
         plan.gradient(X, Y, out=out)
     assert counts.allocations == 0
+
+
+def test_the_collector_pauses_while_tracing_and_resumes_after():
+    import gc
+
+    seen = []
+
+    def f(x):
+        seen.append(gc.isenabled())
+        return np.sum(x ** 2)
+
+    def broken(x):
+        seen.append(gc.isenabled())
+        raise ValueError("in f")
+
+    assert gc.isenabled()
+    ha.gradient(f, X)
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(ValueError, match="in f"):
+        ha.gradient(broken, X)
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()  # a program that runs without the collector keeps it off
+    try:
+        ha.gradient(lambda x: np.sum(np.sin(x)), X)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
