@@ -103,18 +103,23 @@ class Trace:
         pass is never merged, because it accumulates adjoints in place into
         buffers it created (see :mod:`hybridad.transforms.autodiff`).
         ``static``: :func:`static_attrs` of ``op`` and ``attrs``, when the
-        caller has it (it is computed otherwise)."""
+        caller has it (it is computed otherwise) -- and then ``shape`` and
+        ``dtype`` are a node's own (a tuple of ints, a numpy dtype)."""
         if self.phase != "forward":
             key = None
         elif static is None:
             key = _cse_key(op, args, attrs)
         else:
-            key = None if static is False else (op, tuple(a.id for a in args), static)
+            args = tuple(args)
+            key = None if static is False else (op, tuple([a.id for a in args]), static)
         if key is not None:
             hit = self._seen.get(key)
             if hit is not None:
                 return hit
-        node = Node(next(self.ids), op, args, attrs, shape, dtype, self.phase)
+        if static is None:
+            node = Node(next(self.ids), op, args, attrs, shape, dtype, self.phase)
+        else:  # (a replayed call's: the shape and dtype of a node, operands a tuple)
+            node = Node.normalized(next(self.ids), op, args, attrs, shape, dtype, self.phase)
         self.nodes.append(node)
         if key is not None:
             self._seen[key] = node

@@ -54,6 +54,16 @@ class Node:
         self.dtype = np.dtype(dtype)
         self.phase = phase
 
+    @classmethod
+    def normalized(cls, id, op, args, attrs, shape, dtype, phase):
+        """A node from operands already in the node's own types (``args`` a
+        tuple, ``shape`` a tuple of ints, ``dtype`` a numpy dtype): another
+        node's, as a trace's replayed calls give them."""
+        node = cls.__new__(cls)
+        node.id, node.op, node.args, node.attrs = id, op, args, attrs
+        node.shape, node.dtype, node.phase = shape, dtype, phase
+        return node
+
     @property
     def size(self):
         return math.prod(self.shape)
