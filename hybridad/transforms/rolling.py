@@ -35,6 +35,7 @@ what the compiled body fuses can round differently from the unrolled plan.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import Counter
 
@@ -124,6 +125,14 @@ def _attrs_key(node):
     return tuple((k, _attr_key(node.attrs[k])) for k in sorted(node.attrs))
 
 
+def _attrs_key_of(node, keys):
+    """:func:`_attrs_key` of ``node``, kept in ``keys`` by its attrs dict."""
+    k = keys.get(id(node.attrs))
+    if k is None:
+        k = keys[id(node.attrs)] = _attrs_key(node)
+    return k
+
+
 def _rollable(node):
     return node.op != "input" and (node.op == "const" or REGISTRY[node.op].kind != "inplace")
 
@@ -152,7 +161,8 @@ class _Matcher:
         self.nodes = nodes
         self.pos = {n.id: i for i, n in enumerate(nodes)}
         self.sig = _signatures(nodes)
-        self.sig_array = np.asarray(self.sig, np.int64)
+        # (np.fromiter, not np.asarray: see _tables)
+        self.sig_array = np.fromiter(self.sig, np.int64, len(self.sig))
         self._keys = keys  # id(attrs) -> (attrs, its key) (kept between searches)
         self._arrays = None
 
@@ -185,20 +195,33 @@ class _Matcher:
         """(operand positions, -1 padded; whether a node is a constant; its
         attributes' key as an int; nodes with more than :data:`WIDE` operands)."""
         if self._arrays is None:
-            nodes, pos, n = self.nodes, self.pos, len(self.nodes)
-            args = np.full((n, self.WIDE), -1, np.int64)
-            const = np.zeros(n, bool)
-            keys, table, wide = np.zeros(n, np.int64), {}, []
+            nodes, pos, width = self.nodes, self.pos, self.WIDE
+            pad = [-1] * width
+            rows, const, keys, wide = [], [], [], []
+            table, by_attrs = {}, {}  # (by_attrs: the key's int of each attrs dict)
             for i, node in enumerate(nodes):
-                if len(node.args) > self.WIDE:
+                a = node.args
+                if len(a) > width:
                     wide.append(i)
+                    rows.append(pad)
                 else:
-                    for k, a in enumerate(node.args):
-                        args[i, k] = pos[a.id]
-                const[i] = node.op == "const"
-                if not const[i]:
-                    keys[i] = table.setdefault(self.key(i), len(table))
-            self._arrays = args, const, keys, np.asarray(wide, np.int64)
+                    rows.append([pos[x.id] for x in a] + pad[len(a):])
+                if node.op == "const":
+                    const.append(True)
+                    keys.append(0)
+                    continue
+                const.append(False)
+                k = by_attrs.get(id(node.attrs))
+                if k is None:
+                    k = by_attrs[id(node.attrs)] = table.setdefault(self.key(i), len(table))
+                keys.append(k)
+            # (fromiter: np.array is the tracing's own while a trace runs, and
+            # looks through every list for a tracer first)
+            self._arrays = (np.fromiter(itertools.chain.from_iterable(rows), np.int64,
+                                        len(nodes) * width).reshape(len(nodes), width),
+                            np.fromiter(const, bool, len(nodes)),
+                            np.fromiter(keys, np.int64, len(nodes)),
+                            np.fromiter(wide, np.int64, len(wide)))
         return self._arrays
 
     def matches(self, p):
@@ -351,8 +374,8 @@ def _kinds(nodes, s, p, trips):
         copies = [nodes[s + k * p + o] for k in range(1, trips)]
         invariant = all(all(x is y for x, y in zip(first.args, c.args, strict=True))
                         for c in copies)
-        key = _attrs_key(first)  # (copies a trace replayed share the attrs dict)
-        differ = any(c.attrs is not first.attrs and _attrs_key(c) != key for c in copies)
+        keys = {id(first.attrs): _attrs_key(first)}  # (replayed copies share the dict)
+        differ = any(_attrs_key_of(c, keys) != keys[id(first.attrs)] for c in copies)
         leaf.append(invariant and (first.op == "const" or differ))
         varying.append(leaf[-1] and differ)
     return leaf, varying
