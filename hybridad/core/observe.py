@@ -24,7 +24,8 @@ import numpy as np
 from ..errors import TracingError
 from .user_code import _is_user_file
 
-__all__ = ["Observation", "current_observation", "note_value_operand", "observe", "paused"]
+__all__ = ["OBSERVING", "Observation", "current_observation", "note_value_operand", "observe",
+           "paused"]
 
 _state = threading.local()
 
@@ -104,12 +105,32 @@ def _location(frame):
         (f": {line}" if line else "")
 
 
+#: the profilers of the observations running (on any thread): a function
+#: that sees one as ``sys.getprofile()`` runs inside an observed trace, and may
+#: suspend it for its own work without a call to :func:`paused` (each Python
+#: call is two events to the profiler: a traced ufunc call made sixteen)
+OBSERVING = set()
+
+
 def _profiler(obs):
     codes = obs.codes
+    # the code objects seen that are not user code (their calls, and calls
+    # into them, need no look: a ufunc call in a loop of 10^4 steps goes
+    # through three or four), and each ufunc's verdict (a ufunc is neither
+    # random nor a clock)
+    library = set()
+    ufunc = np.ufunc
 
     def profile(frame, event, arg):
         if event == "c_call":  # made by the user's code itself (libraries may time things)
-            if not _is_user_file(frame.f_code.co_filename):
+            code = frame.f_code
+            if code in library:
+                return
+            if code not in codes and not _is_user_file(code.co_filename):
+                if frame.f_globals.get("__name__") not in _NONDETERMINISTIC_PY:
+                    library.add(code)
+                return
+            if type(arg) is ufunc:
                 return
             what = _nondeterministic(arg)
             if what is not None:
@@ -119,12 +140,13 @@ def _profiler(obs):
                 obs.values_used = True
         elif event == "call":
             code = frame.f_code
-            if code in codes:
+            if code in codes or code in library:
                 return
             if _is_user_file(code.co_filename):
                 codes.add(code)
-            elif frame.f_globals.get("__name__") in _NONDETERMINISTIC_PY and \
-                    frame.f_back is not None and _is_user_file(frame.f_back.f_code.co_filename):
+            elif frame.f_globals.get("__name__") not in _NONDETERMINISTIC_PY:
+                library.add(code)
+            elif frame.f_back is not None and _is_user_file(frame.f_back.f_code.co_filename):
                 obs.refused.append(f"{frame.f_globals['__name__']}.{code.co_name} at "
                                    f"{_location(frame.f_back)}")
 
@@ -150,12 +172,14 @@ def observe(name):
     stack.append((obs, hook))
     if hook is not None:
         obs.active = True
+        OBSERVING.add(hook)
         sys.setprofile(hook)
     try:
         yield obs
     finally:
         if hook is not None:
             sys.setprofile(previous)
+            OBSERVING.discard(hook)
         stack.pop()
     if _global_rng_state() != rng_before:  # np.random.<fn> (numpy's global generator)
         obs.refused.append("numpy.random (a function of the module, such as "

@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import TracingError, library_entry, user_location
 from . import decisions as _decisions
 from .decisions import decide
-from .observe import note_value_operand, paused
+from .observe import OBSERVING, note_value_operand, paused
 
 #: the numpy surface of tracers: ``apply_ufunc``, ``apply_function`` and
 #: ``getitem``, installed by :mod:`hybridad.frontend.numpy_api`, and
@@ -264,9 +264,19 @@ class Tracer:
 
     # -- numpy protocols ----------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        _note_values(inputs)
         # the library's own code from here on (a ufunc calls no user code): not
-        # observed, which halves the cost of tracing arithmetic
+        # observed, which halves the cost of tracing arithmetic.  (The profiler
+        # suspended here, not by paused(): each Python call on the way would be
+        # two more events for it)
+        hook = sys.getprofile()
+        if hook is not None and hook in OBSERVING:
+            sys.setprofile(None)
+            try:
+                _note_values(inputs)
+                return SURFACE.apply_ufunc(ufunc, method, inputs, kwargs)
+            finally:
+                sys.setprofile(hook)
+        _note_values(inputs)
         with paused():
             return SURFACE.apply_ufunc(ufunc, method, inputs, kwargs)
 
