@@ -294,6 +294,13 @@ class Tracer:
 
     # -- indexing -------------------------------------------------------------
     def __getitem__(self, index):
+        hook = sys.getprofile()
+        if hook is not None and hook in OBSERVING and _basic(index):
+            sys.setprofile(None)  # (an index of ints and slices runs no user code)
+            try:
+                return SURFACE.getitem(self, index)
+            finally:
+                sys.setprofile(hook)
         return SURFACE.getitem(self, index)
 
     def __setitem__(self, index, value):
@@ -324,6 +331,16 @@ for _name in ("__array_interface__", "__array_struct__", "__array_wrap__",
 # ----------------------------------------------------------------------------
 # operators
 # ----------------------------------------------------------------------------
+
+
+_BASIC = frozenset({int, slice, type(None), type(Ellipsis), bool})
+
+
+def _basic(index):
+    """Whether an index is ints, slices, None and Ellipsis (or a tuple of
+    them): reading it runs no user code (no ``__index__`` of the user's)."""
+    return type(index) in _BASIC or type(index) is tuple and \
+        all(type(k) in _BASIC for k in index)
 
 
 def _holds_code(values):
