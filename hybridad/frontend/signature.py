@@ -20,11 +20,11 @@ def signature(nodes, outputs, captured):
     made while tracing by value, arrays captured from its state (``captured``:
     their ids) by identity.  Two traces with equal signatures give the same
     plan."""
-    pos = {}
+    # (operands and outputs by node id: a trace numbers its nodes in the order
+    # it makes them, so two traces of one graph number them alike)
     out = []
     attrs_seen = {}  # id(attrs) -> signature: nodes a call replayed share their attrs dict
-    for k, n in enumerate(nodes):
-        pos[n.id] = k
+    for n in nodes:
         if n.op == "const":
             v = n.attrs["value"]
             if not n.is_literal and id(v) in captured:
@@ -32,14 +32,14 @@ def signature(nodes, outputs, captured):
             else:
                 c = ("val", v.dtype.str, v.shape, v.tobytes() if not v.dtype.hasobject
                      else id(v))
-            out.append(("const", c))
+            out.append(("const", n.id, c))
             continue
         attrs = attrs_seen.get(id(n.attrs))
         if attrs is None:  # (the nodes hold their attrs: ids are not reused meanwhile)
             attrs = attrs_seen[id(n.attrs)] = tuple(
                 (key, attr_signature(val)) for key, val in sorted(n.attrs.items()))
-        out.append((n.op, tuple(pos[a.id] for a in n.args), n.shape, n.dtype.str, attrs))
-    out.append(("outputs", tuple(pos.get(o.id, -1) for o in outputs)))
+        out.append((n.op, n.id, tuple([a.id for a in n.args]), n.shape, n.dtype, attrs))
+    out.append(("outputs", tuple(o.id for o in outputs)))
     return tuple(out)
 
 
