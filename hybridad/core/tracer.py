@@ -281,6 +281,17 @@ class Tracer:
             return SURFACE.apply_ufunc(ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
+        hook = sys.getprofile()
+        if hook is not None and hook in OBSERVING:  # (as __array_ufunc__)
+            sys.setprofile(None)
+            try:
+                _note_values(args)
+                code = _holds_code(args) or _holds_code(kwargs.values())
+                if not code:
+                    return SURFACE.apply_function(func, args, kwargs)
+            finally:
+                sys.setprofile(hook)
+            return SURFACE.apply_function(func, args, kwargs)  # the user's code, observed
         _note_values(args)
         if _holds_code(args) or _holds_code(kwargs.values()):  # np.piecewise, ...:
             return SURFACE.apply_function(func, args, kwargs)  # the user's code, observed
