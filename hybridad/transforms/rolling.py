@@ -95,11 +95,12 @@ def roll_loops(trace, outs):
     rolled, keys = False, {}
     with trace:
         for _ in range(_MAX_ROLLS):
-            run = _best_run(trace.nodes, rejected, light, keys)
+            found = {}
+            run = _best_run(trace.nodes, rejected, light, keys, found)
             if run is None:
                 break
             s, p, trips = run
-            new_outs = _roll(trace, outs, s, p, trips)
+            new_outs = _roll(trace, outs, s, p, trips, found.get("matcher"))
             if new_outs is _LIGHT:  # nor as a body of several steps: faster unrolled
                 light.append((trace.nodes[s].id, trace.nodes[s + p * trips - 1].id, p))
             elif new_outs is None:  # the body did not replay as traced: left unrolled
@@ -239,7 +240,7 @@ class _Matcher:
         return ok
 
 
-def _best_run(nodes, rejected, light=(), keys=None):
+def _best_run(nodes, rejected, light=(), keys=None, found=None):
     """``(start, period, trips)`` of the run covering the most nodes, or None.
 
     Whole arrays at a time (numpy): a trace of 10^4 iterations has 10^5
@@ -248,6 +249,8 @@ def _best_run(nodes, rejected, light=(), keys=None):
     if n < MIN_NODES:
         return None
     m = _Matcher(nodes, {} if keys is None else keys)
+    if found is not None:  # (the matcher's tables serve _roll too)
+        found["matcher"] = m
     best = None
     for p in _periods(m.sig_array):
         ok = m.matches(p)  # ok[i]: node i + p copies node i
@@ -363,30 +366,42 @@ def _node_cut(m, s, p, end, rows):
 
 # -- rolling one run -------------------------------------------------------------
 
-def _kinds(nodes, s, p, trips):
+def _kinds(nodes, s, p, trips, m=None):
     """Per offset of the period: whether its node is a *leaf* (every operand
     the same outer value in every copy; a constant, or attributes that differ
     between copies: evaluated outside the loop) and whether its copies differ
-    (*varying*: stacked into a per-iteration input)."""
+    (*varying*: stacked into a per-iteration input).  ``m``: the matcher of
+    ``nodes``, whose tables answer for nodes of few operands all at once."""
+    if m is not None:
+        args, const, keys, wide = m._tables()
+        slow = set(wide.tolist())
+        copies_at = p * np.arange(trips)
     leaf, varying = [], []
     for o in range(p):
+        if m is not None and s + o not in slow and not const[s + o]:
+            rows = s + o + copies_at  # (the operands by position: equal, the same node)
+            invariant = bool((args[rows] == args[s + o]).all())
+            differ = bool((keys[rows] != keys[s + o]).any())
+            leaf.append(invariant and differ)
+            varying.append(leaf[-1])
+            continue
         first = nodes[s + o]
         copies = [nodes[s + k * p + o] for k in range(1, trips)]
         invariant = all(all(x is y for x, y in zip(first.args, c.args, strict=True))
                         for c in copies)
-        keys = {id(first.attrs): _attrs_key(first)}  # (replayed copies share the dict)
-        differ = any(_attrs_key_of(c, keys) != keys[id(first.attrs)] for c in copies)
+        seen = {id(first.attrs): _attrs_key(first)}  # (replayed copies share the dict)
+        differ = any(_attrs_key_of(c, seen) != seen[id(first.attrs)] for c in copies)
         leaf.append(invariant and (first.op == "const" or differ))
         varying.append(leaf[-1] and differ)
     return leaf, varying
 
 
-def _roll(trace, outs, s, p, trips):
+def _roll(trace, outs, s, p, trips, m=None):
     """Replace the run by a loop node; the new ``outs``, or None (left as is)."""
     nodes = trace.nodes
     end = s + trips * p
     pos = {n.id: i for i, n in enumerate(nodes)}
-    leaf, varying = _kinds(nodes, s, p, trips)
+    leaf, varying = _kinds(nodes, s, p, trips, m)
     after = set()  # positions in the run that nodes after it (or the outputs) read
     for n in nodes[end:]:
         after.update(q for q in (pos[a.id] for a in n.args) if s <= q < end)
