@@ -27,6 +27,11 @@ only (``--quick`` skips them): Rosenbrock in float32 (n = 10^4, 10^6),
 w.r.t. ``w``) and ``chain`` (a matmul inside an elementwise chain:
 ``sum(tanh(A (x cos x))**2) + sum(exp(-x^2) x)``, A 64 x n, n = 10^5).
 
+``cold: first hvp`` (not with ``--quick``): seconds from a fresh process's
+start to its first ``hvp=True`` call at n = 10^2 and 10^6, hybridad with an
+empty disk cache against jax.jit's first call (imports, trace, compile), the
+median of 3 processes each.
+
 Every row's ``H v`` is checked against the ``hvp=True`` plan's (1e-12
 relative) before timing.  Interleaved batches of ~20 ms, 5 rounds: median
 us per call; ``vs jax`` is the ratio of medians of the same run.
@@ -121,6 +126,60 @@ def _jax_times(sizes):
     return json.loads(got.stdout.strip().splitlines()[-1])
 
 
+COLD = CASES + r"""
+import sys, time
+t0 = time.perf_counter()
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+which, n = sys.argv[2], int(sys.argv[3])
+if which == "hybridad":
+    import hybridad as ha
+    f, args, v = make("rosen", n, np)
+    plan = ha.compile(f, *args, hvp=True)
+    plan.hvp(*args, v=v, out=ha.HvpResult(args[0]))
+else:
+    import jax, jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
+    f, args, v = make("rosen", n, jnp)
+    g = jax.grad(f)
+    fn = jax.jit(lambda z, w: (f(z), g(z), jax.jvp(g, (z,), (w,))[1]))
+    jax.block_until_ready(fn(jnp.asarray(args[0]), jnp.asarray(v)))
+print(time.perf_counter() - t0)
+"""
+
+
+def _cold_seconds(which, n):
+    """Seconds from a fresh process's start (imports included) to its first
+    HVP of Rosenbrock at ``n``: hybridad with an empty disk cache, or jax."""
+    import os
+    import subprocess
+    import tempfile
+
+    root = str(Path(__file__).resolve().parents[1])
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "HYBRIDAD_CACHE_DIR": cache, "JAX_PLATFORMS": "cpu"}
+        got = subprocess.run([sys.executable, "-c", COLD, root, which, str(n)],
+                             capture_output=True, text=True, check=True, env=env)
+    return float(got.stdout.strip().splitlines()[-1])
+
+
+def cold_builds(sizes, rows):
+    """The first HVP of a fresh process (the median of 3), hybridad against
+    jax.jit where jax is installed (the goal: at most 1.0x at n = 10^6)."""
+    try:
+        import jax  # noqa: F401
+        impls = ("hybridad", "jax")
+    except ImportError:
+        impls = ("hybridad",)
+    for n in sizes:
+        secs = {w: float(np.median([_cold_seconds(w, n) for _ in range(3)])) for w in impls}
+        ratio = secs["hybridad"] / secs["jax"] if "jax" in secs else None
+        rows.append({"n": n, "impl": "cold build + first hvp (s)", "s": secs["hybridad"],
+                     "jax_s": secs.get("jax"), "vs_jax": ratio})
+        vs = f"{ratio:6.2f}x jax ({secs['jax']:.2f} s)" if ratio is not None else ""
+        print(f"n={n:<8} {'cold: first hvp':<26} {secs['hybridad']:10.2f} s   {vs}", flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -186,6 +245,8 @@ def main(argv=None):
         vs = f"{med / jax_us:6.2f}x jax ({jax_us:.1f} us)" if jax_us else ""
         print(f"n={n:<8} {case + ': hvp=True plan':<26} {med:10.1f} us  [{lo:.1f}, {hi:.1f}]  "
               f"{vs}", flush=True)
+    if not opts.quick:
+        cold_builds([100, 10 ** 6], rows)
     if opts.json:
         _harness.write_json(opts.json, rows, {"quick": opts.quick,
                                               "numpy": _harness.version("numpy")})
