@@ -5,6 +5,8 @@ chunk program for K columns at once."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import _tree
@@ -156,7 +158,32 @@ class HessianPlan(StagedPlan):
             self._xp.copyto(own, a)  # the tangent programs read the point's arguments
         self._have_point = self._at_point = True
         self._point_args = args  # what the guards read (static arguments) at this point
+        self._point_ids = [id(a) for a in self._point]  # (the plan's own arrays)
+        if self.backend == "numba" and "hvp" not in vars(self):
+            self.hvp = self._hvp_at_point()
         return out
+
+    def _hvp_at_point(self):
+        """This plan's ``hvp`` with a fast path in front for the call
+        :meth:`linearize` prepares -- ``plan.hvp(v=v, out=res)``, one
+        direction into an :class:`HvpResult` -- that runs the compiled
+        tangent program under the plan's lock after the guards, with none of
+        the general path's Python (:meth:`_at_point_fast`).  Any other call,
+        and any call the fast path turns down, is the general method's."""
+        general, lock, plan = type(self).hvp, self._lock, self
+
+        @functools.wraps(general)
+        def hvp(*args, v, out=None):
+            if not args and (out.__class__ is HvpResult or out.__class__ is DiffResult) and \
+                    type(v) is np.ndarray and plan._twin is None and not plan._raises["tangent"]:
+                if plan._guarded:
+                    plan._check_stale(plan._point_args)
+                with lock:
+                    if plan._at_point_fast(v, out):
+                        return out
+            return general(plan, *args, v=v, out=out)
+
+        return hvp
 
     @falls_back
     @serialized
@@ -226,8 +253,11 @@ class HessianPlan(StagedPlan):
         at the linearized point, only the tangent program runs.  Whether it
         ran; if not, the general path runs (and says what is wrong)."""
         if self.backend != "numba" or self._raises["tangent"] or type(v) is not np.ndarray or \
-                v.shape != self._shape or v.dtype != self._dtype or \
                 (out.__class__ is not HvpResult and out.__class__ is not DiffResult):
+            return False
+        if not args:  # at the linearized point: the tangent program checks the rest
+            return self._at_point_fast(v, out)
+        if v.shape != self._shape or v.dtype != self._dtype:
             return False
         d = out._derivs
         if len(d) != 2:
@@ -241,37 +271,55 @@ class HessianPlan(StagedPlan):
         tangent = self._programs.get("tangent")
         if tangent is None or not tangent.objects:
             return False
-        if args:
-            if len(args) != len(self._specs) or self._primal_raises:
-                return False
-            for a, (shape, dtype) in zip(args, self._specs):  # noqa: B905 - lengths checked
-                if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
-                    return False
-            primal = self._programs.get("primal")
-            if primal is None or not primal.objects:
-                return False
-            # the primal program writes val and g before the tangent program
-            # checks its buffers: what it would refuse is refused here first
-            ins = (*args, v)
-            for b in (val, g, hv):
-                if not b.flags.writeable or any(np.may_share_memory(b, a) for a in ins):
-                    return False
-            if np.may_share_memory(val, g) or np.may_share_memory(val, hv) or \
-                    np.may_share_memory(g, hv):
-                return False
-            try:  # (no numpy errstate: as the gradient's fast path, compiled code only)
-                primal.call(list(args), [val, g])
-            except ValueError:
-                return False
-            self._at_point = False
-            leaves = args
-        elif self._have_point and self._at_point:
-            leaves = self._point
-        else:
+        if len(args) != len(self._specs) or self._primal_raises:
             return False
-        try:
-            tangent.call([*leaves, v], [val, g, hv])
+        for a, (shape, dtype) in zip(args, self._specs):  # noqa: B905 - lengths checked
+            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+                return False
+        primal = self._programs.get("primal")
+        if primal is None or not primal.objects:
+            return False
+        # the primal program writes val and g before the tangent program
+        # checks its buffers: what it would refuse is refused here first
+        ins = (*args, v)
+        for b in (val, g, hv):
+            if not b.flags.writeable or any(np.may_share_memory(b, a) for a in ins):
+                return False
+        if np.may_share_memory(val, g) or np.may_share_memory(val, hv) or \
+                np.may_share_memory(g, hv):
+            return False
+        try:  # (no numpy errstate: as the gradient's fast path, compiled code only)
+            primal.call(list(args), [val, g])
         except ValueError:
+            return False
+        self._at_point = False
+        try:
+            tangent.call([*args, v], [val, g, hv])
+        except ValueError:
+            return False
+        return True
+
+    def _at_point_fast(self, v, out):
+        """:meth:`_fast_hvp` at the linearized point: the compiled tangent
+        program on ``id``s of the point's arrays, ``v`` and ``out``'s buffers;
+        it checks each (exact ndarray, shape, dtype, layout, writeable
+        results, no overlaps) before writing, as the ``hvp=True`` plan's
+        does.  Whether it ran."""
+        if not (self._have_point and self._at_point):
+            return False
+        tangent = self._programs.get("tangent")
+        if tangent is None or not tangent.objects:
+            return False
+        d = out._derivs
+        if len(d) != 2:
+            return False
+        ids = self._point_ids + [id(v), id(out._value), id(d[0]), id(d[1])]
+        try:
+            if tangent.heavy:
+                tangent.invoke(*ids)
+            else:
+                tangent.fn(*ids)
+        except (TypeError, ValueError):
             return False
         return True
 
