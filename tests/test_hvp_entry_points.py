@@ -168,3 +168,16 @@ def test_bad_buffers_at_the_linearized_point_are_refused_before_anything_is_writ
         plan.hvp(v=v, out=res)
     for b, was in zip((res.value, *res.derivs), before, strict=True):
         np.testing.assert_array_equal(b, was)
+
+
+def test_overlapping_views_are_refused_before_anything_is_written(plan):
+    # two view objects of one memory (neither owns it): the overlap checks run
+    memory = np.zeros(2 * N)
+    x = memory[:N]
+    x[:] = X
+    res = ha.DiffResult(np.full((), -7.0), np.full(N, -7.0), memory[N // 2:N // 2 + N])
+    before = [np.array(b, copy=True) for b in (res.value, *res.derivs)]
+    with pytest.raises(ValueError, match="out"):
+        plan.hvp(x, v=V, out=res)
+    for b, was in zip((res.value, *res.derivs), before, strict=True):
+        np.testing.assert_array_equal(b, was)

@@ -281,13 +281,19 @@ class HessianPlan(StagedPlan):
             return False
         # the primal program writes val and g before the tangent program
         # checks its buffers: what it would refuse is refused here first
+        # (overlaps: none where every array allocated its own memory and no two
+        # are one)
         ins = (*args, v)
-        for b in (val, g, hv):
-            if not b.flags.writeable or any(np.may_share_memory(b, a) for a in ins):
-                return False
-        if np.may_share_memory(val, g) or np.may_share_memory(val, hv) or \
-                np.may_share_memory(g, hv):
+        if not (val.flags.writeable and g.flags.writeable and hv.flags.writeable):
             return False
+        every = (*ins, val, g, hv)
+        if not all(b.flags.owndata for b in every) or len(set(map(id, every))) < len(every):
+            for b in (val, g, hv):
+                if any(np.may_share_memory(b, a) for a in ins):
+                    return False
+            if np.may_share_memory(val, g) or np.may_share_memory(val, hv) or \
+                    np.may_share_memory(g, hv):
+                return False
         try:  # (no numpy errstate: as the gradient's fast path, compiled code only)
             primal.call(list(args), [val, g])
         except ValueError:
