@@ -249,6 +249,22 @@ def storage_root(node):
     return node
 
 
+def storage_roots(nodes):
+    """``{node id: its storage root's id}`` for every node of ``nodes`` (in a
+    valid order), in one sweep: :func:`storage_root` of each node alone walks
+    the whole chain before it, and a chain of T in-place accumulations (an
+    unrolled loop's gradient) made that T^2."""
+    roots = {}
+    for n in nodes:
+        if n.op in REGISTRY and REGISTRY[n.op].kind in ("view", "inplace"):
+            a = n.args[0]
+            r = roots.get(a.id)
+            roots[n.id] = r if r is not None else storage_root(a).id
+        else:
+            roots[n.id] = n.id
+    return roots
+
+
 class InPlaceWrites:
     """The in-place writes of a node list (an ``inplace`` op writes the
     storage of its first operand): ``roots``, the storage written, and
@@ -258,7 +274,8 @@ class InPlaceWrites:
 
     def __init__(self, nodes):
         self.position = {n.id: i for i, n in enumerate(nodes)}
-        self._writes = [(i, storage_root(n.args[0]).id) for i, n in enumerate(nodes)
+        self.root = storage_roots(nodes)  # (as the nodes were: a pass may rewrite them)
+        self._writes = [(i, self.root[n.id]) for i, n in enumerate(nodes)
                         if n.op in REGISTRY and REGISTRY[n.op].kind == "inplace"]
         self._starts = [i for i, _ in self._writes]
         self.roots = {root for _, root in self._writes}

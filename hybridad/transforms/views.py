@@ -23,7 +23,7 @@ concatenations no one reads any more are left to dead-code elimination.
 
 from __future__ import annotations
 
-from ..ir.registry import InPlaceWrites, storage_root
+from ..ir.registry import REGISTRY, InPlaceWrites, storage_root
 
 __all__ = ["simplify_views"]
 
@@ -34,15 +34,22 @@ def simplify_views(nodes, outputs):
     dead-code elimination (an output is kept: rewritten, not replaced)."""
     written = InPlaceWrites(nodes).roots
     replace, out_ids = {}, {o.id for o in outputs}
+    roots = {}  # node id -> storage root id, kept as the sweep rewrites operands
+
+    def root(node):
+        r = roots.get(node.id)
+        return r if r is not None else storage_root(node).id
+
     for n in nodes:
         if any(a.id in replace for a in n.args):
             n.args = tuple(replace.get(a.id, a) for a in n.args)
-        if n.op not in _RULES or storage_root(n).id in written:
-            continue
-        new = _RULES[n.op](n)
-        if new is not None and new.shape == n.shape and new.dtype == n.dtype and \
-                n.id not in out_ids and storage_root(new).id not in written:
-            replace[n.id] = new
+        viewing = n.op in REGISTRY and REGISTRY[n.op].kind in ("view", "inplace")
+        if n.op in _RULES and root(n.args[0]) not in written:
+            new = _RULES[n.op](n)  # (may read n through an earlier view: same storage)
+            if new is not None and new.shape == n.shape and new.dtype == n.dtype and \
+                    n.id not in out_ids and root(new) not in written:
+                replace[n.id] = new
+        roots[n.id] = root(n.args[0]) if viewing else n.id
     return nodes
 
 
