@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.registry import storage_roots
 from ..ops import REGISTRY, may_raise, storage_root
 from ..ops import loop as _loop
 
@@ -424,9 +425,11 @@ def _direct_after_failures(nodes, direct, first, pos):
     if not fails:
         return direct
     last = max(fails)
+    roots = storage_roots(nodes)  # (one sweep: an accumulation chain is long)
+    ops = {n.id: n.op for n in nodes}
     for n in nodes:
         if n.op in REGISTRY and REGISTRY[n.op].kind == "inplace" and pos[n.id] < last and \
-                storage_root(n).op == "input":
+                ops.get(roots[n.id], storage_root(n).op) == "input":
             raise AssertionError(f"%{n.id} {n.op} writes into an argument before %{nodes[last].id} "
                                  f"{nodes[last].op}, which can fail")
     return {rid: k for rid, k in direct.items() if first[rid] > last}

@@ -21,7 +21,7 @@ of ``A`` once for both (:func:`hybridad.backends.numba.rt.matvec_pair`).
 from __future__ import annotations
 
 from ..ir.graph import Node, redirect, users_of
-from ..ir.registry import REGISTRY, InPlaceWrites, storage_root
+from ..ir.registry import REGISTRY, InPlaceWrites
 from .costs import CACHE_BYTES, pair_choice
 from .machine import matvec_matrix
 
@@ -277,13 +277,14 @@ def _ready(nodes, pos):
     """node id -> the position after which it could be computed: -1 for
     arguments and constants; for a pure elementwise op or a view (of storage
     no in-place op writes) its operands' latest; elsewhere its own."""
-    written = InPlaceWrites(nodes).roots
+    writes = InPlaceWrites(nodes)
+    written, roots = writes.roots, writes.root
     ready = {}
     for n in nodes:
         if n.op in ("input", "const"):
             ready[n.id] = -1
         elif n.op in REGISTRY and REGISTRY[n.op].kind in ("elementwise", "view") and \
-                storage_root(n).id not in written and n.args:
+                roots[n.id] not in written and n.args:
             ready[n.id] = max(ready[a.id] for a in n.args)
         else:
             ready[n.id] = pos[n.id]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ...ir.graph import users_of
+from ...ir.registry import storage_roots
 from ...ops import storage_root
 from ...ops.lapack_names import LAPACK_OPS, kernel_args, kind_of
 from .loops import broadcast_index, fill, getitem_map, here, region_acc_lines, region_lines
@@ -21,13 +22,14 @@ def region_acc_groups(nodes):
     b`` in one loop: a dependence between iterations, unvectorized, 2.6x
     slower at 10^4; in parallel, two threads on one element)."""
     groups, current, written = {}, None, {}
+    roots = storage_roots(nodes)  # (one sweep: an accumulation chain is long)
     for n in nodes:
         if n.op != "region_acc":
             if n.op != "zeros":  # fold_accumulations put a run's zeros ahead of it
                 current = None
             continue
-        reads = {storage_root(a).id for a in n.args[1:]}
-        root, index = storage_root(n).id, n.attrs.get("index")
+        reads = {roots.get(a.id) or storage_root(a).id for a in n.args[1:]}
+        root, index = roots[n.id], n.attrs.get("index")
         if current is not None and current[0] == n.attrs["body"].shape and \
                 not reads & written.keys() and written.get(root, index) == index:
             current[1].append(n)

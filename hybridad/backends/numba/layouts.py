@@ -9,6 +9,7 @@ import itertools
 import os
 import sys
 
+from ...ir.registry import storage_roots
 from ...ops import REGISTRY, storage_root
 from ...transforms.memory import layout_proto, op_workspaces, plan_memory
 from .reduce import reduction_scratch
@@ -177,7 +178,8 @@ def read_in_place(nodes, outputs=()):
         for i, a in enumerate(n.args):
             readers.setdefault(a.id, []).append((n, i))
     external = {n.id for n in outputs if n is not None}
-    writes = [(pos[n.id], storage_root(n).id) for n in nodes
+    roots = storage_roots(nodes)  # (one sweep: an accumulation chain is long)
+    writes = [(pos[n.id], roots[n.id]) for n in nodes
               if n.op in REGISTRY and REGISTRY[n.op].kind == "inplace"]
     shifts = {n.id for n in nodes if REGISTRY.get(n.op) is not None and
               REGISTRY[n.op].shifts is not None}
@@ -197,7 +199,9 @@ def read_in_place(nodes, outputs=()):
                 u.attrs["body"].reduction is None
         else:
             ok = u.op == "region_acc" and i > 0
-        root = storage_root(m.source).id  # not written in place before u reads it
+        root = roots.get(m.source.id)  # not written in place before u reads it
+        if root is None:
+            root = storage_root(m.source).id
         return ok and not any(pos[m.source.id] < p <= pos[u.id] and r == root
                               for p, r in writes)
 
