@@ -280,6 +280,7 @@ for _name in ("is_integer", "as_integer_ratio", "hex", "fromhex", "__getnewargs_
     _METHODS[_name] = _scalar_only(_name)
     REFUSED.add(_name)
 
+
 def _quiet(fn):
     """``fn`` (a method: hybridad's code, which calls no user code) run with
     the observing profiler suspended, as a traced ufunc call is (each Python
