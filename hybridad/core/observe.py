@@ -14,6 +14,7 @@ code runs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import threading
@@ -25,7 +26,7 @@ from ..errors import TracingError
 from .user_code import _is_user_file
 
 __all__ = ["OBSERVING", "Observation", "current_observation", "note_value_operand", "observe",
-           "paused"]
+           "paused", "unobserved"]
 
 _state = threading.local()
 
@@ -237,6 +238,26 @@ def paused():
     if not stack or stack[-1][1] is None or sys.getprofile() is not stack[-1][1]:
         return _NOT_OBSERVED
     return _Paused(stack[-1][1])
+
+
+def unobserved(fn):
+    """``fn`` (hybridad's code, which calls no user code: a tracer's method)
+    run with this thread's observing profiler suspended by the call itself,
+    as a traced ufunc call suspends it (:meth:`Tracer.__array_ufunc__`; a
+    :func:`paused` block inside would cost its own Python calls, each two
+    events for the profiler)."""
+    def method(*args, **kwargs):
+        hook = sys.getprofile()
+        if hook is not None and hook in OBSERVING:
+            sys.setprofile(None)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                sys.setprofile(hook)
+        return fn(*args, **kwargs)
+
+    functools.update_wrapper(method, fn)
+    return method
 
 
 def note_value_operand():

@@ -16,9 +16,7 @@ operators do (:func:`hybridad.frontend.objects.assign`).
 
 from __future__ import annotations
 
-import functools
 import numbers
-import sys
 import types
 
 import numpy as np
@@ -27,7 +25,7 @@ from ..errors import TracingError, user_location
 from .numpy_api import _tracer, ravel, reshape, swapaxes, transpose
 from .objects import assign, link_view, settle
 from ..core.supported import check_dtype
-from ..core.observe import OBSERVING
+from ..core.observe import unobserved
 from ..core.trace import bind
 from ..core.tracer import READONLY, SCALAR, Tracer, _no_memory, _value_dependent
 
@@ -281,27 +279,10 @@ for _name in ("is_integer", "as_integer_ratio", "hex", "fromhex", "__getnewargs_
     REFUSED.add(_name)
 
 
-def _quiet(fn):
-    """``fn`` (a method: hybridad's code, which calls no user code) run with
-    the observing profiler suspended, as a traced ufunc call is (each Python
-    call in it would be two events for the profiler)."""
-    def method(self, *args, **kwargs):
-        hook = sys.getprofile()
-        if hook is not None and hook in OBSERVING:
-            sys.setprofile(None)
-            try:
-                return fn(self, *args, **kwargs)
-            finally:
-                sys.setprofile(hook)
-        return fn(self, *args, **kwargs)
-
-    functools.update_wrapper(method, fn)
-    return method
-
-
+# (each runs with the observing profiler suspended: hybridad's code, no user code)
 for _name, _member in _METHODS.items():
     if isinstance(_member, property) and _member.fget is not None:
-        _member = property(_quiet(_member.fget), _member.fset, _member.fdel, _member.__doc__)
+        _member = property(unobserved(_member.fget), _member.fset, _member.fdel, _member.__doc__)
     elif isinstance(_member, types.FunctionType):
-        _member = _quiet(_member)
+        _member = unobserved(_member)
     setattr(Tracer, _name, _member)

@@ -95,12 +95,11 @@ def roll_loops(trace, outs):
     rolled, keys = False, {}
     with trace:
         for _ in range(_MAX_ROLLS):
-            found = {}
-            run = _best_run(trace.nodes, rejected, light, keys, found)
+            run, matcher = _best_run(trace.nodes, rejected, light, keys)
             if run is None:
                 break
             s, p, trips = run
-            new_outs = _roll(trace, outs, s, p, trips, found.get("matcher"))
+            new_outs = _roll(trace, outs, s, p, trips, matcher)
             if new_outs is _LIGHT:  # nor as a body of several steps: faster unrolled
                 light.append((trace.nodes[s].id, trace.nodes[s + p * trips - 1].id, p))
             elif new_outs is None:  # the body did not replay as traced: left unrolled
@@ -240,17 +239,17 @@ class _Matcher:
         return ok
 
 
-def _best_run(nodes, rejected, light=(), keys=None, found=None):
-    """``(start, period, trips)`` of the run covering the most nodes, or None.
+def _best_run(nodes, rejected, light=(), keys=None):
+    """``(start, period, trips)`` of the run covering the most nodes (or
+    None), and the matcher that found it (its positions and tables serve
+    :func:`_roll`).
 
     Whole arrays at a time (numpy): a trace of 10^4 iterations has 10^5
     nodes and more, and each candidate period is checked at every node."""
     n = len(nodes)
     if n < MIN_NODES:
-        return None
+        return None, None
     m = _Matcher(nodes, {} if keys is None else keys)
-    if found is not None:  # (the matcher's tables serve _roll too)
-        found["matcher"] = m
     best = None
     for p in _periods(m.sig_array):
         ok = m.matches(p)  # ok[i]: node i + p copies node i
@@ -267,7 +266,7 @@ def _best_run(nodes, rejected, light=(), keys=None, found=None):
                 if best is None or covered > best[1] * best[2] or \
                         covered == best[1] * best[2] and run[1] < best[1]:
                     best = run
-    return best
+    return best, m
 
 
 def _periods(sig):
@@ -366,19 +365,19 @@ def _node_cut(m, s, p, end, rows):
 
 # -- rolling one run -------------------------------------------------------------
 
-def _kinds(nodes, s, p, trips, m=None):
+def _kinds(nodes, s, p, trips, m):
     """Per offset of the period: whether its node is a *leaf* (every operand
     the same outer value in every copy; a constant, or attributes that differ
     between copies: evaluated outside the loop) and whether its copies differ
     (*varying*: stacked into a per-iteration input).  ``m``: the matcher of
-    ``nodes``, whose tables answer for nodes of few operands all at once."""
-    if m is not None:
-        args, const, keys, wide = m._tables()
-        slow = set(wide.tolist())
-        copies_at = p * np.arange(trips)
+    ``nodes``, whose tables answer for nodes of few operands all at once
+    (constants and nodes of many operands are looked at one by one)."""
+    args, const, keys, wide = m._tables()
+    slow = set(wide.tolist())
+    copies_at = p * np.arange(trips)
     leaf, varying = [], []
     for o in range(p):
-        if m is not None and s + o not in slow and not const[s + o]:
+        if s + o not in slow and not const[s + o]:
             rows = s + o + copies_at  # (the operands by position: equal, the same node)
             invariant = bool((args[rows] == args[s + o]).all())
             differ = bool((keys[rows] != keys[s + o]).any())
@@ -396,11 +395,13 @@ def _kinds(nodes, s, p, trips, m=None):
     return leaf, varying
 
 
-def _roll(trace, outs, s, p, trips, m=None):
-    """Replace the run by a loop node; the new ``outs``, or None (left as is)."""
+def _roll(trace, outs, s, p, trips, m):
+    """Replace the run by a loop node; the new ``outs``, or None (left as is).
+    ``m``: the matcher that found the run in ``trace.nodes`` (its positions
+    and tables)."""
     nodes = trace.nodes
     end = s + trips * p
-    pos = {n.id: i for i, n in enumerate(nodes)}
+    pos = m.pos
     leaf, varying = _kinds(nodes, s, p, trips, m)
     after = set()  # positions in the run that nodes after it (or the outputs) read
     for n in nodes[end:]:
