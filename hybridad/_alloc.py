@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import numpy._core._multiarray_umath as _umath
@@ -152,7 +153,7 @@ class AllocationCounts:
 
 
 @contextlib.contextmanager
-def count_allocations():
+def count_allocations() -> Iterator[AllocationCounts]:
     """Count numpy array data allocations made inside a ``with`` block.
 
     Installs the counting handler (named ``"hybridad_counting"``) for the
@@ -197,7 +198,8 @@ def count_allocations():
         _set_handler(previous)
 
 
-def assert_no_alloc(fn, *args, n=100, warmup=3, **kwargs):
+def assert_no_alloc(fn: Callable[..., Any], *args: Any, n: int = 100, warmup: int = 3,
+                    **kwargs: Any) -> AllocationCounts:
     """Assert that ``fn(*args, **kwargs)`` allocates no numpy data buffers.
 
     Calls ``fn`` ``warmup`` times uncounted, then ``n`` times inside

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import types
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +30,11 @@ from .plans.cache import recent_plan as _recent_plan, remember as _remember
 from .plans.jacobian import JacobianPlan
 from .plans.plan import Plan
 
+if TYPE_CHECKING:
+    from ._types import ArgNums, Backend, Function, JacobianMode
+    from .optim import UpdateRule
+    from .results import GradientResult, HessianResult, HvpResult, JacobianResult
+
 __all__ = ["MAX_PLANS_PER_FUNCTION", "cached_plans", "clear_cache", "compile", "gradient",
            "hessian", "hvp", "jacobian"]
 
@@ -36,9 +42,12 @@ _MethodType = types.MethodType
 _ndarray = np.ndarray
 
 
-def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
-            parallel=True, memory_budget=None, hessian=False, jacobian=False, mode="auto",
-            chunk=None, cuda_graph=False, update=None, tiered=None, wait=False):
+def compile(f: Function, *example_args: Any, argnums: ArgNums = 0,  # noqa: A001
+            backend: Backend = None, hvp: bool = False, parallel: bool = True,
+            memory_budget: int | None = None, hessian: bool = False, jacobian: bool = False,
+            mode: JacobianMode = "auto", chunk: int | None = None, cuda_graph: bool = False,
+            update: UpdateRule | None = None, tiered: bool | None = None,
+            wait: bool = False) -> Plan:
     """Build an explicit gradient plan for ``f`` at the example arguments.
 
     Parameters
@@ -145,6 +154,7 @@ def compile(f, *example_args, argnums=0, backend=None, hvp=False,  # noqa: A001
                                   update is not None):
         raise ValueError("hessian / jacobian plans take neither hvp=True, a memory_budget, "
                          "cuda_graph=True nor an update rule")
+    plan: Plan
     if hessian:
         plan = HessianPlan(f, example_args, argnums, backend, chunk=chunk, parallel=parallel)
     elif jacobian:
@@ -168,7 +178,8 @@ def _is_sparse(out):
 
 
 
-def gradient(f, *args, argnums=0, out=None, backend=None):
+def gradient(f: Function, *args: Any, argnums: ArgNums = 0, out: GradientResult | None = None,
+             backend: Backend = None) -> GradientResult:
     """Value and gradient of a scalar function, written into ``out``.
 
     Parameters
@@ -259,7 +270,8 @@ def gradient(f, *args, argnums=0, out=None, backend=None):
     return _call(lookup, lambda plan: plan.gradient(*args, out=out))
 
 
-def hvp(f, x, v, *args, argnums=0, out=None, backend=None):
+def hvp(f: Function, x: Any, v: Any, *args: Any, argnums: ArgNums = 0,
+        out: HvpResult | None = None, backend: Backend = None) -> HvpResult:
     """Value, gradient and Hessian-vector product of a scalar function.
 
     ``H v`` is computed without forming ``H``: tangents are pushed through
@@ -311,7 +323,9 @@ def hvp(f, x, v, *args, argnums=0, out=None, backend=None):
                         lambda plan: plan.hvp(*both, v=v, out=out), hvp=True)
 
 
-def hessian(f, x, *args, argnums=0, out=None, backend=None, chunk=None):
+def hessian(f: Function, x: Any, *args: Any, argnums: ArgNums = 0,
+            out: HessianResult | None = None, backend: Backend = None,
+            chunk: int | None = None) -> HessianResult:
     """Value, gradient and Hessian of a scalar function of one array.
 
     Forward over reverse: chunks of tangents are pushed through the forward
@@ -364,8 +378,10 @@ def hessian(f, x, *args, argnums=0, out=None, backend=None, chunk=None):
                         lambda plan: plan.hessian(*full, out=out), tag=("hessian", chunk))
 
 
-def jacobian(f, x, *args, argnums=0, out=None, mode="auto", backend=None, chunk=None,
-             holomorphic=False):
+def jacobian(f: Function, x: Any, *args: Any, argnums: ArgNums = 0,
+             out: JacobianResult | None = None, mode: JacobianMode = "auto",
+             backend: Backend = None, chunk: int | None = None,
+             holomorphic: bool = False) -> JacobianResult:
     """Value and Jacobian of a function from one array to an array.
 
     Parameters

@@ -96,7 +96,7 @@ class SGD(UpdateRule):
 
     BOUNDS = {"lr": None}
 
-    def __init__(self, lr):
+    def __init__(self, lr: float) -> None:
         self.lr = lr
 
     def hyper(self, t):
@@ -124,7 +124,7 @@ class Momentum(UpdateRule):
 
     BOUNDS = {"lr": None, "momentum": 1.0}
 
-    def __init__(self, lr, momentum=0.9):
+    def __init__(self, lr: float, momentum: float = 0.9) -> None:
         self.lr = lr
         self.momentum = momentum
 
@@ -159,7 +159,8 @@ class Adam(UpdateRule):
 
     BOUNDS = {"lr": None, "b1": 1.0, "b2": 1.0, "eps": None}
 
-    def __init__(self, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
+    def __init__(self, lr: float = 1e-3, b1: float = 0.9, b2: float = 0.999,
+                 eps: float = 1e-8) -> None:
         self.lr, self.b1, self.b2, self.eps = lr, b1, b2, eps
 
     def hyper(self, t):

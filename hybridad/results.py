@@ -8,10 +8,17 @@ the next call.  Nothing else is ever written.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from ._tree import flatten, number_array
 from ._xp import array_module, is_array
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ._types import Pytree
 
 __all__ = ["DiffResult", "GradientResult", "HessianResult", "HvpResult", "JacobianResult"]
 
@@ -67,7 +74,7 @@ class DiffResult:
 
     __slots__ = ("_derivs", "_value")
 
-    def __init__(self, value, *derivs):
+    def __init__(self, value: Any, *derivs: Any) -> None:
         if not is_array(value):
             raise TypeError("DiffResult: value must be an ndarray (use np.zeros(()) for a "
                             f"scalar value); got {type(value).__name__}")
@@ -75,17 +82,17 @@ class DiffResult:
         self._derivs = derivs
 
     @property
-    def value(self):
+    def value(self) -> Any:
         """The value buffer (a reference; for scalar functions a 0-d array --
         ``float(res.value)`` gives a Python float)."""
         return self._value
 
     @property
-    def derivs(self):
+    def derivs(self) -> tuple[Any, ...]:
         """Tuple of the derivative buffers (references)."""
         return self._derivs
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{type(self).__name__}(value={self._value!r}, derivs={self._derivs!r})"
 
 
@@ -121,7 +128,7 @@ class GradientResult(DiffResult):
 
     __slots__ = ()
 
-    def __init__(self, x, dtype=None):
+    def __init__(self, x: Pytree, dtype: npt.DTypeLike | None = None) -> None:
         grad = _zeros_like_tree(x, "x")
         leaves, _ = flatten(grad)
         dtype = np.dtype(dtype) if dtype is not None else (
@@ -129,7 +136,7 @@ class GradientResult(DiffResult):
         super().__init__(array_module(*leaves).zeros((), dtype), grad)
 
     @property
-    def gradient(self):
+    def gradient(self) -> Pytree:
         """The gradient buffer(s), shaped like ``x`` (a reference)."""
         return self._derivs[0]
 
@@ -163,12 +170,12 @@ class HvpResult(GradientResult):
 
     __slots__ = ()
 
-    def __init__(self, x, dtype=None):
+    def __init__(self, x: Pytree, dtype: npt.DTypeLike | None = None) -> None:
         super().__init__(x, dtype)
         self._derivs += (_zeros_like_tree(x, "x"),)
 
     @property
-    def hvp(self):
+    def hvp(self) -> Pytree:
         """The Hessian-vector product buffer(s), shaped like ``x`` (a reference)."""
         return self._derivs[1]
 
@@ -222,14 +229,14 @@ class HessianResult(GradientResult):
 
     __slots__ = ()
 
-    def __init__(self, x, dtype=None):
+    def __init__(self, x: Pytree, dtype: npt.DTypeLike | None = None) -> None:
         x = _numeric_array(x, "x")
         super().__init__(x, dtype)
         n = x.size * (2 if x.dtype.kind == "c" else 1)  # complex: over (x.real, x.imag)
         self._derivs += (array_module(x).zeros((n, n), _real_dtype(x.dtype)),)
 
     @property
-    def hessian(self):
+    def hessian(self) -> Any:
         """The Hessian buffer, ``(x.size, x.size)`` (a reference)."""
         return self._derivs[1]
 
@@ -266,14 +273,14 @@ class JacobianResult(DiffResult):
 
     __slots__ = ()
 
-    def __init__(self, y, x):
+    def __init__(self, y: Any, x: Any) -> None:
         y, x = _numeric_array(y, "y"), _numeric_array(x, "x")
         xp = array_module(y, x)
         jdt = _complex_dtype(y.dtype) if "c" in (y.dtype.kind, x.dtype.kind) else y.dtype
         super().__init__(xp.zeros(y.shape, y.dtype), xp.zeros((y.size, x.size), jdt))
 
     @property
-    def jacobian(self):
+    def jacobian(self) -> Any:
         """The Jacobian buffer, ``(y.size, x.size)`` (a reference)."""
         return self._derivs[0]
 
@@ -308,7 +315,7 @@ class BatchGradientResult(DiffResult):
 
     __slots__ = ()
 
-    def __init__(self, X, dtype=None):
+    def __init__(self, X: Any, dtype: npt.DTypeLike | None = None) -> None:
         X = _float_array(X, "X")
         if X.ndim < 1:
             raise ValueError("X must have a leading batch axis: shape (B, *x.shape)")
@@ -317,11 +324,11 @@ class BatchGradientResult(DiffResult):
                          xp.zeros(X.shape, X.dtype))
 
     @property
-    def values(self):
+    def values(self) -> Any:
         """The values buffer, ``(B,)`` (a reference; the same as :attr:`value`)."""
         return self._value
 
     @property
-    def gradient(self):
+    def gradient(self) -> Pytree:
         """The gradients buffer, shaped like ``X`` (a reference)."""
         return self._derivs[0]

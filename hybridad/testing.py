@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
 from ._alloc import AllocationCounts, assert_no_alloc, count_allocations
@@ -22,7 +24,8 @@ __all__ = [
 ]
 
 
-def numerical_gradient(f, x, *args, eps=None):
+def numerical_gradient(f: Callable[..., Any], x: Any, *args: Any,
+                       eps: float | None = None) -> np.ndarray:
     """Central finite-difference gradient of scalar ``f`` w.r.t. array ``x``.
 
     Parameters
@@ -56,7 +59,8 @@ def numerical_gradient(f, x, *args, eps=None):
     return g
 
 
-def check_grads(f, x, *args, rtol=1e-6, atol=1e-8, out=None):
+def check_grads(f: Callable[..., Any], x: Any, *args: Any, rtol: float = 1e-6,
+                atol: float = 1e-8, out: Any = None) -> Any:
     """Assert hybridad's gradient of ``f`` at ``x`` matches finite differences.
 
     Parameters

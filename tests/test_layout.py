@@ -20,7 +20,8 @@ MAX_LINES = 600
 #: the stages in the order data flows, each with the modules (or packages) it
 #: holds; a module imports only from its own stage or an earlier one
 STAGES = (
-    ("base", ("errors", "_settings", "_xp", "_alloc", "_cachedir", "_sources", "_libcache")),
+    ("base", ("errors", "_settings", "_xp", "_alloc", "_cachedir", "_sources", "_libcache",
+              "_types")),
     ("ir", ("ir",)),
     ("core", ("core", "_tree", "trace")),
     ("ops", ("ops",)),

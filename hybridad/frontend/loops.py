@@ -19,6 +19,7 @@ carry keeps its structure, shapes and dtype from one iteration to the next.
 from __future__ import annotations
 
 import numbers
+from typing import Any, Callable
 
 import numpy as np
 
@@ -118,7 +119,8 @@ def _trip(value, name):
     return int(value)
 
 
-def fori_loop(lower, upper, body_fun, init_val):
+def fori_loop(lower: int, upper: int, body_fun: Callable[[int, Any], Any],
+              init_val: Any) -> Any:
     """``body_fun(i, val)`` for ``i`` in ``range(lower, upper)``, as JAX's
     ``lax.fori_loop``.
 
@@ -165,7 +167,8 @@ def fori_loop(lower, upper, body_fun, init_val):
     return carry
 
 
-def scan(f, init, xs=None, length=None, reverse=False):
+def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
+         length: int | None = None, reverse: bool = False) -> tuple[Any, Any]:
     """Scan ``f`` over the leading axis of ``xs`` carrying state, as JAX's
     ``lax.scan``.
 
@@ -196,7 +199,7 @@ def scan(f, init, xs=None, length=None, reverse=False):
     The carries and the ``y`` outputs must share one floating-point dtype.
     """
     x_leaves = _tree(xs)[0]
-    lengths = {int(np.shape(x)[0]) if np.ndim(x) else None for x in x_leaves}
+    lengths: set[Any] = {int(np.shape(x)[0]) if np.ndim(x) else None for x in x_leaves}
     if None in lengths:
         raise ValueError("scan: every leaf of xs needs a leading axis to scan over")
     if length is not None:

@@ -42,6 +42,7 @@ import inspect
 import re
 import threading
 import types as pytypes
+from typing import Any, Callable, overload
 
 import numpy as np
 
@@ -56,7 +57,7 @@ class ElementwiseError(TypeError):
 
 
 #: primitive name -> _Primitive, for generated source (:func:`primitive`)
-_PRIMITIVES = {}
+_PRIMITIVES: dict[str, Any] = {}
 _LOCK = threading.RLock()
 
 #: the backend that compiles user functions: ``check(family, prim, dtypes)``,
@@ -74,7 +75,17 @@ def primitive(name):
         raise TracingError(f"no @elementwise primitive {name!r} in this process") from None
 
 
-def elementwise(fn=None, *, name=None):
+@overload
+def elementwise(fn: Callable[..., Any], *, name: str | None = None) -> ElementwiseFunction: ...
+
+
+@overload
+def elementwise(fn: None = None, *, name: str | None = None
+                ) -> Callable[[Callable[..., Any]], ElementwiseFunction]: ...
+
+
+def elementwise(fn: Callable[..., Any] | None = None, *, name: str | None = None
+                ) -> ElementwiseFunction | Callable[[Callable[..., Any]], ElementwiseFunction]:
     """Make a scalar Python function an elementwise, differentiable primitive.
 
     Parameters
@@ -145,7 +156,7 @@ class ElementwiseFunction:
     def __repr__(self):
         return f"<hybridad.elementwise {self.py_func.__qualname__}>"
 
-    def defderiv(self, deriv):
+    def defderiv(self, deriv: Callable[..., Any]) -> Callable[..., Any]:
         """Supply the partial derivatives by hand (used as a decorator).
 
         ``deriv`` takes the same arguments and returns the partial with

@@ -10,12 +10,18 @@ dask is an optional dependency (``pip install "hybridad[dask]"``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .._types import Backend
+
 import numpy as np
 
 __all__ = ["gradient_map"]
 
 
-def gradient_map(plan_or_f, X, *args, argnums=0, backend=None, parallel=False):
+def gradient_map(plan_or_f: Any, X: Any, *args: Any, argnums: int = 0,
+                 backend: Backend = None, parallel: bool = False) -> tuple[Any, Any]:
     """Values and gradients of ``f`` at every row of a dask array.
 
     Parameters

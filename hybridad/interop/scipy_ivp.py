@@ -24,6 +24,8 @@ for the implicit methods when you give none.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
 from .. import api
@@ -123,8 +125,9 @@ class OdeJacobian:
         return self._dense if self.method == "LSODA" else self._dense.copy()
 
 
-def solve_ivp(fun, t_span, y0, method="RK45", *, args=None, jac=None, sparse=None,
-              backend=None, **options):
+def solve_ivp(fun: Callable[..., Any], t_span: Any, y0: Any, method: Any = "RK45", *,
+              args: tuple | None = None, jac: Any = None, sparse: bool | None = None,
+              backend: str | None = None, **options: Any) -> Any:
     """``scipy.integrate.solve_ivp`` with the exact Jacobian for the implicit methods.
 
     Parameters

@@ -4,6 +4,11 @@ of the residuals from a :class:`hybridad.plans.jacobian.JacobianPlan`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    import scipy.optimize
+
 import numpy as np
 
 from ..plans.cache import lookup as _lookup
@@ -72,8 +77,10 @@ def _sparse_residuals(fun, x0, args, backend, sparse, options):
     return jac if jac.sparse else None
 
 
-def least_squares(fun, x0, *extra, jac=None, args=(), kwargs=None, backend="numba",
-                  parallel=None, sparse=None, **options):
+def least_squares(fun: Callable[..., Any], x0: Any, *extra: Any, jac: Any = None,
+                  args: tuple = (), kwargs: dict | None = None, backend: str = "numba",
+                  parallel: bool | None = None, sparse: bool | None = None,
+                  **options: Any) -> scipy.optimize.OptimizeResult:
     """``scipy.optimize.least_squares`` with hybridad's exact Jacobian.
 
     Parameters

@@ -5,6 +5,13 @@ derivatives adapted to scipy's flat vectors."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    import scipy.optimize
+
+    from .._types import Backend
+
 import weakref
 
 import numpy as np
@@ -22,7 +29,7 @@ HESSP_METHODS = frozenset({"newton-cg", "trust-ncg", "trust-krylov", "trust-cons
 HESS_METHODS = frozenset({"dogleg", "trust-exact"})
 
 
-_FIRST_OUTPUTS = weakref.WeakKeyDictionary()
+_FIRST_OUTPUTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _first_output(f):
@@ -71,15 +78,16 @@ def _shaped(g, shape, kind):
         return g
     n = int(np.prod(shape, dtype=np.int64))
 
+    call: Callable[..., Any]
     if kind == "hessp":
         def call(x, p, *args):
             return np.reshape(g(np.reshape(x, shape), np.reshape(p, shape), *args), -1)
     elif kind == "hess":
-        def call(x, *args):
+        def call(x, *args):  # type: ignore[misc]
             h = g(np.reshape(x, shape), *args)
             return h if not isinstance(h, np.ndarray) else np.reshape(h, (n, n))
     else:
-        def call(x, *args):
+        def call(x, *args):  # type: ignore[misc]
             return np.reshape(g(np.reshape(x, shape), *args), -1)
     return call
 
@@ -107,9 +115,13 @@ def _bind_constraints(constraints, x0):
     return constraints
 
 
-def minimize(fun, x0, *extra, args=(), method=None, jac=None, hess=None, hessp=None,
-             bounds=None, constraints=(), tol=None, callback=None, options=None, argnums=0,
-             backend="numba", dtype=None, parallel=None, sparse=None):
+def minimize(fun: Callable[..., Any], x0: Any, *extra: Any, args: tuple = (),
+             method: str | Callable[..., Any] | None = None, jac: Any = None,
+             hess: Any = None, hessp: Any = None, bounds: Any = None, constraints: Any = (),
+             tol: float | None = None, callback: Callable[..., Any] | None = None,
+             options: dict | None = None, argnums: int = 0, backend: Backend = "numba",
+             dtype: Any = None, parallel: bool | None = None,
+             sparse: bool | None = None) -> scipy.optimize.OptimizeResult:
     """``scipy.optimize.minimize`` with hybridad's exact derivatives wired in.
 
     Every argument scipy has means what scipy's documentation says; hybridad
@@ -196,7 +208,7 @@ def minimize(fun, x0, *extra, args=(), method=None, jac=None, hess=None, hessp=N
     if argnums != 0 and any(callable(g) for g in (jac, hess, hessp)):
         raise TypeError("a jac, hess or hessp callable of your own is called by scipy as "
                         "g(x, *args): it needs argnums=0 (x as fun's first argument)")
-    obj = None
+    obj: Any = None
     if not user_jac or exact_hess:
         # hybridad evaluates fun (jac None) or supplies the Hessian: trace it
         traced = _first_output(fun) if jac is True else fun

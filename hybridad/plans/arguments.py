@@ -4,6 +4,8 @@ is written."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import inspect
 import types
 
@@ -148,7 +150,7 @@ class ArgumentsMixin:
         return ("tuple", tuple(tds)) if isinstance(self.argnums, tuple) else tds
 
 
-    def new_result(self):
+    def new_result(self) -> Any:
         """A fresh :class:`GradientResult` (an :class:`HvpResult` for a
         Hessian-vector-product plan) matching this plan."""
         protos = [self._xp.zeros(*self._specs[i]) for i in self._diff_leaves]

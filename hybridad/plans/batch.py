@@ -4,6 +4,11 @@ re-emitted with a leading batch axis by :func:`hybridad.transforms.batching.vmap
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..results import BatchGradientResult
+
 import numpy as np
 
 from .. import _tree
@@ -58,7 +63,8 @@ class BatchMixin:
     """Methods of :class:`hybridad.plans.plan.Plan` (a mixin)."""
 
 
-    def gradient_batch(self, X, *args, out=None):
+    def gradient_batch(self, X: Any, *args: Any, out: BatchGradientResult | None = None
+                       ) -> BatchGradientResult:
         """Value and gradient at each of ``B`` inputs stacked along a first axis.
 
         One compiled call computes all of them (the plan's graph batched along

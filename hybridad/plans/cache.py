@@ -219,7 +219,7 @@ def cached_call(kind, f, args, argnums, backend, options, build, run, tag=(), hv
     return call(find, run)
 
 
-def clear_cache():
+def clear_cache() -> None:
     """Drop every cached plan."""
     with _lock:
         _weak.clear()

@@ -3,6 +3,8 @@ their lifetimes, generated source), :meth:`memory_profile` and ``repr``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["ExplainMixin"]
 
 
@@ -10,7 +12,7 @@ class ExplainMixin:
     """Methods of :class:`hybridad.plans.plan.Plan` (a mixin)."""
 
 
-    def explain(self):
+    def explain(self) -> str:
         """Human-readable description of the plan.
 
         Returns
@@ -121,7 +123,7 @@ class ExplainMixin:
         return out
 
 
-    def memory_profile(self):
+    def memory_profile(self) -> Any:
         """Bytes of workspace live at each step of the schedule.
 
         Returns

@@ -5,6 +5,11 @@ chunk program for K columns at once."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..results import GradientResult, HessianResult, HvpResult
+
 import functools
 
 import numpy as np
@@ -102,7 +107,7 @@ class HessianPlan(StagedPlan):
         self._scratch_value = self._xp.zeros((), out.dtype)
 
     # ------------------------------------------------------------ results
-    def new_result(self):
+    def new_result(self) -> HessianResult:
         """A fresh :class:`HessianResult` matching this plan."""
         return HessianResult(self._xp.zeros(self._shape, self._dtype), dtype=self._value_dtype)
 
@@ -115,7 +120,7 @@ class HessianPlan(StagedPlan):
     # -------------------------------------------------------------- calls
     @falls_back
     @serialized
-    def gradient(self, *args, out=None):
+    def gradient(self, *args: Any, out: GradientResult | None = None) -> GradientResult:
         """Value and gradient (the primal program), as :meth:`Plan.gradient`."""
         if self._guarded:
             self._check_stale(args)
@@ -129,7 +134,8 @@ class HessianPlan(StagedPlan):
 
     @falls_back
     @serialized
-    def linearize(self, *args, out=None):
+    def linearize(self, *args: Any, out: GradientResult | None = None
+                  ) -> GradientResult | None:
         """Run the primal pass at ``args``; later :meth:`hvp` calls without
         arguments differentiate at this point.
 
@@ -187,7 +193,7 @@ class HessianPlan(StagedPlan):
 
     @falls_back
     @serialized
-    def hvp(self, *args, v, out=None):
+    def hvp(self, *args: Any, v: Any, out: DiffResult | None = None) -> DiffResult:
         """Value, gradient and ``H v``.
 
         Parameters
@@ -209,7 +215,7 @@ class HessianPlan(StagedPlan):
         if self._guarded:
             self._check_stale(args if args else getattr(self, "_point_args", ()))
         if self._fast_hvp(args, v, out):
-            return out
+            return out  # type: ignore[return-value]  # a fast call had an out
         if args:
             leaves = self._leaves(args)
         elif self._have_point:
@@ -348,7 +354,7 @@ class HessianPlan(StagedPlan):
 
     @falls_back
     @serialized
-    def hessian(self, *args, out=None):
+    def hessian(self, *args: Any, out: HessianResult | None = None) -> HessianResult:
         """Value, gradient and Hessian of ``f`` at ``args``.
 
         Parameters

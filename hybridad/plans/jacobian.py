@@ -4,6 +4,11 @@ forward mode, or K rows in reverse mode."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from ..results import JacobianResult
+
 import numpy as np
 
 from ..core.trace import Trace, as_node
@@ -106,14 +111,14 @@ class JacobianPlan(StagedPlan):
         self._seed_flat = self._seed.reshape(k, -1)
         self._stage_out = self._xp.zeros(out_shape, dtype)
 
-    def new_result(self):
+    def new_result(self) -> JacobianResult:
         """A fresh :class:`JacobianResult` matching this plan."""
         return JacobianResult(self._xp.zeros(self._yshape, self._value_dtype),
                               self._xp.zeros(self._shape, self._dtype))
 
     @falls_back
     @serialized
-    def gradient(self, *args, out=None):
+    def gradient(self, *args: Any, out: Any = None) -> NoReturn:
         """Not available: raises TypeError (a Jacobian plan's function is not scalar)."""
         self._refuse("gradient", "hybridad.compile(f, ...) for a scalar f (or "
                      "hybridad.gradient)")
@@ -123,7 +128,7 @@ class JacobianPlan(StagedPlan):
 
     @falls_back
     @serialized
-    def jacobian(self, *args, out=None):
+    def jacobian(self, *args: Any, out: JacobianResult | None = None) -> JacobianResult:
         """Value and Jacobian of ``f`` at ``args``.
 
         Parameters

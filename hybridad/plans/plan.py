@@ -21,6 +21,7 @@ import inspect
 import os
 import threading
 import weakref
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -36,7 +37,7 @@ from ..core.tracer import Tracer
 from ..ir.graph import Graph, dead_code_elimination
 from ..ops.region import recompute_partials, summed_partials_in_loop
 from ..optim import UpdateRule
-from ..results import DiffResult, HvpResult
+from ..results import DiffResult, GradientResult, HvpResult
 from ..transforms import pipeline
 from ..transforms.autodiff import backward, jvp
 from ..transforms.checkpoint import checkpoint_loops
@@ -417,20 +418,20 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             return "Hessian-vector products (plan.hvp)"
         return "gradients (plan.gradient)"
 
-    def _refuse(self, method, instead):
+    def _refuse(self, method, instead) -> NoReturn:
         raise TypeError(f"plan.{method}() is not available on this plan: it computes "
                         f"{self._computes()}; for {method} build the plan with {instead}")
 
-    def hessian(self, *args, out=None):
+    def hessian(self, *args: Any, out: Any = None) -> NoReturn:
         """Needs a plan built with ``hessian=True`` (:class:`hybridad.plans.hessian.HessianPlan`);
         raises TypeError here."""
         self._refuse("hessian", "hybridad.compile(f, ..., hessian=True) (or hybridad.hessian)")
 
-    def linearize(self, *args, out=None):
+    def linearize(self, *args: Any, out: Any = None) -> NoReturn:
         """Needs a plan built with ``hessian=True``; raises TypeError here."""
         self._refuse("linearize", "hybridad.compile(f, ..., hessian=True)")
 
-    def jacobian(self, *args, out=None):
+    def jacobian(self, *args: Any, out: Any = None) -> NoReturn:
         """Needs a plan built with ``jacobian=True``
         (:class:`hybridad.plans.jacobian.JacobianPlan`);
         raises TypeError here."""
@@ -438,7 +439,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                      "hybridad.jacobian)")
 
     # ------------------------------------------------------------------ calls
-    def gradient(self, *args, out=None, _checked=False):
+    def gradient(self, *args: Any, out: GradientResult | None = None, _checked=False) -> Any:
         """Value and gradient of ``f`` at ``args``, written into ``out``.
 
         Parameters
@@ -494,7 +495,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         self._call(leaves, out.value, gleaves)
         return out
 
-    def hvp(self, *args, v, out=None):
+    def hvp(self, *args: Any, v: Any, out: DiffResult | None = None) -> DiffResult:
         """Value, gradient and Hessian-vector product ``H v`` of ``f`` at ``args``.
 
         Needs a plan built with ``hvp=True``.  ``H`` is the Hessian with respect
@@ -549,7 +550,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         return out
 
 
-    def value(self, *args):
+    def value(self, *args: Any) -> Any:
         """The function value at ``args`` as a Python float (forward pass only)."""
         if self._guarded:
             plan = self._check_stale(args, specialize=True)
@@ -595,4 +596,4 @@ class BatchPlan(Plan):
 Plan._batch_plan_type = BatchPlan  # what gradient_batch builds (hybridad.plans.batch)
 
 
-PLAN_TYPE[0] = Plan  # what an unpickled recipe builds (hybridad.plans.pickling)
+PLAN_TYPE[0] = Plan  # type: ignore[call-overload]  # what an unpickled recipe builds (hybridad.plans.pickling)

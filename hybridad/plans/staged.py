@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import warnings
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
@@ -291,7 +292,7 @@ class StagedPlan(Plan):
         return SimpleNamespace(source=source)
 
     @serialized
-    def value(self, *args):
+    def value(self, *args: Any) -> Any:
         """The function value at ``args`` (a float; for a Jacobian plan an array)."""
         if self._guarded:
             self._check_stale(args)
@@ -302,7 +303,7 @@ class StagedPlan(Plan):
         self._run_program("primal", leaves, outs)
         return float(buf) if buf.shape == () else buf
 
-    def explain(self):
+    def explain(self) -> str:
         lines = [super().explain(), "", "programs:"]
         lines.append(f"  primal: {len(self._primal_nodes)} nodes, run once per point")
         for name, (seed, body, given, _) in self._stages.items():

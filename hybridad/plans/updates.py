@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..results import DiffResult
@@ -17,7 +19,7 @@ class UpdatesMixin:
     """Methods of :class:`hybridad.plans.plan.Plan` (a mixin)."""
 
 
-    def step(self, *args, out=None):
+    def step(self, *args: Any, out: Any = None) -> Any:
         """One optimizer step: the loss at ``args`` into ``out.value``, and every
         differentiated parameter updated in place by the plan's rule.
 

@@ -21,6 +21,8 @@ first): ``x[0] * x[1]`` gives the pair ``(0, 1)``, ``exp(x)`` the diagonal.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -318,7 +320,8 @@ def _canonical(p):
 # ----------------------------------------------------------------------------
 # public
 # ----------------------------------------------------------------------------
-def jacobian_sparsity(f, x, *args, argnums=0):
+def jacobian_sparsity(f: Callable[..., Any], x: Any, *args: Any,
+                      argnums: int = 0) -> sp.csr_array:
     """The structural nonzeros of the Jacobian of ``f``, found from its traced graph.
 
     Parameters
@@ -363,7 +366,8 @@ def jacobian_sparsity(f, x, *args, argnums=0):
     return _canonical(jacobian_pattern(nodes, xnode, y))
 
 
-def hessian_sparsity(f, x, *args, argnums=0):
+def hessian_sparsity(f: Callable[..., Any], x: Any, *args: Any,
+                     argnums: int = 0) -> sp.csr_array:
     """The structural nonzeros of the Hessian of a scalar ``f``, from its traced graph.
 
     Parameters
