@@ -11,6 +11,7 @@ the goals summary.
 import importlib.util
 import json
 import math
+import struct
 import subprocess
 import sys
 
@@ -99,7 +100,8 @@ def test_sparse_rows(tmp_path, capsys):
     scipy.sparse ones and scipy's colored finite differences, checked and timed."""
     out_json = tmp_path / "sparse.json"
     status = main(["bench", "--workload", "sparse_jac", "sparse_hess", "--quick", "--sizes", "8",
-                   "--impl", "hybridad", "--progress", "none", "--json", str(out_json)])
+                   "--impl", "hybridad", "--progress", "none", "--json", str(out_json),
+                   "--memory", "--no-plot"])
     assert status == 0  # (memory on: sparse workloads have no children)
     captured = capsys.readouterr()
     assert "deriv/f" in captured.out and suite.SPARSE_FD in captured.out
@@ -222,16 +224,27 @@ def test_float32_problems_stay_close_to_the_float64_reference():
         assert problem.tolerance(1e-12) >= 1e-4
 
 
-def test_dtype_option_rows_and_goals(tmp_path, capsys):
+def test_dtype_option_rows_and_goals(tmp_path, capsys, monkeypatch):
     """--dtype float64 float32: every row twice, the dtype shown; hybridad gets float32
-    data and returns float32 gradients; the goals summary covers both."""
+    data and returns float32 gradients; the goals summary covers both.  The plot is
+    drawn by default where matplotlib is installed, one panel per workload."""
     out_json = tmp_path / "dtypes.json"
+    monkeypatch.chdir(tmp_path)
     status = main(["bench", "--workload", "expsum", "rosen", "--sizes", "100", "--quick",
                    "--repeats", "1", "--dtype", "float64", "float32", "--impl", "hybridad",
-                   "hybridad serial", "--no-memory", "--progress", "none",
-                   "--json", str(out_json)])
+                   "hybridad serial", "--progress", "none", "--json", str(out_json)])
     assert status == 0
     out = capsys.readouterr().out
+    png = tmp_path / "hybridad-bench.png"
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert "plot written to hybridad-bench.png" in out
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        width, height = struct.unpack(">II", png.read_bytes()[16:24])
+        assert (width, height) == (880, 455)  # two panels side by side, 100 dpi
+    else:
+        assert not png.exists() and "plot written" not in out
+    doc0 = json.loads(out_json.read_text())
+    assert all(r["peak_rss_bytes"] is None for w in doc0["workloads"].values() for r in w["rows"])
     assert "float32" in out and "goals: " in out and "hybridad serial" in out
     assert "note: rosen runs in float64 only" in out
     doc = json.loads(out_json.read_text())

@@ -355,8 +355,8 @@ def test_the_bench_measures_this_machine_first_where_it_has_no_table(monkeypatch
 
 
 def test_bench_suite_calibrates_only_when_asked(monkeypatch):
-    """The bench's command line measures the table first (--no-calibrate: not);
-    suite.run's default does not; the run's metadata names the table."""
+    """The bench's command line measures the table first (--no-calibrate and --quick:
+    not); suite.run's default does not; the run's metadata names the table."""
     from hybridad.__main__ import main
     from hybridad.bench import suite
     from hybridad.plans import calibrate as K
@@ -367,10 +367,11 @@ def test_bench_suite_calibrates_only_when_asked(monkeypatch):
     real_run = suite.run
     monkeypatch.setattr(suite, "run", lambda settings, progress="auto": seen.append(
         settings.calibrate) or real_run(settings, progress))
-    args = ["bench", "--workload", "expsum", "--quick", "--sizes", "100", "--impl", "hybridad",
-            "--no-memory", "--repeats", "1", "--progress", "none"]
+    args = ["bench", "--workload", "expsum", "--sizes", "100", "--impl", "hybridad",
+            "--no-memory", "--repeats", "1", "--progress", "none", "--no-plot"]
     assert main(args) == 0 and seen == [True] and len(asked) == 1
     assert main(args + ["--no-calibrate"]) == 0 and seen == [True, False] and len(asked) == 1
+    assert main(args + ["--quick"]) == 0 and seen == [True, False, False] and len(asked) == 1
     doc = real_run(suite.make_settings(quick=True, workloads=["expsum"], sizes=[100],
                                        impls=["hybridad"], memory=False, repeats=1), "none")
     assert len(asked) == 1 and doc["meta"]["costs"] == C.costs().source

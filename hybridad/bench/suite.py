@@ -57,6 +57,7 @@ nonzeros); no memory children.
 from __future__ import annotations
 
 import concurrent.futures
+import argparse
 import dataclasses
 import datetime
 import functools
@@ -81,6 +82,7 @@ NO_CHILD = {"ha.gradient", "hybridad serial", SCIPY_ROW}  # no memory child: hyb
 # again (ha.gradient, the serial plan's arenas are the default plan's) / not a gradient
 SPARSE_FD = "scipy colored FD"  # sparse workloads: approx_derivative(..., sparsity=)
 SPARSE_MAX = 1024  # sparse workloads: the largest grid (N x N, 2 N^2 unknowns)
+DEFAULT_PLOT = "hybridad-bench.png"  # written where matplotlib is installed (--no-plot: not)
 
 ALLOC_BUDGET_S = 1.0  # gradient rows: allocation counts over at most ~this many seconds of calls
 FULL = {"repeats": 7, "target_ms": 20.0, "alloc_calls": 100, "minimize_repeats": 5}
@@ -117,7 +119,7 @@ def make_settings(quick=False, workloads=None, sizes=None, impls=None, memory=Tr
     Parameters
     ----------
     quick : bool
-        Fewer sizes (each workload's ``quick_sizes``), 3 batches of ~5 ms.
+        One size per workload (its ``quick_sizes``), 3 batches of ~5 ms.
     workloads : list of str, optional
         Default: all of :data:`~hybridad.bench.workloads.WORKLOADS`.
     sizes : list of int, optional
@@ -535,12 +537,15 @@ def run(settings, progress="auto", log=print):
 def add_arguments(parser):
     """The ``bench`` subcommand's options (``python -m hybridad bench --help``)."""
     parser.add_argument("--quick", action="store_true",
-                        help="fewer sizes, 3 batches of ~5 ms (about a minute or two)")
+                        help="one size per workload, 3 batches of ~5 ms, no memory children, "
+                        "the built-in cost table (about 60-90 s on 2 cores, compiles included)")
     parser.add_argument("--workload", metavar="NAME", nargs="+", action="extend",
                         choices=list(WORKLOADS), help=f"some of {', '.join(WORKLOADS)}")
     parser.add_argument("--json", metavar="FILE", help='write {"workloads": ...} as JSON')
-    parser.add_argument("--plot", metavar="FILE", help="draw time and allocations per call "
-                        "(PNG; needs matplotlib)")
+    parser.add_argument("--plot", metavar="FILE", default=DEFAULT_PLOT,
+                        help="where to draw time and allocations per call: a PNG, one panel "
+                        f"per workload (default: {DEFAULT_PLOT} when matplotlib is installed)")
+    parser.add_argument("--no-plot", action="store_true", help="draw no plot")
     parser.add_argument("--sizes", metavar="N", type=int, nargs="+",
                         help="sizes for every selected workload (default: each its own)")
     parser.add_argument("--impl", metavar="NAME", nargs="+", action="extend",
@@ -549,14 +554,15 @@ def add_arguments(parser):
     parser.add_argument("--dtype", metavar="DTYPE", nargs="+", action="extend",
                         choices=list(DTYPES), help="run the gradient workloads in each of "
                         "these dtypes (default: float64)")
-    parser.add_argument("--no-memory", action="store_true",
-                        help="skip the peak-RSS child processes")
+    parser.add_argument("--memory", action=argparse.BooleanOptionalAction, default=None,
+                        help="measure peak RSS in child processes (default: yes, "
+                        "no with --quick)")
     parser.add_argument("--repeats", type=int, help="timed batches per row")
     parser.add_argument("--jobs", type=int, default=2, help="memory children run at once")
     parser.add_argument("--no-calibrate", action="store_true",
                         help="time hybridad with the cost table in effect, even where it is "
-                        "another machine's (default: measure this machine's first, once: "
-                        "python -m hybridad calibrate)")
+                        "another machine's (default without --quick: measure this "
+                        "machine's first, once: python -m hybridad calibrate)")
     parser.add_argument("--progress", choices=["auto", "tqdm", "plain", "none"],
                         default="auto", help="progress display on stderr (auto: tqdm if "
                         "installed, else one line per step)")
@@ -565,9 +571,10 @@ def add_arguments(parser):
 def main(args):
     """Run the ``bench`` subcommand from parsed arguments; the exit status."""
     try:
-        settings = make_settings(args.quick, args.workload, args.sizes, args.impl,
-                                 not args.no_memory, args.repeats, args.jobs, args.dtype,
-                                 calibrate=not args.no_calibrate)
+        memory = not args.quick if args.memory is None else args.memory
+        settings = make_settings(args.quick, args.workload, args.sizes, args.impl, memory,
+                                 args.repeats, args.jobs, args.dtype,
+                                 calibrate=not (args.quick or args.no_calibrate))
         doc = run(settings, args.progress)
     except (BenchError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -579,17 +586,10 @@ def main(args):
             json.dump(doc, fh, indent=1)
             fh.write("\n")
         print(f"JSON written to {args.json}")
-    if args.plot:
-        from .plot import plot
+    if args.plot and not args.no_plot:
+        from .plot import write_plot
 
-        first = doc["meta"]["dtypes"][0]  # one line per row: the first dtype's rows
-        try:
-            plot({**doc, "workloads": {name: {**w, "rows": [r for r in w["rows"]
-                                                             if r["dtype"] == first]}
-                                       for name, w in doc["workloads"].items()}}, args.plot)
-        except ImportError:
-            print("matplotlib is not installed: no plot written "
-                  "(pip install matplotlib, or hybridad[bench])")
-        else:
-            print(f"plot written to {args.plot}")
+        note = write_plot(doc, args.plot, asked=args.plot != DEFAULT_PLOT)
+        if note:
+            print(note)
     return 0

@@ -489,18 +489,18 @@ def _sparse(builder):
 
 WORKLOADS = {w.name: w for w in (
     Workload("expsum", "r = sum(exp(-3 (x + 1))); r^2 + r^3 + r^4/4", "n",
-             (100, 10**3, 10**4, 10**5, 10**6), (100, 10**4), expsum_problem),
+             (100, 10**3, 10**4, 10**5, 10**6), (10**4,), expsum_problem),
     Workload("quadform", f"sum_k x @ (A_k @ x), K = {QUAD_K} constant D x D matrices", "D",
-             (100, 500, 1000), (100, 500), functools.partial(quadform_problem, QUAD_K)),
+             (100, 500, 1000), (100,), functools.partial(quadform_problem, QUAD_K)),
     Workload("mlp", "tanh MLP 1-16-16-1, mean squared error over B samples (321 parameters)",
-             "B", (100, 10**3, 10**4, 10**5), (100, 10**3), mlp_problem),
+             "B", (100, 10**3, 10**4, 10**5), (10**3,), mlp_problem),
     Workload("wide_mlp", "tanh MLP 64-256-256-10, mean squared error over B samples "
-             "(85002 parameters)", "B", (256, 1024, 4096), (256, 1024), wide_mlp_problem),
+             "(85002 parameters)", "B", (256, 1024, 4096), (256,), wide_mlp_problem),
     Workload("gp", "Gaussian-process NLL, RBF kernel on n points in 3-D: cholesky + 2 "
              "triangular solves; gradient w.r.t. 3 log hyperparameters", "n", (200, 1000),
              (200,), gp_problem),
     Workload("chain", f"dense chain, {CHAIN_LAYERS} layers x_i = x_0 + ... + x_(i-1); "
-             "sum(tanh(x_20))", "n", (10**3, 10**4, 10**5, 10**6), (10**3, 10**5),
+             "sum(tanh(x_20))", "n", (10**3, 10**4, 10**5, 10**6), (10**5,),
              chain_problem),
     Workload("rosen", "scipy L-BFGS-B on the chained Rosenbrock (time of a whole minimize)",
              "n", (100, 10**3, 10**5), (100,), rosen_problem, kind="minimize"),
