@@ -88,3 +88,34 @@ def test_gradient_map_of_functions_shipped_by_value(client):
     values, grads = gradient_map(plan, DX)
     v, _ = client.compute([values, grads], sync=True)
     np.testing.assert_allclose(v, plan.gradient_batch(X).value, rtol=1e-13)
+
+
+def _worker_plans():
+    """On a worker: the plans unpickled there and the batch sizes each holds."""
+    from hybridad.plans.pickling import _REBUILT
+
+    return sorted((id(p), sorted(k for k in p._batch_plans), [id(b) for b in
+                                                               p._batch_plans.values()])
+                  for p in _REBUILT.values())
+
+
+def test_each_worker_builds_its_plan_once_and_reuses_it(client):
+    """Every task unpickles the plan's recipe; a worker builds the plan (and a
+    batch plan per block size) on its first task and reuses them afterwards."""
+    from hybridad.dask import gradient_map
+
+    client.run(lambda: __import__("hybridad.plans.pickling").plans.pickling._REBUILT.clear())
+    X = np.random.default_rng(2).uniform(-1, 1, (400, 8))
+    DX = da.from_array(X, chunks=(50, 8))  # 8 blocks of 50 rows
+    want = ha.compile(expsum, X[0], 2.0).gradient_batch(X, 2.0)
+    first = None
+    for _ in range(3):
+        v, g = client.compute(list(gradient_map(expsum, DX, 2.0)), sync=True)
+        np.testing.assert_allclose(g, want.derivs[0], rtol=1e-13)
+        held = client.run(_worker_plans)
+        assert all(len(plans) <= 1 for plans in held.values()), held  # one plan a worker
+        assert all(sizes == [50] for plans in held.values() for _, sizes, _ in plans), held
+        first = first or held
+        for worker, plans in held.items():  # the same objects: nothing rebuilt
+            assert plans == first[worker] or not first[worker], (first, held)
+    assert any(held.values())
