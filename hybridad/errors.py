@@ -24,6 +24,19 @@ class TracingError(Exception):
     """
 
 
+class ConversionError(TracingError):
+    """A traced array was converted to a numpy array by code tracing does not
+    follow (``Tracer.__array__``).  ``user_globals``: the global namespace of
+    the user's code that did it, where a numpy constructor may be bound by
+    another name (``from numpy import asarray``).  A plan traces such a
+    function again with the arrays it makes traced
+    (:func:`hybridad.frontend.numpy_construct.made_arrays_traced`)."""
+
+    def __init__(self, message, user_globals=None):
+        super().__init__(message)
+        self.user_globals = user_globals
+
+
 class MemoryBudgetError(ValueError):
     """Raised by :func:`hybridad.compile` when no plan fits ``memory_budget``
     (at compile time, never as an out-of-memory at run time).  The message
@@ -68,6 +81,17 @@ def code_line(filename, lineno):
     line = linecache.getline(fname, lineno).strip()
     where = f"{os.path.basename(fname)}:{lineno}"
     return f"{where}: {line}" if line else where
+
+
+def user_namespaces():
+    """The global namespaces of the user's code on the stack, innermost first."""
+    frame, out, seen = sys._getframe(1), [], set()
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename) and id(frame.f_globals) not in seen:
+            seen.add(id(frame.f_globals))
+            out.append(frame.f_globals)
+        frame = frame.f_back
+    return out
 
 
 def user_location():

@@ -125,6 +125,27 @@ class Trace:
             self._seen[key] = node
         return node
 
+    def mark(self):
+        """Where the trace is now, for :meth:`rollback`."""
+        return len(self.nodes), len(self.decisions)
+
+    def rollback(self, mark):
+        """Drop what was traced since :meth:`mark` gave ``mark`` (an attempt
+        at tracing ``f`` that is made again): its nodes, decisions and the
+        memos that hold them; node ids go on from the first one dropped."""
+        n, d = mark
+        if len(self.nodes) > n:
+            first = self.nodes[n].id
+            dropped = {id(node) for node in self.nodes[n:]}
+            del self.nodes[n:]
+            self.ids = itertools.count(first)
+            self._seen = {k: v for k, v in self._seen.items() if id(v) not in dropped}
+            self._captured = {k: v for k, v in self._captured.items()
+                              if id(v[1]) not in dropped}
+            self.decision_cache = {k: v for k, v in self.decision_cache.items() if k < first}
+        del self.decisions[d:]
+        self.recipes.clear()
+
     def input(self, index, shape, dtype):
         return Tracer(self.add("input", (), {"index": index}, shape, dtype), self, ARG)
 

@@ -20,7 +20,8 @@ import types
 
 import numpy as np
 
-from ..errors import TracingError, library_entry, user_location
+from ..errors import (ConversionError, TracingError, library_entry, user_location,
+                      user_namespaces)
 from . import decisions as _decisions
 from .decisions import decide
 from .observe import OBSERVING, note_value_operand, paused
@@ -45,6 +46,28 @@ _PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 SCALAR = 1  # a numpy scalar (np.float64, ...): reported by __class__; `+=` binds a new one
 ARG = 2  # an argument of the traced function: numpy would write into the caller's array
 READONLY = 4  # a read-only view in numpy (broadcast_to, diagonal): writes raise there
+
+
+_STORE_SUBSCR = __import__("dis").opmap["STORE_SUBSCR"]
+_LASTI_SCALE = 2 if sys.version_info < (3, 11) else 1  # (3.10 counts code units)
+
+
+def _stored_into_numpy():
+    """Raise :class:`~hybridad.errors.ConversionError` when numpy asks for the
+    number to write it into its own memory (``a[i] = t``, ``a[i] += t``, ``a``
+    a numpy array): the user's frame runs a subscript store (``float(t)``
+    elsewhere is a decision, or refused as one)."""
+    frame = sys._getframe(2)
+    code = frame.f_code
+    if code.co_filename.startswith(_PKG_DIR[:-len("core/")]):
+        return
+    i = frame.f_lasti * _LASTI_SCALE
+    if 0 <= i < len(code.co_code) and code.co_code[i] == _STORE_SUBSCR:
+        raise ConversionError(
+            f"a traced value was written into a numpy array at {user_location()} (numpy "
+            "takes the number into its memory): make the array from a traced one "
+            "(`np.zeros_like(x)`, `x.copy()`) and the write is traced",
+            user_namespaces())
 
 
 def _value_dependent(what, instead):
@@ -160,6 +183,7 @@ class Tracer:
         outcome = decide(self, "float")
         if outcome is not None:
             return outcome
+        _stored_into_numpy()
         _value_dependent("float()", "Keep it an array: 0-d arrays work in arithmetic (a Python "
                          "float would drop its derivative); comparisons, `if` and int() on "
                          "it are traced, by the values of the call traced.")
@@ -171,6 +195,7 @@ class Tracer:
         _value_dependent("int()", "Shapes and indices must not depend on traced values.")
 
     def __complex__(self):
+        _stored_into_numpy()
         _value_dependent("complex()", "Keep it an array.")
 
     def __index__(self):
@@ -233,14 +258,14 @@ class Tracer:
                 f"{user_location()}). hybridad traces scipy.special's ufuncs, logsumexp, "
                 "softmax, log_softmax, polygamma and scipy.stats' distributions "
                 "(docs/limitations.md); write the rest with numpy functions.")
-        raise TracingError(
+        raise ConversionError(
             f"a traced array was converted to a numpy array at {user_location()} by code "
             "tracing does not follow: a numpy function hybridad does not support, or np.array "
             "/ np.asarray bound to a name before tracing began (`from numpy import asarray`; "
             "call np.asarray(...) instead), or a traced value written into a numpy array "
             "(`a[i] = t` with `a = np.zeros(n)`: make `a` from a traced array instead, "
             "`np.zeros_like(x)` or `x.copy()`, and the write is traced). Use np.stack / "
-            "np.concatenate to build arrays from traced values.")
+            "np.concatenate to build arrays from traced values.", user_namespaces())
 
     # -- copies and pickling --------------------------------------------------
     def __copy__(self):

@@ -20,7 +20,8 @@ code calling ``np.asarray`` on a tracer (a function hybridad does not
 implement) still reaches the tracer's ``__array__``, whose TracingError
 names the function.  numpy's internal modules bind their own ``asarray``
 and never see the wrappers.  A name bound before tracing (``from numpy
-import array``) keeps numpy's function (docs/limitations.md).
+import array``) is numpy's function: handed a tracer, it makes the plan trace
+``f`` again with such names served (:mod:`.numpy_made`, docs/limitations.md).
 
 A list mixing tracers, arrays and numbers is stacked as numpy would lay it
 out (its shape, its dtype: Python numbers count as their default dtypes, as

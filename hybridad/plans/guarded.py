@@ -13,6 +13,7 @@ from ..errors import RetraceWarning, StalePlanError, TracingError, code_line, is
 from ..core.decisions import MAX_SPECIALIZATIONS
 from ..frontend.guard_walk import build_guards
 from ..frontend.guards import captured_ids
+from ..frontend.numpy_made import traced_again
 from ..core.observe import observe
 from ..frontend.signature import signature
 from ..core.trace import Trace
@@ -134,7 +135,8 @@ class GuardsMixin:
         under :func:`hybridad.core.observe.observe`."""
         with observe(self.name) as obs:
             try:
-                out = f(*targs)
+                # arrays f makes and fills with traced values: traced on a second try
+                out = traced_again(lambda: f(*targs), trace)
             except TypeError as exc:
                 refusal = compiled_code_refusal(exc)
                 if refusal is None:

@@ -1,0 +1,163 @@
+"""Arrays ``f`` makes with numpy, traced: ``xx = np.zeros(n + 2); xx[1:-1] = x``.
+
+numpy writes a value into an array through its own memory, so a traced value
+written into an array that ``f`` made with ``np.zeros`` -- or a list holding
+traced values handed to an ``asarray`` bound before tracing began (``from
+numpy import asarray``) -- reaches the tracer's ``__array__``, which raises
+:class:`~hybridad.errors.ConversionError`.  A plan then traces ``f`` again
+(:func:`traced_again`) with the arrays ``f`` makes traced from the start:
+numpy's constructors of new arrays (:data:`MADE`: from shapes, or from Python
+lists and copies) return their array as a traced constant, so every write
+into it is traced by numpy's semantics (:mod:`.objects`), and its value flows
+into the graph.  The first trace's nodes are dropped
+(:meth:`~hybridad.core.trace.Trace.mark`).
+
+Only the second trace of such a function makes its arrays traced, and only
+for callers outside numpy and scipy (their own code keeps numpy arrays).  The
+module attributes (``np.zeros``, ...) and the names of the user's module that
+are bound to them (``from numpy import zeros, asarray``) are wrappers while it
+runs, each falling back to numpy's function on every other thread and after
+the trace; arrays ``f`` did not make (arguments, globals) stay numpy arrays,
+and a traced value written into one is still refused, by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import threading
+
+import numpy as np
+
+from ..core.supported import SUPPORTED_DTYPES
+from ..core.trace import current_trace
+from ..core.tracer import Tracer
+from ..errors import ConversionError, is_user_file
+from .numpy_construct import ORIGINALS, WRAPPERS, _literal
+
+__all__ = ["MADE", "traced_again"]
+
+#: numpy's functions that make a new array: from shapes, from Python data, copies
+MADE = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
+        "full_like", "eye", "identity", "array", "asarray", "asanyarray",
+        "ascontiguousarray")
+#: each as numpy has it (the array family's as hybridad was imported)
+_NUMPY = {name: ORIGINALS.get(name, getattr(np, name)) for name in MADE}
+_state = threading.local()
+_lock = threading.Lock()
+_installed = {}  # (id(namespace), name) -> [namespace, numpy's value, users]
+
+
+def _made(out, given):
+    """``out`` as a traced constant when ``f`` made it (not ``given`` itself,
+    not a tracer, a dtype every backend runs); else ``out``."""
+    if type(out) is np.ndarray and out is not given and out.dtype in SUPPORTED_DTYPES:
+        return _literal(out)
+    return out
+
+
+def _wrapper(name):
+    numpy_fn = _NUMPY[name]
+    serve = WRAPPERS.get(name, numpy_fn)  # the array family: tracers inside lists too
+    if name in ("empty", "empty_like"):  # zeros: no arbitrary memory in the plan's constants
+        serve = _NUMPY[name.replace("empty", "zeros")]
+
+    def make(*args, **kwargs):
+        if not getattr(_state, "on", False) or current_trace() is None or \
+                not is_user_file(sys._getframe(1).f_code.co_filename):
+            return numpy_fn(*args, **kwargs)  # (numpy's, scipy's and hybridad's own code)
+        out = serve(*args, **kwargs)
+        return out if type(out) is Tracer else _made(out, args[0] if args else None)
+
+    functools.update_wrapper(make, numpy_fn)
+    make.__hybridad_original__ = numpy_fn
+    return make
+
+
+_WRAPPERS = {name: _wrapper(name) for name in MADE}
+_BY_ID = {id(fn): name for name, fn in _NUMPY.items()}
+_BY_ID.update({id(fn): name for name, fn in WRAPPERS.items()})
+
+
+def _install(namespaces):
+    """Put the wrappers in ``np`` and, for each of ``namespaces`` (a module's
+    globals), in place of the names bound to numpy's constructors; the keys
+    put (each counted: threads share an installation)."""
+    keys = []
+    with _lock:
+        for ns in (vars(np), *namespaces):
+            for key, value in list(ns.items()):
+                name = _BY_ID.get(id(value))
+                if name is None or not isinstance(key, str):
+                    continue
+                slot = _installed.get((id(ns), key))
+                if slot is None:
+                    slot = _installed[(id(ns), key)] = [ns, value, 0]
+                    ns[key] = _WRAPPERS[name]
+                slot[2] += 1
+                keys.append((id(ns), key))
+    return keys
+
+
+def _uninstall(keys):
+    with _lock:
+        for k in keys:
+            slot = _installed[k]
+            slot[2] -= 1
+            if slot[2] == 0:
+                ns, value, _ = _installed.pop(k)
+                if ns.get(k[1]) is _WRAPPERS[_BY_ID[id(value)]]:
+                    ns[k[1]] = value
+
+
+@contextlib.contextmanager
+def _arrays_made_traced(namespaces):
+    keys = _install(namespaces)
+    _state.on = True
+    try:
+        yield
+    finally:
+        _state.on = False
+        _uninstall(keys)
+
+
+def traced_again(call, trace):
+    """``call()`` -- the user's function on tracers -- and, when it converted a
+    traced value into a numpy array (:class:`~hybridad.errors.ConversionError`),
+    ``call()`` again in ``trace`` with the arrays it makes traced; the first
+    attempt's nodes are dropped.  Raises the second attempt's error (chained
+    to the first) when that fails too."""
+    if getattr(_state, "on", False):  # a nested call of an outer second trace
+        return call()
+    mark = trace.mark()
+    try:
+        return call()
+    except (ConversionError, ValueError, TypeError) as exc:
+        first = _conversion(exc)
+        if first is None:
+            raise
+    trace.rollback(mark)
+    with _arrays_made_traced(first.user_globals or ()):
+        try:
+            return call()
+        except (ConversionError, ValueError, TypeError) as exc:
+            second = _conversion(exc)
+            if second is None:
+                raise
+    raise ConversionError(
+        f"{second} (traced again with the arrays f makes as traced arrays: this array was "
+        "not made inside f -- an argument's buffer, a global or an array f captured -- and "
+        "a traced value cannot be written into it)", second.user_globals) from first
+
+
+def _conversion(exc):
+    """The :class:`~hybridad.errors.ConversionError` ``exc`` is, or that numpy
+    turned into its own error (``a[i] = t`` with ``a`` a numpy array: numpy
+    tries the value as a number, then as a sequence, and raises ValueError)."""
+    seen = 0
+    while exc is not None and seen < 4:
+        if isinstance(exc, ConversionError):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
