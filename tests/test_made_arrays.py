@@ -80,7 +80,15 @@ def eye_with_diagonal(x):
     return np.sum(np.linalg.solve(A + 3 * np.eye(x.size), np.ones(x.size)))
 
 
-FUNCTIONS = [padded_differences, bound_asarray, element_loop, rows_of_ones,
+def out_into_made_arrays(x):
+    acc = np.zeros(x.size)
+    acc += x ** 2  # np.add(acc, t, out=acc)
+    t = np.tanh(x, out=np.empty(x.size))
+    np.multiply(t, acc, out=acc)
+    return np.sum(acc)
+
+
+FUNCTIONS = [out_into_made_arrays, padded_differences, bound_asarray, element_loop, rows_of_ones,
              python_list_then_writes, like_a_global_and_full, with_a_helper, eye_with_diagonal]
 
 

@@ -10,7 +10,7 @@ array, is refused by name.  :mod:`.numpy_api` calls these through its
 
 from __future__ import annotations
 
-from ..errors import TracingError, user_location
+from ..errors import ConversionError, TracingError, user_location, user_namespaces
 from .numpy_api import OUT, _tracer, _ufunc, broadcast_to, where
 from .objects import assign, settle, tracers_in
 from ..core.tracer import Tracer
@@ -26,14 +26,16 @@ def into_out(ufunc, method, inputs, kwargs):
     ``a`` see it; ``where=`` keeps ``a``'s old values where it is False;
     ``casting`` as numpy's).  An ``out`` that is an argument of ``f`` (or a
     view of one) is refused by name, as element writes into it are; one that
-    is a plain numpy array too (the trace cannot follow writes into it)."""
+    is a plain numpy array too (the trace cannot follow writes into it), unless
+    ``f`` made it: then ``f`` is traced again (:mod:`.numpy_made`)."""
     outs = kwargs.pop("out")
     outs = outs if isinstance(outs, tuple) else (outs,)
     if not all(isinstance(o, Tracer) or o is None for o in outs):
-        raise TracingError(f"out= a numpy array at {user_location()} (or `a += t` with `a` a "
-                           "numpy array): writes of traced values into memory the trace does "
-                           "not follow are not traced; use the returned value, or make `a` "
-                           "from a traced array (`np.zeros_like(x)`, `x.copy()`)")
+        raise ConversionError(  # (f is traced again with the arrays it makes traced)
+            f"out= a numpy array at {user_location()} (or `a += t` with `a` a numpy array): "
+            "writes of traced values into memory the trace does not follow are not traced; "
+            "use the returned value, or make `a` from a traced array (`np.zeros_like(x)`, "
+            "`x.copy()`)", user_namespaces())
     mask = kwargs.pop("where", True)
     casting = kwargs.pop("casting", "same_kind")
     result = _ufunc(ufunc, method, inputs, kwargs)
