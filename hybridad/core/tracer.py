@@ -251,6 +251,10 @@ class Tracer:
         _value_dependent(".tolist()", "Keep it an array.")
 
     def __array__(self, dtype=None, copy=None):
+        if self.dtype.kind in "biu":  # integers and masks computed from values: the
+            outcome = decide(self, "array")  # call's, guarded (no derivative is lost)
+            if outcome is not None:  # (a numpy array indexed by a traced mask)
+                return outcome if dtype is None else outcome.astype(dtype, copy=False)
         entry = library_entry()
         if entry is not None:
             raise TracingError(
