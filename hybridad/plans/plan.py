@@ -150,7 +150,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         self._names = arg_names(f, len(args))
         leaves, self._treedefs = prepare_args(args, self._diff, self._names)
         self._specs = [(a.shape, a.dtype) for a in leaves]
-        #: one lock per plan: its programs share one workspace (see docs/guide.md,
+        #: one lock per plan: its programs share one workspace (see docs/performance.md,
         #: "Threads"); re-entrant, since a call holds it across its programs' runs
         self._lock = threading.RLock()
         self._value_program = None

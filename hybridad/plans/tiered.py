@@ -18,7 +18,7 @@ finish: the same calls give the same bits on a cold or a warm cache, on a
 busy or a quiet machine.  The first call's results agree with the compiled
 program's to rounding, not bitwise: the reference program evaluates the same
 graph with numpy's ufuncs and reductions where the compiled one runs fused
-loops (``docs/guide.md``, "First calls").  Until the switch the plan holds both
+loops (``docs/performance.md``, "First calls").  Until the switch the plan holds both
 programs' workspaces.
 
 Plans are not tiered by default: the default plan compiles before it
