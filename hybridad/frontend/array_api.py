@@ -10,7 +10,8 @@ numpy part ways on a traced argument:
   the standard requires for an array of the namespace; numpy's would try to
   make memory of it;
 * ``astype(x, dtype, copy=True)`` is the tracer's ``astype``
-  (``result_type`` of tracers is numpy's, dispatched to :mod:`.numpy_shapes`).
+  (``result_type`` of tracers is numpy's, dispatched to :mod:`.numpy_shapes`);
+* ``sort`` and ``argsort`` take the standard's ``descending``.
 
 scipy's array-API code (``array_namespace``, ``xp_promote``, ``_asarray``)
 converts its inputs with ``np.asanyarray`` whenever ``SCIPY_ARRAY_API`` is
@@ -35,7 +36,7 @@ import numpy as np
 from .numpy_construct import holds_tracer
 from ..core.tracer import SURFACE, Tracer
 
-__all__ = ["asarray", "install_scipy", "namespace"]
+__all__ = ["argsort", "asarray", "install_scipy", "namespace", "sort"]
 
 
 def asarray(obj, /, *, dtype=None, device=None, copy=None):
@@ -59,6 +60,22 @@ def astype(x, dtype, /, *, copy=True, device=None):
     return x.astype(dtype, copy=copy)
 
 
+def sort(x, /, *, axis=-1, descending=False, stable=True):
+    """The standard's ``sort``: ``descending`` keeps equal elements in their
+    order (numpy's ``np.sort`` has no such argument)."""
+    if not descending:
+        return np.sort(x, axis=axis, stable=stable)
+    return np.flip(np.sort(np.flip(x, axis), axis=axis, stable=True), axis)
+
+
+def argsort(x, /, *, axis=-1, descending=False, stable=True):
+    """The standard's ``argsort`` (``descending`` as :func:`sort`)."""
+    if not descending:
+        return np.argsort(x, axis=axis, stable=stable)
+    n = np.shape(x)[axis]
+    return np.flip(n - 1 - np.argsort(np.flip(x, axis), axis=axis, stable=True), axis)
+
+
 class _Namespace(types.ModuleType):
     """numpy's namespace, with the functions above in front."""
 
@@ -72,7 +89,7 @@ class _Namespace(types.ModuleType):
 
 
 namespace = _Namespace("hybridad.array_api", __doc__)
-for _fn in (asarray, astype):
+for _fn in (asarray, astype, sort, argsort):
     setattr(namespace, _fn.__name__, _fn)
 SURFACE.namespace = namespace  # (Tracer.__array_namespace__ returns it)
 

@@ -32,6 +32,9 @@ from ..core.tracer import SURFACE, Tracer
 __all__ = ["HANDLED", "apply_function", "apply_ufunc", "getitem"]
 
 HANDLED = {}
+#: generalized ufuncs numpy 2 added (np.vecdot, np.matvec, np.vecmat) -> their
+#: traced implementations, registered by :mod:`.numpy_products`
+GUFUNCS = {}
 #: ``out=`` into traced arrays: ``ufunc(ufunc, method, inputs, kwargs)`` and
 #: ``function(impl, func, args, kwargs)``, installed by
 #: :mod:`hybridad.frontend.numpy_out` (which imports this module)
@@ -132,6 +135,8 @@ def _ufunc(ufunc, method, inputs, kwargs):
         return np.full(_tracer(other).shape, ufunc is np.not_equal)
     if method == "__call__" and ufunc is np.matmul:
         return matmul(*inputs)
+    if method == "__call__" and ufunc in GUFUNCS:
+        return GUFUNCS[ufunc](*inputs, **kwargs)
     if method == "__call__" and ufunc is np.power:
         return power(*inputs)
     if method == "__call__" and ufunc is np.float_power:  # power in at least float64

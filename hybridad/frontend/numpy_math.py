@@ -148,6 +148,35 @@ def cumprod(a, axis=None, dtype=None, out=None):
     return _scan("cumprod", a, axis, dtype, out)
 
 
+def _cumulative(name, x, axis, dtype, out, include_initial):
+    x = _tracer(x)
+    if axis is None:
+        if x.ndim > 1:
+            raise ValueError(f"{name}: axis must be given for arrays of more than one "
+                             "dimension")
+        axis = 0
+    r = _scan(name[len("cumulative_"):].replace("sum", "cumsum").replace("prod", "cumprod"),
+              x, axis, dtype, out)
+    if not include_initial:
+        return r
+    axis = _norm_axis(axis, r.ndim)[0]
+    shape = r.shape[:axis] + (1,) + r.shape[axis + 1:]
+    first = np.zeros(shape, r.dtype) if name == "cumulative_sum" else np.ones(shape, r.dtype)
+    return concatenate([first, r], axis=axis)
+
+
+if hasattr(np, "cumulative_sum"):  # numpy >= 2.1: the array API's names
+    @implements(np.cumulative_sum)
+    def cumulative_sum(x, /, *, axis=None, dtype=None, out=None, include_initial=False):
+        """``np.cumulative_sum``: ``cumsum``, with a leading 0 by ``include_initial``."""
+        return _cumulative("cumulative_sum", x, axis, dtype, out, include_initial)
+
+    @implements(np.cumulative_prod)
+    def cumulative_prod(x, /, *, axis=None, dtype=None, out=None, include_initial=False):
+        """``np.cumulative_prod``: ``cumprod``, with a leading 1 by ``include_initial``."""
+        return _cumulative("cumulative_prod", x, axis, dtype, out, include_initial)
+
+
 def logaddexp_reduce(x, axis=0, keepdims=False):
     """``np.logaddexp.reduce``: ``m + log(sum(exp(x - m)))``, ``m`` the max
     (finite) rounded down, so large values do not overflow; the derivative is

@@ -10,7 +10,7 @@ array, is refused by name.  :mod:`.numpy_api` calls these through its
 
 from __future__ import annotations
 
-from ..errors import ConversionError, TracingError, user_location, user_namespaces
+from ..errors import ConversionError, user_location, user_namespaces
 from .numpy_api import OUT, _tracer, _ufunc, broadcast_to, where
 from .objects import assign, settle, tracers_in
 from ..core.tracer import Tracer

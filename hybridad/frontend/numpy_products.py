@@ -11,6 +11,7 @@ import string
 import numpy as np
 
 from .numpy_api import (
+    GUFUNCS,
     _no_kwargs,
     _reduce,
     _tracer,
@@ -303,3 +304,31 @@ def norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002
 
 def _reduce_norm2(x, axes, keepdims):
     return np.sqrt(_reduce("sum", x * x, axes, keepdims))
+
+
+# ----------------------------------------------------------------------------
+# numpy 2's vector gufuncs (the array API's vecdot)
+# ----------------------------------------------------------------------------
+
+def _conj(x):
+    return np.conj(x) if _tracer(x).dtype.kind == "c" else x
+
+
+def vecdot(x1, x2, /, *, axis=-1):
+    """``np.vecdot``: ``sum(conj(x1) * x2, axis)`` over broadcast operands."""
+    return np.sum(_conj(x1) * x2, axis=axis)
+
+
+def matvec(x1, x2, /):
+    """``np.matvec``: ``x1[..., m, n] @ x2[..., n]`` over broadcast batches."""
+    return np.sum(x1 * np.expand_dims(x2, -2), axis=-1)
+
+
+def vecmat(x1, x2, /):
+    """``np.vecmat``: ``conj(x1)[..., n] @ x2[..., n, m]`` over broadcast batches."""
+    return np.sum(np.expand_dims(_conj(x1), -1) * x2, axis=-2)
+
+
+GUFUNCS.update({getattr(np, name): fn for name, fn in (("vecdot", vecdot), ("matvec", matvec),
+                                                        ("vecmat", vecmat))
+                if hasattr(np, name)})

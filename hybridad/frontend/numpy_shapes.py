@@ -330,3 +330,20 @@ def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None):
     if isinstance(fill_value, Tracer):
         return broadcast_to(fill_value.astype(dtype or a.dtype), a.shape) + 0
     return _tracer(np.full(a.shape if shape is None else shape, fill_value, dtype or a.dtype))
+
+
+if hasattr(np, "matrix_transpose"):  # numpy >= 2.0: the array API's names
+    @implements(np.matrix_transpose)
+    def matrix_transpose(x, /):
+        """``np.matrix_transpose``: the last two axes swapped (a view)."""
+        x = _tracer(x)
+        if x.ndim < 2:
+            raise ValueError("Input array must be at least 2-dimensional")
+        return np.swapaxes(x, -1, -2)
+
+if hasattr(np, "unstack"):  # numpy >= 2.1
+    @implements(np.unstack)
+    def unstack(x, /, *, axis=0):
+        """``np.unstack``: the views along ``axis``, a tuple."""
+        x = np.moveaxis(_tracer(x), axis, 0)
+        return tuple(x[i] for i in range(x.shape[0]))
