@@ -42,8 +42,8 @@ The ``hybridad serial`` row is hybridad's plan built with
 ``parallel=False``.  After the tables, the goals summary
 (:func:`hybridad.bench.report.goals`, stored as the document's ``"goals"``):
 per gradient workload, size and dtype, hybridad's median over jax.jit's,
-over hand numpy's and over hybridad serial's, the rows that miss issue
-31's goals marked.  The tables and the summary are formatted by
+over hand numpy's and over hybridad serial's, the rows that miss a
+goal marked.  The tables and the summary are formatted by
 :mod:`hybridad.bench.report`.
 
 Sparse workloads (``kind="sparse"``, :mod:`hybridad.bench.sparse_workloads`)
