@@ -20,8 +20,8 @@ import types
 
 import numpy as np
 
-from ..errors import (ConversionError, TracingError, library_entry, user_location,
-                      user_namespaces)
+from ..errors import (ConversionError, TracingError, is_user_file, library_entry,
+                      user_location, user_namespaces)
 from . import decisions as _decisions
 from .decisions import decide
 from .observe import OBSERVING, note_value_operand, paused
@@ -48,8 +48,20 @@ ARG = 2  # an argument of the traced function: numpy would write into the caller
 READONLY = 4  # a read-only view in numpy (broadcast_to, diagonal): writes raise there
 
 
-_STORE_SUBSCR = __import__("dis").opmap["STORE_SUBSCR"]
+_OPS = __import__("dis").opmap
+_STORE_SUBSCR, _BINARY_SUBSCR = _OPS["STORE_SUBSCR"], _OPS["BINARY_SUBSCR"]
 _LASTI_SCALE = 2 if sys.version_info < (3, 11) else 1  # (3.10 counts code units)
+
+
+def _running(opcode, depth):
+    """Whether the frame ``depth`` calls up -- user code, where numpy's C code
+    asks a tracer for its value -- is running ``opcode`` (a subscript)."""
+    frame = sys._getframe(depth)
+    code = frame.f_code
+    if not is_user_file(code.co_filename):  # numpy's, scipy's, hybridad's own code
+        return False
+    i = frame.f_lasti * _LASTI_SCALE
+    return 0 <= i < len(code.co_code) and code.co_code[i] == opcode
 
 
 def _stored_into_numpy():
@@ -57,12 +69,7 @@ def _stored_into_numpy():
     number to write it into its own memory (``a[i] = t``, ``a[i] += t``, ``a``
     a numpy array): the user's frame runs a subscript store (``float(t)``
     elsewhere is a decision, or refused as one)."""
-    frame = sys._getframe(2)
-    code = frame.f_code
-    if code.co_filename.startswith(_PKG_DIR[:-len("core/")]):
-        return
-    i = frame.f_lasti * _LASTI_SCALE
-    if 0 <= i < len(code.co_code) and code.co_code[i] == _STORE_SUBSCR:
+    if _running(_STORE_SUBSCR, 3):  # (the user's frame, above __float__ and this)
         raise ConversionError(
             f"a traced value was written into a numpy array at {user_location()} (numpy "
             "takes the number into its memory): make the array from a traced one "
@@ -251,9 +258,11 @@ class Tracer:
         _value_dependent(".tolist()", "Keep it an array.")
 
     def __array__(self, dtype=None, copy=None):
-        if self.dtype.kind in "biu":  # integers and masks computed from values: the
-            outcome = decide(self, "array")  # call's, guarded (no derivative is lost)
-            if outcome is not None:  # (a numpy array indexed by a traced mask)
+        if self.dtype.kind in "biu" and _running(_BINARY_SUBSCR, 2):
+            # a numpy array indexed by integers or a mask computed from values
+            # (sample_weight[outliers_mask]): the call's, guarded (no derivative is lost)
+            outcome = decide(self, "array")
+            if outcome is not None:
                 return outcome if dtype is None else outcome.astype(dtype, copy=False)
         entry = library_entry()
         if entry is not None:
