@@ -48,20 +48,30 @@ ARG = 2  # an argument of the traced function: numpy would write into the caller
 READONLY = 4  # a read-only view in numpy (broadcast_to, diagonal): writes raise there
 
 
-_OPS = __import__("dis").opmap
-_STORE_SUBSCR, _BINARY_SUBSCR = _OPS["STORE_SUBSCR"], _OPS["BINARY_SUBSCR"]
+_DIS = __import__("dis")
+_STORE_SUBSCR = _DIS.opmap.get("STORE_SUBSCR", -1)
+#: ``a[i]``: BINARY_SUBSCR up to Python 3.13, BINARY_OP with oparg NB_SUBSCR after
+_BINARY_SUBSCR = _DIS.opmap.get("BINARY_SUBSCR", -1)
+_BINARY_OP = _DIS.opmap.get("BINARY_OP", -1)
+_NB_SUBSCR = next((k for k, op in enumerate(getattr(_DIS, "_nb_ops", ()))
+                   if op[0] == "NB_SUBSCR"), None)
 _LASTI_SCALE = 2 if sys.version_info < (3, 11) else 1  # (3.10 counts code units)
 
 
 def _running(opcode, depth):
     """Whether the frame ``depth`` calls up -- user code, where numpy's C code
-    asks a tracer for its value -- is running ``opcode`` (a subscript)."""
+    asks a tracer for its value -- is running ``opcode`` (a subscript store
+    or load)."""
     frame = sys._getframe(depth)
     code = frame.f_code
     if not is_user_file(code.co_filename):  # numpy's, scipy's, hybridad's own code
         return False
     i = frame.f_lasti * _LASTI_SCALE
-    return 0 <= i < len(code.co_code) and code.co_code[i] == opcode
+    if not 0 <= i < len(code.co_code) - 1:
+        return False
+    op = code.co_code[i]
+    return op == opcode or (opcode == _BINARY_SUBSCR and op == _BINARY_OP and
+                            _NB_SUBSCR is not None and code.co_code[i + 1] == _NB_SUBSCR)
 
 
 def _stored_into_numpy():
