@@ -268,6 +268,12 @@ class DecisionCheck:
                 lines.append(f"    {v} = _f{n.id}({args}, **_a{n.id})")
                 continue
             ns[f"_f{n.id}"], ns[f"_b{n.id}"] = op.run, np.empty(n.shape, n.dtype)
+            ufunc = getattr(op.run, "ufunc", None)
+            if ufunc is not None and not n.attrs and op.kind != "inplace":
+                # an elementwise op's run is its ufunc into the buffer: called directly
+                ns[f"_f{n.id}"] = ufunc.resolve() if hasattr(ufunc, "resolve") else ufunc
+                lines += [f"    _f{n.id}({args}, out=_b{n.id})", f"    {v} = _b{n.id}"]
+                continue
             if op.kind == "inplace":
                 first, rest = f"v{n.arg_ids[0]}", "".join(f", v{a}" for a in n.arg_ids[1:])
                 lines += [f"    _copyto(_b{n.id}, {first})",

@@ -83,6 +83,7 @@ def _run_for(ufunc):
     def run(out, *arrays):
         _real(ufunc)(*arrays, out=out)
 
+    run.ufunc = ufunc  # (generated code may call the ufunc itself: core/decisions.py)
     return run
 
 
