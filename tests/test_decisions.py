@@ -178,20 +178,25 @@ def test_a_call_never_runs_the_wrong_branch(backend):
 def test_the_fast_path_checks_the_decisions_before_it_writes():
     """A numba plan that decided on values keeps its generated fast path: the
     decisions are evaluated on the call's arrays first, and a call that decides
-    otherwise goes to the general path (another specialization) -- with
-    ``out=``, alternating outcomes, every result its own branch's."""
+    otherwise runs the specialization whose decisions hold (its own fast path),
+    or the general path, which makes one -- with ``out=``, alternating
+    outcomes, every result its own branch's."""
     x0 = np.array([0.3, 1.0, 2.0])
     plan = ha.compile(near_point, x0)
-    assert "_decided(" in plan.gradient.source
+    assert "_route(" in plan.gradient.source
     res = ha.GradientResult(x0)
     rng = np.random.default_rng(4)
-    for _ in range(30):
+    general = []
+    for k in range(60):
+        if k == 30:  # both outcomes have their plans by now: no general path after
+            plan._specialized = lambda *a, **kw: general.append(1)
         x = np.array([0.3 + rng.choice([-0.2, 0.01, 0.2]), rng.normal(), rng.normal()])
         res.gradient[:] = np.nan
         assert plan.gradient(x, out=res) is res
         assert float(res.value) == pytest.approx(near_point(x), rel=1e-13)
         ref = ha.gradient(near_point, x, backend="numpy").gradient
         np.testing.assert_allclose(res.gradient, ref, rtol=1e-13, atol=1e-15)
+    assert general == [] and len(plan._specializations) == 1
 
 
 def test_specializations_are_bounded_and_the_warning_names_the_decision():

@@ -117,8 +117,9 @@ class FastPathMixin:
         Whatever it rejects (other types, staging, the precise error) goes to
         the general path (:meth:`Plan.gradient`).  A plan that decided on
         values (:mod:`hybridad.core.decisions`) checks its decisions on the
-        call's arrays first; a call that decides otherwise goes to the
-        general path, which finds or makes the specialization."""
+        call's arrays first; a call that decides otherwise runs the
+        specialization whose decisions hold (its own fast path), or goes to
+        the general path, which makes one."""
         consts = {}
         arg_leaves, arg_conds = [], []
         n = len(self._treedefs)
@@ -130,18 +131,18 @@ class FastPathMixin:
         if not _unpack_source(self._grad_structure(), "g", grads, grad_conds, consts):
             return None
         check = "".join(f" and {c}" for c in arg_conds + grad_conds)
-        if self._decision_check is not None:  # last: on arrays the checks passed
-            ns_decided = self._decision_check.first_failing
-            check += " and _decided((" + "".join(x + ", " for x in arg_leaves) + ")) is None"
-        else:
-            ns_decided = None
+        # a plan that decided on values: its decisions on the call's arrays, last
+        # (on arrays the checks passed); a call that decides otherwise runs the
+        # specialization whose decisions hold, else the general path makes one
+        route = "(" + "".join(x + ", " for x in arg_leaves) + ")" \
+            if self._decision_check is not None else None
         wrap = "_id({})" if self._program.objects else "{}"
         jitted, fixed, bound = self._program.parts
         ns = {"_j": jitted, "_id": id, "_GR": GradientResult,
               "_DR": DiffResult, "_general": type(self).gradient, "_stale": self._check_stale,
               "_fref": self._rootref,
               "_plan": self}  # a cycle (plan -> gradient -> plan): the collector frees it
-        ns.update(consts, _decided=ns_decided)
+        ns.update(consts, _route=self._route_decisions)
         ns.update({f"_f{k}": v for k, v in enumerate(fixed)})
         ns.update({f"_c{k}": v for k, v in enumerate(bound)})
         call = "_j(" + ", ".join([f"_f{k}" for k in range(len(fixed))] +
@@ -162,13 +163,20 @@ class FastPathMixin:
                  # the structure checks index into containers: inside the try
                  "            try:",
                  f"                if True{check}:"]
+        ind = "                    "
+        if route is not None:
+            lines += [f"{ind}_s = _route({route})",
+                      f"{ind}if _s is not None:",
+                      f"{ind}    if _s is not False:",
+                      f"{ind}        return _s.gradient(*args, out=out)",
+                      f"{ind}    return _general(_plan, *args, out=out, _checked=False)"]
         if self._program.heavy:  # the lock, and a parallel program's thread count
             ns["_inv"] = self._program.invoke
             inv = "_inv(" + ", ".join([wrap.format(x) for x in arg_leaves] +
                                       [wrap.format(x) for x in ["out._value", *grads]]) + ")"
-            lines += [f"                    {inv}"]
+            lines += [f"{ind}{inv}"]
         else:
-            lines += [f"                    {call}"]
+            lines += [f"{ind}{call}"]
         lines += ["                    return out",
                   "            except (TypeError, ValueError, LookupError):",
                   "                pass  # the general path says why",

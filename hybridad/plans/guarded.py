@@ -175,6 +175,19 @@ class GuardsMixin:
             return self
         return self._specialized(args, specialize)
 
+    def _route_decisions(self, leaves):
+        """For the generated fast path: None when this plan's decisions hold
+        for the leaf arrays ``leaves``; else the specialization made before
+        whose decisions hold (the most recent first), or False (the general
+        path makes one)."""
+        if self._decision_check.first_failing(leaves) is None:
+            return None
+        for plan in reversed(tuple(self._specializations)):
+            check = plan._decision_check
+            if check is None or check.first_failing(leaves) is None:
+                return plan
+        return False
+
     def _specialized(self, args, specialize):
         """The plan whose decisions on values hold for ``args``: this one, a
         specialization made before (moved to the end: most recently used), or
