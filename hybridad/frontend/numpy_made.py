@@ -68,7 +68,8 @@ def _wrapper(name):
                 not is_user_file(sys._getframe(1).f_code.co_filename):
             return numpy_fn(*args, **kwargs)  # (numpy's, scipy's and hybridad's own code)
         out = serve(*args, **kwargs)
-        return out if type(out) is Tracer else _made(out, args[0] if args else None)
+        given = args[0] if args else kwargs.get("a", kwargs.get("object"))
+        return out if type(out) is Tracer else _made(out, given)
 
     functools.update_wrapper(make, numpy_fn)
     make.__hybridad_original__ = numpy_fn
