@@ -25,12 +25,12 @@ class TracingError(Exception):
 
 
 class ConversionError(TracingError):
-    """A traced array was converted to a numpy array by code tracing does not
-    follow (``Tracer.__array__``).  ``user_globals``: the global namespace of
-    the user's code that did it, where a numpy constructor may be bound by
-    another name (``from numpy import asarray``).  A plan traces such a
-    function again with the arrays it makes traced
-    (:func:`hybridad.frontend.numpy_construct.made_arrays_traced`)."""
+    """A traced value was converted into numpy's memory by code tracing does not
+    follow (``Tracer.__array__``, ``a[i] = t`` or ``out=`` a numpy array).
+    ``user_globals``: the global namespaces of the user's code on the stack,
+    where a numpy constructor may be bound by another name (``from numpy
+    import asarray``).  A plan traces such a function again with the arrays it
+    makes traced (:func:`hybridad.frontend.numpy_made.traced_again`)."""
 
     def __init__(self, message, user_globals=None):
         super().__init__(message)

@@ -89,11 +89,11 @@ def _install(namespaces):
     with _lock:
         for ns in (vars(np), *namespaces):
             for key, value in list(ns.items()):
-                name = _BY_ID.get(id(value))
-                if name is None or not isinstance(key, str):
-                    continue
-                slot = _installed.get((id(ns), key))
+                slot = _installed.get((id(ns), key))  # (put by another thread: shared)
                 if slot is None:
+                    name = _BY_ID.get(id(value))
+                    if name is None or not isinstance(key, str):
+                        continue
                     slot = _installed[(id(ns), key)] = [ns, value, 0]
                     ns[key] = _WRAPPERS[name]
                 slot[2] += 1
@@ -132,24 +132,30 @@ def traced_again(call, trace):
     if getattr(_state, "on", False):  # a nested call of an outer second trace
         return call()
     mark = trace.mark()
-    try:
-        return call()
-    except (ConversionError, ValueError, TypeError) as exc:
-        first = _conversion(exc)
-        if first is None:
-            raise
+    out, first = _attempt(call)
+    if first is None:
+        return out
     trace.rollback(mark)
     with _arrays_made_traced(first.user_globals or ()):
-        try:
-            return call()
-        except (ConversionError, ValueError, TypeError) as exc:
-            second = _conversion(exc)
-            if second is None:
-                raise
+        out, second = _attempt(call)
+    if second is None:
+        return out
     raise ConversionError(
         f"{second} (traced again with the arrays f makes as traced arrays: this array was "
         "not made inside f -- an argument's buffer, a global or an array f captured -- and "
         "a traced value cannot be written into it)", second.user_globals) from first
+
+
+def _attempt(call):
+    """``(call(), None)``, or ``(None, the ConversionError)`` when it converted
+    a traced value into numpy's memory; any other error propagates."""
+    try:
+        return call(), None
+    except (ConversionError, ValueError, TypeError) as exc:
+        conversion = _conversion(exc)
+        if conversion is None:
+            raise
+        return None, conversion
 
 
 def _conversion(exc):

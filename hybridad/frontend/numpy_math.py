@@ -155,8 +155,8 @@ def _cumulative(name, x, axis, dtype, out, include_initial):
             raise ValueError(f"{name}: axis must be given for arrays of more than one "
                              "dimension")
         axis = 0
-    r = _scan(name[len("cumulative_"):].replace("sum", "cumsum").replace("prod", "cumprod"),
-              x, axis, dtype, out)
+    r = _scan({"cumulative_sum": "cumsum", "cumulative_prod": "cumprod"}[name], x, axis,
+              dtype, out)
     if not include_initial:
         return r
     axis = _norm_axis(axis, r.ndim)[0]

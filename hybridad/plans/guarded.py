@@ -182,11 +182,17 @@ class GuardsMixin:
         path makes one)."""
         if self._decision_check.first_failing(leaves) is None:
             return None
+        plan = self._specialization_for(leaves)
+        return False if plan is None else plan
+
+    def _specialization_for(self, leaves):
+        """The specialization made before whose decisions hold for ``leaves``,
+        the most recently used first; None."""
         for plan in reversed(tuple(self._specializations)):
             check = plan._decision_check
             if check is None or check.first_failing(leaves) is None:
                 return plan
-        return False
+        return None
 
     def _specialized(self, args, specialize):
         """The plan whose decisions on values hold for ``args``: this one, a
@@ -203,11 +209,11 @@ class GuardsMixin:
         if failed is None:
             return self
         with self._guard_lock:
-            for k, plan in enumerate(self._specializations):
-                if plan._decision_check is None or \
-                        plan._decision_check.first_failing(leaves) is None:
-                    self._specializations.append(self._specializations.pop(k))
-                    return plan
+            plan = self._specialization_for(leaves)
+            if plan is not None:  # (moved to the end: most recently used)
+                self._specializations.remove(plan)
+                self._specializations.append(plan)
+                return plan
             if not specialize:
                 raise TracingError(
                     f"{self.name}: this call decides otherwise than the traced one "
