@@ -125,3 +125,29 @@ def test_values_and_gradients_match_the_reference(name):
         num = numerical_gradient(lambda z, k=k: f(*((z, B) if k == 0 else (A, z))),
                                  (A, B)[k])
         np.testing.assert_allclose(g, num, rtol=1e-5, atol=1e-6, err_msg=f"{name} d/d{k}")
+
+
+def test_numpy2_array_api_functions_on_numba_without_allocations():
+    """numpy 2's array-API names hybridad traces (cumulative_sum/prod,
+    matrix_transpose, unstack, vecdot), compiled on numba: finite differences,
+    float32 and float64, no allocation per call."""
+    from hybridad.testing import assert_no_alloc
+
+    def f(a, b):
+        c = np.cumulative_sum(a, axis=1, include_initial=True)
+        p = np.cumulative_prod(b, axis=0)
+        t = np.matrix_transpose(a) @ b
+        u = np.unstack(a, axis=0)
+        return np.sum(c ** 2) + np.sum(p) + np.sum(t) + np.sum(u[1] * u[2]) + \
+            np.sum(np.vecdot(a, b))
+
+    for dtype, rtol in ((np.float64, 1e-6), (np.float32, 2e-2)):
+        a, b = A.astype(dtype), B.astype(dtype)
+        plan = ha.compile(f, a, b, argnums=(0, 1), backend="numba")
+        res = plan.gradient(a, b)
+        assert res.gradient[0].dtype == dtype
+        for k, g in enumerate(res.gradient):
+            num = numerical_gradient(lambda z, k=k: f(*((z, B) if k == 0 else (A, z))),
+                                     (A, B)[k])
+            np.testing.assert_allclose(g, num, rtol=rtol, atol=rtol)
+        assert_no_alloc(plan.gradient, a, b, out=res)
