@@ -167,3 +167,33 @@ def test_overlapping_views_are_refused_before_anything_is_written(plan):
         plan.hvp(x, v=V, out=res)
     for b, was in zip((res.value, *res.derivs), before, strict=True):
         np.testing.assert_array_equal(b, was)
+
+
+def test_the_plain_paths_check_the_guards_first():
+    """The compiled entries of the plain paths run after the guards: a global
+    that changed the function refuses the call (as the general path does)
+    with the caller's buffers untouched, on both plain paths; restored, the
+    plain paths serve again."""
+    global SCALE
+    p = ha.compile(scaled, X, hessian=True)
+    res, at = ha.HvpResult(X), ha.HvpResult(X)
+    p.hvp(X, v=V, out=res)
+    p.linearize(X)
+    p.hvp(v=V, out=at)
+    p.hvp(X, v=V, out=res)  # (the plain paths from here on)
+    first = res.hvp.copy()
+    np.testing.assert_array_equal(at.hvp, first)
+    SCALE = 3.0
+    try:
+        for call in (lambda: p.hvp(X, v=V, out=res), lambda: p.hvp(v=V, out=at)):
+            before = [np.array(b, copy=True) for b in (res.value, *res.derivs,
+                                                       at.value, *at.derivs)]
+            with pytest.raises(ha.StalePlanError, match="SCALE"):
+                call()
+            for b, was in zip((res.value, *res.derivs, at.value, *at.derivs), before,
+                              strict=True):
+                np.testing.assert_array_equal(b, was)
+    finally:
+        SCALE = 1.0
+    p.hvp(X, v=V, out=res)
+    np.testing.assert_array_equal(res.hvp, first)

@@ -105,6 +105,8 @@ class HessianPlan(StagedPlan):
         self._at_point = False  # whether the arena holds the linearized point's values
         self._scratch_grad = self._xp.zeros(shape, dtype)
         self._scratch_value = self._xp.zeros((), out.dtype)
+        if self.backend == "numba":  # one direction's plain calls (see _hvp_fast)
+            self.hvp = self._hvp_fast()
 
     # ------------------------------------------------------------ results
     def new_result(self) -> HessianResult:
@@ -165,29 +167,85 @@ class HessianPlan(StagedPlan):
         self._have_point = self._at_point = True
         self._point_args = args  # what the guards read (static arguments) at this point
         self._point_ids = [id(a) for a in self._point]  # (the plan's own arrays)
-        if self.backend == "numba" and "hvp" not in vars(self):
-            self.hvp = self._hvp_at_point()
         return out
 
-    def _hvp_at_point(self):
-        """This plan's ``hvp`` with a fast path in front for the call
-        :meth:`linearize` prepares -- ``plan.hvp(v=v, out=res)``, one
-        direction into an :class:`HvpResult` -- that runs the compiled
-        tangent program under the plan's lock after the guards, with none of
-        the general path's Python (:meth:`_at_point_fast`).  Any other call,
-        and any call the fast path turns down, is the general method's."""
+    def _hvp_fast(self):
+        """This plan's ``hvp`` with a fast path in front for one direction
+        into an :class:`HvpResult` (or :class:`DiffResult`) on the numba
+        backend: ``plan.hvp(v=v, out=res)`` after :meth:`linearize` calls
+        the compiled tangent program on the ``id``s of the point's arrays,
+        ``v`` and ``out``'s buffers; ``plan.hvp(*arrays, v=v, out=res)``
+        calls the primal program (into the plan's own scratch value and
+        gradient) and then the tangent program on the arguments -- under
+        the plan's lock, after the guards, with none of the general path's
+        Python.  Each program checks every array (exact ndarray, shape,
+        dtype, layout, writeable results, no overlaps) before it writes; any
+        other call, and any call a check turns down, is the general
+        method's.  The programs' entries are taken after the general path
+        compiled them, and held with the programs and point arrays they were
+        made for (a plan rebuilt by a retrace has others: the general path
+        again)."""
         general, lock, plan = type(self).hvp, self._lock, self
+        plain = all(t == _tree.LEAF for t in self._treedefs)
+        entry = []  # [tangent, its leading part, constants, primal (or None), programs, point]
+
+        def _entries():
+            programs = plan._programs
+            tangent = programs.get("tangent")
+            if tangent is None or not tangent.objects or plan._raises["tangent"]:
+                return
+            point = plan._point
+            primal = programs.get("primal")
+            if tangent.heavy:  # (its lock and thread count: the whole call)
+                call = (tangent.invoke, (), ())
+            else:  # the dispatcher itself, as the gradient's fast path calls it
+                call = (tangent.parts[0], tuple(tangent.parts[1]), tuple(tangent.parts[2]))
+            first = None  # the primal program, where a call with arguments may run it
+            if plain and primal is not None and primal.objects and not plan._primal_raises \
+                    and plan._decision_check is None:
+                first = (primal.invoke if primal.heavy else primal.fn,
+                         id(plan._scratch_value), id(plan._scratch_grad))
+            entry[:] = [call, tuple(id(a) for a in point), first, programs, point]
 
         @functools.wraps(general)
         def hvp(*args, v, out=None):
-            if not args and (out.__class__ is HvpResult or out.__class__ is DiffResult) and \
-                    type(v) is np.ndarray and plan._twin is None and not plan._raises["tangent"]:
-                if plan._guarded:
-                    plan._check_stale(plan._point_args)
-                with lock:
-                    if plan._at_point_fast(v, out):
-                        return out
-            return general(plan, *args, v=v, out=out)
+            if entry and type(v) is np.ndarray and \
+                    (out.__class__ is HvpResult or out.__class__ is DiffResult):
+                at = args if args else plan._point_args
+                if plan._guarded:  # what f reads besides its arguments (as gradient's)
+                    r = plan._root
+                    if r is None:
+                        r = plan._rootref()
+                    if r is not None and plan._gcheck(r, at) is not None:
+                        plan._check_stale(at)
+                (fn, lead, consts), ids, first, programs, point = entry
+                d = out._derivs
+                if len(d) == 2 and plan._programs is programs and plan._point is point and \
+                        plan._twin is None:
+                    if not args:
+                        with lock:
+                            if plan._at_point:
+                                try:
+                                    fn(*lead, *ids, id(v), *consts, id(out._value), id(d[0]),
+                                       id(d[1]))
+                                    return out
+                                except (TypeError, ValueError):
+                                    pass
+                    elif first is not None and len(args) == len(ids):
+                        ins = tuple(map(id, args))
+                        with lock:
+                            try:
+                                first[0](*ins, first[1], first[2])
+                                plan._at_point = False
+                                fn(*lead, *ins, id(v), *consts, id(out._value), id(d[0]),
+                                   id(d[1]))
+                                return out
+                            except (TypeError, ValueError):
+                                pass
+            result = general(plan, *args, v=v, out=out)
+            if not entry:
+                _entries()
+            return result
 
         return hvp
 
@@ -263,45 +321,22 @@ class HessianPlan(StagedPlan):
             return False
         if not args:  # at the linearized point: the tangent program checks the rest
             return self._at_point_fast(v, out)
-        if v.shape != self._shape or v.dtype != self._dtype:
-            return False
         d = out._derivs
-        if len(d) != 2:
+        if len(d) != 2 or len(args) != len(self._specs) or self._primal_raises:
             return False
-        val, g, hv = out._value, d[0], d[1]
-        vspec = self._primal_specs[0]
-        for b, shape, dtype in ((val, vspec[0], vspec[1]), (g, self._shape, self._dtype),
-                                (hv, self._shape, self._dtype)):
-            if type(b) is not np.ndarray or b.shape != shape or b.dtype != dtype:
-                return False
         tangent = self._programs.get("tangent")
         if tangent is None or not tangent.objects:
             return False
-        if len(args) != len(self._specs) or self._primal_raises:
-            return False
-        for a, (shape, dtype) in zip(args, self._specs):  # noqa: B905 - lengths checked
-            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
-                return False
+        val, g, hv = out._value, d[0], d[1]
         primal = self._programs.get("primal")
         if primal is None or not primal.objects:
             return False
-        # the primal program writes val and g before the tangent program
-        # checks its buffers: what it would refuse is refused here first
-        # (overlaps: none where every array allocated its own memory and no two
-        # are one)
-        ins = (*args, v)
-        if not (val.flags.writeable and g.flags.writeable and hv.flags.writeable):
-            return False
-        every = (*ins, val, g, hv)
-        if not all(b.flags.owndata for b in every) or len(set(map(id, every))) < len(every):
-            for b in (val, g, hv):
-                if any(np.may_share_memory(b, a) for a in ins):
-                    return False
-            if np.may_share_memory(val, g) or np.may_share_memory(val, hv) or \
-                    np.may_share_memory(g, hv):
-                return False
+        # the primal program writes the plan's own scratch value and gradient
+        # (never the caller's buffers: no overlap to check first); the tangent
+        # program then checks every argument and result -- exact arrays,
+        # layout, writeable results, no overlaps -- before it writes any
         try:  # (no numpy errstate: as the gradient's fast path, compiled code only)
-            primal.call(list(args), [val, g])
+            primal.call(list(args), [self._scratch_value, self._scratch_grad])
         except ValueError:
             return False
         self._at_point = False
