@@ -156,7 +156,8 @@ def compile(f: Function, *example_args: Any, argnums: ArgNums = 0,  # noqa: A001
                          "cuda_graph=True nor an update rule")
     plan: Plan
     if hessian:
-        plan = HessianPlan(f, example_args, argnums, backend, chunk=chunk, parallel=parallel)
+        plan = HessianPlan(f, example_args, argnums, backend, chunk=chunk, parallel=parallel,
+                           colors=hessian_colors)
     elif jacobian:
         plan = JacobianPlan(f, example_args, argnums, backend, mode=mode, chunk=chunk,
                             parallel=parallel)
@@ -168,6 +169,16 @@ def compile(f: Function, *example_args: Any, argnums: ArgNums = 0,  # noqa: A001
             plan.wait()
     plan._root = root_of(f)  # an explicit plan keeps f alive: its guards read from it
     return plan
+
+
+def hessian_colors(nodes, x, y, n, dtype):
+    """A dense Hessian plan's coloring of its Hessian, or None
+    (:func:`hybridad.sparse.dense.hessian_colors`; the sparse package is
+    imported when a plan first asks: plans of at least
+    :data:`~hybridad.plans.hessian.COLORS_MIN_N` elements)."""
+    from .sparse.dense import hessian_colors as colors
+
+    return colors(nodes, x, y, n, dtype)
 
 
 def _is_sparse(out):
@@ -374,7 +385,8 @@ def hessian(f: Function, x: Any, *args: Any, argnums: ArgNums = 0,
     if _complex_args.any_complex(full):  # plans/complex_args.py
         return _complex_args.hessian(_lookup, f, full, argnums, out, backend, chunk)
     return _cached_call("hessian", f, full, argnums, backend, chunk,
-                        lambda b: HessianPlan(f, full, argnums, b, chunk=chunk),
+                        lambda b: HessianPlan(f, full, argnums, b, chunk=chunk,
+                                              colors=hessian_colors),
                         lambda plan: plan.hessian(*full, out=out), tag=("hessian", chunk))
 
 

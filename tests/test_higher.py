@@ -327,8 +327,11 @@ def test_default_chunk_rule():
     assert default_chunk(6, ONE_CHUNK_BYTES // 3) == 3
     assert default_chunk(6, 2 * ONE_CHUNK_BYTES) == 1
     x = rand((200,), seed=120)
-    assert ha.compile(rosen_np, x, hessian=True).chunk == DEFAULT_CHUNK
+    lse = lambda x: np.log(np.sum(np.exp(x)))  # noqa: E731 -- (a dense Hessian: no coloring)
+    assert ha.compile(lse, x, hessian=True).chunk == DEFAULT_CHUNK
     assert ha.compile(rosen_np, x[:50], hessian=True).chunk == 50
+    # a tridiagonal Hessian: one chunk of its 3 colors (hybridad.sparse.dense)
+    assert ha.compile(rosen_np, x, hessian=True).chunk == 3
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])

@@ -11,6 +11,7 @@ import numpy as np
 from ..plans.cache import lookup as _lookup
 from ..errors import StalePlanError
 from ..core.supported import refuse_subclass
+from ..api import hessian_colors
 from ..plans.hessian import HessianPlan
 from ..results import GradientResult, HessianResult, HvpResult
 
@@ -211,7 +212,8 @@ class Objective:
             self._hvp_plan = _lookup(
                 self.f, self._call_args, self.argnums, self.backend, tag=(
                     "hessian", None, parallel), build=lambda: HessianPlan(
-                    self.f, self._call_args, self.argnums, self.backend, parallel=parallel))[0]
+                    self.f, self._call_args, self.argnums, self.backend, parallel=parallel,
+                    colors=hessian_colors))[0]
             self._hres = HvpResult(self._x, dtype=self.dtype)
             self._hfull = HessianResult(self._x, dtype=self.dtype)
         if self._stage(x, args):
@@ -225,7 +227,7 @@ class Objective:
                     self.f, self._call_args, self.argnums, self.backend, stale=self._hvp_plan,
                     tag=("hessian", None, parallel), build=lambda: HessianPlan(
                         self.f, self._call_args, self.argnums, self.backend,
-                        parallel=parallel))[0]
+                        parallel=parallel, colors=hessian_colors))[0]
                 self._plan = _lookup(self.f, self._call_args, self.argnums, self.backend,
                                      parallel=self._plan.parallel)[0]
                 self._hvp_plan.linearize(*self._call_args, out=self._res)

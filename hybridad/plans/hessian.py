@@ -24,7 +24,12 @@ from ..transforms import pipeline
 from .plan import serialized
 from .staged import StagedPlan, default_chunk, falls_back
 
-__all__ = ["HessianPlan"]
+__all__ = ["COLORS_MIN_N", "HessianPlan"]
+
+#: the fewest elements of x for which a plan given ``colors`` asks for a
+#: coloring of its Hessian (below it, one chunk of n seeds costs about what
+#: finding the pattern would save, and importing the sparse package 0.7 s)
+COLORS_MIN_N = 64
 
 
 class HessianPlan(StagedPlan):
@@ -52,15 +57,17 @@ class HessianPlan(StagedPlan):
                 "plan.hessian, plan.hvp, plan.linearize)")
 
     def __init__(self, f, args, argnums=0, backend="numba", chunk=None, parallel=True,
-                 poison=False, pack=True):
+                 poison=False, pack=True, colors=None):
         self._chunk_request = chunk
+        self._colors = colors
         super().__init__(f, args, argnums, backend, parallel=parallel, poison=poison,
                          pack=pack)
         self.order = 2
 
     def _remake(self, f, args, backend):
         return HessianPlan._from_recording(self._recording, f, args, self.argnums, backend,
-                                           chunk=self._chunk_request, parallel=self.parallel)
+                                           chunk=self._chunk_request, parallel=self.parallel,
+                                           colors=self._colors)
 
     def _build(self, f, args, leaves):
         trace = Trace()
@@ -71,6 +78,12 @@ class HessianPlan(StagedPlan):
             out = self._trace_f(f, targs, trace)
             self._value_dtype = out.dtype
             (x,) = diff_tracers
+            # a Hessian whose structural sparsity gives few colors: H S in one chunk
+            # of the colors' seeds, scattered into the dense result (see _colored)
+            comp = None
+            if self._colors is not None and self._chunk_request is None and \
+                    n >= COLORS_MIN_N and self.backend in ("numpy", "numba"):
+                comp = self._colors(list(trace.nodes), x.node, out.node, n, dtype)
             (grad,) = backward(trace, out, [x], inplace=False)
             t1 = trace.input(len(leaves), shape, dtype)
             tangents = jvp(trace, list(trace.nodes), {x.node.id: t1})
@@ -78,6 +91,8 @@ class HessianPlan(StagedPlan):
             per_seed = sum(nd.nbytes for nd in trace.nodes if nd.id in tangents)
             k = default_chunk(n, per_seed) if self._chunk_request is None else \
                 self._chunk_request
+            if comp is not None:
+                k = comp.colors
             if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
                 raise ValueError(f"chunk must be a positive int; got {k!r}")
             self.chunk = k = int(min(k, max(n, 1)))
@@ -105,6 +120,12 @@ class HessianPlan(StagedPlan):
         self._at_point = False  # whether the arena holds the linearized point's values
         self._scratch_grad = self._xp.zeros(shape, dtype)
         self._scratch_value = self._xp.zeros((), out.dtype)
+        self._compression = comp
+        if comp is not None:  # its seeds, the compressed H S, the nonzeros' values
+            self._color_seed = np.ascontiguousarray(comp.seed.reshape((k, *shape)))
+            self._color_out = np.zeros((k, *shape), dtype)
+            self._color_flat = self._color_out.reshape(-1)
+            self._color_values = np.zeros(comp.nnz, dtype)
         if self.backend == "numba":  # one direction's plain calls (see _hvp_fast)
             self.hvp = self._hvp_fast()
 
@@ -414,9 +435,26 @@ class HessianPlan(StagedPlan):
                            ((), self._shape, (self._n, self._n)), leaves)
         val, g, h = self._targets("chunk", bufs)
         self._primal(leaves, val, g)
-        self._chunks(leaves, val, g, None, h)
+        if self._compression is not None:
+            self._colored(leaves, val, g, h)
+        else:
+            self._chunks(leaves, val, g, None, h)
         self._deliver(bufs, (val, g, h))
         return out
+
+    def _colored(self, leaves, val, g, h):
+        """``h`` = the Hessian from one run of the chunk program on the
+        coloring's seeds (:mod:`hybridad.sparse.dense`): ``H S``, its
+        structural nonzeros scattered into ``h``, zeros elsewhere."""
+        comp = self._compression
+        self._run_program("chunk", [*leaves, self._color_seed], [val, g, self._color_out])
+        values = self._color_values
+        self._color_flat.take(comp.sources, out=values, mode="wrap")  # (unbuffered)
+        h.fill(0)
+        if h.flags.c_contiguous:
+            h.reshape(-1).put(comp.positions, values)
+        else:
+            h[np.divmod(comp.positions, self._n)] = values  # (a strided h: allocates)
 
     def _chunks(self, leaves, val, g, vs, rows):
         """``rows[i] = H vs[i]`` (``vs`` None: the unit vectors, ``rows`` = H), in

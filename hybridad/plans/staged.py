@@ -309,4 +309,10 @@ class StagedPlan(Plan):
         for name, (seed, body, given, _) in self._stages.items():
             lines.append(f"  {name}: {len(body) - len(given)} nodes on seed %{seed.id} "
                          f"{list(seed.shape)}, reading {len(given)} pinned primal buffers")
+        comp = getattr(self, "_compression", None)
+        if comp is not None:
+            n = self._n
+            lines.append(f"  hessian: one chunk run on {comp.colors} colored seeds (the Hessian's "
+                         f"structural sparsity: {comp.nnz} of {n * n} entries), scattered into "
+                         "the dense result (hybridad.sparse.dense)")
         return "\n".join(lines)

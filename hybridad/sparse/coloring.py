@@ -407,7 +407,8 @@ def lower_bound(pattern, axis=1):
 # ----------------------------------------------------------------------------
 # decompression: where each stored nonzero sits in the compressed result
 # ----------------------------------------------------------------------------
-def _coo(pattern):
+def coo(pattern):
+    """``(rows, cols)`` of the stored nonzeros of ``pattern``, in csr order."""
     p = sp.csr_array(pattern)
     rows = np.repeat(np.arange(p.shape[0], dtype=np.int64), np.diff(p.indptr))
     return rows, p.indices.astype(np.int64)
@@ -418,7 +419,7 @@ def jacobian_sources(pattern, colors, mode):
     the compressed result: ``(c, m)`` (``mode="forward"``, ``J @ S`` as rows
     ``S[:, k]^T J^T``) or ``(c, n)`` (``"reverse"``, ``S^T @ J``)."""
     m, n = pattern.shape
-    rows, cols = _coo(pattern)
+    rows, cols = coo(pattern)
     if mode == "forward":
         return colors[cols] * m + rows
     return colors[rows] * n + cols
@@ -436,7 +437,7 @@ def hessian_sources(pattern, colors):
     """
     n = pattern.shape[0]
     ncolors = int(colors.max(initial=-1)) + 1
-    rows, cols = _coo(pattern)
+    rows, cols = coo(pattern)
     # how many neighbors (the vertex itself included) of each vertex have each color
     count = np.bincount(rows * ncolors + colors[cols], minlength=n * ncolors) if rows.size \
         else np.zeros(n * ncolors, np.int64)

@@ -44,6 +44,9 @@ Families:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -65,10 +68,28 @@ class TooDense(ValueError):
     (nearly) dense, sparse methods do not apply."""
 
 
+#: a lower bound than MAX_NNZ for the detection running in this context
+#: (:func:`limited`: a dense plan asking whether coloring would pay)
+_LIMIT = contextvars.ContextVar("hybridad_sparsity_limit", default=None)
+
+
+@contextlib.contextmanager
+def limited(nnz):
+    """Detection in the ``with`` block gives up (:class:`TooDense`) past
+    ``nnz`` structural nonzeros in any one pattern."""
+    token = _LIMIT.set(int(nnz))
+    try:
+        yield
+    finally:
+        _LIMIT.reset(token)
+
+
 def check_nnz(count, what):
-    if count > MAX_NNZ:
+    limit = _LIMIT.get()
+    limit = MAX_NNZ if limit is None else min(limit, MAX_NNZ)
+    if count > limit:
         raise TooDense(f"the sparsity pattern of {what} would hold {count} structural "
-                       f"nonzeros (more than {MAX_NNZ}): this derivative is too dense for "
+                       f"nonzeros (more than {limit}): this derivative is too dense for "
                        "sparse methods; use the dense hybridad.jacobian / hessian")
 
 
