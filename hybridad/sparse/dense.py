@@ -12,8 +12,8 @@ dense Hessian costs 3 Hessian-vector products instead of ``n``.  The
 pattern is structural and conservative (a rule that cannot see structure
 says "everything"), so the entries outside it are exact zeros and those
 inside are the dense plan's to rounding.  A plan colors only where it pays:
-``n`` of at least :data:`~hybridad.plans.hessian.COLORS_MIN_N` and at most ``n /`` :data:`MIN_GAIN` colors;
-elsewhere it runs the dense chunks as before.
+``n`` of at least :data:`~hybridad.plans.hessian.COLORS_MIN_N` and at most
+``n /`` :data:`MIN_GAIN` colors; elsewhere it runs the dense chunks as before.
 """
 
 from __future__ import annotations
