@@ -197,3 +197,25 @@ def test_the_plain_paths_check_the_guards_first():
         SCALE = 1.0
     p.hvp(X, v=V, out=res)
     np.testing.assert_array_equal(res.hvp, first)
+
+
+def test_hvp_with_arguments_runs_the_fused_hvp_program(plan):
+    """``plan.hvp(x, v=v)`` of one direction runs the fused program of an
+    ``hvp=True`` plan built from this plan's trace (value, gradient and
+    ``H v`` in one pass; its own arena): equal to the staged tangent program
+    to rounding and to the ``hvp=True`` plan exactly, and a linearized point
+    stays where it was."""
+    plan.linearize(Y)
+    at_y = plan.hvp(v=V)
+    res = ha.HvpResult(X)
+    plan.hvp(X, v=V, out=res)
+    assert isinstance(plan._fused, ha.Plan) and plan._fused.order == 2
+    own = ha.compile(rosen, X, hvp=True).hvp(X, v=V)
+    assert float(res.value) == float(own.value)
+    np.testing.assert_array_equal(res.gradient, own.gradient)
+    np.testing.assert_array_equal(res.hvp, own.hvp)
+    plan.linearize(X)
+    np.testing.assert_allclose(plan.hvp(v=V).hvp, res.hvp, rtol=1e-13, atol=1e-12)
+    plan.linearize(Y)
+    plan.hvp(X, v=V, out=res)  # (not the linearized point's arena)
+    np.testing.assert_array_equal(plan.hvp(v=V).hvp, at_y.hvp)

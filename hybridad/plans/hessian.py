@@ -21,7 +21,7 @@ from ..results import DiffResult, HessianResult, HvpResult
 from ..transforms.autodiff import backward, jvp
 from ..transforms.batching import vmap
 from ..transforms import pipeline
-from .plan import serialized
+from .plan import Plan, serialized
 from .staged import StagedPlan, default_chunk, falls_back
 
 __all__ = ["COLORS_MIN_N", "HessianPlan"]
@@ -199,8 +199,10 @@ class HessianPlan(StagedPlan):
         calls the primal program (into the plan's own scratch value and
         gradient) and then the tangent program on the arguments -- under
         the plan's lock, after the guards, with none of the general path's
-        Python.  Each program checks every array (exact ndarray, shape,
-        dtype, layout, writeable results, no overlaps) before it writes; any
+        Python -- or, once it is made, the fused HVP plan's own fast path
+        (:meth:`_fused_plan`).  Each program checks every array (exact
+        ndarray, shape, dtype, layout, writeable results, no overlaps) before
+        it writes; any
         other call, and any call a check turns down, is the general
         method's.  The programs' entries are taken after the general path
         compiled them, and held with the programs and point arrays they were
@@ -252,6 +254,8 @@ class HessianPlan(StagedPlan):
                                     return out
                                 except (TypeError, ValueError):
                                     pass
+                    elif plan._fused:  # (the fused HVP plan and its own fast path)
+                        return plan._fused.hvp(*args, v=v, out=out)
                     elif first is not None and len(args) == len(ids):
                         ins = tuple(map(id, args))
                         with lock:
@@ -293,6 +297,10 @@ class HessianPlan(StagedPlan):
         """
         if self._guarded:
             self._check_stale(args if args else getattr(self, "_point_args", ()))
+        if args and self.backend == "numba" and np.shape(v) == self._shape:
+            fused = self._fused_plan(args)
+            if fused is not None:  # value, gradient and H v in one fused program
+                return fused.hvp(*args, v=v, out=out)
         if self._fast_hvp(args, v, out):
             return out  # type: ignore[return-value]  # a fast call had an out
         if args:
@@ -328,6 +336,34 @@ class HessianPlan(StagedPlan):
             self._chunks(leaves, val, g, v.reshape(len(v), -1), hv.reshape(len(hv), -1))
         self._deliver(bufs, (val, g, hv))
         return out
+
+    #: the ``hvp=True`` plan that serves ``hvp(*args, v=one direction)`` on the
+    #: numba backend (built from this plan's recording at the first such
+    #: call), False where it cannot be built (see :meth:`_fused_plan`)
+    _fused = None
+
+    def _fused_plan(self, args):
+        """The fused HVP plan: ``plan.hvp(*args, v=v)`` computes value, gradient
+        and ``H v`` in the one pass of an ``hvp=True`` plan (region fusion and
+        its memory plan), where the staged programs would run the primal --
+        storing every value the tangent program reads -- and then the tangent
+        program.  Built once, from this plan's recording (``f`` is not traced
+        again; this plan's guards serve both); its arena is its own, so a
+        linearized point stays.  None for a plan that decided on values (its
+        specializations are this plan's) or whose ``f`` is gone."""
+        fused = self._fused
+        if fused is None:
+            fused = False
+            f = self._f()
+            if self._recording is not None and f is not None and \
+                    self._decision_check is None and self._twin is None:
+                fused = Plan._from_recording(self._recording, f, args, self.argnums,
+                                             backend=self.backend, hvp=True,
+                                             parallel=self.parallel, tiered=False)
+            self._fused = fused
+            if len(self._programs) > len(self._stages):  # (nothing else needs it)
+                self._recording = None
+        return fused or None
 
     def _fast_hvp(self, args, v, out):
         """:meth:`hvp` of one direction on its plain path, in a few checks:

@@ -221,8 +221,9 @@ class StagedPlan(Plan):
                                          self._primal_specs + self._stage_specs[name],
                                          self._specs + [(seed.shape, seed.dtype)], given)
             self._programs[name] = prog
-            if len(self._programs) > len(self._stages):  # every program compiled
-                self._recording = None
+            if len(self._programs) > len(self._stages) and \
+                    getattr(self, "_fused", False) is not None:  # every program compiled
+                self._recording = None  # (and a Hessian plan's fused HVP plan made)
         return prog
 
     def _run_program(self, name, leaves, outs):
