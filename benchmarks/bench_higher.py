@@ -3,7 +3,7 @@ hand-written derivatives and JAX.
 
 What is measured
 ----------------
-Three workloads (float64), each row checked for correctness before it is timed:
+Four workloads (float64), each row checked for correctness before it is timed:
 
 * ``rosen hessian`` -- the Hessian of scipy's chained Rosenbrock
   ``f(x) = sum(100 (x[1:] - x[:-1]**2)**2 + (1 - x[:-1])**2)`` at n = 100 and
@@ -20,6 +20,12 @@ Three workloads (float64), each row checked for correctness before it is timed:
     Hessian; forward over reverse, the Hessian's columns K at a time), for the
     default chunk (``plan.chunk`` is reported: 32 here) and K = 8 and K = n;
   - ``jax.jit(hessian)`` -- ``jax.jit(jax.hessian(f))`` (x64), ``block_until_ready``.
+
+* ``dense hessian`` -- a Hessian dense in every entry (nothing for the
+  colored path of a structurally sparse Hessian to use):
+  ``log(sum(exp(x))) + sum(tanh(A x)**2) + 0.1 sum(x**4)``, ``A`` 30 x n, at
+  the Rosenbrock sizes.  Rows: ``hybridad hessian (default chunk)`` (the
+  baseline) and ``jax.jit(hessian)``.
 
 * ``jacobian 50->30`` -- the Jacobian of ``g(x) = tanh(W @ x) + 0.1 x[:30] x[20:]``,
   ``W ~ N(0, 1)/7`` of shape (30, 50) (a constant), ``x ~ U(-1, 1)`` of length 50.  Rows:
@@ -293,6 +299,45 @@ def rosen_rows(n, jax_ok):
 
         rows.append(jax_row("jax.jit(hessian)", lambda: jax.jit(jax.hessian(rosen_jnp)),
                             (jnp.asarray(x),), want_h))
+    return rows
+
+
+# --- a dense Hessian -----------------------------------------------------------------
+
+
+def dense_np(x, A):
+    """A Hessian dense in every entry (no structure to color): log-sum-exp, a
+    30-row product inside tanh, and a quartic."""
+    return np.log(np.sum(np.exp(x))) + np.sum(np.tanh(A @ x) ** 2) + 0.1 * np.sum(x ** 4)
+
+
+def dense_rows(n, jax_ok):
+    rng = np.random.default_rng(SEED)
+    x, A = rng.uniform(-1.0, 1.0, n), rng.standard_normal((30, n)) / np.sqrt(n)
+    every = ha.compile(dense_np, x, A, hessian=True, backend="numpy").hessian(x, A)
+    want_h = every.hessian
+    rows = []
+
+    def build():
+        plan = ha.compile(dense_np, x, A, hessian=True)
+        res = ha.HessianResult(x)
+        return (lambda: plan.hessian(x, A, out=res)), (plan, res)
+
+    call, (plan, res), first = timed_first(build)
+    assert plan._compression is None  # (a dense pattern: the every-column chunks)
+    err = check("dense hessian", relative_error(res.hessian, want_h), RTOL)
+    rows.append(Row("hybridad hessian (default chunk)", call, chunk=plan.chunk,
+                    first_call_s=first, rel_err=err, hybridad=True, baseline=True))
+    if jax_ok:
+        import jax
+        import jax.numpy as jnp
+
+        def dense_jnp(x, A):
+            return jnp.log(jnp.sum(jnp.exp(x))) + jnp.sum(jnp.tanh(A @ x) ** 2) + \
+                0.1 * jnp.sum(x ** 4)
+
+        rows.append(jax_row("jax.jit(hessian)", lambda: jax.jit(jax.hessian(dense_jnp)),
+                            (jnp.asarray(x), jnp.asarray(A)), want_h))
     return rows
 
 
@@ -617,6 +662,8 @@ def main(argv=None):
     rows = []
     for n in settings.rosen_sizes:
         rows += measure("rosen hessian", n, rosen_rows(n, jax_ok), settings)
+    for n in settings.rosen_sizes:
+        rows += measure("dense hessian", n, dense_rows(n, jax_ok), settings)
     jrows, shape = jacobian_rows(jax_ok)
     rows += measure("jacobian", shape, jrows, settings)
     mrows, shape = mlp_rows(settings.mlp_batch, jax_ok)

@@ -115,3 +115,34 @@ def test_what_an_in_place_op_writes_is_not_read_through():
     simplify_views(trace.nodes, [out_a.node, out_b.node])
     assert out_a.node.args[0] is ra.node  # (a is written: not read through)
     assert out_b.node.args[0] is b.node
+
+
+def dense_model(x, A):
+    return np.log(np.sum(np.exp(x))) + np.sum(np.tanh(A @ x) ** 2) + 0.1 * np.sum(x ** 4)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_batched_products_operand_is_a_transposed_view(backend, monkeypatch):
+    """The chunk program of a Hessian with a matrix product batches it as
+    ``A @ reshape(transpose(reshape(T)))`` (``T`` the ``(K, n)`` tangents):
+    the reshapes only move axes of length 1, so the operand is ``T``
+    transposed -- a view, not a copy -- with the same Hessian, bitwise."""
+    n = 40
+    x, A = RNG.uniform(-1, 1, n), RNG.standard_normal((7, n)) / np.sqrt(n)
+    plan = ha.compile(dense_model, x, A, hessian=True, backend=backend)
+    h = plan.hessian(x, A).hessian.copy()
+    with monkeypatch.context() as m:
+        _without_views(m)
+        full = ha.compile(dense_model, x, A, hessian=True, backend=backend)
+        h_ref = full.hessian(x, A).hessian
+    np.testing.assert_array_equal(h, h_ref)
+    products = [nd for nd in plan.graph.nodes if nd.op == "matmul" and
+                any(a.op == "transpose" and a.args[0].op == "input" for a in nd.args)]
+    assert products  # (the seed's transpose read by the first batched product)
+    assert len([nd for nd in plan.graph.nodes if nd.op == "reshape"]) < \
+        len([nd for nd in full.graph.nodes if nd.op == "reshape"])
+    assert_no_alloc(plan.hessian, x, A, out=ha.HessianResult(x), n=3, warmup=1)
+    g = lambda z: ha.gradient(dense_model, z, A, backend="numpy").gradient  # noqa: E731
+    e = np.zeros(n)
+    e[3] = 1e-6
+    np.testing.assert_allclose(h[:, 3], (g(x + e) - g(x - e)) / 2e-6, rtol=1e-6, atol=1e-7)

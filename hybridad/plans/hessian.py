@@ -89,8 +89,9 @@ class HessianPlan(StagedPlan):
             tangents = jvp(trace, list(trace.nodes), {x.node.id: t1})
             hv = None if grad is None else tangents.get(grad.node.id)
             per_seed = sum(nd.nbytes for nd in trace.nodes if nd.id in tangents)
-            k = default_chunk(n, per_seed) if self._chunk_request is None else \
-                self._chunk_request
+            products = any(nd.op == "matmul" for nd in trace.nodes if nd.id in tangents)
+            k = default_chunk(n, per_seed, products, np.dtype(dtype).itemsize) \
+                if self._chunk_request is None else self._chunk_request
             if comp is not None:
                 k = comp.colors
             if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:

@@ -50,8 +50,8 @@ from ..results import DiffResult
 from .plan import Plan, serialized
 from .validate import check_results
 
-__all__ = ["CHUNK_BYTES", "DEFAULT_CHUNK", "ONE_CHUNK", "ONE_CHUNK_BYTES", "StagedPlan",
-           "default_chunk", "falls_back"]
+__all__ = ["CHUNK_BYTES", "DEFAULT_CHUNK", "MATMUL_BATCH_BYTES", "ONE_CHUNK", "ONE_CHUNK_BYTES",
+           "StagedPlan", "default_chunk", "falls_back"]
 
 #: up to this many seeds, all of them run as one chunk (see :func:`default_chunk`)
 ONE_CHUNK = 128
@@ -88,7 +88,13 @@ def falls_back(method):
     return call
 
 
-def default_chunk(n, bytes_per_seed):
+#: bytes of one batched array (K seeds x n) when the seeds' pass has a
+#: matrix product: its gemm wants wide panels while they stay in cache
+#: (n = 1000, a 30 x n product inside: K=32 13.9 ms, K=250 8.6 ms, K=1000 15.3 ms)
+MATMUL_BATCH_BYTES = 1 << 21
+
+
+def default_chunk(n, bytes_per_seed, matmul=False, itemsize=8):
     """Seeds per chunk: all ``n`` up to :data:`ONE_CHUNK`, else :data:`DEFAULT_CHUNK`;
     fewer where one seed's batched workspace (``bytes_per_seed``) is large:
     past :data:`ONE_CHUNK_BYTES` for one chunk of all the seeds, past
@@ -101,11 +107,19 @@ def default_chunk(n, bytes_per_seed):
     K=64 2697; tanh(Mx)|x|^2 n = 100: K=32 228, K=100 170.  One chunk wins
     while the batched arrays stay small (the per-run overhead is paid once);
     beyond a few hundred seeds, chunks of 32-64 keep them in cache.
+
+    With ``matmul`` (a matrix product in the seeds' pass) a chunk beyond
+    :data:`ONE_CHUNK` takes as many seeds as keep one batched array of ``n``
+    elements (``itemsize`` bytes) within :data:`MATMUL_BATCH_BYTES`: the
+    product's gemm on 32 columns runs far below its rate on a few hundred.
     """
     if n <= ONE_CHUNK:
         k = min(n, max(1, ONE_CHUNK_BYTES // max(1, bytes_per_seed)))
     else:
         k = min(DEFAULT_CHUNK, max(1, CHUNK_BYTES // max(1, bytes_per_seed)))
+        if matmul:  # (workspace up to ONE_CHUNK_BYTES, as one chunk of few seeds)
+            wide = MATMUL_BATCH_BYTES // max(1, n * itemsize)
+            k = max(k, min(wide, n, ONE_CHUNK_BYTES // max(1, bytes_per_seed)))
     return max(1, int(k))
 
 

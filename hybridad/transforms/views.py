@@ -14,6 +14,8 @@ graph in order (as XLA's algebraic simplifier does):
   slice is exactly operand ``k``'s (every other axis whole);
 * ``reshape(reshape(x))`` -> ``reshape(x)``, and a reshape or transpose to
   what its operand already is -> the operand;
+* ``reshape(transpose(reshape(x)))`` where the reshapes only insert or drop
+  axes of length 1 -> ``transpose(x)`` (a strided view, not a copy);
 * ``transpose(transpose(x, a), b)`` -> ``transpose(x, a[b])``.
 
 Each rewrite reads the same elements: results are bitwise the same.  Nothing
@@ -104,7 +106,31 @@ def _reshape(n):
     if x.op == "reshape":  # reshape(reshape(y)): one reshape of y
         n.args = x.args
         x = n.args[0]
-    return x if tuple(x.shape) == tuple(n.shape) else None
+    if tuple(x.shape) == tuple(n.shape):
+        return x
+    if x.op == "transpose" and x.args[0].op == "reshape":
+        _unit_transpose(n, x)
+    return None
+
+
+def _unit_transpose(n, t):
+    """``reshape(transpose(reshape(y)))`` where both reshapes only insert or
+    drop axes of length 1 (a batched matrix product's operand: ``(K, n)`` made
+    ``(K, n, 1)``, transposed, made ``(n, K)``) becomes ``transpose(y)`` -- a
+    strided view, where the reshape of a transposed operand was a copy.  ``n``
+    is rewritten in place."""
+    r = t.args[0]
+    y = r.args[0]
+    if 1 in y.shape or 1 in n.shape or \
+            tuple(d for d in r.shape if d != 1) != tuple(y.shape) or \
+            tuple(d for d in t.shape if d != 1) != tuple(n.shape):
+        return
+    of_r = {}  # r's axes of length > 1 -> y's axes
+    for axis, d in enumerate(r.shape):
+        if d != 1:
+            of_r[axis] = len(of_r)
+    axes = tuple(of_r[a] for i, a in enumerate(t.attrs["axes"]) if t.shape[i] != 1)
+    n.op, n.args, n.attrs = "transpose", (y,), {"axes": axes}
 
 
 def _transpose(n):
