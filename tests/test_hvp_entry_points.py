@@ -219,3 +219,12 @@ def test_hvp_with_arguments_runs_the_fused_hvp_program(plan):
     plan.linearize(Y)
     plan.hvp(X, v=V, out=res)  # (not the linearized point's arena)
     np.testing.assert_array_equal(plan.hvp(v=V).hvp, at_y.hvp)
+
+
+def test_a_stack_of_directions_with_arguments_after_the_fused_plan_is_made(plan):
+    plan.hvp(X, v=V, out=ha.HvpResult(X))  # (the fused plan serves one direction)
+    vs = np.stack([V, 2 * V, -V])
+    got = plan.hvp(X, v=vs)
+    one = plan.hvp(X, v=V).hvp
+    np.testing.assert_allclose(got.derivs[1], np.stack([one, 2 * one, -one]), rtol=1e-12,
+                               atol=1e-12)

@@ -233,6 +233,17 @@ class HessianPlan(StagedPlan):
 
         @functools.wraps(general)
         def hvp(*args, v, out=None):
+            if args and plan._fused and plan._twin is None and type(v) is np.ndarray and \
+                    v.shape == plan._shape:  # (one direction: a stack is the chunks')
+                if plan._guarded:  # (this plan's guards serve its fused plan)
+                    r = plan._root
+                    if r is None:
+                        r = plan._rootref()
+                    if r is not None and plan._gcheck(r, args) is not None:
+                        plan._check_stale(args)
+                fused = plan._fused
+                if fused:  # (the fused HVP plan and its own fast path)
+                    return fused.hvp(*args, v=v, out=out)
             if entry and type(v) is np.ndarray and \
                     (out.__class__ is HvpResult or out.__class__ is DiffResult):
                 at = args if args else plan._point_args
@@ -255,8 +266,6 @@ class HessianPlan(StagedPlan):
                                     return out
                                 except (TypeError, ValueError):
                                     pass
-                    elif plan._fused:  # (the fused HVP plan and its own fast path)
-                        return plan._fused.hvp(*args, v=v, out=out)
                     elif first is not None and len(args) == len(ids):
                         ins = tuple(map(id, args))
                         with lock:
