@@ -42,6 +42,10 @@ def _matmul_batch(node, batched, a, b):
         return np.reshape(np.matmul(rows, b), (a.shape[0], *node.shape))
     if bb and not ba and a.ndim == 2 and b.ndim == 3:  # a matrix times K matrices: one gemm
         k, n = b.shape[0], node.shape[-1]
+        if n == 1:  # K matrix-vector products: the vectors as rows times a^T (a view),
+            # batch-first as the result is read (no transposed copies in or out)
+            rows = np.reshape(b, (k, b.shape[1]))
+            return np.reshape(np.matmul(rows, np.transpose(a)), (k, a.shape[0], 1))
         cols = np.reshape(np.transpose(b, (1, 0, 2)), (b.shape[1], k * n))
         return np.transpose(np.reshape(np.matmul(a, cols), (a.shape[0], k, n)), (1, 0, 2))
     rank = len(node.shape)
