@@ -121,28 +121,52 @@ def dense_model(x, A):
     return np.log(np.sum(np.exp(x))) + np.sum(np.tanh(A @ x) ** 2) + 0.1 * np.sum(x ** 4)
 
 
-@pytest.mark.parametrize("backend", ["numpy", "numba"])
-def test_a_batched_products_operand_is_a_transposed_view(backend, monkeypatch):
-    """The chunk program of a Hessian with a matrix product batches it as
-    ``A @ reshape(transpose(reshape(T)))`` (``T`` the ``(K, n)`` tangents):
-    the reshapes only move axes of length 1, so the operand is ``T``
-    transposed -- a view, not a copy -- with the same Hessian, bitwise."""
-    n = 40
-    x, A = RNG.uniform(-1, 1, n), RNG.standard_normal((7, n)) / np.sqrt(n)
-    plan = ha.compile(dense_model, x, A, hessian=True, backend=backend)
-    h = plan.hessian(x, A).hessian.copy()
+def _with_and_without_views(monkeypatch, make):
+    """``(make(), make() with the views pass left out of every pipeline)``."""
+    plan = make()
     with monkeypatch.context() as m:
         _without_views(m)
-        full = ha.compile(dense_model, x, A, hessian=True, backend=backend)
-        h_ref = full.hessian(x, A).hessian
-    np.testing.assert_array_equal(h, h_ref)
-    products = [nd for nd in plan.graph.nodes if nd.op == "matmul" and
-                any(a.op == "transpose" and a.args[0].op == "input" for a in nd.args)]
-    assert products  # (the seed's transpose read by the first batched product)
-    assert len([nd for nd in plan.graph.nodes if nd.op == "reshape"]) < \
-        len([nd for nd in full.graph.nodes if nd.op == "reshape"])
+        return plan, make()
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_chunk_of_matrix_vector_products_is_one_gemm_on_its_rows(backend, monkeypatch):
+    """The chunk program of a Hessian with a product ``A @ x`` runs the K
+    tangents as one gemm of their rows times ``A^T`` (a view: matmul's batch
+    rule), batch-first as the passes after it read them: no transposed copy
+    in or out; the Hessian is the every-column one, bitwise with or without
+    the views pass, and finite differences of the gradient's."""
+    n = 40
+    x, A = RNG.uniform(-1, 1, n), RNG.standard_normal((7, n)) / np.sqrt(n)
+    plan, full = _with_and_without_views(
+        monkeypatch, lambda: ha.compile(dense_model, x, A, hessian=True, backend=backend))
+    h = plan.hessian(x, A).hessian.copy()
+    np.testing.assert_array_equal(h, full.hessian(x, A).hessian)
+    products = [nd for nd in plan.graph.nodes if nd.op == "matmul" and nd.shape == (n, 7)]
+    assert products and products[0].args[1].op == "transpose"  # (rows of K x n, times A^T)
+    assert not [nd for nd in plan.graph.nodes if nd.op == "transpose" and nd.shape == (7, n)]
     assert_no_alloc(plan.hessian, x, A, out=ha.HessianResult(x), n=3, warmup=1)
     g = lambda z: ha.gradient(dense_model, z, A, backend="numpy").gradient  # noqa: E731
     e = np.zeros(n)
     e[3] = 1e-6
     np.testing.assert_allclose(h[:, 3], (g(x + e) - g(x - e)) / 2e-6, rtol=1e-6, atol=1e-7)
+
+
+def test_a_reshape_of_a_transpose_across_unit_axes_is_a_transposed_view():
+    """``reshape(transpose(reshape(y)))`` whose reshapes only insert or drop
+    axes of length 1 reads ``y`` transposed (a view), where it was a copy;
+    a reshape that merges axes is left alone."""
+    from hybridad.core.trace import Trace
+    from hybridad.transforms.views import simplify_views
+
+    trace = Trace()
+    with trace:
+        y = trace.input(0, (5, 3), np.dtype(np.float64))
+        t = np.transpose(np.reshape(y, (5, 3, 1)), (1, 0, 2))
+        moved = np.reshape(t, (3, 5))
+        merged = np.reshape(np.transpose(np.reshape(y, (5, 3, 1)), (2, 1, 0)), (15,))
+        out_a, out_b = np.sin(moved), np.sin(merged)
+    simplify_views(trace.nodes, [out_a.node, out_b.node])
+    node = out_a.node.args[0]
+    assert node.op == "transpose" and node.args[0] is y.node and node.attrs["axes"] == (1, 0)
+    assert out_b.node.args[0].op == "reshape"
