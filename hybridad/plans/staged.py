@@ -242,12 +242,27 @@ class StagedPlan(Plan):
 
     def _run_program(self, name, leaves, outs):
         prog = self._program_for(name)
+        if self.backend == "numba" and prog.objects and not self._can_fail(name):
+            try:  # its compiled checks refuse anything to stage before it writes
+                prog.call(leaves, outs)
+                return
+            except (TypeError, ValueError):
+                pass  # (another dtype, a strided view, a subclass: staged below)
         with np.errstate(all="ignore"):
             if self.backend == "numba":
                 prog.run(leaves, outs)
             else:
                 with self._lock:
                     prog.fn(*leaves, *outs)
+
+    def _can_fail(self, name):
+        """Whether program ``name`` has an op that can fail after writing (LAPACK's
+        solve...): its errors must not be taken for a refused argument."""
+        fails = vars(self).get("_fails")
+        if fails is None:
+            fails = self._fails = dict(self._raises, primal=any(
+                may_raise(n) for n in self._primal_nodes))
+        return fails[name]
 
     def _staging(self, key, shape, dtype):
         """A buffer of the plan's for results of a call whose programs can fail
