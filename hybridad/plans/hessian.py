@@ -194,70 +194,55 @@ class HessianPlan(StagedPlan):
     def _hvp_fast(self):
         """This plan's ``hvp`` with a fast path in front for one direction
         into an :class:`HvpResult` (or :class:`DiffResult`) on the numba
-        backend: ``plan.hvp(v=v, out=res)`` after :meth:`linearize` calls
-        the compiled tangent program on the ``id``s of the point's arrays,
-        ``v`` and ``out``'s buffers; ``plan.hvp(*arrays, v=v, out=res)``
-        calls the primal program (into the plan's own scratch value and
-        gradient) and then the tangent program on the arguments -- under
-        the plan's lock, after the guards, with none of the general path's
-        Python -- or, once it is made, the fused HVP plan's own fast path
-        (:meth:`_fused_plan`).  Each program checks every array (exact
-        ndarray, shape, dtype, layout, writeable results, no overlaps) before
-        it writes; any
-        other call, and any call a check turns down, is the general
-        method's.  The programs' entries are taken after the general path
-        compiled them, and held with the programs and point arrays they were
-        made for (a plan rebuilt by a retrace has others: the general path
-        again)."""
+        backend, after the guards and with none of the general path's
+        Python: ``plan.hvp(*arrays, v=v, out=res)`` is the fused HVP plan's
+        own fast path once it is made (:meth:`_fused_plan`);
+        ``plan.hvp(v=v, out=res)`` after :meth:`linearize` calls the compiled
+        tangent program on the ``id``s of the point's arrays, ``v`` and
+        ``out``'s buffers, under the plan's lock -- the program checks every
+        array (exact ndarray, shape, dtype, layout, writeable results, no
+        overlaps) before it writes.  Any other call, and any call a check
+        turns down, is the general method's.  The tangent program's entry is
+        taken after the general path compiled it, and held with the programs
+        and point arrays it was made for (a plan rebuilt by a retrace has
+        others: the general path again)."""
         general, lock, plan = type(self).hvp, self._lock, self
-        plain = all(t == _tree.LEAF for t in self._treedefs)
-        entry = []  # [tangent, its leading part, constants, primal (or None), programs, point]
+        entry = []  # [the tangent's call, the point's ids, the programs, the point]
 
-        def _entries():
+        def _entry():
             programs = plan._programs
             tangent = programs.get("tangent")
             if tangent is None or not tangent.objects or plan._raises["tangent"]:
                 return
-            point = plan._point
-            primal = programs.get("primal")
             if tangent.heavy:  # (its lock and thread count: the whole call)
                 call = (tangent.invoke, (), ())
             else:  # the dispatcher itself, as the gradient's fast path calls it
                 call = (tangent.parts[0], tuple(tangent.parts[1]), tuple(tangent.parts[2]))
-            first = None  # the primal program, where a call with arguments may run it
-            if plain and primal is not None and primal.objects and not plan._primal_raises \
-                    and plan._decision_check is None:
-                first = (primal.invoke if primal.heavy else primal.fn,
-                         id(plan._scratch_value), id(plan._scratch_grad))
-            entry[:] = [call, tuple(id(a) for a in point), first, programs, point]
+            entry[:] = [call, tuple(id(a) for a in plan._point), programs, plan._point]
+
+        def _guards(at):  # what f reads besides its arguments (as gradient's fast path)
+            r = plan._root
+            if r is None:
+                r = plan._rootref()
+            if r is not None and plan._gcheck(r, at) is not None:
+                plan._check_stale(at)
 
         @functools.wraps(general)
         def hvp(*args, v, out=None):
-            if args and plan._fused and plan._twin is None and type(v) is np.ndarray and \
-                    v.shape == plan._shape:  # (one direction: a stack is the chunks')
-                if plan._guarded:  # (this plan's guards serve its fused plan)
-                    r = plan._root
-                    if r is None:
-                        r = plan._rootref()
-                    if r is not None and plan._gcheck(r, args) is not None:
-                        plan._check_stale(args)
-                fused = plan._fused
-                if fused:  # (the fused HVP plan and its own fast path)
-                    return fused.hvp(*args, v=v, out=out)
-            if entry and type(v) is np.ndarray and \
-                    (out.__class__ is HvpResult or out.__class__ is DiffResult):
-                at = args if args else plan._point_args
-                if plan._guarded:  # what f reads besides its arguments (as gradient's)
-                    r = plan._root
-                    if r is None:
-                        r = plan._rootref()
-                    if r is not None and plan._gcheck(r, at) is not None:
-                        plan._check_stale(at)
-                (fn, lead, consts), ids, first, programs, point = entry
-                d = out._derivs
-                if len(d) == 2 and plan._programs is programs and plan._point is point and \
-                        plan._twin is None:
-                    if not args:
+            if type(v) is np.ndarray and plan._twin is None:
+                if args:
+                    if plan._fused and v.shape == plan._shape:  # (a stack: the chunks')
+                        if plan._guarded:  # (this plan's guards serve its fused plan)
+                            _guards(args)
+                        fused = plan._fused
+                        if fused:
+                            return fused.hvp(*args, v=v, out=out)
+                elif entry and (out.__class__ is HvpResult or out.__class__ is DiffResult):
+                    if plan._guarded:
+                        _guards(plan._point_args)
+                    (fn, lead, consts), ids, programs, point = entry
+                    d = out._derivs
+                    if len(d) == 2 and plan._programs is programs and plan._point is point:
                         with lock:
                             if plan._at_point:
                                 try:
@@ -266,20 +251,9 @@ class HessianPlan(StagedPlan):
                                     return out
                                 except (TypeError, ValueError):
                                     pass
-                    elif first is not None and len(args) == len(ids):
-                        ins = tuple(map(id, args))
-                        with lock:
-                            try:
-                                first[0](*ins, first[1], first[2])
-                                plan._at_point = False
-                                fn(*lead, *ins, id(v), *consts, id(out._value), id(d[0]),
-                                   id(d[1]))
-                                return out
-                            except (TypeError, ValueError):
-                                pass
             result = general(plan, *args, v=v, out=out)
             if not entry:
-                _entries()
+                _entry()
             return result
 
         return hvp
