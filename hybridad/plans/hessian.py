@@ -16,7 +16,6 @@ import numpy as np
 
 from .. import _tree
 from ..core.trace import Trace
-from ..ir.registry import may_raise
 from ..results import DiffResult, HessianResult, HvpResult
 from ..transforms.autodiff import backward, jvp
 from ..transforms.batching import vmap
@@ -410,14 +409,6 @@ class HessianPlan(StagedPlan):
         except (TypeError, ValueError):
             return False
         return True
-
-    @property
-    def _primal_raises(self):
-        """Whether the primal program can fail at run time (after writing)."""
-        got = vars(self).get("_primal_raises_")
-        if got is None:
-            got = self._primal_raises_ = any(may_raise(n) for n in self._primal_nodes)
-        return got
 
     def _targets(self, stage, bufs):
         """Where the programs of a call write: the caller's ``bufs``, or -- when

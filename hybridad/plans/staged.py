@@ -255,14 +255,18 @@ class StagedPlan(Plan):
                 with self._lock:
                     prog.fn(*leaves, *outs)
 
+    @property
+    def _primal_raises(self):
+        """Whether the primal program can fail at run time (after writing)."""
+        got = vars(self).get("_primal_raises_")
+        if got is None:
+            got = self._primal_raises_ = any(may_raise(n) for n in self._primal_nodes)
+        return got
+
     def _can_fail(self, name):
         """Whether program ``name`` has an op that can fail after writing (LAPACK's
         solve...): its errors must not be taken for a refused argument."""
-        fails = vars(self).get("_fails")
-        if fails is None:
-            fails = self._fails = dict(self._raises, primal=any(
-                may_raise(n) for n in self._primal_nodes))
-        return fails[name]
+        return self._primal_raises if name == "primal" else self._raises[name]
 
     def _staging(self, key, shape, dtype):
         """A buffer of the plan's for results of a call whose programs can fail

@@ -407,6 +407,15 @@ def lower_bound(pattern, axis=1):
 # ----------------------------------------------------------------------------
 # decompression: where each stored nonzero sits in the compressed result
 # ----------------------------------------------------------------------------
+def seed_matrix(colors, n, dtype):
+    """The ``(c, n)`` seeds of a coloring: row ``k`` is 1 at the columns (or
+    rows) of color ``k``; an uncolored one (``-1``, empty) is in none."""
+    seed = np.zeros((int(colors.max(initial=-1)) + 1, n), dtype)
+    colored = np.flatnonzero(colors >= 0)
+    seed[colors[colored], colored] = 1
+    return seed
+
+
 def coo(pattern):
     """``(rows, cols)`` of the stored nonzeros of ``pattern``, in csr order."""
     p = sp.csr_array(pattern)

@@ -79,7 +79,4 @@ def hessian_colors(nodes, x, y, n, dtype):
     sources = np.ascontiguousarray(coloring.hessian_sources(pattern, colors), dtype=np.intp)
     rows, cols = coloring.coo(pattern)  # (csr order, as the sources)
     positions = np.ascontiguousarray(rows * n + cols, dtype=np.intp)
-    seed = np.zeros((c, n), dtype)
-    colored = np.flatnonzero(colors >= 0)
-    seed[colors[colored], colored] = 1
-    return Compression(c, seed, sources, positions)
+    return Compression(c, coloring.seed_matrix(colors, n, dtype), sources, positions)

@@ -100,10 +100,7 @@ class _SparseResult(DiffResult):
         self.colors = int(colors.max(initial=-1)) + 1
         self.mode = mode
         c = self.colors
-        seed = np.zeros((c, seed_len), dtype)
-        colored = np.flatnonzero(colors >= 0)
-        seed[colors[colored], colored] = 1
-        self._seed = seed
+        self._seed = _coloring.seed_matrix(colors, seed_len, dtype)
         self._comp = np.zeros((c, comp_len), dtype)
         m = sp.csr_array((np.zeros(pattern.nnz, dtype), pattern.indices.copy(),
                           pattern.indptr.copy()), shape=pattern.shape)

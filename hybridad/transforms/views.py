@@ -115,8 +115,9 @@ def _reshape(n):
 
 def _unit_transpose(n, t):
     """``reshape(transpose(reshape(y)))`` where both reshapes only insert or
-    drop axes of length 1 (a batched matrix product's operand: ``(K, n)`` made
-    ``(K, n, 1)``, transposed, made ``(n, K)``) becomes ``transpose(y)`` -- a
+    drop axes of length 1 (what batching rules make of a stack of vectors:
+    ``(K, n)`` made ``(K, n, 1)``, transposed, made ``(n, K)``; the Hessians of
+    LAPACK-based functions have them) becomes ``transpose(y)`` -- a
     strided view, where the reshape of a transposed operand was a copy.  ``n``
     is rewritten in place."""
     r = t.args[0]
