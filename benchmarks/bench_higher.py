@@ -18,7 +18,9 @@ Four workloads (float64), each row checked for correctness before it is timed:
   - ``hybridad`` -- ``plan = ha.compile(f, x, hessian=True, chunk=K)``,
     ``res = ha.HessianResult(x)``, ``plan.hessian(x, out=res)`` (value, gradient and
     Hessian; forward over reverse, the Hessian's columns K at a time), for the
-    default chunk (``plan.chunk`` is reported: 32 here) and K = 8 and K = n;
+    default (``plan.chunk`` is reported: 3, the colors of the tridiagonal
+    Hessian's star coloring, :mod:`hybridad.sparse.dense`) and K = 8 and K = n
+    (an explicit chunk runs every column);
   - ``jax.jit(hessian)`` -- ``jax.jit(jax.hessian(f))`` (x64), ``block_until_ready``.
 
 * ``dense hessian`` -- a Hessian dense in every entry (nothing for the
