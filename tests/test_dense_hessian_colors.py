@@ -107,3 +107,34 @@ def test_plans_that_do_not_color():
     assert dense._compression is None and "colored" not in dense.explain()
     np.testing.assert_allclose(dense.hessian(x).hessian, _fd(logsumexp, x), atol=1e-6)
     assert ha.compile(rosen, x, hessian=True, chunk=8)._compression is None
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_float32_colored_hessian(backend):
+    x = RNG.uniform(-1.0, 1.0, 128).astype(np.float32)
+    plan = ha.compile(grid, x, hessian=True, backend=backend)
+    assert plan._compression is not None
+    res = plan.hessian(x)
+    ref = ha.compile(grid, x, hessian=True, backend=backend, chunk=16).hessian(x)
+    assert res.hessian.dtype == np.float32
+    np.testing.assert_allclose(res.hessian, ref.hessian, rtol=1e-5, atol=1e-5)
+    assert np.all(res.hessian[ref.hessian == 0] == 0)
+    with count_allocations() as counts:
+        plan.hessian(x, out=res)
+    assert counts.allocations == 0, counts
+
+
+def test_bad_results_are_refused_by_name_and_left_untouched():
+    x = RNG.uniform(-1.0, 1.0, 100)
+    plan = ha.compile(rosen, x, hessian=True)
+    assert plan._compression is not None
+    res = ha.HessianResult(x)
+    res.hessian[:] = -7.0
+    res.hessian.flags.writeable = False
+    with pytest.raises(ValueError, match="out.hessian"):
+        plan.hessian(x, out=res)
+    wrong = ha.DiffResult(np.zeros(()), np.zeros(100), np.full((100, 99), -7.0))
+    with pytest.raises(ValueError, match="out.hessian"):
+        plan.hessian(x, out=wrong)
+    assert np.all(res.hessian == -7.0) and np.all(wrong.derivs[1] == -7.0)
+    assert float(wrong.value) == 0.0 and not wrong.derivs[0].any()
