@@ -445,20 +445,30 @@ class HessianPlan(StagedPlan):
         bufs = self._check(out, "HessianResult", ("value", "gradient", "hessian"),
                            ((), self._shape, (self._n, self._n)), leaves)
         val, g, h = self._targets("chunk", bufs)
-        self._primal(leaves, val, g)
-        if self._compression is not None:
-            self._colored(leaves, val, g, h)
+        # one run of the chunk program (a colored Hessian, or n <= chunk): the
+        # primal and the chunk as one program (see StagedPlan._run_whole)
+        whole = (self._compression is not None or self._n <= self.chunk) and \
+            not self._primal_raises
+        if whole:
+            self._at_point = False
         else:
-            self._chunks(leaves, val, g, None, h)
+            self._primal(leaves, val, g)
+        run = self._run_whole if whole else self._run_program
+        if self._compression is not None:
+            self._colored(leaves, val, g, h, run)
+        else:
+            self._chunks(leaves, val, g, None, h, run)
         self._deliver(bufs, (val, g, h))
         return out
 
-    def _colored(self, leaves, val, g, h):
+    def _colored(self, leaves, val, g, h, run):
         """``h`` = the Hessian from one run of the chunk program on the
         coloring's seeds (:mod:`hybridad.sparse.dense`): ``H S``, its
-        structural nonzeros scattered into ``h``, zeros elsewhere."""
+        structural nonzeros scattered into ``h``, zeros elsewhere.  ``run``:
+        how the chunk program runs (:meth:`_run_program`, or with the primal,
+        :meth:`_run_whole`)."""
         comp = self._compression
-        self._run_program("chunk", [*leaves, self._color_seed], [val, g, self._color_out])
+        run("chunk", [*leaves, self._color_seed], [val, g, self._color_out])
         values = self._color_values
         self._color_flat.take(comp.sources, out=values, mode="wrap")  # (unbuffered)
         h.fill(0)
@@ -467,9 +477,11 @@ class HessianPlan(StagedPlan):
         else:
             h[np.divmod(comp.positions, self._n)] = values  # (a strided h: allocates)
 
-    def _chunks(self, leaves, val, g, vs, rows):
+    def _chunks(self, leaves, val, g, vs, rows, run=None):
         """``rows[i] = H vs[i]`` (``vs`` None: the unit vectors, ``rows`` = H), in
-        chunks of :attr:`chunk` through the chunk program."""
+        chunks of :attr:`chunk` through the chunk program (the first chunk run by
+        ``run``: :meth:`_run_whole` for a call that ran no primal program)."""
+        first = self._run_program if run is None else run
         k, seed = self.chunk, self._seed_flat
         total = rows.shape[0]
         try:
@@ -481,11 +493,12 @@ class HessianPlan(StagedPlan):
                 else:
                     seed[:m] = vs[start:stop]
                     seed[m:].fill(0)
+                run = first if start == 0 else self._run_program
                 if m == k and rows.flags.c_contiguous:
                     block = rows[start:stop].reshape((k, *self._shape))
-                    self._run_program("chunk", [*leaves, self._seed], [val, g, block])
+                    run("chunk", [*leaves, self._seed], [val, g, block])
                 else:
-                    self._run_program("chunk", [*leaves, self._seed], [val, g, self._stage_out])
+                    run("chunk", [*leaves, self._seed], [val, g, self._stage_out])
                     rows[start:stop] = self._stage_out.reshape(k, -1)[:m]
                 if vs is None:
                     ones.fill(0)

@@ -155,18 +155,22 @@ class JacobianPlan(StagedPlan):
             val, jac = (self._staging(k, b.shape, b.dtype) for k, b in enumerate(bufs))
         else:
             val, jac = bufs
-        self._run_program("primal", leaves, [val])
         k = self.chunk
         total = self._n if self.mode == "forward" else self._m
+        # one chunk: the primal and the chunk as one program (StagedPlan._run_whole)
+        whole = total <= k and not self._primal_raises
+        if not whole:
+            self._run_program("primal", leaves, [val])
         for start in range(0, total, k):
             stop = min(start + k, total)
             mm = stop - start
             ones = self._unit_seeds(start, mm, 1)
+            run = self._run_whole if whole else self._run_program
             if self.mode == "reverse" and mm == k and jac.flags.c_contiguous:
                 rows = jac[start:stop].reshape((k, *self._shape))
-                self._run_program("chunk", [*leaves, self._seed], [val, rows])
+                run("chunk", [*leaves, self._seed], [val, rows])
             else:
-                self._run_program("chunk", [*leaves, self._seed], [val, self._stage_out])
+                run("chunk", [*leaves, self._seed], [val, self._stage_out])
                 block = self._stage_out.reshape(k, -1)[:mm]
                 if self.mode == "reverse":
                     jac[start:stop] = block

@@ -15,6 +15,10 @@ run as up to three compiled programs:
   multi-component dual numbers of ForwardDiff's chunks, as IR), or K rows of
   ``J`` from K cotangent seeds pulled back through the reverse pass.
 
+A call that runs a chunk program once -- a Hessian or Jacobian of one chunk
+-- runs the primal and the chunk as one program (the *whole* program of the
+stage, numba): one program compiled and dispatched instead of two.
+
 The primal values the tangent programs read are *pinned* in the memory plan
 (alive to the end of the schedule), so the tangent programs can run any
 number of times after one primal run: a Hessian is one primal run and
@@ -147,6 +151,11 @@ def _dependents(nodes, seeds):
         dep |= moved
 
 
+#: the suffix of a stage's name that asks for its *whole* program: the primal
+#: and the stage's nodes compiled as one (see :meth:`StagedPlan._run_whole`)
+WHOLE = "+primal"
+
+
 class StagedPlan(Plan):
     """A plan of one primal program and tangent programs over one arena."""
 
@@ -228,6 +237,13 @@ class StagedPlan(Plan):
                 if name == "primal":
                     prog = self._compile(self._primal_nodes, inputs, self._primal_outputs,
                                          f"{self._kind}_primal", self._primal_specs)
+                elif name.endswith(WHOLE):  # the primal and a stage as one program
+                    stage = name[:-len(WHOLE)]
+                    seed, body, _, outs = self._stages[stage]
+                    prog = self._compile(body, [*inputs, seed], [*self._primal_outputs, *outs],
+                                         f"{self._kind}_{stage}_whole",
+                                         self._primal_specs + self._stage_specs[stage],
+                                         self._specs + [(seed.shape, seed.dtype)])
                 else:
                     seed, body, given, outs = self._stages[name]
                     prog = self._compile(body, [*inputs, seed], [*self._primal_outputs, *outs],
@@ -235,7 +251,7 @@ class StagedPlan(Plan):
                                          self._primal_specs + self._stage_specs[name],
                                          self._specs + [(seed.shape, seed.dtype)], given)
             self._programs[name] = prog
-            if len(self._programs) > len(self._stages) and \
+            if len([k for k in self._programs if not k.endswith(WHOLE)]) > len(self._stages) and \
                     getattr(self, "_fused", False) is not None:  # every program compiled
                 self._recording = None  # (and a Hessian plan's fused HVP plan made)
         return prog
@@ -255,6 +271,22 @@ class StagedPlan(Plan):
                 with self._lock:
                     prog.fn(*leaves, *outs)
 
+    def _run_whole(self, name, leaves, outs):
+        """The primal program and then stage ``name``'s, as one compiled program:
+        for a call that runs the stage once (a Hessian or Jacobian of one
+        chunk), which then compiles and runs one program where it would run
+        two (each with its loop bodies: an RK4 loop's Hessian compiles five
+        functions instead of six, and a call dispatches once).  Numba only;
+        the primal program runs first elsewhere.  It writes the arena's
+        pinned values as the primal program would.  ``leaves``: the arguments'
+        and then the stage's seed."""
+        if self.backend != "numba":
+            self._run_program("primal", leaves[:len(self._specs)],
+                              outs[:len(self._primal_outputs)])
+            self._run_program(name, leaves, outs)
+            return
+        self._run_program(name + WHOLE, leaves, outs)
+
     @property
     def _primal_raises(self):
         """Whether the primal program can fail at run time (after writing)."""
@@ -266,7 +298,11 @@ class StagedPlan(Plan):
     def _can_fail(self, name):
         """Whether program ``name`` has an op that can fail after writing (LAPACK's
         solve...): its errors must not be taken for a refused argument."""
-        return self._primal_raises if name == "primal" else self._raises[name]
+        if name == "primal":
+            return self._primal_raises
+        if name.endswith(WHOLE):
+            return self._primal_raises or self._raises[name[:-len(WHOLE)]]
+        return self._raises[name]
 
     def _staging(self, key, shape, dtype):
         """A buffer of the plan's for results of a call whose programs can fail
@@ -343,6 +379,9 @@ class StagedPlan(Plan):
         for name, (seed, body, given, _) in self._stages.items():
             lines.append(f"  {name}: {len(body) - len(given)} nodes on seed %{seed.id} "
                          f"{list(seed.shape)}, reading {len(given)} pinned primal buffers")
+        if self.backend == "numba":
+            lines.append("  a call that runs the chunk program once (a Hessian or Jacobian of one "
+                         "chunk) runs it with the primal, compiled as one program")
         comp = getattr(self, "_compression", None)
         if comp is not None:
             n = self._n

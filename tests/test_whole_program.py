@@ -1,0 +1,98 @@
+"""A Hessian or Jacobian of one chunk runs the primal and the chunk program as
+one compiled program (hybridad.plans.staged ``StagedPlan._run_whole``): one
+program compiled and run where there were two, with the results of the two
+(to rounding), the derivatives of finite differences, nothing allocated per
+call, and the staged programs serving every other call (``gradient``,
+``linearize`` + ``hvp``, Hessians of several chunks)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.plans.staged import WHOLE
+from hybridad.testing import count_allocations
+
+RNG = np.random.default_rng(21)
+W = RNG.standard_normal((6, 6)) / np.sqrt(6)
+X = RNG.standard_normal(6)
+
+
+def rk4(x, W):
+    def rhs(z):
+        return np.tanh(W @ z) - 0.1 * z
+
+    def step(i, x):
+        k1 = rhs(x)
+        k2 = rhs(x + 0.025 * k1)
+        k3 = rhs(x + 0.025 * k2)
+        k4 = rhs(x + 0.05 * k3)
+        return x + 0.05 / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    x = ha.fori_loop(0, 12, step, x)
+    return np.sum(x ** 2) + np.sum(np.sin(x) * x[::-1])
+
+
+def field(x, W):
+    return np.tanh(W @ x) * np.exp(-0.5 * x) + x[::-1] ** 3
+
+
+def _fd_hessian(x, eps=1e-6):
+    g = lambda z: ha.gradient(rk4, z, W, backend="numpy").gradient  # noqa: E731
+    return np.stack([(g(x + eps * e) - g(x - eps * e)) / (2 * eps) for e in np.eye(x.size)])
+
+
+def test_one_chunk_hessian_runs_one_program_with_the_staged_results():
+    plan = ha.compile(rk4, X, W, hessian=True)
+    assert plan.chunk >= X.size
+    res = plan.hessian(X, W)
+    assert set(plan._programs) == {"chunk" + WHOLE}  # no primal program compiled
+    staged = ha.compile(rk4, X, W, hessian=True)
+    val, g = np.zeros(()), np.zeros(6)
+    h = np.zeros((6, 6))
+    staged._primal([X, W], val, g)
+    staged._chunks([X, W], val, g, None, h)
+    np.testing.assert_allclose(res.value, val, rtol=1e-14)
+    np.testing.assert_allclose(res.gradient, g, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(res.hessian, h, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(res.hessian, _fd_hessian(X), rtol=1e-6, atol=1e-7)
+    # the other calls run the staged programs, and agree
+    grad = plan.gradient(X, W)
+    np.testing.assert_allclose(grad.gradient, res.gradient, rtol=1e-13, atol=1e-15)
+    v = RNG.standard_normal(6)
+    plan.linearize(X, W)
+    np.testing.assert_allclose(plan.hvp(v=v).hvp, res.hessian @ v, rtol=1e-12, atol=1e-14)
+    # repeated: the same bits, nothing allocated
+    again = ha.HessianResult(X)
+    with count_allocations() as counts:
+        plan.hessian(X, W, out=again)
+    assert counts.allocations == 0, counts
+    np.testing.assert_array_equal(again.hessian, res.hessian)
+    assert float(again.value) == float(res.value)
+
+
+def test_several_chunks_run_the_primal_once_and_the_chunk_program():
+    plan = ha.compile(rk4, X, W, hessian=True, chunk=4)
+    res = plan.hessian(X, W)
+    assert "primal" in plan._programs and "chunk" + WHOLE not in plan._programs
+    one = ha.hessian(rk4, X, W, backend="numpy")
+    np.testing.assert_allclose(res.hessian, one.hessian, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_one_chunk_jacobian_runs_one_program(mode):
+    plan = ha.compile(field, X, W, jacobian=True, mode=mode)
+    res = plan.jacobian(X, W)
+    assert set(plan._programs) == {"chunk" + WHOLE}
+    ref = ha.jacobian(field, X, W, backend="numpy", mode=mode)
+    np.testing.assert_allclose(res.value, ref.value, rtol=1e-14)
+    np.testing.assert_allclose(res.jacobian, ref.jacobian, rtol=1e-12, atol=1e-14)
+    eps = 1e-6
+    fd = np.stack([(field(X + eps * e, W) - field(X - eps * e, W)) / (2 * eps)
+                   for e in np.eye(6)], axis=1)
+    np.testing.assert_allclose(res.jacobian, fd, rtol=1e-6, atol=1e-7)
+    again = ha.JacobianResult(res.value, X)
+    with count_allocations() as counts:
+        plan.jacobian(X, W, out=again)
+    assert counts.allocations == 0, counts
+    np.testing.assert_array_equal(again.jacobian, res.jacobian)
