@@ -182,3 +182,34 @@ def test_the_collector_pauses_while_tracing_and_resumes_after():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def _rows_then_writes(x, A):
+    m = A * x  # a 2-D array f makes
+    s = x[0]  # a numpy scalar (a copy: `s += 1` leaves x alone)
+    s += 1.0
+    for i in range(3):
+        row = m[i]  # a view of m: writes through it change m
+        row *= x[i + 1]
+    out = m[-1] @ x + s * x[-5]
+    for r in m:  # iteration: rows as views
+        out = out + np.sum(np.sin(r)) * r[2]
+    return out
+
+
+def test_integer_index_fast_path_traces_the_general_paths_graph(monkeypatch):
+    """``x[i]`` for a Python int (``numpy_api._row``, a loop over rows) makes the
+    node, flags and view links of the general path: the same graph, and
+    writes through row views reach the array they view."""
+    from hybridad.frontend import numpy_api
+
+    fast, fast_outs, _ = traced(_rows_then_writes, (X, A), monkeypatch, True)
+    with monkeypatch.context() as m:
+        m.setattr(numpy_api, "_row", lambda x, i: None)
+        general, general_outs, _ = traced(_rows_then_writes, (X, A), monkeypatch, True)
+    assert fast == general
+    for a, b in zip(fast_outs, general_outs, strict=True):
+        assert a._flags == b._flags and a.shape == b.shape
+    assert_grad(_rows_then_writes, (X, A))
+    res = ha.gradient(_rows_then_writes, X, A)
+    np.testing.assert_allclose(res.value, _rows_then_writes(X, A), rtol=1e-13)

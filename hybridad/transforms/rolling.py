@@ -259,6 +259,8 @@ def _best_run(nodes, rejected, light=(), keys=None):
             trips = (j - i) // p + 1
             if trips < MIN_TRIPS or trips * p < MIN_NODES:  # (trimming only shortens)
                 continue
+            if best is not None and (trips * p, -p) <= (best[1] * best[2], -best[1]):
+                continue  # (nor can it beat the best run: a multiple of its period)
             run = _trim(m, i, p, trips)
             if run is not None and (nodes[run[0]].id, p) not in rejected and \
                     not _in_light(m.pos, run, light):
