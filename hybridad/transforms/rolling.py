@@ -35,7 +35,6 @@ what the compiled body fuses can round differently from the unrolled plan.
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections import Counter
 
@@ -133,21 +132,13 @@ def _attrs_key_of(node, keys):
     return k
 
 
-def _rollable(node):
-    return node.op != "input" and (node.op == "const" or REGISTRY[node.op].kind != "inplace")
+_INPLACE = []  # the names of in-place ops (made at the first search)
 
 
-def _signatures(nodes):
-    """An int per node: equal for nodes that may be copies of one another
-    (op, shape, dtype and the operands' shapes and dtypes; not attributes)."""
-    table, out = {}, []
-    for i, n in enumerate(nodes):
-        if not _rollable(n):
-            key = ("unique", i)
-        else:
-            key = (n.op, n.shape, n.dtype, *[(a.shape, a.dtype) for a in n.args])
-        out.append(table.setdefault(key, len(table)))
-    return out
+def _inplace_ops():
+    if not _INPLACE:
+        _INPLACE.append(frozenset(name for name, op in REGISTRY.items() if op.kind == "inplace"))
+    return _INPLACE[0]
 
 
 class _Matcher:
@@ -160,11 +151,64 @@ class _Matcher:
     def __init__(self, nodes, keys):
         self.nodes = nodes
         self.pos = {n.id: i for i, n in enumerate(nodes)}
-        self.sig = _signatures(nodes)
-        # (np.fromiter, not np.asarray: see _tables)
-        self.sig_array = np.fromiter(self.sig, np.int64, len(self.sig))
         self._keys = keys  # id(attrs) -> (attrs, its key) (kept between searches)
-        self._arrays = None
+        self._scan()
+
+    def _scan(self):
+        """One pass over the nodes (a trace of 10^4 iterations has 10^5 of
+        them and more), making, per node:
+
+        * ``sig`` -- an int, equal for nodes that may be copies of one another
+          (op, shape, dtype and the operands' shapes and dtypes; not
+          attributes; inputs and in-place ops unique);
+        * the tables of :meth:`matches`: operand positions, -1 padded; whether
+          a node is a constant; its attributes' key as an int; the nodes with
+          more than :data:`WIDE` operands."""
+        nodes, pos, width = self.nodes, self.pos, self.WIDE
+        inplace = _inplace_ops()
+        pad = [-1] * width
+        sigs, sig, rows, const, keys, wide = {}, [], [], [], [], []
+        table, by_attrs = {}, {}  # (by_attrs: the key's int of each attrs dict)
+        for i, n in enumerate(nodes):
+            op, a = n.op, n.args
+            k = len(a)
+            if op == "input" or op in inplace:
+                key = i  # (an int: unique, never equal to a tuple)
+            elif k == 1:
+                x = a[0]
+                key = (op, n.shape, n.dtype, x.shape, x.dtype)
+            elif k == 2:
+                x, y = a
+                key = (op, n.shape, n.dtype, x.shape, x.dtype, y.shape, y.dtype)
+            else:
+                key = (op, n.shape, n.dtype, k, *[(x.shape, x.dtype) for x in a])
+            sig.append(sigs.setdefault(key, len(sigs)))
+            if k > width:
+                wide.append(i)
+                rows += pad
+            elif k == 1:
+                rows.append(pos[a[0].id])
+                rows += pad[1:]
+            else:
+                rows += [pos[x.id] for x in a]
+                rows += pad[k:]
+            if op == "const":
+                const.append(True)
+                keys.append(0)
+                continue
+            const.append(False)
+            ka = by_attrs.get(id(n.attrs))
+            if ka is None:
+                ka = by_attrs[id(n.attrs)] = table.setdefault(self.key(i), len(table))
+            keys.append(ka)
+        self.sig = sig
+        # (fromiter, not np.array: np.array is the tracing's own while a trace
+        # runs, and looks through every list for a tracer first)
+        m = len(nodes)
+        self.sig_array = np.fromiter(sig, np.int64, m)
+        self._arrays = (np.fromiter(rows, np.int64, m * width).reshape(m, width),
+                        np.fromiter(const, bool, m), np.fromiter(keys, np.int64, m),
+                        np.fromiter(wide, np.int64, len(wide)))
 
     def key(self, i):
         node = self.nodes[i]
@@ -194,34 +238,6 @@ class _Matcher:
     def _tables(self):
         """(operand positions, -1 padded; whether a node is a constant; its
         attributes' key as an int; nodes with more than :data:`WIDE` operands)."""
-        if self._arrays is None:
-            nodes, pos, width = self.nodes, self.pos, self.WIDE
-            pad = [-1] * width
-            rows, const, keys, wide = [], [], [], []
-            table, by_attrs = {}, {}  # (by_attrs: the key's int of each attrs dict)
-            for i, node in enumerate(nodes):
-                a = node.args
-                if len(a) > width:
-                    wide.append(i)
-                    rows.append(pad)
-                else:
-                    rows.append([pos[x.id] for x in a] + pad[len(a):])
-                if node.op == "const":
-                    const.append(True)
-                    keys.append(0)
-                    continue
-                const.append(False)
-                k = by_attrs.get(id(node.attrs))
-                if k is None:
-                    k = by_attrs[id(node.attrs)] = table.setdefault(self.key(i), len(table))
-                keys.append(k)
-            # (fromiter: np.array is the tracing's own while a trace runs, and
-            # looks through every list for a tracer first)
-            self._arrays = (np.fromiter(itertools.chain.from_iterable(rows), np.int64,
-                                        len(nodes) * width).reshape(len(nodes), width),
-                            np.fromiter(const, bool, len(nodes)),
-                            np.fromiter(keys, np.int64, len(nodes)),
-                            np.fromiter(wide, np.int64, len(wide)))
         return self._arrays
 
     def matches(self, p):
