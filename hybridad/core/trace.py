@@ -111,7 +111,14 @@ class Trace:
             key = _cse_key(op, args, attrs)
         else:
             args = tuple(args)
-            key = None if static is False else (op, tuple([a.id for a in args]), static)
+            if static is False:
+                key = None
+            elif len(args) == 1:
+                key = (op, (args[0].id,), static)
+            elif len(args) == 2:
+                key = (op, (args[0].id, args[1].id), static)
+            else:
+                key = (op, tuple([a.id for a in args]), static)
         if key is not None:
             hit = self._seen.get(key)
             if hit is not None:

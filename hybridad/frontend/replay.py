@@ -163,14 +163,24 @@ def _record(trace, start, decisions, nodes, result):
 
 
 def _replay(recipe, trace, nodes):
+    # (plain loops, not comprehensions: a replayed call adds one to three
+    # nodes, and each comprehension is a function call of its own)
     made = []
     add = trace.add
     for op, refs, attrs, shape, dtype, static in recipe.steps:
-        made.append(add(op, [r if type(r) is not int else nodes[r] if r >= 0 else made[~r]
-                             for r in refs], attrs, shape, dtype, static))
-    out = [Tracer(r if type(r) is not int else nodes[r] if r >= 0 else made[~r], trace, f)
-           for r, f in zip(recipe.result, recipe.flags, strict=True)]
-    return tuple(out) if recipe.tuple else out[0]
+        args = []
+        for r in refs:
+            args.append(r if type(r) is not int else nodes[r] if r >= 0 else made[~r])
+        made.append(add(op, args, attrs, shape, dtype, static))
+    if not recipe.tuple:
+        r = recipe.result[0]
+        return Tracer(r if type(r) is not int else nodes[r] if r >= 0 else made[~r], trace,
+                      recipe.flags[0])
+    out = []
+    for r, f in zip(recipe.result, recipe.flags, strict=True):
+        out.append(Tracer(r if type(r) is not int else nodes[r] if r >= 0 else made[~r],
+                          trace, f))
+    return tuple(out)
 
 
 def _install():
