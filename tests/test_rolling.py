@@ -12,7 +12,7 @@ import pytest
 
 import hybridad as ha
 from hybridad.testing import count_allocations, numerical_gradient
-from hybridad.transforms import rolling
+from hybridad.transforms import rolling, rolling_runs
 
 
 @pytest.fixture(autouse=True)
@@ -328,9 +328,9 @@ def test_the_whole_array_search_is_the_node_by_node_definition(f):
 
     def check(trace, outs):  # before rolling (which rewires the nodes after a run)
         nodes = list(trace.nodes)
-        m = rolling._Matcher(nodes, {})
+        m = rolling_runs._Matcher(nodes, {})
         wide = [i for i, n in enumerate(nodes) if len(n.args) > m.WIDE]
-        periods = rolling._periods(m.sig_array)
+        periods = rolling_runs._periods(m.sig_array)
         for p in periods:
             ok = m.matches(p)
             want = [m.match(i, p) is not None for i in range(len(nodes) - p)]
@@ -342,8 +342,8 @@ def test_the_whole_array_search_is_the_node_by_node_definition(f):
                     j += 1
                 for s in range(i, max(i, j - p), max(1, p // 3)):
                     end = s + ((j - s) // p + 1) * p
-                    assert rolling._invariant_cut(m, s, p, end) == \
-                        rolling._node_cut(m, s, p, end, range(s, end)), (p, s)
+                    assert rolling_runs._invariant_cut(m, s, p, end) == \
+                        rolling_runs._node_cut(m, s, p, end, range(s, end)), (p, s)
                     cuts[0] += 1
                 i = j + 1
         checked.append((len(periods), len(wide)))

@@ -26,7 +26,7 @@ from ..ops import REGISTRY
 from ..ops.indexing import gather_positions as _gather_positions
 from ..core.decisions import concrete_index
 from .objects import settle, tracers_in
-from ..core.trace import Trace as _Trace, as_node, bind, current_trace, loop_dtypes
+from ..core.trace import as_node, bind, current_trace, loop_dtypes
 from ..core.tracer import SURFACE, Tracer
 
 __all__ = ["HANDLED", "apply_function", "apply_ufunc", "getitem"]
@@ -557,34 +557,9 @@ def _index_error(what):
                        "constant arrays")
 
 
-def _row(x, i):
-    """``x[i]`` for a Python int ``i`` and a traced array ``x`` of this trace's
-    forward pass that is not a literal: what :func:`getitem` makes of it (the
-    same node, attributes and object links), without its general steps --
-    a loop over an array's rows (``for x_t in xs``) indexes once per step.
-    None where the general path must answer (``i`` out of range, a 0-d or
-    literal ``x``, an outer trace's value)."""
-    node = x.node
-    shape = node.shape
-    if not shape or node.op == "const" or not -shape[0] <= i < shape[0]:
-        return None
-    trace = current_trace()
-    if x._trace is not trace or type(trace) is not _Trace or trace.phase != "forward":
-        return None
-    i %= shape[0]
-    index = (i,)
-    r = Tracer(trace.add("getitem", (node,), {"index": index}, shape[1:], node.dtype,
-                         (("index", ("ints", i)),)), trace)
-    return settle(r, [x], "new" if len(shape) == 1 else "view")
-
-
 def getitem(x, index):
     """``x[index]``: a view for basic indices, a numpy scalar for a full
     integer index, a new array for advanced indices (as numpy)."""
-    if type(index) is int and type(x) is Tracer:
-        r = _row(x, index)
-        if r is not None:
-            return r
     x = _tracer(x)
     index = concrete_index(index)  # (indices computed from values: this call's, guarded)
     if _is_advanced(index):

@@ -1,0 +1,293 @@
+"""Finding the runs a Python loop left in a trace (for :mod:`.rolling`):
+consecutive copies of one node sequence -- the same ops, shapes and dtypes,
+each operand the same outer value or the value one period earlier -- found
+with whole arrays at a time (a trace of 10^4 iterations has 10^5 nodes and
+more, and each candidate period is checked at every node)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..frontend.signature import attr_signature
+from ..ir.registry import REGISTRY
+from ..ops.loop import LoopBody
+
+__all__ = ["MIN_NODES", "MIN_TRIPS"]
+
+#: the fewest iterations, and the fewest traced nodes in all, that are rolled
+#: (a short loop runs faster unrolled, and compiles about as fast)
+MIN_TRIPS = 4
+MIN_NODES = 96
+#: the most periods tried per search, how many next nodes of a kind give
+#: candidate periods
+_CANDIDATES = 12
+_REACH = 8
+
+
+def _attr_key(value):
+    """An attribute as the plan's graph signature compares it, a loop body by
+    its content (each iteration traced its own)."""
+    return ("body", value.key) if isinstance(value, LoopBody) else attr_signature(value)
+
+
+def _attrs_key(node):
+    if not node.attrs:
+        return ()
+    return tuple((k, _attr_key(node.attrs[k])) for k in sorted(node.attrs))
+
+
+def _attrs_key_of(node, keys):
+    """:func:`_attrs_key` of ``node``, kept in ``keys`` by its attrs dict."""
+    k = keys.get(id(node.attrs))
+    if k is None:
+        k = keys[id(node.attrs)] = _attrs_key(node)
+    return k
+
+
+_INPLACE = []  # the names of in-place ops (made at the first search)
+
+
+def _inplace_ops():
+    if not _INPLACE:
+        _INPLACE.append(frozenset(name for name, op in REGISTRY.items() if op.kind == "inplace"))
+    return _INPLACE[0]
+
+
+class _Matcher:
+    """Whether node ``i`` and node ``i + p`` are copies of one another."""
+
+    #: operands per node held in the arrays of :meth:`matches` (a node with
+    #: more is checked one by one)
+    WIDE = 8
+
+    def __init__(self, nodes, keys):
+        self.nodes = nodes
+        self.pos = {n.id: i for i, n in enumerate(nodes)}
+        self._keys = keys  # id(attrs) -> (attrs, its key) (kept between searches)
+        self._scan()
+
+    def _scan(self):
+        """One pass over the nodes (a trace of 10^4 iterations has 10^5 of
+        them and more), making, per node:
+
+        * ``sig`` -- an int, equal for nodes that may be copies of one another
+          (op, shape, dtype and the operands' shapes and dtypes; not
+          attributes; inputs and in-place ops unique);
+        * the tables of :meth:`matches`: operand positions, -1 padded; whether
+          a node is a constant; its attributes' key as an int; the nodes with
+          more than :data:`WIDE` operands."""
+        nodes, pos, width = self.nodes, self.pos, self.WIDE
+        inplace = _inplace_ops()
+        pad = [-1] * width
+        sigs, sig, rows, const, keys, wide = {}, [], [], [], [], []
+        table, by_attrs = {}, {}  # (by_attrs: the key's int of each attrs dict)
+        for i, n in enumerate(nodes):
+            op, a = n.op, n.args
+            k = len(a)
+            if op == "input" or op in inplace:
+                key = i  # (an int: unique, never equal to a tuple)
+            elif k == 1:
+                x = a[0]
+                key = (op, n.shape, n.dtype, x.shape, x.dtype)
+            elif k == 2:
+                x, y = a
+                key = (op, n.shape, n.dtype, x.shape, x.dtype, y.shape, y.dtype)
+            else:
+                key = (op, n.shape, n.dtype, k, *[(x.shape, x.dtype) for x in a])
+            sig.append(sigs.setdefault(key, len(sigs)))
+            if k > width:
+                wide.append(i)
+                rows += pad
+            elif k == 1:
+                rows.append(pos[a[0].id])
+                rows += pad[1:]
+            else:
+                rows += [pos[x.id] for x in a]
+                rows += pad[k:]
+            if op == "const":
+                const.append(True)
+                keys.append(0)
+                continue
+            const.append(False)
+            ka = by_attrs.get(id(n.attrs))
+            if ka is None:
+                ka = by_attrs[id(n.attrs)] = table.setdefault(self.key(i), len(table))
+            keys.append(ka)
+        self.sig = sig
+        # (fromiter, not np.array: np.array is the tracing's own while a trace
+        # runs, and looks through every list for a tracer first)
+        m = len(nodes)
+        self.sig_array = np.fromiter(sig, np.int64, m)
+        self._arrays = (np.fromiter(rows, np.int64, m * width).reshape(m, width),
+                        np.fromiter(const, bool, m), np.fromiter(keys, np.int64, m),
+                        np.fromiter(wide, np.int64, len(wide)))
+
+    def key(self, i):
+        node = self.nodes[i]
+        k = self._keys.get(id(node.attrs))
+        if k is None:  # (by the attrs dict, which the calls a trace replayed share:
+            # held beside its key, so that its id is not reused)
+            k = self._keys[id(node.attrs)] = (node.attrs, _attrs_key(node))
+        return k[1]
+
+    def match(self, i, p):
+        """None (no), "same" (copies with equal attributes) or "leaf" (every
+        operand invariant, attributes or value differing)."""
+        if self.sig[i] != self.sig[i + p]:
+            return None
+        a, b = self.nodes[i], self.nodes[i + p]
+        invariant = True
+        for x, y in zip(a.args, b.args, strict=True):
+            if x is y:
+                continue
+            if self.pos[y.id] - self.pos[x.id] < p:  # (more: a carry's initial value,
+                return None  # which the trip count's first iteration reads; see _trim)
+            invariant = False
+        if a.op != "const" and self.key(i) == self.key(i + p):
+            return "same"
+        return "leaf" if invariant else None
+
+    def _tables(self):
+        """(operand positions, -1 padded; whether a node is a constant; its
+        attributes' key as an int; nodes with more than :data:`WIDE` operands)."""
+        return self._arrays
+
+    def matches(self, p):
+        """``ok[i]`` for every ``i < len(nodes) - p``: whether :meth:`match`
+        ``(i, p)`` is not None, all at once."""
+        args, const, keys, wide = self._tables()
+        sig = self.sig_array
+        x, y = args[:-p], args[p:]
+        same = x == y  # (both -1: no operand)
+        invariant = same.all(axis=1)
+        ok = (sig[:-p] == sig[p:]) & (same | (y - x >= p)).all(axis=1) & \
+            (invariant | (~const[:-p] & (keys[:-p] == keys[p:])))
+        for i in wide[wide < len(ok)].tolist():
+            ok[i] = self.match(i, p) is not None
+        return ok
+
+
+def _best_run(nodes, rejected, light=(), keys=None):
+    """``(start, period, trips)`` of the run covering the most nodes (or
+    None), and the matcher that found it (its positions and tables serve
+    :func:`_roll`).
+
+    Whole arrays at a time (numpy): a trace of 10^4 iterations has 10^5
+    nodes and more, and each candidate period is checked at every node."""
+    n = len(nodes)
+    if n < MIN_NODES:
+        return None, None
+    m = _Matcher(nodes, {} if keys is None else keys)
+    best = None
+    for p in _periods(m.sig_array):
+        ok = m.matches(p)  # ok[i]: node i + p copies node i
+        # the stretches of copies: a run of t trips has (t - 1) p of them
+        edges = np.flatnonzero(np.diff(np.concatenate(([0], ok.view(np.int8), [0]))))
+        for i, j in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
+            trips = (j - i) // p + 1
+            if trips < MIN_TRIPS or trips * p < MIN_NODES:  # (trimming only shortens)
+                continue
+            if best is not None and (trips * p, -p) <= (best[1] * best[2], -best[1]):
+                continue  # (nor can it beat the best run: a multiple of its period)
+            run = _trim(m, i, p, trips)
+            if run is not None and (nodes[run[0]].id, p) not in rejected and \
+                    not _in_light(m.pos, run, light):
+                covered = run[1] * run[2]
+                if best is None or covered > best[1] * best[2] or \
+                        covered == best[1] * best[2] and run[1] < best[1]:
+                    best = run
+    return best, m
+
+
+def _periods(sig):
+    """Candidate periods, most frequent first (ties: the shorter): distances
+    from each node to the next :data:`_REACH` of its kind (a step that calls
+    one function four times repeats its nodes within the step: the step's
+    period is the distance to the fourth next one) that leave room for
+    :data:`MIN_TRIPS` trips."""
+    n = len(sig)
+    order = np.argsort(sig, kind="stable")  # positions grouped by kind, increasing
+    kinds = sig[order]
+    gaps = []
+    for k in range(1, _REACH + 1):
+        if k >= n:
+            break
+        d = order[k:] - order[:-k]
+        gaps.append(d[(kinds[k:] == kinds[:-k]) & (d * MIN_TRIPS <= n)])
+    if not gaps:
+        return []
+    values, counts = np.unique(np.concatenate(gaps), return_counts=True)
+    keep = counts >= MIN_TRIPS - 1
+    values, counts = values[keep], counts[keep]
+    top = np.lexsort((values, -counts))[:_CANDIDATES]
+    return values[top].tolist()
+
+
+def _in_light(pos, run, light):
+    """Whether ``run`` repeats, a few steps at a time, a run found too light
+    to roll (a body of k light steps would only hide the per-step cost)."""
+    s, p, _ = run
+    return any(p % p0 == 0 and pos[first] <= s <= pos[last] for first, last, p0 in light)
+
+
+def _trim(m, s, p, trips):
+    """The run of ``trips`` iterations of ``p`` nodes from ``s``, less the
+    leading iterations up to an invariant that the run itself computes (the
+    trace merged its copies into the first), or None when what is left is too
+    short or an iteration reads a value made two or more iterations before."""
+    while trips >= MIN_TRIPS and trips * p >= MIN_NODES:
+        cut = _invariant_cut(m, s, p, s + trips * p)
+        if cut is None:
+            return None
+        if cut < s:
+            return s, p, trips
+        shift = (cut - s) // p + 1
+        s, trips = s + shift * p, trips - shift
+    return None
+
+
+def _invariant_cut(m, s, p, end):
+    """The last position of an invariant operand that nodes ``s:end`` read
+    (-1 if none), or None when an iteration reads what it may not: a value
+    made two or more iterations before, or a carry's initial value other
+    than in the first iteration (each node compared with its copy in the
+    next iteration; the last iteration's with the one before)."""
+    args, _, _, wide = m._tables()
+    rows = np.arange(s, end)
+    it = (rows - s) // p
+    partner = np.where(rows + p < end, rows + p, rows - p)
+    x, y = args[rows], args[partner]
+    real = x >= 0
+    inv = real & (x == y)
+    first = (it == 0)[:, None] & (x < s)  # a carry's initial value, made before the run
+    moving = real & ~inv
+    bad = moving & first & ((y < s) | (y >= s + p))
+    bad |= moving & ~first & ((x < s + (it[:, None] - 1) * p) |
+                              ((it[:, None] > 0) & (y - x != p) & (y - x != -p)))
+    narrow = np.ones(len(rows), bool)
+    inside = wide[(wide >= s) & (wide < end)]
+    narrow[inside - s] = False
+    if (bad & narrow[:, None]).any():
+        return None
+    cut = int(x[inv & narrow[:, None]].max(initial=-1))
+    rest = _node_cut(m, s, p, end, inside.tolist())  # nodes with many operands
+    return None if rest is None else max(cut, rest)
+
+
+def _node_cut(m, s, p, end, rows):
+    """:func:`_invariant_cut` of the nodes at ``rows`` alone, one by one
+    (its definition)."""
+    nodes, pos, cut = m.nodes, m.pos, -1
+    for i in rows:
+        k = (i - s) // p
+        j = i + p if i + p < end else i - p
+        for a, b in zip(nodes[i].args, nodes[j].args, strict=True):
+            q = pos[a.id]
+            if a is b:
+                cut = max(cut, q)
+            elif k == 0 and q < s:
+                if not s <= pos[b.id] < s + p:
+                    return None
+            elif q < s + (k - 1) * p or k > 0 and pos[b.id] - q not in (p, -p):
+                return None
+    return cut
