@@ -26,7 +26,7 @@ UNARY = ["abs", "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cos"
          "exp", "expm1", "floor", "log", "log1p", "log2", "log10", "negative", "positive",
          "reciprocal", "round", "sign", "sin", "sinh", "sqrt", "square", "tan", "tanh",
          "trunc", "real", "conj"]
-BINARY = ["add", "atan2", "copysign", "divide", "floor_divide", "hypot", "logaddexp",
+BINARY = ["add", "atan2", "copysign", "divide", "floor_divide", "hypot", "logaddexp", "nextafter",
           "maximum", "minimum", "multiply", "pow", "remainder", "subtract"]
 PIECEWISE_CONSTANT = {"ceil", "floor", "round", "sign", "trunc", "floor_divide"}
 #: no gradient check: a float32 round trip (finite differences see its rounding)

@@ -245,6 +245,9 @@ elementwise(np.remainder, [1, lambda x, y, ans: -np.floor(x / y)], domain=(0.3, 
 elementwise(np.fmod, [1, lambda x, y, ans: -np.trunc(x / y)], domain=(0.3, 2.0), piecewise=True)
 elementwise(np.floor_divide, [0, 0], domain=(0.3, 2.0))
 elementwise(np.copysign, [lambda x, y, ans: np.sign(x) * np.sign(ans), 0], piecewise=True)
+# nextafter(x, y): x moved one float toward y -- in x, the identity to within one
+# ulp (derivative 1); in y a step (0)
+elementwise(np.nextafter, [1, 0], piecewise=True)
 for _f in (np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal,
            np.logical_and, np.logical_or, np.logical_xor):
     elementwise(_f, [None, None])

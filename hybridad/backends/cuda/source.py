@@ -52,7 +52,7 @@ CUDA_FUNCS = {
     "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "arcsinh": "asinh", "arccosh": "acosh",
     "arctanh": "atanh", "absolute": "fabs", "fabs": "fabs", "floor": "floor", "ceil": "ceil",
     "rint": "rint", "trunc": "trunc", "arctan2": "atan2", "hypot": "hypot", "fmod": "fmod",
-    "copysign": "copysign", "fmax": "fmax", "fmin": "fmin", "isnan": "isnan",
+    "copysign": "copysign", "nextafter": "nextafter", "fmax": "fmax", "fmin": "fmin", "isnan": "isnan",
     "isinf": "isinf", "isfinite": "isfinite", "signbit": "signbit",
     "square": "hd_square", "reciprocal": "hd_reciprocal", "sign": "hd_sign",
     "deg2rad": "hd_deg2rad", "rad2deg": "hd_rad2deg", "heaviside": "hd_heaviside",

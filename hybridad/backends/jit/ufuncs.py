@@ -24,7 +24,7 @@ _LIBM = {"sin": "sin", "cos": "cos", "tan": "tan", "arcsin": "asin", "arccos": "
          "expm1": "expm1", "log": "log", "log1p": "log1p", "log10": "log10", "log2": "log2",
          "exp2": "exp2", "cbrt": "cbrt", "arctan2": "atan2", "hypot": "hypot",
          "fmod": "fmod", "erf": "erf", "erfc": "erfc", "lgamma": "lgamma",
-         "gamma": "tgamma"}
+         "gamma": "tgamma", "nextafter": "nextafter"}
 #: those LLVM has instructions or intrinsics for
 _INTRINSIC = {"sqrt": "llvm.sqrt", "fabs": "llvm.fabs", "floor": "llvm.floor",
               "ceil": "llvm.ceil", "trunc": "llvm.trunc", "rint": "llvm.rint",
