@@ -262,6 +262,33 @@ def test_loops_are_refused_on_the_gpu_backend_by_name():
         check_supported(plan.graph.nodes)
 
 
+def test_arguments_alternating_and_changed_in_place_between_calls():
+    """A loop's runner reuses the last call's table when it is handed the same
+    arrays again (hybridad.backends.loops ``LoopRunner._last``): two xs arrays
+    passed two calls each in turn, the second call after changing it and the
+    initial carry in place -- every call reads what it was given, as the
+    numpy reference."""
+    rng = np.random.default_rng(6)
+    W = rng.standard_normal((4, 4)) / 3
+
+    def f(h, xs):
+        h, _ = ha.scan(lambda h, x: (np.tanh(W @ h + x), None), h, xs)
+        return np.sum(h ** 2)
+
+    h0 = np.linspace(-1, 1, 4)
+    a, b = rng.standard_normal((30, 4)), rng.standard_normal((30, 4))
+    plan = ha.compile(f, h0, a)
+    ref = ha.compile(f, h0, a, backend="numpy")
+    for k in range(12):
+        xs = a if k // 2 % 2 == 0 else b  # a, a, b, b, a, a, ...
+        if k % 2:  # the same arrays as the call before, changed in place
+            xs[k] += 0.25
+            h0[k % 4] -= 0.125
+        got, want = plan.gradient(h0, xs), ref.gradient(h0, xs)
+        np.testing.assert_allclose(got.value, want.value, rtol=1e-13)
+        np.testing.assert_allclose(got.gradient, want.gradient, rtol=1e-12, atol=1e-14)
+
+
 def test_scanned_arguments_that_move_between_calls():
     """xs passed as an argument, a new array at every call (and one changed in
     place): each call scans the array it was given, on both backends."""

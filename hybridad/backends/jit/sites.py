@@ -156,6 +156,23 @@ class Site:
 
     def __call__(self, address):
         words = self.block.from_address(address)[:self.nwords]
+        # (a site called again on the same arrays -- a loop of a plan, each call
+        # -- takes the values it made last time)
+        last = self._last
+        if last is not None and last[0] == words:
+            values = last[1]
+        else:
+            values = self._values(words)
+            self._last = (words, values)
+        if not self.keywords:
+            self.fn(*values)
+            return
+        n = len(values) - len(self.keywords)
+        self.fn(*values[:n], **dict(zip(self.keywords, values[n:], strict=True)))
+
+    _last = None  # (the argument words, their values) of the last call
+
+    def _values(self, words):
         values, at = [], 0
         for kind, dtype, ndim in self.kinds:
             if kind == "s":
@@ -170,8 +187,7 @@ class Site:
                     self.views.clear()  # (one step, safe beside another thread's call)
                 view = self.views[key] = _view(dtype, key[1], key[2:2 + ndim], key[2 + ndim:])
             values.append(view)
-        n = len(values) - len(self.keywords)
-        self.fn(*values[:n], **dict(zip(self.keywords, values[n:], strict=True)))
+        return values
 
 
 def _number(word, dtype):

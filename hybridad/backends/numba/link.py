@@ -5,6 +5,7 @@ safe way, :mod:`.locks`), with what every call passes the same way bound."""
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -120,17 +121,20 @@ def bind(jitted, fixed, consts, n_in, n_out):
 
 
 def loop_driver(key, n):
-    """One compiled loop calling runner ``key``'s body natively on the rows of
-    an ``int64[T, n]`` table of argument lists (no dispatch per iteration):
-    hybridad's own driver when its compiler made the body
-    (:func:`hybridad.backends.jit.loop_driver`), else numba's."""
+    """``runs(table)``: a call of no arguments running one compiled loop that
+    calls runner ``key``'s body natively on the rows of the ``int64[T, n]``
+    ``table`` of argument lists (no dispatch per iteration; the caller keeps
+    ``table`` alive): hybridad's own driver when its compiler made the body
+    (:func:`hybridad.backends.jit.loop_driver`; the table's address read
+    once, not at every call: ``.ctypes`` costs ~2 us), else numba's."""
     from .. import jit
     from ..loops import runner_for
 
     address = jit.native(runner_for(key)._parts_of_body[0])
     if address is not None:
         drive = jit.loop_driver(n)
-        return lambda table: drive(table.ctypes.data, table.shape[0], address)
+        return lambda table: functools.partial(drive, table.ctypes.data, table.shape[0],
+                                               address)
     import numba
 
     args = ", ".join(f"a[t, {j}]" for j in range(n))
@@ -141,4 +145,5 @@ def loop_driver(key, n):
               "def drive(a):\n"
               "    for t in range(a.shape[0]):\n"
               f"        _body({args})\n")
-    return _cache().compiled(source, "drive", (numba.typeof(np.zeros((1, 1), np.int64)),))
+    drive = _cache().compiled(source, "drive", (numba.typeof(np.zeros((1, 1), np.int64)),))
+    return lambda table: functools.partial(drive, table)
