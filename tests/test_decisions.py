@@ -265,8 +265,11 @@ def test_a_python_float_of_a_traced_float_is_refused():
 
 
 def test_a_trace_without_values_still_refuses():
+    """An optimizer step's plan (``update=``) traces from shapes alone: a
+    decision on a value is refused there, with the way out.  (Hessian and
+    Jacobian plans decide as gradient plans do: test_decisions_second_order.)"""
     with pytest.raises(ha.TracingError, match="np.where"):
-        ha.hessian(near_point, np.array([0.31, 1.0, 2.0]))
+        ha.compile(near_point, np.array([0.31, 1.0, 2.0]), update=ha.optim.SGD(lr=0.1))
 
 
 def test_a_decision_on_a_constant_is_no_guard():

@@ -62,6 +62,7 @@ class HessianPlan(StagedPlan):
         super().__init__(f, args, argnums, backend, parallel=parallel, poison=poison,
                          pack=pack)
         self.order = 2
+        self._options_of(chunk=chunk, colors=colors)
 
     def _remake(self, f, args, backend):
         return HessianPlan._from_recording(self._recording, f, args, self.argnums, backend,
@@ -70,11 +71,13 @@ class HessianPlan(StagedPlan):
 
     def _build(self, f, args, leaves):
         trace = Trace()
+        self._concrete(trace, leaves)
         with trace:
             _, targs, diff_tracers = self._trace_args(trace, leaves)
             shape, dtype = self._one_array("a Hessian")
             n = int(np.prod(shape, dtype=np.int64))
             out = self._trace_f(f, targs, trace)
+            self._decided(trace)
             self._value_dtype = out.dtype
             (x,) = diff_tracers
             # a Hessian whose structural sparsity gives few colors: H S in one chunk
@@ -146,7 +149,9 @@ class HessianPlan(StagedPlan):
     def gradient(self, *args: Any, out: GradientResult | None = None) -> GradientResult:
         """Value and gradient (the primal program), as :meth:`Plan.gradient`."""
         if self._guarded:
-            self._check_stale(args)
+            plan = self._routed(args)
+            if plan is not self:
+                return type(plan).gradient(plan, *args, out=out)
         leaves = self._leaves(args)
         if out is None:
             out = HvpResult(self._xp.zeros(self._shape, self._dtype), dtype=self._value_dtype)
@@ -175,7 +180,11 @@ class HessianPlan(StagedPlan):
             ``out``.
         """
         if self._guarded:
-            self._check_stale(args)
+            plan = self._routed(args)
+            self._point_plan = plan  # (hvp(v=) runs where the point is)
+            if plan is not self:
+                self._at_point = False  # (this arena's point is not the last one)
+                return type(plan).linearize(plan, *args, out=out)
         leaves = self._leaves(args)
         if out is not None:
             v, g = self._check(out, "GradientResult", ("value", "gradient"),
@@ -279,7 +288,14 @@ class HessianPlan(StagedPlan):
             ``out``, or a new :class:`HvpResult` (for one direction).
         """
         if self._guarded:
-            self._check_stale(args if args else getattr(self, "_point_args", ()))
+            if args:
+                plan = self._routed(args)
+            else:  # at the linearized point: the plan that holds it
+                plan = self._point_plan
+                if plan is self:
+                    self._check_stale(getattr(self, "_point_args", ()))
+            if plan is not self:
+                return type(plan).hvp(plan, *args, v=v, out=out)
         if args and self.backend == "numba" and np.shape(v) == self._shape:
             fused = self._fused_plan(args)
             if fused is not None:  # value, gradient and H v in one fused program
@@ -319,6 +335,16 @@ class HessianPlan(StagedPlan):
             self._chunks(leaves, val, g, v.reshape(len(v), -1), hv.reshape(len(hv), -1))
         self._deliver(bufs, (val, g, hv))
         return out
+
+    #: the plan whose arena holds the point of the last :meth:`linearize` (this
+    #: one, or the specialization for its decisions on values)
+    @property
+    def _point_plan(self):
+        return vars(self).get("_point_plan_", self)
+
+    @_point_plan.setter
+    def _point_plan(self, plan):
+        self._point_plan_ = plan
 
     #: the ``hvp=True`` plan that serves ``hvp(*args, v=one direction)`` on the
     #: numba backend (built from this plan's recording at the first such
@@ -438,7 +464,9 @@ class HessianPlan(StagedPlan):
             ``out`` (or a new result).
         """
         if self._guarded:
-            self._check_stale(args)
+            plan = self._routed(args)
+            if plan is not self:
+                return type(plan).hessian(plan, *args, out=out)
         leaves = self._leaves(args)
         if out is None:
             out = self.new_result()

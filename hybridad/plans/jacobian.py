@@ -44,6 +44,7 @@ class JacobianPlan(StagedPlan):
         self._chunk_request = chunk
         super().__init__(f, args, argnums, backend, parallel=parallel, poison=poison,
                          pack=pack)
+        self._options_of(mode=mode, chunk=chunk)
 
     def _remake(self, f, args, backend):
         return JacobianPlan._from_recording(self._recording, f, args, self.argnums, backend,
@@ -65,10 +66,12 @@ class JacobianPlan(StagedPlan):
 
     def _build(self, f, args, leaves):
         trace = Trace()
+        self._concrete(trace, leaves)
         with trace:
             _, targs, diff_tracers = self._trace_args(trace, leaves)
             shape, dtype = self._one_array("a Jacobian")
             y = self._trace_f(f, targs, trace)
+            self._decided(trace)
             if y.node.op in ("input", "const") or y.node.id == diff_tracers[0].node.id:
                 y = y + y.dtype.type(0) if y.node.op == "const" else np.copy(y)
             (x,) = diff_tracers
@@ -145,7 +148,9 @@ class JacobianPlan(StagedPlan):
             ``out`` (or a new result).
         """
         if self._guarded:
-            self._check_stale(args)
+            plan = self._routed(args)
+            if plan is not self:
+                return type(plan).jacobian(plan, *args, out=out)
         leaves = self._leaves(args)
         if out is None:
             out = self.new_result()

@@ -47,6 +47,7 @@ import numpy as np
 
 from .. import _tree
 from ..backends.numba.threshold import serial_loops, work_estimate
+from ..core.decisions import DecisionCheck
 from ..errors import CompileBudgetError
 from ..ir.graph import Graph, check
 from ..ops import REGISTRY, may_raise
@@ -86,7 +87,10 @@ def falls_back(method):
             except CompileBudgetError as exc:
                 twin = self._make_twin(args, exc)
         elif self._guarded:  # the twin runs this plan's graph: this plan's guards decide
-            self._check_stale(args if args else getattr(twin, "_point_args", ()))
+            plan = self._check_stale(args if args else getattr(twin, "_point_args", ()),
+                                     specialize=True)
+            if plan is not self:  # (a call that decides otherwise: its specialization)
+                return getattr(plan, name)(*args, **kwargs)
         return getattr(twin, name)(*args, **kwargs)
 
     return call
@@ -159,6 +163,37 @@ WHOLE = "+primal"
 class StagedPlan(Plan):
     """A plan of one primal program and tangent programs over one arena."""
 
+    _plain = False  # (its calls flatten their arguments: Plan's plain-array paths are not its)
+
+    def _concrete(self, trace, leaves):
+        """Python decisions on traced values (``if x[0] > 0``) take this call's
+        values, guarded (:mod:`hybridad.core.decisions`), when every leaf is a
+        numpy array: call before tracing ``f`` into ``trace``."""
+        if all(type(a) is np.ndarray for a in leaves):
+            trace.concrete = leaves
+
+    def _decided(self, trace):
+        """After tracing: the check of the decisions ``f`` took, run before every
+        call; a call that decides otherwise runs a specialization of its own
+        (:meth:`_routed`)."""
+        if trace.decisions:
+            self._decision_check = DecisionCheck(trace.decisions)
+            self._guarded = True
+
+    def _routed(self, args):
+        """The plan that serves ``args``: this one, or -- when ``f`` took Python
+        decisions on values and ``args`` decide otherwise -- the specialization
+        traced for their outcomes (made at the first such call); what ``f``
+        reads besides its arguments checked first."""
+        return self._check_stale(args, specialize=True)
+
+    def _options_of(self, **options):
+        """The constructor's options, for a specialization (Plan's are not a
+        staged plan's)."""
+        self._options = dict(argnums=self.argnums, backend=self.backend,
+                             parallel=self.parallel, poison=self._poison, pack=self._pack,
+                             **options)
+
     def _stage(self, graph, primal_outputs, stages):
         """Order, plan memory for and describe the programs.
 
@@ -218,9 +253,13 @@ class StagedPlan(Plan):
 
     def _make_twin(self, args, exc):
         f = self._f()
-        if f is None or not args or self._recording is None:
+        if f is None or not args or (self._recording is None and self._decision_check is None):
             raise exc  # (hvp(v=...) at a linearized point: no arguments)
-        self._twin = self._remake(f, args, "numpy")
+        if self._decision_check is not None:  # (traced again: a recording holds no decisions;
+            # args decide as this plan did -- they were routed here)
+            self._twin = type(self)(f, args, **dict(self._options, backend="numpy"))
+        else:
+            self._twin = self._remake(f, args, "numpy")
         self._recording = None
         self._tier_error = exc
         warnings.warn(f"hybridad: {exc}; the plan runs its numpy reference program from now "
@@ -365,7 +404,9 @@ class StagedPlan(Plan):
     def value(self, *args: Any) -> Any:
         """The function value at ``args`` (a float; for a Jacobian plan an array)."""
         if self._guarded:
-            self._check_stale(args)
+            plan = self._routed(args)
+            if plan is not self:
+                return type(plan).value(plan, *args)
         leaves = self._leaves(args)
         self._at_point = False  # (a Hessian plan's arena no longer holds the linearized point)
         buf = self._xp.zeros(*self._primal_specs[0])
