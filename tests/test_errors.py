@@ -108,20 +108,27 @@ def test_value_dependent_control_flow_names_line_and_fix():
             return np.sum(x)
         return np.sum(-x)
 
-    # a gradient plan takes the call's value, guarded (hybridad.core.decisions);
-    # a Hessian plan (no decisions there yet) refuses, naming the line and the fix
+    # gradient and Hessian plans take the call's value, guarded
+    # (hybridad.core.decisions); a plan traced from shapes alone (an optimizer
+    # step's) refuses, naming the line and the fix
     assert np.array_equal(ha.gradient(g, np.ones(3)).gradient, np.ones(3))
+    assert np.array_equal(ha.hessian(g, np.ones(3)).hessian, np.zeros((3, 3)))
     with pytest.raises(ha.TracingError) as err:
-        ha.hessian(g, np.ones(3))
+        _shapes_only(g, np.ones(3))
     msg = str(err.value)
     assert "if x[0] > 0:" in msg and "test_errors.py" in msg and "np.where" in msg
 
     with pytest.raises(ha.TracingError, match="float\\(\\)"):
-        ha.hessian(lambda x: float(np.sum(x)) * x[0] ** 2, np.ones(3))
+        _shapes_only(lambda x: float(np.sum(x)) * x[0] ** 2, np.ones(3))
     with pytest.raises(ha.TracingError, match="bool"):
-        ha.hessian(lambda x: np.sum(x ** 3) if np.all(x > 0) and True else 0.0, np.ones(3))
+        _shapes_only(lambda x: np.sum(x ** 3) if np.all(x > 0) and True else 0.0, np.ones(3))
     with pytest.raises(ha.TracingError, match="np.maximum"):
-        ha.hessian(lambda x: max(x[0], x[1]) ** 3, np.ones(3))
+        _shapes_only(lambda x: max(x[0], x[1]) ** 3, np.ones(3))
+
+
+def _shapes_only(f, x):
+    """A plan traced from shapes alone (an optimizer step's: no call's values)."""
+    return ha.compile(f, x, update=ha.optim.SGD(lr=0.1))
 
 
 def test_array_of_traced_values_points_to_stack():
@@ -142,16 +149,19 @@ def test_unsupported_function_is_named():
 
 
 def test_value_dependent_indices():
-    # gradient plans take the call's mask and indices, guarded; Hessian plans refuse
+    # gradient and Hessian plans take the call's mask and indices, guarded; a
+    # plan traced from shapes alone refuses
     x = np.array([0.5, -1.0, 2.0])
     assert np.array_equal(ha.gradient(lambda x: np.sum(x[x > 0] ** 2), x).gradient,
                           [1.0, 0.0, 4.0])
+    np.testing.assert_allclose(ha.hessian(lambda x: np.sum(x[x > 0] ** 3), x).hessian,
+                               np.diag([3.0, 0.0, 12.0]))
     with pytest.raises(ha.TracingError, match="np.where"):
-        ha.hessian(lambda x: np.sum(x[x > 0] ** 3), np.ones(3))
+        _shapes_only(lambda x: np.sum(x[x > 0] ** 3), np.ones(3))
     with pytest.raises(ha.TracingError, match="constant arrays"):
-        ha.hessian(lambda x: np.sum(x[np.floor(x).astype(int)] ** 3), np.ones(3))
+        _shapes_only(lambda x: np.sum(x[np.floor(x).astype(int)] ** 3), np.ones(3))
     with pytest.raises(ha.TracingError, match="known at trace time"):
-        ha.hessian(lambda x: np.sum(np.take(x, np.floor(x).astype(int)) ** 3), np.ones(3))
+        _shapes_only(lambda x: np.sum(np.take(x, np.floor(x).astype(int)) ** 3), np.ones(3))
     with pytest.raises(IndexError, match="out of bounds"):
         ha.gradient(lambda x: np.sum(x[[0, 3]]), np.ones(3))
 
