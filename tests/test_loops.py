@@ -262,6 +262,14 @@ def test_loops_are_refused_on_the_gpu_backend_by_name():
         check_supported(plan.graph.nodes)
 
 
+def _scan_loss(W):
+    """``sum(h_T**2)`` of ``h = tanh(W h + x)`` scanned over the rows of ``xs``."""
+    def f(h, xs):
+        h, _ = ha.scan(lambda h, x: (np.tanh(W @ h + x), None), h, xs)
+        return np.sum(h ** 2)
+    return f
+
+
 def test_arguments_alternating_and_changed_in_place_between_calls():
     """A loop's runner reuses the last call's table when it is handed the same
     arrays again (hybridad.backends.loops ``LoopRunner._last``): two xs arrays
@@ -269,12 +277,7 @@ def test_arguments_alternating_and_changed_in_place_between_calls():
     initial carry in place -- every call reads what it was given, as the
     numpy reference."""
     rng = np.random.default_rng(6)
-    W = rng.standard_normal((4, 4)) / 3
-
-    def f(h, xs):
-        h, _ = ha.scan(lambda h, x: (np.tanh(W @ h + x), None), h, xs)
-        return np.sum(h ** 2)
-
+    f = _scan_loss(rng.standard_normal((4, 4)) / 3)
     h0 = np.linspace(-1, 1, 4)
     a, b = rng.standard_normal((30, 4)), rng.standard_normal((30, 4))
     plan = ha.compile(f, h0, a)
@@ -293,12 +296,7 @@ def test_scanned_arguments_that_move_between_calls():
     """xs passed as an argument, a new array at every call (and one changed in
     place): each call scans the array it was given, on both backends."""
     rng = np.random.default_rng(5)
-    W = rng.standard_normal((4, 4)) / 3
-
-    def f(h, xs):
-        h, _ = ha.scan(lambda h, x: (np.tanh(W @ h + x), None), h, xs)
-        return np.sum(h ** 2)
-
+    f = _scan_loss(rng.standard_normal((4, 4)) / 3)
     h0 = np.linspace(-1, 1, 4)
     for backend in ("numpy", "numba"):
         xs = rng.standard_normal((30, 4))
