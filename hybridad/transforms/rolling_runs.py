@@ -44,15 +44,6 @@ def _attrs_key_of(node, keys):
     return k
 
 
-_INPLACE = []  # the names of in-place ops (made at the first search)
-
-
-def _inplace_ops():
-    if not _INPLACE:
-        _INPLACE.append(frozenset(name for name, op in REGISTRY.items() if op.kind == "inplace"))
-    return _INPLACE[0]
-
-
 class _Matcher:
     """Whether node ``i`` and node ``i + p`` are copies of one another."""
 
@@ -77,7 +68,7 @@ class _Matcher:
           a node is a constant; its attributes' key as an int; the nodes with
           more than :data:`WIDE` operands."""
         nodes, pos, width = self.nodes, self.pos, self.WIDE
-        inplace = _inplace_ops()
+        inplace = {name for name, op in REGISTRY.items() if op.kind == "inplace"}
         pad = [-1] * width
         sigs, sig, rows, const, keys, wide = {}, [], [], [], [], []
         table, by_attrs = {}, {}  # (by_attrs: the key's int of each attrs dict)
