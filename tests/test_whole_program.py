@@ -89,3 +89,41 @@ def test_one_chunk_jacobian_runs_one_program(mode):
         plan.jacobian(X, W, out=again)
     assert counts.allocations == 0, counts
     np.testing.assert_array_equal(again.jacobian, res.jacobian)
+
+
+def test_hessian_fast_path_matches_the_general_path_and_refuses_what_it_cannot_take(
+        monkeypatch):
+    """A dense Hessian of one chunk on plain arrays goes straight to the whole
+    program (``HessianPlan._hessian_fast``): the general path's bits, nothing
+    allocated; a buffer the program cannot take (read-only, another dtype,
+    overlapping the argument) goes to the general path, which names it and
+    writes nothing."""
+    plan = ha.compile(rk4, X, W, hessian=True)
+    general = plan.hessian(X, W)  # (out=None: the general path; compiles)
+    res = ha.HessianResult(X)
+    with monkeypatch.context() as m:
+        def refused(*a, **k):
+            raise AssertionError("the general path ran")
+        m.setattr(plan, "_check", refused)
+        plan.hessian(X, W, out=res)
+    np.testing.assert_array_equal(res.hessian, general.hessian)
+    np.testing.assert_array_equal(res.gradient, general.gradient)
+    assert float(res.value) == float(general.value)
+    with count_allocations() as counts:
+        plan.hessian(X, W, out=res)
+    assert counts.allocations == 0, counts
+    bad = ha.HessianResult(X)
+    bad.hessian.flags.writeable = False
+    before = bad.gradient.copy()
+    with pytest.raises(ValueError, match="hessian"):
+        plan.hessian(X, W, out=bad)
+    np.testing.assert_array_equal(bad.gradient, before)
+    odd = ha.DiffResult(np.zeros(()), np.zeros(6), np.zeros((6, 6), np.float32))
+    with pytest.raises((TypeError, ValueError), match="hessian"):
+        plan.hessian(X, W, out=odd)
+    # a result over the argument itself: refused by name, nothing written
+    x = X.copy()
+    over = ha.DiffResult(np.zeros(()), x, np.zeros((6, 6)))
+    with pytest.raises(ValueError, match="gradient"):
+        plan.hessian(x, W, out=over)
+    np.testing.assert_array_equal(x, X)
