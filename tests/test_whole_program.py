@@ -91,39 +91,50 @@ def test_one_chunk_jacobian_runs_one_program(mode):
     np.testing.assert_array_equal(again.jacobian, res.jacobian)
 
 
-def test_hessian_fast_path_matches_the_general_path_and_refuses_what_it_cannot_take(
-        monkeypatch):
-    """A dense Hessian of one chunk on plain arrays goes straight to the whole
-    program (``HessianPlan._hessian_fast``): the general path's bits, nothing
-    allocated; a buffer the program cannot take (read-only, another dtype,
-    overlapping the argument) goes to the general path, which names it and
-    writes nothing."""
-    plan = ha.compile(rk4, X, W, hessian=True)
-    general = plan.hessian(X, W)  # (out=None: the general path; compiles)
-    res = ha.HessianResult(X)
+FAST_CASES = {  # the plan, its method, its result, its derivatives' names, a result over x
+    "hessian": (lambda: ha.compile(rk4, X, W, hessian=True), "hessian",
+                lambda: ha.HessianResult(X), ("gradient", "hessian"),
+                lambda x: ha.DiffResult(np.zeros(()), x, np.zeros((6, 6)))),
+    "reverse jacobian": (lambda: ha.compile(field, X, W, jacobian=True, mode="reverse"),
+                         "jacobian", lambda: ha.JacobianResult(field(X, W), X), ("jacobian",),
+                         lambda x: ha.DiffResult(x, np.zeros((6, 6)))),
+}
+
+
+@pytest.mark.parametrize("case", FAST_CASES)
+def test_one_chunk_fast_path_matches_the_general_path_and_refuses_what_it_cannot_take(
+        case, monkeypatch):
+    """A dense Hessian or a reverse Jacobian of one chunk on plain arrays goes
+    straight to the whole program (``StagedPlan._one_chunk_fast``): the general
+    path's bits, nothing allocated; a buffer the program cannot take
+    (read-only, another dtype, overlapping the argument) goes to the general
+    path, which names it and writes nothing."""
+    make, method, result, names, over_x = FAST_CASES[case]
+    plan = make()
+    call = getattr(plan, method)
+    general = call(X, W)  # (out=None: the general path; compiles)
+    res = result()
     with monkeypatch.context() as m:
         def refused(*a, **k):
             raise AssertionError("the general path ran")
         m.setattr(plan, "_check", refused)
-        plan.hessian(X, W, out=res)
-    np.testing.assert_array_equal(res.hessian, general.hessian)
-    np.testing.assert_array_equal(res.gradient, general.gradient)
-    assert float(res.value) == float(general.value)
+        call(X, W, out=res)
+    for name in ("value", *names):
+        np.testing.assert_array_equal(getattr(res, name), getattr(general, name))
     with count_allocations() as counts:
-        plan.hessian(X, W, out=res)
+        call(X, W, out=res)
     assert counts.allocations == 0, counts
-    bad = ha.HessianResult(X)
-    bad.hessian.flags.writeable = False
-    before = bad.gradient.copy()
-    with pytest.raises(ValueError, match="hessian"):
-        plan.hessian(X, W, out=bad)
-    np.testing.assert_array_equal(bad.gradient, before)
-    odd = ha.DiffResult(np.zeros(()), np.zeros(6), np.zeros((6, 6), np.float32))
-    with pytest.raises((TypeError, ValueError), match="hessian"):
-        plan.hessian(X, W, out=odd)
-    # a result over the argument itself: refused by name, nothing written
-    x = X.copy()
-    over = ha.DiffResult(np.zeros(()), x, np.zeros((6, 6)))
-    with pytest.raises(ValueError, match="gradient"):
-        plan.hessian(x, W, out=over)
+    bad = result()
+    getattr(bad, names[-1]).flags.writeable = False
+    before = bad.value.copy()
+    with pytest.raises(ValueError, match=names[-1]):
+        call(X, W, out=bad)
+    np.testing.assert_array_equal(bad.value, before)
+    odd = result()
+    odd = ha.DiffResult(odd.value, *[getattr(odd, n).astype(np.float32) for n in names])
+    with pytest.raises((TypeError, ValueError), match="|".join(names)):
+        call(X, W, out=odd)
+    x = X.copy()  # a result over the argument itself: refused, nothing written
+    with pytest.raises(ValueError):
+        call(x, W, out=over_x(x))
     np.testing.assert_array_equal(x, X)

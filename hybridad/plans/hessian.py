@@ -21,7 +21,7 @@ from ..transforms.autodiff import backward, jvp
 from ..transforms.batching import vmap
 from ..transforms import pipeline
 from .plan import Plan, serialized
-from .staged import WHOLE, StagedPlan, default_chunk, falls_back
+from .staged import StagedPlan, default_chunk, falls_back
 
 __all__ = ["COLORS_MIN_N", "HessianPlan"]
 
@@ -132,8 +132,9 @@ class HessianPlan(StagedPlan):
         if self.backend == "numba":  # one direction's plain calls (see _hvp_fast)
             self.hvp = self._hvp_fast()
             if comp is None and n <= k and len(shape) == 1 and \
-                    all(td == _tree.LEAF for td in self._treedefs):
-                self.hessian = self._hessian_fast()
+                    all(td == _tree.LEAF for td in self._treedefs):  # (the unit seeds: I)
+                self.hessian = self._one_chunk_fast(
+                    type(self).hessian, HessianResult, 2, lambda: np.eye(n, dtype=self._dtype))
 
     # ------------------------------------------------------------ results
     def new_result(self) -> HessianResult:
@@ -338,66 +339,6 @@ class HessianPlan(StagedPlan):
             self._chunks(leaves, val, g, v.reshape(len(v), -1), hv.reshape(len(hv), -1))
         self._deliver(bufs, (val, g, hv))
         return out
-
-    def _hessian_fast(self):
-        """This plan's ``hessian`` with a fast path in front, for a dense
-        Hessian of one chunk (``n <= chunk``, x one-dimensional) on the numba
-        backend: plain array arguments and a :class:`HessianResult` of exact
-        arrays go to the compiled whole program (primal and chunk,
-        :meth:`StagedPlan._run_whole`) on the ``id``s of the arguments, an
-        identity seed the plan holds and ``out``'s buffers, under the plan's
-        lock, with none of the general path's Python (the program checks
-        every array -- exact ndarray, shape, dtype, layout, writeable results,
-        no overlaps -- before it writes).  Anything else, a plan that decides
-        on values, and any call a check turns down take the general method;
-        the entry is taken after the general path compiled the program, and
-        held with the programs it was made for."""
-        general, lock, plan = type(self).hessian, self._lock, self
-        name = "chunk" + WHOLE
-        state = [None]  # (programs, the program's call, leading and trailing arguments, seed)
-
-        def _entry():
-            programs = plan._programs
-            prog = programs.get(name)
-            if prog is None or not prog.objects or plan._can_fail(name):
-                return
-            if prog.heavy:  # (its lock and thread count: the whole call)
-                fn, lead, consts = prog.invoke, (), ()
-            else:
-                fn, lead, consts = prog.parts[0], tuple(prog.parts[1]), tuple(prog.parts[2])
-            eye = np.eye(plan._n, dtype=plan._dtype)  # (the unit seeds, kept)
-            state[0] = (programs, fn, lead, consts, eye)
-
-        @functools.wraps(general)
-        def hessian(*args, out=None):
-            st = state[0]
-            if st is not None and out.__class__ is HessianResult and \
-                    plan._decision_check is None and plan._twin is None:
-                programs, fn, lead, consts, eye = st
-                if plan._programs is programs:
-                    if plan._guarded:  # what f reads besides its arguments
-                        r = plan._root
-                        if r is None:
-                            r = plan._rootref()
-                        if r is not None and plan._gcheck(r, args) is not None:
-                            plan._check_stale(args)
-                    ids = [id(a) for a in args if type(a) is np.ndarray]
-                    d = out._derivs
-                    if len(ids) == len(args) and len(d) == 2:
-                        with lock:
-                            try:
-                                fn(*lead, *ids, id(eye), *consts, id(out._value), id(d[0]),
-                                   id(d[1]))
-                                plan._at_point = False
-                                return out
-                            except (TypeError, ValueError):
-                                pass
-            result = general(plan, *args, out=out)
-            if state[0] is None:
-                _entry()
-            return result
-
-        return hessian
 
     #: the plan whose arena holds the point of the last :meth:`linearize` (this
     #: one, or the specialization for its decisions on values)

@@ -326,6 +326,64 @@ class StagedPlan(Plan):
             return
         self._run_program(name + WHOLE, leaves, outs)
 
+    def _one_chunk_fast(self, general, result_cls, n_derivs, make_seed):
+        """``general`` (a method running the chunk program once: a dense
+        Hessian, a reverse Jacobian of one chunk) with a fast path in front on
+        the numba backend: plain array arguments and a ``result_cls`` of exact
+        arrays go to the compiled whole program (:meth:`_run_whole`) on the
+        ``id``s of the arguments, the unit seeds (``make_seed()``, made once and
+        kept) and ``out``'s value and ``n_derivs`` derivative buffers, under the
+        plan's lock, with none of the general path's Python -- the program
+        checks every array (exact ndarray, shape, dtype, layout, writeable
+        results, no overlaps) before it writes.  Anything else, a plan that
+        decides on values, and any call a check turns down take ``general``;
+        the entry is taken after the general path compiled the program, and
+        held with the programs it was made for."""
+        lock, plan, name = self._lock, self, "chunk" + WHOLE
+        state = [None]  # (programs, the program's call, leading and trailing arguments, seed)
+
+        def _entry():
+            programs = plan._programs
+            prog = programs.get(name)
+            if prog is None or not prog.objects or plan._can_fail(name):
+                return
+            if prog.heavy:  # (its lock and thread count: the whole call)
+                fn, lead, consts = prog.invoke, (), ()
+            else:
+                fn, lead, consts = prog.parts[0], tuple(prog.parts[1]), tuple(prog.parts[2])
+            state[0] = (programs, fn, lead, consts, make_seed())
+
+        @functools.wraps(general)
+        def call(*args, out=None):
+            st = state[0]
+            if st is not None and out.__class__ is result_cls and \
+                    plan._decision_check is None and plan._twin is None:
+                programs, fn, lead, consts, seed = st
+                if plan._programs is programs:
+                    if plan._guarded:  # what f reads besides its arguments
+                        r = plan._root
+                        if r is None:
+                            r = plan._rootref()
+                        if r is not None and plan._gcheck(r, args) is not None:
+                            plan._check_stale(args)
+                    ids = [id(a) for a in args if type(a) is np.ndarray]
+                    d = out._derivs
+                    if len(ids) == len(args) and len(d) == n_derivs:
+                        with lock:
+                            try:
+                                fn(*lead, *ids, id(seed), *consts, id(out._value),
+                                   *[id(b) for b in d])
+                                plan._at_point = False
+                                return out
+                            except (TypeError, ValueError):
+                                pass
+            result = general(plan, *args, out=out)
+            if state[0] is None:
+                _entry()
+            return result
+
+        return call
+
     @property
     def _primal_raises(self):
         """Whether the primal program can fail at run time (after writing)."""
