@@ -21,7 +21,7 @@ from ..transforms.autodiff import backward, jvp
 from ..transforms.batching import vmap
 from ..transforms import pipeline
 from .plan import Plan, serialized
-from .staged import StagedPlan, default_chunk, falls_back
+from .staged import StagedPlan, direct_call, default_chunk, falls_back
 
 __all__ = ["COLORS_MIN_N", "HessianPlan"]
 
@@ -226,18 +226,8 @@ class HessianPlan(StagedPlan):
             tangent = programs.get("tangent")
             if tangent is None or not tangent.objects or plan._raises["tangent"]:
                 return
-            if tangent.heavy:  # (its lock and thread count: the whole call)
-                call = (tangent.invoke, (), ())
-            else:  # the dispatcher itself, as the gradient's fast path calls it
-                call = (tangent.parts[0], tuple(tangent.parts[1]), tuple(tangent.parts[2]))
-            entry[:] = [call, tuple(id(a) for a in plan._point), programs, plan._point]
-
-        def _guards(at):  # what f reads besides its arguments (as gradient's fast path)
-            r = plan._root
-            if r is None:
-                r = plan._rootref()
-            if r is not None and plan._gcheck(r, at) is not None:
-                plan._check_stale(at)
+            entry[:] = [direct_call(tangent), tuple(id(a) for a in plan._point), programs,
+                        plan._point]
 
         @functools.wraps(general)
         def hvp(*args, v, out=None):
@@ -245,13 +235,13 @@ class HessianPlan(StagedPlan):
                 if args:
                     if plan._fused and v.shape == plan._shape:  # (a stack: the chunks')
                         if plan._guarded:  # (this plan's guards serve its fused plan)
-                            _guards(args)
+                            plan._check_reads(args)
                         fused = plan._fused
                         if fused:
                             return fused.hvp(*args, v=v, out=out)
                 elif entry and (out.__class__ is HvpResult or out.__class__ is DiffResult):
                     if plan._guarded:
-                        _guards(plan._point_args)
+                        plan._check_reads(plan._point_args)
                     (fn, lead, consts), ids, programs, point = entry
                     d = out._derivs
                     if len(d) == 2 and plan._programs is programs and plan._point is point:

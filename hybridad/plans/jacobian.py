@@ -172,11 +172,11 @@ class JacobianPlan(StagedPlan):
         whole = total <= k and not self._primal_raises
         if not whole:
             self._run_program("primal", leaves, [val])
+        run = self._run_whole if whole else self._run_program
         for start in range(0, total, k):
             stop = min(start + k, total)
             mm = stop - start
             ones = self._unit_seeds(start, mm, 1)
-            run = self._run_whole if whole else self._run_program
             if self.mode == "reverse" and mm == k and jac.flags.c_contiguous:
                 rows = jac[start:stop].reshape((k, *self._shape))
                 run("chunk", [*leaves, self._seed], [val, rows])

@@ -56,7 +56,7 @@ from .plan import Plan, serialized
 from .validate import check_results
 
 __all__ = ["CHUNK_BYTES", "DEFAULT_CHUNK", "MATMUL_BATCH_BYTES", "ONE_CHUNK", "ONE_CHUNK_BYTES",
-           "StagedPlan", "default_chunk", "falls_back"]
+           "StagedPlan", "default_chunk", "direct_call", "falls_back"]
 
 #: up to this many seeds, all of them run as one chunk (see :func:`default_chunk`)
 ONE_CHUNK = 128
@@ -158,6 +158,16 @@ def _dependents(nodes, seeds):
 #: the suffix of a stage's name that asks for its *whole* program: the primal
 #: and the stage's nodes compiled as one (see :meth:`StagedPlan._run_whole`)
 WHOLE = "+primal"
+
+
+def direct_call(prog):
+    """``(fn, lead, consts)``: a compiled program called as
+    ``fn(*lead, *ids of inputs, *consts, *ids of outputs)`` -- a heavy one
+    by its ``invoke`` (its lock and thread count: the whole call), a light
+    one by its dispatcher itself, as the gradient's fast path calls it."""
+    if prog.heavy:
+        return prog.invoke, (), ()
+    return prog.parts[0], tuple(prog.parts[1]), tuple(prog.parts[2])
 
 
 class StagedPlan(Plan):
@@ -347,11 +357,7 @@ class StagedPlan(Plan):
             prog = programs.get(name)
             if prog is None or not prog.objects or plan._can_fail(name):
                 return
-            if prog.heavy:  # (its lock and thread count: the whole call)
-                fn, lead, consts = prog.invoke, (), ()
-            else:
-                fn, lead, consts = prog.parts[0], tuple(prog.parts[1]), tuple(prog.parts[2])
-            state[0] = (programs, fn, lead, consts, make_seed())
+            state[0] = (programs, *direct_call(prog), make_seed())
 
         @functools.wraps(general)
         def call(*args, out=None):
@@ -360,12 +366,8 @@ class StagedPlan(Plan):
                     plan._decision_check is None and plan._twin is None:
                 programs, fn, lead, consts, seed = st
                 if plan._programs is programs:
-                    if plan._guarded:  # what f reads besides its arguments
-                        r = plan._root
-                        if r is None:
-                            r = plan._rootref()
-                        if r is not None and plan._gcheck(r, args) is not None:
-                            plan._check_stale(args)
+                    if plan._guarded:
+                        plan._check_reads(args)
                     ids = [id(a) for a in args if type(a) is np.ndarray]
                     d = out._derivs
                     if len(ids) == len(args) and len(d) == n_derivs:
@@ -383,6 +385,15 @@ class StagedPlan(Plan):
             return result
 
         return call
+
+    def _check_reads(self, args):
+        """What ``f`` reads besides its arguments, checked as the gradient's fast
+        path checks it (a change retraces: :meth:`_check_stale`)."""
+        r = self._root
+        if r is None:
+            r = self._rootref()
+        if r is not None and self._gcheck(r, args) is not None:
+            self._check_stale(args)
 
     @property
     def _primal_raises(self):
