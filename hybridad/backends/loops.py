@@ -254,34 +254,32 @@ class LoopRunner:
     def __call__(self, out, *operands):
         nc = self.body.n_carry
         with self._lock:
-            last = self._last
+            last, hit = self._last, None
             if last is not None and last[0] is out and len(operands) == len(last[1]):
-                for a, b in zip(operands, last[1], strict=True):
+                for a, b in zip(operands, last[1], strict=True):  # (a loop: no generator)
                     if a is not b:
                         break
                 else:
-                    run, finals, _ = last[2]
-                    for c, a in zip(self._carries[0], operands[:nc], strict=True):
-                        np.copyto(c, a)
-                    run()
-                    for dst, src in zip(finals, self._carries[self.length % 2], strict=True):
-                        np.copyto(dst, src)
-                    return
-            ops = [self._canonical(i, a) for i, a in enumerate(operands)]
-            if self._moving:
-                site = _address(out)
-                for (at, j), buf in self._moving.items():
-                    if at == site:
-                        np.copyto(buf, ops[j])
-                        ops[j] = buf
+                    hit = last[2]
+            if hit is not None:  # (the last call's arrays: read in place, as then)
+                ops = operands
+            else:
+                ops = [self._canonical(i, a) for i, a in enumerate(operands)]
+                if self._moving:
+                    site = _address(out)
+                    for (at, j), buf in self._moving.items():
+                        if at == site:
+                            np.copyto(buf, ops[j])
+                            ops[j] = buf
             for c, a in zip(self._carries[0], ops[:nc], strict=True):
                 np.copyto(c, a)
-            if self._parts_of_body is not None:
+            if hit is None and self._parts_of_body is not None:
                 hit = self._iterations(out, ops)
-                run, finals = hit[0], hit[1]
-                run()
                 if all(o is a for o, a in zip(ops, operands, strict=True)):
                     self._last = (out, operands, hit)
+            if hit is not None:
+                run, finals = hit[0], hit[1]
+                run()
             else:
                 for ins, outs in self._steps(out, ops):
                     self.call(ins, outs)
