@@ -428,24 +428,24 @@ def _note_values(operands):
             return
 
 
-#: operand types for which numpy's ufunc dispatch would call
+#: operand types (Tracer's own included) for which numpy's ufunc dispatch would call
 #: :meth:`Tracer.__array_ufunc__` with the operands as given: a traced
 #: operator with another operand of these calls it directly (numpy's own
 #: dispatch, and its call event under the observing profiler, were a third
 #: of the cost of tracing ``x + y``); any other operand goes through the ufunc
-_DIRECT = frozenset({float, int, bool, np.ndarray, np.float64, np.float32, np.int64,
+_DIRECT = frozenset({Tracer, float, int, bool, np.ndarray, np.float64, np.float32, np.int64,
                      np.int32, np.bool_})
 
 
 def _binary(ufunc, reflected=False):
     if reflected:
         def op(self, other):
-            if type(other) in _DIRECT or type(other) is Tracer:
+            if type(other) in _DIRECT:
                 return self.__array_ufunc__(ufunc, "__call__", other, self)
             return ufunc(other, self)
     else:
         def op(self, other):
-            if type(other) is Tracer or type(other) in _DIRECT:
+            if type(other) in _DIRECT:
                 return self.__array_ufunc__(ufunc, "__call__", self, other)
             return ufunc(self, other)
     return op
