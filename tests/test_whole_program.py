@@ -138,3 +138,25 @@ def test_one_chunk_fast_path_matches_the_general_path_and_refuses_what_it_cannot
     with pytest.raises(ValueError):
         call(x, W, out=over_x(x))
     np.testing.assert_array_equal(x, X)
+
+
+@pytest.mark.parametrize("kind", ["hessian", "reverse jacobian"])
+def test_one_chunk_fast_path_in_float32(kind):
+    """The fast path's unit seeds take the plan's dtype: float32 plans give
+    the numpy reference's derivatives to float32 rounding, allocating nothing."""
+    x, w = X.astype(np.float32), W.astype(np.float32)
+    if kind == "hessian":
+        plan, ref = (ha.compile(rk4, x, w, hessian=True, backend=b) for b in ("numba", "numpy"))
+        res, want = ha.HessianResult(x), ref.hessian(x, w)
+        call, name = plan.hessian, "hessian"
+    else:
+        plan, ref = (ha.compile(field, x, w, jacobian=True, mode="reverse", backend=b)
+                     for b in ("numba", "numpy"))
+        res, want = ha.JacobianResult(field(x, w), x), ref.jacobian(x, w)
+        call, name = plan.jacobian, "jacobian"
+    call(x, w, out=res)  # (the general path: compiles)
+    with count_allocations() as counts:
+        call(x, w, out=res)  # the fast path
+    assert counts.allocations == 0, counts
+    assert getattr(res, name).dtype == np.float32
+    np.testing.assert_allclose(getattr(res, name), getattr(want, name), rtol=2e-4, atol=2e-5)
