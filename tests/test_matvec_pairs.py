@@ -190,3 +190,19 @@ def test_the_ops_rules_against_finite_differences():
     h = 1e-5
     want = (grad(z + h * t) - grad(z - h * t)) / (2 * h)
     np.testing.assert_allclose(got.hvp, want, rtol=0, atol=1e-6 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("shape", [(100, 64), (200, 64)])
+def test_a_constant_vector_made_late_moves_ahead_with_its_pair(shape):
+    """``sum(tanh(X * w) @ w)``: the backward's seed of ones (a constant
+    node, traced after the forward product) is the vector of the product that
+    pairs with the forward's ``tanh(X * w) @ w`` -- it moves ahead with the
+    pair (it was left behind: the lowering failed on a use before definition)."""
+    X, w = rand(shape, seed=21), rand((shape[1],), seed=22)
+
+    def f(w, X):
+        return np.sum(np.tanh(X * w) @ w)
+
+    assert_grad(f, (w, X), argnums=(0, 1), rtol=1e-6)
+    plan = ha.compile(f, w, X, argnums=(0, 1), parallel=False)
+    assert_no_alloc(plan.gradient, w, X, out=plan.gradient(w, X), n=3)

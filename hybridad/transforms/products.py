@@ -294,11 +294,13 @@ def _ready(nodes, pos):
 def _cone(src, at, pos):
     """The nodes ``src`` is made of that come after position ``at`` (``src``
     included), in their order: moved ahead of ``at`` (all of them pure
-    elementwise ops or views on values made before, by :func:`_ready`)."""
+    elementwise ops or views on values made before, by :func:`_ready`).
+    A constant is ready from the start too, but its node may come later in
+    the list (a backward's seed of ones): it moves with the cone."""
     cone, todo = {}, [src]
     while todo:
         m = todo.pop()
-        if m.id in cone or m.op in ("input", "const") or pos[m.id] <= at:
+        if m.id in cone or m.op == "input" or pos[m.id] <= at:
             continue
         cone[m.id] = m
         todo.extend(m.args)
