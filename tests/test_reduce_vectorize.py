@@ -11,6 +11,7 @@ plain form:
 Checked: the same bits as the plain form, right against finite differences
 or a float64 reference, packed vector arithmetic in the machine code on x86-64."""
 
+import os
 import platform
 import re
 
@@ -200,3 +201,44 @@ def test_float32_block_sums_store_float32_and_keep_the_bits(parallel, monkeypatc
     np.testing.assert_allclose(res.value, _sums(x64), rtol=2e-7)
     g64 = -2 * x64 * np.exp(-x64 * x64) + 2 * np.sin(x64) * np.cos(x64)
     np.testing.assert_allclose(res.gradient, g64, rtol=1e-5, atol=1e-6)
+
+
+_LAYER = """
+import numpy as np, hybridad as ha
+rng = np.random.default_rng(0)
+X, W, b = rng.standard_normal((4096, 16)), rng.standard_normal((16, 16)), rng.standard_normal(16)
+plan = ha.compile(lambda W, b, X: np.sum(np.tanh(X @ W + b) @ W), W, b, X, argnums=(0, 1),
+                  parallel=False)
+src = plan._program.source
+assert "_lz = (" in src and "_vmi_tanh(" in src, src
+"""
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 vectors")
+def test_a_hidden_inner_count_is_non_negative_and_its_tanh_loop_vectorizes(tmp_path):
+    """A serial nest's hidden zero (``(address >> 63) & 1``) lets LLVM drop
+    the wraparound of negative indices, so the loop over a tanh layer's 16
+    columns vectorizes: the optimized IR of hybridad's compiler divides
+    vectors (tanh's ``e / (e + 2)``).  With the arithmetic shift alone (0 or
+    -1) every division was scalar (the MLP's serial gradient 4.8 -> 1.8 ms
+    at B = 10^4)."""
+    import subprocess
+    import sys
+
+    from hybridad.backends import jit
+    from hybridad.backends.jit import engine
+
+    if not jit.enabled():
+        pytest.skip("hybridad's compiler is off (HYBRIDAD_JIT=0)")
+    env = {**os.environ, "HYBRIDAD_JIT_DEBUG": "ir", "TMPDIR": str(tmp_path),
+           "HYBRIDAD_CACHE_DIR": str(tmp_path / "cache")}
+    subprocess.run([sys.executable, "-c", _LAYER], check=True, env=env, timeout=300)
+    llvm = engine._llvm()
+    tm, _, _ = engine.target()
+    mod = llvm.parse_assembly((tmp_path / "hybridad_jit.ll").read_text(),
+                              context=engine._STATE["context"])
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization, pto.slp_vectorization, pto.loop_interleaving = True, True, False
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    assert re.search(r"fdiv[^\n]*<\d+ x double>", str(mod)), "the tanh loop stayed scalar"
