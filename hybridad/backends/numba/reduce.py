@@ -468,11 +468,11 @@ def _blocked(w, node, kind, dtype, targets, lines, values, stores, scratch):
                              per_block, (rows,) + tuple(shape[1:])))
     w.emit(*w.pending)
     w.pending.clear()
-    block_shape = ("nr",) + tuple(int(s) for s in shape[1:])
+    block_shape = ("nr",) + tuple(str(s) for s in shape[1:])
     w.in_prange += bool(many and par)
     w.nest(block_shape, lines + [f"sc{x}{_here(nd)} = {v}" for x, v in zip(sfx, values,
                                                                              strict=True)]
-           + list(stores), long=int(np.prod(shape)) >= PARALLEL_MIN, opaque=f"sc{sfx[0]}")
+           + list(stores), long=int(np.prod(shape)) >= PARALLEL_MIN)
     w.in_prange -= bool(many and par)
     # pad to the power-of-two width with the identity, then fold halves
     pad = f", {init_text(kind, dtype)}" if kind in ("max", "min") else ""
