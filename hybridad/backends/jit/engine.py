@@ -26,7 +26,7 @@ import uuid
 
 import numpy as np
 
-__all__ = ["LOCK", "SYMBOLS", "compile_ir", "load_object", "object_key", "target"]
+__all__ = ["LOCK", "SYMBOLS", "compile_ir", "load_object", "object_key", "optimized_ir", "target"]
 
 #: held by every translation, optimization and load (LLVM's objects are not thread-safe)
 LOCK = threading.RLock()
@@ -96,34 +96,48 @@ def compile_ir(text):
     optimizes its functions (speed level 3, loop and SLP vectorization) but
     without loop interleaving (see below), and at level 2 without SLP when the
     module is large (:data:`LARGE_MODULE_LINES`), emitted for this CPU."""
-    llvm = _llvm()
     tm, _, _ = target()
     with LOCK:
         if os.environ.get("HYBRIDAD_JIT_DEBUG") == "ir":
             with open(os.path.join(os.environ.get("TMPDIR", "/tmp"), "hybridad_jit.ll"),
                       "w") as fh:
                 fh.write(text)
-        mod = llvm.parse_assembly(text, context=_STATE["context"])
-        mod.verify()
-        large = text.count("\n") > LARGE_MODULE_LINES
-        pto = llvm.create_pipeline_tuning_options(speed_level=2 if large else 3)
-        pto.loop_vectorization = True
-        # no SLP vectorization of large modules: on AVX2 CPUs (znver3, haswell)
-        # LLVM 20's SLP vectorizer hit an assertion on an Adam training step's
-        # module at level 2 (llvm-project#176658, #218850) -- and llvmlite's LLVM
-        # is built with assertions, so that aborts the process.  Large modules
-        # are straight-line code the loop vectorizer does not see anyway
-        pto.slp_vectorization = not large
-        # no interleaving: on the plans' loops (maps over memory, and FP
-        # reductions it may not reorder) it changed no call time measurably,
-        # and on loop bodies of many short loops (a Hessian through an RK4
-        # loop, trip counts of 6) each vectorized loop was copied four times
-        # over and then unrolled: 49k lines of IR from 3k, 5.8 s of LLVM (1.4 s
-        # without it)
-        pto.loop_interleaving = False
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
-        return tm.emit_object(mod)
+        return tm.emit_object(_optimize(text, tm))
+
+
+def optimized_ir(text):
+    """The LLVM IR :func:`compile_ir` makes of ``text`` before it emits
+    machine code (what a test inspects: did a loop vectorize)."""
+    tm, _, _ = target()
+    with LOCK:
+        return str(_optimize(text, tm))
+
+
+def _optimize(text, tm):
+    """``text`` parsed, verified and run through the module pipeline of
+    :func:`compile_ir` (under :data:`LOCK`)."""
+    llvm = _llvm()
+    mod = llvm.parse_assembly(text, context=_STATE["context"])
+    mod.verify()
+    large = text.count("\n") > LARGE_MODULE_LINES
+    pto = llvm.create_pipeline_tuning_options(speed_level=2 if large else 3)
+    pto.loop_vectorization = True
+    # no SLP vectorization of large modules: on AVX2 CPUs (znver3, haswell)
+    # LLVM 20's SLP vectorizer hit an assertion on an Adam training step's
+    # module at level 2 (llvm-project#176658, #218850) -- and llvmlite's LLVM
+    # is built with assertions, so that aborts the process.  Large modules
+    # are straight-line code the loop vectorizer does not see anyway
+    pto.slp_vectorization = not large
+    # no interleaving: on the plans' loops (maps over memory, and FP
+    # reductions it may not reorder) it changed no call time measurably,
+    # and on loop bodies of many short loops (a Hessian through an RK4
+    # loop, trip counts of 6) each vectorized loop was copied four times
+    # over and then unrolled: 49k lines of IR from 3k, 5.8 s of LLVM (1.4 s
+    # without it)
+    pto.loop_interleaving = False
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
 
 
 # -- symbols the machine code names ------------------------------------------------------
