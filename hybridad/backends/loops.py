@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import math
+import operator
 import threading
 
 import numpy as np
@@ -245,44 +246,68 @@ class LoopRunner:
         off, shape = self._parts[k]
         return out[off:off + math.prod(shape)].reshape(shape)
 
-    #: ``(out, operands, hit)`` of the last call whose operands the runner read
-    #: in place (none staged, none moving), ``hit`` its :meth:`_iterations`
-    #: entry: a call with the same objects again (a plan's loop, each call --
+    #: ``(out, operands, whole, kept)`` of the last call whose operands the
+    #: runner read in place (none staged, none moving): ``whole()`` runs that
+    #: call again -- the initial carries copied in, the iterations, the final
+    #: carries copied out; one native call where hybridad's compiler made the
+    #: body -- so a call with the same objects again (a plan's loop, each call:
     #: an array's data never moves) runs it without looking at them
     _last = None
 
     def __call__(self, out, *operands):
-        nc = self.body.n_carry
         with self._lock:
-            last, hit = self._last, None
-            if last is not None and last[0] is out and len(operands) == len(last[1]):
-                for a, b in zip(operands, last[1], strict=True):  # (a loop: no generator)
-                    if a is not b:
-                        break
-                else:
-                    hit = last[2]
-            if hit is not None:  # (the last call's arrays: read in place, as then)
-                ops = operands
-            else:
-                ops = [self._canonical(i, a) for i, a in enumerate(operands)]
-                if self._moving:
-                    site = _address(out)
-                    for (at, j), buf in self._moving.items():
-                        if at == site:
-                            np.copyto(buf, ops[j])
-                            ops[j] = buf
+            last = self._last
+            if last is not None and last[0] is out and len(operands) == len(last[1]) and \
+                    all(map(operator.is_, operands, last[1])):
+                last[2]()
+                return
+            nc = self.body.n_carry
+            ops = [self._canonical(i, a) for i, a in enumerate(operands)]
+            if self._moving:
+                site = _address(out)
+                for (at, j), buf in self._moving.items():
+                    if at == site:
+                        np.copyto(buf, ops[j])
+                        ops[j] = buf
+            if self._parts_of_body is not None:
+                hit = self._iterations(out, ops)
+                same = all(o is a for o, a in zip(ops, operands, strict=True))
+                whole, kept = self._whole(hit, ops, native=same)
+                if same:
+                    self._last = (out, operands, whole, kept)
+                whole()
+                return
             for c, a in zip(self._carries[0], ops[:nc], strict=True):
                 np.copyto(c, a)
-            if hit is None and self._parts_of_body is not None:
-                hit = self._iterations(out, ops)
-                if all(o is a for o, a in zip(ops, operands, strict=True)):
-                    self._last = (out, operands, hit)
-            if hit is not None:
-                run, finals = hit[0], hit[1]
-                run()
-            else:
-                for ins, outs in self._steps(out, ops):
-                    self.call(ins, outs)
-                finals = [self._row(out, k) for k in range(nc)]
+            for ins, outs in self._steps(out, ops):
+                self.call(ins, outs)
+            finals = [self._row(out, k) for k in range(nc)]
             for dst, src in zip(finals, self._carries[self.length % 2], strict=True):
                 np.copyto(dst, src)
+
+    def _whole(self, hit, ops, native):
+        """``(whole, kept)``: ``whole()`` runs the iterations of :meth:`_iterations`'
+        entry ``hit`` from the initial carries in ``ops`` and copies the final
+        carries to their place (what ``kept`` holds alive): with ``native``
+        (a call kept for the next: its copy table is made once), hybridad's
+        driver does it all as one call; otherwise Python copies around
+        ``hit``'s run."""
+        run, finals, (_, table) = hit
+        nc = self.body.n_carry
+        first, last = self._carries[0], self._carries[self.length % 2]
+        pairs = list(zip(first, ops[:nc], strict=True)) + list(zip(finals, last, strict=True))
+        if native and getattr(self._drive, "copies", False) and all(
+                d.dtype == s.dtype and d.shape == s.shape and d.flags.c_contiguous and
+                s.flags.c_contiguous for d, s in pairs):
+            rows = np.array([(_address(d), _address(s), d.nbytes) for d, s in pairs],
+                            dtype=np.int64).reshape(-1, 3)
+            return self._drive(table, (rows, nc, nc)), rows
+        starts = ops[:nc]
+
+        def whole():
+            for c, a in zip(first, starts, strict=True):
+                np.copyto(c, a)
+            run()
+            for dst, src in zip(finals, last, strict=True):
+                np.copyto(dst, src)
+        return whole, None

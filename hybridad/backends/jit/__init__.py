@@ -165,11 +165,15 @@ def native(fn):
 
 
 def loop_driver(nargs):
-    """``drive(table, count, address)``: the function at ``address``
-    (:func:`native`, ``nargs`` int64 arguments) called on each of the
-    ``count`` rows of the int64 table at address ``table``, in order -- the
-    loop of a rolled loop's iterations in machine code, no dispatch per
-    iteration.  A nonzero status stops it with RuntimeError."""
+    """``drive(table, count, address, copies, n_before, n_after)``: the
+    function at ``address`` (:func:`native`, ``nargs`` int64 arguments)
+    called on each of the ``count`` rows of the int64 table at address
+    ``table``, in order -- the loop of a rolled loop's iterations in machine
+    code, no dispatch per iteration.  ``copies``: the address of an int64
+    table of ``(destination, source, bytes)`` rows, the first ``n_before``
+    copied before the first iteration (the initial carries), the next
+    ``n_after`` after the last (the final carries); 0, 0, 0 for none.  A
+    nonzero status stops it with RuntimeError."""
     from llvmlite import ir
 
     from . import engine, wrapper
@@ -187,10 +191,11 @@ def loop_driver(nargs):
             module.triple, module.data_layout = triple, layout
             i32, i64 = ir.IntType(32), ir.IntType(64)
             body_t = ir.FunctionType(i32, [i64] * nargs)
-            fn = ir.Function(module, ir.FunctionType(i32, [i64] * 3), name=f"{name}_{key[:16]}")
+            fn = ir.Function(module, ir.FunctionType(i32, [i64] * 6), name=f"{name}_{key[:16]}")
             b = ir.IRBuilder(fn.append_basic_block("entry"))
-            tab, count, address = fn.args
+            tab, count, address, copies, n_before, n_after = fn.args
             body = b.inttoptr(address, body_t.as_pointer())
+            _copy_rows(b, copies, ir.Constant(i64, 0), n_before)
             head, loop, done = (fn.append_basic_block(n) for n in ("head", "loop", "done"))
             pre = b.block
             b.branch(head)
@@ -207,6 +212,7 @@ def loop_driver(nargs):
             t.add_incoming(b.add(t, ir.Constant(i64, 1)), b.block)
             b.branch(head)
             b.position_at_end(done)
+            _copy_rows(b, copies, n_before, b.add(n_before, n_after))
             b.ret(ir.Constant(i32, 0))
 
             class _Module:  # what python_entry reads of a translator
@@ -214,7 +220,7 @@ def loop_driver(nargs):
 
             holder = _Module()
             holder.module = module
-            entry = wrapper.python_entry(holder, fn, 3, True)
+            entry = wrapper.python_entry(holder, fn, 6, True)
             obj = engine.compile_ir(str(module))
             meta = {"entry": entry, "symbols": sorted(engine.external_symbols(module))}
             engine.store_object(key, json.dumps(meta).encode() + b"\n" + obj)
@@ -227,4 +233,28 @@ def loop_driver(nargs):
         return drive
 
 
-FORMAT_DRIVER = "1"
+FORMAT_DRIVER = "2"
+
+
+def _copy_rows(b, copies, first, stop):
+    """Emit ``memcpy`` of the rows ``first`` to ``stop`` of the
+    ``(destination, source, bytes)`` int64 table at address ``copies``."""
+    from llvmlite import ir
+
+    i1, i8p, i64 = ir.IntType(1), ir.IntType(8).as_pointer(), ir.IntType(64)
+    memcpy = b.module.declare_intrinsic("llvm.memcpy", [i8p, i8p, i64])
+    fn = b.function
+    head, step, done = (fn.append_basic_block(n) for n in ("copy_head", "copy", "copied"))
+    pre = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    k = b.phi(i64)
+    k.add_incoming(first, pre)
+    b.cbranch(b.icmp_signed("<", k, stop), step, done)
+    b.position_at_end(step)
+    row = b.inttoptr(b.add(copies, b.mul(k, ir.Constant(i64, 24))), i64.as_pointer())
+    dst, src, nbytes = (b.load(b.gep(row, [ir.Constant(i64, j)])) for j in range(3))
+    b.call(memcpy, [b.inttoptr(dst, i8p), b.inttoptr(src, i8p), nbytes, ir.Constant(i1, 0)])
+    k.add_incoming(b.add(k, ir.Constant(i64, 1)), b.block)
+    b.branch(head)
+    b.position_at_end(done)

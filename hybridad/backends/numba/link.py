@@ -121,20 +121,30 @@ def bind(jitted, fixed, consts, n_in, n_out):
 
 
 def loop_driver(key, n):
-    """``runs(table)``: a call of no arguments running one compiled loop that
-    calls runner ``key``'s body natively on the rows of the ``int64[T, n]``
-    ``table`` of argument lists (no dispatch per iteration; the caller keeps
-    ``table`` alive): hybridad's own driver when its compiler made the body
-    (:func:`hybridad.backends.jit.loop_driver`; the table's address read
-    once, not at every call: ``.ctypes`` costs ~2 us), else numba's."""
+    """``runs(table, copies=None)``: a call of no arguments running one
+    compiled loop that calls runner ``key``'s body natively on the rows of the
+    ``int64[T, n]`` ``table`` of argument lists (no dispatch per iteration;
+    the caller keeps ``table`` alive): hybridad's own driver when its compiler
+    made the body (:func:`hybridad.backends.jit.loop_driver`; the table's
+    address read once, not at every call: ``.ctypes`` costs ~2 us), else
+    numba's.  ``copies``: ``(rows, n_before, n_after)``, an ``int64[k, 3]``
+    table of ``(destination, source, bytes)`` the call copies before and
+    after the iterations (the caller keeps it alive); only hybridad's driver
+    takes them (``runs.copies`` is True)."""
     from .. import jit
     from ..loops import runner_for
 
     address = jit.native(runner_for(key)._parts_of_body[0])
     if address is not None:
         drive = jit.loop_driver(n)
-        return lambda table: functools.partial(drive, table.ctypes.data, table.shape[0],
-                                               address)
+
+        def runs(table, copies=None):
+            rows, before, after = (0, 0, 0) if copies is None else \
+                (copies[0].ctypes.data, copies[1], copies[2])
+            return functools.partial(drive, table.ctypes.data, table.shape[0], address, rows,
+                                     before, after)
+        runs.copies = True
+        return runs
     import numba
 
     args = ", ".join(f"a[t, {j}]" for j in range(n))
