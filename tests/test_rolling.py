@@ -246,8 +246,22 @@ def test_rows_of_a_large_captured_array_are_read_in_place(monkeypatch):
 def test_the_default_rolls_heavy_steps_and_long_runs(monkeypatch):
     monkeypatch.undo()  # the library's thresholds
     assert rolling.HEAVY_STEP > 0
-    # 40 light steps (6 states): faster unrolled, and quick to compile
-    assert _loops(ha.compile(euler, X0, backend="numpy")) == 0
+    # 40 light elementwise steps (6 states): they fuse into one kernel unrolled,
+    # faster so, and quick to compile
+    def decay(x):
+        for _ in range(40):
+            x = x + 0.05 * np.tanh(x * X0)
+        return np.sum(x ** 2)
+    assert _loops(ha.compile(decay, X0, backend="numpy")) == 0
+    # 40 light steps, each with a product (6 states): rolled -- unrolled, each
+    # product is one more loop nest to compile, forward and backward
+    assert rolling.ROLL_BREAKS <= 40
+    plan = ha.compile(euler, X0, backend="numpy")
+    assert _loops(plan) >= 1
+    np.testing.assert_allclose(plan.gradient(X0).gradient, numerical_gradient(euler, X0),
+                               rtol=1e-6, atol=1e-8)
+    # ... but not a few of them (24 products: quick enough to compile unrolled)
+    assert _loops(ha.compile(lambda x: euler(x, 24), X0, backend="numpy")) == 0
     # a step with a 100 x 100 matrix-vector product: rolled
     heavy, x100 = _wide_euler(100, 20, 0.05, scale=15, seed=0)
     plan = ha.compile(heavy, x100, backend="numpy")
@@ -302,10 +316,18 @@ def test_rk4_steps_roll_and_their_hessian_matches(monkeypatch):
 def test_a_light_step_is_not_rolled_several_steps_at_a_time(monkeypatch):
     """A run too light to roll one step at a time (a 50 x 50 Euler step:
     2500 multiply-adds; 100 steps, 600 nodes) is not rolled as a body of
-    four steps either (the per-step cost would be hidden, not paid less)."""
+    four steps either (the per-step cost would be hidden, not paid less);
+    rolled because of its 100 products (what LLVM would compile unrolled),
+    its body is one step."""
     monkeypatch.undo()
     f, x50 = _wide_euler(50, 100, 0.01, scale=8, seed=1)
+    monkeypatch.setattr(rolling, "ROLL_BREAKS", 10 ** 9)
     assert _loops(ha.compile(f, x50, backend="numpy")) == 0
+    monkeypatch.undo()
+    plan = ha.compile(f, x50, backend="numpy")
+    (loop,) = [n for n in plan.graph.nodes if n.op == "loop" and n.phase == "forward"]
+    assert loop.attrs["length"] == 100
+    assert sum(n.op == "matmul" for n in loop.attrs["body"].graph.nodes) == 1
 
 
 def wide_stack(x):  # a node with more operands than the matcher's arrays hold

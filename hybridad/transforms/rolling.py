@@ -53,11 +53,18 @@ __all__ = ["MIN_NODES", "MIN_TRIPS", "enabled", "roll_loops"]
 
 #: a run is rolled when one iteration does at least this much work (elements
 #: computed; a matrix product counts its multiply-adds), so that calling the
-#: body once per iteration (~0.2-0.5 us) costs little beside it -- or when the
-#: run is so long (traced nodes) that LLVM would take many seconds to compile
-#: it unrolled (a 900-node run, a 100-step RNN: 4.5 s for its one module)
+#: body once per iteration (~0.2-0.5 us) costs little beside it -- or when
+#: LLVM would take long to compile it unrolled: the run is long (traced
+#: nodes), or its iterations hold :data:`ROLL_BREAKS` nodes in all that end a
+#: fused region (a product, a reduction, an indexed read or write: unrolled,
+#: each is a loop nest of its own in the forward and the backward program,
+#: 15-45 ms of LLVM; a 100-step explicit Euler with a 50 x 50 product took
+#: 4.7 s to build unrolled, 0.65 s rolled, and called in 85 us either way).
+#: Runs of elementwise steps only fuse into one kernel unrolled and compile
+#: quickly: they roll at :data:`LONG_RUN` nodes.
 HEAVY_STEP = 10_000
 LONG_RUN = 1500
+ROLL_BREAKS = 32
 #: the most loops rolled per trace
 _MAX_ROLLS = 32
 _LIGHT = object()  # _roll's answer for a run too light to roll
@@ -163,7 +170,8 @@ def _roll(trace, outs, s, p, trips, m):
     ys = sorted({(q - s) % p for q in after if not leaf[(q - s) % p] and
                  not ((q - s) // p == trips - 1 and (q - s) % p in carries)})
     work = sum(_work(nodes[t0 + o]) for o in range(p) if not leaf[o])
-    if work < HEAVY_STEP and trips * p < LONG_RUN:
+    breaks = sum(1 for o in range(p) if not leaf[o] and _breaks(nodes[t0 + o]))
+    if work < HEAVY_STEP and trips * p < LONG_RUN and trips * breaks < ROLL_BREAKS:
         return _LIGHT  # faster unrolled, and quick enough to compile
     dtypes = {nodes[s + o].dtype for o in carries + ys}
     if not carries or len(dtypes) != 1 or next(iter(dtypes)).kind != "f":
@@ -265,6 +273,13 @@ def _work(node):
             node.args[0].shape:
         return node.size * node.args[0].shape[-1]
     return node.size if REGISTRY[node.op].kind != "view" else 0
+
+
+def _breaks(node):
+    """Whether ``node`` ends a fused region of elementwise work (unrolled, it is
+    a loop nest of its own to compile)."""
+    op = REGISTRY.get(node.op)
+    return op is not None and op.kind not in ("elementwise", "view")
 
 
 def _stack(trace, copies):
