@@ -157,6 +157,9 @@ class LoopRunner:
         #: (the loop's buffer address, operand position) -> the runner's copy of an
         #: operand that moved between calls there
         self._moving = {}
+        #: the data addresses of a call's buffer and operands -> (whole, kept, the
+        #: :meth:`_iterations` entry it runs): see :meth:`_whole`
+        self._wholes = {}
 
     def _canonical(self, pos, a):
         if a.flags.c_contiguous and a.flags.aligned and a.dtype.isnative and \
@@ -271,10 +274,18 @@ class LoopRunner:
                         ops[j] = buf
             if self._parts_of_body is not None:
                 hit = self._iterations(out, ops)
-                same = all(o is a for o, a in zip(ops, operands, strict=True))
-                whole, kept = self._whole(hit, ops, native=same)
-                if same:
-                    self._last = (out, operands, whole, kept)
+                if all(o is a for o, a in zip(ops, operands, strict=True)):
+                    # (kept by every address it reads: several plans share a runner)
+                    at = tuple(map(_address, (out, *ops)))
+                    got = self._wholes.get(at)
+                    if got is None or got[2] is not hit:
+                        if len(self._wholes) >= 2 * _PLACES:
+                            del self._wholes[next(iter(self._wholes))]
+                        got = self._wholes[at] = (*self._whole(hit, ops, native=True), hit)
+                    self._last = (out, operands, got[0], got[1])
+                    whole = got[0]
+                else:
+                    whole = self._whole(hit, ops, native=False)[0]
                 whole()
                 return
             for c, a in zip(self._carries[0], ops[:nc], strict=True):
