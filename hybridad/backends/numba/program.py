@@ -96,6 +96,7 @@ class _Kernels:
     def emit(self, w, node, write=None):
         """Write ``node``'s code (by ``write(writer)`` when given)."""
         sub = LoopWriter(indent=0)
+        sub.addresses = self._addresses
         if write is None:
             self._write(sub, node)
         else:
@@ -258,6 +259,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     addresses = checks.addresses()
     accumulate = {m: add for m, add in blas_accumulations(nodes, outputs, layouts).items()
                   if m not in given}
+    w.addresses = addresses
     kernels = _Kernels(lambda sub, n: emit_node(sub, n, names, users, consts, layouts),
                        addresses, timers.after if timers is not None else None)
     folded = {n.id for n in accumulate.values()}  # iadds done by their gemm

@@ -402,7 +402,7 @@ def single_block(node):
     return _blocks(node.attrs["body"].shape) == 1 and not _runs_parallel(node)
 
 
-def blocked_full_reduction(w, node, out, sb, stores, scratch, sums=()):
+def blocked_full_reduction(w, node, out, sb, stores, scratch, sums=(), flat=None):
     """A full reduction in two phases per block of rows: the elementwise values
     (and stored partials) into an L1-sized scratch block -- a loop with no
     carried dependency, which LLVM vectorizes -- then the block's reduction as
@@ -422,20 +422,20 @@ def blocked_full_reduction(w, node, out, sb, stores, scratch, sums=()):
     :func:`blocked_full_sums` sums its values."""
     red = node.attrs["body"].reduction
     _blocked(w, node, red.op, red.dtype, [f"{out}[()]"] + [f"{t}[()]" for t, _ in sums],
-             sb.lines, [sb.value] + [v for _, v in sums], stores, scratch)
+             sb.lines, [sb.value] + [v for _, v in sums], stores, scratch, flat)
 
 
-def blocked_full_sums(w, node, out, lines, values, scratch):
+def blocked_full_sums(w, node, out, lines, values, scratch, flat=None):
     """The sums of ``values`` over a ``vjp_sums`` region's loop into ``out[0]``,
     ``out[1]``, ...: one loop writing each value into its own scratch block,
     each block folded and the blocks' sums added as
     :func:`blocked_full_reduction` does for one (the scratch holds the blocks'
     sums of each value in turn, then each thread's blocks, one per value)."""
     _blocked(w, node, "sum", node.dtype, [f"{out}[{k}]" for k in range(len(values))], lines,
-             values, (), scratch)
+             values, (), scratch, flat)
 
 
-def _blocked(w, node, kind, dtype, targets, lines, values, stores, scratch):
+def _blocked(w, node, kind, dtype, targets, lines, values, stores, scratch, flat=None):
     shape = node.attrs["body"].shape
     nd = len(shape)
     rows, per_block = reduction_block(shape)
@@ -472,7 +472,8 @@ def _blocked(w, node, kind, dtype, targets, lines, values, stores, scratch):
     w.in_prange += bool(many and par)
     w.nest(block_shape, lines + [f"sc{x}{_here(nd)} = {v}" for x, v in zip(sfx, values,
                                                                              strict=True)]
-           + list(stores), long=int(np.prod(shape)) >= PARALLEL_MIN)
+           + list(stores), long=int(np.prod(shape)) >= PARALLEL_MIN,
+           flat=None if flat is None else flat | {f"sc{x}" for x in sfx})
     w.in_prange -= bool(many and par)
     # pad to the power-of-two width with the identity, then fold halves
     pad = f", {init_text(kind, dtype)}" if kind in ("max", "min") else ""
