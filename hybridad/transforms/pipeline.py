@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 
 from ..ir.graph import Graph, check, dead_code_elimination
+from .broadcasts import sink_scalar_broadcasts
 from .loop_parts import drop_unread_loop_parts
 from .partition import (absorb_producers, fold_accumulations, fuse_regions,
                         share_reduced_values, sum_stored_partials, sum_vjp_regions)
@@ -51,6 +52,10 @@ PASSES = {
     "dead_code": ("drop nodes no output depends on",
                   lambda nodes, ins, outs, upd, mach: dead_code_elimination(
                       Graph(nodes, ins, outs)).nodes),
+    "scalar_broadcasts": ("compute an elementwise op of broadcast one-element values (the "
+                          "reverse sweep's cotangent of a sum times a literal) once, and "
+                          "broadcast its result: no array of one repeated value",
+                          lambda nodes, ins, outs, upd, mach: sink_scalar_broadcasts(nodes, outs)),
     "schedule_updates": ("move each optimizer update right after its gradient is complete",
                          lambda nodes, ins, outs, upd, mach: schedule_updates(nodes, upd)
                          if upd else nodes),
@@ -80,9 +85,9 @@ PASSES = {
 #: backend -> the lowering passes, in order
 LOWERING = {
     "numpy": ("views", "loop_parts", "dead_code", "schedule_updates"),
-    "numba": ("views", "loop_parts", "hoist_transposed_products", "pair_matvecs", "dead_code",
-              "schedule_updates", "fuse_regions", "rematerialize", "fold_accumulations",
-              "merge_accumulations", "share_reduced_values",
+    "numba": ("views", "loop_parts", "hoist_transposed_products", "pair_matvecs",
+              "scalar_broadcasts", "dead_code", "schedule_updates", "fuse_regions",
+              "rematerialize", "fold_accumulations", "merge_accumulations", "share_reduced_values",
               "sum_stored_partials", "sum_vjp_regions", "absorb_producers"),
     "cupy": ("views", "loop_parts", "dead_code", "schedule_updates", "fuse_regions"),
 }
@@ -91,8 +96,8 @@ LOWERING = {
 #: primal, tangent and chunk programs in one graph: :mod:`hybridad.plans.staged`)
 STAGED_LOWERING = {
     "numpy": ("views", "loop_parts", "dead_code"),
-    "numba": ("views", "loop_parts", "dead_code", "fuse_regions", "rematerialize",
-              "fold_accumulations", "merge_accumulations"),
+    "numba": ("views", "loop_parts", "scalar_broadcasts", "dead_code", "fuse_regions",
+              "rematerialize", "fold_accumulations", "merge_accumulations"),
     "cupy": ("views", "loop_parts", "dead_code", "fuse_regions"),
 }
 

@@ -1,0 +1,78 @@
+"""Elementwise ops of broadcast one-element values computed once
+(``transforms/broadcasts.py``): the reverse sweep's cotangent of a sum,
+broadcast over the summed shape and multiplied by a literal, is no longer
+an array of one repeated value written and read back (a Rosenbrock
+Hessian's tangent program read ``100 * ones(n)``).  The bits do not change."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.testing import count_allocations
+from hybridad.transforms import pipeline
+
+RNG = np.random.default_rng(11)
+
+
+def rosen(x):
+    return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+
+
+def cubic(x):
+    return np.sum(2.5 * np.cos(x) + 0.5 * x ** 3)
+
+
+def _scalar_like(a):
+    return a.size == 1 or a.op == "broadcast_to" and a.args[0].size == 1
+
+
+def _repeated_values(graph):
+    """Nodes of more than one element computed from one-element values only."""
+    from hybridad.ir.registry import REGISTRY
+
+    return [n for n in graph.nodes if n.size > 1 and n.args and (
+        n.op == "region" or n.op in REGISTRY and REGISTRY[n.op].kind == "elementwise") and
+        all(_scalar_like(a) for a in n.args)]
+
+
+def _without_the_pass(monkeypatch):
+    passes = dict(pipeline.PASSES)
+    passes["scalar_broadcasts"] = (passes["scalar_broadcasts"][0],
+                                   lambda nodes, ins, outs, upd, mach: nodes)
+    monkeypatch.setattr(pipeline, "PASSES", passes)
+
+
+@pytest.mark.parametrize("f", [rosen, cubic], ids=lambda f: f.__name__)
+def test_no_array_of_one_repeated_value_and_the_same_bits(f, monkeypatch):
+    x = RNG.uniform(-1, 1, 200_000)  # (large: smaller constants are folded)
+    v = RNG.standard_normal(x.size)
+    hess = ha.compile(f, x, hessian=True)
+    grad = ha.compile(f, x)
+    hvp = ha.compile(f, x, hvp=True)
+    for plan in (hess, grad, hvp):
+        assert _repeated_values(plan.graph) == [], _repeated_values(plan.graph)
+    hess.linearize(x)
+    res = ha.HvpResult(x)
+    hess.hvp(v=v, out=res)
+    with count_allocations() as counts:
+        hess.hvp(v=v, out=res)
+    assert counts.allocations == 0, counts
+    full = hvp.hvp(x, v=v)
+    np.testing.assert_allclose(res.hvp, full.hvp, rtol=1e-12, atol=1e-12)
+    # H v against central differences of the gradient along v
+    h = 1e-6
+    g_up, g_down = grad.gradient(x + h * v).gradient.copy(), grad.gradient(x - h * v).gradient
+    np.testing.assert_allclose(res.hvp, (g_up - g_down) / (2 * h), rtol=1e-5, atol=1e-5)
+    # the same plans without the pass: the same bits
+    _without_the_pass(monkeypatch)
+    old_hess = ha.compile(f, x, hessian=True)
+    assert _repeated_values(old_hess.graph)  # (what the pass removes)
+    old_hess.linearize(x)
+    np.testing.assert_array_equal(old_hess.hvp(v=v).hvp, res.hvp)
+    ref = ha.compile(f, x, hvp=True).hvp(x, v=v)
+    np.testing.assert_array_equal(full.hvp, ref.hvp)
+    np.testing.assert_array_equal(full.gradient, ref.gradient)
+    old_grad = ha.compile(f, x)
+    np.testing.assert_array_equal(grad.gradient(x).gradient, old_grad.gradient(x).gradient)
