@@ -76,3 +76,27 @@ def test_no_array_of_one_repeated_value_and_the_same_bits(f, monkeypatch):
     np.testing.assert_array_equal(full.gradient, ref.gradient)
     old_grad = ha.compile(f, x)
     np.testing.assert_array_equal(grad.gradient(x).gradient, old_grad.gradient(x).gradient)
+
+
+def test_equal_partials_are_one_node_and_the_bits_stay(monkeypatch):
+    """The reverse and tangent sweeps emit their partials op by op: the
+    Rosenbrock Hessian computed and stored ``2 * x[:-1]`` twice (two literal
+    ``2`` nodes).  One node each (``transforms/cse.py``): one array less in
+    the plan's workspace, the same bits."""
+    from hybridad.transforms.cse import _key
+
+    x = RNG.uniform(-1, 1, 100_000)
+    v = RNG.standard_normal(x.size)
+    plan = ha.compile(rosen, x, hessian=True)
+    keys = [_key(n) for n in plan.graph.nodes]
+    keys = [k for k in keys if k is not None]
+    assert len(keys) == len(set(keys))
+    plan.linearize(x)
+    got = plan.hvp(v=v).hvp.copy()
+    passes = dict(pipeline.PASSES)
+    passes["cse"] = (passes["cse"][0], lambda nodes, ins, outs, upd, mach: nodes)
+    monkeypatch.setattr(pipeline, "PASSES", passes)
+    old = ha.compile(rosen, x, hessian=True)
+    assert plan.memory.total_bytes <= old.memory.total_bytes - x.nbytes + 8
+    old.linearize(x)
+    np.testing.assert_array_equal(old.hvp(v=v).hvp, got)

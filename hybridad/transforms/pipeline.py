@@ -21,6 +21,7 @@ import os
 
 from ..ir.graph import Graph, check, dead_code_elimination
 from .broadcasts import sink_scalar_broadcasts
+from .cse import eliminate_common
 from .loop_parts import drop_unread_loop_parts
 from .partition import (absorb_producers, fold_accumulations, fuse_regions,
                         share_reduced_values, sum_stored_partials, sum_vjp_regions)
@@ -56,6 +57,9 @@ PASSES = {
                           "reverse sweep's cotangent of a sum times a literal) once, and "
                           "broadcast its result: no array of one repeated value",
                           lambda nodes, ins, outs, upd, mach: sink_scalar_broadcasts(nodes, outs)),
+    "cse": ("one node for equal nodes: small literals by value, elementwise ops and views by "
+            "op, operands and attributes (the reverse and tangent sweeps' repeated partials)",
+            lambda nodes, ins, outs, upd, mach: eliminate_common(nodes, outs)),
     "schedule_updates": ("move each optimizer update right after its gradient is complete",
                          lambda nodes, ins, outs, upd, mach: schedule_updates(nodes, upd)
                          if upd else nodes),
@@ -86,7 +90,7 @@ PASSES = {
 LOWERING = {
     "numpy": ("views", "loop_parts", "dead_code", "schedule_updates"),
     "numba": ("views", "loop_parts", "hoist_transposed_products", "pair_matvecs",
-              "scalar_broadcasts", "dead_code", "schedule_updates", "fuse_regions",
+              "scalar_broadcasts", "cse", "dead_code", "schedule_updates", "fuse_regions",
               "rematerialize", "fold_accumulations", "merge_accumulations", "share_reduced_values",
               "sum_stored_partials", "sum_vjp_regions", "absorb_producers"),
     "cupy": ("views", "loop_parts", "dead_code", "schedule_updates", "fuse_regions"),
@@ -96,7 +100,7 @@ LOWERING = {
 #: primal, tangent and chunk programs in one graph: :mod:`hybridad.plans.staged`)
 STAGED_LOWERING = {
     "numpy": ("views", "loop_parts", "dead_code"),
-    "numba": ("views", "loop_parts", "scalar_broadcasts", "dead_code", "fuse_regions",
+    "numba": ("views", "loop_parts", "scalar_broadcasts", "cse", "dead_code", "fuse_regions",
               "rematerialize", "fold_accumulations", "merge_accumulations"),
     "cupy": ("views", "loop_parts", "dead_code", "fuse_regions"),
 }
