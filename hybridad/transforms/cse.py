@@ -11,6 +11,12 @@ merged makes its readers equal).  A node that reads or is storage an
 in-place op writes (an accumulator) is left alone: its value depends on
 where it is read.  The same operations on the same values: the bits do not
 change.
+
+Run in the staged lowering (Hessian and Jacobian plans) only, and not on a
+graph where a node reads storage an in-place op writes later: in a gradient
+plan with an optimizer's fused update (:mod:`.updates`), the node order the
+merges left had ``fuse_regions`` place a region reading a parameter after
+that parameter's in-place update.
 """
 
 from __future__ import annotations
@@ -42,8 +48,33 @@ def _key(n):
     return (n.op, tuple(a.id for a in n.args), attrs, n.shape, n.dtype.str)
 
 
-def eliminate_common(nodes, outputs=()):
-    """Equal nodes (see the module docstring) replaced by the first of them.
+def _old_values_read(nodes, writes):
+    """Whether a node reads storage an in-place op writes later (a parameter
+    an update overwrites, an array ``f`` adds into after reading it): merges
+    change the order later passes fuse in, and a fused region runs where its
+    last member did -- so none is made (a reverse sweep's accumulators are
+    read only after their last write)."""
+    if not writes.roots:
+        return False
+    last = {}
+    for i, n in enumerate(nodes):
+        op = REGISTRY.get(n.op)
+        if op is not None and op.kind == "inplace":
+            last[writes.root[n.id]] = i
+    for i, n in enumerate(nodes):
+        op = REGISTRY.get(n.op)
+        if op is not None and op.kind in ("inplace", "view"):
+            continue
+        for a in n.args:
+            r = writes.root.get(a.id, a.id)
+            if r in last and i < last[r]:
+                return True
+    return False
+
+
+def eliminate_common(nodes, outputs=(), updates=()):
+    """Equal nodes (see the module docstring) replaced by the first of them;
+    ``outputs`` and the optimizer ``updates`` (node ids) stay as they are.
 
     Returns
     -------
@@ -54,7 +85,9 @@ def eliminate_common(nodes, outputs=()):
     writes = InPlaceWrites(nodes)
     written = writes.roots
     root = writes.root
-    external = {n.id for n in outputs if n is not None}
+    if _old_values_read(nodes, writes):
+        return nodes
+    external = {n.id for n in outputs if n is not None} | set(updates)
     users = users_of(nodes)
     seen, replaced = {}, {}
     for n in nodes:

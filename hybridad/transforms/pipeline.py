@@ -59,7 +59,7 @@ PASSES = {
                           lambda nodes, ins, outs, upd, mach: sink_scalar_broadcasts(nodes, outs)),
     "cse": ("one node for equal nodes: small literals by value, elementwise ops and views by "
             "op, operands and attributes (the reverse and tangent sweeps' repeated partials)",
-            lambda nodes, ins, outs, upd, mach: eliminate_common(nodes, outs)),
+            lambda nodes, ins, outs, upd, mach: eliminate_common(nodes, outs, upd)),
     "schedule_updates": ("move each optimizer update right after its gradient is complete",
                          lambda nodes, ins, outs, upd, mach: schedule_updates(nodes, upd)
                          if upd else nodes),
@@ -90,7 +90,7 @@ PASSES = {
 LOWERING = {
     "numpy": ("views", "loop_parts", "dead_code", "schedule_updates"),
     "numba": ("views", "loop_parts", "hoist_transposed_products", "pair_matvecs",
-              "scalar_broadcasts", "cse", "dead_code", "schedule_updates", "fuse_regions",
+              "scalar_broadcasts", "dead_code", "schedule_updates", "fuse_regions",
               "rematerialize", "fold_accumulations", "merge_accumulations", "share_reduced_values",
               "sum_stored_partials", "sum_vjp_regions", "absorb_producers"),
     "cupy": ("views", "loop_parts", "dead_code", "schedule_updates", "fuse_regions"),
