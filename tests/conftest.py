@@ -133,3 +133,24 @@ def nrt_rows(script, jit):
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     return [line.split() for line in out.stdout.splitlines()]
+
+
+def divides_vectors(tmp_path, script):
+    """Whether the last module hybridad's compiler made running ``script`` (a
+    fresh process, empty cache) divides vectors of doubles once optimized as
+    :func:`hybridad.backends.jit.engine.compile_ir` optimizes it (tanh's
+    ``e / (e + 2)`` in a loop that vectorized).  Skips when the compiler is off."""
+    import re
+    import subprocess
+    import sys
+
+    from hybridad.backends import jit
+    from hybridad.backends.jit import engine
+
+    if not jit.enabled():
+        pytest.skip("hybridad's compiler is off (HYBRIDAD_JIT=0)")
+    env = {**os.environ, "HYBRIDAD_JIT_DEBUG": "ir", "TMPDIR": str(tmp_path),
+           "HYBRIDAD_CACHE_DIR": str(tmp_path / "cache")}
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=300)
+    ir = engine.optimized_ir((tmp_path / "hybridad_jit.ll").read_text())
+    return re.search(r"fdiv[^\n]*<\d+ x double>", ir) is not None

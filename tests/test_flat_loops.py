@@ -9,12 +9,12 @@ are the nest's."""
 
 from __future__ import annotations
 
-import os
 import platform
-import re
 
 import numpy as np
 import pytest
+
+from conftest import divides_vectors
 
 import hybridad as ha
 from hybridad.backends.numba import loops as L
@@ -124,16 +124,4 @@ def test_an_inner_axis_of_eight_vectorizes(tmp_path):
     """The (125000, 8) tanh gradient's loop divides vectors in the optimized
     IR of hybridad's compiler (tanh's ``e / (e + 2)``); as a nest with a
     constant inner count of 8 every division was scalar."""
-    import subprocess
-    import sys
-
-    from hybridad.backends import jit
-    from hybridad.backends.jit import engine
-
-    if not jit.enabled():
-        pytest.skip("hybridad's compiler is off (HYBRIDAD_JIT=0)")
-    env = {**os.environ, "HYBRIDAD_JIT_DEBUG": "ir", "TMPDIR": str(tmp_path),
-           "HYBRIDAD_CACHE_DIR": str(tmp_path / "cache")}
-    subprocess.run([sys.executable, "-c", _EIGHT], check=True, env=env, timeout=300)
-    ir = engine.optimized_ir((tmp_path / "hybridad_jit.ll").read_text())
-    assert re.search(r"fdiv[^\n]*<\d+ x double>", ir), "the tanh loop stayed scalar"
+    assert divides_vectors(tmp_path, _EIGHT), "the tanh loop stayed scalar"

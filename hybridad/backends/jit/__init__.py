@@ -233,7 +233,7 @@ def loop_driver(nargs):
         return drive
 
 
-FORMAT_DRIVER = "2"
+FORMAT_DRIVER = "3"
 
 
 def _copy_rows(b, copies, first, stop):
@@ -241,20 +241,13 @@ def _copy_rows(b, copies, first, stop):
     ``(destination, source, bytes)`` int64 table at address ``copies``."""
     from llvmlite import ir
 
+    from .parallel import _counted
+
     i1, i8p, i64 = ir.IntType(1), ir.IntType(8).as_pointer(), ir.IntType(64)
     memcpy = b.module.declare_intrinsic("llvm.memcpy", [i8p, i8p, i64])
-    fn = b.function
-    head, step, done = (fn.append_basic_block(n) for n in ("copy_head", "copy", "copied"))
-    pre = b.block
-    b.branch(head)
-    b.position_at_end(head)
-    k = b.phi(i64)
-    k.add_incoming(first, pre)
-    b.cbranch(b.icmp_signed("<", k, stop), step, done)
-    b.position_at_end(step)
-    row = b.inttoptr(b.add(copies, b.mul(k, ir.Constant(i64, 24))), i64.as_pointer())
-    dst, src, nbytes = (b.load(b.gep(row, [ir.Constant(i64, j)])) for j in range(3))
-    b.call(memcpy, [b.inttoptr(dst, i8p), b.inttoptr(src, i8p), nbytes, ir.Constant(i1, 0)])
-    k.add_incoming(b.add(k, ir.Constant(i64, 1)), b.block)
-    b.branch(head)
-    b.position_at_end(done)
+
+    def copy(k):
+        row = b.inttoptr(b.add(copies, b.mul(k, ir.Constant(i64, 24))), i64.as_pointer())
+        dst, src, nbytes = (b.load(b.gep(row, [ir.Constant(i64, j)])) for j in range(3))
+        b.call(memcpy, [b.inttoptr(dst, i8p), b.inttoptr(src, i8p), nbytes, ir.Constant(i1, 0)])
+    _counted(b, first, stop, copy)
