@@ -121,3 +121,27 @@ def test_no_merges_where_a_value_is_read_before_an_in_place_write():
     fd = np.array([(grad.gradient(x + h * e).gradient - grad.gradient(x - h * e).gradient) /
                    (2 * h) for e in np.eye(x.size)])
     np.testing.assert_allclose(want, fd, rtol=1e-6, atol=1e-6)
+
+
+def test_no_merges_in_a_graph_that_reads_a_parameter_before_its_update():
+    """An optimizer's fused update writes a parameter in place after the
+    forward and backward sweeps read it: ``cse`` leaves such a graph as it is
+    (merges there once had a fused region read the parameter after its
+    update) -- and a graph whose in-place writes are only accumulations is
+    merged."""
+    from hybridad.ir.registry import InPlaceWrites
+    from hybridad.optim import SGD
+    from hybridad.transforms.cse import _old_values_read, eliminate_common
+
+    W = RNG.standard_normal((4, 3))
+    X = RNG.standard_normal((50, 4))
+
+    def loss(W, X):
+        return np.mean(np.tanh(X @ W) ** 2)
+
+    step = ha.compile(loss, W.copy(), X, update=SGD(0.1))
+    nodes = step.graph.nodes
+    assert _old_values_read(nodes, InPlaceWrites(nodes))
+    assert eliminate_common(nodes, step.graph.outputs) is nodes
+    hess = ha.compile(rosen, RNG.uniform(-1, 1, 50), hessian=True)
+    assert not _old_values_read(hess.graph.nodes, InPlaceWrites(hess.graph.nodes))
