@@ -272,48 +272,50 @@ class LoopRunner:
                     if at == site:
                         np.copyto(buf, ops[j])
                         ops[j] = buf
-            if self._parts_of_body is not None:
-                hit = self._iterations(out, ops)
-                if all(o is a for o, a in zip(ops, operands, strict=True)):
-                    # (kept by every address it reads: several plans share a runner)
-                    at = tuple(map(_address, (out, *ops)))
-                    got = self._wholes.get(at)
-                    if got is None or got[2] is not hit:
-                        if len(self._wholes) >= 2 * _PLACES:
-                            del self._wholes[next(iter(self._wholes))]
-                        got = self._wholes[at] = (*self._whole(hit, ops, native=True), hit)
-                    self._last = (out, operands, got[0], got[1])
-                    whole = got[0]
-                else:
-                    whole = self._whole(hit, ops, native=False)[0]
-                whole()
+            if self._parts_of_body is None:  # (the Python loop over the body's program)
+                def run():
+                    for ins, outs in self._steps(out, ops):
+                        self.call(ins, outs)
+                self._copying(run, [self._row(out, k) for k in range(nc)], ops[:nc])()
                 return
-            for c, a in zip(self._carries[0], ops[:nc], strict=True):
-                np.copyto(c, a)
-            for ins, outs in self._steps(out, ops):
-                self.call(ins, outs)
-            finals = [self._row(out, k) for k in range(nc)]
-            for dst, src in zip(finals, self._carries[self.length % 2], strict=True):
-                np.copyto(dst, src)
+            hit = self._iterations(out, ops)
+            if all(o is a for o, a in zip(ops, operands, strict=True)):
+                # (kept by every address it reads: several plans share a runner)
+                at = tuple(map(_address, (out, *ops)))
+                got = self._wholes.get(at)
+                if got is None or got[2] is not hit:
+                    if len(self._wholes) >= 2 * _PLACES:
+                        del self._wholes[next(iter(self._wholes))]
+                    got = self._wholes[at] = (*self._whole(hit, ops), hit)
+                self._last = (out, operands, got[0], got[1])
+                whole = got[0]
+            else:
+                whole = self._copying(hit[0], hit[1], ops[:nc])
+            whole()
 
-    def _whole(self, hit, ops, native):
-        """``(whole, kept)``: ``whole()`` runs the iterations of :meth:`_iterations`'
-        entry ``hit`` from the initial carries in ``ops`` and copies the final
-        carries to their place (what ``kept`` holds alive): with ``native``
-        (a call kept for the next: its copy table is made once), hybridad's
-        driver does it all as one call; otherwise Python copies around
-        ``hit``'s run."""
+    def _whole(self, hit, ops):
+        """``(whole, kept)`` for a call kept for the next (its copy table made
+        once): ``whole()`` runs the iterations of :meth:`_iterations`' entry
+        ``hit`` from the initial carries in ``ops`` and copies the final
+        carries to their place (what ``kept`` holds alive) -- as one call of
+        hybridad's driver where it made the body, else :meth:`_copying`."""
         run, finals, (_, table) = hit
         nc = self.body.n_carry
+        if getattr(self._drive, "copies", False):
+            pairs = list(zip(self._carries[0], ops[:nc], strict=True)) + \
+                list(zip(finals, self._carries[self.length % 2], strict=True))
+            if all(d.dtype == s.dtype and d.shape == s.shape and d.flags.c_contiguous and
+                   s.flags.c_contiguous for d, s in pairs):
+                rows = np.array([(_address(d), _address(s), d.nbytes) for d, s in pairs],
+                                dtype=np.int64).reshape(-1, 3)
+                return self._drive(table, (rows, nc, nc)), rows
+        return self._copying(run, finals, ops[:nc]), None
+
+    def _copying(self, run, finals, starts):
+        """``whole()``: the initial carries ``starts`` copied into the runner's
+        first buffers, ``run()`` (the iterations), the final carries copied to
+        ``finals``."""
         first, last = self._carries[0], self._carries[self.length % 2]
-        pairs = list(zip(first, ops[:nc], strict=True)) + list(zip(finals, last, strict=True))
-        if native and getattr(self._drive, "copies", False) and all(
-                d.dtype == s.dtype and d.shape == s.shape and d.flags.c_contiguous and
-                s.flags.c_contiguous for d, s in pairs):
-            rows = np.array([(_address(d), _address(s), d.nbytes) for d, s in pairs],
-                            dtype=np.int64).reshape(-1, 3)
-            return self._drive(table, (rows, nc, nc)), rows
-        starts = ops[:nc]
 
         def whole():
             for c, a in zip(first, starts, strict=True):
@@ -321,4 +323,4 @@ class LoopRunner:
             run()
             for dst, src in zip(finals, last, strict=True):
                 np.copyto(dst, src)
-        return whole, None
+        return whole
