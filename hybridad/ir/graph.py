@@ -21,8 +21,8 @@ import math
 
 import numpy as np
 
-__all__ = ["Graph", "Node", "check", "clone_node", "copy_graph", "format_node", "redirect",
-           "users_of"]
+__all__ = ["Graph", "Node", "check", "clone_node", "copy_graph", "format_node",
+           "named_by_region", "redirect", "users_of"]
 
 
 class Node:
@@ -189,6 +189,13 @@ def dead_code_elimination(graph):
             live.update(a.id for a in node.args)
     live.update(n.id for n in graph.inputs)
     return Graph([n for n in graph.nodes if n.id in live], graph.inputs, graph.outputs)
+
+
+def named_by_region(node, users):
+    """Whether a ``region`` among ``users`` (those reading ``node``) names it
+    as an input of its body: a pass that replaces ``node`` must leave it (the
+    redirected operand and the body's input would then differ)."""
+    return any(u.op == "region" and node in u.attrs["body"].inputs for u in users)
 
 
 def redirect(nodes, replace):

@@ -280,6 +280,10 @@ class InPlaceWrites:
         self._starts = [i for i, _ in self._writes]
         self.roots = {root for _, root in self._writes}
 
+    def last_writes(self):
+        """``{storage root id: position of its last in-place write}``."""
+        return {root: i for i, root in self._writes}
+
     def between(self, p, r):
         """Whether a write after ``p`` and before ``r`` goes to storage ``p`` reads."""
         lo = bisect.bisect_right(self._starts, self.position[p.id])

@@ -16,7 +16,7 @@ the same values: the bits do not change.
 
 from __future__ import annotations
 
-from ..ir.graph import Node, redirect, users_of
+from ..ir.graph import Node, named_by_region, redirect, users_of
 from ..ir.registry import REGISTRY
 
 __all__ = ["sink_scalar_broadcasts"]
@@ -52,7 +52,7 @@ def sink_scalar_broadcasts(nodes, outputs=()):
         if op is None or op.kind != "elementwise" or n.id in external or n.size <= 1 or \
                 not n.args or None in sources or \
                 not any(a.op == "broadcast_to" for a in n.args) or \
-                any(u.op == "region" and n in u.attrs["body"].inputs for u in users[n.id]):
+                named_by_region(n, users[n.id]):
             out.append(n)
             continue
         try:

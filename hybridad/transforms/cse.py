@@ -22,7 +22,7 @@ that parameter's in-place update.
 from __future__ import annotations
 
 from ..frontend.signature import attr_signature
-from ..ir.graph import redirect, users_of
+from ..ir.graph import named_by_region, redirect, users_of
 from ..ir.registry import REGISTRY, InPlaceWrites
 
 __all__ = ["eliminate_common"]
@@ -54,13 +54,9 @@ def _old_values_read(nodes, writes):
     change the order later passes fuse in, and a fused region runs where its
     last member did -- so none is made (a reverse sweep's accumulators are
     read only after their last write)."""
-    if not writes.roots:
+    last = writes.last_writes()
+    if not last:
         return False
-    last = {}
-    for i, n in enumerate(nodes):
-        op = REGISTRY.get(n.op)
-        if op is not None and op.kind == "inplace":
-            last[writes.root[n.id]] = i
     for i, n in enumerate(nodes):
         op = REGISTRY.get(n.op)
         if op is not None and op.kind in ("inplace", "view"):
@@ -101,7 +97,6 @@ def eliminate_common(nodes, outputs=(), updates=()):
         first = seen.setdefault(key, n)
         # (equal operands: a stage of a Hessian plan that computes one computes the
         # other; not a node a region's body names as its input)
-        if first is not n and not any(u.op == "region" and n in u.attrs["body"].inputs
-                                      for u in users[n.id]):
+        if first is not n and not named_by_region(n, users[n.id]):
             replaced[n.id] = first
     return nodes if not replaced else list(nodes)

@@ -20,7 +20,7 @@ of ``A`` once for both (:func:`hybridad.backends.numba.rt.matvec_pair`).
 
 from __future__ import annotations
 
-from ..ir.graph import Node, redirect, users_of
+from ..ir.graph import Node, named_by_region, redirect, users_of
 from ..ir.registry import REGISTRY, InPlaceWrites
 from .costs import CACHE_BYTES, pair_choice
 from .machine import matvec_matrix
@@ -146,7 +146,7 @@ def hoist_transposed_products(nodes, outputs=(), *, machine):
         next_id += 4
         if scaled_s.shape != n.shape:
             continue  # (a cotangent of another shape: leave the product)
-        if any(u.op == "region" and n in u.attrs["body"].inputs for u in users[n.id]):
+        if named_by_region(n, users[n.id]):
             continue  # (a region reading it as a loop input: its body names the node)
         at = max(forward_reads[A.id], pos[w.id], pos[A.id])
         after.setdefault(at, []).extend([t] + ([wv] if wv is not w else []) + [s])
