@@ -111,6 +111,9 @@ def main(argv=None):
     ap.add_argument("--sizes", nargs="+", type=int, default=[1000, 10000, 100000])
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _harness
+    _harness.installed_bytecode()  # (what an install compiles)
     rows = []
     for case in args.cases:
         for size in args.sizes:

@@ -196,6 +196,9 @@ def main(argv=None):
                         help="memory_budget as a fraction of the stored carries (T x state)")
     parser.add_argument("--json", default=None)
     opts = parser.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _harness
+    _harness.installed_bytecode()  # (what an install compiles)
     try:
         import jax  # noqa: F401
         have_jax = True

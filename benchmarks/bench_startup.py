@@ -350,6 +350,9 @@ def main(argv=None):
     p.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
     p.add_argument("--json", metavar="FILE", help="also write {rows, summary, ratios, meta}")
     a = p.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _harness
+    _harness.installed_bytecode()  # (what an install compiles)
     impls = list(a.impls)
     if "ha warm" in impls and "ha cold" not in impls:
         impls.append("ha cold")  # a warm run needs the cache its cold run filled
