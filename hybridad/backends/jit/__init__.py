@@ -221,7 +221,7 @@ def loop_driver(nargs):
             holder = _Module()
             holder.module = module
             entry = wrapper.python_entry(holder, fn, 6, True)
-            obj = engine.compile_ir(str(module))
+            obj = engine.compile_ir(str(module), glue=True)
             meta = {"entry": entry, "symbols": sorted(engine.external_symbols(module))}
             engine.store_object(key, json.dumps(meta).encode() + b"\n" + obj)
         else:
@@ -233,7 +233,7 @@ def loop_driver(nargs):
         return drive
 
 
-FORMAT_DRIVER = "3"
+FORMAT_DRIVER = "4"
 
 
 def _copy_rows(b, copies, first, stop):
