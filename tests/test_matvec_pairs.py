@@ -94,11 +94,12 @@ def test_a_vector_made_from_the_first_product_is_not_paired_with_it():
         assert not (n.op == "matvec_pair" and n.phase == "forward"), str(plan.graph)
 
 
-def test_an_hvp_pairs_its_direction_with_the_backward_product():
+def test_an_hvp_reads_its_matrix_twice():
     """A Hessian-vector product's ``X v`` (``v`` an argument, its node made
-    after the backward pass) pairs with the backward's ``X^T g``: three
-    passes over X instead of four (logistic regression: 23.6 -> 15.4 ms at
-    10^5 x 100, bench notes)."""
+    after the backward pass) joins the forward's ``X w`` (one ``matvec_two``),
+    and then the tangent's ``X^T g'`` -- its vector made from ``X v`` -- the
+    backward's ``X^T g``: two passes over X instead of four (logistic
+    regression: 23.6 -> 15.4 ms at 10^5 x 100 with three, bench notes)."""
     X, y = rand((20000, 100), seed=9), np.sign(rand((20000,), seed=10))  # 16 MB: one
     w, v = rand((100,), seed=11) / 4, rand((100,), seed=12)  # read beats two (cost model)
 
@@ -106,8 +107,12 @@ def test_an_hvp_pairs_its_direction_with_the_backward_product():
         return np.mean(np.logaddexp(0, -y * (X @ w))) + 1e-3 * np.sum(w ** 2)
 
     plan = ha.compile(logreg, w, X, y, hvp=True)
-    assert [n.phase for n in plan.graph.nodes if n.op == "matvec_pair"] == ["backward"], \
+    X_node = plan.graph.inputs[1]
+    reads = [(n.op, n.phase, n.attrs.get("form")) for n in plan.graph.nodes
+             if n.op in ("matmul", "matvec_pair", "matvec_two") and n.args[0] is X_node]
+    assert reads == [("matvec_two", "forward", "dot"), ("matvec_two", "backward", "axpy")], \
         str(plan.graph)
+    assert "_mv_dot2" in plan._program.source and "_mv_axpy2" in plan._program.source
     res = plan.hvp(w, X, y, v=v)
     ref = ha.hvp(logreg, w, v, X, y, backend="numpy")
     assert float(res.value) == pytest.approx(float(ref.value), rel=1e-13)
@@ -118,8 +123,8 @@ def test_an_hvp_pairs_its_direction_with_the_backward_product():
 
 def test_a_direction_made_from_arguments_moves_ahead_to_its_pair():
     """``X (s v)``: the tangent's vector is made from arguments alone, though
-    in the tangent sweep; its computation moves ahead, to where it pairs with
-    the backward's ``X^T g``."""
+    in the tangent sweep; its computation moves ahead, to where it joins the
+    forward's ``X (s w)``."""
     X, y = rand((20000, 100), seed=13), np.sign(rand((20000,), seed=14))
     w, v, s = rand((100,), seed=15) / 4, rand((100,), seed=16), rand((100,), seed=17) + 2
 
@@ -127,10 +132,11 @@ def test_a_direction_made_from_arguments_moves_ahead_to_its_pair():
         return np.mean(np.logaddexp(0, -y * (X @ (w * s)))) + 1e-3 * np.sum(w ** 2)
 
     plan = ha.compile(logreg, w, X, y, hvp=True)
-    pairs = [n for n in plan.graph.nodes if n.op == "matvec_pair"]
-    assert len(pairs) == 1, str(plan.graph)
+    pairs = [n for n in plan.graph.nodes if n.op in ("matvec_pair", "matvec_two")]
+    assert [(n.phase, n.attrs.get("form")) for n in pairs] == \
+        [("forward", "dot"), ("backward", "axpy")], str(plan.graph)
     order = {n.id: i for i, n in enumerate(plan.graph.nodes)}
-    assert all(order[a.id] < order[pairs[0].id] for a in pairs[0].args)
+    assert all(order[a.id] < order[p.id] for p in pairs for a in p.args)
     res = plan.hvp(w, X, y, v=v)
     ref = ha.hvp(logreg, w, v, X, y, backend="numpy")
     np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12, atol=1e-14)

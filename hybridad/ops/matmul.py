@@ -95,3 +95,52 @@ def _pair_jvp(ts, node, a, u, v, ans):
 
 register(Op("matvec_pair", "compute", _pair_abstract, run=_pair_run, vjp=_pair_vjp,
             jvp=_pair_jvp))
+
+
+# ``matvec_two(a, x, y, form)``: two matrix-vector products of one 2-D matrix
+# ``a`` of one form, the rows of one result -- ``form == "dot"``: ``[a x, a y]``
+# (``x``, ``y`` of ``a``'s columns; result 2 x m); ``"axpy"``: ``[a^T x, a^T y]``
+# (of its rows; result 2 x k).  Not traced from user code: the numba lowering
+# groups two such products of one matrix into it (an HVP's forward ``A u`` and
+# tangent ``A du``; its backward and tangent ``A^T w``:
+# :func:`hybridad.transforms.products.pair_matvecs`), the products then views
+# of its rows.
+
+def _two_abstract(a, x, y, form):
+    if len(a.shape) != 2 or form not in ("dot", "axpy"):
+        raise ValueError(f"matvec_two: a 2-D matrix and form 'dot' or 'axpy', got "
+                         f"{a.shape}, {form!r}")
+    m, k = a.shape
+    n = k if form == "dot" else m
+    if tuple(x.shape) != (n,) or tuple(y.shape) != (n,):
+        raise ValueError(f"matvec_two({form!r}): a matrix {a.shape} with vectors {x.shape} "
+                         f"and {y.shape}, not of {n}")
+    return (2, m if form == "dot" else k), np.result_type(a.dtype, x.dtype, y.dtype)
+
+
+def _two_run(out, a, x, y, form):
+    for row, v in ((out[0], x), (out[1], y)):
+        np.matmul(a, v, out=row) if form == "dot" else np.matmul(v, a, out=row)
+
+
+def _two_vjp(g, node, active, a, x, y, ans, form):
+    dot = form == "dot"
+    ga = None
+    if active[0]:  # d(a v)/da . g = outer(g, v); d(a^T v)/da . g = outer(v, g)
+        ga = np.outer(g[0], x) + np.outer(g[1], y) if dot else \
+            np.outer(x, g[0]) + np.outer(y, g[1])
+    return (ga, *((np.matmul(g[j], a) if dot else np.matmul(a, g[j])) if active[1 + j]
+                  else None for j in range(2)))
+
+
+def _two_jvp(ts, node, a, x, y, ans, form):
+    ta, tx, ty = ts
+    terms = [] if ta is None else [_bind("matvec_two", ta, x, y, form=form)]
+    if tx is not None or ty is not None:
+        terms.append(_bind("matvec_two", a, np.zeros(x.shape, node.dtype) if tx is None else tx,
+                           np.zeros(y.shape, node.dtype) if ty is None else ty, form=form))
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+register(Op("matvec_two", "compute", _two_abstract, run=_two_run, vjp=_two_vjp,
+            jvp=_two_jvp))

@@ -50,7 +50,7 @@ def kind_of(node):
             not None and mode != "vjp" else "region"
     if op == "region_acc":
         return "region"
-    if op in ("matmul", "matvec_pair"):
+    if op in ("matmul", "matvec_pair", "matvec_two"):
         return "matmul"
     if op in REDUCTION_OPS:
         return "reduction"
@@ -342,7 +342,7 @@ def _summary(plan, timed, samples, call_ns, plain_ns, clock_ns, clock_name):
 
 
 def _flops(node):
-    if node.op == "matvec_pair":
+    if node.op in ("matvec_pair", "matvec_two"):
         return 4 * node.args[0].size
     if node.op != "matmul":
         return 0
@@ -432,8 +432,15 @@ class _Details:
             if node.id in self.accumulating:
                 text += " (+= into the adjoint, beta = 1)"
             return text
+        if op == "matvec_two":
+            from ..backends.numba.emit_pairs import two_call
+
+            A, threads = node.args[0], two_call(node)[0]
+            what = "A x and A y" if node.attrs["form"] == "dot" else "A^T x and A^T y"
+            return (f"{_shape(A.shape)}{self.layouts.get(A.id, '?')}: {what}, one read of A"
+                    + (f" ({threads} threads)" if threads > 1 else ""))
         if op == "matvec_pair":
-            from ..backends.numba.emit import pair_call
+            from ..backends.numba.emit_pairs import pair_call
 
             A = node.args[0]
             parts, threads, _ = pair_call(node)

@@ -370,6 +370,32 @@ def pair_choice(m, k, dtype, machine):
                   f"two products {two_ns:.3g}")
 
 
+#: a ``matvec_two``'s time over one product's loop at the same rate: the second
+#: vector's multiply-adds ride on the one read of the matrix (memory-bound
+#: when the matrix is larger than the caches; in them, 1.3-1.6x)
+TWO_FACTOR = 1.4
+
+
+def two_choice(m, k, dtype, form, machine):
+    """``(two, reason)``: whether two products of one form over an ``m x k``
+    C matrix (``A x`` and ``A y``, or ``A^T x`` and ``A^T y``) run as one
+    ``matvec_two`` (:mod:`hybridad.backends.numba.matvecs`: one read of ``A``)
+    rather than as two products, each as :func:`matvec_choice` gives it.  The
+    kernel is the form's loop with a second vector: its cost is taken as
+    :data:`TWO_FACTOR` times the loop's measured rate over the threads it can
+    use; a dimension under :data:`MATVEC_MIN` keeps the two products."""
+    if min(m, k) < MATVEC_MIN:
+        return False, f"a dimension below {MATVEC_MIN}: two products"
+    rates = costs().matvec_rates(dtype)
+    how, _, p = matvec_choice(m, k, dtype, form, machine, machine.threads)
+    tasks = m if form == "dot" else -(-k // machine.matvec_block)
+    two_ns = TWO_FACTOR * rates[form] / max(1, min(machine.threads, tasks))
+    apart_ns = 2 * (rates[form] / p if how == "loop" else rates["blas"])
+    two = two_ns < apart_ns
+    return two, (f"one read of A for both {two_ns:.3g} ns/element "
+                 f"{'<' if two else '>='} two products {apart_ns:.3g}")
+
+
 #: multiply-adds of the LAPACK routines behind these ops for a matrix of
 #: dimensions ``s <= big`` and ``r`` right-hand sides (the textbook counts)
 LAPACK_MADDS = {
@@ -443,7 +469,7 @@ def thread_owner(nodes, machine):
             madds = LAPACK_MADDS[n.op](min(m, k), max(m, k), rhs)
             blas += batch * madds * c.gemm_cost(64, 64, 64, n.dtype) / 64 ** 3
             continue
-        if n.op == "matvec_pair":  # the backend's own loop (pair_matvecs)
+        if n.op in ("matvec_pair", "matvec_two"):  # the backend's own loops (pair_matvecs)
             if n.args[0].size >= parallel_min:
                 rates = c.matvec_rates(n.dtype)
                 loops += n.args[0].size * max(rates["dot"], rates["axpy"])

@@ -41,8 +41,9 @@ PASSES = {
                                   "scaled by c in the backward",
                                   lambda nodes, ins, outs, upd, mach: hoist_transposed_products(
                                       nodes, outs, machine=mach)),
-    "pair_matvecs": ("one read of a matrix for its two matrix-vector products A u and A^T v "
-                     "(one matvec_pair, the products views of its halves)",
+    "pair_matvecs": ("one read of a matrix for two of its matrix-vector products: A u and "
+                     "A^T v (one matvec_pair), A x and A y or A^T x and A^T y (one "
+                     "matvec_two), the products views of its parts",
                      lambda nodes, ins, outs, upd, mach: pair_matvecs(nodes, outs, machine=mach)),
     "views": ("read chains of data movement through (a slice of a slice, of a "
               "concatenation, a reshape of a reshape, a transpose of a transpose)",

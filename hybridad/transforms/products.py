@@ -15,14 +15,17 @@ is larger than the core's own cache (a 1000 x 1000 float64 matrix read from
 L3: ~165 us a product, on two threads).  :func:`pair_matvecs` makes two
 matrix-vector products of one matrix -- ``A u`` and ``A^T v``, both operands
 ready when the first runs -- one ``matvec_pair``, whose kernel reads each row
-of ``A`` once for both (:func:`hybridad.backends.numba.rt.matvec_pair`).
+of ``A`` once for both (:func:`hybridad.backends.numba.rt.matvec_pair`), and
+two products of one form -- an HVP's ``A u`` and ``A du``, its ``A^T w`` of
+the backward and of the tangent sweep -- one ``matvec_two``
+(:mod:`hybridad.backends.numba.matvecs`).
 """
 
 from __future__ import annotations
 
 from ..ir.graph import Node, named_by_region, redirect, users_of
 from ..ir.registry import REGISTRY, InPlaceWrites
-from .costs import CACHE_BYTES, pair_choice
+from .costs import CACHE_BYTES, pair_choice, two_choice
 from .machine import matvec_matrix
 
 __all__ = ["hoist_transposed_products", "pair_matvecs"]
@@ -187,22 +190,29 @@ def _flat(vec):
 
 
 def pair_matvecs(nodes, outputs=(), *, machine):
-    """Two matrix-vector products of one matrix ``B`` -- ``B u`` and ``B^T v``
-    -- become one ``matvec_pair(B, u, v)`` where the first of them runs, the
-    two products views of its halves (nodes kept, changed in place: their
-    readers, regions included, read them as before).
+    """Two matrix-vector products of one matrix ``B`` become one product that
+    reads ``B`` once, where the first of them runs, the two products views of
+    its parts (nodes kept, changed in place: their readers, regions included,
+    read them as before): ``B u`` and ``B^T v`` one ``matvec_pair(B, u, v)``;
+    two of one form -- ``B x`` and ``B y`` (an HVP's forward ``A u`` and
+    tangent ``A du``), or ``B^T x`` and ``B^T y`` (its backward and tangent
+    ``A^T w``) -- one ``matvec_two``.
 
     Conditions: float products of one dtype, neither a graph output; ``B``
     computed or an input (a buffer the backend holds C-contiguous, not a
     view or a constant) and one read cheaper than two by the cost model
-    (:func:`~hybridad.transforms.costs.pair_choice`); the second product's
+    (:func:`~hybridad.transforms.costs.pair_choice`,
+    :func:`~hybridad.transforms.costs.two_choice`); the second product's
     vector made before the first product, or made there: an argument of the
     plan always is, and a vector made from arguments and values made before
-    by pure elementwise ops and views (an HVP's ``s v``, traced in the
-    tangent sweep) has that computation moved ahead of the pair.  Each product pairs
-    once, with the earliest unpaired product of the other form.  Rounding:
-    ``B^T v`` sums its rows in fixed parts (see the kernel); the same bits on
-    any thread count.  ``machine``: the backend's facts the choice reads
+    by pure elementwise ops, fused regions and views (an HVP's ``s v``, traced
+    in the tangent sweep) has that computation moved ahead of the pair.  Each
+    product pairs once, with the earliest unpaired product it can.  The sweep
+    runs again while it pairs: a pair's results are ready earlier than the
+    products were, so the vectors made from them can join a later pair (an
+    HVP's two ``A^T w`` once its two ``A u`` are one read).  Rounding: each
+    kernel sums in a fixed order (see the kernels); the same bits on any
+    thread count.  ``machine``: the backend's facts the choice reads
     (:class:`~hybridad.transforms.machine.Machine`).
 
     Returns
@@ -211,6 +221,23 @@ def pair_matvecs(nodes, outputs=(), *, machine):
         The new node list (the products' old operands are left for dead code
         elimination).
     """
+    for _ in range(8):  # (each sweep pairs at least two products, or stops)
+        nodes, paired = _pair_sweep(nodes, outputs, machine)
+        if not paired:
+            break
+    return nodes
+
+
+def _partner_fits(B, form, other, machine):
+    """Whether a product of ``form`` over ``B`` pairs with one of form ``other``."""
+    if form != other:
+        return _pairs(B, machine)
+    held = B.op == "input" or (B.op != "const" and REGISTRY[B.op].kind != "view")
+    return held and B.dtype.kind == "f" and len(B.shape) == 2 and \
+        two_choice(*B.shape, B.dtype, form, machine)[0]
+
+
+def _pair_sweep(nodes, outputs, machine):
     pos = {n.id: i for i, n in enumerate(nodes)}
     external = {n.id for n in outputs if n is not None}
     next_id = max((n.id for n in nodes), default=-1) + 1
@@ -223,7 +250,7 @@ def pair_matvecs(nodes, outputs=(), *, machine):
         if found is None:
             continue
         B, form, vec = found
-        if n.dtype.kind != "f" or not (B.dtype == vec.dtype == n.dtype) or not _pairs(B, machine):
+        if n.dtype.kind != "f" or not (B.dtype == vec.dtype == n.dtype):
             continue
         src = _flat(vec) or vec
         # (an argument is there from the start, wherever the trace made its node:
@@ -231,7 +258,8 @@ def pair_matvecs(nodes, outputs=(), *, machine):
         # made from such values alone can be made there too)
         where = ready[src.id]
         queue = waiting.setdefault(B.id, [])
-        partner = next((q for q in queue if q[1] != form and where < pos[q[0].id]), None)
+        partner = next((q for q in queue if where < pos[q[0].id] and
+                        _partner_fits(B, form, q[1], machine)), None)
         cone = [] if partner is None else _cone(src, pos[partner[0].id], pos)
         if partner is None or any(m.id in moved for m in cone):
             queue.append((n, form, vec))
@@ -250,40 +278,47 @@ def pair_matvecs(nodes, outputs=(), *, machine):
 
         moved.update(m.id for m in cone)
         new.extend(cone)  # (what the vector is made of, ahead of the pair)
-        x = {form: flat_of(vec), partner[1]: flat_of(partner[2])}
         m, k = B.shape
-        p = _new(next_id, "matvec_pair", (B, x["dot"], x["axpy"]), {}, first.phase)
-        halves = {"dot": (0, m), "axpy": (m, m + k)}
+        if partner[1] == form:  # two of one form: the rows of one result
+            x = (flat_of(partner[2]), flat_of(vec))
+            p = _new(next_id, "matvec_two", (B, *x), {"form": form}, first.phase)
+            parts = {id(first): (0,), id(n): (1,)}
+        else:
+            x = {form: flat_of(vec), partner[1]: flat_of(partner[2])}
+            p = _new(next_id, "matvec_pair", (B, x["dot"], x["axpy"]), {}, first.phase)
+            halves = {"dot": (slice(0, m),), "axpy": (slice(m, m + k),)}
+            parts = {id(first): halves[partner[1]], id(n): halves[form]}
         next_id += 1
         new.append(p)
-        for node, f in ((first, partner[1]), (n, form)):
-            lo, hi = halves[f]
-            half = _new(next_id, "getitem", (p,), {"index": (slice(lo, hi),)}, first.phase)
+        for node in (first, n):
+            half = _new(next_id, "getitem", (p,), {"index": parts[id(node)]}, first.phase)
             next_id += 1
             new.append(half)
             node.op, node.args, node.attrs = "reshape", (half,), {"shape": node.shape}
         before.setdefault(pos[first.id], []).extend(new)
     if not before:
-        return nodes
+        return nodes, False
     out = [n for n in nodes if n.op == "input"]  # (an argument read by an earlier pair)
     for i, n in enumerate(nodes):
         out.extend(before.get(i, ()))
         if n.op != "input" and n.id not in moved:
             out.append(n)
-    return out
+    return out, True
 
 
 def _ready(nodes, pos):
     """node id -> the position after which it could be computed: -1 for
-    arguments and constants; for a pure elementwise op or a view (of storage
-    no in-place op writes) its operands' latest; elsewhere its own."""
+    arguments and constants; for a pure elementwise op, a fused region or a
+    view (of storage no in-place op writes) its operands' latest; elsewhere
+    its own."""
     writes = InPlaceWrites(nodes)
     written, roots = writes.roots, writes.root
     ready = {}
     for n in nodes:
         if n.op in ("input", "const"):
             ready[n.id] = -1
-        elif n.op in REGISTRY and REGISTRY[n.op].kind in ("elementwise", "view") and \
+        elif (n.op == "region" or n.op in REGISTRY and
+              REGISTRY[n.op].kind in ("elementwise", "view")) and \
                 roots[n.id] not in written and n.args:
             ready[n.id] = max(ready[a.id] for a in n.args)
         else:

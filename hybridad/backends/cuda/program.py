@@ -68,6 +68,7 @@ DEVICE_OPS = {
     "min": "kernel",
     "region_acc": "unused",  # fold_accumulations: not in LOWERING["cupy"]
     "matvec_pair": "unused",  # pair_matvecs: not in LOWERING["cupy"]
+    "matvec_two": "unused",
     "matmul": "cublas",  # a library call: outside CUDA graph captures (CudaGraphRunner)
     **dict.fromkeys(("prod", "zeros", "copy", "iadd", "concatenate",
                      "reshape", "transpose", "broadcast_to", "getitem", "gather", "scatter",

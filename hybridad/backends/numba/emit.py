@@ -12,6 +12,7 @@ from ...ops import storage_root
 from ...ops.lapack_names import LAPACK_OPS, kernel_args, kind_of
 from .loops import broadcast_index, fill, getitem_map, here, region_acc_lines, region_lines
 from .loops import reduction_lines as _reduction_lines
+from .emit_pairs import matvec_pair, matvec_two
 from .machine import machine
 
 
@@ -231,7 +232,8 @@ EMITTERS = {
     "zeros": lambda e: fill(e.w, e.out, "0"),
     **dict.fromkeys(("sum", "max", "min", "prod"), _reduction),
     "matmul": lambda e: _emit_matmul(e.w, e.node, e.a, e.out, e.layouts, e.names),
-    "matvec_pair": lambda e: _matvec_pair(e),
+    "matvec_pair": matvec_pair,
+    "matvec_two": matvec_two,
     "reshape": _reshape,
     "transpose": _transpose,
     "broadcast_to": _broadcast_copy,
@@ -371,36 +373,6 @@ def _emit_matvec(w, node, a, acc, beta, call):
     par = "_par" if call.threads > 1 else ""
     w.threaded = w.threaded or bool(par)
     w.emit(f"_mv_{form}{par}({matrix}, {vector}, {out}, {float(beta)!r})  # {call.reason}")
-
-
-def pair_call(node):
-    """``(parts, threads, reason)`` of ``matvec_pair`` ``node``: its rows' parts
-    (:meth:`~hybridad.transforms.machine.Machine.pair_parts`), their threads
-    (several when the plan's loops are parallel and the matrix long enough)
-    and the cost model's figures (:func:`hybridad.transforms.costs.pair_choice`)."""
-    from ...transforms.costs import pair_choice
-
-    A, facts = node.args[0], machine()
-    parts = facts.pair_parts(A.shape[0])
-    threads = min(parts, facts.threads) if A.size >= facts.parallel_min else 1
-    return parts, threads, pair_choice(*A.shape, A.dtype, facts)[1]
-
-
-def _matvec_pair(e):
-    """``[A u, A^T v]`` by :func:`.rt.matvec_pair` (one read of ``A``, a C
-    matrix: an input or a buffer, see
-    :func:`hybridad.transforms.products.pair_matvecs`), into the halves of
-    the node's buffer; the parts of ``A^T v`` in its scratch."""
-    A = e.node.args[0]
-    if e.layouts[A.id] != "C":
-        raise NotImplementedError(f"matvec_pair of a {e.layouts[A.id]} matrix")
-    (m, k), (parts, threads, why) = A.shape, pair_call(e.node)
-    par = "_par" if threads > 1 else ""
-    e.w.threaded = e.w.threaded or bool(par)
-    work = e.names[("scratch", e.node.id)]
-    e.w.emit(f"_mv_pair{par}({e.a[0]}, {e.a[1]}, {e.a[2]}, {e.out}[:{m}], {e.out}[{m}:], "
-             f"{work}[:{parts * k}].reshape(({parts}, {k})))  # A u and A^T v: {why}; "
-             f"{parts} parts of the rows" + (" on numba's threads" if par else ""))
 
 
 def _emit_gemm(w, node, a, acc, beta, layouts=None):
