@@ -336,7 +336,7 @@ def test_plans_with_object_mode_run_on_it(tmp_path):
         from scipy.special import comb
         calls = []
         real = engine.compile_ir
-        engine.compile_ir = lambda text: calls.append(1) or real(text)
+        engine.compile_ir = lambda text, **kw: calls.append(1) or real(text, **kw)
         W = np.sin(np.arange(144.0)).reshape(12, 12) / 4
         x0, k = np.linspace(-1, 1, 12), np.full(12, 3.0)
 
@@ -398,7 +398,7 @@ def test_plans_run_on_it_and_match_numba(tmp_path):
         from conftest import rand
         calls = []
         real = engine.compile_ir
-        engine.compile_ir = lambda text: calls.append(1) or real(text)
+        engine.compile_ir = lambda text, **kw: calls.append(1) or real(text, **kw)
         x = rand((300,), seed=1); A = rand((300, 300), seed=2); X = rand((4000, 8), seed=3)
         w = rand((8,), seed=4); big = rand((400000,), seed=5)
         cases = [
@@ -438,7 +438,7 @@ def test_warm_cache_loads_without_compiling(tmp_path):
         from hybridad.backends.jit import engine
         calls = []
         real = engine.compile_ir
-        engine.compile_ir = lambda text: calls.append(1) or real(text)
+        engine.compile_ir = lambda text, **kw: calls.append(1) or real(text, **kw)
         x = np.linspace(-1, 1, 50)
         plan = ha.compile(lambda x: np.sum(np.sin(x) ** 2), x)
         print(len(calls), float(plan.gradient(x).value))
@@ -518,7 +518,7 @@ def test_programs_load_from_the_disk_cache_in_a_new_process(tmp_path):
         from hybridad.backends.jit import engine
         calls = []
         real = engine.compile_ir
-        engine.compile_ir = lambda text: calls.append(1) or real(text)
+        engine.compile_ir = lambda text, **kw: calls.append(1) or real(text, **kw)
         SRC = """
         import math
         import numpy as np
