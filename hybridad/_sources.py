@@ -28,37 +28,49 @@ def module_closure(names):
     import, directly or through each other: ``from`` imports anywhere in a
     module (relative ones resolved), a name imported from a package that is
     itself a submodule counted as one.  A regular expression, not ``ast``
-    (a tenth of the time; the key is made once per process)."""
-    from importlib.util import find_spec
-
+    (a tenth of the time); each module's own imports are read once per
+    process (:func:`_imports`: the keys of one plan's programs ask for many
+    overlapping closures)."""
     seen, stack, files = set(), list(names), []
     while stack:
         name = stack.pop()
         if name in seen:
             continue
         seen.add(name)
-        spec = find_spec(name)
-        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-            continue
-        files.append(spec.origin)
-        with open(spec.origin, encoding="utf-8") as fh:
-            text = fh.read()
-        package = name if spec.submodule_search_locations is not None else name.rpartition(".")[0]
-        stack += _PLAIN.findall(text)
-        for base, what in _FROM.findall(text):
-            level = len(base) - len(base.lstrip("."))
-            base = base.lstrip(".")
-            if level:
-                parts = package.split(".")
-                base = ".".join(parts[:len(parts) - level + 1] + ([base] if base else []))
-            if base.split(".")[0] != "hybridad":
-                continue
-            stack.append(base)
-            for alias in what.strip("()").replace("\n", " ").split(","):
-                leaf = alias.split()[0] if alias.split() else ""
-                if leaf.isidentifier() and _is_submodule(f"{base}.{leaf}"):
-                    stack.append(f"{base}.{leaf}")
+        origin, imported = _imports(name)
+        if origin is not None:
+            files.append(origin)
+            stack += imported
     return sorted(files)
+
+
+@functools.lru_cache(maxsize=None)
+def _imports(name):
+    """``(source file, the hybridad modules it imports)`` of module ``name``;
+    ``(None, ())`` for one with no Python source."""
+    from importlib.util import find_spec
+
+    spec = find_spec(name)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None, ()
+    with open(spec.origin, encoding="utf-8") as fh:
+        text = fh.read()
+    package = name if spec.submodule_search_locations is not None else name.rpartition(".")[0]
+    out = list(_PLAIN.findall(text))
+    for base, what in _FROM.findall(text):
+        level = len(base) - len(base.lstrip("."))
+        base = base.lstrip(".")
+        if level:
+            parts = package.split(".")
+            base = ".".join(parts[:len(parts) - level + 1] + ([base] if base else []))
+        if base.split(".")[0] != "hybridad":
+            continue
+        out.append(base)
+        for alias in what.strip("()").replace("\n", " ").split(","):
+            leaf = alias.split()[0] if alias.split() else ""
+            if leaf.isidentifier() and _is_submodule(f"{base}.{leaf}"):
+                out.append(f"{base}.{leaf}")
+    return spec.origin, tuple(out)
 
 
 def _is_submodule(name):
@@ -90,6 +102,7 @@ def library_digest(modules):
     return digest.hexdigest()
 
 
+@functools.lru_cache(maxsize=None)
 def _read(path):
     with open(path, "rb") as fh:
         return fh.read()
