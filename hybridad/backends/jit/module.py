@@ -25,6 +25,19 @@ _I8P = ir.IntType(8).as_pointer()
 _TREES = {}  # library function -> (syntax tree, globals, flags)
 
 
+def _walked(memo, tree):
+    """``(tree, returns a value, has a loop)`` of a syntax tree, walked once
+    per translator (``memo``: its cache by the tree's id; a translation asks
+    again per argument types and per call site)."""
+    got = memo.get(id(tree))
+    if got is None or got[0] is not tree:
+        nodes = list(ast.walk(tree))
+        got = memo[id(tree)] = (
+            tree, any(isinstance(n, ast.Return) and n.value is not None for n in nodes),
+            any(isinstance(n, (ast.For, ast.While)) for n in nodes))
+    return got
+
+
 class Translator:
     """Translate ``fn_name`` of generated ``source`` (executed into
     ``namespace``, whose names resolve its globals) to LLVM IR."""
@@ -36,6 +49,7 @@ class Translator:
         self.defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
         self.hints = {}
         self._natives = None
+        self._walked = {}
 
     def reset(self):
         _, layout, triple = engine.target()
@@ -99,7 +113,7 @@ class Translator:
             source = (("gen", name), fdef, self.ns, _flags(opts.get("fastmath")),
                       bool(opts.get("parallel")))
         fkey, fdef, globals_, flags, parallel = source
-        returns = any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(fdef))
+        returns = _walked(self._walked, fdef)[1]
         params = [_I8P] if returns else []
         for s in schemas:
             params += _param_types(s)
@@ -145,7 +159,7 @@ class Translator:
             pass
         elif py is not None and hasattr(fn, "targetoptions"):
             tree, globals_, flags, parallel = self.library(fn)
-            if not any(isinstance(n, (ast.For, ast.While)) for n in ast.walk(tree)):
+            if not _walked(self._walked, tree)[2]:
                 return frame.inline(tree, globals_, ("lib", id(fn)), args, kwargs, flags,
                                     parallel)
             source = (("lib", id(fn)), tree, globals_, flags, parallel)
