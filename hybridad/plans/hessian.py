@@ -219,15 +219,20 @@ class HessianPlan(StagedPlan):
         and point arrays it was made for (a plan rebuilt by a retrace has
         others: the general path again)."""
         general, lock, plan = type(self).hvp, self._lock, self
-        entry = []  # [the tangent's call, the point's ids, the programs, the point]
+        entry = []  # [the tangent's call, the programs, the point]
 
         def _entry():
+            from ..backends.numba.link import bind
+
             programs = plan._programs
             tangent = programs.get("tangent")
             if tangent is None or not tangent.objects or plan._raises["tangent"]:
                 return
-            entry[:] = [direct_call(tangent), tuple(id(a) for a in plan._point), programs,
-                        plan._point]
+            fn, lead, consts = direct_call(tangent)
+            # (the point's ids, like the program's leading arguments, are the same
+            # on every call: bound into one small generated function with them)
+            call = bind(fn, [*lead, *(id(a) for a in plan._point)], consts, 1, 3)
+            entry[:] = [call, programs, plan._point]
 
         @functools.wraps(general)
         def hvp(*args, v, out=None):
@@ -242,14 +247,13 @@ class HessianPlan(StagedPlan):
                 elif entry and (out.__class__ is HvpResult or out.__class__ is DiffResult):
                     if plan._guarded:
                         plan._check_reads(plan._point_args)
-                    (fn, lead, consts), ids, programs, point = entry
+                    call, programs, point = entry
                     d = out._derivs
                     if len(d) == 2 and plan._programs is programs and plan._point is point:
                         with lock:
                             if plan._at_point:
                                 try:
-                                    fn(*lead, *ids, id(v), *consts, id(out._value), id(d[0]),
-                                       id(d[1]))
+                                    call(id(v), id(out._value), id(d[0]), id(d[1]))
                                     return out
                                 except (TypeError, ValueError):
                                     pass
