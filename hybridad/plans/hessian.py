@@ -131,7 +131,7 @@ class HessianPlan(StagedPlan):
             self._color_values = np.zeros(comp.nnz, dtype)
         if self.backend == "numba":  # one direction's plain calls (see _hvp_fast)
             self.hvp = self._hvp_fast()
-            if comp is None and n <= k and len(shape) == 1 and \
+            if comp is None and 0 < n <= k and len(shape) == 1 and \
                     all(td == _tree.LEAF for td in self._treedefs):  # (the unit seeds: I)
                 self.hessian = self._one_chunk_fast(
                     type(self).hessian, HessianResult, 2, lambda: np.eye(n, dtype=self._dtype))
@@ -329,8 +329,12 @@ class HessianPlan(StagedPlan):
             self._at_point = True
         if not many:
             self._run_program("tangent", [*leaves, v], [val, g, hv])
+        elif not len(v):  # no direction: no chunk writes the value and gradient
+            if not args:
+                self._primal(leaves, val, g)
+                self._at_point = True  # (at the point's own arrays)
         else:
-            self._chunks(leaves, val, g, v.reshape(len(v), -1), hv.reshape(len(hv), -1))
+            self._chunks(leaves, val, g, v.reshape(len(v), self._n), hv.reshape(len(hv), self._n))
         self._deliver(bufs, (val, g, hv))
         return out
 
@@ -473,8 +477,8 @@ class HessianPlan(StagedPlan):
         val, g, h = self._targets("chunk", bufs)
         # one run of the chunk program (a colored Hessian, or n <= chunk): the
         # primal and the chunk as one program (see StagedPlan._run_whole)
-        whole = (self._compression is not None or self._n <= self.chunk) and \
-            not self._primal_raises
+        whole = self._n > 0 and (self._compression is not None or self._n <= self.chunk) and \
+            not self._primal_raises  # (no variables, no chunk: the primal alone)
         if whole:
             self._at_point = False
         else:

@@ -114,7 +114,7 @@ class JacobianPlan(StagedPlan):
         self._seed = self._xp.zeros((k, *s1.shape), s1.dtype)
         self._seed_flat = self._seed.reshape(k, -1)
         self._stage_out = self._xp.zeros(out_shape, dtype)
-        if self.backend == "numba" and mode == "reverse" and m <= k and len(shape) == 1 and \
+        if self.backend == "numba" and mode == "reverse" and 0 < m <= k and len(shape) == 1 and \
                 all(td == _tree.LEAF for td in self._treedefs):  # (rows: the Jacobian itself)
             self.jacobian = self._one_chunk_fast(
                 type(self).jacobian, JacobianResult, 1,
@@ -169,7 +169,7 @@ class JacobianPlan(StagedPlan):
         k = self.chunk
         total = self._n if self.mode == "forward" else self._m
         # one chunk: the primal and the chunk as one program (StagedPlan._run_whole)
-        whole = total <= k and not self._primal_raises
+        whole = 0 < total <= k and not self._primal_raises  # (no chunk: the primal alone)
         if not whole:
             self._run_program("primal", leaves, [val])
         run = self._run_whole if whole else self._run_program
