@@ -190,3 +190,30 @@ def test_complex_vector_norms_are_norms_of_the_moduli(ord_):
     np.testing.assert_allclose(res.gradient, gx - 1j * gy, rtol=1e-7, atol=1e-9)
     with pytest.raises(NotImplementedError, match="complex matrices"):
         ha.gradient(lambda z: np.linalg.norm(z.reshape(1, 5), ord="nuc"), z)
+
+
+_KEEPS = [(fn, dt) for fn, kinds in ((np.fft.fft, "fc"), (np.fft.ifft, "fc"), (np.fft.fftn, "fc"),
+                                     (np.fft.rfft, "f"), (np.fft.rfftn, "f"), (np.fft.ihfft, "f"),
+                                     (np.fft.irfft, "fc"), (np.fft.irfftn, "fc"),
+                                     (np.fft.hfft, "fc"))
+          for dt in (np.float32, np.float64, np.complex64, np.complex128)
+          if np.dtype(dt).kind in kinds]  # (rfft, rfftn, ihfft: real input only)
+
+
+@pytest.mark.parametrize("fn,dtype", _KEEPS,
+                         ids=[f"{f.__name__}-{np.dtype(d).name}" for f, d in _KEEPS])
+def test_transforms_keep_numpys_precision(fn, dtype):
+    """numpy 2's FFT keeps single precision: float32 and complex64 input give
+    complex64 or float32 results.  The traced transform gives numpy's dtype
+    (its tables were float64, and float32 signals came out complex128: found
+    by the array-api-tests suite), and numpy's values to its precision."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(6)
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rng.standard_normal(6)
+    x = x.astype(dtype)
+    got = ha.jacobian(lambda d, x: fn(x), np.zeros(()), x, backend="numpy").value
+    want = fn(x)
+    assert got.dtype == want.dtype
+    tol = 1e-6 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-14
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())

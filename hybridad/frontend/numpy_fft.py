@@ -38,6 +38,13 @@ def _tables(n_in, n_out, big):
     return c, s
 
 
+def _real_dtype(a):
+    """The real dtype numpy's FFT of ``a`` computes in: float32 for float32 and
+    complex64 input (numpy 2 keeps single precision), else float64."""
+    dt = np.dtype(getattr(a, "dtype", np.float64))
+    return np.dtype(np.float32) if dt in (np.float32, np.complex64) else np.dtype(np.float64)
+
+
 def _scale(norm, n, inverse):
     if norm in (None, "backward"):
         return 1.0 / n if inverse else 1.0
@@ -71,7 +78,8 @@ def _dft(a, n, axis, norm, inverse):
     c, s = _tables(n, n, n)
     sign = 1.0 if inverse else -1.0  # e^{sign i theta} = cos + sign i sin
     f = _scale(norm, n, inverse)
-    w = ComplexTracer(c * f, s * (sign * f))
+    dt = _real_dtype(a)
+    w = ComplexTracer((c * f).astype(dt), (s * (sign * f)).astype(dt))
     out = np.matmul(z, w)
     return ComplexTracer(*(np.moveaxis(p, -1, axis) for p in out.full()))
 
@@ -85,7 +93,8 @@ def _rdft(a, n, axis, norm):
     z = _fit(x, n, axis)
     c, s = _tables(n, n // 2 + 1, n)
     f = _scale(norm, n, False)
-    out = np.matmul(z, ComplexTracer(c * f, s * -f))
+    dt = _real_dtype(x)
+    out = np.matmul(z, ComplexTracer((c * f).astype(dt), (s * -f).astype(dt)))
     return ComplexTracer(*(np.moveaxis(p, -1, axis) for p in out.full()))
 
 
@@ -107,8 +116,9 @@ def _irdft(a, n, axis, norm):
     sw[0] = 0.0
     if n % 2 == 0:
         sw[-1] = 0.0
-    re, im = z.full()
-    out = np.matmul(re, cw) - np.matmul(im, sw)
+    dt = _real_dtype(a)
+    re, im = (p if p.dtype == dt else p.astype(dt) for p in z.full())
+    out = np.matmul(re, cw.astype(dt)) - np.matmul(im, sw.astype(dt))
     return np.moveaxis(out, -1, axis)
 
 
