@@ -151,3 +151,17 @@ def test_numpy2_array_api_functions_on_numba_without_allocations():
                                      (A, B)[k])
             np.testing.assert_allclose(g, num, rtol=rtol, atol=rtol)
         assert_no_alloc(plan.gradient, a, b, out=res)
+
+
+@pytest.mark.parametrize("name,a,b", [("vecdot", (2,), (1,)), ("vecdot", (3, 2), (3, 1)),
+                                      ("matvec", (3, 2), (1,)), ("vecmat", (2,), (3, 2))])
+def test_a_contracted_axis_is_never_broadcast(name, a, b):
+    """numpy's vector gufuncs refuse contracted axes of unequal lengths (a
+    core dimension is never broadcast); traced, ``vecdot`` of lengths 2 and
+    1 summed a broadcast product instead (found by array-api-tests)."""
+    fn = getattr(np, name)
+    x, y = np.ones(a), np.ones(b)
+    with pytest.raises(ValueError):
+        fn(x, y)
+    with pytest.raises(ValueError, match="contracted axes have lengths"):
+        ha.gradient(lambda x, y: np.sum(fn(x, y)), x, y, backend="numpy")

@@ -310,18 +310,32 @@ def _reduce_norm2(x, axes, keepdims):
 # numpy 2's vector gufuncs (the array API's vecdot)
 # ----------------------------------------------------------------------------
 
+def _core(name, x1, a1, x2, a2):
+    """The contracted (core) axis ``a1`` of ``x1`` and ``a2`` of ``x2``: of one
+    length, as numpy's gufunc requires (it never broadcasts a core axis)."""
+    s1, s2 = np.shape(x1), np.shape(x2)
+    if not s1 or not s2 or not -len(s1) <= a1 < len(s1) or not -len(s2) <= a2 < len(s2):
+        raise ValueError(f"{name}: operands of shapes {s1} and {s2} lack the contracted axis")
+    if s1[a1] != s2[a2]:
+        raise ValueError(f"{name}: the contracted axes have lengths {s1[a1]} and {s2[a2]} "
+                         f"(shapes {s1} and {s2}); numpy does not broadcast them")
+
+
 def vecdot(x1, x2, /, *, axis=-1):
     """``np.vecdot``: ``sum(conj(x1) * x2, axis)`` over broadcast operands."""
+    _core("vecdot", x1, axis, x2, axis)
     return np.sum(np.conj(x1) * x2, axis=axis)  # (a real tracer's conj is itself)
 
 
 def matvec(x1, x2, /):
     """``np.matvec``: ``x1[..., m, n] @ x2[..., n]`` over broadcast batches."""
+    _core("matvec", x1, -1, x2, -1)
     return np.sum(x1 * np.expand_dims(x2, -2), axis=-1)
 
 
 def vecmat(x1, x2, /):
     """``np.vecmat``: ``conj(x1)[..., n] @ x2[..., n, m]`` over broadcast batches."""
+    _core("vecmat", x1, -1, x2, -2)
     return np.sum(np.expand_dims(np.conj(x1), -1) * x2, axis=-2)
 
 
