@@ -12,7 +12,7 @@ import pytest
 
 import hybridad as ha
 from hybridad.backends.numba.emit import region_acc_groups
-from hybridad.testing import count_allocations
+from hybridad.testing import assert_no_alloc, count_allocations
 from hybridad.transforms import pipeline
 
 RNG = np.random.default_rng(12)
@@ -85,18 +85,39 @@ def test_the_fused_hvp_allocates_nothing():
     assert counts.allocations == 0, counts
 
 
-def test_accumulations_at_shifted_positions_run_in_loops_of_their_own():
-    """The gradient of a stencil adds into g[:-1] and g[1:]: two loops (one
-    loop would carry a dependence from each iteration to the next)."""
-    x = RNG.uniform(-1.0, 1.0, 1000)
-    plan = ha.compile(rosen, x)
+STENCIL3 = lambda x: np.sum(x[1:-1] * x[:-2] - x[2:] ** 2 * x[:-2])  # noqa: E731
+
+
+@pytest.mark.parametrize("f,n_slices", [(rosen, 2), (STENCIL3, 3)], ids=["rosen", "three"])
+@pytest.mark.parametrize("parallel", [True, False], ids=["parallel", "serial"])
+def test_accumulations_at_shifted_positions_gather_in_one_loop(f, n_slices, parallel, monkeypatch):
+    """The gradient of a stencil adds into ``g[:-1]`` and ``g[1:]`` (and
+    ``g[2:]``): one loop over ``g`` (over each run of positions the same
+    slices cover), each element gathering what each slice adds there -- a
+    loop over the slices' bodies would carry a dependence from each
+    iteration to the next, and one loop per slice read and wrote ``g`` once
+    each.  The same bits as those loops, the numpy backend's gradient to
+    rounding, nothing allocated."""
+    import hybridad.backends.numba.emit as E
+    import hybridad.backends.numba.loops as L
+
+    x = RNG.uniform(-1.0, 1.0, 40000)
+    plan = ha.compile(f, x, parallel=parallel, tiered=False)
     accs = [m for m in plan.graph.nodes if m.op == "region_acc"]
-    assert len(accs) == 2
+    assert len(accs) == n_slices
     groups = region_acc_groups(plan.graph.nodes)
-    assert all(len(g) == 1 for g in groups.values()), groups
-    np.testing.assert_allclose(plan.gradient(x).gradient,
-                               ha.gradient(rosen, x, backend="numpy").gradient,
+    assert sorted(len(g) for g in groups.values()) == [n_slices], groups
+    src = plan._program.source
+    assert src.count("_j1 = i0") >= 1 and ("prange(" in src) == parallel, src
+    got = plan.gradient(x)
+    np.testing.assert_allclose(got.gradient, ha.gradient(f, x, backend="numpy").gradient,
                                rtol=1e-13, atol=1e-12)
+    assert_no_alloc(plan.gradient, x, out=got, n=3, warmup=1)
+    monkeypatch.setattr(L, "gather_starts", lambda members: None)
+    monkeypatch.setattr(E, "gather_starts", lambda members: None)
+    apart = ha.compile(lambda x: f(x), x, parallel=parallel, tiered=False)
+    assert "_j1 = i0" not in apart._program.source
+    np.testing.assert_array_equal(apart.gradient(x).gradient, got.gradient)
 
 
 @pytest.mark.parametrize("f", [rosen, lambda x: np.sum(x[1:-1] * x[:-2] - x[2:] ** 2 * x[:-2])],

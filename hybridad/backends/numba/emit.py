@@ -10,7 +10,8 @@ from ...ir.graph import users_of
 from ...ir.registry import storage_roots
 from ...ops import storage_root
 from ...ops.lapack_names import LAPACK_OPS, kernel_args, kind_of
-from .loops import broadcast_index, fill, getitem_map, here, region_acc_lines, region_lines
+from .loops import (broadcast_index, fill, gather_starts, getitem_map, here, region_acc_lines,
+                    region_lines)
 from .loops import reduction_lines as _reduction_lines
 from .emit_pairs import matvec_pair, matvec_two
 from .machine import machine
@@ -20,8 +21,11 @@ def region_acc_groups(nodes):
     """first node id -> list of ``region_acc`` nodes that run as one loop:
     consecutive ones over the same loop shape, none reading what another adds
     into, none adding into it at other positions (``g[:-1] += a``, ``g[1:] +=
-    b`` in one loop: a dependence between iterations, unvectorized, 2.6x
-    slower at 10^4; in parallel, two threads on one element)."""
+    b`` in one loop over the body: a dependence between iterations,
+    unvectorized, 2.6x slower at 10^4; in parallel, two threads on one
+    element) -- unless all of them add into one 1-D buffer through shifted
+    slices, which run as one loop over the buffer, each element gathering
+    its adds (:func:`.loops.gather_starts`)."""
     groups, current, written = {}, None, {}
     roots = storage_roots(nodes)  # (one sweep: an accumulation chain is long)
     for n in nodes:
@@ -32,7 +36,8 @@ def region_acc_groups(nodes):
         reads = {roots.get(a.id) or storage_root(a).id for a in n.args[1:]}
         root, index = roots[n.id], n.attrs.get("index")
         if current is not None and current[0] == n.attrs["body"].shape and \
-                not reads & written.keys() and written.get(root, index) == index:
+                not reads & written.keys() and (written.get(root, index) == index or
+                                                gather_starts(current[1] + [n]) is not None):
             current[1].append(n)
         else:
             current, written = (n.attrs["body"].shape, [n]), {}
