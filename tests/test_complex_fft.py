@@ -217,3 +217,28 @@ def test_transforms_keep_numpys_precision(fn, dtype):
     assert got.dtype == want.dtype
     tol = 1e-6 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-14
     np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())
+
+
+_WEAK = {"exp_1j": lambda x: np.exp(1j * x), "times": lambda x: x * (1 + 2j),
+         "plus": lambda x: x + 0.5j, "over": lambda x: 1 / (x + 1j),
+         "square": lambda x: (x + 1j) ** 2, "inverse_square": lambda x: (x + 1j) ** -2,
+         "root": lambda x: (x + 1j) ** 0.5, "log2": lambda x: np.log2(x + 1j),
+         "log10": lambda x: np.log10(x + 1j), "exp2": lambda x: np.exp2(x + 1j),
+         "expm1": lambda x: np.expm1(x * 1j), "sqrt": lambda x: np.sqrt(x - 2j),
+         "tanh": lambda x: np.tanh(x + 0.5j), "minus": lambda x: 2 - (x + 1j)}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", sorted(_WEAK))
+def test_python_complex_numbers_are_weak(name, dtype):
+    """numpy 2 promotes a Python number weakly: a float32 array times ``1j``
+    is complex64.  Traced, a Python complex number became a float64 constant
+    (``exp(1j * x)``, ``(x + 1j) ** -2``, ``exp2``: complex128); its parts
+    now stay Python numbers, and functions of a zero part take the value's
+    precision."""
+    f = _WEAK[name]
+    x = np.linspace(0.1, 1.0, 5).astype(dtype)
+    got = ha.jacobian(lambda d, x: f(x), np.zeros(()), x, backend="numpy").value
+    want = f(x)
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=2e-6 if dtype == np.float32 else 1e-13)

@@ -62,6 +62,9 @@ def as_complex(v):
     """``v`` as a :class:`ComplexTracer` (real values get a zero imaginary part)."""
     if isinstance(v, ComplexTracer):
         return v
+    if type(v) in (complex, float, int):  # a Python number: its parts stay Python numbers
+        v = complex(v)  # (weak, as numpy 2 promotes them: x32 * 1j is complex64)
+        return ComplexTracer(v.real, v.imag)
     if is_complex_constant(v):
         v = np.asarray(v)
         return ComplexTracer(np.ascontiguousarray(v.real), np.ascontiguousarray(v.imag))
@@ -107,10 +110,18 @@ class ComplexTracer:
         return f"ComplexTracer(shape={self.shape}, dtype={self.dtype})"
 
     def full(self):
-        """The parts broadcast to the value's shape."""
+        """The parts broadcast to the value's shape (a Python number in the
+        value's real dtype: a float32 value's zero imaginary part is float32)."""
         shape = self.shape
-        return (np.broadcast_to(self.re, shape) if np.shape(self.re) != shape else self.re,
-                np.broadcast_to(self.im, shape) if np.shape(self.im) != shape else self.im)
+        real = None
+        parts = []
+        for p in (self.re, self.im):
+            if isinstance(p, (int, float)):
+                if real is None:
+                    real = np.float32 if self.dtype == np.complex64 else np.float64
+                p = np.asarray(p, dtype=real)
+            parts.append(np.broadcast_to(p, shape) if np.shape(p) != shape else p)
+        return tuple(parts)
 
     @property
     def real(self):
@@ -246,7 +257,8 @@ def _power(z, w):
             not np.any(w.im) and not isinstance(w.re, Tracer):
         n = np.asarray(w.re if isinstance(w, ComplexTracer) else w)
         if n.ndim == 0 and float(n) == int(n) and abs(int(n)) <= 8:  # exact, by products
-            k, out = abs(int(n)), ComplexTracer(np.ones((), np.float64), np.zeros(()))
+            real = np.float32 if z.dtype == np.complex64 else np.float64
+            k, out = abs(int(n)), ComplexTracer(np.ones((), real), np.zeros((), real))
             for _ in range(k):
                 out = _mul(out, z)
             return _div(as_complex(1.0), out) if int(n) < 0 else out
@@ -330,10 +342,10 @@ _UNARY = {
     np.tanh: lambda z: _div(_UNARY[np.sinh](z), _UNARY[np.cosh](z)),
     np.tan: lambda z: _div(_UNARY[np.sin](z), _UNARY[np.cos](z)),
     np.isfinite: lambda z: np.isfinite(z.re) & np.isfinite(z.im),
-    np.exp2: lambda z: _exp(_scaled(z, np.log(2.0))),
+    np.exp2: lambda z: _exp(_scaled(z, float(np.log(2.0)))),  # (a Python float: weak)
     np.expm1: lambda z: _BINARY[np.subtract](_exp(z), as_complex(1.0)),
-    np.log2: lambda z: _scaled(_log(z), 1 / np.log(2.0)),
-    np.log10: lambda z: _scaled(_log(z), 1 / np.log(10.0)),
+    np.log2: lambda z: _scaled(_log(z), float(1 / np.log(2.0))),
+    np.log10: lambda z: _scaled(_log(z), float(1 / np.log(10.0))),
     np.log1p: lambda z: _log(_BINARY[np.add](z, as_complex(1.0))),
     # numpy's principal branches: asinh z = log(z + sqrt(z^2 + 1)), acosh z =
     # log(z + sqrt(z + 1) sqrt(z - 1)), atanh z = (log(1 + z) - log(1 - z)) / 2
@@ -362,6 +374,17 @@ _BINARY = {
 }
 
 
+def _typed(z):
+    """``z`` with a Python-number part as a 0-d array of its real dtype: a
+    function of that part (``np.exp(0.0)``) is then of the value's precision,
+    as numpy's complex64 result is (a float64 scalar would promote it)."""
+    if not isinstance(z.re, int | float) and not isinstance(z.im, int | float):
+        return z
+    real = np.float32 if z.dtype == np.complex64 else np.float64
+    return ComplexTracer(*(np.asarray(p, real) if isinstance(p, int | float) else p
+                           for p in (z.re, z.im)))
+
+
 def complex_ufunc(ufunc, method, inputs, kwargs):
     """A ufunc call with a complex operand."""
     if method != "__call__" or any(v is not None for v in kwargs.values()):
@@ -369,9 +392,9 @@ def complex_ufunc(ufunc, method, inputs, kwargs):
                                   f"keywords) on complex values is not supported "
                                   f"(at {user_location()})")
     if ufunc in _UNARY and len(inputs) == 1:
-        return _UNARY[ufunc](as_complex(inputs[0]))
+        return _UNARY[ufunc](_typed(as_complex(inputs[0])))
     if ufunc is np.power and not involves_complex(inputs[1:]):
-        return _power(as_complex(inputs[0]), inputs[1])
+        return _power(_typed(as_complex(inputs[0])), inputs[1])
     if ufunc in _BINARY:
         return _BINARY[ufunc](*(as_complex(v) for v in inputs))
     raise NotImplementedError(f"hybridad: numpy.{ufunc.__name__} of complex values is not "

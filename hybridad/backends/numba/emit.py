@@ -10,8 +10,8 @@ from ...ir.graph import users_of
 from ...ir.registry import storage_roots
 from ...ops import storage_root
 from ...ops.lapack_names import LAPACK_OPS, kernel_args, kind_of
-from .loops import (broadcast_index, fill, gather_starts, getitem_map, here, region_acc_lines,
-                    region_lines)
+from .gather import gather_starts
+from .loops import broadcast_index, fill, getitem_map, here, region_acc_lines, region_lines
 from .loops import reduction_lines as _reduction_lines
 from .emit_pairs import matvec_pair, matvec_two
 from .machine import machine
@@ -25,7 +25,7 @@ def region_acc_groups(nodes):
     unvectorized, 2.6x slower at 10^4; in parallel, two threads on one
     element) -- unless all of them add into one 1-D buffer through shifted
     slices, which run as one loop over the buffer, each element gathering
-    its adds (:func:`.loops.gather_starts`)."""
+    its adds (:func:`.gather.gather_starts`)."""
     groups, current, written = {}, None, {}
     roots = storage_roots(nodes)  # (one sweep: an accumulation chain is long)
     for n in nodes:

@@ -22,6 +22,7 @@ from .reduce import (
     region_runs_parallel,
     single_block,
 )
+from .gather import gather_lines, gather_starts
 from .threshold import OPAQUE_MIN, PARALLEL_MIN, parallel_min
 
 __all__ = ["LoopWriter", "broadcast_index", "region_lines", "INIT", "init_text"]
@@ -441,7 +442,7 @@ def region_acc_lines(w, members, names, consts):
             index = m.attrs["index"]
             at[here(nd) if index is None else getitem_map(index, m.args[0].shape)] = \
                 starts[id(index)]
-        _gather_lines(w, members[0].attrs["body"].shape[0], writes, regions, at, read, consts)
+        gather_lines(w, members[0].attrs["body"].shape[0], writes, regions, at, read, consts)
         return
     groups = [list(writes.items())] if race_free or not large else \
         [[item] for item in writes.items()]
@@ -468,96 +469,5 @@ def region_acc_lines(w, members, names, consts):
             w.nest(shape, lines + stores, parallel=race_free or len(group) == 1, split=split)
 
 
-def gather_starts(members):
-    """``{id(index): start}`` when ``region_acc`` ``members`` over a 1-D body
-    all add into one 1-D target through contiguous slices of the body's
-    length (``g[:-1] += a``, ``g[1:] += b``: a stencil's gradient), else
-    None.  Such adds run as one loop over the target's elements, each
-    gathering what every slice adds there (:func:`_gather_lines`)."""
-    body = members[0].attrs["body"].shape
-    if len(body) != 1:
-        return None
-    starts, target = {}, None
-    for m in members:
-        t = m.args[0]
-        root = t
-        while root.op == "region_acc":  # (a chain of adds into one buffer)
-            root = root.args[0]
-        root = root.id
-        if len(t.shape) != 1 or (target is not None and root != target):
-            return None
-        target = root
-        index = m.attrs.get("index")
-        if index is None:
-            lo, hi = 0, t.shape[0]
-        elif len(index) == 1 and isinstance(index[0], slice):
-            lo, hi, step = index[0].indices(t.shape[0])
-            if step != 1:
-                return None
-        else:
-            return None
-        if hi - lo != body[0]:
-            return None
-        starts[id(index)] = lo
-    return starts
-
-
-def _gather_lines(w, length, writes, regions, at, read, consts):
-    """``region_acc`` members adding into one 1-D target through shifted
-    slices (:func:`gather_starts`; ``at``: each slice's start, by its index
-    text in ``writes``) as loops over the target's elements, one per run of
-    positions that the same slices cover: each position adds what each
-    slice's bodies give there, evaluated at the position less the slice's
-    start, in the members' order -- the sums the separate
-    loops made, and no element written by two iterations: race-free, so a
-    ``prange``, and vectorized (the separate loops of a chain into one
-    buffer each read and wrote all of it)."""
-    slices = [(at[where], target, ks) for (target, where), ks in writes.items()]
-    cuts = sorted({lo for lo, _, _ in slices} | {lo + length for lo, _, _ in slices})
-    for a, b in zip(cuts, cuts[1:], strict=False):
-        active = [(lo, target, ks) for lo, target, ks in slices if lo <= a and b <= lo + length]
-        lines, stores = [], []
-        for j, (lo, _, ks) in enumerate(active):
-            mine, terms = [], []
-            for key, first in regions.items():
-                wanted = [k for rk, k in ks if rk == key]
-                if not wanted:
-                    continue
-                body, mode = first.attrs["body"], first.attrs["mode"]
-                reads = [read(x) for x in first.args[1:1 + len(body.inputs)]]
-                seeds = sorted(set(wanted)) if mode == "vjp" else []
-                sb = render_region(body, reads, seeds, consts, need_value=mode != "vjp")
-                mine += sb.lines
-                for k in wanted:
-                    if mode != "vjp":
-                        terms.append(sb.value)
-                    elif sb.partials[k] != "0":
-                        terms.append(safe_product(read(first.args[-1]), sb.partials[k],
-                                                  body.nodes[-1].dtype, consts))
-            if not terms:
-                continue
-            mine.append(f"_t{j} = " + " + ".join(f"({t})" for t in terms))
-            lines.append(f"_j{j} = i0 + {a - lo}" if a > lo else f"_j{j} = i0")
-            lines += [re.sub(r"\bi0\b", f"_j{j}", line) for line in mine]
-            stores.append(f"_t{j}")
-        if not stores:
-            continue
-        # (the loop counts from 0 and every index adds a non-negative offset: in a
-        # prange kernel, whose bounds are loaded, an index ``i0 - 1`` could be
-        # negative for all LLVM knows, and numba's wraparound of negative
-        # indices then stays in every load, unvectorized)
-        at_ = f"[i0 + {a}]" if a else "[i0]"
-        target = active[0][1]
-        total = f"{target}{at_}"
-        for t in stores:  # (in the members' order: the separate loops' sums)
-            total = f"({total} + {t})"
-        parallel = b - a >= parallel_min()
-        w.parallel = w.parallel or parallel
-        w.emit(f"for i0 in {'prange' if parallel else 'range'}({b - a}):")
-        w.indent += 1
-        w.emit(*lines, f"{target}{at_} = {total}")
-        w.indent -= 1
-
-
-__all__ += ["accumulate", "fill", "gather_starts", "reduction_lines", "here", "Constants",
+__all__ += ["accumulate", "fill", "reduction_lines", "here", "Constants",
             "region_runs_parallel", "region_acc_lines", "getitem_map"]

@@ -29,6 +29,7 @@ from . import simd
 from .emit import _emit_gemm, blas_accumulations, emit_node, region_acc_groups
 from .split import _drop_unused_views, split_body
 from .layouts import numba_layouts, view_statement
+from .gather import scatter_chains, scatter_gather_lines
 from .link import link, loop_driver
 from .loops import (
     Constants,
@@ -264,7 +265,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
                        addresses, timers.after if timers is not None else None)
     folded = {n.id for n in accumulate.values()}  # iadds done by their gemm
     acc_groups = region_acc_groups(computed)  # first node id -> the region_accs of one loop
-    in_group = {m.id for ms in acc_groups.values() for m in ms[1:]}
+    chains = scatter_chains(computed)  # first node id -> a scatter and its scatter_adds
+    in_group = {m.id for ms in (*acc_groups.values(), *chains.values()) for m in ms[1:]}
     _arena_views(w, nodes, memplan, direct, names, addresses)
     if timers is not None:
         timers.stamp(w, "entry")
@@ -318,7 +320,11 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             w.emit(view_statement(n, names[n.args[0].id], f"v{n.id}", addresses))
         else:
             w.emit(f"# {format_node(n)}")
-            kernels.emit(w, n)
+            if n.id in chains:  # the chain's adds, gathered into this loop
+                kernels.emit(w, n, lambda sub, members=chains[n.id]: scatter_gather_lines(
+                    sub, members, names, consts.add(n.dtype.type(0))))
+            else:
+                kernels.emit(w, n)
         if poison:
             poison_lines(dying.get(n.id, ()))
     params += [f"o{k}p" if objects else f"o{k}" for k in range(len(outputs))]
