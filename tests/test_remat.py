@@ -145,3 +145,32 @@ def test_parallel_stencils_are_the_serial_plans_bits(f):
             np.testing.assert_array_equal(hpar.hvp(x, v=v).hvp, h)
     finally:
         numba.set_num_threads(threads)
+
+
+SINE_STENCIL = lambda x: np.sum(x[1:-1] * x[:-2] - x[2:] ** 2 * x[:-2] + np.sin(x[1:-1]))  # noqa: E731
+
+
+@pytest.mark.parametrize("parallel", [True, False], ids=["parallel", "serial"])
+def test_stored_partials_of_a_stencil_gather_in_one_loop(parallel, monkeypatch):
+    """A stencil whose partials are stored (``sin``: evaluated once, in the
+    forward loop) places them into its gradient by a ``scatter`` and
+    ``scatter_add``s into shifted slices: one loop over the gradient (per run
+    of positions the same slices cover) instead of a fill and a loop per
+    slice.  The bits of those loops, the numpy backend's gradient, nothing
+    allocated."""
+    import hybridad.backends.numba.program as P
+
+    x = RNG.uniform(-1.0, 1.0, 40000)
+    plan = ha.compile(SINE_STENCIL, x, parallel=parallel, tiered=False)
+    ops = [n.op for n in plan.graph.nodes]
+    assert ops.count("scatter") == 1 and ops.count("scatter_add") == 2, ops
+    src = plan._program.source
+    assert src.count("(in the loop above)") >= 2 and ("prange(" in src) == parallel, src
+    got = plan.gradient(x)
+    np.testing.assert_allclose(got.gradient,
+                               ha.gradient(SINE_STENCIL, x, backend="numpy").gradient,
+                               rtol=1e-13, atol=1e-12)
+    assert_no_alloc(plan.gradient, x, out=got, n=3, warmup=1)
+    monkeypatch.setattr(P, "scatter_chains", lambda nodes: {})
+    apart = ha.compile(lambda x: SINE_STENCIL(x), x, parallel=parallel, tiered=False)
+    np.testing.assert_array_equal(apart.gradient(x).gradient, got.gradient)
