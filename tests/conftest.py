@@ -50,6 +50,28 @@ def hessian_fd(f, x, h=1e-5):
     return np.array(cols)
 
 
+def assert_matrix_vector_hvp(f, A, x, *rest, seed=14):
+    """``H t`` of ``f(A, x, *rest)`` along a tangent of ``A`` and ``x`` at once
+    (the two packed into one argument), forward over reverse on the numpy
+    backend, against central differences of the gradient: the jvp rules of
+    an op over a matrix and a vector."""
+    m, k = A.shape
+    n = x.shape[0]
+
+    def packed(z, *rest):
+        return f(z[:m * k].reshape(m, k), z[m * k:], *rest)
+
+    z, t = np.concatenate([A.ravel(), x]), rand((m * k + n,), seed=seed)
+    got = ha.hvp(packed, z, t, *rest, backend="numpy")
+
+    def grad(zz):
+        return ha.gradient(packed, zz, *rest, backend="numpy").gradient
+
+    h = 1e-5
+    want = (grad(z + h * t) - grad(z - h * t)) / (2 * h)
+    np.testing.assert_allclose(got.hvp, want, rtol=0, atol=1e-6 * np.abs(want).max())
+
+
 def assert_grad(f, args, argnums=0, rtol=1e-6, atol=1e-8, backends=BACKENDS):
     """Gradient of f w.r.t. argnums against central finite differences (float64),
     on every backend; the compiled backend agrees with the numpy reference to

@@ -11,7 +11,7 @@ product left apart; the op's own vjp and jvp against finite differences."""
 
 import numpy as np
 import pytest
-from conftest import assert_grad, rand
+from conftest import assert_grad, assert_matrix_vector_hvp, rand
 
 import hybridad as ha
 from hybridad.backends.numba import matvecs
@@ -139,15 +139,4 @@ def test_the_ops_rules_against_finite_differences(form):
             plan.gradient(A, x, y, out=res)
     assert counts.allocations == 0
 
-    def packed(z, y):  # A and x one argument: a tangent along both at once
-        return f(z[:m * k].reshape(m, k), z[m * k:], y)
-
-    z, t = np.concatenate([A.ravel(), x]), rand((m * k + n,), seed=14)
-    got = ha.hvp(packed, z, t, y, backend="numpy")
-
-    def grad(zz):
-        return ha.gradient(packed, zz, y, backend="numpy").gradient
-
-    h = 1e-5
-    want = (grad(z + h * t) - grad(z - h * t)) / (2 * h)
-    np.testing.assert_allclose(got.hvp, want, rtol=0, atol=1e-6 * np.abs(want).max())
+    assert_matrix_vector_hvp(f, A, x, y)  # (its jvp: forward over reverse)
