@@ -88,8 +88,26 @@ def out_into_made_arrays(x):
     return np.sum(acc)
 
 
+def full_of_traced_values(x):  # np.full / full_like with a traced fill, then written into
+    a = np.full(3, np.sum(x))  # (numpy's own asarray of the fill: hybridad's on the retrace)
+    b = np.full_like(x, x[1] * x[2])
+    c = np.full((2, x.size), x)  # a fill broadcast to the shape
+    d = np.full(2, x[0], dtype=np.float64)  # (dtype given: numpy's copyto into its own array)
+    a[0] = x[3]
+    return np.sum(a ** 2) + np.sum(b * x) + np.sum(c[1] * c[0]) + np.sum(d)
+
+
+def copied_into(x):  # np.copyto into an array f made, where= too
+    a = np.zeros(x.size)
+    np.copyto(a, np.tanh(x))
+    b = np.ones(x.size)
+    np.copyto(b, x ** 2, where=x > 0.7)
+    return np.sum(a * b)
+
+
 FUNCTIONS = [out_into_made_arrays, padded_differences, bound_asarray, element_loop, rows_of_ones,
-             python_list_then_writes, like_a_global_and_full, with_a_helper, eye_with_diagonal]
+             python_list_then_writes, like_a_global_and_full, with_a_helper, eye_with_diagonal,
+             full_of_traced_values, copied_into]
 
 
 def _numpy_is_numpys():
@@ -105,7 +123,7 @@ def _numpy_is_numpys():
 @pytest.mark.parametrize("f", FUNCTIONS, ids=lambda f: f.__name__)
 def test_gradient_against_finite_differences(f, backend):
     if backend == "numba" and f not in (padded_differences, element_loop):
-        pytest.skip("numba: two of the eight (the same tracing; codegen is the backends' own)")
+        pytest.skip("numba: two of them (the same tracing; codegen is the backends' own)")
     plan = ha.compile(f, X, backend=backend)
     for x in (X, X[::-1].copy() * 1.1):  # the plan serves other values, not baked ones
         res = plan.gradient(x)
@@ -143,8 +161,13 @@ def into_a_captured_copy_of_nothing(x):
     return np.sum(view)
 
 
-@pytest.mark.parametrize("f", [into_a_global, into_a_captured_copy_of_nothing],
-                         ids=lambda f: f.__name__)
+def copied_into_a_global(x):
+    np.copyto(GLOBAL, x)
+    return np.sum(GLOBAL ** 2)
+
+
+@pytest.mark.parametrize("f", [into_a_global, into_a_captured_copy_of_nothing,
+                               copied_into_a_global], ids=lambda f: f.__name__)
 def test_arrays_f_did_not_make_stay_refused(f):
     before = (GLOBAL.copy(), BASE.copy())
     with pytest.raises(TracingError, match="not made inside f"):

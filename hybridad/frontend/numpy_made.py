@@ -67,6 +67,10 @@ def _wrapper(name):
         if not getattr(_state, "on", False) or current_trace() is None or \
                 not is_user_file(sys._getframe(1).f_code.co_filename):
             return numpy_fn(*args, **kwargs)  # (numpy's, scipy's and hybridad's own code)
+        if name in ("full", "full_like"):
+            fill = args[1] if len(args) > 1 else kwargs.get("fill_value")
+            if isinstance(fill, Tracer):  # (numpy's converts it: asarray inside numpy)
+                return _traced_full(name, args, kwargs, fill)
         out = serve(*args, **kwargs)
         given = args[0] if args else kwargs.get("a", kwargs.get("object"))
         return out if type(out) is Tracer else _made(out, given)
@@ -74,6 +78,23 @@ def _wrapper(name):
     functools.update_wrapper(make, numpy_fn)
     make.__hybridad_original__ = numpy_fn
     return make
+
+
+def _traced_full(name, args, kwargs, fill):
+    """``np.full(shape, t)`` / ``np.full_like(a, t)`` of a traced fill value: a
+    new traced array of ``t`` broadcast to the shape, in numpy's dtype (the
+    fill's, or ``a``'s for ``full_like``; ``dtype=`` casts)."""
+    base = args[0] if args else kwargs.get("shape" if name == "full" else "a")
+    dtype = args[2] if len(args) > 2 else kwargs.get("dtype")
+    if name == "full_like":
+        shape = kwargs.get("shape") or np.shape(base)
+        dtype = np.asarray(base).dtype if dtype is None and not isinstance(base, Tracer) \
+            else (base.dtype if dtype is None else dtype)
+    else:
+        shape = base
+    if dtype is not None and np.dtype(dtype) != fill.dtype:
+        fill = fill.astype(dtype)
+    return np.broadcast_to(fill, shape).copy()
 
 
 _WRAPPERS = {name: _wrapper(name) for name in MADE}

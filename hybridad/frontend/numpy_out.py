@@ -11,11 +11,13 @@ array, is refused by name.  :mod:`.numpy_api` calls these through its
 from __future__ import annotations
 
 from ..errors import ConversionError, user_location, user_namespaces
-from .numpy_api import OUT, _tracer, _ufunc, broadcast_to, where
+import numpy as np
+
+from .numpy_api import OUT, _tracer, _ufunc, broadcast_to, implements, where
 from .objects import assign, settle, tracers_in
 from ..core.tracer import Tracer
 
-__all__ = ["function_into_out", "into_out"]
+__all__ = ["copyto", "function_into_out", "into_out"]
 
 
 def into_out(ufunc, method, inputs, kwargs):
@@ -71,6 +73,23 @@ def _write(target, value, what, casting, mask=True, ufunc=None):
     if mask is not True:
         value = where(mask, value, target)
     assign(target, value, what, casting=casting, ufunc=ufunc)
+
+
+@implements(np.copyto)
+def copyto(dst, src, casting="same_kind", where=True):  # noqa: F811 -- numpy's argument name
+    """``np.copyto(dst, src)`` with a traced value: ``dst`` a traced array made
+    inside ``f`` takes ``src`` by numpy's in-place semantics (broadcast,
+    ``casting``, kept where ``where`` is False); a plain numpy array as
+    ``dst`` -- ``np.full(n, t, dtype=...)``'s own, made inside numpy -- is
+    refused as every write of a traced value into memory the trace does not
+    follow, and ``f`` is traced again with the arrays it makes traced
+    (:mod:`.numpy_made`)."""
+    if not isinstance(dst, Tracer):
+        raise ConversionError(
+            f"np.copyto of a traced value into a numpy array at {user_location()}: writes "
+            "of traced values into memory the trace does not follow are not traced; make "
+            "the array from a traced one (`np.zeros_like(x)`, `x.copy()`)", user_namespaces())
+    _write(dst, src, "np.copyto", casting, where)
 
 
 OUT.ufunc, OUT.function = into_out, function_into_out
