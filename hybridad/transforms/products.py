@@ -65,14 +65,19 @@ def _scaled_operand(v):
     return body.inputs[1 - v.attrs["wrt"]], c
 
 
-def _pairs(A, machine):
-    """Whether :func:`pair_matvecs` pairs two matrix-vector products of ``A``:
-    a float input or computed value (a buffer a compiled backend holds
-    C-contiguous, not a view or a constant) for which the cost model
-    (:func:`~hybridad.transforms.costs.pair_choice`) prefers one read."""
+def _pairs(A, machine, forms=("dot", "axpy")):
+    """Whether :func:`pair_matvecs` pairs two matrix-vector products of ``A``
+    of ``forms``: a float input or computed value (a buffer a compiled backend
+    holds C-contiguous, not a view or a constant) for which the cost model
+    (:func:`~hybridad.transforms.costs.pair_choice` for a ``dot`` and an
+    ``axpy``, :func:`~hybridad.transforms.costs.two_choice` for two of one
+    form) prefers one read."""
     held = A.op == "input" or (A.op != "const" and REGISTRY[A.op].kind != "view")
-    return held and A.dtype.kind == "f" and len(A.shape) == 2 and \
-        pair_choice(*A.shape, A.dtype, machine)[0]
+    if not (held and A.dtype.kind == "f" and len(A.shape) == 2):
+        return False
+    if forms[0] != forms[1]:
+        return pair_choice(*A.shape, A.dtype, machine)[0]
+    return two_choice(*A.shape, A.dtype, forms[0], machine)[0]
 
 
 def _new(next_id, op, args, attrs, phase):
@@ -228,15 +233,6 @@ def pair_matvecs(nodes, outputs=(), *, machine):
     return nodes
 
 
-def _partner_fits(B, form, other, machine):
-    """Whether a product of ``form`` over ``B`` pairs with one of form ``other``."""
-    if form != other:
-        return _pairs(B, machine)
-    held = B.op == "input" or (B.op != "const" and REGISTRY[B.op].kind != "view")
-    return held and B.dtype.kind == "f" and len(B.shape) == 2 and \
-        two_choice(*B.shape, B.dtype, form, machine)[0]
-
-
 def _pair_sweep(nodes, outputs, machine):
     pos = {n.id: i for i, n in enumerate(nodes)}
     external = {n.id for n in outputs if n is not None}
@@ -259,7 +255,7 @@ def _pair_sweep(nodes, outputs, machine):
         where = ready[src.id]
         queue = waiting.setdefault(B.id, [])
         partner = next((q for q in queue if where < pos[q[0].id] and
-                        _partner_fits(B, form, q[1], machine)), None)
+                        _pairs(B, machine, (form, q[1]))), None)
         cone = [] if partner is None else _cone(src, pos[partner[0].id], pos)
         if partner is None or any(m.id in moved for m in cone):
             queue.append((n, form, vec))
