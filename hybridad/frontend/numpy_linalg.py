@@ -390,3 +390,40 @@ if hasattr(np.linalg, "matrix_norm"):
     def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002
         """``norm(x, ord, axis=(-2, -1), keepdims=keepdims)``."""
         return norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
+
+
+# --------------------------------------------------------------------------
+# numpy 2's array-API spellings in np.linalg: the top-level functions on the
+# last two axes (numpy's own definitions), dispatched to them again
+# --------------------------------------------------------------------------
+
+def _linalg_vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
+    """``np.linalg.vector_norm``: the norm of ``x``'s elements along ``axis``
+    (all of them for None; a tuple of axes taken as one flattened axis)."""
+    nd = np.ndim(x)
+    axes = tuple(range(nd)) if axis is None else \
+        tuple(a % nd for a in (axis if isinstance(axis, tuple) else (axis,)))
+    rest = [a for a in range(nd) if a not in axes]
+    moved = np.transpose(x, rest + list(axes))
+    flat = np.reshape(moved, tuple(np.shape(x)[a] for a in rest) + (-1,))
+    out = np.linalg.norm(flat, ord=ord, axis=-1)
+    if keepdims:
+        out = np.reshape(out, tuple(1 if a in axes else np.shape(x)[a] for a in range(nd)))
+    return out
+
+
+_LINALG_SPELLINGS = {
+    "matrix_transpose": lambda x, /: np.swapaxes(x, -1, -2),
+    "outer": lambda x1, x2, /: np.outer(x1, x2),
+    "tensordot": lambda x1, x2, /, *, axes=2: np.tensordot(x1, x2, axes=axes),
+    "trace": lambda x, /, *, offset=0, dtype=None: np.trace(x, offset=offset, axis1=-2,
+                                                            axis2=-1, dtype=dtype),
+    "vecdot": lambda x1, x2, /, *, axis=-1: np.vecdot(x1, x2, axis=axis),
+    "matmul": lambda x1, x2, /: np.matmul(x1, x2),
+    "diagonal": lambda x, /, *, offset=0: np.diagonal(x, offset=offset, axis1=-2, axis2=-1),
+    "cross": lambda x1, x2, /, *, axis=-1: np.cross(x1, x2, axis=axis),
+    "vector_norm": _linalg_vector_norm,
+}
+for _name, _impl in _LINALG_SPELLINGS.items():
+    if hasattr(np.linalg, _name):  # (numpy 2)
+        implements(getattr(np.linalg, _name))(_impl)
