@@ -24,37 +24,43 @@ __all__ = ["gather_lines", "gather_starts", "scatter_chains", "scatter_gather_li
 
 
 def gather_starts(members):
-    """``{id(index): start}`` when ``region_acc`` ``members`` over a 1-D body
-    all add into one 1-D target through contiguous slices of the body's
-    length (``g[:-1] += a``, ``g[1:] += b``: a stencil's gradient), else
-    None.  Such adds run as one loop over the target's elements, each
-    gathering what every slice adds there (:func:`gather_lines`)."""
+    """The start of each ``region_acc`` member's slice (a list, in the
+    members' order) when, over a 1-D body, they all add into one 1-D target
+    through contiguous slices of the body's length (``g[:-1] += a``,
+    ``g[1:] += b``: a stencil's gradient), else None.  Such adds run as one
+    loop over the target's elements, each gathering what every slice adds
+    there (:func:`gather_lines`)."""
     body = members[0].attrs["body"].shape
     if len(body) != 1:
         return None
-    starts, target = {}, None
+    starts, target = [], None
     for m in members:
         t = m.args[0]
         root = t
         while root.op == "region_acc":  # (a chain of adds into one buffer)
             root = root.args[0]
-        root = root.id
-        if len(t.shape) != 1 or (target is not None and root != target):
+        if len(t.shape) != 1 or (target is not None and root.id != target):
             return None
-        target = root
-        index = m.attrs.get("index")
-        if index is None:
-            lo, hi = 0, t.shape[0]
-        elif len(index) == 1 and isinstance(index[0], slice):
-            lo, hi, step = index[0].indices(t.shape[0])
-            if step != 1:
-                return None
-        else:
+        target = root.id
+        lo = _slice_start(m.attrs.get("index"), body[0], t.shape[0])
+        if lo is None:
             return None
-        if hi - lo != body[0]:
-            return None
-        starts[id(index)] = lo
+        starts.append(lo)
     return starts
+
+
+def _run_loop(w, a, b, lines):
+    """Emit ``lines`` as the loop over positions ``a`` to ``b`` of a gather,
+    counting from 0 (``prange`` when long): in a prange kernel, whose bounds
+    are loaded, an index ``i0 - 1`` could be negative for all LLVM knows, and
+    numba's wraparound of negative indices then stays in every load,
+    unvectorized -- so every index is ``i0`` plus a non-negative offset."""
+    parallel = b - a >= parallel_min()
+    w.parallel = w.parallel or parallel
+    w.emit(f"for i0 in {'prange' if parallel else 'range'}({b - a}):")
+    w.indent += 1
+    w.emit(*lines)
+    w.indent -= 1
 
 
 def gather_lines(w, length, writes, regions, at, read, consts):
@@ -97,21 +103,12 @@ def gather_lines(w, length, writes, regions, at, read, consts):
             stores.append(f"_t{j}")
         if not stores:
             continue
-        # (the loop counts from 0 and every index adds a non-negative offset: in a
-        # prange kernel, whose bounds are loaded, an index ``i0 - 1`` could be
-        # negative for all LLVM knows, and numba's wraparound of negative
-        # indices then stays in every load, unvectorized)
         at_ = f"[i0 + {a}]" if a else "[i0]"
         target = active[0][1]
         total = f"{target}{at_}"
         for t in stores:  # (in the members' order: the separate loops' sums)
             total = f"({total} + {t})"
-        parallel = b - a >= parallel_min()
-        w.parallel = w.parallel or parallel
-        w.emit(f"for i0 in {'prange' if parallel else 'range'}({b - a}):")
-        w.indent += 1
-        w.emit(*lines, f"{target}{at_} = {total}")
-        w.indent -= 1
+        _run_loop(w, a, b, [*lines, f"{target}{at_} = {total}"])
 
 
 def _slice_start(index, length, n):
@@ -167,7 +164,4 @@ def scatter_gather_lines(w, members, names, zero):
                 read = f"{name}[i0 + {a - lo}]" if a > lo else f"{name}[i0]"
                 total = read if k == 0 else f"({zero if total is None else total} + {read})"
         at = f"[i0 + {a}]" if a else "[i0]"
-        parallel = b - a >= parallel_min()
-        w.parallel = w.parallel or parallel
-        w.emit(f"for i0 in {'prange' if parallel else 'range'}({b - a}):")
-        w.emit(f"    {target}{at} = {zero if total is None else total}")
+        _run_loop(w, a, b, [f"{target}{at} = {zero if total is None else total}"])

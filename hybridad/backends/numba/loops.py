@@ -437,11 +437,9 @@ def region_acc_lines(w, members, names, consts):
     large = bool(shape) and int(np.prod(shape)) >= parallel_min()
     starts = None if race_free or split is not None else gather_starts(members)
     if starts is not None:  # one target through shifted slices: gathered, one loop
-        at = {}  # where -> the start of its slice
-        for m in members:
-            index = m.attrs["index"]
-            at[here(nd) if index is None else getitem_map(index, m.args[0].shape)] = \
-                starts[id(index)]
+        at = {(here(nd) if m.attrs["index"] is None else  # where -> its slice's start
+               getitem_map(m.attrs["index"], m.args[0].shape)): lo
+              for m, lo in zip(members, starts, strict=True)}
         gather_lines(w, members[0].attrs["body"].shape[0], writes, regions, at, read, consts)
         return
     groups = [list(writes.items())] if race_free or not large else \
