@@ -335,7 +335,7 @@ def matvec_choice(m, k, dtype, form, machine, threads=1):
     if min(m, k) < MATVEC_MIN:
         return "blas", f"a dimension below {MATVEC_MIN}: gemv", 1
     rates = costs().matvec_rates(dtype)
-    tasks = m if form == "dot" else -(-k // machine.matvec_block)
+    tasks = machine.matvec_tasks(m, k, form)
     p = max(1, min(threads, tasks))
     loop_ns, blas_ns = rates[form] / p, rates["blas"]
     how = "loop" if loop_ns < blas_ns else "blas"
@@ -388,7 +388,7 @@ def two_choice(m, k, dtype, form, machine):
         return False, f"a dimension below {MATVEC_MIN}: two products"
     rates = costs().matvec_rates(dtype)
     how, _, p = matvec_choice(m, k, dtype, form, machine, machine.threads)
-    tasks = m if form == "dot" else -(-k // machine.matvec_block)
+    tasks = machine.matvec_tasks(m, k, form)
     two_ns = TWO_FACTOR * rates[form] / max(1, min(machine.threads, tasks))
     apart_ns = 2 * (rates[form] / p if how == "loop" else rates["blas"])
     two = two_ns < apart_ns

@@ -52,6 +52,12 @@ class Machine:
     gemm_threads_min_dim: int
     gemm_small_result: int
 
+    def matvec_tasks(self, m, k, form):
+        """The tasks a matrix-vector loop over an ``m x k`` matrix splits
+        between threads: its rows (``form == "dot"``, ``A x``), or its blocks
+        of :attr:`matvec_block` columns (``"axpy"``, ``A^T v``)."""
+        return m if form == "dot" else -(-k // self.matvec_block)
+
     def pair_parts(self, m):
         """The parts a matrix-vector pair of an ``m``-row matrix runs in (from
         the shape alone: the same sums on any thread count)."""

@@ -47,7 +47,7 @@ def two_call(node):
     from ...transforms.costs import two_choice
 
     A, facts, form = node.args[0], machine(), node.attrs["form"]
-    tasks = A.shape[0] if form == "dot" else -(-A.shape[1] // facts.matvec_block)
+    tasks = facts.matvec_tasks(*A.shape, form)
     threads = min(tasks, facts.threads) if A.size >= facts.parallel_min else 1
     return threads, two_choice(*A.shape, A.dtype, form, facts)[1]
 

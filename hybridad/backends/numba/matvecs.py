@@ -4,9 +4,10 @@ lowering makes of an HVP's forward ``A u`` and tangent ``A du``, or of its
 backward and tangent ``A^T w`` (:func:`hybridad.transforms.products.pair_matvecs`).
 
 They are :mod:`.rt`'s ``matvec_dot`` and ``matvec_axpy`` with a second vector
-and result: the same loops, the same split between threads (rows for
-``dot2``, blocks of :data:`.threshold.MATVEC_BLOCK` columns for ``axpy2``), so
-the same bits on any thread count.  A matrix larger than the caches is read
+and result (the column loop four rows a pass where the one-vector loop takes
+eight, each row feeding two results), with the same split between threads (rows for ``dot2``,
+blocks of :data:`.threshold.MATVEC_BLOCK` columns for ``axpy2``), so the same
+bits on any thread count.  A matrix larger than the caches is read
 from memory once instead of twice.
 """
 
