@@ -97,6 +97,11 @@ class ComplexTracer:
         return int(np.prod(self.shape))
 
     @property
+    def real_dtype(self):
+        """The dtype of the value's parts: float32 for complex64, else float64."""
+        return np.dtype(np.float32 if self.dtype == np.complex64 else np.float64)
+
+    @property
     def dtype(self):
         dts = [p.dtype for p in (self.re, self.im) if hasattr(p, "dtype") and np.ndim(p)] or \
             [getattr(p, "dtype", np.dtype(np.float64)) for p in (self.re, self.im)]
@@ -112,16 +117,9 @@ class ComplexTracer:
     def full(self):
         """The parts broadcast to the value's shape (a Python number in the
         value's real dtype: a float32 value's zero imaginary part is float32)."""
-        shape = self.shape
-        real = None
-        parts = []
-        for p in (self.re, self.im):
-            if isinstance(p, (int, float)):
-                if real is None:
-                    real = np.float32 if self.dtype == np.complex64 else np.float64
-                p = np.asarray(p, dtype=real)
-            parts.append(np.broadcast_to(p, shape) if np.shape(p) != shape else p)
-        return tuple(parts)
+        shape, z = self.shape, _typed(self)
+        return tuple(np.broadcast_to(p, shape) if np.shape(p) != shape else p
+                     for p in (z.re, z.im))
 
     @property
     def real(self):
@@ -257,8 +255,8 @@ def _power(z, w):
             not np.any(w.im) and not isinstance(w.re, Tracer):
         n = np.asarray(w.re if isinstance(w, ComplexTracer) else w)
         if n.ndim == 0 and float(n) == int(n) and abs(int(n)) <= 8:  # exact, by products
-            real = np.float32 if z.dtype == np.complex64 else np.float64
-            k, out = abs(int(n)), ComplexTracer(np.ones((), real), np.zeros((), real))
+            k, out = abs(int(n)), ComplexTracer(np.ones((), z.real_dtype),
+                                                np.zeros((), z.real_dtype))
             for _ in range(k):
                 out = _mul(out, z)
             return _div(as_complex(1.0), out) if int(n) < 0 else out
@@ -380,8 +378,7 @@ def _typed(z):
     as numpy's complex64 result is (a float64 scalar would promote it)."""
     if not isinstance(z.re, int | float) and not isinstance(z.im, int | float):
         return z
-    real = np.float32 if z.dtype == np.complex64 else np.float64
-    return ComplexTracer(*(np.asarray(p, real) if isinstance(p, int | float) else p
+    return ComplexTracer(*(np.asarray(p, z.real_dtype) if isinstance(p, int | float) else p
                            for p in (z.re, z.im)))
 
 

@@ -86,12 +86,11 @@ def _traced_full(name, args, kwargs, fill):
     fill's, or ``a``'s for ``full_like``; ``dtype=`` casts)."""
     base = args[0] if args else kwargs.get("shape" if name == "full" else "a")
     dtype = args[2] if len(args) > 2 else kwargs.get("dtype")
+    shape = base
     if name == "full_like":
-        shape = kwargs.get("shape") or np.shape(base)
-        dtype = np.asarray(base).dtype if dtype is None and not isinstance(base, Tracer) \
-            else (base.dtype if dtype is None else dtype)
-    else:
-        shape = base
+        shape = np.shape(base) if kwargs.get("shape") is None else kwargs["shape"]
+        if dtype is None:
+            dtype = base.dtype if isinstance(base, Tracer) else np.asarray(base).dtype
     if dtype is not None and np.dtype(dtype) != fill.dtype:
         fill = fill.astype(dtype)
     return np.broadcast_to(fill, shape).copy()
