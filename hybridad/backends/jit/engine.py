@@ -125,16 +125,11 @@ def _optimize(text, tm, glue=False):
     llvm = _llvm()
     mod = llvm.parse_assembly(text, context=_STATE["context"])
     mod.verify()
-    if glue:
-        pto = llvm.create_pipeline_tuning_options(speed_level=2)
-        pto.loop_unrolling = pto.loop_vectorization = pto.slp_vectorization = False
-        pto.loop_interleaving = False
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
-        return mod
-    large = text.count("\n") > LARGE_MODULE_LINES
+    large = glue or text.count("\n") > LARGE_MODULE_LINES
     pto = llvm.create_pipeline_tuning_options(speed_level=2 if large else 3)
-    pto.loop_vectorization = True
+    pto.loop_vectorization = not glue
+    if glue:  # (only calls: nothing for unrolling to gain)
+        pto.loop_unrolling = False
     # no SLP vectorization of large modules: on AVX2 CPUs (znver3, haswell)
     # LLVM 20's SLP vectorizer hit an assertion on an Adam training step's
     # module at level 2 (llvm-project#176658, #218850) -- and llvmlite's LLVM
