@@ -120,7 +120,10 @@ def _two_abstract(a, x, y, form):
 
 def _two_run(out, a, x, y, form):
     for row, v in ((out[0], x), (out[1], y)):
-        np.matmul(a, v, out=row) if form == "dot" else np.matmul(v, a, out=row)
+        if form == "dot":
+            np.matmul(a, v, out=row)
+        else:
+            np.matmul(v, a, out=row)
 
 
 def _two_vjp(g, node, active, a, x, y, ans, form):
