@@ -13,8 +13,9 @@ from memory once instead of twice.
 
 from __future__ import annotations
 
-from numba import njit, prange
+from numba import prange
 
+from .rt import compile_matvecs
 from .threshold import MATVEC_BLOCK
 from ..._libcache import install
 
@@ -24,9 +25,8 @@ install()  # numba's cache of the functions below: stamped with their imports' s
 
 
 def _kernels(parallel):
-    """``(dot2, axpy2)`` for a C matrix ``a`` (m x k), compiled with ``prange``
-    loops on numba's threads when ``parallel`` (named apart: numba's disk
-    cache keys a function by its qualified name and code, not its flags).
+    """``(dot2, axpy2)`` for a C matrix ``a`` (m x k), compiled as :mod:`.rt`'s
+    one-vector loops are (:func:`.rt.compile_matvecs`).
 
     ``dot2(a, x, y, ox, oy)``: ``ox = a @ x``, ``oy = a @ y`` (``x``, ``y`` of
     k; ``ox``, ``oy`` of m), both dot products of a row from one read of it,
@@ -73,12 +73,7 @@ def _kernels(parallel):
                     q[j] += r0[j] * yi
                 i += 1
 
-    suffix = "_par" if parallel else ""
-    for fn in (dot2, axpy2):
-        fn.__name__ = fn.__qualname__ = f"matvec_{fn.__name__}{suffix}"
-    flags = dict(cache=True, error_model="numpy", parallel=bool(parallel), nogil=True)
-    return (njit(fastmath={"reassoc", "contract"}, **flags)(dot2),
-            njit(fastmath={"contract"}, **flags)(axpy2))
+    return compile_matvecs(dot2, axpy2, parallel)
 
 
 matvec_dot2, matvec_axpy2 = _kernels(False)

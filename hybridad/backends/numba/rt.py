@@ -447,6 +447,15 @@ def _matvec_kernels(parallel):
                     o[j] += r0[j] * vi
                 i += 1
 
+    return compile_matvecs(dot, axpy, parallel)
+
+
+def compile_matvecs(dot, axpy, parallel):
+    """A row loop ``dot`` and a column loop ``axpy`` compiled (``prange`` on
+    numba's threads when ``parallel``), named ``matvec_<name>`` (``_par`` for
+    the threaded ones: numba's disk cache keys a function by its qualified
+    name and code, not its flags); ``dot`` reassociates its sums (vectorized,
+    as BLAS's are), ``axpy`` adds in order."""
     suffix = "_par" if parallel else ""
     for fn in (dot, axpy):
         fn.__name__ = fn.__qualname__ = f"matvec_{fn.__name__}{suffix}"
