@@ -1,7 +1,9 @@
 """Adds into shifted slices of one 1-D buffer -- a stencil's gradient,
 ``g[:-1] += a`` and ``g[1:] += b`` -- as one loop over the buffer, each
 element gathering what each slice adds there (in the slices' order: the
-bits of one loop per slice).  One loop per slice read and wrote the buffer
+sums of one loop per slice -- equal bits in the float64 tests; in float32,
+where LLVM contracted a product into the add differently, 1 ulp apart on
+some elements).  One loop per slice read and wrote the buffer
 once each; one loop over the slices' bodies would carry a dependence from
 each iteration to the next (two threads on one element in a ``prange``).
 Gathered, a loop is race-free, so parallel and vectorized.
@@ -18,7 +20,6 @@ from __future__ import annotations
 import re
 
 from ..scalar import render_region, safe_product
-from .threshold import parallel_min
 
 __all__ = ["gather_lines", "gather_starts", "scatter_chains", "scatter_gather_lines"]
 
@@ -50,17 +51,13 @@ def gather_starts(members):
 
 
 def _run_loop(w, a, b, lines):
-    """Emit ``lines`` as the loop over positions ``a`` to ``b`` of a gather,
-    counting from 0 (``prange`` when long): in a prange kernel, whose bounds
-    are loaded, an index ``i0 - 1`` could be negative for all LLVM knows, and
+    """Emit ``lines`` as the loop over positions ``a`` to ``b`` of a gather
+    (:meth:`.loops.LoopWriter.nest`: a ``prange`` when long, vmath's inlined
+    functions), counting from 0: in a prange kernel, whose bounds are
+    loaded, an index ``i0 - 1`` could be negative for all LLVM knows, and
     numba's wraparound of negative indices then stays in every load,
     unvectorized -- so every index is ``i0`` plus a non-negative offset."""
-    parallel = b - a >= parallel_min()
-    w.parallel = w.parallel or parallel
-    w.emit(f"for i0 in {'prange' if parallel else 'range'}({b - a}):")
-    w.indent += 1
-    w.emit(*lines)
-    w.indent -= 1
+    w.nest((b - a,), lines, parallel=True)
 
 
 def gather_lines(w, length, writes, regions, at, read, consts):
