@@ -68,6 +68,13 @@ class RetraceWarning(UserWarning):
     ``docs/limitations.md``): correct, but each call then pays a trace."""
 
 
+class DecisionsChanged(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by a plan's compiled decision check (:mod:`hybridad.plans.decided`)
+    when a call's arguments decide otherwise than the traced call did; the
+    plan catches it and runs the specialization whose decisions hold.  It
+    never reaches the user."""
+
+
 def is_user_file(filename):
     """Whether code of ``filename`` is the user's: not hybridad's, numpy's or scipy's."""
     fname = os.path.abspath(filename)

@@ -92,6 +92,16 @@ def _convert(kind, value):
     return int(v) if kind == "int" else v.__index__()
 
 
+def _changed(kind, value, outcome):
+    """Whether ``kind(value)`` differs from ``outcome`` (a conversion that
+    fails -- ``int()`` of NaN or infinity -- differs: the call is traced
+    anew, and raises where ``f`` does)."""
+    try:
+        return not _same(_convert(kind, value), outcome)
+    except (ValueError, OverflowError):
+        return True
+
+
 def _same(a, b):
     if type(a) is not type(b):
         return False
@@ -242,14 +252,23 @@ class DecisionCheck:
     once, each compared with its recorded outcome.  Made right after the
     trace, from a copy of the nodes the decisions read, as one generated
     straight-line function (a call costs the ops themselves, a few
-    microseconds, not an interpreter's loop over the nodes)."""
+    microseconds, not an interpreter's loop over the nodes).
+
+    A plan may add a compiled form (:mod:`hybridad.plans.decided`):
+    :attr:`program` and :attr:`compiled`, ``compiled(leaves) -> bool``.  The
+    decisions then hold where the compiled check passes or, failing that,
+    the reference check does (the two may round a value a bit apart)."""
+
+    #: the compiled check's program and ``holds(leaves)`` (set by the plan), or None
+    program = compiled = None
 
     def __init__(self, decisions):
         self.decisions = list(decisions)
         # the generated check writes into buffers of its own: one call at a time
         self._lock = threading.Lock()
-        nodes = [_Frozen(n) for n in _ancestors([d.node for d in self.decisions])]
-        ns = {"_same": _same, "_convert": _convert, "_copyto": np.copyto}
+        #: the nodes the decisions read, as traced (in id order)
+        self.frozen = nodes = [_Frozen(n) for n in _ancestors([d.node for d in self.decisions])]
+        ns = {"_changed": _changed, "_copyto": np.copyto}
         lines = ["def first_failing(leaves):"]
         for n in nodes:
             v = f"v{n.id}"
@@ -292,17 +311,21 @@ class DecisionCheck:
             elif d.kind == "bool":
                 cond = f"bool({v}) is not _o{k}"
             else:
-                cond = f"not _same(_convert({d.kind!r}, {v}), _o{k})"
+                cond = f"_changed({d.kind!r}, {v}, _o{k})"
             lines.append(f"    if {cond}: return {k}")
         lines.append("    return -1")
         self.source = "\n".join(lines) + "\n"
         exec(compile(self.source, "<hybridad decisions>", "exec"), ns)  # noqa: S102
         self._check = ns["first_failing"]
 
-    def first_failing(self, leaves):
+    def first_failing(self, leaves, compiled=True):
         """None when every decision holds for the leaf arrays ``leaves``, else
         the first one that does not (numpy's floating-point warnings off while
-        the decisions' ops run)."""
+        the decisions' ops run).  ``compiled=False``: the caller saw the
+        compiled check fail on these leaves (the reference check decides)."""
+        check = self.compiled
+        if compiled and check is not None and check(leaves):
+            return None
         with self._lock:
             if _IGNORE is None:
                 with np.errstate(all="ignore"):  # (a fresh errstate: not reentrant)

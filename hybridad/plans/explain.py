@@ -41,7 +41,11 @@ class ExplainMixin:
             lines += times.lines()
         check = getattr(self, "_decision_check", None)
         if check is not None:
-            lines.append(f"decisions on values (checked before every call; "
+            how = "by the reference check (numpy, generated Python)" if check.program is None \
+                else (f"by a compiled program ({check.program.compiler}; workspace "
+                      f"{check.program.memory.total_bytes} B), the reference check "
+                      "(numpy) where it fails")
+            lines.append(f"decisions on values (checked before every call {how}; "
                          f"{len(self._specializations)} other specialization(s) made):")
             lines += [f"  {d!r}" for d in check.decisions]
         lines += self._tier_lines()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _tree
+from ..errors import DecisionsChanged
 from ..results import DiffResult, GradientResult
 from .validate import FLOATS as _FLOATS
 
@@ -165,11 +166,29 @@ class FastPathMixin:
                  f"                if True{check}:"]
         ind = "                    "
         if route is not None:
-            lines += [f"{ind}_s = _route({route})",
-                      f"{ind}if _s is not None:",
-                      f"{ind}    if _s is not False:",
-                      f"{ind}        return _s.gradient(*args, out=out)",
-                      f"{ind}    return _general(_plan, *args, out=out, _checked=False)"]
+            checked = self._decision_check.program
+            routing = [f"_s = _route({route}{'' if checked is None else ', False'})",
+                       "if _s is not None:",
+                       "    if _s is not False:",
+                       "        return _s.gradient(*args, out=out)",
+                       "    return _general(_plan, *args, out=out, _checked=False)"]
+            if checked is None:  # the reference check (generated Python) first
+                lines += [ind + x for x in routing]
+            else:  # the compiled check first: it raises when a decision changed
+                gj, gfixed, gbound = checked.parts
+                ns.update(_gj=gj, _Changed=DecisionsChanged, _gflag=checked.flag)
+                ns.update({f"_gf{k}": v for k, v in enumerate(gfixed)})
+                ns.update({f"_gc{k}": v for k, v in enumerate(gbound)})
+                gargs = [wrap.format(x) for x in arg_leaves] + [wrap.format("_gflag")]
+                if checked.heavy:  # (its lock and thread count, as the plan's program)
+                    ns["_ginv"] = checked.invoke
+                    gcall = "_ginv(" + ", ".join(gargs) + ")"
+                else:
+                    gcall = "_gj(" + ", ".join(
+                        [f"_gf{k}" for k in range(len(gfixed))] + gargs[:-1] +
+                        [f"_gc{k}" for k in range(len(gbound))] + gargs[-1:]) + ")"
+                lines += [f"{ind}try:", f"{ind}    {gcall}", f"{ind}except _Changed:"]
+                lines += [ind + "    " + x for x in routing]
         if self._program.heavy:  # the lock, and a parallel program's thread count
             ns["_inv"] = self._program.invoke
             inv = "_inv(" + ", ".join([wrap.format(x) for x in arg_leaves] +

@@ -175,12 +175,23 @@ class GuardsMixin:
             return self
         return self._specialized(args, specialize)
 
-    def _route_decisions(self, leaves):
+    def _route_decisions(self, leaves, compiled=True):
         """For the generated fast path: None when this plan's decisions hold
         for the leaf arrays ``leaves``; else the specialization made before
         whose decisions hold (the most recent first), or False (the general
-        path makes one)."""
-        if self._decision_check.first_failing(leaves) is None:
+        path makes one).  ``compiled=False``: the compiled check of the
+        decisions failed on ``leaves``; a specialization whose compiled check
+        passes then runs before any reference check is made (a call that
+        alternates between two outcomes pays two compiled checks, no numpy),
+        else the reference checks decide (see
+        :meth:`~hybridad.core.decisions.DecisionCheck.first_failing`)."""
+        if not compiled:
+            for plan in reversed(tuple(self._specializations)):
+                check = plan._decision_check
+                if check is not None and check.compiled is not None and \
+                        check.compiled(leaves):
+                    return plan
+        if self._decision_check.first_failing(leaves, compiled) is None:
             return None
         plan = self._specialization_for(leaves)
         return False if plan is None else plan

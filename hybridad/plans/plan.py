@@ -47,6 +47,7 @@ from ..transforms.partition import fuse_regions
 from .arguments import ArgumentsMixin, arg_names, normalize_argnums, prepare_args
 from .batch import BatchMixin, build_batched
 from .buildtime import BuildTimes
+from .decided import attach_compiled
 from .explain import ExplainMixin
 from .pickling import PLAN_TYPE, PicklingMixin, _rebuild_plan  # noqa: F401 (older pickles name it here)
 from .fastpath import FastPathMixin
@@ -287,6 +288,11 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         in_specs = self._specs + grad_specs * hvp + [(t.shape, t.dtype) for t in tangents
                                                      if self.update is not None]
         self._value_buf = self._xp.zeros((), self._value_dtype)
+        if self._decision_check is not None and self.backend == "numba":
+            with times.stage("decisions program"):  # within what memory_budget leaves
+                attach_compiled(self._decision_check, self._specs, self.parallel, None if
+                                self.memory_budget is None else
+                                self.memory_budget - self.memory.total_bytes)
         pending = (graph.nodes, inputs, self._outputs,
                    "step_program" if self.update is not None else
                    "hvp_program" if hvp else "gradient_program", self._out_specs, in_specs)
@@ -335,9 +341,6 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             self.update is None else None
         if fast is not None:  # plain-array calls skip the general path's Python
             self.gradient = fast
-
-    # ----------------------------------------------------------------- guards
-
 
     def _lower(self, nodes, inputs, outputs, updates=()):
         """The traced nodes as the graph the backends run: the lowering passes
@@ -406,9 +409,6 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                             f"dtype {out.dtype}")
         return out
 
-    # ------------------------------------------------------------- validation
-
-
     # ------------------------------------------- methods of other kinds of plan
     def _computes(self):
         """What this plan computes, and with which method (for error messages)."""
@@ -470,7 +470,6 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                 self._call(args, out.value, (g,))
                 return out
         return self._run(self._leaves(args), out)
-
 
     def _call(self, leaves, value, gleaves):
         reference = self._tier_reference()
@@ -548,7 +547,6 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         gleaves = self._check_out(out, leaves, vleaves)
         self._call(leaves + vleaves, out.value, gleaves)
         return out
-
 
     def value(self, *args: Any) -> Any:
         """The function value at ``args`` as a Python float (forward pass only)."""

@@ -211,7 +211,8 @@ def _canonical(lines, module_names):
 
 
 def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, out_specs,
-                          name="plan", poison=False, given=(), profile=False, trusted=False):
+                          name="plan", poison=False, given=(), profile=False, trusted=False,
+                          raise_if_set=False):
     """Generate, cache and compile the whole-plan function.
 
     ``in_specs`` / ``out_specs``: ``(shape, dtype)`` of each input and output
@@ -223,6 +224,11 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     is unchanged by this option.  ``trusted``: the caller makes every argument
     as the specs say (a loop body, called by :mod:`hybridad.backends.loops`
     on views it made once): the arguments are not checked per call.
+    ``raise_if_set``: the program ends by raising
+    :class:`hybridad.errors.DecisionsChanged` when its first output (a 0-d
+    number) is not zero -- a plan's compiled decision check
+    (:mod:`hybridad.plans.decided`), whose answer no other thread's call can
+    overwrite before it is read.
     Returns a :class:`NumbaProgram`.
     """
     users = users_of(nodes)
@@ -336,6 +342,10 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             nd = len(n.shape)
             w.nest(n.shape, [f"o{k}{here(nd)} = {names[n.id]}{here(nd)}"])
     header = _header(consts, objects)
+    if raise_if_set:
+        header.append("from hybridad.errors import DecisionsChanged as _DecisionsChanged")
+        w.emit("if o0[()] != 0:")
+        w.emit("    raise _DecisionsChanged('a decision on values changed')")
     table = checks.table()
     guards = ["    " + line for line in checks.lines(table.size)]
     if timers is not None:  # the first clock read opens the function, the last closes it

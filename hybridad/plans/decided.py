@@ -1,0 +1,142 @@
+"""A plan's decisions on values checked by compiled code.
+
+A plan whose trace took Python decisions on values (``if x[0] > 0:``, see
+:mod:`hybridad.core.decisions`) must check, before every call, that the
+call's arguments decide the same way.  :class:`~hybridad.core.decisions.DecisionCheck`
+does it with the ops' numpy references, in generated Python: a few
+microseconds a call, several times a small plan's own run.
+
+On the numba backend the same check is also compiled: the nodes the
+decisions read, copied from the trace, and per decision one comparison
+with its recorded outcome, summed into one number, go through the numba
+lowering (fused into one or two loops) and become a program of their own
+with its own small workspace.  Its last statement raises
+:class:`~hybridad.errors.DecisionsChanged` when the sum is not zero, so the
+answer leaves the compiled call with it (no other thread's call can
+overwrite it before it is read).  The plan's fast path calls it right
+before the plan's program, at the cost of one native call and the
+comparisons; nothing is written to the caller's buffers before it passes.
+
+The compiled values may differ from the numpy references' in the last bit
+(fused multiply-adds, vectorized ``exp``), so a value at a rounding distance
+of a threshold could be decided differently by the two.  The rule is then
+the same on every path, so a call's results stay a function of its
+arguments: the decisions hold when the compiled check passes, or else when
+the reference check passes (:meth:`DecisionCheck.first_failing`); where
+this plan's compiled check fails, a specialization whose compiled check
+passes runs before any reference check is made (a call alternating between
+two outcomes pays compiled checks only); a call that fails them all runs
+another specialization, traced for it.  A specialization traced for a call
+holds for it by the reference check, so a call never loops.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ..backends.numba.machine import lowering_machine
+from ..backends.numba.threshold import serial_loops
+from ..core.trace import Trace
+from ..core.tracer import Tracer
+from ..errors import DecisionsChanged
+from ..transforms import pipeline
+
+__all__ = ["attach_compiled", "compile_decisions"]
+
+_LOG = logging.getLogger("hybridad")
+
+
+def _mismatch(t, decision):
+    """A 0-d float64 tracer: 1 where ``t`` converts otherwise than
+    ``decision`` recorded, else 0 (as :func:`hybridad.core.decisions._convert`
+    and ``_same`` compare)."""
+    kind, outcome = decision.kind, decision.outcome
+    if kind == "array":
+        miss = np.any(t != np.asarray(outcome))
+    else:
+        v = t.reshape(())
+        if v.dtype.kind == "c":
+            raise TypeError("a decision on a complex value")
+        if kind == "bool":
+            miss = (v if v.dtype == np.bool_ else v != 0) != bool(outcome)
+        elif kind == "float":  # float() of a traced bool or integer: exact
+            miss = v.astype(np.float64) != float(outcome)
+        elif kind == "int" and v.dtype.kind == "f":  # int() truncates (NaN, inf: never equal)
+            miss = np.trunc(v) != float(outcome)
+        else:  # int() or operator.index() of an integer
+            miss = v != outcome
+    return miss.astype(np.float64)
+
+
+def compile_decisions(check, specs, parallel=True, budget=None):
+    """The compiled form of ``check`` (a
+    :class:`~hybridad.core.decisions.DecisionCheck`) for arguments of
+    ``specs`` (``(shape, dtype)`` of every leaf): a
+    :class:`~hybridad.backends.numba.runner.NumbaProgram` of the leaves
+    with one 0-d float64 output, raising
+    :class:`~hybridad.errors.DecisionsChanged` when a decision changed.
+    ``budget``: the most bytes its workspace may take.  None where it cannot
+    be made (an op without a numba rule, a complex decision, over the
+    budget): the reference check then serves alone."""
+    from ..backends.numba import build_program
+    from ..backends.numba.layouts import plan_numba_memory
+
+    try:
+        trace = Trace()
+        with trace:
+            inputs = [trace.input(i, tuple(shape), np.dtype(dtype))
+                      for i, (shape, dtype) in enumerate(specs)]
+            made = {}
+            for n in check.frozen:
+                if n.op == "input":
+                    made[n.id] = inputs[n.attrs["index"]].node
+                else:
+                    made[n.id] = trace.add(n.op, [made[a] for a in n.arg_ids], dict(n.attrs),
+                                           n.shape, n.dtype)
+            flag = None
+            for d in check.decisions:
+                miss = _mismatch(Tracer(made[d.node.id], trace), d)
+                flag = miss if flag is None else flag + miss
+        outputs = [flag.node]
+        graph = pipeline.lower(trace.nodes, [t.node for t in inputs], outputs, "numba",
+                               machine=lowering_machine("numba"))
+        memory = plan_numba_memory(graph)
+        if budget is not None and memory.total_bytes > budget:
+            return None
+        buffers = memory.allocate(np)
+        with serial_loops(not parallel):
+            program = build_program(graph.nodes, graph.inputs, outputs, memory, buffers,
+                                    list(specs), [((), np.float64)], name="decisions_program",
+                                    raise_if_set=True, label="the compiled decision check")
+    except Exception as exc:  # noqa: BLE001 - the reference check serves alone
+        _LOG.debug("hybridad: the decisions were not compiled (%s: %s); the reference "
+                   "check serves alone", type(exc).__name__, exc)
+        return None
+    program.memory = memory
+    program.flag = np.zeros((), np.float64)
+    return program
+
+
+def holds(program):
+    """``holds(leaves) -> bool``: whether ``program`` (of :func:`compile_decisions`)
+    passes on the leaf arrays ``leaves`` (any layout: staged as a plan's are)."""
+    flag = [program.flag]
+
+    def holds(leaves):
+        try:
+            program.run(leaves, flag)
+        except DecisionsChanged:
+            return False
+        return True
+
+    return holds
+
+
+def attach_compiled(check, specs, parallel=True, budget=None):
+    """Give ``check`` its compiled form (:attr:`~hybridad.core.decisions.DecisionCheck.program`
+    and ``compiled``) where :func:`compile_decisions` makes one."""
+    program = compile_decisions(check, specs, parallel, budget)
+    if program is not None:
+        check.program, check.compiled = program, holds(program)

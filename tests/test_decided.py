@@ -1,0 +1,176 @@
+"""Decisions on values checked by compiled code (hybridad.plans.decided): every
+kind of decision agrees with the reference check, the fast path runs the
+compiled check before the plan's program, the rule when the two checks
+disagree, threads, and result buffers untouched by a call that fails."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.errors import TracingError
+from test_decisions import CASES, near_point
+
+
+def _points(x, rng, k=40):
+    """Points around ``x``: scaled, shifted, signs flipped (both outcomes)."""
+    out = []
+    for _ in range(k):
+        y = x * rng.choice([-1.0, 1.0], x.shape) * rng.uniform(0.2, 2.0, x.shape)
+        out.append(y + rng.choice([0.0, 0.05, -0.05, 1.0]))
+    return out
+
+
+#: points where the case's other outcome needs more than a perturbation
+EXTRA = {"lennard_jones": [np.array([0.0, 0.0, 0.0, 0.0, 1.0, 1.0])],  # two coincide
+         "early_return": [np.array([1.0, -2.0, 1.0])]}  # a sum of 0
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_workload_s_decisions_compile_and_agree_with_the_reference(name):
+    f, points = CASES[name]
+    plan = ha.compile(f, points[0])
+    check = plan._decision_check
+    assert check is not None and check.program is not None, plan.explain()
+    rng = np.random.default_rng(11)
+    outcomes = set()
+    for x in points + EXTRA.get(name, []) + _points(points[0], rng) + _points(points[1], rng):
+        compiled = check.compiled([x])
+        reference = check.first_failing([x], compiled=False) is None
+        assert compiled == reference, (name, x)
+        outcomes.add(reference)
+    assert outcomes == {True, False}  # both outcomes were checked
+
+
+def _int_of_float(x):
+    return int(x[0]) * np.sum(x ** 2)
+
+
+def _float_of_int(x, k):
+    return float(k[0]) * np.sum(x ** 2)
+
+
+def _index(x, k):
+    return np.sum(x[: k[0]] ** 2)
+
+
+def _bool_of_int(x, k):
+    return np.sum(x ** 2) if k[1] else np.sum(x)
+
+
+def _mask(x):
+    return np.sum(x[x > 0.5] ** 2)
+
+
+@pytest.mark.parametrize("f, args, others", [
+    (_int_of_float, (np.array([2.7, 1.0]),),
+     [(np.array([2.1, 3.0]),), (np.array([-2.7, 1.0]),), (np.array([3.0, 1.0]),),
+      (np.array([np.nan, 1.0]),), (np.array([np.inf, 1.0]),), (np.array([-0.5, 1.0]),)]),
+    (_float_of_int, (np.array([1.0, 2.0]), np.array([3, 1])),
+     [(np.array([1.0, 2.0]), np.array([3, 0])), (np.array([1.0, 2.0]), np.array([-3, 1]))]),
+    (_index, (np.arange(5.0), np.array([3])),
+     [(np.arange(5.0), np.array([3])), (np.arange(5.0), np.array([2]))]),
+    (_bool_of_int, (np.array([1.0, 2.0]), np.array([0, 4])),
+     [(np.array([1.0, 2.0]), np.array([7, 5])), (np.array([1.0, 2.0]), np.array([0, 0]))]),
+    (_mask, (np.array([0.1, 0.9, 0.6]),),
+     [(np.array([0.2, 0.8, 0.7]),), (np.array([0.9, 0.1, 0.6]),), (np.array([0.1, 0.9, np.nan]),)]),
+], ids=["int-of-float", "float-of-int", "index", "bool-of-int", "mask"])
+def test_every_kind_of_decision_agrees_with_the_reference(f, args, others):
+    plan = ha.compile(f, *args, argnums=0)
+    check = plan._decision_check
+    assert check.program is not None, plan.explain()
+    for call in [args, *others]:
+        leaves = list(call)
+        assert check.compiled(leaves) == (check.first_failing(leaves, compiled=False) is None)
+    for call in [args, *others]:  # and the plan follows each call's branch
+        if any(not np.all(np.isfinite(a)) for a in call):
+            continue  # (int() of NaN raises in f itself)
+        got = plan.gradient(*call)
+        want = ha.gradient(f, *call, argnums=0, backend="numpy")
+        assert float(got.value) == pytest.approx(float(want.value), rel=1e-13)
+        np.testing.assert_allclose(got.gradient, want.gradient, rtol=1e-13, atol=1e-15)
+
+
+def test_the_fast_path_runs_the_compiled_check_first():
+    plan = ha.compile(near_point, np.array([0.31, 1.0, 2.0]))
+    source = plan.gradient.source
+    assert source.index("_gj(") < source.index("_j(")  # the check, then the program
+    assert "except _Changed:" in source
+    assert "compiled program" in plan.explain()
+
+
+def test_either_check_passing_keeps_the_plan():
+    """The rule where the compiled and reference checks disagree (a value a
+    rounding apart at a threshold): the decisions hold when either passes;
+    a call never loops and never makes a needless specialization."""
+    x = np.array([0.31, 1.0, 2.0])
+    plan = ha.compile(near_point, x)
+    check = plan._decision_check
+    far = np.array([0.9, 1.0, 2.0])
+    check.compiled = lambda leaves: False  # compiled fails, reference holds
+    assert check.first_failing([x]) is None
+    res = ha.gradient(near_point, x)
+    assert float(Plan_gradient(plan, x).value) == pytest.approx(float(res.value), rel=1e-14)
+    assert plan._specializations == []
+    check.compiled = lambda leaves: True  # compiled passes: the reference is not asked
+    assert check.first_failing([far]) is None
+    check.compiled = lambda leaves: False
+    assert check.first_failing([far]) is not None
+
+
+def Plan_gradient(plan, *args):  # noqa: N802 - the general path (not the fast path)
+    return type(plan).gradient(plan, *args)
+
+
+def test_threads_calling_both_branches():
+    """The compiled check's answer leaves the call with it (it raises): a thread
+    never reads another's outcome."""
+    x0, x1 = np.array([0.31, 1.0, 2.0]), np.array([0.9, 1.0, 2.0])
+    plan = ha.compile(near_point, x0)
+    want = {k: ha.gradient(near_point, x, backend="numpy") for k, x in ((0, x0), (1, x1))}
+    errors = []
+
+    def worker(seed):
+        rng = np.random.default_rng(seed)
+        res = ha.GradientResult(x0)
+        for _ in range(300):
+            k = int(rng.integers(2))
+            plan.gradient(x1 if k else x0, out=res)
+            if float(res.value) != pytest.approx(float(want[k].value), rel=1e-13):
+                errors.append((k, float(res.value)))
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_a_call_whose_other_branch_fails_leaves_the_buffers_untouched():
+    def f(x):
+        if x[0] > 0:
+            return np.sum(x ** 2)
+        return np.sum(x) * float(x[1])  # float() of a traced float: refused
+
+    x = np.array([0.5, 1.0, 2.0])
+    plan = ha.compile(f, x)
+    assert plan._decision_check.program is not None
+    res = ha.GradientResult(x)
+    plan.gradient(x, out=res)
+    value, grad = res.value.copy(), res.gradient.copy()
+    with pytest.raises(TracingError):
+        plan.gradient(-x, out=res)
+    assert res.value.tobytes() == value.tobytes() and res.gradient.tobytes() == grad.tobytes()
+
+
+def test_hvp_plans_check_compiled_decisions_too():
+    f, (x, y) = CASES["huber"]
+    plan = ha.compile(f, x, hvp=True)
+    assert plan._decision_check.program is not None
+    v = np.array([0.3, -0.2, 0.5])
+    for p in (x, y, x):
+        got = plan.hvp(p, v=v)
+        want = ha.hvp(f, p, v=v, backend="numpy")
+        np.testing.assert_allclose(got.hvp, want.hvp, rtol=1e-12, atol=1e-14)
