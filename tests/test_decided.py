@@ -174,3 +174,13 @@ def test_hvp_plans_check_compiled_decisions_too():
         got = plan.hvp(p, v=v)
         want = ha.hvp(f, p, v=v, backend="numpy")
         np.testing.assert_allclose(got.hvp, want.hvp, rtol=1e-12, atol=1e-14)
+
+
+def test_hessian_and_jacobian_plans_compile_their_checks():
+    f, (x, y) = CASES["near_point"]
+    plan = ha.compile(f, x, hessian=True)
+    assert plan._decision_check.program is not None
+    for p in (x, y, x, y):
+        got = plan.hessian(p)
+        want = ha.hessian(f, p, backend="numpy")
+        np.testing.assert_allclose(got.hessian, want.hessian, rtol=1e-12, atol=1e-14)

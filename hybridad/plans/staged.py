@@ -52,6 +52,7 @@ from ..errors import CompileBudgetError
 from ..ir.graph import Graph, check
 from ..ops import REGISTRY, may_raise
 from ..results import DiffResult
+from .decided import attach_compiled
 from .plan import Plan, serialized
 from .validate import check_results
 
@@ -189,6 +190,8 @@ class StagedPlan(Plan):
         if trace.decisions:
             self._decision_check = DecisionCheck(trace.decisions)
             self._guarded = True
+            if self.backend == "numba" and getattr(self, "memory_budget", None) is None:
+                attach_compiled(self._decision_check, self._specs, self.parallel)
 
     def _routed(self, args):
         """The plan that serves ``args``: this one, or -- when ``f`` took Python
