@@ -184,3 +184,12 @@ def test_hessian_and_jacobian_plans_compile_their_checks():
         got = plan.hessian(p)
         want = ha.hessian(f, p, backend="numpy")
         np.testing.assert_allclose(got.hessian, want.hessian, rtol=1e-12, atol=1e-14)
+    def g(x):
+        return x ** 2 if x[0] > 0 else np.sin(x)
+
+    plan = ha.compile(g, x, jacobian=True)
+    assert plan._decision_check.program is not None
+    for p in (x, -x, x):
+        got = plan.jacobian(p)
+        want = ha.jacobian(g, p, backend="numpy")
+        np.testing.assert_allclose(got.jacobian, want.jacobian, rtol=1e-13, atol=1e-15)
