@@ -29,6 +29,7 @@ from .plans.cache import lookup as _lookup, recent_gradient as _recent_gradient
 from .plans.cache import recent_plan as _recent_plan, remember as _remember
 from .plans.jacobian import JacobianPlan
 from .plans.plan import Plan
+from .results import HessianResult as _HessianResult, JacobianResult as _JacobianResult
 
 if TYPE_CHECKING:
     from ._types import ArgNums, Backend, Function, JacobianMode
@@ -375,6 +376,15 @@ def hessian(f: Function, x: Any, *args: Any, argnums: ArgNums = 0,
     array([[ 6.,  1.],
            [ 1., 12.]])
     """
+    full = (x, *args)
+    # the function's most recent plan for a call like the last one (exact real
+    # ndarrays, or the plan's structure: a tracer or complex array never matches)
+    plan = _recent_plan("hessian", f, full, argnums, backend, chunk)
+    if plan is not None and (out is None or out.__class__ is _HessianResult):
+        try:
+            return plan.hessian(*full, out=out)
+        except StalePlanError:
+            pass  # f changed: the general path rebuilds
     if _is_sparse(out):  # a sparse Hessian: hybridad/sparse/run.py
         from .sparse import run as _sparse
 
@@ -436,6 +446,14 @@ def jacobian(f: Function, x: Any, *args: Any, argnums: ArgNums = 0,
     array([[2.    , 1.    ],
            [0.5403, 0.    ]])
     """
+    full = (x, *args)
+    if not holomorphic:  # the most recent plan, as for hessian
+        plan = _recent_plan("jacobian", f, full, argnums, backend, (mode, chunk))
+        if plan is not None and (out is None or out.__class__ is _JacobianResult):
+            try:
+                return plan.jacobian(*full, out=out)
+            except StalePlanError:
+                pass
     if _is_sparse(out):  # a sparse Jacobian: hybridad/sparse/run.py
         from .sparse import run as _sparse
 

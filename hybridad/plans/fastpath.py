@@ -77,6 +77,33 @@ class FastPathMixin:
         self._matches = consts["matches"]
         return self._matches
 
+    def _leaves_of(self):
+        """A generated ``leaves_of(args)``: the array leaves of ``args`` in the
+        plan's order when ``args`` have its structure (containers, lengths,
+        dict keys, static values equal), else None -- for the paths that hand
+        the leaves to a compiled program, which checks each one itself (exact
+        ndarray, shape, dtype, layout, overlaps).  Made once per plan (JAX
+        caches treedefs the same way); None where the structure cannot be
+        written so."""
+        cached = vars(self).get("_leaves_fn", False)
+        if cached is not False:
+            return cached
+        consts, leaves, conds = {}, [], []
+        fn = None
+        if all(_unpack_source(td, f"args[{k}]", leaves, conds, consts)
+               for k, td in enumerate(self._treedefs)):
+            lines = ["def leaves_of(args):", f"    if len(args) != {len(self._treedefs)}:",
+                     "        return None", "    try:",
+                     "        if " + (" and ".join(conds) or "True") + ":",
+                     "            return [" + ", ".join(leaves) + "]",
+                     "    except (TypeError, ValueError, LookupError, AttributeError):",
+                     "        pass", "    return None"]
+            exec(compile("\n".join(lines) + "\n", f"<hybridad leaves {self.name}>", "exec"),
+                 consts)  # noqa: S102
+            fn = consts["leaves_of"]
+        self._leaves_fn = fn
+        return fn
+
     def _fast_args(self, args, out):
         """The gradient buffer if ``args`` and ``out`` pass every check of
         :meth:`_leaves` and :meth:`_check_out` on the plain-array path; else None

@@ -131,8 +131,7 @@ class HessianPlan(StagedPlan):
             self._color_values = np.zeros(comp.nnz, dtype)
         if self.backend == "numba":  # one direction's plain calls (see _hvp_fast)
             self.hvp = self._hvp_fast()
-            if comp is None and 0 < n <= k and len(shape) == 1 and \
-                    all(td == _tree.LEAF for td in self._treedefs):  # (the unit seeds: I)
+            if comp is None and 0 < n <= k and len(shape) == 1:  # (the unit seeds: I)
                 self.hessian = self._one_chunk_fast(
                     type(self).hessian, HessianResult, 2, lambda: np.eye(n, dtype=self._dtype))
 

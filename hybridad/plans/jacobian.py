@@ -11,7 +11,6 @@ if TYPE_CHECKING:
 
 import numpy as np
 
-from .. import _tree
 from ..core.trace import Trace, as_node
 from ..core.tracer import Tracer
 from ..results import JacobianResult
@@ -114,8 +113,8 @@ class JacobianPlan(StagedPlan):
         self._seed = self._xp.zeros((k, *s1.shape), s1.dtype)
         self._seed_flat = self._seed.reshape(k, -1)
         self._stage_out = self._xp.zeros(out_shape, dtype)
-        if self.backend == "numba" and mode == "reverse" and 0 < m <= k and len(shape) == 1 and \
-                all(td == _tree.LEAF for td in self._treedefs):  # (rows: the Jacobian itself)
+        if self.backend == "numba" and mode == "reverse" and 0 < m <= k and \
+                len(shape) == 1:  # (rows: the Jacobian itself)
             self.jacobian = self._one_chunk_fast(
                 type(self).jacobian, JacobianResult, 1,
                 lambda: np.eye(m, dtype=s1.dtype).reshape((m, *y.shape)))

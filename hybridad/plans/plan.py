@@ -525,20 +525,22 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             if plan is not self:
                 return plan.hvp(*args, v=v, out=out)
         prog = self._program
-        if self._plain and out is not None and type(v) is np.ndarray and \
-                self.backend == "numba" and prog.objects and \
-                len(args) == len(self._fast_specs) and type(out) in (HvpResult, DiffResult):
-            # plain arrays: the compiled program checks them all (exact ndarray,
-            # shape, dtype, layout, no overlap) before writing; else the general path
+        if out is not None and type(v) is np.ndarray and self.backend == "numba" and \
+                prog.objects and type(out) in (HvpResult, DiffResult) and \
+                len(self._diff_leaves) == 1 and len(out._derivs) == 2:
+            # arrays, or containers of them of the plan's structure: the compiled
+            # program checks every leaf (exact ndarray, shape, dtype, layout, no
+            # overlap) before writing; else the general path
+            leaves = args if self._plain else (self._leaves_of() or _none)(args)
             d = out._derivs
             try:
-                ids = [id(a) for a in args] + [id(v), id(out._value), id(d[0]), id(d[1])]
+                ids = [id(a) for a in leaves] + [id(v), id(out._value), id(d[0]), id(d[1])]
                 if not prog.heavy:
                     prog.fn(*ids)
                 else:
                     prog.invoke(*ids)
                 return out
-            except (TypeError, ValueError, IndexError):
+            except (TypeError, ValueError, IndexError):  # (leaves None: TypeError)
                 pass  # the general path says why
         leaves = self._leaves(args)
         vleaves = self._tangent_leaves(v)
@@ -573,6 +575,10 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             return float(self._value_buf)
 
     # ---------------------------------------------------------------- explain
+
+
+def _none(args):
+    return None
 
 
 class BatchPlan(Plan):

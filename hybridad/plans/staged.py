@@ -353,6 +353,7 @@ class StagedPlan(Plan):
         the entry is taken after the general path compiled the program, and
         held with the programs it was made for."""
         lock, plan, name = self._lock, self, "chunk" + WHOLE
+        unpack = self._leaves_of()
         state = [None]  # (programs, the program's call, leading and trailing arguments, seed)
 
         def _entry():
@@ -371,9 +372,11 @@ class StagedPlan(Plan):
                 if plan._programs is programs:
                     if plan._guarded:
                         plan._check_reads(args)
-                    ids = [id(a) for a in args if type(a) is np.ndarray]
+                    # the leaves of args of the plan's structure (checked by the program)
+                    leaves = unpack(args) if unpack is not None else None
                     d = out._derivs
-                    if len(ids) == len(args) and len(d) == n_derivs:
+                    if leaves is not None and len(d) == n_derivs:
+                        ids = [id(a) for a in leaves]
                         with lock:
                             try:
                                 fn(*lead, *ids, id(seed), *consts, id(out._value),

@@ -1,0 +1,161 @@
+"""Tuples, lists, dicts (nested) and static numbers as arguments on the plain
+paths: an ``hvp=True`` plan's ``hvp``, a one-chunk Hessian or Jacobian plan,
+and ``ha.hessian`` / ``ha.jacobian`` taking the function's recent plan --
+each unpacked by the plan's generated ``leaves_of`` and handed to the compiled
+program, which checks every leaf before it writes.  Results equal the
+general path's (and finite differences), no allocation, and a wrong leaf is
+refused by name with the buffers untouched."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.testing import count_allocations
+
+RNG = np.random.default_rng(21)
+A = RNG.standard_normal((6, 12)) / 4
+C = RNG.standard_normal(6)
+X = RNG.uniform(-1.0, 1.0, 12)
+V = RNG.standard_normal(12)
+
+STRUCTURES = {
+    "tuple": ((A, C),),
+    "list": ([A, C],),
+    "nested": (([A], [C]),),
+    "dict": ({"A": A, "c": C},),
+    "static": ((A, C), 0.5),
+}
+
+
+def _consts(q):
+    if isinstance(q, dict):
+        return q["A"], q["c"]
+    a, c = q
+    return (a[0], c[0]) if isinstance(a, list) else (a, c)
+
+
+def scalar(x, q, scale=1.0):
+    a, c = _consts(q)
+    return scale * np.sum(np.tanh(a @ x + c) ** 2) + 0.1 * np.sum(x ** 4)
+
+
+def vector(x, q, scale=1.0):
+    a, c = _consts(q)
+    return scale * np.tanh(a @ x + c)
+
+
+def _no_general(plan, monkeypatch, name="_leaves"):
+    def general(*a, **k):
+        raise AssertionError("the general path ran")
+    monkeypatch.setattr(plan, name, general)
+
+
+def _fd_hvp(x, rest, eps=1e-6):
+    g = lambda z: ha.gradient(scalar, z, *rest, backend="numpy").gradient  # noqa: E731
+    return (g(x + eps * V) - g(x - eps * V)) / (2 * eps)
+
+
+@pytest.mark.parametrize("name", list(STRUCTURES))
+def test_hvp_plans_run_structured_arguments_on_the_plain_path(name, monkeypatch):
+    rest = STRUCTURES[name]
+    plan = ha.compile(scalar, X, *rest, hvp=True)
+    want = plan.hvp(X, *rest, v=V)  # (the general path, without out=)
+    np.testing.assert_allclose(want.hvp, _fd_hvp(X, rest), rtol=1e-6, atol=1e-8)
+    res = ha.HvpResult(X)
+    _no_general(plan, monkeypatch)
+    assert plan.hvp(X, *rest, v=V, out=res) is res
+    np.testing.assert_array_equal(res.hvp, want.hvp)
+    np.testing.assert_array_equal(res.gradient, want.gradient)
+    with count_allocations() as counts:
+        for _ in range(5):
+            plan.hvp(X, *rest, v=V, out=res)
+    assert counts.allocations == 0, counts
+
+
+def test_a_wrong_leaf_is_refused_by_the_general_path_before_anything_is_written():
+    rest = STRUCTURES["dict"]
+    plan = ha.compile(scalar, X, *rest, hvp=True)
+    res = ha.HvpResult(X)
+    plan.hvp(X, *rest, v=V, out=res)
+    before = [b.copy() for b in (res.value, res.gradient, res.hvp)]
+    with pytest.raises((ValueError, TypeError), match="c|shape"):
+        plan.hvp(X, {"A": A, "c": C[:-1]}, v=V, out=res)
+    for b, saved in zip((res.value, res.gradient, res.hvp), before, strict=True):
+        assert b.tobytes() == saved.tobytes()
+    other = {"A": np.asfortranarray(A), "c": C}  # another layout: staged by the general path
+    np.testing.assert_allclose(plan.hvp(X, other, v=V, out=res).hvp,
+                               plan.hvp(X, *rest, v=V).hvp, rtol=1e-14)
+
+
+@pytest.mark.parametrize("name", list(STRUCTURES))
+def test_one_chunk_hessian_and_jacobian_plans_run_structured_arguments_fast(name, monkeypatch):
+    rest = STRUCTURES[name]
+    hplan = ha.compile(scalar, X, *rest, hessian=True, chunk=len(X))
+    jplan = ha.compile(vector, X, *rest, jacobian=True, mode="reverse")
+    href = ha.hessian(scalar, X, *rest, backend="numpy")
+    jref = ha.jacobian(vector, X, *rest, backend="numpy")
+    hres, jres = ha.HessianResult(X), ha.JacobianResult(vector(X, *rest), X)
+    for _ in range(3):  # (the fast entry is made after the first call)
+        hplan.hessian(X, *rest, out=hres)
+        jplan.jacobian(X, *rest, out=jres)
+    np.testing.assert_allclose(hres.hessian, href.hessian, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(jres.jacobian, jref.jacobian, rtol=1e-12, atol=1e-14)
+    _no_general(hplan, monkeypatch, "_check")
+    _no_general(jplan, monkeypatch, "_check")
+    with count_allocations() as counts:
+        for _ in range(5):
+            hplan.hessian(X, *rest, out=hres)
+            jplan.jacobian(X, *rest, out=jres)
+    assert counts.allocations == 0, counts
+
+
+SCALE = 1.0
+
+
+def scaled(x, q):
+    return SCALE * scalar(x, q)
+
+
+def scaled_vector(x, q):
+    return SCALE * vector(x, q)
+
+
+@pytest.mark.parametrize("name", ["tuple", "dict"])
+def test_ha_hessian_and_jacobian_reuse_the_recent_plan_and_see_a_changed_function(name):
+    global SCALE
+    rest = STRUCTURES[name][:1]
+    hres, jres = ha.HessianResult(X), ha.JacobianResult(vector(X, *rest), X)
+    ha.hessian(scaled, X, *rest, out=hres)
+    ha.jacobian(scaled_vector, X, *rest, out=jres)
+    with count_allocations() as counts:
+        for _ in range(5):
+            ha.hessian(scaled, X, *rest, out=hres)
+            ha.jacobian(scaled_vector, X, *rest, out=jres)
+    assert counts.allocations == 0, counts
+    h1, j1 = hres.hessian.copy(), jres.jacobian.copy()
+    SCALE = 3.0
+    try:
+        ha.hessian(scaled, X, *rest, out=hres)
+        ha.jacobian(scaled_vector, X, *rest, out=jres)
+    finally:
+        SCALE = 1.0
+    np.testing.assert_allclose(hres.hessian, 3.0 * h1, rtol=1e-13)
+    np.testing.assert_allclose(jres.jacobian, 3.0 * j1, rtol=1e-13)
+
+
+def test_sparse_results_after_dense_calls_take_the_sparse_path():
+    def f(x):
+        return x[1:] * x[:-1] + np.sin(x[1:])
+
+    def g(x):
+        return np.sum(x[1:] * x[:-1] ** 2)
+
+    ha.jacobian(f, X)  # dense recent plans
+    ha.hessian(g, X)
+    jres = ha.SparseJacobianResult(f, X)
+    hres = ha.SparseHessianResult(g, X)
+    assert ha.jacobian(f, X, out=jres) is jres and ha.hessian(g, X, out=hres) is hres
+    np.testing.assert_allclose(jres.jacobian.toarray(), ha.jacobian(f, X).jacobian, rtol=1e-13)
+    np.testing.assert_allclose(hres.hessian.toarray(), ha.hessian(g, X).hessian, rtol=1e-13)
