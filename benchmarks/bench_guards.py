@@ -1,9 +1,10 @@
 """Guard cost: what a Python decision on a traced value costs per call.
 
 A function with ``if`` on a value (``hybridad.core.decisions``) is traced for
-the outcome of the example's values; every call then evaluates the decision
-on its own arrays before the compiled program runs (on the plan's generated
-fast path), and a call that decides otherwise runs another specialization.
+the outcome of the example's values; every call then checks the decision on
+its own arrays before the plan's program runs (on the plan's generated fast
+path, by a compiled check: ``hybridad.plans.decided``), and a call that
+decides otherwise runs another specialization.
 This benchmark measures that check against the same plan without it.
 
 Cases (float64, n = 100 and 10^4; ``--quick``: 100):
