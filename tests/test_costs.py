@@ -414,8 +414,8 @@ def test_blas_or_loops_own_the_threads(table, monkeypatch, shared):
         got[name] = plan._owner[0]
         src = plan._program.source
         assert ("prange(" in src) == (got[name] == "loops"), name
-        # (the narrow layer's 16-feature products stay on BLAS: GEMM_THREADS_MIN_DIM)
-        assert ("_gemm_threads(" in src) == (shared and name == "wide"), name
+        # (the narrow layer's 16 x 16 products are shared too: GEMM_THREADS_MIN_DIM)
+        assert ("_gemm_threads(" in src) == shared, name
         assert "_gemm_threads(" not in serial._program.source
         text = plan.explain()
         assert "threads: BLAS's gemms" in text or "threads: every gemm shared" in text

@@ -44,14 +44,16 @@ PAIR_PARTS, PAIR_ROWS = 8, 64
 #: panel of the result each (:func:`hybridad.backends.numba.rt.gemm_threads`;
 #: :meth:`hybridad.transforms.machine.Machine.gemm_on_threads`)
 GEMM_THREADS_MIN = 1 << 20
-#: and the most of its columns and contracted length at least this: narrow
-#: products (an MLP's 16 features in and out) stay on BLAS, as before.
-#: Shared, they made the 1-16-16-1 MLP at B = 10^5 18% faster on a quiet
-#: machine, but beside numpy matmuls in another thread
-#: (benchmarks/bench_load.py, ``blas``) its default plan took 0.96-1.64x
-#: its serial plan in 2 s windows -- 0.85-2.28x with them on BLAS, so noise
-#: decides there; kept out until measured better
-GEMM_THREADS_MIN_DIM = 64
+#: and the most of its columns and contracted length at least this.  An
+#: MLP's 16 x 16 products over 10^4-10^5 rows are shared: on 2 cores (2026-12-03,
+#: bench_load.py, 2 s windows) the 1-16-16-1 MLP's default plan took 0.68x
+#: (B = 10^4) and 0.74x (10^5) its serial plan quiet, 0.94x / 0.89x beside a
+#: busy process and 0.82x / 0.93x beside numpy matmuls in another thread
+#: (0.83x / 0.79x, 1.06x / 1.00x, 1.00x / 1.05x with them on one BLAS thread,
+#: 2026-11-28); interleaved in one process, its gradient 0.85x (10^4) and
+#: 0.80x (10^5), its HVP 0.97x.  64 until then (measured noisier beside
+#: numpy's BLAS before the plans stopped limiting numpy's own OpenBLAS)
+GEMM_THREADS_MIN_DIM = 16
 
 #: a product with a small result (at most this many elements) and a long
 #: contracted axis runs as gemms over chunks of that axis
