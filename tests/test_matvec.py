@@ -227,6 +227,57 @@ def test_gemm_threads_agrees_with_numpy(dtype):
                 np.testing.assert_allclose(out, a @ b + 0.5 * base, **tol)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gemm_kparts_agrees_with_numpy(dtype):
+    """rt.gemm_kparts (a small result over a long contracted axis: each part
+    of the axis one gemm through rt.gemm_kpanel into its rows of the parts,
+    summed in order) against numpy, every layout pair, beta 0 (NaN never
+    read) and 0.5, part counts that divide the axis and that do not."""
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-4)
+    for m, k, n in ((16, 2048, 16), (5, 3001, 7), (2, 999, 2), (16, 10000, 3)):
+        for la in "CF":
+            for lb in "CF":
+                a = np.asarray(rand((m, k), seed=m).astype(dtype), order=la)
+                b = np.asarray(rand((k, n), seed=n).astype(dtype), order=lb)
+                base = rand((m, n), seed=k).astype(dtype)
+                for p in (2, 3, 8):
+                    parts = np.full((p * m, n), np.nan, dtype)
+                    out = np.full((m, n), np.nan, dtype)
+                    rt.gemm_kparts(a, b, out, 0.0, parts)
+                    np.testing.assert_allclose(out, a @ b, **tol,
+                                               err_msg=f"{la}{lb} {m}x{k}x{n} {p} parts")
+                    out = base.copy()
+                    rt.gemm_kparts(a, b, out, 0.5, parts)
+                    np.testing.assert_allclose(out, a @ b + 0.5 * base, **tol)
+
+
+def test_small_results_over_long_axes_run_in_parts_of_it():
+    """A parallel plan's ``X^T G`` with a 16 x 16 result over 10^4 rows runs
+    as rt.gemm_kparts (parts of the contracted axis on the threads), compiled
+    by hybridad's own compiler, with the numpy backend's gradient, the same
+    bits on any thread count (test_thread_choice: ``narrow``), no allocation;
+    the serial plan keeps one call."""
+    X, W = rand((10000, 16), seed=4), rand((16, 16), seed=5) / 4
+
+    def f(W):
+        return np.sum(np.tanh(X @ W) ** 2)
+
+    plan = ha.compile(f, W, tiered=False)
+    serial = ha.compile(f, W, parallel=False, tiered=False)
+    src = plan._program.source
+    assert "_gemm_kparts(" in src and "_gemm_kparts(" not in serial._program.source, src
+    assert "own compiler" in plan._program.compiler
+    res = ha.GradientResult(W)
+    plan.gradient(W, out=res)
+    ref = ha.gradient(f, W, backend="numpy")
+    np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(serial.gradient(W).gradient, ref.gradient, rtol=1e-11, atol=1e-12)
+    with count_allocations() as counts:
+        for _ in range(3):
+            plan.gradient(W, out=res)
+    assert counts.allocations == 0, counts
+
+
 def test_plans_share_large_gemms_among_their_threads():
     """A parallel plan's large gemms run as rt.gemm_threads (a layer of a
     tanh network: forward product and the backward's two, one of them a

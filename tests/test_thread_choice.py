@@ -173,8 +173,15 @@ def _long_dot(x, y):  # a dot product OpenBLAS splits among its threads
     return (x @ y) ** 2 + np.sum(np.exp(-x * x))
 
 
+def _narrow(W1, W2, X, y):  # 16 x 16 results over 10^4 rows: parts of k on the threads
+    h = np.tanh(X @ W1)
+    return np.mean((np.tanh(h @ W2) @ np.ones(W2.shape[1]) - y) ** 2)
+
+
 _R = np.random.default_rng(11)
 CASES = {
+    "narrow": (_narrow, (_R.normal(size=(8, 16)) / 3, _R.normal(size=(16, 16)) / 4,
+                         _R.normal(size=(10000, 8)), _R.normal(size=10000)), (0, 1)),
     "mlp": (_mlp, (_R.normal(size=(64, 64)) / 8, _R.normal(size=(64, 8)) / 8,
                    _R.normal(size=(4096, 64)), _R.normal(size=4096)), (0, 1)),
     "quad": (_quad, (_R.normal(size=300), _R.normal(size=(300, 300))), 0),

@@ -371,6 +371,7 @@ class _Details:
         self.matvec = lambda node: matvec_call(node, self.layouts) if \
             blas_ready(node, self.layouts) else None
         self.gemm_on_threads = machine().gemm_on_threads
+        self.gemm_k_parts = machine().gemm_k_parts
         self.partials = {}
         for m in nodes:
             if m.op == "region_partial":
@@ -428,7 +429,10 @@ class _Details:
             if text.endswith(" gemm") and len(node.shape) == 2 and \
                     self.gemm_on_threads(node.shape[0], node.args[0].shape[-1],
                                          node.shape[1]):
-                text += " (a panel per thread)"
+                parts = self.gemm_k_parts(node.shape[0], node.args[0].shape[-1],
+                                          node.shape[1])
+                text += f" ({parts} parts of k on the threads)" if parts else \
+                    " (a panel per thread)"
             if node.id in self.accumulating:
                 text += " (+= into the adjoint, beta = 1)"
             return text

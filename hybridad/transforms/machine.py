@@ -41,6 +41,10 @@ class Machine:
     gemm_threads_min, gemm_threads_min_dim, gemm_small_result : int
         When a gemm's result panels go to the loops' threads
         (:meth:`gemm_on_threads`).
+    gemm_k_parts_max, gemm_k_part_rows : int
+        A gemm with a small result over a long contracted axis runs on the
+        loops' threads in at most ``gemm_k_parts_max`` parts of that axis,
+        each ``gemm_k_part_rows`` long or more (:meth:`gemm_k_parts`).
     """
 
     threads: int
@@ -51,6 +55,8 @@ class Machine:
     gemm_threads_min: int
     gemm_threads_min_dim: int
     gemm_small_result: int
+    gemm_k_parts_max: int = 8
+    gemm_k_part_rows: int = 1024
 
     def matvec_tasks(self, m, k, form):
         """The tasks a matrix-vector loop over an ``m x k`` matrix splits
@@ -70,10 +76,27 @@ class Machine:
         one thread, the product has :attr:`gemm_threads_min` multiply-adds,
         rows for two panels, :attr:`gemm_threads_min_dim` columns or
         contracted length, and a result larger than
-        :attr:`gemm_small_result` (a smaller one is split along ``k``)."""
+        :attr:`gemm_small_result` -- or a smaller result split along ``k``
+        (:meth:`gemm_k_parts`)."""
+        if self.gemm_k_parts(m, k, n):
+            return True
         return self.parallel_min < NEVER and self.threads > 1 and m >= 2 and n >= 2 and \
             max(k, n) >= self.gemm_threads_min_dim and m * k * n >= self.gemm_threads_min and \
             m * n > self.gemm_small_result
+
+    def gemm_k_parts(self, m, k, n):
+        """The parts of its contracted axis an ``m x k @ k x n`` gemm with a
+        small result (at most :attr:`gemm_small_result` elements: ``X^T G``
+        of a narrow layer) runs in on the loops' threads, each part's product
+        into a scratch of its own and the parts summed in order after; 0 where
+        it is not split.  The count comes from the shape alone (at most
+        :attr:`gemm_k_parts_max`, each :attr:`gemm_k_part_rows` long or more),
+        so the sums are the same on any thread count."""
+        if not (self.parallel_min < NEVER and self.threads > 1 and m >= 2 and n >= 2 and
+                m * n <= self.gemm_small_result and m * k * n >= self.gemm_threads_min):
+            return 0
+        parts = min(self.gemm_k_parts_max, k // self.gemm_k_part_rows)
+        return parts if parts >= 2 else 0
 
     def replace(self, **changes):
         """This machine with some facts changed (a plan's own prange threshold)."""

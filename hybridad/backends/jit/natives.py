@@ -35,7 +35,8 @@ def table():
     from .parallel import thread_id
 
     t = {id(rt.view_at): view_at, id(rt._load): load, id(rt.gemm): gemm,
-         id(rt.gemm_panel): gemm_panel, id(simd.prefer_wide): prefer_wide,
+         id(rt.gemm_panel): gemm_panel, id(rt.gemm_kpanel): gemm_kpanel,
+         id(simd.prefer_wide): prefer_wide,
          id(numba.get_thread_id): thread_id}
     nothing = getattr(simd, "_nothing", None)
     if nothing is not None:
@@ -311,6 +312,36 @@ def gemm_panel(frame, args, kwargs):
     pout = at(out.data, bld.select(by_cols, p0, bld.mul(p0, n)))
     bld.call(gemm_fn, [ch(ta), ch(tb), ival(bld.select(by_cols, width, n)),
                        ival(bld.select(by_cols, m, width)), ival(k), alpha, pb, ival(lda), pa,
+                       ival(ldb), beta_p, pout, ival(n)])
+    return Const(None)
+
+
+def gemm_kpanel(frame, args, kwargs):
+    """``rt.gemm_kpanel(a, b, parts, lo, hi, row0)``: ``parts[row0:row0 + m] =
+    a[:, lo:hi] @ b[lo:hi]`` by one BLAS gemm, the leading dimensions the whole
+    arrays' (as the numba intrinsic)."""
+    a, b_, parts, lo, hi, row0 = args
+    dt, kind, fty, m, k, n = _gemm_operands(frame, a, b_, parts, "gemm_kpanel")
+    bld, arr = frame.b, frame.arr
+    p0 = arr.i64(arr.dim(lo))
+    width = bld.sub(arr.i64(arr.dim(hi)), p0)
+    r0 = arr.i64(arr.dim(row0))
+    i32 = lambda v: bld.trunc(v, _I32)  # noqa: E731
+    ch = lambda c: _slot(frame, _I8, ir.Constant(_I8, ord(c)))  # noqa: E731
+    ival = lambda v: _slot(frame, _I32, i32(v))  # noqa: E731
+    alpha = _slot(frame, fty, ir.Constant(fty, 1.0))
+    beta_p = _slot(frame, fty, ir.Constant(fty, 0.0))
+    gemm_fn = _declare(frame, f"hybridad_{kind}gemm", 13)
+    ta, lda = ("n", n) if b_.layout == "C" else ("t", k)
+    tb, ldb = ("n", k) if a.layout == "C" else ("t", m)
+    off_a = p0 if a.layout == "C" else bld.mul(p0, m)
+    off_b = bld.mul(p0, n) if b_.layout == "C" else p0
+    size = ir.Constant(_I64, dt.itemsize)
+
+    def at(ptr, off):
+        return bld.gep(bld.bitcast(ptr, _VOIDP), [bld.mul(off, size)])
+    pa, pb, pout = at(a.data, off_a), at(b_.data, off_b), at(parts.data, bld.mul(r0, n))
+    bld.call(gemm_fn, [ch(ta), ch(tb), ival(n), ival(m), ival(width), alpha, pb, ival(lda), pa,
                        ival(ldb), beta_p, pout, ival(n)])
     return Const(None)
 

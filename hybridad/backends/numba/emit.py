@@ -380,10 +380,13 @@ def _emit_matvec(w, node, a, acc, beta, call):
     w.emit(f"_mv_{form}{par}({matrix}, {vector}, {out}, {float(beta)!r})  # {call.reason}")
 
 
-def _emit_gemm(w, node, a, acc, beta, layouts=None):
+def _emit_gemm(w, node, a, acc, beta, layouts=None, work=None):
     """``acc = A @ B + beta * acc`` by BLAS gemm, 1-D operands and result as
     2-D views (``acc`` C-contiguous) -- or, for a matrix-vector product the
-    cost model gives to the backend's own loops, by them (:func:`matvec_call`)."""
+    cost model gives to the backend's own loops, by them (:func:`matvec_call`).
+    ``work``: the node's scratch (:func:`.layouts.scratch_for_numba`), where a
+    small result over a long contracted axis runs in parts of that axis on
+    the threads (:func:`.rt.gemm_kparts`)."""
     if layouts is not None:
         call = matvec_call(node, layouts)
         if call is not None and call.how == "loop":
@@ -396,7 +399,18 @@ def _emit_gemm(w, node, a, acc, beta, layouts=None):
     cols = B.shape[1] if len(B.shape) == 2 else 1
     ov = acc if len(node.shape) == 2 else f"{acc}.reshape(({rows}, {cols}))"
     note = "  # BLAS gemm, beta = 1: accumulates in place" if beta else "  # BLAS gemm"
-    if machine().gemm_on_threads(rows, A.shape[-1], cols):
+    facts = machine()
+    parts = facts.gemm_k_parts(rows, A.shape[-1], cols)
+    if parts:
+        if work is None:  # (no scratch: one call, chunked along k)
+            w.emit(f"_gemm({av}, {bv}, {ov}, {float(beta)!r}){note}")
+            return
+        w.threaded = True
+        w.emit(f"_gemm_kparts({av}, {bv}, {ov}, {float(beta)!r}, "
+               f"{work}[:{parts * rows * cols}].reshape(({parts * rows}, {cols}))){note}, "
+               f"{parts} parts of the contracted axis on the threads, summed in order")
+        return
+    if facts.gemm_on_threads(rows, A.shape[-1], cols):
         w.threaded = True
         w.emit(f"_gemm_threads({av}, {bv}, {ov}, {float(beta)!r}){note}, a panel per thread "
                "(rows, or columns of a wide result)")
@@ -416,8 +430,9 @@ def _emit_matmul(w, node, a, out, layouts, names=None):
     if blas_ready(node, layouts):
         if A.shape[-1] == 0:
             fill(w, out, "0")
-        else:
-            _emit_gemm(w, node, a, out, 0, layouts)  # straight into the buffer
+        else:  # straight into the buffer
+            _emit_gemm(w, node, a, out, 0, layouts,
+                       None if names is None else names.get(("scratch", node.id)))
         return
     M, N, K = node.shape[-2], node.shape[-1], A.shape[-1]
     batch = node.shape[:-2]

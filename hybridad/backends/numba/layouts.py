@@ -293,7 +293,8 @@ def scratch_for_numba(nodes):
     """node id -> (dtype, elements) of scratch the generated code needs: a
     block per thread for two-phase full reductions, the float64 accumulator
     or the compensation of a reduction over leading axes (:mod:`.reduce`),
-    the parts of a ``matvec_pair``'s ``A^T v`` (:func:`.rt.matvec_pair`)."""
+    the parts of a ``matvec_pair``'s ``A^T v`` (:func:`.rt.matvec_pair`), a
+    small gemm result's parts of its contracted axis (:func:`.rt.gemm_kparts`)."""
     threads = numba_pool_size()
     out = {}
     for n in nodes:
@@ -303,6 +304,12 @@ def scratch_for_numba(nodes):
         elif n.op == "matvec_pair":  # a row of k per part of the rows
             m, k = n.args[0].shape
             out[n.id] = (n.dtype, machine().pair_parts(m) * k)
+        elif n.op == "matmul" and len(n.shape) == 2 and len(n.args[0].shape) == 2 and \
+                len(n.args[1].shape) == 2:  # a small result's parts of k (rt.gemm_kparts)
+            (m, k), c = n.args[0].shape, n.shape[1]
+            parts = machine().gemm_k_parts(m, k, c)
+            if parts:
+                out[n.id] = (n.dtype, parts * m * c)
     return out
 
 

@@ -320,7 +320,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             acc = accumulate[n.id].args[0]
             kernels.emit(w, n, lambda sub, n=n, acc=acc: _emit_gemm(
                 sub, n, [names[x.id] for x in n.args], names[acc.id] + (
-                    f".reshape({n.shape!r})" if acc.shape != n.shape else ""), 1, layouts))
+                    f".reshape({n.shape!r})" if acc.shape != n.shape else ""), 1, layouts,
+                names.get(("scratch", n.id))))
         elif storage == "view":
             names[n.id] = f"v{n.id}"
             w.emit(view_statement(n, names[n.args[0].id], f"v{n.id}", addresses))
@@ -493,6 +494,7 @@ def _header(consts, objects):
               "from hybridad.backends.numba.rt import check_arrays as _check, gemm as _gemm, "
               "load_i64 as _ld64, view_at as _view",
               "from hybridad.backends.numba.rt import gemm_threads as _gemm_threads, "
+              "gemm_kparts as _gemm_kparts, "
               "matvec_axpy as _mv_axpy, "
               "matvec_axpy_par as _mv_axpy_par, matvec_dot as _mv_dot, "
               "matvec_dot_par as _mv_dot_par, matvec_pair as _mv_pair, "

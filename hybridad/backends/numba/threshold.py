@@ -13,10 +13,10 @@ import sys
 
 from ..._settings import enabled, switch
 
-__all__ = ["GEMM_SMALL_RESULT", "GEMM_THREADS_MIN", "GEMM_THREADS_MIN_DIM", "MATVEC_BLOCK",
-           "OPAQUE_MIN", "PAIR_PARTS", "PAIR_ROWS", "PARALLEL_MIN", "environment_threads",
-           "loop_threads", "numba_config_threads", "parallel_min", "serial_loops",
-           "work_estimate"]
+__all__ = ["GEMM_K_PARTS", "GEMM_K_ROWS", "GEMM_SMALL_RESULT", "GEMM_THREADS_MIN",
+           "GEMM_THREADS_MIN_DIM", "MATVEC_BLOCK", "OPAQUE_MIN", "PAIR_PARTS", "PAIR_ROWS",
+           "PARALLEL_MIN", "environment_threads", "loop_threads", "numba_config_threads",
+           "parallel_min", "serial_loops", "work_estimate"]
 
 #: fewest loop iterations for which a region runs as a parallel ``prange``
 #: (below it, thread start-up costs more than it saves; see benchmarks/);
@@ -54,6 +54,14 @@ GEMM_THREADS_MIN = 1 << 20
 #: 0.80x (10^5), its HVP 0.97x.  64 until then (measured noisier beside
 #: numpy's BLAS before the plans stopped limiting numpy's own OpenBLAS)
 GEMM_THREADS_MIN_DIM = 16
+
+#: a product with a small result over a long contracted axis (``X^T G`` of a
+#: narrow layer: 16 x 16 over 10^4 rows, 0.29 ms as one single-threaded
+#: call) runs on a parallel plan's threads in at most GEMM_K_PARTS parts of
+#: that axis of GEMM_K_ROWS or more (:func:`hybridad.backends.numba.rt.gemm_kparts`;
+#: :meth:`hybridad.transforms.machine.Machine.gemm_k_parts`): a part count
+#: fixed by the shape, so the same sums on any thread count
+GEMM_K_PARTS, GEMM_K_ROWS = 8, 1024
 
 #: a product with a small result (at most this many elements) and a long
 #: contracted axis runs as gemms over chunks of that axis
