@@ -175,6 +175,33 @@ def _gemm_function(builder):
                          voidp, voidp, intp]), "numba_xxgemm")
 
 
+def _panel_operands(context, builder, args, tys):
+    """``(gemm function, array structs, (m, k, n), BLAS kind, alpha = 1)`` of a
+    panel intrinsic whose first three arguments are ``a``, ``b`` and the
+    output (types ``tys``)."""
+    from llvmlite import ir
+    from numba.np.linalg import get_blas_kind
+
+    arrs = [context.make_array(t)(context, builder, v) for t, v in zip(tys, args[:3],
+                                                                        strict=True)]
+    (m, k), (_, n) = (cgutils.unpack_tuple(builder, x.shape, 2) for x in arrs[:2])
+    dtype = tys[2].dtype
+    alpha = builder.bitcast(cgutils.alloca_once_value(
+        builder, context.get_constant(dtype, 1.0)), cgutils.voidptr_t)
+    return (_gemm_function(builder), arrs, (m, k, n),
+            ir.Constant(ir.IntType(8), ord(get_blas_kind(dtype))), alpha)
+
+
+def _checked_gemm(context, builder, gemm_fn, gemm_args):
+    """Call ``numba_xxgemm``; a nonzero status raises RuntimeError."""
+    from llvmlite import ir
+
+    status = builder.call(gemm_fn, gemm_args)
+    with builder.if_then(builder.icmp_signed("!=", status, ir.Constant(ir.IntType(32), 0)),
+                         likely=False):
+        context.call_conv.return_user_exc(builder, RuntimeError, ("BLAS call failed",))
+
+
 @intrinsic
 def gemm(typingctx, a, b, out, beta):
     """``out[...] = a @ b + beta * out`` for 2-D float arrays by one BLAS gemm
@@ -267,23 +294,16 @@ def gemm_panel(typingctx, a, b, out, beta, lo, hi, cols):
             not isinstance(cols, types.Boolean):
         return None
     from llvmlite import ir
-    from numba.np.linalg import get_blas_kind
 
-    char, voidp = ir.IntType(8), cgutils.voidptr_t
+    voidp = cgutils.voidptr_t
 
     def codegen(context, builder, signature, args):
-        i32 = ir.IntType(32)
-        gemm_fn = _gemm_function(builder)
-        arrs = [context.make_array(t)(context, builder, v)
-                for t, v in zip((a, b, out), args[:3], strict=True)]
-        (m, k), (_, n) = (cgutils.unpack_tuple(builder, x.shape, 2) for x in arrs[:2])
+        gemm_fn, arrs, (m, k, n), kind, alpha = _panel_operands(context, builder, args,
+                                                                (a, b, out))
         p0 = context.cast(builder, args[4], lo, types.intp)
         width = builder.sub(context.cast(builder, args[5], hi, types.intp), p0)
         by_cols = context.cast(builder, args[6], cols, types.boolean)  # an i1
         zero = ir.Constant(cgutils.intp_t, 0)
-        kind = ir.Constant(char, ord(get_blas_kind(out.dtype)))
-        alpha = builder.bitcast(cgutils.alloca_once_value(
-            builder, context.get_constant(out.dtype, 1.0)), voidp)
         beta_p = builder.bitcast(cgutils.alloca_once_value(
             builder, context.cast(builder, args[3], beta, out.dtype)), voidp)
         # column-major out^T = b^T a^T (see gemm): rows lo:hi of out and a are
@@ -296,13 +316,10 @@ def gemm_panel(typingctx, a, b, out, beta, lo, hi, cols):
         pa = builder.gep(arrs[0].data, [builder.select(by_cols, zero, off_a)])
         pb = builder.gep(arrs[1].data, [builder.select(by_cols, off_b, zero)])
         pout = builder.gep(arrs[2].data, [builder.select(by_cols, p0, builder.mul(p0, n))])
-        status = builder.call(gemm_fn, (
+        _checked_gemm(context, builder, gemm_fn, (
             kind, ta, tb, builder.select(by_cols, width, n), builder.select(by_cols, m, width),
             k, alpha, builder.bitcast(pb, voidp), lda, builder.bitcast(pa, voidp), ldb, beta_p,
             builder.bitcast(pout, voidp), n))
-        with builder.if_then(builder.icmp_signed("!=", status, ir.Constant(i32, 0)),
-                             likely=False):
-            context.call_conv.return_user_exc(builder, RuntimeError, ("BLAS call failed",))
         return context.get_dummy_value()
 
     return types.none(a, b, out, beta, lo, hi, cols), codegen
@@ -320,23 +337,14 @@ def gemm_kpanel(typingctx, a, b, parts, lo, hi, row0):
     if not _gemm_operands(a, b, parts, types.float64) or \
             not all(isinstance(t, types.Integer) for t in (lo, hi, row0)):
         return None
-    from llvmlite import ir
-    from numba.np.linalg import get_blas_kind
-
-    char, voidp = ir.IntType(8), cgutils.voidptr_t
+    voidp = cgutils.voidptr_t
 
     def codegen(context, builder, signature, args):
-        i32 = ir.IntType(32)
-        gemm_fn = _gemm_function(builder)
-        arrs = [context.make_array(t)(context, builder, v)
-                for t, v in zip((a, b, parts), args[:3], strict=True)]
-        (m, k), (_, n) = (cgutils.unpack_tuple(builder, x.shape, 2) for x in arrs[:2])
+        gemm_fn, arrs, (m, k, n), kind, alpha = _panel_operands(context, builder, args,
+                                                                (a, b, parts))
         p0 = context.cast(builder, args[3], lo, types.intp)
         width = builder.sub(context.cast(builder, args[4], hi, types.intp), p0)
         r0 = context.cast(builder, args[5], row0, types.intp)
-        kind = ir.Constant(char, ord(get_blas_kind(parts.dtype)))
-        alpha = builder.bitcast(cgutils.alloca_once_value(
-            builder, context.get_constant(parts.dtype, 1.0)), voidp)
         beta_p = builder.bitcast(cgutils.alloca_once_value(
             builder, context.get_constant(parts.dtype, 0.0)), voidp)
         # column-major out^T = b^T a^T (see gemm), over columns lo:hi of a and
@@ -348,12 +356,9 @@ def gemm_kpanel(typingctx, a, b, parts, lo, hi, row0):
         pa = builder.gep(arrs[0].data, [off_a])
         pb = builder.gep(arrs[1].data, [off_b])
         pout = builder.gep(arrs[2].data, [builder.mul(r0, n)])
-        status = builder.call(gemm_fn, (
+        _checked_gemm(context, builder, gemm_fn, (
             kind, ta, tb, n, m, width, alpha, builder.bitcast(pb, voidp), lda,
             builder.bitcast(pa, voidp), ldb, beta_p, builder.bitcast(pout, voidp), n))
-        with builder.if_then(builder.icmp_signed("!=", status, ir.Constant(i32, 0)),
-                             likely=False):
-            context.call_conv.return_user_exc(builder, RuntimeError, ("BLAS call failed",))
         return context.get_dummy_value()
 
     return types.none(a, b, parts, lo, hi, row0), codegen
