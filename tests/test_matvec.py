@@ -15,7 +15,7 @@ import pytest
 from conftest import rand
 
 import hybridad as ha
-from hybridad.backends.numba import rt
+from hybridad.backends.numba import kparts, rt
 from hybridad.testing import count_allocations
 from hybridad.transforms import costs as C
 
@@ -229,8 +229,8 @@ def test_gemm_threads_agrees_with_numpy(dtype):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_gemm_kparts_agrees_with_numpy(dtype):
-    """rt.gemm_kparts (a small result over a long contracted axis: each part
-    of the axis one gemm through rt.gemm_kpanel into its rows of the parts,
+    """kparts.gemm_kparts (a small result over a long contracted axis: each part
+    of the axis one gemm through kparts.gemm_kpanel into its rows of the parts,
     summed in order) against numpy, every layout pair, beta 0 (NaN never
     read) and 0.5, part counts that divide the axis and that do not."""
     tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-4)
@@ -243,17 +243,17 @@ def test_gemm_kparts_agrees_with_numpy(dtype):
                 for p in (2, 3, 8):
                     parts = np.full((p * m, n), np.nan, dtype)
                     out = np.full((m, n), np.nan, dtype)
-                    rt.gemm_kparts(a, b, out, 0.0, parts)
+                    kparts.gemm_kparts(a, b, out, 0.0, parts)
                     np.testing.assert_allclose(out, a @ b, **tol,
                                                err_msg=f"{la}{lb} {m}x{k}x{n} {p} parts")
                     out = base.copy()
-                    rt.gemm_kparts(a, b, out, 0.5, parts)
+                    kparts.gemm_kparts(a, b, out, 0.5, parts)
                     np.testing.assert_allclose(out, a @ b + 0.5 * base, **tol)
 
 
 def test_small_results_over_long_axes_run_in_parts_of_it():
     """A parallel plan's ``X^T G`` with a 16 x 16 result over 10^4 rows runs
-    as rt.gemm_kparts (parts of the contracted axis on the threads), compiled
+    as kparts.gemm_kparts (parts of the contracted axis on the threads), compiled
     by hybridad's own compiler, with the numpy backend's gradient, the same
     bits on any thread count (test_thread_choice: ``narrow``), no allocation;
     the serial plan keeps one call."""

@@ -31,11 +31,11 @@ def table():
     generated code and library functions call that numba implements in LLVM."""
     import numba
 
-    from ..numba import rt, simd
+    from ..numba import kparts, rt, simd
     from .parallel import thread_id
 
     t = {id(rt.view_at): view_at, id(rt._load): load, id(rt.gemm): gemm,
-         id(rt.gemm_panel): gemm_panel, id(rt.gemm_kpanel): gemm_kpanel,
+         id(rt.gemm_panel): gemm_panel, id(kparts.gemm_kpanel): gemm_kpanel,
          id(simd.prefer_wide): prefer_wide,
          id(numba.get_thread_id): thread_id}
     nothing = getattr(simd, "_nothing", None)
@@ -317,7 +317,7 @@ def gemm_panel(frame, args, kwargs):
 
 
 def gemm_kpanel(frame, args, kwargs):
-    """``rt.gemm_kpanel(a, b, parts, lo, hi, row0)``: ``parts[row0:row0 + m] =
+    """``kparts.gemm_kpanel(a, b, parts, lo, hi, row0)``: ``parts[row0:row0 + m] =
     a[:, lo:hi] @ b[lo:hi]`` by one BLAS gemm, the leading dimensions the whole
     arrays' (as the numba intrinsic)."""
     a, b_, parts, lo, hi, row0 = args

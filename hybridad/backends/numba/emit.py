@@ -386,7 +386,7 @@ def _emit_gemm(w, node, a, acc, beta, layouts=None, work=None):
     cost model gives to the backend's own loops, by them (:func:`matvec_call`).
     ``work``: the node's scratch (:func:`.layouts.scratch_for_numba`), where a
     small result over a long contracted axis runs in parts of that axis on
-    the threads (:func:`.rt.gemm_kparts`)."""
+    the threads (:func:`.kparts.gemm_kparts`)."""
     if layouts is not None:
         call = matvec_call(node, layouts)
         if call is not None and call.how == "loop":

@@ -294,7 +294,7 @@ def scratch_for_numba(nodes):
     block per thread for two-phase full reductions, the float64 accumulator
     or the compensation of a reduction over leading axes (:mod:`.reduce`),
     the parts of a ``matvec_pair``'s ``A^T v`` (:func:`.rt.matvec_pair`), a
-    small gemm result's parts of its contracted axis (:func:`.rt.gemm_kparts`)."""
+    small gemm result's parts of its contracted axis (:func:`.kparts.gemm_kparts`)."""
     threads = numba_pool_size()
     out = {}
     for n in nodes:
@@ -305,7 +305,7 @@ def scratch_for_numba(nodes):
             m, k = n.args[0].shape
             out[n.id] = (n.dtype, machine().pair_parts(m) * k)
         elif n.op == "matmul" and len(n.shape) == 2 and len(n.args[0].shape) == 2 and \
-                len(n.args[1].shape) == 2:  # a small result's parts of k (rt.gemm_kparts)
+                len(n.args[1].shape) == 2:  # a small result's parts of k (kparts.gemm_kparts)
             (m, k), c = n.args[0].shape, n.shape[1]
             parts = machine().gemm_k_parts(m, k, c)
             if parts:

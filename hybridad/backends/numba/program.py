@@ -493,8 +493,8 @@ def _header(consts, objects):
               vector_imports(),
               "from hybridad.backends.numba.rt import check_arrays as _check, gemm as _gemm, "
               "load_i64 as _ld64, view_at as _view",
+              "from hybridad.backends.numba.kparts import gemm_kparts as _gemm_kparts",
               "from hybridad.backends.numba.rt import gemm_threads as _gemm_threads, "
-              "gemm_kparts as _gemm_kparts, "
               "matvec_axpy as _mv_axpy, "
               "matvec_axpy_par as _mv_axpy_par, matvec_dot as _mv_dot, "
               "matvec_dot_par as _mv_dot_par, matvec_pair as _mv_pair, "

@@ -58,7 +58,7 @@ GEMM_THREADS_MIN_DIM = 16
 #: a product with a small result over a long contracted axis (``X^T G`` of a
 #: narrow layer: 16 x 16 over 10^4 rows, 0.29 ms as one single-threaded
 #: call) runs on a parallel plan's threads in at most GEMM_K_PARTS parts of
-#: that axis of GEMM_K_ROWS or more (:func:`hybridad.backends.numba.rt.gemm_kparts`;
+#: that axis of GEMM_K_ROWS or more (:func:`hybridad.backends.numba.kparts.gemm_kparts`;
 #: :meth:`hybridad.transforms.machine.Machine.gemm_k_parts`): a part count
 #: fixed by the shape, so the same sums on any thread count
 GEMM_K_PARTS, GEMM_K_ROWS = 8, 1024
