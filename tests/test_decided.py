@@ -193,3 +193,21 @@ def test_hessian_and_jacobian_plans_compile_their_checks():
         got = plan.jacobian(p)
         want = ha.jacobian(g, p, backend="numpy")
         np.testing.assert_allclose(got.jacobian, want.jacobian, rtol=1e-13, atol=1e-15)
+
+
+def test_a_tiered_plan_attaches_its_compiled_check_at_the_switch():
+    """A tiered plan answers its first call at once (no check compiled before
+    it); the compiled check comes with the compiled program and is put in
+    place at the switch -- never when a background compile happens to end."""
+    x, y = np.array([0.31, 1.0, 2.0]), np.array([0.9, 1.0, 2.0])
+    plan = ha.compile(near_point, x, tiered=True)
+    check = plan._decision_check
+    first = plan.gradient(x)
+    assert check.program is None or plan.tier == "numba"
+    plan.wait()
+    assert plan.tier == "numba" and check.program is not None
+    assert "_gj(" in plan.gradient.source
+    for p in (x, y, x):
+        want = ha.gradient(near_point, p, backend="numpy")
+        np.testing.assert_allclose(plan.gradient(p).gradient, want.gradient, rtol=1e-13)
+    np.testing.assert_allclose(first.gradient, ha.gradient(near_point, x).gradient, rtol=1e-13)

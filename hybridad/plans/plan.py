@@ -47,7 +47,6 @@ from ..transforms.partition import fuse_regions
 from .arguments import ArgumentsMixin, arg_names, normalize_argnums, prepare_args
 from .batch import BatchMixin, build_batched
 from .buildtime import BuildTimes
-from .decided import attach_compiled
 from .explain import ExplainMixin
 from .pickling import PLAN_TYPE, PicklingMixin, _rebuild_plan  # noqa: F401 (older pickles name it here)
 from .fastpath import FastPathMixin
@@ -179,7 +178,9 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                 self._build_within_budget(f, args, leaves, first)
         if self._pending is not None and not self._start_tiers(f, args):
             pending, self._pending = self._pending, None  # no reference program: compile here
-            self._install_program(self._compile(*pending))
+            program = self._compile(*pending)
+            self._compile_check(attach=True)
+            self._install_program(program)
         if not self._KEEPS_RECORDING:
             self._recording = None
 
@@ -288,11 +289,9 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         in_specs = self._specs + grad_specs * hvp + [(t.shape, t.dtype) for t in tangents
                                                      if self.update is not None]
         self._value_buf = self._xp.zeros((), self._value_dtype)
-        if self._decision_check is not None and self.backend == "numba":
-            with times.stage("decisions program"):  # within what memory_budget leaves
-                attach_compiled(self._decision_check, self._specs, self.parallel, None if
-                                self.memory_budget is None else
-                                self.memory_budget - self.memory.total_bytes)
+        if self._decision_check is not None and not self._tiered:  # (tiered: with its program)
+            with times.stage("decisions program"):
+                self._compile_check(attach=True)
         pending = (graph.nodes, inputs, self._outputs,
                    "step_program" if self.update is not None else
                    "hvp_program" if hvp else "gradient_program", self._out_specs, in_specs)

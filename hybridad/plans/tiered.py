@@ -40,6 +40,8 @@ import time
 import warnings
 import weakref
 
+from .decided import compile_decisions, holds
+
 __all__ = ["TieredMixin", "default_tiered", "join_all"]
 
 
@@ -147,9 +149,31 @@ class TieredMixin:
             if pending is not None:
                 self._compile_taken(pending)
 
+    def _compile_check(self, attach=False):
+        """Compile the check of the plan's decisions on values, if it has some
+        and runs on numba (:mod:`.decided`), within what ``memory_budget``
+        leaves; :meth:`_attach_check` (or ``attach``) puts it in place."""
+        if self._decision_check is not None and self.backend == "numba":
+            budget = None if self.memory_budget is None else \
+                self.memory_budget - self.memory.total_bytes
+            self._check_program = compile_decisions(self._decision_check, self._specs,
+                                                    self.parallel, budget)
+            if attach:
+                self._attach_check()
+
+    def _attach_check(self):
+        """The compiled check in place: for a tiered plan at the switch, with the
+        compiled program -- a call's decisions never depend on when a
+        background compile ended."""
+        program = getattr(self, "_check_program", None)
+        if program is not None:
+            check = self._decision_check
+            check.program, check.compiled = program, holds(program)
+
     def _compile_taken(self, pending):
         try:
             self._compiled = self._compile(*pending)
+            self._compile_check()
         except Exception as exc:  # noqa: BLE001 -- the reference program keeps serving
             self._tier_error = exc
             warnings.warn(f"hybridad: compiling the numba program of {self.name} failed "
@@ -184,6 +208,7 @@ class TieredMixin:
             if not thread.is_alive() and self._compiled is not None:
                 with self._lock:  # no call is in flight on the compiled program yet
                     if self._program is None:
+                        self._attach_check()
                         self._install_program(self._compiled)
                         self._compiled = None
                         # its buffers go: a call still on it holds its own reference
