@@ -24,8 +24,10 @@ n = 10^2, 10^4, 10^6 (``--quick``: 10^2, 10^4), float64, ``x ~ U(-1, 1)``,
 The other cases of the goals run the ``hvp=True`` plan against ``jax.jit``
 only (``--quick`` skips them): Rosenbrock in float32 (n = 10^4, 10^6),
 ``logreg`` (``mean(logaddexp(0, -y (X w))) + 1e-3 |w|^2``, X 10^5 x 100,
-w.r.t. ``w``) and ``chain`` (a matmul inside an elementwise chain:
-``sum(tanh(A (x cos x))**2) + sum(exp(-x^2) x)``, A 64 x n, n = 10^5).
+w.r.t. ``w``), ``chain`` (a matmul inside an elementwise chain:
+``sum(tanh(A (x cos x))**2) + sum(exp(-x^2) x)``, A 64 x n, n = 10^5) and
+``mlp`` (the suite's 1-16-16-1 tanh MLP, ``mean((pred - Y)**2)`` over
+B = 10^4 samples, w.r.t. the 16 x 16 ``W2``).
 
 ``cold: first hvp`` (not with ``--quick``): seconds from a fresh process's
 start to its first ``hvp=True`` call at n = 10^2 and 10^6, hybridad with an
@@ -74,6 +76,16 @@ def make(case, n, lib):  # (f, args, v) of a case; lib: numpy or jax.numpy
         def f(w, X, y):
             return lib.mean(lib.logaddexp(0.0, -y * (X @ w))) + 1e-3 * lib.sum(w ** 2)
         return f, [rng.standard_normal(100) * 0.1, X, y], rng.standard_normal(100)
+    if case == "mlp":  # the suite's 1-16-16-1 tanh MLP (hybridad.bench.workloads.mlp), w.r.t. W2
+        W1, b1 = rng.standard_normal((1, 16)), 0.1 * rng.standard_normal(16)
+        W2, b2 = rng.standard_normal((16, 16)) / 4, 0.1 * rng.standard_normal(16)
+        W3, b3 = rng.standard_normal((16, 1)) / 4, 0.1 * rng.standard_normal(1)
+        X = rng.uniform(-1.0, 1.0, (n, 1))
+        Y = np.sin(np.pi * X) + 0.1 * rng.standard_normal((n, 1))
+        def f(W2, W1, b1, b2, W3, b3, X, Y):
+            h2 = lib.tanh(lib.tanh(X @ W1 + b1) @ W2 + b2)
+            return lib.mean((h2 @ W3 + b3 - Y) ** 2)
+        return f, [W2, W1, b1, b2, W3, b3, X, Y], rng.standard_normal((16, 16))
     A = rng.standard_normal((64, n)) / np.sqrt(n)
     def f(x, A):
         return lib.sum(lib.tanh(A @ (x * lib.cos(x))) ** 2) + lib.sum(lib.exp(-x ** 2) * x)
@@ -188,7 +200,7 @@ def main(argv=None):
     _harness.installed_bytecode()  # (its cold builds run in fresh processes)
     sizes = [100, 10 ** 4] if opts.quick else [100, 10 ** 4, 10 ** 6]
     others = [] if opts.quick else [("rosen32", 10 ** 4), ("rosen32", 10 ** 6),
-                                    ("logreg", 10 ** 5), ("chain", 10 ** 5)]
+                                    ("logreg", 10 ** 5), ("chain", 10 ** 5), ("mlp", 10 ** 4)]
     jax_rows = _jax_times([("rosen", n) for n in sizes] + others)
     rows = []
     for n in sizes:
