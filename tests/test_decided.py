@@ -211,3 +211,23 @@ def test_a_tiered_plan_attaches_its_compiled_check_at_the_switch():
         want = ha.gradient(near_point, p, backend="numpy")
         np.testing.assert_allclose(plan.gradient(p).gradient, want.gradient, rtol=1e-13)
     np.testing.assert_allclose(first.gradient, ha.gradient(near_point, x).gradient, rtol=1e-13)
+
+
+def test_one_chunk_hessian_plans_that_decide_take_their_fast_entry(monkeypatch):
+    """A one-chunk Hessian plan that decided on values runs its compiled check
+    and then its whole program on its fast entry; a call that decides
+    otherwise is routed by the general path to its specialization."""
+    f, (x, y) = CASES["near_point"]
+    plan = ha.compile(f, x, hessian=True)
+    assert plan._decision_check.program is not None
+    res = ha.HessianResult(x)
+    for _ in range(2):  # (the entry is made after the first call)
+        plan.hessian(x, out=res)
+    general = []
+    real = plan._check
+    monkeypatch.setattr(plan, "_check", lambda *a, **k: general.append(1) or real(*a, **k))
+    for p in (x, x, y, x):
+        plan.hessian(p, out=res)
+        want = ha.hessian(f, p, backend="numpy")
+        np.testing.assert_allclose(res.hessian, want.hessian, rtol=1e-12, atol=1e-14)
+    assert len(general) <= 1  # (the call at y only: routed to its own plan)

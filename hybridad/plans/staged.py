@@ -48,7 +48,7 @@ import numpy as np
 from .. import _tree
 from ..backends.numba.threshold import serial_loops, work_estimate
 from ..core.decisions import DecisionCheck
-from ..errors import CompileBudgetError
+from ..errors import CompileBudgetError, DecisionsChanged
 from ..ir.graph import Graph, check
 from ..ops import REGISTRY, may_raise
 from ..results import DiffResult
@@ -348,34 +348,51 @@ class StagedPlan(Plan):
         kept) and ``out``'s value and ``n_derivs`` derivative buffers, under the
         plan's lock, with none of the general path's Python -- the program
         checks every array (exact ndarray, shape, dtype, layout, writeable
-        results, no overlaps) before it writes.  Anything else, a plan that
-        decides on values, and any call a check turns down take ``general``;
-        the entry is taken after the general path compiled the program, and
-        held with the programs it was made for."""
+        results, no overlaps) before it writes.  A plan that decides on values
+        runs its compiled decision check first (:mod:`.decided`: it raises when
+        a decision changed, and the call then takes ``general``, which routes
+        it); anything else -- no compiled check, any call a check turns down
+        -- takes ``general``.  The entry is taken after the general path
+        compiled the program, and held with the programs it was made for."""
         lock, plan, name = self._lock, self, "chunk" + WHOLE
         unpack = self._leaves_of()
         state = [None]  # (programs, the program's call, leading and trailing arguments, seed)
+        checked = [None]  # the compiled decision check's call, leading and trailing arguments
 
         def _entry():
             programs = plan._programs
             prog = programs.get(name)
             if prog is None or not prog.objects or plan._can_fail(name):
                 return
+            check = plan._decision_check
+            if check is not None:
+                if check.program is None or not check.program.objects:
+                    return  # (the reference check: the general path)
+                checked[0] = (*direct_call(check.program), id(check.program.flag))
             state[0] = (programs, *direct_call(prog), make_seed())
+
+        def holds(ids):
+            gfn, glead, gconsts, flag = checked[0]
+            try:
+                gfn(*glead, *ids, *gconsts, flag)
+                return True
+            except (DecisionsChanged, TypeError, ValueError):
+                return False
 
         @functools.wraps(general)
         def call(*args, out=None):
             st = state[0]
-            if st is not None and out.__class__ is result_cls and \
-                    plan._decision_check is None and plan._twin is None:
+            if st is not None and out.__class__ is result_cls and plan._twin is None:
                 programs, fn, lead, consts, seed = st
+                check = plan._decision_check  # (with a compiled check: _entry made state)
                 if plan._programs is programs:
                     if plan._guarded:
                         plan._check_reads(args)
                     # the leaves of args of the plan's structure (checked by the program)
                     leaves = unpack(args) if unpack is not None else None
                     d = out._derivs
-                    if leaves is not None and len(d) == n_derivs:
+                    if leaves is not None and len(d) == n_derivs and \
+                            (check is None or holds([id(a) for a in leaves])):
                         ids = [id(a) for a in leaves]
                         with lock:
                             try:
