@@ -230,32 +230,36 @@ class HessianPlan(StagedPlan):
             fn, lead, consts = direct_call(tangent)
             # (the point's ids, like the program's leading arguments, are the same
             # on every call: bound into one small generated function with them)
-            call = bind(fn, [*lead, *(id(a) for a in plan._point)], consts, 1, 3)
+            fixed = [*lead, *(id(a) for a in plan._point)]
+            call = functools.partial(fn, *fixed) if not consts else \
+                bind(fn, fixed, consts, 1, 3)  # (a partial: no Python frame of its own)
             entry[:] = [call, programs, plan._point]
+
+        nd, results = np.ndarray, (HvpResult, DiffResult)
 
         @functools.wraps(general)
         def hvp(*args, v, out=None):
-            if type(v) is np.ndarray and plan._twin is None:
-                if args:
-                    if plan._fused and v.shape == plan._shape:  # (a stack: the chunks')
-                        if plan._guarded:  # (this plan's guards serve its fused plan)
-                            plan._check_reads(args)
-                        fused = plan._fused
-                        if fused:
-                            return fused.hvp(*args, v=v, out=out)
-                elif entry and (out.__class__ is HvpResult or out.__class__ is DiffResult):
-                    if plan._guarded:
-                        plan._check_reads(plan._point_args)
-                    call, programs, point = entry
-                    d = out._derivs
-                    if len(d) == 2 and plan._programs is programs and plan._point is point:
-                        with lock:
-                            if plan._at_point:
-                                try:
-                                    call(id(v), id(out._value), id(d[0]), id(d[1]))
-                                    return out
-                                except (TypeError, ValueError):
-                                    pass
+            if not args and entry and v.__class__ is nd and out.__class__ in results and \
+                    plan._twin is None:  # at the linearized point: the tangent program
+                if plan._guarded:  # (a retrace makes other programs: checked below)
+                    plan._check_reads(plan._point_args)
+                call, programs, point = entry
+                d = out._derivs
+                if len(d) == 2 and plan._programs is programs and plan._point is point:
+                    with lock:
+                        if plan._at_point:
+                            try:
+                                call(id(v), id(out._value), id(d[0]), id(d[1]))
+                                return out
+                            except (TypeError, ValueError):
+                                pass
+            elif args and type(v) is np.ndarray and plan._twin is None:
+                if plan._fused and v.shape == plan._shape:  # (a stack: the chunks')
+                    if plan._guarded:  # (this plan's guards serve its fused plan)
+                        plan._check_reads(args)
+                    fused = plan._fused
+                    if fused:
+                        return fused.hvp(*args, v=v, out=out)
             result = general(plan, *args, v=v, out=out)
             if not entry:
                 _entry()
