@@ -59,7 +59,7 @@ def _h(x, A, c, scale=1.0):
 
 
 def _structures(rng):
-    """``{name: (gradient args, rest of g/h's args, unpack)}``."""
+    """``{name: (gradient args, rest of g/h's args)}``."""
     W, b = rng.standard_normal((9, 10)), rng.standard_normal(10)
     X = rng.standard_normal((20, 9))
     A, c = rng.standard_normal((10, 100)) / 10, rng.standard_normal(10)
@@ -73,36 +73,31 @@ def _structures(rng):
     }
 
 
-def _unpack_params(p):
+def _pair(p, keys, shape):
+    """The matrix and vector of ``p`` in any of the structures: a dict by
+    ``keys``, a tuple or list (of one-element lists: nested), or one flat
+    array (the matrix of ``shape`` first)."""
     if isinstance(p, dict):
-        return p["W"], p["b"]
+        return p[keys[0]], p[keys[1]]
     if isinstance(p, (tuple, list)):
-        W, b = p
-        return (W[0], b[0]) if isinstance(W, list) else (W, b)
-    return p[:90].reshape(9, 10), p[90:]
-
-
-def _unpack_consts(q):
-    if isinstance(q, dict):
-        return q["A"], q["c"]
-    if isinstance(q, (tuple, list)):
-        A, c = q
-        return (A[0], c[0]) if isinstance(A, list) else (A, c)
-    return q[:1000].reshape(10, 100), q[1000:]
+        a, b = p
+        return (a[0], b[0]) if isinstance(a, list) else (a, b)
+    size = shape[0] * shape[1]
+    return p[:size].reshape(shape), p[size:]
 
 
 def f_grad(p, X, scale=1.0):
-    W, b = _unpack_params(p)
+    W, b = _pair(p, ("W", "b"), (9, 10))
     return scale * _loss(W, b, X)
 
 
 def f_scalar(x, q, scale=1.0):
-    A, c = _unpack_consts(q)
+    A, c = _pair(q, ("A", "c"), (10, 100))
     return _g(x, A, c, scale)
 
 
 def f_vector(x, q, scale=1.0):
-    A, c = _unpack_consts(q)
+    A, c = _pair(q, ("A", "c"), (10, 100))
     return _h(x, A, c, scale)
 
 

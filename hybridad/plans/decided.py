@@ -43,7 +43,7 @@ from ..core.tracer import Tracer
 from ..errors import DecisionsChanged
 from ..transforms import pipeline
 
-__all__ = ["attach_compiled", "compile_decisions"]
+__all__ = ["attach", "attach_compiled", "compile_decisions"]
 
 _LOG = logging.getLogger("hybridad")
 
@@ -134,9 +134,14 @@ def holds(program):
     return holds
 
 
-def attach_compiled(check, specs, parallel=True, budget=None):
-    """Give ``check`` its compiled form (:attr:`~hybridad.core.decisions.DecisionCheck.program`
-    and ``compiled``) where :func:`compile_decisions` makes one."""
-    program = compile_decisions(check, specs, parallel, budget)
+def attach(check, program):
+    """Put ``program`` (of :func:`compile_decisions`, or None: nothing) in
+    place as ``check``'s compiled form (its
+    :attr:`~hybridad.core.decisions.DecisionCheck.program` and ``compiled``)."""
     if program is not None:
         check.program, check.compiled = program, holds(program)
+
+
+def attach_compiled(check, specs, parallel=True, budget=None):
+    """Give ``check`` its compiled form where :func:`compile_decisions` makes one."""
+    attach(check, compile_decisions(check, specs, parallel, budget))

@@ -44,6 +44,12 @@ def _unpack_source(td, expr, leaves, conds, consts):
                for sub, item in zip(subs, items, strict=True))
 
 
+def _no_leaves(args):
+    """:meth:`FastPathMixin._leaves_of` of a structure generated code cannot
+    take apart: always the general path."""
+    return None
+
+
 class FastPathMixin:
     """Methods of :class:`hybridad.plans.plan.Plan` (a mixin)."""
 
@@ -56,26 +62,10 @@ class FastPathMixin:
         function called with pytree or static arguments
         (:func:`hybridad.plans.cache.recent_plan`).  None where the structure
         cannot be written so."""
-        cached = vars(self).get("_matches")
-        if cached is not None:
-            return cached
-        consts, leaves, conds = {"_nd": np.ndarray}, [], []
-        for k, td in enumerate(self._treedefs):
-            if not _unpack_source(td, f"args[{k}]", leaves, conds, consts):
-                return None
-        for i, (leaf, (shape, dtype)) in enumerate(zip(leaves, self._specs, strict=True)):
-            consts[f"_S{i}"], consts[f"_D{i}"] = tuple(shape), np.dtype(dtype)
-            conds.append(f"{leaf}.__class__ is _nd and {leaf}.shape == _S{i} and "
-                         f"{leaf}.dtype == _D{i}")
-        lines = ["def matches(args):", f"    if len(args) != {len(self._treedefs)}:",
-                 "        return False", "    try:",
-                 "        return bool(" + (" and ".join(conds) or "True") + ")",
-                 "    except (TypeError, ValueError, LookupError, AttributeError):",
-                 "        return False"]
-        exec(compile("\n".join(lines) + "\n", f"<hybridad matches {self.name}>", "exec"),
-             consts)  # noqa: S102
-        self._matches = consts["matches"]
-        return self._matches
+        cached = vars(self).get("_matches", False)
+        if cached is False:
+            cached = self._matches = self._structure_fn("matches")
+        return cached
 
     def _leaves_of(self):
         """A generated ``leaves_of(args)``: the array leaves of ``args`` in the
@@ -83,26 +73,39 @@ class FastPathMixin:
         dict keys, static values equal), else None -- for the paths that hand
         the leaves to a compiled program, which checks each one itself (exact
         ndarray, shape, dtype, layout, overlaps).  Made once per plan (JAX
-        caches treedefs the same way); None where the structure cannot be
-        written so."""
+        caches treedefs the same way); where the structure cannot be written
+        so, a function that always says None."""
         cached = vars(self).get("_leaves_fn", False)
-        if cached is not False:
-            return cached
-        consts, leaves, conds = {}, [], []
-        fn = None
-        if all(_unpack_source(td, f"args[{k}]", leaves, conds, consts)
-               for k, td in enumerate(self._treedefs)):
-            lines = ["def leaves_of(args):", f"    if len(args) != {len(self._treedefs)}:",
-                     "        return None", "    try:",
-                     "        if " + (" and ".join(conds) or "True") + ":",
-                     "            return [" + ", ".join(leaves) + "]",
-                     "    except (TypeError, ValueError, LookupError, AttributeError):",
-                     "        pass", "    return None"]
-            exec(compile("\n".join(lines) + "\n", f"<hybridad leaves {self.name}>", "exec"),
-                 consts)  # noqa: S102
-            fn = consts["leaves_of"]
-        self._leaves_fn = fn
-        return fn
+        if cached is False:
+            cached = self._leaves_fn = self._structure_fn("leaves_of") or _no_leaves
+        return cached
+
+    def _structure_fn(self, what):
+        """The generated function of :meth:`_matcher` (``what="matches"``: the
+        structure and every leaf's type, shape and dtype, a bool) or of
+        :meth:`_leaves_of` (``"leaves_of"``: the structure, the leaves or
+        None); None where the structure cannot be written so."""
+        consts, leaves, conds = {"_nd": np.ndarray}, [], []
+        for k, td in enumerate(self._treedefs):
+            if not _unpack_source(td, f"args[{k}]", leaves, conds, consts):
+                return None
+        if what == "matches":
+            for i, (leaf, (shape, dtype)) in enumerate(zip(leaves, self._specs, strict=True)):
+                consts[f"_S{i}"], consts[f"_D{i}"] = tuple(shape), np.dtype(dtype)
+                conds.append(f"{leaf}.__class__ is _nd and {leaf}.shape == _S{i} and "
+                             f"{leaf}.dtype == _D{i}")
+            hit, miss = "True", "False"
+        else:
+            hit, miss = "[" + ", ".join(leaves) + "]", "None"
+        lines = [f"def {what}(args):", f"    if len(args) != {len(self._treedefs)}:",
+                 f"        return {miss}", "    try:",
+                 "        if " + (" and ".join(conds) or "True") + ":",
+                 f"            return {hit}",
+                 "    except (TypeError, ValueError, LookupError, AttributeError):",
+                 "        pass", f"    return {miss}"]
+        exec(compile("\n".join(lines) + "\n", f"<hybridad {what} {self.name}>", "exec"),
+             consts)  # noqa: S102
+        return consts[what]
 
     def _fast_args(self, args, out):
         """The gradient buffer if ``args`` and ``out`` pass every check of

@@ -193,15 +193,16 @@ class GuardsMixin:
                     return plan
         if self._decision_check.first_failing(leaves, compiled) is None:
             return None
-        plan = self._specialization_for(leaves)
+        plan = self._specialization_for(leaves, compiled)
         return False if plan is None else plan
 
-    def _specialization_for(self, leaves):
+    def _specialization_for(self, leaves, compiled=True):
         """The specialization made before whose decisions hold for ``leaves``,
-        the most recently used first; None."""
+        the most recently used first; None.  ``compiled=False``: their compiled
+        checks already failed on ``leaves`` (:meth:`_route_decisions`)."""
         for plan in reversed(tuple(self._specializations)):
             check = plan._decision_check
-            if check is None or check.first_failing(leaves) is None:
+            if check is None or check.first_failing(leaves, compiled) is None:
                 return plan
         return None
 

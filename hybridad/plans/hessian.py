@@ -253,7 +253,7 @@ class HessianPlan(StagedPlan):
                                 return out
                             except (TypeError, ValueError):
                                 pass
-            elif args and type(v) is np.ndarray and plan._twin is None:
+            elif args and v.__class__ is nd and plan._twin is None:
                 if plan._fused and v.shape == plan._shape:  # (a stack: the chunks')
                     if plan._guarded:  # (this plan's guards serve its fused plan)
                         plan._check_reads(args)

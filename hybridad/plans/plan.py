@@ -530,8 +530,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             # arrays, or containers of them of the plan's structure: the compiled
             # program checks every leaf (exact ndarray, shape, dtype, layout, no
             # overlap) before writing; else the general path
-            unpack = None if self._plain else self._leaves_of()
-            leaves = args if self._plain else None if unpack is None else unpack(args)
+            leaves = args if self._plain else self._leaves_of()(args)
             d = out._derivs
             try:
                 ids = [id(a) for a in leaves] + [id(v), id(out._value), id(d[0]), id(d[1])]

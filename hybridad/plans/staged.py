@@ -389,11 +389,11 @@ class StagedPlan(Plan):
                     if plan._guarded:
                         plan._check_reads(args)
                     # the leaves of args of the plan's structure (checked by the program)
-                    leaves = unpack(args) if unpack is not None else None
+                    leaves = unpack(args)
                     d = out._derivs
-                    if leaves is not None and len(d) == n_derivs and \
-                            (check is None or holds([id(a) for a in leaves])):
-                        ids = [id(a) for a in leaves]
+                    ids = None if leaves is None else [id(a) for a in leaves]
+                    if ids is not None and len(d) == n_derivs and \
+                            (check is None or holds(ids)):
                         with lock:
                             try:
                                 fn(*lead, *ids, id(seed), *consts, id(out._value),

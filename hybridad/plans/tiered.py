@@ -40,7 +40,7 @@ import time
 import warnings
 import weakref
 
-from .decided import compile_decisions, holds
+from .decided import attach, compile_decisions
 
 __all__ = ["TieredMixin", "default_tiered", "join_all"]
 
@@ -165,10 +165,7 @@ class TieredMixin:
         """The compiled check in place: for a tiered plan at the switch, with the
         compiled program -- a call's decisions never depend on when a
         background compile ended."""
-        program = getattr(self, "_check_program", None)
-        if program is not None:
-            check = self._decision_check
-            check.program, check.compiled = program, holds(program)
+        attach(self._decision_check, getattr(self, "_check_program", None))
 
     def _compile_taken(self, pending):
         try:

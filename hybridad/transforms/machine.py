@@ -55,8 +55,8 @@ class Machine:
     gemm_threads_min: int
     gemm_threads_min_dim: int
     gemm_small_result: int
-    gemm_k_parts_max: int = 8
-    gemm_k_part_rows: int = 1024
+    gemm_k_parts_max: int
+    gemm_k_part_rows: int
 
     def matvec_tasks(self, m, k, form):
         """The tasks a matrix-vector loop over an ``m x k`` matrix splits
