@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
-from hybridad.errors import TracingError
+from hybridad.errors import DecisionsChanged, TracingError
 from test_decisions import CASES, near_point
 
 
@@ -35,10 +35,13 @@ def test_each_workload_s_decisions_compile_and_agree_with_the_reference(name):
     assert check is not None and check.program is not None, plan.explain()
     rng = np.random.default_rng(11)
     outcomes = set()
+    carried = plan._program.checked_parts is not None
     for x in points + EXTRA.get(name, []) + _points(points[0], rng) + _points(points[1], rng):
         compiled = check.compiled([x])
         reference = check.first_failing([x], compiled=False) is None
         assert compiled == reference, (name, x)
+        if carried:  # the same check inside the plan's program
+            assert _carried(plan, [x]) == compiled, (name, x)
         outcomes.add(reference)
     assert outcomes == {True, False}  # both outcomes were checked
 
@@ -83,6 +86,8 @@ def test_every_kind_of_decision_agrees_with_the_reference(f, args, others):
     for call in [args, *others]:
         leaves = list(call)
         assert check.compiled(leaves) == (check.first_failing(leaves, compiled=False) is None)
+        if plan._program.checked_parts is not None:
+            assert _carried(plan, leaves) == check.compiled(leaves)
     for call in [args, *others]:  # and the plan follows each call's branch
         if any(not np.all(np.isfinite(a)) for a in call):
             continue  # (int() of NaN raises in f itself)
@@ -92,12 +97,41 @@ def test_every_kind_of_decision_agrees_with_the_reference(f, args, others):
         np.testing.assert_allclose(got.gradient, want.gradient, rtol=1e-13, atol=1e-15)
 
 
-def test_the_fast_path_runs_the_compiled_check_first():
-    plan = ha.compile(near_point, np.array([0.31, 1.0, 2.0]))
+def _carried(plan, leaves):
+    """The plan's program run with the decision check it carries
+    (hybridad.backends.numba.prelude) on ``leaves``, into buffers filled with a
+    sentinel: True when it ran, False when it raised DecisionsChanged -- having
+    written nothing."""
+    prog = plan._program
+    own, fixed, bound = prog.checked_parts
+    outs = [np.full(shape, -7.0, dtype) for shape, dtype in prog._out_specs]
+    try:
+        own(*fixed, *[id(a) for a in leaves], *bound, *[id(o) for o in outs])
+    except DecisionsChanged:
+        assert all(np.all(o == -7.0) for o in outs)
+        return False
+    return True
+
+
+def test_the_fast_path_runs_the_check_inside_the_program():
+    """One native call: the program's argument checks, the decisions, then the
+    work; the general path's calls pass no slot and run the program as it was."""
+    x, far = np.array([0.31, 1.0, 2.0]), np.array([0.9, 1.0, 2.0])
+    plan = ha.compile(near_point, x)
     source = plan.gradient.source
-    assert source.index("_gj(") < source.index("_j(")  # the check, then the program
-    assert "except _Changed:" in source
-    assert "compiled program" in plan.explain()
+    assert "_gj(" not in source and source.count("_j(") == 1  # one call
+    assert source.index("try:\n                        _j(") < source.index("except _Changed:")
+    prog = plan._program.source
+    assert prog.index("_e = _check(") < prog.index("if _dflagp != 0:") < \
+        prog.index("raise _DecisionsChanged") < prog.index("for i0")
+    assert "inside the plan's program" in plan.explain()
+    assert _carried(plan, [x]) and not _carried(plan, [far])
+    own, fixed, bound = plan._program.parts  # (slot 0: no check)
+    assert fixed[-1] == 0 and plan._program.checked_parts[1][-1] != 0
+    res = ha.GradientResult(far)
+    own(*fixed, id(far), *bound, id(res._value), id(res.gradient))  # runs, unchecked:
+    assert float(res.value) == pytest.approx(np.sum(far ** 2), rel=1e-14)  # x's branch
+    np.testing.assert_allclose(res.gradient, 2 * far, rtol=1e-14)
 
 
 def test_either_check_passing_keeps_the_plan():
@@ -206,7 +240,8 @@ def test_a_tiered_plan_attaches_its_compiled_check_at_the_switch():
     assert check.program is None or plan.tier == "numba"
     plan.wait()
     assert plan.tier == "numba" and check.program is not None
-    assert "_gj(" in plan.gradient.source
+    assert plan._program.checked_parts is not None  # (compiled first, carried inside)
+    assert "except _Changed" in plan.gradient.source
     for p in (x, y, x):
         want = ha.gradient(near_point, p, backend="numpy")
         np.testing.assert_allclose(plan.gradient(p).gradient, want.gradient, rtol=1e-13)
@@ -231,3 +266,57 @@ def test_one_chunk_hessian_plans_that_decide_take_their_fast_entry(monkeypatch):
         want = ha.hessian(f, p, backend="numpy")
         np.testing.assert_allclose(res.hessian, want.hessian, rtol=1e-12, atol=1e-14)
     assert len(general) <= 1  # (the call at y only: routed to its own plan)
+
+
+def _big(x):
+    if x[0] > 0:
+        return np.sum(np.tanh(x) ** 2)
+    return np.sum(np.exp(-x * x))
+
+
+def test_a_parallel_program_carries_its_check_too():
+    """A program large enough to release the GIL and run on threads: the fast
+    path calls it with its check through the program's lock and thread choice;
+    each branch is followed, nothing is allocated, and a changed decision
+    writes nothing."""
+    from hybridad.testing import count_allocations
+
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0.1, 1.0, 1 << 17)
+    y = -x
+    plan = ha.compile(_big, x)
+    assert plan._program.heavy and plan._program.checked_parts is not None
+    assert "_inv(" in plan.gradient.source and "except _Changed" in plan.gradient.source
+    assert _carried(plan, [x]) and not _carried(plan, [y])
+    res = ha.GradientResult(x)
+    for p in (x, y, x, y):
+        want = ha.gradient(_big, p, backend="numpy")
+        plan.gradient(p, out=res)
+        assert float(res.value) == pytest.approx(float(want.value), rel=1e-12)
+        np.testing.assert_allclose(res.gradient, want.gradient, rtol=1e-12, atol=1e-300)
+    plan.gradient(x, out=res)
+    with count_allocations() as counts:
+        for _ in range(3):
+            plan.gradient(x, out=res)
+    assert counts.allocations == 0, counts
+
+
+def test_the_check_is_carried_only_where_the_budget_holds_it_twice():
+    """The program holds a workspace of its own for the check: under a
+    ``memory_budget`` that fits the check's workspace once but not twice, the
+    check runs as its own call (and the plan stays within the budget)."""
+    x = np.array([0.31, 1.0, 2.0])
+    free = ha.compile(near_point, x)
+    need = free.memory.total_bytes + free._check_program.memory.total_bytes
+    assert free._program.checked_parts is not None
+    tight = ha.compile(near_point, x, memory_budget=need)
+    assert tight._decision_check.program is not None
+    assert tight._program.checked_parts is None and "_gj(" in tight.gradient.source
+    roomy = ha.compile(near_point, x, memory_budget=need + free._check_program.memory.total_bytes)
+    assert roomy._program.checked_parts is not None
+    for p in (x, np.array([0.9, 1.0, 2.0])):
+        want = ha.gradient(near_point, p, backend="numpy")
+        for plan in (tight, roomy):
+            res = ha.GradientResult(p)
+            plan.gradient(p, out=res)
+            np.testing.assert_allclose(res.gradient, want.gradient, rtol=1e-13)

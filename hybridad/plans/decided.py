@@ -13,9 +13,12 @@ lowering (fused into one or two loops) and become a program of their own
 with its own small workspace.  Its last statement raises
 :class:`~hybridad.errors.DecisionsChanged` when the sum is not zero, so the
 answer leaves the compiled call with it (no other thread's call can
-overwrite it before it is read).  The plan's fast path calls it right
-before the plan's program, at the cost of one native call and the
-comparisons; nothing is written to the caller's buffers before it passes.
+overwrite it before it is read).  The gradient program carries the same
+statements (:func:`carried_check`, :mod:`hybridad.backends.numba.prelude`):
+the plan's fast path runs them inside the program's one native call, after
+its argument checks and before anything is written, at the cost of the
+comparisons.  The other paths (the general path, Hessian, Jacobian and HVP
+plans) call the check as a program of its own before theirs.
 
 The compiled values may differ from the numpy references' in the last bit
 (fused multiply-adds, vectorized ``exp``), so a value at a rounding distance
@@ -43,7 +46,7 @@ from ..core.tracer import Tracer
 from ..errors import DecisionsChanged
 from ..transforms import pipeline
 
-__all__ = ["attach", "attach_compiled", "compile_decisions"]
+__all__ = ["attach", "attach_compiled", "carried_check", "compile_decisions"]
 
 _LOG = logging.getLogger("hybridad")
 
@@ -145,3 +148,18 @@ def attach(check, program):
 def attach_compiled(check, specs, parallel=True, budget=None):
     """Give ``check`` its compiled form where :func:`compile_decisions` makes one."""
     attach(check, compile_decisions(check, specs, parallel, budget))
+
+
+def carried_check(plan, name):
+    """The compiled check (of :func:`compile_decisions`) that ``plan``'s
+    program ``name`` carries inside it (:mod:`hybridad.backends.numba.prelude`):
+    the gradient program's, the one its fast path calls, where the check's
+    workspace fits ``memory_budget`` twice (the program holds a copy); else
+    None."""
+    check = getattr(plan, "_check_program", None)
+    if check is None or name != "gradient_program":
+        return None
+    if plan.memory_budget is not None and \
+            plan.memory.total_bytes + 2 * check.memory.total_bytes > plan.memory_budget:
+        return None
+    return check

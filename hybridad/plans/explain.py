@@ -45,6 +45,10 @@ class ExplainMixin:
                 else (f"by a compiled program ({check.program.compiler}; workspace "
                       f"{check.program.memory.total_bytes} B), the reference check "
                       "(numpy) where it fails")
+            carried = getattr(getattr(self, "_program", None), "check_bytes", None)
+            if carried is not None and check.program is not None:
+                how += (f"; on the fast path inside the plan's program, after its argument "
+                        f"checks, in one native call ({carried} B of its own)")
             lines.append(f"decisions on values (checked before every call {how}; "
                          f"{len(self._specializations)} other specialization(s) made):")
             lines += [f"  {d!r}" for d in check.decisions]

@@ -168,7 +168,10 @@ class FastPathMixin:
         route = "(" + "".join(x + ", " for x in arg_leaves) + ")" \
             if self._decision_check is not None else None
         wrap = "_id({})" if self._program.objects else "{}"
-        jitted, fixed, bound = self._program.parts
+        # a light program that carries the decision check (backends.numba.prelude):
+        # called with the check's slot, it raises DecisionsChanged before any write
+        inside = route is not None and self._program.checked_parts is not None
+        jitted, fixed, bound = self._program.checked_parts if inside else self._program.parts
         ns = {"_j": jitted, "_id": id, "_GR": GradientResult,
               "_DR": DiffResult, "_general": type(self).gradient, "_stale": self._check_stale,
               "_fref": self._rootref,
@@ -202,7 +205,16 @@ class FastPathMixin:
                        "    if _s is not False:",
                        "        return _s.gradient(*args, out=out)",
                        "    return _general(_plan, *args, out=out, _checked=False)"]
-            if checked is None:  # the reference check (generated Python) first
+            if inside:  # the check inside the program's one call
+                ns["_Changed"] = DecisionsChanged
+                if self._program.heavy:  # the lock, and a parallel program's thread count
+                    ns["_inv"] = self._program.invoke_checked
+                    call = "_inv(" + ", ".join(
+                        [wrap.format(x) for x in arg_leaves] +
+                        [wrap.format(x) for x in ["out._value", *grads]]) + ")"
+                lines += [f"{ind}try:", f"{ind}    {call}", f"{ind}except _Changed:"]
+                lines += [ind + "    " + x for x in routing]
+            elif checked is None:  # the reference check (generated Python) first
                 lines += [ind + x for x in routing]
             else:  # the compiled check first: it raises when a decision changed
                 gj, gfixed, gbound = checked.parts
@@ -219,7 +231,9 @@ class FastPathMixin:
                         [f"_gc{k}" for k in range(len(gbound))] + gargs[-1:]) + ")"
                 lines += [f"{ind}try:", f"{ind}    {gcall}", f"{ind}except _Changed:"]
                 lines += [ind + "    " + x for x in routing]
-        if self._program.heavy:  # the lock, and a parallel program's thread count
+        if inside:
+            pass  # (called above)
+        elif self._program.heavy:  # the lock, and a parallel program's thread count
             ns["_inv"] = self._program.invoke
             inv = "_inv(" + ", ".join([wrap.format(x) for x in arg_leaves] +
                                       [wrap.format(x) for x in ["out._value", *grads]]) + ")"

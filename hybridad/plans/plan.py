@@ -49,6 +49,7 @@ from .batch import BatchMixin, build_batched
 from .buildtime import BuildTimes
 from .explain import ExplainMixin
 from .pickling import PLAN_TYPE, PicklingMixin, _rebuild_plan  # noqa: F401 (older pickles name it here)
+from .decided import carried_check
 from .fastpath import FastPathMixin
 from .guarded import GuardsMixin
 from .tiered import TieredMixin, default_tiered
@@ -371,10 +372,11 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
     def _compile(self, nodes, inputs, outputs, name, out_specs, in_specs=None, given=()):
         if self.backend == "numba":  # numba is imported by the first plan that needs it
             from ..backends.numba import build_program
-            with serial_loops(self._loops_serial):
+            with serial_loops(self._loops_serial):  # (the fast path's program: its check in it)
                 prog = build_program(nodes, inputs, outputs, self.memory, self._buffers,
                                      in_specs or self._specs, out_specs, name=name,
                                      poison=self._poison, given=given,
+                                     prelude=carried_check(self, name),
                                      label=f"the {name.replace('_', ' ')} of {self.name}")
             prog.lock = self._lock  # every program of the plan writes the same arena
             return prog

@@ -169,8 +169,8 @@ class TieredMixin:
 
     def _compile_taken(self, pending):
         try:
+            self._compile_check()  # (first: the program carries it, see Plan._compile)
             self._compiled = self._compile(*pending)
-            self._compile_check()
         except Exception as exc:  # noqa: BLE001 -- the reference program keeps serving
             self._tier_error = exc
             warnings.warn(f"hybridad: compiling the numba program of {self.name} failed "

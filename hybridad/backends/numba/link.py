@@ -19,11 +19,12 @@ def link(source, fn_name, memplan, arenas, table, in_specs, out_specs, const_arg
           objects, cacheable, extra=(), name="plan"):
     """Compile ``source`` and bind what every call passes the same way
     (:func:`bind`): the arenas' addresses, the guard table, numpy's array
-    type, the addresses of ``extra`` arrays (a profiled plan's timers) and the
+    type, the addresses of ``extra`` arrays (a profiled plan's timers; ints as
+    they are: a carried decision check's, :mod:`.prelude`) and the
     constants -- by ``id()`` where arrays go by object (:mod:`.rt`), else as
     arrays.  Returns ``(call, own dispatcher, fixed, bound)``."""
     arena_args = [memplan.arenas[dt].ctypes.data for dt in arenas]
-    extra = [a.ctypes.data for a in extra]
+    extra = [a if type(a) is int else a.ctypes.data for a in extra]
     if objects:
         fixed = arena_args + [table.ctypes.data, id(np.ndarray)] + extra
         protos = fixed + [0] * len(in_specs) + [0 if obj else v for v, obj in const_args] + \

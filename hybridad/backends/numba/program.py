@@ -30,7 +30,8 @@ from .emit import _emit_gemm, blas_accumulations, emit_node, region_acc_groups
 from .split import _drop_unused_views, split_body
 from .layouts import numba_layouts, view_statement
 from .gather import scatter_chains, scatter_gather_lines
-from .link import link, loop_driver
+from .link import bind, link, loop_driver
+from .prelude import inline_check
 from .loops import (
     Constants,
     LoopWriter,
@@ -212,7 +213,7 @@ def _canonical(lines, module_names):
 
 def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, out_specs,
                           name="plan", poison=False, given=(), profile=False, trusted=False,
-                          raise_if_set=False):
+                          raise_if_set=False, prelude=None):
     """Generate, cache and compile the whole-plan function.
 
     ``in_specs`` / ``out_specs``: ``(shape, dtype)`` of each input and output
@@ -228,7 +229,9 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     :class:`hybridad.errors.DecisionsChanged` when its first output (a 0-d
     number) is not zero -- a plan's compiled decision check
     (:mod:`hybridad.plans.decided`), whose answer no other thread's call can
-    overwrite before it is read.
+    overwrite before it is read.  ``prelude``: that check (a
+    :class:`NumbaProgram` of the plan's first inputs), run inside this program
+    where it inlines (:mod:`.prelude`; the program's ``checked_parts``).
     Returns a :class:`NumbaProgram`.
     """
     users = users_of(nodes)
@@ -362,6 +365,14 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
                                                  params, base_flags)
     n_guards = body.index(_GUARDS_END)  # (finish drops the views of unread inputs)
     del body[n_guards]
+    inlined = None if prelude is None or timers is not None or trusted else \
+        inline_check(prelude, len(prelude._in_specs), header + body)
+    if inlined is not None:  # the decision check, after the argument checks
+        header += inlined.header
+        kernel_defs = kernel_defs + inlined.defs
+        params[params.index("_ndt") + 1:params.index("_ndt") + 1] = inlined.params
+        body[n_guards:n_guards] = inlined.block
+        n_guards += len(inlined.block)
     if uses_special(kernel_defs + body):  # scipy.special's functions (and their digest)
         header[2] = vector_imports(special=True)
     # the LAPACK kernels' modules the plan calls, only (importing one imports
@@ -396,7 +407,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             body, n_guards, params, base_flags + (", nogil=True" if heavy else ""), _PARALLEL)
         if nparts:
             source = module(parts_body, kernel_defs + part_defs)
-    extra = [timers.array()] if timers is not None else []
+    extra = [timers.array()] if timers is not None else \
+        inlined.values if inlined is not None else []
     if threaded:
         start_pool()  # (before its machine code is loaded: see start_pool)
     try:
@@ -412,11 +424,18 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         call, own, fixed, bound = link(source, fn_name, memplan, arenas, table, in_specs,
                                         out_specs, const_args, objects, cacheable, extra, name)
     keep = [memplan.arenas[dt] for dt in arenas] + [v for v, _ in const_args] + [table] + extra
+    checked = None
+    if inlined is not None:  # (every caller but the plan's fast path: no check, slot 0)
+        checked, checked_call, fixed = (own, fixed, bound), call, fixed[:-1] + [0]
+        call = bind(own, fixed, bound, len(in_specs), len(out_specs))
+        keep += inlined.keep
     program = NumbaProgram(call, source, heavy,
                            in_specs, out_specs, keep, objects)
     if timers is not None:
         program.timers, program.timed = extra[0], timers.slots
-    program.parts = (own, fixed, bound)
+    program.parts, program.checked_parts = (own, fixed, bound), checked
+    if checked is not None:  # (explain() says what the check holds in it)
+        program.checked_call, program.check_bytes = checked_call, inlined.nbytes
     from .. import jit
 
     program.compiler = jit.compiler_of(own, source)

@@ -48,6 +48,10 @@ class NumbaProgram:
         ``(dispatcher, leading, constants)``: ``fn(*ins, *outs)`` is
         ``dispatcher(*leading, *ins, *constants, *outs)`` (for callers that
         generate their own call, like the plan's fast path).
+    checked_parts : tuple or None
+        The same with the leading arguments that run the plan's decision
+        check inside the program first (:mod:`.prelude`), where it carries
+        one; raises :class:`hybridad.errors.DecisionsChanged` before any write.
     fn : callable
         ``fn(*inputs, *outputs)`` for canonical arguments, given as
         ``id(array)`` when :attr:`objects` (raises ``TypeError`` for other
@@ -80,6 +84,7 @@ class NumbaProgram:
     """
 
     compiler = "numba"
+    checked_parts = checked_call = None
 
     def __init__(self, fn, source, heavy, in_specs, out_specs, keep, objects):
         self.fn = fn
@@ -144,13 +149,21 @@ class NumbaProgram:
         count :attr:`threads` chooses for a parallel program, BLAS
         single-threaded (when :attr:`blas_limited`) while the program's own
         loops run on more than one thread -- one owner of the cores per call."""
+        return self._invoke(self.fn, args)
+
+    def invoke_checked(self, *args):
+        """:meth:`invoke` running the decision check the program carries first
+        (:attr:`checked_parts`)."""
+        return self._invoke(self.checked_call, args)
+
+    def _invoke(self, fn, args):
         with self.lock:
             if self.threads is not None:  # BLAS single-threaded only beside our threads
-                return self.threads(self.fn, args, self.blas_limited)
+                return self.threads(fn, args, self.blas_limited)
             if self.blas_limited:
                 with SingleThreadedBlas():
-                    return self.fn(*args)
-            return self.fn(*args)
+                    return fn(*args)
+            return fn(*args)
 
 
 def _type_nums(dtype):
