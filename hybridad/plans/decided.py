@@ -126,9 +126,18 @@ def holds(program):
     """``holds(leaves) -> bool``: whether ``program`` (of :func:`compile_decisions`)
     passes on the leaf arrays ``leaves`` (any layout: staged as a plan's are)."""
     flag = [program.flag]
+    own, fixed, bound = program.parts
+    fid = id(program.flag)
+    direct = program.objects and not program.heavy  # (a heavy one: its lock, run's)
 
     def holds(leaves):
         try:
+            if direct:  # the leaves as they are (the program checks each one)
+                try:
+                    own(*fixed, *[id(a) for a in leaves], *bound, fid)
+                    return True
+                except (TypeError, ValueError):
+                    pass  # (another layout or type: staged by run)
             program.run(leaves, flag)
         except DecisionsChanged:
             return False
