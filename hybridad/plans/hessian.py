@@ -217,7 +217,8 @@ class HessianPlan(StagedPlan):
         taken after the general path compiled it, and held with the programs
         and point arrays it was made for (a plan rebuilt by a retrace has
         others: the general path again)."""
-        general, lock, plan = type(self).hvp, self._lock, self
+        general, plan = type(self).hvp, self
+        acquire, release = self._lock.acquire, self._lock.release
         entry = []  # [the tangent's call, the programs, the point]
 
         def _entry():
@@ -246,13 +247,15 @@ class HessianPlan(StagedPlan):
                 call, programs, point = entry
                 d = out._derivs
                 if len(d) == 2 and plan._programs is programs and plan._point is point:
-                    with lock:
+                    acquire()  # (a with statement costs twice as much: 0.25 us)
+                    try:
                         if plan._at_point:
-                            try:
-                                call(id(v), id(out._value), id(d[0]), id(d[1]))
-                                return out
-                            except (TypeError, ValueError):
-                                pass
+                            call(id(v), id(out._value), id(d[0]), id(d[1]))
+                            return out
+                    except (TypeError, ValueError):
+                        pass
+                    finally:
+                        release()
             elif args and v.__class__ is nd and plan._twin is None:
                 if plan._fused and v.shape == plan._shape:  # (a stack: the chunks')
                     if plan._guarded:  # (this plan's guards serve its fused plan)
