@@ -7,6 +7,8 @@ over n and a 48 MB arena at n = 10^6; it has 7 and no arena of n."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -201,3 +203,39 @@ def test_gathered_stencils_in_float32_agree_with_the_separate_loops(f, monkeypat
     hapart = ha.compile(lambda x: f(x), x, hvp=True, tiered=False)
     for want, got in ((apart.gradient(x).gradient, g.gradient), (hapart.hvp(x, v=v).hvp, h.hvp)):
         np.testing.assert_allclose(got, want, rtol=3e-7, atol=3e-7 * np.abs(want).max())
+
+
+GAPPED = lambda x: np.sum((x[3:-3] - x[2:-4] ** 2) ** 2)  # noqa: E731
+
+
+@pytest.mark.parametrize("f", [rosen, GAPPED], ids=["rosen", "gapped"])
+def test_a_gather_into_a_fresh_zeros_buffer_writes_each_element_once(f, monkeypatch):
+    """A gathered group of adds into a ``zeros`` buffer that only it reads
+    takes over the fill: each element written once (the first slice's term
+    as it is, zero where no slice adds -- the first two and last two of the
+    gapped stencil), not filled, then read and added to.  The sums of the
+    separate loops (gathers off) to the sign of a zero, the numpy backend's
+    to rounding, in the gradient and HVP programs and a linearized Hessian
+    plan's tangent program."""
+    import hybridad.backends.numba.emit as E
+    import hybridad.backends.numba.loops as L
+
+    x, v = RNG.uniform(-1.0, 1.0, 40000), RNG.standard_normal(40000)
+    hv = ha.compile(f, x, hvp=True, tiered=False)
+    lin = ha.compile(f, x, hessian=True)
+    lin.linearize(x)
+    got, lin_got = hv.hvp(x, v=v), lin.hvp(v=v)
+    sources = [hv._program.source, lin._programs["tangent"].source]
+    fresh = [s for s in sources if re.search(r"\bo2\[i0 \+ \d+\] = \(_t0 \+ _t1\)", s)]
+    assert fresh, sources[0]  # (the gather's first term is not added to the buffer)
+    assert all("o2[...] = 0" not in s for s in fresh)
+    ref = ha.hvp(f, x, v, backend="numpy")
+    for g in (got, lin_got):
+        np.testing.assert_allclose(g.hvp, ref.hvp, rtol=1e-12, atol=1e-12)
+    if f is GAPPED:  # (no slice adds at either end: written zero)
+        assert np.all(got.hvp[:2] == 0) and np.all(got.hvp[-2:] == 0)
+    monkeypatch.setattr(L, "gather_starts", lambda members: None)
+    monkeypatch.setattr(E, "gather_starts", lambda members: None)
+    apart = ha.compile(lambda x: f(x), x, hvp=True, tiered=False)
+    assert "o2[...] = 0" in apart._program.source or "[...] = 0" in apart._program.source
+    np.testing.assert_array_equal(apart.hvp(x, v=v).hvp, got.hvp)

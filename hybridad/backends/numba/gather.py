@@ -60,7 +60,7 @@ def _run_loop(w, a, b, lines):
     w.nest((b - a,), lines, parallel=True)
 
 
-def gather_lines(w, length, writes, regions, at, read, consts):
+def gather_lines(w, length, writes, regions, at, read, consts, fresh=None):
     """``region_acc`` members adding into one 1-D target through shifted
     slices (:func:`gather_starts`; ``at``: each slice's start, by its index
     text in ``writes``) as loops over the target's elements, one per run of
@@ -69,9 +69,17 @@ def gather_lines(w, length, writes, regions, at, read, consts):
     start, in the members' order -- the sums the separate
     loops made, and no element written by two iterations: race-free, so a
     ``prange``, and vectorized (the separate loops of a chain into one
-    buffer each read and wrote all of it)."""
+    buffer each read and wrote all of it).
+
+    ``fresh``: the target's length where it holds nothing yet (a ``zeros``
+    buffer whose fill was left to this loop): each element is written, not
+    added to -- the first slice's term as it is, zero where no slice adds.
+    The sums are the same but for the sign of a zero (``0.0 + -0.0``), and
+    the buffer is read and written once instead of filled, then read and
+    written."""
     slices = [(at[where], target, ks) for (target, where), ks in writes.items()]
-    cuts = sorted({lo for lo, _, _ in slices} | {lo + length for lo, _, _ in slices})
+    cuts = sorted({lo for lo, _, _ in slices} | {lo + length for lo, _, _ in slices} |
+                  ({0, fresh} if fresh is not None else set()))
     for a, b in zip(cuts, cuts[1:], strict=False):
         active = [(lo, target, ks) for lo, target, ks in slices if lo <= a and b <= lo + length]
         lines, stores = [], []
@@ -98,14 +106,24 @@ def gather_lines(w, length, writes, regions, at, read, consts):
             lines.append(f"_j{j} = i0 + {a - lo}" if a > lo else f"_j{j} = i0")
             lines += [re.sub(r"\bi0\b", f"_j{j}", line) for line in mine]
             stores.append(f"_t{j}")
-        if not stores:
-            continue
         at_ = f"[i0 + {a}]" if a else "[i0]"
+        if not stores:
+            if fresh is not None:  # (no slice adds here: the fill's zero)
+                target = slices[0][1]
+                _run_loop(w, a, b, [f"{target}{at_} = {consts.add(_zero_of(regions))}"])
+            continue
         target = active[0][1]
-        total = f"{target}{at_}"
+        total = None if fresh is not None else f"{target}{at_}"
         for t in stores:  # (in the members' order: the separate loops' sums)
-            total = f"({total} + {t})"
+            total = t if total is None else f"({total} + {t})"
         _run_loop(w, a, b, [*lines, f"{target}{at_} = {total}"])
+
+
+def _zero_of(regions):
+    """The zero of the target's dtype, a region's result type (what its
+    ``zeros`` fill would have written)."""
+    first = next(iter(regions.values()))
+    return first.args[0].dtype.type(0)
 
 
 def _slice_start(index, length, n):

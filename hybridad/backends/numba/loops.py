@@ -405,7 +405,7 @@ def _block_slice(w, name):
     return sliced
 
 
-def region_acc_lines(w, members, names, consts):
+def region_acc_lines(w, members, names, consts, fill_first=False):
     """Emit ``region_acc`` nodes over one loop shape as one loop: each adds
     its region's value, or the cotangent times a dual partial, into its
     target through its index map (``acc[1 + i0] += ...``).  Members of the
@@ -417,7 +417,12 @@ def region_acc_lines(w, members, names, consts):
     into one array, ``x[1:]`` and ``x[:-1]``, touch the same element from
     different iterations); otherwise a large loop is split into one
     ``prange`` per (target, map), each computing only what it adds, and a
-    small one runs serially."""
+    small one runs serially.
+
+    ``fill_first``: the target of the first member is a ``zeros`` buffer not
+    yet filled (its fill deferred to here): a gather writes each element
+    once, adding its slices' terms to nothing (zero where none adds), and
+    any other form fills it first."""
     shape, nd = members[0].attrs["body"].shape, len(members[0].attrs["body"].shape)
     split = shifted_split([a for m in members for a in m.args[1:]], names)
 
@@ -440,8 +445,11 @@ def region_acc_lines(w, members, names, consts):
         at = {(here(nd) if m.attrs["index"] is None else  # where -> its slice's start
                getitem_map(m.attrs["index"], m.args[0].shape)): lo
               for m, lo in zip(members, starts, strict=True)}
-        gather_lines(w, members[0].attrs["body"].shape[0], writes, regions, at, read, consts)
+        gather_lines(w, members[0].attrs["body"].shape[0], writes, regions, at, read, consts,
+                     fresh=members[0].args[0].shape[0] if fill_first else None)
         return
+    if fill_first:
+        fill(w, names[members[0].args[0].id], "0")
     groups = [list(writes.items())] if race_free or not large else \
         [[item] for item in writes.items()]
     for group in groups:

@@ -276,6 +276,12 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     acc_groups = region_acc_groups(computed)  # first node id -> the region_accs of one loop
     chains = scatter_chains(computed)  # first node id -> a scatter and its scatter_adds
     in_group = {m.id for ms in (*acc_groups.values(), *chains.values()) for m in ms[1:]}
+    # a zeros buffer that only a group of adds reads: filled by the group (a gather
+    # writes it once instead of filling, then reading and writing it)
+    fills = {ms[0].args[0].id for ms in acc_groups.values()
+             if ms[0].args[0].op == "zeros" and len(users[ms[0].args[0].id]) == 1 and
+             memplan.storage[ms[0].id] == "alias" and
+             ms[0].args[0].id not in given and ms[0].args[0].id not in output_ids}
     _arena_views(w, nodes, memplan, direct, names, addresses)
     if timers is not None:
         timers.stamp(w, "entry")
@@ -314,7 +320,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
                 for m in members[1:]:  # their targets, named before the loop is written
                     names[m.id] = names[memplan.alias_of[m.id].id]
                 kernels.emit(w, n, lambda sub, members=members: region_acc_lines(
-                    sub, members, names, consts))
+                    sub, members, names, consts, members[0].args[0].id in fills))
             elif n.id not in folded and n.id not in in_group:
                 kernels.emit(w, n)
         elif n.id in accumulate:
@@ -330,7 +336,9 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             w.emit(view_statement(n, names[n.args[0].id], f"v{n.id}", addresses))
         else:
             w.emit(f"# {format_node(n)}")
-            if n.id in chains:  # the chain's adds, gathered into this loop
+            if n.id in fills:  # (filled by the adds that read it)
+                pass
+            elif n.id in chains:  # the chain's adds, gathered into this loop
                 kernels.emit(w, n, lambda sub, members=chains[n.id]: scatter_gather_lines(
                     sub, members, names, consts.add(n.dtype.type(0))))
             else:
