@@ -228,3 +228,59 @@ def test_a_stack_of_directions_with_arguments_after_the_fused_plan_is_made(plan)
     one = plan.hvp(X, v=V).hvp
     np.testing.assert_allclose(got.derivs[1], np.stack([one, 2 * one, -one]), rtol=1e-12,
                                atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_h_v_alone_into_an_array(backend, monkeypatch):
+    """``plan.hvp(v=v, out=array)``: ``H v`` alone.  At the linearized point on
+    numba the tangent program skips the copies of the value and gradient (its
+    ``lean_parts``) -- the bits of the full call's ``H v``, with no allocation;
+    with arguments, a stack of directions or on numpy, the general path
+    through a result of the plan's own.  An array that does not fit is refused
+    by name and left untouched."""
+    p = ha.compile(rosen, X, hessian=True, backend=backend)
+    full = p.hvp(X, v=V)
+    hv = np.zeros(N)
+    assert p.hvp(X, v=V, out=hv) is hv
+    np.testing.assert_array_equal(hv, full.hvp)
+    np.testing.assert_allclose(hv, _fd_hvp(X, V), rtol=1e-6, atol=1e-6)
+    p.linearize(Y)
+    at_y = p.hvp(v=V)
+    hv2 = np.zeros(N)
+    p.hvp(v=V, out=hv2)
+    if backend == "numba":  # (the lean entry: the general path never runs)
+        assert "if _wout != 0:" in p._programs["tangent"].source
+        with monkeypatch.context() as m:
+            m.setattr(type(p), "_hv_only", lambda *a: pytest.fail("general path"))
+            p.hvp(v=V, out=hv2)
+    np.testing.assert_array_equal(hv2, at_y.hvp)
+    np.testing.assert_allclose(hv2, _fd_hvp(Y, V), rtol=1e-6, atol=1e-6)
+    with count_allocations() as counts:
+        for _ in range(3):
+            p.hvp(v=V, out=hv2)
+    assert counts.allocations == 0, counts
+    stack = np.stack([V, 2 * V])
+    many = np.zeros((2, N))
+    p.hvp(v=stack, out=many)
+    np.testing.assert_allclose(many, np.stack([at_y.hvp, 2 * at_y.hvp]), rtol=1e-12, atol=1e-9)
+    for bad in (np.zeros(N + 1), np.zeros(N, np.float32), np.zeros(N)[::1].copy()):
+        if bad.shape == (N,) and bad.dtype == np.float64:
+            bad.flags.writeable = False
+        before = bad.copy()
+        with pytest.raises(ValueError, match="out"):
+            p.hvp(v=V, out=bad)
+        np.testing.assert_array_equal(bad, before)
+
+
+def test_h_v_alone_from_a_parallel_tangent_program():
+    """A tangent program large enough for the lock and threads: the lean call
+    goes through its ``invoke_lean``."""
+    x = RNG.uniform(-1.0, 1.0, 1 << 17)
+    v = RNG.standard_normal(x.size)
+    p = ha.compile(rosen, x, hessian=True)
+    p.linearize(x)
+    want = p.hvp(v=v).hvp
+    assert p._programs["tangent"].heavy
+    hv = np.zeros_like(x)
+    p.hvp(v=v, out=hv)
+    np.testing.assert_array_equal(hv, want)

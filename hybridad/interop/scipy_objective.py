@@ -13,7 +13,7 @@ from ..errors import StalePlanError
 from ..core.supported import refuse_subclass
 from ..api import hessian_colors
 from ..plans.hessian import HessianPlan
-from ..results import GradientResult, HessianResult, HvpResult
+from ..results import GradientResult, HessianResult
 
 __all__ = ["PARALLEL_WORK", "Objective", "check_x0", "scipy_args"]
 
@@ -132,7 +132,7 @@ class Objective:
         self._point = 0  # bumped whenever x or the arguments change
         self._linearized = -1  # the point the second-order plan was linearized at
         self._res = GradientResult(self._x, dtype=dtype)
-        self._hres = None
+        self._hv = None
         self._valid = False
         self.n_evaluations = 0
         self.n_hvp_evaluations = 0
@@ -214,7 +214,7 @@ class Objective:
                     "hessian", None, parallel), build=lambda: HessianPlan(
                     self.f, self._call_args, self.argnums, self.backend, parallel=parallel,
                     colors=hessian_colors))[0]
-            self._hres = HvpResult(self._x, dtype=self.dtype)
+            self._hv = np.zeros_like(self._x)  # (H v: shaped and typed like x)
             self._hfull = HessianResult(self._x, dtype=self.dtype)
         if self._stage(x, args):
             self._changed()
@@ -240,9 +240,9 @@ class Objective:
         if p.size != self.size:
             raise ValueError(f"p has {p.size} elements; expected {self.size}")
         np.copyto(self._v, p.reshape(self.shape), casting="unsafe")
-        plan.hvp(v=self._v, out=self._hres)  # the tangent pass only
+        plan.hvp(v=self._v, out=self._hv)  # the tangent pass only, H v alone
         self.n_hvp_evaluations += 1
-        return self._hres.hvp
+        return self._hv
 
     def hessp(self, x, p, *args):
         """The Hessian at x times p (the Hessian is not formed): a new float64 vector.

@@ -228,35 +228,54 @@ class HessianPlan(StagedPlan):
             tangent = programs.get("tangent")
             if tangent is None or not tangent.objects or plan._raises["tangent"]:
                 return
-            fn, lead, consts = direct_call(tangent)
-            # (the point's ids, like the program's leading arguments, are the same
-            # on every call: bound into one small generated function with them)
-            fixed = [*lead, *(id(a) for a in plan._point)]
-            call = functools.partial(fn, *fixed) if not consts else \
-                bind(fn, fixed, consts, 1, 3)  # (a partial: no Python frame of its own)
-            entry[:] = [call, programs, plan._point]
+            calls = []
+            for lean in (False, True):  # (lean: H v only, the value and gradient not copied)
+                if lean and tangent.lean_parts is None:
+                    calls.append(None)
+                    continue
+                fn, lead, consts = direct_call(tangent, lean)
+                # (the point's ids, like the program's leading arguments, are the same
+                # on every call: bound into one small generated function with them)
+                fixed = [*lead, *(id(a) for a in plan._point)]
+                calls.append(functools.partial(fn, *fixed) if not consts else
+                             bind(fn, fixed, consts, 1, 3))  # (a partial: no frame of its own)
+            entry[:] = [*calls, programs, plan._point]
 
         nd, results = np.ndarray, (HvpResult, DiffResult)
+        sv, sg = id(self._scratch_value), id(self._scratch_grad)  # (not written by a lean call)
 
         @functools.wraps(general)
         def hvp(*args, v, out=None):
-            if not args and entry and v.__class__ is nd and out.__class__ in results and \
-                    plan._twin is None:  # at the linearized point: the tangent program
+            if not args and entry and v.__class__ is nd and plan._twin is None:
+                # at the linearized point: the tangent program (into out's three
+                # buffers, or H v alone into an array)
                 if plan._guarded:  # (a retrace makes other programs: checked below)
                     plan._check_reads(plan._point_args)
-                call, programs, point = entry
-                d = out._derivs
-                if len(d) == 2 and plan._programs is programs and plan._point is point:
+                call, lean, programs, point = entry
+                if plan._programs is not programs or plan._point is not point:
+                    pass  # (rebuilt: the general path)
+                elif out.__class__ in results:
+                    d = out._derivs
                     acquire()  # (a with statement costs twice as much: 0.25 us)
                     try:
-                        if plan._at_point:
+                        if plan._at_point and len(d) == 2:
                             call(id(v), id(out._value), id(d[0]), id(d[1]))
                             return out
                     except (TypeError, ValueError):
                         pass
                     finally:
                         release()
-            elif args and v.__class__ is nd and plan._twin is None:
+                elif out.__class__ is nd and lean is not None:
+                    acquire()
+                    try:
+                        if plan._at_point:
+                            lean(id(v), sv, sg, id(out))
+                            return out
+                    except (TypeError, ValueError):
+                        pass
+                    finally:
+                        release()
+            elif args and v.__class__ is nd and plan._twin is None and out.__class__ is not nd:
                 if plan._fused and v.shape == plan._shape:  # (a stack: the chunks')
                     if plan._guarded:  # (this plan's guards serve its fused plan)
                         plan._check_reads(args)
@@ -283,12 +302,15 @@ class HessianPlan(StagedPlan):
         v : ndarray
             One direction, shaped like ``x``, or a stack of ``k`` directions
             ``(k, *x.shape)`` (run in chunks of :attr:`chunk`).
-        out : HvpResult or DiffResult, optional
-            ``(value, gradient, hvp)`` buffers; ``hvp`` shaped like ``v``.
+        out : HvpResult, DiffResult or ndarray, optional
+            ``(value, gradient, hvp)`` buffers; ``hvp`` shaped like ``v``.  Or
+            one array shaped like ``v``, of the plan's dtype: ``H v`` alone --
+            at the linearized point the tangent pass then writes nothing else
+            (what scipy's ``hessp`` asks for, and the cheapest call).
 
         Returns
         -------
-        HvpResult or DiffResult
+        HvpResult, DiffResult or ndarray
             ``out``, or a new :class:`HvpResult` (for one direction).
         """
         if self._guarded:
@@ -300,6 +322,8 @@ class HessianPlan(StagedPlan):
                     self._check_stale(getattr(self, "_point_args", ()))
             if plan is not self:
                 return type(plan).hvp(plan, *args, v=v, out=out)
+        if type(out) is self._xp.ndarray:  # H v alone: through a result of the plan's own
+            return self._hv_only(args, v, out)
         if args and self.backend == "numba" and np.shape(v) == self._shape:
             fused = self._fused_plan(args)
             if fused is not None:  # value, gradient and H v in one fused program
@@ -381,6 +405,25 @@ class HessianPlan(StagedPlan):
             if len(self._programs) > len(self._stages):  # (nothing else needs it)
                 self._recording = None
         return fused or None
+
+    def _hv_only(self, args, v, out):
+        """:meth:`hvp` into one array ``out`` (``H v`` alone) on the general
+        path: checked first (untouched when it does not fit), computed into a
+        result of the plan's own (made once per shape of ``v``), copied."""
+        shape = np.shape(v)
+        if out.shape != shape or out.dtype != self._dtype or not out.flags.writeable:
+            raise ValueError(f"out: an array receiving H v alone must be a writeable "
+                             f"{self._dtype} array of v's shape {shape}; got "
+                             f"{out.dtype}{list(out.shape)}")
+        own = vars(self).setdefault("_hv_results", {})
+        res = own.get(shape)
+        if res is None:
+            res = own[shape] = DiffResult(self._xp.zeros((), self._value_dtype),
+                                          self._xp.zeros(self._shape, self._dtype),
+                                          self._xp.zeros(shape, self._dtype))
+        type(self).hvp(self, *args, v=v, out=res)
+        self._xp.copyto(out, res.derivs[1])
+        return out
 
     def _fast_hvp(self, args, v, out):
         """:meth:`hvp` of one direction on its plain path, in a few checks:

@@ -369,13 +369,13 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                            direct_outputs=self.backend == "cupy", pack=self._pack,
                            pinned=pinned)
 
-    def _compile(self, nodes, inputs, outputs, name, out_specs, in_specs=None, given=()):
+    def _compile(self, nodes, inputs, outputs, name, out_specs, in_specs=None, given=(), **opts):
         if self.backend == "numba":  # numba is imported by the first plan that needs it
             from ..backends.numba import build_program
             with serial_loops(self._loops_serial):  # (the fast path's program: its check in it)
                 prog = build_program(nodes, inputs, outputs, self.memory, self._buffers,
                                      in_specs or self._specs, out_specs, name=name,
-                                     poison=self._poison, given=given,
+                                     poison=self._poison, given=given, **opts,
                                      prelude=carried_check(self, name),
                                      label=f"the {name.replace('_', ' ')} of {self.name}")
             prog.lock = self._lock  # every program of the plan writes the same arena

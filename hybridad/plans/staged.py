@@ -161,14 +161,17 @@ def _dependents(nodes, seeds):
 WHOLE = "+primal"
 
 
-def direct_call(prog):
+def direct_call(prog, lean=False):
     """``(fn, lead, consts)``: a compiled program called as
     ``fn(*lead, *ids of inputs, *consts, *ids of outputs)`` -- a heavy one
     by its ``invoke`` (its lock and thread count: the whole call), a light
-    one by its dispatcher itself, as the gradient's fast path calls it."""
+    one by its dispatcher itself, as the gradient's fast path calls it.
+    ``lean``: the call that skips the copies of its optional outputs (a
+    stage program's primal outputs, see :meth:`StagedPlan._program_for`)."""
     if prog.heavy:
-        return prog.invoke, (), ()
-    return prog.parts[0], tuple(prog.parts[1]), tuple(prog.parts[2])
+        return (prog.invoke_lean if lean else prog.invoke), (), ()
+    own, lead, consts = prog.lean_parts if lean else prog.parts
+    return own, tuple(lead), tuple(consts)
 
 
 class StagedPlan(Plan):
@@ -296,12 +299,14 @@ class StagedPlan(Plan):
                                          f"{self._kind}_{stage}_whole",
                                          self._primal_specs + self._stage_specs[stage],
                                          self._specs + [(seed.shape, seed.dtype)])
-                else:
+                else:  # (the primal outputs' copies optional: a linearized H v skips them)
                     seed, body, given, outs = self._stages[name]
                     prog = self._compile(body, [*inputs, seed], [*self._primal_outputs, *outs],
                                          f"{self._kind}_{name}",
                                          self._primal_specs + self._stage_specs[name],
-                                         self._specs + [(seed.shape, seed.dtype)], given)
+                                         self._specs + [(seed.shape, seed.dtype)], given,
+                                         optional_outputs=tuple(range(len(
+                                             self._primal_outputs))))
             self._programs[name] = prog
             if len([k for k in self._programs if not k.endswith(WHOLE)]) > len(self._stages) and \
                     getattr(self, "_fused", False) is not None:  # every program compiled

@@ -213,7 +213,7 @@ def _canonical(lines, module_names):
 
 def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, out_specs,
                           name="plan", poison=False, given=(), profile=False, trusted=False,
-                          raise_if_set=False, prelude=None):
+                          raise_if_set=False, prelude=None, optional_outputs=()):
     """Generate, cache and compile the whole-plan function.
 
     ``in_specs`` / ``out_specs``: ``(shape, dtype)`` of each input and output
@@ -232,6 +232,9 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     overwrite before it is read.  ``prelude``: that check (a
     :class:`NumbaProgram` of the plan's first inputs), run inside this program
     where it inlines (:mod:`.prelude`; the program's ``checked_parts``).
+    ``optional_outputs``: positions of outputs an earlier program computed,
+    whose copies the program's ``lean_parts`` skip (the caller passes buffers
+    of theirs that are not written: a linearized plan's tangent pass).
     Returns a :class:`NumbaProgram`.
     """
     users = users_of(nodes)
@@ -247,7 +250,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     names, params, const_args = {}, [], []  # const_args: (array, passed as object)
     arenas = sorted({dt for dt, *_ in memplan.slots.values()} |
                     {dt for dt, *_ in memplan.scratch.values()}, key=lambda d: d.str)
-    params += [f"ar_{dt.name}p" for dt in arenas] + ["_tabp", "_ndt"]
+    params += [f"ar_{dt.name}p" for dt in arenas] + ["_tabp", "_ndt"] + \
+        (["_wout"] if optional_outputs else [])
     timers = None
     if profile:
         from .profiling import Timers
@@ -352,7 +356,10 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             fill(w, f"o{k}", "0")
         elif names[n.id] != f"o{k}":
             nd = len(n.shape)
+            w.emit(*(["if _wout != 0:"] if k in optional_outputs else []))
+            w.indent += k in optional_outputs
             w.nest(n.shape, [f"o{k}{here(nd)} = {names[n.id]}{here(nd)}"])
+            w.indent -= k in optional_outputs
     header = _header(consts, objects)
     if raise_if_set:
         header.append("from hybridad.errors import DecisionsChanged as _DecisionsChanged")
@@ -416,7 +423,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         if nparts:
             source = module(parts_body, kernel_defs + part_defs)
     extra = [timers.array()] if timers is not None else \
-        inlined.values if inlined is not None else []
+        (inlined.values if inlined is not None else []) + ([1] if optional_outputs else [])
     if threaded:
         start_pool()  # (before its machine code is loaded: see start_pool)
     try:
@@ -434,7 +441,9 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     keep = [memplan.arenas[dt] for dt in arenas] + [v for v, _ in const_args] + [table] + extra
     checked = None
     if inlined is not None:  # (every caller but the plan's fast path: no check, slot 0)
-        checked, checked_call, fixed = (own, fixed, bound), call, fixed[:-1] + [0]
+        at = len(fixed) - len(extra) + len(inlined.values) - 1  # (the check's slot)
+        checked, checked_call, fixed = (own, fixed, bound), call, [*fixed[:at], 0,
+                                                                    *fixed[at + 1:]]
         call = bind(own, fixed, bound, len(in_specs), len(out_specs))
         keep += inlined.keep
     program = NumbaProgram(call, source, heavy,
@@ -442,6 +451,10 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     if timers is not None:
         program.timers, program.timed = extra[0], timers.slots
     program.parts, program.checked_parts = (own, fixed, bound), checked
+    if optional_outputs:  # (the last leading argument: 0 skips their copies)
+        program.lean_parts = (own, [*fixed[:-1], 0], bound)
+        program.lean_call = bind(own, program.lean_parts[1], bound, len(in_specs),
+                                 len(out_specs))
     if checked is not None:  # (explain() says what the check holds in it)
         program.checked_call, program.check_bytes = checked_call, inlined.nbytes
     from .. import jit

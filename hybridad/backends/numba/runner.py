@@ -52,6 +52,10 @@ class NumbaProgram:
         The same with the leading arguments that run the plan's decision
         check inside the program first (:mod:`.prelude`), where it carries
         one; raises :class:`hybridad.errors.DecisionsChanged` before any write.
+    lean_parts : tuple or None
+        The same with the leading arguments that skip the copies of the
+        program's optional outputs (``compile_numba_program``'s
+        ``optional_outputs``), where it has some.
     fn : callable
         ``fn(*inputs, *outputs)`` for canonical arguments, given as
         ``id(array)`` when :attr:`objects` (raises ``TypeError`` for other
@@ -84,7 +88,7 @@ class NumbaProgram:
     """
 
     compiler = "numba"
-    checked_parts = checked_call = None
+    checked_parts = checked_call = lean_parts = lean_call = None
 
     def __init__(self, fn, source, heavy, in_specs, out_specs, keep, objects):
         self.fn = fn
@@ -155,6 +159,11 @@ class NumbaProgram:
         """:meth:`invoke` running the decision check the program carries first
         (:attr:`checked_parts`)."""
         return self._invoke(self.checked_call, args)
+
+    def invoke_lean(self, *args):
+        """:meth:`invoke` skipping the copies of the optional outputs
+        (:attr:`lean_parts`)."""
+        return self._invoke(self.lean_call, args)
 
     def _invoke(self, fn, args):
         with self.lock:
