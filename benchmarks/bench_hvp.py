@@ -14,6 +14,9 @@ n = 10^2, 10^4, 10^6 (``--quick``: 10^2, 10^4), float64, ``x ~ U(-1, 1)``,
 * ``linearize + hvp(v=)`` -- the same plan after ``plan.linearize(x)``:
   ``plan.hvp(v=v, out=res)`` runs the tangent program only (the goal: at
   most 0.7x the ``hvp=True`` call);
+* ``linearize + H v alone`` -- ``plan.hvp(v=v, out=array)``: ``H v`` only
+  (what scipy's ``hessp`` asks for; the value and gradient came with
+  ``linearize``), the tangent program writing nothing else;
 * ``ha.hvp(out=)`` -- the convenience function into a preallocated result;
 * ``gradient plan`` -- value and gradient only, for scale;
 * ``jax.jit`` -- ``jax.jit(lambda x, v: (f(x), grad(f)(x), jvp(grad(f), (x,), (v,))[1]))``
@@ -212,19 +215,21 @@ def main(argv=None):
         lin = ha.compile(rosen, x, hessian=True)
         gp = ha.compile(rosen, x)
         outs = [ha.HvpResult(x) for _ in range(4)]
+        alone = np.zeros(n)
         rg = ha.GradientResult(x)
         calls = {
             "hvp=True plan": lambda: hp.hvp(x, v=v, out=outs[0]),
             "Hessian plan hvp(x, v=)": lambda: hs.hvp(x, v=v, out=outs[1]),
             "linearize + hvp(v=)": lambda: lin.hvp(v=v, out=outs[2]),
+            "linearize + H v alone": lambda: lin.hvp(v=v, out=alone),
             "ha.hvp(out=)": lambda: ha.hvp(rosen, x, v, out=outs[3]),
             "gradient plan": lambda: gp.gradient(x, out=rg),
         }
         lin.linearize(x)
         for call in calls.values():
             call()
-        for res in outs:
-            np.testing.assert_allclose(res.hvp, ref.hvp, rtol=1e-12, atol=1e-12 * n)
+        for hv in [res.hvp for res in outs] + [alone]:
+            np.testing.assert_allclose(hv, ref.hvp, rtol=1e-12, atol=1e-12 * n)
         times = dict(zip(calls, time_round_robin(list(calls.values()), 5, 20.0), strict=True))
         jax_us = None
         if f"rosen {n}" in jax_rows:

@@ -95,7 +95,7 @@ def inline_check(check, n_inputs, plan_lines):
     if any("cache=True" not in ast.unparse(d) for f in kernels + [fn] if f is not None
            for d in f.decorator_list):
         return None  # (its kernels call functions numba's cache cannot rebuild)
-    own, fixed, bound = check.parts
+    bound = check.parts[2]  # (its constants, by id)
     params = [a.arg for a in fn.args.args] if fn is not None else []
     arenas = [p for p in params if p.startswith("ar_")]
     ins = [f"a{i}p" for i in range(n_inputs)]

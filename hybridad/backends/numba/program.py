@@ -238,6 +238,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     Returns a :class:`NumbaProgram`.
     """
     users = users_of(nodes)
+    optional_outputs = () if profile else optional_outputs  # (a profile copies them all)
     # the nodes this program computes (``given`` ones an earlier program did)
     computed = [n for n in nodes if n.id not in given] if given else nodes
     from . import abi as rt
@@ -285,6 +286,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     fills = {ms[0].args[0].id for ms in acc_groups.values()
              if ms[0].args[0].op == "zeros" and len(users[ms[0].args[0].id]) == 1 and
              memplan.storage[ms[0].id] == "alias" and
+             memplan.storage[ms[0].args[0].id] == "buffer" and
              ms[0].args[0].id not in given and ms[0].args[0].id not in output_ids}
     _arena_views(w, nodes, memplan, direct, names, addresses)
     if timers is not None:
