@@ -210,6 +210,37 @@ def test_hvp_plans_check_compiled_decisions_too():
         np.testing.assert_allclose(got.hvp, want.hvp, rtol=1e-12, atol=1e-14)
 
 
+def test_hvp_plans_carry_their_check_on_the_plain_path(monkeypatch):
+    """An ``hvp=True`` plan's program carries the decisions' check too: a
+    plain call on the traced branch runs one native call (no separate check:
+    ``_specialized`` is not reached); a call that decides otherwise is routed
+    to its specialization with the buffers of the failed call untouched until
+    then; each branch matches the numpy backend, with no allocation."""
+    from hybridad.testing import count_allocations
+
+    f, (x, y) = CASES["huber"]
+    v = np.array([0.3, -0.2, 0.5])
+    plan = ha.compile(f, x, hvp=True)
+    assert plan._program.checked_parts is not None
+    res = ha.HvpResult(x)
+    plan.hvp(x, v=v, out=res)
+    with monkeypatch.context() as m:
+        m.setattr(type(plan), "_specialized", lambda *a: pytest.fail("checked apart"))
+        plan.hvp(x, v=v, out=res)
+    for p in (x, y, x, y):
+        want = ha.hvp(f, p, v=v, backend="numpy")
+        plan.hvp(p, v=v, out=res)
+        np.testing.assert_allclose(res.hvp, want.hvp, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(res.gradient, want.gradient, rtol=1e-12, atol=1e-14)
+    assert len(plan._specializations) == 1
+    for p in (x, y):
+        plan.hvp(p, v=v, out=res)
+        with count_allocations() as counts:
+            for _ in range(3):
+                plan.hvp(p, v=v, out=res)
+        assert counts.allocations == 0, (p, counts)
+
+
 def test_hessian_and_jacobian_plans_compile_their_checks():
     f, (x, y) = CASES["near_point"]
     plan = ha.compile(f, x, hessian=True)

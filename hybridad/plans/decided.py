@@ -14,11 +14,12 @@ with its own small workspace.  Its last statement raises
 :class:`~hybridad.errors.DecisionsChanged` when the sum is not zero, so the
 answer leaves the compiled call with it (no other thread's call can
 overwrite it before it is read).  The gradient program carries the same
-statements (:func:`carried_check`, :mod:`hybridad.backends.numba.prelude`):
-the plan's fast path runs them inside the program's one native call, after
-its argument checks and before anything is written, at the cost of the
-comparisons.  The other paths (the general path, Hessian, Jacobian and HVP
-plans) call the check as a program of its own before theirs.
+statements (:func:`carried_check`, :mod:`hybridad.backends.numba.prelude`),
+and so does an ``hvp=True`` plan's program: the plan's plain path runs them
+inside the program's one native call, after its argument checks and before
+anything is written, at the cost of the comparisons.  The other paths (the
+general path, Hessian and Jacobian plans) call the check as a program of its
+own before theirs.
 
 The compiled values may differ from the numpy references' in the last bit
 (fused multiply-adds, vectorized ``exp``), so a value at a rounding distance
@@ -162,11 +163,11 @@ def attach_compiled(check, specs, parallel=True, budget=None):
 def carried_check(plan, name):
     """The compiled check (of :func:`compile_decisions`) that ``plan``'s
     program ``name`` carries inside it (:mod:`hybridad.backends.numba.prelude`):
-    the gradient program's, the one its fast path calls, where the check's
-    workspace fits ``memory_budget`` twice (the program holds a copy); else
-    None."""
+    the gradient or HVP program's, the one its plain path calls, where the
+    check's workspace fits ``memory_budget`` twice (the program holds a
+    copy); else None."""
     check = getattr(plan, "_check_program", None)
-    if check is None or name != "gradient_program":
+    if check is None or name not in ("gradient_program", "hvp_program"):
         return None
     if plan.memory_budget is not None and \
             plan.memory.total_bytes + 2 * check.memory.total_bytes > plan.memory_budget:

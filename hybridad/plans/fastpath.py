@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import _tree
 from ..errors import DecisionsChanged
-from ..results import DiffResult, GradientResult
+from ..results import DiffResult, GradientResult, HvpResult
 from .validate import FLOATS as _FLOATS
 
 __all__ = ["FastPathMixin"]
@@ -106,6 +106,40 @@ class FastPathMixin:
         exec(compile("\n".join(lines) + "\n", f"<hybridad {what} {self.name}>", "exec"),
              consts)  # noqa: S102
         return consts[what]
+
+    def _hvp_plain(self, args, v, out, carried):
+        """:meth:`Plan.hvp`'s plain path: arrays, or containers of them of the
+        plan's structure, and an :class:`HvpResult` / :class:`DiffResult` of
+        one differentiated leaf go straight to the compiled program, which
+        checks every leaf (exact ndarray, shape, dtype, layout, no overlap)
+        before writing.  ``carried``: the program carries the check of the
+        plan's decisions on values (:mod:`hybridad.backends.numba.prelude`),
+        run here; where it fails, or the plain path is not taken, the
+        decisions are checked by :meth:`_specialized`.  Returns ``out`` when
+        it ran, the specialization that serves the call, or None (the
+        general path runs this plan)."""
+        prog = self._program
+        if out is not None and type(v) is np.ndarray and self.backend == "numba" and \
+                prog.objects and type(out) in (HvpResult, DiffResult) and \
+                len(self._diff_leaves) == 1 and len(out._derivs) == 2:
+            leaves = args if self._plain else self._leaves_of()(args)
+            d = out._derivs
+            try:
+                ids = [id(a) for a in leaves] + [id(v), id(out._value), id(d[0]), id(d[1])]
+                if carried:  # (raises DecisionsChanged before any write)
+                    (prog.invoke_checked if prog.heavy else prog.checked_call)(*ids)
+                else:
+                    (prog.invoke if prog.heavy else prog.fn)(*ids)
+                return out
+            except DecisionsChanged:
+                pass  # (which specialization serves: below)
+            except (TypeError, ValueError, IndexError):  # (leaves None: TypeError)
+                pass  # the general path says why
+        if carried:  # the decisions (the compiled check, else the reference)
+            plan = self._specialized(args, True)
+            if plan is not self:
+                return plan
+        return None
 
     def _fast_args(self, args, out):
         """The gradient buffer if ``args`` and ``out`` pass every check of

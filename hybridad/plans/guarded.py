@@ -157,7 +157,7 @@ class GuardsMixin:
         return self.guards.check(root, args)
 
 
-    def _check_stale(self, args, specialize=False):
+    def _check_stale(self, args, specialize=False, decisions=True):
         """Before a call: if what ``f`` reads changed since it was traced, trace
         it again; the plan keeps running when the graph came out the same, and
         raises :class:`~hybridad.errors.StalePlanError` otherwise.  Then, for a
@@ -165,13 +165,15 @@ class GuardsMixin:
         returns the plan whose decisions hold for ``args`` (``specialize``:
         this one or another specialization, built on first need); without
         ``specialize`` a call that decides otherwise raises
-        :class:`~hybridad.errors.TracingError`.  Returns the plan to run."""
+        :class:`~hybridad.errors.TracingError`; ``decisions=False``: the
+        caller checks them (its program carries their check).  Returns the
+        plan to run."""
         root = self._root if self._root is not None else self._rootref()
         if root is not None:  # (f gone: nothing can reach its closure any more)
             why = self.guards.check(root, args)
             if why is not None:
                 self._revalidate(root, args, why)
-        if self._decision_check is None:
+        if self._decision_check is None or not decisions:
             return self
         return self._specialized(args, specialize)
 

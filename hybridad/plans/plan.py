@@ -37,7 +37,7 @@ from ..core.tracer import Tracer
 from ..ir.graph import Graph, dead_code_elimination
 from ..ops.region import recompute_partials, summed_partials_in_loop
 from ..optim import UpdateRule
-from ..results import DiffResult, GradientResult, HvpResult
+from ..results import DiffResult, GradientResult
 from ..transforms import pipeline
 from ..transforms.autodiff import backward, jvp
 from ..transforms.checkpoint import checkpoint_loops
@@ -521,28 +521,16 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         if self.order != 2:
             self._refuse("hvp", "hybridad.compile(f, ..., hvp=True) or hessian=True (or "
                          "hybridad.hvp)")
+        # (a program that carries the decisions' check checks them on the plain path)
+        carried = self._decision_check is not None and \
+            getattr(self._program, "checked_parts", None) is not None
         if self._guarded:
-            plan = self._check_stale(args, specialize=True)
+            plan = self._check_stale(args, specialize=True, decisions=not carried)
             if plan is not self:
                 return plan.hvp(*args, v=v, out=out)
-        prog = self._program
-        if out is not None and type(v) is np.ndarray and self.backend == "numba" and \
-                prog.objects and type(out) in (HvpResult, DiffResult) and \
-                len(self._diff_leaves) == 1 and len(out._derivs) == 2:
-            # arrays, or containers of them of the plan's structure: the compiled
-            # program checks every leaf (exact ndarray, shape, dtype, layout, no
-            # overlap) before writing; else the general path
-            leaves = args if self._plain else self._leaves_of()(args)
-            d = out._derivs
-            try:
-                ids = [id(a) for a in leaves] + [id(v), id(out._value), id(d[0]), id(d[1])]
-                if not prog.heavy:
-                    prog.fn(*ids)
-                else:
-                    prog.invoke(*ids)
-                return out
-            except (TypeError, ValueError, IndexError):  # (leaves None: TypeError)
-                pass  # the general path says why
+        done = self._hvp_plain(args, v, out, carried)
+        if done is not None:  # out, or the specialization whose decisions hold
+            return done if done is out else done.hvp(*args, v=v, out=out)
         leaves = self._leaves(args)
         vleaves = self._tangent_leaves(v)
         if out is None:
