@@ -280,7 +280,9 @@ class HessianPlan(StagedPlan):
                     if plan._guarded:  # (this plan's guards serve its fused plan)
                         plan._check_reads(args)
                     fused = plan._fused
-                    if fused:
+                    if fused:  # (its plain path first: no decisions, this plan's guards)
+                        if fused._hvp_plain(args, v, out, False) is out and out is not None:
+                            return out
                         return fused.hvp(*args, v=v, out=out)
             result = general(plan, *args, v=v, out=out)
             if not entry:
