@@ -202,8 +202,8 @@ class FastPathMixin:
         route = "(" + "".join(x + ", " for x in arg_leaves) + ")" \
             if self._decision_check is not None else None
         wrap = "_id({})" if self._program.objects else "{}"
-        # a light program that carries the decision check (backends.numba.prelude):
-        # called with the check's slot, it raises DecisionsChanged before any write
+        # a program that carries the decision check (backends.numba.prelude): called
+        # with the check's slot, it raises DecisionsChanged before any write
         inside = route is not None and self._program.checked_parts is not None
         jitted, fixed, bound = self._program.checked_parts if inside else self._program.parts
         ns = {"_j": jitted, "_id": id, "_GR": GradientResult,

@@ -219,7 +219,7 @@ class HessianPlan(StagedPlan):
         others: the general path again)."""
         general, plan = type(self).hvp, self
         acquire, release = self._lock.acquire, self._lock.release
-        entry = []  # [the tangent's call, the programs, the point]
+        entry = []  # [the tangent's calls (full, lean), the programs, the point, scratch]
 
         def _entry():
             from ..backends.numba.link import bind
@@ -239,10 +239,11 @@ class HessianPlan(StagedPlan):
                 fixed = [*lead, *(id(a) for a in plan._point)]
                 calls.append(functools.partial(fn, *fixed) if not consts else
                              bind(fn, fixed, consts, 1, 3))  # (a partial: no frame of its own)
-            entry[:] = [*calls, programs, plan._point]
+            # (a lean call's value and gradient: the plan's scratch, not written; held)
+            sv, sg = plan._scratch_value, plan._scratch_grad
+            entry[:] = [*calls, programs, plan._point, (id(sv), id(sg), sv, sg)]
 
         nd, results = np.ndarray, (HvpResult, DiffResult)
-        sv, sg = id(self._scratch_value), id(self._scratch_grad)  # (not written by a lean call)
 
         @functools.wraps(general)
         def hvp(*args, v, out=None):
@@ -251,7 +252,7 @@ class HessianPlan(StagedPlan):
                 # buffers, or H v alone into an array)
                 if plan._guarded:  # (a retrace makes other programs: checked below)
                     plan._check_reads(plan._point_args)
-                call, lean, programs, point = entry
+                call, lean, programs, point, scratch = entry
                 if plan._programs is not programs or plan._point is not point:
                     pass  # (rebuilt: the general path)
                 elif out.__class__ in results:
@@ -269,7 +270,7 @@ class HessianPlan(StagedPlan):
                     acquire()
                     try:
                         if plan._at_point:
-                            lean(id(v), sv, sg, id(out))
+                            lean(id(v), scratch[0], scratch[1], id(out))
                             return out
                     except (TypeError, ValueError):
                         pass

@@ -372,7 +372,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
     def _compile(self, nodes, inputs, outputs, name, out_specs, in_specs=None, given=(), **opts):
         if self.backend == "numba":  # numba is imported by the first plan that needs it
             from ..backends.numba import build_program
-            with serial_loops(self._loops_serial):  # (the fast path's program: its check in it)
+            with serial_loops(self._loops_serial):  # (prelude: the decisions' check it carries)
                 prog = build_program(nodes, inputs, outputs, self.memory, self._buffers,
                                      in_specs or self._specs, out_specs, name=name,
                                      poison=self._poison, given=given, **opts,
