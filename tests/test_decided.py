@@ -297,6 +297,33 @@ def test_one_chunk_hessian_plans_that_decide_take_their_fast_entry(monkeypatch):
         want = ha.hessian(f, p, backend="numpy")
         np.testing.assert_allclose(res.hessian, want.hessian, rtol=1e-12, atol=1e-14)
     assert len(general) <= 1  # (the call at y only: routed to its own plan)
+    # the whole program carries the check: one native call, no separate check
+    whole = plan._programs["chunk+primal"]
+    assert whole.checked_parts is not None and "raise _DecisionsChanged" in whole.source
+    with monkeypatch.context() as m:
+        m.setattr(plan._decision_check.program, "parts", None)  # (a separate call would fail)
+        plan.hessian(x, out=res)
+    np.testing.assert_allclose(res.hessian, ha.hessian(f, x, backend="numpy").hessian,
+                               rtol=1e-12, atol=1e-14)
+
+
+def test_one_chunk_jacobian_plans_carry_their_check():
+    """A reverse Jacobian plan of one chunk that decided on values: its whole
+    program carries the check; each branch matches the numpy backend."""
+    def g(x):
+        return np.sin(x) * 2.0 if x[0] > 0 else x ** 3
+
+    x, y = np.array([0.5, 1.0, 2.0]), np.array([-0.5, 1.0, 2.0])
+    plan = ha.compile(g, x, jacobian=True)
+    res = ha.JacobianResult(x, np.zeros(3))
+    for _ in range(2):
+        plan.jacobian(x, out=res)
+    whole = plan._programs.get("chunk+primal")
+    assert whole is not None and whole.checked_parts is not None
+    for p in (x, y, x, y):
+        plan.jacobian(p, out=res)
+        want = ha.jacobian(g, p, backend="numpy")
+        np.testing.assert_allclose(res.jacobian, want.jacobian, rtol=1e-12, atol=1e-14)
 
 
 def _big(x):

@@ -15,11 +15,12 @@ with its own small workspace.  Its last statement raises
 answer leaves the compiled call with it (no other thread's call can
 overwrite it before it is read).  The gradient program carries the same
 statements (:func:`carried_check`, :mod:`hybridad.backends.numba.prelude`),
-and so does an ``hvp=True`` plan's program: the plan's plain path runs them
+and so do an ``hvp=True`` plan's program and a staged plan's whole program
+(a one-chunk Hessian or reverse Jacobian): the plan's plain path runs them
 inside the program's one native call, after its argument checks and before
 anything is written, at the cost of the comparisons.  The other paths (the
-general path, Hessian and Jacobian plans) call the check as a program of its
-own before theirs.
+general path, staged plans' other programs) call the check as a program of
+its own before theirs.
 
 The compiled values may differ from the numpy references' in the last bit
 (fused multiply-adds, vectorized ``exp``), so a value at a rounding distance
@@ -47,7 +48,7 @@ from ..core.tracer import Tracer
 from ..errors import DecisionsChanged
 from ..transforms import pipeline
 
-__all__ = ["attach", "attach_compiled", "carried_check", "compile_decisions"]
+__all__ = ["attach", "carried_check", "compile_decisions"]
 
 _LOG = logging.getLogger("hybridad")
 
@@ -155,19 +156,16 @@ def attach(check, program):
         check.program, check.compiled = program, holds(program)
 
 
-def attach_compiled(check, specs, parallel=True, budget=None):
-    """Give ``check`` its compiled form where :func:`compile_decisions` makes one."""
-    attach(check, compile_decisions(check, specs, parallel, budget))
-
-
 def carried_check(plan, name):
     """The compiled check (of :func:`compile_decisions`) that ``plan``'s
     program ``name`` carries inside it (:mod:`hybridad.backends.numba.prelude`):
-    the gradient or HVP program's, the one its plain path calls, where the
-    check's workspace fits ``memory_budget`` twice (the program holds a
-    copy); else None."""
+    the gradient or HVP program's, or a staged plan's whole program (its
+    primal and one chunk: a dense Hessian's or reverse Jacobian's one-chunk
+    entry) -- the ones a plain path calls -- where the check's workspace fits
+    ``memory_budget`` twice (the program holds a copy); else None."""
     check = getattr(plan, "_check_program", None)
-    if check is None or name not in ("gradient_program", "hvp_program"):
+    if check is None or not (name in ("gradient_program", "hvp_program") or
+                             name.endswith("_whole")):
         return None
     if plan.memory_budget is not None and \
             plan.memory.total_bytes + 2 * check.memory.total_bytes > plan.memory_budget:

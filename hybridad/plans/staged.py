@@ -52,7 +52,7 @@ from ..errors import CompileBudgetError, DecisionsChanged
 from ..ir.graph import Graph, check
 from ..ops import REGISTRY, may_raise
 from ..results import DiffResult
-from .decided import attach_compiled
+from .decided import attach, compile_decisions
 from .plan import Plan, serialized
 from .validate import check_results
 
@@ -161,16 +161,20 @@ def _dependents(nodes, seeds):
 WHOLE = "+primal"
 
 
-def direct_call(prog, lean=False):
+def direct_call(prog, lean=False, checked=False):
     """``(fn, lead, consts)``: a compiled program called as
     ``fn(*lead, *ids of inputs, *consts, *ids of outputs)`` -- a heavy one
     by its ``invoke`` (its lock and thread count: the whole call), a light
     one by its dispatcher itself, as the gradient's fast path calls it.
     ``lean``: the call that skips the copies of its optional outputs (a
-    stage program's primal outputs, see :meth:`StagedPlan._program_for`)."""
+    stage program's primal outputs, see :meth:`StagedPlan._program_for`);
+    ``checked``: the call that runs the decision check the program carries
+    first (:mod:`hybridad.backends.numba.prelude`)."""
     if prog.heavy:
-        return (prog.invoke_lean if lean else prog.invoke), (), ()
-    own, lead, consts = prog.lean_parts if lean else prog.parts
+        return (prog.invoke_lean if lean else prog.invoke_checked if checked else
+                prog.invoke), (), ()
+    own, lead, consts = prog.lean_parts if lean else prog.checked_parts if checked else \
+        prog.parts
     return own, tuple(lead), tuple(consts)
 
 
@@ -194,7 +198,10 @@ class StagedPlan(Plan):
             self._decision_check = DecisionCheck(trace.decisions)
             self._guarded = True
             if self.backend == "numba" and getattr(self, "memory_budget", None) is None:
-                attach_compiled(self._decision_check, self._specs, self.parallel)
+                # (kept: the whole program carries it, decided.carried_check)
+                self._check_program = compile_decisions(self._decision_check, self._specs,
+                                                        self.parallel)
+                attach(self._decision_check, self._check_program)
 
     def _routed(self, args):
         """The plan that serves ``args``: this one, or -- when ``f`` took Python
@@ -354,9 +361,10 @@ class StagedPlan(Plan):
         plan's lock, with none of the general path's Python -- the program
         checks every array (exact ndarray, shape, dtype, layout, writeable
         results, no overlaps) before it writes.  A plan that decides on values
-        runs its compiled decision check first (:mod:`.decided`: it raises when
-        a decision changed, and the call then takes ``general``, which routes
-        it); anything else -- no compiled check, any call a check turns down
+        runs its compiled decision check first -- inside the whole program
+        where it carries it, else as a call of its own (:mod:`.decided`: it
+        raises when a decision changed, and the call then takes ``general``,
+        which routes it); anything else -- no compiled check, any call a check turns down
         -- takes ``general``.  The entry is taken after the general path
         compiled the program, and held with the programs it was made for."""
         lock, plan, name = self._lock, self, "chunk" + WHOLE
@@ -370,11 +378,12 @@ class StagedPlan(Plan):
             if prog is None or not prog.objects or plan._can_fail(name):
                 return
             check = plan._decision_check
-            if check is not None:
+            carried = check is not None and prog.checked_parts is not None
+            if check is not None and not carried:  # (carried: checked in the one call)
                 if check.program is None or not check.program.objects:
                     return  # (the reference check: the general path)
                 checked[0] = (*direct_call(check.program), id(check.program.flag))
-            state[0] = (programs, *direct_call(prog), make_seed())
+            state[0] = (programs, *direct_call(prog, checked=carried), make_seed(), carried)
 
         def holds(ids):
             gfn, glead, gconsts, flag = checked[0]
@@ -388,7 +397,7 @@ class StagedPlan(Plan):
         def call(*args, out=None):
             st = state[0]
             if st is not None and out.__class__ is result_cls and plan._twin is None:
-                programs, fn, lead, consts, seed = st
+                programs, fn, lead, consts, seed, carried = st
                 check = plan._decision_check  # (with a compiled check: _entry made state)
                 if plan._programs is programs:
                     if plan._guarded:
@@ -398,14 +407,14 @@ class StagedPlan(Plan):
                     d = out._derivs
                     ids = None if leaves is None else [id(a) for a in leaves]
                     if ids is not None and len(d) == n_derivs and \
-                            (check is None or holds(ids)):
+                            (check is None or carried or holds(ids)):
                         with lock:
-                            try:
+                            try:  # (a carried check raises before the program writes)
                                 fn(*lead, *ids, id(seed), *consts, id(out._value),
                                    *[id(b) for b in d])
                                 plan._at_point = False
                                 return out
-                            except (TypeError, ValueError):
+                            except (TypeError, ValueError, DecisionsChanged):
                                 pass
             result = general(plan, *args, out=out)
             if state[0] is None:
