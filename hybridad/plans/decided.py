@@ -167,7 +167,7 @@ def carried_check(plan, name):
     if check is None or not (name in ("gradient_program", "hvp_program") or
                              name.endswith("_whole")):
         return None
-    if plan.memory_budget is not None and \
-            plan.memory.total_bytes + 2 * check.memory.total_bytes > plan.memory_budget:
+    budget = getattr(plan, "memory_budget", None)
+    if budget is not None and plan.memory.total_bytes + 2 * check.memory.total_bytes > budget:
         return None
     return check
