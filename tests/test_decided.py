@@ -307,6 +307,30 @@ def test_one_chunk_hessian_plans_that_decide_take_their_fast_entry(monkeypatch):
                                rtol=1e-12, atol=1e-14)
 
 
+def test_one_chunk_hessian_entry_with_its_check_apart(monkeypatch):
+    """Where the whole program cannot carry the check (inline_check says None),
+    the one-chunk entry runs the compiled check as a call of its own
+    (``check.compiled``) and then the program; a call that decides otherwise
+    takes the general path, which routes it."""
+    import hybridad.backends.numba.program as P
+
+    monkeypatch.setattr(P, "inline_check", lambda *a: None)
+    f, (x, y) = CASES["near_point"]
+    plan = ha.compile(f, x, hessian=True)
+    res = ha.HessianResult(x)
+    for _ in range(2):
+        plan.hessian(x, out=res)
+    assert plan._programs["chunk+primal"].checked_parts is None
+    general = []
+    real = plan._check
+    monkeypatch.setattr(plan, "_check", lambda *a, **k: general.append(1) or real(*a, **k))
+    for p in (x, x, y, x):
+        plan.hessian(p, out=res)
+        want = ha.hessian(f, p, backend="numpy")
+        np.testing.assert_allclose(res.hessian, want.hessian, rtol=1e-12, atol=1e-14)
+    assert len(general) <= 1  # (the call at y only: routed to its own plan)
+
+
 def test_one_chunk_jacobian_plans_carry_their_check():
     """A reverse Jacobian plan of one chunk that decided on values: its whole
     program carries the check; each branch matches the numpy backend."""
@@ -378,3 +402,20 @@ def test_the_check_is_carried_only_where_the_budget_holds_it_twice():
             res = ha.GradientResult(p)
             plan.gradient(p, out=res)
             np.testing.assert_allclose(res.gradient, want.gradient, rtol=1e-13)
+
+
+def test_a_float32_plan_carries_its_check():
+    """float32 arguments: the carried check decides as the standalone one, and
+    each branch's gradient matches the numpy backend."""
+    f, (x, y) = CASES["near_point"]
+    x32, y32 = x.astype(np.float32), y.astype(np.float32)
+    plan = ha.compile(f, x32)
+    assert plan._program.checked_parts is not None
+    check = plan._decision_check
+    for p in (x32, y32):
+        assert _carried(plan, [p]) == check.compiled([p])
+    res = ha.GradientResult(x32)
+    for p in (x32, y32, x32):
+        plan.gradient(p, out=res)
+        want = ha.gradient(f, p, backend="numpy")
+        np.testing.assert_allclose(res.gradient, want.gradient, rtol=1e-5, atol=1e-6)

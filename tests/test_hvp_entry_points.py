@@ -284,3 +284,20 @@ def test_h_v_alone_from_a_parallel_tangent_program():
     hv = np.zeros_like(x)
     p.hvp(v=v, out=hv)
     np.testing.assert_array_equal(hv, want)
+
+
+def test_h_v_alone_in_float32():
+    """float32: the lean tangent call's ``H v`` is the full call's, in float32,
+    and a float64 array is refused by name (the plan's dtype is float32)."""
+    x, v, y = X.astype(np.float32), V.astype(np.float32), Y.astype(np.float32)
+    p = ha.compile(rosen, x, hessian=True)
+    p.linearize(y)
+    full = p.hvp(v=v)
+    hv = np.zeros(N, np.float32)
+    p.hvp(v=v, out=hv)
+    p.hvp(v=v, out=hv)  # (the lean entry, made by the first call)
+    assert hv.dtype == np.float32
+    np.testing.assert_array_equal(hv, full.hvp)
+    np.testing.assert_allclose(hv, _fd_hvp(Y, V), rtol=2e-3, atol=2e-2)
+    with pytest.raises(ValueError, match="out"):
+        p.hvp(v=v, out=np.zeros(N))

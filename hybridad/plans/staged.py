@@ -370,7 +370,6 @@ class StagedPlan(Plan):
         lock, plan, name = self._lock, self, "chunk" + WHOLE
         unpack = self._leaves_of()
         state = [None]  # (programs, the program's call, leading and trailing arguments, seed)
-        checked = [None]  # the compiled decision check's call, leading and trailing arguments
 
         def _entry():
             programs = plan._programs
@@ -379,19 +378,9 @@ class StagedPlan(Plan):
                 return
             check = plan._decision_check
             carried = check is not None and prog.checked_parts is not None
-            if check is not None and not carried:  # (carried: checked in the one call)
-                if check.program is None or not check.program.objects:
-                    return  # (the reference check: the general path)
-                checked[0] = (*direct_call(check.program), id(check.program.flag))
+            if check is not None and not carried and check.program is None:
+                return  # (the reference check alone: the general path)
             state[0] = (programs, *direct_call(prog, checked=carried), make_seed(), carried)
-
-        def holds(ids):
-            gfn, glead, gconsts, flag = checked[0]
-            try:
-                gfn(*glead, *ids, *gconsts, flag)
-                return True
-            except (DecisionsChanged, TypeError, ValueError):
-                return False
 
         @functools.wraps(general)
         def call(*args, out=None):
@@ -407,7 +396,7 @@ class StagedPlan(Plan):
                     d = out._derivs
                     ids = None if leaves is None else [id(a) for a in leaves]
                     if ids is not None and len(d) == n_derivs and \
-                            (check is None or carried or holds(ids)):
+                            (check is None or carried or check.compiled(leaves)):
                         with lock:
                             try:  # (a carried check raises before the program writes)
                                 fn(*lead, *ids, id(seed), *consts, id(out._value),
