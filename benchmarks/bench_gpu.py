@@ -7,7 +7,12 @@ Workloads (float64 unless ``--float32``):
   10^5 samples, gradient w.r.t. its six weight and bias arrays;
 * ``dense chain n=1e6`` -- ``x_i = x_0 + ... + x_{i-1}`` for 20 layers,
   ``f = sum(tanh(x_20))`` (bench_memory's): the peak device memory of one
-  gradient is the figure here.
+  gradient is the figure here;
+* ``euler loop T=100`` -- 100 explicit Euler steps of a batch of states,
+  ``X <- X + 0.01 tanh(X W)`` (B x 64 states, 64 x 64 ``W``), stated as a
+  loop (``hybridad.fori_loop``, ``jax.lax.fori_loop``; a Python loop for
+  torch), ``f = sum(X_T^2)``, gradient w.r.t. ``X_0`` and ``W``: the host
+  launches the body per step on hybridad's plan.
 
 Rows: hybridad (``ha.compile`` on cupy arrays, ``plan.gradient(x, out=res)``),
 hybridad with ``cuda_graph=True``, ``torch`` (autograd on CUDA tensors) and
@@ -56,6 +61,26 @@ def chain(x0, xp=np):
     return xp.sum(xp.tanh(xs[-1]))
 
 
+def _fori(xp):
+    """The loop primitive that goes with array module ``xp``."""
+    if xp is np:
+        return ha.fori_loop
+    if xp.__name__.startswith("jax"):
+        import jax
+
+        return jax.lax.fori_loop
+
+    def fori(lower, upper, body, init):  # (torch: a Python loop on its tape)
+        for i in range(lower, upper):
+            init = body(i, init)
+        return init
+    return fori
+
+
+def euler_loop(X, W, xp=np):
+    return xp.sum(_fori(xp)(0, 100, lambda i, x: x + 0.01 * xp.tanh(x @ W), X) ** 2)
+
+
 def workloads(quick, dtype):
     rng = np.random.default_rng(0)
     n = 10**6 if quick else 10**7
@@ -71,6 +96,9 @@ def workloads(quick, dtype):
         f"expsum n={n:.0e}": (expsum, [rng.uniform(-1, 1, n).astype(dtype)], (0,)),
         f"mlp B={batch:.0e}": (_harness.mlp, cast, tuple(range(6))),
         "dense chain n=1e6": (chain, [rng.uniform(-1, 1, 10**6).astype(dtype) * 1e-6], (0,)),
+        f"euler loop T=100 B={batch // 10:.0e}": (
+            euler_loop, [rng.standard_normal((batch // 10, 64)).astype(dtype),
+                         (rng.standard_normal((64, 64)) / 8).astype(dtype)], (0, 1)),
     }
 
 

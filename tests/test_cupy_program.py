@@ -249,3 +249,115 @@ def test_without_a_gpu_the_backend_says_why(monkeypatch):
 def test_cuda_graph_needs_the_gpu_backend():
     with pytest.raises(ValueError, match="cuda_graph"):
         ha.compile(exp_sum, rand((5,)), cuda_graph=True)
+
+
+# -- loops: the host runs the iterations, each launching the body's program ---------
+
+def _loop_pairs():
+    from test_loops import PAIRS
+
+    return PAIRS
+
+
+def rolled_python_loop(x, W):
+    # 40 steps of a product: rolled by the plan (hybridad.transforms.rolling)
+    for _ in range(40):
+        x = x + 0.05 * np.tanh(W @ x)
+    return np.sum(x ** 2)
+
+
+def broken_python_loop(x, W):
+    # step 40 differs: the runs on either side roll, step 40 stays as traced
+    for i in range(80):
+        x = x + 0.05 * np.tanh(W @ x)
+        if i == 40:
+            x = np.sin(x) * 1.5
+    return np.sum(x ** 2)
+
+
+@pytest.mark.parametrize("pair", range(5), ids=["euler", "scan", "reverse", "indexed",
+                                                 "nested"])
+def test_gradient_through_loops_matches_the_numpy_backend(pair):
+    from test_loops import W0, X0, _fd_grad
+
+    loop, _ = _loop_pairs()[pair]
+    plan = check_against_numpy(loop, (X0, W0), (0, 1))
+    assert any(n.op == "loop" for n in plan.graph.nodes)
+    res = plan.gradient(X0, W0)
+    for i in (0, 1):
+        np.testing.assert_allclose(res.gradient[i], _fd_grad(loop, [X0, W0], i), rtol=1e-6,
+                                   atol=1e-8)
+    out = ha.GradientResult((X0, W0))
+    assert_no_alloc(plan.gradient, X0, W0, out=out, n=5)
+
+
+@pytest.mark.parametrize("f", [rolled_python_loop, broken_python_loop],
+                         ids=["rolled", "broken"])
+def test_python_loops_roll_on_the_gpu_program(f, monkeypatch):
+    from test_loops import W0, X0, _fd_grad
+
+    plan = check_against_numpy(f, (X0, W0), (0, 1))
+    loops = [n for n in plan.graph.nodes if n.op == "loop"]
+    assert len(loops) == (2 if f is rolled_python_loop else 4)  # (forward and reverse)
+    monkeypatch.setenv("HYBRIDAD_ROLL", "0")  # the unrolled plan, on this backend
+    unrolled = ha.compile(f, X0, W0, argnums=(0, 1), backend="cupy")
+    assert not any(n.op == "loop" for n in unrolled.graph.nodes)
+    a, b = plan.gradient(X0, W0), unrolled.gradient(X0, W0)
+    for i in (0, 1):
+        np.testing.assert_allclose(a.gradient[i], b.gradient[i], rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(a.gradient[i], _fd_grad(f, [X0, W0], i), rtol=1e-6,
+                                   atol=1e-8)
+
+
+def test_second_order_through_loops():
+    from test_loops import W0, X0, euler_loop, scan_loop
+
+    v = rand(X0.shape, seed=5)
+    for f in (euler_loop, scan_loop):
+        want = ha.hessian(f, X0, W0, backend="numpy").hessian
+        got = ha.hessian(f, X0, W0, backend="cupy").hessian
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
+        np.testing.assert_allclose(ha.hvp(f, X0, v, W0, backend="cupy").hvp, want @ v,
+                                   rtol=1e-11, atol=1e-12)
+        eps = 1e-6  # a column from finite differences of the gradient
+        e = np.zeros_like(X0)
+        e[0] = eps
+        col = (ha.gradient(f, X0 + e, W0, backend="numpy").gradient -
+               ha.gradient(f, X0 - e, W0, backend="numpy").gradient) / (2 * eps)
+        np.testing.assert_allclose(got[:, 0], col, rtol=1e-5, atol=1e-7)
+
+
+def test_checkpointed_loop_under_a_memory_budget():
+    from test_loops import W0, X0
+
+    def f(x, W):
+        return np.sum(ha.fori_loop(0, 200, lambda i, x: x + 0.01 * np.tanh(W @ x), x) ** 2)
+
+    stored = ha.compile(f, X0, W0, backend="cupy")
+    plan = ha.compile(f, X0, W0, backend="cupy", memory_budget=4000)
+    assert plan.memory.total_bytes <= 4000 < stored.memory.total_bytes
+    np.testing.assert_allclose(plan.gradient(X0, W0).gradient,
+                               ha.gradient(f, X0, W0, backend="numpy").gradient,
+                               rtol=1e-12, atol=1e-14)
+
+
+def test_a_loop_bodys_library_calls_reach_the_cuda_graph_capture():
+    # cuBLAS cannot be captured: a capture (CudaGraphRunner) records each
+    # library call between its graphs -- a loop body's matmul included
+    from test_loops import W0, X0, euler_loop
+
+    plan = ha.compile(euler_loop, X0, W0, backend="cupy")
+    want = plan.gradient(X0, W0).gradient.copy()
+    calls = []
+
+    def record(fn, *args):  # (recorded, then run: the emulation has no graph to replay)
+        calls.append(fn)
+        fn(*args)
+
+    cupy_backend._CAPTURE.record = record
+    try:
+        got = plan.gradient(X0, W0).gradient
+    finally:
+        cupy_backend._CAPTURE.record = None
+    np.testing.assert_array_equal(got, want)
+    assert len(calls) >= 12  # the body's product at each of the 12 iterations

@@ -163,3 +163,41 @@ def test_hessian_hvp_and_jacobian_on_the_device(cp):
         np.testing.assert_allclose(cp.asnumpy(ha.jacobian(vec, xd[:5], mode=mode).jacobian),
                                    ha.jacobian(vec, x[:5], mode=mode, backend="numpy").jacobian,
                                    rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["euler", "scan", "nested", "rolled"])
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_loops_on_the_device(cp, name, cuda_graph):
+    # the host runs the iterations, each launching the body's kernels; with
+    # cuda_graph=True the iterations are captured (the body's matmuls between
+    # the graph's segments); no device allocation per call
+    from test_cupy_program import rolled_python_loop
+    from test_loops import W0, X0, euler_loop, nested_loop, scan_loop
+
+    f = {"euler": euler_loop, "scan": scan_loop, "nested": nested_loop,
+         "rolled": rolled_python_loop}[name]
+    args = _on_device(cp, (X0, W0))
+    plan = ha.compile(f, *args, argnums=(0, 1), cuda_graph=cuda_graph)
+    assert any(n.op == "loop" for n in plan.graph.nodes)
+    res = plan.new_result()
+    for _ in range(3):
+        plan.gradient(*args, out=res)
+    cp.cuda.Device().synchronize()
+    with CountingHook(cp) as hook:
+        for _ in range(10):
+            plan.gradient(*args, out=res)
+        cp.cuda.Device().synchronize()
+    assert hook.mallocs == 0
+    ref = ha.gradient(f, X0, W0, argnums=(0, 1), backend="numpy")
+    np.testing.assert_allclose(float(res.value), float(ref.value), rtol=1e-12)
+    for g, r in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(cp.asnumpy(g), r, rtol=1e-11, atol=1e-13)
+
+
+def test_hessian_through_a_loop_on_the_device(cp):
+    from test_loops import W0, X0, euler_loop
+
+    got = ha.hessian(euler_loop, *_on_device(cp, (X0, W0)))
+    want = ha.hessian(euler_loop, X0, W0, backend="numpy")
+    np.testing.assert_allclose(cp.asnumpy(got.hessian), want.hessian, rtol=1e-11,
+                               atol=1e-12)

@@ -254,11 +254,19 @@ def test_a_python_decision_on_a_loop_value():
                                        atol=1e-8)
 
 
-def test_loops_are_refused_on_the_gpu_backend_by_name():
+def test_the_gpu_backend_checks_what_a_loop_body_runs():
+    # loops run there (tests/test_cupy_program.py); a body op it cannot run
+    # (host LAPACK) is refused by name, as it is outside a loop
     from hybridad.backends.cuda.program import check_supported
 
-    plan = ha.compile(euler_loop, X0, W0, backend="numpy")
-    with pytest.raises(NotImplementedError, match="fori_loop"):
+    check_supported(ha.compile(euler_loop, X0, W0, backend="numpy").graph.nodes)
+
+    def solves(x, W):
+        return np.sum(ha.fori_loop(0, 3, lambda i, x: np.linalg.solve(W + 4 * np.eye(N), x),
+                                   x))
+
+    plan = ha.compile(solves, X0, W0, backend="numpy")
+    with pytest.raises(NotImplementedError, match="np.linalg's solve .*backend='cupy'"):
         check_supported(plan.graph.nodes)
 
 

@@ -11,7 +11,9 @@ written in place into its row of the loop's value.  Nothing is allocated per
 call.  The body's program, and so the time to build it, do not depend on the
 trip count.
 
-The numpy program calls the runner as the node's function; the numba plan
+The numpy program calls the runner as the node's function, and so does the
+GPU program (``"cupy"``: the body is a GPU program of its own, its kernels
+launched per iteration from the host, its buffers on the device); the numba plan
 function calls it in object mode (one switch to Python per loop, not per
 iteration) through a module-level name the generated source binds from the
 runner's key (:func:`runner_for`), so the plan's source, and numba's disk
@@ -23,6 +25,7 @@ body's workspace is one).
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import math
 import operator
@@ -53,14 +56,22 @@ def _key(node, backend):
     return hashlib.sha1(repr(head).encode()).hexdigest()
 
 
-def runner(node, backend):
-    """The runner of loop ``node`` on ``backend`` (``"numpy"`` or ``"numba"``:
-    its :data:`COMPILERS` entry), compiled on first use and shared."""
+def runner(node, backend, device=None):
+    """The runner of loop ``node`` on ``backend`` (``"numpy"``, ``"numba"`` or
+    ``"cupy"``: its :data:`COMPILERS` entry), compiled on first use and
+    shared.  ``device``: the GPU program's ``(array module, launcher)``, for
+    ``"cupy"`` (runners are shared per kind of both)."""
+    xp = np
+    compile_body = COMPILERS[backend]
+    if device is not None:
+        xp, launcher = device
+        backend = f"{backend}/{xp.__name__}/{type(launcher).__qualname__}"
+        compile_body = functools.partial(compile_body, device=device)
     key = _key(node, backend)
     with _LOCK:
         hit = _RUNNERS.get(key)
     if hit is None:
-        hit = LoopRunner(node, key, COMPILERS[backend])
+        hit = LoopRunner(node, key, compile_body, xp)
         with _LOCK:
             hit = _RUNNERS.setdefault(key, hit)
         hit.prepare()
@@ -132,18 +143,19 @@ class LoopRunner:
     Call as ``runner(out, *operands)``: ``out`` is the loop node's buffer,
     the operands its carries' initial values, its xs and its constants."""
 
-    def __init__(self, node, key, compile_body):
+    def __init__(self, node, key, compile_body, xp=np):
         a = node.attrs
         self.key = key
+        self._xp = xp  # the array module of its buffers (cupy's on the GPU)
         self.body = body = a["body"]
         self.length, self.start, self.reverse = a["length"], a["start"], a["reverse"]
         self.call, self._prog, parts, self._make_driver = compile_body(body.graph)
         self._lock = threading.RLock()
         outs = body.graph.outputs
         nc = body.n_carry
-        self._carries = [[np.empty(n.shape, n.dtype) for n in outs[:nc]] for _ in range(2)]
+        self._carries = [[xp.empty(n.shape, n.dtype) for n in outs[:nc]] for _ in range(2)]
         # the iteration index, row t of an array: (an xs of the body, in effect)
-        steps = np.arange(self.start, self.start + self.length, dtype=np.int64)
+        steps = xp.arange(self.start, self.start + self.length, dtype=np.int64)
         self._index_rows = [steps[t, ...] for t in range(self.length)] if body.index else []
         # numba's body: (dispatcher, fixed, bound) called on argument lists made
         # once (see _iterations), or None: the Python loop over ``call``
@@ -162,6 +174,9 @@ class LoopRunner:
         self._wholes = {}
 
     def _canonical(self, pos, a):
+        xp = self._xp
+        if xp is not np:  # (device arrays: the body's kernels read any strides)
+            return a
         if a.flags.c_contiguous and a.flags.aligned and a.dtype.isnative and \
                 type(a) is np.ndarray:
             return a
@@ -317,10 +332,12 @@ class LoopRunner:
         ``finals``."""
         first, last = self._carries[0], self._carries[self.length % 2]
 
+        copyto = self._xp.copyto
+
         def whole():
             for c, a in zip(first, starts, strict=True):
-                np.copyto(c, a)
+                copyto(c, a)
             run()
             for dst, src in zip(finals, last, strict=True):
-                np.copyto(dst, src)
+                copyto(dst, src)
         return whole

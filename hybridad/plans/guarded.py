@@ -121,7 +121,7 @@ class GuardsMixin:
             self._gcheck = self.guards._check
             return replay.emit(trace)
         out, self.guards, self._signature = self._observe_f(f, targs, trace)
-        if self.backend in ("numpy", "numba") and not trace.decisions and rolling.enabled():
+        if not trace.decisions and rolling.enabled():
             (out.node,) = rolling.roll_loops(trace, [out.node])
         self._guarded = self.guards.count > 0
         self._gcheck = self.guards._check  # the compiled check (generated fast paths)

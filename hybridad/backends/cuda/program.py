@@ -29,6 +29,8 @@ builds the same CUDA source into a host library with nvcc
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ...ops import REGISTRY
@@ -78,7 +80,9 @@ DEVICE_OPS = {
     **dict.fromkeys(LAPACK_OPS, "host"),
     "host_ufunc": "host",  # a numpy/scipy ufunc on host arrays
     "host_call": "host",  # a numpy/scipy function on host arrays
-    "loop": "host",  # hybridad.fori_loop / scan: its body runs on the CPU backends only
+    #: hybridad.fori_loop / scan, rolled loops: the host runs the iterations, each
+    #: one launching the body's program (its kernels; :func:`compile_loop_body`)
+    "loop": "loop",
 }
 
 
@@ -95,15 +99,14 @@ def check_supported(nodes):
             raise NotImplementedError(
                 f"{name} (at {n.attrs['where']}) has no rules in hybridad and runs "
                 "on host arrays only; backend='cupy' cannot run it: use backend='numba'")
-        if how == "host" and n.op == "loop":
-            raise NotImplementedError(
-                "loops (hybridad.fori_loop, hybridad.scan) do not run on backend='cupy' yet; "
-                "use backend='numba'")
+        if how == "loop":  # (what its body runs, said as for the plan's own nodes)
+            check_supported(n.attrs["body"].graph.nodes)
+            continue
         if how == "host":
             raise NotImplementedError(
                 f"np.linalg's {n.op} is not implemented on backend='cupy' yet (hybridad runs "
                 "it through host LAPACK); use backend='numba'")
-        if how not in ("kernel", "cupy", "cublas"):
+        if how not in ("kernel", "cupy", "cublas", "loop"):
             raise NotImplementedError(f"backend='cupy' has no way to run op {n.op!r}")
 
 
@@ -172,9 +175,21 @@ class CupyLauncher(Launcher):
         return calls
 
 
+#: the capture under way in this thread (:class:`CudaGraphRunner`): its recorder
+#: of library calls, or None
+_CAPTURE = threading.local()
+
+
 def run_library_call(fn, *args):
-    """``_lib`` of a GPU program outside a capture: the call, now."""
-    fn(*args)
+    """``_lib`` of a GPU program: the call, now -- or, while this thread
+    captures a CUDA graph, handed to the capture's recorder (a loop body's
+    program, which a plan's program calls per iteration, makes its library
+    calls through here too)."""
+    record = getattr(_CAPTURE, "record", None)
+    if record is None:
+        fn(*args)
+    else:
+        record(fn, *args)
 
 
 class RegionCalls:
@@ -355,7 +370,6 @@ class CudaGraphRunner:
         import cupy
 
         stream = self.stream or cupy.cuda.Stream()
-        ns = self.fn.__globals__
         steps = []
 
         def record(fn, *args):
@@ -364,12 +378,12 @@ class CudaGraphRunner:
             stream.begin_capture()
 
         with stream:
-            ns["_lib"] = record
+            _CAPTURE.record = record
             stream.begin_capture()
             try:
                 self.fn(*arrays)
             finally:
-                ns["_lib"] = run_library_call
+                _CAPTURE.record = None
                 steps.append(("graph", stream.end_capture()))
         self.steps, self.key, self.stream = steps, tuple(a.data.ptr for a in arrays), stream
 
