@@ -317,6 +317,38 @@ def test_explicit_plan_keeps_running_when_the_graph_is_the_same():
         plan.gradient(X)
 
 
+@pytest.mark.parametrize("form", ["fori_loop", "scan", "python"])
+def test_a_plan_with_loops_keeps_running_when_the_graph_is_the_same(form):
+    # a loop's body is compared by its content: each trace makes its own
+    # (a retrace gave a new body object, and the plan raised StalePlanError)
+    state = {"unused": 1.0, "dt": 0.1}
+    W = np.array([[0.5, -0.2, 0.1], [0.3, 0.4, -0.6], [0.0, 0.2, 0.9]])
+
+    def step(x):
+        return x + state["dt"] * np.tanh(W @ x)
+
+    def f(x):
+        if state["unused"] > 10:  # read, but the branch is the same
+            return np.sum(x)
+        if form == "fori_loop":
+            x = ha.fori_loop(0, 60, lambda i, x: step(x), x)
+        elif form == "scan":
+            x, _ = ha.scan(lambda x, r: (step(x) * r, None), x, np.linspace(0.9, 1.0, 60))
+        else:
+            for _ in range(60):  # rolled by the plan
+                x = step(x)
+        return np.sum(x ** 2)
+
+    plan = ha.compile(f, X, backend="numpy")
+    assert any(n.op == "loop" for n in plan.graph.nodes)
+    want = plan.gradient(X).gradient.copy()
+    state["unused"] = 2.0
+    np.testing.assert_array_equal(plan.gradient(X).gradient, want)
+    state["dt"] = 0.2  # a constant of the body: a different graph
+    with pytest.raises(StalePlanError, match="different graph"):
+        plan.gradient(X)
+
+
 def test_hessian_hvp_jacobian_scipy():
     m = Model()
     h1 = ha.hessian(m.loss, X).hessian.copy()

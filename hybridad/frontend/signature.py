@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops.loop import LoopBody
 from .guard_walk import _SCALARS
 
 __all__ = ["attr_signature", "signature"]
@@ -61,4 +62,6 @@ def attr_signature(v):
         return ("dict",) + tuple((k, attr_signature(x)) for k, x in sorted(v.items()))
     if isinstance(v, np.ndarray):
         return ("array", v.dtype.str, v.shape, v.tobytes() if not v.dtype.hasobject else id(v))
+    if isinstance(v, LoopBody):  # by its content: each trace of a loop makes its own
+        return ("body", v.key)
     return ("object", id(v))  # compared by identity: a new one means a new plan

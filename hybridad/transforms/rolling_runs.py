@@ -10,7 +10,6 @@ import numpy as np
 
 from ..frontend.signature import attr_signature
 from ..ir.registry import REGISTRY
-from ..ops.loop import LoopBody
 
 __all__ = ["MIN_NODES", "MIN_TRIPS"]
 
@@ -25,9 +24,9 @@ _REACH = 8
 
 
 def _attr_key(value):
-    """An attribute as the plan's graph signature compares it, a loop body by
-    its content (each iteration traced its own)."""
-    return ("body", value.key) if isinstance(value, LoopBody) else attr_signature(value)
+    """An attribute as the plan's graph signature compares it (a loop body by
+    its content: each iteration traced its own)."""
+    return attr_signature(value)
 
 
 def _attrs_key(node):
