@@ -90,6 +90,8 @@ class GuardsMixin:
     #: whether :meth:`_trace_f` keeps a recording of the trace (``_recording``)
     _records = False
     _recording = None
+    #: whether its traces roll their loops (``HYBRIDAD_ROLL`` when it was built)
+    _rolls = True
 
     @classmethod
     def _from_recording(cls, recording, *args, **kwargs):
@@ -120,9 +122,8 @@ class GuardsMixin:
             self._guarded = False
             self._gcheck = self.guards._check
             return replay.emit(trace)
+        self._rolls = rolling.enabled()  # (kept: a retrace rolls as this trace did)
         out, self.guards, self._signature = self._observe_f(f, targs, trace)
-        if not trace.decisions and rolling.enabled():
-            (out.node,) = rolling.roll_loops(trace, [out.node])
         self._guarded = self.guards.count > 0
         self._gcheck = self.guards._check  # the compiled check (generated fast paths)
         if self._records:  # before the backend's passes rewrite nodes in place
@@ -132,7 +133,9 @@ class GuardsMixin:
 
     def _observe_f(self, f, targs, trace):
         """``(output, guards, signature)`` of ``f(*targs)`` traced into ``trace``
-        under :func:`hybridad.core.observe.observe`."""
+        under :func:`hybridad.core.observe.observe`, its loops rolled
+        (:func:`hybridad.transforms.rolling.roll_loops`; the signature is the
+        rolled graph's: a few nodes where the trace held a loop's 10^5)."""
         with observe(self.name) as obs:
             try:
                 # arrays f makes and fills with traced values: traced on a second try
@@ -143,10 +146,11 @@ class GuardsMixin:
                     raise
                 raise refusal from exc
         out = self._check_output(out, trace)
-        nodes = list(trace.nodes)
-        consts = [n.attrs["value"] for n in nodes if n.op == "const" and not n.is_literal]
+        consts = [n.attrs["value"] for n in trace.nodes if n.op == "const" and not n.is_literal]
         guards = build_guards(f, _static_paths(self._treedefs), obs, consts)
-        return out, guards, signature(nodes, [out.node], captured_ids(guards))
+        if not trace.decisions and self._rolls:
+            (out.node,) = rolling.roll_loops(trace, [out.node])
+        return out, guards, signature(trace.nodes, [out.node], captured_ids(guards))
 
 
     def _stale_reason(self, args):
