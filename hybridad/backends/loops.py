@@ -240,14 +240,15 @@ class LoopRunner:
                 hit = self._tables.get(key)
         if hit is None:
             own, fixed, bound = self._parts_of_body
-            keep, iterations = [], []
-            for ins, outs in self._steps(out, ops):
-                keep.append(ins + outs)
-                iterations.append((*fixed, *map(id, ins), *bound, *map(id, outs)))
             if self._drive is not None:
-                table = np.array(iterations, dtype=np.int64)
+                table, keep = self._table(out, ops)
                 run = self._drive(table)  # (the table is kept with the run, below)
             else:
+                keep, iterations = [], []
+                for ins, outs in self._steps(out, ops):
+                    keep.append(ins + outs)
+                    iterations.append((*fixed, *map(id, ins), *bound, *map(id, outs)))
+
                 def run():
                     for args in iterations:
                         own(*args)
@@ -259,6 +260,42 @@ class LoopRunner:
             hit = self._tables[key] = (run, [self._row(out, k) for k in range(nc)],
                                        (keep, iterations if self._drive is None else table))
         return hit
+
+    def _table(self, out, ops):
+        """``(table, keep)``: the ``int64[T, n]`` argument lists of
+        :meth:`_steps`' iterations as the driver reads them (``id()`` of each
+        array) -- made a column at a time, each row view of an xs or a
+        per-iteration output made once (``keep`` holds them) -- in the order
+        the iterations run."""
+        _, fixed, bound = self._parts_of_body
+        body, length = self.body, self.length
+        nc, nx = body.n_carry, body.n_xs
+        steps = np.arange(length)
+        rows_of_step = steps[::-1] if self.reverse else steps  # the row t each step runs
+        even = steps % 2 == 0  # steps that read the first carries, write the second
+        keep, cols = [], []
+
+        def rows(views):
+            keep.append(views)
+            return np.fromiter(map(id, views), np.int64, length)[rows_of_step]
+
+        cols += [np.full(length, v, np.int64) for v in fixed]
+        if body.index:
+            cols.append(rows(self._index_rows))
+        first, second = self._carries
+        cols += [np.where(even, id(a), id(b)) for a, b in zip(first, second, strict=True)]
+        cols += [rows([x[t, ...] for t in range(length)]) for x in ops[nc:nc + nx]]
+        cols += [np.full(length, id(c), np.int64) for c in ops[nc + nx:]]
+        cols += [np.full(length, v, np.int64) for v in bound]
+        cols += [np.where(even, id(b), id(a)) for a, b in zip(first, second, strict=True)]
+        for k in range(nc, len(body.graph.outputs)):
+            r = self._row(out, k)
+            cols.append(rows([r[t, ...] for t in range(length)]))
+        keep.append(ops[nc + nx:])
+        table = np.empty((length, len(cols)), np.int64)
+        for j, c in enumerate(cols):
+            table[:, j] = c
+        return table, keep
 
     def _row(self, out, k):
         off, shape = self._parts[k]
