@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -68,6 +70,7 @@ ROLL_BREAKS = 32
 #: the most loops rolled per trace
 _MAX_ROLLS = 32
 _LIGHT = object()  # _roll's answer for a run too light to roll
+_ID, _ARGS = attrgetter("id"), attrgetter("args")
 
 
 def enabled():
@@ -87,7 +90,7 @@ def roll_loops(trace, outs):
     # one iteration -- ``t = k dt`` -- has few readers and stays in place: the
     # loop takes its copies as a per-iteration input.)
     original = trace.nodes
-    readers = Counter(a.id for n in original for a in n.args)
+    readers = Counter(map(_ID, chain.from_iterable(map(_ARGS, original))))  # (C loops)
     shared = [n for n in original if n.op == "const" and readers[n.id] >= MIN_TRIPS]
     first = {n.id for n in shared}
     trace.nodes = [n for n in original if n.op == "input"] + shared + \

@@ -6,6 +6,9 @@ more, and each candidate period is checked at every node)."""
 
 from __future__ import annotations
 
+from itertools import chain
+from operator import attrgetter
+
 import numpy as np
 
 from ..frontend.signature import attr_signature
@@ -21,6 +24,7 @@ MIN_NODES = 96
 #: candidate periods
 _CANDIDATES = 12
 _REACH = 8
+_ID, _ARGS = attrgetter("id"), attrgetter("args")
 
 
 def _attr_key(value):
@@ -66,17 +70,14 @@ class _Matcher:
         * the tables of :meth:`matches`: operand positions, -1 padded; whether
           a node is a constant; its attributes' key as an int; the nodes with
           more than :data:`WIDE` operands."""
-        nodes, pos, width = self.nodes, self.pos, self.WIDE
+        nodes, width = self.nodes, self.WIDE
         inplace = {name for name, op in REGISTRY.items() if op.kind == "inplace"}
-        pad = [-1] * width
-        sigs, sig, rows, const, keys, wide = {}, [], [], [], [], []
+        sigs, sig, const, keys = {}, [], [], []
         table, by_attrs = {}, {}  # (by_attrs: the key's int of each attrs dict)
         for i, n in enumerate(nodes):
             op, a = n.op, n.args
             k = len(a)
-            if op == "input" or op in inplace:
-                key = i  # (an int: unique, never equal to a tuple)
-            elif k == 1:
+            if k == 1:
                 x = a[0]
                 key = (op, n.shape, n.dtype, x.shape, x.dtype)
             elif k == 2:
@@ -84,16 +85,9 @@ class _Matcher:
                 key = (op, n.shape, n.dtype, x.shape, x.dtype, y.shape, y.dtype)
             else:
                 key = (op, n.shape, n.dtype, k, *[(x.shape, x.dtype) for x in a])
+            if op == "input" or op in inplace:
+                key = i  # (an int: unique, never equal to a tuple)
             sig.append(sigs.setdefault(key, len(sigs)))
-            if k > width:
-                wide.append(i)
-                rows += pad
-            elif k == 1:
-                rows.append(pos[a[0].id])
-                rows += pad[1:]
-            else:
-                rows += [pos[x.id] for x in a]
-                rows += pad[k:]
             if op == "const":
                 const.append(True)
                 keys.append(0)
@@ -108,9 +102,23 @@ class _Matcher:
         # runs, and looks through every list for a tracer first)
         m = len(nodes)
         self.sig_array = np.fromiter(sig, np.int64, m)
-        self._arrays = (np.fromiter(rows, np.int64, m * width).reshape(m, width),
-                        np.fromiter(const, bool, m), np.fromiter(keys, np.int64, m),
-                        np.fromiter(wide, np.int64, len(wide)))
+        # the operands' positions, a row per node (-1 padded; none for a node
+        # of more than WIDE operands), placed all at once
+        # (C loops: map and chain, no Python per node)
+        ids = np.fromiter(map(_ID, nodes), np.int64, m)
+        count = np.fromiter(map(len, map(_ARGS, nodes)), np.int64, m)
+        at = np.zeros(int(ids.max(initial=0)) + 1, np.int64)
+        at[ids] = np.arange(m)
+        where = at[np.fromiter(map(_ID, chain.from_iterable(map(_ARGS, nodes))), np.int64,
+                               int(count.sum()))]
+        node = np.repeat(np.arange(m), count)
+        col = np.arange(len(where)) - np.repeat(np.cumsum(count) - count, count)
+        narrow = (count <= width)[node]
+        used = max(int(count[count <= width].max(initial=1)), 1)  # (the columns needed)
+        rows = np.full((m, used), -1, np.int64)
+        rows[node[narrow], col[narrow]] = where[narrow]
+        self._arrays = (rows, np.fromiter(const, bool, m), np.fromiter(keys, np.int64, m),
+                        np.flatnonzero(count > width))
 
     def key(self, i):
         node = self.nodes[i]
@@ -206,9 +214,9 @@ def _periods(sig):
         gaps.append(d[(kinds[k:] == kinds[:-k]) & (d * MIN_TRIPS <= n)])
     if not gaps:
         return []
-    values, counts = np.unique(np.concatenate(gaps), return_counts=True)
-    keep = counts >= MIN_TRIPS - 1
-    values, counts = values[keep], counts[keep]
+    counts = np.bincount(np.concatenate(gaps))  # (gaps < n: counted, not sorted)
+    values = np.flatnonzero(counts >= MIN_TRIPS - 1)
+    counts = counts[values]
     top = np.lexsort((values, -counts))[:_CANDIDATES]
     return values[top].tolist()
 
