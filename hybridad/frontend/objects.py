@@ -16,6 +16,7 @@ read-only view).  Installs :func:`assign` in
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import numpy as np
@@ -151,11 +152,26 @@ def _family_root(t):
         roots.add(id(root))
     if len(roots) != 1 or root._flags & (ARG | READONLY):
         return None
-    grid = np.arange(root.size, dtype=np.intp).reshape(root.shape)
+    grid = _grid(root.shape)
     for m in members:
         if _positions(m, grid, root) is None:
             return None
     return root
+
+
+_GRIDS = {}  # shape -> its flat positions (read-only), the last few shapes asked for
+
+
+def _grid(shape):
+    """The flat positions of an array of ``shape`` (read-only, shared): a
+    loop's views of its packed value ask for the same large grid many times."""
+    grid = _GRIDS.get(shape)
+    if grid is None:
+        if len(_GRIDS) >= 4:
+            del _GRIDS[next(iter(_GRIDS))]
+        grid = _GRIDS[shape] = np.arange(math.prod(shape), dtype=np.intp).reshape(shape)
+        grid.flags.writeable = False
+    return grid
 
 
 def _numpy_copies(t):
@@ -167,7 +183,7 @@ def _numpy_copies(t):
     if not any(op == "reshape" for c in chain[:-1] for op, _ in c._base[1]):
         return False
     root = chain[-1]
-    grid = np.arange(root.size, dtype=np.intp).reshape(root.shape)
+    grid = _grid(root.shape)
     return _positions(t, grid, root) is None
 
 
@@ -196,7 +212,7 @@ def _write_through(target, value, root):
     make it: the family's ``root`` (:func:`_family_root`) takes its new value
     (``value`` at the positions ``target`` views, its own elsewhere: one
     gather), then every live member is its views of the new root again."""
-    grid = np.arange(root.size, dtype=np.intp).reshape(root.shape)
+    grid = _grid(root.shape)
     at = _positions(target, grid, root)
     root.node = SURFACE.write_positions(Tracer(root.node, root._trace), at, value).node
     live = {id(m): m for m in [target, *_others_sharing(target)] if m is not root}
