@@ -161,6 +161,53 @@ def test_what_must_not_roll_stays_unrolled(monkeypatch):
     assert _loops(plan) == 0
 
 
+_W_DECIDED = np.random.default_rng(4).standard_normal((4, 4)) / 3
+
+
+def decided_before(x):
+    if x[0] > 0:  # a Python decision on an argument, then a long loop: the loop rolls
+        x = x * 1.1
+    for _ in range(60):
+        x = x + 0.02 * np.tanh(_W_DECIDED @ x)
+    return np.sum(x ** 2)
+
+
+def decided_after(x):
+    for _ in range(60):
+        x = x + 0.02 * np.tanh(_W_DECIDED @ x)
+    if np.sum(x) > 0:  # decided on the loop's result: its check recomputes it unrolled
+        return np.sum(x ** 2)
+    return np.sum(x ** 4)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_loop_rolls_beside_a_python_decision_on_values(backend, monkeypatch):
+    x_pos, x_neg = np.linspace(0.5, -1.0, 4), np.linspace(-0.5, 1.0, 4)
+    plan = ha.compile(decided_before, x_pos, backend=backend)
+    assert _loops(plan) == 2 and len(plan._decision_check.decisions) == 1
+    points = (x_pos, x_neg, x_pos)  # both outcomes (the other one a specialization)
+    got = [plan.gradient(x) for x in points]
+    assert [_loops(p) for p in plan._specializations] == [2]
+    monkeypatch.setenv("HYBRIDAD_ROLL", "0")
+    unrolled = ha.compile(decided_before, x_pos, backend="numpy")
+    assert _loops(unrolled) == 0
+    for x, r in zip(points, got, strict=True):
+        assert float(r.value) == pytest.approx(float(decided_before(x.copy())), rel=1e-13)
+        np.testing.assert_allclose(r.gradient, unrolled.gradient(x).gradient, rtol=1e-12,
+                                   atol=1e-13)
+        np.testing.assert_allclose(r.gradient, numerical_gradient(decided_before, x),
+                                   rtol=1e-6, atol=1e-8)
+
+
+def test_what_a_decision_reads_stays_unrolled():
+    x_pos, x_neg = np.linspace(0.5, 1.0, 4), np.linspace(-1.0, -0.5, 4)
+    plan = ha.compile(decided_after, x_pos, backend="numpy")
+    assert _loops(plan) == 0  # (its decision's check would recompute a rolled loop)
+    for x in (x_pos, x_neg):
+        np.testing.assert_allclose(plan.gradient(x).gradient,
+                                   numerical_gradient(decided_after, x), rtol=1e-6, atol=1e-8)
+
+
 @pytest.mark.parametrize("f", [rnn, forced, verlet], ids=lambda f: f.__name__)
 def test_hvp_and_hessian_through_rolled_loops(f, monkeypatch):
     v = np.cos(np.arange(6.0))
@@ -348,7 +395,7 @@ def test_the_whole_array_search_is_the_node_by_node_definition(f):
     checked, cuts = [], [0]
     real = rolling.roll_loops
 
-    def check(trace, outs):  # before rolling (which rewires the nodes after a run)
+    def check(trace, outs, fixed=frozenset()):  # before rolling (which rewires the nodes)
         nodes = list(trace.nodes)
         m = rolling_runs._Matcher(nodes, {})
         wide = [i for i, n in enumerate(nodes) if len(n.args) > m.WIDE]
@@ -369,7 +416,7 @@ def test_the_whole_array_search_is_the_node_by_node_definition(f):
                     cuts[0] += 1
                 i = j + 1
         checked.append((len(periods), len(wide)))
-        return real(trace, outs)
+        return real(trace, outs, fixed)
     rolling.roll_loops = check
     try:
         ha.compile(f, X0, backend="numpy")

@@ -40,7 +40,7 @@ from ..errors import TracingError
 from ..ir.registry import REGISTRY
 
 __all__ = ["Decision", "DecisionCheck", "MAX_SPECIALIZATIONS", "concrete_index", "decide",
-           "evaluate"]
+           "decided_nodes", "evaluate"]
 
 #: the tracer class, put here by :mod:`.tracer` (which imports this module: imports
 #: run one way)
@@ -170,6 +170,12 @@ def concrete_index(index):
         return index
     out = [value(k) for k in parts]
     return tuple(out) if isinstance(index, tuple) else out[0]
+
+
+def decided_nodes(decisions):
+    """The nodes the values of ``decisions`` are computed from (each decided
+    node and its ancestors), in id order."""
+    return _ancestors([d.node for d in decisions])
 
 
 def _ancestors(targets):

@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 
 from ..errors import RetraceWarning, StalePlanError, TracingError, code_line, is_user_file
-from ..core.decisions import MAX_SPECIALIZATIONS
+from ..core.decisions import MAX_SPECIALIZATIONS, decided_nodes
 from ..frontend.guard_walk import build_guards
 from ..frontend.guards import captured_ids
 from ..frontend.numpy_made import traced_again
@@ -148,8 +148,9 @@ class GuardsMixin:
         out = self._check_output(out, trace)
         consts = [n.attrs["value"] for n in trace.nodes if n.op == "const" and not n.is_literal]
         guards = build_guards(f, _static_paths(self._treedefs), obs, consts)
-        if not trace.decisions and self._rolls:
-            (out.node,) = rolling.roll_loops(trace, [out.node])
+        if self._rolls:  # (a decision's values stay as traced: its check reads them)
+            fixed = {n.id for n in decided_nodes(trace.decisions)}
+            (out.node,) = rolling.roll_loops(trace, [out.node], fixed)
         return out, guards, signature(trace.nodes, [out.node], captured_ids(guards))
 
 

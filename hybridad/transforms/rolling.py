@@ -79,10 +79,13 @@ def enabled():
     return os.environ.get("HYBRIDAD_ROLL", "1").strip() not in ("0", "false", "no", "off")
 
 
-def roll_loops(trace, outs):
+def roll_loops(trace, outs, fixed=frozenset()):
     """Roll the repeated runs of ``trace.nodes`` (a forward trace) into loop
     nodes, in place; returns ``outs`` (nodes) with any rolled node replaced
-    by the loop's part that holds its value."""
+    by the loop's part that holds its value.  ``fixed``: ids of nodes that
+    stay as traced, in no loop (what a Python decision on a value read:
+    its check recomputes them from the arguments); nothing they read can be
+    in a loop either, so no node that reads a loop's value changes for them."""
     outs, rejected, light = list(outs), set(), []
     # constants that every iteration reads first: the trace makes a literal
     # (``0.5 * dt``) where the first iteration uses it and the later ones share
@@ -98,7 +101,7 @@ def roll_loops(trace, outs):
     rolled, keys = False, {}
     with trace:
         for _ in range(_MAX_ROLLS):
-            run, matcher = _best_run(trace.nodes, rejected, light, keys)
+            run, matcher = _best_run(trace.nodes, rejected, light, keys, fixed)
             if run is None:
                 break
             s, p, trips = run

@@ -54,10 +54,11 @@ class _Matcher:
     #: more is checked one by one)
     WIDE = 8
 
-    def __init__(self, nodes, keys):
+    def __init__(self, nodes, keys, fixed=frozenset()):
         self.nodes = nodes
         self.pos = {n.id: i for i, n in enumerate(nodes)}
         self._keys = keys  # id(attrs) -> (attrs, its key) (kept between searches)
+        self._fixed = fixed  # ids of nodes no run may hold
         self._scan()
 
     def _scan(self):
@@ -66,11 +67,11 @@ class _Matcher:
 
         * ``sig`` -- an int, equal for nodes that may be copies of one another
           (op, shape, dtype and the operands' shapes and dtypes; not
-          attributes; inputs and in-place ops unique);
+          attributes; inputs, in-place ops and the ``fixed`` nodes unique);
         * the tables of :meth:`matches`: operand positions, -1 padded; whether
           a node is a constant; its attributes' key as an int; the nodes with
           more than :data:`WIDE` operands."""
-        nodes, width = self.nodes, self.WIDE
+        nodes, width, fixed = self.nodes, self.WIDE, self._fixed
         inplace = {name for name, op in REGISTRY.items() if op.kind == "inplace"}
         sigs, sig, const, keys = {}, [], [], []
         table, by_attrs = {}, {}  # (by_attrs: the key's int of each attrs dict)
@@ -85,7 +86,7 @@ class _Matcher:
                 key = (op, n.shape, n.dtype, x.shape, x.dtype, y.shape, y.dtype)
             else:
                 key = (op, n.shape, n.dtype, k, *[(x.shape, x.dtype) for x in a])
-            if op == "input" or op in inplace:
+            if op == "input" or op in inplace or fixed and n.id in fixed:
                 key = i  # (an int: unique, never equal to a tuple)
             sig.append(sigs.setdefault(key, len(sigs)))
             if op == "const":
@@ -165,17 +166,17 @@ class _Matcher:
         return ok
 
 
-def _best_run(nodes, rejected, light=(), keys=None):
+def _best_run(nodes, rejected, light=(), keys=None, fixed=frozenset()):
     """``(start, period, trips)`` of the run covering the most nodes (or
     None), and the matcher that found it (its positions and tables serve
-    :func:`_roll`).
+    :func:`_roll`).  No run holds a node whose id is in ``fixed``.
 
     Whole arrays at a time (numpy): a trace of 10^4 iterations has 10^5
     nodes and more, and each candidate period is checked at every node."""
     n = len(nodes)
     if n < MIN_NODES:
         return None, None
-    m = _Matcher(nodes, {} if keys is None else keys)
+    m = _Matcher(nodes, {} if keys is None else keys, fixed)
     best = None
     for p in _periods(m.sig_array):
         ok = m.matches(p)  # ok[i]: node i + p copies node i
