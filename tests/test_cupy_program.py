@@ -362,3 +362,55 @@ def test_a_loop_bodys_library_calls_reach_the_cuda_graph_capture():
         cupy_backend._CAPTURE.record = None
     np.testing.assert_array_equal(got, want)
     assert len(calls) >= 12  # the body's product at each of the 12 iterations
+
+
+# -- matrix products as kernels (cuda_graph=True: a step is one CUDA graph) ---------
+
+def products(A, B, C):
+    # a product, a transposed view read in place, a long contraction (k = 300),
+    # a batched product with a broadcast operand
+    return np.sum(np.tanh(A @ B) ** 2) + np.sum((A.T @ C) ** 2) + \
+        np.sum(np.matmul(A[None], np.stack([B, B * 2])))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+def test_matrix_products_as_kernels(dtype, monkeypatch):
+    monkeypatch.setenv("HYBRIDAD_CUDA_PRODUCTS", "kernels")
+    args = tuple(a.astype(dtype) for a in (rand((7, 300), seed=1), rand((300, 5), seed=2),
+                                           rand((7, 4), seed=3)))
+    ref = ha.gradient(products, *[a.astype(np.float64) for a in args], argnums=(0, 1, 2),
+                      backend="numpy")
+    plan = ha.compile(products, *args, argnums=(0, 1, 2), backend="cupy")
+    assert "_lib(" not in plan.explain()  # no library call: nothing cuts a graph
+    res = plan.gradient(*args)
+    tol = 1e-13 if dtype == np.float64 else 1e-6  # (float32 products added in double)
+    np.testing.assert_allclose(float(res.value), float(ref.value), rtol=tol)
+    for g, r in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(g, r, rtol=tol, atol=tol * np.abs(r).max())
+    out = ha.GradientResult(args)
+    assert_no_alloc(plan.gradient, *args, out=out, n=3)
+
+
+def test_matrix_products_default_to_cublas_outside_graphs():
+    f, make, argnums = FUNCTIONS["mlp"]
+    assert "_lib(" in ha.compile(f, *make(), argnums=argnums, backend="cupy").explain()
+
+
+def test_a_graph_plans_products_are_kernels(monkeypatch):
+    # cuda_graph=True (its capture needs a GPU): the plan's products are kernels,
+    # so the capture records no library call between segments
+    from hybridad.backends.cuda.products import own_products
+
+    assert own_products(True) and not own_products(False)
+    monkeypatch.setenv("HYBRIDAD_CUDA_PRODUCTS", "cublas")
+    assert not own_products(True)
+    monkeypatch.setenv("HYBRIDAD_CUDA_PRODUCTS", "kernels")
+    f, make, argnums = FUNCTIONS["mlp"]
+    plan = ha.compile(f, *make(), argnums=argnums, backend="cupy")
+    calls = []
+    cupy_backend._CAPTURE.record = lambda fn, *args: calls.append(fn)
+    try:
+        plan.gradient(*make())
+    finally:
+        cupy_backend._CAPTURE.record = None
+    assert calls == []

@@ -116,8 +116,8 @@ def test_cuda_graph_follows_new_values_in_the_same_arrays(cp):
 
 
 def test_cuda_graph_with_matmuls_follows_new_values(cp):
-    # cupy refuses cuBLAS inside a capture: the graph is captured in segments
-    # around the matmuls, which replay between them
+    # cupy refuses cuBLAS inside a capture: a graph plan's products are its own
+    # kernels (backends/cuda/products.py), so the whole step is one graph
     host = FUNCTIONS["mlp"][1]()
     args = _on_device(cp, host)
     plan = ha.compile(mlp, *args, argnums=(0, 1, 2), cuda_graph=True)
@@ -131,7 +131,38 @@ def test_cuda_graph_with_matmuls_follows_new_values(cp):
         np.testing.assert_allclose(float(res.value), float(ref.value), rtol=1e-12)
         for g, r in zip(res.gradient, ref.gradient, strict=True):
             np.testing.assert_allclose(cp.asnumpy(g), r, rtol=1e-12)
+    assert plan._graph.segments == 1
+
+
+def test_cuda_graph_with_cublas_products_in_segments(cp, monkeypatch):
+    # HYBRIDAD_CUDA_PRODUCTS=cublas: the graph is captured in segments around
+    # the matmuls, which replay between them
+    monkeypatch.setenv("HYBRIDAD_CUDA_PRODUCTS", "cublas")
+    host = FUNCTIONS["mlp"][1]()
+    args = _on_device(cp, host)
+    plan = ha.compile(mlp, *args, argnums=(0, 1, 2), cuda_graph=True)
+    res = plan.new_result()
+    plan.gradient(*args, out=res)
+    plan.gradient(*args, out=res)
+    ref = ha.gradient(mlp, *host, argnums=(0, 1, 2), backend="numpy")
+    for g, r in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(cp.asnumpy(g), r, rtol=1e-12)
     assert plan._graph.segments > 1
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+def test_matrix_products_as_kernels_on_the_device(cp, dtype, monkeypatch):
+    from test_cupy_program import products
+
+    monkeypatch.setenv("HYBRIDAD_CUDA_PRODUCTS", "kernels")
+    host = tuple(a.astype(dtype) for a in (rand((7, 300), seed=1), rand((300, 5), seed=2),
+                                           rand((7, 4), seed=3)))
+    ref = ha.gradient(products, *[a.astype(np.float64) for a in host], argnums=(0, 1, 2),
+                      backend="numpy")
+    res = ha.gradient(products, *_on_device(cp, host), argnums=(0, 1, 2))
+    tol = 1e-13 if dtype == np.float64 else 1e-6
+    for g, r in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(cp.asnumpy(g), r, rtol=tol, atol=tol * np.abs(r).max())
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])

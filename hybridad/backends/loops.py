@@ -59,13 +59,14 @@ def _key(node, backend):
 def runner(node, backend, device=None):
     """The runner of loop ``node`` on ``backend`` (``"numpy"``, ``"numba"`` or
     ``"cupy"``: its :data:`COMPILERS` entry), compiled on first use and
-    shared.  ``device``: the GPU program's ``(array module, launcher)``, for
-    ``"cupy"`` (runners are shared per kind of both)."""
+    shared.  ``device``: the GPU program's ``(array module, launcher, whether
+    its matrix products are its own kernels)``, for ``"cupy"`` (runners are
+    shared per kind of each)."""
     xp = np
     compile_body = COMPILERS[backend]
     if device is not None:
-        xp, launcher = device
-        backend = f"{backend}/{xp.__name__}/{type(launcher).__qualname__}"
+        xp, launcher, products = device
+        backend = f"{backend}/{xp.__name__}/{type(launcher).__qualname__}/{products}"
         compile_body = functools.partial(compile_body, device=device)
     key = _key(node, backend)
     with _LOCK:

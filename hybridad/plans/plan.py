@@ -328,6 +328,16 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         or BLAS owns the threads (:func:`hybridad.transforms.costs.thread_owner`)."""
         return not self.parallel or self._owner[0] == "blas"
 
+    @property
+    def _own_products(self):
+        """Whether this GPU plan's matrix products are its own kernels (one
+        CUDA graph for a step: :func:`hybridad.backends.cuda.products.own_products`)."""
+        own = self.__dict__.get("_products")
+        if own is None:
+            from ..backends.cuda.products import own_products
+            own = self.__dict__["_products"] = own_products(self._cuda_graph)
+        return own
+
     def _install_program(self, program):
         """Put the compiled program in place (and the fast path in front of it)."""
         hvp = self.order == 2
@@ -364,7 +374,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         scratch = op_workspaces(graph.nodes)
         if self.backend == "cupy":
             from ..backends.cuda.program import scratch_for_cupy
-            scratch.update(scratch_for_cupy(graph.nodes))
+            scratch.update(scratch_for_cupy(graph.nodes, self._own_products))
         return plan_memory(graph, (), scratch, reuse=self.backend != "numpy",
                            direct_outputs=self.backend == "cupy", pack=self._pack,
                            pinned=pinned)
@@ -384,7 +394,8 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         if self.backend == "cupy":
             from ..backends.cuda.program import RegionCalls, check_supported
             check_supported(nodes)
-            regions = RegionCalls(self._launcher, self.memory, self._buffers, self._xp)
+            regions = RegionCalls(self._launcher, self.memory, self._buffers, self._xp,
+                                  self._own_products)
         return compile_program(nodes, inputs, outputs, self.memory, self._buffers, name=name,
                                poison=self._poison, given=given, xp=self._xp, regions=regions)
 

@@ -36,6 +36,7 @@ import numpy as np
 from ...ops import REGISTRY
 from ...ops.lapack_names import LAPACK_OPS
 from ...transforms.memory import layout_proto
+from .products import product_loop, product_value
 from .reduce import sum_levels, sum_scratch, summable
 from .source import region_kernel
 
@@ -110,13 +111,19 @@ def check_supported(nodes):
             raise NotImplementedError(f"backend='cupy' has no way to run op {n.op!r}")
 
 
-def scratch_for_cupy(nodes):
+def scratch_for_cupy(nodes, products=False):
     """node id -> (dtype, elements): a value region with a fused float sum,
     max or min, and a sum node, their partial sums (doubles); a value region
     with another reduction writes its elementwise values there before cupy
-    reduces them."""
+    reduces them.  ``products``: float matrix products run as sums
+    (:mod:`.products`), their partial sums too."""
     out = {}
     for n in nodes:
+        loop = product_loop(n) if products and n.op == "matmul" else None
+        if loop is not None:
+            out[n.id] = (np.dtype(np.float64),
+                         max(sum_scratch(loop, (len(loop) - 1,), n.dtype), 1))
+            continue
         if n.op == "region" and n.attrs["mode"] == "value" and \
                 n.attrs["body"].reduction is not None:
             body = n.attrs["body"]
@@ -196,11 +203,14 @@ class RegionCalls:
     """The region statements of one program: collects the kernels while the
     program is generated, then builds them all at once (:meth:`finish`)."""
 
-    def __init__(self, launcher, memplan, buffers, xp):
+    def __init__(self, launcher, memplan, buffers, xp, products=False):
         self.launcher = launcher
         self.memplan = memplan
         self.buffers = buffers
         self.xp = xp
+        #: float matrix products as this backend's kernels (:mod:`.products`;
+        #: the memory plan holds their partial sums: ``scratch_for_cupy``)
+        self.products = products
         self.kernels = []
         self.names = []
 
@@ -211,7 +221,14 @@ class RegionCalls:
 
     def statement(self, node, names, ns, target, protos, nodes):
         """Source of one region node -- its kernel launch (and reduction) --
-        or of a float sum node."""
+        or of a float sum node, or of a matrix product (:meth:`handles`)."""
+        if node.op == "matmul":  # the sum over k of the products, made as they are added
+            loop = product_loop(node)
+            value = product_value(node, [_element_strides(protos[a.id]) for a in node.args])
+            return self._sum_lines(node.id, loop, None, (len(loop) - 1,), node.dtype,
+                                   ", ".join(names[a.id] for a in node.args), target,
+                                   self.memplan.scratch_view(node.id).view(np.float64), ns,
+                                   "sum", fused=value)
         if node.op != "region":
             x = node.args[0]
             return self._sum_lines(node.id, x.shape, _element_strides(protos[x.id]),
@@ -268,8 +285,10 @@ class RegionCalls:
         return lines
 
     def handles(self, node):
-        """Whether :meth:`statement` runs ``node`` (regions, float sums)."""
-        return node.op == "region" or _kernel_reduction(node)
+        """Whether :meth:`statement` runs ``node`` (regions, float sums, and
+        float matrix products where :attr:`products`)."""
+        return node.op == "region" or _kernel_reduction(node) or \
+            self.products and node.op == "matmul" and product_loop(node) is not None
 
     @staticmethod
     def library_call(node):
@@ -347,8 +366,11 @@ class CudaGraphRunner:
     replay them: one launch per segment instead of one per node.  New arrays
     are captured anew.
 
-    cupy refuses cuBLAS calls while a stream is captured, so a program with
-    matmuls is captured in segments: each library call (the program's
+    cupy refuses cuBLAS calls while a stream is captured: a graph plan
+    computes its matrix products with kernels of its own (:mod:`.products`),
+    so its step is one graph.  Where a program still makes library calls
+    (``HYBRIDAD_CUDA_PRODUCTS=cublas``, integer products) it is captured in
+    segments: each library call (the program's
     ``_lib(fn, *args)``) ends the segment before it and is recorded with its
     arguments (arena views and the caller's arrays: the same pointers at
     every replay); a replay launches graph, call, graph, ... in order on the

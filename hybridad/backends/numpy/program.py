@@ -214,7 +214,7 @@ def _call(node, names, ns, target, xp, regions, protos, nodes, work=None):
     args = ", ".join(names[a.id] for a in node.args)
     if node.op == "loop":  # the body compiled once, run per iteration (..loops)
         ns[f"_f{node.id}"] = _loops.runner(node, "numpy") if regions is None else \
-            _loops.runner(node, "cupy", (xp, regions.launcher))
+            _loops.runner(node, "cupy", (xp, regions.launcher, regions.products))
         return [f"_f{node.id}({target}, {args})"]
     if op.ufunc is not None:  # the array module's own ufunc (cupy's on the GPU)
         ns[f"_uf{node.id}"] = op.ufunc if xp is np else getattr(xp, op.ufunc.__name__)
@@ -230,7 +230,7 @@ def _call(node, names, ns, target, xp, regions, protos, nodes, work=None):
 
 def compile_loop_body(graph, device=None):
     """A loop body (:mod:`hybridad.backends.loops`) as a numpy program; with
-    ``device`` (the GPU program's ``(array module, launcher)``) as the GPU
+    ``device`` (the GPU program's ``(array module, launcher, own products)``) as the GPU
     backend's program of it: its fused regions as CUDA kernels, its arena on
     the device (the host runs the iterations, each launching the body)."""
     from ...transforms.memory import op_workspaces, plan_memory
@@ -244,16 +244,16 @@ def compile_loop_body(graph, device=None):
     else:
         from ..cuda.program import RegionCalls, check_supported, scratch_for_cupy
 
-        xp, launcher = device
+        xp, launcher, products = device  # (products: as the plan's own, cuda/products.py)
         g = lower_body(graph, "cupy")
         check_supported(g.nodes)
         scratch = op_workspaces(g.nodes)
-        scratch.update(scratch_for_cupy(g.nodes))
+        scratch.update(scratch_for_cupy(g.nodes, products))
         memplan = plan_memory(g, (), scratch, reuse=True, direct_outputs=True)
         buffers = memplan.allocate(xp)
         prog = compile_program(g.nodes, g.inputs, g.outputs, memplan, buffers,
                                name="loop_body", xp=xp,
-                               regions=RegionCalls(launcher, memplan, buffers, xp))
+                               regions=RegionCalls(launcher, memplan, buffers, xp, products))
     prog.memory = memplan
     return (lambda ins, outs: prog.fn(*ins, *outs)), prog, None, None
 

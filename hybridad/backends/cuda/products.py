@@ -1,0 +1,106 @@
+"""Matrix products as generated CUDA kernels: a product is a sum.
+
+``a @ b`` (``a`` of shape ``(..., m, k)``, ``b`` of ``(..., k, n)``, numpy's
+batch broadcasting) is, element ``(..., r, c)``, the sum over ``k`` of the
+virtual array ``p[..., r, c, j] = a[..., r, j] * b[..., j, c]``.  The GPU
+program sums it with the kernels of :mod:`.reduce`, ``p`` read through a
+value function in place of an operand (as a fused region's reduction reads
+its values): the products are made as they are added, never stored; each
+output's terms are split over partial sums when ``k`` is long (a weight's
+gradient over a batch), added in double (float32 too: each product exact),
+float64 compensated.  Operands are read in place through their strides
+(a transposed view, as the backward sweep's ``a^T g``, is not copied).
+
+Why not cuBLAS: cupy refuses cuBLAS while a stream is captured, so a CUDA
+graph of a plan with library calls is cut into segments between them
+(:class:`.program.CudaGraphRunner`).  With these kernels a step with
+products is one graph.  They make no use of shared-memory tiling, so they
+serve the small and skinny products of such plans (hidden layers of tens to
+hundreds); ``HYBRIDAD_CUDA_PRODUCTS`` says where they are used
+(:func:`own_products`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+
+from .source import RegionKernel, _broadcast_offset, ctype
+
+__all__ = ["own_products", "product_loop", "product_value"]
+
+
+def own_products(graph_mode):
+    """Whether a GPU program computes its float matrix products with these
+    kernels: under ``cuda_graph=True`` (``graph_mode``: one graph for the
+    whole step), or everywhere with ``HYBRIDAD_CUDA_PRODUCTS=kernels``;
+    ``HYBRIDAD_CUDA_PRODUCTS=cublas`` keeps cuBLAS everywhere (the graph
+    then in segments)."""
+    how = os.environ.get("HYBRIDAD_CUDA_PRODUCTS", "auto").strip().lower()
+    if how == "kernels":
+        return True
+    if how == "cublas":
+        return False
+    return bool(graph_mode)
+
+
+def product_loop(node):
+    """The virtual array's shape ``(*batch, m, n, k)`` of matmul ``node`` (its
+    sum runs over the last axis), or None when these kernels do not compute
+    it (not float32/float64 operands and result of one dtype)."""
+    a, b = node.args
+    if node.dtype not in (np.dtype(np.float32), np.dtype(np.float64)) or \
+            a.dtype != node.dtype or b.dtype != node.dtype:
+        return None
+    return (*node.shape, a.shape[-1])
+
+
+def product_value(node, strides):
+    """The value function of the virtual array of matmul ``node`` (an object
+    with :func:`.source.region_kernel`'s ``fused=True`` attributes: ``name``,
+    ``code``, ``params``, ``decls``), ``strides`` the operands' element
+    strides (None: C-contiguous)."""
+    a, b = node.args
+    loop = product_loop(node)
+    nd = len(loop)
+    t = ctype(node.dtype)
+    coords = [f"c{d}" for d in range(nd)]
+
+    def virtual(x, st, rows):
+        """``x`` as an operand of the loop: ``a`` (..., m, 1, k), ``b`` (..., 1, n, k)."""
+        shape = list(x.shape)
+        if st is None:
+            st, step = [], 1
+            for s in reversed(shape):
+                st.insert(0, step)
+                step *= s
+        st = list(st)
+        if rows:  # a[..., r, j]
+            return shape[:-1] + [1, shape[-1]], st[:-1] + [0, st[-1]]
+        return shape[:-2] + [1, shape[-1], shape[-2]], st[:-2] + [0, st[-1], st[-2]]
+
+    sa, ta = virtual(a, strides[0], True)
+    sb, tb = virtual(b, strides[1], False)
+    index = []
+    rest = "i"
+    for axis in range(nd - 1, -1, -1):
+        if axis == 0:
+            index.append(f"    const long long {coords[0]} = {rest};")
+        else:
+            index += [f"    const long long {coords[axis]} = {rest} % {loop[axis]}LL;",
+                      f"    const long long q{axis} = {rest} / {loop[axis]}LL;"]
+            rest = f"q{axis}"
+    body = "\n".join(index + [
+        f"    return (double)a[{_broadcast_offset(sa, ta, loop, coords)}] * "
+        f"(double)b[{_broadcast_offset(sb, tb, loop, coords)}];"])
+    decls = [f"const {t}* __restrict__ a", f"const {t}* __restrict__ b"]
+    name = "hybridad_mm_" + hashlib.sha256((body + ",".join(decls)).encode()).hexdigest()[:16]
+    code = "\n".join([
+        f"namespace {name}_ {{  // element i of the products a[.., r, j] b[.., j, c] "
+        "(host and device)",
+        f"HD double value(long long i, {', '.join(decls)}) {{", body, "}", "}", ""])
+    fn = RegionKernel(name, code, ["a", "b"], None)
+    fn.decls = decls
+    return fn
