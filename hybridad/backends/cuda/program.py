@@ -64,6 +64,8 @@ def cupy_available():
 #: dispatches to cupy (``__array_function__``/``__array_ufunc__``);
 #: ``"cublas"`` -- the same, a cuBLAS call (cupy refuses cuBLAS while a stream
 #: is captured: a CUDA graph runs it between the captured segments);
+#: ``"loop"`` -- a loop node: the host runs its iterations, each launching its
+#: body's GPU program (:mod:`hybridad.backends.loops`);
 #: ``"host"`` -- runs on host LAPACK only: refused by :func:`check_supported`;
 #: ``"unused"`` -- never in a cupy graph (its pass is not in the cupy lowering).
 DEVICE_OPS = {
@@ -81,9 +83,7 @@ DEVICE_OPS = {
     **dict.fromkeys(LAPACK_OPS, "host"),
     "host_ufunc": "host",  # a numpy/scipy ufunc on host arrays
     "host_call": "host",  # a numpy/scipy function on host arrays
-    #: hybridad.fori_loop / scan, rolled loops: the host runs the iterations, each
-    #: one launching the body's program (its kernels; :func:`compile_loop_body`)
-    "loop": "loop",
+    "loop": "loop",  # hybridad.fori_loop / scan, rolled loops
 }
 
 

@@ -278,7 +278,7 @@ def _make_generic(op):
         def typer(a0, a1):
             return select((a0, a1))
 
-    overload(stub, jit_options={"fastmath": {"contract"}})(typer)
+    overload(stub)(typer)  # (no contraction: see backends/numba/program.py)
     return stub
 
 

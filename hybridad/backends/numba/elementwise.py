@@ -31,7 +31,7 @@ from ...frontend.scalar_functions import ElementwiseError
 __all__ = ["check", "driver", "kernel", "ufunc"]
 
 #: numba's options for user functions and their drivers
-_JIT = {"error_model": "numpy", "fastmath": {"contract"}}
+_JIT = {"error_model": "numpy"}  # (no contraction: the same bits wherever inlined)
 
 
 def _jit(family):
@@ -131,7 +131,7 @@ def ufunc(prim):
                      f"    return _drv({params})[0]\n", ns)
                 fn = ns[f"{family.base}_d"]
             try:
-                vec = numba.vectorize(sigs, fastmath=_JIT["fastmath"])(fn)
+                vec = numba.vectorize(sigs)(fn)
                 prim._ufunc = getattr(vec, "ufunc", vec)  # numpy's ufunc, loops fixed
             except numba.core.errors.NumbaError as err:
                 raise ElementwiseError(_compile_message(family.ef, "the ufunc", err)) from None

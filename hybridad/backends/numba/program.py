@@ -61,9 +61,12 @@ __all__ = ["compile_numba_program", "work_estimate"]
 # ----------------------------------------------------------------------------
 
 
-# fastmath "contract" only: fused multiply-adds, no reassociation (rounding
-# stays that of the written order, NaN and inf semantics unchanged)
-_FLAGS = 'cache=True, error_model="numpy", fastmath={"contract"}'
+# no fast-math: every product and sum rounded as written.  (With "contract",
+# LLVM fused a product into an add where it chose, differently in a loop's
+# vectorized body and its remainder: an element's bits depended on where it
+# fell -- a parallel plan's thread boundaries, the serial plan's tail, the
+# CPU's vector width -- 1 ulp apart on AVX-512 machines)
+_FLAGS = 'cache=True, error_model="numpy"'
 _GUARDS_END = "    # (the argument checks end here)"
 # our own prange loops, and nothing numba would parallelize or merge on its own:
 # its loop fusion merges neighbouring prange loops, and cannot see that two of

@@ -93,7 +93,7 @@ def _loops(wide):
 
     from .vmath import vexp_inline, vtanhf_inline
 
-    flags = dict(cache=False, error_model="numpy", fastmath={"contract"})
+    flags = dict(cache=False, error_model="numpy")  # (no contraction: program.py)
     prefer_wide, _nothing = _intrinsics()
     mark = prefer_wide if wide else _nothing
     f32 = np.float32
