@@ -1,9 +1,8 @@
 """Adds into shifted slices of one 1-D buffer -- a stencil's gradient,
 ``g[:-1] += a`` and ``g[1:] += b`` -- as one loop over the buffer, each
 element gathering what each slice adds there (in the slices' order: the
-sums of one loop per slice -- equal bits in the float64 tests; in float32,
-where LLVM contracted a product into the add differently, 1 ulp apart on
-some elements).  One loop per slice read and wrote the buffer
+sums of one loop per slice, to the bit -- programs are compiled without
+contraction, see program.py).  One loop per slice read and wrote the buffer
 once each; one loop over the slices' bodies would carry a dependence from
 each iteration to the next (two threads on one element in a ``prange``).
 Gathered, a loop is race-free, so parallel and vectorized.
