@@ -96,7 +96,7 @@ DEFAULT_CASES = {"var_std", "logaddexp_reduce", "cumprod", "fancy_indexing", "ei
                                                [pytest.mark.slow]) for n in sorted(CASES)])
 def test_every_coverage_case(name):
     args = (rand((4, 5), seed=sum(map(ord, name))),)
-    if name.startswith("linalg"):  # host LAPACK: refused, saying so
+    if name == "linalg_eigh":  # host LAPACK only: refused, saying so
         with pytest.raises(NotImplementedError, match="backend='cupy'"):
             ha.compile(CASES[name], *args, backend="cupy")
         return
@@ -414,3 +414,48 @@ def test_a_graph_plans_products_are_kernels(monkeypatch):
     finally:
         cupy_backend._CAPTURE.record = None
     assert calls == []
+
+
+# -- np.linalg on the GPU program (backends/cuda/linalg.py) ----------------------------
+
+def gp_loss(x, y):
+    """A Gaussian process's negative log-likelihood (up to a constant)."""
+    d = x[:, None] - x[None, :]
+    K = np.exp(-0.5 * d ** 2) + 0.1 * np.eye(x.size)
+    return 0.5 * y @ np.linalg.solve(K, y) + np.sum(np.log(np.diag(np.linalg.cholesky(K))))
+
+
+def dets(A):
+    _, logdet = np.linalg.slogdet(A @ A.T + np.eye(4))
+    return logdet + np.sum(np.linalg.inv(A + 3 * np.eye(4))) + np.linalg.det(A + 2 * np.eye(4))
+
+
+@pytest.mark.parametrize("f", [gp_loss, dets], ids=["gp", "dets"])
+def test_linear_algebra_on_the_gpu_program(f):
+    args = (np.linspace(0.0, 3.0, 12), rand((12,), seed=4)) if f is gp_loss else \
+        (rand((4, 4), seed=5) / 3,)
+    argnums = (0, 1) if f is gp_loss else 0
+    check_against_numpy(f, args, argnums, rtol=1e-11)
+    want = ha.hessian(f, *args, backend="numpy").hessian
+    got = ha.hessian(f, *args, backend="cupy").hessian
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12 * np.abs(want).max())
+    # (FD of the gradient: the numpy backend's is checked so in test_linalg.py)
+
+
+def test_linear_algebra_failures_raise_as_on_the_cpu():
+    def chol(a):
+        return np.sum(np.linalg.cholesky(a))
+
+    def tri(a):
+        import scipy.linalg
+        return np.sum(scipy.linalg.solve_triangular(a, np.ones(3), lower=True))
+
+    with pytest.raises(np.linalg.LinAlgError, match="positive definite"):
+        ha.gradient(chol, -np.eye(3), backend="cupy")
+    a = np.tril(rand((3, 3), seed=6)) + 3 * np.eye(3)
+    check_against_numpy(tri, (a,), 0)
+    a[1, 1] = 0.0
+    with pytest.raises(np.linalg.LinAlgError, match="singular"):
+        ha.gradient(tri, a, backend="cupy")
+    with pytest.raises(NotImplementedError, match="eigh .*cholesky"):
+        ha.compile(lambda a: np.sum(np.linalg.eigh(a @ a.T)[0]), rand((3, 3)), backend="cupy")

@@ -36,6 +36,7 @@ import numpy as np
 from ...ops import REGISTRY
 from ...ops.lapack_names import LAPACK_OPS
 from ...transforms.memory import layout_proto
+from .linalg import DEVICE_LINALG
 from .products import product_loop, product_value
 from .reduce import sum_levels, sum_scratch, summable
 from .source import region_kernel
@@ -64,6 +65,8 @@ def cupy_available():
 #: dispatches to cupy (``__array_function__``/``__array_ufunc__``);
 #: ``"cublas"`` -- the same, a cuBLAS call (cupy refuses cuBLAS while a stream
 #: is captured: a CUDA graph runs it between the captured segments);
+#: ``"cusolver"`` -- a LAPACK primitive's device run (:mod:`.linalg`: cupy.linalg,
+#: cuSOLVER), a library call as ``"cublas"``;
 #: ``"loop"`` -- a loop node: the host runs its iterations, each launching its
 #: body's GPU program (:mod:`hybridad.backends.loops`);
 #: ``"host"`` -- runs on host LAPACK only: refused by :func:`check_supported`;
@@ -81,6 +84,7 @@ DEVICE_OPS = {
                      "cumprod_exclusive", "cumprod_adjoint", "sort_pack", "sort_values",
                      "sort_index"), "cupy"),
     **dict.fromkeys(LAPACK_OPS, "host"),
+    **dict.fromkeys(DEVICE_LINALG, "cusolver"),  # numpy's functions on device arrays
     "host_ufunc": "host",  # a numpy/scipy ufunc on host arrays
     "host_call": "host",  # a numpy/scipy function on host arrays
     "loop": "loop",  # hybridad.fori_loop / scan, rolled loops
@@ -106,8 +110,9 @@ def check_supported(nodes):
         if how == "host":
             raise NotImplementedError(
                 f"np.linalg's {n.op} is not implemented on backend='cupy' yet (hybridad runs "
-                "it through host LAPACK); use backend='numba'")
-        if how not in ("kernel", "cupy", "cublas", "loop"):
+                f"it through host LAPACK; on the GPU: {', '.join(sorted(DEVICE_LINALG))}); "
+                "use backend='numba'")
+        if how not in ("kernel", "cupy", "cublas", "cusolver", "loop"):
             raise NotImplementedError(f"backend='cupy' has no way to run op {n.op!r}")
 
 
@@ -293,9 +298,15 @@ class RegionCalls:
     @staticmethod
     def library_call(node):
         """Whether ``node`` is a library call cupy refuses inside a stream
-        capture (cuBLAS): the program makes it through ``_lib(fn, *args)``,
-        which :class:`CudaGraphRunner` records between captured segments."""
-        return DEVICE_OPS.get(node.op) == "cublas"
+        capture (cuBLAS, cuSOLVER): the program makes it through ``_lib(fn,
+        *args)``, which :class:`CudaGraphRunner` records between captured
+        segments."""
+        return DEVICE_OPS.get(node.op) in ("cublas", "cusolver")
+
+    @staticmethod
+    def run_of(node):
+        """This backend's own run of ``node``'s op, or None (the op's ``run``)."""
+        return DEVICE_LINALG.get(node.op)
 
     run_library_call = staticmethod(run_library_call)
 

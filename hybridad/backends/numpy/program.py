@@ -220,7 +220,8 @@ def _call(node, names, ns, target, xp, regions, protos, nodes, work=None):
         ns[f"_uf{node.id}"] = op.ufunc if xp is np else getattr(xp, op.ufunc.__name__)
         return [f"_uf{node.id}({args}, out={target})"]
     attrs = dict(node.attrs, work=work) if work is not None else node.attrs
-    fn = functools.partial(op.run, **attrs) if attrs else op.run
+    run = (regions is not None and regions.run_of(node)) or op.run  # (the GPU's own)
+    fn = functools.partial(run, **attrs) if attrs else run
     ns[f"_f{node.id}"] = fn
     if regions is not None and regions.library_call(node):  # (a CUDA graph records it)
         ns["_lib"] = regions.run_library_call

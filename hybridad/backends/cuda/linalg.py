@@ -1,0 +1,116 @@
+"""``np.linalg`` on the GPU program: the LAPACK primitives' device runs.
+
+The CPU backends run solve, inv, det, slogdet, cholesky, triangular solves
+and cholesky's reverse rule through host LAPACK kernels
+(:mod:`hybridad.ops.lapack`), which take host pointers.  On the GPU program
+these ops run numpy's functions on the device arrays instead, which numpy
+hands to cupy (``cupy.linalg``: cuSOLVER's getrf/getrs and potrf), with
+the kernels' semantics: the matrix a factorization reads is the triangle
+LAPACK reads (the other triangle ignored), the factor's other triangle is
+zero, and what LAPACK reports -- a matrix that is not positive definite, an
+exactly singular one -- raises ``numpy.linalg.LinAlgError`` as on the CPU
+(cupy itself does not check: its checks would stop at the first call; these
+read the factor's diagonal or the result's finiteness back, one
+synchronization per such op).
+
+These calls allocate their results and cuSOLVER's workspaces from cupy's
+memory pool on every call (unlike the rest of a GPU plan), and a CUDA graph
+records them between its segments, as library calls.  eigh, eigvalsh, svd,
+pinv, qr, eig, expm and lu_factor stay on the CPU backends.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["DEVICE_LINALG"]
+
+
+def _mT(x):
+    return np.swapaxes(x, -1, -2)
+
+
+def _eye(a):
+    """The identity of ``a``'s matrices, on ``a``'s device (from ``a``: numpy's
+    ``eye(like=)`` hands cupy a ``device`` keyword it does not take)."""
+    return np.diag(np.ones_like(np.diagonal(a, axis1=-2, axis2=-1)[0]))
+
+
+def _finite(*arrays):
+    return all(bool(np.all(np.isfinite(x))) for x in arrays)
+
+
+def _solve_checked(out, a, b):
+    """``out = solve(a, b)``; an exactly singular ``a`` (a zero pivot: a
+    non-finite result from finite operands) raises, as LAPACK's gesv does."""
+    out[...] = np.linalg.solve(a, b)
+    if not _finite(out) and _finite(a, b):
+        raise np.linalg.LinAlgError("Singular matrix")
+
+
+def solve(out, a, b, work=None):
+    _solve_checked(out, a, b)
+
+
+def inv(out, a, work=None):
+    out[...] = np.linalg.inv(a)
+    if not _finite(out) and _finite(a):
+        raise np.linalg.LinAlgError("Singular matrix")
+
+
+def det(out, a, work=None):
+    out[...] = np.linalg.det(a)
+
+
+def slogdet(out, a, work=None):
+    sign, logdet = np.linalg.slogdet(a)
+    out[..., 0] = sign
+    out[..., 1] = logdet
+
+
+def _factor(a):
+    """The lower Cholesky factor of the symmetric matrix ``a``'s lower
+    triangle stands for; raises where it is not positive definite."""
+    lo = np.linalg.cholesky(np.tril(a) + _mT(np.tril(a, -1)))
+    if lo.size and not bool(np.all(np.diagonal(lo, axis1=-2, axis2=-1) > 0)):
+        raise np.linalg.LinAlgError("Matrix is not positive definite")
+    return lo
+
+
+def cholesky(out, a, upper=False, work=None):
+    # upper: U with a = U^T U from the upper triangle, the lower factor of a^T transposed
+    out[...] = _mT(_factor(_mT(a))) if upper else _factor(a)
+
+
+def solve_triangular(out, a, b, lower=False, trans=0, unit=False, work=None):
+    if out.size == 0:
+        return
+    t = np.tril(a) if lower else np.triu(a)
+    if unit:
+        eye = _eye(a)
+        t = t * (1 - eye) + eye
+    elif a.shape[-1] and not bool(np.all(np.diagonal(t, axis1=-2, axis2=-1) != 0)):
+        raise np.linalg.LinAlgError("singular matrix: a diagonal element of the "
+                                    "triangular matrix is exactly zero")
+    out[...] = np.linalg.solve(_mT(t) if trans else t, b)  # (trans 2, 'C': real, so 'T')
+
+
+def cholesky_adjoint(out, lo, g, work=None):
+    """The gradient w.r.t. the lower triangle the factor ``lo`` was computed
+    from, given ``g`` w.r.t. ``lo`` (its upper triangle ignored): with
+    ``P = phi(L^T tril(g))`` (the lower triangle, its diagonal halved) and
+    ``M = L^-T P L^-1``, ``tril(M + M^T)`` with ``M``'s diagonal once."""
+    if lo.size == 0:
+        return
+    eye = _eye(lo)
+    low = np.tril(lo)
+    p = np.tril(np.matmul(_mT(low), np.tril(g))) * (1 - 0.5 * eye)
+    x = np.linalg.solve(_mT(low), p)  # L^-T P
+    m = _mT(np.linalg.solve(_mT(low), _mT(x)))  # L^-T P L^-1
+    out[...] = np.tril(m + _mT(m)) - m * eye
+
+
+#: op -> its device run ``run(out, *operands, work=None, **attrs)``
+DEVICE_LINALG = {"solve": solve, "inv": inv, "det": det, "slogdet": slogdet,
+                 "cholesky": cholesky, "solve_triangular": solve_triangular,
+                 "cholesky_adjoint": cholesky_adjoint}
