@@ -115,7 +115,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                              cuda_graph=cuda_graph, update=update, tiered=tiered)
         self._decision_check, self._specializations = None, []
         # the array module of buffers and arguments, and (GPU) the kernel launcher
-        self._xp, self._launcher = np, None
+        self._xp, self._launcher, self._own_products = np, None, False
         if cuda_graph and backend != "cupy":
             raise ValueError("cuda_graph=True needs backend='cupy'")
         self._cuda_graph, self._graph = bool(cuda_graph), None
@@ -123,9 +123,11 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             raise TypeError("update must be a hybridad.optim rule (SGD, Momentum, Adam) on a "
                             f"gradient plan; got {update!r}")
         self.update = update
-        if backend == "cupy":
+        if backend == "cupy":  # (products: its own kernels, one CUDA graph a step)
             from ..backends.cuda import program as cupy_backend
+            from ..backends.cuda.products import own_products
             self._xp, self._launcher = cupy_backend.device()
+            self._own_products = own_products(self._cuda_graph)
         # instrumented (tests): every slot is filled with NaN outside its lifetime
         self._poison = bool(poison)
         self._pack = bool(pack)  # False: one arena slot per buffer (for comparison)
@@ -327,16 +329,6 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         """Whether the plan's loops are generated serial: ``parallel=False``,
         or BLAS owns the threads (:func:`hybridad.transforms.costs.thread_owner`)."""
         return not self.parallel or self._owner[0] == "blas"
-
-    @property
-    def _own_products(self):
-        """Whether this GPU plan's matrix products are its own kernels (one
-        CUDA graph for a step: :func:`hybridad.backends.cuda.products.own_products`)."""
-        own = self.__dict__.get("_products")
-        if own is None:
-            from ..backends.cuda.products import own_products
-            own = self.__dict__["_products"] = own_products(self._cuda_graph)
-        return own
 
     def _install_program(self, program):
         """Put the compiled program in place (and the fast path in front of it)."""
