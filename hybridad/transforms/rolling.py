@@ -39,17 +39,17 @@ from __future__ import annotations
 import os
 from collections import Counter
 from itertools import chain
-from operator import attrgetter
 
 import numpy as np
 
 from ..frontend.guards import SMALL_BYTES
+from ..frontend.signature import attr_signature
 from ..core.trace import Trace, bind
 from ..core.tracer import Tracer
 from ..ir.graph import Graph, redirect
 from ..ir.registry import REGISTRY
 from ..ops.loop import LoopBody, layout, part
-from .rolling_runs import MIN_NODES, MIN_TRIPS, _attr_key, _attrs_key, _attrs_key_of, _best_run
+from .rolling_runs import _ARGS, _ID, MIN_NODES, MIN_TRIPS, _attrs_key, _attrs_key_of, _best_run
 
 __all__ = ["MIN_NODES", "MIN_TRIPS", "enabled", "roll_loops"]
 
@@ -70,7 +70,6 @@ ROLL_BREAKS = 32
 #: the most loops rolled per trace
 _MAX_ROLLS = 32
 _LIGHT = object()  # _roll's answer for a run too light to roll
-_ID, _ARGS = attrgetter("id"), attrgetter("args")
 
 
 def enabled():
@@ -317,7 +316,7 @@ def _strided_items(trace, source, indices):
     if any(len(ix) != len(first) for ix in indices):
         return None
     differ = [j for j in range(len(first))
-              if any(_attr_key(ix[j]) != _attr_key(first[j]) for ix in indices)]
+              if any(attr_signature(ix[j]) != attr_signature(first[j]) for ix in indices)]
     if len(differ) != 1:
         return None
     j = differ[0]

@@ -27,16 +27,11 @@ _REACH = 8
 _ID, _ARGS = attrgetter("id"), attrgetter("args")
 
 
-def _attr_key(value):
-    """An attribute as the plan's graph signature compares it (a loop body by
-    its content: each iteration traced its own)."""
-    return attr_signature(value)
-
-
 def _attrs_key(node):
     if not node.attrs:
         return ()
-    return tuple((k, _attr_key(node.attrs[k])) for k in sorted(node.attrs))
+    # (as the plan's graph signature compares them: a loop body by its content)
+    return tuple((k, attr_signature(node.attrs[k])) for k in sorted(node.attrs))
 
 
 def _attrs_key_of(node, keys):
