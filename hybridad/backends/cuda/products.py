@@ -27,7 +27,7 @@ import os
 
 import numpy as np
 
-from .source import RegionKernel, _broadcast_offset, ctype
+from .source import RegionKernel, _broadcast_offset, c_strides, coordinate_lines, ctype
 
 __all__ = ["own_products", "product_loop", "product_value"]
 
@@ -71,28 +71,14 @@ def product_value(node, strides):
     def virtual(x, st, rows):
         """``x`` as an operand of the loop: ``a`` (..., m, 1, k), ``b`` (..., 1, n, k)."""
         shape = list(x.shape)
-        if st is None:
-            st, step = [], 1
-            for s in reversed(shape):
-                st.insert(0, step)
-                step *= s
-        st = list(st)
+        st = c_strides(shape) if st is None else list(st)
         if rows:  # a[..., r, j]
             return shape[:-1] + [1, shape[-1]], st[:-1] + [0, st[-1]]
         return shape[:-2] + [1, shape[-1], shape[-2]], st[:-2] + [0, st[-1], st[-2]]
 
     sa, ta = virtual(a, strides[0], True)
     sb, tb = virtual(b, strides[1], False)
-    index = []
-    rest = "i"
-    for axis in range(nd - 1, -1, -1):
-        if axis == 0:
-            index.append(f"    const long long {coords[0]} = {rest};")
-        else:
-            index += [f"    const long long {coords[axis]} = {rest} % {loop[axis]}LL;",
-                      f"    const long long q{axis} = {rest} / {loop[axis]}LL;"]
-            rest = f"q{axis}"
-    body = "\n".join(index + [
+    body = "\n".join(coordinate_lines(loop, coords) + [
         f"    return (double)a[{_broadcast_offset(sa, ta, loop, coords)}] * "
         f"(double)b[{_broadcast_offset(sb, tb, loop, coords)}];"])
     decls = [f"const {t}* __restrict__ a", f"const {t}* __restrict__ b"]

@@ -24,7 +24,7 @@ import hashlib
 
 import numpy as np
 
-from .source import RegionKernel, ctype
+from .source import RegionKernel, c_strides, ctype
 
 __all__ = ["SumLevel", "sum_levels", "sum_scratch", "summable"]
 
@@ -188,10 +188,7 @@ def sum_levels(shape, strides, axis, dtype, op="sum", fused=None):
     :func:`sum_scratch` doubles."""
     dtype = np.dtype(dtype)
     if strides is None:
-        strides, step = [], 1
-        for s in reversed(shape):
-            strides.insert(0, step)
-            step *= s
+        strides = c_strides(shape)
     kept = [(s, st) for d, (s, st) in enumerate(zip(shape, strides, strict=True))
             if d not in axis]
     reduced = [(shape[d], strides[d]) for d in sorted(axis)]

@@ -180,6 +180,29 @@ def cuda_apply(name, codes, out_dtype):
 _STATEMENT = re.compile(r"^(\w+) = (.*)$")
 
 
+def c_strides(shape):
+    """The element strides of a C-contiguous array of ``shape`` (a list)."""
+    strides, step = [], 1
+    for s in reversed(shape):
+        strides.insert(0, step)
+        step *= s
+    return strides
+
+
+def coordinate_lines(loop, coords, var="i"):
+    """Lines computing the loop coordinates ``coords`` (source names) of flat
+    index ``var`` over ``loop`` (C order), the last axis fastest."""
+    lines, rest = [], var
+    for axis in range(len(loop) - 1, -1, -1):
+        if axis == 0:
+            lines.append(f"    const long long {coords[0]} = {rest};")
+        else:
+            lines += [f"    const long long {coords[axis]} = {rest} % {loop[axis]}LL;",
+                      f"    const long long q{axis} = {rest} / {loop[axis]}LL;"]
+            rest = f"q{axis}"
+    return lines
+
+
 def _broadcast_offset(shape, strides, loop_shape, coords):
     """Element offset of an operand of ``shape`` (element ``strides``; None:
     C-contiguous) broadcast to the loop, from the loop coordinates' source
@@ -187,10 +210,7 @@ def _broadcast_offset(shape, strides, loop_shape, coords):
     nd = len(loop_shape)
     pad = nd - len(shape)
     if strides is None:
-        strides, step = [], 1
-        for s in reversed(shape):
-            strides.insert(0, step)
-            step *= s
+        strides = c_strides(shape)
     terms = []
     for axis, (s, st) in enumerate(zip(shape, strides, strict=True)):
         if s != 1 and st != 0:
@@ -295,15 +315,7 @@ def region_kernel(region, mode, operands, seeds=(), wrt=None, cotangent=None, st
         m = _STATEMENT.match(line)
         decls.append(f"    const auto {m.group(1)} = {m.group(2)};")
     index = ["    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
-             "    if (i >= n) return;"]
-    rest = "i"
-    for axis in range(nd - 1, -1, -1):
-        if axis == 0:
-            index.append(f"    const long long {coords[0]} = {rest};")
-        else:
-            index.append(f"    const long long {coords[axis]} = {rest} % {loop[axis]}LL;")
-            index.append(f"    const long long q{axis} = {rest} / {loop[axis]}LL;")
-            rest = f"q{axis}"
+             "    if (i >= n) return;"] + coordinate_lines(loop, coords)
     stores = [f"    {name}[i] = ({ctype(dt)})({expr});" for name, dt, expr in outs]
     if fused:
         stores.append(f"    return ({ctype(value_dtype)})({value});")
