@@ -40,22 +40,21 @@ def _finite(*arrays):
     return all(bool(np.all(np.isfinite(x))) for x in arrays)
 
 
-def _solve_checked(out, a, b):
-    """``out = solve(a, b)``; an exactly singular ``a`` (a zero pivot: a
-    non-finite result from finite operands) raises, as LAPACK's gesv does."""
-    out[...] = np.linalg.solve(a, b)
-    if not _finite(out) and _finite(a, b):
+def _singular_if_not_finite(out, *operands):
+    """An exactly singular matrix (a zero pivot: a non-finite ``out`` from
+    finite operands) raises, as LAPACK's gesv does."""
+    if not _finite(out) and _finite(*operands):
         raise np.linalg.LinAlgError("Singular matrix")
 
 
 def solve(out, a, b, work=None):
-    _solve_checked(out, a, b)
+    out[...] = np.linalg.solve(a, b)
+    _singular_if_not_finite(out, a, b)
 
 
 def inv(out, a, work=None):
     out[...] = np.linalg.inv(a)
-    if not _finite(out) and _finite(a):
-        raise np.linalg.LinAlgError("Singular matrix")
+    _singular_if_not_finite(out, a)
 
 
 def det(out, a, work=None):
