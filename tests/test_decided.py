@@ -279,13 +279,10 @@ def test_a_tiered_plan_attaches_its_compiled_check_at_the_switch():
     np.testing.assert_allclose(first.gradient, ha.gradient(near_point, x).gradient, rtol=1e-13)
 
 
-def test_one_chunk_hessian_plans_that_decide_take_their_fast_entry(monkeypatch):
-    """A one-chunk Hessian plan that decided on values runs its compiled check
-    and then its whole program on its fast entry; a call that decides
-    otherwise is routed by the general path to its specialization."""
-    f, (x, y) = CASES["near_point"]
-    plan = ha.compile(f, x, hessian=True)
-    assert plan._decision_check.program is not None
+def _routes_the_other_outcome_alone(plan, f, x, y, monkeypatch):
+    """Hessians of ``plan`` at ``x, x, y, x`` into one result, each the numpy
+    backend's; only the call at ``y`` (the other outcome) takes the general
+    path, which routes it to its own plan.  Returns the result."""
     res = ha.HessianResult(x)
     for _ in range(2):  # (the entry is made after the first call)
         plan.hessian(x, out=res)
@@ -297,6 +294,17 @@ def test_one_chunk_hessian_plans_that_decide_take_their_fast_entry(monkeypatch):
         want = ha.hessian(f, p, backend="numpy")
         np.testing.assert_allclose(res.hessian, want.hessian, rtol=1e-12, atol=1e-14)
     assert len(general) <= 1  # (the call at y only: routed to its own plan)
+    return res
+
+
+def test_one_chunk_hessian_plans_that_decide_take_their_fast_entry(monkeypatch):
+    """A one-chunk Hessian plan that decided on values runs its compiled check
+    and then its whole program on its fast entry; a call that decides
+    otherwise is routed by the general path to its specialization."""
+    f, (x, y) = CASES["near_point"]
+    plan = ha.compile(f, x, hessian=True)
+    assert plan._decision_check.program is not None
+    res = _routes_the_other_outcome_alone(plan, f, x, y, monkeypatch)
     # the whole program carries the check: one native call, no separate check
     whole = plan._programs["chunk+primal"]
     assert whole.checked_parts is not None and "raise _DecisionsChanged" in whole.source
@@ -317,18 +325,8 @@ def test_one_chunk_hessian_entry_with_its_check_apart(monkeypatch):
     monkeypatch.setattr(P, "inline_check", lambda *a: None)
     f, (x, y) = CASES["near_point"]
     plan = ha.compile(f, x, hessian=True)
-    res = ha.HessianResult(x)
-    for _ in range(2):
-        plan.hessian(x, out=res)
+    _routes_the_other_outcome_alone(plan, f, x, y, monkeypatch)
     assert plan._programs["chunk+primal"].checked_parts is None
-    general = []
-    real = plan._check
-    monkeypatch.setattr(plan, "_check", lambda *a, **k: general.append(1) or real(*a, **k))
-    for p in (x, x, y, x):
-        plan.hessian(p, out=res)
-        want = ha.hessian(f, p, backend="numpy")
-        np.testing.assert_allclose(res.hessian, want.hessian, rtol=1e-12, atol=1e-14)
-    assert len(general) <= 1  # (the call at y only: routed to its own plan)
 
 
 def test_one_chunk_jacobian_plans_carry_their_check():
