@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
-from hybridad.testing import count_allocations, numerical_gradient
+from hybridad.testing import assert_no_alloc, count_allocations, numerical_gradient
 from hybridad.transforms import rolling, rolling_runs
 
 
@@ -188,6 +188,9 @@ def test_a_loop_rolls_beside_a_python_decision_on_values(backend, monkeypatch):
     points = (x_pos, x_neg, x_pos)  # both outcomes (the other one a specialization)
     got = [plan.gradient(x) for x in points]
     assert [_loops(p) for p in plan._specializations] == [2]
+    out = ha.GradientResult(x_pos)
+    for x in (x_pos, x_neg):  # nothing allocated per call, on either outcome's plan
+        assert_no_alloc(plan.gradient, x, out=out, n=5)
     monkeypatch.setenv("HYBRIDAD_ROLL", "0")
     unrolled = ha.compile(decided_before, x_pos, backend="numpy")
     assert _loops(unrolled) == 0
