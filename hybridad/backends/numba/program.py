@@ -363,7 +363,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
             nd = len(n.shape)
             w.emit(*(["if _wout != 0:"] if k in optional_outputs else []))
             w.indent += k in optional_outputs
-            w.nest(n.shape, [f"o{k}{here(nd)} = {names[n.id]}{here(nd)}"])
+            w.nest(n.shape, [f"o{k}{here(nd)} = {names[n.id]}{here(nd)}"],  # (a long copy:
+                   parallel=True)  # the threads' bandwidth, as the regions that made it)
             w.indent -= k in optional_outputs
     header = _header(consts, objects)
     if raise_if_set:
