@@ -96,10 +96,6 @@ DEFAULT_CASES = {"var_std", "logaddexp_reduce", "cumprod", "fancy_indexing", "ei
                                                [pytest.mark.slow]) for n in sorted(CASES)])
 def test_every_coverage_case(name):
     args = (rand((4, 5), seed=sum(map(ord, name))),)
-    if name == "linalg_eigh":  # host LAPACK only: refused, saying so
-        with pytest.raises(NotImplementedError, match="backend='cupy'"):
-            ha.compile(CASES[name], *args, backend="cupy")
-        return
     check_against_numpy(CASES[name], args, 0, rtol=1e-11)
 
 
@@ -457,5 +453,44 @@ def test_linear_algebra_failures_raise_as_on_the_cpu():
     a[1, 1] = 0.0
     with pytest.raises(np.linalg.LinAlgError, match="singular"):
         ha.gradient(tri, a, backend="cupy")
-    with pytest.raises(NotImplementedError, match="eigh .*cholesky"):
-        ha.compile(lambda a: np.sum(np.linalg.eigh(a @ a.T)[0]), rand((3, 3)), backend="cupy")
+    with pytest.raises(np.linalg.LinAlgError, match="Eigenvalues did not converge"):
+        ha.gradient(lambda a: np.sum(np.linalg.eigh(a)[0]), np.full((3, 3), np.nan),
+                    backend="cupy")
+    with pytest.raises(np.linalg.LinAlgError, match="SVD did not converge"):
+        ha.gradient(lambda a: np.sum(np.linalg.svd(a)[1]), np.full((3, 2), np.inf),
+                    backend="cupy")
+    with pytest.raises(NotImplementedError, match="qr .*eigh"):
+        ha.compile(lambda a: np.sum(np.linalg.qr(a)[1]), rand((3, 3)), backend="cupy")
+
+
+def spectra(A):
+    """eigh, eigvalsh (the other triangle), svd (values alone, and the
+    vectors), pinv, scipy's eigh (syevr; a subset): through functions of the
+    decompositions that do not depend on the sign a solver gives each vector."""
+    import scipy.linalg
+
+    S = A @ A.T + np.eye(A.shape[0])
+    w, V = np.linalg.eigh(S)
+    U, s, Vt = np.linalg.svd(A[:, :3], full_matrices=False)
+    return np.sum(w ** 2) + np.sum((V * V) @ np.sin(w)) + \
+        np.sum(np.linalg.eigvalsh(np.triu(S), UPLO="U") ** 3) + \
+        np.sum(np.linalg.svd(A, compute_uv=False) ** 3) + np.sum(np.tanh((U * s ** 2) @ Vt)) + \
+        np.sum(np.linalg.pinv(A[:3]) ** 2) + np.sum(scipy.linalg.eigh(S)[1] ** 4) + \
+        np.sum(scipy.linalg.eigh(S, lower=False, subset_by_index=(1, 2), eigvals_only=True))
+
+
+def test_spectral_decompositions_on_the_gpu_program():
+    check_against_numpy(spectra, (rand((4, 4), seed=7) / 2,), 0, rtol=1e-10)
+    # batched: a stack of matrices (cupy's batched solvers)
+    batch = rand((3, 4, 4), seed=8) / 2
+    check_against_numpy(lambda B: np.sum(np.linalg.eigvalsh(B @ np.swapaxes(B, -1, -2)) ** 2)
+                        + np.sum(np.linalg.svd(B, compute_uv=False)), (batch,), 0, rtol=1e-10)
+
+
+@pytest.mark.slow
+def test_spectral_decompositions_second_order_on_the_gpu_program():
+    # (their forward rules on the device: a Hessian's tangent programs)
+    A = rand((4, 4), seed=7) / 2
+    want = ha.hessian(spectra, A, backend="numpy").hessian
+    got = ha.hessian(spectra, A, backend="cupy").hessian
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-11 * np.abs(want).max())

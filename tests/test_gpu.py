@@ -73,8 +73,6 @@ def test_functions_against_the_numpy_backend(cp, name):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_coverage_cases(cp, name):
-    if name == "linalg_eigh":
-        pytest.skip("np.linalg.eigh runs through host LAPACK: not on backend='cupy' yet")
     _check(cp, CASES[name], (rand((4, 5), seed=sum(map(ord, name))),), 0, rtol=1e-10)
 
 
@@ -233,14 +231,16 @@ def test_hessian_through_a_loop_on_the_device(cp):
                                atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["gp", "dets"])
+@pytest.mark.parametrize("name", ["gp", "dets", "spectra"])
 def test_linear_algebra_on_the_device(cp, name):
-    from test_cupy_program import dets, gp_loss
+    from test_cupy_program import dets, gp_loss, spectra
 
     if name == "gp":
         _check(cp, gp_loss, (np.linspace(0.0, 3.0, 12), rand((12,), seed=4)), (0, 1),
                rtol=1e-11)
-    else:
+    elif name == "dets":
         _check(cp, dets, (rand((4, 4), seed=5) / 3,), 0, rtol=1e-11)
+    else:  # (cuSOLVER's syevd and gesvd: to their rounding, not LAPACK's)
+        _check(cp, spectra, (rand((4, 4), seed=7) / 2,), 0, rtol=1e-9)
     with pytest.raises(np.linalg.LinAlgError, match="positive definite"):
         ha.gradient(lambda a: np.sum(np.linalg.cholesky(a)), cp.asarray(-np.eye(3)))

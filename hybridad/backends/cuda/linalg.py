@@ -1,22 +1,29 @@
 """``np.linalg`` on the GPU program: the LAPACK primitives' device runs.
 
-The CPU backends run solve, inv, det, slogdet, cholesky, triangular solves
-and cholesky's reverse rule through host LAPACK kernels
-(:mod:`hybridad.ops.lapack`), which take host pointers.  On the GPU program
+The CPU backends run solve, inv, det, slogdet, cholesky, triangular solves,
+cholesky's reverse rule, eigh and eigvalsh (numpy's and scipy's), svd and
+pinv through host LAPACK kernels (:mod:`hybridad.ops.lapack`), which take
+host pointers.  On the GPU program
 these ops run numpy's functions on the device arrays instead, which numpy
-hands to cupy (``cupy.linalg``: cuSOLVER's getrf/getrs and potrf), with
-the kernels' semantics: the matrix a factorization reads is the triangle
-LAPACK reads (the other triangle ignored), the factor's other triangle is
-zero, and what LAPACK reports -- a matrix that is not positive definite, an
-exactly singular one -- raises ``numpy.linalg.LinAlgError`` as on the CPU
-(cupy itself does not check: its checks would stop at the first call; these
-read the factor's diagonal or the result's finiteness back, one
-synchronization per such op).
+hands to cupy (``cupy.linalg``: cuSOLVER's getrf/getrs, potrf, syevd,
+gesvd or, for stacks of small matrices, gesvdj), with the kernels'
+semantics: the matrix a factorization reads is the triangle LAPACK reads
+(the other triangle ignored), the factor's other triangle is zero, results
+are packed as the kernels pack them (:mod:`hybridad.ops.lapack_more`), and
+what LAPACK reports -- a matrix that is not positive definite, an exactly
+singular one, a decomposition that did not converge (a non-finite result) --
+raises ``numpy.linalg.LinAlgError`` as on the CPU (cupy itself does not
+check: its checks would stop at the first call; these read the factor's
+diagonal or the result's finiteness back, one synchronization per such op).
+Eigenvectors and singular vectors are cuSOLVER's: each is determined up to
+its sign only, and numpy's LAPACK may pick the other one, so a function that
+depends on those signs can differ between the backends, as it differs
+between numpy and cupy.
 
 These calls allocate their results and cuSOLVER's workspaces from cupy's
 memory pool on every call (unlike the rest of a GPU plan), and a CUDA graph
-records them between its segments, as library calls.  eigh, eigvalsh, svd,
-pinv, qr, eig, expm and lu_factor stay on the CPU backends.
+records them between its segments, as library calls.  qr, eig, expm and
+lu_factor stay on the CPU backends.
 """
 
 from __future__ import annotations
@@ -109,7 +116,86 @@ def cholesky_adjoint(out, lo, g, work=None):
     out[...] = np.tril(m + _mT(m)) - m * eye
 
 
+def _symmetric(a, uplo):
+    """The symmetric matrices ``a``'s triangle ``uplo`` stands for (the other
+    triangle ignored, as LAPACK's syevd reads it)."""
+    if uplo == "L":
+        return np.tril(a) + _mT(np.tril(a, -1))
+    return np.triu(a) + _mT(np.triu(a, 1))
+
+
+def _converged(what, out):
+    """A result that is not finite raises as LAPACK's failure to converge does
+    on the CPU (numpy's message; a non-finite matrix fails there too)."""
+    if not _finite(out):
+        raise np.linalg.LinAlgError(f"{what} did not converge")
+
+
+def eigh(out, a, uplo="L", work=None):
+    # eigenvalues in row 0, eigenvectors (columns) below (:mod:`hybridad.ops.linalg`)
+    if out.size == 0:
+        return
+    w, v = np.linalg.eigh(_symmetric(a, uplo))
+    out[:, 0, :] = w
+    out[:, 1:, :] = v
+    _converged("Eigenvalues", out)
+
+
+def eigvalsh(out, a, uplo="L", work=None):
+    if out.size == 0:
+        return
+    out[...] = np.linalg.eigvalsh(_symmetric(a, uplo))
+    _converged("Eigenvalues", out)
+
+
+def eigh_evr(out, a, uplo="L", lo=0, hi=0, vectors=True, subset=False, work=None):
+    # scipy.linalg.eigh: eigenvalues lo..hi (ascending) in row 0, their vectors below
+    # (cuSOLVER's syevd on the whole matrix, then the subset)
+    if out.size == 0:
+        return
+    sym = _symmetric(a, uplo)
+    if vectors:
+        w, v = np.linalg.eigh(sym)
+        out[:, 0, :] = w[:, lo:hi + 1]
+        out[:, 1:, :] = v[:, :, lo:hi + 1]
+    else:
+        out[...] = np.linalg.eigvalsh(sym)[:, lo:hi + 1]
+    _converged("Eigenvalues", out)
+
+
+def svd(out, a, jobz="S", complement=False, work=None):
+    # packed as :mod:`hybridad.ops.lapack_more` says: s, then U (m x k) and Vt
+    # (k x n) row by row; or the columns k.. of the full U (m > n) / rows k.. of
+    # the full Vt
+    b, m, n = a.shape
+    k = min(m, n)
+    if b == 0 or out.size == 0:
+        return
+    if k == 0:  # (a complement of an empty matrix: numpy's full U or Vt, the identity)
+        out[...] = _eye(out)
+        return
+    if jobz == "N" and not complement:
+        out[...] = np.linalg.svd(a, compute_uv=False)
+    else:
+        u, s, vt = np.linalg.svd(a, full_matrices=bool(complement))
+        if complement:
+            out[...] = u[:, :, k:] if m > n else vt[:, k:, :]
+        else:
+            out[:, :k] = s
+            out[:, k:k + m * k] = u.reshape(b, m * k)
+            out[:, k + m * k:] = vt.reshape(b, k * n)
+    _converged("SVD", out)
+
+
+def pinv(out, a, rcond=1e-15, work=None):
+    if out.size:
+        # (singular values at most rcond * max(s) dropped, as numpy's and the kernel's)
+        out[...] = np.linalg.pinv(a, rcond=rcond)
+        _converged("SVD", out)
+
+
 #: op -> its device run ``run(out, *operands, work=None, **attrs)``
 DEVICE_LINALG = {"solve": solve, "inv": inv, "det": det, "slogdet": slogdet,
                  "cholesky": cholesky, "solve_triangular": solve_triangular,
-                 "cholesky_adjoint": cholesky_adjoint}
+                 "cholesky_adjoint": cholesky_adjoint, "eigh": eigh, "eigvalsh": eigvalsh,
+                 "eigh_evr": eigh_evr, "svd": svd, "pinv": pinv}
