@@ -459,13 +459,13 @@ def test_linear_algebra_failures_raise_as_on_the_cpu():
     with pytest.raises(np.linalg.LinAlgError, match="SVD did not converge"):
         ha.gradient(lambda a: np.sum(np.linalg.svd(a)[1]), np.full((3, 2), np.inf),
                     backend="cupy")
-    with pytest.raises(NotImplementedError, match="qr .*eigh"):
-        ha.compile(lambda a: np.sum(np.linalg.qr(a)[1]), rand((3, 3)), backend="cupy")
+    with pytest.raises(NotImplementedError, match="eig .*cholesky"):
+        ha.compile(lambda a: np.sum(np.linalg.eigvals(a)), rand((3, 3)), backend="cupy")
 
 
 def spectra(A):
     """eigh, eigvalsh (the other triangle), svd (values alone, and the
-    vectors), pinv, scipy's eigh (syevr; a subset): through functions of the
+    vectors), pinv, scipy's eigh (syevr; a subset), qr: through functions of the
     decompositions that do not depend on the sign a solver gives each vector."""
     import scipy.linalg
 
@@ -476,7 +476,8 @@ def spectra(A):
         np.sum(np.linalg.eigvalsh(np.triu(S), UPLO="U") ** 3) + \
         np.sum(np.linalg.svd(A, compute_uv=False) ** 3) + np.sum(np.tanh((U * s ** 2) @ Vt)) + \
         np.sum(np.linalg.pinv(A[:3]) ** 2) + np.sum(scipy.linalg.eigh(S)[1] ** 4) + \
-        np.sum(scipy.linalg.eigh(S, lower=False, subset_by_index=(1, 2), eigvals_only=True))
+        np.sum(scipy.linalg.eigh(S, lower=False, subset_by_index=(1, 2), eigvals_only=True)) + \
+        np.sum(np.abs(np.linalg.qr(A[:, :3], mode="r"))) + np.sum(np.square(np.linalg.qr(A)[0]))
 
 
 def test_spectral_decompositions_on_the_gpu_program():

@@ -1,12 +1,12 @@
 """``np.linalg`` on the GPU program: the LAPACK primitives' device runs.
 
 The CPU backends run solve, inv, det, slogdet, cholesky, triangular solves,
-cholesky's reverse rule, eigh and eigvalsh (numpy's and scipy's), svd and
-pinv through host LAPACK kernels (:mod:`hybridad.ops.lapack`), which take
+cholesky's reverse rule, eigh and eigvalsh (numpy's and scipy's), svd,
+pinv and qr through host LAPACK kernels (:mod:`hybridad.ops.lapack`), which take
 host pointers.  On the GPU program
 these ops run numpy's functions on the device arrays instead, which numpy
 hands to cupy (``cupy.linalg``: cuSOLVER's getrf/getrs, potrf, syevd,
-gesvd or, for stacks of small matrices, gesvdj), with the kernels'
+gesvd or, for stacks of small matrices, gesvdj, geqrf/orgqr), with the kernels'
 semantics: the matrix a factorization reads is the triangle LAPACK reads
 (the other triangle ignored), the factor's other triangle is zero, results
 are packed as the kernels pack them (:mod:`hybridad.ops.lapack_more`), and
@@ -15,15 +15,17 @@ singular one, a decomposition that did not converge (a non-finite result) --
 raises ``numpy.linalg.LinAlgError`` as on the CPU (cupy itself does not
 check: its checks would stop at the first call; these read the factor's
 diagonal or the result's finiteness back, one synchronization per such op).
-Eigenvectors and singular vectors are cuSOLVER's: each is determined up to
-its sign only, and numpy's LAPACK may pick the other one, so a function that
+Eigenvectors, singular vectors and Q's columns are cuSOLVER's: each is
+determined up to its sign only, and numpy's LAPACK may pick the other one, so a function that
 depends on those signs can differ between the backends, as it differs
 between numpy and cupy.
 
 These calls allocate their results and cuSOLVER's workspaces from cupy's
 memory pool on every call (unlike the rest of a GPU plan), and a CUDA graph
-records them between its segments, as library calls.  qr, eig, expm and
-lu_factor stay on the CPU backends.
+records them between its segments, as library calls.  eig (numpy's result
+is real only for a real spectrum, and LAPACK's normalization of its vectors
+is what its rule assumes), expm and lu_factor (scipy's, which numpy does not
+hand to cupy) stay on the CPU backends.
 """
 
 from __future__ import annotations
@@ -187,6 +189,23 @@ def svd(out, a, jobz="S", complement=False, work=None):
     _converged("SVD", out)
 
 
+def qr(out, a, mode="reduced", complement=False, work=None):
+    # packed as :mod:`hybridad.ops.lapack_more` says: Q (m x k) then R (k x n) row
+    # by row; mode 'r': R alone; or the columns k.. of the complete Q (m > n)
+    b, m, n = a.shape
+    k = min(m, n)
+    if b == 0 or out.size == 0:
+        return
+    if complement:
+        out[...] = _eye(out) if k == 0 else np.linalg.qr(a, mode="complete")[0][:, :, k:]
+    elif mode == "r":
+        out[...] = np.linalg.qr(a, mode="r")
+    else:
+        q, r = np.linalg.qr(a, mode="reduced")
+        out[:, :m * k] = q.reshape(b, m * k)
+        out[:, m * k:] = r.reshape(b, k * n)
+
+
 def pinv(out, a, rcond=1e-15, work=None):
     if out.size:
         # (singular values at most rcond * max(s) dropped, as numpy's and the kernel's)
@@ -198,4 +217,4 @@ def pinv(out, a, rcond=1e-15, work=None):
 DEVICE_LINALG = {"solve": solve, "inv": inv, "det": det, "slogdet": slogdet,
                  "cholesky": cholesky, "solve_triangular": solve_triangular,
                  "cholesky_adjoint": cholesky_adjoint, "eigh": eigh, "eigvalsh": eigvalsh,
-                 "eigh_evr": eigh_evr, "svd": svd, "pinv": pinv}
+                 "eigh_evr": eigh_evr, "svd": svd, "pinv": pinv, "qr": qr}
