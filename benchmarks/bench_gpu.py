@@ -27,6 +27,11 @@ warm-up: cupy's pool high-water mark through the same hook (bytes in use,
 arguments and results included), ``torch.cuda.max_memory_allocated`` and
 JAX's ``memory_stats()["peak_bytes_in_use"]``.
 
+Each hybridad row with matrix products says what they ran in
+(``plan.matmul_precision``: hybridad's kernels or cuBLAS, and TF32 only where
+``CUPY_TF32=1`` asked cupy for it); JAX runs with
+``jax_default_matmul_precision = "highest"`` (no TF32 either).
+
 Needs a GPU: ``python benchmarks/bench_gpu.py [--quick] [--json FILE]``.
 """
 
@@ -144,6 +149,8 @@ def hybridad_row(f, args, argnums, cuda_graph):
 
     def call():
         plan.gradient(*dev, out=res)
+
+    call.precision = plan.matmul_precision  # (what its matrix products ran in)
 
     def result():
         grads = res.gradient if isinstance(res.gradient, tuple) else (res.gradient,)
@@ -298,7 +305,10 @@ def main(argv=None):
                 raise SystemExit(f"{impl} on {name} disagrees with the numpy backend ({err:.1e})")
             median, lo, hi = measure(run, sync, repeats)
             rows.append({"workload": name, "impl": impl, "median_us": median, "min_us": lo,
-                         "max_us": hi, "allocs": allocs, "peak": peak, "first": first})
+                         "max_us": hi, "allocs": allocs, "peak": peak, "first": first,
+                         "products": getattr(run, "precision", None)})
+            if rows[-1]["products"]:
+                print(f"note: {impl} on {name}: matrix products {rows[-1]['products']}")
     print(_harness.format_table(rows, COLUMNS, {"workload", "impl"}))
     if args.json:
         _harness.write_json(args.json, rows, {"dtype": np.dtype(dtype).name,

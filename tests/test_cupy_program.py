@@ -495,3 +495,35 @@ def test_spectral_decompositions_second_order_on_the_gpu_program():
     want = ha.hessian(spectra, A, backend="numpy").hessian
     got = ha.hessian(spectra, A, backend="cupy").hessian
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-11 * np.abs(want).max())
+
+
+def test_plans_say_what_precision_their_matrix_products_run_in(monkeypatch):
+    def f(W, x):
+        return np.sum(np.tanh(x @ W) @ W.T)
+
+    W32, x32 = rand((8, 8)).astype(np.float32), rand((4, 8), seed=2).astype(np.float32)
+    monkeypatch.delenv("CUPY_TF32", raising=False)
+    monkeypatch.delenv("HYBRIDAD_CUDA_PRODUCTS", raising=False)
+    plan = ha.compile(f, W32, x32, backend="cupy")
+    said = "float32 by cuBLAS in full float32 (TF32 off: cupy's default)"
+    assert plan.matmul_precision == said
+    assert f"matrix products: {said}" in plan.explain()
+    # where cupy computes float32 products in TF32 (CUPY_TF32=1 when cupy first asks:
+    # its compute type, read from cupy where it imports), the plan says so
+    from hybridad.backends.cuda import products
+    with monkeypatch.context() as m:
+        m.setattr(products, "_cublas_tf32", lambda dtype: dtype == np.float32)
+        assert "TF32 (CUPY_TF32=1" in plan.matmul_precision
+    for graph in (True, False):  # hybridad's own kernels: under a CUDA graph, or asked for
+        if not graph:
+            monkeypatch.setenv("HYBRIDAD_CUDA_PRODUCTS", "kernels")
+        kernels = ha.compile(f, W32, x32, backend="cupy", cuda_graph=graph)
+        assert kernels.matmul_precision.startswith("float32 by hybridad's kernels (each "
+                                                   "product exact in float64")
+    monkeypatch.delenv("HYBRIDAD_CUDA_PRODUCTS")
+    W64 = W32.astype(np.float64)
+    assert ha.compile(f, W64, x32.astype(np.float64), backend="cupy").matmul_precision == \
+        "float64 by cuBLAS in float64"
+    assert ha.compile(f, W64, x32.astype(np.float64)).matmul_precision is None  # (the CPU)
+    assert ha.compile(lambda x: np.sum(np.exp(x)), W64, backend="cupy").matmul_precision \
+        is None

@@ -54,6 +54,8 @@ class ExplainMixin:
             lines += [f"  {d!r}" for d in check.decisions]
         lines += self._tier_lines()
         lines += self._thread_lines()
+        if self.matmul_precision is not None:
+            lines.append(f"matrix products: {self.matmul_precision}")
         if self.backend == "numba":
             from ..transforms.costs import costs
             lines.append("costs (store or recompute partials, matrix-vector loop or gemv): "
@@ -70,6 +72,30 @@ class ExplainMixin:
         lines += ["", "generated source:", "(compiling in the background)" if
                   self._program is None else self._program.source]
         return "\n".join(lines)
+
+    @property
+    def matmul_precision(self) -> str | None:
+        """What this GPU plan's float matrix products run in, per dtype:
+        hybridad's product kernels or cuBLAS, and in what precision (TF32 only
+        where ``CUPY_TF32=1`` asked cupy for it); None on the CPU backends or
+        without float products.
+
+        Returns
+        -------
+        str or None
+        """
+        if self.backend != "cupy" or self.graph is None:
+            return None
+        from ..backends.cuda.products import products_precision
+
+        dtypes, todo = set(), [self.graph.nodes]
+        while todo:  # (loop bodies' products too)
+            for n in todo.pop():
+                if n.op == "matmul" and n.dtype.kind == "f":
+                    dtypes.add(n.dtype)
+                elif n.op == "loop":
+                    todo.append(n.attrs["body"].graph.nodes)
+        return products_precision(self._own_products, dtypes) if dtypes else None
 
     def _thread_lines(self):
         """How many threads the parallel programs' loops use, and why

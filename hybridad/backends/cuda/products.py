@@ -29,7 +29,7 @@ import numpy as np
 
 from .source import RegionKernel, _broadcast_offset, c_strides, coordinate_lines, ctype
 
-__all__ = ["own_products", "product_loop", "product_value"]
+__all__ = ["own_products", "product_loop", "product_value", "products_precision"]
 
 
 def own_products(graph_mode):
@@ -44,6 +44,40 @@ def own_products(graph_mode):
     if how == "cublas":
         return False
     return bool(graph_mode)
+
+
+def _cublas_tf32(dtype):
+    """Whether cupy's cuBLAS calls compute ``dtype`` products in TF32: its
+    compute type (on a device), else what ``CUPY_TF32`` asks cupy for."""
+    try:
+        from cupy._core import _routines_linalg as lin  # (cupy's own setting)
+
+        return lin.get_compute_type(np.dtype(dtype)) == lin.COMPUTE_TYPE_TF32
+    except Exception:  # noqa: BLE001 -- no device, or another cupy's internals
+        return dtype == np.float32 and os.environ.get("CUPY_TF32", "0").strip() not in (
+            "", "0")
+
+
+def products_precision(own, dtypes):
+    """What a GPU program's float matrix products run in, one phrase per dtype
+    of ``dtypes`` (``own``: :func:`own_products`): hybridad's kernels (float32
+    products exact in float64 and summed there, rounded once; float64 sums
+    compensated) or cuBLAS in the compute type cupy gives it -- full precision
+    unless ``CUPY_TF32=1`` asked cupy for TF32 (float32 operands rounded to
+    10-bit mantissas)."""
+    said = []
+    for dt in sorted({np.dtype(d) for d in dtypes}, key=lambda d: d.itemsize):
+        if own:
+            said.append(f"{dt.name} by hybridad's kernels (" + (
+                "each product exact in float64, summed in float64, rounded once; no TF32)"
+                if dt == np.float32 else "float64 products, compensated sums)"))
+        elif dt == np.float32:
+            said.append("float32 by cuBLAS in TF32 (CUPY_TF32=1: operands rounded to 10-bit "
+                        "mantissas)" if _cublas_tf32(dt) else
+                        "float32 by cuBLAS in full float32 (TF32 off: cupy's default)")
+        else:
+            said.append(f"{dt.name} by cuBLAS in {dt.name}")
+    return "; ".join(said)
 
 
 def product_loop(node):
