@@ -527,3 +527,73 @@ def test_plans_say_what_precision_their_matrix_products_run_in(monkeypatch):
     assert ha.compile(f, W64, x32.astype(np.float64)).matmul_precision is None  # (the CPU)
     assert ha.compile(lambda x: np.sum(np.exp(x)), W64, backend="cupy").matmul_precision \
         is None
+
+
+class _FakeCuda:
+    """cupy.cuda's allocator API (``get_allocator``, ``using_allocator``,
+    ``alloc``) over fake pointers: what a device run's allocations became."""
+
+    class Pointer:
+        def __init__(self, where, at):
+            self.where, self.at = where, at
+
+        def __add__(self, k):
+            return _FakeCuda.Pointer(self.where, self.at + k)
+
+    def __init__(self):
+        self.current, self.pool_sizes = None, []
+
+    def pool(self, size):
+        self.pool_sizes.append(size)
+        return self.Pointer(f"pool{len(self.pool_sizes)}", 0)
+
+    def get_allocator(self):
+        return self.current or self.pool
+
+    def using_allocator(self, allocator):
+        import contextlib
+
+        @contextlib.contextmanager
+        def using():
+            before, self.current = self.current, allocator
+            try:
+                yield
+            finally:
+                self.current = before
+        return using()
+
+    def alloc(self, size):
+        return self.get_allocator()(size)
+
+
+def test_device_linalg_runs_allocate_from_their_own_buffer_after_the_first_call():
+    from hybridad.backends.cuda.linalg import Preallocated
+
+    cuda = _FakeCuda()
+    xp = type("xp", (), {"cuda": cuda, "uint8": np.uint8,
+                         "empty": staticmethod(lambda n, dtype: type("a", (), {
+                             "data": cuda.pool(n) and _FakeCuda.Pointer("buffer", 0)}))})
+    sizes, got = [100, 2048, 8], []
+
+    def run(out, a, extra=0, work=None):  # a device run: its requests, in order
+        got.append([cuda.alloc(s) for s in sizes + [64] * extra])
+
+    call = Preallocated(run, xp)
+    call(None, None)
+    assert cuda.pool_sizes == sizes + [512 + 2048 + 512]  # then its one buffer
+    assert all(p.where.startswith("pool") for p in got[0])
+    for _ in range(3):
+        call(None, None)
+        assert [(p.where, p.at) for p in got[-1]] == \
+            [("buffer", 0), ("buffer", 512), ("buffer", 2560)]
+    assert len(cuda.pool_sizes) == 4  # (nothing more from the pool)
+    call(None, None, extra=1)  # a request the first call did not make: the pool's
+    assert [p.where for p in got[-1]][:3] == ["buffer"] * 3 and \
+        got[-1][3].where.startswith("pool") and cuda.pool_sizes[-1] == 64
+    sizes[0] = 4096  # larger than recorded: the pool from there on, never an overlap
+    call(None, None)
+    assert all(p.where.startswith("pool") for p in got[-1])
+    # without cupy's allocator API (the host emulation): the run as is
+    plain = Preallocated(run, np)
+    plain(None, None)
+    assert len(got) == 7

@@ -20,9 +20,11 @@ determined up to its sign only, and numpy's LAPACK may pick the other one, so a 
 depends on those signs can differ between the backends, as it differs
 between numpy and cupy.
 
-These calls allocate their results and cuSOLVER's workspaces from cupy's
-memory pool on every call (unlike the rest of a GPU plan), and a CUDA graph
-records them between its segments, as library calls.  eig (numpy's result
+Each op of a program runs through :class:`Preallocated`: from its second
+call on, what these calls allocate (results, cuSOLVER's workspaces) comes
+from one device buffer of the op's own, so a plan's calls make no device
+allocation.  A CUDA graph records them between its segments, as library
+calls.  eig (numpy's result
 is real only for a real spectrum, and LAPACK's normalization of its vectors
 is what its rule assumes), expm and lu_factor (scipy's, which numpy does not
 hand to cupy) stay on the CPU backends.
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["DEVICE_LINALG"]
+__all__ = ["DEVICE_LINALG", "Preallocated"]
 
 
 def _mT(x):
@@ -211,6 +213,64 @@ def pinv(out, a, rcond=1e-15, work=None):
         # (singular values at most rcond * max(s) dropped, as numpy's and the kernel's)
         out[...] = np.linalg.pinv(a, rcond=rcond)
         _converged("SVD", out)
+
+
+class Preallocated:
+    """A device run (:data:`DEVICE_LINALG`) whose cupy allocations -- the
+    results of numpy's functions, cuSOLVER's workspaces and info words, the
+    checks' temporaries -- come from one device buffer of its own from its
+    second call on, so that a plan's calls allocate no device memory.
+
+    The first call runs under an allocator that takes cupy's (its memory
+    pool) and records each request's size; the buffer then holds them all,
+    each at its own offset (512-byte aligned, as cudaMalloc's).  Later calls
+    run under an allocator that hands out those regions in the same order --
+    the same shapes make the same requests -- each at most once per call, so
+    no two live allocations overlap; a request the recording did not have
+    (another size, one more) goes to cupy's pool, as before.  Calls on one
+    stream run in order, so a region's reuse by the next call waits for this
+    one.  With an array module without ``cuda.using_allocator`` (the host
+    emulation) the run is called as is."""
+
+    ALIGN = 512
+
+    def __init__(self, run, xp):
+        self.run, self.xp = run, xp
+        self.regions = None  # [(size, offset)] of the first call's requests
+        self.buffer = None
+
+    def __call__(self, *args, **kwargs):
+        cuda = getattr(self.xp, "cuda", None)
+        if cuda is None or not hasattr(cuda, "using_allocator"):
+            return self.run(*args, **kwargs)
+        pool = cuda.get_allocator()
+        if self.regions is None:
+            sizes = []
+
+            def record(size):
+                sizes.append(int(size))
+                return pool(size)
+
+            with cuda.using_allocator(record):
+                self.run(*args, **kwargs)
+            self.regions, at = [], 0
+            for size in sizes:
+                self.regions.append((size, at))
+                at += -(-size // self.ALIGN) * self.ALIGN
+            self.buffer = self.xp.empty(max(at, 1), dtype=self.xp.uint8)
+            return None
+        base, regions, k = self.buffer.data, self.regions, [0]
+
+        def serve(size):
+            j = k[0]
+            if j < len(regions) and size <= regions[j][0]:
+                k[0] = j + 1
+                return base + regions[j][1]
+            k[0] = len(regions)  # (off the recorded sequence: the pool from here on)
+            return pool(size)
+
+        with cuda.using_allocator(serve):
+            return self.run(*args, **kwargs)
 
 
 #: op -> its device run ``run(out, *operands, work=None, **attrs)``

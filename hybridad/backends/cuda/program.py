@@ -36,7 +36,7 @@ import numpy as np
 from ...ops import REGISTRY
 from ...ops.lapack_names import LAPACK_OPS
 from ...transforms.memory import layout_proto
-from .linalg import DEVICE_LINALG
+from .linalg import DEVICE_LINALG, Preallocated
 from .products import product_loop, product_value
 from .reduce import sum_levels, sum_scratch, summable
 from .source import region_kernel
@@ -303,10 +303,12 @@ class RegionCalls:
         segments."""
         return DEVICE_OPS.get(node.op) in ("cublas", "cusolver")
 
-    @staticmethod
-    def run_of(node):
-        """This backend's own run of ``node``'s op, or None (the op's ``run``)."""
-        return DEVICE_LINALG.get(node.op)
+    def run_of(self, node):
+        """This backend's own run of ``node``'s op, or None (the op's ``run``):
+        a device linalg run, with its allocations preallocated after its first
+        call (:class:`.linalg.Preallocated`, one per node of the program)."""
+        run = DEVICE_LINALG.get(node.op)
+        return None if run is None else Preallocated(run, self.xp)
 
     run_library_call = staticmethod(run_library_call)
 
