@@ -263,10 +263,10 @@ def test_the_gpu_backend_checks_what_a_loop_body_runs():
 
     def spectral(x, W):
         s = W @ W.T + np.eye(N)
-        return np.sum(ha.fori_loop(0, 3, lambda i, x: np.linalg.eigh(s + x[0])[0] * x, x))
+        return np.sum(ha.fori_loop(0, 3, lambda i, x: np.linalg.eigvals(s + x[0]) * x, x))
 
     plan = ha.compile(spectral, X0, W0, backend="numpy")
-    with pytest.raises(NotImplementedError, match="np.linalg's eigh .*backend='cupy'"):
+    with pytest.raises(NotImplementedError, match="np.linalg's eig .*backend='cupy'"):
         check_supported(plan.graph.nodes)
 
 

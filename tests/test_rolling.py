@@ -401,6 +401,21 @@ def test_the_whole_array_search_is_the_node_by_node_definition(f):
     def check(trace, outs, fixed=frozenset()):  # before rolling (which rewires the nodes)
         nodes = list(trace.nodes)
         m = rolling_runs._Matcher(nodes, {})
+        # the nodes a replayed call made, described by their step's first node: the
+        # same partition of the nodes into kinds, constants and attributes
+        fast = rolling_runs._Matcher(nodes, {}, frozenset(), trace.steps)
+        assert trace.steps, "no replayed call in the trace"
+
+        def partition(values):
+            first = {}
+            return [first.setdefault(v, i) for i, v in enumerate(values)]
+
+        args, const, keys, _ = m._tables()
+        fargs, fconst, fkeys, _ = fast._tables()
+        assert partition(fast.sig) == partition(m.sig)
+        assert (fconst == const).all() and (fargs == args).all()
+        other = ~const
+        assert partition(fkeys[other].tolist()) == partition(keys[other].tolist())
         wide = [i for i, n in enumerate(nodes) if len(n.args) > m.WIDE]
         periods = rolling_runs._periods(m.sig_array)
         for p in periods:

@@ -75,6 +75,10 @@ class Trace:
         self.decision_cache = {}  # node id -> value, for those evaluations
         #: the frontend's memo of what a call added (:mod:`hybridad.frontend.replay`)
         self.recipes = {}
+        #: node id -> the replayed step that made it (an int; nodes of one step have
+        #: the same op, attrs dict, shape, dtype and operand shapes and dtypes: what
+        #: :mod:`hybridad.transforms.rolling` compares), for nodes a replay made
+        self.steps = {}
 
     def __enter__(self):
         if not hasattr(_state, "stack"):
@@ -150,6 +154,7 @@ class Trace:
             self._captured = {k: v for k, v in self._captured.items()
                               if id(v[1]) not in dropped}
             self.decision_cache = {k: v for k, v in self.decision_cache.items() if k < first}
+            self.steps = {k: v for k, v in self.steps.items() if k < first}  # (ids reused)
         del self.decisions[d:]
         self.recipes.clear()
 

@@ -40,6 +40,7 @@ numpy surface would make.
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import numpy as np
@@ -75,13 +76,19 @@ def _refresh():
     _on[0] = enabled()
 
 
+#: a number for every step of every recipe (the trace's ``steps``: which nodes are
+#: copies of one another, for :mod:`hybridad.transforms.rolling`)
+_STEP_IDS = itertools.count()
+
+
 class _Recipe:
     """What one call added: ``steps`` ``(op, refs, attrs, shape, dtype,
-    static)``, where a ref is an operand (an int >= 0), an earlier step
-    (``~j``) or a constant node, and ``static`` the attributes' part of the
-    common-subexpression key (:func:`~hybridad.core.trace.static_attrs`);
-    ``result`` the refs of the returned tracers (a tuple when the call
-    returned a tuple) and ``flags`` their tracer flags."""
+    static, number)``, where a ref is an operand (an int >= 0), an earlier
+    step (``~j``) or a constant node, ``static`` the attributes' part of the
+    common-subexpression key (:func:`~hybridad.core.trace.static_attrs`) and
+    ``number`` the step's own (:data:`_STEP_IDS`); ``result`` the refs of the
+    returned tracers (a tuple when the call returned a tuple) and ``flags``
+    their tracer flags."""
 
     __slots__ = ("flags", "result", "steps", "tuple")
 
@@ -160,7 +167,7 @@ def _record(trace, start, decisions, nodes, result):
             return None
         made[id(node)] = len(steps)
         steps.append((node.op, refs, node.attrs, node.shape, node.dtype,
-                      static_attrs(node.op, node.attrs)))
+                      static_attrs(node.op, node.attrs), next(_STEP_IDS)))
     out = tuple(_ref(r.node, operands, made) for r in results)
     if any(r is None for r in out):
         return None
@@ -171,12 +178,15 @@ def _replay(recipe, trace, nodes):
     # (plain loops, not comprehensions: a replayed call adds one to three
     # nodes, and each comprehension is a function call of its own)
     made = []
-    add = trace.add
-    for op, refs, attrs, shape, dtype, static in recipe.steps:
+    add, numbered = trace.add, trace.steps
+    for op, refs, attrs, shape, dtype, static, number in recipe.steps:
         args = []
         for r in refs:
             args.append(r if type(r) is not int else nodes[r] if r >= 0 else made[~r])
-        made.append(add(op, args, attrs, shape, dtype, static))
+        node = add(op, args, attrs, shape, dtype, static)
+        if node.attrs is attrs:  # (made by this step, or found: made by it before)
+            numbered[node.id] = number
+        made.append(node)
     if not recipe.tuple:
         r = recipe.result[0]
         return Tracer(r if type(r) is not int else nodes[r] if r >= 0 else made[~r], trace,

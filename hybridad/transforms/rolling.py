@@ -100,7 +100,7 @@ def roll_loops(trace, outs, fixed=frozenset()):
     rolled, keys = False, {}
     with trace:
         for _ in range(_MAX_ROLLS):
-            run, matcher = _best_run(trace.nodes, rejected, light, keys, fixed)
+            run, matcher = _best_run(trace.nodes, rejected, light, keys, fixed, trace.steps)
             if run is None:
                 break
             s, p, trips = run
@@ -315,8 +315,9 @@ def _strided_items(trace, source, indices):
     first = indices[0]
     if any(len(ix) != len(first) for ix in indices):
         return None
+    signed = [attr_signature(x) for x in first]
     differ = [j for j in range(len(first))
-              if any(attr_signature(ix[j]) != attr_signature(first[j]) for ix in indices)]
+              if any(attr_signature(ix[j]) != signed[j] for ix in indices)]
     if len(differ) != 1:
         return None
     j = differ[0]

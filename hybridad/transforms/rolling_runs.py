@@ -6,7 +6,7 @@ more, and each candidate period is checked at every node)."""
 
 from __future__ import annotations
 
-from itertools import chain
+from itertools import chain, repeat
 from operator import attrgetter
 
 import numpy as np
@@ -49,14 +49,14 @@ class _Matcher:
     #: more is checked one by one)
     WIDE = 8
 
-    def __init__(self, nodes, keys, fixed=frozenset()):
+    def __init__(self, nodes, keys, fixed=frozenset(), steps=None):
         self.nodes = nodes
-        self.pos = {n.id: i for i, n in enumerate(nodes)}
+        self.pos = dict(zip(map(_ID, nodes), range(len(nodes)), strict=True))
         self._keys = keys  # id(attrs) -> (attrs, its key) (kept between searches)
         self._fixed = fixed  # ids of nodes no run may hold
-        self._scan()
+        self._scan(steps or {})
 
-    def _scan(self):
+    def _scan(self, steps):
         """One pass over the nodes (a trace of 10^4 iterations has 10^5 of
         them and more), making, per node:
 
@@ -65,15 +65,24 @@ class _Matcher:
           attributes; inputs, in-place ops and the ``fixed`` nodes unique);
         * the tables of :meth:`matches`: operand positions, -1 padded; whether
           a node is a constant; its attributes' key as an int; the nodes with
-          more than :data:`WIDE` operands."""
+          more than :data:`WIDE` operands.
+
+        A node a replayed call made (``steps``: the trace's node id -> step,
+        :mod:`hybridad.frontend.replay`) is described by its step's first
+        node: the nodes of one step share op, attributes, shape, dtype and
+        their operands' -- so Python looks at one node per step, and at the
+        nodes no replay made."""
         nodes, width, fixed = self.nodes, self.WIDE, self._fixed
         inplace = {name for name, op in REGISTRY.items() if op.kind == "inplace"}
-        sigs, sig, const, keys = {}, [], [], []
-        table, by_attrs = {}, {}  # (by_attrs: the key's int of each attrs dict)
-        for i, n in enumerate(nodes):
+        sigs, table, by_attrs = {}, {}, {}  # (by_attrs: the key's int of each attrs dict)
+
+        def describe(i):  # (sig, is a constant, attributes' key) of node i
+            n = nodes[i]
             op, a = n.op, n.args
             k = len(a)
-            if k == 1:
+            if op == "input" or op in inplace:
+                key = i  # (an int: unique, never equal to a tuple)
+            elif k == 1:
                 x = a[0]
                 key = (op, n.shape, n.dtype, x.shape, x.dtype)
             elif k == 2:
@@ -81,23 +90,34 @@ class _Matcher:
                 key = (op, n.shape, n.dtype, x.shape, x.dtype, y.shape, y.dtype)
             else:
                 key = (op, n.shape, n.dtype, k, *[(x.shape, x.dtype) for x in a])
-            if op == "input" or op in inplace or fixed and n.id in fixed:
-                key = i  # (an int: unique, never equal to a tuple)
-            sig.append(sigs.setdefault(key, len(sigs)))
+            sig = sigs.setdefault(key, len(sigs))
             if op == "const":
-                const.append(True)
-                keys.append(0)
-                continue
-            const.append(False)
+                return sig, True, 0
             ka = by_attrs.get(id(n.attrs))
             if ka is None:
                 ka = by_attrs[id(n.attrs)] = table.setdefault(self.key(i), len(table))
-            keys.append(ka)
-        self.sig = sig
+            return sig, False, ka
+
+        m = len(nodes)
+        number = np.fromiter(map(steps.get, map(_ID, nodes), repeat(-1)), np.int64, m) \
+            if steps else np.full(m, -1, np.int64)
+        sig, const, keys = np.empty(m, np.int64), np.zeros(m, bool), np.zeros(m, np.int64)
+        numbered = np.flatnonzero(number >= 0)
+        _, first, which = np.unique(number[numbered], return_index=True, return_inverse=True)
+        told = [describe(i) for i in numbered[first].tolist()]  # (one node per step)
+        if told:
+            told = np.array(told, np.int64).reshape(-1, 3)
+            which = which.reshape(-1)
+            sig[numbered], const[numbered], keys[numbered] = \
+                told[which, 0], told[which, 1].astype(bool), told[which, 2]
+        for i in np.flatnonzero(number < 0).tolist():  # (the nodes no replay made)
+            sig[i], const[i], keys[i] = describe(i)
+        for i in [self.pos[j] for j in fixed if j in self.pos]:  # (a copy of no other)
+            sig[i] = sigs.setdefault(("fixed", i), len(sigs))
+        self.sig = sig.tolist()
         # (fromiter, not np.array: np.array is the tracing's own while a trace
         # runs, and looks through every list for a tracer first)
-        m = len(nodes)
-        self.sig_array = np.fromiter(sig, np.int64, m)
+        self.sig_array = sig
         # the operands' positions, a row per node (-1 padded; none for a node
         # of more than WIDE operands), placed all at once
         # (C loops: map and chain, no Python per node)
@@ -113,8 +133,7 @@ class _Matcher:
         used = max(int(count[count <= width].max(initial=1)), 1)  # (the columns needed)
         rows = np.full((m, used), -1, np.int64)
         rows[node[narrow], col[narrow]] = where[narrow]
-        self._arrays = (rows, np.fromiter(const, bool, m), np.fromiter(keys, np.int64, m),
-                        np.flatnonzero(count > width))
+        self._arrays = (rows, const, keys, np.flatnonzero(count > width))
 
     def key(self, i):
         node = self.nodes[i]
@@ -161,7 +180,7 @@ class _Matcher:
         return ok
 
 
-def _best_run(nodes, rejected, light=(), keys=None, fixed=frozenset()):
+def _best_run(nodes, rejected, light=(), keys=None, fixed=frozenset(), steps=None):
     """``(start, period, trips)`` of the run covering the most nodes (or
     None), and the matcher that found it (its positions and tables serve
     :func:`_roll`).  No run holds a node whose id is in ``fixed``.
@@ -171,7 +190,7 @@ def _best_run(nodes, rejected, light=(), keys=None, fixed=frozenset()):
     n = len(nodes)
     if n < MIN_NODES:
         return None, None
-    m = _Matcher(nodes, {} if keys is None else keys, fixed)
+    m = _Matcher(nodes, {} if keys is None else keys, fixed, steps)
     best = None
     for p in _periods(m.sig_array):
         ok = m.matches(p)  # ok[i]: node i + p copies node i

@@ -1,33 +1,32 @@
 """``np.linalg`` on the GPU program: the LAPACK primitives' device runs.
 
 The CPU backends run solve, inv, det, slogdet, cholesky, triangular solves,
-cholesky's reverse rule, eigh and eigvalsh (numpy's and scipy's), svd,
-pinv and qr through host LAPACK kernels (:mod:`hybridad.ops.lapack`), which take
-host pointers.  On the GPU program
-these ops run numpy's functions on the device arrays instead, which numpy
-hands to cupy (``cupy.linalg``: cuSOLVER's getrf/getrs, potrf, syevd,
-gesvd or, for stacks of small matrices, gesvdj, geqrf/orgqr), with the kernels'
-semantics: the matrix a factorization reads is the triangle LAPACK reads
-(the other triangle ignored), the factor's other triangle is zero, results
-are packed as the kernels pack them (:mod:`hybridad.ops.lapack_more`), and
-what LAPACK reports -- a matrix that is not positive definite, an exactly
-singular one, a decomposition that did not converge (a non-finite result) --
-raises ``numpy.linalg.LinAlgError`` as on the CPU (cupy itself does not
-check: its checks would stop at the first call; these read the factor's
-diagonal or the result's finiteness back, one synchronization per such op).
+cholesky's reverse rule, eigh and eigvalsh (numpy's and scipy's), svd, pinv
+and qr through host LAPACK kernels (:mod:`hybridad.ops.lapack`), which take
+host pointers.  On the GPU program these ops run numpy's functions on the
+device arrays instead, which numpy hands to cupy (``cupy.linalg``:
+cuSOLVER's getrf/getrs, potrf, syevd, gesvd -- gesvdj for stacks of small
+matrices -- and geqrf/orgqr), with the kernels' semantics: the matrix a
+factorization reads is the triangle LAPACK reads (the other triangle
+ignored), the factor's other triangle is zero, results are packed as the
+kernels pack them (:mod:`hybridad.ops.lapack_more`), and what LAPACK
+reports -- a matrix that is not positive definite, an exactly singular one,
+a decomposition that did not converge (a non-finite result) -- raises
+``numpy.linalg.LinAlgError`` as on the CPU (cupy itself does not check: its
+checks would stop at the first call; these read the factor's diagonal or
+the result's finiteness back, one synchronization per such op).
 Eigenvectors, singular vectors and Q's columns are cuSOLVER's: each is
-determined up to its sign only, and numpy's LAPACK may pick the other one, so a function that
-depends on those signs can differ between the backends, as it differs
-between numpy and cupy.
+determined up to its sign only, and numpy's LAPACK may pick the other one,
+so a function that depends on those signs can differ between the backends,
+as it differs between numpy and cupy.
 
 Each op of a program runs through :class:`Preallocated`: from its second
 call on, what these calls allocate (results, cuSOLVER's workspaces) comes
 from one device buffer of the op's own, so a plan's calls make no device
 allocation.  A CUDA graph records them between its segments, as library
-calls.  eig (numpy's result
-is real only for a real spectrum, and LAPACK's normalization of its vectors
-is what its rule assumes), expm and lu_factor (scipy's, which numpy does not
-hand to cupy) stay on the CPU backends.
+calls.  eig (numpy's result is real only for a real spectrum, and its rule
+assumes LAPACK's normalization of the vectors), expm and lu_factor
+(scipy's, which numpy does not hand to cupy) stay on the CPU backends.
 """
 
 from __future__ import annotations
