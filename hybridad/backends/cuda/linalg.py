@@ -166,6 +166,17 @@ def eigh_evr(out, a, uplo="L", lo=0, hi=0, vectors=True, subset=False, work=None
     _converged("Eigenvalues", out)
 
 
+def _pack(out, *parts):
+    """Stacks ``parts`` (each ``(b, ...)``) written one after the other, each
+    matrix row by row, into the rows of ``out`` (``(b, total)``): the packed
+    results of :mod:`hybridad.ops.lapack_more`."""
+    b, at = out.shape[0], 0
+    for part in parts:
+        size = part.size // b
+        out[:, at:at + size] = part.reshape(b, size)
+        at += size
+
+
 def svd(out, a, jobz="S", complement=False, work=None):
     # packed as :mod:`hybridad.ops.lapack_more` says: s, then U (m x k) and Vt
     # (k x n) row by row; or the columns k.. of the full U (m > n) / rows k.. of
@@ -184,9 +195,7 @@ def svd(out, a, jobz="S", complement=False, work=None):
         if complement:
             out[...] = u[:, :, k:] if m > n else vt[:, k:, :]
         else:
-            out[:, :k] = s
-            out[:, k:k + m * k] = u.reshape(b, m * k)
-            out[:, k + m * k:] = vt.reshape(b, k * n)
+            _pack(out, s, u, vt)
     _converged("SVD", out)
 
 
@@ -202,9 +211,7 @@ def qr(out, a, mode="reduced", complement=False, work=None):
     elif mode == "r":
         out[...] = np.linalg.qr(a, mode="r")
     else:
-        q, r = np.linalg.qr(a, mode="reduced")
-        out[:, :m * k] = q.reshape(b, m * k)
-        out[:, m * k:] = r.reshape(b, k * n)
+        _pack(out, *np.linalg.qr(a, mode="reduced"))
 
 
 def pinv(out, a, rcond=1e-15, work=None):
