@@ -459,14 +459,19 @@ def test_linear_algebra_failures_raise_as_on_the_cpu():
     with pytest.raises(np.linalg.LinAlgError, match="SVD did not converge"):
         ha.gradient(lambda a: np.sum(np.linalg.svd(a)[1]), np.full((3, 2), np.inf),
                     backend="cupy")
-    with pytest.raises(NotImplementedError, match="eig .*cholesky"):
-        ha.compile(lambda a: np.sum(np.linalg.eigvals(a)), rand((3, 3)), backend="cupy")
+    with pytest.raises(NotImplementedError, match="complex eigenvalues"):
+        ha.gradient(lambda a: np.sum(np.linalg.eigvals(a)), np.array([[0.0, 1.0], [-1.0, 0.0]]),
+                    backend="cupy")
+    with pytest.raises(NotImplementedError, match="expm .*cholesky"):
+        import scipy.linalg
+        ha.compile(lambda a: np.sum(scipy.linalg.expm(a)), rand((3, 3)), backend="cupy")
 
 
 def spectra(A):
     """eigh, eigvalsh (the other triangle), svd (values alone, and the
-    vectors), pinv, scipy's eigh (syevr; a subset), qr: through functions of the
-    decompositions that do not depend on the sign a solver gives each vector."""
+    vectors), pinv, scipy's eigh (syevr; a subset), qr, eig (real spectra):
+    through functions of the decompositions that do not depend on the sign a
+    solver gives each vector."""
     import scipy.linalg
 
     S = A @ A.T + np.eye(A.shape[0])
@@ -477,7 +482,9 @@ def spectra(A):
         np.sum(np.linalg.svd(A, compute_uv=False) ** 3) + np.sum(np.tanh((U * s ** 2) @ Vt)) + \
         np.sum(np.linalg.pinv(A[:3]) ** 2) + np.sum(scipy.linalg.eigh(S)[1] ** 4) + \
         np.sum(scipy.linalg.eigh(S, lower=False, subset_by_index=(1, 2), eigvals_only=True)) + \
-        np.sum(np.abs(np.linalg.qr(A[:, :3], mode="r"))) + np.sum(np.square(np.linalg.qr(A)[0]))
+        np.sum(np.abs(np.linalg.qr(A[:, :3], mode="r"))) + np.sum(np.square(np.linalg.qr(A)[0])) + \
+        np.sum(np.linalg.eigvals(S * (1 + A[1] ** 2)) ** 2) + \
+        np.sum(np.linalg.eig(S * np.exp(A[0]))[1] ** 2)  # (S D: similar to D^1/2 S D^1/2, real)
 
 
 def test_spectral_decompositions_on_the_gpu_program():

@@ -35,6 +35,7 @@ import numpy as np
 from numba import njit, types
 
 from .lapack import _register_cython_lapack
+from .lapack_names import COMPLEX_SPECTRUM
 from .._libcache import install
 
 __all__ = ["eig", "eigh_evr", "pinv", "qr", "svd", "work_size"]
@@ -351,9 +352,7 @@ def eig(a, out, work, kind, vectors):
             raise np.linalg.LinAlgError("Eigenvalues did not converge")
         for j in range(n):
             if wi[j] != 0:
-                raise NotImplementedError(
-                    "numpy.linalg.eig/eigvals: the matrix has complex eigenvalues, where "
-                    "numpy returns complex arrays; hybridad traces real spectra only")
+                raise NotImplementedError(COMPLEX_SPECTRUM)
         for j in range(n):
             o[i, j] = wr[j]
         if vectors:

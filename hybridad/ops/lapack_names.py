@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["KERNEL_MODULES", "LAPACK_OPS", "SINGLE_OPS", "kernel_args", "kind_of"]
+__all__ = ["COMPLEX_SPECTRUM", "KERNEL_MODULES", "LAPACK_OPS", "SINGLE_OPS", "kernel_args",
+           "kind_of"]
+
+#: what eig and eigvals raise (``NotImplementedError``) for a matrix with complex
+#: eigenvalues, on every backend
+COMPLEX_SPECTRUM = ("numpy.linalg.eig/eigvals: the matrix has complex eigenvalues, where "
+                    "numpy returns complex arrays; hybridad traces real spectra only")
 
 _HERE = ("solve", "inv", "det", "slogdet", "cholesky", "eigh", "eigvalsh")
 _MORE = ("svd", "pinv", "qr", "eig", "eigh_evr")

@@ -1,37 +1,39 @@
 """``np.linalg`` on the GPU program: the LAPACK primitives' device runs.
 
 The CPU backends run solve, inv, det, slogdet, cholesky, triangular solves,
-cholesky's reverse rule, eigh and eigvalsh (numpy's and scipy's), svd, pinv
-and qr through host LAPACK kernels (:mod:`hybridad.ops.lapack`), which take
-host pointers.  On the GPU program these ops run numpy's functions on the
-device arrays instead, which numpy hands to cupy (``cupy.linalg``:
-cuSOLVER's getrf/getrs, potrf, syevd, gesvd -- gesvdj for stacks of small
-matrices -- and geqrf/orgqr), with the kernels' semantics: the matrix a
-factorization reads is the triangle LAPACK reads (the other triangle
-ignored), the factor's other triangle is zero, results are packed as the
-kernels pack them (:mod:`hybridad.ops.lapack_more`), and what LAPACK
-reports -- a matrix that is not positive definite, an exactly singular one,
-a decomposition that did not converge (a non-finite result) -- raises
-``numpy.linalg.LinAlgError`` as on the CPU (cupy itself does not check: its
-checks would stop at the first call; these read the factor's diagonal or
-the result's finiteness back, one synchronization per such op).
-Eigenvectors, singular vectors and Q's columns are cuSOLVER's: each is
-determined up to its sign only, and numpy's LAPACK may pick the other one,
-so a function that depends on those signs can differ between the backends,
-as it differs between numpy and cupy.
+cholesky's reverse rule, eigh and eigvalsh (numpy's and scipy's), svd, pinv,
+qr and eig (real spectra) through host LAPACK kernels
+(:mod:`hybridad.ops.lapack`), which take host pointers.  On the GPU program
+these ops run numpy's functions on the device arrays instead, which numpy
+hands to cupy (``cupy.linalg``: cuSOLVER's getrf/getrs, potrf, syevd, gesvd
+-- gesvdj for stacks of small matrices --, geqrf/orgqr and geev), with the
+kernels' semantics: the matrix a factorization reads is the triangle LAPACK
+reads (the other triangle ignored), the factor's other triangle is zero,
+results are packed as the kernels pack them
+(:mod:`hybridad.ops.lapack_more`), and what LAPACK reports -- a matrix that
+is not positive definite, an exactly singular one, a decomposition that did
+not converge (a non-finite result), a complex spectrum for eig -- raises as
+on the CPU (cupy itself does not check: its checks would stop at the first
+call; these read the factor's diagonal or the result back, one
+synchronization per such op).  Eigenvectors, singular vectors and Q's
+columns are cuSOLVER's: each is determined up to its sign only (eig's have
+unit norm, as LAPACK's), and numpy's LAPACK may pick the other one, so a
+function that depends on those signs can differ between the backends, as it
+differs between numpy and cupy.
 
 Each op of a program runs through :class:`Preallocated`: from its second
 call on, what these calls allocate (results, cuSOLVER's workspaces) comes
 from one device buffer of the op's own, so a plan's calls make no device
 allocation.  A CUDA graph records them between its segments, as library
-calls.  eig (numpy's result is real only for a real spectrum, and its rule
-assumes LAPACK's normalization of the vectors), expm and lu_factor
-(scipy's, which numpy does not hand to cupy) stay on the CPU backends.
+calls.  expm and lu_factor (scipy's, which numpy does not hand to cupy)
+stay on the CPU backends.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from ...ops.lapack_names import COMPLEX_SPECTRUM
 
 __all__ = ["DEVICE_LINALG", "Preallocated"]
 
@@ -166,6 +168,24 @@ def eigh_evr(out, a, uplo="L", lo=0, hi=0, vectors=True, subset=False, work=None
     _converged("Eigenvalues", out)
 
 
+def eig(out, a, vectors=True, work=None):
+    # real spectra only, as on the CPU: eigenvalues in row 0, the right
+    # eigenvectors (columns, unit norm: cuSOLVER's geev, as LAPACK's) below
+    if out.size == 0:
+        return
+    if not _finite(a):
+        raise np.linalg.LinAlgError("Array must not contain infs or NaNs")
+    w, v = np.linalg.eig(a) if vectors else (np.linalg.eigvals(a), None)
+    if not bool(np.all(np.imag(w) == 0)):  # (a real Schur form's real eigenvalues: exact)
+        raise NotImplementedError(COMPLEX_SPECTRUM)
+    if vectors:
+        out[:, 0, :] = np.real(w)
+        out[:, 1:, :] = np.real(v)
+    else:
+        out[...] = np.real(w)
+    _converged("Eigenvalues", out)
+
+
 def _pack(out, *parts):
     """Stacks ``parts`` (each ``(b, ...)``) written one after the other, each
     matrix row by row, into the rows of ``out`` (``(b, total)``): the packed
@@ -283,4 +303,5 @@ class Preallocated:
 DEVICE_LINALG = {"solve": solve, "inv": inv, "det": det, "slogdet": slogdet,
                  "cholesky": cholesky, "solve_triangular": solve_triangular,
                  "cholesky_adjoint": cholesky_adjoint, "eigh": eigh, "eigvalsh": eigvalsh,
-                 "eigh_evr": eigh_evr, "svd": svd, "pinv": pinv, "qr": qr}
+                 "eigh_evr": eigh_evr, "svd": svd, "pinv": pinv, "qr": qr,
+                 "eig": eig}

@@ -109,9 +109,9 @@ def check_supported(nodes):
             continue
         if how == "host":
             raise NotImplementedError(
-                f"np.linalg's {n.op} is not implemented on backend='cupy' yet (hybridad runs "
-                f"it through host LAPACK; on the GPU: {', '.join(sorted(DEVICE_LINALG))}); "
-                "use backend='numba'")
+                f"{n.op} (linear algebra) is not implemented on backend='cupy' yet (hybridad "
+                f"runs it through host LAPACK; on the GPU: {', '.join(sorted(DEVICE_LINALG))});"
+                " use backend='numba'")
         if how not in ("kernel", "cupy", "cublas", "cusolver", "loop"):
             raise NotImplementedError(f"backend='cupy' has no way to run op {n.op!r}")
 
