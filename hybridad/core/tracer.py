@@ -183,7 +183,7 @@ class Tracer:
     def __iter__(self):
         if not self.shape:
             raise TypeError("iteration over a 0-d traced array")
-        return (self[i] for i in range(self.shape[0]))
+        return map(self.__getitem__, range(self.shape[0]))  # (no generator frame per row)
 
     # -- value-dependent conversions --------------------------------------
     # (a plan traced at a call's arguments takes their value, guarded:
@@ -438,16 +438,19 @@ _DIRECT = frozenset({Tracer, float, int, bool, np.ndarray, np.float64, np.float3
 
 
 def _binary(ufunc, reflected=False):
-    if reflected:
-        def op(self, other):
-            if type(other) in _DIRECT:
-                return self.__array_ufunc__(ufunc, "__call__", other, self)
-            return ufunc(other, self)
-    else:
-        def op(self, other):
-            if type(other) in _DIRECT:
-                return self.__array_ufunc__(ufunc, "__call__", self, other)
-            return ufunc(self, other)
+    def op(self, other):
+        if type(other) not in _DIRECT:
+            return ufunc(other, self) if reflected else ufunc(self, other)
+        operands = (other, self) if reflected else (self, other)
+        hook = sys.getprofile()
+        if hook is not None and hook in OBSERVING:  # (__array_ufunc__'s work, one frame
+            sys.setprofile(None)  # and two profiler events fewer: a traced x + y)
+            try:
+                _note_values(operands)
+                return SURFACE.apply_ufunc(ufunc, "__call__", operands, {})
+            finally:
+                sys.setprofile(hook)
+        return self.__array_ufunc__(ufunc, "__call__", *operands)
     return op
 
 
