@@ -587,7 +587,7 @@ def test_device_linalg_runs_allocate_from_their_own_buffer_after_the_first_call(
 
     call = Preallocated(run, xp)
     call(None, None)
-    assert cuda.pool_sizes == sizes + [512 + 2048 + 512]  # then its one buffer
+    assert cuda.pool_sizes == sizes + [512 + 2048 + 512]  # then its workspace
     assert all(p.where.startswith("pool") for p in got[0])
     for _ in range(3):
         call(None, None)
@@ -600,7 +600,19 @@ def test_device_linalg_runs_allocate_from_their_own_buffer_after_the_first_call(
     sizes[0] = 4096  # larger than recorded: the pool from there on, never an overlap
     call(None, None)
     assert all(p.where.startswith("pool") for p in got[-1])
+    # a program's runs share one workspace, as large as the largest run's requests
+    from hybridad.backends.cuda.linalg import Workspace
+    sizes[0] = 100
+    shared = Workspace(xp)
+    small, large = Preallocated(run, xp, shared), Preallocated(run, xp, shared)
+    small(None, None)
+    large(None, None, extra=8)
+    before = len(cuda.pool_sizes)
+    for call in (small, large, small):
+        call(None, None, extra=8 if call is large else 0)
+        assert all(p.where == "buffer" for p in got[-1]) and got[-1][0].at == 0
+    assert len(cuda.pool_sizes) == before and shared.size == 3072 + 8 * 512
     # without cupy's allocator API (the host emulation): the run as is
     plain = Preallocated(run, np)
     plain(None, None)
-    assert len(got) == 7
+    assert len(got) == 12

@@ -23,10 +23,11 @@ differs between numpy and cupy.
 
 Each op of a program runs through :class:`Preallocated`: from its second
 call on, what these calls allocate (results, cuSOLVER's workspaces) comes
-from one device buffer of the op's own, so a plan's calls make no device
-allocation.  A CUDA graph records them between its segments, as library
-calls.  expm and lu_factor (scipy's, which numpy does not hand to cupy)
-stay on the CPU backends.
+from one device buffer the program's ops share (:class:`Workspace`: the
+largest op's requests), so a plan's calls make no device allocation.  A
+CUDA graph records them between its segments, as library calls.  expm and
+lu_factor (scipy's, which numpy does not hand to cupy) stay on the CPU
+backends.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numpy as np
 
 from ...ops.lapack_names import COMPLEX_SPECTRUM
 
-__all__ = ["DEVICE_LINALG", "Preallocated"]
+__all__ = ["DEVICE_LINALG", "Preallocated", "Workspace"]
 
 
 def _mT(x):
@@ -241,29 +242,48 @@ def pinv(out, a, rcond=1e-15, work=None):
         _converged("SVD", out)
 
 
+class Workspace:
+    """The device buffer the :class:`Preallocated` runs of one program share:
+    they run one after another on one stream, and what a run allocates dies
+    with it (its results are copied into the program's arena), so each run's
+    regions start at the buffer's head and the buffer is the largest run's
+    size, not the sum."""
+
+    def __init__(self, xp):
+        self.xp, self.buffer, self.size = xp, None, 0
+
+    def at_least(self, size):
+        """The buffer's first pointer, the buffer grown to ``size`` bytes first
+        (at first calls only: later calls ask for what they asked before)."""
+        if self.buffer is None or size > self.size:
+            self.buffer, self.size = self.xp.empty(max(size, 1), dtype=self.xp.uint8), size
+        return self.buffer.data
+
+
 class Preallocated:
     """A device run (:data:`DEVICE_LINALG`) whose cupy allocations -- the
     results of numpy's functions, cuSOLVER's workspaces and info words, the
-    checks' temporaries -- come from one device buffer of its own from its
-    second call on, so that a plan's calls allocate no device memory.
+    checks' temporaries -- come from its program's :class:`Workspace` from
+    its second call on, so that a plan's calls allocate no device memory.
 
     The first call runs under an allocator that takes cupy's (its memory
-    pool) and records each request's size; the buffer then holds them all,
-    each at its own offset (512-byte aligned, as cudaMalloc's).  Later calls
-    run under an allocator that hands out those regions in the same order --
-    the same shapes make the same requests -- each at most once per call, so
-    no two live allocations overlap; a request the recording did not have
-    (another size, one more) goes to cupy's pool, as before.  Calls on one
-    stream run in order, so a region's reuse by the next call waits for this
-    one.  With an array module without ``cuda.using_allocator`` (the host
-    emulation) the run is called as is."""
+    pool) and records each request's size; each then has its own offset in
+    the workspace (512-byte aligned, as cudaMalloc's).  Later calls run under
+    an allocator that hands out those regions in the same order -- the same
+    shapes make the same requests -- each at most once per call, so no two
+    live allocations overlap; a request the recording did not have (another
+    size, one more) goes to cupy's pool, as before.  Calls on one stream run
+    in order, so a region's reuse by the next run waits for this one.  With
+    an array module without ``cuda.using_allocator`` (the host emulation) the
+    run is called as is."""
 
     ALIGN = 512
 
-    def __init__(self, run, xp):
+    def __init__(self, run, xp, workspace=None):
         self.run, self.xp = run, xp
+        self.workspace = Workspace(xp) if workspace is None else workspace
         self.regions = None  # [(size, offset)] of the first call's requests
-        self.buffer = None
+        self.size = 0
 
     def __call__(self, *args, **kwargs):
         cuda = getattr(self.xp, "cuda", None)
@@ -283,9 +303,10 @@ class Preallocated:
             for size in sizes:
                 self.regions.append((size, at))
                 at += -(-size // self.ALIGN) * self.ALIGN
-            self.buffer = self.xp.empty(max(at, 1), dtype=self.xp.uint8)
+            self.size = at
+            self.workspace.at_least(at)
             return None
-        base, regions, k = self.buffer.data, self.regions, [0]
+        base, regions, k = self.workspace.at_least(self.size), self.regions, [0]
 
         def serve(size):
             j = k[0]

@@ -36,7 +36,7 @@ import numpy as np
 from ...ops import REGISTRY
 from ...ops.lapack_names import LAPACK_OPS
 from ...transforms.memory import layout_proto
-from .linalg import DEVICE_LINALG, Preallocated
+from .linalg import DEVICE_LINALG, Preallocated, Workspace
 from .products import product_loop, product_value
 from .reduce import sum_levels, sum_scratch, summable
 from .source import region_kernel
@@ -218,6 +218,7 @@ class RegionCalls:
         self.products = products
         self.kernels = []
         self.names = []
+        self.workspace = None  # the device linalg runs' buffer (.linalg.Workspace)
 
     def partial_users(self, node, nodes):
         """``{wrt: region_partial node}`` of a value region."""
@@ -306,9 +307,14 @@ class RegionCalls:
     def run_of(self, node):
         """This backend's own run of ``node``'s op, or None (the op's ``run``):
         a device linalg run, with its allocations preallocated after its first
-        call (:class:`.linalg.Preallocated`, one per node of the program)."""
+        call (:class:`.linalg.Preallocated`, one per node; their buffer the
+        program's :class:`.linalg.Workspace`)."""
         run = DEVICE_LINALG.get(node.op)
-        return None if run is None else Preallocated(run, self.xp)
+        if run is None:
+            return None
+        if self.workspace is None:  # (one for the program's linear algebra)
+            self.workspace = Workspace(self.xp)
+        return Preallocated(run, self.xp, self.workspace)
 
     run_library_call = staticmethod(run_library_call)
 
