@@ -235,18 +235,13 @@ def test_hessian_through_a_loop_on_the_device(cp):
 def test_linear_algebra_on_the_device(cp, name):
     from test_cupy_program import dets, gp_loss, spectra
 
-    if name == "gp":
-        _check(cp, gp_loss, (np.linspace(0.0, 3.0, 12), rand((12,), seed=4)), (0, 1),
-               rtol=1e-11)
-    elif name == "dets":
-        _check(cp, dets, (rand((4, 4), seed=5) / 3,), 0, rtol=1e-11)
-    else:  # (cuSOLVER's syevd and gesvd: to their rounding, not LAPACK's)
-        _check(cp, spectra, (rand((4, 4), seed=7) / 2,), 0, rtol=1e-9)
-    # what cupy.linalg allocates comes from each op's own buffer after the first call
-    f, args, argnums = {"gp": (gp_loss, (np.linspace(0.0, 3.0, 12), rand((12,), seed=4)),
-                               (0, 1)),
-                        "dets": (dets, (rand((4, 4), seed=5) / 3,), 0),
-                        "spectra": (spectra, (rand((4, 4), seed=7) / 2,), 0)}[name]
+    # (spectra: cuSOLVER's syevd, gesvd and geev, to their rounding, not LAPACK's)
+    f, args, argnums, rtol = {
+        "gp": (gp_loss, (np.linspace(0.0, 3.0, 12), rand((12,), seed=4)), (0, 1), 1e-11),
+        "dets": (dets, (rand((4, 4), seed=5) / 3,), 0, 1e-11),
+        "spectra": (spectra, (rand((4, 4), seed=7) / 2,), 0, 1e-9)}[name]
+    _check(cp, f, args, argnums, rtol=rtol)
+    # what cupy.linalg allocates comes from the program's workspace after the first call
     dev = _on_device(cp, args)
     plan = ha.compile(f, *dev, argnums=argnums)
     _allocates_nothing(cp, plan, dev, plan.new_result(), 5)

@@ -99,6 +99,8 @@ class _Matcher:
             return sig, False, ka
 
         m = len(nodes)
+        # (fromiter, not np.array: np.array is the tracing's own while a trace
+        # runs, and looks through every list for a tracer first)
         number = np.fromiter(map(steps.get, map(_ID, nodes), repeat(-1)), np.int64, m) \
             if steps else np.full(m, -1, np.int64)
         sig, const, keys = np.empty(m, np.int64), np.zeros(m, bool), np.zeros(m, np.int64)
@@ -114,10 +116,7 @@ class _Matcher:
             sig[i], const[i], keys[i] = describe(i)
         for i in [self.pos[j] for j in fixed if j in self.pos]:  # (a copy of no other)
             sig[i] = sigs.setdefault(("fixed", i), len(sigs))
-        self.sig = sig.tolist()
-        # (fromiter, not np.array: np.array is the tracing's own while a trace
-        # runs, and looks through every list for a tracer first)
-        self.sig_array = sig
+        self.sig, self.sig_array = sig.tolist(), sig
         # the operands' positions, a row per node (-1 padded; none for a node
         # of more than WIDE operands), placed all at once
         # (C loops: map and chain, no Python per node)

@@ -80,10 +80,18 @@ def slogdet(out, a, work=None):
     out[..., 1] = logdet
 
 
+def _symmetric(a, uplo):
+    """The symmetric matrices ``a``'s triangle ``uplo`` stands for (the other
+    triangle ignored, as LAPACK's potrf and syevd read it)."""
+    if uplo == "L":
+        return np.tril(a) + _mT(np.tril(a, -1))
+    return np.triu(a) + _mT(np.triu(a, 1))
+
+
 def _factor(a):
     """The lower Cholesky factor of the symmetric matrix ``a``'s lower
     triangle stands for; raises where it is not positive definite."""
-    lo = np.linalg.cholesky(np.tril(a) + _mT(np.tril(a, -1)))
+    lo = np.linalg.cholesky(_symmetric(a, "L"))
     if lo.size and not bool(np.all(np.diagonal(lo, axis1=-2, axis2=-1) > 0)):
         raise np.linalg.LinAlgError("Matrix is not positive definite")
     return lo
@@ -122,14 +130,6 @@ def cholesky_adjoint(out, lo, g, work=None):
     out[...] = np.tril(m + _mT(m)) - m * eye
 
 
-def _symmetric(a, uplo):
-    """The symmetric matrices ``a``'s triangle ``uplo`` stands for (the other
-    triangle ignored, as LAPACK's syevd reads it)."""
-    if uplo == "L":
-        return np.tril(a) + _mT(np.tril(a, -1))
-    return np.triu(a) + _mT(np.triu(a, 1))
-
-
 def _converged(what, out):
     """A result that is not finite raises as LAPACK's failure to converge does
     on the CPU (numpy's message; a non-finite matrix fails there too)."""
@@ -139,24 +139,17 @@ def _converged(what, out):
 
 def eigh(out, a, uplo="L", work=None):
     # eigenvalues in row 0, eigenvectors (columns) below (:mod:`hybridad.ops.linalg`)
-    if out.size == 0:
-        return
-    w, v = np.linalg.eigh(_symmetric(a, uplo))
-    out[:, 0, :] = w
-    out[:, 1:, :] = v
-    _converged("Eigenvalues", out)
+    eigh_evr(out, a, uplo, 0, a.shape[-1] - 1, True)
 
 
 def eigvalsh(out, a, uplo="L", work=None):
-    if out.size == 0:
-        return
-    out[...] = np.linalg.eigvalsh(_symmetric(a, uplo))
-    _converged("Eigenvalues", out)
+    eigh_evr(out, a, uplo, 0, a.shape[-1] - 1, False)
 
 
 def eigh_evr(out, a, uplo="L", lo=0, hi=0, vectors=True, subset=False, work=None):
-    # scipy.linalg.eigh: eigenvalues lo..hi (ascending) in row 0, their vectors below
-    # (cuSOLVER's syevd on the whole matrix, then the subset)
+    # scipy.linalg.eigh (and numpy's eigh and eigvalsh: all of them): eigenvalues
+    # lo..hi (ascending) in row 0, their vectors below (cuSOLVER's syevd on the
+    # whole matrix, then the subset)
     if out.size == 0:
         return
     sym = _symmetric(a, uplo)
