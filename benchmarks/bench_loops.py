@@ -30,8 +30,11 @@ memory at most the stored carries (T x state, float64) plus 10 %, and within
 (its arena and what its loops hold beside it, plus what a call allocates,
 by tracemalloc: nothing) over T x state; ``jax mem/stored``: XLA's account
 of the compiled program's temporaries and outputs
-(``compiled.memory_analysis()``) over the same.  ``--budget F`` builds
-hybridad's plans with ``memory_budget = F x`` the stored carries.
+(``compiled.memory_analysis()``) over the same.  A Hessian's forward over
+reverse carries, besides the state, its tangents for the seeds of a chunk:
+its rows also print ``mem/carried``, the workspace over T x state x (1 +
+the plan's chunk).  ``--budget F`` builds hybridad's plans with
+``memory_budget = F x`` the stored carries.
 
     python benchmarks/bench_loops.py [--models euler rnn rk4_hessian]
         [--steps 100 1000 10000] [--forms explicit python] [--budget F] [--json FILE]
@@ -139,7 +142,8 @@ call()
 per_call = tracemalloc.get_traced_memory()[1]  # what a call allocates (0: nothing)
 tracemalloc.stop()
 memory = getattr(plan, "memory", None)
-print(json.dumps({"first_s": first, "build_s": build,
+chunk = getattr(plan, "chunk", None)
+print(json.dumps({"first_s": first, "build_s": build, "chunk": chunk,
                   "call_us": float(np.median(times) * 1e6),
                   "workspace_b": memory.total_bytes + per_call if memory is not None else None,
                   "stored_b": stored, "budget_b": opts.get("memory_budget"),
@@ -184,6 +188,14 @@ def _run(code, model, steps, env, form="explicit", budget=0.0):
     if out.returncode:
         return {"error": out.stderr.strip().splitlines()[-1] if out.stderr else "failed"}
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _carried(ha):
+    """A Hessian row's workspace over the carries and their chunk's tangents."""
+    k = ha.get("chunk")
+    if not k:
+        return ""
+    return f"  mem/carried {ha['workspace_b'] / (ha['stored_b'] * (1 + k)):.2f} (chunk {k})"
 
 
 def main(argv=None):
@@ -231,7 +243,8 @@ def main(argv=None):
                       f"{ha['build_s']:8.2f} {ha['call_us']:10.1f} {jx.get('call_us', 0):10.1f} "
                       f"{ratio(ha['call_us'], jx.get('call_us'))} "
                       f"{ratio(ha['workspace_b'] or 0, ha['stored_b']):>10} "
-                      f"{ratio(jx.get('workspace_b') or 0, ha['stored_b']):>14}", flush=True)
+                      f"{ratio(jx.get('workspace_b') or 0, ha['stored_b']):>14}" +
+                      _carried(ha), flush=True)
     for model in opts.models:
         for form in opts.forms:
             b = {r["T"]: r["hybridad"].get("build_s") for r in rows

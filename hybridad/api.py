@@ -84,10 +84,13 @@ def compile(f: Function, *example_args: Any, argnums: ArgNums = 0,  # noqa: A001
         Most bytes of workspace the plan may hold (its arenas; arguments and
         result buffers are the caller's).  Over budget, every fused region
         is recomputed in the backward sweep instead of storing its partials
-        from the forward sweep (checkpointing; ``explain()`` says so); if
-        that does not fit either, :class:`hybridad.errors.MemoryBudgetError`
-        is raised here, with the smallest workspace that can be planned --
-        never an out-of-memory at run time.
+        from the forward sweep, and a loop stores its carries alone; then
+        loops are checkpointed on 2-4 levels (``explain()`` says so, with the
+        recompute factor).  A Hessian or Jacobian plan also takes fewer seeds
+        per chunk (without ``chunk=``).  If nothing fits,
+        :class:`hybridad.errors.MemoryBudgetError` is raised here, with the
+        smallest workspace that can be planned -- never an out-of-memory at
+        run time.
 
     hessian : bool, default False
         Build a :class:`hybridad.plans.hessian.HessianPlan` (one array argument):
@@ -151,17 +154,16 @@ def compile(f: Function, *example_args: Any, argnums: ArgNums = 0,  # noqa: A001
     backend = _backend(backend, example_args)
     if hessian and jacobian:
         raise ValueError("hessian=True and jacobian=True: choose one")
-    if (hessian or jacobian) and (hvp or memory_budget is not None or cuda_graph or
-                                  update is not None):
-        raise ValueError("hessian / jacobian plans take neither hvp=True, a memory_budget, "
-                         "cuda_graph=True nor an update rule")
+    if (hessian or jacobian) and (hvp or cuda_graph or update is not None):
+        raise ValueError("hessian / jacobian plans take neither hvp=True, cuda_graph=True nor "
+                         "an update rule")
     plan: Plan
     if hessian:
         plan = HessianPlan(f, example_args, argnums, backend, chunk=chunk, parallel=parallel,
-                           colors=hessian_colors)
+                           colors=hessian_colors, memory_budget=memory_budget)
     elif jacobian:
         plan = JacobianPlan(f, example_args, argnums, backend, mode=mode, chunk=chunk,
-                            parallel=parallel)
+                            parallel=parallel, memory_budget=memory_budget)
     else:
         plan = Plan(f, example_args, argnums, backend, hvp=hvp, parallel=parallel,
                     memory_budget=memory_budget, cuda_graph=cuda_graph, update=update,

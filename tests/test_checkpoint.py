@@ -108,3 +108,87 @@ def test_split_loops_give_the_same_hvp_and_hessian(levels, monkeypatch):
     got_h = ha.hvp(rnn, X0, v, backend="numpy").hvp
     np.testing.assert_array_equal(got_h, want_h)
     assert checkpoint.segments(400, levels) ** levels >= 400
+
+
+M = 6  # bench_loops' RK4 Hessian model: a 6-state ODE, 400 steps
+WM = RNG.standard_normal((M, M)) / np.sqrt(M)
+XM = np.linspace(-1.0, 1.0, M)
+
+
+def _rk4_final(x):
+    def rhs(v):
+        return np.tanh(WM @ v) - 0.1 * v
+
+    def step(i, v):
+        k1 = rhs(v)
+        k2 = rhs(v + 0.025 * k1)
+        k3 = rhs(v + 0.025 * k2)
+        k4 = rhs(v + 0.05 * k3)
+        return v + 0.05 / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return ha.fori_loop(0, 400, step, x)
+
+
+def rk4(x):
+    return np.sum(_rk4_final(x) ** 2)
+
+
+@pytest.fixture(scope="module")
+def rk4_hessian():
+    plan = ha.compile(rk4, XM, hessian=True, backend="numpy")
+    return plan, plan.hessian(XM)
+
+
+@pytest.mark.parametrize("share, levels", [(0.99, None), (0.5, None), (0.27, 2)])
+def test_a_hessian_plan_takes_fewer_seeds_then_checkpoints_to_fit(rk4_hessian, share,
+                                                                  levels):
+    """A Hessian through a loop stores the carries' tangents of a chunk's
+    seeds: under a budget its plan takes fewer seeds per chunk (as many as
+    fit), then checkpoints the loop too; the derivatives are the same to
+    rounding, through every entry point."""
+    full, want = rk4_hessian
+    budget = int(share * full.memory.total_bytes)
+    plan = ha.compile(rk4, XM, hessian=True, backend="numpy", memory_budget=budget)
+    assert plan.memory.total_bytes <= budget
+    assert plan.chunk < full.chunk and plan.checkpoint_levels == levels
+    assert "seed(s) per chunk" in plan.explain()
+    got = plan.hessian(XM)
+    assert got.value == pytest.approx(float(want.value), rel=1e-13)
+    np.testing.assert_allclose(got.hessian, want.hessian, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(got.gradient, numerical_gradient(rk4, XM), rtol=1e-6,
+                               atol=1e-8)
+    v = np.cos(np.arange(M + 0.0))
+    np.testing.assert_allclose(plan.hvp(XM, v=v).hvp, want.hessian @ v, rtol=1e-12,
+                               atol=1e-13)
+    plan.linearize(XM)
+    hv = np.empty(M)
+    plan.hvp(v=v[::-1].copy(), out=hv)
+    np.testing.assert_allclose(hv, want.hessian @ v[::-1], rtol=1e-12, atol=1e-13)
+
+
+def test_a_jacobian_plan_fits_its_budget():
+    full = ha.compile(_rk4_final, XM, jacobian=True, mode="forward", backend="numpy")
+    budget = full.memory.total_bytes // 2
+    plan = ha.compile(_rk4_final, XM, jacobian=True, mode="forward", backend="numpy",
+                      memory_budget=budget)
+    assert plan.memory.total_bytes <= budget and plan.chunk < full.chunk
+    np.testing.assert_allclose(plan.jacobian(XM).jacobian, full.jacobian(XM).jacobian,
+                               rtol=1e-12, atol=1e-13)
+
+
+def test_too_small_a_budget_for_a_hessian_says_what_was_tried():
+    with pytest.raises(ha.MemoryBudgetError, match="one seed per chunk"):
+        ha.compile(rk4, XM, hessian=True, backend="numpy", memory_budget=4000)
+    with pytest.raises(ValueError, match="neither hvp=True"):
+        ha.compile(rk4, XM, hessian=True, hvp=True)
+
+
+def test_numba_hessian_within_a_budget_allocates_nothing(rk4_hessian):
+    full, want = rk4_hessian
+    plan = ha.compile(rk4, XM, hessian=True, memory_budget=full.memory.total_bytes // 2)
+    res = ha.HessianResult(XM)
+    plan.hessian(XM, out=res)
+    np.testing.assert_allclose(res.hessian, want.hessian, rtol=1e-12, atol=1e-13)
+    with count_allocations() as counts:
+        for _ in range(3):
+            plan.hessian(XM, out=res)
+    assert counts.allocations == 0, counts

@@ -169,3 +169,53 @@ def test_float32_loops_store_what_their_reverse_reads(backend, monkeypatch):
     np.testing.assert_array_equal(res.gradient, ref.gradient)
     fd = numerical_gradient(lambda a: euler(a, W), X0)
     np.testing.assert_allclose(res.gradient, fd, rtol=2e-3, atol=2e-3)
+
+
+def rk4(x, W):  # four stages a step: their residuals would be 4 x the carry
+    def rhs(v):
+        return np.tanh(W @ v) - 0.1 * v
+
+    def step(i, v):
+        k1 = rhs(v)
+        k2 = rhs(v + 0.025 * k1)
+        k3 = rhs(v + 0.025 * k2)
+        k4 = rhs(v + 0.05 * k3)
+        return v + 0.05 / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return np.sum(ha.fori_loop(0, T, step, x) ** 2)
+
+
+def rk4_python(x, W):  # the same as a Python loop (rolled by the plan)
+    for _ in range(T):
+        k1 = np.tanh(W @ x) - 0.1 * x
+        k2 = np.tanh(W @ (x + 0.025 * k1)) - 0.1 * (x + 0.025 * k1)
+        k3 = np.tanh(W @ (x + 0.025 * k2)) - 0.1 * (x + 0.025 * k2)
+        k4 = np.tanh(W @ (x + 0.05 * k3)) - 0.1 * (x + 0.05 * k3)
+        x = x + 0.05 / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return np.sum(x ** 2)
+
+
+@pytest.mark.parametrize("f", [rk4, rk4_python], ids=["rk4", "rk4_python"])
+def test_residuals_larger_than_the_carries_are_recomputed(f):
+    """By default a loop stores at most its carries plus 10 % per iteration
+    (ops.loop.RESIDUAL_SLACK): an RK4 step's reverse pass reads four stages'
+    activations, 4 x the state, so the carry is stored and the stages are
+    recomputed from it -- for the gradient, T x the state; for the Hessian,
+    the carries and the chunk's tangents of them, T x the state x (1 + chunk)."""
+    stored = T * N * 8
+    plan = ha.compile(f, X0, W, backend="numpy")
+    assert _stacked_bytes(plan) == stored
+    res = plan.gradient(X0, W)
+    fd = numerical_gradient(lambda a: f(a, W), X0)
+    np.testing.assert_allclose(res.gradient, fd, rtol=1e-6, atol=1e-8)
+    hess = ha.compile(f, X0, W, hessian=True, backend="numpy", chunk=4)
+    # the primal loop, the tangent of one direction (hvp) and the chunk's four
+    loops = sorted(n.nbytes - sum(o.nbytes for o in n.attrs["body"].graph.outputs[
+        :n.attrs["body"].n_carry]) for n in hess.graph.nodes
+        if n.op == "loop" and not n.attrs["reverse"])
+    assert loops == [stored, stored, 4 * stored]
+    # (the one direction's loop shares the chunk's slot: they run in two programs)
+    assert sum(hess.memory.arena_bytes.values()) <= 1.1 * stored * (1 + 4)
+    h = hess.hessian(X0, W)
+    np.testing.assert_allclose(h.gradient, res.gradient, rtol=1e-12, atol=1e-14)
+    col = numerical_gradient(lambda a: plan.gradient(a, W).gradient[3], X0)
+    np.testing.assert_allclose(h.hessian[3], col, rtol=1e-5, atol=1e-7)

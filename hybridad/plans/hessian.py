@@ -56,18 +56,18 @@ class HessianPlan(StagedPlan):
                 "plan.hessian, plan.hvp, plan.linearize)")
 
     def __init__(self, f, args, argnums=0, backend="numba", chunk=None, parallel=True,
-                 poison=False, pack=True, colors=None):
+                 poison=False, pack=True, colors=None, memory_budget=None):
         self._chunk_request = chunk
         self._colors = colors
         super().__init__(f, args, argnums, backend, parallel=parallel, poison=poison,
-                         pack=pack)
+                         pack=pack, memory_budget=memory_budget)
         self.order = 2
-        self._options_of(chunk=chunk, colors=colors)
+        self._options_of(chunk=chunk, colors=colors, memory_budget=memory_budget)
 
     def _remake(self, f, args, backend):
         return HessianPlan._from_recording(self._recording, f, args, self.argnums, backend,
                                            chunk=self._chunk_request, parallel=self.parallel,
-                                           colors=self._colors)
+                                           colors=self._colors, memory_budget=self.memory_budget)
 
     def _build(self, f, args, leaves):
         trace = Trace()
@@ -77,6 +77,7 @@ class HessianPlan(StagedPlan):
             shape, dtype = self._one_array("a Hessian")
             n = int(np.prod(shape, dtype=np.int64))
             out = self._trace_f(f, targs, trace)
+            self._checkpointed(trace, out)
             self._decided(trace)
             self._value_dtype = out.dtype
             (x,) = diff_tracers
@@ -92,12 +93,11 @@ class HessianPlan(StagedPlan):
             hv = None if grad is None else tangents.get(grad.node.id)
             per_seed = sum(nd.nbytes for nd in trace.nodes if nd.id in tangents)
             products = any(nd.op == "matmul" for nd in trace.nodes if nd.id in tangents)
-            k = default_chunk(n, per_seed, products, np.dtype(dtype).itemsize) \
-                if self._chunk_request is None else self._chunk_request
-            if comp is not None:
-                k = comp.colors
-            if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
-                raise ValueError(f"chunk must be a positive int; got {k!r}")
+            k = self._seeds_per_chunk(comp.colors if comp is not None else
+                                      default_chunk(n, per_seed, products,
+                                                    np.dtype(dtype).itemsize))
+            if comp is not None and k < comp.colors:  # (a budget's fewer seeds: unit seeds)
+                comp = None
             self.chunk = k = int(min(k, max(n, 1)))
             tk = trace.input(len(leaves) + 1, (k, *shape), dtype)
             batched = vmap(trace, list(trace.nodes), {t1.node.id: tk}, k)
@@ -399,8 +399,8 @@ class HessianPlan(StagedPlan):
         if fused is None:
             fused = False
             f = self._f()
-            if self._recording is not None and f is not None and \
-                    self._decision_check is None and self._twin is None:
+            if self._recording is not None and f is not None and self.memory_budget is None \
+                    and self._decision_check is None and self._twin is None:
                 fused = Plan._from_recording(self._recording, f, args, self.argnums,
                                              backend=self.backend, hvp=True,
                                              parallel=self.parallel, tiered=False)

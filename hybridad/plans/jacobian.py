@@ -37,19 +37,20 @@ class JacobianPlan(StagedPlan):
     _kind = "jacobian"
 
     def __init__(self, f, args, argnums=0, backend="numba", mode="auto", chunk=None,
-                 parallel=True, poison=False, pack=True):
+                 parallel=True, poison=False, pack=True, memory_budget=None):
         if mode not in ("auto", "forward", "reverse"):
             raise ValueError(f"mode must be 'auto', 'forward' or 'reverse'; got {mode!r}")
         self._mode_request = mode
         self._chunk_request = chunk
         super().__init__(f, args, argnums, backend, parallel=parallel, poison=poison,
-                         pack=pack)
-        self._options_of(mode=mode, chunk=chunk)
+                         pack=pack, memory_budget=memory_budget)
+        self._options_of(mode=mode, chunk=chunk, memory_budget=memory_budget)
 
     def _remake(self, f, args, backend):
         return JacobianPlan._from_recording(self._recording, f, args, self.argnums, backend,
                                             mode=self._mode_request, chunk=self._chunk_request,
-                                            parallel=self.parallel)
+                                            parallel=self.parallel,
+                                            memory_budget=self.memory_budget)
 
     def _check_output(self, out, trace):
         if not isinstance(out, Tracer):
@@ -71,6 +72,7 @@ class JacobianPlan(StagedPlan):
             _, targs, diff_tracers = self._trace_args(trace, leaves)
             shape, dtype = self._one_array("a Jacobian")
             y = self._trace_f(f, targs, trace)
+            self._checkpointed(trace, y)
             self._decided(trace)
             if y.node.op in ("input", "const") or y.node.id == diff_tracers[0].node.id:
                 y = y + y.dtype.type(0) if y.node.op == "const" else np.copy(y)
@@ -91,10 +93,7 @@ class JacobianPlan(StagedPlan):
                 s1 = trace.input(len(leaves), y.shape, y.dtype)
                 (d1,) = backward(trace, y, [x], seed=s1)
                 per_seed = sum(nd.nbytes for nd in trace.nodes if nd.phase == "backward")
-            k = default_chunk(seeds, per_seed) if self._chunk_request is None else \
-                self._chunk_request
-            if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
-                raise ValueError(f"chunk must be a positive int; got {k!r}")
+            k = self._seeds_per_chunk(default_chunk(seeds, per_seed))
             self.chunk = k = int(min(k, max(seeds, 1)))
             sk = trace.input(len(leaves) + 1, (k, *s1.shape), s1.dtype)
             batched = vmap(trace, list(trace.nodes), {s1.node.id: sk}, k)

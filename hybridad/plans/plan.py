@@ -216,13 +216,9 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                 if levels is not None and not self._has_loops:
                     break
                 self.checkpoint_levels = levels
-                try:
-                    self._build(f, args, leaves)
+                if self._build_fits(f, args, leaves, "recomputing every region" + (
+                        f", loops checkpointed on {levels} levels" if levels else ""), tries):
                     return
-                except _OverBudget as over:
-                    tries.append(("recomputing every region" + (
-                        f", loops checkpointed on {levels} levels" if levels else ""),
-                        over.memory))
         self.checkpoint_levels = None
         best = min((m for _, m in tries), key=lambda m: m.total_bytes)
         raise MemoryBudgetError(
@@ -230,6 +226,16 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             f"workspace hybridad can plan is {best.total_bytes} bytes (liveness lower bound "
             f"{best.lower_bound}; " + ", ".join(f"{m.total_bytes} bytes {how}"
                                                  for how, m in tries) + ")") from None
+
+    def _build_fits(self, f, args, leaves, how, tries):
+        """Whether a build (``how``: what it does for the budget) fits the
+        budget; one that does not is added to ``tries``."""
+        try:
+            self._build(f, args, leaves)
+            return True
+        except _OverBudget as over:
+            tries.append((how, over.memory))
+            return False
 
     # ------------------------------------------------------------------ build
     def _build(self, f, args, leaves):

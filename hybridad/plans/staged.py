@@ -52,8 +52,9 @@ from ..errors import CompileBudgetError, DecisionsChanged
 from ..ir.graph import Graph, check
 from ..ops import REGISTRY, may_raise
 from ..results import DiffResult
+from ..transforms.checkpoint import checkpoint_loops
 from .decided import attach, compile_decisions
-from .plan import Plan, serialized
+from .plan import Plan, _OverBudget, serialized
 from .validate import check_results
 
 __all__ = ["CHUNK_BYTES", "DEFAULT_CHUNK", "MATMUL_BATCH_BYTES", "ONE_CHUNK", "ONE_CHUNK_BYTES",
@@ -203,6 +204,57 @@ class StagedPlan(Plan):
                                                         self.parallel)
                 attach(self._decision_check, self._check_program)
 
+    #: seeds per chunk a memory budget asked for (see :meth:`_build_fits`), or None
+    _budget_chunk = None
+
+    def _checkpointed(self, trace, out):
+        """After tracing ``out``: whether the graph has loops, and -- a memory
+        budget's build (:meth:`Plan._build_within_budget`) -- its loops
+        checkpointed on :attr:`checkpoint_levels` levels."""
+        self._has_loops = any(n.op == "loop" for n in trace.nodes)
+        if self.checkpoint_levels:
+            (out.node,) = checkpoint_loops(trace, [out.node], self.checkpoint_levels)
+
+    def _seeds_per_chunk(self, default):
+        """Seeds per chunk: ``chunk=`` as asked, else what a memory budget
+        allows (:attr:`_budget_chunk`), else ``default``."""
+        k = self._chunk_request
+        if k is None:
+            k = default if self._budget_chunk is None else self._budget_chunk
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"chunk must be a positive int; got {k!r}")
+        return int(k)
+
+    def _build_fits(self, f, args, leaves, how, tries):
+        """As :meth:`Plan._build_fits`, and then -- ``chunk`` not given --
+        fewer seeds per chunk: their batched values grow about linearly with
+        the seeds (a Hessian through a loop stores ``chunk`` tangents of every
+        carry), so one build of one seed per chunk gives how many fit; the
+        most that do are taken (each chunk more runs again the work that does
+        not depend on the seeds)."""
+        self._budget_chunk = None
+        if super()._build_fits(f, args, leaves, how, tries):
+            return True
+        most, high = self.chunk, tries[-1][1].total_bytes
+        if self._chunk_request is not None or most <= 1:
+            return False
+        self._budget_chunk = 1
+        if not super()._build_fits(f, args, leaves, how + ", one seed per chunk", tries):
+            return False
+        low, budget = self.memory.total_bytes, self.memory_budget
+        per_seed = (high - low) / (most - 1)
+        k = most - 1 if per_seed <= 0 else int(min(most - 1, (budget - low) // per_seed + 1))
+        while k > 1:
+            self._budget_chunk = k
+            try:
+                self._build(f, args, leaves)
+                return True
+            except _OverBudget:
+                k //= 2
+        self._budget_chunk = 1
+        self._build(f, args, leaves)  # (fits: built above)
+        return True
+
     def _routed(self, args):
         """The plan that serves ``args``: this one, or -- when ``f`` took Python
         decisions on values and ``args`` decide otherwise -- the specialization
@@ -240,6 +292,8 @@ class StagedPlan(Plan):
         self.graph = graph
         self.work = work_estimate(primal)
         self.memory = self._plan_memory(graph, pinned)
+        if self.memory_budget is not None and self.memory.total_bytes > self.memory_budget:
+            raise _OverBudget(self.memory)  # (before anything is allocated or compiled)
         self._buffers = self.memory.allocate(self._xp)
         self._stages = {}
         #: stage -> whether its program can fail at run time (then the call stages its results)
@@ -518,6 +572,9 @@ class StagedPlan(Plan):
         if self.backend == "numba":
             lines.append("  a call that runs the chunk program once (a Hessian or Jacobian of one "
                          "chunk) runs it with the primal, compiled as one program")
+        if self._budget_chunk is not None:
+            lines.append(f"  {self._budget_chunk} seed(s) per chunk, fewer than by default, to "
+                         "fit the memory budget")
         comp = getattr(self, "_compression", None)
         if comp is not None:
             n = self._n
