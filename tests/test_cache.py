@@ -378,3 +378,48 @@ def test_library_functions_numba_caches_are_stamped_with_their_imports(monkeypat
     monkeypatch.setattr(sources, "_read", real)
     sources.library_digest.cache_clear()
     assert [s() for s in stamps] == before
+
+
+LOADED_BOTH = """
+import numpy as np, hybridad as ha
+from hybridad.backends.jit import engine
+def rosen(x):
+    return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+n = 200
+rng = np.random.default_rng(0)
+x, v = rng.uniform(-1, 1, n), rng.standard_normal(n)
+ha.compile(rosen, x, hvp=True)  # (its program loaded first)
+p = ha.compile(rosen, x, hessian=True)
+p.linearize(x)
+p.hvp(v=v, out=np.zeros(n))
+try:  # the tangent program's own checks refuse it: a ValueError raised in machine code
+    p.hvp(v=np.ones(n + 1), out=ha.HvpResult(x))
+except ValueError as e:
+    print("refused:", str(e).split(";")[0])
+V = rng.standard_normal((3, n))
+out = np.zeros((3, n))
+p.hvp(v=V, out=out)
+print(np.allclose(out, V @ ha.hessian(rosen, x, backend="numpy").hessian, rtol=1e-12))
+"""
+
+
+def test_machine_code_from_the_cache_raises_beside_numbas_code(cache_env):
+    """Programs of hybridad's compiler, loaded from the disk cache, that raise a
+    builtin exception -- after numba's compiler started in the process.  They
+    named the C API's ``PyExc_ValueError``, which numba registers in the
+    process's one symbol table as the class itself, not the variable holding
+    it: whichever came last won, and the code that raised read the class one
+    word off (a segfault, in the second process, every programs' code loaded
+    from the cache).  Their exceptions are cells of the compiler's own now."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    for _ in range(2):  # cold, then every program from the cache
+        out = subprocess.run([sys.executable, "-c", LOADED_BOTH], env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.split("\n")[-2:] == ["True", ""], out.stdout
+        assert "refused: v must have shape (200,)" in out.stdout
+    objects = list((cache_env / "jit").glob("*.o"))
+    assert objects
+    for path in objects:  # no object names a symbol numba's compiler registers otherwise
+        data = path.read_bytes()
+        assert b"PyExc_" not in data and b"_Py_NoneStruct" not in data, path

@@ -301,3 +301,46 @@ def test_h_v_alone_in_float32():
     np.testing.assert_allclose(hv, _fd_hvp(Y, V), rtol=2e-3, atol=2e-2)
     with pytest.raises(ValueError, match="out"):
         p.hvp(v=v, out=np.zeros(N))
+
+
+@pytest.mark.parametrize("bad", ["float32", "shape"])
+def test_a_first_hvp_with_wrong_arguments_is_refused_and_harms_nothing(bad):
+    """The numba Hessian plan builds its fused HVP plan at the first
+    ``plan.hvp(x, v=v)`` with arguments, from those arguments: checked as the
+    plan's first (a float32 ``x`` ran a plan built for it, wrong values, and
+    every right call after was refused).  Refused by name; the next right
+    call is right."""
+    p = ha.compile(rosen, X, hessian=True)
+    x = X.astype(np.float32) if bad == "float32" else np.ones(N + 1)
+    with pytest.raises(ValueError, match="argument 'x' has shape"):
+        p.hvp(x, v=V if bad == "float32" else np.ones(N + 1))
+    got = p.hvp(X, v=V)
+    want = ha.compile(rosen, X, hessian=True, backend="numpy").hvp(X, v=V)
+    np.testing.assert_allclose(got.hvp, want.hvp, rtol=1e-12, atol=1e-12)
+    assert float(got.value) == pytest.approx(float(want.value), rel=1e-14)
+
+
+def flip(x):  # a Python decision on a value: a specialization per branch
+    if x[0] > 0:
+        return x[0] ** 3 * np.sum(x ** 2)
+    return -x[0] * np.sum(np.sin(x)) + np.sum(x ** 4)
+
+
+@pytest.mark.parametrize("out", ["array", "result"])
+def test_hvp_at_a_point_that_another_specialization_holds(out):
+    """``linearize`` at a point on the other branch: the specialization for
+    it holds the point, and ``hvp(v=v)`` is its (the plain path, made by an
+    earlier call with arguments, read this plan's point and failed)."""
+    xa, xb = np.array([0.8, -0.3, 0.5, 1.1]), np.array([-0.6, 0.4, -0.2, 0.9])
+    v = np.array([1.0, -2.0, 0.5, 0.3])
+    plan = ha.compile(flip, xa, hessian=True)
+    plan.hvp(xa, v=v)  # (the example's branch, with arguments)
+    plan.linearize(xb)
+    res = np.zeros(4) if out == "array" else ha.HvpResult(xa)
+    plan.hvp(v=v, out=res)
+    want = ha.hessian(flip, xb, backend="numpy").hessian @ v
+    np.testing.assert_allclose(res if out == "array" else res.hvp, want, rtol=1e-12)
+    fresh = ha.compile(flip, xa, hessian=True)
+    fresh.hvp(xa, v=v)
+    with pytest.raises(ValueError, match="needs a point"):
+        fresh.hvp(v=v, out=np.zeros(4))

@@ -159,3 +159,40 @@ def test_sparse_results_after_dense_calls_take_the_sparse_path():
     assert ha.jacobian(f, X, out=jres) is jres and ha.hessian(g, X, out=hres) is hres
     np.testing.assert_allclose(jres.jacobian.toarray(), ha.jacobian(f, X).jacobian, rtol=1e-13)
     np.testing.assert_allclose(hres.hessian.toarray(), ha.hessian(g, X).hessian, rtol=1e-13)
+
+
+def _three(a, p, c):  # arguments of three structures: an array, a dict, a 0-d array
+    return np.sum(np.sin(a) @ p["B"]) * c + np.sum(p["B"] ** 2) * c ** 2 + np.sum(p["b"] * a)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_argnums_in_any_order_give_the_derivatives_in_that_order(backend):
+    """As ``jax.grad``: ``argnums=(2, 0)`` gives the derivatives of arguments 2
+    and 0 in that order (they came in the arguments' order, and a tuple of
+    arguments of different structures was refused); an HVP's ``v`` comes in
+    that order too."""
+    rng = np.random.default_rng(3)
+    args = (rng.standard_normal(3), {"B": rng.standard_normal((3, 4)), "b": rng.standard_normal(3)},
+            np.asarray(0.7))
+    single = [ha.gradient(_three, *args, argnums=k, backend=backend).gradient for k in range(3)]
+    for argnums in [(2, 0), (1, 2, 0), (0, 2), (-1, 1)]:
+        got = ha.gradient(_three, *args, argnums=argnums, backend=backend).gradient
+        plan = ha.compile(_three, *args, argnums=argnums, backend=backend)
+        res = plan.gradient(*args, out=plan.new_result()).gradient
+        assert len(got) == len(res) == len(argnums)
+        for g, r, k in zip(got, res, argnums, strict=True):
+            want = single[k % 3]
+            for x, y in zip(ha._tree.flatten(g)[0] if isinstance(g, dict) else [g],
+                            ha._tree.flatten(want)[0] if isinstance(want, dict) else [want],
+                            strict=True):
+                np.testing.assert_allclose(x, y, rtol=1e-13, atol=1e-15)
+            assert type(r) is type(g)
+    v = (np.asarray(0.5), np.linspace(-1.0, 1.0, 3))  # (d c, d a): argnums=(2, 0)'s order
+    hv = ha.hvp(_three, args[0], v, *args[1:], argnums=(2, 0), backend=backend).hvp
+    eps = 1e-6
+
+    def grad_at(t):
+        a, c = args[0] + t * v[1], args[2] + t * v[0]
+        return ha.gradient(_three, a, args[1], c, argnums=(2, 0), backend="numpy").gradient
+    for h, lo, hi in zip(hv, grad_at(-eps), grad_at(eps), strict=True):
+        np.testing.assert_allclose(h, (hi - lo) / (2 * eps), rtol=1e-6, atol=1e-7)

@@ -221,16 +221,18 @@ class ArgumentsMixin:
 
     def _trace_args(self, trace, leaves):
         """Input tracers for the leaves; the arguments rebuilt from them; the
-        differentiated ones."""
+        differentiated ones, in the order of ``argnums`` (as ``jax.grad``
+        returns them: ``argnums=(2, 0)`` gives the gradients of arguments 2
+        and 0, in that order)."""
         tracers = [trace.input(i, a.shape, a.dtype) for i, a in enumerate(leaves)]
         it = iter(tracers)
-        targs, self._leaf_arg, diff_tracers = [], [], []
+        targs, self._leaf_arg, per_arg = [], [], []
         for k, td in enumerate(self._treedefs):
             n = _tree.count_leaves(td)
             mine = [next(it) for _ in range(n)]
             self._leaf_arg.extend([k] * n)
             targs.append(_tree.unflatten(td, mine))
-            if k in self._diff:
-                diff_tracers.extend(mine)
+            per_arg.append(mine)
+        diff_tracers = [t for k in self._diff for t in per_arg[k]]
         self._diff_leaves = [t.node.attrs["index"] for t in diff_tracers]
         return tracers, targs, diff_tracers

@@ -247,9 +247,11 @@ class HessianPlan(StagedPlan):
 
         @functools.wraps(general)
         def hvp(*args, v, out=None):
-            if not args and entry and v.__class__ is nd and plan._twin is None:
+            if not args and entry and v.__class__ is nd and plan._twin is None and \
+                    plan._have_point and plan._point_plan is plan:
                 # at the linearized point: the tangent program (into out's three
-                # buffers, or H v alone into an array)
+                # buffers, or H v alone into an array); a point another plan holds
+                # (a specialization for other decisions): the general path
                 if plan._guarded:  # (a retrace makes other programs: checked below)
                     plan._check_reads(plan._point_args)
                 call, lean, programs, point, scratch = entry
@@ -316,6 +318,9 @@ class HessianPlan(StagedPlan):
         HvpResult, DiffResult or ndarray
             ``out``, or a new :class:`HvpResult` (for one direction).
         """
+        if not args and not self._point_plan._have_point:
+            raise ValueError("hvp without arguments needs a point: call plan.linearize(*args) "
+                             "first, or pass the arguments")
         if self._guarded:
             if args:
                 plan = self._routed(args)
@@ -333,13 +338,7 @@ class HessianPlan(StagedPlan):
                 return fused.hvp(*args, v=v, out=out)
         if self._fast_hvp(args, v, out):
             return out  # type: ignore[return-value]  # a fast call had an out
-        if args:
-            leaves = self._leaves(args)
-        elif self._have_point:
-            leaves = self._point
-        else:
-            raise ValueError("hvp without arguments needs a point: call plan.linearize(*args) "
-                             "first, or pass the arguments")
+        leaves = self._leaves(args) if args else self._point
         _tree.refuse_subclass(v, "v")
         v = self._xp.asarray(v, dtype=self._dtype) if type(v) is not self._xp.ndarray or \
             v.dtype != self._dtype else v
@@ -397,6 +396,7 @@ class HessianPlan(StagedPlan):
         specializations are this plan's) or whose ``f`` is gone."""
         fused = self._fused
         if fused is None:
+            self._leaves(args)  # (checked as this plan's first: the fused plan is built at them)
             fused = False
             f = self._f()
             if self._recording is not None and f is not None and self.memory_budget is None \

@@ -32,7 +32,7 @@ __all__ = ["LOCK", "SYMBOLS", "compile_ir", "load_object", "object_key", "optimi
 LOCK = threading.RLock()
 
 #: bumped when anything changes what the compiler emits for the same source
-FORMAT = "hybridad-jit-2"
+FORMAT = "hybridad-jit-3"
 
 _STATE = {}
 
@@ -174,20 +174,19 @@ def _pyapi(name):
     return lambda: ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
 
 
-def _pyglobal(name):
-    """The address of a global variable of the Python C API (``PyExc_ValueError``)."""
-    return lambda: ctypes.addressof(ctypes.c_void_p.in_dll(ctypes.pythonapi, name))
-
-
 for _name in ("PyLong_AsLongLong", "PyErr_Occurred", "PyErr_SetString", "PyEval_SaveThread",
               "PyEval_RestoreThread", "Py_IncRef", "Py_DecRef", "PyGILState_Ensure",
               "PyGILState_Release", "PyLong_FromVoidPtr", "PyObject_CallFunctionObjArgs"):
     SYMBOLS[_name] = _pyapi(_name)
-for _name in ("PyExc_ValueError", "PyExc_TypeError", "PyExc_RuntimeError",
-              "PyExc_ZeroDivisionError", "PyExc_OverflowError", "PyExc_IndexError",
-              "PyExc_AssertionError"):
-    SYMBOLS[_name] = _pyglobal(_name)
-SYMBOLS["_Py_NoneStruct"] = lambda: id(None)
+#: None by a name of this compiler's own.  The symbol table is the process's,
+#: shared with numba's compiler, which registers ``PyExc_ValueError`` and the
+#: other builtin exceptions as the class objects themselves where the C API
+#: names the variables holding them: an object file that named them resolved
+#: to whichever registration came last (the exception class read one word
+#: off: a segfault when the code raised).  Exceptions are cells of our own
+#: (:func:`exception_symbol`), None is this symbol.
+NONE = "hybridad_none"
+SYMBOLS[NONE] = lambda: id(None)
 
 
 #: (prefix, name -> address) for families of symbols (scipy.special's functions)

@@ -5,7 +5,6 @@ exceptions they raise numbered, library functions found and read."""
 from __future__ import annotations
 
 import ast
-import builtins
 import inspect
 
 import numpy as np
@@ -83,15 +82,10 @@ class Translator:
 
     # -- numbered exceptions ------------------------------------------------------
     def raise_code(self, cls, message):
-        """The status number of raising exception class ``cls`` with ``message``:
-        a builtin exception by its C API symbol (``PyExc_ValueError``), another
-        class (numpy's ``LinAlgError``) by a symbol the engine resolves when
-        the code is loaded (:func:`.engine.exception_symbol`)."""
-        if getattr(builtins, cls.__name__, None) is cls:
-            symbol = f"PyExc_{cls.__name__}"
-        else:
-            symbol = engine.exception_symbol(cls)
-        self.raises.append((symbol, message))
+        """The status number of raising exception class ``cls`` with ``message``
+        (``ValueError``, numpy's ``LinAlgError``): the class by a symbol the
+        engine resolves when the code is loaded (:func:`.engine.exception_symbol`)."""
+        self.raises.append((engine.exception_symbol(cls), message))
         return len(self.raises)
 
     # -- functions of their own: one LLVM function per argument types ---------------

@@ -16,6 +16,7 @@ import ctypes
 
 from llvmlite import ir
 
+from .engine import NONE, exception_symbol
 from .sites import PYTHON_ERROR
 from .values import declare as _fn, declare_global
 
@@ -59,7 +60,7 @@ def python_entry(translator, fn, nargs, nogil):
 
     bad_n = b.icmp_signed("!=", entry.args[2], ir.Constant(_I64, nargs))
     with b.if_then(bad_n, likely=False):
-        fail("PyExc_TypeError", f"{fn.name}() takes {nargs} integer arguments", "nargs")
+        fail(exception_symbol(TypeError), f"{fn.name}() takes {nargs} integer arguments", "nargs")
     vals = []
     for k in range(nargs):
         obj = b.load(b.gep(entry.args[1], [ir.Constant(_I64, k)]))
@@ -87,8 +88,8 @@ def python_entry(translator, fn, nargs, nogil):
             fail(symbol, message, f"e{code}")
     other = b.icmp_signed("!=", status, ir.Constant(_I32, 0))
     with b.if_then(other, likely=False):
-        fail("PyExc_RuntimeError", f"{fn.name}: failed (status unknown)", "other")
-    none = declare_global(module, "_Py_NoneStruct", _I8)
+        fail(exception_symbol(RuntimeError), f"{fn.name}: failed (status unknown)", "other")
+    none = declare_global(module, NONE, _I8)
     incref = _fn(module, "Py_IncRef", ir.VoidType(), [_OBJ])
     p = b.bitcast(none, _OBJ)
     b.call(incref, [p])
