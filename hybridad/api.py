@@ -213,7 +213,9 @@ def gradient(f: Function, *args: Any, argnums: ArgNums = 0, out: GradientResult 
         TypeError naming the argument (docs/limitations.md).  A complex
         argument ``z = x + iy`` gets ``du/dx - 1j du/dy`` (autograd, JAX).
     argnums : int or tuple of int, default 0
-        Arguments to differentiate.  With a tuple, ``out.gradient`` is a tuple.
+        Arguments to differentiate.  With a tuple, ``out.gradient`` is a tuple,
+        in the order of ``argnums`` (as ``jax.grad``: ``(2, 0)`` gives the
+        derivatives of arguments 2 and 0, in that order).
     out : GradientResult or DiffResult, optional
         Preallocated result, overwritten in place and returned.  It is checked
         before anything is written and left untouched on error.

@@ -319,3 +319,26 @@ def test_scanned_arguments_that_move_between_calls():
                 g = plan.gradient(h0, xs).gradient
                 np.testing.assert_allclose(
                     g, numerical_gradient(lambda h, xs=xs: f(h, xs), h0), rtol=1e-6, atol=1e-9)
+
+
+def test_a_numpy_array_indexed_by_the_loop_index_says_what_to_write():
+    """JAX's ``xs[i]`` in a ``fori_loop`` body, ``xs`` a numpy array: numpy
+    asks the traced index for its value, which no call decides inside a loop
+    body -- refused naming the index and the two ways that trace."""
+    F = np.linspace(0.0, 1.0, 24).reshape(8, 3)
+
+    def f(x):
+        return np.sum(ha.fori_loop(0, 8, lambda i, y: y * 0.9 + F[i], x) ** 2)
+
+    with pytest.raises(ha.TracingError, match="indexed by a traced integer.*hybridad.scan"):
+        ha.gradient(f, np.ones(3), backend="numpy")
+
+    def g(x):  # the same through scan's xs
+        return np.sum(ha.scan(lambda y, row: (y * 0.9 + row, None), x, F)[0] ** 2)
+
+    def h(x):  # and as a Python loop
+        for k in range(8):
+            x = x * 0.9 + F[k]
+        return np.sum(x ** 2)
+    np.testing.assert_allclose(ha.gradient(g, np.ones(3)).gradient,
+                               ha.gradient(h, np.ones(3)).gradient, rtol=1e-13)

@@ -87,6 +87,15 @@ def _stored_into_numpy():
             user_namespaces())
 
 
+#: a numpy array indexed by a traced integer no call's value decides (a loop
+#: body's index: JAX's ``xs[i]`` in a ``fori_loop``)
+TRACED_INDEX = (
+    "indices must be known at trace time (constant arrays, or values the traced call "
+    "decides). Inside hybridad.fori_loop the index i is traced: pass the array as the xs of "
+    "hybridad.scan -- its rows are the iterations' slices -- or write the loop as a Python "
+    "for loop, which hybridad rolls (F[k] becomes a per-iteration input).")
+
+
 def _value_dependent(what, instead):
     raise TracingError(
         f"{what} of a traced array at {user_location()} depends on its value, which is not "
@@ -274,6 +283,8 @@ class Tracer:
             outcome = decide(self, "array")
             if outcome is not None:
                 return outcome if dtype is None else outcome.astype(dtype, copy=False)
+            raise TracingError(f"a numpy array indexed by a traced integer at "
+                               f"{user_location()}: {TRACED_INDEX}")
         entry = library_entry()
         if entry is not None:
             raise TracingError(

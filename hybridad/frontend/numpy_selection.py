@@ -32,7 +32,7 @@ from .numpy_math import _float
 from .numpy_reductions import mean as _mean_of
 from .objects import assign
 from ..core.trace import bind
-from ..core.tracer import SURFACE, Tracer
+from ..core.tracer import SURFACE, TRACED_INDEX, Tracer
 
 __all__ = ["set_items"]
 
@@ -105,8 +105,8 @@ def _const_indices(name, indices):
         value = decide(indices, "array")  # (computed from values: this call's, guarded)
         if value is not None:
             return value
-        raise TracingError(f"np.{name} with traced indices at {user_location()}: indices "
-                           "must be known at trace time (constant arrays)")
+        raise TracingError(f"np.{name} with traced indices at {user_location()}: "
+                           f"{TRACED_INDEX}")
     return np.asarray(indices)
 
 
