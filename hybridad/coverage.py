@@ -42,6 +42,10 @@ _LAPACK = {"numpy.linalg.solve": "smooth (LAPACK gesv; adjoint rule)",
            "numpy.linalg.norm": "composite; orders 2, -2, 'nuc' of matrices from singular "
                                 "values (LAPACK gesdd)",
            "numpy.linalg.matrix_norm": "as numpy.linalg.norm"}
+#: what a function's row says, where it is more than "composite of primitives"
+_NOTES = {**_LAPACK,
+          "numpy.pad": "modes 'constant', 'edge', 'reflect', 'symmetric', 'wrap' "
+                       "(reflect_type 'even'): composite of primitives"}
 
 
 def _kind(op):
@@ -98,7 +102,7 @@ def rows():
         if not getattr(impl, "refused", False):
             names.setdefault(_name(f), f)
     for name in sorted(names):
-        out.append(("functions", name, _LAPACK.get(name, "composite of primitives"), both))
+        out.append(("functions", name, _NOTES.get(name, "composite of primitives"), both))
     from .frontend.numpy_construct import WRAPPERS
 
     out += [("numpy constructors (intercepted while tracing)", f"numpy.{name}",

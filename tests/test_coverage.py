@@ -46,6 +46,11 @@ CASES = {
     np.sum(np.repeat(x, 3) ** 2),
     "pad": lambda x: np.sum(np.pad(x, ((1, 2), (0, 1)), constant_values=3.0) *
                             np.arange(42.0).reshape(7, 6)) + np.sum(np.pad(x, 1) ** 2),
+    # the modes that copy elements (one gather of numpy's padded position grid)
+    "pad_modes": lambda x: sum(np.sum(np.sin(np.pad(x, ((2, 1), (3, 4)), mode=m)) *
+                                      np.arange(84.0).reshape(7, 12) ** (k + 1) / 84 ** k)
+                               for k, m in enumerate(("edge", "reflect", "symmetric", "wrap"))) +
+    np.sum(np.pad(x, 7, mode="wrap") ** 2) + np.sum(np.pad(x[0], (6, 9), mode="reflect") ** 3),
     "tril_triu": lambda x: np.sum(np.tril(x, 1) * 2 + np.triu(x, -1) ** 2),
     "diagonal_trace": lambda x: np.sum(np.diagonal(x, 1) ** 2) + np.trace(x) +
     np.trace(x, -1) + np.sum(np.diag(x[0], -1) * np.arange(36.0).reshape(6, 6)) +
@@ -159,7 +164,8 @@ def test_cumprod_with_zeros_is_exact():
 
 
 @pytest.mark.parametrize("f, error", [
-    (lambda x: np.sum(np.pad(x, 1, mode="reflect")), NotImplementedError),
+    (lambda x: np.sum(np.pad(x, 1, mode="mean")), NotImplementedError),
+    (lambda x: np.sum(np.pad(x, 1, mode="reflect", reflect_type="odd")), NotImplementedError),
     (lambda x: np.linalg.qr(x, "raw")[0], NotImplementedError),
     (lambda x: np.sum(np.split(x, 3)[0]), ValueError),
     (lambda x: np.linalg.norm(x, "bad", axis=1), ValueError),

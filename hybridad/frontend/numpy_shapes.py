@@ -186,13 +186,29 @@ def repeat(a, repeats, axis=None):
     return reshape(x, a.shape[:axis] + (a.shape[axis] * r,) + a.shape[axis + 1:])
 
 
+#: np.pad's modes whose padding only copies elements of the array: numpy pads
+#: the array's position grid, and the result is one gather
+_MOVING_PADS = frozenset({"edge", "reflect", "symmetric", "wrap"})
+
+
 @implements(np.pad)
 def pad(array, pad_width, mode="constant", **kwargs):
     """``np.pad`` in ``mode="constant"`` (``constant_values`` a scalar or
-    per-axis pairs of numbers)."""
+    per-axis pairs of numbers), and the modes that copy elements --
+    ``"edge"``, ``"reflect"``, ``"symmetric"``, ``"wrap"`` (``reflect_type``
+    ``"even"``) -- as one gather of the positions numpy's own ``np.pad``
+    gives them (its semantics and errors)."""
+    if mode in _MOVING_PADS:
+        if kwargs.get("reflect_type", "even") != "even" or set(kwargs) - {"reflect_type"}:
+            raise NotImplementedError(
+                f"hybridad: np.pad mode={mode!r} with {sorted(kwargs)} is not supported "
+                "while tracing (reflect_type='odd' computes values; only 'even' copies them)")
+        return gather_positions(_tracer(array),
+                                lambda pos: np.pad(pos, pad_width, mode=mode, **kwargs))
     if mode != "constant":
         raise NotImplementedError(f"hybridad: np.pad mode={mode!r} is not supported while "
-                                  "tracing (only 'constant')")
+                                  "tracing ('constant', 'edge', 'reflect', 'symmetric' and "
+                                  "'wrap' are)")
     a = _tracer(array)
     widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (a.ndim, 2))
     values = np.broadcast_to(np.asarray(kwargs.pop("constant_values", 0), dtype=a.dtype),
