@@ -231,6 +231,8 @@ def test_compile_errors():
     x = rand((5,), seed=90)
     with pytest.raises(TypeError, match="one array argument"):
         ha.compile(lambda a, b: np.sum(a * b), x, x, argnums=(0, 1), hessian=True)
+    with pytest.raises(TypeError, match="argument 'p', a dict of 2 array"):
+        ha.hessian(lambda p: np.sum(p["a"] ** 2) + np.sum(p["b"] ** 3), {"a": x, "b": x})
     with pytest.raises(ValueError, match="mode must be"):
         ha.compile(np.sin, x, jacobian=True, mode="sideways")
     with pytest.raises(ValueError, match="chunk must be a positive int"):

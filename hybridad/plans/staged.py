@@ -519,8 +519,14 @@ class StagedPlan(Plan):
     def _one_array(self, what):
         if isinstance(self.argnums, tuple) or len(self._diff_leaves) != 1 or \
                 self._treedefs[self.argnums] != _tree.LEAF:
+            td = None if isinstance(self.argnums, tuple) else self._treedefs[self.argnums]
+            got = f"argnums={self.argnums!r}" if td is None else \
+                f"argument {self._names[self.argnums]}, a {td[0]} of " \
+                f"{_tree.count_leaves(td)} array(s)"
             raise TypeError(f"{what} differentiates one array argument (argnums an int, the "
-                            f"argument an array); got argnums={self.argnums!r}")
+                            f"argument an array); got {got}. Flatten a structure into one "
+                            "array (np.concatenate of its raveled leaves) to take its Hessian "
+                            "or Jacobian")
         return self._specs[self._diff_leaves[0]]
 
     def _check(self, out, what, names, shapes, leaves, reads=()):
