@@ -283,3 +283,27 @@ def test_pytree_and_static_arguments_reuse_the_last_plan(monkeypatch):
     h2 = ha.hvp(g, (W, b), (W, b))
     np.testing.assert_allclose(h2.hvp[0], 6 * W * W, rtol=1e-13)
     np.testing.assert_allclose(h.hvp[1], 2 * b, rtol=1e-13)
+
+
+_XV = np.array([0.5, -1.0, 1.5, 0.25, -0.75])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("case", [
+    (lambda x, s: np.sum(x * s - np.log(s)), np.array(1.7)),
+    (lambda x, s: np.sum(x * s + s * s), np.array([1.7])),
+    (lambda x, s: np.sum(x * s + np.exp(s)) + np.sum(np.sin(x) * s ** 2), np.array(0.3)),
+    (lambda x, s: np.sum((x / s) ** 2) + x.size * np.log(s[0]), np.array([1.3])),
+], ids=["log", "square", "exp_sin", "gauss"])
+def test_value_program_of_regions_that_sum_scalar_partials(case, backend):
+    """``plan.value`` runs the value program: the gradient graph's forward
+    regions without their summed partials (a scalar parameter's, summed in
+    the region's own loop), on the gradient plan's memory plan -- whose
+    scratch block holds room for those sums too (numba: the block was folded
+    whole, 4 of 5 values summed)."""
+    f, s = case
+    for argnums in (1, (0, 1)):
+        plan = ha.compile(f, _XV, s, argnums=argnums, backend=backend)
+        for x in (_XV, np.linspace(-2.0, 3.0, 5)):
+            assert plan.value(x, s) == pytest.approx(f(x, s), rel=1e-14)
+            assert float(plan.gradient(x, s).value) == pytest.approx(f(x, s), rel=1e-14)

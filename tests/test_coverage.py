@@ -177,3 +177,22 @@ def test_cumprod_with_zeros_is_exact():
 def test_unsupported_forms_raise_clearly(f, error):
     with pytest.raises(error):
         ha.gradient(f, rand((4, 5), seed=1), backend="numpy")
+
+
+def test_a_ufunc_computes_in_its_dtype_argument():
+    """``np.exp(x32, dtype=np.float64)``: numpy's loop of that dtype, the
+    inputs cast to it under ``casting``."""
+    x = rand((4, 5), seed=3)
+    f = lambda x: np.sum(np.exp(x, dtype=np.float64) * W20) + \
+        np.sum(np.add(x, x ** 2, dtype=np.float64) ** 2)  # noqa: E731
+    assert_grad(f, (x,))
+    x32 = x.astype(np.float32)
+    g = lambda x: np.sum(np.sin(x, dtype=np.float64) * W20)  # noqa: E731
+    res = ha.gradient(g, x32, backend="numpy")
+    assert res.gradient.dtype == np.float32
+    np.testing.assert_allclose(res.gradient, np.cos(x32.astype(np.float64)) * W20, rtol=1e-6)
+    assert float(res.value) == pytest.approx(float(g(x32)), rel=1e-14)
+    with pytest.raises(TypeError, match="casting rule 'safe'"):
+        ha.gradient(lambda x: np.sum(np.add(x, 1.0, dtype=np.float32, casting="safe")), x)
+    with pytest.raises(NotImplementedError, match="dtype=int64"):
+        ha.gradient(lambda x: np.sum(np.exp(x, dtype=np.int64)), x)

@@ -105,9 +105,21 @@ def copied_into(x):  # np.copyto into an array f made, where= too
     return np.sum(a * b)
 
 
+def function_out_into_made_arrays(x):  # a numpy function's out= (not a ufunc's): reductions,
+    s = np.zeros(2)  # np.dot, methods
+    np.sum(x.reshape(2, -1), axis=1, out=s)
+    m = np.empty(())
+    np.max(x, out=m)
+    c = np.empty((2, 2))
+    np.dot(x[:4].reshape(2, 2), x[4:8].reshape(2, 2), out=c)
+    v = np.zeros(2)
+    x.reshape(2, -1).mean(axis=1, out=v)
+    return np.sum(np.sin(s)) + 2.0 * m + np.sum(c ** 2) + np.sum(v * s)
+
+
 FUNCTIONS = [out_into_made_arrays, padded_differences, bound_asarray, element_loop, rows_of_ones,
              python_list_then_writes, like_a_global_and_full, with_a_helper, eye_with_diagonal,
-             full_of_traced_values, copied_into]
+             full_of_traced_values, copied_into, function_out_into_made_arrays]
 
 
 def _numpy_is_numpys():
@@ -166,8 +178,14 @@ def copied_into_a_global(x):
     return np.sum(GLOBAL ** 2)
 
 
+def summed_into_a_global(x):
+    np.sum(x.reshape(2, -1), axis=1, out=GLOBAL[:2])
+    return np.sum(GLOBAL ** 2)
+
+
 @pytest.mark.parametrize("f", [into_a_global, into_a_captured_copy_of_nothing,
-                               copied_into_a_global], ids=lambda f: f.__name__)
+                               copied_into_a_global, summed_into_a_global],
+                         ids=lambda f: f.__name__)
 def test_arrays_f_did_not_make_stay_refused(f):
     before = (GLOBAL.copy(), BASE.copy())
     with pytest.raises(TracingError, match="not made inside f"):

@@ -32,12 +32,7 @@ def into_out(ufunc, method, inputs, kwargs):
     ``f`` made it: then ``f`` is traced again (:mod:`.numpy_made`)."""
     outs = kwargs.pop("out")
     outs = outs if isinstance(outs, tuple) else (outs,)
-    if not all(isinstance(o, Tracer) or o is None for o in outs):
-        raise ConversionError(  # (f is traced again with the arrays it makes traced)
-            f"out= a numpy array at {user_location()} (or `a += t` with `a` a numpy array): "
-            "writes of traced values into memory the trace does not follow are not traced; "
-            "use the returned value, or make `a` from a traced array (`np.zeros_like(x)`, "
-            "`x.copy()`)", user_namespaces())
+    _traced_outs(outs)
     mask = kwargs.pop("where", True)
     casting = kwargs.pop("casting", "same_kind")
     result = _ufunc(ufunc, method, inputs, kwargs)
@@ -56,12 +51,26 @@ def function_into_out(impl, func, args, kwargs):
     arrays made inside ``f``: the result, written into them (numpy casts a
     function's ``out`` unsafely)."""
     out = kwargs["out"]
+    _traced_outs(out if isinstance(out, tuple) else (out,))
     rest = {k: v for k, v in kwargs.items() if k != "out"}
     result = settle(impl(*args, **rest), tracers_in(args, rest), "new")
     outs, results = (out, result) if isinstance(out, tuple) else ((out,), (result,))
     for target, value in zip(outs, results, strict=True):
         _write(target, value, f"out= of np.{func.__name__}", "unsafe")
     return out
+
+
+def _traced_outs(outs):
+    """Refuse ``out=`` arrays that are not traced (None: no output there): a
+    :class:`ConversionError`, so that ``f`` is traced again with the arrays
+    it makes traced (:mod:`.numpy_made`) -- an ``out`` made inside ``f`` then
+    is one."""
+    if not all(isinstance(o, Tracer) or o is None for o in outs):
+        raise ConversionError(
+            f"out= a numpy array at {user_location()} (or `a += t` with `a` a numpy array): "
+            "writes of traced values into memory the trace does not follow are not traced; "
+            "use the returned value, or make `a` from a traced array (`np.zeros_like(x)`, "
+            "`x.copy()`)", user_namespaces())
 
 
 def _write(target, value, what, casting, mask=True, ufunc=None):

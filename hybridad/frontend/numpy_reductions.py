@@ -5,9 +5,11 @@
 take every argument numpy's do: ``dtype`` (the accumulator; numpy's default
 int64/uint64 for booleans and small integers), ``keepdims``, ``initial`` and
 ``where`` (elements outside the mask are replaced by the reduction's
-identity, so they get a zero derivative).  ``out=`` is refused: a traced
-value cannot be written into an array.  The ndarray methods of the same names
-call these (:mod:`hybridad.frontend.numpy_methods`).
+identity, so they get a zero derivative).  ``out=`` never reaches these: a
+traced array made inside ``f`` takes the result, and a numpy array is refused
+(or, made inside ``f``, traced: :mod:`hybridad.frontend.numpy_out`).  The
+ndarray methods of the same names call these
+(:mod:`hybridad.frontend.numpy_methods`).
 
 Index results (``argmax``, ``argsort``, ``searchsorted``) are traced integer
 arrays: they can be computed with, but an index computed from traced values

@@ -463,9 +463,12 @@ def _blocked(w, node, kind, dtype, targets, lines, values, stores, scratch, flat
         w.emit(f"nr = {shape[0]}")
     for k, x in enumerate(sfx):
         lo = base if k == 0 else f"{base} + {k * width}"
-        w.emit(*_block_lines(x, scratch if not many and nv == 1 else
-                             f"{scratch}[{lo}:{base} + {(k + 1) * width}]", view, lo, width,
-                             per_block, (rows,) + tuple(shape[1:])))
+        # (always the block's own slice: the fold pads and halves exactly ``width``
+        # elements, and a scratch planned for more values -- a value program
+        # run on the gradient's memory plan, its summed partials dropped --
+        # is longer: folded whole, its 24 elements summed 4 of 5 values)
+        w.emit(*_block_lines(x, f"{scratch}[{lo}:{base} + {(k + 1) * width}]", view, lo,
+                             width, per_block, (rows,) + tuple(shape[1:])))
     w.emit(*w.pending)
     w.pending.clear()
     block_shape = ("nr",) + tuple(str(s) for s in shape[1:])
