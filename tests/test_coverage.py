@@ -41,6 +41,10 @@ CASES = {
     np.sum(np.flipud(x) * W20 ** 2),
     "roll": lambda x: np.sum(np.roll(x, 2, axis=1) * W20) + np.sum(np.roll(x, -3) * W20 ** 2) +
     np.sum(np.roll(x, (1, 2), axis=(0, 1)) * W20 ** 3),
+    "reshape_order_F": lambda x: np.sum(x.reshape(5, 4, order="F") * W20.T) +
+    np.sum(np.ravel(x, order="F") ** 3 * np.arange(20.0)) +
+    np.sum(np.reshape(x, (2, -1, 5), order="F") ** 2 * np.arange(20.0).reshape(2, 2, 5)) +
+    np.sum(x.flatten("F")[::3] * x.ravel()[:7]),
     "tile": lambda x: np.sum(np.tile(x, (2, 1, 3)) * np.arange(120.0).reshape(2, 4, 15)),
     "repeat": lambda x: np.sum(np.repeat(x, 2, axis=0) * np.arange(40.0).reshape(8, 5)) +
     np.sum(np.repeat(x, 3) ** 2),

@@ -297,12 +297,16 @@ def _reduce(opname, x, axis, keepdims):
 
 @implements(np.reshape)
 def reshape(a, shape=None, order="C", *, newshape=None, copy=None):
-    if order != "C":
-        raise NotImplementedError("hybridad: only C-order reshape is supported")
+    if order not in ("C", "F"):
+        raise NotImplementedError(f"hybridad: reshape order={order!r} is not supported while "
+                                  "tracing ('C' and 'F' are: a traced array has no memory "
+                                  "layout for 'A' or 'K' to follow)")
     a = _tracer(a)
     shape = newshape if shape is None else shape
     shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
     shape = np.empty(a.shape, dtype=np.bool_).reshape(shape).shape if -1 in shape else shape
+    if order == "F":  # Fortran order: the C-order reshape of the reversed axes, reversed
+        return transpose(reshape(transpose(a), tuple(shape)[::-1]))
     if shape == a.shape:
         return a
     if math.prod(shape) != a.size:
