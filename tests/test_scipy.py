@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize, rosen, rosen_der, rosen_hess, rosen_hess_prod
 
+import hybridad as ha
 import hybridad.scipy as hs
 from hybridad.testing import count_allocations
 
@@ -280,3 +281,74 @@ def test_objective_plans_are_serial_unless_an_evaluation_is_heavy(monkeypatch):
     assert not hs.Objective(rosen_np, x0, parallel=False)._plan.parallel
     with pytest.raises(TypeError, match="parallel"):
         hs.Objective(rosen_np, x0, parallel="auto")
+
+
+def _quartic(x, a):  # Hessian diag(12 a x^2)
+    return np.sum(a * x ** 4)
+
+
+def test_objectives_of_one_function_share_its_hessian_plan_but_not_its_point():
+    """Two Objectives of one ``f`` at one shape get the cache's one Hessian
+    plan; each ``hessp`` is at its own point (the plan linearized again where
+    another objective's linearization came in between: it returned the other
+    point's H p)."""
+    n = 5
+    a1, a2, x1, x2 = np.ones(n), np.full(n, 3.0), np.full(n, 1.0), np.full(n, 2.0)
+    p = np.arange(1.0, n + 1)
+    obj1, obj2 = hs.Objective(_quartic, x1, a1), hs.Objective(_quartic, x2, a2)
+    for _ in range(2):
+        np.testing.assert_allclose(obj1.hessp(x1, p), 12 * a1 * x1 ** 2 * p, rtol=1e-14)
+        np.testing.assert_allclose(obj2.hessp(x2, p), 12 * a2 * x2 ** 2 * p, rtol=1e-14)
+    assert obj1._hvp_plan is obj2._hvp_plan
+
+
+def test_objectives_in_threads_each_at_their_own_point():
+    """Threads with an Objective each (one shared plan), and two threads sharing
+    one Objective: every ``hessp`` and ``jac`` is at the caller's point."""
+    import threading
+
+    n = 30
+    wrong = []
+    shared = hs.Objective(_quartic, np.ones(n), np.full(n, 2.0))
+
+    def work(i):
+        a, x = np.full(n, 1.0 + 2 * i), np.full(n, 1.0 + i)
+        own = hs.Objective(_quartic, x, a)
+        for k in range(300):
+            xk = x + 1e-3 * (k % 7)
+            if not np.allclose(own.hessp(xk, np.ones(n)), 12 * a * xk ** 2, rtol=1e-13):
+                wrong.append(("own", i, k))
+            if not np.allclose(shared.jac(xk), 8.0 * xk ** 3, rtol=1e-13) or \
+                    not np.allclose(shared.hessp(xk, np.ones(n)), 24.0 * xk ** 2, rtol=1e-13):
+                wrong.append(("shared", i, k))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong, wrong[:5]
+
+
+def _energy_with_a_decision(u):
+    e = 0.5 * np.sum(np.diff(u) ** 2) + 0.25 * np.sum(u ** 4) - \
+        np.sum(np.sin(np.arange(u.size)) * u)
+    if np.max(u) > 5.0:  # a Python decision on a value
+        e = e * 1.0
+    return e
+
+
+def test_sparse_derivatives_meet_a_decision_on_a_value():
+    """trust-constr from 200 unknowns reads a sparse Hessian's pattern off a
+    trace from shapes alone, which a Python decision on a value cannot take:
+    ``sparse=None`` falls back to the dense derivatives (which take the
+    call's decisions), ``sparse=True`` refuses saying so."""
+    x0 = np.zeros(200)
+    res = hs.minimize(_energy_with_a_decision, x0, method="trust-constr")
+    dense = hs.minimize(_energy_with_a_decision, x0, method="trust-constr", sparse=False)
+    assert res.success and np.allclose(res.x, dense.x, atol=1e-8)
+    with pytest.raises(ha.TracingError, match="sparsity pattern.*sparse=False"):
+        hs.minimize(_energy_with_a_decision, x0, method="trust-constr", sparse=True)
+    lsq = hs.least_squares(lambda u: np.diff(u) * (2.0 if np.max(np.abs(u)) > 100 else 1.0)
+                           - 1e-3 + 0.1 * u[1:] ** 3, np.zeros(300), tr_solver="lsmr")
+    assert lsq.status > 0

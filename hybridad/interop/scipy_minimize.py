@@ -100,7 +100,9 @@ def _sparse_hessian(obj, sparse):
     if sparse is False or sparse is None and obj.size < SPARSE_MIN_SIZE:
         return None
     hess = SparseHessian(obj.f, obj.x0.reshape(obj.shape), obj._args, obj.argnums,
-                         obj.backend)
+                         obj.backend, sparse=sparse)
+    if hess.result is None:  # (a decision on a value in f: the dense Hessian, obj's)
+        return None
     return hess if use_sparse(sparse, hess.result.pattern) else None
 
 

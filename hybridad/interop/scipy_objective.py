@@ -6,6 +6,9 @@ conventions are those of :mod:`hybridad.interop.scipy`."""
 
 from __future__ import annotations
 
+import functools
+import threading
+
 import numpy as np
 
 from ..plans.cache import lookup as _lookup
@@ -26,6 +29,17 @@ __all__ = ["PARALLEL_WORK", "Objective", "check_x0", "scipy_args"]
 #: multithreaded plan, 0.97 s serial, 0.93 s hand-written numba.  Threads
 #: pay off only where an evaluation costs tens of milliseconds.
 PARALLEL_WORK = 1 << 24
+
+
+def _locked(method):
+    """A method of :class:`Objective` run under its lock (its memoized point and
+    buffers serve one call at a time: threads may share an objective)."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return call
 
 
 class Objective:
@@ -131,6 +145,12 @@ class Objective:
         self._hvp_plan = None
         self._point = 0  # bumped whenever x or the arguments change
         self._linearized = -1  # the point the second-order plan was linearized at
+        #: this objective's last linearization of the second-order plan -- a plan the
+        #: cache shares with every objective of ``f`` at these shapes: another one's
+        #: linearization in between moves the plan's point (see :meth:`_hvp`)
+        self._token = object()
+        #: one call at a time: the memoized point and results are this object's
+        self._lock = threading.RLock()
         self._res = GradientResult(self._x, dtype=dtype)
         self._hv = None
         self._valid = False
@@ -190,16 +210,19 @@ class Objective:
         return buf.astype(np.float64).reshape(-1)  # a new array: scipy may keep it
 
     # ------------------------------------------------------------ the API
+    @_locked
     def fun(self, x, *args):
         """f at x, as a Python float."""
         self._evaluate(x, args)
         return float(self._res.value)
 
+    @_locked
     def jac(self, x, *args):
         """The gradient at x: a new float64 vector (scipy may keep it)."""
         self._evaluate(x, args)
         return self._float64_copy(self._res.gradient)
 
+    @_locked
     def value_and_grad(self, x, *args):
         """``(f(x), gradient)`` in one evaluation, for ``minimize(..., jac=True)``."""
         self._evaluate(x, args)
@@ -218,9 +241,10 @@ class Objective:
             self._hfull = HessianResult(self._x, dtype=self.dtype)
         if self._stage(x, args):
             self._changed()
-        if self._linearized != self._point:
+        if self._linearized != self._point or \
+                getattr(self._hvp_plan, "_objective_token", None) is not self._token:
             try:
-                self._hvp_plan.linearize(*self._call_args, out=self._res)
+                self._linearize(self._hvp_plan)
             except StalePlanError:  # f changed: new plans
                 parallel = self._hvp_plan.parallel
                 self._hvp_plan = _lookup(
@@ -230,20 +254,34 @@ class Objective:
                         parallel=parallel, colors=hessian_colors))[0]
                 self._plan = _lookup(self.f, self._call_args, self.argnums, self.backend,
                                      parallel=self._plan.parallel)[0]
-                self._hvp_plan.linearize(*self._call_args, out=self._res)
+                self._linearize(self._hvp_plan)
             self._linearized, self._valid = self._point, True
         return self._hvp_plan
 
+    def _linearize(self, plan):
+        """``plan`` linearized at this objective's point, and marked as such --
+        one step for other threads (under the plan's lock): the mark always
+        names the objective whose point the plan holds."""
+        with plan._lock:
+            plan.linearize(*self._call_args, out=self._res)
+            self._token = plan._objective_token = object()
+
     def _hvp(self, x, p, args):
-        plan = self._second_order(x, args)
         p = np.asarray(p)
         if p.size != self.size:
             raise ValueError(f"p has {p.size} elements; expected {self.size}")
-        np.copyto(self._v, p.reshape(self.shape), casting="unsafe")
-        plan.hvp(v=self._v, out=self._hv)  # the tangent pass only, H v alone
-        self.n_hvp_evaluations += 1
-        return self._hv
+        while True:
+            plan = self._second_order(x, args)
+            with plan._lock:  # (the point and the tangent pass, with no other objective's
+                # linearization of the shared plan in between)
+                if getattr(plan, "_objective_token", None) is not self._token:
+                    continue  # (another's came first: linearized again)
+                np.copyto(self._v, p.reshape(self.shape), casting="unsafe")
+                plan.hvp(v=self._v, out=self._hv)  # the tangent pass only, H v alone
+                self.n_hvp_evaluations += 1
+                return self._hv
 
+    @_locked
     def hessp(self, x, p, *args):
         """The Hessian at x times p (the Hessian is not formed): a new float64 vector.
 
@@ -251,6 +289,7 @@ class Objective:
         ``p`` at the same x costs only the tangent pass."""
         return self._float64_copy(self._hvp(x, p, args))
 
+    @_locked
     def hess(self, x, *args):
         """The Hessian matrix at x, ``(n, n)`` float64, symmetric (a new array).
 

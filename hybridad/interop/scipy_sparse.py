@@ -18,6 +18,7 @@ import numpy as np
 import scipy.optimize
 
 from .. import api
+from ..errors import TracingError
 from ..sparse import SparseHessianResult, SparseJacobianResult
 
 __all__ = ["SPARSE_DENSITY", "SPARSE_MIN_SIZE", "NonlinearConstraint", "SparseHessian",
@@ -36,6 +37,22 @@ def use_sparse(sparse, pattern):
         return bool(sparse)
     m, n = pattern.shape
     return n >= SPARSE_MIN_SIZE and pattern.nnz <= SPARSE_DENSITY * m * n
+
+
+def _detected(make, sparse):
+    """``make()`` -- a sparse result, its pattern read off a trace of ``fun``
+    from shapes alone -- or None where that trace meets a Python decision on
+    a value (``if x.max() > 5``, builtin ``max``), which only a call's values
+    decide: then the dense derivatives serve (``sparse=None``), or the
+    refusal says so (``sparse=True``)."""
+    try:
+        return make()
+    except TracingError as exc:
+        if sparse:
+            raise TracingError(f"{exc} -- while reading the sparsity pattern off a trace from "
+                               "shapes alone (sparse=True); sparse=False or sparse=None gives "
+                               "dense derivatives, which take the values' decisions") from exc
+        return None
 
 
 class _AtX:
@@ -92,20 +109,25 @@ class SparseJacobian(_AtX):
     def __init__(self, fun, x0, args=(), argnums=0, sparse=None, backend=None):
         super().__init__(fun, x0, args, argnums)
         self.backend = backend
-        self.result = SparseJacobianResult(fun, *self.call_args, argnums=self.argnums)
-        self.sparse = use_sparse(sparse, self.result.pattern)
+        self.result = _detected(lambda: SparseJacobianResult(fun, *self.call_args,
+                                                             argnums=self.argnums), sparse)
+        # (no pattern: a decision on a value in fun; dense Jacobians, api.jacobian's)
+        self.sparse = self.result is not None and use_sparse(sparse, self.result.pattern)
         self.n_evaluations = 0
 
     def evaluate(self, x, *args):
-        """Compute at ``x`` into :attr:`result` (nothing is allocated); returns it."""
+        """Compute at ``x`` into :attr:`result` (nothing is allocated); returns it
+        (without a pattern, a new dense result)."""
         call = self.stage(x, args)
-        api.jacobian(self.fun, *call, argnums=self.argnums, out=self.result,
-                     backend=self.backend)
+        res = api.jacobian(self.fun, *call, argnums=self.argnums, out=self.result,
+                           backend=self.backend)
         self.n_evaluations += 1
-        return self.result
+        return res
 
     def __call__(self, x, *args, **kwargs):
         res = self.evaluate(x, *args)
+        if self.result is None:
+            return np.array(res.jacobian)
         return res.jacobian.copy() if self.sparse else res.jacobian.toarray()
 
 
@@ -121,22 +143,26 @@ class SparseHessian(_AtX):
     n_evaluations : int
     """
 
-    def __init__(self, fun, x0, args=(), argnums=0, backend=None):
+    def __init__(self, fun, x0, args=(), argnums=0, backend=None, sparse=None):
         super().__init__(fun, x0, args, argnums)
         self.backend = backend
-        self.result = SparseHessianResult(fun, *self.call_args, argnums=self.argnums)
+        self.result = _detected(lambda: SparseHessianResult(fun, *self.call_args,
+                                                            argnums=self.argnums), sparse)
         self.n_evaluations = 0
 
     def evaluate(self, x, *args):
-        """Compute value, gradient and Hessian at ``x`` into :attr:`result`."""
+        """Compute value, gradient and Hessian at ``x`` into :attr:`result`
+        (without a pattern -- a decision on a value in ``fun`` -- a new dense
+        result)."""
         call = self.stage(x, args)
-        api.hessian(self.fun, *call, argnums=self.argnums, out=self.result,
-                    backend=self.backend)
+        res = api.hessian(self.fun, *call, argnums=self.argnums, out=self.result,
+                          backend=self.backend)
         self.n_evaluations += 1
-        return self.result
+        return res
 
     def __call__(self, x, *args):
-        return self.evaluate(x, *args).hessian.copy()
+        h = self.evaluate(x, *args).hessian
+        return np.array(h) if self.result is None else h.copy()
 
 
 def _weighted(fun):
@@ -192,8 +218,10 @@ class NonlinearConstraint(scipy.optimize.NonlinearConstraint):
         self.jacobian = SparseJacobian(self.fun, x0, sparse=self._sparse)
         self.jac = self.jacobian
         if self._exact_hess:
-            m = self.jacobian.result.value.size
-            self.hessian = SparseHessian(_weighted(self.fun), x0, (np.zeros(m),), 0)
+            m = np.size(self.jacobian.result.value if self.jacobian.result is not None
+                        else self.jacobian.evaluate(x0).value)
+            self.hessian = SparseHessian(_weighted(self.fun), x0, (np.zeros(m),), 0,
+                                         sparse=self._sparse)
             self.hess = self._hess
         return self
 
