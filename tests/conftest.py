@@ -19,6 +19,22 @@ import hybridad as ha
 from hybridad.testing import numerical_gradient
 
 
+def rk4_final(x, W, steps):
+    """The state after ``steps`` classic RK4 steps (``hybridad.fori_loop``) of
+    ``x' = tanh(W x) - 0.1 x``, dt = 0.05: the loop tests' model whose step's
+    reverse pass reads four stages."""
+    def rhs(v):
+        return np.tanh(W @ v) - 0.1 * v
+
+    def step(i, v):
+        k1 = rhs(v)
+        k2 = rhs(v + 0.025 * k1)
+        k3 = rhs(v + 0.025 * k2)
+        k4 = rhs(v + 0.05 * k3)
+        return v + 0.05 / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return ha.fori_loop(0, steps, step, x)
+
+
 def rand(shape, lo=-2.0, hi=2.0, seed=0, dtype=np.float64):
     rng = np.random.default_rng(abs(hash((shape, lo, hi, seed))) % 2**32)
     return rng.uniform(lo, hi, size=shape).astype(dtype)

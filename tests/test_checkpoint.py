@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import rk4_final
 
 import hybridad as ha
 from hybridad.testing import count_allocations, numerical_gradient
@@ -116,16 +117,7 @@ XM = np.linspace(-1.0, 1.0, M)
 
 
 def _rk4_final(x):
-    def rhs(v):
-        return np.tanh(WM @ v) - 0.1 * v
-
-    def step(i, v):
-        k1 = rhs(v)
-        k2 = rhs(v + 0.025 * k1)
-        k3 = rhs(v + 0.025 * k2)
-        k4 = rhs(v + 0.05 * k3)
-        return v + 0.05 / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-    return ha.fori_loop(0, 400, step, x)
+    return rk4_final(x, WM, 400)
 
 
 def rk4(x):

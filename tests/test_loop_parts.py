@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import rk4_final
 
 import hybridad as ha
 from hybridad.testing import count_allocations, numerical_gradient
@@ -172,16 +173,7 @@ def test_float32_loops_store_what_their_reverse_reads(backend, monkeypatch):
 
 
 def rk4(x, W):  # four stages a step: their residuals would be 4 x the carry
-    def rhs(v):
-        return np.tanh(W @ v) - 0.1 * v
-
-    def step(i, v):
-        k1 = rhs(v)
-        k2 = rhs(v + 0.025 * k1)
-        k3 = rhs(v + 0.025 * k2)
-        k4 = rhs(v + 0.05 * k3)
-        return v + 0.05 / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-    return np.sum(ha.fori_loop(0, T, step, x) ** 2)
+    return np.sum(rk4_final(x, W, T) ** 2)
 
 
 def rk4_python(x, W):  # the same as a Python loop (rolled by the plan)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import rk4_final
 
 import hybridad as ha
 from hybridad.testing import assert_no_alloc, numerical_gradient
@@ -21,16 +22,7 @@ X0 = RNG.standard_normal(N) / 2
 
 
 def rk4(x, W, T=60):
-    def rhs(x):
-        return np.tanh(W @ x) - 0.1 * x
-
-    def step(i, x):
-        k1 = rhs(x)
-        k2 = rhs(x + 0.025 * k1)
-        k3 = rhs(x + 0.025 * k2)
-        k4 = rhs(x + 0.05 * k3)
-        return x + 0.05 / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-    return np.sum(ha.fori_loop(0, T, step, x) ** 2)
+    return np.sum(rk4_final(x, W, T) ** 2)
 
 
 def movement(x, W):
