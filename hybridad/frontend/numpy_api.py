@@ -26,6 +26,7 @@ from ..ops import REGISTRY
 from ..ops.indexing import gather_positions as _gather_positions
 from ..core.decisions import concrete_index
 from .objects import settle, tracers_in
+from .ufunc_dtype import in_loop_dtype
 from ..core.trace import as_node, bind, current_trace, loop_dtypes
 from ..core.tracer import SURFACE, Tracer
 
@@ -123,7 +124,7 @@ _BITWISE_BOOL = {np.bitwise_and: np.logical_and, np.bitwise_or: np.logical_or,
 
 def _ufunc(ufunc, method, inputs, kwargs):
     if method == "__call__" and kwargs.get("dtype") is not None:
-        inputs, kwargs = _in_loop_dtype(ufunc, inputs, kwargs)
+        inputs, kwargs = in_loop_dtype(ufunc, inputs, kwargs)
     if method == "__call__" and ufunc in _BITWISE_BOOL:
         if all(dt == np.bool_ for dt in loop_dtypes(ufunc, inputs)):
             return _ufunc(_BITWISE_BOOL[ufunc], method, inputs, kwargs)
@@ -173,26 +174,6 @@ def _ufunc(ufunc, method, inputs, kwargs):
         return bind("host_ufunc", *inputs, ufunc=ufunc_name(ufunc), where=user_location())
     suffix = "" if method == "__call__" else f".{method}"
     raise _unsupported(f"{ufunc_name(ufunc)}{suffix}")
-
-
-def _in_loop_dtype(ufunc, inputs, kwargs):
-    """``ufunc(*inputs, dtype=d)`` as numpy computes it -- in the loop of
-    dtype ``d``, a floating one: the inputs cast to ``d`` (under
-    ``casting``, numpy's ``"same_kind"`` by default), and the call without
-    ``dtype=`` (``np.exp(x32, dtype=np.float64)``)."""
-    kwargs = dict(kwargs)
-    dtype = np.dtype(kwargs.pop("dtype"))
-    casting = kwargs.pop("casting", "same_kind")
-    if dtype.kind not in "fc":
-        raise _unsupported(f"{ufunc.__name__} with dtype={dtype} (a floating-point dtype is)")
-    cast = []
-    for v in inputs:
-        src = v.dtype if isinstance(v, Tracer) else np.result_type(v)
-        if not np.can_cast(src, dtype, casting):
-            raise TypeError(f"Cannot cast ufunc {ufunc.__name__!r} input from {src!r} to "
-                            f"{dtype!r} with casting rule {casting!r}")
-        cast.append(v.astype(dtype) if isinstance(v, Tracer) else np.asarray(v, dtype)[()])
-    return tuple(cast), kwargs
 
 
 def _importable(ufunc):
