@@ -8,6 +8,9 @@ Workloads (float64 unless ``--float32``):
 * ``dense chain n=1e6`` -- ``x_i = x_0 + ... + x_{i-1}`` for 20 layers,
   ``f = sum(tanh(x_20))`` (bench_memory's): the peak device memory of one
   gradient is the figure here;
+* ``gp n=4096`` -- a Gaussian process's negative log-likelihood, cholesky
+  and a solve of the 4096 x 4096 kernel matrix, gradient w.r.t. the three
+  hyperparameters and the 4096 x 3 inputs;
 * ``euler loop T=100`` -- 100 explicit Euler steps of a batch of states,
   ``X <- X + 0.01 tanh(X W)`` (B x 64 states, 64 x 64 ``W``), stated as a
   loop (``hybridad.fori_loop``, ``jax.lax.fori_loop``; a Python loop for
@@ -86,10 +89,28 @@ def euler_loop(X, W, xp=np):
     return xp.sum(_fori(xp)(0, 100, lambda i, x: x + 0.01 * xp.tanh(x @ W), X) ** 2)
 
 
+def gp(theta, X, y, eye, xp=np):
+    """A Gaussian process's negative log-likelihood (up to a constant): a
+    squared-exponential kernel with amplitude, length scale and noise
+    ``exp(theta)``; cholesky for the log-determinant, a solve for the fit."""
+    sq = xp.sum(X ** 2, axis=1)
+    d2 = sq[:, None] + sq[None, :] - 2 * (X @ X.T)
+    K = xp.exp(theta[0]) * xp.exp(-0.5 * xp.exp(-2 * theta[1]) * d2) + xp.exp(theta[2]) * eye
+    L = xp.linalg.cholesky(K)
+    return 0.5 * (y @ xp.linalg.solve(K, y)) + xp.sum(xp.log(xp.diag(L)))
+
+
+#: the check against the numpy backend on the host: relative error, float64 /
+#: float32 (the GP's solve and cholesky of a kernel matrix of condition ~1e4
+#: lose that much more in float32, in every implementation)
+TOLERANCE = {"gp": (1e-9, 5e-3)}
+
+
 def workloads(quick, dtype):
     rng = np.random.default_rng(0)
     n = 10**6 if quick else 10**7
     batch = 10**4 if quick else 10**5
+    m = 1024 if quick else 4096
     w = _harness.MLP_WIDTHS
     params = []
     for a, b in zip(w[:-1], w[1:], strict=True):
@@ -104,6 +125,10 @@ def workloads(quick, dtype):
         f"euler loop T=100 B={batch // 10:.0e}": (
             euler_loop, [rng.standard_normal((batch // 10, 64)).astype(dtype),
                          (rng.standard_normal((64, 64)) / 8).astype(dtype)], (0, 1)),
+        f"gp n={m}": (gp, [np.array([0.0, 0.0, np.log(0.5)]).astype(dtype),
+                           rng.uniform(-1, 1, (m, 3)).astype(dtype),
+                           rng.standard_normal(m).astype(dtype),
+                           np.eye(m, dtype=dtype)], (0, 1)),
     }
 
 
@@ -297,7 +322,7 @@ def main(argv=None):
             run()
             sync()
             value, grads = result()
-            tol = 1e-4 if args.float32 else 1e-10
+            tol = TOLERANCE.get(f.__name__, (1e-10, 1e-4))[bool(args.float32)]
             err = max([_harness.relative_error(value, float(ref.value))] +
                       [_harness.relative_error(g, r) for g, r in zip(grads, ref_grads,
                                                                         strict=True)])
@@ -307,6 +332,8 @@ def main(argv=None):
             rows.append({"workload": name, "impl": impl, "median_us": median, "min_us": lo,
                          "max_us": hi, "allocs": allocs, "peak": peak, "first": first,
                          "products": getattr(run, "precision", None)})
+            print(f"{name} | {impl} | {median:.1f} us | allocs {allocs} | peak {peak} | "
+                  f"first {first:.2f} s", flush=True)  # (each row as it is measured)
             if rows[-1]["products"]:
                 print(f"note: {impl} on {name}: matrix products {rows[-1]['products']}")
     print(_harness.format_table(rows, COLUMNS, {"workload", "impl"}))

@@ -438,6 +438,39 @@ def test_linear_algebra_on_the_gpu_program(f):
     # (FD of the gradient: the numpy backend's is checked so in test_linalg.py)
 
 
+def large_stacks(A, b):
+    """Stacks of matrices above BATCHED_UP_TO: one matrix at a time on the
+    device (cholesky's reverse rule and the triangular solves through trsm)."""
+    import scipy.linalg
+
+    S = A @ np.swapaxes(A, -1, -2) + 70 * np.eye(A.shape[-1])
+    L = np.linalg.cholesky(S)
+    y = scipy.linalg.solve_triangular(L[0], b[0], lower=True)
+    _, logdet = np.linalg.slogdet(S)
+    return np.sum(np.linalg.solve(S, b) ** 2) + np.sum(logdet) + np.sum(y ** 2) + \
+        np.sum(np.linalg.inv(S)) + np.sum(np.linalg.eigvalsh(S)) + \
+        np.sum(np.log(np.diagonal(L, axis1=-2, axis2=-1)))
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_large_stacks_one_matrix_at_a_time(batch, monkeypatch):
+    from hybridad.backends.cuda import linalg
+
+    calls = []
+    real = linalg._stacked
+
+    def spy(fn, *operands, **kw):
+        calls.append(operands[0].shape)
+        return real(fn, *operands, **kw)
+
+    monkeypatch.setattr(linalg, "_stacked", spy)
+    n = linalg.BATCHED_UP_TO + 6
+    A = rand((batch, n, n), seed=8) / 4
+    b = rand((batch, n, 2), seed=9)
+    check_against_numpy(large_stacks, (A, b), (0, 1), rtol=1e-10)
+    assert calls and all(shape[0] == batch for shape in calls)
+
+
 def test_linear_algebra_failures_raise_as_on_the_cpu():
     def chol(a):
         return np.sum(np.linalg.cholesky(a))
@@ -594,12 +627,24 @@ def test_device_linalg_runs_allocate_from_their_own_buffer_after_the_first_call(
         assert [(p.where, p.at) for p in got[-1]] == \
             [("buffer", 0), ("buffer", 512), ("buffer", 2560)]
     assert len(cuda.pool_sizes) == 4  # (nothing more from the pool)
-    call(None, None, extra=1)  # a request the first call did not make: the pool's
-    assert [p.where for p in got[-1]][:3] == ["buffer"] * 3 and \
-        got[-1][3].where.startswith("pool") and cuda.pool_sizes[-1] == 64
-    sizes[0] = 4096  # larger than recorded: the pool from there on, never an overlap
+    call(None, None, extra=1)  # a request the first call did not make: the pool's once,
+    assert [p.where for p in got[-1]] == ["buffer"] * 3 + ["pool5"]
+    assert cuda.pool_sizes[4:] == [64, 3584]  # then a region of its own in a larger buffer
+    call(None, None, extra=1)
+    assert [(p.where, p.at) for p in got[-1]] == \
+        [("buffer", 0), ("buffer", 512), ("buffer", 2560), ("buffer", 3072)]
+    assert len(cuda.pool_sizes) == 6
+    sizes[0] = 4096  # larger than recorded: the pool's once, never an overlap
     call(None, None)
-    assert all(p.where.startswith("pool") for p in got[-1])
+    assert [p.where for p in got[-1]] == ["pool7", "buffer", "buffer"]
+    assert [p.at for p in got[-1][1:]] == [512, 2560]
+    call(None, None)  # (then a region of its size)
+    assert [(p.where, p.at) for p in got[-1]] == \
+        [("buffer", 3584), ("buffer", 512), ("buffer", 2560)]
+    sizes[0] = 100
+    call(None, None)  # the first request out of order: any free region that holds it
+    assert [(p.where, p.at) for p in got[-1]] == \
+        [("buffer", 0), ("buffer", 512), ("buffer", 2560)]
     # a program's runs share one workspace, as large as the largest run's requests
     from hybridad.backends.cuda.linalg import Workspace
     sizes[0] = 100
@@ -615,4 +660,4 @@ def test_device_linalg_runs_allocate_from_their_own_buffer_after_the_first_call(
     # without cupy's allocator API (the host emulation): the run as is
     plain = Preallocated(run, np)
     plain(None, None)
-    assert len(got) == 12
+    assert len(got) == 15

@@ -39,11 +39,13 @@ import threading
 import numpy as np
 
 from .. import _tree
+from .._xp import array_module, is_array
 from ..errors import StalePlanError
 from ..frontend.numpy_complex import ComplexTracer, as_complex, is_complex_constant
 from ..core.tracer import Tracer
 from ..results import DiffResult, GradientResult, HessianResult, HvpResult
 from .arguments import normalize_argnums
+from .cache import default_backend
 from .hessian import HessianPlan
 from .validate import check_results
 
@@ -56,9 +58,14 @@ _REAL = {np.dtype(np.complex64): np.dtype(np.float32),
 _local = threading.local()  # what the last trace of a realified function returned
 
 
+def is_complex_argument(a):
+    """Whether ``a`` is a complex number or a complex numpy or cupy array."""
+    return is_complex_constant(a) or (is_array(a) and a.dtype.kind == "c")
+
+
 def any_complex(args):
     """Whether a top-level argument is a complex array or number."""
-    return any(is_complex_constant(a) for a in args)
+    return any(is_complex_argument(a) for a in args)
 
 
 def complex_dtype(dtype):
@@ -147,9 +154,10 @@ def traced_complex_output():
 # kept buffers, plan and real result
 # --------------------------------------------------------------------------
 def _real_dtype(z, k):
-    if not (type(z) is np.ndarray or isinstance(z, complex | np.complexfloating)):
+    if not (type(z) is np.ndarray or isinstance(z, complex | np.complexfloating) or
+            (is_array(z) and array_module(z) is not np)):
         raise TypeError(f"argument {k} is a complex {type(z).__name__}; complex arguments are "
-                        "numpy arrays or numbers")
+                        "numpy or cupy arrays or numbers")
     dtype = np.result_type(z)
     if dtype not in _REAL:
         raise TypeError(f"argument {k} has dtype {dtype}; complex arguments are complex64 or "
@@ -169,11 +177,12 @@ class Entry:
         self.split, self.tail, self.vsplit, self.plan, self.inner = [], [], None, None, None
         for k, how in layout:
             dtype, shape = _real_dtype(args[k], k), np.shape(args[k])
+            xp = array_module(args[k])  # (cupy arguments split into cupy arrays)
             if how == "stack":
-                buf = np.zeros((2, *shape), dtype)
+                buf = xp.zeros((2, *shape), dtype)
                 self.split.append((buf, buf[0], buf[1]))
                 continue
-            re, im = np.zeros(shape, dtype), np.zeros(shape, dtype)
+            re, im = xp.zeros(shape, dtype), xp.zeros(shape, dtype)
             self.split.append(((re, im) if how == "pair" else re, re, im))
             if how == "re":
                 self.tail.append(im)
@@ -183,8 +192,9 @@ class Entry:
         real = list(args)
         for (k, _), (passed, re, im) in zip(layout, self.split, strict=True):
             z = args[k]
-            np.copyto(re, np.real(z))
-            np.copyto(im, np.imag(z))
+            xp = array_module(re)
+            xp.copyto(re, z.real)
+            xp.copyto(im, z.imag)
             real[k] = passed
         real.extend(self.tail)
         return tuple(real)
@@ -193,8 +203,8 @@ class Entry:
 def _key(args, extra):
     sig = []
     for a in args:
-        if type(a) is np.ndarray:
-            sig.append((a.shape, a.dtype))
+        if type(a) is np.ndarray or (is_array(a) and array_module(a) is not np):
+            sig.append((type(a), a.shape, a.dtype))
         elif type(a) is complex or isinstance(a, np.complexfloating):
             sig.append(((), np.result_type(a)))
         else:
@@ -245,14 +255,15 @@ def run(e, get_plan, prepare, call):
 
 def reads(args):
     """What a call reads, for :func:`~hybridad.plans.validate.check_results`."""
-    return [(f"argument {k}", a) for k, a in enumerate(args) if type(a) is np.ndarray]
+    return [(f"argument {k}", a) for k, a in enumerate(args) if is_array(a)]
 
 
 def write_complex(t, src):
     """``t`` (complex) from the real derivatives ``src`` of ``(re, im)``:
     ``d/dre - 1j d/dim``."""
-    np.copyto(t.real, src[0])
-    np.negative(src[1], out=t.imag)
+    xp = array_module(t)
+    xp.copyto(t.real, src[0])
+    xp.negative(src[1], out=t.imag)
 
 
 # --------------------------------------------------------------------------
@@ -266,7 +277,8 @@ def _derivative_specs(args, nums, single, inner_tree, complex_at):
     for k, g in zip(nums, trees, strict=True):
         if k in complex_at:
             z = args[k]
-            specs.append(("c", np.shape(z), np.dtype(np.result_type(z))))
+            specs.append(("c", np.shape(z), np.dtype(z.dtype if is_array(z) else
+                                                      np.result_type(z)), array_module(z)))
         else:
             leaves, td = _tree.flatten(g)
             specs.append(("r", td, leaves))
@@ -274,7 +286,7 @@ def _derivative_specs(args, nums, single, inner_tree, complex_at):
 
 
 def _new_tree(specs, single):
-    protos = [np.zeros(s[1], s[2]) if s[0] == "c" else
+    protos = [s[3].zeros(s[1], s[2]) if s[0] == "c" else
               _tree.unflatten(s[1], [np.zeros_like(g) for g in s[2]]) for s in specs]
     return protos[0] if single else tuple(protos)
 
@@ -302,11 +314,11 @@ def _write_tree(t, src, spec):
         write_complex(t, src)
         return
     for b, g in zip(_tree.flatten(t)[0], _tree.flatten(src)[0], strict=True):
-        np.copyto(b, g)
+        array_module(b).copyto(b, g)
 
 
 def _pair_layout(args):
-    return tuple((k, "pair") for k, a in enumerate(args) if is_complex_constant(a))
+    return tuple((k, "pair") for k, a in enumerate(args) if is_complex_argument(a))
 
 
 def gradient(lookup, f, args, argnums, out, backend):
@@ -329,7 +341,7 @@ def _split_v(e, args, nums, single, layout, v):
     if not single and (not isinstance(vs, tuple | list) or len(vs) != len(nums)):
         raise ValueError(f"v must be a tuple of {len(nums)} vectors (argnums is a tuple)")
     if e.vsplit is None:
-        e.vsplit = {k: (np.zeros_like(re), np.zeros_like(im))
+        e.vsplit = {k: (array_module(re).zeros_like(re), array_module(im).zeros_like(im))
                     for (k, _), (_, re, im) in zip(layout, e.split, strict=True) if k in nums}
     out = []
     for k, vk in zip(nums, vs, strict=True):
@@ -340,9 +352,10 @@ def _split_v(e, args, nums, single, layout, v):
             raise ValueError(f"v for complex argument {k} must have shape {np.shape(args[k])}; "
                              f"got {np.shape(vk)}")
         re, im = e.vsplit[k]
-        np.copyto(re, np.real(vk))
-        if np.iscomplexobj(vk):
-            np.copyto(im, np.imag(vk))
+        xp = array_module(re)
+        xp.copyto(re, vk.real if is_array(vk) else np.real(vk))
+        if is_complex_argument(vk):
+            xp.copyto(im, vk.imag)
         else:
             im.fill(0)
         out.append((re, im))
@@ -353,7 +366,7 @@ def _scalar(lookup, f, args, argnums, nums, out, backend, v):
     layout = _pair_layout(args)
     complex_at = {k for k, _ in layout}
     real_f = realified(f, layout, "scalar")
-    backend = "numba" if backend is None else backend
+    backend = default_backend(backend, args)
     is_hvp = v is not None
     single = not isinstance(argnums, tuple)
     e, held = acquire(real_f, args, layout, ("hvp" if is_hvp else "gradient", argnums, backend))
@@ -371,7 +384,8 @@ def _scalar(lookup, f, args, argnums, nums, out, backend, v):
                 trees = [_new_tree(specs, single) for _ in range(n_derivs)]
                 res = (HvpResult if is_hvp else GradientResult).__new__(
                     HvpResult if is_hvp else GradientResult)
-                DiffResult.__init__(res, np.zeros((), inner.value.dtype), *trees)
+                DiffResult.__init__(res, array_module(inner.value).zeros((), inner.value.dtype),
+                                    *trees)
             else:
                 if not isinstance(out, DiffResult) or len(out.derivs) < n_derivs:
                     raise TypeError("out must be a " + ("HvpResult" if is_hvp else
@@ -379,11 +393,11 @@ def _scalar(lookup, f, args, argnums, nums, out, backend, v):
                 bufs = [("out.value", out.value, (), None)]
                 for d, label in zip(range(n_derivs), ("out.gradient", "out.hvp"), strict=False):
                     bufs += _targets(out.derivs[d], specs, single, label)
-                check_results(np, bufs, reads(args))
+                check_results(array_module(inner.value), bufs, reads(args))
                 res = out
 
             def finish(inner):
-                np.copyto(res.value, inner.value)
+                array_module(res.value).copyto(res.value, inner.value)
                 for d in range(n_derivs):
                     mine = [res.derivs[d]] if single else res.derivs[d]
                     theirs = [inner.derivs[d]] if single else inner.derivs[d]
@@ -416,7 +430,7 @@ def hessian(lookup, f, args, argnums, out, backend, chunk):
     layout = tuple((k, "stack" if k == diff else how) for k, how in _pair_layout(args))
     stacked = any(how == "stack" for _, how in layout)
     real_f = realified(f, layout, "scalar")
-    backend = "numba" if backend is None else backend
+    backend = default_backend(backend, args)
     e, held = acquire(real_f, args, layout, ("hessian", argnums, backend, chunk))
     try:
         real = e.fill(args, layout)
@@ -429,27 +443,28 @@ def hessian(lookup, f, args, argnums, out, backend, chunk):
         def prepare(plan, inner):
             g, h = inner.derivs[0], inner.derivs[1]
             gshape, gdt = (g.shape[1:], complex_dtype(g.dtype)) if stacked else (g.shape, g.dtype)
+            xp = array_module(inner.value)
             if out is None:
                 res = HessianResult.__new__(HessianResult)
-                DiffResult.__init__(res, np.zeros((), inner.value.dtype), np.zeros(gshape, gdt),
-                                    np.zeros(h.shape, h.dtype))
+                DiffResult.__init__(res, xp.zeros((), inner.value.dtype), xp.zeros(gshape, gdt),
+                                    xp.zeros(h.shape, h.dtype))
             else:
                 if not isinstance(out, DiffResult) or len(out.derivs) < 2:
                     raise TypeError("out must be a HessianResult or DiffResult (value, gradient, "
                                     "hessian)")
-                check_results(np, [("out.value", out.value, (), None),
+                check_results(xp, [("out.value", out.value, (), None),
                                    ("out.gradient", out.derivs[0], gshape, gdt),
                                    ("out.hessian", out.derivs[1], h.shape, h.dtype)],
                               reads(args))
                 res = out
 
             def finish(inner):
-                np.copyto(res.value, inner.value)
+                xp.copyto(res.value, inner.value)
                 if stacked:
                     write_complex(res.derivs[0], inner.derivs[0])
                 else:
-                    np.copyto(res.derivs[0], inner.derivs[0])
-                np.copyto(res.derivs[1], inner.derivs[1])
+                    xp.copyto(res.derivs[0], inner.derivs[0])
+                xp.copyto(res.derivs[1], inner.derivs[1])
                 return res
             return finish
 

@@ -31,7 +31,9 @@ import numpy as np
 
 from ..frontend.numpy_complex import ComplexArrayError
 from ..results import DiffResult, JacobianResult
+from .._xp import array_module
 from .arguments import normalize_argnums
+from .cache import default_backend
 from .complex_args import (acquire, any_complex, complex_dtype, reads, realified, run,
                            traced_complex_output, write_complex)
 from .jacobian import JacobianPlan
@@ -95,7 +97,7 @@ def jacobian(lookup, f, args, argnums, out, mode, backend, chunk, holomorphic):
                    for k, a in enumerate(args) if any_complex((a,)))
     kind = "holomorphic" if holomorphic else ("real" if dz else "jacobian")
     real_f = realified(f, layout, kind)
-    backend = "numba" if backend is None else backend
+    backend = default_backend(backend, args)
     e, held = acquire(real_f, args, layout, ("jacobian", argnums, backend, mode, chunk))
     try:
         real = e.fill(args, layout)
@@ -131,13 +133,14 @@ def _prepare(plan, inner, args, z, dz, out):
     n = jac.shape[1] // 2 if dz and not cplx else jac.shape[1]
     vdt = complex_dtype(val.dtype) if cplx else val.dtype
     jdt = complex_dtype(jac.dtype) if cplx or dz else jac.dtype
+    xp = array_module(val)  # (cupy arguments: cupy results)
     if out is None:
         res = JacobianResult.__new__(JacobianResult)
-        DiffResult.__init__(res, np.zeros(yshape, vdt), np.zeros((m, n), jdt))
+        DiffResult.__init__(res, xp.zeros(yshape, vdt), xp.zeros((m, n), jdt))
     else:
         if not isinstance(out, DiffResult) or not out.derivs:
             raise TypeError("out must be a JacobianResult or DiffResult (value, jacobian)")
-        check_results(np, [("out.value", out.value, yshape, vdt),
+        check_results(xp, [("out.value", out.value, yshape, vdt),
                            ("out.jacobian", out.derivs[0], (m, n), jdt)], reads(args))
         res = out
 
@@ -145,15 +148,15 @@ def _prepare(plan, inner, args, z, dz, out):
         t, tj = res.value, res.derivs[0]
         val, jac = inner.value, inner.derivs[0]
         if cplx:  # rows: Re f, then Im f
-            np.copyto(t.real, val[0])
-            np.copyto(t.imag, val[1])
-            np.copyto(tj.real, jac[:m])
-            np.copyto(tj.imag, jac[m:])
+            xp.copyto(t.real, val[0])
+            xp.copyto(t.imag, val[1])
+            xp.copyto(tj.real, jac[:m])
+            xp.copyto(tj.imag, jac[m:])
         else:
-            np.copyto(t, val)
+            xp.copyto(t, val)
             if dz:  # columns: Re z, then Im z
                 write_complex(tj, (jac[:, :n], jac[:, n:]))
             else:
-                np.copyto(tj, jac)
+                xp.copyto(tj, jac)
         return res
     return finish

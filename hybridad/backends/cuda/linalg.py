@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._xp import array_module
 from ...ops.lapack_names import COMPLEX_SPECTRUM
 
 __all__ = ["DEVICE_LINALG", "Preallocated", "Workspace"]
@@ -41,6 +42,44 @@ __all__ = ["DEVICE_LINALG", "Preallocated", "Workspace"]
 
 def _mT(x):
     return np.swapaxes(x, -1, -2)
+
+
+#: stacks of matrices larger than this run one matrix at a time: cupy hands a
+#: stack to cuBLAS's and cuSOLVER's batched routines (getrfBatched,
+#: potrfBatched, ...), made for many small matrices and several times slower
+#: than the plain ones on one large matrix (a single matrix, as ``np.linalg``
+#: on a 2-D array reaches these runs, is a stack of one)
+BATCHED_UP_TO = 64
+
+
+def _stacked(fn, *operands, **kw):
+    """``fn(*operands, **kw)`` of numpy's stacked linear algebra, on a stack of
+    one matrix or of large ones one matrix at a time (:data:`BATCHED_UP_TO`)."""
+    a = operands[0]
+    if a.ndim != 3 or (a.shape[0] != 1 and a.shape[-1] <= BATCHED_UP_TO) or a.shape[0] == 0:
+        return fn(*operands, **kw)
+    parts = [fn(*(x[i] for x in operands), **kw) for i in range(a.shape[0])]
+    if isinstance(parts[0], tuple):  # (eigh, eig, svd, qr: several results)
+        return tuple(_join(p) for p in zip(*parts, strict=True))
+    return _join(parts)
+
+
+def _join(parts):
+    return parts[0][None] if len(parts) == 1 else np.stack(parts)
+
+
+def _triangular(t, b, lower, trans=0, unit=False):
+    """``op(t)^-1 b`` for the triangle ``lower`` of each matrix of ``t`` (the
+    other triangle ignored; ``trans`` 1: ``t^T``): BLAS's trsm -- cuBLAS's
+    through cupyx.scipy.linalg on the device, scipy's on host arrays -- one
+    matrix at a time."""
+    xp = array_module(t)
+    if xp is np:
+        from scipy.linalg import solve_triangular as tri
+    else:
+        from cupyx.scipy.linalg import solve_triangular as tri
+    return _join([tri(t[i], b[i], trans=trans, lower=lower, unit_diagonal=unit)
+                  for i in range(t.shape[0])])
 
 
 def _eye(a):
@@ -61,21 +100,21 @@ def _singular_if_not_finite(out, *operands):
 
 
 def solve(out, a, b, work=None):
-    out[...] = np.linalg.solve(a, b)
+    out[...] = _stacked(np.linalg.solve, a, b)
     _singular_if_not_finite(out, a, b)
 
 
 def inv(out, a, work=None):
-    out[...] = np.linalg.inv(a)
+    out[...] = _stacked(np.linalg.inv, a)
     _singular_if_not_finite(out, a)
 
 
 def det(out, a, work=None):
-    out[...] = np.linalg.det(a)
+    out[...] = _stacked(np.linalg.det, a)
 
 
 def slogdet(out, a, work=None):
-    sign, logdet = np.linalg.slogdet(a)
+    sign, logdet = _stacked(np.linalg.slogdet, a)
     out[..., 0] = sign
     out[..., 1] = logdet
 
@@ -91,7 +130,7 @@ def _symmetric(a, uplo):
 def _factor(a):
     """The lower Cholesky factor of the symmetric matrix ``a``'s lower
     triangle stands for; raises where it is not positive definite."""
-    lo = np.linalg.cholesky(_symmetric(a, "L"))
+    lo = _stacked(np.linalg.cholesky, _symmetric(a, "L"))
     if lo.size and not bool(np.all(np.diagonal(lo, axis1=-2, axis2=-1) > 0)):
         raise np.linalg.LinAlgError("Matrix is not positive definite")
     return lo
@@ -105,28 +144,27 @@ def cholesky(out, a, upper=False, work=None):
 def solve_triangular(out, a, b, lower=False, trans=0, unit=False, work=None):
     if out.size == 0:
         return
-    t = np.tril(a) if lower else np.triu(a)
-    if unit:
-        eye = _eye(a)
-        t = t * (1 - eye) + eye
-    elif a.shape[-1] and not bool(np.all(np.diagonal(t, axis1=-2, axis2=-1) != 0)):
+    if not unit and a.shape[-1] and \
+            not bool(np.all(np.diagonal(a, axis1=-2, axis2=-1) != 0)):
         raise np.linalg.LinAlgError("singular matrix: a diagonal element of the "
                                     "triangular matrix is exactly zero")
-    out[...] = np.linalg.solve(_mT(t) if trans else t, b)  # (trans 2, 'C': real, so 'T')
+    # (trans 2, 'C': real, so 'T')
+    out[...] = _triangular(a, b, lower, trans=1 if trans else 0, unit=unit)
 
 
 def cholesky_adjoint(out, lo, g, work=None):
     """The gradient w.r.t. the lower triangle the factor ``lo`` was computed
     from, given ``g`` w.r.t. ``lo`` (its upper triangle ignored): with
     ``P = phi(L^T tril(g))`` (the lower triangle, its diagonal halved) and
-    ``M = L^-T P L^-1``, ``tril(M + M^T)`` with ``M``'s diagonal once."""
+    ``M = L^-T P L^-1``, ``tril(M + M^T)`` with ``M``'s diagonal once -- two
+    triangular solves, as LAPACK's potrf left ``L``."""
     if lo.size == 0:
         return
     eye = _eye(lo)
     low = np.tril(lo)
     p = np.tril(np.matmul(_mT(low), np.tril(g))) * (1 - 0.5 * eye)
-    x = np.linalg.solve(_mT(low), p)  # L^-T P
-    m = _mT(np.linalg.solve(_mT(low), _mT(x)))  # L^-T P L^-1
+    x = _triangular(lo, p, True, trans=1)  # L^-T P
+    m = _mT(_triangular(lo, _mT(x), True, trans=1))  # (L^-T (L^-T P)^T)^T = L^-T P L^-1
     out[...] = np.tril(m + _mT(m)) - m * eye
 
 
@@ -154,11 +192,11 @@ def eigh_evr(out, a, uplo="L", lo=0, hi=0, vectors=True, subset=False, work=None
         return
     sym = _symmetric(a, uplo)
     if vectors:
-        w, v = np.linalg.eigh(sym)
+        w, v = _stacked(np.linalg.eigh, sym)
         out[:, 0, :] = w[:, lo:hi + 1]
         out[:, 1:, :] = v[:, :, lo:hi + 1]
     else:
-        out[...] = np.linalg.eigvalsh(sym)[:, lo:hi + 1]
+        out[...] = _stacked(np.linalg.eigvalsh, sym)[:, lo:hi + 1]
     _converged("Eigenvalues", out)
 
 
@@ -169,7 +207,7 @@ def eig(out, a, vectors=True, work=None):
         return
     if not _finite(a):
         raise np.linalg.LinAlgError("Array must not contain infs or NaNs")
-    w, v = np.linalg.eig(a) if vectors else (np.linalg.eigvals(a), None)
+    w, v = _stacked(np.linalg.eig, a) if vectors else (_stacked(np.linalg.eigvals, a), None)
     if not bool(np.all(np.imag(w) == 0)):  # (a real Schur form's real eigenvalues: exact)
         raise NotImplementedError(COMPLEX_SPECTRUM)
     if vectors:
@@ -203,9 +241,9 @@ def svd(out, a, jobz="S", complement=False, work=None):
         out[...] = _eye(out)
         return
     if jobz == "N" and not complement:
-        out[...] = np.linalg.svd(a, compute_uv=False)
+        out[...] = _stacked(np.linalg.svd, a, compute_uv=False)
     else:
-        u, s, vt = np.linalg.svd(a, full_matrices=bool(complement))
+        u, s, vt = _stacked(np.linalg.svd, a, full_matrices=bool(complement))
         if complement:
             out[...] = u[:, :, k:] if m > n else vt[:, k:, :]
         else:
@@ -221,17 +259,17 @@ def qr(out, a, mode="reduced", complement=False, work=None):
     if b == 0 or out.size == 0:
         return
     if complement:
-        out[...] = _eye(out) if k == 0 else np.linalg.qr(a, mode="complete")[0][:, :, k:]
+        out[...] = _eye(out) if k == 0 else _stacked(np.linalg.qr, a, mode="complete")[0][:, :, k:]
     elif mode == "r":
-        out[...] = np.linalg.qr(a, mode="r")
+        out[...] = _stacked(np.linalg.qr, a, mode="r")
     else:
-        _pack(out, *np.linalg.qr(a, mode="reduced"))
+        _pack(out, *_stacked(np.linalg.qr, a, mode="reduced"))
 
 
 def pinv(out, a, rcond=1e-15, work=None):
     if out.size:
         # (singular values at most rcond * max(s) dropped, as numpy's and the kernel's)
-        out[...] = np.linalg.pinv(a, rcond=rcond)
+        out[...] = _stacked(np.linalg.pinv, a, rcond=rcond)
         _converged("SVD", out)
 
 
@@ -264,8 +302,10 @@ class Preallocated:
     the workspace (512-byte aligned, as cudaMalloc's).  Later calls run under
     an allocator that hands out those regions in the same order -- the same
     shapes make the same requests -- each at most once per call, so no two
-    live allocations overlap; a request the recording did not have (another
-    size, one more) goes to cupy's pool, as before.  Calls on one stream run
+    live allocations overlap.  A request out of that order takes any region
+    of the call not yet handed out that holds it; one that none holds (a size
+    or a request the first call did not make) goes to cupy's pool that once,
+    and a region of its size is added for the calls after it.  Calls on one stream run
     in order, so a region's reuse by the next run waits for this one.  With
     an array module without ``cuda.using_allocator`` (the host emulation) the
     run is called as is."""
@@ -292,25 +332,40 @@ class Preallocated:
 
             with cuda.using_allocator(record):
                 self.run(*args, **kwargs)
-            self.regions, at = [], 0
-            for size in sizes:
-                self.regions.append((size, at))
-                at += -(-size // self.ALIGN) * self.ALIGN
-            self.size = at
-            self.workspace.at_least(at)
+            self.regions = []
+            self._add(sizes)
             return None
         base, regions, k = self.workspace.at_least(self.size), self.regions, [0]
+        used, missed = [False] * len(regions), []
 
         def serve(size):
             j = k[0]
-            if j < len(regions) and size <= regions[j][0]:
-                k[0] = j + 1
-                return base + regions[j][1]
-            k[0] = len(regions)  # (off the recorded sequence: the pool from here on)
-            return pool(size)
+            if j >= len(regions) or used[j] or size > regions[j][0]:
+                # off the recorded order (a first call's one-off request, say):
+                # any region of this call not yet handed out that is large enough
+                j = next((i for i, (s, _) in enumerate(regions)
+                          if not used[i] and size <= s), None)
+                if j is None:  # a request no region holds: the pool's, this once
+                    missed.append(int(size))
+                    return pool(size)
+            used[j], k[0] = True, j + 1
+            return base + regions[j][1]
 
-        with cuda.using_allocator(serve):
-            return self.run(*args, **kwargs)
+        try:
+            with cuda.using_allocator(serve):
+                return self.run(*args, **kwargs)
+        finally:
+            if missed:  # the next call finds them in the workspace
+                self._add(missed)
+
+    def _add(self, sizes):
+        """Regions for requests of ``sizes`` bytes, after the recorded ones."""
+        at = self.size
+        for size in sizes:
+            self.regions.append((size, at))
+            at += -(-size // self.ALIGN) * self.ALIGN
+        self.size = at
+        self.workspace.at_least(at)
 
 
 #: op -> its device run ``run(out, *operands, work=None, **attrs)``
