@@ -17,8 +17,10 @@ Workloads (float64 unless ``--float32``):
   torch), ``f = sum(X_T^2)``, gradient w.r.t. ``X_0`` and ``W``: the host
   launches the body per step on hybridad's plan.
 
-Rows: hybridad (``ha.compile`` on cupy arrays, ``plan.gradient(x, out=res)``),
-hybridad with ``cuda_graph=True``, ``torch`` (autograd on CUDA tensors) and
+Rows: hybridad (``ha.compile`` on cupy arrays, ``plan.gradient(x, out=res)``:
+the default, a CUDA graph replayed once the same arrays come back), hybridad
+with ``cuda_graph=True`` (captured at the first call) and ``cuda_graph=False``
+(``eager``: every kernel launched from Python), ``torch`` (autograd on CUDA tensors) and
 ``jax.jit(jax.value_and_grad)`` (x64), the peers when importable.  Each row's
 value and gradient are checked against hybridad's numpy backend on the host
 first (1e-10 relative; 1e-4 in float32).  Time per call: median / min / max
@@ -304,8 +306,9 @@ def main(argv=None):
         ref = ha.gradient(f, *fargs, argnums=argnums if len(argnums) > 1 else 0,
                           backend="numpy")
         ref_grads = ref.gradient if isinstance(ref.gradient, tuple) else (ref.gradient,)
-        impls = {"hybridad": lambda: hybridad_row(f, fargs, argnums, False),
-                 "hybridad cuda_graph": lambda: hybridad_row(f, fargs, argnums, True)}
+        impls = {"hybridad": lambda: hybridad_row(f, fargs, argnums, None),  # (the default)
+                 "hybridad cuda_graph": lambda: hybridad_row(f, fargs, argnums, True),
+                 "hybridad eager": lambda: hybridad_row(f, fargs, argnums, False)}
         for peer, make in (("torch", torch_row), ("jax.jit", jax_row)):
             if _harness.version("torch" if peer == "torch" else "jax"):
                 impls[peer] = lambda make=make: make(f, fargs, argnums)

@@ -46,7 +46,7 @@ _ndarray = np.ndarray
 def compile(f: Function, *example_args: Any, argnums: ArgNums = 0,  # noqa: A001
             backend: Backend = None, hvp: bool = False, parallel: bool = True,
             memory_budget: int | None = None, hessian: bool = False, jacobian: bool = False,
-            mode: JacobianMode = "auto", chunk: int | None = None, cuda_graph: bool = False,
+            mode: JacobianMode = "auto", chunk: int | None = None, cuda_graph: bool | None = None,
             update: UpdateRule | None = None, tiered: bool | None = None,
             wait: bool = False) -> Plan:
     """Build an explicit gradient plan for ``f`` at the example arguments.
@@ -110,10 +110,12 @@ def compile(f: Function, *example_args: Any, argnums: ArgNums = 0,  # noqa: A001
         Jacobian and Hessian plans: seeds per run of the chunked program
         (default :func:`hybridad.plans.staged.default_chunk`: all of them up to 128,
         else 32, fewer when one seed's workspace is large; measured).
-    cuda_graph : bool, default False
-        ``backend="cupy"`` only: capture the whole gradient program as a CUDA
-        graph at the first call and replay it while the same arrays come
-        back (one launch per call instead of one per kernel; see
+    cuda_graph : bool, optional
+        ``backend="cupy"`` only.  By default (None) a GPU plan captures its
+        gradient program as a CUDA graph once the same arrays come back a
+        second time in a row, and replays it while they do (one launch per
+        call instead of one per kernel); calls with new arrays run eagerly.
+        True captures at the first call; False never captures (see
         ``docs/gpu.md``).
     update : hybridad.optim.UpdateRule, optional
         ``SGD(lr)``, ``Momentum(lr, momentum)`` or ``Adam(lr, ...)``: build a

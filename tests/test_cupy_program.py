@@ -552,7 +552,7 @@ def test_plans_say_what_precision_their_matrix_products_run_in(monkeypatch):
     # its compute type, read from cupy where it imports), the plan says so
     from hybridad.backends.cuda import products
     with monkeypatch.context() as m:
-        m.setattr(products, "_cublas_tf32", lambda dtype: dtype == np.float32)
+        m.setattr(products, "cublas_tf32", lambda dtype: dtype == np.float32)
         assert "TF32 (CUPY_TF32=1" in plan.matmul_precision
     for graph in (True, False):  # hybridad's own kernels: under a CUDA graph, or asked for
         if not graph:

@@ -105,7 +105,7 @@ def _allocates_nothing(cp, plan, args, res, n):
     assert hook.mallocs == 0, "\n".join(hook.where)
 
 
-@pytest.mark.parametrize("cuda_graph", [False, True])
+@pytest.mark.parametrize("cuda_graph", [None, False, True])
 def test_zero_device_allocations_per_call(cp, cuda_graph):
     args = _on_device(cp, FUNCTIONS["mlp"][1]())
     plan = ha.compile(mlp, *args, argnums=(0, 1, 2), cuda_graph=cuda_graph)
@@ -114,6 +114,29 @@ def test_zero_device_allocations_per_call(cp, cuda_graph):
     ref = ha.gradient(mlp, *FUNCTIONS["mlp"][1](), argnums=(0, 1, 2), backend="numpy")
     for g, r in zip(res.gradient, ref.gradient, strict=True):
         np.testing.assert_allclose(cp.asnumpy(g), r, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_default_plans_replay_graphs_with_the_same_bits(cp, name):
+    # cuda_graph=None (the default): eager, then captured when the same arrays
+    # come back, then replayed -- every call the same bits (the products go
+    # through the same cuBLAS handles in and out of the graph)
+    f, make, argnums = FUNCTIONS[name]
+    args = _on_device(cp, make())
+    plan = ha.compile(f, *args, argnums=argnums)
+    res = plan.new_result()
+    seen = []
+    for _ in range(4):
+        plan.gradient(*args, out=res)
+        grads = res.gradient if isinstance(res.gradient, tuple) else (res.gradient,)
+        seen.append([cp.asnumpy(res.value)] + [cp.asnumpy(g) for g in grads])
+    assert plan._graph.key is not None and plan._graph.segments == 1
+    for later in seen[1:]:
+        for a, b in zip(seen[0], later, strict=True):
+            np.testing.assert_array_equal(a, b)
+    other = plan.new_result()  # other arrays: eager, the same bits
+    plan.gradient(*args, out=other)
+    np.testing.assert_array_equal(cp.asnumpy(other.value), seen[0][0])
 
 
 def test_cuda_graph_follows_new_values_in_the_same_arrays(cp):
@@ -128,8 +151,9 @@ def test_cuda_graph_follows_new_values_in_the_same_arrays(cp):
 
 
 def test_cuda_graph_with_matmuls_follows_new_values(cp):
-    # cupy refuses cuBLAS inside a capture: a graph plan's products are its own
-    # kernels (backends/cuda/products.py), so the whole step is one graph
+    # cupy refuses cuBLAS inside a capture: the graph runner enqueues the
+    # products' GEMMs on its own cuBLAS handle (backends/cuda/cublas_capture.py),
+    # so the whole step is one graph
     host = FUNCTIONS["mlp"][1]()
     args = _on_device(cp, host)
     plan = ha.compile(mlp, *args, argnums=(0, 1, 2), cuda_graph=True)
@@ -144,12 +168,37 @@ def test_cuda_graph_with_matmuls_follows_new_values(cp):
         for g, r in zip(res.gradient, ref.gradient, strict=True):
             np.testing.assert_allclose(cp.asnumpy(g), r, rtol=1e-12)
     assert plan._graph.segments == 1
+    assert plan.matmul_precision == "float64 by cuBLAS in float64"
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+def test_cuda_graph_captures_cublas_products(cp, dtype):
+    # transposed views, vectors, a long contraction (k = 300): each one GEMM in the graph
+    def layouts(A, B, C):
+        return np.sum(np.tanh(A @ B) ** 2) + np.sum((A.T @ C) ** 2) + \
+            np.sum(np.exp(0.01 * (A.T @ (A @ B[:, 0])))) + np.sum(np.cos(C[:, 1] @ A))
+
+    host = tuple(a.astype(dtype) for a in (rand((7, 300), seed=1), rand((300, 5), seed=2),
+                                           rand((7, 4), seed=3)))
+    ref = ha.gradient(layouts, *[a.astype(np.float64) for a in host], argnums=(0, 1, 2),
+                      backend="numpy")
+    args = _on_device(cp, host)
+    plan = ha.compile(layouts, *args, argnums=(0, 1, 2), cuda_graph=True)
+    res = plan.new_result()
+    _allocates_nothing(cp, plan, args, res, 5)
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    for g, r in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(cp.asnumpy(g), r, rtol=tol, atol=tol * np.abs(r).max())
+    assert plan._graph.segments == 1 and plan._graph.gemm is not None
+    again = plan.gradient(*args)  # replays: the same bits
+    for g, h in zip(again.gradient, res.gradient, strict=True):
+        assert cp.array_equal(g, h)
 
 
 def test_cuda_graph_with_cublas_products_in_segments(cp, monkeypatch):
-    # HYBRIDAD_CUDA_PRODUCTS=cublas: the graph is captured in segments around
-    # the matmuls, which replay between them
-    monkeypatch.setenv("HYBRIDAD_CUDA_PRODUCTS", "cublas")
+    # HYBRIDAD_CUDA_PRODUCTS=segments: the graph is captured in segments around
+    # cupy's matmuls, which replay between them
+    monkeypatch.setenv("HYBRIDAD_CUDA_PRODUCTS", "segments")
     host = FUNCTIONS["mlp"][1]()
     args = _on_device(cp, host)
     plan = ha.compile(mlp, *args, argnums=(0, 1, 2), cuda_graph=True)

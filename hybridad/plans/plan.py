@@ -100,7 +100,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
     """
 
     def __init__(self, f, args, argnums=0, backend="numba", hvp=False, parallel=True,
-                 poison=False, pack=True, memory_budget=None, cuda_graph=False, update=None,
+                 poison=False, pack=True, memory_budget=None, cuda_graph=None, update=None,
                  tiered=None):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
@@ -128,6 +128,8 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             from ..backends.cuda.products import own_products
             self._xp, self._launcher = cupy_backend.device()
             self._own_products = own_products(self._cuda_graph)
+        # (None: the GPU plan's graphs once the same arrays come back, on a device)
+        self._graph_auto = cuda_graph is None and getattr(self._xp, "__name__", "") == "cupy"
         # instrumented (tests): every slot is filled with NaN outside its lifetime
         self._poison = bool(poison)
         self._pack = bool(pack)  # False: one arena slot per buffer (for comparison)
@@ -339,9 +341,9 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
     def _install_program(self, program):
         """Put the compiled program in place (and the fast path in front of it)."""
         hvp = self.order == 2
-        if self._cuda_graph:
+        if self._cuda_graph or self._graph_auto:
             from ..backends.cuda.program import CudaGraphRunner
-            self._graph = CudaGraphRunner(program.fn)
+            self._graph = CudaGraphRunner(program.fn, auto=not self._cuda_graph)
         # (a heavy program's fast path calls NumbaProgram.invoke: its lock, its
         # thread count, and BLAS single-threaded beside its own threads)
         self._program = program

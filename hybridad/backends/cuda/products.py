@@ -11,13 +11,14 @@ gradient over a batch), added in double (float32 too: each product exact),
 float64 compensated.  Operands are read in place through their strides
 (a transposed view, as the backward sweep's ``a^T g``, is not copied).
 
-Why not cuBLAS: cupy refuses cuBLAS while a stream is captured, so a CUDA
-graph of a plan with library calls is cut into segments between them
-(:class:`.program.CudaGraphRunner`).  With these kernels a step with
-products is one graph.  They make no use of shared-memory tiling, so they
-serve the small and skinny products of such plans (hidden layers of tens to
-hundreds); ``HYBRIDAD_CUDA_PRODUCTS`` says where they are used
-(:func:`own_products`).
+Where they are used: cupy refuses cuBLAS while a stream is captured, and a
+CUDA graph's capture enqueues cuBLAS's GEMMs itself where it can
+(:mod:`.cublas_capture`), so by default a plan's products are cuBLAS's, in
+graphs too.  These kernels serve a graph where cuBLAS cannot be captured
+(no cuBLAS found), or everywhere when ``HYBRIDAD_CUDA_PRODUCTS=kernels``
+asks for them (:func:`own_products`).  They make no use of shared-memory
+tiling, so they suit the small and skinny products of such plans (hidden
+layers of tens to hundreds).
 """
 
 from __future__ import annotations
@@ -27,35 +28,41 @@ import os
 
 import numpy as np
 
+from . import cublas_capture
+from .cublas_capture import cublas_tf32
 from .source import RegionKernel, _broadcast_offset, c_strides, coordinate_lines, ctype
 
-__all__ = ["own_products", "product_loop", "product_value", "products_precision"]
+__all__ = ["captured_products", "cublas_tf32", "own_products", "product_loop",
+           "product_value", "products_mode", "products_precision"]
+
+
+def products_mode():
+    """``HYBRIDAD_CUDA_PRODUCTS``: ``auto`` (the default), ``kernels``,
+    ``cublas`` or ``segments`` (:func:`own_products`)."""
+    how = os.environ.get("HYBRIDAD_CUDA_PRODUCTS", "auto").strip().lower()
+    return how if how in ("kernels", "cublas", "segments") else "auto"
 
 
 def own_products(graph_mode):
     """Whether a GPU program computes its float matrix products with these
-    kernels: under ``cuda_graph=True`` (``graph_mode``: one graph for the
-    whole step), or everywhere with ``HYBRIDAD_CUDA_PRODUCTS=kernels``;
-    ``HYBRIDAD_CUDA_PRODUCTS=cublas`` keeps cuBLAS everywhere (the graph
-    then in segments)."""
-    how = os.environ.get("HYBRIDAD_CUDA_PRODUCTS", "auto").strip().lower()
+    kernels.  By default (``HYBRIDAD_CUDA_PRODUCTS=auto``) products are
+    cuBLAS's, also under ``cuda_graph=True`` (``graph_mode``), where the
+    graph captures them (:mod:`.cublas_capture`); these kernels serve a graph
+    where that cannot be done (no cuBLAS found).  ``kernels`` asks for them
+    everywhere; ``cublas`` for cuBLAS everywhere; ``segments`` for cupy's
+    cuBLAS calls between the captured segments of a graph (no GEMM captured)."""
+    how = products_mode()
     if how == "kernels":
         return True
-    if how == "cublas":
+    if how in ("cublas", "segments"):
         return False
-    return bool(graph_mode)
+    return bool(graph_mode) and not cublas_capture.available()
 
 
-def _cublas_tf32(dtype):
-    """Whether cupy's cuBLAS calls compute ``dtype`` products in TF32: its
-    compute type (on a device), else what ``CUPY_TF32`` asks cupy for."""
-    try:
-        from cupy._core import _routines_linalg as lin  # (cupy's own setting)
-
-        return lin.get_compute_type(np.dtype(dtype)) == lin.COMPUTE_TYPE_TF32
-    except Exception:  # noqa: BLE001 -- no device, or another cupy's internals
-        return dtype == np.float32 and os.environ.get("CUPY_TF32", "0").strip() not in (
-            "", "0")
+def captured_products():
+    """Whether a CUDA graph's capture enqueues the program's cuBLAS products
+    (:class:`.cublas_capture.GraphGemm`) rather than cutting the graph there."""
+    return products_mode() != "segments" and cublas_capture.available()
 
 
 def products_precision(own, dtypes):
@@ -73,7 +80,7 @@ def products_precision(own, dtypes):
                 if dt == np.float32 else "float64 products, compensated sums)"))
         elif dt == np.float32:
             said.append("float32 by cuBLAS in TF32 (CUPY_TF32=1: operands rounded to 10-bit "
-                        "mantissas)" if _cublas_tf32(dt) else
+                        "mantissas)" if cublas_tf32(dt) else
                         "float32 by cuBLAS in full float32 (TF32 off: cupy's default)")
         else:
             said.append(f"{dt.name} by cuBLAS in {dt.name}")

@@ -36,8 +36,9 @@ import numpy as np
 from ...ops import REGISTRY
 from ...ops.lapack_names import LAPACK_OPS
 from ...transforms.memory import layout_proto
+from .cublas_capture import eager_gemm
 from .linalg import DEVICE_LINALG, Preallocated, Workspace
-from .products import product_loop, product_value
+from .products import captured_products, product_loop, product_value
 from .reduce import sum_levels, sum_scratch, summable
 from .source import region_kernel
 
@@ -187,6 +188,17 @@ class CupyLauncher(Launcher):
         return calls
 
 
+def _gemm_run(out, a, b):
+    """A matrix product by cuBLAS on the current stream through hybridad's
+    handle (:func:`.cublas_capture.eager_gemm`; a capture records it as a
+    node of its graph: ``gemm``), or cupy's where one GEMM cannot compute it."""
+    if not eager_gemm(out, a, b):
+        np.matmul(a, b, out=out)
+
+
+_gemm_run.gemm = True
+
+
 #: the capture under way in this thread (:class:`CudaGraphRunner`): its recorder
 #: of library calls, or None
 _CAPTURE = threading.local()
@@ -309,6 +321,8 @@ class RegionCalls:
         a device linalg run, with its allocations preallocated after its first
         call (:class:`.linalg.Preallocated`, one per node; their buffer the
         program's :class:`.linalg.Workspace`)."""
+        if node.op == "matmul":  # (cupy's matmul where GEMMs are not captured)
+            return _gemm_run if captured_products() else None
         run = DEVICE_LINALG.get(node.op)
         if run is None:
             return None
@@ -379,41 +393,80 @@ def device():
 
 
 class CudaGraphRunner:
-    """``compile(..., cuda_graph=True)``: the first call captures the program
-    (on a capture stream) as CUDA graphs; later calls with the same arrays --
-    the same device pointers, as in a loop that updates ``x`` in place --
-    replay them: one launch per segment instead of one per node.  New arrays
-    are captured anew.
+    """A GPU plan's calls as CUDA graphs: a call with the same arrays as the
+    captured ones -- the same device pointers and strides, as in a loop that
+    updates ``x`` in place -- replays the graph: one launch per segment
+    instead of one per kernel.
 
-    cupy refuses cuBLAS calls while a stream is captured: a graph plan
-    computes its matrix products with kernels of its own (:mod:`.products`),
-    so its step is one graph.  Where a program still makes library calls
-    (``HYBRIDAD_CUDA_PRODUCTS=cublas``, integer products) it is captured in
-    segments: each library call (the program's
-    ``_lib(fn, *args)``) ends the segment before it and is recorded with its
-    arguments (arena views and the caller's arrays: the same pointers at
-    every replay); a replay launches graph, call, graph, ... in order on the
+    ``compile(..., cuda_graph=True)`` captures at the first call, and anew
+    for new arrays.  By default (``cuda_graph=None``, ``auto``) a plan runs
+    its program eagerly and captures once the same arrays come back a second
+    time in a row -- a loop over the same buffers replays from its third
+    call, and calls with new arrays each time never capture -- only while
+    the current stream is the default one (a replay orders with it), and
+    never again after a capture failed (a step that reads a value on the
+    host cannot be captured).  A capture first runs the program eagerly on
+    the capture stream (that call's result; cuBLAS picks and loads its
+    kernels outside the capture), then records it.
+
+    cupy refuses cuBLAS calls while a stream is captured: the program's
+    matrix products go through cuBLAS handles of hybridad's own
+    (:func:`.cublas_capture.eager_gemm`, the same in and out of graphs, so
+    a product has the same bits replayed or not), which the capture records
+    as nodes of the graph -- a step with products is one graph (where no
+    cuBLAS is found, a ``cuda_graph=True`` plan computes them with kernels of
+    its own, :mod:`.products`).  Where a program still makes library calls
+    (cuSOLVER, a stack of products, ``HYBRIDAD_CUDA_PRODUCTS=segments``) it
+    is captured in segments: each library call (the program's ``_lib(fn,
+    *args)``) ends the segment before it and is recorded with its arguments
+    (arena views and the caller's arrays: the same pointers at every
+    replay); a replay launches graph, call, graph, ... in order on the
     capture stream.  The stream is a blocking one, so it orders with work on
     the default stream."""
 
-    def __init__(self, fn):
-        self.fn = fn
-        self.key = None
-        self.steps = None
-        self.stream = None
+    def __init__(self, fn, auto=False):
+        self.fn, self.auto = fn, auto
+        self.key = self.steps = self.stream = None
+        self.seen = None  # auto: the arrays of the last eager call
+        self.failed = False  # auto: a capture failed; eager from then on
 
     @property
     def segments(self):
         """How many graphs a replay launches (library calls between them)."""
         return sum(1 for kind, _ in self.steps or () if kind == "graph")
 
-    def _capture(self, arrays):
+    @staticmethod
+    def _key(arrays):
+        return tuple((a.data.ptr, a.strides) for a in arrays)
+
+    def __call__(self, *arrays):
+        key = self._key(arrays)
+        if key == self.key:
+            with self.stream:
+                for kind, step in self.steps:
+                    if kind == "graph":
+                        step.launch(stream=self.stream)
+                    else:
+                        fn, args = step
+                        fn(*args)
+            return
+        if self.auto and (self.failed or key != self.seen or not _default_stream()):
+            self.seen = key
+            self.fn(*arrays)
+            return
+        self._capture(arrays, key)
+
+    def _capture(self, arrays, key):
         import cupy
 
-        stream = self.stream or cupy.cuda.Stream()
+        stream = self.stream = self.stream or cupy.cuda.Stream()
+        with stream:  # this call's result; cuBLAS's kernels picked and loaded
+            self.fn(*arrays)
         steps = []
 
         def record(fn, *args):
+            if getattr(getattr(fn, "func", fn), "gemm", False) and eager_gemm(*args):
+                return  # a cuBLAS GEMM, enqueued on the capture stream: a node of the graph
             steps.append(("graph", stream.end_capture()))
             steps.append(("call", (fn, args)))
             stream.begin_capture()
@@ -423,19 +476,24 @@ class CudaGraphRunner:
             stream.begin_capture()
             try:
                 self.fn(*arrays)
-            finally:
+            except BaseException:
                 _CAPTURE.record = None
-                steps.append(("graph", stream.end_capture()))
-        self.steps, self.key, self.stream = steps, tuple(a.data.ptr for a in arrays), stream
+                try:
+                    stream.end_capture()
+                except Exception:  # noqa: BLE001, S110 -- (an invalidated capture)
+                    pass
+                if not self.auto:
+                    raise
+                self.failed, self.key, self.steps = True, None, None
+                return  # (this call's result is the eager run's)
+            _CAPTURE.record = None
+            steps.append(("graph", stream.end_capture()))
+        self.steps, self.key = steps, key
 
-    def __call__(self, *arrays):
-        if tuple(a.data.ptr for a in arrays) != self.key:
-            self._capture(arrays)
-        stream = self.stream
-        with stream:
-            for kind, step in self.steps:
-                if kind == "graph":
-                    step.launch(stream=stream)
-                else:
-                    fn, args = step
-                    fn(*args)
+
+def _default_stream():
+    """Whether cupy's current stream is the legacy default stream (a replay on
+    the blocking capture stream orders with it)."""
+    import cupy
+
+    return cupy.cuda.get_current_stream().ptr == 0

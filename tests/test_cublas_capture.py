@@ -1,0 +1,132 @@
+"""How a CUDA graph's capture hands matrix products to cuBLAS
+(hybridad/backends/cuda/cublas_capture.py), without a GPU: the GEMM's
+arguments -- operations, sizes, leading dimensions -- for every operand
+layout, run by a column-major GEMM over host memory as cuBLAS would read it.
+On a device, test_gpu.py runs the real thing (one graph per plan)."""
+
+import ctypes
+import types
+
+import numpy as np
+import pytest
+from conftest import rand
+
+from hybridad.backends.cuda import cublas_capture
+from hybridad.backends.cuda.cublas_capture import _OP_N, GraphGemm
+
+
+class Dev(np.ndarray):
+    """A host array with cupy's ``data.ptr`` (the address of its first element)."""
+
+    @property
+    def data(self):
+        return types.SimpleNamespace(ptr=self.__array_interface__["data"][0])
+
+
+def _matrix(ptr, rows, cols, ld, dtype):
+    """The column-major ``rows x cols`` matrix at ``ptr`` with leading dimension ``ld``."""
+    size = np.dtype(dtype).itemsize
+    count = (cols - 1) * ld + rows
+    buf = (ctypes.c_char * (count * size)).from_address(ptr)
+    flat = np.frombuffer(buf, dtype=dtype)
+    return np.lib.stride_tricks.as_strided(flat, (rows, cols), (size, ld * size))
+
+
+class HostBlas:
+    """cuBLAS's gemm (``C = op(A) op(B)``, column-major, alpha 1, beta 0) over host memory."""
+
+    def __init__(self):
+        self.calls = []
+
+    def _gemm(self, dtype):
+        def gemm(handle, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
+            self.calls.append((ta, tb, m, n, k, lda, ldb, ldc))
+            assert lda >= max(1, m if ta == _OP_N else k)
+            assert ldb >= max(1, k if tb == _OP_N else n)
+            assert ldc >= max(1, m)
+            a = _matrix(A, *((m, k) if ta == _OP_N else (k, m)), lda, dtype)
+            b = _matrix(B, *((k, n) if tb == _OP_N else (n, k)), ldb, dtype)
+            c = _matrix(C, m, n, ldc, dtype)
+            c[...] = (a if ta == _OP_N else a.T) @ (b if tb == _OP_N else b.T)
+            return 0
+        return gemm
+
+    @property
+    def cublasDgemm_v2(self):
+        return self._gemm(np.float64)
+
+    @property
+    def cublasSgemm_v2(self):
+        return self._gemm(np.float32)
+
+
+@pytest.fixture
+def gemm():
+    g = GraphGemm.__new__(GraphGemm)
+    g.lib, g.handle = HostBlas(), None
+    g._one = {np.dtype(np.float64): ctypes.c_double(1.0), np.dtype(np.float32): ctypes.c_float(1.0)}
+    g._zero = {np.dtype(np.float64): ctypes.c_double(0.0),
+               np.dtype(np.float32): ctypes.c_float(0.0)}
+    return g
+
+
+def _dev(x):
+    return np.asarray(x).view(Dev)
+
+
+def _layouts(m, k, n, dtype):
+    A, B = rand((m, k), seed=1).astype(dtype), rand((k, n), seed=2).astype(dtype)
+    big = rand((2 * m + 1, 3 * k + 2), seed=3).astype(dtype)
+    return {
+        "contiguous": (_dev(A), _dev(B)),
+        "transposed": (_dev(np.ascontiguousarray(A.T)).T, _dev(np.ascontiguousarray(B.T)).T),
+        "mixed": (_dev(A), _dev(np.ascontiguousarray(B.T)).T),
+        "rows apart": (_dev(big)[:m, 1:k + 1], _dev(B)),  # a slice: rows 3k+2 apart
+        "vector b": (_dev(A), _dev(B[:, 0])),
+        "vector a": (_dev(A[0]), _dev(B)),
+        "vectors": (_dev(A[0]), _dev(B[:, 0])),
+    }
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", ["contiguous", "transposed", "mixed", "rows apart",
+                                  "vector b", "vector a", "vectors"])
+@pytest.mark.parametrize("shape", [(7, 5, 3), (1, 4, 6), (5, 1, 2), (3, 6, 1)])
+def test_every_layout_is_one_gemm(gemm, dtype, name, shape):
+    a, b = _layouts(*shape, dtype)[name]
+    want = np.asarray(a) @ np.asarray(b)
+    out = _dev(np.full(want.shape, np.nan, dtype))
+    assert gemm(out, a, b)
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(np.asarray(out), want, rtol=tol, atol=tol)
+
+
+def test_a_strided_output_row_is_written_in_place(gemm):
+    a, b = _layouts(4, 3, 5, np.float64)["contiguous"]
+    buf = _dev(np.zeros((4, 9)))
+    out = buf[:, 2:7]  # rows 9 apart
+    assert gemm(out, a, b)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(a) @ np.asarray(b), rtol=1e-13)
+    assert not np.asarray(buf)[:, :2].any() and not np.asarray(buf)[:, 7:].any()
+
+
+def test_what_one_gemm_cannot_do_is_declined(gemm):
+    a, b = _layouts(4, 3, 5, np.float64)["contiguous"]
+    out = _dev(np.zeros((4, 5)))
+    assert not gemm(_dev(np.zeros((5, 4))).T, a, b)  # a column-major output
+    assert not gemm(out, _dev(np.zeros((4, 6)))[:, ::2], b)  # neither row- nor column-major
+    assert not gemm(out, a.astype(np.float32), b)  # mixed dtypes
+    assert not gemm(_dev(np.zeros((2, 4, 5))), _dev(np.zeros((2, 4, 3))), b)  # a stack
+    assert not gemm(_dev(np.zeros((4, 0))), a, _dev(np.zeros((3, 0))))  # empty
+    assert not gemm(_dev(np.zeros((4, 5), np.int64)), a.astype(np.int64), b.astype(np.int64))
+    assert gemm.lib.calls == []
+
+
+def test_without_a_device_nothing_is_captured():
+    # (here: cupy without a GPU, or no cupy) -- graphs use hybridad's own kernels
+    from hybridad.backends.cuda.products import captured_products, own_products
+
+    if cublas_capture.available():
+        pytest.skip("a device with cuBLAS is present")
+    assert not captured_products()
+    assert own_products(True) and not own_products(False)
