@@ -36,7 +36,7 @@ class HostBlas:
     """cuBLAS's gemm (``C = op(A) op(B)``, column-major, alpha 1, beta 0) over host memory."""
 
     def __init__(self):
-        self.calls = []
+        self.calls, self.batches = [], []
 
     def _gemm(self, dtype):
         def gemm(handle, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc):
@@ -50,6 +50,27 @@ class HostBlas:
             c[...] = (a if ta == _OP_N else a.T) @ (b if tb == _OP_N else b.T)
             return 0
         return gemm
+
+    def _batched(self, dtype):
+        gemm = self._gemm(dtype)
+        size = np.dtype(dtype).itemsize
+
+        def batched(handle, ta, tb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC,
+                    count):
+            self.batches.append((sA, sB, sC, count))
+            for j in range(count):
+                gemm(handle, ta, tb, m, n, k, alpha, A + j * sA * size, lda, B + j * sB * size,
+                     ldb, beta, C + j * sC * size, ldc)
+            return 0
+        return batched
+
+    @property
+    def cublasDgemmStridedBatched(self):
+        return self._batched(np.float64)
+
+    @property
+    def cublasSgemmStridedBatched(self):
+        return self._batched(np.float32)
 
     @property
     def cublasDgemm_v2(self):
@@ -101,6 +122,24 @@ def test_every_layout_is_one_gemm(gemm, dtype, name, shape):
     np.testing.assert_allclose(np.asarray(out), want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("case", ["both", "broadcast a", "broadcast b", "one of a",
+                                  "transposed", "one matrix"])
+def test_stacks_are_one_strided_batched_gemm(gemm, dtype, case):
+    A, B = rand((3, 4, 5), seed=4).astype(dtype), rand((3, 5, 2), seed=5).astype(dtype)
+    a, b = {"both": (A, B), "broadcast a": (A[0], B), "broadcast b": (A, B[1]),
+            "one of a": (A[:1], B),
+            "transposed": (np.swapaxes(np.ascontiguousarray(np.swapaxes(A, 1, 2)), 1, 2),
+                           np.swapaxes(np.ascontiguousarray(np.swapaxes(B, 1, 2)), 1, 2)),
+            "one matrix": (A[:1], B[:1])}[case]
+    want = np.matmul(a, b)
+    out = _dev(np.full(want.shape, np.nan, dtype))
+    assert gemm(out, _dev(a), _dev(b))
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(np.asarray(out), want, rtol=tol, atol=tol)
+    assert len(gemm.lib.batches) == (0 if case == "one matrix" else 1)
+
+
 def test_a_strided_output_row_is_written_in_place(gemm):
     a, b = _layouts(4, 3, 5, np.float64)["contiguous"]
     buf = _dev(np.zeros((4, 9)))
@@ -116,7 +155,8 @@ def test_what_one_gemm_cannot_do_is_declined(gemm):
     assert not gemm(_dev(np.zeros((5, 4))).T, a, b)  # a column-major output
     assert not gemm(out, _dev(np.zeros((4, 6)))[:, ::2], b)  # neither row- nor column-major
     assert not gemm(out, a.astype(np.float32), b)  # mixed dtypes
-    assert not gemm(_dev(np.zeros((2, 4, 5))), _dev(np.zeros((2, 4, 3))), b)  # a stack
+    assert not gemm(_dev(np.zeros((2, 2, 4, 5))), _dev(np.zeros((2, 2, 4, 3))), b)  # 2 axes
+    assert not gemm(_dev(np.zeros((3, 4, 5))), _dev(np.zeros((2, 4, 3))), b)  # 2 against 3
     assert not gemm(_dev(np.zeros((4, 0))), a, _dev(np.zeros((3, 0))))  # empty
     assert not gemm(_dev(np.zeros((4, 5), np.int64)), a.astype(np.int64), b.astype(np.int64))
     assert gemm.lib.calls == []

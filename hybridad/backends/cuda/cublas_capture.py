@@ -10,9 +10,10 @@ workspace: graphs of two plans never share one): the runner hands it each
 matrix product the program makes while it captures, and it enqueues
 ``cublas<t>gemm`` through cuBLAS's C API (``ctypes``; the library cupy
 loaded), so the product becomes a node of the graph and a plan's step with
-products is one graph.  A product it cannot express as one GEMM (a stack of
-matrices, operands whose strides are neither row- nor column-major, mixed
-dtypes) is declined, and the runner cuts the graph around it as before.
+products is one graph.  A stack of products (numpy's batch broadcasting over
+one leading axis) is one strided-batched GEMM.  A product it cannot express
+so (more batch axes, operands whose strides are neither row- nor
+column-major, mixed dtypes) is declined, and the runner cuts the graph around it as before.
 
 The handle's math mode follows cupy's: full float32 unless ``CUPY_TF32=1``
 asked cupy for TF32 (``products.products_precision`` says which).
@@ -58,11 +59,15 @@ def _find_library():
     lib.cublasSetStream_v2.argtypes = [vp, vp]
     lib.cublasSetWorkspace_v2.argtypes = [vp, vp, ctypes.c_size_t]
     lib.cublasSetMathMode.argtypes = [vp, i]
+    ll = ctypes.c_longlong
     for name in ("cublasDgemm_v2", "cublasSgemm_v2"):
         getattr(lib, name).argtypes = [vp, i, i, i, i, i, vp, vp, i, vp, i, vp, vp, i]
+    for name in ("cublasDgemmStridedBatched", "cublasSgemmStridedBatched"):
+        getattr(lib, name).argtypes = [vp, i, i, i, i, i, vp, vp, i, ll, vp, i, ll, vp, vp,
+                                       i, ll, i]
     for name in ("cublasCreate_v2", "cublasDestroy_v2", "cublasSetStream_v2",
                  "cublasSetWorkspace_v2", "cublasSetMathMode", "cublasDgemm_v2",
-                 "cublasSgemm_v2"):
+                 "cublasSgemm_v2", "cublasDgemmStridedBatched", "cublasSgemmStridedBatched"):
         getattr(lib, name).restype = i
     return lib
 
@@ -207,27 +212,56 @@ class GraphGemm:
 
     def __call__(self, out, a, b):
         dt = out.dtype
-        if dt not in self._one or a.dtype != dt or b.dtype != dt or a.ndim > 2 or \
-                b.ndim > 2 or a.ndim == 0 or b.ndim == 0:
+        if dt not in self._one or a.dtype != dt or b.dtype != dt or a.ndim > 3 or \
+                b.ndim > 3 or a.ndim == 0 or b.ndim == 0:
             return False
-        a2 = a[None, :] if a.ndim == 1 else a
-        b2 = b[:, None] if b.ndim == 1 else b
+        if a.ndim == 3 or b.ndim == 3:  # a stack: one strided-batched GEMM
+            if a.ndim == 1 or b.ndim == 1 or out.ndim != 3:
+                return False
+            batch = out.shape[0]
+            parts = [_matrix_of(x, batch) for x in (a, b, out)]
+            if any(p is None for p in parts) or (batch > 1 and parts[2][1] == 0):
+                return False
+            (a2, sa), (b2, sb), (out2, sc) = parts
+            if batch == 0:
+                return False
+        else:
+            batch, sa, sb, sc = 1, 0, 0, 0
+            a2 = a[None, :] if a.ndim == 1 else a
+            b2 = b[:, None] if b.ndim == 1 else b
+            # (views, never a reshape that could copy: cuBLAS must write the caller's memory)
+            out2 = out[None, None] if a.ndim == 1 and b.ndim == 1 else out[None, :] \
+                if a.ndim == 1 else out[:, None] if b.ndim == 1 else out
         m, k = a2.shape
         n = b2.shape[1]
-        if m == 0 or n == 0 or k == 0:
-            return False
-        # (views, never a reshape that could copy: cuBLAS must write the caller's memory)
-        out2 = out[None, None] if a.ndim == 1 and b.ndim == 1 else out[None, :] \
-            if a.ndim == 1 else out[:, None] if b.ndim == 1 else out
-        if out2.shape != (m, n):
+        if m == 0 or n == 0 or k == 0 or b2.shape[0] != k or out2.shape != (m, n):
             return False
         la, lb, lc = _layout(a2), _layout(b2), _layout(out2)
         if la is None or lb is None or lc is None or lc[0] != _OP_N:
             return False
         # row-major out = a @ b is column-major out^T = b^T a^T
-        fn = self.lib.cublasDgemm_v2 if dt == np.float64 else self.lib.cublasSgemm_v2
-        status = fn(self.handle, lb[0], la[0], n, m, k, ctypes.addressof(self._one[dt]),
-                    b2.data.ptr, lb[1], a2.data.ptr, la[1], ctypes.addressof(self._zero[dt]),
-                    out2.data.ptr, lc[1])
+        one, zero = ctypes.addressof(self._one[dt]), ctypes.addressof(self._zero[dt])
+        if batch == 1:
+            fn = self.lib.cublasDgemm_v2 if dt == np.float64 else self.lib.cublasSgemm_v2
+            status = fn(self.handle, lb[0], la[0], n, m, k, one, b2.data.ptr, lb[1],
+                        a2.data.ptr, la[1], zero, out2.data.ptr, lc[1])
+        else:
+            fn = self.lib.cublasDgemmStridedBatched if dt == np.float64 else \
+                self.lib.cublasSgemmStridedBatched
+            status = fn(self.handle, lb[0], la[0], n, m, k, one, b2.data.ptr, lb[1], sb,
+                        a2.data.ptr, la[1], sa, zero, out2.data.ptr, lc[1], sc, batch)
         _check(status, "gemm")
         return True
+
+
+def _matrix_of(x, batch):
+    """``(first matrix, batch stride in elements)`` of a stack operand of
+    ``batch`` matrices (a 2-D or a one-matrix ``x``: stride 0, numpy's
+    broadcasting), or None."""
+    if x.ndim == 2:
+        return x, 0
+    if x.shape[0] == 1:
+        return x[0], 0
+    if x.shape[0] != batch or x.strides[0] % x.itemsize or x.strides[0] < 0:
+        return None
+    return x[0], x.strides[0] // x.itemsize
