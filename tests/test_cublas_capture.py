@@ -81,10 +81,20 @@ class HostBlas:
         return self._gemm(np.float32)
 
 
+class HostModule:
+    """The two functions of cupy's module a handle calls (its buffers, copies)."""
+
+    @staticmethod
+    def empty(shape, dtype):
+        return np.empty(shape, dtype).view(Dev)
+
+    copyto = staticmethod(np.copyto)
+
+
 @pytest.fixture
 def gemm():
     g = GraphGemm.__new__(GraphGemm)
-    g.lib, g.handle = HostBlas(), None
+    g.lib, g.handle, g.xp, g._buffers = HostBlas(), None, HostModule, {}
     g._one = {np.dtype(np.float64): ctypes.c_double(1.0), np.dtype(np.float32): ctypes.c_float(1.0)}
     g._zero = {np.dtype(np.float64): ctypes.c_double(0.0),
                np.dtype(np.float32): ctypes.c_float(0.0)}
@@ -124,14 +134,15 @@ def test_every_layout_is_one_gemm(gemm, dtype, name, shape):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("case", ["both", "broadcast a", "broadcast b", "one of a",
-                                  "transposed", "one matrix"])
+                                  "transposed", "one matrix", "vector a", "vector b"])
 def test_stacks_are_one_strided_batched_gemm(gemm, dtype, case):
     A, B = rand((3, 4, 5), seed=4).astype(dtype), rand((3, 5, 2), seed=5).astype(dtype)
     a, b = {"both": (A, B), "broadcast a": (A[0], B), "broadcast b": (A, B[1]),
             "one of a": (A[:1], B),
             "transposed": (np.swapaxes(np.ascontiguousarray(np.swapaxes(A, 1, 2)), 1, 2),
                            np.swapaxes(np.ascontiguousarray(np.swapaxes(B, 1, 2)), 1, 2)),
-            "one matrix": (A[:1], B[:1])}[case]
+            "one matrix": (A[:1], B[:1]), "vector a": (A[0, 0], B),
+            "vector b": (A, B[0, :, 0])}[case]
     want = np.matmul(a, b)
     out = _dev(np.full(want.shape, np.nan, dtype))
     assert gemm(out, _dev(a), _dev(b))
@@ -149,17 +160,37 @@ def test_a_strided_output_row_is_written_in_place(gemm):
     assert not np.asarray(buf)[:, :2].any() and not np.asarray(buf)[:, 7:].any()
 
 
+@pytest.mark.parametrize("case", ["column-major out", "strided a", "broadcast b",
+                                  "broadcast stack", "strided stack out"])
+def test_other_layouts_go_through_the_handles_buffers(gemm, case):
+    # (cupy's matmul copies such operands too, into memory it allocates)
+    a, b = _layouts(4, 3, 5, np.float64)["contiguous"]
+    A = _dev(rand((2, 4, 3), seed=6))
+    out = {"column-major out": _dev(np.zeros((5, 4))).T,
+           "strided stack out": _dev(np.zeros((2, 4, 10)))[:, :, ::2]}.get(case)
+    args = {"column-major out": (a, b),
+            "strided a": (_dev(np.repeat(np.asarray(a), 2, axis=1))[:, ::2], b),
+            "broadcast b": (a, _dev(np.broadcast_to(np.float64(0.5), (3, 5)))),
+            "broadcast stack": (A, _dev(np.broadcast_to(np.asarray(b)[:, :1], (2, 3, 5)))),
+            "strided stack out": (A, b)}[case]
+    want = np.matmul(*[np.asarray(x) for x in args])
+    if out is None:
+        out = _dev(np.zeros(want.shape))
+    for _ in range(2):  # (the second call reuses the buffers)
+        assert gemm(out, *args)
+        np.testing.assert_allclose(np.asarray(out), want, rtol=1e-13)
+    assert len(gemm._buffers) == 1
+
+
 def test_what_one_gemm_cannot_do_is_declined(gemm):
     a, b = _layouts(4, 3, 5, np.float64)["contiguous"]
     out = _dev(np.zeros((4, 5)))
-    assert not gemm(_dev(np.zeros((5, 4))).T, a, b)  # a column-major output
-    assert not gemm(out, _dev(np.zeros((4, 6)))[:, ::2], b)  # neither row- nor column-major
     assert not gemm(out, a.astype(np.float32), b)  # mixed dtypes
     assert not gemm(_dev(np.zeros((2, 2, 4, 5))), _dev(np.zeros((2, 2, 4, 3))), b)  # 2 axes
     assert not gemm(_dev(np.zeros((3, 4, 5))), _dev(np.zeros((2, 4, 3))), b)  # 2 against 3
     assert not gemm(_dev(np.zeros((4, 0))), a, _dev(np.zeros((3, 0))))  # empty
     assert not gemm(_dev(np.zeros((4, 5), np.int64)), a.astype(np.int64), b.astype(np.int64))
-    assert gemm.lib.calls == []
+    assert gemm.lib.calls == [] and gemm._buffers == {}
 
 
 def test_without_a_device_nothing_is_captured():

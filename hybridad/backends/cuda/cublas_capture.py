@@ -11,9 +11,11 @@ matrix product the program makes while it captures, and it enqueues
 ``cublas<t>gemm`` through cuBLAS's C API (``ctypes``; the library cupy
 loaded), so the product becomes a node of the graph and a plan's step with
 products is one graph.  A stack of products (numpy's batch broadcasting over
-one leading axis) is one strided-batched GEMM.  A product it cannot express
-so (more batch axes, operands whose strides are neither row- nor
-column-major, mixed dtypes) is declined, and the runner cuts the graph around it as before.
+one leading axis) is one strided-batched GEMM; an operand whose strides are
+neither row- nor column-major (a broadcast, a strided slice) is copied into
+a buffer of the handle's first, as cupy's matmul copies it into memory it
+allocates.  A product it cannot express so (more batch axes, mixed or
+integer dtypes) is declined, and the runner cuts the graph around it as before.
 
 The handle's math mode follows cupy's: full float32 unless ``CUPY_TF32=1``
 asked cupy for TF32 (``products.products_precision`` says which).
@@ -198,6 +200,7 @@ class GraphGemm:
         self._finalizer = weakref.finalize(self, lib.cublasDestroy_v2, handle)
         self._finalizer.atexit = False  # (not after the CUDA context is gone)
         self.lib, self.handle = lib, handle
+        self.xp, self._buffers = xp, {}
         self.workspace = xp.empty(WORKSPACE_BYTES, dtype=xp.uint8)
         _check(lib.cublasSetStream_v2(handle, ctypes.c_void_p(stream.ptr)), "setStream")
         _check(lib.cublasSetWorkspace_v2(handle, ctypes.c_void_p(self.workspace.data.ptr),
@@ -215,53 +218,85 @@ class GraphGemm:
         if dt not in self._one or a.dtype != dt or b.dtype != dt or a.ndim > 3 or \
                 b.ndim > 3 or a.ndim == 0 or b.ndim == 0:
             return False
+        # every operand as a stack (1 or batch, rows, columns): views, never a reshape
+        # that could copy (cuBLAS must write the caller's memory)
         if a.ndim == 3 or b.ndim == 3:  # a stack: one strided-batched GEMM
-            if a.ndim == 1 or b.ndim == 1 or out.ndim != 3:
+            if a.ndim == 1:  # (k,) @ (b, k, n): a row, against each matrix of the stack
+                a, out = a[None, None, :], out[:, None, :] if out.ndim == 2 else out
+            elif b.ndim == 1:  # (b, m, k) @ (k,): a column
+                b, out = b[None, :, None], out[:, :, None] if out.ndim == 2 else out
+            if out.ndim != 3:
                 return False
-            batch = out.shape[0]
-            parts = [_matrix_of(x, batch) for x in (a, b, out)]
-            if any(p is None for p in parts) or (batch > 1 and parts[2][1] == 0):
-                return False
-            (a2, sa), (b2, sb), (out2, sc) = parts
-            if batch == 0:
-                return False
+            a3, b3, out3 = (x if x.ndim == 3 else x[None] for x in (a, b, out))
         else:
-            batch, sa, sb, sc = 1, 0, 0, 0
-            a2 = a[None, :] if a.ndim == 1 else a
-            b2 = b[:, None] if b.ndim == 1 else b
-            # (views, never a reshape that could copy: cuBLAS must write the caller's memory)
-            out2 = out[None, None] if a.ndim == 1 and b.ndim == 1 else out[None, :] \
-                if a.ndim == 1 else out[:, None] if b.ndim == 1 else out
-        m, k = a2.shape
-        n = b2.shape[1]
-        if m == 0 or n == 0 or k == 0 or b2.shape[0] != k or out2.shape != (m, n):
+            a3 = (a[None, :] if a.ndim == 1 else a)[None]
+            b3 = (b[:, None] if b.ndim == 1 else b)[None]
+            out3 = (out[None, None] if a.ndim == 1 and b.ndim == 1 else out[None, :]
+                    if a.ndim == 1 else out[:, None] if b.ndim == 1 else out)[None]
+        batch, m, k, n = out3.shape[0], a3.shape[1], a3.shape[2], b3.shape[2]
+        if 0 in (batch, m, n, k) or a3.shape[0] not in (1, batch) or \
+                b3.shape[0] not in (1, batch) or b3.shape[1] != k or out3.shape[1:] != (m, n):
             return False
-        la, lb, lc = _layout(a2), _layout(b2), _layout(out2)
-        if la is None or lb is None or lc is None or lc[0] != _OP_N:
-            return False
+        a2, sa, la = self._operand(0, a3)
+        b2, sb, lb = self._operand(1, b3)
+        o2, sc, lc = _matrix_of(out3)
+        staged = None
+        if lc is None or lc[0] != _OP_N or (batch > 1 and sc == 0):
+            staged = self._buffer(2, out3.shape, dt)  # (then copied into the caller's)
+            o2, sc, lc = staged[0], m * n, (_OP_N, n)
         # row-major out = a @ b is column-major out^T = b^T a^T
         one, zero = ctypes.addressof(self._one[dt]), ctypes.addressof(self._zero[dt])
         if batch == 1:
             fn = self.lib.cublasDgemm_v2 if dt == np.float64 else self.lib.cublasSgemm_v2
             status = fn(self.handle, lb[0], la[0], n, m, k, one, b2.data.ptr, lb[1],
-                        a2.data.ptr, la[1], zero, out2.data.ptr, lc[1])
+                        a2.data.ptr, la[1], zero, o2.data.ptr, lc[1])
         else:
             fn = self.lib.cublasDgemmStridedBatched if dt == np.float64 else \
                 self.lib.cublasSgemmStridedBatched
             status = fn(self.handle, lb[0], la[0], n, m, k, one, b2.data.ptr, lb[1], sb,
-                        a2.data.ptr, la[1], sa, zero, out2.data.ptr, lc[1], sc, batch)
+                        a2.data.ptr, la[1], sa, zero, o2.data.ptr, lc[1], sc, batch)
         _check(status, "gemm")
+        if staged is not None:
+            self.xp.copyto(out3, staged)
         return True
 
+    def _operand(self, slot, x3):
+        """``(first matrix, batch stride, layout)`` of stack operand ``x3`` as
+        cuBLAS reads it: in place, or copied into a buffer of this handle's
+        where its strides are neither row- nor column-major (a broadcast, a
+        strided slice) -- cupy's matmul copies such operands too, into memory
+        it allocates."""
+        x2, stride, lay = _matrix_of(x3)
+        if lay is not None:
+            return x2, stride, lay
+        if x2 is not None and stride == 0:  # one matrix for the whole stack
+            buf = self._buffer(slot, x2.shape, x2.dtype)
+            self.xp.copyto(buf, x2)
+            return buf, 0, _layout(buf)
+        buf = self._buffer(slot, x3.shape, x3.dtype)
+        self.xp.copyto(buf, x3)
+        return buf[0], x3.shape[1] * x3.shape[2], _layout(buf[0])
 
-def _matrix_of(x, batch):
-    """``(first matrix, batch stride in elements)`` of a stack operand of
-    ``batch`` matrices (a 2-D or a one-matrix ``x``: stride 0, numpy's
-    broadcasting), or None."""
-    if x.ndim == 2:
-        return x, 0
-    if x.shape[0] == 1:
-        return x[0], 0
-    if x.shape[0] != batch or x.strides[0] % x.itemsize or x.strides[0] < 0:
-        return None
-    return x[0], x.strides[0] // x.itemsize
+    def _buffer(self, slot, shape, dtype):
+        """This handle's C-contiguous buffer for operand ``slot`` (0, 1: a and
+        b; 2: the result) of ``shape``: made at the first call that needs it
+        (a graph's capture is preceded by such a call), then reused -- calls
+        on the handle's stream run one after another."""
+        key = (slot, tuple(shape), np.dtype(dtype).str)
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = self._buffers[key] = self.xp.empty(shape, dtype)
+        return buf
+
+
+def _matrix_of(x3):
+    """``(first matrix, batch stride in elements, layout)`` of a stack
+    ``x3``; the layout (:func:`_layout`) None where cuBLAS cannot read it in
+    place (and the matrix None where the batch stride is not a stride)."""
+    if x3.shape[0] == 1 or x3.strides[0] == 0:
+        x2, stride = x3[0], 0
+    elif x3.strides[0] % x3.itemsize or x3.strides[0] < 0:
+        return None, None, None
+    else:
+        x2, stride = x3[0], x3.strides[0] // x3.itemsize
+    return x2, stride, _layout(x2)
