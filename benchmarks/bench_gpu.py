@@ -288,6 +288,14 @@ COLUMNS = (("workload", "workload", "{}"), ("impl", "impl", "{}"),
            ("peak device bytes", "peak", "{:,}"), ("first_call_s", "first", "{:.2f}"))
 
 
+def gpu_missing(tool):
+    """Whether cupy or a GPU is missing (said, naming ``tool``)."""
+    ok, why = __import__("hybridad.backends.cuda.program", fromlist=["x"]).cupy_available()
+    if not ok:
+        print(f"{tool} needs cupy and a GPU: {why}")
+    return not ok
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="n = 1e6, B = 1e4, 3 repeats")
@@ -295,9 +303,7 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
-    ok, why = __import__("hybridad.backends.cuda.program", fromlist=["x"]).cupy_available()
-    if not ok:
-        print(f"bench_gpu needs cupy and a GPU: {why}")
+    if gpu_missing("bench_gpu"):
         return 1
     dtype = np.float32 if args.float32 else np.float64
     repeats = 3 if args.quick else args.repeats

@@ -96,9 +96,7 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--top", type=int, default=12)
     args = p.parse_args(argv)
-    ok, why = __import__("hybridad.backends.cuda.program", fromlist=["x"]).cupy_available()
-    if not ok:
-        print(f"profile_gpu needs cupy and a GPU: {why}")
+    if bench_gpu.gpu_missing("profile_gpu_statements"):
         return 1
     dtype = np.float32 if args.float32 else np.float64
     for name, (f, fargs, argnums) in bench_gpu.workloads(args.quick, dtype).items():
