@@ -201,3 +201,39 @@ def test_without_a_device_nothing_is_captured():
         pytest.skip("a device with cuBLAS is present")
     assert not captured_products()
     assert own_products(True) and not own_products(False)
+
+
+def test_a_thread_keeps_few_eager_handles(monkeypatch):
+    # one handle (and workspace) per stream used, at most MAX_HANDLES of them: the
+    # least recently used is dropped after its stream is synchronized
+    import sys
+
+    current, synced, made = [None], [], []
+
+    class Stream:
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+        def synchronize(self):
+            synced.append(self.ptr)
+
+    class Handle:
+        def __init__(self, stream, xp, tf32=False):
+            self.stream = stream
+            made.append(stream.ptr)
+
+        def __call__(self, out, a, b):
+            return True
+
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        get_current_stream=lambda: current[0],
+        runtime=types.SimpleNamespace(getDevice=lambda: 0)))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(cublas_capture, "GraphGemm", Handle)
+    monkeypatch.setattr(cublas_capture._eager, "handles", None, raising=False)
+    cap = cublas_capture.MAX_HANDLES
+    for ptr in [*range(cap), 0, cap, 0, cap + 1]:
+        current[0] = Stream(ptr)
+        assert cublas_capture.eager_gemm(None, None, None)
+    assert made == [*range(cap), cap, cap + 1]  # (stream 0's handle reused, kept recent)
+    assert synced == [1, 2]

@@ -23,6 +23,7 @@ asked cupy for TF32 (``products.products_precision`` says which).
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 import threading
@@ -139,7 +140,10 @@ def _lib_unlocked():
     return _library[0]
 
 
-_eager = threading.local()  # {(device, stream pointer): GraphGemm} of this thread
+_eager = threading.local()  # OrderedDict {(device, stream pointer): GraphGemm}, this thread's
+#: the most eager handles a thread keeps (each holds a workspace): the least
+#: recently used is dropped, its stream synchronized first
+MAX_HANDLES = 8
 
 
 def eager_gemm(out, a, b):
@@ -151,11 +155,15 @@ def eager_gemm(out, a, b):
     stream = cupy.cuda.get_current_stream()
     handles = getattr(_eager, "handles", None)
     if handles is None:
-        handles = _eager.handles = {}
+        handles = _eager.handles = collections.OrderedDict()
     key = (cupy.cuda.runtime.getDevice(), stream.ptr)
     gemm = handles.get(key)
     if gemm is None:
+        while len(handles) >= MAX_HANDLES:  # (its GEMMs done before its workspace goes)
+            handles.popitem(last=False)[1].stream.synchronize()
         gemm = handles[key] = GraphGemm(stream, cupy, tf32=cublas_tf32(np.float32))
+    else:
+        handles.move_to_end(key)
     return gemm(out, a, b)
 
 
@@ -200,7 +208,7 @@ class GraphGemm:
         self._finalizer = weakref.finalize(self, lib.cublasDestroy_v2, handle)
         self._finalizer.atexit = False  # (not after the CUDA context is gone)
         self.lib, self.handle = lib, handle
-        self.xp, self._buffers = xp, {}
+        self.xp, self.stream, self._buffers = xp, stream, {}
         self.workspace = xp.empty(WORKSPACE_BYTES, dtype=xp.uint8)
         _check(lib.cublasSetStream_v2(handle, ctypes.c_void_p(stream.ptr)), "setStream")
         _check(lib.cublasSetWorkspace_v2(handle, ctypes.c_void_p(self.workspace.data.ptr),
