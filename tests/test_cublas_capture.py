@@ -72,6 +72,27 @@ class HostBlas:
     def cublasSgemmStridedBatched(self):
         return self._batched(np.float32)
 
+    def _trsm(self, dtype):
+        def trsm(handle, side, uplo, trans, diag, m, n, alpha, A, lda, B, ldb):
+            self.calls.append(("trsm", side, uplo, trans, m, n, lda, ldb))
+            k = m if side == 0 else n
+            assert lda >= max(1, k) and ldb >= max(1, m) and diag == 0
+            a = _matrix(A, k, k, lda, dtype)
+            t = np.triu(a) if uplo == 1 else np.tril(a)  # (the other triangle not read)
+            op = t.T if trans == 1 else t
+            b = _matrix(B, m, n, ldb, dtype)
+            b[...] = np.linalg.solve(op, b) if side == 0 else np.linalg.solve(op.T, b.T).T
+            return 0
+        return trsm
+
+    @property
+    def cublasDtrsm_v2(self):
+        return self._trsm(np.float64)
+
+    @property
+    def cublasStrsm_v2(self):
+        return self._trsm(np.float32)
+
     @property
     def cublasDgemm_v2(self):
         return self._gemm(np.float64)
@@ -237,3 +258,21 @@ def test_a_thread_keeps_few_eager_handles(monkeypatch):
         assert cublas_capture.eager_gemm(None, None, None)
     assert made == [*range(cap), cap, cap + 1]  # (stream 0's handle reused, kept recent)
     assert synced == [1, 2]
+
+
+@pytest.mark.parametrize("side", ["left_t", "right"])
+@pytest.mark.parametrize("shape", [(5, 5), (5, 3), (3, 5)])
+def test_triangular_solves_in_place(gemm, side, shape):
+    n = 5
+    L = np.tril(rand((n, n), seed=7)) + 3 * np.eye(n)
+    lower = _dev(L + np.triu(rand((n, n), seed=8), 1))  # (the upper triangle ignored)
+    b0 = rand(shape, seed=9)
+    fits = shape[0] == n if side == "left_t" else shape[1] == n
+    b = _dev(b0.copy())
+    assert gemm.trsm(lower, b, side) == fits
+    if fits:
+        want = np.linalg.solve(L.T, b0) if side == "left_t" else b0 @ np.linalg.inv(L)
+        np.testing.assert_allclose(np.asarray(b), want, rtol=1e-12, atol=1e-12)
+    else:
+        np.testing.assert_array_equal(np.asarray(b), b0)
+    assert not gemm.trsm(_dev(L)[:, ::-1], _dev(b0.copy()), side)  # not C-contiguous

@@ -31,9 +31,10 @@ import weakref
 
 import numpy as np
 
-__all__ = ["GraphGemm", "available", "cublas_tf32", "eager_gemm"]
+__all__ = ["GraphGemm", "available", "cublas_tf32", "eager_gemm", "eager_handle"]
 
 _OP_N, _OP_T = 0, 1
+_LEFT, _RIGHT, _LOWER, _UPPER, _NON_UNIT = 0, 1, 0, 1, 0  # cublasSideMode_t, cublasFillMode_t
 _DEFAULT_MATH, _TF32_MATH = 0, 3  # cublasMath_t
 #: each handle's own workspace (cuBLAS asks for one to capture; its split-k
 #: GEMMs use it)
@@ -68,9 +69,12 @@ def _find_library():
     for name in ("cublasDgemmStridedBatched", "cublasSgemmStridedBatched"):
         getattr(lib, name).argtypes = [vp, i, i, i, i, i, vp, vp, i, ll, vp, i, ll, vp, vp,
                                        i, ll, i]
+    for name in ("cublasDtrsm_v2", "cublasStrsm_v2"):
+        getattr(lib, name).argtypes = [vp, i, i, i, i, i, i, vp, vp, i, vp, i]
     for name in ("cublasCreate_v2", "cublasDestroy_v2", "cublasSetStream_v2",
                  "cublasSetWorkspace_v2", "cublasSetMathMode", "cublasDgemm_v2",
-                 "cublasSgemm_v2", "cublasDgemmStridedBatched", "cublasSgemmStridedBatched"):
+                 "cublasSgemm_v2", "cublasDgemmStridedBatched", "cublasSgemmStridedBatched",
+                 "cublasDtrsm_v2", "cublasStrsm_v2"):
         getattr(lib, name).restype = i
     return lib
 
@@ -150,6 +154,11 @@ def eager_gemm(out, a, b):
     """``out = a @ b`` by cuBLAS on the current stream, through a handle
     configured as the capture handles are (so that a product has the same
     bits in and out of a graph); False where one GEMM cannot compute it."""
+    return eager_handle()(out, a, b)
+
+
+def eager_handle():
+    """This thread's handle for the current stream (:func:`eager_gemm`'s)."""
     import cupy
 
     stream = cupy.cuda.get_current_stream()
@@ -164,7 +173,7 @@ def eager_gemm(out, a, b):
         gemm = handles[key] = GraphGemm(stream, cupy, tf32=cublas_tf32(np.float32))
     else:
         handles.move_to_end(key)
-    return gemm(out, a, b)
+    return gemm
 
 
 def _check(status, what):
@@ -209,7 +218,7 @@ class GraphGemm:
         self._finalizer.atexit = False  # (not after the CUDA context is gone)
         self.lib, self.handle = lib, handle
         self.xp, self.stream, self._buffers = xp, stream, {}
-        self.workspace = xp.empty(WORKSPACE_BYTES, dtype=xp.uint8)
+        self.workspace = _device_empty(xp, (WORKSPACE_BYTES,), np.uint8)
         _check(lib.cublasSetStream_v2(handle, ctypes.c_void_p(stream.ptr)), "setStream")
         _check(lib.cublasSetWorkspace_v2(handle, ctypes.c_void_p(self.workspace.data.ptr),
                                          WORKSPACE_BYTES), "setWorkspace")
@@ -293,8 +302,45 @@ class GraphGemm:
         key = (slot, tuple(shape), np.dtype(dtype).str)
         buf = self._buffers.get(key)
         if buf is None:
-            buf = self._buffers[key] = self.xp.empty(shape, dtype)
+            buf = self._buffers[key] = _device_empty(self.xp, shape, dtype)
         return buf
+
+    def trsm(self, lower, b, side):
+        """In place on the C-contiguous matrix ``b``, with ``lower`` a
+        C-contiguous lower-triangular matrix ``L`` (its other triangle not
+        read): ``side`` ``"left_t"``: ``b <- L^-T b``; ``"right"``: ``b <- b
+        L^-1``.  False (nothing done) where the operands do not fit."""
+        dt = b.dtype
+        if dt not in self._one or lower.dtype != dt or lower.ndim != 2 or b.ndim != 2 or \
+                not (lower.flags.c_contiguous and b.flags.c_contiguous) or b.size == 0:
+            return False
+        n = lower.shape[0]
+        rows, cols = b.shape
+        if lower.shape != (n, n) or (rows if side == "left_t" else cols) != n:
+            return False
+        # column-major, b is b^T (cols x rows, ld cols) and L is the upper L^T
+        # left_t: b^T <- b^T L^-1, the right side, op T of the upper L^T
+        # right: b^T <- L^-T b^T, the left side, op N of the upper L^T
+        fn = self.lib.cublasDtrsm_v2 if dt == np.float64 else self.lib.cublasStrsm_v2
+        if side == "left_t":
+            args = (_RIGHT, _UPPER, _OP_T, _NON_UNIT, cols, rows)
+        else:
+            args = (_LEFT, _UPPER, _OP_N, _NON_UNIT, cols, rows)
+        _check(fn(self.handle, *args, ctypes.addressof(self._one[dt]), lower.data.ptr, n,
+                  b.data.ptr, cols), "trsm")
+        return True
+
+
+def _device_empty(xp, shape, dtype):
+    """An array from cupy's memory pool itself (not through the allocator in
+    use: a device linear-algebra run's, which records its requests), or
+    ``xp.empty`` for an array module without a pool (the host tests)."""
+    pool = getattr(xp, "get_default_memory_pool", None)
+    if pool is None:
+        return xp.empty(shape, dtype)
+    dtype = np.dtype(dtype)
+    nbytes = max(1, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+    return xp.ndarray(shape, dtype, memptr=pool().malloc(nbytes))
 
 
 def _matrix_of(x3):

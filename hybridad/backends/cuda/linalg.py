@@ -129,8 +129,13 @@ def _symmetric(a, uplo):
 
 def _factor(a):
     """The lower Cholesky factor of the symmetric matrix ``a``'s lower
-    triangle stands for; raises where it is not positive definite."""
-    lo = _stacked(np.linalg.cholesky, _symmetric(a, "L"))
+    triangle stands for; raises where it is not positive definite.  A matrix
+    factored on its own (:func:`_stacked`) is handed over as it is: cupy's
+    2-D cholesky, as numpy's, runs potrf on the lower triangle alone and
+    zeroes the other (no symmetric copy of a large matrix is made); a stack
+    of small ones goes to the batched routine symmetrized first."""
+    one_at_a_time = a.shape[0] == 1 or a.shape[-1] > BATCHED_UP_TO
+    lo = _stacked(np.linalg.cholesky, a if one_at_a_time else _symmetric(a, "L"))
     if lo.size and not bool(np.all(np.diagonal(lo, axis1=-2, axis2=-1) > 0)):
         raise np.linalg.LinAlgError("Matrix is not positive definite")
     return lo
@@ -156,16 +161,45 @@ def cholesky_adjoint(out, lo, g, work=None):
     """The gradient w.r.t. the lower triangle the factor ``lo`` was computed
     from, given ``g`` w.r.t. ``lo`` (its upper triangle ignored): with
     ``P = phi(L^T tril(g))`` (the lower triangle, its diagonal halved) and
-    ``M = L^-T P L^-1``, ``tril(M + M^T)`` with ``M``'s diagonal once -- two
-    triangular solves, as LAPACK's potrf left ``L``."""
+    ``M = L^-T P L^-1``, ``tril(M + M^T)`` with ``M``'s diagonal once -- a
+    product and two triangular solves in place (cuBLAS's trsm on one
+    buffer), ``out`` a scratch on the way: four matrices allocated per
+    matrix of the stack, where the plain formula makes seventeen (what a
+    run allocates sizes the program's linear-algebra workspace)."""
     if lo.size == 0:
         return
-    eye = _eye(lo)
     low = np.tril(lo)
-    p = np.tril(np.matmul(_mT(low), np.tril(g))) * (1 - 0.5 * eye)
-    x = _triangular(lo, p, True, trans=1)  # L^-T P
-    m = _mT(_triangular(lo, _mT(x), True, trans=1))  # (L^-T (L^-T P)^T)^T = L^-T P L^-1
-    out[...] = np.tril(m + _mT(m)) - m * eye
+    np.matmul(_mT(low), np.tril(g), out=out)
+    p = np.tril(out)
+    _scale_diagonal(p, 0.5)
+    for i in range(p.shape[0]):
+        _trsm(low[i], p[i], "left_t")  # L^-T P
+        _trsm(low[i], p[i], "right")  # (L^-T P) L^-1 = M
+    np.add(p, _mT(p), out=out)
+    _scale_diagonal(out, 0.5)  # (M's diagonal once)
+    out[...] = np.tril(out)
+
+
+def _scale_diagonal(x, factor):
+    """The diagonals of the C-contiguous stack ``x`` times ``factor``, in place."""
+    n = x.shape[-1]
+    x.reshape(x.shape[0], n * n)[:, ::n + 1] *= factor
+
+
+def _trsm(lower, b, side):
+    """In place on ``b`` (C-contiguous), ``L`` the lower triangle of
+    ``lower``: ``"left_t"``: ``b <- L^-T b``; ``"right"``: ``b <- b L^-1`` --
+    cuBLAS's trsm through hybridad's handle on the device, scipy's
+    solve_triangular on host arrays."""
+    xp = array_module(b)
+    if xp is not np:
+        from .cublas_capture import available, eager_handle
+
+        if available() and eager_handle().trsm(lower, b, side):
+            return
+    t = np.swapaxes(b, -1, -2) if side == "right" else b  # b L^-1 = (L^-T b^T)^T
+    b[...] = np.swapaxes(_triangular(lower[None], t[None], True, trans=1)[0], -1, -2) \
+        if side == "right" else _triangular(lower[None], t[None], True, trans=1)[0]
 
 
 def _converged(what, out):
