@@ -169,7 +169,7 @@ def cholesky_adjoint(out, lo, g, work=None):
     if lo.size == 0:
         return
     low = np.tril(lo)
-    np.matmul(_mT(low), np.tril(g), out=out)
+    _matmul(out, _mT(low), np.tril(g))
     p = np.tril(out)
     _scale_diagonal(p, 0.5)
     for i in range(p.shape[0]):
@@ -178,6 +178,17 @@ def cholesky_adjoint(out, lo, g, work=None):
     np.add(p, _mT(p), out=out)
     _scale_diagonal(out, 0.5)  # (M's diagonal once)
     out[...] = np.tril(out)
+
+
+def _matmul(out, a, b):
+    """``out = a @ b``: cuBLAS through hybridad's handle on the device (a
+    transposed operand read in place), numpy's (cupy's) matmul otherwise."""
+    if array_module(out) is not np:
+        from .cublas_capture import available, eager_gemm
+
+        if available() and eager_gemm(out, a, b):
+            return
+    np.matmul(a, b, out=out)
 
 
 def _scale_diagonal(x, factor):
