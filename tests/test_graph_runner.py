@@ -85,6 +85,11 @@ def test_auto_captures_once_the_same_arrays_come_back(cupy):
     moved[0].strides = (16,)  # the same pointer, another layout: not the graph's
     runner(*moved)
     assert cupy.log[-1] == "eager"
+    del cupy.log[:]
+    for _ in range(3):  # other arrays alternating with the graph's: never captured
+        runner(*x)
+        runner(*y)
+    assert cupy.log == ["eager", "launch"] * 3
 
 
 def test_explicit_graphs_capture_at_the_first_call(cupy):

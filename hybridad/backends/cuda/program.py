@@ -442,6 +442,7 @@ class CudaGraphRunner:
     def __call__(self, *arrays):
         key = self._key(arrays)
         if key == self.key:
+            self.seen = key  # (arrays alternating with the graph's never capture)
             with self.stream:
                 for kind, step in self.steps:
                     if kind == "graph":
@@ -454,6 +455,7 @@ class CudaGraphRunner:
             self.seen = key
             self.fn(*arrays)
             return
+        self.seen = key
         self._capture(arrays, key)
 
     def _capture(self, arrays, key):
