@@ -122,8 +122,16 @@ def test_step_leaves_the_parameters_untouched(name, rule, backend):
 
 
 #: A is invertible to LAPACK, its transpose exactly singular (getrf's rounding):
-#: y = solve(A, x) runs, its reverse pass solve(A.T, seeds) fails
+#: gesv solves with A but finds an exact zero pivot in A^T (rounding): a plan's
+#: reverse pass solves with A^T from A's factors (hybridad/transforms/factors.py),
+#: so it fails only where the forward solve does
 A_NOT_AT = np.array([[35.0, 3.0], [20.0 / 3.0, 0.5714285714285715]])
+
+
+def y_det(x, a):
+    """det(a + x x^T): its forward pass succeeds on a singular matrix (det 0),
+    its reverse and tangent passes (inv) fail there."""
+    return np.concatenate([np.exp(x) * 2, np.linalg.det(a + np.outer(x, x))[None]])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -142,20 +150,27 @@ def test_jacobian(backend):
         v, j = _full(4, (4, 2))
         _assert_fails_untouched(lambda: plan.jacobian(x, np.ones((2, 2)),
                                                       out=ha.DiffResult(v, j)), [v, j])
-    # the primal program succeeds, the chunk program (the reverse pass) fails
-    plan = ha.compile(y, x, np.eye(2), backend=backend, jacobian=True, mode="reverse")
-    v, j = _full(4, (4, 2))
-    _assert_fails_untouched(lambda: plan.jacobian(x, A_NOT_AT, out=ha.DiffResult(v, j)), [v, j])
+        # (the transposed solve from A's factors: no failure where A^T's gesv had one)
+        np.testing.assert_allclose(plan.jacobian(x, A_NOT_AT).jacobian[2:],
+                                   np.linalg.inv(A_NOT_AT), rtol=1e-9)
+    # the primal program succeeds (det 0), the chunk program (the reverse pass's inv) fails
+    plan = ha.compile(y_det, x, np.eye(2), backend=backend, jacobian=True, mode="reverse")
+    plan.jacobian(x, np.eye(2))
+    v, j = _full(3, (3, 2))
+    _assert_fails_untouched(lambda: plan.jacobian(x, np.zeros((2, 2)), out=ha.DiffResult(v, j)),
+                            [v, j])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_staged_results_allocate_nothing_per_call(backend):
     """Plans whose chunk programs can fail fill buffers of their own, made at
     the first call: later calls allocate nothing."""
-    def y(x, a):
-        return np.concatenate([np.exp(x), np.linalg.solve(a, x)])
+    import scipy.linalg as sl
 
-    x, a = np.array([0.5, -1.0]), np.array([[2.0, 0.5], [0.3, 1.0]])
+    def y(x, a):  # (the reverse pass's triangular solve with the seeds can fail)
+        return np.concatenate([np.exp(x), sl.solve_triangular(a, x, lower=True)])
+
+    x, a = np.array([0.5, -1.0]), np.array([[2.0, 0.0], [0.3, 1.0]])
     jac = ha.compile(y, x, a, backend=backend, jacobian=True, mode="reverse")
     assert jac._raises["chunk"]
     res = jac.new_result()

@@ -20,7 +20,8 @@ COMPLEX_SPECTRUM = ("numpy.linalg.eig/eigvals: the matrix has complex eigenvalue
 
 _HERE = ("solve", "inv", "det", "slogdet", "cholesky", "eigh", "eigvalsh")
 _MORE = ("svd", "pinv", "qr", "eig", "eigh_evr")
-_SOLVE = ("solve_triangular", "lu_factor", "expm", "refuse_if", "cholesky_adjoint")
+_SOLVE = ("solve_triangular", "lu_factor", "expm", "refuse_if", "cholesky_adjoint", "solve_lu",
+          "lu_factors", "lu_solve")
 #: the primitives whose kernels live in :mod:`hybridad.ops.lapack`, then those of
 #: :mod:`hybridad.ops.lapack_more` and :mod:`hybridad.ops.lapack_solve` (each
 #: kernel has its op's name)
@@ -72,4 +73,6 @@ def _more_args(op, attrs):
         return (int(attrs["lower"]), int(attrs["trans"]), int(attrs["unit"]))
     if op == "refuse_if":
         return (int(attrs["code"]),)
+    if op == "lu_solve":
+        return int(attrs["trans"]), int(attrs["at"])
     return ()

@@ -34,14 +34,15 @@ from .lapack import _gesv, _getrf, _register_cython_lapack
 from .lapack_more import _SCALARS, _colmajor, _scalars
 from .._libcache import install
 
-__all__ = ["cholesky_adjoint", "expm", "lu_factor", "refuse_if", "solve_triangular",
-           "work_size"]
+__all__ = ["cholesky_adjoint", "expm", "lu_factor", "lu_factors", "lu_solve", "refuse_if",
+           "solve_lu", "solve_triangular", "work_size"]
 
-_register_cython_lapack("dtrtrs", "strtrs")
+_register_cython_lapack("dtrtrs", "strtrs", "dgetrs")
 _register_cython_lapack("dgemm", "dtrsm", "sgemm", "strsm", library="cython_blas")
 _V = types.voidptr
 _dtrtrs = types.ExternalFunction("hybridad_dtrtrs", types.void(*([_V] * 10)))
 _strtrs = types.ExternalFunction("hybridad_strtrs", types.void(*([_V] * 10)))
+_dgetrs = types.ExternalFunction("hybridad_dgetrs", types.void(*([_V] * 9)))
 _dgemm = types.ExternalFunction("hybridad_dgemm", types.void(*([_V] * 13)))
 _sgemm = types.ExternalFunction("hybridad_sgemm", types.void(*([_V] * 13)))
 _dtrsm = types.ExternalFunction("hybridad_dtrsm", types.void(*([_V] * 11)))
@@ -104,10 +105,11 @@ def work_size(op, m, n, **attrs):
     Parameters
     ----------
     op : str
-        ``"solve_triangular"``, ``"lu_factor"``, ``"expm"`` or ``"cholesky_adjoint"``.
+        ``"solve_triangular"``, ``"lu_factor"``, ``"expm"``, ``"cholesky_adjoint"``,
+        ``"solve_lu"``, ``"lu_factors"`` or ``"lu_solve"``.
     m, n : int
         The matrices' order (m), and the right-hand sides (n) of
-        solve_triangular (for the others, n = m).
+        solve_triangular, solve_lu and lu_solve (for the others, n = m).
     **attrs
         The op's attributes (unused).
 
@@ -119,6 +121,12 @@ def work_size(op, m, n, **attrs):
         return m * m + m * n + _SCALARS
     if op == "lu_factor":
         return n * n + n + _SCALARS
+    if op == "solve_lu":
+        return m * m + m * n + m
+    if op == "lu_factors":
+        return m * m + m
+    if op == "lu_solve":
+        return m * m + m * n + m + _SCALARS
     if op == "expm":
         return 8 * n * n + n + 1 + _SCALARS
     if op == "cholesky_adjoint":
@@ -191,6 +199,81 @@ def lu_factor(a, out, work, kind):
             perm[j], perm[p] = perm[p], perm[j]
         for r in range(n):
             out[i, n + 1 + perm[r], r] = 1.0
+
+
+@njit(cache=True, nogil=True)
+def solve_lu(a, b, out, work, kind):
+    """out[i] = [x | LU | pivots]: x = a[i]^-1 b[i] by gesv, as numpy's solve
+    (bit for bit), then the factorization gesv leaves -- LU (L's unit
+    diagonal implicit) in out[i, :, k:k + n], LAPACK's 1-based pivots (as
+    floats) in out[i, :, k + n] -- for :func:`lu_solve`'s later solves with
+    a[i] or its transpose.  A singular matrix raises as numpy's solve does."""
+    n, k = a.shape[1], b.shape[2]
+    lu, rhs = work[:n * n], work[n * n:n * n + n * k]
+    piv = work[n * n + n * k:n * n + n * k + n].view(np.int32)
+    for i in range(a.shape[0]):
+        if n == 0:
+            continue
+        _colmajor(a[i], lu, n, n)
+        for c in range(k):
+            for r in range(n):
+                rhs[r + c * n] = b[i, r, c]
+        if _gesv(np.int8(ord("d")), n, k, lu.ctypes, n, piv.ctypes, rhs.ctypes, n) > 0:
+            raise np.linalg.LinAlgError("Singular matrix")
+        for r in range(n):
+            for c in range(k):
+                out[i, r, c] = rhs[r + c * n]
+            for c in range(n):
+                out[i, r, k + c] = lu[r + c * n]
+            out[i, r, k + n] = piv[r]
+
+
+@njit(cache=True, nogil=True)
+def lu_factors(a, out, work, kind):
+    """out[i] = [LU | pivots]: the LU factorization of a[i] (getrf, as gesv
+    makes it; gesv itself returns before factoring when there is no
+    right-hand side), packed as :func:`solve_lu` packs it after ``x``."""
+    n = a.shape[1]
+    lu = work[:n * n]
+    piv = work[n * n:n * n + n].view(np.int32)
+    for i in range(a.shape[0]):
+        if n == 0:
+            continue
+        _colmajor(a[i], lu, n, n)
+        if _getrf(np.int8(ord("d")), n, n, lu.ctypes, n, piv.ctypes) > 0:
+            raise np.linalg.LinAlgError("Singular matrix")
+        for r in range(n):
+            for c in range(n):
+                out[i, r, c] = lu[r + c * n]
+            out[i, r, n] = piv[r]
+
+
+@njit(cache=True, nogil=True)
+def lu_solve(p, b, out, work, kind, trans, at):
+    """out[i] = a[i]^-1 b[i] (``trans`` 1: a[i]^-T b[i]) from the factors of
+    a[i] that :func:`solve_lu` packed into p[i] from column ``at`` on (getrs:
+    the second half of gesv, the factorization made once)."""
+    n, k = p.shape[1], b.shape[2]
+    mat, rhs = work[:n * n], work[n * n:n * n + n * k]
+    piv = work[n * n + n * k:n * n + n * k + n].view(np.int32)[:n]
+    ints, chars, _ = _scalars(work)
+    for i in range(p.shape[0]):
+        if n == 0 or k == 0:
+            continue
+        for r in range(n):
+            for c in range(n):
+                mat[r + c * n] = p[i, r, at + c]
+            piv[r] = np.int32(p[i, r, at + n])
+        for c in range(k):
+            for r in range(n):
+                rhs[r + c * n] = b[i, r, c]
+        chars[0] = ord("T") if trans else ord("N")
+        ints[0], ints[1], ints[2] = n, k, 0
+        _dgetrs(chars[0:].ctypes, ints[0:].ctypes, ints[1:].ctypes, mat.ctypes,
+                ints[0:].ctypes, piv.ctypes, rhs.ctypes, ints[0:].ctypes, ints[2:].ctypes)
+        for c in range(k):
+            for r in range(n):
+                out[i, r, c] = rhs[r + c * n]
 
 
 @njit(cache=True, nogil=True)

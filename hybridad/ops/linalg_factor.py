@@ -292,3 +292,65 @@ register(Op("refuse_if", "compute", _refuse_abstract, run=_run("refuse_if"),
             batch=_stacked_batch, raises=True,
             doc="x, unless a flag is set: then raise the refusal code (what numpy would "
                 "return depends on a value in a way a traced plan cannot follow)"))
+
+# ----------------------------------------------------------------------------
+# solve_lu and lu_solve: one factorization for several solves with a matrix
+# ----------------------------------------------------------------------------
+
+
+def _solve_lu_abstract(a, b):
+    _check_stack(a, "solve_lu")
+    batch, n, n2 = a.shape
+    if n != n2 or len(b.shape) != 3 or tuple(b.shape[:2]) != (batch, n) or b.dtype != a.dtype:
+        raise ValueError(f"solve_lu: {a.shape} {a.dtype} and right-hand side {b.shape} "
+                         f"{b.dtype} do not match")
+    return (batch, n, b.shape[2] + n + 1), a.dtype
+
+
+def _lu_solve_abstract(p, b, trans=0, at=0):
+    n = p.shape[1] if len(p.shape) == 3 else -1
+    if len(p.shape) != 3 or p.shape[2] != at + n + 1 or len(b.shape) != 3 or \
+            tuple(b.shape[:2]) != (p.shape[0], n) or b.dtype != p.dtype:
+        raise ValueError(f"lu_solve: factors {p.shape} {p.dtype} (from column {at}) and "
+                         f"right-hand side {b.shape} {b.dtype} do not match")
+    return b.shape, p.dtype
+
+
+def _lowered_only(*args, **attrs):
+    raise NotImplementedError("solve_lu, lu_factors and lu_solve are made by the lowering pass "
+                              "share_factorizations, after every derivative is taken: they "
+                              "have no derivative rules of their own")
+
+
+def _factors_work(name):
+    def size(p, b, **attrs):
+        from .lapack_solve import work_size
+
+        return work_size(name, p.shape[1], b.shape[2])
+
+    return size
+
+
+register(Op("solve_lu", "compute", _solve_lu_abstract, run=_run("solve_lu"),
+            vjp=_lowered_only, jvp=_lowered_only, batch=_stacked_batch,
+            workspace=_factors_work("solve_lu"), raises=True,
+            doc="x with a @ x = b by gesv (numpy's solve, bit for bit), and the LU factors "
+                "and pivots gesv leaves, packed after x for lu_solve"))
+def _lu_factors_abstract(a):
+    _check_stack(a, "lu_factors")
+    batch, n, n2 = a.shape
+    if n != n2:
+        raise ValueError(f"lu_factors: expected square matrices, got {a.shape}")
+    return (batch, n, n + 1), a.dtype
+
+
+register(Op("lu_factors", "compute", _lu_factors_abstract, run=_run("lu_factors"),
+            vjp=_lowered_only, jvp=_lowered_only, batch=_stacked_batch,
+            workspace=lambda a, **attrs: a.shape[1] * a.shape[1] + a.shape[1], raises=True,
+            doc="gesv's LU factors and pivots of a (no right-hand side), packed as solve_lu "
+                "packs them, for lu_solve"))
+register(Op("lu_solve", "compute", _lu_solve_abstract, run=_run("lu_solve"),
+            vjp=_lowered_only, jvp=_lowered_only, batch=_stacked_batch,
+            workspace=_factors_work("lu_solve"),
+            doc="x with a @ x = b (trans 1: a^T @ x = b) from the factors of a that solve_lu "
+                "packed from column `at` on (LAPACK getrs)"))

@@ -498,7 +498,8 @@ CONSERVATIVE = frozenset({
     "solve", "inv", "det", "slogdet", "cholesky", "eigh", "eigvalsh", "svd", "pinv", "eig",
     "eigh_evr", "solve_triangular", "qr", "lu_factor", "expm", "refuse_if", "cholesky_adjoint",
     "host_ufunc", "host_call", "region", "region_acc", "region_partial",
-    "matvec_pair", "matvec_two",  # (made by the numba lowering, after any pattern is traced)
+    # (made by the lowering, after any pattern is traced)
+    "matvec_pair", "matvec_two", "solve_lu", "lu_factors", "lu_solve",
     "loop",  # (the body's pattern iterated is not derived yet)
 })
 

@@ -22,6 +22,7 @@ import os
 from ..ir.graph import Graph, check, dead_code_elimination
 from .broadcasts import sink_scalar_broadcasts
 from .cse import eliminate_common
+from .factors import share_factorizations
 from .loop_parts import drop_unread_loop_parts
 from .partition import (absorb_producers, fold_accumulations, fuse_regions,
                         share_reduced_values, sum_stored_partials, sum_vjp_regions)
@@ -48,6 +49,16 @@ PASSES = {
     "views": ("read chains of data movement through (a slice of a slice, of a "
               "concatenation, a reshape of a reshape, a transpose of a transpose)",
               lambda nodes, ins, outs, upd, mach: simplify_views(nodes, outs)),
+    "share_factorizations": ("one LU factorization for the solves with one matrix: the "
+                             "forward's, its transpose's in the reverse sweep, a Hessian's "
+                             "tangent sweeps' (solve_lu keeps them, lu_solve reads them)",
+                             lambda nodes, ins, outs, upd, mach: share_factorizations(nodes,
+                                                                                      outs)),
+    "factor_once": ("share_factorizations in a Hessian's or Jacobian's graph: each matrix "
+                    "factored where it is computed (lu_factors), every solve with it an "
+                    "lu_solve on the factors",
+                    lambda nodes, ins, outs, upd, mach: share_factorizations(nodes, outs,
+                                                                             staged=True)),
     "loop_parts": ("drop a loop's unread parts: the xs its body does not read, the "
                    "per-iteration outputs (stored carries) no one reads",
                    lambda nodes, ins, outs, upd, mach: drop_unread_loop_parts(nodes, ins, outs)),
@@ -89,21 +100,23 @@ PASSES = {
 
 #: backend -> the lowering passes, in order
 LOWERING = {
-    "numpy": ("views", "loop_parts", "dead_code", "schedule_updates"),
-    "numba": ("views", "loop_parts", "hoist_transposed_products", "pair_matvecs",
-              "scalar_broadcasts", "dead_code", "schedule_updates", "fuse_regions",
+    "numpy": ("views", "share_factorizations", "loop_parts", "dead_code", "schedule_updates"),
+    "numba": ("views", "share_factorizations", "loop_parts", "hoist_transposed_products",
+              "pair_matvecs", "scalar_broadcasts", "dead_code", "schedule_updates", "fuse_regions",
               "rematerialize", "fold_accumulations", "merge_accumulations", "share_reduced_values",
               "sum_stored_partials", "sum_vjp_regions", "absorb_producers"),
-    "cupy": ("views", "loop_parts", "dead_code", "schedule_updates", "fuse_regions"),
+    "cupy": ("views", "share_factorizations", "loop_parts", "dead_code", "schedule_updates",
+             "fuse_regions"),
 }
 
 #: backend -> the lowering of the graph of a Hessian or Jacobian plan (the
 #: primal, tangent and chunk programs in one graph: :mod:`hybridad.plans.staged`)
 STAGED_LOWERING = {
-    "numpy": ("views", "loop_parts", "dead_code"),
-    "numba": ("views", "loop_parts", "scalar_broadcasts", "cse", "dead_code", "fuse_regions",
-              "rematerialize", "fold_accumulations", "merge_accumulations"),
-    "cupy": ("views", "loop_parts", "dead_code", "fuse_regions"),
+    "numpy": ("views", "factor_once", "loop_parts", "dead_code"),
+    "numba": ("views", "factor_once", "loop_parts", "scalar_broadcasts", "cse",
+              "dead_code", "fuse_regions", "rematerialize", "fold_accumulations",
+              "merge_accumulations"),
+    "cupy": ("views", "factor_once", "loop_parts", "dead_code", "fuse_regions"),
 }
 
 #: the backends whose lowering asks the cost model (and so needs a machine)

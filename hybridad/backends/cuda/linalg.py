@@ -32,6 +32,8 @@ backends.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ..._xp import array_module
@@ -413,9 +415,53 @@ class Preallocated:
         self.workspace.at_least(at)
 
 
+def _lu_functions(a):
+    """``(lu_factor, lu_solve)``: cupyx.scipy.linalg's on the device, scipy's on
+    host arrays (the emulation)."""
+    if array_module(a) is np:
+        from scipy.linalg import lu_factor as factor, lu_solve as solve_with
+    else:
+        from cupyx.scipy.linalg import lu_factor as factor, lu_solve as solve_with
+    return factor, solve_with
+
+
+def solve_lu(out, a, b, work=None):
+    # the CPU kernel's packing (hybridad.ops.lapack_solve.solve_lu): x, then LU,
+    # then LAPACK's 1-based pivots as floats; a zero pivot raises as gesv's
+    n, k = a.shape[-1], b.shape[-1]
+    if n == 0 or a.shape[0] == 0:
+        return
+    factor, solve_with = _lu_functions(a)
+    for i in range(a.shape[0]):
+        with warnings.catch_warnings():  # (scipy's and cupyx's word on a singular matrix:
+            warnings.simplefilter("ignore")  # raised below, as the CPU kernel raises it)
+            lu, piv = factor(a[i], check_finite=False)
+        if not bool(np.all(np.diagonal(lu) != 0)):
+            raise np.linalg.LinAlgError("Singular matrix")
+        out[i, :, k:k + n] = lu
+        out[i, :, k + n] = piv + 1
+        if k:
+            out[i, :, :k] = solve_with((lu, piv), b[i], check_finite=False)
+
+
+def lu_factors(out, a, work=None):
+    solve_lu(out, a, a[:, :, :0])
+
+
+def lu_solve(out, p, b, trans=0, at=0, work=None):
+    n = p.shape[1]
+    if n == 0 or out.size == 0:
+        return
+    _, solve_with = _lu_functions(p)
+    for i in range(p.shape[0]):
+        piv = (p[i, :, at + n] - 1).astype(np.int32)
+        out[i] = solve_with((p[i, :, at:at + n], piv), b[i], trans=trans, check_finite=False)
+
+
 #: op -> its device run ``run(out, *operands, work=None, **attrs)``
 DEVICE_LINALG = {"solve": solve, "inv": inv, "det": det, "slogdet": slogdet,
                  "cholesky": cholesky, "solve_triangular": solve_triangular,
                  "cholesky_adjoint": cholesky_adjoint, "eigh": eigh, "eigvalsh": eigvalsh,
                  "eigh_evr": eigh_evr, "svd": svd, "pinv": pinv, "qr": qr,
-                 "eig": eig}
+                 "eig": eig, "solve_lu": solve_lu, "lu_factors": lu_factors,
+                 "lu_solve": lu_solve}

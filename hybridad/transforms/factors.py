@@ -1,0 +1,121 @@
+"""One LU factorization for the solves with one matrix (IR -> IR).
+
+``np.linalg.solve(A, b)``'s reverse rule solves with ``A^T`` (the cotangent
+of ``b``), and a Hessian's tangent sweeps solve with ``A`` again, once per
+seed: each ``solve`` node is LAPACK's gesv, an LU factorization of its
+matrix (``n^3 / 3`` multiply-adds) and then the triangular solves (``n^2``
+per right-hand side).  :func:`share_factorizations` factors each such matrix
+once: the first of its solves becomes ``solve_lu`` -- the same gesv, so its
+result is numpy's bit for bit, which also keeps the LU factors and pivots
+gesv leaves, packed after ``x`` -- read back by a view of its ``x``
+columns; every later solve with the matrix or its transpose becomes
+``lu_solve`` (getrs, ``trans`` 0 or 1) on those factors, as JAX's ``solve``
+keeps its LU factors for the transposed solve.  A Gaussian process's
+gradient at n = 1000 spent half its time in the two factorizations of its
+kernel matrix.
+
+It runs after every derivative is taken (a lowering pass): ``solve_lu``
+and ``lu_solve`` have no derivative rules.  The factors are kept from the
+first solve to the last (an ``n^2`` buffer, what the memory plan then
+holds, as JAX keeps them).  A singular matrix raises from the first solve,
+as before; a later solve with the transpose, from the factors, fails only
+where the first did (gesv on ``A^T`` can meet an exact zero pivot that
+``A``'s factorization does not).  Such a later solve differs from gesv on
+its own matrix by rounding.
+"""
+
+from __future__ import annotations
+
+from ..ir.graph import Node
+from ..ir.registry import REGISTRY
+
+__all__ = ["share_factorizations"]
+
+
+def _swaps_last_two(node):
+    axes = tuple(node.attrs.get("axes", ()))
+    k = len(node.shape)
+    return node.op == "transpose" and k >= 2 and \
+        axes == tuple(range(k - 2)) + (k - 1, k - 2)
+
+
+def _matrix(solve):
+    """``(matrix node, trans)``: the matrix a ``solve`` node factors, seen
+    through transposes of the last two axes and the frontend's reshape of a
+    matrix into a stack of one (``np.linalg.solve(A.T, b)`` and the reverse
+    sweep's ``A^T`` are the factors of ``A``, transposed)."""
+    a, trans = solve.args[0], 0
+    while True:
+        if _swaps_last_two(a):
+            a, trans = a.args[0], 1 - trans
+        elif a.op == "reshape" and len(a.args[0].shape) == 2 and \
+                tuple(a.shape) == (1, *a.args[0].shape):
+            a = a.args[0]
+        else:
+            return a, trans
+
+
+def share_factorizations(nodes, outputs=(), staged=False):
+    """Every group of two or more ``solve`` nodes with one matrix (or its
+    transpose): the first a view of a ``solve_lu``, the others ``lu_solve``
+    nodes on its factors, in place.  ``staged`` (the graph of a Hessian or
+    Jacobian plan, whose programs are the nodes that depend on a seed, apart
+    from those that do not) whose first solve is not a forward one: the
+    factors are ``lu_factors`` of the matrix alone, computed where the matrix
+    is, and every solve is an ``lu_solve`` (a solve with a seed's tangent
+    must not make the factors depend on it).
+
+    Parameters
+    ----------
+    nodes : list of Node
+        The graph's nodes in order.
+    outputs : sequence of Node
+        Its outputs (unchanged: the solves keep their ids and users).
+    staged : bool
+
+    Returns
+    -------
+    list of Node
+        ``nodes`` with each ``solve_lu`` inserted before the solve it
+        computes (``staged``: each ``lu_factors`` right after its matrix).
+    """
+    groups = {}  # matrix id -> [(solve, trans)], in node order
+    matrices = {}
+    for n in nodes:
+        if n.op == "solve":
+            a, trans = _matrix(n)
+            groups.setdefault(a.id, []).append((n, trans))
+            matrices[a.id] = a
+    shared = [(matrices[k], members) for k, members in groups.items() if len(members) > 1]
+    if not shared:
+        return nodes
+    next_id = max(n.id for n in nodes) + 1
+    before, after = {}, {}  # node id -> the nodes to insert before / after it
+    for _, members in shared:
+        first, t0 = members[0]
+        if staged and first.phase != "forward":  # (a forward solve depends on no seed)
+            # the factors of the first solve's own matrix, right after it
+            m = first.args[0]
+            shape, dtype = REGISTRY["lu_factors"].abstract(m)
+            packed = Node(next_id, "lu_factors", (m,), {}, shape, dtype, m.phase)
+            after.setdefault(m.id, []).append(packed)
+            at, rest = 0, members
+        else:
+            k = first.shape[-1]
+            shape, dtype = REGISTRY["solve_lu"].abstract(*first.args)
+            packed = Node(next_id, "solve_lu", first.args, {}, shape, dtype, first.phase)
+            before[first.id] = [packed]
+            # (in place: its users and the outputs keep it) x, a view of the packed result
+            first.op, first.args = "getitem", (packed,)
+            first.attrs = {"index": (slice(None), slice(None), slice(0, k))}
+            at, rest = k, members[1:]
+        next_id += 1
+        for solve, trans in rest:
+            solve.op, solve.args = "lu_solve", (packed, solve.args[1])
+            solve.attrs = {"trans": trans ^ t0, "at": at}
+    out = []
+    for n in nodes:
+        out.extend(before.get(n.id, ()))
+        out.append(n)
+        out.extend(after.get(n.id, ()))
+    return out

@@ -1,0 +1,136 @@
+"""One LU factorization for the solves with one matrix
+(hybridad/transforms/factors.py): the forward solve, the reverse sweep's
+solve with the transpose and a Hessian's tangent solves share the factors
+``solve_lu`` keeps;
+every derivative is the same as with a factorization per solve (to
+rounding) and matches finite differences."""
+
+import numpy as np
+import pytest
+from conftest import rand
+
+import hybridad as ha
+from hybridad.testing import assert_no_alloc, numerical_gradient
+from hybridad.transforms import pipeline
+
+
+def gp(theta, X, y):
+    """A Gaussian process's negative log-likelihood: cholesky and a solve of one matrix."""
+    d2 = np.sum((X[:, None, :] - X[None, :, :]) ** 2, axis=-1)
+    K = np.exp(theta[0]) * np.exp(-0.5 * np.exp(-2 * theta[1]) * d2) + \
+        np.exp(theta[2]) * np.eye(X.shape[0])
+    L = np.linalg.cholesky(K)
+    return 0.5 * (y @ np.linalg.solve(K, y)) + np.sum(np.log(np.diag(L)))
+
+
+def two_solves(a, b):
+    """Two right-hand sides solved with one matrix (and with its transpose)."""
+    A = a.reshape(4, 4) + 4 * np.eye(4)
+    return np.sum(np.linalg.solve(A, b) ** 2) + np.sum(np.sin(np.linalg.solve(A.T, b ** 2)))
+
+
+def stacked(a, b):
+    A = a.reshape(2, 3, 3) + 3 * np.eye(3)
+    return np.sum(np.linalg.solve(A, b.reshape(2, 3, 1)) ** 3)
+
+
+def _ops(plan, *names):
+    return [n.op for n in plan.graph.nodes if n.op in names]
+
+
+def _without_the_pass(monkeypatch):
+    for table in (pipeline.LOWERING, pipeline.STAGED_LOWERING):
+        for backend, passes in table.items():
+            monkeypatch.setitem(table, backend,
+                                tuple(p for p in passes if p != "share_factorizations"))
+
+
+CASES = {
+    "gp": (gp, lambda: (np.array([0.1, -0.2, np.log(0.5)]), rand((7, 3), seed=1),
+                        rand((7,), seed=2)), (0, 1, 2)),
+    "two_solves": (two_solves, lambda: (rand((16,), seed=3) / 4, rand((4,), seed=4)), (0, 1)),
+    "stacked": (stacked, lambda: (rand((18,), seed=5) / 3, rand((6,), seed=6)), (0, 1)),
+}
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_one_factorization_per_matrix(name, backend, monkeypatch):
+    f, make, argnums = CASES[name]
+    args = make()
+    plan = ha.compile(f, *args, argnums=argnums, backend=backend)
+    assert _ops(plan, "solve") == [] and _ops(plan, "solve_lu") == ["solve_lu"]
+    got = plan.gradient(*args)
+    for k, g in zip(argnums, got.gradient, strict=True):
+        def fk(v, k=k):
+            return f(*args[:k], v, *args[k + 1:])
+        np.testing.assert_allclose(g, numerical_gradient(fk, args[k]), rtol=1e-6, atol=1e-8)
+    _without_the_pass(monkeypatch)
+    apart = ha.compile(f, *args, argnums=argnums, backend=backend)
+    assert _ops(apart, "solve_lu") == [] and len(_ops(apart, "solve")) >= 2
+    want = apart.gradient(*args)
+    if name == "two_solves":  # (a solve with A^T from A's factors: rounding apart)
+        np.testing.assert_allclose(got.value, want.value, rtol=1e-14)
+    else:  # (the forward solve: gesv's getrf and getrs, bit for bit)
+        assert got.value == want.value
+    for g, w in zip(got.gradient, want.gradient, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_hessians_share_the_factorization_too(backend):
+    args = CASES["two_solves"][1]()
+    res = ha.hessian(two_solves, *args, backend=backend)
+    plan = ha.compile(two_solves, *args, hessian=True, backend=backend)
+    assert _ops(plan, "solve") == [] and len(_ops(plan, "solve_lu", "lu_factors")) == 1
+    step = 1e-6  # (the Hessian w.r.t. a: central differences of the numpy backend's gradient)
+    cols = []
+    for k in range(args[0].size):
+        e = np.zeros_like(args[0])
+        e[k] = step
+        up = ha.gradient(two_solves, args[0] + e, args[1], backend="numpy").gradient
+        down = ha.gradient(two_solves, args[0] - e, args[1], backend="numpy").gradient
+        cols.append((up - down) / (2 * step))
+    np.testing.assert_allclose(res.hessian, np.array(cols).T, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_a_singular_matrix_raises_as_solve_does(backend):
+    def f(a, b):
+        A = a.reshape(2, 2)
+        return np.sum(np.linalg.solve(A, b) ** 2)
+
+    plan = ha.compile(f, np.array([2.0, 1.0, 1.0, 3.0]), np.ones(2), argnums=(0, 1),
+                      backend=backend)
+    assert _ops(plan, "solve_lu") == ["solve_lu"]
+    with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        plan.gradient(np.array([1.0, 2.0, 2.0, 4.0]), np.ones(2))
+
+
+def test_no_allocation_per_call():
+    f, make, argnums = CASES["gp"]
+    args = make()
+    plan = ha.compile(f, *args, argnums=argnums)
+    res = plan.new_result()
+    assert_no_alloc(plan.gradient, *args, out=res)
+
+
+def test_tangent_solves_factor_the_matrix_alone():
+    # a Hessian of a function whose matrix depends on x: the tangent sweeps' solves
+    # (one per seed) use factors that depend on no seed
+    def f(x):
+        A = np.outer(x, x) + 3 * np.eye(x.size)
+        return np.sum(np.linalg.solve(A, np.ones(x.size)) ** 2)
+
+    x = rand((4,), seed=11)
+    plan = ha.compile(f, x, hessian=True, backend="numpy")
+    assert _ops(plan, "solve") == []
+    got = plan.hessian(x).hessian
+    step = 1e-6
+    cols = []
+    for k in range(x.size):
+        e = np.zeros_like(x)
+        e[k] = step
+        cols.append((ha.gradient(f, x + e, backend="numpy").gradient -
+                     ha.gradient(f, x - e, backend="numpy").gradient) / (2 * step))
+    np.testing.assert_allclose(got, np.array(cols).T, rtol=1e-5, atol=1e-7)
