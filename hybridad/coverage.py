@@ -17,7 +17,8 @@ AUTOGRAD_COUNT = 120
 _NOT_METHODS = {"node", "item", "tolist"}
 
 #: numpy.linalg functions on the LAPACK primitives (hybridad/ops/linalg*.py)
-_LAPACK = {"numpy.linalg.solve": "smooth (LAPACK gesv; adjoint rule)",
+_LAPACK = {"numpy.linalg.solve": "smooth (LAPACK gesv; adjoint rule: the reverse sweep's and "
+                                  "tangents' solves reuse gesv's LU factors, getrs)",
            "numpy.linalg.inv": "smooth (LAPACK gesv; adjoint rule)",
            "numpy.linalg.det": "smooth (LAPACK getrf; adjoint rule)",
            "numpy.linalg.slogdet": "smooth (LAPACK getrf; adjoint rule)",
