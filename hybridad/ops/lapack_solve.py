@@ -174,6 +174,14 @@ def solve_triangular(a, b, out, work, kind, lower, trans, unit):
 
 
 @njit(cache=True, nogil=True)
+def _getrf_of(a, mat, piv, n):
+    """getrf of the n x n matrix ``a`` copied column-major into ``mat`` (the
+    pivots into ``piv``): LAPACK's info, > 0 at an exactly zero pivot."""
+    _colmajor(a, mat, n, n)
+    return _getrf(np.int8(ord("d")), n, n, mat.ctypes, n, piv.ctypes)
+
+
+@njit(cache=True, nogil=True)
 def lu_factor(a, out, work, kind):
     """scipy.linalg.lu_factor of each a[i] (getrf): LU in out[i, :n], the
     0-based pivots in out[i, n], P (a = P L U) in out[i, n + 1:].  A singular
@@ -184,8 +192,7 @@ def lu_factor(a, out, work, kind):
     for i in range(a.shape[0]):
         if n == 0:
             continue
-        _colmajor(a[i], mat, n, n)
-        _getrf(np.int8(ord("d")), n, n, mat.ctypes, n, piv.ctypes)
+        _getrf_of(a[i], mat, piv, n)  # (a singular matrix: as LAPACK leaves it)
         for r in range(n):
             for c in range(n):
                 out[i, r, c] = mat[r + c * n]
@@ -239,8 +246,7 @@ def lu_factors(a, out, work, kind):
     for i in range(a.shape[0]):
         if n == 0:
             continue
-        _colmajor(a[i], lu, n, n)
-        if _getrf(np.int8(ord("d")), n, n, lu.ctypes, n, piv.ctypes) > 0:
+        if _getrf_of(a[i], lu, piv, n) > 0:
             raise np.linalg.LinAlgError("Singular matrix")
         for r in range(n):
             for c in range(n):

@@ -186,11 +186,17 @@ register(Op("qr", "compute", _qr_abstract, run=_run("qr"), vjp=_qr_vjp, jvp=_qr_
 # ----------------------------------------------------------------------------
 
 
-def _lu_abstract(a):
-    _check_stack(a, "lu_factor")
+def _square_stack(a, name):
+    """``(batch, n)`` of a stack of square matrices, else a ValueError naming ``name``."""
+    _check_stack(a, name)
     b, n, n2 = a.shape
     if n != n2:
-        raise ValueError(f"lu_factor: expected square matrices, got {a.shape}")
+        raise ValueError(f"{name}: expected square matrices, got {a.shape}")
+    return b, n
+
+
+def _lu_abstract(a):
+    b, n = _square_stack(a, "lu_factor")
     return (b, 2 * n + 1, n), a.dtype
 
 
@@ -299,9 +305,8 @@ register(Op("refuse_if", "compute", _refuse_abstract, run=_run("refuse_if"),
 
 
 def _solve_lu_abstract(a, b):
-    _check_stack(a, "solve_lu")
-    batch, n, n2 = a.shape
-    if n != n2 or len(b.shape) != 3 or tuple(b.shape[:2]) != (batch, n) or b.dtype != a.dtype:
+    batch, n = _square_stack(a, "solve_lu")
+    if len(b.shape) != 3 or tuple(b.shape[:2]) != (batch, n) or b.dtype != a.dtype:
         raise ValueError(f"solve_lu: {a.shape} {a.dtype} and right-hand side {b.shape} "
                          f"{b.dtype} do not match")
     return (batch, n, b.shape[2] + n + 1), a.dtype
@@ -337,10 +342,7 @@ register(Op("solve_lu", "compute", _solve_lu_abstract, run=_run("solve_lu"),
             doc="x with a @ x = b by gesv (numpy's solve, bit for bit), and the LU factors "
                 "and pivots gesv leaves, packed after x for lu_solve"))
 def _lu_factors_abstract(a):
-    _check_stack(a, "lu_factors")
-    batch, n, n2 = a.shape
-    if n != n2:
-        raise ValueError(f"lu_factors: expected square matrices, got {a.shape}")
+    batch, n = _square_stack(a, "lu_factors")
     return (batch, n, n + 1), a.dtype
 
 
