@@ -134,3 +134,22 @@ def test_tangent_solves_factor_the_matrix_alone():
         cols.append((ha.gradient(f, x + e, backend="numpy").gradient -
                      ha.gradient(f, x - e, backend="numpy").gradient) / (2 * step))
     np.testing.assert_allclose(got, np.array(cols).T, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_a_first_solve_without_right_hand_sides_still_factors(backend):
+    # gesv returns before factoring when it has no right-hand side: the factors the
+    # later solves read are made anyway
+    def f(a, b):
+        A = a.reshape(3, 3) + 3 * np.eye(3)
+        return np.sum(np.linalg.solve(A, np.zeros((3, 0)))) + np.sum(np.linalg.solve(A, b) ** 2)
+
+    args = (rand((9,), seed=12) / 3, rand((3,), seed=13))
+    plan = ha.compile(f, *args, argnums=(0, 1), backend=backend)
+    got = plan.gradient(*args)
+    for k, g in enumerate(got.gradient):
+        def fk(v, k=k):
+            return f(*args[:k], v, *args[k + 1:])
+        np.testing.assert_allclose(g, numerical_gradient(fk, args[k]), rtol=1e-6, atol=1e-8)
+    with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        plan.gradient(np.array([-3.0, 0, 0, 0, 1, 0, 0, 0, 1]), args[1])

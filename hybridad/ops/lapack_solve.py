@@ -221,12 +221,16 @@ def solve_lu(a, b, out, work, kind):
     for i in range(a.shape[0]):
         if n == 0:
             continue
-        _colmajor(a[i], lu, n, n)
-        for c in range(k):
-            for r in range(n):
-                rhs[r + c * n] = b[i, r, c]
-        if _gesv(np.int8(ord("d")), n, k, lu.ctypes, n, piv.ctypes, rhs.ctypes, n) > 0:
-            raise np.linalg.LinAlgError("Singular matrix")
+        if k == 0:  # (gesv returns before factoring when there is no right-hand side)
+            if _getrf_of(a[i], lu, piv, n) > 0:
+                raise np.linalg.LinAlgError("Singular matrix")
+        else:
+            _colmajor(a[i], lu, n, n)
+            for c in range(k):
+                for r in range(n):
+                    rhs[r + c * n] = b[i, r, c]
+            if _gesv(np.int8(ord("d")), n, k, lu.ctypes, n, piv.ctypes, rhs.ctypes, n) > 0:
+                raise np.linalg.LinAlgError("Singular matrix")
         for r in range(n):
             for c in range(k):
                 out[i, r, c] = rhs[r + c * n]
