@@ -64,14 +64,6 @@ class HostBlas:
             return 0
         return batched
 
-    @property
-    def cublasDgemmStridedBatched(self):
-        return self._batched(np.float64)
-
-    @property
-    def cublasSgemmStridedBatched(self):
-        return self._batched(np.float32)
-
     def _trsm(self, dtype):
         def trsm(handle, side, uplo, trans, diag, m, n, alpha, A, lda, B, ldb):
             self.calls.append(("trsm", side, uplo, trans, m, n, lda, ldb))
@@ -85,21 +77,17 @@ class HostBlas:
             return 0
         return trsm
 
-    @property
-    def cublasDtrsm_v2(self):
-        return self._trsm(np.float64)
+    #: the routines a handle calls: (this fake's maker, the dtype)
+    ROUTINES = {"cublasDgemm_v2": ("_gemm", np.float64), "cublasSgemm_v2": ("_gemm", np.float32),
+                "cublasDgemmStridedBatched": ("_batched", np.float64),
+                "cublasSgemmStridedBatched": ("_batched", np.float32),
+                "cublasDtrsm_v2": ("_trsm", np.float64), "cublasStrsm_v2": ("_trsm", np.float32)}
 
-    @property
-    def cublasStrsm_v2(self):
-        return self._trsm(np.float32)
-
-    @property
-    def cublasDgemm_v2(self):
-        return self._gemm(np.float64)
-
-    @property
-    def cublasSgemm_v2(self):
-        return self._gemm(np.float32)
+    def __getattr__(self, name):
+        if name not in self.ROUTINES:
+            raise AttributeError(name)
+        maker, dtype = self.ROUTINES[name]
+        return getattr(self, maker)(dtype)
 
 
 class HostModule:
@@ -116,9 +104,6 @@ class HostModule:
 def gemm():
     g = GraphGemm.__new__(GraphGemm)
     g.lib, g.handle, g.xp, g._buffers = HostBlas(), None, HostModule, {}
-    g._one = {np.dtype(np.float64): ctypes.c_double(1.0), np.dtype(np.float32): ctypes.c_float(1.0)}
-    g._zero = {np.dtype(np.float64): ctypes.c_double(0.0),
-               np.dtype(np.float32): ctypes.c_float(0.0)}
     return g
 
 

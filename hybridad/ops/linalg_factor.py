@@ -327,32 +327,23 @@ def _lowered_only(*args, **attrs):
                               "have no derivative rules of their own")
 
 
-def _factors_work(name):
-    def size(p, b, **attrs):
-        from .lapack_solve import work_size
-
-        return work_size(name, p.shape[1], b.shape[2])
-
-    return size
-
-
-register(Op("solve_lu", "compute", _solve_lu_abstract, run=_run("solve_lu"),
-            vjp=_lowered_only, jvp=_lowered_only, batch=_stacked_batch,
-            workspace=_factors_work("solve_lu"), raises=True,
-            doc="x with a @ x = b by gesv (numpy's solve, bit for bit), and the LU factors "
-                "and pivots gesv leaves, packed after x for lu_solve"))
 def _lu_factors_abstract(a):
     batch, n = _square_stack(a, "lu_factors")
     return (batch, n, n + 1), a.dtype
 
 
+register(Op("solve_lu", "compute", _solve_lu_abstract, run=_run("solve_lu"),
+            vjp=_lowered_only, jvp=_lowered_only, batch=_stacked_batch,
+            workspace=_work("solve_lu"), raises=True,
+            doc="x with a @ x = b by gesv (numpy's solve, bit for bit), and the LU factors "
+                "and pivots gesv leaves, packed after x for lu_solve"))
 register(Op("lu_factors", "compute", _lu_factors_abstract, run=_run("lu_factors"),
             vjp=_lowered_only, jvp=_lowered_only, batch=_stacked_batch,
-            workspace=lambda a, **attrs: a.shape[1] * a.shape[1] + a.shape[1], raises=True,
+            workspace=_work("lu_factors"), raises=True,
             doc="gesv's LU factors and pivots of a (no right-hand side), packed as solve_lu "
                 "packs them, for lu_solve"))
 register(Op("lu_solve", "compute", _lu_solve_abstract, run=_run("lu_solve"),
             vjp=_lowered_only, jvp=_lowered_only, batch=_stacked_batch,
-            workspace=_factors_work("lu_solve"),
+            workspace=_work("lu_solve"),
             doc="x with a @ x = b (trans 1: a^T @ x = b) from the factors of a that solve_lu "
                 "packed from column `at` on (LAPACK getrs)"))

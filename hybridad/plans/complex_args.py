@@ -63,6 +63,11 @@ def is_complex_argument(a):
     return is_complex_constant(a) or (is_array(a) and a.dtype.kind == "c")
 
 
+def _plain_array(a):
+    """Whether ``a`` is a numpy ndarray (no subclass) or a cupy array."""
+    return type(a) is np.ndarray or (is_array(a) and array_module(a) is not np)
+
+
 def any_complex(args):
     """Whether a top-level argument is a complex array or number."""
     return any(is_complex_argument(a) for a in args)
@@ -154,8 +159,7 @@ def traced_complex_output():
 # kept buffers, plan and real result
 # --------------------------------------------------------------------------
 def _real_dtype(z, k):
-    if not (type(z) is np.ndarray or isinstance(z, complex | np.complexfloating) or
-            (is_array(z) and array_module(z) is not np)):
+    if not (_plain_array(z) or isinstance(z, complex | np.complexfloating)):
         raise TypeError(f"argument {k} is a complex {type(z).__name__}; complex arguments are "
                         "numpy or cupy arrays or numbers")
     dtype = np.result_type(z)
@@ -203,7 +207,7 @@ class Entry:
 def _key(args, extra):
     sig = []
     for a in args:
-        if type(a) is np.ndarray or (is_array(a) and array_module(a) is not np):
+        if _plain_array(a):
             sig.append((type(a), a.shape, a.dtype))
         elif type(a) is complex or isinstance(a, np.complexfloating):
             sig.append(((), np.result_type(a)))

@@ -14,8 +14,8 @@ keeps its LU factors for the transposed solve.  A Gaussian process's
 gradient at n = 1000 spent half its time in the two factorizations of its
 kernel matrix.
 
-It runs after every derivative is taken (a lowering pass): ``solve_lu``
-and ``lu_solve`` have no derivative rules.  The factors are kept from the
+It runs after every derivative is taken (a lowering pass): ``solve_lu``,
+``lu_factors`` and ``lu_solve`` have no derivative rules.  The factors are kept from the
 first solve to the last (an ``n^2`` buffer, what the memory plan then
 holds, as JAX keeps them).  A singular matrix raises from the first solve,
 as before; a later solve with the transpose, from the factors, fails only
@@ -80,18 +80,16 @@ def share_factorizations(nodes, outputs=(), staged=False):
         computes (``staged``: each ``lu_factors`` right after its matrix).
     """
     groups = {}  # matrix id -> [(solve, trans)], in node order
-    matrices = {}
     for n in nodes:
         if n.op == "solve":
             a, trans = _matrix(n)
             groups.setdefault(a.id, []).append((n, trans))
-            matrices[a.id] = a
-    shared = [(matrices[k], members) for k, members in groups.items() if len(members) > 1]
+    shared = [members for members in groups.values() if len(members) > 1]
     if not shared:
         return nodes
     next_id = max(n.id for n in nodes) + 1
     before, after = {}, {}  # node id -> the nodes to insert before / after it
-    for _, members in shared:
+    for members in shared:
         first, t0 = members[0]
         if staged and first.phase != "forward":  # (a forward solve depends on no seed)
             # the factors of the first solve's own matrix, right after it

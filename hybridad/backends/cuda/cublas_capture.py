@@ -1,23 +1,27 @@
-"""Matrix products by cuBLAS inside a CUDA graph's capture.
+"""Matrix products (and triangular solves) by cuBLAS through handles of
+hybridad's own, which a CUDA graph's capture records.
 
 cupy refuses every cuBLAS call while a stream is captured (its ``setStream``
 raises), although cuBLAS's GEMMs are capturable when the handle's stream is
 the capturing stream and the handle has a workspace of its own, set before
 the capture (cuBLAS's documentation, "CUDA Graphs Support"; PyTorch captures
-its products so).  A :class:`GraphGemm` is such a handle, made for one
-:class:`~hybridad.backends.cuda.program.CudaGraphRunner` (its stream, its
-workspace: graphs of two plans never share one): the runner hands it each
-matrix product the program makes while it captures, and it enqueues
-``cublas<t>gemm`` through cuBLAS's C API (``ctypes``; the library cupy
-loaded), so the product becomes a node of the graph and a plan's step with
-products is one graph.  A stack of products (numpy's batch broadcasting over
+its products so).  A :class:`GraphGemm` is such a handle, bound to one
+stream with its own workspace; :func:`eager_handle` keeps one per thread,
+device and stream (at most :data:`MAX_HANDLES`).  A GPU program's products
+always go through it (:func:`eager_gemm`), eagerly or while
+:class:`~hybridad.backends.cuda.program.CudaGraphRunner` captures on its
+stream -- then the GEMM becomes a node of the graph, and a plan's step with
+products is one graph; a product has the same bits in and out of a graph.
+It enqueues ``cublas<t>gemm`` through cuBLAS's C API (``ctypes``; the
+library cupy loaded).  A stack of products (numpy's batch broadcasting over
 one leading axis) is one strided-batched GEMM; an operand whose strides are
 neither row- nor column-major (a broadcast, a strided slice) is copied into
 a buffer of the handle's first, as cupy's matmul copies it into memory it
 allocates.  A product it cannot express so (more batch axes, mixed or
-integer dtypes) is declined, and the runner cuts the graph around it as before.
+integer dtypes) is declined: cupy's matmul computes it, and a capture cuts
+the graph around it.
 
-The handle's math mode follows cupy's: full float32 unless ``CUPY_TF32=1``
+The handles' math mode follows cupy's: full float32 unless ``CUPY_TF32=1``
 asked cupy for TF32 (``products.products_precision`` says which).
 """
 
@@ -39,6 +43,11 @@ _DEFAULT_MATH, _TF32_MATH = 0, 3  # cublasMath_t
 #: each handle's own workspace (cuBLAS asks for one to capture; its split-k
 #: GEMMs use it)
 WORKSPACE_BYTES = 8 << 20
+
+#: alpha and beta of every call (host pointer mode, cuBLAS's default: read as a
+#: call is enqueued or captured)
+_ONE = {np.dtype(np.float64): ctypes.c_double(1.0), np.dtype(np.float32): ctypes.c_float(1.0)}
+_ZERO = {np.dtype(np.float64): ctypes.c_double(0.0), np.dtype(np.float32): ctypes.c_float(0.0)}
 
 _lock = threading.RLock()
 _library = []  # [the cuBLAS library, or None]: looked up once
@@ -112,7 +121,7 @@ _checked = []  # [whether the check passed]
 
 
 def _self_check():
-    if _lib_unlocked() is None:
+    if _lib() is None:  # (under available()'s hold of the reentrant lock)
         return False
     try:
         import cupy
@@ -136,12 +145,6 @@ def _self_check():
             bool(cupy.allclose(replayed, want, rtol=1e-14))
     except Exception:  # noqa: BLE001 -- then cupy's products, and graphs in segments
         return False
-
-
-def _lib_unlocked():
-    if not _library:
-        _library.append(_find_library())
-    return _library[0]
 
 
 _eager = threading.local()  # OrderedDict {(device, stream pointer): GraphGemm}, this thread's
@@ -204,14 +207,14 @@ def _layout(x):
 
 
 class GraphGemm:
-    """A cuBLAS handle bound to one capture stream, with its own workspace:
+    """A cuBLAS handle bound to one stream, with its own workspace:
     ``gemm(out, a, b)`` enqueues ``out = a @ b`` on that stream (True), or
     declines (False) where one GEMM cannot compute it."""
 
     def __init__(self, stream, xp, tf32=False):
         lib = _lib()
         if lib is None:
-            raise RuntimeError("cuBLAS is not available for capture here")
+            raise RuntimeError("cupy's cuBLAS library was not found in this process")
         handle = ctypes.c_void_p()
         _check(lib.cublasCreate_v2(ctypes.byref(handle)), "handle creation")
         self._finalizer = weakref.finalize(self, lib.cublasDestroy_v2, handle)
@@ -224,15 +227,10 @@ class GraphGemm:
                                          WORKSPACE_BYTES), "setWorkspace")
         _check(lib.cublasSetMathMode(handle, _TF32_MATH if tf32 else _DEFAULT_MATH),
                "setMathMode")
-        # host scalars (the default pointer mode): read as the call is captured
-        self._one = {np.dtype(np.float64): ctypes.c_double(1.0),
-                     np.dtype(np.float32): ctypes.c_float(1.0)}
-        self._zero = {np.dtype(np.float64): ctypes.c_double(0.0),
-                      np.dtype(np.float32): ctypes.c_float(0.0)}
 
     def __call__(self, out, a, b):
         dt = out.dtype
-        if dt not in self._one or a.dtype != dt or b.dtype != dt or a.ndim > 3 or \
+        if dt not in _ONE or a.dtype != dt or b.dtype != dt or a.ndim > 3 or \
                 b.ndim > 3 or a.ndim == 0 or b.ndim == 0:
             return False
         # every operand as a stack (1 or batch, rows, columns): views, never a reshape
@@ -262,7 +260,7 @@ class GraphGemm:
             staged = self._buffer(2, out3.shape, dt)  # (then copied into the caller's)
             o2, sc, lc = staged[0], m * n, (_OP_N, n)
         # row-major out = a @ b is column-major out^T = b^T a^T
-        one, zero = ctypes.addressof(self._one[dt]), ctypes.addressof(self._zero[dt])
+        one, zero = ctypes.addressof(_ONE[dt]), ctypes.addressof(_ZERO[dt])
         if batch == 1:
             fn = self.lib.cublasDgemm_v2 if dt == np.float64 else self.lib.cublasSgemm_v2
             status = fn(self.handle, lb[0], la[0], n, m, k, one, b2.data.ptr, lb[1],
@@ -311,7 +309,7 @@ class GraphGemm:
         read): ``side`` ``"left_t"``: ``b <- L^-T b``; ``"right"``: ``b <- b
         L^-1``.  False (nothing done) where the operands do not fit."""
         dt = b.dtype
-        if dt not in self._one or lower.dtype != dt or lower.ndim != 2 or b.ndim != 2 or \
+        if dt not in _ONE or lower.dtype != dt or lower.ndim != 2 or b.ndim != 2 or \
                 not (lower.flags.c_contiguous and b.flags.c_contiguous) or b.size == 0:
             return False
         n = lower.shape[0]
@@ -326,7 +324,7 @@ class GraphGemm:
             args = (_RIGHT, _UPPER, _OP_T, _NON_UNIT, cols, rows)
         else:
             args = (_LEFT, _UPPER, _OP_N, _NON_UNIT, cols, rows)
-        _check(fn(self.handle, *args, ctypes.addressof(self._one[dt]), lower.data.ptr, n,
+        _check(fn(self.handle, *args, ctypes.addressof(_ONE[dt]), lower.data.ptr, n,
                   b.data.ptr, cols), "trsm")
         return True
 

@@ -70,16 +70,22 @@ def _join(parts):
     return parts[0][None] if len(parts) == 1 else np.stack(parts)
 
 
+def _scipy_linalg(a):
+    """scipy.linalg's functions for ``a``: cupyx.scipy.linalg on the device,
+    scipy.linalg itself on host arrays (the emulation)."""
+    if array_module(a) is np:
+        import scipy.linalg as sl
+    else:
+        import cupyx.scipy.linalg as sl
+    return sl
+
+
 def _triangular(t, b, lower, trans=0, unit=False):
     """``op(t)^-1 b`` for the triangle ``lower`` of each matrix of ``t`` (the
     other triangle ignored; ``trans`` 1: ``t^T``): BLAS's trsm -- cuBLAS's
     through cupyx.scipy.linalg on the device, scipy's on host arrays -- one
     matrix at a time."""
-    xp = array_module(t)
-    if xp is np:
-        from scipy.linalg import solve_triangular as tri
-    else:
-        from cupyx.scipy.linalg import solve_triangular as tri
+    tri = _scipy_linalg(t).solve_triangular
     return _join([tri(t[i], b[i], trans=trans, lower=lower, unit_diagonal=unit)
                   for i in range(t.shape[0])])
 
@@ -210,9 +216,10 @@ def _trsm(lower, b, side):
 
         if available() and eager_handle().trsm(lower, b, side):
             return
-    t = np.swapaxes(b, -1, -2) if side == "right" else b  # b L^-1 = (L^-T b^T)^T
-    b[...] = np.swapaxes(_triangular(lower[None], t[None], True, trans=1)[0], -1, -2) \
-        if side == "right" else _triangular(lower[None], t[None], True, trans=1)[0]
+    if side == "right":  # b L^-1 = (L^-T b^T)^T
+        b[...] = _mT(_triangular(lower[None], _mT(b)[None], True, trans=1)[0])
+    else:
+        b[...] = _triangular(lower[None], b[None], True, trans=1)[0]
 
 
 def _converged(what, out):
@@ -415,33 +422,23 @@ class Preallocated:
         self.workspace.at_least(at)
 
 
-def _lu_functions(a):
-    """``(lu_factor, lu_solve)``: cupyx.scipy.linalg's on the device, scipy's on
-    host arrays (the emulation)."""
-    if array_module(a) is np:
-        from scipy.linalg import lu_factor as factor, lu_solve as solve_with
-    else:
-        from cupyx.scipy.linalg import lu_factor as factor, lu_solve as solve_with
-    return factor, solve_with
-
-
 def solve_lu(out, a, b, work=None):
     # the CPU kernel's packing (hybridad.ops.lapack_solve.solve_lu): x, then LU,
     # then LAPACK's 1-based pivots as floats; a zero pivot raises as gesv's
     n, k = a.shape[-1], b.shape[-1]
     if n == 0 or a.shape[0] == 0:
         return
-    factor, solve_with = _lu_functions(a)
+    sl = _scipy_linalg(a)
     for i in range(a.shape[0]):
         with warnings.catch_warnings():  # (scipy's and cupyx's word on a singular matrix:
             warnings.simplefilter("ignore")  # raised below, as the CPU kernel raises it)
-            lu, piv = factor(a[i], check_finite=False)
+            lu, piv = sl.lu_factor(a[i], check_finite=False)
         if not bool(np.all(np.diagonal(lu) != 0)):
             raise np.linalg.LinAlgError("Singular matrix")
         out[i, :, k:k + n] = lu
         out[i, :, k + n] = piv + 1
         if k:
-            out[i, :, :k] = solve_with((lu, piv), b[i], check_finite=False)
+            out[i, :, :k] = sl.lu_solve((lu, piv), b[i], check_finite=False)
 
 
 def lu_factors(out, a, work=None):
@@ -452,10 +449,10 @@ def lu_solve(out, p, b, trans=0, at=0, work=None):
     n = p.shape[1]
     if n == 0 or out.size == 0:
         return
-    _, solve_with = _lu_functions(p)
+    sl = _scipy_linalg(p)
     for i in range(p.shape[0]):
         piv = (p[i, :, at + n] - 1).astype(np.int32)
-        out[i] = solve_with((p[i, :, at:at + n], piv), b[i], trans=trans, check_finite=False)
+        out[i] = sl.lu_solve((p[i, :, at:at + n], piv), b[i], trans=trans, check_finite=False)
 
 
 #: op -> its device run ``run(out, *operands, work=None, **attrs)``

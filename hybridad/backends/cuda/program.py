@@ -416,7 +416,8 @@ class CudaGraphRunner:
     as nodes of the graph -- a step with products is one graph (where no
     cuBLAS is found, a ``cuda_graph=True`` plan computes them with kernels of
     its own, :mod:`.products`).  Where a program still makes library calls
-    (cuSOLVER, a stack of products, ``HYBRIDAD_CUDA_PRODUCTS=segments``) it
+    (cuSOLVER; a product one GEMM cannot compute, of several batch axes or
+    integers; every product under ``HYBRIDAD_CUDA_PRODUCTS=segments``) it
     is captured in segments: each library call (the program's ``_lib(fn,
     *args)``) ends the segment before it and is recorded with its arguments
     (arena views and the caller's arrays: the same pointers at every
