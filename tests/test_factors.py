@@ -107,12 +107,23 @@ def test_a_singular_matrix_raises_as_solve_does(backend):
         plan.gradient(np.array([1.0, 2.0, 2.0, 4.0]), np.ones(2))
 
 
-def test_no_allocation_per_call():
-    f, make, argnums = CASES["gp"]
-    args = make()
-    plan = ha.compile(f, *args, argnums=argnums)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_no_allocation_per_call_in_either_precision(name, backend, dtype):
+    # (float32: the LAPACK primitives compute in float64, as numpy's linalg does)
+    f, make, argnums = CASES[name]
+    args = tuple(a.astype(dtype) for a in make())
+    plan = ha.compile(f, *args, argnums=argnums, backend=backend)
+    assert _ops(plan, "solve") == [] and _ops(plan, "solve_lu") == ["solve_lu"]
     res = plan.new_result()
     assert_no_alloc(plan.gradient, *args, out=res)
+    want = ha.gradient(f, *[a.astype(np.float64) for a in args], argnums=argnums,
+                       backend="numpy")
+    tol = 1e-12 if dtype == np.float64 else 2e-6
+    for g, w in zip(res.gradient, want.gradient, strict=True):
+        assert g.dtype == dtype
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * np.abs(w).max())
 
 
 def test_tangent_solves_factor_the_matrix_alone():
