@@ -77,8 +77,19 @@ class HostBlas:
             return 0
         return trsm
 
+    def _gemv(self, dtype):
+        def gemv(handle, trans, m, n, alpha, A, lda, x, incx, beta, y, incy):
+            self.calls.append(("gemv", trans, m, n, lda, incx, incy))
+            assert trans == _OP_N and lda >= max(1, m) and incx == incy == 1
+            a = _matrix(A, m, n, lda, dtype)
+            y_ = _matrix(y, m, 1, m, dtype)
+            y_[:, 0] = a @ _matrix(x, n, 1, n, dtype)[:, 0]
+            return 0
+        return gemv
+
     #: the routines a handle calls: (this fake's maker, the dtype)
-    ROUTINES = {"cublasDgemm_v2": ("_gemm", np.float64), "cublasSgemm_v2": ("_gemm", np.float32),
+    ROUTINES = {"cublasDgemv_v2": ("_gemv", np.float64), "cublasSgemv_v2": ("_gemv", np.float32),
+                "cublasDgemm_v2": ("_gemm", np.float64), "cublasSgemm_v2": ("_gemm", np.float32),
                 "cublasDgemmStridedBatched": ("_batched", np.float64),
                 "cublasSgemmStridedBatched": ("_batched", np.float32),
                 "cublasDtrsm_v2": ("_trsm", np.float64), "cublasStrsm_v2": ("_trsm", np.float32)}
@@ -186,6 +197,40 @@ def test_other_layouts_go_through_the_handles_buffers(gemm, case):
         assert gemm(out, *args)
         np.testing.assert_allclose(np.asarray(out), want, rtol=1e-13)
     assert len(gemm._buffers) == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", ["contiguous", "transposed", "mixed", "rows apart",
+                                  "vector b", "vector a"])
+@pytest.mark.parametrize("shape", [(16, 4096, 16), (64, 4099, 64), (3, 5000, 1)])
+def test_long_inner_dimensions_split_k(gemm, dtype, name, shape):
+    # a small output over a long inner dimension (a weight's gradient over a
+    # batch): the chunks' products in one strided-batched GEMM (and the rest's
+    # in one GEMM), summed by one GEMV, into the caller's memory
+    a, b = _layouts(*shape, dtype)[name]
+    m, k, n = a.shape[0] if a.ndim == 2 else 1, shape[1], b.shape[1] if b.ndim == 2 else 1
+    chunk, chunks = cublas_capture.split_k(m, n, k)
+    assert chunks >= 2 and chunk * chunks <= k
+    want = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+    out = _dev(np.full(want.shape, np.nan, dtype))
+    for _ in range(2):  # (the second call reuses the partials' buffer and the ones)
+        assert gemm(out, a, b)
+        tol = 1e-12 if dtype == np.float64 else 1e-5
+        np.testing.assert_allclose(np.asarray(out), want, rtol=tol, atol=tol * 10)
+    gemvs = [c for c in gemm.lib.calls if c[0] == "gemv"]
+    assert len(gemvs) == 2 and gemvs[0][2:4] == (m * n, chunks + (k > chunk * chunks))
+    assert [c[3] for c in gemm.lib.batches] == [chunks, chunks]
+
+
+def test_split_k_is_for_small_outputs_of_long_products():
+    split = cublas_capture.split_k
+    assert split(16, 16, 10**5) is not None and split(64, 64, 10**4) is not None
+    assert split(16, 16, 1000) is None  # (short: one GEMM)
+    assert split(4096, 4096, 10**5) is None  # (many tiles already)
+    assert split(512, 512, 4096) is None  # (not 16x longer than the output's side)
+    for m, n, k in [(16, 16, 10**5), (1, 16, 10**5), (64, 64, 10**4), (100, 3, 9973)]:
+        chunk, chunks = split(m, n, k)
+        assert chunk >= cublas_capture.SPLIT_CHUNK and 2 <= chunks and chunk * chunks <= k
 
 
 def test_what_one_gemm_cannot_do_is_declined(gemm):

@@ -106,6 +106,18 @@ def extrema(x, y):
         + np.max(x) * np.min(y)
 
 
+def test_gpu_plans_choose_partials_by_traffic(monkeypatch):
+    # exp-sum: the stored partial would be written by the forward sum and read
+    # back (16 bytes an element); evaluating exp again reads x (8): recomputed
+    # on the GPU, whatever the CPU's measured costs say
+    x = rand((4000,))
+    plan = check_against_numpy(exp_sum, (x,), 0)
+    assert not any(n.op == "region_partial" for n in plan.graph.nodes)
+    assert "GPU, by traffic" in plan.explain()
+    monkeypatch.setenv("HYBRIDAD_CUDA_PARTIALS", "measured")  # (the CPU's rule, asked for)
+    assert "GPU, by traffic" not in check_against_numpy(exp_sum, (x,), 0).explain()
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
 def test_max_and_min_by_the_reduce_kernels(launcher, dtype):
     # the reduce kernels, not cupy's max/min with out= (its CUB path raises on them)

@@ -195,6 +195,34 @@ def test_cuda_graph_captures_cublas_products(cp, dtype):
         assert cp.array_equal(g, h)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+def test_long_products_split_k_in_the_graph(cp, dtype):
+    # a weight's gradient over a batch (16 x 6000 x 16) and a row against a
+    # tall matrix: split-K (a strided-batched GEMM and a GEMV) inside the graph
+    from hybridad.backends.cuda.cublas_capture import split_k
+
+    assert split_k(16, 16, 6000) is not None and split_k(1, 16, 6000) is not None
+
+    def layer(W, v, X):
+        return np.sum(np.tanh(X @ W) ** 2) + np.sum(np.sin(v @ X))
+
+    host = tuple(a.astype(dtype) for a in (rand((16, 16), seed=1) / 4, rand(6000, seed=2),
+                                           rand((6000, 16), seed=3)))
+    ref = ha.gradient(layer, *[a.astype(np.float64) for a in host], argnums=(0, 1),
+                      backend="numpy")
+    args = _on_device(cp, host)
+    plan = ha.compile(layer, *args, argnums=(0, 1), cuda_graph=True)
+    res = plan.new_result()
+    _allocates_nothing(cp, plan, args, res, 5)
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    for g, r in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(cp.asnumpy(g), r, rtol=tol, atol=tol * np.abs(r).max())
+    assert plan._graph.segments == 1
+    eager = ha.compile(layer, *args, argnums=(0, 1), cuda_graph=False).gradient(*args)
+    for g, h in zip(eager.gradient, res.gradient, strict=True):  # (eager: the same bits)
+        assert cp.array_equal(g, h)
+
+
 def test_cuda_graph_with_cublas_products_in_segments(cp, monkeypatch):
     # HYBRIDAD_CUDA_PRODUCTS=segments: the graph is captured in segments around
     # cupy's matmuls, which replay between them

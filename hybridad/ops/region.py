@@ -71,6 +71,14 @@ def summed_partials_in_loop(on=True):
     return switch("summed_partials_in_loop", on)
 
 
+def partials_by_traffic(on=True):
+    """While active (in this thread), the regions' VJPs choose between storing
+    and recomputing partials by memory traffic alone (a GPU plan's: its
+    elementwise work is bound by memory, see
+    :func:`hybridad.transforms.costs.partials_by_traffic`)."""
+    return switch("partials_by_traffic", on)
+
+
 def strategy(body, k=1, summed=0, evaluations=1, in_result=False):
     """``(strategy, reason)`` for the ``k`` distinct partials of region
     ``body`` that need an array each, and ``summed`` more that its loop sums
@@ -86,7 +94,8 @@ def strategy(body, k=1, summed=0, evaluations=1, in_result=False):
     if summed and not k:
         return "store", (f"each of the {summed} partials is summed in the loop (scalar inputs "
                          f"of a full sum): no array, no second evaluation")
-    return COST_MODEL["partials_strategy"](body, k, evaluations, in_result=in_result)
+    rule = "partials_by_traffic" if enabled("partials_by_traffic") else "partials_strategy"
+    return COST_MODEL[rule](body, k, evaluations, in_result=in_result)
 
 
 def _in_result_buffers(node, body, firsts, ans):

@@ -61,7 +61,7 @@ class ExplainMixin:
             lines.append("costs (store or recompute partials, matrix-vector loop or gemv): "
                          + costs().source)
         lines += ["", "graph:", str(self.graph), ""]
-        if self.backend == "numba":
+        if self.backend in ("numba", "cupy"):  # (the fused regions, and their partials)
             lines += ["regions:", *self._region_lines(), ""]
         if self.memory_budget is not None:
             lines += [f"memory budget: {self.memory_budget} bytes" + (
@@ -220,7 +220,8 @@ class ExplainMixin:
             ops = "+".join(m.op for m in body.nodes)
             if body.reduction is not None:
                 ops += f" -> {body.reduction.op}"
-            par = "prange" if region_runs_parallel(n) else "serial"
+            par = "a kernel" if self.backend == "cupy" else \
+                "prange" if region_runs_parallel(n) else "serial"
             ins = ", ".join(f"%{a.id}" for a in n.args)
             if mode == VJP_SUMS:
                 wrt = ", ".join(str(k) for k in n.attrs["wrt"])

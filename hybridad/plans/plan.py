@@ -35,7 +35,7 @@ from ..frontend.guard_walk import root_of
 from ..core.trace import Trace, as_node
 from ..core.tracer import Tracer
 from ..ir.graph import Graph, dead_code_elimination
-from ..ops.region import recompute_partials, summed_partials_in_loop
+from ..ops.region import partials_by_traffic, recompute_partials, summed_partials_in_loop
 from ..optim import UpdateRule
 from ..results import DiffResult, GradientResult
 from ..transforms import pipeline
@@ -265,7 +265,8 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                     trace.nodes = fuse_regions(trace.nodes, [out.node], reductions=("sum",))
             # a Hessian-vector product differentiates the gradient graph again:
             # the first reverse pass is then functional (see autodiff.backward)
-            with summed_partials_in_loop(self.backend == "numba"), times.stage("reverse pass"):
+            with summed_partials_in_loop(self.backend == "numba"), \
+                    partials_by_traffic(self.backend == "cupy"), times.stage("reverse pass"):
                 grads = backward(trace, out, diff_tracers, inplace=not hvp)
             tangents, hvps, writes = [], [], []
             if self.update is not None:  # the optimizer step, fused into the sweep

@@ -314,8 +314,37 @@ def partials_strategy(body, k, evaluations=1, in_result=False):
     return how, reason
 
 
+def partials_by_traffic(body, k, evaluations=1, in_result=False):
+    """``(strategy, reason)`` as :func:`partials_strategy`, for a GPU plan:
+    by memory traffic alone.  An elementwise body is bound by memory on a GPU
+    (an H200 computes ~60 float64 operations in the time it loads a double),
+    so evaluating it again costs only the inputs it reads again; storing
+    costs its ``k`` partials written and read back, and their memory.
+    ``"store"`` only when evaluating moves :data:`STORE_MARGIN` times the
+    bytes storing does (the CPU rule's share of the bar for memory); ``in_result``
+    changes nothing here (the partial's write into the gradient buffer and
+    its read back are traffic all the same).  exp-sum at n = 10^7 on an
+    H200: the stored partial made the forward sum write 80 MB and the
+    backward read them (320 MB moved, 240 recomputing).
+    ``HYBRIDAD_CUDA_PARTIALS=measured`` asks for :func:`partials_strategy`
+    (the CPU's measured costs) instead."""
+    if os.environ.get("HYBRIDAD_CUDA_PARTIALS", "").strip().lower() == "measured":
+        return partials_strategy(body, k, evaluations, in_result)  # (the CPU's rule)
+    loop = int(np.prod(body.shape, dtype=np.int64))
+    itemsize = max((np.dtype(n.dtype).itemsize for n in body.nodes), default=8)
+    reads = evaluations * sum(np.dtype(a.dtype).itemsize * min(1.0, a.size / loop)
+                              for a in body.inputs if a.size > 1) if loop else 0.0
+    stored = 2 * k * itemsize
+    how = "store" if STORE_MARGIN * stored < reads else "recompute"
+    loops = f" in {evaluations} loops" if evaluations > 1 else ""
+    return how, (f"GPU, by traffic: evaluating the body again{loops} reads {reads:.3g} "
+                 f"bytes/element {'>' if how == 'store' else '<='} {STORE_MARGIN:g} x writing "
+                 f"and reading {k} partial{'s' * (k != 1)} {stored} bytes/element")
+
+
 # the region VJPs' choice (the ops stage reads it from here, handed in: imports run one way)
-_region.COST_MODEL.update(partials_strategy=partials_strategy)
+_region.COST_MODEL.update(partials_strategy=partials_strategy,
+                          partials_by_traffic=partials_by_traffic)
 
 
 def matvec_choice(m, k, dtype, form, machine, threads=1):

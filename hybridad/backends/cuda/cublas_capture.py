@@ -44,6 +44,15 @@ _DEFAULT_MATH, _TF32_MATH = 0, 3  # cublasMath_t
 #: GEMMs use it)
 WORKSPACE_BYTES = 8 << 20
 
+#: split-K (:func:`split_k`): a product whose output covers fewer than
+#: SPLIT_TILES tiles of 64 x 64 and whose inner dimension is at least
+#: SPLIT_MIN_K and 16 times its outputs' side is computed as partial products
+#: over chunks of at least SPLIT_CHUNK of the inner dimension (about
+#: SPLIT_CTAS tiles in all: one strided-batched GEMM) summed by one GEMV --
+#: cuBLAS's GEMM runs such a product (a weight's gradient over a batch:
+#: 16 x 10^5 x 16) on the few thread blocks of its output, 62 us on an H200
+SPLIT_TILES, SPLIT_MIN_K, SPLIT_CHUNK, SPLIT_CTAS = 32, 2048, 128, 256
+
 #: alpha and beta of every call (host pointer mode, cuBLAS's default: read as a
 #: call is enqueued or captured)
 _ONE = {np.dtype(np.float64): ctypes.c_double(1.0), np.dtype(np.float32): ctypes.c_float(1.0)}
@@ -80,10 +89,12 @@ def _find_library():
                                        i, ll, i]
     for name in ("cublasDtrsm_v2", "cublasStrsm_v2"):
         getattr(lib, name).argtypes = [vp, i, i, i, i, i, i, vp, vp, i, vp, i]
+    for name in ("cublasDgemv_v2", "cublasSgemv_v2"):
+        getattr(lib, name).argtypes = [vp, i, i, i, vp, vp, i, vp, i, vp, vp, i]
     for name in ("cublasCreate_v2", "cublasDestroy_v2", "cublasSetStream_v2",
                  "cublasSetWorkspace_v2", "cublasSetMathMode", "cublasDgemm_v2",
                  "cublasSgemm_v2", "cublasDgemmStridedBatched", "cublasSgemmStridedBatched",
-                 "cublasDtrsm_v2", "cublasStrsm_v2"):
+                 "cublasDtrsm_v2", "cublasStrsm_v2", "cublasDgemv_v2", "cublasSgemv_v2"):
         getattr(lib, name).restype = i
     return lib
 
@@ -179,6 +190,18 @@ def eager_handle():
     return gemm
 
 
+def split_k(m, n, k):
+    """``(chunk, chunks)`` of the split-K product of an ``m x k`` by ``k x n``
+    matrix (``chunks`` full chunks of ``chunk`` of the inner dimension, then
+    the rest), or None to compute it as one GEMM.  A function of the shape
+    alone: a product has the same bits in every call, eager or captured."""
+    tiles = -(-m // 64) * -(-n // 64)
+    if tiles >= SPLIT_TILES or k < SPLIT_MIN_K or k < 16 * max(m, n):
+        return None
+    chunk = max(SPLIT_CHUNK, -(-k // max(2, SPLIT_CTAS // tiles)))
+    return chunk, k // chunk
+
+
 def _check(status, what):
     if status != 0:
         raise RuntimeError(f"cuBLAS {what} failed (status {status})")
@@ -255,25 +278,61 @@ class GraphGemm:
         a2, sa, la = self._operand(0, a3)
         b2, sb, lb = self._operand(1, b3)
         o2, sc, lc = _matrix_of(out3)
+        split = split_k(m, n, k) if batch == 1 else None
         staged = None
-        if lc is None or lc[0] != _OP_N or (batch > 1 and sc == 0):
+        if lc is None or lc[0] != _OP_N or (batch > 1 and sc == 0) or (
+                split is not None and m > 1 and lc[1] != n):  # (split-K: a vector)
             staged = self._buffer(2, out3.shape, dt)  # (then copied into the caller's)
             o2, sc, lc = staged[0], m * n, (_OP_N, n)
         # row-major out = a @ b is column-major out^T = b^T a^T
         one, zero = ctypes.addressof(_ONE[dt]), ctypes.addressof(_ZERO[dt])
-        if batch == 1:
+        if split is not None:
+            self._split(o2, a2, la, b2, lb, (m, n, k), split)
+        elif batch == 1:
             fn = self.lib.cublasDgemm_v2 if dt == np.float64 else self.lib.cublasSgemm_v2
-            status = fn(self.handle, lb[0], la[0], n, m, k, one, b2.data.ptr, lb[1],
-                        a2.data.ptr, la[1], zero, o2.data.ptr, lc[1])
+            _check(fn(self.handle, lb[0], la[0], n, m, k, one, b2.data.ptr, lb[1],
+                      a2.data.ptr, la[1], zero, o2.data.ptr, lc[1]), "gemm")
         else:
             fn = self.lib.cublasDgemmStridedBatched if dt == np.float64 else \
                 self.lib.cublasSgemmStridedBatched
-            status = fn(self.handle, lb[0], la[0], n, m, k, one, b2.data.ptr, lb[1], sb,
-                        a2.data.ptr, la[1], sa, zero, o2.data.ptr, lc[1], sc, batch)
-        _check(status, "gemm")
+            _check(fn(self.handle, lb[0], la[0], n, m, k, one, b2.data.ptr, lb[1], sb,
+                      a2.data.ptr, la[1], sa, zero, o2.data.ptr, lc[1], sc, batch), "gemm")
         if staged is not None:
             self.xp.copyto(out3, staged)
         return True
+
+    def _split(self, o2, a2, la, b2, lb, mnk, split):
+        """``o2 = a2 @ b2`` (C-contiguous ``o2``) by split-K (:func:`split_k`):
+        the chunks' products side by side in a buffer, one strided-batched
+        GEMM (and one GEMM for the rest), then their sum by one GEMV with a
+        vector of ones -- the order of additions fixed by the shape."""
+        (m, n, k), (chunk, chunks) = mnk, split
+        dt, size = o2.dtype, o2.itemsize
+        rest = k - chunk * chunks
+        parts = chunks + (rest > 0)
+        buf = self._buffer(3, (parts, m, n), dt)
+        ones = self._buffers.get((4, parts, dt.str))
+        if ones is None:
+            ones = self._buffers[(4, parts, dt.str)] = _device_empty(self.xp, (parts,), dt)
+            ones.fill(1)
+        # where chunk j of the inner dimension starts in each operand (elements)
+        step_a = chunk if la[0] == _OP_N else chunk * la[1]
+        step_b = chunk * lb[1] if lb[0] == _OP_N else chunk
+        one, zero = ctypes.addressof(_ONE[dt]), ctypes.addressof(_ZERO[dt])
+        double = dt == np.float64
+        fn = self.lib.cublasDgemmStridedBatched if double else self.lib.cublasSgemmStridedBatched
+        _check(fn(self.handle, lb[0], la[0], n, m, chunk, one, b2.data.ptr, lb[1], step_b,
+                  a2.data.ptr, la[1], step_a, zero, buf.data.ptr, n, m * n, chunks),
+               "gemm (split-K)")
+        if rest:
+            fn = self.lib.cublasDgemm_v2 if double else self.lib.cublasSgemm_v2
+            _check(fn(self.handle, lb[0], la[0], n, m, rest, one,
+                      b2.data.ptr + chunks * step_b * size, lb[1],
+                      a2.data.ptr + chunks * step_a * size, la[1], zero,
+                      buf.data.ptr + chunks * m * n * size, n), "gemm (split-K rest)")
+        fn = self.lib.cublasDgemv_v2 if double else self.lib.cublasSgemv_v2
+        _check(fn(self.handle, _OP_N, m * n, parts, one, buf.data.ptr, m * n,
+                  ones.data.ptr, 1, zero, o2.data.ptr, 1), "gemv (split-K sum)")
 
     def _operand(self, slot, x3):
         """``(first matrix, batch stride, layout)`` of stack operand ``x3`` as
