@@ -106,6 +106,26 @@ def extrema(x, y):
         + np.max(x) * np.min(y)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+def test_recomputed_products_are_summed_as_they_are_made(dtype):
+    # inputs broadcast over part of the loop (a row, a column, a scalar): each
+    # gradient the sum of a recomputed vjp region over the broadcast axes --
+    # one kernel's sum levels, no temporary of the loop's shape
+    def f(a, b, c, X):
+        return np.sum(np.exp(a[:, None] * X + b[None, :] * c) ** 2)
+
+    args = tuple(x.astype(dtype) for x in (rand((40,)) / 2, rand((30,), seed=2) / 2,
+                                           np.array(0.3), rand((40, 30), seed=3)))
+    plan = check_against_numpy(f, args, (0, 1, 2, 3), rtol=1e-12 if dtype == np.float64
+                               else 2e-5)
+    fused = [n for n in plan.graph.nodes if n.op == "region" and n.attrs.get("axis")]
+    assert sorted(n.attrs["axis"] for n in fused) == [(0,), (0, 1), (1,)]
+    assert not any(n.op == "sum" and n.args[0].op == "region" for n in plan.graph.nodes)
+    big = [b for b in plan.memory.slots.values() if b[2] >= 40 * 30 * np.dtype(dtype).itemsize]
+    assert len(big) <= 1  # (the vjp w.r.t. X alone: the gradient's own buffer is the caller's)
+    assert_no_alloc(plan.gradient, *args, out=plan.new_result(), n=5)
+
+
 def test_gpu_plans_choose_partials_by_traffic(monkeypatch):
     # exp-sum: the stored partial would be written by the forward sum and read
     # back (16 bytes an element); evaluating exp again reads x (8): recomputed

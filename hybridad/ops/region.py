@@ -8,7 +8,10 @@
   and the cotangent ``g``, its last operand -- the *recompute* strategy), or
   ``"vjp_sums"`` (the full sums of those products for each ``k`` of the tuple
   ``attrs['wrt']``, in one loop: made by
-  :func:`hybridad.transforms.partition.sum_vjp_regions`).
+  :func:`hybridad.transforms.partition.sum_vjp_regions`).  A ``vjp`` region
+  with ``attrs['axis']`` (and ``keepdims``) is that product summed over
+  those axes as it is made (:func:`hybridad.transforms.partition.sum_into_vjp_regions`,
+  the GPU program's).
 * ``region_partial`` -- d(elementwise output)/d(input ``k``) of a ``value``
   region, per element: written by that region's kernel in the same pass as
   the value (forward-mode dual numbers), read by the backward sweep; with
@@ -128,11 +131,15 @@ def _no_numpy(*args, **kwargs):
     raise NotImplementedError("fused regions run on compiled backends only")
 
 
-def _region_abstract(*args, body, mode, wrt=None, sums=()):
+def _region_abstract(*args, body, mode, wrt=None, sums=(), axis=None, keepdims=False):
     if mode == "value":
         return body.output.shape, body.output.dtype
     if mode == "vjp_sums":  # one sum per input of wrt (partition.sum_vjp_regions)
         return (len(wrt),), body.nodes[-1].dtype
+    if axis is not None:  # the vjp summed over axis (partition.sum_into_vjp_regions)
+        shape = tuple(1 if d in axis else s for d, s in enumerate(body.shape)
+                      if keepdims or d not in axis)
+        return shape, body.nodes[-1].dtype
     return body.shape, body.nodes[-1].dtype
 
 

@@ -230,9 +230,11 @@ class ExplainMixin:
                            f"summed whole in the loop (no temporary), into {where(n)}")
                 continue
             if mode == "vjp":
+                axis = n.attrs.get("axis")
+                summed = "" if axis is None else f", summed over axes {axis} as it is made"
                 out.append(f"  %{n.id:<4} {n.phase:<8} {ops} over {body.shape} ({par}): "
-                           f"recomputed for cotangent x d/d(operand {n.attrs['wrt']}), into "
-                           f"{where(n)}")
+                           f"recomputed for cotangent x d/d(operand {n.attrs['wrt']})"
+                           f"{summed}, into {where(n)}")
                 continue
             stored = [u for u in users[n.id] if u.op == "region_partial"]
             partials = [u for u in stored if u.attrs["wrt"] != PRE_REDUCTION]

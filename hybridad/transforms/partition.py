@@ -25,7 +25,8 @@ from ..ops import REGISTRY, storage_root
 
 __all__ = ["Region", "absorb_producers", "evaluate_inside", "find_regions", "fuse_regions",
            "fold_accumulations", "stored_partials",
-           "share_reduced_values", "sum_vjp_regions", "sum_stored_partials",
+           "share_reduced_values", "sum_into_vjp_regions", "sum_vjp_regions",
+           "sum_stored_partials",
            "FUSABLE_REDUCTIONS", "PRE_REDUCTION",
            "VJP_SUMS"]
 
@@ -420,6 +421,39 @@ def evaluate_inside(r, producers):
     merged = Region(members, reduction, inputs)
     merged.partials_reason = body.partials_reason
     r.args, r.attrs = tuple(inputs), {**r.attrs, "body": merged}
+
+
+def sum_into_vjp_regions(nodes, outputs=()):
+    """A ``vjp`` region read only by a float ``sum`` becomes that sum (IR -> IR;
+    the GPU program's lowering, whose sums compute the values they add).
+
+    A region's input broadcast over part of its loop -- a kernel matrix's
+    ``sq[:, None]`` and ``sq[None, :]``, a bias -- gets its gradient as the
+    sum of ``g * d(output)/d(input)`` over the broadcast axes.  Recomputed,
+    that is a ``vjp`` region writing a temporary of the loop's shape and a
+    ``sum`` reading it back; here the sum node becomes the ``vjp`` region
+    with ``axis`` and ``keepdims`` (its result the sum's): the sum's first
+    level evaluates the body as it adds (:func:`hybridad.backends.cuda.reduce.sum_levels`'
+    ``fused``), no temporary.  A Gaussian process's six n x n temporaries
+    live at once in its backward sweep otherwise.  The sum keeps its place
+    in the schedule (its operands, the region's, live until then)."""
+    users = users_of(nodes)
+    external = {n.id for n in outputs if n is not None}
+    dropped = set()
+    for n in nodes:
+        if n.op != "sum" or n.id in external:
+            continue
+        v = n.args[0]
+        if v.op != "region" or v.attrs["mode"] != "vjp" or "axis" in v.attrs or \
+                v.id in external or len(users[v.id]) != 1 or not v.shape or \
+                n.dtype != v.dtype or n.dtype.name not in ("float32", "float64"):
+            continue
+        n.op, n.args = "region", v.args
+        n.attrs = {"body": v.attrs["body"], "mode": "vjp", "wrt": v.attrs["wrt"],
+                   "axis": tuple(sorted(n.attrs["axis"])),
+                   "keepdims": bool(n.attrs.get("keepdims", False))}
+        dropped.add(v.id)
+    return [n for n in nodes if n.id not in dropped] if dropped else nodes
 
 
 def sum_vjp_regions(nodes, outputs=()):

@@ -25,7 +25,8 @@ from .cse import eliminate_common
 from .factors import share_factorizations
 from .loop_parts import drop_unread_loop_parts
 from .partition import (absorb_producers, fold_accumulations, fuse_regions,
-                        share_reduced_values, sum_stored_partials, sum_vjp_regions)
+                        share_reduced_values, sum_into_vjp_regions, sum_stored_partials,
+                        sum_vjp_regions)
 from .products import hoist_transposed_products, pair_matvecs
 from .remat import merge_accumulations, rematerialize
 from .updates import schedule_updates
@@ -91,6 +92,10 @@ PASSES = {
     "sum_stored_partials": ("sum in a loss's loop the stored partials the gradient sums whole "
                             "(a scalar parameter's)",
                             lambda nodes, ins, outs, upd, mach: sum_stored_partials(nodes, outs)),
+    "sum_into_vjp_regions": ("the sum of a vjp region made as the region is evaluated (no "
+                             "temporary of its loop's shape)",
+                             lambda nodes, ins, outs, upd, mach:
+                             sum_into_vjp_regions(nodes, outs)),
     "sum_vjp_regions": ("one loop for the vjp regions summed whole (a scalar parameter's "
                         "gradients)",
                         lambda nodes, ins, outs, upd, mach: sum_vjp_regions(nodes, outs)),
@@ -106,7 +111,7 @@ LOWERING = {
               "rematerialize", "fold_accumulations", "merge_accumulations", "share_reduced_values",
               "sum_stored_partials", "sum_vjp_regions", "absorb_producers"),
     "cupy": ("views", "share_factorizations", "loop_parts", "dead_code", "schedule_updates",
-             "fuse_regions"),
+             "fuse_regions", "sum_into_vjp_regions"),
 }
 
 #: backend -> the lowering of the graph of a Hessian or Jacobian plan (the

@@ -119,7 +119,8 @@ def check_supported(nodes):
 
 def scratch_for_cupy(nodes, products=False):
     """node id -> (dtype, elements): a value region with a fused float sum,
-    max or min, and a sum node, their partial sums (doubles); a value region
+    max or min, a vjp region with its sum, and a sum node, their partial sums
+    (doubles); a value region
     with another reduction writes its elementwise values there before cupy
     reduces them.  ``products``: float matrix products run as sums
     (:mod:`.products`), their partial sums too."""
@@ -129,6 +130,10 @@ def scratch_for_cupy(nodes, products=False):
         if loop is not None:
             out[n.id] = (np.dtype(np.float64),
                          max(sum_scratch(loop, (len(loop) - 1,), n.dtype), 1))
+            continue
+        if n.op == "region" and n.attrs.get("axis") is not None:  # a vjp region's sum
+            out[n.id] = (np.dtype(np.float64), max(sum_scratch(
+                n.attrs["body"].shape, n.attrs["axis"], n.dtype, "sum"), 1))
             continue
         if n.op == "region" and n.attrs["mode"] == "value" and \
                 n.attrs["body"].reduction is not None:
@@ -259,6 +264,14 @@ class RegionCalls:
                    for a, lit in zip(operands, literal, strict=True)]
         args = [names[a.id] for a, lit in zip(operands, literal, strict=True) if not lit]
         k = len(self.kernels)
+        if mode == "vjp" and node.attrs.get("axis") is not None:
+            # its sum (partition.sum_into_vjp_regions): the sum's first level
+            # evaluates each product as it adds it -- no temporary
+            kernel = region_kernel(body, "vjp", operands, wrt=node.attrs["wrt"],
+                                   cotangent=operands[-1].shape, strides=strides, fused=True)
+            part = self.memplan.scratch_view(node.id).view(np.float64)
+            return self._sum_lines(node.id, body.shape, None, node.attrs["axis"], node.dtype,
+                                   ", ".join(args), target, part, ns, "sum", fused=kernel)
         if mode == "vjp":
             kernel = region_kernel(body, "vjp", operands, wrt=node.attrs["wrt"],
                                    cotangent=operands[-1].shape, strides=strides)
