@@ -111,7 +111,8 @@ LOWERING = {
               "rematerialize", "fold_accumulations", "merge_accumulations", "share_reduced_values",
               "sum_stored_partials", "sum_vjp_regions", "absorb_producers"),
     "cupy": ("views", "share_factorizations", "loop_parts", "dead_code", "schedule_updates",
-             "fuse_regions", "sum_into_vjp_regions"),
+             "fuse_regions", "rematerialize", "share_reduced_values", "absorb_producers",
+             "sum_into_vjp_regions"),
 }
 
 #: backend -> the lowering of the graph of a Hessian or Jacobian plan (the

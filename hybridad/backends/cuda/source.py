@@ -26,6 +26,7 @@ import re
 
 import numpy as np
 
+from ...transforms.partition import PRE_REDUCTION
 from ..scalar import Constants, safe_product
 from .special import SPECIAL_FUNCS, SPECIAL_PREAMBLE
 
@@ -258,7 +259,9 @@ def region_kernel(region, mode, operands, seeds=(), wrt=None, cotangent=None, st
     mode : {"value", "vjp"}
         ``value``: write the elementwise value to ``out`` (the region's loop
         shape: a fused reduction runs afterwards over it) and the partials
-        with respect to ``seeds`` to ``p<k>``.  ``vjp``: write
+        with respect to ``seeds`` to ``p<k>`` (a seed
+        :data:`~hybridad.transforms.partition.PRE_REDUCTION`: the value itself,
+        to ``pv``, in the same pass as a fused reduction of it).  ``vjp``: write
         ``g * d(value)/d(input wrt)``.
     operands : list of Node
         The region node's operands (the inputs; for ``vjp`` the cotangent
@@ -302,10 +305,12 @@ def region_kernel(region, mode, operands, seeds=(), wrt=None, cotangent=None, st
         outs = [("out", region.nodes[-1].dtype,
                  safe_product(g, sb.partials[wrt], region.nodes[-1].dtype, consts))]
     else:
-        sb = render_region(region, reads, tuple(seeds), consts)
+        sb = render_region(region, reads, tuple(k for k in seeds if k != PRE_REDUCTION),
+                           consts)
         value_dtype = region.nodes[-1].dtype
         outs = [("out", value_dtype, sb.value)] + \
-            [(f"p{k}", value_dtype, sb.partials[k]) for k in seeds]
+            [("pv", value_dtype, sb.value) if k == PRE_REDUCTION else
+             (f"p{k}", value_dtype, sb.partials[k]) for k in seeds]
     if fused:  # element i's value returned, not stored
         value_dtype, value = outs[0][1], outs[0][2]
         outs = outs[1:]
