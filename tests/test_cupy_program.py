@@ -287,6 +287,24 @@ def _loop_pairs():
     return PAIRS
 
 
+def test_loop_bodies_write_their_carries_in_place():
+    # each body writes its carries straight into the runner's buffers of the
+    # next iteration: the forward body copies only the carry it stores for
+    # the backward sweep, the reverse body nothing
+    from hybridad.backends import loops
+
+    def euler(X, W):
+        return np.sum(ha.fori_loop(0, 30, lambda i, x: x + 0.01 * np.tanh(x @ W), X) ** 2)
+
+    args = (rand((20, 8)), rand((8, 8), seed=2) / 4)
+    plan = check_against_numpy(euler, args, (0, 1))
+    keys = {n.attrs["body"].key for n in plan.graph.nodes if n.op == "loop"}
+    runners = [r for r in list(loops._RUNNERS.values())  # (the GPU program's: kernels)
+               if r.body.key in keys and "_rk" in r._prog.source]
+    copies = sorted(r._prog.source.split("# outputs")[1].count("_copyto(o") for r in runners)
+    assert copies == [0, 1], [r._prog.source for r in runners]
+
+
 def rolled_python_loop(x, W):
     # 40 steps of a product: rolled by the plan (hybridad.transforms.rolling)
     for _ in range(40):

@@ -89,6 +89,9 @@ class MemoryPlan:
         #: root buffer node id -> graph output position: written straight into
         #: the caller's result buffer, no arena slot
         self.direct = direct or {}
+        #: the first output position that can be direct (1: not a plan's value;
+        #: 0: a loop body's, whose every output is a carry or a row)
+        self.direct_first = 1
         #: node ids in schedule order
         self.order = list(order)
         #: dtype -> bytes one slot per buffer would take
@@ -124,7 +127,7 @@ class MemoryPlan:
         by_id = {n.id: n for n in nodes}
         direct = {}
         for k, n in enumerate(outputs):
-            if k == 0 or n is None or n.id not in by_id:
+            if k < self.direct_first or n is None or n.id not in by_id:
                 continue
             root = by_id[n.id]
             while self.storage[root.id] == "alias":
@@ -242,7 +245,8 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
     backend's code for that node needs (an arena slot live during that node).
     ``reuse``: let elementwise regions write over a dying operand buffer.
     ``direct_outputs``: the backend writes gradient outputs (all but the
-    first) straight into the caller's buffers: their storage takes no slot.
+    first; ``"all"``: every output, as a loop body's carries) straight into
+    the caller's buffers: their storage takes no slot.
     ``pack``: share slots between buffers whose lifetimes do not overlap
     (False: one slot per buffer, the naive sum -- for comparison).
     ``pinned``: ids of nodes that live to the end of the schedule like the
@@ -314,7 +318,8 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
             roots[nid] = node
         return node
 
-    direct = _direct(graph.outputs, storage, alias_of) if direct_outputs else {}
+    direct = _direct(graph.outputs, storage, alias_of, 0 if direct_outputs == "all" else 1) \
+        if direct_outputs else {}
     if pinned:  # read by a later program: kept in the arena, not in a caller's buffer
         kept = {root_of(n).id for n in graph.nodes if n.id in pinned}
         direct = {rid: k for rid, k in direct.items() if rid not in kept}
@@ -355,10 +360,12 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
         naive[dt] = naive.get(dt, 0) + _aligned(nbytes)
         live[a:b + 1] += nbytes
     lifetimes = {key: (a, b) for key, _, _, a, b in items}
-    return MemoryPlan(storage, slots, arena, copies, scratch_slots, alias_of,
+    plan = MemoryPlan(storage, slots, arena, copies, scratch_slots, alias_of,
                       lifetimes=lifetimes, direct=direct, order=[n.id for n in graph.nodes],
                       naive_bytes=naive, live_bytes=live[:end_of_schedule],
                       in_place=in_place, held_bytes=held_bytes(graph.nodes))
+    plan.direct_first = 0 if direct_outputs == "all" else 1
+    return plan
 
 
 def _body_memory(graph):
@@ -397,14 +404,15 @@ def _aligned(nbytes):
     return -(-max(nbytes, 1) // ALIGN) * ALIGN
 
 
-def _direct(outputs, storage, alias_of):
-    """root buffer id -> output position, for gradient outputs (not the 0-d
-    value, position 0) stored in a buffer (through in-place updates, not
+def _direct(outputs, storage, alias_of, first=1):
+    """root buffer id -> output position, for the outputs from position
+    ``first`` on (1: the gradients, not the 0-d value; 0: every output, a
+    loop body's carries) stored in a buffer (through in-place updates, not
     views: a transposed output cannot be its own buffer) no other output
     shares."""
     roots = {}
     for k, n in enumerate(outputs):
-        if k == 0 or n is None:
+        if k < first or n is None:
             continue
         root = n
         while storage[root.id] == "alias":

@@ -250,7 +250,8 @@ def compile_loop_body(graph, device=None):
         check_supported(g.nodes)
         scratch = op_workspaces(g.nodes)
         scratch.update(scratch_for_cupy(g.nodes, products))
-        memplan = plan_memory(g, (), scratch, reuse=True, direct_outputs=True)
+        # (each carry straight into the runner's buffer of the next iteration: no copy)
+        memplan = plan_memory(g, (), scratch, reuse=True, direct_outputs="all")
         buffers = memplan.allocate(xp)
         prog = compile_program(g.nodes, g.inputs, g.outputs, memplan, buffers,
                                name="loop_body", xp=xp,
