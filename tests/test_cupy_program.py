@@ -523,12 +523,14 @@ def test_large_stacks_one_matrix_at_a_time(batch, monkeypatch):
 
 @pytest.mark.parametrize("name", ["gp", "two_solves", "stacked"])
 def test_one_factorization_for_a_matrix_s_solves(name):
-    # (hybridad/transforms/factors.py: solve_lu, then lu_solve on its factors)
-    from test_factors import CASES
+    # (hybridad/transforms/factors.py: solve_lu, then lu_solve on its factors; the
+    # GP's solves by its Cholesky factor, cho_solve)
+    from test_factors import CASES, SHARED
 
     f, make, argnums = CASES[name]
     plan = check_against_numpy(f, make(), argnums, rtol=1e-11)
-    assert sum(n.op == "solve_lu" for n in plan.graph.nodes) == 1
+    assert tuple(n.op for n in plan.graph.nodes if n.op in ("solve_lu", "cho_solve")) == \
+        SHARED[name]
     with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
         ha.gradient(lambda a, b: np.sum(np.linalg.solve(a, b) ** 2), np.ones((2, 2)),
                     np.ones(2), argnums=(0, 1), backend="cupy")

@@ -1,9 +1,10 @@
-"""One LU factorization for the solves with one matrix
+"""One factorization for the solves with one matrix
 (hybridad/transforms/factors.py): the forward solve, the reverse sweep's
 solve with the transpose and a Hessian's tangent solves share the factors
-``solve_lu`` keeps;
-every derivative is the same as with a factorization per solve (to
-rounding) and matches finite differences."""
+``solve_lu`` keeps -- or, for a matrix the function also Cholesky-factors,
+that factor (``cho_solve``, where the matrix is exactly symmetric; numpy's
+gesv where it is not); every derivative is the same as with a
+factorization per solve (to rounding) and matches finite differences."""
 
 import numpy as np
 import pytest
@@ -53,13 +54,23 @@ CASES = {
 }
 
 
+#: the factorization each case's solves share: an LU (solve_lu), or the matrix's
+#: Cholesky factor (the GP's: every solve a cho_solve, no LU at all)
+SHARED = {"gp": ("cho_solve", "cho_solve"), "two_solves": ("solve_lu",),
+          "stacked": ("solve_lu",)}
+
+
+def _shared(plan):
+    return tuple(_ops(plan, "solve_lu", "cho_solve"))
+
+
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_one_factorization_per_matrix(name, backend, monkeypatch):
     f, make, argnums = CASES[name]
     args = make()
     plan = ha.compile(f, *args, argnums=argnums, backend=backend)
-    assert _ops(plan, "solve") == [] and _ops(plan, "solve_lu") == ["solve_lu"]
+    assert _ops(plan, "solve") == [] and _shared(plan) == SHARED[name]
     got = plan.gradient(*args)
     for k, g in zip(argnums, got.gradient, strict=True):
         def fk(v, k=k):
@@ -67,9 +78,9 @@ def test_one_factorization_per_matrix(name, backend, monkeypatch):
         np.testing.assert_allclose(g, numerical_gradient(fk, args[k]), rtol=1e-6, atol=1e-8)
     _without_the_pass(monkeypatch)
     apart = ha.compile(f, *args, argnums=argnums, backend=backend)
-    assert _ops(apart, "solve_lu") == [] and len(_ops(apart, "solve")) >= 2
+    assert _shared(apart) == () and len(_ops(apart, "solve")) >= 2
     want = apart.gradient(*args)
-    if name == "two_solves":  # (a solve with A^T from A's factors: rounding apart)
+    if name != "stacked":  # (a solve with A^T from A's factors, potrs: rounding apart)
         np.testing.assert_allclose(got.value, want.value, rtol=1e-14)
     else:  # (the forward solve: gesv's getrf and getrs, bit for bit)
         assert got.value == want.value
@@ -115,7 +126,7 @@ def test_no_allocation_per_call_in_either_precision(name, backend, dtype):
     f, make, argnums = CASES[name]
     args = tuple(a.astype(dtype) for a in make())
     plan = ha.compile(f, *args, argnums=argnums, backend=backend)
-    assert _ops(plan, "solve") == [] and _ops(plan, "solve_lu") == ["solve_lu"]
+    assert _ops(plan, "solve") == [] and _shared(plan) == SHARED[name]
     res = plan.new_result()
     assert_no_alloc(plan.gradient, *args, out=res)
     want = ha.gradient(f, *[a.astype(np.float64) for a in args], argnums=argnums,
@@ -164,3 +175,105 @@ def test_a_first_solve_without_right_hand_sides_still_factors(backend):
         np.testing.assert_allclose(g, numerical_gradient(fk, args[k]), rtol=1e-6, atol=1e-8)
     with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
         plan.gradient(np.array([-3.0, 0, 0, 0, 1, 0, 0, 0, 1]), args[1])
+
+
+def gp_parts(theta, X, y, upper=False, tilt=0.0):
+    """The GP's kernel matrix (``tilt``: that much of a strictly upper part
+    added -- not symmetric -- which cholesky ignores and solve reads), its
+    Cholesky factor after the solve or before it."""
+    d2 = np.sum((X[:, None, :] - X[None, :, :]) ** 2, axis=-1)
+    K = np.exp(theta[0]) * np.exp(-0.5 * d2) + np.exp(theta[1]) * np.eye(X.shape[0])
+    K = K + tilt * np.triu(d2, 1)
+    F = np.linalg.cholesky(K, upper=upper)
+    return 0.5 * (y @ np.linalg.solve(K, y)) + np.sum(np.log(np.diag(F)))
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize("upper, tilt", [(False, 0.0), (True, 0.0), (False, 0.05)],
+                         ids=["lower", "upper", "not symmetric"])
+def test_solves_with_a_cholesky_factored_matrix(backend, upper, tilt, monkeypatch):
+    # the forward and the reverse sweep's solves by the factor where the matrix
+    # is exactly symmetric; where it is not (cholesky reads one triangle, the
+    # factor is another matrix's), numpy's solve itself: the value bit for bit
+    def f(theta, X, y):
+        return gp_parts(theta, X, y, upper, tilt)
+
+    args = (np.array([0.1, np.log(0.5)]), rand((6, 2), seed=21), rand((6,), seed=22))
+    plan = ha.compile(f, *args, argnums=(0, 1, 2), backend=backend)
+    assert _ops(plan, "solve", "solve_lu", "lu_solve") == []
+    assert _ops(plan, "cho_solve", "symmetric") == ["symmetric", "cho_solve", "cho_solve"]
+    got = plan.gradient(*args)
+    for k, g in enumerate(got.gradient):
+        def fk(v, k=k):
+            return f(*args[:k], v, *args[k + 1:])
+        np.testing.assert_allclose(g, numerical_gradient(fk, args[k]), rtol=1e-6, atol=1e-8)
+    assert_no_alloc(plan.gradient, *args, out=plan.new_result())
+    _without_the_pass(monkeypatch)
+    want = ha.compile(f, *args, argnums=(0, 1, 2), backend=backend).gradient(*args)
+    if tilt:
+        assert got.value == want.value
+    else:
+        np.testing.assert_allclose(got.value, want.value, rtol=1e-14)
+    for g, w in zip(got.gradient, want.gradient, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-13)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_a_stack_decides_per_matrix(backend):
+    # two kernel matrices, the second not symmetric: the first solved by its
+    # factor, the second by gesv, in one call
+    def f(s, X, y):
+        d2 = np.sum((X[:, :, None, :] - X[:, None, :, :]) ** 2, axis=-1)
+        K = np.exp(-0.5 * d2) + np.exp(s)[:, None, None] * np.eye(5)
+        K = K + np.array([0.0, 0.03])[:, None, None] * np.triu(d2[1], 1)
+        L = np.linalg.cholesky(K)
+        return np.sum(np.linalg.solve(K, y[:, :, None]) ** 2) + np.sum(L ** 3)
+
+    args = (np.array([0.2, -0.1]), rand((2, 5, 2), seed=23), rand((2, 5), seed=24))
+    plan = ha.compile(f, *args, argnums=(0, 1, 2), backend=backend)
+    assert "cho_solve" in _ops(plan, "cho_solve")
+    got = plan.gradient(*args)
+    ref = ha.gradient(f, *args, argnums=(0, 1, 2), backend="numpy")  # (the same pass: FD too)
+    for k, g in enumerate(got.gradient):
+        def fk(v, k=k):
+            return f(*args[:k], v, *args[k + 1:])
+        np.testing.assert_allclose(g, numerical_gradient(fk, args[k]), rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(g, ref.gradient[k], rtol=1e-12, atol=1e-13)
+
+
+def test_a_solve_before_the_factorization_keeps_gesv():
+    # the factor is made after the forward solve: that one stays numpy's gesv;
+    # the reverse sweep's solve, after it, uses the factor
+    def f(theta, X, y):
+        d2 = np.sum((X[:, None, :] - X[None, :, :]) ** 2, axis=-1)
+        K = np.exp(-0.5 * d2) + np.exp(theta[0]) * np.eye(X.shape[0])
+        x = np.linalg.solve(K, y)
+        return np.sum(x ** 2) + np.sum(np.log(np.diag(np.linalg.cholesky(K))))
+
+    args = (np.array([0.3]), rand((5, 2), seed=25), rand((5,), seed=26))
+    plan = ha.compile(f, *args, argnums=(0, 1, 2), backend="numba")
+    assert _ops(plan, "solve", "solve_lu", "cho_solve") == ["solve", "cho_solve"]
+    ref = ha.gradient(f, *args, argnums=(0, 1, 2), backend="numpy")
+    for g, r in zip(plan.gradient(*args).gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_the_hessian_of_a_gp_solves_by_its_factor(backend):
+    args = CASES["gp"][1]()
+
+    def f(theta):
+        return gp(theta, *args[1:])
+
+    plan = ha.compile(f, args[0], hessian=True, backend=backend)
+    assert _ops(plan, "solve", "solve_lu", "lu_solve", "lu_factors") == []
+    assert len(_ops(plan, "cho_solve")) >= 2
+    got = plan.hessian(args[0]).hessian
+    step = 1e-6
+    cols = []
+    for k in range(3):
+        e = np.zeros(3)
+        e[k] = step
+        cols.append((ha.gradient(f, args[0] + e, backend="numpy").gradient -
+                     ha.gradient(f, args[0] - e, backend="numpy").gradient) / (2 * step))
+    np.testing.assert_allclose(got, np.array(cols).T, rtol=1e-5, atol=1e-7)

@@ -334,6 +334,23 @@ def test_linear_algebra_on_the_device(cp, name):
         ha.gradient(lambda a: np.sum(np.linalg.cholesky(a)), cp.asarray(-np.eye(3)))
 
 
+@pytest.mark.parametrize("tilt", [0.0, 0.05], ids=["symmetric", "not symmetric"])
+def test_solves_by_a_cholesky_factor_on_the_device(cp, tilt):
+    # (hybridad/transforms/factors.py: cho_solve by the factor, trsm twice, where the
+    # matrix is symmetric; numpy's solve where it is not)
+    from test_factors import gp_parts
+
+    def f(theta, X, y):
+        return gp_parts(theta, X, y, False, tilt)
+
+    args = (np.array([0.1, np.log(0.5)]), rand((40, 2), seed=21), rand((40,), seed=22))
+    _check(cp, f, args, (0, 1, 2), rtol=1e-10)
+    dev = _on_device(cp, args)
+    plan = ha.compile(f, *dev, argnums=(0, 1, 2))
+    assert sum(n.op == "cho_solve" for n in plan.graph.nodes) == 2
+    _allocates_nothing(cp, plan, dev, plan.new_result(), 5)
+
+
 def element_writes(x):
     # element and slice writes (ops/writes): scatters into a fresh array, read back
     y = np.zeros_like(x)

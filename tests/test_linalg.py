@@ -168,8 +168,8 @@ def test_the_table_covers_every_linalg_op():
     plan = ha.compile(rows.scalar(), *rows.args, backend="numpy",
                       argnums=tuple(range(len(rows.args))))
     traced = {n.op for n in plan.graph.nodes}
-    if traced & {"solve_lu", "lu_factors"}:  # (a matrix's solves share one factorization:
-        traced.add("solve")                  # hybridad/transforms/factors.py)
+    if traced & {"solve_lu", "lu_factors", "cho_solve"}:  # (a matrix's solves share one
+        traced.add("solve")  # factorization: hybridad/transforms/factors.py)
     assert linalg_ops <= traced, f"no row for {linalg_ops - traced}"
     # (numpy 2's array-API spellings -- np.linalg.outer, vector_norm, ... -- are the
     # top-level functions' traces: tests/test_array_api_strict.py)

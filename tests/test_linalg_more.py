@@ -563,9 +563,9 @@ FUNCTIONS = {np.linalg.svd, np.linalg.svdvals, np.linalg.pinv, np.linalg.eig,
              np.linalg.matrix_norm}
 #: the primitives of this file
 OPS = {"svd", "pinv", "qr", "eig", "eigh_evr", "solve_triangular", "lu_factor", "expm",
-       "refuse_if", "solve_lu", "lu_factors", "lu_solve"}
+       "refuse_if", "solve_lu", "lu_factors", "lu_solve", "symmetric", "cho_solve"}
 #: made by the lowering (one factorization for several solves: tests/test_factors.py)
-LOWERED = {"solve_lu", "lu_factors", "lu_solve"}
+LOWERED = {"solve_lu", "lu_factors", "lu_solve", "symmetric", "cho_solve"}
 
 
 def test_every_primitive_and_function_has_rows():

@@ -21,7 +21,7 @@ COMPLEX_SPECTRUM = ("numpy.linalg.eig/eigvals: the matrix has complex eigenvalue
 _HERE = ("solve", "inv", "det", "slogdet", "cholesky", "eigh", "eigvalsh")
 _MORE = ("svd", "pinv", "qr", "eig", "eigh_evr")
 _SOLVE = ("solve_triangular", "lu_factor", "expm", "refuse_if", "cholesky_adjoint", "solve_lu",
-          "lu_factors", "lu_solve")
+          "lu_factors", "lu_solve", "symmetric", "cho_solve")
 #: the primitives whose kernels live in :mod:`hybridad.ops.lapack`, then those of
 #: :mod:`hybridad.ops.lapack_more` and :mod:`hybridad.ops.lapack_solve` (each
 #: kernel has its op's name)
@@ -75,4 +75,6 @@ def _more_args(op, attrs):
         return (int(attrs["code"]),)
     if op == "lu_solve":
         return int(attrs["trans"]), int(attrs["at"])
+    if op == "cho_solve":
+        return (int(bool(attrs.get("upper", False))),)
     return ()

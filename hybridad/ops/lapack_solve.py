@@ -34,15 +34,16 @@ from .lapack import _gesv, _getrf, _register_cython_lapack
 from .lapack_more import _SCALARS, _colmajor, _scalars
 from .._libcache import install
 
-__all__ = ["cholesky_adjoint", "expm", "lu_factor", "lu_factors", "lu_solve", "refuse_if",
-           "solve_lu", "solve_triangular", "work_size"]
+__all__ = ["cho_solve", "cholesky_adjoint", "expm", "lu_factor", "lu_factors", "lu_solve",
+           "refuse_if", "solve_lu", "solve_triangular", "symmetric", "work_size"]
 
-_register_cython_lapack("dtrtrs", "strtrs", "dgetrs")
+_register_cython_lapack("dtrtrs", "strtrs", "dgetrs", "dpotrs")
 _register_cython_lapack("dgemm", "dtrsm", "sgemm", "strsm", library="cython_blas")
 _V = types.voidptr
 _dtrtrs = types.ExternalFunction("hybridad_dtrtrs", types.void(*([_V] * 10)))
 _strtrs = types.ExternalFunction("hybridad_strtrs", types.void(*([_V] * 10)))
 _dgetrs = types.ExternalFunction("hybridad_dgetrs", types.void(*([_V] * 9)))
+_dpotrs = types.ExternalFunction("hybridad_dpotrs", types.void(*([_V] * 8)))
 _dgemm = types.ExternalFunction("hybridad_dgemm", types.void(*([_V] * 13)))
 _sgemm = types.ExternalFunction("hybridad_sgemm", types.void(*([_V] * 13)))
 _dtrsm = types.ExternalFunction("hybridad_dtrsm", types.void(*([_V] * 11)))
@@ -106,10 +107,10 @@ def work_size(op, m, n, **attrs):
     ----------
     op : str
         ``"solve_triangular"``, ``"lu_factor"``, ``"expm"``, ``"cholesky_adjoint"``,
-        ``"solve_lu"``, ``"lu_factors"`` or ``"lu_solve"``.
+        ``"solve_lu"``, ``"lu_factors"``, ``"lu_solve"`` or ``"cho_solve"``.
     m, n : int
         The matrices' order (m), and the right-hand sides (n) of
-        solve_triangular, solve_lu and lu_solve (for the others, n = m).
+        solve_triangular, solve_lu, lu_solve and cho_solve (for the others, n = m).
     **attrs
         The op's attributes (unused).
 
@@ -126,6 +127,8 @@ def work_size(op, m, n, **attrs):
     if op == "lu_factors":
         return m * m + m
     if op == "lu_solve":
+        return m * m + m * n + m + _SCALARS
+    if op == "cho_solve":
         return m * m + m * n + m + _SCALARS
     if op == "expm":
         return 8 * n * n + n + 1 + _SCALARS
@@ -281,6 +284,67 @@ def lu_solve(p, b, out, work, kind, trans, at):
         ints[0], ints[1], ints[2] = n, k, 0
         _dgetrs(chars[0:].ctypes, ints[0:].ctypes, ints[1:].ctypes, mat.ctypes,
                 ints[0:].ctypes, piv.ctypes, rhs.ctypes, ints[0:].ctypes, ints[2:].ctypes)
+        for c in range(k):
+            for r in range(n):
+                out[i, r, c] = rhs[r + c * n]
+
+
+#: the tiles symmetric compares (a row of one against a column of the other)
+_TILE = 32
+
+
+@njit(cache=True, nogil=True)
+def symmetric(a, out, kind):
+    """out[i] = 1.0 where a[i] equals its transpose exactly, else 0.0 (a NaN
+    is unequal): tile against tile, so the column reads stay in cache."""
+    n = a.shape[1]
+    for i in range(a.shape[0]):
+        same = True
+        for r0 in range(0, n, _TILE):
+            for c0 in range(0, r0 + 1, _TILE):
+                for r in range(r0, min(r0 + _TILE, n)):
+                    for c in range(c0, min(c0 + _TILE, r)):
+                        if a[i, r, c] != a[i, c, r]:
+                            same = False
+                            break
+                    if not same:
+                        break
+                if not same:
+                    break
+            if not same:
+                break
+        out[i] = 1.0 if same else 0.0
+
+
+@njit(cache=True, nogil=True)
+def cho_solve(lo, flags, a, b, out, work, kind, upper):
+    """out[i] = a[i]^-1 b[i]: where flags[i] is set (a[i] exactly symmetric)
+    by potrs on its Cholesky factor lo[i] (lower, a = L L^T; ``upper``: a = U^T
+    U), as scipy's cho_solve; else by gesv on a[i], as numpy's solve (a
+    singular matrix raises as numpy's)."""
+    n, k = a.shape[1], b.shape[2]
+    mat, rhs = work[:n * n], work[n * n:n * n + n * k]
+    piv = work[n * n + n * k:n * n + n * k + n].view(np.int32)[:n]
+    ints, chars, _ = _scalars(work)
+    for i in range(a.shape[0]):
+        if n == 0 or k == 0:
+            continue
+        for c in range(k):
+            for r in range(n):
+                rhs[r + c * n] = b[i, r, c]
+        if flags[i] != 0:
+            # lo[i] in C order is, read column-major, its transpose: L^T is upper
+            for r in range(n):
+                for c in range(n):
+                    mat[c + r * n] = lo[i, r, c]
+            chars[0] = ord("L") if upper else ord("U")
+            ints[0], ints[1], ints[2] = n, k, 0
+            _dpotrs(chars[0:].ctypes, ints[0:].ctypes, ints[1:].ctypes, mat.ctypes,
+                    ints[0:].ctypes, rhs.ctypes, ints[0:].ctypes, ints[2:].ctypes)
+        else:
+            _colmajor(a[i], mat, n, n)
+            if _gesv(np.int8(ord("d")), n, k, mat.ctypes, n, piv.ctypes, rhs.ctypes, n) > 0:
+                raise np.linalg.LinAlgError("Singular matrix")
         for c in range(k):
             for r in range(n):
                 out[i, r, c] = rhs[r + c * n]

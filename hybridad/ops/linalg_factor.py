@@ -322,9 +322,9 @@ def _lu_solve_abstract(p, b, trans=0, at=0):
 
 
 def _lowered_only(*args, **attrs):
-    raise NotImplementedError("solve_lu, lu_factors and lu_solve are made by the lowering pass "
-                              "share_factorizations, after every derivative is taken: they "
-                              "have no derivative rules of their own")
+    raise NotImplementedError("solve_lu, lu_factors, lu_solve, symmetric and cho_solve are made "
+                              "by the lowering pass share_factorizations, after every "
+                              "derivative is taken: they have no derivative rules of their own")
 
 
 def _lu_factors_abstract(a):
@@ -347,3 +347,34 @@ register(Op("lu_solve", "compute", _lu_solve_abstract, run=_run("lu_solve"),
             workspace=_work("lu_solve"),
             doc="x with a @ x = b (trans 1: a^T @ x = b) from the factors of a that solve_lu "
                 "packed from column `at` on (LAPACK getrs)"))
+
+# ----------------------------------------------------------------------------
+# symmetric and cho_solve: a solve with a matrix that is also Cholesky-factored
+# ----------------------------------------------------------------------------
+
+
+def _symmetric_abstract(a):
+    batch, _ = _square_stack(a, "symmetric")
+    return (batch,), np.dtype(np.float64)
+
+
+def _cho_solve_abstract(lo, flags, a, b, upper=False):
+    batch, n = _square_stack(a, "cho_solve")
+    if tuple(lo.shape) != tuple(a.shape) or tuple(flags.shape) != (batch,) or \
+            len(b.shape) != 3 or tuple(b.shape[:2]) != (batch, n) or \
+            not a.dtype == lo.dtype == b.dtype:
+        raise ValueError(f"cho_solve: factor {lo.shape} {lo.dtype}, flags {flags.shape}, "
+                         f"matrix {a.shape} {a.dtype} and right-hand side {b.shape} {b.dtype} "
+                         "do not match")
+    return b.shape, a.dtype
+
+
+register(Op("symmetric", "compute", _symmetric_abstract, run=_run("symmetric"),
+            vjp=_lowered_only, jvp=_lowered_only, batch=_stacked_batch,
+            doc="1.0 for each matrix of the stack equal to its transpose (exactly), else 0.0"))
+register(Op("cho_solve", "compute", _cho_solve_abstract, run=_run("cho_solve"),
+            vjp=_lowered_only, jvp=_lowered_only, batch=_stacked_batch,
+            workspace=_work("cho_solve"), raises=True,
+            doc="x with a @ x = b: by the Cholesky factor lo of a (potrs; upper: a = lo^T lo) "
+                "where flags says a is exactly symmetric (then the factor, made from one "
+                "triangle, is a's), else by gesv on a, as numpy's solve"))

@@ -499,7 +499,8 @@ CONSERVATIVE = frozenset({
     "eigh_evr", "solve_triangular", "qr", "lu_factor", "expm", "refuse_if", "cholesky_adjoint",
     "host_ufunc", "host_call", "region", "region_acc", "region_partial",
     # (made by the lowering, after any pattern is traced)
-    "matvec_pair", "matvec_two", "solve_lu", "lu_factors", "lu_solve",
+    "matvec_pair", "matvec_two", "solve_lu", "lu_factors", "lu_solve", "symmetric",
+    "cho_solve",
     "loop",  # (the body's pattern iterated is not derived yet)
 })
 

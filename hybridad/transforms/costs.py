@@ -436,6 +436,8 @@ LAPACK_MADDS = {
     "solve_lu": lambda s, big, r: s ** 3 / 3 + s * s * r,
     "lu_factors": lambda s, big, r: s ** 3 / 3,
     "lu_solve": lambda s, big, r: s * s * r,
+    "symmetric": lambda s, big, r: s * s / 2,
+    "cho_solve": lambda s, big, r: s * s * r,
     "det": lambda s, big, r: s ** 3 / 3,
     "slogdet": lambda s, big, r: s ** 3 / 3,
     "inv": lambda s, big, r: s ** 3,

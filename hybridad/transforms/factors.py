@@ -1,4 +1,4 @@
-"""One LU factorization for the solves with one matrix (IR -> IR).
+"""One factorization for the solves with one matrix (IR -> IR).
 
 ``np.linalg.solve(A, b)``'s reverse rule solves with ``A^T`` (the cotangent
 of ``b``), and a Hessian's tangent sweeps solve with ``A`` again, once per
@@ -12,10 +12,14 @@ columns; every later solve with the matrix or its transpose becomes
 ``lu_solve`` (getrs, ``trans`` 0 or 1) on those factors, as JAX's ``solve``
 keeps its LU factors for the transposed solve.  A Gaussian process's
 gradient at n = 1000 spent half its time in the two factorizations of its
-kernel matrix.
+kernel matrix.  Where the function also Cholesky-factors the matrix (that
+Gaussian process: ``cholesky(K)`` for its log-determinant), its solves use
+that factor instead, where the matrix is exactly symmetric (``cho_solve``,
+below): no LU at all.
 
 It runs after every derivative is taken (a lowering pass): ``solve_lu``,
-``lu_factors`` and ``lu_solve`` have no derivative rules.  The factors are kept from the
+``lu_factors``, ``lu_solve``, ``symmetric`` and ``cho_solve`` have no
+derivative rules.  The factors are kept from the
 first solve to the last (an ``n^2`` buffer, what the memory plan then
 holds, as JAX keeps them).  A singular matrix raises from the first solve,
 as before; a later solve with the transpose, from the factors, fails only
@@ -25,6 +29,8 @@ its own matrix by rounding.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from ..ir.graph import Node
 from ..ir.registry import REGISTRY
@@ -40,10 +46,10 @@ def _swaps_last_two(node):
 
 
 def _matrix(solve):
-    """``(matrix node, trans)``: the matrix a ``solve`` node factors, seen
-    through transposes of the last two axes and the frontend's reshape of a
-    matrix into a stack of one (``np.linalg.solve(A.T, b)`` and the reverse
-    sweep's ``A^T`` are the factors of ``A``, transposed)."""
+    """``(matrix node, trans)``: the matrix a ``solve`` (or ``cholesky``) node
+    factors, seen through transposes of the last two axes and the frontend's
+    reshape of a matrix into a stack of one (``np.linalg.solve(A.T, b)`` and
+    the reverse sweep's ``A^T`` are the factors of ``A``, transposed)."""
     a, trans = solve.args[0], 0
     while True:
         if _swaps_last_two(a):
@@ -55,7 +61,7 @@ def _matrix(solve):
             return a, trans
 
 
-def share_factorizations(nodes, outputs=(), staged=False):
+def share_factorizations(nodes, outputs=(), staged=False, cholesky=True):
     """Every group of two or more ``solve`` nodes with one matrix (or its
     transpose): the first a view of a ``solve_lu``, the others ``lu_solve``
     nodes on its factors, in place.  ``staged`` (the graph of a Hessian or
@@ -65,6 +71,16 @@ def share_factorizations(nodes, outputs=(), staged=False):
     is, and every solve is an ``lu_solve`` (a solve with a seed's tangent
     must not make the factors depend on it).
 
+    First, every solve with a matrix the function Cholesky-factors (a
+    ``cholesky`` node of it, or of its transpose, earlier in the graph)
+    becomes ``cho_solve`` on that factor: potrs where the matrix is exactly
+    symmetric -- ``symmetric``, checked once a call, right after the
+    factorization: cholesky reads one triangle, so the factor is the
+    matrix's only then -- and numpy's gesv on the matrix where it is not.
+    A Gaussian process's ``solve(K, y)`` and its reverse sweep's ``solve(K^T,
+    g)`` then need no LU factorization at all (``n^3 / 3`` multiply-adds
+    for a check of ``n^2 / 2`` comparisons).
+
     Parameters
     ----------
     nodes : list of Node
@@ -72,6 +88,9 @@ def share_factorizations(nodes, outputs=(), staged=False):
     outputs : sequence of Node
         Its outputs (unchanged: the solves keep their ids and users).
     staged : bool
+    cholesky : bool
+        Solve by a Cholesky factor where there is one (False: LU factors only;
+        benchmarks/bench_factors.py compares).
 
     Returns
     -------
@@ -79,17 +98,32 @@ def share_factorizations(nodes, outputs=(), staged=False):
         ``nodes`` with each ``solve_lu`` inserted before the solve it
         computes (``staged``: each ``lu_factors`` right after its matrix).
     """
-    groups = {}  # matrix id -> [(solve, trans)], in node order
+    groups, factored = {}, {}  # matrix id -> [(solve, trans)] in node order; -> cholesky
+    order = {n.id: i for i, n in enumerate(nodes)}
     for n in nodes:
         if n.op == "solve":
             a, trans = _matrix(n)
             groups.setdefault(a.id, []).append((n, trans))
-    shared = [members for members in groups.values() if len(members) > 1]
-    if not shared:
-        return nodes
+        elif n.op == "cholesky" and n.dtype == np.float64 and cholesky:
+            factored.setdefault(_matrix(n)[0].id, n)
     next_id = max(n.id for n in nodes) + 1
     before, after = {}, {}  # node id -> the nodes to insert before / after it
-    for members in shared:
+    for key, chol in factored.items():
+        members, flags = groups.get(key, []), None
+        for solve, _ in list(members):
+            if order[solve.id] < order[chol.id] or solve.args[0].shape != chol.shape or \
+                    solve.dtype != chol.dtype:
+                continue
+            if flags is None:  # (whether the factored matrix is symmetric, once a call)
+                m = chol.args[0]
+                flags = Node(next_id, "symmetric", (m,), {}, (m.shape[0],),
+                             np.dtype(np.float64), chol.phase)
+                next_id += 1
+                after.setdefault(chol.id, []).append(flags)
+            solve.op, solve.args = "cho_solve", (chol, flags, *solve.args)
+            solve.attrs = {"upper": bool(chol.attrs.get("upper", False))}
+            members.remove((solve, _))
+    for members in (m for m in groups.values() if len(m) > 1):
         first, t0 = members[0]
         if staged and first.phase != "forward":  # (a forward solve depends on no seed)
             # the factors of the first solve's own matrix, right after it

@@ -50,9 +50,11 @@ PASSES = {
     "views": ("read chains of data movement through (a slice of a slice, of a "
               "concatenation, a reshape of a reshape, a transpose of a transpose)",
               lambda nodes, ins, outs, upd, mach: simplify_views(nodes, outs)),
-    "share_factorizations": ("one LU factorization for the solves with one matrix: the "
+    "share_factorizations": ("one factorization for the solves with one matrix: the "
                              "forward's, its transpose's in the reverse sweep, a Hessian's "
-                             "tangent sweeps' (solve_lu keeps them, lu_solve reads them)",
+                             "tangent sweeps' (solve_lu keeps them, lu_solve reads them; "
+                             "cho_solve reads the matrix's Cholesky factor, where the "
+                             "function made one and the matrix is symmetric)",
                              lambda nodes, ins, outs, upd, mach: share_factorizations(nodes,
                                                                                       outs)),
     "factor_once": ("share_factorizations in a Hessian's or Jacobian's graph: each matrix "

@@ -455,10 +455,28 @@ def lu_solve(out, p, b, trans=0, at=0, work=None):
         out[i] = sl.lu_solve((p[i, :, at:at + n], piv), b[i], trans=trans, check_finite=False)
 
 
+def symmetric(out, a, work=None):
+    # (1.0 where a matrix equals its transpose exactly: the CPU kernel's answer)
+    out[...] = np.all(a == _mT(a), axis=(1, 2))
+
+
+def cho_solve(out, lo, flags, a, b, upper=False, work=None):
+    # by the Cholesky factor where the factored matrix is symmetric (two
+    # triangular solves: cuBLAS's trsm), else numpy's solve on the matrix
+    if out.size == 0:
+        return
+    for i, same in enumerate(flags.tolist()):  # (one read of the flags on the host)
+        if same:
+            low = _mT(lo[i:i + 1]) if upper else lo[i:i + 1]
+            out[i:i + 1] = _triangular(low, _triangular(low, b[i:i + 1], True), True, trans=1)
+        else:
+            solve(out[i:i + 1], a[i:i + 1], b[i:i + 1])
+
+
 #: op -> its device run ``run(out, *operands, work=None, **attrs)``
 DEVICE_LINALG = {"solve": solve, "inv": inv, "det": det, "slogdet": slogdet,
                  "cholesky": cholesky, "solve_triangular": solve_triangular,
                  "cholesky_adjoint": cholesky_adjoint, "eigh": eigh, "eigvalsh": eigvalsh,
                  "eigh_evr": eigh_evr, "svd": svd, "pinv": pinv, "qr": qr,
                  "eig": eig, "solve_lu": solve_lu, "lu_factors": lu_factors,
-                 "lu_solve": lu_solve}
+                 "lu_solve": lu_solve, "symmetric": symmetric, "cho_solve": cho_solve}
