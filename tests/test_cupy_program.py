@@ -536,6 +536,21 @@ def test_one_factorization_for_a_matrix_s_solves(name):
                     np.ones(2), argnums=(0, 1), backend="cupy")
 
 
+def test_device_linear_algebra_takes_no_arena_scratch():
+    # cuSOLVER's and cupy's allocations come from the program's own workspace:
+    # the CPU kernels' scratch is not planned into the GPU arena
+    from hybridad.backends.cuda.linalg import DEVICE_LINALG
+    from test_factors import CASES
+
+    f, make, argnums = CASES["gp"]
+    args = make()
+    plan = check_against_numpy(f, args, argnums, rtol=1e-11)
+    linalg = {n.id for n in plan.graph.nodes if n.op in DEVICE_LINALG}
+    assert linalg and not linalg & set(plan.memory.scratch)
+    numba = ha.compile(f, *args, argnums=argnums, backend="numba")
+    assert {n.id for n in numba.graph.nodes if n.op in DEVICE_LINALG} & set(numba.memory.scratch)
+
+
 def test_linear_algebra_failures_raise_as_on_the_cpu():
     def chol(a):
         return np.sum(np.linalg.cholesky(a))

@@ -373,9 +373,9 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             from ..backends.numba.layouts import plan_numba_memory
             return plan_numba_memory(graph, pack=self._pack, pinned=pinned)
         scratch = op_workspaces(graph.nodes)
-        if self.backend == "cupy":
-            from ..backends.cuda.program import scratch_for_cupy
-            scratch.update(scratch_for_cupy(graph.nodes, self._own_products))
+        if self.backend == "cupy":  # (the device linear algebra's: its own workspace)
+            from ..backends.cuda.program import device_scratch
+            scratch = device_scratch(graph.nodes, self._own_products)
         return plan_memory(graph, (), scratch, reuse=self.backend != "numpy",
                            direct_outputs=self.backend == "cupy", pack=self._pack,
                            pinned=pinned)

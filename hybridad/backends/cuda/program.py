@@ -42,7 +42,8 @@ from .products import captured_products, product_loop, product_value
 from .reduce import sum_levels, sum_scratch, summable
 from .source import region_kernel
 
-__all__ = ["CupyLauncher", "Launcher", "RegionCalls", "cupy_available", "scratch_for_cupy"]
+__all__ = ["CupyLauncher", "Launcher", "RegionCalls", "cupy_available", "device_scratch",
+           "scratch_for_cupy"]
 
 
 def cupy_available():
@@ -115,6 +116,23 @@ def check_supported(nodes):
                 " use backend='numba'")
         if how not in ("kernel", "cupy", "cublas", "cusolver", "loop"):
             raise NotImplementedError(f"backend='cupy' has no way to run op {n.op!r}")
+
+
+def device_scratch(nodes, products=False):
+    """node id -> (dtype, elements): the GPU program's working memory in its
+    arena -- the ops' declared workspaces (:func:`hybridad.transforms.memory.op_workspaces`)
+    but those of the device linear-algebra runs (:data:`.linalg.DEVICE_LINALG`:
+    cuSOLVER's and cupy's allocations come from the program's own
+    :class:`.linalg.Workspace`, the CPU kernels' scratch would sit unused),
+    and :func:`scratch_for_cupy`'s."""
+    from ...transforms.memory import op_workspaces
+
+    scratch = op_workspaces(nodes)
+    for n in nodes:
+        if n.op in DEVICE_LINALG:
+            scratch.pop(n.id, None)
+    scratch.update(scratch_for_cupy(nodes, products))
+    return scratch
 
 
 def scratch_for_cupy(nodes, products=False):

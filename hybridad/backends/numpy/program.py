@@ -243,13 +243,12 @@ def compile_loop_body(graph, device=None):
         prog = compile_program(g.nodes, g.inputs, g.outputs, memplan, memplan.allocate(np),
                                name="loop_body")
     else:
-        from ..cuda.program import RegionCalls, check_supported, scratch_for_cupy
+        from ..cuda.program import RegionCalls, check_supported, device_scratch
 
         xp, launcher, products = device  # (products: as the plan's own, cuda/products.py)
         g = lower_body(graph, "cupy")
         check_supported(g.nodes)
-        scratch = op_workspaces(g.nodes)
-        scratch.update(scratch_for_cupy(g.nodes, products))
+        scratch = device_scratch(g.nodes, products)
         # (each carry straight into the runner's buffer of the next iteration: no copy)
         memplan = plan_memory(g, (), scratch, reuse=True, direct_outputs="all")
         buffers = memplan.allocate(xp)
