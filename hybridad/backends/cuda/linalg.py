@@ -171,21 +171,45 @@ def cholesky_adjoint(out, lo, g, work=None):
     ``P = phi(L^T tril(g))`` (the lower triangle, its diagonal halved) and
     ``M = L^-T P L^-1``, ``tril(M + M^T)`` with ``M``'s diagonal once -- a
     product and two triangular solves in place (cuBLAS's trsm on one
-    buffer), ``out`` a scratch on the way: four matrices allocated per
-    matrix of the stack, where the plain formula makes seventeen (what a
-    run allocates sizes the program's linear-algebra workspace)."""
+    buffer), ``out`` holding ``tril(g)`` first: one matrix allocated per
+    call, where the plain formula makes seventeen (what a run allocates
+    sizes the program's linear-algebra workspace).  ``lo`` is a Cholesky
+    factor: its strict upper triangle zero, as every backend's cholesky
+    writes it (the product reads it whole)."""
     if lo.size == 0:
         return
-    low = np.tril(lo)
-    _matmul(out, _mT(low), np.tril(g))
-    p = np.tril(out)
+    out[...] = g
+    _keep_lower(out)  # tril(g)
+    p = np.empty_like(out)
+    _matmul(p, _mT(lo), out)
+    _keep_lower(p)
     _scale_diagonal(p, 0.5)
     for i in range(p.shape[0]):
-        _trsm(low[i], p[i], "left_t")  # L^-T P
-        _trsm(low[i], p[i], "right")  # (L^-T P) L^-1 = M
+        _trsm(lo[i], p[i], "left_t")  # L^-T P
+        _trsm(lo[i], p[i], "right")  # (L^-T P) L^-1 = M
     np.add(p, _mT(p), out=out)
     _scale_diagonal(out, 0.5)  # (M's diagonal once)
-    out[...] = np.tril(out)
+    _keep_lower(out)
+
+
+_KEEP_LOWER = []  # [cupy's elementwise kernel], made at the first device call
+
+
+def _keep_lower(x):
+    """The strict upper triangles of the C-contiguous stack ``x`` set to 0, in
+    place (numpy's tril allocates its result): one elementwise kernel on the
+    device, an index on host arrays."""
+    n = x.shape[-1]
+    if array_module(x) is np:
+        r, c = np.triu_indices(n, 1)
+        x[..., r, c] = 0
+        return
+    if not _KEEP_LOWER:
+        import cupy
+
+        _KEEP_LOWER.append(cupy.ElementwiseKernel(
+            "int64 n", "T x", "if (i % n > (i / n) % n) x = 0;", "hybridad_keep_lower"))
+    _KEEP_LOWER[0](np.int64(n), x)
 
 
 def _matmul(out, a, b):
