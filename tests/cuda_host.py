@@ -16,8 +16,7 @@ import shutil
 import subprocess
 import tempfile
 
-from hybridad.backends.cuda.source import PREAMBLE
-from hybridad.backends.cuda.program import Launcher
+from hybridad.backends.cuda.program import Launcher, module_source
 
 NVCC = shutil.which("nvcc")
 NVCC_FLAGS = ["-arch=sm_90", "-std=c++17", "-O1", "-w"]
@@ -90,7 +89,9 @@ class HostLauncher(Launcher):
                 f'extern "C" void host_{k.name}({", ".join(params)}, long long n) {{\n'
                 f"  for (long long i = 0; i < n; ++i) {k.name}_::element(i, {', '.join(casts)});"
                 "\n}")
-        source = "\n".join([PREAMBLE, *kernel_codes(kernels), *dict.fromkeys(wrappers)]) + "\n"
+        # (the translation unit CupyLauncher has NVRTC compile, and the host wrappers)
+        module = module_source(kernels)
+        source = module + "\n".join(dict.fromkeys(wrappers)) + "\n"
         digest = hashlib.sha256(source.encode()).hexdigest()[:20]
         lib = os.path.join(self.directory, f"k{digest}.so")
         if not os.path.exists(lib):
@@ -98,13 +99,13 @@ class HostLauncher(Launcher):
             nvcc_build(source, os.path.join(tmp, "k.so"), shared=True)
             os.replace(os.path.join(tmp, "k.so"), lib)
             shutil.rmtree(tmp, ignore_errors=True)
-        if NVRTC is not None:  # each kernel's translation unit, as cupy compiles it
-            for k in kernels:
-                mark = os.path.join(self.directory, "nvrtc-" + hashlib.sha256(
-                    k.source.encode()).hexdigest()[:20])
-                if not os.path.exists(mark):
-                    assert f".entry {k.name}(" in nvrtc_compile(k.source, f"{k.name}.cu")
-                    open(mark, "w").close()
+        if NVRTC is not None:  # the program's module, as cupy compiles it
+            mark = os.path.join(self.directory, "nvrtc-" + hashlib.sha256(
+                module.encode()).hexdigest()[:20])
+            if not os.path.exists(mark):
+                ptx = nvrtc_compile(module, "module.cu")
+                assert all(f".entry {k.name}(" in ptx for k in kernels)
+                open(mark, "w").close()
         dll = ctypes.CDLL(lib)
         self.built.append(source)
         calls = []

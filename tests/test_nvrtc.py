@@ -20,16 +20,18 @@ pytestmark = pytest.mark.skipif(NVRTC is None, reason="cupy with NVRTC is not in
 
 
 class CompileOnly(cupy_backend.Launcher):
-    """Compiles each kernel's exact translation unit with NVRTC, as
-    ``cupy.RawKernel`` would; its launches refuse to run (no device)."""
+    """Compiles a program's exact translation unit with NVRTC, as
+    ``CupyLauncher``'s ``cupy.RawModule`` would (one per program: its kernels
+    together); its launches refuse to run (no device)."""
 
     def __init__(self):
         self.compiled = []
 
     def build(self, kernels):
         calls = []
+        ptx = nvrtc_compile(cupy_backend.module_source(kernels), "module.cu") if kernels else ""
         for k in kernels:
-            assert f".entry {k.name}(" in nvrtc_compile(k.source, f"{k.name}.cu")
+            assert f".entry {k.name}(" in ptx
             self.compiled.append(k.name)
 
             def launch(*arrays, k=k):
@@ -73,3 +75,12 @@ def test_plan_kernels_compile(name, monkeypatch):
     f, make, options = PLANS[name]
     ha.compile(f, *make(), backend="cupy", **options)
     assert launcher.compiled, "the plan built no kernel"
+
+
+def test_the_device_linear_algebra_s_own_kernels_compile():
+    # (cholesky's reverse rule keeps triangles in place: backends/cuda/linalg.py)
+    from hybridad.backends.cuda.linalg import KEEP_LOWER_SOURCE
+
+    ptx = nvrtc_compile(KEEP_LOWER_SOURCE, "keep_lower.cu")
+    assert ".entry hybridad_keep_lower_double(" in ptx and \
+        ".entry hybridad_keep_lower_float(" in ptx

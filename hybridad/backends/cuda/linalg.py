@@ -192,24 +192,34 @@ def cholesky_adjoint(out, lo, g, work=None):
     _keep_lower(out)
 
 
-_KEEP_LOWER = []  # [cupy's elementwise kernel], made at the first device call
+#: the kernels of :func:`_keep_lower`, one per float type (tests/test_nvrtc.py compiles them)
+KEEP_LOWER_SOURCE = "\n".join(
+    f'''extern "C" __global__ void hybridad_keep_lower_{t}({t}* x, long long n, long long total) {{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total && i % n > (i / n) % n) x[i] = 0;
+}}''' for t in ("double", "float"))
+_KEEP_LOWER = {}  # float type -> cupy's kernel, compiled at the first device call
 
 
 def _keep_lower(x):
     """The strict upper triangles of the C-contiguous stack ``x`` set to 0, in
-    place (numpy's tril allocates its result): one elementwise kernel on the
-    device, an index on host arrays."""
+    place (numpy's tril allocates its result): one kernel on the device, an
+    index on host arrays."""
     n = x.shape[-1]
     if array_module(x) is np:
         r, c = np.triu_indices(n, 1)
         x[..., r, c] = 0
         return
-    if not _KEEP_LOWER:
+    if x.size == 0:
+        return
+    t = "double" if x.dtype == np.float64 else "float"
+    kernel = _KEEP_LOWER.get(t)
+    if kernel is None:
         import cupy
 
-        _KEEP_LOWER.append(cupy.ElementwiseKernel(
-            "int64 n", "T x", "if (i % n > (i / n) % n) x = 0;", "hybridad_keep_lower"))
-    _KEEP_LOWER[0](np.int64(n), x)
+        kernel = _KEEP_LOWER[t] = cupy.RawModule(code=KEEP_LOWER_SOURCE).get_function(
+            f"hybridad_keep_lower_{t}")
+    kernel((-(-x.size // 256),), (256,), (x, np.int64(n), np.int64(x.size)))
 
 
 def _matmul(out, a, b):

@@ -40,7 +40,7 @@ from .cublas_capture import eager_gemm
 from .linalg import DEVICE_LINALG, Preallocated, Workspace
 from .products import captured_products, product_loop, product_value
 from .reduce import sum_levels, sum_scratch, summable
-from .source import region_kernel
+from .source import PREAMBLE, region_kernel
 
 __all__ = ["CupyLauncher", "Launcher", "RegionCalls", "cupy_available", "device_scratch",
            "scratch_for_cupy"]
@@ -186,19 +186,34 @@ class Launcher:
         raise NotImplementedError
 
 
+def module_source(kernels):
+    """One CUDA translation unit for a program's kernels: :data:`.source.PREAMBLE`
+    once, then each kernel's code once (a program may launch one twice)."""
+    codes = {}
+    for k in kernels:
+        codes.setdefault(k.name, k.code)
+    return "\n".join([PREAMBLE, *codes.values()]) + "\n"
+
+
 class CupyLauncher(Launcher):
-    """Compiles kernels with ``cupy.RawKernel`` (NVRTC; cupy caches the binary
-    on disk) and launches them with 256 threads per block on the current
-    stream.  The element count is a preallocated ``np.int64``."""
+    """Compiles a program's kernels as one ``cupy.RawModule`` (one NVRTC
+    compilation of :func:`module_source`, where a module per kernel parsed
+    and compiled the preamble's device functions once per kernel: the first
+    call's cost; cupy caches the binary on disk) and launches them with 256
+    threads per block on the current stream.  The element count is a
+    preallocated ``np.int64``."""
 
     threads = 256
 
     def build(self, kernels):
         import cupy
 
+        if not kernels:
+            return []
+        module = cupy.RawModule(code=module_source(kernels), options=("-std=c++17",))
         calls = []
         for k in kernels:
-            raw = cupy.RawKernel(k.source, k.name, options=("-std=c++17",))
+            raw = module.get_function(k.name)
             grid = (max(1, -(-k.size // self.threads)),)
             block = (self.threads,)
             n = np.int64(k.size)
