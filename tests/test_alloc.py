@@ -144,6 +144,81 @@ def test_zero_allocations_multi_argnums_pytree_float32_noncontiguous():
     _check_no_alloc(lambda: ha.gradient(g, xs, out=res64))
 
 
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize("number", [0.3, np.float64(0.3), np.float32(0.3), 2, True],
+                         ids=["float", "float64", "float32", "int", "bool"])
+def test_a_differentiated_number_allocates_nothing(number, backend):
+    # a number is a 0-d array of the plan's own (one per thread): converting it
+    # allocated an array each call; its gradient is the closed form at each value
+    def f(a, x):
+        return np.sum(np.sin(a * x))
+
+    x = rand((50,), seed=15)
+    plan = ha.compile(f, number, x, argnums=(0, 1), backend=backend)
+    res = plan.new_result()
+    _check_no_alloc(lambda: plan.gradient(number, x, out=res))
+    for a in (number, type(number)(0.7) if type(number) is not bool else False):
+        got = plan.gradient(a, x).gradient
+        want = float(np.sum(x * np.cos(float(a) * x)))
+        np.testing.assert_allclose(float(got[0]), want,
+                                   rtol=1e-12 if got[0].dtype == np.float64 else 1e-5)
+
+
+def test_ha_gradient_with_a_number_reuses_its_plan_and_allocates_nothing():
+    # the cache key takes a number's shape and dtype without converting it, and
+    # the function's recent plan matches a number where it took one
+    def f(a, x):
+        return np.sum(np.sin(a * x))
+
+    x = rand((50,), seed=18)
+    res = ha.gradient(f, 0.3, x, argnums=0)
+    _check_no_alloc(lambda: ha.gradient(f, 0.3, x, argnums=0, out=res))
+    np.testing.assert_allclose(float(res.gradient), float(np.sum(x * np.cos(0.3 * x))),
+                               rtol=1e-12)
+    assert float(ha.gradient(f, 0.6, x, argnums=0).gradient) == pytest.approx(
+        float(np.sum(x * np.cos(0.6 * x))), rel=1e-12)
+
+
+def test_differentiated_numbers_on_threads_do_not_mix():
+    # each thread's number in a buffer of its own: concurrent calls at different
+    # values each get their own gradient
+    import threading
+
+    def f(a, x):
+        return np.sum(np.sin(a * x))
+
+    x = rand((2000,), seed=16)
+    plan = ha.compile(f, 0.1, x, argnums=0)
+    errors = []
+
+    def work(a):
+        for _ in range(50):
+            g = plan.gradient(a, x).gradient
+            if abs(float(g) - float(np.sum(x * np.cos(a * x)))) > 1e-9:
+                errors.append(a)
+
+    threads = [threading.Thread(target=work, args=(a,)) for a in (0.2, 0.5, 0.9, 1.3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_a_number_is_not_a_parameter_to_update():
+    # the update would be written into a converted copy the caller never sees
+    def f(a, x):
+        return np.sum((a * x - 1) ** 2)
+
+    x = rand((10,), seed=17)
+    plan = ha.compile(f, 0.3, x, argnums=0, update=ha.optim.SGD(0.1))
+    with pytest.raises(ValueError, match="parameter 'a' is updated in place.*a number"):
+        plan.step(0.3, x)
+    a = np.array(0.3)
+    plan.step(a, x)
+    assert float(a) != 0.3
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_zero_allocations_parallel_plan_with_blas(monkeypatch, dtype):
     """A multithreaded plan that calls BLAS (run single-threaded beside its

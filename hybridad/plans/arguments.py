@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import inspect
+import threading
 import types
 
 import numpy as np
@@ -94,16 +95,31 @@ def _arg_names(f, nargs):
     return [f"'{params[k]}'" if k < len(params) else f"at position {k}" for k in range(nargs)]
 
 
-def prepare_args(args, diff, names):
+#: the number types a differentiated argument may be (a 0-d array of the dtype
+#: numpy gives it: integers and booleans as float64)
+_SCALAR_DTYPES = {float: np.dtype(np.float64), int: np.dtype(np.float64),
+                  bool: np.dtype(np.float64), np.float64: np.dtype(np.float64),
+                  np.float32: np.dtype(np.float32), np.int64: np.dtype(np.float64),
+                  np.int32: np.dtype(np.float64), np.bool_: np.dtype(np.float64)}
+
+
+def prepare_args(args, diff, names, stage=None):
     """Convert differentiated arguments to float arrays (see
     :func:`hybridad._tree.as_array_tree`); flatten everything; refuse ndarray
     subclasses and dtypes hybridad does not trace (:func:`hybridad._tree.plain_leaf`).
+
+    ``stage``: ``stage(k, value, dtype)`` -> a 0-d array holding the number
+    ``value`` (a plan's own buffer, :meth:`ArgumentsMixin._staged_scalar`),
+    for a differentiated argument that is a number: converting it would
+    allocate an array each call.
 
     Returns ``(leaves, treedefs)`` with one treedef per argument.
     """
     leaves, treedefs = [], []
     for k, a in enumerate(args):
-        if k in diff and (type(a) is not np.ndarray or a.dtype not in _FLOATS):
+        if stage is not None and k in diff and type(a) in _SCALAR_DTYPES:
+            a = stage(k, a, _SCALAR_DTYPES[type(a)])
+        elif k in diff and (type(a) is not np.ndarray or a.dtype not in _FLOATS):
             names = names() if callable(names) else names
             a = _tree.as_array_tree(a, names[k])  # converts, or raises a clear TypeError
         lv, td = _tree.flatten(a)
@@ -120,11 +136,28 @@ class ArgumentsMixin:
     """Methods of :class:`hybridad.plans.plan.Plan` (a mixin)."""
 
 
+    def _staged_scalar(self, k, value, dtype):
+        """Argument ``k``, a number, in a 0-d array of ``dtype`` of this plan's
+        (one per thread, argument and dtype: a call reads it before the thread's
+        next call writes it again), so that a differentiated number allocates
+        nothing per call."""
+        local = self.__dict__.get("_scalars")
+        if local is None:
+            local = self.__dict__.setdefault("_scalars", threading.local())
+        bufs = getattr(local, "bufs", None)
+        if bufs is None:
+            bufs = local.bufs = {}
+        buf = bufs.get((k, dtype))
+        if buf is None:
+            buf = bufs[k, dtype] = np.zeros((), dtype)
+        buf[()] = value
+        return buf
+
     def _leaves(self, args):
         if len(args) != len(self._treedefs):
             raise TypeError(f"plan for {self.name} takes {len(self._treedefs)} positional "
                             f"argument(s); got {len(args)}")
-        leaves, treedefs = prepare_args(args, self._diff, self._names)
+        leaves, treedefs = prepare_args(args, self._diff, self._names, self._staged_scalar)
         if treedefs != self._treedefs:
             for k, (a, b) in enumerate(zip(treedefs, self._treedefs, strict=True)):
                 if a != b:

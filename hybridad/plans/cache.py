@@ -68,13 +68,29 @@ def cache_for(f):
     return lru
 
 
+#: dtype -> a 0-d array standing in for a differentiated number in a cache key
+_STAND_INS = {}
+
+
+def _stand_in(k, value, dtype):
+    """A number's leaf for the key alone (its shape and dtype): converting it
+    would allocate an array each call; the plan's call stages its value
+    (:meth:`hybridad.plans.arguments.ArgumentsMixin._staged_scalar`)."""
+    a = _STAND_INS.get(dtype)
+    if a is None:
+        a = _STAND_INS.setdefault(dtype, np.zeros((), dtype))
+        a.flags.writeable = False
+    return a
+
+
 def lookup(f, args, argnums, backend, hvp=False, parallel=True, build=None, tag=(),
            stale=None):
     """The cached plan of ``f`` for these arguments and options, and the
-    arguments' array leaves; ``build()`` (default: a gradient :class:`Plan`)
+    arguments' array leaves (a differentiated number: a 0-d stand-in of its
+    dtype, not its value); ``build()`` (default: a gradient :class:`Plan`)
     makes it on a miss, or when the cached plan is ``stale``."""
     argnums_norm, diff = normalize_argnums(argnums, len(args))
-    leaves, treedefs = prepare_args(args, diff, lambda: arg_names(f, len(args)))
+    leaves, treedefs = prepare_args(args, diff, lambda: arg_names(f, len(args)), _stand_in)
     key = (argnums_norm, backend, treedefs, tuple((a.shape, a.dtype.str) for a in leaves))
     if hvp:
         key += ("hvp",)

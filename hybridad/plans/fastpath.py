@@ -9,6 +9,7 @@ import numpy as np
 from .. import _tree
 from ..errors import DecisionsChanged
 from ..results import DiffResult, GradientResult, HvpResult
+from .arguments import _SCALAR_DTYPES
 from .validate import FLOATS as _FLOATS
 
 __all__ = ["FastPathMixin"]
@@ -92,8 +93,13 @@ class FastPathMixin:
         if what == "matches":
             for i, (leaf, (shape, dtype)) in enumerate(zip(leaves, self._specs, strict=True)):
                 consts[f"_S{i}"], consts[f"_D{i}"] = tuple(shape), np.dtype(dtype)
-                conds.append(f"{leaf}.__class__ is _nd and {leaf}.shape == _S{i} and "
-                             f"{leaf}.dtype == _D{i}")
+                cond = f"{leaf}.__class__ is _nd and {leaf}.shape == _S{i} and " \
+                    f"{leaf}.dtype == _D{i}"
+                if i in self._diff_leaves and tuple(shape) == ():  # (or a number: staged)
+                    consts[f"_N{i}"] = frozenset(t for t, d in _SCALAR_DTYPES.items()
+                                                 if d == np.dtype(dtype))
+                    cond = f"({cond} or {leaf}.__class__ in _N{i})"
+                conds.append(cond)
             hit, miss = "True", "False"
         else:
             hit, miss = "[" + ", ".join(leaves) + "]", "None"

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
 
+from .. import _tree
 from ..results import DiffResult
 from .validate import check_results
 from .validate import describe as _describe
@@ -46,6 +48,12 @@ class UpdatesMixin:
             raise TypeError("step() needs a plan built with update=hybridad.optim.<rule>")
         if self._guarded:
             self._check_stale(args)
+        for k in self._diff:  # (a number would be converted: its update lost)
+            if k < len(args) and not _tree.is_array(args[k]) and \
+                    isinstance(args[k], (numbers.Number, np.generic)):
+                raise ValueError(f"parameter {self._names[k]} is updated in place: it must be "
+                                 f"a writeable, C-contiguous array; got a number "
+                                 f"({type(args[k]).__name__})")
         leaves = self._leaves(args)
         for i in self._diff_leaves:
             a = leaves[i]
