@@ -171,6 +171,23 @@ def test_cuda_graph_with_matmuls_follows_new_values(cp):
     assert plan.matmul_precision == "float64 by cuBLAS in float64"
 
 
+def _one_graph(cp, f, host, argnums, dtype):
+    """``(plan, device args, result)`` of ``f``'s plan captured as one CUDA graph
+    (cuda_graph=True): no device allocation per call, the numpy backend's
+    gradient (in float64) to its precision."""
+    ref = ha.gradient(f, *[a.astype(np.float64) for a in host], argnums=argnums,
+                      backend="numpy")
+    args = _on_device(cp, host)
+    plan = ha.compile(f, *args, argnums=argnums, cuda_graph=True)
+    res = plan.new_result()
+    _allocates_nothing(cp, plan, args, res, 5)
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    for g, r in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(cp.asnumpy(g), r, rtol=tol, atol=tol * np.abs(r).max())
+    assert plan._graph.segments == 1
+    return plan, args, res
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
 def test_cuda_graph_captures_cublas_products(cp, dtype):
     # transposed views, vectors, a long contraction (k = 300): each one GEMM in the graph
@@ -180,16 +197,7 @@ def test_cuda_graph_captures_cublas_products(cp, dtype):
 
     host = tuple(a.astype(dtype) for a in (rand((7, 300), seed=1), rand((300, 5), seed=2),
                                            rand((7, 4), seed=3)))
-    ref = ha.gradient(layouts, *[a.astype(np.float64) for a in host], argnums=(0, 1, 2),
-                      backend="numpy")
-    args = _on_device(cp, host)
-    plan = ha.compile(layouts, *args, argnums=(0, 1, 2), cuda_graph=True)
-    res = plan.new_result()
-    _allocates_nothing(cp, plan, args, res, 5)
-    tol = 1e-12 if dtype == np.float64 else 2e-5
-    for g, r in zip(res.gradient, ref.gradient, strict=True):
-        np.testing.assert_allclose(cp.asnumpy(g), r, rtol=tol, atol=tol * np.abs(r).max())
-    assert plan._graph.segments == 1
+    plan, args, res = _one_graph(cp, layouts, host, (0, 1, 2), dtype)
     again = plan.gradient(*args)  # replays: the same bits
     for g, h in zip(again.gradient, res.gradient, strict=True):
         assert cp.array_equal(g, h)
@@ -208,16 +216,7 @@ def test_long_products_split_k_in_the_graph(cp, dtype):
 
     host = tuple(a.astype(dtype) for a in (rand((16, 16), seed=1) / 4, rand(6000, seed=2),
                                            rand((6000, 16), seed=3)))
-    ref = ha.gradient(layer, *[a.astype(np.float64) for a in host], argnums=(0, 1),
-                      backend="numpy")
-    args = _on_device(cp, host)
-    plan = ha.compile(layer, *args, argnums=(0, 1), cuda_graph=True)
-    res = plan.new_result()
-    _allocates_nothing(cp, plan, args, res, 5)
-    tol = 1e-12 if dtype == np.float64 else 2e-5
-    for g, r in zip(res.gradient, ref.gradient, strict=True):
-        np.testing.assert_allclose(cp.asnumpy(g), r, rtol=tol, atol=tol * np.abs(r).max())
-    assert plan._graph.segments == 1
+    plan, args, res = _one_graph(cp, layer, host, (0, 1), dtype)
     eager = ha.compile(layer, *args, argnums=(0, 1), cuda_graph=False).gradient(*args)
     for g, h in zip(eager.gradient, res.gradient, strict=True):  # (eager: the same bits)
         assert cp.array_equal(g, h)

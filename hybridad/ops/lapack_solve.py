@@ -262,14 +262,23 @@ def lu_factors(a, out, work, kind):
 
 
 @njit(cache=True, nogil=True)
+def _solve_parts(work, n, k):
+    """The column-major n x n matrix, the n x k right-hand sides, the n int32
+    pivots and the Fortran scalars (ints, chars) of a solve, cut from ``work``
+    (:func:`work_size`'s ``m * m + m * n + m + _SCALARS``)."""
+    mat, rhs = work[:n * n], work[n * n:n * n + n * k]
+    piv = work[n * n + n * k:n * n + n * k + n].view(np.int32)[:n]
+    ints, chars, _ = _scalars(work)
+    return mat, rhs, piv, ints, chars
+
+
+@njit(cache=True, nogil=True)
 def lu_solve(p, b, out, work, kind, trans, at):
     """out[i] = a[i]^-1 b[i] (``trans`` 1: a[i]^-T b[i]) from the factors of
     a[i] that :func:`solve_lu` packed into p[i] from column ``at`` on (getrs:
     the second half of gesv, the factorization made once)."""
     n, k = p.shape[1], b.shape[2]
-    mat, rhs = work[:n * n], work[n * n:n * n + n * k]
-    piv = work[n * n + n * k:n * n + n * k + n].view(np.int32)[:n]
-    ints, chars, _ = _scalars(work)
+    mat, rhs, piv, ints, chars = _solve_parts(work, n, k)
     for i in range(p.shape[0]):
         if n == 0 or k == 0:
             continue
@@ -323,9 +332,7 @@ def cho_solve(lo, flags, a, b, out, work, kind, upper):
     U), as scipy's cho_solve; else by gesv on a[i], as numpy's solve (a
     singular matrix raises as numpy's)."""
     n, k = a.shape[1], b.shape[2]
-    mat, rhs = work[:n * n], work[n * n:n * n + n * k]
-    piv = work[n * n + n * k:n * n + n * k + n].view(np.int32)[:n]
-    ints, chars, _ = _scalars(work)
+    mat, rhs, piv, ints, chars = _solve_parts(work, n, k)
     for i in range(a.shape[0]):
         if n == 0 or k == 0:
             continue
