@@ -173,6 +173,22 @@ class FastPathMixin:
         return g
 
 
+    def _staging_lines(self, ins, ns):
+        """Lines of :meth:`_fast_path` staging a differentiated number (an
+        argument that is a 0-d float leaf, given as a Python or numpy number)
+        into the plan's own 0-d array (:meth:`_staged_scalar`), so that the
+        compiled program takes it: no conversion, no allocation."""
+        lines, at = [], 0
+        for k, (name, td) in enumerate(zip(ins, self._treedefs, strict=True)):
+            if td == _tree.LEAF and at in self._diff_leaves and tuple(self._specs[at][0]) == ():
+                dtype = np.dtype(self._specs[at][1])
+                ns[f"_N{k}"] = frozenset(t for t, d in _SCALAR_DTYPES.items() if d == dtype)
+                ns[f"_ND{k}"], ns["_stg"] = dtype, self._staged_scalar
+                lines += [f"            if {name}.__class__ in _N{k}:",
+                          f"                {name} = _stg({k}, {name}, _ND{k})"]
+            at += _tree.count_leaves(td)
+        return lines
+
     def _fast_path(self):
         """The numba plan's ``gradient`` for arguments of the example's
         structure (arrays, or tuples/lists/dicts of them with the same static
@@ -234,6 +250,7 @@ class FastPathMixin:
                  "            g = d[0]",
                  f"            {''.join(a + ', ' for a in ins)}= args" if ins else
                  "            pass",
+                 *self._staging_lines(ins, ns),
                  # the structure checks index into containers: inside the try
                  "            try:",
                  f"                if True{check}:"]
