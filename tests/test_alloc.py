@@ -181,6 +181,19 @@ def test_ha_gradient_with_a_number_reuses_its_plan_and_allocates_nothing():
         float(np.sum(x * np.cos(0.6 * x))), rel=1e-12)
 
 
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_a_number_beyond_float64_is_refused_by_name(backend):
+    def f(a, x):
+        return np.sum(np.sin(a * x))
+
+    x = rand((5,), seed=19)
+    plan = ha.compile(f, 0.3, x, argnums=0, backend=backend, tiered=False)
+    res = plan.new_result()
+    for call in (lambda: plan.gradient(10 ** 400, x, out=res), lambda: plan.gradient(10 ** 400, x)):
+        with pytest.raises(TypeError, match="argument 'a' must have a floating-point dtype"):
+            call()
+
+
 def test_differentiated_numbers_on_threads_do_not_mix():
     # each thread's number in a buffer of its own: concurrent calls at different
     # values each get their own gradient

@@ -117,8 +117,14 @@ def prepare_args(args, diff, names, stage=None):
     """
     leaves, treedefs = [], []
     for k, a in enumerate(args):
+        staged = None
         if stage is not None and k in diff and type(a) in _SCALAR_DTYPES:
-            a = stage(k, a, _SCALAR_DTYPES[type(a)])
+            try:
+                staged = stage(k, a, _SCALAR_DTYPES[type(a)])
+            except OverflowError:  # (an int beyond float64: converted below, refused by name)
+                pass
+        if staged is not None:
+            a = staged
         elif k in diff and (type(a) is not np.ndarray or a.dtype not in _FLOATS):
             names = names() if callable(names) else names
             a = _tree.as_array_tree(a, names[k])  # converts, or raises a clear TypeError

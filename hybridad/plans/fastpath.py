@@ -184,8 +184,8 @@ class FastPathMixin:
                 dtype = np.dtype(self._specs[at][1])
                 ns[f"_N{k}"] = frozenset(t for t, d in _SCALAR_DTYPES.items() if d == dtype)
                 ns[f"_ND{k}"], ns["_stg"] = dtype, self._staged_scalar
-                lines += [f"            if {name}.__class__ in _N{k}:",
-                          f"                {name} = _stg({k}, {name}, _ND{k})"]
+                lines += [f"                if {name}.__class__ in _N{k}:",
+                          f"                    {name} = _stg({k}, {name}, _ND{k})"]
             at += _tree.count_leaves(td)
         return lines
 
@@ -250,9 +250,9 @@ class FastPathMixin:
                  "            g = d[0]",
                  f"            {''.join(a + ', ' for a in ins)}= args" if ins else
                  "            pass",
-                 *self._staging_lines(ins, ns),
                  # the structure checks index into containers: inside the try
                  "            try:",
+                 *self._staging_lines(ins, ns),
                  f"                if True{check}:"]
         ind = "                    "
         if route is not None:
@@ -298,7 +298,7 @@ class FastPathMixin:
         else:
             lines += [f"{ind}{call}"]
         lines += ["                    return out",
-                  "            except (TypeError, ValueError, LookupError):",
+                  "            except (TypeError, ValueError, LookupError, OverflowError):",
                   "                pass  # the general path says why",
                   # (a call that decides otherwise: the general path specializes)
                   "    return _general(_plan, *args, out=out, _checked=%s)"

@@ -138,9 +138,8 @@ def device_scratch(nodes, products=False):
 def scratch_for_cupy(nodes, products=False):
     """node id -> (dtype, elements): a value region with a fused float sum,
     max or min, a vjp region with its sum, and a sum node, their partial sums
-    (doubles); a value region
-    with another reduction writes its elementwise values there before cupy
-    reduces them.  ``products``: float matrix products run as sums
+    (doubles); a value region with another reduction writes its elementwise
+    values there before cupy reduces them.  ``products``: float matrix products run as sums
     (:mod:`.products`), their partial sums too."""
     out = {}
     for n in nodes:
