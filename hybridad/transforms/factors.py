@@ -110,7 +110,7 @@ def share_factorizations(nodes, outputs=(), staged=False, cholesky=True):
     before, after = {}, {}  # node id -> the nodes to insert before / after it
     for key, chol in factored.items():
         members, flags = groups.get(key, []), None
-        for solve, _ in list(members):
+        for solve, trans in list(members):
             if order[solve.id] < order[chol.id] or solve.args[0].shape != chol.shape or \
                     solve.dtype != chol.dtype:
                 continue
@@ -122,7 +122,7 @@ def share_factorizations(nodes, outputs=(), staged=False, cholesky=True):
                 after.setdefault(chol.id, []).append(flags)
             solve.op, solve.args = "cho_solve", (chol, flags, *solve.args)
             solve.attrs = {"upper": bool(chol.attrs.get("upper", False))}
-            members.remove((solve, _))
+            members.remove((solve, trans))
     for members in (m for m in groups.values() if len(m) > 1):
         first, t0 = members[0]
         if staged and first.phase != "forward":  # (a forward solve depends on no seed)
