@@ -12,6 +12,7 @@ present.
 
 import numpy as np
 import pytest
+import scipy.special as sp
 from conftest import rand
 from cuda_host import NVCC, HostLauncher
 from cupy_strict import STRICT
@@ -132,10 +133,14 @@ def test_gpu_plans_choose_partials_by_traffic(monkeypatch):
     # on the GPU, whatever the CPU's measured costs say
     x = rand((4000,))
     plan = check_against_numpy(exp_sum, (x,), 0)
-    assert not any(n.op == "region_partial" for n in plan.graph.nodes)
+    assert not any(n.op == "region_partial" and n.shape == x.shape for n in plan.graph.nodes)
     assert "GPU, by traffic" in plan.explain()
     monkeypatch.setenv("HYBRIDAD_CUDA_PARTIALS", "measured")  # (the CPU's rule, asked for)
     assert "GPU, by traffic" not in check_against_numpy(exp_sum, (x,), 0).explain()
+    monkeypatch.delenv("HYBRIDAD_CUDA_PARTIALS")
+    # a special function is bound by arithmetic on a GPU too: the measured rule
+    plan = check_against_numpy(lambda x: np.sum(sp.j0(x) * sp.erf(x)), (x,), 0, rtol=1e-10)
+    assert "GPU, by traffic" not in plan.explain()
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])

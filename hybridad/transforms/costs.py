@@ -314,6 +314,13 @@ def partials_strategy(body, k, evaluations=1, in_result=False):
     return how, reason
 
 
+#: ns per element (this machine's measured costs) above which a region's body
+#: is taken as bound by arithmetic on a GPU as well (exp: about 1 ns; a Bessel
+#: function or an incomplete gamma: tens): its partials are chosen by the
+#: measured rule, not by traffic alone
+GPU_COMPUTE_BOUND_NS = 20.0
+
+
 def partials_by_traffic(body, k, evaluations=1, in_result=False):
     """``(strategy, reason)`` as :func:`partials_strategy`, for a GPU plan:
     by memory traffic alone.  An elementwise body is bound by memory on a GPU
@@ -327,8 +334,11 @@ def partials_by_traffic(body, k, evaluations=1, in_result=False):
     H200: the stored partial made the forward sum write 80 MB and the
     backward read them (320 MB moved, 240 recomputing).
     ``HYBRIDAD_CUDA_PARTIALS=measured`` asks for :func:`partials_strategy`
-    (the CPU's measured costs) instead."""
-    if os.environ.get("HYBRIDAD_CUDA_PARTIALS", "").strip().lower() == "measured":
+    (the CPU's measured costs) instead; a body dearer than
+    :data:`GPU_COMPUTE_BOUND_NS` on the CPU (special functions: bound by
+    arithmetic on a GPU too) keeps that rule."""
+    if os.environ.get("HYBRIDAD_CUDA_PARTIALS", "").strip().lower() == "measured" or \
+            costs().body_cost(body) > GPU_COMPUTE_BOUND_NS:
         return partials_strategy(body, k, evaluations, in_result)  # (the CPU's rule)
     loop = int(np.prod(body.shape, dtype=np.int64))
     itemsize = max((np.dtype(n.dtype).itemsize for n in body.nodes), default=8)
