@@ -109,3 +109,33 @@ def test_size_one_outputs_are_scalars(shape):
     np.testing.assert_allclose(res.gradient, 2 * X, rtol=1e-15)
     with pytest.raises(ValueError, match="scalar"):
         ha.gradient(lambda x: x[:2] ** 2, X)
+
+
+@pytest.mark.parametrize("first", ["number", "static float"])
+def test_a_function_called_directly_first_still_nests(first):
+    # a direct call leaves the function's recent plan (its match takes numbers and
+    # static values); a traced argument must miss that match and nest (a tracer's
+    # __class__ says ndarray or a numpy scalar, its type does not)
+    if first == "number":
+        def inner(x):
+            return np.sin(x) * x
+
+        assert ha.gradient(inner, 0.3).gradient == pytest.approx(np.cos(0.3) * 0.3 +
+                                                                 np.sin(0.3))
+
+        def outer(x):
+            return ha.gradient(inner, x).gradient * 2.0
+
+        want = 2 * (2 * np.cos(0.3) - 0.3 * np.sin(0.3))
+        assert float(ha.gradient(outer, 0.3).gradient) == pytest.approx(want, rel=1e-12)
+    else:
+        def inner(x, a):
+            return np.sum(np.sin(x) * a)
+
+        x = np.array([0.3, 0.4])
+        ha.gradient(inner, x, 2.0)
+
+        def outer(x):
+            return np.sum(ha.gradient(inner, x, 2.0).gradient)
+
+        np.testing.assert_allclose(ha.gradient(outer, x).gradient, -2 * np.sin(x), rtol=1e-12)

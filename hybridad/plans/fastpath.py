@@ -93,12 +93,14 @@ class FastPathMixin:
         if what == "matches":
             for i, (leaf, (shape, dtype)) in enumerate(zip(leaves, self._specs, strict=True)):
                 consts[f"_S{i}"], consts[f"_D{i}"] = tuple(shape), np.dtype(dtype)
-                cond = f"{leaf}.__class__ is _nd and {leaf}.shape == _S{i} and " \
+                # (type(), not __class__: a tracer's __class__ says ndarray or a
+                # numpy scalar, and a traced call must miss -- the nested path)
+                cond = f"type({leaf}) is _nd and {leaf}.shape == _S{i} and " \
                     f"{leaf}.dtype == _D{i}"
                 if i in self._diff_leaves and tuple(shape) == ():  # (or a number: staged)
                     consts[f"_N{i}"] = frozenset(t for t, d in _SCALAR_DTYPES.items()
                                                  if d == np.dtype(dtype))
-                    cond = f"({cond} or {leaf}.__class__ in _N{i})"
+                    cond = f"({cond} or type({leaf}) in _N{i})"
                 conds.append(cond)
             hit, miss = "True", "False"
         else:
@@ -184,7 +186,7 @@ class FastPathMixin:
                 dtype = np.dtype(self._specs[at][1])
                 ns[f"_N{k}"] = frozenset(t for t, d in _SCALAR_DTYPES.items() if d == dtype)
                 ns[f"_ND{k}"], ns["_stg"] = dtype, self._staged_scalar
-                lines += [f"                if {name}.__class__ in _N{k}:",
+                lines += [f"                if type({name}) in _N{k}:",
                           f"                    {name} = _stg({k}, {name}, _ND{k})"]
             at += _tree.count_leaves(td)
         return lines
