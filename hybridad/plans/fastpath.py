@@ -28,7 +28,9 @@ def _unpack_source(td, expr, leaves, conds, consts):
     if kind == "static":
         k = len(consts)
         consts[f"_sT{k}"], consts[f"_sV{k}"] = td[1], td[2]
-        conds.append(f"{expr}.__class__ is _sT{k} and {expr} == _sV{k}")
+        # (type(): a traced value's __class__ may say np.float64, and comparing it
+        # would decide on a traced value)
+        conds.append(f"type({expr}) is _sT{k} and {expr} == _sV{k}")
         return True
     subs = td[-1]
     if kind in ("tuple", "list"):
