@@ -162,6 +162,15 @@ def _colmajor(a, buf, m, n):
             buf[r + c * m] = a[r, c]
 
 
+@njit(cache=True, nogil=True)
+def _from_colmajor(buf, out, m, n):
+    """out[r, c] = buf[r + c m]: an m x n matrix LAPACK wrote, into ``out``
+    (:func:`_colmajor`'s inverse)."""
+    for c in range(n):
+        for r in range(m):
+            out[r, c] = buf[r + c * m]
+
+
 # ----------------------------------------------------------------------------
 # svd and pinv: gesdd
 # ----------------------------------------------------------------------------

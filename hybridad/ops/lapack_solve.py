@@ -30,8 +30,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
-from .lapack import _gesv, _getrf, _register_cython_lapack
-from .lapack_more import _SCALARS, _colmajor, _scalars
+from .lapack import _gesv, _gesv_into, _getrf, _register_cython_lapack
+from .lapack_more import _SCALARS, _colmajor, _from_colmajor, _scalars
 from .._libcache import install
 
 __all__ = ["cho_solve", "cholesky_adjoint", "expm", "lu_factor", "lu_factors", "lu_solve",
@@ -151,15 +151,8 @@ def solve_triangular(a, b, out, work, kind, lower, trans, unit):
     for i in range(a.shape[0]):
         if n == 0 or k == 0:
             continue
-        for r in range(n):
-            for c in range(n):
-                if flip:
-                    mat[c + r * n] = a[i, r, c]
-                else:
-                    mat[r + c * n] = a[i, r, c]
-        for c in range(k):
-            for r in range(n):
-                rhs[r + c * n] = b[i, r, c]
+        _colmajor(a[i].T if flip else a[i], mat, n, n)
+        _colmajor(b[i], rhs, n, k)
         up = lower if flip else not lower
         chars[0] = ord("U") if up else ord("L")
         chars[1] = ord("C") if not flip else (ord("N") if trans == 1 else ord("T"))
@@ -171,9 +164,7 @@ def solve_triangular(a, b, out, work, kind, lower, trans, unit):
         if ints[2] > 0:
             raise np.linalg.LinAlgError("singular matrix: a diagonal element of the "
                                         "triangular matrix is exactly zero")
-        for c in range(k):
-            for r in range(n):
-                out[i, r, c] = rhs[r + c * n]
+        _from_colmajor(rhs, out[i], n, k)
 
 
 @njit(cache=True, nogil=True)
@@ -229,16 +220,10 @@ def solve_lu(a, b, out, work, kind):
                 raise np.linalg.LinAlgError("Singular matrix")
         else:
             _colmajor(a[i], lu, n, n)
-            for c in range(k):
-                for r in range(n):
-                    rhs[r + c * n] = b[i, r, c]
-            if _gesv(np.int8(ord("d")), n, k, lu.ctypes, n, piv.ctypes, rhs.ctypes, n) > 0:
-                raise np.linalg.LinAlgError("Singular matrix")
+            _colmajor(b[i], rhs, n, k)
+            _gesv_into(out[i, :, :k], lu, rhs, piv, n, k, ord("d"))
+        _from_colmajor(lu, out[i, :, k:k + n], n, n)
         for r in range(n):
-            for c in range(k):
-                out[i, r, c] = rhs[r + c * n]
-            for c in range(n):
-                out[i, r, k + c] = lu[r + c * n]
             out[i, r, k + n] = piv[r]
 
 
@@ -255,9 +240,8 @@ def lu_factors(a, out, work, kind):
             continue
         if _getrf_of(a[i], lu, piv, n) > 0:
             raise np.linalg.LinAlgError("Singular matrix")
+        _from_colmajor(lu, out[i, :, :n], n, n)
         for r in range(n):
-            for c in range(n):
-                out[i, r, c] = lu[r + c * n]
             out[i, r, n] = piv[r]
 
 
@@ -282,20 +266,15 @@ def lu_solve(p, b, out, work, kind, trans, at):
     for i in range(p.shape[0]):
         if n == 0 or k == 0:
             continue
+        _colmajor(p[i, :, at:at + n], mat, n, n)
         for r in range(n):
-            for c in range(n):
-                mat[r + c * n] = p[i, r, at + c]
             piv[r] = np.int32(p[i, r, at + n])
-        for c in range(k):
-            for r in range(n):
-                rhs[r + c * n] = b[i, r, c]
+        _colmajor(b[i], rhs, n, k)
         chars[0] = ord("T") if trans else ord("N")
         ints[0], ints[1], ints[2] = n, k, 0
         _dgetrs(chars[0:].ctypes, ints[0:].ctypes, ints[1:].ctypes, mat.ctypes,
                 ints[0:].ctypes, piv.ctypes, rhs.ctypes, ints[0:].ctypes, ints[2:].ctypes)
-        for c in range(k):
-            for r in range(n):
-                out[i, r, c] = rhs[r + c * n]
+        _from_colmajor(rhs, out[i], n, k)
 
 
 #: the tiles symmetric compares (a row of one against a column of the other)
@@ -303,26 +282,23 @@ _TILE = 32
 
 
 @njit(cache=True, nogil=True)
+def _is_symmetric(a, n):
+    """Whether the n x n matrix ``a`` equals its transpose exactly (a NaN is
+    unequal): tile against tile, so the column reads stay in cache."""
+    for r0 in range(0, n, _TILE):
+        for c0 in range(0, r0 + 1, _TILE):
+            for r in range(r0, min(r0 + _TILE, n)):
+                for c in range(c0, min(c0 + _TILE, r)):
+                    if a[r, c] != a[c, r]:
+                        return False
+    return True
+
+
+@njit(cache=True, nogil=True)
 def symmetric(a, out, kind):
-    """out[i] = 1.0 where a[i] equals its transpose exactly, else 0.0 (a NaN
-    is unequal): tile against tile, so the column reads stay in cache."""
-    n = a.shape[1]
+    """out[i] = 1.0 where a[i] equals its transpose exactly, else 0.0."""
     for i in range(a.shape[0]):
-        same = True
-        for r0 in range(0, n, _TILE):
-            for c0 in range(0, r0 + 1, _TILE):
-                for r in range(r0, min(r0 + _TILE, n)):
-                    for c in range(c0, min(c0 + _TILE, r)):
-                        if a[i, r, c] != a[i, c, r]:
-                            same = False
-                            break
-                    if not same:
-                        break
-                if not same:
-                    break
-            if not same:
-                break
-        out[i] = 1.0 if same else 0.0
+        out[i] = 1.0 if _is_symmetric(a[i], a.shape[1]) else 0.0
 
 
 @njit(cache=True, nogil=True)
@@ -336,25 +312,18 @@ def cho_solve(lo, flags, a, b, out, work, kind, upper):
     for i in range(a.shape[0]):
         if n == 0 or k == 0:
             continue
-        for c in range(k):
-            for r in range(n):
-                rhs[r + c * n] = b[i, r, c]
+        _colmajor(b[i], rhs, n, k)
         if flags[i] != 0:
             # lo[i] in C order is, read column-major, its transpose: L^T is upper
-            for r in range(n):
-                for c in range(n):
-                    mat[c + r * n] = lo[i, r, c]
+            _colmajor(lo[i].T, mat, n, n)
             chars[0] = ord("L") if upper else ord("U")
             ints[0], ints[1], ints[2] = n, k, 0
             _dpotrs(chars[0:].ctypes, ints[0:].ctypes, ints[1:].ctypes, mat.ctypes,
                     ints[0:].ctypes, rhs.ctypes, ints[0:].ctypes, ints[2:].ctypes)
-        else:
+            _from_colmajor(rhs, out[i], n, k)
+        else:  # (numpy's solve: gesv, a singular matrix raising as there)
             _colmajor(a[i], mat, n, n)
-            if _gesv(np.int8(ord("d")), n, k, mat.ctypes, n, piv.ctypes, rhs.ctypes, n) > 0:
-                raise np.linalg.LinAlgError("Singular matrix")
-        for c in range(k):
-            for r in range(n):
-                out[i, r, c] = rhs[r + c * n]
+            _gesv_into(out[i], mat, rhs, piv, n, k, ord("d"))
 
 
 @njit(cache=True, nogil=True)
