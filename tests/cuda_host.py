@@ -54,16 +54,6 @@ def nvrtc_compile(source, name="k.cu"):
     return ptx.decode() if isinstance(ptx, bytes) else ptx
 
 
-def kernel_codes(kernels):
-    """The kernels' code, each kernel once (programs may repeat one)."""
-    seen, codes = set(), []
-    for k in kernels:
-        if k.name not in seen:
-            seen.add(k.name)
-            codes.append(k.code)
-    return codes
-
-
 class HostLauncher(Launcher):
     """Builds a program's kernels into one host library with nvcc (cached by
     content) and calls each kernel's element function over its loop."""

@@ -13,10 +13,11 @@ import subprocess
 import numpy as np
 import pytest
 from conftest import rand
-from cuda_host import NVCC, NVRTC, kernel_codes, nvcc_build, nvrtc_compile
+from cuda_host import NVCC, NVRTC, nvcc_build, nvrtc_compile
 
 import hybridad as ha
-from hybridad.backends.cuda.source import PREAMBLE, region_kernel
+from hybridad.backends.cuda.program import module_source
+from hybridad.backends.cuda.source import region_kernel
 from hybridad.ops import REGISTRY
 from hybridad.ops.elementwise import derived
 from hybridad.transforms.partition import find_regions
@@ -41,7 +42,8 @@ def run_on_host(cases, tmp_path):
     """Compile the kernels of ``cases`` (``(kernel, inputs, out_dtypes)``) into
     one program with nvcc -- device code for sm_90 included -- run each
     kernel's element function over its loop on the CPU and return the outputs."""
-    lines = [PREAMBLE, "#include <cstdio>", *kernel_codes(k for k, _, _ in cases), "int main() {"]
+    # (the kernels' module as CupyLauncher compiles it, then the host driver)
+    lines = [module_source([k for k, _, _ in cases]), "#include <cstdio>", "int main() {"]
     for c, (kernel, inputs, out_dtypes) in enumerate(cases):
         lines.append("  {")
         args = []

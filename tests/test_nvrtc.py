@@ -7,13 +7,12 @@ host (``test_cuda_source.py``, ``test_cupy_program.py``) needs nvcc besides.
 import numpy as np
 import pytest
 from conftest import rand
-from cuda_host import NVRTC, kernel_codes, nvrtc_compile
+from cuda_host import NVRTC, nvrtc_compile
 from test_coverage import CASES
 from test_cuda_source import op_kernels
 
 import hybridad as ha
 from hybridad.backends.cuda import program as cupy_backend
-from hybridad.backends.cuda.source import PREAMBLE
 
 pytestmark = pytest.mark.skipif(NVRTC is None, reason="cupy with NVRTC is not installed "
                                 "(pip install hybridad[test-gpu])")
@@ -45,7 +44,7 @@ class CompileOnly(cupy_backend.Launcher):
 def test_every_op_kernel_compiles(dtype):
     # exactly the translation units CupyLauncher hands cupy.RawKernel (no host headers)
     cases, _ = op_kernels(dtype)
-    ptx = nvrtc_compile("\n".join([PREAMBLE, *kernel_codes(k for k, _, _ in cases)]), "ops.cu")
+    ptx = nvrtc_compile(cupy_backend.module_source([k for k, _, _ in cases]), "ops.cu")
     for kernel, _, _ in cases:
         assert f".entry {kernel.name}(" in ptx
 
