@@ -103,6 +103,11 @@ _SCALAR_DTYPES = {float: np.dtype(np.float64), int: np.dtype(np.float64),
                   np.int32: np.dtype(np.float64), np.bool_: np.dtype(np.float64)}
 
 
+def number_types(dtype):
+    """The number types a differentiated 0-d leaf of ``dtype`` may be given as."""
+    return frozenset(t for t, d in _SCALAR_DTYPES.items() if d == np.dtype(dtype))
+
+
 def prepare_args(args, diff, names, stage=None):
     """Convert differentiated arguments to float arrays (see
     :func:`hybridad._tree.as_array_tree`); flatten everything; refuse ndarray

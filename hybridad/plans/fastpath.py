@@ -9,7 +9,7 @@ import numpy as np
 from .. import _tree
 from ..errors import DecisionsChanged
 from ..results import DiffResult, GradientResult, HvpResult
-from .arguments import _SCALAR_DTYPES
+from .arguments import number_types
 from .validate import FLOATS as _FLOATS
 
 __all__ = ["FastPathMixin"]
@@ -100,8 +100,7 @@ class FastPathMixin:
                 cond = f"type({leaf}) is _nd and {leaf}.shape == _S{i} and " \
                     f"{leaf}.dtype == _D{i}"
                 if i in self._diff_leaves and tuple(shape) == ():  # (or a number: staged)
-                    consts[f"_N{i}"] = frozenset(t for t, d in _SCALAR_DTYPES.items()
-                                                 if d == np.dtype(dtype))
+                    consts[f"_N{i}"] = number_types(dtype)
                     cond = f"({cond} or type({leaf}) in _N{i})"
                 conds.append(cond)
             hit, miss = "True", "False"
@@ -186,8 +185,8 @@ class FastPathMixin:
         for k, (name, td) in enumerate(zip(ins, self._treedefs, strict=True)):
             if td == _tree.LEAF and at in self._diff_leaves and tuple(self._specs[at][0]) == ():
                 dtype = np.dtype(self._specs[at][1])
-                ns[f"_N{k}"] = frozenset(t for t, d in _SCALAR_DTYPES.items() if d == dtype)
-                ns[f"_ND{k}"], ns["_stg"] = dtype, self._staged_scalar
+                ns[f"_N{k}"], ns[f"_ND{k}"], ns["_stg"] = number_types(dtype), dtype, \
+                    self._staged_scalar
                 lines += [f"                if type({name}) in _N{k}:",
                           f"                    {name} = _stg({k}, {name}, _ND{k})"]
             at += _tree.count_leaves(td)

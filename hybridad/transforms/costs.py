@@ -264,6 +264,18 @@ def calibration_path():
 # ---------------------------------------------------------------- choices
 
 
+def _traffic(body, evaluations):
+    """``(loop, itemsize, reads)`` of region ``body``: its loop's elements, the
+    bytes of one partial an element, and the bytes an element that evaluating
+    the body again in ``evaluations`` loops reads (an input smaller than the
+    loop, a broadcast one, counts its share)."""
+    loop = int(np.prod(body.shape, dtype=np.int64))
+    itemsize = max((np.dtype(n.dtype).itemsize for n in body.nodes), default=8)
+    reads = evaluations * sum(np.dtype(a.dtype).itemsize * min(1.0, a.size / loop)
+                              for a in body.inputs if a.size > 1) if loop else 0.0
+    return loop, itemsize, reads
+
+
 def partials_strategy(body, k, evaluations=1, in_result=False):
     """``(strategy, reason)`` for the partials of region ``body`` with ``k``
     distinct partials, which the backward sweep otherwise gets by evaluating
@@ -291,12 +303,9 @@ def partials_strategy(body, k, evaluations=1, in_result=False):
     4 bytes more written, 0.28 ns): 0.91 -> 0.75 ms with 2 threads, 1.55 ->
     1.13 ms on one."""
     c = costs()
-    loop = int(np.prod(body.shape, dtype=np.int64))
     value_ns = evaluations * c.body_cost(body)
-    itemsize = max((np.dtype(n.dtype).itemsize for n in body.nodes), default=8)
+    loop, itemsize, reads = _traffic(body, evaluations)
     nbytes = k * itemsize * loop
-    reads = evaluations * sum(np.dtype(a.dtype).itemsize * min(1.0, a.size / loop)
-                              for a in body.inputs if a.size > 1) if loop else 0.0
     store_ns = max(0.0, 2 * k * itemsize - reads) * c.copy_ns_per_byte(nbytes)
     margin, floor = (1.0, 0.0) if in_result else (STORE_MARGIN, STORE_MIN_NS)
     bar = max(margin * store_ns, floor)
@@ -340,10 +349,7 @@ def partials_by_traffic(body, k, evaluations=1, in_result=False):
     if os.environ.get("HYBRIDAD_CUDA_PARTIALS", "").strip().lower() == "measured" or \
             costs().body_cost(body) > GPU_COMPUTE_BOUND_NS:
         return partials_strategy(body, k, evaluations, in_result)  # (the CPU's rule)
-    loop = int(np.prod(body.shape, dtype=np.int64))
-    itemsize = max((np.dtype(n.dtype).itemsize for n in body.nodes), default=8)
-    reads = evaluations * sum(np.dtype(a.dtype).itemsize * min(1.0, a.size / loop)
-                              for a in body.inputs if a.size > 1) if loop else 0.0
+    _, itemsize, reads = _traffic(body, evaluations)
     stored = 2 * k * itemsize
     how = "store" if STORE_MARGIN * stored < reads else "recompute"
     loops = f" in {evaluations} loops" if evaluations > 1 else ""

@@ -71,7 +71,7 @@ class MemoryPlan:
 
     def __init__(self, storage, slots, arena_bytes, materialized, scratch=None, alias_of=None,
                  lifetimes=None, direct=None, order=(), naive_bytes=None, live_bytes=(),
-                 in_place=None, held_bytes=0):
+                 in_place=None, held_bytes=0, direct_first=1):
         self.in_place = in_place or {}
         #: bytes ops keep beside the arenas (:attr:`hybridad.ops.Op.held`: a
         #: loop's carries and its body's workspace)
@@ -91,7 +91,7 @@ class MemoryPlan:
         self.direct = direct or {}
         #: the first output position that can be direct (1: not a plan's value;
         #: 0: a loop body's, whose every output is a carry or a row)
-        self.direct_first = 1
+        self.direct_first = direct_first
         #: node ids in schedule order
         self.order = list(order)
         #: dtype -> bytes one slot per buffer would take
@@ -318,8 +318,8 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
             roots[nid] = node
         return node
 
-    direct = _direct(graph.outputs, storage, alias_of, 0 if direct_outputs == "all" else 1) \
-        if direct_outputs else {}
+    direct_first = 0 if direct_outputs == "all" else 1
+    direct = _direct(graph.outputs, storage, alias_of, direct_first) if direct_outputs else {}
     if pinned:  # read by a later program: kept in the arena, not in a caller's buffer
         kept = {root_of(n).id for n in graph.nodes if n.id in pinned}
         direct = {rid: k for rid, k in direct.items() if rid not in kept}
@@ -360,12 +360,11 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
         naive[dt] = naive.get(dt, 0) + _aligned(nbytes)
         live[a:b + 1] += nbytes
     lifetimes = {key: (a, b) for key, _, _, a, b in items}
-    plan = MemoryPlan(storage, slots, arena, copies, scratch_slots, alias_of,
+    return MemoryPlan(storage, slots, arena, copies, scratch_slots, alias_of,
                       lifetimes=lifetimes, direct=direct, order=[n.id for n in graph.nodes],
                       naive_bytes=naive, live_bytes=live[:end_of_schedule],
-                      in_place=in_place, held_bytes=held_bytes(graph.nodes))
-    plan.direct_first = 0 if direct_outputs == "all" else 1
-    return plan
+                      in_place=in_place, held_bytes=held_bytes(graph.nodes),
+                      direct_first=direct_first)
 
 
 def _body_memory(graph):
