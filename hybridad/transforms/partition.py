@@ -423,6 +423,16 @@ def evaluate_inside(r, producers):
     r.args, r.attrs = tuple(inputs), {**r.attrs, "body": merged}
 
 
+def _summed_vjp(n, users, external):
+    """The ``vjp`` region (of a loop with axes) that ``sum`` node ``n`` alone
+    reads, in its dtype, neither an output (``external``: ids) -- else None."""
+    v = n.args[0] if n.op == "sum" and n.id not in external else None
+    if v is None or v.op != "region" or v.attrs["mode"] != "vjp" or v.id in external or \
+            len(users[v.id]) != 1 or not v.shape or n.dtype != v.dtype:
+        return None
+    return v
+
+
 def sum_into_vjp_regions(nodes, outputs=()):
     """A ``vjp`` region read only by a float ``sum`` becomes that sum (IR -> IR;
     the GPU program's lowering, whose sums compute the values they add).
@@ -441,12 +451,8 @@ def sum_into_vjp_regions(nodes, outputs=()):
     external = {n.id for n in outputs if n is not None}
     dropped = set()
     for n in nodes:
-        if n.op != "sum" or n.id in external:
-            continue
-        v = n.args[0]
-        if v.op != "region" or v.attrs["mode"] != "vjp" or "axis" in v.attrs or \
-                v.id in external or len(users[v.id]) != 1 or not v.shape or \
-                n.dtype != v.dtype or n.dtype.name not in ("float32", "float64"):
+        v = _summed_vjp(n, users, external)
+        if v is None or "axis" in v.attrs or n.dtype.name not in ("float32", "float64"):
             continue
         n.op, n.args = "region", v.args
         n.attrs = {"body": v.attrs["body"], "mode": "vjp", "wrt": v.attrs["wrt"],
@@ -483,12 +489,8 @@ def sum_vjp_regions(nodes, outputs=()):
     external = {n.id for n in outputs if n is not None}
     groups = {}  # (body, operands) -> [(vjp region, its sum)]
     for n in nodes:
-        if n.op != "sum" or n.id in external:
-            continue
-        v = n.args[0]
-        if v.op != "region" or v.attrs["mode"] != "vjp" or v.id in external or \
-                len(users[v.id]) != 1 or not v.shape or n.dtype != v.dtype or \
-                sorted(n.attrs["axis"]) != list(range(len(v.shape))):
+        v = _summed_vjp(n, users, external)
+        if v is None or sorted(n.attrs["axis"]) != list(range(len(v.shape))):
             continue
         key = (id(v.attrs["body"]), tuple(a.id for a in v.args))
         groups.setdefault(key, []).append((v, n))

@@ -39,7 +39,7 @@ import numpy as np
 from ..._xp import array_module
 from ...ops.lapack_names import COMPLEX_SPECTRUM
 
-__all__ = ["DEVICE_LINALG", "Preallocated", "Workspace"]
+__all__ = ["DEVICE_LINALG", "Preallocated", "Workspace", "matmul"]
 
 
 def _mT(x):
@@ -181,7 +181,7 @@ def cholesky_adjoint(out, lo, g, work=None):
     out[...] = g
     _keep_lower(out)  # tril(g)
     p = np.empty_like(out)
-    _matmul(p, _mT(lo), out)
+    matmul(p, _mT(lo), out)
     _keep_lower(p)
     _scale_diagonal(p, 0.5)
     for i in range(p.shape[0]):
@@ -222,7 +222,7 @@ def _keep_lower(x):
     kernel((-(-x.size // 256),), (256,), (x, np.int64(n), np.int64(x.size)))
 
 
-def _matmul(out, a, b):
+def matmul(out, a, b):
     """``out = a @ b``: cuBLAS through hybridad's handle on the device (a
     transposed operand read in place), numpy's (cupy's) matmul otherwise."""
     if array_module(out) is not np:

@@ -37,7 +37,7 @@ from ...ops import REGISTRY
 from ...ops.lapack_names import LAPACK_OPS
 from ...transforms.memory import layout_proto
 from .cublas_capture import eager_gemm
-from .linalg import DEVICE_LINALG, Preallocated, Workspace
+from .linalg import DEVICE_LINALG, Preallocated, Workspace, matmul
 from .products import captured_products, product_loop, product_value
 from .reduce import sum_levels, sum_scratch, summable
 from .source import PREAMBLE, region_kernel
@@ -227,10 +227,10 @@ class CupyLauncher(Launcher):
 
 def _gemm_run(out, a, b):
     """A matrix product by cuBLAS on the current stream through hybridad's
-    handle (:func:`.cublas_capture.eager_gemm`; a capture records it as a
-    node of its graph: ``gemm``), or cupy's where one GEMM cannot compute it."""
-    if not eager_gemm(out, a, b):
-        np.matmul(a, b, out=out)
+    handle (the device linear algebra's :func:`.linalg.matmul`; a capture
+    records it as a node of its graph: ``gemm``), or cupy's where one GEMM
+    cannot compute it."""
+    matmul(out, a, b)
 
 
 _gemm_run.gemm = True
