@@ -289,17 +289,21 @@ class GraphGemm:
         if split is not None:
             self._split(o2, a2, la, b2, lb, (m, n, k), split)
         elif batch == 1:
-            fn = self.lib.cublasDgemm_v2 if dt == np.float64 else self.lib.cublasSgemm_v2
+            fn = self._routine("gemm_v2", dt)
             _check(fn(self.handle, lb[0], la[0], n, m, k, one, b2.data.ptr, lb[1],
                       a2.data.ptr, la[1], zero, o2.data.ptr, lc[1]), "gemm")
         else:
-            fn = self.lib.cublasDgemmStridedBatched if dt == np.float64 else \
-                self.lib.cublasSgemmStridedBatched
+            fn = self._routine("gemmStridedBatched", dt)
             _check(fn(self.handle, lb[0], la[0], n, m, k, one, b2.data.ptr, lb[1], sb,
                       a2.data.ptr, la[1], sa, zero, o2.data.ptr, lc[1], sc, batch), "gemm")
         if staged is not None:
             self.xp.copyto(out3, staged)
         return True
+
+    def _routine(self, name, dtype):
+        """cuBLAS's routine ``name`` (``"gemm_v2"``, ...) for ``dtype``: its D
+        (float64) or S (float32) variant."""
+        return getattr(self.lib, ("cublasD" if dtype == np.float64 else "cublasS") + name)
 
     def _split(self, o2, a2, la, b2, lb, mnk, split):
         """``o2 = a2 @ b2`` (C-contiguous ``o2``) by split-K (:func:`split_k`):
@@ -319,18 +323,17 @@ class GraphGemm:
         step_a = chunk if la[0] == _OP_N else chunk * la[1]
         step_b = chunk * lb[1] if lb[0] == _OP_N else chunk
         one, zero = ctypes.addressof(_ONE[dt]), ctypes.addressof(_ZERO[dt])
-        double = dt == np.float64
-        fn = self.lib.cublasDgemmStridedBatched if double else self.lib.cublasSgemmStridedBatched
+        fn = self._routine("gemmStridedBatched", dt)
         _check(fn(self.handle, lb[0], la[0], n, m, chunk, one, b2.data.ptr, lb[1], step_b,
                   a2.data.ptr, la[1], step_a, zero, buf.data.ptr, n, m * n, chunks),
                "gemm (split-K)")
         if rest:
-            fn = self.lib.cublasDgemm_v2 if double else self.lib.cublasSgemm_v2
+            fn = self._routine("gemm_v2", dt)
             _check(fn(self.handle, lb[0], la[0], n, m, rest, one,
                       b2.data.ptr + chunks * step_b * size, lb[1],
                       a2.data.ptr + chunks * step_a * size, la[1], zero,
                       buf.data.ptr + chunks * m * n * size, n), "gemm (split-K rest)")
-        fn = self.lib.cublasDgemv_v2 if double else self.lib.cublasSgemv_v2
+        fn = self._routine("gemv_v2", dt)
         _check(fn(self.handle, _OP_N, m * n, parts, one, buf.data.ptr, m * n,
                   ones.data.ptr, 1, zero, o2.data.ptr, 1), "gemv (split-K sum)")
 
@@ -378,7 +381,7 @@ class GraphGemm:
         # column-major, b is b^T (cols x rows, ld cols) and L is the upper L^T
         # left_t: b^T <- b^T L^-1, the right side, op T of the upper L^T
         # right: b^T <- L^-T b^T, the left side, op N of the upper L^T
-        fn = self.lib.cublasDtrsm_v2 if dt == np.float64 else self.lib.cublasStrsm_v2
+        fn = self._routine("trsm_v2", dt)
         if side == "left_t":
             args = (_RIGHT, _UPPER, _OP_T, _NON_UNIT, cols, rows)
         else:
