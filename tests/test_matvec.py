@@ -61,6 +61,104 @@ def test_the_row_loop_sums_alike_on_any_thread_count():
     np.testing.assert_array_equal(one, two)
 
 
+PARTS = ((1, 1), (7, 3), (130, 9), (1000, 100), (4099, 17), (300, 600), (20000, 5))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_column_loops_in_parts_of_the_rows_agree_with_numpy_on_any_thread_count(dtype):
+    """``A^T v`` (and ``A^T x``, ``A^T y`` at once) with the rows in parts:
+    numpy's product to rounding for rows not a multiple of the parts or of
+    the four rows taken at once, beta 0 (the old contents, NaN, never read),
+    1 and another value; the serial and threaded kernels, on one thread and
+    on two, bit for bit alike -- the parts come from the shape."""
+    import numba
+
+    from hybridad.backends.numba import matvecs
+    from hybridad.backends.numba.machine import machine
+
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=2e-5, atol=2e-5)
+    threads = numba.get_num_threads()
+    for m, k in PARTS:
+        a = rand((m, k), seed=m + k).astype(dtype)
+        x, y = rand((m,), seed=m).astype(dtype), rand((m,), seed=k).astype(dtype)
+        n = max(1, machine().axpy_parts(m, k))
+        base = rand((k,), seed=3).astype(dtype)
+        ones, twos = [], []
+        for kernel, kernel2 in ((matvecs.matvec_axpy_parts, matvecs.matvec_axpy2_parts),
+                                (matvecs.matvec_axpy_parts_par, matvecs.matvec_axpy2_parts_par)):
+            for count in (1, min(2, threads)):
+                numba.set_num_threads(count)
+                try:
+                    got = []
+                    for beta in (0.0, 1.0, -0.5):
+                        out = np.full(k, np.nan, dtype) if beta == 0 else base.copy()
+                        kernel(a, x, out, beta, np.full((n, k), np.nan, dtype))
+                        np.testing.assert_allclose(out, a.T @ x + beta * base * (beta != 0),
+                                                   **tol)
+                        got.append(out)
+                    ox, oy = np.full(k, np.nan, dtype), np.full(k, np.nan, dtype)
+                    kernel2(a, x, y, ox, oy, np.full((2 * n, k), np.nan, dtype))
+                    np.testing.assert_allclose(ox, a.T @ x, **tol)
+                    np.testing.assert_allclose(oy, a.T @ y, **tol)
+                    np.testing.assert_array_equal(ox, got[0])  # (the same sums as one vector's)
+                finally:
+                    numba.set_num_threads(threads)
+                ones.append(got)
+                twos.append((ox, oy))
+        for other in ones[1:]:
+            for one, two in zip(ones[0], other, strict=True):
+                np.testing.assert_array_equal(one, two)
+        for other in twos[1:]:
+            for one, two in zip(twos[0], other, strict=True):
+                np.testing.assert_array_equal(one, two)
+
+
+def logreg(w, X, y):  # a tall data matrix: X^T g has one block of 100 columns
+    return np.mean(np.logaddexp(0.0, -y * (X @ w))) + 1e-3 * np.sum(w ** 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_tall_matrix_transposed_runs_in_parts_of_its_rows(dtype):
+    """A logistic regression's gradient and HVP: ``X^T g`` (and the HVP's
+    ``X^T g``, ``X^T g'`` from one read) in parts of X's 20 000 rows -- the
+    one block of its 100 columns was one thread's --; parallel and serial
+    plans bit for bit alike, the numpy backend's to rounding, finite
+    differences, nothing allocated per call."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((20000, 100)).astype(dtype)
+    y = np.sign(rng.standard_normal(20000)).astype(dtype)
+    w, v = (0.1 * rng.standard_normal(100)).astype(dtype), rng.standard_normal(100).astype(dtype)
+    results = []
+    for parallel in (True, False):
+        g = ha.compile(logreg, w, X, y, parallel=parallel, tiered=False)
+        h = ha.compile(logreg, w, X, y, hvp=True, parallel=parallel, tiered=False)
+        assert re.search(r"_mv_axpy_parts(_par)?\(", g._program.source), g._program.source
+        assert re.search(r"_mv_axpy2_parts(_par)?\(", h._program.source), h._program.source
+        assert "parts of the rows" in h.explain()
+        gr, hr = g.gradient(w, X, y), h.hvp(w, X, y, v=v)
+        with count_allocations() as counts:
+            for _ in range(3):
+                g.gradient(w, X, y, out=gr)
+                h.hvp(w, X, y, v=v, out=hr)
+        assert counts.allocations == 0
+        results.append((gr, hr))
+    (ga, ha_), (gb, hb) = results
+    np.testing.assert_array_equal(ga.gradient, gb.gradient)
+    np.testing.assert_array_equal(ha_.gradient, hb.gradient)
+    np.testing.assert_array_equal(ha_.hvp, hb.hvp)
+    ref = ha.hvp(logreg, w, v, X, y, backend="numpy")
+    tol = 1e-10 if dtype == np.float64 else 2e-4
+    scale = np.abs(ref.gradient).max()
+    np.testing.assert_allclose(ga.gradient, ref.gradient, rtol=tol, atol=tol * scale)
+    np.testing.assert_allclose(ha_.hvp, ref.hvp, rtol=tol, atol=tol * np.abs(ref.hvp).max())
+    if dtype == np.float64:
+        eps = 1e-6
+        e = np.zeros(100)
+        e[3] = eps
+        fd = (logreg(w + e, X, y) - logreg(w - e, X, y)) / (2 * eps)
+        assert ga.gradient[3] == pytest.approx(fd, rel=1e-6, abs=1e-9)
+
+
 def _products(x, A, B, v):
     """Every form a plan meets: A x (A C), A^T v (an F view), x^T B (B C),
     x^T A^T, one-column and one-row 2-D vectors, and the backward's
@@ -88,10 +186,11 @@ def test_plans_run_matvecs_as_loops_and_agree(rates, parallel):
     plan = ha.compile(_products, *args, argnums=(0, 1, 3), parallel=parallel, tiered=False)
     src = plan._program.source
     assert "_gemm(" not in src, src
-    calls = re.findall(r"_mv_(?:dot|axpy)(2?)(?:_par)?\(", src)  # (2: two products a call)
+    # (2: two products a call; _parts: a column loop over few columns in parts of its rows)
+    calls = re.findall(r"_mv_(?:dot|axpy)(2?)(?:_parts)?(?:_par)?\(", src)
     assert sum(2 if two else 1 for two in calls) >= 4, src
     assert bool(re.search(r"_mv_dot2?_par\(", src)) == parallel, src
-    assert bool(re.search(r"_mv_axpy2?_par\(", src)) == parallel, src
+    assert bool(re.search(r"_mv_axpy2?(?:_parts)?_par\(", src)) == parallel, src
     assert "row loop 0.1 ns/element" in plan.explain()  # why, in the source shown
     res = plan.gradient(*args)
     ref = ha.gradient(_products, *args, argnums=(0, 1, 3), backend="numpy")
@@ -132,7 +231,7 @@ def test_float32_products_and_the_choice_follows_the_table(rates):
 def test_choice_figures():
     """The loop wins by its rate over the threads it can use; skinny products
     (a dimension under MATVEC_MIN) stay on BLAS; a column loop's threads are
-    its column blocks."""
+    its column blocks, or the parts of its rows where the blocks are fewer."""
     from hybridad.backends.numba.machine import machine
     from hybridad.backends.numba.threshold import MATVEC_BLOCK
 
@@ -143,8 +242,13 @@ def test_choice_figures():
     assert threads == 2 and how == ("loop" if r["dot"] / 2 < r["blas"] else "blas")
     assert "/ 2 threads" in why and "gemv" in why
     assert C.matvec_choice(10**5, 16, "float64", "dot", facts, threads=2)[0] == "blas"
-    assert C.matvec_choice(500, MATVEC_BLOCK, "float64", "axpy", facts, threads=2)[2] == 1
-    assert C.matvec_choice(500, 2 * MATVEC_BLOCK + 1, "float64", "axpy", facts, threads=8)[2] == 3
+    assert C.matvec_choice(64, MATVEC_BLOCK, "float64", "axpy", facts, threads=2)[2] == 1
+    assert facts.axpy_parts(500, MATVEC_BLOCK) == 7  # (one block: 7 parts of 64 rows and more)
+    assert C.matvec_choice(500, MATVEC_BLOCK, "float64", "axpy", facts, threads=2)[2] == 2
+    assert C.matvec_choice(500, 2 * MATVEC_BLOCK + 1, "float64", "axpy", facts, threads=8)[2] == 7
+    assert facts.axpy_parts(100, 8 * MATVEC_BLOCK + 1) == 1
+    assert C.matvec_choice(100, 8 * MATVEC_BLOCK + 1, "float64", "axpy", facts,
+                           threads=16)[2] == 9
 
 
 def test_quadratic_forms_give_their_threads_to_the_loops(rates):

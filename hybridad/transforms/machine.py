@@ -61,8 +61,23 @@ class Machine:
     def matvec_tasks(self, m, k, form):
         """The tasks a matrix-vector loop over an ``m x k`` matrix splits
         between threads: its rows (``form == "dot"``, ``A x``), or its blocks
-        of :attr:`matvec_block` columns (``"axpy"``, ``A^T v``)."""
-        return m if form == "dot" else -(-k // self.matvec_block)
+        of :attr:`matvec_block` columns (``"axpy"``, ``A^T v``) -- or the
+        parts of its rows where it runs in them (:meth:`axpy_parts`)."""
+        if form == "dot":
+            return m
+        parts = self.axpy_parts(m, k)
+        return parts if parts > 1 else -(-k // self.matvec_block)
+
+    def axpy_parts(self, m, k):
+        """The parts of its rows the column loop of ``A^T v`` over an ``m x k``
+        matrix runs in (each into a row of scratch of its own, summed in
+        order after), or 1 (its blocks of columns, no scratch): parts where
+        the matrix has fewer blocks of columns than :meth:`pair_parts` gives
+        its rows (``X^T g`` of a tall data matrix, 100 columns over 10^5
+        rows: one block, one thread).  From the shape alone: the same sums
+        on any thread count, serial or parallel."""
+        parts = self.pair_parts(m)
+        return parts if -(-k // self.matvec_block) < parts else 1
 
     def pair_parts(self, m):
         """The parts a matrix-vector pair of an ``m``-row matrix runs in (from

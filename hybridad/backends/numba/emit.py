@@ -365,10 +365,13 @@ class MatvecCall(NamedTuple):
     reason: str
 
 
-def _emit_matvec(w, node, a, acc, beta, call):
+def _emit_matvec(w, node, a, acc, beta, call, work=None):
     """``acc = A @ B + beta * acc`` by :mod:`.rt`'s row or column loop
     (:func:`matvec_call`): C views of the matrix and 1-D views of the vector
-    and the result (reshapes of contiguous arrays: no copies)."""
+    and the result (reshapes of contiguous arrays: no copies).  A column loop
+    over few columns of many rows runs in parts of its rows, into the node's
+    scratch ``work`` (:meth:`~hybridad.transforms.machine.Machine.axpy_parts`,
+    :func:`.matvecs.matvec_axpy_parts`)."""
     form, (mat, mflip, shape), (vec, vflip, k) = call.form, call.matrix, call.vector
     matrix = a[mat] + (".T" if mflip else "")
     vector = a[vec] if len(node.args[vec].shape) == 1 else \
@@ -377,6 +380,15 @@ def _emit_matvec(w, node, a, acc, beta, call):
     out = acc if len(node.shape) == 1 else f"{acc}.reshape(({n},))"
     par = "_par" if call.threads > 1 else ""
     w.threaded = w.threaded or bool(par)
+    parts = machine().axpy_parts(*shape) if form == "axpy" else 1
+    if parts > 1:
+        if work is None:
+            raise NotImplementedError(f"node {node.id}: a column loop in {parts} parts "
+                                      "without its scratch")
+        w.emit(f"_mv_axpy_parts{par}({matrix}, {vector}, {out}, {float(beta)!r}, "
+               f"{work}[:{parts * n}].reshape(({parts}, {n})))  # {call.reason}; "
+               f"{parts} parts of the rows, summed in order")
+        return
     w.emit(f"_mv_{form}{par}({matrix}, {vector}, {out}, {float(beta)!r})  # {call.reason}")
 
 
@@ -390,7 +402,7 @@ def _emit_gemm(w, node, a, acc, beta, layouts=None, work=None):
     if layouts is not None:
         call = matvec_call(node, layouts)
         if call is not None and call.how == "loop":
-            _emit_matvec(w, node, a, acc, beta, call)
+            _emit_matvec(w, node, a, acc, beta, call, work)
             return
     A, B = node.args
     av = a[0] if len(A.shape) == 2 else f"{a[0]}.reshape((1, {A.shape[0]}))"

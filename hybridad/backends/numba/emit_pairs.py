@@ -64,5 +64,14 @@ def matvec_two(e):
     par = "_par" if threads > 1 else ""
     e.w.threaded = e.w.threaded or bool(par)
     what = "A x and A y" if form == "dot" else "A^T x and A^T y"
+    parts = machine().axpy_parts(*A.shape) if form == "axpy" else 1
+    if parts > 1:  # (few columns of many rows: parts of the rows, .matvecs.matvec_axpy2_parts)
+        k = A.shape[1]
+        work = e.names[("scratch", e.node.id)]
+        e.w.emit(f"_mv_axpy2_parts{par}({e.a[0]}, {e.a[1]}, {e.a[2]}, {e.out}[0], {e.out}[1], "
+                 f"{work}[:{2 * parts * k}].reshape(({2 * parts}, {k})))  # {what}: {why}; "
+                 f"{parts} parts of the rows, summed in order"
+                 + (" on numba's threads" if par else ""))
+        return
     e.w.emit(f"_mv_{form}2{par}({e.a[0]}, {e.a[1]}, {e.a[2]}, {e.out}[0], {e.out}[1])  "
              f"# {what}: {why}" + (" on numba's threads" if par else ""))

@@ -11,6 +11,7 @@ import sys
 
 from ...ir.registry import storage_roots
 from ...ops import REGISTRY, storage_root
+from ...transforms.machine import matvec_matrix
 from ...transforms.memory import layout_proto, op_workspaces, plan_memory
 from .reduce import reduction_scratch
 from .runner import view_at
@@ -293,7 +294,8 @@ def scratch_for_numba(nodes):
     """node id -> (dtype, elements) of scratch the generated code needs: a
     block per thread for two-phase full reductions, the float64 accumulator
     or the compensation of a reduction over leading axes (:mod:`.reduce`),
-    the parts of a ``matvec_pair``'s ``A^T v`` (:func:`.rt.matvec_pair`), a
+    the parts of a ``matvec_pair``'s ``A^T v`` (:func:`.rt.matvec_pair`) and of
+    a column loop over few columns (:func:`.matvecs.matvec_axpy_parts`), a
     small gemm result's parts of its contracted axis (:func:`.kparts.gemm_kparts`)."""
     threads = numba_pool_size()
     out = {}
@@ -304,6 +306,19 @@ def scratch_for_numba(nodes):
         elif n.op == "matvec_pair":  # a row of k per part of the rows
             m, k = n.args[0].shape
             out[n.id] = (n.dtype, machine().pair_parts(m) * k)
+        elif n.op == "matvec_two" and n.attrs["form"] == "axpy":  # two rows of k per part
+            m, k = n.args[0].shape
+            parts = machine().axpy_parts(m, k)
+            if parts > 1:
+                out[n.id] = (n.dtype, 2 * parts * k)
+        elif n.op == "matmul" and len(n.args) == 2 and \
+                matvec_matrix(n.args[0].shape, n.args[1].shape) is not None:
+            # a column loop's parts of the rows (matvecs.matvec_axpy_parts): the
+            # contracted axis is its rows, the result its columns (as the column
+            # loop, if the layouts make it one)
+            parts = machine().axpy_parts(n.args[0].shape[-1], n.size)
+            if parts > 1:
+                out[n.id] = (n.dtype, parts * n.size)
         elif n.op == "matmul" and len(n.shape) == 2 and len(n.args[0].shape) == 2 and \
                 len(n.args[1].shape) == 2:  # a small result's parts of k (kparts.gemm_kparts)
             (m, k), c = n.args[0].shape, n.shape[1]

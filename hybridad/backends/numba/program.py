@@ -547,7 +547,10 @@ def _header(consts, objects):
               "matvec_pair_par as _mv_pair_par",
               "from hybridad.backends.numba.matvecs import matvec_dot2 as _mv_dot2, "
               "matvec_dot2_par as _mv_dot2_par, matvec_axpy2 as _mv_axpy2, "
-              "matvec_axpy2_par as _mv_axpy2_par",
+              "matvec_axpy2_par as _mv_axpy2_par, matvec_axpy_parts as _mv_axpy_parts, "
+              "matvec_axpy_parts_par as _mv_axpy_parts_par, "
+              "matvec_axpy2_parts as _mv_axpy2_parts, "
+              "matvec_axpy2_parts_par as _mv_axpy2_parts_par",
               _FOLDS_IMPORT + "fold_max as _fold_max, "
               "fold_min as _fold_min, "
               "fold_prod as _fold_prod, fold_sum as _fold_sum, "
