@@ -44,7 +44,7 @@ us per call; ``vs jax`` is the ratio of medians of the same run.
 
 Usage::
 
-    python benchmarks/bench_hvp.py [--quick] [--json FILE]
+    python benchmarks/bench_hvp.py [--quick] [--json FILE] [--cases rosen logreg ...]
 """
 
 from __future__ import annotations
@@ -202,12 +202,18 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--cases", nargs="+", default=None,
+                        choices=("rosen", "rosen32", "logreg", "chain", "mlp", "cold"),
+                        help="only these (logreg, chain, mlp: float64 and float32)")
     opts = parser.parse_args(argv)
     _harness.installed_bytecode()  # (its cold builds run in fresh processes)
+    want = set(opts.cases or ("rosen", "rosen32", "logreg", "chain", "mlp", "cold"))
     sizes = [100, 10 ** 4] if opts.quick else [100, 10 ** 4, 10 ** 6]
-    others = [] if opts.quick else [("rosen32", n) for n in (100, 10 ** 4, 10 ** 6)] + \
+    sizes = sizes if "rosen" in want else []
+    others = [] if opts.quick else \
+        [("rosen32", n) for n in (100, 10 ** 4, 10 ** 6) if "rosen32" in want] + \
         [(case + dt, n) for case, n in (("logreg", 10 ** 5), ("chain", 10 ** 5), ("mlp", 10 ** 4))
-         for dt in ("", "32")]
+         if case in want for dt in ("", "32")]
     jax_rows = _jax_times([("rosen", n) for n in sizes] + others)
     rows = []
     for n in sizes:
@@ -267,7 +273,7 @@ def main(argv=None):
         vs = f"{med / jax_us:6.2f}x jax ({jax_us:.1f} us)" if jax_us else ""
         print(f"n={n:<8} {case + ': hvp=True plan':<26} {med:10.1f} us  [{lo:.1f}, {hi:.1f}]  "
               f"{vs}", flush=True)
-    if not opts.quick:
+    if not opts.quick and "cold" in want:
         cold_builds([100, 10 ** 6], rows)
     if opts.json:
         _harness.write_json(opts.json, rows, {"quick": opts.quick,

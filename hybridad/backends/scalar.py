@@ -115,7 +115,7 @@ def ufunc_code(ufunc, args):
         code = f"({_PREFIX[name]}{args[0].code})"
     elif name in VECTOR_UFUNCS and out_dtype == np.float64 and \
             all(a.dtype == np.float64 for a in args):
-        code = f"{VECTOR_PREFIX}{name}({args[0].code})"  # vectorizable (vmath)
+        code = f"{VECTOR_PREFIX}{name}({', '.join(a.code for a in args)})"  # vectorizable
     elif name in FLOAT32_NATIVE and out_dtype == np.float32 and \
             all(a.dtype == np.float32 for a in args):
         code = f"{VECTOR_PREFIX}{name}f({args[0].code})"  # float32 arithmetic (vmath)
@@ -124,7 +124,8 @@ def ufunc_code(ufunc, args):
         # vmath's float32 twin in float64, rounded once: vectorizes, where
         # libm's float32 function (tanhf, expf) is a scalar call per element
         # (4-10x slower)
-        code = f"np.float32({VECTOR_PREFIX}{name}32(np.float64({args[0].code})))"
+        wide = ", ".join(f"np.float64({a.code})" for a in args)
+        code = f"np.float32({VECTOR_PREFIX}{name}32({wide}))"
     elif name == "floor_divide" and out_dtype in (np.float64, np.float32) and \
             all(a.dtype == out_dtype for a in args):
         # numpy's quotient (vmath): numba's np.floor_divide is floor(a / b)

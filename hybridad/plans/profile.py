@@ -202,8 +202,8 @@ def _shape(shape):
 
 
 def profile(plan_or_f, *args, argnums=0, parallel=True, repeats=None, warmup=3,
-            budget_s=1.0, clock="wall", **compile_kwargs):
-    """Per-node times of a numba gradient plan's compiled program.
+            budget_s=1.0, clock="wall", v=None, **compile_kwargs):
+    """Per-node times of a numba gradient or HVP plan's compiled program.
 
     Parameters
     ----------
@@ -219,6 +219,10 @@ def profile(plan_or_f, *args, argnums=0, parallel=True, repeats=None, warmup=3,
         alternating); default: as many as fit ``budget_s`` seconds, 5 to 200.
     warmup : int
         Untimed calls of each first.
+    v : array_like or pytree, optional
+        The direction of an HVP plan (``hybridad.compile(f, ..., hvp=True)``,
+        or ``hvp=True`` in ``compile_kwargs``): its fused program (value,
+        gradient and ``H v``) is profiled at ``args`` and ``v``.
     clock : {"wall", "cpu"}
         ``"wall"``: a monotonic clock (~20-40 ns a read); ``"cpu"``: the
         calling thread's CPU time (~0.4 us a read), which leaves out the
@@ -239,10 +243,12 @@ def profile(plan_or_f, *args, argnums=0, parallel=True, repeats=None, warmup=3,
     else:  # (ha.compile's gradient plan; the entry points sit above the plans)
         plan = Plan(plan_or_f, args, argnums, compile_kwargs.pop("backend", "numba"),
                     parallel=parallel, tiered=False, **compile_kwargs)
-    if type(plan) is not Plan or plan.backend != "numba" or plan.order != 1 or \
-            plan.update is not None:
+    hvp = type(plan) is Plan and plan.order == 2
+    if type(plan) is not Plan or plan.backend != "numba" or plan.update is not None or \
+            (v is not None) != hvp:
         raise TypeError("profile() takes a gradient plan on the numba backend "
-                        f"(hybridad.compile(f, ...)); got {plan!r}")
+                        "(hybridad.compile(f, ...)), or an HVP plan (hvp=True) with v=; got "
+                        f"{plan!r}" + (" and v" if v is not None else ""))
     plan.wait()
     if plan._program is None:
         raise RuntimeError(f"{plan.name}: the numba program did not compile "
@@ -252,7 +258,12 @@ def profile(plan_or_f, *args, argnums=0, parallel=True, repeats=None, warmup=3,
     timed = _instrumented(plan, clock)
     leaves = plan._leaves(args)
     out = plan.new_result()
-    outs = [out.value, *plan._check_out(out, leaves)]
+    if hvp:
+        vleaves = plan._tangent_leaves(v)
+        outs = [out.value, *plan._check_out(out, leaves, vleaves)]
+        leaves = leaves + vleaves
+    else:
+        outs = [out.value, *plan._check_out(out, leaves)]
     plain = plan._program
     for _ in range(max(1, warmup)):
         plain.run(leaves, outs)

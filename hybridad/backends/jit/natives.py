@@ -43,6 +43,12 @@ def table():
         t[id(nothing)] = lambda frame, args, kwargs: Const(None)
     import sys
 
+    profiling = sys.modules.get("hybridad.backends.numba.profiling")
+    if profiling is not None:  # (imported by a profiled program: its timers' clock reads)
+        for fn in (profiling.clock_ns, profiling.cpu_clock_ns):
+            clock_id = getattr(fn, "clock_id", None)
+            if clock_id is not None:
+                t[id(fn)] = _clock(clock_id)
     special = sys.modules.get("hybridad.backends.numba.special")
     if special is not None:  # (imported by generated code that calls one)
         from ..numba import special_names as names
@@ -53,6 +59,26 @@ def table():
         for op, cname in names._ORDER.items():
             t[id(getattr(special, f"_{op}_long"))] = _special(cname, 2, order=True)
     return t
+
+
+def _clock(clock_id):
+    """A clock read of :mod:`hybridad.backends.numba.profiling` (``clock_ns()``):
+    ``clock_gettime(clock_id)`` in nanoseconds, as its numba intrinsic
+    computes it -- so a profiled program compiles as the plan's own does."""
+    def impl(frame, args, kwargs):
+        if args or kwargs:
+            raise Unsupported("a clock read takes no arguments")
+        b = frame.b
+        spec = frame.state.slot(ir.ArrayType(_I64, 2))  # struct timespec
+        fn = declare(b.module, "clock_gettime", _I32, [_I32, spec.type])
+        b.call(fn, [ir.Constant(_I32, clock_id), spec])
+        zero = ir.Constant(_I32, 0)
+        sec = b.load(b.gep(spec, [zero, zero]))
+        nsec = b.load(b.gep(spec, [zero, ir.Constant(_I32, 1)]))
+        return Scalar(b.add(b.mul(sec, ir.Constant(_I64, 1_000_000_000)), nsec),
+                      np.dtype(np.int64))
+
+    return impl
 
 
 def _special(cname, nargs, order=False):

@@ -1,4 +1,4 @@
-"""Vectorizable float64 exp, expm1, log and tanh for the numba backend.
+"""Vectorizable float64 exp, expm1, log, log1p, logaddexp and tanh for the numba backend.
 
 numba lowers ``np.exp`` and friends on scalars to libm calls (~4.5 ns per
 element here), which LLVM cannot vectorize; numpy's own loops are SIMD
@@ -15,13 +15,17 @@ polynomials of high enough degree that truncation is below rounding):
   so ``k = 0`` returns the polynomial itself (no cancellation near 0);
 * ``log(x) = e ln2 + log(m)``, ``m`` in ``[sqrt(1/2), sqrt(2))``, ``log(m)``
   from the odd series of ``atanh((m - 1) / (m + 1))``;
-* ``tanh(x) = sign(x) em / (em + 2)``, ``em = expm1(2 |x|)``.
+* ``tanh(x) = sign(x) em / (em + 2)``, ``em = expm1(2 |x|)``;
+* ``log1p(x) = log(u) + (x - (u - 1)) / u``, ``u = 1 + x`` rounded (the
+  correction restores what the rounding of ``u`` lost);
+* ``logaddexp(x, y) = max + log1p(exp(-|x - y|))``, numpy's arrangement.
 
 Accuracy, tested against numpy over the whole double range (tests/test_vmath.py):
-exp, expm1 and log within 2 ulp, tanh within 3 ulp; inf, nan, 0 and
+exp, expm1, log, log1p and logaddexp within 2 ulp, tanh within 3 ulp; inf, nan, 0 and
 subnormal inputs give numpy's results.  float32 kernels call the ``*32``
 twins of expm1 and log (float64 arithmetic, shorter polynomials, one
-rounding to float32: within 1 ulp) and :func:`vexpf` and :func:`vtanhf`
+rounding to float32: within 1 ulp), log1p and logaddexp in float64 (one
+rounding) and :func:`vexpf` and :func:`vtanhf`
 (float32 arithmetic, within 1.5 ulp); all other ufuncs keep numba's libm
 calls.
 
@@ -40,8 +44,8 @@ from ..._libcache import install
 from .vmath_names import FLOAT32_NATIVE, FLOAT32_UFUNCS, HELPERS, VECTOR_UFUNCS  # noqa: F401
 
 __all__ = ["FLOAT32_NATIVE", "FLOAT32_UFUNCS", "HELPERS", "VECTOR_UFUNCS", "floor_divide",
-           "floor_divide32", "smul", "smul32", "vexp", "vexpm1", "vexpm1_32", "vlog", "vlog32",
-           "vtanh", "vexpf", "vtanhf"]
+           "floor_divide32", "smul", "smul32", "vexp", "vexpm1", "vexpm1_32", "vlog", "vlog1p",
+           "vlog32", "vlogaddexp", "vtanh", "vexpf", "vtanhf"]
 
 _LN2_HI = 6.93147180369123816490e-01  # fdlibm: trailing zero bits, so k * _LN2_HI is exact
 _LN2_LO = 1.90821492927058770002e-10
@@ -94,15 +98,21 @@ def _expm1_poly(r):
     return r + r2 * ((q0 + r4 * q1) + r8 * q2)
 
 
-@njit(cache=True, error_model="numpy")
-def vexp(x):
-    """exp(x) for float64 x, vectorizable (within 2 ulp of numpy)."""
+@njit(inline="always", cache=True)
+def _exp(x):
+    """:func:`vexp`'s body (inlined where other functions of this module use it)."""
     xc = min(max(x, -746.0), 710.0)
     k, r = _reduce(xc)
     e = 1.0 + _expm1_poly(r)
     k1 = np.floor(k * 0.5)
     y = (e * _pow2(k1)) * _pow2(k - k1)
     return x if x != x else y
+
+
+@njit(cache=True, error_model="numpy")
+def vexp(x):
+    """exp(x) for float64 x, vectorizable (within 2 ulp of numpy)."""
+    return _exp(x)
 
 
 @njit(cache=True, error_model="numpy")
@@ -162,12 +172,9 @@ def _log_special(x, y):
     return x if (x != x or x == np.inf) else y
 
 
-@njit(cache=True, error_model="numpy")
-def vlog(x):
-    """Natural log for float64 x, vectorizable (within 2 ulp of numpy)."""
-    tiny = x < 2.2250738585072014e-308
-    e, f, s, s2 = _log_split(x * _TWO54 if tiny else x)  # subnormals: scaled to normal
-    e = e - 54.0 if tiny else e
+@njit(inline="always", cache=True)
+def _log_poly(e, f, s, s2):
+    """log(2**e (1 + f)) from :func:`_log_split`'s parts."""
     # p = L1 + L2 s2 + ... + L12 s2**11, by Estrin's scheme (see _expm1_poly)
     s4 = s2 * s2
     s8 = s4 * s4
@@ -175,7 +182,57 @@ def vlog(x):
     q1 = (_L5 + s2 * _L6) + s4 * (_L7 + s2 * _L8)
     q2 = (_L9 + s2 * _L10) + s4 * (_L11 + s2 * _L12)
     p = (q0 + s8 * q1) + (s8 * s8) * q2
-    return _log_special(x, e * _LN2_HI + (_log_m(f, s, s2, p) + e * _LN2_LO))
+    return e * _LN2_HI + (_log_m(f, s, s2, p) + e * _LN2_LO)
+
+
+@njit(cache=True, error_model="numpy")
+def vlog(x):
+    """Natural log for float64 x, vectorizable (within 2 ulp of numpy)."""
+    tiny = x < 2.2250738585072014e-308
+    e, f, s, s2 = _log_split(x * _TWO54 if tiny else x)  # subnormals: scaled to normal
+    e = e - 54.0 if tiny else e
+    return _log_special(x, _log_poly(e, f, s, s2))
+
+
+@njit(inline="always", cache=True)
+def _log1p_from(x, u):
+    """log(1 + x) from ``u = 1 + x`` rounded, for ``u`` a positive normal
+    number: ``log(u)`` plus the rounding of ``u``, ``(x - (u - 1)) / u``
+    (Goldberg's correction: ``u - 1`` is exact near 1)."""
+    e, f, s, s2 = _log_split(u)
+    return _log_poly(e, f, s, s2) + (x - (u - 1.0)) / u
+
+
+@njit(cache=True, error_model="numpy")
+def vlog1p(x):
+    """log(1 + x) for float64 x, vectorizable (within 2 ulp of numpy).
+
+    ``1 + x`` is never subnormal (the smallest positive one is 2**-53), so
+    its log needs no scaling; where it rounds to 1, ``x`` itself (the sign
+    of zero kept); at -1, inf, nan and below -1, the log of ``1 + x``."""
+    u = 1.0 + x
+    y = _log1p_from(x, u)
+    y = x if u == 1.0 else y
+    return _log_special(u, y) if (u <= 0.0 or u == np.inf or u != u) else y
+
+
+_LN2_F64 = 0.6931471805599453
+
+
+@njit(cache=True, error_model="numpy")
+def vlogaddexp(x, y):
+    """``log(exp(x) + exp(y))`` for float64 x, y, vectorizable (within 2 ulp
+    of numpy): numpy's ``npy_logaddexp`` -- ``x + log 2`` where ``x == y``
+    (infinities of one sign), else the larger plus ``log1p(exp(-|x - y|))``,
+    nan where ``x - y`` is -- with this module's exp and log1p (the
+    argument of log1p in [0, 1]: no special cases)."""
+    d = x - y
+    pos = d > 0.0
+    big = x if pos else y
+    t = _exp(-d if pos else d)  # (nan: d)
+    r = big + _log1p_from(t, 1.0 + t)
+    r = d if d != d else r
+    return x + _LN2_F64 if x == y else r
 
 
 @njit(cache=True, error_model="numpy")
