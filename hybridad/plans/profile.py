@@ -364,12 +364,8 @@ class _Details:
     """The detail text and rough memory traffic of a plan's nodes."""
 
     def __init__(self, plan):
-        from ..backends.numba.emit import (
-            blas_accumulations,
-            blas_ready,
-            matvec_call,
-            region_acc_groups,
-        )
+        from ..backends.numba.emit import blas_accumulations, blas_ready, region_acc_groups
+        from ..backends.numba.emit_pairs import matvec_call
         from ..backends.numba.layouts import numba_layouts
         from ..backends.numba.machine import machine
 

@@ -4,8 +4,6 @@ gemm or loops, scans, sort."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from ...ir.graph import users_of
 from ...ir.registry import storage_roots
 from ...ops import storage_root
@@ -13,7 +11,7 @@ from ...ops.lapack_names import LAPACK_OPS, kernel_args, kind_of
 from .gather import gather_starts
 from .loops import broadcast_index, fill, getitem_map, here, region_acc_lines, region_lines
 from .loops import reduction_lines as _reduction_lines
-from .emit_pairs import matvec_pair, matvec_two
+from .emit_pairs import emit_matvec, matvec_call, matvec_pair, matvec_two
 from .machine import machine
 
 
@@ -319,90 +317,17 @@ def blas_ready(node, layouts):
         all(layouts[x.id] in ("C" if len(x.shape) == 1 else "CF") for x in (A, B))
 
 
-def matvec_call(node, layouts):
-    """How matmul ``node`` (:func:`blas_ready`) runs when it is a
-    matrix-vector product: a :class:`MatvecCall`, or None for any other
-    product.
-
-    ``form``: ``"dot"`` (the result is the C matrix ``matrix`` times
-    ``vector``: a row loop) or ``"axpy"`` (``matrix.T @ vector``: a column
-    loop); ``matrix``/``vector``: ``(operand index, transposed, shape)`` of
-    the C matrix (the operand, or the transpose of an F one) and of the
-    vector (a 1-D operand, or a 2-D one with one row or column);
-    ``how``: ``"loop"`` or ``"blas"`` (:func:`hybridad.transforms.costs.matvec_choice`);
-    ``threads``: more than one when the loop runs on numba's threads (the
-    plan's loops are parallel and the product long enough); ``reason``: the
-    choice's figures."""
-    from ...transforms.costs import matvec_choice
-    from ...transforms.machine import matvec_matrix
-
-    found = matvec_matrix(*(x.shape for x in node.args))
-    if found is None:
-        return None
-    mat, shape = found
-    vec = 1 - mat
-    flip = layouts[node.args[mat].id] == "F"
-    shape = shape[::-1] if flip else shape
-    # A x (A C), x^T B = B^T x (B F): rows of a C matrix; the others its columns
-    form = "dot" if (mat == 0) != flip else "axpy"
-    size = shape[0] * shape[1]
-    facts = machine()
-    threads = facts.threads if size >= facts.parallel_min else 1
-    how, reason, threads = matvec_choice(shape[0], shape[1], node.dtype, form, facts, threads)
-    V = node.args[vec]
-    return MatvecCall(how, form, (mat, flip, shape),
-                      (vec, len(V.shape) == 2 and layouts[V.id] == "F", V.size), threads, reason)
-
-
-class MatvecCall(NamedTuple):
-    """:func:`matvec_call`'s answer."""
-
-    how: str
-    form: str
-    matrix: tuple  # (operand index, transposed, C shape)
-    vector: tuple  # (operand index, transposed, length)
-    threads: int
-    reason: str
-
-
-def _emit_matvec(w, node, a, acc, beta, call, work=None):
-    """``acc = A @ B + beta * acc`` by :mod:`.rt`'s row or column loop
-    (:func:`matvec_call`): C views of the matrix and 1-D views of the vector
-    and the result (reshapes of contiguous arrays: no copies).  A column loop
-    over few columns of many rows runs in parts of its rows, into the node's
-    scratch ``work`` (:meth:`~hybridad.transforms.machine.Machine.axpy_parts`,
-    :func:`.matvecs.matvec_axpy_parts`)."""
-    form, (mat, mflip, shape), (vec, vflip, k) = call.form, call.matrix, call.vector
-    matrix = a[mat] + (".T" if mflip else "")
-    vector = a[vec] if len(node.args[vec].shape) == 1 else \
-        f"{a[vec]}{'.T' if vflip else ''}.reshape(({k},))"
-    n = shape[0] if form == "dot" else shape[1]
-    out = acc if len(node.shape) == 1 else f"{acc}.reshape(({n},))"
-    par = "_par" if call.threads > 1 else ""
-    w.threaded = w.threaded or bool(par)
-    parts = machine().axpy_parts(*shape) if form == "axpy" else 1
-    if parts > 1:
-        if work is None:
-            raise NotImplementedError(f"node {node.id}: a column loop in {parts} parts "
-                                      "without its scratch")
-        w.emit(f"_mv_axpy_parts{par}({matrix}, {vector}, {out}, {float(beta)!r}, "
-               f"{work}[:{parts * n}].reshape(({parts}, {n})))  # {call.reason}; "
-               f"{parts} parts of the rows, summed in order")
-        return
-    w.emit(f"_mv_{form}{par}({matrix}, {vector}, {out}, {float(beta)!r})  # {call.reason}")
-
-
 def _emit_gemm(w, node, a, acc, beta, layouts=None, work=None):
     """``acc = A @ B + beta * acc`` by BLAS gemm, 1-D operands and result as
     2-D views (``acc`` C-contiguous) -- or, for a matrix-vector product the
-    cost model gives to the backend's own loops, by them (:func:`matvec_call`).
+    cost model gives to the backend's own loops, by them (:func:`.emit_pairs.matvec_call`).
     ``work``: the node's scratch (:func:`.layouts.scratch_for_numba`), where a
     small result over a long contracted axis runs in parts of that axis on
     the threads (:func:`.kparts.gemm_kparts`)."""
     if layouts is not None:
         call = matvec_call(node, layouts)
         if call is not None and call.how == "loop":
-            _emit_matvec(w, node, a, acc, beta, call, work)
+            emit_matvec(w, node, a, acc, beta, call, work)
             return
     A, B = node.args
     av = a[0] if len(A.shape) == 2 else f"{a[0]}.reshape((1, {A.shape[0]}))"
