@@ -187,3 +187,45 @@ def test_bad_input_leaves_the_result_untouched(backend):
     assert float(res.value) == 7.0 and np.all(res.gradient == 8.0) and np.all(res.hvp == 9.0)
     plan.hvp(x, v=[1.0, 0, 0, 0, 0], out=res)  # a list is converted
     np.testing.assert_allclose(res.hvp, rosen_hess(x)[:, 0], rtol=1e-13)
+
+
+def _trig(x, A):  # sin and cos whose derivatives the sweeps need again
+    return np.sum(np.tanh(A @ (x * np.cos(x))) ** 2) + np.sum(np.sin(x) * x)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_sweeps_share_each_transcendental_value(dtype):
+    """The forward's ``cos(x)`` and the backward's ``sin(x)`` (the partial of
+    ``cos``) are the tangent sweep's too: each computed by one region of the
+    numba plan, where the tangent sweep had computed both again (the equal
+    nodes the sweeps emit merged before regions are fused); the value,
+    gradient and ``H v`` those of the numpy backend and of finite
+    differences of the gradient; parallel and serial plans alike to the bit;
+    nothing allocated per call."""
+    x, A, v = rand((3000,), seed=1), rand((64, 3000), seed=2) / 40, rand((3000,), seed=3)
+    x, A, v = x.astype(dtype), A.astype(dtype), v.astype(dtype)
+    results = []
+    for parallel in (True, False):
+        plan = ha.compile(_trig, x, A, hvp=True, parallel=parallel, tiered=False)
+        bodies = [[m.op for m in n.attrs["body"].nodes] for n in plan.graph.nodes
+                  if n.op == "region"]
+        for fn in ("sin", "cos"):
+            assert sum(body.count(fn) for body in bodies) == 1, (fn, bodies)
+        res = plan.hvp(x, A, v=v)
+        with count_allocations() as counts:
+            for _ in range(3):
+                plan.hvp(x, A, v=v, out=res)
+        assert counts.allocations == 0
+        results.append(res)
+    a, b = results
+    assert float(a.value) == float(b.value)
+    np.testing.assert_array_equal(a.gradient, b.gradient)
+    np.testing.assert_array_equal(a.hvp, b.hvp)
+    ref = ha.hvp(_trig, x, v, A, backend="numpy")
+    tol = 1e-11 if dtype == np.float64 else 2e-4
+    np.testing.assert_allclose(a.gradient, ref.gradient, rtol=tol,
+                               atol=tol * np.abs(ref.gradient).max())
+    np.testing.assert_allclose(a.hvp, ref.hvp, rtol=tol, atol=tol * np.abs(ref.hvp).max())
+    if dtype == np.float64:
+        fd = _fd_hvp(lambda z: _trig(z, A), x, v, eps=1e-6)
+        np.testing.assert_allclose(a.hvp, fd, rtol=0, atol=1e-6 * np.abs(fd).max())

@@ -109,7 +109,8 @@ PASSES = {
 LOWERING = {
     "numpy": ("views", "share_factorizations", "loop_parts", "dead_code", "schedule_updates"),
     "numba": ("views", "share_factorizations", "loop_parts", "hoist_transposed_products",
-              "pair_matvecs", "scalar_broadcasts", "dead_code", "schedule_updates", "fuse_regions",
+              "pair_matvecs", "scalar_broadcasts", "cse", "dead_code", "schedule_updates",
+              "fuse_regions",
               "rematerialize", "fold_accumulations", "merge_accumulations", "share_reduced_values",
               "sum_stored_partials", "sum_vjp_regions", "absorb_producers"),
     "cupy": ("views", "share_factorizations", "loop_parts", "dead_code", "schedule_updates",
