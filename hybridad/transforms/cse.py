@@ -12,14 +12,17 @@ in-place op writes (an accumulator) is left alone: its value depends on
 where it is read.  The same operations on the same values: the bits do not
 change.
 
-Run in the numba backend's lowering (before its regions are fused: an HVP's
-tangent sweep recomputed ``cos(x)``, which the forward had made, and
-``sin(x)``, the backward's partial -- transcendental work twice, 0.68-0.77x
-the time a call once shared) and in the staged lowering (Hessian and
-Jacobian plans), and not on a graph where a node reads storage an in-place
-op writes later: in a gradient plan with an optimizer's fused update
-(:mod:`.updates`), the node order the merges left had ``fuse_regions`` place
-a region reading a parameter after that parameter's in-place update.
+Run in the staged lowering (Hessian and Jacobian plans) and in the numba
+backend's lowering of a graph with a tangent sweep (``cse_tangents``, before
+its regions are fused: an HVP's tangent sweep recomputed ``cos(x)``, which
+the forward had made, and ``sin(x)``, the backward's partial --
+transcendental work twice, 0.68-0.77x the time a call once shared; a
+first-order graph is left alone: there it only joined literals, and one
+merge took a bias sum out of its producer's loop), and not on a graph where
+a node reads storage an in-place op writes later: in a gradient plan with an
+optimizer's fused update (:mod:`.updates`), the node order the merges left
+had ``fuse_regions`` place a region reading a parameter after that
+parameter's in-place update.
 """
 
 from __future__ import annotations

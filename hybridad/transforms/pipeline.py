@@ -75,6 +75,11 @@ PASSES = {
     "cse": ("one node for equal nodes: small literals by value, elementwise ops and views by "
             "op, operands and attributes (the reverse and tangent sweeps' repeated partials)",
             lambda nodes, ins, outs, upd, mach: eliminate_common(nodes, outs, upd)),
+    "cse_tangents": ("cse in a graph with a tangent sweep (an HVP's: it recomputed the "
+                     "forward's and the backward's values, cos(x) and sin(x)); a first-order "
+                     "graph as it is",
+                     lambda nodes, ins, outs, upd, mach: eliminate_common(nodes, outs, upd)
+                     if any(n.phase == "tangent" for n in nodes) else nodes),
     "schedule_updates": ("move each optimizer update right after its gradient is complete",
                          lambda nodes, ins, outs, upd, mach: schedule_updates(nodes, upd)
                          if upd else nodes),
@@ -109,7 +114,8 @@ PASSES = {
 LOWERING = {
     "numpy": ("views", "share_factorizations", "loop_parts", "dead_code", "schedule_updates"),
     "numba": ("views", "share_factorizations", "loop_parts", "hoist_transposed_products",
-              "pair_matvecs", "scalar_broadcasts", "cse", "dead_code", "schedule_updates",
+              "pair_matvecs", "scalar_broadcasts", "cse_tangents", "dead_code",
+              "schedule_updates",
               "fuse_regions",
               "rematerialize", "fold_accumulations", "merge_accumulations", "share_reduced_values",
               "sum_stored_partials", "sum_vjp_regions", "absorb_producers"),
