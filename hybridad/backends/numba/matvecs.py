@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from numba import njit, prange
 
-from .rt import compile_matvecs
+from .rt import compile_matvecs, part_rows
 from .threshold import MATVEC_BLOCK
 from ..._libcache import install
 
@@ -102,10 +102,8 @@ def _parts_kernels(parallel):
     def axpy_parts(a, v, out, beta, parts):
         m, k = a.shape
         n = parts.shape[0]
-        rows = (m + n - 1) // n
         for p in prange(n):
-            lo = p * rows
-            hi = min(m, lo + rows)
+            lo, hi = part_rows(m, n, p)
             o = parts[p]
             for j in range(k):
                 o[j] = 0
@@ -130,10 +128,8 @@ def _parts_kernels(parallel):
     def axpy2_parts(a, x, y, ox, oy, parts):
         m, k = a.shape
         n = parts.shape[0] // 2
-        rows = (m + n - 1) // n
         for p in prange(n):
-            lo = p * rows
-            hi = min(m, lo + rows)
+            lo, hi = part_rows(m, n, p)
             o, q = parts[p], parts[n + p]
             for j in range(k):
                 o[j] = 0
