@@ -253,6 +253,36 @@ def test_second_order(f):
                                atol=1e-12 * scale)
 
 
+def _trig(x, A):  # the forward's cos(x) and the backward's sin(x), wanted again
+    return np.sum(np.tanh(A @ (x * np.cos(x))) ** 2) + np.sum(np.sin(x) * x)
+
+
+@pytest.mark.parametrize("f", [_trig, rosen, exp_sum], ids=["trig", "rosen", "exp_sum"])
+def test_an_hvp_computes_each_value_once(f):
+    """The GPU program's HVP merges the sweeps' equal nodes before fusing
+    (``cse_tangents``): one kernel computes ``cos(x)``, one ``sin(x)``, and no
+    kernel computes a member twice (two producers evaluating one cheap region
+    inside had each brought its members: nvcc refused the kernel's second
+    declaration); the numpy backend's value, gradient and ``H v``."""
+    if f is _trig:
+        x, v, rest = rand((40,), seed=1), rand((40,), seed=3), (rand((8, 40), seed=2) / 4,)
+    else:
+        x, v, rest = rand((6,), seed=3), rand((6,), seed=4), ()
+    plan = ha.compile(f, x, *rest, hvp=True, backend="cupy")
+    bodies = [[m.id for m in n.attrs["body"].nodes] for n in plan.graph.nodes
+              if n.op == "region"]
+    assert all(len(b) == len(set(b)) for b in bodies), bodies
+    if f is _trig:
+        ops = [m.op for n in plan.graph.nodes if n.op == "region"
+               for m in n.attrs["body"].nodes]
+        assert ops.count("sin") == 1 and ops.count("cos") == 1, ops
+    got, want = plan.hvp(x, *rest, v=v), ha.hvp(f, x, v, *rest, backend="numpy")
+    np.testing.assert_allclose(float(got.value), float(want.value), rtol=1e-12)
+    scale = max(1.0, np.abs(want.hvp).max())
+    np.testing.assert_allclose(got.gradient, want.gradient, rtol=1e-11, atol=1e-12 * scale)
+    np.testing.assert_allclose(got.hvp, want.hvp, rtol=1e-11, atol=1e-12 * scale)
+
+
 @pytest.mark.parametrize("mode", ["forward", "reverse"])
 def test_jacobians(mode):
     x = rand((5,), seed=8)

@@ -12,8 +12,8 @@ in-place op writes (an accumulator) is left alone: its value depends on
 where it is read.  The same operations on the same values: the bits do not
 change.
 
-Run in the staged lowering (Hessian and Jacobian plans) and in the numba
-backend's lowering of a graph with a tangent sweep (``cse_tangents``, before
+Run in the staged lowering (Hessian and Jacobian plans) and in the numba and
+GPU backends' lowering of a graph with a tangent sweep (``cse_tangents``, before
 its regions are fused: an HVP's tangent sweep recomputed ``cos(x)``, which
 the forward had made, and ``sin(x)``, the backward's partial --
 transcendental work twice, 0.68-0.77x the time a call once shared; a

@@ -24,11 +24,9 @@ from ..ir.registry import InPlaceWrites
 from ..ops import REGISTRY, storage_root
 
 __all__ = ["Region", "absorb_producers", "evaluate_inside", "find_regions", "fuse_regions",
-           "fold_accumulations", "stored_partials",
-           "share_reduced_values", "sum_into_vjp_regions", "sum_vjp_regions",
-           "sum_stored_partials",
-           "FUSABLE_REDUCTIONS", "PRE_REDUCTION",
-           "VJP_SUMS"]
+           "fold_accumulations", "stored_partials", "share_reduced_values",
+           "sum_into_vjp_regions", "sum_vjp_regions", "sum_stored_partials",
+           "FUSABLE_REDUCTIONS", "PRE_REDUCTION", "VJP_SUMS"]
 
 FUSABLE_REDUCTIONS = ("sum", "max", "min")
 
@@ -36,9 +34,8 @@ FUSABLE_REDUCTIONS = ("sum", "max", "min")
 #: elementwise value before its fused reduction (:func:`share_reduced_values`)
 PRE_REDUCTION = -1
 
-#: the ``mode`` of a ``region`` node computing, in one loop, the full sums of
-#: ``g * d(output)/d(input k)`` for each ``k`` of its ``wrt`` tuple
-#: (:func:`sum_vjp_regions`); its result holds them in that order
+#: the ``mode`` of a ``region`` node computing, in one loop, the full sums of ``g *
+#: d(output)/d(input k)`` for each ``k`` of its ``wrt`` tuple, in order (:func:`sum_vjp_regions`)
 VJP_SUMS = "vjp_sums"
 
 
@@ -416,6 +413,9 @@ def evaluate_inside(r, producers):
     body = r.attrs["body"]
     members = [m for p in producers for m in p.attrs["body"].nodes]
     members += [rewired(m) for m in body.nodes]
+    seen = set()  # (one member per node: producers that each evaluate one cheap region
+    # inside hold its members alike -- computed twice; a CUDA kernel declared them twice)
+    members = [m for m in members if m.id not in seen and not seen.add(m.id)]
     reduction = None if body.reduction is None else rewired(body.reduction)
     inputs = _external_inputs(members)  # (the reduction reads the last member)
     merged = Region(members, reduction, inputs)

@@ -119,9 +119,9 @@ LOWERING = {
               "fuse_regions",
               "rematerialize", "fold_accumulations", "merge_accumulations", "share_reduced_values",
               "sum_stored_partials", "sum_vjp_regions", "absorb_producers"),
-    "cupy": ("views", "share_factorizations", "loop_parts", "dead_code", "schedule_updates",
-             "fuse_regions", "rematerialize", "share_reduced_values", "absorb_producers",
-             "sum_into_vjp_regions"),
+    "cupy": ("views", "share_factorizations", "loop_parts", "cse_tangents", "dead_code",
+             "schedule_updates", "fuse_regions", "rematerialize", "share_reduced_values",
+             "absorb_producers", "sum_into_vjp_regions"),
 }
 
 #: backend -> the lowering of the graph of a Hessian or Jacobian plan (the

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from numba import njit, prange
 
-from .rt import compile_matvecs, part_rows
+from .rt import compile_matvecs
 from .threshold import MATVEC_BLOCK
 from ..._libcache import install
 
@@ -86,6 +86,15 @@ def _kernels(parallel):
 
 matvec_dot2, matvec_axpy2 = _kernels(False)
 matvec_dot2_par, matvec_axpy2_par = _kernels(True)
+
+
+@njit(inline="always", cache=True)
+def part_rows(m, n, p):
+    """``[lo, hi)``: the rows of part ``p`` of ``n`` equal parts of ``m`` rows
+    (the last one shorter), from the shape alone."""
+    rows = (m + n - 1) // n
+    lo = p * rows
+    return lo, min(m, lo + rows)
 
 
 def _parts_kernels(parallel):

@@ -27,7 +27,7 @@ from .threshold import GEMM_SMALL_RESULT, MATVEC_BLOCK
 from ..._libcache import install
 
 __all__ = ["ABI", "ABI_FIELDS", "check_arrays", "gemm",
-           "load_i32", "load_i64", "load_u8", "overlaps", "part_rows", "type_num", "view_at"]
+           "load_i32", "load_i64", "load_u8", "overlaps", "type_num", "view_at"]
 
 
 @intrinsic
@@ -483,15 +483,6 @@ matvec_dot, matvec_axpy = _matvec_kernels(False)
 matvec_dot_par, matvec_axpy_par = _matvec_kernels(True)
 
 
-@njit(inline="always", cache=True)
-def part_rows(m, n, p):
-    """``[lo, hi)``: the rows of part ``p`` of ``n`` equal parts of ``m`` rows
-    (the last one shorter) -- a split kernel's, from the shape alone."""
-    rows = (m + n - 1) // n
-    lo = p * rows
-    return lo, min(m, lo + rows)
-
-
 def _pair_kernel(parallel):
     """``pair(a, u, v, y, z, parts)``: ``y = a @ u`` and ``z = a.T @ v`` (a C
     matrix ``a``, m x k) from one read of ``a``: the rows in ``parts.shape[0]``
@@ -502,8 +493,10 @@ def _pair_kernel(parallel):
     def pair(a, u, v, y, z, parts):
         m, k = a.shape
         n = parts.shape[0]
+        rows = (m + n - 1) // n
         for p in prange(n):
-            lo, hi = part_rows(m, n, p)
+            lo = p * rows
+            hi = min(m, lo + rows)
             zp = parts[p]
             for j in range(k):
                 zp[j] = 0
