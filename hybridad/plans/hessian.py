@@ -244,11 +244,12 @@ class HessianPlan(StagedPlan):
             entry[:] = [*calls, programs, plan._point, (id(sv), id(sg), sv, sg)]
 
         nd, results = np.ndarray, (HvpResult, DiffResult)
+        state = vars(plan)  # (its _point_plan read without the property's call)
 
         @functools.wraps(general)
         def hvp(*args, v, out=None):
             if not args and entry and v.__class__ is nd and plan._twin is None and \
-                    plan._have_point and plan._point_plan is plan:
+                    plan._have_point and state.get("_point_plan_", plan) is plan:
                 # at the linearized point: the tangent program (into out's three
                 # buffers, or H v alone into an array); a point another plan holds
                 # (a specialization for other decisions): the general path
