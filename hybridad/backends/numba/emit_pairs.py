@@ -88,7 +88,6 @@ def emit_matvec(w, node, a, acc, beta, call, work=None):
     w.emit(f"_mv_{form}{par}({matrix}, {vector}, {out}, {float(beta)!r})  # {call.reason}")
 
 
-
 def pair_call(node):
     """``(parts, threads, reason)`` of ``matvec_pair`` ``node``: its rows' parts
     (:meth:`~hybridad.transforms.machine.Machine.pair_parts`), their threads
