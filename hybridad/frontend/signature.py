@@ -47,6 +47,8 @@ def signature(nodes, outputs, captured):
 def attr_signature(v):
     """An attribute value as a comparable value: scalars, dtypes, slices and
     containers by value, arrays by their bytes, other objects by identity."""
+    if type(v) is tuple and all(type(x) is int for x in v):  # (an index of ints: a row's,
+        return ("tuple", *[("int", x) for x in v])  # 10^4 of them in a Python loop's trace)
     if isinstance(v, _SCALARS):
         return (type(v).__name__, v)
     if isinstance(v, np.generic):

@@ -28,10 +28,14 @@ _ID, _ARGS = attrgetter("id"), attrgetter("args")
 
 
 def _attrs_key(node):
-    if not node.attrs:
+    attrs = node.attrs
+    if not attrs:
         return ()
     # (as the plan's graph signature compares them: a loop body by its content)
-    return tuple((k, attr_signature(node.attrs[k])) for k in sorted(node.attrs))
+    if len(attrs) == 1:  # (a row's index: no sort)
+        (k, v), = attrs.items()
+        return ((k, attr_signature(v)),)
+    return tuple((k, attr_signature(attrs[k])) for k in sorted(attrs))
 
 
 def _attrs_key_of(node, keys):
