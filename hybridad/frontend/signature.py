@@ -12,7 +12,7 @@ import numpy as np
 from ..ops.loop import LoopBody
 from .guard_walk import _SCALARS
 
-__all__ = ["attr_signature", "signature"]
+__all__ = ["attr_signature", "attrs_signature", "signature"]
 
 
 def signature(nodes, outputs, captured):
@@ -37,11 +37,19 @@ def signature(nodes, outputs, captured):
             continue
         attrs = attrs_seen.get(id(n.attrs))
         if attrs is None:  # (the nodes hold their attrs: ids are not reused meanwhile)
-            attrs = attrs_seen[id(n.attrs)] = tuple(
-                (key, attr_signature(val)) for key, val in sorted(n.attrs.items()))
+            attrs = attrs_seen[id(n.attrs)] = attrs_signature(n.attrs)
         out.append((n.op, n.id, tuple([a.id for a in n.args]), n.shape, n.dtype, attrs))
     out.append(("outputs", tuple(o.id for o in outputs)))
     return tuple(out)
+
+
+def attrs_signature(attrs):
+    """A node's attributes (a dict) as a comparable value: ``(key, value's
+    :func:`attr_signature`)`` pairs in key order."""
+    if len(attrs) == 1:  # (a row's index: no sort)
+        (k, v), = attrs.items()
+        return ((k, attr_signature(v)),)
+    return tuple((k, attr_signature(v)) for k, v in sorted(attrs.items()))
 
 
 def attr_signature(v):

@@ -11,7 +11,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from ..frontend.signature import attr_signature
+from ..frontend.signature import attrs_signature
 from ..ir.registry import REGISTRY
 
 __all__ = ["MIN_NODES", "MIN_TRIPS"]
@@ -28,14 +28,8 @@ _ID, _ARGS = attrgetter("id"), attrgetter("args")
 
 
 def _attrs_key(node):
-    attrs = node.attrs
-    if not attrs:
-        return ()
     # (as the plan's graph signature compares them: a loop body by its content)
-    if len(attrs) == 1:  # (a row's index: no sort)
-        (k, v), = attrs.items()
-        return ((k, attr_signature(v)),)
-    return tuple((k, attr_signature(attrs[k])) for k in sorted(attrs))
+    return attrs_signature(node.attrs)
 
 
 def _attrs_key_of(node, keys):

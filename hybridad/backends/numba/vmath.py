@@ -216,9 +216,6 @@ def vlog1p(x):
     return _log_special(u, y) if (u <= 0.0 or u == np.inf or u != u) else y
 
 
-_LN2_F64 = 0.6931471805599453
-
-
 @njit(cache=True, error_model="numpy")
 def vlogaddexp(x, y):
     """``log(exp(x) + exp(y))`` for float64 x, y, vectorizable (within 2 ulp
@@ -232,7 +229,7 @@ def vlogaddexp(x, y):
     t = _exp(-d if pos else d)  # (nan: d)
     r = big + _log1p_from(t, 1.0 + t)
     r = d if d != d else r
-    return x + _LN2_F64 if x == y else r
+    return x + _LN2 if x == y else r
 
 
 @njit(cache=True, error_model="numpy")
