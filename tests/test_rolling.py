@@ -85,7 +85,14 @@ def growing(x):  # a carried value whose shape changes: never rolled
     return np.sum(x ** 2)
 
 
-ROLLED = [euler, rnn, forced, trajectory, verlet, running_sum, two_phases]
+def traced_rows(h):  # a row of a traced array per step: x[k] of a value f computed
+    xs = np.outer(np.linspace(-1.0, 1.0, 40), h[:3] ** 2)
+    for row in xs:
+        h = np.tanh(W @ h + U @ row)
+    return np.sum(h ** 2)
+
+
+ROLLED = [euler, rnn, forced, trajectory, verlet, running_sum, two_phases, traced_rows]
 
 
 def _plans(f, x, backend, monkeypatch, **kw):
@@ -403,8 +410,9 @@ def test_the_whole_array_search_is_the_node_by_node_definition(f):
         m = rolling_runs._Matcher(nodes, {})
         # the nodes a replayed call made, described by their step's first node: the
         # same partition of the nodes into kinds, constants and attributes
-        fast = rolling_runs._Matcher(nodes, {}, frozenset(), trace.steps)
+        fast = rolling_runs._Matcher(nodes, {}, frozenset(), trace.steps, trace.rows)
         assert trace.steps, "no replayed call in the trace"
+        assert bool(trace.rows) == (f is traced_rows)  # (rows: numbered too, keyed by i)
 
         def partition(values):
             first = {}
@@ -442,3 +450,21 @@ def test_the_whole_array_search_is_the_node_by_node_definition(f):
         rolling.roll_loops = real
     assert checked and all(k > 0 for k, _ in checked) and (cuts[0] > 0 or f is growing)
     assert f is not wide_stack or all(w > 0 for _, w in checked)
+
+
+def test_nodes_a_roll_took_out_are_not_found_again():
+    """After a roll, an op identical to one of the run's (now gone) nodes is
+    a new node of the trace, not the one the loop replaced."""
+    from hybridad.core.trace import Trace
+
+    trace = Trace()
+    with trace:
+        x = trace.input(0, (6,), np.float64)
+        h = x
+        for _ in range(40):
+            h = np.tanh(W @ h)
+        (out,) = rolling.roll_loops(trace, [np.sum(h).node])
+        assert any(n.op == "loop" for n in trace.nodes)
+        again = np.tanh(W @ x)  # iteration 0's nodes, as traced before the roll
+    live = {id(n) for n in trace.nodes}
+    assert id(again.node) in live and id(again.node.args[0]) in live

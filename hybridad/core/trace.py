@@ -25,6 +25,7 @@ from __future__ import annotations
 import gc
 import itertools
 import numbers
+import operator
 import threading
 
 import numpy as np
@@ -37,6 +38,9 @@ from .supported import SUPPORTED_DTYPES, check_dtype, refuse_subclass
 from .tracer import ARG, SCALAR, Tracer
 
 __all__ = ["Trace", "as_node", "bind", "current_trace", "loop_dtypes", "static_attrs"]
+
+_ID = operator.attrgetter("id")
+_new_node = Node.__new__
 
 _state = threading.local()
 
@@ -67,6 +71,7 @@ class Trace:
         self.phase = "forward"
         self._captured = {}  # id(array) -> (array, node): one node per captured array
         self._seen = {}  # common subexpressions: key -> node (forward phase only)
+        self._gone = None  # what passes took out (:meth:`forget`)
         #: the traced call's leaf arrays by input index, when the trace has them:
         #: Python decisions on traced values then take their values
         #: (:mod:`hybridad.core.decisions`); None: shapes and dtypes only
@@ -77,8 +82,12 @@ class Trace:
         self.recipes = {}
         #: node id -> the replayed step that made it (an int; nodes of one step have
         #: the same op, attrs dict, shape, dtype and operand shapes and dtypes: what
-        #: :mod:`hybridad.transforms.rolling` compares), for nodes a replay made
+        #: :mod:`hybridad.transforms.rolling` compares), for nodes a replay made;
+        #: also for the rows ``x[i]`` a loop over an array's rows took, numbered by
+        #: the array's shape and dtype: their attributes differ, and ``rows`` holds
+        #: each one's ``i`` (node id -> int)
         self.steps = {}
+        self.rows = {}
 
     def __enter__(self):
         if not hasattr(_state, "stack"):
@@ -125,16 +134,77 @@ class Trace:
                 key = (op, tuple([a.id for a in args]), static)
         if key is not None:
             hit = self._seen.get(key)
-            if hit is not None:
+            if hit is not None and (self._gone is None or not self._was_forgotten(hit)):
                 return hit
         if static is None:
             node = Node(next(self.ids), op, args, attrs, shape, dtype, self.phase)
-        else:  # (a replayed call's: the shape and dtype of a node, operands a tuple)
-            node = Node.normalized(next(self.ids), op, args, attrs, shape, dtype, self.phase)
+        else:  # (a replayed call's: the shape and dtype of a node, operands a tuple --
+            # Node.normalized, inlined: a call fewer per node of a loop's 10^5)
+            node = _new_node(Node)
+            node.id, node.op, node.args, node.attrs = next(self.ids), op, args, attrs
+            node.shape, node.dtype, node.phase = shape, dtype, self.phase
         self.nodes.append(node)
         if key is not None:
             self._seen[key] = node
         return node
+
+    def add_steps(self, steps, operands):
+        """The nodes of a replayed call (:mod:`hybridad.frontend.replay`), each
+        added as :meth:`add` with ``static`` adds it (or found, the identical
+        node traced before), in the forward phase: ``steps`` ``(op, refs, attrs,
+        shape, dtype, static, number)``, where a ref is an index into
+        ``operands`` (an int >= 0), an earlier step (``~j``) or a node.  Each
+        node this call makes (or one it made before) gets ``number`` in
+        :attr:`steps`.  Returns the nodes, one per step.  (One loop here, not a
+        call of :meth:`add` per node: a loop of 10^4 steps replays 10^5.)"""
+        made = []
+        seen, numbered, nodes, ids, gone = self._seen, self.steps, self.nodes, self.ids, \
+            self._gone
+        for op, refs, attrs, shape, dtype, static, number in steps:
+            if len(refs) == 1:
+                r = refs[0]
+                args = (r if type(r) is not int else operands[r] if r >= 0 else made[~r],)
+                key = None if static is False else (op, (args[0].id,), static)
+            else:
+                args = tuple([r if type(r) is not int else operands[r] if r >= 0 else made[~r]
+                              for r in refs])
+                key = None if static is False else (op, tuple([a.id for a in args]), static)
+            if key is not None:
+                hit = seen.get(key)
+                if hit is not None and (gone is None or not self._was_forgotten(hit)):
+                    if hit.attrs is attrs:  # (made by this step before)
+                        numbered[hit.id] = number
+                    made.append(hit)
+                    continue
+            node = _new_node(Node)
+            node.id, node.op, node.args, node.attrs = next(ids), op, args, attrs
+            node.shape, node.dtype, node.phase = shape, dtype, "forward"
+            nodes.append(node)
+            if key is not None:
+                seen[key] = node
+            numbered[node.id] = number
+            made.append(node)
+        return made
+
+    def forget(self, nodes, kept=()):
+        """The nodes of ``nodes`` other than those of ``kept`` left the trace (a
+        pass replaced them): never found again as common subexpressions.
+        (The lists are kept, and made a set of ids on the first hit that
+        asks: a rolled loop takes 10^5 nodes out, which the memo holds, and
+        most traces meet no common subexpression after it.)"""
+        if self._gone is None:
+            self._gone = [[], set()]
+        self._gone[0].append((nodes, kept))
+
+    def _forgotten_ids(self):
+        pending, ids = self._gone
+        while pending:
+            nodes, kept = pending.pop()
+            ids.update(set(map(_ID, nodes)).difference(map(_ID, kept)))
+        return ids
+
+    def _was_forgotten(self, node):
+        return node.id in self._forgotten_ids()
 
     def mark(self):
         """Where the trace is now, for :meth:`rollback`."""
@@ -155,6 +225,9 @@ class Trace:
                               if id(v[1]) not in dropped}
             self.decision_cache = {k: v for k, v in self.decision_cache.items() if k < first}
             self.steps = {k: v for k, v in self.steps.items() if k < first}  # (ids reused)
+            if self._gone is not None:
+                self._gone = [[], {k for k in self._forgotten_ids() if k < first}]
+            self.rows = {k: v for k, v in self.rows.items() if k < first}
         del self.decisions[d:]
         self.recipes.clear()
 
@@ -173,8 +246,9 @@ class Trace:
                         where=user_location)
         key = ("const", value.dtype.str, value.shape, value.tobytes()) \
             if literal and value.size <= 16 and self.phase == "forward" else None
-        if key is not None and key in self._seen:
-            return self._seen[key]
+        hit = self._seen.get(key) if key is not None else None
+        if hit is not None and (self._gone is None or not self._was_forgotten(hit)):
+            return hit
         node = self.add("const", (), {"value": value, "literal": literal}, value.shape,
                         value.dtype)
         if key is not None:

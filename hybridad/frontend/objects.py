@@ -26,7 +26,7 @@ from ..ir.registry import REGISTRY
 from ..core.trace import as_node, bind
 from ..core.tracer import ARG, READONLY, SCALAR, SURFACE, Tracer
 
-__all__ = ["assign", "link_view", "settle", "tracers_in"]
+__all__ = ["assign", "link_view", "numpy_copies", "settle", "tracers_in", "unlink"]
 
 
 def _in_place_refused(t, what, instead):
@@ -174,7 +174,7 @@ def _grid(shape):
     return grid
 
 
-def _numpy_copies(t):
+def numpy_copies(t):
     """Whether numpy would make ``t`` (just linked as a view) as a copy: only
     a reshape can be (numpy's other views never copy), so without one on the
     way from the root nothing is computed -- a loop over an array's rows
@@ -187,7 +187,7 @@ def _numpy_copies(t):
     return _positions(t, grid, root) is None
 
 
-def _unlink(t):
+def unlink(t):
     """``t`` is a new array after all: out of its family."""
     t._shares[:] = [r for r in t._shares if r() is not t]
     t._shares, t._base = None, None
@@ -252,8 +252,8 @@ def settle(result, inputs, kind):
         for t in inputs:
             if t.node.id in chain and t.node.id != result.node.id:
                 link_view(result, t, _view_path(t.node, result.node))
-                if _numpy_copies(result):  # a reshape numpy can only make as a copy
-                    _unlink(result)
+                if numpy_copies(result):  # a reshape numpy can only make as a copy
+                    unlink(result)
         if result.node.op == "broadcast_to":
             result._flags |= READONLY
         return result

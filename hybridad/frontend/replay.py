@@ -47,9 +47,9 @@ import numpy as np
 
 from ..core.supported import SUPPORTED_DTYPES
 from ..core.trace import ON_ENTER, Trace, current_trace, static_attrs
-from ..core.tracer import SURFACE, Tracer
+from ..core.tracer import SCALAR, SURFACE, Tracer
 from ..ir.registry import REGISTRY
-from .objects import settle
+from .objects import link_view, numpy_copies, unlink
 
 __all__ = ["enabled"]
 
@@ -79,6 +79,8 @@ def _refresh():
 #: a number for every step of every recipe (the trace's ``steps``: which nodes are
 #: copies of one another, for :mod:`hybridad.transforms.rolling`)
 _STEP_IDS = itertools.count()
+#: the step number of the rows of arrays of each shape and dtype (:func:`_row`)
+_ROW_IDS = {}
 
 
 class _Recipe:
@@ -126,7 +128,7 @@ def _key(ufunc, method, inputs, trace):
         else:
             return None, None
     if len(nodes) > 1:  # which operands are one node (x * x is not x * y)
-        parts.append(tuple(nodes.index(n) for n in nodes))
+        parts.append(tuple(map(nodes.index, nodes)))
     return tuple(parts), nodes
 
 
@@ -175,18 +177,7 @@ def _record(trace, start, decisions, nodes, result):
 
 
 def _replay(recipe, trace, nodes):
-    # (plain loops, not comprehensions: a replayed call adds one to three
-    # nodes, and each comprehension is a function call of its own)
-    made = []
-    add, numbered = trace.add, trace.steps
-    for op, refs, attrs, shape, dtype, static, number in recipe.steps:
-        args = []
-        for r in refs:
-            args.append(r if type(r) is not int else nodes[r] if r >= 0 else made[~r])
-        node = add(op, args, attrs, shape, dtype, static)
-        if node.attrs is attrs:  # (made by this step, or found: made by it before)
-            numbered[node.id] = number
-        made.append(node)
+    made = trace.add_steps(recipe.steps, nodes)
     if not recipe.tuple:
         r = recipe.result[0]
         return Tracer(r if type(r) is not int else nodes[r] if r >= 0 else made[~r], trace,
@@ -248,10 +239,21 @@ def _row(x, i):
     if x._trace is not trace or type(trace) is not Trace or trace.phase != "forward":
         return None
     i %= shape[0]
-    r = Tracer(trace.add("getitem", (node,), {"index": (i,)}, shape[1:], node.dtype,
-                         (("index", ("ints", i)),)), trace)
-    # (a row of a 1-d array is a numpy scalar, a copy; of more, a view)
-    return settle(r, [x], "new" if len(shape) == 1 else "view")
+    made = trace.add("getitem", (node,), {"index": (i,)}, shape[1:], node.dtype,
+                     (("index", ("ints", i)),))
+    if made.id not in trace.steps:  # (not found: made now -- numbered as a row)
+        number = _ROW_IDS.get((shape, node.dtype))
+        if number is None:
+            number = _ROW_IDS.setdefault((shape, node.dtype), next(_STEP_IDS))
+        trace.steps[made.id] = number
+        trace.rows[made.id] = i
+    if len(shape) == 1:  # (a row of a 1-d array is a numpy scalar, a copy)
+        return Tracer(made, trace, SCALAR)
+    r = Tracer(made, trace)  # of more, a view of x (settle's links, made directly)
+    link_view(r, x, (("getitem", {"index": (i,)}),))
+    if x._base is not None and numpy_copies(r):  # (x a view: a reshape numpy copies)
+        unlink(r)
+    return r
 
 
 _install()

@@ -37,8 +37,7 @@ The runs are found by :mod:`.rolling_runs`.
 from __future__ import annotations
 
 import os
-from collections import Counter
-from itertools import chain
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -49,9 +48,13 @@ from ..core.tracer import Tracer
 from ..ir.graph import Graph, redirect
 from ..ir.registry import REGISTRY
 from ..ops.loop import LoopBody, layout, part
-from .rolling_runs import _ARGS, _ID, MIN_NODES, MIN_TRIPS, _attrs_key, _attrs_key_of, _best_run
+from .rolling_runs import (_ARGS, MIN_NODES, MIN_TRIPS, _attrs_key, _attrs_key_of, _best_run,
+                           _Matcher)
 
 __all__ = ["MIN_NODES", "MIN_TRIPS", "enabled", "roll_loops"]
+
+_OP, _ATTRS, _FIRST, _INDEX = attrgetter("op"), attrgetter("attrs"), itemgetter(0), \
+    itemgetter("index")
 
 #: a run is rolled when one iteration does at least this much work (elements
 #: computed; a matrix product counts its multiply-adds), so that calling the
@@ -86,21 +89,16 @@ def roll_loops(trace, outs, fixed=frozenset()):
     its check recomputes them from the arguments); nothing they read can be
     in a loop either, so no node that reads a loop's value changes for them."""
     outs, rejected, light = list(outs), set(), []
-    # constants that every iteration reads first: the trace makes a literal
-    # (``0.5 * dt``) where the first iteration uses it and the later ones share
-    # it, which would keep the first iteration out of the run.  (A constant of
-    # one iteration -- ``t = k dt`` -- has few readers and stays in place: the
-    # loop takes its copies as a per-iteration input.)
-    original = trace.nodes
-    readers = Counter(map(_ID, chain.from_iterable(map(_ARGS, original))))  # (C loops)
-    shared = [n for n in original if n.op == "const" and readers[n.id] >= MIN_TRIPS]
-    first = {n.id for n in shared}
-    trace.nodes = [n for n in original if n.op == "input"] + shared + \
-        [n for n in original if n.op != "input" and n.id not in first]
-    rolled, keys = False, {}
+    original, keys = trace.nodes, {}
+    matcher = None
+    if len(original) >= MIN_NODES:  # constants that every iteration reads: first
+        matcher = _Matcher(original, keys, fixed, trace.steps, trace.rows)
+        trace.nodes = matcher.hoist_shared_constants()
+    rolled = False
     with trace:
         for _ in range(_MAX_ROLLS):
-            run, matcher = _best_run(trace.nodes, rejected, light, keys, fixed, trace.steps)
+            run, matcher = _best_run(trace.nodes, rejected, light, keys, fixed, trace.steps,
+                                     trace.rows, matcher)
             if run is None:
                 break
             s, p, trips = run
@@ -109,8 +107,8 @@ def roll_loops(trace, outs, fixed=frozenset()):
                 light.append((trace.nodes[s].id, trace.nodes[s + p * trips - 1].id, p))
             elif new_outs is None:  # the body did not replay as traced: left unrolled
                 rejected.add((trace.nodes[s].id, p))
-            else:
-                outs, rolled = new_outs, True
+            else:  # (a run left as is leaves the nodes, and the matcher, as they were)
+                outs, rolled, matcher = new_outs, True, None
     if not rolled:
         trace.nodes = original
     return outs
@@ -267,8 +265,7 @@ def _roll(trace, outs, s, p, trips, m):
     redirect(rest, replace)
     keep.sort(key=lambda n: pos[n.id])
     trace.nodes = nodes[:s] + keep + new + rest
-    live = {n.id for n in trace.nodes}
-    trace._seen = {k: v for k, v in trace._seen.items() if v.id in live}
+    trace.forget(nodes[s:end], keep)
     return [replace.get(o.id, o) for o in outs]
 
 
@@ -302,8 +299,9 @@ def _stack(trace, copies):
             # small arrays a plan compares by content before every call (a change
             # rebuilds it), or arrays made while tracing: their values, stacked
             return Tracer(trace.const(np.stack(values), False), trace), []
-    elif all(c.op == "getitem" and c.args[0] is first.args[0] for c in copies):
-        view = _strided_items(trace, first.args[0], [c.attrs["index"] for c in copies])
+    elif set(map(_OP, copies)) == {"getitem"} and \
+            len(set(map(_FIRST, map(_ARGS, copies)))) == 1:  # (C loops)
+        view = _strided_items(trace, first.args[0], list(map(_INDEX, map(_ATTRS, copies))))
         if view is not None:  # x[i] for i = a, a + b, ...: one view of x
             return view, []
     return np.stack([Tracer(c, trace) for c in copies]), copies  # stacked when it runs
@@ -313,21 +311,25 @@ def _strided_items(trace, source, indices):
     """``source[index]`` for each index, stacked, as one basic-indexing view:
     when the indices differ in one integer position only, by a constant step."""
     first = indices[0]
-    if any(len(ix) != len(first) for ix in indices):
+    if set(map(len, indices)) != {len(first)}:
         return None
-    signed = [attr_signature(x) for x in first]
-    differ = [j for j in range(len(first))
-              if any(attr_signature(ix[j]) != signed[j] for ix in indices)]
+    differ = []
+    for j, column in enumerate(zip(*indices, strict=True)):  # (C loops for Python ints)
+        if set(map(type, column)) == {int}:
+            if min(column) != max(column):
+                differ.append(j)
+        elif any(attr_signature(k) != attr_signature(first[j]) for k in column):
+            differ.append(j)
     if len(differ) != 1:
         return None
     j = differ[0]
-    ks = [ix[j] for ix in indices]
-    if not all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in ks):
+    ks = list(map(itemgetter(j), indices))
+    if not set(map(type, ks)) <= {int} and not all(
+            isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in ks):
         return None
-    step = int(ks[1]) - int(ks[0]) if len(ks) > 1 else 1
-    if step == 0 or any(int(b) - int(a) != step for a, b in zip(ks, ks[1:], strict=False)):
-        return None
-    if any(int(k) < 0 for k in ks):
+    ks = np.fromiter(map(int, ks), np.int64, len(ks))
+    step = int(ks[1] - ks[0]) if len(ks) > 1 else 1
+    if step == 0 or (np.diff(ks) != step).any() or (ks < 0).any():
         return None
     stop = int(ks[-1]) + step
     index = list(first)

@@ -25,6 +25,7 @@ MIN_NODES = 96
 _CANDIDATES = 12
 _REACH = 8
 _ID, _ARGS = attrgetter("id"), attrgetter("args")
+_ROW = object()  # (a row's attributes key: (_ROW, i), equal to no attributes' signature)
 
 
 def _attrs_key(node):
@@ -40,6 +41,31 @@ def _attrs_key_of(node, keys):
     return k
 
 
+class _Positions:
+    """A node's position by its id (``pos[id]``, ``pos.get(id, default)``,
+    ``id in pos``) over an array: a dict of a trace's 10^5 nodes cost more
+    to make than the whole search."""
+
+    __slots__ = ("at",)
+
+    def __init__(self, ids):
+        self.at = np.full(max(ids, default=0) + 1, -1, np.int64)
+        self.at[ids] = np.arange(len(ids))
+
+    def get(self, i, default=None):
+        q = int(self.at[i]) if 0 <= i < len(self.at) else -1
+        return default if q < 0 else q
+
+    def __getitem__(self, i):
+        q = self.get(i, -1)
+        if q < 0:
+            raise KeyError(i)
+        return q
+
+    def __contains__(self, i):
+        return self.get(i, -1) >= 0
+
+
 class _Matcher:
     """Whether node ``i`` and node ``i + p`` are copies of one another."""
 
@@ -47,14 +73,15 @@ class _Matcher:
     #: more is checked one by one)
     WIDE = 8
 
-    def __init__(self, nodes, keys, fixed=frozenset(), steps=None):
+    def __init__(self, nodes, keys, fixed=frozenset(), steps=None, rows=None):
         self.nodes = nodes
-        self.pos = dict(zip(map(_ID, nodes), range(len(nodes)), strict=True))
+        self._ids = list(map(_ID, nodes))
+        self.pos = _Positions(self._ids)
         self._keys = keys  # id(attrs) -> (attrs, its key) (kept between searches)
         self._fixed = fixed  # ids of nodes no run may hold
-        self._scan(steps or {})
+        self._scan(steps or {}, rows or {})
 
-    def _scan(self, steps):
+    def _scan(self, steps, row_index):
         """One pass over the nodes (a trace of 10^4 iterations has 10^5 of
         them and more), making, per node:
 
@@ -69,7 +96,9 @@ class _Matcher:
         :mod:`hybridad.frontend.replay`) is described by its step's first
         node: the nodes of one step share op, attributes, shape, dtype and
         their operands' -- so Python looks at one node per step, and at the
-        nodes no replay made."""
+        nodes no replay made.  The rows ``x[i]`` a loop over an array's rows
+        took are numbered too, by the array's shape and dtype (``rows``: node id
+        -> ``i``): their attributes are keyed by ``i`` alone."""
         nodes, width, fixed = self.nodes, self.WIDE, self._fixed
         inplace = {name for name, op in REGISTRY.items() if op.kind == "inplace"}
         sigs, table, by_attrs = {}, {}, {}  # (by_attrs: the key's int of each attrs dict)
@@ -99,7 +128,7 @@ class _Matcher:
         m = len(nodes)
         # (fromiter, not np.array: np.array is the tracing's own while a trace
         # runs, and looks through every list for a tracer first)
-        number = np.fromiter(map(steps.get, map(_ID, nodes), repeat(-1)), np.int64, m) \
+        number = np.fromiter(map(steps.get, self._ids, repeat(-1)), np.int64, m) \
             if steps else np.full(m, -1, np.int64)
         sig, const, keys = np.empty(m, np.int64), np.zeros(m, bool), np.zeros(m, np.int64)
         numbered = np.flatnonzero(number >= 0)
@@ -110,19 +139,29 @@ class _Matcher:
             which = which.reshape(-1)
             sig[numbered], const[numbered], keys[numbered] = \
                 told[which, 0], told[which, 1].astype(bool), told[which, 2]
-        for i in np.flatnonzero(number < 0).tolist():  # (the nodes no replay made)
+        unnumbered = np.flatnonzero(number < 0).tolist()
+        for i in unnumbered:  # (the nodes no replay made)
             sig[i], const[i], keys[i] = describe(i)
+        self._inputs = [i for i in unnumbered if nodes[i].op == "input"]
+        at = self.pos.at
+        if row_index:  # rows x[i]: numbered alike, keyed by their i
+            rowpos = np.fromiter(row_index, np.int64, len(row_index))
+            index = np.fromiter(row_index.values(), np.int64, len(row_index))
+            rowpos = at[np.minimum(rowpos, len(at) - 1)]  # (-1: not among the nodes)
+            index, rowpos = index[rowpos >= 0], rowpos[rowpos >= 0]
+            distinct, which = np.unique(index, return_inverse=True)
+            keys[rowpos] = np.fromiter([table.setdefault((_ROW, k), len(table))
+                                        for k in distinct.tolist()], np.int64,
+                                       len(distinct))[which.reshape(-1)]
         for i in [self.pos[j] for j in fixed if j in self.pos]:  # (a copy of no other)
             sig[i] = sigs.setdefault(("fixed", i), len(sigs))
         self.sig, self.sig_array = sig.tolist(), sig
         # the operands' positions, a row per node (-1 padded; none for a node
         # of more than WIDE operands), placed all at once
         # (C loops: map and chain, no Python per node)
-        ids = np.fromiter(map(_ID, nodes), np.int64, m)
-        count = np.fromiter(map(len, map(_ARGS, nodes)), np.int64, m)
-        at = np.zeros(int(ids.max(initial=0)) + 1, np.int64)
-        at[ids] = np.arange(m)
-        where = at[np.fromiter(map(_ID, chain.from_iterable(map(_ARGS, nodes))), np.int64,
+        operands = list(map(_ARGS, nodes))
+        count = np.fromiter(map(len, operands), np.int64, m)
+        where = at[np.fromiter(map(_ID, chain.from_iterable(operands)), np.int64,
                                int(count.sum()))]
         node = np.repeat(np.arange(m), count)
         col = np.arange(len(where)) - np.repeat(np.cumsum(count) - count, count)
@@ -131,6 +170,40 @@ class _Matcher:
         rows = np.full((m, used), -1, np.int64)
         rows[node[narrow], col[narrow]] = where[narrow]
         self._arrays = (rows, const, keys, np.flatnonzero(count > width))
+        self._readers = np.bincount(where[where >= 0], minlength=m)  # (its readers)
+        self._columns = self._varies = None  # (:meth:`matches`' own, made on first use)
+
+    def hoist_shared_constants(self):
+        """Move the inputs, then the constants that :data:`MIN_TRIPS` or more
+        nodes read, to the front of the nodes (each group in its order), and
+        return the nodes in their new order (the list itself when none moves).
+        The trace makes a literal (``0.5 * dt``) or captures an array where the
+        first iteration uses it, and the later ones share it, which would keep
+        the first iteration out of the run.  (A constant of one iteration --
+        ``t = k dt`` -- has few readers and stays in place: the loop takes its
+        copies as a per-iteration input.)  The tables follow: only the prefix
+        up to the last node moved is reordered."""
+        rows, const, keys, wide = self._arrays
+        shared = np.flatnonzero(const & (self._readers >= MIN_TRIPS)).tolist()
+        front = self._inputs + shared
+        if front == list(range(len(front))):
+            return self.nodes
+        last = max(front)
+        moved = set(front)
+        order = front + [q for q in range(last + 1) if q not in moved]
+        new = np.arange(len(self.nodes))  # old position -> new position
+        new[order] = np.arange(last + 1)
+        k = last + 1
+        for a in (rows, const, keys, self.sig_array):
+            a[:k] = a[order]
+        rows[rows >= 0] = new[rows[rows >= 0]]
+        self._arrays = (rows, const, keys, np.sort(new[wide]))
+        self._columns = self._varies = None
+        self.sig[:k] = self.sig_array[:k].tolist()
+        nodes = self.nodes = [self.nodes[q] for q in order] + self.nodes[k:]
+        self._ids[:k] = [self._ids[q] for q in order]
+        self.pos.at[self._ids[:k]] = np.arange(k)
+        return nodes
 
     def key(self, i):
         node = self.nodes[i]
@@ -165,29 +238,43 @@ class _Matcher:
     def matches(self, p):
         """``ok[i]`` for every ``i < len(nodes) - p``: whether :meth:`match`
         ``(i, p)`` is not None, all at once."""
-        args, const, keys, wide = self._tables()
+        _, const, keys, wide = self._tables()
+        if self._columns is None:  # (an operand position per column, contiguous: its
+            # slices are read at each period; 32-bit, half the memory to go through)
+            self._columns = np.ascontiguousarray(self._arrays[0].T, np.int32)
+            self._varies = ~const
         sig = self.sig_array
-        x, y = args[:-p], args[p:]
-        same = x == y  # (both -1: no operand)
-        invariant = same.all(axis=1)
-        ok = (sig[:-p] == sig[p:]) & (same | (y - x >= p)).all(axis=1) & \
-            (invariant | (~const[:-p] & (keys[:-p] == keys[p:])))
+        n = len(sig) - p
+        ok = sig[:-p] == sig[p:]
+        invariant = np.ones(n, bool)
+        d, same, far = np.empty(n, np.int32), np.empty(n, bool), np.empty(n, bool)
+        for x in self._columns:  # the operands, copy after copy: the same value, or
+            np.subtract(x[p:], x[:-p], out=d)  # one made a period or more later
+            np.equal(d, 0, out=same)  # (both -1: no operand)
+            np.greater_equal(d, p, out=far)
+            far |= same
+            ok &= far
+            invariant &= same
+        ok &= invariant | (self._varies[:-p] & (keys[:-p] == keys[p:]))
         for i in wide[wide < len(ok)].tolist():
             ok[i] = self.match(i, p) is not None
         return ok
 
 
-def _best_run(nodes, rejected, light=(), keys=None, fixed=frozenset(), steps=None):
+def _best_run(nodes, rejected, light=(), keys=None, fixed=frozenset(), steps=None,
+              rows=None, matcher=None):
     """``(start, period, trips)`` of the run covering the most nodes (or
     None), and the matcher that found it (its positions and tables serve
-    :func:`_roll`).  No run holds a node whose id is in ``fixed``.
+    :func:`_roll`).  No run holds a node whose id is in ``fixed``.  ``matcher``:
+    one made of ``nodes`` already.
 
     Whole arrays at a time (numpy): a trace of 10^4 iterations has 10^5
     nodes and more, and each candidate period is checked at every node."""
     n = len(nodes)
     if n < MIN_NODES:
         return None, None
-    m = _Matcher(nodes, {} if keys is None else keys, fixed, steps)
+    m = matcher if matcher is not None else \
+        _Matcher(nodes, {} if keys is None else keys, fixed, steps, rows)
     best = None
     for p in _periods(m.sig_array):
         ok = m.matches(p)  # ok[i]: node i + p copies node i
