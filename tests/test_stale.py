@@ -424,6 +424,36 @@ def test_nondeterministic_calls_are_refused(draw):
         ha.gradient(f, X, backend="numpy")
 
 
+def test_the_observing_profiler_is_suspended_and_restored_exactly():
+    """Traced operators, ufuncs and indexes suspend the observing profiler
+    for their own work and restore it; inside a suspended (library) block
+    they leave it suspended; no other thread sees it; after all that, a
+    clock read is still refused, and after the trace no profiler is left."""
+    import sys
+    import threading
+
+    from hybridad.core.observe import OBSERVED, paused
+
+    seen = []
+
+    def f(x):
+        y = x * 2.0 + np.tanh(x)[0]
+        seen.append((sys.getprofile() is not None, OBSERVED.profiler is sys.getprofile()))
+        with paused():
+            z = np.sin(y) - y
+            seen.append((sys.getprofile(), OBSERVED.profiler))
+        seen.append(sys.getprofile() is OBSERVED.profiler is not None)
+        t = threading.Thread(target=lambda: seen.append(OBSERVED.profiler))
+        t.start()
+        t.join()
+        return np.sum(z * time.time())
+
+    with pytest.raises(TracingError, match="time"):
+        ha.gradient(f, X, backend="numpy")
+    assert seen == [(True, True), (None, None), True, None]
+    assert sys.getprofile() is None and OBSERVED.profiler is None
+
+
 def test_noise_passed_as_argument_is_fine():
     noise = np.random.default_rng(0).normal(size=3)
     res = ha.gradient(lambda x, n: np.sum(x * n), X, noise, backend="numpy")

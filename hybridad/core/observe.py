@@ -25,10 +25,26 @@ import numpy as np
 from ..errors import TracingError
 from .user_code import _is_user_file
 
-__all__ = ["OBSERVING", "Observation", "current_observation", "note_value_operand", "observe",
+__all__ = ["OBSERVED", "Observation", "current_observation", "note_value_operand", "observe",
            "paused", "unobserved"]
 
-_state = threading.local()
+
+class _State(threading.local):
+    """This thread's observations: ``stack``, the active ones with their
+    profilers; ``profiler``, the observing profiler installed on this thread
+    now (None: none, or suspended while hybridad's own code runs)."""
+
+    stack = None
+    profiler = None
+
+
+#: this thread's :class:`_State`: a function that reads ``OBSERVED.profiler`` (an
+#: attribute, no call: each call of ``sys.getprofile()`` is two events for that
+#: very profiler) runs inside an observed trace when it is not None, and may
+#: suspend it for its own work -- setting it to None meanwhile -- without a call
+#: to :func:`paused` (each Python call is two events to the profiler: a traced
+#: ufunc call made sixteen)
+OBSERVED = _state = _State()
 
 #: methods of numpy arrays and scalars that hand a value to Python (evidence that
 #: f used an array's values outside the graph)
@@ -106,13 +122,6 @@ def _location(frame):
         (f": {line}" if line else "")
 
 
-#: the profilers of the observations running (on any thread): a function
-#: that sees one as ``sys.getprofile()`` runs inside an observed trace, and may
-#: suspend it for its own work without a call to :func:`paused` (each Python
-#: call is two events to the profiler: a traced ufunc call made sixteen)
-OBSERVING = set()
-
-
 def _profiler(obs):
     codes = obs.codes
     # the code objects seen that are not user code (their calls, and calls
@@ -165,22 +174,22 @@ def observe(name):
     """
     obs = Observation()
     rng_before = _global_rng_state()
-    stack = getattr(_state, "stack", None)
+    stack = _state.stack
     if stack is None:
         stack = _state.stack = []
-    previous = sys.getprofile()
+    previous, outer = sys.getprofile(), _state.profiler
     hook = _profiler(obs) if previous is None else None
     stack.append((obs, hook))
     if hook is not None:
         obs.active = True
-        OBSERVING.add(hook)
         sys.setprofile(hook)
+        _state.profiler = hook
     try:
         yield obs
     finally:
         if hook is not None:
             sys.setprofile(previous)
-            OBSERVING.discard(hook)
+            _state.profiler = outer
         stack.pop()
     if _global_rng_state() != rng_before:  # np.random.<fn> (numpy's global generator)
         obs.refused.append("numpy.random (a function of the module, such as "
@@ -208,7 +217,7 @@ def _global_rng_state():
 
 def current_observation():
     """The :class:`Observation` of the innermost active :func:`observe`, or None."""
-    stack = getattr(_state, "stack", None)
+    stack = _state.stack
     return stack[-1][0] if stack else None
 
 
@@ -222,9 +231,11 @@ class _Paused:
 
     def __enter__(self):
         sys.setprofile(None)
+        _state.profiler = None
 
     def __exit__(self, *exc):
         sys.setprofile(self.hook)
+        _state.profiler = self.hook
 
 
 _NOT_OBSERVED = contextlib.nullcontext()
@@ -234,10 +245,10 @@ def paused():
     """A context in which the profiler of :func:`observe` is suspended (``bind``,
     numba compiles): only the user's code is observed, and the profiler costs
     nothing inside the library.  A no-op when nothing is observed."""
-    stack = getattr(_state, "stack", None)
-    if not stack or stack[-1][1] is None or sys.getprofile() is not stack[-1][1]:
+    hook = _state.profiler
+    if hook is None:
         return _NOT_OBSERVED
-    return _Paused(stack[-1][1])
+    return _Paused(hook)
 
 
 def unobserved(fn):
@@ -247,13 +258,15 @@ def unobserved(fn):
     :func:`paused` block inside would cost its own Python calls, each two
     events for the profiler)."""
     def method(*args, **kwargs):
-        hook = sys.getprofile()
-        if hook is not None and hook in OBSERVING:
+        hook = _state.profiler
+        if hook is not None:
+            _state.profiler = None
             sys.setprofile(None)
             try:
                 return fn(*args, **kwargs)
             finally:
                 sys.setprofile(hook)
+                _state.profiler = hook
         return fn(*args, **kwargs)
 
     functools.update_wrapper(method, fn)

@@ -71,6 +71,7 @@ class Trace:
         self.phase = "forward"
         self._captured = {}  # id(array) -> (array, node): one node per captured array
         self._seen = {}  # common subexpressions: key -> node (forward phase only)
+        self._statics = {}  # (op, static attributes) -> a number (:meth:`static_id`)
         self._gone = None  # what passes took out (:meth:`forget`)
         #: the traced call's leaf arrays by input index, when the trace has them:
         #: Python decisions on traced values then take their values
@@ -115,23 +116,25 @@ class Trace:
         the *forward* graph is traced: every forward op is pure.  The reverse
         pass is never merged, because it accumulates adjoints in place into
         buffers it created (see :mod:`hybridad.transforms.autodiff`).
-        ``static``: :func:`static_attrs` of ``op`` and ``attrs``, when the
-        caller has it (it is computed otherwise) -- and then ``shape`` and
-        ``dtype`` are a node's own (a tuple of ints, a numpy dtype)."""
+        ``static``: :meth:`static_id` of ``op`` and its :func:`static_attrs`,
+        when the caller has it (it is computed otherwise) -- and then ``shape``
+        and ``dtype`` are a node's own (a tuple of ints, a numpy dtype)."""
         if self.phase != "forward":
             key = None
         elif static is None:
-            key = _cse_key(op, args, attrs)
+            static = self.static_id(op, static_attrs(op, attrs))
+            key = None if static is False else (static, *[a.id for a in args])
+            static = None
         else:
             args = tuple(args)
             if static is False:
                 key = None
             elif len(args) == 1:
-                key = (op, (args[0].id,), static)
+                key = (static, args[0].id)
             elif len(args) == 2:
-                key = (op, (args[0].id, args[1].id), static)
+                key = (static, args[0].id, args[1].id)
             else:
-                key = (op, tuple([a.id for a in args]), static)
+                key = (static, *[a.id for a in args])
         if key is not None:
             hit = self._seen.get(key)
             if hit is not None and (self._gone is None or not self._was_forgotten(hit)):
@@ -148,9 +151,22 @@ class Trace:
             self._seen[key] = node
         return node
 
+    def static_id(self, op, static):
+        """This trace's number for ``op`` with the attributes ``static``
+        (:func:`static_attrs`; False, never merged, stays False): the part of a
+        common-subexpression key that is not the operands (a small int, which
+        a key hashes without going through the attributes again)."""
+        if static is False:
+            return False
+        k = (op, static)
+        number = self._statics.get(k)
+        if number is None:
+            number = self._statics[k] = len(self._statics) + 1
+        return number
+
     def add_steps(self, steps, operands):
         """The nodes of a replayed call (:mod:`hybridad.frontend.replay`), each
-        added as :meth:`add` with ``static`` adds it (or found, the identical
+        added as :meth:`add` with ``static`` (a :meth:`static_id`) adds it (or found, the identical
         node traced before), in the forward phase: ``steps`` ``(op, refs, attrs,
         shape, dtype, static, number)``, where a ref is an index into
         ``operands`` (an int >= 0), an earlier step (``~j``) or a node.  Each
@@ -164,11 +180,16 @@ class Trace:
             if len(refs) == 1:
                 r = refs[0]
                 args = (r if type(r) is not int else operands[r] if r >= 0 else made[~r],)
-                key = None if static is False else (op, (args[0].id,), static)
+                key = None if static is False else (static, args[0].id)
+            elif len(refs) == 2:
+                r, q = refs
+                args = (r if type(r) is not int else operands[r] if r >= 0 else made[~r],
+                        q if type(q) is not int else operands[q] if q >= 0 else made[~q])
+                key = None if static is False else (static, args[0].id, args[1].id)
             else:
                 args = tuple([r if type(r) is not int else operands[r] if r >= 0 else made[~r]
                               for r in refs])
-                key = None if static is False else (op, tuple([a.id for a in args]), static)
+                key = None if static is False else (static, *[a.id for a in args])
             if key is not None:
                 hit = seen.get(key)
                 if hit is not None and (gone is None or not self._was_forgotten(hit)):
@@ -195,6 +216,15 @@ class Trace:
         if self._gone is None:
             self._gone = [[], set()]
         self._gone[0].append((nodes, kept))
+
+    def drop_forgotten(self):
+        """Take what :meth:`forget` listed out of the memo at once (after a pass
+        that forgot much: the nodes are freed, and no later garbage collection
+        walks them)."""
+        if self._gone is not None:
+            live = set(map(_ID, self.nodes))
+            self._seen = {k: v for k, v in self._seen.items() if v.id in live}
+            self._gone = None
 
     def _forgotten_ids(self):
         pending, ids = self._gone
@@ -279,13 +309,6 @@ def _collector_paused(pause):
             _gc_paused[0] -= 1
             if _gc_paused[0] == 0 and _gc_paused[1]:
                 gc.enable()
-
-
-def _cse_key(op, args, attrs):
-    """A hashable key of a pure op application, or None (not merged: inputs,
-    constants, in-place ops, attributes that are arrays or objects)."""
-    static = static_attrs(op, attrs)
-    return None if static is False else (op, tuple(a.id for a in args), static)
 
 
 def static_attrs(op, attrs):

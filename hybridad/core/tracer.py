@@ -24,7 +24,7 @@ from ..errors import (ConversionError, TracingError, is_user_file, library_entry
                       user_location, user_namespaces)
 from . import decisions as _decisions
 from .decisions import decide
-from .observe import OBSERVING, note_value_operand, paused
+from .observe import OBSERVED, note_value_operand, paused
 
 #: the numpy surface of tracers: ``apply_ufunc``, ``apply_function`` and
 #: ``getitem``, installed by :mod:`hybridad.frontend.numpy_api`, and
@@ -327,21 +327,24 @@ class Tracer:
         # observed, which halves the cost of tracing arithmetic.  (The profiler
         # suspended here, not by paused(): each Python call on the way would be
         # two more events for it)
-        hook = sys.getprofile()
-        if hook is not None and hook in OBSERVING:
+        hook = OBSERVED.profiler
+        if hook is not None:
+            OBSERVED.profiler = None
             sys.setprofile(None)
             try:
                 _note_values(inputs)
                 return SURFACE.apply_ufunc(ufunc, method, inputs, kwargs)
             finally:
                 sys.setprofile(hook)
+                OBSERVED.profiler = hook
         _note_values(inputs)
         with paused():
             return SURFACE.apply_ufunc(ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
-        hook = sys.getprofile()
-        if hook is not None and hook in OBSERVING:  # (as __array_ufunc__)
+        hook = OBSERVED.profiler
+        if hook is not None:  # (as __array_ufunc__)
+            OBSERVED.profiler = None
             sys.setprofile(None)
             try:
                 _note_values(args)
@@ -350,6 +353,7 @@ class Tracer:
                     return SURFACE.apply_function(func, args, kwargs)
             finally:
                 sys.setprofile(hook)
+                OBSERVED.profiler = hook
             return SURFACE.apply_function(func, args, kwargs)  # the user's code, observed
         _note_values(args)
         if _holds_code(args) or _holds_code(kwargs.values()):  # np.piecewise, ...:
@@ -364,13 +368,15 @@ class Tracer:
 
     # -- indexing -------------------------------------------------------------
     def __getitem__(self, index):
-        hook = sys.getprofile()
-        if hook is not None and hook in OBSERVING and _basic(index):
-            sys.setprofile(None)  # (an index of ints and slices runs no user code)
+        hook = OBSERVED.profiler
+        if hook is not None and (type(index) is int or _basic(index)):
+            OBSERVED.profiler = None  # (an index of ints and slices runs no user code)
+            sys.setprofile(None)
             try:
                 return SURFACE.getitem(self, index)
             finally:
                 sys.setprofile(hook)
+                OBSERVED.profiler = hook
         return SURFACE.getitem(self, index)
 
     def __setitem__(self, index, value):
@@ -453,14 +459,16 @@ def _binary(ufunc, reflected=False):
         if type(other) not in _DIRECT:
             return ufunc(other, self) if reflected else ufunc(self, other)
         operands = (other, self) if reflected else (self, other)
-        hook = sys.getprofile()
-        if hook is not None and hook in OBSERVING:  # (__array_ufunc__'s work, one frame
-            sys.setprofile(None)  # and two profiler events fewer: a traced x + y)
+        hook = OBSERVED.profiler
+        if hook is not None:  # (__array_ufunc__'s work, one frame and two profiler
+            OBSERVED.profiler = None  # events fewer: a traced x + y)
+            sys.setprofile(None)
             try:
                 _note_values(operands)
                 return SURFACE.apply_ufunc(ufunc, "__call__", operands, {})
             finally:
                 sys.setprofile(hook)
+                OBSERVED.profiler = hook
         return self.__array_ufunc__(ufunc, "__call__", *operands)
     return op
 

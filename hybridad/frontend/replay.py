@@ -86,8 +86,9 @@ _ROW_IDS = {}
 class _Recipe:
     """What one call added: ``steps`` ``(op, refs, attrs, shape, dtype,
     static, number)``, where a ref is an operand (an int >= 0), an earlier
-    step (``~j``) or a constant node, ``static`` the attributes' part of the
-    common-subexpression key (:func:`~hybridad.core.trace.static_attrs`) and
+    step (``~j``) or a constant node, ``static`` the op and attributes' part
+    of the common-subexpression key (the trace's
+    :meth:`~hybridad.core.trace.Trace.static_id`) and
     ``number`` the step's own (:data:`_STEP_IDS`); ``result`` the refs of the
     returned tracers (a tuple when the call returned a tuple) and ``flags``
     their tracer flags."""
@@ -169,7 +170,8 @@ def _record(trace, start, decisions, nodes, result):
             return None
         made[id(node)] = len(steps)
         steps.append((node.op, refs, node.attrs, node.shape, node.dtype,
-                      static_attrs(node.op, node.attrs), next(_STEP_IDS)))
+                      trace.static_id(node.op, static_attrs(node.op, node.attrs)),
+                      next(_STEP_IDS)))
     out = tuple(_ref(r.node, operands, made) for r in results)
     if any(r is None for r in out):
         return None
@@ -240,7 +242,7 @@ def _row(x, i):
         return None
     i %= shape[0]
     made = trace.add("getitem", (node,), {"index": (i,)}, shape[1:], node.dtype,
-                     (("index", ("ints", i)),))
+                     trace.static_id("getitem", (("index", ("ints", i)),)))
     if made.id not in trace.steps:  # (not found: made now -- numbered as a row)
         number = _ROW_IDS.get((shape, node.dtype))
         if number is None:

@@ -111,6 +111,7 @@ def roll_loops(trace, outs, fixed=frozenset()):
                 outs, rolled, matcher = new_outs, True, None
     if not rolled:
         trace.nodes = original
+    trace.drop_forgotten()  # (once, after every roll: the runs' nodes freed now)
     return outs
 
 

@@ -49,7 +49,8 @@ class _Positions:
     __slots__ = ("at",)
 
     def __init__(self, ids):
-        self.at = np.full(max(ids, default=0) + 1, -1, np.int64)
+        ids = np.fromiter(ids, np.int64, len(ids))
+        self.at = np.full(int(ids.max(initial=0)) + 1, -1, np.int64)
         self.at[ids] = np.arange(len(ids))
 
     def get(self, i, default=None):
