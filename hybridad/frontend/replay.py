@@ -128,7 +128,9 @@ def _key(ufunc, method, inputs, trace):
             nodes.append(n)
         else:
             return None, None
-    if len(nodes) > 1:  # which operands are one node (x * x is not x * y)
+    if len(nodes) == 2:  # which operands are one node (x * x is not x * y)
+        parts.append(nodes[0] is nodes[1])
+    elif len(nodes) > 2:
         parts.append(tuple(map(nodes.index, nodes)))
     return tuple(parts), nodes
 
