@@ -87,17 +87,28 @@ How
 make the first call (hybridad: trace, code generation, numba compilation or loading
 from numba's disk cache under ``HYBRIDAD_CACHE_DIR``, one call; hand numba: njit
 compilation and one call; jax: ``jit`` and the compiling call; numpy/scipy rows: the
-first call).  Before the rows, a tiny Hessian and Jacobian plan (and a tiny jax jit)
-pay the process's one-time costs.  Then ``--rounds`` rounds (5; 2 with ``--quick``)
-per workload; in each round every row of the workload times one batch of calls sized
-to about 20 ms (at least one call), after one untimed call of the same row, the garbage
-collector off, the order of the rows changing from round to round, each row after each
-of the others alike (so that a slow spell of a shared machine falls on all of them).
-The untimed call: on the 2-core VM this was written on, the first call after another
-row's batch was often 10-30x slower than the next ones (e.g. 60-120 ms instead of 4 ms
-for the MLP's full HVP right after the allocating numpy gradient, with no page faults of
-its own), which with batches of one or a few calls would dominate the batch; the steady
-per-call cost is what is compared.
+first call). Before the rows, a tiny Hessian and Jacobian plan (and, in the jax process,
+a tiny jit) pay the process's one-time costs. Then ``--rounds`` rounds (5; 2 with
+``--quick``) per workload; in each round every row of the workload times one batch of
+calls sized to about 20 ms (at least one call), after one untimed call of the same row,
+the garbage collector off, the order of the rows changing from round to round, each row
+after each of the others alike (so that a slow spell of a shared machine falls on all of
+them).
+
+The jax rows run first, in a process of their own, with the same batches and
+rounds (XLA's thread pool beside numba's, in one process on 2 cores, slowed the parallel
+plans up to 2x); their results come back as files and are checked against the references
+here.
+
+The untimed call: on the 2-core VM this was written on, the first call after
+another row's batch was often 10-30x slower than the next ones (e.g. 60-120 ms instead
+of 4 ms for the MLP's full HVP right after the allocating numpy gradient, with no page
+faults of its own), which with batches of one or a few calls would dominate the batch;
+the steady per-call cost is what is compared.  Besides, numpy's BLAS threads spin for a while after
+a product and take the cores from a parallel plan's threads: a hybridad row's batch right
+after a numpy or scipy row's, and each workload's first, wait that out
+(:data:`BLAS_SPIN_S`).
+
 Reported: the median, min and max microseconds per call over the rounds, and
 ``ratio`` = median over the median of the workload's baseline row (``hand numba``
 Hessian; ``hand numpy`` Jacobian; the ``hand numpy gradient`` for the MLP), same run.
@@ -151,6 +162,13 @@ MLP_ARGNUM = 2  # W2
 SEED = 0
 
 ROUNDS, QUICK_ROUNDS = 5, 2
+#: seconds numpy's BLAS threads keep spinning after a product (OpenBLAS waits
+#: about 2^28 cycles before it sleeps): on 2 cores they take them from a
+#: parallel plan's threads, which then ran 2x slower (a dense Hessian at n = 1000
+#: timed right after its numpy reference: 2.9 ms, against 1.5 ms later).  A
+#: hybridad row's batch right after a numpy or scipy row's, and each workload's
+#: first, wait this long.
+BLAS_SPIN_S = 0.2
 TARGET_MS = 20.0
 ALLOC_CALLS = 20
 
@@ -187,6 +205,8 @@ class Row:
     rel_err: float | None = None
     hybridad: bool = False  # allocations are counted for hybridad rows
     baseline: bool = False
+    times: list | None = None  # timed elsewhere (the jax rows: JaxRows), per round
+    calls_per_round: int | None = None
 
 
 def timed_first(make):
@@ -218,16 +238,82 @@ def jax_available():
     return True, None
 
 
-def jax_row(name, make, args, want):
-    """A jax row: ``make()`` -> the jitted function, called on ``args`` (jnp arrays)."""
-    def build():
-        fn = make()
-        return (lambda: fn(*args).block_until_ready()), fn
+class JaxRows:
+    """The jax rows of every workload, timed in a process of their own (XLA's
+    thread pool and numba's, in one process on 2 cores, slowed the parallel
+    plans up to 2x: the dense Hessian at n = 1000 ran 2.96 ms beside jax against
+    1.51 alone), before hybridad's rows, with the same batches and rounds;
+    their results come back as files, checked here against the workload's
+    reference."""
 
-    call, fn, first = timed_first(build)
-    got = np.asarray(fn(*args))
-    err = check(name, relative_error(got, want), RTOL_JAX)
-    return Row(name, call, first_call_s=first, rel_err=err)
+    def __init__(self, settings):
+        import json
+        import subprocess
+        import tempfile
+
+        self._dir = tempfile.TemporaryDirectory()
+        sizes = {"rosen hessian": list(settings.rosen_sizes),
+                 "dense hessian": list(settings.rosen_sizes),
+                 "jacobian": [None], "mlp hvp": [settings.mlp_batch]}
+        spec = json.dumps({"dir": self._dir.name, "sizes": sizes, "rounds": settings.rounds,
+                           "target_ms": settings.target_ms})
+        got = subprocess.run([sys.executable, __file__, "--jax-worker", spec],
+                             capture_output=True, text=True, check=True,
+                             env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        self._jobs = json.loads(got.stdout.strip().splitlines()[-1])
+
+    def rows(self, workload, size, want):
+        """The jax rows of ``workload`` at ``size``, their results checked
+        against ``want``."""
+        out = []
+        for job in self._jobs:
+            if job["workload"] == workload and job["size"] == size:
+                got = np.load(job["path"])
+                err = check(job["name"], relative_error(got, want), RTOL_JAX)
+                out.append(Row(job["name"], None, first_call_s=job["first_call_s"],
+                               rel_err=err, times=job["times"],
+                               calls_per_round=job["calls_per_round"]))
+        return out
+
+
+def jax_worker(spec):
+    """The jax rows (``--jax-worker``): each workload's jobs built, called
+    once (``first_call_s``), timed in rounds of ~``target_ms`` batches after
+    an untimed call, their results saved; prints the jobs as JSON."""
+    import json
+
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    spec = json.loads(spec)
+    jobs = []
+    makers = {"rosen hessian": rosen_jax, "dense hessian": dense_jax, "jacobian": jacobian_jax,
+              "mlp hvp": mlp_jax}
+    jax.jit(jax.hessian(rosen_jnp))(np.linspace(-1.0, 1.0, 4)).block_until_ready()  # warm-up
+    for workload, sizes in spec["sizes"].items():
+        for size in sizes:
+            for name, make, args in makers[workload](size):
+                t0 = time.perf_counter()
+                fn = make()
+                result = fn(*args)
+                jax.block_until_ready(result)
+                first = time.perf_counter() - t0
+
+                def call(fn=fn, args=args):
+                    return jax.block_until_ready(fn(*args))
+
+                number = calls_per_batch(call, spec["target_ms"] * 1e6)
+                times = []
+                with gc_disabled():
+                    for _ in range(spec["rounds"]):
+                        call()
+                        times.append(batch_ns(call, number) / number / 1e3)
+                path = os.path.join(spec["dir"], f"{len(jobs)}.npy")
+                np.save(path, np.asarray(result))
+                jobs.append({"workload": workload, "size": size, "name": name, "path": path,
+                             "first_call_s": first, "times": times,
+                             "calls_per_round": number})
+    print(json.dumps(jobs))
 
 
 # --- Rosenbrock Hessian ---------------------------------------------------------------
@@ -257,7 +343,7 @@ def _rosen_hess_kernel(x, h):
         h[i + 1, i] = off
 
 
-def rosen_rows(n, jax_ok):
+def rosen_rows(n, jax_rows):
     x = np.random.default_rng(SEED).uniform(-1.0, 1.0, n)
     want_h, want_v, want_g = rosen_hess(x), rosen(x), rosen_der(x)
     rows = []
@@ -295,13 +381,18 @@ def rosen_rows(n, jax_ok):
         rows.append(Row(name, call, chunk=plan.chunk, first_call_s=first, rel_err=err,
                         hybridad=True))
 
-    if jax_ok:
-        import jax
-        import jax.numpy as jnp
-
-        rows.append(jax_row("jax.jit(hessian)", lambda: jax.jit(jax.hessian(rosen_jnp)),
-                            (jnp.asarray(x),), want_h))
+    if jax_rows is not None:
+        rows += jax_rows.rows("rosen hessian", n, want_h)
     return rows
+
+
+def rosen_jax(n):
+    """The jax rows' (name, make, args) (in the jax worker)."""
+    import jax
+    import jax.numpy as jnp
+
+    x = np.random.default_rng(SEED).uniform(-1.0, 1.0, n)
+    return [("jax.jit(hessian)", lambda: jax.jit(jax.hessian(rosen_jnp)), (jnp.asarray(x),))]
 
 
 # --- a dense Hessian -----------------------------------------------------------------
@@ -313,9 +404,19 @@ def dense_np(x, A):
     return np.log(np.sum(np.exp(x))) + np.sum(np.tanh(A @ x) ** 2) + 0.1 * np.sum(x ** 4)
 
 
-def dense_rows(n, jax_ok):
+def dense_jnp(x, A):
+    import jax.numpy as jnp
+
+    return jnp.log(jnp.sum(jnp.exp(x))) + jnp.sum(jnp.tanh(A @ x) ** 2) + 0.1 * jnp.sum(x ** 4)
+
+
+def dense_data(n):
     rng = np.random.default_rng(SEED)
-    x, A = rng.uniform(-1.0, 1.0, n), rng.standard_normal((30, n)) / np.sqrt(n)
+    return rng.uniform(-1.0, 1.0, n), rng.standard_normal((30, n)) / np.sqrt(n)
+
+
+def dense_rows(n, jax_rows):
+    x, A = dense_data(n)
     every = ha.compile(dense_np, x, A, hessian=True, backend="numpy").hessian(x, A)
     want_h = every.hessian
     rows = []
@@ -330,17 +431,19 @@ def dense_rows(n, jax_ok):
     err = check("dense hessian", relative_error(res.hessian, want_h), RTOL)
     rows.append(Row("hybridad hessian (default chunk)", call, chunk=plan.chunk,
                     first_call_s=first, rel_err=err, hybridad=True, baseline=True))
-    if jax_ok:
-        import jax
-        import jax.numpy as jnp
-
-        def dense_jnp(x, A):
-            return jnp.log(jnp.sum(jnp.exp(x))) + jnp.sum(jnp.tanh(A @ x) ** 2) + \
-                0.1 * jnp.sum(x ** 4)
-
-        rows.append(jax_row("jax.jit(hessian)", lambda: jax.jit(jax.hessian(dense_jnp)),
-                            (jnp.asarray(x), jnp.asarray(A)), want_h))
+    if jax_rows is not None:
+        rows += jax_rows.rows("dense hessian", n, want_h)
     return rows
+
+
+def dense_jax(n):
+    """The jax rows' (name, make, args) (in the jax worker)."""
+    import jax
+    import jax.numpy as jnp
+
+    x, A = dense_data(n)
+    return [("jax.jit(hessian)", lambda: jax.jit(jax.hessian(dense_jnp)),
+             (jnp.asarray(x), jnp.asarray(A)))]
 
 
 # --- Jacobian 50 -> 30 ----------------------------------------------------------------
@@ -386,7 +489,7 @@ def make_hand_jacobian(W):
     return jac
 
 
-def jacobian_rows(jax_ok):
+def jacobian_rows(jax_rows):
     W, x, g, g_jnp = jac_case()
     rows = []
 
@@ -416,15 +519,20 @@ def jacobian_rows(jax_ok):
         rows.append(Row(name, call, chunk=plan.chunk, first_call_s=first, rel_err=err,
                         hybridad=True))
 
-    if jax_ok:
-        import jax
-        import jax.numpy as jnp
-
-        xj = jnp.asarray(x)
-        for name, jac_fn in (("jax.jit(jacfwd)", jax.jacfwd), ("jax.jit(jacrev)", jax.jacrev)):
-            rows.append(jax_row(name, lambda jac_fn=jac_fn: jax.jit(jac_fn(g_jnp)), (xj,),
-                                want_j))
+    if jax_rows is not None:
+        rows += jax_rows.rows("jacobian", None, want_j)
     return rows, f"{JAC_N}->{JAC_M}"
+
+
+def jacobian_jax(_):
+    """The jax rows' (name, make, args) (in the jax worker)."""
+    import jax
+    import jax.numpy as jnp
+
+    _, x, _, g_jnp = jac_case()
+    xj = jnp.asarray(x)
+    return [(name, lambda jac_fn=jac_fn: jax.jit(jac_fn(g_jnp)), (xj,))
+            for name, jac_fn in (("jax.jit(jacfwd)", jax.jacfwd), ("jax.jit(jacrev)", jax.jacrev))]
 
 
 # --- MLP Hessian-vector product -------------------------------------------------------
@@ -445,10 +553,14 @@ def w2_gradient(args, w2):
     return mlp_numpy(*a)[1][MLP_ARGNUM]
 
 
-def mlp_rows(batch, jax_ok):
+def mlp_direction(w2):
+    return np.random.default_rng(SEED + 1).standard_normal(w2.shape)
+
+
+def mlp_rows(batch, jax_rows):
     args = mlp_args(batch)
     w2 = args[MLP_ARGNUM]
-    v = np.random.default_rng(SEED + 1).standard_normal(w2.shape)
+    v = mlp_direction(w2)
     rows = []
 
     call, _, first = timed_first(lambda: ((lambda: mlp_numpy(*args)), None))
@@ -494,26 +606,32 @@ def mlp_rows(batch, jax_ok):
                                  hybridad=True))
     rows += hybridad_rows
 
-    if jax_ok:
-        import jax
-        import jax.numpy as jnp
-
-        jargs = tuple(jnp.asarray(a) for a in args)
-        others = jargs[:MLP_ARGNUM] + jargs[MLP_ARGNUM + 1:]
-
-        def loss_of_w2(p, rest):
-            return mlp(*rest[:MLP_ARGNUM], p, *rest[MLP_ARGNUM:], xp=jnp)
-
-        def make():
-            return jax.jit(lambda p, vv, *rest: jax.jvp(
-                jax.grad(lambda q: loss_of_w2(q, rest)), (p,), (vv,))[1])
-
-        jrow = jax_row("jax.jit(jvp(grad))", make, (jargs[MLP_ARGNUM], jnp.asarray(v), *others),
-                       ref)
+    if jax_rows is not None:
+        (jrow,) = jax_rows.rows("mlp hvp", batch, ref)
         for row in hybridad_rows:  # the reference: checked against jax
             row.rel_err = jrow.rel_err
         rows.append(jrow)
     return rows, f"W2 {w2.shape[0]}x{w2.shape[1]}, B={batch}"
+
+
+def mlp_jax(batch):
+    """The jax rows' (name, make, args) (in the jax worker)."""
+    import jax
+    import jax.numpy as jnp
+
+    args = mlp_args(batch)
+    v = mlp_direction(args[MLP_ARGNUM])
+    jargs = tuple(jnp.asarray(a) for a in args)
+    others = jargs[:MLP_ARGNUM] + jargs[MLP_ARGNUM + 1:]
+
+    def loss_of_w2(p, rest):
+        return mlp(*rest[:MLP_ARGNUM], p, *rest[MLP_ARGNUM:], xp=jnp)
+
+    def make():
+        return jax.jit(lambda p, vv, *rest: jax.jvp(
+            jax.grad(lambda q: loss_of_w2(q, rest)), (p,), (vv,))[1])
+
+    return [("jax.jit(jvp(grad))", make, (jargs[MLP_ARGNUM], jnp.asarray(v), *others))]
 
 
 # --- timing ---------------------------------------------------------------------------
@@ -531,16 +649,25 @@ def calls_per_batch(call, target_ns):
 
 def time_rows(rows, rounds, target_ms):
     """Per row: microseconds per call of each round (batches interleaved, each row
-    after each of the others alike, each batch after one untimed call)."""
-    for row in rows:
-        row.call()  # warm-up
-    per_call = [[] for _ in rows]
+    after each of the others alike, each batch after one untimed call); rows
+    timed elsewhere (``times``) as they come."""
+    mine = [i for i, row in enumerate(rows) if row.times is None]
+    for i in mine:
+        rows[i].call()  # warm-up
+    per_call = [list(row.times) if row.times is not None else [] for row in rows]
+    numbers = [row.calls_per_round for row in rows]
     with gc_disabled():
-        numbers = [calls_per_batch(row.call, target_ms * 1e6) for row in rows]
-        for order in balanced_orders(len(rows), rounds):
-            for i in order:
+        for i in mine:
+            numbers[i] = calls_per_batch(rows[i].call, target_ms * 1e6)
+        previous = None
+        for order in balanced_orders(len(mine), rounds):
+            for j in order:
+                i = mine[j]
+                if rows[i].hybridad and previous is not None and not previous.hybridad:
+                    time.sleep(BLAS_SPIN_S)  # (numpy's BLAS threads: asleep again)
                 rows[i].call()  # untimed: absorbs a stall left by the previous row
                 per_call[i].append(batch_ns(rows[i].call, numbers[i]) / numbers[i] / 1e3)
+                previous = rows[i]
     return per_call, numbers
 
 
@@ -554,6 +681,7 @@ def allocations_per_call(call, calls):
 
 def measure(workload, size, rows, settings):
     """Time the rows of one workload; their table rows (dicts)."""
+    time.sleep(BLAS_SPIN_S)  # (after the references: numpy's BLAS threads asleep again)
     per_call, numbers = time_rows(rows, settings.rounds, settings.target_ms)
     base = statistics.median(per_call[next(i for i, r in enumerate(rows) if r.baseline)])
     out = []
@@ -570,15 +698,11 @@ def measure(workload, size, rows, settings):
     return out
 
 
-def warm_up(jax_ok):
-    """Pay one-time process costs (lazy imports, hybridad's runtime, jax's backend)."""
+def warm_up():
+    """Pay one-time process costs (lazy imports, hybridad's runtime)."""
     x = np.linspace(-1.0, 1.0, 4)
     ha.compile(rosen_np, x, hessian=True).hessian(x)
     ha.compile(lambda x: np.tanh(x) * x[0], x, jacobian=True).jacobian(x)
-    if jax_ok:
-        import jax
-
-        jax.jit(jax.hessian(rosen_jnp))(x).block_until_ready()
 
 
 # --- output ---------------------------------------------------------------------------
@@ -648,6 +772,9 @@ def parse_args(argv):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--jax-worker"]:
+        return jax_worker(argv[1])
     settings = parse_args(argv)
     jax_ok, why = jax_available()
     skipped = {} if jax_ok else {"jax rows": why}
@@ -660,15 +787,16 @@ def main(argv=None):
     thread_env = ", ".join(f"{k}={v}" for k, v in meta["thread_env"].items() if v is not None)
     print(f"environment: {thread_env or 'no thread or cache settings (library defaults)'}")
     t_start = time.perf_counter()
-    warm_up(jax_ok)
+    jax_rows = JaxRows(settings) if jax_ok else None  # (first: its own process)
+    warm_up()
     rows = []
     for n in settings.rosen_sizes:
-        rows += measure("rosen hessian", n, rosen_rows(n, jax_ok), settings)
+        rows += measure("rosen hessian", n, rosen_rows(n, jax_rows), settings)
     for n in settings.rosen_sizes:
-        rows += measure("dense hessian", n, dense_rows(n, jax_ok), settings)
-    jrows, shape = jacobian_rows(jax_ok)
+        rows += measure("dense hessian", n, dense_rows(n, jax_rows), settings)
+    jrows, shape = jacobian_rows(jax_rows)
     rows += measure("jacobian", shape, jrows, settings)
-    mrows, shape = mlp_rows(settings.mlp_batch, jax_ok)
+    mrows, shape = mlp_rows(settings.mlp_batch, jax_rows)
     rows += measure("mlp hvp", shape, mrows, settings)
     meta["total_s"] = time.perf_counter() - t_start
     print()

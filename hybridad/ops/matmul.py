@@ -1,7 +1,14 @@
 """``matmul``: operands at least 2-D (1-D cases are reshaped at trace time),
 numpy's batch broadcasting.  Products over a contracted axis of length 1 are
 never bound: the numpy surface (:func:`hybridad.frontend.numpy_api.matmul`)
-makes them broadcast multiplies, in user code and in these rules alike."""
+makes them broadcast multiplies, in user code and in these rules alike.
+
+One attribute, set by a plan, never traced: ``onehot_rows=True`` on a product
+whose left operand is a chunk of a dense Hessian's or Jacobian's seeds (one
+a row, mostly unit vectors: :func:`hybridad.transforms.products.mark_seed_products`).
+The value is the product's all the same; the numba backend then tries
+:func:`hybridad.backends.numba.onehot.onehot_rows` (a row of the right
+operand per unit row) before the gemm."""
 
 from __future__ import annotations
 
@@ -12,14 +19,14 @@ from .common import bind as _bind
 from .common import lift as _lift
 
 
-def _matmul_abstract(a, b):
+def _matmul_abstract(a, b, onehot_rows=False):
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"matmul: shapes {a.shape} and {b.shape} not aligned")
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     return (*batch, a.shape[-2], b.shape[-1]), np.result_type(a.dtype, b.dtype)
 
 
-def _matmul_run(out, a, b):
+def _matmul_run(out, a, b, onehot_rows=False):
     np.matmul(a, b, out=out)
 
 

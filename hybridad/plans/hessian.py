@@ -20,6 +20,7 @@ from ..results import DiffResult, HessianResult, HvpResult
 from ..transforms.autodiff import backward, jvp
 from ..transforms.batching import vmap
 from ..transforms import pipeline
+from ..transforms.products import mark_seed_products
 from .plan import Plan, serialized
 from .staged import StagedPlan, direct_call, default_chunk, falls_back
 
@@ -102,6 +103,8 @@ class HessianPlan(StagedPlan):
             tk = trace.input(len(leaves) + 1, (k, *shape), dtype)
             batched = vmap(trace, list(trace.nodes), {t1.node.id: tk}, k)
             hvk = None if hv is None else batched.get(hv.node.id)
+            if self.backend == "numba":  # products of the unit seeds: rows of the matrix
+                mark_seed_products(trace.nodes, tk.node)
         self._grad_node = None if grad is None else grad.node
         primal_outputs = [out.node, self._grad_node]
         outputs = [out.node] + [m.node for m in (grad, hv, hvk) if m is not None]

@@ -17,6 +17,7 @@ from ..results import JacobianResult
 from ..transforms.autodiff import backward, jvp
 from ..transforms.batching import vmap
 from ..transforms import pipeline
+from ..transforms.products import mark_seed_products
 from .plan import serialized
 from .staged import StagedPlan, default_chunk, falls_back
 
@@ -98,6 +99,8 @@ class JacobianPlan(StagedPlan):
             sk = trace.input(len(leaves) + 1, (k, *s1.shape), s1.dtype)
             batched = vmap(trace, list(trace.nodes), {s1.node.id: sk}, k)
             dk = None if d1 is None else batched.get(d1.node.id)
+            if self.backend == "numba":  # products of the unit seeds: rows of the matrix
+                mark_seed_products(trace.nodes, sk.node)
         outputs = [y.node] + ([] if dk is None else [dk.node])
         graph = pipeline.lower(trace.nodes, [nd for nd in trace.nodes if nd.op == "input"],
                                outputs, self.backend, staged=True)

@@ -28,7 +28,7 @@ from ..ir.registry import REGISTRY, InPlaceWrites
 from .costs import CACHE_BYTES, pair_choice, two_choice
 from .machine import matvec_matrix
 
-__all__ = ["hoist_transposed_products", "pair_matvecs"]
+__all__ = ["hoist_transposed_products", "mark_seed_products", "pair_matvecs"]
 
 
 def _scaled_operand(v):
@@ -336,3 +336,24 @@ def _cone(src, at, pos):
         cone[m.id] = m
         todo.extend(m.args)
     return sorted(cone.values(), key=lambda m: pos[m.id])
+
+
+def mark_seed_products(nodes, seed):
+    """Mark ``onehot_rows`` (:mod:`hybridad.ops.matmul`) the products of
+    ``nodes`` whose left operand is the 2-D block of seeds ``seed`` (a chunk
+    of a dense Hessian's or Jacobian's, one seed a row), or a reshape of it to
+    rows: each row of such an operand holds at most one nonzero when the seeds
+    are unit vectors, and its product is then rows of the right operand
+    (:func:`hybridad.backends.numba.onehot.onehot_rows`, which checks).  In
+    place (the attributes replaced); returns how many were marked."""
+    rows, marked = {seed.id}, 0
+    for n in nodes:
+        if not n.args or n.args[0].id not in rows:
+            continue
+        if n.op == "reshape":
+            rows.add(n.id)
+        elif n.op == "matmul" and len(n.shape) == len(n.args[0].shape) == \
+                len(n.args[1].shape) == 2 and n.dtype.kind == "f":
+            n.attrs = {**n.attrs, "onehot_rows": True}
+            marked += 1
+    return marked

@@ -364,6 +364,13 @@ BATCHED_GEMM_MIN = 64
 
 def _emit_matmul(w, node, a, out, layouts, names=None):
     A, B = node.args
+    if node.attrs.get("onehot_rows") and len(node.shape) == 2 and A.shape[-1] > 0:
+        # a chunk of unit seeds times B: rows of B, else the product as below (.onehot)
+        w.emit(f"if not _onehot_rows({a[0]}, {a[1]}, {out}):  # unit seeds: rows of B")
+        w.indent += 1
+        _emit_matmul(w, _Unmarked(node), a, out, layouts, names)
+        w.indent -= 1
+        return
     if blas_ready(node, layouts):
         if A.shape[-1] == 0:
             fill(w, out, "0")
@@ -397,6 +404,17 @@ def _emit_matmul(w, node, a, out, layouts, names=None):
              f"            {out}[{', '.join(oi + ['m', 'j'])}] += aik * "
              f"{a[1]}[{', '.join(bi + ['k', 'j'])}]"]
     w.nest(batch, lines)
+
+
+class _Unmarked:
+    """``node`` seen without its ``onehot_rows`` mark (the product's own code)."""
+
+    def __init__(self, node):
+        self._node = node
+        self.attrs = {k: v for k, v in node.attrs.items() if k != "onehot_rows"}
+
+    def __getattr__(self, name):
+        return getattr(self._node, name)
 
 
 def _matrix_of(x, name, idx, layouts, names):

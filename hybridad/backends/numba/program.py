@@ -540,6 +540,7 @@ def _header(consts, objects):
               "from hybridad.backends.numba.rt import check_arrays as _check, gemm as _gemm, "
               "load_i64 as _ld64, view_at as _view",
               "from hybridad.backends.numba.kparts import gemm_kparts as _gemm_kparts",
+              "from hybridad.backends.numba.onehot import onehot_rows as _onehot_rows",
               "from hybridad.backends.numba.rt import gemm_threads as _gemm_threads, "
               "matvec_axpy as _mv_axpy, "
               "matvec_axpy_par as _mv_axpy_par, matvec_dot as _mv_dot, "
