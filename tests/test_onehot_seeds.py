@@ -6,7 +6,8 @@ A chunk of unit seeds ``S`` times a matrix ``B`` is rows of ``B``
 program gathers the rows when every seed row holds one nonzero or none, and
 runs the gemm otherwise (the HVPs of many directions share the program).
 Checked: the kernel against ``a @ b`` (and that it declines), and Hessians,
-HVPs of many directions and forward Jacobians through marked products
+HVPs of many directions and Jacobians (forward, and reverse: the cotangent
+seeds times the partials keep one nonzero a row) through marked products
 against the numpy backend and central differences, with zero allocations.
 """
 
@@ -44,10 +45,16 @@ def test_the_kernel_is_the_product_or_declines(dtype, order):
     a[5, cols[5]] = np.nan  # a NaN seed: counted as a nonzero, propagated as the gemm does
     b = np.asarray(RNG.standard_normal((n, m)), dtype, order=order)
     out = np.full((k, m), 7.0, dtype)
-    assert onehot_rows(a, b, out)
+    assert onehot_rows(a, b, out, 0.0)
     np.testing.assert_array_equal(out, a @ b)  # (one term per entry: exact)
-    a[8, (cols[8] + 1) % n] = 1.0  # two nonzeros in a row: the gemm's
-    assert not onehot_rows(a, b, out)
+    acc = RNG.standard_normal((k, m)).astype(dtype)
+    out[:] = acc
+    assert onehot_rows(a, b, out, 1.0)  # added into (a reverse sweep's accumulation)
+    np.testing.assert_array_equal(out, a @ b + acc)
+    a[8, (cols[8] + 1) % n] = 1.0  # two nonzeros in a row: the gemm's, nothing written
+    before = out.copy()
+    assert not onehot_rows(a, b, out, 0.0) and not onehot_rows(a, b, out, 1.0)
+    np.testing.assert_array_equal(out, before)
 
 
 def _source(plan, stage):
@@ -73,12 +80,13 @@ def test_dense_hessian_and_many_hvps_through_seed_products(chunk):
     assert counts.allocations == 0
 
 
-def test_forward_jacobian_through_seed_products():
-    plan = ha.compile(layer, X, jacobian=True, mode="forward", chunk=4)
+@pytest.mark.parametrize("mode", ["forward", "reverse"])  # (reverse: seeds times partials)
+def test_jacobians_through_seed_products(mode):
+    plan = ha.compile(layer, X, jacobian=True, mode=mode, chunk=4)
     y = np.asarray(layer(X))
     res = ha.JacobianResult(y, X)
     plan.jacobian(X, out=res)
     assert "_onehot_rows(" in _source(plan, "chunk")
-    ref = ha.compile(layer, X, jacobian=True, mode="forward", backend="numpy").jacobian(X)
+    ref = ha.compile(layer, X, jacobian=True, mode=mode, backend="numpy").jacobian(X)
     np.testing.assert_allclose(res.jacobian, ref.jacobian, rtol=1e-13, atol=1e-15)
     assert_fd(res.jacobian, fd_jacobian(layer, X))

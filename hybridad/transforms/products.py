@@ -338,22 +338,38 @@ def _cone(src, at, pos):
     return sorted(cone.values(), key=lambda m: pos[m.id])
 
 
+#: elementwise ops that keep a zero of their first (or, for products, any)
+#: operand zero: a seed row's single nonzero stays single through them
+_ZERO_KEEPING = {"multiply": (0, 1), "safe_multiply": (0, 1), "divide": (0,), "negative": (0,)}
+
+
 def mark_seed_products(nodes, seed):
     """Mark ``onehot_rows`` (:mod:`hybridad.ops.matmul`) the products of
     ``nodes`` whose left operand is the 2-D block of seeds ``seed`` (a chunk
-    of a dense Hessian's or Jacobian's, one seed a row), or a reshape of it to
-    rows: each row of such an operand holds at most one nonzero when the seeds
-    are unit vectors, and its product is then rows of the right operand
-    (:func:`hybridad.backends.numba.onehot.onehot_rows`, which checks).  In
-    place (the attributes replaced); returns how many were marked."""
+    of a dense Hessian's or Jacobian's, one seed a row) -- or what keeps its
+    rows' zeros: a reshape of it, its product with (or quotient by) values
+    that do not depend on it (a reverse Jacobian's cotangent seeds times the
+    partials ``1 - tanh^2``).  Each row of such an operand holds at most one
+    nonzero when the seeds are unit vectors, and its product is then rows of
+    the right operand (:func:`hybridad.backends.numba.onehot.onehot_rows`,
+    which checks).  In place (the attributes replaced); returns how many were
+    marked."""
     rows, marked = {seed.id}, 0
+    derived = {seed.id}  # (everything computed from the seeds)
     for n in nodes:
-        if not n.args or n.args[0].id not in rows:
+        if not any(a.id in derived for a in n.args):
             continue
-        if n.op == "reshape":
+        derived.add(n.id)
+        if n.op == "reshape" and n.args[0].id in rows:
             rows.add(n.id)
-        elif n.op == "matmul" and len(n.shape) == len(n.args[0].shape) == \
-                len(n.args[1].shape) == 2 and n.dtype.kind == "f":
+        elif n.op in _ZERO_KEEPING:
+            seeded = [j for j, a in enumerate(n.args) if a.id in derived]
+            if len(seeded) == 1 and seeded[0] in _ZERO_KEEPING[n.op] and \
+                    n.args[seeded[0]].id in rows and n.shape == n.args[seeded[0]].shape:
+                rows.add(n.id)
+        elif n.op == "matmul" and n.args[0].id in rows and n.args[1].id not in derived and \
+                len(n.shape) == len(n.args[0].shape) == len(n.args[1].shape) == 2 and \
+                n.dtype.kind == "f":
             n.attrs = {**n.attrs, "onehot_rows": True}
             marked += 1
     return marked

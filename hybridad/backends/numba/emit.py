@@ -323,7 +323,22 @@ def _emit_gemm(w, node, a, acc, beta, layouts=None, work=None):
     cost model gives to the backend's own loops, by them (:func:`.emit_pairs.matvec_call`).
     ``work``: the node's scratch (:func:`.layouts.scratch_for_numba`), where a
     small result over a long contracted axis runs in parts of that axis on
-    the threads (:func:`.kparts.gemm_kparts`)."""
+    the threads (:func:`.kparts.gemm_kparts`).  A product marked
+    ``onehot_rows`` (a chunk of unit seeds times ``B``) first tries rows of
+    ``B`` (:func:`.onehot.onehot_rows`), the gemm where it declines."""
+    if node.attrs.get("onehot_rows") and len(node.shape) == 2 and node.args[0].shape[-1] > 0:
+        w.emit(f"if not _onehot_rows({a[0]}, {a[1]}, {acc}, {float(beta)!r}):"
+               "  # unit seeds: rows of B")
+        w.indent += 1
+        try:
+            _gemm_lines(w, node, a, acc, beta, layouts, work)
+        finally:
+            w.indent -= 1
+        return
+    _gemm_lines(w, node, a, acc, beta, layouts, work)
+
+
+def _gemm_lines(w, node, a, acc, beta, layouts, work):
     if layouts is not None:
         call = matvec_call(node, layouts)
         if call is not None and call.how == "loop":
@@ -364,13 +379,6 @@ BATCHED_GEMM_MIN = 64
 
 def _emit_matmul(w, node, a, out, layouts, names=None):
     A, B = node.args
-    if node.attrs.get("onehot_rows") and len(node.shape) == 2 and A.shape[-1] > 0:
-        # a chunk of unit seeds times B: rows of B, else the product as below (.onehot)
-        w.emit(f"if not _onehot_rows({a[0]}, {a[1]}, {out}):  # unit seeds: rows of B")
-        w.indent += 1
-        _emit_matmul(w, _Unmarked(node), a, out, layouts, names)
-        w.indent -= 1
-        return
     if blas_ready(node, layouts):
         if A.shape[-1] == 0:
             fill(w, out, "0")
@@ -404,17 +412,6 @@ def _emit_matmul(w, node, a, out, layouts, names=None):
              f"            {out}[{', '.join(oi + ['m', 'j'])}] += aik * "
              f"{a[1]}[{', '.join(bi + ['k', 'j'])}]"]
     w.nest(batch, lines)
-
-
-class _Unmarked:
-    """``node`` seen without its ``onehot_rows`` mark (the product's own code)."""
-
-    def __init__(self, node):
-        self._node = node
-        self.attrs = {k: v for k, v in node.attrs.items() if k != "onehot_rows"}
-
-    def __getattr__(self, name):
-        return getattr(self._node, name)
 
 
 def _matrix_of(x, name, idx, layouts, names):
