@@ -165,14 +165,15 @@ class Trace:
         return number
 
     def add_steps(self, steps, operands):
-        """The nodes of a replayed call (:mod:`hybridad.frontend.replay`), each
-        added as :meth:`add` with ``static`` (a :meth:`static_id`) adds it (or found, the identical
-        node traced before), in the forward phase: ``steps`` ``(op, refs, attrs,
-        shape, dtype, static, number)``, where a ref is an index into
-        ``operands`` (an int >= 0), an earlier step (``~j``) or a node.  Each
-        node this call makes (or one it made before) gets ``number`` in
-        :attr:`steps`.  Returns the nodes, one per step.  (One loop here, not a
-        call of :meth:`add` per node: a loop of 10^4 steps replays 10^5.)"""
+        """The nodes of a replayed call (:mod:`hybridad.frontend.replay`) in the
+        forward phase, each added as :meth:`add` adds it given ``static`` (a
+        :meth:`static_id`) -- or found, the identical node traced before:
+        ``steps`` ``(op, refs, attrs, shape, dtype, static, number)``, where a
+        ref is an index into ``operands`` (an int >= 0), an earlier step
+        (``~j``) or a node.  Each node this call makes (or one it made
+        before) gets ``number`` in :attr:`steps`.  Returns the nodes, one per
+        step.  (One loop here, not a call of :meth:`add` per node: a loop of
+        10^4 steps replays 10^5.)"""
         made = []
         seen, numbered, nodes, ids, gone = self._seen, self.steps, self.nodes, self.ids, \
             self._gone
