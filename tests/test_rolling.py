@@ -92,7 +92,16 @@ def traced_rows(h):  # a row of a traced array per step: x[k] of a value f compu
     return np.sum(h ** 2)
 
 
-ROLLED = [euler, rnn, forced, trajectory, verlet, running_sum, two_phases, traced_rows]
+def reversed_rows(h):  # rows of a view of a traced array, last first; numbers of a 1-d one
+    xs = np.outer(np.linspace(-1.0, 1.0, 40), h[:3] ** 2)[::-1]
+    scales = np.cos(np.linspace(0.0, 1.0, 40) * h[0])
+    for row, c in zip(xs, scales, strict=True):
+        h = np.tanh(W @ h + U @ row) * c
+    return np.sum(h ** 2)
+
+
+ROLLED = [euler, rnn, forced, trajectory, verlet, running_sum, two_phases, traced_rows,
+          reversed_rows]
 
 
 def _plans(f, x, backend, monkeypatch, **kw):
@@ -412,7 +421,7 @@ def test_the_whole_array_search_is_the_node_by_node_definition(f):
         # same partition of the nodes into kinds, constants and attributes
         fast = rolling_runs._Matcher(nodes, {}, frozenset(), trace.steps, trace.rows)
         assert trace.steps, "no replayed call in the trace"
-        assert bool(trace.rows) == (f is traced_rows)  # (rows: numbered too, keyed by i)
+        assert bool(trace.rows) == (f in (traced_rows, reversed_rows))  # (numbered, by i)
 
         def partition(values):
             first = {}
