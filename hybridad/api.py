@@ -108,7 +108,7 @@ def compile(f: Function, *example_args: Any, argnums: ArgNums = 0,  # noqa: A001
         ``x.size <= y.size``.
     chunk : int, optional
         Jacobian and Hessian plans: seeds per run of the chunked program
-        (default :func:`hybridad.plans.staged.default_chunk`: all of them up to 128,
+        (default :func:`hybridad.plans.chunks.default_chunk`: all of them up to 128,
         else 32, fewer when one seed's workspace is large; measured).
     cuda_graph : bool, optional
         ``backend="cupy"`` only.  By default (None) a GPU plan captures its

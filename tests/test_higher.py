@@ -315,7 +315,8 @@ def test_multithreaded_plans_with_shared_slots():
                                atol=1e-14)
 
 
-def test_default_chunk_rule():
+def test_default_chunk_rule(monkeypatch):
+    from hybridad.plans import chunks
     from hybridad.plans.staged import (CHUNK_BYTES, DEFAULT_CHUNK, ONE_CHUNK, ONE_CHUNK_BYTES,
                                        default_chunk)
 
@@ -334,6 +335,17 @@ def test_default_chunk_rule():
     assert ha.compile(rosen_np, x[:50], hessian=True).chunk == 50
     # a tridiagonal Hessian: one chunk of its 3 colors (hybridad.sparse.dense)
     assert ha.compile(rosen_np, x, hessian=True).chunk == 3
+    # one seed's buffers, on a compiled backend: the elementwise values only
+    # elementwise ops read stay in a fused loop's registers (plans.chunks.seed_bytes)
+    monkeypatch.setattr(chunks, "ONE_CHUNK_BYTES", 1 << 20)  # (a small case's cap)
+    X = rand((2000, 50), seed=121)
+
+    def logreg(w, X):
+        return np.mean(np.logaddexp(0.0, X @ w)) + 1e-3 * np.sum(w ** 2)
+
+    w = rand((50,), seed=122)
+    summed = ha.compile(logreg, w, X, hessian=True, backend="numpy").chunk
+    assert summed < 50 and ha.compile(logreg, w, X, hessian=True).chunk > summed
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])

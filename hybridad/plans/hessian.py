@@ -22,7 +22,7 @@ from ..transforms.batching import vmap
 from ..transforms import pipeline
 from ..transforms.products import mark_seed_products
 from .plan import Plan, serialized
-from .staged import StagedPlan, direct_call, default_chunk, falls_back
+from .staged import StagedPlan, direct_call, default_chunk, falls_back, seed_bytes
 
 __all__ = ["COLORS_MIN_N", "HessianPlan"]
 
@@ -92,7 +92,7 @@ class HessianPlan(StagedPlan):
             t1 = trace.input(len(leaves), shape, dtype)
             tangents = jvp(trace, list(trace.nodes), {x.node.id: t1})
             hv = None if grad is None else tangents.get(grad.node.id)
-            per_seed = sum(nd.nbytes for nd in trace.nodes if nd.id in tangents)
+            per_seed = seed_bytes(trace.nodes, tangents, self.backend == "numba")
             products = any(nd.op == "matmul" for nd in trace.nodes if nd.id in tangents)
             k = self._seeds_per_chunk(comp.colors if comp is not None else
                                       default_chunk(n, per_seed, products,

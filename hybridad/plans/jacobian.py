@@ -19,7 +19,7 @@ from ..transforms.batching import vmap
 from ..transforms import pipeline
 from ..transforms.products import mark_seed_products
 from .plan import serialized
-from .staged import StagedPlan, default_chunk, falls_back
+from .staged import StagedPlan, default_chunk, falls_back, seed_bytes
 
 __all__ = ["JacobianPlan"]
 
@@ -89,11 +89,13 @@ class JacobianPlan(StagedPlan):
                 s1 = trace.input(len(leaves), shape, dtype)
                 lin = jvp(trace, list(trace.nodes), {x.node.id: s1})
                 d1 = lin.get(y.node.id)
-                per_seed = sum(nd.nbytes for nd in trace.nodes if nd.id in lin)
+                per_seed = seed_bytes(trace.nodes, lin, self.backend == "numba")
             else:
                 s1 = trace.input(len(leaves), y.shape, y.dtype)
                 (d1,) = backward(trace, y, [x], seed=s1)
-                per_seed = sum(nd.nbytes for nd in trace.nodes if nd.phase == "backward")
+                per_seed = seed_bytes(trace.nodes, {nd.id for nd in trace.nodes
+                                                    if nd.phase == "backward"},
+                                      self.backend == "numba")
             k = self._seeds_per_chunk(default_chunk(seeds, per_seed))
             self.chunk = k = int(min(k, max(seeds, 1)))
             sk = trace.input(len(leaves) + 1, (k, *s1.shape), s1.dtype)

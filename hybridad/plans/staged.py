@@ -56,22 +56,11 @@ from ..transforms.checkpoint import checkpoint_loops
 from .decided import attach, compile_decisions
 from .plan import Plan, _OverBudget, serialized
 from .validate import check_results
+from .chunks import (CHUNK_BYTES, DEFAULT_CHUNK, MATMUL_BATCH_BYTES, ONE_CHUNK,  # noqa: F401
+                     ONE_CHUNK_BYTES, default_chunk, seed_bytes)
 
 __all__ = ["CHUNK_BYTES", "DEFAULT_CHUNK", "MATMUL_BATCH_BYTES", "ONE_CHUNK", "ONE_CHUNK_BYTES",
            "StagedPlan", "default_chunk", "direct_call", "falls_back"]
-
-#: up to this many seeds, all of them run as one chunk (see :func:`default_chunk`)
-ONE_CHUNK = 128
-#: seeds per run of a chunk program beyond :data:`ONE_CHUNK`
-DEFAULT_CHUNK = 32
-#: bytes of batched workspace a default chunk may take
-CHUNK_BYTES = 1 << 24
-#: ... and a single chunk of all the seeds (at most :data:`ONE_CHUNK`): each
-#: further chunk runs again whatever does not depend on the seeds (the
-#: Hessian of an RK4 loop of 10^4 steps, 8 MB a seed: 6 seeds in one chunk
-#: 73 ms a call, in six chunks of one under the 16 MB cap 108 ms)
-ONE_CHUNK_BYTES = 1 << 26
-
 
 def falls_back(method):
     """A public method of a staged plan that, once one of its numba programs
@@ -96,41 +85,6 @@ def falls_back(method):
         return getattr(twin, name)(*args, **kwargs)
 
     return call
-
-
-#: bytes of one batched array (K seeds x n) when the seeds' pass has a
-#: matrix product: its gemm wants wide panels while they stay in cache
-#: (n = 1000, a 30 x n product inside: K=32 13.9 ms, K=250 8.6 ms, K=1000 15.3 ms)
-MATMUL_BATCH_BYTES = 1 << 21
-
-
-def default_chunk(n, bytes_per_seed, matmul=False, itemsize=8):
-    """Seeds per chunk: all ``n`` up to :data:`ONE_CHUNK`, else :data:`DEFAULT_CHUNK`;
-    fewer where one seed's batched workspace (``bytes_per_seed``) is large:
-    past :data:`ONE_CHUNK_BYTES` for one chunk of all the seeds, past
-    :data:`CHUNK_BYTES` for the chunks of many seeds.
-
-    Measured (2 cores, Hessians, microseconds per Hessian, K = seeds per chunk):
-    Rosenbrock n = 100: K=16 113, K=32 89, K=64 85, K=100 52; n = 300: K=32 290,
-    K=64 261, K=128 364, K=300 392; n = 1000: K=16 2706, K=32 2396, K=64 2893,
-    K=1000 4646; log-sum-exp n = 100: K=32 74, K=100 47; n = 1000: K=32 2256,
-    K=64 2697; tanh(Mx)|x|^2 n = 100: K=32 228, K=100 170.  One chunk wins
-    while the batched arrays stay small (the per-run overhead is paid once);
-    beyond a few hundred seeds, chunks of 32-64 keep them in cache.
-
-    With ``matmul`` (a matrix product in the seeds' pass) a chunk beyond
-    :data:`ONE_CHUNK` takes as many seeds as keep one batched array of ``n``
-    elements (``itemsize`` bytes) within :data:`MATMUL_BATCH_BYTES`: the
-    product's gemm on 32 columns runs far below its rate on a few hundred.
-    """
-    if n <= ONE_CHUNK:
-        k = min(n, max(1, ONE_CHUNK_BYTES // max(1, bytes_per_seed)))
-    else:
-        k = min(DEFAULT_CHUNK, max(1, CHUNK_BYTES // max(1, bytes_per_seed)))
-        if matmul:  # (workspace up to ONE_CHUNK_BYTES, as one chunk of few seeds)
-            wide = MATMUL_BATCH_BYTES // max(1, n * itemsize)
-            k = max(k, min(wide, n, ONE_CHUNK_BYTES // max(1, bytes_per_seed)))
-    return max(1, int(k))
 
 
 def _dependents(nodes, seeds):
