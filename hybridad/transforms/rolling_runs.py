@@ -148,7 +148,8 @@ class _Matcher:
         if row_index:  # rows x[i]: numbered alike, keyed by their i
             rowpos = np.fromiter(row_index, np.int64, len(row_index))
             index = np.fromiter(row_index.values(), np.int64, len(row_index))
-            rowpos = at[np.minimum(rowpos, len(at) - 1)]  # (-1: not among the nodes)
+            rowpos = np.where(rowpos < len(at), at[np.minimum(rowpos, len(at) - 1)],
+                              -1)  # (-1: not among the nodes)
             index, rowpos = index[rowpos >= 0], rowpos[rowpos >= 0]
             distinct, which = np.unique(index, return_inverse=True)
             keys[rowpos] = np.fromiter([table.setdefault((_ROW, k), len(table))
