@@ -35,6 +35,21 @@ def installed_bytecode():
     compileall.compile_dir(str(Path(__file__).resolve().parents[1] / "hybridad"), quiet=1)
 
 
+#: seconds numpy's BLAS threads keep spinning after a product (OpenBLAS waits
+#: about 2^28 cycles before it sleeps): on 2 cores they take them from a parallel
+#: plan's threads, which then ran 2x slower (a dense Hessian at n = 1000 timed
+#: right after its numpy reference: 2.9 ms, against 1.5 ms later)
+BLAS_SPIN_S = 0.2
+
+
+def blas_settled():
+    """Wait until numpy's BLAS threads sleep again: after a numpy reference
+    or row, before a plan is timed."""
+    import time
+
+    time.sleep(BLAS_SPIN_S)
+
+
 use_checkout()
 
 from hybridad.bench.harness import (  # noqa: E402,F401

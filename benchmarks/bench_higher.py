@@ -107,7 +107,7 @@ faults of its own), which with batches of one or a few calls would dominate the 
 the steady per-call cost is what is compared.  Besides, numpy's BLAS threads spin for a while after
 a product and take the cores from a parallel plan's threads: a hybridad row's batch right
 after a numpy or scipy row's, and each workload's first, wait that out
-(:data:`BLAS_SPIN_S`).
+(``_harness.BLAS_SPIN_S``).
 
 Reported: the median, min and max microseconds per call over the rounds, and
 ``ratio`` = median over the median of the workload's baseline row (``hand numba``
@@ -162,13 +162,6 @@ MLP_ARGNUM = 2  # W2
 SEED = 0
 
 ROUNDS, QUICK_ROUNDS = 5, 2
-#: seconds numpy's BLAS threads keep spinning after a product (OpenBLAS waits
-#: about 2^28 cycles before it sleeps): on 2 cores they take them from a
-#: parallel plan's threads, which then ran 2x slower (a dense Hessian at n = 1000
-#: timed right after its numpy reference: 2.9 ms, against 1.5 ms later).  A
-#: hybridad row's batch right after a numpy or scipy row's, and each workload's
-#: first, wait this long.
-BLAS_SPIN_S = 0.2
 TARGET_MS = 20.0
 ALLOC_CALLS = 20
 
@@ -664,7 +657,7 @@ def time_rows(rows, rounds, target_ms):
             for j in order:
                 i = mine[j]
                 if rows[i].hybridad and previous is not None and not previous.hybridad:
-                    time.sleep(BLAS_SPIN_S)  # (numpy's BLAS threads: asleep again)
+                    _harness.blas_settled()  # (numpy's BLAS threads: asleep again)
                 rows[i].call()  # untimed: absorbs a stall left by the previous row
                 per_call[i].append(batch_ns(rows[i].call, numbers[i]) / numbers[i] / 1e3)
                 previous = rows[i]
@@ -681,7 +674,7 @@ def allocations_per_call(call, calls):
 
 def measure(workload, size, rows, settings):
     """Time the rows of one workload; their table rows (dicts)."""
-    time.sleep(BLAS_SPIN_S)  # (after the references: numpy's BLAS threads asleep again)
+    _harness.blas_settled()  # (after the references: numpy's BLAS threads asleep)
     per_call, numbers = time_rows(rows, settings.rounds, settings.target_ms)
     base = statistics.median(per_call[next(i for i, r in enumerate(rows) if r.baseline)])
     out = []

@@ -22,7 +22,9 @@ n = 10^2, 10^4, 10^6 (``--quick``: 10^2, 10^4), float64, ``x ~ U(-1, 1)``,
 * ``jax.jit`` -- ``jax.jit(lambda x, v: (f(x), grad(f)(x), jvp(grad(f), (x,), (v,))[1]))``
   (x64), ``block_until_ready``, when jax is installed -- timed in a process
   of its own (XLA's thread pool and numba's, in one process on 2 cores,
-  slowed the parallel plans 3x), its ``H v`` checked against the plan's.
+  slowed the parallel plans 3x), one per case, right before hybridad's rows
+  of that case (so that a slow spell of a shared machine, seconds long,
+  falls on both), its ``H v`` checked against the plan's.
 
 The other cases of the goals run the ``hvp=True`` plan against ``jax.jit``
 only (``--quick`` skips them), each in float64 and float32 (every array
@@ -39,8 +41,10 @@ empty disk cache against jax.jit's first call (imports, trace, compile), the
 median of 3 processes each.
 
 Every row's ``H v`` is checked against the ``hvp=True`` plan's (1e-12
-relative) before timing.  Interleaved batches of ~20 ms, 5 rounds: median
-us per call; ``vs jax`` is the ratio of medians of the same run.
+relative) before timing, then the timing waits for numpy's BLAS threads,
+woken by the numpy reference, to sleep (``_harness.BLAS_SPIN_S``).
+Interleaved batches of ~20 ms, 5 rounds: median us per call; ``vs jax`` is
+the ratio of medians of the same run.
 
 Usage::
 
@@ -214,9 +218,9 @@ def main(argv=None):
         [("rosen32", n) for n in (100, 10 ** 4, 10 ** 6) if "rosen32" in want] + \
         [(case + dt, n) for case, n in (("logreg", 10 ** 5), ("chain", 10 ** 5), ("mlp", 10 ** 4))
          if case in want for dt in ("", "32")]
-    jax_rows = _jax_times([("rosen", n) for n in sizes] + others)
     rows = []
     for n in sizes:
+        jax_rows = _jax_times([("rosen", n)])  # (right before ours: one spell of the machine)
         rng = np.random.default_rng(0)
         x, v = rng.uniform(-1.0, 1.0, n), rng.standard_normal(n)
         hp = ha.compile(rosen, x, hvp=True)
@@ -240,6 +244,7 @@ def main(argv=None):
             call()
         for hv in [res.hvp for res in outs] + [alone]:
             np.testing.assert_allclose(hv, ref.hvp, rtol=1e-12, atol=1e-12 * n)
+        _harness.blas_settled()
         times = dict(zip(calls, time_round_robin(list(calls.values()), 5, 20.0), strict=True))
         jax_us = None
         if f"rosen {n}" in jax_rows:
@@ -254,6 +259,7 @@ def main(argv=None):
             print(f"n={n:<8} {name:<26} {med:10.1f} us  [{lo:.1f}, {hi:.1f}]  {vs}  "
                   f"{med / base:5.2f}x hvp plan", flush=True)
     for case, n in others:
+        jax_rows = _jax_times([(case, n)])
         f, args, v = make(case, n, np)
         plan = ha.compile(f, *args, hvp=True)
         res = ha.HvpResult(args[0])
@@ -261,6 +267,7 @@ def main(argv=None):
         plan.hvp(*args, v=v, out=res)
         tol = 1e-3 if case.endswith("32") else 1e-10
         np.testing.assert_allclose(res.hvp, ref.hvp, rtol=tol, atol=tol * np.abs(ref.hvp).max())
+        _harness.blas_settled()  # (the numpy reference's BLAS threads asleep again)
         (med, lo, hi, _), = time_round_robin([lambda: plan.hvp(*args, v=v, out=res)], 5, 20.0)
         key = f"{case} {n}"
         jax_us = None
