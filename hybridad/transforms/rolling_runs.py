@@ -282,10 +282,10 @@ def _best_run(nodes, rejected, light=(), keys=None, fixed=frozenset(), steps=Non
         ok = m.matches(p)  # ok[i]: node i + p copies node i
         # the stretches of copies: a run of t trips has (t - 1) p of them
         edges = np.flatnonzero(np.diff(np.concatenate(([0], ok.view(np.int8), [0]))))
-        for i, j in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
-            trips = (j - i) // p + 1
-            if trips < MIN_TRIPS or trips * p < MIN_NODES:  # (trimming only shortens)
-                continue
+        starts, stops = edges[::2], edges[1::2]
+        counts = (stops - starts) // p + 1
+        long = (counts >= MIN_TRIPS) & (counts * p >= MIN_NODES)  # (trimming only shortens)
+        for i, trips in zip(starts[long].tolist(), counts[long].tolist(), strict=True):
             if best is not None and (trips * p, -p) <= (best[1] * best[2], -best[1]):
                 continue  # (nor can it beat the best run: a multiple of its period)
             run = _trim(m, i, p, trips)
