@@ -146,8 +146,7 @@ class GuardsMixin:
                     raise
                 raise refusal from exc
         out = self._check_output(out, trace)
-        consts = [n.attrs["value"] for n in trace.nodes if n.op == "const" and not n.is_literal]
-        guards = build_guards(f, _static_paths(self._treedefs), obs, consts)
+        guards = build_guards(f, _static_paths(self._treedefs), obs, trace.captured())
         if self._rolls:  # (a decision's values stay as traced: its check reads them)
             fixed = {n.id for n in decided_nodes(trace.decisions)}
             (out.node,) = rolling.roll_loops(trace, [out.node], fixed)
