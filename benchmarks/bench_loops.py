@@ -1,11 +1,13 @@
 """Loops benchmark: a time-stepping model's first gradient, build and per-call
 time against JAX's ``lax.fori_loop`` / ``lax.scan``, at trip counts 10^2 to 10^4.
 
-Each row is measured in a fresh process: hybridad with an empty disk cache
+Each row is measured in fresh processes: hybridad with an empty disk cache
 (so ``first_s`` -- import, trace, build, numba's compile and the first call --
 is what a new user meets) and JAX (import, ``jit`` trace and XLA compile, the
 first call).  ``call_us`` is the median of the calls that follow, in that
-process.  Ratios are hybridad over JAX, measured in the same run.
+process.  Each figure is the median of ``--repeat`` such processes (3), the
+row's JAX and hybridad processes interleaved.  Ratios are hybridad over JAX,
+measured in the same run.
 
 Models:
 
@@ -37,7 +39,8 @@ the plan's chunk).  ``--budget F`` builds hybridad's plans with
 ``memory_budget = F x`` the stored carries.
 
     python benchmarks/bench_loops.py [--models euler rnn rk4_hessian]
-        [--steps 100 1000 10000] [--forms explicit python] [--budget F] [--json FILE]
+        [--steps 100 1000 10000] [--forms explicit python] [--budget F] [--repeat N]
+        [--json FILE]
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -190,6 +194,21 @@ def _run(code, model, steps, env, form="explicit", budget=0.0):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _median(runs):
+    """One row of ``runs`` (the same row's fresh processes): each figure's
+    median; an error if any failed; {} for none."""
+    if not runs:
+        return {}
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        return failed[0]
+    out = dict(runs[0])
+    for key in ("first_s", "build_s", "call_us"):
+        if key in out:
+            out[key] = float(statistics.median([r[key] for r in runs]))
+    return out
+
+
 def _carried(ha):
     """A Hessian row's workspace over the carries and their chunk's tangents."""
     k = ha.get("chunk")
@@ -206,6 +225,8 @@ def main(argv=None):
                         choices=["explicit", "python"])
     parser.add_argument("--budget", type=float, default=0.0,
                         help="memory_budget as a fraction of the stored carries (T x state)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="fresh processes per row (the median of each figure)")
     parser.add_argument("--json", default=None)
     opts = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -222,14 +243,21 @@ def main(argv=None):
           f"{'jax mem/stored':>14}")
     for model in opts.models:
         for steps in opts.steps:
-            jx = _run(JAX, model.split("_")[0], steps, dict(os.environ, JAX_PLATFORMS="cpu")) \
-                if have_jax else {}
+            jxs, has = [], {form: [] for form in opts.forms}
+            for _ in range(opts.repeat):  # (interleaved: a slow spell falls on every column)
+                if have_jax:
+                    jxs.append(_run(JAX, model.split("_")[0], steps,
+                                    dict(os.environ, JAX_PLATFORMS="cpu")))
+                for form in opts.forms:
+                    with tempfile.TemporaryDirectory() as cache:
+                        env = dict(os.environ, HYBRIDAD_CACHE_DIR=cache,
+                                   PYTHONPATH=str(ROOT) + os.pathsep +
+                                   os.environ.get("PYTHONPATH", ""))
+                        has[form].append(_run(HYBRIDAD, model.split("_")[0], steps, env, form,
+                                              opts.budget))
+            jx = _median(jxs)
             for form in opts.forms:
-                with tempfile.TemporaryDirectory() as cache:
-                    env = dict(os.environ, HYBRIDAD_CACHE_DIR=cache,
-                               PYTHONPATH=str(ROOT) + os.pathsep +
-                               os.environ.get("PYTHONPATH", ""))
-                    ha = _run(HYBRIDAD, model.split("_")[0], steps, env, form, opts.budget)
+                ha = _median(has[form])
                 row = {"model": model, "form": form, "T": steps, "hybridad": ha, "jax": jx}
                 rows.append(row)
                 if "error" in ha:
