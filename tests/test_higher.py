@@ -317,7 +317,7 @@ def test_multithreaded_plans_with_shared_slots():
 
 def test_default_chunk_rule(monkeypatch):
     from hybridad.plans import chunks
-    from hybridad.plans.staged import (CHUNK_BYTES, DEFAULT_CHUNK, ONE_CHUNK, ONE_CHUNK_BYTES,
+    from hybridad.plans.chunks import (CHUNK_BYTES, DEFAULT_CHUNK, ONE_CHUNK, ONE_CHUNK_BYTES,
                                        default_chunk)
 
     assert default_chunk(7, 800) == 7 and default_chunk(ONE_CHUNK, 800) == ONE_CHUNK

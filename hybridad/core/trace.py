@@ -122,9 +122,8 @@ class Trace:
         if self.phase != "forward":
             key = None
         elif static is None:
-            static = self.static_id(op, static_attrs(op, attrs))
-            key = None if static is False else (static, *[a.id for a in args])
-            static = None
+            number = self.static_id(op, static_attrs(op, attrs))
+            key = None if number is False else (number, *[a.id for a in args])
         else:
             args = tuple(args)
             if static is False:

@@ -22,7 +22,8 @@ from ..transforms.batching import vmap
 from ..transforms import pipeline
 from ..transforms.products import mark_seed_products
 from .plan import Plan, serialized
-from .staged import StagedPlan, direct_call, default_chunk, falls_back, seed_bytes
+from .chunks import default_chunk, seed_bytes
+from .staged import StagedPlan, direct_call, falls_back
 
 __all__ = ["COLORS_MIN_N", "HessianPlan"]
 

@@ -19,7 +19,8 @@ from ..transforms.batching import vmap
 from ..transforms import pipeline
 from ..transforms.products import mark_seed_products
 from .plan import serialized
-from .staged import StagedPlan, default_chunk, falls_back, seed_bytes
+from .chunks import default_chunk, seed_bytes
+from .staged import StagedPlan, falls_back
 
 __all__ = ["JacobianPlan"]
 

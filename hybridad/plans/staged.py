@@ -1,7 +1,7 @@
 """The staged plan: one graph, one memory plan and one arena run as several
 programs -- the base of :class:`hybridad.plans.hessian.HessianPlan` and
-:class:`hybridad.plans.jacobian.JacobianPlan` -- and the rule for how many
-seeds a chunk takes (:func:`default_chunk`).
+:class:`hybridad.plans.jacobian.JacobianPlan` (how many seeds a chunk takes:
+:mod:`.chunks`).
 
 A second-order or Jacobian plan is one graph, one memory plan and one arena,
 run as up to three compiled programs:
@@ -56,11 +56,8 @@ from ..transforms.checkpoint import checkpoint_loops
 from .decided import attach, compile_decisions
 from .plan import Plan, _OverBudget, serialized
 from .validate import check_results
-from .chunks import (CHUNK_BYTES, DEFAULT_CHUNK, MATMUL_BATCH_BYTES, ONE_CHUNK,  # noqa: F401
-                     ONE_CHUNK_BYTES, default_chunk, seed_bytes)
 
-__all__ = ["CHUNK_BYTES", "DEFAULT_CHUNK", "MATMUL_BATCH_BYTES", "ONE_CHUNK", "ONE_CHUNK_BYTES",
-           "StagedPlan", "default_chunk", "direct_call", "falls_back"]
+__all__ = ["StagedPlan", "direct_call", "falls_back"]
 
 def falls_back(method):
     """A public method of a staged plan that, once one of its numba programs

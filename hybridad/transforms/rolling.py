@@ -319,8 +319,10 @@ def _strided_items(trace, source, indices):
         if set(map(type, column)) == {int}:
             if min(column) != max(column):
                 differ.append(j)
-        elif any(attr_signature(k) != attr_signature(first[j]) for k in column):
-            differ.append(j)
+        else:
+            signed = attr_signature(first[j])
+            if any(attr_signature(k) != signed for k in column):
+                differ.append(j)
     if len(differ) != 1:
         return None
     j = differ[0]
