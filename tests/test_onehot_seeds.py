@@ -61,6 +61,21 @@ def _source(plan, stage):
     return plan._program_for(stage).source
 
 
+def test_float32_hessian_through_seed_products():
+    """float32 seeds and matrices: the kernel's gather in float32, as the gemm's."""
+    x, a = X.astype(np.float32), A.astype(np.float32)
+    plan = ha.compile(dense, x, a, hessian=True, chunk=4)
+    res = ha.HessianResult(x)
+    plan.hessian(x, a, out=res)
+    assert res.hessian.dtype == np.float32 and "_onehot_rows(" in _source(plan, "chunk")
+    ref = ha.compile(dense, X, A, hessian=True, backend="numpy").hessian(X, A)
+    np.testing.assert_allclose(res.hessian, ref.hessian, rtol=2e-5, atol=2e-5)
+    with count_allocations() as counts:
+        for _ in range(5):
+            plan.hessian(x, a, out=res)
+    assert counts.allocations == 0
+
+
 @pytest.mark.parametrize("chunk", [4, 9])  # chunks 4, 4, 1 (a last one part empty), one
 def test_dense_hessian_and_many_hvps_through_seed_products(chunk):
     plan = ha.compile(dense, X, A, hessian=True, chunk=chunk)
