@@ -194,3 +194,35 @@ def test_the_views_pass_is_linear_through_in_place_accumulations():
     large = min(per_node(10000) for _ in range(2))
     assert large <= 2.0 * small, \
         f"{1e6 * large:.1f} us a node at 4x10^4, {1e6 * small:.1f} at 4x10^3"
+
+
+def _stencil_per_step(steps):
+    def f(u):
+        u = u.copy()
+        for _ in range(steps):
+            u[1:-1] += 0.1 * (u[2:] - 2 * u[1:-1] + u[:-2])
+            u[0] = u[1]
+        return np.sum(u ** 2)
+
+    x = np.linspace(-1.0, 1.0, 32)
+    gc.collect()
+    t0 = time.process_time()
+    plan = ha.compile(f, x, backend="numpy")
+    return (time.process_time() - t0) / steps, plan, f, x
+
+
+def test_a_stencil_written_in_place_builds_in_time_linear_in_the_steps():
+    # each write into a slice walked every view the loop had made of the state
+    # (dead ones too) and ran the numpy surface's whole element write: 1.2 ms a
+    # step at 1000 steps and quadratic (3.4 s), against 0.1 ms and linear now
+    _stencil_per_step(10)
+    small = min(_stencil_per_step(120)[0] for _ in range(2))
+    large, plan, f, x = min((_stencil_per_step(1200) for _ in range(2)), key=lambda r: r[0])
+    assert any(n.op == "loop" for n in plan.graph.nodes)
+    assert large <= 2.0 * small, (f"{1e6 * large:.0f} us per step at 1200 steps against "
+                                  f"{1e6 * small:.0f} at 120")
+    res = plan.gradient(x)
+    assert res.value == pytest.approx(f(x), rel=1e-12)
+    eps, e = 1e-6, np.zeros_like(x)
+    e[5] = eps
+    assert res.gradient[5] == pytest.approx((f(x + e) - f(x - e)) / (2 * eps), rel=1e-6)

@@ -119,8 +119,30 @@ def tuples_and_masks(x, y):  # divmod's pair, comparisons, where, in-place updat
     return np.sum(x ** 2)
 
 
+def heat(x, y):  # slices read and written in place: u[1:-1] = ..., then u[1:-1] += ...
+    u = np.concatenate([x, y])
+    for k in range(8):
+        lap = u[2:] - 2 * u[1:-1] + u[:-2]
+        if k % 2:
+            u[1:-1] = u[1:-1] + 0.1 * lap
+        else:
+            u[1:-1] += 0.1 * lap
+        u[0] = u[-1] * 0.5  # an element: a numpy scalar written back
+    return np.sum(u ** 2)
+
+
+def kept_views(x, y):  # views alive across steps: writes reach them, and through them
+    m = np.outer(x, y) * 1.0
+    inner, col = m[1:-1, 1:], m[:, 2]
+    for _ in range(4):
+        inner *= 0.9
+        m[:2, ::2] = np.tanh(m[:2, ::2]) + col[:2, None]
+        col += m[3, 2] * 0.1
+    return np.sum(m ** 2) + np.sum(inner) + m[0, 1] * m[-1, -1]
+
+
 FUNCTIONS = [euler, scalars, aliasing, captured, dtypes, scalar_flags, literals,
-             tuples_and_masks]
+             tuples_and_masks, heat, kept_views]
 
 
 @pytest.mark.parametrize("f", FUNCTIONS, ids=lambda f: f.__name__)
@@ -182,6 +204,19 @@ def test_the_collector_pauses_while_tracing_and_resumes_after():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_loops_slice_writes_keep_its_views_list_short():
+    """The weak references of a family of views lose the gone ones: a loop
+    that reads and writes slices of its state makes views at every step, and
+    each write walked them all (a 1000-step stencil traced in quadratic time)."""
+    trace = Trace()
+    with trace:
+        u = trace.input(0, (12,), np.dtype(np.float64)) * 1.0
+        for _ in range(500):
+            u[1:-1] += 0.1 * (u[2:] - 2 * u[1:-1] + u[:-2])
+        assert len(u._shares) < 64
+        assert sum(r() is not None for r in u._shares) == 1  # (u alone is alive)
 
 
 def _rows_then_writes(x, A):

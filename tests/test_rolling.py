@@ -100,8 +100,23 @@ def reversed_rows(h):  # rows of a view of a traced array, last first; numbers o
     return np.sum(h ** 2)
 
 
+def heat(u):  # a stencil written in place, as scientific code steps a grid
+    u = u.copy()
+    for _ in range(40):
+        u[1:-1] += 0.2 * (u[2:] - 2 * u[1:-1] + u[:-2]) - 0.01 * u[1:-1] ** 3
+    return np.sum(u ** 2)
+
+
+def recorded(x):  # each state written into a row of an array made before the loop
+    out = np.zeros((30, 6))
+    for k in range(30):
+        x = np.tanh(W @ x) + 0.1 * F[k]
+        out[k] = x
+    return np.sum(out ** 2) + np.sum(out[:, 1:] * out[:, :-1])
+
+
 ROLLED = [euler, rnn, forced, trajectory, verlet, running_sum, two_phases, traced_rows,
-          reversed_rows]
+          reversed_rows, heat, recorded]
 
 
 def _plans(f, x, backend, monkeypatch, **kw):

@@ -380,7 +380,17 @@ class Tracer:
         return SURFACE.getitem(self, index)
 
     def __setitem__(self, index, value):
-        if SURFACE.setitem is not None and SURFACE.setitem(self, index, value):
+        hook = OBSERVED.profiler
+        if hook is not None and type(value) in _PLAIN_VALUES and _basic(index):
+            OBSERVED.profiler = None  # (a write of a traced or plain value at ints and
+            sys.setprofile(None)  # slices runs no user code: a loop's `u[1:-1] = ...`)
+            try:
+                if SURFACE.setitem is not None and SURFACE.setitem(self, index, value):
+                    return
+            finally:
+                sys.setprofile(hook)
+                OBSERVED.profiler = hook
+        elif SURFACE.setitem is not None and SURFACE.setitem(self, index, value):
             return  # `a[idx] op= v` with a constant fancy index
         raise TracingError(f"in-place assignment to a traced array at {user_location()}: "
                            "build the result functionally (np.where, np.concatenate, ...); "
@@ -410,6 +420,9 @@ for _name in ("__array_interface__", "__array_struct__", "__array_wrap__",
 
 
 _BASIC = frozenset({int, slice, type(None), type(Ellipsis), bool})
+#: values an element write converts without user code (:meth:`Tracer.__setitem__`)
+_PLAIN_VALUES = frozenset({Tracer, float, int, bool, np.float64, np.float32, np.int64,
+                           np.int32, np.bool_})
 
 
 def _basic(index):
@@ -478,6 +491,15 @@ def _in_place(ufunc, symbol):
         r = ufunc(self, other)
         if self._flags & SCALAR:  # numpy scalars are immutable: `s += 1` binds a new one
             return r
+        hook = OBSERVED.profiler
+        if hook is not None and type(r) is Tracer:  # (the write runs no user code)
+            OBSERVED.profiler = None
+            sys.setprofile(None)
+            try:
+                return SURFACE.assign(self, r, f"`{symbol}`", ufunc=ufunc)
+            finally:
+                sys.setprofile(hook)
+                OBSERVED.profiler = hook
         return SURFACE.assign(self, r, f"`{symbol}`", ufunc=ufunc)
 
     op.__name__ = f"__i{ufunc.__name__}__"

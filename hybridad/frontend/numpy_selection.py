@@ -31,6 +31,7 @@ from .numpy_api import (
 from .numpy_math import _float
 from .numpy_reductions import mean as _mean_of
 from .objects import assign
+from .replay import basic_key, replayed
 from ..core.trace import bind
 from ..core.tracer import SURFACE, TRACED_INDEX, Tracer
 
@@ -63,28 +64,49 @@ def set_items(target, index, value):
         raise TracingError(f"`a[index] = value` at {user_location()} with an index computed "
                            "from traced values: the written positions must be known when f "
                            "is traced; use np.where(condition, value, a)")
-    positions = np.arange(target.size, dtype=np.intp).reshape(target.shape)
-    chosen = positions[index]  # numpy checks the index (IndexError, shapes)
     if isinstance(value, (list, tuple)):  # np.array's traced form (np.stack of the items)
         value = np.array(value)
     kind = value.dtype.kind if hasattr(value, "dtype") else np.asarray(value).dtype.kind
     if kind == "c" and target.dtype.kind != "c":
         raise TypeError(f"`a[index] = value` at {user_location()}: a complex value into a "
                         f"{target.dtype} array would drop its imaginary part")
+    basic = basic_key(index)
+    if basic is not None and type(value) is Tracer and value.node.op == "getitem" and \
+            value.node.args[0] is target.node and \
+            (basic_key(value.node.attrs.get("index")) or (None,))[1:] == basic[1:]:
+        return True  # `a[i] = a[i]`, numpy's write-back of `a[i] += v`: nothing changes
+    if basic is None:
+        new = _written(target, index, value)
+    else:  # (a loop's `u[1:-1] = ...`: the same nodes at every step, replayed)
+        new = replayed(("set_items", basic), (target, value),
+                       lambda: _written(target, index, value))
+    assign(target, new, "in-place assignment `a[index] = value`")
+    return True
+
+
+def _written(target, index, value):
+    """``target`` with ``value`` written at ``index``: a new tracer."""
+    positions = np.arange(target.size, dtype=np.intp).reshape(target.shape)
+    chosen = positions[index]  # numpy checks the index (IndexError, shapes)
     v = _tracer(value)
     if v.dtype != target.dtype:
         v = bind("cast", v, dtype=target.dtype)
     while v.ndim > np.ndim(chosen) and v.shape[0] == 1:  # numpy drops leading unit axes
         v = reshape(v, v.shape[1:])
     v = broadcast_to(v, np.shape(chosen))
-    assign(target, write_positions(target, chosen, v), "in-place assignment `a[index] = value`")
-    return True
+    return Tracer(write_positions(target, chosen, v).node, target._trace)  # (no view links)
 
 
-def write_positions(a, at, value):
+def write_positions(a, at, value, key=None):
     """``a`` with its elements at flat positions ``at`` (a constant integer
     array) taken from ``value`` (shaped like ``at``; a position repeated is
-    written by its last occurrence), as one gather of ``a`` and ``value``."""
+    written by its last occurrence), as one gather of ``a`` and ``value``.
+    ``key``: a hashable that determines ``at`` given ``a``'s shape (a write
+    through views, :func:`hybridad.frontend.objects.assign`): the nodes are
+    then replayed from the trace's recipes when the write comes again."""
+    if key is not None:
+        return replayed(("write_positions", key), (a, value),
+                        lambda: Tracer(write_positions(a, at, value).node, a._trace))
     at = np.ravel(at)
     last = np.full(a.size, -1, dtype=np.intp)
     last[at] = np.arange(at.size, dtype=np.intp)  # numpy's last write wins

@@ -44,10 +44,29 @@ def _in_place_refused(t, what, instead):
 
 
 def _others_sharing(t):
-    """The live tracers other than ``t`` that share its memory."""
-    if t._shares is None:
+    """The live tracers other than ``t`` that share its memory (the family's
+    list loses the weak references of members gone meanwhile: a loop that
+    writes into a slice of its state, ``u[1:-1] = ...``, makes views of ``u``
+    at every step, and a list of all of them made each write walk the
+    whole history -- quadratic in the steps)."""
+    group = t._shares
+    if group is None:
         return []
-    return [o for o in (r() for r in t._shares) if o is not None and o is not t]
+    refs, others = [], []
+    for r in group:
+        o = r()
+        if o is not None:
+            refs.append(r)
+            if o is not t:
+                others.append(o)
+    if len(refs) != len(group):
+        group[:] = refs
+    return others
+
+
+def _prune(group):
+    """``group`` (a family's weak references) without those of members gone."""
+    group[:] = [r for r in group if r() is not None]
 
 
 def _is_view_node(node):
@@ -70,6 +89,8 @@ def link_view(view, base, path=()):
                 group.append(r)
     view._shares = group
     group.append(weakref.ref(view))
+    if len(group) >= 64 and not len(group) & (len(group) - 1):  # (at 64, 128, ...: the
+        _prune(group)  # dead views of a loop's rows or slices, in amortized O(1) a view)
     view._base = (base, tuple(path))  # numpy's view.base: keeps the viewed tracer alive
 
 
@@ -189,7 +210,7 @@ def numpy_copies(t):
 
 def unlink(t):
     """``t`` is a new array after all: out of its family."""
-    t._shares[:] = [r for r in t._shares if r() is not t]
+    t._shares[:] = [r for r in t._shares if (o := r()) is not None and o is not t]
     t._shares, t._base = None, None
 
 
@@ -214,7 +235,8 @@ def _write_through(target, value, root):
     gather), then every live member is its views of the new root again."""
     grid = _grid(root.shape)
     at = _positions(target, grid, root)
-    root.node = SURFACE.write_positions(Tracer(root.node, root._trace), at, value).node
+    root.node = SURFACE.write_positions(Tracer(root.node, root._trace), at, value,
+                                        key=_path_key(target, root)).node
     live = {id(m): m for m in [target, *_others_sharing(target)] if m is not root}
     for m in sorted(live.values(), key=lambda m: len(_chain(m))):  # bases before their views
         base, path = m._base
@@ -222,6 +244,34 @@ def _write_through(target, value, root):
         for op, attrs in path:
             node = bind(op, Tracer(node, root._trace), **attrs).node
         m.node = node
+
+
+def _path_key(t, root):
+    """A hashable form of the views from ``root`` to ``t`` (what fixes the
+    positions ``t`` views given ``root``'s shape), or None where an attribute
+    is not made of ints, slices, tuples, None and Ellipsis."""
+    paths = []
+    while t is not root:
+        t, path = t._base
+        paths.append(path)
+    try:
+        return tuple((op, *sorted((k, _plain(v)) for k, v in attrs.items()))
+                     for path in reversed(paths) for op, attrs in path)
+    except TypeError:
+        return None
+
+
+def _plain(v):
+    """``v`` (an attribute of a view op) hashable: slices as tuples; TypeError
+    for anything but ints, slices, tuples, None, Ellipsis and strings."""
+    t = type(v)
+    if t is slice:
+        return ("slice", _plain(v.start), _plain(v.stop), _plain(v.step))
+    if t is tuple or t is list:
+        return (t.__name__, *map(_plain, v))
+    if t in (int, bool, str) or v is None or v is Ellipsis:
+        return v
+    raise TypeError(t)
 
 
 def settle(result, inputs, kind):

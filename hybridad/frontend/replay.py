@@ -35,7 +35,14 @@ the same graph; ``HYBRIDAD_REPLAY=0`` (read when a trace begins) turns it off.
 
 An index by a Python int (``x[i]``: a loop over an array's rows) takes a
 short path of its own too (:func:`_row`), the node and object links the
-numpy surface would make.
+numpy surface would make; so does an index of ints and slices (``u[1:-1]``:
+:func:`_basic`, what the surface answered the first time for the array's
+shape and dtype).  An element write ``u[1:-1] = v`` replays the new value
+of the whole array through :func:`replayed`, keyed by the index
+(:func:`hybridad.frontend.numpy_selection.set_items`), and so does a write
+that reaches an array through its views (``u[1:-1] += v``), keyed by the
+views' path: a time-stepping loop that updates its grid in place traces in
+time linear in its steps.
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ from ..core.tracer import SCALAR, SURFACE, Tracer
 from ..ir.registry import REGISTRY
 from .objects import link_view, numpy_copies, unlink
 
-__all__ = ["enabled"]
+__all__ = ["basic_key", "enabled", "replayed"]
 
 #: operand types keyed by value (scalars)
 _SCALARS = frozenset({float, int, bool, np.float64, np.float32, np.float16, np.int64,
@@ -193,6 +200,29 @@ def _replay(recipe, trace, nodes):
     return tuple(out)
 
 
+def replayed(what, operands, build):
+    """``build()`` -- a function of ``operands`` (tracers of this trace, or
+    scalars) and of the hashable ``what`` alone that adds forward nodes and
+    returns a new tracer -- through this trace's recipes, as a ufunc call
+    is: recorded the first times, then replayed (an element write in a
+    loop, ``u[1:-1] = ...``)."""
+    trace = current_trace()
+    if not _on[0] or type(trace) is not Trace or trace.phase != "forward":
+        return build()
+    key, nodes = _key(what, "call", operands, trace)
+    if key is None:
+        return build()
+    memo = trace.recipes
+    recipe = memo.get(key, 0)
+    if type(recipe) is _Recipe:
+        return _replay(recipe, trace, nodes)
+    start, decisions = len(trace.nodes), len(trace.decisions)
+    result = build()
+    if recipe < TRIES and len(memo) < MAX_RECIPES:
+        memo[key] = _record(trace, start, decisions, nodes, result) or recipe + 1
+    return result
+
+
 def _install():
     inner = SURFACE.apply_ufunc
 
@@ -219,13 +249,87 @@ def _install():
     inner_getitem = SURFACE.getitem
 
     def getitem(x, index):
-        if type(index) is int and type(x) is Tracer and _on[0]:
-            r = _row(x, index)
-            if r is not None:
-                return r
+        if type(x) is Tracer and _on[0]:
+            if type(index) is int:
+                r = _row(x, index)
+                if r is not None:
+                    return r
+            elif type(index) in _BASIC_INDEX:
+                return _basic(x, index, inner_getitem)
         return inner_getitem(x, index)
 
     SURFACE.getitem = getitem
+
+
+#: the types of an index :func:`_basic` looks at (a slice, or a tuple of parts)
+_BASIC_INDEX = frozenset({slice, tuple})
+
+
+def basic_key(index):
+    """A hashable form of an index of ints, slices of ints, None and Ellipsis
+    (slices hash from Python 3.12 on), or None for any other index."""
+    parts = index if type(index) is tuple else (index,)
+    out = [type(index) is tuple]
+    for k in parts:
+        t = type(k)
+        if t is slice:
+            a, b, c = k.start, k.stop, k.step
+            if not ((a is None or type(a) is int) and (b is None or type(b) is int) and
+                    (c is None or type(c) is int)):
+                return None
+            out.append((a, b, c))
+        elif t is int or k is None or k is Ellipsis:
+            out.append(k)
+        else:
+            return None
+    return tuple(out)
+
+
+def _basic(x, index, general):
+    """``x[index]`` for an index of ints and slices (``u[1:-1]``, ``u[:, 2:]``)
+    on a traced array of this trace's forward pass: what the numpy surface's
+    ``getitem`` answered the first time for ``x``'s shape and dtype and this
+    index -- the node's attributes, its shape, whether it is ``x`` itself or a
+    numpy scalar -- made again with the object links it makes (a loop's
+    stencil indexes its state a few times a step)."""
+    node = x.node
+    trace = current_trace()
+    if x._trace is not trace or type(trace) is not Trace or trace.phase != "forward" or \
+            node.op == "const":
+        return general(x, index)
+    key = basic_key(index)
+    if key is None:
+        return general(x, index)
+    memo = trace.recipes
+    k = ("getitem", node.shape, node.dtype, key)
+    answer = memo.get(k)
+    if answer is None:
+        r = general(x, index)
+        if r is x:
+            memo[k] = "x"
+        elif type(r) is Tracer and r.node.op == "getitem" and r.node.args == (node,) and \
+                r._origin is None and (r._flags & SCALAR or r._base == (x, ((
+                    "getitem", r.node.attrs),))):
+            a = r.node.attrs
+            memo[k] = (a, r.node.shape, r.node.dtype,
+                       trace.static_id("getitem", static_attrs("getitem", a)),
+                       r._flags & SCALAR)
+        else:
+            memo[k] = False
+        return r
+    if answer == "x":
+        return x
+    if answer is False:
+        return general(x, index)
+    attrs, shape, dtype, static, scalar = answer
+    made = trace.add("getitem", (node,), attrs, shape, dtype, static)
+    if scalar:
+        return Tracer(made, trace, SCALAR)
+    r = Tracer(made, trace)
+    link_view(r, x, (("getitem", dict(attrs)),))  # (a copy: as settle's own links)
+    if x._base is not None and numpy_copies(r):
+        unlink(r)
+    return r
 
 
 def _row(x, i):
