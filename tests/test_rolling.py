@@ -492,3 +492,38 @@ def test_nodes_a_roll_took_out_are_not_found_again():
         again = np.tanh(W @ x)  # iteration 0's nodes, as traced before the roll
     live = {id(n) for n in trace.nodes}
     assert id(again.node) in live and id(again.node.args[0]) in live
+
+
+def _stacked(kind, T):
+    def f(x):
+        xs = []
+        for _ in range(T):
+            x = np.cos(x) * 0.9 + 0.1 * np.tanh(W @ x)
+            xs.append(x)
+        Y = {"stack": lambda: np.stack(xs), "array": lambda: np.array(xs),
+             "vstack": lambda: np.vstack(xs),
+             "concatenate": lambda: np.concatenate(xs).reshape(len(xs), -1),
+             "every_other": lambda: np.stack(xs[1::2]),
+             "reversed": lambda: np.stack(xs[::-1])}[kind]()
+        return np.sum(Y ** 2 * np.arange(Y.shape[0])[:, None]) + np.sum(Y[3] * x)
+    return f
+
+
+@pytest.mark.parametrize("kind", ["stack", "array", "vstack", "concatenate", "every_other",
+                                  "reversed"])
+def test_the_states_a_loop_stacked_are_one_view_of_its_output(kind, monkeypatch):
+    """``np.stack(xs)`` of the states a rolled loop appended to ``xs`` is the
+    loop's stacked output (a view), not a copy per step: the graph does not
+    grow with the steps (a program of a loop nest per step took 14 s of LLVM
+    at 300 steps), and the plan matches the unrolled one and differences."""
+    sizes = []
+    for T in (40, 80):
+        rolled, unrolled = _plans(_stacked(kind, T), X0, "numpy", monkeypatch)
+        sizes.append(len(rolled.graph.nodes))
+        assert not any(n.op == "concatenate" for n in rolled.graph.nodes)
+        r, u = rolled.gradient(X0), unrolled.gradient(X0)
+        assert float(r.value) == pytest.approx(float(u.value), rel=1e-13)
+        np.testing.assert_allclose(r.gradient, u.gradient, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(r.gradient, numerical_gradient(_stacked(kind, 80), X0),
+                               rtol=1e-6, atol=1e-8)
+    assert sizes[0] == sizes[1]

@@ -111,8 +111,67 @@ def roll_loops(trace, outs, fixed=frozenset()):
                 outs, rolled, matcher = new_outs, True, None
     if not rolled:
         trace.nodes = original
+    else:
+        outs = _unstack(trace, outs)
     trace.drop_forgotten()  # (once, after every roll: the runs' nodes freed now)
     return outs
+
+
+def _unstack(trace, outs):
+    """A stack, or concatenation, of a rolled loop's per-step values in their
+    order -- rows ``k0, k0 + d, ...`` of the loop's stacked output, as
+    ``np.stack(xs)`` of the states a loop appended to ``xs`` reads them after
+    the roll -- is those rows of it: one view.  (The copy per step and its
+    adjoint made a program of a loop nest per step: 14 s of LLVM at 300
+    steps.)  Rewrites ``trace.nodes`` in place; returns ``outs`` with a
+    rewritten node replaced."""
+    replace, kept = {}, []
+    nodes = trace.nodes
+    for n in nodes:
+        if replace and any(a.id in replace for a in n.args):
+            n.args = tuple(replace.get(a.id, a) for a in n.args)
+        kept.append(n)
+        if n.op != "concatenate" or len(n.args) < MIN_TRIPS or n.attrs.get("axis") != 0:
+            continue
+        rows = _rows(n.args)
+        if rows is None:
+            continue
+        source, start, step = rows
+        mark = len(nodes)
+        with trace:
+            stop = start + step * len(n.args)
+            view = Tracer(source, trace)[start:stop if stop >= 0 else None:step]
+            if view.shape != n.shape:  # (rows of 1-d items, concatenated: flat)
+                view = view.reshape(n.shape)
+        if view.node is not n and view.shape == n.shape and view.dtype == n.dtype:
+            kept.extend(nodes[mark:])
+            replace[n.id] = view.node
+        del nodes[mark:]
+    trace.nodes = kept
+    return [replace.get(o.id, o) for o in outs]
+
+
+def _rows(items):
+    """``(source, k0, d)`` when ``items`` are ``source[k0 + j d]`` for j = 0, 1,
+    ... -- each a row ``getitem(source, (k,))`` or a row with a leading unit
+    axis (``reshape`` of one to ``(1, *row)``) -- else None."""
+    rows = []
+    for a in items:
+        if a.op == "reshape" and a.shape[:1] == (1,) and a.args[0].op == "getitem" and \
+                a.args[0].shape == a.shape[1:]:
+            a = a.args[0]
+        index = a.attrs.get("index") if a.op == "getitem" else None
+        if type(index) is not tuple or len(index) != 1 or type(index[0]) is not int:
+            return None
+        rows.append((a.args[0], index[0]))
+    source = rows[0][0]
+    ks = [k for _, k in rows]
+    step = ks[1] - ks[0]
+    if step == 0 or any(x is not source for x, _ in rows) or \
+            any(b - a != step for a, b in zip(ks, ks[1:], strict=False)) or \
+            (len(items[0].shape) != len(source.shape) and items[0].op != "getitem"):
+        return None
+    return source, ks[0], step
 
 
 # -- rolling one run -------------------------------------------------------------
@@ -261,7 +320,8 @@ def _roll(trace, outs, s, p, trips, m):
         if leaf[o]:
             continue
         replace[nodes[q].id] = parts[carries.index(o)].node if k == trips - 1 and \
-            o in carries else parts[nc + ys.index(o)][k].node
+            o in carries and o not in ys else parts[nc + ys.index(o)][k].node  # (the
+        # last of a stacked value: its row too, so that np.stack(xs) finds all of them)
     new, rest = nodes[head:], nodes[end:head]
     redirect(rest, replace)
     keep.sort(key=lambda n: pos[n.id])
