@@ -89,6 +89,10 @@ class Trace:
         #: each one's ``i`` (node id -> int)
         self.steps = {}
         self.rows = {}
+        #: writes of one row into an array (``out[k] = v``): the new array's node id
+        #: -> ``(array node, k, the row node (1, *row shape), the slices of the array
+        #: the write read)`` (:mod:`hybridad.transforms.row_writes` forwards them)
+        self.row_writes = {}
 
     def __enter__(self):
         if not hasattr(_state, "stack"):

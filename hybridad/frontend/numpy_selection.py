@@ -70,6 +70,10 @@ def set_items(target, index, value):
     if kind == "c" and target.dtype.kind != "c":
         raise TypeError(f"`a[index] = value` at {user_location()}: a complex value into a "
                         f"{target.dtype} array would drop its imaginary part")
+    if type(index) is int and target.ndim >= 1:
+        assign(target, _row_written(target, index, value),
+               "in-place assignment `a[index] = value`")
+        return True
     basic = basic_key(index)
     if basic is not None and type(value) is Tracer and value.node.op == "getitem" and \
             value.node.args[0] is target.node and \
@@ -82,6 +86,34 @@ def set_items(target, index, value):
                        lambda: _written(target, index, value))
     assign(target, new, "in-place assignment `a[index] = value`")
     return True
+
+
+def _row_written(target, k, value):
+    """``target`` with ``value`` written into its row ``k`` (an int), as the
+    rows before, the row and the rows after, concatenated: a trace of
+    ``out[k] = x`` for ``k`` = 0, 1, ... then holds no constant the size of
+    ``out`` per write, and :mod:`hybridad.transforms.row_writes` reads each
+    row from the write that made it (recorded in the trace's ``row_writes``)."""
+    n = target.shape[0]
+    if not -n <= k < n:
+        raise IndexError(f"index {k} is out of bounds for axis 0 with size {n}")
+    k %= n
+    trace = target._trace
+    v = _tracer(value)
+    if v.dtype != target.dtype:
+        v = bind("cast", v, dtype=target.dtype)
+    row_shape = target.shape[1:]
+    while v.ndim > len(row_shape) and v.shape[0] == 1:  # numpy drops leading unit axes
+        v = reshape(v, v.shape[1:])
+    row = reshape(broadcast_to(v, row_shape), (1, *row_shape))
+    whole = Tracer(target.node, trace)  # (no view links: the write's own reads)
+    slices = ([whole[:k]] if k else []) + ([whole[k + 1:]] if k + 1 < n else [])
+    parts = ([slices[0]] if k else []) + [row] + ([slices[-1]] if k + 1 < n else [])
+    new = concatenate(parts, axis=0) if len(parts) > 1 else Tracer(row.node, trace)
+    if new.node is not row.node and trace.phase == "forward":
+        trace.row_writes[new.node.id] = (target.node, k, row.node,
+                                         tuple(s.node for s in slices))
+    return Tracer(new.node, trace)
 
 
 def _written(target, index, value):

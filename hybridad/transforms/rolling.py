@@ -48,6 +48,7 @@ from ..core.tracer import Tracer
 from ..ir.graph import Graph, redirect
 from ..ir.registry import REGISTRY
 from ..ops.loop import LoopBody, layout, part
+from .row_writes import forward_row_writes
 from .rolling_runs import (_ARGS, MIN_NODES, MIN_TRIPS, _attrs_key, _attrs_key_of, _best_run,
                            _Matcher)
 
@@ -88,7 +89,7 @@ def roll_loops(trace, outs, fixed=frozenset()):
     stay as traced, in no loop (what a Python decision on a value read:
     its check recomputes them from the arguments); nothing they read can be
     in a loop either, so no node that reads a loop's value changes for them."""
-    outs, rejected, light = list(outs), set(), []
+    outs, rejected, light = forward_row_writes(trace, list(outs), fixed), set(), []
     original, keys = trace.nodes, {}
     matcher = None
     if len(original) >= MIN_NODES:  # constants that every iteration reads: first
@@ -121,10 +122,11 @@ def _unstack(trace, outs):
     """A stack, or concatenation, of a rolled loop's per-step values in their
     order -- rows ``k0, k0 + d, ...`` of the loop's stacked output, as
     ``np.stack(xs)`` of the states a loop appended to ``xs`` reads them after
-    the roll -- is those rows of it: one view.  (The copy per step and its
-    adjoint made a program of a loop nest per step: 14 s of LLVM at 300
-    steps.)  Rewrites ``trace.nodes`` in place; returns ``outs`` with a
-    rewritten node replaced."""
+    the roll -- is those rows of it: one view (each run of :data:`MIN_TRIPS`
+    or more such items of a concatenation along its first axis).  (The copy
+    per step and its adjoint made a program of a loop nest per step: 14 s
+    of LLVM at 300 steps.)  Rewrites ``trace.nodes`` in place; returns
+    ``outs`` with a rewritten node replaced."""
     replace, kept = {}, []
     nodes = trace.nodes
     for n in nodes:
@@ -133,45 +135,66 @@ def _unstack(trace, outs):
         kept.append(n)
         if n.op != "concatenate" or len(n.args) < MIN_TRIPS or n.attrs.get("axis") != 0:
             continue
-        rows = _rows(n.args)
-        if rows is None:
+        runs = _runs(n.args)
+        if not runs:
             continue
-        source, start, step = rows
         mark = len(nodes)
         with trace:
-            stop = start + step * len(n.args)
-            view = Tracer(source, trace)[start:stop if stop >= 0 else None:step]
-            if view.shape != n.shape:  # (rows of 1-d items, concatenated: flat)
-                view = view.reshape(n.shape)
-        if view.node is not n and view.shape == n.shape and view.dtype == n.dtype:
+            parts, done = [], 0
+            for first, count, source, start, step in runs:
+                parts += [Tracer(a, trace) for a in n.args[done:first]]
+                stop = start + step * count
+                view = Tracer(source, trace)[start:stop if stop >= 0 else None:step]
+                item = n.args[first].shape
+                shape = (count * item[0], *item[1:])
+                parts.append(view if view.shape == shape else view.reshape(shape))
+                done = first + count
+            parts += [Tracer(a, trace) for a in n.args[done:]]
+            made = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+        if made.node is not n and made.shape == n.shape and made.dtype == n.dtype:
             kept.extend(nodes[mark:])
-            replace[n.id] = view.node
+            replace[n.id] = made.node
         del nodes[mark:]
     trace.nodes = kept
     return [replace.get(o.id, o) for o in outs]
 
 
-def _rows(items):
-    """``(source, k0, d)`` when ``items`` are ``source[k0 + j d]`` for j = 0, 1,
-    ... -- each a row ``getitem(source, (k,))`` or a row with a leading unit
-    axis (``reshape`` of one to ``(1, *row)``) -- else None."""
-    rows = []
-    for a in items:
-        if a.op == "reshape" and a.shape[:1] == (1,) and a.args[0].op == "getitem" and \
-                a.args[0].shape == a.shape[1:]:
-            a = a.args[0]
-        index = a.attrs.get("index") if a.op == "getitem" else None
-        if type(index) is not tuple or len(index) != 1 or type(index[0]) is not int:
-            return None
-        rows.append((a.args[0], index[0]))
-    source = rows[0][0]
-    ks = [k for _, k in rows]
-    step = ks[1] - ks[0]
-    if step == 0 or any(x is not source for x, _ in rows) or \
-            any(b - a != step for a, b in zip(ks, ks[1:], strict=False)) or \
-            (len(items[0].shape) != len(source.shape) and items[0].op != "getitem"):
+def _row_of(a):
+    """``(source, k)`` when ``a`` is the row ``source[k]`` (``getitem(source,
+    (k,))``) or that row with a leading unit axis (a ``reshape`` to ``(1,
+    *row)``), else None."""
+    if a.op == "reshape" and a.shape[:1] == (1,) and a.args[0].op == "getitem" and \
+            a.args[0].shape == a.shape[1:]:
+        a = a.args[0]
+    index = a.attrs.get("index") if a.op == "getitem" else None
+    if type(index) is not tuple or len(index) != 1 or type(index[0]) is not int:
         return None
-    return source, ks[0], step
+    return a.args[0], index[0]
+
+
+def _runs(items):
+    """The runs of :data:`MIN_TRIPS` or more consecutive ``items`` that are
+    rows ``k0, k0 + d, ...`` of one source, alike (all with or all without the
+    unit axis): ``(first item, count, source, k0, d)`` each."""
+    rows = [_row_of(a) for a in items]
+    runs, i = [], 0
+    while i < len(items):
+        if rows[i] is None or i + 1 == len(items) or rows[i + 1] is None:
+            i += 1
+            continue
+        source, k0 = rows[i]
+        step = rows[i + 1][1] - k0
+        j = i + 1
+        while j < len(items) and rows[j] is not None and rows[j][0] is source and \
+                rows[j][1] == k0 + step * (j - i) and items[j].shape == items[i].shape and \
+                items[j].op == items[i].op:
+            j += 1
+        if step != 0 and j - i >= MIN_TRIPS:
+            runs.append((i, j - i, source, k0, step))
+            i = j
+        else:
+            i += 1
+    return runs
 
 
 # -- rolling one run -------------------------------------------------------------

@@ -1,0 +1,174 @@
+"""Rows written one at a time, read from the writes that made them.
+
+``out = np.zeros((T, n))`` followed by ``out[k] = x`` at every step of a loop
+is traced as a new value of the whole of ``out`` per write (the rows before
+``k``, the row, the rows after: :func:`hybridad.frontend.numpy_selection.set_items`
+records each such write in the trace's ``row_writes``).  Left so, a loop of T
+steps carries an array of T rows and copies it at every step: time in T^2 to
+trace, to roll and at every call.  :func:`forward_row_writes` reads the
+values off the writes instead:
+
+* a row read ``out[j]`` of an array a chain of writes made is the value last
+  written to row ``j`` before it (or the row of the array the chain started
+  from);
+* any other read of such an array is the stack of its rows, each the last
+  value written to it (a concatenation of ``T`` rows, which
+  :mod:`hybridad.transforms.rolling` makes one view of a rolled loop's output
+  when the rows are a loop's per-step values);
+
+and the writes, then read by nothing, leave the trace.  The values are the
+same (each node still computes what it computed), so a plan is as right as
+before; only the route to each row changes.  A chain that forks (two writes
+into one array) or whose intermediate arrays are read whole more than a few
+times is left as traced.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
+from ..core.trace import Trace
+from ..core.tracer import Tracer
+
+__all__ = ["forward_row_writes"]
+
+#: the most arrays of one chain read whole (each a stack of all its rows)
+MAX_WHOLE_READS = 4
+
+
+class _Chain:
+    """Writes into one array, in order: ``rows`` row -> ``[(seq, row node)]``."""
+
+    __slots__ = ("base", "broken", "last", "rows")
+
+    def __init__(self, base):
+        self.base, self.rows, self.last, self.broken = base, {}, 0, False
+
+    def row(self, j, seq):
+        """The row node (1, *shape) last written to row ``j`` up to write
+        ``seq``, or None (the base array's row)."""
+        entries = self.rows.get(j)
+        if not entries:
+            return None
+        at = bisect.bisect_right(entries, seq, key=lambda e: e[0])
+        return entries[at - 1][1] if at else None
+
+
+def forward_row_writes(trace: Trace, outs, fixed=frozenset()):
+    """Read the rows of ``trace``'s row writes from the writes (see the
+    module); ``trace.nodes`` rewritten in place.  Returns ``outs`` with any
+    replaced node replaced."""
+    writes = trace.row_writes
+    if not writes or trace.decisions:  # (a decision's check reads nodes as traced)
+        return outs
+    nodes = trace.nodes
+    internal = {s.id for w in writes.values() for s in w[3]}  # slices feeding a write
+    at = {}  # write node id -> (chain, seq)
+    whole = {}  # write node id -> the nodes that read it whole
+    for n in nodes:
+        w = writes.get(n.id)
+        if w is not None:
+            prev = at.get(w[0].id)
+            if prev is None:
+                chain, seq = _Chain(w[0]), 1
+            else:
+                chain, seq = prev[0], prev[1] + 1
+                if chain.last != prev[1]:  # (a second write into one array: a fork)
+                    chain.broken = True
+            chain.last = seq
+            chain.rows.setdefault(w[1], []).append((seq, w[2]))
+            at[n.id] = (chain, seq)
+        for a in n.args:
+            if a.id in at and n.id not in internal and not _row_read(n):
+                whole.setdefault(a.id, []).append(n)
+    for o in outs:
+        if o.id in at:
+            whole.setdefault(o.id, []).append(None)
+    per_chain = {}
+    for wid in whole:
+        per_chain[id(at[wid][0])] = per_chain.get(id(at[wid][0]), 0) + 1
+    broken = {id(c) for c, _ in at.values()
+              if c.broken or per_chain.get(id(c), 0) > MAX_WHOLE_READS}
+    replace, kept, made = {}, [], {}
+    for n in nodes:
+        if replace and any(a.id in replace for a in n.args):
+            n.args = tuple(replace.get(a.id, a) for a in n.args)
+        src = n.args[0] if n.args else None
+        if src is not None and _row_read(n) and src.id in at and \
+                id(at[src.id][0]) not in broken and n.id not in fixed:
+            chain, seq = at[src.id]
+            j = n.attrs["index"][0]
+            row = chain.row(j, seq)
+            if row is None:
+                n.args = (chain.base,)  # (the row of the array the writes started from)
+            else:
+                replace[n.id] = _unit_row(trace, row, n, made, kept)
+                continue
+        kept.append(n)
+        if n.id in whole and id(at[n.id][0]) not in broken:
+            chain, seq = at[n.id]
+            replace[n.id] = _stacked(trace, chain, seq, n, kept)
+    outs = [replace.get(o.id, o) for o in outs]
+    trace.nodes = _without_dead(kept, outs, set(writes) | internal |
+                                {n.id for n in kept if _row_read(n)}, trace)
+    trace.row_writes = {}
+    return outs
+
+
+def _row_read(n):
+    """Whether ``n`` is ``x[j]`` for an int ``j`` (a row of ``x``)."""
+    if n.op != "getitem":
+        return False
+    index = n.attrs.get("index")
+    return type(index) is tuple and len(index) == 1 and type(index[0]) is int
+
+
+def _spliced(trace, kept, make):
+    """``make()``'s tracer, its new nodes appended to ``kept`` (not to the end
+    of the trace)."""
+    mark = len(trace.nodes)
+    with trace:
+        t = make()
+    kept.extend(trace.nodes[mark:])
+    del trace.nodes[mark:]
+    return t.node
+
+
+def _unit_row(trace, row, read, made, kept):
+    """The row node ``row`` (1, *shape) as the read ``read`` gives it (*shape)."""
+    if row.op == "reshape" and row.args[0].shape == read.shape:
+        return row.args[0]  # (the value written, before its unit axis)
+    if row.id not in made:
+        made[row.id] = _spliced(trace, kept, lambda: Tracer(row, trace).reshape(read.shape))
+    return made[row.id]
+
+
+def _stacked(trace, chain, seq, n, kept):
+    """The array write ``seq`` of ``chain`` made (node ``n``), as the stack of
+    its rows: each the last row written to it, or the base array's."""
+    def make():
+        base = Tracer(chain.base, trace)
+        parts = []
+        for j in range(n.shape[0]):
+            row = chain.row(j, seq)
+            parts.append(Tracer(row, trace) if row is not None else base[j:j + 1])
+        return np.concatenate(parts, axis=0)
+    return _spliced(trace, kept, make)
+
+
+def _without_dead(nodes, outs, candidates, trace):
+    """``nodes`` without those of ``candidates`` that nothing live reads."""
+    live = {o.id for o in outs}
+    dropped, out = [], []
+    for n in reversed(nodes):
+        if n.id in candidates and n.id not in live:
+            dropped.append(n)
+            continue
+        out.append(n)
+        live.update(a.id for a in n.args)
+    if dropped:
+        trace.forget(dropped)
+    out.reverse()
+    return out

@@ -1,0 +1,158 @@
+"""Rows written one at a time (``out[k] = x``, ``X[k + 1] = step(X[k])``):
+each row read from the write that made it, the array read whole as the stack
+of its rows (hybridad.transforms.row_writes), so that a loop that records
+its states into an array made before it builds and runs in time linear in
+its steps.  Every form is checked against the same function's plan with the
+writes left as traced (``HYBRIDAD_ROLL=0``: no forwarding, no rolling),
+numpy's value and central differences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.testing import assert_no_alloc, numerical_gradient
+from hybridad.transforms import rolling
+
+RNG = np.random.default_rng(11)
+W = RNG.standard_normal((5, 5)) / 3
+X0 = np.linspace(-1.0, 1.0, 5)
+
+
+@pytest.fixture(autouse=True)
+def roll_small_steps(monkeypatch):
+    monkeypatch.setattr(rolling, "HEAVY_STEP", 0)  # (every run rolls: tests/test_rolling.py)
+
+
+def step(x):
+    return np.tanh(W @ x) + 0.1 * x
+
+
+def recorded(x, T=30):  # every state into a row of an array made before the loop
+    out = np.zeros((T, 5))
+    for k in range(T):
+        x = step(x)
+        out[k] = x
+    return np.sum(out ** 2 * np.arange(1.0, T + 1)[:, None])
+
+
+def recurrence(x, T=30):  # each step reads the row the step before wrote
+    X = np.zeros((T + 1, 5))
+    X[0] = x
+    for k in range(T):
+        X[k + 1] = step(X[k])
+    return np.sum(np.sin(X)) + np.sum(X[-1] ** 2)
+
+
+def scalars(x, T=30):  # a number per step into a 1-d array, negative indices too
+    y = np.zeros(T + 1)
+    for k in range(T):
+        x = step(x)
+        y[k - T] = np.sum(x) * (k + 1)
+    y[-1] = 2.0
+    return np.sum(y ** 2) + y[3] * y[7]
+
+
+def partial(x, T=30):  # every other row written, some twice, read before and after
+    out = np.ones((2 * T, 5))
+    for k in range(T):
+        x = step(x)
+        out[2 * k] = x
+        if k % 7 == 3:
+            out[2 * k] = out[2 * k] * 0.5 + out[2 * k + 1]
+    return np.sum(out ** 3) + np.sum(out[5] * x)
+
+
+def read_whole(x, T=12):  # the array read whole at every step: left as traced
+    out = np.zeros((T, 5))
+    s = 0.0
+    for k in range(T):
+        x = step(x) + 0.01 * np.sum(out)
+        out[k] = x
+        s = s + np.sum(out ** 2)
+    return s
+
+
+def forked(x, T=12):  # two arrays from one: each with its own writes
+    a = np.zeros((T, 5))
+    for k in range(T // 2):
+        x = step(x)
+        a[k] = x
+    b = a.copy()
+    for k in range(T // 2, T):
+        x = step(x)
+        a[k] = x
+        b[k] = -x
+    return np.sum(a ** 2) + np.sum(np.cos(b))
+
+
+def cube(x, T=20):  # rows of a 3-d array, written from a broadcast value
+    out = np.zeros((T, 2, 5))
+    for k in range(T):
+        x = step(x)
+        out[k] = x * np.array([[1.0], [0.5]])
+    return np.sum(out ** 2)
+
+
+FORMS = [recorded, recurrence, scalars, partial, read_whole, forked, cube]
+
+
+def _plans(f, monkeypatch, **kw):
+    monkeypatch.setenv("HYBRIDAD_ROLL", "1")
+    rolled = ha.compile(f, X0, backend="numpy", **kw)
+    monkeypatch.setenv("HYBRIDAD_ROLL", "0")
+    traced = ha.compile(f, X0, backend="numpy", **kw)
+    monkeypatch.delenv("HYBRIDAD_ROLL")
+    return rolled, traced
+
+
+@pytest.mark.parametrize("f", FORMS, ids=lambda f: f.__name__)
+def test_rows_forwarded_match_the_writes_as_traced(f, monkeypatch):
+    rolled, traced = _plans(f, monkeypatch)
+    r, t = rolled.gradient(X0), traced.gradient(X0)
+    assert float(r.value) == pytest.approx(float(f(X0.copy())), rel=1e-13)
+    assert float(r.value) == pytest.approx(float(t.value), rel=1e-13)
+    np.testing.assert_allclose(r.gradient, t.gradient, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(r.gradient, numerical_gradient(f, X0), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("f", [recorded, recurrence, scalars], ids=lambda f: f.__name__)
+def test_a_recorded_loop_rolls_and_does_not_grow_with_its_steps(f, monkeypatch):
+    sizes = []
+    for T in (30, 60):
+        plan = ha.compile(lambda x, T=T: f(x, T), X0, backend="numpy")
+        assert sum(n.op == "loop" for n in plan.graph.nodes) == 2
+        assert all(len(n.args) <= 6 for n in plan.graph.nodes if n.op == "concatenate")
+        consts = sum(n.size for n in plan.graph.nodes if n.op == "const")
+        assert consts < 40 * T  # (no index array the size of the record per step)
+        sizes.append(len(plan.graph.nodes))
+    assert sizes[0] == sizes[1]
+    np.testing.assert_allclose(plan.gradient(X0).gradient,
+                               numerical_gradient(lambda x: f(x, 60), X0),
+                               rtol=1e-6, atol=1e-8)
+
+
+def test_hvp_through_forwarded_rows(monkeypatch):
+    rolled, traced = _plans(recurrence, monkeypatch, hvp=True)
+    v = np.cos(np.arange(5.0))
+    a, b = rolled.hvp(X0, v=v), traced.hvp(X0, v=v)
+    np.testing.assert_allclose(a.hvp, b.hvp, rtol=1e-11, atol=1e-12)
+
+
+def test_numba_plan_of_a_recorded_loop_allocates_nothing():
+    plan = ha.compile(recorded, X0)
+    out = ha.GradientResult(X0)
+    plan.gradient(X0, out=out)
+    np.testing.assert_allclose(out.gradient, numerical_gradient(recorded, X0),
+                               rtol=1e-6, atol=1e-8)
+    assert_no_alloc(plan.gradient, X0, out=out, n=3, warmup=2)
+
+
+def test_writes_out_of_range_raise_as_numpy():
+    def f(x):
+        out = np.zeros((3, 5))
+        out[3] = x
+        return np.sum(out)
+    with pytest.raises(IndexError, match="out of bounds"):
+        ha.gradient(f, X0)
