@@ -41,7 +41,7 @@ def recurrence(x, T=30):  # each step reads the row the step before wrote
     X = np.zeros((T + 1, 5))
     X[0] = x
     for k in range(T):
-        X[k + 1] = step(X[k])
+        X[k + 1, :] = step(X[k])
     return np.sum(np.sin(X)) + np.sum(X[-1] ** 2)
 
 
@@ -91,7 +91,10 @@ def cube(x, T=20):  # rows of a 3-d array, written from a broadcast value
     out = np.zeros((T, 2, 5))
     for k in range(T):
         x = step(x)
-        out[k] = x * np.array([[1.0], [0.5]])
+        if k % 2:
+            out[k, ...] = x * np.array([[1.0], [0.5]])
+        else:
+            out[k, :, :] = x * np.array([[1.0], [0.5]])
     return np.sum(out ** 2)
 
 

@@ -70,8 +70,9 @@ def set_items(target, index, value):
     if kind == "c" and target.dtype.kind != "c":
         raise TypeError(f"`a[index] = value` at {user_location()}: a complex value into a "
                         f"{target.dtype} array would drop its imaginary part")
-    if type(index) is int and target.ndim >= 1:
-        assign(target, _row_written(target, index, value),
+    row = _row_index(index, target.ndim)
+    if row is not None:
+        assign(target, _row_written(target, row, value),
                "in-place assignment `a[index] = value`")
         return True
     basic = basic_key(index)
@@ -86,6 +87,22 @@ def set_items(target, index, value):
                        lambda: _written(target, index, value))
     assign(target, new, "in-place assignment `a[index] = value`")
     return True
+
+
+def _row_index(index, ndim):
+    """``k`` when ``index`` selects row ``k`` of an array of ``ndim`` >= 1
+    dimensions whole: ``k``, ``(k,)``, ``(k, :, ...)``, ``(k, ...)``."""
+    if type(index) is int:
+        return index if ndim >= 1 else None
+    if type(index) is not tuple or not index or type(index[0]) is not int or \
+            len(index) > ndim + 1 or ndim < 1:
+        return None
+    rest = index[1:]
+    if rest.count(Ellipsis) > 1 or len(rest) - (Ellipsis in rest) > ndim - 1:
+        return None
+    full = slice(None)
+    return index[0] if all(k is Ellipsis or type(k) is slice and k == full for k in rest) \
+        else None
 
 
 def _row_written(target, k, value):
