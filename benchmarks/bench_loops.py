@@ -16,6 +16,12 @@ Models:
 * ``rnn`` -- an RNN over a sequence, ``h = tanh(W @ h + U @ x_t)``
   (``hybridad.scan`` over the rows ``x_t``), then ``sum(h)``; gradient w.r.t.
   ``W``; hidden 32, input 8;
+* ``heat`` -- a 1-D nonlinear heat equation on 64 points stepped in place as
+  numpy code writes it (``u[1:-1] += r (u[2:] - 2 u[1:-1] + u[:-2]) - ...``)
+  with every state recorded into a row of an array made before the loop
+  (``out[k] = u``), then ``sum(out**2) / T + sum(u**2)``; gradient w.r.t.
+  ``u0``.  Its explicit form (and JAX's) is the same step written
+  functionally in ``scan``, the states its outputs;
 * ``rk4_hessian`` -- the dense Hessian (``hybridad.hessian``) of
   ``sum(x_T**2)`` after T steps of classic RK4 on ``x' = tanh(W @ x) - 0.1 x``,
   n = 6, w.r.t. ``x0``.
@@ -38,7 +44,7 @@ its rows also print ``mem/carried``, the workspace over T x state x (1 +
 the plan's chunk).  ``--budget F`` builds hybridad's plans with
 ``memory_budget = F x`` the stored carries.
 
-    python benchmarks/bench_loops.py [--models euler rnn rk4_hessian]
+    python benchmarks/bench_loops.py [--models euler rnn heat rk4_hessian]
         [--steps 100 1000 10000] [--forms explicit python] [--budget F] [--repeat N]
         [--json FILE]
 """
@@ -67,6 +73,8 @@ def data(model):
     if model == "rnn":
         return [np.zeros(32), rng.standard_normal((32, 32)) / np.sqrt(32),
                 rng.standard_normal((32, 8)) / np.sqrt(8), None]
+    if model == "heat":
+        return [np.sin(np.linspace(0.0, np.pi, 64)) + 0.1 * rng.standard_normal(64)]
     n = 6
     return [rng.standard_normal(n), rng.standard_normal((n, n)) / np.sqrt(n)]
 
@@ -89,6 +97,26 @@ def rnn(lib, T, scan):
     def f(h, W, U, xs):
         h, _ = scan(lambda h, x: (lib.tanh(W @ h + U @ x), None), h, xs)
         return lib.sum(h)
+    return f
+
+def heat(lib, T, scan):  # scan None: the Python loop, in place, as numpy code writes it
+    r = 0.2
+    if scan is None:
+        def f(u):
+            u = u.copy()
+            out = np.zeros((T, u.shape[0]))
+            for k in range(T):
+                u[1:-1] += r * (u[2:] - 2 * u[1:-1] + u[:-2]) - 0.01 * u[1:-1] ** 3
+                out[k] = u
+            return lib.sum(out ** 2) / T + lib.sum(u ** 2)
+        return f
+    def body(u, _):
+        inner = u[1:-1] + r * (u[2:] - 2 * u[1:-1] + u[:-2]) - 0.01 * u[1:-1] ** 3
+        u = lib.concatenate([u[:1], inner, u[-1:]])
+        return u, u
+    def f(u):
+        u, us = scan(body, u, None, length=T)
+        return lib.sum(us ** 2) / T + lib.sum(u ** 2)
     return f
 
 def rk4(lib, T, fori):
@@ -115,7 +143,7 @@ args = data(model)
 if model == "rnn":
     args[3] = rng.standard_normal((T, 8))
 budget = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
-state = {"euler": 50, "rnn": 32}.get(model, 6)
+state = {"euler": 50, "rnn": 32, "heat": 64}.get(model, 6)
 stored = T * state * 8  # the carries of every step, float64
 opts = {"memory_budget": int(budget * stored)} if budget else {}
 fori, scan = (ha.fori_loop, ha.scan) if form == "explicit" else (py_fori, py_scan)
@@ -123,6 +151,8 @@ if model == "euler":
     f, argnums, kind = euler(np, T, fori), 0, "gradient"
 elif model == "rnn":
     f, argnums, kind = rnn(np, T, scan), 1, "gradient"
+elif model == "heat":
+    f, argnums, kind = heat(np, T, ha.scan if form == "explicit" else None), 0, "gradient"
 else:
     f, argnums, kind = rk4(np, T, fori), 0, "hessian"
 if kind == "gradient":
@@ -168,6 +198,8 @@ if model == "euler":
     fn = jax.jit(jax.value_and_grad(euler(jnp, T, jax.lax.fori_loop)))
 elif model == "rnn":
     fn = jax.jit(jax.value_and_grad(rnn(jnp, T, jax.lax.scan), argnums=1))
+elif model == "heat":
+    fn = jax.jit(jax.value_and_grad(heat(jnp, T, jax.lax.scan)))
 else:
     fn = jax.jit(jax.hessian(rk4(jnp, T, jax.lax.fori_loop)))
 call = lambda: jax.block_until_ready(fn(*args))
@@ -219,7 +251,7 @@ def _carried(ha):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=["euler", "rnn", "rk4_hessian"])
+    parser.add_argument("--models", nargs="+", default=["euler", "rnn", "heat", "rk4_hessian"])
     parser.add_argument("--steps", nargs="+", type=int, default=[100, 1000, 10000])
     parser.add_argument("--forms", nargs="+", default=["explicit", "python"],
                         choices=["explicit", "python"])

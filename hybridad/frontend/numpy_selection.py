@@ -116,10 +116,26 @@ def _row_written(target, k, value):
         raise IndexError(f"index {k} is out of bounds for axis 0 with size {n}")
     k %= n
     trace = target._trace
+    node, row_shape = target.node, target.shape[1:]
+    if type(value) is Tracer and value._trace is trace and value.shape == row_shape and \
+            value.dtype == target.dtype and not node.is_literal and trace.phase == "forward":
+        # (the usual write, `out[k] = x`: its nodes made directly, as the surface's
+        # getitem, reshape and concatenate would make them -- a loop writes one a step)
+        add, dt = trace.add, node.dtype
+        row = add("reshape", (value.node,), {"shape": (1, *row_shape)}, (1, *row_shape), dt)
+        slices = ([add("getitem", (node,), {"index": (slice(None, k, None),)},
+                       (k, *row_shape), dt)] if k else []) + \
+            ([add("getitem", (node,), {"index": (slice(k + 1, None, None),)},
+                  (n - k - 1, *row_shape), dt)] if k + 1 < n else [])
+        parts = ([slices[0]] if k else []) + [row] + ([slices[-1]] if k + 1 < n else [])
+        if len(parts) == 1:
+            return Tracer(row, trace)
+        new = add("concatenate", tuple(parts), {"axis": 0}, node.shape, dt)
+        trace.row_writes[new.id] = (node, k, row, tuple(slices))
+        return Tracer(new, trace)
     v = _tracer(value)
     if v.dtype != target.dtype:
         v = bind("cast", v, dtype=target.dtype)
-    row_shape = target.shape[1:]
     while v.ndim > len(row_shape) and v.shape[0] == 1:  # numpy drops leading unit axes
         v = reshape(v, v.shape[1:])
     row = reshape(broadcast_to(v, row_shape), (1, *row_shape))
