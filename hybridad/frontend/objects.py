@@ -234,9 +234,10 @@ def _write_through(target, value, root):
     (``value`` at the positions ``target`` views, its own elsewhere: one
     gather), then every live member is its views of the new root again."""
     grid = _grid(root.shape)
-    at = _positions(target, grid, root)
-    root.node = SURFACE.write_positions(Tracer(root.node, root._trace), at, value,
-                                        key=_path_key(target, root)).node
+    key = _path_key(target, root)
+    at = _positions(target, grid, root) if key is None else \
+        (lambda: _positions(target, grid, root))  # (a replayed write needs no positions)
+    root.node = SURFACE.write_positions(Tracer(root.node, root._trace), at, value, key=key).node
     live = {id(m): m for m in [target, *_others_sharing(target)] if m is not root}
     for m in sorted(live.values(), key=lambda m: len(_chain(m))):  # bases before their views
         base, path = m._base
