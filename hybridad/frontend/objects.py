@@ -173,11 +173,44 @@ def _family_root(t):
         roots.add(id(root))
     if len(roots) != 1 or root._flags & (ARG | READONLY):
         return None
-    grid = _grid(root.shape)
-    for m in members:
-        if _positions(m, grid, root) is None:
-            return None
+    if any(_copied(m, root) for m in members):
+        return None
     return root
+
+
+def _copied(t, root):
+    """Whether numpy would make ``t`` as a copy of ``root`` (a reshape on the
+    way that cannot be a view: numpy's other views never copy), asked of an
+    array of ``root``'s shape and C strides over one byte of memory -- the
+    strides decide, and nothing of the size of ``root`` is made (a rolled
+    loop's views of its packed output: 10^8 elements and more)."""
+    chain = []
+    while t is not root:
+        t, path = t._base
+        chain.append(path)
+    if not any(op == "reshape" for path in chain for op, _ in path):
+        return False
+    shape = root.shape
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * max(shape[i + 1], 1)
+    a = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape, strides, writeable=False)
+    for path in reversed(chain):
+        for op, attrs in path:
+            if op != "reshape":
+                a = REGISTRY[op].view(a, **attrs)
+                continue
+            try:
+                a = np.reshape(a, attrs["shape"], copy=False)
+            except ValueError:  # (numpy would copy)
+                return True
+            except TypeError:  # (numpy before 2.1: no copy=False; a view takes the
+                a = a.view()  # shape in place only where no copy is needed)
+                try:
+                    a.shape = attrs["shape"]
+                except AttributeError:
+                    return True
+    return False
 
 
 _GRIDS = {}  # shape -> its flat positions (read-only), the last few shapes asked for
@@ -200,12 +233,7 @@ def numpy_copies(t):
     a reshape can be (numpy's other views never copy), so without one on the
     way from the root nothing is computed -- a loop over an array's rows
     would otherwise lay out the whole array at every row."""
-    chain = _chain(t)
-    if not any(op == "reshape" for c in chain[:-1] for op, _ in c._base[1]):
-        return False
-    root = chain[-1]
-    grid = _grid(root.shape)
-    return _positions(t, grid, root) is None
+    return _copied(t, _chain(t)[-1])
 
 
 def unlink(t):
@@ -233,10 +261,9 @@ def _write_through(target, value, root):
     make it: the family's ``root`` (:func:`_family_root`) takes its new value
     (``value`` at the positions ``target`` views, its own elsewhere: one
     gather), then every live member is its views of the new root again."""
-    grid = _grid(root.shape)
     key = _path_key(target, root)
-    at = _positions(target, grid, root) if key is None else \
-        (lambda: _positions(target, grid, root))  # (a replayed write needs no positions)
+    at = _positions(target, _grid(root.shape), root) if key is None else \
+        (lambda: _positions(target, _grid(root.shape), root))  # (a replayed write: none)
     root.node = SURFACE.write_positions(Tracer(root.node, root._trace), at, value, key=key).node
     live = {id(m): m for m in [target, *_others_sharing(target)] if m is not root}
     for m in sorted(live.values(), key=lambda m: len(_chain(m))):  # bases before their views
