@@ -555,3 +555,31 @@ def test_a_large_states_rolled_loop_lays_out_no_array_of_its_packed_output(monke
     small = np.sin(np.linspace(0.0, np.pi, 12))
     np.testing.assert_allclose(ha.compile(f, small, backend="numpy").gradient(small).gradient,
                                numerical_gradient(f, small), rtol=1e-6, atol=1e-8)
+
+
+def test_a_loops_rows_of_a_captured_array_are_held_by_reference(monkeypatch):
+    """The rows ``forcing[k]`` a rolled loop reads are one strided view of
+    the captured array: the plan's graph signature names it by reference
+    (it was signed by its bytes, a copy the plan kept: 80 MB here), and a
+    change to the array in place is still seen."""
+    import tracemalloc
+
+    n, T = 50_000, 200
+    forcing = np.random.default_rng(5).standard_normal((T, n))
+
+    def f(x):
+        for k in range(T):
+            x = x + 0.01 * (np.tanh(x) + forcing[k])
+        return np.sum(x ** 2)
+
+    x = np.linspace(-1.0, 1.0, n)
+    tracemalloc.start()
+    try:
+        plan = ha.compile(f, x, backend="numpy")
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert _loops(plan) == 2
+    assert held < plan.memory.total_bytes + 20e6, f"{held / 1e6:.0f} MB held"
+    forcing[7] += 1.0
+    np.testing.assert_allclose(plan.gradient(x).value, f(x), rtol=1e-12)

@@ -7,6 +7,8 @@ keeps running when the signature came out the same.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from ..ops.loop import LoopBody
@@ -28,11 +30,11 @@ def signature(nodes, outputs, captured):
     for n in nodes:
         if n.op == "const":
             v = n.attrs["value"]
-            if not n.is_literal and id(v) in captured:
-                c = ("ref", id(v), v.shape, v.dtype.str, v.strides)
+            owner = _captured_owner(v, captured) if not n.is_literal else None
+            if owner is not None:  # (one of f's arrays, or a view of one: a loop's rows)
+                c = ("ref", id(owner), _offset(v, owner), v.shape, v.dtype.str, v.strides)
             else:
-                c = ("val", v.dtype.str, v.shape, v.tobytes() if not v.dtype.hasobject
-                     else id(v))
+                c = ("val", v.dtype.str, v.shape, _value(v))
             out.append(("const", n.id, c))
             continue
         attrs = attrs_seen.get(id(n.attrs))
@@ -41,6 +43,36 @@ def signature(nodes, outputs, captured):
         out.append((n.op, n.id, tuple([a.id for a in n.args]), n.shape, n.dtype, attrs))
     out.append(("outputs", tuple(o.id for o in outputs)))
     return tuple(out)
+
+
+def _captured_owner(v, captured):
+    """``v`` or the array it views (through its bases) when that is one of
+    the arrays the guards found in ``f``'s state (``captured``: ids), else
+    None."""
+    while v is not None:
+        if id(v) in captured and isinstance(v, np.ndarray):
+            return v
+        v = getattr(v, "base", None)  # (as_strided's views hold their array one level down)
+    return None
+
+
+def _offset(v, owner):
+    """Where ``v``'s first element is in ``owner``'s memory (bytes)."""
+    return v.__array_interface__["data"][0] - owner.__array_interface__["data"][0]
+
+
+#: constants of at most this many bytes are signed by their bytes; larger ones
+#: by a digest of them (a plan keeps its signature: not a copy of its data)
+BYTES_BY_VALUE = 4096
+
+
+def _value(v):
+    """A constant's value as a comparable value."""
+    if v.dtype.hasobject:
+        return id(v)
+    if v.nbytes <= BYTES_BY_VALUE:
+        return v.tobytes()
+    return ("blake2b", hashlib.blake2b(np.ascontiguousarray(v), digest_size=32).digest())
 
 
 def attrs_signature(attrs):
