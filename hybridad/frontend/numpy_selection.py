@@ -76,9 +76,7 @@ def set_items(target, index, value):
                "in-place assignment `a[index] = value`")
         return True
     basic = basic_key(index)
-    if basic is not None and type(value) is Tracer and value.node.op == "getitem" and \
-            value.node.args[0] is target.node and \
-            (basic_key(value.node.attrs.get("index")) or (None,))[1:] == basic[1:]:
+    if basic is not None and type(value) is Tracer and _is_view_at(value, target, basic):
         return True  # `a[i] = a[i]`, numpy's write-back of `a[i] += v`: nothing changes
     if basic is None:
         new = _written(target, index, value)
@@ -87,6 +85,22 @@ def set_items(target, index, value):
                        lambda: _written(target, index, value))
     assign(target, new, "in-place assignment `a[index] = value`")
     return True
+
+
+def _is_view_at(value, target, basic):
+    """Whether ``value`` is ``target[index]`` (``basic``: the index's
+    :func:`~hybridad.frontend.replay.basic_key`) -- its node, or a live view of
+    ``target`` at that index, whose memory numpy's write would copy onto
+    itself."""
+    node = value.node
+    if node.op == "getitem" and node.args[0] is target.node and \
+            (basic_key(node.attrs.get("index")) or (None,))[1:] == basic[1:]:
+        return True
+    link = value._base
+    if link is None or link[0] is not target or len(link[1]) != 1 or \
+            link[1][0][0] != "getitem":
+        return False
+    return (basic_key(link[1][0][1].get("index")) or (None,))[1:] == basic[1:]
 
 
 def _row_index(index, ndim):

@@ -260,13 +260,16 @@ def _write_through(target, value, root):
     """``target`` takes ``value`` as numpy's write into shared memory would
     make it: the family's ``root`` (:func:`_family_root`) takes its new value
     (``value`` at the positions ``target`` views, its own elsewhere: one
-    gather), then every live member is its views of the new root again."""
+    gather), then every other live member is its views of the new root again."""
     key = _path_key(target, root)
     at = _positions(target, _grid(root.shape), root) if key is None else \
         (lambda: _positions(target, _grid(root.shape), root))  # (a replayed write: none)
     root.node = SURFACE.write_positions(Tracer(root.node, root._trace), at, value, key=key).node
     live = {id(m): m for m in [target, *_others_sharing(target)] if m is not root}
     for m in sorted(live.values(), key=lambda m: len(_chain(m))):  # bases before their views
+        if m is target:  # (it holds what was written: not a view of the new root made
+            m.node = value.node  # now, which a loop's next step would read as a carry)
+            continue
         base, path = m._base
         node = base.node
         for op, attrs in path:

@@ -148,13 +148,25 @@ def _unit_row(trace, row, read, made, kept):
 def _stacked(trace, chain, seq, n, kept):
     """The array write ``seq`` of ``chain`` made (node ``n``), as the stack of
     its rows: each the last row written to it, or the base array's."""
+    row_shape = n.shape[1:]
+
     def make():
         base = Tracer(chain.base, trace)
         parts = []
         for j in range(n.shape[0]):
             row = chain.row(j, seq)
-            parts.append(Tracer(row, trace) if row is not None else base[j:j + 1])
-        return np.concatenate(parts, axis=0)
+            if not row_shape:  # (numbers: their rows of one element, concatenated)
+                parts.append(Tracer(row, trace) if row is not None else base[j:j + 1])
+            elif row is not None and row.op == "reshape" and row.args[0].shape == row_shape:
+                parts.append(Tracer(row.args[0], trace))  # (the value written itself)
+            else:
+                parts.append(Tracer(row, trace).reshape(row_shape) if row is not None
+                             else base[j])
+        if not row_shape:
+            return np.concatenate(parts, axis=0)
+        # the rows themselves, end to end: a loop's per-step values, not views of them
+        # (a rolled loop then keeps the states it carries, not a copy of each as well)
+        return np.concatenate(parts, axis=0).reshape(n.shape)
     return _spliced(trace, kept, make)
 
 
