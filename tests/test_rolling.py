@@ -530,26 +530,32 @@ def test_the_states_a_loop_stacked_are_one_view_of_its_output(kind, monkeypatch)
     assert sizes[0] == sizes[1]
 
 
+def _built_traced(f, x):
+    """``f``'s numpy plan at ``x``, and the bytes tracemalloc counted while it
+    was built: (plan, held after, peak)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        plan = ha.compile(f, x, backend="numpy")
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return plan, held, peak
+
+
 def test_a_large_states_rolled_loop_lays_out_no_array_of_its_packed_output(monkeypatch):
     """Whether numpy would copy a view (a reshape of a loop's packed output)
     is asked of the strides, not of an array of positions the size of what
     is viewed: 300 steps of a 10^5-point grid laid out 3 x 10^7 positions
     (240 MB, most of the trace's time) for each view of the loop's output."""
-    import tracemalloc
-
     def f(u):
         u = u.copy()
         for _ in range(300):
             u[1:-1] += 0.2 * (u[2:] - 2 * u[1:-1] + u[:-2])
         return np.sum(u ** 2)
 
-    u0 = np.sin(np.linspace(0.0, np.pi, 100_000))
-    tracemalloc.start()
-    try:
-        plan = ha.compile(f, u0, backend="numpy")
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    plan, _, peak = _built_traced(f, np.sin(np.linspace(0.0, np.pi, 100_000)))
     assert _loops(plan) == 2
     assert peak < 40e6, f"{peak / 1e6:.0f} MB while building"
     small = np.sin(np.linspace(0.0, np.pi, 12))
@@ -562,8 +568,6 @@ def test_a_loops_rows_of_a_captured_array_are_held_by_reference(monkeypatch):
     the captured array: the plan's graph signature names it by reference
     (it was signed by its bytes, a copy the plan kept: 80 MB here), and a
     change to the array in place is still seen."""
-    import tracemalloc
-
     n, T = 50_000, 200
     forcing = np.random.default_rng(5).standard_normal((T, n))
 
@@ -573,12 +577,7 @@ def test_a_loops_rows_of_a_captured_array_are_held_by_reference(monkeypatch):
         return np.sum(x ** 2)
 
     x = np.linspace(-1.0, 1.0, n)
-    tracemalloc.start()
-    try:
-        plan = ha.compile(f, x, backend="numpy")
-        held = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
+    plan, held, _ = _built_traced(f, x)
     assert _loops(plan) == 2
     assert held < plan.memory.total_bytes + 20e6, f"{held / 1e6:.0f} MB held"
     forcing[7] += 1.0
