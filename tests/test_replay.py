@@ -174,6 +174,25 @@ def test_replayed_calls_are_the_frontends(monkeypatch):
     assert len(calls) >= 4 * 4
 
 
+def test_two_traced_operands_take_their_recipe_directly(monkeypatch):
+    # `x + y` and `A @ x` of two tracers go from the operator to the recipe
+    # (replay._binary_call), and make the graph the surface makes
+    served = []
+    real = replay._binary_call
+    monkeypatch.setattr(replay, "_binary_call",
+                        lambda u, ops: (lambda r: served.append(r is not None) or r)(real(u, ops)))
+    from hybridad.core.tracer import SURFACE
+    monkeypatch.setattr(SURFACE, "replayed_binary", replay._binary_call)
+
+    def f(x, y):
+        for _ in range(6):
+            x = np.tanh(x * y + y) - x / (y * y + 1.0)
+        return np.sum(x)
+    (on, outs_on), _, _ = traced(f, (X, Y), monkeypatch, True)
+    (off, outs_off), _, _ = traced(f, (X, Y), monkeypatch, False)
+    assert sum(served) >= 10 and on == off and outs_on == outs_off
+
+
 def test_no_allocation_per_call_through_replayed_loops():
     plan = ha.compile(euler, X, Y, argnums=0)
     assert_no_alloc(plan.gradient, X, Y, out=ha.GradientResult(X), n=3, warmup=1)

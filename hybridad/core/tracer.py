@@ -36,7 +36,8 @@ from .observe import OBSERVED, note_value_operand, paused
 #: module; tracers call them through this table, so imports run one way)
 SURFACE = types.SimpleNamespace(apply_ufunc=None, apply_function=None, getitem=None,
                                 assign=None, setitem=None, write_positions=None,
-                                namespace=None)
+                                namespace=None,
+                                replayed_binary=lambda ufunc, operands: None)
 
 __all__ = ["ARG", "READONLY", "SCALAR", "Tracer"]
 
@@ -477,11 +478,19 @@ def _binary(ufunc, reflected=False):
             OBSERVED.profiler = None  # events fewer: a traced x + y)
             sys.setprofile(None)
             try:
+                if type(other) is Tracer and type(self) is Tracer:  # (two traced arrays:
+                    r = SURFACE.replayed_binary(ufunc, operands)  # the recipe, directly)
+                    if r is not None:
+                        return r
                 _note_values(operands)
                 return SURFACE.apply_ufunc(ufunc, "__call__", operands, {})
             finally:
                 sys.setprofile(hook)
                 OBSERVED.profiler = hook
+        if type(other) is Tracer and type(self) is Tracer:
+            r = SURFACE.replayed_binary(ufunc, operands)
+            if r is not None:
+                return r
         return self.__array_ufunc__(ufunc, "__call__", *operands)
     return op
 

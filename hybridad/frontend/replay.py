@@ -259,6 +259,26 @@ def _install():
         return inner_getitem(x, index)
 
     SURFACE.getitem = getitem
+    SURFACE.replayed_binary = _binary_call
+
+
+def _binary_call(ufunc, operands):
+    """A ufunc of two tracers (``x @ y``, ``x + y``) from its recipe, when
+    the trace has one for them -- the key :func:`_key` makes, without the
+    surface's layers on the way -- else None (the surface answers)."""
+    a, b = operands
+    trace = a._trace
+    if not _on[0] or b._trace is not trace or type(trace) is not Trace or \
+            trace.phase != "forward" or current_trace() is not trace:
+        return None
+    na, nb = a.node, b.node
+    if na.op == "const" or nb.op == "const":
+        return None
+    recipe = trace.recipes.get((ufunc, "__call__", (na.shape, na.dtype, a._flags),
+                                (nb.shape, nb.dtype, b._flags), na is nb))
+    if type(recipe) is not _Recipe:
+        return None
+    return _replay(recipe, trace, [na, nb])
 
 
 #: the types of an index :func:`_basic` looks at (a slice, or a tuple of parts)
