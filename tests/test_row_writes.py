@@ -98,7 +98,17 @@ def cube(x, T=20):  # rows of a 3-d array, written from a broadcast value
     return np.sum(out ** 2)
 
 
-FORMS = [recorded, recurrence, scalars, partial, read_whole, forked, cube]
+def accumulated(x, T=24):  # rows updated in place (`acc[k] += x`: a write through the row)
+    acc = np.zeros((6, 5))
+    for k in range(T):
+        x = step(x)
+        acc[k % 6] += x
+        acc[(k + 1) % 6] *= 0.5
+        acc[k % 6] = acc[k % 6]  # (numpy's own write-back, written out: nothing changes)
+    return np.sum(acc ** 2)
+
+
+FORMS = [recorded, recurrence, scalars, partial, read_whole, forked, cube, accumulated]
 
 
 def _plans(f, monkeypatch, **kw):

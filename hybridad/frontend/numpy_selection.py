@@ -70,14 +70,14 @@ def set_items(target, index, value):
     if kind == "c" and target.dtype.kind != "c":
         raise TypeError(f"`a[index] = value` at {user_location()}: a complex value into a "
                         f"{target.dtype} array would drop its imaginary part")
+    basic = basic_key(index)
+    if basic is not None and type(value) is Tracer and _is_view_at(value, target, basic):
+        return True  # `a[i] = a[i]`, numpy's write-back of `a[i] += v`: nothing changes
     row = _row_index(index, target.ndim)
     if row is not None:
         assign(target, _row_written(target, row, value),
                "in-place assignment `a[index] = value`")
         return True
-    basic = basic_key(index)
-    if basic is not None and type(value) is Tracer and _is_view_at(value, target, basic):
-        return True  # `a[i] = a[i]`, numpy's write-back of `a[i] += v`: nothing changes
     if basic is None:
         new = _written(target, index, value)
     else:  # (a loop's `u[1:-1] = ...`: the same nodes at every step, replayed)
