@@ -430,7 +430,7 @@ def test_the_whole_array_search_is_the_node_by_node_definition(f):
     real = rolling.roll_loops
 
     def check(trace, outs, fixed=frozenset()):  # before rolling (which rewires the nodes)
-        outs = row_writes.forward_row_writes(trace, list(outs), fixed)  # (as roll_loops)
+        outs = row_writes.forward_row_writes(trace, list(outs))  # (as roll_loops)
         nodes = list(trace.nodes)
         m = rolling_runs._Matcher(nodes, {})
         # the nodes a replayed call made, described by their step's first node: the

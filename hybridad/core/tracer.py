@@ -382,17 +382,17 @@ class Tracer:
 
     def __setitem__(self, index, value):
         hook = OBSERVED.profiler
-        if hook is not None and type(value) in _PLAIN_VALUES and _basic(index):
-            OBSERVED.profiler = None  # (a write of a traced or plain value at ints and
-            sys.setprofile(None)  # slices runs no user code: a loop's `u[1:-1] = ...`)
-            try:
-                if SURFACE.setitem is not None and SURFACE.setitem(self, index, value):
-                    return
-            finally:
+        quiet = hook is not None and type(value) in _PLAIN_VALUES and _basic(index)
+        if quiet:  # (a write of a traced or plain value at ints and slices runs no
+            OBSERVED.profiler = None  # user code: a loop's `u[1:-1] = ...`)
+            sys.setprofile(None)
+        try:
+            if SURFACE.setitem is not None and SURFACE.setitem(self, index, value):
+                return  # (`a[idx] op= v` with a constant fancy index too)
+        finally:
+            if quiet:
                 sys.setprofile(hook)
                 OBSERVED.profiler = hook
-        elif SURFACE.setitem is not None and SURFACE.setitem(self, index, value):
-            return  # `a[idx] op= v` with a constant fancy index
         raise TracingError(f"in-place assignment to a traced array at {user_location()}: "
                            "build the result functionally (np.where, np.concatenate, ...); "
                            "`a[idx] += v` with a constant integer array `idx` is traced.")
@@ -477,21 +477,19 @@ def _binary(ufunc, reflected=False):
         if hook is not None:  # (__array_ufunc__'s work, one frame and two profiler
             OBSERVED.profiler = None  # events fewer: a traced x + y)
             sys.setprofile(None)
-            try:
-                if type(other) is Tracer and type(self) is Tracer:  # (two traced arrays:
-                    r = SURFACE.replayed_binary(ufunc, operands)  # the recipe, directly)
-                    if r is not None:
-                        return r
-                _note_values(operands)
-                return SURFACE.apply_ufunc(ufunc, "__call__", operands, {})
-            finally:
+        try:
+            if type(other) is Tracer and type(self) is Tracer:  # (two traced arrays:
+                r = SURFACE.replayed_binary(ufunc, operands)  # the recipe, directly)
+                if r is not None:
+                    return r
+            if hook is None:
+                return self.__array_ufunc__(ufunc, "__call__", *operands)
+            _note_values(operands)
+            return SURFACE.apply_ufunc(ufunc, "__call__", operands, {})
+        finally:
+            if hook is not None:
                 sys.setprofile(hook)
                 OBSERVED.profiler = hook
-        if type(other) is Tracer and type(self) is Tracer:
-            r = SURFACE.replayed_binary(ufunc, operands)
-            if r is not None:
-                return r
-        return self.__array_ufunc__(ufunc, "__call__", *operands)
     return op
 
 
@@ -501,15 +499,16 @@ def _in_place(ufunc, symbol):
         if self._flags & SCALAR:  # numpy scalars are immutable: `s += 1` binds a new one
             return r
         hook = OBSERVED.profiler
-        if hook is not None and type(r) is Tracer:  # (the write runs no user code)
+        quiet = hook is not None and type(r) is Tracer  # (the write runs no user code)
+        if quiet:
             OBSERVED.profiler = None
             sys.setprofile(None)
-            try:
-                return SURFACE.assign(self, r, f"`{symbol}`", ufunc=ufunc)
-            finally:
+        try:
+            return SURFACE.assign(self, r, f"`{symbol}`", ufunc=ufunc)
+        finally:
+            if quiet:
                 sys.setprofile(hook)
                 OBSERVED.profiler = hook
-        return SURFACE.assign(self, r, f"`{symbol}`", ufunc=ufunc)
 
     op.__name__ = f"__i{ufunc.__name__}__"
     return op

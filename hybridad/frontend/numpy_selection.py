@@ -92,15 +92,13 @@ def _is_view_at(value, target, basic):
     :func:`~hybridad.frontend.replay.basic_key`) -- its node, or a live view of
     ``target`` at that index, whose memory numpy's write would copy onto
     itself."""
-    node = value.node
-    if node.op == "getitem" and node.args[0] is target.node and \
-            (basic_key(node.attrs.get("index")) or (None,))[1:] == basic[1:]:
-        return True
-    link = value._base
-    if link is None or link[0] is not target or len(link[1]) != 1 or \
-            link[1][0][0] != "getitem":
-        return False
-    return (basic_key(link[1][0][1].get("index")) or (None,))[1:] == basic[1:]
+    def at(attrs):  # (a view's index, the user's: the same parts)
+        return (basic_key(attrs.get("index")) or (None,))[1:] == basic[1:]
+
+    node, link = value.node, value._base
+    return node.op == "getitem" and node.args[0] is target.node and at(node.attrs) or \
+        link is not None and link[0] is target and len(link[1]) == 1 and \
+        link[1][0][0] == "getitem" and at(link[1][0][1])
 
 
 def _row_index(index, ndim):
@@ -130,37 +128,40 @@ def _row_written(target, k, value):
         raise IndexError(f"index {k} is out of bounds for axis 0 with size {n}")
     k %= n
     trace = target._trace
-    node, row_shape = target.node, target.shape[1:]
+    node, row_shape, dt = target.node, target.shape[1:], target.dtype
     if type(value) is Tracer and value._trace is trace and value.shape == row_shape and \
-            value.dtype == target.dtype and not node.is_literal and trace.phase == "forward":
+            value.dtype == dt and not node.is_literal and trace.phase == "forward":
         # (the usual write, `out[k] = x`: its nodes made directly, as the surface's
         # getitem, reshape and concatenate would make them -- a loop writes one a step)
-        add, dt = trace.add, node.dtype
+        add = trace.add
         row = add("reshape", (value.node,), {"shape": (1, *row_shape)}, (1, *row_shape), dt)
-        slices = ([add("getitem", (node,), {"index": (slice(None, k, None),)},
-                       (k, *row_shape), dt)] if k else []) + \
-            ([add("getitem", (node,), {"index": (slice(k + 1, None, None),)},
-                  (n - k - 1, *row_shape), dt)] if k + 1 < n else [])
-        parts = ([slices[0]] if k else []) + [row] + ([slices[-1]] if k + 1 < n else [])
-        if len(parts) == 1:
-            return Tracer(row, trace)
-        new = add("concatenate", tuple(parts), {"axis": 0}, node.shape, dt)
-        trace.row_writes[new.id] = (node, k, row, tuple(slices))
-        return Tracer(new, trace)
-    v = _tracer(value)
-    if v.dtype != target.dtype:
-        v = bind("cast", v, dtype=target.dtype)
-    while v.ndim > len(row_shape) and v.shape[0] == 1:  # numpy drops leading unit axes
-        v = reshape(v, v.shape[1:])
-    row = reshape(broadcast_to(v, row_shape), (1, *row_shape))
-    whole = Tracer(target.node, trace)  # (no view links: the write's own reads)
-    slices = ([whole[:k]] if k else []) + ([whole[k + 1:]] if k + 1 < n else [])
-    parts = ([slices[0]] if k else []) + [row] + ([slices[-1]] if k + 1 < n else [])
-    new = concatenate(parts, axis=0) if len(parts) > 1 else Tracer(row.node, trace)
-    if new.node is not row.node and trace.phase == "forward":
-        trace.row_writes[new.node.id] = (target.node, k, row.node,
-                                         tuple(s.node for s in slices))
-    return Tracer(new.node, trace)
+        lo = add("getitem", (node,), {"index": (slice(None, k, None),)}, (k, *row_shape),
+                 dt) if k else None
+        hi = add("getitem", (node,), {"index": (slice(k + 1, None, None),)},
+                 (n - k - 1, *row_shape), dt) if k + 1 < n else None
+
+        def joined(parts):
+            return add("concatenate", tuple(parts), {"axis": 0}, node.shape, dt)
+    else:
+        v = _tracer(value)
+        if v.dtype != dt:
+            v = bind("cast", v, dtype=dt)
+        while v.ndim > len(row_shape) and v.shape[0] == 1:  # numpy drops leading unit axes
+            v = reshape(v, v.shape[1:])
+        row = reshape(broadcast_to(v, row_shape), (1, *row_shape)).node
+        whole = Tracer(node, trace)  # (no view links: the write's own reads)
+        lo = whole[:k].node if k else None
+        hi = whole[k + 1:].node if k + 1 < n else None
+
+        def joined(parts):
+            return concatenate([Tracer(p, trace) for p in parts], axis=0).node
+    slices = tuple(s for s in (lo, hi) if s is not None)
+    if not slices:  # (an array of one row)
+        return Tracer(row, trace)
+    new = joined([p for p in (lo, row, hi) if p is not None])
+    if trace.phase == "forward":
+        trace.row_writes[new.id] = (node, k, row, slices)
+    return Tracer(new, trace)
 
 
 def _written(target, index, value):

@@ -200,16 +200,16 @@ def _replay(recipe, trace, nodes):
     return tuple(out)
 
 
-def replayed(what, operands, build):
+def replayed(what, operands, build, method="call"):
     """``build()`` -- a function of ``operands`` (tracers of this trace, or
-    scalars) and of the hashable ``what`` alone that adds forward nodes and
-    returns a new tracer -- through this trace's recipes, as a ufunc call
-    is: recorded the first times, then replayed (an element write in a
-    loop, ``u[1:-1] = ...``)."""
+    scalars) and of the hashable ``what`` and ``method`` alone that adds
+    forward nodes and returns a new tracer (or a tuple of them) -- through
+    this trace's recipes: recorded the first times, then replayed (a ufunc
+    call; an element write in a loop, ``u[1:-1] = ...``)."""
     trace = current_trace()
     if not _on[0] or type(trace) is not Trace or trace.phase != "forward":
         return build()
-    key, nodes = _key(what, "call", operands, trace)
+    key, nodes = _key(what, method, operands, trace)
     if key is None:
         return build()
     memo = trace.recipes
@@ -218,7 +218,7 @@ def replayed(what, operands, build):
         return _replay(recipe, trace, nodes)
     start, decisions = len(trace.nodes), len(trace.decisions)
     result = build()
-    if recipe < TRIES and len(memo) < MAX_RECIPES:
+    if recipe < TRIES and len(memo) < MAX_RECIPES:  # (recipe: the failed tries)
         memo[key] = _record(trace, start, decisions, nodes, result) or recipe + 1
     return result
 
@@ -227,23 +227,9 @@ def _install():
     inner = SURFACE.apply_ufunc
 
     def apply_ufunc(ufunc, method, inputs, kwargs):
-        if kwargs or not _on[0]:
+        if kwargs:
             return inner(ufunc, method, inputs, kwargs)
-        trace = current_trace()
-        if type(trace) is not Trace or trace.phase != "forward":
-            return inner(ufunc, method, inputs, kwargs)
-        key, nodes = _key(ufunc, method, inputs, trace)
-        if key is None:
-            return inner(ufunc, method, inputs, kwargs)
-        memo = trace.recipes
-        recipe = memo.get(key, 0)
-        if type(recipe) is _Recipe:
-            return _replay(recipe, trace, nodes)
-        start, decisions = len(trace.nodes), len(trace.decisions)
-        result = inner(ufunc, method, inputs, kwargs)
-        if recipe < TRIES and len(memo) < MAX_RECIPES:  # (recipe: the failed tries)
-            memo[key] = _record(trace, start, decisions, nodes, result) or recipe + 1
-        return result
+        return replayed(ufunc, inputs, lambda: inner(ufunc, method, inputs, kwargs), method)
 
     SURFACE.apply_ufunc = apply_ufunc
     inner_getitem = SURFACE.getitem

@@ -48,7 +48,7 @@ from ..core.tracer import Tracer
 from ..ir.graph import Graph, redirect
 from ..ir.registry import REGISTRY
 from ..ops.loop import LoopBody, layout, part
-from .row_writes import forward_row_writes
+from .row_writes import forward_row_writes, row_read, spliced
 from .rolling_runs import (_ARGS, MIN_NODES, MIN_TRIPS, _attrs_key, _attrs_key_of, _best_run,
                            _Matcher)
 
@@ -89,7 +89,7 @@ def roll_loops(trace, outs, fixed=frozenset()):
     stay as traced, in no loop (what a Python decision on a value read:
     its check recomputes them from the arguments); nothing they read can be
     in a loop either, so no node that reads a loop's value changes for them."""
-    outs, rejected, light = forward_row_writes(trace, list(outs), fixed), set(), []
+    outs, rejected, light = forward_row_writes(trace, list(outs)), set(), []
     original, keys = trace.nodes, {}
     matcher = None
     if len(original) >= MIN_NODES:  # constants that every iteration reads: first
@@ -138,8 +138,7 @@ def _unstack(trace, outs):
         runs = _runs(n.args)
         if not runs:
             continue
-        mark = len(nodes)
-        with trace:
+        def joined(n=n, runs=runs):
             parts, done = [], 0
             for first, count, source, start, step in runs:
                 parts += [Tracer(a, trace) for a in n.args[done:first]]
@@ -150,11 +149,10 @@ def _unstack(trace, outs):
                 parts.append(view if view.shape == shape else view.reshape(shape))
                 done = first + count
             parts += [Tracer(a, trace) for a in n.args[done:]]
-            made = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
-        if made.node is not n and made.shape == n.shape and made.dtype == n.dtype:
-            kept.extend(nodes[mark:])
-            replace[n.id] = made.node
-        del nodes[mark:]
+            return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+        made = spliced(trace, kept, joined)
+        if made is not n and made.shape == n.shape and made.dtype == n.dtype:
+            replace[n.id] = made
     trace.nodes = kept
     return [replace.get(o.id, o) for o in outs]
 
@@ -163,13 +161,9 @@ def _row_of(a):
     """``(source, k)`` when ``a`` is the row ``source[k]`` (``getitem(source,
     (k,))``) or that row with a leading unit axis (a ``reshape`` to ``(1,
     *row)``), else None."""
-    if a.op == "reshape" and a.shape[:1] == (1,) and a.args[0].op == "getitem" and \
-            a.args[0].shape == a.shape[1:]:
+    if a.op == "reshape" and a.shape[:1] == (1,) and a.args[0].shape == a.shape[1:]:
         a = a.args[0]
-    index = a.attrs.get("index") if a.op == "getitem" else None
-    if type(index) is not tuple or len(index) != 1 or type(index[0]) is not int:
-        return None
-    return a.args[0], index[0]
+    return (a.args[0], a.attrs["index"][0]) if row_read(a) else None
 
 
 def _runs(items):

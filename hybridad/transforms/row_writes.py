@@ -32,7 +32,7 @@ import numpy as np
 from ..core.trace import Trace
 from ..core.tracer import Tracer
 
-__all__ = ["forward_row_writes"]
+__all__ = ["forward_row_writes", "row_read", "spliced"]
 
 #: the most arrays of one chain read whole (each a stack of all its rows)
 MAX_WHOLE_READS = 4
@@ -56,7 +56,7 @@ class _Chain:
         return entries[at - 1][1] if at else None
 
 
-def forward_row_writes(trace: Trace, outs, fixed=frozenset()):
+def forward_row_writes(trace: Trace, outs):
     """Read the rows of ``trace``'s row writes from the writes (see the
     module); ``trace.nodes`` rewritten in place.  Returns ``outs`` with any
     replaced node replaced."""
@@ -81,7 +81,7 @@ def forward_row_writes(trace: Trace, outs, fixed=frozenset()):
             chain.rows.setdefault(w[1], []).append((seq, w[2]))
             at[n.id] = (chain, seq)
         for a in n.args:
-            if a.id in at and n.id not in internal and not _row_read(n):
+            if a.id in at and n.id not in internal and not row_read(n):
                 whole.setdefault(a.id, []).append(n)
     for o in outs:
         if o.id in at:
@@ -96,8 +96,8 @@ def forward_row_writes(trace: Trace, outs, fixed=frozenset()):
         if replace and any(a.id in replace for a in n.args):
             n.args = tuple(replace.get(a.id, a) for a in n.args)
         src = n.args[0] if n.args else None
-        if src is not None and _row_read(n) and src.id in at and \
-                id(at[src.id][0]) not in broken and n.id not in fixed:
+        if src is not None and row_read(n) and src.id in at and \
+                id(at[src.id][0]) not in broken:
             chain, seq = at[src.id]
             j = n.attrs["index"][0]
             row = chain.row(j, seq)
@@ -111,13 +111,12 @@ def forward_row_writes(trace: Trace, outs, fixed=frozenset()):
             chain, seq = at[n.id]
             replace[n.id] = _stacked(trace, chain, seq, n, kept)
     outs = [replace.get(o.id, o) for o in outs]
-    trace.nodes = _without_dead(kept, outs, set(writes) | internal |
-                                {n.id for n in kept if _row_read(n)}, trace)
+    trace.nodes = _without_dead(kept, outs, set(writes) | internal, trace)
     trace.row_writes = {}
     return outs
 
 
-def _row_read(n):
+def row_read(n):
     """Whether ``n`` is ``x[j]`` for an int ``j`` (a row of ``x``)."""
     if n.op != "getitem":
         return False
@@ -125,9 +124,10 @@ def _row_read(n):
     return type(index) is tuple and len(index) == 1 and type(index[0]) is int
 
 
-def _spliced(trace, kept, make):
-    """``make()``'s tracer, its new nodes appended to ``kept`` (not to the end
-    of the trace)."""
+def spliced(trace, kept, make):
+    """The node of ``make()``'s tracer, made in ``trace`` with its new nodes
+    appended to ``kept`` (a pass's list of the nodes so far), not to the end
+    of the trace."""
     mark = len(trace.nodes)
     with trace:
         t = make()
@@ -141,7 +141,7 @@ def _unit_row(trace, row, read, made, kept):
     if row.op == "reshape" and row.args[0].shape == read.shape:
         return row.args[0]  # (the value written, before its unit axis)
     if row.id not in made:
-        made[row.id] = _spliced(trace, kept, lambda: Tracer(row, trace).reshape(read.shape))
+        made[row.id] = spliced(trace, kept, lambda: Tracer(row, trace).reshape(read.shape))
     return made[row.id]
 
 
@@ -167,7 +167,7 @@ def _stacked(trace, chain, seq, n, kept):
         # the rows themselves, end to end: a loop's per-step values, not views of them
         # (a rolled loop then keeps the states it carries, not a copy of each as well)
         return np.concatenate(parts, axis=0).reshape(n.shape)
-    return _spliced(trace, kept, make)
+    return spliced(trace, kept, make)
 
 
 def _without_dead(nodes, outs, candidates, trace):
