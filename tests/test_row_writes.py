@@ -153,13 +153,38 @@ def test_hvp_through_forwarded_rows(monkeypatch):
     np.testing.assert_allclose(a.hvp, b.hvp, rtol=1e-11, atol=1e-12)
 
 
-def test_numba_plan_of_a_recorded_loop_allocates_nothing():
-    plan = ha.compile(recorded, X0)
+@pytest.mark.parametrize("f", [recorded, recurrence, accumulated], ids=lambda f: f.__name__)
+def test_numba_plan_of_a_recorded_loop_allocates_nothing(f):
+    plan = ha.compile(f, X0)  # (the defaults: numba, tiers)
     out = ha.GradientResult(X0)
     plan.gradient(X0, out=out)
-    np.testing.assert_allclose(out.gradient, numerical_gradient(recorded, X0),
-                               rtol=1e-6, atol=1e-8)
+    assert float(out.value) == pytest.approx(float(f(X0.copy())), rel=1e-13)
+    np.testing.assert_allclose(out.gradient, numerical_gradient(f, X0), rtol=1e-6, atol=1e-8)
     assert_no_alloc(plan.gradient, X0, out=out, n=3, warmup=2)
+
+
+def test_float32_records_stay_float32(monkeypatch):
+    def f(x, T=30):
+        out = np.zeros((T, 5), dtype=x.dtype)
+        w = W.astype(x.dtype)
+        for k in range(T):
+            x = np.tanh(w @ x) + x.dtype.type(0.1) * x
+            out[k] = x
+        return np.sum(out ** 2)
+
+    x = X0.astype(np.float32)
+    monkeypatch.setenv("HYBRIDAD_ROLL", "1")
+    rolled = ha.compile(f, x, backend="numpy")
+    monkeypatch.setenv("HYBRIDAD_ROLL", "0")
+    traced = ha.compile(f, x, backend="numpy")
+    assert any(n.op == "loop" for n in rolled.graph.nodes)
+    r, t = rolled.gradient(x), traced.gradient(x)
+    assert r.gradient.dtype == np.float32 and np.asarray(r.value).dtype == np.float32
+    assert float(r.value) == pytest.approx(float(f(x.copy())), rel=1e-5)
+    np.testing.assert_allclose(r.gradient, t.gradient, rtol=1e-5, atol=1e-6)
+    monkeypatch.delenv("HYBRIDAD_ROLL")
+    g64 = ha.compile(f, X0, backend="numpy").gradient(X0).gradient  # (to float32's precision)
+    np.testing.assert_allclose(r.gradient, g64, rtol=1e-4, atol=1e-5)
 
 
 def test_writes_out_of_range_raise_as_numpy():
