@@ -36,7 +36,7 @@ from .observe import OBSERVED, note_value_operand, paused
 #: module; tracers call them through this table, so imports run one way)
 SURFACE = types.SimpleNamespace(apply_ufunc=None, apply_function=None, getitem=None,
                                 assign=None, setitem=None, write_positions=None,
-                                namespace=None,
+                                slab_written=None, namespace=None,
                                 replayed_binary=lambda ufunc, operands: None)
 
 __all__ = ["ARG", "READONLY", "SCALAR", "Tracer"]

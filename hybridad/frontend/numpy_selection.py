@@ -73,10 +73,9 @@ def set_items(target, index, value):
     basic = basic_key(index)
     if basic is not None and type(value) is Tracer and _is_view_at(value, target, basic):
         return True  # `a[i] = a[i]`, numpy's write-back of `a[i] += v`: nothing changes
-    row = _row_index(index, target.ndim)
-    if row is not None:
-        assign(target, _row_written(target, row, value),
-               "in-place assignment `a[index] = value`")
+    new = slab_written(target, index, value)
+    if new is not None:
+        assign(target, new, "in-place assignment `a[index] = value`")
         return True
     if basic is None:
         new = _written(target, index, value)
@@ -101,66 +100,110 @@ def _is_view_at(value, target, basic):
         link[1][0][0] == "getitem" and at(link[1][0][1])
 
 
-def _row_index(index, ndim):
-    """``k`` when ``index`` selects row ``k`` of an array of ``ndim`` >= 1
-    dimensions whole: ``k``, ``(k,)``, ``(k, :, ...)``, ``(k, ...)``."""
-    if type(index) is int:
-        return index if ndim >= 1 else None
-    if type(index) is not tuple or not index or type(index[0]) is not int or \
-            len(index) > ndim + 1 or ndim < 1:
+def _slab_index(index, shape, prefer=None):
+    """``(axis, k, rest)`` when ``index`` (a user's: ints, slices, one
+    Ellipsis) holds an int ``k`` at ``axis`` of an array of ``shape`` -- it
+    writes into the slab ``a[:, ..., k]`` (``axis`` colons) at ``rest``, the
+    index without that int (ellipsis spelled out) -- else None.  Of several
+    ints, the one at ``prefer`` (the axis of the write that made the array),
+    else the one along the longest axis (a record of steps over a grid).
+    Raises IndexError for ``k`` out of range, as numpy."""
+    parts = index if type(index) is tuple else (index,)
+    ndim = len(shape)
+    at = [j for j, p in enumerate(parts) if p is Ellipsis]
+    if at:
+        if len(at) > 1 or len(parts) - 1 > ndim:
+            return None
+        parts = parts[:at[0]] + (slice(None),) * (ndim - len(parts) + 1) + parts[at[0] + 1:]
+    if len(parts) > ndim:
         return None
-    rest = index[1:]
-    if rest.count(Ellipsis) > 1 or len(rest) - (Ellipsis in rest) > ndim - 1:
+    parts, ints = list(parts) + [slice(None)] * (ndim - len(parts)), []
+    for j, p in enumerate(parts):
+        t = type(p)
+        if t is int or isinstance(p, np.integer) and t is not np.bool_:
+            parts[j] = int(p)
+            ints.append(j)
+        elif t is not slice or basic_key(p) is None:
+            return None
+    if not ints:
         return None
-    full = slice(None)
-    return index[0] if all(k is Ellipsis or type(k) is slice and k == full for k in rest) \
-        else None
-
-
-def _row_written(target, k, value):
-    """``target`` with ``value`` written into its row ``k`` (an int), as the
-    rows before, the row and the rows after, concatenated: a trace of
-    ``out[k] = x`` for ``k`` = 0, 1, ... then holds no constant the size of
-    ``out`` per write, and :mod:`hybridad.transforms.row_writes` reads each
-    row from the write that made it (recorded in the trace's ``row_writes``)."""
-    n = target.shape[0]
+    axis = prefer if prefer in ints else max(ints, key=lambda j: (shape[j], -j))
+    k, n = parts[axis], shape[axis]
     if not -n <= k < n:
-        raise IndexError(f"index {k} is out of bounds for axis 0 with size {n}")
-    k %= n
+        raise IndexError(f"index {k} is out of bounds for axis {axis} with size {n}")
+    return axis, k % n, tuple(parts[:axis] + parts[axis + 1:])
+
+
+def slab_written(target, index, value):
+    """``target`` with ``value`` written at ``index`` when the index holds an
+    int (``out[k] = x``, ``U[k + 1, 1:-1] = v``, ``U[1:-1, k] = v``): the
+    slab of that int read, written at the rest of the index, and written back
+    whole between the slabs before and after it (:func:`_slab_written`), so
+    that a loop that writes one slab a step holds no constant the size of
+    the array per write -- else None (numpy's general write)."""
     trace = target._trace
-    node, row_shape, dt = target.node, target.shape[1:], target.dtype
-    if type(value) is Tracer and value._trace is trace and value.shape == row_shape and \
+    made = trace.row_writes.get(target.node.id) if trace.phase == "forward" else None
+    slab = _slab_index(index, target.shape, made[4] if made else None)
+    if slab is None:
+        return None
+    axis, k, rest = slab
+    if any(type(p) is not slice or p != _FULL for p in rest):  # (part of the slab)
+        whole = Tracer(target.node, trace)  # (the slab as it is: no view links)
+        part = whole[(_FULL,) * axis + (k,)]
+        part = Tracer(part.node, trace)
+        value = replayed(("set_items", basic_key(rest)), (part, value),
+                         lambda: _written(part, rest, value))
+    return _slab_written(target, axis, k, value)
+
+
+_FULL = slice(None)
+
+
+def _slab_written(target, axis, k, value):
+    """``target`` with ``value`` written into its slab ``k`` along ``axis``
+    (an int in range), as the slabs before, the slab and the slabs after,
+    concatenated: a trace of ``out[k] = x`` for ``k`` = 0, 1, ... then holds
+    no constant the size of ``out`` per write, and
+    :mod:`hybridad.transforms.row_writes` reads each slab from the write that
+    made it (recorded in the trace's ``row_writes``)."""
+    shape = target.shape
+    n = shape[axis]
+    trace = target._trace
+    node, dt = target.node, target.dtype
+    slab_shape, unit = shape[:axis] + shape[axis + 1:], shape[:axis] + (1,) + shape[axis + 1:]
+    lead = (_FULL,) * axis
+    if type(value) is Tracer and value._trace is trace and value.shape == slab_shape and \
             value.dtype == dt and not node.is_literal and trace.phase == "forward":
         # (the usual write, `out[k] = x`: its nodes made directly, as the surface's
         # getitem, reshape and concatenate would make them -- a loop writes one a step)
         add = trace.add
-        row = add("reshape", (value.node,), {"shape": (1, *row_shape)}, (1, *row_shape), dt)
-        lo = add("getitem", (node,), {"index": (slice(None, k, None),)}, (k, *row_shape),
-                 dt) if k else None
-        hi = add("getitem", (node,), {"index": (slice(k + 1, None, None),)},
-                 (n - k - 1, *row_shape), dt) if k + 1 < n else None
+        row = add("reshape", (value.node,), {"shape": unit}, unit, dt)
+        lo = add("getitem", (node,), {"index": lead + (slice(None, k, None),)},
+                 shape[:axis] + (k,) + shape[axis + 1:], dt) if k else None
+        hi = add("getitem", (node,), {"index": lead + (slice(k + 1, None, None),)},
+                 shape[:axis] + (n - k - 1,) + shape[axis + 1:], dt) if k + 1 < n else None
 
         def joined(parts):
-            return add("concatenate", tuple(parts), {"axis": 0}, node.shape, dt)
+            return add("concatenate", tuple(parts), {"axis": axis}, shape, dt)
     else:
         v = _tracer(value)
         if v.dtype != dt:
             v = bind("cast", v, dtype=dt)
-        while v.ndim > len(row_shape) and v.shape[0] == 1:  # numpy drops leading unit axes
+        while v.ndim > len(slab_shape) and v.shape[0] == 1:  # numpy drops leading unit axes
             v = reshape(v, v.shape[1:])
-        row = reshape(broadcast_to(v, row_shape), (1, *row_shape)).node
+        row = reshape(broadcast_to(v, slab_shape), unit).node
         whole = Tracer(node, trace)  # (no view links: the write's own reads)
-        lo = whole[:k].node if k else None
-        hi = whole[k + 1:].node if k + 1 < n else None
+        lo = whole[lead + (slice(None, k),)].node if k else None
+        hi = whole[lead + (slice(k + 1, None),)].node if k + 1 < n else None
 
         def joined(parts):
-            return concatenate([Tracer(p, trace) for p in parts], axis=0).node
+            return concatenate([Tracer(p, trace) for p in parts], axis=axis).node
     slices = tuple(s for s in (lo, hi) if s is not None)
-    if not slices:  # (an array of one row)
+    if not slices:  # (an array of one slab)
         return Tracer(row, trace)
     new = joined([p for p in (lo, row, hi) if p is not None])
     if trace.phase == "forward":
-        trace.row_writes[new.id] = (node, k, row, slices)
+        trace.row_writes[new.id] = (node, k, row, slices, axis)
     return Tracer(new, trace)
 
 
@@ -197,6 +240,7 @@ def write_positions(a, at, value, key=None):
 
 
 SURFACE.write_positions = write_positions
+SURFACE.slab_written = slab_written
 
 
 # ----------------------------------------------------------------------------

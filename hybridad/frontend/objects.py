@@ -261,10 +261,19 @@ def _write_through(target, value, root):
     make it: the family's ``root`` (:func:`_family_root`) takes its new value
     (``value`` at the positions ``target`` views, its own elsewhere: one
     gather), then every other live member is its views of the new root again."""
-    key = _path_key(target, root)
-    at = _positions(target, _grid(root.shape), root) if key is None else \
-        (lambda: _positions(target, _grid(root.shape), root))  # (a replayed write: none)
-    root.node = SURFACE.write_positions(Tracer(root.node, root._trace), at, value, key=key).node
+    link = target._base
+    new = None
+    if link is not None and link[0] is root and len(link[1]) == 1 and \
+            link[1][0][0] == "getitem":
+        # (a write into a slab of the root, `row = U[k]; row[1:-1] = v`: as `U[k, 1:-1] = v`)
+        new = SURFACE.slab_written(Tracer(root.node, root._trace), link[1][0][1]["index"],
+                                   value)
+    if new is None:
+        key = _path_key(target, root)
+        at = _positions(target, _grid(root.shape), root) if key is None else \
+            (lambda: _positions(target, _grid(root.shape), root))  # (a replayed write: none)
+        new = SURFACE.write_positions(Tracer(root.node, root._trace), at, value, key=key)
+    root.node = new.node
     live = {id(m): m for m in [target, *_others_sharing(target)] if m is not root}
     for m in sorted(live.values(), key=lambda m: len(_chain(m))):  # bases before their views
         if m is target:  # (it holds what was written: not a view of the new root made

@@ -357,9 +357,13 @@ def _work(node):
 
 def _breaks(node):
     """Whether ``node`` ends a fused region of elementwise work (unrolled, it is
-    a loop nest of its own to compile)."""
+    a loop nest of its own to compile): any but an elementwise op or a view
+    that keeps its elements where they are -- a slice or a transpose of a
+    value the step computed (``u[2:]``, ``x[::-1]``) reads it at other
+    positions, so the steps before must be done first."""
     op = REGISTRY.get(node.op)
-    return op is not None and op.kind not in ("elementwise", "view")
+    return op is not None and (op.kind not in ("elementwise", "view") or
+                               node.op in ("getitem", "transpose"))
 
 
 def _stack(trace, copies):

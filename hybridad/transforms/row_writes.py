@@ -32,23 +32,25 @@ import numpy as np
 from ..core.trace import Trace
 from ..core.tracer import Tracer
 
-__all__ = ["forward_row_writes", "row_read", "spliced"]
+__all__ = ["forward_row_writes", "row_read", "slab_read", "spliced"]
 
 #: the most arrays of one chain read whole (each a stack of all its rows)
 MAX_WHOLE_READS = 4
 
 
 class _Chain:
-    """Writes into one array, in order: ``rows`` row -> ``[(seq, row node)]``."""
+    """Writes into one array along one ``axis``, in order: ``rows`` slab ->
+    ``[(seq, slab node)]`` (a slab: a row of axis 0, a column of axis 1, ...)."""
 
-    __slots__ = ("base", "broken", "last", "rows")
+    __slots__ = ("axis", "base", "broken", "last", "rows")
 
-    def __init__(self, base):
-        self.base, self.rows, self.last, self.broken = base, {}, 0, False
+    def __init__(self, base, axis):
+        self.base, self.axis, self.rows, self.last, self.broken = base, axis, {}, 0, False
 
     def row(self, j, seq):
-        """The row node (1, *shape) last written to row ``j`` up to write
-        ``seq``, or None (the base array's row)."""
+        """The slab node (the slab's shape with a unit axis at :attr:`axis`)
+        last written to slab ``j`` up to write ``seq``, or None (the base
+        array's slab)."""
         entries = self.rows.get(j)
         if not entries:
             return None
@@ -72,16 +74,16 @@ def forward_row_writes(trace: Trace, outs):
         if w is not None:
             prev = at.get(w[0].id)
             if prev is None:
-                chain, seq = _Chain(w[0]), 1
+                chain, seq = _Chain(w[0], w[4]), 1
             else:
                 chain, seq = prev[0], prev[1] + 1
-                if chain.last != prev[1]:  # (a second write into one array: a fork)
-                    chain.broken = True
+                if chain.last != prev[1] or chain.axis != w[4]:  # (a second write into
+                    chain.broken = True  # one array, a fork; or one along another axis)
             chain.last = seq
             chain.rows.setdefault(w[1], []).append((seq, w[2]))
             at[n.id] = (chain, seq)
         for a in n.args:
-            if a.id in at and n.id not in internal and not row_read(n):
+            if a.id in at and n.id not in internal and slab_read(n, at[a.id][0].axis) is None:
                 whole.setdefault(a.id, []).append(n)
     for o in outs:
         if o.id in at:
@@ -96,16 +98,22 @@ def forward_row_writes(trace: Trace, outs):
         if replace and any(a.id in replace for a in n.args):
             n.args = tuple(replace.get(a.id, a) for a in n.args)
         src = n.args[0] if n.args else None
-        if src is not None and row_read(n) and src.id in at and \
-                id(at[src.id][0]) not in broken:
+        read = None
+        if src is not None and src.id in at and id(at[src.id][0]) not in broken:
+            read = slab_read(n, at[src.id][0].axis)
+        if read is not None:
             chain, seq = at[src.id]
-            j = n.attrs["index"][0]
+            j, rest = read
             row = chain.row(j, seq)
             if row is None:
-                n.args = (chain.base,)  # (the row of the array the writes started from)
+                n.args = (chain.base,)  # (the slab of the array the writes started from)
             else:
-                replace[n.id] = _unit_row(trace, row, n, made, kept)
-                continue
+                value = _slab_value(trace, row, chain.axis, made, kept)
+                if rest is not None:
+                    value = spliced(trace, kept, lambda v=value, r=rest: Tracer(v, trace)[r])
+                if value.shape == n.shape and value.dtype == n.dtype:
+                    replace[n.id] = value
+                    continue
         kept.append(n)
         if n.id in whole and id(at[n.id][0]) not in broken:
             chain, seq = at[n.id]
@@ -136,37 +144,65 @@ def spliced(trace, kept, make):
     return t.node
 
 
-def _unit_row(trace, row, read, made, kept):
-    """The row node ``row`` (1, *shape) as the read ``read`` gives it (*shape)."""
-    if row.op == "reshape" and row.args[0].shape == read.shape:
+def slab_read(n, axis):
+    """``(j, rest)`` when ``n`` reads slab ``j`` along ``axis`` of its operand
+    (``x[j]``, ``x[:, j]``, ``x[1:-1, j]``): an int ``j`` at ``axis`` of its
+    index and ints or slices elsewhere -- ``rest`` the index without ``j``
+    (None: the whole slab) -- else None."""
+    if n.op != "getitem":
+        return None
+    index = n.attrs.get("index")
+    if type(index) is not tuple or len(index) <= axis or type(index[axis]) is not int:
+        return None
+    rest = index[:axis] + index[axis + 1:]
+    for p in rest:
+        if type(p) is not int and type(p) is not slice:
+            return None
+    whole = all(type(p) is slice and p == _FULL for p in rest)
+    return index[axis], None if whole else rest
+
+
+_FULL = slice(None)
+
+
+def _slab_value(trace, row, axis, made, kept):
+    """The slab node ``row`` (a unit axis at ``axis``) without its unit axis:
+    the value written itself, where the write reshaped it."""
+    shape = row.shape[:axis] + row.shape[axis + 1:]
+    if row.op == "reshape" and row.args[0].shape == shape:
         return row.args[0]  # (the value written, before its unit axis)
     if row.id not in made:
-        made[row.id] = spliced(trace, kept, lambda: Tracer(row, trace).reshape(read.shape))
+        made[row.id] = spliced(trace, kept, lambda: Tracer(row, trace).reshape(shape))
     return made[row.id]
 
 
 def _stacked(trace, chain, seq, n, kept):
     """The array write ``seq`` of ``chain`` made (node ``n``), as the stack of
-    its rows: each the last row written to it, or the base array's."""
-    row_shape = n.shape[1:]
+    its slabs along the chain's axis: each the last slab written to it, or
+    the base array's."""
+    axis = chain.axis
+    slab_shape = n.shape[:axis] + n.shape[axis + 1:]
+    lead = (_FULL,) * axis
 
     def make():
         base = Tracer(chain.base, trace)
         parts = []
-        for j in range(n.shape[0]):
+        for j in range(n.shape[axis]):
             row = chain.row(j, seq)
-            if not row_shape:  # (numbers: their rows of one element, concatenated)
+            if not slab_shape:  # (numbers: their rows of one element, concatenated)
                 parts.append(Tracer(row, trace) if row is not None else base[j:j + 1])
-            elif row is not None and row.op == "reshape" and row.args[0].shape == row_shape:
+            elif row is not None and row.op == "reshape" and row.args[0].shape == slab_shape:
                 parts.append(Tracer(row.args[0], trace))  # (the value written itself)
             else:
-                parts.append(Tracer(row, trace).reshape(row_shape) if row is not None
-                             else base[j])
-        if not row_shape:
+                parts.append(Tracer(row, trace).reshape(slab_shape) if row is not None
+                             else base[lead + (j,)])
+        if not slab_shape:
             return np.concatenate(parts, axis=0)
-        # the rows themselves, end to end: a loop's per-step values, not views of them
-        # (a rolled loop then keeps the states it carries, not a copy of each as well)
-        return np.concatenate(parts, axis=0).reshape(n.shape)
+        # the slabs themselves, end to end: a loop's per-step values, not views of them
+        # (a rolled loop then keeps the states it carries, not a copy of each as well);
+        # along another axis than the first, that stack's axes moved (a view)
+        stacked = np.concatenate(parts, axis=0).reshape((n.shape[axis], *slab_shape))
+        return np.moveaxis(stacked, 0, axis) if axis else stacked
     return spliced(trace, kept, make)
 
 
