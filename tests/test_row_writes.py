@@ -1,10 +1,12 @@
-"""Rows written one at a time (``out[k] = x``, ``X[k + 1] = step(X[k])``):
-each row read from the write that made it, the array read whole as the stack
-of its rows (hybridad.transforms.row_writes), so that a loop that records
-its states into an array made before it builds and runs in time linear in
-its steps.  Every form is checked against the same function's plan with the
-writes left as traced (``HYBRIDAD_ROLL=0``: no forwarding, no rolling),
-numpy's value and central differences."""
+"""Rows written one at a time (``out[k] = x``, ``X[k + 1] = step(X[k])``),
+columns (``X[:, k] = x``) and parts of either (``U[k + 1, 1:-1] = ...``,
+``U[1:-1, k + 1] = ...``, through the views ``U[k + 1]``): each slab read
+from the write that made it, the array read whole as the stack of its slabs
+(hybridad.transforms.row_writes), so that a loop that records its states
+into an array made before it builds and runs in time linear in its steps.
+Every form is checked against the same function's plan with the writes left
+as traced (``HYBRIDAD_ROLL=0``: no forwarding, no rolling), numpy's value
+and central differences."""
 
 from __future__ import annotations
 
@@ -108,7 +110,65 @@ def accumulated(x, T=24):  # rows updated in place (`acc[k] += x`: a write throu
     return np.sum(acc ** 2)
 
 
-FORMS = [recorded, recurrence, scalars, partial, read_whole, forked, cube, accumulated]
+def stencil_rows(x, T=30):  # an explicit scheme: U[k + 1, 1:-1] = ..., boundaries first
+    U = np.zeros((T + 1, 5))
+    U[0] = x
+    for k in range(T):
+        U[k + 1, 0] = np.tanh(U[k, 1])
+        U[k + 1, -1] = 0.5 * U[k, -1]
+        U[k + 1, 1:-1] = U[k, 1:-1] + 0.2 * (U[k, 2:] - 2 * U[k, 1:-1] + U[k, :-2]) ** 3
+    return np.sum(U ** 2) + np.sum(U[:, 2] * U[:, 1])
+
+
+def stencil_columns(x, T=30):  # the same with time along the second axis, boundaries last
+    U = np.zeros((5, T + 1))
+    U[:, 0] = x
+    for k in range(T):
+        U[1:-1, k + 1] = U[1:-1, k] + 0.2 * np.sin(U[2:, k] - 2 * U[1:-1, k] + U[:-2, k])
+        U[0, k + 1] = U[1, k + 1] * 0.5
+        U[-1, k + 1] = U[-2, k]
+    return np.sum(U ** 2) + np.sum(U[3] * U[1])
+
+
+def columns(x, T=30):  # every state into a column, from the last one backwards
+    X = np.empty((5, T))
+    for k in range(T):
+        x = step(x)
+        X[:, T - 1 - k] = x
+    return np.sum(X ** 2 * np.arange(1.0, T + 1))
+
+
+def row_views(x, T=30):  # through views of the rows: new = U[k + 1]; new[1:-1] = ...
+    U = np.zeros((T + 1, 5))
+    U[0] = x
+    for k in range(T):
+        new, old = U[k + 1], U[k]
+        new[1:-1] = np.tanh(old[1:-1]) + 0.3 * old[2:] * old[:-2]
+        new[0], new[-1] = old[-1], old[0]
+    return np.sum(U ** 2)
+
+
+def chained(x, T=30):  # U[k + 1][1:-1] = ...: a write into the row numpy hands back
+    U = np.zeros((T + 1, 5))
+    U[0] = x
+    for k in range(T):
+        U[k + 1][1:-1] = np.tanh(U[k][1:-1]) + 0.1 * U[k][2:]
+        U[k + 1][::4] = U[k][::4] * 0.9
+    return np.sum(U ** 2)
+
+
+def elements(x, T=5):  # a matrix element by element, then both axes written into one array
+    A = np.zeros((T, 5))
+    for i in range(T):
+        for j in range(5):
+            A[i, j] = x[j] * np.sin(x[(i + j) % 5]) + i
+    A[:, 1] = A[:, 1] ** 2  # (a column after rows: the chain left as traced)
+    A[2] = A[2] - A[:, 3].sum()
+    return np.sum(A ** 2) + np.sum(A @ x)
+
+
+FORMS = [recorded, recurrence, scalars, partial, read_whole, forked, cube, accumulated,
+         stencil_rows, stencil_columns, columns, row_views, chained, elements]
 
 
 def _plans(f, monkeypatch, **kw):
@@ -130,7 +190,8 @@ def test_rows_forwarded_match_the_writes_as_traced(f, monkeypatch):
     np.testing.assert_allclose(r.gradient, numerical_gradient(f, X0), rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("f", [recorded, recurrence, scalars], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("f", [recorded, recurrence, scalars, stencil_rows, stencil_columns,
+                               columns, row_views, chained], ids=lambda f: f.__name__)
 def test_a_recorded_loop_rolls_and_does_not_grow_with_its_steps(f, monkeypatch):
     sizes = []
     for T in (30, 60):
@@ -153,7 +214,8 @@ def test_hvp_through_forwarded_rows(monkeypatch):
     np.testing.assert_allclose(a.hvp, b.hvp, rtol=1e-11, atol=1e-12)
 
 
-@pytest.mark.parametrize("f", [recorded, recurrence, accumulated], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("f", [recorded, recurrence, accumulated, stencil_columns],
+                         ids=lambda f: f.__name__)
 def test_numba_plan_of_a_recorded_loop_allocates_nothing(f):
     plan = ha.compile(f, X0)  # (the defaults: numba, tiers)
     out = ha.GradientResult(X0)
@@ -187,10 +249,14 @@ def test_float32_records_stay_float32(monkeypatch):
     np.testing.assert_allclose(r.gradient, g64, rtol=1e-4, atol=1e-5)
 
 
-def test_writes_out_of_range_raise_as_numpy():
+@pytest.mark.parametrize("index", [3, (3, slice(1, None)), (slice(None), 5), (1, -6),
+                                   (Ellipsis, 7)])
+def test_writes_out_of_range_raise_as_numpy(index):
     def f(x):
         out = np.zeros((3, 5))
-        out[3] = x
+        out[index] = x[0]
         return np.sum(out)
+    with pytest.raises(IndexError, match="out of bounds"):
+        np.zeros((3, 5))[index] = 1.0
     with pytest.raises(IndexError, match="out of bounds"):
         ha.gradient(f, X0)
