@@ -24,7 +24,7 @@ from ..errors import (ConversionError, TracingError, is_user_file, library_entry
                       user_location, user_namespaces)
 from . import decisions as _decisions
 from .decisions import decide
-from .observe import OBSERVED, note_value_operand, paused
+from .observe import OBSERVED, note_value_operand, paused, quiet
 
 #: the numpy surface of tracers: ``apply_ufunc``, ``apply_function`` and
 #: ``getitem``, installed by :mod:`hybridad.frontend.numpy_api`, and
@@ -323,15 +323,15 @@ class Tracer:
                            f"{user_location()}: tracing does not follow in-place writes")
 
     # -- numpy protocols ----------------------------------------------------
+    @quiet
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         # the library's own code from here on (a ufunc calls no user code): not
         # observed, which halves the cost of tracing arithmetic.  (The profiler
-        # suspended here, not by paused(): each Python call on the way would be
-        # two more events for it)
-        hook = OBSERVED.profiler
+        # suspends itself at this call -- QUIET -- not by paused(): each Python
+        # call on the way would be two more events for it)
+        hook = OBSERVED.held
         if hook is not None:
-            OBSERVED.profiler = None
-            sys.setprofile(None)
+            OBSERVED.held = None
             try:
                 _note_values(inputs)
                 return SURFACE.apply_ufunc(ufunc, method, inputs, kwargs)
@@ -368,29 +368,37 @@ class Tracer:
         return SURFACE.namespace
 
     # -- indexing -------------------------------------------------------------
+    @quiet
     def __getitem__(self, index):
-        hook = OBSERVED.profiler
-        if hook is not None and (type(index) is int or _basic(index)):
-            OBSERVED.profiler = None  # (an index of ints and slices runs no user code)
-            sys.setprofile(None)
-            try:
+        hook = OBSERVED.held
+        if hook is not None:  # (suspended at this call: QUIET)
+            OBSERVED.held = None
+            if type(index) is not int and not _basic(index):  # (an index object's
+                sys.setprofile(hook)  # methods may be the user's: observed)
+                OBSERVED.profiler = hook
+                return SURFACE.getitem(self, index)
+            try:  # (an index of ints and slices runs no user code)
                 return SURFACE.getitem(self, index)
             finally:
                 sys.setprofile(hook)
                 OBSERVED.profiler = hook
         return SURFACE.getitem(self, index)
 
+    @quiet
     def __setitem__(self, index, value):
-        hook = OBSERVED.profiler
-        quiet = hook is not None and type(value) in _PLAIN_VALUES and _basic(index)
-        if quiet:  # (a write of a traced or plain value at ints and slices runs no
-            OBSERVED.profiler = None  # user code: a loop's `u[1:-1] = ...`)
-            sys.setprofile(None)
-        try:
+        hook = OBSERVED.held
+        if hook is not None:  # (suspended at this call: QUIET)
+            OBSERVED.held = None
+            if type(value) not in _PLAIN_VALUES or not _basic(index):  # (observed)
+                sys.setprofile(hook)
+                OBSERVED.profiler = hook
+                hook = None
+        try:  # (a write of a traced or plain value at ints and slices runs no user
+            # code: a loop's `u[1:-1] = ...`)
             if SURFACE.setitem is not None and SURFACE.setitem(self, index, value):
                 return  # (`a[idx] op= v` with a constant fancy index too)
         finally:
-            if quiet:
+            if hook is not None:
                 sys.setprofile(hook)
                 OBSERVED.profiler = hook
         raise TracingError(f"in-place assignment to a traced array at {user_location()}: "
@@ -469,14 +477,18 @@ _DIRECT = frozenset({Tracer, float, int, bool, np.ndarray, np.float64, np.float3
 
 
 def _binary(ufunc, reflected=False):
+    @quiet
     def op(self, other):
-        if type(other) not in _DIRECT:
+        hook = OBSERVED.held  # (the profiler, suspended at this call: QUIET)
+        if hook is not None:
+            OBSERVED.held = None
+            if type(other) not in _DIRECT:  # (numpy's dispatch may reach the user's
+                sys.setprofile(hook)  # code: observed)
+                OBSERVED.profiler = hook
+                return ufunc(other, self) if reflected else ufunc(self, other)
+        elif type(other) not in _DIRECT:
             return ufunc(other, self) if reflected else ufunc(self, other)
         operands = (other, self) if reflected else (self, other)
-        hook = OBSERVED.profiler
-        if hook is not None:  # (__array_ufunc__'s work, one frame and two profiler
-            OBSERVED.profiler = None  # events fewer: a traced x + y)
-            sys.setprofile(None)
         try:
             if type(other) is Tracer and type(self) is Tracer:  # (two traced arrays:
                 r = SURFACE.replayed_binary(ufunc, operands)  # the recipe, directly)
@@ -494,19 +506,22 @@ def _binary(ufunc, reflected=False):
 
 
 def _in_place(ufunc, symbol):
+    @quiet
     def op(self, other):
-        r = ufunc(self, other)
-        if self._flags & SCALAR:  # numpy scalars are immutable: `s += 1` binds a new one
-            return r
-        hook = OBSERVED.profiler
-        quiet = hook is not None and type(r) is Tracer  # (the write runs no user code)
-        if quiet:
-            OBSERVED.profiler = None
-            sys.setprofile(None)
-        try:
+        hook = OBSERVED.held  # (the profiler, suspended at this call: QUIET)
+        if hook is not None:
+            OBSERVED.held = None
+            if type(other) not in _PLAIN_VALUES:  # (numpy's dispatch may reach the
+                sys.setprofile(hook)  # user's code: observed)
+                OBSERVED.profiler = hook
+                hook = None
+        try:  # (of a traced or plain value: the ufunc and the write run no user code)
+            r = ufunc(self, other)
+            if self._flags & SCALAR:  # numpy scalars are immutable: `s += 1` binds a new one
+                return r
             return SURFACE.assign(self, r, f"`{symbol}`", ufunc=ufunc)
         finally:
-            if quiet:
+            if hook is not None:
                 sys.setprofile(hook)
                 OBSERVED.profiler = hook
 
