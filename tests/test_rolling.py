@@ -334,6 +334,24 @@ def test_the_default_rolls_heavy_steps_and_long_runs(monkeypatch):
             x = x + 0.05 * np.tanh(x * X0)
         return np.sum(x ** 2)
     assert _loops(ha.compile(decay, X0, backend="numpy")) == 0
+    # ... but not when a step reads the state at other positions (a reversal, a
+    # stencil): unrolled, each step is then a loop nest of its own (a 200-step
+    # loop with x[::-1] took 3 s to build so, 0.4 s rolled)
+    def shuffled(x):
+        for _ in range(40):
+            x = x + 0.05 * np.tanh(x[::-1] * X0)
+        return np.sum(x ** 2)
+
+    def stencil(x):
+        x = x.copy()
+        for _ in range(40):
+            x[1:-1] += 0.1 * (x[2:] - 2 * x[1:-1] + x[:-2])
+        return np.sum(x ** 2)
+    for f in (shuffled, stencil):
+        plan = ha.compile(f, X0, backend="numpy")
+        assert _loops(plan) >= 1
+        np.testing.assert_allclose(plan.gradient(X0).gradient, numerical_gradient(f, X0),
+                                   rtol=1e-6, atol=1e-8)
     # 40 light steps, each with a product (6 states): rolled -- unrolled, each
     # product is one more loop nest to compile, forward and backward
     assert rolling.ROLL_BREAKS <= 40
@@ -396,13 +414,15 @@ def test_rk4_steps_roll_and_their_hessian_matches(monkeypatch):
 
 def test_a_light_step_is_not_rolled_several_steps_at_a_time(monkeypatch):
     """A run too light to roll one step at a time (a 50 x 50 Euler step:
-    2500 multiply-adds; 100 steps, 600 nodes) is not rolled as a body of
-    four steps either (the per-step cost would be hidden, not paid less);
-    rolled because of its 100 products (what LLVM would compile unrolled),
-    its body is one step."""
+    2500 multiply-adds, under thresholds set above it; 100 steps, 600 nodes)
+    is not rolled as a body of four steps either (the per-step cost would be
+    hidden, not paid less); rolled (the library's thresholds), its body is
+    one step."""
     monkeypatch.undo()
     f, x50 = _wide_euler(50, 100, 0.01, scale=8, seed=1)
     monkeypatch.setattr(rolling, "ROLL_BREAKS", 10 ** 9)
+    monkeypatch.setattr(rolling, "LONG_RUN", 10 ** 9)
+    monkeypatch.setattr(rolling, "HEAVY_STEP", 10 ** 4)
     assert _loops(ha.compile(f, x50, backend="numpy")) == 0
     monkeypatch.undo()
     plan = ha.compile(f, x50, backend="numpy")
