@@ -499,20 +499,27 @@ def test_the_whole_array_search_is_the_node_by_node_definition(f):
 
 def test_nodes_a_roll_took_out_are_not_found_again():
     """After a roll, an op identical to one of the run's (now gone) nodes is
-    a new node of the trace, not the one the loop replaced."""
+    a new node of the trace, not the one the loop replaced; the live nodes
+    are still found (an op of them, a small literal), and the memo holds
+    nothing else."""
     from hybridad.core.trace import Trace
 
     trace = Trace()
     with trace:
         x = trace.input(0, (6,), np.float64)
+        before, half = np.cos(x), trace.const(np.float64(0.5), True)
         h = x
         for _ in range(40):
             h = np.tanh(W @ h)
-        (out,) = rolling.roll_loops(trace, [np.sum(h).node])
+        (out,) = rolling.roll_loops(trace, [(np.sum(h) + np.sum(before) * 0.5).node])
         assert any(n.op == "loop" for n in trace.nodes)
         again = np.tanh(W @ x)  # iteration 0's nodes, as traced before the roll
+        assert np.cos(x).node is before.node
+        assert trace.const(np.float64(0.5), True) is half
     live = {id(n) for n in trace.nodes}
     assert id(again.node) in live and id(again.node.args[0]) in live
+    assert all(id(n) in live for n in trace._seen.values())
+    assert len(trace._seen) < 30  # (of the 40 steps' nodes: none)
 
 
 def _stacked(kind, T):

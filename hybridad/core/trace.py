@@ -225,10 +225,26 @@ class Trace:
         """Take what :meth:`forget` listed out of the memo at once (after a pass
         that forgot much: the nodes are freed, and no later garbage collection
         walks them)."""
-        if self._gone is not None:
-            live = set(map(_ID, self.nodes))
-            self._seen = {k: v for k, v in self._seen.items() if v.id in live}
-            self._gone = None
+        if self._gone is None:
+            return
+        nodes, seen = self.nodes, self._seen
+        if 8 * len(nodes) < len(seen):  # (most of the memo gone: a rolled loop's 10^5
+            kept = {}  # nodes -- what the live nodes' own keys find, looked up)
+            for n in nodes:
+                if n.phase != "forward":
+                    continue
+                if n.op == "const":  # (small literals: by value, as const() keys them)
+                    key = _const_key(n.attrs["value"]) if n.attrs.get("literal") else None
+                else:  # (a node whose operands a pass rewrote: found no more)
+                    number = self.static_id(n.op, static_attrs(n.op, n.attrs))
+                    key = None if number is False else (number, *[a.id for a in n.args])
+                if key is not None and seen.get(key) is n:
+                    kept[key] = n
+            self._seen = kept
+        else:
+            live = set(map(_ID, nodes))
+            self._seen = {k: v for k, v in seen.items() if v.id in live}
+        self._gone = None
 
     def _forgotten_ids(self):
         pending, ids = self._gone
@@ -284,8 +300,8 @@ class Trace:
             check_dtype(value.dtype, "an array captured by the traced function (a global, "
                         "closure or constant operand)" if not literal else "a constant",
                         where=user_location)
-        key = ("const", value.dtype.str, value.shape, value.tobytes()) \
-            if literal and value.size <= 16 and self.phase == "forward" else None
+        key = _const_key(value) if literal and value.size <= 16 and \
+            self.phase == "forward" else None
         hit = self._seen.get(key) if key is not None else None
         if hit is not None and (self._gone is None or not self._was_forgotten(hit)):
             return hit
@@ -319,6 +335,11 @@ def _collector_paused(pause):
             _gc_paused[0] -= 1
             if _gc_paused[0] == 0 and _gc_paused[1]:
                 gc.enable()
+
+
+def _const_key(value):
+    """The common-subexpression key of a small literal constant: its value."""
+    return ("const", value.dtype.str, value.shape, value.tobytes())
 
 
 def static_attrs(op, attrs):
