@@ -214,6 +214,34 @@ def test_hvp_through_forwarded_rows(monkeypatch):
     np.testing.assert_allclose(a.hvp, b.hvp, rtol=1e-11, atol=1e-12)
 
 
+def test_a_state_written_at_its_boundaries_reads_the_rest_as_one_slice(monkeypatch):
+    """A state whose boundaries a step writes (``u[0] = ...; u[-1] = 0``)
+    before its stencil: the state after the writes is the written values and
+    one slice of the rest between them, not a part per point (a state of 10^3
+    points took 3039 nodes so, and 2 s to build at 200 steps)."""
+    def f(u, T=40):
+        u = u.copy()
+        for _ in range(T):
+            u[0] = 0.5 * u[1]
+            u[-1] = 0.0
+            u[1:-1] += 0.2 * (u[2:] - 2 * u[1:-1] + u[:-2])
+        return np.sum(u ** 2)
+
+    u0 = np.sin(np.linspace(0.0, 3.0, 200))
+    monkeypatch.setenv("HYBRIDAD_ROLL", "1")
+    rolled = ha.compile(f, u0, backend="numpy")
+    monkeypatch.setenv("HYBRIDAD_ROLL", "0")
+    traced = ha.compile(f, u0, backend="numpy")
+    assert any(n.op == "loop" for n in rolled.graph.nodes) and len(rolled.graph.nodes) < 100
+    assert all(len(n.args) <= 6 for n in rolled.graph.nodes if n.op == "concatenate")
+    r, t = rolled.gradient(u0), traced.gradient(u0)
+    assert float(r.value) == pytest.approx(float(f(u0)), rel=1e-13)
+    np.testing.assert_allclose(r.gradient, t.gradient, rtol=1e-12, atol=1e-13)
+    idx = [0, 1, 2, 77, 198, 199]
+    np.testing.assert_allclose(r.gradient[idx], numerical_gradient(f, u0)[idx], rtol=1e-6,
+                               atol=1e-8)
+
+
 @pytest.mark.parametrize("f", [recorded, recurrence, accumulated, stencil_columns],
                          ids=lambda f: f.__name__)
 def test_numba_plan_of_a_recorded_loop_allocates_nothing(f):

@@ -178,30 +178,44 @@ def _slab_value(trace, row, axis, made, kept):
 
 def _stacked(trace, chain, seq, n, kept):
     """The array write ``seq`` of ``chain`` made (node ``n``), as the stack of
-    its slabs along the chain's axis: each the last slab written to it, or
-    the base array's."""
+    its slabs along the chain's axis: each the last slab written to it, and
+    the base array's slabs between them, a run of them as one slice (a
+    boundary written into a state of 10^4 points: three parts, not 10^4)."""
     axis = chain.axis
     slab_shape = n.shape[:axis] + n.shape[axis + 1:]
     lead = (_FULL,) * axis
 
+    def unwritten(base, j0, j1):  # base's slabs j0 .. j1 - 1, end to end
+        r = base[lead + (slice(j0, j1),)]
+        if axis:
+            r = np.moveaxis(r, axis, 0)
+        return r.reshape(((j1 - j0) * slab_shape[0], *slab_shape[1:])) if slab_shape else r
+
     def make():
         base = Tracer(chain.base, trace)
-        parts = []
-        for j in range(n.shape[axis]):
-            row = chain.row(j, seq)
+        parts, start = [], 0
+        for j in range(n.shape[axis] + 1):
+            row = chain.row(j, seq) if j < n.shape[axis] else None
+            if row is None and j < n.shape[axis]:
+                continue
+            if start < j:
+                parts.append(unwritten(base, start, j))
+            start = j + 1
+            if row is None:
+                continue
             if not slab_shape:  # (numbers: their rows of one element, concatenated)
-                parts.append(Tracer(row, trace) if row is not None else base[j:j + 1])
-            elif row is not None and row.op == "reshape" and row.args[0].shape == slab_shape:
+                parts.append(Tracer(row, trace))
+            elif row.op == "reshape" and row.args[0].shape == slab_shape:
                 parts.append(Tracer(row.args[0], trace))  # (the value written itself)
             else:
-                parts.append(Tracer(row, trace).reshape(slab_shape) if row is not None
-                             else base[lead + (j,)])
-        if not slab_shape:
-            return np.concatenate(parts, axis=0)
+                parts.append(Tracer(row, trace).reshape(slab_shape))
         # the slabs themselves, end to end: a loop's per-step values, not views of them
         # (a rolled loop then keeps the states it carries, not a copy of each as well);
         # along another axis than the first, that stack's axes moved (a view)
-        stacked = np.concatenate(parts, axis=0).reshape((n.shape[axis], *slab_shape))
+        joined = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+        if not slab_shape:
+            return joined
+        stacked = joined.reshape((n.shape[axis], *slab_shape))
         return np.moveaxis(stacked, 0, axis) if axis else stacked
     return spliced(trace, kept, make)
 
