@@ -93,6 +93,11 @@ class Trace:
         #: -> ``(array node, k, the row node (1, *row shape), the slices of the array
         #: the write read)`` (:mod:`hybridad.transforms.row_writes` forwards them)
         self.row_writes = {}
+        #: a view of a literal constant, folded into a constant of its own (:func:`bind`):
+        #: its node id -> ``(the literal's node, view op, attributes)``, for
+        #: :func:`hybridad.frontend.objects.settle` to link the two tracers as numpy's
+        #: view and its base (a write through ``row = A[0]`` reaches ``A``)
+        self.folded_views = {}
 
     def __enter__(self):
         if not hasattr(_state, "stack"):
@@ -290,7 +295,11 @@ class Trace:
     def input(self, index, shape, dtype):
         return Tracer(self.add("input", (), {"index": index}, shape, dtype), self, ARG)
 
-    def const(self, value, literal):
+    def const(self, value, literal, unique=False):
+        """The constant node of ``value``: ``literal`` (a value the plan holds:
+        folded with other literals, a small one merged with an equal one) or
+        captured by reference (an array f reads).  ``unique``: a literal never
+        merged (a folded view: :attr:`folded_views`)."""
         if not literal:
             hit = self._captured.get(id(value))
             if hit is not None and hit[0] is value:
@@ -300,7 +309,7 @@ class Trace:
             check_dtype(value.dtype, "an array captured by the traced function (a global, "
                         "closure or constant operand)" if not literal else "a constant",
                         where=user_location)
-        key = _const_key(value) if literal and value.size <= 16 and \
+        key = _const_key(value) if literal and not unique and value.size <= 16 and \
             self.phase == "forward" else None
         hit = self._seen.get(key) if key is not None else None
         if hit is not None and (self._gone is None or not self._was_forgotten(hit)):
@@ -521,7 +530,9 @@ def _bind(opname, args, attrs):
             return Tracer(trace.const(value, True), trace, flags)
         if op.kind == "view" and int(np.prod(shape)) <= 4096:
             value = np.array(op.view(nodes[0].attrs["value"], **attrs))
-            return Tracer(trace.const(value, True), trace)
+            node = trace.const(value, True, unique=True)
+            trace.folded_views[node.id] = (nodes[0], opname, attrs)
+            return Tracer(node, trace)
     return Tracer(trace.add(opname, nodes, attrs, shape, dtype), trace, flags)
 
 

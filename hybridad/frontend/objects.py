@@ -143,7 +143,7 @@ def _replay(array, path):
     a reshape of a non-contiguous view)."""
     for op, attrs in path:
         out = REGISTRY[op].view(array, **attrs)
-        if not np.shares_memory(out, array):
+        if out.size and not np.shares_memory(out, array):  # (an empty view shares none)
             return None
         array = out
     return array
@@ -314,6 +314,25 @@ def _plain(v):
     raise TypeError(t)
 
 
+def _link_folded(result, inputs):
+    """Link ``result`` -- a constant that views of a literal constant folded
+    into (``trace.folded_views``) -- to the input it views, as numpy's view of
+    it: a write through either reaches the other (``A = np.zeros((3, 3)); row
+    = A[0]; row[1] = x``)."""
+    folded = result._trace.folded_views
+    path, node = [], result.node
+    while node.id in folded:
+        node, op, attrs = folded[node.id]
+        path.append((op, dict(attrs)))
+    if path:
+        for t in inputs:
+            if t.node is node:
+                link_view(result, t, path[::-1])
+                if numpy_copies(result):
+                    unlink(result)
+                return
+
+
 def settle(result, inputs, kind):
     """Give a traced result numpy's object semantics.
 
@@ -347,6 +366,8 @@ def settle(result, inputs, kind):
         if result.node.op == "broadcast_to":
             result._flags |= READONLY
         return result
+    elif kind == "view" and result.node.op == "const":  # a view of a literal, folded:
+        _link_folded(result, inputs)  # numpy's view of it all the same
     if result.shape == () and kind == "new":
         result._flags |= SCALAR
     else:
