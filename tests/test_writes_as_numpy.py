@@ -1,10 +1,12 @@
 """Element writes as numpy makes them, on random programs: writes at ints,
 slices (steps, negative and empty bounds) and Ellipsis, with ``=`` and
 ``+=``, through views kept alive and read later, into arrays ``f`` made
-(``np.zeros``, ``np.array`` of a list, a traced value) -- each program's
-value against numpy's and its gradient against central differences.  (A
-write through a view of an array numpy made inside ``f`` -- ``row = A[0];
-row[1] = x`` -- was lost, and a write through an empty view raised.)"""
+(``np.zeros``, ``np.array`` of a list, a traced value), and through
+numpy's other views (transposes, reshapes, views of views) -- each
+program's value against numpy's and its gradient against central
+differences.  (A write through a view of an array numpy made inside ``f``
+-- ``row = A[0]; row[1] = x`` -- was lost, and a write through an empty view
+raised: 248 of 700 such programs failed.)"""
 
 from __future__ import annotations
 
@@ -89,35 +91,95 @@ def _program(seed):
     return f
 
 
+def _view(A, kind):
+    if kind == "T":
+        return A.T
+    if kind == "reshape":
+        return A.reshape(-1) if A.ndim > 1 else A.reshape(A.shape + (1,))
+    if kind == "ravel":
+        return np.ravel(A)
+    if kind == "swapaxes":
+        return np.swapaxes(A, 0, -1)
+    if kind == "reversed":
+        return A[..., ::-1]
+    if kind == "expand_dims":
+        return np.expand_dims(A, 0)
+    if kind == "flat_reversed":  # (a view of a view)
+        return A.reshape(-1)[::-1]
+    return np.moveaxis(A, 0, -1)
+
+
+_VIEWS = ("T", "reshape", "ravel", "swapaxes", "reversed", "expand_dims", "flat_reversed",
+          "moveaxis")
+
+
+def _through_views(seed):
+    """Writes through numpy's views of an array (transposes, reshapes, views
+    of views), and views kept while the array is written."""
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(s) for s in rng.integers(1, 4, size=rng.integers(1, 4)))
+    made = ("zeros", "traced", "copy")[int(rng.integers(0, 3))]
+    ops = []
+    for _ in range(int(rng.integers(1, 5))):
+        kind = _VIEWS[int(rng.integers(0, len(_VIEWS)))]
+        vshape = _view(np.zeros(shape), kind).shape
+        index = _index(rng, vshape)
+        c = rng.standard_normal(np.shape(np.zeros(vshape)[index]))
+        ops.append((kind, index, c, int(rng.integers(0, 3))))
+
+    def f(x):
+        if made == "zeros":
+            A = np.zeros(shape) + 0.2
+        elif made == "traced":
+            A = np.zeros(shape) + x[3] * 0.1
+        else:
+            A = (x[3] * np.arange(1.0, np.prod(shape) + 1).reshape(shape)).copy()
+        kept = []
+        for t, (kind, index, c, how) in enumerate(ops):
+            V = _view(A, kind)
+            if how == 0:
+                V[index] = np.sin(x[0]) * c + t
+            elif how == 1:
+                V[index] += x[1] * c
+            else:
+                kept.append(V)
+                A[...] = A * 0.5 + x[2]
+        s = sum(np.sum(k * (i + 2.0)) for i, k in enumerate(kept))
+        return np.sum(A ** 2 * np.arange(1.0, A.size + 1).reshape(shape)) + s
+    return f
+
+
+def _check(f, seed, **options):
+    try:
+        expected = f(X0.copy())
+    except (IndexError, ValueError) as exc:  # numpy refuses: so does the trace, alike
+        with pytest.raises(type(exc)):
+            ha.gradient(f, X0)
+        return
+    plan = ha.compile(f, X0, **options)
+    out = ha.GradientResult(X0)
+    plan.gradient(X0, out=out)
+    assert float(out.value) == pytest.approx(float(expected), rel=1e-12), seed
+    np.testing.assert_allclose(out.gradient, numerical_gradient(f, X0), rtol=1e-6, atol=1e-7,
+                               err_msg=f"seed {seed}")
+
+
 @pytest.mark.parametrize("first", range(0, 160, 20))
 def test_random_element_writes_match_numpy(first):
     for seed in range(first, first + 20):
-        f = _program(seed)
-        try:
-            expected = f(X0.copy())
-        except (IndexError, ValueError) as exc:  # numpy refuses: so does the trace, alike
-            with pytest.raises(type(exc)):
-                ha.gradient(f, X0)
-            continue
-        r = ha.compile(f, X0, backend="numpy").gradient(X0)
-        assert float(r.value) == pytest.approx(float(expected), rel=1e-12), seed
-        np.testing.assert_allclose(r.gradient, numerical_gradient(f, X0), rtol=1e-6, atol=1e-7,
-                                   err_msg=f"seed {seed}")
+        _check(_program(seed), seed, backend="numpy")
+
+
+@pytest.mark.parametrize("first", range(0, 160, 40))
+def test_random_writes_through_views_match_numpy(first):
+    for seed in range(first, first + 40):
+        _check(_through_views(seed), seed, backend="numpy")
 
 
 def test_random_element_writes_on_the_default_plan():
     for seed in (3, 17, 29, 41, 58, 77):
-        f = _program(seed)
-        try:
-            expected = f(X0.copy())
-        except (IndexError, ValueError):
-            continue
-        plan = ha.compile(f, X0)
-        out = ha.GradientResult(X0)
-        plan.gradient(X0, out=out)
-        assert float(out.value) == pytest.approx(float(expected), rel=1e-12), seed
-        np.testing.assert_allclose(out.gradient, numerical_gradient(f, X0), rtol=1e-6,
-                                   atol=1e-7, err_msg=f"seed {seed}")
+        _check(_program(seed), seed)
+        _check(_through_views(seed), seed)
 
 
 def test_a_write_through_a_view_of_an_array_f_made_reaches_it():

@@ -320,17 +320,17 @@ def _link_folded(result, inputs):
     it: a write through either reaches the other (``A = np.zeros((3, 3)); row
     = A[0]; row[1] = x``)."""
     folded = result._trace.folded_views
+    by_node = {id(t.node): t for t in inputs}
     path, node = [], result.node
-    while node.id in folded:
+    while node.id in folded:  # (back to the nearest input: a view of a view folded too)
         node, op, attrs = folded[node.id]
         path.append((op, dict(attrs)))
-    if path:
-        for t in inputs:
-            if t.node is node:
-                link_view(result, t, path[::-1])
-                if numpy_copies(result):
-                    unlink(result)
-                return
+        base = by_node.get(id(node))
+        if base is not None:
+            link_view(result, base, path[::-1])
+            if numpy_copies(result):
+                unlink(result)
+            return
 
 
 def settle(result, inputs, kind):
