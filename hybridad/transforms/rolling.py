@@ -327,7 +327,8 @@ def _roll(trace, outs, s, p, trips, m):
             copies = [init[o]] + copies[:-1]
         stacked, outside = _stack(trace, copies)
         x_outer.append(stacked)
-        keep.extend(c for c in outside if c.id not in kept)
+        outside = [c for c in outside if c.id not in kept and pos.get(c.id, s) >= s]  # (an
+        keep.extend(outside)  # initial value before the run stays where it is)
         kept.update(c.id for c in outside)
     keep.extend(nodes[s + o] for o in once if nodes[s + o].id not in kept)
     inits = [Tracer(init[o], trace) for o in carries]

@@ -135,10 +135,16 @@ def row_read(n):
 def spliced(trace, kept, make):
     """The node of ``make()``'s tracer, made in ``trace`` with its new nodes
     appended to ``kept`` (a pass's list of the nodes so far), not to the end
-    of the trace."""
-    mark = len(trace.nodes)
-    with trace:
-        t = make()
+    of the trace.  Nothing is merged with a node traced before (which may
+    stand after this point in the pass's order): the trace's memo is set
+    aside meanwhile."""
+    mark, memo = len(trace.nodes), trace._seen
+    trace._seen = {}
+    try:
+        with trace:
+            t = make()
+    finally:
+        trace._seen = memo
     kept.extend(trace.nodes[mark:])
     del trace.nodes[mark:]
     return t.node
