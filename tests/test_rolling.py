@@ -609,3 +609,85 @@ def test_a_loops_rows_of_a_captured_array_are_held_by_reference(monkeypatch):
     assert held < plan.memory.total_bytes + 20e6, f"{held / 1e6:.0f} MB held"
     forcing[7] += 1.0
     np.testing.assert_allclose(plan.gradient(x).value, f(x), rtol=1e-12)
+
+
+_STEP_OPS = ("tanh", "sin", "matmul", "roll", "stencil_in_place", "strided_in_place",
+             "normalized", "forcing_row", "time", "where", "cumsum", "flip", "concatenate",
+             "outer", "max")
+
+
+def _random_loop(seed):
+    """T steps of a random body of a few ops (elementwise, products, rolls,
+    slices written in place, reductions, rows of a captured array, a time
+    per step), on one or two carries; and whether every op is smooth."""
+    rng = np.random.default_rng(seed)
+    n, T = int(rng.integers(3, 7)), int(rng.integers(8, 25))
+    W = rng.standard_normal((n, n)) / n
+    F = rng.standard_normal((T + 2, n)) * 0.1
+    body = [_STEP_OPS[int(i)] for i in rng.integers(0, len(_STEP_OPS), int(rng.integers(1, 5)))]
+    two = rng.random() < 0.3
+
+    def step(u, v, k):
+        for op in body:
+            if op == "tanh":
+                u = np.tanh(u) * 0.95 + 0.01
+            elif op == "sin":
+                u = u + 0.1 * np.sin(u * v)
+            elif op == "matmul":
+                u = 0.5 * u + 0.5 * np.tanh(W @ u)
+            elif op == "roll":
+                u = 0.8 * u + 0.1 * (np.roll(u, 1) + np.roll(u, -1))
+            elif op == "stencil_in_place":
+                u = u.copy()
+                u[1:-1] += 0.1 * (u[2:] - 2 * u[1:-1] + u[:-2])
+            elif op == "strided_in_place":
+                u = u.copy()
+                u[::2] *= 0.9
+            elif op == "normalized":
+                u = u / (1.0 + 0.1 * np.sum(u ** 2))
+            elif op == "forcing_row":
+                u = u + F[k]
+            elif op == "time":
+                u = u * (1.0 - 0.01 * np.cos(0.1 * k))
+            elif op == "where":
+                u = np.where(u > 0.1, u, 0.5 * u)
+            elif op == "cumsum":
+                u = 0.9 * u + 0.01 * np.cumsum(u)
+            elif op == "flip":
+                u = 0.7 * u + 0.3 * u[::-1]
+            elif op == "concatenate":
+                u = np.concatenate([u[1:], u[:1]]) * 0.5 + 0.5 * u
+            elif op == "outer":
+                u = u + 0.01 * np.sum(np.outer(u, v), axis=1)
+            else:
+                u = u - 0.1 * np.max(u)
+        return u, (0.9 * v + 0.1 * u if two else v)
+
+    def f(x):
+        u, v = x[:n] * 1.0, x[-n:] * 0.5 + 0.1
+        for k in range(T):
+            u, v = step(u, v, k)
+        return np.sum(u ** 2) + np.sum(v * u)
+    return f, n, not {"where", "max"} & set(body)
+
+
+@pytest.mark.parametrize("first", range(0, 120, 30))
+def test_random_loop_bodies_roll_as_traced(first, monkeypatch):
+    """Random step bodies: the rolled plan gives the unrolled plan's value
+    and gradient (to rounding) and, where every op is smooth, central
+    differences'; most of them roll."""
+    loops = 0
+    for seed in range(first, first + 30):
+        f, n, smooth = _random_loop(seed)
+        x = np.linspace(-0.8, 0.9, 2 * n)
+        rolled, unrolled = _plans(f, x, "numpy", monkeypatch)
+        loops += _loops(rolled) > 0
+        r, u = rolled.gradient(x), unrolled.gradient(x)
+        assert float(r.value) == pytest.approx(float(f(x.copy())), rel=1e-12), seed
+        assert float(r.value) == pytest.approx(float(u.value), rel=1e-13), seed
+        np.testing.assert_allclose(r.gradient, u.gradient, rtol=1e-11, atol=1e-13,
+                                   err_msg=f"seed {seed}")
+        if smooth:
+            np.testing.assert_allclose(r.gradient, numerical_gradient(f, x), rtol=1e-6,
+                                       atol=1e-8, err_msg=f"seed {seed}")
+    assert loops >= 20
