@@ -341,3 +341,37 @@ def test_random_slab_write_loops_match_numpy(first):
         assert float(r.value) == pytest.approx(float(f(x0.copy())), rel=1e-12), seed
         np.testing.assert_allclose(r.gradient, numerical_gradient(f, x0), rtol=1e-6, atol=1e-7,
                                    err_msg=f"seed {seed}")
+
+
+def test_a_second_attempt_keeps_no_write_of_the_first(monkeypatch):
+    """A function traced again (it wrote a traced value into an array numpy
+    made, after its row writes: hybridad.frontend.numpy_made) holds the
+    writes of its second attempt only -- node ids are reused after the
+    first attempt's nodes are dropped, and a write recorded for a dropped
+    node would stand for another one."""
+    from hybridad.transforms import row_writes
+
+    def g(x):
+        B = np.zeros(3)
+        Y = np.zeros((6, 5)) + x[0]
+        for k in range(6):
+            Y[k] = x * (k + 1.0)
+        B[0] = x[0]  # (numpy's array: the first attempt stops here)
+        return np.sum(Y ** 2) + np.sum(B * 3.0)
+
+    seen = []
+    real = row_writes.forward_row_writes
+
+    def check(trace, outs):
+        live = {id(n) for n in trace.nodes}
+        by_id = {n.id: n for n in trace.nodes}
+        for k, w in trace.row_writes.items():
+            assert k in by_id and by_id[k].op == "concatenate" and id(w[0]) in live
+        assert all(id(v[0]) in live for v in trace.folded_views.values())
+        seen.append(len(trace.row_writes))
+        return real(trace, outs)
+    monkeypatch.setattr(rolling, "forward_row_writes", check)
+    r = ha.compile(g, X0, backend="numpy").gradient(X0)
+    assert seen and seen[0] >= 6
+    assert float(r.value) == pytest.approx(float(g(X0.copy())), rel=1e-13)
+    np.testing.assert_allclose(r.gradient, numerical_gradient(g, X0), rtol=1e-6, atol=1e-8)

@@ -89,9 +89,10 @@ class Trace:
         #: each one's ``i`` (node id -> int)
         self.steps = {}
         self.rows = {}
-        #: writes of one row into an array (``out[k] = v``): the new array's node id
-        #: -> ``(array node, k, the row node (1, *row shape), the slices of the array
-        #: the write read)`` (:mod:`hybridad.transforms.row_writes` forwards them)
+        #: writes of one slab into an array (``out[k] = v``, ``U[:, k] = v``): the new
+        #: array's node id -> ``(array node, k, the slab node (a unit axis at axis), the
+        #: slices of the array the write read, axis)``
+        #: (:mod:`hybridad.transforms.row_writes` forwards them)
         self.row_writes = {}
         #: a view of a literal constant, folded into a constant of its own (:func:`bind`):
         #: its node id -> ``(the literal's node, view op, attributes)``, for
@@ -279,6 +280,8 @@ class Trace:
             self._captured = {k: v for k, v in self._captured.items()
                               if id(v[1]) not in dropped}
             self.decision_cache = {k: v for k, v in self.decision_cache.items() if k < first}
+            self.folded_views = {k: v for k, v in self.folded_views.items() if k < first}
+            self.row_writes = {k: v for k, v in self.row_writes.items() if k < first}
             self.steps = {k: v for k, v in self.steps.items() if k < first}  # (ids reused)
             if self._gone is not None:
                 self._gone = [[], {k for k in self._forgotten_ids() if k < first}]
