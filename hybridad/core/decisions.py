@@ -148,28 +148,32 @@ def concrete_index(index):
     replaced by its value at the traced call -- a decision each: a 0-d
     integer becomes a Python int, an array (indices, a mask computed from
     values) a numpy array; unchanged where the trace has no values."""
-    Tracer = TRACER[0]
-
-    def traced(k):
-        return isinstance(k, Tracer) or (
-            isinstance(k, slice) and any(isinstance(v, Tracer) for v in (k.start, k.stop, k.step))
-        ) or (type(k) is list and any(map(traced, k)))
-
-    def value(k):
-        if isinstance(k, Tracer) and k.dtype.kind in "biu":
-            v = decide(k, "index" if k.ndim == 0 and k.dtype.kind != "b" else "array")
-            return k if v is None else v
-        if isinstance(k, slice):
-            return slice(value(k.start), value(k.stop), value(k.step))
-        if type(k) is list:
-            return [value(v) for v in k]
-        return k
-
     parts = index if isinstance(index, tuple) else (index,)
-    if not any(map(traced, parts)):
+    if not any(map(_traced, parts)):
         return index
-    out = [value(k) for k in parts]
+    out = [_value(k) for k in parts]
     return tuple(out) if isinstance(index, tuple) else out[0]
+
+
+# (module functions, not closures of concrete_index: a recursive closure is a
+# reference cycle, garbage only the collector frees -- a loop's 10^4 element
+# writes left 10^5 of them for one collection of a quarter of a second)
+def _traced(k):
+    Tracer = TRACER[0]
+    return isinstance(k, Tracer) or (
+        isinstance(k, slice) and any(isinstance(v, Tracer) for v in (k.start, k.stop, k.step))
+    ) or (type(k) is list and any(map(_traced, k)))
+
+
+def _value(k):
+    if isinstance(k, TRACER[0]) and k.dtype.kind in "biu":
+        v = decide(k, "index" if k.ndim == 0 and k.dtype.kind != "b" else "array")
+        return k if v is None else v
+    if isinstance(k, slice):
+        return slice(_value(k.start), _value(k.stop), _value(k.step))
+    if type(k) is list:
+        return [_value(v) for v in k]
+    return k
 
 
 def decided_nodes(decisions):

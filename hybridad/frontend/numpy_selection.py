@@ -175,16 +175,18 @@ def _slab_written(target, axis, k, value):
     if type(value) is Tracer and value._trace is trace and value.shape == slab_shape and \
             value.dtype == dt and not node.is_literal and trace.phase == "forward":
         # (the usual write, `out[k] = x`: its nodes made directly, as the surface's
-        # getitem, reshape and concatenate would make them -- a loop writes one a step)
-        add = trace.add
-        row = add("reshape", (value.node,), {"shape": unit}, unit, dt)
+        # getitem, reshape and concatenate would make them -- a loop writes one a step;
+        # never merged, as none can be: each reads the array as this write found it)
+        def add(op, args, attrs, shape):
+            return trace.add(op, args, attrs, shape, dt, False)
+        row = add("reshape", (value.node,), {"shape": unit}, unit)
         lo = add("getitem", (node,), {"index": lead + (slice(None, k, None),)},
-                 shape[:axis] + (k,) + shape[axis + 1:], dt) if k else None
+                 shape[:axis] + (k,) + shape[axis + 1:]) if k else None
         hi = add("getitem", (node,), {"index": lead + (slice(k + 1, None, None),)},
-                 shape[:axis] + (n - k - 1,) + shape[axis + 1:], dt) if k + 1 < n else None
+                 shape[:axis] + (n - k - 1,) + shape[axis + 1:]) if k + 1 < n else None
 
         def joined(parts):
-            return add("concatenate", tuple(parts), {"axis": axis}, shape, dt)
+            return add("concatenate", tuple(parts), {"axis": axis}, shape)
     else:
         v = _tracer(value)
         if v.dtype != dt:

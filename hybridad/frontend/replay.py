@@ -56,7 +56,7 @@ from ..core.supported import SUPPORTED_DTYPES
 from ..core.trace import ON_ENTER, Trace, current_trace, static_attrs
 from ..core.tracer import SCALAR, SURFACE, Tracer
 from ..ir.registry import REGISTRY
-from .objects import link_view, numpy_copies, unlink
+from .objects import link_view
 
 __all__ = ["basic_key", "enabled", "replayed"]
 
@@ -332,10 +332,8 @@ def _basic(x, index, general):
     if scalar:
         return Tracer(made, trace, SCALAR)
     r = Tracer(made, trace)
-    link_view(r, x, (("getitem", dict(attrs)),))  # (a copy: as settle's own links)
-    if x._base is not None and numpy_copies(r):
-        unlink(r)
-    return r
+    link_view(r, x, (("getitem", dict(attrs)),))  # (a copy: as settle's own links;
+    return r  # a view of x, which is numpy's view of its own base if it has one)
 
 
 def _row(x, i):
@@ -363,11 +361,9 @@ def _row(x, i):
         trace.rows[made.id] = i
     if len(shape) == 1:  # (a row of a 1-d array is a numpy scalar, a copy)
         return Tracer(made, trace, SCALAR)
-    r = Tracer(made, trace)  # of more, a view of x (settle's links, made directly)
-    link_view(r, x, (("getitem", {"index": (i,)}),))
-    if x._base is not None and numpy_copies(r):  # (x a view: a reshape numpy copies)
-        unlink(r)
-    return r
+    r = Tracer(made, trace)  # of more, a view of x (settle's links, made directly:
+    link_view(r, x, (("getitem", {"index": (i,)}),))  # basic indexing of x -- numpy's
+    return r  # view of its base, if it has one -- never copies)
 
 
 _install()

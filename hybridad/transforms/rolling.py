@@ -48,7 +48,7 @@ from ..core.tracer import Tracer
 from ..ir.graph import Graph, redirect
 from ..ir.registry import REGISTRY
 from ..ops.loop import LoopBody, layout, part
-from .row_writes import forward_row_writes, row_read, spliced
+from .row_writes import forward_row_writes, row_read, spliced, without_dead
 from .rolling_runs import (_ARGS, MIN_NODES, MIN_TRIPS, _attrs_key, _attrs_key_of, _best_run,
                            _Matcher)
 
@@ -132,7 +132,7 @@ def _unstack(trace, outs):
     per step and its adjoint made a program of a loop nest per step: 14 s
     of LLVM at 300 steps.)  Rewrites ``trace.nodes`` in place; returns
     ``outs`` with a rewritten node replaced."""
-    replace, kept = {}, []
+    replace, kept, joined_rows = {}, [], set()
     nodes = trace.nodes
     for n in nodes:
         if replace and any(a.id in replace for a in n.args):
@@ -158,8 +158,13 @@ def _unstack(trace, outs):
         made = spliced(trace, kept, joined)
         if made is not n and made.shape == n.shape and made.dtype == n.dtype:
             replace[n.id] = made
-    trace.nodes = kept
-    return [replace.get(o.id, o) for o in outs]
+            joined_rows.update(a.id for a in n.args)
+            joined_rows.add(n.id)
+    outs = [replace.get(o.id, o) for o in outs]
+    # the concatenations replaced, and the rows only they read, leave the trace (the
+    # graph's signature holds no row per step)
+    trace.nodes = without_dead(kept, outs, joined_rows, trace)
+    return outs
 
 
 def _row_of(a):

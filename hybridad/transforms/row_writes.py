@@ -32,7 +32,7 @@ import numpy as np
 from ..core.trace import Trace
 from ..core.tracer import Tracer
 
-__all__ = ["forward_row_writes", "row_read", "slab_read", "spliced"]
+__all__ = ["forward_row_writes", "row_read", "slab_read", "spliced", "without_dead"]
 
 #: the most arrays of one chain read whole (each a stack of all its rows)
 MAX_WHOLE_READS = 4
@@ -119,7 +119,7 @@ def forward_row_writes(trace: Trace, outs):
             chain, seq = at[n.id]
             replace[n.id] = _stacked(trace, chain, seq, n, kept)
     outs = [replace.get(o.id, o) for o in outs]
-    trace.nodes = _without_dead(kept, outs, set(writes) | internal, trace)
+    trace.nodes = without_dead(kept, outs, set(writes) | internal, trace)
     trace.row_writes = {}
     return outs
 
@@ -226,7 +226,7 @@ def _stacked(trace, chain, seq, n, kept):
     return spliced(trace, kept, make)
 
 
-def _without_dead(nodes, outs, candidates, trace):
+def without_dead(nodes, outs, candidates, trace):
     """``nodes`` without those of ``candidates`` that nothing live reads."""
     live = {o.id for o in outs}
     dropped, out = [], []
