@@ -141,8 +141,18 @@ def kept_views(x, y):  # views alive across steps: writes reach them, and throug
     return np.sum(m ** 2) + np.sum(inner) + m[0, 1] * m[-1, -1]
 
 
+def ints_and_slices(x, y):  # reads with an int among slices, at a new int each step
+    m = np.outer(x, y) + A
+    s = 0.0
+    for k in range(4):
+        s = s + m[k, 1:] * m[k + 1, :-1] + m[1:, -k - 1] * m[-1, :-1] * 0.5
+        s = s + m[k, 1:] * 2.0 + m[..., k][1:] + m[k, ::2][0] + m[k][2]
+        m = np.tanh(m) + 0.1 * m[k, :][None, :]
+    return np.sum(s ** 2)
+
+
 FUNCTIONS = [euler, scalars, aliasing, captured, dtypes, scalar_flags, literals,
-             tuples_and_masks, heat, kept_views]
+             tuples_and_masks, heat, kept_views, ints_and_slices]
 
 
 @pytest.mark.parametrize("f", FUNCTIONS, ids=lambda f: f.__name__)
@@ -267,3 +277,23 @@ def test_integer_index_fast_path_traces_the_general_paths_graph(monkeypatch):
     assert_grad(_rows_then_writes, (X, A))
     res = ha.gradient(_rows_then_writes, X, A)
     np.testing.assert_allclose(res.value, _rows_then_writes(X, A), rtol=1e-13)
+
+
+def test_an_int_out_of_range_among_slices_raises_as_numpy():
+    """A read ``m[k, 1:]`` answered from the first k's recipe still raises
+    numpy's IndexError for a k out of range, and takes negative ks as numpy."""
+    def f(x):
+        m = np.outer(x, x)
+        s = m[-5, 1:] + m[4, 1:]
+        for k in range(6):
+            s = s + m[k, 1:]
+        return np.sum(s)
+    with pytest.raises(IndexError, match="out of bounds"):
+        np.outer(X, X)[5, 1:]
+    with pytest.raises(IndexError, match="out of bounds"):
+        ha.gradient(f, X)
+
+    def g(x):
+        m = np.outer(x, x)
+        return sum(np.sum(m[k, 1:] * m[1:, k]) for k in range(-5, 5))
+    assert float(ha.gradient(g, X).value) == pytest.approx(float(g(X)), rel=1e-13)

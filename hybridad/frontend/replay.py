@@ -307,6 +307,8 @@ def _basic(x, index, general):
     if key is None:
         return general(x, index)
     memo = trace.recipes
+    if any(type(part) is int for part in key[1:]):  # (U[k, 1:-1], U[1:-1, k]: one answer
+        return _with_ints(x, index, key, general)  # for every k)
     k = ("getitem", node.shape, node.dtype, key)
     answer = memo.get(k)
     if answer is None:
@@ -334,6 +336,50 @@ def _basic(x, index, general):
     r = Tracer(made, trace)
     link_view(r, x, (("getitem", dict(attrs)),))  # (a copy: as settle's own links;
     return r  # a view of x, which is numpy's view of its own base if it has one)
+
+
+def _with_ints(x, index, key, general):
+    """:func:`_basic` for an index with ints among its slices (``U[k, 1:-1]``):
+    the surface's answer the first time for ``x``'s shape and dtype and the
+    index with its ints left out -- where in the node's index the ints stand
+    -- made again with each int in range as numpy takes it (a loop reads
+    ``U[k, 2:]`` at a new ``k`` every step; asked for each ``k`` afresh it went
+    through the whole surface)."""
+    node, trace = x.node, x._trace
+    memo = trace.recipes
+    given = [part for part in key[1:] if type(part) is int]
+    k = ("getitem~", node.shape, node.dtype, key[0],
+         tuple("#int" if type(part) is int else part for part in key[1:]))
+    answer = memo.get(k)
+    if answer is None:
+        r = general(x, index)
+        memo[k] = False
+        if type(r) is Tracer and r.node.op == "getitem" and r.node.args == (node,) and \
+                r._origin is None and (r._flags & SCALAR or r._base == (x, ((
+                    "getitem", r.node.attrs),))):
+            at = r.node.attrs["index"]
+            spots = [p for p, v in enumerate(at) if type(v) is int]
+            if len(spots) == len(given) and None not in at and len(at) <= len(node.shape) and \
+                    all(at[p] == v % node.shape[p] for p, v in zip(spots, given, strict=True)):
+                memo[k] = (at, tuple(spots), r.node.shape, r.node.dtype, r._flags & SCALAR)
+        return r
+    if answer is False:
+        return general(x, index)
+    at, spots, shape, dtype, scalar = answer
+    at = list(at)
+    for p, v in zip(spots, given, strict=True):
+        n = node.shape[p]
+        if not -n <= v < n:
+            return general(x, index)  # (numpy's IndexError)
+        at[p] = v % n
+    attrs = {"index": tuple(at)}
+    made = trace.add("getitem", (node,), attrs, shape, dtype,
+                     trace.static_id("getitem", static_attrs("getitem", attrs)))
+    if scalar:
+        return Tracer(made, trace, SCALAR)
+    r = Tracer(made, trace)
+    link_view(r, x, (("getitem", {"index": attrs["index"]}),))
+    return r
 
 
 def _row(x, i):
