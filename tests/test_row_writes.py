@@ -375,3 +375,30 @@ def test_a_second_attempt_keeps_no_write_of_the_first(monkeypatch):
     assert seen and seen[0] >= 6
     assert float(r.value) == pytest.approx(float(g(X0.copy())), rel=1e-13)
     np.testing.assert_allclose(r.gradient, numerical_gradient(g, X0), rtol=1e-6, atol=1e-8)
+
+
+def test_writes_along_another_axis_start_a_chain_of_their_own():
+    """The first write into a grid of more points than steps is an element
+    (two ints: the slab of its longer axis, space), then a column per step:
+    the columns are a chain of their own from the array the element write
+    made, forwarded and rolled (they were left as traced, T^2, until T
+    outgrew the grid)."""
+    n = 40
+    u0 = np.sin(np.linspace(0.0, 3.0, n))
+    sizes = []
+    for T in (20, 30):
+        def f(u, T=T):
+            U = np.zeros((n, T + 1))
+            U[0, 0] = 0.0
+            U[:, 0] = u
+            for k in range(T):
+                U[1:-1, k + 1] = U[1:-1, k] + 0.2 * np.sin(U[2:, k] - 2 * U[1:-1, k] + U[:-2, k])
+                U[0, k + 1] = U[1, k + 1]
+            return np.sum(U ** 2)
+        plan = ha.compile(f, u0, backend="numpy")
+        assert any(node.op == "loop" for node in plan.graph.nodes)
+        sizes.append(len(plan.graph.nodes))
+        r = plan.gradient(u0)
+        assert float(r.value) == pytest.approx(float(f(u0)), rel=1e-13)
+        np.testing.assert_allclose(r.gradient, numerical_gradient(f, u0), rtol=1e-6, atol=1e-8)
+    assert sizes[0] == sizes[1]

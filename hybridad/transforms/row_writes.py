@@ -73,12 +73,12 @@ def forward_row_writes(trace: Trace, outs):
         w = writes.get(n.id)
         if w is not None:
             prev = at.get(w[0].id)
-            if prev is None:
-                chain, seq = _Chain(w[0], w[4]), 1
+            if prev is None or prev[0].axis != w[4]:  # (along another axis than the
+                chain, seq = _Chain(w[0], w[4]), 1  # write before: a chain from its array)
             else:
                 chain, seq = prev[0], prev[1] + 1
-                if chain.last != prev[1] or chain.axis != w[4]:  # (a second write into
-                    chain.broken = True  # one array, a fork; or one along another axis)
+                if chain.last != prev[1]:  # (a second write into one array: a fork)
+                    chain.broken = True
             chain.last = seq
             chain.rows.setdefault(w[1], []).append((seq, w[2]))
             at[n.id] = (chain, seq)
