@@ -319,7 +319,29 @@ def _periods(sig):
     values = np.flatnonzero(counts >= MIN_TRIPS - 1)
     counts = counts[values]
     top = np.lexsort((values, -counts))[:_CANDIDATES]
-    return values[top].tolist()
+    return values[top].tolist() + [p for p in _regular_gaps(order, kinds, n)
+                                   if p not in set(values[top].tolist())]
+
+
+def _regular_gaps(order, kinds, n):
+    """The distance between consecutive nodes of a kind that recurs at one
+    distance only, :data:`MIN_TRIPS` times or more (the longest first, at
+    most :data:`_CANDIDATES`): a step that differs every k-th iteration
+    (``if k % 10 == 0``) repeats k steps at a time, a period the nodes of
+    every step -- each of its kind k times a period, past :data:`_REACH` --
+    do not show, but the nodes of the odd step do."""
+    if len(order) < 2:
+        return []
+    d = order[1:] - order[:-1]
+    same = kinds[1:] == kinds[:-1]
+    d, group = d[same], kinds[1:][same]
+    if not len(d):
+        return []
+    starts = np.flatnonzero(np.concatenate(([True], group[1:] != group[:-1])))
+    lo, hi = np.minimum.reduceat(d, starts), np.maximum.reduceat(d, starts)
+    count = np.diff(np.concatenate((starts, [len(d)])))
+    regular = (lo == hi) & (count >= MIN_TRIPS - 1) & (lo > _REACH) & (lo * MIN_TRIPS <= n)
+    return sorted(set(lo[regular].tolist()), reverse=True)[:_CANDIDATES]
 
 
 def _in_light(pos, run, light):
