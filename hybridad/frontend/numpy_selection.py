@@ -228,12 +228,12 @@ def write_positions(a, at, value, key=None):
     written by its last occurrence), as one gather of ``a`` and ``value``.
     ``key``: a hashable that determines ``at`` given ``a``'s shape (a write
     through views, :func:`hybridad.frontend.objects.assign`): the nodes are
-    then replayed from the trace's recipes when the write comes again, and
-    ``at`` may be a function that makes it (called only when not replayed)."""
+    then replayed from the trace's recipes when the write comes again.  ``at``
+    may be a function that makes it (called only when not replayed)."""
     if key is not None:
-        return replayed(("write_positions", key), (a, value), lambda: Tracer(
-            write_positions(a, at() if callable(at) else at, value).node, a._trace))
-    at = np.ravel(at)
+        return replayed(("write_positions", key), (a, value),
+                        lambda: Tracer(write_positions(a, at, value).node, a._trace))
+    at = np.ravel(at() if callable(at) else at)
     last = np.full(a.size, -1, dtype=np.intp)
     last[at] = np.arange(at.size, dtype=np.intp)  # numpy's last write wins
     src = np.where(last >= 0, a.size + last, np.arange(a.size))

@@ -269,10 +269,9 @@ def _write_through(target, value, root):
         new = SURFACE.slab_written(Tracer(root.node, root._trace), link[1][0][1]["index"],
                                    value)
     if new is None:
-        key = _path_key(target, root)
-        at = _positions(target, _grid(root.shape), root) if key is None else \
-            (lambda: _positions(target, _grid(root.shape), root))  # (a replayed write: none)
-        new = SURFACE.write_positions(Tracer(root.node, root._trace), at, value, key=key)
+        new = SURFACE.write_positions(  # (the positions made only when not replayed)
+            Tracer(root.node, root._trace), lambda: _positions(target, _grid(root.shape), root),
+            value, key=_path_key(target, root))
     root.node = new.node
     live = {id(m): m for m in [target, *_others_sharing(target)] if m is not root}
     for m in sorted(live.values(), key=lambda m: len(_chain(m))):  # bases before their views

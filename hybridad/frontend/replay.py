@@ -306,18 +306,16 @@ def _basic(x, index, general):
     key = basic_key(index)
     if key is None:
         return general(x, index)
-    memo = trace.recipes
     if any(type(part) is int for part in key[1:]):  # (U[k, 1:-1], U[1:-1, k]: one answer
         return _with_ints(x, index, key, general)  # for every k)
+    memo = trace.recipes
     k = ("getitem", node.shape, node.dtype, key)
     answer = memo.get(k)
     if answer is None:
         r = general(x, index)
         if r is x:
             memo[k] = "x"
-        elif type(r) is Tracer and r.node.op == "getitem" and r.node.args == (node,) and \
-                r._origin is None and (r._flags & SCALAR or r._base == (x, ((
-                    "getitem", r.node.attrs),))):
+        elif _plain_getitem(r, x):
             a = r.node.attrs
             memo[k] = (a, r.node.shape, r.node.dtype,
                        trace.static_id("getitem", static_attrs("getitem", a)),
@@ -329,8 +327,22 @@ def _basic(x, index, general):
         return x
     if answer is False:
         return general(x, index)
-    attrs, shape, dtype, static, scalar = answer
-    made = trace.add("getitem", (node,), attrs, shape, dtype, static)
+    return _getitem_again(x, *answer)
+
+
+def _plain_getitem(r, x):
+    """Whether ``r``, the surface's answer to an index of ``x``, is one getitem
+    node of ``x`` and the links settle makes of it (a numpy scalar, or a view
+    of ``x``): what :func:`_getitem_again` makes again."""
+    return type(r) is Tracer and r.node.op == "getitem" and r.node.args == (x.node,) and \
+        r._origin is None and (r._flags & SCALAR or r._base == (x, (("getitem", r.node.attrs),)))
+
+
+def _getitem_again(x, attrs, shape, dtype, static, scalar):
+    """``x``'s getitem node of ``attrs`` (``static``: their :meth:`Trace.static_id`)
+    as a tracer linked as the surface links it."""
+    trace = x._trace
+    made = trace.add("getitem", (x.node,), attrs, shape, dtype, static)
     if scalar:
         return Tracer(made, trace, SCALAR)
     r = Tracer(made, trace)
@@ -354,9 +366,7 @@ def _with_ints(x, index, key, general):
     if answer is None:
         r = general(x, index)
         memo[k] = False
-        if type(r) is Tracer and r.node.op == "getitem" and r.node.args == (node,) and \
-                r._origin is None and (r._flags & SCALAR or r._base == (x, ((
-                    "getitem", r.node.attrs),))):
+        if _plain_getitem(r, x):
             at = r.node.attrs["index"]
             spots = [p for p, v in enumerate(at) if type(v) is int]
             if len(spots) == len(given) and None not in at and len(at) <= len(node.shape) and \
@@ -373,13 +383,8 @@ def _with_ints(x, index, key, general):
             return general(x, index)  # (numpy's IndexError)
         at[p] = v % n
     attrs = {"index": tuple(at)}
-    made = trace.add("getitem", (node,), attrs, shape, dtype,
-                     trace.static_id("getitem", static_attrs("getitem", attrs)))
-    if scalar:
-        return Tracer(made, trace, SCALAR)
-    r = Tracer(made, trace)
-    link_view(r, x, (("getitem", {"index": attrs["index"]}),))
-    return r
+    return _getitem_again(x, attrs, shape, dtype,
+                          trace.static_id("getitem", static_attrs("getitem", attrs)), scalar)
 
 
 def _row(x, i):

@@ -318,9 +318,9 @@ def _periods(sig):
     counts = np.bincount(np.concatenate(gaps))  # (gaps < n: counted, not sorted)
     values = np.flatnonzero(counts >= MIN_TRIPS - 1)
     counts = counts[values]
-    top = np.lexsort((values, -counts))[:_CANDIDATES]
-    return values[top].tolist() + [p for p in _regular_gaps(order, kinds, n)
-                                   if p not in set(values[top].tolist())]
+    top = values[np.lexsort((values, -counts))[:_CANDIDATES]].tolist()
+    tried = set(top)
+    return top + [p for p in _regular_gaps(order, kinds, n) if p not in tried]
 
 
 def _regular_gaps(order, kinds, n):

@@ -171,12 +171,19 @@ def slab_read(n, axis):
 _FULL = slice(None)
 
 
+def _written_value(row, shape):
+    """The value written that the slab node ``row`` (a unit axis added) is a
+    reshape of, when it is one of ``shape``; else None."""
+    return row.args[0] if row.op == "reshape" and row.args[0].shape == shape else None
+
+
 def _slab_value(trace, row, axis, made, kept):
     """The slab node ``row`` (a unit axis at ``axis``) without its unit axis:
     the value written itself, where the write reshaped it."""
     shape = row.shape[:axis] + row.shape[axis + 1:]
-    if row.op == "reshape" and row.args[0].shape == shape:
-        return row.args[0]  # (the value written, before its unit axis)
+    value = _written_value(row, shape)
+    if value is not None:
+        return value
     if row.id not in made:
         made[row.id] = spliced(trace, kept, lambda: Tracer(row, trace).reshape(shape))
     return made[row.id]
@@ -199,22 +206,22 @@ def _stacked(trace, chain, seq, n, kept):
 
     def make():
         base = Tracer(chain.base, trace)
-        parts, start = [], 0
-        for j in range(n.shape[axis] + 1):
-            row = chain.row(j, seq) if j < n.shape[axis] else None
-            if row is None and j < n.shape[axis]:
+        parts, start, count = [], 0, n.shape[axis]
+        for j in range(count):
+            row = chain.row(j, seq)
+            if row is None:
                 continue
             if start < j:
                 parts.append(unwritten(base, start, j))
             start = j + 1
-            if row is None:
-                continue
             if not slab_shape:  # (numbers: their rows of one element, concatenated)
                 parts.append(Tracer(row, trace))
-            elif row.op == "reshape" and row.args[0].shape == slab_shape:
-                parts.append(Tracer(row.args[0], trace))  # (the value written itself)
-            else:
-                parts.append(Tracer(row, trace).reshape(slab_shape))
+                continue
+            value = _written_value(row, slab_shape)  # (the value written itself, or its slab)
+            parts.append(Tracer(value, trace) if value is not None else
+                         Tracer(row, trace).reshape(slab_shape))
+        if start < count:
+            parts.append(unwritten(base, start, count))
         # the slabs themselves, end to end: a loop's per-step values, not views of them
         # (a rolled loop then keeps the states it carries, not a copy of each as well);
         # along another axis than the first, that stack's axes moved (a view)
