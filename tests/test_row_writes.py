@@ -402,3 +402,31 @@ def test_writes_along_another_axis_start_a_chain_of_their_own():
         assert float(r.value) == pytest.approx(float(f(u0)), rel=1e-13)
         np.testing.assert_allclose(r.gradient, numerical_gradient(f, u0), rtol=1e-6, atol=1e-8)
     assert sizes[0] == sizes[1]
+
+
+def test_float32_schemes_written_into_columns_stay_float32(monkeypatch):
+    """A column scheme (U[1:-1, k + 1] = ..., boundaries) in float32: float32
+    results, the rolled plan as the writes traced, the float64 gradient to
+    float32's precision."""
+    def f(x, T=30):
+        U = np.zeros((5, T + 1), dtype=x.dtype)
+        U[:, 0] = x
+        r = x.dtype.type(0.2)
+        for k in range(T):
+            U[1:-1, k + 1] = U[1:-1, k] + r * np.sin(U[2:, k] - 2 * U[1:-1, k] + U[:-2, k])
+            U[0, k + 1] = U[1, k + 1] * x.dtype.type(0.5)
+            U[-1, k + 1] = U[-2, k]
+        return np.sum(U ** 2)
+
+    x = X0.astype(np.float32)
+    monkeypatch.setenv("HYBRIDAD_ROLL", "1")
+    rolled = ha.compile(f, x, backend="numpy")
+    monkeypatch.setenv("HYBRIDAD_ROLL", "0")
+    traced = ha.compile(f, x, backend="numpy")
+    monkeypatch.delenv("HYBRIDAD_ROLL")
+    assert any(n.op == "loop" for n in rolled.graph.nodes)
+    r, t = rolled.gradient(x), traced.gradient(x)
+    assert r.gradient.dtype == np.float32 and np.asarray(r.value).dtype == np.float32
+    np.testing.assert_allclose(r.gradient, t.gradient, rtol=1e-5, atol=1e-6)
+    g64 = ha.compile(f, X0, backend="numpy").gradient(X0).gradient
+    np.testing.assert_allclose(r.gradient, g64, rtol=1e-4, atol=1e-5)
