@@ -239,8 +239,8 @@ def test_random_composition_hessian(seed):
 # ----------------------------------------------------------------------------
 def test_every_registered_op_has_a_rule_or_an_explicit_fallback():
     missing = [name for name, op in REGISTRY.items()
-               if name not in rules.RULES and op.kind != "elementwise"
-               and name not in rules.CONSERVATIVE]
+               if name not in rules.RULES and op.kind not in ("elementwise", "composite")
+               and name not in rules.CONSERVATIVE]  # (a composite: lowered when traced)
     assert not missing, f"ops without a sparsity rule (add one to hybridad/sparse/rules.py " \
                         f"or list them in CONSERVATIVE): {missing}"
     assert rules.rule_for("no such op") is rules.CONSERVATIVE_RULE

@@ -183,15 +183,21 @@ def decided_nodes(decisions):
 
 
 def _ancestors(targets):
-    """The nodes ``targets`` are computed from, in topological (id) order."""
-    seen, stack = {}, list(targets)
+    """The nodes ``targets`` are computed from, in a topological order (each
+    after its operands; not by id: a lowered composite's nodes have ids after
+    the node they feed, :meth:`hybridad.core.trace.Trace.lower_composites`)."""
+    order, done, stack = [], set(), [(t, False) for t in reversed(targets)]
     while stack:
-        n = stack.pop()
-        if n.id in seen:
+        n, ready = stack.pop()
+        if n.id in done:
             continue
-        seen[n.id] = n
-        stack.extend(n.args)
-    return [seen[k] for k in sorted(seen)]
+        if ready:  # (its operands are placed)
+            done.add(n.id)
+            order.append(n)
+            continue
+        stack.append((n, True))
+        stack.extend((a, False) for a in reversed(n.args) if a.id not in done)
+    return order
 
 
 def _reference_op(n):

@@ -99,6 +99,9 @@ class Trace:
         #: :func:`hybridad.frontend.objects.settle` to link the two tracers as numpy's
         #: view and its base (a write through ``row = A[0]`` reaches ``A``)
         self.folded_views = {}
+        #: whether the frontend may record composite ops (:attr:`Op.lower`) into this
+        #: trace: a plan's trace, which :meth:`lower_composites` lowers once rolled
+        self.composites = False
 
     def __enter__(self):
         if not hasattr(_state, "stack"):
@@ -216,6 +219,36 @@ class Trace:
             numbered[node.id] = number
             made.append(node)
         return made
+
+    def lower_composites(self):
+        """Replace each composite node (:attr:`hybridad.ir.registry.Op.lower`)
+        by the primitives it stands for, in place: the nodes its lowering makes
+        go just before it, and the node itself becomes the last primitive (its
+        id, and every reference to it, kept).  Nodes the lowering makes alike
+        (one vector's column for two products) are made once.  No more
+        composites are recorded into this trace after it."""
+        self.composites = False
+        self.recipes.clear()  # (a recipe may hold one)
+        composite = {name for name, op in REGISTRY.items() if op.kind == "composite"}
+        if not any(n.op in composite for n in self.nodes):
+            return
+        made, out, phase = {}, [], ["forward"]
+
+        def make(op, args, attrs, shape, dtype):
+            key = (op, tuple(a.id for a in args), repr(sorted(attrs.items())))
+            node = made.get(key)
+            if node is None:
+                node = made[key] = Node.normalized(next(self.ids), op, tuple(args), attrs,
+                                                   tuple(shape), np.dtype(dtype), phase[0])
+                out.append(node)
+            return node
+
+        for node in self.nodes:
+            if node.op in composite:
+                phase[0] = node.phase
+                node.op, node.args, node.attrs = REGISTRY[node.op].lower(node, make)
+            out.append(node)
+        self.nodes = out
 
     def forget(self, nodes, kept=()):
         """The nodes of ``nodes`` other than those of ``kept`` left the trace (a

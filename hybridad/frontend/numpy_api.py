@@ -445,6 +445,11 @@ def matmul(a, b):
         # an inner product is an elementwise multiply and a sum: one fused
         # region, whose partials fuse with what consumes them (no BLAS call)
         return _reduce("sum", a * b, None, False)
+    if a.ndim + b.ndim == 3 and a.shape[-1] == b.shape[0] != 1 and \
+            np.issubdtype(dtype, np.inexact) and not (a.node.is_literal or b.node.is_literal):
+        trace = current_trace()  # a matrix and a vector: one node while a plan's trace
+        if trace.composites and trace.phase == "forward":  # is recorded (it is lowered
+            return bind("matvec", a, b)  # to the primitives once rolled)
     a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
     b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:

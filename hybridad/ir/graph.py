@@ -31,8 +31,10 @@ class Node:
     Parameters
     ----------
     id : int
-        Position-independent identifier, unique within a graph and increasing
-        in creation order (so creation order is a valid topological order).
+        Position-independent identifier, unique within a graph, and
+        increasing in creation order while a trace records.  A graph's order
+        is its node list's: a pass that inserts nodes gives them new ids (and
+        so does the lowering of a composite, before the node it feeds).
     op : str
         Primitive name (``"input"``, ``"const"`` or a key of the op registry).
     args : tuple of Node

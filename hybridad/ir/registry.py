@@ -51,7 +51,14 @@ An :class:`Op` carries, side by side:
   has ``(d, offset)`` there, or a fixed index where it has an int.  A
   compiled backend may then read the result in place through its operands
   instead of copying it (:func:`hybridad.backends.numba.layouts.read_in_place`:
-  ``np.roll``).
+  ``np.roll``);
+* ``lower`` -- for a ``composite`` op, the primitives it stands for: a trace
+  holds it as one node while it is recorded and rolled (a loop's matrix-vector
+  product is one node a step, not three), and
+  :meth:`hybridad.core.trace.Trace.lower_composites` replaces it before any
+  later pass: ``lower(node, make) -> (op, args, attrs)``, what the node itself
+  becomes (the same value, shape and dtype), where ``make(op, args, attrs,
+  shape, dtype)`` makes the nodes it reads (placed before it).
 
 Adding an op touches one file in this package; tests pick it up from
 :data:`REGISTRY`.
@@ -70,8 +77,9 @@ __all__ = ["REGISTRY", "InPlaceWrites", "LazyUfunc", "Op", "get", "may_raise", "
 REGISTRY: dict[str, Op] = {}
 
 #: kinds of op; ``view`` results alias their first operand's storage,
-#: ``inplace`` results *are* their first operand's storage, modified.
-KINDS = ("elementwise", "reduce", "view", "inplace", "compute", "region")
+#: ``inplace`` results *are* their first operand's storage, modified;
+#: ``composite`` ops live in traces only (:attr:`Op.lower`), never in a plan.
+KINDS = ("elementwise", "reduce", "view", "inplace", "compute", "region", "composite")
 
 
 class LazyUfunc:
@@ -141,6 +149,9 @@ class Op:
         The value packs several results into one flat buffer, read by 1-d
         slices (a loop's): ``vjp`` gets its cotangent as
         :class:`hybridad.ops.indexing.Pieces`, the slices that received one.
+    lower : callable, optional
+        For a ``composite`` op (and only for one): the primitives it stands
+        for; see the module docstring.
     """
 
     __slots__ = (
@@ -165,13 +176,16 @@ class Op:
         "workspace",
         "held",
         "packed",
+        "lower",
     )
 
     def __init__(self, name, kind, abstract, run=None, view=None, vjp=None, ufunc=None,
                  partials=None, domain=None, doc="", scalar=None, workspace=None, jvp=None,
                  batch=None, dual=None, raises=False, expensive=False, piecewise=False,
-                 shifts=None, held=None, packed=False):
+                 shifts=None, held=None, packed=False, lower=None):
         assert kind in KINDS, kind
+        assert (kind == "composite") == (lower is not None), (name, kind)
+        self.lower = lower
         self.held = held
         self.packed = bool(packed)
         self.name = name

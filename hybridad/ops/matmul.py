@@ -63,6 +63,39 @@ register(Op("matmul", "compute", _matmul_abstract, run=_matmul_run, vjp=_matmul_
             jvp=_matmul_jvp, batch=_matmul_batch))
 
 
+# ``matvec(x, y)``: ``x @ y`` of a 2-D matrix and a 1-D vector (either side),
+# as the numpy surface traces it inside a plan's trace: one node a product, where
+# the primitives are three (the vector reshaped to a column or a row, a 2-D
+# ``matmul``, the result reshaped back).  A loop of matrix-vector products --
+# an RNN, an ODE integrator -- traces a node or two fewer a step, for its
+# rolling to compare.  A composite: lowered to those three before any pass.
+
+def _mv_abstract(x, y):
+    a, v, left = (x, y, False) if len(x.shape) == 2 else (y, x, True)
+    if len(a.shape) != 2 or len(v.shape) != 1 or a.shape[0 if left else 1] != v.shape[0]:
+        raise ValueError(f"matvec: shapes {x.shape} and {y.shape} are not a matrix and "
+                         "a vector of its length")
+    return (a.shape[1 if left else 0],), np.result_type(x.dtype, y.dtype)
+
+
+def _mv_run(out, x, y):
+    np.matmul(x, y, out=out)
+
+
+def _mv_lower(node, make):
+    x, y = node.args
+    if len(x.shape) == 2:  # a @ v: v a column
+        v = make("reshape", (y,), {"shape": (y.shape[0], 1)}, (y.shape[0], 1), y.dtype)
+        product = make("matmul", (x, v), {}, (*node.shape, 1), node.dtype)
+    else:  # v @ a: v a row
+        v = make("reshape", (x,), {"shape": (1, x.shape[0])}, (1, x.shape[0]), x.dtype)
+        product = make("matmul", (v, y), {}, (1, *node.shape), node.dtype)
+    return "reshape", (product,), {"shape": node.shape}
+
+
+register(Op("matvec", "composite", _mv_abstract, run=_mv_run, lower=_mv_lower))
+
+
 # ``matvec_pair(a, u, v)``: ``a @ u`` and ``a^T @ v`` from one read of ``a``,
 # one result ``[a u, a^T v]`` (m + k elements for ``a`` m x k).  Not traced from
 # user code: the numba lowering pairs two matrix-vector products of one matrix

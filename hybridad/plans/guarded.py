@@ -136,6 +136,7 @@ class GuardsMixin:
         under :func:`hybridad.core.observe.observe`, its loops rolled
         (:func:`hybridad.transforms.rolling.roll_loops`; the signature is the
         rolled graph's: a few nodes where the trace held a loop's 10^5)."""
+        trace.composites = True  # (one node a matrix-vector product while rolled)
         with observe(self.name) as obs:
             try:
                 # arrays f makes and fills with traced values: traced on a second try
@@ -150,6 +151,7 @@ class GuardsMixin:
         if self._rolls:  # (a decision's values stay as traced: its check reads them)
             fixed = {n.id for n in decided_nodes(trace.decisions)}
             (out.node,) = rolling.roll_loops(trace, [out.node], fixed)
+        trace.lower_composites()
         return out, guards, signature(trace.nodes, [out.node], captured_ids(guards))
 
 

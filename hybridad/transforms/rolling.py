@@ -50,7 +50,7 @@ from ..ir.registry import REGISTRY
 from ..ops.loop import LoopBody, layout, part
 from .row_writes import forward_row_writes, row_read, spliced, without_dead
 from .rolling_runs import (_ARGS, MIN_NODES, MIN_TRIPS, _attrs_key, _attrs_key_of, _best_run,
-                           _Matcher)
+                           _Matcher, primitive_count)
 
 __all__ = ["MIN_NODES", "MIN_TRIPS", "enabled", "roll_loops"]
 
@@ -97,7 +97,8 @@ def roll_loops(trace, outs, fixed=frozenset()):
     outs, rejected, light = forward_row_writes(trace, list(outs)), set(), []
     original, keys = trace.nodes, {}
     matcher = None
-    if len(original) >= MIN_NODES:  # constants that every iteration reads: first
+    if len(original) >= MIN_NODES or primitive_count(original) >= MIN_NODES:  # (first:
+        # the constants that every iteration reads)
         matcher = _Matcher(original, keys, fixed, trace.steps, trace.rows)
         trace.nodes = matcher.hoist_shared_constants()
     rolled = False
@@ -261,7 +262,8 @@ def _roll(trace, outs, s, p, trips, m):
                  not ((q - s) // p == trips - 1 and (q - s) % p in carries)})
     work = sum(_work(nodes[t0 + o]) for o in range(p) if not leaf[o])
     breaks = sum(1 for o in range(p) if not leaf[o] and _breaks(nodes[t0 + o]))
-    if work < HEAVY_STEP and trips * p < LONG_RUN and trips * breaks < ROLL_BREAKS:
+    if work < HEAVY_STEP and trips * m.primitives(s, p) < LONG_RUN and \
+            trips * breaks < ROLL_BREAKS:
         return _LIGHT  # faster unrolled, and quick enough to compile
     dtypes = {nodes[s + o].dtype for o in carries + ys}
     if not carries or len(dtypes) != 1 or next(iter(dtypes)).kind != "f":
@@ -306,6 +308,7 @@ def _roll(trace, outs, s, p, trips, m):
             if t.shape != node.shape or t.dtype != node.dtype:
                 return None
             env[o] = t
+    body.lower_composites()  # (the outputs' nodes stay: lowered in place)
     outputs = [env[o].node for o in carries + ys] + [t.node for t in c_in]
     lbody = LoopBody(Graph(body.nodes, [t.node for t in ins], outputs), False, len(carries),
                      len(xs))
@@ -360,7 +363,7 @@ def _roll(trace, outs, s, p, trips, m):
 
 def _work(node):
     """About how many elements ``node`` computes (a product: its multiply-adds)."""
-    if node.op in ("matmul", "dot", "tensordot", "einsum") and node.args and \
+    if node.op in ("matmul", "matvec", "dot", "tensordot", "einsum") and node.args and \
             node.args[0].shape:
         return node.size * node.args[0].shape[-1]
     return node.size if REGISTRY[node.op].kind != "view" else 0

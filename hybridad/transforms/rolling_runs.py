@@ -14,18 +14,27 @@ import numpy as np
 from ..frontend.signature import attrs_signature
 from ..ir.registry import REGISTRY
 
-__all__ = ["MIN_NODES", "MIN_TRIPS"]
+__all__ = ["MIN_NODES", "MIN_TRIPS", "PRIMITIVES", "primitive_count"]
 
 #: the fewest iterations, and the fewest traced nodes in all, that are rolled
 #: (a short loop runs faster unrolled, and compiles about as fast)
 MIN_TRIPS = 4
 MIN_NODES = 96
+#: how many nodes a composite op (:attr:`hybridad.ir.registry.Op.lower`) lowers
+#: to: the thresholds count a trace's nodes as its plan will hold them (a
+#: matrix-vector product: the vector's column, the product, its result's reshape)
+PRIMITIVES = {"matvec": 3}
 #: the most periods tried per search, how many next nodes of a kind give
 #: candidate periods
 _CANDIDATES = 12
 _REACH = 8
 _ID, _ARGS = attrgetter("id"), attrgetter("args")
 _ROW = object()  # (a row's attributes key: (_ROW, i), equal to no attributes' signature)
+
+
+def primitive_count(nodes):
+    """How many nodes ``nodes`` are once their composites are lowered."""
+    return len(nodes) + sum(PRIMITIVES[n.op] - 1 for n in nodes if n.op in PRIMITIVES)
 
 
 def _attrs_key(node):
@@ -104,7 +113,7 @@ class _Matcher:
         inplace = {name for name, op in REGISTRY.items() if op.kind == "inplace"}
         sigs, table, by_attrs = {}, {}, {}  # (by_attrs: the key's int of each attrs dict)
 
-        def describe(i):  # (sig, is a constant, attributes' key) of node i
+        def describe(i):  # (sig, is a constant, attributes' key, primitives) of node i
             n = nodes[i]
             op, a = n.op, n.args
             k = len(a)
@@ -120,11 +129,11 @@ class _Matcher:
                 key = (op, n.shape, n.dtype, k, *[(x.shape, x.dtype) for x in a])
             sig = sigs.setdefault(key, len(sigs))
             if op == "const":
-                return sig, True, 0
+                return sig, True, 0, 1
             ka = by_attrs.get(id(n.attrs))
             if ka is None:
                 ka = by_attrs[id(n.attrs)] = table.setdefault(self.key(i), len(table))
-            return sig, False, ka
+            return sig, False, ka, PRIMITIVES.get(op, 1)
 
         m = len(nodes)
         # (fromiter, not np.array: np.array is the tracing's own while a trace
@@ -132,17 +141,18 @@ class _Matcher:
         number = np.fromiter(map(steps.get, self._ids, repeat(-1)), np.int64, m) \
             if steps else np.full(m, -1, np.int64)
         sig, const, keys = np.empty(m, np.int64), np.zeros(m, bool), np.zeros(m, np.int64)
+        weight = np.ones(m, np.int64)
         numbered = np.flatnonzero(number >= 0)
         _, first, which = np.unique(number[numbered], return_index=True, return_inverse=True)
         told = [describe(i) for i in numbered[first].tolist()]  # (one node per step)
         if told:
-            told = np.array(told, np.int64).reshape(-1, 3)
+            told = np.array(told, np.int64).reshape(-1, 4)
             which = which.reshape(-1)
-            sig[numbered], const[numbered], keys[numbered] = \
-                told[which, 0], told[which, 1].astype(bool), told[which, 2]
+            sig[numbered], const[numbered], keys[numbered], weight[numbered] = \
+                told[which, 0], told[which, 1].astype(bool), told[which, 2], told[which, 3]
         unnumbered = np.flatnonzero(number < 0).tolist()
         for i in unnumbered:  # (the nodes no replay made)
-            sig[i], const[i], keys[i] = describe(i)
+            sig[i], const[i], keys[i], weight[i] = describe(i)
         self._inputs = [i for i in unnumbered if nodes[i].op == "input"]
         at = self.pos.at
         if row_index:  # rows x[i]: numbered alike, keyed by their i
@@ -157,7 +167,8 @@ class _Matcher:
                                        len(distinct))[which.reshape(-1)]
         for i in [self.pos[j] for j in fixed if j in self.pos]:  # (a copy of no other)
             sig[i] = sigs.setdefault(("fixed", i), len(sigs))
-        self.sig, self.sig_array = sig.tolist(), sig
+        self.sig, self.sig_array, self._weight = sig.tolist(), sig, weight
+        self._cum = None
         # the operands' positions, a row per node (-1 padded; none for a node
         # of more than WIDE operands), placed all at once
         # (C loops: map and chain, no Python per node)
@@ -196,11 +207,11 @@ class _Matcher:
         new = np.arange(len(self.nodes))  # old position -> new position
         new[order] = np.arange(last + 1)
         k = last + 1
-        for a in (rows, const, keys, self.sig_array):
+        for a in (rows, const, keys, self.sig_array, self._weight):
             a[:k] = a[order]
         rows[rows >= 0] = new[rows[rows >= 0]]
         self._arrays = (rows, const, keys, np.sort(new[wide]))
-        self._columns = self._varies = None
+        self._columns = self._varies = self._cum = None
         self.sig[:k] = self.sig_array[:k].tolist()
         nodes = self.nodes = [self.nodes[q] for q in order] + self.nodes[k:]
         self._ids[:k] = [self._ids[q] for q in order]
@@ -231,6 +242,13 @@ class _Matcher:
         if a.op != "const" and self.key(i) == self.key(i + p):
             return "same"
         return "leaf" if invariant else None
+
+    def primitives(self, s, p):
+        """How many nodes positions ``s:s + p`` (arrays of starts, or an int)
+        hold once composites are lowered (:data:`PRIMITIVES`)."""
+        if self._cum is None:
+            self._cum = np.concatenate(([0], np.cumsum(self._weight)))
+        return self._cum[s + p] - self._cum[s]
 
     def _tables(self):
         """(operand positions, -1 padded; whether a node is a constant; its
@@ -273,7 +291,7 @@ def _best_run(nodes, rejected, light=(), keys=None, fixed=frozenset(), steps=Non
     Whole arrays at a time (numpy): a trace of 10^4 iterations has 10^5
     nodes and more, and each candidate period is checked at every node."""
     n = len(nodes)
-    if n < MIN_NODES:
+    if n < MIN_NODES and primitive_count(nodes) < MIN_NODES:
         return None, None
     m = matcher if matcher is not None else \
         _Matcher(nodes, {} if keys is None else keys, fixed, steps, rows)
@@ -284,7 +302,8 @@ def _best_run(nodes, rejected, light=(), keys=None, fixed=frozenset(), steps=Non
         edges = np.flatnonzero(np.diff(np.concatenate(([0], ok.view(np.int8), [0]))))
         starts, stops = edges[::2], edges[1::2]
         counts = (stops - starts) // p + 1
-        long = (counts >= MIN_TRIPS) & (counts * p >= MIN_NODES)  # (trimming only shortens)
+        long = (counts >= MIN_TRIPS) & \
+            (counts * m.primitives(starts, p) >= MIN_NODES)  # (trimming only shortens)
         for i, trips in zip(starts[long].tolist(), counts[long].tolist(), strict=True):
             if best is not None and (trips * p, -p) <= (best[1] * best[2], -best[1]):
                 continue  # (nor can it beat the best run: a multiple of its period)
@@ -356,7 +375,7 @@ def _trim(m, s, p, trips):
     leading iterations up to an invariant that the run itself computes (the
     trace merged its copies into the first), or None when what is left is too
     short or an iteration reads a value made two or more iterations before."""
-    while trips >= MIN_TRIPS and trips * p >= MIN_NODES:
+    while trips >= MIN_TRIPS and trips * int(m.primitives(s, p)) >= MIN_NODES:
         cut = _invariant_cut(m, s, p, s + trips * p)
         if cut is None:
             return None
