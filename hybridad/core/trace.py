@@ -130,8 +130,10 @@ class Trace:
         pass is never merged, because it accumulates adjoints in place into
         buffers it created (see :mod:`hybridad.transforms.autodiff`).
         ``static``: :meth:`static_id` of ``op`` and its :func:`static_attrs`,
-        when the caller has it (it is computed otherwise) -- and then ``shape``
-        and ``dtype`` are a node's own (a tuple of ints, a numpy dtype)."""
+        when the caller has it (it is computed otherwise; a row ``x[i]`` of a
+        loop over ``x``'s rows passes ``~i``, a number no static_id is) -- and
+        then ``shape`` and ``dtype`` are a node's own (a tuple of ints, a numpy
+        dtype)."""
         if self.phase != "forward":
             key = None
         elif static is None:
@@ -225,28 +227,35 @@ class Trace:
         by the primitives it stands for, in place: the nodes its lowering makes
         go just before it, and the node itself becomes the last primitive (its
         id, and every reference to it, kept).  Nodes the lowering makes alike
-        (one vector's column for two products) are made once.  No more
-        composites are recorded into this trace after it."""
+        (one vector's column for two products) are made once, and equal
+        attributes are one dict (as a replayed call's nodes share theirs: the
+        graph's signature reads each dict once).  ``lower`` gives operands as
+        a tuple, shapes as tuples of ints and dtypes as numpy's (a node's
+        own).  No more composites are recorded into this trace after it."""
         self.composites = False
         self.recipes.clear()  # (a recipe may hold one)
         composite = {name for name, op in REGISTRY.items() if op.kind == "composite"}
         if not any(n.op in composite for n in self.nodes):
             return
-        made, out, phase = {}, [], ["forward"]
+        made, dicts, out, phase, ids = {}, {}, [], ["forward"], self.ids
 
         def make(op, args, attrs, shape, dtype):
-            key = (op, tuple(a.id for a in args), repr(sorted(attrs.items())))
+            key = (op, args, *attrs.values())  # (operands by identity; attributes of tuples)
             node = made.get(key)
             if node is None:
-                node = made[key] = Node.normalized(next(self.ids), op, tuple(args), attrs,
-                                                   tuple(shape), np.dtype(dtype), phase[0])
+                node = made[key] = _new_node(Node)
+                node.id, node.op, node.args = next(ids), op, args
+                node.attrs = dicts.setdefault((op, *attrs.items()), attrs)
+                node.shape, node.dtype, node.phase = shape, dtype, phase[0]
                 out.append(node)
             return node
 
         for node in self.nodes:
             if node.op in composite:
                 phase[0] = node.phase
-                node.op, node.args, node.attrs = REGISTRY[node.op].lower(node, make)
+                op, args, attrs = REGISTRY[node.op].lower(node, make)
+                node.op, node.args = op, args
+                node.attrs = dicts.setdefault((op, *attrs.items()), attrs)
             out.append(node)
         self.nodes = out
 

@@ -402,8 +402,9 @@ def _row(x, i):
     if x._trace is not trace or type(trace) is not Trace or trace.phase != "forward":
         return None
     i %= shape[0]
-    made = trace.add("getitem", (node,), {"index": (i,)}, shape[1:], node.dtype,
-                     trace.static_id("getitem", (("index", ("ints", i)),)))
+    made = trace.add("getitem", (node,), {"index": (i,)}, shape[1:], node.dtype, ~i)  # (a
+    # row's number for its common-subexpression key: negative, no static_id's; a
+    # loop over 10^4 rows keeps no table entry a row)
     if made.id not in trace.steps:  # (not found: made now -- numbered as a row)
         number = _ROW_IDS.get((shape, node.dtype))
         if number is None:

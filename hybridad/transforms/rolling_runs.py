@@ -29,7 +29,6 @@ PRIMITIVES = {"matvec": 3}
 _CANDIDATES = 12
 _REACH = 8
 _ID, _ARGS = attrgetter("id"), attrgetter("args")
-_ROW = object()  # (a row's attributes key: (_ROW, i), equal to no attributes' signature)
 
 
 def primitive_count(nodes):
@@ -113,7 +112,7 @@ class _Matcher:
         inplace = {name for name, op in REGISTRY.items() if op.kind == "inplace"}
         sigs, table, by_attrs = {}, {}, {}  # (by_attrs: the key's int of each attrs dict)
 
-        def describe(i):  # (sig, is a constant, attributes' key, primitives) of node i
+        def describe(i):  # (sig, is a constant, attributes' key, primitives, operands)
             n = nodes[i]
             op, a = n.op, n.args
             k = len(a)
@@ -129,11 +128,11 @@ class _Matcher:
                 key = (op, n.shape, n.dtype, k, *[(x.shape, x.dtype) for x in a])
             sig = sigs.setdefault(key, len(sigs))
             if op == "const":
-                return sig, True, 0, 1
+                return sig, True, 0, 1, 0
             ka = by_attrs.get(id(n.attrs))
             if ka is None:
                 ka = by_attrs[id(n.attrs)] = table.setdefault(self.key(i), len(table))
-            return sig, False, ka, PRIMITIVES.get(op, 1)
+            return sig, False, ka, PRIMITIVES.get(op, 1), k
 
         m = len(nodes)
         # (fromiter, not np.array: np.array is the tracing's own while a trace
@@ -141,18 +140,17 @@ class _Matcher:
         number = np.fromiter(map(steps.get, self._ids, repeat(-1)), np.int64, m) \
             if steps else np.full(m, -1, np.int64)
         sig, const, keys = np.empty(m, np.int64), np.zeros(m, bool), np.zeros(m, np.int64)
-        weight = np.ones(m, np.int64)
+        weight, count = np.ones(m, np.int64), np.zeros(m, np.int64)
         numbered = np.flatnonzero(number >= 0)
         _, first, which = np.unique(number[numbered], return_index=True, return_inverse=True)
         told = [describe(i) for i in numbered[first].tolist()]  # (one node per step)
         if told:
-            told = np.array(told, np.int64).reshape(-1, 4)
-            which = which.reshape(-1)
-            sig[numbered], const[numbered], keys[numbered], weight[numbered] = \
-                told[which, 0], told[which, 1].astype(bool), told[which, 2], told[which, 3]
+            told = np.array(told, np.int64).reshape(-1, 5)[which.reshape(-1)]
+            sig[numbered], const[numbered], keys[numbered], weight[numbered], \
+                count[numbered] = told.T
         unnumbered = np.flatnonzero(number < 0).tolist()
         for i in unnumbered:  # (the nodes no replay made)
-            sig[i], const[i], keys[i], weight[i] = describe(i)
+            sig[i], const[i], keys[i], weight[i], count[i] = describe(i)
         self._inputs = [i for i in unnumbered if nodes[i].op == "input"]
         at = self.pos.at
         if row_index:  # rows x[i]: numbered alike, keyed by their i
@@ -161,20 +159,16 @@ class _Matcher:
             rowpos = np.where(rowpos < len(at), at[np.minimum(rowpos, len(at) - 1)],
                               -1)  # (-1: not among the nodes)
             index, rowpos = index[rowpos >= 0], rowpos[rowpos >= 0]
-            distinct, which = np.unique(index, return_inverse=True)
-            keys[rowpos] = np.fromiter([table.setdefault((_ROW, k), len(table))
-                                        for k in distinct.tolist()], np.int64,
-                                       len(distinct))[which.reshape(-1)]
+            _, which = np.unique(index, return_inverse=True)
+            keys[rowpos] = len(table) + which.reshape(-1)  # (the table's ints end there)
         for i in [self.pos[j] for j in fixed if j in self.pos]:  # (a copy of no other)
             sig[i] = sigs.setdefault(("fixed", i), len(sigs))
         self.sig, self.sig_array, self._weight = sig.tolist(), sig, weight
         self._cum = None
         # the operands' positions, a row per node (-1 padded; none for a node
         # of more than WIDE operands), placed all at once
-        # (C loops: map and chain, no Python per node)
-        operands = list(map(_ARGS, nodes))
-        count = np.fromiter(map(len, operands), np.int64, m)
-        where = at[np.fromiter(map(_ID, chain.from_iterable(operands)), np.int64,
+        # (C loops: map and chain, no Python per node; the counts are the steps')
+        where = at[np.fromiter(map(_ID, chain.from_iterable(map(_ARGS, nodes))), np.int64,
                                int(count.sum()))]
         node = np.repeat(np.arange(m), count)
         col = np.arange(len(where)) - np.repeat(np.cumsum(count) - count, count)
