@@ -613,7 +613,7 @@ def test_a_loops_rows_of_a_captured_array_are_held_by_reference(monkeypatch):
 
 _STEP_OPS = ("tanh", "sin", "matmul", "roll", "stencil_in_place", "strided_in_place",
              "normalized", "forcing_row", "time", "where", "cumsum", "flip", "concatenate",
-             "outer", "max")
+             "outer", "max", "vecmat", "two_products")
 
 
 def _random_loop(seed):
@@ -657,6 +657,10 @@ def _random_loop(seed):
                 u = 0.7 * u + 0.3 * u[::-1]
             elif op == "concatenate":
                 u = np.concatenate([u[1:], u[:1]]) * 0.5 + 0.5 * u
+            elif op == "vecmat":  # (a product of either side: one node while rolled)
+                u = 0.5 * u + 0.5 * np.sin(u @ W)
+            elif op == "two_products":  # (a carry's products, one of the other carry)
+                u = u + 0.1 * np.tanh(W @ u) * (W.T @ v)
             elif op == "outer":
                 u = u + 0.01 * np.sum(np.outer(u, v), axis=1)
             else:
