@@ -715,3 +715,91 @@ def test_a_step_that_differs_every_kth_iteration_rolls_k_steps_at_a_time(monkeyp
     assert float(r.value) == pytest.approx(float(u.value), rel=1e-13)
     np.testing.assert_allclose(r.gradient, u.gradient, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(r.gradient, numerical_gradient(f, X0), rtol=1e-6, atol=1e-8)
+
+
+def _tree_close(a, b, **tol):
+    for x, y in zip(_leaves_of(a), _leaves_of(b), strict=True):
+        np.testing.assert_allclose(x, y, **tol)
+
+
+def _leaves_of(tree):
+    """The arrays of a gradient's pytree (tuples, lists, dicts), in order."""
+    if isinstance(tree, dict):
+        return [leaf for k in sorted(tree) for leaf in _leaves_of(tree[k])]
+    if isinstance(tree, (list, tuple)):
+        return [leaf for t in tree for leaf in _leaves_of(t)]
+    return [np.asarray(tree)]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_loop_over_a_list_argument_rolls_with_it_stacked(backend, monkeypatch):
+    """``for W, b in zip(Ws, bs)`` with ``Ws``, ``bs`` lists of f's arguments
+    (a network of equal layers, a control per step): each iteration reads
+    other arguments, so the copies differ by them; the loop reads them
+    stacked, a row an iteration.  It stayed unrolled (T x the nodes).  Against
+    the unrolled plan of the numpy reference and central differences."""
+    rng = np.random.default_rng(11)
+    n, T = 4, 48
+    x = rng.standard_normal(n)
+    Ws = [rng.standard_normal((n, n)) / n for _ in range(T)]
+    bs = [rng.standard_normal(n) * 0.1 for _ in range(T)]
+    gains = [np.float64(0.5 + 0.004 * k) for k in range(T)]
+
+    def layers(x, Ws, bs):
+        for W, b in zip(Ws, bs, strict=True):
+            x = np.tanh(W @ x + b) * 0.5 + 0.5 * x
+        return np.sum(x ** 2)
+
+    def left(x, p):  # (a dict of lists; products from the left)
+        for W, b in zip(p["W"], p["b"], strict=True):
+            x = 0.5 * np.sin(x @ W) + b
+        return np.sum(x ** 2)
+
+    def gained(x, gains):  # (0-d arguments)
+        for _ in range(4):
+            for g in gains:
+                x = np.tanh(x) * g + 0.1 * x
+        return np.sum(x ** 2)
+
+    repeated = [Ws[0]] * 3 + Ws[3:]  # (one array at several iterations, and one throughout)
+    cases = [(layers, (x, Ws, bs), (0, 1, 2)), (layers, (x, repeated, [bs[0]] * T), (0, 1, 2)),
+             (left, (x, {"W": Ws, "b": bs}), (0, 1)), (gained, (x, gains), (0, 1))]
+    for f, args, argnums in cases if backend == "numpy" else cases[:1]:  # (numba: 6 s each)
+        rolled, unrolled = _plans_of(f, args, argnums, backend, monkeypatch)
+        lengths = [n.attrs["length"] for n in rolled.graph.nodes if n.op == "loop"]
+        assert max(lengths) >= T - 4 and _loops(unrolled) == 0
+        r, u = rolled.gradient(*args), unrolled.gradient(*args)
+        assert float(r.value) == pytest.approx(float(f(*args)), rel=1e-12)
+        _tree_close(r.gradient, u.gradient, rtol=1e-11, atol=1e-13)
+        np.testing.assert_allclose(r.gradient[0], numerical_gradient(lambda v: f(v, *args[1:]),
+                                                                     args[0]),
+                                   rtol=1e-6, atol=1e-8)
+        # one weight past the repeated ones, against central differences
+        leaves = _leaves_of(args[1])
+        k = len(leaves) // 2 + 1
+        flat = np.concatenate([np.ravel(g) for g in _leaves_of(r.gradient[1])])
+        start = sum(leaf.size for leaf in leaves[:k])
+
+        def at(v, k=k, f=f, args=args, leaves=leaves):
+            new = iter([v if j == k else a for j, a in enumerate(leaves)])
+            return f(args[0], _rebuilt(args[1], new), *args[2:])
+        np.testing.assert_allclose(flat[start:start + leaves[k].size],
+                                   numerical_gradient(at, leaves[k]).ravel(), rtol=1e-6,
+                                   atol=1e-8)
+
+
+def _rebuilt(tree, flat):
+    if isinstance(tree, dict):
+        return {k: _rebuilt(tree[k], flat) for k in sorted(tree)}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_rebuilt(t, flat) for t in tree)
+    return next(flat)
+
+
+def _plans_of(f, args, argnums, backend, monkeypatch):
+    monkeypatch.setenv("HYBRIDAD_ROLL", "1")
+    rolled = ha.compile(f, *args, argnums=argnums, backend=backend)
+    monkeypatch.setenv("HYBRIDAD_ROLL", "0")  # (the reference: unrolled, numpy's; numba's
+    unrolled = ha.compile(f, *args, argnums=argnums, backend="numpy")  # took a minute)
+    monkeypatch.delenv("HYBRIDAD_ROLL")
+    return rolled, unrolled

@@ -248,15 +248,19 @@ def _roll(trace, outs, s, p, trips, m):
     after.update(q for q in (pos.get(o.id, -1) for o in outs) if s <= q < end)
     t0 = s + p  # the template: iteration 1 (its carries come from iteration 0)
     carries, lagged, consts = set(), set(), {}
+    fed = []  # (offset, operand): an argument of f, one an iteration (``for W in Ws``)
     for i in range(t0, t0 + p):
         if leaf[i - t0]:
             continue
-        for a in nodes[i].args:
+        for j, a in enumerate(nodes[i].args):
             q = pos[a.id]
             if s <= q < t0:  # made by the iteration before
                 (lagged if leaf[q - s] else carries).add(q - s)
             elif q < s:
-                consts.setdefault(a.id, a)
+                if any(nodes[s + k * p + i - t0].args[j] is not a for k in range(trips)):
+                    fed.append((i - t0, j))  # (the matcher let only arguments differ)
+                else:
+                    consts.setdefault(a.id, a)
     carries, lagged = sorted(carries), sorted(lagged)
     ys = sorted({(q - s) % p for q in after if not leaf[(q - s) % p] and
                  not ((q - s) // p == trips - 1 and (q - s) % p in carries)})
@@ -270,20 +274,24 @@ def _roll(trace, outs, s, p, trips, m):
         return None
     # per-iteration inputs: a varying leaf of this iteration, or a leaf of the one
     # before (x[i] after x[i + 1] the step before made it: the trace merged the two)
-    xs = [("now", o) for o in range(p) if varying[o]] + [("before", o) for o in lagged]
+    xs = [("now", o) for o in range(p) if varying[o]] + [("before", o) for o in lagged] + \
+        [("arg", slot) for slot in fed]
     once = [o for o in range(p) if leaf[o] and not varying[o]]
     lifted = [a for a in consts.values() if not _inline(a)]
 
     # the body: iteration 1 replayed on the body's inputs
     body = Trace()
     with body:
-        specs = [nodes[s + o] for o in carries + [o for _, o in xs] + once] + lifted
+        specs = [nodes[s + o] for o in carries] + \
+            [nodes[s + o[0]].args[o[1]] if when == "arg" else nodes[s + o] for when, o in xs] + \
+            [nodes[s + o] for o in once] + lifted
         ins = [body.input(j, n.shape, n.dtype) for j, n in enumerate(specs)]
         c_in = ins[:len(carries)]
         x_in = dict(zip(xs, ins[len(carries):len(carries) + len(xs)], strict=True))
         prev = dict(zip(carries, c_in, strict=True))
         prev.update({o: t for (when, o), t in x_in.items() if when == "before"})
         env = {o: t for (when, o), t in x_in.items() if when == "now"}
+        args_fed = {o: t for (when, o), t in x_in.items() if when == "arg"}
         env.update(zip(once, ins[len(carries) + len(xs):len(carries) + len(xs) + len(once)],
                        strict=True))
         outer = {a.id: t for a, t in zip(lifted, ins[len(specs) - len(lifted):], strict=True)}
@@ -291,9 +299,11 @@ def _roll(trace, outs, s, p, trips, m):
             if leaf[o]:
                 continue
             node, args = nodes[t0 + o], []
-            for a in node.args:
+            for j, a in enumerate(node.args):
                 q = pos[a.id]
-                if q >= t0:
+                if (o, j) in args_fed:  # (its row of the stacked arguments)
+                    args.append(args_fed[o, j])
+                elif q >= t0:
                     args.append(env[q - t0])
                 elif q >= s:
                     args.append(prev[q - s])
@@ -330,7 +340,8 @@ def _roll(trace, outs, s, p, trips, m):
         return None
     x_outer = []
     for when, o in xs:
-        copies = [nodes[s + k * p + o] for k in range(trips)]
+        copies = [nodes[s + k * p + o[0]].args[o[1]] if when == "arg" else
+                  nodes[s + k * p + o] for k in range(trips)]
         if when == "before":
             copies = [init[o]] + copies[:-1]
         stacked, outside = _stack(trace, copies)

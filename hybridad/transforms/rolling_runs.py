@@ -152,6 +152,10 @@ class _Matcher:
         for i in unnumbered:  # (the nodes no replay made)
             sig[i], const[i], keys[i], weight[i], count[i] = describe(i)
         self._inputs = [i for i in unnumbered if nodes[i].op == "input"]
+        #: the arguments of f at positions 0 to _args_in - 1 (where they lead the
+        #: nodes, as a trace makes them; 0: none is read as one an iteration)
+        self._args_in = len(self._inputs) if self._inputs == list(range(len(self._inputs))) \
+            else 0
         at = self.pos.at
         if row_index:  # rows x[i]: numbered alike, keyed by their i
             rowpos = np.fromiter(row_index, np.int64, len(row_index))
@@ -197,6 +201,7 @@ class _Matcher:
             return self.nodes
         last = max(front)
         moved = set(front)
+        self._args_in = len(self._inputs)  # (first, in their order)
         order = front + [q for q in range(last + 1) if q not in moved]
         new = np.arange(len(self.nodes))  # old position -> new position
         new[order] = np.arange(last + 1)
@@ -230,9 +235,9 @@ class _Matcher:
         for x, y in zip(a.args, b.args, strict=True):
             if x is y:
                 continue
-            if self.pos[y.id] - self.pos[x.id] < p:  # (more: a carry's initial value,
-                return None  # which the trip count's first iteration reads; see _trim)
-            invariant = False
+            if self.pos[y.id] - self.pos[x.id] < p and not self.varying_input(x, y):
+                return None  # (more: a carry's initial value, which the trip count's
+            invariant = False  # first iteration reads; see _trim)
         if a.op != "const" and self.key(i) == self.key(i + p):
             return "same"
         return "leaf" if invariant else None
@@ -243,6 +248,13 @@ class _Matcher:
         if self._cum is None:
             self._cum = np.concatenate(([0], np.cumsum(self._weight)))
         return self._cum[s + p] - self._cum[s]
+
+    def varying_input(self, x, y):
+        """Whether operands ``x`` and ``y`` of two copies are two arguments of
+        ``f`` (``for W in Ws``, ``Ws`` a list argument: the loop reads them
+        stacked, a row an iteration).  (The inputs are the first positions.)"""
+        n = self._args_in
+        return x is not y and self.pos.get(x.id, n) < n and self.pos.get(y.id, n) < n
 
     def _tables(self):
         """(operand positions, -1 padded; whether a node is a constant; its
@@ -262,11 +274,14 @@ class _Matcher:
         ok = sig[:-p] == sig[p:]
         invariant = np.ones(n, bool)
         d, same, far = np.empty(n, np.int32), np.empty(n, bool), np.empty(n, bool)
+        args_in = self._args_in
         for x in self._columns:  # the operands, copy after copy: the same value, or
             np.subtract(x[p:], x[:-p], out=d)  # one made a period or more later
             np.equal(d, 0, out=same)  # (both -1: no operand)
             np.greater_equal(d, p, out=far)
             far |= same
+            if args_in:  # or an argument of f each (``for W in Ws``: stacked)
+                far |= (x[:-p] >= 0) & (x[:-p] < args_in) & (x[p:] >= 0) & (x[p:] < args_in)
             ok &= far
             invariant &= same
         ok &= invariant | (self._varies[:-p] & (keys[:-p] == keys[p:]))
@@ -394,7 +409,8 @@ def _invariant_cut(m, s, p, end):
     real = x >= 0
     inv = real & (x == y)
     first = (it == 0)[:, None] & (x < s)  # a carry's initial value, made before the run
-    moving = real & ~inv
+    args_in = m._args_in  # (arguments of f, one an iteration: stacked, not carried)
+    moving = real & ~inv & ~((x < args_in) & (y >= 0) & (y < args_in))
     bad = moving & first & ((y < s) | (y >= s + p))
     bad |= moving & ~first & ((x < s + (it[:, None] - 1) * p) |
                               ((it[:, None] > 0) & (y - x != p) & (y - x != -p)))
@@ -419,6 +435,8 @@ def _node_cut(m, s, p, end, rows):
             q = pos[a.id]
             if a is b:
                 cut = max(cut, q)
+            elif m.varying_input(a, b):
+                continue
             elif k == 0 and q < s:
                 if not s <= pos[b.id] < s + p:
                     return None
