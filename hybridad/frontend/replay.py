@@ -58,7 +58,7 @@ from ..core.tracer import SCALAR, SURFACE, Tracer
 from ..ir.registry import REGISTRY
 from .objects import link_view
 
-__all__ = ["basic_key", "enabled", "replayed"]
+__all__ = ["basic_key", "enabled", "replayed", "written_back"]
 
 #: operand types keyed by value (scalars)
 _SCALARS = frozenset({float, int, bool, np.float64, np.float32, np.float16, np.int64,
@@ -246,6 +246,26 @@ def _install():
 
     SURFACE.getitem = getitem
     SURFACE.replayed_binary = _binary_call
+
+
+def written_back(x, index, value):
+    """Whether ``x[index] = value`` writes ``x``'s own view at ``index`` back
+    onto itself -- Python's second half of ``x[index] op= v``, after the view
+    took the update and wrote it through to ``x`` -- which numpy runs as a
+    copy of memory onto itself: nothing to trace (a loop's ``u[1:-1] += ...``
+    was a second element write a step).  Known from the index's recipe (how
+    :func:`_basic` made the view)."""
+    if type(value) is not Tracer or value._base is None or value._base[0] is not x or \
+            not _on[0]:
+        return False
+    node = x.node
+    key = basic_key(index)
+    trace = x._trace
+    if key is None or type(trace) is not Trace or trace.phase != "forward":
+        return False
+    answer = trace.recipes.get(("getitem", node.shape, node.dtype, key))
+    return type(answer) is tuple and not answer[4] and \
+        value._base[1] == (("getitem", answer[0]),)
 
 
 def _binary_call(ufunc, operands):
