@@ -165,6 +165,13 @@ class Trace:
             self._seen[key] = node
         return node
 
+    def known_as(self, static, args, node):
+        """Find ``node`` -- made under another key -- as a common subexpression
+        of ``args`` under ``static`` too (a replayed read keys its nodes its own
+        way: the first, made by the numpy surface, is found by it)."""
+        if self.phase == "forward":
+            self._seen.setdefault((static, *[a.id for a in args]), node)
+
     def static_id(self, op, static):
         """This trace's number for ``op`` with the attributes ``static``
         (:func:`static_attrs`; False, never merged, stays False): the part of a

@@ -391,20 +391,24 @@ def _with_ints(x, index, key, general):
             spots = [p for p, v in enumerate(at) if type(v) is int]
             if len(spots) == len(given) and None not in at and len(at) <= len(node.shape) and \
                     all(at[p] == v % node.shape[p] for p, v in zip(spots, given, strict=True)):
-                memo[k] = (at, tuple(spots), r.node.shape, r.node.dtype, r._flags & SCALAR)
+                number = trace.static_id("getitem~", k)
+                memo[k] = (at, tuple(spots), r.node.shape, r.node.dtype, r._flags & SCALAR,
+                           number)
+                trace.known_as((number, *[at[p] for p in spots]), (node,), r.node)
         return r
     if answer is False:
         return general(x, index)
-    at, spots, shape, dtype, scalar = answer
+    at, spots, shape, dtype, scalar, number = answer
     at = list(at)
     for p, v in zip(spots, given, strict=True):
         n = node.shape[p]
         if not -n <= v < n:
             return general(x, index)  # (numpy's IndexError)
         at[p] = v % n
-    attrs = {"index": tuple(at)}
-    return _getitem_again(x, attrs, shape, dtype,
-                          trace.static_id("getitem", static_attrs("getitem", attrs)), scalar)
+    # (its common-subexpression key: the pattern's number and the ints -- a tuple,
+    # equal to no static_id's int: no table entry, no attributes' walk, a step)
+    return _getitem_again(x, {"index": tuple(at)}, shape, dtype,
+                          (number, *[at[p] for p in spots]), scalar)
 
 
 def _row(x, i):
