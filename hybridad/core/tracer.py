@@ -490,8 +490,9 @@ def _binary(ufunc, reflected=False):
             return ufunc(other, self) if reflected else ufunc(self, other)
         operands = (other, self) if reflected else (self, other)
         try:
-            if type(other) is Tracer and type(self) is Tracer:  # (two traced arrays:
-                r = SURFACE.replayed_binary(ufunc, operands)  # the recipe, directly)
+            t = type(other)  # (two traced arrays, or one and a Python number:
+            if (t is Tracer or t is float or t is int) and type(self) is Tracer:  # the
+                r = SURFACE.replayed_binary(ufunc, operands)  # recipe, directly)
                 if r is not None:
                     return r
             if hook is None:

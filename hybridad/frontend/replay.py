@@ -269,22 +269,33 @@ def written_back(x, index, value):
 
 
 def _binary_call(ufunc, operands):
-    """A ufunc of two tracers (``x @ y``, ``x + y``) from its recipe, when
-    the trace has one for them -- the key :func:`_key` makes, without the
-    surface's layers on the way -- else None (the surface answers)."""
+    """A ufunc of two tracers (``x @ y``, ``x + y``), or of a tracer and a
+    Python float or int (``0.5 * x``), from its recipe, when the trace has one
+    for them -- the key :func:`_key` makes, without the surface's layers on
+    the way -- else None (the surface answers)."""
     a, b = operands
-    trace = a._trace
-    if not _on[0] or b._trace is not trace or type(trace) is not Trace or \
-            trace.phase != "forward" or current_trace() is not trace:
+    both = type(a) is Tracer and type(b) is Tracer
+    tracer = a if type(a) is Tracer else b
+    trace = tracer._trace
+    if not _on[0] or type(trace) is not Trace or trace.phase != "forward" or \
+            current_trace() is not trace:
         return None
-    na, nb = a.node, b.node
-    if na.op == "const" or nb.op == "const":
+    if both:
+        na, nb = a.node, b.node
+        if b._trace is not trace or na.op == "const" or nb.op == "const":
+            return None
+        recipe = trace.recipes.get((ufunc, "__call__", (na.shape, na.dtype, a._flags),
+                                    (nb.shape, nb.dtype, b._flags), na is nb))
+        return _replay(recipe, trace, [na, nb]) if type(recipe) is _Recipe else None
+    node = tracer.node
+    x = b if tracer is a else a  # (the number: a float or an int, as _key keys it)
+    if node.op == "const" or x != x:
         return None
-    recipe = trace.recipes.get((ufunc, "__call__", (na.shape, na.dtype, a._flags),
-                                (nb.shape, nb.dtype, b._flags), na is nb))
-    if type(recipe) is not _Recipe:
-        return None
-    return _replay(recipe, trace, [na, nb])
+    number = (type(x), x) if x else (type(x), repr(x))
+    part = (node.shape, node.dtype, tracer._flags)
+    recipe = trace.recipes.get((ufunc, "__call__", part, number) if tracer is a else
+                               (ufunc, "__call__", number, part))
+    return _replay(recipe, trace, [node]) if type(recipe) is _Recipe else None
 
 
 #: the types of an index :func:`_basic` looks at (a slice, or a tuple of parts)
