@@ -203,24 +203,29 @@ def test_two_traced_operands_take_their_recipe_directly(monkeypatch):
     assert sum(served) >= 10 and on == off and outs_on == outs_off
 
 
-def test_a_traced_operand_and_a_python_number_take_their_recipe_directly(monkeypatch):
+def test_python_numbers_and_ufuncs_of_one_tracer_take_their_recipe_directly(monkeypatch):
     # `0.5 * x`, `x - 2`, `3.0 / x`: a tracer and a float or an int (either side)
-    # from the operator to the recipe; the key holds the number, its type and
-    # its sign (-0.0 is not 0.0), so the graph is the surface's
-    served = []
-    real = replay._binary_call
+    # from the operator to the recipe, and `np.tanh(x)` from __array_ufunc__; the
+    # key holds the number, its type and its sign (-0.0 is not 0.0), so the graph
+    # is the surface's
+    served, unary = [], []
+    real, real_unary = replay._binary_call, replay._unary_call
     monkeypatch.setattr(replay, "_binary_call",
                         lambda u, ops: (lambda r: served.append(r is not None) or r)(real(u, ops)))
     from hybridad.core.tracer import SURFACE
     monkeypatch.setattr(SURFACE, "replayed_binary", replay._binary_call)
+    monkeypatch.setattr(SURFACE, "replayed_unary",
+                        lambda u, x: (lambda r: unary.append(r is not None) or r)(real_unary(u, x)))
 
     def f(x, y):
+        x = np.tanh(x)
         for k in range(6):
             x = 0.5 * x - 2 + 3.0 / (x * x + 1) + x ** 2 * 0.1 - 0.0 * y + (-0.0) * x + k * x
+            x = np.sin(np.tanh(x)) + np.exp(-y)
         return np.sum(x) + np.sum(y * 2.0 - 1)
     (on, outs_on), _, _ = traced(f, (X, Y), monkeypatch, True)
     (off, outs_off), _, _ = traced(f, (X, Y), monkeypatch, False)
-    assert sum(served) >= 20 and on == off and outs_on == outs_off
+    assert sum(served) >= 20 and sum(unary) >= 10 and on == off and outs_on == outs_off
     assert_grad(f, (X, Y), argnums=(0, 1))
 
 

@@ -32,12 +32,15 @@ from .observe import OBSERVED, note_value_operand, paused, quiet
 #: ``setitem`` (``a[idx] op= v``), installed by :mod:`hybridad.frontend.numpy_signal`,
 #: and ``write_positions`` (an array with some elements replaced), installed by
 #: :mod:`hybridad.frontend.numpy_selection`, and ``namespace`` (the array API
-#: namespace), installed by :mod:`hybridad.frontend.array_api` (they import this
+#: namespace), installed by :mod:`hybridad.frontend.array_api`, and
+#: ``replayed_binary`` / ``replayed_unary`` (an operator's or a ufunc's recipe,
+#: taken directly), installed by :mod:`hybridad.frontend.replay` (they import this
 #: module; tracers call them through this table, so imports run one way)
 SURFACE = types.SimpleNamespace(apply_ufunc=None, apply_function=None, getitem=None,
                                 assign=None, setitem=None, write_positions=None,
                                 slab_written=None, namespace=None,
-                                replayed_binary=lambda ufunc, operands: None)
+                                replayed_binary=lambda ufunc, operands: None,
+                                replayed_unary=lambda ufunc, x: None)
 
 __all__ = ["ARG", "READONLY", "SCALAR", "Tracer"]
 
@@ -330,14 +333,23 @@ class Tracer:
         # suspends itself at this call -- QUIET -- not by paused(): each Python
         # call on the way would be two more events for it)
         hook = OBSERVED.held
+        one = method == "__call__" and not kwargs and len(inputs) == 1 and inputs[0] is self
         if hook is not None:
             OBSERVED.held = None
             try:
+                if one:  # (np.tanh(x): its recipe, directly)
+                    r = SURFACE.replayed_unary(ufunc, self)
+                    if r is not None:
+                        return r
                 _note_values(inputs)
                 return SURFACE.apply_ufunc(ufunc, method, inputs, kwargs)
             finally:
                 sys.setprofile(hook)
                 OBSERVED.profiler = hook
+        if one:
+            r = SURFACE.replayed_unary(ufunc, self)
+            if r is not None:
+                return r
         _note_values(inputs)
         with paused():
             return SURFACE.apply_ufunc(ufunc, method, inputs, kwargs)

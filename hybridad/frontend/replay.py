@@ -246,6 +246,7 @@ def _install():
 
     SURFACE.getitem = getitem
     SURFACE.replayed_binary = _binary_call
+    SURFACE.replayed_unary = _unary_call
 
 
 def written_back(x, index, value):
@@ -295,6 +296,20 @@ def _binary_call(ufunc, operands):
     part = (node.shape, node.dtype, tracer._flags)
     recipe = trace.recipes.get((ufunc, "__call__", part, number) if tracer is a else
                                (ufunc, "__call__", number, part))
+    return _replay(recipe, trace, [node]) if type(recipe) is _Recipe else None
+
+
+def _unary_call(ufunc, x):
+    """A ufunc of one tracer (``np.tanh(x)``) from its recipe, as
+    :func:`_binary_call` takes two operands', else None."""
+    trace = x._trace
+    if not _on[0] or type(trace) is not Trace or trace.phase != "forward" or \
+            current_trace() is not trace:
+        return None
+    node = x.node
+    if node.op == "const":
+        return None
+    recipe = trace.recipes.get((ufunc, "__call__", (node.shape, node.dtype, x._flags)))
     return _replay(recipe, trace, [node]) if type(recipe) is _Recipe else None
 
 
