@@ -211,9 +211,6 @@ def test_bad_loops_raise_clear_errors():
     with pytest.raises(ha.TracingError, match="upper"):
         ha.gradient(lambda x: np.sum(ha.fori_loop(0, x.shape[0] + np.sum(x).astype(int),
                                                   lambda i, v: v, x)), X0, backend="numpy")
-    with pytest.raises(ha.TracingError):  # a Python decision on a carried value
-        ha.gradient(lambda x: np.sum(ha.fori_loop(0, 3, lambda i, v: v * 2 if v[0] > 0
-                                                  else v, x)), X0, backend="numpy")
     with pytest.raises(ValueError, match="leading axes"):
         ha.scan(lambda c, x: (c, x), 0.0, (np.zeros(3), np.zeros(4)))
 
@@ -321,24 +318,42 @@ def test_scanned_arguments_that_move_between_calls():
                     g, numerical_gradient(lambda h, xs=xs: f(h, xs), h0), rtol=1e-6, atol=1e-9)
 
 
-def test_a_numpy_array_indexed_by_the_loop_index_says_what_to_write():
-    """JAX's ``xs[i]`` in a ``fori_loop`` body, ``xs`` a numpy array: numpy
-    asks the traced index for its value, which no call decides inside a loop
-    body -- refused naming the index and the two ways that trace."""
-    F = np.linspace(0.0, 1.0, 24).reshape(8, 3)
+def test_a_body_that_needs_the_index_value_is_traced_as_the_python_loop():
+    """JAX's ``F[i]`` in a ``fori_loop`` body (``F`` a numpy array or a traced
+    one), ``x[i]`` of the carry, ``if i % 2``, ``int(i)``, and a Python decision
+    on a carried value: the index's value is needed, which no call decides
+    inside a loop body, so the loop is traced as the Python loop, ``i`` an int
+    each step -- the values, gradients and Hessians of the Python loop; and
+    where its steps repeat, rolled (``F[i]`` of an array the loop does not
+    change: a row per step)."""
+    F = np.linspace(0.0, 1.0, 600).reshape(200, 3)
+    bodies = {
+        "numpy rows": lambda i, y: y * 0.9 + 0.1 * np.tanh(F[i] * y) + F[i],
+        "branch on i": lambda i, y: y * 0.5 if i % 2 == 0 else y + 1.0,
+        "int of i": lambda i, y: y * (1.0 - 0.001 * int(i)),
+        "the carry at i": lambda i, y: y + 0.1 * (1.0 - y[i % 3]) * np.eye(3)[i % 3],
+        "decided on a value": lambda i, y: y * 0.9 if y[0] > 0.5 else y + 0.2,
+    }
+    for name, body in bodies.items():
+        T = 200 if name == "numpy rows" else 12
 
-    def f(x):
-        return np.sum(ha.fori_loop(0, 8, lambda i, y: y * 0.9 + F[i], x) ** 2)
+        def f(x, body=body, T=T):
+            return np.sum(ha.fori_loop(0, T, body, x) ** 2)
 
-    with pytest.raises(ha.TracingError, match="indexed by a traced integer.*hybridad.scan"):
-        ha.gradient(f, np.ones(3), backend="numpy")
-
-    def g(x):  # the same through scan's xs
-        return np.sum(ha.scan(lambda y, row: (y * 0.9 + row, None), x, F)[0] ** 2)
-
-    def h(x):  # and as a Python loop
-        for k in range(8):
-            x = x * 0.9 + F[k]
-        return np.sum(x ** 2)
-    np.testing.assert_allclose(ha.gradient(g, np.ones(3)).gradient,
-                               ha.gradient(h, np.ones(3)).gradient, rtol=1e-13)
+        def python(x, body=body, T=T):
+            for i in range(T):
+                x = body(i, x)
+            return np.sum(x ** 2)
+        x = np.array([0.7, -0.2, 0.4])
+        plan = ha.compile(f, x, backend="numpy")
+        res = plan.gradient(x)
+        assert float(res.value) == pytest.approx(float(python(x)), rel=1e-13), name
+        np.testing.assert_allclose(res.gradient, numerical_gradient(python, x), rtol=1e-6,
+                                   atol=1e-8, err_msg=name)
+        if name == "numpy rows":  # (rolled: 200 steps reading F's rows)
+            assert any(n.op == "loop" for n in plan.graph.nodes)
+            np.testing.assert_allclose(ha.hessian(f, x).hessian, ha.hessian(python, x).hessian,
+                                       rtol=1e-10, atol=1e-12)
+    with pytest.raises(ha.TracingError, match="numpy.random"):  # (the Python loop's error)
+        ha.gradient(lambda x: np.sum(ha.fori_loop(0, 3, lambda i, v: v + np.random.rand(),
+                                                  x)), X0, backend="numpy")

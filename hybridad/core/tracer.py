@@ -91,12 +91,13 @@ def _stored_into_numpy():
             user_namespaces())
 
 
-#: a numpy array indexed by a traced integer no call's value decides (a loop
-#: body's index: JAX's ``xs[i]`` in a ``fori_loop``)
+#: a numpy array indexed by a traced integer no call's value decides (an index
+#: computed in a loop body; a ``fori_loop`` body that indexes by ``i`` is traced
+#: as the Python loop instead: :func:`hybridad.frontend.loops.fori_loop`)
 TRACED_INDEX = (
     "indices must be known at trace time (constant arrays, or values the traced call "
-    "decides). Inside hybridad.fori_loop the index i is traced: pass the array as the xs of "
-    "hybridad.scan -- its rows are the iterations' slices -- or write the loop as a Python "
+    "decides), and inside a hybridad.scan body no call decides them: pass the array as "
+    "scan's xs -- its rows are the iterations' slices -- or write the loop as a Python "
     "for loop, which hybridad rolls (F[k] becomes a per-iteration input).")
 
 

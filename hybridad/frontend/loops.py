@@ -145,7 +145,13 @@ def fori_loop(lower: int, upper: int, body_fun: Callable[[int, Any], Any],
     ``upper - lower``.  Its gradient, Hessian-vector products and Hessians go
     through the loop (the carries at the start of every iteration are
     stored for the backward sweep: ``(upper - lower)`` x the carry's size).
-    ``i`` is then a traced int64 scalar.  Outside a trace it is a Python loop.
+    ``i`` is then a traced int64 scalar.  A body that needs ``i``'s value --
+    an index (``A[i]``, ``x[i]``), a Python branch or ``int(i)`` -- is traced as
+    the Python loop instead, ``i`` an int at each step (JAX refuses such a
+    body, or indexes dynamically); the plan rolls those steps into a loop
+    where they repeat (``A[i]`` of an array the loop does not change is then a
+    row per step), and its build then grows with ``upper - lower``.  Outside a
+    trace it is a Python loop.
 
     Examples
     --------
@@ -162,8 +168,17 @@ def fori_loop(lower: int, upper: int, body_fun: Callable[[int, Any], Any],
         return val
     if upper <= lower:
         return init_val
-    carry, _ = _loop(lambda i, c, x: (body_fun(i, c), None), init_val, None, upper - lower,
-                     lower, True, False)
+    try:
+        carry, _ = _loop(lambda i, c, x: (body_fun(i, c), None), init_val, None,
+                         upper - lower, lower, True, False)
+    except TracingError as exc:  # the body needs i's value (A[i], x[i], `if i % 2`):
+        try:  # the Python loop, i an int each step, traced where it is (rolled by
+            val = init_val  # the plan where its steps repeat)
+            for i in range(lower, upper):
+                val = body_fun(i, val)
+        except TracingError as again:
+            raise again from exc
+        return val
     return carry
 
 
