@@ -788,6 +788,29 @@ def test_a_loop_over_a_list_argument_rolls_with_it_stacked(backend, monkeypatch)
                                    atol=1e-8)
 
 
+def test_a_list_argument_too_large_to_stack_stays_unrolled(monkeypatch):
+    """Arguments a loop reads one a step are fed to it stacked -- a copy each
+    call; where that copy would exceed the carries the loop stores and
+    ``rolling.FED_BYTES`` (big layers: the unrolled plan reads each in place),
+    the loop stays unrolled."""
+    rng = np.random.default_rng(12)
+    n, T = 4, 48
+    x = rng.standard_normal(n)
+    Ws = [rng.standard_normal((n, n)) / n for _ in range(T)]  # (48 x 128 B: 6 kB)
+
+    def layers(x, Ws):
+        for W in Ws:
+            x = np.tanh(W @ x) * 0.5 + 0.5 * x
+        return np.sum(x ** 2)
+    monkeypatch.setattr(rolling, "FED_BYTES", 1000)  # (over the carries' 1.5 kB too)
+    plan = ha.compile(layers, x, Ws, argnums=(0, 1), backend="numpy")
+    assert _loops(plan) == 0
+    monkeypatch.setattr(rolling, "FED_BYTES", 10_000)
+    plan = ha.compile(layers, x, Ws, argnums=(0, 1), backend="numpy")
+    assert _loops(plan) >= 1
+    assert float(plan.gradient(x, Ws).value) == pytest.approx(float(layers(x, Ws)), rel=1e-12)
+
+
 def _rebuilt(tree, flat):
     if isinstance(tree, dict):
         return {k: _rebuilt(tree[k], flat) for k in sorted(tree)}

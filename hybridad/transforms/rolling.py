@@ -76,6 +76,11 @@ _OP, _ATTRS, _FIRST, _INDEX = attrgetter("op"), attrgetter("attrs"), itemgetter(
 HEAVY_STEP = 1_000
 LONG_RUN = 300
 ROLL_BREAKS = 32
+#: arguments of f a loop reads one a step (``for W in Ws``) are fed to it stacked,
+#: a copy each call: where the copy would be larger than the carries the loop
+#: stores and than this many bytes (a hundred layers of 10^3 x 10^3: 800 MB more
+#: than the unrolled plan, which reads each in place), the loop stays unrolled
+FED_BYTES = 1 << 20
 #: the most loops rolled per trace
 _MAX_ROLLS = 32
 _LIGHT = object()  # _roll's answer for a run too light to roll
@@ -269,6 +274,9 @@ def _roll(trace, outs, s, p, trips, m):
     if work < HEAVY_STEP and trips * m.primitives(s, p) < LONG_RUN and \
             trips * breaks < ROLL_BREAKS:
         return _LIGHT  # faster unrolled, and quick enough to compile
+    fed_bytes = trips * sum(nodes[s + o].args[j].nbytes for o, j in fed)
+    if fed_bytes > max(FED_BYTES, trips * sum(nodes[s + o].nbytes for o in carries)):
+        return None
     dtypes = {nodes[s + o].dtype for o in carries + ys}
     if not carries or len(dtypes) != 1 or next(iter(dtypes)).kind != "f":
         return None
