@@ -254,6 +254,8 @@ def _roll(trace, outs, s, p, trips, m):
     t0 = s + p  # the template: iteration 1 (its carries come from iteration 0)
     carries, lagged, consts = set(), set(), {}
     fed = []  # (offset, operand): an argument of f, one an iteration (``for W in Ws``)
+    table, wide = m._tables()[0], set(m._tables()[3].tolist())
+    copies_at = s + p * np.arange(trips)
     for i in range(t0, t0 + p):
         if leaf[i - t0]:
             continue
@@ -262,7 +264,7 @@ def _roll(trace, outs, s, p, trips, m):
             if s <= q < t0:  # made by the iteration before
                 (lagged if leaf[q - s] else carries).add(q - s)
             elif q < s:
-                if any(nodes[s + k * p + i - t0].args[j] is not a for k in range(trips)):
+                if _differs(nodes, table, wide, copies_at + (i - t0), j, q):
                     fed.append((i - t0, j))  # (the matcher let only arguments differ)
                 else:
                     consts.setdefault(a.id, a)
@@ -397,6 +399,16 @@ def _breaks(node):
     op = REGISTRY.get(node.op)
     return op is not None and (op.kind not in ("elementwise", "view") or
                                node.op in ("getitem", "transpose"))
+
+
+def _differs(nodes, table, wide, rows, j, q):
+    """Whether operand ``j`` of the nodes at ``rows`` (a node's copies, one an
+    iteration) is another node than position ``q`` in some copy (the matcher's
+    operand table at once; a node of many operands one by one)."""
+    if int(rows[0]) not in wide:
+        return bool((table[rows, j] != q).any())
+    first = nodes[int(rows[0])].args[j]
+    return any(nodes[r].args[j] is not first for r in rows.tolist())
 
 
 def _stack(trace, copies):
