@@ -354,6 +354,16 @@ def test_a_body_that_needs_the_index_value_is_traced_as_the_python_loop():
             assert any(n.op == "loop" for n in plan.graph.nodes)
             np.testing.assert_allclose(ha.hessian(f, x).hessian, ha.hessian(python, x).hessian,
                                        rtol=1e-10, atol=1e-12)
+    seen = []  # a value of the first trace of the body, stored outside it: named
+
+    def stored(x):
+        def body(i, y):
+            seen.append(y)
+            return y * 0.9 + F[i]
+        y = ha.fori_loop(0, 10, body, x)
+        return np.sum(y ** 2) + sum(np.sum(s) for s in seen)
+    with pytest.raises(ha.TracingError, match="stored outside the body"):
+        ha.gradient(stored, np.ones(3), backend="numpy")
     with pytest.raises(ha.TracingError, match="numpy.random"):  # (the Python loop's error)
         ha.gradient(lambda x: np.sum(ha.fori_loop(0, 3, lambda i, v: v + np.random.rand(),
                                                   x)), X0, backend="numpy")

@@ -480,6 +480,21 @@ def loop_dtypes(ufunc, args):
     return dts
 
 
+def _escaped(x):
+    """Refuse a tracer of another trace: an earlier one, or a loop body that
+    was set aside (:func:`hybridad.frontend.loops.fori_loop` traced the loop
+    as Python instead) -- a value it made, stored outside it."""
+    if getattr(x._trace, "abandoned", False):
+        raise TracingError(
+            "a value made while hybridad traced a fori_loop body once, stored outside the "
+            "body (a list's append, an attribute), is used after it: the body needed its "
+            "index's value, so the loop was traced again as the Python loop and that first "
+            "trace set aside. Return such values from the body (the carry), or write the "
+            "loop as a Python for loop")
+    raise TracingError("a traced value escaped its trace (was it stored in a global or "
+                       "closure during an earlier trace?)")
+
+
 def as_node(x, trace, dtype=None):
     """Turn an operand into a node: tracers pass through, scalars become literal
     constants (in ``dtype`` if given), arrays are captured by reference."""
@@ -489,8 +504,7 @@ def as_node(x, trace, dtype=None):
         elif getattr(trace, "lift", None) is not None:  # a loop body reads an outer value
             node = trace.lift(x)
         else:
-            raise TracingError("a traced value escaped its trace (was it stored in a global "
-                               "or closure during an earlier trace?)")
+            _escaped(x)
     elif isinstance(x, np.ndarray):
         if type(x) is not np.ndarray:  # (the location is a walk up the stack: only then)
             refuse_subclass(x, f"an array used in the traced function at {user_location()}")

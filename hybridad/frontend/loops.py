@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import TracingError
 from ..ir.graph import Graph
 from ..ops.loop import LoopBody, layout, part
-from ..core.trace import Trace, _state, as_node, bind
+from ..core.trace import Trace, _escaped, _state, as_node, bind
 from ..core.tracer import Tracer
 
 __all__ = ["BodyTrace", "fori_loop", "scan"]
@@ -45,14 +45,21 @@ class BodyTrace(Trace):
         self.lifted = []  # the outer tracers, in the order of their body inputs
         self._lifted = {}  # outer node id -> body input node
         self._next = first_index
+        #: whether the body's trace failed and was set aside (a value it made,
+        #: stored outside the body, is refused by name: :func:`~hybridad.core.trace.as_node`)
+        self.abandoned = False
+
+    def __exit__(self, kind, exc, tb):
+        if kind is not None:
+            self.abandoned = True
+        return super().__exit__(kind, exc, tb)
 
     def lift(self, x):
         """The body input standing for ``x``, a tracer of an enclosing trace."""
         if x._trace is not self.parent:
             outer = getattr(self.parent, "lift", None)
             if outer is None:
-                raise TracingError("a traced value escaped its trace (was it stored in a "
-                                   "global or closure during an earlier trace?)")
+                _escaped(x)
             x = Tracer(outer(x), self.parent)
         hit = self._lifted.get(x.node.id)
         if hit is None:
