@@ -230,41 +230,14 @@ class Trace:
         return made
 
     def lower_composites(self):
-        """Replace each composite node (:attr:`hybridad.ir.registry.Op.lower`)
-        by the primitives it stands for, in place: the nodes its lowering makes
-        go just before it, and the node itself becomes the last primitive (its
-        id, and every reference to it, kept).  Nodes the lowering makes alike
-        (one vector's column for two products) are made once, and equal
-        attributes are one dict (as a replayed call's nodes share theirs: the
-        graph's signature reads each dict once).  ``lower`` gives operands as
-        a tuple, shapes as tuples of ints and dtypes as numpy's (a node's
-        own).  No more composites are recorded into this trace after it."""
+        """Replace each composite node by the primitives it stands for, in
+        place (:func:`hybridad.core.composites.lower`); no more composites are
+        recorded into this trace after it."""
+        from .composites import lower
+
         self.composites = False
         self.recipes.clear()  # (a recipe may hold one)
-        composite = {name for name, op in REGISTRY.items() if op.kind == "composite"}
-        if not any(n.op in composite for n in self.nodes):
-            return
-        made, dicts, out, phase, ids = {}, {}, [], ["forward"], self.ids
-
-        def make(op, args, attrs, shape, dtype):
-            key = (op, args, *attrs.values())  # (operands by identity; attributes of tuples)
-            node = made.get(key)
-            if node is None:
-                node = made[key] = _new_node(Node)
-                node.id, node.op, node.args = next(ids), op, args
-                node.attrs = dicts.setdefault((op, *attrs.items()), attrs)
-                node.shape, node.dtype, node.phase = shape, dtype, phase[0]
-                out.append(node)
-            return node
-
-        for node in self.nodes:
-            if node.op in composite:
-                phase[0] = node.phase
-                op, args, attrs = REGISTRY[node.op].lower(node, make)
-                node.op, node.args = op, args
-                node.attrs = dicts.setdefault((op, *attrs.items()), attrs)
-            out.append(node)
-        self.nodes = out
+        lower(self)
 
     def forget(self, nodes, kept=()):
         """The nodes of ``nodes`` other than those of ``kept`` left the trace (a
