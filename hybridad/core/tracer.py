@@ -334,26 +334,22 @@ class Tracer:
         # suspends itself at this call -- QUIET -- not by paused(): each Python
         # call on the way would be two more events for it)
         hook = OBSERVED.held
-        one = method == "__call__" and not kwargs and len(inputs) == 1 and inputs[0] is self
         if hook is not None:
             OBSERVED.held = None
-            try:
-                if one:  # (np.tanh(x): its recipe, directly)
-                    r = SURFACE.replayed_unary(ufunc, self)
-                    if r is not None:
-                        return r
-                _note_values(inputs)
+        try:
+            if method == "__call__" and not kwargs and len(inputs) == 1 and inputs[0] is self:
+                r = SURFACE.replayed_unary(ufunc, self)  # (np.tanh(x): its recipe, directly)
+                if r is not None:
+                    return r
+            _note_values(inputs)
+            if hook is not None:
                 return SURFACE.apply_ufunc(ufunc, method, inputs, kwargs)
-            finally:
+            with paused():
+                return SURFACE.apply_ufunc(ufunc, method, inputs, kwargs)
+        finally:
+            if hook is not None:
                 sys.setprofile(hook)
                 OBSERVED.profiler = hook
-        if one:
-            r = SURFACE.replayed_unary(ufunc, self)
-            if r is not None:
-                return r
-        _note_values(inputs)
-        with paused():
-            return SURFACE.apply_ufunc(ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
         hook = OBSERVED.profiler

@@ -106,6 +106,17 @@ class _Recipe:
         self.steps, self.result, self.flags, self.tuple = steps, result, flags, is_tuple
 
 
+def _traced_part(x):
+    """A tracer's part of a recipe key (not a constant's)."""
+    n = x.node
+    return n.shape, n.dtype, x._flags
+
+
+def _number_part(x):
+    """A number's part of a recipe key: its type and value (-0.0 is not 0.0)."""
+    return (type(x), x) if x else (type(x), repr(x))
+
+
 def _key(ufunc, method, inputs, trace):
     """The recipe key of a call and its operands' nodes, or (None, None)."""
     parts = [ufunc, method]
@@ -121,12 +132,12 @@ def _key(ufunc, method, inputs, trace):
                     return None, None
                 parts.append((n.shape, n.dtype, x._flags, "const"))
             else:
-                parts.append((n.shape, n.dtype, x._flags))
+                parts.append(_traced_part(x))
             nodes.append(n)
         elif t in _SCALARS:
             if x != x:  # NaN: never equal to itself, so never found again
                 return None, None
-            parts.append((t, x) if x else (t, repr(x)))  # (-0.0 is not 0.0)
+            parts.append(_number_part(x))
         elif t is np.ndarray:
             if x.dtype not in SUPPORTED_DTYPES:
                 return None, None
@@ -269,48 +280,50 @@ def written_back(x, index, value):
         value._base[1] == (("getitem", answer[0]),)
 
 
+def _direct(trace):
+    """Whether a call in ``trace`` may take its recipe directly: replay on, and
+    ``trace`` the forward trace being recorded."""
+    return _on[0] and type(trace) is Trace and trace.phase == "forward" and \
+        current_trace() is trace
+
+
+def _recipe_of(trace, key, nodes):
+    """The tracers ``trace``'s recipe of ``key`` makes from ``nodes``, or None
+    (no recipe: the surface answers)."""
+    recipe = trace.recipes.get(key)
+    return _replay(recipe, trace, nodes) if type(recipe) is _Recipe else None
+
+
 def _binary_call(ufunc, operands):
     """A ufunc of two tracers (``x @ y``, ``x + y``), or of a tracer and a
     Python float or int (``0.5 * x``), from its recipe, when the trace has one
     for them -- the key :func:`_key` makes, without the surface's layers on
     the way -- else None (the surface answers)."""
     a, b = operands
-    both = type(a) is Tracer and type(b) is Tracer
     tracer = a if type(a) is Tracer else b
     trace = tracer._trace
-    if not _on[0] or type(trace) is not Trace or trace.phase != "forward" or \
-            current_trace() is not trace:
+    if not _direct(trace):
         return None
-    if both:
+    if type(a) is Tracer and type(b) is Tracer:
         na, nb = a.node, b.node
         if b._trace is not trace or na.op == "const" or nb.op == "const":
             return None
-        recipe = trace.recipes.get((ufunc, "__call__", (na.shape, na.dtype, a._flags),
-                                    (nb.shape, nb.dtype, b._flags), na is nb))
-        return _replay(recipe, trace, [na, nb]) if type(recipe) is _Recipe else None
-    node = tracer.node
+        return _recipe_of(trace, (ufunc, "__call__", _traced_part(a), _traced_part(b),
+                                  na is nb), [na, nb])
     x = b if tracer is a else a  # (the number: a float or an int, as _key keys it)
-    if node.op == "const" or x != x:
+    if tracer.node.op == "const" or x != x:
         return None
-    number = (type(x), x) if x else (type(x), repr(x))
-    part = (node.shape, node.dtype, tracer._flags)
-    recipe = trace.recipes.get((ufunc, "__call__", part, number) if tracer is a else
-                               (ufunc, "__call__", number, part))
-    return _replay(recipe, trace, [node]) if type(recipe) is _Recipe else None
+    part, number = _traced_part(tracer), _number_part(x)
+    return _recipe_of(trace, (ufunc, "__call__", part, number) if tracer is a else
+                      (ufunc, "__call__", number, part), [tracer.node])
 
 
 def _unary_call(ufunc, x):
     """A ufunc of one tracer (``np.tanh(x)``) from its recipe, as
     :func:`_binary_call` takes two operands', else None."""
-    trace = x._trace
-    if not _on[0] or type(trace) is not Trace or trace.phase != "forward" or \
-            current_trace() is not trace:
+    if not _direct(x._trace) or x.node.op == "const":
         return None
-    node = x.node
-    if node.op == "const":
-        return None
-    recipe = trace.recipes.get((ufunc, "__call__", (node.shape, node.dtype, x._flags)))
-    return _replay(recipe, trace, [node]) if type(recipe) is _Recipe else None
+    return _recipe_of(x._trace, (ufunc, "__call__", _traced_part(x)), [x.node])
 
 
 #: the types of an index :func:`_basic` looks at (a slice, or a tuple of parts)
