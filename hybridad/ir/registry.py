@@ -58,7 +58,9 @@ An :class:`Op` carries, side by side:
   :meth:`hybridad.core.trace.Trace.lower_composites` replaces it before any
   later pass: ``lower(node, make) -> (op, args, attrs)``, what the node itself
   becomes (the same value, shape and dtype), where ``make(op, args, attrs,
-  shape, dtype)`` makes the nodes it reads (placed before it).
+  shape, dtype)`` makes the nodes it reads (placed before it); and
+  ``primitives``, how many nodes that is, the node included (what a trace's
+  passes count it as: :mod:`hybridad.transforms.rolling`'s thresholds).
 
 Adding an op touches one file in this package; tests pick it up from
 :data:`REGISTRY`.
@@ -152,6 +154,8 @@ class Op:
     lower : callable, optional
         For a ``composite`` op (and only for one): the primitives it stands
         for; see the module docstring.
+    primitives : int, optional
+        For a ``composite`` op: how many nodes ``lower`` makes of it.
     """
 
     __slots__ = (
@@ -177,15 +181,17 @@ class Op:
         "held",
         "packed",
         "lower",
+        "primitives",
     )
 
     def __init__(self, name, kind, abstract, run=None, view=None, vjp=None, ufunc=None,
                  partials=None, domain=None, doc="", scalar=None, workspace=None, jvp=None,
                  batch=None, dual=None, raises=False, expensive=False, piecewise=False,
-                 shifts=None, held=None, packed=False, lower=None):
+                 shifts=None, held=None, packed=False, lower=None, primitives=1):
         assert kind in KINDS, kind
-        assert (kind == "composite") == (lower is not None), (name, kind)
+        assert (kind == "composite") == (lower is not None) == (primitives > 1), (name, kind)
         self.lower = lower
+        self.primitives = int(primitives)
         self.held = held
         self.packed = bool(packed)
         self.name = name

@@ -93,7 +93,7 @@ def _mv_lower(node, make):
     return "reshape", (product,), {"shape": node.shape}
 
 
-register(Op("matvec", "composite", _mv_abstract, run=_mv_run, lower=_mv_lower))
+register(Op("matvec", "composite", _mv_abstract, run=_mv_run, lower=_mv_lower, primitives=3))
 
 
 # ``matvec_pair(a, u, v)``: ``a @ u`` and ``a^T @ v`` from one read of ``a``,

@@ -12,7 +12,7 @@ from operator import attrgetter
 import numpy as np
 
 from ..frontend.signature import attrs_signature
-from ..ir.registry import REGISTRY
+from ..ops import REGISTRY
 
 __all__ = ["MIN_NODES", "MIN_TRIPS", "PRIMITIVES", "primitive_count"]
 
@@ -20,10 +20,9 @@ __all__ = ["MIN_NODES", "MIN_TRIPS", "PRIMITIVES", "primitive_count"]
 #: (a short loop runs faster unrolled, and compiles about as fast)
 MIN_TRIPS = 4
 MIN_NODES = 96
-#: how many nodes a composite op (:attr:`hybridad.ir.registry.Op.lower`) lowers
-#: to: the thresholds count a trace's nodes as its plan will hold them (a
-#: matrix-vector product: the vector's column, the product, its result's reshape)
-PRIMITIVES = {"matvec": 3}
+#: how many nodes each composite op lowers to (:attr:`hybridad.ir.registry.Op.primitives`):
+#: the thresholds count a trace's nodes as its plan will hold them
+PRIMITIVES = {name: op.primitives for name, op in REGISTRY.items() if op.kind == "composite"}
 #: the most periods tried per search, how many next nodes of a kind give
 #: candidate periods
 _CANDIDATES = 12
