@@ -119,12 +119,14 @@ ROLLED = [euler, rnn, forced, trajectory, verlet, running_sum, two_phases, trace
           reversed_rows, heat, recorded]
 
 
-def _plans(f, x, backend, monkeypatch, **kw):
-    """The rolled and the unrolled plan of ``f``."""
+def _plans(f, x, backend, monkeypatch, unrolled_backend=None, **kw):
+    """The rolled and the unrolled plan of ``f`` at ``x`` (a tuple: the
+    arguments), the unrolled one on ``unrolled_backend`` if given."""
+    args = x if isinstance(x, tuple) else (x,)
     monkeypatch.setenv("HYBRIDAD_ROLL", "1")
-    rolled = ha.compile(f, x, backend=backend, **kw)
+    rolled = ha.compile(f, *args, backend=backend, **kw)
     monkeypatch.setenv("HYBRIDAD_ROLL", "0")
-    unrolled = ha.compile(f, x, backend=backend, **kw)
+    unrolled = ha.compile(f, *args, backend=unrolled_backend or backend, **kw)
     monkeypatch.delenv("HYBRIDAD_ROLL")
     return rolled, unrolled
 
@@ -765,7 +767,9 @@ def test_a_loop_over_a_list_argument_rolls_with_it_stacked(backend, monkeypatch)
     cases = [(layers, (x, Ws, bs), (0, 1, 2)), (layers, (x, repeated, [bs[0]] * T), (0, 1, 2)),
              (left, (x, {"W": Ws, "b": bs}), (0, 1)), (gained, (x, gains), (0, 1))]
     for f, args, argnums in cases if backend == "numpy" else cases[:1]:  # (numba: 6 s each)
-        rolled, unrolled = _plans_of(f, args, argnums, backend, monkeypatch)
+        # (the reference: the numpy plan unrolled; numba's unrolled took a minute)
+        rolled, unrolled = _plans(f, args, backend, monkeypatch, unrolled_backend="numpy",
+                                  argnums=argnums)
         lengths = [n.attrs["length"] for n in rolled.graph.nodes if n.op == "loop"]
         assert max(lengths) >= T - 4 and _loops(unrolled) == 0
         r, u = rolled.gradient(*args), unrolled.gradient(*args)
@@ -817,12 +821,3 @@ def _rebuilt(tree, flat):
     if isinstance(tree, (list, tuple)):
         return type(tree)(_rebuilt(t, flat) for t in tree)
     return next(flat)
-
-
-def _plans_of(f, args, argnums, backend, monkeypatch):
-    monkeypatch.setenv("HYBRIDAD_ROLL", "1")
-    rolled = ha.compile(f, *args, argnums=argnums, backend=backend)
-    monkeypatch.setenv("HYBRIDAD_ROLL", "0")  # (the reference: unrolled, numpy's; numba's
-    unrolled = ha.compile(f, *args, argnums=argnums, backend="numpy")  # took a minute)
-    monkeypatch.delenv("HYBRIDAD_ROLL")
-    return rolled, unrolled

@@ -171,11 +171,12 @@ FORMS = [recorded, recurrence, scalars, partial, read_whole, forked, cube, accum
          stencil_rows, stencil_columns, columns, row_views, chained, elements]
 
 
-def _plans(f, monkeypatch, **kw):
+def _plans(f, monkeypatch, x=X0, **kw):
+    """The rolled plan of ``f`` at ``x`` and the plan of its writes as traced."""
     monkeypatch.setenv("HYBRIDAD_ROLL", "1")
-    rolled = ha.compile(f, X0, backend="numpy", **kw)
+    rolled = ha.compile(f, x, backend="numpy", **kw)
     monkeypatch.setenv("HYBRIDAD_ROLL", "0")
-    traced = ha.compile(f, X0, backend="numpy", **kw)
+    traced = ha.compile(f, x, backend="numpy", **kw)
     monkeypatch.delenv("HYBRIDAD_ROLL")
     return rolled, traced
 
@@ -228,10 +229,7 @@ def test_a_state_written_at_its_boundaries_reads_the_rest_as_one_slice(monkeypat
         return np.sum(u ** 2)
 
     u0 = np.sin(np.linspace(0.0, 3.0, 200))
-    monkeypatch.setenv("HYBRIDAD_ROLL", "1")
-    rolled = ha.compile(f, u0, backend="numpy")
-    monkeypatch.setenv("HYBRIDAD_ROLL", "0")
-    traced = ha.compile(f, u0, backend="numpy")
+    rolled, traced = _plans(f, monkeypatch, u0)
     assert any(n.op == "loop" for n in rolled.graph.nodes) and len(rolled.graph.nodes) < 100
     assert all(len(n.args) <= 6 for n in rolled.graph.nodes if n.op == "concatenate")
     r, t = rolled.gradient(u0), traced.gradient(u0)
@@ -253,27 +251,39 @@ def test_numba_plan_of_a_recorded_loop_allocates_nothing(f):
     assert_no_alloc(plan.gradient, X0, out=out, n=3, warmup=2)
 
 
-def test_float32_records_stay_float32(monkeypatch):
-    def f(x, T=30):
-        out = np.zeros((T, 5), dtype=x.dtype)
-        w = W.astype(x.dtype)
-        for k in range(T):
-            x = np.tanh(w @ x) + x.dtype.type(0.1) * x
-            out[k] = x
-        return np.sum(out ** 2)
+def _records32(x, T=30):  # (states recorded into rows)
+    out = np.zeros((T, 5), dtype=x.dtype)
+    w = W.astype(x.dtype)
+    for k in range(T):
+        x = np.tanh(w @ x) + x.dtype.type(0.1) * x
+        out[k] = x
+    return np.sum(out ** 2)
 
+
+def _columns32(x, T=30):  # (a column scheme, U[1:-1, k + 1] = ..., with boundaries)
+    U = np.zeros((5, T + 1), dtype=x.dtype)
+    U[:, 0] = x
+    r = x.dtype.type(0.2)
+    for k in range(T):
+        U[1:-1, k + 1] = U[1:-1, k] + r * np.sin(U[2:, k] - 2 * U[1:-1, k] + U[:-2, k])
+        U[0, k + 1] = U[1, k + 1] * x.dtype.type(0.5)
+        U[-1, k + 1] = U[-2, k]
+    return np.sum(U ** 2)
+
+
+@pytest.mark.parametrize("f", [_records32, _columns32], ids=["records", "columns"])
+def test_float32_schemes_stay_float32(f, monkeypatch):
+    """Writes of float32 states into rows or columns: float32 results, numpy's
+    value, the rolled plan as the writes traced, the float64 gradient to
+    float32's precision."""
     x = X0.astype(np.float32)
-    monkeypatch.setenv("HYBRIDAD_ROLL", "1")
-    rolled = ha.compile(f, x, backend="numpy")
-    monkeypatch.setenv("HYBRIDAD_ROLL", "0")
-    traced = ha.compile(f, x, backend="numpy")
+    rolled, traced = _plans(f, monkeypatch, x)
     assert any(n.op == "loop" for n in rolled.graph.nodes)
     r, t = rolled.gradient(x), traced.gradient(x)
     assert r.gradient.dtype == np.float32 and np.asarray(r.value).dtype == np.float32
     assert float(r.value) == pytest.approx(float(f(x.copy())), rel=1e-5)
     np.testing.assert_allclose(r.gradient, t.gradient, rtol=1e-5, atol=1e-6)
-    monkeypatch.delenv("HYBRIDAD_ROLL")
-    g64 = ha.compile(f, X0, backend="numpy").gradient(X0).gradient  # (to float32's precision)
+    g64 = ha.compile(f, X0, backend="numpy").gradient(X0).gradient
     np.testing.assert_allclose(r.gradient, g64, rtol=1e-4, atol=1e-5)
 
 
@@ -402,31 +412,3 @@ def test_writes_along_another_axis_start_a_chain_of_their_own():
         assert float(r.value) == pytest.approx(float(f(u0)), rel=1e-13)
         np.testing.assert_allclose(r.gradient, numerical_gradient(f, u0), rtol=1e-6, atol=1e-8)
     assert sizes[0] == sizes[1]
-
-
-def test_float32_schemes_written_into_columns_stay_float32(monkeypatch):
-    """A column scheme (U[1:-1, k + 1] = ..., boundaries) in float32: float32
-    results, the rolled plan as the writes traced, the float64 gradient to
-    float32's precision."""
-    def f(x, T=30):
-        U = np.zeros((5, T + 1), dtype=x.dtype)
-        U[:, 0] = x
-        r = x.dtype.type(0.2)
-        for k in range(T):
-            U[1:-1, k + 1] = U[1:-1, k] + r * np.sin(U[2:, k] - 2 * U[1:-1, k] + U[:-2, k])
-            U[0, k + 1] = U[1, k + 1] * x.dtype.type(0.5)
-            U[-1, k + 1] = U[-2, k]
-        return np.sum(U ** 2)
-
-    x = X0.astype(np.float32)
-    monkeypatch.setenv("HYBRIDAD_ROLL", "1")
-    rolled = ha.compile(f, x, backend="numpy")
-    monkeypatch.setenv("HYBRIDAD_ROLL", "0")
-    traced = ha.compile(f, x, backend="numpy")
-    monkeypatch.delenv("HYBRIDAD_ROLL")
-    assert any(n.op == "loop" for n in rolled.graph.nodes)
-    r, t = rolled.gradient(x), traced.gradient(x)
-    assert r.gradient.dtype == np.float32 and np.asarray(r.value).dtype == np.float32
-    np.testing.assert_allclose(r.gradient, t.gradient, rtol=1e-5, atol=1e-6)
-    g64 = ha.compile(f, X0, backend="numpy").gradient(X0).gradient
-    np.testing.assert_allclose(r.gradient, g64, rtol=1e-4, atol=1e-5)
