@@ -169,10 +169,7 @@ def fori_loop(lower: int, upper: int, body_fun: Callable[[int, Any], Any],
     """
     lower, upper = _trip(lower, "lower"), _trip(upper, "upper")
     if _tracing() is None and not any(isinstance(x, Tracer) for x in _tree(init_val)[0]):
-        val = init_val
-        for i in range(lower, upper):
-            val = body_fun(i, val)
-        return val
+        return _python_loop(lower, upper, body_fun, init_val)
     if upper <= lower:
         return init_val
     try:
@@ -180,13 +177,16 @@ def fori_loop(lower: int, upper: int, body_fun: Callable[[int, Any], Any],
                          upper - lower, lower, True, False)
     except TracingError as exc:  # the body needs i's value (A[i], x[i], `if i % 2`):
         try:  # the Python loop, i an int each step, traced where it is (rolled by
-            val = init_val  # the plan where its steps repeat)
-            for i in range(lower, upper):
-                val = body_fun(i, val)
-        except TracingError as again:
+            return _python_loop(lower, upper, body_fun, init_val)  # the plan where its
+        except TracingError as again:  # steps repeat)
             raise again from exc
-        return val
     return carry
+
+
+def _python_loop(lower, upper, body_fun, val):
+    for i in range(lower, upper):
+        val = body_fun(i, val)
+    return val
 
 
 def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
