@@ -150,6 +150,56 @@ def test_numba_gradient_hessian_and_no_allocation():
     np.testing.assert_allclose(h.hessian, hu.hessian, rtol=1e-11, atol=1e-12)
 
 
+def chained_loop(x, W, vector=False):
+    """Carries that the seeds reach one iteration after another (``c`` from
+    ``x``, ``b`` from ``c``, ``a`` from ``b``) and one they never reach
+    (``d``): a batched loop must find all three (a fixed point, not one pass)."""
+    def body(i, carry):
+        a, b, c, d = carry
+        return a + 0.3 * np.sin(b) * d, b * 0.9 + 0.2 * c, np.tanh(W @ c), d * 0.5 + W[0]
+    a, b, c, d = ha.fori_loop(0, 5, body, (0 * W[1], 0 * W[2], x, W[3]))
+    out = a ** 2 * d + b * c
+    return out if vector else np.sum(out)
+
+
+def chained_unrolled(x, W, vector=False):
+    a, b, c, d = 0 * W[1], 0 * W[2], x, W[3]
+    for _ in range(5):
+        a, b, c, d = a + 0.3 * np.sin(b) * d, b * 0.9 + 0.2 * c, np.tanh(W @ c), d * 0.5 + W[0]
+    out = a ** 2 * d + b * c
+    return out if vector else np.sum(out)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_batched_loops_carry_unbatched_what_no_seed_reaches(backend):
+    """A Hessian's chunk (and a Jacobian's) runs the loop over a batch of
+    tangents: the carries the seeds reach are batched -- found to a fixed
+    point -- and the others carried once, not once per seed (a carry of the
+    primal state computed ``chunk`` times over)."""
+    plan = ha.compile(chained_loop, X0, W0, hessian=True, chunk=2, backend=backend)
+    res = ha.HessianResult(X0)
+    plan.hessian(X0, W0, out=res)
+    ref = ha.hessian(chained_unrolled, X0, W0, backend="numpy")
+    np.testing.assert_allclose(res.hessian, ref.hessian, rtol=1e-12, atol=1e-13)
+    eps = 1e-6
+    for j in range(N):
+        e = np.zeros(N)
+        e[j] = eps
+        col = (ha.gradient(chained_unrolled, X0 + e, W0, backend="numpy").gradient -
+               ha.gradient(chained_unrolled, X0 - e, W0, backend="numpy").gradient) / (2 * eps)
+        np.testing.assert_allclose(res.hessian[:, j], col, rtol=1e-6, atol=1e-8)
+    # each batched loop (two seeds a chunk): the primal a, b, c, d carried once
+    chunked = [[o.shape for o in n.attrs["body"].graph.outputs[:n.attrs["body"].n_carry]]
+               for n in plan.graph.nodes if n.op == "loop"]
+    chunked = [shapes for shapes in chunked if (2, N) in shapes]
+    assert len(chunked) == 2, chunked  # (the forward loop and its reverse)
+    assert all(shapes.count((N,)) >= 4 for shapes in chunked), chunked
+    jac = ha.jacobian(lambda x, W: chained_loop(x, W, True), X0, W0, backend=backend).jacobian
+    jref = ha.jacobian(lambda x, W: chained_unrolled(x, W, True), X0, W0,
+                       backend="numpy").jacobian
+    np.testing.assert_allclose(jac, jref, rtol=1e-12, atol=1e-13)
+
+
 def test_no_allocation_per_call_numpy_backend():
     plan = ha.compile(reverse_loop, X0, W0, backend="numpy")
     res = ha.GradientResult(X0)

@@ -28,7 +28,8 @@ Rules, all derived from the body graph:
   with its tangent (Hessian-vector products through loops: forward over the
   reverse loop);
 * ``batch``: a loop over the body's batched graph (chunks of tangents: dense
-  Hessians and Jacobians).
+  Hessians and Jacobians), batching only the carries a batched value reaches
+  (the primal state a chunk's loop recomputes is carried once, not per seed).
 
 Backends run the node with the body compiled once as a program of its own
 (:mod:`hybridad.backends.loops`); the op's ``run`` is the reference, the body
@@ -424,44 +425,72 @@ def _jvp(ts, node, *operands, body, length, start, reverse, order, saved):
     return packed[n:2 * n]
 
 
+def _batched_carries(body, bc, bx, bk):
+    """Which carries the batched loop carries batched: those given batched,
+    and every one whose new value depends, in the body, on a batched input --
+    to a fixed point (the others stay one value for the whole batch, as JAX's
+    batched loops keep them: a Hessian chunk's tangents are batched, the
+    primal state its loop recomputes is not)."""
+    gin = body.graph.inputs
+    nc, idx = body.n_carry, int(body.index)
+    outs = body.graph.outputs[:nc]
+    fixed = [n.id for n, b in zip(gin[idx + nc:], [*bx, *bk], strict=True) if b]
+    batched = list(bc)
+    while True:
+        dep = set(fixed) | {gin[idx + j].id for j in range(nc) if batched[j]}
+        for n in body.graph.nodes:
+            if n.id not in dep and any(a.id in dep for a in n.args):
+                dep.add(n.id)
+        more = [b or o.id in dep for b, o in zip(batched, outs, strict=True)]
+        if more == batched:
+            return batched
+        batched = more
+
+
 def _batch(node, batched, *args, body, length, start, reverse, order, saved):
-    """A loop over the body's batched graph: every carry batched (a batched
-    input reaches all of them within a few iterations, in general)."""
+    """A loop over the body's batched graph: the carries that a batched value
+    reaches batched (:func:`_batched_carries`), the others not; every
+    per-iteration output batched."""
     vmap = TRANSFORMS["vmap"]
     gin = body.graph.inputs
     nc, nx, idx = body.n_carry, body.n_xs, int(body.index)
     carries, xs, consts = _split(body, args)
     bc, bx, bk = _split(body, batched)
+    bc = _batched_carries(body, bc, bx, bk)
     k = next(a.shape[0] for a, b in zip(args, batched, strict=True) if b)
     specs = _specs(gin[:idx]) + \
-        [((k, *n.shape), n.dtype) for n in gin[idx:idx + nc]] + \
+        [((k, *n.shape), n.dtype) for n, b in zip(gin[idx:idx + nc], bc, strict=True) if b] + \
         [((k, *n.shape) if b else n.shape, n.dtype)
          for n, b in zip(gin[idx + nc:idx + nc + nx], bx, strict=True)] + \
         [((k, *n.shape) if b else n.shape, n.dtype)
          for n, b in zip(gin[idx + nc + nx:], bk, strict=True)] + \
-        _specs(gin[idx:idx + nc])  # the carries unbatched: placeholders dead code drops
+        _specs(gin[idx:idx + nc])  # the carries unbatched (the batched ones' placeholders)
     trace, ins = _sub_trace(specs)
+    nb = sum(bc)
     index = ins[:idx]
-    c_b = ins[idx:idx + nc]
-    x_in = ins[idx + nc:idx + nc + nx]
-    k_in = ins[idx + nc + nx:idx + nc + nx + len(consts)]
-    c_plain = ins[idx + nc + nx + len(consts):]
+    c_b = iter(ins[idx:idx + nb])
+    c_b = [next(c_b) if b else None for b in bc]
+    x_in = ins[idx + nb:idx + nb + nx]
+    k_in = ins[idx + nb + nx:idx + nb + nx + len(consts)]
+    c_plain = ins[idx + nb + nx + len(consts):]
     with trace:
         # the body on unbatched stand-ins, then what depends on a batched value again
         x_plain = [x if not b else x[0] for x, b in zip(x_in, bx, strict=True)]
         k_plain = [c if not b else c[0] for c, b in zip(k_in, bk, strict=True)]
         outs = replay(body.graph, trace, index + c_plain + x_plain + k_plain)
-        seeds = {c.node.id: b for c, b in zip(c_plain, c_b, strict=True)}
+        seeds = {c.node.id: b for c, b in zip(c_plain, c_b, strict=True) if b is not None}
         seeds.update({p.node.id: x for p, x, b in zip(x_plain, x_in, bx, strict=True) if b})
         seeds.update({p.node.id: c for p, c, b in zip(k_plain, k_in, bk, strict=True) if b})
         bmap = vmap(trace, list(trace.nodes), dict(seeds), k)
         bouts = [bmap.get(o.node.id) for o in outs]
-        bouts = [np.broadcast_to(o, (k, *o.shape)) + 0 if b is None else b
-                 for b, o in zip(bouts, outs, strict=True)]
-    bbody = LoopBody(Graph(trace.nodes, [t.node for t in ins[:idx + nc + nx + len(consts)]],
+        bouts = [o if j < nc and not bc[j] else
+                 np.broadcast_to(o, (k, *o.shape)) + 0 if b is None else b
+                 for j, (b, o) in enumerate(zip(bouts, outs, strict=True))]
+    carried = [p if c is None else c for c, p in zip(c_b, c_plain, strict=True)]
+    bbody = LoopBody(Graph(trace.nodes, [t.node for t in index + carried + x_in + k_in],
                            [t.node for t in bouts]), idx, nc, nx)
-    binit = [c if b else np.broadcast_to(c, (k, *c.shape))
-             for c, b in zip(carries, bc, strict=True)]
+    binit = [np.broadcast_to(c, (k, *c.shape)) if b and not was else c
+             for c, b, was in zip(carries, bc, _split(body, batched)[0], strict=True)]
     bxs = [np.moveaxis(x, 0, 1) if b else x for x, b in zip(xs, bx, strict=True)]
     packed = _bind_loop(binit + bxs + consts, bbody, length, start, reverse, order, None)
     parts = []
@@ -469,6 +498,8 @@ def _batch(node, batched, *args, body, length, start, reverse, order, saved):
         p = part(packed, off, shape)
         if j >= nc:  # stacked (length, k, ...): the batch axis first
             p = np.moveaxis(p, 1, 0)
+        elif not bc[j]:  # one value for the batch
+            p = np.broadcast_to(np.reshape(p, (1, -1)), (k, p.size))
         parts.append(np.reshape(p, (k, -1)))
     return np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
 
