@@ -100,14 +100,20 @@ def _is_view_at(value, target, basic):
         link[1][0][0] == "getitem" and at(link[1][0][1])
 
 
-def _slab_index(index, shape, prefer=None):
-    """``(axis, k, rest)`` when ``index`` (a user's: ints, slices, one
+def _slab_index(index, shape, prefer=None, before=None):
+    """``(axis, k, rest, parts)`` when ``index`` (a user's: ints, slices, one
     Ellipsis) holds an int ``k`` at ``axis`` of an array of ``shape`` -- it
     writes into the slab ``a[:, ..., k]`` (``axis`` colons) at ``rest``, the
     index without that int (ellipsis spelled out) -- else None.  Of several
-    ints, the one at ``prefer`` (the axis of the write that made the array),
-    else the one along the longest axis (a record of steps over a grid).
-    Raises IndexError for ``k`` out of range, as numpy."""
+    ints: the one at ``prefer`` (the axis of the write that made the array),
+    unless that write was the first of several ints (``before``: its whole
+    index, the ``parts`` returned where the axis was the first int by
+    default, else None) and this one holds one of them again (a loop over
+    the others, ``A[i, j]`` for ``i`` = 0, 1, ...: column ``j``); else the
+    first (a loop nest in C order: ``K[i, j]`` for ``j`` = 0, 1, ... writes
+    into row ``i``).  Of one int, the one along the longest axis (a record
+    of steps over a grid).  Raises IndexError for ``k`` out of range, as
+    numpy."""
     parts = index if type(index) is tuple else (index,)
     ndim = len(shape)
     at = [j for j, p in enumerate(parts) if p is Ellipsis]
@@ -127,11 +133,20 @@ def _slab_index(index, shape, prefer=None):
             return None
     if not ints:
         return None
-    axis = prefer if prefer in ints else max(ints, key=lambda j: (shape[j], -j))
-    k, n = parts[axis], shape[axis]
-    if not -n <= k < n:
-        raise IndexError(f"index {k} is out of bounds for axis {axis} with size {n}")
-    return axis, k % n, tuple(parts[:axis] + parts[axis + 1:])
+    for j in ints:
+        if not -shape[j] <= parts[j] < shape[j]:
+            raise IndexError(f"index {parts[j]} is out of bounds for axis {j} with size "
+                             f"{shape[j]}")
+        parts[j] %= shape[j]
+    if len(ints) > 1 and before is not None and len(before) == ndim:
+        same = [j for j in ints if before[j] == parts[j]]
+        if len(same) == 1:
+            prefer = same[0]
+    by_default = len(ints) > 1 and prefer not in ints
+    axis = ints[0] if by_default else prefer if prefer in ints else \
+        max(ints, key=lambda j: (shape[j], -j))
+    return axis, parts[axis], tuple(parts[:axis] + parts[axis + 1:]), \
+        tuple(parts) if by_default else None
 
 
 def slab_written(target, index, value):
@@ -143,23 +158,34 @@ def slab_written(target, index, value):
     the array per write -- else None (numpy's general write)."""
     trace = target._trace
     made = trace.row_writes.get(target.node.id) if trace.phase == "forward" else None
-    slab = _slab_index(index, target.shape, made[4] if made else None)
+    slab = _slab_index(index, target.shape, made[4] if made else None,
+                       made[5] if made else None)
     if slab is None:
         return None
-    axis, k, rest = slab
+    axis, k, rest, parts = slab
     if any(type(p) is not slice or p != _FULL for p in rest):  # (part of the slab)
-        whole = Tracer(target.node, trace)  # (the slab as it is: no view links)
-        part = whole[(_FULL,) * axis + (k,)]
-        part = Tracer(part.node, trace)
-        value = replayed(("set_items", basic_key(rest)), (part, value),
-                         lambda: _written(part, rest, value))
-    return _slab_written(target, axis, k, value)
+        row = made[2] if made and made[1] == k and made[4] == axis else None
+        if row is not None and row.op == "reshape" and \
+                row.args[0].shape == target.shape[:axis] + target.shape[axis + 1:]:
+            part = Tracer(row.args[0], trace)  # (the slab the write before wrote: that
+            # value, so that the writes into one slab are one chain, `K[i, j] = v`)
+        else:
+            whole = Tracer(target.node, trace)  # (the slab as it is: no view links)
+            part = whole[(_FULL,) * axis + (k,)]
+            part = Tracer(part.node, trace)
+        # (an int in the rest too, `K[i, j] = v`: the slab's own slab write, so that
+        # a loop over j writes the row as a loop over i writes the rows)
+        inner = slab_written(part, rest, value)
+        value = inner if inner is not None else \
+            replayed(("set_items", basic_key(rest)), (part, value),
+                     lambda: _written(part, rest, value))
+    return _slab_written(target, axis, k, value, parts)
 
 
 _FULL = slice(None)
 
 
-def _slab_written(target, axis, k, value):
+def _slab_written(target, axis, k, value, parts=None):
     """``target`` with ``value`` written into its slab ``k`` along ``axis``
     (an int in range), as the slabs before, the slab and the slabs after,
     concatenated: a trace of ``out[k] = x`` for ``k`` = 0, 1, ... then holds
@@ -205,7 +231,7 @@ def _slab_written(target, axis, k, value):
         return Tracer(row, trace)
     new = joined([p for p in (lo, row, hi) if p is not None])
     if trace.phase == "forward":
-        trace.row_writes[new.id] = (node, k, row, slices, axis)
+        trace.row_writes[new.id] = (node, k, row, slices, axis, parts)
     return Tracer(new, trace)
 
 

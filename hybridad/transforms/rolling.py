@@ -247,12 +247,15 @@ def _roll(trace, outs, s, p, trips, m):
     end = s + trips * p
     pos = m.pos
     leaf, varying = _kinds(nodes, s, p, trips, m)
+    if all(leaf):  # (nothing computed: reads of an array's rows, one an iteration)
+        return None
     after = set()  # positions in the run that nodes after it (or the outputs) read
     for n in nodes[end:]:
         after.update(q for q in (pos[a.id] for a in n.args) if s <= q < end)
     after.update(q for q in (pos.get(o.id, -1) for o in outs) if s <= q < end)
     t0 = s + p  # the template: iteration 1 (its carries come from iteration 0)
     carries, lagged, consts = set(), set(), {}
+    reads = []  # (offset, the offset it reads, 1: of the iteration before, 0: its own)
     fed = []  # (offset, operand): an argument of f, one an iteration (``for W in Ws``)
     table, wide = m._tables()[0], set(m._tables()[3].tolist())
     copies_at = s + p * np.arange(trips)
@@ -261,16 +264,34 @@ def _roll(trace, outs, s, p, trips, m):
             continue
         for j, a in enumerate(nodes[i].args):
             q = pos[a.id]
-            if s <= q < t0:  # made by the iteration before
+            if q >= t0:
+                if not leaf[q - t0]:
+                    reads.append((i - t0, q - t0, 0))
+            elif s <= q:  # made by the iteration before
                 (lagged if leaf[q - s] else carries).add(q - s)
+                if not leaf[q - s]:
+                    reads.append((i - t0, q - s, 1))
             elif q < s:
                 if _differs(nodes, table, wide, copies_at + (i - t0), j, q):
                     fed.append((i - t0, j))  # (the matcher let only arguments differ)
                 else:
                     consts.setdefault(a.id, a)
     carries, lagged = sorted(carries), sorted(lagged)
+    if carries and trips > MIN_TRIPS:  # (a map read from the middle of its iterations,
+        # `y = f(x[j]); out[j] = y` seen as starting at the write: started r nodes later,
+        # each iteration reads only itself -- a read of the iteration before from a node
+        # before r of one at r or after, and the two of every read within one iteration
+        # on one side of r)
+        r = next((r for r in range(1, p) if all(
+            o < r <= c if lag else (o < r) == (c < r) for o, c, lag in reads)), None)
+        if r is not None:
+            return _roll(trace, outs, s + r, p, trips - 1, m)
     ys = sorted({(q - s) % p for q in after if not leaf[(q - s) % p] and
                  not ((q - s) // p == trips - 1 and (q - s) % p in carries)})
+    if not carries and ys:  # (a map: no iteration reads another's values)
+        if trips * sum(nodes[s + o].args[j].nbytes for o, j in fed) > FED_BYTES:
+            return None
+        return _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, ys, after)
     work = sum(_work(nodes[t0 + o]) for o in range(p) if not leaf[o])
     breaks = sum(1 for o in range(p) if not leaf[o] and _breaks(nodes[t0 + o]))
     if work < HEAVY_STEP and trips * m.primitives(s, p) < LONG_RUN and \
@@ -338,27 +359,11 @@ def _roll(trace, outs, s, p, trips, m):
     head = len(nodes)
     keep = [nodes[q] for q in sorted(after) if leaf[(q - s) % p]]  # leaves read later
     kept = {n.id for n in keep}
-    init = {}  # carry offset -> its initial value (what the first iteration reads)
-    for i in range(s, s + p):
-        if leaf[i - s]:
-            continue
-        for x, y in zip(nodes[i].args, nodes[i + p].args, strict=True):
-            if x is not y and s <= pos[y.id] < s + p:
-                if init.setdefault(pos[y.id] - s, x) is not x:
-                    return None
-    if any(o not in init for o in carries + [o for when, o in xs if when == "before"]):
+    init = _initial(nodes, s, p, leaf, pos)
+    if init is None or \
+            any(o not in init for o in carries + [o for when, o in xs if when == "before"]):
         return None
-    x_outer = []
-    for when, o in xs:
-        copies = [nodes[s + k * p + o[0]].args[o[1]] if when == "arg" else
-                  nodes[s + k * p + o] for k in range(trips)]
-        if when == "before":
-            copies = [init[o]] + copies[:-1]
-        stacked, outside = _stack(trace, copies)
-        x_outer.append(stacked)
-        outside = [c for c in outside if c.id not in kept and pos.get(c.id, s) >= s]  # (an
-        keep.extend(outside)  # initial value before the run stays where it is)
-        kept.update(c.id for c in outside)
+    x_outer = _outer_xs(trace, s, p, trips, xs, init, keep, kept, pos)
     keep.extend(nodes[s + o] for o in once if nodes[s + o].id not in kept)
     inits = [Tracer(init[o], trace) for o in carries]
     nc, ny = len(carries), len(ys)
@@ -379,6 +384,108 @@ def _roll(trace, outs, s, p, trips, m):
     keep.sort(key=lambda n: pos[n.id])
     trace.nodes = nodes[:s] + keep + new + rest
     trace.forget(nodes[s:end], keep)
+    return [replace.get(o.id, o) for o in outs]
+
+
+def _initial(nodes, s, p, leaf, pos):
+    """Offset in the period -> the value the run's first iteration reads for
+    what later ones read from the iteration before (a carry's initial value);
+    None where two reads disagree."""
+    init = {}
+    for i in range(s, s + p):
+        if leaf[i - s]:
+            continue
+        for x, y in zip(nodes[i].args, nodes[i + p].args, strict=True):
+            if x is not y and s <= pos[y.id] < s + p:
+                if init.setdefault(pos[y.id] - s, x) is not x:
+                    return None
+    return init
+
+
+def _outer_xs(trace, s, p, trips, xs, init, keep, kept, pos):
+    """The per-iteration inputs ``xs`` stacked, one tracer each; the copies
+    the stacks read, made in the run, added to ``keep`` (ids in ``kept``)."""
+    nodes, x_outer = trace.nodes, []
+    for when, o in xs:
+        copies = [nodes[s + k * p + o[0]].args[o[1]] if when == "arg" else
+                  nodes[s + k * p + o] for k in range(trips)]
+        if when == "before":
+            copies = [init[o]] + copies[:-1]
+        stacked, outside = _stack(trace, copies)
+        x_outer.append(stacked)
+        outside = [c for c in outside if c.id not in kept and pos.get(c.id, s) >= s]  # (an
+        keep.extend(outside)  # initial value before the run stays where it is)
+        kept.update(c.id for c in outside)
+    return x_outer
+
+
+def _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, ys, after):
+    """A run whose iterations carry nothing to the next (a map: ``K[i, j] =
+    k(x[i], x[j])`` in a loop over ``j``, ``ys.append(g(x[k]))``) as ONE
+    iteration over its stacked per-iteration inputs -- its nodes batched
+    (:func:`~.batching.vmap`), numpy's vectorized form of the loop -- each
+    iteration's value read as a row of the batched one.  Returns the new
+    ``outs``, or None (left as is) where the body does not batch."""
+    from .batching import vmap
+
+    nodes, pos, end, t0 = trace.nodes, m.pos, s + trips * p, s + p
+    xs = [("now", o) for o in range(p) if varying[o]] + [("before", o) for o in lagged] + \
+        [("arg", slot) for slot in fed]
+    once = [o for o in range(p) if leaf[o] and not varying[o]]
+    init = _initial(nodes, s, p, leaf, pos)
+    if init is None or any(o not in init for when, o in xs if when == "before"):
+        return None
+    head = len(nodes)
+    keep = [nodes[q] for q in sorted(after) if leaf[(q - s) % p]]  # leaves read later
+    kept = {n.id for n in keep}
+    replace, memo = {}, trace._seen
+    trace._seen = {}  # (nothing merged with a node of the run, which leaves the trace)
+    try:
+        x_outer = _outer_xs(trace, s, p, trips, xs, init, keep, kept, pos)
+        seeds, env, prev, fed_in = {}, {}, {}, {}
+        for (when, o), stacked in zip(xs, x_outer, strict=True):
+            row = stacked[0]  # (a stand-in for one iteration's: batched below)
+            seeds[row.node.id] = stacked
+            {"now": env, "before": prev, "arg": fed_in}[when][o] = row
+        env.update((o, Tracer(nodes[s + o], trace)) for o in once)
+        mark = len(nodes)
+        for o in range(p):
+            if leaf[o]:
+                continue
+            node, args = nodes[t0 + o], []
+            for j, a in enumerate(node.args):
+                q = pos[a.id]
+                args.append(fed_in[o, j] if (o, j) in fed_in else env[q - t0] if q >= t0 else
+                            prev[q - s] if q >= s else Tracer(a, trace))
+            env[o] = t = bind(node.op, *args, **node.attrs)
+            if t.shape != node.shape or t.dtype != node.dtype:
+                raise TypeError("replayed otherwise")
+        batched = vmap(trace, nodes[mark:], seeds, trips)
+        for q in sorted(after):
+            k, o = divmod(q - s, p)
+            if not leaf[o]:
+                b = batched.get(env[o].node.id)
+                replace[nodes[q].id] = env[o].node if b is None else b[k].node
+    except Exception:  # noqa: BLE001 -- an op without a batch rule: stays unrolled
+        replace = None
+    finally:
+        trace._seen = memo
+    new = nodes[head:]
+    if replace is None:
+        del nodes[head:]
+        trace.forget(new)
+        return None
+    live = {n.id for n in replace.values()}
+    for n in reversed(new):  # (the stand-ins, and the one iteration they made, go)
+        if n.id in live:
+            live.update(a.id for a in n.args)
+    keep.extend(nodes[s + o] for o in once if nodes[s + o].id not in kept)
+    rest = nodes[end:head]
+    redirect(rest, replace)
+    keep.sort(key=lambda n: pos[n.id])
+    trace.nodes = nodes[:s] + keep + [n for n in new if n.id in live] + rest
+    trace.forget(nodes[s:end], keep)
+    trace.forget([n for n in new if n.id not in live])
     return [replace.get(o.id, o) for o in outs]
 
 
@@ -428,9 +535,15 @@ def _stack(trace, copies):
             return Tracer(trace.const(np.stack(values), False), trace), []
     elif set(map(_OP, copies)) == {"getitem"} and \
             len(set(map(_FIRST, map(_ARGS, copies)))) == 1:  # (C loops)
-        view = _strided_items(trace, first.args[0], list(map(_INDEX, map(_ATTRS, copies))))
+        indices = list(map(_INDEX, map(_ATTRS, copies)))
+        view = _strided_items(trace, first.args[0], indices)
         if view is not None:  # x[i] for i = a, a + b, ...: one view of x
             return view, []
+        if all(type(i) is tuple and len(i) == len(indices[0]) and
+               all(type(k) is int for k in i) for i in indices):  # (elements x[i, j]
+            # read in any order: one gather)
+            at = tuple(np.array(column, np.intp) for column in zip(*indices, strict=True))
+            return Tracer(first.args[0], trace)[at], []
     return np.stack([Tracer(c, trace) for c in copies]), copies  # stacked when it runs
 
 

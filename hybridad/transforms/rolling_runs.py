@@ -111,7 +111,8 @@ class _Matcher:
         inplace = {name for name, op in REGISTRY.items() if op.kind == "inplace"}
         sigs, table, by_attrs = {}, {}, {}  # (by_attrs: the key's int of each attrs dict)
 
-        def describe(i):  # (sig, is a constant, attributes' key, primitives, operands)
+        def describe(i):  # (sig, is a constant, attributes' key, primitives, operands,
+            # a read at ints of an array: ``x[j]``)
             n = nodes[i]
             op, a = n.op, n.args
             k = len(a)
@@ -127,11 +128,11 @@ class _Matcher:
                 key = (op, n.shape, n.dtype, k, *[(x.shape, x.dtype) for x in a])
             sig = sigs.setdefault(key, len(sigs))
             if op == "const":
-                return sig, True, 0, 1, 0
+                return sig, True, 0, 1, 0, False
             ka = by_attrs.get(id(n.attrs))
             if ka is None:
                 ka = by_attrs[id(n.attrs)] = table.setdefault(self.key(i), len(table))
-            return sig, False, ka, PRIMITIVES.get(op, 1), k
+            return sig, False, ka, PRIMITIVES.get(op, 1), k, op == "getitem" and _at_ints(n)
 
         m = len(nodes)
         # (fromiter, not np.array: np.array is the tracing's own while a trace
@@ -139,17 +140,17 @@ class _Matcher:
         number = np.fromiter(map(steps.get, self._ids, repeat(-1)), np.int64, m) \
             if steps else np.full(m, -1, np.int64)
         sig, const, keys = np.empty(m, np.int64), np.zeros(m, bool), np.zeros(m, np.int64)
-        weight, count = np.ones(m, np.int64), np.zeros(m, np.int64)
+        weight, count, feed = np.ones(m, np.int64), np.zeros(m, np.int64), np.zeros(m, bool)
         numbered = np.flatnonzero(number >= 0)
         _, first, which = np.unique(number[numbered], return_index=True, return_inverse=True)
         told = [describe(i) for i in numbered[first].tolist()]  # (one node per step)
         if told:
-            told = np.array(told, np.int64).reshape(-1, 5)[which.reshape(-1)]
+            told = np.array(told, np.int64).reshape(-1, 6)[which.reshape(-1)]
             sig[numbered], const[numbered], keys[numbered], weight[numbered], \
-                count[numbered] = told.T
+                count[numbered], feed[numbered] = told.T
         unnumbered = np.flatnonzero(number < 0).tolist()
         for i in unnumbered:  # (the nodes no replay made)
-            sig[i], const[i], keys[i], weight[i], count[i] = describe(i)
+            sig[i], const[i], keys[i], weight[i], count[i], feed[i] = describe(i)
         self._inputs = [i for i in unnumbered if nodes[i].op == "input"]
         #: the arguments of f at positions 0 to _args_in - 1 (where they lead the
         #: nodes, as a trace makes them; 0: none is read as one an iteration)
@@ -167,6 +168,9 @@ class _Matcher:
         for i in [self.pos[j] for j in fixed if j in self.pos]:  # (a copy of no other)
             sig[i] = sigs.setdefault(("fixed", i), len(sigs))
         self.sig, self.sig_array, self._weight = sig.tolist(), sig, weight
+        #: the reads of an array at ints (``x[j]``): two copies may read two of one
+        #: array made before their run (a loop over ``j``: stacked, one an iteration)
+        self._feed = feed
         self._cum = None
         # the operands' positions, a row per node (-1 padded; none for a node
         # of more than WIDE operands), placed all at once
@@ -205,7 +209,7 @@ class _Matcher:
         new = np.arange(len(self.nodes))  # old position -> new position
         new[order] = np.arange(last + 1)
         k = last + 1
-        for a in (rows, const, keys, self.sig_array, self._weight):
+        for a in (rows, const, keys, self.sig_array, self._weight, self._feed):
             a[:k] = a[order]
         rows[rows >= 0] = new[rows[rows >= 0]]
         self._arrays = (rows, const, keys, np.sort(new[wide]))
@@ -234,7 +238,8 @@ class _Matcher:
         for x, y in zip(a.args, b.args, strict=True):
             if x is y:
                 continue
-            if self.pos[y.id] - self.pos[x.id] < p and not self.varying_input(x, y):
+            if self.pos[y.id] - self.pos[x.id] < p and not self.varying_input(x, y) and \
+                    not self.fed_rows(x, y):
                 return None  # (more: a carry's initial value, which the trip count's
             invariant = False  # first iteration reads; see _trim)
         if a.op != "const" and self.key(i) == self.key(i + p):
@@ -255,6 +260,28 @@ class _Matcher:
         n = self._args_in
         return x is not y and self.pos.get(x.id, n) < n and self.pos.get(y.id, n) < n
 
+    def fed_rows(self, x, y, s=None):
+        """Whether operands ``x`` and ``y`` of two copies are reads at ints of
+        one array (``x[j]``, ``x[j + 1]``) or two constants alike, both made
+        before position ``s`` (a run's start: the loop reads them stacked, one
+        an iteration; a constant that many nodes of an iteration read -- ``t +
+        1`` in a loop over ``t`` around one over ``i`` -- stands before the
+        run, :meth:`hoist_shared_constants`); ``s`` None: wherever they are."""
+        px, py = self.pos.get(x.id, -1), self.pos.get(y.id, -1)
+        if s is not None and not (px < s and py < s):
+            return False
+        return bool(self._fed_pairs(np.array([px]), np.array([py]))[0])
+
+    def _fed_pairs(self, x, y):
+        """:meth:`fed_rows` of the operand positions ``x`` and ``y`` (arrays,
+        -1 for none), all at once, without the bound on where they are."""
+        rows, const, _, _ = self._arrays
+        src, sig = rows[:, 0], self.sig_array
+        real = (x >= 0) & (y >= 0) & (x != y)
+        xs, ys = np.where(real, x, 0), np.where(real, y, 0)
+        return real & ((self._feed[xs] & self._feed[ys] & (src[xs] == src[ys])) |
+                       (const[xs] & const[ys] & (sig[xs] == sig[ys])))
+
     def _tables(self):
         """(operand positions, -1 padded; whether a node is a constant; its
         attributes' key as an int; nodes with more than :data:`WIDE` operands)."""
@@ -273,7 +300,7 @@ class _Matcher:
         ok = sig[:-p] == sig[p:]
         invariant = np.ones(n, bool)
         d, same, far = np.empty(n, np.int32), np.empty(n, bool), np.empty(n, bool)
-        args_in = self._args_in
+        args_in, feeds = self._args_in, bool(self._feed.any() or const.any())
         for x in self._columns:  # the operands, copy after copy: the same value, or
             np.subtract(x[p:], x[:-p], out=d)  # one made a period or more later
             np.equal(d, 0, out=same)  # (both -1: no operand)
@@ -281,12 +308,20 @@ class _Matcher:
             far |= same
             if args_in:  # or an argument of f each (``for W in Ws``: stacked)
                 far |= (x[:-p] >= 0) & (x[:-p] < args_in) & (x[p:] >= 0) & (x[p:] < args_in)
+            if feeds:  # or reads at ints of one array (``x[j]``), constants: stacked
+                far |= self._fed_pairs(x[:-p], x[p:])
             ok &= far
             invariant &= same
         ok &= invariant | (self._varies[:-p] & (keys[:-p] == keys[p:]))
         for i in wide[wide < len(ok)].tolist():
             ok[i] = self.match(i, p) is not None
         return ok
+
+
+def _at_ints(node):
+    """Whether getitem ``node`` reads its operand at ints alone (``x[j]``, ``A[i, j]``)."""
+    index = node.attrs.get("index")
+    return type(index) is tuple and all(type(k) is int for k in index)
 
 
 def _best_run(nodes, rejected, light=(), keys=None, fixed=frozenset(), steps=None,
@@ -409,7 +444,8 @@ def _invariant_cut(m, s, p, end):
     inv = real & (x == y)
     first = (it == 0)[:, None] & (x < s)  # a carry's initial value, made before the run
     args_in = m._args_in  # (arguments of f, one an iteration: stacked, not carried)
-    moving = real & ~inv & ~((x < args_in) & (y >= 0) & (y < args_in))
+    fed = m._fed_pairs(x, y) & (x < s) & (y < s)  # (x[j] of one array, one an iteration)
+    moving = real & ~inv & ~((x < args_in) & (y >= 0) & (y < args_in)) & ~fed
     bad = moving & first & ((y < s) | (y >= s + p))
     bad |= moving & ~first & ((x < s + (it[:, None] - 1) * p) |
                               ((it[:, None] > 0) & (y - x != p) & (y - x != -p)))
@@ -434,7 +470,7 @@ def _node_cut(m, s, p, end, rows):
             q = pos[a.id]
             if a is b:
                 cut = max(cut, q)
-            elif m.varying_input(a, b):
+            elif m.varying_input(a, b) or m.fed_rows(a, b, s):
                 continue
             elif k == 0 and q < s:
                 if not s <= pos[b.id] < s + p:

@@ -69,7 +69,9 @@ def forward_row_writes(trace: Trace, outs):
     if not writes or trace.decisions:  # (a decision's check reads nodes as traced)
         return outs
     nodes = trace.nodes
-    internal = {s.id for w in writes.values() for s in w[3]}  # slices feeding a write
+    # slices feeding a write, and the slabs written (a reshape of the value: a write
+    # into a slab of another chain, `K[i, j] = v`, is not a read of that slab whole)
+    internal = {s.id for w in writes.values() for s in (*w[3], w[2])}
     at = {}  # write node id -> (chain, seq)
     whole = {}  # write node id -> the nodes that read it whole
     for n in nodes:
@@ -96,7 +98,20 @@ def forward_row_writes(trace: Trace, outs):
         per_chain[id(at[wid][0])] = per_chain.get(id(at[wid][0]), 0) + 1
     broken = {id(c) for c, _ in at.values()
               if c.broken or per_chain.get(id(c), 0) > MAX_WHOLE_READS}
-    replace, kept, made = {}, [], {}
+    replace, kept, made, stacks = {}, [], {}, {}
+
+    def stacked(v):
+        """``v``, or -- a write of a chain forwarded -- the stack of its slabs
+        (a slab written by writes of its own, `K[i, j] = v`: the row's values)."""
+        hit = at.get(v.id)
+        if hit is None or id(hit[0]) in broken:
+            return v
+        if v.id not in stacks:
+            chain, seq = hit
+            stacks[v.id] = _stacked(trace, chain, seq, v, kept,
+                                    replace.get(chain.base.id, chain.base), stacked)
+        return stacks[v.id]
+
     for n in nodes:
         if replace and any(a.id in replace for a in n.args):
             n.args = tuple(replace.get(a.id, a) for a in n.args)
@@ -108,10 +123,11 @@ def forward_row_writes(trace: Trace, outs):
             chain, seq = at[src.id]
             j, rest = read
             row = chain.row(j, seq)
-            if row is None:
-                n.args = (chain.base,)  # (the slab of the array the writes started from)
+            if row is None:  # (the slab of the array the writes started from: itself
+                # forwarded, where it is a slab of another chain's, `K[i, j] = v`)
+                n.args = (replace.get(chain.base.id, chain.base),)
             else:
-                value = _slab_value(trace, row, chain.axis, made, kept)
+                value = _slab_value(trace, row, chain.axis, made, kept, stacked)
                 if rest is not None:
                     value = spliced(trace, kept, lambda v=value, r=rest: Tracer(v, trace)[r])
                 if value.shape == n.shape and value.dtype == n.dtype:
@@ -119,10 +135,11 @@ def forward_row_writes(trace: Trace, outs):
                     continue
         kept.append(n)
         if n.id in whole and id(at[n.id][0]) not in broken:
-            chain, seq = at[n.id]
-            replace[n.id] = _stacked(trace, chain, seq, n, kept)
+            replace[n.id] = stacked(n)
     outs = [replace.get(o.id, o) for o in outs]
-    trace.nodes = without_dead(kept, outs, set(writes) | internal, trace)
+    # (and the arrays the chains started from, their slabs all read from writes now)
+    bases = {c.base.id for c, _ in at.values() if id(c) not in broken}
+    trace.nodes = without_dead(kept, outs, set(writes) | internal | bases, trace)
     trace.row_writes = {}
     return outs
 
@@ -180,59 +197,71 @@ def _written_value(row, shape):
     return row.args[0] if row.op == "reshape" and row.args[0].shape == shape else None
 
 
-def _slab_value(trace, row, axis, made, kept):
+def _slab_value(trace, row, axis, made, kept, stacked):
     """The slab node ``row`` (a unit axis at ``axis``) without its unit axis:
-    the value written itself, where the write reshaped it."""
+    the value written itself (``stacked(value)``), where the write reshaped it."""
     shape = row.shape[:axis] + row.shape[axis + 1:]
     value = _written_value(row, shape)
     if value is not None:
-        return value
+        return stacked(value)
     if row.id not in made:
         made[row.id] = spliced(trace, kept, lambda: Tracer(row, trace).reshape(shape))
     return made[row.id]
 
 
-def _stacked(trace, chain, seq, n, kept):
+def _stacked(trace, chain, seq, n, kept, base, stacked):
     """The array write ``seq`` of ``chain`` made (node ``n``), as the stack of
     its slabs along the chain's axis: each the last slab written to it, and
-    the base array's slabs between them, a run of them as one slice (a
-    boundary written into a state of 10^4 points: three parts, not 10^4)."""
+    the slabs of ``base`` (the chain's base array, as forwarded) between
+    them, a run of them as one slice (a boundary written into a state of
+    10^4 points: three parts, not 10^4).  ``stacked(v)``: a value written,
+    as it is read (itself, or the stack of the slabs written into it)."""
     axis = chain.axis
     slab_shape = n.shape[:axis] + n.shape[axis + 1:]
     lead = (_FULL,) * axis
 
-    def unwritten(base, j0, j1):  # base's slabs j0 .. j1 - 1, end to end
-        r = base[lead + (slice(j0, j1),)]
+    def unwritten(j0, j1):  # base's slabs j0 .. j1 - 1, end to end
+        r = Tracer(base, trace)[lead + (slice(j0, j1),)]
         if axis:
             r = np.moveaxis(r, axis, 0)
         return r.reshape(((j1 - j0) * slab_shape[0], *slab_shape[1:])) if slab_shape else r
 
     def make():
-        base = Tracer(chain.base, trace)
         parts, start, count = [], 0, n.shape[axis]
+        if not slab_shape:  # (elements of a 1-D array: where two runs or more of them are
+            # unwritten -- a band around the diagonal in each row of a matrix -- one gather
+            # of the base and the elements, whose shapes do not move with the positions)
+            written = [j for j in range(count) if chain.row(j, seq) is not None]
+            if sum(1 for j in range(count) if j not in written and j + 1 in written) + \
+                    (written[-1] < count - 1) >= 2:
+                src = np.arange(count)
+                src[written] = count + np.arange(len(written))
+                both = np.concatenate([Tracer(base, trace)] +
+                                      [Tracer(chain.row(j, seq), trace) for j in written])
+                return both[src]
         for j in range(count):
             row = chain.row(j, seq)
             if row is None:
                 continue
             if start < j:
-                parts.append(unwritten(base, start, j))
+                parts.append(unwritten(start, j))
             start = j + 1
             if not slab_shape:  # (numbers: their rows of one element, concatenated)
                 parts.append(Tracer(row, trace))
                 continue
             value = _written_value(row, slab_shape)  # (the value written itself, or its slab)
-            parts.append(Tracer(value, trace) if value is not None else
+            parts.append(Tracer(stacked(value), trace) if value is not None else
                          Tracer(row, trace).reshape(slab_shape))
         if start < count:
-            parts.append(unwritten(base, start, count))
+            parts.append(unwritten(start, count))
         # the slabs themselves, end to end: a loop's per-step values, not views of them
         # (a rolled loop then keeps the states it carries, not a copy of each as well);
         # along another axis than the first, that stack's axes moved (a view)
         joined = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
         if not slab_shape:
             return joined
-        stacked = joined.reshape((n.shape[axis], *slab_shape))
-        return np.moveaxis(stacked, 0, axis) if axis else stacked
+        out = joined.reshape((n.shape[axis], *slab_shape))
+        return np.moveaxis(out, 0, axis) if axis else out
     return spliced(trace, kept, make)
 
 
