@@ -183,3 +183,19 @@ def test_numba_plan_of_an_element_loop_allocates_nothing():
         for _ in range(5):
             plan.gradient(X0, out=res)
     assert counts.allocations == 0, counts
+
+
+def test_a_time_loop_written_element_by_element_rolls_around_one_batched_step():
+    """The time loop rolls with the state as its one carry (started where the
+    step's state is one array, not its elements read one by one), its step
+    -- a map over the elements -- batched inside the loop's body, and the
+    per-step constant ``t + 1`` one input however many elements read it."""
+    x = np.random.default_rng(2).uniform(0.2, 1.0, 60)
+    plan = ha.compile(time_and_space, x, backend="numpy")
+    loops = [n.attrs["body"] for n in plan.graph.nodes if n.op == "loop"]
+    assert loops
+    forward = loops[0]
+    assert forward.n_carry == 1 and forward.graph.outputs[0].shape == (60,)
+    assert forward.n_xs <= 1 and len(forward.graph.nodes) < 40, len(forward.graph.nodes)
+    np.testing.assert_allclose(plan.gradient(x).gradient,
+                               numerical_gradient(time_and_space, x), rtol=1e-6, atol=1e-8)

@@ -99,6 +99,11 @@ def roll_loops(trace, outs, fixed=frozenset()):
     stay as traced, in no loop (what a Python decision on a value read:
     its check recomputes them from the arguments); nothing they read can be
     in a loop either, so no node that reads a loop's value changes for them."""
+    return _rolled(trace, outs, fixed)
+
+
+def _rolled(trace, outs, fixed=frozenset()):
+    """:func:`roll_loops` (and of each loop body it makes, in turn)."""
     outs, rejected, light = forward_row_writes(trace, list(outs)), set(), []
     original, keys = trace.nodes, {}
     matcher = None
@@ -277,21 +282,18 @@ def _roll(trace, outs, s, p, trips, m):
                 else:
                     consts.setdefault(a.id, a)
     carries, lagged = sorted(carries), sorted(lagged)
-    if carries and trips > MIN_TRIPS:  # (a map read from the middle of its iterations,
-        # `y = f(x[j]); out[j] = y` seen as starting at the write: started r nodes later,
-        # each iteration reads only itself -- a read of the iteration before from a node
-        # before r of one at r or after, and the two of every read within one iteration
-        # on one side of r)
-        r = next((r for r in range(1, p) if all(
-            o < r <= c if lag else (o < r) == (c < r) for o, c, lag in reads)), None)
-        if r is not None:
+    fed, alias = _distinct_slots(nodes, table, wide, fed, s, p, trips)
+    if carries and trips > MIN_TRIPS:
+        r = _rotation(reads, p, [nodes[s + o].nbytes for o in range(p)])
+        if r:
             return _roll(trace, outs, s + r, p, trips - 1, m)
     ys = sorted({(q - s) % p for q in after if not leaf[(q - s) % p] and
                  not ((q - s) // p == trips - 1 and (q - s) % p in carries)})
     if not carries and ys:  # (a map: no iteration reads another's values)
         if trips * sum(nodes[s + o].args[j].nbytes for o, j in fed) > FED_BYTES:
             return None
-        return _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, ys, after)
+        return _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, alias, ys,
+                    after)
     work = sum(_work(nodes[t0 + o]) for o in range(p) if not leaf[o])
     breaks = sum(1 for o in range(p) if not leaf[o] and _breaks(nodes[t0 + o]))
     if work < HEAVY_STEP and trips * m.primitives(s, p) < LONG_RUN and \
@@ -332,8 +334,8 @@ def _roll(trace, outs, s, p, trips, m):
             node, args = nodes[t0 + o], []
             for j, a in enumerate(node.args):
                 q = pos[a.id]
-                if (o, j) in args_fed:  # (its row of the stacked arguments)
-                    args.append(args_fed[o, j])
+                if (o, j) in alias:  # (its row of the stacked arguments)
+                    args.append(args_fed[alias[o, j]])
                 elif q >= t0:
                     args.append(env[q - t0])
                 elif q >= s:
@@ -349,8 +351,10 @@ def _roll(trace, outs, s, p, trips, m):
             if t.shape != node.shape or t.dtype != node.dtype:
                 return None
             env[o] = t
+    # (the body's own runs: a loop over elements inside a time step -- a map batched,
+    # a loop rolled -- as the outer trace's)
+    outputs = _rolled(body, [env[o].node for o in carries + ys] + [t.node for t in c_in])
     body.lower_composites()  # (the outputs' nodes stay: lowered in place)
-    outputs = [env[o].node for o in carries + ys] + [t.node for t in c_in]
     lbody = LoopBody(Graph(body.nodes, [t.node for t in ins], outputs), False, len(carries),
                      len(xs))
     order = tuple(range(len(outputs)))
@@ -387,6 +391,54 @@ def _roll(trace, outs, s, p, trips, m):
     return [replace.get(o.id, o) for o in outs]
 
 
+def _rotation(reads, p, nbytes):
+    """Where in its period a run is best started: the offset ``r`` whose
+    iterations carry the fewest bytes to the next (0: where it starts now).
+    A run found from the middle of its iterations carries what the middle
+    holds -- a time step's elements read one by one, where the step's state
+    is one array; a map (``y = f(x[j]); out[j] = y`` seen from the write)
+    carries something where it carries nothing.  ``reads``: ``(offset, offset
+    read, 1 for the iteration before or 0 for its own)``; ``nbytes`` per
+    offset.  Started at ``r``, a read of the iteration before stays one where
+    it is not from a node before ``r`` of one at ``r`` or after (it is within
+    one iteration then; from one at or after ``r`` by one before it, it would
+    be two iterations back: not a start), and a read within an iteration
+    becomes one where ``r`` falls between its two nodes."""
+    def carried(r):
+        out = set()
+        for o, c, lag in reads:
+            if lag and c < r <= o:
+                return None
+            if (c >= r or o < r) if lag else c < r <= o:
+                out.add(c)
+        return sum(nbytes[c] for c in out)
+
+    costs = [carried(r) for r in range(p)]
+    best = min(range(p), key=lambda r: (costs[r] is None, costs[r] or 0, r))
+    return best if costs[best] is not None and costs[best] < costs[0] else 0
+
+
+def _distinct_slots(nodes, table, wide, fed, s, p, trips):
+    """``(slots, alias)``: the operand slots of ``fed`` (``(offset, operand)``,
+    each reading another value made before the run at every iteration) that
+    read distinct values -- one per-iteration input each -- and each slot's
+    one among them (many nodes of a step read its constant ``t + 1``: one
+    input, not one per reader)."""
+    distinct, alias, seen = [], {}, {}
+    copies_at = s + p * np.arange(trips)
+    for o, j in fed:
+        rows = copies_at + o
+        if int(rows[0]) in wide:
+            column = tuple(nodes[r].args[j].id for r in rows.tolist())
+        else:
+            column = ("at", table[rows, j].tobytes())
+        first = seen.setdefault(column, (o, j))
+        if first == (o, j):
+            distinct.append(first)
+        alias[o, j] = first
+    return distinct, alias
+
+
 def _initial(nodes, s, p, leaf, pos):
     """Offset in the period -> the value the run's first iteration reads for
     what later ones read from the iteration before (a carry's initial value);
@@ -419,7 +471,7 @@ def _outer_xs(trace, s, p, trips, xs, init, keep, kept, pos):
     return x_outer
 
 
-def _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, ys, after):
+def _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, alias, ys, after):
     """A run whose iterations carry nothing to the next (a map: ``K[i, j] =
     k(x[i], x[j])`` in a loop over ``j``, ``ys.append(g(x[k]))``) as ONE
     iteration over its stacked per-iteration inputs -- its nodes batched
@@ -455,7 +507,7 @@ def _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, ys, after):
             node, args = nodes[t0 + o], []
             for j, a in enumerate(node.args):
                 q = pos[a.id]
-                args.append(fed_in[o, j] if (o, j) in fed_in else env[q - t0] if q >= t0 else
+                args.append(fed_in[alias[o, j]] if (o, j) in alias else env[q - t0] if q >= t0 else
                             prev[q - s] if q >= s else Tracer(a, trace))
             env[o] = t = bind(node.op, *args, **node.attrs)
             if t.shape != node.shape or t.dtype != node.dtype:
