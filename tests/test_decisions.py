@@ -331,3 +331,66 @@ def test_float32_decides_as_float64(backend):
             r64 = ha.gradient(f, x, backend=backend)
             assert r32.gradient.dtype == np.float32
             np.testing.assert_allclose(r32.gradient, r64.gradient, rtol=2e-5, atol=2e-5)
+
+
+# -- decisions on what linear algebra computed ------------------------------------------
+
+_M = np.array([[2.0, 0.3, 0.1], [0.2, 1.5, -0.4], [0.0, 0.3, 1.8]])
+_LINALG = {  # a number from each routine's value (its check runs the routine too)
+    "inv": lambda W: np.linalg.inv(W)[0, 0],
+    "solve": lambda W: np.sum(np.linalg.solve(W, np.ones(3))),
+    "det": np.linalg.det,
+    "slogdet": lambda W: np.linalg.slogdet(W)[1],
+    "eigh": lambda W: np.linalg.eigh(W + W.T)[0][0],
+    "eigvalsh": lambda W: np.linalg.eigvalsh(W + W.T)[-1],
+    "svd": lambda W: np.linalg.svd(W)[1][0],
+    "svdvals": lambda W: np.linalg.svd(W, compute_uv=False)[-1],
+    "qr": lambda W: np.abs(np.linalg.qr(W)[1][0, 0]),
+    "pinv": lambda W: np.sum(np.linalg.pinv(W)),
+    "lstsq": lambda W: np.sum(np.linalg.lstsq(W, np.ones(3), rcond=None)[0]),
+    "norm2": lambda W: np.linalg.norm(W, 2),
+    "cholesky": lambda W: np.linalg.cholesky(W @ W.T + np.eye(3))[1, 1],
+    "matrix_power": lambda W: np.sum(np.linalg.matrix_power(W, 3)),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(_LINALG))
+def test_a_decision_on_what_linear_algebra_computed(name, backend):
+    """The check of a decision runs the routine again (LAPACK's, with its
+    working memory): on the differentiated matrix, and on a constant one."""
+    value = _LINALG[name]
+
+    def f(W):
+        if value(W) > 0.2:
+            return np.sum(np.linalg.inv(W) ** 2)
+        return np.sum(W ** 3)
+
+    def g(x, A):
+        return np.sum(x ** 2) * (2.0 if value(A) > 0.2 else 1.0)
+
+    _check(f, _M.copy(), backend)
+    flipped = -_M if value(-_M) <= 0.2 else 0.1 * _M  # (the other branch, where it exists)
+    _check(f, flipped, backend)
+    x = np.linspace(0.5, 1.5, 3)
+    res = ha.gradient(g, x, _M, backend=backend)
+    np.testing.assert_allclose(res.gradient, 2 * x * (2.0 if value(_M) > 0.2 else 1.0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_decision_on_a_chain_a_lowering_pass_reads_through(backend):
+    """``np.diff`` of a concatenation slices it, and the views pass reads one
+    slice as the concatenation's operand it is: a region fused before (the
+    numba plan fuses the forward graph first) then reads that operand, and
+    the region evaluated inside its reader must read it too."""
+    c = np.array([0.7, -1.2, 0.4, 0.2])
+
+    def f(x, c):
+        t = np.diff(np.concatenate([c[:1] * 0.0, np.cumsum(c)]))
+        u = t * 2.0 if t[0] > t[1] else np.sin(t)
+        return np.sum(u ** 2) + np.sum(x ** 2) + np.sum(x * t)
+
+    x = np.array([0.1, -0.5, 0.3, 0.8])
+    res = ha.gradient(f, x, c, backend=backend)
+    np.testing.assert_allclose(res.gradient, 2 * x + c, rtol=1e-14)
+    assert float(res.value) == pytest.approx(f(x, c), rel=1e-14)

@@ -217,11 +217,15 @@ def _run_node(n, vals):
     if op.kind == "view" and op.view is not None:
         return op.view(*vals, **n.attrs)
     out = np.empty(n.shape, n.dtype)
+    attrs = n.attrs
+    if op.workspace is not None:  # (the working memory a backend's arena gives it:
+        # LAPACK's; sized from the operands' shapes and dtypes, as the memory plan's)
+        attrs = dict(attrs, work=np.empty(max(int(op.workspace(*vals, **attrs)), 1), n.dtype))
     if op.kind == "inplace":
         np.copyto(out, vals[0])
-        op.run(out, *vals[1:], **n.attrs)
+        op.run(out, *vals[1:], **attrs)
         return out
-    op.run(out, *vals, **n.attrs)
+    op.run(out, *vals, **attrs)
     return out
 
 
@@ -285,6 +289,7 @@ class DecisionCheck:
         #: the nodes the decisions read, as traced (in id order)
         self.frozen = nodes = [_Frozen(n) for n in _ancestors([d.node for d in self.decisions])]
         ns = {"_changed": _changed, "_copyto": np.copyto}
+        by_id = {n.id: n for n in nodes}
         lines = ["def first_failing(leaves):"]
         for n in nodes:
             v = f"v{n.id}"
@@ -298,6 +303,9 @@ class DecisionCheck:
                 continue
             op = _reference_op(n)
             ns[f"_a{n.id}"] = dict(n.attrs)
+            if op.workspace is not None:  # (its working memory, as _run_node's)
+                size = op.workspace(*(by_id[a] for a in n.arg_ids), **n.attrs)
+                ns[f"_a{n.id}"]["work"] = np.empty(max(int(size), 1), n.dtype)
             if op.kind == "view" and op.view is not None:
                 ns[f"_f{n.id}"] = op.view
                 lines.append(f"    {v} = _f{n.id}({args}, **_a{n.id})")

@@ -8,15 +8,15 @@
   and the cotangent ``g``, its last operand -- the *recompute* strategy), or
   ``"vjp_sums"`` (the full sums of those products for each ``k`` of the tuple
   ``attrs['wrt']``, in one loop: made by
-  :func:`hybridad.transforms.partition.sum_vjp_regions`).  A ``vjp`` region
+  :func:`hybridad.transforms.region_sums.sum_vjp_regions`).  A ``vjp`` region
   with ``attrs['axis']`` (and ``keepdims``) is that product summed over
-  those axes as it is made (:func:`hybridad.transforms.partition.sum_into_vjp_regions`,
+  those axes as it is made (:func:`hybridad.transforms.region_sums.sum_into_vjp_regions`,
   the GPU program's).
 * ``region_partial`` -- d(elementwise output)/d(input ``k``) of a ``value``
   region, per element: written by that region's kernel in the same pass as
   the value (forward-mode dual numbers), read by the backward sweep; with
   ``summed=True`` (0-d), its sum over the loop of a region that ends in a full
-  sum (:func:`hybridad.transforms.partition.sum_stored_partials`; the region
+  sum (:func:`hybridad.transforms.region_sums.sum_stored_partials`; the region
   lists those inputs in ``attrs['sums']``).
 * ``region_acc`` -- an elementwise region (either mode) whose result is
   *added into* an adjoint instead of stored: ``acc[index] += region(...)``,
@@ -69,7 +69,7 @@ def summed_partials_in_loop(on=True):
     """While active (in this thread), the regions' VJPs know that the backend
     sums in the region's own loop the stored partials w.r.t. a scalar input
     of a region ending in a full sum (the numba backend's lowering,
-    :func:`hybridad.transforms.partition.sum_stored_partials`): such a
+    :func:`hybridad.transforms.region_sums.sum_stored_partials`): such a
     partial costs no array, so storing it is free."""
     return switch("summed_partials_in_loop", on)
 
@@ -134,9 +134,9 @@ def _no_numpy(*args, **kwargs):
 def _region_abstract(*args, body, mode, wrt=None, sums=(), axis=None, keepdims=False):
     if mode == "value":
         return body.output.shape, body.output.dtype
-    if mode == "vjp_sums":  # one sum per input of wrt (partition.sum_vjp_regions)
+    if mode == "vjp_sums":  # one sum per input of wrt (region_sums.sum_vjp_regions)
         return (len(wrt),), body.nodes[-1].dtype
-    if axis is not None:  # the vjp summed over axis (partition.sum_into_vjp_regions)
+    if axis is not None:  # the vjp summed over axis (region_sums.sum_into_vjp_regions)
         shape = tuple(1 if d in axis else s for d, s in enumerate(body.shape)
                       if keepdims or d not in axis)
         return shape, body.nodes[-1].dtype

@@ -24,10 +24,9 @@ from .broadcasts import sink_scalar_broadcasts
 from .cse import eliminate_common
 from .factors import share_factorizations
 from .loop_parts import drop_unread_loop_parts
-from .partition import (absorb_producers, fold_accumulations, fuse_regions,
-                        share_reduced_values, sum_into_vjp_regions, sum_stored_partials,
-                        sum_vjp_regions)
+from .partition import absorb_producers, fold_accumulations, fuse_regions, share_reduced_values
 from .products import hoist_transposed_products, pair_matvecs
+from .region_sums import sum_into_vjp_regions, sum_stored_partials, sum_vjp_regions
 from .remat import merge_accumulations, rematerialize
 from .updates import schedule_updates
 from .views import simplify_views

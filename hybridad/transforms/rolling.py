@@ -37,25 +37,21 @@ The runs are found by :mod:`.rolling_runs`.
 from __future__ import annotations
 
 import os
-from operator import attrgetter, itemgetter
 
 import numpy as np
 
-from ..frontend.guards import SMALL_BYTES
-from ..frontend.signature import attr_signature
 from ..core.trace import Trace, bind
 from ..core.tracer import Tracer
 from ..ir.graph import Graph, redirect
 from ..ir.registry import REGISTRY
 from ..ops.loop import LoopBody, layout, part
+from .rolling_inputs import _differs, _distinct_slots, _initial, _outer_xs
+from .rolling_maps import _map, _rotation
 from .row_writes import forward_row_writes, row_read, spliced, without_dead
-from .rolling_runs import (_ARGS, MIN_NODES, MIN_TRIPS, _attrs_key, _attrs_key_of, _best_run,
+from .rolling_runs import (MIN_NODES, MIN_TRIPS, _attrs_key, _attrs_key_of, _best_run,
                            _Matcher, primitive_count)
 
 __all__ = ["MIN_NODES", "MIN_TRIPS", "enabled", "roll_loops"]
-
-_OP, _ATTRS, _FIRST, _INDEX = attrgetter("op"), attrgetter("attrs"), itemgetter(0), \
-    itemgetter("index")
 
 #: a run is rolled when one iteration does at least this much work (elements
 #: computed; a matrix product counts its multiply-adds), so that calling the
@@ -391,156 +387,6 @@ def _roll(trace, outs, s, p, trips, m):
     return [replace.get(o.id, o) for o in outs]
 
 
-def _rotation(reads, p, nbytes):
-    """Where in its period a run is best started: the offset ``r`` whose
-    iterations carry the fewest bytes to the next (0: where it starts now).
-    A run found from the middle of its iterations carries what the middle
-    holds -- a time step's elements read one by one, where the step's state
-    is one array; a map (``y = f(x[j]); out[j] = y`` seen from the write)
-    carries something where it carries nothing.  ``reads``: ``(offset, offset
-    read, 1 for the iteration before or 0 for its own)``; ``nbytes`` per
-    offset.  Started at ``r``, a read of the iteration before stays one where
-    it is not from a node before ``r`` of one at ``r`` or after (it is within
-    one iteration then; from one at or after ``r`` by one before it, it would
-    be two iterations back: not a start), and a read within an iteration
-    becomes one where ``r`` falls between its two nodes."""
-    def carried(r):
-        out = set()
-        for o, c, lag in reads:
-            if lag and c < r <= o:
-                return None
-            if (c >= r or o < r) if lag else c < r <= o:
-                out.add(c)
-        return sum(nbytes[c] for c in out)
-
-    costs = [carried(r) for r in range(p)]
-    best = min(range(p), key=lambda r: (costs[r] is None, costs[r] or 0, r))
-    return best if costs[best] is not None and costs[best] < costs[0] else 0
-
-
-def _distinct_slots(nodes, table, wide, fed, s, p, trips):
-    """``(slots, alias)``: the operand slots of ``fed`` (``(offset, operand)``,
-    each reading another value made before the run at every iteration) that
-    read distinct values -- one per-iteration input each -- and each slot's
-    one among them (many nodes of a step read its constant ``t + 1``: one
-    input, not one per reader)."""
-    distinct, alias, seen = [], {}, {}
-    copies_at = s + p * np.arange(trips)
-    for o, j in fed:
-        rows = copies_at + o
-        if int(rows[0]) in wide:
-            column = tuple(nodes[r].args[j].id for r in rows.tolist())
-        else:
-            column = ("at", table[rows, j].tobytes())
-        first = seen.setdefault(column, (o, j))
-        if first == (o, j):
-            distinct.append(first)
-        alias[o, j] = first
-    return distinct, alias
-
-
-def _initial(nodes, s, p, leaf, pos):
-    """Offset in the period -> the value the run's first iteration reads for
-    what later ones read from the iteration before (a carry's initial value);
-    None where two reads disagree."""
-    init = {}
-    for i in range(s, s + p):
-        if leaf[i - s]:
-            continue
-        for x, y in zip(nodes[i].args, nodes[i + p].args, strict=True):
-            if x is not y and s <= pos[y.id] < s + p:
-                if init.setdefault(pos[y.id] - s, x) is not x:
-                    return None
-    return init
-
-
-def _outer_xs(trace, s, p, trips, xs, init, keep, kept, pos):
-    """The per-iteration inputs ``xs`` stacked, one tracer each; the copies
-    the stacks read, made in the run, added to ``keep`` (ids in ``kept``)."""
-    nodes, x_outer = trace.nodes, []
-    for when, o in xs:
-        copies = [nodes[s + k * p + o[0]].args[o[1]] if when == "arg" else
-                  nodes[s + k * p + o] for k in range(trips)]
-        if when == "before":
-            copies = [init[o]] + copies[:-1]
-        stacked, outside = _stack(trace, copies)
-        x_outer.append(stacked)
-        outside = [c for c in outside if c.id not in kept and pos.get(c.id, s) >= s]  # (an
-        keep.extend(outside)  # initial value before the run stays where it is)
-        kept.update(c.id for c in outside)
-    return x_outer
-
-
-def _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, alias, ys, after):
-    """A run whose iterations carry nothing to the next (a map: ``K[i, j] =
-    k(x[i], x[j])`` in a loop over ``j``, ``ys.append(g(x[k]))``) as ONE
-    iteration over its stacked per-iteration inputs -- its nodes batched
-    (:func:`~.batching.vmap`), numpy's vectorized form of the loop -- each
-    iteration's value read as a row of the batched one.  Returns the new
-    ``outs``, or None (left as is) where the body does not batch."""
-    from .batching import vmap
-
-    nodes, pos, end, t0 = trace.nodes, m.pos, s + trips * p, s + p
-    xs = [("now", o) for o in range(p) if varying[o]] + [("before", o) for o in lagged] + \
-        [("arg", slot) for slot in fed]
-    once = [o for o in range(p) if leaf[o] and not varying[o]]
-    init = _initial(nodes, s, p, leaf, pos)
-    if init is None or any(o not in init for when, o in xs if when == "before"):
-        return None
-    head = len(nodes)
-    keep = [nodes[q] for q in sorted(after) if leaf[(q - s) % p]]  # leaves read later
-    kept = {n.id for n in keep}
-    replace, memo = {}, trace._seen
-    trace._seen = {}  # (nothing merged with a node of the run, which leaves the trace)
-    try:
-        x_outer = _outer_xs(trace, s, p, trips, xs, init, keep, kept, pos)
-        seeds, env, prev, fed_in = {}, {}, {}, {}
-        for (when, o), stacked in zip(xs, x_outer, strict=True):
-            row = stacked[0]  # (a stand-in for one iteration's: batched below)
-            seeds[row.node.id] = stacked
-            {"now": env, "before": prev, "arg": fed_in}[when][o] = row
-        env.update((o, Tracer(nodes[s + o], trace)) for o in once)
-        mark = len(nodes)
-        for o in range(p):
-            if leaf[o]:
-                continue
-            node, args = nodes[t0 + o], []
-            for j, a in enumerate(node.args):
-                q = pos[a.id]
-                args.append(fed_in[alias[o, j]] if (o, j) in alias else env[q - t0] if q >= t0 else
-                            prev[q - s] if q >= s else Tracer(a, trace))
-            env[o] = t = bind(node.op, *args, **node.attrs)
-            if t.shape != node.shape or t.dtype != node.dtype:
-                raise TypeError("replayed otherwise")
-        batched = vmap(trace, nodes[mark:], seeds, trips)
-        for q in sorted(after):
-            k, o = divmod(q - s, p)
-            if not leaf[o]:
-                b = batched.get(env[o].node.id)
-                replace[nodes[q].id] = env[o].node if b is None else b[k].node
-    except Exception:  # noqa: BLE001 -- an op without a batch rule: stays unrolled
-        replace = None
-    finally:
-        trace._seen = memo
-    new = nodes[head:]
-    if replace is None:
-        del nodes[head:]
-        trace.forget(new)
-        return None
-    live = {n.id for n in replace.values()}
-    for n in reversed(new):  # (the stand-ins, and the one iteration they made, go)
-        if n.id in live:
-            live.update(a.id for a in n.args)
-    keep.extend(nodes[s + o] for o in once if nodes[s + o].id not in kept)
-    rest = nodes[end:head]
-    redirect(rest, replace)
-    keep.sort(key=lambda n: pos[n.id])
-    trace.nodes = nodes[:s] + keep + [n for n in new if n.id in live] + rest
-    trace.forget(nodes[s:end], keep)
-    trace.forget([n for n in new if n.id not in live])
-    return [replace.get(o.id, o) for o in outs]
-
-
 def _work(node):
     """About how many elements ``node`` computes (a product: its multiply-adds)."""
     if node.op in ("matmul", "matvec", "dot", "tensordot", "einsum") and node.args and \
@@ -558,98 +404,6 @@ def _breaks(node):
     op = REGISTRY.get(node.op)
     return op is not None and (op.kind not in ("elementwise", "view") or
                                node.op in ("getitem", "transpose"))
-
-
-def _differs(nodes, table, wide, rows, j, q):
-    """Whether operand ``j`` of the nodes at ``rows`` (a node's copies, one an
-    iteration) is another node than position ``q`` in some copy (the matcher's
-    operand table at once; a node of many operands one by one)."""
-    if int(rows[0]) not in wide:
-        return bool((table[rows, j] != q).any())
-    first = nodes[int(rows[0])].args[j]
-    return any(nodes[r].args[j] is not first for r in rows.tolist())
-
-
-def _stack(trace, copies):
-    """The values of ``copies`` (one per iteration) stacked along a new first
-    axis, as a tracer, and the copies the outer graph must keep for it."""
-    first = copies[0]
-    if all(c.op == "const" for c in copies):
-        values = [c.attrs["value"] for c in copies]
-        if all(c.is_literal for c in copies):
-            return Tracer(trace.const(np.stack(values), True), trace), []
-        rows = _rows_of_one_array(values)
-        if rows is not None:  # forcing[k]: one view of the captured array's memory
-            return Tracer(trace.const(rows, False), trace), []
-        if all(v.nbytes <= SMALL_BYTES for v in values):
-            # small arrays a plan compares by content before every call (a change
-            # rebuilds it), or arrays made while tracing: their values, stacked
-            return Tracer(trace.const(np.stack(values), False), trace), []
-    elif set(map(_OP, copies)) == {"getitem"} and \
-            len(set(map(_FIRST, map(_ARGS, copies)))) == 1:  # (C loops)
-        indices = list(map(_INDEX, map(_ATTRS, copies)))
-        view = _strided_items(trace, first.args[0], indices)
-        if view is not None:  # x[i] for i = a, a + b, ...: one view of x
-            return view, []
-        if all(type(i) is tuple and len(i) == len(indices[0]) and
-               all(type(k) is int for k in i) for i in indices):  # (elements x[i, j]
-            # read in any order: one gather)
-            at = tuple(np.array(column, np.intp) for column in zip(*indices, strict=True))
-            return Tracer(first.args[0], trace)[at], []
-    return np.stack([Tracer(c, trace) for c in copies]), copies  # stacked when it runs
-
-
-def _strided_items(trace, source, indices):
-    """``source[index]`` for each index, stacked, as one basic-indexing view:
-    when the indices differ in one integer position only, by a constant step."""
-    first = indices[0]
-    if set(map(len, indices)) != {len(first)}:
-        return None
-    differ = []
-    for j, column in enumerate(zip(*indices, strict=True)):  # (C loops for Python ints)
-        if set(map(type, column)) == {int}:
-            if min(column) != max(column):
-                differ.append(j)
-        else:
-            signed = attr_signature(first[j])
-            if any(attr_signature(k) != signed for k in column):
-                differ.append(j)
-    if len(differ) != 1:
-        return None
-    j = differ[0]
-    ks = list(map(itemgetter(j), indices))
-    if not set(map(type, ks)) <= {int} and not all(
-            isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in ks):
-        return None
-    ks = np.fromiter(map(int, ks), np.int64, len(ks))
-    step = int(ks[1] - ks[0]) if len(ks) > 1 else 1
-    if step == 0 or (np.diff(ks) != step).any() or (ks < 0).any():
-        return None
-    stop = int(ks[-1]) + step
-    index = list(first)
-    index[j] = slice(int(ks[0]), stop if stop >= 0 else None, step)
-    view = Tracer(source, trace)[tuple(index)]
-    axis = sum(1 for x in first[:j] if not isinstance(x, (int, np.integer)))
-    return np.moveaxis(view, axis, 0) if axis else view
-
-
-def _rows_of_one_array(values):
-    """The arrays ``values`` (captured by reference: ``forcing[k]`` for each
-    step ``k``) as ONE strided view of the memory they share -- so the loop
-    reads the caller's array in place, as the unrolled plan did -- or None
-    when they are not equally spaced views of one array."""
-    first = values[0]
-    base = first.base
-    if base is None or any(v.base is not base or v.shape != first.shape or
-                           v.strides != first.strides or v.dtype != first.dtype
-                           for v in values):
-        return None
-    ptrs = [v.__array_interface__["data"][0] for v in values]
-    step = ptrs[1] - ptrs[0] if len(ptrs) > 1 else 0
-    if any(b - a != step for a, b in zip(ptrs, ptrs[1:], strict=False)):
-        return None
-    return np.lib.stride_tricks.as_strided(first, (len(values), *first.shape),
-                                           (step, *first.strides), writeable=False)
 
 
 def _inline(node):

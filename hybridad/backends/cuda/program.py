@@ -297,7 +297,7 @@ class RegionCalls:
         args = [names[a.id] for a, lit in zip(operands, literal, strict=True) if not lit]
         k = len(self.kernels)
         if mode == "vjp" and node.attrs.get("axis") is not None:
-            # its sum (partition.sum_into_vjp_regions): the sum's first level
+            # its sum (region_sums.sum_into_vjp_regions): the sum's first level
             # evaluates each product as it adds it -- no temporary
             kernel = region_kernel(body, "vjp", operands, wrt=node.attrs["wrt"],
                                    cotangent=operands[-1].shape, strides=strides, fused=True)

@@ -1,0 +1,109 @@
+"""Runs whose iterations carry nothing to the next (for :mod:`.rolling`):
+batched into one iteration (:func:`_map`), and where in its period a run is
+best started (:func:`_rotation`)."""
+
+from __future__ import annotations
+
+from ..core.trace import bind
+from ..core.tracer import Tracer
+from ..ir.graph import redirect
+from .rolling_inputs import _initial, _outer_xs
+
+__all__ = []
+
+
+def _rotation(reads, p, nbytes):
+    """Where in its period a run is best started: the offset ``r`` whose
+    iterations carry the fewest bytes to the next (0: where it starts now).
+    A run found from the middle of its iterations carries what the middle
+    holds -- a time step's elements read one by one, where the step's state
+    is one array; a map (``y = f(x[j]); out[j] = y`` seen from the write)
+    carries something where it carries nothing.  ``reads``: ``(offset, offset
+    read, 1 for the iteration before or 0 for its own)``; ``nbytes`` per
+    offset.  Started at ``r``, a read of the iteration before stays one where
+    it is not from a node before ``r`` of one at ``r`` or after (it is within
+    one iteration then; from one at or after ``r`` by one before it, it would
+    be two iterations back: not a start), and a read within an iteration
+    becomes one where ``r`` falls between its two nodes."""
+    def carried(r):
+        out = set()
+        for o, c, lag in reads:
+            if lag and c < r <= o:
+                return None
+            if (c >= r or o < r) if lag else c < r <= o:
+                out.add(c)
+        return sum(nbytes[c] for c in out)
+
+    costs = [carried(r) for r in range(p)]
+    best = min(range(p), key=lambda r: (costs[r] is None, costs[r] or 0, r))
+    return best if costs[best] is not None and costs[best] < costs[0] else 0
+
+
+def _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, alias, ys, after):
+    """A run whose iterations carry nothing to the next (a map: ``K[i, j] =
+    k(x[i], x[j])`` in a loop over ``j``, ``ys.append(g(x[k]))``) as ONE
+    iteration over its stacked per-iteration inputs -- its nodes batched
+    (:func:`~.batching.vmap`), numpy's vectorized form of the loop -- each
+    iteration's value read as a row of the batched one.  Returns the new
+    ``outs``, or None (left as is) where the body does not batch."""
+    from .batching import vmap
+
+    nodes, pos, end, t0 = trace.nodes, m.pos, s + trips * p, s + p
+    xs = [("now", o) for o in range(p) if varying[o]] + [("before", o) for o in lagged] + \
+        [("arg", slot) for slot in fed]
+    once = [o for o in range(p) if leaf[o] and not varying[o]]
+    init = _initial(nodes, s, p, leaf, pos)
+    if init is None or any(o not in init for when, o in xs if when == "before"):
+        return None
+    head = len(nodes)
+    keep = [nodes[q] for q in sorted(after) if leaf[(q - s) % p]]  # leaves read later
+    kept = {n.id for n in keep}
+    replace, memo = {}, trace._seen
+    trace._seen = {}  # (nothing merged with a node of the run, which leaves the trace)
+    try:
+        x_outer = _outer_xs(trace, s, p, trips, xs, init, keep, kept, pos)
+        seeds, env, prev, fed_in = {}, {}, {}, {}
+        for (when, o), stacked in zip(xs, x_outer, strict=True):
+            row = stacked[0]  # (a stand-in for one iteration's: batched below)
+            seeds[row.node.id] = stacked
+            {"now": env, "before": prev, "arg": fed_in}[when][o] = row
+        env.update((o, Tracer(nodes[s + o], trace)) for o in once)
+        mark = len(nodes)
+        for o in range(p):
+            if leaf[o]:
+                continue
+            node, args = nodes[t0 + o], []
+            for j, a in enumerate(node.args):
+                q = pos[a.id]
+                args.append(fed_in[alias[o, j]] if (o, j) in alias else env[q - t0] if q >= t0 else
+                            prev[q - s] if q >= s else Tracer(a, trace))
+            env[o] = t = bind(node.op, *args, **node.attrs)
+            if t.shape != node.shape or t.dtype != node.dtype:
+                raise TypeError("replayed otherwise")
+        batched = vmap(trace, nodes[mark:], seeds, trips)
+        for q in sorted(after):
+            k, o = divmod(q - s, p)
+            if not leaf[o]:
+                b = batched.get(env[o].node.id)
+                replace[nodes[q].id] = env[o].node if b is None else b[k].node
+    except Exception:  # noqa: BLE001 -- an op without a batch rule: stays unrolled
+        replace = None
+    finally:
+        trace._seen = memo
+    new = nodes[head:]
+    if replace is None:
+        del nodes[head:]
+        trace.forget(new)
+        return None
+    live = {n.id for n in replace.values()}
+    for n in reversed(new):  # (the stand-ins, and the one iteration they made, go)
+        if n.id in live:
+            live.update(a.id for a in n.args)
+    keep.extend(nodes[s + o] for o in once if nodes[s + o].id not in kept)
+    rest = nodes[end:head]
+    redirect(rest, replace)
+    keep.sort(key=lambda n: pos[n.id])
+    trace.nodes = nodes[:s] + keep + [n for n in new if n.id in live] + rest
+    trace.forget(nodes[s:end], keep)
+    trace.forget([n for n in new if n.id not in live])
+    return [replace.get(o.id, o) for o in outs]
