@@ -265,10 +265,12 @@ def test_eam_energy_forces_and_no_allocation():
 # refusals name the numpy function
 # ----------------------------------------------------------------------------
 
-def _numpy_accumulator(x):
-    a = np.zeros(3)
-    np.add.at(a, [0, 0], x[:2])
-    return np.sum(a)
+_GLOBAL_ACCUMULATOR = np.zeros(3)
+
+
+def _numpy_accumulator(x):  # (an array f did not make: a global)
+    np.add.at(_GLOBAL_ACCUMULATOR, [0, 0], x[:2])
+    return np.sum(_GLOBAL_ACCUMULATOR)
 
 
 def _argument_updated(x):
@@ -307,6 +309,24 @@ def _divide_at(x):
 def test_refusals(f, error, match):
     with pytest.raises(error, match=match):
         ha.gradient(f, rand((3,), seed=1), backend="numpy")
+
+
+@pytest.mark.parametrize("ufunc", [np.add, np.subtract, np.multiply, np.minimum])
+def test_ufunc_at_into_an_array_f_makes(ufunc):
+    """``y = np.ones(n); np.add.at(y, idx, b)``: ``f`` is traced again with
+    the arrays it makes traced, as for ``y[idx] += b``."""
+    def f(x):
+        y = np.ones(5)
+        ufunc.at(y, [0, 2, 2, 3], x ** 2)
+        return np.sum(y ** 2)
+
+    x = np.array([0.5, 1.1, -0.3, 2.0])
+    for backend in ("numpy", "numba"):
+        res = ha.gradient(f, x, backend=backend)
+        assert float(res.value) == pytest.approx(f(x), rel=1e-14)
+        np.testing.assert_allclose(res.gradient, numerical_gradient(f, x), rtol=1e-6,
+                                   atol=1e-8)
+    assert np.array_equal(_GLOBAL_ACCUMULATOR, np.zeros(3))  # (the refusal wrote nothing)
 
 
 def test_scratch_accumulator_advice_works():

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import TracingError, user_location
+from ..errors import ConversionError, TracingError, user_location, user_namespaces
 from ..ops.batch_helpers import contiguous
 from ..core.decisions import concrete_index
 from .numpy_api import (
@@ -119,13 +119,13 @@ def ufunc_at(ufunc, a, indices, b=None):
     name = f"numpy.{ufunc.__name__}.at"
     if b is None:
         raise TypeError(f"{name} needs a second operand b")
-    if not isinstance(a, Tracer):
-        raise TracingError(
+    if not isinstance(a, Tracer):  # (f is traced again with the arrays it makes
+        # traced, numpy_made: `y = np.zeros(n); np.add.at(y, idx, b)` then is one)
+        raise ConversionError(
             f"{name}(a, indices, b) at {user_location()} with `a` a numpy array and `b` "
             "traced: numpy would write traced values into `a`, which tracing cannot follow. "
-            "Build the sums as a new array, `np.bincount(indices, weights=b, minlength=n)`, "
-            "or start from a traced accumulator, e.g. `a = np.zeros(n) + b.flat[:0].sum()` "
-            "(adding an exact 0 makes `a` traced), then update it.")
+            "Make `a` inside f (`np.zeros(n)`), or build the sums as a new array, "
+            "`np.bincount(indices, weights=b, minlength=n)`.", user_namespaces())
     indices = _constant(name, indices)
     flat = np.asarray(_positions(a.shape)[indices])  # numpy's indexing, checks and errors
     b = broadcast_to(_tracer(b).astype(a.dtype), flat.shape)
