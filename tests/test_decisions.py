@@ -308,6 +308,42 @@ def test_decisions_along_a_long_loop():
     _check(f, np.array([0.1, 0.2, 0.3]), "numpy", plan)  # another outcome: traced again
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_recorded_loop_after_a_decision_rolls(backend):
+    """Rows recorded by a loop (``out[k] = x``) are read from their writes
+    and the loop rolls though ``f`` decided on values before it (a mask of an
+    argument); a chain a decision reads stays as traced (its check recomputes
+    it), and a call that decides otherwise gets its own specialization."""
+    W = np.random.default_rng(4).standard_normal((6, 6)) / 3
+
+    def f(x, c, steps=120):
+        x = x.copy()
+        x[c < 0] *= 2.0  # (the mask: a decision on c's values)
+        out = np.zeros((steps, 6))
+        for k in range(steps):
+            x = x + 0.01 * np.tanh(W @ x + c)
+            out[k] = x
+        return np.sum(np.sin(x) * c) + np.sum(out[steps // 2]) + np.mean(out)
+
+    def g(x, c, steps=60):  # a decision on a recorded row: that chain stays as traced
+        out = np.zeros((steps, 6))
+        for k in range(steps):
+            x = x + 0.01 * np.tanh(W @ x)
+            out[k] = x
+        return np.sum(out ** 2) if out[10, 0] > 0 else np.sum(out)
+
+    x, c = np.linspace(-1.0, 1.0, 6), np.array([0.3, -0.2, 0.5, -0.7, 0.1, 0.4])
+    plan = ha.compile(f, x, c, backend=backend)
+    assert sum(n.op == "loop" for n in plan.graph.nodes) == 2
+    for cc in (c, -c):  # (the other mask: another specialization)
+        res = plan.gradient(x, cc)
+        assert float(res.value) == pytest.approx(f(x, cc), rel=1e-12)
+        np.testing.assert_allclose(res.gradient, numerical_gradient(lambda z: f(z, cc), x),
+                                   rtol=1e-6, atol=1e-8)
+    for xx in (x, -x):
+        _check(lambda z: g(z, c), xx, backend)
+
+
 def test_wrong_arguments_get_the_plan_s_own_error():
     """Arguments not of the plan's shapes and dtypes never reach the decision
     check: the plan says why, as a plan without decisions does."""

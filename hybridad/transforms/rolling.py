@@ -100,7 +100,7 @@ def roll_loops(trace, outs, fixed=frozenset()):
 
 def _rolled(trace, outs, fixed=frozenset()):
     """:func:`roll_loops` (and of each loop body it makes, in turn)."""
-    outs, rejected, light = forward_row_writes(trace, list(outs)), set(), []
+    outs, rejected, light = forward_row_writes(trace, list(outs), fixed), set(), []
     original, keys = trace.nodes, {}
     matcher = None
     if len(original) >= MIN_NODES or primitive_count(original) >= MIN_NODES:  # (first:

@@ -61,12 +61,14 @@ class _Chain:
         return entries[at - 1][1] if at else None
 
 
-def forward_row_writes(trace: Trace, outs):
+def forward_row_writes(trace: Trace, outs, fixed=frozenset()):
     """Read the rows of ``trace``'s row writes from the writes (see the
     module); ``trace.nodes`` rewritten in place.  Returns ``outs`` with any
-    replaced node replaced."""
+    replaced node replaced.  ``fixed``: ids of the nodes a Python decision
+    on a value read (its check recomputes them as traced): a chain they read,
+    or that holds one, is left as traced."""
     writes = trace.row_writes
-    if not writes or trace.decisions:  # (a decision's check reads nodes as traced)
+    if not writes:
         return outs
     nodes = trace.nodes
     # slices feeding a write, and the slabs written (a reshape of the value: a write
@@ -90,6 +92,8 @@ def forward_row_writes(trace: Trace, outs):
         for a in n.args:
             if a.id in at and n.id not in internal and slab_read(n, at[a.id][0].axis) is None:
                 whole.setdefault(a.id, []).append(n)
+            if a.id in at and (n.id in fixed or a.id in fixed):  # (a decision reads it)
+                at[a.id][0].broken = True
     for o in outs:
         if o.id in at:
             whole.setdefault(o.id, []).append(None)
