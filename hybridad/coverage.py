@@ -98,6 +98,8 @@ def rows():
                    "numpy.multiply.accumulate", "numpy.add.at", "numpy.subtract.at",
                    "numpy.multiply.at", "numpy.maximum.at", "numpy.minimum.at"):
         out.append(("ufunc methods", method, "composite", both))
+    out.append(("ufunc methods", "numpy.<binary ufunc>.outer", "composite (the ufunc, axes "
+                "appended to the first operand)", both))
     names = {}
     for f, impl in HANDLED.items():
         if not getattr(impl, "refused", False):

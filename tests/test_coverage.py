@@ -118,6 +118,10 @@ CASES = {
     np.sum(np.compress([True, False, True], x, axis=0) ** 2) +
     np.sum(np.delete(x, [0, 2], axis=1) ** 2) + np.sum(np.delete(x, 3) * W20.ravel()[:19]) +
     np.sum(np.repeat(x, [1, 0, 2, 3], axis=0) ** 2) + np.sum(np.repeat(x[0], [2, 1, 1, 0, 3]) ** 3),
+    "ufunc_outer": lambda x: np.sum(np.multiply.outer(x[0], x[1])[:4] * W20) +
+    np.sum(np.exp(-np.subtract.outer(x[:, 0], x[:, 1]) ** 2)) +
+    np.sum(np.add.outer(x[:2], 0.5) ** 2) + np.sum(np.hypot.outer(x[0] + 2.0, W20[1])) +
+    np.sum(np.maximum.outer(W20[2], x[3] * 3.0)),
     "cumprod": lambda x: np.sum(np.cumprod(x, axis=1) ** 2) + np.sum(np.cumprod(x) * 0.1) +
     np.sum(np.multiply.accumulate(x, axis=0) * W20),
     "linalg_solve_inv": lambda x: np.sum(np.linalg.solve(x[:, :4] + 3 * np.eye(4), x[:, 4]) ** 2) +
@@ -177,6 +181,7 @@ def test_cumprod_with_zeros_is_exact():
     (lambda x: np.sum(np.einsum("..i", x[0])), ValueError),
     (lambda x: np.sum(np.gradient(x, x[0], axis=1)), NotImplementedError),  # traced coordinates
     (lambda x: np.sum(np.gradient(x[:2], axis=0, edge_order=2)), ValueError),
+    (lambda x: np.sum(np.negative.outer(x)), ValueError),  # (numpy's: binary ufuncs only)
 ])
 def test_unsupported_forms_raise_clearly(f, error):
     with pytest.raises(error):

@@ -43,8 +43,8 @@ OUT = types.SimpleNamespace(ufunc=None, function=None)
 #: ufunc -> the implementation of its ``reduce`` method where it is no primitive
 #: (filled by the modules of the numpy surface, like HANDLED)
 UFUNC_REDUCERS = {}
-#: ufunc -> the implementation of its ``at`` method (:mod:`.numpy_signal`)
-UFUNC_AT = {}
+#: (method, ufunc) -> that ufunc's method (``at``), or method -> it for any ufunc (``outer``)
+UFUNC_METHODS = {}
 
 #: ufunc -> primitive name, for every elementwise primitive backed by a ufunc
 #: (scipy.special's once scipy is imported: see :func:`ufunc_ops`)
@@ -158,8 +158,9 @@ def _ufunc(ufunc, method, inputs, kwargs):
         _no_kwargs(f"{ufunc.__name__}.accumulate", kwargs, allowed=("out", "axis", "dtype"))
         return HANDLED[np.cumsum if ufunc is np.add else np.cumprod](
             *inputs, axis=kwargs.get("axis", 0), dtype=kwargs.get("dtype"))
-    if method == "at" and ufunc in UFUNC_AT:  # in place: returns None
-        return UFUNC_AT[ufunc](ufunc, *inputs, **kwargs)
+    how = UFUNC_METHODS.get((method, ufunc), UFUNC_METHODS.get(method))  # at, outer
+    if how is not None:
+        return how(ufunc, *inputs, **kwargs)
     if method == "__call__" and (ufunc in UFUNC_OPS or _LAZY_UFUNCS and ufunc in ufunc_ops()):
         _no_kwargs(ufunc.__name__, kwargs, allowed=("out",))
         return bind(UFUNC_OPS[ufunc], *inputs)

@@ -18,6 +18,7 @@ import numpy as np
 
 from .numpy_api import (
     HANDLED,
+    UFUNC_METHODS,
     UFUNC_REDUCERS,
     _no_kwargs,
     _norm_axis,
@@ -444,3 +445,17 @@ def full(shape, fill_value, dtype=None, order="C", *, device=None, like=None):
     if not isinstance(fill_value, Tracer):
         return np.full(shape, fill_value, dtype, order)
     return broadcast_to(fill_value if dtype is None else fill_value.astype(dtype), shape)
+
+
+def ufunc_outer(ufunc, a, b, **kwargs):
+    """``ufunc.outer(a, b)``: ``ufunc`` of every element of ``a`` with every
+    element of ``b`` (the result ``a.shape + b.shape``), as ``ufunc`` of ``a``
+    with ``b.ndim`` unit axes appended and ``b``."""
+    if ufunc.nin != 2:
+        raise ValueError("outer product only supported for binary functions")
+    _no_kwargs(f"{ufunc.__name__}.outer", kwargs, allowed=("out",))
+    a = _tracer(a)
+    return ufunc(reshape(a, a.shape + (1,) * np.ndim(b)), b)
+
+
+UFUNC_METHODS["outer"] = ufunc_outer

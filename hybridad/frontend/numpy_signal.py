@@ -21,7 +21,7 @@ from ..errors import ConversionError, TracingError, user_location, user_namespac
 from ..ops.batch_helpers import contiguous
 from ..core.decisions import concrete_index
 from .numpy_api import (
-    UFUNC_AT,
+    UFUNC_METHODS,
     _norm_axis,
     _reduce,
     _tracer,
@@ -171,7 +171,7 @@ def _grouped(opname, identity, a, flat, b):
 
 
 for _uf in (np.add, np.subtract, np.multiply, np.maximum, np.minimum):
-    UFUNC_AT[_uf] = ufunc_at
+    UFUNC_METHODS["at", _uf] = ufunc_at
 
 
 # ----------------------------------------------------------------------------
