@@ -46,7 +46,7 @@ from ..ir.graph import Graph, redirect
 from ..ir.registry import REGISTRY
 from ..ops.loop import LoopBody, layout, part
 from .rolling_inputs import _differs, _distinct_slots, _initial, _outer_xs
-from .rolling_maps import _map, _rotation
+from .rolling_maps import _map, _rotation, replayed
 from .row_writes import forward_row_writes, row_read, spliced, without_dead
 from .rolling_runs import (MIN_NODES, MIN_TRIPS, _attrs_key, _attrs_key_of, _best_run,
                            _Matcher, primitive_count)
@@ -324,29 +324,14 @@ def _roll(trace, outs, s, p, trips, m):
         env.update(zip(once, ins[len(carries) + len(xs):len(carries) + len(xs) + len(once)],
                        strict=True))
         outer = {a.id: t for a, t in zip(lifted, ins[len(specs) - len(lifted):], strict=True)}
-        for o in range(p):
-            if leaf[o]:
-                continue
-            node, args = nodes[t0 + o], []
-            for j, a in enumerate(node.args):
-                q = pos[a.id]
-                if (o, j) in alias:  # (its row of the stacked arguments)
-                    args.append(args_fed[alias[o, j]])
-                elif q >= t0:
-                    args.append(env[q - t0])
-                elif q >= s:
-                    args.append(prev[q - s])
-                elif a.id in outer:
-                    args.append(outer[a.id])
-                else:  # a small literal: folded into the body, as traced
-                    args.append(Tracer(body.const(a.attrs["value"], True), body))
-            try:
-                t = bind(node.op, *args, **node.attrs)
-            except Exception:  # noqa: BLE001 -- the body does not replay: stay unrolled
+        def outside(a):  # (a small literal: folded into the body, as traced)
+            return outer[a.id] if a.id in outer else \
+                Tracer(body.const(a.attrs["value"], True), body)
+        try:
+            if not replayed(nodes, pos, s, p, leaf, alias, args_fed, env, prev, outside):
                 return None
-            if t.shape != node.shape or t.dtype != node.dtype:
-                return None
-            env[o] = t
+        except Exception:  # noqa: BLE001 -- the body does not replay: stay unrolled
+            return None
     # (the body's own runs: a loop over elements inside a time step -- a map batched,
     # a loop rolled -- as the outer trace's)
     outputs = _rolled(body, [env[o].node for o in carries + ys] + [t.node for t in c_in])

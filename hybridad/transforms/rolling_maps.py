@@ -9,7 +9,7 @@ from ..core.tracer import Tracer
 from ..ir.graph import redirect
 from .rolling_inputs import _initial, _outer_xs
 
-__all__ = []
+__all__ = ["replayed"]
 
 
 def _rotation(reads, p, nbytes):
@@ -39,6 +39,29 @@ def _rotation(reads, p, nbytes):
     return best if costs[best] is not None and costs[best] < costs[0] else 0
 
 
+def replayed(nodes, pos, s, p, leaf, alias, fed, env, prev, outside):
+    """The run's iteration 1 (from position ``s + p``) replayed in the current
+    trace, each node bound on its operands as the one iteration sees them:
+    a per-iteration input's stand-in (``fed``, by the operand slot's
+    ``alias``), a value of the same iteration (``env``, by offset: filled
+    here), of the iteration before (``prev``), or ``outside(node)`` for a
+    value made before the run.  False where a node does not come out with
+    its traced shape and dtype."""
+    t0 = s + p
+    for o in range(p):
+        if leaf[o]:
+            continue
+        node, args = nodes[t0 + o], []
+        for j, a in enumerate(node.args):
+            q = pos[a.id]
+            args.append(fed[alias[o, j]] if (o, j) in alias else env[q - t0] if q >= t0 else
+                        prev[q - s] if q >= s else outside(a))
+        env[o] = t = bind(node.op, *args, **node.attrs)
+        if t.shape != node.shape or t.dtype != node.dtype:
+            return False
+    return True
+
+
 def _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, alias, ys, after):
     """A run whose iterations carry nothing to the next (a map: ``K[i, j] =
     k(x[i], x[j])`` in a loop over ``j``, ``ys.append(g(x[k]))``) as ONE
@@ -48,7 +71,7 @@ def _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, alias, ys, aft
     ``outs``, or None (left as is) where the body does not batch."""
     from .batching import vmap
 
-    nodes, pos, end, t0 = trace.nodes, m.pos, s + trips * p, s + p
+    nodes, pos, end = trace.nodes, m.pos, s + trips * p
     xs = [("now", o) for o in range(p) if varying[o]] + [("before", o) for o in lagged] + \
         [("arg", slot) for slot in fed]
     once = [o for o in range(p) if leaf[o] and not varying[o]]
@@ -69,17 +92,9 @@ def _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, alias, ys, aft
             {"now": env, "before": prev, "arg": fed_in}[when][o] = row
         env.update((o, Tracer(nodes[s + o], trace)) for o in once)
         mark = len(nodes)
-        for o in range(p):
-            if leaf[o]:
-                continue
-            node, args = nodes[t0 + o], []
-            for j, a in enumerate(node.args):
-                q = pos[a.id]
-                args.append(fed_in[alias[o, j]] if (o, j) in alias else env[q - t0] if q >= t0 else
-                            prev[q - s] if q >= s else Tracer(a, trace))
-            env[o] = t = bind(node.op, *args, **node.attrs)
-            if t.shape != node.shape or t.dtype != node.dtype:
-                raise TypeError("replayed otherwise")
+        if not replayed(nodes, pos, s, p, leaf, alias, fed_in, env, prev,
+                        lambda a: Tracer(a, trace)):
+            raise TypeError("replayed otherwise")
         batched = vmap(trace, nodes[mark:], seeds, trips)
         for q in sorted(after):
             k, o = divmod(q - s, p)
