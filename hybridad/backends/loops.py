@@ -173,6 +173,10 @@ class LoopRunner:
         #: the data addresses of a call's buffer and operands -> (whole, kept, the
         #: :meth:`_iterations` entry it runs): see :meth:`_whole`
         self._wholes = {}
+        #: the copy tables of the _wholes entries, a block of rows each (made with the
+        #: first: a call at a new place -- a plan's fast path handing in a seed of its
+        #: own, another plan's -- allocates nothing), and the blocks free
+        self._copy_rows, self._free_rows = None, list(range(2 * _PLACES))
 
     def _canonical(self, pos, a):
         xp = self._xp
@@ -337,8 +341,10 @@ class LoopRunner:
                 at = tuple(map(_address, (out, *ops)))
                 got = self._wholes.get(at)
                 if got is None or got[2] is not hit:
-                    if len(self._wholes) >= 2 * _PLACES:
-                        del self._wholes[next(iter(self._wholes))]
+                    if got is None and len(self._wholes) >= 2 * _PLACES:
+                        got = self._wholes.pop(next(iter(self._wholes)))
+                    if got is not None and got[1] is not None:  # (its copy rows free)
+                        self._free_rows.append(got[1])
                     got = self._wholes[at] = (*self._whole(hit, ops), hit)
                 self._last = (out, operands, got[0], got[1])
                 whole = got[0]
@@ -347,11 +353,12 @@ class LoopRunner:
             whole()
 
     def _whole(self, hit, ops):
-        """``(whole, kept)`` for a call kept for the next (its copy table made
-        once): ``whole()`` runs the iterations of :meth:`_iterations`' entry
-        ``hit`` from the initial carries in ``ops`` and copies the final
-        carries to their place (what ``kept`` holds alive) -- as one call of
-        hybridad's driver where it made the body, else :meth:`_copying`."""
+        """``(whole, block)`` for a call kept for the next (its copy table made
+        once, in ``block`` of the runner's copy rows, or None): ``whole()``
+        runs the iterations of :meth:`_iterations`' entry ``hit`` from the
+        initial carries in ``ops`` and copies the final carries to their
+        place -- as one call of hybridad's driver where it made the body, else
+        :meth:`_copying`."""
         run, finals, (_, table) = hit
         nc = self.body.n_carry
         if getattr(self._drive, "copies", False):
@@ -359,9 +366,13 @@ class LoopRunner:
                 list(zip(finals, self._carries[self.length % 2], strict=True))
             if all(d.dtype == s.dtype and d.shape == s.shape and d.flags.c_contiguous and
                    s.flags.c_contiguous for d, s in pairs):
-                rows = np.array([(_address(d), _address(s), d.nbytes) for d, s in pairs],
-                                dtype=np.int64).reshape(-1, 3)
-                return self._drive(table, (rows, nc, nc)), rows
+                if self._copy_rows is None:
+                    self._copy_rows = np.zeros((2 * _PLACES, 2 * nc, 3), np.int64)
+                block = self._free_rows.pop()
+                rows = self._copy_rows[block]
+                for j, (d, s) in enumerate(pairs):
+                    rows[j] = _address(d), _address(s), d.nbytes
+                return self._drive(table, (rows, nc, nc)), block
         return self._copying(run, finals, ops[:nc]), None
 
     def _copying(self, run, finals, starts):

@@ -102,20 +102,8 @@ def forward_row_writes(trace: Trace, outs, fixed=frozenset()):
         per_chain[id(at[wid][0])] = per_chain.get(id(at[wid][0]), 0) + 1
     broken = {id(c) for c, _ in at.values()
               if c.broken or per_chain.get(id(c), 0) > MAX_WHOLE_READS}
-    replace, kept, made, stacks = {}, [], {}, {}
-
-    def stacked(v):
-        """``v``, or -- a write of a chain forwarded -- the stack of its slabs
-        (a slab written by writes of its own, `K[i, j] = v`: the row's values)."""
-        hit = at.get(v.id)
-        if hit is None or id(hit[0]) in broken:
-            return v
-        if v.id not in stacks:
-            chain, seq = hit
-            stacks[v.id] = _stacked(trace, chain, seq, v, kept,
-                                    replace.get(chain.base.id, chain.base), stacked)
-        return stacks[v.id]
-
+    replace, kept, made = {}, [], {}
+    stacked = _Stacks(trace, at, broken, replace, kept)
     for n in nodes:
         if replace and any(a.id in replace for a in n.args):
             n.args = tuple(replace.get(a.id, a) for a in n.args)
@@ -146,6 +134,28 @@ def forward_row_writes(trace: Trace, outs, fixed=frozenset()):
     trace.nodes = without_dead(kept, outs, set(writes) | internal | bases, trace)
     trace.row_writes = {}
     return outs
+
+
+class _Stacks:
+    """``stacked(v)``: ``v``, or -- a write of a chain forwarded -- the stack
+    of its slabs (a slab written by writes of its own, ``K[i, j] = v``: the
+    row's values), made once.  (An object, not a closure calling itself: no
+    reference cycle holding the pass's tables of every write.)"""
+
+    def __init__(self, trace, at, broken, replace, kept):
+        self.trace, self.at, self.broken, self.replace, self.kept = \
+            trace, at, broken, replace, kept
+        self.made = {}
+
+    def __call__(self, v):
+        hit = self.at.get(v.id)
+        if hit is None or id(hit[0]) in self.broken:
+            return v
+        if v.id not in self.made:
+            chain, seq = hit
+            self.made[v.id] = _stacked(self.trace, chain, seq, v, self.kept,
+                                       self.replace.get(chain.base.id, chain.base), self)
+        return self.made[v.id]
 
 
 def row_read(n):
