@@ -199,3 +199,39 @@ def test_a_time_loop_written_element_by_element_rolls_around_one_batched_step():
     assert forward.n_xs <= 1 and len(forward.graph.nodes) < 40, len(forward.graph.nodes)
     np.testing.assert_allclose(plan.gradient(x).gradient,
                                numerical_gradient(time_and_space, x), rtol=1e-6, atol=1e-8)
+
+
+def test_where_a_run_starts_is_its_definition():
+    """``_rotation`` (difference arrays over the reads) answers what its
+    definition answers read by read: started at ``r``, a read from iteration
+    ``k`` at offset ``c`` by iteration ``k + lag`` at offset ``o`` is
+    ``lag - [o < r] + [c < r]`` iterations back -- 0 within one, 1 a carry,
+    2 no start -- and the start carrying the fewest bytes wins."""
+    from hybridad.transforms.rolling_maps import _rotation
+
+    def definition(reads, p, nbytes):
+        def carried(r):
+            out = set()
+            for o, c, lag in reads:
+                back = lag - (o < r) + (c < r)
+                if back == 2:
+                    return None
+                if back == 1:
+                    out.add(c)
+            return sum(nbytes[c] for c in out)
+        costs = [carried(r) for r in range(p)]
+        best = min(range(p), key=lambda r: (costs[r] is None, costs[r] or 0, r))
+        return best if costs[best] is not None and costs[best] < costs[0] else 0
+
+    rng = np.random.default_rng(11)
+    for _ in range(3000):
+        p = int(rng.integers(1, 10))
+        nbytes = [int(b) for b in rng.choice([8, 16, 80, 800], p)]
+        reads = []
+        for o in range(p):
+            for _ in range(int(rng.integers(0, 3))):
+                if o and rng.random() < 0.5:
+                    reads.append((o, int(rng.integers(o)), 0))
+                else:
+                    reads.append((o, int(rng.integers(p)), 1))
+        assert _rotation(reads, p, nbytes) == definition(reads, p, nbytes), (reads, p, nbytes)

@@ -24,19 +24,43 @@ def _rotation(reads, p, nbytes):
     it is not from a node before ``r`` of one at ``r`` or after (it is within
     one iteration then; from one at or after ``r`` by one before it, it would
     be two iterations back: not a start), and a read within an iteration
-    becomes one where ``r`` falls between its two nodes."""
-    def carried(r):
-        out = set()
-        for o, c, lag in reads:
-            if lag and c < r <= o:
-                return None
-            if (c >= r or o < r) if lag else c < r <= o:
-                out.add(c)
-        return sum(nbytes[c] for c in out)
-
-    costs = [carried(r) for r in range(p)]
-    best = min(range(p), key=lambda r: (costs[r] is None, costs[r] or 0, r))
-    return best if costs[best] is not None and costs[best] < costs[0] else 0
+    becomes one where ``r`` falls between its two nodes.  Each read carries
+    its source over ranges of ``r``: summed over the sources by difference
+    arrays, in time linear in the reads and the period."""
+    bad, spans = [0] * (p + 1), {}
+    for o, c, lag in reads:
+        if not lag:  # (c < o: carried where r falls between them)
+            ranges = ((c + 1, o + 1),)
+        elif o < c:
+            ranges = ((0, o + 1), (c + 1, p))
+        elif c < o:  # (two iterations back where c < r <= o)
+            bad[c + 1] += 1
+            bad[o + 1] -= 1
+            ranges = ((0, c + 1), (o + 1, p))
+        else:
+            ranges = ((0, p),)
+        spans.setdefault(c, []).extend(r for r in ranges if r[0] < r[1])
+    cost = [0] * (p + 1)
+    for c, ranges in spans.items():  # (each source once over the union of its ranges)
+        ranges.sort()
+        lo, hi = ranges[0]
+        for a, b in ranges[1:]:
+            if a > hi:
+                cost[lo] += nbytes[c]
+                cost[hi] -= nbytes[c]
+                lo, hi = a, b
+            else:
+                hi = max(hi, b)
+        cost[lo] += nbytes[c]
+        cost[hi] -= nbytes[c]
+    best, at, total, invalid = None, 0, 0, 0
+    for r in range(p):
+        total, invalid = total + cost[r], invalid + bad[r]
+        if not invalid and (best is None or total < best):
+            best, at = total, r
+        if r == 0:
+            first = total
+    return at if best is not None and best < first else 0
 
 
 def replayed(nodes, pos, s, p, leaf, alias, fed, env, prev, outside):
