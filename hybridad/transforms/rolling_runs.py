@@ -186,6 +186,7 @@ class _Matcher:
         self._arrays = (rows, const, keys, np.flatnonzero(count > width))
         self._readers = np.bincount(where[where >= 0], minlength=m)  # (its readers)
         self._columns = self._varies = None  # (:meth:`matches`' own, made on first use)
+        self._kinds = self._fed_columns = None
 
     def hoist_shared_constants(self):
         """Move the inputs, then the constants that :data:`MIN_TRIPS` or more
@@ -213,7 +214,7 @@ class _Matcher:
             a[:k] = a[order]
         rows[rows >= 0] = new[rows[rows >= 0]]
         self._arrays = (rows, const, keys, np.sort(new[wide]))
-        self._columns = self._varies = self._cum = None
+        self._columns = self._varies = self._cum = self._kinds = self._fed_columns = None
         self.sig[:k] = self.sig_array[:k].tolist()
         nodes = self.nodes = [self.nodes[q] for q in order] + self.nodes[k:]
         self._ids[:k] = [self._ids[q] for q in order]
@@ -275,12 +276,21 @@ class _Matcher:
     def _fed_pairs(self, x, y):
         """:meth:`fed_rows` of the operand positions ``x`` and ``y`` (arrays,
         -1 for none), all at once, without the bound on where they are."""
-        rows, const, _, _ = self._arrays
-        src, sig = rows[:, 0], self.sig_array
+        kind = self._feed_kinds()
         real = (x >= 0) & (y >= 0) & (x != y)
-        xs, ys = np.where(real, x, 0), np.where(real, y, 0)
-        return real & ((self._feed[xs] & self._feed[ys] & (src[xs] == src[ys])) |
-                       (const[xs] & const[ys] & (sig[xs] == sig[ys])))
+        kx, ky = kind[np.where(real, x, 0)], kind[np.where(real, y, 0)]
+        return real & (kx == ky) & (kx != 0)
+
+    def _feed_kinds(self):
+        """Per position: what two operands must share to be stacked one an
+        iteration (:meth:`fed_rows`) -- a read at ints, its array's position
+        plus 1; a constant, minus its kind's number minus 1 -- or 0 (made at
+        the positions of the nodes now: after :meth:`hoist_shared_constants`)."""
+        if self._kinds is None:
+            rows, const, _, _ = self._arrays
+            self._kinds = np.where(self._feed, rows[:, 0] + 1,
+                                   np.where(const, -self.sig_array - 1, 0))
+        return self._kinds
 
     def _tables(self):
         """(operand positions, -1 padded; whether a node is a constant; its
@@ -295,21 +305,25 @@ class _Matcher:
             # slices are read at each period; 32-bit, half the memory to go through)
             self._columns = np.ascontiguousarray(self._arrays[0].T, np.int32)
             self._varies = ~const
+            kind = self._feed_kinds()  # (per column, what its operands must share to be
+            self._fed_columns = [np.where(x >= 0, kind[np.maximum(x, 0)], 0)  # stacked)
+                                 for x in self._columns]
         sig = self.sig_array
         n = len(sig) - p
         ok = sig[:-p] == sig[p:]
         invariant = np.ones(n, bool)
         d, same, far = np.empty(n, np.int32), np.empty(n, bool), np.empty(n, bool)
-        args_in, feeds = self._args_in, bool(self._feed.any() or const.any())
-        for x in self._columns:  # the operands, copy after copy: the same value, or
+        args_in = self._args_in
+        for x, fed in zip(self._columns, self._fed_columns, strict=True):  # the operands,
+            # copy after copy: the same value, or
             np.subtract(x[p:], x[:-p], out=d)  # one made a period or more later
             np.equal(d, 0, out=same)  # (both -1: no operand)
             np.greater_equal(d, p, out=far)
             far |= same
             if args_in:  # or an argument of f each (``for W in Ws``: stacked)
                 far |= (x[:-p] >= 0) & (x[:-p] < args_in) & (x[p:] >= 0) & (x[p:] < args_in)
-            if feeds:  # or reads at ints of one array (``x[j]``), constants: stacked
-                far |= self._fed_pairs(x[:-p], x[p:])
+            # or reads at ints of one array (``x[j]``) or constants alike: stacked
+            far |= (fed[:-p] == fed[p:]) & (fed[:-p] != 0)
             ok &= far
             invariant &= same
         ok &= invariant | (self._varies[:-p] & (keys[:-p] == keys[p:]))
