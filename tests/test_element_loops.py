@@ -114,8 +114,35 @@ def sweeps(x):
     return np.sum(y ** 2)
 
 
+def summed(x):
+    """A running sum over the elements (``s = s + ...``): the addends batched,
+    added in the loop's order (a cumulative sum)."""
+    s = 0.0
+    for j in range(x.shape[0]):
+        s = s + np.exp(-0.5 * (x[0] - x[j]) ** 2) * x[j]
+    return s * s
+
+
+def summed_vectors(x):
+    """A vector accumulator, subtracted from, and one updated in place."""
+    acc, tot = np.zeros(3), np.zeros(())
+    for j in range(x.shape[0]):
+        acc = acc - np.sin(x[j] * np.arange(1.0, 4.0))
+        tot += x[j] ** 3
+    return np.sum(acc ** 2) + tot
+
+
+def running_values(x):
+    """The running sum read at every step: a loop, not a sum after it."""
+    s, out = 0.0, []
+    for j in range(x.shape[0]):
+        s = s + np.tanh(x[j])
+        out.append(s)
+    return np.sum(np.stack(out) ** 2)
+
+
 LOOPS = [kernel_matrix, column_major, band, elementwise, appended, two_arrays, three_axes,
-         time_and_space, pair_distances, sweeps]
+         time_and_space, pair_distances, sweeps, summed, summed_vectors, running_values]
 
 
 def _plans(f, x, backend, monkeypatch, **kw):
@@ -142,8 +169,8 @@ def test_element_loops_match_the_loops_as_traced_and_fd(f, backend, monkeypatch)
     assert np.array_equal(again.gradient, got.gradient)  # (the same bits, call after call)
 
 
-@pytest.mark.parametrize("f", [kernel_matrix, elementwise, pair_distances],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("f", [kernel_matrix, elementwise, pair_distances, summed,
+                               summed_vectors], ids=lambda f: f.__name__)
 def test_maps_are_vectorized_and_do_not_grow_with_the_elements(f):
     """The plan of a map over n elements (n^2 for the matrices) is one batched
     step: its graph is the same size at n = 8 and n = 24."""
@@ -235,3 +262,18 @@ def test_where_a_run_starts_is_its_definition():
                 else:
                     reads.append((o, int(rng.integers(p)), 1))
         assert _rotation(reads, p, nbytes) == definition(reads, p, nbytes), (reads, p, nbytes)
+
+
+@pytest.mark.parametrize("f", [summed, summed_vectors], ids=lambda f: f.__name__)
+def test_running_sums_add_in_the_loops_order(f, monkeypatch):
+    """A running sum batched is the cumulative sum of its start and addends:
+    the loop's own additions, in its order -- the value bit for bit numpy's
+    and the loop-as-traced plan's on the numpy backend (numba's fused
+    kernels may contract a multiply and an add after it)."""
+    x = np.random.default_rng(8).uniform(0.2, 1.0, 40)
+    plan, traced = _plans(f, x, "numpy", monkeypatch)
+    got = plan.gradient(x)
+    assert float(got.value) == float(f(x.copy())) == float(traced.gradient(x).value)
+    compiled = ha.compile(f, x, backend="numba").gradient(x)
+    assert float(compiled.value) == pytest.approx(float(got.value), rel=1e-15)
+    np.testing.assert_allclose(compiled.gradient, got.gradient, rtol=1e-13, atol=1e-13)

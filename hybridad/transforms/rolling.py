@@ -46,7 +46,7 @@ from ..ir.graph import Graph, redirect
 from ..ir.registry import REGISTRY
 from ..ops.loop import LoopBody, layout, part
 from .rolling_inputs import _differs, _distinct_slots, _initial, _outer_xs
-from .rolling_maps import _map, _rotation, replayed
+from .rolling_maps import _map, _rotation, replayed, running_sums
 from .row_writes import forward_row_writes, row_read, spliced, without_dead
 from .rolling_runs import (MIN_NODES, MIN_TRIPS, _attrs_key, _attrs_key_of, _best_run,
                            _Matcher, primitive_count)
@@ -285,11 +285,13 @@ def _roll(trace, outs, s, p, trips, m):
             return _roll(trace, outs, s + r, p, trips - 1, m)
     ys = sorted({(q - s) % p for q in after if not leaf[(q - s) % p] and
                  not ((q - s) // p == trips - 1 and (q - s) % p in carries)})
-    if not carries and ys:  # (a map: no iteration reads another's values)
+    sums = running_sums(nodes, pos, s, p, trips, carries, reads, after) if carries else {}
+    if (ys or sums) and (sums is not None and len(sums) == len(carries)):  # (a map: no
+        # iteration reads another's values, but for sums it adds to)
         if trips * sum(nodes[s + o].args[j].nbytes for o, j in fed) > FED_BYTES:
             return None
-        return _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, alias, ys,
-                    after)
+        return _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, alias, after,
+                    sums)
     work = sum(_work(nodes[t0 + o]) for o in range(p) if not leaf[o])
     breaks = sum(1 for o in range(p) if not leaf[o] and _breaks(nodes[t0 + o]))
     if work < HEAVY_STEP and trips * m.primitives(s, p) < LONG_RUN and \

@@ -4,12 +4,14 @@ best started (:func:`_rotation`)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..core.trace import bind
 from ..core.tracer import Tracer
 from ..ir.graph import redirect
 from .rolling_inputs import _initial, _outer_xs
 
-__all__ = ["replayed"]
+__all__ = ["replayed", "running_sums"]
 
 
 def _rotation(reads, p, nbytes):
@@ -86,13 +88,56 @@ def replayed(nodes, pos, s, p, leaf, alias, fed, env, prev, outside):
     return True
 
 
-def _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, alias, ys, after):
+def _total(trace, nodes, pos, s, p, trips, c, j, start, alias, fed, env, batched, seeds):
+    """The running sum at offset ``c`` (its addend operand ``j``) after the
+    run: its ``start`` and the addends of every iteration, added in order."""
+    t0 = s + p
+    n = nodes[t0 + c]
+    a = n.args[j]
+    if (c, j) in alias:  # (the addend a per-iteration input: its stack)
+        y = seeds[fed[alias[c, j]].node.id]
+    elif pos[a.id] >= t0:
+        t = env[pos[a.id] - t0]
+        y = batched.get(t.node.id)
+        y = np.broadcast_to(t, (trips, *t.shape)) if y is None else y
+    else:
+        y = np.broadcast_to(Tracer(a, trace), (trips, *a.shape))
+    if n.op == "subtract":
+        y = -y
+    first = np.reshape(Tracer(start, trace), (1, *n.shape)).astype(n.dtype)
+    return np.cumsum(np.concatenate([first, y.astype(n.dtype)]), axis=0)[-1]
+
+
+def running_sums(nodes, pos, s, p, trips, carries, reads, after):
+    """Carry offset -> the operand position of its addend, for the carries of
+    the run that are running sums (``acc = acc + y``, ``acc = acc - y``: read
+    by their own sum alone, the last iteration's alone read after the run,
+    the addend of the sum's shape) -- None where a carry is none."""
+    t0, out = s + p, {}
+    for c in carries:
+        n = nodes[t0 + c]
+        own = [j for j, a in enumerate(n.args) if pos[a.id] == s + c]
+        if n.op not in ("add", "subtract") or len(n.args) != 2 or n.dtype.kind != "f" or \
+                own != [0] and (n.op == "subtract" or own != [1]) or \
+                n.args[1 - own[0]].shape != n.shape or \
+                [(o, lag) for o, c2, lag in reads if c2 == c] != [(c, 1)]:
+            return None
+        out[c] = 1 - own[0]
+    if any((q - s) % p in out and (q - s) // p != trips - 1 for q in after):
+        return None
+    return out
+
+
+def _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, alias, after, sums=None):
     """A run whose iterations carry nothing to the next (a map: ``K[i, j] =
     k(x[i], x[j])`` in a loop over ``j``, ``ys.append(g(x[k]))``) as ONE
     iteration over its stacked per-iteration inputs -- its nodes batched
     (:func:`~.batching.vmap`), numpy's vectorized form of the loop -- each
-    iteration's value read as a row of the batched one.  Returns the new
-    ``outs``, or None (left as is) where the body does not batch."""
+    iteration's value read as a row of the batched one.  ``sums``: carries
+    that are running sums (:func:`running_sums`), each then the last of
+    the cumulative sum of its start and its addends, in their order (the
+    loop's own sums, bit for bit).  Returns the new ``outs``, or None (left
+    as is) where the body does not batch."""
     from .batching import vmap
 
     nodes, pos, end = trace.nodes, m.pos, s + trips * p
@@ -100,7 +145,9 @@ def _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, alias, ys, aft
         [("arg", slot) for slot in fed]
     once = [o for o in range(p) if leaf[o] and not varying[o]]
     init = _initial(nodes, s, p, leaf, pos)
-    if init is None or any(o not in init for when, o in xs if when == "before"):
+    sums = sums or {}
+    if init is None or any(o not in init for when, o in xs if when == "before") or \
+            any(c not in init for c in sums):
         return None
     head = len(nodes)
     keep = [nodes[q] for q in sorted(after) if leaf[(q - s) % p]]  # leaves read later
@@ -116,13 +163,17 @@ def _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, alias, ys, aft
             {"now": env, "before": prev, "arg": fed_in}[when][o] = row
         env.update((o, Tracer(nodes[s + o], trace)) for o in once)
         mark = len(nodes)
-        if not replayed(nodes, pos, s, p, leaf, alias, fed_in, env, prev,
-                        lambda a: Tracer(a, trace)):
+        if not replayed(nodes, pos, s, p, [x or o in sums for o, x in enumerate(leaf)], alias,
+                        fed_in, env, prev, lambda a: Tracer(a, trace)):
             raise TypeError("replayed otherwise")
         batched = vmap(trace, nodes[mark:], seeds, trips)
+        totals = {c: _total(trace, nodes, pos, s, p, trips, c, j, init[c], alias, fed_in, env,
+                            batched, seeds) for c, j in sums.items()}
         for q in sorted(after):
             k, o = divmod(q - s, p)
-            if not leaf[o]:
+            if o in totals:
+                replace[nodes[q].id] = totals[o].node
+            elif not leaf[o]:
                 b = batched.get(env[o].node.id)
                 replace[nodes[q].id] = env[o].node if b is None else b[k].node
     except Exception:  # noqa: BLE001 -- an op without a batch rule: stays unrolled
