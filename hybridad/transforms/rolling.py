@@ -42,11 +42,11 @@ import numpy as np
 
 from ..core.trace import Trace, bind
 from ..core.tracer import Tracer
-from ..ir.graph import Graph, redirect
+from ..ir.graph import Graph
 from ..ir.registry import REGISTRY
 from ..ops.loop import LoopBody, layout, part
 from .rolling_inputs import _differs, _distinct_slots, _initial, _outer_xs
-from .rolling_maps import _map, _rotation, replayed, running_sums
+from .rolling_maps import _map, _rotation, replace_run, replayed, running_sums
 from .row_writes import forward_row_writes, row_read, spliced, without_dead
 from .rolling_runs import (MIN_NODES, MIN_TRIPS, _attrs_key, _attrs_key_of, _best_run,
                            _Matcher, primitive_count)
@@ -285,29 +285,32 @@ def _roll(trace, outs, s, p, trips, m):
             return _roll(trace, outs, s + r, p, trips - 1, m)
     ys = sorted({(q - s) % p for q in after if not leaf[(q - s) % p] and
                  not ((q - s) // p == trips - 1 and (q - s) % p in carries)})
-    sums = running_sums(nodes, pos, s, p, trips, carries, reads, after) if carries else {}
-    if (ys or sums) and (sums is not None and len(sums) == len(carries)):  # (a map: no
-        # iteration reads another's values, but for sums it adds to)
-        if trips * sum(nodes[s + o].args[j].nbytes for o, j in fed) > FED_BYTES:
+    # per-iteration inputs: a varying leaf of this iteration, a leaf of the one before
+    # (x[i] after x[i + 1] the step before made it: the trace merged the two), or a value
+    # made before the run, another each iteration (an argument of f, x[j], a constant)
+    xs = [("now", o) for o in range(p) if varying[o]] + [("before", o) for o in lagged] + \
+        [("arg", slot) for slot in fed]
+    once = [o for o in range(p) if leaf[o] and not varying[o]]
+    init = _initial(nodes, s, p, leaf, pos)  # (and whether every start is known)
+    known = init is not None and \
+        all(o in init for o in carries + [o for when, o in xs if when == "before"])
+    fed_bytes = trips * sum(nodes[s + o].args[j].nbytes for o, j in fed)
+    sums = running_sums(nodes, pos, s, p, trips, carries, reads, after)
+    if sums is not None and (ys or sums):  # (a map: no iteration reads another's values,
+        # but for the running sums it adds to)
+        if fed_bytes > FED_BYTES or not known:
             return None
-        return _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, alias, after,
-                    sums)
+        return _map(trace, outs, s, p, trips, m, leaf, xs, once, init, alias, after, sums)
     work = sum(_work(nodes[t0 + o]) for o in range(p) if not leaf[o])
     breaks = sum(1 for o in range(p) if not leaf[o] and _breaks(nodes[t0 + o]))
     if work < HEAVY_STEP and trips * m.primitives(s, p) < LONG_RUN and \
             trips * breaks < ROLL_BREAKS:
         return _LIGHT  # faster unrolled, and quick enough to compile
-    fed_bytes = trips * sum(nodes[s + o].args[j].nbytes for o, j in fed)
     if fed_bytes > max(FED_BYTES, trips * sum(nodes[s + o].nbytes for o in carries)):
         return None
     dtypes = {nodes[s + o].dtype for o in carries + ys}
     if not carries or len(dtypes) != 1 or next(iter(dtypes)).kind != "f":
         return None
-    # per-iteration inputs: a varying leaf of this iteration, or a leaf of the one
-    # before (x[i] after x[i + 1] the step before made it: the trace merged the two)
-    xs = [("now", o) for o in range(p) if varying[o]] + [("before", o) for o in lagged] + \
-        [("arg", slot) for slot in fed]
-    once = [o for o in range(p) if leaf[o] and not varying[o]]
     lifted = [a for a in consts.values() if not _inline(a)]
 
     # the body: iteration 1 replayed on the body's inputs
@@ -346,9 +349,7 @@ def _roll(trace, outs, s, p, trips, m):
     head = len(nodes)
     keep = [nodes[q] for q in sorted(after) if leaf[(q - s) % p]]  # leaves read later
     kept = {n.id for n in keep}
-    init = _initial(nodes, s, p, leaf, pos)
-    if init is None or \
-            any(o not in init for o in carries + [o for when, o in xs if when == "before"]):
+    if not known:
         return None
     x_outer = _outer_xs(trace, s, p, trips, xs, init, keep, kept, pos)
     keep.extend(nodes[s + o] for o in once if nodes[s + o].id not in kept)
@@ -366,12 +367,7 @@ def _roll(trace, outs, s, p, trips, m):
         replace[nodes[q].id] = parts[carries.index(o)].node if k == trips - 1 and \
             o in carries and o not in ys else parts[nc + ys.index(o)][k].node  # (the
         # last of a stacked value: its row too, so that np.stack(xs) finds all of them)
-    new, rest = nodes[head:], nodes[end:head]
-    redirect(rest, replace)
-    keep.sort(key=lambda n: pos[n.id])
-    trace.nodes = nodes[:s] + keep + new + rest
-    trace.forget(nodes[s:end], keep)
-    return [replace.get(o.id, o) for o in outs]
+    return replace_run(trace, outs, s, end, head, keep, nodes[head:], replace, pos)
 
 
 def _work(node):

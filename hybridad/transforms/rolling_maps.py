@@ -9,9 +9,9 @@ import numpy as np
 from ..core.trace import bind
 from ..core.tracer import Tracer
 from ..ir.graph import redirect
-from .rolling_inputs import _initial, _outer_xs
+from .rolling_inputs import _outer_xs
 
-__all__ = ["replayed", "running_sums"]
+__all__ = ["replace_run", "replayed", "running_sums"]
 
 
 def _rotation(reads, p, nbytes):
@@ -128,27 +128,21 @@ def running_sums(nodes, pos, s, p, trips, carries, reads, after):
     return out
 
 
-def _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, alias, after, sums=None):
+def _map(trace, outs, s, p, trips, m, leaf, xs, once, init, alias, after, sums):
     """A run whose iterations carry nothing to the next (a map: ``K[i, j] =
     k(x[i], x[j])`` in a loop over ``j``, ``ys.append(g(x[k]))``) as ONE
     iteration over its stacked per-iteration inputs -- its nodes batched
     (:func:`~.batching.vmap`), numpy's vectorized form of the loop -- each
-    iteration's value read as a row of the batched one.  ``sums``: carries
-    that are running sums (:func:`running_sums`), each then the last of
-    the cumulative sum of its start and its addends, in their order (the
-    loop's own sums, bit for bit).  Returns the new ``outs``, or None (left
-    as is) where the body does not batch."""
+    iteration's value read as a row of the batched one.  ``xs``, ``once``,
+    ``init``: the run's per-iteration inputs, its leaves made once, the
+    starts of what iterations read of the one before (as :func:`.rolling._roll`
+    has them); ``sums``: carries that are running sums (:func:`running_sums`),
+    each then the last of the cumulative sum of its start and its addends, in
+    their order (the loop's own sums, bit for bit).  Returns the new
+    ``outs``, or None (left as is) where the body does not batch."""
     from .batching import vmap
 
     nodes, pos, end = trace.nodes, m.pos, s + trips * p
-    xs = [("now", o) for o in range(p) if varying[o]] + [("before", o) for o in lagged] + \
-        [("arg", slot) for slot in fed]
-    once = [o for o in range(p) if leaf[o] and not varying[o]]
-    init = _initial(nodes, s, p, leaf, pos)
-    sums = sums or {}
-    if init is None or any(o not in init for when, o in xs if when == "before") or \
-            any(c not in init for c in sums):
-        return None
     head = len(nodes)
     keep = [nodes[q] for q in sorted(after) if leaf[(q - s) % p]]  # leaves read later
     kept = {n.id for n in keep}
@@ -190,10 +184,21 @@ def _map(trace, outs, s, p, trips, m, leaf, varying, lagged, fed, alias, after, 
         if n.id in live:
             live.update(a.id for a in n.args)
     keep.extend(nodes[s + o] for o in once if nodes[s + o].id not in kept)
+    trace.forget([n for n in new if n.id not in live])
+    return replace_run(trace, outs, s, end, head, keep, [n for n in new if n.id in live],
+                       replace, pos)
+
+
+def replace_run(trace, outs, s, end, head, keep, new, replace, pos):
+    """The run at ``s:end`` of ``trace.nodes`` replaced: what of it is kept
+    (``keep``: leaves read later, copies a stack reads, in their order), then
+    the ``new`` nodes made for it (appended at ``head`` and after), then the
+    nodes after it, which read ``replace`` (node id -> node) instead of the
+    run's; returns ``outs`` so replaced."""
+    nodes = trace.nodes
     rest = nodes[end:head]
     redirect(rest, replace)
     keep.sort(key=lambda n: pos[n.id])
-    trace.nodes = nodes[:s] + keep + [n for n in new if n.id in live] + rest
+    trace.nodes = nodes[:s] + keep + new + rest
     trace.forget(nodes[s:end], keep)
-    trace.forget([n for n in new if n.id not in live])
     return [replace.get(o.id, o) for o in outs]
