@@ -242,19 +242,19 @@ def _stacked(trace, chain, seq, n, kept, base, stacked):
 
     def make():
         parts, start, count = [], 0, n.shape[axis]
+        rows = [chain.row(j, seq) for j in range(count)]  # (the last slab written to each)
         if not slab_shape:  # (elements of a 1-D array: where two runs or more of them are
             # unwritten -- a band around the diagonal in each row of a matrix -- one gather
             # of the base and the elements, whose shapes do not move with the positions)
-            written = [j for j in range(count) if chain.row(j, seq) is not None]
-            if sum(1 for j in range(count) if j not in written and j + 1 in written) + \
-                    (written[-1] < count - 1) >= 2:
+            written = [j for j, row in enumerate(rows) if row is not None]
+            if sum(1 for j in range(count) if rows[j] is None and
+                   (j + 1 == count or rows[j + 1] is not None)) >= 2:
                 src = np.arange(count)
                 src[written] = count + np.arange(len(written))
                 both = np.concatenate([Tracer(base, trace)] +
-                                      [Tracer(chain.row(j, seq), trace) for j in written])
+                                      [Tracer(rows[j], trace) for j in written])
                 return both[src]
-        for j in range(count):
-            row = chain.row(j, seq)
+        for j, row in enumerate(rows):
             if row is None:
                 continue
             if start < j:
