@@ -220,7 +220,7 @@ def _run_node(n, vals):
     attrs = n.attrs
     if op.workspace is not None:  # (the working memory a backend's arena gives it:
         # LAPACK's; sized from the operands' shapes and dtypes, as the memory plan's)
-        attrs = dict(attrs, work=np.empty(max(int(op.workspace(*vals, **attrs)), 1), n.dtype))
+        attrs = dict(attrs, work=np.empty(op.work_elements(*vals, **attrs), n.dtype))
     if op.kind == "inplace":
         np.copyto(out, vals[0])
         op.run(out, *vals[1:], **attrs)
@@ -304,8 +304,8 @@ class DecisionCheck:
             op = _reference_op(n)
             ns[f"_a{n.id}"] = dict(n.attrs)
             if op.workspace is not None:  # (its working memory, as _run_node's)
-                size = op.workspace(*(by_id[a] for a in n.arg_ids), **n.attrs)
-                ns[f"_a{n.id}"]["work"] = np.empty(max(int(size), 1), n.dtype)
+                size = op.work_elements(*(by_id[a] for a in n.arg_ids), **n.attrs)
+                ns[f"_a{n.id}"]["work"] = np.empty(size, n.dtype)
             if op.kind == "view" and op.view is not None:
                 ns[f"_f{n.id}"] = op.view
                 lines.append(f"    {v} = _f{n.id}({args}, **_a{n.id})")

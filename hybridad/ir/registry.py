@@ -226,6 +226,12 @@ class Op:
     def ufunc(self, ufunc):
         self._ufunc = ufunc
 
+    def work_elements(self, *args, **attrs):
+        """How many elements (of the result's dtype) of working memory the op's
+        ``run`` takes as ``work=`` for operands ``args`` (nodes or arrays: their
+        shapes and dtypes) -- at least one -- or None where it takes none."""
+        return None if self.workspace is None else max(int(self.workspace(*args, **attrs)), 1)
+
     def loaded_ufunc(self):
         """:attr:`ufunc` where it exists in this process (its module imported),
         else None: a :class:`LazyUfunc` whose library nothing imported yet is

@@ -232,7 +232,7 @@ def op_workspaces(nodes):
     for n in nodes:
         op = REGISTRY.get(n.op)
         if op is not None and op.workspace is not None:
-            out[n.id] = (n.dtype, max(int(op.workspace(*n.args, **n.attrs)), 1))
+            out[n.id] = (n.dtype, op.work_elements(*n.args, **n.attrs))
     return out
 
 
