@@ -40,10 +40,12 @@ def contiguous(t):
     return bind("copy", t)
 
 
-def batched_positions(flat, k, size):
+def batched_positions(flat, k, size, own=False):
     """Flat positions ``flat`` into one array of ``size`` elements, repeated for
-    ``k`` stacked arrays: ``(k, *flat.shape)`` positions into the stack."""
-    offsets = (np.arange(k, dtype=np.intp) * size).reshape((k,) + (1,) * flat.ndim)
+    ``k`` stacked arrays: ``(k, *flat.shape)`` positions into the stack.
+    ``own``: ``flat`` holds ``k`` rows of positions, row ``b`` into array
+    ``b`` of the stack (``flat.shape`` then)."""
+    offsets = (np.arange(k, dtype=np.intp) * size).reshape((k,) + (1,) * (flat.ndim - own))
     if flat.node.is_const:
         return offsets + flat.node.attrs["value"]
     return flat + offsets

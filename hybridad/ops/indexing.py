@@ -153,15 +153,11 @@ def _gather_vjp(g, node, active, x, flat, ans):
 def _gather_batch(node, batched, x, flat):
     from .batch_helpers import batched_positions, contiguous
 
-    if not batched[1]:
-        return _bind("gather", contiguous(x), batched_positions(flat, x.shape[0],
-                                                                 x.size // x.shape[0]))
-    if not batched[0]:  # positions a row each (a rolled map's), into one array
+    if batched[1] and not batched[0]:  # positions a row each (a rolled map's), into one array
         return _bind("gather", contiguous(x), flat)
-    k = x.shape[0]  # each row of positions into its own array of the stack
-    offsets = (np.arange(k, dtype=np.intp) * (x.size // k)).reshape((k,) + (1,) * (flat.ndim - 1))
-    return _bind("gather", contiguous(x), offsets + flat.node.attrs["value"]
-                 if flat.node.is_const else flat + offsets)
+    # (batched positions: each row of them into its own array of the stack)
+    return _bind("gather", contiguous(x), batched_positions(flat, x.shape[0],
+                                                             x.size // x.shape[0], batched[1]))
 
 
 def _gather_jvp(ts, node, x, flat, ans):

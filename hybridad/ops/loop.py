@@ -455,8 +455,8 @@ def _batch(node, batched, *args, body, length, start, reverse, order, saved):
     gin = body.graph.inputs
     nc, nx, idx = body.n_carry, body.n_xs, int(body.index)
     carries, xs, consts = _split(body, args)
-    bc, bx, bk = _split(body, batched)
-    bc = _batched_carries(body, bc, bx, bk)
+    given, bx, bk = _split(body, batched)
+    bc = _batched_carries(body, given, bx, bk)
     k = next(a.shape[0] for a, b in zip(args, batched, strict=True) if b)
     specs = _specs(gin[:idx]) + \
         [((k, *n.shape), n.dtype) for n, b in zip(gin[idx:idx + nc], bc, strict=True) if b] + \
@@ -490,7 +490,7 @@ def _batch(node, batched, *args, body, length, start, reverse, order, saved):
     bbody = LoopBody(Graph(trace.nodes, [t.node for t in index + carried + x_in + k_in],
                            [t.node for t in bouts]), idx, nc, nx)
     binit = [np.broadcast_to(c, (k, *c.shape)) if b and not was else c
-             for c, b, was in zip(carries, bc, _split(body, batched)[0], strict=True)]
+             for c, b, was in zip(carries, bc, given, strict=True)]
     bxs = [np.moveaxis(x, 0, 1) if b else x for x, b in zip(xs, bx, strict=True)]
     packed = _bind_loop(binit + bxs + consts, bbody, length, start, reverse, order, None)
     parts = []
