@@ -379,7 +379,7 @@ def absorb_producers(nodes, outputs=()):
         if n.op != "region" or n.attrs["mode"] != "value" or stored_partials(n, users):
             continue
         body = n.attrs["body"]
-        absorbed = [a for a in body.inputs
+        absorbed = [a for a in n.args  # (its operands as they are now: _rebound)
                     if a.op == "region" and a.attrs["mode"] == "value" and a.id not in external
                     and a.attrs["body"].reduction is None and a.shape == body.shape
                     and {u.id for u in users[a.id]} == {n.id} and not writes.between(a, n)]

@@ -62,7 +62,7 @@ def _scaled_operand(v):
     c = v.args[2]
     if c.size != 1 or c.dtype != v.dtype:
         return None
-    return body.inputs[1 - v.attrs["wrt"]], c
+    return v.args[1 - v.attrs["wrt"]], c  # (the operand as it is now: partition._rebound)
 
 
 def _pairs(A, machine, forms=("dot", "axpy")):

@@ -173,8 +173,8 @@ def sum_stored_partials(nodes, outputs=()):
                     red.op != "sum" or len(red.attrs["axis"]) != len(body.shape) or \
                     len(body.inputs) != 2 or any(u.op == "region_partial" for u in users[n.id]):
                 continue  # (a region_partial user: g * p is read whole too, share_reduced_values)
-            ps = [a for a in body.inputs if a.op == "region_partial"]
-            if len(ps) != 1 or [a.size for a in body.inputs if a is not ps[0]] != [1]:
+            ps = [a for a in n.args if a.op == "region_partial"]  # (its operands as they
+            if len(ps) != 1 or [a.size for a in n.args if a is not ps[0]] != [1]:  # are now)
                 continue
             p = ps[0]
             if not (p.dtype == n.dtype and _summable_partial(p, n, users, external)):
