@@ -158,8 +158,8 @@ def _ufunc(ufunc, method, inputs, kwargs):
         _no_kwargs(f"{ufunc.__name__}.accumulate", kwargs, allowed=("out", "axis", "dtype"))
         return HANDLED[np.cumsum if ufunc is np.add else np.cumprod](
             *inputs, axis=kwargs.get("axis", 0), dtype=kwargs.get("dtype"))
-    how = UFUNC_METHODS.get((method, ufunc), UFUNC_METHODS.get(method))  # at, outer
-    if how is not None:
+    how = method != "__call__" and UFUNC_METHODS.get((method, ufunc), UFUNC_METHODS.get(method))
+    if how:  # (ufunc.at, ufunc.outer: a plain call looks nothing up)
         return how(ufunc, *inputs, **kwargs)
     if method == "__call__" and (ufunc in UFUNC_OPS or _LAZY_UFUNCS and ufunc in ufunc_ops()):
         _no_kwargs(ufunc.__name__, kwargs, allowed=("out",))
