@@ -277,3 +277,18 @@ def test_running_sums_add_in_the_loops_order(f, monkeypatch):
     compiled = ha.compile(f, x, backend="numba").gradient(x)
     assert float(compiled.value) == pytest.approx(float(got.value), rel=1e-15)
     np.testing.assert_allclose(compiled.gradient, got.gradient, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("f", [kernel_matrix, elementwise, band, summed, summed_vectors,
+                               time_and_space], ids=lambda f: f.__name__)
+def test_element_loops_in_float32(f, backend, monkeypatch):
+    """float32 arguments: the batched and summed steps keep the dtypes the
+    loops as traced have (numpy's promotions), to float32 rounding."""
+    x = X0.astype(np.float32)
+    plan, traced = _plans(f, x, backend, monkeypatch)
+    got, want = plan.gradient(x), traced.gradient(x)
+    assert got.gradient.dtype == want.gradient.dtype == np.float32
+    assert np.asarray(got.value).dtype == np.asarray(want.value).dtype
+    np.testing.assert_allclose(got.gradient, want.gradient, rtol=2e-5,
+                               atol=2e-5 * np.abs(want.gradient).max())
