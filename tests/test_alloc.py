@@ -30,6 +30,8 @@ FAMILIES = {
     "reductions": (lambda x: np.sum(np.mean(x, axis=0) * np.max(x, axis=1, keepdims=True)) +
                    np.sum(np.prod(x, axis=(0, 2))) + np.min(x) + np.sum(x, axis=-1).sum(),
                    (rand((3, 4, 5), 0.5, 1.5, seed=7),)),
+    "ufunc_outer": (lambda x: np.sum(np.exp(-np.subtract.outer(x, x) ** 2)) +
+                    np.sum(np.multiply.outer(x, A5[0]) ** 2), (rand((5,), seed=21),)),
     "matmul": (lambda x, A: x @ (A @ x) + np.sum(np.outer(x, x) @ A) + np.dot(x, x) +
                np.inner(x, x) + np.vdot(A, A) + np.sum(np.stack([A, A]) @ A),
                (rand((5,), seed=8), A5)),

@@ -202,8 +202,10 @@ def test_hessian_of_an_element_loop(monkeypatch):
     np.testing.assert_allclose(got.hessian, traced.hessian(X0).hessian, rtol=1e-10, atol=1e-12)
 
 
-def test_numba_plan_of_an_element_loop_allocates_nothing():
-    plan = ha.compile(kernel_matrix, X0, backend="numba")
+@pytest.mark.parametrize("f", [kernel_matrix, band, summed_vectors, time_and_space],
+                         ids=lambda f: f.__name__)
+def test_numba_plan_of_an_element_loop_allocates_nothing(f):
+    plan = ha.compile(f, X0, backend="numba")
     res = ha.GradientResult(X0)
     plan.gradient(X0, out=res)
     with count_allocations() as counts:

@@ -326,6 +326,8 @@ def test_ufunc_at_into_an_array_f_makes(ufunc):
         assert float(res.value) == pytest.approx(f(x), rel=1e-14)
         np.testing.assert_allclose(res.gradient, numerical_gradient(f, x), rtol=1e-6,
                                    atol=1e-8)
+        plan = ha.compile(f, x, backend=backend)
+        assert_no_alloc(plan.gradient, x, out=ha.GradientResult(x), n=20)
     assert np.array_equal(_GLOBAL_ACCUMULATOR, np.zeros(3))  # (the refusal wrote nothing)
 
 
