@@ -325,7 +325,8 @@ def test_a_recorded_loop_after_a_decision_rolls(backend):
             out[k] = x
         return np.sum(np.sin(x) * c) + np.sum(out[steps // 2]) + np.mean(out)
 
-    def g(x, c, steps=60):  # a decision on a recorded row: that chain stays as traced
+    def g(x, c, steps=16):  # a decision on a recorded row: that chain stays as traced
+        # (unrolled, compiled twice: few steps)
         out = np.zeros((steps, 6))
         for k in range(steps):
             x = x + 0.01 * np.tanh(W @ x)
