@@ -418,3 +418,44 @@ def test_a_body_that_needs_the_index_value_is_traced_as_the_python_loop():
     with pytest.raises(ha.TracingError, match="numpy.random"):  # (the Python loop's error)
         ha.gradient(lambda x: np.sum(ha.fori_loop(0, 3, lambda i, v: v + np.random.rand(),
                                                   x)), X0, backend="numpy")
+
+
+def _scan_rows(T):
+    """A scan with per-iteration rows in and out and the iteration index."""
+    F = np.linspace(-1.0, 1.0, T * N).reshape(T, N)
+
+    def f(x, W):
+        def body(x, fk):
+            x = x + 0.01 * np.tanh(W @ x + fk)
+            return x, x[0] * x[1]
+        x, ys = ha.scan(body, x, F)
+        y = ha.fori_loop(0, T, lambda i, y: y * 0.999 + 1e-4 * i, x)
+        return np.sum(x ** 2) + np.sum(ys) + np.sum(y)
+    return f
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_what_a_loop_keeps_does_not_grow_with_its_trip_count(backend):
+    """A loop runner keeps, per placement, a few rows from which its driver
+    makes each iteration's arguments -- not a table of T argument lists and a
+    view object per row (3.7 MB beside a 4 MB plan for 10^4 Euler steps).
+    Measured as what a plan's first call leaves allocated once the runners'
+    bodies are compiled (a second plan of the same loops: a new placement)."""
+    import tracemalloc
+
+    kept = {}
+    for T in (200, 4000):
+        f = _scan_rows(T)
+        ha.compile(f, X0, W0, backend=backend).gradient(X0, W0)  # (compiles the bodies)
+        plan = ha.compile(lambda x, W: f(x, W), X0, W0, backend=backend)
+        res = ha.GradientResult(X0)
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            plan.gradient(X0, W0, out=res)
+            kept[T] = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        ref = ha.gradient(f, X0, W0, backend="numpy")
+        np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12, atol=1e-14)
+    assert kept[4000] < kept[200] + 16384, kept

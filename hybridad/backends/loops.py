@@ -42,8 +42,8 @@ _LOCK = threading.Lock()
 #: backend -> its body compiler ``compile_body(graph) -> (call(ins, outs), program,
 #: parts, make_driver)``: ``parts`` the numba program's ``(dispatcher, fixed,
 #: bound)`` where its arrays go as ``id()`` (else None), ``make_driver(key, n)``
-#: the maker of ``runs(table)``: a call running a compiled loop over an
-#: ``int64[T, n]`` table of argument lists (else None).
+#: the maker of ``runs(plan, count)``: a call running a compiled loop whose
+#: argument lists an ``int64[n, 5]`` plan gives (:meth:`LoopRunner._plan`; else None).
 #: Each backend's program module registers its own when imported (it is what
 #: runs or emits a loop node), so imports run one way
 COMPILERS = {}
@@ -156,8 +156,8 @@ class LoopRunner:
         nc = body.n_carry
         self._carries = [[xp.empty(n.shape, n.dtype) for n in outs[:nc]] for _ in range(2)]
         # the iteration index, row t of an array: (an xs of the body, in effect)
-        steps = xp.arange(self.start, self.start + self.length, dtype=np.int64)
-        self._index_rows = [steps[t, ...] for t in range(self.length)] if body.index else []
+        self._index = xp.arange(self.start, self.start + self.length, dtype=np.int64) \
+            if body.index else None
         # numba's body: (dispatcher, fixed, bound) called on argument lists made
         # once (see _iterations), or None: the Python loop over ``call``
         self._parts_of_body = parts
@@ -215,15 +215,17 @@ class LoopRunner:
         order = range(self.length - 1, -1, -1) if self.reverse else range(self.length)
         for step, t in enumerate(order):
             cur, other = self._carries[step % 2], self._carries[(step + 1) % 2]
-            index = [self._index_rows[t]] if body.index else []
+            index = [self._index[t, ...]] if body.index else []
             yield index + cur + [x[t, ...] for x in xs] + consts, \
                 other + [r[t, ...] for r in rows]
 
     def _iterations(self, out, ops):
-        """The iterations of a numba body as one call: every array of every
-        iteration as ``id(view)`` (the views made once and kept here), in one
-        table the compiled driver walks, or in argument lists; and the views
-        of ``out`` the final carries go to.  One table per placement -- the
+        """The iterations of a numba body as one call: the compiled driver's
+        plan of their argument lists (:meth:`_plan`: a few rows, whatever the
+        trip count), or the argument lists themselves (every array of every
+        iteration as ``id(view)``, the views made once and kept here) where
+        there is no driver; and the views of ``out`` the final carries go to.
+        One entry per placement -- the
         data addresses of what it reads: the loop's buffer, the xs and the
         constants -- kept for the next call there (a runner serves every loop
         of its body: the forward loop and its recomputation in a reverse body
@@ -246,8 +248,8 @@ class LoopRunner:
         if hit is None:
             own, fixed, bound = self._parts_of_body
             if self._drive is not None:
-                table, keep = self._table(out, ops)
-                run = self._drive(table)  # (the table is kept with the run, below)
+                table, keep = self._plan(out, ops)
+                run = self._drive(table, self.length)  # (the plan is kept with the run, below)
             else:
                 keep, iterations = [], []
                 for ins, outs in self._steps(out, ops):
@@ -266,41 +268,51 @@ class LoopRunner:
                                        (keep, iterations if self._drive is None else table))
         return hit
 
-    def _table(self, out, ops):
-        """``(table, keep)``: the ``int64[T, n]`` argument lists of
-        :meth:`_steps`' iterations as the driver reads them (``id()`` of each
-        array) -- made a column at a time, each row view of an xs or a
-        per-iteration output made once (``keep`` holds them) -- in the order
-        the iterations run."""
+    def _plan(self, out, ops):
+        """``(plan, keep)``: the ``int64[n, 5]`` rows ``(obj, alt, base, step,
+        moves)`` from which the driver computes the argument lists of
+        :meth:`_steps`' iterations (:func:`hybridad.backends.jit.loop_driver`):
+        a value, the ``id()`` of an array, or of the two carries' buffers in
+        turn; an ``xs``, a per-iteration output and the iteration index are one
+        view object each (``keep`` holds them), its data address moved to the
+        row an iteration reads or writes -- so what a placement keeps does not
+        grow with the trip count."""
         _, fixed, bound = self._parts_of_body
         body, length = self.body, self.length
         nc, nx = body.n_carry, body.n_xs
-        steps = np.arange(length)
-        rows_of_step = steps[::-1] if self.reverse else steps  # the row t each step runs
-        even = steps % 2 == 0  # steps that read the first carries, write the second
-        keep, cols = [], []
+        keep, rows = [], []
 
-        def rows(views):
-            keep.append(views)
-            return np.fromiter(map(id, views), np.int64, length)[rows_of_step]
+        def fixed_row(value):
+            rows.append((value, 0, 0, 0, 0))
 
-        cols += [np.full(length, v, np.int64) for v in fixed]
+        def moving(a):
+            """One view object for the rows of ``a``, in the order the steps run."""
+            if length == 0:
+                keep.append(a)
+                return fixed_row(id(a))
+            view = a[0, ...]
+            step = a.strides[0]
+            first = _address(a) + (step * (length - 1) if self.reverse else 0)
+            keep.append(view)
+            rows.append((id(view), 0, first, -step if self.reverse else step, 1))
+
+        for v in fixed:
+            fixed_row(v)
         if body.index:
-            cols.append(rows(self._index_rows))
+            moving(self._index)
         first, second = self._carries
-        cols += [np.where(even, id(a), id(b)) for a, b in zip(first, second, strict=True)]
-        cols += [rows([x[t, ...] for t in range(length)]) for x in ops[nc:nc + nx]]
-        cols += [np.full(length, id(c), np.int64) for c in ops[nc + nx:]]
-        cols += [np.full(length, v, np.int64) for v in bound]
-        cols += [np.where(even, id(b), id(a)) for a, b in zip(first, second, strict=True)]
+        rows += [(id(a), id(b) - id(a), 0, 0, 0) for a, b in zip(first, second, strict=True)]
+        for x in ops[nc:nc + nx]:
+            moving(x)
+        for c in ops[nc + nx:]:
+            fixed_row(id(c))
+        for v in bound:
+            fixed_row(v)
+        rows += [(id(b), id(a) - id(b), 0, 0, 0) for a, b in zip(first, second, strict=True)]
         for k in range(nc, len(body.graph.outputs)):
-            r = self._row(out, k)
-            cols.append(rows([r[t, ...] for t in range(length)]))
+            moving(self._row(out, k))
         keep.append(ops[nc + nx:])
-        table = np.empty((length, len(cols)), np.int64)
-        for j, c in enumerate(cols):
-            table[:, j] = c
-        return table, keep
+        return np.array(rows, np.int64).reshape(len(rows), 5), keep
 
     def _row(self, out, k):
         off, shape = self._parts[k]
@@ -372,7 +384,7 @@ class LoopRunner:
                 rows = self._copy_rows[block]
                 for j, (d, s) in enumerate(pairs):
                     rows[j] = _address(d), _address(s), d.nbytes
-                return self._drive(table, (rows, nc, nc)), block
+                return self._drive(table, self.length, (rows, nc, nc)), block
         return self._copying(run, finals, ops[:nc]), None
 
     def _copying(self, run, finals, starts):

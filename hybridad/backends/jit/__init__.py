@@ -165,15 +165,23 @@ def native(fn):
 
 
 def loop_driver(nargs):
-    """``drive(table, count, address, copies, n_before, n_after)``: the
+    """``drive(plan, count, address, copies, n_before, n_after, data)``: the
     function at ``address`` (:func:`native`, ``nargs`` int64 arguments)
-    called on each of the ``count`` rows of the int64 table at address
-    ``table``, in order -- the loop of a rolled loop's iterations in machine
-    code, no dispatch per iteration.  ``copies``: the address of an int64
-    table of ``(destination, source, bytes)`` rows, the first ``n_before``
-    copied before the first iteration (the initial carries), the next
-    ``n_after`` after the last (the final carries); 0, 0, 0 for none.  A
-    nonzero status stops it with RuntimeError."""
+    called ``count`` times, each iteration's arguments computed from the
+    ``int64[nargs, 5]`` table at address ``plan`` -- the loop of a rolled
+    loop's iterations in machine code, no dispatch per iteration, and a
+    table whose size does not depend on the trip count.  Row ``j`` of the
+    table, ``(obj, alt, base, step, moves)``, makes argument ``j`` of
+    iteration ``t`` ``obj + (t & 1) * alt`` (a value, or the ``id()`` of an
+    array: the carries alternate between two buffers); where ``moves`` is
+    nonzero, the data address of that array (the int64 at offset ``data`` of
+    the object: numpy's array struct) is first set to ``base + t * step`` --
+    one view object of the runner's serves every row of an ``xs`` or a
+    per-iteration output.  ``copies``: the address of an int64 table of
+    ``(destination, source, bytes)`` rows, the first ``n_before`` copied
+    before the first iteration (the initial carries), the next ``n_after``
+    after the last (the final carries); 0, 0, 0 for none.  A nonzero status
+    stops it with RuntimeError."""
     from llvmlite import ir
 
     from . import engine, wrapper
@@ -191,10 +199,13 @@ def loop_driver(nargs):
             module.triple, module.data_layout = triple, layout
             i32, i64 = ir.IntType(32), ir.IntType(64)
             body_t = ir.FunctionType(i32, [i64] * nargs)
-            fn = ir.Function(module, ir.FunctionType(i32, [i64] * 6), name=f"{name}_{key[:16]}")
+            fn = ir.Function(module, ir.FunctionType(i32, [i64] * 7), name=f"{name}_{key[:16]}")
             b = ir.IRBuilder(fn.append_basic_block("entry"))
-            tab, count, address, copies, n_before, n_after = fn.args
+            tab, count, address, copies, n_before, n_after, data = fn.args
             body = b.inttoptr(address, body_t.as_pointer())
+            rows = b.inttoptr(tab, i64.as_pointer())
+            cells = [[b.load(b.gep(rows, [ir.Constant(i64, 5 * j + c)])) for c in range(5)]
+                     for j in range(nargs)]
             _copy_rows(b, copies, ir.Constant(i64, 0), n_before)
             head, loop, done = (fn.append_basic_block(n) for n in ("head", "loop", "done"))
             pre = b.block
@@ -204,8 +215,14 @@ def loop_driver(nargs):
             t.add_incoming(ir.Constant(i64, 0), pre)
             b.cbranch(b.icmp_signed("<", t, count), loop, done)
             b.position_at_end(loop)
-            row = b.inttoptr(b.add(tab, b.mul(t, ir.Constant(i64, 8 * nargs))), i64.as_pointer())
-            args = [b.load(b.gep(row, [ir.Constant(i64, j)])) for j in range(nargs)]
+            odd = b.and_(t, ir.Constant(i64, 1))
+            args = []
+            for obj, alt, base, step, moves in cells:
+                arg = b.add(obj, b.mul(odd, alt))
+                with b.if_then(b.icmp_signed("!=", moves, ir.Constant(i64, 0))):
+                    field = b.inttoptr(b.add(arg, data), i64.as_pointer())
+                    b.store(b.add(base, b.mul(t, step)), field)
+                args.append(arg)
             status = b.call(body, args)
             with b.if_then(b.icmp_signed("!=", status, ir.Constant(i32, 0)), likely=False):
                 b.ret(status)
@@ -220,7 +237,7 @@ def loop_driver(nargs):
 
             holder = _Module()
             holder.module = module
-            entry = wrapper.python_entry(holder, fn, 6, True)
+            entry = wrapper.python_entry(holder, fn, 7, True)
             obj = engine.compile_ir(str(module), glue=True)
             meta = {"entry": entry, "symbols": sorted(engine.external_symbols(module))}
             engine.store_object(key, json.dumps(meta).encode() + b"\n" + obj)
@@ -233,7 +250,7 @@ def loop_driver(nargs):
         return drive
 
 
-FORMAT_DRIVER = "4"
+FORMAT_DRIVER = "5"
 
 
 def _copy_rows(b, copies, first, stop):

@@ -122,39 +122,51 @@ def bind(jitted, fixed, consts, n_in, n_out):
 
 
 def loop_driver(key, n):
-    """``runs(table, copies=None)``: a call of no arguments running one
-    compiled loop that calls runner ``key``'s body natively on the rows of the
-    ``int64[T, n]`` ``table`` of argument lists (no dispatch per iteration;
-    the caller keeps ``table`` alive): hybridad's own driver when its compiler
-    made the body (:func:`hybridad.backends.jit.loop_driver`; the table's
-    address read once, not at every call: ``.ctypes`` costs ~2 us), else
-    numba's.  ``copies``: ``(rows, n_before, n_after)``, an ``int64[k, 3]``
-    table of ``(destination, source, bytes)`` the call copies before and
-    after the iterations (the caller keeps it alive); only hybridad's driver
-    takes them (``runs.copies`` is True)."""
+    """``runs(plan, count, copies=None)``: a call of no arguments running one
+    compiled loop that calls runner ``key``'s body natively ``count`` times,
+    each iteration's ``n`` arguments computed from the ``int64[n, 5]``
+    ``plan`` (rows ``(obj, alt, base, step, moves)``: see
+    :func:`hybridad.backends.jit.loop_driver`; no dispatch per iteration, the
+    caller keeps ``plan`` alive): hybridad's own driver when its compiler
+    made the body (the plan's address read once, not at every call:
+    ``.ctypes`` costs ~2 us), else numba's.  ``copies``: ``(rows, n_before,
+    n_after)``, an ``int64[k, 3]`` table of ``(destination, source, bytes)``
+    the call copies before and after the iterations (the caller keeps it
+    alive); only hybridad's driver takes them (``runs.copies`` is True)."""
     from .. import jit
     from ..loops import runner_for
+    from .abi import ABI
 
+    data = ABI["data"]
     address = jit.native(runner_for(key)._parts_of_body[0])
     if address is not None:
         drive = jit.loop_driver(n)
 
-        def runs(table, copies=None):
+        def runs(plan, count, copies=None):
             rows, before, after = (0, 0, 0) if copies is None else \
                 (copies[0].ctypes.data, copies[1], copies[2])
-            return functools.partial(drive, table.ctypes.data, table.shape[0], address, rows,
-                                     before, after)
+            return functools.partial(drive, plan.ctypes.data, count, address, rows,
+                                     before, after, data)
         runs.copies = True
         return runs
     import numba
 
-    args = ", ".join(f"a[t, {j}]" for j in range(n))
+    lines = []
+    for j in range(n):
+        lines += [f"        a{j} = p[{j}, 0] + odd * p[{j}, 1]",
+                  f"        if p[{j}, 4] != 0:",
+                  f"            _store(a{j} + data, p[{j}, 2] + t * p[{j}, 3])"]
+    args = ", ".join(f"a{j}" for j in range(n))
     source = ("from numba import njit\n"
               "from hybridad.backends.loops import runner_for as _runner\n"
+              "from hybridad.backends.numba.store import store_i64 as _store\n"
               f"_body = _runner({key!r})._parts_of_body[0]\n\n\n"
               "@njit(cache=True, nogil=True)\n"
-              "def drive(a):\n"
-              "    for t in range(a.shape[0]):\n"
+              "def drive(p, count, data):\n"
+              "    for t in range(count):\n"
+              "        odd = t & 1\n" + "\n".join(lines) + "\n"
               f"        _body({args})\n")
-    drive = _cache().compiled(source, "drive", (numba.typeof(np.zeros((1, 1), np.int64)),))
-    return lambda table: functools.partial(drive, table)
+    i64 = numba.types.int64
+    drive = _cache().compiled(source, "drive", (numba.typeof(np.zeros((1, 1), np.int64)),
+                                                i64, i64))
+    return lambda plan, count: functools.partial(drive, plan, count, data)
