@@ -36,7 +36,9 @@ The goals: first gradient at most 1.0x JAX's at T = 10^4; per call at most
 memory at most the stored carries (T x state, float64) plus 10 %, and within
 ``memory_budget`` when one is given.  ``mem/stored``: the plan's workspace
 (its arena and what its loops hold beside it, plus what a call allocates,
-by tracemalloc: nothing) over T x state; ``jax mem/stored``: XLA's account
+by tracemalloc: nothing, and the arrays a first call leaves allocated -- the
+loop runners' tables -- on a second plan of the same loops, once the first
+compiled the bodies) over T x state; ``jax mem/stored``: XLA's account
 of the compiled program's temporaries and outputs
 (``compiled.memory_analysis()``) over the same.  A Hessian's forward over
 reverse carries, besides the state, its tangents for the seeds of a chunk:
@@ -175,11 +177,32 @@ tracemalloc.start()
 call()
 per_call = tracemalloc.get_traced_memory()[1]  # what a call allocates (0: nothing)
 tracemalloc.stop()
+# what a plan's first call leaves allocated beside its memory plan (its loop
+# runners' tables): a second plan of the same loops, whose bodies are compiled
+f2 = {"euler": lambda: euler(np, T, fori), "rnn": lambda: rnn(np, T, scan),
+      "heat": lambda: heat(np, T, ha.scan if form == "explicit" else None),
+      }.get(model, lambda: rk4(np, T, fori))()
+if kind == "gradient":
+    plan2 = ha.compile(f2, *args, argnums=argnums, **opts)
+    out2 = ha.GradientResult(args[argnums])
+    call2 = lambda: plan2.gradient(*args, out=out2)
+else:
+    plan2 = ha.compile(f2, *args, hessian=True, **opts)
+    out2 = ha.HessianResult(args[0])
+    call2 = lambda: plan2.hessian(*args, out=out2)
+tracemalloc.start()
+arrays = [tracemalloc.DomainFilter(True, np.lib.tracemalloc_domain)]  # (numpy's data)
+before = tracemalloc.take_snapshot().filter_traces(arrays)
+call2()
+after = tracemalloc.take_snapshot().filter_traces(arrays)
+kept = sum(d.size_diff for d in after.compare_to(before, "filename"))
+tracemalloc.stop()
 memory = getattr(plan, "memory", None)
 chunk = getattr(plan, "chunk", None)
 print(json.dumps({"first_s": first, "build_s": build, "chunk": chunk,
                   "call_us": float(np.median(times) * 1e6),
-                  "workspace_b": memory.total_bytes + per_call if memory is not None else None,
+                  "workspace_b": memory.total_bytes + per_call + kept
+                  if memory is not None else None, "kept_b": kept,
                   "stored_b": stored, "budget_b": opts.get("memory_budget"),
                   "nodes": len(getattr(plan, "graph", None).nodes)
                   if getattr(plan, "graph", None) is not None else None}))
