@@ -187,6 +187,7 @@ class _Matcher:
         self._readers = np.bincount(where[where >= 0], minlength=m)  # (its readers)
         self._columns = self._varies = None  # (:meth:`matches`' own, made on first use)
         self._kinds = self._fed_columns = None
+        self._wide_at = {}  # a wide node's position -> its operands' positions
 
     def hoist_shared_constants(self):
         """Move the inputs, then the constants that :data:`MIN_TRIPS` or more
@@ -215,6 +216,7 @@ class _Matcher:
         rows[rows >= 0] = new[rows[rows >= 0]]
         self._arrays = (rows, const, keys, np.sort(new[wide]))
         self._columns = self._varies = self._cum = self._kinds = self._fed_columns = None
+        self._wide_at = {}
         self.sig[:k] = self.sig_array[:k].tolist()
         nodes = self.nodes = [self.nodes[q] for q in order] + self.nodes[k:]
         self._ids[:k] = [self._ids[q] for q in order]
@@ -328,8 +330,36 @@ class _Matcher:
             invariant &= same
         ok &= invariant | (self._varies[:-p] & (keys[:-p] == keys[p:]))
         for i in wide[wide < len(ok)].tolist():
-            ok[i] = self.match(i, p) is not None
+            ok[i] = self._wide_match(i, p)
         return ok
+
+    def _wide_match(self, i, p):
+        """:meth:`match` ``(i, p)`` is not None, for a node of more than
+        :data:`WIDE` operands (a stack of a row's elements: 60 and more), its
+        operands compared as arrays (their positions made once per node)."""
+        if self.sig[i] != self.sig[i + p]:
+            return False
+        px, py = self._operand_positions(i), self._operand_positions(i + p)
+        same = px == py
+        if not same.all():
+            bad = ~same & (py - px < p)
+            if bad.any():
+                n = self._args_in
+                if n:
+                    bad &= ~((px < n) & (py < n))  # (two arguments of f: varying_input)
+                bad &= ~self._fed_pairs(px, py)
+                if bad.any():
+                    return False
+        if not self._arrays[1][i] and self.key(i) == self.key(i + p):
+            return True
+        return bool(same.all())
+
+    def _operand_positions(self, i):
+        got = self._wide_at.get(i)
+        if got is None:
+            ids = np.fromiter(map(_ID, self.nodes[i].args), np.int64)
+            got = self._wide_at[i] = self.pos.at[ids]
+        return got
 
 
 def _at_ints(node):
