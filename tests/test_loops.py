@@ -302,6 +302,24 @@ def test_a_python_decision_on_a_loop_value():
                                        atol=1e-8)
 
 
+def test_a_decision_on_a_loop_value_where_numba_compiles_the_plan(monkeypatch):
+    # the decision check's loop runs in object mode: inlined in the plan's
+    # guarded prelude, numba's lowering broke LLVM's dominance (numba#9574)
+    monkeypatch.setenv("HYBRIDAD_JIT", "0")  # (numba compiles every program)
+
+    def f(x, W):
+        y = ha.fori_loop(0, 4, lambda i, v: v + 0.2 * np.tanh(W @ v), x)
+        if y[1] > -10.0:
+            return np.sum(np.cos(y))
+        return np.sum(y)
+
+    x = X0 + 0.25
+    for _ in range(2):  # (the second call: the plan's fast path, its check inside)
+        r = ha.gradient(f, x, W0)
+        assert r.value == pytest.approx(f(x, W0), rel=1e-13)
+        np.testing.assert_allclose(r.gradient, _fd_grad(f, [x, W0], 0), rtol=1e-6, atol=1e-8)
+
+
 def test_the_gpu_backend_checks_what_a_loop_body_runs():
     # loops run there (tests/test_cupy_program.py); a body op it cannot run
     # (host LAPACK) is refused by name, as it is outside a loop

@@ -17,8 +17,9 @@ function): its argument checks dropped (the plan's check the same arrays),
 its names renamed apart from the plan's, its arguments mapped onto the
 plan's; its outlined kernels and module constants come along, renamed too.
 Source this cannot map (``prange`` loops, kernels numba's cache cannot
-rebuild, a name the plan already uses) is not inlined: the check then runs
-as its own call.
+rebuild, a name the plan already uses) or object-mode blocks (a loop's
+runner: numba's lowering of one inside the guard's branch is broken,
+numba/numba#9574) is not inlined: the check then runs as its own call.
 """
 
 from __future__ import annotations
@@ -108,6 +109,11 @@ def inline_check(check, n_inputs, plan_lines):
     if len(ends) != 1:
         return None
     body = fn.body[ends[0] + 1:]
+    if any(isinstance(n, ast.With) for st in body for n in ast.walk(st)):
+        # (object mode -- a loop's runner -- inside the guard's ``if``: numba's
+        # lowering of an objmode block in a branch followed by another breaks
+        # LLVM's dominance, numba/numba#9574, where numba compiles the plan)
+        return None
     module_names = {st.targets[0].id for st in consts} | {k.name for k in kernels}
     if "_ABI" in module_names:  # the same ABI table as the plan's (one process)
         abi = next(st for st in consts if st.targets[0].id == "_ABI")
