@@ -156,8 +156,10 @@ def check(graph, rules=False):
     """Validate graph invariants; raise ``AssertionError`` on violation.
 
     Every operand is defined before use, ids are unique, inputs and outputs
-    belong to the graph.  With ``rules`` (tests, ``HYBRIDAD_DEBUG``; see
-    :mod:`hybridad.transforms.pipeline`) every node's shape and dtype are also
+    belong to the graph, and no in-place op writes into a constant's storage
+    (a constant is the plan's, the same for every call).  With ``rules``
+    (tests, ``HYBRIDAD_DEBUG``; see :mod:`hybridad.transforms.pipeline`)
+    every node's shape and dtype are also
     computed again by its op's shape rule from its operands, as JAX's
     ``check_jaxpr`` does: a pass that rewires a node to operands of another
     shape or dtype is caught where it happens.
@@ -165,12 +167,18 @@ def check(graph, rules=False):
     from .registry import REGISTRY
 
     seen = set()
+    root = {}  # node id -> the node whose storage it is (through views, in-place ops)
     for node in graph.nodes:
         assert node.id not in seen, f"duplicate node id %{node.id}"
         for a in node.args:
             assert a.id in seen, f"%{node.id} uses %{a.id} before it is defined"
         seen.add(node.id)
         op = REGISTRY.get(node.op)
+        kind = op.kind if op is not None else None
+        if kind in ("view", "inplace") and node.args:
+            root[node.id] = base = root.get(node.args[0].id, node.args[0])
+            assert kind != "inplace" or base.op != "const", (
+                f"%{node.id} = {node.op}(...) writes in place into the constant %{base.id}")
         if rules and op is not None:
             shape, dtype = op.abstract(*node.args, **node.attrs)
             assert tuple(shape) == tuple(node.shape) and np.dtype(dtype) == node.dtype, (

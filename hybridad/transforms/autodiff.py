@@ -96,7 +96,14 @@ class _Adjoints:
         elif exclusive:
             self.value[node.id], self.owned[node.id] = bind("iadd", c, prev), True
         else:
-            self.value[node.id], self.owned[node.id] = prev + c, True
+            total = prev + c
+            # ours to add into only where the sum is a new buffer: of two literal
+            # cotangents (a sum's, sliced by a concatenation of one array with
+            # itself) it folds into a constant, which an iadd would change for
+            # every later call (x + 0 simplifies to x: not ours either)
+            self.value[node.id] = total
+            self.owned[node.id] = total.node is not prev.node and total.node is not c.node \
+                and total.node.op != "const"
 
     def add_scatter(self, node, s):
         value = s.value if s.value.dtype == node.dtype else s.value.astype(node.dtype)
