@@ -331,6 +331,28 @@ def test_ufunc_at_into_an_array_f_makes(ufunc):
     assert np.array_equal(_GLOBAL_ACCUMULATOR, np.zeros(3))  # (the refusal wrote nothing)
 
 
+@pytest.mark.parametrize("make", [
+    lambda: np.array([2, 0, 0, 3]),
+    lambda: np.arange(4)[::-1] % 3,
+    lambda: (np.array([1, 0, 1, 0]), np.array([2, 2, 0, 1])),
+], ids=["np.array", "computed", "tuple"])
+def test_ufunc_at_with_indices_f_makes(make):
+    """The indices made inside ``f`` (traced where ``f``'s made arrays are:
+    constants, their values known) are indices, not traced values."""
+    def f(x):
+        idx = make()
+        y = np.zeros((3, 4)) if isinstance(idx, tuple) else np.zeros(4)
+        np.add.at(y, idx, np.sin(x))
+        return np.sum(y ** 2)
+
+    x = np.array([0.5, -1.0, 2.0, 0.7])
+    for backend in ("numpy", "numba"):
+        res = ha.gradient(f, x, backend=backend)
+        assert float(res.value) == pytest.approx(f(x), rel=1e-14)
+        np.testing.assert_allclose(res.gradient, numerical_gradient(f, x), rtol=1e-6,
+                                   atol=1e-8)
+
+
 def test_scratch_accumulator_advice_works():
     # the error's advice: an exact 0 added makes the accumulator traced
     def f(x):

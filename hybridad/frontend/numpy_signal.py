@@ -47,12 +47,25 @@ __all__ = ["bincount", "convolve", "correlate", "cumulative_trapezoid", "interp"
 
 
 def _constant(name, value, what="indices"):
-    """``value`` (an index, possibly a tuple of them) holding no tracer."""
+    """``value`` (an index, possibly a tuple of them) holding no tracer; a
+    constant's tracer (``np.array([2, 0, 0])`` made in ``f``, traced where
+    ``f``'s made arrays are) is its value."""
+    if isinstance(value, tuple):
+        value = tuple(map(_known, value))
+    else:
+        value = _known(value)
     parts = value if isinstance(value, tuple) else (value,)
     if any(isinstance(p, Tracer) for p in parts):
         raise TracingError(f"{name} with traced {what} at {user_location()}: {what} must be "
                            "known at trace time (constant arrays, slices or ints)")
     return value
+
+
+def _known(part):
+    """An index part, a constant's tracer replaced by the constant's value."""
+    if isinstance(part, Tracer) and part.node.op == "const" and part.dtype.kind in "biu":
+        return np.array(part.node.attrs["value"])
+    return part
 
 
 def _const_tracer(like, value):
