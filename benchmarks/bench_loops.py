@@ -149,22 +149,28 @@ state = {"euler": 50, "rnn": 32, "heat": 64}.get(model, 6)
 stored = T * state * 8  # the carries of every step, float64
 opts = {"memory_budget": int(budget * stored)} if budget else {}
 fori, scan = (ha.fori_loop, ha.scan) if form == "explicit" else (py_fori, py_scan)
-if model == "euler":
-    f, argnums, kind = euler(np, T, fori), 0, "gradient"
-elif model == "rnn":
-    f, argnums, kind = rnn(np, T, scan), 1, "gradient"
-elif model == "heat":
-    f, argnums, kind = heat(np, T, ha.scan if form == "explicit" else None), 0, "gradient"
-else:
-    f, argnums, kind = rk4(np, T, fori), 0, "hessian"
-if kind == "gradient":
-    plan = ha.compile(f, *args, argnums=argnums, **opts)
-    out = ha.GradientResult(args[argnums])
-    call = lambda: plan.gradient(*args, out=out)
-else:
+def model_f():
+    """``(f, argnums, kind)`` of the model (a new function object each call)."""
+    if model == "euler":
+        return euler(np, T, fori), 0, "gradient"
+    if model == "rnn":
+        return rnn(np, T, scan), 1, "gradient"
+    if model == "heat":
+        return heat(np, T, ha.scan if form == "explicit" else None), 0, "gradient"
+    return rk4(np, T, fori), 0, "hessian"
+
+def planned(f):
+    """``(plan, call)``: the model's plan of ``f`` and a call of it into its result."""
+    if kind == "gradient":
+        plan = ha.compile(f, *args, argnums=argnums, **opts)
+        out = ha.GradientResult(args[argnums])
+        return plan, lambda: plan.gradient(*args, out=out)
     plan = ha.compile(f, *args, hessian=True, **opts)
     out = ha.HessianResult(args[0])
-    call = lambda: plan.hessian(*args, out=out)
+    return plan, lambda: plan.hessian(*args, out=out)
+
+f, argnums, kind = model_f()
+plan, call = planned(f)
 t1 = time.perf_counter()
 call()
 first = time.perf_counter() - t0
@@ -179,17 +185,7 @@ per_call = tracemalloc.get_traced_memory()[1]  # what a call allocates (0: nothi
 tracemalloc.stop()
 # what a plan's first call leaves allocated beside its memory plan (its loop
 # runners' tables): a second plan of the same loops, whose bodies are compiled
-f2 = {"euler": lambda: euler(np, T, fori), "rnn": lambda: rnn(np, T, scan),
-      "heat": lambda: heat(np, T, ha.scan if form == "explicit" else None),
-      }.get(model, lambda: rk4(np, T, fori))()
-if kind == "gradient":
-    plan2 = ha.compile(f2, *args, argnums=argnums, **opts)
-    out2 = ha.GradientResult(args[argnums])
-    call2 = lambda: plan2.gradient(*args, out=out2)
-else:
-    plan2 = ha.compile(f2, *args, hessian=True, **opts)
-    out2 = ha.HessianResult(args[0])
-    call2 = lambda: plan2.hessian(*args, out=out2)
+_, call2 = planned(model_f()[0])
 tracemalloc.start()
 arrays = [tracemalloc.DomainFilter(True, np.lib.tracemalloc_domain)]  # (numpy's data)
 before = tracemalloc.take_snapshot().filter_traces(arrays)

@@ -51,13 +51,18 @@ def _fd_hvp(f, x, v, args, eps=1e-6):
     return (g(x + eps * v) - g(x - eps * v)) / (2 * eps)
 
 
+def _plans(name, backend):
+    """``(f, args, x, v, hvp=True plan, Hessian plan)`` of case ``name``."""
+    f, args = CASES[name]
+    x, v = RNG.uniform(-0.8, 0.8, N), RNG.standard_normal(N)
+    return (f, args, x, v, ha.compile(f, x, *args, hvp=True, backend=backend),
+            ha.compile(f, x, *args, hessian=True, backend=backend))
+
+
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_every_entry_point_against_differences_and_each_other(name, backend):
-    f, args = CASES[name]
-    x, v = RNG.uniform(-0.8, 0.8, N), RNG.standard_normal(N)
-    fused = ha.compile(f, x, *args, hvp=True, backend=backend)
-    hess = ha.compile(f, x, *args, hessian=True, backend=backend)
+    f, args, x, v, fused, hess = _plans(name, backend)
     got = {
         "hvp=True": fused.hvp(x, *args, v=v).hvp,
         "hessian plan hvp(x, v=)": hess.hvp(x, *args, v=v).hvp,
@@ -84,10 +89,7 @@ def test_every_entry_point_against_differences_and_each_other(name, backend):
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_no_entry_point_allocates(name, backend):
-    f, args = CASES[name]
-    x, v = RNG.uniform(-0.8, 0.8, N), RNG.standard_normal(N)
-    fused = ha.compile(f, x, *args, hvp=True, backend=backend)
-    hess = ha.compile(f, x, *args, hessian=True, backend=backend)
+    f, args, x, v, fused, hess = _plans(name, backend)
     res = [ha.HvpResult(x) for _ in range(4)]
     point, alone, full = ha.GradientResult(x), np.zeros(N), ha.HessianResult(x)
 
