@@ -109,7 +109,17 @@ def ufunc_code(ufunc, args):
             if args[0].dtype != out_dtype:
                 code = f"np.{out_dtype.name}({code})"
             return Sym(code, out_dtype, consts)
-    if name in _INFIX:
+    if name in ("add", "multiply") and out_dtype == np.bool_:
+        # numpy's add and multiply of booleans are logical or and and (True +
+        # True is True); Python's and numba's + and * on bools count
+        code = f"({args[0].code} {'|' if name == 'add' else '&'} {args[1].code})"
+    elif name == "fmod" and out_dtype.kind in "iu":
+        # C's fmod (the dividend's sign: fmod(-1, 2) == -1); numba's np.fmod of
+        # integers is Python's % (the divisor's sign); 0 where b is 0, as numpy
+        a, b = args[0].code, args[1].code
+        code = (f"np.{out_dtype.name}(({a}) % ({b}) - ({b}) * ((({a}) % ({b}) != 0) & "
+                f"((({a}) < 0) != (({b}) < 0))))")
+    elif name in _INFIX:
         code = f"({args[0].code} {_INFIX[name]} {args[1].code})"
     elif name in _PREFIX:
         code = f"({_PREFIX[name]}{args[0].code})"

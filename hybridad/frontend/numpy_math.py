@@ -125,6 +125,10 @@ def average(a, axis=None, weights=None, returned=False, *, keepdims=False):
 def _scan(name, a, axis, dtype, out):
     _no_kwargs(name, {"out": out})
     a = _tracer(a)
+    if dtype is not None and np.dtype(dtype) == np.bool_:
+        # numpy's logical or (cumsum) and and (cumprod) accumulated: the 0/1
+        # counts' running sum or product, nonzero
+        return np.not_equal(_scan(name, a.astype(np.bool_), axis, np.int64, out), 0)
     if dtype is not None:
         a = a.astype(dtype)
     elif a.dtype == np.bool_ or (a.dtype.kind in "iu" and a.dtype.itemsize < 8):

@@ -122,6 +122,9 @@ def einsum(*operands, out=None, optimize=False, **kw):
         letters = "".join(ins)
         rhs = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
     xs = [_tracer(x) for x in arrays]
+    if all(x.dtype == np.bool_ for x in xs):  # (numpy's sum of products in bool: an or
+        # of ands, True or False -- the 0/1 count's, nonzero)
+        return np.not_equal(einsum(f"{lhs}->{rhs}", *[x.astype(np.int64) for x in xs]), 0)
     sizes = {}
     for spec, x in zip(ins, xs, strict=True):
         if len(spec) != x.ndim:

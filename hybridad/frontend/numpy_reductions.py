@@ -85,7 +85,9 @@ def _with_initial(r, initial, ufunc):
 def sum_(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NoValue, where=True):
     _no_out("sum", out)
     a = _mask(_accumulate_in(_tracer(a), dtype), where, 0, "add")
-    return _with_initial(_reduce("sum", a, axis, keepdims), initial, np.add)
+    # (in bool, numpy's add is logical or: a sum with dtype=bool is any)
+    return _with_initial(_reduce("max" if a.dtype == np.bool_ else "sum", a, axis, keepdims),
+                         initial, np.add)
 
 
 @implements(np.count_nonzero)
@@ -102,7 +104,9 @@ def count_nonzero(a, axis=None, *, keepdims=False):
 def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=_NoValue, where=True):
     _no_out("prod", out)
     a = _mask(_accumulate_in(_tracer(a), dtype), where, 1, "multiply")
-    return _with_initial(_reduce("prod", a, axis, keepdims), initial, np.multiply)
+    # (in bool, numpy's multiply is logical and: a product with dtype=bool is all)
+    return _with_initial(_reduce("min" if a.dtype == np.bool_ else "prod", a, axis, keepdims),
+                         initial, np.multiply)
 
 
 def _extremum(opname, ufunc):

@@ -164,6 +164,8 @@ def _literal(value):
 
 def cuda_apply(name, codes, out_dtype):
     """CUDA source of ufunc ``name`` applied to operand source ``codes``."""
+    if name in ("add", "multiply") and out_dtype == np.bool_:  # (numpy's: or, and)
+        return f"({codes[0]} {'||' if name == 'add' else '&&'} {codes[1]})"
     if name in _INFIX:
         return f"({codes[0]} {_INFIX[name]} {codes[1]})"
     if name in _PREFIX:
