@@ -287,9 +287,10 @@ class LoopRunner:
 
         def moving(a):
             """One view object for the rows of ``a``, in the order the steps run."""
-            if length == 0:
+            if length == 0:  # (no iteration reads it)
                 keep.append(a)
-                return fixed_row(id(a))
+                fixed_row(id(a))
+                return
             view = a[0, ...]
             step = a.strides[0]
             first = _address(a) + (step * (length - 1) if self.reverse else 0)

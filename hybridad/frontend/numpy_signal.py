@@ -50,20 +50,16 @@ def _constant(name, value, what="indices"):
     """``value`` (an index, possibly a tuple of them) holding no tracer; a
     constant's tracer (``np.array([2, 0, 0])`` made in ``f``, traced where
     ``f``'s made arrays are) is its value."""
-    if isinstance(value, tuple):
-        value = tuple(map(_known, value))
-    else:
-        value = _known(value)
-    parts = value if isinstance(value, tuple) else (value,)
+    parts = tuple(map(_known, value if isinstance(value, tuple) else (value,)))
     if any(isinstance(p, Tracer) for p in parts):
         raise TracingError(f"{name} with traced {what} at {user_location()}: {what} must be "
                            "known at trace time (constant arrays, slices or ints)")
-    return value
+    return parts if isinstance(value, tuple) else parts[0]
 
 
 def _known(part):
     """An index part, a constant's tracer replaced by the constant's value."""
-    if isinstance(part, Tracer) and part.node.op == "const" and part.dtype.kind in "biu":
+    if isinstance(part, Tracer) and part.node.is_const and part.dtype.kind in "biu":
         return np.array(part.node.attrs["value"])
     return part
 

@@ -350,7 +350,8 @@ class _Matcher:
                 bad &= ~self._fed_pairs(px, py)
                 if bad.any():
                     return False
-        if not self._arrays[1][i] and self.key(i) == self.key(i + p):
+        const = self._arrays[1]
+        if not const[i] and self.key(i) == self.key(i + p):
             return True
         return bool(same.all())
 
