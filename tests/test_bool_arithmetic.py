@@ -17,7 +17,7 @@ import pytest
 
 import hybridad as ha
 from hybridad.backends.cuda.source import cuda_apply
-from hybridad.testing import numerical_gradient
+from hybridad.testing import assert_no_alloc, numerical_gradient
 
 X = np.array([-1.1, 0.2, 0.8, 1.5, -0.4])
 
@@ -55,6 +55,8 @@ def test_boolean_and_integer_arithmetic_as_numpy_does_it(name, backend):
     res = ha.gradient(f, X, backend=backend)
     assert float(res.value) == pytest.approx(float(f(X)), rel=1e-14, abs=1e-15)
     np.testing.assert_allclose(res.gradient, numerical_gradient(f, X), rtol=1e-7, atol=1e-9)
+    plan = ha.compile(f, X, backend=backend)
+    assert_no_alloc(plan.gradient, X, out=ha.GradientResult(X), n=10)
 
 
 def test_the_gpu_dialect_spells_boolean_add_and_multiply_as_logic():

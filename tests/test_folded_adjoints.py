@@ -17,7 +17,7 @@ import pytest
 
 import hybridad as ha
 from hybridad.ir.graph import Graph, Node, check
-from hybridad.testing import numerical_gradient
+from hybridad.testing import assert_no_alloc, numerical_gradient
 
 X = np.array([0.3, -1.2, 0.8])
 M = np.array([[0.3, -1.2, 0.8], [1.1, 0.4, -0.6]])
@@ -49,6 +49,8 @@ def test_gradients_of_self_concatenations_are_the_same_every_call(name, backend)
         if first is None:
             first = got
         assert np.array_equal(got, first)
+    assert_no_alloc(plan.gradient, x, out=out, n=10)
+    np.testing.assert_array_equal(out.gradient, first)  # (the same bits after those calls)
     for _ in range(3):  # (the convenience function: its cached plan, called again)
         np.testing.assert_array_equal(ha.gradient(f, x, backend=backend).gradient, first)
 

@@ -351,6 +351,8 @@ def test_ufunc_at_with_indices_f_makes(make):
         assert float(res.value) == pytest.approx(f(x), rel=1e-14)
         np.testing.assert_allclose(res.gradient, numerical_gradient(f, x), rtol=1e-6,
                                    atol=1e-8)
+        plan = ha.compile(f, x, backend=backend)
+        assert_no_alloc(plan.gradient, x, out=ha.GradientResult(x), n=10)
 
 
 def test_scratch_accumulator_advice_works():
