@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import stat
-import threading
 import warnings
+
+from . import _forksafe
 
 __all__ = ["CacheWarning", "cache_dir", "cache_location"]
 
@@ -29,7 +30,7 @@ def _warn(message):
 
 # -- the directory ----------------------------------------------------------------------
 _REFUSED = set()  # directories already warned about
-_LOCK = threading.RLock()
+_LOCK = _forksafe.RLock()
 
 
 def cache_location():

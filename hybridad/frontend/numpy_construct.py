@@ -39,6 +39,7 @@ import threading
 import numpy as np
 from numpy.lib import _index_tricks_impl as _index_tricks
 
+from .. import _forksafe
 from ..errors import user_location
 from .after_import import loaded
 from .numpy_api import (
@@ -334,7 +335,7 @@ def _directive(name, item, axis, ndmin, trans1d):
 # installing the wrappers while traces run
 # ----------------------------------------------------------------------------
 
-_lock = threading.Lock()
+_lock = _forksafe.Lock()
 _active = 0  # threads whose trace stack is not empty
 _saved = {}  # what the wrappers replaced
 _thread = threading.local()  # .counted: this thread is one of the _active

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import inspect
+import os
 import sys
 import threading
 import types
@@ -26,6 +27,7 @@ import weakref
 
 import numpy as np
 
+from .. import _forksafe
 from .. import _tree
 from .._xp import array_module, is_array
 from ..errors import RetraceWarning, StalePlanError
@@ -39,7 +41,11 @@ REBUILD_WARN = 3
 
 _weak = weakref.WeakKeyDictionary()
 _strong = collections.OrderedDict()
-_lock = threading.RLock()
+_lock = _forksafe.RLock()
+#: (id of a plan table, key) -> the :class:`_Build` of a plan being built
+_building = {}
+if hasattr(os, "register_at_fork"):  # a forked child builds its own (their builders are gone)
+    os.register_at_fork(after_in_child=_building.clear)
 
 
 def default_backend(backend, args):
@@ -100,24 +106,59 @@ def lookup(f, args, argnums, backend, hvp=False, parallel=True, build=None, tag=
     if build is None:
         def build():
             return Plan(f, args, argnums, backend, hvp=hvp, parallel=parallel)
-    with _lock:
-        lru = cache_for(f)
+    while True:
+        with _lock:  # (held for the tables alone: never across a build)
+            lru = cache_for(f)
+            if lru is None:
+                try:
+                    hash(f)
+                except TypeError:  # unhashable callable: no caching
+                    lru = None
+                else:
+                    lru, key = _strong, (f, key)
+            if lru is not None:
+                plan = lru.get(key)
+                if plan is not None and plan is not stale:
+                    lru.move_to_end(key)
+                    return plan, leaves
+                token = (id(lru), key)
+                pending = _building.get(token)
+                mine = pending is None or pending.owner == threading.get_ident()
+                if pending is None:
+                    pending = _building[token] = _Build()
         if lru is None:
-            try:
-                hash(f)
-            except TypeError:  # unhashable callable: no caching
-                return build(), leaves
-            lru, key = _strong, (f, key)
-        plan = lru.get(key)
-        if plan is None or plan is stale:
-            plan = _rebuilt(build(), stale)
-            lru[key] = plan
-            limit = MAX_STRONG_PLANS if lru is _strong else MAX_PLANS_PER_FUNCTION
-            while len(lru) > limit:
-                lru.popitem(last=False)
-        else:
-            lru.move_to_end(key)
+            return build(), leaves
+        if mine:
+            break
+        pending.done.wait()  # another thread builds this plan: its, once made
+    try:
+        plan = _rebuilt(build(), stale)
+    except BaseException:
+        with _lock:
+            if _building.get(token) is pending:
+                del _building[token]
+        pending.done.set()  # (a waiting thread then builds, and meets the error itself)
+        raise
+    with _lock:
+        lru[key] = plan
+        limit = MAX_STRONG_PLANS if lru is _strong else MAX_PLANS_PER_FUNCTION
+        while len(lru) > limit:
+            lru.popitem(last=False)
+        if _building.get(token) is pending:
+            del _building[token]
+    pending.done.set()
     return plan, leaves
+
+
+class _Build:
+    """A plan one thread is building (:func:`lookup`): others asking for the
+    same plan wait for it; other plans are looked up and built meanwhile."""
+
+    __slots__ = ("done", "owner")
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.owner = threading.get_ident()
 
 
 def _rebuilt(plan, stale):

@@ -38,6 +38,7 @@ import threading
 
 import numpy as np
 
+from .. import _forksafe
 from .. import _tree
 from .._xp import array_module, is_array
 from ..errors import StalePlanError
@@ -123,7 +124,7 @@ def _make(f, layout, kind):
         return _output(f, f(*args), kind)
 
     real_f.entries = collections.OrderedDict()
-    real_f.entries_lock = threading.Lock()
+    real_f.entries_lock = _forksafe.Lock()
     return real_f
 
 
@@ -177,7 +178,7 @@ class Entry:
     __slots__ = ("lock", "split", "tail", "vsplit", "plan", "inner")
 
     def __init__(self, args, layout):
-        self.lock = threading.Lock()
+        self.lock = _forksafe.Lock()
         self.split, self.tail, self.vsplit, self.plan, self.inner = [], [], None, None, None
         for k, how in layout:
             dtype, shape = _real_dtype(args[k], k), np.shape(args[k])

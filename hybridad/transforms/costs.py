@@ -42,10 +42,10 @@ import dataclasses
 import json
 import os
 import platform
-import threading
 
 import numpy as np
 
+from .. import _forksafe
 from ..ops import region as _region
 from .machine import matvec_matrix
 
@@ -199,7 +199,7 @@ def _machine():
     return cpu_model() or "", os.cpu_count() or 0
 
 
-_lock = threading.Lock()
+_lock = _forksafe.Lock()
 _current = None
 
 

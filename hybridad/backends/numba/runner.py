@@ -4,10 +4,10 @@ generated function makes before it writes anything (:class:`_Checks`)."""
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 
+from ... import _forksafe
 from .threads import SingleThreadedBlas, ThreadChoice
 
 
@@ -95,7 +95,7 @@ class NumbaProgram:
         self.source = source
         self.heavy = heavy
         self.objects = objects
-        self.lock = threading.RLock()
+        self.lock = _forksafe.RLock()
         self._in_specs = [(tuple(s), np.dtype(d)) for s, d in in_specs]
         self._out_specs = [(tuple(s), np.dtype(d)) for s, d in out_specs]
         self._staged = {}

@@ -36,8 +36,9 @@ is too busy for more (:class:`ThreadChoice`).
 from __future__ import annotations
 
 import os
-import threading
 import time
+
+from ... import _forksafe
 
 __all__ = ["BLAS_SPIN_LOG2", "SingleThreadedBlas", "ThreadChoice", "max_threads",
            "short_blas_spin", "start_pool"]
@@ -57,7 +58,7 @@ def short_blas_spin():
     return os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", str(BLAS_SPIN_LOG2))
 
 _libs = None
-_libs_lock = threading.Lock()
+_libs_lock = _forksafe.Lock()
 
 
 def start_pool():
@@ -128,7 +129,7 @@ class SingleThreadedBlas:
 
     _depth = 0
     _saved = ()
-    _lock = threading.Lock()
+    _lock = _forksafe.Lock()
 
     def __enter__(self):
         cls = type(self)
