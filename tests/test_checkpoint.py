@@ -12,6 +12,7 @@ import pytest
 from conftest import rk4_final
 
 import hybridad as ha
+from hybridad.ops.region import recompute_partials
 from hybridad.testing import count_allocations, numerical_gradient
 from hybridad.transforms import checkpoint
 
@@ -80,6 +81,62 @@ def test_a_tighter_budget_takes_more_levels():
 def test_too_small_a_budget_names_what_was_tried():
     with pytest.raises(ha.MemoryBudgetError, match="loops checkpointed on 4 levels"):
         ha.compile(euler, X0, backend="numpy", memory_budget=2000)
+
+
+def euler_w(x, w):  # the loop closes over a differentiated argument: its sum over 400 steps
+    def step(i, v):
+        return v + 0.01 * np.tanh(w * v + np.roll(v, 1)) * (1.0 + 1e-4 * i)
+    return np.sum(ha.fori_loop(0, 400, step, x) ** 2)
+
+
+def rnn_w(h, w, xs):  # 203 steps: segments and a tail loop, each adding to w's sum
+    def cell(h, x):
+        h = np.tanh(w * h * 0.5 + x)
+        return h, np.sum(h * x)
+    h, ys = ha.scan(cell, h, xs)
+    return np.sum(h ** 2) + np.sum(np.sin(ys)) + np.sum(w * h)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("f, args, share", [(euler_w, (X0, W), 4), (rnn_w, (X0, W, XS), 2)],
+                         ids=["euler", "rnn"])
+def test_the_sums_of_closed_over_arguments_are_bitwise_the_unsplit_loops(f, args, share,
+                                                                          backend):
+    """The cotangent of an argument a loop body reads (``w`` here), summed over
+    the iterations: each segment's reverse loop continues the sum of the one
+    reversed before it (a tail loop's too) instead of summing its own from
+    zero and adding it -- which rounded differently from the loop unsplit
+    (6e-15 apart at 400 steps)."""
+    full = ha.compile(f, *args, argnums=(0, 1), backend=backend)
+    tight = ha.compile(f, *args, argnums=(0, 1), backend=backend,
+                       memory_budget=full.memory.total_bytes // share)
+    assert tight.checkpoint_levels >= 2 and _nested(tight)
+    # (a budget also recomputes the regions' partials rather than storing them,
+    # which may round differently: the loop unsplit, built that way too)
+    with recompute_partials():
+        full = ha.compile(f, *args, argnums=(0, 1), backend=backend)
+    assert not _nested(full)
+    a, b = full.gradient(*args), tight.gradient(*args)
+    assert float(a.value) == float(b.value)
+    for ga, gb in zip(a.gradient, b.gradient, strict=True):
+        np.testing.assert_array_equal(ga, gb)
+    fd = numerical_gradient(lambda w: f(args[0], w, *args[2:]), args[1])
+    np.testing.assert_allclose(b.gradient[1], fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("levels", [2, 3, 4])
+def test_closed_over_sums_through_every_level_are_bitwise_the_unsplit_loops(levels, monkeypatch):
+    """The same on 2 to 4 levels (segments of segments, and tails at each)."""
+    from hybridad.plans.plan import Plan
+
+    args = (X0, W, XS)
+    want = ha.compile(rnn_w, *args, argnums=(0, 1), backend="numpy").gradient(*args)
+    monkeypatch.setattr(Plan, "checkpoint_levels", levels)
+    split = ha.compile(rnn_w, *args, argnums=(0, 1), backend="numpy")
+    assert _nested(split)
+    got = split.gradient(*args)
+    for a, b in zip(want.gradient, got.gradient, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_numba_checkpointed_plan_matches():

@@ -332,7 +332,7 @@ def _reverse_body(body, active, saved, shifted=()):
                  for gr, w in zip(grads, wrt, strict=True)]
         new_ct = grads[:nc]
         ct_x = grads[nc:nc + len(a_x)]
-        new_acc = [a + gr for a, gr in zip(acc, grads[nc + len(a_x):], strict=True)]
+        new_acc = [_summed(a, gr) for a, gr in zip(acc, grads[nc + len(a_x):], strict=True)]
     results = new_ct + new_acc + [c_t[j] for j in shifted] + ct_x
     # the reverse pass reads the stored residuals, not their recomputation (the
     # forward nodes that computed them are left to dead-code elimination)
@@ -342,6 +342,60 @@ def _reverse_body(body, active, saved, shifted=()):
                    for j, t in zip(shifted, nxt, strict=True)})
     redirect([n for n in trace.nodes if n.phase != "forward"], stored)
     return trace, ins, env, (results, a_x, a_k, user_ys)
+
+
+def _summed(acc, gr):
+    started = start_sum_at(acc, gr)
+    return acc + gr if started is None else started
+
+
+def start_sum_at(acc, gr):
+    """``acc + gr`` without an add where ``gr`` is a sum a reverse loop
+    accumulates from zero (a constant's cotangent: the part of that loop's
+    value holding a carry the body only adds to): the loop's sum starts at
+    ``acc`` instead, in place.  Sums then run in the unsplit loop's order --
+    a checkpointed loop's segments (nested loops, and a tail loop) continue
+    one another's sums -- so its gradient is bitwise the unsplit loop's.
+    None where ``gr`` is not such a sum (add them)."""
+    found = _summed_carry(gr.node)
+    if found is None:
+        return None
+    loop, k = found
+    init = loop.args[k]
+    if init.op != "zeros" or acc.shape != gr.shape or acc.dtype != gr.dtype:
+        return None
+    redirect([loop], {init.id: acc.node})
+    return gr
+
+
+def _summed_carry(node):
+    """``(loop, k)`` where ``node`` is the final value of carry ``k`` of a
+    reverse ``loop`` whose body only adds to that carry (``c + x``, or a
+    nested reverse loop's sum started at ``c``), and which reads its initial
+    value nowhere else; or None."""
+    view = node.args[0] if node.op == "reshape" and node.args else node
+    if view.op != "getitem" or not view.args or view.args[0].op != "loop":
+        return None
+    loop, index = view.args[0], view.attrs["index"]
+    if loop.attrs["saved"] is not None or len(index) != 1 or type(index[0]) is not slice or \
+            index[0].step not in (None, 1):
+        return None
+    body = loop.attrs["body"]
+    for k, off, shape in layout(body, loop.attrs["length"], loop.attrs["order"]):
+        if off == index[0].start and k < body.n_carry and tuple(shape) == tuple(node.shape):
+            carry, new = body.graph.inputs[int(body.index) + k], body.graph.outputs[k]
+            readers = [n for n in body.graph.nodes if carry in n.args]
+            if sum(a is loop.args[k] for a in loop.args) != 1:
+                return None
+            if new is carry and not readers:
+                return loop, k
+            if new.op == "add" and new.args[0] is carry and readers == [new]:
+                return loop, k
+            inner = _summed_carry(new)
+            if inner is not None and inner[0].args[inner[1]] is carry and readers == [inner[0]]:
+                return loop, k
+            return None
+    return None
 
 
 def _reverse_loop(g, node, active, operands, body, length, start, reverse, order, saved,

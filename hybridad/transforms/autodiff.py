@@ -86,6 +86,11 @@ class _Adjoints:
 
     def add(self, node, c, exclusive):
         prev = self._dense(node)
+        if prev is not None and _loop.start_sum_at(prev, c) is not None:
+            # (a reverse loop's sum from zero, started at prev instead: a
+            # checkpointed loop's tail and segments sum in the unsplit order)
+            self.value[node.id], self.owned[node.id] = c, False
+            return
         if not self.inplace:
             self.value[node.id] = c if prev is None else prev + c
             self.owned[node.id] = False
