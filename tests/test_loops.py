@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
+from hybridad.trace import Tracer
 from hybridad.testing import count_allocations, numerical_gradient
 
 RNG = np.random.default_rng(7)
@@ -247,6 +248,25 @@ def test_zero_trip_count_returns_the_initial_carry():
     f = lambda x: np.sum(ha.fori_loop(3, 3, lambda i, v: v * 2, x) ** 2)  # noqa: E731
     r = ha.gradient(f, X0, backend="numpy")
     np.testing.assert_allclose(r.gradient, 2 * X0)
+
+
+def test_an_empty_scan_stacks_empty_ys_eager_and_traced():
+    """No iteration: the ys still have their structure, shapes ``(0, ...)`` and
+    dtype -- eager (it returned None) as traced, as JAX's scan."""
+    seen = {}
+
+    def f(x):
+        c, (s, y) = ha.scan(lambda c, r: (c * 2 + r, (np.sum(c), c * r)), x, np.ones((0, 3)))
+        seen["traced" if isinstance(s, Tracer) else "eager"] = (s.shape, y.shape, y.dtype)
+        return np.sum(c ** 2) + np.sum(y)
+
+    x = np.arange(3.0)
+    assert f(x) == np.sum(x ** 2)
+    r = ha.gradient(f, x, backend="numpy")
+    np.testing.assert_array_equal(r.gradient, 2 * x)
+    assert seen["eager"] == seen["traced"] == ((0,), (0, 3), np.dtype(np.float64))
+    c, ys = ha.scan(lambda c, _: (c + 1, {"a": c}), np.zeros(2), None, length=0)
+    assert ys["a"].shape == (0, 2)
 
 
 def test_bad_loops_raise_clear_errors():

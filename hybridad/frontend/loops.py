@@ -242,8 +242,14 @@ def _scan_eager(f, init, xs, n, reverse):
         x = _unflatten(x_def, iter([leaf[t] for leaf in x_leaves])) if x_leaves or \
             x_def is not None else None
         carry, ys[t] = f(carry, x)
-    if n == 0:
-        return carry, None
+    if n == 0:  # no iteration: f run once on zeros for the ys' structure, as JAX traces it
+        x = _unflatten(x_def, iter([np.zeros(np.shape(leaf)[1:], np.asarray(leaf).dtype)
+                                    for leaf in x_leaves])) if x_leaves or \
+            x_def is not None else None
+        with np.errstate(all="ignore"):
+            leaves0, y_def = _tree(f(init, x)[1])
+        return carry, _unflatten(y_def, iter([np.zeros((0, *np.shape(y)), np.asarray(y).dtype)
+                                              for y in leaves0]))
     leaves0, y_def = _tree(ys[0])
     stacked = [np.stack([np.asarray(_tree(y)[0][j]) for y in ys]) for j in range(len(leaves0))]
     return carry, _unflatten(y_def, iter(stacked))
