@@ -220,6 +220,50 @@ def test_a_build_holds_up_only_the_threads_that_want_its_plan():
         np.testing.assert_allclose(r.gradient, np.cos(x), rtol=1e-14)
 
 
+def _loop(x, d):  # a loop's runner: the plan switches to Python for it
+    return np.sum(ha.fori_loop(0, 20, lambda i, v: v + 0.1 * np.tanh(v * d[:40]), x) ** 2)
+
+
+def _host(x, d):  # a host call (numpy's own polyfit on data): Python again
+    c = np.polyfit(d, d * d, 2)
+    return np.sum(np.sin(x) * x) * np.sum(c)
+
+
+@pytest.mark.parametrize("f", [_loop, _host], ids=["loop", "host-call"])
+def test_threads_calling_one_small_plan_that_runs_python_get_their_own_results(f):
+    """Four threads call one plan, each with its own arguments and result.  A
+    small plan runs without the plan's lock, atomic because it holds the GIL
+    throughout -- but not where it switches to Python (a loop's runner, a
+    host call): another thread's call then ran in between, into the same
+    workspace (138 wrong results of 6000).  Each result is the one a lone
+    call gives, to the bit."""
+    rng = np.random.default_rng(0)
+    args = [(rng.standard_normal(40), rng.standard_normal(50) * (t + 1)) for t in range(4)]
+    plan = ha.compile(f, *args[0])
+    want = [plan.gradient(*a) for a in args]
+    wrong = []
+
+    def work(t):
+        res = ha.GradientResult(args[t][0])
+        for _ in range(1500):
+            plan.gradient(*args[t], out=res)
+            if res.value != want[t].value or \
+                    res.gradient.tobytes() != want[t].gradient.tobytes():
+                wrong.append(t)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # (threads switch often: a race shows at once)
+    try:
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not wrong, f"{len(wrong)} wrong results of 6000"
+
+
 def test_hybridad_makes_its_locks_where_a_fork_gets_them_back():
     """Every lock of hybridad around Python-level state comes from
     :mod:`hybridad._forksafe` (a child gets it back free); the ones left

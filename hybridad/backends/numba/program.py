@@ -406,7 +406,9 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
                                      if re.search(rf"\b_la_{op}\(", calls)])
     parallel = parallel or w.parallel  # (a prange here: numba's parallel flags)
     threaded = parallel or w.threaded  # numba's threads run part of it
-    heavy = threaded or work_estimate(nodes) >= PARALLEL_MIN
+    # (a call that switches to Python -- a host call, a loop's runner -- lets
+    # other threads run in between, into the same workspace: it takes the lock)
+    heavy = threaded or work_estimate(nodes) >= PARALLEL_MIN or "with _objmode(" in calls
     fn_name = "plan_fn"
     flags = base_flags + (", nogil=True" if heavy else "") + (_PARALLEL if parallel else "")
     signature = f"def {fn_name}({', '.join(params)}):"

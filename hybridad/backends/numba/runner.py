@@ -66,14 +66,16 @@ class NumbaProgram:
         The generated module.
     heavy : bool
         Whether the plan is large enough to release the GIL (``nogil``,
-        ``prange``); calls on one program are then serialized by :attr:`lock`.
+        ``prange``), or switches to Python while it runs (a host call, a
+        loop's runner: other threads may run meanwhile); calls on one program
+        are then serialized by :attr:`lock`.
     lock : lock
         Serializes what shares this program's workspace: every :meth:`run`
         (its staging buffers, the call and the copies back) and, for a heavy
         program, every :meth:`call`.  A plan gives all its programs its own
         (re-entrant) lock, since they share one arena.  A light program's
         :meth:`call` takes no lock: it holds the GIL from its checks to its
-        last write, which makes it atomic.
+        last write (nothing in it runs Python), which makes it atomic.
     threads : ThreadChoice or None
         A parallel program's thread count, chosen from measured call times
         (:mod:`.threads`); None for a serial one.
