@@ -303,17 +303,37 @@ def _module(source):
             except OSError as err:
                 _warn(f"cannot write {filename} ({err}): compiled in memory")
                 directory = None
-        if directory is None:  # in memory: numba cannot cache without a file
+        module = None
+        if directory is not None:
+            try:
+                module = _exec(modname, source, filename)
+                _verify_numba_caches(module, filename)
+            except RuntimeError as err:  # numba: "no locator available" for the file
+                if not _gone(err):
+                    raise
+                _warn(f"{filename} went away while it was loaded (the cache cleared "
+                      "meanwhile?): compiled in memory")
+                module = None
+        if module is None:  # in memory: numba cannot cache without a file
             filename = f"<hybridad generated {modname}>"
             source = source.replace("cache=True", "cache=False")
             linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        module = types.ModuleType(modname)
-        module.__file__ = filename
-        exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 (verified text)
-        if directory is not None:
-            _verify_numba_caches(module, filename)
+            module = _exec(modname, source, filename)
         sys.modules[modname] = module
         return module
+
+
+def _exec(modname, source, filename):
+    module = types.ModuleType(modname)
+    module.__file__ = filename
+    exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 (verified text)
+    return module
+
+
+def _gone(err):
+    """Whether ``err`` is numba's refusal to cache a function whose source
+    file is no longer there (a cache cleared by another process meanwhile)."""
+    return "no locator available" in str(err)
 
 
 def warm(source, fn_name="plan_fn"):
@@ -383,7 +403,13 @@ def compiled(source, fn_name, argtypes, cacheable=True):
     fn = getattr(module, fn_name)
     own = type(fn)(fn.py_func, locals={}, targetoptions=dict(fn.targetoptions))
     if cacheable and os.path.isabs(module.__file__):
-        own._cache = _VerifiedFunctionCache(own.py_func)
+        try:
+            own._cache = _VerifiedFunctionCache(own.py_func)
+        except RuntimeError as err:  # its file went away: compiled, not cached
+            if not _gone(err):
+                raise
+            _warn(f"{module.__file__} went away (the cache cleared meanwhile?): "
+                  f"{fn_name} compiled, not cached")
     with warnings.catch_warnings():  # a host_ufunc's object-mode block: expected
         warnings.filterwarnings("ignore", message=".*object mode.*", category=NumbaWarning)
         own.compile(tuple(argtypes))  # not under _LOCK: numba has its own
