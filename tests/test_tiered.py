@@ -4,6 +4,7 @@ program while numba compiles in a background thread; every later call runs
 the compiled program (the second call waits for it).  The switch is at a call
 the program fixes, never where a compile happens to finish."""
 
+import signal
 import threading
 import warnings
 
@@ -74,6 +75,33 @@ def test_the_first_call_runs_the_reference_and_the_second_waits_for_the_compile(
     np.testing.assert_array_equal(res.gradient, want.gradient)
     assert "answered the first 1 call(s)" in plan.explain()
     assert "gradient" in vars(plan)  # the fast path went in with the program
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no interval timer here")
+def test_a_ctrl_c_while_the_second_call_waits_keeps_the_switch_where_it_was(gate):
+    """A KeyboardInterrupt lands while the second call waits for the compile:
+    the next call waits again and switches (on Python 3.11 an interrupted
+    ``Thread.join`` marks a running thread stopped, which read as a failed
+    compile: the reference program kept answering until the compile happened
+    to end)."""
+    plan = ha.compile(loss, W, X, Y, tiered=True)
+    res = ha.GradientResult(W)
+    plan.gradient(W, X, Y, out=res)  # the reference program
+    before = signal.signal(signal.SIGALRM, signal.default_int_handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)  # Ctrl-C while the call waits
+        with pytest.raises(KeyboardInterrupt):
+            plan.gradient(W, X, Y, out=res)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+    assert plan.tier == "numpy"
+    threading.Timer(1.0, gate.set).start()  # the compile still held when the next call comes
+    plan.gradient(W, X, Y, out=res)
+    assert plan.tier == "numba"
+    want = compiled()
+    assert res.value == want.value
+    np.testing.assert_array_equal(res.gradient, want.gradient)
 
 
 def test_the_switch_does_not_depend_on_when_the_compile_ends():

@@ -107,6 +107,11 @@ class TieredMixin:
                                   name=f"hybridad compile {self.name}", daemon=True)
         _THREADS.add(thread)
         self._tier_thread = thread
+        #: set once the compile has ended (under the build lock: a fork sees it
+        #: set, or the compile not begun): what :meth:`wait` waits for -- not
+        #: the thread, whose join a KeyboardInterrupt can leave marked stopped
+        #: while it still runs (Python 3.11)
+        self._tier_done = threading.Event()
         thread.start()
         return True
 
@@ -147,8 +152,11 @@ class TieredMixin:
 
         with build_lock():
             pending, self._pending = self._pending, None
-            if pending is not None:
-                self._compile_taken(pending)
+            try:
+                if pending is not None:
+                    self._compile_taken(pending)
+            finally:
+                self._tier_done.set()
 
     def _compile_check(self, attach=False):
         """Compile the check of the plan's decisions on values, if it has some
@@ -198,12 +206,13 @@ class TieredMixin:
         """
         thread = self._tier_thread
         if thread is not None and self._program is None:
-            thread.join(timeout)
-            if not thread.is_alive() and self._pending is not None:
+            done = self._tier_done
+            if not done.is_set() and self._pending is not None and not thread.is_alive():
                 # a process forked before the compile began: the child has no
                 # compile thread, so it compiles here
                 self._compile_pending()
-            if not thread.is_alive() and self._compiled is not None:
+            done.wait(timeout)
+            if done.is_set() and self._compiled is not None:
                 with self._lock:  # no call is in flight on the compiled program yet
                     if self._program is None:
                         self._attach_check()
