@@ -156,11 +156,14 @@ print(float(res.value), float(res.gradient[2]))
 """
 
 
+@pytest.mark.parametrize("how", ["garbage", pytest.param("fifo", marks=pytest.mark.skipif(
+    not hasattr(os, "mkfifo"), reason="no FIFOs here"))])
 @pytest.mark.parametrize("jit", ["1", "0"], ids=["hybridad", "numba"])
-def test_later_process_survives_a_garbage_plan_cache(tmp_path, monkeypatch, jit):
-    """Every file of the cache overwritten with garbage: the next process
-    discards them and compiles again -- hybridad's compiler's object code
-    (the default) and numba's cache (``HYBRIDAD_JIT=0``)."""
+def test_later_process_survives_a_garbage_plan_cache(tmp_path, monkeypatch, jit, how):
+    """Every file of the cache overwritten with garbage, or replaced by a
+    FIFO (whose open waited for a writer: the process hung): the next
+    process discards them and compiles again -- hybridad's compiler's object
+    code (the default) and numba's cache (``HYBRIDAD_JIT=0``)."""
     monkeypatch.setenv("HYBRIDAD_JIT", jit)
     path = tmp_path / "cache"
     first, err = _run(PLAN, path)
@@ -169,7 +172,11 @@ def test_later_process_survives_a_garbage_plan_cache(tmp_path, monkeypatch, jit)
     assert {f.suffix for f in files} == ({".py", ".o"} if jit == "1" else
                                          {".py", ".nbi", ".nbc"})
     for f in files:
-        f.write_bytes(os.urandom(64))
+        if how == "fifo":
+            f.unlink()
+            os.mkfifo(f, 0o600)
+        else:
+            f.write_bytes(os.urandom(64))
     again, err = _run(PLAN, path)
     assert again == first and "hybridad cache: discarded" in err
 

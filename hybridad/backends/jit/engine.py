@@ -28,6 +28,10 @@ import numpy as np
 
 __all__ = ["LOCK", "SYMBOLS", "compile_ir", "load_object", "object_key", "optimized_ir", "target"]
 
+#: opening a cache file: never through a link, and never waiting (a FIFO put
+#: there blocked the open; fstat then refuses what is not a regular file)
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+
 #: held by every translation, optimization and load (LLVM's objects are not thread-safe)
 LOCK = threading.RLock()
 
@@ -317,7 +321,7 @@ def cached_object(key):
         return None
     path = os.path.join(directory, "jit", key + ".o")
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, _READ_FLAGS)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as f:

@@ -77,6 +77,10 @@ from ..._sources import library_digest
 __all__ = ["CacheWarning", "cache_dir", "cache_location", "clear", "compiled", "info",
            "load_function", "source_hash"]
 
+#: opening a cache file: never through a link, and never waiting (a FIFO put
+#: there blocked the open; fstat then refuses what is not a regular file)
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+
 #: bumped when the layout of cache files changes (part of every hash)
 _FORMAT = "hybridad-cache-2"
 _PREFIX = "hybridad_"
@@ -189,7 +193,7 @@ class _VerifiedCacheFile(caching.IndexDataCacheFile):
     @staticmethod
     def _read(path):
         """The verified payload of ``path``; FileNotFoundError if absent."""
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, _READ_FLAGS)
         with os.fdopen(fd, "rb") as f:
             if not _trusted(os.fstat(f.fileno())):
                 raise _Damaged(f"{path}: not a regular file of yours that only you can write")
