@@ -13,7 +13,7 @@ import os
 import stat
 import warnings
 
-from . import _forksafe
+from ._forksafe import RLock
 
 __all__ = ["CacheWarning", "cache_dir", "cache_location"]
 
@@ -30,7 +30,7 @@ def _warn(message):
 
 # -- the directory ----------------------------------------------------------------------
 _REFUSED = set()  # directories already warned about
-_LOCK = _forksafe.RLock()
+_LOCK = RLock()
 
 
 def cache_location():

@@ -21,7 +21,7 @@ MAX_LINES = 600
 #: holds; a module imports only from its own stage or an earlier one
 STAGES = (
     ("base", ("errors", "_settings", "_xp", "_alloc", "_cachedir", "_sources", "_libcache",
-              "_types")),
+              "_types", "_forksafe")),
     ("ir", ("ir",)),
     ("core", ("core", "_tree", "trace")),
     ("ops", ("ops",)),

@@ -32,13 +32,13 @@ import operator
 
 import numpy as np
 
-from .. import _forksafe
+from .._forksafe import Lock, RLock
 from .numba.abi import ABI
 
 __all__ = ["COMPILERS", "LoopRunner", "emit_numba", "runner", "runner_for"]
 
 _RUNNERS = {}
-_LOCK = _forksafe.Lock()
+_LOCK = Lock()
 #: backend -> its body compiler ``compile_body(graph) -> (call(ins, outs), program,
 #: parts, make_driver)``: ``parts`` the numba program's ``(dispatcher, fixed,
 #: bound)`` where its arrays go as ``id()`` (else None), ``make_driver(key, n)``
@@ -151,7 +151,7 @@ class LoopRunner:
         self.body = body = a["body"]
         self.length, self.start, self.reverse = a["length"], a["start"], a["reverse"]
         self.call, self._prog, parts, self._make_driver = compile_body(body.graph)
-        self._lock = _forksafe.RLock()
+        self._lock = RLock()
         outs = body.graph.outputs
         nc = body.n_carry
         self._carries = [[xp.empty(n.shape, n.dtype) for n in outs[:nc]] for _ in range(2)]

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _forksafe
+from .._forksafe import Lock
 from ..errors import TracingError
 from ..ir.registry import REGISTRY
 
@@ -285,7 +285,7 @@ class DecisionCheck:
     def __init__(self, decisions):
         self.decisions = list(decisions)
         # the generated check writes into buffers of its own: one call at a time
-        self._lock = _forksafe.Lock()
+        self._lock = Lock()
         #: the nodes the decisions read, as traced (in id order)
         self.frozen = nodes = [_Frozen(n) for n in _ancestors([d.node for d in self.decisions])]
         ns = {"_changed": _changed, "_copyto": np.copyto}

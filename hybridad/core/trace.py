@@ -30,7 +30,7 @@ import threading
 
 import numpy as np
 
-from .. import _forksafe
+from .._forksafe import Lock
 from ..errors import TracingError, user_location
 from ..ir.graph import Node
 from ..ir.registry import REGISTRY
@@ -349,7 +349,7 @@ class Trace:
         return node
 
 
-_gc_lock = _forksafe.Lock()
+_gc_lock = Lock()
 _gc_paused = [0, False]  # traces running on any thread; whether gc was enabled before
 
 

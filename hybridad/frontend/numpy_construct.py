@@ -39,7 +39,7 @@ import threading
 import numpy as np
 from numpy.lib import _index_tricks_impl as _index_tricks
 
-from .. import _forksafe
+from .._forksafe import Lock
 from ..errors import user_location
 from .after_import import loaded
 from .numpy_api import (
@@ -335,7 +335,7 @@ def _directive(name, item, axis, ndmin, trans1d):
 # installing the wrappers while traces run
 # ----------------------------------------------------------------------------
 
-_lock = _forksafe.Lock()
+_lock = Lock()
 _active = 0  # threads whose trace stack is not empty
 _saved = {}  # what the wrappers replaced
 _thread = threading.local()  # .counted: this thread is one of the _active

@@ -30,7 +30,7 @@ import threading
 
 import numpy as np
 
-from .. import _forksafe
+from .._forksafe import Lock
 from ..core.supported import SUPPORTED_DTYPES
 from ..core.trace import current_trace
 from ..core.tracer import Tracer
@@ -46,7 +46,7 @@ MADE = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like
 #: each as numpy has it (the array family's as hybridad was imported)
 _NUMPY = {name: ORIGINALS.get(name, getattr(np, name)) for name in MADE}
 _state = threading.local()
-_lock = _forksafe.Lock()
+_lock = Lock()
 _installed = {}  # (id(namespace), name) -> [namespace, numpy's value, users]
 
 

@@ -45,7 +45,7 @@ from typing import Any, Callable, overload
 
 import numpy as np
 
-from .. import _forksafe
+from .._forksafe import RLock
 from ..errors import TracingError
 
 __all__ = ["COMPILER", "ElementwiseError", "ElementwiseFunction", "elementwise", "primitive"]
@@ -58,7 +58,7 @@ class ElementwiseError(TypeError):
 
 #: primitive name -> _Primitive, for generated source (:func:`primitive`)
 _PRIMITIVES: dict[str, Any] = {}
-_LOCK = _forksafe.RLock()
+_LOCK = RLock()
 
 #: the backend that compiles user functions: ``check(family, prim, dtypes)``,
 #: ``ufunc(prim)`` and ``driver(prim)`` (each sets the primitive's

@@ -10,7 +10,7 @@ import functools
 
 import numpy as np
 
-from .. import _forksafe
+from .._forksafe import RLock
 from ..plans.cache import lookup as _lookup
 from ..errors import StalePlanError
 from ..core.supported import refuse_subclass
@@ -150,7 +150,7 @@ class Objective:
         #: linearization in between moves the plan's point (see :meth:`_hvp`)
         self._token = object()
         #: one call at a time: the memoized point and results are this object's
-        self._lock = _forksafe.RLock()
+        self._lock = RLock()
         self._res = GradientResult(self._x, dtype=dtype)
         self._hv = None
         self._valid = False

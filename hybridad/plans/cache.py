@@ -27,7 +27,7 @@ import weakref
 
 import numpy as np
 
-from .. import _forksafe
+from .._forksafe import RLock
 from .. import _tree
 from .._xp import array_module, is_array
 from ..errors import RetraceWarning, StalePlanError
@@ -41,7 +41,7 @@ REBUILD_WARN = 3
 
 _weak = weakref.WeakKeyDictionary()
 _strong = collections.OrderedDict()
-_lock = _forksafe.RLock()
+_lock = RLock()
 #: (id of a plan table, key) -> the :class:`_Build` of a plan being built
 _building = {}
 if hasattr(os, "register_at_fork"):  # a forked child builds its own (their builders are gone)

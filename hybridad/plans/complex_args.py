@@ -38,7 +38,7 @@ import threading
 
 import numpy as np
 
-from .. import _forksafe
+from .._forksafe import Lock
 from .. import _tree
 from .._xp import array_module, is_array
 from ..errors import StalePlanError
@@ -124,7 +124,7 @@ def _make(f, layout, kind):
         return _output(f, f(*args), kind)
 
     real_f.entries = collections.OrderedDict()
-    real_f.entries_lock = _forksafe.Lock()
+    real_f.entries_lock = Lock()
     return real_f
 
 
@@ -178,7 +178,7 @@ class Entry:
     __slots__ = ("lock", "split", "tail", "vsplit", "plan", "inner")
 
     def __init__(self, args, layout):
-        self.lock = _forksafe.Lock()
+        self.lock = Lock()
         self.split, self.tail, self.vsplit, self.plan, self.inner = [], [], None, None, None
         for k, how in layout:
             dtype, shape = _real_dtype(args[k], k), np.shape(args[k])

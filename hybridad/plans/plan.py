@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from .. import _forksafe
+from .._forksafe import Lock, RLock
 from .. import _tree
 from ..backends.numba.machine import lowering_machine, machine
 from ..backends.numba.threshold import PARALLEL_MIN, serial_loops, work_estimate
@@ -149,7 +149,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         except TypeError:
             self._rootref = lambda root=root: root
         self._method_func = f.__func__ if inspect.ismethod(f) else None
-        self._guard_lock = _forksafe.Lock()
+        self._guard_lock = Lock()
         self._retraces = self._rebuilds = 0
         self.argnums, self._diff = normalize_argnums(argnums, len(args))
         self._names = arg_names(f, len(args))
@@ -157,7 +157,7 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         self._specs = [(a.shape, a.dtype) for a in leaves]
         #: one lock per plan: its programs share one workspace (see docs/performance.md,
         #: "Threads"); re-entrant, since a call holds it across its programs' runs
-        self._lock = _forksafe.RLock()
+        self._lock = RLock()
         self._value_program = None
         self.order = 2 if hvp else 1
         if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(

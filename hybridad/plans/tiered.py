@@ -40,7 +40,7 @@ import time
 import warnings
 import weakref
 
-from .. import _forksafe
+from .._forksafe import Lock
 from .decided import attach, compile_decisions
 
 __all__ = ["TieredMixin", "default_tiered", "join_all"]
@@ -102,7 +102,7 @@ class TieredMixin:
             self._reference = None  # the budget binds both workspaces: no tiers
             return False
         self._tier_started = time.perf_counter()
-        self._tier_lock = _forksafe.Lock()
+        self._tier_lock = Lock()
         thread = threading.Thread(target=self._compile_pending,
                                   name=f"hybridad compile {self.name}", daemon=True)
         _THREADS.add(thread)
@@ -139,7 +139,7 @@ class TieredMixin:
         serves every call, with a :class:`RuntimeWarning` (gradient plans)."""
         self._reference = self._remake(f, args, "numpy")
         self._tier_error = exc
-        self._tier_lock = _forksafe.Lock()
+        self._tier_lock = Lock()
         warnings.warn(f"hybridad: {exc}; the plan runs its numpy reference program (no "
                       "compile, no allocation per call; slower than compiled code)",
                       RuntimeWarning, stacklevel=4)

@@ -45,7 +45,7 @@ import platform
 
 import numpy as np
 
-from .. import _forksafe
+from .._forksafe import Lock
 from ..ops import region as _region
 from .machine import matvec_matrix
 
@@ -199,7 +199,7 @@ def _machine():
     return cpu_model() or "", os.cpu_count() or 0
 
 
-_lock = _forksafe.Lock()
+_lock = Lock()
 _current = None
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import _forksafe
+from ..._forksafe import RLock
 from .threads import SingleThreadedBlas, ThreadChoice
 
 
@@ -97,7 +97,7 @@ class NumbaProgram:
         self.source = source
         self.heavy = heavy
         self.objects = objects
-        self.lock = _forksafe.RLock()
+        self.lock = RLock()
         self._in_specs = [(tuple(s), np.dtype(d)) for s, d in in_specs]
         self._out_specs = [(tuple(s), np.dtype(d)) for s, d in out_specs]
         self._staged = {}

@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 import time
 
-from ... import _forksafe
+from ..._forksafe import Lock
 
 __all__ = ["BLAS_SPIN_LOG2", "SingleThreadedBlas", "ThreadChoice", "max_threads",
            "short_blas_spin", "start_pool"]
@@ -58,7 +58,7 @@ def short_blas_spin():
     return os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", str(BLAS_SPIN_LOG2))
 
 _libs = None
-_libs_lock = _forksafe.Lock()
+_libs_lock = Lock()
 
 
 def start_pool():
@@ -129,7 +129,7 @@ class SingleThreadedBlas:
 
     _depth = 0
     _saved = ()
-    _lock = _forksafe.Lock()
+    _lock = Lock()
 
     def __enter__(self):
         cls = type(self)
