@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-__all__ = ["Graph", "Node", "check", "clone_node", "copy_graph", "format_node",
+__all__ = ["Graph", "Node", "check", "check_writes", "clone_node", "copy_graph", "format_node",
            "named_by_region", "redirect", "users_of"]
 
 
@@ -189,6 +189,37 @@ def check(graph, rules=False):
     for n in graph.outputs:
         assert n.id in seen, f"output %{n.id} not in graph"
     return True
+
+
+def check_writes(graph):
+    """Raise ``AssertionError`` where a node reads a storage's old value after
+    an in-place write into it: every reader of that storage placed after the
+    write must read through the write (be computed from it).  Checked on a
+    lowered graph (tests, ``HYBRIDAD_DEBUG``): passes may move a read past a
+    write -- folding a region into an accumulation placed after an
+    optimizer's in-place update of a parameter the region reads -- and the
+    last one puts the writes back after their reads
+    (:func:`hybridad.transforms.updates.order_writes`)."""
+    from .registry import REGISTRY
+
+    nodes, root = graph.nodes, {}
+    for n in nodes:
+        op = REGISTRY.get(n.op)
+        if op is not None and op.kind in ("view", "inplace") and n.args:
+            root[n.id] = root.get(n.args[0].id, n.args[0])
+    for i, w in enumerate(nodes):
+        op = REGISTRY.get(w.op)
+        if op is None or op.kind != "inplace" or not w.args:
+            continue
+        storage = root.get(w.args[0].id, w.args[0])
+        after = {w.id}
+        for n in nodes[i + 1:]:
+            if any(a.id in after for a in n.args):
+                after.add(n.id)
+            elif any(root.get(a.id, a) is storage for a in n.args):
+                raise AssertionError(f"%{n.id} = {n.op}(...) reads the old value of "
+                                     f"%{storage.id} after %{w.id} = {w.op}(...) wrote it in "
+                                     "place")
 
 
 def dead_code_elimination(graph):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from ..ir.graph import Graph, check, dead_code_elimination
+from ..ir.graph import Graph, check, check_writes, dead_code_elimination
 from .broadcasts import sink_scalar_broadcasts
 from .cse import eliminate_common
 from .factors import share_factorizations
@@ -28,7 +28,7 @@ from .partition import absorb_producers, fold_accumulations, fuse_regions, share
 from .products import hoist_transposed_products, pair_matvecs
 from .region_sums import sum_into_vjp_regions, sum_stored_partials, sum_vjp_regions
 from .remat import merge_accumulations, rematerialize
-from .updates import schedule_updates
+from .updates import order_writes, schedule_updates
 from .views import simplify_views
 
 __all__ = ["LOWERING", "PIPELINES", "STAGED_LOWERING", "check_rules", "describe", "lower"]
@@ -107,6 +107,9 @@ PASSES = {
                         lambda nodes, ins, outs, upd, mach: sum_vjp_regions(nodes, outs)),
     "absorb_producers": ("evaluate in a region's loop the value regions only it reads",
                          lambda nodes, ins, outs, upd, mach: absorb_producers(nodes, outs)),
+    "order_writes": ("every in-place write after the reads of the old value it overwrites "
+                     "(an optimizer's update of a parameter another region reads)",
+                     lambda nodes, ins, outs, upd, mach: order_writes(nodes)),
 }
 
 #: backend -> the lowering passes, in order
@@ -116,10 +119,10 @@ LOWERING = {
               "pair_matvecs", "scalar_broadcasts", "cse_tangents", "dead_code",
               "schedule_updates", "fuse_regions", "rematerialize", "fold_accumulations",
               "merge_accumulations", "share_reduced_values", "sum_stored_partials",
-              "sum_vjp_regions", "absorb_producers"),
+              "sum_vjp_regions", "absorb_producers", "order_writes"),
     "cupy": ("views", "share_factorizations", "loop_parts", "cse_tangents", "dead_code",
              "schedule_updates", "fuse_regions", "rematerialize", "share_reduced_values",
-             "absorb_producers", "sum_into_vjp_regions"),
+             "absorb_producers", "sum_into_vjp_regions", "order_writes"),
 }
 
 #: backend -> the lowering of the graph of a Hessian or Jacobian plan (the
@@ -128,7 +131,7 @@ STAGED_LOWERING = {
     "numpy": ("views", "factor_once", "loop_parts", "dead_code"),
     "numba": ("views", "factor_once", "loop_parts", "scalar_broadcasts", "cse",
               "dead_code", "fuse_regions", "rematerialize", "fold_accumulations",
-              "merge_accumulations"),
+              "merge_accumulations", "order_writes"),
     "cupy": ("views", "factor_once", "loop_parts", "dead_code", "fuse_regions"),
 }
 
@@ -178,4 +181,7 @@ def lower(nodes, inputs, outputs, backend, updates=(), stage=None, machine=None,
                           inputs, outputs)
         with stage("lower: checks"):
             check(graph, rules)
+    if rules:
+        with stage("lower: checks"):
+            check_writes(graph)
     return graph

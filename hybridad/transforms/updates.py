@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..ops import REGISTRY, may_raise, storage_root
 
-__all__ = ["schedule_updates"]
+__all__ = ["order_writes", "schedule_updates"]
 
 
 def schedule_updates(nodes, updates):
@@ -67,3 +67,52 @@ def schedule_updates(nodes, updates):
         flush()
     assert not pending, "an update could not be scheduled"
     return out
+
+
+def order_writes(nodes):
+    """Every in-place write after each node that reads the old value of what
+    it writes (IR -> IR): a write with such a reader after it moves, with the
+    nodes computed from it that precede that reader, to just after the reader.
+
+    :func:`schedule_updates` places an optimizer's in-place update of a
+    parameter after every reader of the parameter's old value; later passes
+    may move a read past it -- folding a vjp region that reads the parameter
+    into the accumulation of another's gradient, placed after the update --
+    and the step then read the parameter it had already changed.  This pass,
+    the last, restores the order whatever the passes did
+    (:func:`hybridad.ir.graph.check` asserts it).
+    """
+    nodes = list(nodes)
+    while True:
+        moved = _move_one_write(nodes)
+        if moved is None:
+            return nodes
+        nodes = moved
+
+
+def _move_one_write(nodes):
+    root = {}  # node id -> the node whose storage it is (through views, in-place ops)
+    kinds = {}
+    for n in nodes:
+        op = REGISTRY.get(n.op)
+        kinds[n.id] = op.kind if op is not None else None
+        if kinds[n.id] in ("view", "inplace") and n.args:
+            root[n.id] = root.get(n.args[0].id, n.args[0])
+    for i, w in enumerate(nodes):
+        if kinds[w.id] != "inplace" or not w.args:
+            continue
+        storage = root.get(w.args[0].id, w.args[0])
+        after, last = {w.id}, None
+        for j in range(i + 1, len(nodes)):
+            n = nodes[j]
+            if any(a.id in after for a in n.args):
+                after.add(n.id)
+            elif any(root.get(a.id, a) is storage for a in n.args):
+                last = j
+        if last is None:
+            continue
+        block = [n for n in nodes[i:last] if n.id in after]  # the write and what it feeds
+        ids = {n.id for n in block}
+        rest = [n for n in nodes[i:last + 1] if n.id not in ids]
+        return nodes[:i] + rest + block + nodes[last + 1:]
+    return None
