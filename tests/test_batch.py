@@ -43,6 +43,41 @@ def test_matches_single_gradients(name, backend):
         np.testing.assert_allclose(grads[b], single.gradient, rtol=1e-12, atol=1e-14)
 
 
+def linear(x, c):  # a gradient that does not depend on x
+    return np.sum(x * c) + 2.0 * np.sum(c)
+
+
+def affine_value_only(x, c):  # the value depends on x only through a linear term
+    return np.sum(c * c) + np.sum(x) * 0.5
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("f", [linear, affine_value_only])
+def test_gradients_that_do_not_depend_on_x_are_each_rows(f, backend):
+    """A gradient computed without x (f linear in it) is every row's: it
+    came back all zeros (the batch pass found no batched gradient and wrote
+    none)."""
+    c = rand((5,), seed=4)
+    X = np.stack([rand((5,), seed=20 + b) for b in range(7)])
+    plan = ha.compile(f, X[0], c, backend=backend)
+    res = plan.gradient_batch(X, c)
+    for b in range(len(X)):
+        single = plan.gradient(X[b], c)
+        assert res.value[b] == pytest.approx(float(single.value), rel=1e-14)
+        np.testing.assert_array_equal(res.derivs[0][b], single.gradient)
+    np.testing.assert_allclose(res.derivs[0], np.broadcast_to(
+        c if f is linear else 0.5, X.shape), rtol=1e-15)
+
+
+def test_an_empty_batch_gives_empty_results():
+    c = rand((5,), seed=4)
+    plan = ha.compile(expsum, c, 3.0)
+    res = plan.gradient_batch(np.zeros((0, 5)), 3.0)
+    assert res.value.shape == (0,) and res.derivs[0].shape == (0, 5)
+    with pytest.raises(ValueError, match="X must be"):
+        plan.gradient_batch(np.zeros((0, 4)), 3.0)
+
+
 def test_no_allocation_per_call_and_one_plan_per_batch_size():
     x = rand((50,))
     plan = ha.compile(expsum, x, 3.0)

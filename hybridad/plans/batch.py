@@ -42,8 +42,8 @@ def build_batched(self, f, args, leaves):
         if vb is None:  # a value that does not depend on x
             vb = np.broadcast_to(out, (k,)) * 1
         gb = None if g is None else batched.get(g.node.id)
-        if gb is None:
-            gb = np.zeros_like(xb)
+        if gb is None:  # a gradient that does not depend on x (f linear in x): each row's
+            gb = np.zeros_like(xb) if g is None else np.broadcast_to(g, xb.shape) * 1
     which = self._diff_leaves[0]
     inputs = [xb.node] + [t.node for i, t in enumerate(tracers) if i != which]
     outputs = [vb.node, gb.node]
@@ -103,8 +103,8 @@ class BatchMixin:
                 X.shape[1:] != shape or X.dtype != dtype:
             raise ValueError(f"X must be a stack of arrays of shape {shape} and dtype {dtype}: "
                              f"an array of shape (B, *{shape}); got {_describe(X)}")
-        full = list(args)
-        full.insert(self.argnums, X[0])  # the structure and the other arguments, checked
+        full = list(args)  # the structure and the other arguments, checked
+        full.insert(self.argnums, X[0] if len(X) else self._xp.zeros(shape, dtype))
         if self._guarded:
             self._check_stale(tuple(full))
             if self.guards is not getattr(self, "_batch_guards", None):  # re-traced: the
@@ -112,6 +112,18 @@ class BatchMixin:
                 self._batch_guards = self.guards
         leaves = self._leaves(tuple(full))
         k = X.shape[0]
+        if out is None:
+            out = BatchGradientResult(X, dtype=self._value_dtype)
+        if not isinstance(out, DiffResult) or not out.derivs:
+            raise ValueError("out must be a BatchGradientResult or DiffResult(values, gradients); "
+                             f"got {_describe(out)}")
+        v, g = out.value, out.derivs[0]
+        rest = [a for i, a in enumerate(leaves) if i != self._diff_leaves[0]]
+        check_results(self._xp, [("out.value (the values)", v, (k,), self._value_dtype),
+                                 ("out.gradient (the gradients)", g, X.shape, dtype)],
+                      [("X", X)] + self._reads(rest, skip=self._diff_leaves[0]))
+        if k == 0:  # no point: empty values and gradients (nothing to compile or run)
+            return out
         with self._lock:  # one batch plan per B, built once
             plan = self._batch_plans.get(k)
             if plan is None:
@@ -123,15 +135,5 @@ class BatchMixin:
                 plan = self._batch_plans[k] = self._batch_plan_type(
                     f, tuple(example), self.argnums, self.backend, batch=k,
                     parallel=self.parallel)
-        if out is None:
-            out = BatchGradientResult(X, dtype=self._value_dtype)
-        if not isinstance(out, DiffResult) or not out.derivs:
-            raise ValueError("out must be a BatchGradientResult or DiffResult(values, gradients); "
-                             f"got {_describe(out)}")
-        v, g = out.value, out.derivs[0]
-        rest = [a for i, a in enumerate(leaves) if i != self._diff_leaves[0]]
-        check_results(self._xp, [("out.value (the values)", v, (k,), self._value_dtype),
-                                 ("out.gradient (the gradients)", g, X.shape, dtype)],
-                      [("X", X)] + self._reads(rest, skip=self._diff_leaves[0]))
         plan._call([X, *rest], v, [g])
         return out
