@@ -29,6 +29,29 @@ def test_plans_pickle_as_recipes():
         pickle.dumps(ha.compile(lambda x: np.sum(x * x), x, update=SGD(0.1)))
 
 
+def _loss_over(A):
+    def loss(x):
+        return np.sum((A @ x) ** 2)
+    return loss
+
+
+def test_closures_over_other_arrays_unpickle_as_their_own_plans():
+    """Plans of one code closing over different arrays, shipped by cloudpickle
+    (dask's): each comes back computing with its own array -- the rebuilt
+    plans were cached by a fingerprint that saw an array's type only, and
+    the second came back as the first.  The same plan twice is still rebuilt
+    once."""
+    cloudpickle = pytest.importorskip("cloudpickle")
+    rng = np.random.default_rng(0)
+    A1, A2 = rng.standard_normal((3, 3)), rng.standard_normal((3, 3))
+    x = rng.standard_normal(3)
+    p1, p2 = ha.compile(_loss_over(A1), x), ha.compile(_loss_over(A2), x)
+    q1, q2 = (cloudpickle.loads(cloudpickle.dumps(p)) for p in (p1, p2))
+    assert q1 is not q2 and cloudpickle.loads(cloudpickle.dumps(p2)) is q2
+    for q, A in ((q1, A1), (q2, A2)):
+        np.testing.assert_allclose(q.gradient(x).gradient, 2 * A.T @ (A @ x), rtol=1e-13)
+
+
 def test_gradient_map_errors():
     x = np.zeros(4)
     with pytest.raises(TypeError, match="dask array"):

@@ -457,3 +457,24 @@ def test_plans_are_cached_on_disk_when_the_function_is_importable(tmp_path):
     (hits0, *vals0), (hits1, *vals1) = runs[0][0], runs[1][0]
     assert (hits0, hits1) == ("0", "1") and vals0 == vals1  # the law's plan: from disk
     assert runs[0][1][0] == runs[1][1][0] == "0" and runs[0][1][1:] == runs[1][1][1:]
+
+
+def _scaled_by(values):
+    a = np.array(values)
+
+    @ha.elementwise
+    def g(x):
+        return x * a[0] + a[1]
+    return g
+
+
+def test_elementwise_closures_over_other_arrays_compile_apart():
+    """Two ``@elementwise`` functions of one code over different arrays:
+    each computes with its own (numba freezes the array into the code, and
+    the two shared one compiled primitive: the second gave the first's)."""
+    x = np.linspace(0.0, 1.0, 5)
+    for values in ([2.0, 1.0], [3.0, -1.0]):
+        g = _scaled_by(values)
+        res = ha.gradient(lambda x, g=g: np.sum(g(x) ** 2), x)
+        want = 2 * (x * values[0] + values[1]) * values[0]
+        np.testing.assert_allclose(res.gradient, want, rtol=1e-14)

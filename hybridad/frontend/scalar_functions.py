@@ -221,15 +221,29 @@ def _fingerprint(fn, digest, depth=0):
         for k in c.co_consts:
             code(k) if isinstance(k, pytypes.CodeType) else digest.update(repr(k).encode())
 
-    def value(v):
-        if isinstance(v, (bool, int, float, complex, str, np.generic)):
+    def value(v, nest=0):
+        if isinstance(v, (bool, int, float, complex, str, np.generic)) or v is None:
             digest.update(repr(v).encode())
         elif isinstance(v, pytypes.ModuleType):
             digest.update(v.__name__.encode())
         elif depth < 4 and isinstance(getattr(v, "py_func", v), pytypes.FunctionType):
             _fingerprint(getattr(v, "py_func", v), digest, depth + 1)
-        else:
-            digest.update(type(v).__qualname__.encode())
+        elif type(v) is np.ndarray:  # its values: what the function computes with
+            digest.update(f"ndarray {v.dtype.str} {v.shape}".encode())
+            digest.update(np.ascontiguousarray(v).view(np.uint8).reshape(-1).data)
+        elif type(v) in (tuple, list) and nest < 4:
+            digest.update(f"{type(v).__name__} {len(v)}".encode())
+            for item in v:
+                value(item, nest + 1)
+        elif type(v) is dict and nest < 4:
+            digest.update(f"dict {len(v)}".encode())
+            for key, item in v.items():
+                value(key, nest + 1)
+                value(item, nest + 1)
+        elif isinstance(v, (type, np.ufunc, pytypes.BuiltinFunctionType)):  # by name
+            digest.update(f"{getattr(v, '__module__', '')}.{v.__name__}".encode())
+        else:  # an object whose content is not read here: this object only
+            digest.update(f"{type(v).__qualname__} at {id(v)}".encode())
 
     code(fn.__code__)
     for name in fn.__code__.co_names:
@@ -246,7 +260,10 @@ def _fingerprint(fn, digest, depth=0):
 
 def fingerprint(fn):
     """A hash of what a function computes: its module, name, code, constants,
-    the global values and closure it reads (see :func:`_fingerprint`)."""
+    the global values and closure it reads (see :func:`_fingerprint`): numbers,
+    strings, functions and arrays by value (lists, tuples and dicts of them
+    too), classes, ufuncs and builtins by name, any other object by identity
+    -- two closures of one code over different arrays differ."""
     fn = getattr(fn, "py_func", fn)
     digest = hashlib.sha256(f"{getattr(fn, '__module__', '')}."
                             f"{getattr(fn, '__qualname__', repr(fn))}".encode())
