@@ -174,6 +174,75 @@ def test_result_of_another_function_is_refused():
     _untouched(hres)
 
 
+_MASK = np.zeros(6)
+_BIG = np.zeros(80 * 80)  # 51 kB: a large captured array, read by reference
+
+
+def _masked(x):  # a captured mask's zeros remove dependences from the pattern
+    return _MASK * np.roll(x, 1) + np.sin(x)
+
+
+def _exact_masked(x):
+    return np.diag(np.cos(x)) + np.roll(np.eye(x.size), 1, axis=0) * _MASK[:, None]
+
+
+@pytest.mark.parametrize("when", ["before-the-first-call", "between-calls"])
+def test_a_pattern_read_from_a_captured_array_follows_its_values(when):
+    """A pattern takes a captured array's zeros as structural; after that
+    array changes in place a result made before refuses a function whose
+    pattern grew (it silently dropped the new nonzeros), and takes one whose
+    pattern shrank."""
+    x = np.linspace(0.1, 1.0, 6)
+    _MASK[:] = 0.0
+    _MASK[::2] = 1.0
+    res = ha.SparseJacobianResult(_masked, x)
+    if when == "between-calls":
+        ha.jacobian(_masked, x, out=res)
+        _close(res.jacobian.toarray(), _exact_masked(x))
+    _MASK[:] = 1.0
+    _sentinel(res)
+    with pytest.raises(ValueError, match="outside this result's pattern"):
+        ha.jacobian(_masked, x, out=res)
+    _untouched(res)
+    _MASK[:] = 0.0
+    _MASK[2] = 1.0  # within the result's pattern
+    ha.jacobian(_masked, x, out=res)
+    _close(res.jacobian.toarray(), _exact_masked(x))
+
+
+@pytest.mark.parametrize("big", [False, True], ids=["small", "large"])
+def test_a_hessian_plan_colored_from_a_captured_array_follows_its_values(big):
+    """An explicit Hessian plan colors the Hessian's pattern, read with the
+    captured array's zeros; that array changed in place (small: compared by
+    content; large: read by reference, now compared too) makes the plan
+    stale -- it returned a wrong Hessian with the old colors -- and
+    ``ha.hessian`` builds a new one."""
+    n = 80
+    x = np.linspace(0.1, 1.0, n)
+    g = _BIG[:n] if big else np.zeros(n)
+    g[:] = 0.0
+    g[::2] = 1.0
+
+    def f(x):
+        return np.sum((_BIG[:n] if big else g) * x * np.roll(x, 1)) + np.sum(x ** 4)
+
+    def exact():
+        H = np.diag(12 * x ** 2)
+        for i in range(n):
+            j = (i - 1) % n
+            H[i, j] += g[i]
+            H[j, i] += g[i]
+        return H
+
+    plan = ha.compile(f, x, hessian=True)
+    assert plan.chunk < n  # (colored)
+    _close(plan.hessian(x).hessian, exact())
+    g[:] = 1.0
+    with pytest.raises(ha.StalePlanError, match="sparsity pattern"):
+        plan.hessian(x)
+    _close(ha.hessian(f, x).hessian, exact())
+
+
 def test_pattern_of_the_wrong_shape_is_refused():
     with pytest.raises(ValueError, match="rows"):
         ha.SparseJacobianResult(sp.eye_array(4, format="csr"), np.zeros(3))

@@ -32,17 +32,47 @@ raises :class:`~hybridad.errors.StalePlanError` otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 import weakref
 
 import numpy as np
 
-__all__ = ["Guards", "captured_ids"]
+__all__ = ["Guards", "captured_ids", "note_values_read", "values_read"]
 
 #: arrays up to this many bytes are compared by content on every call
 SMALL_BYTES = 16 * 1024
 
 _MISSING = type("_Missing", (), {"__repr__": lambda self: "<missing>"})()
+
+
+# ----------------------------------------------------------------------------
+# the captured arrays whose values a plan's structure read
+# ----------------------------------------------------------------------------
+
+_READ = threading.local()
+
+
+@contextlib.contextmanager
+def values_read():
+    """While active (in this thread): ``{id: array}`` of the arrays ``f``
+    captured whose *values* what ran meanwhile read -- a sparsity pattern
+    takes a captured mask's or matrix's zeros as structural.  A plan built on
+    them guards their contents (:meth:`hybridad.plans.guarded.GuardedMixin._pin_values`)."""
+    before = getattr(_READ, "arrays", None)
+    _READ.arrays = found = {}
+    try:
+        yield found
+    finally:
+        _READ.arrays = before
+
+
+def note_values_read(array):
+    """Record that the values of the captured ``array`` were read (see :func:`values_read`)."""
+    found = getattr(_READ, "arrays", None)
+    if found is not None and isinstance(array, np.ndarray):
+        found[id(array)] = array
 
 
 # ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import RetraceWarning, StalePlanError, TracingError, code_line, is_user_file
 from ..core.decisions import MAX_SPECIALIZATIONS, decided_nodes
 from ..frontend.guard_walk import build_guards
-from ..frontend.guards import captured_ids
+from ..frontend.guards import _same_content, _snapshot, captured_ids
 from ..frontend.numpy_made import traced_again
 from ..core.observe import observe
 from ..frontend.signature import signature
@@ -147,13 +147,52 @@ class GuardsMixin:
                     raise
                 raise refusal from exc
         out = self._check_output(out, trace)
-        guards = build_guards(f, _static_paths(self._treedefs), obs, trace.captured())
+        static, captured = _static_paths(self._treedefs), trace.captured()
+        self._observed = (static, obs, captured)  # (guards made again by _pin_values)
+        guards = build_guards(f, static, obs, self._unpinned(captured))
         if self._rolls:  # (a decision's values stay as traced: its check reads them)
             fixed = {n.id for n in decided_nodes(trace.decisions)}
             (out.node,) = rolling.roll_loops(trace, [out.node], fixed)
         trace.lower_composites()
         return out, guards, signature(trace.nodes, [out.node], captured_ids(guards))
 
+
+    #: ``(array, snapshot)`` of the captured arrays whose values the plan's
+    #: structure was made from (a sparsity pattern's zeros): see :meth:`_pin_values`
+    _pinned = ()
+
+    def _unpinned(self, captured):
+        """``captured`` (the arrays the graph reads by reference) less the pinned
+        ones: those the guards compare by content."""
+        ids = {id(a) for a, _ in self._pinned}
+        return [a for a in captured if id(a) not in ids] if ids else captured
+
+    def _pin_values(self, found, f):
+        """Make the plan's structure depend on the values of ``found`` (``{id:
+        array}`` from :func:`hybridad.frontend.guards.values_read`: the captured
+        arrays a sparsity pattern read the zeros of): their contents are
+        guarded before every call (a large array's too), and a change is a new
+        graph -- :class:`~hybridad.errors.StalePlanError` for this plan, a
+        rebuild for the convenience functions -- not a plan silently
+        computing with the old pattern."""
+        observed = getattr(self, "_observed", None)
+        if not found or observed is None:
+            return
+        static, obs, captured = observed
+        owners = {id(a): a for a in captured}
+        pinned = {}
+        for a in found.values():
+            while isinstance(a, np.ndarray) and id(a) not in owners:
+                a = a.base  # (a view of an array f captured: that array)
+            if isinstance(a, np.ndarray):
+                pinned[id(a)] = a
+        new = [a for k, a in pinned.items() if k not in {id(b) for b, _ in self._pinned}]
+        if not new:
+            return
+        self._pinned = tuple(self._pinned) + tuple((a, _snapshot(a)) for a in new)
+        self.guards = build_guards(f, static, obs, self._unpinned(captured))
+        self._guarded = self.guards.count > 0
+        self._gcheck = self.guards._check
 
     def _stale_reason(self, args):
         """None, or what changed since ``f`` was traced (without re-tracing)."""
@@ -272,9 +311,13 @@ class GuardsMixin:
             with trace:
                 _, targs, _ = self._trace_args(trace, stand_ins)
                 _, guards, sig = self._observe_f(f, targs, trace)
-            if sig != self._signature:
+            changed = next((a for a, snap in self._pinned if not _same_content(a, snap)),
+                           None)
+            if sig != self._signature or changed is not None:
+                how = "f now traces to a different graph" if changed is None else \
+                    "the derivative's sparsity pattern was read from those values"
                 raise StalePlanError(
-                    f"{self.name}: {why}, and f now traces to a different graph: this plan "
+                    f"{self.name}: {why}, and {how}: this plan "
                     "would compute the old function. Build a new plan (hybridad.compile), "
                     "use hybridad.gradient / hessian / jacobian (they rebuild their plans "
                     "when this happens), or pass the value as an argument, which a plan "

@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import _tree
 from ..core.trace import Trace
+from ..frontend.guards import values_read
 from ..results import DiffResult, HessianResult, HvpResult
 from ..transforms.autodiff import backward, jvp
 from ..transforms.batching import vmap
@@ -88,7 +89,10 @@ class HessianPlan(StagedPlan):
             comp = None
             if self._colors is not None and self._chunk_request is None and \
                     n >= COLORS_MIN_N and self.backend in ("numpy", "numba"):
-                comp = self._colors(list(trace.nodes), x.node, out.node, n, dtype)
+                with values_read() as read:  # (a captured array's zeros: guarded)
+                    comp = self._colors(list(trace.nodes), x.node, out.node, n, dtype)
+                if comp is not None:
+                    self._pin_values(read, f)
             (grad,) = backward(trace, out, [x], inplace=False)
             t1 = trace.input(len(leaves), shape, dtype)
             tangents = jvp(trace, list(trace.nodes), {x.node.id: t1})

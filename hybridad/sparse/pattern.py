@@ -29,6 +29,7 @@ import scipy.sparse as sp
 from .. import _tree
 from ..core.trace import Trace
 from ..core.tracer import Tracer
+from ..frontend.guards import note_values_read
 from ..ir.registry import REGISTRY
 from ..plans.arguments import arg_names, normalize_argnums, prepare_args
 from .rules import IDENTITY, check_nnz, rule_for
@@ -100,7 +101,10 @@ class _Context:
 
     def _known(self, node):
         if node.op == "const":
-            return node.attrs["value"], bool(node.attrs.get("literal", False))
+            literal = bool(node.attrs.get("literal", False))
+            if not literal:  # a captured array's values: the plan guards them
+                note_values_read(node.attrs["value"])
+            return node.attrs["value"], literal
         if node.op == "input":
             return None, False
         if node.id in self._values:

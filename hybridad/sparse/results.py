@@ -15,6 +15,7 @@ import scipy.sparse as sp
 
 from ..results import DiffResult
 from . import coloring as _coloring
+from ..frontend.guards import _snapshot, values_read
 from .pattern import hessian_pattern, jacobian_pattern, trace_for_sparsity
 
 __all__ = ["REVERSE_COST", "SparseHessianResult", "SparseJacobianResult"]
@@ -222,10 +223,11 @@ class SparseJacobianResult(_SparseResult):
         if callable(f) and not sp.issparse(f):
             full = (x, *args)
             nodes, xnode, y = trace_for_sparsity(f, full, argnums)
-            pattern = _as_pattern(jacobian_pattern(nodes, xnode, y), "pattern")
+            with values_read() as read:  # (captured arrays' zeros: the plans guard them)
+                pattern = _as_pattern(jacobian_pattern(nodes, xnode, y), "pattern")
             yshape = tuple(y.shape)
             ydtype = y.dtype if y.dtype.kind == "f" else np.dtype(np.float64)
-            detected = (_identity(f), _signature(f, full, argnums))
+            detected = (_identity(f), _signature(f, full, argnums), _snapshots(read))
         else:
             if args:
                 raise TypeError("SparseJacobianResult(pattern, y) takes no further arguments")
@@ -322,10 +324,11 @@ class SparseHessianResult(_SparseResult):
             if y.size != 1:
                 raise ValueError(f"a Hessian needs a scalar function; f returned shape "
                                  f"{tuple(y.shape)}")
-            pattern = _as_pattern(hessian_pattern(nodes, xnode, y), "pattern")
+            with values_read() as read:
+                pattern = _as_pattern(hessian_pattern(nodes, xnode, y), "pattern")
             xshape, xdtype = tuple(xnode.shape), xnode.dtype
             vdtype = y.dtype if y.dtype.kind == "f" else xdtype
-            detected = (_identity(f), _signature(f, full, argnums))
+            detected = (_identity(f), _signature(f, full, argnums), _snapshots(read))
         else:
             if args:
                 raise TypeError("SparseHessianResult(pattern, x) takes no further arguments")
@@ -355,3 +358,10 @@ class SparseHessianResult(_SparseResult):
     def hessian(self):
         """The sparse Hessian (a reference: the same csr array every call)."""
         return self._matrix
+
+
+def _snapshots(read):
+    """``{id: (array, snapshot)}`` of the captured arrays a pattern read the
+    zeros of, as they were at detection (a plan bound to this result later
+    trusts the pattern only while they are unchanged)."""
+    return {k: (a, _snapshot(a)) for k, a in read.items()}

@@ -32,6 +32,7 @@ from ..errors import StalePlanError
 from ..plans.hessian import HessianPlan
 from ..plans.jacobian import JacobianPlan
 from ..plans.validate import check_results
+from ..frontend.guards import _same_content, values_read
 from .pattern import hessian_pattern, jacobian_pattern, trace_for_sparsity
 from .results import (
     SparseHessianResult,
@@ -146,9 +147,14 @@ def _bind(out, kind, f, args, argnums, backend, lookup, resolve, stale=None):
     nb.take_tmp = None if comp.dtype == out._data.dtype else np.zeros(out._data.shape, comp.dtype)
     verified = b.verified if b is not None else _plan_set()
     trusted = stale is None and out._detected is not None and \
-        same_function(out._detected[0], f) and out._detected[1] == _signature(f, args, argnums)
+        same_function(out._detected[0], f) and out._detected[1] == _signature(f, args, argnums) \
+        and all(_same_content(a, snap) for a, snap in out._detected[2].values())
     if not trusted and plan not in verified:
-        _verify(out, kind, f, args, argnums)
+        with values_read() as read:
+            _verify(out, kind, f, args, argnums)
+        plan._pin_values(read, f)  # (the pattern read captured arrays' zeros: guarded)
+    elif trusted:
+        plan._pin_values({k: a for k, (a, _) in out._detected[2].items()}, f)
     verified.add(plan)
     nb.verified = verified
     out._bound = nb
