@@ -69,6 +69,32 @@ def test_gradients_that_do_not_depend_on_x_are_each_rows(f, backend):
         c if f is linear else 0.5, X.shape), rtol=1e-15)
 
 
+SORTED = {
+    "sort": lambda x, c: np.sum(np.sort(x) * c),
+    "median": lambda x, c: np.median(x * c) + np.sum(x ** 2),
+    "sort-axes": lambda x, c: np.sum(np.sort(x.reshape(3, 4), axis=0)[0] * c[:4]) +
+    np.sum(np.sort(x.reshape(3, 4), axis=1) ** 2),
+    "trimmed": lambda x, c: np.sum(np.sort(x)[3:9] ** 3),
+}
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("name", sorted(SORTED))
+def test_sorts_batch_as_single_gradients(name, backend):
+    """np.sort and np.median in a batch (refused: no batch rule for sorts);
+    each point's gradient goes back along its own permutation (the scatter's
+    positions a row per point)."""
+    f = SORTED[name]
+    c = rand((12,), seed=5)
+    X = np.stack([rand((12,), seed=30 + b) for b in range(7)])
+    plan = ha.compile(f, X[0], c, backend=backend)
+    res = plan.gradient_batch(X, c)
+    for b in range(len(X)):
+        single = plan.gradient(X[b], c)
+        assert res.value[b] == pytest.approx(float(single.value), rel=1e-13)
+        np.testing.assert_array_equal(res.derivs[0][b], single.gradient)
+
+
 def test_an_empty_batch_gives_empty_results():
     c = rand((5,), seed=4)
     plan = ha.compile(expsum, c, 3.0)

@@ -50,20 +50,22 @@ def _iadd_batch(node, batched, acc, g):
 
 
 def _flat_batch(node, batched, *args, shape=None):
-    """scatter_flat / scatter_add_flat: positions offset per batch entry."""
-    from .batch_helpers import batched_positions
+    """scatter_flat / scatter_add_flat: positions offset per batch entry --
+    one set for every entry, or (batched positions: a sort's, of a batch of
+    points) a row of them each."""
+    from .batch_helpers import batched_positions, expand
 
+    *data, flat = args
+    own = batched[-1]
+    k = next(a.shape[0] for a, b in zip(args, batched, strict=True) if b)
+    pos = batched_positions(flat, k, node.size, own)
+    rank = flat.ndim - own  # (the positions' own axes)
+    g = data[-1]
+    g = (g if rank + 1 == g.ndim else _lift(g, rank)) if batched[len(data) - 1] else \
+        (expand(g, k) if own else g)
     if node.op == "scatter_flat":
-        g, flat = args
-        k = g.shape[0]
-        pos = batched_positions(flat, k, node.size)
-        return _bind("scatter_flat", _lift(g, flat.ndim), pos, shape=(k, *shape))
-    acc, g, flat = args
-    k = (acc if batched[0] else g).shape[0]
-    pos = batched_positions(flat, k, node.size)
-    if batched[1]:
-        g = _lift(g, flat.ndim)
-    return _bind("scatter_add_flat", _batched_acc(acc, batched[0], k), g, pos)
+        return _bind("scatter_flat", g, pos, shape=(k, *shape))
+    return _bind("scatter_add_flat", _batched_acc(data[0], batched[0], k), g, pos)
 
 
 def _in_place_jvp(ts, node, *operands, **attrs):

@@ -37,9 +37,19 @@ def _sort_pack_run(out, x, axis):
     out.sort(axis=-1)  # the keys are distinct: any algorithm gives the stable order
 
 
+def _axis_batch(node, batched, *args, axis):
+    """A batch on a new leading axis (gradient_batch's points): every operand
+    batched (the sort's pack comes from the batched values), the axis one on."""
+    from .batch_helpers import expand
+
+    k = next(a.shape[0] for a, b in zip(args, batched, strict=True) if b)
+    args = [a if b else expand(a, k) for a, b in zip(args, batched, strict=True)]
+    return _bind(node.op, *args, axis=axis + 1)
+
+
 register(Op("sort_pack", "compute", _sort_pack_abstract, run=_sort_pack_run,
             vjp=lambda g, node, active, x, ans, axis: (None,),
-            jvp=lambda ts, node, x, ans, axis: None,
+            jvp=lambda ts, node, x, ans, axis: None, batch=_axis_batch,
             doc="rows of x along axis as (value, index) complex pairs, sorted, the axis "
                 "moved last (not differentiable; see sort_values)"))
 
@@ -52,7 +62,7 @@ register(Op("sort_index", "compute",
             lambda p, axis: (_sort_unpacked_shape(p, axis), np.dtype(np.intp)),
             run=lambda out, p, axis: np.copyto(out, np.moveaxis(p.imag, -1, axis),
                                                casting="unsafe"),
-            vjp=lambda g, node, active, p, ans, axis: (None,),
+            vjp=lambda g, node, active, p, ans, axis: (None,), batch=_axis_batch,
             doc="where each sorted element came from along the axis (argsort, stable)"))
 
 
@@ -84,6 +94,6 @@ def _sort_values_vjp(g, node, active, x, p, ans, axis):
 
 register(Op("sort_values", "compute", lambda x, p, axis: (x.shape, x.dtype),
             run=lambda out, x, p, axis: np.copyto(out, np.moveaxis(p.real, -1, axis)),
-            vjp=_sort_values_vjp, jvp=_sort_values_jvp,
+            vjp=_sort_values_vjp, jvp=_sort_values_jvp, batch=_axis_batch,
             doc="x sorted along axis, read from its sort_pack p (the cotangent goes back "
                 "to where each element came from)"))
