@@ -7,6 +7,7 @@ from conftest import rand
 
 import hybridad as ha
 from hybridad.backends.numba.kernels import compile_region_kernel
+from hybridad.testing import numerical_gradient
 from hybridad.transforms.partition import find_regions
 
 
@@ -41,6 +42,34 @@ def test_dense_chain_is_one_region():
     # for i >= 2, one add per layer (x_1 = x_0 is none)
     assert ops.count("add") == 19 and ops[-1] == "tanh"
     assert region.reduction.op == "sum"
+
+
+def _recurrence(x, F):  # kept unrolled: the branch decides on the loop's result
+    for k in range(F.shape[0]):
+        x = x + 0.02 * np.tanh(x * F[k])
+    return np.sum(x ** 2) if np.sum(x) > 0 else np.sum(np.sin(x))
+
+
+def test_a_long_elementwise_chain_is_cut_into_regions_of_bounded_size():
+    """300 unrolled steps of an elementwise recurrence fused into one region
+    of 1200 ops, whose compile took over 10 minutes (60 steps: 10.8 s); cut
+    into regions of at most MAX_REGION_NODES, the build grows with the
+    steps (300: 7.7 s) and the gradient is the same."""
+    from hybridad.transforms.partition import MAX_REGION_NODES
+
+    x = np.abs(rand((5,), seed=1)) + 1
+    F = rand((150, 5), seed=2)
+    plan = ha.compile(_recurrence, x, F, argnums=(0, 1))
+    regions = [n for n in plan.graph.nodes if n.op in ("region", "region_acc")]
+    sizes = [len(n.attrs["body"].nodes) for n in regions]
+    assert max(sizes) <= MAX_REGION_NODES and len(regions) > 4, sizes
+    ref = ha.compile(_recurrence, x, F, argnums=(0, 1), backend="numpy").gradient(x, F)
+    got = plan.gradient(x, F)
+    assert float(got.value) == pytest.approx(float(ref.value), rel=1e-13)
+    for a, b in zip(got.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
+    fd = numerical_gradient(lambda x: _recurrence(x, F), x)
+    np.testing.assert_allclose(got.gradient[0], fd, rtol=1e-6)
 
 
 def test_shared_value_ends_a_region_and_matmul_is_a_reverse_node():

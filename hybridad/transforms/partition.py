@@ -97,6 +97,14 @@ def _external_inputs(members):
     return inputs
 
 
+#: the most nodes one region fuses: an unrolled elementwise recurrence (a
+#: time loop a decision on its result keeps unrolled) fused whole into one
+#: loop body of 1200 ops, whose compile grew faster than its size (300 steps:
+#: over 10 minutes); past this a chain is cut into regions of this size, each
+#: storing its value (one array per cut)
+MAX_REGION_NODES = 96
+
+
 def find_regions(nodes, outputs=(), reductions=FUSABLE_REDUCTIONS):
     """Partition ``nodes`` (topologically ordered) into regions.
 
@@ -128,7 +136,7 @@ def find_regions(nodes, outputs=(), reductions=FUSABLE_REDUCTIONS):
             node = frontier.pop()
             for a in node.args:
                 if a.id in owner or not _fusable(a) or a.shape != sink.shape or \
-                        a.id in external:
+                        a.id in external or len(members) >= MAX_REGION_NODES:
                     continue
                 if all(owner.get(u.id) == rid for u in users[a.id]):
                     owner[a.id] = rid
@@ -136,8 +144,9 @@ def find_regions(nodes, outputs=(), reductions=FUSABLE_REDUCTIONS):
                     frontier.append(a)
         found.append(members)
     regions = []
+    position = {n.id: i for i, n in enumerate(nodes)}
     for members in found:
-        ordered = [n for n in nodes if n.id in members]
+        ordered = sorted(members.values(), key=lambda n: position[n.id])
         sink = ordered[-1]
         red = None
         us = users[sink.id]
