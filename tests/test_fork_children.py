@@ -59,6 +59,15 @@ def in_child(work, how):
         p.kill()
         return "hung"
     return q.get(timeout=5) if p.exitcode == 0 else f"exit status {p.exitcode}"
+
+
+def child_beside(thread, release, work, how):
+    # work() in a child forked while thread holds what it holds, then release set
+    got = in_child(work, how)
+    release.set()
+    thread.join(60)
+    assert got is True, got
+    print("ok")
 """
 
 
@@ -95,11 +104,7 @@ def test_a_child_forked_while_another_thread_traces(how, tmp_path):
         th = threading.Thread(target=lambda: ha.gradient(slow, x), daemon=True)
         th.start()
         assert tracing.wait(60)
-        got = in_child(work, sys.argv[1])
-        release.set()
-        th.join(60)
-        assert got is True, got
-        print("ok")
+        child_beside(th, release, work, sys.argv[1])
         """, tmp_path, how)
 
 
@@ -140,11 +145,7 @@ def test_a_child_forked_while_other_threads_hold_every_lock_of_hybridad(how, tmp
             return res.gradient.tobytes() == want.gradient.tobytes() and \
                 np.allclose(new.gradient, -np.sin(x), rtol=1e-13)
 
-        got = in_child(work, sys.argv[1])
-        done.set()
-        th.join(60)
-        assert got is True, got
-        print("ok")
+        child_beside(th, done, work, sys.argv[1])
         """, tmp_path, how)
 
 
