@@ -187,6 +187,42 @@ def test_a_child_runs_the_parallel_plans_its_parent_ran(how, tmp_path):
         """, tmp_path, how)
 
 
+def test_a_child_forked_after_gnu_openmp_ran_gets_a_clear_error(tmp_path):
+    """Where numba runs its threads on GNU OpenMP (no TBB: ARM machines, or
+    ``NUMBA_THREADING_LAYER=omp``), a child forked after parallel loops ran
+    cannot run them: its parallel plans raise a RuntimeError naming the ways
+    out (numba stopped the process: SIGTERM), and its serial plans run."""
+    script = r"""
+import os, sys
+import numba
+import numpy as np
+import hybridad as ha
+x = np.linspace(-1.0, 1.0, 1 << 18)
+plan = ha.compile(lambda x: np.sum(np.tanh(x) ** 2), x)
+plan.gradient(x)
+from numba.np.ufunc import omppool
+if numba.threading_layer() != "omp" or omppool.openmp_vendor != "GNU":
+    print("no GNU OpenMP layer here"); sys.exit(0)
+pid = os.fork()
+if pid == 0:
+    try:
+        plan.gradient(x)
+        code = 2
+    except RuntimeError as e:
+        code = 0 if "spawn" in str(e) and "tbb" in str(e) else 3
+    small = ha.gradient(lambda x: np.sum(x ** 3), x[:100])
+    os._exit(code if np.allclose(small.gradient, 3 * x[:100] ** 2) else 4)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), NUMBA_THREADING_LAYER="omp")
+    p = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                       timeout=300)
+    if "No threading layer could be loaded" in p.stderr or "no GNU OpenMP" in p.stdout:
+        pytest.skip("numba has no GNU OpenMP threading layer here")
+    assert p.returncode == 0 and p.stdout.strip().endswith("child 0"), (p.stdout, p.stderr[-2000:])
+
+
 def test_a_build_holds_up_only_the_threads_that_want_its_plan():
     """While one thread traces a plan (here: until told), other threads look
     up cached plans and build other functions' -- the cache's lock was held

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..._forksafe import RLock
-from .threads import SingleThreadedBlas, ThreadChoice
+from .threads import SingleThreadedBlas, ThreadChoice, refuse_forked_openmp
 
 
 def _literal(value):
@@ -104,12 +104,14 @@ class NumbaProgram:
         self._keep = keep  # arrays whose addresses the compiled call holds
         self.blas_limited = False
         self.threads = None  # a parallel program's ThreadChoice (set by set_parallel)
+        self.parallel = False
 
     def set_parallel(self, parallel):
         """Whether the program has ``prange`` loops: its thread count is then
         chosen call by call from measured times (:class:`.threads.ThreadChoice`),
         unless ``HYBRIDAD_THREAD_CHOICE=0`` (then all threads, always)."""
         self.threads = ThreadChoice() if parallel and ThreadChoice.enabled() else None
+        self.parallel = bool(parallel)
 
     def _stage(self, key, shape, dtype):
         buf = self._staged.get(key)
@@ -168,6 +170,8 @@ class NumbaProgram:
         return self._invoke(self.lean_call, args)
 
     def _invoke(self, fn, args):
+        if self.parallel:
+            refuse_forked_openmp("a parallel plan")
         with self.lock:
             if self.threads is not None:  # BLAS single-threaded only beside our threads
                 return self.threads(fn, args, self.blas_limited)

@@ -36,12 +36,13 @@ is too busy for more (:class:`ThreadChoice`).
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from ..._forksafe import Lock
 
 __all__ = ["BLAS_SPIN_LOG2", "SingleThreadedBlas", "ThreadChoice", "max_threads",
-           "short_blas_spin", "start_pool"]
+           "refuse_forked_openmp", "short_blas_spin", "start_pool"]
 
 #: log2 of the cycles an idle OpenBLAS worker spins before it sleeps, set by
 #: :func:`short_blas_spin` (OpenBLAS's own default: 28; its least: 4).  On 2
@@ -59,6 +60,44 @@ def short_blas_spin():
 
 _libs = None
 _libs_lock = Lock()
+
+
+#: set in a process forked from one whose numba ran its threads on GNU OpenMP:
+#: numba stops such a child at its first parallel loop (``Terminating: fork()
+#: called from a process already using GNU OpenMP``)
+_FORKED_FROM_OPENMP = [False]
+
+
+def _after_fork_in_child():
+    parallel = sys.modules.get("numba.np.ufunc.parallel")
+    if parallel is None or not getattr(parallel, "_is_initialized", False):
+        return  # (no thread pool started: the child starts its own)
+    import numba
+
+    try:
+        layer = numba.threading_layer()
+    except ValueError:
+        return
+    omp = sys.modules.get("numba.np.ufunc.omppool")
+    if layer == "omp" and getattr(omp, "openmp_vendor", "") == "GNU":
+        _FORKED_FROM_OPENMP[0] = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def refuse_forked_openmp(name):
+    """Raise, naming the way out, where a parallel program would run in a
+    process forked from one that ran numba's threads on GNU OpenMP (numba
+    would stop the process at the program's first parallel loop)."""
+    if _FORKED_FROM_OPENMP[0]:
+        raise RuntimeError(
+            f"{name}: this process was forked from one that ran parallel loops on numba's GNU "
+            "OpenMP threading layer, which cannot run them again in a forked child. Install "
+            "the tbb package (numba's fork-safe layer; a dependency of hybridad where it has "
+            "wheels), start children with multiprocessing's 'spawn' or 'forkserver' method, "
+            "or build the parent's plans with parallel=False.")
 
 
 def start_pool():
