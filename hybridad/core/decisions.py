@@ -32,7 +32,6 @@ from shapes alone) a decision is refused as before, with the same message.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from .._forksafe import Lock

@@ -17,12 +17,13 @@ Node kinds:
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
 
 __all__ = ["Graph", "Node", "check", "check_writes", "clone_node", "copy_graph", "format_node",
-           "named_by_region", "redirect", "users_of"]
+           "named_by_region", "redirect", "users_of", "write_hazards"]
 
 
 class Node:
@@ -193,33 +194,58 @@ def check(graph, rules=False):
 
 def check_writes(graph):
     """Raise ``AssertionError`` where a node reads a storage's old value after
-    an in-place write into it: every reader of that storage placed after the
-    write must read through the write (be computed from it).  Checked on a
-    lowered graph (tests, ``HYBRIDAD_DEBUG``): passes may move a read past a
-    write -- folding a region into an accumulation placed after an
-    optimizer's in-place update of a parameter the region reads -- and the
-    last one puts the writes back after their reads
-    (:func:`hybridad.transforms.updates.order_writes`)."""
+    an in-place write into it (:func:`write_hazards`).  Checked on a lowered
+    graph (tests, ``HYBRIDAD_DEBUG``): passes may move a read past a write --
+    folding a region into an accumulation placed after an optimizer's in-place
+    update of a parameter the region reads -- and the last one puts the writes
+    back after their reads (:func:`hybridad.transforms.updates.order_writes`)."""
+    hazards = write_hazards(graph.nodes)
+    if hazards:
+        w, r = (graph.nodes[k] for k in hazards[0])
+        raise AssertionError(f"%{r.id} = {r.op}(...) reads the old value of what %{w.id} = "
+                             f"{w.op}(...) wrote in place before it")
+
+
+def write_hazards(nodes):
+    """``[(w, r)]``: positions in ``nodes`` of an in-place write and of a later
+    node that reads the value it overwrote -- the written storage through a
+    name made before the write, without being computed from the write -- in
+    the order of ``r``.  Linear in the nodes: each name's storage and the last
+    write it sees are followed as the nodes come, and only a reader of a name
+    that a later write made stale is checked further (a scan from that write
+    to it: is it computed from the write?)."""
     from .registry import REGISTRY
 
-    nodes, root = graph.nodes, {}
-    for n in nodes:
+    root, sees = {}, {}  # node id -> its storage's node; -> the position of the write it sees
+    writes = {}  # storage node id -> positions of the in-place writes into it, in order
+    found = []
+    for r, n in enumerate(nodes):
+        for a in n.args:
+            s = root.get(a.id, a)
+            ws = writes.get(s.id)
+            if not ws or sees.get(a.id, -1) >= ws[-1]:
+                continue
+            w = ws[bisect.bisect_right(ws, sees.get(a.id, -1))]  # the first write it misses
+            if not _computed_from(nodes, w, r):
+                found.append((w, r))
+                break
         op = REGISTRY.get(n.op)
-        if op is not None and op.kind in ("view", "inplace") and n.args:
+        kind = op.kind if op is not None else None
+        if kind in ("view", "inplace") and n.args:
             root[n.id] = root.get(n.args[0].id, n.args[0])
-    for i, w in enumerate(nodes):
-        op = REGISTRY.get(w.op)
-        if op is None or op.kind != "inplace" or not w.args:
-            continue
-        storage = root.get(w.args[0].id, w.args[0])
-        after = {w.id}
-        for n in nodes[i + 1:]:
-            if any(a.id in after for a in n.args):
-                after.add(n.id)
-            elif any(root.get(a.id, a) is storage for a in n.args):
-                raise AssertionError(f"%{n.id} = {n.op}(...) reads the old value of "
-                                     f"%{storage.id} after %{w.id} = {w.op}(...) wrote it in "
-                                     "place")
+            sees[n.id] = r if kind == "inplace" else sees.get(n.args[0].id, -1)
+            if kind == "inplace":
+                writes.setdefault(root[n.id].id, []).append(r)
+    return found
+
+
+def _computed_from(nodes, w, r):
+    """Whether ``nodes[r]`` is computed from ``nodes[w]`` (``w < r``)."""
+    after = {nodes[w].id}
+    for n in nodes[w + 1:r + 1]:
+        if any(a.id in after for a in n.args):
+            after.add(n.id)
+    return nodes[r].id in after
 
 
 def dead_code_elimination(graph):

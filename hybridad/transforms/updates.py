@@ -3,6 +3,7 @@ sweep (a plan built with ``update=``, :mod:`hybridad.optim`)."""
 
 from __future__ import annotations
 
+from ..ir.graph import write_hazards
 from ..ops import REGISTRY, may_raise, storage_root
 
 __all__ = ["order_writes", "schedule_updates"]
@@ -80,39 +81,19 @@ def order_writes(nodes):
     into the accumulation of another's gradient, placed after the update --
     and the step then read the parameter it had already changed.  This pass,
     the last, restores the order whatever the passes did
-    (:func:`hybridad.ir.graph.check` asserts it).
+    (:func:`hybridad.ir.graph.check_writes` asserts it).
     """
     nodes = list(nodes)
     while True:
-        moved = _move_one_write(nodes)
-        if moved is None:
+        hazards = write_hazards(nodes)
+        if not hazards:
             return nodes
-        nodes = moved
-
-
-def _move_one_write(nodes):
-    root = {}  # node id -> the node whose storage it is (through views, in-place ops)
-    kinds = {}
-    for n in nodes:
-        op = REGISTRY.get(n.op)
-        kinds[n.id] = op.kind if op is not None else None
-        if kinds[n.id] in ("view", "inplace") and n.args:
-            root[n.id] = root.get(n.args[0].id, n.args[0])
-    for i, w in enumerate(nodes):
-        if kinds[w.id] != "inplace" or not w.args:
-            continue
-        storage = root.get(w.args[0].id, w.args[0])
-        after, last = {w.id}, None
-        for j in range(i + 1, len(nodes)):
-            n = nodes[j]
+        w = hazards[0][0]
+        last = max(r for k, r in hazards if k == w)  # (the write's last stale reader)
+        after = {nodes[w].id}  # the write and what it feeds before that reader
+        for n in nodes[w + 1:last]:
             if any(a.id in after for a in n.args):
                 after.add(n.id)
-            elif any(root.get(a.id, a) is storage for a in n.args):
-                last = j
-        if last is None:
-            continue
-        block = [n for n in nodes[i:last] if n.id in after]  # the write and what it feeds
-        ids = {n.id for n in block}
-        rest = [n for n in nodes[i:last + 1] if n.id not in ids]
-        return nodes[:i] + rest + block + nodes[last + 1:]
-    return None
+        block = [n for n in nodes[w:last] if n.id in after]
+        rest = [n for n in nodes[w:last + 1] if n.id not in after]
+        nodes = nodes[:w] + rest + block + nodes[last + 1:]

@@ -4,7 +4,6 @@ generated function makes before it writes anything (:class:`_Checks`)."""
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from ..._forksafe import RLock
