@@ -15,7 +15,11 @@ import warnings
 
 from ._forksafe import RLock
 
-__all__ = ["CacheWarning", "cache_dir", "cache_location"]
+__all__ = ["READ_FLAGS", "CacheWarning", "cache_dir", "cache_location"]
+
+#: opening a cache file: never through a link, and never waiting (a FIFO put
+#: there blocked the open; fstat then refuses what is not a regular file)
+READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 _UID = os.geteuid() if hasattr(os, "geteuid") else None  # None: no owners (Windows)
 

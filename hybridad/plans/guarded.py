@@ -186,7 +186,8 @@ class GuardsMixin:
                 a = a.base  # (a view of an array f captured: that array)
             if isinstance(a, np.ndarray):
                 pinned[id(a)] = a
-        new = [a for k, a in pinned.items() if k not in {id(b) for b, _ in self._pinned}]
+        held = {id(b) for b, _ in self._pinned}
+        new = [a for k, a in pinned.items() if k not in held]
         if not new:
             return
         self._pinned = tuple(self._pinned) + tuple((a, _snapshot(a)) for a in new)

@@ -28,10 +28,6 @@ import numpy as np
 
 __all__ = ["LOCK", "SYMBOLS", "compile_ir", "load_object", "object_key", "optimized_ir", "target"]
 
-#: opening a cache file: never through a link, and never waiting (a FIFO put
-#: there blocked the open; fstat then refuses what is not a regular file)
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-
 #: held by every translation, optimization and load (LLVM's objects are not thread-safe)
 LOCK = threading.RLock()
 
@@ -314,14 +310,14 @@ def has_object(key):
 def cached_object(key):
     """The verified object bytes stored under ``key``, or None (absent, or
     damaged: then removed, and the caller compiles and stores it again)."""
-    from ..._cachedir import cache_dir
+    from ..._cachedir import READ_FLAGS, cache_dir
 
     directory = cache_dir()
     if directory is None:
         return None
     path = os.path.join(directory, "jit", key + ".o")
     try:
-        fd = os.open(path, _READ_FLAGS)
+        fd = os.open(path, READ_FLAGS)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as f:

@@ -70,16 +70,12 @@ import numpy as np
 from numba.core import caching
 
 # the directory (no numba needed to find it): re-exported, with its lock and owner checks
-from ..._cachedir import (_LOCK, _UID, CacheWarning, _refusal, _warn, cache_dir,  # noqa: F401
+from ..._cachedir import (_LOCK, _UID, READ_FLAGS, CacheWarning, _refusal, _warn, cache_dir,  # noqa: F401
                           cache_location)
 from ..._sources import library_digest
 
 __all__ = ["CacheWarning", "cache_dir", "cache_location", "clear", "compiled", "info",
            "load_function", "source_hash"]
-
-#: opening a cache file: never through a link, and never waiting (a FIFO put
-#: there blocked the open; fstat then refuses what is not a regular file)
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 #: bumped when the layout of cache files changes (part of every hash)
 _FORMAT = "hybridad-cache-2"
@@ -193,7 +189,7 @@ class _VerifiedCacheFile(caching.IndexDataCacheFile):
     @staticmethod
     def _read(path):
         """The verified payload of ``path``; FileNotFoundError if absent."""
-        fd = os.open(path, _READ_FLAGS)
+        fd = os.open(path, READ_FLAGS)
         with os.fdopen(fd, "rb") as f:
             if not _trusted(os.fstat(f.fileno())):
                 raise _Damaged(f"{path}: not a regular file of yours that only you can write")
