@@ -91,8 +91,10 @@ def test_sorts_batch_as_single_gradients(name, backend):
     """np.sort and np.median in a batch (refused: no batch rule for sorts);
     each point's gradient goes back along its own permutation (the scatter's
     positions a row per point)."""
-    X = np.stack([rand((12,), seed=30 + b) for b in range(7)])
-    _batch_as_single(SORTED[name], X, rand((12,), seed=5), backend)
+    X, c = np.stack([rand((12,), seed=30 + b) for b in range(7)]), rand((12,), seed=5)
+    res = _batch_as_single(SORTED[name], X, c, backend)
+    plan = ha.compile(SORTED[name], X[0], c, backend=backend)
+    assert_no_alloc(plan.gradient_batch, X, c, out=res, n=10)
 
 
 def test_an_empty_batch_gives_empty_results():

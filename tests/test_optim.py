@@ -102,6 +102,7 @@ def test_a_step_reads_every_parameter_before_it_updates_any(f, n, rule, backend)
         reference_update(rule, params, res.gradient, state, t)
         for p, q in zip(mine, params, strict=True):
             np.testing.assert_allclose(p, q, rtol=1e-11, atol=1e-13)
+    assert_no_alloc(plan.step, *mine, data_, out=out, n=10)
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: type(r).__name__)

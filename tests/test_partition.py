@@ -7,7 +7,7 @@ from conftest import rand
 
 import hybridad as ha
 from hybridad.backends.numba.kernels import compile_region_kernel
-from hybridad.testing import numerical_gradient
+from hybridad.testing import assert_no_alloc, numerical_gradient
 from hybridad.transforms.partition import find_regions
 
 
@@ -70,6 +70,7 @@ def test_a_long_elementwise_chain_is_cut_into_regions_of_bounded_size():
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
     fd = numerical_gradient(lambda x: _recurrence(x, F), x)
     np.testing.assert_allclose(got.gradient[0], fd, rtol=1e-6)
+    assert_no_alloc(plan.gradient, x, F, out=got, n=10)
 
 
 def test_shared_value_ends_a_region_and_matmul_is_a_reverse_node():
