@@ -239,3 +239,57 @@ def test_a_gather_into_a_fresh_zeros_buffer_writes_each_element_once(f, monkeypa
     apart = ha.compile(lambda x: f(x), x, hvp=True, tiered=False)
     assert "o2[...] = 0" in apart._program.source or "[...] = 0" in apart._program.source
     np.testing.assert_array_equal(apart.hvp(x, v=v).hvp, got.hvp)
+
+
+def _tangent_reads(plan):
+    """The primal values a staged plan's tangent program reads (not the
+    arguments, constants or views of them)."""
+    seed, body, given, _ = plan._stages["tangent"]
+    own = {n.id for n in body} - given - {n.id for n in body if n.op == "input"}
+    return {a.id: a for n in body if n.id in own for a in n.args
+            if a.id in given and a.op not in ("input", "const") and a.op != "getitem"}
+
+
+@pytest.mark.parametrize("f", [rosen, chain, STENCIL3], ids=["rosen", "chain", "three"])
+def test_a_linearized_tangent_recomputes_cheap_regions_of_the_point(f, monkeypatch):
+    """After ``linearize``, each ``hvp(v=)`` runs the tangent program alone:
+    the cheap primal regions of the point's arguments it reads (Rosenbrock's
+    ``2 x[:-1]`` and its residual's partial) are recomputed in its loops
+    instead of kept by the primal program and read back -- two arrays of n
+    read per H v that reading ``x`` replaces.  The same operations on the
+    same values: the same bits as the plan that keeps them."""
+    from hybridad.plans import staged
+
+    n = 400
+    x, v = RNG.uniform(-1.0, 1.0, n), RNG.standard_normal(n)
+    plan = ha.compile(f, x, hessian=True)
+    plan.linearize(x)
+    res = ha.HvpResult(x)
+    plan.hvp(v=v, out=res)
+    with monkeypatch.context() as m:
+        m.setattr(staged, "recompute_in_stages", lambda nodes, stage, outputs: nodes)
+        kept = ha.compile(f, x, hessian=True)
+        kept.linearize(x)
+        want = kept.hvp(v=v)
+    assert not [a for a in _tangent_reads(plan).values() if a.size > 1 and
+                not any(a is o for o in plan.graph.outputs)] or f is chain, \
+        [f"%{a.id} {a.op}" for a in _tangent_reads(plan).values()]
+    assert len([a for a in _tangent_reads(kept).values() if a.size > 1]) > \
+        len([a for a in _tangent_reads(plan).values() if a.size > 1])
+    assert np.array_equal(res.hvp, want.hvp) and np.array_equal(res.gradient, want.gradient)
+    ref = ha.hvp(f, x, v, backend="numpy")
+    np.testing.assert_allclose(res.hvp, ref.hvp, rtol=1e-12, atol=1e-11)
+    eps = 1e-6
+    g = lambda z: ha.gradient(f, z, backend="numpy").gradient  # noqa: E731
+    np.testing.assert_allclose(res.hvp, (g(x + eps * v) - g(x - eps * v)) / (2 * eps),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(plan.hessian(x).hessian, kept.hessian(x).hessian, rtol=0, atol=0)
+    alone = np.empty(n)
+    plan.linearize(x)
+    plan.hvp(v=v, out=alone)
+    assert np.array_equal(alone, want.hvp)
+    with count_allocations() as counts:
+        for _ in range(3):
+            plan.hvp(v=v, out=res)
+            plan.hvp(v=v, out=alone)
+    assert counts.allocations == 0, counts

@@ -53,6 +53,7 @@ from ..ir.graph import Graph, check
 from ..ops import REGISTRY, may_raise
 from ..results import DiffResult
 from ..transforms.checkpoint import checkpoint_loops
+from ..transforms.remat import recompute_in_stages
 from .decided import attach, compile_decisions
 from .plan import Plan, _OverBudget, serialized
 from .validate import check_results
@@ -228,6 +229,8 @@ class StagedPlan(Plan):
         nodes = graph.nodes
         dependent = {name: _dependents(nodes, [seed.id]) for name, (seed, _) in stages.items()}
         tangent = set().union(*dependent.values())
+        if self.backend == "numba":  # (regions of the arguments: recomputed, not kept)
+            nodes = recompute_in_stages(nodes, tangent, graph.outputs)
         primal = [n for n in nodes if n.id not in tangent and n.op != "input"]
         order = [n for n in nodes if n.op == "input"] + primal + [
             n for name in stages for n in nodes if n.id in dependent[name] and n.op != "input"]

@@ -412,7 +412,7 @@ def _rebound(region):
     region's operands, which its body's inputs stand for position by
     position, and not the members that read them."""
     body = region.attrs["body"]
-    subst = {old.id: new for old, new in zip(body.inputs, region.args, strict=True)
+    subst = {old.id: new for old, new in zip(body.inputs, _operands(region), strict=True)
              if old is not new}
     if not subst:
         return body.nodes, body.reduction
@@ -424,11 +424,17 @@ def _rebound(region):
         None if body.reduction is None else subst.get(body.reduction.id, body.reduction)
 
 
+def _operands(region):
+    """What ``region``'s body inputs stand for, position by position: its
+    operands (a ``region_acc``'s after the buffer it adds into)."""
+    return region.args[1:] if region.op == "region_acc" else region.args
+
+
 def evaluate_inside(r, producers):
-    """Region ``r`` evaluating the value regions ``producers`` (operands of
-    it, without reductions, over its loop shape) in its own loop: a new body,
-    their members then its own (vjp regions sharing its old body are left as
-    they are).  ``r`` is changed in place."""
+    """Region ``r`` (or ``region_acc``) evaluating the value regions
+    ``producers`` (operands of it, without reductions, over its loop shape)
+    in its own loop: a new body, their members then its own (vjp regions
+    sharing its old body are left as they are).  ``r`` is changed in place."""
     producers = [(p, *_rebound(p)) for p in producers]
     remap = {p.id: nodes[-1] for p, nodes, _ in producers}
 
@@ -450,4 +456,5 @@ def evaluate_inside(r, producers):
     inputs = _external_inputs(members)  # (the reduction reads the last member)
     merged = Region(members, reduction, inputs)
     merged.partials_reason = body.partials_reason
-    r.args, r.attrs = tuple(inputs), {**r.attrs, "body": merged}
+    lead = r.args[:1] if r.op == "region_acc" else ()  # (the buffer it adds into)
+    r.args, r.attrs = (*lead, *inputs), {**r.attrs, "body": merged}

@@ -28,7 +28,7 @@ from ..ir.registry import InPlaceWrites
 from ..ops import REGISTRY
 from .partition import evaluate_inside, stored_partials
 
-__all__ = ["merge_accumulations", "rematerialize"]
+__all__ = ["merge_accumulations", "recompute_in_stages", "rematerialize"]
 
 #: the most elementwise ops of a region recomputed in each of its readers
 MAX_OPS = 8
@@ -78,6 +78,66 @@ def rematerialize(nodes, outputs=()):
             for a in p.args:  # (what r reads now)
                 users[a.id].append(r)
         if not rest:
+            dropped.add(p.id)
+    return [n for n in nodes if n.id not in dropped] if dropped else nodes
+
+
+def recompute_in_stages(nodes, stage, outputs=()):
+    """A staged plan's cheap primal regions of its arguments recomputed in
+    the loops of the stage programs that read them, instead of stored by
+    the primal program and read back (IR -> IR; :mod:`hybridad.plans.staged`).
+
+    A Hessian plan's tangent program runs many times at one point
+    (``linearize``, then ``hvp(v=)`` per inner iteration of Newton-CG): every
+    primal value it reads is kept from the primal run and read from memory
+    each time.  Where such a value is a region as :func:`rematerialize`
+    recomputes (no reduction, at most :data:`MAX_OPS` ops, none expensive, no
+    stored partials, not an output) of the arguments, constants and
+    computed scalars alone (through views), reading the arguments costs less
+    than reading it:
+    Rosenbrock's ``2 x[:-1]`` and its residual's partial are two arrays of n
+    read per ``H v``, where ``x`` is one that the program reads anyway.  Each
+    reader of it in ``stage`` (ids of the stage programs' nodes) that is a
+    value region or ``region_acc`` over its shape, without stored partials,
+    evaluates it in its own loop: the same operations on the same values, so
+    the same bits.  A region no one reads any more is dropped.
+
+    Returns
+    -------
+    list of Node
+    """
+    external = {n.id for n in outputs if n is not None}
+    users = users_of(nodes)
+    writes = InPlaceWrites(nodes)
+
+    def argument(a):  # an argument, a constant or a scalar, through views (no array read)
+        while a.op not in ("input", "const"):
+            if REGISTRY[a.op].kind != "view":
+                return a.size == 1  # (a broadcast of a computed scalar: kept, 8 bytes)
+            a = a.args[0]
+        return True
+
+    dropped = set()
+    for p in nodes:
+        if p.id in stage or p.op != "region" or p.attrs["mode"] != "value" or \
+                p.id in external or stored_partials(p, users):
+            continue
+        body = p.attrs["body"]
+        if body.reduction is not None or len(body.nodes) > MAX_OPS or \
+                any(REGISTRY[m.op].expensive for m in body.nodes) or \
+                not all(argument(a) for a in p.args):
+            continue
+        joins = [r for r in {u.id: u for u in users[p.id]}.values()
+                 if r.id in stage and r.op in ("region", "region_acc") and
+                 r.attrs["mode"] == "value" and r.attrs["body"].shape == p.shape and
+                 not stored_partials(r, users) and not writes.between(p, r) and
+                 not (r.op == "region_acc" and r.args[0] is p)]
+        for r in joins:
+            evaluate_inside(r, [p])
+            users[p.id] = [u for u in users[p.id] if u.id != r.id]
+            for a in p.args:
+                users[a.id].append(r)
+        if joins and not users[p.id]:
             dropped.add(p.id)
     return [n for n in nodes if n.id not in dropped] if dropped else nodes
 
