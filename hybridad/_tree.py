@@ -75,6 +75,18 @@ def _unflatten(td, it):
     return tuple(items) if kind == "tuple" else items
 
 
+def leaf_paths(treedef):
+    """Each leaf's place in ``treedef``, as Python indexes it: ``"['W']"``,
+    ``"[0][1]"``, ``""`` for an array argument itself (in :func:`flatten`'s order)."""
+    if treedef == LEAF:
+        return [""]
+    if treedef[0] == "static":
+        return []
+    keys = treedef[1] if treedef[0] == "dict" else range(len(treedef[1]))
+    return [f"[{k!r}]{rest}" for k, sub in zip(keys, treedef[-1], strict=True)
+            for rest in leaf_paths(sub)]
+
+
 def count_leaves(treedef):
     if treedef == LEAF:
         return 1

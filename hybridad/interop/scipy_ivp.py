@@ -29,6 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import api
+from ..plans.validate import real_values
 from ..sparse import SparseJacobianResult
 from .scipy_sparse import use_sparse
 
@@ -110,6 +111,10 @@ class OdeJacobian:
         if args and (len(args) != len(self._args) or any(
                 a is not b for a, b in zip(args, self._args, strict=True))):
             self._args = tuple(args)
+        y = real_values(y, "y")
+        if y.shape != self._y.shape:
+            raise ValueError(f"y has shape {y.shape}; the Jacobian was built for y0 of shape "
+                             f"{self._y.shape}")
         self._t.fill(t)
         np.copyto(self._y, y, casting="unsafe")
         api.jacobian(self.fun, self._t, self._y, *self._args, argnums=1, out=self.result,

@@ -14,6 +14,7 @@ import numpy as np
 from ..plans.cache import lookup as _lookup
 from ..errors import StalePlanError
 from ..plans.jacobian import JacobianPlan
+from ..plans.validate import real_values
 from .scipy_objective import check_x0, scipy_args
 
 __all__ = ["least_squares"]
@@ -44,7 +45,7 @@ class _Residuals:
         if args and (len(args) != len(self._args) or any(
                 a is not b for a, b in zip(args, self._args, strict=True))):
             self._args, self._call_args = args, (self._x, *args)
-        x = np.asarray(x)
+        x = real_values(x, "x")
         if x.size != self._x.size:
             raise ValueError(f"x has {x.size} elements; expected {self._x.size}")
         np.copyto(self._x, x.reshape(self._x.shape), casting="unsafe")

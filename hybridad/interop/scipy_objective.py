@@ -16,6 +16,7 @@ from ..errors import StalePlanError
 from ..core.supported import refuse_subclass
 from ..api import hessian_colors
 from ..plans.hessian import HessianPlan
+from ..plans.validate import real_values
 from ..results import GradientResult, HessianResult
 
 __all__ = ["PARALLEL_WORK", "Objective", "check_x0", "scipy_args"]
@@ -169,8 +170,8 @@ class Objective:
                     a is not b for a, b in zip(args, self._args, strict=True)):
                 self._args, self._call_args, self._valid = args, self._with_x(args), False
                 self._point += 1
-        if type(x) is not np.ndarray:
-            x = np.asarray(x, dtype=np.float64)
+        if type(x) is not np.ndarray or x.dtype.kind != "f":
+            x = real_values(x, "x")  # (complex: refused, not cut to its real part)
         if x.size != self.size:
             raise ValueError(f"x has {x.size} elements; the objective was built for x0 with "
                              f"{self.size} (shape {self.shape})")
@@ -267,7 +268,7 @@ class Objective:
             self._token = plan._objective_token = object()
 
     def _hvp(self, x, p, args):
-        p = np.asarray(p)
+        p = real_values(p, "p")
         if p.size != self.size:
             raise ValueError(f"p has {p.size} elements; expected {self.size}")
         while True:

@@ -19,6 +19,7 @@ import scipy.optimize
 
 from .. import api
 from ..errors import TracingError
+from ..plans.validate import real_values
 from ..sparse import SparseHessianResult, SparseJacobianResult
 
 __all__ = ["SPARSE_DENSITY", "SPARSE_MIN_SIZE", "NonlinearConstraint", "SparseHessian",
@@ -73,7 +74,7 @@ class _AtX:
         if args and (len(args) != len(self._args) or any(
                 a is not b for a, b in zip(args, self._args, strict=True))):
             self._args, self.call_args = tuple(args), self._with_x(tuple(args))
-        x = np.asarray(x)
+        x = real_values(x, "x")
         if x.size != self._flat.size:
             raise ValueError(f"x has {x.size} elements; expected {self._flat.size}")
         np.copyto(self._flat, x.reshape(-1), casting="unsafe")
@@ -228,7 +229,7 @@ class NonlinearConstraint(scipy.optimize.NonlinearConstraint):
     def _hess(self, x, v):
         # v is data (an argument), x is differentiated
         h = self.hessian
-        np.copyto(h._args[0], np.asarray(v, dtype=np.float64).reshape(-1))
+        np.copyto(h._args[0], real_values(v, "v").reshape(-1), casting="unsafe")
         return h(x, h._args[0])
 
     @property

@@ -17,7 +17,7 @@ from .._xp import array_module
 from ..core.supported import SUPPORTED_DTYPES
 from ..results import DiffResult, GradientResult, HvpResult
 from .validate import FLOATS as _FLOATS
-from .validate import check_results
+from .validate import check_results, real_values
 
 __all__ = ["ArgumentsMixin", "normalize_argnums", "arg_names", "prepare_args"]
 
@@ -178,15 +178,26 @@ class ArgumentsMixin:
         for i, (leaf, (shape, dtype)) in enumerate(zip(leaves, self._specs, strict=True)):
             if not isinstance(leaf, self._xp.ndarray):
                 kind = "device (cupy)" if self.backend == "cupy" else "host (numpy)"
-                raise TypeError(f"argument {self._names[self._leaf_arg[i]]} is a "
+                raise TypeError(f"argument {self._leaf_name(i)} is a "
                                 f"{type(leaf).__module__}.{type(leaf).__name__}; this plan "
                                 f"(backend={self.backend!r}) takes {kind} arrays")
             if leaf.shape != shape or leaf.dtype != dtype:
-                raise ValueError(f"argument {self._names[self._leaf_arg[i]]} has shape "
+                raise ValueError(f"argument {self._leaf_name(i)} has shape "
                                  f"{leaf.shape} and dtype {leaf.dtype}; the plan was compiled "
                                  f"for shape {shape} and dtype {dtype}")
         return leaves
 
+
+    def _leaf_name(self, i):
+        """Leaf ``i``'s name in messages: its argument's, and where the argument
+        is a tuple, list or dict of arrays, the leaf's place in it
+        (``'params'['W']``)."""
+        names = vars(self).get("_leaf_names")
+        if names is None or len(names) != len(self._leaf_arg):
+            names = self._leaf_names = [
+                self._names[k] + path for k, td in enumerate(self._treedefs)
+                for path in _tree.leaf_paths(td)]
+        return names[i]
 
     def _grad_structure(self):
         tds = [self._treedefs[k] for k in self.argnums] \
@@ -207,7 +218,7 @@ class ArgumentsMixin:
         """``(name, array)`` of the argument leaves (all but leaf ``skip``), for
         :func:`hybridad.plans.validate.check_results`."""
         idx = [i for i in range(len(self._specs)) if i != skip]
-        return [(f"argument {self._names[self._leaf_arg[i]]}", a)
+        return [(f"argument {self._leaf_name(i)}", a)
                 for i, a in zip(idx, leaves, strict=True)]
 
 
@@ -226,13 +237,18 @@ class ArgumentsMixin:
         gleaves = []
         for what, buf in zip(("gradient", "hvp")[:self.order], out.derivs[:self.order],
                              strict=True):
-            leaves_k, td = _tree.flatten(buf)
+            try:
+                leaves_k, td = _tree.flatten(buf)
+            except TypeError:  # (a sparse matrix: a SparseHessianResult's Hessian)
+                td = None
             if td != self._grad_structure():
+                fits = "an HvpResult" if self.order == 2 else "a GradientResult"
                 raise ValueError(f"out.{what} does not have the structure of the "
                                  "differentiated argument(s) "
-                                 f"{', '.join(self._names[k] for k in self._diff)}")
+                                 f"{', '.join(self._names[k] for k in self._diff)} (out is a "
+                                 f"{type(out).__name__}; {fits} made from them fits)")
             for g, i in zip(leaves_k, self._diff_leaves, strict=True):
-                results.append((f"out.{what} for argument {self._names[self._leaf_arg[i]]}",
+                results.append((f"out.{what} for argument {self._leaf_name(i)}",
                                 g, *self._specs[i]))
             gleaves += leaves_k
         check_results(self._xp, results, self._reads(leaves) + [("v", t) for t in vleaves])
@@ -241,7 +257,7 @@ class ArgumentsMixin:
 
     def _tangent_leaves(self, v):
         if self._grad_structure() == _tree.LEAF and not _tree.is_array(v):
-            v = np.asarray(v, dtype=self._specs[self._diff_leaves[0]][1])  # a list: converted
+            v = np.asarray(real_values(v, "v"), dtype=self._specs[self._diff_leaves[0]][1])
         try:
             vleaves, td = _tree.flatten(v)
         except TypeError:
@@ -255,9 +271,9 @@ class ArgumentsMixin:
             _tree.refuse_subclass(t, "v")
             if type(t) is not np.ndarray or t.dtype != dtype:
                 # (a device array stays on its device: cupy refuses np.asarray)
-                t = array_module(t).asarray(t, dtype=dtype)
+                t = array_module(t).asarray(real_values(t, "v"), dtype=dtype)
             if t.shape != shape:
-                raise ValueError(f"v for argument {self._names[self._leaf_arg[i]]} has shape "
+                raise ValueError(f"v for argument {self._leaf_name(i)} has shape "
                                  f"{t.shape}; expected {shape}")
             out.append(t)
         return out

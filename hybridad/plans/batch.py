@@ -119,7 +119,9 @@ class BatchMixin:
                              f"got {_describe(out)}")
         v, g = out.value, out.derivs[0]
         rest = [a for i, a in enumerate(leaves) if i != self._diff_leaves[0]]
-        check_results(self._xp, [("out.value (the values)", v, (k,), self._value_dtype),
+        check_results(self._xp, [("out.value (the values)", v, (k,), None),  # (any float:
+                                 # BatchGradientResult(X) of a float32 X whose f promotes
+                                 # to float64, as a point's GradientResult(x): converted)
                                  ("out.gradient (the gradients)", g, X.shape, dtype)],
                       [("X", X)] + self._reads(rest, skip=self._diff_leaves[0]))
         if k == 0:  # no point: empty values and gradients (nothing to compile or run)

@@ -25,6 +25,7 @@ from ..transforms.products import mark_seed_products
 from .plan import Plan, serialized
 from .chunks import default_chunk, seed_bytes
 from .staged import StagedPlan, direct_call, falls_back
+from .validate import real_values
 
 __all__ = ["COLORS_MIN_N", "HessianPlan"]
 
@@ -349,8 +350,8 @@ class HessianPlan(StagedPlan):
             return out  # type: ignore[return-value]  # a fast call had an out
         leaves = self._leaves(args) if args else self._point
         _tree.refuse_subclass(v, "v")
-        v = self._xp.asarray(v, dtype=self._dtype) if type(v) is not self._xp.ndarray or \
-            v.dtype != self._dtype else v
+        v = self._xp.asarray(real_values(v, "v"), dtype=self._dtype) \
+            if type(v) is not self._xp.ndarray or v.dtype != self._dtype else v
         many = v.shape != self._shape
         if many and v.shape[1:] != self._shape:
             raise ValueError(f"v must have shape {self._shape} (one direction) or (k, "

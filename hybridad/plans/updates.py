@@ -48,18 +48,18 @@ class UpdatesMixin:
             raise TypeError("step() needs a plan built with update=hybridad.optim.<rule>")
         if self._guarded:
             self._check_stale(args)
-        for k in self._diff:  # (a number would be converted: its update lost)
-            if k < len(args) and not _tree.is_array(args[k]) and \
-                    isinstance(args[k], (numbers.Number, np.generic)):
+        for k in self._diff:  # (a number or a list of numbers would be converted into a
+            # new array: its update lost)
+            if k < len(args) and _not_arrays(args[k]):
                 raise ValueError(f"parameter {self._names[k]} is updated in place: it must be "
-                                 f"a writeable, C-contiguous array; got a number "
-                                 f"({type(args[k]).__name__})")
+                                 "a writeable, C-contiguous array (or a tuple, list or dict "
+                                 f"of them); got {_kind(args[k])}")
         leaves = self._leaves(args)
         for i in self._diff_leaves:
             a = leaves[i]
             if not (isinstance(a, self._xp.ndarray) and a.flags.c_contiguous and
                     _writeable(a)):
-                raise ValueError(f"parameter {self._names[self._leaf_arg[i]]} is updated in "
+                raise ValueError(f"parameter {self._leaf_name(i)} is updated in "
                                  "place: it must be a writeable, C-contiguous array")
         if out is None:
             out = DiffResult(self._xp.zeros((), self._value_dtype))
@@ -67,10 +67,10 @@ class UpdatesMixin:
             raise ValueError("out must be a DiffResult or GradientResult with a writeable "
                              f"0-d floating-point value buffer; got {_describe(out)}")
         # the parameters are written too: no overlap with each other, out or the rest
-        params = [(f"parameter {self._names[self._leaf_arg[i]]}", leaves[i], *self._specs[i])
+        params = [(f"parameter {self._leaf_name(i)}", leaves[i], *self._specs[i])
                   for i in self._diff_leaves]
         check_results(self._xp, [("out.value", out.value, (), None)] + params,
-                      [(f"argument {self._names[self._leaf_arg[i]]}", a)
+                      [(f"argument {self._leaf_name(i)}", a)
                        for i, a in enumerate(leaves) if i not in self._diff_leaves])
         extra = self._state + ([self._hyper] if self._hyper.size else [])
         with self._lock:  # the step count, the rule's state and the call: one step
@@ -109,3 +109,26 @@ class UpdatesMixin:
                 writes += [w.node for w in rule.emit(p, g, states, shared)]
         self._update_ids = [n.id for n in trace.nodes if n.id > first and n.op != "input"]
         return inputs, writes
+
+
+def _not_arrays(obj):
+    """Whether a parameter holds something other than arrays (a number, a list
+    of numbers) where its arrays would be: converted, it is a new array."""
+    if _tree.is_array(obj):
+        return False
+    if type(obj) in (tuple, list):
+        return any(_not_arrays(o) for o in obj) or not obj
+    if type(obj) is dict:
+        return any(_not_arrays(o) for o in obj.values()) or not obj
+    return True
+
+
+def _kind(obj):
+    """What a parameter is, in a message: ``a number (float)``, ``a list
+    holding a float``."""
+    if isinstance(obj, (numbers.Number, np.generic)):
+        return f"a number ({type(obj).__name__})"
+    inner = obj.values() if type(obj) is dict else obj if type(obj) in (tuple, list) else ()
+    bad = next((o for o in inner if _not_arrays(o)), None)
+    return f"a {type(obj).__name__}" + ("" if bad is None else f" holding {_kind(bad)}")
+

@@ -13,10 +13,32 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["FLOATS", "check_results", "describe", "is_buffer", "writeable"]
+__all__ = ["FLOATS", "check_results", "describe", "is_buffer", "real_values", "writeable"]
 
 #: the dtypes results are computed in
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def real_values(a, name):
+    """``a`` -- an array (of any array module), a number or a nested list of
+    numbers -- as an array of real numbers, for a
+    call that copies or converts what it reads into the plan's own float
+    buffers (a direction ``v``, scipy's ``x``, ``p`` or ``y``).
+
+    A complex array, and anything that is not numbers (None, strings,
+    objects), raises a ``TypeError`` naming ``name``: numpy's conversion to
+    a real dtype would drop the imaginary part (with a warning at most) or
+    make NaN of None, and the derivatives would be silently wrong.
+    """
+    if not hasattr(a, "dtype") or not hasattr(a, "shape"):
+        a = np.asarray(a)  # (a number or a list)
+    kind = a.dtype.kind
+    if kind not in "biuf":
+        hint = "; its imaginary part would be dropped: pass the real and imaginary parts " \
+               "separately (the derivatives are real-linear)" if kind == "c" else ""
+        raise TypeError(f"{name} must be real numbers (an array of a bool, integer or float "
+                        f"dtype); got {describe(a)}{hint}")
+    return a
 
 
 def is_buffer(buf, xp):

@@ -28,6 +28,7 @@ import scipy.sparse as sp
 
 from .. import _tree
 from ..core.trace import Trace
+from ..frontend.numpy_made import traced_again
 from ..core.tracer import Tracer
 from ..frontend.guards import note_values_read
 from ..ir.registry import REGISTRY
@@ -73,7 +74,9 @@ def trace_for_sparsity(f, args, argnums=0):
             targs.append(_tree.unflatten(td, mine))
             if k == nums:
                 x = mine[0]
-        y = f(*targs)
+        # (arrays f makes and fills with traced values: traced on a second try, as a
+        # plan's trace does -- np.full(n, t), xx = np.zeros(n); xx[1:] = x)
+        y = traced_again(lambda: f(*targs), trace)
     if isinstance(y, Tracer):
         if y.dtype.kind != "f":
             raise TypeError(f"f must return floating-point values; it returned dtype {y.dtype}")
