@@ -6,6 +6,17 @@ instruction when their sizes are known, which in a plan they are.
 Elements are read and written through the strides; an integer index that
 may be negative wraps as in numba (``a[-1]``); ``a[...] = v`` and slice
 assignments run loops over the target, broadcasting the value.
+
+Every loop the translator emits is entered and left here
+(:meth:`Arrays.enter_loop`, :meth:`Arrays.leave_loop`): a loop that reads or
+writes memory backwards -- an element address that falls as its counter
+rises (a reversed view ``x[::-1]``, an index ``n - 1 - i``) -- or that asks
+for it (:func:`hybridad.backends.numba.simd.serial_loop`: a scan) is marked
+``llvm.loop.vectorize.enable = false``.  LLVM 20's loop vectorizer costs
+reversed accesses in two ways that disagree at some constant trip counts
+(28-31 and 44-47 elements of a Cox likelihood's reversed cumulative sum:
+llvm-project#177780), and llvmlite's LLVM, built with assertions, then
+aborts the process ("VPlan cost model and legacy cost model disagreed").
 """
 
 from __future__ import annotations
@@ -30,6 +41,37 @@ class Arrays:
 
     def __init__(self, ops):
         self.ops = ops
+        #: the loops being emitted, innermost last: ``[counter register or None,
+        #: whether LLVM is not to vectorize it, the counter's direction (1, -1)]``
+        self.loop_marks = []
+
+    # -- loops ----------------------------------------------------------------------
+    def enter_loop(self, counter, step=1):
+        """A loop begins: ``counter`` its counter (an i64 register, or None),
+        ``step`` what each iteration adds to it (an int; 0 unknown).  Its
+        body's accesses are watched."""
+        self.loop_marks.append([counter if step else None, False, 1 if step > 0 else -1])
+
+    def serial(self):
+        """The innermost loop is not to be vectorized."""
+        if self.loop_marks:
+            self.loop_marks[-1][1] = True
+
+    def leave_loop(self, latches):
+        """The innermost loop ends; ``latches``: its back-edge branches."""
+        _, serial, _ = self.loop_marks.pop()
+        if serial:
+            loop_id = no_vectorize(self.b.module)
+            for latch in latches:
+                latch.set_metadata("llvm.loop", loop_id)
+
+    def _watch(self, off):
+        """Mark the innermost loop serial when the byte offset ``off`` falls as
+        its counter rises."""
+        counter, _, sign = self.loop_marks[-1]
+        if counter is not None and isinstance(off, ir.Value) and \
+                (_slope(off, counter, 0) or 0) * sign < 0:
+            self.loop_marks[-1][1] = True
 
     @property
     def b(self):
@@ -113,6 +155,8 @@ class Arrays:
         off = 0
         for i, s in zip(index, a.strides, strict=True):
             off = self.add(off, self.mul(i, s))
+        if self.loop_marks:
+            self._watch(off)
         return self.offset(a, off)
 
     def wrap(self, i, n):
@@ -324,10 +368,11 @@ class Arrays:
         i.add_incoming(ir.Constant(_I64, 0), pre)
         b.cbranch(b.icmp_signed("<", i, self.i64(n)), inner, done)
         b.position_at_end(inner)
+        self.enter_loop(i)
         self.loop_nest(shape[1:], lambda rest: body([i] + rest))
         nxt = b.add(i, ir.Constant(_I64, 1))
         i.add_incoming(nxt, b.block)
-        b.branch(header)
+        self.leave_loop([b.branch(header)])
         b.position_at_end(done)
 
     def fill(self, a, value):
@@ -341,3 +386,48 @@ class Arrays:
             self.loop_nest(dst.shape, lambda idx: self.store(dst, idx, self.load(view, idx)))
         else:
             self.fill(dst, src)
+
+
+def no_vectorize(module):
+    """A new loop ID (``!llvm.loop``) of ``module`` that turns LLVM's
+    vectorization of its loop off: self-referential, as LLVM's loop IDs are,
+    and unique (llvmlite uniques metadata: made with a name of its own, then
+    its first operand replaced by itself)."""
+    off = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
+                               ir.Constant(ir.IntType(1), 0)])
+    count = getattr(module, "_serial_loops", 0)
+    module._serial_loops = count + 1
+    loop = module.add_metadata([ir.MetaDataString(module, f"hybridad.serial.{count}"), off])
+    loop.operands = (loop, off)
+    return loop
+
+
+def _slope(v, counter, depth):
+    """How much the i64 value ``v`` changes per step of the loop counter
+    ``counter`` (an int), as far as adds, subtracts, multiplies by constants,
+    casts and selects of equal slopes tell; 0 for what does not read the
+    counter through them; None where that is unknown."""
+    if v is counter:
+        return 1
+    if isinstance(v, ir.Constant):
+        return 0
+    if not isinstance(v, ir.Instruction) or depth > 16:
+        return 0 if not isinstance(v, ir.Instruction) else None
+    op, args = v.opname, v.operands
+    if op in ("add", "sub"):
+        a, c = _slope(args[0], counter, depth + 1), _slope(args[1], counter, depth + 1)
+        return None if a is None or c is None else a + c if op == "add" else a - c
+    if op == "mul":
+        for k in (0, 1):
+            if isinstance(args[k], ir.Constant) and isinstance(args[k].constant, int):
+                s = _slope(args[1 - k], counter, depth + 1)
+                return None if s is None else s * args[k].constant
+        a, c = _slope(args[0], counter, depth + 1), _slope(args[1], counter, depth + 1)
+        return 0 if a == 0 and c == 0 else None
+    if op in ("sext", "zext", "trunc"):
+        return _slope(args[0], counter, depth + 1)
+    if op == "select":
+        a, c = _slope(args[1], counter, depth + 1), _slope(args[2], counter, depth + 1)
+        return a if a == c else None
+    return 0  # (a load, a call, another loop's counter: not this counter's arithmetic)
+

@@ -36,7 +36,7 @@ def table():
 
     t = {id(rt.view_at): view_at, id(rt._load): load, id(rt.gemm): gemm,
          id(rt.gemm_panel): gemm_panel, id(kparts.gemm_kpanel): gemm_kpanel,
-         id(simd.prefer_wide): prefer_wide,
+         id(simd.prefer_wide): prefer_wide, id(simd.serial_loop): serial_loop,
          id(numba.get_thread_id): thread_id}
     nothing = getattr(simd, "_nothing", None)
     if nothing is not None:
@@ -137,6 +137,13 @@ def prefer_wide(frame, args, kwargs):
 
     attrs = frame.state.fn.attributes
     set.add(attrs, ATTRIBUTE)
+    return Const(None)
+
+
+def serial_loop(frame, args, kwargs):
+    """``simd.serial_loop()``: the innermost loop around the call is not to be
+    vectorized (see :mod:`hybridad.backends.numba.simd`)."""
+    frame.arr.serial()
     return Const(None)
 
 

@@ -170,7 +170,7 @@ def prange_loop(frame, node, start, stop):
         if nonneg:
             lo.set_metadata("range", bounds)
             hi.set_metadata("range", bounds)
-        _counted(kb, lo, hi, lambda i: _iteration(kf, node, target, i, env))
+        _counted(kb, lo, hi, lambda i: _iteration(kf, node, target, i, env), kf.arr)
     kf.arr.loop_nest([rows], body)
     kb.ret_void()
     ks.finish()
@@ -220,8 +220,10 @@ def prange_loop(frame, node, start, stop):
     return True
 
 
-def _counted(b, lo, hi, body):
-    """``for i in range(lo, hi): body(i)`` with registers ``lo``, ``hi``."""
+def _counted(b, lo, hi, body, arr=None):
+    """``for i in range(lo, hi): body(i)`` with registers ``lo``, ``hi``;
+    ``arr``: the body's :class:`~.arrays.Arrays`, which watches its accesses
+    (None: a body of calls)."""
     pre = b.block
     head = b.append_basic_block("pr.head")
     inner = b.append_basic_block("pr.body")
@@ -232,9 +234,19 @@ def _counted(b, lo, hi, body):
     i.add_incoming(lo, pre)
     b.cbranch(b.icmp_signed("<", i, hi), inner, done)
     b.position_at_end(inner)
-    body(i)
+    if arr is None:
+        body(i)
+    else:
+        arr.enter_loop(i)
+        try:
+            body(i)
+        except BaseException:
+            arr.loop_marks.pop()
+            raise
     i.add_incoming(b.add(i, ir.Constant(_I64, 1), flags=["nsw"]), b.block)  # (i < hi)
-    b.branch(head)
+    latch = b.branch(head)
+    if arr is not None:
+        arr.leave_loop([latch])
     b.position_at_end(done)
 
 

@@ -323,17 +323,24 @@ class Frame(Expressions, Joins):
         self.b.position_at_end(body_block)
         breaks, continues = [], []
         self.loops.append((breaks, continues))
-        alive = self.stmts(body)
+        self.arr.enter_loop(ind, step or 0)
+        try:
+            alive = self.stmts(body)
+        except BaseException:
+            self.arr.loop_marks.pop()
+            raise
         self.loops.pop()
         if alive:
             continues.append((self.b.block, dict(self.env)))
         # the back edges: each through a latch that steps the induction variable
+        latches = []
         for block, env in continues:
             self.b.position_at_end(block)
             for n in carried:
                 try:
                     self.check_carried(node, n, shapes[n], env[n])
                 except Unsupported:
+                    self.arr.loop_marks.pop()
                     if n in exposed:
                         raise
                     raise Retype((self.fkey, node.lineno, node.col_offset, n), "drop") from None
@@ -342,7 +349,8 @@ class Frame(Expressions, Joins):
             if ind is not None:
                 nxt = self.b.add(ind, self.arr.i64(step))
                 ind.add_incoming(nxt, self.b.block)
-            self.b.branch(header)
+            latches.append(self.b.branch(header))
+        self.arr.leave_loop(latches)
         edges = [] if isinstance(cond, Const) else [(exit_block, env_head)]
         # (the header's exit edge enters exit_block directly: it is the first edge)
         self.b.position_at_end(exit_block)

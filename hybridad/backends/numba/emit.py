@@ -13,6 +13,7 @@ from .loops import broadcast_index, fill, getitem_map, here, region_acc_lines, r
 from .loops import reduction_lines as _reduction_lines
 from .emit_pairs import emit_matvec, matvec_call, matvec_pair, matvec_two
 from .machine import machine
+from .simd import SERIAL
 
 
 def region_acc_groups(nodes):
@@ -448,7 +449,7 @@ def _emit_scan(w, node, x, out, init, update, inclusive):
             j += 1
     idx = "[" + ", ".join(names) + "]"
     store, step = f"{out}{idx} = p", f"p {update} {x}{idx}"
-    w.nest(other, [f"p = {init}", f"for t in range({n}):",
+    w.nest(other, [f"p = {init}", f"for t in range({n}):", f"    {SERIAL}",
                    f"    {step if inclusive else store}", f"    {store if inclusive else step}"])
 
 
@@ -460,7 +461,7 @@ def _emit_cumprod_adjoint(w, node, a, out, zero):
     names = [f"i{d - (d > axis)}" if d != axis else "{t}" for d in range(nd)]
     at = "[" + ", ".join(names) + "]"
     assert node.args[0].shape == node.shape, "a cotangent has its value's shape"
-    w.nest(other, [f"p = {zero}", f"for t in range({n} - 1, -1, -1):",
+    w.nest(other, [f"p = {zero}", f"for t in range({n} - 1, -1, -1):", f"    {SERIAL}",
                    f"    if t < {n - 1}:",
                    f"        p *= {a[1]}{at.format(t='t + 1')}",
                    f"    p += {a[0]}{at.format(t='t')}",

@@ -558,7 +558,7 @@ def _header(consts, objects):
               "fold_min as _fold_min, "
               "fold_prod as _fold_prod, fold_sum as _fold_sum, "
               "fold_sum_wide as _fold_sum_wide, sum_compensated as _sum_compensated",
-              *_lapack_imports(LAPACK_OPS), ""]
+              simd.SERIAL_IMPORT, *_lapack_imports(LAPACK_OPS), ""]
     abi = tuple(rt.ABI[k] for k in rt.ABI_FIELDS) if objects else (0,) * 9
     header.append(f"_ABI = {abi!r}  # see rt.ABI")
     header += [f"{k} = {_literal(v)}" for k, v in consts.namespace().items()]

@@ -20,11 +20,15 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["ATTRIBUTE", "CALL", "IMPORT", "measure", "prefer_wide", "widen"]  # noqa: F822
+__all__ = ["ATTRIBUTE", "CALL", "IMPORT", "SERIAL", "SERIAL_IMPORT", "measure", "prefer_wide",  # noqa: F822
+           "serial_loop", "widen"]
 
 ATTRIBUTE = '"prefer-vector-width"="512"'
 CALL = "_simd_wide()"
 IMPORT = "from hybridad.backends.numba.simd import prefer_wide as _simd_wide"
+#: the first statement of a loop LLVM is not to vectorize (:func:`serial_loop`)
+SERIAL = "_serial_loop()"
+SERIAL_IMPORT = "from hybridad.backends.numba.simd import serial_loop as _serial_loop"
 
 
 @functools.lru_cache(maxsize=None)
@@ -56,12 +60,29 @@ def _intrinsics():
         return types.none(), lambda context, builder, signature, args: \
             context.get_dummy_value()
 
-    return prefer_wide, _nothing
+    @intrinsic
+    def serial_loop(typingctx):
+        """Mark the loop around the call: not to be vectorized (hybridad's
+        compiler); a no-op in numba."""
+        return types.none(), lambda context, builder, signature, args: \
+            context.get_dummy_value()
+
+    return prefer_wide, _nothing, serial_loop
 
 
-def __getattr__(name):  # prefer_wide and _nothing (PEP 562)
+def __getattr__(name):  # prefer_wide, serial_loop and _nothing (PEP 562)
     if name == "prefer_wide":
         return _intrinsics()[0]
+    if name == "serial_loop":
+        # serial_loop: the first statement of a loop whose iterations carry a
+        # recurrence (a scan: p += x[t]; out[t] = p), which no vectorizer can
+        # run in lanes.  hybridad's compiler (backends.jit) marks the loop
+        # llvm.loop.vectorize.enable = false: LLVM 20's loop vectorizer, costing
+        # such a loop beside a vectorizable one at constant trip counts of 28 to
+        # 31, failed an assertion ("VPlan cost model and legacy cost model
+        # disagreed") and llvmlite's LLVM, built with assertions, aborted the
+        # process (a Cox likelihood's Hessian over 30 subjects).  numba: nothing
+        return _intrinsics()[2]
     if name == "_nothing":
         return _intrinsics()[1]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -94,7 +115,7 @@ def _loops(wide):
     from .vmath import vexp_inline, vtanhf_inline
 
     flags = dict(cache=False, error_model="numpy")  # (no contraction: program.py)
-    prefer_wide, _nothing = _intrinsics()
+    prefer_wide, _nothing, _ = _intrinsics()
     mark = prefer_wide if wide else _nothing
     f32 = np.float32
 
