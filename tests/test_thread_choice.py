@@ -345,3 +345,42 @@ def test_users_blas_spin_setting_is_kept():
     assert got["env"] == "28"
     if "scipy" in got:
         assert got["scipy"] == 28
+
+
+_PROCESS = r'''
+import hashlib, sys, numpy as np, hybridad as ha
+from threadpoolctl import threadpool_limits
+rng = np.random.default_rng(0)
+A, B = rng.standard_normal((400, 300)), rng.standard_normal((300, 500))
+X, w = rng.standard_normal((4000, 64)), rng.standard_normal((64, 16))
+h = hashlib.sha1()
+with threadpool_limits(int(sys.argv[1])):
+    for f, args in ((lambda A, B: np.sum((A @ B) ** 2), (A, B)),
+                    (lambda w, X: np.sum(np.tanh(X @ w) ** 2), (w, X)),
+                    (lambda A, B: np.sum(np.sin(A.T @ A) * (B @ B.T)[:300, :300]), (A, B))):
+        g = ha.compile(f, *args).gradient(*args)
+        h.update(np.asarray(g.value).tobytes() + g.gradient.tobytes())
+print(h.hexdigest())
+'''
+
+
+def test_processes_with_other_thread_settings_give_the_same_bits(tmp_path):
+    """A plan's structure comes from the shape and the machine, never from the
+    thread settings: processes started with ``NUMBA_NUM_THREADS=1`` and 2,
+    BLAS on one thread or two, a cold disk cache or one another setting
+    wrote, give the same gradient bits (gemms cut into panels per thread, or
+    left whole to BLAS's own threads where numba had one, gave three
+    different gradients of one matmul)."""
+    import os
+    import subprocess
+    import sys
+
+    def run(numba_threads, blas_threads, cache):
+        env = dict(os.environ, NUMBA_NUM_THREADS=str(numba_threads),
+                   XDG_CACHE_HOME=str(tmp_path / cache))
+        return subprocess.run([sys.executable, "-c", _PROCESS, str(blas_threads)], env=env,
+                              capture_output=True, text=True, check=True,
+                              timeout=600).stdout.strip()
+
+    got = {run(1, 2, "one"), run(2, 1, "two"), run(2, 2, "one")}
+    assert len(got) == 1, got

@@ -13,11 +13,12 @@ __all__ = ["lowering_machine", "machine"]
 
 def machine(**changes):
     """This backend's :class:`~hybridad.transforms.machine.Machine` now: the
-    threads a parallel loop runs on (:func:`.threshold.loop_threads`), the
+    threads a plan's structure is made for (:func:`.threshold.design_threads`:
+    the machine's, not the thread settings of the moment), the
     prange threshold in effect (:func:`.threshold.parallel_min`: none inside
     :func:`.threshold.serial_loops`) and the block sizes of its kernels; the
     keyword arguments change facts (a plan's own threshold)."""
-    m = Machine(threads=threshold.loop_threads(), parallel_min=threshold.parallel_min(),
+    m = Machine(threads=threshold.design_threads(), parallel_min=threshold.parallel_min(),
                 matvec_block=threshold.MATVEC_BLOCK, pair_parts_max=threshold.PAIR_PARTS,
                 pair_rows=threshold.PAIR_ROWS, gemm_threads_min=threshold.GEMM_THREADS_MIN,
                 gemm_threads_min_dim=threshold.GEMM_THREADS_MIN_DIM,

@@ -14,7 +14,7 @@ constants; a call's arguments are held by the calling frame).
 from __future__ import annotations
 
 import numpy as np
-from numba import config, njit, prange, types
+from numba import njit, prange, types
 from numba.core import cgutils, ir_utils
 from numba.extending import intrinsic
 
@@ -323,16 +323,18 @@ def gemm_panel(typingctx, a, b, out, beta, lo, hi, cols):
     return types.none(a, b, out, beta, lo, hi, cols), codegen
 
 
-#: panels of a product shared by :func:`gemm_threads`: numba's thread count
-#: (a constant: ``get_num_threads`` inside a function keeps numba from
-#: caching it; fewer threads run the panels in turn)
-GEMM_PANELS = config.NUMBA_NUM_THREADS
+#: the most panels :func:`gemm_threads` cuts a product into, and the fewest rows
+#: (or columns) of a panel: the panels come from the shape alone, never from
+#: the thread count (each panel one BLAS call, the same calls whichever threads
+#: run them: the same bits on any thread count -- panels per thread made a
+#: matmul's gradient differ between NUMBA_NUM_THREADS=1 and 2)
+GEMM_PANELS, GEMM_PANEL_MIN = 16, 64
 
 
 @njit(cache=True, parallel=True, nogil=True)
 def gemm_threads(a, b, out, beta):
     """``out = a @ b + beta * out`` (as :func:`gemm`, a general product) on
-    numba's threads: one panel of ``out`` per thread, each one
+    numba's threads: panels of ``out`` (:data:`GEMM_PANELS`), each one
     single-threaded BLAS gemm (:func:`gemm_panel`) -- the plan's own pool
     runs the product, so no second pool waits for the cores.  The panels cut
     ``out``'s longer side: a wide result's columns (``X^T G`` of a first
@@ -341,7 +343,7 @@ def gemm_threads(a, b, out, beta):
     m, n = out.shape
     cols = n > m
     extent = n if cols else m
-    p = min(GEMM_PANELS, extent)
+    p = max(1, min(GEMM_PANELS, extent // GEMM_PANEL_MIN))
     step = (extent + p - 1) // p
     for t in prange(p):
         lo = t * step

@@ -15,7 +15,8 @@ from ..._settings import enabled, switch
 
 __all__ = ["GEMM_K_PARTS", "GEMM_K_ROWS", "GEMM_SMALL_RESULT", "GEMM_THREADS_MIN",
            "GEMM_THREADS_MIN_DIM", "MATVEC_BLOCK", "OPAQUE_MIN", "PAIR_PARTS", "PAIR_ROWS",
-           "PARALLEL_MIN", "environment_threads", "loop_threads", "numba_config_threads",
+           "PARALLEL_MIN", "design_threads", "environment_threads", "loop_threads",
+           "numba_config_threads",
            "parallel_min", "serial_loops", "work_estimate"]
 
 #: fewest loop iterations for which a region runs as a parallel ``prange``
@@ -110,6 +111,28 @@ def loop_threads():
     plan import no numba, see tests/test_lazy_import.py)."""
     count = numba_config_threads()
     return environment_threads() if count is None else count
+
+
+_DESIGN = []
+
+
+def design_threads():
+    """The thread count a plan's structure is made for -- which gemms run in
+    panels on the loops' threads, in parts of their contracted axis, a
+    matrix-vector product as a loop or BLAS: the CPUs this process may run on
+    when a plan first asks (fixed for the process), never numba's or
+    hybridad's thread settings (``NUMBA_NUM_THREADS``,
+    ``numba.set_num_threads``, ``HYBRIDAD_NUM_THREADS``).  Those decide only
+    which threads run the same work, so a plan's results are the same bits
+    on any of them (a process started with ``NUMBA_NUM_THREADS=1`` made a
+    matmul's gradient as one gemm on BLAS's own threads, another process as
+    panels: three different gradients)."""
+    if not _DESIGN:
+        try:
+            _DESIGN.append(max(1, len(os.sched_getaffinity(0))))
+        except AttributeError:  # (no sched_getaffinity: macOS, Windows)
+            _DESIGN.append(max(1, os.cpu_count() or 1))
+    return _DESIGN[0]
 
 
 def serial_loops(serial=True):
