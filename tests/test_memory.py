@@ -350,3 +350,36 @@ def test_memory_budget_binds_everything_a_parallel_plan_holds(monkeypatch):
     assert held - before <= budget + 4096, (held - before, budget)
     np.testing.assert_allclose(res.gradient, np.exp(-x) * (2 * np.tanh(x) * (
         1 - np.tanh(x) ** 2) - np.tanh(x) ** 2), rtol=1e-12, atol=1e-15)
+
+
+def test_a_dropped_plan_s_arena_is_freed_before_a_large_one_is_allocated():
+    """A plan is a reference cycle (its fast paths call back into it): dropped,
+    its arena waits for Python's collector, which a loop that allocates
+    nothing never runs.  A large arena is allocated only after a collection:
+    a program rebuilding a large plan holds one workspace, not two or three."""
+    import gc
+    import weakref
+
+    from hybridad.transforms.memory import COLLECT_ABOVE
+
+    X = np.ones((5000, 400)) / 400
+
+    def f(x):
+        return np.sum(np.tanh(X @ np.outer(x[:400], x[:600])) ** 2)
+
+    gc.collect()
+    gc.disable()  # (no collection but the one the allocation runs)
+    try:
+        x = np.linspace(-1.0, 1.0, 1000)
+        plan = ha.compile(f, x)
+        plan.gradient(x)
+        assert plan.memory.total_bytes >= COLLECT_ABOVE
+        arenas = [weakref.ref(a) for a in plan.memory.arenas.values()]
+        del plan
+        assert all(a() is not None for a in arenas)  # (the cycle holds it)
+        y = np.linspace(-1.0, 1.0, 1001)  # (another shape: a new plan)
+        again = ha.compile(f, y)
+        again.gradient(y)
+        assert all(a() is None for a in arenas)
+    finally:
+        gc.enable()

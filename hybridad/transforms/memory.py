@@ -37,6 +37,8 @@ Everything is allocated when the plan is built, so calls allocate nothing.
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 
 from ..ir.registry import storage_roots
@@ -139,7 +141,17 @@ class MemoryPlan:
     def allocate(self, xp=np):
         """Allocate the arenas (one allocation per dtype, with array module
         ``xp``: numpy, or cupy on the GPU); return node id -> view for buffer
-        nodes."""
+        nodes.
+
+        Arenas of :data:`COLLECT_ABOVE` bytes or more run Python's collector
+        first.  A plan is a reference cycle (its fast paths call back into
+        it), so a plan the program dropped keeps its arenas until the
+        collector runs -- and a plan built lives long enough to reach its
+        oldest generation, collected rarely: a program rebuilding a 120 MB
+        plan in a loop held two to three of them.  The dropped plans' arenas
+        go before the new one is allocated."""
+        if self.total_bytes >= COLLECT_ABOVE:
+            gc.collect()
         arenas = {dt: xp.zeros(max(n, 1), np.uint8) for dt, n in self.arena_bytes.items()}
         self.arenas = {dt: a[:a.size - a.size % dt.itemsize].view(dt) for dt, a in arenas.items()}
         return {nid: _slot_view(arenas[dt], off, shape, dt)
@@ -365,6 +377,11 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
                       naive_bytes=naive, live_bytes=live[:end_of_schedule],
                       in_place=in_place, held_bytes=held_bytes(graph.nodes),
                       direct_first=direct_first)
+
+
+#: the arena size from which :meth:`MemoryPlan.allocate` collects first (a
+#: full collection takes milliseconds; a plan this large takes far longer to build)
+COLLECT_ABOVE = 32 << 20
 
 
 def _body_memory(graph):
