@@ -100,3 +100,26 @@ def test_the_twins_come_from_the_plan_s_own_trace(tiny_budget):
         state["scale"] = 3.0  # the plan's guards see it before the twin runs
         with pytest.raises(ha.StalePlanError, match="scale"):
             call(plan)
+
+
+def test_the_reference_program_is_held_to_the_memory_budget(tiny_budget):
+    """The numpy program serving the calls of a plan over the compile budget
+    is built within the plan's ``memory_budget``: one that cannot fit raises
+    :class:`hybridad.MemoryBudgetError` saying so (it held a 730 MB workspace
+    under a 2 MB budget, and ``plan.memory`` said 0.09 MB)."""
+    x = np.linspace(-1.0, 1.0, 10 ** 5)
+
+    def chain(x):
+        u = np.sin(x) * x
+        return np.sum(np.log1p(np.exp(-u * u) + x * x) * np.tanh(x))
+
+    roomy = 64 * x.nbytes
+    with pytest.warns(RuntimeWarning, match="over the budget"):
+        plan = ha.compile(chain, x, memory_budget=roomy, tiered=False)
+    assert plan.tier == "numpy"
+    assert plan._reference.memory.total_bytes <= roomy
+    np.testing.assert_allclose(plan.gradient(x).gradient,
+                               ha.gradient(chain, x, backend="numpy").gradient, rtol=1e-14)
+    with pytest.raises(ha.MemoryBudgetError, match="numpy reference program.*does not fit "
+                                                   "memory_budget"):
+        ha.compile(chain, x, memory_budget=2 * x.nbytes, tiered=False)

@@ -106,11 +106,13 @@ class GuardsMixin:
     def _remake(self, f, args, backend):
         """This plan again for ``backend``, built from its recording
         (:mod:`hybridad.plans.recording`): ``f`` is not called.  The second
-        program of a tiered plan or of one over the compile budget; staged
-        plans give their own options."""
+        program of a tiered plan or of one over the compile budget, within
+        the plan's ``memory_budget`` (a numpy program that does not fit it
+        raises :class:`~hybridad.MemoryBudgetError`); staged plans give their
+        own options."""
         return type(self)._from_recording(self._recording, f, args, self.argnums,
                                           backend=backend, parallel=self.parallel,
-                                          tiered=False)
+                                          tiered=False, memory_budget=self.memory_budget)
 
     def _trace_f(self, f, targs, trace):
         """``f(*targs)`` in ``trace``, observed: the output checked, and the plan's

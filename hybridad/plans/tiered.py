@@ -41,6 +41,7 @@ import warnings
 import weakref
 
 from .._forksafe import Lock
+from ..errors import MemoryBudgetError
 from .decided import attach, compile_decisions
 
 __all__ = ["TieredMixin", "default_tiered", "join_all"]
@@ -137,7 +138,12 @@ class TieredMixin:
         """A numba program over the compile budget (``exc``, a
         :class:`hybridad.CompileBudgetError`): the numpy reference program
         serves every call, with a :class:`RuntimeWarning` (gradient plans)."""
-        self._reference = self._remake(f, args, "numpy")
+        try:
+            self._reference = self._remake(f, args, "numpy")
+        except MemoryBudgetError as over:  # (the numpy program keeps more intermediates)
+            raise MemoryBudgetError(
+                f"{exc}; its numpy reference program, which would serve the calls instead, "
+                f"does not fit memory_budget either: {over}") from over
         self._tier_error = exc
         self._tier_lock = Lock()
         warnings.warn(f"hybridad: {exc}; the plan runs its numpy reference program (no "
