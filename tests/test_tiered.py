@@ -367,3 +367,34 @@ def test_memory_budget_binds_both_tiers(gate):
     assert plan.memory.total_bytes <= both - 1
     plan = ha.compile(loss, W, X, Y, tiered=True, memory_budget=both)
     plan.wait()
+
+
+def test_the_reference_workspace_goes_at_the_switch():
+    """The numpy reference plan is a reference cycle (as every plan): dropped
+    at the switch, its workspace -- larger than the compiled program's --
+    waited for Python's collector, which a loop that allocates nothing never
+    runs.  The switch collects it."""
+    import gc
+    import weakref
+
+    x = np.linspace(-1.0, 1.0, 10 ** 5)
+
+    def f(x):
+        u = np.sin(x) * x
+        return np.sum(np.log1p(np.exp(-u * u) + x * x) * np.tanh(x))
+
+    gc.collect()
+    gc.disable()
+    try:
+        plan = ha.compile(f, x, tiered=True)
+        res = ha.GradientResult(x)
+        plan.gradient(x, out=res)  # (the reference answers)
+        arenas = [weakref.ref(a) for a in plan._reference.memory.arenas.values()]
+        assert arenas
+        assert plan.wait()
+        for _ in range(3):
+            plan.gradient(x, out=res)
+        assert plan.tier == "numba"
+        assert all(a() is None for a in arenas)
+    finally:
+        gc.enable()
