@@ -24,7 +24,7 @@ from ..ir.registry import InPlaceWrites
 from ..ops import REGISTRY, storage_root
 
 __all__ = ["Region", "absorb_producers", "evaluate_inside", "find_regions", "fuse_regions",
-           "fold_accumulations", "stored_partials", "share_reduced_values",
+           "fold_accumulations", "pass_tables", "stored_partials", "share_reduced_values",
            "FUSABLE_REDUCTIONS", "PRE_REDUCTION", "VJP_SUMS"]
 
 FUSABLE_REDUCTIONS = ("sum", "max", "min")
@@ -380,9 +380,7 @@ def absorb_producers(nodes, outputs=()):
     -------
     list of Node
     """
-    external = {n.id for n in outputs if n is not None}
-    users = users_of(nodes)
-    writes = InPlaceWrites(nodes)
+    external, users, writes = pass_tables(nodes, outputs)
     dropped = set()
     for n in nodes:
         if n.op != "region" or n.attrs["mode"] != "value" or stored_partials(n, users):
@@ -396,6 +394,13 @@ def absorb_producers(nodes, outputs=()):
             evaluate_inside(n, absorbed)
             dropped.update(a.id for a in absorbed)
     return [n for n in nodes if n.id not in dropped] if dropped else nodes
+
+
+def pass_tables(nodes, outputs):
+    """``(external, users, writes)`` of a pass that moves regions into their
+    readers: the outputs' ids, :func:`users_of` and the in-place writes
+    (:class:`~hybridad.ir.registry.InPlaceWrites`)."""
+    return {n.id for n in outputs if n is not None}, users_of(nodes), InPlaceWrites(nodes)
 
 
 def stored_partials(n, users):

@@ -24,9 +24,8 @@ the same operations on the same values, in one loop instead of two.
 from __future__ import annotations
 
 from ..ir.graph import users_of
-from ..ir.registry import InPlaceWrites
 from ..ops import REGISTRY
-from .partition import evaluate_inside, stored_partials
+from .partition import evaluate_inside, pass_tables, stored_partials
 
 __all__ = ["merge_accumulations", "recompute_in_stages", "rematerialize"]
 
@@ -38,6 +37,19 @@ MAX_READERS = 4
 _ACCUMULATIONS = ("iadd", "scatter", "scatter_add")
 
 
+def _cheap(p, users, external):
+    """Whether node ``p`` is a region its readers may evaluate themselves: a
+    value region without a reduction, of at most :data:`MAX_OPS` ops none of
+    which is expensive, not an output (ids ``external``), with no stored
+    partials."""
+    if p.op != "region" or p.attrs["mode"] != "value" or p.id in external or \
+            stored_partials(p, users):
+        return False
+    body = p.attrs["body"]
+    return body.reduction is None and len(body.nodes) <= MAX_OPS and \
+        not any(REGISTRY[m.op].expensive for m in body.nodes)
+
+
 def rematerialize(nodes, outputs=()):
     """``nodes`` with cheap regions evaluated inside their readers' loops
     (see the module docstring); readers get new bodies, the regions that no
@@ -47,9 +59,7 @@ def rematerialize(nodes, outputs=()):
     -------
     list of Node
     """
-    external = {n.id for n in outputs if n is not None}
-    users = users_of(nodes)
-    writes = InPlaceWrites(nodes)
+    external, users, writes = pass_tables(nodes, outputs)
 
     def reader(r, p):
         return r.op == "region" and r.attrs["mode"] == "value" and \
@@ -58,12 +68,7 @@ def rematerialize(nodes, outputs=()):
 
     dropped = set()
     for p in nodes:
-        if p.op != "region" or p.attrs["mode"] != "value" or p.id in external or \
-                stored_partials(p, users):
-            continue
-        body = p.attrs["body"]
-        if body.reduction is not None or len(body.nodes) > MAX_OPS or \
-                any(REGISTRY[m.op].expensive for m in body.nodes):
+        if not _cheap(p, users, external):
             continue
         readers = {u.id: u for u in users[p.id]}
         joins = [r for r in readers.values() if reader(r, p)]
@@ -106,9 +111,7 @@ def recompute_in_stages(nodes, stage, outputs=()):
     -------
     list of Node
     """
-    external = {n.id for n in outputs if n is not None}
-    users = users_of(nodes)
-    writes = InPlaceWrites(nodes)
+    external, users, writes = pass_tables(nodes, outputs)
 
     def argument(a):  # an argument, a constant or a scalar, through views (no array read)
         while a.op not in ("input", "const"):
@@ -119,12 +122,7 @@ def recompute_in_stages(nodes, stage, outputs=()):
 
     dropped = set()
     for p in nodes:
-        if p.id in stage or p.op != "region" or p.attrs["mode"] != "value" or \
-                p.id in external or stored_partials(p, users):
-            continue
-        body = p.attrs["body"]
-        if body.reduction is not None or len(body.nodes) > MAX_OPS or \
-                any(REGISTRY[m.op].expensive for m in body.nodes) or \
+        if p.id in stage or not _cheap(p, users, external) or \
                 not all(argument(a) for a in p.args):
             continue
         joins = [r for r in {u.id: u for u in users[p.id]}.values()

@@ -324,10 +324,9 @@ def gemm_panel(typingctx, a, b, out, beta, lo, hi, cols):
 
 
 #: the most panels :func:`gemm_threads` cuts a product into, and the fewest rows
-#: (or columns) of a panel: the panels come from the shape alone, never from
-#: the thread count (each panel one BLAS call, the same calls whichever threads
-#: run them: the same bits on any thread count -- panels per thread made a
-#: matmul's gradient differ between NUMBA_NUM_THREADS=1 and 2)
+#: (or columns) of one: from the shape alone, never the thread count (the same
+#: BLAS calls whichever threads run them: panels per thread made a matmul's
+#: gradient differ between NUMBA_NUM_THREADS=1 and 2)
 GEMM_PANELS, GEMM_PANEL_MIN = 16, 64
 
 
