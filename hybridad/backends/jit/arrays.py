@@ -402,32 +402,46 @@ def no_vectorize(module):
     return loop
 
 
-def _slope(v, counter, depth):
+def _slope(v, counter, depth, memo=None):
     """How much the i64 value ``v`` changes per step of the loop counter
     ``counter`` (an int), as far as adds, subtracts, multiplies by constants,
     casts and selects of equal slopes tell; 0 for what does not read the
-    counter through them; None where that is unknown."""
+    counter through them; None where that is unknown (``memo``: the values
+    seen, each looked at once)."""
     if v is counter:
         return 1
     if isinstance(v, ir.Constant):
         return 0
-    if not isinstance(v, ir.Instruction) or depth > 16:
-        return 0 if not isinstance(v, ir.Instruction) else None
+    if not isinstance(v, ir.Instruction):
+        return 0
+    if depth > 16:
+        return None
+    memo = {} if memo is None else memo
+    if id(v) in memo:
+        return memo[id(v)]
     op, args = v.opname, v.operands
+
+    def of(a):
+        return _slope(a, counter, depth + 1, memo)
+
     if op in ("add", "sub"):
-        a, c = _slope(args[0], counter, depth + 1), _slope(args[1], counter, depth + 1)
-        return None if a is None or c is None else a + c if op == "add" else a - c
-    if op == "mul":
+        a, c = of(args[0]), of(args[1])
+        out = None if a is None or c is None else a + c if op == "add" else a - c
+    elif op == "mul":
+        out = None
         for k in (0, 1):
             if isinstance(args[k], ir.Constant) and isinstance(args[k].constant, int):
-                s = _slope(args[1 - k], counter, depth + 1)
-                return None if s is None else s * args[k].constant
-        a, c = _slope(args[0], counter, depth + 1), _slope(args[1], counter, depth + 1)
-        return 0 if a == 0 and c == 0 else None
-    if op in ("sext", "zext", "trunc"):
-        return _slope(args[0], counter, depth + 1)
-    if op == "select":
-        a, c = _slope(args[1], counter, depth + 1), _slope(args[2], counter, depth + 1)
-        return a if a == c else None
-    return 0  # (a load, a call, another loop's counter: not this counter's arithmetic)
-
+                s = of(args[1 - k])
+                out = None if s is None else s * args[k].constant
+                break
+        else:
+            out = 0 if of(args[0]) == 0 and of(args[1]) == 0 else None
+    elif op in ("sext", "zext", "trunc"):
+        out = of(args[0])
+    elif op == "select":
+        a, c = of(args[1]), of(args[2])
+        out = a if a == c else None
+    else:
+        out = 0  # (a load, a call, another loop's counter: not this counter's arithmetic)
+    memo[id(v)] = out
+    return out
