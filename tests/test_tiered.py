@@ -379,9 +379,9 @@ def test_the_reference_workspace_goes_at_the_switch():
 
     x = np.linspace(-1.0, 1.0, 10 ** 5)
 
-    def f(x):
+    def f(x):  # (a program no other test compiles: a compiled one would not be tiered)
         u = np.sin(x) * x
-        return np.sum(np.log1p(np.exp(-u * u) + x * x) * np.tanh(x))
+        return np.sum(np.log1p(np.exp(-u * u) + 0.625 * x * x) * np.tanh(x))
 
     gc.collect()
     gc.disable()
