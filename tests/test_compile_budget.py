@@ -120,6 +120,8 @@ def test_the_reference_program_is_held_to_the_memory_budget(tiny_budget):
         plan = ha.compile(chain, x, memory_budget=roomy, tiered=False)
     assert plan.tier == "numpy"
     assert plan._reference.memory.total_bytes <= roomy
+    assert f"held by the numpy reference program while it serves: " \
+           f"{plan._reference.memory.total_bytes} bytes" in plan.explain()
     np.testing.assert_allclose(plan.gradient(x).gradient,
                                ha.gradient(chain, x, backend="numpy").gradient, rtol=1e-14)
     with pytest.raises(ha.MemoryBudgetError, match="numpy reference program.*does not fit "

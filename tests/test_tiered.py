@@ -393,10 +393,14 @@ def test_the_reference_workspace_goes_at_the_switch():
         arenas = [weakref.ref(a if a.base is None else a.base)
                   for a in plan._reference.memory.arenas.values()]
         assert arenas
+        held = f"held by the numpy reference program while it serves: " \
+               f"{plan._reference.memory.total_bytes} bytes"
+        assert held in plan.explain()  # (what the plan holds, the reference's too)
         assert plan.wait()
         for _ in range(3):
             plan.gradient(x, out=res)
         assert plan.tier == "numba"
         assert all(a() is None for a in arenas)
+        assert "held by the numpy reference" not in plan.explain()
     finally:
         gc.enable()

@@ -238,7 +238,16 @@ class TieredMixin:
         return self._program is not None
 
     def _tier_lines(self):
-        """The tier lines of :meth:`explain`."""
+        """The tier lines of :meth:`explain` (and, while the numpy reference
+        plan is held, the workspace it holds beside the compiled program's)."""
+        lines = self._tier_state()
+        ref = self._reference
+        if lines and ref is not None:
+            lines.append(f"held by the numpy reference program while it serves: "
+                         f"{ref.memory.total_bytes} bytes (beside the workspace below)")
+        return lines
+
+    def _tier_state(self):
         if self._tier_thread is None:
             if self._tier_error is not None:  # (over the compile budget)
                 return [f"tiers: {self._tier_error}; the numpy reference program serves every "
