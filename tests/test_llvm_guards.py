@@ -60,8 +60,12 @@ def _serial_loops(text):
     ("for j in range(4):\n    for i in range(10):\n        b[10 * j + 9 - i] = a[i]\n", 1),
     ("p = 0.0\nfor t in range(40):\n    _serial_loop()\n    p += a[t]\n    b[t] = p\n", 1),
     ("for i in prange(40):\n    b[i] = a[39 - i]\n", 1),
+    ("for i in range(29):\n    for j in range(1):\n        b[28 - i + j] = a[i + j]\n", 1),
+    ("for i in range(10):\n    for j in range(4):\n        b[4 * (9 - i) + j] = a[4 * i + j]\n",
+     1),
 ], ids=["forward", "stepped", "reversed-view", "reversed-write", "reversed-both",
-        "falling-counter", "falling-twice", "inner-reversed", "scan", "prange"])
+        "falling-counter", "falling-twice", "inner-reversed", "scan", "prange",
+        "outer-reversed", "outer-reversed-rows"])
 def test_loops_that_run_backwards_are_not_vectorized(body, serial):
     assert _serial_loops(_ir(body)) == serial
 
@@ -83,6 +87,10 @@ def test_a_reversed_cumulative_sum_at_the_trip_counts_that_aborted():
             hv = ha.hvp(g, x ** 3, v).hvp
             np.testing.assert_allclose(hv, ha.hvp(g, x ** 3, v, backend="numpy").hvp,
                                        rtol=1e-12, atol=1e-14)
+            # a reversed column: its inner loop of one unrolled away, the outer one reversed
+            C = np.cos(np.arange(n))[:, None]
+            res = ha.gradient(lambda z: np.sum(z[::-1] * C), x[:, None])
+            np.testing.assert_array_equal(res.gradient, C[::-1])
         print("ok")
         """)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -66,12 +66,18 @@ class Arrays:
                 latch.set_metadata("llvm.loop", loop_id)
 
     def _watch(self, off):
-        """Mark the innermost loop serial when the byte offset ``off`` falls as
-        its counter rises."""
-        counter, _, sign = self.loop_marks[-1]
-        if counter is not None and isinstance(off, ir.Value) and \
-                (_slope(off, counter, 0) or 0) * sign < 0:
-            self.loop_marks[-1][1] = True
+        """Mark serial every loop around the access whose counter's rise makes
+        the byte offset ``off`` fall -- the outer ones too: LLVM unrolls an
+        inner loop of a few iterations away (a reversed ``(29, 1)`` array's
+        inner loop of one), and the outer one is then the loop it vectorizes."""
+        if not isinstance(off, ir.Value):
+            return
+        memo = {}
+        for mark in self.loop_marks:
+            counter, _, sign = mark
+            if counter is not None and (_slope(off, counter, 0, memo.setdefault(
+                    id(counter), {})) or 0) * sign < 0:
+                mark[1] = True
 
     @property
     def b(self):
