@@ -7,8 +7,7 @@ Elements are read and written through the strides; an integer index that
 may be negative wraps as in numba (``a[-1]``); ``a[...] = v`` and slice
 assignments run loops over the target, broadcasting the value.
 
-Every loop the translator emits is entered and left here
-(:meth:`Arrays.enter_loop`, :meth:`Arrays.leave_loop`): a loop that reads or
+Every loop the translator emits is emitted inside :meth:`Arrays.loop`: a loop that reads or
 writes memory backwards -- an element address that falls as its counter
 rises (a reversed view ``x[::-1]``, an index ``n - 1 - i``) -- or that asks
 for it (:func:`hybridad.backends.numba.simd.serial_loop`: a scan) is marked
@@ -20,6 +19,8 @@ aborts the process ("VPlan cost model and legacy cost model disagreed").
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 from llvmlite import ir
@@ -46,24 +47,30 @@ class Arrays:
         self.loop_marks = []
 
     # -- loops ----------------------------------------------------------------------
-    def enter_loop(self, counter, step=1):
-        """A loop begins: ``counter`` its counter (an i64 register, or None),
-        ``step`` what each iteration adds to it (an int; 0 unknown).  Its
-        body's accesses are watched."""
-        self.loop_marks.append([counter if step else None, False, 1 if step > 0 else -1])
+    @contextlib.contextmanager
+    def loop(self, counter, step=1):
+        """While a loop's body and back edges are emitted: ``counter`` its
+        counter (an i64 register, or None), ``step`` what each iteration adds
+        to it (an int; 0 unknown).  The body's accesses are watched; the back
+        edges the caller appends to the list it is given get the loop ID that
+        turns LLVM's vectorization off where the loop runs backwards (or asked
+        for it: :meth:`serial`)."""
+        mark = [counter if step else None, False, 1 if step > 0 else -1]
+        self.loop_marks.append(mark)
+        latches = []
+        try:
+            yield latches
+        finally:
+            self.loop_marks.pop()
+        if mark[1]:
+            loop_id = no_vectorize(self.b.module)
+            for latch in latches:
+                latch.set_metadata("llvm.loop", loop_id)
 
     def serial(self):
         """The innermost loop is not to be vectorized."""
         if self.loop_marks:
             self.loop_marks[-1][1] = True
-
-    def leave_loop(self, latches):
-        """The innermost loop ends; ``latches``: its back-edge branches."""
-        _, serial, _ = self.loop_marks.pop()
-        if serial:
-            loop_id = no_vectorize(self.b.module)
-            for latch in latches:
-                latch.set_metadata("llvm.loop", loop_id)
 
     def _watch(self, off):
         """Mark serial every loop around the access whose counter's rise makes
@@ -374,11 +381,11 @@ class Arrays:
         i.add_incoming(ir.Constant(_I64, 0), pre)
         b.cbranch(b.icmp_signed("<", i, self.i64(n)), inner, done)
         b.position_at_end(inner)
-        self.enter_loop(i)
-        self.loop_nest(shape[1:], lambda rest: body([i] + rest))
-        nxt = b.add(i, ir.Constant(_I64, 1))
-        i.add_incoming(nxt, b.block)
-        self.leave_loop([b.branch(header)])
+        with self.loop(i) as latches:
+            self.loop_nest(shape[1:], lambda rest: body([i] + rest))
+            nxt = b.add(i, ir.Constant(_I64, 1))
+            i.add_incoming(nxt, b.block)
+            latches.append(b.branch(header))
         b.position_at_end(done)
 
     def fill(self, a, value):
@@ -416,9 +423,7 @@ def _slope(v, counter, depth, memo=None):
     seen, each looked at once)."""
     if v is counter:
         return 1
-    if isinstance(v, ir.Constant):
-        return 0
-    if not isinstance(v, ir.Instruction):
+    if not isinstance(v, ir.Instruction):  # (a constant, an argument)
         return 0
     if depth > 16:
         return None

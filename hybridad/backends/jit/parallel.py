@@ -20,6 +20,7 @@ thread, so each iteration runs once whatever the count.
 from __future__ import annotations
 
 import ast
+import contextlib
 
 from llvmlite import ir
 
@@ -234,19 +235,10 @@ def _counted(b, lo, hi, body, arr=None):
     i.add_incoming(lo, pre)
     b.cbranch(b.icmp_signed("<", i, hi), inner, done)
     b.position_at_end(inner)
-    if arr is None:
+    with contextlib.nullcontext([]) if arr is None else arr.loop(i) as latches:
         body(i)
-    else:
-        arr.enter_loop(i)
-        try:
-            body(i)
-        except BaseException:
-            arr.loop_marks.pop()
-            raise
-    i.add_incoming(b.add(i, ir.Constant(_I64, 1), flags=["nsw"]), b.block)  # (i < hi)
-    latch = b.branch(head)
-    if arr is not None:
-        arr.leave_loop([latch])
+        i.add_incoming(b.add(i, ir.Constant(_I64, 1), flags=["nsw"]), b.block)  # (i < hi)
+        latches.append(b.branch(head))
     b.position_at_end(done)
 
 

@@ -323,34 +323,28 @@ class Frame(Expressions, Joins):
         self.b.position_at_end(body_block)
         breaks, continues = [], []
         self.loops.append((breaks, continues))
-        self.arr.enter_loop(ind, step or 0)
-        try:
+        with self.arr.loop(ind, step or 0) as latches:
             alive = self.stmts(body)
-        except BaseException:
-            self.arr.loop_marks.pop()
-            raise
-        self.loops.pop()
-        if alive:
-            continues.append((self.b.block, dict(self.env)))
-        # the back edges: each through a latch that steps the induction variable
-        latches = []
-        for block, env in continues:
-            self.b.position_at_end(block)
-            for n in carried:
-                try:
-                    self.check_carried(node, n, shapes[n], env[n])
-                except Unsupported:
-                    self.arr.loop_marks.pop()
-                    if n in exposed:
-                        raise
-                    raise Retype((self.fkey, node.lineno, node.col_offset, n), "drop") from None
-                for phi, v in zip(phis[n], self.flatten(env[n], shapes[n]), strict=True):
-                    phi.add_incoming(v, self.b.block)
-            if ind is not None:
-                nxt = self.b.add(ind, self.arr.i64(step))
-                ind.add_incoming(nxt, self.b.block)
-            latches.append(self.b.branch(header))
-        self.arr.leave_loop(latches)
+            self.loops.pop()
+            if alive:
+                continues.append((self.b.block, dict(self.env)))
+            # the back edges: each through a latch that steps the induction variable
+            for block, env in continues:
+                self.b.position_at_end(block)
+                for n in carried:
+                    try:
+                        self.check_carried(node, n, shapes[n], env[n])
+                    except Unsupported:
+                        if n in exposed:
+                            raise
+                        raise Retype((self.fkey, node.lineno, node.col_offset, n),
+                                     "drop") from None
+                    for phi, v in zip(phis[n], self.flatten(env[n], shapes[n]), strict=True):
+                        phi.add_incoming(v, self.b.block)
+                if ind is not None:
+                    nxt = self.b.add(ind, self.arr.i64(step))
+                    ind.add_incoming(nxt, self.b.block)
+                latches.append(self.b.branch(header))
         edges = [] if isinstance(cond, Const) else [(exit_block, env_head)]
         # (the header's exit edge enters exit_block directly: it is the first edge)
         self.b.position_at_end(exit_block)
