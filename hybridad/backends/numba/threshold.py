@@ -7,6 +7,7 @@ the :class:`~hybridad.transforms.machine.Machine` the plan hands them
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -99,6 +100,11 @@ def environment_threads():
     env = os.environ.get("NUMBA_NUM_THREADS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
+    return _process_cpus()
+
+
+def _process_cpus():
+    """The CPUs this process may run on."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # (no sched_getaffinity: macOS, Windows)
@@ -113,9 +119,7 @@ def loop_threads():
     return environment_threads() if count is None else count
 
 
-_DESIGN = []
-
-
+@functools.lru_cache(maxsize=None)
 def design_threads():
     """The thread count a plan's structure is made for -- which gemms run in
     panels on the loops' threads, in parts of their contracted axis, a
@@ -127,12 +131,7 @@ def design_threads():
     on any of them (a process started with ``NUMBA_NUM_THREADS=1`` made a
     matmul's gradient as one gemm on BLAS's own threads, another process as
     panels: three different gradients)."""
-    if not _DESIGN:
-        try:
-            _DESIGN.append(max(1, len(os.sched_getaffinity(0))))
-        except AttributeError:  # (no sched_getaffinity: macOS, Windows)
-            _DESIGN.append(max(1, os.cpu_count() or 1))
-    return _DESIGN[0]
+    return _process_cpus()
 
 
 def serial_loops(serial=True):
