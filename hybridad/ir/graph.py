@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 __all__ = ["Graph", "Node", "check", "check_writes", "clone_node", "copy_graph", "format_node",
-           "named_by_region", "redirect", "users_of", "write_hazards"]
+           "fed_by", "named_by_region", "redirect", "users_of", "write_hazards"]
 
 
 class Node:
@@ -226,7 +226,7 @@ def write_hazards(nodes):
             if not ws or sees.get(a.id, -1) >= ws[-1]:
                 continue
             w = ws[bisect.bisect_right(ws, sees.get(a.id, -1))]  # the first write it misses
-            if not _computed_from(nodes, w, r):
+            if nodes[r].id not in fed_by(nodes, w, r + 1):
                 found.append((w, r))
                 break
         op = REGISTRY.get(n.op)
@@ -239,13 +239,14 @@ def write_hazards(nodes):
     return found
 
 
-def _computed_from(nodes, w, r):
-    """Whether ``nodes[r]`` is computed from ``nodes[w]`` (``w < r``)."""
+def fed_by(nodes, w, stop):
+    """Ids of ``nodes[w]`` and of the nodes in ``nodes[w + 1:stop]`` computed
+    from it."""
     after = {nodes[w].id}
-    for n in nodes[w + 1:r + 1]:
+    for n in nodes[w + 1:stop]:
         if any(a.id in after for a in n.args):
             after.add(n.id)
-    return nodes[r].id in after
+    return after
 
 
 def dead_code_elimination(graph):

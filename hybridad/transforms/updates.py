@@ -3,7 +3,7 @@ sweep (a plan built with ``update=``, :mod:`hybridad.optim`)."""
 
 from __future__ import annotations
 
-from ..ir.graph import write_hazards
+from ..ir.graph import fed_by, write_hazards
 from ..ops import REGISTRY, may_raise, storage_root
 
 __all__ = ["order_writes", "schedule_updates"]
@@ -90,10 +90,7 @@ def order_writes(nodes):
             return nodes
         w = hazards[0][0]
         last = max(r for k, r in hazards if k == w)  # (the write's last stale reader)
-        after = {nodes[w].id}  # the write and what it feeds before that reader
-        for n in nodes[w + 1:last]:
-            if any(a.id in after for a in n.args):
-                after.add(n.id)
+        after = fed_by(nodes, w, last)  # the write and what it feeds before that reader
         block = [n for n in nodes[w:last] if n.id in after]
         rest = [n for n in nodes[w:last + 1] if n.id not in after]
         nodes = nodes[:w] + rest + block + nodes[last + 1:]
