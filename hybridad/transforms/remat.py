@@ -50,6 +50,16 @@ def _cheap(p, users, external):
         not any(REGISTRY[m.op].expensive for m in body.nodes)
 
 
+def _join(r, p, users):
+    """Region ``r`` evaluating region ``p`` in its own loop
+    (:func:`~.partition.evaluate_inside`), ``users`` kept up to date: ``r``
+    reads ``p``'s operands now, not ``p``."""
+    evaluate_inside(r, [p])
+    users[p.id] = [u for u in users[p.id] if u.id != r.id]
+    for a in p.args:
+        users[a.id].append(r)
+
+
 def rematerialize(nodes, outputs=()):
     """``nodes`` with cheap regions evaluated inside their readers' loops
     (see the module docstring); readers get new bodies, the regions that no
@@ -78,10 +88,7 @@ def rematerialize(nodes, outputs=()):
                 all(a is not p for a in rest[0].args[:-1])):
             continue
         for r in joins:
-            evaluate_inside(r, [p])
-            users[p.id] = [u for u in users[p.id] if u.id != r.id]
-            for a in p.args:  # (what r reads now)
-                users[a.id].append(r)
+            _join(r, p, users)
         if not rest:
             dropped.add(p.id)
     return [n for n in nodes if n.id not in dropped] if dropped else nodes
@@ -131,10 +138,7 @@ def recompute_in_stages(nodes, stage, outputs=()):
                  not stored_partials(r, users) and not writes.between(p, r) and
                  not (r.op == "region_acc" and r.args[0] is p)]
         for r in joins:
-            evaluate_inside(r, [p])
-            users[p.id] = [u for u in users[p.id] if u.id != r.id]
-            for a in p.args:
-                users[a.id].append(r)
+            _join(r, p, users)
         if joins and not users[p.id]:
             dropped.add(p.id)
     return [n for n in nodes if n.id not in dropped] if dropped else nodes
