@@ -193,7 +193,7 @@ class ArgumentsMixin:
         is a tuple, list or dict of arrays, the leaf's place in it
         (``'params'['W']``)."""
         names = vars(self).get("_leaf_names")
-        if names is None or len(names) != len(self._leaf_arg):
+        if names is None:
             names = self._leaf_names = [
                 self._names[k] + path for k, td in enumerate(self._treedefs)
                 for path in _tree.leaf_paths(td)]

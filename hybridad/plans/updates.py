@@ -131,4 +131,3 @@ def _kind(obj):
     inner = obj.values() if type(obj) is dict else obj if type(obj) in (tuple, list) else ()
     bad = next((o for o in inner if _not_arrays(o)), None)
     return f"a {type(obj).__name__}" + ("" if bad is None else f" holding {_kind(bad)}")
-
