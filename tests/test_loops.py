@@ -90,9 +90,37 @@ def nested_unrolled(x, W):
     return np.sum(x ** 2)
 
 
+def shared_loop(x, W, fori=ha.fori_loop, scan=ha.scan):
+    """The argument differentiated is both a loop's start (its carry, its
+    scanned rows) and read inside the body: each gets a cotangent from the
+    carry and one from the body's constant (``W``: a matrix power)."""
+    c = fori(0, 5, lambda i, c: c * (0.5 + 0.5 * x) + 0.1 * np.tanh(W @ c), x)
+    _, ys = scan(lambda s, xi: (s + np.sum(x) * xi, s), np.sum(W), x)
+    P = fori(0, 3, lambda i, P: 0.5 * (P @ W), W)
+    return np.sum(c ** 2) + np.sum(ys * x) + np.sum(P)
+
+
+def _python_fori(lower, upper, body, init):
+    for i in range(lower, upper):
+        init = body(i, init)
+    return init
+
+
+def _python_scan(body, init, xs):
+    ys = []
+    for row in xs:
+        init, y = body(init, row)
+        ys.append(y)
+    return init, np.stack(ys)
+
+
+def shared_unrolled(x, W):
+    return shared_loop(x, W, _python_fori, _python_scan)
+
+
 PAIRS = [(euler_loop, euler_unrolled), (scan_loop, scan_unrolled),
          (reverse_loop, reverse_unrolled), (indexed_loop, indexed_unrolled),
-         (nested_loop, nested_unrolled)]
+         (nested_loop, nested_unrolled), (shared_loop, shared_unrolled)]
 
 
 def _fd_grad(f, args, i):
@@ -127,7 +155,10 @@ def test_gradient_through_a_loop_matches_the_unrolled_plan_and_fd(loop, unrolled
                                    rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("loop,unrolled", PAIRS[1:4], ids=[p[0].__name__ for p in PAIRS[1:4]])
+SECOND = PAIRS[1:4] + PAIRS[5:]
+
+
+@pytest.mark.parametrize("loop,unrolled", SECOND, ids=[p[0].__name__ for p in SECOND])
 def test_hessian_and_hvp_through_a_loop(loop, unrolled):
     h = ha.hessian(loop, X0, W0, backend="numpy")
     hu = ha.hessian(unrolled, X0, W0, backend="numpy")
@@ -497,3 +528,36 @@ def test_what_a_loop_keeps_does_not_grow_with_its_trip_count(backend):
         ref = ha.gradient(f, X0, W0, backend="numpy")
         np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12, atol=1e-14)
     assert kept[4000] < kept[200] + 16384, kept
+
+
+def test_a_loop_start_also_read_by_the_body_on_every_backend_and_checkpointed():
+    """``x`` as a loop's start and as a constant of its body: the two
+    cotangents add (the constant's sum is not started at the carry's, which
+    the same reverse loop computes).  The compiled plan, the rolled Python
+    loop and a checkpointed plan agree with the numpy backend's."""
+    x = np.abs(X0) / 2 + 0.2
+
+    def long(x, W):  # 200 steps: a budget checkpoints them
+        return np.sum(ha.fori_loop(0, 200, lambda i, c: c * (0.9 + 0.1 * x) +
+                                   0.01 * np.tanh(W @ c), x) ** 2) + shared_loop(x, W)
+
+    def rolled(x, W):
+        return np.sum(_python_fori(0, 200, lambda i, c: c * (0.9 + 0.1 * x) +
+                                   0.01 * np.tanh(W @ c), x) ** 2) + shared_unrolled(x, W)
+    want = ha.gradient(long, x, W0, argnums=(0, 1), backend="numpy")
+    fd = [_fd_grad(long, [x, W0], i) for i in (0, 1)]
+    full = ha.compile(long, x, W0, argnums=(0, 1), backend="numpy")
+    tight = ha.compile(long, x, W0, argnums=(0, 1), backend="numpy",
+                       memory_budget=full.memory.total_bytes * 4 // 5)
+    assert tight.checkpoint_levels >= 2
+    plans = [ha.compile(long, x, W0, argnums=(0, 1)), ha.compile(rolled, x, W0, argnums=(0, 1)),
+             tight]
+    for plan in plans:
+        got = plan.gradient(x, W0)
+        for g, w, d in zip(got.gradient, want.gradient, fd, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-14)
+            np.testing.assert_allclose(g, d, rtol=1e-6, atol=1e-8)
+    out = ha.GradientResult((x, W0))
+    with count_allocations() as counts:
+        plans[0].gradient(x, W0, out=out)
+    assert counts.allocations == 0

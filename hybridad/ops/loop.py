@@ -362,10 +362,28 @@ def start_sum_at(acc, gr):
         return None
     loop, k = found
     init = loop.args[k]
-    if init.op != "zeros" or acc.shape != gr.shape or acc.dtype != gr.dtype:
+    if init.op != "zeros" or acc.shape != gr.shape or acc.dtype != gr.dtype or \
+            _reads(acc.node, loop):
         return None
     redirect([loop], {init.id: acc.node})
     return gr
+
+
+def _reads(node, loop):
+    """Whether ``node`` is computed from ``loop`` (the loop's own carry
+    cotangent, where one array is both a carry's start and a constant of the
+    body: a sum started there would read the loop's own result).  Node ids
+    rise in the order nodes are made: the walk stops at the nodes made before
+    the loop."""
+    todo, seen = [node], set()
+    while todo:
+        n = todo.pop()
+        if n is loop:
+            return True
+        if n.id > loop.id and n.id not in seen:
+            seen.add(n.id)
+            todo.extend(n.args)
+    return False
 
 
 def _summed_carry(node):
