@@ -32,6 +32,18 @@ def _real_dtype(dtype):
         if dtype.kind == "c" else dtype
 
 
+def _given_dtype(dtype, cls):
+    """``dtype`` as a numpy dtype; an array (or container) there is a second
+    prototype given where one tuple of them was meant."""
+    if isinstance(dtype, (list, tuple, dict)) or is_array(dtype):
+        several = "" if cls in ("HessianResult", "BatchGradientResult") else (
+            f". For several differentiated arguments (argnums=(0, 1)) pass one tuple of "
+            f"prototypes: {cls}((x, A))")
+        raise TypeError(f"{cls}(x, dtype): dtype must be a dtype; got {type(dtype).__name__}"
+                        f"{several}")
+    return np.dtype(dtype)
+
+
 def _complex_dtype(dtype):
     """The complex dtype of ``dtype``'s precision (complex64 for float32)."""
     return np.dtype(np.complex64 if np.dtype(dtype) in (np.float32, np.complex64)
@@ -131,7 +143,7 @@ class GradientResult(DiffResult):
     def __init__(self, x: Pytree, dtype: npt.DTypeLike | None = None) -> None:
         grad = _zeros_like_tree(x, "x")
         leaves, _ = flatten(grad)
-        dtype = np.dtype(dtype) if dtype is not None else (
+        dtype = _given_dtype(dtype, type(self).__name__) if dtype is not None else (
             _real_dtype(leaves[0].dtype) if leaves else np.dtype(np.float64))
         super().__init__(array_module(*leaves).zeros((), dtype), grad)
 
@@ -320,7 +332,8 @@ class BatchGradientResult(DiffResult):
         if X.ndim < 1:
             raise ValueError("X must have a leading batch axis: shape (B, *x.shape)")
         xp = array_module(X)
-        super().__init__(xp.zeros(X.shape[0], np.dtype(dtype) if dtype is not None else X.dtype),
+        super().__init__(xp.zeros(X.shape[0], _given_dtype(dtype, "BatchGradientResult")
+                                  if dtype is not None else X.dtype),
                          xp.zeros(X.shape, X.dtype))
 
     @property

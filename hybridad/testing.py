@@ -67,12 +67,15 @@ def check_grads(f: Callable[..., Any], x: Any, *args: Any, rtol: float = 1e-6,
     ----------
     f : callable
         ``f(x, *args)`` returning a scalar; differentiated w.r.t. ``x``.
-    x : ndarray
-        Point (float64 recommended for tight tolerances).
+    x : ndarray or tuple, list or dict of ndarrays
+        Point (float64 recommended for tight tolerances).  For a pytree, each
+        leaf's gradient is checked against finite differences in that leaf.
     rtol, atol : float
         Tolerances of the comparison, relative to the gradient's scale
-        (``max |g|``), so tiny components are not held to a relative bound
-        finite differences cannot meet.
+        (``max |g|`` of each leaf), so tiny components are not held to a
+        relative bound finite differences cannot meet.
+    out : GradientResult, optional
+        Receives the gradient (as for :func:`hybridad.gradient`).
 
     Returns
     -------
@@ -82,23 +85,43 @@ def check_grads(f: Callable[..., Any], x: Any, *args: Any, rtol: float = 1e-6,
     Raises
     ------
     AssertionError
-        With the largest discrepancy, when the gradients differ.
+        With the largest discrepancy (and the leaf, for a pytree), when the
+        gradients differ; or when the value differs from ``f(x)`` by more
+        than the rounding of its dtype (a sum of ``n`` terms in another
+        order: ``4 sqrt(n)`` units in the last place).
     """
+    from . import _tree
     from .api import gradient
 
+    if not callable(f):
+        raise TypeError(f"f must be a callable (the function to check); got {type(f).__name__}")
     res = gradient(f, x, *args, out=out)
-    num = numerical_gradient(f, x, *args)
+    leaves, treedef = _tree.flatten(x)
     val = float(f(x, *args))
-    got = np.asarray(res.gradient, dtype=np.float64)
-    if not np.allclose(float(res.value), val, rtol=1e-12, atol=0, equal_nan=True):
-        raise AssertionError(f"value {float(res.value)!r} != f(x) = {val!r}")
+    dtype = np.result_type(*leaves) if leaves else np.float64
+    eps = float(np.finfo(dtype if np.issubdtype(dtype, np.inexact) else np.float64).eps)
+    vtol = max(1e-12, 4 * eps * np.sqrt(max((a.size for a in leaves), default=1)))
+    if not np.allclose(float(res.value), val, rtol=vtol, atol=0, equal_nan=True):
+        raise AssertionError(f"value {float(res.value)!r} != f(x) = {val!r} (rtol {vtol:.1e})")
+    grads = _tree.flatten(res.gradient)[0]
+    for k, (path, leaf, g) in enumerate(zip(_tree.leaf_paths(treedef), leaves, grads,
+                                             strict=True)):
+        def moved(a, *rest, k=k):
+            return f(_tree.unflatten(treedef, [*leaves[:k], a, *leaves[k + 1:]]), *rest)
+        _compare(np.asarray(g, dtype=np.float64), numerical_gradient(moved, leaf, *args),
+                 rtol, atol, f"x{path}" if path else "")
+    return res
+
+
+def _compare(got, num, rtol, atol, leaf):
+    """Raise AssertionError where ``got`` and the finite differences ``num`` differ."""
     scale = max(1.0, float(np.max(np.abs(num), initial=0.0)))
     err = np.abs(got - num)
     if not np.all(err <= atol + rtol * scale) or not np.all(np.isfinite(got) == np.isfinite(num)):
         i = int(np.argmax(err)) if err.size else 0
-        raise AssertionError(f"gradient mismatch: max |hybridad - finite differences| = "
+        where = f" of {leaf}" if leaf else ""
+        raise AssertionError(f"gradient mismatch{where}: max |hybridad - finite differences| = "
                              f"{float(err.reshape(-1)[i]) if err.size else 0:.3e} at flat index "
                              f"{i} (scale {scale:.3e}, rtol {rtol}, atol {atol})\n"
                              f"hybridad: {got.reshape(-1)[:8]}\nnumeric:  "
                              f"{num.reshape(-1)[:8]}")
-    return res

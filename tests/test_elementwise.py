@@ -363,6 +363,25 @@ def test_primitive_name_tracks_code_globals_and_closures():
     np.testing.assert_allclose(ha.gradient(lambda x: np.sum(c(x)), x).gradient, 6.0)
 
 
+def test_keywords_and_defaults_bind_as_in_python():
+    """``f(r, d=2.0)``, a default left out, keywords in any order: the
+    arguments Python would bind, traced and eager alike."""
+    @ha.elementwise
+    def scaled_huber(r, d=1.0, s=1.0):
+        return s * (0.5 * r * r if abs(r) < d else d * (abs(r) - 0.5 * d))
+    r = np.array([0.5, -3.0, 0.2, 2.0])
+    want = 2.0 * huber(r, 1.5)
+    np.testing.assert_array_equal(scaled_huber(r, s=2.0, d=1.5), want)
+    for f in (lambda r: np.sum(scaled_huber(r, 1.5, 2.0)),
+              lambda r: np.sum(scaled_huber(s=2.0, r=r, d=1.5))):
+        res = ha.gradient(f, r)
+        assert float(res.value) == pytest.approx(np.sum(want))
+        np.testing.assert_allclose(res.gradient, 2.0 * np.clip(r, -1.5, 1.5))
+    np.testing.assert_array_equal(scaled_huber(r), huber(r, 1.0))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'k'"):
+        scaled_huber(r, k=1.0)
+
+
 # -- errors -------------------------------------------------------------------------
 def test_definition_errors():
     with pytest.raises(ha.ElementwiseError, match="positional"):

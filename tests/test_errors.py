@@ -263,3 +263,29 @@ def test_compiled_extension_called_on_a_tracer_is_named():
         ha.gradient(lambda x: bound(x) + np.sum(x), np.array([0.1, 0.2]))
     with pytest.raises(TypeError, match="has no len"):  # an ordinary TypeError: as it was
         ha.gradient(lambda x: np.sum(x) + len(5), np.array([0.1, 0.2]))
+
+
+def test_a_newcomers_slips_are_named():
+    """The function left out, a second prototype where one tuple was meant,
+    a dict of arrays as scipy's ``x0``: each a TypeError saying what to pass,
+    not numpy's or Python's own message from inside hybridad."""
+    x, A = np.ones(3), np.ones((3, 3))
+    for call in (lambda: ha.gradient(x, A), lambda: ha.compile(x, A),
+                 lambda: ha.hessian(x, A), lambda: ha.hvp(x, x, A), lambda: ha.jacobian(3, x)):
+        with pytest.raises(TypeError, match="f must be a callable"):
+            call()
+    for cls in (ha.GradientResult, ha.HvpResult):
+        hint = rf"pass one tuple of prototypes: {cls.__name__}\(\(x, A\)\)"
+        with pytest.raises(TypeError, match=hint):
+            cls(x, A)
+    with pytest.raises(TypeError, match="dtype must be a dtype"):
+        ha.HessianResult(x, A)
+    assert ha.GradientResult(x, np.float32).value.dtype == np.float32
+    import hybridad.scipy as hs
+
+    def fun(p):
+        return np.sum(p ** 2)
+    for x0, kind in (({"a": np.zeros(2)}, "dict"), ((np.zeros(2), np.zeros(3)), "tuple")):
+        with pytest.raises(TypeError, match=f"x0 must be one real array.*a {kind} of arrays"):
+            hs.minimize(fun, x0)
+    np.testing.assert_allclose(hs.minimize(fun, [np.ones(2), np.ones(2)]).x, 0, atol=1e-6)

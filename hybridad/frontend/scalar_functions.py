@@ -191,12 +191,18 @@ class ElementwiseFunction:
         """The numpy ufunc of the function's value (float64 and float32 loops)."""
         return self.family.primitive(()).ufunc
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         from ..core.trace import bind
         from ..core.tracer import Tracer
 
-        if len(args) != self.nargs:
-            raise TypeError(f"{self.name}() takes {self.nargs} argument(s), got {len(args)}")
+        if kwargs or len(args) != self.nargs:  # keywords and defaults, as Python binds them
+            try:
+                bound = inspect.signature(self.py_func).bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{self.name}() takes {self.nargs} argument(s): {exc}") \
+                    from None
+            bound.apply_defaults()
+            args = bound.args
         if any(isinstance(a, Tracer) for a in args):
             with _LOCK:  # what the code reads may have changed since the family was made
                 if self._family is not None and self._family.key != self._key():

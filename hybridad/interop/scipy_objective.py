@@ -140,7 +140,7 @@ class Objective:
         except ValueError as exc:
             if "must return a scalar" in str(exc):
                 raise ValueError(f"{exc} (for a residual vector, "
-                                 "hybridad.interop.scipy.least_squares gives scipy's "
+                                 "hybridad.scipy.least_squares gives scipy's "
                                  "least_squares its exact Jacobian)") from exc
             raise
         self._hvp_plan = None
@@ -320,14 +320,27 @@ def scipy_args(extra, args):
 def check_x0(x0):
     """``x0`` as an ndarray: real, non-empty, finite, not an ndarray subclass."""
     refuse_subclass(x0, "x0")  # np.asarray would drop a mask, or matrix semantics
+    several = isinstance(x0, dict) or isinstance(x0, (list, tuple)) and any(
+        isinstance(a, (np.ndarray, list, tuple, dict)) for a in x0)
+    kind = type(x0).__name__
     try:
         x0 = np.asarray(x0)
     except Exception as exc:  # noqa: BLE001
+        if several:
+            raise _pieces(kind) from exc
         raise TypeError(f"x0 must be an array of numbers; got {type(x0).__name__}") \
             from exc
+    if several and x0.dtype.kind == "O":
+        raise _pieces(kind)
     if x0.dtype.kind not in "biuf" or x0.size == 0:
         raise TypeError(f"x0 must be a non-empty real array; got dtype {x0.dtype} and "
                         f"shape {x0.shape}")
     if not np.all(np.isfinite(x0)):
         raise ValueError("x0 contains NaN or infinity: scipy's methods cannot start there")
     return x0
+
+
+def _pieces(kind):
+    return TypeError(f"x0 must be one real array (scipy's methods move one flat vector); got a "
+                     f"{kind} of arrays. Concatenate them (np.concatenate([a.ravel() for a in "
+                     f"...])) and unpack the pieces in fun")
