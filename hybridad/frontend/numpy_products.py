@@ -4,6 +4,7 @@ np.tensordot, np.kron, np.einsum and ``np.linalg.norm``.
 
 from __future__ import annotations
 
+import math
 import numbers
 import operator
 import string
@@ -145,6 +146,20 @@ def einsum(*operands, out=None, optimize=False, **kw):
             x = diagonal(x, 0, p, q)  # the repeated axis goes last
             spec = "".join(ch for i, ch in enumerate(spec) if i not in (p, q)) + c
         ins[j], xs[j] = spec, x
+    if len(xs) > 2:
+        steps = _contraction_path(ins, xs, rhs, sizes)
+        if steps is not None:  # pairwise, in the order of fewest operations
+            ops = list(zip(ins, xs, strict=True))
+            for step in steps:
+                picked = [ops[i] for i in step]
+                ops = [o for i, o in enumerate(ops) if i not in step]
+                rest = set(rhs).union(*(spec for spec, _ in ops))
+                out = "".join(c for c in dict.fromkeys("".join(sp for sp, _ in picked))
+                              if c in rest)
+                ops.append((out, einsum(",".join(sp for sp, _ in picked) + "->" + out,
+                                        *[x for _, x in picked])))
+            (spec, x), = ops
+            return x if spec == rhs else einsum(f"{spec}->{rhs}", x)
     if len(xs) == 2 and not set(ins[0]) & set(ins[1]) & set(rhs):
         shared = [c for c in ins[0] if c in ins[1]]
         if shared and all(sizes[c] == xs[0].shape[ins[0].index(c)] ==
@@ -173,6 +188,33 @@ def einsum(*operands, out=None, optimize=False, **kw):
     if len(order) > len(rhs):
         prod = _reduce("sum", prod, tuple(range(len(rhs), len(order))), False)
     return prod
+
+
+def _contraction_path(ins, xs, rhs, sizes):
+    """The order of contracting three or more operands two at a time
+    (numpy's ``einsum_path``, greedy: each step the pair that makes the
+    smallest intermediate), where it takes fewer multiplications than one
+    broadcast product of them all (``'ij,jk,ki->'``: two matrix products,
+    not a cube); else None (``'i,i,i->'``: the product, fused)."""
+    def cost(letters):
+        return math.prod(sizes[c] for c in set(letters))
+
+    try:
+        path = np.einsum_path(",".join(ins) + "->" + rhs,
+                              *[np.broadcast_to(np.empty((), x.dtype), x.shape) for x in xs],
+                              optimize="greedy")[0][1:]
+    except ValueError:  # (what numpy's path finder does not take: the product)
+        return None
+    if any(len(step) > 2 for step in path):
+        return None
+    specs, total = list(ins), 0
+    for step in path:
+        picked = [specs[i] for i in step]
+        specs = [sp for i, sp in enumerate(specs) if i not in step]
+        rest = set(rhs).union(*specs)
+        total += cost("".join(picked))
+        specs.append("".join(c for c in dict.fromkeys("".join(picked)) if c in rest))
+    return path if total < cost("".join(ins)) * (len(ins) - 1) else None
 
 
 def _einsum_sublists(operands):
