@@ -642,3 +642,34 @@ def test_sorts_compile_here_as_pairs_of_reals(dtype):
                                       else 1e-13)
     np.testing.assert_allclose(got.gradient, want.gradient, rtol=1e-5 if dtype == np.float32
                                else 1e-13, atol=1e-6)
+
+
+def test_negative_whole_powers_by_squarings(monkeypatch):
+    """``x ** -3.0`` (a float constant, as a plan's source writes every
+    power and its derivative's ``x ** -4.0``) by squarings and one division,
+    not libm's ``pow`` (30x slower): numpy's value to 3 units in the last
+    place (16 for ``x ** -16``, each squaring doubling the error; beyond, libm's
+    ``pow``), its special values exactly (0 -> inf, -0 -> -inf, inf -> 0, nan)."""
+    x = np.concatenate([np.linspace(-3.0, 3.0, 601), [0.0, -0.0, np.inf, -np.inf, np.nan,
+                                                      1e-100, -1e100]])
+    src = (_HEADER + "\nK3, K16 = np.float64(-3.0), np.float64(-16.0)\n@njit\ndef fn(p0, p1, n):\n"
+           "    x = _view(p0, np.int64(n), np.float64)\n"
+           "    out = _view(p1, (np.int64(n), np.int64(2)), np.float64)\n"
+           "    for i in range(n):\n        out[i, 0] = x[i] ** K3\n"
+           "        out[i, 1] = x[i] ** K16\n")
+    ns = _module(src)
+    from hybridad.backends.jit import engine
+    modules, compile_ir = [], engine.compile_ir
+    monkeypatch.setattr(engine, "compile_ir",
+                        lambda text, **kw: modules.append(text) or compile_ir(text, **kw))
+    jitted = jit.compile_function(src + "# (not cached)\n", "fn", 3, lambda: ns)
+    out = np.zeros((x.size, 2))
+    jitted(x.ctypes.data, out.ctypes.data, x.size)
+    with np.errstate(all="ignore"):
+        want = np.stack([x ** -3.0, x ** -16.0], axis=1)
+    special = ~np.isfinite(want) | (want == 0) | ~np.isfinite(x)[:, None]
+    assert _same_bits(out[special], want[special])
+    for k, ulps in ((0, 3), (1, 16)):
+        ok = ~special[:, k]
+        np.testing.assert_array_max_ulp(out[ok, k], want[ok, k], maxulp=ulps)
+    assert modules and not any("llvm.pow" in m for m in modules)
