@@ -32,7 +32,7 @@ __all__ = ["LOCK", "SYMBOLS", "compile_ir", "load_object", "object_key", "optimi
 LOCK = threading.RLock()
 
 #: bumped when anything changes what the compiler emits for the same source
-FORMAT = "hybridad-jit-3"
+FORMAT = "hybridad-jit-4"
 
 _STATE = {}
 
