@@ -119,6 +119,54 @@ def test_logsumexp_return_sign_and_infinities():
     assert ha.gradient(lambda x: sp.logsumexp(x), allinf).value == -np.inf
 
 
+def test_logsumexp_backward_reads_no_max():
+    """The shift is the max rounded down, piecewise constant: no derivative
+    flows through it (its exact one is 0), so the backward pass has no
+    mask of the max's elements -- softmax's gradient alone, as jax's
+    stop_gradient makes it.  Large values (1e3: exp overflows unshifted) and
+    ties of the max keep the gradient and Hessian finite differences'."""
+    x = np.array([[1000.0, 999.5, 1000.0, -3.0], [0.25, 0.5, -0.5, 0.5], [-800., -801., -799.5,
+                                                                          -800.]])
+    w = _weights(3)
+
+    def f(x):
+        return np.sum(w * sp.logsumexp(x, axis=1)) + np.sum(sp.log_softmax(x, axis=0) ** 2)
+    for backend in BACKENDS:
+        plan = ha.compile(f, x, backend=backend)
+        back = [n for n in plan.graph.nodes if n.phase == "backward"]
+        assert not any(n.op == "max" or "equal" in str(n.attrs.get("body", "")) for n in back)
+        res = plan.gradient(x)
+        np.testing.assert_allclose(res.value, f(x), rtol=1e-14)
+        np.testing.assert_allclose(res.gradient, numerical_gradient(f, x), rtol=1e-6, atol=1e-8)
+
+    def g(y):  # (ties in the rows' and the columns' maxima)
+        y = y.reshape(2, 3)
+        return np.sum(w[:2] * sp.logsumexp(y, axis=1)) + np.sum(sp.log_softmax(y, axis=0) ** 2)
+    y = np.array([0.5, 0.5, -0.2, 0.1, 0.5, -0.2])
+    fd = np.stack([(ha.gradient(g, y + e).gradient - ha.gradient(g, y - e).gradient) / 2e-6
+                   for e in np.eye(6) * 1e-6], axis=1)  # (of the gradient: no nested differences)
+    np.testing.assert_allclose(ha.hessian(g, y).hessian, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_a_path_through_piecewise_constant_ops_has_no_derivative():
+    """An input that reaches a fused region's value only through floor, sign,
+    rint or a comparison gets no backward work at all (its derivative is 0,
+    not a multiple of a partial stored or computed): the plan differentiating
+    it too has the backward pass of the one that does not."""
+    x, y = rand((50,), seed=1), rand((50,), seed=2)
+
+    def f(x, y):
+        return np.sum(np.exp(x) * np.floor(3 * y) + np.sign(y) * x + np.where(y > 0.5, x, 0.0))
+    plan = ha.compile(f, x, y, argnums=(0, 1))
+    res = plan.gradient(x, y)
+    np.testing.assert_array_equal(res.gradient[1], 0.0)
+    np.testing.assert_allclose(res.gradient[0], np.exp(x) * np.floor(3 * y) + np.sign(y) +
+                               (y > 0.5), rtol=1e-14)
+    def backward(plan):
+        return [n.op for n in plan.graph.nodes if n.phase == "backward"]
+    assert backward(plan) == backward(ha.compile(f, x, y))
+
+
 def test_softmax_and_log_softmax():
     x = rand((3, 5), seed=3)
     w = rand((3, 5), seed=4)

@@ -180,7 +180,8 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
     rest = [first for first in shared if first not in trees]
     if rest:  # (summed partials come with a full sum: then trees is empty)
         # recomputed, each active input not read from the output gets its own loop
-        evaluations = sum(1 for k, act in enumerate(active) if act and same.get(k, k) in rest)
+        evaluations = sum(1 for k, act in enumerate(active) if act and k in same and
+                          same[k] in rest)
         arrays = [first for first in rest if first not in summed]
         how, body.partials_reason = strategy(
             body, len(arrays), len(summed), evaluations,
@@ -195,7 +196,8 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
     out = []
     for k, act in enumerate(active):
         first = same.get(k, k)
-        if not act:
+        if not act or k not in same:  # (an input whose every path is piecewise
+            # constant -- floor, sign, a comparison --: its derivative is 0)
             out.append(None)
         elif first in trees:  # (built per input: each fuses into its consumer's region)
             out.append(chain_product(g_loop, _build_partial(trees[first], inputs, ans,
@@ -302,7 +304,9 @@ def _equal_partials(body, active):
     first, out, table = {}, {}, {}
     for k, act in enumerate(active):
         if act:
-            out[k] = first.setdefault(_partial_expr(body, k, table), k)
+            expr = _partial_expr(body, k, table)
+            if expr is not None:  # (None: no derivative flows from input k)
+                out[k] = first.setdefault(expr, k)
     return out
 
 
