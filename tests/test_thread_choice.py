@@ -270,14 +270,9 @@ def test_blas_is_single_threaded_on_every_thread_count(clock, monkeypatch):
     most = max_threads()
     inside = {"limited": False}
 
-    class Limit:  # records whether BLAS is single-threaded during a call
-        def __enter__(self):
-            inside["limited"] = True
-
-        def __exit__(self, *exc):
-            inside["limited"] = False
-
-    monkeypatch.setattr(threads, "SingleThreadedBlas", Limit)
+    # records whether BLAS is single-threaded during a call
+    monkeypatch.setattr(threads, "_blas_enter", lambda: inside.update(limited=True))
+    monkeypatch.setattr(threads, "_blas_exit", lambda: inside.update(limited=False))
     seen = []
     c = clock(lambda n: 0.030 if n > 1 else 0.001)
 

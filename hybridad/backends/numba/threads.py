@@ -166,38 +166,58 @@ class SingleThreadedBlas:
     counts are restored when the last user leaves.
     """
 
-    _depth = 0
-    _saved = ()
-    _lock = Lock()
-
     def __enter__(self):
-        cls = type(self)
-        with cls._lock:
-            if cls._depth == 0:
-                libs = _blas_libraries()
-                cls._saved = [(lib, lib.get_num_threads()) for lib in libs]
-                for lib, n in cls._saved:
-                    if n != 1:
-                        lib.set_num_threads(1)
-            cls._depth += 1
+        _blas_enter()
         return self
 
     def __exit__(self, *exc):
-        cls = type(self)
-        with cls._lock:
-            cls._depth -= 1
-            if cls._depth == 0:
-                for lib, n in cls._saved:
-                    if n != 1:
-                        lib.set_num_threads(n)
-                cls._saved = ()
+        _blas_exit()
         return False
+
+
+#: [users inside SingleThreadedBlas, their libraries' thread counts to put back]
+_BLAS_STATE = [0, ()]
+_BLAS_LOCK = Lock()
+
+
+def _blas_enter():
+    """Enter the single-threaded BLAS section (every plan call of a program
+    that calls BLAS: a few ctypes calls, no ``with`` statements -- 1.5 us)."""
+    _BLAS_LOCK.acquire()
+    try:
+        if _BLAS_STATE[0] == 0:
+            saved = []
+            for lib in _libs if _libs is not None else _blas_libraries():
+                n = lib.get_num_threads()
+                if n != 1:
+                    lib.set_num_threads(1)
+                saved.append((lib, n))
+            _BLAS_STATE[1] = saved
+        _BLAS_STATE[0] += 1
+    finally:
+        _BLAS_LOCK.release()
+
+
+def _blas_exit():
+    _BLAS_LOCK.acquire()
+    try:
+        _BLAS_STATE[0] -= 1
+        if _BLAS_STATE[0] == 0:
+            for lib, n in _BLAS_STATE[1]:
+                if n != 1:
+                    lib.set_num_threads(n)
+            _BLAS_STATE[1] = ()
+    finally:
+        _BLAS_LOCK.release()
 
 
 def _run(fn, args, blas):
     if blas:  # on every thread count: BLAS's own threads would change its sums' order
-        with SingleThreadedBlas():
+        _blas_enter()
+        try:
             return fn(*args)
+        finally:
+            _blas_exit()
     return fn(*args)
 
 
@@ -207,6 +227,29 @@ def _median(values):
     v = sorted(values)
     m = len(v) // 2
     return v[m] if len(v) % 2 else 0.5 * (v[m - 1] + v[m])
+
+
+_COUNT_CALLS = []
+
+
+def _thread_count():
+    """``(get, set)`` of the calling thread's numba thread count, for a call of
+    a parallel program (each ThreadChoice call reads it, and sets it twice when
+    its choice differs): the thread pool's own entry points, which
+    ``numba.get_num_threads`` / ``set_num_threads`` call after launching the
+    pool under a multiprocessing lock and checking the count (0.1 us a call
+    against 0.8 / 1.3 us; the counts set here are within the pool's, as they
+    check); the public functions where this numba names them otherwise."""
+    if not _COUNT_CALLS:
+        import numba
+
+        numba.get_num_threads()  # (launches the pool: its entry points are then set)
+        pool = sys.modules.get("numba.np.ufunc.parallel")
+        get = getattr(pool, "_get_num_threads", None)
+        put = getattr(pool, "_set_num_threads", None)
+        _COUNT_CALLS[:] = (get, put) if callable(get) and callable(put) and get() == \
+            numba.get_num_threads() else (numba.get_num_threads, numba.set_num_threads)
+    return _COUNT_CALLS
 
 
 def max_threads():
@@ -303,32 +346,31 @@ class ThreadChoice:
         program calls BLAS, which then runs single-threaded (one owner of the
         cores, and the same sums on any thread count)."""
         self.calls += 1
-        most = max_threads()
+        before = _thread_count()[0]()
+        cap = _env_cap()
+        most = min(before, cap) if cap else before
         if most <= 1:  # capped at one thread: nothing to choose
-            return self._timed(fn, args, 1, blas, self._watch)
+            return self._timed(fn, args, 1, blas, self._watch, before)
         if self._probing is None:
             self._left -= 1
             if self.threads and (self._left > 0 or time.perf_counter() < self._until):
-                return self._timed(fn, args, min(self.threads, most), blas, self._watch)
+                return self._timed(fn, args, min(self.threads, most), blas, self._watch, before)
             self._start_probe(most)
         n = self._probing[0]
-        return self._timed(fn, args, n, blas, lambda dt: self._sampled(n, dt, most))
+        return self._timed(fn, args, n, blas, lambda dt: self._sampled(n, dt, most), before)
 
-    def _timed(self, fn, args, n, blas, done):
-        """``fn(*args)`` on ``n`` threads (the calling thread's count put back
-        after), then ``done(seconds)``."""
-        import numba
-
-        before = numba.get_num_threads()
+    def _timed(self, fn, args, n, blas, done, before):
+        """``fn(*args)`` on ``n`` threads (the calling thread's count,
+        ``before``, put back after), then ``done(seconds)``."""
         if n != before:
-            numba.set_num_threads(n)
+            _thread_count()[1](n)
         t = time.perf_counter()
         try:
             return _run(fn, args, blas)
         finally:
             dt = time.perf_counter() - t
             if n != before:
-                numba.set_num_threads(before)
+                _thread_count()[1](before)
             done(dt)
 
     def _watch(self, dt):
