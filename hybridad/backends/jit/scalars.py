@@ -224,7 +224,8 @@ class ScalarOps(Ufuncs):
             # a negative whole exponent (x ** -3, and the derivative of any
             # power, x ** -4): 1 / (x ** 3) by squarings, as jax's integer_pow
             # -- libm's pow costs 10 ns an element; positive ones LLVM expands
-            return self._static_power(self.scalar(x, promote(dx, dy)), int(y.value))
+            return self._static_power(self.scalar(x, promote(dx, dy)), int(y.value),
+                                      overflow=True)
         if dy.kind == "f" or dx.kind != "f":
             dt = promote(dx, dy)
             a, c = self.scalar(x, dt), self.scalar(y, dt)
@@ -266,21 +267,37 @@ class ScalarOps(Ufuncs):
         res = b.select(big, self._intrinsic("llvm.pow", [a.value, exact], t), res)
         return Scalar(res, a.dtype)
 
-    def _static_power(self, a, e):
+    def _static_power(self, a, e, overflow=False):
+        """``a ** e`` by squarings (a negative ``e``: one over the positive
+        power).  ``overflow``: where that positive power overflows (``x ** -3``
+        of 1e103, whose value 1e-309 is a subnormal), the power of ``1 / a``
+        instead, as libm's ``pow`` gives it (numba's integer powers give 0)."""
         b = self.b
         t = a.value.type
-        inv, e = e < 0, abs(e)
-        r = ir.Constant(t, 1.0)
-        base = a.value
+        inv, n = e < 0, abs(e)
+        r = self._squarings(a.value, n)
+        if inv:
+            one = ir.Constant(t, 1.0)
+            small = b.fdiv(one, r, flags=self.flags)
+            if overflow:
+                huge = b.fcmp_ordered("==", self._intrinsic("llvm.fabs", [r], t),
+                                      ir.Constant(t, float("inf")))
+                r = b.select(huge, self._squarings(b.fdiv(one, a.value, flags=self.flags), n),
+                             small)
+            else:
+                r = small
+        return Scalar(r, a.dtype)
+
+    def _squarings(self, base, e):
+        b = self.b
+        r = ir.Constant(base.type, 1.0)
         while e:
             if e & 1:
                 r = b.fmul(r, base, flags=self.flags)
             e >>= 1
             if e:
                 base = b.fmul(base, base, flags=self.flags)
-        if inv:
-            r = b.fdiv(ir.Constant(t, 1.0), r, flags=self.flags)
-        return Scalar(r, a.dtype)
+        return r
 
     def unary(self, op, x):
         if isinstance(x, Const) and type(x.value) in (int, bool, float):
