@@ -115,6 +115,12 @@ def test_logsumexp_return_sign_and_infinities():
         res = ha.gradient(f, x, backend=backend)
         np.testing.assert_allclose(res.value, ref_v * ref_s, rtol=1e-14)
         assert res.gradient[0] == 0.0 and np.all(np.isfinite(res.gradient))
+    y = np.array([[0.1, 0.2, 0.3], [0.1, 1.0, 0.1]])  # (the second row's sum is negative)
+    want = sp.logsumexp(y, axis=1, b=b)
+    assert np.isnan(want[1]) and np.isfinite(want[0])
+    for backend in BACKENDS:  # without return_sign: scipy's nan
+        got = ha.jacobian(lambda y: sp.logsumexp(y, axis=1, b=b), y, backend=backend).value
+        np.testing.assert_allclose(got, want, rtol=1e-14)
     allinf = np.full(3, -np.inf)
     assert ha.gradient(lambda x: sp.logsumexp(x), allinf).value == -np.inf
 

@@ -99,6 +99,8 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     s = np.sum(e, axis=axis, keepdims=True)
     sign = np.sign(s)
     out = np.log(np.abs(s)) + m
+    if b is not None and not return_sign:  # (scipy's: a negative sum has no log)
+        out = np.where(sign < 0, np.nan, out)
     if not keepdims:
         out = np.squeeze(out, axis=axis)
         sign = np.squeeze(sign, axis=axis)
