@@ -82,6 +82,12 @@ FAMILIES = {
                         np.sum(np.linspace(x[0], x[1], 3) ** 2) +
                         np.sum(np.full((2, 5), x[0], like=x) * x[:2]),
                         (rand((4, 5), seed=19),)),
+    # selections of one element from size-1 axes: numpy keeps the view's stride
+    # on a 1-element index array, and its take then copied it on every call
+    "unit_axes": (lambda x: np.sum(np.diagonal(x[:1, :1]) ** 2) + np.trace(x[1:2, 2:3]) ** 2 +
+                  np.sum(np.einsum("daa->da", x[:2, :1, None][:, :, :1]) ** 2) +
+                  np.sum(x[:1, [0]] ** 3) + np.sum(np.take(x[:1, :1], [0]) ** 2),
+                  (rand((4, 5), seed=22),)),
     # rows of 20 (heapsort in numba) along axis 1, of 3 (insertion sort) along axis 0
     "sorting": (lambda x: np.sum(np.sort(x) * x[::-1]) + np.sum(np.sort(x, axis=0) ** 2) +
                 np.sum(np.sort(x.T, axis=None)[::3] ** 3) + np.sum(np.partition(x, 2)[:, 2]) +

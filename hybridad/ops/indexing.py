@@ -192,7 +192,10 @@ def gather_positions(x, select):
     pos = np.arange(node.size, dtype=np.intp).reshape(node.shape)
     for v in reversed(chain):
         pos = REGISTRY[v.op].view(pos, **v.attrs)
-    flat = np.ascontiguousarray(select(pos), dtype=np.intp)
+    # (a copy, packed: a selection of one element may keep its view's stride
+    # -- C-contiguous by numpy's flags -- and numpy's take then copies such
+    # indices on every call)
+    flat = np.array(select(pos), dtype=np.intp, order="C", copy=True)
     if node.is_literal:  # a constant in, a constant out
         value = np.ascontiguousarray(node.attrs["value"]).reshape(-1)[flat]
         return Tracer(x._trace.const(value, True), x._trace)
