@@ -154,6 +154,27 @@ def test_logsumexp_backward_reads_no_max():
     np.testing.assert_allclose(ha.hessian(g, y).hessian, fd, rtol=1e-6, atol=1e-8)
 
 
+def test_zero_weights_and_huge_values_as_scipy():
+    """A zero weight at the max of ``a`` is no term (scipy's max is over the
+    weighted terms): ``logsumexp([1000, 0], b=[0, 1])`` is 0, not -inf or nan;
+    its derivative in that weight is still ``exp(a - m) / sum`` (not 0).
+    softmax and log_softmax beside 1e17 keep their log 2 (scipy's form, not
+    ``x - logsumexp(x)``, which rounds it away)."""
+    x, w = np.array([1000.0, 0.0]), np.array([0.0, 1.0])
+    for backend in BACKENDS:
+        res = ha.gradient(lambda x: sp.logsumexp(x, b=w), x, backend=backend)
+        assert res.value == sp.logsumexp(x, b=w) == 0.0
+        np.testing.assert_array_equal(res.gradient, [0.0, 1.0])
+    a, b = np.array([1.0, 2.0, 0.5]), np.array([0.5, 0.0, 2.0])
+    res = ha.gradient(lambda b: sp.logsumexp(a, b=b), b)
+    assert float(res.value) == pytest.approx(sp.logsumexp(a, b=b), rel=1e-14)
+    np.testing.assert_allclose(res.gradient, np.exp(a) / np.sum(b * np.exp(a)), rtol=1e-14)
+    for y in (np.array([1e17, 1e17]), np.array([1e8 + 0.5, 1e8, -1e8])):
+        for fn in (sp.softmax, sp.log_softmax):
+            got = ha.jacobian(lambda y, fn=fn: fn(y), y).value
+            np.testing.assert_allclose(got, fn(y), rtol=1e-14)
+
+
 def test_a_path_through_piecewise_constant_ops_has_no_derivative():
     """An input that reaches a fused region's value only through floor, sign,
     rint or a comparison gets no backward work at all (its derivative is 0,

@@ -75,15 +75,21 @@ def install(only=None):
 # --------------------------------------------------------------------------
 # scipy.special's Python functions
 # --------------------------------------------------------------------------
-def _shift(a, axis):
+def _shift(a, axis, b=None):
     """The max of ``a`` over ``axis`` (kept) rounded down to a whole number, 0
     where it is not finite: ``exp(a - shift)`` stays within ``[e^-1, e]`` at
     the max, as stable as scipy's shift, and the shift is piecewise constant
     -- its derivative 0, as the exact one of the whole (``log sum exp(a - m) +
     m`` does not depend on ``m``), so the backward pass has no max's mask
     (jax stops the gradient there)."""
+    if b is not None:  # (the max of the terms weighted, as scipy's: a zero weight's
+        a = np.where(_nonzero(b), a, -np.inf)  # term is not one)
     m = np.floor(np.max(a, axis=axis, keepdims=True))
     return np.where(np.isfinite(m), m, 0.0)
+
+
+def _nonzero(b):
+    return (b if isinstance(b, Tracer) else np.asarray(b)) != 0
 
 
 @intercepts("scipy.special", "logsumexp")
@@ -92,10 +98,13 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     a = a if isinstance(a, Tracer) else np.asarray(a, dtype=float)
     if a.dtype.kind != "f":
         a = a.astype(np.float64)
-    m = _shift(a, axis)
-    e = np.exp(a - m)
-    if b is not None:
-        e = e * b
+    m = _shift(a, axis, b)
+    if b is None:
+        e = np.exp(a - m)
+    else:  # (a zero weight's term is 0, whatever a is there -- scipy's value --,
+        # its derivative in b exp(a - m): exp is capped below overflow there)
+        cap = float(np.log(np.finfo(a.dtype).max)) - 1.0
+        e = np.exp(np.minimum(a - m, cap)) * b
     s = np.sum(e, axis=axis, keepdims=True)
     sign = np.sign(s)
     out = np.log(np.abs(s)) + m
@@ -109,16 +118,26 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     return out
 
 
+def _shifted(x, axis):
+    x = x if isinstance(x, Tracer) else np.asarray(x, dtype=float)
+    if x.dtype.kind != "f":
+        x = x.astype(np.float64)
+    return x - _shift(x, axis)
+
+
 @intercepts("scipy.special", "softmax")
 def softmax(x, axis=None):
-    """``exp(x - logsumexp(x, axis, keepdims=True))``."""
-    return np.exp(x - logsumexp(x, axis=axis, keepdims=True))
+    """``exp(x - m) / sum(exp(x - m))``, ``m`` the max rounded down (scipy's
+    form: ``exp(x - logsumexp(x))`` loses ``log 2`` beside 1e17)."""
+    e = np.exp(_shifted(x, axis))
+    return e / np.sum(e, axis=axis, keepdims=True)
 
 
 @intercepts("scipy.special", "log_softmax")
 def log_softmax(x, axis=None):
-    """``x - logsumexp(x, axis, keepdims=True)``."""
-    return x - logsumexp(x, axis=axis, keepdims=True)
+    """``(x - m) - log(sum(exp(x - m)))``, ``m`` the max rounded down (scipy's)."""
+    z = _shifted(x, axis)
+    return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
 
 
 @intercepts("scipy.special", "polygamma")
