@@ -293,3 +293,25 @@ def test_a_linearized_tangent_recomputes_cheap_regions_of_the_point(f, monkeypat
             plan.hvp(v=v, out=res)
             plan.hvp(v=v, out=alone)
     assert counts.allocations == 0, counts
+
+
+def test_a_scalar_region_two_joins_read_keeps_the_body_in_order():
+    """``p * log(sum(exp(p)))``: the tangent program's reader evaluates the
+    scalar ``1 / sum`` region, and then a region reading that scalar too;
+    the second's members come after the first's in the one body (they came
+    before it: a KeyError compiling ``linearize`` + ``hvp(v=)``)."""
+    p = np.linspace(-1.0, 1.0, 12)
+    v = np.random.default_rng(1).standard_normal(p.size)
+    for f in (lambda p: np.sum(p * np.log(np.sum(np.exp(p)))),
+              lambda p: np.sum(np.sin(p) * (p - np.log(np.sum(np.exp(p)))))):
+        plan = ha.compile(f, p, hessian=True)
+        H = plan.hessian(p).hessian
+        np.testing.assert_allclose(H, ha.hessian(f, p, backend="numpy").hessian,
+                                   rtol=1e-12, atol=1e-13)
+        plan.linearize(p)
+        hv = np.empty_like(p)
+        plan.hvp(v=v, out=hv)
+        np.testing.assert_allclose(hv, H @ v, rtol=1e-12, atol=1e-13)
+        with count_allocations() as counts:
+            plan.hvp(v=v, out=hv)
+        assert counts.allocations == 0

@@ -456,10 +456,30 @@ def evaluate_inside(r, producers):
     members += [rewired(m) for m in own]
     seen = set()  # (one member per node: producers that each evaluate one cheap region
     # inside hold its members alike -- computed twice; a CUDA kernel declared them twice)
-    members = [m for m in members if m.id not in seen and not seen.add(m.id)]
+    members = _in_order([m for m in members if m.id not in seen and not seen.add(m.id)])
     reduction = None if reduction is None else rewired(reduction)
     inputs = _external_inputs(members)  # (the reduction reads the last member)
     merged = Region(members, reduction, inputs)
     merged.partials_reason = body.partials_reason
     lead = r.args[:1] if r.op == "region_acc" else ()  # (the buffer it adds into)
     r.args, r.attrs = (*lead, *inputs), {**r.attrs, "body": merged}
+
+
+def _in_order(members):
+    """``members`` with each after the members it reads (stable): a producer
+    evaluated inside may read what an earlier join put in the body (a
+    scalar region both read), which its members then follow."""
+    by_id = {m.id: m for m in members}
+    placed, out = set(), []
+
+    def place(m):
+        if m.id in placed:
+            return
+        placed.add(m.id)
+        for a in m.args:
+            if a.id in by_id:
+                place(by_id[a.id])
+        out.append(m)
+    for m in members:
+        place(m)
+    return out
