@@ -22,8 +22,8 @@ import math
 
 import numpy as np
 
-__all__ = ["Graph", "Node", "check", "check_writes", "clone_node", "copy_graph", "format_node",
-           "fed_by", "named_by_region", "redirect", "users_of", "write_hazards"]
+__all__ = ["Graph", "Node", "check", "check_writes", "clone_node", "computed_from", "copy_graph",
+           "fed_by", "format_node", "named_by_region", "redirect", "users_of", "write_hazards"]
 
 
 class Node:
@@ -264,6 +264,21 @@ def named_by_region(node, users):
     as an input of its body: a pass that replaces ``node`` must leave it (the
     redirected operand and the body's input would then differ)."""
     return any(u.op == "region" and node in u.attrs["body"].inputs for u in users)
+
+
+def computed_from(node, source):
+    """Whether ``node`` is computed from ``source`` (is it, or reads it
+    through its arguments).  Node ids rise in the order a trace makes nodes:
+    the walk stops at the nodes made before ``source``."""
+    todo, seen = [node], set()
+    while todo:
+        n = todo.pop()
+        if n is source:
+            return True
+        if n.id > source.id and n.id not in seen:
+            seen.add(n.id)
+            todo.extend(n.args)
+    return False
 
 
 def redirect(nodes, replace):

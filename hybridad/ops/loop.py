@@ -45,7 +45,7 @@ import hashlib
 
 import numpy as np
 
-from ..ir.graph import Graph, dead_code_elimination, redirect
+from ..ir.graph import Graph, computed_from, dead_code_elimination, redirect
 from .._settings import enabled
 from ..ir.registry import REGISTRY, Op, may_raise, register
 
@@ -332,7 +332,8 @@ def _reverse_body(body, active, saved, shifted=()):
                  for gr, w in zip(grads, wrt, strict=True)]
         new_ct = grads[:nc]
         ct_x = grads[nc:nc + len(a_x)]
-        new_acc = [_summed(a, gr) for a, gr in zip(acc, grads[nc + len(a_x):], strict=True)]
+        new_acc = [s if (s := start_sum_at(a, gr)) is not None else a + gr
+                   for a, gr in zip(acc, grads[nc + len(a_x):], strict=True)]
     results = new_ct + new_acc + [c_t[j] for j in shifted] + ct_x
     # the reverse pass reads the stored residuals, not their recomputation (the
     # forward nodes that computed them are left to dead-code elimination)
@@ -342,11 +343,6 @@ def _reverse_body(body, active, saved, shifted=()):
                    for j, t in zip(shifted, nxt, strict=True)})
     redirect([n for n in trace.nodes if n.phase != "forward"], stored)
     return trace, ins, env, (results, a_x, a_k, user_ys)
-
-
-def _summed(acc, gr):
-    started = start_sum_at(acc, gr)
-    return acc + gr if started is None else started
 
 
 def start_sum_at(acc, gr):
@@ -363,27 +359,10 @@ def start_sum_at(acc, gr):
     loop, k = found
     init = loop.args[k]
     if init.op != "zeros" or acc.shape != gr.shape or acc.dtype != gr.dtype or \
-            _reads(acc.node, loop):
+            computed_from(acc.node, loop):  # (x both a carry's start and a constant)
         return None
     redirect([loop], {init.id: acc.node})
     return gr
-
-
-def _reads(node, loop):
-    """Whether ``node`` is computed from ``loop`` (the loop's own carry
-    cotangent, where one array is both a carry's start and a constant of the
-    body: a sum started there would read the loop's own result).  Node ids
-    rise in the order nodes are made: the walk stops at the nodes made before
-    the loop."""
-    todo, seen = [node], set()
-    while todo:
-        n = todo.pop()
-        if n is loop:
-            return True
-        if n.id > loop.id and n.id not in seen:
-            seen.add(n.id)
-            todo.extend(n.args)
-    return False
 
 
 def _summed_carry(node):

@@ -73,9 +73,13 @@ _NAMES = {}
 
 
 def arg_names(f, nargs):
-    """Parameter names of ``f`` for error messages (``'x'``), or ``'arg k'``."""
+    """Parameter names of ``f`` for error messages (``'x'``), or ``'arg k'``
+    (a plan's first look at ``f``: one that is not callable is refused)."""
     code = getattr(getattr(f, "__func__", f), "__code__", None)
     if type(code) is not types.CodeType:
+        if not callable(f):  # (ha.gradient(x, A): the function left out)
+            raise TypeError(f"f must be a callable, the function to differentiate, before "
+                            f"its arguments; got {type(f).__name__}")
         return _arg_names(f, nargs)
     key = (code, inspect.ismethod(f), nargs)
     names = _NAMES.get(key)

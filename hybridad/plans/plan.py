@@ -102,9 +102,6 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
     def __init__(self, f, args, argnums=0, backend="numba", hvp=False, parallel=True,
                  poison=False, pack=True, memory_budget=None, cuda_graph=None, update=None,
                  tiered=None):
-        if not callable(f):  # (ha.gradient(x, A): the function left out)
-            raise TypeError(f"f must be a callable, the function to differentiate, before its "
-                            f"arguments; got {type(f).__name__}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
         if not isinstance(parallel, (bool, np.bool_)):
