@@ -169,6 +169,10 @@ def test_zero_weights_and_huge_values_as_scipy():
     res = ha.gradient(lambda b: sp.logsumexp(a, b=b), b)
     assert float(res.value) == pytest.approx(sp.logsumexp(a, b=b), rel=1e-14)
     np.testing.assert_allclose(res.gradient, np.exp(a) / np.sum(b * np.exp(a)), rtol=1e-14)
+    for a, b in ((np.array([-np.inf, np.inf]), np.array([0.6, 1.5])),  # (weighted infinities)
+                 (np.array([0.0, np.inf]), np.array([1.0, 1.0]))):
+        for backend in BACKENDS:
+            assert ha.gradient(lambda a: sp.logsumexp(a, b=b), a, backend=backend).value == np.inf
     for y in (np.array([1e17, 1e17]), np.array([1e8 + 0.5, 1e8, -1e8])):
         for fn in (sp.softmax, sp.log_softmax):
             got = ha.jacobian(lambda y, fn=fn: fn(y), y).value

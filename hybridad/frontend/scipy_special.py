@@ -104,7 +104,8 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     else:  # (a zero weight's term is 0, whatever a is there -- scipy's value --,
         # its derivative in b exp(a - m): exp is capped below overflow there)
         cap = float(np.log(np.finfo(a.dtype).max)) - 1.0
-        e = np.exp(np.minimum(a - m, cap)) * b
+        z = a - m
+        e = np.exp(np.where(_nonzero(b), z, np.minimum(z, cap))) * b
     s = np.sum(e, axis=axis, keepdims=True)
     sign = np.sign(s)
     out = np.log(np.abs(s)) + m
