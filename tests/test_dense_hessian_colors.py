@@ -138,3 +138,30 @@ def test_bad_results_are_refused_by_name_and_left_untouched():
         plan.hessian(x, out=wrong)
     assert np.all(res.hessian == -7.0) and np.all(wrong.derivs[1] == -7.0)
     assert float(wrong.value) == 0.0 and not wrong.derivs[0].any()
+
+
+def test_a_dense_scan_gives_up_before_its_pattern_is_made():
+    """A Hessian plan of ``sum(cumsum(x)**2)`` at n = 20000 (a dense Hessian:
+    the scan's pattern would hold 2e8 nonzeros) gives up coloring before the
+    scan's triangle is made (it allocated n^2 booleans, then a sparse copy:
+    5.6 GB; a MemoryError at 30000), and serves linearize + hvp(v=)."""
+    import tracemalloc
+
+    n = 20000
+    x = np.sin(np.linspace(0.0, 6.0, n))
+    v = np.cos(np.linspace(0.0, 3.0, n))
+
+    def f(x):
+        return 0.5 * np.sum(np.cumsum(x) ** 2) + np.sum(np.cos(x))
+    tracemalloc.start()
+    try:
+        plan = ha.compile(f, x, hessian=True, backend="numpy")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100e6, f"{peak / 1e6:.0f} MB while building"
+    plan.linearize(x)
+    hv = np.empty(n)
+    plan.hvp(v=v, out=hv)
+    want = np.cumsum(np.cumsum(v)[::-1])[::-1] - np.cos(x) * v  # (L^T L - diag cos x) v
+    np.testing.assert_allclose(hv, want, rtol=1e-10)

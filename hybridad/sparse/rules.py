@@ -155,6 +155,8 @@ def _lines(shape, axis, block):
 
 
 def _triangle(length, lower, strict):
+    # (checked before the block is made: a scan of 10^5 is 5e9 nonzeros)
+    check_nnz(length * (length + (-1 if strict else 1)) // 2, "a scan")
     ones = np.ones((length, length), bool)
     tri = np.tril(ones, -1 if strict else 0) if lower else np.triu(ones, 1 if strict else 0)
     return sp.csr_array(tri)
@@ -386,6 +388,7 @@ def _sort_values_maps(node, active, ctx):
     if not active[0]:
         return [None, None]
     ax = _axis(node, x)
+    check_nnz(x.shape[ax] ** 2, "a sort")  # (before the block is made)
     block = sp.csr_array(np.ones((x.shape[ax], x.shape[ax]), bool))
     return [_lines(x.shape, ax, block), None]
 
