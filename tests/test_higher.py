@@ -321,7 +321,10 @@ def test_default_chunk_rule(monkeypatch):
                                        default_chunk)
 
     assert default_chunk(7, 800) == 7 and default_chunk(ONE_CHUNK, 800) == ONE_CHUNK
-    assert default_chunk(ONE_CHUNK + 1, 800) == DEFAULT_CHUNK
+    def balanced(n, k):  # (chunks of at most k seeds, as even as whole seeds allow)
+        return -(-n // -(-n // k))
+    assert default_chunk(ONE_CHUNK + 1, 800) == balanced(ONE_CHUNK + 1, DEFAULT_CHUNK)
+    assert default_chunk(99 * DEFAULT_CHUNK, 800) == DEFAULT_CHUNK
     assert default_chunk(1000, CHUNK_BYTES // 4) == 4  # large batched workspace per seed
     assert default_chunk(1000, 2 * CHUNK_BYTES) == 1
     # a few seeds with a large workspace each (a loop's stored tangents): one
@@ -331,7 +334,7 @@ def test_default_chunk_rule(monkeypatch):
     assert default_chunk(6, 2 * ONE_CHUNK_BYTES) == 1
     x = rand((200,), seed=120)
     lse = lambda x: np.log(np.sum(np.exp(x)))  # noqa: E731 -- (a dense Hessian: no coloring)
-    assert ha.compile(lse, x, hessian=True).chunk == DEFAULT_CHUNK
+    assert ha.compile(lse, x, hessian=True).chunk == balanced(200, DEFAULT_CHUNK)
     assert ha.compile(rosen_np, x[:50], hessian=True).chunk == 50
     # a tridiagonal Hessian: one chunk of its 3 colors (hybridad.sparse.dense)
     assert ha.compile(rosen_np, x, hessian=True).chunk == 3

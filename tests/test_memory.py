@@ -316,9 +316,9 @@ def test_memory_budget_binds_everything_a_parallel_plan_holds(monkeypatch):
     def fake_clock():  # one thread measures 10x faster: the probe picks it
         return now[0]
 
-    def timed(fn, args, n, blas, done):
+    def timed(fn, args, n, blas, done, before):
         now[0] += 0.01 if n > 1 else 0.001
-        return original(fn, args, n, blas, done)
+        return original(fn, args, n, blas, done, before)
 
     x = np.linspace(-1.0, 1.0, 40_000)  # prange loops
     res = ha.GradientResult(x)
