@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import uuid
 
 import numpy as np
 import pytest
@@ -663,7 +664,8 @@ def test_negative_whole_powers_by_squarings(monkeypatch):
     modules, compile_ir = [], engine.compile_ir
     monkeypatch.setattr(engine, "compile_ir",
                         lambda text, **kw: modules.append(text) or compile_ir(text, **kw))
-    jitted = jit.compile_function(src + "# (not cached)\n", "fn", 3, lambda: ns)
+    # (a source of its own: never in the disk cache of an earlier run)
+    jitted = jit.compile_function(src + f"# {uuid.uuid4()}\n", "fn", 3, lambda: ns)
     out = np.zeros((x.size, 2))
     jitted(x.ctypes.data, out.ctypes.data, x.size)
     with np.errstate(all="ignore"):
