@@ -150,14 +150,10 @@ def einsum(*operands, out=None, optimize=False, **kw):
         steps = _contraction_path(ins, xs, rhs, sizes)
         if steps is not None:  # pairwise, in the order of fewest operations
             ops = list(zip(ins, xs, strict=True))
-            for step in steps:
-                picked = [ops[i] for i in step]
+            for step, subscripts, out in steps:
+                picked = [x for i, (_, x) in enumerate(ops) if i in step]
                 ops = [o for i, o in enumerate(ops) if i not in step]
-                rest = set(rhs).union(*(spec for spec, _ in ops))
-                out = "".join(c for c in dict.fromkeys("".join(sp for sp, _ in picked))
-                              if c in rest)
-                ops.append((out, einsum(",".join(sp for sp, _ in picked) + "->" + out,
-                                        *[x for _, x in picked])))
+                ops.append((out, einsum(subscripts, *picked)))
             (spec, x), = ops
             return x if spec == rhs else einsum(f"{spec}->{rhs}", x)
     if len(xs) == 2 and not set(ins[0]) & set(ins[1]) & set(rhs):
@@ -191,11 +187,12 @@ def einsum(*operands, out=None, optimize=False, **kw):
 
 
 def _contraction_path(ins, xs, rhs, sizes):
-    """The order of contracting three or more operands two at a time
+    """The steps of contracting three or more operands two at a time
     (numpy's ``einsum_path``, greedy: each step the pair that makes the
-    smallest intermediate), where it takes fewer multiplications than one
-    broadcast product of them all (``'ij,jk,ki->'``: two matrix products,
-    not a cube); else None (``'i,i,i->'``: the product, fused)."""
+    smallest intermediate), each ``(positions, subscripts, its result's
+    letters)``, where they take fewer multiplications than one broadcast
+    product of them all (``'ij,jk,ki->'``: two matrix products, not a cube);
+    else None (``'i,i,i->'``: the product, fused)."""
     def cost(letters):
         return math.prod(sizes[c] for c in set(letters))
 
@@ -207,14 +204,16 @@ def _contraction_path(ins, xs, rhs, sizes):
         return None
     if any(len(step) > 2 for step in path):
         return None
-    specs, total = list(ins), 0
+    specs, total, steps = list(ins), 0, []
     for step in path:
-        picked = [specs[i] for i in step]
+        picked = [sp for i, sp in enumerate(specs) if i in step]
         specs = [sp for i, sp in enumerate(specs) if i not in step]
         rest = set(rhs).union(*specs)
         total += cost("".join(picked))
-        specs.append("".join(c for c in dict.fromkeys("".join(picked)) if c in rest))
-    return path if total < cost("".join(ins)) * (len(ins) - 1) else None
+        out = "".join(c for c in dict.fromkeys("".join(picked)) if c in rest)
+        steps.append((step, ",".join(picked) + "->" + out, out))
+        specs.append(out)
+    return steps if total < cost("".join(ins)) * (len(ins) - 1) else None
 
 
 def _einsum_sublists(operands):

@@ -75,37 +75,38 @@ def install(only=None):
 # --------------------------------------------------------------------------
 # scipy.special's Python functions
 # --------------------------------------------------------------------------
-def _shift(a, axis, b=None):
+def _floats(a):
+    """``a`` as a floating-point array (a tracer as it is, integers as float64)."""
+    a = a if isinstance(a, Tracer) else np.asarray(a, dtype=float)
+    return a if a.dtype.kind == "f" else a.astype(np.float64)
+
+
+def _shift(a, axis, weighted=None):
     """The max of ``a`` over ``axis`` (kept) rounded down to a whole number, 0
     where it is not finite: ``exp(a - shift)`` stays within ``[e^-1, e]`` at
     the max, as stable as scipy's shift, and the shift is piecewise constant
     -- its derivative 0, as the exact one of the whole (``log sum exp(a - m) +
     m`` does not depend on ``m``), so the backward pass has no max's mask
     (jax stops the gradient there)."""
-    if b is not None:  # (the max of the terms weighted, as scipy's: a zero weight's
-        a = np.where(_nonzero(b), a, -np.inf)  # term is not one)
+    if weighted is not None:  # (the max of the terms weighted, as scipy's: a zero
+        a = np.where(weighted, a, -np.inf)  # weight's term is not one)
     m = np.floor(np.max(a, axis=axis, keepdims=True))
     return np.where(np.isfinite(m), m, 0.0)
-
-
-def _nonzero(b):
-    return (b if isinstance(b, Tracer) else np.asarray(b)) != 0
 
 
 @intercepts("scipy.special", "logsumexp")
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
     """``log(sum(b * exp(a)))`` over ``axis``, shifted by the max (scipy's)."""
-    a = a if isinstance(a, Tracer) else np.asarray(a, dtype=float)
-    if a.dtype.kind != "f":
-        a = a.astype(np.float64)
-    m = _shift(a, axis, b)
+    a = _floats(a)
+    weighted = None if b is None else (b if isinstance(b, Tracer) else np.asarray(b)) != 0
+    m = _shift(a, axis, weighted)
     if b is None:
         e = np.exp(a - m)
     else:  # (a zero weight's term is 0, whatever a is there -- scipy's value --,
         # its derivative in b exp(a - m): exp is capped below overflow there)
         cap = float(np.log(np.finfo(a.dtype).max)) - 1.0
         z = a - m
-        e = np.exp(np.where(_nonzero(b), z, np.minimum(z, cap))) * b
+        e = np.exp(np.where(weighted, z, np.minimum(z, cap))) * b
     s = np.sum(e, axis=axis, keepdims=True)
     sign = np.sign(s)
     out = np.log(np.abs(s)) + m
@@ -120,9 +121,7 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
 
 
 def _shifted(x, axis):
-    x = x if isinstance(x, Tracer) else np.asarray(x, dtype=float)
-    if x.dtype.kind != "f":
-        x = x.astype(np.float64)
+    x = _floats(x)
     return x - _shift(x, axis)
 
 
@@ -170,9 +169,7 @@ def factorial(n, exact=False, extend="zero"):
     if extend != "zero":
         raise NotImplementedError(f"hybridad: scipy.special.factorial with extend={extend!r} "
                                   "(complex values) is not supported; use extend='zero'")
-    n = n if isinstance(n, Tracer) else np.asarray(n, dtype=float)
-    if n.dtype.kind != "f":
-        n = n.astype(np.float64)
+    n = _floats(n)
     return np.where(n < 0, np.zeros((), n.dtype), sp.gamma(n + 1))
 
 

@@ -258,7 +258,11 @@ def max_threads():
     ``HYBRIDAD_NUM_THREADS`` when that is set."""
     import numba
 
-    n = numba.get_num_threads()
+    return _capped(numba.get_num_threads())
+
+
+def _capped(n):
+    """``n`` threads capped by ``HYBRIDAD_NUM_THREADS`` when that is set."""
     cap = _env_cap()
     return min(n, cap) if cap else n
 
@@ -347,8 +351,7 @@ class ThreadChoice:
         cores, and the same sums on any thread count)."""
         self.calls += 1
         before = _thread_count()[0]()
-        cap = _env_cap()
-        most = min(before, cap) if cap else before
+        most = _capped(before)
         if most <= 1:  # capped at one thread: nothing to choose
             return self._timed(fn, args, 1, blas, self._watch, before)
         if self._probing is None:
