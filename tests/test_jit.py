@@ -679,3 +679,24 @@ def test_negative_whole_powers_by_squarings(monkeypatch):
         ok = ~special[:, k]
         np.testing.assert_array_max_ulp(out[ok, k], want[ok, k], maxulp=ulps)
     assert modules and not any("llvm.pow" in m for m in modules)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_negative_whole_powers_in_a_plan_gradient_and_allocations(dtype):
+    """A plan's ``x ** -3`` and ``x ** -16.0`` (their derivatives ``x ** -4``,
+    ``x ** -17``: the second by ``pow``) against central differences, with no
+    allocation per call."""
+    from hybridad.testing import check_grads, count_allocations
+
+    x = np.linspace(0.5, 2.0, 40).astype(dtype)
+
+    def f(x):
+        return np.sum(x ** -3 + 0.5 * (x + 0.25) ** -16.0)
+    tol = 1e-6 if dtype == np.float64 else 2e-3
+    check_grads(f, x, rtol=tol, atol=tol)
+    plan = ha.compile(f, x)
+    res = ha.GradientResult(x)
+    plan.gradient(x, out=res)
+    with count_allocations() as counts:
+        plan.gradient(x, out=res)
+    assert counts.allocations == 0
