@@ -86,12 +86,13 @@ def _check_some_differences(f, args, g, count=5):
 
 
 def test_what_is_not_one_array_of_the_whole_shape_stays_a_nest():
-    """A row broadcast along the rows (a bias), a transposed operand, a
+    """A column broadcast along the columns, a transposed operand, a
     reduction over one axis: the nest is kept (a flat loop would need a
-    modulo or a stride: the bias as ``b[i % 8]`` ran 3x slower)."""
+    division or a stride; a row broadcast, a bias, is read from a tile:
+    test_row_tiles.py)."""
     x = RNG.standard_normal((3000, 8))
-    b = RNG.standard_normal(8)
-    for f, args in ((lambda x, b: np.sum(np.tanh(x * b)), [x, b]),
+    c = RNG.standard_normal((3000, 1))
+    for f, args in ((lambda x, c: np.sum(np.tanh(x * c)), [x, c]),
                     (lambda x, y: np.sum(np.tanh(x * y.T)), [x, RNG.standard_normal((8, 3000))]),
                     (lambda x: np.sum(np.sum(np.tanh(x), axis=1) ** 2), [x])):
         plan = _plan(f, args)

@@ -663,8 +663,8 @@ def test_vjp_regions_summed_whole_share_one_loop(monkeypatch, parallel, dtype, s
     # scalar parameters broadcast over a matrix (a GP kernel's), partials
     # recomputed: their gradients are one vjp_sums region (a sum per
     # parameter, no temporaries); the row vector's gradient sums over axis 0
-    # only and stays a vjp region.  Blocks of 19 rows (13 of 4 elements in a
-    # prange, or in order), or one block (6 x 5)
+    # only: a vjp region summed over that axis in its loop.  Blocks of 19
+    # rows (13 of 4 elements in a prange, or in order), or one block (6 x 5)
     from hybridad.backends.numba import reduce, threshold
     from hybridad.ops.region import recompute_partials
     from hybridad.testing import assert_no_alloc, numerical_gradient
@@ -688,7 +688,9 @@ def test_vjp_regions_summed_whole_share_one_loop(monkeypatch, parallel, dtype, s
     sums = [n for n in plan.graph.nodes if n.op == "region" and n.attrs["mode"] == VJP_SUMS]
     assert [len(n.attrs["wrt"]) for n in sums] == [3], plan.explain()
     vjps = [n for n in plan.graph.nodes if n.op == "region" and n.attrs["mode"] == "vjp"]
-    assert [n.shape for n in vjps if n.shape == shape] == [shape]  # r's: summed over axis 0
+    # r's, summed over axis 0 as it is made: no temporary of the loop's shape
+    assert [(n.shape, n.attrs.get("axis")) for n in vjps if n.attrs["body"].shape == shape] \
+        == [((1, shape[1]), (0,))], plan.explain()
     assert "summed whole in the loop" in plan.explain()
     assert ("prange(" in plan._program.source) == (parallel and shape[0] > 10)
     ref = ha.gradient(f, theta.astype(np.float64), r.astype(np.float64), D.astype(np.float64),
@@ -700,6 +702,37 @@ def test_vjp_regions_summed_whole_share_one_loop(monkeypatch, parallel, dtype, s
         fd = numerical_gradient(lambda t: f(t, r, D, v), theta.copy())
         np.testing.assert_allclose(res.gradient[0], fd, rtol=1e-7)
     assert_no_alloc(plan.gradient, theta, r, D, v, out=res, n=10)
+
+
+def _diag_gauss(p, X):
+    d = X.shape[1]
+    z = (X - p[:d]) * np.exp(-p[d:])
+    return 0.5 * np.sum(z ** 2) + X.shape[0] * np.sum(p[d:])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_row_parameter_gradients_are_summed_over_rows_in_their_loop(dtype):
+    # a mean and a log-scale per column: each gradient is the vjp of the loss's
+    # region summed over axis 0, made as the region is evaluated (a temporary
+    # of X's shape per parameter, written and summed, before)
+    from hybridad.testing import assert_no_alloc, numerical_gradient
+
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((40000, 7)).astype(dtype)
+    p = (0.3 * rng.standard_normal(14)).astype(dtype)
+    plans = [ha.compile(_diag_gauss, p, X, parallel=par, tiered=False) for par in (True, False)]
+    for plan in plans:
+        assert plan.explain().count("summed over axes (0,) as it is made") == 2, plan.explain()
+        assert plan.memory.total_bytes < X.nbytes // 8, plan.explain()
+    res = [plan.gradient(p, X) for plan in plans]
+    np.testing.assert_array_equal(res[0].gradient, res[1].gradient)  # any thread count
+    ref = ha.gradient(_diag_gauss, p.astype(np.float64), X.astype(np.float64), backend="numpy")
+    tol = 1e-11 if dtype == np.float64 else 1e-4
+    np.testing.assert_allclose(res[0].gradient, ref.gradient, rtol=tol, atol=tol * 40000)
+    if dtype == np.float64:
+        fd = numerical_gradient(lambda q: _diag_gauss(q, X), p.copy())
+        np.testing.assert_allclose(res[0].gradient, fd, rtol=1e-6, atol=1e-3)
+    assert_no_alloc(plans[0].gradient, p, X, out=res[0], n=10)
 
 
 def _loss(p, x):

@@ -102,6 +102,10 @@ PASSES = {
                              "temporary of its loop's shape)",
                              lambda nodes, ins, outs, upd, mach:
                              sum_into_vjp_regions(nodes, outs)),
+    "sum_vjp_regions_over_axes": ("the sum of a vjp region over some axes (a bias's gradient) "
+                                  "made as the region is evaluated (no temporary of its loop's "
+                                  "shape)", lambda nodes, ins, outs, upd, mach:
+                                  sum_into_vjp_regions(nodes, outs, sum_out=True)),
     "sum_vjp_regions": ("one loop for the vjp regions summed whole (a scalar parameter's "
                         "gradients)",
                         lambda nodes, ins, outs, upd, mach: sum_vjp_regions(nodes, outs)),
@@ -119,7 +123,8 @@ LOWERING = {
               "pair_matvecs", "scalar_broadcasts", "cse_tangents", "dead_code",
               "schedule_updates", "fuse_regions", "rematerialize", "fold_accumulations",
               "merge_accumulations", "share_reduced_values", "sum_stored_partials",
-              "sum_vjp_regions", "absorb_producers", "order_writes"),
+              "sum_vjp_regions", "sum_vjp_regions_over_axes", "absorb_producers",
+              "order_writes"),
     "cupy": ("views", "share_factorizations", "loop_parts", "cse_tangents", "dead_code",
              "schedule_updates", "fuse_regions", "rematerialize", "share_reduced_values",
              "absorb_producers", "sum_into_vjp_regions", "order_writes"),

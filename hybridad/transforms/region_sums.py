@@ -17,17 +17,18 @@ from .partition import VJP_SUMS, Region
 __all__ = ["sum_into_vjp_regions", "sum_stored_partials", "sum_vjp_regions"]
 
 
-def _summed_vjp(n, users, external):
+def _summed_vjp(n, users, external, sum_out=False):
     """The ``vjp`` region (of a loop with axes) that ``sum`` node ``n`` alone
-    reads, in its dtype, neither an output (``external``: ids) -- else None."""
-    v = n.args[0] if n.op == "sum" and n.id not in external else None
+    reads, in its dtype, neither an output (``external``: ids; ``sum_out``:
+    the sum may be one) -- else None."""
+    v = n.args[0] if n.op == "sum" and (sum_out or n.id not in external) else None
     if v is None or v.op != "region" or v.attrs["mode"] != "vjp" or v.id in external or \
             len(users[v.id]) != 1 or not v.shape or n.dtype != v.dtype:
         return None
     return v
 
 
-def sum_into_vjp_regions(nodes, outputs=()):
+def sum_into_vjp_regions(nodes, outputs=(), sum_out=False):
     """A ``vjp`` region read only by a float ``sum`` becomes that sum (IR -> IR;
     the GPU program's lowering, whose sums compute the values they add).
 
@@ -45,7 +46,7 @@ def sum_into_vjp_regions(nodes, outputs=()):
     external = {n.id for n in outputs if n is not None}
     dropped = set()
     for n in nodes:
-        v = _summed_vjp(n, users, external)
+        v = _summed_vjp(n, users, external, sum_out)
         if v is None or "axis" in v.attrs or n.dtype.name not in ("float32", "float64"):
             continue
         n.op, n.args = "region", v.args

@@ -17,6 +17,7 @@ from .reduce import reduction_scratch
 from .runner import view_at
 from .machine import machine
 from .threshold import environment_threads, numba_config_threads
+from .tiles import with_tiles
 
 __all__ = ["ShiftMap", "materialize_for_numba", "numba_layouts", "read_in_place",
            "scratch_for_numba", "view_statement"]
@@ -196,8 +197,8 @@ def read_in_place(nodes, outputs=()):
         if u.id in cand:
             return True
         if u.op == "region":
-            ok = u.attrs["mode"] == "vjp" or u.attrs["mode"] == "value" and \
-                u.attrs["body"].reduction is None
+            ok = u.attrs["mode"] == "vjp" and "axis" not in u.attrs or \
+                u.attrs["mode"] == "value" and u.attrs["body"].reduction is None
         else:
             ok = u.op == "region_acc" and i > 0
         root = roots.get(m.source.id)  # not written in place before u reads it
@@ -300,7 +301,7 @@ def scratch_for_numba(nodes):
     threads = numba_pool_size()
     out = {}
     for n in nodes:
-        need = reduction_scratch(n, threads)
+        need = with_tiles(n, reduction_scratch(n, threads))
         if need is not None:
             out[n.id] = need
         elif n.op == "matvec_pair":  # a row of k per part of the rows

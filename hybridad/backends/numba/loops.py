@@ -23,6 +23,7 @@ from .reduce import (
     single_block,
 )
 from .gather import gather_lines, gather_starts
+from .tiles import emit_tiles, tile_rows
 from .threshold import OPAQUE_MIN, PARALLEL_MIN, parallel_min
 
 __all__ = ["LoopWriter", "broadcast_index", "region_lines", "INIT", "init_text"]
@@ -82,7 +83,7 @@ class LoopWriter:
         self.lines.extend(pad + line for line in lines)
 
     def nest(self, shape, body, prefix="i", parallel=False, work=None, opaque=None,
-             split=None, long=False, flat=None):
+             split=None, long=False, flat=None, tiles=None, tile_rows=None):
         """A loop nest over ``shape`` around ``body`` (list of lines).
 
         ``parallel``: the outermost loop is a ``prange`` when the nest has at
@@ -124,6 +125,13 @@ class LoopWriter:
         inner axis of a few elements no longer runs scalar (LLVM unrolls a
         constant inner loop of 8 and then vectorizes neither: a (125000, 8)
         tanh gradient took 3x the time of a (10^6,) one).
+
+        ``tiles``: ``{read text: tile}`` (:func:`.tiles.emit_tiles`): each such
+        read of an operand constant along axis 0 is the tile's element at the
+        flat index, so the nest collapses with it too.  ``tile_rows``: the
+        rows a tile holds, when the nest has more: the collapsed loop then
+        runs in blocks of that many rows (a ``prange`` of blocks), the flat
+        index restarting at each block.
         """
         pad = self.indent
         par = parallel and shape and \
@@ -144,7 +152,11 @@ class LoopWriter:
         if inside or long:
             body = inline_vector_calls(body)
         if flat and split is None and len(shape) >= 2:
-            collapsed = collapse(shape, body, flat, prefix)
+            blocks = tile_rows is not None and tiles and shape[0] > tile_rows
+            collapsed = collapse(shape, body, flat, prefix, tiles,
+                                 "_tb0 + " if blocks else "")
+            if collapsed is not None and blocks:
+                return self._tile_blocks(shape, collapsed, tile_rows, par, prefix)
             if collapsed is not None:
                 shape, body, views = collapsed
                 self.lines.extend("    " * pad + line for line in views)
@@ -167,6 +179,19 @@ class LoopWriter:
         self.lines.extend(inner + line for line in body)
 
 
+    def _tile_blocks(self, shape, collapsed, rows, par, prefix):
+        """The collapsed nest over ``shape`` as blocks of ``rows`` rows, the
+        flat index ``_tb0 + i0`` (:meth:`nest`'s ``tile_rows``)."""
+        (size,), body, views = collapsed
+        step = rows * int(np.prod(shape[1:], dtype=np.int64))
+        pad = "    " * self.indent
+        self.lines.extend(pad + line for line in views)
+        loop = "prange" if par else "range"
+        self.lines.extend([pad + f"for _tb in {loop}({-(-shape[0] // rows)}):",
+                           pad + f"    _tb0 = _tb * {step}",
+                           pad + f"    for {prefix}0 in range(min({step}, {size} - _tb0)):"])
+        self.lines.extend(pad + "        " + line for line in body)
+
     _ZERO_D = re.compile(r"\b([A-Za-z_]\w*)\[\(\)\]")
 
     def _hoist_scalars(self, body):
@@ -182,7 +207,7 @@ class LoopWriter:
 
 
 
-def collapse(shape, body, flat, prefix="i"):
+def collapse(shape, body, flat, prefix="i", tiles=None, start=""):
     """``(shape, body, views)``: the nest over ``shape`` around ``body`` as one
     loop over its elements -- each ``name[i0, ..., ik]`` read as
     ``name_fl[i0]``, ``views`` the lines cutting those flat views -- or None
@@ -191,7 +216,9 @@ def collapse(shape, body, flat, prefix="i"):
     C-contiguous arrays of the nest's whole shape: :meth:`LoopWriter.nest`).
     (A row broadcast along the leading axes, a bias, read as
     ``name_fl[i0 % size]``, made every such loop 3x slower: a modulo index
-    does not vectorize.)"""
+    does not vectorize.)  ``tiles``: ``{read text: tile}``, reads replaced by
+    the tile's element ``tile[i0]`` (:meth:`LoopWriter.nest`); ``start``: text
+    before the flat index of the other arrays (``"_tb0 + "``: a block's)."""
     nd = len(shape)
     full = re.compile(r"\b([A-Za-z_]\w*)" + re.escape(here(nd, prefix)))
     seen = []
@@ -199,11 +226,16 @@ def collapse(shape, body, flat, prefix="i"):
     def flatten(m):
         if m.group(1) not in seen:
             seen.append(m.group(1))
-        return f"{m.group(1)}_fl[{prefix}0]"
+        return f"{m.group(1)}_fl[{start}{prefix}0]"
+    if tiles:
+        pattern = re.compile("|".join(r"(?<![\w.])" + re.escape(t) for t in tiles))
+        body = [pattern.sub(lambda m: f"{tiles[m.group(0)]}[{prefix}0]", line)
+                for line in body]
     out = [full.sub(flatten, line) for line in body]
     index = re.compile(rf"\b{re.escape(prefix)}\d+\b")
     if not seen or any(name not in flat for name in seen) or \
-            any(index.search(line.replace(f"_fl[{prefix}0]", "_fl[]")) for line in out):
+            any(index.search(line.replace(f"_fl[{start}{prefix}0]", "_fl[]")
+                             .replace(f"_fl[{prefix}0]", "_fl[]")) for line in out):
         return None
     if all(isinstance(d, (int, np.integer)) for d in shape):
         size = str(int(np.prod(shape, dtype=np.int64)))
@@ -329,6 +361,8 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None, sum_outs=No
 
     reads = [read(a) for a in node.args[:len(body.inputs)]]
     out = names[node.id]
+    tiles = emit_tiles(w, node, read, scratch, nd) if split is None else None
+    rows = tile_rows(node) if tiles else None
     if mode == VJP_SUMS:  # the products for each input, each summed in the loop
         wrt = node.attrs["wrt"]
         sb = render_region(body, reads, tuple(sorted(set(wrt))), consts, need_value=False)
@@ -336,13 +370,21 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None, sum_outs=No
         values = [safe_product(g, sb.partials[k], body.nodes[-1].dtype, consts) for k in wrt]
         k = len(sb.lines)
         hoisted = w._hoist_scalars([*sb.lines, *values])
-        return blocked_full_sums(w, node, out, hoisted[:k], hoisted[k:], scratch, flat=flat)
+        return blocked_full_sums(w, node, out, hoisted[:k], hoisted[k:], scratch, flat=flat,
+                                 tiles=tiles)
     if mode == "vjp":
         k = node.attrs["wrt"]
         sb = render_region(body, reads, (k,), consts, need_value=False)
-        line = f"{out}{here(nd)} = " + safe_product(read(node.args[-1]), sb.partials[k],
-                                                     body.nodes[-1].dtype, consts)
-        w.nest(shape, sb.lines + [line], parallel=True, opaque=out, split=split, flat=flat)
+        value = safe_product(read(node.args[-1]), sb.partials[k], body.nodes[-1].dtype, consts)
+        if "axis" in node.attrs:  # summed over axis as it is made (sum_into_vjp_regions)
+            hoisted = w._hoist_scalars([*sb.lines, value])
+            reduction_nest(w, "sum", node.dtype, node.attrs["axis"], node.attrs["keepdims"],
+                           shape, hoisted[:-1], hoisted[-1], out, scratch=scratch,
+                           parallel=True)
+            return
+        line = f"{out}{here(nd)} = " + value
+        w.nest(shape, sb.lines + [line], parallel=True, opaque=out, split=split, flat=flat,
+               tiles=tiles, tile_rows=rows)
         return
     sum_outs = sum_outs or {}
     seeds = tuple(sorted(k for k in partial_outs if k != PRE_REDUCTION))
@@ -352,7 +394,7 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None, sum_outs=No
         stores.append(f"{partial_outs[PRE_REDUCTION]}{here(nd)} = {sb.value}")
     if red is None:
         w.nest(shape, sb.lines + [f"{out}{here(nd)} = {sb.value}"] + stores, parallel=True,
-               opaque=out, split=split, flat=flat)
+               opaque=out, split=split, flat=flat, tiles=tiles, tile_rows=rows)
         return
     # a fused reduction's loops may be a prange (over blocks, chunks or rows):
     # 0-d operands are read once before them, as a parallel nest's are
@@ -365,7 +407,8 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None, sum_outs=No
         summed, stores = hoisted[k + 1:k + 1 + m], hoisted[k + 1 + m:]
     if blocked:
         return blocked_full_reduction(w, node, out, sb, stores, scratch, list(zip(
-            [sum_outs[k] for k in sorted(sum_outs)], summed, strict=True)), flat=flat)
+            [sum_outs[k] for k in sorted(sum_outs)], summed, strict=True)), flat=flat,
+            tiles=tiles)
     assert not sum_outs, "partials are summed in blocked full reductions only"
     # a reduction that keeps axis 0 (a batch of rows, each summed on its own)
     # runs its outer loop as a prange: every iteration has its own target
@@ -381,7 +424,7 @@ def _flat_names(w, node, names, partial_outs, sum_outs, blocked):
     over every element (a reduction over some axes)."""
     body = node.attrs["body"]
     shape = tuple(body.shape)
-    if body.reduction is not None and not blocked:
+    if body.reduction is not None and not blocked or "axis" in node.attrs:
         return None
     known = w.addresses or {}
 

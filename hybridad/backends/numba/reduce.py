@@ -345,10 +345,13 @@ def reduction_scratch(node, threads):
             if _parallel_elems(body.shape):
                 count = count * threads + _sums_size(body.shape)
             return acc_dtype("sum", node.dtype), count * len(node.attrs["wrt"])
-        if node.attrs["mode"] != "value" or red is None or not body.shape:
+        if node.attrs["mode"] == "vjp" and "axis" in node.attrs:  # (sum_into_vjp_regions)
+            kind, shape, axis = "sum", body.shape, node.attrs["axis"]
+        elif node.attrs["mode"] != "value" or red is None or not body.shape:
             return None
-        kind, shape, axis = red.op, body.shape, red.attrs["axis"]
-        if len(axis) == len(shape):
+        else:
+            kind, shape, axis = red.op, body.shape, red.attrs["axis"]
+        if len(axis) == len(shape) and node.attrs["mode"] == "value":
             count = _pow2_at_least(reduction_block(shape)[1])
             if _parallel_sum(body):
                 count = count * threads + _sums_size(shape)
@@ -402,7 +405,7 @@ def single_block(node):
     return _blocks(node.attrs["body"].shape) == 1 and not _runs_parallel(node)
 
 
-def blocked_full_reduction(w, node, out, sb, stores, scratch, sums=(), flat=None):
+def blocked_full_reduction(w, node, out, sb, stores, scratch, sums=(), flat=None, tiles=None):
     """A full reduction in two phases per block of rows: the elementwise values
     (and stored partials) into an L1-sized scratch block -- a loop with no
     carried dependency, which LLVM vectorizes -- then the block's reduction as
@@ -422,20 +425,21 @@ def blocked_full_reduction(w, node, out, sb, stores, scratch, sums=(), flat=None
     :func:`blocked_full_sums` sums its values."""
     red = node.attrs["body"].reduction
     _blocked(w, node, red.op, red.dtype, [f"{out}[()]"] + [f"{t}[()]" for t, _ in sums],
-             sb.lines, [sb.value] + [v for _, v in sums], stores, scratch, flat)
+             sb.lines, [sb.value] + [v for _, v in sums], stores, scratch, flat, tiles)
 
 
-def blocked_full_sums(w, node, out, lines, values, scratch, flat=None):
+def blocked_full_sums(w, node, out, lines, values, scratch, flat=None, tiles=None):
     """The sums of ``values`` over a ``vjp_sums`` region's loop into ``out[0]``,
     ``out[1]``, ...: one loop writing each value into its own scratch block,
     each block folded and the blocks' sums added as
     :func:`blocked_full_reduction` does for one (the scratch holds the blocks'
     sums of each value in turn, then each thread's blocks, one per value)."""
     _blocked(w, node, "sum", node.dtype, [f"{out}[{k}]" for k in range(len(values))], lines,
-             values, (), scratch, flat)
+             values, (), scratch, flat, tiles)
 
 
-def _blocked(w, node, kind, dtype, targets, lines, values, stores, scratch, flat=None):
+def _blocked(w, node, kind, dtype, targets, lines, values, stores, scratch, flat=None,
+             tiles=None):
     shape = node.attrs["body"].shape
     nd = len(shape)
     rows, per_block = reduction_block(shape)
@@ -476,7 +480,7 @@ def _blocked(w, node, kind, dtype, targets, lines, values, stores, scratch, flat
     w.nest(block_shape, lines + [f"sc{x}{_here(nd)} = {v}" for x, v in zip(sfx, values,
                                                                              strict=True)]
            + list(stores), long=int(np.prod(shape)) >= PARALLEL_MIN,
-           flat=None if flat is None else flat | {f"sc{x}" for x in sfx})
+           flat=None if flat is None else flat | {f"sc{x}" for x in sfx}, tiles=tiles)
     w.in_prange -= bool(many and par)
     # pad to the power-of-two width with the identity, then fold halves
     pad = f", {init_text(kind, dtype)}" if kind in ("max", "min") else ""
@@ -551,6 +555,14 @@ def region_runs_parallel(node):
     red, shape = body.reduction, body.shape
     if node.attrs["mode"] == VJP_SUMS:
         return bool(shape) and _parallel_elems(shape)
-    if node.attrs["mode"] == "vjp" or red is None or 0 not in red.attrs["axis"]:
-        return bool(shape) and int(np.prod(shape)) >= parallel_min()
-    return bool(shape) and len(red.attrs["axis"]) == len(shape) and _parallel_sum(body)
+    large = bool(shape) and int(np.prod(shape)) >= parallel_min()
+    if node.attrs["mode"] == "vjp" and "axis" in node.attrs:  # a vjp summed as it is made
+        kind, dtype, axis = "sum", node.dtype, node.attrs["axis"]
+    elif node.attrs["mode"] == "vjp" or red is None:
+        return large
+    else:
+        kind, dtype, axis = red.op, red.dtype, red.attrs["axis"]
+    if len(axis) == len(shape):
+        return bool(shape) and kind == "sum" and _parallel_elems(shape)
+    # kept axis 0: its rows a prange; else chunks of axis 0 (leading_chunks)
+    return large and 0 not in axis or large and leading_chunks(kind, dtype, shape, axis) > 1
