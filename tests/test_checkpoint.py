@@ -62,20 +62,51 @@ def test_budget_checkpoints_loops_bitwise_and_within_budget(f, share):
     np.testing.assert_allclose(b.gradient[idx], fd[idx], rtol=1e-6, atol=1e-8)
 
 
-def test_a_tighter_budget_takes_more_levels():
-    """3000 steps: two levels keep ~2 x 55 carries, three ~3 x 15."""
+def test_a_tighter_budget_takes_more_levels(monkeypatch):
+    """3000 steps: two levels keep ~2 x 55 carries, three ~3 x 15.  A budget
+    that allows more takes fewer outer segments on two levels (the same
+    work; each segment is calls of the inner loop's runner)."""
+    from hybridad.plans import budget
+
     w = W[:200]
 
     def long(x):
         return np.sum(ha.fori_loop(0, 3000, lambda i, v: v + 1e-3 * np.tanh(w * v), x) ** 2)
     x = X0[:200]
     full = ha.compile(long, x, backend="numpy")
-    two = ha.compile(long, x, backend="numpy", memory_budget=full.memory.total_bytes // 4)
-    assert two.checkpoint_levels == 2
-    tighter = two.memory.total_bytes - 1
+    roomy = full.memory.total_bytes // 4
+    two = ha.compile(long, x, backend="numpy", memory_budget=roomy)
+    assert two.checkpoint_levels == 2 and two.checkpoint_outer in (2, 4, 8, 16, 32)
+    assert two.memory.total_bytes <= roomy and "outer segments" in two.explain()
+    with monkeypatch.context() as m:  # the classic square root: the least two levels take
+        m.setattr(budget, "outer_counts", lambda levels, longest: [None])
+        classic = ha.compile(long, x, backend="numpy", memory_budget=roomy)
+    assert classic.checkpoint_levels == 2 and classic.checkpoint_outer is None
+    assert classic.memory.total_bytes <= two.memory.total_bytes
+    tighter = classic.memory.total_bytes - 1
     three = ha.compile(long, x, backend="numpy", memory_budget=tighter)
     assert three.checkpoint_levels > 2 and three.memory.total_bytes <= tighter
-    np.testing.assert_array_equal(three.gradient(x).gradient, full.gradient(x).gradient)
+    for plan in (two, classic, three):
+        np.testing.assert_array_equal(plan.gradient(x).gradient, full.gradient(x).gradient)
+
+
+def test_a_roomy_budget_checkpoints_in_few_segments():
+    """A budget just under the unsplit loop's workspace: a few outer segments
+    (three calls of the inner runner each), not the classic 55 -- the same
+    bits, on the numba backend with no allocation per call."""
+    from hybridad.testing import assert_no_alloc
+
+    w = W[:200]
+
+    def long(x):
+        return np.sum(ha.fori_loop(0, 3000, lambda i, v: v + 1e-3 * np.tanh(w * v), x) ** 2)
+    x = X0[:200]
+    full = ha.compile(long, x, tiered=False)
+    plan = ha.compile(long, x, memory_budget=int(full.memory.total_bytes * 0.9), tiered=False)
+    assert plan.checkpoint_levels == 2 and plan.checkpoint_outer in (2, 4), plan.explain()
+    res = plan.gradient(x)
+    np.testing.assert_array_equal(res.gradient, full.gradient(x).gradient)
+    assert_no_alloc(plan.gradient, x, out=res, n=5)
 
 
 def test_too_small_a_budget_names_what_was_tried():

@@ -705,21 +705,24 @@ def test_vjp_regions_summed_whole_share_one_loop(monkeypatch, parallel, dtype, s
 
 
 def _diag_gauss(p, X):
-    d = X.shape[1]
-    z = (X - p[:d]) * np.exp(-p[d:])
-    return 0.5 * np.sum(z ** 2) + X.shape[0] * np.sum(p[d:])
+    d = X.shape[1:]
+    k = int(np.prod(d))
+    z = (X - p[:k].reshape(d)) * np.exp(-p[k:].reshape(d))
+    return 0.5 * np.sum(z ** 2) + X.shape[0] * np.sum(p[k:])
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_row_parameter_gradients_are_summed_over_rows_in_their_loop(dtype):
+@pytest.mark.parametrize("dtype, shape", [(np.float64, (40000, 7)), (np.float32, (40000, 7)),
+                                          (np.float64, (33333, 3, 4)), (np.float64, (9001, 40))])
+def test_row_parameter_gradients_are_summed_over_rows_in_their_loop(dtype, shape):
     # a mean and a log-scale per column: each gradient is the vjp of the loss's
     # region summed over axis 0, made as the region is evaluated (a temporary
-    # of X's shape per parameter, written and summed, before)
+    # of X's shape per parameter, written and summed, before), in blocks of
+    # rows folded pairwise (backends/numba/leading.py)
     from hybridad.testing import assert_no_alloc, numerical_gradient
 
     rng = np.random.default_rng(2)
-    X = rng.standard_normal((40000, 7)).astype(dtype)
-    p = (0.3 * rng.standard_normal(14)).astype(dtype)
+    X = rng.standard_normal(shape).astype(dtype)
+    p = (0.3 * rng.standard_normal(2 * X[0].size)).astype(dtype)
     plans = [ha.compile(_diag_gauss, p, X, parallel=par, tiered=False) for par in (True, False)]
     for plan in plans:
         assert plan.explain().count("summed over axes (0,) as it is made") == 2, plan.explain()
@@ -728,7 +731,7 @@ def test_row_parameter_gradients_are_summed_over_rows_in_their_loop(dtype):
     np.testing.assert_array_equal(res[0].gradient, res[1].gradient)  # any thread count
     ref = ha.gradient(_diag_gauss, p.astype(np.float64), X.astype(np.float64), backend="numpy")
     tol = 1e-11 if dtype == np.float64 else 1e-4
-    np.testing.assert_allclose(res[0].gradient, ref.gradient, rtol=tol, atol=tol * 40000)
+    np.testing.assert_allclose(res[0].gradient, ref.gradient, rtol=tol, atol=tol * shape[0])
     if dtype == np.float64:
         fd = numerical_gradient(lambda q: _diag_gauss(q, X), p.copy())
         np.testing.assert_allclose(res[0].gradient, fd, rtol=1e-6, atol=1e-3)

@@ -137,8 +137,13 @@ def test_fold_sum_wide_is_fold_sum_in_float64(width, n):
 
 def _levels(block, n):
     """The pairwise sum level by level, in Python: pad with zeros from ``n``,
-    then ``b[i] += b[i + h]`` for halves ``h`` (the order numpy's pairwise
-    sum uses within a block)."""
+    then ``b[i] += b[i + h]`` for halves ``h``; fewer than 8 values in order
+    from 0 (numpy's base case: folds.IN_ORDER)."""
+    if n < 8:
+        s = 0.0
+        for v in block[:n]:
+            s += float(v)
+        return s
     b = [float(v) for v in block[:n]] + [0.0] * (block.size - n)
     h = len(b) // 2
     while h >= 1:

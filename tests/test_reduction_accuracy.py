@@ -344,6 +344,26 @@ def test_parallel_and_serial_plans_give_the_same_bits():
                 assert a.gradient.tobytes() == b.gradient.tobytes(), name
 
 
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_fewer_than_eight_values_are_added_in_order_as_numpy_does(backend):
+    """numpy adds fewer than 8 values in order (its pairwise sum's base case):
+    so does a plan's full sum, of a fused region, an inner product and an
+    input, bit for bit.  The fold's pairs summed ``[1e17, -1e17, 1]`` to 0 and
+    ``[M, -M, 2e300, -2e300, 1]`` (M the largest float) to NaN; numpy: 1."""
+    big = np.finfo(np.float64).max
+    rng = np.random.default_rng(4)
+    cases = [np.array([1e17, -1e17, 1.0]), np.array([big, -big, 2e300, -2e300, 1.0])]
+    cases += [rng.standard_normal(n) * 10.0 ** rng.integers(-3, 17, n) for n in range(1, 8)
+              for _ in range(6)]
+    for x in cases:
+        for f, want in ((lambda x: np.sum(np.nan_to_num(x)), np.sum(x)),
+                        (lambda x: np.sum(x * 1.0), np.sum(x)),
+                        (lambda x: x @ np.ones(x.size), np.sum(x))):
+            with np.errstate(all="ignore"):
+                got = ha.compile(f, x, backend=backend).gradient(x).value
+            assert float(got) == float(want) or np.isnan(want) and np.isnan(got), (x, got, want)
+
+
 def test_special_values_propagate_as_in_numpy():
     """Compensation never turns an infinity into NaN: a sum that reaches
     inf, or overflows, is numpy's inf; NaN stays NaN."""

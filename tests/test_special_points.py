@@ -86,6 +86,35 @@ def test_hypot_at_the_origin_is_abs_at_zero(backend, dtype):
         np.testing.assert_allclose(g, np.where(h == 0, 0, v / np.where(h == 0, 1, h)), rtol=tol)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op, base", [(np.logaddexp, np.e), (np.logaddexp2, 2.0)])
+def test_logaddexp_at_infinities_is_its_limit(backend, dtype, op, base):
+    """d/dx logaddexp(x, y) = 1 / (1 + base**(y - x)): 1 at x = +inf with y
+    finite (as jax gives), where exp(x - ans) was exp(inf - inf) = NaN; one
+    half at x == y, equal infinities too; NaN in, NaN out.  Elsewhere the
+    closed form, and the Hessian against differences of the gradient."""
+    x = np.array([np.inf, np.inf, -np.inf, 3.0, 0.5, -2.0, np.nan], dtype)
+    y = np.array([0.0, np.inf, -np.inf, -700.0, 0.5, 40.0, 1.0], dtype)
+    res = ha.gradient(lambda x, y: np.sum(op(x, y)), x, y, argnums=(0, 1), backend=backend)
+    with np.errstate(all="ignore"):
+        want = 1 / (1 + base ** (y.astype(np.float64) - x))
+    want[[1, 2, 4]] = 0.5
+    tol = 1e-15 if dtype == np.float64 else 1e-6
+    for g, w in ((res.gradient[0], want), (res.gradient[1], 1 - want)):
+        assert g.dtype == dtype
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+    # second order at finite points
+    from hybridad.testing import numerical_gradient
+
+    z = np.array([0.3, -1.2, 2.0])
+    f = lambda z: np.sum(op(z, 0.7 * z[::-1]) ** 2)  # noqa: E731
+    h = ha.hessian(f, z, backend=backend).hessian
+    grad = lambda z: ha.gradient(f, z, backend="numpy").gradient  # noqa: E731
+    fd = np.array([numerical_gradient(lambda t, i=i: grad(t)[i], z.copy()) for i in range(3)])
+    np.testing.assert_allclose(h, fd, rtol=1e-6, atol=1e-7)
+
+
 # --------------------------------------------------------------------------
 # std of one element, fmax / fmin against NaN
 # --------------------------------------------------------------------------

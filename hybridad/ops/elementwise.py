@@ -236,10 +236,20 @@ elementwise(np.arctan2, [lambda x, y, ans: y / (x * x + y * y),
 elementwise(np.hypot, [lambda x, y, ans: np.where(ans == 0, _lit(0, ans), x / ans),
                        lambda x, y, ans: np.where(ans == 0, _lit(0, ans), y / ans)],
             expensive=True)
-elementwise(np.logaddexp, [lambda x, y, ans: np.exp(x - ans),
-                           lambda x, y, ans: np.exp(y - ans)], expensive=True)
-elementwise(np.logaddexp2, [lambda x, y, ans: np.exp2(x - ans),
-                            lambda x, y, ans: np.exp2(y - ans)], expensive=True)
+
+
+def _share(exp, x, y, ans):
+    """d logaddexp(x, y) / dx = 1 / (1 + exp(y - x)) (``exp``: np.exp, or np.exp2
+    for logaddexp2): its limit 1 at x = inf with y finite, where ``exp(x - ans)``
+    is ``exp(inf - inf)``, nan; one half where x == y (two equal infinities)."""
+    one = _lit(1, ans)
+    return np.where(x == y, _lit(0.5, ans), one / (one + exp(y - x)))
+
+
+elementwise(np.logaddexp, [lambda x, y, ans: _share(np.exp, x, y, ans),
+                           lambda x, y, ans: _share(np.exp, y, x, ans)], expensive=True)
+elementwise(np.logaddexp2, [lambda x, y, ans: _share(np.exp2, x, y, ans),
+                            lambda x, y, ans: _share(np.exp2, y, x, ans)], expensive=True)
 elementwise(np.remainder, [1, lambda x, y, ans: -np.floor(x / y)], domain=(0.3, 2.0),
             piecewise=True)
 elementwise(np.fmod, [1, lambda x, y, ans: -np.trunc(x / y)], domain=(0.3, 2.0), piecewise=True)

@@ -148,8 +148,10 @@ class ExplainMixin:
             out.append(f"held by loops beside the arena (carries, body workspace): "
                        f"{mem.held_bytes} bytes")
         if self.checkpoint_levels:
+            outer = self.checkpoint_outer
             out.append(f"loops checkpointed on {self.checkpoint_levels} levels for the memory "
-                       f"budget: each loop's forward sweep runs {self.checkpoint_levels} times "
+                       f"budget" + (f" (at most {outer} outer segments)" if outer else "") +
+                       f": each loop's forward sweep runs {self.checkpoint_levels} times "
                        "per gradient (recompute factor), its carries stored per segment")
         out.append(f"total workspace: {mem.total_bytes} bytes (peak); liveness lower bound "
                    f"{mem.lower_bound} bytes; one slot per buffer would take "

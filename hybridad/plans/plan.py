@@ -29,13 +29,13 @@ from .. import _tree
 from ..backends.numba.machine import lowering_machine, machine
 from ..backends.numba.threshold import PARALLEL_MIN, serial_loops, work_estimate
 from ..backends.numpy.program import compile_program
-from ..errors import CompileBudgetError, MemoryBudgetError
+from ..errors import CompileBudgetError
 from ..core.decisions import DecisionCheck
 from ..frontend.guard_walk import root_of
 from ..core.trace import Trace, as_node
 from ..core.tracer import Tracer
 from ..ir.graph import Graph, dead_code_elimination
-from ..ops.region import partials_by_traffic, recompute_partials, summed_partials_in_loop
+from ..ops.region import partials_by_traffic, summed_partials_in_loop
 from ..optim import UpdateRule
 from ..results import DiffResult, GradientResult
 from ..transforms import pipeline
@@ -46,6 +46,7 @@ from ..transforms.memory import op_workspaces, plan_memory
 from ..transforms.partition import fuse_regions
 from .arguments import ArgumentsMixin, arg_names, normalize_argnums, prepare_args
 from .batch import BatchMixin, build_batched
+from .budget import BudgetMixin, _OverBudget
 from .buildtime import BuildTimes
 from .explain import ExplainMixin
 from .pickling import PLAN_TYPE, PicklingMixin, _rebuild_plan  # noqa: F401 (older pickles name it here)
@@ -61,12 +62,6 @@ DEBUG = int(os.environ.get("HYBRIDAD_DEBUG", "0") or 0)
 BACKENDS = ("numba", "numpy", "cupy")
 
 
-class _OverBudget(Exception):
-    def __init__(self, memory):
-        super().__init__()
-        self.memory = memory
-
-
 def serialized(method):
     """A plan method that holds the plan's lock from start to end: calls that
     run several programs over the plan's one workspace (a Hessian's chunks, a
@@ -79,7 +74,7 @@ def serialized(method):
     return call
 
 class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
-           TieredMixin, ExplainMixin, PicklingMixin):
+           TieredMixin, ExplainMixin, PicklingMixin, BudgetMixin):
     """A compiled gradient plan (returned by :func:`hybridad.compile`).
 
     Methods
@@ -200,45 +195,6 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         ``update``, which raise it)."""
         return type(self) is Plan and not hvp and update is None
 
-    #: loops split into this many nested levels for the budget
-    #: (:mod:`hybridad.transforms.checkpoint`), or None
-    checkpoint_levels = None
-    _has_loops = False
-
-    def _build_within_budget(self, f, args, leaves, first):
-        """Build again for ``memory_budget``: every region recomputing its
-        partials in the backward sweep instead of keeping them from the
-        forward sweep; then, if the graph has loops, their carries
-        checkpointed on 2, 3, 4 levels (each level one more forward sweep of
-        the loop instead of storing every carry)."""
-        self.recomputed_for_budget = True
-        tries = [("storing partials", first.memory)]
-        with recompute_partials():
-            for levels in (None, 2, 3, 4):
-                if levels is not None and not self._has_loops:
-                    break
-                self.checkpoint_levels = levels
-                if self._build_fits(f, args, leaves, "recomputing every region" + (
-                        f", loops checkpointed on {levels} levels" if levels else ""), tries):
-                    return
-        self.checkpoint_levels = None
-        best = min((m for _, m in tries), key=lambda m: m.total_bytes)
-        raise MemoryBudgetError(
-            f"{self.name}: memory_budget={self.memory_budget} bytes is too small; the smallest "
-            f"workspace hybridad can plan is {best.total_bytes} bytes (liveness lower bound "
-            f"{best.lower_bound}; " + ", ".join(f"{m.total_bytes} bytes {how}"
-                                                 for how, m in tries) + ")") from None
-
-    def _build_fits(self, f, args, leaves, how, tries):
-        """Whether a build (``how``: what it does for the budget) fits the
-        budget; one that does not is added to ``tries``."""
-        try:
-            self._build(f, args, leaves)
-            return True
-        except _OverBudget as over:
-            tries.append((how, over.memory))
-            return False
-
     # ------------------------------------------------------------------ build
     def _build(self, f, args, leaves):
         hvp = self.order == 2
@@ -252,10 +208,11 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                 tracers, targs, diff_tracers = self._trace_args(trace, leaves)
                 out = self._trace_f(f, targs, trace)
             times.nodes = len(trace.nodes)
-            self._has_loops = any(n.op == "loop" for n in trace.nodes)
+            self._loops_seen(trace)
             if self.checkpoint_levels:
                 with times.stage("checkpoint loops"):
-                    (out.node,) = checkpoint_loops(trace, [out.node], self.checkpoint_levels)
+                    (out.node,) = checkpoint_loops(trace, [out.node], self.checkpoint_levels,
+                                                   outer=self.checkpoint_outer)
             if trace.decisions:  # checked before every call (see _specialized)
                 self._decision_check = DecisionCheck(trace.decisions)
                 self._guarded = True

@@ -163,9 +163,10 @@ class StagedPlan(Plan):
         """After tracing ``out``: whether the graph has loops, and -- a memory
         budget's build (:meth:`Plan._build_within_budget`) -- its loops
         checkpointed on :attr:`checkpoint_levels` levels."""
-        self._has_loops = any(n.op == "loop" for n in trace.nodes)
+        self._loops_seen(trace)
         if self.checkpoint_levels:
-            (out.node,) = checkpoint_loops(trace, [out.node], self.checkpoint_levels)
+            (out.node,) = checkpoint_loops(trace, [out.node], self.checkpoint_levels,
+                                           outer=self.checkpoint_outer)
 
     def _seeds_per_chunk(self, default):
         """Seeds per chunk: ``chunk=`` as asked, else what a memory budget

@@ -33,23 +33,36 @@ from ..ir.graph import Graph, redirect
 from ..ops.indexing import clean_slice
 from ..ops.loop import LoopBody, layout, part
 
-__all__ = ["checkpoint_loops", "segments"]
+__all__ = ["checkpoint_loops", "outer_counts", "segments"]
 
 
-def segments(length, levels):
+def segments(length, levels, outer=None):
     """The segment length of a loop of ``length`` iterations split over
-    ``levels`` levels (``levels`` >= 2)."""
-    return max(2, math.ceil(length ** (1.0 / levels)))
+    ``levels`` levels (``levels`` >= 2): ``length ** (1 / levels)``, or
+    longer, for at most ``outer`` outer segments."""
+    seg = max(2, math.ceil(length ** (1.0 / levels)))
+    return seg if outer is None else max(seg, math.ceil(length / outer))
 
 
-def checkpoint_loops(trace, outs, levels, min_length=8):
+def outer_counts(levels, longest):
+    """The outer segment counts a budget's build tries on ``levels`` levels,
+    fewest first, for loops of at most ``longest`` iterations: on 2 levels
+    2, 4, 8, ... below the square root of ``longest``, then None (the
+    classic square root); else None."""
+    counts = []
+    while levels == 2 and 4 << 2 * len(counts) < longest:
+        counts.append(2 << len(counts))
+    return counts + [None]
+
+
+def checkpoint_loops(trace, outs, levels, min_length=8, outer=None):
     """Split every forward loop of ``trace`` of at least ``min_length``
-    iterations into ``levels`` nested levels, in place; returns ``outs``
-    remapped."""
+    iterations into ``levels`` nested levels, in place (on 2 levels, in at
+    most ``outer`` outer segments when given); returns ``outs`` remapped."""
     outs = list(outs)
     with trace:
         for node in [n for n in trace.nodes if _splittable(n, min_length)]:
-            outs = _split_levels(trace, outs, node, levels) or outs
+            outs = _split_levels(trace, outs, node, levels, outer) or outs
     return outs
 
 
@@ -59,8 +72,8 @@ def _splittable(node, min_length):
         a["length"] >= min_length
 
 
-def _split_levels(trace, outs, node, levels):
-    done = _split(trace, outs, node, segments(node.attrs["length"], levels))
+def _split_levels(trace, outs, node, levels, outer=None):
+    done = _split(trace, outs, node, segments(node.attrs["length"], levels, outer))
     if done is None:
         return None
     outs, outer = done

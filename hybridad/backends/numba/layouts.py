@@ -17,6 +17,7 @@ from .reduce import reduction_scratch
 from .runner import view_at
 from .machine import machine
 from .threshold import environment_threads, numba_config_threads
+from .leading import leading_blocks, leading_scratch
 from .tiles import with_tiles
 
 __all__ = ["ShiftMap", "materialize_for_numba", "numba_layouts", "read_in_place",
@@ -301,7 +302,8 @@ def scratch_for_numba(nodes):
     threads = numba_pool_size()
     out = {}
     for n in nodes:
-        need = with_tiles(n, reduction_scratch(n, threads))
+        need = with_tiles(n, leading_scratch(n, threads) if leading_blocks(n) is not None
+                          else reduction_scratch(n, threads))
         if need is not None:
             out[n.id] = need
         elif n.op == "matvec_pair":  # a row of k per part of the rows

@@ -23,6 +23,7 @@ from .reduce import (
     single_block,
 )
 from .gather import gather_lines, gather_starts
+from .leading import leading_blocks, summed_rows
 from .tiles import emit_tiles, tile_rows
 from .threshold import OPAQUE_MIN, PARALLEL_MIN, parallel_min
 
@@ -344,11 +345,13 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None, sum_outs=No
     red = body.reduction
     blocked = (mode == "value" and red is not None and nd > 0 and scratch is not None
                and len(red.attrs["axis"]) == nd) or mode == VJP_SUMS
-    flat = _flat_names(w, node, names, partial_outs, sum_outs, blocked) if nd >= 2 else None
-    if blocked and not single_block(node):
+    lead = scratch is not None and leading_blocks(node) is not None  # (summed over rows)
+    flat = _flat_names(w, node, names, partial_outs, sum_outs, blocked or lead) \
+        if nd >= 2 else None
+    if blocked and not single_block(node) or lead:
         # the loop runs over one block of rows: operands along axis 0 are sliced
         names = dict(names)
-        for operand in node.args[:len(body.inputs) + (mode == VJP_SUMS)]:  # (and g)
+        for operand in node.args[:len(body.inputs) + (mode == VJP_SUMS or lead)]:  # (and g)
             if len(operand.shape) == nd and operand.shape[0] != 1 and \
                     not (operand.is_literal and operand.size == 1):
                 names[operand.id] = _block_slice(w, names[operand.id])
@@ -378,6 +381,9 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None, sum_outs=No
         value = safe_product(read(node.args[-1]), sb.partials[k], body.nodes[-1].dtype, consts)
         if "axis" in node.attrs:  # summed over axis as it is made (sum_into_vjp_regions)
             hoisted = w._hoist_scalars([*sb.lines, value])
+            if lead:
+                return summed_rows(w, node, out, hoisted[:-1], hoisted[-1], scratch, flat,
+                                   tiles)
             reduction_nest(w, "sum", node.dtype, node.attrs["axis"], node.attrs["keepdims"],
                            shape, hoisted[:-1], hoisted[-1], out, scratch=scratch,
                            parallel=True)
@@ -410,6 +416,8 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None, sum_outs=No
             [sum_outs[k] for k in sorted(sum_outs)], summed, strict=True)), flat=flat,
             tiles=tiles)
     assert not sum_outs, "partials are summed in blocked full reductions only"
+    if lead:  # a sum over axis 0 alone: in blocks of rows
+        return summed_rows(w, node, out, sb.lines, sb.value, scratch, flat, tiles, stores)
     # a reduction that keeps axis 0 (a batch of rows, each summed on its own)
     # runs its outer loop as a prange: every iteration has its own target
     reduction_nest(w, red.op, red.dtype, red.attrs["axis"], red.attrs["keepdims"], shape,
@@ -424,7 +432,7 @@ def _flat_names(w, node, names, partial_outs, sum_outs, blocked):
     over every element (a reduction over some axes)."""
     body = node.attrs["body"]
     shape = tuple(body.shape)
-    if body.reduction is not None and not blocked or "axis" in node.attrs:
+    if body.reduction is not None and not blocked or "axis" in node.attrs and not blocked:
         return None
     known = w.addresses or {}
 

@@ -43,7 +43,7 @@ from .accumulators import (INIT, Accumulator, acc_dtype, accumulate, compensated
                            two_sum, two_sum_result)
 from .threshold import OPAQUE_MIN, PARALLEL_MIN, parallel_min
 
-__all__ = ["accumulates_across", "blocked_full_reduction", "blocked_full_sums",
+__all__ = ["accumulates_across", "blocked_full_reduction", "blocked_full_sums", "combine_chunks",
            "hidden_extent", "leading_chunks", "reduction_nest", "reduction_scratch",
            "region_runs_parallel"]
 
@@ -227,10 +227,17 @@ def _chunked_leading(w, kind, dtype, axis, keepdims, shape, body, value, out, st
     lines += ["    " * len(loops) + x for x in body + add + stores]
     w.nest((chunks,), lines, prefix="k", parallel=parallel,
            work=int(np.prod(shape, dtype=np.int64)))
+    combine_chunks(w, out, part, partc if comp else None, chunks, oshape)
+
+
+def combine_chunks(w, out, part, partc, chunks, oshape):
+    """``out`` (of ``oshape``) = the sum of the ``chunks`` partial sums
+    ``part[k]`` in order, each with its compensation ``partc[k]`` (None:
+    float64 sums of float32, not compensated)."""
     ond = len(oshape)
     idx = ", ".join(f"i{d}" for d in range(ond))
     comb = ["_cs = np.float64(0)", "_cc = np.float64(0)", f"for k in range({chunks}):"]
-    if comp:
+    if partc is not None:
         comb += ["    " + x for x in two_sum("_cs", "_cc", f"{part}[k, {idx}]")]
         comb += [f"    _cc += {partc}[k, {idx}]",
                  f"{out}{_here(ond)} = {two_sum_result('_cs', '_cc')}"]

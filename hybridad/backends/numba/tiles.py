@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...transforms.partition import VJP_SUMS
+from .leading import leading_blocks
 from .reduce import reduction_block
 from .runner import view_at
 
@@ -57,7 +58,8 @@ def tiled_operands(node):
     """The operands of region ``node`` its loop reads from tiles: arrays of more
     than one element that do not change along axis 0 of a loop of two or more
     axes whose innermost extent is below :data:`TILE_BELOW` -- or () ."""
-    if node.op != "region" or not (_plain(node) or _blocked(node)):
+    if node.op != "region" or not (_plain(node) or _blocked(node) or
+                                   leading_blocks(node) is not None):
         return ()
     shape = tuple(node.attrs["body"].shape)
     nd = len(shape)
@@ -82,7 +84,7 @@ def tile_rows(node):
     """Rows of the loop each tile of region ``node`` holds: a full reduction's
     block, else :data:`TILE_ELEMS` elements' worth (at most the loop's)."""
     shape = node.attrs["body"].shape
-    if _blocked(node):
+    if _blocked(node) or leading_blocks(node) is not None:
         return reduction_block(shape)[0]
     inner = int(np.prod(shape[1:], dtype=np.int64))
     return max(1, min(shape[0], -(-TILE_ELEMS // inner)))
