@@ -87,14 +87,15 @@ def _check_some_differences(f, args, g, count=5):
 
 def test_what_is_not_one_array_of_the_whole_shape_stays_a_nest():
     """A column broadcast along the columns, a transposed operand, a
-    reduction over one axis: the nest is kept (a flat loop would need a
+    reduction over rows of 40: the nest is kept (a flat loop would need a
     division or a stride; a row broadcast, a bias, is read from a tile:
-    test_row_tiles.py)."""
+    test_row_tiles.py; short rows reduced run in blocks: test_row_blocks.py)."""
     x = RNG.standard_normal((3000, 8))
     c = RNG.standard_normal((3000, 1))
     for f, args in ((lambda x, c: np.sum(np.tanh(x * c)), [x, c]),
                     (lambda x, y: np.sum(np.tanh(x * y.T)), [x, RNG.standard_normal((8, 3000))]),
-                    (lambda x: np.sum(np.sum(np.tanh(x), axis=1) ** 2), [x])):
+                    (lambda x: np.sum(np.sum(np.tanh(x), axis=1) ** 2),
+                     [RNG.standard_normal((300, 40))])):
         plan = _plan(f, args)
         region = plan._program.source.split("region(", 1)[1].split("# %", 1)[0]
         assert "_fl[i0]" not in region, region

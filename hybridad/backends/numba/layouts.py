@@ -18,6 +18,7 @@ from .runner import view_at
 from .machine import machine
 from .threshold import environment_threads, numba_config_threads
 from .leading import leading_blocks, leading_scratch
+from .rowblocks import row_scratch, rows_in_blocks
 from .tiles import with_tiles
 
 __all__ = ["ShiftMap", "materialize_for_numba", "numba_layouts", "read_in_place",
@@ -303,6 +304,7 @@ def scratch_for_numba(nodes):
     out = {}
     for n in nodes:
         need = with_tiles(n, leading_scratch(n, threads) if leading_blocks(n) is not None
+                          else row_scratch(n, threads) if rows_in_blocks(n)
                           else reduction_scratch(n, threads))
         if need is not None:
             out[n.id] = need

@@ -24,6 +24,7 @@ from .reduce import (
 )
 from .gather import gather_lines, gather_starts
 from .leading import leading_blocks, summed_rows
+from .rowblocks import row_blocks, rows_in_blocks
 from .tiles import emit_tiles, tile_rows
 from .threshold import OPAQUE_MIN, PARALLEL_MIN, parallel_min
 
@@ -346,12 +347,13 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None, sum_outs=No
     blocked = (mode == "value" and red is not None and nd > 0 and scratch is not None
                and len(red.attrs["axis"]) == nd) or mode == VJP_SUMS
     lead = scratch is not None and leading_blocks(node) is not None  # (summed over rows)
-    flat = _flat_names(w, node, names, partial_outs, sum_outs, blocked or lead) \
+    rowb = scratch is not None and rows_in_blocks(node)  # (short rows reduced)
+    flat = _flat_names(w, node, names, partial_outs, sum_outs, blocked or lead or rowb) \
         if nd >= 2 else None
-    if blocked and not single_block(node) or lead:
+    if blocked and not single_block(node) or lead or rowb:
         # the loop runs over one block of rows: operands along axis 0 are sliced
         names = dict(names)
-        for operand in node.args[:len(body.inputs) + (mode == VJP_SUMS or lead)]:  # (and g)
+        for operand in node.args[:len(body.inputs) + (mode == VJP_SUMS or mode == "vjp")]:
             if len(operand.shape) == nd and operand.shape[0] != 1 and \
                     not (operand.is_literal and operand.size == 1):
                 names[operand.id] = _block_slice(w, names[operand.id])
@@ -384,6 +386,9 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None, sum_outs=No
             if lead:
                 return summed_rows(w, node, out, hoisted[:-1], hoisted[-1], scratch, flat,
                                    tiles)
+            if rowb:
+                return row_blocks(w, node, out, hoisted[:-1], hoisted[-1], (), scratch, flat,
+                                  tiles, read)
             reduction_nest(w, "sum", node.dtype, node.attrs["axis"], node.attrs["keepdims"],
                            shape, hoisted[:-1], hoisted[-1], out, scratch=scratch,
                            parallel=True)
@@ -418,6 +423,8 @@ def region_lines(w, node, names, partial_outs, consts, scratch=None, sum_outs=No
     assert not sum_outs, "partials are summed in blocked full reductions only"
     if lead:  # a sum over axis 0 alone: in blocks of rows
         return summed_rows(w, node, out, sb.lines, sb.value, scratch, flat, tiles, stores)
+    if rowb:  # short rows reduced: in blocks of rows
+        return row_blocks(w, node, out, sb.lines, sb.value, stores, scratch, flat, tiles, read)
     # a reduction that keeps axis 0 (a batch of rows, each summed on its own)
     # runs its outer loop as a prange: every iteration has its own target
     reduction_nest(w, red.op, red.dtype, red.attrs["axis"], red.attrs["keepdims"], shape,

@@ -25,6 +25,7 @@ import numpy as np
 from ...transforms.partition import VJP_SUMS
 from .leading import leading_blocks
 from .reduce import reduction_block
+from .rowblocks import row_rows, rows_in_blocks
 from .runner import view_at
 
 __all__ = ["TILE_BELOW", "TILE_ELEMS", "TILE_MIN_WORK", "emit_tiles", "tile_rows",
@@ -59,7 +60,7 @@ def tiled_operands(node):
     than one element that do not change along axis 0 of a loop of two or more
     axes whose innermost extent is below :data:`TILE_BELOW` -- or () ."""
     if node.op != "region" or not (_plain(node) or _blocked(node) or
-                                   leading_blocks(node) is not None):
+                                   leading_blocks(node) is not None or rows_in_blocks(node)):
         return ()
     shape = tuple(node.attrs["body"].shape)
     nd = len(shape)
@@ -86,6 +87,8 @@ def tile_rows(node):
     shape = node.attrs["body"].shape
     if _blocked(node) or leading_blocks(node) is not None:
         return reduction_block(shape)[0]
+    if rows_in_blocks(node):
+        return row_rows(node)
     inner = int(np.prod(shape[1:], dtype=np.int64))
     return max(1, min(shape[0], -(-TILE_ELEMS // inner)))
 

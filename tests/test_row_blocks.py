@@ -1,0 +1,100 @@
+"""Regions reduced over short rows, in blocks of rows
+(``backends/numba/rowblocks.py``): ``sum(exp(Z - m[:, None]), axis=1)`` over 10
+classes ran one row at a time, LLVM unrolled the row's constant loop of 10
+and vectorized nothing (8 ns an element).  In blocks, the block's values are
+one collapsed loop (row operands from tiles, the row's own operands from the
+block's expansion) and the rows are accumulated side by side, each in
+order: the bits of the row-at-a-time loop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.special as sp
+
+import hybridad as ha
+from hybridad.backends.numba import rowblocks
+from hybridad.testing import count_allocations
+
+RNG = np.random.default_rng(9)
+
+
+def _r(*shape):
+    return RNG.standard_normal(shape)
+
+
+CASES = {
+    # a row's maximum subtracted (an expansion), the log of the row sums
+    "logsumexp_rows": (lambda Z, m: np.sum(np.log(np.sum(np.exp(Z - m), axis=1))),
+                       [_r(3001, 10), _r(3001, 1)]),
+    # softmax cross-entropy: the vjp w.r.t. the row's logsumexp summed over the row
+    "cross_entropy": (lambda Z, Y: -np.sum(Y * (Z - sp.logsumexp(Z, axis=1, keepdims=True))),
+                      [_r(4000, 7), np.abs(_r(4000, 7))]),
+    # each row's sum of a scaled tanh (a tile), not kept
+    "row_tile_sum": (lambda Z, s: np.sum(np.sum(np.tanh(Z) * s, axis=1) ** 2),
+                     [_r(2500, 12), _r(12)]),
+    # a row norm, and a max over the rows (not fused: a reduction of its own)
+    "row_norm": (lambda Z, w: np.sum(Z * w / np.sqrt(np.sum(Z * Z, axis=1, keepdims=True)))
+                 + np.sum(np.max(Z * Z, axis=1)), [_r(5000, 3), _r(3)]),
+}
+
+
+def _plan(f, args, **kw):
+    return ha.compile(f, *args, argnums=tuple(range(len(args))), tiered=False, **kw)
+
+
+def _blocked(plan):
+    return "scb = " in plan._program.source
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rows_in_blocks_give_the_row_loops_bits(name, dtype, parallel, monkeypatch):
+    f, args = CASES[name]
+    args = [a.astype(dtype) for a in args]
+    plan = _plan(f, args, parallel=parallel)
+    assert _blocked(plan), plan._program.source
+    res = plan.new_result()
+    plan.gradient(*args, out=res)
+    with count_allocations() as counts:
+        plan.gradient(*args, out=res)
+    assert counts.allocations == 0, counts
+    monkeypatch.setattr(rowblocks, "ROWS_BELOW", 2)  # one row at a time
+    rows = _plan(f, args, parallel=parallel)
+    assert not _blocked(rows)
+    want = rows.gradient(*args)
+    assert float(res.value) == float(want.value)
+    for got, ref in zip(res.gradient, want.gradient, strict=True):
+        np.testing.assert_array_equal(got, ref)
+    ref = _plan(f, args, backend="numpy").gradient(*args)
+    tol = dict(rtol=2e-4, atol=2e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(float(res.value), float(ref.value), **tol)
+    for got, r in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(got, r, **tol)
+    if dtype == np.float64:  # central differences at a few elements
+        x = args[0]
+        for j in (0, x.size // 2, x.size - 1):
+            at = np.unravel_index(j, x.shape)
+            h, old = 1e-6, x[at]
+            x[at] = old + h
+            up = f(*args)
+            x[at] = old - h
+            down = f(*args)
+            x[at] = old
+            g = res.gradient[0][at]
+            assert abs((up - down) / (2 * h) - g) <= 1e-5 * max(1, abs(g)), (at, g)
+
+
+def test_nan_and_infinity_in_a_row_as_numpy():
+    """A NaN in a row makes its sum NaN, an infinity infinite, as the
+    row-at-a-time loop (and numpy) did."""
+    Z = _r(2000, 6)
+    Z[3, 2], Z[7, 0] = np.nan, np.inf
+    f = lambda Z: np.sum(np.sum(Z * 3.0, axis=1)[:9])  # noqa: E731
+    plan = _plan(f, [Z])
+    assert _blocked(plan)
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(plan.gradient(Z).value) and np.isnan(f(Z))
+    Z[3, 2] = 0.0
+    assert plan.gradient(Z).value == np.inf == f(Z)
