@@ -160,6 +160,54 @@ CASES = {
 }
 
 
+def _nans(x):
+    """The NaN-ignoring reductions of x with NaNs where MASK is off."""
+    xn = np.where(MASK, x, np.nan)
+    return np.nansum(xn * 2) + np.sum(np.nanmean(xn, axis=1) ** 2) + \
+        np.sum(np.nanvar(xn, axis=0, ddof=1)) + np.nanstd(xn) + \
+        np.sum(np.nanmax(xn, axis=1)) + np.nanmin(xn) + np.sum(np.nanprod(xn, axis=0)) + \
+        np.sum(np.nancumsum(xn, axis=1) ** 2) + np.sum(np.nancumprod(xn[:, :2], axis=0)) + \
+        np.sum(np.nanmean(xn, axis=0, keepdims=True) * x)
+
+
+def _fill(x):
+    K = x @ x.T
+    np.fill_diagonal(K, 0.5)
+    L = x[:, :3] @ x[:, :3].T
+    np.fill_diagonal(L, x[:, 4] ** 2)
+    return np.sum(K ** 2) + np.sum(L * W20[:, :4])
+
+
+CASES.update({
+    "nan_reductions": _nans,
+    "cov_corrcoef": lambda x: np.sum(np.cov(x) ** 2) + np.sum(np.cov(x, rowvar=False, bias=True))
+    + np.sum(np.cov(x[0], x[1] ** 2)) + np.sum(np.corrcoef(x) * W20[:, :4]),
+    "meshgrid": lambda x: sum(np.sum(g * (i + 1.5) ** 2)
+                              for i, g in enumerate(np.meshgrid(x[0], x[1, :3] ** 2))) +
+    np.sum(np.meshgrid(x[0], x[1], indexing="ij")[1] * np.arange(25.0).reshape(5, 5) / 7)
+    + np.sum(np.meshgrid(x[2], x[3, :2], sparse=True)[1] * 3),
+    "polyval": lambda x: np.sum(np.polyval(x[0], x[1])) + np.sum(np.polyval([1.0, -2.0, 0.5], x[2]))
+    + np.sum(np.poly1d([1.0, 3.0, -1.0])(x[3]) ** 2),
+    "multi_dot": lambda x: np.linalg.multi_dot([x[0], x.T, x, x[1]]) +
+    np.sum(np.linalg.multi_dot([x, x.T, x, W20.T]) ** 2) + np.sum(np.linalg.multi_dot([x, x[0]])),
+    "indices_from": lambda x: np.sum((x @ x.T)[np.triu_indices_from(x @ x.T, 1)] ** 2) +
+    np.sum((x @ x.T)[np.tril_indices_from(x @ x.T)]) +
+    np.sum((x[:, :4] @ x[:, :4].T)[np.diag_indices_from(x[:, :4] @ x[:, :4].T)] ** 3),
+    "fill_diagonal": _fill,
+})
+
+
+def test_indices_from_a_traced_array_allocate_nothing_per_call():
+    """``x[np.triu_indices_from(K, 1)]``: indices from K's shape (constants),
+    not numpy called on every call (16 allocations a call before)."""
+    from hybridad.testing import assert_no_alloc
+
+    x = rand((4, 5), seed=2)
+    plan = ha.compile(CASES["indices_from"], x)
+    res = plan.gradient(x)
+    assert_no_alloc(plan.gradient, x, out=res, n=10)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_function(name):
     assert_grad(CASES[name], (rand((4, 5), seed=sum(map(ord, name))),))

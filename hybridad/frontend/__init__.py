@@ -31,6 +31,7 @@ from . import numpy_complex  # noqa: E402,F401  (complex values as pairs of real
 from . import numpy_fft  # noqa: E402,F401  (np.fft as products with DFT tables)
 from . import numpy_signal  # noqa: E402,F401  (ufunc.at, bincount, convolve, interp, ...)
 from . import numpy_construct  # noqa: E402,F401  (np.array, np.r_, append, select, ...)
+from . import numpy_stats  # noqa: E402,F401  (nan-reductions, cov, meshgrid, polyval, ...)
 from . import scipy_special, scipy_stats  # noqa: E402  (scipy's Python functions)
 from . import scipy_linalg  # noqa: E402,F401  (scipy.linalg)
 from . import host_calls  # noqa: E402  (any other function, on values needing no derivative)

@@ -1,0 +1,323 @@
+"""numpy's NaN-ignoring reductions, covariances, grids, polynomials, chained
+products and index helpers of traced arrays, built from the primitives
+while tracing (no rules of their own: their derivatives follow from what
+they are made of, as in :mod:`.numpy_math`).
+
+``np.nansum``, ``nanmean``, ``nanvar``, ``nanstd``, ``nanmax``, ``nanmin``,
+``nanprod``, ``nancumsum``, ``nancumprod`` (a NaN is the sum's 0, the
+product's 1, the max's -inf; a slice of NaNs only gives numpy's results:
+0, 1, NaN), ``np.cov``, ``np.corrcoef``, ``np.meshgrid``, ``np.polyval`` (and
+so ``np.poly1d(c)(x)``), ``np.linalg.multi_dot`` (numpy's order of the
+products), ``np.fill_diagonal`` of a traced array (an element write), and
+``np.triu_indices_from`` / ``tril_indices_from`` / ``diag_indices_from`` of a
+traced array (from its shape: constants, nothing computed per call).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .numpy_api import _no_kwargs, _reduce, _tracer, broadcast_to, implements, reshape, where
+from .numpy_math import _scan
+
+__all__ = []
+
+
+def _nan_filled(a, fill):
+    a = _tracer(a)
+    if a.dtype.kind not in "fc":  # (integers hold no NaN: numpy's plain reduction)
+        return a, None
+    nan = np.isnan(a)
+    return where(nan, np.asarray(fill, a.dtype), a), nan
+
+
+def _count(nan, axis, keepdims):
+    """The non-NaN elements along ``axis`` (floats: a piecewise-constant count)."""
+    return _reduce("sum", np.logical_not(nan).astype(np.float64), axis, keepdims)
+
+
+def _cast(x, dtype):
+    return x if dtype is None else x.astype(dtype)
+
+
+@implements(np.nansum)
+def nansum(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
+    """``np.nansum``: NaNs count as 0."""
+    _no_kwargs("nansum", {"out": out, **kwargs})
+    filled, _ = _nan_filled(a, 0)
+    return _reduce("sum", _cast(filled, dtype), axis, bool(keepdims))
+
+
+@implements(np.nanprod)
+def nanprod(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
+    """``np.nanprod``: NaNs count as 1."""
+    _no_kwargs("nanprod", {"out": out, **kwargs})
+    filled, _ = _nan_filled(a, 1)
+    return _reduce("prod", _cast(filled, dtype), axis, bool(keepdims))
+
+
+@implements(np.nanmean)
+def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
+    """``np.nanmean``: the mean of the non-NaN elements (NaN for a slice of NaNs)."""
+    _no_kwargs("nanmean", {"out": out, **kwargs})
+    filled, nan = _nan_filled(a, 0)
+    if nan is None:
+        return np.mean(filled, axis=axis, dtype=dtype, keepdims=bool(keepdims))
+    total = _reduce("sum", _cast(filled, dtype), axis, bool(keepdims))
+    return total / _count(nan, axis, bool(keepdims)).astype(total.dtype)
+
+
+@implements(np.nanvar)
+def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kwargs):
+    """``np.nanvar``: the variance of the non-NaN elements, ``ddof`` as numpy."""
+    _no_kwargs("nanvar", {"out": out, **kwargs})
+    filled, nan = _nan_filled(a, 0)
+    if nan is None:
+        return np.var(filled, axis=axis, dtype=dtype, ddof=ddof, keepdims=bool(keepdims))
+    filled = _cast(filled, dtype)
+    count = _count(nan, axis, True).astype(filled.dtype)
+    mean = _reduce("sum", filled, axis, True) / count
+    dev = where(nan, np.asarray(0, filled.dtype), filled - mean)
+    var = _reduce("sum", dev * dev, axis, True) / (count - ddof)
+    return var if keepdims else _squeezed(var, axis, filled.ndim)
+
+
+def _squeezed(x, axis, ndim):
+    if axis is None:
+        return reshape(x, ())
+    axes = {a % ndim for a in ((axis,) if isinstance(axis, numbers.Integral) else axis)}
+    return reshape(x, tuple(s for d, s in enumerate(x.shape) if d not in axes))
+
+
+@implements(np.nanstd)
+def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kwargs):
+    """``np.nanstd``: the square root of :func:`nanvar`."""
+    _no_kwargs("nanstd", {"out": out, **kwargs})
+    return np.sqrt(nanvar(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims))
+
+
+def _nan_extreme(kind, a, axis, keepdims):
+    filled, nan = _nan_filled(a, -np.inf if kind == "max" else np.inf)
+    value = _reduce(kind, filled, axis, keepdims)
+    if nan is None:
+        return value
+    every = _reduce("min", nan.astype(np.float64), axis, keepdims)  # 1: a slice of NaNs
+    return where(every > 0, np.asarray(np.nan, value.dtype), value)
+
+
+@implements(np.nanmax)
+def nanmax(a, axis=None, out=None, keepdims=False, **kwargs):
+    """``np.nanmax``: the max of the non-NaN elements (NaN for a slice of NaNs)."""
+    _no_kwargs("nanmax", {"out": out, **kwargs})
+    return _nan_extreme("max", a, axis, bool(keepdims))
+
+
+@implements(np.nanmin)
+def nanmin(a, axis=None, out=None, keepdims=False, **kwargs):
+    """``np.nanmin``: the min of the non-NaN elements (NaN for a slice of NaNs)."""
+    _no_kwargs("nanmin", {"out": out, **kwargs})
+    return _nan_extreme("min", a, axis, bool(keepdims))
+
+
+@implements(np.nancumsum)
+def nancumsum(a, axis=None, dtype=None, out=None):
+    """``np.nancumsum``: NaNs count as 0."""
+    return _scan("cumsum", _nan_filled(a, 0)[0], axis, dtype, out)
+
+
+@implements(np.nancumprod)
+def nancumprod(a, axis=None, dtype=None, out=None):
+    """``np.nancumprod``: NaNs count as 1."""
+    return _scan("cumprod", _nan_filled(a, 1)[0], axis, dtype, out)
+
+
+# ----------------------------------------------------------------------------
+# covariances
+# ----------------------------------------------------------------------------
+
+def _rows(x, rowvar):
+    x = _tracer(x)
+    if x.ndim > 2:
+        raise ValueError("m has more than 2 dimensions")
+    x = reshape(x, (1, -1)) if x.ndim < 2 else x
+    return x if rowvar or x.shape[0] == 1 else x.T
+
+
+@implements(np.cov)
+def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None, *,
+        dtype=None):
+    """``np.cov`` as numpy computes it (the rows' deviations from their means,
+    their products times ``1 / (N - ddof)``); without ``fweights`` and ``aweights``."""
+    _no_kwargs("cov", {"fweights": fweights, "aweights": aweights})
+    if ddof is not None and ddof != int(ddof):
+        raise ValueError("ddof must be integer")
+    x = _rows(m, rowvar)
+    if y is not None:
+        x = np.concatenate((x, _rows(y, rowvar)), axis=0)
+    x = x.astype(np.result_type(x.dtype, np.float64) if dtype is None else dtype)
+    if ddof is None:
+        ddof = 0 if bias else 1
+    fact = max(x.shape[1] - ddof, 0)
+    x = x - np.mean(x, axis=1, keepdims=True)
+    c = (x @ x.T) * np.asarray(np.true_divide(1, fact), x.dtype)
+    return np.squeeze(c)
+
+
+@implements(np.corrcoef)
+def corrcoef(x, y=None, rowvar=True, *, dtype=None):
+    """``np.corrcoef``: :func:`cov` over the outer product of the standard
+    deviations, clipped to [-1, 1] as numpy does."""
+    c = cov(x, y, rowvar, dtype=dtype)
+    if c.ndim == 0:
+        return c / c
+    d = np.sqrt(np.diagonal(c))
+    c = c / reshape(d, (-1, 1))
+    c = c / reshape(d, (1, -1))
+    return np.clip(c, -1, 1)
+
+
+# ----------------------------------------------------------------------------
+# grids, polynomials, chained products
+# ----------------------------------------------------------------------------
+
+@implements(np.meshgrid)
+def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
+    """``np.meshgrid``: each input along its own axis (the first two swapped
+    for ``indexing='xy'``), broadcast to the grid unless ``sparse``."""
+    if indexing not in ("xy", "ij"):
+        raise ValueError("Valid values for `indexing` are 'xy' and 'ij'.")
+    n = len(xi)
+    out = []
+    for i, x in enumerate(xi):
+        shape = [1] * n
+        shape[i] = -1
+        if indexing == "xy" and n > 1 and i < 2:
+            shape[0], shape[1] = shape[1], shape[0]
+        out.append(reshape(_tracer(x), tuple(shape)))
+    if not sparse and out:
+        grid = np.broadcast_shapes(*(o.shape for o in out))
+        out = [broadcast_to(o, grid) * 1 if copy else broadcast_to(o, grid) for o in out]
+    return tuple(out)
+
+
+@implements(np.polyval)
+def polyval(p, x):
+    """``np.polyval``: Horner's rule from zero, as numpy evaluates it (so
+    ``np.poly1d(c)(x)`` too); coefficients and ``x`` differentiable."""
+    if isinstance(p, np.poly1d):
+        p = p.coeffs
+    coeffs = list(p) if isinstance(p, (list, tuple, np.ndarray)) else \
+        [p[k] for k in range(_tracer(p).shape[0])]
+    x = _tracer(x)
+    y = x * np.asarray(0, x.dtype)
+    for c in coeffs:
+        y = y * x + c
+    return y
+
+
+@implements(np.linalg.multi_dot)
+def multi_dot(arrays, *, out=None):
+    """``np.linalg.multi_dot``: the products in numpy's order (its cheapest
+    parenthesization), a first 1-D array a row, a last one a column."""
+    _no_kwargs("linalg.multi_dot", {"out": out})
+    arrays = [_tracer(a) for a in arrays]
+    if len(arrays) < 2:
+        raise ValueError("Expecting at least two arrays.")
+    if len(arrays) == 2:
+        return arrays[0] @ arrays[1]
+    first, last = arrays[0].ndim == 1, arrays[-1].ndim == 1
+    if first:
+        arrays[0] = reshape(arrays[0], (1, -1))
+    if last:
+        arrays[-1] = reshape(arrays[-1], (-1, 1))
+    order = _chain_order([a.shape for a in arrays])
+    result = _chain(arrays, order, 0, len(arrays) - 1)
+    if first and last:
+        return reshape(result, ())
+    if first or last:
+        return reshape(result, (-1,))
+    return result
+
+
+def _chain_order(shapes):
+    """The split points of the cheapest product of matrices of ``shapes``
+    (the textbook matrix-chain dynamic program numpy's multi_dot solves, ties
+    to the first split, as numpy)."""
+    p = [s[0] for s in shapes] + [shapes[-1][1]]
+    n = len(shapes)
+    m = np.zeros((n, n))
+    s = np.zeros((n, n), dtype=int)
+    for length in range(1, n):
+        for i in range(n - length):
+            j = i + length
+            m[i, j] = np.inf
+            for k in range(i, j):
+                q = m[i, k] + m[k + 1, j] + p[i] * p[k + 1] * p[j + 1]
+                if q < m[i, j]:
+                    m[i, j], s[i, j] = q, k
+    return s
+
+
+def _chain(arrays, s, i, j):
+    if i == j:
+        return arrays[i]
+    k = s[i, j]
+    return _chain(arrays, s, i, k) @ _chain(arrays, s, k + 1, j)
+
+
+# ----------------------------------------------------------------------------
+# indices from a traced array's shape; its diagonal written
+# ----------------------------------------------------------------------------
+
+@implements(np.triu_indices_from)
+def triu_indices_from(arr, k=0):
+    """``np.triu_indices_from``: from the traced array's shape (constants)."""
+    if arr.ndim != 2:
+        raise ValueError("input array must be 2-d")
+    return np.triu_indices(arr.shape[-2], k=k, m=arr.shape[-1])
+
+
+@implements(np.tril_indices_from)
+def tril_indices_from(arr, k=0):
+    """``np.tril_indices_from``: from the traced array's shape (constants)."""
+    if arr.ndim != 2:
+        raise ValueError("input array must be 2-d")
+    return np.tril_indices(arr.shape[-2], k=k, m=arr.shape[-1])
+
+
+@implements(np.diag_indices_from)
+def diag_indices_from(arr):
+    """``np.diag_indices_from``: from the traced array's shape (constants)."""
+    if arr.ndim < 2:
+        raise ValueError("input array must be at least 2-d")
+    if len(set(arr.shape)) != 1:
+        raise ValueError("All dimensions of input must be of equal length")
+    return np.diag_indices(arr.shape[0], arr.ndim)
+
+
+@implements(np.fill_diagonal)
+def fill_diagonal(a, val, wrap=False):
+    """``np.fill_diagonal`` of a traced array: its diagonal written in place
+    (an element write; ``val`` a scalar or one value per diagonal element)."""
+    if a.ndim < 2:
+        raise ValueError("array must be at least 2-d")
+    if a.ndim == 2:
+        n, m = a.shape
+        end = None if wrap else m * m
+        flat = np.arange(0, n * m if end is None else min(end, n * m), m + 1)
+        index = (flat // m, flat % m)
+    else:
+        if len(set(a.shape)) != 1:
+            raise ValueError("All dimensions of input must be of equal length")
+        index = np.diag_indices(a.shape[0], a.ndim)
+    count = index[0].size
+    if not isinstance(val, numbers.Number):
+        val = _tracer(val)
+        if val.size not in (1, count):
+            raise NotImplementedError(
+                f"hybridad: numpy.fill_diagonal with {val.size} values for a diagonal of "
+                f"{count} elements (numpy repeats them) is not supported while tracing")
+        val = reshape(val, () if val.size == 1 else (count,))
+    a[index] = val
