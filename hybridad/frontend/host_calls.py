@@ -123,8 +123,9 @@ def host_call(path, args, kwargs):
         raise
     except Exception as exc:  # noqa: BLE001 -- the function's own refusal, on placeholders
         raise NotImplementedError(
-            f"{path} on traced values (at {where}): hybridad runs it as numpy does, and "
-            f"running it on placeholder arrays of the traced shapes failed: "
+            f"{path} on traced values (at {where}) is not supported: hybridad has no "
+            f"derivative rule for it, and running it as numpy does on placeholder arrays of "
+            f"the traced shapes (to learn its result's shape) failed: "
             f"{type(exc).__name__}: {exc}") from exc
     if any(shape is None for shape, _ in found):
         raise TracingError(

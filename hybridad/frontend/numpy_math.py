@@ -346,14 +346,26 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     return where(np.isnan(x), nan, where(x == np.inf, big, where(x == -np.inf, small, x)))
 
 
+#: |pi x| below which sinc is its Taylor series to t^6 (float64, float32):
+#: the derivative of sin(t) / t cancels there, (t cos t - sin t) / t^2 losing
+#: eps / t^2 (55 % of the derivative at x = 1e-8; 0 at 1e-10), where the
+#: series' next term is below the dtype's rounding
+SINC_SERIES = {np.dtype(np.float64): 1e-2, np.dtype(np.float32): 0.2}
+
+
 @implements(np.sinc)
 def sinc(x):
-    """``sin(pi x) / (pi x)``, 1 at 0 (derivative 0 there)."""
+    """``sin(pi x) / (pi x)`` (numpy's), near 0 its Taylor series
+    ``1 - t^2/6 + t^4/120 - t^6/5040`` (:data:`SINC_SERIES`): 1 at 0, and its
+    derivatives accurate near 0."""
     x = _float(x)
-    t = x * x.dtype.type(np.pi)
-    zero = x == 0
-    safe = where(zero, x.dtype.type(1), t)
-    return where(zero, x.dtype.type(1), np.sin(safe) / safe)
+    dt = x.dtype.type
+    t = x * dt(np.pi)
+    small = np.abs(t) < dt(SINC_SERIES.get(x.dtype, 1e-2))
+    t2 = where(small, t, dt(0)) ** 2
+    series = dt(1) - t2 * (dt(1 / 6) - t2 * (dt(1 / 120) - t2 * dt(1 / 5040)))
+    safe = where(small, dt(1), t)
+    return where(small, series, np.sin(safe) / safe)
 
 
 def _identity_real(name):

@@ -1,6 +1,7 @@
 """scipy.linalg on tracers: solve (every ``assume_a`` but 'banded'),
 solve_triangular, cholesky, cho_factor/cho_solve, lu_factor/lu_solve, eigh
-(subset by index, values only), expm, block_diag, toeplitz, circulant.
+(subset by index, values only), expm, block_diag, toeplitz, circulant, and
+inv, det, norm (numpy's).
 
 Registered in :data:`.scipy_special.INTERCEPTED` under ``"scipy.linalg"``:
 ``scipy.linalg.solve(a, b)`` inside a traced function comes here when an
@@ -351,3 +352,23 @@ def circulant(c):
     c = reshape(c, (1,)) if c.ndim == 0 else c
     n = c.shape[-1]
     return c[..., (np.arange(n)[:, None] - np.arange(n)[None, :]) % n]
+
+
+@intercepts(_M, "inv")
+def inv(a, overwrite_a=False, check_finite=True):
+    """``scipy.linalg.inv``: numpy's ``inv`` (LAPACK's gesv against the
+    identity; scipy calls getrf and getri: values agree to rounding)."""
+    return np.linalg.inv(_tracer(a))
+
+
+@intercepts(_M, "det")
+def det(a, overwrite_a=False, check_finite=True):
+    """``scipy.linalg.det``: numpy's ``det`` (both from an LU factorization)."""
+    return np.linalg.det(_tracer(a))
+
+
+@intercepts(_M, "norm")
+def norm(a, ord=None, axis=None, keepdims=False, check_finite=True):  # noqa: A002
+    """``scipy.linalg.norm``: numpy's ``norm`` (scipy's calls it, or BLAS nrm2
+    for a vector's 2-norm: values agree to rounding)."""
+    return np.linalg.norm(_tracer(a), ord=ord, axis=axis, keepdims=keepdims)
