@@ -192,3 +192,43 @@ def divides_vectors(tmp_path, script):
     subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=300)
     ir = engine.optimized_ir((tmp_path / "hybridad_jit.ll").read_text())
     return re.search(r"fdiv[^\n]*<\d+ x double>", ir) is not None
+
+
+def assert_same_bits_and_right(f, args, plan, other, dtype, differences=1):
+    """A plan built another way (``other``: the same function, a code path
+    switched off) gives ``plan``'s bits; ``plan`` allocates nothing per call,
+    agrees with the numpy reference, and (float64) with central differences
+    in the first ``differences`` arguments at a few elements."""
+    from hybridad.testing import count_allocations
+
+    res = plan.new_result()
+    plan.gradient(*args, out=res)
+    with count_allocations() as counts:
+        plan.gradient(*args, out=res)
+    assert counts.allocations == 0, counts
+    want = other.gradient(*args)
+    assert float(res.value) == float(want.value)
+    for got, ref in zip(res.gradient, want.gradient, strict=True):
+        np.testing.assert_array_equal(got, ref)
+    ref = ha.compile(f, *args, argnums=tuple(range(len(args))),
+                     backend="numpy").gradient(*args)
+    tol = dict(rtol=2e-4, atol=2e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(float(res.value), float(ref.value), **tol)
+    for got, r in zip(res.gradient, ref.gradient, strict=True):
+        np.testing.assert_allclose(got, r, **tol)
+    if dtype != np.float64:
+        return
+    args = list(args)
+    for k in range(differences):
+        x = args[k] = args[k].copy()
+        for j in np.linspace(0, x.size - 1, 4).astype(int):
+            at = np.unravel_index(j, x.shape)
+            h, old = 1e-6 * max(1.0, abs(x[at])), x[at]
+            x[at] = old + h
+            up = f(*args)
+            x[at] = old - h
+            down = f(*args)
+            x[at] = old
+            g = res.gradient[k][at]
+            fd = (up - down) / (2 * h)
+            assert abs(fd - g) <= 1e-6 * max(1.0, abs(g), abs(up) * 1e-3), (k, at, g, fd)

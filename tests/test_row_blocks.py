@@ -14,7 +14,7 @@ import scipy.special as sp
 
 import hybridad as ha
 from hybridad.backends.numba import rowblocks
-from hybridad.testing import count_allocations
+from conftest import assert_same_bits_and_right
 
 RNG = np.random.default_rng(9)
 
@@ -55,35 +55,10 @@ def test_rows_in_blocks_give_the_row_loops_bits(name, dtype, parallel, monkeypat
     args = [a.astype(dtype) for a in args]
     plan = _plan(f, args, parallel=parallel)
     assert _blocked(plan), plan._program.source
-    res = plan.new_result()
-    plan.gradient(*args, out=res)
-    with count_allocations() as counts:
-        plan.gradient(*args, out=res)
-    assert counts.allocations == 0, counts
     monkeypatch.setattr(rowblocks, "ROWS_BELOW", 2)  # one row at a time
     rows = _plan(f, args, parallel=parallel)
     assert not _blocked(rows)
-    want = rows.gradient(*args)
-    assert float(res.value) == float(want.value)
-    for got, ref in zip(res.gradient, want.gradient, strict=True):
-        np.testing.assert_array_equal(got, ref)
-    ref = _plan(f, args, backend="numpy").gradient(*args)
-    tol = dict(rtol=2e-4, atol=2e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(float(res.value), float(ref.value), **tol)
-    for got, r in zip(res.gradient, ref.gradient, strict=True):
-        np.testing.assert_allclose(got, r, **tol)
-    if dtype == np.float64:  # central differences at a few elements
-        x = args[0]
-        for j in (0, x.size // 2, x.size - 1):
-            at = np.unravel_index(j, x.shape)
-            h, old = 1e-6, x[at]
-            x[at] = old + h
-            up = f(*args)
-            x[at] = old - h
-            down = f(*args)
-            x[at] = old
-            g = res.gradient[0][at]
-            assert abs((up - down) / (2 * h) - g) <= 1e-5 * max(1, abs(g)), (at, g)
+    assert_same_bits_and_right(f, args, plan, rows, dtype)
 
 
 def test_nan_and_infinity_in_a_row_as_numpy():
