@@ -57,7 +57,7 @@ def test_special_values_follow_numpy():
         for xi in x:
             got = plan.value(np.array([xi]))
             with np.errstate(all="ignore"):
-                want = xi ** k
+                want = np.sum(np.array([xi]) ** k)  # (numpy's: a sum from +0, so -0.0 ** 3 is 0.0)
             assert got == want or (np.isnan(got) and np.isnan(want)), (k, xi, got, want)
             assert np.signbit(got) == np.signbit(want) or np.isnan(want), (k, xi)
         res = ha.gradient(lambda x: np.sum(np.where(np.isfinite(x), x, 0.0) ** k),

@@ -88,6 +88,9 @@ NUMPY_ROWS = {
                      (A / 4,)),
     "matrix_power_negative": (lambda a: [np.linalg.matrix_power(a, k) for k in (-1, -3)],
                               (A,)),
+    "multi_dot": (lambda a, b: [np.linalg.multi_dot([a, b, b.T, a]),
+                                np.linalg.multi_dot([a[0], a, b]),
+                                np.linalg.multi_dot([a[1], a, a[2]])], (A, B)),
     "norms": (lambda a: [np.linalg.norm(a, o) for o in (2, -2, "nuc")], (T,)),
     "norms_axes": (lambda a: [np.linalg.norm(a, o, axis=(2, 1), keepdims=True)
                               for o in (2, -2, "nuc")], (STACK,)),
@@ -566,7 +569,7 @@ def test_scipy_outside_tracing_is_scipys():
 #: the numpy.linalg functions of this file (tests/test_linalg.py: the others)
 FUNCTIONS = {np.linalg.svd, np.linalg.svdvals, np.linalg.pinv, np.linalg.eig,
              np.linalg.eigvals, np.linalg.qr, np.linalg.lstsq, np.linalg.matrix_power,
-             np.linalg.matrix_norm}
+             np.linalg.matrix_norm, np.linalg.multi_dot}
 #: the primitives of this file
 OPS = {"svd", "pinv", "qr", "eig", "eigh_evr", "solve_triangular", "lu_factor", "expm",
        "refuse_if", "solve_lu", "lu_factors", "lu_solve", "symmetric", "cho_solve"}

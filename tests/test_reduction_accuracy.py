@@ -262,6 +262,15 @@ CASES = {
                      shape=(64,), kinds=("centred",)),
 }
 
+# numpy's NaN-ignoring reductions, on data without NaN: numpy's sum, mean, var,
+# std and prod (their NaNs are filled with the identity, then the same paths)
+for _nan, _base in (("nansum", "sum"), ("nanmean", "mean"), ("nanvar", "var"),
+                    ("nanstd", "std"), ("nanprod", "prod")):
+    _b, _f = CASES[_base], getattr(np, _nan)
+    CASES[_nan] = Case(_f, _b.exact, lambda x, _f=_f, _n=_b.numpy: (_f(x), _n(x)[1]),
+                       _b.scale, covers=(f"numpy.{_nan}",), shape=_b.shape, kinds=_b.kinds,
+                       grad=_b.grad)
+
 
 def _middle(x, lx):
     m = lsum(lx ** 2, axis=(0, 2), keepdims=True)
@@ -535,6 +544,9 @@ def _accumulating_numpy_functions():
 
 #: accumulating functions not held to numpy's accuracy by a case above, and why
 EXEMPT = {"numpy.median": "adds at most the two middle values",
+          "numpy.cov": "the rows' means (the mean case's path), then one matrix product "
+                       "(BLAS, as numpy's cov)",
+          "numpy.corrcoef": "numpy.cov over the outer product of its diagonal's roots",
           "numpy.searchsorted": "counts comparisons: an integer sum, exact",
           "numpy.count_nonzero": "counts nonzero elements: an integer sum, exact",
           "numpy.convolve": "short sums over the trailing axis of a gathered matrix (the "
