@@ -25,7 +25,7 @@ import numpy as np
 from ...transforms.partition import VJP_SUMS
 from .leading import leading_blocks
 from .reduce import reduction_block
-from .rowblocks import row_rows, rows_in_blocks
+from .rowblocks import _line, row_rows, rows_in_blocks
 from .runner import view_at
 
 __all__ = ["TILE_BELOW", "TILE_ELEMS", "TILE_MIN_WORK", "emit_tiles", "tile_rows",
@@ -102,7 +102,7 @@ def _layout(node):
     out, at = [], 0
     for a in ops:
         out.append((a, at, n))
-        at += -(-n * a.dtype.itemsize // 64) * 64
+        at += _line(n * a.dtype.itemsize)
     return out, at
 
 
@@ -115,7 +115,7 @@ def with_tiles(node, need):
         return need
     dtype, count = need if need is not None else (np.dtype(np.float64), 0)
     item = np.dtype(dtype).itemsize
-    return dtype, (-(-count * item // 64) * 64 + size) // item
+    return dtype, (_line(count * item) + size) // item
 
 
 def emit_tiles(w, node, read, scratch, nd):
