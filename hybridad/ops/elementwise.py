@@ -241,9 +241,12 @@ elementwise(np.hypot, [lambda x, y, ans: np.where(ans == 0, _lit(0, ans), x / an
 def _share(exp, x, y, ans):
     """d logaddexp(x, y) / dx = 1 / (1 + exp(y - x)) (``exp``: np.exp, or np.exp2
     for logaddexp2): its limit 1 at x = inf with y finite, where ``exp(x - ans)``
-    is ``exp(inf - inf)``, nan; one half where x == y (two equal infinities)."""
+    is ``exp(inf - inf)``, nan; one half at two equal infinities (``y - x`` NaN
+    there: finite equal values take the formula, and its derivative)."""
     one = _lit(1, ans)
-    return np.where(x == y, _lit(0.5, ans), one / (one + exp(y - x)))
+    d = y - x
+    share = one / (one + exp(d))
+    return np.where(x == y, np.where(np.isnan(d), _lit(0.5, ans), share), share)
 
 
 elementwise(np.logaddexp, [lambda x, y, ans: _share(np.exp, x, y, ans),
