@@ -29,13 +29,13 @@ CASES = {
                        [_r(3001, 10), _r(3001, 1)]),
     # softmax cross-entropy: the vjp w.r.t. the row's logsumexp summed over the row
     "cross_entropy": (lambda Z, Y: -np.sum(Y * (Z - sp.logsumexp(Z, axis=1, keepdims=True))),
-                      [_r(4000, 7), np.abs(_r(4000, 7))]),
+                      [_r(4000, 9), np.abs(_r(4000, 9))]),
     # each row's sum of a scaled tanh (a tile), not kept
     "row_tile_sum": (lambda Z, s: np.sum(np.sum(np.tanh(Z) * s, axis=1) ** 2),
                      [_r(2500, 12), _r(12)]),
     # a row norm, and a max over the rows (not fused: a reduction of its own)
     "row_norm": (lambda Z, w: np.sum(Z * w / np.sqrt(np.sum(Z * Z, axis=1, keepdims=True)))
-                 + np.sum(np.max(Z * Z, axis=1)), [_r(5000, 3), _r(3)]),
+                 + np.sum(np.max(Z * Z, axis=1)), [_r(5000, 8), _r(8)]),
 }
 
 
@@ -61,10 +61,17 @@ def test_rows_in_blocks_give_the_row_loops_bits(name, dtype, parallel, monkeypat
     assert_same_bits_and_right(f, args, plan, rows, dtype)
 
 
+def test_rows_shorter_than_eight_stay_a_row_at_a_time():
+    """Below 8 a row is summed plainly (not compensated) and the row loop is
+    the faster: no blocks."""
+    Z = _r(5000, 5)
+    assert not _blocked(_plan(lambda Z: np.sum(np.log(np.sum(np.exp(Z), axis=1))), [Z]))
+
+
 def test_nan_and_infinity_in_a_row_as_numpy():
     """A NaN in a row makes its sum NaN, an infinity infinite, as the
     row-at-a-time loop (and numpy) did."""
-    Z = _r(2000, 6)
+    Z = _r(2000, 11)
     Z[3, 2], Z[7, 0] = np.nan, np.inf
     f = lambda Z: np.sum(np.sum(Z * 3.0, axis=1)[:9])  # noqa: E731
     plan = _plan(f, [Z])
