@@ -63,9 +63,12 @@ def test_rows_in_blocks_give_the_row_loops_bits(name, dtype, parallel, monkeypat
 
 def test_rows_shorter_than_eight_stay_a_row_at_a_time():
     """Below 8 a row is summed plainly (not compensated) and the row loop is
-    the faster: no blocks."""
-    Z = _r(5000, 5)
+    the faster -- but for a transcendental of the row's own operand (a
+    softmax's ``exp(Z - m)``)."""
+    Z, m = _r(5000, 5), _r(5000, 1)
     assert not _blocked(_plan(lambda Z: np.sum(np.log(np.sum(np.exp(Z), axis=1))), [Z]))
+    assert not _blocked(_plan(lambda Z: np.sum(np.sum(Z * Z - m, axis=1) ** 2), [Z]))
+    assert _blocked(_plan(lambda Z: np.sum(np.log(np.sum(np.exp(Z - m), axis=1))), [Z]))
 
 
 def test_nan_and_infinity_in_a_row_as_numpy():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ops import REGISTRY
 from .accumulators import Accumulator, acc_dtype
 from .reduce import BLOCK
 from .runner import view_at
@@ -29,12 +30,15 @@ from .threshold import parallel_min
 __all__ = ["ROWS_BELOW", "ROWS_FROM", "ROWS_MIN_WORK", "expanded_operands", "row_blocks",
            "row_rows", "row_scratch", "rows_in_blocks"]
 
-#: rows shorter than this and at least ROWS_FROM long run in blocks (from 32 a
-#: row runs in blocks of its own: :func:`.reduce._blocked_rows`; below 8 a row
-#: is summed plainly, not compensated, and the row loop is the faster:
-#: one thread, 10^6 elements, sum(log(sum(exp(Z), axis=1))): K = 5 2.9 ms in
-#: blocks against 2.6 a row at a time, K = 8 4.5 against 10.3, K = 20 2.3
-#: against 8.6)
+#: rows shorter than this run in blocks (from 32 a row runs in blocks of its
+#: own: :func:`.reduce._blocked_rows`) -- those shorter than ROWS_FROM only
+#: when the region computes a transcendental function of an operand constant
+#: along each row (a softmax's ``exp(Z - m)``): elsewhere a row is summed
+#: plainly, not compensated, and the row loop of cheap arithmetic is the
+#: faster (one thread, 10^6 elements: sum(log(sum(exp(Z), axis=1))), K = 5
+#: 2.9 ms in blocks against 2.6 a row at a time, K = 8 4.5 against 10.3,
+#: K = 20 2.3 against 8.6; a softmax cross-entropy at K = 5, whose row sum
+#: reads the row's max, 5.6 against 10.1)
 ROWS_BELOW = 32
 ROWS_FROM = 8
 #: fewest loop elements for which blocks pay
@@ -68,8 +72,11 @@ def rows_in_blocks(node):
     elements -- runs in blocks of rows."""
     shape = tuple(node.attrs["body"].shape) if node.op == "region" else ()
     red = _reduced(node) if len(shape) == 2 else None
-    return red is not None and np.dtype(red[1]).kind == "f" and \
-        ROWS_FROM <= shape[1] < ROWS_BELOW and shape[0] * shape[1] >= ROWS_MIN_WORK
+    if red is None or np.dtype(red[1]).kind != "f" or not 2 <= shape[1] < ROWS_BELOW or \
+            shape[0] * shape[1] < ROWS_MIN_WORK:
+        return False
+    return shape[1] >= ROWS_FROM or bool(expanded_operands(node)) and any(
+        REGISTRY[n.op].expensive for n in node.attrs["body"].nodes if n.op in REGISTRY)
 
 
 def row_rows(node):
