@@ -724,6 +724,7 @@ def test_row_parameter_gradients_are_summed_over_rows_in_their_loop(dtype, shape
     X = rng.standard_normal(shape).astype(dtype)
     p = (0.3 * rng.standard_normal(2 * X[0].size)).astype(dtype)
     plans = [ha.compile(_diag_gauss, p, X, parallel=par, tiered=False) for par in (True, False)]
+    assert "prange(" not in plans[1]._program.source  # (a serial plan: no loop on threads)
     for plan in plans:
         assert plan.explain().count("summed over axes (0,) as it is made") == 2, plan.explain()
         assert plan.memory.total_bytes < X.nbytes // 8, plan.explain()

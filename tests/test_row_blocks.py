@@ -55,6 +55,7 @@ def test_rows_in_blocks_give_the_row_loops_bits(name, dtype, parallel, monkeypat
     args = [a.astype(dtype) for a in args]
     plan = _plan(f, args, parallel=parallel)
     assert _blocked(plan), plan._program.source
+    assert parallel or "prange(" not in plan._program.source  # (serial: no loop on threads)
     monkeypatch.setattr(rowblocks, "ROWS_BELOW", 2)  # one row at a time
     rows = _plan(f, args, parallel=parallel)
     assert not _blocked(rows)

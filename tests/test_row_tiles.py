@@ -58,6 +58,7 @@ def test_tiled_rows_give_the_nests_bits(name, dtype, parallel, monkeypatch):
     args = [a.astype(dtype) for a in args]
     plan = _plan(f, args, parallel=parallel)
     assert ("_tl" in plan._program.source) == tiled, plan._program.source
+    assert parallel or "prange(" not in plan._program.source  # (serial: no loop on threads)
     # the same plan with no tiles: the same bits
     monkeypatch.setattr(tiles, "TILE_BELOW", 1)
     nested = _plan(f, args, parallel=parallel)

@@ -11,7 +11,7 @@ for a (10^5, 10) diagonal Gaussian each such sum took 2.5 ns an element,
 where the forward's full sum, in blocks, took 1.
 
 There (:data:`LEADING_BELOW`) the rows run in chunks
-(:func:`.reduce.leading_chunks`, a ``prange``), each chunk in blocks of rows
+(:func:`.reduce.leading_chunks`, a ``prange`` in a parallel plan), each chunk in blocks of rows
 as a full reduction's (:func:`.reduce.reduction_block`): the block's values
 into an L1 block of scratch (one loop with no carried dependency, collapsed,
 its row operands read from tiles: :mod:`.tiles`), the block's rows folded
@@ -28,6 +28,7 @@ import numpy as np
 
 from .accumulators import accumulate, acc_dtype, compensated, two_sum
 from .reduce import _pow2_at_least, combine_chunks, leading_chunks, reduction_block
+from .threshold import parallel_min
 
 __all__ = ["LEADING_BELOW", "leading_blocks", "leading_scratch", "summed_rows"]
 
@@ -105,12 +106,13 @@ def summed_rows(w, node, out, lines, value, scratch, flat, tiles, stores=()):
     for name, where in zip((part, partc) if comp else (part,), at, strict=False):  # and flat
         w.emit(f"{name} = {where}.reshape({(chunks, *oshape)!r})",
                f"{name}f = {where}.reshape(({chunks}, {size}))")
-    w.parallel = True
-    w.emit(f"for k0 in prange({chunks}):")
+    par = int(np.prod(shape, dtype=np.int64)) >= parallel_min()  # (not in a serial plan)
+    w.parallel = w.parallel or par
+    tid = "get_thread_id()" if par else "0"
+    w.emit(f"for k0 in {'prange' if par else 'range'}({chunks}):")
     w.indent += 1
     w.emit(f"{part}f[k0] = 0.0", *([f"{partc}f[k0] = 0.0"] if comp else []),
-           f"scf = {scratch}[{parts} + get_thread_id() * {width}:"
-           f"{parts} + get_thread_id() * {width} + {width}]",
+           f"scf = {scratch}[{parts} + {tid} * {width}:{parts} + {tid} * {width} + {width}]",
            f"sc = scf[:{rows * size}].reshape({(rows, *shape[1:])!r})",
            f"for blk in range({-(-per_chunk // rows)}):")
     w.indent += 1
@@ -119,10 +121,10 @@ def summed_rows(w, node, out, lines, value, scratch, flat, tiles, stores=()):
     w.emit(*w.pending)
     w.pending.clear()
     here = "[" + ", ".join(f"i{d}" for d in range(nd)) + "]"
-    w.in_prange += 1
+    w.in_prange += par
     w.nest(("nr", *shape[1:]), [*lines, f"sc{here} = {value}", *stores], long=True,
            flat=None if flat is None else flat | {"sc"}, tiles=tiles)
-    w.in_prange -= 1
+    w.in_prange -= par
     w.emit("h = nr", "while h > 1:",
            "    half = (h + 1) // 2",
            f"    for j in range((h - half) * {size}):",
