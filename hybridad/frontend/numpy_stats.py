@@ -33,69 +33,53 @@ def _nan_filled(a, fill):
     return where(nan, np.asarray(fill, a.dtype), a), nan
 
 
-def _count(nan, axis, keepdims):
-    """The non-NaN elements along ``axis`` (floats: a piecewise-constant count)."""
-    return _reduce("sum", np.logical_not(nan).astype(np.float64), axis, keepdims)
-
-
-def _cast(x, dtype):
-    return x if dtype is None else x.astype(dtype)
+def _present(a):
+    """``(a, where)``: numpy's ``where=`` mask of ``a``'s non-NaN elements for
+    the reductions that take one (:mod:`.numpy_reductions`: a NaN is then
+    the sum's 0, the product's 1, left out of a mean's count) -- ``True``
+    for integers, which hold no NaN."""
+    a = _tracer(a)
+    return a, np.logical_not(np.isnan(a)) if a.dtype.kind in "fc" else True
 
 
 @implements(np.nansum)
 def nansum(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
-    """``np.nansum``: NaNs count as 0."""
+    """``np.nansum``: ``np.sum`` over the non-NaN elements."""
     _no_kwargs("nansum", {"out": out, **kwargs})
-    filled, _ = _nan_filled(a, 0)
-    return _reduce("sum", _cast(filled, dtype), axis, bool(keepdims))
+    a, present = _present(a)
+    return np.sum(a, axis=axis, dtype=dtype, keepdims=bool(keepdims), where=present)
 
 
 @implements(np.nanprod)
 def nanprod(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
-    """``np.nanprod``: NaNs count as 1."""
+    """``np.nanprod``: ``np.prod`` over the non-NaN elements."""
     _no_kwargs("nanprod", {"out": out, **kwargs})
-    filled, _ = _nan_filled(a, 1)
-    return _reduce("prod", _cast(filled, dtype), axis, bool(keepdims))
+    a, present = _present(a)
+    return np.prod(a, axis=axis, dtype=dtype, keepdims=bool(keepdims), where=present)
 
 
 @implements(np.nanmean)
 def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
     """``np.nanmean``: the mean of the non-NaN elements (NaN for a slice of NaNs)."""
     _no_kwargs("nanmean", {"out": out, **kwargs})
-    filled, nan = _nan_filled(a, 0)
-    if nan is None:
-        return np.mean(filled, axis=axis, dtype=dtype, keepdims=bool(keepdims))
-    total = _reduce("sum", _cast(filled, dtype), axis, bool(keepdims))
-    return total / _count(nan, axis, bool(keepdims)).astype(total.dtype)
+    a, present = _present(a)
+    return np.mean(a, axis=axis, dtype=dtype, keepdims=bool(keepdims), where=present)
 
 
 @implements(np.nanvar)
 def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kwargs):
     """``np.nanvar``: the variance of the non-NaN elements, ``ddof`` as numpy."""
     _no_kwargs("nanvar", {"out": out, **kwargs})
-    filled, nan = _nan_filled(a, 0)
-    if nan is None:
-        return np.var(filled, axis=axis, dtype=dtype, ddof=ddof, keepdims=bool(keepdims))
-    filled = _cast(filled, dtype)
-    count = _count(nan, axis, True).astype(filled.dtype)
-    mean = _reduce("sum", filled, axis, True) / count
-    dev = where(nan, np.asarray(0, filled.dtype), filled - mean)
-    var = _reduce("sum", dev * dev, axis, True) / (count - ddof)
-    return var if keepdims else _squeezed(var, axis, filled.ndim)
-
-
-def _squeezed(x, axis, ndim):
-    if axis is None:
-        return reshape(x, ())
-    axes = {a % ndim for a in ((axis,) if isinstance(axis, numbers.Integral) else axis)}
-    return reshape(x, tuple(s for d, s in enumerate(x.shape) if d not in axes))
+    a, present = _present(a)
+    return np.var(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=bool(keepdims), where=present)
 
 
 @implements(np.nanstd)
 def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kwargs):
     """``np.nanstd``: the square root of :func:`nanvar`."""
     _no_kwargs("nanstd", {"out": out, **kwargs})
-    return np.sqrt(nanvar(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims))
+    a, present = _present(a)
+    return np.std(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=bool(keepdims), where=present)
 
 
 def _nan_extreme(kind, a, axis, keepdims):
