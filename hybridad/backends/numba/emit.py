@@ -10,7 +10,8 @@ from ...ops import storage_root
 from ...ops.lapack_names import LAPACK_OPS, kernel_args, kind_of
 from .gather import gather_starts
 from .leading import leading_blocks, summed_rows
-from .loops import broadcast_index, fill, getitem_map, here, region_acc_lines, region_lines
+from .loops import (broadcast_index, fill, getitem_map, here, region_acc_lines, region_lines,
+                    whole_array)
 from .loops import reduction_lines as _reduction_lines
 from .emit_pairs import emit_matvec, matvec_call, matvec_pair, matvec_two
 from .machine import machine
@@ -77,15 +78,13 @@ def _reduction(e):
     x = e.node.args[0]
     scratch = e.names.get(("scratch", e.node.id))
     if scratch is not None and leading_blocks(e.node) is not None:  # a bias gradient's sum
-        known = (e.w.addresses or {}).get(e.a[0])
-        whole = known is not None and known[3] == "C" and tuple(known[1]) == x.shape
         e.w.pending.append(f"{e.a[0]}_blk = {e.a[0]}[r0:r0 + nr]")
         summed_rows(e.w, e.node, e.out, [], f"{e.a[0]}_blk{here(len(x.shape))}", scratch,
-                    {f"{e.a[0]}_blk"} if whole else None, None)
+                    {f"{e.a[0]}_blk"} if whole_array(e.w, e.a[0], x.shape) else None, None)
         return
     _reduction_lines(e.w, e.node.op, e.node.dtype, e.node.attrs["axis"],
                      e.node.attrs["keepdims"], x.shape, f"{e.a[0]}{here(len(x.shape))}", e.out,
-                     scratch=e.names.get(("scratch", e.node.id)))
+                     scratch=scratch)
 
 
 def _reshape(e):  # materialized: copy through a source-shaped view of the buffer

@@ -27,7 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from .accumulators import accumulate, acc_dtype, compensated, two_sum
-from .reduce import _pow2_at_least, combine_chunks, leading_chunks, reduction_block
+from .reduce import (_pow2_at_least, combine_chunks, leading_chunks, reduction_block,
+                     region_reduction)
 from .threshold import parallel_min
 
 __all__ = ["LEADING_BELOW", "leading_blocks", "leading_scratch", "summed_rows"]
@@ -42,24 +43,21 @@ LEADING_BELOW = 16
 
 def _facts(node):
     """``(loop shape, dtype, keepdims)`` of a float sum over axis 0 alone that
-    ``node`` makes -- a ``vjp`` region summed as it is made, a ``value`` region
-    ending in such a sum, a ``sum`` node -- else None."""
+    ``node`` makes -- a region's (:func:`.reduce.region_reduction`: a ``vjp``
+    region summed as it is made, a ``value`` region ending in such a sum) or
+    a float64 ``sum`` node's -- else None."""
     if node.op == "sum":  # (float32 into float64: its loop vectorizes, reduce.hidden_extent)
         if not compensated("sum", node.dtype):
             return None
-        shape, red, keep = node.args[0].shape, node.attrs, node.attrs.get("keepdims", False)
-    elif node.op == "region" and node.attrs["mode"] == "vjp":
-        shape, red, keep = node.attrs["body"].shape, node.attrs, node.attrs.get("keepdims")
-    elif node.op == "region" and node.attrs["mode"] == "value" and \
-            node.attrs["body"].reduction is not None and \
-            node.attrs["body"].reduction.op == "sum":
-        red = node.attrs["body"].reduction.attrs
-        shape, keep = node.attrs["body"].shape, red.get("keepdims", False)
+        made = "sum", node.dtype, tuple(node.attrs["axis"]), node.attrs.get("keepdims", False)
+        shape = node.args[0].shape
     else:
+        made = region_reduction(node)
+        shape = node.attrs["body"].shape if made is not None else ()
+    if made is None or made[0] != "sum" or made[2] != (0,) or len(shape) < 2 or \
+            np.dtype(made[1]).kind != "f":
         return None
-    if tuple(red.get("axis") or ()) != (0,) or len(shape) < 2 or node.dtype.kind != "f":
-        return None
-    return tuple(shape), node.dtype, bool(keep)
+    return tuple(shape), made[1], bool(made[3])
 
 
 def leading_blocks(node):

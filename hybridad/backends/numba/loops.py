@@ -439,21 +439,23 @@ def _flat_names(w, node, names, partial_outs, sum_outs, blocked):
     over every element (a reduction over some axes)."""
     body = node.attrs["body"]
     shape = tuple(body.shape)
-    if body.reduction is not None and not blocked or "axis" in node.attrs and not blocked:
+    if not blocked and (body.reduction is not None or "axis" in node.attrs):
         return None
-    known = w.addresses or {}
-
-    def contiguous(name, want):
-        got = known.get(name)
-        return got is not None and got[3] == "C" and tuple(got[1]) == want
     flat = {names[a.id] for a in node.args if a.shape == shape and
             isinstance(names.get(a.id), str) and ("shifts", a.id) not in names and
-            contiguous(names[a.id], shape)}
+            whole_array(w, names[a.id], shape)}
     targets = list(partial_outs.values()) + list((sum_outs or {}).values())
     if body.reduction is None:
         targets.append(names[node.id])
-    flat.update(t for t in targets if contiguous(t, shape))
+    flat.update(t for t in targets if whole_array(w, t, shape))
     return flat | {f"{n}_blk" for n in flat}
+
+
+def whole_array(w, name, shape):
+    """Whether ``name`` is one of the program's C-contiguous arrays
+    (:attr:`LoopWriter.addresses`) of exactly ``shape``."""
+    got = (w.addresses or {}).get(name)
+    return got is not None and got[3] == "C" and tuple(got[1]) == tuple(shape)
 
 
 def _block_slice(w, name):

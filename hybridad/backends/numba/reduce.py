@@ -45,7 +45,7 @@ from .threshold import OPAQUE_MIN, PARALLEL_MIN, parallel_min
 
 __all__ = ["accumulates_across", "blocked_full_reduction", "blocked_full_sums", "combine_chunks",
            "hidden_extent", "leading_chunks", "reduction_nest", "reduction_scratch",
-           "region_runs_parallel"]
+           "region_reduction", "region_runs_parallel"]
 
 def _here(ndim):
     return "[" + ", ".join(f"i{d}" for d in range(ndim)) + "]" if ndim else "[()]"
@@ -334,6 +334,21 @@ def _blocks(shape):
     return -(-shape[0] // rows)
 
 
+def region_reduction(node):
+    """``(kind, dtype, axis, keepdims)`` of the reduction region ``node``'s loop
+    makes: a ``value`` region's fused one, or a ``vjp`` region's sum over
+    ``attrs['axis']`` (:func:`hybridad.transforms.region_sums.sum_into_vjp_regions`)
+    -- else None (``vjp_sums`` regions are :func:`blocked_full_sums`')."""
+    if node.op != "region":
+        return None
+    if node.attrs["mode"] == "vjp" and "axis" in node.attrs:
+        return "sum", node.dtype, tuple(node.attrs["axis"]), bool(node.attrs["keepdims"])
+    red = node.attrs["body"].reduction
+    if node.attrs["mode"] != "value" or red is None:
+        return None
+    return red.op, red.dtype, tuple(red.attrs["axis"]), bool(red.attrs.get("keepdims", False))
+
+
 def reduction_scratch(node, threads):
     """``(dtype, elements)`` of the scratch a reduction node's code needs, or None.
 
@@ -346,23 +361,20 @@ def reduction_scratch(node, threads):
     array of the output's shape (:func:`reduction_nest`)."""
     if node.op == "region":
         body = node.attrs["body"]
-        red = body.reduction
         if node.attrs["mode"] == VJP_SUMS:  # a block per thread for each of its sums
             count = _pow2_at_least(reduction_block(body.shape)[1])
             if _parallel_elems(body.shape):
                 count = count * threads + _sums_size(body.shape)
             return acc_dtype("sum", node.dtype), count * len(node.attrs["wrt"])
-        if node.attrs["mode"] == "vjp" and "axis" in node.attrs:  # (sum_into_vjp_regions)
-            kind, shape, axis = "sum", body.shape, node.attrs["axis"]
-        elif node.attrs["mode"] != "value" or red is None or not body.shape:
+        made = region_reduction(node)
+        if made is None or not body.shape:
             return None
-        else:
-            kind, shape, axis = red.op, body.shape, red.attrs["axis"]
+        (kind, made_dtype, axis, _), shape = made, body.shape
         if len(axis) == len(shape) and node.attrs["mode"] == "value":
             count = _pow2_at_least(reduction_block(shape)[1])
             if _parallel_sum(body):
                 count = count * threads + _sums_size(shape)
-            return acc_dtype(kind, red.dtype), count * (1 + len(node.attrs.get("sums", ())))
+            return acc_dtype(kind, made_dtype), count * (1 + len(node.attrs.get("sums", ())))
     elif node.op in ("sum", "prod", "max", "min"):
         kind, shape, axis = node.op, node.args[0].shape, node.attrs["axis"]
     else:
@@ -559,16 +571,14 @@ def region_runs_parallel(node):
     reductions run serially."""
 
     body = node.attrs["body"]
-    red, shape = body.reduction, body.shape
+    shape = body.shape
     if node.attrs["mode"] == VJP_SUMS:
         return bool(shape) and _parallel_elems(shape)
     large = bool(shape) and int(np.prod(shape)) >= parallel_min()
-    if node.attrs["mode"] == "vjp" and "axis" in node.attrs:  # a vjp summed as it is made
-        kind, dtype, axis = "sum", node.dtype, node.attrs["axis"]
-    elif node.attrs["mode"] == "vjp" or red is None:
+    made = region_reduction(node)
+    if made is None:
         return large
-    else:
-        kind, dtype, axis = red.op, red.dtype, red.attrs["axis"]
+    kind, dtype, axis, _ = made
     if len(axis) == len(shape):
         return bool(shape) and kind == "sum" and _parallel_elems(shape)
     # kept axis 0: its rows a prange; else chunks of axis 0 (leading_chunks)

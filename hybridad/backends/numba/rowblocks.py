@@ -23,7 +23,7 @@ import numpy as np
 
 from ...ops import REGISTRY
 from .accumulators import Accumulator, acc_dtype
-from .reduce import BLOCK
+from .reduce import BLOCK, region_reduction
 from .runner import view_at
 from .threshold import parallel_min
 
@@ -50,20 +50,13 @@ def _line(n):
 
 
 def _reduced(node):
-    """``(kind, dtype, keepdims)`` of the reduction over the last axis region
-    ``node`` makes: a ``value`` region's own, or a ``vjp`` region's sum
-    (:func:`hybridad.transforms.region_sums.sum_into_vjp_regions`) -- else None."""
-    if node.op != "region":
+    """``(kind, dtype, keepdims)`` of a sum, max or min over the last axis that
+    region ``node``'s loop makes (:func:`.reduce.region_reduction`) -- else None."""
+    made = region_reduction(node)
+    if made is None or made[0] not in ("sum", "max", "min") or \
+            made[2] != (len(node.attrs["body"].shape) - 1,):
         return None
-    body, mode = node.attrs["body"], node.attrs["mode"]
-    if mode == "value" and body.reduction is not None and \
-            body.reduction.op in ("sum", "max", "min"):
-        red = body.reduction
-        return (red.op, red.dtype, red.attrs.get("keepdims", False)) \
-            if tuple(red.attrs["axis"]) == (len(body.shape) - 1,) else None
-    if mode == "vjp" and tuple(node.attrs.get("axis", ())) == (len(body.shape) - 1,):
-        return "sum", node.dtype, node.attrs.get("keepdims", False)
-    return None
+    return made[0], made[1], made[3]
 
 
 def rows_in_blocks(node):
