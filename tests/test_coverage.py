@@ -197,13 +197,16 @@ CASES.update({
 })
 
 
-def test_indices_from_a_traced_array_allocate_nothing_per_call():
-    """``x[np.triu_indices_from(K, 1)]``: indices from K's shape (constants),
+@pytest.mark.parametrize("name", ["nan_reductions", "cov_corrcoef", "meshgrid", "polyval",
+                                  "multi_dot", "indices_from", "fill_diagonal"])
+def test_composites_allocate_nothing_per_call(name):
+    """The functions traced as composites allocate nothing per call; among
+    them ``x[np.triu_indices_from(K, 1)]``: indices from K's shape (constants),
     not numpy called on every call (16 allocations a call before)."""
     from hybridad.testing import assert_no_alloc
 
     x = rand((4, 5), seed=2)
-    plan = ha.compile(CASES["indices_from"], x)
+    plan = ha.compile(CASES[name], x)
     res = plan.gradient(x)
     assert_no_alloc(plan.gradient, x, out=res, n=10)
 
