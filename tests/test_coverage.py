@@ -122,6 +122,11 @@ CASES = {
     np.sum(np.exp(-np.subtract.outer(x[:, 0], x[:, 1]) ** 2)) +
     np.sum(np.add.outer(x[:2], 0.5) ** 2) + np.sum(np.hypot.outer(x[0] + 2.0, W20[1])) +
     np.sum(np.maximum.outer(W20[2], x[3] * 3.0)),
+    # the running extremes (a log-step scan of the elementwise ufunc): 20 values, 5 steps
+    "running_extreme": lambda x: np.sum(np.maximum.accumulate(x.ravel()) * np.arange(20.0)) +
+    np.sum(np.minimum.accumulate(x, axis=1) ** 2) +
+    np.sum(np.fmax.accumulate(x, axis=0) * W20) +
+    np.sum(np.fmin.accumulate(x[:, ::-1], 1) ** 3),
     "cumprod": lambda x: np.sum(np.cumprod(x, axis=1) ** 2) + np.sum(np.cumprod(x) * 0.1) +
     np.sum(np.multiply.accumulate(x, axis=0) * W20),
     "linalg_solve_inv": lambda x: np.sum(np.linalg.solve(x[:, :4] + 3 * np.eye(4), x[:, 4]) ** 2) +
@@ -256,3 +261,14 @@ def test_a_ufunc_computes_in_its_dtype_argument():
         ha.gradient(lambda x: np.sum(np.add(x, 1.0, dtype=np.float32, casting="safe")), x)
     with pytest.raises(NotImplementedError, match="dtype=int64"):
         ha.gradient(lambda x: np.sum(np.exp(x, dtype=np.int64)), x)
+
+
+def test_running_extremes_nan_and_ties():
+    """NaN reaches every later element of maximum.accumulate, none of fmax's
+    (numpy's values exactly); at equal values the cotangent is shared."""
+    x = np.array([1.0, np.nan, 0.5, 2.0, 2.0])
+    for uf in (np.maximum, np.fmax, np.minimum, np.fmin):
+        got = ha.jacobian(lambda x, uf=uf: uf.accumulate(x), x, backend="numpy").value
+        np.testing.assert_array_equal(got, uf.accumulate(x))
+    J = ha.jacobian(lambda x: np.maximum.accumulate(x), np.array([1.0, 3.0, 3.0, 2.0])).jacobian
+    np.testing.assert_array_equal(J, [[1, 0, 0, 0], [0, 1, 0, 0], [0, .5, .5, 0], [0, .5, .5, 0]])

@@ -475,3 +475,36 @@ def ufunc_outer(ufunc, a, b, **kwargs):
 
 
 UFUNC_METHODS["outer"] = ufunc_outer
+
+
+def running_extreme(ufunc, a, axis=0, dtype=None, out=None):
+    """``np.maximum.accumulate`` (and ``minimum``, ``fmax``, ``fmin``): the
+    running extreme along ``axis`` as a log-step scan -- after the step of
+    shift ``s`` each element holds ``ufunc`` of the ``2 s`` elements ending at
+    it, the earlier ones first as numpy's accumulation takes them -- so its
+    derivative is the elementwise ufunc's: each element's cotangent reaches
+    the element the running extreme came from (shared at equal values, as
+    the ufunc's rule shares a tie).  Values are numpy's exactly (an extreme
+    rounds nothing; a NaN reaches every later element, or none for fmax and
+    fmin, as in numpy's loop)."""
+    _no_kwargs(f"{ufunc.__name__}.accumulate", {"out": out})
+    y = _tracer(a)
+    if dtype is not None:
+        y = y.astype(dtype)
+    if y.ndim == 0:
+        raise ValueError(f"{ufunc.__name__}.accumulate of a 0-d array (numpy: cannot "
+                         "accumulate on a scalar)")
+    axis = _norm_axis(axis, y.ndim)[0]
+    n, s = y.shape[axis], 1
+
+    def part(lo, hi):
+        return getitem(y, (slice(None),) * axis + (slice(lo, hi),))
+
+    while s < n:
+        y = concatenate([part(0, s), ufunc(part(0, n - s), part(s, n))], axis=axis)
+        s *= 2
+    return y
+
+
+for _uf in (np.maximum, np.minimum, np.fmax, np.fmin):
+    UFUNC_METHODS["accumulate", _uf] = running_extreme
