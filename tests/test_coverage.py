@@ -122,6 +122,10 @@ CASES = {
     np.sum(np.exp(-np.subtract.outer(x[:, 0], x[:, 1]) ** 2)) +
     np.sum(np.add.outer(x[:2], 0.5) ** 2) + np.sum(np.hypot.outer(x[0] + 2.0, W20[1])) +
     np.sum(np.maximum.outer(W20[2], x[3] * 3.0)),
+    # polynomials fitted: x (a row) and y (rows) differentiable, weights, two right-hand sides
+    "polyfit_vander": lambda x: np.sum(np.polyfit(x[0] + np.arange(5.0), x[1], 2) ** 2) +
+    np.sum(np.polyfit(np.arange(5.0), x[1:3].T, 1, w=x[3] ** 2 + 1) * W20[:2, :2]) +
+    np.sum(np.vander(x[2], 3) * np.arange(15.0).reshape(5, 3)) + np.sum(np.vander(x[0], 1)),
     # the running extremes (a log-step scan of the elementwise ufunc): 20 values, 5 steps
     "running_extreme": lambda x: np.sum(np.maximum.accumulate(x.ravel()) * np.arange(20.0)) +
     np.sum(np.minimum.accumulate(x, axis=1) ** 2) +
@@ -203,7 +207,8 @@ CASES.update({
 
 
 @pytest.mark.parametrize("name", ["nan_reductions", "cov_corrcoef", "meshgrid", "polyval",
-                                  "multi_dot", "indices_from", "fill_diagonal"])
+                                  "multi_dot", "indices_from", "fill_diagonal", "polyfit_vander",
+                                  "running_extreme"])
 def test_composites_allocate_nothing_per_call(name):
     """The functions traced as composites allocate nothing per call; among
     them ``x[np.triu_indices_from(K, 1)]``: indices from K's shape (constants),

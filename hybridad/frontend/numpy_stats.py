@@ -8,7 +8,8 @@ they are made of, as in :mod:`.numpy_math`).
 product's 1, the max's -inf; a slice of NaNs only gives numpy's results:
 0, 1, NaN), ``np.cov``, ``np.corrcoef``, ``np.meshgrid``, ``np.polyval`` (and
 so ``np.poly1d(c)(x)``), ``np.linalg.multi_dot`` (numpy's order of the
-products), ``np.fill_diagonal`` of a traced array (an element write), and
+products), ``np.vander`` and ``np.polyfit`` (its coefficients),
+``np.fill_diagonal`` of a traced array (an element write), and
 ``np.triu_indices_from`` / ``tril_indices_from`` / ``diag_indices_from`` of a
 traced array (from its shape: constants, nothing computed per call).
 """
@@ -199,6 +200,54 @@ def polyval(p, x):
     for c in coeffs:
         y = y * x + c
     return y
+
+
+@implements(np.vander)
+def vander(x, N=None, increasing=False):
+    """``np.vander``: the powers as numpy makes them, a running product of
+    ``x`` (``multiply.accumulate``: the same roundings), ones first."""
+    x = _tracer(x)
+    if x.ndim != 1:
+        raise ValueError("x must be a one-dimensional array or sequence.")
+    n = x.shape[0] if N is None else int(N)
+    dtype = np.promote_types(x.dtype, int)
+    ones = np.ones((x.shape[0], min(n, 1)), dtype)
+    if n <= 1:  # (no power of x: numpy's ones, whatever x holds)
+        return _tracer(ones)
+    powers = np.cumprod(broadcast_to(reshape(x, (x.shape[0], 1)), (x.shape[0], n - 1)), axis=1)
+    v = np.concatenate([ones, powers.astype(dtype)], axis=1)
+    return v if increasing else v[:, ::-1]
+
+
+@implements(np.polyfit)
+def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
+    """``np.polyfit``'s least-squares coefficients, as numpy computes them
+    (the Vandermonde matrix, weighted, columns scaled to unit norm, numpy's
+    ``lstsq``, unscaled); ``x``, ``y`` and ``w`` differentiable (at a
+    constant rank).  ``full=True`` and ``cov=`` are refused."""
+    if full or cov:
+        raise NotImplementedError("hybridad: np.polyfit(..., full=True) and cov= are not "
+                                  "supported while tracing (the coefficients are)")
+    order = int(deg) + 1
+    x, y = _tracer(x) + 0.0, _tracer(y) + 0.0
+    if deg < 0:
+        raise ValueError("expected deg >= 0")
+    if x.ndim != 1:
+        raise TypeError("expected 1D vector for x")
+    if y.ndim not in (1, 2) or x.shape[0] != y.shape[0]:
+        raise TypeError("expected 1D or 2D y of x's length")
+    if rcond is None:
+        rcond = x.shape[0] * np.finfo(x.dtype).eps
+    lhs, rhs = vander(x, order), y
+    if w is not None:
+        w = _tracer(w) + 0.0
+        if w.ndim != 1 or w.shape[0] != y.shape[0]:
+            raise TypeError("expected a 1-d array of weights of y's length")
+        lhs = lhs * w[:, None]
+        rhs = rhs * (w[:, None] if rhs.ndim == 2 else w)
+    scale = np.sqrt(np.sum(lhs * lhs, axis=0))
+    c = np.linalg.lstsq(lhs / scale, rhs, rcond)[0]
+    return (c.T / scale).T
 
 
 @implements(np.linalg.multi_dot)
