@@ -126,6 +126,7 @@ CASES = {
     "polyfit_vander": lambda x: np.sum(np.polyfit(x[0] + np.arange(5.0), x[1], 2) ** 2) +
     np.sum(np.polyfit(np.arange(5.0), x[1:3].T, 1, w=x[3] ** 2 + 1) * W20[:2, :2]) +
     np.sum(np.vander(x[2], 3) * np.arange(15.0).reshape(5, 3)) + np.sum(np.vander(x[0], 1)),
+    "i0": lambda x: np.sum(np.i0(x * 3) * W20) + np.i0(x[0, 0]),
     # the running extremes (a log-step scan of the elementwise ufunc): 20 values, 5 steps
     "running_extreme": lambda x: np.sum(np.maximum.accumulate(x.ravel()) * np.arange(20.0)) +
     np.sum(np.minimum.accumulate(x, axis=1) ** 2) +

@@ -508,3 +508,12 @@ def running_extreme(ufunc, a, axis=0, dtype=None, out=None):
 
 for _uf in (np.maximum, np.minimum, np.fmax, np.fmin):
     UFUNC_METHODS["accumulate", _uf] = running_extreme
+
+
+@implements(np.i0)
+def i0(x):
+    """``np.i0``: the modified Bessel function of order 0 as the ``i0`` op
+    (scipy.special's, whose derivative is ``i1``): numpy's Chebyshev series
+    and scipy's agree to a few ulps."""
+    x = _tracer(x)
+    return bind("i0", x if x.dtype.kind == "f" else x.astype(np.float64))
