@@ -36,6 +36,7 @@ from . import scipy_special, scipy_stats  # noqa: E402  (scipy's Python function
 from . import scipy_linalg  # noqa: E402,F401  (scipy.linalg)
 from . import scipy_spatial  # noqa: E402,F401  (scipy.spatial.distance)
 from . import scipy_signal  # noqa: E402,F401  (scipy.signal's convolutions)
+from . import scipy_ndimage  # noqa: E402,F401  (scipy.ndimage's linear filters)
 from . import host_calls  # noqa: E402  (any other function, on values needing no derivative)
 from . import replay  # noqa: E402,F401  (a ufunc call's nodes replayed: after every wrapper)
 from .after_import import after_import, loaded  # noqa: E402
