@@ -7,7 +7,8 @@ and the modules it loads (ufuncs and core functions, :mod:`.numpy_reductions`,
 and signals :mod:`.numpy_signal`, array construction :mod:`.numpy_construct`,
 complex values :mod:`.numpy_complex` and :mod:`.numpy_fft`); scipy's Python
 functions and distributions (:mod:`.scipy_special`, :mod:`.scipy_stats`,
-:mod:`.scipy_linalg`, wrapped when scipy is imported: :mod:`.after_import`)
+:mod:`.scipy_linalg`, :mod:`.scipy_spatial`, :mod:`.scipy_signal`,
+:mod:`.scipy_ndimage`, wrapped when scipy is imported: :mod:`.after_import`)
 and any other library function on values that need no derivative
 (:mod:`.host_calls`); what ``f`` reads besides its arguments (noted while
 tracing by :mod:`hybridad.core.observe`; the walk :mod:`.guard_walk`, the
