@@ -63,7 +63,7 @@ def _kind(op):
 def _name(f):
     mod = getattr(f, "__module__", None) or "numpy"
     name = getattr(f, "__name__", repr(f))
-    for sub in ("linalg", "fft"):
+    for sub in ("linalg", "fft", "lib.stride_tricks"):
         if mod.startswith(f"numpy.{sub}"):
             return f"numpy.{sub}.{name}"
     return f"numpy.{name}"

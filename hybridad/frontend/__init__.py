@@ -7,12 +7,14 @@ and the modules it loads (ufuncs and core functions, :mod:`.numpy_reductions`,
 and signals :mod:`.numpy_signal`, array construction :mod:`.numpy_construct`,
 complex values :mod:`.numpy_complex` and :mod:`.numpy_fft`); scipy's Python
 functions and distributions (:mod:`.scipy_special`, :mod:`.scipy_stats`,
-:mod:`.scipy_linalg`, wrapped when scipy is imported: :mod:`.after_import`)
-and any other library function on values that need no derivative
+:mod:`.scipy_linalg`, :mod:`.scipy_spatial`, :mod:`.scipy_signal`,
+:mod:`.scipy_ndimage`, :mod:`.scipy_filters`, wrapped when scipy is imported:
+:mod:`.after_import`) and any other library function on values that need no derivative
 (:mod:`.host_calls`); what ``f`` reads besides its arguments (noted while
 tracing by :mod:`hybridad.core.observe`; the walk :mod:`.guard_walk`, the
 compiled checks :mod:`.guards`, the graph :mod:`.signature`), explicit loops
-(:mod:`.loops`) and user scalar functions (:mod:`.scalar_functions`)."""
+(:mod:`.loops`), functions mapped over arrays (:mod:`.numpy_map`) and user
+scalar functions (:mod:`.scalar_functions`)."""
 
 
 # the numpy surface: the core, then the modules that register more of numpy on it
@@ -36,6 +38,9 @@ from . import numpy_map  # noqa: E402,F401  (np.vectorize, apply_along_axis: tra
 from . import scipy_special, scipy_stats  # noqa: E402  (scipy's Python functions)
 from . import scipy_linalg  # noqa: E402,F401  (scipy.linalg)
 from . import scipy_filters  # noqa: E402,F401  (scipy.signal's lfilter, filtfilt)
+from . import scipy_spatial  # noqa: E402,F401  (scipy.spatial.distance)
+from . import scipy_signal  # noqa: E402,F401  (scipy.signal's convolutions)
+from . import scipy_ndimage  # noqa: E402,F401  (scipy.ndimage's linear filters)
 from . import host_calls  # noqa: E402  (any other function, on values needing no derivative)
 from . import replay  # noqa: E402,F401  (a ufunc call's nodes replayed: after every wrapper)
 from .after_import import after_import, loaded  # noqa: E402

@@ -229,6 +229,20 @@ def pad(array, pad_width, mode="constant", **kwargs):
     return a
 
 
+@implements(np.lib.stride_tricks.sliding_window_view)
+def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=False):
+    """``np.lib.stride_tricks.sliding_window_view``: the windows as one gather
+    of the positions numpy's own function gives (its shape and errors); a
+    copy, not a view -- read-only as numpy's is by default, so the same
+    values (``writeable=True`` is refused)."""
+    if writeable:
+        raise NotImplementedError("hybridad: sliding_window_view(..., writeable=True) of a "
+                                  "traced array is not supported (its windows share "
+                                  "elements: write to the array itself)")
+    return gather_positions(_tracer(x), lambda pos: np.lib.stride_tricks.sliding_window_view(
+        pos, window_shape, axis))
+
+
 @implements(np.rot90)
 def rot90(m, k=1, axes=(0, 1)):
     m = _tracer(m)
