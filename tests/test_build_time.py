@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import gc
 import itertools
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -275,3 +277,59 @@ def test_a_recorded_loop_leaves_no_garbage_per_step_and_a_small_signature():
             gc.enable()
         assert len(plan._signature) < 60
     assert (found[1] - found[0]) / 800 < 10  # objects a step (47 before)
+
+
+def _packed_accumulations(overlap):
+    """Two in-place adds into elements of one packed array (a region's sums
+    of several scalar partials, read through a view of each element), each
+    reading the element view made before the other's write."""
+    from hybridad.ir.graph import Node
+
+    ids = itertools.count()
+    f64 = np.dtype(np.float64)
+    x = Node(next(ids), "input", (), {"index": 0}, (3,), f64)
+    packed = Node(next(ids), "exp", (x,), {}, (3,), f64)
+    first = Node(next(ids), "getitem", (packed,), {"index": (0,)}, (), f64)
+    second = Node(next(ids), "getitem", (packed,), {"index": (0 if overlap else 1,)}, (), f64)
+    one = Node(next(ids), "getitem", (x,), {"index": (2,)}, (), f64)
+    w1 = Node(next(ids), "iadd", (first, one), {}, (), f64)
+    w2 = Node(next(ids), "iadd", (second, one), {}, (), f64)
+    return [x, packed, first, second, one, w1, w2], [w1, w2]
+
+
+def test_writes_into_other_elements_of_a_storage_are_no_hazard():
+    """An in-place write makes stale only the names that read the elements
+    it writes: two adds into two elements of one packed array, each through a
+    view made before the other's write, are independent (the write-order pass
+    moved each after the other's reader, forever: a build that never ended);
+    into one element, the second reads what the first overwrote."""
+    from hybridad.ir.graph import write_hazards
+    from hybridad.transforms.updates import order_writes
+
+    nodes, _ = _packed_accumulations(overlap=False)
+    assert write_hazards(nodes) == []
+    assert order_writes(nodes) == nodes
+    nodes, _ = _packed_accumulations(overlap=True)
+    assert write_hazards(nodes) == [(5, 6)]
+
+
+def test_stencils_of_two_padded_arrays_build():
+    """The numba plan of shifted slices of two padded copies of x weighted by
+    a differentiated k (a 1-D convolution with two boundary rules) built
+    forever before (in a process of its own: a regression would hang)."""
+    code = (
+        "import numpy as np, hybridad as ha\n"
+        "def f(x, k):\n"
+        "    a = np.pad(x, ((0, 0), (1, 1)), mode='wrap')\n"
+        "    b = np.pad(x, ((0, 0), (1, 1)))\n"
+        "    ya = a[:, 0:5] * k[0] + a[:, 1:6] * k[1] + a[:, 2:7] * k[2]\n"
+        "    yb = b[:, 0:5] * k[0] + b[:, 1:6] * k[1] + b[:, 2:7] * k[2]\n"
+        "    return np.sum(ya ** 2) + np.sum(yb ** 2)\n"
+        "x, k = np.arange(10.0).reshape(2, 5) / 10, np.array([0.5, -1.0, 2.0])\n"
+        "r = ha.gradient(f, x, k, argnums=(0, 1), backend='numba')\n"
+        "e = 1e-6\n"
+        "fd = [(f(x, k + e * u) - f(x, k - e * u)) / (2 * e) for u in np.eye(3)]\n"
+        "assert np.allclose(r.gradient[1], fd, rtol=1e-6), (r.gradient[1], fd)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]

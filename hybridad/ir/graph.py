@@ -218,6 +218,8 @@ def write_hazards(nodes):
 
     root, sees = {}, {}  # node id -> its storage's node; -> the position of the write it sees
     writes = {}  # storage node id -> positions of the in-place writes into it, in order
+    parent = {}  # view or in-place node id -> the node it is a view of (or writes into)
+    spans = {}  # node id -> the positions of its storage's elements it covers (or None)
     found = []
     for r, n in enumerate(nodes):
         for a in n.args:
@@ -225,18 +227,71 @@ def write_hazards(nodes):
             ws = writes.get(s.id)
             if not ws or sees.get(a.id, -1) >= ws[-1]:
                 continue
-            w = ws[bisect.bisect_right(ws, sees.get(a.id, -1))]  # the first write it misses
-            if nodes[r].id not in fed_by(nodes, w, r + 1):
+            # the first write it misses into elements it reads (a write into other
+            # elements of the storage -- another element of a packed result -- is none)
+            missed = ws[bisect.bisect_right(ws, sees.get(a.id, -1)):bisect.bisect_left(ws, r)]
+            w = next((w for w in missed if _overlap(_span(a, s, parent, spans),
+                                                    _span(nodes[w], s, parent, spans))), None)
+            if w is not None and nodes[r].id not in fed_by(nodes, w, r + 1):
                 found.append((w, r))
                 break
         op = REGISTRY.get(n.op)
         kind = op.kind if op is not None else None
         if kind in ("view", "inplace") and n.args:
+            parent[n.id] = n.args[0]
             root[n.id] = root.get(n.args[0].id, n.args[0])
             sees[n.id] = r if kind == "inplace" else sees.get(n.args[0].id, -1)
             if kind == "inplace":
                 writes.setdefault(root[n.id].id, []).append(r)
     return found
+
+
+#: storages up to this many elements are compared element by element
+#: (:func:`_overlap`); larger ones by the range of positions their views cover
+SPAN_ELEMENTS = 1 << 16
+
+
+def _span(node, storage, parent, spans):
+    """The positions (flat, in ``storage``'s elements) that ``node`` -- a view
+    of ``storage``, a chain of views and in-place writes from it, or
+    ``storage`` itself -- covers, as an int array; None where a view's
+    positions cannot be followed (then it may cover any)."""
+    from .registry import REGISTRY
+
+    if node.id in spans:
+        return spans[node.id]
+    chain = []
+    while node.id != storage.id and node.id in parent:
+        chain.append(node)
+        node = parent[node.id]
+    out = None
+    if node.id == storage.id:
+        try:
+            pos = spans.get(("storage", storage.id))
+            if pos is None:
+                pos = spans["storage", storage.id] = np.arange(
+                    storage.size, dtype=np.int64).reshape(storage.shape)
+            for v in reversed(chain):
+                op = REGISTRY[v.op]
+                if op.kind == "view":  # (an in-place node covers what it writes into)
+                    pos = np.asarray(op.view(pos, **v.attrs))
+            out = pos
+        except Exception:  # noqa: BLE001 -- a view numpy positions cannot take: any element
+            out = None
+    if chain:
+        spans[chain[0].id] = out
+    return out
+
+
+def _overlap(a, b):
+    """Whether two spans (:func:`_span`) share an element (None: may share)."""
+    if a is None or b is None:
+        return True
+    if a.size == 0 or b.size == 0:
+        return False
+    if max(a.size, b.size) <= SPAN_ELEMENTS:
+        return bool(np.isin(a, b).any())
+    return not (a.max() < b.min() or b.max() < a.min())
 
 
 def fed_by(nodes, w, stop):
