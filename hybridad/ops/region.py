@@ -35,7 +35,10 @@ the others the VJP of a region chooses between the two strategies
 forward to the backward sweep (a write and a read of each); recomputing
 costs a second evaluation of the body.  The machine's measured costs decide
 (:mod:`hybridad.transforms.costs`): a body with a transcendental function is
-usually stored, cheap arithmetic recomputed (no stored array).
+usually stored, cheap arithmetic recomputed (no stored array).  Partials
+that are a number times another's (the weights of a sum of the inputs before
+a nonlinearity: a stencil's, a convolution's taps) share its stored array,
+the number multiplying the cotangent (:func:`_scaled_partials`).
 
 These ops run only on compiled backends (the numpy reference executor runs
 the unpartitioned graph).
@@ -178,15 +181,21 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
         {first: t for first in shared
          if (t := _partial_of_output(body, first, inputs)) is not None}
     rest = [first for first in shared if first not in trees]
+    scaled = {}
     if rest:  # (summed partials come with a full sum: then trees is empty)
         # recomputed, each active input not read from the output gets its own loop
         evaluations = sum(1 for k, act in enumerate(active) if act and k in same and
                           same[k] in rest)
         arrays = [first for first in rest if first not in summed]
+        scaled = _scaled_partials(body, arrays, _numbers(inputs))
+        kept = [first for first in arrays if first not in scaled]
         how, body.partials_reason = strategy(
-            body, len(arrays), len(summed), evaluations,
-            all(shared[first] == 1 for first in arrays) and
+            body, len(kept), len(summed), evaluations,
+            not scaled and all(shared[first] == 1 for first in arrays) and
             _in_result_buffers(node, body, arrays, ans))
+        if scaled and how == "store":
+            body.partials_reason += (f"; {len(scaled)} more partial{'s' * (len(scaled) != 1)} "
+                                     "a number times a stored one")
         if trees:
             body.partials_reason += f"; {len(trees)} more {FROM_OUTPUT}"
     else:
@@ -203,9 +212,13 @@ def _region_vjp(g, node, active, *operands, body, mode, wrt=None):
             out.append(chain_product(g_loop, _build_partial(trees[first], inputs, ans,
                                                             body.nodes[-1].dtype)))
         elif how == "store":
+            ratio = None
+            if first in scaled:  # (a number times another input's partial)
+                first, ratio = scaled[first]
             if first not in stored:
                 stored[first] = bind("region_partial", Tracer(node, ans._trace), wrt=first)
-            out.append(chain_product(g_loop, stored[first]))
+            g_k = g_loop if ratio is None else g_loop * np.asarray(ratio, g_loop.dtype)
+            out.append(chain_product(g_k, stored[first]))
         else:
             out.append(bind("region", *inputs, g_loop, body=body, mode="vjp", wrt=k))
     return tuple(out)
@@ -349,6 +362,104 @@ def _expr_binop(ufunc, reflected=False):
 
 install_operators(_Expr, _expr_binop, lambda a: np.negative(a))
 _Expr.__invert__ = lambda a: np.logical_not(a)
+
+
+def _numbers(inputs):
+    """input position -> value of the region's one-element constant inputs
+    (a weight the trace made a constant operand, not a literal of the body)."""
+    out = {}
+    for j, t in enumerate(inputs):
+        node = getattr(t, "node", None)
+        if node is not None and node.op == "const" and node.size == 1:
+            value = np.asarray(node.attrs["value"]).reshape(-1)[0]
+            if np.isfinite(value) and np.isrealobj(value):
+                out[j] = float(value)
+    return out
+
+
+def _scaled_partials(body, firsts, numbers=None):
+    """input position -> ``(leader, ratio)`` for the inputs of ``firsts``
+    whose partial is the number ``ratio`` times the partial of an earlier one
+    (``leader``): the weights of a linear combination of the inputs before a
+    nonlinearity -- a stencil's ``u[:-2] + u[2:] - 2 u[1:-1]``, a
+    convolution's taps -- make partials that differ by their weight alone, so
+    a region stores one array for them all, not one per weight."""
+    table, groups, out = {}, {}, {}
+    for k in firsts:
+        found = _scaled_tree(body, k, lambda tree: table.setdefault(tree, len(table)),
+                             numbers or {})
+        if found is None or found[0] == 0.0:
+            continue
+        coef, tree = found
+        leader = groups.setdefault(tree, (k, coef))
+        if leader[0] != k:
+            out[k] = (leader[0], coef / leader[1])
+    return out
+
+
+def _number(partial, numbers):
+    """The value of a partial that is a number (a literal rule partial, a
+    one-element constant, ``numbers``' inputs), else None."""
+    if partial[0] == "in" and len(partial) == 2:
+        return numbers.get(partial[1])
+    if partial[0] == "num" and isinstance(partial[1], (int, float)):
+        return float(partial[1])
+    if partial[0] == "const" and len(partial) == 3:
+        value = np.frombuffer(partial[2], np.dtype(partial[1]))
+        if value.size == 1 and np.isfinite(value[0]):
+            return float(value[0])
+    return None
+
+
+def _scaled_tree(body, k, intern, numbers):
+    """d(region value)/d(input k) as ``(coefficient, tree)``: the numbers a
+    path multiplies the tangent by while it is the only term (a literal
+    weight, a subtraction's -1) gathered into the coefficient, the rest a
+    tree as :func:`_tangent_tree` makes it (where terms meet, each carries its
+    own coefficient in the tree); None where the value does not depend on
+    input k.  ``numbers``: input position -> value, for constant inputs."""
+    from ..ir.registry import REGISTRY
+
+    def fixed(c, t):
+        return t if c == 1.0 else intern(("mul", ("num", c), t))
+
+    vals, tans = {}, {}
+    for j, node in enumerate(body.inputs):
+        vals[node.id] = _Expr(("in", j), node.dtype)
+        tans[node.id] = (1.0, intern(("one",))) if j == k else None
+    for node in body.nodes:
+        op = REGISTRY[node.op]
+        args = [vals[a.id] for a in node.args]
+        ans = vals[node.id] = _Expr(("v", node.id), node.dtype)
+        if node.op == "where":
+            ta, tb = (tans[a.id] for a in node.args[1:])
+            if ta is None and tb is None:
+                tans[node.id] = None
+            elif ta is None or tb is None or ta[0] == tb[0]:  # (zero scales too)
+                c = (ta or tb)[0]
+                tans[node.id] = (c, intern(("select", args[0].key, ta and ta[1],
+                                            tb and tb[1])))
+            else:
+                tans[node.id] = (1.0, intern(("select", args[0].key, fixed(*ta), fixed(*tb))))
+            continue
+        terms = []
+        for j, (a, p) in enumerate(zip(node.args, op.partials, strict=True)):
+            if tans[a.id] is None or p is None or (not callable(p) and p == 0):
+                continue
+            pj = ("dual", node.id, j) if op.dual is not None else \
+                _key(p(*args, ans)) if callable(p) else ("num", p)
+            terms.append((pj, tans[a.id]))
+        if not terms:
+            tans[node.id] = None
+        elif len(terms) == 1:
+            pj, (c, t) = terms[0]
+            number = _number(pj, numbers)
+            tans[node.id] = (c * number, t) if number is not None else \
+                (c, intern(("mul", pj, t)))
+        else:
+            tans[node.id] = (1.0, intern(("add", *(intern(("mul", pj, fixed(c, t)))
+                                                    for pj, (c, t) in terms))))
+    return tans[body.nodes[-1].id]
 
 
 def _partial_expr(body, k, table):
