@@ -46,7 +46,13 @@ _LAPACK = {"numpy.linalg.solve": "smooth (LAPACK gesv; adjoint rule: the reverse
 #: what a function's row says, where it is more than "composite of primitives"
 _NOTES = {**_LAPACK,
           "numpy.pad": "modes 'constant', 'edge', 'reflect', 'symmetric', 'wrap' "
-                       "(reflect_type 'even'): composite of primitives"}
+                       "(reflect_type 'even'): composite of primitives",
+          **{f"numpy.{name}": "composite (np.sort, reads at positions from the constant q, "
+                              "numpy's interpolation); every method" for name in
+             ("quantile", "percentile")},
+          **{f"numpy.{name}": "composite (np.sort, positions from each slice's count of "
+                              "non-NaN values, one-hot reads, numpy's interpolation); every "
+                              "method" for name in ("nanquantile", "nanpercentile")}}
 
 
 def _kind(op):
