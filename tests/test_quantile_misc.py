@@ -184,3 +184,11 @@ def _assert_no_alloc(f):
 @pytest.mark.parametrize("name", sorted(QUANTILE_FAMILIES))
 def test_quantile_allocates_nothing_per_call(name):
     _assert_no_alloc(QUANTILE_FAMILIES[name])
+
+
+def test_diag_puts_zeros_beside_an_inf():
+    """(np.diag of a 1-D array was v times the identity: inf * 0 = NaN beside it.)"""
+    f = lambda v: np.concatenate([np.ravel(np.diag(v, 1)), np.ravel(np.diag(v))])  # noqa: E731
+    v = np.array([1.0, np.inf, -2.0, np.nan])
+    for backend in BACKENDS:
+        np.testing.assert_array_equal(ha.jacobian(f, v, backend=backend).value, f(v))
