@@ -1,7 +1,9 @@
-"""np.quantile / percentile / nanquantile / nanpercentile traced as
-composites (every method): values against numpy's bit for bit, gradients
-against central differences on both backends, ties, refusals and no
-allocation per call."""
+"""np.quantile / percentile / nanquantile / nanpercentile (every method),
+np.block, np.diagflat, np.linalg.cond, np.ldexp / frexp / modf, np.unwrap,
+scipy.integrate.simpson and ufunc.reduceat traced as composites: values
+against numpy's (bit for bit where numpy's arithmetic is followed),
+gradients against central differences on both backends, ties, refusals and
+no allocation per call."""
 
 import warnings
 
@@ -9,6 +11,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
+from hybridad.errors import TracingError
 from hybridad.frontend.numpy_quantile import METHODS
 from hybridad.testing import assert_no_alloc
 
@@ -186,9 +189,140 @@ def test_quantile_allocates_nothing_per_call(name):
     _assert_no_alloc(QUANTILE_FAMILIES[name])
 
 
-def test_diag_puts_zeros_beside_an_inf():
+# ----------------------------------------------------------------------------
+# the other functions
+# ----------------------------------------------------------------------------
+
+def _simpson():
+    return pytest.importorskip("scipy.integrate").simpson
+
+
+C23 = np.arange(6.0).reshape(2, 3) / 7
+XS = np.array([0.0, 0.1, 0.3, 0.35, 1.0])
+
+MISC = {
+    "block": lambda x: np.concatenate([
+        np.ravel(np.block([[x, x[:, :2] ** 2], [x[:2, :3], C23, np.ones((2, 1))]])),
+        np.block([x[0], 1.0, x[1, :2]]), np.ravel(np.block([[x[0]], [x[1]]])),
+        np.ravel(np.block([[[x[:2, :2]]], [[x[2:, 3:]]]])), np.ravel(np.block(x))]),
+    "diagflat": lambda x: np.concatenate([np.ravel(np.diagflat(x[:2, :2])),
+                                          np.ravel(np.diagflat(x[0], k=2)),
+                                          np.ravel(np.diagflat(x[1:3, 1:3] ** 2, -1))]),
+    # (finite values and derivatives; below one power of two's range, subnormal results)
+    "ldexp": lambda x: np.concatenate([np.ravel(np.ldexp(x, 3)), np.ldexp(x[0] * 1e-300, np.array(
+        [-3, 0, 5, 1000, 1020])), np.ldexp(x[1] * 1e300, [-800, -1100, -1500, -1900, -20])]),
+    "frexp": lambda x: np.concatenate([np.ravel(np.frexp(x * 1e10)[0]),
+                                       np.frexp(x[0] * 1e-300)[0] * 1e-300,
+                                       np.frexp(x[1] * 1e300)[1] * 1.0]),
+    "modf": lambda x: np.concatenate([np.ravel(np.modf(x * 3)[0]), np.modf(x[0] * 5)[1],
+                                      np.modf(x[1] * 7)[0] * np.modf(x[1] * 7)[1]]),
+    "unwrap": lambda x: np.concatenate([np.ravel(np.unwrap(x * 4)),
+                                        np.ravel(np.unwrap(x * 4, axis=0)),
+                                        np.unwrap(x[0] * 4, period=3.0, discont=2.0)]),
+    "cond": lambda x: np.stack([np.linalg.cond(x[:, :4] + 2 * np.eye(4), p) for p in
+                                (None, 2, -2, "fro", "nuc", 1, -1, np.inf, -np.inf)] +
+                               [np.linalg.cond(x), np.linalg.cond(x.T, -2)]),
+    "reduceat": lambda x: np.concatenate([
+        np.add.reduceat(x[0], [0, 2, 1, 4, 4]), np.ravel(np.add.reduceat(x, [0, 3, 1, 2], 1)),
+        np.ravel(np.add.reduceat(x, [0, 2], axis=0)),
+        np.ravel(np.multiply.reduceat(x, [0, 3, 1], axis=1)),
+        np.ravel(np.maximum.reduceat(x, [1, 3], axis=-1)),
+        np.ravel(np.minimum.reduceat(x, [3, 1], axis=1))]),
+}
+
+
+def _simpsons(x):
+    simpson = _simpson()
+    return np.stack([
+        np.sum(simpson(x)), np.sum(simpson(x[:, :4], dx=0.3)), np.sum(simpson(x, x=XS)),
+        np.sum(simpson(x[:, :4], x=XS[:4])), np.sum(simpson(x[:3], x=XS[:3], axis=0)),
+        np.sum(simpson(x[:, :2], x=XS[:2])), np.sum(simpson(x[:2], axis=0, dx=2.0)),
+        np.sum(simpson(x, x=np.cumsum(W20 ** 2, axis=1)))])
+
+
+MISC["simpson"] = _simpsons
+
+
+@pytest.mark.parametrize("name", sorted(MISC))
+def test_values(name):
+    """numpy's (and scipy's) values: bit for bit, np.linalg.cond to LAPACK's
+    rounding."""
+    f = MISC[name]
+    want = f(X)
+    for backend in BACKENDS:
+        got = ha.jacobian(f, X, backend=backend).value
+        if name == "cond":
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+        else:
+            _same(got, want)
+
+
+@pytest.mark.parametrize("name", sorted(MISC))
+def test_gradient(name):
+    weights = np.cos(np.arange(MISC[name](X).size))
+    x = X.copy()
+    x[1, 3] += 0.05  # (no tie: a max of two equal values has no derivative)
+    assert_grad(lambda x: np.sum(MISC[name](x) * weights), (x,), rtol=1e-6)
+
+
+def test_special_values_are_numpys():
+    v = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -3e-310, 1.0, -3.0, 0.5,
+                  2.0 ** -1022, 1.7976931348623157e308, -2.5, 1e-5])
+    n = np.array([-1, 2, 3, -4, 0, 60, -900, 1100, -1100, 1, -1070, -2000, 2100, -2099])
+    f = lambda v: np.concatenate([*np.frexp(v), *np.modf(v), np.ldexp(v, n)])  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want = f(v)
+    for backend in BACKENDS:
+        got = ha.jacobian(f, v, backend=backend).value
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))  # (-0.0 as numpy)
+
+
+def test_diag_and_diagflat_put_zeros_beside_an_inf():
     """(np.diag of a 1-D array was v times the identity: inf * 0 = NaN beside it.)"""
-    f = lambda v: np.concatenate([np.ravel(np.diag(v, 1)), np.ravel(np.diag(v))])  # noqa: E731
+    f = lambda v: np.concatenate([np.ravel(np.diag(v, 1)),  # noqa: E731
+                                  np.ravel(np.diagflat(v))])
     v = np.array([1.0, np.inf, -2.0, np.nan])
     for backend in BACKENDS:
         np.testing.assert_array_equal(ha.jacobian(f, v, backend=backend).value, f(v))
+
+
+def test_derivatives_of_frexp_modf_ldexp():
+    x = rand((6,), seed=5) * 40
+    res = ha.jacobian(lambda x: np.concatenate([np.frexp(x)[0], np.modf(x)[0], np.modf(x)[1],
+                                                np.ldexp(x, 7)]), x, backend="numpy")
+    e = np.frexp(x)[1]
+    want = np.concatenate([np.diag(2.0 ** -e), np.eye(6), np.zeros((6, 6)), 128 * np.eye(6)])
+    np.testing.assert_array_equal(res.jacobian, want)
+
+
+def test_unwrap_derivative_is_the_identity():
+    p = np.cumsum(rand((12,), seed=6)) * 3
+    res = ha.jacobian(lambda p: np.unwrap(p), p, backend="numba")
+    np.testing.assert_array_equal(res.value, np.unwrap(p))
+    np.testing.assert_array_equal(res.jacobian, np.eye(12))
+
+
+@pytest.mark.parametrize("f, error, match", [
+    (lambda x: np.add.reduceat(x[0], (x[1] > 0).astype(np.int64)), TracingError, "indices"),
+    (lambda x: np.add.reduceat(x[0], [0, 7]), IndexError, "out-of-bounds"),
+    (lambda x: np.add.reduceat(x, [0, 1], dtype=np.float32), NotImplementedError, "dtype"),
+    (lambda x: np.ldexp(x, (x > 0).astype(np.int64)), NotImplementedError, "`n`"),
+    (lambda x: np.ldexp(x, 1.5), TypeError, "ldexp"),
+    (lambda x: _simpson()(x[0], x=x[1]), NotImplementedError, "`x`"),
+    (lambda x: _simpson()(x[0], dx=x[1, 0]), NotImplementedError, "`dx`"),
+    (lambda x: np.unwrap(x[0], period=x[1, 0] + 6), NotImplementedError, "`period`"),
+    (lambda x: np.unwrap(x[0], discont=x[1, 0]), NotImplementedError, "`discont`"),
+    (lambda x: np.block([[x[0]], x[1]]), ValueError, "depths are mismatched"),
+    (lambda x: np.block((x, x)), TypeError, "tuple"),
+    (lambda x: np.linalg.cond(x, 1), np.linalg.LinAlgError, "square"),
+])
+def test_refusals(f, error, match):
+    with pytest.raises(error, match=match):
+        ha.gradient(lambda x: np.sum(f(x)), X, backend="numpy")
+
+
+@pytest.mark.parametrize("name", sorted(MISC))
+def test_no_allocation_per_call(name):
+    _assert_no_alloc(lambda x: np.sum(MISC[name](x) ** 2))

@@ -33,6 +33,7 @@ from . import numpy_signal  # noqa: E402,F401  (ufunc.at, bincount, convolve, in
 from . import numpy_construct  # noqa: E402,F401  (np.array, np.r_, append, select, ...)
 from . import numpy_stats  # noqa: E402,F401  (nan-reductions, cov, meshgrid, polyval, ...)
 from . import numpy_quantile  # noqa: E402,F401  (quantile, percentile and their nan forms)
+from . import numpy_misc  # noqa: E402,F401  (block, cond, ldexp, unwrap, simpson, reduceat, ...)
 from . import scipy_special, scipy_stats  # noqa: E402  (scipy's Python functions)
 from . import scipy_linalg  # noqa: E402,F401  (scipy.linalg)
 from . import host_calls  # noqa: E402  (any other function, on values needing no derivative)
