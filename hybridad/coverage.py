@@ -46,7 +46,15 @@ _LAPACK = {"numpy.linalg.solve": "smooth (LAPACK gesv; adjoint rule: the reverse
 #: what a function's row says, where it is more than "composite of primitives"
 _NOTES = {**_LAPACK,
           "numpy.pad": "modes 'constant', 'edge', 'reflect', 'symmetric', 'wrap' "
-                       "(reflect_type 'even'): composite of primitives"}
+                       "(reflect_type 'even'): composite of primitives",
+          "numpy.linalg.cond": "composite; p None, 2, -2 from singular values (LAPACK "
+                               "gesdd), the others norm(x) * norm(inv(x))",
+          **{f"numpy.{name}": "composite (np.sort, reads at positions from the constant q, "
+                              "numpy's interpolation); every method" for name in
+             ("quantile", "percentile")},
+          **{f"numpy.{name}": "composite (np.sort, positions from each slice's count of "
+                              "non-NaN values, one-hot reads, numpy's interpolation); every "
+                              "method" for name in ("nanquantile", "nanpercentile")}}
 
 
 def _kind(op):
@@ -92,12 +100,24 @@ def rows():
                     f"as numpy.{target.__name__}", both))
     out += [("ufuncs", "numpy.float_power", "smooth (power in float64)", both),
             ("ufuncs", "numpy.matmul", "smooth (BLAS)", both),
-            ("ufuncs", "numpy.conjugate", "identity (real arrays)", both)]
+            ("ufuncs", "numpy.conjugate", "identity (real arrays)", both),
+            ("ufuncs", "numpy.ldexp", "composite (x times constant powers of two; the "
+             "exponent constant)", both),
+            ("ufuncs", "numpy.frexp", "composite (exact scalings by powers of two); mantissa "
+             "2**-e, exponent none", both),
+            ("ufuncs", "numpy.modf", "composite (trunc); fractional part 1, integral part "
+             "zero", both)]
     for method in ("numpy.add.reduce", "numpy.multiply.reduce", "numpy.maximum.reduce",
                    "numpy.minimum.reduce", "numpy.logaddexp.reduce", "numpy.add.accumulate",
                    "numpy.multiply.accumulate", "numpy.add.at", "numpy.subtract.at",
                    "numpy.multiply.at", "numpy.maximum.at", "numpy.minimum.at"):
         out.append(("ufunc methods", method, "composite", both))
+    for method in ("numpy.maximum.accumulate", "numpy.minimum.accumulate",
+                   "numpy.fmax.accumulate", "numpy.fmin.accumulate"):
+        out.append(("ufunc methods", method, "composite (a log-step scan of the ufunc)", both))
+    for method in ("numpy.add.reduceat", "numpy.multiply.reduceat", "numpy.maximum.reduceat",
+                   "numpy.minimum.reduceat"):
+        out.append(("ufunc methods", method, "composite (constant indices)", both))
     out.append(("ufunc methods", "numpy.<binary ufunc>.outer", "composite (the ufunc, axes "
                 "appended to the first operand)", both))
     names = {}

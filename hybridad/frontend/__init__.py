@@ -35,6 +35,8 @@ from . import numpy_signal  # noqa: E402,F401  (ufunc.at, bincount, convolve, in
 from . import numpy_construct  # noqa: E402,F401  (np.array, np.r_, append, select, ...)
 from . import numpy_stats  # noqa: E402,F401  (nan-reductions, cov, meshgrid, polyval, ...)
 from . import numpy_map  # noqa: E402,F401  (np.vectorize, apply_along_axis: traced once, batched)
+from . import numpy_quantile  # noqa: E402,F401  (quantile, percentile and their nan forms)
+from . import numpy_misc  # noqa: E402,F401  (block, cond, ldexp, unwrap, simpson, reduceat, ...)
 from . import scipy_special, scipy_stats  # noqa: E402  (scipy's Python functions)
 from . import scipy_linalg  # noqa: E402,F401  (scipy.linalg)
 from . import scipy_filters  # noqa: E402,F401  (scipy.signal's lfilter, filtfilt)

@@ -33,8 +33,8 @@ from ..core.tracer import SURFACE, Tracer
 __all__ = ["HANDLED", "apply_function", "apply_ufunc", "getitem"]
 
 HANDLED = {}
-#: generalized ufuncs numpy 2 added (np.vecdot, np.matvec, np.vecmat) -> their
-#: traced implementations, registered by :mod:`.numpy_products`
+#: ufuncs called as composites -> their implementations: numpy 2's gufuncs (np.vecdot,
+#: np.matvec, np.vecmat: :mod:`.numpy_products`), np.ldexp, frexp, modf (:mod:`.numpy_misc`)
 GUFUNCS = {}
 #: ``out=`` into traced arrays: ``ufunc(ufunc, method, inputs, kwargs)`` and
 #: ``function(impl, func, args, kwargs)``, installed by

@@ -310,12 +310,12 @@ def diag(v, k=0):
         return diagonal(v, k)
     if v.ndim != 1:
         raise ValueError("Input must be 1- or 2-d.")
+    # one gather of v and a zero (v times the identity put NaN beside an inf)
     n = v.shape[0]
-    square = reshape(v, (n, 1)) * np.eye(n, dtype=v.dtype)
-    if k == 0:
-        return square
-    w = abs(k)
-    return pad(square, ((0, w), (w, 0)) if k > 0 else ((w, 0), (0, w)))
+    at = np.full((n + abs(k),) * 2, n, dtype=np.intp)
+    i = np.arange(n)
+    at[(i, i + k) if k >= 0 else (i - k, i)] = i
+    return gather_positions(concatenate([v, np.zeros(1, v.dtype)]), lambda p: p[at])
 
 
 @implements(np.broadcast_arrays)
