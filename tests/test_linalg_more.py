@@ -92,6 +92,8 @@ NUMPY_ROWS = {
                                 np.linalg.multi_dot([a[0], a, b]),
                                 np.linalg.multi_dot([a[1], a, a[2]])], (A, B)),
     "norms": (lambda a: [np.linalg.norm(a, o) for o in (2, -2, "nuc")], (T,)),
+    "cond": (lambda a: [np.linalg.cond(a, p) for p in (None, 2, -2, "fro", "nuc", 1, -1,
+                                                        np.inf, -np.inf)], (CB,)),
     "norms_axes": (lambda a: [np.linalg.norm(a, o, axis=(2, 1), keepdims=True)
                               for o in (2, -2, "nuc")], (STACK,)),
     "norms_other": (lambda a: [np.linalg.norm(a, 1), np.linalg.norm(a, -2, axis=1),
@@ -569,7 +571,7 @@ def test_scipy_outside_tracing_is_scipys():
 #: the numpy.linalg functions of this file (tests/test_linalg.py: the others)
 FUNCTIONS = {np.linalg.svd, np.linalg.svdvals, np.linalg.pinv, np.linalg.eig,
              np.linalg.eigvals, np.linalg.qr, np.linalg.lstsq, np.linalg.matrix_power,
-             np.linalg.matrix_norm, np.linalg.multi_dot}
+             np.linalg.matrix_norm, np.linalg.multi_dot, np.linalg.cond}
 #: the primitives of this file
 OPS = {"svd", "pinv", "qr", "eig", "eigh_evr", "solve_triangular", "lu_factor", "expm",
        "refuse_if", "solve_lu", "lu_factors", "lu_solve", "symmetric", "cho_solve"}

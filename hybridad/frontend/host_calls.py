@@ -49,6 +49,13 @@ LIBRARY_MODULES = ("scipy.special", "scipy.stats", "scipy.linalg", "scipy.integr
                    "scipy.spatial.distance", "scipy.cluster.vq")
 
 
+#: constant arrays of up to this many elements are kept in a call's template
+#: with their values (the function is probed on placeholders of its traced
+#: operands only: ``scipy.signal.medfilt``'s ``kernel_size`` as an array of
+#: ones asked for a rank outside its window)
+LITERAL_ELEMENTS = 64
+
+
 class _Encoder:
     """The literal template of a call: arrays become operands ``("a", k)``."""
 
@@ -61,6 +68,9 @@ class _Encoder:
                 value.dtype.kind == "c":  # (a complex traced value is refused below, by type)
             raise NotImplementedError(f"{self.path} of complex traced values is not supported "
                                       f"(at {user_location()})")
+        if type(value) is np.ndarray and value.size <= LITERAL_ELEMENTS and \
+                value.dtype.kind in "biuf":  # (a size, an axis list: its values, not ones)
+            return ("c", (value.dtype.str, value.shape, value.tobytes()))
         if isinstance(value, (Tracer, np.ndarray)):
             self.operands.append(value)
             return ("a", len(self.operands) - 1)

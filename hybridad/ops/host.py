@@ -86,10 +86,14 @@ register(Op("host_ufunc", "compute", _abstract, run=_run, vjp=_vjp, jvp=_jvp,
 def _build(spec, arrays):
     """The Python value a template item stands for, with operand ``k`` taken
     from ``arrays``: ``("a", k)`` an operand, ``("v", value)`` a literal,
-    ``("l", items)`` / ``("t", items)`` a list / tuple, ``("d", name)`` a dtype."""
+    ``("l", items)`` / ``("t", items)`` a list / tuple, ``("d", name)`` a dtype,
+    ``("c", (dtype, shape, bytes))`` a small constant array (a fresh copy)."""
     kind, body = spec
     if kind == "a":
         return arrays[body]
+    if kind == "c":
+        dtype, shape, data = body
+        return np.frombuffer(data, np.dtype(dtype)).reshape(shape).copy()
     if kind == "v":
         return body
     if kind == "d":
