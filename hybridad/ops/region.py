@@ -418,19 +418,13 @@ def _scaled_tree(body, k, intern, numbers):
     tree as :func:`_tangent_tree` makes it (where terms meet, each carries its
     own coefficient in the tree); None where the value does not depend on
     input k.  ``numbers``: input position -> value, for constant inputs."""
-    from ..ir.registry import REGISTRY
 
     def fixed(c, t):
         return t if c == 1.0 else intern(("mul", ("num", c), t))
 
-    vals, tans = {}, {}
-    for j, node in enumerate(body.inputs):
-        vals[node.id] = _Expr(("in", j), node.dtype)
-        tans[node.id] = (1.0, intern(("one",))) if j == k else None
-    for node in body.nodes:
-        op = REGISTRY[node.op]
-        args = [vals[a.id] for a in node.args]
-        ans = vals[node.id] = _Expr(("v", node.id), node.dtype)
+    tans = {node.id: (1.0, intern(("one",))) if j == k else None
+            for j, node in enumerate(body.inputs)}
+    for node, op, args, ans in _symbolic(body):
         if node.op == "where":
             ta, tb = (tans[a.id] for a in node.args[1:])
             if ta is None and tb is None:
@@ -442,13 +436,8 @@ def _scaled_tree(body, k, intern, numbers):
             else:
                 tans[node.id] = (1.0, intern(("select", args[0].key, fixed(*ta), fixed(*tb))))
             continue
-        terms = []
-        for j, (a, p) in enumerate(zip(node.args, op.partials, strict=True)):
-            if tans[a.id] is None or p is None or (not callable(p) and p == 0):
-                continue
-            pj = ("dual", node.id, j) if op.dual is not None else \
-                _key(p(*args, ans)) if callable(p) else ("num", p)
-            terms.append((pj, tans[a.id]))
+        terms = [(pj, tans[a.id])
+                 for a, pj in _local_partials(op, node, args, ans) if tans[a.id] is not None]
         if not terms:
             tans[node.id] = None
         elif len(terms) == 1:
@@ -460,6 +449,29 @@ def _scaled_tree(body, k, intern, numbers):
             tans[node.id] = (1.0, intern(("add", *(intern(("mul", pj, fixed(c, t)))
                                                     for pj, (c, t) in terms))))
     return tans[body.nodes[-1].id]
+
+
+def _symbolic(body):
+    """``(node, its op, its operands, its value)`` for each node of ``body``,
+    the operands and values as :class:`_Expr` symbols."""
+    from ..ir.registry import REGISTRY
+
+    vals = {node.id: _Expr(("in", j), node.dtype) for j, node in enumerate(body.inputs)}
+    for node in body.nodes:
+        args = [vals[a.id] for a in node.args]
+        ans = vals[node.id] = _Expr(("v", node.id), node.dtype)
+        yield node, REGISTRY[node.op], args, ans
+
+
+def _local_partials(op, node, args, ans):
+    """``(operand, partial key)`` of each operand of ``node`` whose partial is
+    not zero: a dual-number partial ``("dual", node id, j)``, the rule's
+    expression's key, or ``("num", p)``."""
+    for j, (a, p) in enumerate(zip(node.args, op.partials, strict=True)):
+        if p is None or (not callable(p) and p == 0):
+            continue
+        yield a, ("dual", node.id, j) if op.dual is not None else \
+            _key(p(*args, ans)) if callable(p) else ("num", p)
 
 
 def _partial_expr(body, k, table):
@@ -478,28 +490,16 @@ def _tangent_tree(body, k, intern):
     :class:`_Expr` key (the rule applied to opaque leaves ``("in", j)``, ``("v",
     node id)``, ``("const", dtype, bytes)``), ``("num", number)`` or ``("dual",
     node id, j)``; None where the value does not depend on input k."""
-    from ..ir.registry import REGISTRY
 
-    vals, tans = {}, {}
-    for j, node in enumerate(body.inputs):
-        vals[node.id] = _Expr(("in", j), node.dtype)
-        tans[node.id] = intern(("one",)) if j == k else None
-    for node in body.nodes:
-        op = REGISTRY[node.op]
-        args = [vals[a.id] for a in node.args]
-        ans = vals[node.id] = _Expr(("v", node.id), node.dtype)
+    tans = {node.id: intern(("one",)) if j == k else None for j, node in enumerate(body.inputs)}
+    for node, op, args, ans in _symbolic(body):
         if node.op == "where":
             ta, tb = (tans[a.id] for a in node.args[1:])
             tans[node.id] = None if ta is None and tb is None else \
                 intern(("select", args[0].key, ta, tb))
             continue
-        terms = []
-        for j, (a, p) in enumerate(zip(node.args, op.partials, strict=True)):
-            if tans[a.id] is None or p is None or (not callable(p) and p == 0):
-                continue
-            pj = ("dual", node.id, j) if op.dual is not None else \
-                _key(p(*args, ans)) if callable(p) else ("num", p)
-            terms.append(intern(("mul", pj, tans[a.id])))
+        terms = [intern(("mul", pj, tans[a.id]))
+                 for a, pj in _local_partials(op, node, args, ans) if tans[a.id] is not None]
         tans[node.id] = intern(("add", *terms)) if terms else None
     return tans[body.nodes[-1].id]
 
