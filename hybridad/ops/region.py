@@ -436,8 +436,7 @@ def _scaled_tree(body, k, intern, numbers):
             else:
                 tans[node.id] = (1.0, intern(("select", args[0].key, fixed(*ta), fixed(*tb))))
             continue
-        terms = [(pj, tans[a.id])
-                 for a, pj in _local_partials(op, node, args, ans) if tans[a.id] is not None]
+        terms = [(pj, tans[a.id]) for a, pj in _local_partials(op, node, args, ans, tans)]
         if not terms:
             tans[node.id] = None
         elif len(terms) == 1:
@@ -463,12 +462,13 @@ def _symbolic(body):
         yield node, REGISTRY[node.op], args, ans
 
 
-def _local_partials(op, node, args, ans):
-    """``(operand, partial key)`` of each operand of ``node`` whose partial is
-    not zero: a dual-number partial ``("dual", node id, j)``, the rule's
-    expression's key, or ``("num", p)``."""
+def _local_partials(op, node, args, ans, tans):
+    """``(operand, partial key)`` of each operand of ``node`` with a tangent in
+    ``tans`` and a partial that is not zero: a dual-number partial ``("dual",
+    node id, j)``, the rule's expression's key, or ``("num", p)``.  (Only
+    those: a partial that has no rule raises where it is asked for.)"""
     for j, (a, p) in enumerate(zip(node.args, op.partials, strict=True)):
-        if p is None or (not callable(p) and p == 0):
+        if tans[a.id] is None or p is None or (not callable(p) and p == 0):
             continue
         yield a, ("dual", node.id, j) if op.dual is not None else \
             _key(p(*args, ans)) if callable(p) else ("num", p)
@@ -499,7 +499,7 @@ def _tangent_tree(body, k, intern):
                 intern(("select", args[0].key, ta, tb))
             continue
         terms = [intern(("mul", pj, tans[a.id]))
-                 for a, pj in _local_partials(op, node, args, ans) if tans[a.id] is not None]
+                 for a, pj in _local_partials(op, node, args, ans, tans)]
         tans[node.id] = intern(("add", *terms)) if terms else None
     return tans[body.nodes[-1].id]
 
