@@ -569,9 +569,13 @@ _STRIDED = {  # captured views of other strides: read in place through a contigu
     "every_third": lambda b, b3: b.ravel()[::3][:3000],
     "block3": lambda b, b3: b3[1:, ::2, 2:12],  # (strides 120, 24, 1 elements: nested)
     "one_row_step": lambda b, b3: b[2:3, ::2],
+    # reversed along an axis (a flipped kernel): the hull from the lowest address, read backward
+    "reversed": lambda b, b3: b[::-1, :48],
+    "reversed_flat": lambda b, b3: b.ravel()[::-1][:3000],
+    "reversed_both_step": lambda b, b3: b[60:2:-2, ::-2],
+    "reversed_middle3": lambda b, b3: b3[1:, ::-2, 2:12],
 }
 _FALLBACK = {  # strides no hull reads (numba compiles these plans, as before)
-    "reversed": lambda b, b3: b[::-1, :48],
     "transposed_block": lambda b, b3: b[:, :48].T,
     "not_nested": lambda b, b3: b3[1:, ::3, 2:5],  # (strides 120, 36, 1)
 }

@@ -234,10 +234,11 @@ class _Checks:
         self.records.append((name, tuple(int(d) for d in shape), np.dtype(dtype), flags,
                              written, order))
 
-    def add_strided(self, name, hull, index, dtype):
+    def add_strided(self, name, hull, index, offset, dtype):
         """A constant passed by object and read as ``index`` of the C-contiguous
-        array ``hull`` at its data address (:func:`strided_hull`)."""
-        self.strided.append((name, hull, index, np.dtype(dtype)))
+        array ``hull`` at ``offset`` bytes from its data address
+        (:func:`strided_hull`)."""
+        self.strided.append((name, hull, index, int(offset), np.dtype(dtype)))
 
     def table(self):
         """The int64 check table (object fields filled per call)."""
@@ -264,8 +265,9 @@ class _Checks:
             for name, shape, dtype, _, _, order in self.records:
                 out.append(f"{name}d = _ld64({name}p + _ABI[1])")
                 out.append(f"{name} = " + view_at(f"{name}d", shape, dtype, order))
-            for name, hull, index, dtype in self.strided:
-                out.append(f"{name}d = _ld64({name}p + _ABI[1])")
+            for name, hull, index, offset, dtype in self.strided:
+                shift = f" - {-offset}" if offset else ""
+                out.append(f"{name}d = _ld64({name}p + _ABI[1]){shift}")
                 out.append(f"{name} = " + view_at(f"{name}d", hull, dtype) + index)
         return out
 
@@ -300,37 +302,42 @@ class _Checks:
 
 
 def strided_hull(array):
-    """``(hull, index)``: a C-contiguous shape at ``array``'s data address and
-    the index source (``"[:, :4]"``) that reads ``array`` out of it -- for a
-    view whose strides are positive, decreasing and each a multiple of the
-    next (a column block, every k-th row or element of a C array) -- else None.
-    The hull may reach past ``array``'s last element (its rows are padded to
-    the stride); only ``array``'s own elements are read."""
+    """``(hull, index, offset)``: a C-contiguous shape at ``offset`` bytes from
+    ``array``'s data address and the index source (``"[:, :4]"``) that reads
+    ``array`` out of it -- for a view whose strides, in magnitude, are
+    decreasing and each a multiple of the next (a column block, every k-th
+    row or element of a C array; reversed along any axis, ``k[::-1]``: that
+    axis read backward from the hull's lowest address) -- else None.  The
+    hull may reach past ``array``'s last element (its rows are padded to the
+    stride); only ``array``'s own elements are read."""
     size = array.itemsize
-    hull, index, prev = [], [], None
+    hull, index, prev, offset = [], [], None, 0
     for n, st in zip(array.shape, array.strides, strict=True):
         if n == 1:  # any stride: an axis of one
             hull.append(1)
             index.append(":")
             continue
-        if st <= 0 or st % size:
+        if st == 0 or st % size:
             return None
-        e = st // size
+        back = st < 0
+        if back:  # (the first element of the axis is its highest address)
+            offset += (n - 1) * st
+        e = abs(st) // size
         if prev is None:
             hull.append(n)
-            index.append(":")
+            index.append("::-1" if back else ":")
         else:
             if prev % e or n * e > prev:  # not nested, or rows that overlap
                 return None
             hull.append(prev // e)
-            index.append(f":{n}")
+            index.append(f"{n - 1}::-1" if back else f":{n}")
         prev = e
     if prev is None:
         return None  # (no axis longer than one: contiguous, not here)
     if prev > 1:  # the last axis skips elements: an axis of the stride, read at 0
         hull.append(prev)
         index.append("0")
-    return tuple(hull), "[" + ", ".join(index) + "]"
+    return tuple(hull), "[" + ", ".join(index) + "]", offset
 
 
 def _nbytes(shape, dtype):
