@@ -21,6 +21,7 @@ from ..errors import user_location
 from .numpy_api import (
     GUFUNCS,
     UFUNC_METHODS,
+    _no_kwargs,
     _norm_axis,
     _tracer,
     concatenate,
@@ -205,9 +206,7 @@ def ldexp(x, n, **kwargs):
         rounding -- numpy's values bit for bit.  The derivative is ``2.0**n``
         (inf where that overflows, as for a subnormal ``x`` scaled up).
     """
-    if kwargs:
-        raise NotImplementedError(f"hybridad: numpy.ldexp with {', '.join(kwargs)}= is not "
-                                  "supported while tracing")
+    _no_kwargs("ldexp", kwargs)
     n = _value("numpy.ldexp", "n", n)
     dtype = np.ldexp(np.zeros(1, _tracer(x).dtype), np.zeros(1, np.asarray(n).dtype)).dtype
     y = _tracer(x).astype(dtype)
@@ -234,9 +233,7 @@ def frexp(x, **kwargs):
     e : Tracer of int32
         The sum of the scalings; no derivative.
     """
-    if kwargs:
-        raise NotImplementedError(f"hybridad: numpy.frexp with {', '.join(kwargs)}= is not "
-                                  "supported while tracing")
+    _no_kwargs("frexp", kwargs)
     x = _tracer(x)
     dtype = np.frexp(np.zeros(1, x.dtype))[0].dtype
     m = x.astype(dtype)
@@ -276,9 +273,7 @@ def modf(x, **kwargs):
     integral : Tracer
         ``np.trunc(x)``; derivative 0.
     """
-    if kwargs:
-        raise NotImplementedError(f"hybridad: numpy.modf with {', '.join(kwargs)}= is not "
-                                  "supported while tracing")
+    _no_kwargs("modf", kwargs)
     x = _tracer(x)
     dtype = np.modf(np.zeros(1, x.dtype))[0].dtype
     x = x.astype(dtype)

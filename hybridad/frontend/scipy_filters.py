@@ -114,23 +114,22 @@ def lfilter_zi(b, a):
 
 
 def _extended(x, padtype, n, axis):
-    """``x`` with ``n`` samples added at each end along ``axis`` (scipy's
-    ``odd_ext``, ``even_ext``, ``const_ext``)."""
+    """``x`` with ``n`` samples added at each end along ``axis``: scipy's
+    ``even_ext`` and ``const_ext`` are np.pad's 'reflect' and 'edge';
+    ``odd_ext`` each end's value twice less the reflection."""
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (n, n)
+    if padtype != "odd":
+        return np.pad(x, widths, mode="reflect" if padtype == "even" else "edge")
+
     def part(lo, hi, step=None):
         return getitem(x, (slice(None),) * axis + (slice(lo, hi, step),))
 
     size = x.shape[axis]
-    left, right = part(0, 1), part(size - 1, size)
     left_in = part(n, 0, -1)
     right_in = part(size - 2, size - n - 2 if size - n - 2 >= 0 else None, -1)
-    if padtype == "odd":
-        pieces = [2 * left - left_in, x, 2 * right - right_in]
-    elif padtype == "even":
-        pieces = [left_in, x, right_in]
-    else:  # constant
-        reps = (1,) * axis + (n,) + (1,) * (x.ndim - axis - 1)
-        pieces = [np.tile(left, reps), x, np.tile(right, reps)]
-    return concatenate(pieces, axis=axis)
+    return concatenate([2 * part(0, 1) - left_in, x, 2 * part(size - 1, size) - right_in],
+                       axis=axis)
 
 
 @intercepts(_M, "filtfilt")

@@ -6,8 +6,9 @@ tracing (no rules of their own).
 Registered in :data:`.scipy_special.INTERCEPTED` under ``"scipy.ndimage"``
 (wrapped when hybridad or scipy.ndimage is imported, whichever is second).
 
-Each filter is :func:`.scipy_signal.slide`: one gather of the input's windows,
-extended at the edges by the positions np.pad gives for scipy's mode
+Each filter is :func:`.scipy_signal.slide` -- shifted slices of the input padded
+once for a kernel of up to 32 taps, else one gather of its windows --,
+extended at the edges as np.pad does for scipy's mode
 ('reflect' and 'grid-mirror' are np.pad's 'symmetric', 'mirror' its
 'reflect', 'nearest' its 'edge', 'wrap' and 'grid-wrap' its 'wrap',
 'constant' and 'grid-constant' ``cval``), times the weights.  ``origin``
@@ -107,9 +108,15 @@ def _correlate_nd(name, x, weights, output, mode, cval, origin, axes, convolutio
         raise RuntimeError(f"weights.ndim ({w.ndim}) must match len(axes) ({len(axes)})")
     origins = [int(o) for o in _per_axis(origin, len(axes))]
     if convolution:
-        w = w[(slice(None, None, -1),) * w.ndim]
-        origins = [-o - (0 if k & 1 else 1) for o, k in zip(origins, w.shape, strict=True)]
+        w, origins = _flipped(w, origins)
     return _filter(x, w, axes, origins, mode, cval, dtype)
+
+
+def _flipped(w, origins):
+    """A convolution as scipy's correlation: the weights reversed, each origin
+    negated, one less along an even-sized axis."""
+    return w[(slice(None, None, -1),) * w.ndim], \
+        [-o - (0 if k & 1 else 1) for o, k in zip(origins, w.shape, strict=True)]
 
 
 @intercepts(_M, "correlate")
@@ -132,8 +139,8 @@ def correlate(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *
     Returns
     -------
     Tracer
-        One gather of the extended windows times the weights: scipy's values
-        to rounding.
+        The extended input's windows times the weights
+        (:func:`.scipy_signal.slide`): scipy's values to rounding.
     """
     return _correlate_nd("correlate", input, weights, output, mode, cval, origin, axes, False)
 
@@ -157,13 +164,17 @@ def convolve(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *,
     return _correlate_nd("convolve", input, weights, output, mode, cval, origin, axes, True)
 
 
-def _along(name, x, w, axis, output, mode, cval, origin):
-    """The 1-D correlation of ``x`` with ``w`` along ``axis`` (scipy's correlate1d)."""
+def _along(name, x, w, axis, output, mode, cval, origin, convolution=False):
+    """The 1-D correlation of ``x`` with ``w`` along ``axis`` (scipy's
+    correlate1d; ``convolution``: its convolve1d)."""
     x, dtype = _input(name, x, output)
     if w.ndim != 1 or w.shape[0] < 1:
         raise RuntimeError("no filter weights given")
     axis = _norm_axis(axis, x.ndim)[0]
-    return _filter(x, w, (axis,), [int(origin)], mode, cval, dtype)
+    origins = [int(origin)]
+    if convolution:
+        w, origins = _flipped(w, origins)
+    return _filter(x, w, (axis,), origins, mode, cval, dtype)
 
 
 @intercepts(_M, "correlate1d")
@@ -181,8 +192,8 @@ def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, 
     Returns
     -------
     Tracer
-        One gather of the extended windows times the weights: scipy's values
-        to rounding.
+        The extended input's windows times the weights
+        (:func:`.scipy_signal.slide`): scipy's values to rounding.
     """
     return _along("correlate1d", input, _weights("correlate1d", weights), axis, output, mode,
                   cval, origin)
@@ -204,11 +215,8 @@ def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0,  
     Tracer
         scipy's values to rounding.
     """
-    w = _weights("convolve1d", weights)
-    if w.ndim != 1 or w.shape[0] < 1:
-        raise RuntimeError("no filter weights given")
-    origin = -int(origin) - (0 if w.shape[0] & 1 else 1)
-    return _along("convolve1d", input, w[::-1], axis, output, mode, cval, origin)
+    return _along("convolve1d", input, _weights("convolve1d", weights), axis, output, mode,
+                  cval, origin, convolution=True)
 
 
 def gaussian_kernel(sigma, order, radius):
@@ -335,8 +343,8 @@ def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0
     Returns
     -------
     Tracer
-        Each window's sum (one gather times ones) over ``size``: scipy's
-        values to rounding (scipy keeps a running sum).
+        Each window's sum over ``size`` (:func:`.scipy_signal.slide` with
+        ones): scipy's values to rounding (scipy keeps a running sum).
     """
     x, dtype = _input("uniform_filter1d", input, output)
     return _uniform_along(x, size, axis, mode, cval, origin, dtype)

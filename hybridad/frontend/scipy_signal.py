@@ -219,7 +219,7 @@ def convolve(in1, in2, mode="full", method="auto"):
     Returns
     -------
     Tracer
-        One gather of ``in1``'s windows (zero-padded) times ``in2`` flipped;
+        ``in1``'s windows (zero-padded) times ``in2`` flipped (:func:`slide`);
         scipy's values to rounding.
     """
     _method(method)
@@ -325,7 +325,7 @@ def convolve2d(in1, in2, mode="full", boundary="fill", fillvalue=0):
     Returns
     -------
     Tracer
-        One gather of ``in1``'s extended windows times ``in2`` flipped;
+        ``in1``'s extended windows times ``in2`` flipped (:func:`slide`);
         scipy's values to rounding.
     """
     in1, in2, pad = _operands_2d("convolve2d", in1, in2, boundary)
