@@ -209,7 +209,7 @@ CASES.update({
 
 @pytest.mark.parametrize("name", ["nan_reductions", "cov_corrcoef", "meshgrid", "polyval",
                                   "multi_dot", "indices_from", "fill_diagonal", "polyfit_vander",
-                                  "running_extreme"])
+                                  "running_extreme", "i0"])
 def test_composites_allocate_nothing_per_call(name):
     """The functions traced as composites allocate nothing per call; among
     them ``x[np.triu_indices_from(K, 1)]``: indices from K's shape (constants),

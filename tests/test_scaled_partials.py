@@ -13,6 +13,7 @@ import scipy.signal as ss
 from conftest import assert_grad, rand
 
 import hybridad as ha
+from hybridad.testing import assert_no_alloc
 
 TAPS = np.array([0.3, -1.1, 2.7, 0.05, -0.4, 1.9, 0.7])  # (no ratio of two is a power of two)
 
@@ -66,3 +67,12 @@ def test_the_arena_does_not_grow_with_the_weights(f, bound):
     plan = ha.compile(f, u)
     plan.gradient(u)
     assert plan.memory.total_bytes <= bound * u.nbytes, plan.explain()
+
+
+@pytest.mark.parametrize("name", ["laplacian", "convolve", "gaussian_2d"])
+def test_no_allocation_per_call(name):
+    f, shape = CASES[name]
+    x = rand(shape, seed=5)
+    plan = ha.compile(f, x)
+    res = plan.gradient(x)
+    assert_no_alloc(plan.gradient, x, out=res, n=10)

@@ -167,3 +167,14 @@ def test_refusals_name_the_problem():
         ha.gradient(lambda x: np.sum(rowdot(x, W)), x)
     with pytest.raises(np.exceptions.AxisError):
         ha.gradient(lambda x: np.sum(np.apply_along_axis(np.sum, 2, x.reshape(1, 3))), x)
+
+
+@pytest.mark.parametrize("name", ["batched", "branch_kernel", "aaa_scalar"])
+def test_float32(name):
+    """float32 elements are computed in float32, each path: the float64
+    plan's gradient to float32's rounding, and a float32 result."""
+    x = rand((4, 5), seed=11)
+    x[np.abs(x) < 0.05] = 0.3
+    got = ha.gradient(MAPS[name], x.astype(np.float32)).gradient
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, ha.gradient(MAPS[name], x).gradient, rtol=2e-4, atol=2e-5)
