@@ -704,3 +704,117 @@ def test_negative_whole_powers_in_a_plan_gradient_and_allocations(dtype):
     with count_allocations() as counts:
         plan.gradient(x, out=res)
     assert counts.allocations == 0
+
+
+def test_counter_indices_and_integer_floor_division_as_numba():
+    """Indices made of range counters (known nonnegative while translating:
+    no wraparound emitted) and of values that may be negative (wrapped as
+    numba wraps them); ``//`` and ``%`` by positive constants of both, and by
+    a runtime divisor."""
+    body = textwrap.dedent("""\
+        j = (i * 7 + 3) % 5
+        k = (i - 11) % 4
+        q = (i - 11) // 4
+        m = i // 3 + (i >> 1) + (i & 3)
+        s = x0[j] + x0[k] * q + x0[m % n] + x0[i - 1] + x0[n - 1 - i]
+        for t in range(2, n, 3):
+            s += x0[t] * x0[(t * t) % n] + x0[(t * 2) % 7] - x0[t // 2]
+        for t in range(n - 1, -1, -2):
+            s -= x0[t] * (t % 3 - t // 4)
+        out[i] = s + q * k - (i % n) + (-i) // 3 + (-i) % 5
+        """)
+    x = _EDGE64[np.isfinite(_EDGE64)]
+    _check(body, [x], np.float64)
+
+
+def _ir_of(src, nargs):
+    from hybridad.backends.jit.module import Translator
+
+    return Translator(src, _module(src)).translate("fn", nargs, "t")[0]
+
+
+def test_counter_indices_need_no_wraparound():
+    """The code a plan's loops index with: a counter's index is used as it
+    is, a difference wraps (``icmp slt ..., 0`` then a select)."""
+    def wraps(index):
+        src = _HEADER + textwrap.dedent(f"""\
+            @njit(error_model="numpy")
+            def fn(p, n):
+                x = _view(p, np.int64(32), np.float64)
+                for i in range(1, 16):
+                    for j in range(0, 8, 2):
+                        x[{index}] = x[{index}] + 1.0
+            """)
+        return _ir_of(src, 2).count("icmp slt i64") - _ir_of(
+            src.replace(f"x[{index}] = x[{index}] + 1.0", "pass"), 2).count("icmp slt i64")
+    assert wraps("i") == wraps("2 * i + j") == wraps("(i * j) % 7 + i // 2") == 0
+    assert wraps("i - 1") == 2 and wraps("j - i") == 2
+
+
+def test_the_same_source_translates_to_the_same_ir_in_every_process():
+    """Names bound differently in two branches become phis in sorted order:
+    the IR (and so the machine code) does not depend on string hashing."""
+    names = [f"v{k}" for k in range(12)]
+    src = _HEADER + "\n@njit\ndef fn(p, n):\n    x = _view(p, np.int64(4), np.float64)\n" + \
+        "".join(f"    {v} = x[{k % 4}]\n" for k, v in enumerate(names)) + \
+        "    if n > 2:\n" + "".join(f"        {v} = {v} * 2.0 + n\n" for v in names) + \
+        f"    x[0] = {' + '.join(names)}\n"
+    code = ("import sys, hashlib; sys.path.insert(0, {tests!r}); from test_jit import _ir_of; "
+            "print(hashlib.sha256(_ir_of({src!r}, 2).encode()).hexdigest())").format(
+                tests=os.path.dirname(__file__), src=src)
+    digests = set()
+    for seed in ("0", "1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=env, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        digests.add(run.stdout.strip())
+    assert len(digests) == 1
+
+
+def test_library_functions_are_compiled_once_for_every_plan(tmp_path):
+    """A library function with a loop (the argument check, the folds of a
+    sum) is an object of its own in the disk cache, compiled once for every
+    plan calling it with the same schemas: a second plan of the same shapes
+    compiles only its own program; a new process loads them all without
+    compiling; with the library objects gone, the plans are compiled again
+    (which makes them) and give the same bits."""
+    code = textwrap.dedent("""\
+        import json, re, numpy as np, hybridad as ha
+        from hybridad.backends.jit import engine
+        compiled = []
+        real = engine.compile_ir
+        def counting(text, **kw):
+            compiled.append("lib" if re.search(r'^define i32 @"hyblib[.]', text, re.M)
+                            else "program")
+            return real(text, **kw)
+        engine.compile_ir = counting
+        x = np.linspace(-1, 1, 50)
+        out = []
+        for f in (lambda x: np.sum(np.sin(x) ** 2), lambda x: np.sum(np.cos(x) ** 2)):
+            before = len(compiled)
+            g = ha.gradient(f, x)
+            out.append([compiled[before:], float(g.value), g.gradient.tolist()])
+        print(json.dumps(out))
+        """)
+    env = dict(os.environ, HYBRIDAD_CACHE_DIR=str(tmp_path))
+
+    def run():
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    cold = run()
+    (first, *v0), (second, *v1) = cold
+    assert "lib" in first and "program" in first
+    assert second == ["program"]  # (the second plan: its own program only)
+    libs = [n for n in os.listdir(tmp_path / "jit") if n.startswith("hyblib.")]
+    assert len(libs) == first.count("lib")
+    warm = run()
+    assert [w[0] for w in warm] == [[], []] and [w[1:] for w in warm] == [v0, v1]
+    for name in libs:
+        os.unlink(tmp_path / "jit" / name)
+    again = run()
+    assert "lib" in again[0][0] and [a[1:] for a in again] == [v0, v1]
+    np.testing.assert_allclose(v0[1], 2 * np.sin(np.linspace(-1, 1, 50)) *
+                               np.cos(np.linspace(-1, 1, 50)), rtol=1e-14)

@@ -91,7 +91,7 @@ def compile_function(source, fn_name, nargs, namespace):
         compiles it instead).
     """
     # (natives and parallel: the symbols they resolve, registered at import)
-    from . import engine, natives, parallel, sites, wrapper  # noqa: F401
+    from . import engine, natives, parallel, shared, sites, wrapper  # noqa: F401
     from .module import Translator
 
     key = _key(source, fn_name, nargs)
@@ -109,6 +109,10 @@ def compile_function(source, fn_name, nargs, namespace):
             try:
                 meta = json.loads(head)
             except ValueError:
+                meta = obj = None
+            # (the library functions it calls, objects of their own: gone from
+            # the cache, the program is compiled again, which makes them)
+            if meta is not None and not shared.load_symbols(meta.get("symbols", ())):
                 meta = obj = None
         if obj is None:
             translator = Translator(source, namespace())

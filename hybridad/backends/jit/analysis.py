@@ -6,7 +6,25 @@ from __future__ import annotations
 
 import ast
 
-__all__ = ["assigned_names", "upward_exposed", "reads"]
+__all__ = ["assigned_names", "loop_names", "upward_exposed", "reads"]
+
+
+def loop_names(node, target):
+    """``(assigned, exposed)`` of loop ``node`` (a ``for`` over ``target``, or
+    a ``while``): the names its body assigns, and those it may read before
+    assigning them (a ``while``'s test's too).  Kept on the node: the
+    translator asks again at every translation of the loop -- each argument
+    types, call site and retry -- and a nested loop's walk is its outer
+    loop's too."""
+    got = getattr(node, "_hybridad_loop_names", None)
+    if got is not None and got[0] == target:
+        return got[1], got[2]
+    assigned = frozenset(assigned_names(node.body))
+    exposed = upward_exposed(node.body, {target} if target is not None else set())
+    if isinstance(node, ast.While):
+        exposed |= reads(node.test)
+    node._hybridad_loop_names = (target, assigned, frozenset(exposed))
+    return assigned, frozenset(exposed)
 
 
 def assigned_names(stmts):

@@ -178,6 +178,8 @@ class Arrays:
             if i < 0:
                 return self.add(n, i)
             return i
+        if self.ops.bound(i) is not None:  # (known nonnegative: a loop's counter)
+            return i
         neg = self.b.icmp_signed("<", i, ir.Constant(_I64, 0))
         return self.b.select(neg, self.b.add(i, self.i64(n)), i)
 

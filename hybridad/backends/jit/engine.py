@@ -91,7 +91,7 @@ def object_key(*parts):
 LARGE_MODULE_LINES = 2000
 
 
-def compile_ir(text, glue=False):
+def compile_ir(text, glue=False, large=None):
     """Object code (bytes) of LLVM IR ``text``: verified, optimized as numba
     optimizes its functions (speed level 3, loop and SLP vectorization) but
     without loop interleaving (see below), and at level 2 without SLP when the
@@ -101,14 +101,16 @@ def compile_ir(text, glue=False):
     driver, :func:`hybridad.backends.jit.loop_driver`): level 2 without loop
     unrolling or vectorization.  Unrolled, a driver's two copy loops of
     ``memcpy`` calls grew from 216 lines of IR to 784 and took 100 ms of
-    LLVM -- in every fresh process, once per loop arity -- against 37 ms."""
+    LLVM -- in every fresh process, once per loop arity -- against 37 ms.
+    ``large``: whether to compile as a large module (None: by its lines; a
+    library function's own object is, :mod:`.shared`)."""
     tm, _, _ = target()
     with LOCK:
         if os.environ.get("HYBRIDAD_JIT_DEBUG") == "ir":
             with open(os.path.join(os.environ.get("TMPDIR", "/tmp"), "hybridad_jit.ll"),
                       "w") as fh:
                 fh.write(text)
-        return tm.emit_object(_optimize(text, tm, glue))
+        return tm.emit_object(_optimize(text, tm, glue, large))
 
 
 def optimized_ir(text):
@@ -119,13 +121,14 @@ def optimized_ir(text):
         return str(_optimize(text, tm))
 
 
-def _optimize(text, tm, glue=False):
+def _optimize(text, tm, glue=False, large=None):
     """``text`` parsed, verified and run through the module pipeline of
     :func:`compile_ir` (under :data:`LOCK`)."""
     llvm = _llvm()
     mod = llvm.parse_assembly(text, context=_STATE["context"])
     mod.verify()
-    large = glue or text.count("\n") > LARGE_MODULE_LINES
+    if large is None:
+        large = glue or text.count("\n") > LARGE_MODULE_LINES
     pto = llvm.create_pipeline_tuning_options(speed_level=2 if large else 3)
     pto.loop_vectorization = not glue
     if glue:  # (only calls: nothing for unrolling to gain)
@@ -257,6 +260,14 @@ def _register(names):
             prefix, resolve = max(found, key=lambda pr: len(pr[0]))  # the most specific
             llvm.add_symbol(name, resolve(name[len(prefix):]))
         done.add(name)
+
+
+def define_symbol(name, address):
+    """Register ``name`` (a library function's own object: :mod:`.shared`) at
+    ``address`` for the objects loaded after it."""
+    with LOCK:
+        _llvm().add_symbol(name, address)
+        _STATE.setdefault("registered", set()).add(name)
 
 
 def load_object(obj, symbols, names, cells=None):

@@ -10,7 +10,7 @@ import inspect
 import numpy as np
 from llvmlite import ir
 
-from . import engine
+from . import engine, shared
 from .natives import table
 from .translate import FnState, Frame, Retype, function_tree
 from .wrapper import python_entry
@@ -58,6 +58,7 @@ class Translator:
         self.functions = {}  # (name, schemas) -> (ir.Function, [result shape])
         self.parallel = False  # whether a prange loop runs on threads (see .parallel)
         self.sites = []  # object mode's calls (see .sites): the object file's metadata
+        self.bounds = {}  # what is known of integer registers (see .scalars.ScalarOps)
 
     def translate(self, fn_name, nargs, tag):
         """``(LLVM IR text, exported wrapper name, symbols)`` of ``fn_name``
@@ -65,15 +66,23 @@ class Translator:
         :mod:`.wrapper`); ``tag`` makes its exported names unique in the
         process (object files share one engine)."""
         self.tag = tag
+
+        def build():
+            fn, _ = self.function(fn_name, tuple(("s", np.dtype(np.int64))
+                                                 for _ in range(nargs)), export=tag)
+            nogil = bool(decorator_options(self.defs[fn_name]).get("nogil")) or \
+                self.parallel  # (numba's threading layer waits without the GIL)
+            return python_entry(self, fn, nargs, nogil)
+        entry = self.settled(build)
+        return str(self.module), entry, sorted(engine.external_symbols(self.module))
+
+    def settled(self, build):
+        """``build()`` in a fresh module, again with the wider types a loop
+        asked for (:class:`Retype`) until they settle."""
         for _ in range(16):
             self.reset()
             try:
-                fn, _ = self.function(fn_name, tuple(("s", np.dtype(np.int64))
-                                                     for _ in range(nargs)), export=tag)
-                nogil = bool(decorator_options(self.defs[fn_name]).get("nogil")) or \
-                    self.parallel  # (numba's threading layer waits without the GIL)
-                entry = python_entry(self, fn, nargs, nogil)
-                return str(self.module), entry, sorted(engine.external_symbols(self.module))
+                return build()
             except Retype as r:
                 if r.key in self.hints and self.hints[r.key] == r.kind:
                     raise Unsupported(f"type of {r.key} does not settle") from None
@@ -89,12 +98,14 @@ class Translator:
         return len(self.raises)
 
     # -- functions of their own: one LLVM function per argument types ---------------
-    def function(self, name, schemas, export=None, source=None):
+    def function(self, name, schemas, export=None, source=None, symbol=None):
         """``(LLVM function, result shape)`` of ``name`` (a function of the
         generated module, or ``source``: ``(key, syntax tree, globals, flags,
         parallel)`` of a library function) for arguments of ``schemas``,
         translated once: ``i32 f(i8* result, args...)`` (the result pointer
-        only where the function returns a value; shape None when none)."""
+        only where the function returns a value; shape None when none).
+        ``symbol``: the exported name of a library function's own object
+        (:mod:`.shared`)."""
         key = (name if source is None else source[0], schemas)
         got = self.functions.get(key)
         if got is not None:
@@ -108,12 +119,9 @@ class Translator:
                       bool(opts.get("parallel")))
         fkey, fdef, globals_, flags, parallel = source
         returns = _walked(self._walked, fdef)[1]
-        params = [_I8P] if returns else []
-        for s in schemas:
-            params += _param_types(s)
-        ll_name = f"{name}_{export}" if export else f"{name}.{len(self.functions)}"
-        fn = ir.Function(self.module, ir.FunctionType(_I32, params), name=ll_name)
-        if not export:
+        ll_name = symbol or (f"{name}_{export}" if export else f"{name}.{len(self.functions)}")
+        fn = ir.Function(self.module, self.signature(fdef, schemas), name=ll_name)
+        if not (export or symbol):
             fn.linkage = "internal"
         if name.startswith("_part") or fkey[0] == "lib":
             # a long body's parts stay apart (backends/numba/split.py); a
@@ -138,6 +146,23 @@ class Translator:
         state.finish()
         return fn, shape
 
+    def signature(self, fdef, schemas):
+        """The LLVM type of function ``fdef`` for arguments of ``schemas``."""
+        params = [_I8P] if _walked(self._walked, fdef)[1] else []
+        for s in schemas:
+            params += _param_types(s)
+        return ir.FunctionType(_I32, params)
+
+    def declare(self, source, schemas, symbol, shape):
+        """A library function's own object (:mod:`.shared`) as a declaration
+        in this module: ``(LLVM function, [result shape])``, as :meth:`function`."""
+        key = (source[0], schemas)
+        got = self.functions.get(key)
+        if got is None:
+            fn = ir.Function(self.module, self.signature(source[1], schemas), name=symbol)
+            got = self.functions[key] = (fn, [shape])
+        return got
+
     def call_function(self, frame, fn, args, kwargs):
         """A call of Python function (or numba dispatcher) ``fn`` from ``frame``:
         a function of the generated module is an LLVM function of its own; a
@@ -161,12 +186,16 @@ class Translator:
             raise Unsupported(f"call of {fn!r}")
         if kwargs:
             raise Unsupported("keywords in a call of a function of its own")
-        schemas, flat = [], []
-        for a in args:
-            s, regs = _schema_of(frame, a)
-            schemas.append(s)
-            flat += regs
-        callee, shape = self.function(name, tuple(schemas), source=source)
+        callee = None
+        if source is not None:
+            # a library function: its own object where it can, specialized on
+            # the numbers its call passes as constants (as LLVM would have
+            # specialized the copy in this module: a fold over a known length)
+            schemas, flat = self._schemas(frame, args, shared.constant)
+            callee, shape = shared.declaration(self, fn, name, schemas, source)
+        if callee is None:
+            schemas, flat = self._schemas(frame, args)
+            callee, shape = self.function(name, schemas, source=source)
         result = None
         if shape[0] is not None:
             regs_t = frame.register_types(shape[0])
@@ -181,6 +210,21 @@ class Translator:
         regs = [frame.b.load(frame.b.gep(result, [ir.Constant(_I32, 0), ir.Constant(_I32, k)]))
                 for k in range(len(regs_t))]
         return frame.rebuild(shape[0], regs)
+
+    @staticmethod
+    def _schemas(frame, args, constant=None):
+        """``(schemas, LLVM values)`` of a call's arguments (:func:`_schema_of`);
+        a constant ``constant(value)`` accepts is known in the callee."""
+        schemas, flat = [], []
+        for a in args:
+            if constant is not None and isinstance(a, Const) and a.dtype is not None and \
+                    constant(a.value):
+                schemas.append(("c", a.value))
+                continue
+            s, regs = _schema_of(frame, a)
+            schemas.append(s)
+            flat += regs
+        return tuple(schemas), flat
 
     def library(self, fn):
         """(syntax tree, globals, fast-math flags, parallel) of a numba dispatcher."""

@@ -24,7 +24,7 @@ import contextlib
 
 from llvmlite import ir
 
-from .analysis import assigned_names, reads, upward_exposed
+from .analysis import loop_names, reads
 from .values import I64, UNDEF, ArrayV, Const, Scalar, TupleV, Unsupported, declare
 
 __all__ = ["prange_loop", "start_threads"]
@@ -110,8 +110,8 @@ def prange_loop(frame, node, start, stop):
     """Translate ``for target in prange(start, stop): body`` (``start`` and
     ``stop`` dims) in ``frame`` as a parallel loop."""
     target = node.target.id
-    assigned = assigned_names(node.body)
-    if upward_exposed(node.body, {target}) & assigned:
+    assigned, exposed = loop_names(node, target)
+    if exposed & assigned:
         raise Unsupported("prange body carries a variable across iterations")
     if any(isinstance(n, (ast.Raise, ast.Return, ast.Break, ast.Continue))
            for s in node.body for n in ast.walk(s)):
@@ -171,7 +171,11 @@ def prange_loop(frame, node, start, stop):
         if nonneg:
             lo.set_metadata("range", bounds)
             hi.set_metadata("range", bounds)
-        _counted(kb, lo, hi, lambda i: _iteration(kf, node, target, i, env), kf.arr)
+        def iteration(i):
+            if nonneg:  # (and so the counter: no wraparound emitted, .scalars.ScalarOps.bound)
+                kf.ops.note(i, kf.ops.bound(stop))
+            _iteration(kf, node, target, i, env)
+        _counted(kb, lo, hi, iteration, kf.arr)
     kf.arr.loop_nest([rows], body)
     kb.ret_void()
     ks.finish()

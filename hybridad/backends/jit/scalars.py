@@ -40,13 +40,46 @@ _FOLD = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator
 _CMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
         "==": operator.eq, "!=": operator.ne}
 
+#: the largest exclusive upper bound :meth:`ScalarOps.bound` records: the sum
+#: or product of two bounded values is then still exact in int64
+_BOUND_LIMIT = 1 << 62
+
+
 class ScalarOps(Ufuncs):
     """Scalar operations emitted by ``builder`` with fast-math ``flags`` (a
-    tuple such as ``("contract",)``) on floating-point instructions."""
+    tuple such as ``("contract",)``) on floating-point instructions.
 
-    def __init__(self, builder, flags=()):
+    ``bounds`` (shared by the translator's frames): the int64 registers known
+    to lie in ``[0, hi)`` while translating -- a ``range`` loop's counter and
+    the sums, products, quotients and remainders made of them -- by
+    ``id(register) -> (register, hi)``.  An index known so needs no
+    wraparound (:meth:`.arrays.Arrays.wrap`) and a floor division or modulo
+    of it by a positive constant is the machine's (:meth:`_int_binop`): the
+    same values, a sixth of the instructions (numba's code has the checks,
+    and LLVM proves them away, at a cost in compile time per line)."""
+
+    def __init__(self, builder, flags=(), bounds=None):
         self.b = builder
         self.flags = tuple(flags)
+        self.bounds = {} if bounds is None else bounds
+
+    # -- what is known of integer registers ------------------------------------------
+    def bound(self, v):
+        """``hi`` when ``v`` (an int, an LLVM integer constant or register) is
+        known to lie in ``[0, hi)``, else None."""
+        if isinstance(v, int):
+            return v + 1 if v >= 0 else None
+        if isinstance(v, ir.Constant):
+            c = v.constant
+            return c + 1 if isinstance(c, int) and c >= 0 else None
+        got = self.bounds.get(id(v))
+        return got[1] if got is not None and got[0] is v else None
+
+    def note(self, v, hi):
+        """Record that register ``v`` lies in ``[0, hi)`` (``hi`` None: nothing known)."""
+        if hi is not None and hi <= _BOUND_LIMIT and isinstance(v, ir.Instruction):
+            self.bounds[id(v)] = (v, hi)
+        return v
 
     # -- values ------------------------------------------------------------------
     def const(self, value, dtype):
@@ -92,9 +125,12 @@ class ScalarOps(Ufuncs):
         if dtype.kind == "f":
             return Scalar(b.sitofp(v, t) if src.kind == "i" else b.uitofp(v, t), dtype)
         if dtype.itemsize > src.itemsize:
-            return Scalar(b.sext(v, t) if src.kind == "i" else b.zext(v, t), dtype)
+            return Scalar(self.note(b.sext(v, t) if src.kind == "i" else b.zext(v, t),
+                                    self.bound(v)), dtype)
         if dtype.itemsize < src.itemsize:
-            return Scalar(b.trunc(v, t), dtype)
+            hi = self.bound(v)
+            return Scalar(self.note(b.trunc(v, t), hi if hi is not None and
+                                    hi <= 1 << (8 * dtype.itemsize - 2) else None), dtype)
         return Scalar(v, dtype)  # same width, other signedness
 
     def truth(self, v):
@@ -180,6 +216,10 @@ class ScalarOps(Ufuncs):
 
     def _int_binop(self, op, a, c, dt):
         b = self.b
+        if dt == I64:
+            got = self._bounded_binop(op, a, c)
+            if got is not None:
+                return Scalar(got, dt)
         simple = {"+": b.add, "-": b.sub, "*": b.mul, "&": b.and_, "|": b.or_, "^": b.xor,
                   "<<": b.shl}
         if op in simple:
@@ -209,6 +249,35 @@ class ScalarOps(Ufuncs):
             res = q if op == "//" else r
             return Scalar(b.select(is_zero, zero, res), dt)  # numpy's error model: 0
         raise Unsupported(f"integer {op}")
+
+    def _bounded_binop(self, op, a, c):
+        """An int64 ``a op c`` where what is known of the operands (:meth:`bound`)
+        makes it simpler or bounds it (the same value as :meth:`_int_binop`'s
+        general code), else None."""
+        b = self.b
+        ha, hc = self.bound(a), self.bound(c)
+        if op in ("//", "%") and isinstance(c, ir.Constant) and c.constant > 0:
+            # a positive divisor: no zero or overflow case; a known nonnegative
+            # dividend needs no flooring either
+            q, r = b.sdiv(a, c), b.srem(a, c)
+            if ha is None:
+                fix = b.icmp_signed("<", r, ir.Constant(a.type, 0))
+                if op == "//":
+                    return b.select(fix, b.sub(q, ir.Constant(a.type, 1)), q)
+                return self.note(b.select(fix, b.add(r, c), r), c.constant)
+            return self.note(q, (ha - 1) // c.constant + 1) if op == "//" else \
+                self.note(r, min(ha, c.constant))
+        if ha is None or hc is None:
+            return None
+        if op == "+":
+            return self.note(b.add(a, c), ha + hc - 1)
+        if op == "*":
+            return self.note(b.mul(a, c), (ha - 1) * (hc - 1) + 1)
+        if op == "&":
+            return self.note(b.and_(a, c), min(ha, hc))
+        if op == ">>":
+            return self.note(b.ashr(a, c), ha)
+        return None
 
     def power(self, x, y):
         """``x ** y``: floats by ``pow``; an integer exponent by repeated

@@ -37,7 +37,9 @@ class Joins:
         if not edges:
             return False
         merge = self.b.append_basic_block(label)
-        names = set().union(*(e for _, e in edges))
+        # (in sorted order: the phis, and so the IR and its machine code, the
+        # same in every process whatever its string hashing)
+        names = sorted(set().union(*(e for _, e in edges)))
         joined, plan = {}, {}
         for name in names:
             vals = [e.get(name, UNDEF) for _, e in edges]

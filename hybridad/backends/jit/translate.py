@@ -27,7 +27,7 @@ import textwrap
 import numpy as np
 from llvmlite import ir
 
-from .analysis import assigned_names, reads, upward_exposed
+from .analysis import loop_names
 from .arrays import Arrays
 from .exprs import Expressions
 from .parallel import prange_loop
@@ -85,7 +85,7 @@ class Frame(Expressions, Joins):
         self.fkey = fkey
         self.fdef = fdef
         self.globals = globals_
-        self.ops = ScalarOps(state.b, flags)
+        self.ops = ScalarOps(state.b, flags, state.t.bounds)
         self.arr = Arrays(self.ops)
         self.env = {}
         self.loops = []  # [(breaks, continues)]
@@ -270,14 +270,10 @@ class Frame(Expressions, Joins):
         return self.join(edges, "if.end")
 
     # -- loops ------------------------------------------------------------------
-    def _loop(self, node, body, cond_fn, target=None, start=None, step=None):
+    def _loop(self, node, body, cond_fn, target=None, start=None, step=None, stop=None):
         """A loop: ``cond_fn(env)`` -> i1 in the header; ``target`` bound to
         the induction variable (``start``, ``+= step``) when given."""
-        assigned = assigned_names(body)
-        inner = {target} if target is not None else set()
-        exposed = upward_exposed(body, inner)
-        if not isinstance(node, ast.For):
-            exposed |= reads(node.test)
+        assigned, exposed = loop_names(node, target)
         # every name the body assigns and the loop entered with goes round the
         # loop (its value after the loop is the last one): unless its kind
         # changes in the body and the body never reads it before assigning
@@ -302,6 +298,11 @@ class Frame(Expressions, Joins):
         if target is not None:
             ind = self.b.phi(_I64, name=target)
             ind.add_incoming(self.arr.i64(start), pre_block)
+            if step and step > 0 and stop is not None:
+                # from start up to the last value that passes stop
+                lo, hi = self.ops.bound(start), self.ops.bound(stop)
+                if lo is not None and hi is not None:
+                    self.ops.note(ind, max(lo, hi + step - 1))
         env_head = dict(pre)
         for n in carried:
             env_head[n] = self.rebuild(shapes[n], phis[n])
@@ -403,7 +404,8 @@ class Frame(Expressions, Joins):
             i = self.env[name].value
             op = "<" if step_v > 0 else ">"
             return Scalar(self.b.icmp_signed(op, i, self.arr.i64(stop_d)), BOOL)
-        return self._loop(s, s.body, cond, target=name, start=start_d, step=step_v)
+        return self._loop(s, s.body, cond, target=name, start=start_d, step=step_v,
+                          stop=stop_d)
 
     def _unrolled(self, s, seq):
         """A loop over a literal tuple: its body once per item (names bound to
