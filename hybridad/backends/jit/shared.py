@@ -97,6 +97,7 @@ def _build(cls, symbol, name, schemas, source):
     shape, and to see that it may stand apart) and compiled unless the disk
     cache has it, then loaded; None where it may not stand apart."""
     t = cls("", {})
+    t.tag = symbol  # (names of its own: an object-mode site's, before it is refused)
     shape = t.settled(lambda: t.function(name, schemas, source=source, symbol=symbol)[1])
     if t.raises or t.sites or t.parallel:
         return None
