@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hashlib
 import os
 import stat
@@ -66,8 +67,10 @@ def target():
     return tm, _STATE["layout"], _STATE["triple"]
 
 
+@functools.lru_cache(maxsize=1)
 def machine_key():
-    """What machine code depends on besides the source: CPU, features, LLVM."""
+    """What machine code depends on besides the source: CPU, features, LLVM
+    (made once: 0.2 ms, asked at every library function's call site)."""
     llvm = _llvm()
     return "|".join([FORMAT, llvm.get_process_triple(), llvm.get_host_cpu_name(),
                      llvm.get_host_cpu_features().flatten(),
