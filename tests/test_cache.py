@@ -248,10 +248,19 @@ def test_unusable_dir_falls_back_to_nothing_shared(tmp_path, monkeypatch):
 
 
 def test_cli_cache_info_and_clear(cache_env, capsys):
+    """``--info`` counts and ``--clear`` deletes every file hybridad wrote:
+    the generated modules, numba's files and hybridad's compiler's objects
+    (``jit/``: a plan's program and the library functions' it calls)."""
     cache.load_function(f"X = 1\n# {uuid.uuid4().hex}\n", "X")
+    x, c = np.linspace(-1.0, 1.0, 7), float(uuid.uuid4().int % 1000)
+    ha.gradient(lambda x: np.sum(np.sin(x) * x) + c * np.sum(x), x)
+    objects = [n for n in os.listdir(cache_env / "jit") if n.endswith(".o")]
+    assert objects
     assert main(["cache", "--info"]) == 0
     text = capsys.readouterr().out
-    assert str(cache_env) in text and "1 generated modules" in text
+    modules = [n for n in os.listdir(cache_env) if n.endswith(".py")]
+    assert str(cache_env) in text and f"{len(modules)} generated modules" in text
+    assert f"{len(objects)} compiled objects" in text
     keep = cache_env / "mine.txt"
     keep.write_text("not hybridad's")
     assert main(["cache", "--clear"]) == 0

@@ -420,12 +420,18 @@ def compiled(source, fn_name, argtypes, cacheable=True):
 
 # -- the command line's cache --info and --clear -------------------------------------------
 def _entries(path):
-    """Files of the cache in ``path``: generated modules, temporaries, numba's files."""
+    """Files of the cache in ``path``: generated modules, temporaries, numba's
+    files, and hybridad's compiler's object files (``jit/``: each plan's
+    program, and the library functions' objects plans share)."""
     found = []
     for sub in (path, os.path.join(path, "__pycache__")):
         with contextlib.suppress(OSError):
             found += [os.path.join(sub, n) for n in os.listdir(sub) if n.startswith(_PREFIX)
                       or (sub == path and n.endswith(".tmp"))]
+    jit = os.path.join(path, "jit")
+    with contextlib.suppress(OSError):
+        found += [os.path.join(jit, n) for n in os.listdir(jit)
+                  if n.endswith(".o") or ".o.tmp." in n]
     return found
 
 
@@ -442,12 +448,14 @@ def info():
     files = _entries(path)
     size = sum(os.lstat(f).st_size for f in files if os.path.lexists(f))
     modules = sum(f.endswith(".py") for f in files)
+    objects = sum(f.endswith(".o") for f in files)
     lines = [f"hybridad cache: {path}",
              "  status: " + (f"REFUSED: {why}; plans are compiled in memory" if why else
                              "private, in use" if os.path.exists(path) else
                              "not created yet (created 0700 on first use)"),
-             f"  entries: {modules} generated modules, {len(files) - modules} numba and "
-             f"temporary files, {size / 2**20:.1f} MiB",
+             f"  entries: {modules} generated modules, {objects} compiled objects, "
+             f"{len(files) - modules - objects} numba and temporary files, "
+             f"{size / 2**20:.1f} MiB",
              "  set HYBRIDAD_CACHE_DIR to move it; clear it with "
              "`python -m hybridad cache --clear`"]
     return "\n".join(lines)
@@ -475,6 +483,7 @@ def clear():
     files = _entries(path)
     for f in files:
         _unlink(f)
-    with contextlib.suppress(OSError):
-        os.rmdir(os.path.join(path, "__pycache__"))  # if empty
+    for sub in ("__pycache__", "jit"):
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(path, sub))  # if empty
     return len(files)
