@@ -818,3 +818,35 @@ def test_library_functions_are_compiled_once_for_every_plan(tmp_path):
     assert "lib" in again[0][0] and [a[1:] for a in again] == [v0, v1]
     np.testing.assert_allclose(v0[1], 2 * np.sin(np.linspace(-1, 1, 50)) *
                                np.cos(np.linspace(-1, 1, 50)), rtol=1e-14)
+
+
+def test_a_plan_cached_after_the_cache_directory_moved_has_its_library_objects(tmp_path):
+    """A process that loaded a library function's object from one cache
+    directory writes it into another that lacks it, when a plan compiled
+    there calls it: a later process loads that plan without compiling."""
+    code = textwrap.dedent("""\
+        import os, sys, numpy as np, hybridad as ha
+        from hybridad.backends.jit import engine
+        compiled = []
+        real = engine.compile_ir
+        engine.compile_ir = lambda text, **kw: compiled.append(1) or real(text, **kw)
+        x = np.linspace(-1, 1, 40)
+        for arg in sys.argv[1:]:
+            where, c = arg.split("=")
+            os.environ["HYBRIDAD_CACHE_DIR"] = where
+            c = float(c)
+            ha.gradient(lambda x: np.sum(np.sin(x) * x) + c * np.sum(x ** 2), x)
+        print(len(compiled))
+        """)
+    first, second = str(tmp_path / "first"), str(tmp_path / "second")
+    env = dict(os.environ)
+    env.pop("HYBRIDAD_CACHE_DIR", None)
+    runs = []
+    for args in ((f"{first}=2", f"{second}=3"), (f"{second}=3",)):
+        p = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        runs.append(int(p.stdout.split()[-1]))
+    assert runs[0] >= 2 and runs[1] == 0
+    assert sorted(n for n in os.listdir(tmp_path / "second" / "jit") if n.startswith("hyblib.")) \
+        == sorted(n for n in os.listdir(tmp_path / "first" / "jit") if n.startswith("hyblib."))

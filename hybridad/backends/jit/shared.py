@@ -40,7 +40,11 @@ PREFIX = "hyblib."
 #: symbol -> the function's result shape, or None: it stays in its callers'
 #: modules (see the module docstring)
 _SHAPES = {}
-_LOADED = set()  # symbols whose code this process has loaded
+#: symbol -> its object as stored (its symbols' list, then the machine code), for
+#: the symbols this process has loaded: written again into a cache directory
+#: that lacks it (one set after it was loaded), so a plan cached there has all
+#: it calls
+_LOADED = {}
 
 
 def _plain(value):
@@ -87,6 +91,8 @@ def declaration(translator, fn, name, schemas, source):
         if symbol not in _SHAPES:
             _SHAPES[symbol] = _build(type(translator), symbol, name, schemas, source)
         shape = _SHAPES[symbol]
+        if shape is not None:
+            _keep(symbol)
     if shape is None:
         return None, None
     return translator.declare(source, schemas, symbol, shape[0])
@@ -107,9 +113,20 @@ def _build(cls, symbol, name, schemas, source):
         # product of 100 x 100 ran 15 % slower at level 3 with SLP, and a
         # large plan's module, where these functions used to sit, had them so)
         obj = engine.compile_ir(str(t.module), large=True)
-        engine.store_object(symbol, json.dumps({"symbols": symbols}).encode() + b"\n" + obj)
-        _load(symbol, obj, symbols)
+        blob = json.dumps({"symbols": symbols}).encode() + b"\n" + obj
+        engine.store_object(symbol, blob)
+        _load(symbol, blob)
     return shape
+
+
+def _keep(symbol):
+    """Write the object of loaded ``symbol``, and of those it calls, into the
+    cache directory where it is missing."""
+    if not engine.has_object(symbol):
+        engine.store_object(symbol, _LOADED[symbol])
+        for name in _needs(_LOADED[symbol]):
+            if name in _LOADED:
+                _keep(name)
 
 
 def load_symbols(symbols):
@@ -121,21 +138,23 @@ def load_symbols(symbols):
         if not symbol.startswith(PREFIX) or symbol in _LOADED:
             continue
         blob = engine.cached_object(symbol)
-        if blob is None:
+        needs = None if blob is None else _needs(blob)
+        if needs is None or not load_symbols(needs):
             return False
-        head, _, obj = blob.partition(b"\n")
-        try:
-            needs = json.loads(head)["symbols"]
-        except (ValueError, KeyError, TypeError):
-            return False
-        if not load_symbols(needs):
-            return False
-        _load(symbol, obj, needs)
+        _load(symbol, blob)
     return True
 
 
-def _load(symbol, obj, symbols):
-    address = engine.load_object(obj, symbols, [symbol])[symbol]
+def _needs(blob):
+    """The symbols a stored object names (None: unreadable)."""
+    try:
+        return json.loads(blob.partition(b"\n")[0])["symbols"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _load(symbol, blob):
+    address = engine.load_object(blob.partition(b"\n")[2], _needs(blob), [symbol])[symbol]
     engine.define_symbol(symbol, address)
-    _LOADED.add(symbol)
+    _LOADED[symbol] = blob
 
