@@ -23,8 +23,9 @@ def loop_names(node, target):
     exposed = upward_exposed(node.body, {target} if target is not None else set())
     if isinstance(node, ast.While):
         exposed |= reads(node.test)
-    node._hybridad_loop_names = (target, assigned, frozenset(exposed))
-    return assigned, frozenset(exposed)
+    exposed = frozenset(exposed)
+    node._hybridad_loop_names = (target, assigned, exposed)
+    return assigned, exposed
 
 
 def assigned_names(stmts):

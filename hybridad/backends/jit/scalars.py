@@ -259,14 +259,15 @@ class ScalarOps(Ufuncs):
         if op in ("//", "%") and isinstance(c, ir.Constant) and c.constant > 0:
             # a positive divisor: no zero or overflow case; a known nonnegative
             # dividend needs no flooring either
-            q, r = b.sdiv(a, c), b.srem(a, c)
-            if ha is None:
-                fix = b.icmp_signed("<", r, ir.Constant(a.type, 0))
-                if op == "//":
-                    return b.select(fix, b.sub(q, ir.Constant(a.type, 1)), q)
-                return self.note(b.select(fix, b.add(r, c), r), c.constant)
-            return self.note(q, (ha - 1) // c.constant + 1) if op == "//" else \
-                self.note(r, min(ha, c.constant))
+            if ha is not None:
+                return self.note(b.sdiv(a, c), (ha - 1) // c.constant + 1) if op == "//" \
+                    else self.note(b.srem(a, c), min(ha, c.constant))
+            r = b.srem(a, c)
+            fix = b.icmp_signed("<", r, ir.Constant(a.type, 0))
+            if op == "//":
+                q = b.sdiv(a, c)
+                return b.select(fix, b.sub(q, ir.Constant(a.type, 1)), q)
+            return self.note(b.select(fix, b.add(r, c), r), c.constant)
         if ha is None or hc is None:
             return None
         if op == "+":

@@ -51,7 +51,7 @@ def _plain(value):
     """Whether a constant argument is a plain value (its repr names it in every process)."""
     if isinstance(value, tuple):
         return all(map(_plain, value))
-    return value is None or type(value) in (bool, int, float, str) or constant(value)
+    return value is None or type(value) is str or constant(value)
 
 
 def constant(value):
@@ -115,7 +115,7 @@ def _build(cls, symbol, name, schemas, source):
         obj = engine.compile_ir(str(t.module), large=True)
         blob = json.dumps({"symbols": symbols}).encode() + b"\n" + obj
         engine.store_object(symbol, blob)
-        _load(symbol, blob)
+        _load(symbol, blob, symbols)
     return shape
 
 
@@ -141,7 +141,7 @@ def load_symbols(symbols):
         needs = None if blob is None else _needs(blob)
         if needs is None or not load_symbols(needs):
             return False
-        _load(symbol, blob)
+        _load(symbol, blob, needs)
     return True
 
 
@@ -153,8 +153,9 @@ def _needs(blob):
         return None
 
 
-def _load(symbol, blob):
-    address = engine.load_object(blob.partition(b"\n")[2], _needs(blob), [symbol])[symbol]
+def _load(symbol, blob, needs):
+    """Load ``symbol``'s stored object (``needs``: the symbols it names, loaded)."""
+    address = engine.load_object(blob.partition(b"\n")[2], needs, [symbol])[symbol]
     engine.define_symbol(symbol, address)
     _LOADED[symbol] = blob
 
