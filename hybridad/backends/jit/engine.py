@@ -33,7 +33,7 @@ __all__ = ["LOCK", "SYMBOLS", "compile_ir", "load_object", "object_key", "optimi
 LOCK = threading.RLock()
 
 #: bumped when anything changes what the compiler emits for the same source
-FORMAT = "hybridad-jit-4"
+FORMAT = "hybridad-jit-5"
 
 _STATE = {}
 
@@ -97,8 +97,9 @@ LARGE_MODULE_LINES = 2000
 def compile_ir(text, glue=False, large=None):
     """Object code (bytes) of LLVM IR ``text``: verified, optimized as numba
     optimizes its functions (speed level 3, loop and SLP vectorization) but
-    without loop interleaving (see below), and at level 2 without SLP when the
-    module is large (:data:`LARGE_MODULE_LINES`), emitted for this CPU.
+    without loop interleaving (see below), and at level 2 without SLP or loop
+    unrolling when the module is large (:data:`LARGE_MODULE_LINES`), emitted
+    for this CPU.
 
     ``glue``: code that only calls other machine code (a rolled loop's
     driver, :func:`hybridad.backends.jit.loop_driver`): level 2 without loop
@@ -106,7 +107,8 @@ def compile_ir(text, glue=False, large=None):
     ``memcpy`` calls grew from 216 lines of IR to 784 and took 100 ms of
     LLVM -- in every fresh process, once per loop arity -- against 37 ms.
     ``large``: whether to compile as a large module (None: by its lines; a
-    library function's own object is, :mod:`.shared`)."""
+    library function's own object is, :mod:`.shared`, and keeps loop
+    unrolling)."""
     tm, _, _ = target()
     with LOCK:
         if os.environ.get("HYBRIDAD_JIT_DEBUG") == "ir":
@@ -130,12 +132,21 @@ def _optimize(text, tm, glue=False, large=None):
     llvm = _llvm()
     mod = llvm.parse_assembly(text, context=_STATE["context"])
     mod.verify()
+    # no loop unrolling in a module large by its lines (nor in glue: only
+    # calls, nothing to gain): most of their loops are short ones of constant
+    # trip count (a Hessian's loop bodies, a plan of many small arrays),
+    # unrolled in full into straight-line code that code generation then
+    # pays for -- 31 % of LLVM's time over the test suite's programs -- with
+    # no call measurably faster (the benchmarks' MLPs, GP, RK4 Hessian).  A
+    # library function's own module (``large=True``) keeps it: its loops
+    # are the hot inner loops of matrix products
     if large is None:
-        large = glue or text.count("\n") > LARGE_MODULE_LINES
+        large = unrolled = glue or text.count("\n") > LARGE_MODULE_LINES
+    else:
+        unrolled = glue
     pto = llvm.create_pipeline_tuning_options(speed_level=2 if large else 3)
     pto.loop_vectorization = not glue
-    if glue:  # (only calls: nothing for unrolling to gain)
-        pto.loop_unrolling = False
+    pto.loop_unrolling = not unrolled
     # no SLP vectorization of large modules: on AVX2 CPUs (znver3, haswell)
     # LLVM 20's SLP vectorizer hit an assertion on an Adam training step's
     # module at level 2 (llvm-project#176658, #218850) -- and llvmlite's LLVM
