@@ -2,8 +2,8 @@
 
 Every region kernel's per-element function is ``__host__ __device__``
 (:mod:`hybridad.backends.cuda.source`), so the very source a GPU would run
-builds into a host program or shared library: nvcc's, device code for sm_90
-compiled too, so it is compile-checked at the same time.  nvcc compiles with
+builds into a host program or shared library; nvcc compiles its device code
+for sm_90 too, so it is compile-checked at the same time.  nvcc compiles with
 the host's headers, NVRTC (what cupy launches through) without them: where
 cupy and libnvrtc load (no GPU needed), :class:`HostLauncher` also hands each
 kernel's exact source to NVRTC, as ``cupy.RawKernel`` would.
