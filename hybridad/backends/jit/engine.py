@@ -141,12 +141,13 @@ def _optimize(text, tm, glue=False, large=None):
     # library function's own module (``large=True``) keeps it: its loops
     # are the hot inner loops of matrix products
     if large is None:
-        large = unrolled = glue or text.count("\n") > LARGE_MODULE_LINES
+        large = glue or text.count("\n") > LARGE_MODULE_LINES
+        unroll = not large
     else:
-        unrolled = glue
+        unroll = not glue
     pto = llvm.create_pipeline_tuning_options(speed_level=2 if large else 3)
     pto.loop_vectorization = not glue
-    pto.loop_unrolling = not unrolled
+    pto.loop_unrolling = unroll
     # no SLP vectorization of large modules: on AVX2 CPUs (znver3, haswell)
     # LLVM 20's SLP vectorizer hit an assertion on an Adam training step's
     # module at level 2 (llvm-project#176658, #218850) -- and llvmlite's LLVM
@@ -323,13 +324,21 @@ def _trusted(st):
         not st.st_mode & 0o022
 
 
+#: the disk cache's subdirectory of object files, each ``<key>.o`` (written
+#: through ``<key>.o.tmp.<random>``)
+OBJECTS = "jit"
+
+
+def _object_path(directory, key):
+    return os.path.join(directory, OBJECTS, key + ".o")
+
+
 def has_object(key):
     """Whether the disk cache holds object code under ``key`` (not verified)."""
     from ..._cachedir import cache_dir
 
     directory = cache_dir()
-    return directory is not None and os.path.exists(os.path.join(directory, "jit",
-                                                                  key + ".o"))
+    return directory is not None and os.path.exists(_object_path(directory, key))
 
 
 def cached_object(key):
@@ -340,7 +349,7 @@ def cached_object(key):
     directory = cache_dir()
     if directory is None:
         return None
-    path = os.path.join(directory, "jit", key + ".o")
+    path = _object_path(directory, key)
     try:
         fd = os.open(path, READ_FLAGS)
     except OSError:
@@ -367,10 +376,9 @@ def store_object(key, obj):
     directory = cache_dir()
     if directory is None:
         return
-    sub = os.path.join(directory, "jit")
+    path = _object_path(directory, key)
     try:
-        os.makedirs(sub, mode=0o700, exist_ok=True)
-        path = os.path.join(sub, key + ".o")
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         tmp = f"{path}.tmp.{uuid.uuid4().hex[:16]}"
         with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
             f.write(_MAGIC + hashlib.sha256(obj).digest() + obj)

@@ -428,9 +428,11 @@ def _entries(path):
         with contextlib.suppress(OSError):
             found += [os.path.join(sub, n) for n in os.listdir(sub) if n.startswith(_PREFIX)
                       or (sub == path and n.endswith(".tmp"))]
-    jit = os.path.join(path, "jit")
+    from ..jit.engine import OBJECTS
+
+    objects = os.path.join(path, OBJECTS)
     with contextlib.suppress(OSError):
-        found += [os.path.join(jit, n) for n in os.listdir(jit)
+        found += [os.path.join(objects, n) for n in os.listdir(objects)
                   if n.endswith(".o") or ".o.tmp." in n]
     return found
 
@@ -483,7 +485,9 @@ def clear():
     files = _entries(path)
     for f in files:
         _unlink(f)
-    for sub in ("__pycache__", "jit"):
+    from ..jit.engine import OBJECTS
+
+    for sub in ("__pycache__", OBJECTS):
         with contextlib.suppress(OSError):
             os.rmdir(os.path.join(path, sub))  # if empty
     return len(files)
