@@ -13,6 +13,9 @@ Models:
 
 * ``euler`` -- explicit Euler, ``x = x + dt * tanh(W @ x)`` for T steps
   (``hybridad.fori_loop``), then ``sum(x**2)``; gradient w.r.t. ``x0``, n = 50;
+* ``euler_wide`` -- the same at n = 1000 (not in the default list): one
+  iteration's body is a 1000 x 1000 matrix-vector product, large enough to
+  run on the threads (``threshold.BODY_PARALLEL_MIN``);
 * ``rnn`` -- an RNN over a sequence, ``h = tanh(W @ h + U @ x_t)``
   (``hybridad.scan`` over the rows ``x_t``), then ``sum(h)``; gradient w.r.t.
   ``W``; hidden 32, input 8;
@@ -46,7 +49,7 @@ its rows also print ``mem/carried``, the workspace over T x state x (1 +
 the plan's chunk).  ``--budget F`` builds hybridad's plans with
 ``memory_budget = F x`` the stored carries.
 
-    python benchmarks/bench_loops.py [--models euler rnn heat rk4_hessian]
+    python benchmarks/bench_loops.py [--models euler euler_wide rnn heat rk4_hessian]
         [--steps 100 1000 10000] [--forms explicit python] [--budget F] [--repeat N]
         [--json FILE]
 """
@@ -69,8 +72,8 @@ import numpy as np
 rng = np.random.default_rng(0)
 
 def data(model):
-    if model == "euler":
-        n = 50
+    if model in ("euler", "wide"):
+        n = 50 if model == "euler" else 1000
         return [rng.standard_normal(n), rng.standard_normal((n, n)) / np.sqrt(n)]
     if model == "rnn":
         return [np.zeros(32), rng.standard_normal((32, 32)) / np.sqrt(32),
@@ -145,13 +148,13 @@ args = data(model)
 if model == "rnn":
     args[3] = rng.standard_normal((T, 8))
 budget = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
-state = {"euler": 50, "rnn": 32, "heat": 64}.get(model, 6)
+state = {"euler": 50, "wide": 1000, "rnn": 32, "heat": 64}.get(model, 6)
 stored = T * state * 8  # the carries of every step, float64
 opts = {"memory_budget": int(budget * stored)} if budget else {}
 fori, scan = (ha.fori_loop, ha.scan) if form == "explicit" else (py_fori, py_scan)
 def model_f():
     """``(f, argnums, kind)`` of the model (a new function object each call)."""
-    if model == "euler":
+    if model in ("euler", "wide"):
         return euler(np, T, fori), 0, "gradient"
     if model == "rnn":
         return rnn(np, T, scan), 1, "gradient"
@@ -213,7 +216,7 @@ model, T = sys.argv[1], int(sys.argv[2])
 args = data(model)
 if model == "rnn":
     args[3] = rng.standard_normal((T, 8))
-if model == "euler":
+if model in ("euler", "wide"):
     fn = jax.jit(jax.value_and_grad(euler(jnp, T, jax.lax.fori_loop)))
 elif model == "rnn":
     fn = jax.jit(jax.value_and_grad(rnn(jnp, T, jax.lax.scan), argnums=1))
@@ -235,6 +238,10 @@ for _ in range(max(3, min(50, int(2e4 / T)))):
 print(json.dumps({"first_s": first, "call_us": float(np.median(times) * 1e6),
                   "workspace_b": temp_b}))
 '''
+
+
+#: a model's name in the scripts above
+_SCRIPT_NAME = {"euler_wide": "wide", "rk4_hessian": "rk4"}
 
 
 def _run(code, model, steps, env, form="explicit", budget=0.0):
@@ -270,7 +277,8 @@ def _carried(ha):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=["euler", "rnn", "heat", "rk4_hessian"])
+    parser.add_argument("--models", nargs="+", default=["euler", "rnn", "heat", "rk4_hessian"],
+                        choices=["euler", "euler_wide", "rnn", "heat", "rk4_hessian"])
     parser.add_argument("--steps", nargs="+", type=int, default=[100, 1000, 10000])
     parser.add_argument("--forms", nargs="+", default=["explicit", "python"],
                         choices=["explicit", "python"])
@@ -297,15 +305,15 @@ def main(argv=None):
             jxs, has = [], {form: [] for form in opts.forms}
             for _ in range(opts.repeat):  # (interleaved: a slow spell falls on every column)
                 if have_jax:
-                    jxs.append(_run(JAX, model.split("_")[0], steps,
+                    jxs.append(_run(JAX, _SCRIPT_NAME.get(model, model), steps,
                                     dict(os.environ, JAX_PLATFORMS="cpu")))
                 for form in opts.forms:
                     with tempfile.TemporaryDirectory() as cache:
                         env = dict(os.environ, HYBRIDAD_CACHE_DIR=cache,
                                    PYTHONPATH=str(ROOT) + os.pathsep +
                                    os.environ.get("PYTHONPATH", ""))
-                        has[form].append(_run(HYBRIDAD, model.split("_")[0], steps, env, form,
-                                              opts.budget))
+                        has[form].append(_run(HYBRIDAD, _SCRIPT_NAME.get(model, model), steps,
+                                              env, form, opts.budget))
             jx = _median(jxs)
             for form in opts.forms:
                 ha = _median(has[form])

@@ -34,8 +34,9 @@ import numpy as np
 
 from .._forksafe import Lock, RLock
 from .numba.abi import ABI
+from .numba.threshold import loops_serial
 
-__all__ = ["COMPILERS", "LoopRunner", "emit_numba", "runner", "runner_for"]
+__all__ = ["COMPILERS", "LoopRunner", "describe", "emit_numba", "runner", "runner_for"]
 
 _RUNNERS = {}
 _LOCK = Lock()
@@ -51,7 +52,9 @@ COMPILERS = {}
 
 def _key(node, backend):
     a = node.attrs
+    # (a plan built with parallel=False has runners of its own: a body may run threads)
     head = (a["body"].key, a["length"], a["start"], a["reverse"], tuple(a["order"]), backend,
+            loops_serial(),
             node.shape, node.dtype.str, tuple((n.shape, n.dtype.str) for n in node.args))
     return hashlib.sha1(repr(head).encode()).hexdigest()
 
@@ -77,6 +80,16 @@ def runner(node, backend, device=None):
             hit = _RUNNERS.setdefault(key, hit)
         hit.prepare()
     return hit
+
+
+def describe(node, backend):
+    """How loop ``node``'s iterations run on ``backend``, in words, from its
+    runner if one is compiled (None if not: nothing is compiled here).  Call
+    where the plan's :func:`~.numba.threshold.serial_loops` setting is in
+    effect (it is part of the runner's key)."""
+    with _LOCK:
+        hit = _RUNNERS.get(_key(node, backend))
+    return None if hit is None else hit.describe()
 
 
 def runner_for(key):
@@ -177,6 +190,21 @@ class LoopRunner:
         #: first: a call at a new place -- a plan's fast path handing in a seed of its
         #: own, another plan's -- allocates nothing), and the blocks free
         self._copy_rows, self._free_rows = None, list(range(2 * _PLACES))
+
+    def describe(self):
+        """How this runner runs its iterations, in words (for ``explain()``)."""
+        threads = getattr(self._prog, "parallel", False)
+        if self._drive is not None:
+            how = "one native call: the compiled driver calls the body each iteration"
+        elif self._parts_of_body is not None:
+            how = "the body's compiled function called from Python each iteration"
+        elif threads:
+            how = ("the body on the threads (one iteration is large), called from Python each "
+                   "iteration")
+        else:
+            how = ("the body's program called from Python each iteration (it switches to "
+                   "Python itself: a nested loop or a host call)")
+        return f"{self.length} iterations, {how}"
 
     def _canonical(self, pos, a):
         xp = self._xp

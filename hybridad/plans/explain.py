@@ -114,6 +114,21 @@ class ExplainMixin:
                 lines.append(f"{name}: prange loops; {choice.describe()}")
         return lines
 
+    def _loop_lines(self):
+        """How each loop node's iterations run, where its runner is compiled."""
+        if self.backend != "numba":
+            return []
+        from ..backends import loops
+        from ..backends.numba.threshold import serial_loops
+
+        out = []
+        with serial_loops(self._loops_serial):
+            for n in self.graph.nodes:
+                if n.op == "loop":
+                    how = loops.describe(n, "numba")
+                    out.append(f"loop %{n.id}: " + (how or "not compiled yet"))
+        return out
+
     def _buffer_lines(self):
         mem = self.memory
         nodes = {n.id: n for n in self.graph.nodes}
@@ -147,6 +162,7 @@ class ExplainMixin:
         if mem.held_bytes:
             out.append(f"held by loops beside the arena (carries, body workspace): "
                        f"{mem.held_bytes} bytes")
+        out += self._loop_lines()
         if self.checkpoint_levels:
             outer = self.checkpoint_outer
             out.append(f"loops checkpointed on {self.checkpoint_levels} levels for the memory "

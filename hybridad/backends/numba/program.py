@@ -567,13 +567,17 @@ def _header(consts, objects):
 
 # -- loops (hybridad.backends.loops): the body compiled as a program of its own --------------
 def compile_loop_body(graph):
-    """A loop body as one numba function (serial loops: one iteration is small)."""
+    """A loop body as one numba function: serial loops (one iteration is
+    small), unless one iteration is :data:`.threshold.BODY_PARALLEL_MIN`
+    element operations or more and the plan may use threads."""
     from ..loops import lower_body
     from .layouts import plan_numba_memory
-    from .threshold import serial_loops
+    from .threshold import BODY_PARALLEL_MIN, design_threads, loops_serial, serial_loops
 
     g = lower_body(graph, "numba")
-    with serial_loops(True):
+    serial = loops_serial() or design_threads() < 2 or \
+        work_estimate(g.nodes) < BODY_PARALLEL_MIN
+    with serial_loops(serial):
         memplan = plan_numba_memory(g)
         prog = compile_numba_program(g.nodes, g.inputs, g.outputs, memplan,
                                      memplan.allocate(np), [(n.shape, n.dtype) for n in
@@ -581,7 +585,13 @@ def compile_loop_body(graph):
                                      [(n.shape, n.dtype) for n in graph.outputs],
                                      name="loop_body", trusted=True)
     prog.memory = memplan
-    parts = prog.parts if prog.objects and not prog.heavy else None
+    # its parts -- what the runner's compiled driver calls natively, every iteration
+    # (no dispatch, no lock: the runner's own lock holds the whole loop) -- unless it
+    # runs threads or switches to Python (a nested loop's runner, a host call): then
+    # its own call, iteration by iteration.  A body heavy by its work alone (a
+    # matrix-vector product of a state of 150 or more) is one serial call like any other
+    parts = prog.parts if prog.objects and not prog.parallel and \
+        "with _objmode(" not in prog.source else None
     return prog.call, prog, parts, loop_driver
 
 

@@ -14,9 +14,10 @@ import sys
 
 from ..._settings import enabled, switch
 
-__all__ = ["GEMM_K_PARTS", "GEMM_K_ROWS", "GEMM_SMALL_RESULT", "GEMM_THREADS_MIN",
-           "GEMM_THREADS_MIN_DIM", "MATVEC_BLOCK", "OPAQUE_MIN", "PAIR_PARTS", "PAIR_ROWS",
-           "PARALLEL_MIN", "design_threads", "environment_threads", "loop_threads",
+__all__ = ["BODY_PARALLEL_MIN", "GEMM_K_PARTS", "GEMM_K_ROWS", "GEMM_SMALL_RESULT",
+           "GEMM_THREADS_MIN", "GEMM_THREADS_MIN_DIM", "MATVEC_BLOCK", "OPAQUE_MIN", "PAIR_PARTS",
+           "PAIR_ROWS",
+           "PARALLEL_MIN", "design_threads", "environment_threads", "loop_threads", "loops_serial",
            "numba_config_threads",
            "parallel_min", "serial_loops", "work_estimate"]
 
@@ -24,6 +25,16 @@ __all__ = ["GEMM_K_PARTS", "GEMM_K_ROWS", "GEMM_SMALL_RESULT", "GEMM_THREADS_MIN
 #: (below it, thread start-up costs more than it saves; see benchmarks/);
 #: ``HYBRIDAD_PARALLEL_MIN`` overrides
 PARALLEL_MIN = int(os.environ.get("HYBRIDAD_PARALLEL_MIN", "") or 1 << 15)
+
+#: fewest element operations (:func:`work_estimate`) of ONE iteration of a
+#: rolled loop's body for which the body runs its loops on the threads (where
+#: the plan may: not inside :func:`serial_loops`, more than one CPU); below it
+#: the body is one serial function the loop's compiled driver calls natively.
+#: A threaded body is called from Python each iteration (~2.5 us) and starts
+#: its threads each time.  Measured (2 cores, Euler ``x + 0.01 tanh(W x)``,
+#: gradient through 200 steps, serial body -> threaded body, ms): n = 200 1.58
+#: -> 4.42, 300 3.99 -> 6.61, 500 11.3 -> 10.1, 1000 45.7 -> 27.4
+BODY_PARALLEL_MIN = 1 << 18
 
 #: the innermost extent from which generated loops hide their trip count from
 #: LLVM (:meth:`hybridad.backends.numba.loops.LoopWriter.nest`'s ``opaque``,
@@ -138,6 +149,11 @@ def serial_loops(serial=True):
     """Generate every loop as a plain ``range`` (no worker threads) while
     active, in this thread (a plan built with ``parallel=False``)."""
     return switch("serial_loops", serial)
+
+
+def loops_serial():
+    """Whether :func:`serial_loops` is on in this thread."""
+    return enabled("serial_loops")
 
 
 def work_estimate(nodes):

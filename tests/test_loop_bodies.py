@@ -1,0 +1,106 @@
+"""How a rolled loop's iterations run on the numba backend, by the size of one
+iteration: a small body, and one heavy by its work alone (a matrix-vector
+product of a state of 192), run as one native call of the loop's compiled
+driver (no Python per iteration); a body of BODY_PARALLEL_MIN element
+operations or more runs its loops on the threads where the plan may, and
+serially in a plan built with ``parallel=False`` (runners of its own).
+Every gradient is compared with the unrolled loop on the numpy backend and
+with central finite differences, and a call allocates nothing."""
+
+import numpy as np
+import pytest
+
+import hybridad as ha
+from hybridad.backends import loops
+from hybridad.backends.numba import threshold
+from hybridad.testing import count_allocations
+
+
+def euler(T):
+    def f(x, W):
+        return np.sum(ha.fori_loop(0, T, lambda i, x: x + 0.05 * np.tanh(W @ x), x) ** 2)
+    return f
+
+
+def euler_unrolled(T):
+    def f(x, W):
+        for _ in range(T):
+            x = x + 0.05 * np.tanh(W @ x)
+        return np.sum(x ** 2)
+    return f
+
+
+def _data(n, seed=3):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(n), rng.standard_normal((n, n)) / np.sqrt(n)
+
+
+def _fd(f, x, W, directions=3, eps=1e-6):
+    """Central differences of ``f`` along a few random directions of ``x``."""
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(directions):
+        d = rng.standard_normal(x.shape)
+        out.append((d, (f(x + eps * d, W) - f(x - eps * d, W)) / (2 * eps)))
+    return out
+
+
+def _runners(plan):
+    """The compiled runners of the plan's loop nodes."""
+    with threshold.serial_loops(plan._loops_serial):
+        keys = [loops._key(n, "numba") for n in plan.graph.nodes if n.op == "loop"]
+    assert keys
+    return [loops.runner_for(k) for k in keys]
+
+
+def _check(plan, n, T):
+    x, W = _data(n)
+    res = ha.GradientResult(x)
+    plan.gradient(x, W, out=res)
+    want = ha.gradient(euler_unrolled(T), x, W, backend="numpy")
+    assert res.value == pytest.approx(want.value, rel=1e-12)
+    np.testing.assert_allclose(res.gradient, want.gradient, rtol=1e-11, atol=1e-12)
+    for d, slope in _fd(euler_unrolled(T), x, W):  # (plain numpy: the loop evaluated)
+        assert float(res.gradient @ d) == pytest.approx(slope, rel=1e-6, abs=1e-8)
+    with count_allocations() as counts:
+        for _ in range(3):
+            plan.gradient(x, W, out=res)
+    assert counts.allocations == 0, counts
+    return res
+
+
+@pytest.mark.parametrize("n", [6, 192])
+def test_a_body_small_or_heavy_by_its_work_runs_in_one_native_call(n):
+    """A state of 192: one iteration is over PARALLEL_MIN element operations
+    (its program is 'heavy': it releases the GIL), which had sent every
+    iteration through Python -- 1.9x JAX's per call at n = 150."""
+    T = 5
+    x, W = _data(n)
+    plan = ha.compile(euler(T), x, W)
+    _check(plan, n, T)
+    for r in _runners(plan):
+        assert r._drive is not None, r.describe()
+        assert "one native call" in r.describe()
+    assert "one native call" in plan.explain()
+
+
+def test_a_large_body_runs_on_the_threads_and_serially_without_them():
+    """A state of 512: a body of BODY_PARALLEL_MIN element operations runs its
+    loops on the threads where the process has two CPUs or more (45.7 -> 27.4
+    ms a gradient through 200 steps at n = 1000); a plan built with
+    ``parallel=False`` keeps its loops serial, in runners of its own.  Both
+    give the unrolled loop's gradient and allocate nothing per call."""
+    n, T = 512, 3
+    assert n * n >= threshold.BODY_PARALLEL_MIN
+    x, W = _data(n, seed=5)
+    threaded = ha.compile(euler(T), x, W)
+    serial = ha.compile(euler(T), x, W, parallel=False)
+    a, b = _check(threaded, n, T), _check(serial, n, T)
+    np.testing.assert_allclose(a.gradient, b.gradient, rtol=1e-13, atol=1e-14)
+    many = threshold.design_threads() >= 2
+    for r in _runners(threaded):
+        assert r._prog.parallel == many
+        assert ("on the threads" in r.describe()) == many
+    for r in _runners(serial):
+        assert not r._prog.parallel and r._drive is not None
+    assert not {r.key for r in _runners(threaded)} & {r.key for r in _runners(serial)}
