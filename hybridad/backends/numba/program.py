@@ -569,7 +569,8 @@ def _header(consts, objects):
 def compile_loop_body(graph):
     """A loop body as one numba function: serial loops (one iteration is
     small), unless one iteration is :data:`.threshold.BODY_PARALLEL_MIN`
-    element operations or more and the plan may use threads."""
+    element operations or more and the plan may use threads (then a loop or
+    product of the body that a plan would run on the threads does)."""
     from ..loops import lower_body
     from .layouts import plan_numba_memory
     from .threshold import BODY_PARALLEL_MIN, design_threads, loops_serial, serial_loops

@@ -27,11 +27,13 @@ __all__ = ["BODY_PARALLEL_MIN", "GEMM_K_PARTS", "GEMM_K_ROWS", "GEMM_SMALL_RESUL
 PARALLEL_MIN = int(os.environ.get("HYBRIDAD_PARALLEL_MIN", "") or 1 << 15)
 
 #: fewest element operations (:func:`work_estimate`) of ONE iteration of a
-#: rolled loop's body for which the body runs its loops on the threads (where
-#: the plan may: not inside :func:`serial_loops`, more than one CPU); below it
-#: the body is one serial function the loop's compiled driver calls natively.
-#: A threaded body is called from Python each iteration (~2.5 us) and starts
-#: its threads each time.  Measured (2 cores, Euler ``x + 0.01 tanh(W x)``,
+#: rolled loop's body for which the body's loops and products may run on the
+#: threads, by the same rules as a plan's (:data:`PARALLEL_MIN`,
+#: :data:`GEMM_THREADS_MIN`; where the plan may: not inside
+#: :func:`serial_loops`, more than one CPU); below it every loop of the body is
+#: serial, and a serial body is one function the loop's compiled driver calls
+#: natively.  A threaded body is called from Python each iteration (~2.5 us)
+#: and starts its threads each time.  Measured (2 cores, Euler ``x + 0.01 tanh(W x)``,
 #: gradient through 200 steps, serial body -> threaded body, ms): n = 200 1.58
 #: -> 4.42, 300 3.99 -> 6.61, 500 11.3 -> 10.1, 1000 45.7 -> 27.4
 BODY_PARALLEL_MIN = 1 << 18
