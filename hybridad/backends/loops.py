@@ -16,10 +16,13 @@ GPU program (``"cupy"``: the body is a GPU program of its own, its kernels
 launched per iteration from the host, its buffers on the device); the numba plan
 function calls it in object mode (one switch to Python per loop, not per
 iteration) through a module-level name the generated source binds from the
-runner's key (:func:`runner_for`), so the plan's source, and numba's disk
+runner's key (:func:`runner_named`), so the plan's source, and numba's disk
 cache of it, are the same in every process.  Runners are shared by every
 plan with the same body and trip count; one lock serializes their calls (the
-body's workspace is one).
+body's workspace is one).  The programs that call a runner hold it, and it
+goes -- its carries, its body's workspace and tables -- with the last of
+them: the registry and the generated modules (which live as long as the
+process) know it by key only.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import functools
 import hashlib
 import math
 import operator
+import weakref
 
 import numpy as np
 
@@ -36,9 +40,11 @@ from .._forksafe import Lock, RLock
 from .numba.abi import ABI
 from .numba.threshold import loops_serial
 
-__all__ = ["COMPILERS", "LoopRunner", "describe", "emit_numba", "runner", "runner_for"]
+__all__ = ["COMPILERS", "LoopRunner", "describe", "emit_numba", "runner", "runner_for",
+           "runner_named"]
 
-_RUNNERS = {}
+#: key -> runner, while a program that calls it holds it
+_RUNNERS = weakref.WeakValueDictionary()
 _LOCK = Lock()
 #: backend -> its body compiler ``compile_body(graph) -> (call(ins, outs), program,
 #: parts, make_driver)``: ``parts`` the numba program's ``(dispatcher, fixed,
@@ -93,25 +99,41 @@ def describe(node, backend):
 
 
 def runner_for(key):
-    """The runner registered under ``key`` (generated numba source binds it)."""
+    """The runner registered under ``key`` (a program that calls it holds it)."""
     return _RUNNERS[key]
+
+
+class runner_named:  # noqa: N801 -- a function to the generated source
+    """``runner_named(key)(out, *operands)`` calls the runner registered under
+    ``key``: what generated source binds at module level -- a generated module
+    lives as long as the process, so it names the runner without holding it
+    (the program made from it does, :attr:`_SourceName.keep`)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key):
+        self.key = key
+
+    def __call__(self, *args):
+        return _RUNNERS[self.key](*args)
 
 
 class _SourceName:
     """A runner as a name in generated numba source, bound at module level
-    from the runner's key (the same source in every process)."""
+    from the runner's key (the same source in every process); ``keep``: the
+    runner, for the program compiled from the source to hold."""
 
     cacheable = True
 
-    def __init__(self, key):
-        self.key, self.ident = key, "_lp_" + key[:16]
+    def __init__(self, runner):
+        self.key, self.ident, self.keep = runner.key, "_lp_" + runner.key[:16], runner
 
     def header_line(self):
         return (f"from numba import objmode as _objmode; from hybridad.backends.loops import "
-                f"runner_for as _lp_runner; {self.ident} = _lp_runner({self.key!r})")
+                f"runner_named as _lp_named; {self.ident} = _lp_named({self.key!r})")
 
     def driver(self):
-        return runner_for(self.key)
+        return runner_named(self.key)
 
 
 _DATA = None if ABI is None else ABI["data"]
@@ -124,7 +146,7 @@ _LOAD = ctypes.c_int64.from_address
 def emit_numba(e):
     """The numba emitter of a loop node (``e``: :class:`.numba.emit.Emit`): its
     runner called in object mode, one switch to Python per loop."""
-    name = e.consts.kernel(_SourceName(runner(e.node, "numba").key))
+    name = e.consts.kernel(_SourceName(runner(e.node, "numba")))
     e.w.emit("with _objmode():")
     e.w.emit(f"    {name}({', '.join([e.out, *e.a])})")
 

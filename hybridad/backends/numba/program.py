@@ -447,6 +447,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
         call, own, fixed, bound = link(source, fn_name, memplan, arenas, table, in_specs,
                                         out_specs, const_args, objects, cacheable, extra, name)
     keep = [memplan.arenas[dt] for dt in arenas] + [v for v, _ in const_args] + [table] + extra
+    # (what the source names but does not hold: its loops' runners, see backends.loops)
+    keep += [k.keep for k in consts.kernels.values() if getattr(k, "keep", None) is not None]
     checked = None
     if inlined is not None:  # (every caller but the plan's fast path: no check, slot 0)
         at = len(fixed) - len(extra) + len(inlined.values) - 1  # (the check's slot)
