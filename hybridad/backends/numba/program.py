@@ -588,11 +588,9 @@ def compile_loop_body(graph):
                                      [(n.shape, n.dtype) for n in graph.outputs],
                                      name="loop_body", trusted=True)
     prog.memory = memplan
-    # its parts -- what the runner's compiled driver calls natively, every iteration
-    # (no dispatch, no lock: the runner's own lock holds the whole loop) -- unless it
-    # runs threads or switches to Python (a nested loop's runner, a host call): then
-    # its own call, iteration by iteration.  A body heavy by its work alone (a
-    # matrix-vector product of a state of 150 or more) is one serial call like any other
+    # its parts: what the runner's driver calls natively each iteration (the runner's
+    # lock holds the loop), also where it is heavy by its work alone (a matrix-vector
+    # product of a state of 150) -- not where it runs threads or calls Python itself
     parts = prog.parts if prog.objects and not prog.parallel and \
         "with _objmode(" not in prog.source else None
     return prog.call, prog, parts, loop_driver
