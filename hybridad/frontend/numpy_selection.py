@@ -81,7 +81,7 @@ def set_items(target, index, value):
         new = _written(target, index, value)
     else:  # (a loop's `u[1:-1] = ...`: the same nodes at every step, replayed)
         new = replayed(("set_items", basic), (target, value),
-                       lambda: _written(target, index, value))
+                       lambda: _written(target, index, value, block=True))
     assign(target, new, "in-place assignment `a[index] = value`")
     return True
 
@@ -235,8 +235,59 @@ def _slab_written(target, axis, k, value, parts=None):
     return Tracer(new, trace)
 
 
-def _written(target, index, value):
-    """``target`` with ``value`` written at ``index``: a new tracer."""
+def _written_block(target, index, value):
+    """``target`` with ``value`` written into the block ``index`` selects --
+    slices of step 1 (``lap[1:-1] = ...``, ``u[1:-1, 1:-1] = ...``) -- as
+    the concatenation of the block and the parts of ``target`` around it,
+    one sliced axis at a time from the last (the derivative: slices of the
+    cotangent; a region reads the concatenation in place), or None for any
+    other index (the gather of :func:`_written`)."""
+    parts = index if type(index) is tuple else (index,)
+    ndim, shape = target.ndim, target.shape
+    if sum(p is Ellipsis for p in parts) == 1:
+        at = parts.index(Ellipsis)
+        parts = parts[:at] + (slice(None),) * (ndim - len(parts) + 1) + parts[at + 1:]
+    if len(parts) > ndim or not all(type(p) is slice for p in parts):
+        return None
+    parts = list(parts) + [slice(None)] * (ndim - len(parts))
+    bounds = [p.indices(n) for p, n in zip(parts, shape, strict=True)]
+    if any(step != 1 or stop <= start for start, stop, step in bounds):
+        return None  # (a strided or empty selection)
+    cut = [j for j, (start, stop, _) in enumerate(bounds) if (start, stop) != (0, shape[j])]
+    if not cut:
+        return None  # (the whole array: numpy's copy, by the gather)
+    v = _tracer(value)
+    if v.dtype != target.dtype:
+        v = bind("cast", v, dtype=target.dtype)
+    sel = tuple(stop - start for start, stop, _ in bounds)
+    while v.ndim > len(sel) and v.shape[0] == 1:  # numpy drops leading unit axes
+        v = reshape(v, v.shape[1:])
+    block = broadcast_to(v, sel)
+    for k in range(len(cut) - 1, -1, -1):  # (the block spans the later axes whole)
+        ax = cut[k]
+        around = [slice(None)] * ndim
+        for j in cut[:k]:
+            around[j] = slice(bounds[j][0], bounds[j][1])
+        start, stop, _ = bounds[ax]
+        pieces = []
+        if start > 0:
+            pieces.append(getitem(target, tuple(around[:ax] + [slice(0, start)] +
+                                                around[ax + 1:])))
+        pieces.append(block)
+        if stop < shape[ax]:
+            pieces.append(getitem(target, tuple(around[:ax] + [slice(stop, None)] +
+                                                around[ax + 1:])))
+        block = concatenate(pieces, axis=ax)
+    return Tracer(block.node, target._trace)  # (no view links)
+
+
+def _written(target, index, value, block=False):
+    """``target`` with ``value`` written at ``index``: a new tracer (``block``:
+    as :func:`_written_block` makes it where it can)."""
+    if block:
+        new = _written_block(target, index, value)
+        if new is not None:
+            return new
     positions = np.arange(target.size, dtype=np.intp).reshape(target.shape)
     chosen = positions[index]  # numpy checks the index (IndexError, shapes)
     v = _tracer(value)
