@@ -178,7 +178,7 @@ def slab_written(target, index, value):
         inner = slab_written(part, rest, value)
         value = inner if inner is not None else \
             replayed(("set_items", basic_key(rest)), (part, value),
-                     lambda: _written(part, rest, value))
+                     lambda: _written(part, rest, value, block=True))
     return _slab_written(target, axis, k, value, parts)
 
 
@@ -235,7 +235,7 @@ def _slab_written(target, axis, k, value, parts=None):
     return Tracer(new, trace)
 
 
-def _written_block(target, index, value):
+def _written_block(target, index, value, check=False):
     """``target`` with ``value`` written into the block ``index`` selects --
     slices of step 1 (``lap[1:-1] = ...``, ``u[1:-1, 1:-1] = ...``) -- as
     the concatenation of the block and the parts of ``target`` around it,
@@ -256,6 +256,8 @@ def _written_block(target, index, value):
     cut = [j for j, (start, stop, _) in enumerate(bounds) if (start, stop) != (0, shape[j])]
     if not cut:
         return None  # (the whole array: numpy's copy, by the gather)
+    if check:  # (only whether it is such a block)
+        return True
     v = _tracer(value)
     if v.dtype != target.dtype:
         v = bind("cast", v, dtype=target.dtype)
@@ -279,6 +281,18 @@ def _written_block(target, index, value):
                                                 around[ax + 1:])))
         block = concatenate(pieces, axis=ax)
     return Tracer(block.node, target._trace)  # (no view links)
+
+
+def block_written(target, index, value):
+    """``target`` with ``value`` written into the block of slices of step 1
+    at ``index`` (:func:`_written_block`; replayed in a loop), or None for
+    another index: a write through a view of ``target``, ``w = u[1:-1]; w +=
+    ...`` (numpy's ``u[1:-1] += ...``), :mod:`.objects`."""
+    basic = basic_key(index)
+    if basic is None or _written_block(target, index, value, check=True) is None:
+        return None
+    return replayed(("set_items", basic), (target, value),
+                    lambda: _written(target, index, value, block=True))
 
 
 def _written(target, index, value, block=False):
@@ -320,6 +334,7 @@ def write_positions(a, at, value, key=None):
 
 SURFACE.write_positions = write_positions
 SURFACE.slab_written = slab_written
+SURFACE.block_written = block_written
 
 
 # ----------------------------------------------------------------------------

@@ -268,6 +268,9 @@ def _write_through(target, value, root):
         # (a write into a slab of the root, `row = U[k]; row[1:-1] = v`: as `U[k, 1:-1] = v`)
         new = SURFACE.slab_written(Tracer(root.node, root._trace), link[1][0][1]["index"],
                                    value)
+        if new is None:  # (a block of slices of step 1, `u[1:-1] += v`: a concatenation)
+            new = SURFACE.block_written(Tracer(root.node, root._trace),
+                                        link[1][0][1]["index"], value)
     if new is None:
         new = SURFACE.write_positions(  # (the positions made only when not replayed)
             Tracer(root.node, root._trace), lambda: _positions(target, _grid(root.shape), root),
