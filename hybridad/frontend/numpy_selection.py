@@ -35,7 +35,7 @@ from .replay import basic_key, replayed
 from ..core.trace import bind
 from ..core.tracer import SURFACE, TRACED_INDEX, Tracer
 
-__all__ = ["set_items"]
+__all__ = ["masked_written", "set_items"]
 
 
 # ----------------------------------------------------------------------------
@@ -58,6 +58,8 @@ def set_items(target, index, value):
     Refused, as numpy's in-place operators are, where the write would reach
     memory the trace does not follow (an argument of ``f`` or a view of one).
     """
+    if masked_written(target, index, value):
+        return True
     index = concrete_index(index)  # (computed from values: this call's, guarded)
     if isinstance(index, Tracer) or (isinstance(index, tuple) and
                                      any(isinstance(i, Tracer) for i in index)):
@@ -84,6 +86,42 @@ def set_items(target, index, value):
                        lambda: _written(target, index, value, block=True))
     assign(target, new, "in-place assignment `a[index] = value`")
     return True
+
+
+def masked_written(target, index, value):
+    """Whether ``target[index] = value`` was traced as :func:`_masked` makes
+    it (``y[y < 0] = 0``: one graph for every mask, no decision)."""
+    new = _masked(target, index, value)
+    if new is None:
+        return False
+    assign(target, new, "in-place assignment `a[mask] = value`")
+    return True
+
+
+def _masked(target, mask, value):
+    """``target`` with ``value`` written where the traced boolean ``mask`` is
+    True -- ``np.where(mask, value, target)`` -- when ``mask`` covers
+    ``target``'s leading axes (numpy's mask index) and ``value`` broadcasts to
+    one selected element (a number, ``x[x < 0] = 0``, ``X[rows] = row``):
+    then numpy's write is the same whatever the mask holds, and no decision
+    on its values is taken (a plan made for one mask retraced at every new
+    one).  None otherwise (a value per selected element: its count decides)."""
+    if not (isinstance(mask, Tracer) and mask.dtype == np.bool_) or \
+            mask.ndim == 0 or mask.shape != target.shape[:mask.ndim]:
+        return None
+    item = target.shape[mask.ndim:]
+    shape = np.shape(value) if not isinstance(value, Tracer) else value.shape
+    if isinstance(value, (list, tuple)) or len(shape) > len(item) or \
+            any(a not in (1, b) for a, b in zip(shape[::-1], item[::-1], strict=False)):
+        return None
+    kind = value.dtype.kind if hasattr(value, "dtype") else np.asarray(value).dtype.kind
+    if kind == "c" and target.dtype.kind != "c":
+        return None  # (refused below, as numpy's complex-into-real write)
+    v = _tracer(value)
+    if v.dtype != target.dtype:
+        v = bind("cast", v, dtype=target.dtype)
+    m = reshape(mask, mask.shape + (1,) * len(item))
+    return where(m, v, Tracer(target.node, target._trace))
 
 
 def _is_view_at(value, target, basic):

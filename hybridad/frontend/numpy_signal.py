@@ -36,7 +36,7 @@ from .numpy_api import (
 )
 from .numpy_math import diff
 from .objects import assign
-from .numpy_selection import set_items
+from .numpy_selection import masked_written, set_items
 from .replay import written_back
 from .scipy_special import intercepts
 from ..core.trace import bind
@@ -229,6 +229,8 @@ def _setitem(target, index, value):
     through a fancy index (:func:`write_back`), else a plain element write
     (:func:`hybridad.frontend.numpy_selection.set_items`)."""
     if written_back(target, index, value):  # (`u[1:-1] += v`: the view wrote it)
+        return True
+    if masked_written(target, index, value):  # (`y[y < 0] = 0`: np.where, no decision)
         return True
     index = concrete_index(index)  # (computed from values: this call's, guarded)
     return write_back(target, index, value) or set_items(target, index, value)
