@@ -31,7 +31,8 @@ from .observe import OBSERVED, note_value_operand, paused, quiet
 #: ``assign`` (in-place operators), installed by :mod:`hybridad.frontend.objects`,
 #: ``setitem`` (``a[idx] op= v``), installed by :mod:`hybridad.frontend.numpy_signal`,
 #: and ``write_positions`` (an array with some elements replaced), ``slab_written``
-#: and ``block_written`` (a slab's, a block's), installed by
+#: and ``block_written`` (a slab's, a block's), ``traced_take`` (``x[i]`` with
+#: integers computed from values), installed by
 #: :mod:`hybridad.frontend.numpy_selection`, and ``namespace`` (the array API
 #: namespace), installed by :mod:`hybridad.frontend.array_api`, and
 #: ``replayed_binary`` / ``replayed_unary`` (an operator's or a ufunc's recipe,
@@ -40,6 +41,7 @@ from .observe import OBSERVED, note_value_operand, paused, quiet
 SURFACE = types.SimpleNamespace(apply_ufunc=None, apply_function=None, getitem=None,
                                 assign=None, setitem=None, write_positions=None,
                                 slab_written=None, block_written=None, namespace=None,
+                                traced_take=lambda x, index: None,
                                 replayed_binary=lambda ufunc, operands: None,
                                 replayed_unary=lambda ufunc, x: None)
 

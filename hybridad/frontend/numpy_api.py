@@ -521,7 +521,8 @@ def _is_advanced(index):
         if isinstance(k, Tracer):
             if k.dtype == np.bool_:
                 _value_dependent_mask()
-            _index_error("a traced array used as an index")
+            raise TracingError(f"a traced array used as an index at {user_location()}: indices "
+                               "must be Python ints, slices or constant arrays")
         if isinstance(k, (np.ndarray, list, bool, np.bool_)):
             return True
     return False
@@ -564,15 +565,13 @@ def _normalize_index(index, shape):
     return tuple(out)
 
 
-def _index_error(what):
-    raise TracingError(f"{what} at {user_location()}: indices must be Python ints, slices or "
-                       "constant arrays")
-
-
 def getitem(x, index):
     """``x[index]``: a view for basic indices, a numpy scalar for a full
     integer index, a new array for advanced indices (as numpy)."""
     x = _tracer(x)
+    taken = SURFACE.traced_take(x, index)  # (integers computed from values: gathered)
+    if taken is not None:
+        return taken
     index = concrete_index(index)  # (indices computed from values: this call's, guarded)
     if _is_advanced(index):
         r = settle(gather_positions(x, lambda pos: pos[index]), [x], "array")

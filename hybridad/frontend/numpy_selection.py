@@ -7,12 +7,14 @@ one ``sort_pack`` primitive (np.sort, np.argsort, np.partition, np.median).
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
 
 from ..errors import TracingError, user_location
 from ..core.decisions import concrete_index, decide
+from ..ops.batch_helpers import contiguous
 from .numpy_api import (
     HANDLED,
     _no_kwargs,
@@ -30,7 +32,7 @@ from .numpy_api import (
 )
 from .numpy_math import _float
 from .numpy_reductions import mean as _mean_of
-from .objects import assign
+from .objects import assign, settle
 from .replay import basic_key, replayed
 from ..core.trace import bind
 from ..core.tracer import SURFACE, TRACED_INDEX, Tracer
@@ -376,6 +378,62 @@ SURFACE.block_written = block_written
 
 
 # ----------------------------------------------------------------------------
+# x[i] with integers computed from values: one gather at positions the plan computes
+# ----------------------------------------------------------------------------
+
+def traced_take(x, index):
+    """``x[index]`` where ``index`` holds integer arrays computed from traced
+    values (``table[np.searchsorted(grid, x)]``, ``x[np.argmax(x)]``,
+    ``A[i, j]``) along ``x``'s leading axes -- numpy's advanced indexing, a
+    copy; or a 0-d one per axis of ``x``, an element -- as one ``gather`` at
+    flat positions the plan computes from them at every call (negative ones
+    wrapped, as numpy).  The one decision taken is that every index is in
+    range (a guard: an out-of-range call traces numpy's own IndexError),
+    not each index's value: before, a plan retraced and compiled at every
+    call whose indices differed.  None for any other index, or where the
+    trace has no values to guard with (the general path decides as before).
+    The derivative flows to ``x`` by a scatter-add (a repeated index adds)."""
+    parts = index if type(index) is tuple else (index,)
+    if not any(isinstance(p, Tracer) for p in parts) or len(parts) > x.ndim or \
+            not all(isinstance(p, Tracer) and p.dtype.kind in "iu" or
+                    isinstance(p, (int, np.integer)) and not isinstance(p, (bool, np.bool_))
+                    for p in parts):
+        return None
+    m = len(parts)
+    if m < x.ndim and all(np.ndim(p) == 0 for p in parts):
+        return None  # (x[i] of a row: a view in numpy)
+    ok, pos = None, []
+    for a, p in enumerate(parts):
+        n = x.shape[a]
+        if not isinstance(p, Tracer):
+            if not -n <= int(p) < n:
+                return None  # (numpy's IndexError, on the general path)
+            pos.append(int(p) % n)
+            continue
+        p = p.astype(np.intp)
+        inside = np.all((p >= -n) & (p < n))
+        ok = inside if ok is None else ok & inside
+        pos.append(where(p < 0, p + n, p))
+    if decide(ok, "bool") is not True:  # (an index out of range: numpy's error)
+        return None
+    stride, flat = 1, 0
+    for a in range(x.ndim - 1, -1, -1):
+        if a < m:
+            flat = flat + pos[a] * stride
+        stride *= x.shape[a]
+    rest = x.shape[m:]
+    if rest:
+        flat = np.expand_dims(flat, -1) + np.arange(math.prod(rest), dtype=np.intp)
+    shape = np.shape(flat)[:-1] + rest if rest else np.shape(flat)
+    r = bind("gather", contiguous(x), _tracer(flat))
+    r = reshape(r, shape)
+    return settle(r, [x], "array" if np.ndim(flat) else "new")
+
+
+SURFACE.traced_take = traced_take
+
+
+# ----------------------------------------------------------------------------
 # selections with constant indices: one gather each
 # ----------------------------------------------------------------------------
 
@@ -392,6 +450,11 @@ def _const_indices(name, indices):
 @implements(np.take)
 def take(a, indices, axis=None, out=None, mode="raise"):
     _no_kwargs("take", {"out": out})
+    if isinstance(a, Tracer) and isinstance(indices, Tracer) and mode == "raise" and \
+            axis in (None, 0, -a.ndim):  # (integers computed from values: gathered, guarded
+        got = traced_take(a if axis is not None else ravel(a), indices)  # in range)
+        if got is not None:
+            return got
     indices = _const_indices("take", indices)
     return gather_positions(a, lambda pos: np.take(pos, indices, axis=axis, mode=mode))
 
