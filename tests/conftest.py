@@ -56,6 +56,19 @@ def slow_on_numba(*keep):
     return marks
 
 
+def directional_difference(f, args, argnum, eps=1e-6, seed=1):
+    """``(d, slope)``: a random direction ``d`` of argument ``argnum`` and the
+    central difference of ``f(*args)`` along it (to compare with the
+    gradient's ``sum(g * d)``)."""
+    d = np.random.default_rng(seed).standard_normal(np.shape(args[argnum]))
+
+    def at(s):
+        a = list(args)
+        a[argnum] = args[argnum] + s * d
+        return f(*a)
+    return d, (at(eps) - at(-eps)) / (2 * eps)
+
+
 def hessian_fd(f, x, h=1e-5):
     """Central differences of the numerical gradient (a dense Hessian)."""
     cols = []

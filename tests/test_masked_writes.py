@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
+from conftest import directional_difference
 from hybridad.testing import count_allocations
 
 RNG = np.random.default_rng(5)
@@ -60,17 +61,6 @@ CASES = [(relu_sq, [(60,)]), (clip_both, [(40,)]), (through_a_view, [(30,)]),
          (in_a_loop, [(25,)])]
 
 
-def _fd(f, args, argnum, eps=1e-6):
-    rng = np.random.default_rng(1)
-    d = rng.standard_normal(args[argnum].shape)
-
-    def at(s):
-        a = list(args)
-        a[argnum] = args[argnum] + s * d
-        return f(*a)
-    return d, (at(eps) - at(-eps)) / (2 * eps)
-
-
 @pytest.mark.parametrize("f, shapes", CASES, ids=[f.__name__ for f, _ in CASES])
 def test_a_mask_write_is_one_graph_for_every_mask(f, shapes):
     (shape,) = shapes
@@ -82,7 +72,7 @@ def test_a_mask_write_is_one_graph_for_every_mask(f, shapes):
         for x in xs:
             plan.gradient(x, out=res)
             assert res.value == pytest.approx(f(x), rel=1e-12)
-            d, slope = _fd(f, [x], 0)
+            d, slope = directional_difference(f, [x], 0)
             assert float(np.sum(res.gradient * d)) == pytest.approx(slope, rel=1e-6, abs=1e-8)
     assert "decisions on values" not in plan.explain()
     with count_allocations() as counts:
@@ -99,7 +89,7 @@ def test_a_row_mask_with_a_traced_row():
         res = plan.gradient(Xk, w)
         assert res.value == pytest.approx(rows(Xk, w), rel=1e-12)
         for j in (0, 1):
-            d, slope = _fd(rows, [Xk, w], j)
+            d, slope = directional_difference(rows, [Xk, w], j)
             assert float(np.sum(res.gradient[j] * d)) == pytest.approx(slope, rel=1e-6, abs=1e-8)
     assert "decisions on values" not in plan.explain()
 
@@ -130,6 +120,6 @@ def test_integer_and_nan_masks_and_a_value_per_element():
             for z in (x, x2):
                 res = plan.gradient(z)
                 assert res.value == pytest.approx(f(z), rel=1e-12)
-                d, slope = _fd(f, [z], 0)
+                d, slope = directional_difference(f, [z], 0)
                 assert float(np.sum(res.gradient * d)) == pytest.approx(slope, rel=1e-5,
                                                                         abs=1e-8)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
+from conftest import directional_difference
 from hybridad.testing import count_allocations
 
 def lookup(x, table):
@@ -50,16 +51,6 @@ CASES = [
 ]
 
 
-def _fd(f, args, argnum, eps=1e-6):
-    d = np.random.default_rng(1).standard_normal(args[argnum].shape)
-
-    def at(s):
-        a = list(args)
-        a[argnum] = args[argnum] + s * d
-        return f(*a)
-    return d, (at(eps) - at(-eps)) / (2 * eps)
-
-
 @pytest.mark.parametrize("f, make", CASES, ids=[f.__name__ for f, _ in CASES])
 def test_traced_indices_are_one_graph_for_every_value(f, make):
     args = make(np.random.default_rng(0))
@@ -72,7 +63,7 @@ def test_traced_indices_are_one_graph_for_every_value(f, make):
             plan.gradient(*args, out=res)
             assert res.value == pytest.approx(f(*args), rel=1e-12)
             for j in (0, 1):
-                d, slope = _fd(f, args, j)
+                d, slope = directional_difference(f, args, j)
                 got = float(np.sum(res.gradient[j] * d))
                 assert got == pytest.approx(slope, rel=1e-5, abs=1e-7), (k, j)
     assert len(plan._specializations) == 0
@@ -112,5 +103,5 @@ def test_a_traced_int_into_a_row_keeps_the_view_and_decides():
     x, X = rng.standard_normal(3), rng.standard_normal((3, 3))
     res = ha.gradient(f, x, X, argnums=(0, 1))
     assert res.value == pytest.approx(f(x, X), rel=1e-12)
-    d, slope = _fd(f, [x, X], 1)
+    d, slope = directional_difference(f, [x, X], 1)
     assert float(np.sum(res.gradient[1] * d)) == pytest.approx(slope, rel=1e-6)
