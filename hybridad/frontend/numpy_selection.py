@@ -60,8 +60,6 @@ def set_items(target, index, value):
     Refused, as numpy's in-place operators are, where the write would reach
     memory the trace does not follow (an argument of ``f`` or a view of one).
     """
-    if masked_written(target, index, value):
-        return True
     index = concrete_index(index)  # (computed from values: this call's, guarded)
     if isinstance(index, Tracer) or (isinstance(index, tuple) and
                                      any(isinstance(i, Tracer) for i in index)):
@@ -119,11 +117,22 @@ def _masked(target, mask, value):
     kind = value.dtype.kind if hasattr(value, "dtype") else np.asarray(value).dtype.kind
     if kind == "c" and target.dtype.kind != "c":
         return None  # (refused below, as numpy's complex-into-real write)
-    v = _tracer(value)
-    if v.dtype != target.dtype:
-        v = bind("cast", v, dtype=target.dtype)
     m = reshape(mask, mask.shape + (1,) * len(item))
-    return where(m, v, Tracer(target.node, target._trace))
+    return where(m, _as_written(value, target.dtype), Tracer(target.node, target._trace))
+
+
+def _as_written(value, dtype, shape=None):
+    """``value`` as numpy's element write stores it: cast to the target's
+    ``dtype`` and, given the selection's ``shape``, broadcast to it (numpy
+    drops the value's leading unit axes first)."""
+    v = _tracer(value)
+    if v.dtype != dtype:
+        v = bind("cast", v, dtype=dtype)
+    if shape is None:
+        return v
+    while v.ndim > len(shape) and v.shape[0] == 1:
+        v = reshape(v, v.shape[1:])
+    return broadcast_to(v, shape)
 
 
 def _is_view_at(value, target, basic):
@@ -254,12 +263,7 @@ def _slab_written(target, axis, k, value, parts=None):
         def joined(parts):
             return add("concatenate", tuple(parts), {"axis": axis}, shape)
     else:
-        v = _tracer(value)
-        if v.dtype != dt:
-            v = bind("cast", v, dtype=dt)
-        while v.ndim > len(slab_shape) and v.shape[0] == 1:  # numpy drops leading unit axes
-            v = reshape(v, v.shape[1:])
-        row = reshape(broadcast_to(v, slab_shape), unit).node
+        row = reshape(_as_written(value, dt, slab_shape), unit).node
         whole = Tracer(node, trace)  # (no view links: the write's own reads)
         lo = whole[lead + (slice(None, k),)].node if k else None
         hi = whole[lead + (slice(k + 1, None),)].node if k + 1 < n else None
@@ -275,15 +279,12 @@ def _slab_written(target, axis, k, value, parts=None):
     return Tracer(new, trace)
 
 
-def _written_block(target, index, value, check=False):
-    """``target`` with ``value`` written into the block ``index`` selects --
-    slices of step 1 (``lap[1:-1] = ...``, ``u[1:-1, 1:-1] = ...``) -- as
-    the concatenation of the block and the parts of ``target`` around it,
-    one sliced axis at a time from the last (the derivative: slices of the
-    cotangent; a region reads the concatenation in place), or None for any
-    other index (the gather of :func:`_written`)."""
+def _block_bounds(shape, index):
+    """``(bounds, cut)`` when ``index`` selects a block of slices of step 1 of
+    an array of ``shape`` that is not the whole array -- each axis's ``(start,
+    stop, 1)`` and the axes it cuts -- else None."""
     parts = index if type(index) is tuple else (index,)
-    ndim, shape = target.ndim, target.shape
+    ndim = len(shape)
     if sum(p is Ellipsis for p in parts) == 1:
         at = parts.index(Ellipsis)
         parts = parts[:at] + (slice(None),) * (ndim - len(parts) + 1) + parts[at + 1:]
@@ -294,17 +295,22 @@ def _written_block(target, index, value, check=False):
     if any(step != 1 or stop <= start for start, stop, step in bounds):
         return None  # (a strided or empty selection)
     cut = [j for j, (start, stop, _) in enumerate(bounds) if (start, stop) != (0, shape[j])]
-    if not cut:
-        return None  # (the whole array: numpy's copy, by the gather)
-    if check:  # (only whether it is such a block)
-        return True
-    v = _tracer(value)
-    if v.dtype != target.dtype:
-        v = bind("cast", v, dtype=target.dtype)
-    sel = tuple(stop - start for start, stop, _ in bounds)
-    while v.ndim > len(sel) and v.shape[0] == 1:  # numpy drops leading unit axes
-        v = reshape(v, v.shape[1:])
-    block = broadcast_to(v, sel)
+    return (bounds, cut) if cut else None  # (the whole array: numpy's copy, by the gather)
+
+
+def _written_block(target, index, value):
+    """``target`` with ``value`` written into the block ``index`` selects --
+    slices of step 1 (``lap[1:-1] = ...``, ``u[1:-1, 1:-1] = ...``) -- as
+    the concatenation of the block and the parts of ``target`` around it,
+    one sliced axis at a time from the last (the derivative: slices of the
+    cotangent; a region reads the concatenation in place), or None for any
+    other index (the gather of :func:`_written`)."""
+    block_of = _block_bounds(target.shape, index)
+    if block_of is None:
+        return None
+    bounds, cut = block_of
+    ndim, shape = target.ndim, target.shape
+    block = _as_written(value, target.dtype, tuple(stop - start for start, stop, _ in bounds))
     for k in range(len(cut) - 1, -1, -1):  # (the block spans the later axes whole)
         ax = cut[k]
         around = [slice(None)] * ndim
@@ -329,7 +335,7 @@ def block_written(target, index, value):
     another index: a write through a view of ``target``, ``w = u[1:-1]; w +=
     ...`` (numpy's ``u[1:-1] += ...``), :mod:`.objects`."""
     basic = basic_key(index)
-    if basic is None or _written_block(target, index, value, check=True) is None:
+    if basic is None or _block_bounds(target.shape, index) is None:
         return None
     return replayed(("set_items", basic), (target, value),
                     lambda: _written(target, index, value, block=True))
@@ -344,12 +350,7 @@ def _written(target, index, value, block=False):
             return new
     positions = np.arange(target.size, dtype=np.intp).reshape(target.shape)
     chosen = positions[index]  # numpy checks the index (IndexError, shapes)
-    v = _tracer(value)
-    if v.dtype != target.dtype:
-        v = bind("cast", v, dtype=target.dtype)
-    while v.ndim > np.ndim(chosen) and v.shape[0] == 1:  # numpy drops leading unit axes
-        v = reshape(v, v.shape[1:])
-    v = broadcast_to(v, np.shape(chosen))
+    v = _as_written(value, target.dtype, np.shape(chosen))
     return Tracer(write_positions(target, chosen, v).node, target._trace)  # (no view links)
 
 
