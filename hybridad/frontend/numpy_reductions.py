@@ -298,7 +298,7 @@ def _binary_search(a, v, side):
         cand = pos + step
         at = _tracer(np.minimum(cand, m) - 1)
         ok = _before(bind("gather", flat, at), v, side)
-        pos = where((cand <= m) & ok, cand, pos) if step < m else where(ok, cand, pos)
+        pos = where((cand <= m) & ok, cand, pos)
         step >>= 1
     return _tracer(pos)
 

@@ -16,10 +16,8 @@ from ..._settings import enabled, switch
 
 __all__ = ["BODY_PARALLEL_MIN", "GEMM_K_PARTS", "GEMM_K_ROWS", "GEMM_SMALL_RESULT",
            "GEMM_THREADS_MIN", "GEMM_THREADS_MIN_DIM", "MATVEC_BLOCK", "OPAQUE_MIN", "PAIR_PARTS",
-           "PAIR_ROWS",
-           "PARALLEL_MIN", "design_threads", "environment_threads", "loop_threads", "loops_serial",
-           "numba_config_threads",
-           "parallel_min", "serial_loops", "work_estimate"]
+           "PAIR_ROWS", "PARALLEL_MIN", "design_threads", "environment_threads", "loop_threads",
+           "loops_serial", "numba_config_threads", "parallel_min", "serial_loops", "work_estimate"]
 
 #: fewest loop iterations for which a region runs as a parallel ``prange``
 #: (below it, thread start-up costs more than it saves; see benchmarks/);
