@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
+from conftest import directional_difference
 from hybridad.testing import count_allocations
 
 RNG = np.random.default_rng(11)
@@ -98,11 +99,9 @@ CASES = [(lap1, U1), (lap2, U2), (several, U2), (three_d, U3), (integer_value, U
          (in_a_loop, U1), (augmented, U1), (augmented_2d, U2), (recorded_rows, U1)]
 
 
-def _fd(f, x, eps=1e-6, directions=3):
-    rng = np.random.default_rng(0)
-    for _ in range(directions):
-        d = rng.standard_normal(x.shape)
-        yield d, (f(x + eps * d) - f(x - eps * d)) / (2 * eps)
+def _fd(f, x):
+    """Central differences along three random directions."""
+    return [directional_difference(f, [x], 0, seed=k) for k in range(3)]
 
 
 @pytest.mark.parametrize("f, x", CASES, ids=[f.__name__ for f, _ in CASES])

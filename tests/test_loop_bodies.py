@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
+from conftest import directional_difference
 from hybridad.backends import loops
 from hybridad.backends.numba import threshold
 from hybridad.testing import count_allocations
@@ -35,14 +36,9 @@ def _data(n, seed=3):
     return rng.standard_normal(n), rng.standard_normal((n, n)) / np.sqrt(n)
 
 
-def _fd(f, x, W, directions=3, eps=1e-6):
-    """Central differences of ``f`` along a few random directions of ``x``."""
-    rng = np.random.default_rng(0)
-    out = []
-    for _ in range(directions):
-        d = rng.standard_normal(x.shape)
-        out.append((d, (f(x + eps * d, W) - f(x - eps * d, W)) / (2 * eps)))
-    return out
+def _fd(f, x, W):
+    """Central differences of ``f`` along three random directions of ``x``."""
+    return [directional_difference(f, [x, W], 0, seed=k) for k in range(3)]
 
 
 def _runners(plan):
