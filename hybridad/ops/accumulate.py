@@ -107,9 +107,18 @@ def _scatter_flat_vjp(gg, node, active, g, flat, ans, shape):
     return (bind("gather", gg, flat), None)
 
 
+def _add_at(flat_out, flat, g):
+    """``np.add.at(flat_out, flat, g)``; one position (0-d ``flat``, ``x[i]``
+    at an integer computed from values) as 1-d views: numpy's 0-d call
+    allocates an element's buffer every time."""
+    if flat.ndim == 0:
+        flat, g = flat.reshape(1), np.reshape(g, 1)
+    np.add.at(flat_out, flat, g)
+
+
 def _scatter_flat_run(out, g, flat, shape):
     out.fill(0)
-    np.add.at(out.reshape(-1), flat, g)  # out is a C-contiguous buffer: a view
+    _add_at(out.reshape(-1), flat, g)  # out is a C-contiguous buffer: a view
 
 
 register(Op("scatter_flat", "compute", lambda g, flat, shape: (shape, g.dtype),
@@ -119,7 +128,7 @@ register(Op("scatter_flat", "compute", lambda g, flat, shape: (shape, g.dtype),
             doc="zeros of shape with g added at the flat positions flat (repeats add up)"))
 
 register(Op("scatter_add_flat", "inplace", lambda acc, g, flat: (acc.shape, acc.dtype),
-            run=lambda out, acc, g, flat: np.add.at(acc.reshape(-1), flat, g),
+            run=lambda out, acc, g, flat: _add_at(acc.reshape(-1), flat, g),
             jvp=_in_place_jvp, batch=_flat_batch,
             doc="acc.flat[flat] += g, in place, repeats adding up (acc C-contiguous)"))
 
