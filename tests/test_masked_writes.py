@@ -123,3 +123,25 @@ def test_integer_and_nan_masks_and_a_value_per_element():
                 d, slope = directional_difference(f, [z], 0)
                 assert float(np.sum(res.gradient * d)) == pytest.approx(slope, rel=1e-5,
                                                                         abs=1e-8)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize("f, shapes", CASES, ids=[f.__name__ for f, _ in CASES])
+def test_a_mask_write_in_float32_on_both_cpu_backends(f, shapes, backend):
+    """float32 arguments on either CPU backend: the float64 gradient to
+    float32 rounding, no retrace over new masks, nothing allocated per call."""
+    (shape,) = shapes
+    xs = [x.astype(np.float32) for x in _inputs(shape, 7)]
+    plan = ha.compile(f, xs[0], backend=backend)
+    res = ha.GradientResult(xs[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for x in xs:
+            plan.gradient(x, out=res)
+            want = ha.gradient(f, x.astype(np.float64), backend="numpy").gradient
+            assert res.gradient.dtype == np.float32
+            np.testing.assert_allclose(res.gradient, want, rtol=2e-5,
+                                       atol=2e-5 * np.abs(want).max())
+    with count_allocations() as counts:
+        plan.gradient(xs[1], out=res)
+    assert counts.allocations == 0, counts

@@ -134,3 +134,26 @@ def test_searchsorted_is_numpys_and_a_long_array_is_searched_in_halves(m):
             wide = [n for n in plan.graph.nodes if n.shape[-1:] == (m,) and len(n.shape) == 2]
             if m > SEARCH_LINEAR_MAX:
                 assert 0 < gathers <= m.bit_length() + 1 and not wide
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize("f, make", CASES, ids=[f.__name__ for f, _ in CASES])
+def test_traced_indices_in_float32_on_both_cpu_backends(f, make, backend):
+    """float32 arguments on either CPU backend: the float64 gradients to
+    float32 rounding, one graph for every index, nothing allocated per call."""
+    args = [a.astype(np.float32) for a in make(np.random.default_rng(0))]
+    plan = ha.compile(f, *args, argnums=(0, 1), backend=backend)
+    res = ha.GradientResult(tuple(args))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in range(1, 4):
+            args = [a.astype(np.float32) for a in make(np.random.default_rng(k))]
+            plan.gradient(*args, out=res)
+            want = ha.gradient(f, *[a.astype(np.float64) for a in args], argnums=(0, 1),
+                               backend="numpy").gradient
+            for g, w in zip(res.gradient, want, strict=True):
+                assert g.dtype == np.float32
+                np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5 * np.abs(w).max())
+    with count_allocations() as counts:
+        plan.gradient(*args, out=res)
+    assert counts.allocations == 0, counts
