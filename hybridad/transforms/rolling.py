@@ -36,6 +36,7 @@ The runs are found by :mod:`.rolling_runs`.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -121,11 +122,11 @@ def _rolled(trace, outs, fixed=frozenset()):
             elif new_outs is None:  # the body did not replay as traced: left unrolled
                 rejected.add((trace.nodes[s].id, p))
             else:  # (a run left as is leaves the nodes, and the matcher, as they were)
-                outs, rolled, matcher = new_outs, True, None
+                # (the rows of its values that a concatenation joins: one view now,
+                # before the next search would find their copies a run of their own)
+                outs, rolled, matcher = _unstack(trace, new_outs), True, None
     if not rolled:
         trace.nodes = original
-    else:
-        outs = _unstack(trace, outs)
     trace.drop_forgotten()  # (once, after every roll: the runs' nodes freed now)
     return outs
 
@@ -147,15 +148,14 @@ def _unstack(trace, outs):
         kept.append(n)
         if n.op != "concatenate" or len(n.args) < MIN_TRIPS or n.attrs.get("axis") != 0:
             continue
-        runs = _runs(n.args)
+        runs = sorted(_runs(n.args) + _gathered_runs(n.args), key=lambda r: r[0])
         if not runs:
             continue
         def joined(n=n, runs=runs):
             parts, done = [], 0
-            for first, count, source, start, step in runs:
+            for first, count, view in runs:
                 parts += [Tracer(a, trace) for a in n.args[done:first]]
-                stop = start + step * count
-                view = Tracer(source, trace)[start:stop if stop >= 0 else None:step]
+                view = view(trace)
                 item = n.args[first].shape
                 shape = (count * item[0], *item[1:])
                 parts.append(view if view.shape == shape else view.reshape(shape))
@@ -175,37 +175,138 @@ def _unstack(trace, outs):
 
 
 def _row_of(a):
-    """``(source, k)`` when ``a`` is the row ``source[k]`` (``getitem(source,
-    (k,))``) or that row with a leading unit axis (a ``reshape`` to ``(1,
-    *row)``), else None."""
-    if a.op == "reshape" and a.shape[:1] == (1,) and a.args[0].shape == a.shape[1:]:
+    """``(source, k, 1)`` when ``a`` is the row ``source[k]`` (``getitem(source,
+    (k,))``), ``(source, k, m)`` when it is the block of rows ``source[k:k + m]``
+    (a map's rows of ``m`` steps each: a kernel matrix's rows from a map over
+    its elements), either with its leading axes reshaped (a unit axis added,
+    a block's rows flattened), else None."""
+    if a.op == "reshape" and a.args[0].op == "getitem" and a.args[0].size == a.size:
         a = a.args[0]
-    return (a.args[0], a.attrs["index"][0]) if row_read(a) else None
+    if row_read(a):
+        return a.args[0], a.attrs["index"][0], 1
+    index = a.attrs.get("index") if a.op == "getitem" else None
+    if type(index) is tuple and len(index) == 1 and type(index[0]) is slice:
+        k, stop, step = index[0].start, index[0].stop, index[0].step
+        if type(k) is int and type(stop) is int and step in (None, 1) and 0 <= k < stop:
+            return a.args[0], k, stop - k
+    return None
 
 
 def _runs(items):
     """The runs of :data:`MIN_TRIPS` or more consecutive ``items`` that are
-    rows ``k0, k0 + d, ...`` of one source, alike (all with or all without the
-    unit axis): ``(first item, count, source, k0, d)`` each."""
+    rows ``k0, k0 + d, ...`` of one source (or blocks of ``m`` rows, ``d =
+    m``: consecutive), alike (the same op and shape): ``(first item, count,
+    view)`` each, ``view(trace)`` making them one view."""
     rows = [_row_of(a) for a in items]
     runs, i = [], 0
     while i < len(items):
-        if rows[i] is None or i + 1 == len(items) or rows[i + 1] is None:
+        step = _step(rows[i], rows[i + 1]) if i + 1 < len(items) else None
+        if step is None:
             i += 1
             continue
-        source, k0 = rows[i]
-        step = rows[i + 1][1] - k0
         j = i + 1
-        while j < len(items) and rows[j] is not None and rows[j][0] is source and \
-                rows[j][1] == k0 + step * (j - i) and items[j].shape == items[i].shape and \
-                items[j].op == items[i].op:
+        while j < len(items) and _at(rows[i], rows[j], step, j - i) and \
+                items[j].shape == items[i].shape and items[j].op == items[i].op:
             j += 1
-        if step != 0 and j - i >= MIN_TRIPS:
-            runs.append((i, j - i, source, k0, step))
+        if j - i >= MIN_TRIPS:
+            runs.append((i, j - i, functools.partial(_rows_view, count=j - i, step=step,
+                                                     row=rows[i])))
             i = j
         else:
             i += 1
     return runs
+
+
+def _step(first, second):
+    """The step from row ``first`` to row ``second`` (:func:`_row_of`) of
+    one source, when they may start a run (not 0; a block's size for
+    blocks), else None."""
+    if first is None or second is None or second[0] is not first[0] or \
+            second[2] != first[2]:
+        return None
+    step = second[1] - first[1]
+    return step if step != 0 and (first[2] == 1 or step == first[2]) else None
+
+
+def _at(first, row, step, k):
+    """Whether ``row`` is the ``k``-th row after ``first`` at ``step``."""
+    return row is not None and row[0] is first[0] and row[2] == first[2] and \
+        row[1] == first[1] + step * k
+
+
+def _rows_view(trace, count, step, row):
+    """``count`` rows of ``row``'s source from its own at ``step`` (:func:`_row_of`)
+    as one view (blocks of rows: consecutive)."""
+    source, start, m = row
+    stop = start + step * count
+    if m == 1:
+        return Tracer(source, trace)[start:stop if stop >= 0 else None:step]
+    return Tracer(source, trace)[start:stop]
+
+
+def _gathered_row(a):
+    """``(parts, positions)`` when ``a`` is one gather of the concatenation of
+    rows or blocks of rows (:func:`_row_of`) -- an array's row written at some
+    of its elements, its other elements read from the row of the array the
+    writes began from (:func:`.row_writes._stacked`) -- else None."""
+    if a.op != "gather":
+        return None
+    c, q = a.args
+    if q.op != "const" or c.op != "concatenate" or c.attrs.get("axis") != 0:
+        return None
+    parts = [_row_of(x) for x in c.args]
+    return None if any(r is None for r in parts) else (parts, q)
+
+
+def _gathered_runs(items):
+    """The runs of :data:`MIN_TRIPS` or more consecutive ``items`` that are
+    gathers (:func:`_gathered_row`) at equal positions whose parts are, each,
+    a run of rows of one source (the rows of a matrix that a nested loop over
+    its elements wrote inside a boundary: one gather of the whole, not one a
+    row): ``(first item, count, view)`` each."""
+    rows = [_gathered_row(a) for a in items]
+    runs, i = [], 0
+    while i + 1 < len(items):
+        first, second = rows[i], rows[i + 1]
+        steps = None if first is None or second is None or \
+            len(first[0]) != len(second[0]) else \
+            [_step(a, b) for a, b in zip(first[0], second[0], strict=True)]
+        if steps is None or None in steps:
+            i += 1
+            continue
+        j = i + 1
+        while j < len(items) and rows[j] is not None and \
+                len(rows[j][0]) == len(first[0]) and items[j].shape == items[i].shape and \
+                _same_positions(rows[j][1], first[1]) and \
+                all(_at(a, b, d, j - i) and
+                    items[j].args[0].args[t].shape == items[i].args[0].args[t].shape
+                    for t, (a, b, d) in enumerate(zip(first[0], rows[j][0], steps,
+                                                      strict=True))):
+            j += 1
+        if j - i >= MIN_TRIPS:
+            runs.append((i, j - i, functools.partial(_gathered_view, count=j - i,
+                                                     first=items[i], steps=steps)))
+            i = j
+        else:
+            i += 1
+    return runs
+
+
+def _same_positions(a, b):
+    """Whether constants ``a`` and ``b`` hold equal positions."""
+    return a is b or a.shape == b.shape and np.array_equal(a.attrs["value"], b.attrs["value"])
+
+
+def _gathered_view(trace, count, first, steps):
+    """The run of ``count`` gathers from ``first`` (:func:`_gathered_runs`) as
+    one: the parts' runs of rows side by side, a row of them per item, and
+    one gather at their positions in that."""
+    c, q = first.args
+    blocks = [_rows_view(trace, count, step, _row_of(x)).reshape(count, x.size)
+              for x, step in zip(c.args, steps, strict=True)]
+    both = np.concatenate(blocks, axis=1)
+    at = np.asarray(q.attrs["value"], np.int64)
+    return both.reshape(-1)[(at[None, :] + both.shape[1] * np.arange(count)[:, None]).reshape(-1)]
 
 
 # -- rolling one run -------------------------------------------------------------

@@ -28,6 +28,8 @@ PRIMITIVES = {name: op.primitives for name, op in REGISTRY.items() if op.kind ==
 _CANDIDATES = 12
 _REACH = 8
 _ID, _ARGS = attrgetter("id"), attrgetter("args")
+#: the ops that write their first operand in place
+_INPLACE = frozenset(name for name, op in REGISTRY.items() if op.kind == "inplace")
 
 
 def primitive_count(nodes):
@@ -108,7 +110,7 @@ class _Matcher:
         took are numbered too, by the array's shape and dtype (``rows``: node id
         -> ``i``): their attributes are keyed by ``i`` alone."""
         nodes, width, fixed = self.nodes, self.WIDE, self._fixed
-        inplace = {name for name, op in REGISTRY.items() if op.kind == "inplace"}
+        inplace = _INPLACE
         sigs, table, by_attrs = {}, {}, {}  # (by_attrs: the key's int of each attrs dict)
 
         def describe(i):  # (sig, is a constant, attributes' key, primitives, operands,
@@ -192,32 +194,54 @@ class _Matcher:
     def hoist_shared_constants(self):
         """Move the inputs, then the constants that :data:`MIN_TRIPS` or more
         nodes read, to the front of the nodes (each group in its order), and
-        return the nodes in their new order (the list itself when none moves).
-        The trace makes a literal (``0.5 * dt``) or captures an array where the
-        first iteration uses it, and the later ones share it, which would keep
-        the first iteration out of the run.  (A constant of one iteration --
-        ``t = k dt`` -- has few readers and stays in place: the loop takes its
-        copies as a per-iteration input.)  The tables follow: only the prefix
-        up to the last node moved is reordered."""
+        each read at ints (``x[j]``, ``A[i, j]``) to right after the array it
+        reads; return the nodes in their new order (the list itself when none
+        moves).  The trace makes a literal (``0.5 * dt``) or captures an array
+        where the first iteration uses it, and the later ones share it, which
+        would keep the first iteration out of the run.  (A constant of one
+        iteration -- ``t = k dt`` -- has few readers and stays in place: the
+        loop takes its copies as a per-iteration input.)  Likewise the trace
+        merges equal reads: in ``out[i] = x[i - 1] - 2 x[i] + x[i + 1]``
+        iteration ``i`` makes only ``x[i + 1]`` and reads the other two from
+        the iterations before it, two of them back, which no loop carries;
+        made right after ``x`` (a read is pure, and no op writes ``x`` in
+        place), every iteration reads its three elements made before the run
+        -- a per-iteration input, stacked (:meth:`fed_rows`).  The tables
+        follow the new order."""
         rows, const, keys, wide = self._arrays
         shared = np.flatnonzero(const & (self._readers >= MIN_TRIPS)).tolist()
         front = self._inputs + shared
-        if front == list(range(len(front))):
+        m = len(self.nodes)
+        reads = np.flatnonzero(self._feed & (rows[:, 0] >= 0))
+        if len(reads):
+            written = {self.pos.get(n.args[0].id, -1) for n in self.nodes
+                       if n.op in _INPLACE and n.args}
+            if written:
+                reads = reads[~np.isin(rows[reads, 0], np.fromiter(written, np.int64))]
+        # where each node goes: the front first (keys -F..-1), a read half a
+        # place after the array it reads (after the front at the earliest:
+        # the inputs lead), the rest in order
+        key = np.arange(m, dtype=np.float64)
+        key[front] = np.arange(-len(front), 0, dtype=np.float64)
+        for _ in range(2):  # (a read of a read: after its operand's new place)
+            key[reads] = np.maximum(key[rows[reads, 0]], -1.0) + 0.5
+        order = np.argsort(key, kind="stable")
+        moved = np.flatnonzero(order != np.arange(m))
+        if not len(moved):
             return self.nodes
-        last = max(front)
-        moved = set(front)
         self._args_in = len(self._inputs)  # (first, in their order)
-        order = front + [q for q in range(last + 1) if q not in moved]
-        new = np.arange(len(self.nodes))  # old position -> new position
-        new[order] = np.arange(last + 1)
-        k = last + 1
-        for a in (rows, const, keys, self.sig_array, self._weight, self._feed):
+        k = int(moved[-1]) + 1  # (only the prefix up to the last node moved changes)
+        order = order[:k]
+        new = np.arange(m)  # old position -> new position
+        new[order] = np.arange(k)
+        for a in (rows, const, keys, self.sig_array, self._weight, self._feed, self._readers):
             a[:k] = a[order]
         rows[rows >= 0] = new[rows[rows >= 0]]
         self._arrays = (rows, const, keys, np.sort(new[wide]))
         self._columns = self._varies = self._cum = self._kinds = self._fed_columns = None
         self._wide_at = {}
         self.sig[:k] = self.sig_array[:k].tolist()
+        order = order.tolist()
         nodes = self.nodes = [self.nodes[q] for q in order] + self.nodes[k:]
         self._ids[:k] = [self._ids[q] for q in order]
         self.pos.at[self._ids[:k]] = np.arange(k)
