@@ -34,7 +34,15 @@ hybridad (numpy) and, for the vectorized forms, JAX (``jax.numpy``)):
   elements one by one, ``u[t, i] = sin(x[i]) (t + 1) 0.01``, then ``x = x +
   u[t]``; ``sum(u**2) + sum(x**3)``; n = 100.  Vectorized: the inner loop as
   ``u[t] = sin(x) (t + 1) 0.01`` (the time loop stays; JAX writes the row
-  with ``.at[t].set``).
+  with ``.at[t].set``);
+* ``stencil`` -- a 1-D finite-difference Laplacian element by element,
+  ``out[i] = x[i - 1] - 2 x[i] + x[i + 1]``, then ``sum(tanh(out)**2)``;
+  n = 1000.  Vectorized: ``x[:-2] - 2 x[1:-1] + x[2:]`` between zero ends;
+* ``grid`` -- the 2-D five-point Laplacian in two nested loops over the
+  interior of an m x m grid (``x`` of m^2 elements), then ``sum(out**2)``;
+  m = 30.  Vectorized: the four shifted slices of ``u[1:-1, 1:-1]``, padded.
+  Each step of both reads its neighbours, elements the trace merged with
+  the steps before (rolled since the twenty-sixth session).
 
 Every gradient is w.r.t. ``x`` (``ha.compile(f, x0)`` on the default backend,
 ``plan.gradient(x0, out=ha.GradientResult(x0))``; ``jax.jit(jax.value_and_grad(f))``
@@ -61,6 +69,7 @@ vectorized form does not: reported, not a goal.
 
     python benchmarks/bench_element_loops.py [--cases kernel band time_elements]
         [--kernel-sizes 30 60] [--band-size 100] [--time-size 100] [--steps 50]
+        [--stencil-size 1000] [--grid-size 30]
         [--jax-loop kernel:30 band:100] [--jax-loop-timeout 600] [--repeat N]
         [--json FILE]
 """
@@ -88,6 +97,8 @@ rng = numpy.random.default_rng(0)
 def data(case, n):
     if case == "time_elements":
         return 0.5 * rng.standard_normal(n)
+    if case == "grid":
+        return rng.standard_normal(n * n)
     return rng.standard_normal(n)
 
 # -- the element loops, as code ported from C or Fortran writes them -----------------------
@@ -133,6 +144,25 @@ def time_elements_loop(np, n, T):
         return np.sum(u ** 2) + np.sum(x ** 3)
     return f
 
+def stencil_loop(np, n, T):
+    def f(x):
+        out = np.zeros(n)
+        for i in range(1, n - 1):
+            out = put(np, out, i, x[i - 1] - 2 * x[i] + x[i + 1])
+        return np.sum(np.tanh(out) ** 2)
+    return f
+
+def grid_loop(np, n, T):
+    def f(x):
+        u = x.reshape(n, n)
+        out = np.zeros((n, n))
+        for i in range(1, n - 1):
+            for j in range(1, n - 1):
+                out = put(np, out, (i, j), u[i - 1, j] + u[i + 1, j] + u[i, j - 1] +
+                          u[i, j + 1] - 4 * u[i, j])
+        return np.sum(out ** 2)
+    return f
+
 # -- the same, vectorized by hand (numpy or jax.numpy) --------------------------------------
 
 def kernel_vec(np, n, T):
@@ -155,6 +185,20 @@ def time_elements_vec(np, n, T):
             u = put(np, u, t, np.sin(x) * (t + 1) * 0.01)
             x = x + u[t]
         return np.sum(u ** 2) + np.sum(x ** 3)
+    return f
+
+def stencil_vec(np, n, T):
+    def f(x):
+        zero = np.zeros(1)
+        out = np.concatenate([zero, x[:-2] - 2 * x[1:-1] + x[2:], zero])
+        return np.sum(np.tanh(out) ** 2)
+    return f
+
+def grid_vec(np, n, T):
+    def f(x):
+        u = x.reshape(n, n)
+        inner = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * u[1:-1, 1:-1]
+        return np.sum(np.pad(inner, 1) ** 2)
     return f
 
 def make(case, form, np, n, T):
@@ -313,12 +357,15 @@ def _checks(row):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", nargs="+", default=["kernel", "band", "time_elements"],
-                        choices=["kernel", "band", "time_elements"])
+    parser.add_argument("--cases", nargs="+",
+                        default=["kernel", "band", "time_elements", "stencil", "grid"],
+                        choices=["kernel", "band", "time_elements", "stencil", "grid"])
     parser.add_argument("--kernel-sizes", nargs="+", type=int, default=[30, 60])
     parser.add_argument("--band-size", type=int, default=100)
     parser.add_argument("--time-size", type=int, default=100)
     parser.add_argument("--steps", type=int, default=50, help="time_elements' T")
+    parser.add_argument("--stencil-size", type=int, default=1000)
+    parser.add_argument("--grid-size", type=int, default=30, help="the grid's side m")
     parser.add_argument("--jax-loop", nargs="*", default=["kernel:30", "band:100"],
                         help="CASE:N rows that also run JAX on the .at element loop "
                              "(none: no such rows)")
@@ -338,7 +385,8 @@ def main(argv=None):
     except ImportError:
         have_jax = False
     sizes = {"kernel": opts.kernel_sizes, "band": [opts.band_size],
-             "time_elements": [opts.time_size]}
+             "time_elements": [opts.time_size], "stencil": [opts.stencil_size],
+             "grid": [opts.grid_size]}
     jax_loop = {tuple(spec.split(":")) for spec in opts.jax_loop}
     rows = []
     header = (f"{'case':<14} {'n':>4} | {'loop first_s':>12} {'call_us':>9} {'nodes':>6} | "
