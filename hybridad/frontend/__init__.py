@@ -2,7 +2,8 @@
 tracer, the trace and ``bind`` are :mod:`hybridad.core`'s): :mod:`.objects`
 (numpy's object semantics: scalars, views, in-place updates), :mod:`.numpy_api`
 and the modules it loads (ufuncs and core functions, :mod:`.numpy_reductions`,
-:mod:`.numpy_math`, :mod:`.numpy_selection`, :mod:`.numpy_shapes`,
+:mod:`.numpy_math`, :mod:`.numpy_selection` (with ``a[mask] op= v``:
+:mod:`.numpy_masked`), :mod:`.numpy_shapes`,
 :mod:`.numpy_products`, :mod:`.numpy_linalg`, :mod:`.numpy_methods`, scatters
 and signals :mod:`.numpy_signal`, array construction :mod:`.numpy_construct`,
 complex values :mod:`.numpy_complex` and :mod:`.numpy_fft`); scipy's Python

@@ -30,6 +30,7 @@ from .numpy_api import (
     transpose,
     where,
 )
+from .numpy_masked import masked_read
 from .numpy_math import _float
 from .numpy_reductions import mean as _mean_of
 from .objects import assign, settle
@@ -393,7 +394,11 @@ def traced_take(x, index):
     not each index's value: before, a plan retraced and compiled at every
     call whose indices differed.  None for any other index, or where the
     trace has no values to guard with (the general path decides as before).
-    The derivative flows to ``x`` by a scatter-add (a repeated index adds)."""
+    The derivative flows to ``x`` by a scatter-add (a repeated index adds).
+    A traced boolean mask: :func:`hybridad.frontend.numpy_masked.masked_read`."""
+    masked = masked_read(x, index)
+    if masked is not None:
+        return masked
     parts = index if type(index) is tuple else (index,)
     if not any(isinstance(p, Tracer) for p in parts) or len(parts) > x.ndim or \
             not all(isinstance(p, Tracer) and p.dtype.kind in "iu" or

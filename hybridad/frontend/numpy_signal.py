@@ -36,6 +36,7 @@ from .numpy_api import (
 )
 from .numpy_math import diff
 from .objects import assign
+from .numpy_masked import masked_updated
 from .numpy_selection import masked_written, set_items
 from .replay import written_back
 from .scipy_special import intercepts
@@ -229,6 +230,8 @@ def _setitem(target, index, value):
     through a fancy index (:func:`write_back`), else a plain element write
     (:func:`hybridad.frontend.numpy_selection.set_items`)."""
     if written_back(target, index, value):  # (`u[1:-1] += v`: the view wrote it)
+        return True
+    if masked_updated(target, index, value):  # (`y[y < 0] *= 0.1`: np.where of the update)
         return True
     if masked_written(target, index, value):  # (`y[y < 0] = 0`: np.where, no decision)
         return True

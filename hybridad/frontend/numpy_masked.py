@@ -1,0 +1,151 @@
+"""``y[mask] op= v`` with a mask computed from values: one graph for every mask.
+
+Python runs ``y[y < 0] *= 0.1`` as three calls: ``sel = y[mask]`` (a selection
+whose length is the mask's count), ``sel *= 0.1`` and ``y[mask] = sel``.  The
+read takes the mask's values (a decision: a plan made for one mask was
+retraced and compiled at every call whose mask differed).  When the value
+written back is an elementwise function of that very selection (and of
+numbers or rows that broadcast to one selected element), the statement is
+``np.where(mask, g(y), y)`` whatever the mask holds: :func:`masked_updated`
+traces it so, and marks the read's decision retractable -- dropped once ``f``
+is traced (:func:`hybridad.core.decisions.retract_unread`) when nothing else
+reads the selection (``sel.sum()``, a later ``if`` on it keep it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.decisions import concrete_index
+from ..core.trace import bind
+from ..core.tracer import Tracer
+from ..ops import REGISTRY
+from .numpy_api import getitem, reshape, where
+from .objects import assign
+
+__all__ = ["masked_read", "masked_updated"]
+
+
+def masked_read(x, index):
+    """``x[mask]`` for a traced boolean ``mask`` over ``x``'s leading axes:
+    numpy's selection at the mask this call holds (a decision, as before),
+    noted in the trace with that decision (``trace.masked_reads``) for
+    :func:`masked_updated`.  None for any other index, or where the trace has
+    no values to decide with."""
+    if not (isinstance(index, Tracer) and index.dtype == np.bool_) or index.ndim == 0 or \
+            index.shape != x.shape[:index.ndim]:
+        return None
+    trace = index._trace
+    before = len(trace.decisions)
+    concrete = concrete_index(index)
+    if isinstance(concrete, Tracer):
+        return None
+    r = getitem(x, concrete)
+    made = trace.decisions[before:]
+    if len(made) == 1 and made[0].node is index.node and isinstance(r, Tracer):
+        if not hasattr(trace, "masked_reads"):
+            trace.masked_reads = {}
+        known = trace.masked_reads.get(r.node.id)  # (the trace made one node of equal reads:
+        if known is not None and known[0] is r.node:  # each read's decision with it)
+            known[3].append(made[0])
+        else:
+            trace.masked_reads[r.node.id] = (r.node, x.node, index.node, [made[0]])
+    return r
+
+
+def masked_updated(target, index, value):
+    """Whether ``target[index] = value`` was traced as ``np.where(mask,
+    g(a, ...), target)``: ``index`` a traced mask, ``value`` an elementwise
+    function ``g`` of selections ``a[mask]`` of this very mask, ``a`` of
+    ``target``'s shape (:func:`masked_read`: the write-back of ``target[mask]
+    op= v``, ``target[mask] = np.sqrt(target[mask])``, ``y[x > 0] =
+    np.log(x[x > 0])``; each ``a`` as it was when read), and of values of at
+    most one selected element's shape made without them.  The selections'
+    decisions are then retractable."""
+    if not isinstance(value, Tracer) or not isinstance(index, Tracer):
+        return False
+    trace = target._trace
+    reads = {k: (sel, base, decision) for k, (sel, base, mask, decision)
+             in getattr(trace, "masked_reads", {}).items()
+             if mask is index.node and base.shape == target.shape}
+    if not reads:
+        return False
+    item = target.shape[index.ndim:]
+    chain, used = _elementwise_chain(value.node, {k: r[0] for k, r in reads.items()}, item)
+    if chain is None:
+        return False
+    made = {k: Tracer(reads[k][1], trace) for k in used}  # (each array as it was read)
+    for n in chain:
+        made[n.id] = bind(n.op, *[made[a.id] if a.id in made else Tracer(a, trace)
+                                  for a in n.args], **n.attrs)
+    new = made[value.node.id]
+    if new.shape != target.shape or new.dtype.kind == "c" and target.dtype.kind != "c":
+        return False  # (complex into real: refused on the general path, as numpy's)
+    if new.dtype != target.dtype:
+        new = bind("cast", new, dtype=target.dtype)
+    m = reshape(index, index.shape + (1,) * len(item))
+    assign(target, where(m, new, Tracer(target.node, trace)),
+           "in-place update `a[mask] op= value`")
+    if not hasattr(trace, "retractable"):
+        trace.retractable = []
+    trace.retractable.extend((d, reads[k][0]) for k in used for d in reads[k][2])
+    return True
+
+
+def _elementwise_chain(node, selections, item):
+    """``(chain, used)``: the nodes between the ``selections`` (id -> node,
+    of one shape) and ``node``, in the order they were made, when each is an
+    elementwise op of the selections' shape whose other operands were made
+    without them and broadcast to one selected element (shape ``item``), and
+    the ids of the selections it reads; ``(None, None)`` otherwise (a
+    reduction of a selection, a reshape, a value per element from elsewhere)."""
+    first = min(selections)
+    found, stack = {}, [node]
+    while stack:  # (which nodes made after the first selection depend on one)
+        n = stack[-1]
+        if n.id in found:
+            stack.pop()
+            continue
+        if selections.get(n.id) is n:
+            found[n.id] = True
+            stack.pop()
+            continue
+        pending = [a for a in n.args if a.id >= first and a.id not in found]
+        if pending:
+            stack.extend(pending)
+            continue
+        found[n.id] = any(found.get(a.id, False) for a in n.args)
+        stack.pop()
+    if selections.get(node.id) is node or not found.get(node.id):
+        return None, None
+    reached = _made(node, found)
+    used = [n.id for n in reached if selections.get(n.id) is n]
+    chain = sorted((n for n in reached if selections.get(n.id) is not n), key=lambda n: n.id)
+    shape = selections[used[0]].shape
+    for n in chain:
+        op = REGISTRY.get(n.op)
+        if op is None or op.kind != "elementwise" or n.shape != shape:
+            return None, None
+        for a in n.args:
+            if not found.get(a.id, False) and not _broadcasts(a.shape, item):
+                return None, None
+    return chain, used
+
+
+def _made(node, found):
+    """The nodes ``found`` to depend on the selection, from ``node`` down."""
+    out, stack, seen = [], [node], set()
+    while stack:
+        n = stack.pop()
+        if n.id in seen or not found.get(n.id, False):
+            continue
+        seen.add(n.id)
+        out.append(n)
+        stack.extend(n.args)
+    return out
+
+
+def _broadcasts(shape, item):
+    """Whether an operand of ``shape`` broadcasts to one selected element."""
+    return len(shape) <= len(item) and \
+        all(a in (1, b) for a, b in zip(shape[::-1], item[::-1], strict=False))
