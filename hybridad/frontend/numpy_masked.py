@@ -4,12 +4,17 @@ Python runs ``y[y < 0] *= 0.1`` as three calls: ``sel = y[mask]`` (a selection
 whose length is the mask's count), ``sel *= 0.1`` and ``y[mask] = sel``.  The
 read takes the mask's values (a decision: a plan made for one mask was
 retraced and compiled at every call whose mask differed).  When the value
-written back is an elementwise function of that very selection (and of
-numbers or rows that broadcast to one selected element), the statement is
-``np.where(mask, g(y), y)`` whatever the mask holds: :func:`masked_updated`
-traces it so, and marks the read's decision retractable -- dropped once ``f``
-is traced (:func:`hybridad.core.decisions.retract_unread`) when nothing else
-reads the selection (``sel.sum()``, a later ``if`` on it keep it).
+written back is an elementwise function of that selection (and of numbers or
+rows that broadcast to one selected element), the statement is ``np.where(mask,
+g(y), y)`` whatever the mask holds: :func:`masked_updated` traces it so, and
+marks the read's decision retractable -- dropped once ``f`` is traced
+(:func:`hybridad.core.decisions.retract_unread`) when nothing else reads the
+selection.  Only the statement's own read is retracted: Python never hands
+that selection to the function's code, so its count (a shape, which a
+function may turn into a Python int: ``len(sel)``, ``np.zeros_like(sel)``,
+with no node of the graph to show it) can reach nothing else.  A selection
+the code holds -- ``y[m] = np.sqrt(x[m])``, ``y[m] += 2 * y[m]``'s right side
+-- keeps its decision.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ __all__ = ["masked_read", "masked_updated"]
 def masked_read(x, index):
     """``x[mask]`` for a traced boolean ``mask`` over ``x``'s leading axes:
     numpy's selection at the mask this call holds (a decision, as before),
-    noted in the trace with that decision (``trace.masked_reads``) for
-    :func:`masked_updated`.  None for any other index, or where the trace has
-    no values to decide with."""
+    the selection noted in the trace (``trace.masked_reads``: node id ->
+    ``(selection, x, mask)``) and the returned tracer marked with its
+    decision, for :func:`masked_updated`.  None for any other index, or where
+    the trace has no values to decide with."""
     if not (isinstance(index, Tracer) and index.dtype == np.bool_) or index.ndim == 0 or \
             index.shape != x.shape[:index.ndim]:
         return None
@@ -42,37 +48,36 @@ def masked_read(x, index):
         return None
     r = getitem(x, concrete)
     made = trace.decisions[before:]
-    if len(made) == 1 and made[0].node is index.node and isinstance(r, Tracer):
+    if len(made) == 1 and made[0].node is index.node and isinstance(r, Tracer) and \
+            r._origin is not None:
         if not hasattr(trace, "masked_reads"):
             trace.masked_reads = {}
-        known = trace.masked_reads.get(r.node.id)  # (the trace made one node of equal reads:
-        if known is not None and known[0] is r.node:  # each read's decision with it)
-            known[3].append(made[0])
-        else:
-            trace.masked_reads[r.node.id] = (r.node, x.node, index.node, [made[0]])
+        trace.masked_reads[r.node.id] = (r.node, x.node, index.node)
+        r._origin = (*r._origin[:3], (made[0], r.node, index.node))
     return r
 
 
 def masked_updated(target, index, value):
-    """Whether ``target[index] = value`` was traced as ``np.where(mask,
-    g(a, ...), target)``: ``index`` a traced mask, ``value`` an elementwise
-    function ``g`` of selections ``a[mask]`` of this very mask, ``a`` of
-    ``target``'s shape (:func:`masked_read`: the write-back of ``target[mask]
-    op= v``, ``target[mask] = np.sqrt(target[mask])``, ``y[x > 0] =
-    np.log(x[x > 0])``; each ``a`` as it was when read), and of values of at
-    most one selected element's shape made without them.  The selections'
-    decisions are then retractable."""
-    if not isinstance(value, Tracer) or not isinstance(index, Tracer):
+    """Whether ``target[index] = value`` -- the write-back of ``target[mask]
+    op= v``: ``value`` the very tracer that read ``target[mask]``
+    (:func:`masked_read`), ``target`` unchanged since -- was traced as
+    ``np.where(mask, g(target, ...), target)``: ``value`` an elementwise
+    function ``g`` of selections by this very mask of arrays of ``target``'s
+    shape (each as it was when read) and of values of at most one selected
+    element's shape made without them.  The statement's read's decision is
+    then retractable (the others', kept: see the module's note)."""
+    origin = getattr(value, "_origin", None) if isinstance(value, Tracer) else None
+    if origin is None or len(origin) < 4 or origin[0]() is not target or \
+            origin[1] is not target.node or not isinstance(index, Tracer) or \
+            origin[3][2] is not index.node:
         return False
     trace = target._trace
-    reads = {k: (sel, base, decision) for k, (sel, base, mask, decision)
-             in getattr(trace, "masked_reads", {}).items()
+    reads = {k: (sel, base) for k, (sel, base, mask) in trace.masked_reads.items()
              if mask is index.node and base.shape == target.shape}
-    if not reads:
-        return False
     item = target.shape[index.ndim:]
     chain, used = _elementwise_chain(value.node, {k: r[0] for k, r in reads.items()}, item)
-    if chain is None:
+    decision, selection, _ = origin[3]
+    if chain is None or selection.id not in used:
         return False
     made = {k: Tracer(reads[k][1], trace) for k in used}  # (each array as it was read)
     for n in chain:
@@ -88,7 +93,7 @@ def masked_updated(target, index, value):
            "in-place update `a[mask] op= value`")
     if not hasattr(trace, "retractable"):
         trace.retractable = []
-    trace.retractable.extend((d, reads[k][0]) for k in used for d in reads[k][2])
+    trace.retractable.append((decision, selection))
     return True
 
 
