@@ -133,3 +133,15 @@ def test_hessian_through_a_neighbour_loop():
                    for i in range(3)])
     np.testing.assert_allclose(h[:3], fd, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(h, h.T, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("f", [five_point, fluxes, laplacian], ids=lambda f: f.__name__)
+def test_steps_that_share_a_number_are_one_batched_step(f):
+    """``16 x[i + 1]`` of step ``i`` is ``16 x[j - 1]`` of step ``j = i + 2``
+    (``(x[i + 1] + x[i])**2`` of a flux, the next step's left one): the trace
+    makes it once, and each step gets its own copy before the search, so the
+    steps read nothing of one another -- one batched step over all of them,
+    no loop carrying the shared numbers (five_point: 62 -> 9 us a call at
+    n = 2000)."""
+    plan = ha.compile(f, _x(f), backend="numpy")
+    assert not any(n.op == "loop" for n in plan.graph.nodes)

@@ -43,7 +43,7 @@ import numpy as np
 
 from ..core.trace import Trace, bind
 from ..core.tracer import Tracer
-from ..ir.graph import Graph
+from ..ir.graph import Graph, Node
 from ..ir.registry import REGISTRY
 from ..ops.loop import LoopBody, layout, part
 from .rolling_inputs import _differs, _distinct_slots, _initial, _outer_xs
@@ -103,10 +103,12 @@ def _rolled(trace, outs, fixed=frozenset()):
     """:func:`roll_loops` (and of each loop body it makes, in turn)."""
     outs, rejected, light = forward_row_writes(trace, list(outs), fixed), set(), []
     original, keys = trace.nodes, {}
-    matcher = None
+    matcher, undo = None, []
     if len(original) >= MIN_NODES or primitive_count(original) >= MIN_NODES:  # (first:
-        # the constants that every iteration reads)
-        matcher = _Matcher(original, keys, fixed, trace.steps, trace.rows)
+        # a copy of each number computed from elements for each of its readers, then
+        # the constants that every iteration reads and the reads of elements in front)
+        trace.nodes, undo = _unshared(trace, original, fixed)
+        matcher = _Matcher(trace.nodes, keys, fixed, trace.steps, trace.rows)
         trace.nodes = matcher.hoist_shared_constants()
     rolled = False
     with trace:
@@ -126,9 +128,63 @@ def _rolled(trace, outs, fixed=frozenset()):
                 # before the next search would find their copies a run of their own)
                 outs, rolled, matcher = _unstack(trace, new_outs), True, None
     if not rolled:
+        for reader, args in undo:
+            reader.args = args
         trace.nodes = original
     trace.drop_forgotten()  # (once, after every roll: the runs' nodes freed now)
     return outs
+
+
+def _unshared(trace, nodes, fixed):
+    """``(nodes, undo)``: ``nodes`` with a copy of each number computed from
+    elements (a 0-d elementwise op of reads at ints ``x[j]``, constants and
+    such numbers, a few ops deep) made right before each of the numbers that
+    read it but the first, which reads the copy; ``undo``: ``(reader, its
+    operands before)`` pairs.  The
+    trace merges equal numbers: in ``out[i] = -x[i - 2] + 16 x[i - 1] - 30
+    x[i] + 16 x[i + 1] - x[i + 2]`` step ``i`` makes ``16 x[i + 1]`` and reads
+    ``16 x[i - 1]`` from the step two before, which no loop carries; with a
+    copy each, every step computes its own from its elements, a map."""
+    pure, read, out, undo = {}, set(), [], []  # (pure: id -> ops deep, 0 for leaves)
+    for n in nodes:
+        if n.op == "const" or n.op == "getitem" and n.shape == () and _ints_index(n):
+            pure[n.id] = 0  # (an element or a constant: made once, read as is)
+        elif n.shape == () and n.op in _ELEMENTWISE and n.args and n.id not in fixed and \
+                all(a.id in pure for a in n.args):
+            deep = 1 + max(pure[a.id] for a in n.args)
+            if deep <= _UNSHARED_DEPTH:  # (a number of a few ops, not a running sum's chain)
+                pure[n.id] = deep
+        copies = {}
+        for a in n.args if pure.get(n.id) else ():  # (numbers read by numbers: a
+            # running state's first values, also written into a row, stay one)
+            if pure.get(a.id) and a.id not in copies:
+                if a.id in read:
+                    copies[a.id] = _copy(trace, a, pure, out)
+                read.add(a.id)
+        if copies:
+            undo.append((n, n.args))
+            n.args = tuple(copies.get(a.id, a) for a in n.args)
+        out.append(n)
+    return (out, undo) if undo else (nodes, undo)
+
+
+def _copy(trace, node, pure, out):
+    """A copy of number ``node`` (:func:`_unshared`) and of the numbers it is
+    computed from, appended to ``out``."""
+    args = tuple(_copy(trace, a, pure, out) if pure.get(a.id) else a for a in node.args)
+    copy = Node(next(trace.ids), node.op, args, node.attrs, node.shape, node.dtype, node.phase)
+    out.append(copy)
+    return copy
+
+
+def _ints_index(node):
+    index = node.attrs.get("index")
+    return type(index) is tuple and all(type(k) is int for k in index)
+
+
+_ELEMENTWISE = frozenset(name for name, op in REGISTRY.items() if op.kind == "elementwise")
+#: the most ops deep a number :func:`_unshared` copies is computed
+_UNSHARED_DEPTH = 8
 
 
 def _unstack(trace, outs):
