@@ -12,7 +12,9 @@ Cases (n = 10^4, float64):
 * ``block_write`` -- ``lap = np.zeros_like(u); lap[1:-1] = u[2:] - 2 u[1:-1]
   + u[:-2]`` against ``np.concatenate`` of the same pieces;
 * ``augmented`` -- ``u = u.copy(); u[1:-1] += 0.2 (...)`` against the
-  concatenation.
+  concatenation;
+* ``mask_update`` -- ``y = np.sin(x); y[y < 0] *= 0.1`` (a leaky clamp)
+  against ``np.where(y < 0, 0.1 y, y)``.
 
 The goal: the idiom costs what its rewrite costs (``idiom / rewrite`` about
 1).  ``jax.jit`` of the rewrite (x64; JAX cannot run the idioms as written:
@@ -87,11 +89,21 @@ def cases(n, lib=np):
         mid = u[1:-1] + 0.2 * (u[2:] - 2 * u[1:-1] + u[:-2])
         return lib.sum(lib.concatenate([u[:1], mid, u[-1:]]) ** 2 * w)
 
+    def mask_update(x, w):
+        y = np.sin(x)
+        y[y < 0] *= 0.1
+        return np.sum(y ** 2 * w)
+
+    def mask_update_where(x, w):
+        y = lib.sin(x)
+        return lib.sum(lib.where(y < 0, 0.1 * y, y) ** 2 * w)
+
     w = np.linspace(0.5, 1.5, n)
     table = np.sin(np.linspace(0.0, 3.0, m))
     return [("mask_write", mask_write, mask_where, w), ("argmax_read", argmax_read, argmax_max, w),
             ("lookup", lookup, interp, table), ("block_write", block_write, block_concat, w),
-            ("augmented", augmented, augmented_concat, w)]
+            ("augmented", augmented, augmented_concat, w),
+            ("mask_update", mask_update, mask_update_where, w)]
 
 
 def _jax_times(n, inputs):
