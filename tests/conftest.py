@@ -1,6 +1,7 @@
 """Shared helpers: finite-difference checks of hybridad gradients."""
 
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -67,6 +68,24 @@ def directional_difference(f, args, argnum, eps=1e-6, seed=1):
         a[argnum] = args[argnum] + s * d
         return f(*a)
     return d, (at(eps) - at(-eps)) / (2 * eps)
+
+
+def assert_float32_follows_float64(f, xs, backend):
+    """A plan of ``f`` made at float32 ``xs[0]`` on ``backend``: at every
+    ``x`` of ``xs`` its float32 gradient is float64's (the numpy backend's)
+    to float32 rounding, and no call retraces (a warning is an error).
+    Returns the plan and its result."""
+    plan = ha.compile(f, xs[0], backend=backend)
+    res = ha.GradientResult(xs[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for x in xs:
+            plan.gradient(x, out=res)
+            want = ha.gradient(f, x.astype(np.float64), backend="numpy").gradient
+            assert res.gradient.dtype == np.float32
+            np.testing.assert_allclose(res.gradient, want, rtol=2e-5,
+                                       atol=2e-5 * np.abs(want).max())
+    return plan, res
 
 
 def hessian_fd(f, x, h=1e-5):

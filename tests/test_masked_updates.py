@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
-from conftest import directional_difference
+from conftest import assert_float32_follows_float64, directional_difference
 from hybridad.testing import count_allocations
 
 
@@ -82,17 +82,8 @@ def test_a_masked_update_is_one_graph_for_every_mask(f, shape):
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 @pytest.mark.parametrize("f, shape", CASES[:4], ids=[f.__name__ for f, _ in CASES[:4]])
 def test_a_masked_update_in_float32_on_both_cpu_backends(f, shape, backend):
-    xs = [x.astype(np.float32) for x in _inputs(shape, 21)]
-    plan = ha.compile(f, xs[0], backend=backend)
-    res = ha.GradientResult(xs[0])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        for x in xs:
-            plan.gradient(x, out=res)
-            want = ha.gradient(f, x.astype(np.float64), backend="numpy").gradient
-            assert res.gradient.dtype == np.float32
-            np.testing.assert_allclose(res.gradient, want, rtol=2e-5,
-                                       atol=2e-5 * np.abs(want).max())
+    assert_float32_follows_float64(f, [x.astype(np.float32) for x in _inputs(shape, 21)],
+                                   backend)
 
 
 def used(x):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
-from conftest import directional_difference
+from conftest import assert_float32_follows_float64, directional_difference
 from hybridad.testing import count_allocations
 
 RNG = np.random.default_rng(5)
@@ -132,16 +132,7 @@ def test_a_mask_write_in_float32_on_both_cpu_backends(f, shapes, backend):
     float32 rounding, no retrace over new masks, nothing allocated per call."""
     (shape,) = shapes
     xs = [x.astype(np.float32) for x in _inputs(shape, 7)]
-    plan = ha.compile(f, xs[0], backend=backend)
-    res = ha.GradientResult(xs[0])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        for x in xs:
-            plan.gradient(x, out=res)
-            want = ha.gradient(f, x.astype(np.float64), backend="numpy").gradient
-            assert res.gradient.dtype == np.float32
-            np.testing.assert_allclose(res.gradient, want, rtol=2e-5,
-                                       atol=2e-5 * np.abs(want).max())
+    plan, res = assert_float32_follows_float64(f, xs, backend)
     with count_allocations() as counts:
         plan.gradient(xs[1], out=res)
     assert counts.allocations == 0, counts
