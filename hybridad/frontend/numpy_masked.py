@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.decisions import concrete_index
+from ..core.decisions import concrete_index, decide
 from ..core.trace import bind
 from ..core.tracer import Tracer
 from ..ops import REGISTRY
-from .numpy_api import getitem, reshape, where
+from .numpy_api import _tracer, broadcast_to, getitem, reshape, where
 from .objects import assign
 
-__all__ = ["masked_read", "masked_updated"]
+__all__ = ["masked_read", "masked_updated", "masked_written", "traced_put"]
 
 
 def masked_read(x, index):
@@ -154,3 +154,101 @@ def _broadcasts(shape, item):
     """Whether an operand of ``shape`` broadcasts to one selected element."""
     return len(shape) <= len(item) and \
         all(a in (1, b) for a, b in zip(shape[::-1], item[::-1], strict=False))
+
+
+# ----------------------------------------------------------------------------
+# y[mask] = value and y[i] = value: np.where, no decision on the mask or index
+# ----------------------------------------------------------------------------
+
+def masked_written(target, index, value):
+    """Whether ``target[index] = value`` was traced as :func:`_masked` makes
+    it (``y[y < 0] = 0``: one graph for every mask, no decision)."""
+    new = _masked(target, index, value)
+    if new is None:
+        return False
+    assign(target, new, "in-place assignment `a[mask] = value`")
+    return True
+
+
+def _masked(target, mask, value):
+    """``target`` with ``value`` written where the traced boolean ``mask`` is
+    True -- ``np.where(mask, value, target)`` -- when ``mask`` covers
+    ``target``'s leading axes (numpy's mask index) and ``value`` broadcasts to
+    one selected element (a number, ``x[x < 0] = 0``, ``X[rows] = row``):
+    then numpy's write is the same whatever the mask holds, and no decision
+    on its values is taken (a plan made for one mask retraced at every new
+    one).  None otherwise (a value per selected element: its count decides)."""
+    if not (isinstance(mask, Tracer) and mask.dtype == np.bool_) or \
+            mask.ndim == 0 or mask.shape != target.shape[:mask.ndim]:
+        return None
+    item = target.shape[mask.ndim:]
+    shape = np.shape(value) if not isinstance(value, Tracer) else value.shape
+    if isinstance(value, (list, tuple)) or len(shape) > len(item) or \
+            any(a not in (1, b) for a, b in zip(shape[::-1], item[::-1], strict=False)):
+        return None
+    kind = value.dtype.kind if hasattr(value, "dtype") else np.asarray(value).dtype.kind
+    if kind == "c" and target.dtype.kind != "c":
+        return None  # (refused below, as numpy's complex-into-real write)
+    m = reshape(mask, mask.shape + (1,) * len(item))
+    return where(m, _as_written(value, target.dtype), Tracer(target.node, target._trace))
+
+
+def _as_written(value, dtype, shape=None):
+    """``value`` as numpy's element write stores it: cast to the target's
+    ``dtype`` and, given the selection's ``shape``, broadcast to it (numpy
+    drops the value's leading unit axes first)."""
+    v = _tracer(value)
+    if v.dtype != dtype:
+        v = bind("cast", v, dtype=dtype)
+    if shape is None:
+        return v
+    while v.ndim > len(shape) and v.shape[0] == 1:
+        v = reshape(v, v.shape[1:])
+    return broadcast_to(v, shape)
+
+
+def traced_put(target, index, value):
+    """Whether ``target[index] = value`` was traced as ``np.where(at,
+    value, target)`` for ``index`` 0-d integers computed from values along
+    ``target``'s leading axes (``y[np.argmax(y)] = 0``, ``A[i, j] = v``,
+    ``X[i] = row``; ``at`` true at that element or slab) and a ``value`` that
+    broadcasts to it: the write is then the same whatever the index holds,
+    and the one decision is that it is in range (a guard; out of range, the
+    general path traces numpy's IndexError), as for reads
+    (:func:`hybridad.frontend.numpy_selection.traced_take`).  Before, a plan
+    retraced and compiled at every call whose index differed."""
+    parts = index if type(index) is tuple else (index,)
+    if not any(isinstance(p, Tracer) for p in parts) or len(parts) > target.ndim or \
+            not all(isinstance(p, Tracer) and p.dtype.kind in "iu" and p.ndim == 0 or
+                    isinstance(p, (int, np.integer)) and not isinstance(p, (bool, np.bool_))
+                    for p in parts):
+        return False
+    item = target.shape[len(parts):]
+    shape = np.shape(value) if not isinstance(value, Tracer) else value.shape
+    if isinstance(value, (list, tuple)) or not _broadcasts(shape, item):
+        return False
+    kind = value.dtype.kind if hasattr(value, "dtype") else np.asarray(value).dtype.kind
+    if kind == "c" and target.dtype.kind != "c":
+        return False  # (refused on the general path, as numpy's complex-into-real write)
+    ok, at, k = None, None, len(parts)
+    for a, p in enumerate(parts):
+        n = target.shape[a]
+        if not isinstance(p, Tracer) and not -n <= int(p) < n:
+            return False  # (numpy's IndexError, on the general path)
+        if isinstance(p, Tracer):
+            p = p.astype(np.intp)
+            inside = (p >= -n) & (p < n)
+            ok = inside if ok is None else ok & inside
+            p = where(p < 0, p + n, p)
+        else:
+            p = int(p) % n
+        axis = np.arange(n, dtype=np.intp).reshape((n,) + (1,) * (k - 1 - a))
+        hit = axis == p
+        at = hit if at is None else at & hit
+    if decide(ok, "bool") is not True:
+        return False
+    at = reshape(at, at.shape + (1,) * len(item))
+    assign(target, where(at, _as_written(value, target.dtype), Tracer(target.node,
+                                                                       target._trace)),
+           "in-place assignment `a[i] = value`")
+    return True

@@ -18,7 +18,6 @@ from ..ops.batch_helpers import contiguous
 from .numpy_api import (
     HANDLED,
     _no_kwargs,
-    broadcast_to,
     concatenate,
     _norm_axis,
     _tracer,
@@ -30,7 +29,7 @@ from .numpy_api import (
     transpose,
     where,
 )
-from .numpy_masked import masked_read
+from .numpy_masked import _as_written, masked_read
 from .numpy_math import _float
 from .numpy_reductions import mean as _mean_of
 from .objects import assign, settle
@@ -38,7 +37,7 @@ from .replay import basic_key, replayed
 from ..core.trace import bind
 from ..core.tracer import SURFACE, TRACED_INDEX, Tracer
 
-__all__ = ["masked_written", "set_items"]
+__all__ = ["set_items"]
 
 
 # ----------------------------------------------------------------------------
@@ -87,53 +86,6 @@ def set_items(target, index, value):
                        lambda: _written(target, index, value, block=True))
     assign(target, new, "in-place assignment `a[index] = value`")
     return True
-
-
-def masked_written(target, index, value):
-    """Whether ``target[index] = value`` was traced as :func:`_masked` makes
-    it (``y[y < 0] = 0``: one graph for every mask, no decision)."""
-    new = _masked(target, index, value)
-    if new is None:
-        return False
-    assign(target, new, "in-place assignment `a[mask] = value`")
-    return True
-
-
-def _masked(target, mask, value):
-    """``target`` with ``value`` written where the traced boolean ``mask`` is
-    True -- ``np.where(mask, value, target)`` -- when ``mask`` covers
-    ``target``'s leading axes (numpy's mask index) and ``value`` broadcasts to
-    one selected element (a number, ``x[x < 0] = 0``, ``X[rows] = row``):
-    then numpy's write is the same whatever the mask holds, and no decision
-    on its values is taken (a plan made for one mask retraced at every new
-    one).  None otherwise (a value per selected element: its count decides)."""
-    if not (isinstance(mask, Tracer) and mask.dtype == np.bool_) or \
-            mask.ndim == 0 or mask.shape != target.shape[:mask.ndim]:
-        return None
-    item = target.shape[mask.ndim:]
-    shape = np.shape(value) if not isinstance(value, Tracer) else value.shape
-    if isinstance(value, (list, tuple)) or len(shape) > len(item) or \
-            any(a not in (1, b) for a, b in zip(shape[::-1], item[::-1], strict=False)):
-        return None
-    kind = value.dtype.kind if hasattr(value, "dtype") else np.asarray(value).dtype.kind
-    if kind == "c" and target.dtype.kind != "c":
-        return None  # (refused below, as numpy's complex-into-real write)
-    m = reshape(mask, mask.shape + (1,) * len(item))
-    return where(m, _as_written(value, target.dtype), Tracer(target.node, target._trace))
-
-
-def _as_written(value, dtype, shape=None):
-    """``value`` as numpy's element write stores it: cast to the target's
-    ``dtype`` and, given the selection's ``shape``, broadcast to it (numpy
-    drops the value's leading unit axes first)."""
-    v = _tracer(value)
-    if v.dtype != dtype:
-        v = bind("cast", v, dtype=dtype)
-    if shape is None:
-        return v
-    while v.ndim > len(shape) and v.shape[0] == 1:
-        v = reshape(v, v.shape[1:])
-    return broadcast_to(v, shape)
 
 
 def _is_view_at(value, target, basic):

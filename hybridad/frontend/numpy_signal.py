@@ -36,8 +36,8 @@ from .numpy_api import (
 )
 from .numpy_math import diff
 from .objects import assign
-from .numpy_masked import masked_updated
-from .numpy_selection import masked_written, set_items
+from .numpy_masked import masked_updated, masked_written, traced_put
+from .numpy_selection import set_items
 from .replay import written_back
 from .scipy_special import intercepts
 from ..core.trace import bind
@@ -234,6 +234,8 @@ def _setitem(target, index, value):
     if masked_updated(target, index, value):  # (`y[y < 0] *= 0.1`: np.where of the update)
         return True
     if masked_written(target, index, value):  # (`y[y < 0] = 0`: np.where, no decision)
+        return True
+    if traced_put(target, index, value):  # (`y[np.argmax(y)] = 0`: np.where, guarded in range)
         return True
     index = concrete_index(index)  # (computed from values: this call's, guarded)
     return write_back(target, index, value) or set_items(target, index, value)
