@@ -1,4 +1,7 @@
-"""``y[mask] op= v`` with a mask computed from values: one graph for every mask.
+"""Writes at masks and positions computed from values, one graph for all of them:
+``y[mask] = v`` with ``v`` one element's value (:func:`masked_written`), ``y[i] =
+v`` at 0-d integers (:func:`traced_put`) -- both ``np.where`` -- and ``y[mask]
+op= v`` (:func:`masked_updated`), below.
 
 Python runs ``y[y < 0] *= 0.1`` as three calls: ``sel = y[mask]`` (a selection
 whose length is the mask's count), ``sel *= 0.1`` and ``y[mask] = sel``.  The
