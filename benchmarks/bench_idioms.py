@@ -14,7 +14,9 @@ Cases (n = 10^4, float64):
 * ``augmented`` -- ``u = u.copy(); u[1:-1] += 0.2 (...)`` against the
   concatenation;
 * ``mask_update`` -- ``y = np.sin(x); y[y < 0] *= 0.1`` (a leaky clamp)
-  against ``np.where(y < 0, 0.1 y, y)``.
+  against ``np.where(y < 0, 0.1 y, y)``;
+* ``argmax_write`` -- ``y = x.copy(); y[np.argmax(y)] = 0`` against
+  ``np.where(np.arange(n) == np.argmax(x), 0, x)``.
 
 The goal: the idiom costs what its rewrite costs (``idiom / rewrite`` about
 1).  ``jax.jit`` of the rewrite (x64; JAX cannot run the idioms as written:
@@ -98,12 +100,21 @@ def cases(n, lib=np):
         y = lib.sin(x)
         return lib.sum(lib.where(y < 0, 0.1 * y, y) ** 2 * w)
 
+    def argmax_write(x, w):
+        y = x.copy()
+        y[np.argmax(y)] = 0.0
+        return np.sum(y ** 2 * w)
+
+    def argmax_where(x, w):
+        return lib.sum(lib.where(lib.arange(x.size) == lib.argmax(x), 0.0, x) ** 2 * w)
+
     w = np.linspace(0.5, 1.5, n)
     table = np.sin(np.linspace(0.0, 3.0, m))
     return [("mask_write", mask_write, mask_where, w), ("argmax_read", argmax_read, argmax_max, w),
             ("lookup", lookup, interp, table), ("block_write", block_write, block_concat, w),
             ("augmented", augmented, augmented_concat, w),
-            ("mask_update", mask_update, mask_update_where, w)]
+            ("mask_update", mask_update, mask_update_where, w),
+            ("argmax_write", argmax_write, argmax_where, w)]
 
 
 def _jax_times(n, inputs):
