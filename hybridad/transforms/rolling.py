@@ -459,7 +459,11 @@ def _roll(trace, outs, s, p, trips, m):
             return None
         return _map(trace, outs, s, p, trips, m, leaf, xs, once, init, alias, after, sums)
     work = sum(_work(nodes[t0 + o]) for o in range(p) if not leaf[o])
-    breaks = sum(1 for o in range(p) if not leaf[o] and _breaks(nodes[t0 + o]))
+    # (the reads of elements each step takes, moved in front of the run for the search,
+    # are the steps' own in the unrolled program: counted with them, as their
+    # nodes are in m.primitives)
+    reads = sum(1 for o, j in fed if _breaks(nodes[s + o].args[j]))
+    breaks = reads + sum(1 for o in range(p) if not leaf[o] and _breaks(nodes[t0 + o]))
     if work < HEAVY_STEP and trips * m.primitives(s, p) < LONG_RUN and \
             trips * breaks < ROLL_BREAKS:
         return _LIGHT  # faster unrolled, and quick enough to compile

@@ -187,6 +187,18 @@ class _Matcher:
         rows[node[narrow], col[narrow]] = where[narrow]
         self._arrays = (rows, const, keys, np.flatnonzero(count > width))
         self._readers = np.bincount(where[where >= 0], minlength=m)  # (its readers)
+        # a read at ints (``x[j]``) counts with its first reader, the step it was
+        # made for: moved in front of the run (hoist_shared_constants), it is still
+        # that step's node in the unrolled program the thresholds weigh
+        reads = np.flatnonzero(feed)
+        if len(reads):
+            first = np.full(m, m, np.int64)
+            real = where >= 0
+            np.minimum.at(first, where[real], node[real])
+            to = first[reads]
+            has = to < m
+            np.add.at(weight, to[has], weight[reads[has]])
+            weight[reads[has]] = 0
         self._columns = self._varies = None  # (:meth:`matches`' own, made on first use)
         self._kinds = self._fed_columns = None
         self._wide_at = {}  # a wide node's position -> its operands' positions
