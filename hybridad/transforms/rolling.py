@@ -49,8 +49,8 @@ from ..ops.loop import LoopBody, layout, part
 from .rolling_inputs import _differs, _distinct_slots, _initial, _outer_xs
 from .rolling_maps import _map, _rotation, replace_run, replayed, running_sums
 from .row_writes import forward_row_writes, row_read, spliced, without_dead
-from .rolling_runs import (MIN_NODES, MIN_TRIPS, _attrs_key, _attrs_key_of, _best_run,
-                           _Matcher, primitive_count)
+from .rolling_runs import (MIN_NODES, MIN_TRIPS, _at_ints, _attrs_key, _attrs_key_of,
+                           _best_run, _Matcher, primitive_count)
 
 __all__ = ["MIN_NODES", "MIN_TRIPS", "enabled", "roll_loops"]
 
@@ -140,14 +140,14 @@ def _unshared(trace, nodes, fixed):
     elements (a 0-d elementwise op of reads at ints ``x[j]``, constants and
     such numbers, a few ops deep) made right before each of the numbers that
     read it but the first, which reads the copy; ``undo``: ``(reader, its
-    operands before)`` pairs.  The
-    trace merges equal numbers: in ``out[i] = -x[i - 2] + 16 x[i - 1] - 30
-    x[i] + 16 x[i + 1] - x[i + 2]`` step ``i`` makes ``16 x[i + 1]`` and reads
-    ``16 x[i - 1]`` from the step two before, which no loop carries; with a
-    copy each, every step computes its own from its elements, a map."""
+    operands before)`` pairs.  The trace merges equal numbers: in ``out[i] =
+    -x[i - 2] + 16 x[i - 1] - 30 x[i] + 16 x[i + 1] - x[i + 2]`` step ``i``
+    makes ``16 x[i + 1]`` and reads ``16 x[i - 1]`` from the step two before,
+    which no loop carries; with a copy each, every step computes its own from
+    its elements, a map."""
     pure, read, out, undo = {}, set(), [], []  # (pure: id -> ops deep, 0 for leaves)
     for n in nodes:
-        if n.op == "const" or n.op == "getitem" and n.shape == () and _ints_index(n):
+        if n.op == "const" or n.op == "getitem" and n.shape == () and _at_ints(n):
             pure[n.id] = 0  # (an element or a constant: made once, read as is)
         elif n.shape == () and n.op in _ELEMENTWISE and n.args and n.id not in fixed and \
                 all(a.id in pure for a in n.args):
@@ -175,11 +175,6 @@ def _copy(trace, node, pure, out):
     copy = Node(next(trace.ids), node.op, args, node.attrs, node.shape, node.dtype, node.phase)
     out.append(copy)
     return copy
-
-
-def _ints_index(node):
-    index = node.attrs.get("index")
-    return type(index) is tuple and all(type(k) is int for k in index)
 
 
 _ELEMENTWISE = frozenset(name for name, op in REGISTRY.items() if op.kind == "elementwise")
