@@ -31,7 +31,8 @@ from ..ops import REGISTRY
 from .numpy_api import _tracer, broadcast_to, getitem, reshape, where
 from .objects import assign
 
-__all__ = ["masked_read", "masked_updated", "masked_written", "traced_put"]
+__all__ = ["in_range_positions", "masked_read", "masked_updated", "masked_written",
+           "traced_put"]
 
 
 def masked_read(x, index):
@@ -89,11 +90,7 @@ def masked_updated(target, index, value):
     new = made[value.node.id]
     if new.shape != target.shape or new.dtype.kind == "c" and target.dtype.kind != "c":
         return False  # (complex into real: refused on the general path, as numpy's)
-    if new.dtype != target.dtype:
-        new = bind("cast", new, dtype=target.dtype)
-    m = reshape(index, index.shape + (1,) * len(item))
-    assign(target, where(m, new, Tracer(target.node, trace)),
-           "in-place update `a[mask] op= value`")
+    assign(target, _written_at(target, index, new), "in-place update `a[mask] op= value`")
     if not hasattr(trace, "retractable"):
         trace.retractable = []
     trace.retractable.append((decision, selection))
@@ -182,17 +179,29 @@ def _masked(target, mask, value):
     on its values is taken (a plan made for one mask retraced at every new
     one).  None otherwise (a value per selected element: its count decides)."""
     if not (isinstance(mask, Tracer) and mask.dtype == np.bool_) or \
-            mask.ndim == 0 or mask.shape != target.shape[:mask.ndim]:
+            mask.ndim == 0 or mask.shape != target.shape[:mask.ndim] or \
+            not _fits(target, mask.ndim, value):
         return None
-    item = target.shape[mask.ndim:]
+    return _written_at(target, mask, value)
+
+
+def _fits(target, lead, value):
+    """Whether numpy writes ``value`` whole at each selected element of
+    ``target``'s first ``lead`` axes: not a list, broadcast to one element,
+    not complex into a real array (refused on the general path, as numpy's)."""
+    if isinstance(value, (list, tuple)):
+        return False
     shape = np.shape(value) if not isinstance(value, Tracer) else value.shape
-    if isinstance(value, (list, tuple)) or len(shape) > len(item) or \
-            any(a not in (1, b) for a, b in zip(shape[::-1], item[::-1], strict=False)):
-        return None
+    if not _broadcasts(shape, target.shape[lead:]):
+        return False
     kind = value.dtype.kind if hasattr(value, "dtype") else np.asarray(value).dtype.kind
-    if kind == "c" and target.dtype.kind != "c":
-        return None  # (refused below, as numpy's complex-into-real write)
-    m = reshape(mask, mask.shape + (1,) * len(item))
+    return not (kind == "c" and target.dtype.kind != "c")
+
+
+def _written_at(target, at, value):
+    """``np.where(at, value, target)``: ``target`` with ``value`` (cast to its
+    dtype) where the traced boolean ``at`` over its leading axes holds."""
+    m = reshape(at, at.shape + (1,) * (target.ndim - at.ndim))
     return where(m, _as_written(value, target.dtype), Tracer(target.node, target._trace))
 
 
@@ -210,48 +219,61 @@ def _as_written(value, dtype, shape=None):
     return broadcast_to(v, shape)
 
 
+def in_range_positions(shape, index, zero_d=False):
+    """The positions of ``index``'s integers along the leading axes of an
+    array of ``shape``, some computed from values (traced): each part's
+    position, negatives wrapped as numpy's (a tracer, or an int for a
+    constant part), after the one decision taken, that every traced part is
+    in range (a guard: an out-of-range call takes the general path, which
+    traces numpy's IndexError).  None for any other index -- no traced part, a
+    boolean, a constant out of range, more parts than axes, with ``zero_d``
+    a part that is not 0-d -- or where the trace has no values to decide with
+    (the general path decides as before)."""
+    parts = index if type(index) is tuple else (index,)
+    if not any(isinstance(p, Tracer) for p in parts) or len(parts) > len(shape) or \
+            not all(isinstance(p, Tracer) and p.dtype.kind in "iu" and
+                    (not zero_d or p.ndim == 0) or
+                    isinstance(p, (int, np.integer)) and not isinstance(p, (bool, np.bool_))
+                    for p in parts):
+        return None
+    ok, pos = None, []
+    for a, p in enumerate(parts):
+        n = shape[a]
+        if not isinstance(p, Tracer):
+            if not -n <= int(p) < n:
+                return None  # (numpy's IndexError, on the general path)
+            pos.append(int(p) % n)
+            continue
+        p = p.astype(np.intp)
+        inside = np.all((p >= -n) & (p < n))
+        ok = inside if ok is None else ok & inside
+        pos.append(where(p < 0, p + n, p))
+    if decide(ok, "bool") is not True:  # (an index out of range: numpy's error)
+        return None
+    return pos
+
+
 def traced_put(target, index, value):
     """Whether ``target[index] = value`` was traced as ``np.where(at,
     value, target)`` for ``index`` 0-d integers computed from values along
     ``target``'s leading axes (``y[np.argmax(y)] = 0``, ``A[i, j] = v``,
     ``X[i] = row``; ``at`` true at that element or slab) and a ``value`` that
     broadcasts to it: the write is then the same whatever the index holds,
-    and the one decision is that it is in range (a guard; out of range, the
-    general path traces numpy's IndexError), as for reads
-    (:func:`hybridad.frontend.numpy_selection.traced_take`).  Before, a plan
-    retraced and compiled at every call whose index differed."""
+    and the one decision is that it is in range (:func:`in_range_positions`),
+    as for reads (:func:`hybridad.frontend.numpy_selection.traced_take`).
+    Before, a plan retraced and compiled at every call whose index differed."""
     parts = index if type(index) is tuple else (index,)
-    if not any(isinstance(p, Tracer) for p in parts) or len(parts) > target.ndim or \
-            not all(isinstance(p, Tracer) and p.dtype.kind in "iu" and p.ndim == 0 or
-                    isinstance(p, (int, np.integer)) and not isinstance(p, (bool, np.bool_))
-                    for p in parts):
+    lead = len(parts)
+    if not any(isinstance(p, Tracer) for p in parts) or lead > target.ndim or \
+            not _fits(target, lead, value):
         return False
-    item = target.shape[len(parts):]
-    shape = np.shape(value) if not isinstance(value, Tracer) else value.shape
-    if isinstance(value, (list, tuple)) or not _broadcasts(shape, item):
+    pos = in_range_positions(target.shape, index, zero_d=True)
+    if pos is None:
         return False
-    kind = value.dtype.kind if hasattr(value, "dtype") else np.asarray(value).dtype.kind
-    if kind == "c" and target.dtype.kind != "c":
-        return False  # (refused on the general path, as numpy's complex-into-real write)
-    ok, at, k = None, None, len(parts)
-    for a, p in enumerate(parts):
+    at = None
+    for a, p in enumerate(pos):
         n = target.shape[a]
-        if not isinstance(p, Tracer) and not -n <= int(p) < n:
-            return False  # (numpy's IndexError, on the general path)
-        if isinstance(p, Tracer):
-            p = p.astype(np.intp)
-            inside = (p >= -n) & (p < n)
-            ok = inside if ok is None else ok & inside
-            p = where(p < 0, p + n, p)
-        else:
-            p = int(p) % n
-        axis = np.arange(n, dtype=np.intp).reshape((n,) + (1,) * (k - 1 - a))
-        hit = axis == p
+        hit = np.arange(n, dtype=np.intp).reshape((n,) + (1,) * (lead - 1 - a)) == p
         at = hit if at is None else at & hit
-    if decide(ok, "bool") is not True:
-        return False
-    at = reshape(at, at.shape + (1,) * len(item))
-    assign(target, where(at, _as_written(value, target.dtype), Tracer(target.node,
-                                                                       target._trace)),
-           "in-place assignment `a[i] = value`")
+    assign(target, _written_at(target, at, value), "in-place assignment `a[i] = value`")
     return True

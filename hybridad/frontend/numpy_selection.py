@@ -29,7 +29,7 @@ from .numpy_api import (
     transpose,
     where,
 )
-from .numpy_masked import _as_written, masked_read
+from .numpy_masked import _as_written, in_range_positions, masked_read
 from .numpy_math import _float
 from .numpy_reductions import mean as _mean_of
 from .objects import assign, settle
@@ -352,28 +352,12 @@ def traced_take(x, index):
     if masked is not None:
         return masked
     parts = index if type(index) is tuple else (index,)
-    if not any(isinstance(p, Tracer) for p in parts) or len(parts) > x.ndim or \
-            not all(isinstance(p, Tracer) and p.dtype.kind in "iu" or
-                    isinstance(p, (int, np.integer)) and not isinstance(p, (bool, np.bool_))
-                    for p in parts):
+    if len(parts) < x.ndim and all(np.ndim(p) == 0 for p in parts):
+        return None  # (x[i] of a row: a view in numpy)
+    pos = in_range_positions(x.shape, index)
+    if pos is None:
         return None
     m = len(parts)
-    if m < x.ndim and all(np.ndim(p) == 0 for p in parts):
-        return None  # (x[i] of a row: a view in numpy)
-    ok, pos = None, []
-    for a, p in enumerate(parts):
-        n = x.shape[a]
-        if not isinstance(p, Tracer):
-            if not -n <= int(p) < n:
-                return None  # (numpy's IndexError, on the general path)
-            pos.append(int(p) % n)
-            continue
-        p = p.astype(np.intp)
-        inside = np.all((p >= -n) & (p < n))
-        ok = inside if ok is None else ok & inside
-        pos.append(where(p < 0, p + n, p))
-    if decide(ok, "bool") is not True:  # (an index out of range: numpy's error)
-        return None
     stride, flat = 1, 0
     for a in range(x.ndim - 1, -1, -1):
         if a < m:
