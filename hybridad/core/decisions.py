@@ -188,7 +188,7 @@ def retract_unread(trace, outs):
     for the selection ``node`` the update no longer reads,
     :mod:`hybridad.frontend.numpy_masked`) whose node neither ``outs`` nor
     any decision kept is computed from."""
-    marked = getattr(trace, "retractable", None)
+    marked = trace.retractable
     if not marked:
         return
     trace.retractable = []

@@ -54,8 +54,6 @@ def masked_read(x, index):
     made = trace.decisions[before:]
     if len(made) == 1 and made[0].node is index.node and isinstance(r, Tracer) and \
             r._origin is not None:
-        if not hasattr(trace, "masked_reads"):
-            trace.masked_reads = {}
         trace.masked_reads[r.node.id] = (r.node, x.node, index.node)
         r._origin = (*r._origin[:3], (made[0], r.node, index.node))
     return r
@@ -91,8 +89,6 @@ def masked_updated(target, index, value):
     if new.shape != target.shape or new.dtype.kind == "c" and target.dtype.kind != "c":
         return False  # (complex into real: refused on the general path, as numpy's)
     assign(target, _written_at(target, index, new), "in-place update `a[mask] op= value`")
-    if not hasattr(trace, "retractable"):
-        trace.retractable = []
     trace.retractable.append((decision, selection))
     return True
 
