@@ -249,19 +249,28 @@ def _runs(items):
     m``: consecutive), alike (the same op and shape): ``(first item, count,
     view)`` each, ``view(trace)`` making them one view."""
     rows = [_row_of(a) for a in items]
+    return _consecutive(items, rows, _step, _at, lambda i, count, step:
+                        functools.partial(_rows_view, count=count, step=step, row=rows[i]))
+
+
+def _consecutive(items, rows, step_of, at, view):
+    """The runs of :data:`MIN_TRIPS` or more consecutive ``items`` alike (the
+    same op and shape) whose descriptions ``rows`` go on by one step: the
+    step ``step_of(rows[i], rows[i + 1])`` (None: no run starts there) and
+    ``at(rows[i], rows[j], step, j - i)`` for each item after.  ``(first
+    item, count, view(first item, count, step))`` each."""
     runs, i = [], 0
-    while i < len(items):
-        step = _step(rows[i], rows[i + 1]) if i + 1 < len(items) else None
+    while i + 1 < len(items):
+        step = step_of(rows[i], rows[i + 1])
         if step is None:
             i += 1
             continue
         j = i + 1
-        while j < len(items) and _at(rows[i], rows[j], step, j - i) and \
-                items[j].shape == items[i].shape and items[j].op == items[i].op:
+        while j < len(items) and items[j].shape == items[i].shape and \
+                items[j].op == items[i].op and at(rows[i], rows[j], step, j - i):
             j += 1
         if j - i >= MIN_TRIPS:
-            runs.append((i, j - i, functools.partial(_rows_view, count=j - i, step=step,
-                                                     row=rows[i])))
+            runs.append((i, j - i, view(i, j - i, step)))
             i = j
         else:
             i += 1
@@ -296,17 +305,18 @@ def _rows_view(trace, count, step, row):
 
 
 def _gathered_row(a):
-    """``(parts, positions)`` when ``a`` is one gather of the concatenation of
-    rows or blocks of rows (:func:`_row_of`) -- an array's row written at some
-    of its elements, its other elements read from the row of the array the
-    writes began from (:func:`.row_writes._stacked`) -- else None."""
+    """``(parts, positions, the parts' nodes)`` when ``a`` is one gather of
+    the concatenation of rows or blocks of rows (:func:`_row_of`) -- an
+    array's row written at some of its elements, its other elements read from
+    the row of the array the writes began from (:func:`.row_writes._stacked`)
+    -- else None."""
     if a.op != "gather":
         return None
     c, q = a.args
     if q.op != "const" or c.op != "concatenate" or c.attrs.get("axis") != 0:
         return None
     parts = [_row_of(x) for x in c.args]
-    return None if any(r is None for r in parts) else (parts, q)
+    return None if any(r is None for r in parts) else (parts, q, c.args)
 
 
 def _gathered_runs(items):
@@ -315,32 +325,21 @@ def _gathered_runs(items):
     a run of rows of one source (the rows of a matrix that a nested loop over
     its elements wrote inside a boundary: one gather of the whole, not one a
     row): ``(first item, count, view)`` each."""
-    rows = [_gathered_row(a) for a in items]
-    runs, i = [], 0
-    while i + 1 < len(items):
-        first, second = rows[i], rows[i + 1]
-        steps = None if first is None or second is None or \
-            len(first[0]) != len(second[0]) else \
-            [_step(a, b) for a, b in zip(first[0], second[0], strict=True)]
-        if steps is None or None in steps:
-            i += 1
-            continue
-        j = i + 1
-        while j < len(items) and rows[j] is not None and \
-                len(rows[j][0]) == len(first[0]) and items[j].shape == items[i].shape and \
-                _same_positions(rows[j][1], first[1]) and \
-                all(_at(a, b, d, j - i) and
-                    items[j].args[0].args[t].shape == items[i].args[0].args[t].shape
-                    for t, (a, b, d) in enumerate(zip(first[0], rows[j][0], steps,
-                                                      strict=True))):
-            j += 1
-        if j - i >= MIN_TRIPS:
-            runs.append((i, j - i, functools.partial(_gathered_view, count=j - i,
-                                                     first=items[i], steps=steps)))
-            i = j
-        else:
-            i += 1
-    return runs
+    def steps_of(first, second):  # (each part's step, or None)
+        if first is None or second is None or len(first[0]) != len(second[0]):
+            return None
+        steps = [_step(a, b) for a, b in zip(first[0], second[0], strict=True)]
+        return None if None in steps else steps
+
+    def at(first, row, steps, k):
+        return row is not None and len(row[0]) == len(first[0]) and \
+            _same_positions(row[1], first[1]) and \
+            all(_at(a, b, d, k) and pa.shape == pb.shape for a, b, d, pa, pb in
+                zip(first[0], row[0], steps, first[2], row[2], strict=True))
+
+    return _consecutive(items, [_gathered_row(a) for a in items], steps_of, at,
+                        lambda i, count, steps: functools.partial(
+                            _gathered_view, count=count, first=items[i], steps=steps))
 
 
 def _same_positions(a, b):
