@@ -109,7 +109,7 @@ def _rolled(trace, outs, fixed=frozenset()):
         # the constants that every iteration reads and the reads of elements in front)
         trace.nodes, undo = _unshared(trace, original, fixed)
         matcher = _Matcher(trace.nodes, keys, fixed, trace.steps, trace.rows)
-        trace.nodes = matcher.hoist_shared_constants()
+        trace.nodes = matcher.hoist_constants_and_reads()
     rolled = False
     with trace:
         for _ in range(_MAX_ROLLS):

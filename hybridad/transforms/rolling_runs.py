@@ -188,7 +188,7 @@ class _Matcher:
         self._arrays = (rows, const, keys, np.flatnonzero(count > width))
         self._readers = np.bincount(where[where >= 0], minlength=m)  # (its readers)
         # a read at ints (``x[j]``) counts with its first reader, the step it was
-        # made for: moved in front of the run (hoist_shared_constants), it is still
+        # made for: moved in front of the run (hoist_constants_and_reads), it is still
         # that step's node in the unrolled program the thresholds weigh
         reads = np.flatnonzero(feed)
         if len(reads):
@@ -203,7 +203,7 @@ class _Matcher:
         self._kinds = self._fed_columns = None
         self._wide_at = {}  # a wide node's position -> its operands' positions
 
-    def hoist_shared_constants(self):
+    def hoist_constants_and_reads(self):
         """Move the inputs, then the constants that :data:`MIN_TRIPS` or more
         nodes read, to the front of the nodes (each group in its order), and
         each read at ints (``x[j]``, ``A[i, j]``) to right after the array it
@@ -305,7 +305,7 @@ class _Matcher:
         before position ``s`` (a run's start: the loop reads them stacked, one
         an iteration; a constant that many nodes of an iteration read -- ``t +
         1`` in a loop over ``t`` around one over ``i`` -- stands before the
-        run, :meth:`hoist_shared_constants`); ``s`` None: wherever they are."""
+        run, :meth:`hoist_constants_and_reads`); ``s`` None: wherever they are."""
         px, py = self.pos.get(x.id, -1), self.pos.get(y.id, -1)
         if s is not None and not (px < s and py < s):
             return False
@@ -323,7 +323,7 @@ class _Matcher:
         """Per position: what two operands must share to be stacked one an
         iteration (:meth:`fed_rows`) -- a read at ints, its array's position
         plus 1; a constant, minus its kind's number minus 1 -- or 0 (made at
-        the positions of the nodes now: after :meth:`hoist_shared_constants`)."""
+        the positions of the nodes now: after :meth:`hoist_constants_and_reads`)."""
         if self._kinds is None:
             rows, const, _, _ = self._arrays
             self._kinds = np.where(self._feed, rows[:, 0] + 1,
