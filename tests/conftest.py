@@ -17,7 +17,7 @@ os.environ.setdefault("HYBRIDAD_CHECK_RULES", "1")
 os.environ.setdefault("HYBRIDAD_COSTS", "builtin")
 
 import hybridad as ha
-from hybridad.testing import numerical_gradient
+from hybridad.testing import count_allocations, numerical_gradient
 
 
 def rk4_final(x, W, steps):
@@ -68,6 +68,26 @@ def directional_difference(f, args, argnum, eps=1e-6, seed=1):
         a[argnum] = args[argnum] + s * d
         return f(*a)
     return d, (at(eps) - at(-eps)) / (2 * eps)
+
+
+def assert_one_graph_for_every_input(f, xs, abs=1e-8):
+    """A plan of ``f`` made at ``xs[0]``: at every ``x`` of ``xs`` (masks or
+    indices all different) its value is numpy's and its gradient the central
+    difference's, no call retraces (a warning is an error), it holds no
+    decision on values, and a call allocates nothing."""
+    plan = ha.compile(f, xs[0])
+    res = ha.GradientResult(xs[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a retrace warns: none may happen)
+        for x in xs:
+            plan.gradient(x, out=res)
+            assert res.value == pytest.approx(f(x), rel=1e-12)
+            d, slope = directional_difference(f, [x], 0)
+            assert float(np.sum(res.gradient * d)) == pytest.approx(slope, rel=1e-6, abs=abs)
+    assert "decisions on values" not in plan.explain()
+    with count_allocations() as counts:
+        plan.gradient(xs[1], out=res)
+    assert counts.allocations == 0, counts
 
 
 def assert_float32_follows_float64(f, xs, backend):
