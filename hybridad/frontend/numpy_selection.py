@@ -352,6 +352,8 @@ def traced_take(x, index):
     if masked is not None:
         return masked
     parts = index if type(index) is tuple else (index,)
+    if not any(isinstance(p, Tracer) for p in parts):
+        return None  # (every x[i] a trace reads passes here: the common case first)
     if len(parts) < x.ndim and all(np.ndim(p) == 0 for p in parts):
         return None  # (x[i] of a row: a view in numpy)
     pos = in_range_positions(x.shape, index)
