@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
+from conftest import assert_float32_follows_float64
 from hybridad.testing import count_allocations, numerical_gradient
 
 
@@ -111,6 +112,15 @@ def test_a_loop_reading_neighbours_matches_the_loop_as_traced(f, backend, monkey
         np.testing.assert_allclose(got.value, f(y), rtol=1e-13)
         np.testing.assert_allclose(got.gradient, want.gradient, rtol=1e-11, atol=1e-13)
     np.testing.assert_allclose(got.gradient, numerical_gradient(f, y), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize("f", [laplacian, five_point, filtered, grid], ids=lambda f: f.__name__)
+def test_a_neighbour_loop_in_float32(f, backend):
+    """float32 arguments: the rolled plan's gradient is float64's to float32
+    rounding at new values, without a retrace."""
+    assert_float32_follows_float64(f, [_x(f, seed=s).astype(np.float32) for s in (0, 1, 2)],
+                                   backend)
 
 
 @pytest.mark.parametrize("f", [laplacian, filtered, grid], ids=lambda f: f.__name__)
