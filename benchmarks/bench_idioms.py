@@ -16,7 +16,12 @@ Cases (n = 10^4, float64):
 * ``mask_update`` -- ``y = np.sin(x); y[y < 0] *= 0.1`` (a leaky clamp)
   against ``np.where(y < 0, 0.1 y, y)``;
 * ``argmax_write`` -- ``y = x.copy(); y[np.argmax(y)] = 0`` against
-  ``np.where(np.arange(n) == np.argmax(x), 0, x)``.
+  ``np.where(np.arange(n) == np.argmax(x), 0, x)``;
+* ``masked_sum`` -- ``np.sum(x[m] ** 2 * w[m])``, ``m = x > 0``, against
+  ``np.sum(np.where(m, x ** 2 * w, 0))``;
+* ``huber`` -- ``r = x - 0.1; small = |r| <= 0.5``, ``np.sum(0.5 r[small] ** 2)
+  + np.mean(|r[~small]| - 0.25)`` against the same with ``np.where`` and
+  ``np.count_nonzero``.
 
 The goal: the idiom costs what its rewrite costs (``idiom / rewrite`` about
 1).  ``jax.jit`` of the rewrite (x64; JAX cannot run the idioms as written:
@@ -108,13 +113,32 @@ def cases(n, lib=np):
     def argmax_where(x, w):
         return lib.sum(lib.where(lib.arange(x.size) == lib.argmax(x), 0.0, x) ** 2 * w)
 
+    def masked_sum(x, w):
+        m = x > 0
+        return np.sum(x[m] ** 2 * w[m])
+
+    def masked_sum_where(x, w):
+        return lib.sum(lib.where(x > 0, x ** 2 * w, 0.0))
+
+    def huber(x, w):
+        r = (x - 0.1) * w
+        small = np.abs(r) <= 0.5
+        return np.sum(0.5 * r[small] ** 2) + np.mean(np.abs(r[~small]) - 0.25)
+
+    def huber_where(x, w):
+        r = (x - 0.1) * w
+        small = lib.abs(r) <= 0.5
+        return lib.sum(lib.where(small, 0.5 * r ** 2, 0.0)) + \
+            lib.sum(lib.where(small, 0.0, lib.abs(r) - 0.25)) / lib.sum(~small)
+
     w = np.linspace(0.5, 1.5, n)
     table = np.sin(np.linspace(0.0, 3.0, m))
     return [("mask_write", mask_write, mask_where, w), ("argmax_read", argmax_read, argmax_max, w),
             ("lookup", lookup, interp, table), ("block_write", block_write, block_concat, w),
             ("augmented", augmented, augmented_concat, w),
             ("mask_update", mask_update, mask_update_where, w),
-            ("argmax_write", argmax_write, argmax_where, w)]
+            ("argmax_write", argmax_write, argmax_where, w),
+            ("masked_sum", masked_sum, masked_sum_where, w), ("huber", huber, huber_where, w)]
 
 
 def _jax_times(n, inputs):

@@ -27,7 +27,8 @@ EXTRA = {"lennard_jones": [np.array([0.0, 0.0, 0.0, 0.0, 1.0, 1.0])],  # two coi
          "early_return": [np.array([1.0, -2.0, 1.0])]}  # a sum of 0
 
 
-@pytest.mark.parametrize("name", list(CASES))
+# (huber's masked selections are lazy, summed and dotted: it decides nothing now)
+@pytest.mark.parametrize("name", [n for n in CASES if n != "huber"])
 def test_each_workload_s_decisions_compile_and_agree_with_the_reference(name):
     f, points = CASES[name]
     plan = ha.compile(f, points[0])
@@ -63,7 +64,8 @@ def _bool_of_int(x, k):
 
 
 def _mask(x):
-    return np.sum(x[x > 0.5] ** 2)
+    s = x[x > 0.5]
+    return np.sum(s ** 2) * len(s)  # (the count used: the mask decided)
 
 
 @pytest.mark.parametrize("f, args, others", [
@@ -200,7 +202,7 @@ def test_a_call_whose_other_branch_fails_leaves_the_buffers_untouched():
 
 
 def test_hvp_plans_check_compiled_decisions_too():
-    f, (x, y) = CASES["huber"]
+    f, (x, y) = CASES["near_point"]
     plan = ha.compile(f, x, hvp=True)
     assert plan._decision_check.program is not None
     v = np.array([0.3, -0.2, 0.5])
@@ -218,7 +220,7 @@ def test_hvp_plans_carry_their_check_on_the_plain_path(monkeypatch):
     then; each branch matches the numpy backend, with no allocation."""
     from hybridad.testing import count_allocations
 
-    f, (x, y) = CASES["huber"]
+    f, (x, y) = CASES["near_point"]
     v = np.array([0.3, -0.2, 0.5])
     plan = ha.compile(f, x, hvp=True)
     assert plan._program.checked_parts is not None

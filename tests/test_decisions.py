@@ -119,10 +119,12 @@ def test_decisions_trace_unchanged(name, backend):
     for x in points:  # ha.gradient: a plan per outcome, from its cache
         _check(f, x, backend)
     plan = ha.compile(f, points[0], backend=backend)
-    assert "decisions on values" in plan.explain()
+    # (huber's masked selections are lazy -- hybridad.frontend.numpy_selected --
+    # summed and dotted: no decision, one graph for both points)
+    assert ("decisions on values" in plan.explain()) == (name != "huber")
     for x in points + points[::-1]:  # one explicit plan, both outcomes, back and forth
         _check(f, x, backend, plan)
-    if name not in ("early_return", "lennard_jones"):  # (their points decide alike)
+    if name not in ("early_return", "lennard_jones", "huber"):  # (their points decide alike)
         assert len(plan._specializations) >= 1
 
 

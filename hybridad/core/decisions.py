@@ -181,32 +181,6 @@ def decided_nodes(decisions):
     return _ancestors([d.node for d in decisions])
 
 
-def retract_unread(trace, outs):
-    """After ``f`` is traced: drop the decisions a statement marked
-    retractable (``trace.retractable``: ``(decision, node)`` pairs --
-    ``y[mask] op= v`` traced as ``np.where``, the mask's values decided only
-    for the selection ``node`` the update no longer reads,
-    :mod:`hybridad.frontend.numpy_masked`) whose node neither ``outs`` nor
-    any decision kept is computed from."""
-    marked = trace.retractable
-    if not marked:
-        return
-    trace.retractable = []
-    held = {id(d) for d in trace.decisions}
-    pending = [(d, n) for d, n in marked if id(d) in held]  # (not rolled back)
-    dropped = {id(d) for d, _ in pending}
-    roots = list(outs) + [d.node for d in trace.decisions if id(d) not in dropped]
-    while pending:
-        read = {n.id for n in _ancestors(roots)}
-        kept = [(d, n) for d, n in pending if n.id in read]
-        if not kept:
-            break
-        roots += [d.node for d, _ in kept]
-        pending = [(d, n) for d, n in pending if n.id not in read]
-    dropped = {id(d) for d, _ in pending}
-    trace.decisions[:] = [d for d in trace.decisions if id(d) not in dropped]
-
-
 def _ancestors(targets):
     """The nodes ``targets`` are computed from, in a topological order (each
     after its operands; not by id: a lowered composite's nodes have ids after

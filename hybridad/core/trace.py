@@ -100,13 +100,6 @@ class Trace:
         #: :func:`hybridad.frontend.objects.settle` to link the two tracers as numpy's
         #: view and its base (a write through ``row = A[0]`` reaches ``A``)
         self.folded_views = {}
-        #: reads ``x[mask]`` at a traced boolean mask, its values decided: the
-        #: selection's node id -> ``(selection, x, mask)`` nodes; and the decisions a
-        #: statement that no longer reads its selection marks droppable, ``(decision,
-        #: selection)`` pairs (``y[mask] op= v``: :mod:`hybridad.frontend.numpy_masked`,
-        #: :func:`hybridad.core.decisions.retract_unread`)
-        self.masked_reads = {}
-        self.retractable = []
         #: whether the frontend may record composite ops (:attr:`Op.lower`) into this
         #: trace: a plan's trace, which :meth:`lower_composites` lowers once rolled
         self.composites = False
@@ -316,7 +309,6 @@ class Trace:
             if self._gone is not None:
                 self._gone = [[], {k for k in self._forgotten_ids() if k < first}]
             self.rows = {k: v for k, v in self.rows.items() if k < first}
-            self.masked_reads = {k: v for k, v in self.masked_reads.items() if k < first}
         del self.decisions[d:]
         self.recipes.clear()
 

@@ -507,7 +507,7 @@ def _binary(ufunc, reflected=False):
                 r = SURFACE.replayed_binary(ufunc, operands)  # recipe, directly)
                 if r is not None:
                     return r
-            if hook is None:
+            if hook is None or type(self) is not Tracer:  # (a subclass's own protocol)
                 return self.__array_ufunc__(ufunc, "__call__", *operands)
             _note_values(operands)
             return SURFACE.apply_ufunc(ufunc, "__call__", operands, {})

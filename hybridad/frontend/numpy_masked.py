@@ -1,149 +1,59 @@
-"""Writes at masks and positions computed from values, one graph for all of them:
-``y[mask] = v`` with ``v`` one element's value (:func:`masked_written`), ``y[i] =
-v`` at 0-d integers (:func:`traced_put`) -- both ``np.where`` -- and ``y[mask]
-op= v`` (:func:`masked_updated`), below.
-
-Python runs ``y[y < 0] *= 0.1`` as three calls: ``sel = y[mask]`` (a selection
-whose length is the mask's count), ``sel *= 0.1`` and ``y[mask] = sel``.  The
-read takes the mask's values (a decision: a plan made for one mask was
-retraced and compiled at every call whose mask differed).  When the value
-written back is an elementwise function of that selection (and of numbers or
-rows that broadcast to one selected element), the statement is ``np.where(mask,
-g(y), y)`` whatever the mask holds: :func:`masked_updated` traces it so, and
-marks the read's decision retractable -- dropped once ``f`` is traced
-(:func:`hybridad.core.decisions.retract_unread`) when nothing else reads the
-selection.  Only the statement's own read is retracted: Python never hands
-that selection to the function's code, so its count (a shape, which a
-function may turn into a Python int: ``len(sel)``, ``np.zeros_like(sel)``,
-with no node of the graph to show it) can reach nothing else.  A selection
-the code holds -- ``y[m] = np.sqrt(x[m])``, ``y[m] += 2 * y[m]``'s right side
--- keeps its decision.
+"""Reads and writes at masks and positions computed from values, one graph
+for all of them: ``x[mask]`` a lazy selection (:func:`masked_read`,
+:mod:`.numpy_selected`), ``y[mask] = selection`` (:func:`selection_written`:
+the write-back of ``y[y < 0] *= 0.1`` too), ``y[mask] = v`` with ``v`` one
+element's value (:func:`masked_written`) and ``y[i] = v`` at 0-d integers
+(:func:`traced_put`) -- each ``np.where``, no decision on the mask or index
+(a plan made for one mask was retraced and compiled at every call whose mask
+differed).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..core.decisions import concrete_index, decide
+from ..core.decisions import decide
 from ..core.trace import bind
 from ..core.tracer import Tracer
-from ..ops import REGISTRY
-from .numpy_api import _tracer, broadcast_to, getitem, reshape, where
+from .numpy_api import _tracer, broadcast_to, reshape, where
+from .numpy_selected import pending, selected
 from .objects import assign
 
-__all__ = ["in_range_positions", "masked_read", "masked_updated", "masked_written",
+__all__ = ["in_range_positions", "masked_read", "masked_written", "selection_written",
            "traced_put"]
 
 
 def masked_read(x, index):
-    """``x[mask]`` for a traced boolean ``mask`` over ``x``'s leading axes:
-    numpy's selection at the mask this call holds (a decision, as before),
-    the selection noted in the trace (``trace.masked_reads``: node id ->
-    ``(selection, x, mask)``) and the returned tracer marked with its
-    decision, for :func:`masked_updated`.  None for any other index, or where
-    the trace has no values to decide with."""
+    """``x[mask]`` for a traced boolean ``mask`` over ``x``'s leading axes (or
+    ``x[mask, :]``): a :class:`~.numpy_selected.Selection`, no decision on the
+    mask until its count is used.  None for any other index, or where the
+    trace has no values to decide with."""
+    if type(index) is tuple and index and all(
+            k is Ellipsis or type(k) is slice and k == slice(None) for k in index[1:]) and \
+            sum(k is Ellipsis for k in index[1:]) <= 1:
+        index = index[0]  # (x[m, :], x[m, ...]: x[m])
     if not (isinstance(index, Tracer) and index.dtype == np.bool_) or index.ndim == 0 or \
             index.shape != x.shape[:index.ndim]:
         return None
-    trace = index._trace
-    before = len(trace.decisions)
-    concrete = concrete_index(index)
-    if isinstance(concrete, Tracer):
-        return None
-    r = getitem(x, concrete)
-    made = trace.decisions[before:]
-    if len(made) == 1 and made[0].node is index.node and isinstance(r, Tracer) and \
-            r._origin is not None:
-        trace.masked_reads[r.node.id] = (r.node, x.node, index.node)
-        r._origin = (*r._origin[:3], (made[0], r.node, index.node))
-    return r
+    return selected(x, index)
 
 
-def masked_updated(target, index, value):
-    """Whether ``target[index] = value`` -- the write-back of ``target[mask]
-    op= v``: ``value`` the very tracer that read ``target[mask]``
-    (:func:`masked_read`), ``target`` unchanged since -- was traced as
-    ``np.where(mask, g(target, ...), target)``: ``value`` an elementwise
-    function ``g`` of selections by this very mask of arrays of ``target``'s
-    shape (each as it was when read) and of values of at most one selected
-    element's shape made without them.  The statement's read's decision is
-    then retractable (the others', kept: see the module's note)."""
-    origin = getattr(value, "_origin", None) if isinstance(value, Tracer) else None
-    if origin is None or len(origin) < 4 or origin[0]() is not target or \
-            origin[1] is not target.node or not isinstance(index, Tracer) or \
-            origin[3][2] is not index.node:
+def selection_written(target, index, value):
+    """Whether ``target[index] = value`` -- ``value`` a selection by this very
+    mask not materialized (``y[m] = np.sqrt(x[m])``, the write-back of ``y[m]
+    op= v``) -- was traced as ``np.where(mask, value's whole array,
+    target)``: numpy's write, whatever the mask holds."""
+    if not pending(value) or not isinstance(index, Tracer) or \
+            index.node is not value._mask.node or \
+            target.shape[:index.ndim] != index.shape:
         return False
-    trace = target._trace
-    reads = {k: (sel, base) for k, (sel, base, mask) in trace.masked_reads.items()
-             if mask is index.node and base.shape == target.shape}
+    full = value._full
     item = target.shape[index.ndim:]
-    chain, used = _elementwise_chain(value.node, {k: r[0] for k, r in reads.items()}, item)
-    decision, selection, _ = origin[3]
-    if chain is None or selection.id not in used:
-        return False
-    made = {k: Tracer(reads[k][1], trace) for k in used}  # (each array as it was read)
-    for n in chain:
-        made[n.id] = bind(n.op, *[made[a.id] if a.id in made else Tracer(a, trace)
-                                  for a in n.args], **n.attrs)
-    new = made[value.node.id]
-    if new.shape != target.shape or new.dtype.kind == "c" and target.dtype.kind != "c":
-        return False  # (complex into real: refused on the general path, as numpy's)
-    assign(target, _written_at(target, index, new), "in-place update `a[mask] op= value`")
-    trace.retractable.append((decision, selection))
+    if full.ndim - index.ndim > len(item) or not _broadcasts(full.shape[index.ndim:], item) \
+            or full.dtype.kind == "c" and target.dtype.kind != "c":
+        return False  # (numpy's error or cast refusal, on the general path)
+    assign(target, _written_at(target, index, full), "assignment `a[mask] = a selection`")
     return True
-
-
-def _elementwise_chain(node, selections, item):
-    """``(chain, used)``: the nodes between the ``selections`` (id -> node,
-    of one shape) and ``node``, in the order they were made, when each is an
-    elementwise op of the selections' shape whose other operands were made
-    without them and broadcast to one selected element (shape ``item``), and
-    the ids of the selections it reads; ``(None, None)`` otherwise (a
-    reduction of a selection, a reshape, a value per element from elsewhere)."""
-    first = min(selections)
-    found, stack = {}, [node]
-    while stack:  # (which nodes made after the first selection depend on one)
-        n = stack[-1]
-        if n.id in found:
-            stack.pop()
-            continue
-        if selections.get(n.id) is n:
-            found[n.id] = True
-            stack.pop()
-            continue
-        pending = [a for a in n.args if a.id >= first and a.id not in found]
-        if pending:
-            stack.extend(pending)
-            continue
-        found[n.id] = any(found.get(a.id, False) for a in n.args)
-        stack.pop()
-    if selections.get(node.id) is node or not found.get(node.id):
-        return None, None
-    reached = _made(node, found)
-    used = [n.id for n in reached if selections.get(n.id) is n]
-    chain = sorted((n for n in reached if selections.get(n.id) is not n), key=lambda n: n.id)
-    shape = selections[used[0]].shape
-    for n in chain:
-        op = REGISTRY.get(n.op)
-        if op is None or op.kind != "elementwise" or n.shape != shape:
-            return None, None
-        for a in n.args:
-            if not found.get(a.id, False) and not _broadcasts(a.shape, item):
-                return None, None
-    return chain, used
-
-
-def _made(node, found):
-    """The nodes ``found`` to depend on the selection, from ``node`` down."""
-    out, stack, seen = [], [node], set()
-    while stack:
-        n = stack.pop()
-        if n.id in seen or not found.get(n.id, False):
-            continue
-        seen.add(n.id)
-        out.append(n)
-        stack.extend(n.args)
-    return out
 
 
 def _broadcasts(shape, item):

@@ -117,6 +117,9 @@ def _extremum(opname, ufunc):
         if a.size == 0 and initial is not _NoValue:
             shape = np.sum(np.empty(a.shape, bool), axis=axis, keepdims=keepdims).shape
             return np.full(shape, initial, a.dtype)
+        if a.size == 0 and any(a.shape[i] == 0 for i in _norm_axis(axis, a.ndim)):
+            raise ValueError(f"zero-size array to reduction operation {ufunc.__name__} which "
+                             "has no identity")  # (numpy's; it traced -inf before)
         return _with_initial(_reduce(opname, a, axis, keepdims), initial, ufunc)
 
     return impl

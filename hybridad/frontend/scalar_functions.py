@@ -208,7 +208,10 @@ class ElementwiseFunction:
                 if self._family is not None and self._family.key != self._key():
                     self._family = None
             prim = self.family.primitive(())
-            return bind(prim.name, *args)
+            from .numpy_selected import elementwise_of_selections
+
+            r = elementwise_of_selections(lambda *a: bind(prim.name, *a), args)  # (x[m])
+            return r if r is not None else bind(prim.name, *args)
         return self.ufunc(*args)
 
     def _key(self):

@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 
 from ..errors import RetraceWarning, StalePlanError, TracingError, code_line, is_user_file
-from ..core.decisions import MAX_SPECIALIZATIONS, decided_nodes, retract_unread
+from ..core.decisions import MAX_SPECIALIZATIONS, decided_nodes
 from ..frontend.guard_walk import build_guards
 from ..frontend.guards import _same_content, _snapshot, captured_ids
 from ..frontend.numpy_made import traced_again
@@ -149,7 +149,6 @@ class GuardsMixin:
                     raise
                 raise refusal from exc
         out = self._check_output(out, trace)
-        retract_unread(trace, [out.node])  # (`y[mask] op= v`: no decision on the mask)
         static, captured = _static_paths(self._treedefs), trace.captured()
         self._observed = (static, obs, captured)  # (guards made again by _pin_values)
         guards = build_guards(f, static, obs, self._unpinned(captured))
