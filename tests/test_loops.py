@@ -512,13 +512,16 @@ def test_what_a_loop_keeps_does_not_grow_with_its_trip_count(backend):
     bodies are compiled (a second plan of the same loops: a new placement)."""
     import tracemalloc
 
+    from hybridad.plans.tiered import join_all
+
     kept = {}
     for T in (200, 4000):
         f = _scan_rows(T)
         ha.compile(f, X0, W0, backend=backend).gradient(X0, W0)  # (compiles the bodies)
         plan = ha.compile(lambda x, W: f(x, W), X0, W0, backend=backend)
         res = ha.GradientResult(X0)
-        tracemalloc.start()
+        join_all()  # (tracemalloc counts every thread's: a tiered plan's compile of an
+        tracemalloc.start()  # earlier test of this worker may still be running)
         try:
             before = tracemalloc.get_traced_memory()[0]
             plan.gradient(X0, W0, out=res)
