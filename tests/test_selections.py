@@ -100,10 +100,16 @@ def weighted(x):
         np.count_nonzero(x[m] > 0.5) * 0.1
 
 
+def regression(X):
+    keep = X[:, 0] > -0.3
+    r = np.tanh(X[:, 1])[keep] - X[keep] @ np.array([1.0, -2.0, 0.5])  # (rows times a vector)
+    return np.sum(r ** 2) + np.mean(np.dot(X[keep], np.ones((3, 2)) * 0.3) ** 2)
+
+
 CASES = [(squares, (40,)), (huber, (40,)), (mean_of_logs, (40,)), (spread, (30,)),
          (products, (30,)), (functions, (30,)), (rows, (12, 3)), (grid, (6, 7)),
          (composed, (30,)), (updated, (30,)), (written, (20,)), (flagged, (20,)),
-         (weighted, (25,))]
+         (weighted, (25,)), (regression, (15, 3))]
 
 
 def _inputs(shape, k, n=4):

@@ -13,7 +13,8 @@ tracer.  It holds the array of ``x``'s own shape and the mask, and
 - a ufunc of selections by the one mask, and of numbers or rows that
   broadcast to one selected element, is a selection of the ufunc of their
   whole arrays; ``np.where``, ``np.clip``, ... likewise (:data:`ELEMENTWISE`),
-  and an ``@hybridad.elementwise`` function's call;
+  and an ``@hybridad.elementwise`` function's call; so are selected rows
+  times a matrix or vector, ``X[m] @ w``;
 - ``np.sum``, ``mean``, ``average``, ``prod``, ``max``, ``min``, ``any``,
   ``all``, ``count_nonzero``, ``var``, ``std``, ``nansum``, ``linalg.norm``
   and the dot product of two 1-D selections reduce the whole array with
@@ -480,11 +481,26 @@ def _count_nonzero(a, axis=None, *, keepdims=False):
 
 
 def _dot(a, b, out=None):
-    """``a @ b`` / ``np.dot`` of two 1-D selections by one mask."""
-    if out is not None or not (pending(a) and pending(b)) or a.ndim != 1 or b.ndim != 1:
+    """``a @ b`` / ``np.dot``: of two 1-D selections by one mask, the sum of
+    their product; of selected rows and a vector or matrix that does not
+    depend on the count (``X[m] @ w``), the selection of ``X @ w`` -- each
+    selected row's product is its whole array's row's."""
+    if out is not None:
         return None
-    p = _elementwise(np.multiply, (a, b), {})
-    return None if p is None else np.sum(_filled(p, 0))
+    if pending(a) and pending(b):
+        if a.ndim != 1 or b.ndim != 1:
+            return None
+        p = _elementwise(np.multiply, (a, b), {})
+        return None if p is None else np.sum(_filled(p, 0))
+    if not pending(a) or a.ndim < 2 or type(b) is Selection or \
+            not isinstance(b, (Tracer, np.ndarray)) or b.ndim not in (1, 2):
+        return None
+    r = np.matmul(a._full, b)
+    return Selection(r, a._mask, r, r.node, a._trace)
+
+
+def _inner(a, b):
+    return _dot(a, b) if pending(a) and pending(b) else None
 
 
 def _vdot(a, b):
@@ -524,7 +540,7 @@ def _elementwise_rule(func):
 FUNCTIONS = {func: _rule(fn) for func, fn in [
     (np.sum, _sum), (np.prod, _prod), (np.mean, _mean), (np.var, _var), (np.std, _std),
     (np.max, _max), (np.amax, _max), (np.min, _min), (np.amin, _min), (np.any, _any),
-    (np.all, _all), (np.nansum, _nansum), (np.dot, _dot), (np.inner, _dot),
+    (np.all, _all), (np.nansum, _nansum), (np.dot, _dot), (np.inner, _inner),
     (np.vdot, _vdot), (np.linalg.norm, _norm), (np.average, _average),
     (np.count_nonzero, _count_nonzero)]}
 FUNCTIONS.update({func: _elementwise_rule(func) for func in ELEMENTWISE})
