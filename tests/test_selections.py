@@ -106,10 +106,17 @@ def regression(X):
     return np.sum(r ** 2) + np.mean(np.dot(X[keep], np.ones((3, 2)) * 0.3) ** 2)
 
 
+def per_row(X):
+    keep = X[:, 0] > 0
+    d = np.linalg.norm(X[keep] - 0.2, axis=1)  # (reductions over the element's axes)
+    return np.mean(d ** 2) + np.sum(np.max(X[keep], axis=-1)) + \
+        np.std(X[keep], axis=1, ddof=1).sum() + np.mean(X[keep], axis=(1,), keepdims=True).sum()
+
+
 CASES = [(squares, (40,)), (huber, (40,)), (mean_of_logs, (40,)), (spread, (30,)),
          (products, (30,)), (functions, (30,)), (rows, (12, 3)), (grid, (6, 7)),
          (composed, (30,)), (updated, (30,)), (written, (20,)), (flagged, (20,)),
-         (weighted, (25,)), (regression, (15, 3))]
+         (weighted, (25,)), (regression, (15, 3)), (per_row, (15, 3))]
 
 
 def _inputs(shape, k, n=4):

@@ -19,7 +19,9 @@ tracer.  It holds the array of ``x``'s own shape and the mask, and
   ``all``, ``count_nonzero``, ``var``, ``std``, ``nansum``, ``linalg.norm``
   and the dot product of two 1-D selections reduce the whole array with
   ``np.where(mask, ., identity)`` (the methods too; ``axis`` None or 0), the
-  count an ``np.count_nonzero(mask)`` of the plan;
+  count an ``np.count_nonzero(mask)`` of the plan; over axes of the selected
+  element alone (``np.linalg.norm(X[m] - c, axis=1)``), a selection of the
+  whole array's reduction;
 - ``y[mask] = selection`` is ``np.where(mask, ., y)``
   (:func:`hybridad.frontend.numpy_masked.selection_written`), so ``y[y < 0]
   *= 0.1`` is one graph for every mask.
@@ -178,7 +180,12 @@ class Selection(Tracer):
             rule = FUNCTIONS.get(func)
             if rule is not None:
                 with paused():
-                    r = rule(*args, **kwargs) if _takes(rule, args, kwargs) else None
+                    r = None
+                    if _takes(rule, args, kwargs):
+                        r = _per_element(func, rule, args, kwargs) if func in PER_ELEMENT \
+                            else None
+                        if r is None:
+                            r = rule(*args, **kwargs)
                 if r is not None:
                     return r
         _materialize_all(args, kwargs)
@@ -359,6 +366,31 @@ def _axes(s, axis):
             axis in (0, -s.ndim):
         return tuple(range(s._mask.ndim))
     return None
+
+
+def _per_element(func, rule, args, kwargs):
+    """``func`` (a reduction) over axes of the selected element only
+    (``np.sum(X[m] ** 2, axis=1)``): the selection of ``func`` of the whole
+    array over those axes -- each selected element's result is its whole
+    array's; None for any other ``axis``."""
+    bound = rule.__signature__.bind(*args, **kwargs)
+    params = bound.arguments
+    first = next(iter(params))
+    s, axis = params[first], params.get("axis")
+    if not pending(s) or axis is None or params.get("out") is not None:
+        return None
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    if not all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in axes):
+        return None
+    axes = [int(a) + s.ndim if a < 0 else int(a) for a in axes]
+    if not all(1 <= a < s.ndim for a in axes) or len(set(axes)) != len(axes):
+        return None
+    shift = s._mask.ndim - 1
+    named = {**params, first: s._full, "axis": tuple(a + shift for a in axes)}
+    r = func(**named)
+    if not isinstance(r, Tracer) or r.shape[:s._mask.ndim] != s._mask.shape:
+        return None
+    return Selection(r, s._mask, r, r.node, s._trace)
 
 
 def _shaped(s, r, axis, keepdims):
@@ -544,3 +576,7 @@ FUNCTIONS = {func: _rule(fn) for func, fn in [
     (np.vdot, _vdot), (np.linalg.norm, _norm), (np.average, _average),
     (np.count_nonzero, _count_nonzero)]}
 FUNCTIONS.update({func: _elementwise_rule(func) for func in ELEMENTWISE})
+#: reductions that may reduce axes of the selected element alone (:func:`_per_element`)
+PER_ELEMENT = frozenset({np.sum, np.prod, np.mean, np.var, np.std, np.max, np.amax, np.min,
+                         np.amin, np.any, np.all, np.nansum, np.linalg.norm, np.average,
+                         np.count_nonzero})
