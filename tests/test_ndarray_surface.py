@@ -240,7 +240,7 @@ SURFACE = {
     "min": (WORKS, lambda x: x.min() + S(x.min(axis=1, keepdims=True))),
     "nbytes": (WORKS, lambda x: S(x) * x.nbytes),
     "ndim": (WORKS, lambda x: S(x) * x.ndim),
-    "nonzero": (REFUSED, lambda x: x.nonzero(), "np.nonzero"),
+    "nonzero": (WORKS, lambda x: S(x[x.nonzero()]) + S(x[(x > 0).nonzero()] ** 2)),
     "partition": (WORKS, _sorted_in_place("partition", [0, 1, 2, 3])),
     "prod": (WORKS, lambda x: x.prod() + S(x.prod(axis=0)) + x.prod(where=x > 0)),
     "put": (REFUSED, lambda x: (x * 1.0).put([0], [1.0]), "x.put()"),

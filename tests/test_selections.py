@@ -113,10 +113,26 @@ def per_row(X):
         np.std(X[keep], axis=1, ddof=1).sum() + np.mean(X[keep], axis=(1,), keepdims=True).sum()
 
 
+def positions(x):
+    y = x * 1.0
+    y[np.nonzero(x > 1)] *= 3  # (a write at np.nonzero's positions: at the mask)
+    idx = np.where(x > 0)  # (one argument: the positions)
+    j = np.flatnonzero(x < -0.5)
+    return np.sum(x[idx] ** 2) + np.sum(np.exp(x[j])) + np.sum(y ** 2 * np.arange(x.size))
+
+
+def grid_positions(X):
+    rows, cols = np.nonzero(X > 0.3)
+    at = np.argwhere(X < -0.2)  # (count x 2 positions: rows times a vector below)
+    return np.sum(X[rows, cols] ** 3) + np.sum(np.sin(X[np.nonzero(X < 0)])) + \
+        np.sum(at @ np.array([0.5, 0.25])) * 0.1 + np.sum(rows * X[rows, cols])
+
+
 CASES = [(squares, (40,)), (huber, (40,)), (mean_of_logs, (40,)), (spread, (30,)),
          (products, (30,)), (functions, (30,)), (rows, (12, 3)), (grid, (6, 7)),
          (composed, (30,)), (updated, (30,)), (written, (20,)), (flagged, (20,)),
-         (weighted, (25,)), (regression, (15, 3)), (per_row, (15, 3))]
+         (weighted, (25,)), (regression, (15, 3)), (per_row, (15, 3)), (positions, (30,)),
+         (grid_positions, (5, 6))]
 
 
 def _inputs(shape, k, n=4):
@@ -219,8 +235,14 @@ def _python_sum(x):
     return sum(x[x > 1] ** 2)
 
 
+def _positions_counted(x):
+    i = np.nonzero(x > 0)[0]
+    return np.sum(x[i] ** 2) * i.size + np.sum(x[i[:2]])  # (np.nonzero's count, its first two)
+
+
 @pytest.mark.parametrize("f", [_count_used, _shape_used, _like_used, _sorted, _indexed,
-                               _python_sum], ids=lambda f: f.__name__.strip("_"))
+                               _python_sum, _positions_counted],
+                         ids=lambda f: f.__name__.strip("_"))
 def test_a_selection_whose_count_is_used_keeps_its_decision(f):
     """The count reaches Python (a length, a shape, a new array of its size,
     an index, a sort, iteration): the mask is decided as numpy's selection

@@ -145,6 +145,9 @@ class Tracer:
 
     __slots__ = ("_base", "_flags", "_origin", "_shares", "_trace", "node", "__weakref__")
     __array_priority__ = 1000
+    #: whether its node is not made yet (a lazy selection, ``x[mask]``:
+    #: :mod:`hybridad.frontend.numpy_selected`); reading ``node`` makes it
+    _lazy = False
     __class_getitem__ = classmethod(types.GenericAlias)  # as ndarray[...]
 
     def __init__(self, node, trace, flags=0):

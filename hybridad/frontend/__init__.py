@@ -3,7 +3,8 @@ tracer, the trace and ``bind`` are :mod:`hybridad.core`'s): :mod:`.objects`
 (numpy's object semantics: scalars, views, in-place updates), :mod:`.numpy_api`
 and the modules it loads (ufuncs and core functions, :mod:`.numpy_reductions`,
 :mod:`.numpy_math`, :mod:`.numpy_selection` (with ``a[mask] op= v``:
-:mod:`.numpy_masked`), :mod:`.numpy_shapes`,
+:mod:`.numpy_masked`; ``x[mask]`` a lazy selection, :mod:`.numpy_selected` and
+its reductions :mod:`.numpy_selected_reduce`), :mod:`.numpy_shapes`,
 :mod:`.numpy_products`, :mod:`.numpy_linalg`, :mod:`.numpy_methods`, scatters
 and signals :mod:`.numpy_signal`, array construction :mod:`.numpy_construct`,
 complex values :mod:`.numpy_complex` and :mod:`.numpy_fft`); scipy's Python
@@ -25,6 +26,7 @@ from . import objects  # noqa: E402,F401  (in-place updates of tracers)
 from . import numpy_reductions  # noqa: E402,F401  (sum, mean, var, argmax, ...)
 from . import numpy_math  # noqa: E402,F401  (rounding, statistics, scans, differences)
 from . import numpy_selection  # noqa: E402,F401  (take, compress, sort, median, ...)
+from . import numpy_selected_reduce  # noqa: E402,F401  (reductions of lazy selections x[mask])
 from . import numpy_shapes  # noqa: E402,F401  (stacking, splitting, pad, diagonals, ...)
 from . import numpy_out  # noqa: E402,F401  (out= into traced arrays)
 from . import numpy_products  # noqa: E402,F401  (cross, tensordot, einsum, norm)

@@ -409,9 +409,10 @@ def gather_positions(x, select):
 
 @implements(np.where)
 def where(condition, x=None, y=None):
+    if x is None and y is None:
+        return np.nonzero(condition)  # (numpy's: np.asarray(condition).nonzero())
     if x is None or y is None:
-        raise NotImplementedError("hybridad: np.where(cond) with one argument (indices) "
-                                  "depends on values; use the three-argument form")
+        raise ValueError("either both or neither of x and y should be given")
     c = _tracer(condition)
     if c.dtype != np.bool_:
         c = np.not_equal(c, 0)

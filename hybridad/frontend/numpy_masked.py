@@ -16,7 +16,7 @@ from ..core.decisions import decide
 from ..core.trace import bind
 from ..core.tracer import Tracer
 from .numpy_api import _tracer, broadcast_to, reshape, where
-from .numpy_selected import pending, selected
+from .numpy_selected import pending, positions_mask, selected
 from .objects import assign
 
 __all__ = ["in_range_positions", "masked_read", "masked_written", "selection_written",
@@ -32,6 +32,9 @@ def masked_read(x, index):
             k is Ellipsis or type(k) is slice and k == slice(None) for k in index[1:]) and \
             sum(k is Ellipsis for k in index[1:]) <= 1:
         index = index[0]  # (x[m, :], x[m, ...]: x[m])
+    at = positions_mask(index)
+    if at is not None:  # (x[np.nonzero(m)]: x[m])
+        index = at
     if not (isinstance(index, Tracer) and index.dtype == np.bool_) or index.ndim == 0 or \
             index.shape != x.shape[:index.ndim]:
         return None

@@ -59,8 +59,7 @@ for _name, _func in [("all", np.all), ("any", np.any), ("argmax", np.argmax),
                      ("std", np.std), ("sum", np.sum), ("swapaxes", np.swapaxes),
                      ("take", np.take), ("trace", np.trace), ("var", np.var)]:
     _METHODS[_name] = _as_function(_func)
-_METHODS["nonzero"] = lambda self: np.nonzero(self)  # (refused there: a value-dependent shape)
-REFUSED.add("nonzero")
+_METHODS["nonzero"] = lambda self: np.nonzero(self)  # (lazy positions: numpy_selected)
 _METHODS["conj"] = _METHODS["conjugate"] = lambda self: np.conjugate(self)
 _METHODS["compress"] = lambda self, condition, axis=None, out=None: np.compress(
     condition, self, axis, out)

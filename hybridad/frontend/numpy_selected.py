@@ -18,15 +18,16 @@ tracer.  It holds the array of ``x``'s own shape and the mask, and
 - ``np.sum``, ``mean``, ``average``, ``prod``, ``max``, ``min``, ``any``,
   ``all``, ``count_nonzero``, ``var``, ``std``, ``nansum``, ``linalg.norm``
   and the dot product of two 1-D selections reduce the whole array with
-  ``np.where(mask, ., identity)`` (the methods too; ``axis`` None or 0), the
-  count an ``np.count_nonzero(mask)`` of the plan; over axes of the selected
-  element alone (``np.linalg.norm(X[m] - c, axis=1)``), a selection of the
-  whole array's reduction;
+  ``np.where(mask, ., identity)`` (the methods too; ``axis`` None or 0, or
+  axes of the selected element alone: :mod:`.numpy_selected_reduce`);
+- ``np.nonzero(mask)``, ``np.where(mask)``, ``np.flatnonzero``,
+  ``np.argwhere`` are selections of every element's position, and an index
+  by them untouched is the selection by the mask;
 - ``y[mask] = selection`` is ``np.where(mask, ., y)``
   (:func:`hybridad.frontend.numpy_masked.selection_written`), so ``y[y < 0]
   *= 0.1`` is one graph for every mask.
 
-Anything else -- its shape, ``len()``, an index, a sort, a matmul, any
+Anything else -- its shape, ``len()``, an index, a sort, another matmul, any
 function not listed -- *materializes* it first: the mask's values are
 decided then (a guard, as numpy's selection always was) and it is numpy's
 selection from there on.  The count reaches Python only through those, so a
@@ -43,18 +44,19 @@ otherwise).
 
 from __future__ import annotations
 
-import math
 import weakref
 
 import numpy as np
 
-from ..core.decisions import concrete_index, decide
+from ..core.decisions import concrete_index
 from ..core.observe import paused
+from ..core.trace import as_node
 from ..core.tracer import Tracer
 from ..ops import REGISTRY
-from .numpy_api import getitem, reshape, where
+from .numpy_api import HANDLED, getitem, implements, reshape
 
-__all__ = ["ELEMENTWISE", "Selection", "elementwise_of_selections", "pending", "selected"]
+__all__ = ["ELEMENTWISE", "FUNCTIONS", "Selection", "elementwise_of_selections", "expanded",
+           "lift", "pending", "positions_mask", "rule", "selected"]
 
 _NODE = Tracer.__dict__["node"]  # (the slot a materialized selection's node lives in)
 
@@ -74,7 +76,7 @@ def pending(v):
     return type(v) is Selection and v._full is not None
 
 
-def _expanded(mask, ndim):
+def expanded(mask, ndim):
     return reshape(mask, mask.shape + (1,) * (ndim - mask.ndim))
 
 
@@ -82,9 +84,11 @@ class Selection(Tracer):
     """``x[mask]`` for a traced boolean mask, not materialized (see the
     module's note): ``_full`` the array of ``x``'s shape it computes with
     (None once materialized), ``_mask`` the mask, ``_read`` ``(x, its node
-    when read)`` for the materialization, numpy's own ``x[mask]``."""
+    when read)`` for the materialization, numpy's own ``x[mask]``; ``_at``
+    the axis of the mask whose positions it holds (``np.nonzero(mask)[k]``:
+    an index by them is the selection by the mask, :func:`positions_mask`)."""
 
-    __slots__ = ("_full", "_mask", "_read")
+    __slots__ = ("_at", "_full", "_mask", "_read")
 
     def __init__(self, full, mask, x, x_node, trace):  # (Tracer's: not called)
         self._trace = trace
@@ -92,6 +96,7 @@ class Selection(Tracer):
         self._shares = self._origin = self._base = None
         self._full, self._mask = full, mask
         self._read = (weakref.ref(x) if type(x) is Tracer else None, x_node)
+        self._at = None  # (np.nonzero's part for axis k of the mask: k)
 
     # -- the node: numpy's selection, made on first use ----------------------
     @property
@@ -116,6 +121,10 @@ class Selection(Tracer):
         _NODE.__set__(self, r.node)
         self._flags, self._origin, self._shares, self._base = \
             r._flags, r._origin, r._shares, r._base
+
+    @property
+    def _lazy(self):
+        return self._full is not None
 
     # -- what needs no count --------------------------------------------------
     @property
@@ -166,9 +175,9 @@ class Selection(Tracer):
         if method == "__call__" and self._full is not None:
             with paused():
                 if ufunc is np.matmul and not kwargs:
-                    r = _dot(*inputs) if len(inputs) == 2 else None
+                    r = FUNCTIONS[np.matmul](*inputs) if len(inputs) == 2 else None
                 else:
-                    r = _elementwise(ufunc, inputs, kwargs) \
+                    r = lift(ufunc, inputs, kwargs) \
                         if ufunc.signature is None and set(kwargs) <= {"dtype"} else None
             if r is not None:
                 return r
@@ -180,12 +189,7 @@ class Selection(Tracer):
             rule = FUNCTIONS.get(func)
             if rule is not None:
                 with paused():
-                    r = None
-                    if _takes(rule, args, kwargs):
-                        r = _per_element(func, rule, args, kwargs) if func in PER_ELEMENT \
-                            else None
-                        if r is None:
-                            r = rule(*args, **kwargs)
+                    r = rule(*args, **kwargs) if _takes(rule, args, kwargs) else None
                 if r is not None:
                     return r
         _materialize_all(args, kwargs)
@@ -201,7 +205,7 @@ def _in_place(name, ufunc):
     def op(self, other):
         if self._full is not None:
             with paused():
-                r = _elementwise(ufunc, (self, other), {})
+                r = lift(ufunc, (self, other), {})
                 if r is not None and r._full.shape == self._full.shape:
                     full = r._full
                     if full.dtype != self.dtype:
@@ -211,7 +215,7 @@ def _in_place(name, ufunc):
                                 f"{full.dtype!r} to {self.dtype!r} with casting rule "
                                 "'same_kind'")
                         full = full.astype(self.dtype)
-                    self._full, self._read = full, (None, full.node)
+                    self._full, self._read, self._at = full, (None, full.node), None
                     return self
         return general(self, other)
 
@@ -249,6 +253,80 @@ def _materialize_all(args, kwargs):
 
 
 # ----------------------------------------------------------------------------
+# np.nonzero, np.where(cond), np.flatnonzero, np.argwhere: positions, lazily
+# ----------------------------------------------------------------------------
+
+def _mask_of(a):
+    """The traced boolean mask of ``a``'s nonzero elements; None where the
+    positions cannot be lazy (0-d, no values to decide with)."""
+    if not isinstance(a, Tracer) or a.ndim == 0:
+        return None
+    mask = a if a.dtype == np.bool_ else np.not_equal(a, 0)
+    trace = mask._trace
+    if getattr(trace, "concrete", None) is None or trace.phase != "forward":
+        return None
+    return mask
+
+
+def _of_constant(values, mask, at=None):
+    v = Tracer(as_node(values, mask._trace), mask._trace)
+    s = Selection(v, mask, v, v.node, mask._trace)
+    s._at = at
+    return s
+
+
+def nonzero(a):
+    """``np.nonzero(a)`` (and ``np.where(a)``): per axis of ``a``, the
+    selection by ``a != 0`` of that axis's index at every element -- no
+    decision until the count is used; indexing by all of them is the
+    selection by the mask (:func:`positions_mask`)."""
+    mask = _mask_of(a)
+    if mask is None:
+        return _REFUSED[np.nonzero](a)
+    grids = np.indices(mask.shape, dtype=np.intp)
+    return tuple(_of_constant(grids[k], mask, k) for k in range(mask.ndim))
+
+
+def flatnonzero(a):
+    """``np.flatnonzero(a)``: :func:`nonzero` of ``a`` raveled."""
+    mask = _mask_of(a)
+    if mask is None:
+        return _REFUSED[np.flatnonzero](a)
+    mask = reshape(mask, (-1,))
+    return _of_constant(np.arange(mask.size, dtype=np.intp), mask, 0)
+
+
+def argwhere(a):
+    """``np.argwhere(a)``: the selected rows of every element's index."""
+    mask = _mask_of(a)
+    if mask is None:
+        return _REFUSED[np.argwhere](a)
+    grids = np.indices(mask.shape, dtype=np.intp)
+    return _of_constant(np.ascontiguousarray(np.moveaxis(grids, 0, -1)), mask)
+
+
+_REFUSED = {f: HANDLED[f] for f in (np.nonzero, np.flatnonzero, np.argwhere)}
+implements(np.nonzero)(nonzero)
+implements(np.flatnonzero)(flatnonzero)
+implements(np.argwhere)(argwhere)
+
+
+def positions_mask(index):
+    """The mask ``m`` when ``index`` is ``np.nonzero(m)`` untouched (every
+    part, in order; for a 1-D ``m`` its one part alone): ``x[index]`` is then
+    ``x[m]``, and ``y[index] = v`` ``y[m] = v``; None otherwise."""
+    parts = index if type(index) is tuple else (index,)
+    first = parts[0] if parts else None
+    if not pending(first) or first._at != 0 or len(parts) != first._mask.ndim:
+        return None
+    mask = first._mask
+    for k, p in enumerate(parts):
+        if not pending(p) or p._at != k or p._mask.node is not mask.node:
+            return None
+    return mask
+
+
+# ----------------------------------------------------------------------------
 # elementwise: a selection of the function of the whole arrays
 # ----------------------------------------------------------------------------
 
@@ -282,10 +360,10 @@ def elementwise_of_selections(fn, args):
     """``fn(*args)`` -- ``fn`` elementwise, some of ``args`` pending
     selections (an ``@hybridad.elementwise`` function's call) -- as a selection
     of ``fn`` of the whole arrays; None where it is not one."""
-    return _elementwise(fn, args, {}) if any(map(pending, args)) else None
+    return lift(fn, args, {}) if any(map(pending, args)) else None
 
 
-def _elementwise(fn, args, kwargs):
+def lift(fn, args, kwargs):
     """``fn`` (an elementwise function) of the operands, as a selection of
     ``fn`` of the whole arrays; None where it is not one (see
     :func:`_operands`; the graph ``fn`` made is checked elementwise too)."""
@@ -304,7 +382,7 @@ def _elementwise(fn, args, kwargs):
         trace.rollback(start)
         return None
     if not isinstance(r, Tracer) or type(r) is Selection or \
-            not _made_elementwise(r.node, fulls, [v for v in (*args, *kwargs.values())
+            not _madelift(r.node, fulls, [v for v in (*args, *kwargs.values())
                                                   if isinstance(v, Tracer) and not pending(v)],
                                   mask.shape, ndim) or \
             len(trace.decisions) != start[1]:
@@ -313,7 +391,7 @@ def _elementwise(fn, args, kwargs):
     return Selection(r, mask, r, r.node, trace)
 
 
-def _made_elementwise(node, fulls, others, lead, ndim):
+def _madelift(node, fulls, others, lead, ndim):
     """Whether ``node`` is made from the arrays ``fulls`` by elementwise ops of
     the whole shape only, everything else it reads of one element's shape
     (no count: a constant of the whole shape is one of its length); the
@@ -351,205 +429,7 @@ ELEMENTWISE = (np.where, np.clip, np.nan_to_num, np.real, np.imag, np.conj, np.c
                np.around, np.round, np.fix, np.sinc, np.angle, np.isclose, np.i0, np.copy)
 
 
-# ----------------------------------------------------------------------------
-# reductions: the whole array's, masked
-# ----------------------------------------------------------------------------
-
-def _axes(s, axis):
-    """The whole array's axes that reduce ``s``'s ``axis`` (None or 0); None
-    for another axis (materialized: the general path)."""
-    if axis is None:
-        return tuple(range(s._full.ndim))
-    if isinstance(axis, tuple) and len(axis) == 1:
-        axis = axis[0]
-    if isinstance(axis, (int, np.integer)) and not isinstance(axis, bool) and \
-            axis in (0, -s.ndim):
-        return tuple(range(s._mask.ndim))
-    return None
-
-
-def _per_element(func, rule, args, kwargs):
-    """``func`` (a reduction) over axes of the selected element only
-    (``np.sum(X[m] ** 2, axis=1)``): the selection of ``func`` of the whole
-    array over those axes -- each selected element's result is its whole
-    array's; None for any other ``axis``."""
-    bound = rule.__signature__.bind(*args, **kwargs)
-    params = bound.arguments
-    first = next(iter(params))
-    s, axis = params[first], params.get("axis")
-    if not pending(s) or axis is None or params.get("out") is not None:
-        return None
-    axes = axis if isinstance(axis, tuple) else (axis,)
-    if not all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in axes):
-        return None
-    axes = [int(a) + s.ndim if a < 0 else int(a) for a in axes]
-    if not all(1 <= a < s.ndim for a in axes) or len(set(axes)) != len(axes):
-        return None
-    shift = s._mask.ndim - 1
-    named = {**params, first: s._full, "axis": tuple(a + shift for a in axes)}
-    r = func(**named)
-    if not isinstance(r, Tracer) or r.shape[:s._mask.ndim] != s._mask.shape:
-        return None
-    return Selection(r, s._mask, r, r.node, s._trace)
-
-
-def _shaped(s, r, axis, keepdims):
-    if not keepdims:
-        return r
-    return reshape(r, (1,) * s.ndim if axis is None else (1,) + s._item())
-
-
-def _filled(s, fill):
-    return where(_expanded(s._mask, s._full.ndim), s._full, np.asarray(fill, s.dtype))
-
-
-def _count(s, axis, dtype):
-    """How many elements each result reduces (a value of the plan)."""
-    c = np.count_nonzero(s._mask).astype(dtype)
-    return c * math.prod(s._item()) if axis is None else c
-
-
-def _sum(a, axis=None, dtype=None, out=None, keepdims=False):
-    if not pending(a) or out is not None or (axes := _axes(a, axis)) is None:
-        return None
-    return _shaped(a, np.sum(_filled(a, 0), axis=axes, dtype=dtype), axis, keepdims)
-
-
-def _prod(a, axis=None, dtype=None, out=None, keepdims=False):
-    if not pending(a) or out is not None or (axes := _axes(a, axis)) is None:
-        return None
-    return _shaped(a, np.prod(_filled(a, 1), axis=axes, dtype=dtype), axis, keepdims)
-
-
-def _mean(a, axis=None, dtype=None, out=None, keepdims=False):
-    if not pending(a) or out is not None or (axes := _axes(a, axis)) is None:
-        return None
-    kind = a.dtype.kind
-    if dtype is None:
-        dtype = np.float64 if kind in "biu" else a.dtype
-    total = np.sum(_filled(a, 0), axis=axes, dtype=dtype)
-    return _shaped(a, total / _count(a, axis, total.dtype), axis, keepdims)
-
-
-def _var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, std=False):
-    if not pending(a) or out is not None or (axes := _axes(a, axis)) is None or \
-            a.dtype.kind == "c":
-        return None
-    mu = _mean(a, axis, dtype, keepdims=True)
-    d = _elementwise(np.subtract, (a, mu), {})
-    if d is None:
-        return None
-    total = np.sum(_filled(d, 0) ** 2, axis=axes)
-    v = total / (_count(a, axis, total.dtype) - ddof)
-    return _shaped(a, np.sqrt(v) if std else v, axis, keepdims)
-
-
-def _std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-    return _var(a, axis, dtype, out, ddof, keepdims, std=True)
-
-
-def _extreme(a, axis, out, keepdims, take):
-    if not pending(a) or out is not None or (axes := _axes(a, axis)) is None or \
-            a.dtype.kind not in "biuf":
-        return None
-    if decide(np.any(a._mask), "bool") is not True:
-        return None  # (an empty selection: numpy's error, on the general path)
-    kind = a.dtype.kind
-    if kind == "f":
-        fill = -np.inf if take is np.max else np.inf
-    elif kind == "b":
-        fill = take is not np.max
-    else:
-        info = np.iinfo(a.dtype)
-        fill = info.min if take is np.max else info.max
-    return _shaped(a, take(_filled(a, fill), axis=axes), axis, keepdims)
-
-
-def _max(a, axis=None, out=None, keepdims=False):
-    return _extreme(a, axis, out, keepdims, np.max)
-
-
-def _min(a, axis=None, out=None, keepdims=False):
-    return _extreme(a, axis, out, keepdims, np.min)
-
-
-def _any(a, axis=None, out=None, keepdims=False):
-    if not pending(a) or out is not None or (axes := _axes(a, axis)) is None:
-        return None
-    return _shaped(a, np.any(_filled(a, 0), axis=axes), axis, keepdims)
-
-
-def _all(a, axis=None, out=None, keepdims=False):
-    if not pending(a) or out is not None or (axes := _axes(a, axis)) is None:
-        return None
-    return _shaped(a, np.all(_filled(a, 1), axis=axes), axis, keepdims)
-
-
-def _nansum(a, axis=None, dtype=None, out=None, keepdims=False):
-    if not pending(a) or out is not None or (axes := _axes(a, axis)) is None:
-        return None
-    return _shaped(a, np.nansum(_filled(a, 0), axis=axes, dtype=dtype), axis, keepdims)
-
-
-def _average(a, axis=None, weights=None, returned=False, *, keepdims=False):
-    if not pending(a) or returned or (axes := _axes(a, axis)) is None:
-        return None
-    if weights is None:
-        return _mean(a, axis, keepdims=keepdims)
-    if not pending(weights) or weights._mask.node is not a._mask.node or \
-            weights._full.shape != a._full.shape:
-        return None  # (weights of the element's shape, and numpy's other forms: general)
-    p = _elementwise(np.multiply, (a, weights), {})
-    if p is None:
-        return None
-    return _shaped(a, np.sum(_filled(p, 0), axis=axes) / np.sum(_filled(weights, 0), axis=axes),
-                   axis, keepdims)
-
-
-def _count_nonzero(a, axis=None, *, keepdims=False):
-    if not pending(a) or (axes := _axes(a, axis)) is None:
-        return None
-    return _shaped(a, np.count_nonzero(_filled(a, 0), axis=axes), axis, keepdims)
-
-
-def _dot(a, b, out=None):
-    """``a @ b`` / ``np.dot``: of two 1-D selections by one mask, the sum of
-    their product; of selected rows and a vector or matrix that does not
-    depend on the count (``X[m] @ w``), the selection of ``X @ w`` -- each
-    selected row's product is its whole array's row's."""
-    if out is not None:
-        return None
-    if pending(a) and pending(b):
-        if a.ndim != 1 or b.ndim != 1:
-            return None
-        p = _elementwise(np.multiply, (a, b), {})
-        return None if p is None else np.sum(_filled(p, 0))
-    if not pending(a) or a.ndim < 2 or type(b) is Selection or \
-            not isinstance(b, (Tracer, np.ndarray)) or b.ndim not in (1, 2):
-        return None
-    r = np.matmul(a._full, b)
-    return Selection(r, a._mask, r, r.node, a._trace)
-
-
-def _inner(a, b):
-    return _dot(a, b) if pending(a) and pending(b) else None
-
-
-def _vdot(a, b):
-    if not (pending(a) and pending(b)) or a.ndim != 1 or b.ndim != 1:
-        return None
-    p = _elementwise(lambda u, v: np.conj(u) * v, (a, b), {})
-    return None if p is None else np.sum(_filled(p, 0))
-
-
-def _norm(x, ord=None, axis=None, keepdims=False):  # noqa: A002 - numpy's name
-    if not pending(x) or ord is not None or axis is not None or keepdims or \
-            x.dtype.kind not in "f":
-        return None
-    return np.sqrt(np.sum(_filled(x, 0) ** 2))
-
-
-def _rule(fn):
+def rule(fn):
     import inspect
 
     fn.__signature__ = inspect.signature(fn)
@@ -558,7 +438,7 @@ def _rule(fn):
 
 def _elementwise_rule(func):
     def rule(*args, **kwargs):
-        return _elementwise(func, args, kwargs)
+        return lift(func, args, kwargs)
 
     import inspect
 
@@ -568,15 +448,7 @@ def _elementwise_rule(func):
     return rule
 
 
-#: numpy function -> its rule on a pending selection (None: not this call)
-FUNCTIONS = {func: _rule(fn) for func, fn in [
-    (np.sum, _sum), (np.prod, _prod), (np.mean, _mean), (np.var, _var), (np.std, _std),
-    (np.max, _max), (np.amax, _max), (np.min, _min), (np.amin, _min), (np.any, _any),
-    (np.all, _all), (np.nansum, _nansum), (np.dot, _dot), (np.inner, _inner),
-    (np.vdot, _vdot), (np.linalg.norm, _norm), (np.average, _average),
-    (np.count_nonzero, _count_nonzero)]}
-FUNCTIONS.update({func: _elementwise_rule(func) for func in ELEMENTWISE})
-#: reductions that may reduce axes of the selected element alone (:func:`_per_element`)
-PER_ELEMENT = frozenset({np.sum, np.prod, np.mean, np.var, np.std, np.max, np.amax, np.min,
-                         np.amin, np.any, np.all, np.nansum, np.linalg.norm, np.average,
-                         np.count_nonzero})
+#: numpy function (or np.matmul) -> its rule on a pending selection (None: not
+#: this call): the elementwise ones here, the reductions
+#: :mod:`.numpy_selected_reduce`'s
+FUNCTIONS = {func: _elementwise_rule(func) for func in ELEMENTWISE}

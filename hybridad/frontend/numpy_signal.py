@@ -37,6 +37,7 @@ from .numpy_api import (
 from .numpy_math import diff
 from .objects import assign
 from .numpy_masked import masked_written, selection_written, traced_put
+from .numpy_selected import positions_mask
 from .numpy_selection import set_items
 from .replay import written_back
 from .scipy_special import intercepts
@@ -231,6 +232,9 @@ def _setitem(target, index, value):
     (:func:`hybridad.frontend.numpy_selection.set_items`)."""
     if written_back(target, index, value):  # (`u[1:-1] += v`: the view wrote it)
         return True
+    at = positions_mask(index)
+    if at is not None:  # (`y[np.nonzero(m)] = v`: y[m] = v)
+        index = at
     if selection_written(target, index, value):  # (`y[m] = g(x[m])`, `y[y < 0] *= 0.1`)
         return True
     if masked_written(target, index, value):  # (`y[y < 0] = 0`: np.where, no decision)

@@ -348,7 +348,7 @@ def settle(result, inputs, kind):
     if isinstance(result, (tuple, list)):
         items = [settle(r, inputs, kind) for r in result]
         return type(result)(*items) if hasattr(result, "_fields") else type(result)(items)
-    if not isinstance(result, Tracer):
+    if not isinstance(result, Tracer) or result._lazy:  # (a lazy selection: a new array)
         return result
     if any(result is t for t in inputs):
         if kind == "view":
