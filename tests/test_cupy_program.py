@@ -54,6 +54,14 @@ def views(x, A):
         + np.sum(x[1:] * x[:-1])
 
 
+def selections(x):
+    # lazy selections x[mask] (np.where of the whole arrays, no decision on the masks)
+    y = np.cos(x)
+    y[x > 0] *= 2
+    return np.sum(np.log(x[x > 0])) + np.mean(x[x < 0.5] ** 2) + np.max(x[x > -0.5]) + \
+        np.sum(y[np.nonzero(y > 0.5)] ** 2)
+
+
 FUNCTIONS = {
     "exp_sum": (exp_sum, lambda: (rand((50,)),), 0),
     "mlp": (mlp, lambda: (rand((1, 8)), rand((8,)), rand((8, 1)), rand((30, 1)),
@@ -66,6 +74,7 @@ FUNCTIONS = {
     "axis_reductions": (lambda x: np.sum(np.max(np.tanh(x), axis=0) ** 2) +
                         np.sum(np.sum(np.exp(x), axis=1, keepdims=True) * x),
                         lambda: (rand((4, 5)),), 0),
+    "selections": (selections, lambda: (rand((40,)),), 0),
 }
 
 
