@@ -186,3 +186,20 @@ def test_traced_indices_in_float32_on_both_cpu_backends(f, make, backend):
     with count_allocations() as counts:
         plan.gradient(*args, out=res)
     assert counts.allocations == 0, counts
+
+
+def test_an_argmax_index_needs_no_range_check():
+    """``np.argmax`` / ``np.argmin`` lie in ``[0, n)``: an index by one into an
+    axis of ``n`` or more holds no decision (its check recomputed the argmax
+    at every call); into a shorter axis, or shifted, the range guard stays."""
+    x = np.random.default_rng(3).standard_normal(12)
+    for f in (lambda x: x[np.argmax(x)] ** 2 + x[np.argmin(x[:5])],
+              lambda x: np.sum(np.where(np.arange(12) == 0, 0.0, x)[np.argmax(x ** 2)] * x)):
+        plan = ha.compile(f, x)
+        assert "decisions on values" not in plan.explain()
+        for k in range(3):
+            xk = np.random.default_rng(10 + k).standard_normal(12)
+            assert plan.gradient(xk).value == pytest.approx(f(xk), rel=1e-14)
+    y = np.array([0.0, 5.0, 1.0, 2.0, 3.0, 4.0])
+    for f in (lambda x: x[:4][np.argmax(x)], lambda x: x[np.argmax(x) - 3]):
+        assert "decisions on values" in ha.compile(f, y).explain()

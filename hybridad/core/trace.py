@@ -90,6 +90,10 @@ class Trace:
         #: each one's ``i`` (node id -> int)
         self.steps = {}
         self.rows = {}
+        #: integer nodes known to lie in ``[0, n)`` -- node id -> ``n`` (``argmax``,
+        #: ``argmin``): an index by one into an axis of length ``n`` or more needs no
+        #: range check (:func:`hybridad.frontend.numpy_masked.in_range_positions`)
+        self.bounded = {}
         #: writes of one slab into an array (``out[k] = v``, ``U[:, k] = v``): the new
         #: array's node id -> ``(array node, k, the slab node (a unit axis at axis), the
         #: slices of the array the write read, axis)``
@@ -309,6 +313,7 @@ class Trace:
             if self._gone is not None:
                 self._gone = [[], {k for k in self._forgotten_ids() if k < first}]
             self.rows = {k: v for k, v in self.rows.items() if k < first}
+            self.bounded = {k: v for k, v in self.bounded.items() if k < first}
         del self.decisions[d:]
         self.recipes.clear()
 

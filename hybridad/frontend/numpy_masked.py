@@ -134,10 +134,12 @@ def in_range_positions(shape, index, zero_d=False):
     position, negatives wrapped as numpy's (a tracer, or an int for a
     constant part), after the one decision taken, that every traced part is
     in range (a guard: an out-of-range call takes the general path, which
-    traces numpy's IndexError).  None for any other index -- no traced part, a
-    boolean, a constant out of range, more parts than axes, with ``zero_d``
-    a part that is not 0-d -- or where the trace has no values to decide with
-    (the general path decides as before)."""
+    traces numpy's IndexError) -- none for parts known to be in range
+    (``np.argmax(x)`` into an axis as long as ``x``'s: ``Trace.bounded``).
+    None for any other index -- no traced part, a boolean, a constant out of
+    range, more parts than axes, with ``zero_d`` a part that is not 0-d -- or
+    where the trace has no values to decide with (the general path decides
+    as before)."""
     parts = index if type(index) is tuple else (index,)
     if not any(isinstance(p, Tracer) for p in parts) or len(parts) > len(shape) or \
             not all(isinstance(p, Tracer) and p.dtype.kind in "iu" and
@@ -153,11 +155,14 @@ def in_range_positions(shape, index, zero_d=False):
                 return None  # (numpy's IndexError, on the general path)
             pos.append(int(p) % n)
             continue
+        if p._trace.bounded.get(p.node.id, n + 1) <= n:  # (np.argmax(x): in range)
+            pos.append(p.astype(np.intp))
+            continue
         p = p.astype(np.intp)
         inside = np.all((p >= -n) & (p < n))
         ok = inside if ok is None else ok & inside
         pos.append(where(p < 0, p + n, p))
-    if decide(ok, "bool") is not True:  # (an index out of range: numpy's error)
+    if ok is not None and decide(ok, "bool") is not True:  # (out of range: numpy's error)
         return None
     return pos
 

@@ -229,6 +229,7 @@ def _arg_extremum(opname):
         r = _reduce("min", where(hit, pos, np.intp(n)), ax, keepdims)
         if keepdims and axis is None:
             r = reshape(r, (1,) * len(shape))
+        r._trace.bounded[r.node.id] = n  # (a position hit holds: in [0, n), NaN or not)
         return r
 
     return impl
