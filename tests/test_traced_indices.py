@@ -189,12 +189,15 @@ def test_traced_indices_in_float32_on_both_cpu_backends(f, make, backend):
 
 
 def test_an_argmax_index_needs_no_range_check():
-    """``np.argmax`` / ``np.argmin`` lie in ``[0, n)``: an index by one into an
-    axis of ``n`` or more holds no decision (its check recomputed the argmax
-    at every call); into a shorter axis, or shifted, the range guard stays."""
+    """``np.argmax`` / ``np.argmin`` / ``np.argsort`` (and slices of it) lie in
+    ``[0, n)``: an index by one into an axis of ``n`` or more holds no
+    decision (its check recomputed the argmax or the sort at every call); into
+    a shorter axis, or shifted, the range guard stays."""
     x = np.random.default_rng(3).standard_normal(12)
     for f in (lambda x: x[np.argmax(x)] ** 2 + x[np.argmin(x[:5])],
-              lambda x: np.sum(np.where(np.arange(12) == 0, 0.0, x)[np.argmax(x ** 2)] * x)):
+              lambda x: np.sum(np.where(np.arange(12) == 0, 0.0, x)[np.argmax(x ** 2)] * x),
+              lambda x: np.sum(x[np.argsort(x)[-5:]] ** 2) + np.sum(x[np.argsort(x)[::-2]] * x[:6]),
+              lambda x: np.sum(np.sort(x)[np.argsort(x.reshape(3, 4), axis=None)] * x)):
         plan = ha.compile(f, x)
         assert "decisions on values" not in plan.explain()
         for k in range(3):

@@ -91,8 +91,9 @@ class Trace:
         self.steps = {}
         self.rows = {}
         #: integer nodes known to lie in ``[0, n)`` -- node id -> ``n`` (``argmax``,
-        #: ``argmin``): an index by one into an axis of length ``n`` or more needs no
-        #: range check (:func:`hybridad.frontend.numpy_masked.in_range_positions`)
+        #: ``argmin``, ``argsort`` and views of them): an index by one into an axis of
+        #: length ``n`` or more needs no range check
+        #: (:func:`hybridad.frontend.numpy_masked.in_range_positions`)
         self.bounded = {}
         #: writes of one slab into an array (``out[k] = v``, ``U[:, k] = v``): the new
         #: array's node id -> ``(array node, k, the slab node (a unit axis at axis), the

@@ -466,8 +466,10 @@ def sort(a, axis=-1, kind=None, order=None, *, stable=None):
 def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
     """``np.argsort``, always in the stable order (any kind is a valid order)."""
     _no_kwargs("argsort", {"order": order})
-    _, packed, axis, _ = _sort_pack("argsort", a, axis)
-    return bind("sort_index", packed, axis=axis)
+    sorted_, packed, axis, _ = _sort_pack("argsort", a, axis)
+    r = bind("sort_index", packed, axis=axis)
+    r._trace.bounded[r.node.id] = sorted_.shape[axis]  # (positions along the axis)
+    return r
 
 
 @implements(np.partition)

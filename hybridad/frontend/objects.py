@@ -360,6 +360,9 @@ def settle(result, inputs, kind):
             chain.add(node.id)
             node = node.args[0]
         chain.add(node.id)
+        bound = result._trace.bounded.get(node.id)
+        if bound is not None:  # (a view of positions in [0, n): np.argsort(x)[:k])
+            result._trace.bounded[result.node.id] = bound
         for t in inputs:
             if t.node.id in chain and t.node.id != result.node.id:
                 link_view(result, t, _view_path(t.node, result.node))
