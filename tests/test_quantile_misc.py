@@ -115,6 +115,26 @@ def test_nanquantile_gradient(method):
     assert_grad(lambda x: g(np.where(mask, x, np.nan)), (rand((4, 5), seed=22),))
 
 
+def test_nanmedian_is_numpys_to_rounding():
+    """``np.nanmedian``: the NaN-ignoring quantile at 0.5 (numpy's own
+    averages the two middle values as ``(a + b) / 2``)."""
+    def f(x):
+        xn = np.where(MASK, x, np.nan)
+        return np.concatenate([np.ravel(np.nanmedian(xn, axis=1)), np.ravel(np.nanmedian(xn)),
+                               np.ravel(np.nanmedian(xn, axis=0, keepdims=True))])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (numpy's All-NaN slice)
+        want = f(X)
+    for backend in BACKENDS:
+        np.testing.assert_allclose(ha.jacobian(f, X, backend=backend).value, want,
+                                   rtol=1e-15, atol=0)
+    mask = MASK.copy()
+    mask[3, 1] = True  # (row 3: one value)
+    assert_grad(lambda x: np.sum(np.nanmedian(np.where(mask, x, np.nan), axis=1) ** 2),
+                (rand((4, 5), seed=23),))
+
+
 TIES = np.array([[0.3, 1.2, -0.5, 1.2, 2.0, 1.2], [0.1, 0.1, 0.1, -1.0, 0.7, 0.1]])
 
 

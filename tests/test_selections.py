@@ -130,6 +130,12 @@ def grid_positions(X):
         np.sum(at @ np.array([0.5, 0.25])) * 0.1 + np.sum(rows * X[rows, cols])
 
 
+def robust(x):
+    r = x[np.abs(x) < 1.5]  # (order statistics: NaN-ignoring ones of the whole array)
+    mad = np.median(np.abs(r - np.median(r)))
+    return mad + np.percentile(r, 80) + np.quantile(x[x > -1], [0.25, 0.5]).sum()
+
+
 # -- updates in place at a mask: Python reads the selection, updates it and
 # writes it back (``y[mask] op= v``)
 
@@ -238,6 +244,31 @@ def test_an_empty_selection_sums_to_zero_with_a_zero_gradient(backend):
         assert res.value == pytest.approx(f(np.array([0.0, 4.0, -1.0, 0.25])), rel=1e-14)
         assert res.gradient == pytest.approx([0.0, 0.25 + 2 * np.log(4) / 4, 0.0,
                                               1.0 + 2 * np.log(0.25) / 0.25])
+
+
+def test_order_statistics_of_selections_decide_only_that_something_is_selected():
+    """``np.median``, ``np.percentile``, ``np.quantile`` of a selection (a
+    median absolute deviation): one plan for every non-empty mask; NaN where
+    the selection holds one, as numpy's."""
+    xs = _inputs((30,), 71)
+    plan = ha.compile(robust, xs[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (no retrace on a new non-empty mask)
+        for x in xs:
+            res = plan.gradient(x)
+            assert res.value == pytest.approx(robust(x), rel=1e-13)
+            d, slope = directional_difference(robust, [x], 0)
+            assert float(np.sum(res.gradient * d)) == pytest.approx(slope, rel=1e-6, abs=1e-7)
+
+    def nan_inside(x):
+        return np.median(x[~(x > 10)])  # (NaN > 10 is False: a NaN is selected)
+
+    y = np.where(np.arange(30) == 5, np.nan, xs[2])
+    plan = ha.compile(nan_inside, xs[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (numpy's, of the NaN)
+        assert np.isnan(plan.gradient(y).value) and np.isnan(nan_inside(y))
+        assert plan.gradient(xs[2]).value == pytest.approx(nan_inside(xs[2]), rel=1e-14)
 
 
 def test_max_and_min_decide_only_that_something_is_selected():

@@ -41,7 +41,7 @@ from .numpy_api import (
 )
 from .numpy_selection import sort
 
-__all__ = ["nanpercentile", "nanquantile", "percentile", "quantile"]
+__all__ = ["nanmedian", "nanpercentile", "nanquantile", "percentile", "quantile"]
 
 #: numpy's continuous methods of Hyndman and Fan: (alpha, beta)
 _ALPHA_BETA = {"interpolated_inverted_cdf": (0, 1), "hazen": (0.5, 0.5), "weibull": (0, 0),
@@ -348,3 +348,24 @@ def nanpercentile(a, q, axis=None, out=None, overwrite_input=False, method="line
     """
     _refuse_weights("nanpercentile", out, weights)
     return _nanquantile("nanpercentile", a, q, axis, method, keepdims, True)
+
+
+@implements(np.nanmedian)
+def nanmedian(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """``np.nanmedian`` of a traced array: :func:`nanquantile` at 0.5 (the
+    middle of each slice's non-NaN elements, the mean of the two middle ones
+    by numpy's ``_lerp``; NaN for a slice of NaNs).
+
+    Parameters
+    ----------
+    a, axis, keepdims
+        As :func:`quantile`.
+
+    Returns
+    -------
+    Tracer
+        numpy's value to rounding (numpy averages the two middle elements as
+        ``(a + b) / 2``, the interpolation as ``b - (b - a) / 2``).
+    """
+    _refuse_weights("nanmedian", out, None)
+    return _nanquantile("nanmedian", a, 0.5, axis, "linear", keepdims, False)

@@ -18,7 +18,8 @@ tracer.  It holds the array of ``x``'s own shape and the mask, and
 - ``np.sum``, ``mean``, ``average``, ``prod``, ``max``, ``min``, ``any``,
   ``all``, ``count_nonzero``, ``var``, ``std``, ``nansum``, ``linalg.norm``
   and the dot product of two 1-D selections reduce the whole array with
-  ``np.where(mask, ., identity)`` (the methods too; ``axis`` None or 0, or
+  ``np.where(mask, ., identity)`` (``median``, ``quantile``, ``percentile``:
+  NaN-ignoring ones of it with NaN where the mask is False) (the methods too; ``axis`` None or 0, or
   axes of the selected element alone: :mod:`.numpy_selected_reduce`);
 - ``np.nonzero(mask)``, ``np.where(mask)``, ``np.flatnonzero``,
   ``np.argwhere`` are selections of every element's position, and an index
@@ -39,7 +40,7 @@ selects too (the plan's derivatives of an elementwise chain are carried
 through it, not multiplied by 0): ``np.sum(np.log(x[x > 0]))`` has neither a
 nan value nor a nan derivative where ``x <= 0``.  ``max`` and ``min`` take
 one decision of their own, that the mask selects anything (numpy's error
-otherwise).
+otherwise), and so do the order statistics.
 """
 
 from __future__ import annotations

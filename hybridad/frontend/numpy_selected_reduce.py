@@ -3,11 +3,13 @@
 ``any``, ``all``, ``count_nonzero``, ``nansum``, ``linalg.norm`` of ``x[m]``
 over all of it or its first axis are the whole array's, ``np.where(m, .,
 identity)`` (the count, where one is needed, ``np.count_nonzero(m)`` of the
-plan); over the selected element's axes alone, selections of the whole
-array's reduction; dot products of two 1-D selections, and selected rows
-times a matrix or vector (``X[m] @ w``, a selection of ``X @ w``).  Each
-rule returns None where its call is not one of these (the selection is then
-materialized: numpy's, the mask decided)."""
+plan); ``median``, ``quantile`` and ``percentile`` the NaN-ignoring ones of
+the whole array with NaN where the mask is False; over the selected
+element's axes alone, selections of the whole array's reduction; dot
+products of two 1-D selections, and selected rows times a matrix or vector
+(``X[m] @ w``, a selection of ``X @ w``).  Each rule returns None where its
+call is not one of these (the selection is then materialized: numpy's, the
+mask decided)."""
 
 from __future__ import annotations
 
@@ -184,6 +186,46 @@ def _count_nonzero(a, axis=None, *, keepdims=False):
     return _shaped(a, np.count_nonzero(_filled(a, 0), axis=axes), axis, keepdims)
 
 
+def _order(a, axis, keepdims, stat, scalar=True):
+    """An order statistic of a float selection over all of it or its first
+    axis: ``stat`` (a NaN-ignoring one) of the whole array with NaN where
+    the mask is False -- NaN where the selection holds one, as numpy's; one
+    decision, that the mask selects something (numpy's own path otherwise).
+    ``scalar``: whether the statistic adds no axes of its own (one ``q``)."""
+    if not pending(a) or a.dtype.kind != "f" or (axes := _axes(a, axis)) is None or \
+            keepdims and not scalar:
+        return None
+    if decide(np.any(a._mask), "bool") is not True:
+        return None
+    r = stat(_filled(a, np.nan), axes)
+    has_nan = np.any(where(expanded(a._mask, a._full.ndim), np.isnan(a._full), False), axis=axes)
+    return _shaped(a, where(has_nan, np.asarray(np.nan, r.dtype), r), axis, keepdims)
+
+
+def _median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    if out is not None:
+        return None
+    return _order(a, axis, keepdims, lambda v, axes: np.nanquantile(v, 0.5, axis=axes))
+
+
+def _quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+              keepdims=False, *, weights=None):
+    if out is not None or weights is not None or isinstance(q, Tracer):
+        return None
+    return _order(a, axis, keepdims,
+                  lambda v, axes: np.nanquantile(v, q, axis=axes, method=method),
+                  np.ndim(q) == 0)
+
+
+def _percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+                keepdims=False, *, weights=None):
+    if out is not None or weights is not None or isinstance(q, Tracer):
+        return None
+    return _order(a, axis, keepdims,
+                  lambda v, axes: np.nanpercentile(v, q, axis=axes, method=method),
+                  np.ndim(q) == 0)
+
+
 def _dot(a, b, out=None):
     """``a @ b`` / ``np.dot``: of two 1-D selections by one mask, the sum of
     their product; of selected rows and a vector or matrix that does not
@@ -226,7 +268,8 @@ FUNCTIONS.update({func: rule(fn) for func, fn in [
     (np.max, _max), (np.amax, _max), (np.min, _min), (np.amin, _min), (np.any, _any),
     (np.all, _all), (np.nansum, _nansum), (np.dot, _dot), (np.inner, _inner),
     (np.vdot, _vdot), (np.linalg.norm, _norm), (np.average, _average),
-    (np.count_nonzero, _count_nonzero), (np.matmul, _dot)]})
+    (np.count_nonzero, _count_nonzero), (np.matmul, _dot), (np.median, _median),
+    (np.quantile, _quantile), (np.percentile, _percentile)]})
 #: reductions that may reduce axes of the selected element alone (:func:`_per_element`)
 PER_ELEMENT = frozenset({np.sum, np.prod, np.mean, np.var, np.std, np.max, np.amax, np.min,
                          np.amin, np.any, np.all, np.nansum, np.linalg.norm, np.average,
