@@ -112,7 +112,8 @@ def per_row(X):
     keep = X[:, 0] > 0
     d = np.linalg.norm(X[keep] - 0.2, axis=1)  # (reductions over the element's axes)
     return np.mean(d ** 2) + np.sum(np.max(X[keep], axis=-1)) + \
-        np.std(X[keep], axis=1, ddof=1).sum() + np.mean(X[keep], axis=(1,), keepdims=True).sum()
+        np.std(X[keep], axis=1, ddof=1).sum() + np.mean(X[keep], axis=(1,), keepdims=True).sum() \
+        + np.sum(np.median(X[keep], axis=1) * np.percentile(X[keep], 70, axis=-1))
 
 
 def positions(x):

@@ -273,7 +273,7 @@ FUNCTIONS.update({func: rule(fn) for func, fn in [
 #: reductions that may reduce axes of the selected element alone (:func:`_per_element`)
 PER_ELEMENT = frozenset({np.sum, np.prod, np.mean, np.var, np.std, np.max, np.amax, np.min,
                          np.amin, np.any, np.all, np.nansum, np.linalg.norm, np.average,
-                         np.count_nonzero})
+                         np.count_nonzero, np.median, np.quantile, np.percentile})
 
 
 def _per_element_first(func, whole):
