@@ -544,6 +544,8 @@ def _accumulating_numpy_functions():
 
 #: accumulating functions not held to numpy's accuracy by a case above, and why
 EXEMPT = {"numpy.median": "adds at most the two middle values",
+          "numpy.nanmedian": "counts the non-NaN elements (an integer-valued sum, exact) and "
+                             "reads each middle value by a one-hot sum (one nonzero term)",
           "numpy.cov": "the rows' means (the mean case's path), then one matrix product "
                        "(BLAS, as numpy's cov)",
           "numpy.corrcoef": "numpy.cov over the outer product of its diagonal's roots",
