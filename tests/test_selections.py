@@ -298,6 +298,15 @@ def test_max_and_min_decide_only_that_something_is_selected():
             plan.gradient(positive)
 
 
+def test_repr_of_a_selection_takes_no_decision():
+    def f(x):
+        s = x[x > 0]
+        assert repr(s).endswith(": float64[?])"), repr(s)  # (the count unknown, not taken)
+        return np.sum(s ** 2)
+
+    assert "decisions on values" not in ha.compile(f, _inputs((9,), 81)[0]).explain()
+
+
 def _count_used(x):
     s = x[x > 0]
     return np.sum(s ** 2) / len(s)

@@ -127,6 +127,12 @@ class Selection(Tracer):
     def _lazy(self):
         return self._full is not None
 
+    def __repr__(self):
+        if self._full is None:
+            return Tracer.__repr__(self)
+        item = ", ".join(["?", *map(str, self._item())])  # (the count: not taken)
+        return f"Tracer(%{self._full.node.id}[%{self._mask.node.id}]: {self.dtype.name}[{item}])"
+
     # -- what needs no count --------------------------------------------------
     @property
     def __class__(self):
