@@ -208,22 +208,19 @@ def _median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     return _order(a, axis, keepdims, lambda v, axes: np.nanquantile(v, 0.5, axis=axes))
 
 
-def _quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
-              keepdims=False, *, weights=None):
-    if out is not None or weights is not None or isinstance(q, Tracer):
-        return None
-    return _order(a, axis, keepdims,
-                  lambda v, axes: np.nanquantile(v, q, axis=axes, method=method),
-                  np.ndim(q) == 0)
+def _levels(nan_function):
+    """The rule of ``np.quantile`` (``nan_function`` ``np.nanquantile``) or
+    ``np.percentile`` (``np.nanpercentile``, whose own checks of ``q`` stay
+    percentile's) of a selection, at constant levels ``q``."""
+    def levels(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+               keepdims=False, *, weights=None):
+        if out is not None or weights is not None or isinstance(q, Tracer):
+            return None
+        return _order(a, axis, keepdims,
+                      lambda v, axes: nan_function(v, q, axis=axes, method=method),
+                      np.ndim(q) == 0)
 
-
-def _percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
-                keepdims=False, *, weights=None):
-    if out is not None or weights is not None or isinstance(q, Tracer):
-        return None
-    return _order(a, axis, keepdims,
-                  lambda v, axes: np.nanpercentile(v, q, axis=axes, method=method),
-                  np.ndim(q) == 0)
+    return levels
 
 
 def _dot(a, b, out=None):
@@ -269,7 +266,7 @@ FUNCTIONS.update({func: rule(fn) for func, fn in [
     (np.all, _all), (np.nansum, _nansum), (np.dot, _dot), (np.inner, _inner),
     (np.vdot, _vdot), (np.linalg.norm, _norm), (np.average, _average),
     (np.count_nonzero, _count_nonzero), (np.matmul, _dot), (np.median, _median),
-    (np.quantile, _quantile), (np.percentile, _percentile)]})
+    (np.quantile, _levels(np.nanquantile)), (np.percentile, _levels(np.nanpercentile))]})
 #: reductions that may reduce axes of the selected element alone (:func:`_per_element`)
 PER_ELEMENT = frozenset({np.sum, np.prod, np.mean, np.var, np.std, np.max, np.amax, np.min,
                          np.amin, np.any, np.all, np.nansum, np.linalg.norm, np.average,
