@@ -38,8 +38,8 @@ from .._forksafe import Lock
 from ..errors import TracingError
 from ..ir.registry import REGISTRY
 
-__all__ = ["Decision", "DecisionCheck", "MAX_SPECIALIZATIONS", "concrete_index", "decide",
-           "decided_nodes", "evaluate"]
+__all__ = ["Decision", "DecisionCheck", "MAX_SPECIALIZATIONS", "can_decide", "concrete_index",
+           "decide", "decided_nodes", "evaluate"]
 
 #: the tracer class, put here by :mod:`.tracer` (which imports this module: imports
 #: run one way)
@@ -109,14 +109,20 @@ def _same(a, b):
     return a == b
 
 
+def can_decide(trace):
+    """Whether ``trace`` can take decisions: it holds the traced call's
+    arguments and is tracing ``f`` (its forward phase)."""
+    return getattr(trace, "concrete", None) is not None and trace.phase == "forward"
+
+
 def decide(tracer, kind):
     """The value of ``kind(tracer)`` at the traced call's arguments, recorded
     as a decision of the trace; None when the trace has no arguments (then the
     caller refuses the conversion as before)."""
     trace = tracer._trace
-    concrete = getattr(trace, "concrete", None)
-    if concrete is None or trace.phase != "forward":
+    if not can_decide(trace):
         return None
+    concrete = trace.concrete
     if kind == "array" and tracer.dtype.kind not in "biu":
         return None  # (an index of floats: numpy refuses it, and so does the caller)
     if kind == "float" and tracer.dtype.kind not in "biu" and \

@@ -49,7 +49,7 @@ import weakref
 
 import numpy as np
 
-from ..core.decisions import concrete_index
+from ..core.decisions import can_decide, concrete_index
 from ..core.observe import paused
 from ..core.trace import as_node
 from ..core.tracer import Tracer
@@ -67,7 +67,7 @@ def selected(x, mask):
     :class:`Selection` (no decision yet); None where the trace has no values to
     decide with once it is materialized (the general path refuses as before)."""
     trace = mask._trace
-    if getattr(trace, "concrete", None) is None or trace.phase != "forward":
+    if not can_decide(trace):
         return None
     return Selection(Tracer(x.node, trace), mask, x, x.node, trace)  # (x as read)
 
@@ -269,10 +269,7 @@ def _mask_of(a):
     if not isinstance(a, Tracer) or a.ndim == 0:
         return None
     mask = a if a.dtype == np.bool_ else np.not_equal(a, 0)
-    trace = mask._trace
-    if getattr(trace, "concrete", None) is None or trace.phase != "forward":
-        return None
-    return mask
+    return mask if can_decide(mask._trace) else None
 
 
 def _of_constant(values, mask, at=None):
