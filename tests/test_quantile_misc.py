@@ -193,6 +193,7 @@ QUANTILE_FAMILIES = {
     "nanquantile": lambda x: _weighted(np.nanquantile, "linear", GRAD_LEVELS[:3])(
         np.where(MASK, x, np.nan)) + np.sum(np.nanpercentile(np.where(MASK, x, np.nan), 30,
                                                               axis=1, method="nearest")),
+    "nanmedian": lambda x: np.sum(np.nanmedian(np.where(MASK, x, np.nan), axis=0) ** 2),
 }
 
 

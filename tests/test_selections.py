@@ -21,6 +21,7 @@ import pytest
 import hybridad as ha
 from conftest import (assert_float32_follows_float64, assert_one_graph_for_every_input,
                       directional_difference, hessian_fd)
+from hybridad.testing import assert_no_alloc
 
 
 def squares(x):
@@ -260,6 +261,7 @@ def test_order_statistics_of_selections_decide_only_that_something_is_selected()
             assert res.value == pytest.approx(robust(x), rel=1e-13)
             d, slope = directional_difference(robust, [x], 0)
             assert float(np.sum(res.gradient * d)) == pytest.approx(slope, rel=1e-6, abs=1e-7)
+        assert_no_alloc(plan.gradient, xs[1], out=res, n=10)
 
     def nan_inside(x):
         return np.median(x[~(x > 10)])  # (NaN > 10 is False: a NaN is selected)
@@ -289,6 +291,7 @@ def test_max_and_min_decide_only_that_something_is_selected():
             want[k] += np.exp(x[k])
             want[m] += 2.0
             np.testing.assert_allclose(res.gradient, want, rtol=1e-14)
+        assert_no_alloc(plan.gradient, xs[1], out=res, n=10)
     positive = np.abs(xs[0]) + 0.1
     with pytest.raises(ValueError, match="zero-size array"):
         f(positive)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
+from hybridad.testing import assert_no_alloc
 from conftest import directional_difference
 from hybridad.testing import count_allocations
 
@@ -202,7 +203,12 @@ def test_an_argmax_index_needs_no_range_check():
         assert "decisions on values" not in plan.explain()
         for k in range(3):
             xk = np.random.default_rng(10 + k).standard_normal(12)
-            assert plan.gradient(xk).value == pytest.approx(f(xk), rel=1e-14)
+            res = plan.gradient(xk)
+            assert res.value == pytest.approx(f(xk), rel=1e-14)
+            d, slope = directional_difference(f, [xk], 0)
+            assert float(np.sum(res.gradient * d)) == pytest.approx(slope, rel=1e-6, abs=1e-7)
+        res = plan.gradient(x)
+        assert_no_alloc(plan.gradient, x, out=res, n=10)
     y = np.array([0.0, 5.0, 1.0, 2.0, 3.0, 4.0])
     for f in (lambda x: x[:4][np.argmax(x)], lambda x: x[np.argmax(x) - 3]):
         assert "decisions on values" in ha.compile(f, y).explain()
