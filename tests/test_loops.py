@@ -307,14 +307,95 @@ def test_bad_loops_raise_clear_errors():
     with pytest.raises(TypeError, match="structure"):
         ha.gradient(lambda x: np.sum(ha.fori_loop(0, 3, lambda i, v: (v, v), x)), X0,
                     backend="numpy")
-    with pytest.raises(TypeError, match="floating-point"):
-        ha.gradient(lambda x: np.sum(x) * ha.fori_loop(0, 3, lambda i, v: v + 1,
-                                                       np.int64(0)), X0, backend="numpy")
+    with pytest.raises(TypeError, match="carry leaf 1 from int64"):  # (as JAX: a carry keeps
+        ha.gradient(lambda x: np.sum(ha.fori_loop(  # its dtype, an int one too)
+            0, 3, lambda i, c: (c[0] * 2, c[1] + 0.5), (x, 0))[0]), X0, backend="numpy")
+    for bad in (0, -1, 1.5, "2"):
+        with pytest.raises(TypeError, match="unroll"):
+            ha.fori_loop(0, 3, lambda i, v: v, 1.0, unroll=bad)
+        with pytest.raises(TypeError, match="unroll"):
+            ha.scan(lambda c, x: (c, x), 0.0, np.zeros(3), unroll=bad)
     with pytest.raises(ha.TracingError, match="upper"):
         ha.gradient(lambda x: np.sum(ha.fori_loop(0, x.shape[0] + np.sum(x).astype(int),
                                                   lambda i, v: v, x)), X0, backend="numpy")
     with pytest.raises(ValueError, match="leading axes"):
         ha.scan(lambda c, x: (c, x), 0.0, (np.zeros(3), np.zeros(4)))
+
+
+def _mixed_fori(x, W):
+    """An int counter and a float32 accumulator carried beside a float64 state
+    (no derivative goes through float32 values: central differences would
+    read their rounding)."""
+    def body(i, c):
+        x, k, acc = c
+        x = x + 0.1 * np.tanh(W @ x) * (k % 3)
+        return x, k + 1, acc + np.where(k % 2 == 0, np.float32(0.5), np.float32(0.25))
+    x, k, acc = ha.fori_loop(0, 7, body, (x, 0, np.float32(0.0)))
+    return np.sum(x ** 2) * k + acc.astype(np.float64)
+
+
+def _mixed_scan(x, W):
+    """int and bool per-iteration outputs (an argmax, a sign) and a float32 one."""
+    def body(c, fk):
+        c = np.tanh(W @ c + fk)
+        return c, (np.argmax(c), c[0] > 0, (c > 0).astype(np.float32))
+    c, (top, pos, sq) = ha.scan(body, x, F0, unroll=2)
+    return np.sum(c ** 2) * np.sum(top) + np.sum(np.where(pos, 1.0, -1.0)) + np.sum(sq)
+
+
+def _mixed_python(loop):
+    """``loop`` with ha's loops replaced by the Python loops they state."""
+    def fori(lower, upper, body, c, unroll=None):
+        for i in range(lower, upper):
+            c = body(i, c)
+        return c
+
+    def scan(f, c, xs, unroll=1):
+        ys = []
+        for row in xs:
+            c, y = f(c, row)
+            ys.append(y)
+        return c, tuple(np.stack(list(t)) for t in zip(*ys, strict=True))
+    real = ha.fori_loop, ha.scan
+    ha.fori_loop, ha.scan = fori, scan
+    try:
+        return loop(X0, W0)
+    finally:
+        ha.fori_loop, ha.scan = real
+
+
+@pytest.mark.parametrize("loop", [_mixed_fori, _mixed_scan])
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_loops_of_mixed_dtypes_run_as_python_loops(loop, backend):
+    """A carry or per-iteration output of another dtype than the float state
+    (an int counter, float32 beside float64, int and bool outputs) -- which
+    JAX's loops carry and one loop node cannot pack -- runs as the Python loop
+    it states: numpy's value, derivatives to central differences, eager and
+    traced alike."""
+    want = _mixed_python(loop)
+    assert loop(X0, W0) == pytest.approx(want, rel=1e-12)  # (eager)
+    r = ha.gradient(loop, X0, W0, backend=backend)
+    assert r.value == pytest.approx(want, rel=1e-12)
+    np.testing.assert_allclose(r.gradient, ha.gradient(lambda x, W: _mixed_python(
+        lambda _x, _W: loop(x, W)), X0, W0, backend="numpy").gradient, rtol=1e-12)
+    np.testing.assert_allclose(r.gradient, _fd_grad(loop, [X0, W0], 0), rtol=1e-6, atol=1e-8)
+    plan = ha.compile(loop, X0, W0, backend=backend, hvp=True)
+    v = RNG.standard_normal(N)
+    eps = 1e-5
+    fd = (ha.gradient(loop, X0 + eps * v, W0).gradient -
+          ha.gradient(loop, X0 - eps * v, W0).gradient) / (2 * eps)
+    np.testing.assert_allclose(plan.hvp(X0, W0, v=v).hvp, fd, rtol=1e-5, atol=1e-7)
+
+
+def test_an_empty_scan_of_mixed_dtypes():
+    def f(x):
+        c, (k, y) = ha.scan(lambda c, r: (c * r, (np.argmax(c), c.astype(np.float32))), x,
+                            np.ones((0, 3)))
+        assert k.shape == (0,) and k.dtype == np.int64 and y.shape == (0, 3)
+        assert y.dtype == np.float32
+        return np.sum(c ** 2)
+    np.testing.assert_array_equal(ha.gradient(f, np.arange(3.0), backend="numpy").gradient,
+                                  2 * np.arange(3.0))
 
 
 def test_float32_loop():

@@ -76,6 +76,20 @@ class BodyTrace(Trace):
         return self.lift(Tracer(self.parent.const(value, False), self.parent))
 
 
+class _MixedDtypes(Exception):
+    """A loop whose carries and per-iteration outputs are not all of one
+    floating-point dtype (an int counter beside a float state, float32 beside
+    float64, a bool): one ``loop`` node packs them into one float buffer, so
+    :func:`fori_loop` and :func:`scan` run such a loop as the Python loop
+    instead -- traced step by step, numpy's values and derivatives, the
+    plan rolling the steps where they repeat.  ``y_specs``: the body's
+    per-iteration outputs' ``(shape, dtype)`` (an empty scan's ys)."""
+
+    def __init__(self, y_specs, y_def):
+        super().__init__()
+        self.y_specs, self.y_def = y_specs, y_def
+
+
 def _tracing():
     stack = getattr(_state, "stack", None)
     return stack[-1] if stack else None
@@ -127,7 +141,7 @@ def _trip(value, name):
 
 
 def fori_loop(lower: int, upper: int, body_fun: Callable[[int, Any], Any],
-              init_val: Any) -> Any:
+              init_val: Any, *, unroll: int | bool | None = None) -> Any:
     """``body_fun(i, val)`` for ``i`` in ``range(lower, upper)``, as JAX's
     ``lax.fori_loop``.
 
@@ -140,6 +154,11 @@ def fori_loop(lower: int, upper: int, body_fun: Callable[[int, Any], Any],
         tuples, lists and dicts of arrays), shapes and dtype.
     init_val : pytree of arrays or numbers
         The initial carry.
+    unroll : int or bool, optional
+        JAX's hint of how many iterations one compiled step runs; accepted so
+        that JAX code runs as written, and checked (a positive int or a bool).
+        The results do not depend on it: the plan compiles the body once and
+        chooses how to run it.
 
     Returns
     -------
@@ -157,8 +176,10 @@ def fori_loop(lower: int, upper: int, body_fun: Callable[[int, Any], Any],
     the Python loop instead, ``i`` an int at each step (JAX refuses such a
     body, or indexes dynamically); the plan rolls those steps into a loop
     where they repeat (``A[i]`` of an array the loop does not change is then a
-    row per step), and its build then grows with ``upper - lower``.  Outside a
-    trace it is a Python loop.
+    row per step), and its build then grows with ``upper - lower``.  So is a
+    loop whose carry is not of one floating-point dtype (an int counter
+    beside a float state, float32 beside float64).  Outside a trace it is a
+    Python loop.
 
     Examples
     --------
@@ -168,6 +189,7 @@ def fori_loop(lower: int, upper: int, body_fun: Callable[[int, Any], Any],
     >>> g = ha.gradient(f, np.array([0.5, -1.0])).gradient
     """
     lower, upper = _trip(lower, "lower"), _trip(upper, "upper")
+    _unroll(unroll, "fori_loop")
     if _tracing() is None and not any(isinstance(x, Tracer) for x in _tree(init_val)[0]):
         return _python_loop(lower, upper, body_fun, init_val)
     if upper <= lower:
@@ -175,12 +197,23 @@ def fori_loop(lower: int, upper: int, body_fun: Callable[[int, Any], Any],
     try:
         carry, _ = _loop(lambda i, c, x: (body_fun(i, c), None), init_val, None,
                          upper - lower, lower, True, False)
+    except _MixedDtypes:  # (one loop node packs one float dtype: the Python loop)
+        return _python_loop(lower, upper, body_fun, init_val)
     except TracingError as exc:  # the body needs i's value (A[i], x[i], `if i % 2`):
         try:  # the Python loop, i an int each step, traced where it is (rolled by
             return _python_loop(lower, upper, body_fun, init_val)  # the plan where its
         except TracingError as again:  # steps repeat)
             raise again from exc
     return carry
+
+
+def _unroll(value, name):
+    """JAX's ``unroll`` hint checked as JAX checks it (a bool, or an int of at
+    least 1; None for fori_loop's default); it changes nothing here."""
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return
+    if isinstance(value, Tracer) or not isinstance(value, numbers.Integral) or value < 1:
+        raise TypeError(f"{name}: unroll must be a positive int or a bool; got {value!r}")
 
 
 def _python_loop(lower, upper, body_fun, val):
@@ -190,7 +223,8 @@ def _python_loop(lower, upper, body_fun, val):
 
 
 def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
-         length: int | None = None, reverse: bool = False) -> tuple[Any, Any]:
+         length: int | None = None, reverse: bool = False,
+         unroll: int | bool = 1) -> tuple[Any, Any]:
     """Scan ``f`` over the leading axis of ``xs`` carrying state, as JAX's
     ``lax.scan``.
 
@@ -208,6 +242,9 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
     reverse : bool, default False
         Run from the last slice to the first (``ys`` stay in the order of
         ``xs``).
+    unroll : int or bool, default 1
+        JAX's hint, accepted and checked as :func:`fori_loop`'s; the results
+        do not depend on it.
 
     Returns
     -------
@@ -217,9 +254,12 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
 
     Notes
     -----
-    Traced, the body is traced and compiled once (see :func:`fori_loop`).
-    The carries and the ``y`` outputs must share one floating-point dtype.
+    Traced, the body is traced and compiled once (see :func:`fori_loop`)
+    where the carries and the ``y`` outputs share one floating-point dtype;
+    others (an int counter in the carry, float32 beside float64) run as the
+    Python loop, traced step by step.
     """
+    _unroll(unroll, "scan")
     x_leaves = _tree(xs)[0]
     lengths: set[Any] = {int(np.shape(x)[0]) if np.ndim(x) else None for x in x_leaves}
     if None in lengths:
@@ -232,7 +272,13 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None,
     tracers = any(isinstance(x, Tracer) for x in _tree(init)[0] + x_leaves)
     if _tracing() is None and not tracers:
         return _scan_eager(f, init, xs, n, reverse)
-    return _loop(lambda i, c, x: f(c, x), init, xs, n, 0, False, bool(reverse))
+    try:
+        return _loop(lambda i, c, x: f(c, x), init, xs, n, 0, False, bool(reverse))
+    except _MixedDtypes as mixed:  # (one loop node packs one float dtype: the Python loop)
+        if n == 0:
+            return init, _unflatten(mixed.y_def, iter([np.zeros((0, *s), d)
+                                                       for s, d in mixed.y_specs]))
+        return _scan_eager(f, init, xs, n, reverse)
 
 
 def _scan_eager(f, init, xs, n, reverse):
@@ -251,7 +297,8 @@ def _scan_eager(f, init, xs, n, reverse):
         return carry, _unflatten(y_def, iter([np.zeros((0, *np.shape(y)), np.asarray(y).dtype)
                                               for y in leaves0]))
     leaves0, y_def = _tree(ys[0])
-    stacked = [np.stack([np.asarray(_tree(y)[0][j]) for y in ys]) for j in range(len(leaves0))]
+    # (np.stack of the leaves themselves: traced ones stack as traced values)
+    stacked = [np.stack([_tree(y)[0][j] for y in ys]) for j in range(len(leaves0))]
     return carry, _unflatten(y_def, iter(stacked))
 
 
@@ -265,10 +312,6 @@ def _loop(step, init, xs, length, start, index, reverse):
     x_in, x_def = _tree(xs)
     xs_t = [_as_tracer(x, outer, "xs") for x in x_in]
     nc, nx, idx = len(carries), len(xs_t), int(index)
-    dtypes = {c.dtype for c in carries}
-    if any(d.kind != "f" for d in dtypes) or len(dtypes) > 1:
-        raise TypeError("the loop's carries must be floating-point arrays of one dtype; got "
-                        f"{[d.name for d in dtypes]} (cast them to one float dtype)")
     body = BodyTrace(outer, idx + nc + nx)
     with body:
         i_t = [body.input(0, (), np.dtype(np.int64))] if idx else []
@@ -290,10 +333,10 @@ def _loop(step, init, xs, length, start, index, reverse):
                                 "its shape and dtype (cast it, or broadcast the initial value)")
         y_leaves, y_def = _tree(res[1])
         ys = [_as_tracer(y, body, "the body's per-iteration output") for y in y_leaves]
-    dtypes |= {y.dtype for y in ys}
-    if len(dtypes) > 1:
-        raise TypeError("the loop's carries and per-iteration outputs must share one "
-                        f"floating-point dtype; got {sorted(d.name for d in dtypes)}")
+    dtypes = {c.dtype for c in carries} | {y.dtype for y in ys}
+    if len(dtypes) > 1 or any(d.kind != "f" for d in dtypes):
+        # (after the body's checks, which hold for the Python loop too)
+        raise _MixedDtypes([(y.shape, y.dtype) for y in ys], y_def)
     ny = len(ys)
     outputs = [t.node for t in new_c + ys + c_t]  # (then the carries, stored for the reverse)
     inputs = [t.node for t in i_t + c_t + x_t] + [body._lifted[t.node.id] for t in body.lifted]
