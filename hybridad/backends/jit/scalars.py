@@ -45,6 +45,11 @@ _CMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge
 _BOUND_LIMIT = 1 << 62
 
 
+#: integer ops with an identity element: ``a op e == a`` (and ``e op a == a``
+#: for the commutative ones)
+_IDENTITY = {"+": 0, "-": 0, "*": 1, "|": 0, "^": 0, "<<": 0, ">>": 0}
+
+
 class ScalarOps(Ufuncs):
     """Scalar operations emitted by ``builder`` with fast-math ``flags`` (a
     tuple such as ``("contract",)``) on floating-point instructions.
@@ -216,6 +221,13 @@ class ScalarOps(Ufuncs):
 
     def _int_binop(self, op, a, c, dt):
         b = self.b
+        # identities with a literal operand (`p + 0`, `i * 1`: the generated
+        # source's views at offset 0 are ~8 % of its IR's integer arithmetic)
+        if isinstance(c, ir.Constant) and op in _IDENTITY and c.constant == _IDENTITY[op]:
+            return Scalar(a, dt)
+        if isinstance(a, ir.Constant) and op in ("+", "*", "|", "^") and \
+                a.constant == _IDENTITY[op]:
+            return Scalar(c, dt)
         if dt == I64:
             got = self._bounded_binop(op, a, c)
             if got is not None:
