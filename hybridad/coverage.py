@@ -150,7 +150,7 @@ def rows():
     out += [("scipy.stats distributions", f"scipy.stats.{d}", "logpmf, pmf; in the parameters",
              both) for d in sorted(LOGPMF)]
     out.append(("scipy.stats distributions", "scipy.stats.multivariate_normal",
-                "logpdf; in x, mean and cov", both))
+                "logpdf, pdf, frozen or not; in x, mean and cov", both))
     out += [("complex values (pairs of real tracers)", "complex intermediates",
              "+ - * / ** @, exp log sqrt sin cos tan sinh cosh tanh, real imag conj angle abs, "
              "sum mean cumsum, shapes, concatenate stack, dot vdot, norm; max min maximum "

@@ -340,6 +340,58 @@ def test_multivariate_normal_logpdf():
                                rtol=1e-13)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_multivariate_normal_frozen_and_pdf(backend):
+    """``multivariate_normal(mean, cov)`` frozen with constants and a traced
+    ``x``, frozen with a traced mean or covariance, and ``pdf`` of both forms:
+    scipy's values, derivatives to central differences."""
+    X = rand((4, 3), seed=23)
+    A = rand((3, 3), seed=24)
+    S = A @ A.T + 3 * np.eye(3)
+    m0 = np.array([0.2, -0.1, 0.4])
+    frozen = st.multivariate_normal(m0, S)
+    cases = [
+        (lambda x: np.sum(frozen.logpdf(x.reshape(4, 3))), X.ravel()),
+        (lambda x: np.sum(frozen.pdf(x.reshape(4, 3))), X.ravel()),
+        (lambda x: frozen.logpdf(x), X[0]),
+        (lambda m: np.sum(st.multivariate_normal(m, S).logpdf(X)), m0),
+        (lambda m: np.sum(st.multivariate_normal(mean=m, cov=S).pdf(X)), m0),
+        (lambda a: np.sum(st.multivariate_normal(m0, a.reshape(3, 3) @ a.reshape(3, 3).T
+                                                 + 3 * np.eye(3)).logpdf(X)), A.ravel()),
+        (lambda x: np.sum(st.multivariate_normal.pdf(x.reshape(4, 3), m0, S)), X.ravel()),
+    ]
+    for f, x in cases:
+        res = ha.gradient(f, x, backend=backend)
+        np.testing.assert_allclose(res.value, f(x), rtol=1e-13)
+        np.testing.assert_allclose(res.gradient, numerical_gradient(f, x), rtol=1e-6,
+                                   atol=1e-9)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_huber_losses_at_their_edges(backend):
+    """scipy.special.huber and pseudo_huber at delta = 0, delta < 0, r = 0, NaN
+    and the kink |r| = delta: scipy's values; the delta-partial at delta = 0
+    is the right derivative |r|, and every partial is finite where the value is."""
+    delta = np.array([0.0, -1.0, 0.5, 0.5, 0.5, np.nan, 0.7, 2.0])
+    r = np.array([0.3, 0.2, 0.0, 0.5, -0.5, 0.1, 0.0, -3.0])
+    for fn in (sp.huber, sp.pseudo_huber):
+        def f(z):
+            return fn(z[:8], z[8:]) * np.linspace(1.0, 2.0, 8)
+        res = ha.jacobian(f, np.concatenate([delta, r]), backend=backend)
+        np.testing.assert_array_equal(res.value, f(np.concatenate([delta, r])))
+        jd, jr = np.diag(res.jacobian[:, :8]), np.diag(res.jacobian[:, 8:])
+        w = np.linspace(1.0, 2.0, 8)
+        assert jd[0] == pytest.approx(0.3 * w[0]) and jr[0] == 0.0, fn.__name__
+        finite = np.isfinite(res.value)
+        assert np.all(np.isfinite(jd[finite])) and np.all(np.isfinite(jr[finite])), fn.__name__
+        # away from the edges: central differences
+        dd, rr = np.array([0.5, 0.9, 1.3]), np.array([0.2, -1.4, 2.0])
+        g = ha.gradient(lambda z: np.sum(fn(z[:3], z[3:])), np.concatenate([dd, rr]),
+                        backend=backend)
+        np.testing.assert_allclose(g.gradient, numerical_gradient(
+            lambda z: np.sum(fn(z[:3], z[3:])), np.concatenate([dd, rr])), rtol=1e-6, atol=1e-9)
+
+
 def test_unsupported_scipy_is_refused_by_name_at_the_users_line():
     x = np.linspace(0.5, 1.5, 3)
     with pytest.raises(NotImplementedError,

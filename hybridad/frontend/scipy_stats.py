@@ -13,7 +13,9 @@ of numpy and scipy.special, so it is differentiable in ``x`` and in every
 parameter; outside the support it is ``-inf`` as scipy's.  ``pdf``/``pmf`` are
 their exponentials; ``cdf``/``logcdf``/``sf``/``logsf`` exist where
 :data:`CDF` has the distribution.  A distribution not in these tables is
-refused by name.  ``multivariate_normal.logpdf`` is its own wrapper.
+refused by name.  ``multivariate_normal``'s ``logpdf`` and ``pdf`` have
+wrappers of their own, frozen (``multivariate_normal(mean, cov).logpdf(x)``)
+or not, traced in ``x``, the mean or the covariance.
 """
 
 from __future__ import annotations
@@ -126,22 +128,67 @@ def _method(original, method, handler):
     return dispatch
 
 
-def _mvn_logpdf(original):
+def _mvn_traced(x, mean, cov):
+    """The multivariate normal log-density of traced values (the covariance
+    through ``slogdet`` and ``solve``)."""
+    x = x if hasattr(x, "shape") else np.asarray(x, float)
+    k = x.shape[-1]
+    mean = np.zeros(k) if mean is None else mean
+    cov = cov * np.eye(k) if np.ndim(cov) == 0 else cov
+    d = x - mean
+    sign, logdet = np.linalg.slogdet(cov)
+    sol = np.linalg.solve(cov, np.swapaxes(d, -1, -2) if d.ndim > 1 else d)
+    quad = np.sum(d * (np.swapaxes(sol, -1, -2) if d.ndim > 1 else sol), axis=-1)
+    return -0.5 * (k * 2 * _LOG_SQRT_2PI + logdet + quad)
+
+
+def _mvn_logpdf(original, exp=False):
+    """``multivariate_normal.logpdf`` (``exp``: ``.pdf``) traced where an argument is."""
     @functools.wraps(original)
-    def logpdf(self, x, mean=None, cov=1, allow_singular=False):
+    def density(self, x, mean=None, cov=1, allow_singular=False):
         if not is_traced((x, mean, cov)):
             return original(self, x, mean, cov, allow_singular)
-        x = x if hasattr(x, "shape") else np.asarray(x, float)
-        k = x.shape[-1]
-        mean = np.zeros(k) if mean is None else mean
-        cov = cov * np.eye(k) if np.ndim(cov) == 0 else cov
-        d = x - mean
-        sign, logdet = np.linalg.slogdet(cov)
-        sol = np.linalg.solve(cov, np.swapaxes(d, -1, -2) if d.ndim > 1 else d)
-        quad = np.sum(d * (np.swapaxes(sol, -1, -2) if d.ndim > 1 else sol), axis=-1)
-        return -0.5 * (k * 2 * _LOG_SQRT_2PI + logdet + quad)
-    logpdf.__hybridad_original__ = original
-    return logpdf
+        out = _mvn_traced(x, mean, cov)
+        return np.exp(out) if exp else out
+    density.__hybridad_original__ = original
+    return density
+
+
+def _mvn_frozen(original, exp=False):
+    """A frozen ``multivariate_normal(mean, cov)``'s ``logpdf`` (``pdf``) of a traced ``x``."""
+    @functools.wraps(original)
+    def density(self, x):
+        if not is_traced((x,)):
+            return original(self, x)
+        out = _mvn_traced(x, self.mean, self.cov)
+        return np.exp(out) if exp else out
+    density.__hybridad_original__ = original
+    return density
+
+
+class _TracedMVN:
+    """``scipy.stats.multivariate_normal(mean, cov)`` of traced parameters: the
+    frozen distribution's ``logpdf`` and ``pdf`` (scipy's frozen object
+    converts its parameters with ``np.asarray`` when it is made)."""
+
+    def __init__(self, mean, cov):
+        self.mean, self.cov = mean, cov
+
+    def logpdf(self, x):
+        return _mvn_traced(x, self.mean, self.cov)
+
+    def pdf(self, x):
+        return np.exp(self.logpdf(x))
+
+
+def _mvn_call(original):
+    @functools.wraps(original)
+    def freeze(self, mean=None, cov=1, allow_singular=False, seed=None, **kwds):
+        if is_traced((mean, cov)):
+            return _TracedMVN(mean, cov)
+        return original(self, mean, cov, allow_singular, seed, **kwds)
+    freeze.__hybridad_original__ = original
+    return freeze
 
 
 def install():
@@ -157,6 +204,13 @@ def install():
             current = getattr(cls, method)
             if getattr(current, "__hybridad_original__", None) is None:
                 setattr(cls, method, _method(current, method, handler))
-    current = mv.multivariate_normal_gen.logpdf
-    if getattr(current, "__hybridad_original__", None) is None:
-        mv.multivariate_normal_gen.logpdf = _mvn_logpdf(current)
+    for cls, name, wrap in ((mv.multivariate_normal_gen, "logpdf", _mvn_logpdf),
+                            (mv.multivariate_normal_gen, "pdf",
+                             functools.partial(_mvn_logpdf, exp=True)),
+                            (mv.multivariate_normal_gen, "__call__", _mvn_call),
+                            (mv.multivariate_normal_frozen, "logpdf", _mvn_frozen),
+                            (mv.multivariate_normal_frozen, "pdf",
+                             functools.partial(_mvn_frozen, exp=True))):
+        current = getattr(cls, name)
+        if getattr(current, "__hybridad_original__", None) is None:
+            setattr(cls, name, wrap(current))

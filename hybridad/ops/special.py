@@ -285,6 +285,31 @@ _special(sp.boxcox1p, [lambda x, lm, ans: np.exp((lm - 1) * np.log1p(x)),
                        lambda x, lm, ans: _boxcox_dlmbda(np.log1p(x), lm, ans)],
          domain=(0.3, 2.0))
 
+
+
+# robust losses: huber(delta, r) is r**2 / 2 where |r| <= delta, else
+# delta (|r| - delta / 2) (C1 at the kink); pseudo_huber(delta, r) =
+# delta**2 (sqrt(1 + (r / delta)**2) - 1) = r**2 / (1 + s), s = sqrt(1 + (r / delta)**2),
+# whose partials r / s and r (v / s) (v / (1 + s))**2 (v = r / delta) stay finite
+# for any finite v; both are 0 at delta = 0, where their delta-partial is the
+# right derivative |r| (and inf for delta < 0, as scipy's values)
+def _pseudo_huber_ddelta(d, r, ans):
+    v = r / d
+    s = np.sqrt(1 + v * v)
+    q = v / (1 + s)
+    return np.where(d == 0, np.abs(r), r * (v / s) * (q * q))
+
+
+def _pseudo_huber_dr(d, r, ans):
+    v = r / d
+    return np.where(d == 0, _lit(0.0, r), r / np.sqrt(1 + v * v))
+
+
+_special(sp.huber, [lambda d, r, ans: np.where(np.abs(r) <= d, _lit(0.0, r), np.abs(r) - d),
+                    lambda d, r, ans: np.where(np.abs(r) <= d, r, d * np.sign(r))],
+         domain=(0.2, 2.0))
+_special(sp.pseudo_huber, [_pseudo_huber_ddelta, _pseudo_huber_dr], domain=(0.2, 2.0))
+
 #: the scipy.special ufuncs declared here, by op name
 SCIPY_SPECIAL = ("erf", "erfc", "erfcx", "erfinv", "erfcinv", "ndtr", "log_ndtr", "ndtri",
                  "gammaln", "loggamma", "gamma", "rgamma", "psi", "zeta", "betaln", "expit",
@@ -292,4 +317,5 @@ SCIPY_SPECIAL = ("erf", "erfc", "erfcx", "erfinv", "erfcinv", "ndtr", "log_ndtr"
                  "i1", "i1e", "j0", "j1", "y0", "y1",
                  "gammainc", "gammaincc", "betainc", "gammasgn", "beta", "poch", "jv", "yv",
                  "iv", "ive", "kv", "kve", "yn", "k0", "k1", "k0e", "k1e", "exp1", "expi",
-                 "expn", "spence", "kl_div", "dawsn", "binom", "boxcox", "boxcox1p")
+                 "expn", "spence", "kl_div", "dawsn", "binom", "boxcox", "boxcox1p", "huber",
+                 "pseudo_huber")

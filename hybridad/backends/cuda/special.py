@@ -3,7 +3,8 @@
 host builds of the same source, which the tests run, use C++17's
 ``std::cyl_bessel_i`` for the two device-only Bessel functions),
 device helpers below where it does not (digamma, Hurwitz zeta, the scaled
-Bessel functions, ``log_ndtr``, the logistic family, ``xlogy``), and in
+Bessel functions, ``log_ndtr``, the logistic family, ``xlogy``, the Huber
+losses), and in
 :mod:`.special_bessel` (Bessel functions of real order, ``k0``...``k1e``,
 ``yn``) and :mod:`.special_integrals` (incomplete gamma and beta functions,
 ``beta``, ``poch``, ``gammasgn``, exponential integrals, ``spence``,
@@ -30,6 +31,7 @@ SPECIAL_FUNCS = {
     "xlogy": "hd_xlogy", "xlog1py": "hd_xlog1py", "entr": "hd_entr", "rel_entr": "hd_rel_entr",
     "i0": "hd_i0", "i1": "hd_i1", "i0e": "hd_i0e", "i1e": "hd_i1e",
     "j0": "j0", "j1": "j1", "y0": "y0", "y1": "y1",
+    "huber": "hd_huber", "pseudo_huber": "hd_pseudo_huber",
     **BESSEL_FUNCS, **INTEGRALS_FUNCS,
 }
 
@@ -58,6 +60,16 @@ template <typename T> HD T hd_rel_entr(T x, T y) {
   if (isnan(x) || isnan(y)) return x + y;
   if (x > T(0) && y > T(0)) return x * log(x / y);
   return (x == T(0) && y >= T(0)) ? T(0) : T(INFINITY); }
+template <typename T> HD T hd_huber(T d_, T r_) {  // in double, as scipy's float32 loop
+  double d = double(d_), r = double(r_);
+  if (d < 0.0) return T(INFINITY);
+  return T(fabs(r) <= d ? 0.5 * r * r : d * (fabs(r) - 0.5 * d)); }
+template <typename T> HD T hd_pseudo_huber(T d_, T r_) {  // scipy's d^2 expm1(log1p(v^2) / 2)
+  double d = double(d_), r = double(r_);
+  if (d < 0.0) return T(INFINITY);
+  if (d == 0.0 || r == 0.0) return T(0);
+  double v = r / d;
+  return T(d * d * expm1(0.5 * log1p(v * v))); }
 template <typename T> HD T hd_log_ndtr(T x) {  // log(erfc(-x / sqrt 2) / 2), no underflow
   T t = x * T(0.7071067811865476);
   return x > T(0) ? log1p(-T(0.5) * erfc(t)) : log(T(0.5) * erfcx(-t)) - t * t; }

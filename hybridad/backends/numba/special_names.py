@@ -25,7 +25,8 @@ _CYTHON2 = {"xlogy": "__pyx_fuse_1xlogy", "xlog1py": "__pyx_fuse_1xlog1py",
             "gammaincc": "gammaincc", "beta": "beta", "poch": "poch", "kl_div": "kl_div",
             "jv": "__pyx_fuse_1jv", "yv": "__pyx_fuse_1yv", "iv": "__pyx_fuse_1iv",
             "ive": "__pyx_fuse_1ive", "kv": "__pyx_fuse_1kv", "kve": "__pyx_fuse_1kve",
-            "binom": "binom", "boxcox": "boxcox", "boxcox1p": "boxcox1p"}
+            "binom": "binom", "boxcox": "boxcox", "boxcox1p": "boxcox1p",
+            "huber": "huber", "pseudo_huber": "pseudo_huber"}
 _CYTHON3 = {"betainc": "__pyx_fuse_0betainc"}
 #: integer-order functions: ``double f(long n, double x)``
 _ORDER = {"expn": "__pyx_fuse_1expn", "yn": "__pyx_fuse_1yn"}
