@@ -18,6 +18,15 @@ def _spd(x):
     return x[:, :4] @ x[:, :4].T + 4 * np.eye(4)
 
 
+def _put_along(x):
+    """np.put_along_axis into a copy of x and into an array f made."""
+    y = x * 1.0
+    np.put_along_axis(y, np.array([[0, 4], [1, 1], [3, 2], [0, 0]]), x[:, :2] ** 2, 1)
+    z = np.zeros((4, 5))
+    np.put_along_axis(z, np.array([[1, 0, 3, 2, 2]]), np.sin(x[:1]), axis=0)
+    return y + z
+
+
 CASES = {
     "round": lambda x: np.sum(np.round(x, 1) * x) + np.sum(np.around(x) * x),
     "clip": lambda x: np.sum(np.clip(x, -0.5, 0.7) ** 2) + np.sum(np.clip(x, None, 0.2) * x),
@@ -118,6 +127,9 @@ CASES = {
     np.sum(np.compress([True, False, True], x, axis=0) ** 2) +
     np.sum(np.delete(x, [0, 2], axis=1) ** 2) + np.sum(np.delete(x, 3) * W20.ravel()[:19]) +
     np.sum(np.repeat(x, [1, 0, 2, 3], axis=0) ** 2) + np.sum(np.repeat(x[0], [2, 1, 1, 0, 3]) ** 3),
+    "ediff1d": lambda x: np.sum(np.ediff1d(x) ** 2) + np.sum(np.ediff1d(
+        x[0], to_begin=x[1, 0], to_end=[1.0, 2.0]) * np.arange(7.0)),
+    "put_along_axis": lambda x: np.sum(_put_along(x) ** 2 * W20),
     "ufunc_outer": lambda x: np.sum(np.multiply.outer(x[0], x[1])[:4] * W20) +
     np.sum(np.exp(-np.subtract.outer(x[:, 0], x[:, 1]) ** 2)) +
     np.sum(np.add.outer(x[:2], 0.5) ** 2) + np.sum(np.hypot.outer(x[0] + 2.0, W20[1])) +

@@ -227,6 +227,25 @@ def diff(a, n=1, axis=-1, prepend=None, append=None):
     return a
 
 
+@implements(np.ediff1d)
+def ediff1d(ary, to_end=None, to_begin=None):
+    """``np.ediff1d``: the differences of the flattened array, ``to_begin`` and
+    ``to_end`` (traced or not) around them, in the array's dtype."""
+    a = ravel(_tracer(ary))
+    parts = [getitem(a, (slice(1, None),)) - getitem(a, (slice(None, -1),))]
+    for at, extra in ((0, to_begin), (len(parts) + 1, to_end)):
+        if extra is None:
+            continue
+        if not isinstance(extra, Tracer):
+            extra = np.asarray(extra)
+            if not np.can_cast(extra.dtype, a.dtype, casting="same_kind"):
+                name = "to_begin" if at == 0 else "to_end"
+                raise TypeError(f"dtype of `{name}` must be compatible with input `ary` under "
+                                "the `same_kind` rule.")
+        parts.insert(at, ravel(extra).astype(a.dtype))
+    return concatenate(parts) if len(parts) > 1 else parts[0]
+
+
 @implements(np.gradient)
 def finite_differences(f, *varargs, axis=None, edge_order=1):
     """``np.gradient``: second-order central differences inside, one-sided

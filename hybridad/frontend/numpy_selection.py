@@ -391,6 +391,30 @@ def _const_indices(name, indices):
     return np.asarray(indices)
 
 
+@implements(np.put_along_axis)
+def put_along_axis(arr, indices, values, axis):
+    """``np.put_along_axis``: ``arr[index] = values`` at the fancy index numpy
+    builds from ``indices`` (constant integers) -- a write into a traced array
+    or one ``f`` made, as numpy's own function writes it."""
+    indices = _const_indices("put_along_axis", indices)
+    shape = np.shape(arr)
+    if axis is None:
+        if len(shape) != 1:
+            raise NotImplementedError(
+                f"hybridad: np.put_along_axis(..., axis=None) of a {len(shape)}-D array (at "
+                f"{user_location()}): write into its np.ravel view instead")
+        axis = 0
+    if indices.ndim != len(shape):
+        raise ValueError("`indices` and `arr` must have the same number of dimensions")
+    if not np.issubdtype(indices.dtype, np.integer):
+        raise IndexError("`indices` must be an integer array")
+    axis = _norm_axis(axis, len(shape))[0]
+    index = tuple(indices if d == axis else
+                  np.arange(n).reshape([1] * d + [n] + [1] * (len(shape) - d - 1))
+                  for d, n in enumerate(shape))
+    arr[index] = values
+
+
 @implements(np.take)
 def take(a, indices, axis=None, out=None, mode="raise"):
     _no_kwargs("take", {"out": out})
