@@ -10,6 +10,9 @@ import hybridad as ha
 
 W20 = np.arange(20.0).reshape(4, 5) / 7
 MASK = np.arange(20).reshape(4, 5) % 3 != 1
+#: data to bin: on edges (0.0, 0.5, 2.0: the last edge closed), outside the bins (-3.0, 5.0)
+DATA20 = np.array([0.0, 0.5, 2.0, -3.0, 5.0, 0.1, 0.7, -0.9, 1.2, 0.3,
+                   -0.2, 1.9, 0.45, -0.5, 0.25, 1.0, -1.0, 0.6, 0.05, 1.5])
 
 
 def _spd(x):
@@ -130,6 +133,11 @@ CASES = {
     "ediff1d": lambda x: np.sum(np.ediff1d(x) ** 2) + np.sum(np.ediff1d(
         x[0], to_begin=x[1, 0], to_end=[1.0, 2.0]) * np.arange(7.0)),
     "put_along_axis": lambda x: np.sum(_put_along(x) ** 2 * W20),
+    # constant data, traced weights: numpy's bins (the last closed, outside dropped)
+    "histogram_weights": lambda x: np.sum(np.histogram(DATA20, bins=4, weights=x.ravel())[0] ** 2)
+    + np.sum(np.histogram(DATA20.reshape(4, 5), bins=[-1.0, 0.0, 0.5, 2.0], weights=x ** 2,
+                          density=True)[0] * np.arange(1.0, 4.0))
+    + np.sum(np.histogram(DATA20, bins=3, range=(-0.5, 0.5), weights=x.ravel())[0] ** 3),
     "ufunc_outer": lambda x: np.sum(np.multiply.outer(x[0], x[1])[:4] * W20) +
     np.sum(np.exp(-np.subtract.outer(x[:, 0], x[:, 1]) ** 2)) +
     np.sum(np.add.outer(x[:2], 0.5) ** 2) + np.sum(np.hypot.outer(x[0] + 2.0, W20[1])) +

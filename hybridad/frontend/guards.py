@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import types
 import weakref
 
 import numpy as np
@@ -144,6 +145,13 @@ class Guards:
         return f"<hybridad.Guards: {self.count} checks>"
 
 
+#: the types of watched objects a check holds strongly, compared with ``is``
+#: (no weak reference to call on every check): a code object holds f's code
+#: and constants, not its closure, globals or defaults; modules live in
+#: ``sys.modules`` anyway
+_HELD = (types.CodeType, types.ModuleType)
+
+
 def _compile(entries, roots):
     """The check function of ``entries``: one statement per guard, parents first
     (``roots``: name -> weakref of the fixed objects guards start from)."""
@@ -171,12 +179,16 @@ def _compile(entries, roots):
             lines.append(f"        if {var}.__class__ is not _t{k} or len({var}) != {exp}: "
                          f"return {k}")
         elif e.kind in ("ident", "array"):
-            try:  # held weakly where it can be: a plan must not keep user objects alive
-                ns[exp] = weakref.ref(e.expected)
-                ident = f"{var} is not {exp}()"
-            except TypeError:
+            if type(e.expected) in _HELD:  # (f's code, a module: no call per check)
                 ns[exp] = e.expected
                 ident = f"{var} is not {exp}"
+            else:
+                try:  # held weakly where it can be: a plan must not keep user objects alive
+                    ns[exp] = weakref.ref(e.expected)
+                    ident = f"{var} is not {exp}()"
+                except TypeError:
+                    ns[exp] = e.expected
+                    ident = f"{var} is not {exp}"
             if e.kind == "ident":
                 lines.append(f"        if {ident}: return {k}")
                 continue

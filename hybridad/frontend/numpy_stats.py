@@ -22,6 +22,7 @@ import numpy as np
 
 from .numpy_api import _no_kwargs, _reduce, _tracer, broadcast_to, implements, reshape, where
 from .numpy_math import _scan
+from ..core.tracer import Tracer
 
 __all__ = []
 
@@ -354,3 +355,37 @@ def fill_diagonal(a, val, wrap=False):
                 f"{count} elements (numpy repeats them) is not supported while tracing")
         val = reshape(val, () if val.size == 1 else (count,))
     a[index] = val
+
+
+@implements(np.histogram)
+def histogram(a, bins=10, range=None, density=None, weights=None):  # noqa: A002 (numpy's name)
+    """``np.histogram`` of constant data ``a`` with traced ``weights``: numpy's
+    bin edges (from ``a``, ``bins`` and ``range``), each element in the bin
+    ``edges[i] <= a < edges[i + 1]`` (the last bin closed, elements outside
+    dropped: numpy's rule), the weights summed per bin (``np.bincount``), over
+    the bin widths and the total where ``density``.  Differentiable in the
+    weights; the edges are numpy's array.  Traced data (whose bins are values)
+    is numpy's own histogram on the values, recorded as a host call."""
+    if not isinstance(weights, Tracer) or any(isinstance(v, Tracer) for v in (a, bins, range)):
+        from .host_calls import host_call, public_path
+
+        return host_call(public_path(np.histogram), (a,), {"bins": bins, "range": range,
+                                                           "density": density,
+                                                           "weights": weights})
+    from .numpy_signal import bincount
+
+    a = np.asarray(a)
+    w = _tracer(weights)
+    if w.shape != a.shape:
+        raise ValueError("weights should have the same shape as a.")
+    edges = np.histogram(a, bins, range)[1]  # (numpy's edges and checks)
+    flat = a.ravel()
+    keep = (flat >= edges[0]) & (flat <= edges[-1])
+    index = np.minimum(np.searchsorted(edges, flat[keep], side="right") - 1, len(edges) - 2)
+    counts = bincount(index, weights=w.ravel()[np.flatnonzero(keep)],
+                      minlength=len(edges) - 1)
+    if w.dtype != counts.dtype and w.dtype.kind == "f":  # (numpy: the weights' dtype, summed
+        counts = counts.astype(w.dtype)  # in float64 by np.bincount, as here)
+    if density:
+        counts = counts / np.diff(edges) / np.sum(counts)
+    return counts, edges
