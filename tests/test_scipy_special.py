@@ -392,6 +392,31 @@ def test_huber_losses_at_their_edges(backend):
             lambda z: np.sum(fn(z[:3], z[3:])), np.concatenate([dd, rr])), rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scipys_copies_of_numpys_ufuncs_and_distribution_functions(backend):
+    """scipy.special's expm1, log1p, exp2, cbrt and round are traced as numpy's
+    ufuncs (scipy's values to rounding); the distribution functions stdtr,
+    chdtr, gdtr and pdtr are differentiable in their continuous arguments (pdtr's
+    count floors: no derivative), their other parameters refused by name."""
+    x = np.array([0.3, 0.9, 1.7, 2.6])
+
+    def f(x):
+        return np.sum(sp.expm1(x) * sp.log1p(x) + sp.exp2(x) - sp.cbrt(x) * sp.round(3 * x)
+                      + sp.stdtr(2.5, x - 1) + sp.chdtr(3.0, x) + sp.gdtr(1.5, 2.0, x)
+                      + sp.pdtr(2.7, x) + sp.powm1(x, 1.3) + sp.erfi(x / 3) + sp.cosm1(x))
+
+    res = ha.gradient(f, x, backend=backend)
+    np.testing.assert_allclose(res.value, f(x), rtol=1e-14)
+    np.testing.assert_allclose(res.gradient, numerical_gradient(f, x), rtol=1e-6, atol=1e-9)
+    k = ha.gradient(lambda k: np.sum(sp.pdtr(k, x)), np.array([2.7, 2.7, 2.7, 2.7]),
+                    backend=backend)
+    np.testing.assert_array_equal(k.gradient, 0.0)
+    for g in (lambda d: np.sum(sp.stdtr(d, x)), lambda v: np.sum(sp.chdtr(v, x)),
+              lambda b: np.sum(sp.gdtr(1.5, b, x))):
+        with pytest.raises(NotImplementedError, match="scipy.special"):
+            ha.gradient(g, np.full(4, 2.0), backend=backend)
+
+
 def test_unsupported_scipy_is_refused_by_name_at_the_users_line():
     x = np.linspace(0.5, 1.5, 3)
     with pytest.raises(NotImplementedError,

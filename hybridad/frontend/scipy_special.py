@@ -62,6 +62,7 @@ def install(only=None):
     imported so far, or for the module named ``only`` (idempotent; nothing is
     imported for this)."""
     from .after_import import loaded
+    from .numpy_api import _UFUNC_ALIASES
 
     for (module, name), impl in INTERCEPTED.items():
         mod = loaded(module, only)
@@ -70,6 +71,16 @@ def install(only=None):
         current = getattr(mod, name, None)
         if current is not None and getattr(current, "__hybridad_original__", None) is None:
             setattr(mod, name, _wrap(current, impl))
+    special = loaded("scipy.special", only)
+    if special is not None and only in (None, "scipy.special"):
+        for name, same in _SAME_AS_NUMPY.items():  # (traced as numpy's ufunc)
+            _UFUNC_ALIASES.setdefault(getattr(special, name), same)
+
+
+#: scipy.special's ufuncs that compute numpy's function: their values, up to
+#: rounding, and numpy's rules (``round`` rounds half-integers to even, as ``rint``)
+_SAME_AS_NUMPY = {"expm1": np.expm1, "log1p": np.log1p, "exp2": np.exp2, "cbrt": np.cbrt,
+                  "round": np.rint}
 
 
 # --------------------------------------------------------------------------

@@ -310,6 +310,25 @@ _special(sp.huber, [lambda d, r, ans: np.where(np.abs(r) <= d, _lit(0.0, r), np.
          domain=(0.2, 2.0))
 _special(sp.pseudo_huber, [_pseudo_huber_ddelta, _pseudo_huber_dr], domain=(0.2, 2.0))
 
+# elementary functions numpy lacks (scipy's expm1, log1p, exp2, cbrt and round
+# are numpy's expm1, log1p, exp2, cbrt and rint: hybridad.frontend.numpy_api),
+# and the distribution functions whose partial in the continuous argument is
+# a density
+_special(sp.exp10, [lambda x, ans: ans * _lit(math.log(10.0), x)], domain=(-1.0, 1.0))
+_special(sp.cosm1, [lambda x, ans: -np.sin(x)])
+_special(sp.erfi, [lambda x, ans: _lit(_2_SQRTPI, x) * np.exp(x * x)])
+_special(sp.powm1, [lambda x, y, ans: y * np.power(x, y - 1),
+                    lambda x, y, ans: np.where(x == 0, _lit(0.0, x), (ans + 1) * np.log(x))],
+         domain=(0.3, 2.0))
+_special(sp.stdtr, [_order("stdtr", "first (df)"), lambda df, t, ans: np.exp(
+    sp.gammaln(0.5 * (df + 1)) - sp.gammaln(0.5 * df) - 0.5 * np.log(df * _lit(math.pi, t))
+    - 0.5 * (df + 1) * np.log1p(t * t / df))], domain=(0.5, 3.0))
+_special(sp.chdtr, [_order("chdtr", "first (v, the degrees of freedom)"),
+                    lambda v, x, ans: 0.5 * _gamma_density(0.5 * v, 0.5 * x)], domain=(0.5, 3.0))
+_special(sp.gdtr, [lambda a, b, x, ans: x * _gamma_density(b, a * x), _order("gdtr", "second (b)"),
+                   lambda a, b, x, ans: a * _gamma_density(b, a * x)], domain=(0.5, 3.0))
+_special(sp.pdtr, [0, lambda k, m, ans: -_gamma_density(np.floor(k) + 1, m)], domain=(0.5, 3.0))
+
 #: the scipy.special ufuncs declared here, by op name
 SCIPY_SPECIAL = ("erf", "erfc", "erfcx", "erfinv", "erfcinv", "ndtr", "log_ndtr", "ndtri",
                  "gammaln", "loggamma", "gamma", "rgamma", "psi", "zeta", "betaln", "expit",
@@ -318,4 +337,5 @@ SCIPY_SPECIAL = ("erf", "erfc", "erfcx", "erfinv", "erfcinv", "ndtr", "log_ndtr"
                  "gammainc", "gammaincc", "betainc", "gammasgn", "beta", "poch", "jv", "yv",
                  "iv", "ive", "kv", "kve", "yn", "k0", "k1", "k0e", "k1e", "exp1", "expi",
                  "expn", "spence", "kl_div", "dawsn", "binom", "boxcox", "boxcox1p", "huber",
-                 "pseudo_huber")
+                 "pseudo_huber", "exp10", "cosm1", "erfi", "powm1", "stdtr", "chdtr", "gdtr",
+                 "pdtr")

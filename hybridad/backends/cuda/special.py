@@ -31,7 +31,8 @@ SPECIAL_FUNCS = {
     "xlogy": "hd_xlogy", "xlog1py": "hd_xlog1py", "entr": "hd_entr", "rel_entr": "hd_rel_entr",
     "i0": "hd_i0", "i1": "hd_i1", "i0e": "hd_i0e", "i1e": "hd_i1e",
     "j0": "j0", "j1": "j1", "y0": "y0", "y1": "y1",
-    "huber": "hd_huber", "pseudo_huber": "hd_pseudo_huber",
+    "huber": "hd_huber", "pseudo_huber": "hd_pseudo_huber", "exp10": "hd_exp10",
+    "cosm1": "hd_cosm1", "powm1": "hd_powm1",
     **BESSEL_FUNCS, **INTEGRALS_FUNCS,
 }
 
@@ -70,6 +71,18 @@ template <typename T> HD T hd_pseudo_huber(T d_, T r_) {  // scipy's d^2 expm1(l
   if (d == 0.0 || r == 0.0) return T(0);
   double v = r / d;
   return T(d * d * expm1(0.5 * log1p(v * v))); }
+template <typename T> HD T hd_exp10(T x) { return T(pow(10.0, double(x))); }
+template <typename T> HD T hd_cosm1(T x) {  // cos x - 1 = -2 sin^2(x / 2), no cancellation
+  double s = sin(0.5 * double(x));
+  return T(-2.0 * s * s); }
+template <typename T> HD T hd_powm1(T x_, T y_) {  // x^y - 1, by expm1 where y log x is small
+  double x = double(x_), y = double(y_);
+  if (y == 0.0 || x == 1.0) return T(0);
+  if (x > 0.0) {
+    double l = y * log(x);
+    if (fabs(l) < 0.5) return T(expm1(l));
+  }
+  return T(pow(x, y) - 1.0); }
 template <typename T> HD T hd_log_ndtr(T x) {  // log(erfc(-x / sqrt 2) / 2), no underflow
   T t = x * T(0.7071067811865476);
   return x > T(0) ? log1p(-T(0.5) * erfc(t)) : log(T(0.5) * erfcx(-t)) - t * t; }

@@ -35,6 +35,8 @@ INTEGRALS_FUNCS = {
     "gammasgn": "hd_gammasgn", "beta": "hd_beta", "poch": "hd_poch", "exp1": "hd_exp1",
     "expi": "hd_expi", "expn": "hd_expn", "spence": "hd_spence", "kl_div": "hd_kl_div",
     "dawsn": "hd_dawsn", "binom": "hd_binom", "boxcox": "hd_boxcox", "boxcox1p": "hd_boxcox1p",
+    "erfi": "hd_erfi", "stdtr": "hd_stdtr", "chdtr": "hd_chdtr", "gdtr": "hd_gdtr",
+    "pdtr": "hd_pdtr",
 }
 
 INTEGRALS_PREAMBLE = r"""
@@ -350,4 +352,23 @@ template <typename T> HD T hd_boxcox(T x, T lm) {
   return T(hd_boxcox_(log(double(x)), double(lm))); }
 template <typename T> HD T hd_boxcox1p(T x, T lm) {
   return T(hd_boxcox_(log1p(double(x)), double(lm))); }
+template <typename T> HD T hd_erfi(T x_) {  // 2 / sqrt(pi) exp(x^2) D(x), D Dawson's integral
+  double x = double(x_);
+  return T(isinf(x) ? x : 1.1283791670955126 * exp(x * x) * hd_dawsn_(x)); }
+template <typename T> HD T hd_stdtr(T df_, T t_) {  // Student's t cdf by the incomplete beta
+  double df = double(df_), t = double(t_);
+  if (isnan(df) || isnan(t) || df <= 0.0) return T(NAN);
+  if (t == 0.0) return T(0.5);
+  if (isinf(t)) return T(t > 0.0 ? 1.0 : 0.0);
+  double tail = 0.5 * hd_betainc_(0.5 * df, 0.5, df / (df + t * t));
+  return T(t < 0.0 ? tail : 1.0 - tail); }
+template <typename T> HD T hd_chdtr(T v, T x) {  // gammainc(v / 2, x / 2)
+  return T(hd_gammainc_(0.5 * double(v), 0.5 * double(x), false)); }
+template <typename T> HD T hd_gdtr(T a, T b, T x) {  // gammainc(b, a x), x >= 0
+  return T(double(x) < 0.0 ? NAN : hd_gammainc_(double(b), double(a) * double(x), false)); }
+template <typename T> HD T hd_pdtr(T k_, T m_) {  // gammaincc(floor(k) + 1, m)
+  double k = double(k_), m = double(m_);
+  if (isnan(k) || isnan(m) || k < 0.0 || m < 0.0) return T(NAN);
+  if (isinf(k)) return T(1.0);
+  return T(hd_gammainc_(floor(k) + 1.0, m, true)); }
 """

@@ -18,7 +18,7 @@ _CYTHON = {
 _CYTHON.update({
     "gammasgn": "gammasgn", "k0": "k0", "k1": "k1", "k0e": "k0e", "k1e": "k1e",
     "exp1": "__pyx_fuse_1exp1", "expi": "__pyx_fuse_1expi", "spence": "__pyx_fuse_1spence",
-    "dawsn": "__pyx_fuse_1dawsn",
+    "dawsn": "__pyx_fuse_1dawsn", "exp10": "exp10", "cosm1": "cosm1", "erfi": "__pyx_fuse_1erfi",
 })
 _CYTHON2 = {"xlogy": "__pyx_fuse_1xlogy", "xlog1py": "__pyx_fuse_1xlog1py",
             "betaln": "betaln", "rel_entr": "rel_entr", "gammainc": "gammainc",
@@ -26,8 +26,9 @@ _CYTHON2 = {"xlogy": "__pyx_fuse_1xlogy", "xlog1py": "__pyx_fuse_1xlog1py",
             "jv": "__pyx_fuse_1jv", "yv": "__pyx_fuse_1yv", "iv": "__pyx_fuse_1iv",
             "ive": "__pyx_fuse_1ive", "kv": "__pyx_fuse_1kv", "kve": "__pyx_fuse_1kve",
             "binom": "binom", "boxcox": "boxcox", "boxcox1p": "boxcox1p",
-            "huber": "huber", "pseudo_huber": "pseudo_huber"}
-_CYTHON3 = {"betainc": "__pyx_fuse_0betainc"}
+            "huber": "huber", "pseudo_huber": "pseudo_huber", "powm1": "__pyx_fuse_0powm1",
+            "stdtr": "__pyx_fuse_0stdtr", "chdtr": "chdtr", "pdtr": "pdtr"}
+_CYTHON3 = {"betainc": "__pyx_fuse_0betainc", "gdtr": "gdtr"}
 #: integer-order functions: ``double f(long n, double x)``
 _ORDER = {"expn": "__pyx_fuse_1expn", "yn": "__pyx_fuse_1yn"}
 
