@@ -329,6 +329,52 @@ _special(sp.gdtr, [lambda a, b, x, ans: x * _gamma_density(b, a * x), _order("gd
                    lambda a, b, x, ans: a * _gamma_density(b, a * x)], domain=(0.5, 3.0))
 _special(sp.pdtr, [0, lambda k, m, ans: -_gamma_density(np.floor(k) + 1, m)], domain=(0.5, 3.0))
 
+# complete elliptic integrals K(m), E(m) and K(1 - p): dK/dm = (E - (1 - m) K) /
+# (2 m (1 - m)), dE/dm = (E - K) / (2 m), by their Taylor series where |m| < 1e-3
+# (the closed forms cancel there: eps / |m| relative; the series' first
+# neglected term is below 1e-15)
+def _elliptic_series(sign_e):
+    """The coefficients of dK/dm (``sign_e`` False) or dE/dm in powers of m."""
+    return [math.pi / 2 * n * math.comb(2 * n, n) ** 2 / 16 ** n / ((1 - 2 * n) if sign_e else 1)
+            for n in range(1, 7)]
+
+
+_DK, _DE = _elliptic_series(False), _elliptic_series(True)
+
+
+def _horner(m, coefs):
+    acc = _lit(coefs[-1], m)
+    for c in reversed(coefs[:-1]):
+        acc = acc * m + _lit(c, m)
+    return acc
+
+
+def _dk_dm(m, k, e):
+    small = np.abs(m) < _lit(1e-3, m)
+    safe = np.where(small, _lit(0.5, m), m)
+    return np.where(small, _horner(m, _DK), (e - (1 - safe) * k) / (2 * safe * (1 - safe)))
+
+
+def _de_dm(m, k, e):
+    small = np.abs(m) < _lit(1e-3, m)
+    safe = np.where(small, _lit(0.5, m), m)
+    return np.where(small, _horner(m, _DE), (e - k) / (2 * safe))
+
+
+def _dkm1_dp(p, k):
+    """d K(1 - p) / dp = -(E(1 - p) - p K) / (2 (1 - p) p), in p itself (1 - p
+    rounds p away where p is tiny); the series in m = 1 - p where m is small."""
+    m = 1 - p
+    small = np.abs(m) < _lit(1e-3, p)
+    safe = np.where(small, _lit(0.5, p), p)
+    return np.where(small, -_horner(m, _DK),
+                    -(sp.ellipe(1 - safe) - safe * k) / (2 * (1 - safe) * safe))
+
+
+_special(sp.ellipk, [lambda m, ans: _dk_dm(m, ans, sp.ellipe(m))], domain=(0.1, 0.9))
+_special(sp.ellipe, [lambda m, ans: _de_dm(m, sp.ellipk(m), ans)], domain=(0.1, 0.9))
+_special(sp.ellipkm1, [lambda p, ans: _dkm1_dp(p, ans)], domain=(0.1, 0.9))
+
 #: the scipy.special ufuncs declared here, by op name
 SCIPY_SPECIAL = ("erf", "erfc", "erfcx", "erfinv", "erfcinv", "ndtr", "log_ndtr", "ndtri",
                  "gammaln", "loggamma", "gamma", "rgamma", "psi", "zeta", "betaln", "expit",
@@ -338,4 +384,4 @@ SCIPY_SPECIAL = ("erf", "erfc", "erfcx", "erfinv", "erfcinv", "ndtr", "log_ndtr"
                  "iv", "ive", "kv", "kve", "yn", "k0", "k1", "k0e", "k1e", "exp1", "expi",
                  "expn", "spence", "kl_div", "dawsn", "binom", "boxcox", "boxcox1p", "huber",
                  "pseudo_huber", "exp10", "cosm1", "erfi", "powm1", "stdtr", "chdtr", "gdtr",
-                 "pdtr")
+                 "pdtr", "ellipk", "ellipe", "ellipkm1")

@@ -36,7 +36,7 @@ INTEGRALS_FUNCS = {
     "expi": "hd_expi", "expn": "hd_expn", "spence": "hd_spence", "kl_div": "hd_kl_div",
     "dawsn": "hd_dawsn", "binom": "hd_binom", "boxcox": "hd_boxcox", "boxcox1p": "hd_boxcox1p",
     "erfi": "hd_erfi", "stdtr": "hd_stdtr", "chdtr": "hd_chdtr", "gdtr": "hd_gdtr",
-    "pdtr": "hd_pdtr",
+    "pdtr": "hd_pdtr", "ellipk": "hd_ellipk", "ellipe": "hd_ellipe", "ellipkm1": "hd_ellipkm1",
 }
 
 INTEGRALS_PREAMBLE = r"""
@@ -371,4 +371,27 @@ template <typename T> HD T hd_pdtr(T k_, T m_) {  // gammaincc(floor(k) + 1, m)
   if (isnan(k) || isnan(m) || k < 0.0 || m < 0.0) return T(NAN);
   if (isinf(k)) return T(1.0);
   return T(hd_gammainc_(floor(k) + 1.0, m, true)); }
+HD double hd_agm_ke(double p, double m, double* e) {  // K(m) by the AGM of 1 and sqrt(p),
+  double a = 1.0, b = sqrt(p), s = 0.5 * m, w = 0.5;  // p = 1 - m; e: E(m) (Legendre)
+  for (int i = 0; i < 40 && fabs(a - b) > 2.2e-16 * a; ++i) {
+    double c = 0.5 * (a - b), an = 0.5 * (a + b);
+    b = sqrt(a * b); a = an; w *= 2.0; s += w * c * c;
+  }
+  double k = 1.5707963267948966 / a;
+  *e = k * (1.0 - s);
+  return k; }
+HD double hd_ellipkm1_(double p) {  // K(1 - p): inf at p = 0, NaN for p < 0 or NaN
+  if (!(p >= 0.0)) return NAN;
+  if (p == 0.0) return INFINITY;
+  double e;
+  return isinf(p) ? 0.0 : hd_agm_ke(p, 1.0 - p, &e); }
+template <typename T> HD T hd_ellipkm1(T p) { return T(hd_ellipkm1_(double(p))); }
+template <typename T> HD T hd_ellipk(T m) { return T(hd_ellipkm1_(1.0 - double(m))); }
+template <typename T> HD T hd_ellipe(T m_) {  // E(m): 1 at m = 1, NaN above or at NaN
+  double m = double(m_), e;
+  if (!(m <= 1.0)) return T(NAN);
+  if (m == 1.0) return T(1);
+  if (isinf(m)) return T(INFINITY);
+  hd_agm_ke(1.0 - m, m, &e);
+  return T(e); }
 """

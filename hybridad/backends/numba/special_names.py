@@ -19,6 +19,7 @@ _CYTHON.update({
     "gammasgn": "gammasgn", "k0": "k0", "k1": "k1", "k0e": "k0e", "k1e": "k1e",
     "exp1": "__pyx_fuse_1exp1", "expi": "__pyx_fuse_1expi", "spence": "__pyx_fuse_1spence",
     "dawsn": "__pyx_fuse_1dawsn", "exp10": "exp10", "cosm1": "cosm1", "erfi": "__pyx_fuse_1erfi",
+    "ellipk": "ellipk", "ellipe": "ellipe", "ellipkm1": "ellipkm1",
 })
 _CYTHON2 = {"xlogy": "__pyx_fuse_1xlogy", "xlog1py": "__pyx_fuse_1xlog1py",
             "betaln": "betaln", "rel_entr": "rel_entr", "gammainc": "gammainc",
