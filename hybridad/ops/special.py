@@ -342,13 +342,6 @@ def _elliptic_series(sign_e):
 _DK, _DE = _elliptic_series(False), _elliptic_series(True)
 
 
-def _horner(m, coefs):
-    acc = _lit(coefs[-1], m)
-    for c in reversed(coefs[:-1]):
-        acc = acc * m + _lit(c, m)
-    return acc
-
-
 def _dk_dm(m, k, e):
     small = np.abs(m) < _lit(1e-3, m)
     safe = np.where(small, _lit(0.5, m), m)
