@@ -264,6 +264,20 @@ CONTINUOUS = {  # name -> (x, shapes, loc, scale)
     "uniform": (rand((5,), 0.6, 2.4, seed=10), (), 0.5, 2.0),
     "chi2": (rand((5,), 0.2, 4, seed=11), (3.0,), 0.0, 1.0),
     "invgamma": (rand((5,), 0.2, 3, seed=12), (2.5,), 0.0, 1.2),
+    "weibull_min": (rand((5,), 0.2, 3, seed=13), (1.7,), 0.0, 1.3),
+    "weibull_max": (rand((5,), -3, -0.2, seed=14), (1.7,), 0.0, 1.3),
+    "gumbel_r": (rand((5,), -2, 3, seed=15), (), 0.2, 1.1),
+    "gumbel_l": (rand((5,), -3, 2, seed=16), (), -0.2, 0.9),
+    "pareto": (rand((5,), 1.4, 4, seed=17), (2.5,), 0.0, 1.2),
+    "lomax": (rand((5,), 0.1, 3, seed=18), (2.5,), 0.0, 0.8),
+    "halfnorm": (rand((5,), 0.3, 3, seed=19), (), 0.1, 1.2),
+    "halfcauchy": (rand((5,), 0.3, 3, seed=20), (), 0.1, 0.9),
+    "rayleigh": (rand((5,), 0.3, 3, seed=21), (), 0.1, 1.1),
+    "maxwell": (rand((5,), 0.3, 3, seed=22), (), 0.1, 1.1),
+    "levy": (rand((5,), 0.5, 3, seed=23), (), 0.1, 0.7),
+    "powerlaw": (rand((5,), 0.1, 0.9, seed=24), (1.7,), 0.0, 1.0),
+    "skewnorm": (rand((5,), -2, 2, seed=25), (2.0,), 0.1, 1.2),
+    "f": (rand((5,), 0.2, 3, seed=26), (3.0, 5.0), 0.0, 1.0),
 }
 
 

@@ -57,6 +57,23 @@ LOGPDF = {
     "chi2": lambda z, df: _support(z > 0, sp.xlogy(0.5 * df - 1, z) - 0.5 * z
                                    - sp.gammaln(0.5 * df) - 0.5 * df * math.log(2.0)),
     "invgamma": lambda z, a: _support(z > 0, -(a + 1) * np.log(z) - 1 / z - sp.gammaln(a)),
+    "weibull_min": lambda z, c: _support(z > 0, np.log(c) + sp.xlogy(c - 1, z) - z ** c),
+    "weibull_max": lambda z, c: _support(z < 0, np.log(c) + sp.xlogy(c - 1, -z) - (-z) ** c),
+    "gumbel_r": lambda z: -z - np.exp(-z),
+    "gumbel_l": lambda z: z - np.exp(z),
+    "pareto": lambda z, b: _support(z >= 1, np.log(b) - (b + 1) * np.log(z)),
+    "lomax": lambda z, c: _support(z >= 0, np.log(c) - (c + 1) * np.log1p(z)),
+    "halfnorm": lambda z: _support(z >= 0, -0.5 * z * z + 0.5 * math.log(2 / math.pi)),
+    "halfcauchy": lambda z: _support(z >= 0, math.log(2 / math.pi) - np.log1p(z * z)),
+    "rayleigh": lambda z: _support(z >= 0, sp.xlogy(1.0, z) - 0.5 * z * z),
+    "maxwell": lambda z: _support(z >= 0, sp.xlogy(2.0, z) - 0.5 * z * z
+                                  + 0.5 * math.log(2 / math.pi)),
+    "levy": lambda z: _support(z > 0, -_LOG_SQRT_2PI - 1.5 * np.log(z) - 0.5 / z),
+    "powerlaw": lambda z, a: _support((z >= 0) & (z <= 1), np.log(a) + sp.xlogy(a - 1, z)),
+    "skewnorm": lambda z, a: math.log(2.0) - 0.5 * z * z - _LOG_SQRT_2PI + sp.log_ndtr(a * z),
+    "f": lambda z, m, n: _support(z > 0, 0.5 * n * np.log(n) + 0.5 * m * np.log(m)
+                                  + sp.xlogy(0.5 * m - 1, z) - 0.5 * (m + n) * np.log(n + m * z)
+                                  - sp.betaln(0.5 * m, 0.5 * n)),
 }
 
 #: distribution -> (cdf, logcdf) of the standardized variable
