@@ -262,8 +262,10 @@ class HessianPlan(StagedPlan):
                 # at the linearized point: the tangent program (into out's three
                 # buffers, or H v alone into an array); a point another plan holds
                 # (a specialization for other decisions): the general path
-                if plan._guarded:  # (a retrace makes other programs: checked below)
-                    plan._check_reads(plan._point_args)
+                if plan._guarded:  # (StagedPlan._check_reads inline; a retrace: other programs)
+                    root = plan._root if plan._root is not None else plan._rootref()
+                    if root is not None and plan._gcheck(root, plan._point_args) is not None:
+                        plan._check_stale(plan._point_args)
                 call, lean, programs, point, scratch = entry
                 if plan._programs is not programs or plan._point is not point:
                     pass  # (rebuilt: the general path)
