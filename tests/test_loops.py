@@ -387,6 +387,22 @@ def test_loops_of_mixed_dtypes_run_as_python_loops(loop, backend):
     np.testing.assert_allclose(plan.hvp(X0, W0, v=v).hvp, fd, rtol=1e-5, atol=1e-7)
 
 
+def test_a_value_of_the_set_aside_body_is_refused_by_name():
+    """The body of a loop of mixed dtypes is traced once, set aside, and run as
+    the Python loop: a value of that first trace the code kept is refused, saying why."""
+    kept = []
+
+    def f(x):
+        def body(i, c):
+            kept.append(c[0])
+            return c[0] * 1.1, c[1] + 1
+        x, k = ha.fori_loop(0, 3, body, (x, 0))
+        return np.sum(x) * k + np.sum(kept[0])
+
+    with pytest.raises(ha.TracingError, match="not of one float dtype"):
+        ha.gradient(f, X0, backend="numpy")
+
+
 def test_an_empty_scan_of_mixed_dtypes():
     def f(x):
         c, (k, y) = ha.scan(lambda c, r: (c * r, (np.argmax(c), c.astype(np.float32))), x,

@@ -468,9 +468,9 @@ def _escaped(x):
         raise TracingError(
             "a value made while hybridad traced a fori_loop body once, stored outside the "
             "body (a list's append, an attribute), is used after it: the body needed its "
-            "index's value, so the loop was traced again as the Python loop and that first "
-            "trace set aside. Return such values from the body (the carry), or write the "
-            "loop as a Python for loop")
+            "index's value, or its carries are not of one float dtype, so the loop was traced "
+            "again as the Python loop and that first trace set aside. Return such values from "
+            "the body (the carry), or write the loop as a Python for loop")
     raise TracingError("a traced value escaped its trace (was it stored in a global or "
                        "closure during an earlier trace?)")
 

@@ -335,7 +335,9 @@ def _loop(step, init, xs, length, start, index, reverse):
         ys = [_as_tracer(y, body, "the body's per-iteration output") for y in y_leaves]
     dtypes = {c.dtype for c in carries} | {y.dtype for y in ys}
     if len(dtypes) > 1 or any(d.kind != "f" for d in dtypes):
-        # (after the body's checks, which hold for the Python loop too)
+        # (after the body's checks, which hold for the Python loop too; the body's
+        # trace set aside: a value it made and the code kept is refused by name)
+        body.abandoned = True
         raise _MixedDtypes([(y.shape, y.dtype) for y in ys], y_def)
     ny = len(ys)
     outputs = [t.node for t in new_c + ys + c_t]  # (then the carries, stored for the reverse)
