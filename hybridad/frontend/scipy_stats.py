@@ -86,6 +86,12 @@ CDF = {
                lambda z: np.log(0.5 + np.arctan(z) / math.pi)),
     "laplace": (lambda z: np.where(z < 0, 0.5 * np.exp(z), 1 - 0.5 * np.exp(-z)),
                 lambda z: np.where(z < 0, z - math.log(2.0), np.log1p(-0.5 * np.exp(-z)))),
+    "gumbel_r": (lambda z: np.exp(-np.exp(-z)), lambda z: -np.exp(-z)),
+    "gumbel_l": (lambda z: -np.expm1(-np.exp(z)), lambda z: np.log(-np.expm1(-np.exp(z)))),
+    "rayleigh": (lambda z: np.where(z > 0, -np.expm1(-0.5 * z * z), 0.0 * z),
+                 lambda z: np.where(z > 0, np.log(-np.expm1(-0.5 * z * z)), _NINF)),
+    "halfcauchy": (lambda z: np.where(z > 0, np.arctan(z) * (2 / math.pi), 0.0 * z),
+                   lambda z: np.where(z > 0, np.log(np.arctan(z) * (2 / math.pi)), _NINF)),
 }
 
 #: distribution -> log-mass at k, from (k, *shapes)
