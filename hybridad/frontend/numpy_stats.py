@@ -378,7 +378,7 @@ def histogram(a, bins=10, range=None, density=None, weights=None):  # noqa: A002
     w = _tracer(weights)
     if w.shape != a.shape:
         raise ValueError("weights should have the same shape as a.")
-    edges = np.histogram(a, bins, range)[1]  # (numpy's edges and checks)
+    edges = np.histogram_bin_edges(a, bins, range)  # (numpy's edges and checks)
     flat = a.ravel()
     keep = (flat >= edges[0]) & (flat <= edges[-1])
     index = np.minimum(np.searchsorted(edges, flat[keep], side="right") - 1, len(edges) - 2)
