@@ -70,24 +70,26 @@ def directional_difference(f, args, argnum, eps=1e-6, seed=1):
     return d, (at(eps) - at(-eps)) / (2 * eps)
 
 
-def assert_one_graph_for_every_input(f, xs, abs=1e-8):
+def assert_one_graph_for_every_input(f, xs, abs=1e-8, rel=1e-12, decides=False):
     """A plan of ``f`` made at ``xs[0]``: at every ``x`` of ``xs`` (masks or
     indices all different) its value is numpy's and its gradient the central
     difference's, no call retraces (a warning is an error), it holds no
-    decision on values, and a call allocates nothing."""
+    decision on values (``decides``: it holds one, which every ``x`` keeps),
+    and a call allocates nothing.  Returns the plan and its result."""
     plan = ha.compile(f, xs[0])
     res = ha.GradientResult(xs[0])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # (a retrace warns: none may happen)
         for x in xs:
             plan.gradient(x, out=res)
-            assert res.value == pytest.approx(f(x), rel=1e-12)
+            assert res.value == pytest.approx(f(x), rel=rel)
             d, slope = directional_difference(f, [x], 0)
             assert float(np.sum(res.gradient * d)) == pytest.approx(slope, rel=1e-6, abs=abs)
-    assert "decisions on values" not in plan.explain()
+    assert ("decisions on values" in plan.explain()) == decides
     with count_allocations() as counts:
         plan.gradient(xs[1], out=res)
     assert counts.allocations == 0, counts
+    return plan, res
 
 
 def assert_float32_follows_float64(f, xs, backend):

@@ -253,15 +253,8 @@ def test_order_statistics_of_selections_decide_only_that_something_is_selected()
     median absolute deviation): one plan for every non-empty mask; NaN where
     the selection holds one, as numpy's."""
     xs = _inputs((30,), 71)
-    plan = ha.compile(robust, xs[0])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # (no retrace on a new non-empty mask)
-        for x in xs:
-            res = plan.gradient(x)
-            assert res.value == pytest.approx(robust(x), rel=1e-13)
-            d, slope = directional_difference(robust, [x], 0)
-            assert float(np.sum(res.gradient * d)) == pytest.approx(slope, rel=1e-6, abs=1e-7)
-        assert_no_alloc(plan.gradient, xs[1], out=res, n=10)
+    plan, res = assert_one_graph_for_every_input(robust, xs, abs=1e-7, rel=1e-13, decides=True)
+    assert_no_alloc(plan.gradient, xs[1], out=res, n=10)
 
     def nan_inside(x):
         return np.median(x[~(x > 10)])  # (NaN > 10 is False: a NaN is selected)
