@@ -229,7 +229,8 @@ CASES.update({
 
 @pytest.mark.parametrize("name", ["nan_reductions", "cov_corrcoef", "meshgrid", "polyval",
                                   "multi_dot", "indices_from", "fill_diagonal", "polyfit_vander",
-                                  "running_extreme", "i0"])
+                                  "running_extreme", "i0", "ediff1d", "put_along_axis",
+                                  "histogram_weights"])
 def test_composites_allocate_nothing_per_call(name):
     """The functions traced as composites allocate nothing per call; among
     them ``x[np.triu_indices_from(K, 1)]``: indices from K's shape (constants),

@@ -12,7 +12,7 @@ import pytest
 
 import hybridad as ha
 from hybridad.trace import Tracer
-from hybridad.testing import count_allocations, numerical_gradient
+from hybridad.testing import assert_no_alloc, count_allocations, numerical_gradient
 
 RNG = np.random.default_rng(7)
 N = 4
@@ -379,6 +379,10 @@ def test_loops_of_mixed_dtypes_run_as_python_loops(loop, backend):
     np.testing.assert_allclose(r.gradient, ha.gradient(lambda x, W: _mixed_python(
         lambda _x, _W: loop(x, W)), X0, W0, backend="numpy").gradient, rtol=1e-12)
     np.testing.assert_allclose(r.gradient, _fd_grad(loop, [X0, W0], 0), rtol=1e-6, atol=1e-8)
+    grad_plan = ha.compile(loop, X0, W0, backend=backend)
+    out = ha.GradientResult(X0)
+    grad_plan.gradient(X0, W0, out=out)
+    assert_no_alloc(grad_plan.gradient, X0, W0, out=out, n=10)
     plan = ha.compile(loop, X0, W0, backend=backend, hvp=True)
     v = RNG.standard_normal(N)
     eps = 1e-5

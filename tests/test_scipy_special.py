@@ -468,6 +468,22 @@ def test_repeated_calls_allocate_nothing():
     plan.gradient(x, y, out=out)
     assert_no_alloc(lambda: plan.gradient(x, y, out=out))
 
+    frozen = st.multivariate_normal(np.zeros(4), np.eye(4) * 2.0)
+
+    def g(x, y):  # the robust losses, the elementary, elliptic and distribution functions
+        m = x / 2.5
+        return np.sum(sp.huber(0.7, x - 1) + sp.pseudo_huber(0.7, x - 1) + sp.exp10(m)
+                      + sp.cosm1(x) + sp.erfi(m) + sp.powm1(x, 1.3) + sp.stdtr(2.5, x)
+                      + sp.chdtr(3.0, x) + sp.gdtr(1.5, 2.0, x) + sp.pdtr(2.0, x)
+                      + sp.ellipk(m) + sp.ellipe(m) + sp.ellipkm1(m) + sp.expm1(m)
+                      + st.weibull_min.logpdf(x, 1.7) + st.gumbel_r.cdf(x)) \
+            + np.sum(frozen.logpdf(x.reshape(4, 4)))
+
+    plan = ha.compile(g, x, y, backend="numba")
+    plan.gradient(x, y, out=out)
+    np.testing.assert_allclose(out.value, g(x, y), rtol=1e-13)
+    assert_no_alloc(lambda: plan.gradient(x, y, out=out))
+
 
 def test_against_jax_where_installed():
     jax = pytest.importorskip("jax")
