@@ -84,6 +84,22 @@ def test_float32_kernels_round_scipys_double():
                                    rtol=2e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["huber", "pseudo_huber", "exp10", "cosm1", "erfi", "powm1",
+                                  "stdtr", "chdtr", "gdtr", "pdtr", "ellipk", "ellipe", "ellipkm1"])
+def test_float32_of_the_newer_special_functions(name):
+    """float32 arguments: the value and gradient of float64's to float32 rounding,
+    float32 results, on both CPU backends."""
+    f, x = _special_objective(name)
+    x32 = x.astype(np.float32)
+    want = ha.gradient(f, x, backend="numpy")
+    for backend in BACKENDS:
+        res = ha.gradient(f, x32, backend=backend)
+        assert res.gradient.dtype == np.float32
+        np.testing.assert_allclose(res.value, want.value, rtol=2e-6, err_msg=backend)
+        np.testing.assert_allclose(res.gradient, want.gradient, rtol=2e-5, atol=1e-6,
+                                   err_msg=backend)
+
+
 LSE_KWARGS = [{}, {"axis": 0}, {"axis": 1, "keepdims": True},
               {"axis": -1, "b": np.array([0.5, 1.0, 2.0])}, {"axis": None, "b": 0.3}]
 
