@@ -139,18 +139,28 @@ def rows():
             for m in methods]
     out += special
     from .frontend.scipy_special import INTERCEPTED
-    from .frontend.scipy_stats import CDF, LOGPDF, LOGPMF
+    from .frontend.scipy_stats import CDF, DISCRETE_CDF, LOGPDF, LOGPMF, PPF, SHAPE_FIXED_TAILS
 
     out += [("scipy functions (intercepted while tracing)", f"{module}.{name}",
              "composite of primitives", both) for module, name in sorted(INTERCEPTED)]
+
+    def methods(d, first, tails, quantiles):
+        return ", ".join([*first, *(("cdf", "sf", "logcdf", "logsf") if d in tails else ()),
+                          *(("ppf", "isf") if d in quantiles else ())])
+
     out += [("scipy.stats distributions", f"scipy.stats.{d}",
-             "logpdf, pdf" + (", cdf, logcdf" + (", sf, logsf" if d != "expon" else "")
-                              if d in CDF else "") + "; in x and every parameter", both)
+             methods(d, ("logpdf", "pdf"), CDF, PPF) + "; in x and every parameter"
+             + (" (the tails: in x, loc and scale)" if d in SHAPE_FIXED_TAILS else ""), both)
             for d in sorted(LOGPDF)]
-    out += [("scipy.stats distributions", f"scipy.stats.{d}", "logpmf, pmf; in the parameters",
-             both) for d in sorted(LOGPMF)]
-    out.append(("scipy.stats distributions", "scipy.stats.multivariate_normal",
-                "logpdf, pdf, frozen or not; in x, mean and cov", both))
+    out += [("scipy.stats distributions", f"scipy.stats.{d}",
+             methods(d, ("logpmf", "pmf"), DISCRETE_CDF, ()) + "; in the parameters", both)
+            for d in sorted(LOGPMF)]
+    out += [("scipy.stats distributions", f"scipy.stats.{d}", how, both) for d, how in (
+        ("multivariate_normal", "logpdf, pdf, frozen or not; in x, mean and cov"),
+        ("multivariate_t", "logpdf, pdf, frozen or not; in x, loc, shape and df"),
+        ("dirichlet", "logpdf, pdf; in x and alpha"),
+        ("multinomial", "logpmf, pmf; in p"),
+        ("gaussian_kde", "logpdf, pdf, evaluate, __call__; in the points"))]
     out += [("complex values (pairs of real tracers)", "complex intermediates",
              "+ - * / ** @, exp log sqrt sin cos tan sinh cosh tanh, real imag conj angle abs, "
              "sum mean cumsum, shapes, concatenate stack, dot vdot, norm; max min maximum "
