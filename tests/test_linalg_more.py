@@ -20,7 +20,7 @@ from conftest import assert_grad
 import hybridad as ha
 from hybridad.frontend.numpy_api import HANDLED
 from hybridad.ops import REGISTRY
-from hybridad.testing import assert_no_alloc
+from hybridad.testing import assert_no_alloc, numerical_gradient
 
 RNG = np.random.default_rng(20261125)
 
@@ -503,7 +503,9 @@ def test_full_matrix_complements_have_no_derivative():
     with pytest.raises(NotImplementedError, match="full_matrices=True.*orthogonal"):
         _grad(lambda t: _dot(np.linalg.svd(t)[0]), T)
     with pytest.raises(NotImplementedError, match="full_matrices=True"):
-        _grad(lambda w: _dot(np.linalg.svd(w)[2][:3]), W)
+        _grad(lambda w: _dot(np.linalg.svd(w)[2][3:]), W)
+    with pytest.raises(NotImplementedError, match="mode='complete'.*orthogonal"):
+        _grad(lambda t: _dot(np.linalg.qr(t, "complete")[0][:, 3:]), T)
     with pytest.raises(NotImplementedError, match="mode='complete'"):
         _grad(lambda t: _dot(np.linalg.qr(t, "complete")[0]), T)
     # forward mode (a Jacobian): refused when a result depending on them is computed
@@ -513,9 +515,17 @@ def test_full_matrix_complements_have_no_derivative():
                                atol=1e-12)
     with pytest.raises(NotImplementedError, match="full_matrices=True"):
         plan.jacobian(T)
-    # only the parts that are defined: fine
+    # only the parts that are defined: fine -- the singular values, and the first
+    # min(m, n) columns of a full U (rows of a full Vh), of a complete Q
     np.testing.assert_allclose(_grad(lambda t: _dot(np.linalg.svd(t)[1]), T).value,
                                _dot(np.linalg.svd(T)[1]))
+    for f, x in ((lambda w: _dot(_signless(np.linalg.svd(w)[2][:3].T)), W),
+                 (lambda t: _dot(_signless(np.linalg.svd(t)[0][:, :3])), T),
+                 (lambda t: _dot(np.linalg.qr(t, "complete")[0][:, :3]), T)):
+        res = _grad(f, x)
+        np.testing.assert_allclose(res.value, f(x), rtol=1e-12)
+        np.testing.assert_allclose(res.gradient[0], numerical_gradient(f, x), rtol=1e-6,
+                                   atol=1e-8)
 
 
 def test_lstsq_rank_deficiency_is_refused_only_for_residuals():
@@ -592,4 +602,7 @@ def test_every_primitive_and_function_has_rows():
 
     assert {name for module, name in INTERCEPTED if module == "scipy.linalg"} == {
         "solve", "solve_triangular", "cholesky", "cho_factor", "cho_solve", "lu_factor",
-        "lu_solve", "eigh", "expm", "block_diag", "toeplitz", "circulant", "inv", "det", "norm"}
+        "lu_solve", "eigh", "expm", "block_diag", "toeplitz", "circulant", "inv", "det", "norm",
+        # scipy_linalg_more (tests/test_scipy_linalg_more.py)
+        "eigvalsh", "svd", "svdvals", "pinv", "pinvh", "lstsq", "qr", "solve_banded",
+        "solveh_banded", "cosm", "sinm", "tanm", "coshm", "sinhm", "tanhm"}

@@ -42,6 +42,7 @@ from . import numpy_quantile  # noqa: E402,F401  (quantile, percentile and their
 from . import numpy_misc  # noqa: E402,F401  (block, cond, ldexp, unwrap, simpson, reduceat, ...)
 from . import scipy_special, scipy_stats  # noqa: E402  (scipy's Python functions)
 from . import scipy_linalg  # noqa: E402,F401  (scipy.linalg)
+from . import scipy_linalg_more  # noqa: E402,F401  (scipy.linalg: numpy's, and from expm)
 from . import scipy_filters  # noqa: E402,F401  (scipy.signal's lfilter, filtfilt)
 from . import scipy_spatial  # noqa: E402,F401  (scipy.spatial.distance)
 from . import scipy_signal  # noqa: E402,F401  (scipy.signal's convolutions)

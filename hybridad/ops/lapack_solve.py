@@ -88,10 +88,12 @@ _RANK = ("numpy.linalg.lstsq: the matrix is rank-deficient, where numpy returns 
          "residuals: a shape a traced plan cannot take at run time (the solution, rank and "
          "singular values are computed; compute residuals from the solution)")
 _SVD = ("numpy.linalg.svd(full_matrices=True): the columns of u (rows of vh) beyond "
-        "min(m, n) have no derivative (any orthonormal basis of the complement); use "
-        "full_matrices=False")
-_QR = ("numpy.linalg.qr(mode='complete'): the columns of q beyond n have no derivative "
-       "(any orthonormal basis of the complement); use mode='reduced'")
+        "min(m, n) have no derivative: they are any orthonormal basis of the orthogonal "
+        "complement (LAPACK's choice is not a smooth function of the matrix); use "
+        "full_matrices=False, or only the first min(m, n) of them")
+_QR = ("numpy.linalg.qr(mode='complete'): the columns of q beyond n have no derivative: they "
+       "are any orthonormal basis of the orthogonal complement (LAPACK's choice is not a "
+       "smooth function of the matrix); use mode='reduced', or only the first n of them")
 
 #: Higham's Pade(13) coefficients and the 1-norm up to which it needs no scaling
 _PADE13 = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0,

@@ -33,7 +33,7 @@ import numpy as np
 from ..ir.registry import Op, register
 from .common import bind as _bind
 from .linalg import _mT, _run, _stacked_batch
-from .linalg_spectral import _check_stack, _no_derivative, _work, refused_tangent
+from .linalg_spectral import _check_stack, _work, refused_cotangent, refused_tangent
 
 # ----------------------------------------------------------------------------
 # solve_triangular
@@ -142,7 +142,7 @@ def _square_jvp(q, r, da):
 
 def _qr_vjp(g, node, active, a, ans, mode="reduced", complement=False):
     if complement:
-        _no_derivative("numpy.linalg.qr(mode='complete'): the columns of q beyond n")
+        return (refused_cotangent(a, g, 2),)
     m, n = a.shape[1:]
     if mode == "r":
         q, r = qr_parts(_bind("qr", a, mode="reduced"), m, n)

@@ -58,13 +58,6 @@ def _work(op):
     return size
 
 
-def _no_derivative(what):
-    raise NotImplementedError(
-        f"{what} have no derivative: they are any orthonormal basis of the orthogonal "
-        "complement (LAPACK's choice is not a smooth function of the matrix); use "
-        "full_matrices=False / mode='reduced', or only the first min(m, n) of them")
-
-
 def refused_tangent(node, t, code):
     """The tangent of a node that has none (the complement columns of svd and qr).
 
@@ -88,6 +81,31 @@ def refused_tangent(node, t, code):
     """
     x = np.broadcast_to(np.sum(t) * 0.0, node.shape)
     return _bind("refuse_if", x, np.ones(node.shape[0]), code=code)
+
+
+def refused_cotangent(a, g, code):
+    """The cotangent of ``a`` through a node that has no derivative (the
+    complement columns of svd and qr), whose own cotangent is ``g``: zero, and
+    the refusal ``code`` when the plan runs where ``g`` is not -- as where the
+    function's result depends on those columns (``q[:, :n]`` of a complete Q
+    reaches them only with zeros, which need no derivative).
+
+    Parameters
+    ----------
+    a : Tracer
+        The node's operand (3-D).
+    g : Tracer
+        The node's cotangent (3-D, one matrix per batch entry).
+    code : int
+        The refusal: 1 (svd), 2 (qr).
+
+    Returns
+    -------
+    Tracer
+        Shaped like ``a``.
+    """
+    flag = (np.sum(np.abs(g), axis=(1, 2)) != 0).astype(np.float64)
+    return _bind("refuse_if", np.zeros(a.shape), flag, code=code)
 
 
 # ----------------------------------------------------------------------------
@@ -139,8 +157,7 @@ def _svd_gaps(s):
 
 def _svd_vjp(g, node, active, a, ans, jobz="S", complement=False):
     if complement:
-        _no_derivative("numpy.linalg.svd(full_matrices=True): the columns of u (rows of "
-                       "vh) beyond min(m, n)")
+        return (refused_cotangent(a, g, 1),)
     m, n = a.shape[1:]
     if jobz == "N":
         _, u, vt = svd_parts(_bind("svd", a, jobz="S"), m, n)
