@@ -126,6 +126,9 @@ def rows():
             names.setdefault(_name(f), f)
     for name in sorted(names):
         out.append(("functions", name, _NOTES.get(name, "composite of primitives"), both))
+    out.append(("functions", "numpy.polynomial (chebval, legval, ..., Polynomial(c)(x), "
+                "Chebyshev, deriv, integ, fit, series arithmetic)",
+                "its Python, traced as the user's code; in coefficients and points", both))
     from .frontend.numpy_construct import WRAPPERS
 
     out += [("numpy constructors (intercepted while tracing)", f"numpy.{name}",

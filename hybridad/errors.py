@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import threading
 import sys
 
 __all__ = ["CompileBudgetError", "MemoryBudgetError", "RetraceWarning", "StalePlanError",
@@ -35,6 +36,22 @@ class ConversionError(TracingError):
     def __init__(self, message, user_globals=None):
         super().__init__(message)
         self.user_globals = user_globals
+        _RAISED.last = self  # (seen by the plan's trace even where the caller swallows it)
+
+
+#: the thread's last :class:`ConversionError` (:func:`swallowed_conversion`)
+_RAISED = threading.local()
+
+
+def swallowed_conversion(clear=False):
+    """The last :class:`ConversionError` raised in this thread since the last
+    ``clear``: code that catches every exception (numpy's ``Polynomial.__radd__``
+    answers NotImplemented) hides the conversion behind the error it raises
+    instead."""
+    last = getattr(_RAISED, "last", None)
+    if clear:
+        _RAISED.last = None
+    return last
 
 
 class MemoryBudgetError(ValueError):
@@ -80,6 +97,20 @@ def is_user_file(filename):
     fname = os.path.abspath(filename)
     return not fname.startswith(_PKG_DIR) and _NUMPY_MARK not in fname and \
         _SCIPY_MARK not in fname
+
+
+#: numpy's polynomial package: Python code on arrays (Clenshaw's and Horner's
+#: recurrences, series arithmetic that fills arrays it makes), traced as the user's
+_POLYNOMIAL_MARK = os.sep + os.path.join("numpy", "polynomial") + os.sep
+
+
+def traced_as_users(filename):
+    """Whether code of ``filename`` makes, converts and fills arrays as the user's
+    code does while tracing (its ``np.array`` of a traced value is traced, the
+    arrays it makes are traced when written): the user's, and numpy's
+    polynomial package (``chebval(x, c)``, ``Polynomial(c)(x)``, ``polyder(c)``
+    of traced coefficients)."""
+    return is_user_file(filename) or _POLYNOMIAL_MARK in os.path.abspath(filename)
 
 
 def code_line(filename, lineno):

@@ -20,7 +20,7 @@ import types
 
 import numpy as np
 
-from ..errors import (ConversionError, TracingError, is_user_file, library_entry,
+from ..errors import (ConversionError, TracingError, library_entry, traced_as_users,
                       user_location, user_namespaces)
 from . import decisions as _decisions
 from .decisions import decide
@@ -71,7 +71,7 @@ def _running(opcode, depth):
     or load)."""
     frame = sys._getframe(depth)
     code = frame.f_code
-    if not is_user_file(code.co_filename):  # numpy's, scipy's, hybridad's own code
+    if not traced_as_users(code.co_filename):  # numpy's, scipy's, hybridad's own code
         return False
     i = frame.f_lasti * _LASTI_SCALE
     if not 0 <= i < len(code.co_code) - 1:
@@ -494,6 +494,8 @@ _DIRECT = frozenset({Tracer, float, int, bool, np.ndarray, np.float64, np.float3
 def _binary(ufunc, reflected=False):
     @quiet
     def op(self, other):
+        if type(other) not in _DIRECT and getattr(type(other), "__array_ufunc__", 0) is None:
+            return NotImplemented  # numpy's protocol (NEP 13): numpy's Polynomial, ... answer
         hook = OBSERVED.held  # (the profiler, suspended at this call: QUIET)
         if hook is not None:
             OBSERVED.held = None

@@ -36,7 +36,7 @@ from . import numpy_complex  # noqa: E402,F401  (complex values as pairs of real
 from . import numpy_fft  # noqa: E402,F401  (np.fft as products with DFT tables)
 from . import numpy_signal  # noqa: E402,F401  (ufunc.at, bincount, convolve, interp, ...)
 from . import numpy_construct  # noqa: E402,F401  (np.array, np.r_, append, select, ...)
-from . import numpy_stats  # noqa: E402,F401  (nan-reductions, cov, meshgrid, polyval, ...)
+from . import numpy_stats  # noqa: E402  (nan-reductions, cov, meshgrid, polyval, ...)
 from . import numpy_map  # noqa: E402,F401  (np.vectorize, apply_along_axis: traced once, batched)
 from . import numpy_quantile  # noqa: E402,F401  (quantile, percentile and their nan forms)
 from . import numpy_misc  # noqa: E402,F401  (block, cond, ldexp, unwrap, simpson, reduceat, ...)
@@ -68,6 +68,8 @@ _install_scipy()
 after_import({module for module, _ in scipy_special.INTERCEPTED} | {"scipy.stats"} |
              set(host_calls.LIBRARY_MODULES), _install_scipy)
 ON_ENTER.append(_install_scipy)  # and again when a trace begins (idempotent)
+numpy_stats.polynomial_dispatched()  # numpy's polynomial package: now, and when imported
+after_import(numpy_stats.POLYNOMIAL_MODULES, numpy_stats.polynomial_dispatched)
 # numba's implementations of np.asarray & co. typed for the constructors' wrappers too
 numpy_construct.numba_aliases()
 after_import(numpy_construct.NUMBA_MODULES, numpy_construct.numba_aliases)

@@ -484,6 +484,7 @@ _FUNCTIONS = {
     np.vdot: _vdot,
     np.linalg.norm: _norm,
     np.iscomplexobj: lambda z: True,
+    np.isrealobj: lambda z: False,
     np.ndim: lambda z: as_complex(z).ndim,
     np.shape: lambda z: as_complex(z).shape,
     np.size: lambda z: as_complex(z).size,

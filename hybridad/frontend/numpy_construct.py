@@ -40,7 +40,7 @@ import numpy as np
 from numpy.lib import _index_tricks_impl as _index_tricks
 
 from .._forksafe import Lock
-from ..errors import user_location
+from ..errors import traced_as_users, user_location
 from .after_import import loaded
 from .numpy_api import (
     ARRAY_FUNCTIONS,
@@ -219,14 +219,15 @@ _ARRAY_API_COMPAT = os.sep + os.path.join("_lib", "array_api_compat") + os.sep
 
 def _called_from_library():
     """Whether the caller of the wrapper is numpy's or scipy's own code (not
-    scipy's array API layer)."""
+    scipy's array API layer, nor numpy's polynomial package)."""
     name = sys._getframe(2).f_code.co_filename
     kind = _library_files.get(name)
     if kind is None:  # (a scipy file runs only once scipy is imported)
         dirs = tuple(d for d in (_package_dir(np), _package_dir(sys.modules.get("scipy")))
                      if d)
         path = os.path.abspath(name)
-        kind = _library_files[name] = path.startswith(dirs) and _ARRAY_API_COMPAT not in path
+        kind = _library_files[name] = path.startswith(dirs) and _ARRAY_API_COMPAT not in path \
+            and not traced_as_users(path)
     return kind
 
 

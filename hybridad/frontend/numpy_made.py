@@ -13,7 +13,9 @@ into the graph.  The first trace's nodes are dropped
 (:meth:`~hybridad.core.trace.Trace.mark`).
 
 Only the second trace of such a function makes its arrays traced, and only
-for callers outside numpy and scipy (their own code keeps numpy arrays).  The
+for callers outside numpy and scipy (their own code keeps numpy arrays; numpy's
+polynomial package counts as the user's: its series arithmetic fills arrays
+it makes with the coefficients).  The
 module attributes (``np.zeros``, ...) and the names of the user's module that
 are bound to them (``from numpy import zeros, asarray``) are wrappers while it
 runs, each falling back to numpy's function on every other thread and after
@@ -34,7 +36,7 @@ from .._forksafe import Lock
 from ..core.supported import SUPPORTED_DTYPES
 from ..core.trace import current_trace
 from ..core.tracer import Tracer
-from ..errors import ConversionError, is_user_file
+from ..errors import ConversionError, TracingError, swallowed_conversion, traced_as_users
 from .numpy_construct import ORIGINALS, WRAPPERS, _literal
 
 __all__ = ["MADE", "traced_again"]
@@ -66,7 +68,7 @@ def _wrapper(name):
 
     def make(*args, **kwargs):
         if not getattr(_state, "on", False) or current_trace() is None or \
-                not is_user_file(sys._getframe(1).f_code.co_filename):
+                not traced_as_users(sys._getframe(1).f_code.co_filename):
             return numpy_fn(*args, **kwargs)  # (numpy's, scipy's and hybridad's own code)
         if name in ("full", "full_like"):
             fill = args[1] if len(args) > 1 else kwargs.get("fill_value")
@@ -169,11 +171,13 @@ def traced_again(call, trace):
 
 def _attempt(call):
     """``(call(), None)``, or ``(None, the ConversionError)`` when it converted
-    a traced value into numpy's memory; any other error propagates."""
+    a traced value into numpy's memory -- the error raised, or one that code on
+    the way swallowed before it failed otherwise; any other error propagates."""
+    swallowed_conversion(clear=True)
     try:
         return call(), None
-    except (ConversionError, ValueError, TypeError) as exc:
-        conversion = _conversion(exc)
+    except (TracingError, ValueError, TypeError) as exc:
+        conversion = _conversion(exc) or swallowed_conversion()
         if conversion is None:
             raise
         return None, conversion

@@ -38,8 +38,8 @@ from .numpy_signal import _GROUPED, _constant, _grouped
 from .numpy_shapes import diag
 from .scipy_special import intercepts
 
-__all__ = ["block", "cond", "diagflat", "frexp", "ldexp", "modf", "reduceat", "simpson",
-           "unwrap"]
+__all__ = ["block", "common_type", "cond", "diagflat", "frexp", "iscomplexobj", "isrealobj",
+           "ldexp", "modf", "reduceat", "simpson", "unwrap"]
 
 
 def _value(name, arg, v):
@@ -52,6 +52,43 @@ def _value(name, arg, v):
             f"hybridad: {name} with a traced `{arg}` at {user_location()}: `{arg}` must be a "
             "constant (known when f is traced)")
     return v
+
+
+# ----------------------------------------------------------------------------
+# dtype queries: answered from the dtypes (known while tracing), not the values
+# ----------------------------------------------------------------------------
+
+
+def _dtype_of(a):
+    return a.dtype if hasattr(a, "dtype") else np.asarray(a).dtype
+
+
+@implements(np.iscomplexobj)
+def iscomplexobj(x):
+    """Whether ``x``'s dtype is complex (a real tracer's is not)."""
+    return _dtype_of(x).kind == "c"
+
+
+@implements(np.isrealobj)
+def isrealobj(x):
+    """Whether ``x``'s dtype is not complex."""
+    return _dtype_of(x).kind != "c"
+
+
+@implements(np.common_type)
+def common_type(*arrays):
+    """numpy's common scalar type of the arrays' dtypes (integers count as
+    float64): what numpy's polynomial package converts coefficients to."""
+    complex_, size = False, 0
+    for a in arrays:
+        dt = _dtype_of(a)
+        if dt.kind not in "iubfc":
+            raise TypeError("can't get common type for non-numeric array")
+        complex_ |= dt.kind == "c"
+        size = max(size, 8 if dt.kind in "iub" else dt.itemsize // (2 if dt.kind == "c" else 1))
+    base = {2: np.half, 4: np.single, 8: np.double}.get(size, np.longdouble)
+    return {np.half: np.csingle, np.single: np.csingle, np.double: np.cdouble}.get(
+        base, np.clongdouble) if complex_ else base
 
 
 # ----------------------------------------------------------------------------

@@ -12,15 +12,23 @@ products), ``np.vander`` and ``np.polyfit`` (its coefficients),
 ``np.fill_diagonal`` of a traced array (an element write), and
 ``np.triu_indices_from`` / ``tril_indices_from`` / ``diag_indices_from`` of a
 traced array (from its shape: constants, nothing computed per call).
+
+numpy's polynomial package (``chebval``, ``Polynomial(c)(x)``, ``polyder``, ...)
+is Python on arrays, traced as the user's code is
+(:func:`hybridad.errors.traced_as_users`); the few of its functions numpy
+dispatches (``polyval2d``, ``polygrid3d``, ...) run their Python here too
+(:func:`polynomial_dispatched`).
 """
 
 from __future__ import annotations
 
 import numbers
+import sys
 
 import numpy as np
 
-from .numpy_api import _no_kwargs, _reduce, _tracer, broadcast_to, implements, reshape, where
+from .numpy_api import (HANDLED, _no_kwargs, _reduce, _tracer, broadcast_to, implements,
+                        reshape, where)
 from .numpy_math import _scan
 from ..core.tracer import Tracer
 
@@ -389,3 +397,20 @@ def histogram(a, bins=10, range=None, density=None, weights=None):  # noqa: A002
     if density:
         counts = counts / np.diff(edges) / np.sum(counts)
     return counts, edges
+
+
+#: numpy's polynomial modules
+POLYNOMIAL_MODULES = tuple(f"numpy.polynomial.{m}" for m in (
+    "polynomial", "chebyshev", "legendre", "hermite", "hermite_e", "laguerre", "polyutils"))
+
+
+def polynomial_dispatched(only=None):
+    """Handle numpy's dispatched functions of its polynomial modules imported so far
+    (or the one named ``only``) with their own Python: a call on tracers is traced
+    through it, as the package's undispatched functions are."""
+    for name in POLYNOMIAL_MODULES if only is None else (only,):
+        module = sys.modules.get(name)
+        for f in vars(module).values() if module is not None else ():
+            impl = getattr(f, "_implementation", None)
+            if impl is not None and callable(impl) and f not in HANDLED:
+                HANDLED[f] = impl
