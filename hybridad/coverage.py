@@ -126,6 +126,13 @@ def rows():
             names.setdefault(_name(f), f)
     for name in sorted(names):
         out.append(("functions", name, _NOTES.get(name, "composite of primitives"), both))
+    out += [("scipy functions (intercepted while tracing)", f"scipy.interpolate.{name}", how,
+             both) for name, how in (
+        ("CubicSpline, PchipInterpolator, Akima1DInterpolator, PPoly, BPoly, BSpline",
+         "called at traced points: the piecewise polynomial; CubicSpline of traced values"),
+        ("interp1d", "every kind, at traced points and of traced values"),
+        ("RegularGridInterpolator", "linear, slinear, nearest at traced points"),
+        ("UnivariateSpline, splev", "at traced points"))]
     out.append(("functions", "numpy.polynomial (chebval, legval, ..., Polynomial(c)(x), "
                 "Chebyshev, deriv, integ, fit, series arithmetic)",
                 "its Python, traced as the user's code; in coefficients and points", both))

@@ -41,6 +41,7 @@ from . import numpy_map  # noqa: E402,F401  (np.vectorize, apply_along_axis: tra
 from . import numpy_quantile  # noqa: E402,F401  (quantile, percentile and their nan forms)
 from . import numpy_misc  # noqa: E402,F401  (block, cond, ldexp, unwrap, simpson, reduceat, ...)
 from . import scipy_special, scipy_stats  # noqa: E402  (scipy's Python functions)
+from . import scipy_interpolate  # noqa: E402  (scipy.interpolate: traced points and values)
 from . import scipy_linalg  # noqa: E402,F401  (scipy.linalg)
 from . import scipy_linalg_more  # noqa: E402,F401  (scipy.linalg: numpy's, and from expm)
 from . import scipy_filters  # noqa: E402,F401  (scipy.signal's lfilter, filtfilt)
@@ -60,6 +61,8 @@ def _install_scipy(only=None):
     scipy_special.install(only)
     if loaded("scipy.stats", only) is not None and only in (None, "scipy.stats"):
         scipy_stats.install()
+    if loaded("scipy.interpolate", only) is not None and only in (None, "scipy.interpolate"):
+        scipy_interpolate.install()
     host_calls.install(only)  # after the traced ones: what they leave runs on values
 
 
