@@ -45,9 +45,11 @@ from . import scipy_interpolate  # noqa: E402  (scipy.interpolate: traced points
 from . import scipy_linalg  # noqa: E402,F401  (scipy.linalg)
 from . import scipy_linalg_more  # noqa: E402,F401  (scipy.linalg: numpy's, and from expm)
 from . import scipy_filters  # noqa: E402,F401  (scipy.signal's lfilter, filtfilt)
+from . import scipy_signal_more  # noqa: E402,F401  (sosfilt, detrend, welch, ...)
 from . import scipy_spatial  # noqa: E402,F401  (scipy.spatial.distance)
 from . import scipy_signal  # noqa: E402,F401  (scipy.signal's convolutions)
 from . import scipy_ndimage  # noqa: E402,F401  (scipy.ndimage's linear filters)
+from . import scipy_ndimage_more  # noqa: E402,F401  (derivative and rank filters)
 from . import host_calls  # noqa: E402  (any other function, on values needing no derivative)
 from . import replay  # noqa: E402,F401  (a ufunc call's nodes replayed: after every wrapper)
 from .after_import import after_import, loaded  # noqa: E402

@@ -1,0 +1,217 @@
+"""scipy.signal's second-order sections, detrending and spectral estimates on
+tracers: ``sosfilt`` (with ``zi``), ``sosfilt_zi``, ``sosfiltfilt``
+(``padtype`` odd, even, constant or None), ``detrend`` ('constant' or
+'linear', with breakpoints), ``welch`` and ``periodogram`` (one-sided,
+'density' or 'spectrum', 'mean' or 'median' averaging, every window scipy's
+``get_window`` makes).
+
+scipy's own compositions, each step on tracers: a cascade of sections is one
+:func:`.scipy_filters.lfilter` per section (a compiled loop each, differentiable
+in the signal, the delays and the coefficients); ``sosfiltfilt`` extends the
+edges, filters forward from ``sosfilt_zi`` times the first sample and
+backward from it times the last, as scipy's; a linear detrend subtracts the
+least-squares line of each segment (its fit a constant matrix applied to the
+segment); the spectral estimates take scipy's segments, detrend and window
+them, and sum the squares of their real FFT's parts.  Values are scipy's to
+rounding.  Registered in :data:`.scipy_special.INTERCEPTED` under
+``"scipy.signal"``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .numpy_api import _tracer, getitem
+from .scipy_filters import _axis, _dtype, _extended, lfilter, lfilter_zi
+from .scipy_special import intercepts, is_traced
+
+__all__ = []
+
+_M = "scipy.signal"
+
+
+def _sections(sos):
+    sos = sos if is_traced((sos,)) else np.asarray(sos, dtype=np.float64)
+    if len(np.shape(sos)) != 2 or np.shape(sos)[1] != 6:
+        raise ValueError("sos array must be shape (n_sections, 6)")
+    return sos, np.shape(sos)[0]
+
+
+def _along(axis, ndim, index):
+    return (slice(None),) * axis + (index,) + (slice(None),) * (ndim - axis - 1)
+
+
+@intercepts(_M, "sosfilt")
+def sosfilt(sos, x, axis=-1, zi=None):
+    """The cascade of second-order sections: ``lfilter`` of each section's
+    ``b = sos[s, :3]``, ``a = sos[s, 3:]`` in turn (``zi`` of shape
+    ``(n_sections, ..., 2, ...)``: each section's delays; the final delays
+    returned with the output then)."""
+    sos, n = _sections(sos)
+    x = _tracer(x)
+    dtype = _dtype(sos, x) if zi is None else _dtype(sos, x, zi)
+    y = x.astype(dtype)
+    axis = _axis(axis, y.ndim)
+    finals = []
+    for s in range(n):
+        b, a = sos[s, :3], sos[s, 3:]
+        if zi is None:
+            y = lfilter(b, a, y, axis=axis)
+        else:
+            y, zf = lfilter(b, a, y, axis=axis, zi=zi[s])
+            finals.append(zf)
+    return y if zi is None else (y, np.stack(finals))
+
+
+@intercepts(_M, "sosfilt_zi")
+def sosfilt_zi(sos):
+    """Each section's steady-state delays for a unit step, scaled by the gain of
+    the sections before it, as scipy's."""
+    sos, n = _sections(sos)
+    rows, scale = [], 1.0
+    for s in range(n):
+        b, a = sos[s, :3], sos[s, 3:]
+        rows.append(scale * lfilter_zi(b, a))
+        scale = scale * np.sum(b) / np.sum(a)
+    return np.stack(rows)
+
+
+@intercepts(_M, "sosfiltfilt")
+def sosfiltfilt(sos, x, axis=-1, padtype="odd", padlen=None):
+    """The cascade forward and backward (scipy's ``sosfiltfilt``: ``padtype``,
+    ``padlen`` defaulting to ``3 * (2 n_sections + 1 - trailing zeros)``)."""
+    if padtype not in ("odd", "even", "constant", None):
+        raise ValueError(f"Unknown value '{padtype}' given to padtype.  padtype must be "
+                         "'even', 'odd', 'constant', or None.")
+    sos, n = _sections(sos)
+    x = _tracer(x)
+    dtype = _dtype(sos, x)
+    x = x.astype(dtype)
+    axis = _axis(axis, x.ndim)
+    ntaps = 2 * n + 1
+    if not is_traced((sos,)):
+        ntaps -= min(int((sos[:, 2] == 0).sum()), int((sos[:, 5] == 0).sum()))
+    edge = 0 if padtype is None else (3 * ntaps if padlen is None else int(padlen))
+    if x.shape[axis] <= edge:
+        raise ValueError(f"The length of the input vector x must be greater than padlen, "
+                         f"which is {edge}.")
+    ext = _extended(x, padtype, edge, axis) if edge > 0 else x
+    zi = sosfilt_zi(sos)
+    shape = [1] * x.ndim
+    shape[axis] = 2
+    zi = np.reshape(zi, (n,) + tuple(shape))
+    first = getitem(ext, _along(axis, x.ndim, slice(0, 1)))
+    y, _ = sosfilt(sos, ext, axis=axis, zi=zi * first)
+    size = y.shape[axis]
+    last = getitem(y, _along(axis, x.ndim, slice(size - 1, size)))
+    y, _ = sosfilt(sos, getitem(y, _along(axis, x.ndim, slice(None, None, -1))), axis=axis,
+                   zi=zi * last)
+    y = getitem(y, _along(axis, x.ndim, slice(None, None, -1)))
+    return getitem(y, _along(axis, x.ndim, slice(edge, size - edge))) if edge > 0 else y
+
+
+def _detrended(x, kind, bp=0):
+    """``x`` (..., N) detrended along its last axis: less its mean, or less each
+    segment's least-squares line (scipy's ``A = [t / n, 1]``, breakpoints ``bp``)."""
+    n = x.shape[-1]
+    if kind in ("constant", "c"):
+        return x - np.mean(x, axis=-1, keepdims=True)
+    if kind not in ("linear", "l"):
+        raise ValueError("Trend type must be 'linear' or 'constant'.")
+    bps = np.sort(np.unique(np.r_[0, np.asarray(bp, dtype=int).ravel(), n]))
+    if np.any(bps > n):
+        raise ValueError("Breakpoints must be less than length of data along given axis.")
+    parts = []
+    for lo, hi in zip(bps[:-1], bps[1:], strict=True):
+        m = hi - lo
+        a = np.ones((m, 2))
+        a[:, 0] = np.arange(1, m + 1) * 1.0 / m
+        fit = a @ np.linalg.pinv(a)  # (m, m): the projection on the segment's lines
+        seg = x[..., lo:hi]
+        parts.append(seg - seg @ fit.T)
+    return np.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]
+
+
+@intercepts(_M, "detrend")
+def detrend(data, axis=-1, type="linear", bp=0, overwrite_data=False):  # noqa: A002
+    """scipy's ``detrend`` (its fit the least-squares projection of each segment)."""
+    x = _tracer(data)
+    x = x.astype(np.float64) if x.dtype.kind != "f" else x
+    axis = _axis(axis, x.ndim)
+    out = _detrended(np.moveaxis(x, axis, -1), type, bp)
+    return np.moveaxis(out, -1, axis)
+
+
+def _median_bias(n):
+    ii = np.arange(1, (n - 1) // 2 + 1)
+    return 1 + np.sum(1.0 / (ii * 2 + 1) - 1.0 / (ii * 2))
+
+
+@intercepts(_M, "welch")
+def welch(x, fs=1.0, window="hann", nperseg=None, noverlap=None, nfft=None,
+          detrend="constant", return_onesided=True, scaling="density", axis=-1,
+          average="mean"):
+    """scipy's Welch estimate: ``(frequencies, Pxx)`` of the mean (or median, with
+    scipy's bias correction) of the windowed, detrended segments' squared real
+    FFTs, one-sided."""
+    from scipy.signal import get_window
+
+    if not return_onesided:
+        raise NotImplementedError("hybridad: scipy.signal.welch(return_onesided=False) of "
+                                  "traced values is not supported")
+    if callable(detrend) or is_traced((fs,)):
+        raise NotImplementedError("hybridad: scipy.signal.welch with a callable detrend or a "
+                                  "traced fs is not supported")
+    x = _tracer(x)
+    x = x.astype(np.float64) if x.dtype.kind != "f" else x
+    axis = _axis(axis, x.ndim)
+    xs = np.moveaxis(x, axis, -1)
+    n = xs.shape[-1]
+    if isinstance(window, (str, tuple)):
+        nperseg = 256 if nperseg is None else int(nperseg)
+        nperseg = min(nperseg, n)
+        win = get_window(window, nperseg)
+    else:
+        win = np.asarray(window, dtype=np.float64)
+        nperseg = win.shape[0] if nperseg is None else int(nperseg)
+        if win.shape[0] != nperseg:
+            raise ValueError("value specified for nperseg is different from length of window")
+    nfft = nperseg if nfft is None else int(nfft)
+    if nfft < nperseg:
+        raise ValueError("nfft must be greater than or equal to nperseg.")
+    noverlap = nperseg // 2 if noverlap is None else int(noverlap)
+    if noverlap >= nperseg:
+        raise ValueError("noverlap must be less than nperseg.")
+    step = nperseg - noverlap
+    starts = np.arange(0, n - nperseg + 1, step)
+    segs = xs[..., starts[:, None] + np.arange(nperseg)[None, :]]  # (..., nseg, nperseg)
+    if detrend is not False:
+        segs = _detrended(segs, detrend)
+    spec = np.fft.rfft(segs * win, n=nfft, axis=-1)
+    power = np.real(spec) ** 2 + np.imag(spec) ** 2
+    if scaling == "density":
+        scale = 1.0 / (fs * np.sum(win * win))
+    elif scaling == "spectrum":
+        scale = 1.0 / np.sum(win) ** 2
+    else:
+        raise ValueError(f"Unknown scaling: {scaling!r}")
+    factors = np.full(nfft // 2 + 1, 2.0 * scale)
+    factors[0] = scale
+    if nfft % 2 == 0:
+        factors[-1] = scale
+    power = power * factors
+    if average == "mean":
+        pxx = np.mean(power, axis=-2)
+    elif average == "median":
+        pxx = np.median(power, axis=-2) / _median_bias(len(starts))
+    else:
+        raise ValueError(f"average must be 'median' or 'mean', got {average}")
+    return np.fft.rfftfreq(nfft, 1.0 / fs), np.moveaxis(pxx, -1, axis)
+
+
+@intercepts(_M, "periodogram")
+def periodogram(x, fs=1.0, window="boxcar", nfft=None, detrend="constant",
+                return_onesided=True, scaling="density", axis=-1):
+    """``welch`` of one segment, the whole signal (as scipy's)."""
+    n = np.shape(x)[axis]
+    return welch(x, fs, window, n, 0, nfft, detrend, return_onesided, scaling, axis)

@@ -1,0 +1,123 @@
+"""scipy.ndimage's derivative and rank filters and scipy.signal's second-order
+sections, detrending and spectral estimates in traced code
+(hybridad.frontend.scipy_ndimage_more, scipy_signal_more): scipy's values,
+derivatives against central differences on both CPU backends, nothing
+allocated per call."""
+
+import numpy as np
+import pytest
+import scipy.ndimage as nd
+import scipy.signal as ss
+from conftest import BACKENDS, rand
+
+import hybridad as ha
+from hybridad.testing import assert_no_alloc, numerical_gradient
+
+IMG = rand((7, 8), seed=51)
+SIG = rand((64,), seed=52)
+SOS = ss.butter(4, 0.2, output="sos")
+CROSS = np.array([[0, 1, 0], [1, 1, 1], [0, 1, 0]], bool)
+
+#: name -> (function of an array of the operand's shape, operand)
+CASES = {
+    "sobel": (lambda x: nd.sobel(x, 0), IMG),
+    "sobel nearest": (lambda x: nd.sobel(x, -1, mode="nearest"), IMG),
+    "prewitt wrap": (lambda x: nd.prewitt(x, 1, mode="wrap"), IMG),
+    "laplace mirror": (lambda x: nd.laplace(x, mode="mirror"), IMG),
+    "gaussian_laplace": (lambda x: nd.gaussian_laplace(x, 1.1), IMG),
+    "gaussian_gradient_magnitude": (lambda x: nd.gaussian_gradient_magnitude(x, 0.9), IMG),
+    "median_filter": (lambda x: nd.median_filter(x, 3), IMG),
+    "median_filter even": (lambda x: nd.median_filter(x, (4, 2)), IMG),
+    "median_filter footprint": (lambda x: nd.median_filter(x, footprint=CROSS,
+                                                           mode="nearest"), IMG),
+    "median_filter axes": (lambda x: nd.median_filter(x, 3, axes=1), IMG),
+    "maximum_filter constant": (lambda x: nd.maximum_filter(x, 3, mode="constant", cval=0.5),
+                                IMG),
+    "minimum_filter footprint": (lambda x: nd.minimum_filter(x, footprint=CROSS), IMG),
+    "percentile_filter": (lambda x: nd.percentile_filter(x, 30, size=3), IMG),
+    "rank_filter origin": (lambda x: nd.rank_filter(x, -2, size=(3, 2), origin=(0, -1)), IMG),
+    "sosfilt": (lambda x: ss.sosfilt(SOS, x), SIG),
+    "sosfilt zi": (lambda x: ss.sosfilt(SOS, x, zi=ss.sosfilt_zi(SOS) * x[0])[0], SIG),
+    "sosfiltfilt": (lambda x: ss.sosfiltfilt(SOS, x), SIG),
+    "sosfiltfilt even": (lambda x: ss.sosfiltfilt(SOS, x, padtype="even", padlen=10), SIG),
+    "sosfiltfilt 2-D": (lambda x: ss.sosfiltfilt(SOS, x.reshape(2, 32), axis=1, padlen=8),
+                        SIG),
+    "detrend": (lambda x: ss.detrend(x), SIG),
+    "detrend breakpoints": (lambda x: ss.detrend(x, bp=[20, 41]), SIG),
+    "detrend constant axis 0": (lambda x: ss.detrend(x.reshape(8, 8), axis=0,
+                                                     type="constant"), SIG),
+    "welch": (lambda x: ss.welch(x, nperseg=16)[1], SIG),
+    "welch median spectrum": (lambda x: ss.welch(
+        x, fs=3.0, window="hamming", nperseg=20, noverlap=5, nfft=25, scaling="spectrum",
+        average="median", detrend="linear")[1], SIG),
+    "welch 2-D": (lambda x: ss.welch(x.reshape(2, 32), nperseg=16, axis=1)[1], SIG),
+    "periodogram": (lambda x: ss.periodogram(x)[1], SIG),
+    "periodogram hann": (lambda x: ss.periodogram(x, window="hann", nfft=71,
+                                                  detrend=False)[1], SIG),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_values_and_derivatives(name):
+    f, x = CASES[name]
+    res = ha.jacobian(lambda v: np.ravel(f(v.reshape(x.shape))), x.ravel(), backend="numpy")
+    expected = np.ravel(f(x))
+    np.testing.assert_allclose(res.value, expected, rtol=1e-12, atol=1e-14)
+
+    def g(v):
+        out = np.ravel(f(v.reshape(x.shape)))
+        return np.sum(out * np.linspace(0.5, 1.5, out.size))
+
+    grad = ha.gradient(g, x.ravel(), backend="numpy")
+    np.testing.assert_allclose(grad.gradient, numerical_gradient(g, x.ravel()), rtol=1e-6,
+                               atol=1e-8, err_msg=name)
+
+
+def test_float32_images_are_filtered_as_scipy_rounds():
+    x = IMG.astype(np.float32)
+    for f in (lambda v: nd.sobel(v, 0), lambda v: nd.median_filter(v, 3),
+              lambda v: nd.laplace(v)):
+        res = ha.jacobian(lambda v: np.ravel(f(v.reshape(7, 8))), x.ravel(), backend="numpy")
+        assert res.value.dtype == np.float32
+        np.testing.assert_allclose(res.value, np.ravel(f(x)), rtol=1e-6, atol=1e-6)
+
+
+def test_sections_differentiated_in_their_coefficients():
+    def f(p):  # each section's b and a[1:] (scipy's a[0] is 1)
+        p = p.reshape(2, 5)
+        sos = np.concatenate([p[:, :3], np.ones((2, 1)), p[:, 3:]], axis=1)
+        return np.sum(ss.sosfilt(sos, SIG) ** 2)
+
+    p = np.delete(SOS[:2], 3, axis=1).ravel()
+    res = ha.gradient(f, p, backend="numpy")
+    np.testing.assert_allclose(res.value, f(p), rtol=1e-12)
+    np.testing.assert_allclose(res.gradient, numerical_gradient(f, p), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_compiled_plan_allocates_nothing(backend):
+    def f(img, sig):
+        return (np.sum(nd.sobel(img, 0) ** 2) + np.sum(nd.median_filter(img, 3))
+                + np.sum(ss.sosfiltfilt(SOS, sig) ** 2) + np.sum(ss.welch(sig, nperseg=16)[1])
+                + np.sum(ss.detrend(sig) ** 2))
+
+    plan = ha.compile(f, IMG, SIG, argnums=(0, 1), backend=backend)
+    out = ha.GradientResult((IMG, SIG))
+    plan.gradient(IMG, SIG, out=out)
+    np.testing.assert_allclose(out.value, f(IMG, SIG), rtol=1e-12)
+    for g, x, k in zip(out.gradient, (IMG, SIG), (0, 1), strict=True):
+        def fk(v, k=k):
+            return f(v, SIG) if k == 0 else f(IMG, v)
+        np.testing.assert_allclose(g, numerical_gradient(fk, x), rtol=1e-6, atol=1e-8)
+    if backend == "numba":
+        assert_no_alloc(lambda: plan.gradient(IMG, SIG, out=out))
+
+
+def test_refused_by_name():
+    with pytest.raises(NotImplementedError, match="return_onesided"):
+        ha.gradient(lambda x: np.sum(ss.welch(x, return_onesided=False)[1]), SIG,
+                    backend="numpy")
+    with pytest.raises(NotImplementedError, match="mode per axis"):
+        ha.gradient(lambda x: np.sum(nd.median_filter(x.reshape(7, 8), 3,
+                                                      mode=["reflect", "wrap"])),
+                    IMG.ravel(), backend="numpy")
