@@ -54,6 +54,17 @@ CASES = {
     "periodogram": (lambda x: ss.periodogram(x)[1], SIG),
     "periodogram hann": (lambda x: ss.periodogram(x, window="hann", nfft=71,
                                                   detrend=False)[1], SIG),
+    "decimate": (lambda x: ss.decimate(x, 3), SIG),
+    "decimate forward": (lambda x: ss.decimate(x, 2, n=4, zero_phase=False), SIG),
+    "resample down": (lambda x: ss.resample(x, 40), SIG),
+    "resample up": (lambda x: ss.resample(x, 90), SIG),
+    "resample odd": (lambda x: ss.resample(x[:63], 30), SIG),
+    "resample window": (lambda x: ss.resample(x, 48, window="hann"), SIG),
+    "resample 2-D": (lambda x: ss.resample(x.reshape(8, 8), 6, axis=1), SIG),
+    "hilbert envelope": (lambda x: np.abs(ss.hilbert(x)), SIG),
+    "hilbert N": (lambda x: np.abs(ss.hilbert(x, N=70)), SIG),
+    "hilbert odd imaginary part": (lambda x: np.imag(ss.hilbert(x[:63])), SIG),
+    "hilbert 2-D": (lambda x: np.real(ss.hilbert(x.reshape(8, 8), axis=0)), SIG),
 }
 
 
@@ -117,6 +128,8 @@ def test_refused_by_name():
     with pytest.raises(NotImplementedError, match="return_onesided"):
         ha.gradient(lambda x: np.sum(ss.welch(x, return_onesided=False)[1]), SIG,
                     backend="numpy")
+    with pytest.raises(NotImplementedError, match="ftype='fir'"):
+        ha.gradient(lambda x: np.sum(ss.decimate(x, 2, ftype="fir")), SIG, backend="numpy")
     with pytest.raises(NotImplementedError, match="mode per axis"):
         ha.gradient(lambda x: np.sum(nd.median_filter(x.reshape(7, 8), 3,
                                                       mode=["reflect", "wrap"])),

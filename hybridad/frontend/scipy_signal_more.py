@@ -1,9 +1,10 @@
 """scipy.signal's second-order sections, detrending and spectral estimates on
 tracers: ``sosfilt`` (with ``zi``), ``sosfilt_zi``, ``sosfiltfilt``
-(``padtype`` odd, even, constant or None), ``detrend`` ('constant' or
-'linear', with breakpoints), ``welch`` and ``periodogram`` (one-sided,
-'density' or 'spectrum', 'mean' or 'median' averaging, every window scipy's
-``get_window`` makes).
+(``padtype`` odd, even, constant or None), ``decimate`` (IIR), ``detrend``
+('constant' or 'linear', with breakpoints), ``welch`` and ``periodogram``
+(one-sided, 'density' or 'spectrum', 'mean' or 'median' averaging, every
+window scipy's ``get_window`` makes), ``resample`` (Fourier, real signals) and
+``hilbert`` (the analytic signal, complex).
 
 scipy's own compositions, each step on tracers: a cascade of sections is one
 :func:`.scipy_filters.lfilter` per section (a compiled loop each, differentiable
@@ -215,3 +216,97 @@ def periodogram(x, fs=1.0, window="boxcar", nfft=None, detrend="constant",
     """``welch`` of one segment, the whole signal (as scipy's)."""
     n = np.shape(x)[axis]
     return welch(x, fs, window, n, 0, nfft, detrend, return_onesided, scaling, axis)
+
+
+@intercepts(_M, "decimate")
+def decimate(x, q, n=None, ftype="iir", axis=-1, zero_phase=True):
+    """scipy's IIR decimation: its Chebyshev type I sections (order ``n``, 8 by
+    default) run forward and backward (``zero_phase``) or forward, then every
+    ``q``-th sample (``ftype='fir'`` and filter objects are refused)."""
+    import operator
+
+    from scipy.signal import cheby1
+
+    if ftype != "iir":
+        raise NotImplementedError("hybridad: scipy.signal.decimate of traced values with "
+                                  f"ftype={ftype!r} is not supported (ftype='iir' is)")
+    q = operator.index(q)
+    n = 8 if n is None else operator.index(n)
+    x = _tracer(x)
+    x = x.astype(np.float64) if x.dtype.kind != "f" else x
+    axis = _axis(axis, x.ndim)
+    sos = cheby1(n, 0.05, 0.8 / q, output="sos").astype(x.dtype)
+    y = sosfiltfilt(sos, x, axis=axis) if zero_phase else sosfilt(sos, x, axis=axis)
+    return getitem(y, _along(axis, y.ndim, slice(None, None, q)))
+
+
+@intercepts(_M, "resample")
+def resample(x, num, t=None, axis=0, window=None, domain="time"):
+    """scipy's Fourier resampling of a real signal: its real FFT's first
+    ``min(num, n) // 2 + 1`` bins (the unpaired one doubled or halved, a window
+    folded in as scipy's), back to ``num`` samples."""
+    from scipy import fft as sp_fft
+    from scipy.signal import get_window
+
+    if domain != "time":
+        raise NotImplementedError("hybridad: scipy.signal.resample(domain='freq') of traced "
+                                  "values is not supported")
+    x = _tracer(x)
+    if x.dtype.kind == "c":
+        raise NotImplementedError("hybridad: scipy.signal.resample of complex traced values is "
+                                  "not supported")
+    x = x.astype(np.float64) if x.dtype.kind != "f" else x
+    axis = _axis(axis, x.ndim)
+    xs = np.moveaxis(x, axis, -1)
+    n_x, num = xs.shape[-1], int(num)
+    s_fac = n_x / num
+    m = min(num, n_x)
+    m2 = m // 2 + 1
+    spec = np.fft.rfft(xs, axis=-1)
+    factors = np.ones(spec.shape[-1])
+    if window is not None:
+        if callable(window):
+            w = np.asarray(window(sp_fft.fftfreq(n_x)), dtype=np.float64)
+        elif hasattr(window, "shape"):
+            if is_traced((window,)):
+                raise NotImplementedError("hybridad: scipy.signal.resample with a traced "
+                                          "window is not supported")
+            w = np.array(window, dtype=np.float64)
+        else:
+            w = sp_fft.fftshift(get_window(window, n_x))
+        n_spec = spec.shape[-1]
+        w[1:n_spec] = (w[1:n_spec] + w[-n_spec + 1:][::-1]) / 2
+        factors = factors * w[:n_spec]
+    factors = factors[:m2]
+    if m % 2 == 0 and num != n_x:
+        factors[m // 2] *= 2 if num < n_x else 0.5
+    out = np.fft.irfft(spec[..., :m2] * (factors / s_fac), n=num, axis=-1)
+    out = np.moveaxis(out, -1, axis)
+    if t is not None:
+        return out, t[0] + (t[1] - t[0]) * s_fac * np.arange(num)
+    return out
+
+
+@intercepts(_M, "hilbert")
+def hilbert(x, N=None, axis=-1):  # noqa: N803 - scipy's name
+    """The analytic signal ``ifft(fft(x, N) h)``, ``h`` scipy's (1 at 0 and at
+    N / 2, 2 between): a complex traced array (``np.abs`` its envelope)."""
+    x = _tracer(x)
+    if x.dtype.kind == "c":
+        raise ValueError("x must be real.")
+    axis = _axis(axis, x.ndim)
+    n = x.shape[axis] if N is None else int(N)
+    if n <= 0:
+        raise ValueError("N must be positive.")
+    h = np.zeros(n)
+    if n % 2 == 0:
+        h[0] = h[n // 2] = 1
+        h[1:n // 2] = 2
+    else:
+        h[0] = 1
+        h[1:(n + 1) // 2] = 2
+    if x.ndim > 1:
+        shape = [1] * x.ndim
+        shape[axis] = n
+        h = h.reshape(shape)
+    return np.fft.ifft(np.fft.fft(x, n, axis=axis) * h, axis=axis)
