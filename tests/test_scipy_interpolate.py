@@ -34,6 +34,7 @@ OBJECTS = {
     "make_interp_spline k=1": si.make_interp_spline(XT, YT, k=1),
     "make_interp_spline k=5": si.make_interp_spline(XT, YT, k=5),
     "BSpline of two curves": si.make_interp_spline(XT, Y2, k=3),
+    "BSpline periodic": si.make_interp_spline(XT, np.r_[YT[:-1], YT[0]], bc_type="periodic"),
     "interp1d linear": si.interp1d(XT, YT, bounds_error=False),
     "interp1d linear extrapolate": si.interp1d(XT, YT, fill_value="extrapolate"),
     "interp1d cubic": si.interp1d(XT, YT, kind="cubic", bounds_error=False, fill_value=(-1, 2)),
@@ -141,6 +142,18 @@ def test_periodic_spline_of_traced_values_checks_its_ends():
     np.testing.assert_allclose(res.value, f(y), rtol=1e-12)
     with pytest.raises(ValueError, match="periodic"):
         ha.gradient(f, YT, backend="numpy")
+
+    def g(v):  # the values but the last, which repeats the first
+        y = np.concatenate([v, v[:1]])
+        return np.sum(si.make_interp_spline(XT, y, bc_type="periodic")(INSIDE + 2.0) ** 2)
+
+    res = ha.gradient(g, y[:-1], backend="numpy")
+    np.testing.assert_allclose(res.value, g(y[:-1]), rtol=1e-12)
+    np.testing.assert_allclose(res.gradient, numerical_gradient(g, y[:-1]), rtol=1e-6,
+                               atol=1e-9)
+    res = ha.gradient(lambda v: f(np.concatenate([v, v[:1]])), y[:-1], backend="numpy")
+    np.testing.assert_allclose(res.gradient, numerical_gradient(
+        lambda v: f(np.concatenate([v, v[:1]])), y[:-1]), rtol=1e-6, atol=1e-9)
 
 
 def test_points_out_of_bounds_raise_as_scipys():

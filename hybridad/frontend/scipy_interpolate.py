@@ -56,7 +56,7 @@ def _derivative(c, nu):
     return c
 
 
-def ppoly_eval(c, breaks, x, nu=0, extrapolate=True, axis=0):
+def ppoly_eval(c, breaks, x, nu=0, extrapolate=True, axis=0, period=None):
     """A piecewise polynomial at ``x`` (scipy's ``PPoly.__call__``).
 
     Parameters
@@ -74,6 +74,9 @@ def ppoly_eval(c, breaks, x, nu=0, extrapolate=True, axis=0):
         Beyond the breakpoints: the end pieces, NaN (False) or periodic.
     axis : int
         Where the points' dimensions go among ``rest``'s (scipy's ``axis``).
+    period : (float, float), optional
+        The interval a periodic extrapolation repeats (default: the breakpoints';
+        a periodic B-spline's base interval, ``t[k]`` to ``t[n]``).
 
     Returns
     -------
@@ -91,7 +94,8 @@ def ppoly_eval(c, breaks, x, nu=0, extrapolate=True, axis=0):
         np.asarray(x, np.float64).ravel()
     m = breaks.size - 1
     if extrapolate == "periodic":
-        xf = breaks[0] + (xf - breaks[0]) % (breaks[-1] - breaks[0])
+        lo, hi = (breaks[0], breaks[-1]) if period is None else period
+        xf = lo + (xf - lo) % (hi - lo)
     i = np.clip(np.searchsorted(breaks, xf, side="right") - 1, 0, m - 1)
     if is_traced((i,)):  # (constants indexed by traced positions: traced constants)
         breaks_t, c = _tracer(breaks), _tracer(c)
@@ -119,15 +123,17 @@ class TracedPPoly:
     ``make_interp_spline`` and ``interp1d`` of traced values give while tracing
     (``c``, ``x``, ``extrapolate``, ``axis`` as scipy's ``PPoly``)."""
 
-    def __init__(self, c, x, extrapolate=True, axis=0):
+    def __init__(self, c, x, extrapolate=True, axis=0, period=None):
         self.c, self.x, self.extrapolate, self.axis = c, np.asarray(x), extrapolate, axis
+        self._period = period
 
     def __call__(self, x, nu=0, extrapolate=None):
         return ppoly_eval(self.c, self.x, x, nu, self.extrapolate if extrapolate is None
-                          else extrapolate, self.axis)
+                          else extrapolate, self.axis, self._period)
 
     def derivative(self, nu=1):
-        return TracedPPoly(_derivative(self.c, nu), self.x, self.extrapolate, self.axis)
+        return TracedPPoly(_derivative(self.c, nu), self.x, self.extrapolate, self.axis,
+                           self._period)
 
 
 def _ppoly_of_bspline(spline, extrapolate=None):
@@ -138,24 +144,29 @@ def _ppoly_of_bspline(spline, extrapolate=None):
     extrapolate = spline.extrapolate if extrapolate is None else extrapolate
     c = np.moveaxis(np.asarray(spline.c), spline.axis, 0)
     if c.ndim == 1:
-        return PPoly.from_spline(BSpline(spline.t, c, spline.k), extrapolate=extrapolate)
-    flat = c.reshape(c.shape[0], -1)
-    pieces = [PPoly.from_spline(BSpline(spline.t, flat[:, j], spline.k), extrapolate=extrapolate)
-              for j in range(flat.shape[1])]
-    coefs = np.stack([p.c for p in pieces], axis=-1).reshape(
-        pieces[0].c.shape + c.shape[1:])
-    return PPoly.construct_fast(coefs, pieces[0].x, extrapolate)
+        out = PPoly.from_spline(BSpline(spline.t, c, spline.k), extrapolate=extrapolate)
+    else:
+        flat = c.reshape(c.shape[0], -1)
+        pieces = [PPoly.from_spline(BSpline(spline.t, flat[:, j], spline.k),
+                                    extrapolate=extrapolate) for j in range(flat.shape[1])]
+        coefs = np.stack([p.c for p in pieces], axis=-1).reshape(
+            pieces[0].c.shape + c.shape[1:])
+        out = PPoly.construct_fast(coefs, pieces[0].x, extrapolate)
+    k, t = spline.k, spline.t
+    out.period = (t[k], t[len(t) - k - 1])  # (scipy's periodic B-spline repeats this)
+    return out
 
 
 def _basis_coefficients(build, units):
-    """``(c, breaks, extrapolate)`` of ``build(units)``: the PPoly coefficients
-    ``(k + 1, m, r)`` of the interpolant of each of the ``r`` columns of values."""
+    """``(c, breaks, extrapolate, period)`` of ``build(units)``: the PPoly
+    coefficients ``(k + 1, m, r)`` of the interpolant of each of the ``r`` columns
+    of values (``period``: a B-spline's base interval)."""
     from scipy.interpolate import BSpline
 
     spline = build(units)
     if isinstance(spline, BSpline):
         spline = _ppoly_of_bspline(spline)
-    return spline.c, spline.x, spline.extrapolate
+    return spline.c, spline.x, spline.extrapolate, getattr(spline, "period", None)
 
 
 def _linear_in_values(build, y, axis, extrapolate_default=True, periodic=False):
@@ -170,10 +181,10 @@ def _linear_in_values(build, y, axis, extrapolate_default=True, periodic=False):
         units = units[:, :-1]
         units[-1, 0] = 1.0
         y = y[:-1]
-    c, breaks, extrapolate = _basis_coefficients(build, units)
+    c, breaks, extrapolate, period = _basis_coefficients(build, units)
     traced_c = np.tensordot(c, y, axes=([2], [0]))
     return TracedPPoly(traced_c, breaks, extrapolate_default if extrapolate is None
-                       else extrapolate, axis)
+                       else extrapolate, axis, period)
 
 
 def _check_periodic(y, axis):
@@ -232,21 +243,21 @@ def make_interp_spline(x, y, k=3, t=None, bc_type=None, axis=0, check_finite=Tru
             for b in bc_type if b is not None):
         _refuse("make_interp_spline", "of traced values y with nonzero derivative boundary "
                 "values is not supported")
-    return _linear_in_values(lambda eye: scipys(x, eye, k=k, t=t, bc_type=bc_type, axis=0),
-                             y, axis)
+    if bc_type == "periodic":
+        _check_periodic(y, axis)
+    return _linear_in_values(lambda units: scipys(x, units, k=k, t=t, bc_type=bc_type, axis=0),
+                             y, axis, periodic=bc_type == "periodic")
 
 
-def _traced_points(method):
-    """Wrap ``method(self, x, ...)``: ``handler(self, x, ...)`` at traced points."""
-    def wrap(original, handler):
-        @functools.wraps(original)
-        def call(self, x, *args, **kwargs):
-            if is_traced((x, *args), kwargs):
-                return handler(self, x, *args, **kwargs)
-            return original(self, x, *args, **kwargs)
-        call.__hybridad_original__ = original
-        return call
-    return wrap
+def _traced_points(original, handler):
+    """``original(self, x, ...)`` wrapped: ``handler(self, x, ...)`` at traced points."""
+    @functools.wraps(original)
+    def call(self, x, *args, **kwargs):
+        if is_traced((x, *args), kwargs):
+            return handler(self, x, *args, **kwargs)
+        return original(self, x, *args, **kwargs)
+    call.__hybridad_original__ = original
+    return call
 
 
 def _ppoly_call(self, x, nu=0, extrapolate=None):
@@ -260,7 +271,7 @@ def _ppoly_call(self, x, nu=0, extrapolate=None):
 def _bspline_call(self, x, nu=0, extrapolate=None):
     extrapolate = self.extrapolate if extrapolate is None else extrapolate
     pp = _ppoly_of_bspline(self, extrapolate)
-    return ppoly_eval(pp.c, pp.x, x, nu, extrapolate, self.axis)
+    return ppoly_eval(pp.c, pp.x, x, nu, extrapolate, self.axis, pp.period)
 
 
 def _out_of_range(x, lo, hi, bounds_error):
@@ -492,7 +503,7 @@ def install():
                                (UnivariateSpline, "__call__", _univariate_call)):
         current = cls.__dict__.get(name) or getattr(cls, name)
         if getattr(current, "__hybridad_original__", None) is None:
-            setattr(cls, name, _traced_points(name)(current, handler))
+            setattr(cls, name, _traced_points(current, handler))
     import scipy.interpolate as module
 
     news = [(CubicSpline, _cubic_spline_new), (interp1d, _interp1d_new)]
