@@ -134,3 +134,21 @@ def test_refused_by_name():
         ha.gradient(lambda x: np.sum(nd.median_filter(x.reshape(7, 8), 3,
                                                       mode=["reflect", "wrap"])),
                     IMG.ravel(), backend="numpy")
+
+
+def test_scipys_solvers_on_traced_values_are_refused_with_the_way_out():
+    """An ODE solver, a minimizer or a root finder inside the differentiated
+    function: a TracingError naming it and what to write instead (brentq's
+    compiled loop calling back into the traced function raised SystemError)."""
+    from scipy.integrate import solve_ivp
+    from scipy.optimize import brentq, minimize
+
+    p = np.array([0.5, 1.2])
+    with pytest.raises(ha.TracingError, match=r"solve_ivp .*fixed-step loop"):
+        ha.gradient(lambda p: np.sum(solve_ivp(lambda t, y: -p[0] * y, (0, 1), [1.0]).y),
+                    p, backend="numpy")
+    with pytest.raises(ha.TracingError, match=r"minimize .*implicit function theorem"):
+        ha.gradient(lambda p: minimize(lambda z: np.sum((z - p) ** 2), np.zeros(2)).fun, p,
+                    backend="numpy")
+    with pytest.raises(ha.TracingError, match=r"float\(\) of a traced array .*compiled code"):
+        ha.gradient(lambda p: brentq(lambda t: t ** 3 - p[0], 0, 3), p, backend="numpy")

@@ -116,6 +116,20 @@ def _no_memory(what):
         "strides, buffer or flags) while tracing; only its shape and dtype are known.")
 
 
+def _library_hint(entry):
+    """What to do instead of calling scipy's ``entry`` on traced values."""
+    if entry.startswith("scipy.integrate") and not entry.endswith(("trapezoid", "simpson")):
+        return ("Write the integration with numpy: an ODE as a fixed-step loop (a Python for "
+                "loop, which hybridad rolls, or hybridad.fori_loop / scan), a quadrature as "
+                "a sum over nodes (np.polynomial.legendre.leggauss gives them).")
+    if entry.startswith("scipy.optimize"):
+        return ("A solve inside the differentiated function has no derivative here: solve "
+                "on values outside it, and differentiate the condition the solution meets "
+                "(the implicit function theorem), or write the iterations with numpy.")
+    return ("Call it on values (outside the differentiated function, or on arrays that do "
+            "not depend on the arguments you differentiate), or write it with numpy.")
+
+
 class _ProtocolRefused(TracingError, AttributeError):
     """A numpy interchange protocol a tracer does not offer: an AttributeError to
     numpy's probes (``np.asarray`` then reaches ``__array__`` and its message),
@@ -300,9 +314,8 @@ class Tracer:
         if entry is not None:
             raise TracingError(
                 f"{entry} converts its input with np.asarray, which tracing cannot follow (at "
-                f"{user_location()}). hybridad traces scipy.special's ufuncs, logsumexp, "
-                "softmax, log_softmax, polygamma and scipy.stats' distributions "
-                "(docs/limitations.md); write the rest with numpy functions.")
+                f"{user_location()}): it is not among the scipy functions hybridad traces "
+                f"(docs/coverage.md lists them). {_library_hint(entry)}")
         raise ConversionError(
             f"a traced array was converted to a numpy array at {user_location()} by code "
             "tracing does not follow: a numpy function hybridad does not support, or np.array "

@@ -148,6 +148,12 @@ class GuardsMixin:
                 if refusal is None:
                     raise
                 raise refusal from exc
+            except SystemError as exc:  # compiled code that called back into Python
+                inner = exc.__cause__ or exc.__context__  # (scipy.optimize.brentq's f)
+                if not isinstance(inner, TracingError):
+                    raise
+                raise TracingError(f"{inner} (raised in a Python function that compiled code "
+                                   f"called on a traced value: {exc})") from exc
         out = self._check_output(out, trace)
         static, captured = _static_paths(self._treedefs), trace.captured()
         self._observed = (static, obs, captured)  # (guards made again by _pin_values)
