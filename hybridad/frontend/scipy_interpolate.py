@@ -193,14 +193,6 @@ def _check_periodic(y, axis):
                          "(within machine precision) when bc_type='periodic'.")
 
 
-def _cubic_spline_new(original_new):
-    def __new__(cls, *args, **kwargs):  # noqa: N807
-        if not is_traced(args, kwargs):  # (pickling's cls.__new__(cls) included)
-            return original_new(cls)
-        return _traced_cubic_spline(*args, **kwargs)
-    return __new__
-
-
 def _traced_cubic_spline(x, y, axis=0, bc_type="not-a-knot", extrapolate=None):
     if is_traced((x,)):
         _refuse("CubicSpline", "of traced abscissae x is not supported (traced values y are)")
@@ -292,7 +284,9 @@ def _interp1d_call(self, x):
         c = np.stack([np.diff(y, axis=0) / np.reshape(np.diff(xs), (-1,) + (1,) * len(rest)),
                       y[:-1]])
         out = ppoly_eval(c, xs, xf)
-    elif kind == "spline":  # (its coefficients: the values as a 2-D array)
+    elif kind == "spline" and isinstance(self._spline, TracedPPoly):  # (of traced values)
+        out = self._spline(xf)
+    elif kind == "spline":  # (scipy's: its coefficients the values as a 2-D array)
         out = np.reshape(_bspline_call(self._spline, xf, extrapolate=True), xf.shape + rest)
     elif kind in ("nearest", "nearest-up", "previous", "next"):
         if kind.startswith("nearest"):
@@ -338,9 +332,6 @@ class _TracedInterp1d:
                                              np.moveaxis(self.y, self.axis, 0), 0)
 
     def __call__(self, x):
-        if self._kind == "spline":
-            out = _interp1d_spline(self, x)
-            return out
         return _interp1d_call(self, x)
 
 
@@ -348,30 +339,6 @@ def _scipy_spline(x, eye, k):
     from scipy.interpolate import make_interp_spline as scipys
 
     return scipys(x, eye, k=k, check_finite=False)
-
-
-def _interp1d_spline(self, x):
-    x_shape = np.shape(x)
-    xf = np.reshape(x, (-1,))
-    out = self._spline(xf)
-    rest = out.shape[1:]
-    if not self._extrapolate:
-        below, above = _out_of_range(xf, self.x[0], self.x[-1], self.bounds_error)
-        shape = below.shape + (1,) * len(rest)
-        out = np.where(np.reshape(below, shape), self._fill_value_below, out)
-        out = np.where(np.reshape(above, shape), self._fill_value_above, out)
-    out = np.reshape(out, x_shape + rest)
-    return np.moveaxis(out, tuple(range(len(x_shape))),
-                       tuple(range(self.axis, self.axis + len(x_shape)))) if self.axis and \
-        x_shape else out
-
-
-def _interp1d_new(original_new):
-    def __new__(cls, *args, **kwargs):  # noqa: N807
-        if not is_traced(args, kwargs):  # (pickling's cls.__new__(cls) included)
-            return original_new(cls)
-        return _traced_interp1d(*args, **kwargs)
-    return __new__
 
 
 def _traced_interp1d(x, y, kind="linear", axis=-1, copy=True, bounds_error=None,
@@ -473,13 +440,21 @@ def splev(x, tck, der=0, ext=0):
     return _univariate_call(_Spline(), x, der)
 
 
-def _refusing_new(original_new, name, why):
+def _values_new(original_new, traced):
+    """A class's ``__new__``: ``traced(*args, **kwargs)`` when an argument is traced,
+    else the class's own (pickling's ``cls.__new__(cls)`` included)."""
     def __new__(cls, *args, **kwargs):  # noqa: N807
-        if is_traced(args, kwargs):
-            _refuse(name, f"of traced values is not supported: {why}; it may be called at "
-                    "traced points")
-        return original_new(cls)
+        if not is_traced(args, kwargs):
+            return original_new(cls)
+        return traced(*args, **kwargs)
     return __new__
+
+
+def _refusal(name, why):
+    def refuse(*args, **kwargs):
+        _refuse(name, f"of traced values is not supported: {why}; it may be called at "
+                "traced points")
+    return refuse
 
 
 #: the interpolants whose construction is not linear in the values
@@ -506,12 +481,11 @@ def install():
             setattr(cls, name, _traced_points(current, handler))
     import scipy.interpolate as module
 
-    news = [(CubicSpline, _cubic_spline_new), (interp1d, _interp1d_new)]
-    news += [(getattr(module, name), functools.partial(_refusing_new, name=name, why=why))
-             for name, why in _NOT_LINEAR.items()]
-    for cls, make in news:
+    news = [(CubicSpline, _traced_cubic_spline), (interp1d, _traced_interp1d)]
+    news += [(getattr(module, name), _refusal(name, why)) for name, why in _NOT_LINEAR.items()]
+    for cls, traced in news:
         current = cls.__dict__.get("__new__")
         if current is None or getattr(current, "__hybridad_original__", None) is None:
-            new = make(object.__new__ if current is None else current)
+            new = _values_new(object.__new__ if current is None else current, traced)
             new.__hybridad_original__ = current or object.__new__
             cls.__new__ = new
