@@ -40,6 +40,7 @@ from . import numpy_stats  # noqa: E402  (nan-reductions, cov, meshgrid, polyval
 from . import numpy_map  # noqa: E402,F401  (np.vectorize, apply_along_axis: traced once, batched)
 from . import numpy_quantile  # noqa: E402,F401  (quantile, percentile and their nan forms)
 from . import numpy_misc  # noqa: E402,F401  (block, cond, ldexp, unwrap, simpson, reduceat, ...)
+from . import numpy_more  # noqa: E402,F401  (choose, insert, resize, put, geomspace, ...)
 from . import scipy_special, scipy_stats  # noqa: E402  (scipy's Python functions)
 from . import scipy_interpolate  # noqa: E402  (scipy.interpolate: traced points and values)
 from . import scipy_linalg  # noqa: E402,F401  (scipy.linalg)

@@ -533,8 +533,8 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     left, right : float or Tracer, optional
         The values below ``xp[0]`` and above ``xp[-1]`` (default
         ``fp[0]``, ``fp[-1]``).
-    period : None
-        ``period=`` raises NotImplementedError.
+    period : float, optional
+        numpy's periodic interpolation (``left`` and ``right`` ignored).
 
     Returns
     -------
@@ -545,9 +545,6 @@ def interp(x, xp, fp, left=None, right=None, period=None):
         ``xp[-1]`` the last one -- and 0 outside ``[xp[0], xp[-1]]``.  The
         segment is found by ``np.searchsorted`` on ``xp`` while the plan runs.
     """
-    if period is not None:
-        raise NotImplementedError("hybridad: numpy.interp with period= is not supported "
-                                  "while tracing")
     if isinstance(xp, Tracer):
         raise NotImplementedError(
             f"hybridad: numpy.interp with traced sample points xp (at {user_location()}) is "
@@ -558,6 +555,15 @@ def interp(x, xp, fp, left=None, right=None, period=None):
         raise ValueError("object too deep for desired array")
     if xp.shape != fp.shape:
         raise ValueError("fp and xp are not of the same length.")
+    if period is not None:  # numpy's reduction to one period, its ends wrapped around
+        if period == 0:
+            raise ValueError("period must be a non-zero value")
+        period = abs(float(period))
+        order = np.argsort(xp % period)
+        xp, fp = (xp % period)[order], fp[order]
+        xp = np.concatenate([xp[-1:] - period, xp, xp[:1] + period])
+        fp = concatenate([fp[-1:], fp, fp[:1]])
+        return interp(_tracer(x).astype(np.float64) % period, xp, fp)
     if xp.size == 0:
         raise ValueError("array of sample points is empty")
     if np.any(np.diff(xp) < 0):
