@@ -299,8 +299,8 @@ def _divide_at(x):
      r"numpy.bincount of traced bin indices"),
     (lambda x: np.sum(np.interp(x, np.sort(x), x)), NotImplementedError,
      r"numpy.interp with traced sample points"),
-    (lambda x: np.sum(np.interp(x, [0.0, 1.0, 2.0], x, period=3.0)), NotImplementedError,
-     r"numpy.interp with period="),
+    (lambda x: np.sum(np.interp(x, [0.0, 1.0, 2.0], x, period=0.0)), ValueError,
+     r"period must be a non-zero value"),  # (period= itself: tests/test_numpy_more.py)
     (lambda x: np.sum(np.interp(x, [0.0, 2.0, 1.0], x)), ValueError, r"increasing"),
     (lambda x: np.sum(np.convolve(x, x[:2], "middle")), ValueError, r"mode"),
     (lambda x: np.sum(np.correlate(x, x[:2], 3)), ValueError, r"mode must be 0, 1, or 2"),
