@@ -19,7 +19,7 @@ def model(x, y):
     w = sc.comb(y, 2.0)                       # scipy Python function: np.asarray inside
     r = st.rankdata(y)                        # scipy.stats module function
     h, _ = np.histogram(y, bins=4, range=(0.0, 8.0))  # numpy, no traced implementation, a tuple
-    filt = sg.medfilt(y, 3)  # scipy.signal (a constant array inside: kept with its values)
+    filt = sg.medfilt(y, 3)  # scipy.signal: traced (its array API path: ndimage.median_filter)
     return np.sum(x * w) + np.sum(x * r) + np.sum(h) * x[0] + np.sum(filt * x ** 2)
 
 
@@ -30,7 +30,7 @@ Y = np.array([3.0, 5.0, 2.0, 7.0, 1.0, 4.0])
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_functions_of_data_run_on_every_call(backend):
     plan = ha.compile(model, X, Y, backend=backend)
-    assert sum(n.op == "host_call" for n in plan.graph.nodes) >= 4
+    assert sum(n.op == "host_call" for n in plan.graph.nodes) >= 3  # comb, rankdata, histogram
     res = ha.GradientResult(X)
     for y in (Y, Y[::-1].copy(), Y + 2.0):  # the data change: so do the host values
         plan.gradient(X, y, out=res)
@@ -73,8 +73,10 @@ def test_a_changed_result_shape_raises_at_the_call():
 
 
 def test_arguments_it_cannot_hold_are_named():
-    with pytest.raises(NotImplementedError, match=r"numpy\.apply_over_axes .*of type"):
-        ha.gradient(lambda x, y: np.sum(x * np.apply_over_axes(np.cumsum, y, [0])), X, Y)
+    import scipy.ndimage as nd
+
+    with pytest.raises(NotImplementedError, match=r"scipy\.ndimage\.generic_filter .*of type"):
+        ha.gradient(lambda x, y: np.sum(x * nd.generic_filter(y, np.mean, size=3)), X, Y)
 
 
 def test_plans_with_host_calls_pickle():
