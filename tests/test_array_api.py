@@ -88,3 +88,27 @@ def test_scipy_array_api_functions_trace_unchanged(switch):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert all(out.values()), {k: v for k, v in out.items() if not v}
+
+
+def test_the_namespace_makes_arrays_that_array_api_code_fills():
+    """``xp.empty(...)`` (and zeros, ones, full, eye, *_like) of a traced array's
+    namespace is an array of that namespace while tracing: array-API code that
+    writes into it (scipy's compat ``clip``: ``out[()] = x``) is traced."""
+    def f(x):
+        xp = x.__array_namespace__()
+        out = xp.empty(x.shape, dtype=x.dtype)
+        out[()] = x
+        out[:2] = xp.full((2,), 3.0) * x[:2]
+        return xp.sum(out * out + xp.eye(3)[0])
+
+    x = np.array([0.5, -1.0, 2.0])
+    res = ha.gradient(f, x, backend="numpy")
+    np.testing.assert_allclose(res.value, np.sum(np.r_[3 * x[:2], x[2]] ** 2) + 1.0)
+    np.testing.assert_allclose(res.gradient, [2 * 9 * 0.5, 2 * 9 * -1.0, 4.0])
+    assert type(NAMESPACE_EMPTY(3)) is np.ndarray  # outside a trace: numpy's
+
+
+def NAMESPACE_EMPTY(n):  # noqa: N802 - the namespace's function, outside any trace
+    from hybridad.frontend.array_api import namespace
+
+    return namespace.empty(n)

@@ -414,3 +414,40 @@ def test_multivariate_plans_allocate_nothing():
     plan.gradient(X, m, out=out)
     np.testing.assert_allclose(out.value, f(X, m), rtol=1e-12)
     assert_no_alloc(lambda: plan.gradient(X, m, out=out))
+
+
+# scipy.stats' summary statistics: scipy's array-API code, run on tracers
+# --------------------------------------------------------------------------
+SUMMARIES = {
+    "skew": lambda x: st.skew(x), "kurtosis": lambda x: st.kurtosis(x),
+    "moment": lambda x: st.moment(x, 3), "entropy": lambda x: st.entropy(np.abs(x) + 0.1),
+    "entropy relative": lambda x: st.entropy(np.abs(x) + 0.1, np.linspace(1, 2, 8)),
+    "gmean": lambda x: st.gmean(np.abs(x) + 0.5), "hmean": lambda x: st.hmean(np.abs(x) + 0.5),
+    "pmean": lambda x: st.pmean(np.abs(x) + 0.5, 2.5), "sem": lambda x: st.sem(x),
+    "trim_mean": lambda x: st.trim_mean(x, 0.1), "iqr": lambda x: st.iqr(x),
+    "median_abs_deviation": lambda x: st.median_abs_deviation(x),
+    "tvar": lambda x: st.tvar(x), "circvar": lambda x: st.circvar(x),
+    "circstd": lambda x: st.circstd(x), "circmean": lambda x: st.circmean(x),
+    "zscore": lambda x: np.sum(st.zscore(x) ** 3), "boxcox_llf": lambda x: st.boxcox_llf(
+        0.5, np.abs(x) + 1), "yeojohnson_llf": lambda x: st.yeojohnson_llf(0.5, x),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SUMMARIES))
+def test_summary_statistics_of_traced_samples(name):
+    f = SUMMARIES[name]
+    x = rand((8,), seed=61)
+    res = ha.gradient(f, x, backend="numpy")
+    np.testing.assert_allclose(res.value, f(x), rtol=1e-12)
+    np.testing.assert_allclose(res.gradient, numerical_gradient(f, x), rtol=1e-6, atol=1e-9,
+                               err_msg=name)
+
+
+def test_results_that_are_objects_are_refused_by_name():
+    """A function with no rules that returns an object (linregress's result, pearsonr's)
+    is refused naming it (its traced stand-in had no attributes: AttributeError)."""
+    x = rand((8,), seed=62)
+    for f, name in ((lambda y: st.linregress(np.arange(8.0), y).slope, "linregress"),
+                    (lambda y: st.pearsonr(y, np.arange(8.0)).statistic, "pearsonr")):
+        with pytest.raises(NotImplementedError, match=rf"scipy\.stats\.{name} .*returns a"):
+            ha.gradient(f, x, backend="numpy")

@@ -38,12 +38,18 @@ from .observe import paused
 from .supported import SUPPORTED_DTYPES, check_dtype, refuse_subclass
 from .tracer import ARG, SCALAR, Tracer
 
-__all__ = ["Trace", "as_node", "bind", "current_trace", "loop_dtypes", "static_attrs"]
+__all__ = ["Trace", "as_node", "bind", "current_trace", "loop_dtypes", "static_attrs",
+           "tracing"]
 
 _ID = operator.attrgetter("id")
 _new_node = Node.__new__
 
 _state = threading.local()
+
+
+def tracing():
+    """Whether a trace is active on this thread."""
+    return bool(getattr(_state, "stack", None))
 
 
 def current_trace():

@@ -11,7 +11,10 @@ numpy part ways on a traced argument:
   make memory of it;
 * ``astype(x, dtype, copy=True)`` is the tracer's ``astype``
   (``result_type`` of tracers is numpy's, dispatched to :mod:`.numpy_shapes`);
-* ``sort`` and ``argsort`` take the standard's ``descending``.
+* ``sort`` and ``argsort`` take the standard's ``descending``;
+* the creation functions (``empty``, ``zeros``, ``full``, ``eye``, ``*_like``)
+  make traced constants while a trace runs: arrays of this namespace, which
+  array-API code then fills.
 
 scipy's array-API code (``array_namespace``, ``xp_promote``, ``_asarray``)
 converts its inputs with ``np.asanyarray`` whenever ``SCIPY_ARRAY_API`` is
@@ -33,7 +36,9 @@ import types
 
 import numpy as np
 
-from .numpy_construct import holds_tracer
+from .numpy_construct import _literal, holds_tracer
+from ..core.supported import SUPPORTED_DTYPES
+from ..core.trace import tracing
 from ..core.tracer import SURFACE, Tracer
 
 __all__ = ["argsort", "asarray", "install_scipy", "namespace", "sort"]
@@ -88,9 +93,32 @@ class _Namespace(types.ModuleType):
         return sorted(set(dir(np)) | set(vars(self)))
 
 
+def _made_traced(name):
+    """The standard's array-creation function ``name``: while a trace runs, its
+    array is a traced constant -- an array of this namespace, which code then
+    writes into (scipy's array-API ``clip``: ``out = xp.empty(...); out[()] =
+    x``), as it would into an array of its namespace; ``empty`` is ``zeros``
+    (no arbitrary memory in a plan's constants)."""
+    numpy_fn = getattr(np, name.replace("empty", "zeros"))
+
+    @functools.wraps(getattr(np, name))
+    def make(*args, device=None, **kwargs):
+        if device not in (None, "cpu"):
+            raise ValueError(f"hybridad traces arrays on the CPU; device={device!r}")
+        out = numpy_fn(*args, **kwargs)
+        if tracing() and type(out) is np.ndarray and \
+                out.dtype in SUPPORTED_DTYPES:
+            return _literal(out)
+        return out
+    return make
+
+
 namespace = _Namespace("hybridad.array_api", __doc__)
 for _fn in (asarray, astype, sort, argsort):
     setattr(namespace, _fn.__name__, _fn)
+for _name in ("empty", "zeros", "ones", "full", "eye", "empty_like", "zeros_like", "ones_like",
+              "full_like"):
+    setattr(namespace, _name, _made_traced(_name))
 SURFACE.namespace = namespace  # (Tracer.__array_namespace__ returns it)
 
 
@@ -141,3 +169,22 @@ def install_scipy(module):
     if original is not None and np_compat is not None and \
             not hasattr(original, "__hybridad_original__"):
         compat.array_namespace = _wrap_namespace(original, np_compat)
+    clip = getattr(np_compat, "clip", None)
+    if clip is not None and not hasattr(clip, "__hybridad_original__"):
+        np_compat.clip = _wrap_clip(clip)
+
+
+def _wrap_clip(original):
+    """The numpy namespace's ``clip`` (its masked writes need the values) as
+    ``np.clip`` of a traced array, in its dtype."""
+    @functools.wraps(original)
+    def clip(x, /, min=None, max=None, **kwargs):  # noqa: A002 - the standard's names
+        if not any(isinstance(v, Tracer) for v in (x, min, max)):
+            return original(x, min, max, **kwargs)
+        if kwargs.get("out") is not None:
+            raise NotImplementedError("hybridad: clip(out=) of traced values is not supported")
+        out = np.clip(x, -np.inf if min is None else min, np.inf if max is None else max)
+        return out if out.dtype == x.dtype else out.astype(x.dtype)
+
+    clip.__hybridad_original__ = original
+    return clip

@@ -32,6 +32,7 @@ call whose result does not have the traced shape raises.
 from __future__ import annotations
 
 import functools
+import numbers
 import types
 import warnings
 
@@ -95,6 +96,13 @@ def _structure(path, template, shapes):
         result = invoke(path, template, placeholders(shapes, "ones"))
     if type(result) is tuple:
         return len(result)
+    if not isinstance(result, (np.ndarray, np.generic, numbers.Number)):
+        raise NotImplementedError(
+            f"{path} on traced values (at {user_location()}): it returns a "
+            f"{type(result).__name__}, and hybridad runs a function it has no rules for on "
+            "every call only where it returns arrays or a plain tuple of them; call it "
+            "outside the differentiated function, or on arrays that do not depend on the "
+            "arguments you differentiate")
     return None
 
 
