@@ -217,10 +217,9 @@ def _package_dir(module):
 _ARRAY_API_COMPAT = os.sep + os.path.join("_lib", "array_api_compat") + os.sep
 
 
-def _called_from_library():
-    """Whether the caller of the wrapper is numpy's or scipy's own code (not
-    scipy's array API layer, nor numpy's polynomial package)."""
-    name = sys._getframe(2).f_code.co_filename
+def _library_file(name):
+    """Whether code of file ``name`` is numpy's or scipy's own (not scipy's array
+    API layer, nor numpy's polynomial package)."""
     kind = _library_files.get(name)
     if kind is None:  # (a scipy file runs only once scipy is imported)
         dirs = tuple(d for d in (_package_dir(np), _package_dir(sys.modules.get("scipy")))
@@ -231,15 +230,21 @@ def _called_from_library():
     return kind
 
 
+def served(name, caller, args, kwargs):
+    """numpy's constructor ``name`` (``array``, ``asarray``, ...) as its wrapper
+    serves a call from the code of file ``caller``: a tracer (or a list of them)
+    traced, unless numpy's or scipy's own code converts it; numpy's otherwise."""
+    obj = args[0] if args else kwargs.get("object" if name == "array" else "a")
+    if holds_tracer(obj) and not _library_file(caller):
+        return _IMPLS[name](*args, **kwargs)
+    return ORIGINALS[name](*args, **kwargs)
+
+
 def _wrapper(name):
-    original, impl = ORIGINALS[name], _IMPLS[name]
-    first = "object" if name == "array" else "a"
+    original = ORIGINALS[name]
 
     def dispatch(*args, **kwargs):
-        obj = args[0] if args else kwargs.get(first)
-        if holds_tracer(obj) and not _called_from_library():
-            return impl(*args, **kwargs)
-        return original(*args, **kwargs)
+        return served(name, sys._getframe(1).f_code.co_filename, args, kwargs)
 
     functools.update_wrapper(dispatch, original)
     dispatch.__hybridad_original__ = original

@@ -37,7 +37,7 @@ from ..core.supported import SUPPORTED_DTYPES
 from ..core.trace import current_trace
 from ..core.tracer import Tracer
 from ..errors import ConversionError, TracingError, swallowed_conversion, traced_as_users
-from .numpy_construct import ORIGINALS, WRAPPERS, _literal
+from .numpy_construct import ORIGINALS, WRAPPERS, _literal, served
 
 __all__ = ["MADE", "traced_again"]
 
@@ -67,9 +67,11 @@ def _wrapper(name):
         serve = _NUMPY[name.replace("empty", "zeros")]
 
     def make(*args, **kwargs):
+        caller = sys._getframe(1).f_code.co_filename
         if not getattr(_state, "on", False) or current_trace() is None or \
-                not traced_as_users(sys._getframe(1).f_code.co_filename):
-            return numpy_fn(*args, **kwargs)  # (numpy's, scipy's and hybridad's own code)
+                not traced_as_users(caller):  # (numpy's, scipy's and hybridad's own code:
+            return served(name, caller, args, kwargs) if name in ORIGINALS else \
+                numpy_fn(*args, **kwargs)  # the array family as its wrapper serves them)
         if name in ("full", "full_like"):
             fill = args[1] if len(args) > 1 else kwargs.get("fill_value")
             if isinstance(fill, Tracer):  # (numpy's converts it: asarray inside numpy)
