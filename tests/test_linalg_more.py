@@ -84,6 +84,9 @@ NUMPY_ROWS = {
     "lstsq_matrix": (lambda a, b: np.linalg.lstsq(a, b, rcond=None), (T, _mat((5, 2)))),
     "lstsq_wide": (lambda a, b: np.linalg.lstsq(a, b), (W, _mat((3,)))),
     "lstsq_rank1": (lambda a, b: np.linalg.lstsq(a, b)[::2], (RANK1, _mat((5,)))),
+    "tensorsolve": (np.linalg.tensorsolve, (np.eye(6).reshape(2, 3, 6) * 3 + 0.1 * _mat((2, 3, 6)),
+                                            _mat((2, 3)))),
+    "tensorinv": (np.linalg.tensorinv, (np.eye(6).reshape(2, 3, 6) * 3 + 0.1 * _mat((2, 3, 6)),)),
     "matrix_power": (lambda a: [np.linalg.matrix_power(a, k) for k in (0, 1, 2, 3, 5, 6)],
                      (A / 4,)),
     "matrix_power_negative": (lambda a: [np.linalg.matrix_power(a, k) for k in (-1, -3)],
@@ -581,7 +584,8 @@ def test_scipy_outside_tracing_is_scipys():
 #: the numpy.linalg functions of this file (tests/test_linalg.py: the others)
 FUNCTIONS = {np.linalg.svd, np.linalg.svdvals, np.linalg.pinv, np.linalg.eig,
              np.linalg.eigvals, np.linalg.qr, np.linalg.lstsq, np.linalg.matrix_power,
-             np.linalg.matrix_norm, np.linalg.multi_dot, np.linalg.cond}
+             np.linalg.matrix_norm, np.linalg.multi_dot, np.linalg.cond,
+             np.linalg.tensorsolve, np.linalg.tensorinv}  # (those two: tests/test_numpy_more.py)
 #: the primitives of this file
 OPS = {"svd", "pinv", "qr", "eig", "eigh_evr", "solve_triangular", "lu_factor", "expm",
        "refuse_if", "solve_lu", "lu_factors", "lu_solve", "symmetric", "cho_solve"}
