@@ -451,3 +451,15 @@ def test_results_that_are_objects_are_refused_by_name():
                     (lambda y: st.pearsonr(y, np.arange(8.0)).statistic, "pearsonr")):
         with pytest.raises(NotImplementedError, match=rf"scipy\.stats\.{name} .*returns a"):
             ha.gradient(f, x, backend="numpy")
+
+
+def test_float32_samples_are_computed_in_float64_as_scipy():
+    """scipy computes a distribution's methods in float64 whatever the sample's
+    dtype: a float32 sample gives scipy's float64 values, not float32 rounding."""
+    x = np.linspace(0.1, 2.0, 5).astype(np.float32)
+    for f in (lambda v: st.norm.logpdf(v, 0.3, 1.2), lambda v: st.gamma.logcdf(v, 2.5),
+              lambda v: st.poisson.logpmf(np.arange(5.0), v),
+              lambda v: st.multivariate_normal.logpdf(v, np.zeros(5), np.eye(5))):
+        res = ha.jacobian(lambda v, f=f: np.ravel(f(v)), x, backend="numpy")
+        assert res.value.dtype == np.float64
+        np.testing.assert_allclose(res.value, np.ravel(f(x)), rtol=1e-14)

@@ -432,7 +432,15 @@ def _quantile(dist, method, q, shapes, loc, scale):
     return out * scale + loc
 
 
+def _float64(x):
+    """``x`` in float64, as scipy computes a distribution's methods
+    (``np.promote_types(x.dtype, np.float64)``: a float32 ``x`` included)."""
+    dtype = getattr(x, "dtype", None)
+    return x.astype(np.float64) if dtype is not None and dtype != np.float64 else x
+
+
 def _continuous(dist, method, x, args, kwargs):
+    x = _float64(x)
     name = dist.name
     table = PPF if method in ("ppf", "isf") else CDF if method in _TAILS else LOGPDF
     if name not in table:
@@ -449,6 +457,7 @@ def _continuous(dist, method, x, args, kwargs):
 
 
 def _discrete(dist, method, k, args, kwargs):
+    k = _float64(k)
     name = dist.name
     table = DISCRETE_CDF if method in _TAILS else LOGPMF
     if name not in table:

@@ -40,7 +40,10 @@ _LOG_2PI = math.log(2 * math.pi)
 
 
 def _as_array(x):
-    return x if hasattr(x, "shape") else np.asarray(x, float)
+    """``x`` as a float64 array (scipy's quantiles are)."""
+    if not hasattr(x, "shape"):
+        return np.asarray(x, float)
+    return x if x.dtype == np.float64 else x.astype(np.float64)
 
 
 def _quadratic(shape, d):
