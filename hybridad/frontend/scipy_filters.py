@@ -132,39 +132,50 @@ def _extended(x, padtype, n, axis):
                        axis=axis)
 
 
-@intercepts(_M, "filtfilt")
-def filtfilt(b, a, x, axis=-1, padtype="odd", padlen=None, method="pad", irlen=None):
-    """``scipy.signal.filtfilt`` with ``method='pad'``: the edges extended
-    (``padtype`` odd, even, constant or None), the filter run forward from
-    ``lfilter_zi`` times the first sample and backward from it times the
-    last, the extension cut off -- scipy's steps, on tracers."""
-    if method != "pad":
-        raise NotImplementedError("hybridad: scipy.signal.filtfilt(method='gust') is not "
-                                  "supported while tracing (method='pad' is)")
+def _axis_slice(axis, index):
+    return (slice(None),) * axis + (index,)
+
+
+def forward_and_back(x, axis, padtype, padlen, ntaps, zi, run):
+    """scipy's ``filtfilt`` scheme, for ``filtfilt`` and ``sosfiltfilt``: ``x``
+    (a tracer, filtered along ``axis``) extended at each end by ``padlen``
+    samples (default ``3 * ntaps``; ``padtype`` odd, even, constant or None),
+    run forward from the delays ``zi`` times the first sample and backward from
+    them times the last, the extension cut off.  ``run(signal, delays)``
+    returns the filtered signal and its final delays."""
     if padtype not in ("odd", "even", "constant", None):
         raise ValueError(f"Unknown value '{padtype}' given to padtype.  padtype must be "
                          "'even', 'odd', 'constant', or None.")
-    x = _tracer(x)
-    dtype = _dtype(b, a, x)
-    x = x.astype(dtype)
-    axis = _axis(axis, x.ndim)
-    ntaps = max(np.shape(a)[0], np.shape(b)[0])
     edge = 0 if padtype is None else (3 * ntaps if padlen is None else int(padlen))
     if x.shape[axis] <= edge:
         raise ValueError(f"The length of the input vector x must be greater than padlen, "
                          f"which is {edge}.")
     ext = _extended(x, padtype, edge, axis) if edge > 0 else x
+    y, _ = run(ext, zi * getitem(ext, _axis_slice(axis, slice(0, 1))))
+    size = y.shape[axis]
+    last = getitem(y, _axis_slice(axis, slice(size - 1, size)))
+    y, _ = run(getitem(y, _axis_slice(axis, slice(None, None, -1))), zi * last)
+    y = getitem(y, _axis_slice(axis, slice(None, None, -1)))
+    return getitem(y, _axis_slice(axis, slice(edge, size - edge))) if edge > 0 else y
+
+
+@intercepts(_M, "filtfilt")
+def filtfilt(b, a, x, axis=-1, padtype="odd", padlen=None, method="pad", irlen=None):
+    """``scipy.signal.filtfilt`` with ``method='pad'``: the edges extended
+    (``padtype`` odd, even, constant or None), the filter run forward from
+    ``lfilter_zi`` times the first sample and backward from it times the
+    last, the extension cut off -- scipy's steps, on tracers
+    (:func:`forward_and_back`)."""
+    if method != "pad":
+        raise NotImplementedError("hybridad: scipy.signal.filtfilt(method='gust') is not "
+                                  "supported while tracing (method='pad' is)")
+    x = _tracer(x)
+    dtype = _dtype(b, a, x)
+    x = x.astype(dtype)
+    axis = _axis(axis, x.ndim)
     zi = lfilter_zi(b, a)
     shape = [1] * x.ndim
     shape[axis] = zi.shape[0]
-    zi = reshape(zi, tuple(shape))
-    first = getitem(ext, (slice(None),) * axis + (slice(0, 1),))
-    y, _ = lfilter(b, a, ext, axis=axis, zi=zi * first)
-    size = y.shape[axis]
-    last = getitem(y, (slice(None),) * axis + (slice(size - 1, size),))
-    backward = getitem(y, (slice(None),) * axis + (slice(None, None, -1),))
-    y, _ = lfilter(b, a, backward, axis=axis, zi=zi * last)
-    y = getitem(y, (slice(None),) * axis + (slice(None, None, -1),))
-    if edge > 0:
-        y = getitem(y, (slice(None),) * axis + (slice(edge, size - edge),))
-    return y
+    return forward_and_back(x, axis, padtype, padlen, max(np.shape(a)[0], np.shape(b)[0]),
+                            reshape(zi, tuple(shape)),
+                            lambda v, z: lfilter(b, a, v, axis=axis, zi=z))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .numpy_api import _tracer, getitem
-from .scipy_filters import _axis, _dtype, _extended, lfilter, lfilter_zi
+from .scipy_filters import _axis, _axis_slice, _dtype, forward_and_back, lfilter, lfilter_zi
 from .scipy_special import intercepts, is_traced
 
 __all__ = []
@@ -36,10 +36,6 @@ def _sections(sos):
     if len(np.shape(sos)) != 2 or np.shape(sos)[1] != 6:
         raise ValueError("sos array must be shape (n_sections, 6)")
     return sos, np.shape(sos)[0]
-
-
-def _along(axis, ndim, index):
-    return (slice(None),) * axis + (index,) + (slice(None),) * (ndim - axis - 1)
 
 
 @intercepts(_M, "sosfilt")
@@ -80,35 +76,20 @@ def sosfilt_zi(sos):
 @intercepts(_M, "sosfiltfilt")
 def sosfiltfilt(sos, x, axis=-1, padtype="odd", padlen=None):
     """The cascade forward and backward (scipy's ``sosfiltfilt``: ``padtype``,
-    ``padlen`` defaulting to ``3 * (2 n_sections + 1 - trailing zeros)``)."""
-    if padtype not in ("odd", "even", "constant", None):
-        raise ValueError(f"Unknown value '{padtype}' given to padtype.  padtype must be "
-                         "'even', 'odd', 'constant', or None.")
+    ``padlen`` defaulting to ``3 * (2 n_sections + 1 - trailing zeros)``;
+    :func:`.scipy_filters.forward_and_back`)."""
     sos, n = _sections(sos)
     x = _tracer(x)
-    dtype = _dtype(sos, x)
-    x = x.astype(dtype)
+    x = x.astype(_dtype(sos, x))
     axis = _axis(axis, x.ndim)
     ntaps = 2 * n + 1
     if not is_traced((sos,)):
         ntaps -= min(int((sos[:, 2] == 0).sum()), int((sos[:, 5] == 0).sum()))
-    edge = 0 if padtype is None else (3 * ntaps if padlen is None else int(padlen))
-    if x.shape[axis] <= edge:
-        raise ValueError(f"The length of the input vector x must be greater than padlen, "
-                         f"which is {edge}.")
-    ext = _extended(x, padtype, edge, axis) if edge > 0 else x
-    zi = sosfilt_zi(sos)
     shape = [1] * x.ndim
     shape[axis] = 2
-    zi = np.reshape(zi, (n,) + tuple(shape))
-    first = getitem(ext, _along(axis, x.ndim, slice(0, 1)))
-    y, _ = sosfilt(sos, ext, axis=axis, zi=zi * first)
-    size = y.shape[axis]
-    last = getitem(y, _along(axis, x.ndim, slice(size - 1, size)))
-    y, _ = sosfilt(sos, getitem(y, _along(axis, x.ndim, slice(None, None, -1))), axis=axis,
-                   zi=zi * last)
-    y = getitem(y, _along(axis, x.ndim, slice(None, None, -1)))
-    return getitem(y, _along(axis, x.ndim, slice(edge, size - edge))) if edge > 0 else y
+    zi = np.reshape(sosfilt_zi(sos), (n,) + tuple(shape))
+    return forward_and_back(x, axis, padtype, padlen, ntaps, zi,
+                            lambda v, z: sosfilt(sos, v, axis=axis, zi=z))
 
 
 def _detrended(x, kind, bp=0):
@@ -237,7 +218,7 @@ def decimate(x, q, n=None, ftype="iir", axis=-1, zero_phase=True):
     axis = _axis(axis, x.ndim)
     sos = cheby1(n, 0.05, 0.8 / q, output="sos").astype(x.dtype)
     y = sosfiltfilt(sos, x, axis=axis) if zero_phase else sosfilt(sos, x, axis=axis)
-    return getitem(y, _along(axis, y.ndim, slice(None, None, q)))
+    return getitem(y, _axis_slice(axis, slice(None, None, q)))
 
 
 @intercepts(_M, "resample")
