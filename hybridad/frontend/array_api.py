@@ -36,8 +36,8 @@ import types
 
 import numpy as np
 
-from .numpy_construct import _literal, holds_tracer
-from ..core.supported import SUPPORTED_DTYPES
+from .numpy_construct import holds_tracer
+from .numpy_made import made, maker
 from ..core.trace import tracing
 from ..core.tracer import SURFACE, Tracer
 
@@ -97,19 +97,16 @@ def _made_traced(name):
     """The standard's array-creation function ``name``: while a trace runs, its
     array is a traced constant -- an array of this namespace, which code then
     writes into (scipy's array-API ``clip``: ``out = xp.empty(...); out[()] =
-    x``), as it would into an array of its namespace; ``empty`` is ``zeros``
-    (no arbitrary memory in a plan's constants)."""
-    numpy_fn = getattr(np, name.replace("empty", "zeros"))
+    x``), as it would into an array of its namespace (numpy_made's rule for the
+    arrays ``f`` makes: ``empty`` is ``zeros``)."""
+    numpy_fn = maker(name)
 
     @functools.wraps(getattr(np, name))
     def make(*args, device=None, **kwargs):
         if device not in (None, "cpu"):
             raise ValueError(f"hybridad traces arrays on the CPU; device={device!r}")
         out = numpy_fn(*args, **kwargs)
-        if tracing() and type(out) is np.ndarray and \
-                out.dtype in SUPPORTED_DTYPES:
-            return _literal(out)
-        return out
+        return made(out, args[0] if args else None) if tracing() else out
     return make
 
 

@@ -39,7 +39,7 @@ from ..core.tracer import Tracer
 from ..errors import ConversionError, TracingError, swallowed_conversion, traced_as_users
 from .numpy_construct import ORIGINALS, WRAPPERS, _literal, served
 
-__all__ = ["MADE", "traced_again"]
+__all__ = ["MADE", "made", "maker", "traced_again"]
 
 #: numpy's functions that make a new array: from shapes, from Python data, copies
 MADE = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
@@ -52,7 +52,7 @@ _lock = Lock()
 _installed = {}  # (id(namespace), name) -> [namespace, numpy's value, users]
 
 
-def _made(out, given):
+def made(out, given):
     """``out`` as a traced constant when ``f`` made it (not ``given`` itself,
     not a tracer, a dtype every backend runs); else ``out``."""
     if type(out) is np.ndarray and out is not given and out.dtype in SUPPORTED_DTYPES:
@@ -60,11 +60,19 @@ def _made(out, given):
     return out
 
 
+def maker(name):
+    """numpy's function that makes the array of constructor ``name`` (of
+    :data:`MADE`) when it becomes a traced constant: ``zeros`` for ``empty``
+    (no arbitrary memory in a plan's constants), the array family's wrapper
+    (tracers inside lists too), else numpy's."""
+    if name in ("empty", "empty_like"):
+        return _NUMPY[name.replace("empty", "zeros")]
+    return WRAPPERS.get(name, _NUMPY[name])
+
+
 def _wrapper(name):
     numpy_fn = _NUMPY[name]
-    serve = WRAPPERS.get(name, numpy_fn)  # the array family: tracers inside lists too
-    if name in ("empty", "empty_like"):  # zeros: no arbitrary memory in the plan's constants
-        serve = _NUMPY[name.replace("empty", "zeros")]
+    serve = maker(name)
 
     def make(*args, **kwargs):
         caller = sys._getframe(1).f_code.co_filename
@@ -78,7 +86,7 @@ def _wrapper(name):
                 return _traced_full(name, args, kwargs, fill)
         out = serve(*args, **kwargs)
         given = args[0] if args else kwargs.get("a", kwargs.get("object"))
-        return out if type(out) is Tracer else _made(out, given)
+        return out if type(out) is Tracer else made(out, given)
 
     functools.update_wrapper(make, numpy_fn)
     make.__hybridad_original__ = numpy_fn
