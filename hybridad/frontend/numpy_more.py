@@ -14,6 +14,7 @@ import numbers
 import numpy as np
 
 from .numpy_api import _tracer, implements
+from .numpy_stats import binned_sum
 from ..core.tracer import Tracer
 
 __all__ = []
@@ -216,34 +217,16 @@ def apply_over_axes(func, a, axes):
 
 @implements(np.histogramdd)
 def histogramdd(sample, bins=10, range=None, density=None, weights=None):  # noqa: A002
-    """numpy's histogram of constant samples with traced ``weights``: numpy's bins
-    (of the samples), each sample's bin by ``np.histogramdd`` of its own index, the
-    weights summed per bin."""
+    """numpy's histogram of constant samples with traced ``weights``: numpy's bin
+    edges (of the samples), the weights summed per bin
+    (:func:`.numpy_stats.binned_sum`, ``np.histogram``'s rule)."""
     if isinstance(sample, Tracer) or weights is None:
         raise NotImplementedError("hybridad: numpy.histogramdd of traced samples is not "
                                   "supported (constant samples with traced weights are)")
     sample = np.asarray(sample)
     pts = sample if sample.ndim == 2 else np.atleast_2d(sample).T
     _, edges = np.histogramdd(pts, bins=bins, range=range)
-    inner = [np.clip(np.searchsorted(e, pts[:, d], side="right") - 1, 0, len(e) - 2)
-             for d, e in enumerate(edges)]
-    inside = np.all([(pts[:, d] >= e[0]) & (pts[:, d] <= e[-1])
-                     for d, e in enumerate(edges)], axis=0)
-    shape = tuple(len(e) - 1 for e in edges)
-    flat = np.ravel_multi_index(tuple(i[inside] for i in inner), shape)
-    w = np.ravel(_tracer(weights))
-    from .numpy_signal import bincount
-
-    counts = bincount(flat, weights=w[np.flatnonzero(inside)],
-                      minlength=int(np.prod(shape)))
-    hist = np.reshape(counts, shape)
-    if density:
-        widths = np.ix_(*[np.diff(e) for e in edges])
-        volume = widths[0]
-        for wd in widths[1:]:
-            volume = volume * wd
-        hist = hist / volume / np.sum(hist)
-    return hist, edges
+    return binned_sum(pts, edges, _tracer(weights), density), edges
 
 
 @implements(np.histogram2d)

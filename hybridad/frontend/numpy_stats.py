@@ -380,23 +380,41 @@ def histogram(a, bins=10, range=None, density=None, weights=None):  # noqa: A002
         return host_call(public_path(np.histogram), (a,), {"bins": bins, "range": range,
                                                            "density": density,
                                                            "weights": weights})
-    from .numpy_signal import bincount
-
     a = np.asarray(a)
     w = _tracer(weights)
     if w.shape != a.shape:
         raise ValueError("weights should have the same shape as a.")
     edges = np.histogram_bin_edges(a, bins, range)  # (numpy's edges and checks)
-    flat = a.ravel()
-    keep = (flat >= edges[0]) & (flat <= edges[-1])
-    index = np.minimum(np.searchsorted(edges, flat[keep], side="right") - 1, len(edges) - 2)
-    counts = bincount(index, weights=w.ravel()[np.flatnonzero(keep)],
-                      minlength=len(edges) - 1)
-    if w.dtype != counts.dtype and w.dtype.kind == "f":  # (numpy: the weights' dtype, summed
-        counts = counts.astype(w.dtype)  # in float64 by np.bincount, as here)
+    # (numpy: the weights' dtype, summed in float64 by np.bincount, as here)
+    return binned_sum(np.reshape(a, (-1, 1)), [edges], w, density,
+                      w.dtype if w.dtype.kind == "f" else None), edges
+
+
+def binned_sum(samples, edges, weights, density, dtype=None):
+    """The traced ``weights`` of constant ``samples`` (``(n, d)``) summed in the
+    bins of ``edges`` (one array per dimension), by numpy's rule -- a bin holds
+    its lower edge, the last one its upper edge too, samples outside are dropped
+    -- in ``dtype`` (default float64), over the bins' volumes and the total where
+    ``density``: ``np.histogram``'s and ``np.histogramdd``'s."""
+    from .numpy_signal import bincount
+
+    inside = np.all([(samples[:, d] >= e[0]) & (samples[:, d] <= e[-1])
+                     for d, e in enumerate(edges)], axis=0)
+    shape = tuple(len(e) - 1 for e in edges)
+    index = tuple(np.minimum(np.searchsorted(e, samples[inside, d], side="right") - 1, n - 1)
+                  for d, (e, n) in enumerate(zip(edges, shape, strict=True)))
+    counts = bincount(np.ravel_multi_index(index, shape),
+                      weights=np.ravel(weights)[np.flatnonzero(inside)],
+                      minlength=int(np.prod(shape)))
+    if dtype is not None and counts.dtype != dtype:
+        counts = counts.astype(dtype)
+    hist = reshape(counts, shape)
     if density:
-        counts = counts / np.diff(edges) / np.sum(counts)
-    return counts, edges
+        volume = np.diff(edges[0])
+        for e in edges[1:]:
+            volume = np.multiply.outer(volume, np.diff(e))
+        hist = hist / volume / np.sum(hist)
+    return hist
 
 
 #: numpy's polynomial modules
