@@ -43,7 +43,7 @@ from .scipy_special import intercepts
 from ..core.trace import bind, current_trace
 from ..core.tracer import Tracer
 
-__all__ = []
+__all__ = ["symmetric_from"]
 
 _M = "scipy.linalg"
 
@@ -53,6 +53,13 @@ _LU = weakref.WeakKeyDictionary()
 
 def _mT(x):
     return np.swapaxes(x, -1, -2)
+
+
+def symmetric_from(a, lower):
+    """The symmetric matrices the triangle ``lower`` names of ``a`` stands for
+    (its diagonal once; the other triangle not read)."""
+    tri = np.tril(a) if lower else np.triu(a)
+    return tri + _mT(np.tril(a, -1) if lower else np.triu(a, 1))
 
 
 def _refuse(name, why):
@@ -236,8 +243,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=
     if structure == "diagonal":
         return back(b / np.diagonal(a, axis1=1, axis2=2)[:, :, None])
     if structure == "sym":
-        tri = np.tril(a) if lower else np.triu(a)
-        a = tri + _mT(np.tril(a, -1) if lower else np.triu(a, 1))
+        a = symmetric_from(a, lower)
     elif structure == "tridiagonal":
         band = np.abs(np.subtract.outer(np.arange(n), np.arange(n))) <= 1
         a = a * band.astype(np.float64)

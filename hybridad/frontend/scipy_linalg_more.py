@@ -16,7 +16,7 @@ import numbers
 import numpy as np
 
 from .numpy_api import _tracer
-from .scipy_linalg import eigh, expm, solve
+from .scipy_linalg import eigh, expm, solve, symmetric_from
 from .scipy_special import intercepts
 
 __all__ = []
@@ -89,10 +89,8 @@ def pinvh(a, atol=None, rtol=None, lower=True, return_rank=False, check_finite=T
     """The pseudo-inverse of a symmetric matrix from the triangle ``lower``
     names (scipy's eigh; here the SVD of the symmetrized matrix: the same
     matrix to rounding)."""
-    a = _tracer(a)
-    tri = np.tril(a) if lower else np.triu(a)
-    sym = tri + np.swapaxes(np.tril(a, -1) if lower else np.triu(a, 1), -1, -2)
-    return pinv(sym, atol=atol, rtol=rtol, return_rank=return_rank)
+    return pinv(symmetric_from(_tracer(a), lower), atol=atol, rtol=rtol,
+                return_rank=return_rank)
 
 
 @intercepts(_M, "lstsq")
@@ -155,17 +153,12 @@ def solve_banded(l_and_u, ab, b, overwrite_ab=False, overwrite_b=False, check_fi
 @intercepts(_M, "solveh_banded")
 def solveh_banded(ab, b, overwrite_ab=False, overwrite_b=False, lower=False,
                   check_finite=True):
-    """The symmetric positive definite banded system as a dense one (Cholesky,
-    as scipy's pbsv; dense cost)."""
+    """The symmetric positive definite banded system as a dense one: the
+    Cholesky factor of the triangle the band stores (as scipy's pbsv; dense cost)."""
     ab = _tracer(ab)
-    bands = ab.shape[0] - 1
-    if lower:  # a[i, j] = ab[i - j, j] for i >= j
-        dense = _dense_band(ab, bands, 0)
-        dense = dense + np.swapaxes(np.tril(dense, -1), -1, -2)
-    else:
-        dense = _dense_band(ab, 0, bands)
-        dense = dense + np.swapaxes(np.triu(dense, 1), -1, -2)
-    return solve(dense, b, assume_a="pos")
+    bands = ab.shape[0] - 1  # lower: a[i, j] = ab[i - j, j] for i >= j
+    dense = _dense_band(ab, bands, 0) if lower else _dense_band(ab, 0, bands)
+    return solve(dense, b, assume_a="pos", lower=lower)
 
 
 def _trig(name, a):
