@@ -31,7 +31,7 @@ from .scipy_signal import operand, slide
 from .scipy_special import intercepts
 from ..core.tracer import Tracer
 
-__all__ = []
+__all__ = ["window_pads"]
 
 _M = "scipy.ndimage"
 #: scipy.ndimage's modes -> np.pad's (the filters' extension of the input)
@@ -64,14 +64,20 @@ def _weights(name, weights):
     return w if w.dtype == np.float64 else w.astype(np.float64)
 
 
-def _filter(x, w, axes, origins, mode, cval, dtype):
-    """scipy's correlation of ``x`` with ``w`` (one axis of ``w`` per axis of
-    ``axes``, centred at ``size // 2 + origin``), in float64, then ``dtype``."""
-    for k, o in zip(w.shape, origins, strict=True):
+def window_pads(shape, origins):
+    """The ``(before, after)`` extension of each axis for windows of ``shape``
+    centred at ``size // 2 + origin`` (scipy's origins, checked)."""
+    for k, o in zip(shape, origins, strict=True):
         if o < -(k // 2) or o > (k - 1) // 2:
             raise ValueError("Invalid origin; origin must satisfy -(weights.shape[k] // 2) "
                              "<= origin[k] <= (weights.shape[k]-1) // 2")
-    pads = [(k // 2 + o, k - 1 - (k // 2 + o)) for k, o in zip(w.shape, origins, strict=True)]
+    return [(k // 2 + o, k - 1 - (k // 2 + o)) for k, o in zip(shape, origins, strict=True)]
+
+
+def _filter(x, w, axes, origins, mode, cval, dtype):
+    """scipy's correlation of ``x`` with ``w`` (one axis of ``w`` per axis of
+    ``axes``, centred at ``size // 2 + origin``), in float64, then ``dtype``."""
+    pads = window_pads(w.shape, origins)
     x64 = x if x.dtype == np.float64 else x.astype(np.float64)
     shape = [1] * x.ndim
     for a, k in zip(axes, w.shape, strict=True):

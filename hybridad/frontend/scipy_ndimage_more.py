@@ -15,7 +15,8 @@ import numbers
 
 import numpy as np
 
-from .scipy_ndimage import _axes, _input, _pad_mode, _per_axis, correlate1d, gaussian_filter
+from .scipy_ndimage import (_axes, _input, _pad_mode, _per_axis, correlate1d, gaussian_filter,
+                            window_pads)
 from .scipy_signal import _windows
 from .scipy_special import intercepts
 
@@ -136,15 +137,11 @@ def _rank(name, input, rank, size, footprint, output, mode, cval, origin, axes):
         r += n
     if not 0 <= r < n:
         raise RuntimeError("rank not within filter footprint size")
-    origins = [int(o) for o in _per_axis(origin, len(axes))]
-    for k, o in zip(fp.shape, origins, strict=True):
-        if o < -(k // 2) or o > (k - 1) // 2:
-            raise ValueError("invalid origin")
+    pads = window_pads(fp.shape, [int(o) for o in _per_axis(origin, len(axes))])
     modes = _per_axis(mode, len(axes))
     if len(set(modes)) != 1:
         raise NotImplementedError(f"hybridad: {_M}.{name} with a mode per axis of traced "
                                   "values is not supported")
-    pads = [(k // 2 + o, k - 1 - (k // 2 + o)) for k, o in zip(fp.shape, origins, strict=True)]
     x64 = x if x.dtype == np.float64 else x.astype(np.float64)
     win = _windows(x64, fp.shape, pads, _pad_mode(modes[0]), cval, axes)
     lead = win.shape[:win.ndim - len(axes)]
