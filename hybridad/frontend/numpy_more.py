@@ -14,17 +14,11 @@ import numbers
 import numpy as np
 
 from .numpy_api import _tracer, implements
+from .numpy_misc import _value
 from .numpy_stats import binned_sum
 from ..core.tracer import Tracer
 
 __all__ = []
-
-
-def _constant(name, arg, value):
-    if isinstance(value, Tracer):
-        raise NotImplementedError(f"hybridad: numpy.{name} with a traced `{arg}` is not "
-                                  f"supported (it sets positions: a constant)")
-    return value
 
 
 @implements(np.choose)
@@ -32,7 +26,7 @@ def choose(a, choices, out=None, mode="raise"):
     """``choices[a[i]][i]`` for constant indices ``a`` (``mode`` 'raise', 'wrap', 'clip')."""
     if out is not None:
         raise NotImplementedError("hybridad: numpy.choose(out=) of traced values is not supported")
-    a = np.asarray(_constant("choose", "a", a))
+    a = np.asarray(_value("numpy.choose", "a", a))
     stacked = np.stack(np.broadcast_arrays(*[_tracer(c) for c in choices]))
     n = stacked.shape[0]
     if mode == "wrap":
@@ -53,7 +47,7 @@ def insert(arr, obj, values, axis=None):
     """``values`` inserted before the constant positions ``obj`` along ``axis``
     (the flattened array for None): numpy's placement, one gather from the
     concatenation of ``arr`` and the values."""
-    obj = _constant("insert", "obj", obj)
+    obj = _value("numpy.insert", "obj", obj)
     arr = _tracer(arr)
     if axis is None:
         arr, axis = np.ravel(arr), 0
@@ -109,7 +103,7 @@ def put(a, ind, v, mode="raise"):
         raise NotImplementedError("hybridad: numpy.put of a traced value into a numpy array "
                                   "is not supported: make the array a traced one "
                                   "(np.zeros_like(x), x.copy())")
-    ind = np.asarray(_constant("put", "ind", ind)).ravel()
+    ind = np.asarray(_value("numpy.put", "ind", ind)).ravel()
     if mode == "wrap":
         ind = ind % a.size
     elif mode == "clip":
@@ -129,7 +123,7 @@ def putmask(a, mask, values):
     if not isinstance(a, Tracer):
         raise NotImplementedError("hybridad: numpy.putmask of a traced value into a numpy "
                                   "array is not supported: make the array a traced one")
-    mask = np.broadcast_to(np.asarray(_constant("putmask", "mask", mask), dtype=bool), a.shape)
+    mask = np.broadcast_to(np.asarray(_value("numpy.putmask", "mask", mask), dtype=bool), a.shape)
     positions = np.flatnonzero(mask)
     v = np.ravel(_tracer(values))
     a[np.unravel_index(positions, a.shape)] = np.take(v, positions % max(v.size, 1))
