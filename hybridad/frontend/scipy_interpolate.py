@@ -404,23 +404,27 @@ def _grid_call(self, xi, method=None, *, nu=None):
     return np.reshape(out, xi_shape[:-1] + rest)
 
 
-def _univariate_call(self, x, nu=0, ext=None):
+def _fitpack_at(t, c, k, x, nu, ext):
+    """FITPACK's spline ``(t, c, k)`` at traced points, beyond its base interval
+    as ``ext`` says (0 the end pieces, 1 zeros, 2 raise, 3 the end values)."""
     from scipy.interpolate import BSpline
 
-    ext = self.ext if ext is None else {"extrapolate": 0, "zeros": 1, "raise": 2,
-                                        "const": 3}.get(ext, ext)
-    t, c, k = self._eval_args
-    spline = BSpline(t, c, k)
     xf = np.reshape(x, (-1,))
     lo, hi = t[k], t[-k - 1]
     if ext == 3:
         xf = np.clip(xf, lo, hi)
-    out = _bspline_call(spline, xf, nu, extrapolate=True)
+    out = _bspline_call(BSpline(t, c, k), xf, nu, extrapolate=True)
     if ext == 1:
         out = np.where((xf < lo) | (xf > hi), 0.0, out)
     elif ext == 2:
         _out_of_range(xf, lo, hi, True)
     return np.reshape(out, np.shape(x))
+
+
+def _univariate_call(self, x, nu=0, ext=None):
+    ext = self.ext if ext is None else {"extrapolate": 0, "zeros": 1, "raise": 2,
+                                        "const": 3}.get(ext, ext)
+    return _fitpack_at(*self._eval_args, x, nu, ext)
 
 
 @intercepts(_M, "splev")
@@ -432,12 +436,7 @@ def splev(x, tck, der=0, ext=0):
     if is_traced((tck,)) or (isinstance(tck, tuple) and is_traced(tck)):
         _refuse("splev", "of a traced spline is not supported (traced points are)")
     t, c, k = (tck.t, tck.c, tck.k) if isinstance(tck, BSpline) else tck
-
-    class _Spline:
-        _eval_args = (np.asarray(t), np.asarray(c), int(k))
-
-    _Spline.ext = ext
-    return _univariate_call(_Spline(), x, der)
+    return _fitpack_at(np.asarray(t), np.asarray(c), int(k), x, der, ext)
 
 
 def _values_new(original_new, traced):
