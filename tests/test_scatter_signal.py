@@ -176,6 +176,23 @@ def test_interp_values_and_gradients():
     assert_grad(interpolate, (x, rand((5,), seed=10)), argnums=(0, 1))
 
 
+def traced_points(xp, x):
+    """np.interp with traced sample points: the segment found by searchsorted
+    on them while the plan runs, their derivatives through the slope and the
+    segment's start (as jnp.interp's); ``left``/``right`` from them, and
+    periodic."""
+    fp = np.cos(3.0 * xp) + xp
+    return np.sum(np.interp(x, xp, fp) ** 2) + \
+        np.sum(np.interp(x * 1.3, xp, XP, left=xp[0] * 2.0, right=xp[-1]) * np.arange(x.size)) + \
+        np.sum(np.interp(x * 4.1, xp, fp, period=2.5) ** 2)
+
+
+def test_interp_traced_sample_points():
+    x = np.array([-1.7, -0.9, -0.1, 0.3, 0.8, 1.4, 2.5, -0.6])
+    xp = np.array([-1.1, -0.3, 0.05, 0.55, 1.2])
+    assert_grad(traced_points, (xp, x), argnums=(0, 1))
+
+
 @pytest.mark.parametrize("backend", ["numpy", "numba"])
 def test_interp_at_the_sample_points(backend):
     # values exactly numpy's at knots (fp[j] itself, fp[-1] at xp[-1]), NaN
@@ -297,8 +314,6 @@ def _divide_at(x):
     (_divide_at, NotImplementedError, r"numpy.divide.at"),
     (lambda x: np.sum(np.bincount(np.argsort(x), weights=x)), NotImplementedError,
      r"numpy.bincount of traced bin indices"),
-    (lambda x: np.sum(np.interp(x, np.sort(x), x)), NotImplementedError,
-     r"numpy.interp with traced sample points"),
     (lambda x: np.sum(np.interp(x, [0.0, 1.0, 2.0], x, period=0.0)), ValueError,
      r"period must be a non-zero value"),  # (period= itself: tests/test_numpy_more.py)
     (lambda x: np.sum(np.interp(x, [0.0, 2.0, 1.0], x)), ValueError, r"increasing"),

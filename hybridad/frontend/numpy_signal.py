@@ -525,9 +525,9 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     ----------
     x : Tracer or array_like
         Where to evaluate (any shape; computed in float64, as numpy).
-    xp : array_like
-        Constant, increasing sample points (traced ``xp`` raises
-        NotImplementedError; decreasing ones ValueError).
+    xp : Tracer or array_like
+        Increasing sample points (constant ones are checked: decreasing
+        ones raise ValueError; traced ones are not, as numpy checks none).
     fp : Tracer or array_like
         The values at ``xp``.
     left, right : float or Tracer, optional
@@ -545,11 +545,8 @@ def interp(x, xp, fp, left=None, right=None, period=None):
         ``xp[-1]`` the last one -- and 0 outside ``[xp[0], xp[-1]]``.  The
         segment is found by ``np.searchsorted`` on ``xp`` while the plan runs.
     """
-    if isinstance(xp, Tracer):
-        raise NotImplementedError(
-            f"hybridad: numpy.interp with traced sample points xp (at {user_location()}) is "
-            "not supported: xp must be constant (x, fp, left and right may be traced)")
-    xp = np.asarray(xp, dtype=np.float64)
+    traced = isinstance(xp, Tracer)
+    xp = xp.astype(np.float64) if traced else np.asarray(xp, dtype=np.float64)
     fp = _tracer(fp).astype(np.float64)
     if xp.ndim != 1 or fp.ndim != 1:
         raise ValueError("object too deep for desired array")
@@ -566,7 +563,7 @@ def interp(x, xp, fp, left=None, right=None, period=None):
         return interp(_tracer(x).astype(np.float64) % period, xp, fp)
     if xp.size == 0:
         raise ValueError("array of sample points is empty")
-    if np.any(np.diff(xp) < 0):
+    if not traced and np.any(np.diff(xp) < 0):
         raise ValueError("hybridad: numpy.interp needs increasing sample points xp (numpy "
                          "does not check, and its result is meaningless otherwise)")
     x = _tracer(x).astype(np.float64)
