@@ -34,12 +34,11 @@ from __future__ import annotations
 import functools
 import numbers
 import types
-import warnings
 
 import numpy as np
 
 from ..errors import TracingError, user_location
-from ..ops.host import invoke, placeholders, probe, resolve
+from ..ops.host import invoke, on_placeholders, placeholders, probe, resolve
 from ..core.tracer import Tracer
 
 __all__ = ["LIBRARY_MODULES", "host_call", "install"]
@@ -91,8 +90,7 @@ class _Encoder:
 
 def _structure(path, template, shapes):
     """How many arrays ``path`` returns (``None``: one array, not a tuple)."""
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with on_placeholders():
         result = invoke(path, template, placeholders(shapes, "ones"))
     if type(result) is tuple:
         return len(result)

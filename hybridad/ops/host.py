@@ -27,6 +27,7 @@ dtype are found while tracing by running it on placeholder arrays
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 
@@ -34,7 +35,7 @@ import numpy as np
 
 from ..ir.registry import Op, register
 
-__all__ = ["call", "driver", "invoke", "placeholders", "probe", "resolve"]
+__all__ = ["call", "driver", "invoke", "on_placeholders", "placeholders", "probe", "resolve"]
 
 
 @functools.cache
@@ -131,16 +132,32 @@ def placeholders(shapes, kind):
     return out
 
 
+@contextlib.contextmanager
+def on_placeholders():
+    """A run of a library function on placeholder arrays while tracing:
+    floating-point errors and warnings silenced, and numpy's global generator
+    left where it stood -- a function that draws from it (scipy.linalg.logm's
+    norm estimate) is run without drawing from the user's stream, nor reading
+    as ``f`` drawing random numbers (:func:`hybridad.core.observe.observe`)."""
+    import warnings
+
+    rng = np.random.get_state()
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        np.random.set_state(rng)
+
+
 @functools.lru_cache(maxsize=512)
 def probe(func, template, item, shapes):
     """(shape, dtype) of ``func``'s result for operands of ``shapes`` ((shape,
-    dtype) pairs), found by running it on placeholder arrays; ``None`` for the
-    shape when the result's shape changes with the values (``np.unique``).
-    Exceptions of the first run propagate."""
-    import warnings
-
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    dtype) pairs), found by running it on placeholder arrays
+    (:func:`on_placeholders`); ``None`` for the shape when the result's shape
+    changes with the values (``np.unique``).  Exceptions of the first run
+    propagate."""
+    with on_placeholders():
         first = call(func, template, item, placeholders(shapes, "ones"))
         try:
             second = call(func, template, item, placeholders(shapes, "count"))
