@@ -49,6 +49,7 @@ from . import scipy_filters  # noqa: E402,F401  (scipy.signal's lfilter, filtfil
 from . import scipy_signal_more  # noqa: E402,F401  (sosfilt, detrend, welch, ...)
 from . import scipy_spatial  # noqa: E402,F401  (scipy.spatial.distance)
 from . import scipy_signal  # noqa: E402,F401  (scipy.signal's convolutions)
+from . import scipy_fft  # noqa: E402,F401  (scipy.fft, scipy.fftpack)
 from . import scipy_ndimage  # noqa: E402,F401  (scipy.ndimage's linear filters)
 from . import scipy_ndimage_more  # noqa: E402,F401  (derivative and rank filters)
 from . import host_calls  # noqa: E402  (any other function, on values needing no derivative)

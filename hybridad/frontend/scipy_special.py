@@ -25,6 +25,7 @@ import functools
 import numpy as np
 
 from ..core.tracer import Tracer
+from .numpy_complex import ComplexTracer
 
 __all__ = ["INTERCEPTED", "install", "intercepts", "is_traced"]
 
@@ -41,9 +42,11 @@ def intercepts(module, name):
 
 
 def is_traced(args, kwargs=None):
-    """Whether any argument (nested in lists and tuples) is a tracer."""
+    """Whether any argument (nested in lists and tuples) is a tracer (or a
+    complex value made of tracers, :class:`.numpy_complex.ComplexTracer`)."""
     def traced(v):
-        return isinstance(v, Tracer) or (isinstance(v, (list, tuple)) and any(map(traced, v)))
+        return isinstance(v, (Tracer, ComplexTracer)) or \
+            (isinstance(v, (list, tuple)) and any(map(traced, v)))
     return any(map(traced, args)) or (kwargs is not None and any(map(traced, kwargs.values())))
 
 
