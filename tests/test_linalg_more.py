@@ -609,4 +609,5 @@ def test_every_primitive_and_function_has_rows():
         "lu_solve", "eigh", "expm", "block_diag", "toeplitz", "circulant", "inv", "det", "norm",
         # scipy_linalg_more (tests/test_scipy_linalg_more.py)
         "eigvalsh", "svd", "svdvals", "pinv", "pinvh", "lstsq", "qr", "solve_banded",
-        "solveh_banded", "cosm", "sinm", "tanm", "coshm", "sinhm", "tanhm"}
+        "solveh_banded", "cosm", "sinm", "tanm", "coshm", "sinhm", "tanhm", "lu",
+        "eigvalsh_tridiagonal", "eigh_tridiagonal"}

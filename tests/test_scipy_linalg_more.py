@@ -57,7 +57,26 @@ CASES = {
     "coshm": (lambda x: np.sum(sl.coshm(x.reshape(3, 3) / 2) * S), S.ravel()),
     "sinhm": (lambda x: np.sum(sl.sinhm(x.reshape(3, 3) / 2) * S), S.ravel()),
     "tanhm": (lambda x: np.sum(sl.tanhm(x.reshape(3, 3) / 4) * S), S.ravel()),
+    "lu": (lambda x: _lu_value(*sl.lu(x.reshape(3, 3))), S.ravel() + np.arange(9.0) / 7),
+    "lu_permute_l": (lambda x: np.sum(np.sin(sl.lu(x.reshape(3, 3), permute_l=True)[0]) * S)
+                     + np.sum(sl.lu(x.reshape(3, 3), permute_l=True)[1] ** 3),
+                     A.ravel()[::-1][:9].copy()),
+    "lu_p_indices": (lambda x: _lu_value(*sl.lu(x.reshape(3, 3), p_indices=True)),
+                     A.ravel()[:9].copy()),
+    "lu_stack": (lambda x: np.sum(sl.lu(x.reshape(2, 2, 3)[:, :, 1:])[2] ** 3), A.ravel()),
+    "eigvalsh_tridiagonal": (lambda x: np.sum(sl.eigvalsh_tridiagonal(x[:4], x[4:7]) ** 3)
+                             + np.sum(sl.eigvalsh_tridiagonal(x[:4], x[4:7] ** 2, select="i",
+                                                              select_range=(1, 2))), A.ravel()),
+    "eigh_tridiagonal": (lambda x: np.sum(np.exp(sl.eigh_tridiagonal(x[:5], x[5:9],
+                                                                     eigvals_only=True))),
+                         A.ravel()),
 }
+
+
+def _lu_value(p, lower, upper):
+    """Every factor counts (p a matrix or the rows of ``p_indices``)."""
+    rows = p if np.ndim(p) == 1 else np.argmax(p, axis=-1)
+    return np.sum(lower * S) + np.sum(upper ** 2 * S) + np.sum(np.cos(lower[rows]) @ upper)
 
 
 def _sym(x):
@@ -100,12 +119,17 @@ def test_results_are_scipys():
         seen["svd"] = [t.shape for t in sl.svd(a)]
         p, rank = sl.pinv(a, return_rank=True)
         seen["lstsq"] = [np.shape(t) for t in sl.lstsq(a, B)]
+        seen["lu"] = [(t.shape, t.dtype.kind) for t in sl.lu(a[:3])] + \
+            [(t.shape, t.dtype.kind) for t in sl.lu(a[:3], p_indices=True)]
         return np.sum(p) + rank
 
     ha.gradient(f, A.ravel(), backend="numpy")
     assert seen["qr"] == ([(4, 4), (4, 3)], [(4, 3)])
     assert seen["svd"] == [(4, 4), (3,), (3, 3)]
     assert seen["lstsq"] == [(3,), (), (), (3,)]
+    want = [(t.shape, t.dtype.kind) for t in sl.lu(A[:3])] + \
+        [(t.shape, t.dtype.kind) for t in sl.lu(A[:3], p_indices=True)]
+    assert seen["lu"] == want
     got = ha.gradient(lambda x: np.sum(sl.pinv(x.reshape(4, 3), return_rank=True)[1] * x),
                       A.ravel(), backend="numpy")
     np.testing.assert_allclose(got.gradient, 3.0)  # full rank
@@ -124,6 +148,10 @@ def test_results_are_scipys():
     (lambda x: np.sum(sl.pinv(x.reshape(4, 3), atol=1e-3)), "atol"),
     (lambda x: np.sum(sl.svd(x.reshape(4, 3), lapack_driver="gesvd")[1]), "gesvd"),
     (lambda x: np.trace(sl.sqrtm(x.reshape(4, 3)[:3] @ x.reshape(4, 3)[:3].T)), "sqrtm"),
+    (lambda x: np.sum(sl.lu(x.reshape(4, 3))[2]), "non-square"),
+    (lambda x: np.sum(sl.eigh_tridiagonal(x[:4], x[4:7])[1]), "eigvals_only=True"),
+    (lambda x: np.sum(sl.eigvalsh_tridiagonal(x[:4], x[4:7], select="v",
+                                              select_range=(0, 1))), "select='v'"),
 ])
 def test_refused_by_name(f, match):
     with pytest.raises(NotImplementedError, match=match):

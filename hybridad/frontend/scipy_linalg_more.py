@@ -1,7 +1,9 @@
 """scipy.linalg's functions that are numpy's, or compositions of the traced
 ones of :mod:`.scipy_linalg`: eigvalsh, svd, svdvals, pinv, pinvh, lstsq, qr,
-solve_banded and solveh_banded (as dense systems), and the matrix functions
-cosm, sinm, tanm, coshm, sinhm, tanhm (from expm).
+solve_banded and solveh_banded (as dense systems), the matrix functions
+cosm, sinm, tanm, coshm, sinhm, tanhm (from expm), lu (from lu_factor's
+getrf) and the eigenvalues of a symmetric tridiagonal matrix (eigh of the
+dense one).
 
 Registered like :mod:`.scipy_linalg`'s (in :data:`.scipy_special.INTERCEPTED`
 under ``"scipy.linalg"``).  Values are scipy's to rounding: the same LAPACK
@@ -15,7 +17,10 @@ import numbers
 
 import numpy as np
 
-from .numpy_api import _tracer
+from ..core.trace import bind
+from ..ops.linalg_factor import lu_parts
+from .numpy_api import _tracer, reshape
+from .numpy_linalg import _operands, _result, _stack
 from .scipy_linalg import eigh, expm, solve, symmetric_from
 from .scipy_special import intercepts
 
@@ -216,3 +221,57 @@ def tanhm(A):  # noqa: N803
     """``solve(coshm(A), sinhm(A))``, as scipy."""
     c, s = _hyperbolic(A)
     return solve(c, s)
+
+
+@intercepts(_M, "lu")
+def lu(a, permute_l=False, overwrite_a=False, check_finite=True, p_indices=False):
+    """getrf of a square matrix (or a stack of them), as ``lu_factor``: ``(P,
+    L, U)`` with ``a = P L U``; ``permute_l``: ``(P L, U)``; ``p_indices``:
+    the rows ``perm`` with ``a = L[perm] U`` instead of ``P`` (an integer array,
+    no derivative).  Rectangular matrices are refused."""
+    (a,), dtype = _operands(a)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        _refuse("lu", f"of a non-square matrix {a.shape} is not supported")
+    batch, n = a.shape[:-2], a.shape[-1]
+    packed, perm = lu_parts(bind("lu_factor", _stack(a, batch)))
+    unit = np.eye(n, dtype=packed.dtype)
+    lower = _result(reshape(np.tril(packed, -1) + unit, a.shape), dtype)
+    upper = _result(reshape(np.triu(packed), a.shape), dtype)
+    perm = reshape(perm, a.shape)
+    if permute_l:
+        return np.matmul(perm.astype(lower.dtype), lower), upper
+    if p_indices:
+        return np.argmax(perm, axis=-1), lower, upper
+    return _result(perm, dtype), lower, upper
+
+
+def _tridiagonal(d, e):
+    d, e = _tracer(d), _tracer(e)
+    if d.ndim != 1 or e.ndim != 1 or e.shape[0] != max(d.shape[0] - 1, 0):
+        raise ValueError(f"d ({d.shape}) and e ({e.shape}) must be 1-D, e one shorter")
+    return np.diag(d) + np.diag(e, 1) + np.diag(e, -1)
+
+
+@intercepts(_M, "eigvalsh_tridiagonal")
+def eigvalsh_tridiagonal(d, e, select="a", select_range=None, check_finite=True, tol=0.0,
+                         lapack_driver="auto"):
+    """The eigenvalues of the symmetric tridiagonal matrix of ``d`` and ``e``:
+    syevr of the dense matrix (scipy's stemr/stebz values to rounding);
+    ``select`` 'a' or 'i' (by index)."""
+    if select in ("v", 1):
+        _refuse("eigvalsh_tridiagonal", "with select='v' is not supported (how many "
+                "eigenvalues it selects depends on the values); use select='i'")
+    subset = None if select in ("a", 0) else tuple(select_range)
+    return eigh(_tridiagonal(d, e), eigvals_only=True, subset_by_index=subset)
+
+
+@intercepts(_M, "eigh_tridiagonal")
+def eigh_tridiagonal(d, e, eigvals_only=False, select="a", select_range=None,
+                     check_finite=True, tol=0.0, lapack_driver="auto"):
+    """``eigvals_only=True``: :func:`eigvalsh_tridiagonal`.  The eigenvectors
+    are refused (a dense solver's would differ from scipy's stemr in sign)."""
+    if not eigvals_only:
+        _refuse("eigh_tridiagonal", "with eigenvectors is not supported; pass "
+                "eigvals_only=True, or scipy.linalg.eigh the dense matrix (np.diag(d) + "
+                "np.diag(e, 1) + np.diag(e, -1))")
+    return eigvalsh_tridiagonal(d, e, select, select_range)
