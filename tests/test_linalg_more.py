@@ -610,4 +610,6 @@ def test_every_primitive_and_function_has_rows():
         # scipy_linalg_more (tests/test_scipy_linalg_more.py)
         "eigvalsh", "svd", "svdvals", "pinv", "pinvh", "lstsq", "qr", "solve_banded",
         "solveh_banded", "cosm", "sinm", "tanm", "coshm", "sinhm", "tanhm", "lu",
-        "eigvalsh_tridiagonal", "eigh_tridiagonal"}
+        "eigvalsh_tridiagonal", "eigh_tridiagonal",
+        # scipy_linalg_matfuncs (tests/test_scipy_linalg_matfuncs.py)
+        "sqrtm", "logm", "fractional_matrix_power"}
