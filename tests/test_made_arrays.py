@@ -206,3 +206,68 @@ def test_functions_that_need_no_second_trace_trace_once(monkeypatch):
     assert calls == []
     ha.compile(padded_differences, X, backend="numpy")
     assert calls == [1]
+
+
+# ---------------------------------------------------------------------------
+# lists of traced values handed to numpy's functions (np.mean([a, b]))
+# ---------------------------------------------------------------------------
+from numpy import mean as bound_mean  # noqa: E402  (bound before any trace)
+from numpy.linalg import norm as bound_norm  # noqa: E402
+
+LISTS = {
+    # numpy converts the list itself (no tracer at the top): the second trace
+    "mean of scalars": lambda x: np.mean([x[0], x[1] + 2.0]),
+    "std of a tuple": lambda x: np.std((x[0], x[1] ** 2, 1.0)),
+    "var": lambda x: np.var([x[2], x[0] * x[1]]),
+    "max, min, prod": lambda x: np.max((x[0], x[1])) + np.min([x[3], x[4], 0.2])
+    + np.prod([x[0], x[5]]),
+    "sum of arrays": lambda x: np.sum([x[:3], x[3:6] ** 2]),
+    "median, percentile": lambda x: np.median([x[0], x[1], x[2]]) + np.percentile([x[3], x[4]],
+                                                                                  30),
+    "cumsum, diff, sort": lambda x: np.sum(np.cumsum([x[0], x[1], x[2]]) ** 2)
+    + np.sum(np.diff([x[3], x[4] ** 2, x[5]]) ** 2) + np.sum(np.sort([x[6], x[7]]) * [1, 3]),
+    "linalg.norm": lambda x: np.linalg.norm([x[0] - x[1], x[2] - x[3]])
+    + np.linalg.norm([[x[4], 1.0], [x[5], x[6]]]),
+    "names bound before tracing": lambda x: bound_mean([x[0], x[7]]) + bound_norm([x[1], x[2]]),
+    "nested in a helper": lambda x: _pairwise([x[0], x[1], x[2]]),
+    # a tracer at the top (dispatched) with a list beside it: the impls take the list
+    "dot with a list": lambda x: np.dot([x[0], 1.0, x[1]], x[:3]),
+    "ufunc with a list": lambda x: np.sum(np.maximum([x[0], 0.7], x[:2]) * np.add(x[2:4],
+                                                                                 [x[5], 1.0])),
+    "where with lists": lambda x: np.sum(np.where(x[:2] > 0.5, [x[3], 3.0], x[:2])),
+    "operators with lists": lambda x: np.sum(x[:2] * [x[4], 2.0] - [1.0, x[6]]),
+}
+
+
+def _pairwise(values):
+    return np.mean(values) * np.max(values)
+
+
+@pytest.mark.parametrize("name, backend", [(name, "numpy") for name in sorted(LISTS)] + [
+    (name, "numba") for name in ("mean of scalars", "linalg.norm", "ufunc with a list")])
+def test_lists_of_traced_values(name, backend):
+    """(numba: three of them -- the same tracing; codegen is the backends' own)"""
+    f = LISTS[name]
+    res = ha.gradient(f, X, backend=backend)
+    assert float(res.value) == pytest.approx(float(f(X)), rel=1e-13)
+    np.testing.assert_allclose(res.gradient, numerical_gradient(f, X), rtol=1e-6, atol=1e-8)
+    assert _numpy_is_numpys()
+    import sys
+
+    mod = sys.modules[__name__]
+    assert mod.bound_mean is np.mean and mod.bound_norm is np.linalg.norm
+
+
+def test_lists_of_traced_scalars_hessian_and_no_allocation():
+    """autograd's own cases (``np.mean([x, x + 2])`` of a float): values and
+    derivatives; a plan of them allocates nothing per call."""
+    for f, want in ((lambda x: np.mean([x, x + 2]), 1.0), (lambda x: np.std((x, x + 2)), 0.0),
+                    (lambda x: np.var([x, x + 2]), 0.0)):
+        assert ha.gradient(f, 0.0).gradient == want
+    f = LISTS["std of a tuple"]
+    H = ha.hessian(f, X).hessian
+    G = np.stack([numerical_gradient(lambda x, i=i: ha.gradient(f, x).gradient[i], X)
+                  for i in range(X.size)])
+    np.testing.assert_allclose(H, G, rtol=1e-5, atol=1e-6)
+    plan = ha.compile(LISTS["mean of scalars"], X, backend="numba")
+    assert_no_alloc(plan.gradient, X, out=ha.GradientResult(X))

@@ -36,7 +36,7 @@ from ..ir.graph import Node
 from ..ir.registry import REGISTRY
 from .observe import paused
 from .supported import SUPPORTED_DTYPES, check_dtype, refuse_subclass
-from .tracer import ARG, SCALAR, Tracer
+from .tracer import ARG, SCALAR, SURFACE, Tracer
 
 __all__ = ["Trace", "as_node", "bind", "current_trace", "loop_dtypes", "static_attrs",
            "tracing"]
@@ -499,6 +499,8 @@ def as_node(x, trace, dtype=None):
         node = trace.const(np.asarray(x, dtype=dtype) if dtype is not None else x, True)
     elif isinstance(x, (list, tuple)):
         if any(isinstance(e, Tracer) for e in _flatten_seq(x)):
+            if SURFACE.as_array is not None:  # (stacked as numpy lays the list out)
+                return as_node(SURFACE.as_array(x), trace, dtype)
             raise TracingError(
                 f"a list holding traced arrays was used as an array at {user_location()}; "
                 "numpy cannot hand it to hybridad. Build it with np.stack(...) instead.")

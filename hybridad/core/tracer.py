@@ -37,13 +37,15 @@ from .observe import OBSERVED, note_value_operand, paused, quiet
 #: namespace), installed by :mod:`hybridad.frontend.array_api`, and
 #: ``replayed_binary`` / ``replayed_unary`` (an operator's or a ufunc's recipe,
 #: taken directly), installed by :mod:`hybridad.frontend.replay` (they import this
-#: module; tracers call them through this table, so imports run one way)
+#: module; tracers call them through this table, so imports run one way), and
+#: ``as_array`` (a list or tuple holding tracers as one traced array, numpy's
+#: layout of it), installed by :mod:`hybridad.frontend.numpy_construct`
 SURFACE = types.SimpleNamespace(apply_ufunc=None, apply_function=None, getitem=None,
                                 assign=None, setitem=None, write_positions=None,
                                 slab_written=None, block_written=None, namespace=None,
                                 traced_take=lambda x, index: None,
                                 replayed_binary=lambda ufunc, operands: None,
-                                replayed_unary=lambda ufunc, x: None)
+                                replayed_unary=lambda ufunc, x: None, as_array=None)
 
 __all__ = ["ARG", "READONLY", "SCALAR", "Tracer"]
 

@@ -56,9 +56,9 @@ from .numpy_api import (
 )
 from .objects import settle, tracers_in
 from ..core.trace import ON_ENTER, ON_EXIT, current_trace
-from ..core.tracer import SCALAR, Tracer
+from ..core.tracer import SCALAR, SURFACE, Tracer
 
-__all__ = ["ORIGINALS", "construct", "holds_tracer", "installed"]
+__all__ = ["ALIASES", "ORIGINALS", "construct", "holds_tracer", "installed"]
 
 #: numpy's functions, as they were when hybridad was imported
 ORIGINALS = {name: getattr(np, name) for name in ("array", "asarray", "asanyarray",
@@ -144,6 +144,9 @@ def construct(obj, dtype=None, copy=True, ndmin=0):
     x = settle(x, inputs, "array")
     x._flags &= ~SCALAR
     return x
+
+
+SURFACE.as_array = functools.partial(construct, copy=None)
 
 
 def _literal(value):
@@ -354,6 +357,9 @@ def installed():
 
 #: numba's modules that register its implementations of numpy's constructors
 NUMBA_MODULES = ("numba.np.arraymath", "numba.np.arrayobj")
+#: more (numpy's function, its wrapper) pairs numba types alike (other modules'
+#: wrappers in numpy's namespace: :mod:`.numpy_made`)
+ALIASES = []
 
 
 def numba_aliases(just_imported=None):
@@ -374,9 +380,10 @@ def numba_aliases(just_imported=None):
     except Exception:  # noqa: BLE001 - another numba: nothing to alias
         return
     other = {}
-    for name, original in ORIGINALS.items():
-        other[id(original)] = (original, WRAPPERS[name])
-        other[id(WRAPPERS[name])] = (WRAPPERS[name], original)
+    for original, wrapper in [(ORIGINALS[name], WRAPPERS[name]) for name in ORIGINALS] + \
+            ALIASES:
+        other[id(original)] = (original, wrapper)
+        other[id(wrapper)] = (wrapper, original)
     with _lock:
         typed = {id(value) for value, _ in builtin_registry.globals}
         for value, typ in list(builtin_registry.globals):

@@ -12,6 +12,14 @@ into it is traced by numpy's semantics (:mod:`.objects`), and its value flows
 into the graph.  The first trace's nodes are dropped
 (:meth:`~hybridad.core.trace.Trace.mark`).
 
+The same second trace serves lists: numpy's functions convert a list or
+tuple argument with ``np.asarray`` in their own code (``np.mean([a, b])``,
+``np.linalg.norm([dx, dy])``, ``np.max((u, v))``), where ``__array_function__``
+does not reach a tracer inside it.  The functions of :data:`LISTED` are
+wrappers then too, which make such an argument one traced array first
+(:func:`.numpy_construct.construct`, numpy's layout of the list) and call the
+function on it.
+
 Only the second trace of such a function makes its arrays traced, and only
 for callers outside numpy and scipy (their own code keeps numpy arrays; numpy's
 polynomial package counts as the user's: its series arithmetic fills arrays
@@ -37,7 +45,7 @@ from ..core.supported import SUPPORTED_DTYPES
 from ..core.trace import current_trace
 from ..core.tracer import Tracer
 from ..errors import ConversionError, TracingError, swallowed_conversion, traced_as_users
-from .numpy_construct import ORIGINALS, WRAPPERS, _literal, served
+from .numpy_construct import ALIASES, ORIGINALS, WRAPPERS, _literal, construct, holds_tracer, served
 
 __all__ = ["MADE", "made", "maker", "traced_again"]
 
@@ -45,6 +53,16 @@ __all__ = ["MADE", "made", "maker", "traced_again"]
 MADE = ("zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
         "full_like", "eye", "identity", "array", "asarray", "asanyarray",
         "ascontiguousarray")
+#: numpy's functions of array_like arguments that code hands lists of values
+#: (``np.mean([a, b])``): in the second trace a list or tuple holding traced
+#: values becomes one traced array before the call ("linalg." names: np.linalg's)
+LISTED = ("sum", "mean", "std", "var", "max", "min", "amax", "amin", "prod", "median",
+          "average", "ptp", "nansum", "nanmean", "nanstd", "nanvar", "nanmax", "nanmin",
+          "nanprod", "nanmedian", "cumsum", "cumprod", "diff", "sort", "argmax", "argmin",
+          "argsort", "percentile", "quantile", "nanpercentile", "nanquantile", "trapezoid",
+          "clip", "dot", "inner", "outer", "vdot", "cross", "all", "any", "count_nonzero",
+          "round", "around", "ravel", "reshape", "transpose", "flip", "roll", "tile", "repeat",
+          "polyval", "linalg.norm", "linalg.det", "linalg.inv", "linalg.solve")
 #: each as numpy has it (the array family's as hybridad was imported)
 _NUMPY = {name: ORIGINALS.get(name, getattr(np, name)) for name in MADE}
 _state = threading.local()
@@ -109,9 +127,40 @@ def _traced_full(name, args, kwargs, fill):
     return np.broadcast_to(fill, shape).copy()
 
 
+def _as_array(value):
+    """A list or tuple holding traced values as one traced array; else ``value``."""
+    return construct(value, copy=None) if isinstance(value, (list, tuple)) and \
+        holds_tracer(value) else value
+
+
+def _lister(fn):
+    """``fn`` with its list arguments holding traced values made traced arrays
+    first, in the second trace of this thread's user code (:data:`LISTED`)."""
+    def call(*args, **kwargs):
+        if getattr(_state, "on", False) and current_trace() is not None and \
+                traced_as_users(sys._getframe(1).f_code.co_filename):
+            args = tuple(map(_as_array, args))
+            kwargs = {key: _as_array(value) for key, value in kwargs.items()}
+        return fn(*args, **kwargs)
+
+    functools.update_wrapper(call, fn)
+    call.__hybridad_original__ = fn
+    return call
+
+
+def _listed(name):
+    return getattr(np.linalg, name[7:]) if name.startswith("linalg.") else getattr(np, name)
+
+
 _WRAPPERS = {name: _wrapper(name) for name in MADE}
+_NUMPY.update({name: _listed(name) for name in LISTED})
+_WRAPPERS.update({name: _lister(_NUMPY[name]) for name in LISTED})
 _BY_ID = {id(fn): name for name, fn in _NUMPY.items()}
 _BY_ID.update({id(fn): name for name, fn in WRAPPERS.items()})
+# (numba types each wrapper as the function it wraps: another thread may compile
+# code that calls it while it is in numpy's namespace)
+ALIASES.extend((_NUMPY[name], wrapper) for name, wrapper in _WRAPPERS.items()
+               if name not in ORIGINALS)
 
 
 def _install(namespaces):
@@ -120,7 +169,7 @@ def _install(namespaces):
     put (each counted: threads share an installation)."""
     keys = []
     with _lock:
-        for ns in (vars(np), *namespaces):
+        for ns in (vars(np), vars(np.linalg), *namespaces):
             for key, value in list(ns.items()):
                 slot = _installed.get((id(ns), key))  # (put by another thread: shared)
                 if slot is None:
