@@ -26,10 +26,25 @@ from .numpy_complex import ComplexTracer, as_complex
 __all__ = []
 
 
+#: the largest table (bytes, all of a transform's tables together) a trace builds:
+#: a transform past it (n above about 8000) is refused, not left to exhaust memory
+TABLE_BYTES = 1 << 30
+
+
+def check_table(name, nbytes, n):
+    """Refuse a transform of length ``n`` whose tables take ``nbytes``."""
+    if nbytes > TABLE_BYTES:
+        raise NotImplementedError(
+            f"hybridad: {name} of length {n} on traced values is not supported: hybridad "
+            f"writes a transform as a product with its {nbytes / 2**30:.1f} GiB table "
+            f"(O(n^2); at most {TABLE_BYTES >> 30} GiB), long signals are not served yet")
+
+
 @functools.lru_cache(maxsize=64)
 def _tables(n_in, n_out, big):
     """cos and sin of ``2 pi (j k mod N) / N`` for j < n_in, k < n_out, N = ``big``
     (the transform length)."""
+    check_table("a discrete Fourier transform", 16 * n_in * n_out, big)
     j = np.arange(n_in)[:, None]
     k = np.arange(n_out)[None, :]
     theta = 2 * np.pi * ((j * k) % big) / big

@@ -65,6 +65,7 @@ def _matrix(module, name, n, params, rows):
     """``T`` (``n x n_out``, float64, read-only): ``x @ T`` is ``module.name``
     of ``x`` (length ``n``) along the last axis -- the function applied to the
     identity's rows (one by one where it takes 1-D arrays only: ``rows``)."""
+    _np_fft.check_table(f"{module}.{name}", 16 * n * n, n)  # (the identity and the matrix)
     fn, kw, eye = _original(module, name), dict(params), np.eye(n)
     if rows:
         t = np.stack([np.asarray(fn(e, **kw)) for e in eye])
