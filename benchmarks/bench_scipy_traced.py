@@ -14,7 +14,13 @@ Cases (float64):
   Butterworth, two sections) of n samples, against scipy's ``sosfiltfilt``
   for the value alone;
 * ``welch`` -- ``np.sum(welch(x, nperseg=256)[1])`` of n samples, against
-  scipy's ``welch`` for the value alone.
+  scipy's ``welch`` for the value alone;
+* ``dct_blocks`` -- ``np.sum(w * dct(x.reshape(-1, 256), norm="ortho") ** 2)``
+  (n samples in blocks of 256), against the hand-written gradient's scipy
+  calls: ``dct`` for the value, ``idct`` of ``2 w y`` for the gradient;
+* ``sqrtm`` -- ``np.sum(W * sqrtm(A))`` of a 32 x 32 matrix (not n), against
+  scipy's ``sqrtm`` and the Sylvester solve of the hand-written gradient
+  (``solve_sylvester(S.T, S.T, W)``).
 
 Every plan's value is checked against scipy's first (relative 1e-12).
 Interleaved batches, medians (``time_round_robin``); the ratio is hybridad's
@@ -30,7 +36,9 @@ import json
 
 import _harness  # noqa: F401 -- (the checkout first on sys.path)
 import numpy as np
+import scipy.fft as sf
 import scipy.interpolate as si
+import scipy.linalg as sl
 import scipy.signal as ss
 import scipy.stats as st
 
@@ -49,6 +57,18 @@ def cases(n):
         v, d = cs(x), cs(x, 1)
         return np.sum(v * v), 2 * v * d
 
+    w = 1.0 / (1.0 + np.arange(256.0))
+
+    def dct_hand(x):
+        y = sf.dct(x.reshape(-1, 256), norm="ortho")
+        return np.sum(w * y ** 2), sf.idct(2 * w * y, norm="ortho").ravel()
+
+    b, W = rng.standard_normal((32, 32)), rng.standard_normal((32, 32))
+
+    def sqrtm_hand(a):
+        s = sl.sqrtm(a)
+        return np.sum(W * s), sl.solve_sylvester(s.T, s.T, W)
+
     return {
         "spline_table": (lambda x: np.sum(cs(x) ** 2), rng.uniform(0, 10, n), spline_hand),
         "distributions": (lambda x: np.sum(st.truncnorm.logpdf(x, -1, 2)
@@ -60,6 +80,9 @@ def cases(n):
                         lambda x: ss.sosfiltfilt(sos, x)),
         "welch": (lambda x: np.sum(ss.welch(x, nperseg=256)[1]), rng.standard_normal(n),
                   lambda x: ss.welch(x, nperseg=256)),
+        "dct_blocks": (lambda x: np.sum(w * sf.dct(x.reshape(-1, 256), norm="ortho") ** 2),
+                       rng.standard_normal(n // 256 * 256), dct_hand),
+        "sqrtm": (lambda a: np.sum(W * sl.sqrtm(a)), b @ b.T / 32 + np.eye(32), sqrtm_hand),
     }
 
 

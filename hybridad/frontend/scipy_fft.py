@@ -257,6 +257,9 @@ _packed_real("irfft")
 def _pseudo(name, *names):
     """A pseudo-differential operator of fftpack (1-D sequences, as scipy's)."""
     def transform(x, *args, **kwargs):
+        if len(args) > len(names):
+            raise TypeError(f"{name}() takes at most {len(names) + 1} positional arguments "
+                            f"({len(args) + 1} given)")
         params = dict(zip(names, args, strict=False)) | kwargs
         params.pop("_cache", None)
         if np.ndim(x.real if isinstance(x, ComplexTracer) else x) != 1:
