@@ -148,7 +148,11 @@ def rows():
     out += [("ndarray methods and attributes", f"x.{m}", "as the function", both)
             for m in methods]
     out += special
-    from .frontend.scipy_special import INTERCEPTED
+    from .frontend.scipy_special import COMPOSITES, INTERCEPTED
+
+    out += [("scipy.special ufuncs (fused into kernels; CUDA spellings too)",
+             f"scipy.special.{name}", "composite of the traced ufuncs (scipy's formula)", both)
+            for name in sorted(COMPOSITES)]
     from .frontend.scipy_stats import CDF, DISCRETE_CDF, LOGPDF, LOGPMF, PPF, SHAPE_FIXED_TAILS
 
     out += [("scipy functions (intercepted while tracing)", f"{module}.{name}",

@@ -42,6 +42,7 @@ from . import numpy_quantile  # noqa: E402,F401  (quantile, percentile and their
 from . import numpy_misc  # noqa: E402,F401  (block, cond, ldexp, unwrap, simpson, reduceat, ...)
 from . import numpy_more  # noqa: E402,F401  (choose, insert, resize, put, geomspace, ...)
 from . import scipy_special, scipy_stats  # noqa: E402  (scipy's Python functions)
+from . import scipy_special_composites  # noqa: E402,F401  (scipy.special ufuncs as composites)
 from . import scipy_interpolate  # noqa: E402  (scipy.interpolate: traced points and values)
 from . import scipy_linalg  # noqa: E402,F401  (scipy.linalg)
 from . import scipy_linalg_more  # noqa: E402,F401  (scipy.linalg: numpy's, and from expm)

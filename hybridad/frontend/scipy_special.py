@@ -27,10 +27,14 @@ import numpy as np
 from ..core.tracer import Tracer
 from .numpy_complex import ComplexTracer
 
-__all__ = ["INTERCEPTED", "install", "intercepts", "is_traced"]
+__all__ = ["COMPOSITES", "INTERCEPTED", "install", "intercepts", "is_traced"]
 
 #: (module, attribute) -> the traced implementation
 INTERCEPTED = {}
+#: scipy.special ufunc name -> its implementation as a composite of traced
+#: functions (:mod:`.scipy_special_composites`), registered in
+#: :data:`.numpy_api.GUFUNCS` when scipy.special is loaded
+COMPOSITES = {}
 
 
 def intercepts(module, name):
@@ -65,7 +69,7 @@ def install(only=None):
     imported so far, or for the module named ``only`` (idempotent; nothing is
     imported for this)."""
     from .after_import import loaded
-    from .numpy_api import _UFUNC_ALIASES
+    from .numpy_api import _UFUNC_ALIASES, GUFUNCS
 
     for (module, name), impl in INTERCEPTED.items():
         mod = loaded(module, only)
@@ -78,6 +82,8 @@ def install(only=None):
     if special is not None and only in (None, "scipy.special"):
         for name, same in _SAME_AS_NUMPY.items():  # (traced as numpy's ufunc)
             _UFUNC_ALIASES.setdefault(getattr(special, name), same)
+        for name, impl in COMPOSITES.items():
+            GUFUNCS.setdefault(getattr(special, name), impl)
 
 
 #: scipy.special's ufuncs that compute numpy's function: their values, up to

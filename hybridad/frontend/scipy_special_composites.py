@@ -1,0 +1,223 @@
+"""scipy.special ufuncs that are compositions of traced ones.
+
+Each is written as scipy computes it (cephes' or boost's formula, its edge
+cases included), from functions with derivative rules
+(:mod:`hybridad.ops.special`, numpy's): the distribution functions of
+counts and their complements (``bdtr``, ``bdtrc``, ``nbdtr``, ``nbdtrc``,
+``pdtrc``) and ``chdtrc``, ``gdtrc`` and ``betaincc`` from the regularized
+incomplete gamma and beta functions; ``kn`` (``kv`` of an integer order),
+``jve`` and ``yve`` (``jv`` and ``yv``: the scaling is 1 on the real line);
+``agm`` from the complete elliptic integral (Gauss: ``agm(a, b) = pi (a +
+b) / (4 K(((a - b) / (a + b))^2))``); ``radian``, ``sindg``, ``cosdg`` (the
+angle reduced exactly modulo 360 first); ``inv_boxcox`` and
+``inv_boxcox1p``.  Values are scipy's to rounding (relative 1e-14 away from
+a function's zeros, checked on grids and at the edges by the tests); the
+derivatives are the composition's, in the continuous arguments -- a shape or
+count argument is refused by the rule of the function it reaches (``a`` of
+``gammainc``, ``a`` and ``b`` of ``betainc``, the order of ``kv``), as the
+rule table's own functions are.
+
+Registered as composites of their ufuncs (:data:`.numpy_api.GUFUNCS`) when
+scipy.special is loaded (:func:`.scipy_special.install`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .numpy_api import _tracer
+from .scipy_special import COMPOSITES
+
+__all__ = []
+
+
+def _sp():
+    import scipy.special as sp  # (loaded: these run only once scipy.special is)
+
+    return sp
+
+
+def _floats(*values):
+    """Each value as a traced floating-point array (integers as float64)."""
+    out = []
+    for v in values:
+        t = _tracer(v)
+        out.append(t if t.dtype.kind == "f" else t.astype(np.float64))
+    return out
+
+
+def _composite(name):
+    def register(fn):
+        fn.__name__ = fn.__qualname__ = name
+        COMPOSITES[name] = fn
+        return fn
+    return register
+
+
+def _no_kwargs(name, kwargs):
+    if kwargs:
+        raise NotImplementedError(f"hybridad: scipy.special.{name} with {sorted(kwargs)} on "
+                                  "traced values (call it with its arguments only)")
+
+
+@_composite("chdtrc")
+def chdtrc(v, x, **kwargs):
+    _no_kwargs("chdtrc", kwargs)
+    v, x = _floats(v, x)
+    sp = _sp()
+    return np.where(x < 0, np.nan, sp.gammaincc(v / 2, np.maximum(x, 0) / 2))
+
+
+@_composite("gdtrc")
+def gdtrc(a, b, x, **kwargs):
+    _no_kwargs("gdtrc", kwargs)
+    a, b, x = _floats(a, b, x)
+    return np.where(x < 0, np.nan, _sp().gammaincc(b, a * np.maximum(x, 0)))
+
+
+@_composite("pdtrc")
+def pdtrc(k, m, **kwargs):
+    _no_kwargs("pdtrc", kwargs)
+    k, m = _floats(k, m)
+    bad = (k < 0) | (m < 0)
+    value = _sp().gammainc(np.floor(np.maximum(k, 0)) + 1, np.maximum(m, 0))
+    return np.where(bad, np.nan, value)
+
+
+def _counts(k, n, p):
+    """The counts rounded down, as scipy's, and where ``p`` is no probability."""
+    k, n, p = _floats(k, n, p)
+    return np.floor(k), np.floor(n), p, (p < 0) | (p > 1) | np.isnan(p)
+
+
+@_composite("bdtr")
+def bdtr(k, n, p, **kwargs):
+    """cephes' bdtr: ``(1 - p)^n`` at k = 0, 1 at k = n, else
+    ``betainc(n - k, k + 1, 1 - p)``; NaN for p outside [0, 1], k < 0, n < k."""
+    _no_kwargs("bdtr", kwargs)
+    k, n, p, bad = _counts(k, n, p)
+    bad = bad | (k < 0) | (n < k)
+    kk = np.clip(k, 0, np.maximum(n - 1, 0))  # (in the betainc's domain where it is used)
+    inner = _sp().betainc(np.maximum(n - kk, 1e-300), kk + 1, 1 - p)
+    value = np.where(k == n, 1.0, np.where(k == 0, np.power(1 - p, n - k), inner))
+    return np.where(bad, np.nan, value)
+
+
+@_composite("bdtrc")
+def bdtrc(k, n, p, **kwargs):
+    """cephes' bdtrc: 1 for k < 0, 0 at k = n, ``1 - (1 - p)^n`` at k = 0
+    (``-expm1(n log1p(-p))`` below p = 0.01), else ``betainc(k + 1, n - k, p)``."""
+    _no_kwargs("bdtrc", kwargs)
+    k, n, p, bad = _counts(k, n, p)
+    bad = bad | (n < k)
+    kk = np.clip(k, 0, np.maximum(n - 1, 0))
+    inner = _sp().betainc(kk + 1, np.maximum(n - kk, 1e-300), p)
+    dn = n - k
+    first = np.where(p < 0.01, -np.expm1(dn * np.log1p(-np.minimum(p, 0.5))),
+                     1 - np.power(1 - p, dn))
+    value = np.where(k < 0, 1.0, np.where(k == n, 0.0, np.where(k == 0, first, inner)))
+    return np.where(bad, np.nan, value)
+
+
+@_composite("nbdtr")
+def nbdtr(k, n, p, **kwargs):
+    _no_kwargs("nbdtr", kwargs)
+    k, n, p, bad = _counts(k, n, p)
+    bad = bad | (k < 0) | (n <= 0)
+    value = _sp().betainc(np.maximum(n, 1e-300), np.maximum(k, 0) + 1, p)
+    return np.where(bad, np.nan, value)
+
+
+@_composite("nbdtrc")
+def nbdtrc(k, n, p, **kwargs):
+    _no_kwargs("nbdtrc", kwargs)
+    k, n, p, bad = _counts(k, n, p)
+    bad = bad | (k < 0) | (n <= 0)
+    value = _sp().betainc(np.maximum(k, 0) + 1, np.maximum(n, 1e-300), 1 - p)
+    return np.where(bad, np.nan, value)
+
+
+@_composite("betaincc")
+def betaincc(a, b, x, **kwargs):
+    """The complement of ``betainc`` by its symmetry, ``betainc(b, a, 1 - x)``."""
+    _no_kwargs("betaincc", kwargs)
+    a, b, x = _floats(a, b, x)
+    return _sp().betainc(b, a, 1 - x)
+
+
+@_composite("kn")
+def kn(n, x, **kwargs):
+    _no_kwargs("kn", kwargs)
+    n, x = _floats(n, x)
+    return _sp().kv(n, x)
+
+
+@_composite("jve")
+def jve(v, x, **kwargs):
+    _no_kwargs("jve", kwargs)
+    v, x = _floats(v, x)
+    pole = (x == 0) & (v < 0) & (v != np.floor(v))  # (scipy: NaN, not jv's infinity)
+    return np.where(pole, np.nan, _sp().jv(v, x))
+
+
+@_composite("yve")
+def yve(v, x, **kwargs):
+    _no_kwargs("yve", kwargs)
+    v, x = _floats(v, x)
+    return _sp().yv(v, x)
+
+
+@_composite("agm")
+def agm(a, b, **kwargs):
+    """Gauss' ``pi (a + b) / (4 K(m))``, ``m = ((a - b) / (a + b))^2``, for a
+    and b of one sign (scipy's: 0 where one is 0, NaN for opposite signs)."""
+    _no_kwargs("agm", kwargs)
+    a, b = _floats(a, b)
+    sign = np.sign(a)
+    same = a * b > 0
+    sa, sb = np.where(same, np.abs(a), 1.0), np.where(same, np.abs(b), 1.0)
+    value = sign * (math.pi / 4) * (sa + sb) / _sp().ellipk(((sa - sb) / (sa + sb)) ** 2)
+    return np.where(same, value, np.where(a * b == 0, 0.0 * a, np.nan))
+
+
+@_composite("radian")
+def radian(d, m, s, **kwargs):
+    _no_kwargs("radian", kwargs)
+    d, m, s = _floats(d, m, s)
+    return ((s / 60 + m) / 60 + d) * (math.pi / 180)
+
+
+@_composite("sindg")
+def sindg(x, **kwargs):
+    _no_kwargs("sindg", kwargs)
+    (x,) = _floats(x)
+    return np.sin(np.fmod(x, 360.0) * (math.pi / 180))
+
+
+@_composite("cosdg")
+def cosdg(x, **kwargs):
+    _no_kwargs("cosdg", kwargs)
+    (x,) = _floats(x)
+    return np.cos(np.fmod(x, 360.0) * (math.pi / 180))
+
+
+@_composite("inv_boxcox")
+def inv_boxcox(y, lmbda, **kwargs):
+    """``exp(log1p(lmbda y) / lmbda)``, ``exp(y)`` at lmbda = 0."""
+    _no_kwargs("inv_boxcox", kwargs)
+    y, lmbda = _floats(y, lmbda)
+    zero = lmbda == 0
+    safe = np.where(zero, 1.0, lmbda)
+    return np.where(zero, np.exp(y), np.exp(np.log1p(safe * y) / safe))
+
+
+@_composite("inv_boxcox1p")
+def inv_boxcox1p(y, lmbda, **kwargs):
+    """``expm1(log1p(lmbda y) / lmbda)``, ``expm1(y)`` at lmbda = 0."""
+    _no_kwargs("inv_boxcox1p", kwargs)
+    y, lmbda = _floats(y, lmbda)
+    zero = lmbda == 0
+    safe = np.where(zero, 1.0, lmbda)
+    return np.where(zero, np.expm1(y), np.expm1(np.log1p(safe * y) / safe))
