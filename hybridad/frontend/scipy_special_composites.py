@@ -40,18 +40,47 @@ def _sp():
 
 
 def _floats(*values):
-    """Each value as a traced floating-point array (integers as float64)."""
+    """Each value as a traced float64 array (scipy's loops compute in double
+    and round: :func:`_composite` rounds the result to the dtype scipy's
+    ufunc gives); a Python number stays one."""
     out = []
     for v in values:
+        if type(v) in (int, float):
+            out.append(float(v))
+            continue
         t = _tracer(v)
-        out.append(t if t.dtype.kind == "f" else t.astype(np.float64))
+        out.append(t if t.dtype == np.float64 else t.astype(np.float64))
     return out
 
 
+def _result_dtype(name, args):
+    """The dtype scipy's ufunc ``name`` returns for ``args`` (its own loop
+    selection; Python numbers weak, as numpy 2 takes them)."""
+    ufunc = getattr(_sp(), name)
+    kinds = tuple(type(a) if type(a) in (int, float)
+                  else np.dtype(getattr(a, "dtype", np.float64)) for a in args)
+    try:
+        return np.dtype(ufunc.resolve_dtypes(kinds + (None,))[-1])
+    except (TypeError, ValueError):  # (no loop for them: scipy raises on the call)
+        return np.dtype(np.float64)
+
+
+def _floor(v):
+    return float(math.floor(v)) if type(v) is float else np.floor(v)
+
+
 def _composite(name):
+    """Register ``fn`` as the composite of scipy.special's ``name``, its result
+    in the dtype scipy's ufunc gives."""
     def register(fn):
-        fn.__name__ = fn.__qualname__ = name
-        COMPOSITES[name] = fn
+        def call(*args, **kwargs):
+            out = _tracer(fn(*args, **kwargs))
+            dtype = _result_dtype(name, args)
+            return out if out.dtype == dtype else out.astype(dtype)
+
+        fn.__name__ = fn.__qualname__ = call.__name__ = call.__qualname__ = name
+        call.__doc__ = fn.__doc__
+        COMPOSITES[name] = call
         return fn
     return register
 
@@ -82,14 +111,15 @@ def pdtrc(k, m, **kwargs):
     _no_kwargs("pdtrc", kwargs)
     k, m = _floats(k, m)
     bad = (k < 0) | (m < 0)
-    value = _sp().gammainc(np.floor(np.maximum(k, 0)) + 1, np.maximum(m, 0))
+    value = _sp().gammainc(_floor(max(k, 0.0) if type(k) is float else np.maximum(k, 0)) + 1,
+                           np.maximum(m, 0))
     return np.where(bad, np.nan, value)
 
 
 def _counts(k, n, p):
     """The counts rounded down, as scipy's, and where ``p`` is no probability."""
     k, n, p = _floats(k, n, p)
-    return np.floor(k), np.floor(n), p, (p < 0) | (p > 1) | np.isnan(p)
+    return _floor(k), _floor(n), p, (p < 0) | (p > 1) | np.isnan(p)
 
 
 @_composite("bdtr")
@@ -158,7 +188,7 @@ def kn(n, x, **kwargs):
 def jve(v, x, **kwargs):
     _no_kwargs("jve", kwargs)
     v, x = _floats(v, x)
-    pole = (x == 0) & (v < 0) & (v != np.floor(v))  # (scipy: NaN, not jv's infinity)
+    pole = (x == 0) & (v < 0) & (v != _floor(v))  # (scipy: NaN, not jv's infinity)
     return np.where(pole, np.nan, _sp().jv(v, x))
 
 
