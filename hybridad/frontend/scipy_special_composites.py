@@ -70,11 +70,16 @@ def _floor(v):
 
 
 def _composite(name):
-    """Register ``fn`` as the composite of scipy.special's ``name``, its result
-    in the dtype scipy's ufunc gives."""
+    """Register ``fn`` as the composite of scipy.special's ``name``: called
+    with its arguments in float64 (:func:`_floats`), its result in the dtype
+    scipy's ufunc gives."""
     def register(fn):
         def call(*args, **kwargs):
-            out = _tracer(fn(*args, **kwargs))
+            if kwargs:
+                raise NotImplementedError(f"hybridad: scipy.special.{name} with "
+                                          f"{sorted(kwargs)} on traced values (call it with "
+                                          "its arguments only)")
+            out = _tracer(fn(*_floats(*args)))
             dtype = _result_dtype(name, args)
             return out if out.dtype == dtype else out.astype(dtype)
 
@@ -85,31 +90,19 @@ def _composite(name):
     return register
 
 
-def _no_kwargs(name, kwargs):
-    if kwargs:
-        raise NotImplementedError(f"hybridad: scipy.special.{name} with {sorted(kwargs)} on "
-                                  "traced values (call it with its arguments only)")
-
-
 @_composite("chdtrc")
-def chdtrc(v, x, **kwargs):
-    _no_kwargs("chdtrc", kwargs)
-    v, x = _floats(v, x)
+def chdtrc(v, x):
     sp = _sp()
     return np.where(x < 0, np.nan, sp.gammaincc(v / 2, np.maximum(x, 0) / 2))
 
 
 @_composite("gdtrc")
-def gdtrc(a, b, x, **kwargs):
-    _no_kwargs("gdtrc", kwargs)
-    a, b, x = _floats(a, b, x)
+def gdtrc(a, b, x):
     return np.where(x < 0, np.nan, _sp().gammaincc(b, a * np.maximum(x, 0)))
 
 
 @_composite("pdtrc")
-def pdtrc(k, m, **kwargs):
-    _no_kwargs("pdtrc", kwargs)
-    k, m = _floats(k, m)
+def pdtrc(k, m):
     bad = (k < 0) | (m < 0)
     value = _sp().gammainc(_floor(max(k, 0.0) if type(k) is float else np.maximum(k, 0)) + 1,
                            np.maximum(m, 0))
@@ -118,15 +111,13 @@ def pdtrc(k, m, **kwargs):
 
 def _counts(k, n, p):
     """The counts rounded down, as scipy's, and where ``p`` is no probability."""
-    k, n, p = _floats(k, n, p)
     return _floor(k), _floor(n), p, (p < 0) | (p > 1) | np.isnan(p)
 
 
 @_composite("bdtr")
-def bdtr(k, n, p, **kwargs):
+def bdtr(k, n, p):
     """cephes' bdtr: ``(1 - p)^n`` at k = 0, 1 at k = n, else
     ``betainc(n - k, k + 1, 1 - p)``; NaN for p outside [0, 1], k < 0, n < k."""
-    _no_kwargs("bdtr", kwargs)
     k, n, p, bad = _counts(k, n, p)
     bad = bad | (k < 0) | (n < k)
     kk = np.clip(k, 0, np.maximum(n - 1, 0))  # (in the betainc's domain where it is used)
@@ -136,10 +127,9 @@ def bdtr(k, n, p, **kwargs):
 
 
 @_composite("bdtrc")
-def bdtrc(k, n, p, **kwargs):
+def bdtrc(k, n, p):
     """cephes' bdtrc: 1 for k < 0, 0 at k = n, ``1 - (1 - p)^n`` at k = 0
     (``-expm1(n log1p(-p))`` below p = 0.01), else ``betainc(k + 1, n - k, p)``."""
-    _no_kwargs("bdtrc", kwargs)
     k, n, p, bad = _counts(k, n, p)
     bad = bad | (n < k)
     kk = np.clip(k, 0, np.maximum(n - 1, 0))
@@ -152,8 +142,7 @@ def bdtrc(k, n, p, **kwargs):
 
 
 @_composite("nbdtr")
-def nbdtr(k, n, p, **kwargs):
-    _no_kwargs("nbdtr", kwargs)
+def nbdtr(k, n, p):
     k, n, p, bad = _counts(k, n, p)
     bad = bad | (k < 0) | (n <= 0)
     value = _sp().betainc(np.maximum(n, 1e-300), np.maximum(k, 0) + 1, p)
@@ -161,8 +150,7 @@ def nbdtr(k, n, p, **kwargs):
 
 
 @_composite("nbdtrc")
-def nbdtrc(k, n, p, **kwargs):
-    _no_kwargs("nbdtrc", kwargs)
+def nbdtrc(k, n, p):
     k, n, p, bad = _counts(k, n, p)
     bad = bad | (k < 0) | (n <= 0)
     value = _sp().betainc(np.maximum(k, 0) + 1, np.maximum(n, 1e-300), 1 - p)
@@ -170,41 +158,31 @@ def nbdtrc(k, n, p, **kwargs):
 
 
 @_composite("betaincc")
-def betaincc(a, b, x, **kwargs):
+def betaincc(a, b, x):
     """The complement of ``betainc`` by its symmetry, ``betainc(b, a, 1 - x)``."""
-    _no_kwargs("betaincc", kwargs)
-    a, b, x = _floats(a, b, x)
     return _sp().betainc(b, a, 1 - x)
 
 
 @_composite("kn")
-def kn(n, x, **kwargs):
-    _no_kwargs("kn", kwargs)
-    n, x = _floats(n, x)
+def kn(n, x):
     return _sp().kv(n, x)
 
 
 @_composite("jve")
-def jve(v, x, **kwargs):
-    _no_kwargs("jve", kwargs)
-    v, x = _floats(v, x)
+def jve(v, x):
     pole = (x == 0) & (v < 0) & (v != _floor(v))  # (scipy: NaN, not jv's infinity)
     return np.where(pole, np.nan, _sp().jv(v, x))
 
 
 @_composite("yve")
-def yve(v, x, **kwargs):
-    _no_kwargs("yve", kwargs)
-    v, x = _floats(v, x)
+def yve(v, x):
     return _sp().yv(v, x)
 
 
 @_composite("agm")
-def agm(a, b, **kwargs):
+def agm(a, b):
     """Gauss' ``pi (a + b) / (4 K(m))``, ``m = ((a - b) / (a + b))^2``, for a
     and b of one sign (scipy's: 0 where one is 0, NaN for opposite signs)."""
-    _no_kwargs("agm", kwargs)
-    a, b = _floats(a, b)
     sign = np.sign(a)
     same = a * b > 0
     sa, sb = np.where(same, np.abs(a), 1.0), np.where(same, np.abs(b), 1.0)
@@ -213,41 +191,31 @@ def agm(a, b, **kwargs):
 
 
 @_composite("radian")
-def radian(d, m, s, **kwargs):
-    _no_kwargs("radian", kwargs)
-    d, m, s = _floats(d, m, s)
+def radian(d, m, s):
     return ((s / 60 + m) / 60 + d) * (math.pi / 180)
 
 
 @_composite("sindg")
-def sindg(x, **kwargs):
-    _no_kwargs("sindg", kwargs)
-    (x,) = _floats(x)
+def sindg(x):
     return np.sin(np.fmod(x, 360.0) * (math.pi / 180))
 
 
 @_composite("cosdg")
-def cosdg(x, **kwargs):
-    _no_kwargs("cosdg", kwargs)
-    (x,) = _floats(x)
+def cosdg(x):
     return np.cos(np.fmod(x, 360.0) * (math.pi / 180))
 
 
 @_composite("inv_boxcox")
-def inv_boxcox(y, lmbda, **kwargs):
+def inv_boxcox(y, lmbda):
     """``exp(log1p(lmbda y) / lmbda)``, ``exp(y)`` at lmbda = 0."""
-    _no_kwargs("inv_boxcox", kwargs)
-    y, lmbda = _floats(y, lmbda)
     zero = lmbda == 0
     safe = np.where(zero, 1.0, lmbda)
     return np.where(zero, np.exp(y), np.exp(np.log1p(safe * y) / safe))
 
 
 @_composite("inv_boxcox1p")
-def inv_boxcox1p(y, lmbda, **kwargs):
+def inv_boxcox1p(y, lmbda):
     """``expm1(log1p(lmbda y) / lmbda)``, ``expm1(y)`` at lmbda = 0."""
-    _no_kwargs("inv_boxcox1p", kwargs)
-    y, lmbda = _floats(y, lmbda)
     zero = lmbda == 0
     safe = np.where(zero, 1.0, lmbda)
     return np.where(zero, np.expm1(y), np.expm1(np.log1p(safe * y) / safe))
