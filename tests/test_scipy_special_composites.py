@@ -142,3 +142,60 @@ def test_float32_in_scipys_dtype(name):
     want = _call(name, args)
     assert seen["value"].dtype == want.dtype
     assert float(res.value) == pytest.approx(float(want[0]), rel=1e-6)
+
+
+#: orthogonal polynomials: name -> parameters (before x), the points x
+POLYNOMIALS = {
+    "eval_legendre": ((), np.linspace(-1, 1, 9)),
+    "eval_sh_legendre": ((), np.linspace(0, 1, 9)),
+    "eval_chebyt": ((), np.linspace(-1, 1, 9)),
+    "eval_chebyu": ((), np.linspace(-1, 1, 9)),
+    "eval_chebyc": ((), np.linspace(-2, 2, 9)),
+    "eval_chebys": ((), np.linspace(-2, 2, 9)),
+    "eval_sh_chebyt": ((), np.linspace(0, 1, 9)),
+    "eval_sh_chebyu": ((), np.linspace(0, 1, 9)),
+    "eval_hermite": ((), np.linspace(-3, 3, 9)),
+    "eval_hermitenorm": ((), np.linspace(-3, 3, 9)),
+    "eval_laguerre": ((), np.linspace(0, 8, 9)),
+    "eval_genlaguerre": ((0.7,), np.linspace(0, 8, 9)),
+    "eval_gegenbauer": ((0.7,), np.linspace(-1, 1, 9)),
+}
+DEGREES = np.array([0, 1, 2, 3, 5, 8, 13, 21, 30])
+
+
+@pytest.mark.parametrize("name", sorted(POLYNOMIALS))
+def test_orthogonal_polynomials(name):
+    """Values of degrees 0 to 30 against scipy's (each point its own degree),
+    their x-derivatives against central differences of scipy's."""
+    params, x = POLYNOMIALS[name]
+    u = getattr(sp, name)
+    res = ha.jacobian(lambda z: u(DEGREES, *params, z), x, backend="numpy")
+    want = u(DEGREES, *params, x)
+    np.testing.assert_allclose(res.value, want, rtol=1e-13, atol=1e-13 * np.abs(want).max())
+    h = 1e-6 * np.maximum(1.0, np.abs(x))
+    slope = (u(DEGREES, *params, x + h) - u(DEGREES, *params, x - h)) / (2 * h)
+    np.testing.assert_allclose(np.diag(res.jacobian), slope, rtol=1e-6,
+                               atol=1e-7 * np.abs(slope).max())
+
+
+@pytest.mark.parametrize("name", ["eval_genlaguerre", "eval_gegenbauer"])
+def test_polynomial_parameters_are_differentiable(name):
+    u = getattr(sp, name)
+
+    def f(z):
+        return np.sum(u(np.array([2, 5, 9]), z[0], z[1:]) ** 2)
+
+    z = np.array([0.6, 0.3, -0.4, 0.8])
+    for backend in ("numpy", "numba"):
+        res = ha.gradient(f, z, backend=backend)
+        np.testing.assert_allclose(res.gradient, numerical_gradient(f, z), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("f, match", [
+    (lambda z: sp.eval_legendre(z[0], z), r"traced degree n"),
+    (lambda z: sp.eval_chebyt(2.5, z), r"non-integer or negative degrees"),
+    (lambda z: sp.eval_hermite(-1, z), r"non-integer or negative degrees"),
+])
+def test_polynomial_degrees_are_constant_integers(f, match):
+    with pytest.raises(NotImplementedError, match=match):
+        ha.gradient(lambda z: np.sum(f(z)), np.array([0.3, 0.6]), backend="numpy")

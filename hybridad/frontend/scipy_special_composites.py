@@ -10,7 +10,10 @@ incomplete gamma and beta functions; ``kn`` (``kv`` of an integer order),
 ``agm`` from the complete elliptic integral (Gauss: ``agm(a, b) = pi (a +
 b) / (4 K(((a - b) / (a + b))^2))``); ``radian``, ``sindg``, ``cosdg`` (the
 angle reduced exactly modulo 360 first); ``inv_boxcox`` and
-``inv_boxcox1p``.  Values are scipy's to rounding (relative 1e-14 away from
+``inv_boxcox1p``; the orthogonal polynomials of constant integer degree
+(Legendre, Chebyshev T, U, C, S, Hermite, HermiteE, Laguerre, generalized
+Laguerre, Gegenbauer, and the shifted Legendre and Chebyshev ones) by their
+three-term recurrences, differentiable in x and in the parameter.  Values are scipy's to rounding (relative 1e-14 away from
 a function's zeros, checked on grids and at the edges by the tests); the
 derivatives are the composition's, in the continuous arguments -- a shape or
 count argument is refused by the rule of the function it reaches (``a`` of
@@ -27,6 +30,7 @@ import math
 
 import numpy as np
 
+from ..core.tracer import Tracer
 from .numpy_api import _tracer
 from .scipy_special import COMPOSITES
 
@@ -69,9 +73,26 @@ def _floor(v):
     return float(math.floor(v)) if type(v) is float else np.floor(v)
 
 
-def _composite(name):
+def _degree(name, n):
+    """The constant polynomial degree ``n`` as an integer array: a traced one,
+    a non-integer one (scipy's hypergeometric continuation) and a negative
+    one are refused by name."""
+    if isinstance(n, Tracer):
+        raise NotImplementedError(f"hybridad: scipy.special.{name} with a traced degree n: "
+                                  "n must be a constant (x and the parameters are "
+                                  "differentiable)")
+    n = np.asarray(n)
+    if n.dtype.kind not in "biuf" or np.any(n != np.floor(n)) or np.any(n < 0):
+        raise NotImplementedError(f"hybridad: scipy.special.{name} of non-integer or negative "
+                                  "degrees n on traced values (scipy's continuation of the "
+                                  "polynomials beyond them is not traced)")
+    return n.astype(np.int64)
+
+
+def _composite(name, degree=False):
     """Register ``fn`` as the composite of scipy.special's ``name``: called
-    with its arguments in float64 (:func:`_floats`), its result in the dtype
+    with its arguments in float64 (:func:`_floats`; with ``degree``, the first
+    as the integer array :func:`_degree` makes), its result in the dtype
     scipy's ufunc gives."""
     def register(fn):
         def call(*args, **kwargs):
@@ -79,7 +100,8 @@ def _composite(name):
                 raise NotImplementedError(f"hybridad: scipy.special.{name} with "
                                           f"{sorted(kwargs)} on traced values (call it with "
                                           "its arguments only)")
-            out = _tracer(fn(*_floats(*args)))
+            rest = _floats(*args[degree:])
+            out = _tracer(fn(_degree(name, args[0]), *rest) if degree else fn(*rest))
             dtype = _result_dtype(name, args)
             return out if out.dtype == dtype else out.astype(dtype)
 
@@ -219,3 +241,95 @@ def inv_boxcox1p(y, lmbda):
     zero = lmbda == 0
     safe = np.where(zero, 1.0, lmbda)
     return np.where(zero, np.expm1(y), np.expm1(np.log1p(safe * y) / safe))
+
+
+# --------------------------------------------------------------------------
+# orthogonal polynomials of constant integer degree: their three-term recurrences
+# --------------------------------------------------------------------------
+def _recurrence(n, p0, p1, step):
+    """``P_n`` from ``P_0 = p0``, ``P_1 = p1`` and ``P_{k+1} = step(k, P_k,
+    P_{k-1})``, for the constant degrees ``n`` (an array: each element its
+    own degree, selected as the recurrence passes it)."""
+    top = int(np.max(n, initial=0))
+    out = np.where(n == 0, p0, p1) if top >= 1 else p0 + 0.0 * p1
+    prev, cur = p0, p1
+    for k in range(1, top):
+        prev, cur = cur, step(k, cur, prev)
+        out = np.where(n == k + 1, cur, out)
+    return out
+
+
+def _ones(x):
+    return 0.0 * x + 1.0
+
+
+@_composite("eval_legendre", degree=True)
+def eval_legendre(n, x):
+    return _recurrence(n, _ones(x), x, lambda k, p, q: ((2 * k + 1) * x * p - k * q) / (k + 1))
+
+
+@_composite("eval_sh_legendre", degree=True)
+def eval_sh_legendre(n, x):
+    return eval_legendre(n, 2 * x - 1)
+
+
+@_composite("eval_chebyt", degree=True)
+def eval_chebyt(n, x):
+    return _recurrence(n, _ones(x), x, lambda k, p, q: 2 * x * p - q)
+
+
+@_composite("eval_chebyu", degree=True)
+def eval_chebyu(n, x):
+    return _recurrence(n, _ones(x), 2 * x, lambda k, p, q: 2 * x * p - q)
+
+
+@_composite("eval_chebyc", degree=True)
+def eval_chebyc(n, x):
+    return 2 * eval_chebyt(n, x / 2)
+
+
+@_composite("eval_chebys", degree=True)
+def eval_chebys(n, x):
+    return eval_chebyu(n, x / 2)
+
+
+@_composite("eval_sh_chebyt", degree=True)
+def eval_sh_chebyt(n, x):
+    return eval_chebyt(n, 2 * x - 1)
+
+
+@_composite("eval_sh_chebyu", degree=True)
+def eval_sh_chebyu(n, x):
+    return eval_chebyu(n, 2 * x - 1)
+
+
+@_composite("eval_hermite", degree=True)
+def eval_hermite(n, x):
+    return _recurrence(n, _ones(x), 2 * x, lambda k, p, q: 2 * x * p - 2 * k * q)
+
+
+@_composite("eval_hermitenorm", degree=True)
+def eval_hermitenorm(n, x):
+    return _recurrence(n, _ones(x), x, lambda k, p, q: x * p - k * q)
+
+
+@_composite("eval_laguerre", degree=True)
+def eval_laguerre(n, x):
+    return _recurrence(n, _ones(x), 1 - x, lambda k, p, q: ((2 * k + 1 - x) * p - k * q) / (k + 1))
+
+
+@_composite("eval_genlaguerre", degree=True)
+def eval_genlaguerre(n, alpha, x):
+    """Laguerre's of parameter ``alpha`` (differentiable in it too); scipy's
+    NaN for ``alpha <= -1``."""
+    value = _recurrence(n, _ones(x + alpha), 1 + alpha - x,
+                        lambda k, p, q: ((2 * k + 1 + alpha - x) * p - (k + alpha) * q) / (k + 1))
+    return np.where(alpha <= -1, np.nan, value)
+
+
+@_composite("eval_gegenbauer", degree=True)
+def eval_gegenbauer(n, alpha, x):
+    """Gegenbauer's of parameter ``alpha`` (differentiable in it too)."""
+    return _recurrence(n, _ones(x + alpha), 2 * alpha * x,
+                       lambda k, p, q: (2 * (k + alpha) * x * p - (k + 2 * alpha - 1) * q)
+                       / (k + 1))
