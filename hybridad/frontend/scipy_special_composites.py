@@ -13,12 +13,13 @@ angle reduced exactly modulo 360 first); ``inv_boxcox`` and
 ``inv_boxcox1p``; the orthogonal polynomials of constant integer degree
 (Legendre, Chebyshev T, U, C, S, Hermite, HermiteE, Laguerre, generalized
 Laguerre, Gegenbauer, and the shifted Legendre and Chebyshev ones) by their
-three-term recurrences, differentiable in x and in the parameter.  Values are scipy's to rounding (relative 1e-14 away from
-a function's zeros, checked on grids and at the edges by the tests); the
-derivatives are the composition's, in the continuous arguments -- a shape or
-count argument is refused by the rule of the function it reaches (``a`` of
-``gammainc``, ``a`` and ``b`` of ``betainc``, the order of ``kv``), as the
-rule table's own functions are.
+three-term recurrences, differentiable in x and in the parameter.  Values
+are scipy's to rounding (relative 1e-13 away from a function's zeros,
+checked on grids and at the edges by the tests); the derivatives are the
+composition's, in the continuous arguments -- a shape or count argument is
+refused by the rule of the function it reaches (``a`` of ``gammainc``, ``a``
+and ``b`` of ``betainc``, the order of ``kv``), as the rule table's own
+functions are.
 
 Registered as composites of their ufuncs (:data:`.numpy_api.GUFUNCS`) when
 scipy.special is loaded (:func:`.scipy_special.install`).
