@@ -13,6 +13,7 @@ import scipy.fft as sf
 import scipy.fftpack as fp
 
 import hybridad as ha
+from hybridad.testing import assert_no_alloc
 
 from conftest import assert_grad, assert_same_as_reference, rand
 
@@ -110,7 +111,7 @@ COMPILED = ["fft n crop, axis 0", "ifft of fft", "irfft of rfft", "hfft2", "ihff
 
 def test_the_compiled_backend_agrees():
     """One case of each construction in one function (one program), numba
-    against numpy."""
+    against numpy; its plan allocates nothing per call."""
     names = COMPILED
     xs = {name: rand(CASES[name][1], seed=len(name)) for name in names}
 
@@ -121,9 +122,11 @@ def test_the_compiled_backend_agrees():
     args = tuple(xs.values())
     argnums = tuple(range(len(args)))
     ref = ha.gradient(f, *args, argnums=argnums, backend="numpy")
-    res = ha.gradient(f, *args, argnums=argnums, backend="numba")
+    plan = ha.compile(f, *args, argnums=argnums, backend="numba")
+    res = plan.gradient(*args)
     np.testing.assert_allclose(float(ref.value), f(*args), rtol=1e-12)
     assert_same_as_reference(res, ref, "numba")
+    assert_no_alloc(lambda: plan.gradient(*args, out=res))
 
 
 def test_float32_stays_float32():

@@ -13,7 +13,7 @@ import pytest
 import scipy.special as sp
 
 import hybridad as ha
-from hybridad.testing import numerical_gradient
+from hybridad.testing import assert_no_alloc, numerical_gradient
 
 #: name -> (edge grid per argument, the continuous arguments' positions, an
 #: interior point)
@@ -103,9 +103,11 @@ def test_the_compiled_backend_agrees_and_hessians():
 
     z = np.array([0.35, 1.7, 2.2, 0.6, 33.0])
     ref = ha.gradient(f, z, backend="numpy")
-    got = ha.gradient(f, z, backend="numba")
+    plan = ha.compile(f, z, backend="numba")
+    got = plan.gradient(z)
     assert float(got.value) == pytest.approx(float(ref.value), rel=1e-13)
     np.testing.assert_allclose(got.gradient, ref.gradient, rtol=1e-12)
+    assert_no_alloc(lambda: plan.gradient(z, out=got))
     H = ha.hessian(f, z, backend="numpy").hessian
     G = np.stack([numerical_gradient(lambda x, i=i: ha.gradient(f, x, backend="numpy")
                                      .gradient[i], z) for i in range(z.size)])
