@@ -612,4 +612,8 @@ def test_every_primitive_and_function_has_rows():
         "solveh_banded", "cosm", "sinm", "tanm", "coshm", "sinhm", "tanhm", "lu",
         "eigvalsh_tridiagonal", "eigh_tridiagonal",
         # scipy_linalg_matfuncs (tests/test_scipy_linalg_matfuncs.py)
-        "sqrtm", "logm", "fractional_matrix_power"}
+        "sqrtm", "logm", "fractional_matrix_power",
+        # scipy_linalg_extra (tests/test_scipy_linalg_extra.py)
+        "companion", "hankel", "convolution_matrix", "khatri_rao", "expm_frechet",
+        "solve_sylvester", "solve_continuous_lyapunov", "solve_discrete_lyapunov", "polar",
+        "signm", "eig", "eigvals"}

@@ -47,6 +47,7 @@ from . import scipy_interpolate  # noqa: E402  (scipy.interpolate: traced points
 from . import scipy_linalg  # noqa: E402,F401  (scipy.linalg)
 from . import scipy_linalg_more  # noqa: E402,F401  (scipy.linalg: numpy's, and from expm)
 from . import scipy_linalg_matfuncs  # noqa: E402,F401  (sqrtm, logm: iterations)
+from . import scipy_linalg_extra  # noqa: E402,F401  (sylvester, polar, companion, ...)
 from . import scipy_filters  # noqa: E402,F401  (scipy.signal's lfilter, filtfilt)
 from . import scipy_signal_more  # noqa: E402,F401  (sosfilt, detrend, welch, ...)
 from . import scipy_spatial  # noqa: E402,F401  (scipy.spatial.distance)
