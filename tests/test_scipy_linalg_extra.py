@@ -68,6 +68,27 @@ def test_signm_derivative_is_the_frechet_derivative():
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-13 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("cross", [False, True])
+def test_continuous_riccati_equation(cross):
+    """The stabilizing solution: scipy's to 1e-12 (its own residual is larger
+    than hybridad's), the gradient w.r.t. A to AD precision against implicit
+    differentiation (``Acl Y + Y Acl^T = W``, ``-(X Y^T + X Y)``)."""
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((4, 4)), rng.standard_normal((4, 2))
+    q, r = np.eye(4), 0.5 * np.eye(2)
+    s = 0.1 * rng.standard_normal((4, 2)) if cross else None
+    w = np.cos(np.arange(16.0)).reshape(4, 4)
+    res = ha.gradient(lambda z: np.sum(w * sl.solve_continuous_are(z, b, q, r, s=s)), a,
+                      backend="numpy")
+    x = sl.solve_continuous_are(a, b, q, r, s=s)
+    assert float(res.value) == pytest.approx(np.sum(w * x), rel=1e-12)
+    rs = np.linalg.solve(r, (b if s is None else b).T)
+    closed = a - b @ rs @ x - (0 if s is None else b @ np.linalg.solve(r, s.T))
+    y = sl.solve_continuous_lyapunov(closed, w)
+    want = -(x @ y.T + x @ y)
+    np.testing.assert_allclose(res.gradient, want, rtol=0, atol=1e-11 * np.abs(want).max())
+
+
 def test_the_compiled_backend_agrees_and_allocates_nothing():
     def f(a):
         return (np.sum(sl.companion(a[0]) ** 2) + np.sum(sl.hankel(a[1]) * S)
@@ -87,6 +108,7 @@ def test_the_compiled_backend_agrees_and_allocates_nothing():
     (lambda a: sl.solve_sylvester(*[np.kron(np.kron(a, a), np.eye(3))] * 3),  # (48 x 48)
      r"2304 unknowns"),
     (lambda a: sl.polar(a[:3]), r"polar of a non-square matrix"),
+    (lambda a: sl.solve_continuous_are(a, a, a, a, e=a), r"generalized equation"),
     (lambda a: sl.eig(a, left=True)[0].real, r"left=True"),
     (lambda a: sl.eigvals(a, a).real, r"generalized problem"),
     (lambda a: sl.signm(np.array([[0.0, -1.0], [1.0, 0.0]]) * a[0, 0]),

@@ -10,6 +10,7 @@
   the Kronecker form of the equation (``(A (x) I + I (x) B^T) vec X = vec Q``,
   row-major) by ``solve`` -- scipy's solution to rounding, O((mn)^3): systems
   of more than :data:`KRONECKER_MAX` unknowns are refused by name;
+* ``solve_continuous_are``: from the sign of its Hamiltonian matrix;
 * ``polar`` (square, nonsingular) and ``signm``: the scaled Newton iterations
   ``U <- (mu U + (mu U)^-T) / 2`` and ``X <- (mu X + (mu X)^-1) / 2``, run until
   converged (steps decided on values and guarded, as
@@ -214,19 +215,59 @@ def polar(a, side="right"):
     return _result(u, dtype), _result((p + p.T) / 2, dtype)
 
 
-@intercepts(_M, "signm")
-def signm(A, disp=True):  # noqa: N803
-    """The matrix sign function (no eigenvalue on the imaginary axis)."""
-    (a,), _ = _operands(A)
-    if a.ndim != 2 or a.shape[0] != a.shape[1]:
-        raise ValueError("expected a square matrix")
+def _sign(name, a):
+    """The sign of the float64 matrix ``a`` (determinant-scaled Newton)."""
     n = a.shape[0]
 
     def step(x):
         mu = np.abs(np.linalg.det(x)) ** (-1.0 / n)
         return (mu * x + np.linalg.inv(x) / mu) / 2
 
-    return _newton("signm", a, step)
+    return _newton(name, a, step)
+
+
+@intercepts(_M, "signm")
+def signm(A, disp=True):  # noqa: N803
+    """The matrix sign function (no eigenvalue on the imaginary axis)."""
+    (a,), _ = _operands(A)
+    if a.ndim != 2 or a.shape[0] != a.shape[1]:
+        raise ValueError("expected a square matrix")
+    return _sign("signm", a)
+
+
+@intercepts(_M, "solve_continuous_are")
+def solve_continuous_are(a, b, q, r, e=None, s=None, balanced=True):
+    """``A^T X + X A - (X B + S) R^-1 (B^T X + S^T) + Q = 0``: the stabilizing
+    solution from the sign of the Hamiltonian ``H`` (Roberts; Byers 1987):
+    ``[W12; W22 + I] X = -[W11 + I; W21]``, ``W = sign(H)``, by least
+    squares, symmetrized, then one Newton-Kleinman step (a Lyapunov equation,
+    up to :data:`KRONECKER_MAX` unknowns) brings the residual to rounding.
+    ``e`` (the generalized equation) is refused."""
+    if e is not None:
+        _refuse("solve_continuous_are", "with e (the generalized equation) is not supported")
+    operands = (a, b, q, r) if s is None else (a, b, q, r, s)
+    (a, b, q, r, *rest), _ = _operands(*operands)
+    n = a.shape[0]
+    if a.shape != (n, n) or b.ndim != 2 or b.shape[0] != n or q.shape != (n, n) or \
+            r.shape != (b.shape[1], b.shape[1]):
+        raise ValueError(f"solve_continuous_are: A {a.shape}, B {b.shape}, Q {q.shape} and R "
+                         f"{r.shape} do not match")
+    if rest:  # (the cross term folded into A and Q)
+        rs = np.linalg.solve(r, rest[0].T)
+        a, q = a - b @ rs, q - rest[0] @ rs
+    g = b @ np.linalg.solve(r, b.T)
+    h = concatenate([concatenate([a, -g], axis=1), concatenate([-q, -a.T], axis=1)])
+    w = _sign("solve_continuous_are", h)
+    eye = np.eye(n)
+    lhs = concatenate([w[:n, n:], w[n:, n:] + eye])
+    rhs = -concatenate([w[:n, :n] + eye, w[n:, :n]])
+    x = np.linalg.solve(lhs.T @ lhs, lhs.T @ rhs)
+    x = (x + x.T) / 2
+    if n * n <= KRONECKER_MAX:  # one Newton-Kleinman step: the residual to rounding
+        closed = a - g @ x
+        x = solve_continuous_lyapunov(closed.T, -(q + x @ g @ x))
+        x = (x + x.T) / 2
+    return x
 
 
 # --------------------------------------------------------------------------
