@@ -616,4 +616,4 @@ def test_every_primitive_and_function_has_rows():
         # scipy_linalg_extra (tests/test_scipy_linalg_extra.py)
         "companion", "hankel", "convolution_matrix", "khatri_rao", "expm_frechet",
         "solve_sylvester", "solve_continuous_lyapunov", "solve_discrete_lyapunov", "polar",
-        "signm", "eig", "eigvals", "solve_continuous_are"}
+        "signm", "eig", "eigvals", "solve_continuous_are", "solve_discrete_are"}

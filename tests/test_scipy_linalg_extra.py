@@ -89,6 +89,27 @@ def test_continuous_riccati_equation(cross):
     np.testing.assert_allclose(res.gradient, want, rtol=0, atol=1e-11 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("cross", [False, True])
+def test_discrete_riccati_equation(cross):
+    """scipy's solution to 1e-13, the gradient w.r.t. A to AD precision
+    against implicit differentiation (``Y = Acl Y Acl^T + W``, ``X Acl (Y^T +
+    Y)``)."""
+    rng = np.random.default_rng(4)
+    a, b = 0.8 * rng.standard_normal((4, 4)), rng.standard_normal((4, 2))
+    q, r = np.eye(4), 0.5 * np.eye(2)
+    s = 0.1 * rng.standard_normal((4, 2)) if cross else None
+    w = np.cos(np.arange(16.0)).reshape(4, 4)
+    res = ha.gradient(lambda z: np.sum(w * sl.solve_discrete_are(z, b, q, r, s=s)), a,
+                      backend="numpy")
+    x = sl.solve_discrete_are(a, b, q, r, s=s)
+    assert float(res.value) == pytest.approx(np.sum(w * x), rel=1e-13)
+    gain = np.linalg.solve(r + b.T @ x @ b, b.T @ x @ a + (0 if s is None else s.T))
+    closed = a - b @ gain
+    y = sl.solve_discrete_lyapunov(closed, w)
+    want = x @ closed @ (y.T + y)
+    np.testing.assert_allclose(res.gradient, want, rtol=0, atol=1e-12 * np.abs(want).max())
+
+
 def test_the_compiled_backend_agrees_and_allocates_nothing():
     def f(a):
         return (np.sum(sl.companion(a[0]) ** 2) + np.sum(sl.hankel(a[1]) * S)
@@ -109,6 +130,7 @@ def test_the_compiled_backend_agrees_and_allocates_nothing():
      r"2304 unknowns"),
     (lambda a: sl.polar(a[:3]), r"polar of a non-square matrix"),
     (lambda a: sl.solve_continuous_are(a, a, a, a, e=a), r"generalized equation"),
+    (lambda a: sl.solve_discrete_are(a, a, a, a, e=a), r"generalized equation"),
     (lambda a: sl.eig(a, left=True)[0].real, r"left=True"),
     (lambda a: sl.eigvals(a, a).real, r"generalized problem"),
     (lambda a: sl.signm(np.array([[0.0, -1.0], [1.0, 0.0]]) * a[0, 0]),

@@ -11,6 +11,8 @@
   row-major) by ``solve`` -- scipy's solution to rounding, O((mn)^3): systems
   of more than :data:`KRONECKER_MAX` unknowns are refused by name;
 * ``solve_continuous_are``: from the sign of its Hamiltonian matrix;
+  ``solve_discrete_are``: the structure-preserving doubling iteration; each
+  then one Newton step;
 * ``polar`` (square, nonsingular) and ``signm``: the scaled Newton iterations
   ``U <- (mu U + (mu U)^-T) / 2`` and ``X <- (mu X + (mu X)^-1) / 2``, run until
   converged (steps decided on values and guarded, as
@@ -235,6 +237,57 @@ def signm(A, disp=True):  # noqa: N803
     return _sign("signm", a)
 
 
+def _riccati_operands(name, a, b, q, r, e, s):
+    """(A, B, Q, R) in float64 with the cross term ``s`` folded into A and Q
+    (``A - B R^-1 S^T``, ``Q - S R^-1 S^T``); ``e`` refused."""
+    if e is not None:
+        _refuse(name, "with e (the generalized equation) is not supported")
+    operands = (a, b, q, r) if s is None else (a, b, q, r, s)
+    (a, b, q, r, *rest), _ = _operands(*operands)
+    n = a.shape[0]
+    if a.shape != (n, n) or b.ndim != 2 or b.shape[0] != n or q.shape != (n, n) or \
+            r.shape != (b.shape[1], b.shape[1]):
+        raise ValueError(f"{name}: A {a.shape}, B {b.shape}, Q {q.shape} and R {r.shape} do not "
+                         "match")
+    if rest:
+        rs = np.linalg.solve(r, rest[0].T)
+        a, q = a - b @ rs, q - rest[0] @ rs
+    return a, b, q, r
+
+
+@intercepts(_M, "solve_discrete_are")
+def solve_discrete_are(a, b, q, r, e=None, s=None, balanced=True):
+    """``A^T X A - X - (A^T X B + S) (R + B^T X B)^-1 (B^T X A + S^T) + Q = 0``:
+    the structure-preserving doubling iteration (``A <- A W^-1 A``, ``G <- G + A
+    W^-1 G A^T``, ``H <- H + A^T H W^-1 A``, ``W = I + G H``, until ``H`` is
+    still; steps guarded), then one Newton (Hewer) step, a Stein equation up
+    to :data:`KRONECKER_MAX` unknowns."""
+    a, b, q, r = _riccati_operands("solve_discrete_are", a, b, q, r, e, s)
+    n = a.shape[0]
+    eye = np.eye(n)
+    ak, gk, hk = a, b @ np.linalg.solve(r, b.T), q
+    last = False
+    for _ in range(STEPS):
+        w = eye + gk @ hk
+        wa, wg = np.linalg.solve(w, ak), np.linalg.solve(w, gk)
+        ak, gk, hk_new = ak @ wa, gk + ak @ wg @ ak.T, hk + ak.T @ hk @ wa
+        if last:
+            hk = hk_new
+            break
+        last = bool(np.max(np.abs(hk_new - hk)) <= TOL * np.max(np.abs(hk_new)))
+        hk = hk_new
+    else:
+        _refuse("solve_discrete_are", "did not converge: the pair (A, B) is not stabilizable "
+                "or the solution not unique")
+    x = (hk + hk.T) / 2
+    if n * n <= KRONECKER_MAX:  # one Newton step: the residual to rounding
+        gain = np.linalg.solve(r + b.T @ x @ b, b.T @ x @ a)
+        closed = a - b @ gain
+        x = solve_discrete_lyapunov(closed.T, q + gain.T @ r @ gain)
+        x = (x + x.T) / 2
+    return x
+
+
 @intercepts(_M, "solve_continuous_are")
 def solve_continuous_are(a, b, q, r, e=None, s=None, balanced=True):
     """``A^T X + X A - (X B + S) R^-1 (B^T X + S^T) + Q = 0``: the stabilizing
@@ -243,18 +296,8 @@ def solve_continuous_are(a, b, q, r, e=None, s=None, balanced=True):
     squares, symmetrized, then one Newton-Kleinman step (a Lyapunov equation,
     up to :data:`KRONECKER_MAX` unknowns) brings the residual to rounding.
     ``e`` (the generalized equation) is refused."""
-    if e is not None:
-        _refuse("solve_continuous_are", "with e (the generalized equation) is not supported")
-    operands = (a, b, q, r) if s is None else (a, b, q, r, s)
-    (a, b, q, r, *rest), _ = _operands(*operands)
+    a, b, q, r = _riccati_operands("solve_continuous_are", a, b, q, r, e, s)
     n = a.shape[0]
-    if a.shape != (n, n) or b.ndim != 2 or b.shape[0] != n or q.shape != (n, n) or \
-            r.shape != (b.shape[1], b.shape[1]):
-        raise ValueError(f"solve_continuous_are: A {a.shape}, B {b.shape}, Q {q.shape} and R "
-                         f"{r.shape} do not match")
-    if rest:  # (the cross term folded into A and Q)
-        rs = np.linalg.solve(r, rest[0].T)
-        a, q = a - b @ rs, q - rest[0] @ rs
     g = b @ np.linalg.solve(r, b.T)
     h = concatenate([concatenate([a, -g], axis=1), concatenate([-q, -a.T], axis=1)])
     w = _sign("solve_continuous_are", h)
