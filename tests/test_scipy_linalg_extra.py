@@ -68,46 +68,43 @@ def test_signm_derivative_is_the_frechet_derivative():
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-13 * np.abs(want).max())
 
 
+def _riccati(solver, seed, scale, cross):
+    """A 4-state, 2-input problem (the cross term ``s`` or none), the gradient
+    of ``sum(w * X)`` w.r.t. A, and scipy's ``X``."""
+    rng = np.random.default_rng(seed)
+    a, b = scale * rng.standard_normal((4, 4)), rng.standard_normal((4, 2))
+    q, r = np.eye(4), 0.5 * np.eye(2)
+    s = 0.1 * rng.standard_normal((4, 2)) if cross else None
+    w = np.cos(np.arange(16.0)).reshape(4, 4)
+    res = ha.gradient(lambda z: np.sum(w * solver(z, b, q, r, s=s)), a, backend="numpy")
+    x = solver(a, b, q, r, s=s)
+    assert float(res.value) == pytest.approx(np.sum(w * x), rel=1e-12)
+    gain = np.linalg.solve(r, b.T @ x + (0 if s is None else s.T))  # (continuous)
+    return a, b, r, s, w, res.gradient, x, gain
+
+
 @pytest.mark.parametrize("cross", [False, True])
 def test_continuous_riccati_equation(cross):
     """The stabilizing solution: scipy's to 1e-12 (its own residual is larger
     than hybridad's), the gradient w.r.t. A to AD precision against implicit
     differentiation (``Acl Y + Y Acl^T = W``, ``-(X Y^T + X Y)``)."""
-    rng = np.random.default_rng(3)
-    a, b = rng.standard_normal((4, 4)), rng.standard_normal((4, 2))
-    q, r = np.eye(4), 0.5 * np.eye(2)
-    s = 0.1 * rng.standard_normal((4, 2)) if cross else None
-    w = np.cos(np.arange(16.0)).reshape(4, 4)
-    res = ha.gradient(lambda z: np.sum(w * sl.solve_continuous_are(z, b, q, r, s=s)), a,
-                      backend="numpy")
-    x = sl.solve_continuous_are(a, b, q, r, s=s)
-    assert float(res.value) == pytest.approx(np.sum(w * x), rel=1e-12)
-    rs = np.linalg.solve(r, (b if s is None else b).T)
-    closed = a - b @ rs @ x - (0 if s is None else b @ np.linalg.solve(r, s.T))
-    y = sl.solve_continuous_lyapunov(closed, w)
+    a, b, r, s, w, got, x, gain = _riccati(sl.solve_continuous_are, 3, 1.0, cross)
+    y = sl.solve_continuous_lyapunov(a - b @ gain, w)
     want = -(x @ y.T + x @ y)
-    np.testing.assert_allclose(res.gradient, want, rtol=0, atol=1e-11 * np.abs(want).max())
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-11 * np.abs(want).max())
 
 
 @pytest.mark.parametrize("cross", [False, True])
 def test_discrete_riccati_equation(cross):
-    """scipy's solution to 1e-13, the gradient w.r.t. A to AD precision
+    """scipy's solution to 1e-12, the gradient w.r.t. A to AD precision
     against implicit differentiation (``Y = Acl Y Acl^T + W``, ``X Acl (Y^T +
     Y)``)."""
-    rng = np.random.default_rng(4)
-    a, b = 0.8 * rng.standard_normal((4, 4)), rng.standard_normal((4, 2))
-    q, r = np.eye(4), 0.5 * np.eye(2)
-    s = 0.1 * rng.standard_normal((4, 2)) if cross else None
-    w = np.cos(np.arange(16.0)).reshape(4, 4)
-    res = ha.gradient(lambda z: np.sum(w * sl.solve_discrete_are(z, b, q, r, s=s)), a,
-                      backend="numpy")
-    x = sl.solve_discrete_are(a, b, q, r, s=s)
-    assert float(res.value) == pytest.approx(np.sum(w * x), rel=1e-13)
+    a, b, r, s, w, got, x, _ = _riccati(sl.solve_discrete_are, 4, 0.8, cross)
     gain = np.linalg.solve(r + b.T @ x @ b, b.T @ x @ a + (0 if s is None else s.T))
     closed = a - b @ gain
     y = sl.solve_discrete_lyapunov(closed, w)
     want = x @ closed @ (y.T + y)
-    np.testing.assert_allclose(res.gradient, want, rtol=0, atol=1e-12 * np.abs(want).max())
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
 
 
 def test_the_compiled_backend_agrees_and_allocates_nothing():
