@@ -88,14 +88,20 @@ def maker(name):
     return WRAPPERS.get(name, _NUMPY[name])
 
 
+def _serving(caller):
+    """Whether a wrapper serves a call from file ``caller``: in this thread's
+    second trace, from the user's code (not numpy's, scipy's or hybridad's)."""
+    return getattr(_state, "on", False) and current_trace() is not None and \
+        traced_as_users(caller)
+
+
 def _wrapper(name):
     numpy_fn = _NUMPY[name]
     serve = maker(name)
 
     def make(*args, **kwargs):
         caller = sys._getframe(1).f_code.co_filename
-        if not getattr(_state, "on", False) or current_trace() is None or \
-                not traced_as_users(caller):  # (numpy's, scipy's and hybridad's own code:
+        if not _serving(caller):  # (numpy's, scipy's and hybridad's own code:
             return served(name, caller, args, kwargs) if name in ORIGINALS else \
                 numpy_fn(*args, **kwargs)  # the array family as its wrapper serves them)
         if name in ("full", "full_like"):
@@ -137,8 +143,7 @@ def _lister(fn):
     """``fn`` with its list arguments holding traced values made traced arrays
     first, in the second trace of this thread's user code (:data:`LISTED`)."""
     def call(*args, **kwargs):
-        if getattr(_state, "on", False) and current_trace() is not None and \
-                traced_as_users(sys._getframe(1).f_code.co_filename):
+        if _serving(sys._getframe(1).f_code.co_filename):
             args = tuple(map(_as_array, args))
             kwargs = {key: _as_array(value) for key, value in kwargs.items()}
         return fn(*args, **kwargs)

@@ -29,11 +29,11 @@ lengths, ``dln``, ``mu``, ``period``, ...) are constants.  Registered in
 from __future__ import annotations
 
 import functools
-import importlib
 
 import numpy as np
 
 from ..core.tracer import Tracer
+from ..ops.host import resolve
 from . import numpy_fft as _np_fft
 from .numpy_api import _tracer
 from .numpy_complex import ComplexTracer
@@ -42,12 +42,6 @@ from .scipy_special import intercepts
 __all__ = []
 
 _F, _P = "scipy.fft", "scipy.fftpack"
-
-
-def _original(module, name):
-    """scipy's own ``module.name`` (the original where hybridad wraps it)."""
-    fn = getattr(importlib.import_module(module), name)
-    return getattr(fn, "__hybridad_original__", fn)
 
 
 def _constants(module, name, **params):
@@ -66,7 +60,7 @@ def _matrix(module, name, n, params, rows):
     of ``x`` (length ``n``) along the last axis -- the function applied to the
     identity's rows (one by one where it takes 1-D arrays only: ``rows``)."""
     _np_fft.check_table(f"{module}.{name}", 16 * n * n, n)  # (the identity and the matrix)
-    fn, kw, eye = _original(module, name), dict(params), np.eye(n)
+    fn, kw, eye = resolve(f"{module}.{name}"), dict(params), np.eye(n)
     if rows:
         t = np.stack([np.asarray(fn(e, **kw)) for e in eye])
     else:

@@ -26,10 +26,9 @@ Registered in :data:`.scipy_special.INTERCEPTED` under ``"scipy.linalg"``.
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 
+from ..ops.host import resolve
 from .numpy_api import _tracer, concatenate, reshape
 from .numpy_complex import ComplexTracer
 from .numpy_linalg import _operands, _result
@@ -47,11 +46,6 @@ KRONECKER_MAX = 1024
 
 def _refuse(name, why):
     raise NotImplementedError(f"hybridad: scipy.linalg.{name} {why}")
-
-
-def _original(name):
-    fn = getattr(importlib.import_module("scipy.linalg"), name)
-    return getattr(fn, "__hybridad_original__", fn)
 
 
 # --------------------------------------------------------------------------
@@ -93,7 +87,7 @@ def convolution_matrix(a, n, mode="full"):
     a = _tracer(a)
     if a.ndim != 1:
         raise ValueError("convolution_matrix expects a one-dimensional array as input")
-    positions = np.asarray(_original("convolution_matrix")(
+    positions = np.asarray(resolve("scipy.linalg.convolution_matrix")(
         np.arange(1, a.shape[0] + 1), n, mode)).astype(np.intp)
     return _gathered(a, positions)
 
