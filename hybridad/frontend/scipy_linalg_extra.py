@@ -33,6 +33,7 @@ from .numpy_api import _tracer, concatenate, reshape
 from .numpy_complex import ComplexTracer
 from .numpy_linalg import _operands, _result
 from .scipy_linalg import expm
+from .scipy_linalg_matfuncs import TOL, converged
 from .scipy_special import intercepts
 
 __all__ = []
@@ -170,25 +171,19 @@ def solve_discrete_lyapunov(a, q, method=None):
 # --------------------------------------------------------------------------
 # polar and signm: scaled Newton iterations
 # --------------------------------------------------------------------------
-#: relative change of the iterate below which one more step ends it
-TOL = 1e-10
-STEPS = 60
+def _still(old, new):
+    """The iterate changed by at most :data:`.scipy_linalg_matfuncs.TOL` of its size."""
+    return bool(np.max(np.abs(new - old)) <= TOL * np.max(np.abs(new)))
 
 
 def _newton(name, x, step):
     """Iterate ``x <- step(x)`` until it stops changing (then once more); a
     singular iterate ends it with the refusal."""
-    last = False
-    for _ in range(STEPS):
-        if not bool(np.abs(np.linalg.det(x)) > 0):
-            break
-        new = step(x)
-        if last:
-            return new
-        last = bool(np.max(np.abs(new - x)) <= TOL * np.max(np.abs(new)))
-        x = new
-    _refuse(name, "did not converge: the matrix is singular (polar) or has an eigenvalue on "
-            "the imaginary axis (signm), where hybridad's iteration has no limit")
+    out = converged(x, lambda x: step(x) if bool(np.abs(np.linalg.det(x)) > 0) else None, _still)
+    if out is None:
+        _refuse(name, "did not converge: the matrix is singular (polar) or has an eigenvalue on "
+                "the imaginary axis (signm), where hybridad's iteration has no limit")
+    return out
 
 
 @intercepts(_M, "polar")
@@ -259,20 +254,19 @@ def solve_discrete_are(a, b, q, r, e=None, s=None, balanced=True):
     a, b, q, r = _riccati_operands("solve_discrete_are", a, b, q, r, e, s)
     n = a.shape[0]
     eye = np.eye(n)
-    ak, gk, hk = a, b @ np.linalg.solve(r, b.T), q
-    last = False
-    for _ in range(STEPS):
+
+    def step(state):
+        ak, gk, hk = state
         w = eye + gk @ hk
         wa, wg = np.linalg.solve(w, ak), np.linalg.solve(w, gk)
-        ak, gk, hk_new = ak @ wa, gk + ak @ wg @ ak.T, hk + ak.T @ hk @ wa
-        if last:
-            hk = hk_new
-            break
-        last = bool(np.max(np.abs(hk_new - hk)) <= TOL * np.max(np.abs(hk_new)))
-        hk = hk_new
-    else:
+        return ak @ wa, gk + ak @ wg @ ak.T, hk + ak.T @ hk @ wa
+
+    out = converged((a, b @ np.linalg.solve(r, b.T), q), step,
+                    lambda old, new: _still(old[2], new[2]))
+    if out is None:
         _refuse("solve_discrete_are", "did not converge: the pair (A, B) is not stabilizable "
                 "or the solution not unique")
+    hk = out[2]
     x = (hk + hk.T) / 2
     if n * n <= KRONECKER_MAX:  # one Newton step: the residual to rounding
         gain = np.linalg.solve(r + b.T @ x @ b, b.T @ x @ a)

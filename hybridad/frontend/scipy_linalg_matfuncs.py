@@ -43,7 +43,8 @@ __all__ = []
 
 _M = "scipy.linalg"
 
-#: ``max |M - I|`` below which the square root's iteration takes one last step
+#: the change below which an iteration here (and in :mod:`.scipy_linalg_extra`) takes
+#: one last step: ``max |M - I|`` for the square root, relative for the others
 TOL = 1e-10
 #: the iteration's limit: far beyond what a convergent one needs (about 6-12)
 STEPS = 60
@@ -64,24 +65,39 @@ def _refuse(name):
         "singular there, and hybridad traces real matrix functions")
 
 
+def converged(state, step, settled):
+    """``state <- step(state)`` until ``settled(old, new)``, then once more: the
+    last state; None where a step returns None (no limit there) or after
+    :data:`STEPS` (the steps are decided on values: guarded decisions)."""
+    last = False
+    for _ in range(STEPS):
+        new = step(state)
+        if new is None or last:
+            return new
+        last = settled(state, new)
+        state = new
+    return None
+
+
 def _sqrt(a, name):
     """The principal square root of the float64 stack ``a`` (Denman-Beavers)."""
     n = a.shape[-1]
     eye = np.eye(n)
-    x = m = a
-    last = False
-    for _ in range(STEPS):
+
+    def step(state):
+        x, m = state
         inverse = np.linalg.inv(m)
         det = np.abs(np.linalg.det(m))
         if not np.all((det > 0) & np.isfinite(det)):
-            _refuse(name)
+            return None
         mu2 = (det ** (-1.0 / n))[..., None, None]  # mu^2
-        x = np.sqrt(mu2) * np.matmul(x, eye + inverse / mu2) / 2
-        m = (eye + (mu2 * m + inverse / mu2) / 2) / 2
-        if last:
-            return x
-        last = bool(np.max(np.abs(m - eye)) < TOL)
-    _refuse(name)
+        return np.sqrt(mu2) * np.matmul(x, eye + inverse / mu2) / 2, \
+            (eye + (mu2 * m + inverse / mu2) / 2) / 2
+
+    out = converged((a, a), step, lambda old, new: bool(np.max(np.abs(new[1] - eye)) < TOL))
+    if out is None:
+        _refuse(name)
+    return out[0]
 
 
 @intercepts(_M, "sqrtm")
