@@ -191,6 +191,9 @@ def test_interp_traced_sample_points():
     x = np.array([-1.7, -0.9, -0.1, 0.3, 0.8, 1.4, 2.5, -0.6])
     xp = np.array([-1.1, -0.3, 0.05, 0.55, 1.2])
     assert_grad(traced_points, (xp, x), argnums=(0, 1))
+    plan = ha.compile(traced_points, xp, x, argnums=(0, 1), backend="numba")
+    out = plan.gradient(xp, x)
+    assert_no_alloc(lambda: plan.gradient(xp, x, out=out))
 
 
 @pytest.mark.parametrize("backend", ["numpy", "numba"])

@@ -162,7 +162,8 @@ def test_numba_plan_allocates_nothing():
         a = x.reshape(4, 3)
         return (np.sum(sl.svdvals(a)) + np.sum(sl.pinv(a)) + np.sum(sl.qr(a)[1])
                 + np.sum(sl.eigvalsh(a.T @ a)) + np.sum(sl.cosm(a.T @ a / 4))
-                + sl.lstsq(a, B)[1])
+                + sl.lstsq(a, B)[1] + np.sum(sl.lu(a[:3] + 3 * np.eye(3))[2] ** 2)
+                + np.sum(sl.eigvalsh_tridiagonal(x[:4], x[4:7]) ** 3))
 
     x = A.ravel()
     plan = ha.compile(f, x, backend="numba")
