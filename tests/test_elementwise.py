@@ -455,6 +455,10 @@ for f in (lambda x: np.sum(law(x, 0.5)), lambda x: np.sum(ns["made"](x))):
     res = plan.gradient(x)
     hits = sum(plan._program.parts[0].stats.cache_hits.values())
     print(hits, float(res.value), float(res.gradient[3]))
+# the dual evaluation's driver (what tracing checks compiles): from disk when importable
+for g in (law, ns["made"]):
+    stats = g.family.primitive(()).driver().stats
+    print(sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
 """
 
 
@@ -476,6 +480,9 @@ def test_plans_are_cached_on_disk_when_the_function_is_importable(tmp_path):
     (hits0, *vals0), (hits1, *vals1) = runs[0][0], runs[1][0]
     assert (hits0, hits1) == ("0", "1") and vals0 == vals1  # the law's plan: from disk
     assert runs[0][1][0] == runs[1][1][0] == "0" and runs[0][1][1:] == runs[1][1][1:]
+    # the law's driver compiled once, then loaded; the unimportable one's compiled each time
+    assert runs[0][2] == ["0", "1"] and runs[1][2] == ["1", "0"], runs
+    assert runs[0][3][0] == runs[1][3][0] == "0", runs
 
 
 def _scaled_by(values):

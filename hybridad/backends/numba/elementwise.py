@@ -28,7 +28,7 @@ import numpy as np
 from ...frontend import scalar_functions as front
 from ...frontend.scalar_functions import ElementwiseError
 
-__all__ = ["check", "driver", "kernel", "ufunc"]
+__all__ = ["check", "driver", "kernel", "parts", "ufunc"]
 
 #: numba's options for user functions and their drivers
 _JIT = {"error_model": "numpy"}  # (no contraction: the same bits wherever inlined)
@@ -141,30 +141,25 @@ def driver(prim):
     """Compile ``prim``'s value-and-partials function into ``prim._driver``,
     once: ``drv(*x) -> (d^I f, d^(I+0) f, ..., d^(I+n-1) f)`` (float64), I
     the primitive's multi-index, one evaluation on nested dual numbers."""
-    import numba
-
-    from . import dual
+    from .cache import load_function
     from .locks import compiler_lock
 
     with compiler_lock(), front._LOCK:  # numba's lock first (a plan's build calls this)
         if prim._driver is None:
             fam, n = prim.family, prim.family.ef.nargs
             params = [f"x{i}" for i in range(n)]
-            # an importable __name__: numba's disk cache of a plan calling
-            # this function rebuilds its environment from that module
-            ns = {"_mk": dual.make_dual, "_promote": dual.promote, "__name__": __name__}
             index = prim.index
             if fam.ef._deriv is not None and not index:
-                ns["_f"], ns["_df"] = _jit(fam), _deriv_jit(fam)
+                bound = "_f, _df = _hd_parts({!r}, 'f', 'df')"
                 body = [f"d = _df({', '.join(params)})",
                         f"return (float(_f({', '.join(params)})), "
                         + " ".join(f"float(d[{j}])," for j in range(n)) + ")"]
             else:
                 if fam.ef._deriv is not None:  # differentiate the given derivative
-                    ns["_g"] = _deriv_jit(fam)
+                    bound = "_g = _hd_parts({!r}, 'df')"
                     call, index = "_g({})[%d]" % index[0], index[1:]
                 else:
-                    ns["_f"] = _jit(fam)
+                    bound = "_f = _hd_parts({!r}, 'f')"
                     call = "_f({})"
                 depth = len(index) + 1
                 body = [f"s{i} = {_seed(f'x{i}', i, n, depth)}" for i in range(n)]
@@ -174,8 +169,18 @@ def driver(prim):
                 body.append("return (" + " ".join(f"r{o}," for o in outs) + ")")
             src = f"def {prim.ident}({', '.join(params)}):\n" + \
                 "\n".join("    " + b for b in body) + "\n"
-            exec(compile(src, f"<hybridad elementwise {prim.name}>", "exec"), ns)  # noqa: S102
-            compiled = numba.njit(**_JIT)(ns[prim.ident])
+            # a module of the disk cache (its name hashes this source, and the
+            # primitive's name hashes the user's code): a later process loads
+            # the machine code instead of compiling the dual evaluation again
+            # (seconds per function; the function itself is compiled anew by
+            # check, milliseconds).  Cached only where a plan calling it may be
+            jit = ", ".join(f"{k}={v!r}" for k, v in {**_JIT, "cache": prim.cacheable}.items())
+            module = "\n".join([
+                "from numba import njit",
+                "from hybridad.backends.numba.dual import make_dual as _mk, promote as _promote",
+                "from hybridad.backends.numba.elementwise import parts as _hd_parts",
+                bound.format(prim.name), "", "", f"@njit({jit})", src])
+            compiled = load_function(module, prim.ident)
             compiled.hybridad_source = src
             prim._driver = compiled  # published whole (read without the lock)
 
@@ -198,6 +203,15 @@ def _seed(x, i, n, depth):
 def _path(index, depth):
     """Attribute path to the derivative ``index`` of a result ``depth`` duals deep."""
     return "".join(f".d[{j}]" for j in index) + ".v" * (depth - len(index))
+
+
+def parts(name, *which):
+    """The compiled function (``"f"``) and hand-written derivative (``"df"``)
+    of primitive ``name``'s user function, in that order: what a driver's
+    generated module binds (:func:`driver`)."""
+    fam = front.primitive(name).family
+    got = [_jit(fam) if w == "f" else _deriv_jit(fam) for w in which]
+    return got[0] if len(got) == 1 else tuple(got)
 
 
 def kernel(name):
