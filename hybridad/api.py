@@ -251,7 +251,8 @@ def gradient(f: Function, *args: Any, argnums: ArgNums = 0, out: GradientResult 
         owner, sub = f, None
     e = _recent_gradient.get(id(owner))
     if e is not None and e[1] is sub and e[2] == argnums and e[3] == backend and \
-            e[0]() is owner:
+            e[0]() is owner and ((made := e[8]) is None or f.__code__ is made[0] and
+                                 f.__defaults__ is made[1] and f.__kwdefaults__ is made[2]):
         shapes, dtypes, n = e[5], e[6], len(args)
         if shapes is None:  # pytree or static arguments: the plan's generated check
             ok = dtypes(args)
@@ -281,7 +282,7 @@ def gradient(f: Function, *args: Any, argnums: ArgNums = 0, out: GradientResult 
     backend = _backend(backend, args)
 
     def lookup(stale):
-        plan = _lookup(f, args, argnums, backend, stale=stale)[0]
+        plan = _lookup(f, args, argnums, backend, stale=stale, twin=True)[0]
         _remember("gradient", f, args, argnums, requested, plan)
         return plan
 
@@ -401,7 +402,7 @@ def hessian(f: Function, x: Any, *args: Any, argnums: ArgNums = 0,
     if _complex_args.any_complex(full):  # plans/complex_args.py
         return _complex_args.hessian(_lookup, f, full, argnums, out, backend, chunk)
     return _cached_call("hessian", f, full, argnums, backend, chunk,
-                        lambda b: HessianPlan(f, full, argnums, b, chunk=chunk,
+                        lambda g, b: HessianPlan(g, full, argnums, b, chunk=chunk,
                                               colors=hessian_colors),
                         lambda plan: plan.hessian(*full, out=out), tag=("hessian", chunk))
 
@@ -470,7 +471,8 @@ def jacobian(f: Function, x: Any, *args: Any, argnums: ArgNums = 0,
     full = (x, *args)
     return _complex_jacobian.dispatch(  # complex values or arguments: plans/complex_jacobian.py
         lambda: _cached_call("jacobian", f, full, argnums, backend, (mode, chunk),
-                             lambda b: JacobianPlan(f, full, argnums, b, mode=mode, chunk=chunk),
+                             lambda g, b: JacobianPlan(g, full, argnums, b, mode=mode,
+                                                       chunk=chunk),
                              lambda plan: plan.jacobian(*full, out=out),
                              tag=("jacobian", mode, chunk)),
         _lookup, f, full, argnums, out, mode, backend, chunk, holomorphic)

@@ -37,7 +37,7 @@ class _Residuals:
         call_args = self._call_args
         return _lookup(self.fun, call_args, 0, self.backend, parallel=self.parallel,
                        tag=("jacobian", "auto", None), stale=stale,
-                       build=lambda: JacobianPlan(self.fun, call_args, 0, self.backend,
+                       build=lambda g: JacobianPlan(g, call_args, 0, self.backend,
                                                   parallel=self.parallel))[0]
 
     def jac(self, x, *args, **kwargs):

@@ -235,8 +235,8 @@ class Objective:
             parallel = self._plan.parallel
             self._hvp_plan = _lookup(
                 self.f, self._call_args, self.argnums, self.backend, tag=(
-                    "hessian", None, parallel), build=lambda: HessianPlan(
-                    self.f, self._call_args, self.argnums, self.backend, parallel=parallel,
+                    "hessian", None, parallel), build=lambda g: HessianPlan(
+                    g, self._call_args, self.argnums, self.backend, parallel=parallel,
                     colors=hessian_colors))[0]
             self._hv = np.zeros_like(self._x)  # (H v: shaped and typed like x)
             self._hfull = HessianResult(self._x, dtype=self.dtype)
@@ -250,8 +250,8 @@ class Objective:
                 parallel = self._hvp_plan.parallel
                 self._hvp_plan = _lookup(
                     self.f, self._call_args, self.argnums, self.backend, stale=self._hvp_plan,
-                    tag=("hessian", None, parallel), build=lambda: HessianPlan(
-                        self.f, self._call_args, self.argnums, self.backend,
+                    tag=("hessian", None, parallel), build=lambda g: HessianPlan(
+                        g, self._call_args, self.argnums, self.backend,
                         parallel=parallel, colors=hessian_colors))[0]
                 self._plan = _lookup(self.f, self._call_args, self.argnums, self.backend,
                                      parallel=self._plan.parallel)[0]

@@ -1,10 +1,23 @@
 """The plan cache behind the convenience functions (:mod:`hybridad.api`).
 
 Keyed by ``(argnums, argument structure and static values, shapes, dtypes)``
-under the function object, held *weakly* -- a function that is
-garbage-collected takes its plans with it (a lambda made in a loop does not
-leak), and at most :data:`MAX_PLANS_PER_FUNCTION` signatures are kept per
-function (least recently used dropped first).  Bound methods are cached under
+under the function, held *weakly* -- a function that is garbage-collected
+takes its plans with it, and at most :data:`MAX_PLANS_PER_FUNCTION`
+signatures are kept per function (least recently used dropped first).
+
+"The function" of a plain Python function is its *twin* (:func:`owner_of`):
+one stand-in for every function object of the same code, globals, closure
+cells and defaults.  Such functions run the same bytecode on the same
+objects, so they compute the same thing, now and after any change to what
+they read (which the plan's guards check, from the twin).  A lambda made in
+a loop -- ``ha.gradient(lambda w: loss(w, X), w, out=res)`` each iteration
+-- is a new object each time with the same code and cells: it finds the
+plan the lambda before it built (a few microseconds, where a new plan took
+5-15 ms).  A twin lives while one of its functions does, and after that
+only while a function like it can still be made (its cells and defaults are
+still referenced from elsewhere: the loop's frame), among the
+:data:`MAX_ORPHANS` most recent such; a closure made once and dropped takes
+its plans with it, as before.  Bound methods are cached under
 their instance and function.  Callables that cannot be weakly referenced use
 a small bounded LRU of :data:`MAX_STRONG_PLANS` entries.
 
@@ -59,6 +72,119 @@ def default_backend(backend, args):
     return "numba"
 
 
+# -- twins: one owner for the function objects that compute the same thing ---------------
+#: structure key -> :class:`_Twin` (see :func:`owner_of`)
+_twins = {}
+#: id(f) -> (weak reference to f, its twin): the functions holding a twin
+_holders = {}
+#: keys of twins none of whose functions is alive but like which one can still be made
+#: (least recently orphaned first)
+_orphans = collections.OrderedDict()
+#: how many such twins (and their plans) outlive their functions
+MAX_ORPHANS = 8
+_FunctionType = types.FunctionType
+
+
+class _Twin:
+    """The stand-in function of one structure key, and how many live functions have it."""
+
+    __slots__ = ("holders", "key", "proxy")
+
+    def __init__(self, f, key):
+        self.key, self.holders = key, 0
+        # tuples of its own (the items shared): a function that dies then
+        # holds one reference more to each item than the twin (see _can_recur)
+        closure, defaults = f.__closure__, f.__defaults__
+        proxy = _FunctionType(f.__code__, f.__globals__, f.__name__,
+                              None if defaults is None else tuple(list(defaults)),
+                              None if closure is None else tuple(list(closure)))
+        proxy.__kwdefaults__ = f.__kwdefaults__
+        proxy.__qualname__, proxy.__module__ = f.__qualname__, f.__module__
+        proxy.__doc__ = f.__doc__
+        self.proxy = proxy
+
+
+def _structure(f):
+    """The key of what ``f`` computes with (ids of objects its twin holds alive)."""
+    closure, defaults, kw = f.__closure__, f.__defaults__, f.__kwdefaults__
+    return (id(f.__code__), id(f.__globals__),
+            None if closure is None else tuple(map(id, closure)),
+            None if defaults is None else tuple(map(id, defaults)),
+            None if kw is None else id(kw))
+
+
+def owner_of(f):
+    """The function the plan cache keeps ``f``'s plans under and traces to
+    build them: for a plain Python function without attributes of its own, its
+    twin -- a function object of the same code, globals, closure cells and
+    defaults, shared by every function with them (see the module docstring);
+    ``f`` itself for anything else (bound methods, callables, functions
+    carrying attributes such as ``functools.wraps``'s ``__wrapped__``)."""
+    if type(f) is not _FunctionType or f.__dict__:
+        return f
+    key = _structure(f)
+    with _lock:
+        held = _holders.get(id(f))
+        if held is not None and held[0]() is f:
+            if held[1].key == key:
+                return held[1].proxy
+            _let_go(id(f), held[0], dying=False)  # (its code or defaults were replaced)
+        twin = _twins.get(key)
+        if twin is None:
+            twin = _twins[key] = _Twin(f, key)
+        else:
+            _orphans.pop(key, None)
+        twin.holders += 1
+        k = id(f)
+        _holders[k] = (weakref.ref(f, lambda r: _let_go(k, r)), twin)
+        return twin.proxy
+
+
+def _let_go(k, ref, dying=True):
+    """Function ``k`` (its weak reference ``ref``) is ``dying`` (its weak
+    reference's callback: it still holds its code, cells and defaults) or has
+    another structure: its twin loses a holder, and with the last one is kept
+    among the orphans only while a function like it can still be made."""
+    with _lock:
+        held = _holders.get(k)
+        if held is None or held[0] is not ref:
+            return
+        del _holders[k]
+        twin = held[1]
+        twin.holders -= 1
+        if twin.holders or _twins.get(twin.key) is not twin:
+            return
+        if dying and not _can_recur(twin.proxy):
+            del _twins[twin.key]
+            return
+        _orphans[twin.key] = None
+        while len(_orphans) > MAX_ORPHANS:
+            old, _ = _orphans.popitem(last=False)
+            gone = _twins.get(old)
+            if gone is not None and not gone.holders:
+                del _twins[old]
+
+
+def _refs(objects):
+    """References to each of ``objects`` (items of a tuple), as counted here."""
+    return [sys.getrefcount(o) for o in objects]
+
+
+def _can_recur(proxy):
+    """Whether another function of ``proxy``'s structure can still be made,
+    asked while the last one dies: its code, globals, cells and defaults each
+    referenced from outside the proxy and that function (a closure made once
+    and dropped holds its cells alone)."""
+    parts = (proxy.__code__, proxy.__globals__, *(proxy.__closure__ or ()),
+             *(proxy.__defaults__ or ()))
+    alone = _refs((_ALONE[0],))[0] + 1  # (an object only the proxy and the dying function hold)
+    return all(n > alone for n in _refs(parts))
+
+
+#: a tuple holding an object no one else refers to: the count of :func:`_refs` for "alone"
+_ALONE = (object(),)
+
+
 def cache_for(f):
     """The per-function LRU of plans (created on first use)."""
     owner, sub = (f.__self__, f.__func__) if inspect.ismethod(f) else (f, None)
@@ -90,11 +216,15 @@ def _stand_in(k, value, dtype):
 
 
 def lookup(f, args, argnums, backend, hvp=False, parallel=True, build=None, tag=(),
-           stale=None):
+           stale=None, twin=False):
     """The cached plan of ``f`` for these arguments and options, and the
     arguments' array leaves (a differentiated number: a 0-d stand-in of its
-    dtype, not its value); ``build()`` (default: a gradient :class:`Plan`)
-    makes it on a miss, or when the cached plan is ``stale``."""
+    dtype, not its value); ``build(g)`` (default: a gradient :class:`Plan`)
+    makes it on a miss, or when the cached plan is ``stale``, of ``g``: the
+    function the cache keeps it under, which the plan traces and guards:
+    with ``twin``, ``f``'s twin (:func:`owner_of`; for callers that check
+    before each call without a lookup that ``f``'s code and defaults are
+    still those of the twin: :func:`remember`'s), else ``f``."""
     argnums_norm, diff = normalize_argnums(argnums, len(args))
     leaves, treedefs = prepare_args(args, diff, lambda: arg_names(f, len(args)), _stand_in)
     key = (argnums_norm, backend, treedefs, tuple((a.shape, a.dtype.str) for a in leaves))
@@ -104,8 +234,10 @@ def lookup(f, args, argnums, backend, hvp=False, parallel=True, build=None, tag=
         key += ("serial",)
     key += tuple(tag)
     if build is None:
-        def build():
-            return Plan(f, args, argnums, backend, hvp=hvp, parallel=parallel)
+        def build(g):
+            return Plan(g, args, argnums, backend, hvp=hvp, parallel=parallel)
+    if twin:
+        f = owner_of(f)
     while True:
         with _lock:  # (held for the tables alone: never across a build)
             lru = cache_for(f)
@@ -127,12 +259,12 @@ def lookup(f, args, argnums, backend, hvp=False, parallel=True, build=None, tag=
                 if pending is None:
                     pending = _building[token] = _Build()
         if lru is None:
-            return build(), leaves
+            return build(f), leaves
         if mine:
             break
         pending.done.wait()  # another thread builds this plan: its, once made
     try:
-        plan = _rebuilt(build(), stale)
+        plan = _rebuilt(build(f), stale)
     except BaseException:
         with _lock:
             if _building.get(token) is pending:
@@ -182,7 +314,9 @@ def _rebuilt(plan, stale):
 
 #: kind -> {id(owner): (weakref to owner, method function or None, argnums, backend,
 #: options, shapes and dtypes of the plain-array arguments -- or None and the plan's
-#: structure check for pytree and static arguments --, plan)}
+#: structure check for pytree and static arguments --, plan, and for a plain
+#: function its code, defaults and keyword defaults: the plan is its twin's, whose
+#: guards do not see those replaced on ``f`` -- see :func:`same_made`)}
 recent = {"gradient": {}, "hvp": {}, "hessian": {}, "jacobian": {}}
 recent_gradient = recent["gradient"]
 _MethodType = types.MethodType
@@ -203,7 +337,7 @@ def recent_plan(kind, f, args, argnums, backend, options=None):
         owner, sub = f, None
     e = recent[kind].get(id(owner))
     if e is None or e[1] is not sub or e[2] != argnums or e[3] != backend or \
-            e[4] != options or e[0]() is not owner:
+            e[4] != options or e[0]() is not owner or not same_made(f, e[8]):
         return None
     if e[5] is None:  # pytree or static arguments: the plan's generated check
         return e[7] if e[6](args) else None
@@ -213,6 +347,19 @@ def recent_plan(kind, f, args, argnums, backend, options=None):
         if type(a) is not _ndarray or a.shape != shape or a.dtype is not dtype:
             return None
     return e[7]
+
+
+def _made(f):
+    """``f``'s code, defaults and keyword defaults (for a plain function; else None)."""
+    return (f.__code__, f.__defaults__, f.__kwdefaults__) if type(f) is _FunctionType else None
+
+
+def same_made(f, made):
+    """Whether ``f`` still has the code and defaults ``made`` (:func:`_made`)
+    it had when its plan was remembered: replacing them makes ``f`` another
+    function (another twin, :func:`owner_of`)."""
+    return made is None or (f.__code__ is made[0] and f.__defaults__ is made[1] and
+                            f.__kwdefaults__ is made[2])
 
 
 def remember(kind, f, args, argnums, backend, plan, options=None):
@@ -231,11 +378,12 @@ def remember(kind, f, args, argnums, backend, plan, options=None):
         ref = weakref.ref(owner, lambda r, table=table, key=key: _forget(table, key, r))
     except TypeError:
         return
+    made = _made(f)
     if matcher is not None:
-        table[key] = (ref, sub, argnums, backend, options, None, matcher, plan)
+        table[key] = (ref, sub, argnums, backend, options, None, matcher, plan, made)
         return
     table[key] = (ref, sub, argnums, backend, options, tuple(a.shape for a in args),
-                  tuple(a.dtype for a in args), plan)
+                  tuple(a.dtype for a in args), plan, made)
 
 
 def _forget(table, key, ref):
@@ -268,8 +416,8 @@ def cached_call(kind, f, args, argnums, backend, options, build, run, tag=(), hv
     resolved = default_backend(backend, args)
 
     def find(stale):
-        plan = lookup(f, args, argnums, resolved, hvp=hvp, tag=tag, stale=stale,
-                      build=None if build is None else lambda: build(resolved))[0]
+        plan = lookup(f, args, argnums, resolved, hvp=hvp, tag=tag, stale=stale, twin=True,
+                      build=None if build is None else lambda g: build(g, resolved))[0]
         remember(kind, f, args, argnums, backend, plan, options)
         return plan
 
@@ -281,6 +429,9 @@ def clear_cache() -> None:
     with _lock:
         _weak.clear()
         _strong.clear()
+        _twins.clear()
+        _holders.clear()
+        _orphans.clear()
         for table in recent.values():
             table.clear()
 
@@ -288,5 +439,5 @@ def clear_cache() -> None:
 def cached_plans(f):
     """The plans cached for ``f`` (a list; for tests and introspection)."""
     with _lock:
-        lru = cache_for(f)
+        lru = cache_for(owner_of(f))
         return list((lru if lru is not None else {}).values())

@@ -442,7 +442,7 @@ def hessian(lookup, f, args, argnums, out, backend, chunk):
 
         def get_plan(stale):
             return lookup(real_f, real, argnums, backend, stale=stale, tag=("hessian", chunk),
-                          build=lambda: HessianPlan(real_f, real, argnums, backend,
+                          build=lambda g: HessianPlan(g, real, argnums, backend,
                                                     chunk=chunk))[0]
 
         def prepare(plan, inner):

@@ -102,8 +102,8 @@ def jacobian(lookup, f, args, argnums, out, mode, backend, chunk, holomorphic):
     try:
         real = e.fill(args, layout)
 
-        def build():
-            plan = JacobianPlan(real_f, real, argnums, backend, mode=mode, chunk=chunk)
+        def build(g):
+            plan = JacobianPlan(g, real, argnums, backend, mode=mode, chunk=chunk)
             plan._complex_out = traced_complex_output()  # as f traced in this thread
             return plan
 

@@ -108,14 +108,14 @@ def _bind(out, kind, f, args, argnums, backend, lookup, resolve, stale=None):
     if kind == "jacobian":
         tag = ("jacobian", out.mode, c)
 
-        def build():
-            return JacobianPlan(f, args, argnums, resolved, mode=out.mode, chunk=c,
+        def build(g):
+            return JacobianPlan(g, args, argnums, resolved, mode=out.mode, chunk=c,
                                 parallel=parallel)
     else:
         tag = ("hessian", c)
 
-        def build():
-            return HessianPlan(f, args, argnums, resolved, chunk=c, parallel=parallel)
+        def build(g):
+            return HessianPlan(g, args, argnums, resolved, chunk=c, parallel=parallel)
     plan = lookup(f, args, argnums, resolved, parallel=parallel, tag=tag, stale=stale,
                   build=build)[0]
     m, n = out.pattern.shape
