@@ -850,3 +850,27 @@ def test_a_plan_cached_after_the_cache_directory_moved_has_its_library_objects(t
     assert runs[0] >= 2 and runs[1] == 0
     assert sorted(n for n in os.listdir(tmp_path / "second" / "jit") if n.startswith("hyblib.")) \
         == sorted(n for n in os.listdir(tmp_path / "first" / "jit") if n.startswith("hyblib."))
+
+
+def test_a_callable_owns_its_method_definition():
+    """The C struct a compiled callable is made from is the callable's
+    ``__self__``: it lives exactly as long as the callable.  Kept in a list of
+    the wrapper module's, it was freed when the interpreter cleared that module
+    at exit before a plan still holding the callable let go of it, which then
+    read its flags from freed memory (a segfault at exit, depending on the
+    order modules were imported in)."""
+    import gc
+    import weakref
+
+    from hybridad.backends.jit import wrapper
+
+    plan = ha.compile(lambda x: np.sum(np.sin(x) ** 2), rand((4,)))
+    plan.gradient(rand((4,)))
+    fns = [entry[2] for entry in jit._NATIVE.values()]
+    assert fns and all(isinstance(fn.__self__, wrapper._MethodDef) for fn in fns)
+    assert not hasattr(wrapper, "_KEEP")
+    fn = wrapper.make_callable(jit.native(fns[0]), "probe")
+    definition = weakref.ref(fn.__self__)
+    del fn
+    gc.collect()
+    assert definition() is None  # (and nothing else holds it: freed with its callable)

@@ -119,14 +119,19 @@ class _MethodDef(ctypes.Structure):
 
 
 _METH_FASTCALL = 0x80
-_KEEP = []  # method definitions of every callable made (they live as long as the process)
 
 
 def make_callable(address, name):
-    """A builtin function object calling the entry point at ``address``."""
+    """A builtin function object calling the entry point at ``address``.
+
+    Its method definition (the C struct the object points to) is the
+    object's ``__self__`` (which the entry point ignores), so it lives exactly
+    as long as the object: kept in a list of this module's instead, it was
+    freed first when the interpreter cleared its modules at exit, and a
+    callable still held elsewhere (a plan's) then read its flags from freed
+    memory while it was deallocated -- a segfault at exit."""
     new = ctypes.pythonapi.PyCFunction_NewEx
     new.restype = ctypes.py_object
     new.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
     md = _MethodDef(name.encode(), address, _METH_FASTCALL, None)
-    _KEEP.append(md)
-    return new(ctypes.addressof(md), None, None)
+    return new(ctypes.addressof(md), md, None)
