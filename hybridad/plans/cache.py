@@ -236,6 +236,7 @@ def lookup(f, args, argnums, backend, hvp=False, parallel=True, build=None, tag=
     if build is None:
         def build(g):
             return Plan(g, args, argnums, backend, hvp=hvp, parallel=parallel)
+    caller = f
     if twin:
         f = owner_of(f)
     while True:
@@ -264,7 +265,7 @@ def lookup(f, args, argnums, backend, hvp=False, parallel=True, build=None, tag=
             break
         pending.done.wait()  # another thread builds this plan: its, once made
     try:
-        plan = _rebuilt(build(f), stale)
+        plan = _rebuilt(build(f), stale, caller)
     except BaseException:
         with _lock:
             if _building.get(token) is pending:
@@ -293,11 +294,17 @@ class _Build:
         self.owner = threading.get_ident()
 
 
-def _rebuilt(plan, stale):
+def _rebuilt(plan, stale, caller):
     """A plan built to replace ``stale`` (a cached plan whose ``f`` changed:
-    :class:`~hybridad.errors.StalePlanError`); warns when one function keeps
-    needing new plans."""
-    if stale is not None:
+    :class:`~hybridad.errors.StalePlanError`) for the function object
+    ``caller``; warns when one function object keeps needing new plans (a
+    lambda made anew each time with other values in its cells gets a plan
+    for each, as it did before it shared its twin's: not warned about)."""
+    try:
+        plan._caller = weakref.ref(caller)
+    except TypeError:  # (cached strongly anyway: see lookup)
+        plan._caller = lambda caller=caller: caller
+    if stale is not None and getattr(stale, "_caller", lambda: None)() is caller:
         plan._rebuilds = stale._rebuilds + 1
         if plan._rebuilds == REBUILD_WARN:
             warnings.warn(
