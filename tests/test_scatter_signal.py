@@ -313,10 +313,7 @@ def _divide_at(x):
 @pytest.mark.parametrize("f, error, match", [
     (_numpy_accumulator, TracingError, r"numpy.add.at.*numpy array.*np.bincount"),
     (_argument_updated, TracingError, r"numpy.add.at.*argument of the traced function"),
-    (_traced_indices, TracingError, r"numpy.add.at with traced indices"),
     (_divide_at, NotImplementedError, r"numpy.divide.at"),
-    (lambda x: np.sum(np.bincount(np.argsort(x), weights=x)), NotImplementedError,
-     r"numpy.bincount of traced bin indices"),
     (lambda x: np.sum(np.interp(x, [0.0, 1.0, 2.0], x, period=0.0)), ValueError,
      r"period must be a non-zero value"),  # (period= itself: tests/test_numpy_more.py)
     (lambda x: np.sum(np.interp(x, [0.0, 2.0, 1.0], x)), ValueError, r"increasing"),
@@ -327,6 +324,21 @@ def _divide_at(x):
 def test_refusals(f, error, match):
     with pytest.raises(error, match=match):
         ha.gradient(f, rand((3,), seed=1), backend="numpy")
+
+
+@pytest.mark.parametrize("f", [_traced_indices,
+                               lambda x: np.sum(np.bincount(np.argsort(x), weights=x ** 3))],
+                         ids=["add.at", "bincount"])
+def test_indices_computed_from_values(f):
+    """Indices computed from values (an argsort) are read by the plan at
+    every call (tests/test_scatter_indices.py: indices passed as arguments)."""
+    plan = ha.compile(f, rand((5,), seed=1))
+    for seed in (1, 2, 3):
+        x = rand((5,), seed=seed)
+        res = plan.gradient(x)
+        assert float(res.value) == pytest.approx(f(x), rel=1e-14)
+        np.testing.assert_allclose(res.gradient, numerical_gradient(f, x),
+                                   rtol=1e-6, atol=1e-8)
 
 
 @pytest.mark.parametrize("ufunc", [np.add, np.subtract, np.multiply, np.minimum])

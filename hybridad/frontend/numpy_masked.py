@@ -167,6 +167,28 @@ def in_range_positions(shape, index, zero_d=False):
     return pos
 
 
+def traced_flat(shape, index):
+    """The flat positions, in an array of ``shape``, of the elements of
+    ``a[index]`` -- ``index`` integer arrays some of which are traced, along
+    the leading axes, as numpy's advanced indexing -- a traced ``intp``
+    array of ``a[index]``'s shape, after :func:`in_range_positions`' one
+    decision (every index in range); None where that gives none."""
+    pos = in_range_positions(shape, index)
+    if pos is None:
+        return None
+    m = len(pos)
+    stride, flat = 1, 0
+    for a in range(len(shape) - 1, -1, -1):
+        if a < m:
+            flat = flat + pos[a] * stride
+        stride *= shape[a]
+    rest = shape[m:]
+    if rest:
+        flat = np.expand_dims(flat, -1) + np.arange(int(np.prod(rest)), dtype=np.intp)
+        flat = reshape(flat, np.shape(flat)[:-1] + tuple(rest))
+    return _tracer(flat) if isinstance(flat, Tracer) else flat
+
+
 def traced_put(target, index, value):
     """Whether ``target[index] = value`` was traced as ``np.where(at,
     value, target)`` for ``index`` 0-d integers computed from values along

@@ -7,7 +7,6 @@ one ``sort_pack`` primitive (np.sort, np.argsort, np.partition, np.median).
 
 from __future__ import annotations
 
-import math
 import numbers
 
 import numpy as np
@@ -29,7 +28,7 @@ from .numpy_api import (
     transpose,
     where,
 )
-from .numpy_masked import _as_written, in_range_positions, masked_read
+from .numpy_masked import _as_written, masked_read, traced_flat
 from .numpy_math import _float
 from .numpy_reductions import mean as _mean_of
 from .objects import assign, settle
@@ -356,21 +355,10 @@ def traced_take(x, index):
         return None  # (every x[i] a trace reads passes here: the common case first)
     if len(parts) < x.ndim and all(np.ndim(p) == 0 for p in parts):
         return None  # (x[i] of a row: a view in numpy)
-    pos = in_range_positions(x.shape, index)
-    if pos is None:
+    flat = traced_flat(x.shape, index)
+    if flat is None:
         return None
-    m = len(parts)
-    stride, flat = 1, 0
-    for a in range(x.ndim - 1, -1, -1):
-        if a < m:
-            flat = flat + pos[a] * stride
-        stride *= x.shape[a]
-    rest = x.shape[m:]
-    if rest:
-        flat = np.expand_dims(flat, -1) + np.arange(math.prod(rest), dtype=np.intp)
-    shape = np.shape(flat)[:-1] + rest if rest else np.shape(flat)
     r = bind("gather", contiguous(x), _tracer(flat))
-    r = reshape(r, shape)
     return settle(r, [x], "array" if np.ndim(flat) else "new")
 
 

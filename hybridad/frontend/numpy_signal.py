@@ -38,6 +38,7 @@ from .numpy_math import diff
 from .objects import assign
 from .numpy_masked import masked_written, selection_written, traced_put
 from .numpy_selected import positions_mask
+from .numpy_scatter import traced_at, traced_bincount
 from .numpy_selection import set_items
 from .replay import written_back
 from .scipy_special import intercepts
@@ -137,7 +138,11 @@ def ufunc_at(ufunc, a, indices, b=None):
             "traced: numpy would write traced values into `a`, which tracing cannot follow. "
             "Make `a` inside f (`np.zeros(n)`), or build the sums as a new array, "
             "`np.bincount(indices, weights=b, minlength=n)`.", user_namespaces())
-    indices = _constant(name, indices)
+    new = traced_at(ufunc, a, indices, b)  # (integer indices the plan reads at each call)
+    if new is not None:
+        assign(a, new, name, casting="unsafe")
+        return
+    indices = _constant(name, concrete_index(indices))  # (computed from values: guarded)
     flat = np.asarray(_positions(a.shape)[indices])  # numpy's indexing, checks and errors
     b = broadcast_to(_tracer(b).astype(a.dtype), flat.shape)
     if flat.size == 0:
@@ -258,9 +263,10 @@ def bincount(x, weights=None, minlength=0):
 
     Parameters
     ----------
-    x : array_like
-        Constant non-negative integers, 1-D (numpy's checks).  Traced ``x``
-        raises NotImplementedError: the number of bins would depend on values.
+    x : array_like or Tracer
+        Non-negative integers, 1-D (numpy's checks): constants, or traced
+        (an argument of ``f``, or computed from one: the number of bins is
+        then a decision on their values, :mod:`.numpy_scatter`).
     weights : Tracer or array_like, optional
         Traced weights, ``x``'s shape; without them the counts are numpy's
         (a constant).
@@ -273,10 +279,8 @@ def bincount(x, weights=None, minlength=0):
         float64 (as numpy), ``max(max(x) + 1, minlength)`` bins.  The
         derivative in ``weights`` gathers the cotangent of each weight's bin.
     """
-    if isinstance(x, Tracer):
-        raise NotImplementedError(
-            f"hybridad: numpy.bincount of traced bin indices x (at {user_location()}) is not "
-            "supported: the bins must be constant integers (weights may be traced)")
+    if isinstance(x, Tracer):  # (bins the plan reads at each call)
+        return traced_bincount(x, weights, minlength)
     x = np.asarray(x)
     n = np.bincount(x, minlength=minlength).shape[0]  # numpy's checks (and length)
     if weights is None:
