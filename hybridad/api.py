@@ -251,7 +251,7 @@ def gradient(f: Function, *args: Any, argnums: ArgNums = 0, out: GradientResult 
         owner, sub = f, None
     e = _recent_gradient.get(id(owner))
     if e is not None and e[1] is sub and e[2] == argnums and e[3] == backend and \
-            e[0]() is owner and ((made := e[8]) is None or f.__code__ is made[0] and
+            e[0]() is owner and ((made := e[7]) is None or f.__code__ is made[0] and
                                  f.__defaults__ is made[1] and f.__kwdefaults__ is made[2]):
         shapes, dtypes, n = e[5], e[6], len(args)
         if shapes is None:  # pytree or static arguments: the plan's generated check
@@ -271,7 +271,7 @@ def gradient(f: Function, *args: Any, argnums: ArgNums = 0, out: GradientResult 
             try:
                 # (the plan's attribute, not a bound method kept: a tiered plan
                 # puts its fast path there when its compiled program arrives)
-                return e[7].gradient(*args, out=out)
+                return e[8].gradient(*args, out=out)
             except StalePlanError:
                 pass  # f changed: the general path rebuilds
     if _nested.traced(args) is not None:  # inside a function being differentiated

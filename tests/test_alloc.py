@@ -308,3 +308,40 @@ def test_python_object_churn_is_bounded():
     finally:
         tracemalloc.stop()
     assert second - first < 4096, f"Python memory grew by {second - first} bytes"
+
+
+def test_a_value_buffer_of_another_dtype_takes_the_fast_path():
+    """float32 arguments of a function whose value numpy 2 promotes to
+    float64 (``x / np.sqrt(2)``): ``GradientResult(x)`` holds a float32
+    value, which the plan's fast path casts into (it went to the general path,
+    9x slower), allocating nothing; a read-only value buffer still raises
+    before anything is written."""
+    from hybridad.plans.plan import Plan
+
+    def f(x, p):
+        return np.sum(np.tanh(x) * p["w"] / np.sqrt(2 / np.pi))
+
+    x = np.linspace(-1.0, 1.0, 16).astype(np.float32)
+    p = {"w": np.arange(16, dtype=np.float32)}
+    plan = ha.compile(f, x, p)
+    res = ha.GradientResult(x)
+    assert res.value.dtype == np.float32 and np.asarray(f(x, p)).dtype == np.float64
+    checks = Plan._check_out  # (what the general path runs, never the fast one)
+    calls = []
+    Plan._check_out = lambda *a, **k: calls.append(1) or checks(*a, **k)
+    try:
+        for _ in range(3):
+            plan.gradient(x, p, out=res)
+        with count_allocations() as counts:
+            plan.gradient(x, p, out=res)
+    finally:
+        Plan._check_out = checks
+    assert counts.allocations == 0 and not calls
+    assert res.value == np.float32(f(x, p))
+    want = (1 - np.tanh(x.astype(np.float64)) ** 2) * p["w"] / np.sqrt(2 / np.pi)
+    np.testing.assert_allclose(res.gradient, want, rtol=1e-6)
+    frozen = ha.GradientResult(x)
+    frozen.value.flags.writeable = False
+    with pytest.raises(ValueError):
+        plan.gradient(x, p, out=frozen)
+    assert not frozen.gradient.any()

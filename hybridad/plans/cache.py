@@ -321,9 +321,9 @@ def _rebuilt(plan, stale, caller):
 
 #: kind -> {id(owner): (weakref to owner, method function or None, argnums, backend,
 #: options, shapes and dtypes of the plain-array arguments -- or None and the plan's
-#: structure check for pytree and static arguments --, plan, and for a plain
-#: function its code, defaults and keyword defaults: the plan is its twin's, whose
-#: guards do not see those replaced on ``f`` -- see :func:`same_made`)}
+#: structure check for pytree and static arguments --, for a plain function its
+#: code, defaults and keyword defaults -- the plan is its twin's, whose guards do not
+#: see those replaced on ``f``: see :func:`same_made` --, plan)}
 recent = {"gradient": {}, "hvp": {}, "hessian": {}, "jacobian": {}}
 recent_gradient = recent["gradient"]
 _MethodType = types.MethodType
@@ -344,16 +344,16 @@ def recent_plan(kind, f, args, argnums, backend, options=None):
         owner, sub = f, None
     e = recent[kind].get(id(owner))
     if e is None or e[1] is not sub or e[2] != argnums or e[3] != backend or \
-            e[4] != options or e[0]() is not owner or not same_made(f, e[8]):
+            e[4] != options or e[0]() is not owner or not same_made(f, e[7]):
         return None
     if e[5] is None:  # pytree or static arguments: the plan's generated check
-        return e[7] if e[6](args) else None
+        return e[8] if e[6](args) else None
     if len(args) != len(e[5]):
         return None
     for a, shape, dtype in zip(args, e[5], e[6]):  # noqa: B905 - lengths compared above
         if type(a) is not _ndarray or a.shape != shape or a.dtype is not dtype:
             return None
-    return e[7]
+    return e[8]
 
 
 def _made(f):
@@ -387,10 +387,10 @@ def remember(kind, f, args, argnums, backend, plan, options=None):
         return
     made = _made(f)
     if matcher is not None:
-        table[key] = (ref, sub, argnums, backend, options, None, matcher, plan, made)
+        table[key] = (ref, sub, argnums, backend, options, None, matcher, made, plan)
         return
     table[key] = (ref, sub, argnums, backend, options, tuple(a.shape for a in args),
-                  tuple(a.dtype for a in args), plan, made)
+                  tuple(a.dtype for a in args), made, plan)
 
 
 def _forget(table, key, ref):
