@@ -790,3 +790,17 @@ def test_device_linalg_runs_allocate_from_their_own_buffer_after_the_first_call(
     plain = Preallocated(run, np)
     plain(None, None)
     assert len(got) == 15
+
+
+def test_a_loop_factors_its_constant_matrix_once_on_the_gpu_program():
+    """An implicit time step (a solve with the loop's constant matrix) on the
+    GPU program: the factors made once before the loop (cupyx's lu_factor),
+    each iteration an lu_solve on them; the numpy backend's gradient.  (On
+    the host, cupyx's LU stand-ins are scipy's, which allocate: the device's
+    allocations are counted on a GPU, tests/test_gpu.py.)"""
+    from test_factors import _loop_args, _loop_solves, implicit_euler
+
+    args = _loop_args()
+    plan = check_against_numpy(implicit_euler, args, (0, 1))
+    assert set(_loop_solves(plan)) == {"lu_solve"}
+    assert sum(n.op == "lu_factors" for n in plan.graph.nodes) == 1

@@ -277,3 +277,102 @@ def test_the_hessian_of_a_gp_solves_by_its_factor(backend):
         cols.append((ha.gradient(f, args[0] + e, backend="numpy").gradient -
                      ha.gradient(f, args[0] - e, backend="numpy").gradient) / (2 * step))
     np.testing.assert_allclose(got, np.array(cols).T, rtol=1e-5, atol=1e-7)
+
+
+# -- a loop's solves with one of its constants: factored once, before it ------------------
+def implicit_euler(k, u):
+    n = u.size
+    M = np.eye(n) + 0.05 * (np.diag(2 * k) - np.diag(k[1:], 1) - np.diag(k[1:], -1))
+    for _ in range(30):  # (rolled: the body solves with the loop's constant M)
+        u = np.linalg.solve(M, u)
+    return np.sum(u ** 2) + np.sum(k * u)
+
+
+def explicit_loop(k, u):
+    M = np.eye(u.size) + 0.1 * np.outer(k, k)
+    return np.sum(ha.fori_loop(0, 12, lambda i, v: np.linalg.solve(M.T, np.sin(v)), u) ** 2)
+
+
+def moving_matrix(k, u):
+    """The matrix a carry (each iteration's own): solved by gesv each time."""
+    def step(i, s):
+        A, v = s
+        return A + 0.1 * np.outer(v, v), np.linalg.solve(A, v)
+    A, v = ha.fori_loop(0, 6, step, (np.eye(u.size) * 3 + np.diag(k), u))
+    return np.sum(v ** 2)
+
+
+def _loop_solves(plan):
+    return [m.op for n in plan.graph.nodes if n.op == "loop"
+            for m in n.attrs["body"].graph.nodes if m.op in ("solve", "lu_solve")]
+
+
+def _loop_args():
+    return 1.0 + 0.5 * np.sin(np.linspace(0.0, 3.0, 8)), np.sin(np.linspace(0.1, 3.0, 8))
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize("f", [implicit_euler, explicit_loop], ids=["rolled", "fori_loop"])
+def test_a_loop_factors_its_constant_matrix_once(f, backend, monkeypatch):
+    args = _loop_args()
+    plan = ha.compile(f, *args, argnums=(0, 1), backend=backend)
+    assert set(_loop_solves(plan)) == {"lu_solve"} and len(_ops(plan, "lu_factors")) == 1
+    got = plan.gradient(*args)
+    for k, g in enumerate(got.gradient):
+        def fk(v, k=k):
+            return f(*args[:k], v, *args[k + 1:])
+        np.testing.assert_allclose(g, numerical_gradient(fk, args[k]), rtol=1e-6, atol=1e-8)
+    _without_the_pass(monkeypatch)
+    apart = ha.compile(f, *args, argnums=(0, 1), backend=backend)
+    assert "solve" in _loop_solves(apart) and "lu_solve" not in _loop_solves(apart)
+    want = apart.gradient(*args)
+    if f is implicit_euler:  # (getrf then getrs: gesv's own steps, bit for bit)
+        assert got.value == want.value
+    else:  # (a solve with M.T from M's factors: rounding apart from gesv on M.T)
+        np.testing.assert_allclose(got.value, want.value, rtol=1e-14)
+    for g, w in zip(got.gradient, want.gradient, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
+
+
+def test_a_matrix_that_changes_in_the_loop_keeps_its_solves():
+    args = _loop_args()
+    plan = ha.compile(moving_matrix, *args)
+    assert "lu_solve" not in _loop_solves(plan) and "solve" in _loop_solves(plan)
+    np.testing.assert_allclose(plan.gradient(*args).gradient,
+                               numerical_gradient(lambda k: moving_matrix(k, args[1]), args[0]),
+                               rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_the_hessian_through_a_factored_loop(backend):
+    args = _loop_args()
+    res = ha.hessian(implicit_euler, *args, backend=backend)
+    plan = ha.compile(implicit_euler, *args, hessian=True, backend=backend)
+    assert "solve" not in _loop_solves(plan)
+    step, cols = 1e-6, []
+    for k in range(args[0].size):
+        e = np.zeros_like(args[0])
+        e[k] = step
+        up = ha.gradient(implicit_euler, args[0] + e, args[1], backend="numpy").gradient
+        down = ha.gradient(implicit_euler, args[0] - e, args[1], backend="numpy").gradient
+        cols.append((up - down) / (2 * step))
+    np.testing.assert_allclose(res.hessian, np.array(cols).T, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_a_singular_loop_matrix_raises_as_solve_does(backend):
+    k, u = _loop_args()
+    plan = ha.compile(implicit_euler, k, u, backend=backend)
+    singular = np.zeros_like(k)
+    singular[0] = -10.0  # (M's row 0: 1 + 0.05 * 2 * (-10) on the diagonal, k[1] = 0 beside)
+    with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        implicit_euler(singular, u)
+    with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        plan.gradient(singular, u)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_a_factored_loop_allocates_nothing(backend):
+    args = _loop_args()
+    plan = ha.compile(implicit_euler, *args, argnums=(0, 1), backend=backend)
+    assert_no_alloc(plan.gradient, *args, out=plan.new_result())

@@ -35,7 +35,7 @@ import numpy as np
 from ..ir.graph import Node
 from ..ir.registry import REGISTRY
 
-__all__ = ["share_factorizations"]
+__all__ = ["factor_loop_constants", "share_factorizations"]
 
 
 def _swaps_last_two(node):
@@ -59,6 +59,79 @@ def _matrix(solve):
             a = a.args[0]
         else:
             return a, trans
+
+
+def factor_loop_constants(nodes):
+    """Each ``loop`` node whose body solves with a matrix that is one of the
+    loop's constants (or its transpose: the reverse sweep's) -- an implicit
+    time step, ``u = np.linalg.solve(M, u)`` at every iteration -- gets the
+    matrix's LU factors computed once, before it (``lu_factors``), as a
+    constant more, and those solves become ``lu_solve`` on them (getrs,
+    ``trans`` 0 or 1): one factorization per loop instead of one per
+    iteration, as loop-invariant code motion would give.  The body is a new
+    one (a body is shared by every loop traced alike).  getrf then getrs is
+    gesv's own computation, so a solve with the matrix itself is numpy's bit
+    for bit; one with its transpose differs from gesv on the transpose by
+    rounding (as :func:`share_factorizations`' are).  A singular matrix
+    raises before the first iteration instead of in it.
+
+    Returns
+    -------
+    list of Node
+        ``nodes`` with each loop's factorizations before it (the loops
+        rewritten in place: their bodies and operands)."""
+    if not any(n.op == "loop" for n in nodes):
+        return nodes
+    from ..ir.graph import copy_graph
+    from ..ops.loop import LoopBody
+
+    next_id = max(n.id for n in nodes) + 1
+    factors, out = {}, []  # outer matrix id -> its lu_factors node
+    for n in nodes:
+        body = n.attrs.get("body") if n.op == "loop" else None
+        if body is not None and "solve" in {m.op for m in body.graph.nodes}:
+            g = body.graph
+            first = len(g.inputs) - body.n_const
+            outer = dict(zip((i.id for i in g.inputs[first:]), n.args[len(n.args) - body.n_const:],
+                             strict=True))
+            found = [(m, _matrix(m)) for m in g.nodes if m.op == "solve"]
+            found = [(m, a, t) for m, (a, t) in found if a.id in outer and
+                     len(a.shape) in (2, 3) and a.shape[-1] == a.shape[-2] and
+                     outer[a.id].dtype == m.dtype and m.args[1].dtype == m.dtype]
+            if found:
+                g = copy_graph(g)
+                at = {m.id: m for m in g.nodes}
+                fed = {}  # outer matrix id -> the body's input of its factors
+                for m, a, trans in found:
+                    mat = outer[a.id]
+                    f = factors.get(mat.id)
+                    if f is None:
+                        stack = mat  # (a stack of matrices: the solve's own operand)
+                        if len(mat.shape) == 2:
+                            k = mat.shape[0]
+                            stack = Node(next_id, "reshape", (mat,), {"shape": (1, k, k)},
+                                         (1, k, k), mat.dtype, n.phase)
+                            next_id += 1
+                            out.append(stack)
+                        shape, dtype = REGISTRY["lu_factors"].abstract(stack)
+                        f = factors[mat.id] = Node(next_id, "lu_factors", (stack,), {},
+                                                   shape, dtype, n.phase)
+                        next_id += 1
+                        out.append(f)
+                    inp = fed.get(mat.id)
+                    if inp is None:
+                        inp = fed[mat.id] = Node(next_id, "input", (), {"index": len(g.inputs)},
+                                                 f.shape, f.dtype, g.inputs[-1].phase)
+                        next_id += 1
+                        g.inputs.append(inp)
+                        g.nodes.insert(0, inp)
+                        n.args = (*n.args, f)
+                    solve = at[m.id]
+                    solve.op, solve.args = "lu_solve", (inp, solve.args[1])
+                    solve.attrs = {"trans": trans, "at": 0}
+                n.attrs = {**n.attrs, "body": LoopBody(g, body.index, body.n_carry, body.n_xs)}
+        out.append(n)
+    return out
 
 
 def share_factorizations(nodes, outputs=(), staged=False, cholesky=True):
@@ -98,6 +171,7 @@ def share_factorizations(nodes, outputs=(), staged=False, cholesky=True):
         ``nodes`` with each ``solve_lu`` inserted before the solve it
         computes (``staged``: each ``lu_factors`` right after its matrix).
     """
+    nodes = factor_loop_constants(nodes)
     groups, factored = {}, {}  # matrix id -> [(solve, trans)] in node order; -> cholesky
     order = {n.id: i for i, n in enumerate(nodes)}
     for n in nodes:
