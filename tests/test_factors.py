@@ -94,15 +94,21 @@ def test_hessians_share_the_factorization_too(backend):
     res = ha.hessian(two_solves, *args, backend=backend)
     plan = ha.compile(two_solves, *args, hessian=True, backend=backend)
     assert _ops(plan, "solve") == [] and len(_ops(plan, "solve_lu", "lu_factors")) == 1
-    step = 1e-6  # (the Hessian w.r.t. a: central differences of the numpy backend's gradient)
+    np.testing.assert_allclose(res.hessian, _hessian_by_differences(two_solves, args),
+                               rtol=1e-5, atol=1e-7)
+
+
+def _hessian_by_differences(f, args, step=1e-6):
+    """The Hessian of ``f`` in its first argument: central differences of the
+    numpy backend's gradient."""
     cols = []
     for k in range(args[0].size):
         e = np.zeros_like(args[0])
         e[k] = step
-        up = ha.gradient(two_solves, args[0] + e, args[1], backend="numpy").gradient
-        down = ha.gradient(two_solves, args[0] - e, args[1], backend="numpy").gradient
+        up = ha.gradient(f, args[0] + e, *args[1:], backend="numpy").gradient
+        down = ha.gradient(f, args[0] - e, *args[1:], backend="numpy").gradient
         cols.append((up - down) / (2 * step))
-    np.testing.assert_allclose(res.hessian, np.array(cols).T, rtol=1e-5, atol=1e-7)
+    return np.array(cols).T
 
 
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
@@ -349,14 +355,8 @@ def test_the_hessian_through_a_factored_loop(backend):
     res = ha.hessian(implicit_euler, *args, backend=backend)
     plan = ha.compile(implicit_euler, *args, hessian=True, backend=backend)
     assert "solve" not in _loop_solves(plan)
-    step, cols = 1e-6, []
-    for k in range(args[0].size):
-        e = np.zeros_like(args[0])
-        e[k] = step
-        up = ha.gradient(implicit_euler, args[0] + e, args[1], backend="numpy").gradient
-        down = ha.gradient(implicit_euler, args[0] - e, args[1], backend="numpy").gradient
-        cols.append((up - down) / (2 * step))
-    np.testing.assert_allclose(res.hessian, np.array(cols).T, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(res.hessian, _hessian_by_differences(implicit_euler, args),
+                               rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
