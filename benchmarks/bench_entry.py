@@ -12,6 +12,8 @@ Structures (float64, n = 100 differentiated elements):
 * ``gradient`` -- ``f(p, X)`` with ``p`` an array (100,), a tuple ``(W, b)``
   (W 9 x 10, b 10: 100 elements), a nested ``([W], [b])``, a dict
   ``{"W": W, "b": b}``, and the array with a static float ``f(x, X, 0.5)``;
+  and ``new lambda``: the array, ``ha.gradient(lambda p, X: f(p, X), ...)``
+  with a lambda made at every call (its twin's plan, hybridad.plans.cache);
 * ``hvp``, ``hessian`` -- ``g(x, *rest)`` of one array (100,), the other
   arguments constants: an array, a tuple ``(A, c)``, a nested ``([A], [c])``,
   a dict, a static float;
@@ -120,6 +122,10 @@ def _pairs(rng):
         _same(r1.gradient, r2.gradient)
         out.append(("gradient", name, lambda g=gargs, r=r1: ha.gradient(f_grad, *g, out=r),
                     lambda g=gargs, r=r2, p=plan: p.gradient(*g, out=r)))
+        if name == "array":  # (a lambda made at every call, as an optimizer loop writes it)
+            out.append(("gradient", "new lambda", lambda g=gargs, r=r1: ha.gradient(
+                lambda p, X: f_grad(p, X), *g, out=r),
+                lambda g=gargs, r=r2, p=plan: p.gradient(*g, out=r)))
 
         plan = ha.compile(f_scalar, x, *rest, hvp=True)
         r1, r2 = ha.HvpResult(x), ha.HvpResult(x)

@@ -25,7 +25,8 @@ from .plans import complex_jacobian as _complex_jacobian
 from .plans import nested as _nested
 from .plans.cache import MAX_PLANS_PER_FUNCTION, cached_plans, clear_cache
 from .plans.cache import cached_call as _cached_call, call as _call, default_backend as _backend
-from .plans.cache import lookup as _lookup, recent_gradient as _recent_gradient
+from .plans.cache import lookup as _lookup, owner_of as _owner_of, \
+    recent_gradient as _recent_gradient
 from .plans.cache import recent_plan as _recent_plan, remember as _remember
 from .plans.jacobian import JacobianPlan
 from .plans.plan import Plan
@@ -40,6 +41,7 @@ __all__ = ["MAX_PLANS_PER_FUNCTION", "cached_plans", "clear_cache", "compile", "
            "hessian", "hvp", "jacobian"]
 
 _MethodType = types.MethodType
+_FunctionType = types.FunctionType
 _ndarray = np.ndarray
 
 
@@ -250,6 +252,9 @@ def gradient(f: Function, *args: Any, argnums: ArgNums = 0, out: GradientResult 
     else:
         owner, sub = f, None
     e = _recent_gradient.get(id(owner))
+    if e is None and sub is None and type(f) is _FunctionType:  # (a lambda made anew: its twin's)
+        owner = _owner_of(f)
+        e = _recent_gradient.get(id(owner))
     if e is not None and e[1] is sub and e[2] == argnums and e[3] == backend and \
             e[0]() is owner and ((made := e[7]) is None or f.__code__ is made[0] and
                                  f.__defaults__ is made[1] and f.__kwdefaults__ is made[2]):

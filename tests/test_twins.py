@@ -184,3 +184,33 @@ def test_lambdas_from_two_threads():
     for th in threads:
         th.join()
     assert not errors
+
+
+@pytest.mark.parametrize("kind", ["gradient", "hvp"])
+def test_a_new_lambda_like_the_last_skips_the_lookup(monkeypatch, kind):
+    """After the first, a lambda made anew finds its twin's most recent plan
+    the way a repeated call of one function does (no argument flattening,
+    no cache key), and allocates nothing."""
+    from hybridad.testing import count_allocations
+
+    x, c = np.linspace(-1.0, 1.0, 9), np.full(9, 0.5)
+    res = ha.GradientResult(x) if kind == "gradient" else ha.HvpResult(x)
+    lookups = []
+    real = api._lookup
+
+    def counted(*a, **k):
+        lookups.append(1)
+        return real(*a, **k)
+    monkeypatch.setattr(api, "_lookup", counted)
+    monkeypatch.setattr(cache, "lookup", counted)
+
+    def call():
+        if kind == "gradient":
+            return ha.gradient(lambda x, c: np.sum(np.sin(x) * c), x, c, out=res)
+        return ha.hvp(lambda x, c: np.sum(np.sin(x) * c), x, c, c, out=res)
+    for _ in range(5):
+        call()
+    with count_allocations() as counts:
+        call()
+    assert len(lookups) == 1 and counts.allocations == 0
+    np.testing.assert_allclose(res.gradient, np.cos(x) * c, rtol=1e-15)

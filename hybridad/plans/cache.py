@@ -343,6 +343,9 @@ def recent_plan(kind, f, args, argnums, backend, options=None):
     else:
         owner, sub = f, None
     e = recent[kind].get(id(owner))
+    if e is None and sub is None and type(f) is _FunctionType:  # (a lambda made anew: its twin's)
+        owner = owner_of(f)
+        e = recent[kind].get(id(owner))
     if e is None or e[1] is not sub or e[2] != argnums or e[3] != backend or \
             e[4] != options or e[0]() is not owner or not same_made(f, e[7]):
         return None
@@ -386,11 +389,14 @@ def remember(kind, f, args, argnums, backend, plan, options=None):
     except TypeError:
         return
     made = _made(f)
-    if matcher is not None:
-        table[key] = (ref, sub, argnums, backend, options, None, matcher, made, plan)
-        return
-    table[key] = (ref, sub, argnums, backend, options, tuple(a.shape for a in args),
-                  tuple(a.dtype for a in args), made, plan)
+    checks = (None, matcher) if matcher is not None else \
+        (tuple(a.shape for a in args), tuple(a.dtype for a in args))
+    table[key] = (ref, sub, argnums, backend, options, *checks, made, plan)
+    twin = owner_of(f) if made is not None and plan._f() is not f else f
+    if twin is not f and plan._f() is twin:  # (a lambda made anew finds it by its twin)
+        key = id(twin)
+        ref = weakref.ref(twin, lambda r, table=table, key=key: _forget(table, key, r))
+        table[key] = (ref, None, argnums, backend, options, *checks, None, plan)
 
 
 def _forget(table, key, ref):
