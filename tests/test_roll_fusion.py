@@ -207,3 +207,34 @@ def test_brusselator_sparse_jacobian_reads_its_laplacian_in_place():
     # concatenation stays (it is the output)
     _assert_read_in_place(plan, at_least=16)
     assert_no_alloc(ha.jacobian, brusselator, y, n, out=res, n=20)
+
+
+def membrane(h0, k):
+    """A 2-D explicit scheme with np.roll neighbours, in a Python loop (rolled)."""
+    h, v = h0.copy(), np.zeros_like(h0)
+    for _ in range(30):
+        lap = np.roll(h, 1, 0) + np.roll(h, -1, 0) + np.roll(h, 1, 1) + np.roll(h, -1, 1) - 4 * h
+        v = v + 0.05 * (k * lap - 0.1 * v - 0.01 * h ** 3)
+        h = h + 0.05 * v
+    return np.mean(h ** 2) + np.mean(v ** 2)
+
+
+def test_a_rolled_loops_reverse_reads_its_rolls_cotangents_in_place():
+    """The reverse body of a loop (a functional pass) sums the two halves of
+    each roll's cotangent as one concatenation -- read in place by the loop
+    that sums them -- where each half was a scatter (zeros, then a write)."""
+    from hybridad.backends.loops import lower_body
+
+    h0 = rand((12, 12), seed=5)
+    k = np.array(0.7)
+    plan = ha.compile(membrane, h0, k, argnums=(0, 1))
+    reverse = [n for n in plan.graph.nodes if n.op == "loop" and n.attrs["reverse"]]
+    assert reverse
+    ops = [m.op for n in reverse for m in lower_body(n.attrs["body"].graph, "numba").nodes]
+    assert "scatter" not in ops and ops.count("concatenate") >= 4
+    res = plan.gradient(h0, k)
+    assert_grad(membrane, (h0, k), argnums=(0, 1))
+    plain = ha.compile(membrane, h0, k, argnums=(0, 1), backend="numpy").gradient(h0, k)
+    for a, b in zip(res.gradient, plain.gradient, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
+    assert_no_alloc(plan.gradient, h0, k, out=plan.new_result())

@@ -75,9 +75,22 @@ class _Adjoints:
         self.value = {}
         self.owned = {}
         self.inplace = inplace
+        #: node id -> (node, index, value): a functional pass's last piece at a basic
+        #: index, held until the next one (two that tile the array: one concatenation)
+        self.pending = {}
+
+    def get(self, node_id):
+        """The adjoint of node ``node_id`` (its pending piece added), or None."""
+        held = self.pending.pop(node_id, None)
+        if held is not None:
+            self._scattered(*held)
+        return self.value.get(node_id)
 
     def _dense(self, node):
         """The adjoint of ``node`` as one tracer (:class:`Pieces` built whole)."""
+        held = self.pending.pop(node.id, None)
+        if held is not None:
+            self._scattered(*held)
         prev = self.value.get(node.id)
         if type(prev) is Pieces:
             self.value[node.id], self.owned[node.id] = prev.dense(), self.inplace
@@ -121,6 +134,25 @@ class _Adjoints:
             pieces.add(span, value)
             self.owned[node.id] = False
             return
+        if not self.inplace and s.flat is None and _slab(node.shape, s.index, value) is not None:
+            # (a functional pass -- a loop body's -- sums its pieces as new arrays:
+            # the two halves of a roll's concatenation, or of any two slices that
+            # tile the array along one axis, are one concatenation, read in place
+            # by the loop that sums it, where two scatters each zeroed a copy)
+            held = self.pending.pop(node.id, None)
+            if held is not None:
+                joined = _tiled(node.shape, held[1:], (s.index, value))
+                if joined is not None:
+                    self.add(node, joined, False)
+                    return
+                self._scattered(*held)
+            self.pending[node.id] = (node, s.index, value)
+            return
+        self._scattered(node, s.index, value, s.flat)
+
+    def _scattered(self, node, index, value, flat=None):
+        """Add a piece at ``index`` (or the flat positions ``flat``) to ``node``'s adjoint."""
+        s = Scatter(index, value, flat=flat)
         prev = self._dense(node)
         # a basic index adds through any view; flat positions need C-contiguous storage
         if prev is not None and self.owned[node.id] and \
@@ -137,6 +169,44 @@ class _Adjoints:
             self.value[node.id], self.owned[node.id] = fresh, True
         else:
             self.value[node.id], self.owned[node.id] = bind("iadd", fresh, prev), True
+
+
+def _slab(shape, index, value):
+    """``[(start, stop)]`` per axis of a basic index of slices of step 1 (and
+    ints not: None) whose region of an array of ``shape`` ``value`` fills
+    exactly; None for anything else."""
+    if type(index) is not tuple or len(index) > len(shape):
+        return None
+    spans = []
+    for k, n in enumerate(shape):
+        part = index[k] if k < len(index) else slice(None)
+        if type(part) is not slice:
+            return None
+        start, stop, step = part.indices(n)
+        if step != 1 or stop < start:
+            return None
+        spans.append((start, stop))
+    if tuple(b - a for a, b in spans) != tuple(value.shape):
+        return None
+    return spans
+
+
+def _tiled(shape, first, second):
+    """The adjoint of two pieces ``(index, value)`` that tile an array of
+    ``shape`` along one axis (the same full span on every other, the array's
+    span covered once on that one): their concatenation; else None."""
+    a, b = _slab(shape, *first), _slab(shape, *second)
+    if a is None or b is None:
+        return None
+    differ = [k for k, (p, q) in enumerate(zip(a, b, strict=True)) if p != q]
+    if len(differ) != 1 or any(a[k] != (0, shape[k]) for k in range(len(shape))
+                                if k != differ[0]):
+        return None
+    k = differ[0]
+    (lo, v_lo), (hi, v_hi) = sorted([(a[k], first[1]), (b[k], second[1])], key=lambda t: t[0])
+    if lo[0] != 0 or lo[1] != hi[0] or hi[1] != shape[k]:
+        return None
+    return np.concatenate([v_lo, v_hi], axis=k)
 
 
 def backward(trace, out, wrt, inplace=True, seed=None):
@@ -183,7 +253,7 @@ def backward_many(trace, outs, seeds, wrt, inplace=True):
         if out.node.id in active:
             adj.add(out.node, seed, False)
     for node in reversed(forward):
-        g = adj.value.get(node.id)
+        g = adj.get(node.id)
         if g is None or node.op in ("input", "const"):
             continue
         flags = tuple(a.id in active for a in node.args)
@@ -215,7 +285,7 @@ def backward_many(trace, outs, seeds, wrt, inplace=True):
                     _writable(c.node, fresh)
                 adj.add(a, c, exclusive)
         del adj.value[node.id]
-    return [adj.value.get(t.node.id) for t in wrt]
+    return [adj.get(t.node.id) for t in wrt]
 
 
 def jvp(trace, nodes, tangents):
