@@ -665,3 +665,30 @@ def test_a_loop_start_also_read_by_the_body_on_every_backend_and_checkpointed():
     with count_allocations() as counts:
         plans[0].gradient(x, W0, out=out)
     assert counts.allocations == 0
+
+
+def test_namedtuple_carries():
+    """A namedtuple carry (and a scan's per-step outputs) comes back as one."""
+    import collections
+
+    State = collections.namedtuple("State", ["a", "b"])
+
+    def f(x):
+        c = ha.fori_loop(0, 10, lambda i, c: State(c.a + 0.1 * np.sin(c.b),
+                                                   c.b * 0.9 + 0.1 * c.a), State(x, x ** 2))
+        assert type(c) is State
+        return np.sum(c.a * c.b)
+
+    def g(x):
+        def step(c, r):
+            new = State(c.a * 0.9 + r * c.b, np.tanh(c.b + r))
+            return new, State(new.a, new.b * r)
+        c, ys = ha.scan(step, State(x, 2 * x), np.linspace(0.1, 0.5, 5))
+        assert type(c) is State and type(ys) is State
+        return np.sum(c.a) + np.sum(ys.b ** 2)
+
+    x = np.array([0.3, -1.2, 0.7])
+    for fn in (f, g):
+        for point in (x, 1.3 * x + 0.2):
+            np.testing.assert_allclose(ha.gradient(fn, point).gradient, _fd_grad(fn, [point], 0),
+                                       rtol=1e-6, atol=1e-8)

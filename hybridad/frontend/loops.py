@@ -96,8 +96,8 @@ def _tracing():
 
 
 def _flatten(obj, leaves):
-    """The leaves of a pytree of tuples, lists and dicts (anything else is a
-    leaf), and its structure."""
+    """The leaves of a pytree of tuples (namedtuples too), lists and dicts
+    (anything else is a leaf), and its structure."""
     if isinstance(obj, (tuple, list)):
         return (type(obj), tuple(_flatten(o, leaves) for o in obj))
     if isinstance(obj, dict):
@@ -116,7 +116,9 @@ def _unflatten(td, it):
         return None
     if td[0] is dict:
         return {k: _unflatten(t, it) for k, t in zip(td[1], td[2], strict=True)}
-    return td[0](_unflatten(t, it) for t in td[1])
+    items = [_unflatten(t, it) for t in td[1]]
+    # (a namedtuple takes its fields one by one)
+    return td[0](*items) if hasattr(td[0], "_fields") else td[0](items)
 
 
 def _tree(obj):
