@@ -1,4 +1,4 @@
-"""Minimal pytrees: tuples, lists and dicts of arrays.
+"""Minimal pytrees: tuples (namedtuples too), lists and dicts of arrays.
 
 ``flatten(obj)`` returns the array leaves and a hashable *treedef* that also
 records every non-array leaf by value (ints, floats, strings, None ... are
@@ -16,7 +16,7 @@ from ._xp import is_array
 from .core.supported import check_dtype, refuse_subclass
 from .core.tracer import Tracer
 
-__all__ = ["LEAF", "flatten", "unflatten"]
+__all__ = ["LEAF", "flatten", "is_namedtuple", "unflatten"]
 
 LEAF = "*"
 
@@ -42,6 +42,8 @@ def _flatten(obj, leaves):
         return LEAF
     if type(obj) in (tuple, list):
         return (type(obj).__name__, tuple(_flatten(o, leaves) for o in obj))
+    if is_namedtuple(obj):  # (its class, then its fields in order)
+        return ("namedtuple", type(obj), tuple(_flatten(o, leaves) for o in obj))
     if type(obj) is dict:
         keys = tuple(obj)
         return ("dict", keys, tuple(_flatten(obj[k], leaves) for k in keys))
@@ -71,8 +73,16 @@ def _unflatten(td, it):
         return td[2]
     if kind == "dict":
         return {k: _unflatten(sub, it) for k, sub in zip(td[1], td[2], strict=True)}
-    items = [_unflatten(sub, it) for sub in td[1]]
+    items = [_unflatten(sub, it) for sub in td[-1]]
+    if kind == "namedtuple":
+        return td[1](*items)
     return tuple(items) if kind == "tuple" else items
+
+
+def is_namedtuple(obj):
+    """Whether ``obj`` is a namedtuple (a tuple subclass with ``_fields``)."""
+    return isinstance(obj, tuple) and type(obj) is not tuple and \
+        isinstance(getattr(type(obj), "_fields", None), tuple)
 
 
 def leaf_paths(treedef):
@@ -82,7 +92,7 @@ def leaf_paths(treedef):
         return [""]
     if treedef[0] == "static":
         return []
-    keys = treedef[1] if treedef[0] == "dict" else range(len(treedef[1]))
+    keys = treedef[1] if treedef[0] == "dict" else range(len(treedef[-1]))
     return [f"[{k!r}]{rest}" for k, sub in zip(keys, treedef[-1], strict=True)
             for rest in leaf_paths(sub)]
 
@@ -132,11 +142,14 @@ def as_array_tree(obj, name):
             return type(obj)(as_array_tree(o, f"{name}[{i}]") for i, o in enumerate(obj))
     elif type(obj) is dict:
         return {k: as_array_tree(v, f"{name}[{k!r}]") for k, v in obj.items()}
+    elif is_namedtuple(obj):
+        return type(obj)(*(as_array_tree(o, f"{name}.{field}")
+                           for field, o in zip(type(obj)._fields, obj, strict=True)))
     elif _numbers_only(obj):
         arr = np.asarray(obj)
     else:
-        raise TypeError(f"argument {name} must be a floating-point array (or a tuple, list "
-                        f"or dict of them); got {type(obj).__name__}")
+        raise TypeError(f"argument {name} must be a floating-point array (or a tuple, "
+                        f"namedtuple, list or dict of them); got {type(obj).__name__}")
     if arr.dtype.kind in "biu" and not is_array(obj):
         arr = arr.astype(np.float64)
     if arr.dtype not in (np.float32, np.float64):

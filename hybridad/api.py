@@ -206,7 +206,7 @@ def gradient(f: Function, *args: Any, argnums: ArgNums = 0, out: GradientResult 
         Plain numpy code returning a scalar (0-d) value.
     *args
         Arguments to ``f``.  Differentiated ones are float32 or float64
-        arrays, or tuples/lists/dicts of them (the gradient has the same
+        arrays, or tuples/namedtuples/lists/dicts of them (the gradient has the same
         structure).  Numbers and (nested, rectangular) lists or tuples of
         numbers are converted as ``np.asarray`` does, integers to float64,
         so ``f`` receives one array; a list holding arrays, or a ragged one,

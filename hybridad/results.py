@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._tree import flatten, number_array
+from ._tree import flatten, is_namedtuple, number_array
 from ._xp import array_module, is_array
 
 if TYPE_CHECKING:
@@ -62,6 +62,8 @@ def _zeros_like_tree(proto, name):
         return xp.zeros(arr.shape, arr.dtype)  # complex x: du/dx - 1j du/dy, x's dtype
     if type(proto) in (tuple, list):
         return type(proto)(_zeros_like_tree(p, f"{name}[{i}]") for i, p in enumerate(proto))
+    if is_namedtuple(proto):
+        return type(proto)(*(_zeros_like_tree(p, f"{name}[{i}]") for i, p in enumerate(proto)))
     if type(proto) is dict:
         return {k: _zeros_like_tree(v, f"{name}[{k!r}]") for k, v in proto.items()}
     raise TypeError(f"{name} must be an array or a tuple/list/dict of arrays; got "

@@ -36,8 +36,8 @@ def _static_paths(treedefs):
         if kind == "static":
             if not isinstance(td[2], (type(None), bool, int, float, complex, str, bytes)):
                 out.append((expr, td[2]))
-        elif kind in ("tuple", "list"):
-            for i, sub in enumerate(td[1]):
+        elif kind in ("tuple", "list", "namedtuple"):
+            for i, sub in enumerate(td[-1]):
                 walk(sub, f"{expr}[{i}]")
         elif kind == "dict":
             for key, sub in zip(td[1], td[2], strict=True):

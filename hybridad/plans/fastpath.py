@@ -36,6 +36,11 @@ def _unpack_source(td, expr, leaves, conds, consts):
     if kind in ("tuple", "list"):
         conds.append(f"{expr}.__class__ is {kind} and len({expr}) == {len(subs)}")
         items = [f"{expr}[{i}]" for i in range(len(subs))]
+    elif kind == "namedtuple":
+        k = len(consts)
+        consts[f"_nT{k}"] = td[1]
+        conds.append(f"{expr}.__class__ is _nT{k}")
+        items = [f"{expr}[{i}]" for i in range(len(subs))]
     elif kind == "dict":
         if not all(type(key) in (str, int) for key in td[1]):
             return False
