@@ -38,7 +38,7 @@ from .numpy_math import diff
 from .objects import assign
 from .numpy_masked import masked_written, selection_written, traced_put
 from .numpy_selected import positions_mask
-from .numpy_scatter import traced_at, traced_bincount
+from .numpy_scatter import traced_bins, traced_positions
 from .numpy_selection import set_items
 from .replay import written_back
 from .scipy_special import intercepts
@@ -73,9 +73,11 @@ def _const_tracer(like, value):
 
 
 def _scatter(g, flat, shape):
-    """Zeros of ``shape`` with ``g`` added at the constant flat positions ``flat``
-    (``g.shape == flat.shape``; repeats add up)."""
-    return bind("scatter_flat", g, _const_tracer(g, flat.astype(np.intp)), shape=tuple(shape))
+    """Zeros of ``shape`` with ``g`` added at the flat positions ``flat`` --
+    constant, or traced (:mod:`.numpy_scatter`: read by the plan at every
+    call) -- (``g.shape == flat.shape``; repeats add up)."""
+    at = flat if isinstance(flat, Tracer) else _const_tracer(g, flat.astype(np.intp))
+    return bind("scatter_flat", g, at, shape=tuple(shape))
 
 
 def _positions(shape):
@@ -138,12 +140,10 @@ def ufunc_at(ufunc, a, indices, b=None):
             "traced: numpy would write traced values into `a`, which tracing cannot follow. "
             "Make `a` inside f (`np.zeros(n)`), or build the sums as a new array, "
             "`np.bincount(indices, weights=b, minlength=n)`.", user_namespaces())
-    new = traced_at(ufunc, a, indices, b)  # (integer indices the plan reads at each call)
-    if new is not None:
-        assign(a, new, name, casting="unsafe")
-        return
-    indices = _constant(name, concrete_index(indices))  # (computed from values: guarded)
-    flat = np.asarray(_positions(a.shape)[indices])  # numpy's indexing, checks and errors
+    flat = traced_positions(ufunc, a, indices)  # (integer indices the plan reads each call)
+    if flat is None:
+        indices = _constant(name, concrete_index(indices))  # (computed from values: guarded)
+        flat = np.asarray(_positions(a.shape)[indices])  # numpy's indexing, checks and errors
     b = broadcast_to(_tracer(b).astype(a.dtype), flat.shape)
     if flat.size == 0:
         new = a
@@ -280,15 +280,20 @@ def bincount(x, weights=None, minlength=0):
         derivative in ``weights`` gathers the cotangent of each weight's bin.
     """
     if isinstance(x, Tracer):  # (bins the plan reads at each call)
-        return traced_bincount(x, weights, minlength)
-    x = np.asarray(x)
-    n = np.bincount(x, minlength=minlength).shape[0]  # numpy's checks (and length)
-    if weights is None:
-        return np.bincount(x, minlength=minlength)
-    w = _tracer(weights)
+        flat, n = traced_bins(x, minlength)
+    else:
+        x = np.asarray(x)
+        n = np.bincount(x, minlength=minlength).shape[0]  # numpy's checks (and length)
+        if weights is None:
+            return np.bincount(x, minlength=minlength)
+        flat = x.astype(np.intp)
+    w = np.ones_like(flat, dtype=np.float64) if weights is None else _tracer(weights)
     if w.shape != x.shape:
         raise ValueError("The weights and list don't have the same length.")
-    return _scatter(w.astype(np.float64), x.astype(np.intp), (n,))
+    if isinstance(x, Tracer) and x.size == 0:  # (no traced bin to add at)
+        return np.zeros(n, np.float64 if weights is not None else np.intp)
+    sums = _scatter(w.astype(np.float64), flat, (n,))
+    return sums if weights is not None else sums.astype(np.intp)  # (counts: no derivative)
 
 
 # ----------------------------------------------------------------------------
