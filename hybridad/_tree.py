@@ -16,7 +16,7 @@ from ._xp import is_array
 from .core.supported import check_dtype, refuse_subclass
 from .core.tracer import Tracer
 
-__all__ = ["LEAF", "flatten", "is_namedtuple", "unflatten"]
+__all__ = ["LEAF", "flatten", "is_namedtuple", "namedtuple_class", "unflatten"]
 
 LEAF = "*"
 
@@ -81,8 +81,13 @@ def _unflatten(td, it):
 
 def is_namedtuple(obj):
     """Whether ``obj`` is a namedtuple (a tuple subclass with ``_fields``)."""
-    return isinstance(obj, tuple) and type(obj) is not tuple and \
-        isinstance(getattr(type(obj), "_fields", None), tuple)
+    return namedtuple_class(type(obj))
+
+
+def namedtuple_class(cls):
+    """Whether class ``cls`` makes namedtuples (a tuple subclass with ``_fields``)."""
+    return issubclass(cls, tuple) and cls is not tuple and \
+        isinstance(getattr(cls, "_fields", None), tuple)
 
 
 def leaf_paths(treedef):

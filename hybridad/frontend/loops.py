@@ -28,6 +28,7 @@ from ..ir.graph import Graph
 from ..ops.loop import LoopBody, layout, part
 from ..core.trace import Trace, _escaped, _state, as_node, bind
 from ..core.tracer import Tracer
+from .._tree import namedtuple_class
 
 __all__ = ["BodyTrace", "fori_loop", "scan"]
 
@@ -118,7 +119,7 @@ def _unflatten(td, it):
         return {k: _unflatten(t, it) for k, t in zip(td[1], td[2], strict=True)}
     items = [_unflatten(t, it) for t in td[1]]
     # (a namedtuple takes its fields one by one)
-    return td[0](*items) if hasattr(td[0], "_fields") else td[0](items)
+    return td[0](*items) if namedtuple_class(td[0]) else td[0](items)
 
 
 def _tree(obj):
