@@ -392,8 +392,9 @@ def remember(kind, f, args, argnums, backend, plan, options=None):
     checks = (None, matcher) if matcher is not None else \
         (tuple(a.shape for a in args), tuple(a.dtype for a in args))
     table[key] = (ref, sub, argnums, backend, options, *checks, made, plan)
-    twin = owner_of(f) if made is not None and plan._f() is not f else f
-    if twin is not f and plan._f() is twin:  # (a lambda made anew finds it by its twin)
+    twin = plan._f()  # (f's twin where the plan was built for it: lookup(twin=True))
+    if made is not None and twin is not None and twin is not f:
+        # (a lambda made anew finds it by its twin)
         key = id(twin)
         ref = weakref.ref(twin, lambda r, table=table, key=key: _forget(table, key, r))
         table[key] = (ref, None, argnums, backend, options, *checks, None, plan)

@@ -189,7 +189,7 @@ class FastPathMixin:
         ``f``'s value (a float32 argument of a function returning float64, as
         numpy 2 promotes ``x / np.sqrt(2)``): the program writes the value into a
         buffer of the plan's and it is cast into ``out``'s (as the general path
-        does, without its checks' cost: 0.7 against 6.3 us a call, 16 x 16)."""
+        does, without its checks' cost: 1.9 against 6.3 us a call, 16 x 16)."""
         v = out._value
         if v.shape != () or v.dtype not in _FLOATS or not v.flags.writeable:
             return type(self).gradient(self, *args, out=out)
