@@ -371,8 +371,10 @@ def test_a_singular_loop_matrix_raises_as_solve_does(backend):
         plan.gradient(singular, u)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
-def test_a_factored_loop_allocates_nothing(backend):
-    args = _loop_args()
+def test_a_factored_loop_allocates_nothing(backend, dtype):
+    args = tuple(a.astype(dtype) for a in _loop_args())
     plan = ha.compile(implicit_euler, *args, argnums=(0, 1), backend=backend)
+    assert set(_loop_solves(plan)) == {"lu_solve"}
     assert_no_alloc(plan.gradient, *args, out=plan.new_result())
