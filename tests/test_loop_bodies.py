@@ -104,11 +104,12 @@ def test_a_large_body_runs_on_the_threads_and_serially_without_them():
 
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_a_plans_loop_runners_and_what_they_hold_go_with_the_last_plan(backend):
-    """A loop's runner -- its carries, its body's program and workspace, its
-    tables -- is shared by the live plans of one body and goes with the last
-    of them: a generated module (alive as long as the process) names it
-    without holding it.  A plan rebuilt after that makes it again.  Before,
-    every runner stayed: a 700 x 700 stencil's plans left 45 MB each."""
+    """A loop's runner -- its carries, its body's program and workspace (a
+    numba plan's: views of its arena), its tables -- is shared by the live
+    plans of one body and goes with the last of them: a generated module
+    (alive as long as the process) names it without holding it.  A plan
+    rebuilt after that makes it again.  Before, every runner stayed: a
+    700 x 700 stencil's plans left 45 MB each."""
     import gc
     import weakref
 
@@ -129,9 +130,15 @@ def test_a_plans_loop_runners_and_what_they_hold_go_with_the_last_plan(backend):
         runners = loop_runners(first)
         assert len(runners) == 2 and runners == loop_runners(second)  # (shared)
     refs = [weakref.ref(r) for r in runners]
-    held = [weakref.ref(a) for r in runners for a in r._carries[0] + r._carries[1]]
-    if backend == "numba":
-        held += [weakref.ref(a) for r in runners for a in r._prog.memory.arenas.values()]
+    if backend == "numba":  # (its body runs on a workspace in the plan's arena: no
+        # carries or arena of its own, the views of the workspace in its tables)
+        assert all(r._carries is None and r._private is None and not r._prog.memory.arenas
+                   for r in runners)
+        held = [weakref.ref(c) for r in runners for hit in r._tables.values()
+                for carries in hit[3] for c in carries]
+        assert held
+    else:
+        held = [weakref.ref(a) for r in runners for a in r._carries[0] + r._carries[1]]
     del runners
     del first
     gc.collect()

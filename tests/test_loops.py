@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
+from hybridad.backends.numba import threshold
 from hybridad.trace import Tracer
 from hybridad.testing import assert_no_alloc, count_allocations, numerical_gradient
 
@@ -618,7 +619,10 @@ def test_what_a_loop_keeps_does_not_grow_with_its_trip_count(backend):
     kept = {}
     for T in (200, 4000):
         f = _scan_rows(T)
-        ha.compile(f, X0, W0, backend=backend).gradient(X0, W0)  # (compiles the bodies)
+        # (compiles the bodies; held, so its runners are the second plan's whenever the
+        # collector runs)
+        first = ha.compile(f, X0, W0, backend=backend)
+        first.gradient(X0, W0)
         plan = ha.compile(lambda x, W: f(x, W), X0, W0, backend=backend)
         res = ha.GradientResult(X0)
         join_all()  # (tracemalloc counts every thread's: a tiered plan's compile of an
@@ -632,6 +636,27 @@ def test_what_a_loop_keeps_does_not_grow_with_its_trip_count(backend):
         ref = ha.gradient(f, X0, W0, backend="numpy")
         np.testing.assert_allclose(res.gradient, ref.gradient, rtol=1e-12, atol=1e-14)
     assert kept[4000] < kept[200] + 16384, kept
+
+
+def test_a_broadcast_xs_is_read_in_place_not_copied():
+    """The reverse scan of ``_scan_rows`` reads a cotangent broadcast over the
+    steps (stride 0: every row the same) as an xs.  Its runner reads the rows
+    in place -- each row is contiguous, the step between them the driver's --
+    instead of copying T rows into a buffer of its own at each new plan."""
+    from hybridad.backends import loops
+
+    T = 3000
+    f = _scan_rows(T)
+    plan = ha.compile(f, X0, W0, backend="numba")
+    got = plan.gradient(X0, W0)
+    ref = ha.gradient(f, X0, W0, backend="numpy")
+    np.testing.assert_allclose(got.gradient, ref.gradient, rtol=1e-12, atol=1e-14)
+    with threshold.serial_loops(plan._loops_serial):
+        runners = [loops.runner_for(loops._key(m, "numba")) for m in plan.graph.nodes
+                   if m.op == "loop"]
+    assert len(runners) >= 3
+    staged = [b.nbytes for r in runners for b in r._staged.values()]
+    assert all(n < T * 8 for n in staged), staged
 
 
 def test_a_loop_start_also_read_by_the_body_on_every_backend_and_checkpointed():

@@ -5,11 +5,17 @@ A :class:`LoopRunner` lowers the body graph with the backend's passes
 (:func:`hybridad.transforms.pipeline.lower`), plans its memory and compiles
 it -- the numpy reference program, or one numba function -- then runs it
 ``length`` times into the loop node's buffer: the carries go back and forth
-between two buffers the runner holds (allocated once), each iteration's
-slice of an ``xs`` operand is read in place, each per-iteration output is
-written in place into its row of the loop's value.  Nothing is allocated per
-call.  The body's program, and so the time to build it, do not depend on the
-trip count.
+between two sets of buffers, each iteration's row of an ``xs`` operand is
+read in place, each per-iteration output is written in place into its row
+of the loop's value.  Nothing is allocated per call.  Where the body runs
+natively (the numba plan's compiled driver calls it), the two sets of
+carries and the body's arena are the loop's *workspace*, a slot of the
+calling plan's arena live while the loop runs (:func:`workspace_layout`,
+:func:`.numba.layouts.loop_workspace`): loops that run one after the other
+share those bytes, and the runner keeps none.  Otherwise the runner holds
+its carries and its body's program its arena (allocated once, counted as
+the plan's held memory: :attr:`hybridad.ops.Op.held`).  The body's program,
+and so the time to build it, do not depend on the trip count.
 
 The numpy program calls the runner as the node's function, and so does the
 GPU program (``"cupy"``: the body is a GPU program of its own, its kernels
@@ -18,10 +24,10 @@ function calls it in object mode (one switch to Python per loop, not per
 iteration) through a module-level name the generated source binds from the
 runner's key (:func:`runner_named`), so the plan's source, and numba's disk
 cache of it, are the same in every process.  Runners are shared by every
-plan with the same body and trip count; one lock serializes their calls (the
-body's workspace is one).  The programs that call a runner hold it, and it
-goes -- its carries, its body's workspace and tables -- with the last of
-them: the registry and the generated modules (which live as long as the
+plan with the same body and trip count; one lock serializes their calls (its
+tables are one).  The programs that call a runner hold it, and it goes --
+its carries or the views of its callers' workspaces, its body's program and
+tables -- with the last of them: the registry and the generated modules (which live as long as the
 process) know it by key only.
 """
 
@@ -41,7 +47,7 @@ from .numba.abi import ABI
 from .numba.threshold import loops_serial
 
 __all__ = ["COMPILERS", "LoopRunner", "describe", "emit_numba", "runner", "runner_for",
-           "runner_named"]
+           "runner_named", "workspace_layout"]
 
 #: key -> runner, while a program that calls it holds it
 _RUNNERS = weakref.WeakValueDictionary()
@@ -104,7 +110,7 @@ def runner_for(key):
 
 
 class runner_named:  # noqa: N801 -- a function to the generated source
-    """``runner_named(key)(out, *operands)`` calls the runner registered under
+    """``runner_named(key)(work, out, *operands)`` calls the runner registered under
     ``key``: what generated source binds at module level -- a generated module
     lives as long as the process, so it names the runner without holding it
     (the program made from it does, :attr:`_SourceName.keep`)."""
@@ -114,8 +120,8 @@ class runner_named:  # noqa: N801 -- a function to the generated source
     def __init__(self, key):
         self.key = key
 
-    def __call__(self, *args):
-        return _RUNNERS[self.key](*args)
+    def __call__(self, work, *args):
+        return _RUNNERS[self.key](*args, work=work)
 
 
 class _SourceName:
@@ -147,8 +153,9 @@ def emit_numba(e):
     """The numba emitter of a loop node (``e``: :class:`.numba.emit.Emit`): its
     runner called in object mode, one switch to Python per loop."""
     name = e.consts.kernel(_SourceName(runner(e.node, "numba")))
+    work = e.names.get(("scratch", e.node.id), "None")  # (its workspace: .numba.layouts)
     e.w.emit("with _objmode():")
-    e.w.emit(f"    {name}({', '.join([e.out, *e.a])})")
+    e.w.emit(f"    {name}({', '.join([work, e.out, *e.a])})")
 
 
 def lower_body(graph, backend):
@@ -163,6 +170,41 @@ def lower_body(graph, backend):
     g = copy_graph(graph)
     return pipeline.lower(g.nodes, g.inputs, g.outputs, backend,
                           machine=lowering_machine(backend))
+
+
+#: the alignment of each part of a loop's workspace (:func:`workspace_layout`)
+_ALIGN = 64
+
+
+def workspace_layout(body, arena_bytes):
+    """``(nbytes, carries, arenas)``: where the parts of a loop's workspace lie
+    in it -- the runner's two sets of carries (``carries[s][k]``: the offset of
+    carry ``k`` in set ``s``) and the body program's arena of each dtype
+    (``arenas``: dtype -> offset; ``arena_bytes``: its memory plan's) -- for a
+    body that runs on a workspace its plan gives it
+    (:func:`.numba.layouts.loop_workspace`: a slot of the plan's arena, live
+    while the loop runs, so loops that run one after the other share it)."""
+    end = 0
+
+    def take(nbytes):
+        nonlocal end
+        at, end = end, end + -(-max(int(nbytes), 1) // _ALIGN) * _ALIGN
+        return at
+
+    outs = body.graph.outputs[:body.n_carry]
+    carries = [[take(n.nbytes) for n in outs] for _ in range(2)]
+    arenas = {dt: take(arena_bytes[dt]) for dt in sorted(arena_bytes, key=lambda d: d.str)}
+    return end, carries, arenas
+
+
+def _rows_contiguous(a):
+    """Whether each ``a[t]`` is C-contiguous, whatever the step between them."""
+    step = a.itemsize
+    for n, st in zip(a.shape[:0:-1], a.strides[:0:-1], strict=True):
+        if n > 1 and st != step:
+            return False
+        step *= n
+    return True
 
 
 def _address(a):
@@ -189,7 +231,13 @@ class LoopRunner:
         self._lock = RLock()
         outs = body.graph.outputs
         nc = body.n_carry
-        self._carries = [[xp.empty(n.shape, n.dtype) for n in outs[:nc]] for _ in range(2)]
+        # a body run natively runs on a workspace each call gives (its carries and its
+        # arena: workspace_layout), else on the runner's own carries and program
+        self._layout = None if parts is None else \
+            workspace_layout(body, self._prog.memory.arena_bytes)
+        self._carries = None if parts is not None else \
+            [[xp.empty(n.shape, n.dtype) for n in outs[:nc]] for _ in range(2)]
+        self._private = None  # (a workspace of its own, for a call that gives none)
         # the iteration index, row t of an array: (an xs of the body, in effect)
         self._index = xp.arange(self.start, self.start + self.length, dtype=np.int64) \
             if body.index else None
@@ -229,11 +277,16 @@ class LoopRunner:
         return f"{self.length} iterations, {how}"
 
     def _canonical(self, pos, a):
+        """Operand ``pos`` as the body reads it: ``a`` itself where it is an
+        aligned native ndarray, C-contiguous -- for an xs, each of its rows
+        (the step from one row to the next is the driver's: a broadcast xs,
+        step 0, is read in place) -- else its copy in a buffer of the runner's."""
         xp = self._xp
         if xp is not np:  # (device arrays: the body's kernels read any strides)
             return a
-        if a.flags.c_contiguous and a.flags.aligned and a.dtype.isnative and \
-                type(a) is np.ndarray:
+        nc = self.body.n_carry
+        if type(a) is np.ndarray and a.flags.aligned and a.dtype.isnative and (
+                a.flags.c_contiguous or nc <= pos < nc + self.body.n_xs and _rows_contiguous(a)):
             return a
         buf = self._staged.get(pos)
         if buf is None or buf.shape != a.shape or buf.dtype != a.dtype:
@@ -254,9 +307,9 @@ class LoopRunner:
         n = len(fixed) + len(bound) + len(self.body.graph.inputs) + len(self.body.graph.outputs)
         self._drive = self._make_driver(self.key, n)
 
-    def _steps(self, out, ops):
+    def _steps(self, out, ops, carries):
         """``(inputs, outputs)`` of the body at each iteration, in the order
-        they run: the carries alternate between the runner's two buffers,
+        they run: the carries alternate between the two sets ``carries``,
         the xs are read and the per-iteration outputs written row by row."""
         body = self.body
         nc, nx = body.n_carry, body.n_xs
@@ -264,45 +317,68 @@ class LoopRunner:
         xs, consts = ops[nc:nc + nx], ops[nc + nx:]
         order = range(self.length - 1, -1, -1) if self.reverse else range(self.length)
         for step, t in enumerate(order):
-            cur, other = self._carries[step % 2], self._carries[(step + 1) % 2]
+            cur, other = carries[step % 2], carries[(step + 1) % 2]
             index = [self._index[t, ...]] if body.index else []
             yield index + cur + [x[t, ...] for x in xs] + consts, \
                 other + [r[t, ...] for r in rows]
 
-    def _iterations(self, out, ops):
+    def _on(self, work):
+        """``(carries, fixed)`` on workspace ``work`` (:func:`workspace_layout`;
+        the runner's own where a call gives none, or one too small): the two
+        sets of carries, views of it, and the body's leading arguments with
+        its arenas' addresses in it."""
+        nbytes, offsets, arenas = self._layout
+        if work is None or work.nbytes < nbytes or not work.flags.c_contiguous:
+            if self._private is None:
+                self._private = np.empty(nbytes, np.uint8)
+            work = self._private
+        raw = work.reshape(-1).view(np.uint8)
+        outs = self.body.graph.outputs[:self.body.n_carry]
+        carries = [[raw[o:o + n.nbytes].view(n.dtype).reshape(n.shape)
+                    for o, n in zip(set_, outs, strict=True)] for set_ in offsets]
+        base = _address(raw)
+        fixed = list(self._parts_of_body[1])
+        for k, dt in enumerate(self._prog.arena_dtypes):
+            fixed[k] = base + arenas[dt]
+        return carries, fixed
+
+    def _iterations(self, out, ops, work):
         """The iterations of a numba body as one call: the compiled driver's
         plan of their argument lists (:meth:`_plan`: a few rows, whatever the
         trip count), or the argument lists themselves (every array of every
         iteration as ``id(view)``, the views made once and kept here) where
-        there is no driver; and the views of ``out`` the final carries go to.
+        there is no driver; and the views of ``out`` the final carries go to,
+        and the carries (in ``work``: :meth:`_on`).
         One entry per placement -- the
-        data addresses of what it reads: the loop's buffer, the xs and the
+        data addresses of what it reads: the loop's buffer, its workspace, the xs and the
         constants -- kept for the next call there (a runner serves every loop
         of its body: the forward loop and its recomputation in a reverse body
         are two).  An xs or constant that moves between calls at one place
         (an argument of the plan) is copied from then on into a buffer of the
         runner's, so the table there is made once, not at every call."""
         nc = self.body.n_carry
-        key = tuple(map(_address, (out, *ops[nc:])))
+        at = 0 if work is None else _address(work)
+        key = (_address(out), at, *map(_address, ops[nc:]))
         hit = self._tables.get(key)
         if hit is None:
-            seen = next((k for k in self._tables if k[0] == key[0]), None)
+            seen = next((k for k in self._tables if k[:2] == key[:2]), None)
             if seen is not None:  # operands moved, at a place seen before
-                for j, (a, b) in enumerate(zip(key[1:], seen[1:], strict=True), nc):
+                for j, (a, b) in enumerate(zip(key[2:], seen[2:], strict=True), nc):
                     if a != b:
                         buf = self._moving[key[0], j] = np.empty_like(ops[j])
                         np.copyto(buf, ops[j])
                         ops[j] = buf
-                key = tuple(map(_address, (out, *ops[nc:])))
+                key = (*key[:2], *map(_address, ops[nc:]))
                 hit = self._tables.get(key)
         if hit is None:
-            own, fixed, bound = self._parts_of_body
+            own, _, bound = self._parts_of_body
+            carries, fixed = self._on(work)
             if self._drive is not None:
-                table, keep = self._plan(out, ops)
+                table, keep = self._plan(out, ops, carries, fixed)
                 run = self._drive(table, self.length)  # (the plan is kept with the run, below)
             else:
                 keep, iterations = [], []
-                for ins, outs in self._steps(out, ops):
+                for ins, outs in self._steps(out, ops, carries):
                     keep.append(ins + outs)
                     iterations.append((*fixed, *map(id, ins), *bound, *map(id, outs)))
 
@@ -315,10 +391,11 @@ class LoopRunner:
                 for k in [k for k in self._moving if k[0] == gone[0]]:
                     del self._moving[k]
             hit = self._tables[key] = (run, [self._row(out, k) for k in range(nc)],
-                                       (keep, iterations if self._drive is None else table))
+                                       (keep, iterations if self._drive is None else table),
+                                       carries)
         return hit
 
-    def _plan(self, out, ops):
+    def _plan(self, out, ops, carries, fixed):
         """``(plan, keep)``: the ``int64[n, 5]`` rows ``(obj, alt, base, step,
         moves)`` from which the driver computes the argument lists of
         :meth:`_steps`' iterations (:func:`hybridad.backends.jit.loop_driver`):
@@ -327,7 +404,7 @@ class LoopRunner:
         view object each (``keep`` holds them), its data address moved to the
         row an iteration reads or writes -- so what a placement keeps does not
         grow with the trip count."""
-        _, fixed, bound = self._parts_of_body
+        bound = self._parts_of_body[2]
         body, length = self.body, self.length
         nc, nx = body.n_carry, body.n_xs
         keep, rows = [], []
@@ -351,7 +428,7 @@ class LoopRunner:
             fixed_row(v)
         if body.index:
             moving(self._index)
-        first, second = self._carries
+        first, second = carries
         rows += [(id(a), id(b) - id(a), 0, 0, 0) for a, b in zip(first, second, strict=True)]
         for x in ops[nc:nc + nx]:
             moving(x)
@@ -362,14 +439,14 @@ class LoopRunner:
         rows += [(id(b), id(a) - id(b), 0, 0, 0) for a, b in zip(first, second, strict=True)]
         for k in range(nc, len(body.graph.outputs)):
             moving(self._row(out, k))
-        keep.append(ops[nc + nx:])
+        keep += [ops[nc + nx:], carries]
         return np.array(rows, np.int64).reshape(len(rows), 5), keep
 
     def _row(self, out, k):
         off, shape = self._parts[k]
         return out[off:off + math.prod(shape)].reshape(shape)
 
-    #: ``(out, operands, whole, kept)`` of the last call whose operands the
+    #: ``(out, operands, whole, kept, work)`` of the last call whose operands the
     #: runner read in place (none staged, none moving): ``whole()`` runs that
     #: call again -- the initial carries copied in, the iterations, the final
     #: carries copied out; one native call where hybridad's compiler made the
@@ -377,11 +454,14 @@ class LoopRunner:
     #: an array's data never moves) runs it without looking at them
     _last = None
 
-    def __call__(self, out, *operands):
+    def __call__(self, out, *operands, work=None):
+        """Run the loop into ``out`` from ``operands`` (its carries' initial
+        values, its xs, its constants); ``work``: its workspace in the calling
+        plan's arena, for a body run natively (:func:`workspace_layout`)."""
         with self._lock:
             last = self._last
-            if last is not None and last[0] is out and len(operands) == len(last[1]) and \
-                    all(map(operator.is_, operands, last[1])):
+            if last is not None and last[0] is out and last[4] is work and \
+                    len(operands) == len(last[1]) and all(map(operator.is_, operands, last[1])):
                 last[2]()
                 return
             nc = self.body.n_carry
@@ -394,14 +474,15 @@ class LoopRunner:
                         ops[j] = buf
             if self._parts_of_body is None:  # (the Python loop over the body's program)
                 def run():
-                    for ins, outs in self._steps(out, ops):
+                    for ins, outs in self._steps(out, ops, self._carries):
                         self.call(ins, outs)
-                self._copying(run, [self._row(out, k) for k in range(nc)], ops[:nc])()
+                self._copying(run, [self._row(out, k) for k in range(nc)], ops[:nc],
+                              self._carries)()
                 return
-            hit = self._iterations(out, ops)
+            hit = self._iterations(out, ops, work)
             if all(o is a for o, a in zip(ops, operands, strict=True)):
                 # (kept by every address it reads: several plans share a runner)
-                at = tuple(map(_address, (out, *ops)))
+                at = tuple(map(_address, (out, *ops))) + (0 if work is None else _address(work),)
                 got = self._wholes.get(at)
                 if got is None or got[2] is not hit:
                     if got is None and len(self._wholes) >= 2 * _PLACES:
@@ -409,10 +490,10 @@ class LoopRunner:
                     if got is not None and got[1] is not None:  # (its copy rows free)
                         self._free_rows.append(got[1])
                     got = self._wholes[at] = (*self._whole(hit, ops), hit)
-                self._last = (out, operands, got[0], got[1])
+                self._last = (out, operands, got[0], got[1], work)
                 whole = got[0]
             else:
-                whole = self._copying(hit[0], hit[1], ops[:nc])
+                whole = self._copying(hit[0], hit[1], ops[:nc], hit[3])
             whole()
 
     def _whole(self, hit, ops):
@@ -422,11 +503,11 @@ class LoopRunner:
         initial carries in ``ops`` and copies the final carries to their
         place -- as one call of hybridad's driver where it made the body, else
         :meth:`_copying`."""
-        run, finals, (_, table) = hit
+        run, finals, (_, table), carries = hit
         nc = self.body.n_carry
         if getattr(self._drive, "copies", False):
-            pairs = list(zip(self._carries[0], ops[:nc], strict=True)) + \
-                list(zip(finals, self._carries[self.length % 2], strict=True))
+            pairs = list(zip(carries[0], ops[:nc], strict=True)) + \
+                list(zip(finals, carries[self.length % 2], strict=True))
             if all(d.dtype == s.dtype and d.shape == s.shape and d.flags.c_contiguous and
                    s.flags.c_contiguous for d, s in pairs):
                 if self._copy_rows is None:
@@ -436,13 +517,13 @@ class LoopRunner:
                 for j, (d, s) in enumerate(pairs):
                     rows[j] = _address(d), _address(s), d.nbytes
                 return self._drive(table, self.length, (rows, nc, nc)), block
-        return self._copying(run, finals, ops[:nc]), None
+        return self._copying(run, finals, ops[:nc], carries), None
 
-    def _copying(self, run, finals, starts):
-        """``whole()``: the initial carries ``starts`` copied into the runner's
-        first buffers, ``run()`` (the iterations), the final carries copied to
-        ``finals``."""
-        first, last = self._carries[0], self._carries[self.length % 2]
+    def _copying(self, run, finals, starts, carries):
+        """``whole()``: the initial carries ``starts`` copied into the first
+        set of ``carries``, ``run()`` (the iterations), the final carries
+        copied to ``finals``."""
+        first, last = carries[0], carries[self.length % 2]
 
         copyto = self._xp.copyto
 

@@ -586,7 +586,9 @@ def _held(node):
     """What a backend keeps for the loop beside the plan's arena: two sets of
     carries (the runner's) and the body's workspace, its memory plan (by the
     memory pass, the one caller, which hands it in: :data:`TRANSFORMS`;
-    nested loops count their own in turn)."""
+    nested loops count their own in turn).  A numba plan gives a loop whose
+    body runs natively this workspace in its arena instead, as the node's
+    scratch (then nothing is held beside it)."""
     body = node.attrs["body"]
     carries = sum(n.nbytes for n in body.graph.outputs[:body.n_carry])
     return 2 * carries + TRANSFORMS["plan_memory"](body.graph).total_bytes

@@ -375,7 +375,8 @@ def plan_memory(graph, materialize=(), scratch=None, reuse=False, direct_outputs
     return MemoryPlan(storage, slots, arena, copies, scratch_slots, alias_of,
                       lifetimes=lifetimes, direct=direct, order=[n.id for n in graph.nodes],
                       naive_bytes=naive, live_bytes=live[:end_of_schedule],
-                      in_place=in_place, held_bytes=held_bytes(graph.nodes),
+                      in_place=in_place,
+                      held_bytes=held_bytes(n for n in graph.nodes if n.id not in (scratch or {})),
                       direct_first=direct_first)
 
 
@@ -390,7 +391,11 @@ def _body_memory(graph):
 
 
 def held_bytes(nodes):
-    """Bytes the ops of ``nodes`` keep beside the arena (:attr:`hybridad.ops.Op.held`)."""
+    """Bytes the ops of ``nodes`` keep beside the arena (:attr:`hybridad.ops.Op.held`).
+    :func:`plan_memory` counts the nodes without scratch only: a backend that
+    gives an op its held memory in the arena (a numba plan's loop whose body
+    runs natively: :func:`hybridad.backends.numba.layouts.loop_workspace`)
+    asks for it as the node's scratch."""
     total = 0
     for n in nodes:
         op = REGISTRY.get(n.op)

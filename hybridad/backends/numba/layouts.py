@@ -16,7 +16,8 @@ from ...transforms.memory import layout_proto, op_workspaces, plan_memory
 from .reduce import reduction_scratch
 from .runner import view_at
 from .machine import machine
-from .threshold import environment_threads, numba_config_threads
+from .threshold import (BODY_PARALLEL_MIN, design_threads, environment_threads, loops_serial,
+                        numba_config_threads, serial_loops, work_estimate)
 from .leading import leading_blocks, leading_scratch
 from .rowblocks import row_scratch, rows_in_blocks
 from .tiles import with_tiles
@@ -330,7 +331,50 @@ def scratch_for_numba(nodes):
             parts = machine().gemm_k_parts(m, k, c)
             if parts:
                 out[n.id] = (n.dtype, parts * m * c)
+        elif n.op == "loop" and (need := loop_workspace(n)) is not None:
+            out[n.id] = (n.dtype, -(-need // n.dtype.itemsize))
     return out
+
+
+def loop_body_memory(graph):
+    """``(lowered body, serial, memory plan)`` of a loop body for a numba
+    program (:func:`hybridad.backends.loops.lower_body`): serial loops (one
+    iteration is small), unless one iteration is :data:`.threshold.BODY_PARALLEL_MIN`
+    element operations or more and the plan may use threads."""
+    from ..loops import lower_body
+
+    g = lower_body(graph, "numba")
+    serial = loops_serial() or design_threads() < 2 or \
+        work_estimate(g.nodes) < BODY_PARALLEL_MIN
+    with serial_loops(serial):
+        return g, serial, plan_numba_memory(g)
+
+
+def runs_natively(g, serial):
+    """Whether a loop body (lowered: :func:`loop_body_memory`) runs from its
+    runner's compiled driver: arrays passed by address (:data:`.abi.ABI`), no
+    threads of its own, nothing that switches to Python (a nested loop, a host
+    call).  Such a body runs on a workspace its plan gives it
+    (:func:`loop_workspace`)."""
+    from .abi import ABI
+
+    return ABI is not None and serial and \
+        not any(n.op in ("loop", "host_call", "host_ufunc") for n in g.nodes)
+
+
+def loop_workspace(node):
+    """Bytes of loop ``node``'s workspace in its plan's arena -- its runner's
+    two sets of carries and its body's arena
+    (:func:`hybridad.backends.loops.workspace_layout`) -- where its body runs
+    natively (:func:`runs_natively`), else None (the runner keeps its own,
+    counted beside the arena: :attr:`hybridad.ops.Op.held`)."""
+    from ..loops import workspace_layout
+
+    body = node.attrs["body"]
+    g, serial, memplan = loop_body_memory(body.graph)
+    if not runs_natively(g, serial):
+        return None
+    return workspace_layout(body, memplan.arena_bytes)[0]
 
 
 def plan_numba_memory(graph, pack=True, pinned=()):

@@ -41,7 +41,7 @@ from .loops import (
 )
 from .runner import NumbaProgram, _Checks, _literal, strided_hull, view_at
 from .threads import start_pool
-from .threshold import PARALLEL_MIN, work_estimate
+from .threshold import PARALLEL_MIN, serial_loops, work_estimate
 
 __all__ = ["compile_numba_program", "work_estimate"]
 
@@ -461,6 +461,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     if timers is not None:
         program.timers, program.timed = extra[0], timers.slots
     program.parts, program.checked_parts = (own, fixed, bound), checked
+    program.arena_dtypes = arenas  # (the first entries of ``fixed``: their addresses)
     if optional_outputs:  # (the last leading argument: 0 skips their copies)
         program.lean_parts = (own, [*fixed[:-1], 0], bound)
         program.lean_call = bind(own, program.lean_parts[1], bound, len(in_specs),
@@ -569,31 +570,26 @@ def _header(consts, objects):
 
 # -- loops (hybridad.backends.loops): the body compiled as a program of its own --------------
 def compile_loop_body(graph):
-    """A loop body as one numba function: serial loops (one iteration is
-    small), unless one iteration is :data:`.threshold.BODY_PARALLEL_MIN`
-    element operations or more and the plan may use threads (then a loop or
-    product of the body that a plan would run on the threads does)."""
-    from ..loops import lower_body
-    from .layouts import plan_numba_memory
-    from .threshold import BODY_PARALLEL_MIN, design_threads, loops_serial, serial_loops
+    """A loop body as one numba function (:func:`.layouts.loop_body_memory`).
+    Where it runs natively (:func:`.layouts.runs_natively`: what the runner's
+    driver calls each iteration, under the runner's lock), its arena is not
+    kept: each call's workspace in the calling plan's arena stands for it."""
+    from .layouts import loop_body_memory, runs_natively
 
-    g = lower_body(graph, "numba")
-    serial = loops_serial() or design_threads() < 2 or \
-        work_estimate(g.nodes) < BODY_PARALLEL_MIN
+    g, serial, memplan = loop_body_memory(graph)
     with serial_loops(serial):
-        memplan = plan_numba_memory(g)
         prog = compile_numba_program(g.nodes, g.inputs, g.outputs, memplan,
                                      memplan.allocate(np), [(n.shape, n.dtype) for n in
                                                             graph.inputs],
                                      [(n.shape, n.dtype) for n in graph.outputs],
                                      name="loop_body", trusted=True)
     prog.memory = memplan
-    # its parts: what the runner's driver calls natively each iteration (the runner's
-    # lock holds the loop), also where it is heavy by its work alone (a matrix-vector
-    # product of a state of 150) -- not where it runs threads or calls Python itself
-    parts = prog.parts if prog.objects and not prog.parallel and \
-        "with _objmode(" not in prog.source else None
-    return prog.call, prog, parts, loop_driver
+    if not (runs_natively(g, serial) and prog.objects and not prog.parallel and
+            "with _objmode(" not in prog.source):
+        return prog.call, prog, None, loop_driver
+    prog._keep = [k for k in prog._keep if all(k is not a for a in memplan.arenas.values())]
+    memplan.arenas = {}  # (the addresses the program was linked with: never called there)
+    return None, prog, prog.parts, loop_driver
 
 
 _loops.COMPILERS["numba"] = compile_loop_body
