@@ -139,3 +139,42 @@ def test_a_function_called_directly_first_still_nests(first):
             return np.sum(ha.gradient(inner, x, 2.0).gradient)
 
         np.testing.assert_allclose(ha.gradient(outer, x).gradient, -2 * np.sin(x), rtol=1e-12)
+
+
+def _leapfrog(form, steps=4):
+    """Steps of ``q -= 0.1 dV/dq``, the force a gradient taken inside the step."""
+    def force(q):
+        return ha.gradient(_inner, q).gradient
+
+    def f(x):
+        if form == "fori_loop":
+            q = ha.fori_loop(0, steps, lambda i, q: q - 0.1 * force(q), x)
+        elif form == "scan":
+            q, _ = ha.scan(lambda q, _: (q - 0.1 * force(q), None), x, None, length=steps)
+        else:
+            q = x
+            for _ in range(steps):
+                q = q - 0.1 * force(q)
+        return np.sum(q ** 2)
+    return f
+
+
+@pytest.mark.parametrize("form", ["fori_loop", "scan"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_gradient_inside_a_loop_body(form, backend):
+    """A gradient taken in a ``fori_loop`` / ``scan`` body (a leapfrog's
+    force): the gradient through the loop is the Python loop's, and matches
+    finite differences; the plan allocates nothing per call.  It raised an
+    internal TypeError while the body was traced (a view of a literal)."""
+    f = _leapfrog(form)
+    got = ha.gradient(f, X, backend=backend)
+    want = ha.gradient(_leapfrog("python"), X, backend="numpy")
+    assert got.value == pytest.approx(want.value, rel=1e-13)
+    np.testing.assert_allclose(got.gradient, want.gradient, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(got.gradient, numerical_gradient(f, X), rtol=1e-6, atol=1e-8)
+    plan = ha.compile(f, X, backend=backend)
+    out = ha.GradientResult(X)
+    plan.gradient(X, out=out)
+    np.testing.assert_array_equal(out.gradient, got.gradient)
+    if backend == "numba":
+        assert_no_alloc(lambda: plan.gradient(X, out=out))

@@ -70,9 +70,9 @@ class BodyTrace(Trace):
             self.lifted.append(x)
         return hit
 
-    def const(self, value, literal):
+    def const(self, value, literal, unique=False):
         if literal:
-            return super().const(value, literal)
+            return super().const(value, literal, unique)
         # an array captured by reference stays the caller's: an operand of the loop
         return self.lift(Tracer(self.parent.const(value, False), self.parent))
 
