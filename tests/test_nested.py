@@ -178,3 +178,36 @@ def test_a_gradient_inside_a_loop_body(form, backend):
     np.testing.assert_array_equal(out.gradient, got.gradient)
     if backend == "numba":
         assert_no_alloc(lambda: plan.gradient(X, out=out))
+
+
+_RNG = np.random.default_rng(11)
+_XM, _YM = _RNG.standard_normal((20, 4)), _RNG.standard_normal(20)
+
+
+def _fit_loss(w):
+    return np.mean((np.tanh(_XM @ w) - _YM) ** 2)
+
+
+@pytest.mark.parametrize("steps", [1, 5])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_inner_gradient_through_a_matrix_vector_product(steps, backend):
+    """MAML's inner steps, ``w - lr grad(loss)(w)`` with ``X @ w`` in the loss,
+    in a Python loop: the plan's trace records a matrix-vector product as one
+    composite node while a loop may roll, which has no rules of its own --
+    the inner gradient lowers them first.  It was refused (``'matvec' has no
+    derivative rule``).  Second derivatives checked against finite differences
+    of the first (the outer gradient of an inner gradient's step)."""
+    def f(w):
+        for _ in range(steps):
+            w = w - 0.3 * ha.gradient(_fit_loss, w).gradient
+        return _fit_loss(w)
+
+    w = _RNG.standard_normal(4)
+    got = ha.gradient(f, w, backend=backend)
+    np.testing.assert_allclose(got.gradient, numerical_gradient(f, w), rtol=1e-6, atol=1e-9)
+    want = ha.gradient(f, w, backend="numpy")
+    np.testing.assert_allclose(got.gradient, want.gradient, rtol=1e-12, atol=1e-15)
+    in_loop = ha.gradient(lambda w: _fit_loss(ha.fori_loop(
+        0, steps, lambda i, w: w - 0.3 * ha.gradient(_fit_loss, w).gradient, w)), w,
+        backend=backend)
+    np.testing.assert_allclose(in_loop.gradient, got.gradient, rtol=1e-12, atol=1e-15)

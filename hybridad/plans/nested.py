@@ -75,6 +75,17 @@ class _Phase:
         self.trace.phase = self.saved
 
 
+def _primitives(trace):
+    """``trace`` made of primitives from here on: the derivatives taken inside
+    it differentiate what it recorded so far, and a composite op (a matrix-vector
+    product recorded as one ``matvec`` node while a loop may roll) has no rules
+    of its own -- its nodes are lowered now, and later ones recorded as their
+    primitives (:meth:`hybridad.core.trace.Trace.lower_composites`)."""
+    if trace.composites:
+        trace.lower_composites()
+    return trace
+
+
 def _refuse_out(name, out):
     if out is not None:
         raise TypeError(f"hybridad.{name} inside a traced function returns tracers; "
@@ -120,7 +131,7 @@ def _grads(trace, f, args, nums, name):
 def gradient(f, args, argnums, out=None):
     """:func:`hybridad.gradient` on tracers: value and gradient as tracers."""
     _refuse_out("gradient", out)
-    trace = traced(args)
+    trace = _primitives(traced(args))
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     value, _, gs = _grads(trace, f, args, nums, "gradient")
     return NestedResult(value, gs[0] if isinstance(argnums, int) else tuple(gs))
@@ -147,7 +158,7 @@ def hessian(f, args, argnums, out=None):
     _refuse_out("hessian", out)
     if not isinstance(argnums, int):
         raise NotImplementedError("hybridad.hessian inside a traced function takes one argnum")
-    trace = traced(args)
+    trace = _primitives(traced(args))
     start = len(trace.nodes)
     value, (w,), (g,) = _grads(trace, f, args, (argnums,), "hessian")
     h = _tangent_columns(trace, start, w.node, g, w.shape).reshape(w.size, w.size)
@@ -161,7 +172,7 @@ def jacobian(f, args, argnums, out=None):
     _refuse_out("jacobian", out)
     if not isinstance(argnums, int):
         raise NotImplementedError("hybridad.jacobian inside a traced function takes one argnum")
-    trace = traced(args)
+    trace = _primitives(traced(args))
     args = list(args)
     start = len(trace.nodes)
     args[argnums] = x = _alias(trace, args[argnums], "jacobian", argnums)
