@@ -256,3 +256,58 @@ def test_builds_parse_one_at_a_time():
     # the builds that parse: the background compile, a caller's, the main thread's
     assert {"hybridad", "MainThread"} <= set(locked) and any(n.startswith("Thread-")
                                                         for n in locked), locked
+
+
+def _mlp(params, X, Y):
+    W1, b1, W2, b2 = params
+    h = np.tanh(X @ W1 + b1)
+    return np.mean((h @ W2 + b2 - Y) ** 2)
+
+
+def test_blas_is_single_threaded_in_a_plan_called_from_any_thread():
+    """A plan's BLAS calls run on one thread whichever thread calls the plan,
+    so an MLP's gradient (its weight gradient a gemm contracting the batch)
+    is the same bits from the main thread, a thread of the user's, and four at
+    once.  threadpoolctl lets only the first thread that set OpenBLAS's count
+    set it again; a call from another thread ran its gemms on OpenBLAS's
+    threads (the weight gradient's last bits differed)."""
+    from hybridad.backends.numba import threads
+
+    threads._blas_enter()  # (the main thread sets the count first)
+    threads._blas_exit()
+    seen = []
+
+    def inside():
+        threads._blas_enter()
+        try:
+            seen.extend(lib.get_num_threads() for lib in threads._blas_libraries())
+        finally:
+            threads._blas_exit()
+
+    t = threading.Thread(target=inside)
+    t.start()
+    t.join(60)
+    assert seen and all(n == 1 for n in seen), seen
+
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((10_000, 16))
+    Y = np.sin(2 * X[:, :1])
+    params = (rng.standard_normal((16, 64)) / 4, np.zeros(64), rng.standard_normal((64, 1)) / 8,
+              np.zeros(1))
+    plan = ha.compile(_mlp, params, X, Y)
+
+    def call():
+        out = ha.GradientResult(params)
+        plan.gradient(params, X, Y, out=out)
+        return b"".join(np.asarray(g).tobytes() for g in (out.value, *out.gradient))
+
+    main = call()
+    got = []
+    workers = [threading.Thread(target=lambda: got.extend(call() for _ in range(5)))
+               for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    assert len(got) == 20 and all(g == main for g in got)
+    assert call() == main

@@ -138,6 +138,46 @@ def _plans_blas(libs):
     return own or list(libs)
 
 
+class _OpenBLASCalls:
+    """An OpenBLAS's thread count read and set through its own exported
+    functions.  threadpoolctl (3.8) lets one thread only -- the first that set
+    an OpenBLAS's count outside OpenMP -- set it: from any other thread its
+    ``set_num_threads`` silently does nothing, so a plan called from a thread
+    of the user's ran its gemms on OpenBLAS's threads, whose sums are in
+    another order (an MLP's weight gradient differed in its last bits from
+    the main thread's call).  The count is process-wide there; who may change
+    it, and when it goes back, is :data:`_BLAS_STATE`'s count of callers."""
+
+    def __init__(self, get, put):
+        self.get_num_threads, self._put = get, put
+
+    def set_num_threads(self, n):
+        self._put(int(n))
+
+
+def _own_calls(lib):
+    """``lib`` (a threadpoolctl controller), or for an OpenBLAS off OpenMP
+    the :class:`_OpenBLASCalls` of its own functions, where it exports them."""
+    if getattr(lib, "internal_api", None) != "openblas" or \
+            getattr(lib, "threading_layer", None) == "openmp":
+        return lib
+    import ctypes
+    import itertools
+
+    try:
+        dll = ctypes.CDLL(lib.filepath)
+    except OSError:
+        return lib
+    for prefix, suffix in itertools.product(("", "scipy_"), ("", "64_", "_64")):
+        get = getattr(dll, f"{prefix}openblas_get_num_threads{suffix}", None)
+        put = getattr(dll, f"{prefix}openblas_set_num_threads{suffix}", None)
+        if get is not None and put is not None:
+            get.restype, get.argtypes = ctypes.c_int, []
+            put.restype, put.argtypes = None, [ctypes.c_int]
+            return _OpenBLASCalls(get, put)
+    return lib
+
+
 def _blas_libraries():
     """The controllers of the BLAS libraries the plans call (found once; see
     :func:`_plans_blas`)."""
@@ -151,8 +191,9 @@ def _blas_libraries():
                 # scipy's BLAS (a plan calling it has loaded it; loaded here too,
                 # so the list is never made without it)
                 ensure_blas()
-                _libs = _plans_blas([lib for lib in ThreadpoolController().lib_controllers
-                                     if lib.user_api == "blas"])
+                _libs = [_own_calls(lib) for lib in _plans_blas(
+                    [lib for lib in ThreadpoolController().lib_controllers
+                     if lib.user_api == "blas"])]
             except Exception:  # noqa: BLE001 - no threadpoolctl or an unknown BLAS: no limit
                 _libs = []
     return _libs
