@@ -311,3 +311,74 @@ def test_hybridad_makes_its_locks_where_a_fork_gets_them_back():
     found = {str(p.relative_to(root)) for p in root.rglob("*.py")
              if re.search(r"threading\.R?Lock\(\)", p.read_text()) and p.name != "_forksafe.py"}
     assert found == native, found ^ native
+
+
+def test_a_fork_waits_for_the_compiled_calls_in_flight():
+    """A compiled program's call that runs without the GIL (a heavy plan's) is
+    in flight in another thread: os.fork starts once it has ended.  A BLAS
+    library's fork handler stops its threads (OpenBLAS's), and a plan's gemm
+    on them meanwhile waited for them for good -- and the fork for it."""
+    from hybridad import _forksafe
+
+    started, release, order = threading.Event(), threading.Event(), []
+
+    def in_flight():
+        _forksafe.call_starts()
+        started.set()
+        release.wait(60)
+        order.append("the call ends")
+        _forksafe.call_ends()
+
+    t = threading.Thread(target=in_flight)
+    t.start()
+    assert started.wait(60)
+    threading.Timer(0.3, release.set).start()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    order.append("forked")
+    os.waitpid(pid, 0)
+    t.join(60)
+    assert order == ["the call ends", "forked"]
+
+
+def test_a_pool_forked_while_a_thread_keeps_calling_a_gradient(tmp_path):
+    """A thread of the parent keeps calling a gradient whose products run on
+    BLAS's threads while the main thread makes a multiprocessing pool: the
+    fork, the children and the thread go on (the parent hung in OpenBLAS's
+    fork handler, the thread inside the plan's call)."""
+    run(r"""
+        rng = np.random.default_rng(5)
+        X = rng.standard_normal((50000, 20))
+        y = np.sign(rng.standard_normal(50000))
+        w = 0.3 * rng.standard_normal(20)
+
+        def loss(w, X, y):
+            return np.mean(np.log1p(np.exp(-y * (X @ w)))) + 1e-3 * np.sum(w * w)
+
+        def child(_):
+            return ha.gradient(loss, w, X, y).gradient.tobytes()
+
+        want = ha.gradient(loss, w, X, y).gradient.tobytes()
+        stop, count = threading.Event(), [0]
+
+        def busy():
+            while not stop.is_set():
+                ha.gradient(loss, w, X, y)
+                count[0] += 1
+
+        th = threading.Thread(target=busy, daemon=True)
+        th.start()
+        time.sleep(0.05)
+        for _ in range(3):
+            with mp.get_context("fork").Pool(2) as pool:
+                got = pool.map_async(child, [0, 1], chunksize=1).get(120)
+            assert got == [want, want]
+        before = count[0]
+        time.sleep(0.5)
+        assert count[0] > before
+        stop.set()
+        th.join(60)
+        assert not th.is_alive()
+        print("ok")
+        """, tmp_path)

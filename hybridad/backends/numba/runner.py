@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._forksafe import RLock
+from ..._forksafe import RLock, call_ends, call_starts
 from .threads import SingleThreadedBlas, ThreadChoice, refuse_forked_openmp
 
 
@@ -172,12 +172,16 @@ class NumbaProgram:
         if self.parallel:
             refuse_forked_openmp("a parallel plan")
         with self.lock:
-            if self.threads is not None:  # BLAS single-threaded only beside our threads
-                return self.threads(fn, args, self.blas_limited)
-            if self.blas_limited:
-                with SingleThreadedBlas():
-                    return fn(*args)
-            return fn(*args)
+            call_starts()  # (a fork waits for the call: it runs without the GIL)
+            try:
+                if self.threads is not None:  # BLAS single-threaded only beside our threads
+                    return self.threads(fn, args, self.blas_limited)
+                if self.blas_limited:
+                    with SingleThreadedBlas():
+                        return fn(*args)
+                return fn(*args)
+            finally:
+                call_ends()
 
 
 def _type_nums(dtype):

@@ -17,6 +17,7 @@ import functools
 
 import numpy as np
 
+from ..._forksafe import call_ends, call_starts
 from ...ir.graph import format_node
 from ...ops import REGISTRY
 from ...transforms.memory import poison_schedule
@@ -41,7 +42,11 @@ class Program:
         self.source = source
 
     def __call__(self, *args):
-        return self.fn(*args)
+        call_starts()  # (numpy's products run without the GIL: a fork waits for them)
+        try:
+            return self.fn(*args)
+        finally:
+            call_ends()
 
 
 class _Stager:
