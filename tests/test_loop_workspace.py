@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import hybridad as ha
+from conftest import rk4_final
 from hybridad.backends import loops
 from hybridad.backends.numba import threshold
 from hybridad.ops.loop import _held
@@ -29,18 +30,9 @@ W0 = RNG.standard_normal((N, N)) / np.sqrt(N)
 
 
 def rk4(T):
-    def rhs(x, W):
-        return np.tanh(W @ x) - 0.1 * x
-
+    """The loop tests' RK4 model (conftest), its final state's squared norm."""
     def f(x, W):
-        def step(i, x):
-            dt = 0.05
-            k1 = rhs(x, W)
-            k2 = rhs(x + 0.5 * dt * k1, W)
-            k3 = rhs(x + 0.5 * dt * k2, W)
-            k4 = rhs(x + dt * k3, W)
-            return x + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-        return np.sum(ha.fori_loop(0, T, step, x) ** 2)
+        return np.sum(rk4_final(x, W, T) ** 2)
     return f
 
 
