@@ -20,9 +20,10 @@ still referenced from elsewhere: the loop's frame), among the
 its plans with it, as before.  Whether one can still be made is asked at the
 next garbage collection after the last function died (a plan is a reference
 cycle: its memory waits for that collection anyway), unless one is made
-before -- the next lambda of a loop, which so costs no question.  Bound methods are cached under
-their instance and function.  Callables that cannot be weakly referenced use
-a small bounded LRU of :data:`MAX_STRONG_PLANS` entries.
+before -- the next lambda of a loop, which so costs no question.  Bound
+methods are cached under their instance and function.  Callables that
+cannot be weakly referenced use a small bounded LRU of
+:data:`MAX_STRONG_PLANS` entries.
 
 In front of it, :data:`recent` holds each function's most recent plan per
 kind of call: a repeated call like the last one finds its plan with a dict
