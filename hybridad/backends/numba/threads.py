@@ -148,11 +148,14 @@ class _OpenBLASCalls:
     the main thread's call).  The count is process-wide there; who may change
     it, and when it goes back, is :data:`_BLAS_STATE`'s count of callers."""
 
-    def __init__(self, get, put):
-        self.get_num_threads, self._put = get, put
+    def __init__(self, lib, get, put):
+        self._lib, self.get_num_threads, self._put = lib, get, put
 
     def set_num_threads(self, n):
         self._put(int(n))
+
+    def __getattr__(self, name):  # (the controller's description: filepath, version, ...)
+        return getattr(self._lib, name)
 
 
 def _own_calls(lib):
@@ -174,7 +177,7 @@ def _own_calls(lib):
         if get is not None and put is not None:
             get.restype, get.argtypes = ctypes.c_int, []
             put.restype, put.argtypes = None, [ctypes.c_int]
-            return _OpenBLASCalls(get, put)
+            return _OpenBLASCalls(lib, get, put)
     return lib
 
 
