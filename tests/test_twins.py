@@ -145,41 +145,6 @@ def test_a_closure_made_once_and_dropped_takes_its_plans_with_it():
     assert all(p() is None for p in plans)
 
 
-def test_whether_a_twin_can_recur_is_asked_at_the_next_collection():
-    """The lambda of a loop dies at every iteration: the next finds its twin
-    without asking whether one like it can still be made (that question is
-    asked at the next garbage collection); a closure dropped for good loses
-    its twin at that collection, one whose cells are still held keeps it."""
-    x = np.array([0.5, 1.5, -2.0])
-
-    def make(c):
-        return lambda x: np.sum(x ** 2 * c)
-
-    gc.disable()  # (the collections here are the test's)
-    try:
-        fn = make(np.full(3, 2.0))
-        np.testing.assert_allclose(ha.gradient(fn, x).gradient, 4 * x)
-        dropped = cache._structure(fn)
-        del fn
-        assert dropped in cache._twins and dropped in cache._unasked
-        c = np.full(3, 3.0)
-        made = []
-        for _ in range(3):
-            g = lambda x: np.sum(x ** 2 * c)  # noqa: E731 -- as a loop writes it
-            np.testing.assert_allclose(ha.gradient(g, x).gradient, 6 * x)
-            kept = cache._structure(g)
-            assert kept not in cache._unasked  # (revived: not asked)
-            made.append(api.cached_plans(g)[0])
-        assert made[0] is made[1] is made[2]
-        del g, made
-        assert kept in cache._unasked
-        gc.collect()
-        assert dropped not in cache._twins and dropped not in cache._unasked
-        assert kept in cache._twins and kept not in cache._unasked  # (c's cell is held here)
-    finally:
-        gc.enable()
-
-
 def test_orphans_are_bounded_and_dropped_with_what_they_hold():
     """Twins of functions that are gone but can be made again (their code
     is held here) stay among a bounded number of orphans."""

@@ -17,13 +17,9 @@ plan the lambda before it built (a few microseconds, where a new plan took
 only while a function like it can still be made (its cells and defaults are
 still referenced from elsewhere: the loop's frame), among the
 :data:`MAX_ORPHANS` most recent such; a closure made once and dropped takes
-its plans with it, as before.  Whether one can still be made is asked at the
-next garbage collection after the last function died (a plan is a reference
-cycle: its memory waits for that collection anyway), unless one is made
-before -- the next lambda of a loop, which so costs no question.  Bound
-methods are cached under their instance and function.  Callables that
-cannot be weakly referenced use a small bounded LRU of
-:data:`MAX_STRONG_PLANS` entries.
+its plans with it, as before.  Bound methods are cached under
+their instance and function.  Callables that cannot be weakly referenced use
+a small bounded LRU of :data:`MAX_STRONG_PLANS` entries.
 
 In front of it, :data:`recent` holds each function's most recent plan per
 kind of call: a repeated call like the last one finds its plan with a dict
@@ -34,7 +30,6 @@ taken.
 from __future__ import annotations
 
 import collections
-import gc
 import inspect
 import os
 import sys
@@ -80,7 +75,7 @@ def default_backend(backend, args):
 # -- twins: one owner for the function objects that compute the same thing ---------------
 #: structure key -> :class:`_Twin` (see :func:`owner_of`)
 _twins = {}
-#: id(f) -> its :class:`_Held` (a weak reference to f, and its twin): the functions holding a twin
+#: id(f) -> (weak reference to f, its twin): the functions holding a twin
 _holders = {}
 #: keys of twins none of whose functions is alive but like which one can still be made
 #: (least recently orphaned first)
@@ -128,110 +123,65 @@ def owner_of(f):
     if type(f) is not _FunctionType or f.__dict__:
         return f
     key = _structure(f)
-    k = id(f)
     with _lock:
-        held = _holders.get(k)
-        if held is not None and held() is f:
-            if held.twin.key == key:
-                return held.twin.proxy
-            _let_go(held, dying=False)  # (its code or defaults were replaced)
+        held = _holders.get(id(f))
+        if held is not None and held[0]() is f:
+            if held[1].key == key:
+                return held[1].proxy
+            _let_go(id(f), held[0], dying=False)  # (its code or defaults were replaced)
         twin = _twins.get(key)
         if twin is None:
             twin = _twins[key] = _Twin(f, key)
-        elif not twin.holders:
+        else:
             _orphans.pop(key, None)
-            _unasked.discard(key)
         twin.holders += 1
-        _holders[k] = _Held(f, k, twin)
+        k = id(f)
+        _holders[k] = (weakref.ref(f, lambda r: _let_go(k, r)), twin)
         return twin.proxy
 
 
-class _Held(weakref.ref):
-    """A function holding a twin: a weak reference to it, its ``id`` and the
-    twin (its callback: :func:`_let_go`)."""
-
-    __slots__ = ("k", "twin")
-
-    def __new__(cls, f, k, twin):
-        self = _new_ref(cls, f, _let_go)
-        self.k, self.twin = k, twin
-        return self
-
-    def __init__(self, *args):  # (weakref.ref's would take the arguments as its own)
-        pass
-
-
-def _let_go(held, dying=True):
-    """The function of ``held`` (its :class:`_Held`) is ``dying`` (the weak
-    reference's callback) or has another structure: its twin loses a holder,
-    and with the last one becomes an orphan -- kept, after a death, only while
-    a function like it can still be made (asked at the next collection:
-    :func:`_ask_orphans`)."""
+def _let_go(k, ref, dying=True):
+    """Function ``k`` (its weak reference ``ref``) is ``dying`` (its weak
+    reference's callback: it still holds its code, cells and defaults) or has
+    another structure: its twin loses a holder, and with the last one is kept
+    among the orphans only while a function like it can still be made."""
     with _lock:
-        if _holders.get(held.k) is not held:
+        held = _holders.get(k)
+        if held is None or held[0] is not ref:
             return
-        del _holders[held.k]
-        twin = held.twin
+        del _holders[k]
+        twin = held[1]
         twin.holders -= 1
         if twin.holders or _twins.get(twin.key) is not twin:
             return
-        if dying:
-            _unasked.add(twin.key)
+        if dying and not _can_recur(twin.proxy):
+            del _twins[twin.key]
+            return
         _orphans[twin.key] = None
         while len(_orphans) > MAX_ORPHANS:
             old, _ = _orphans.popitem(last=False)
-            _unasked.discard(old)
             gone = _twins.get(old)
             if gone is not None and not gone.holders:
                 del _twins[old]
 
 
-#: keys of orphans whose last function died, not asked yet whether another can be made
-_unasked = set()
-
-
-def _ask_orphans(phase, info, _finalizing=sys.is_finalizing):
-    """At the start of a garbage collection (:data:`gc.callbacks`): drop the
-    orphans whose last function died and like which none can be made any
-    more, so the collection takes their plans.  Not while this thread or
-    another is inside the cache's tables (the next collection asks), nor
-    while the interpreter shuts down."""
-    if phase != "start" or _finalizing() or not _unasked or _lock._is_owned() or \
-            not _lock.acquire(blocking=False):
-        return
-    try:
-        for key in list(_unasked):
-            _unasked.discard(key)
-            twin = _twins.get(key)
-            if twin is not None and not twin.holders and not _can_recur(twin.proxy):
-                del _twins[key]
-                _orphans.pop(key, None)
-    finally:
-        _lock.release()
-
-
-gc.callbacks.append(_ask_orphans)
+def _refs(objects):
+    """References to each of ``objects`` (items of a tuple), as counted here."""
+    return [sys.getrefcount(o) for o in objects]
 
 
 def _can_recur(proxy):
     """Whether another function of ``proxy``'s structure can still be made,
-    asked once the last one died: its code, globals, cells and defaults each
-    referenced from outside the proxy (a closure made once and dropped: its
-    cells are the proxy's alone)."""
+    asked while the last one dies: its code, globals, cells and defaults each
+    referenced from outside the proxy and that function (a closure made once
+    and dropped holds its cells alone)."""
     parts = (proxy.__code__, proxy.__globals__, *(proxy.__closure__ or ()),
              *(proxy.__defaults__ or ()))
-    alone = 0
-    for o in (_ALONE[0],):  # (an object only _ALONE holds, counted as the parts are:
-        alone = _getrefcount(o)  # and the proxy holds each part)
-    for o in parts:
-        if _getrefcount(o) <= alone:
-            return False
-    return True
+    alone = _refs((_ALONE[0],))[0] + 1  # (an object only the proxy and the dying function hold)
+    return all(n > alone for n in _refs(parts))
 
 
-_getrefcount = sys.getrefcount
-_new_ref = weakref.ref.__new__
-#: a tuple holding an object no one else refers to: the count of "alone" in :func:`_can_recur`
+#: a tuple holding an object no one else refers to: the count of :func:`_refs` for "alone"
 _ALONE = (object(),)
 
 
@@ -496,7 +446,6 @@ def clear_cache() -> None:
         _twins.clear()
         _holders.clear()
         _orphans.clear()
-        _unasked.clear()
         for table in recent.values():
             table.clear()
 
