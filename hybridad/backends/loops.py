@@ -27,8 +27,8 @@ cache of it, are the same in every process.  Runners are shared by every
 plan with the same body and trip count; one lock serializes their calls (its
 tables are one).  The programs that call a runner hold it, and it goes --
 its carries or the views of its callers' workspaces, its body's program and
-tables -- with the last of them: the registry and the generated modules (which live as long as the
-process) know it by key only.
+tables -- with the last of them: the registry and the generated modules
+(which live as long as the process) know it by key only.
 """
 
 from __future__ import annotations
@@ -349,9 +349,9 @@ class LoopRunner:
         iteration as ``id(view)``, the views made once and kept here) where
         there is no driver; and the views of ``out`` the final carries go to,
         and the carries (in ``work``: :meth:`_on`).
-        One entry per placement -- the
-        data addresses of what it reads: the loop's buffer, its workspace, the xs and the
-        constants -- kept for the next call there (a runner serves every loop
+        One entry per placement -- the data addresses of what it reads: the
+        loop's buffer, its workspace, the xs and the constants -- kept for the
+        next call there (a runner serves every loop
         of its body: the forward loop and its recomputation in a reverse body
         are two).  An xs or constant that moves between calls at one place
         (an argument of the plan) is copied from then on into a buffer of the
