@@ -392,14 +392,13 @@ def _mlp(widths, batch):
     return loss, ws
 
 
-@pytest.mark.parametrize("shared", [True, False], ids=["gemms-shared", "gemms-on-blas"])
-def test_blas_or_loops_own_the_threads(table, monkeypatch, shared):
-    """A parallel plan's threads go to the larger share of its work: a wide
-    layer's gemms (every loop serial: no prange, BLAS keeps its threads) or
-    a narrow one's elementwise loops (prange loops, BLAS on one thread).
-    Gemms the loops' threads share, a panel of the result each
-    (``GEMM_THREADS_MIN``), count as the loops' work: the wide layer's loops
-    then own the threads too, and its products are ``_gemm_threads``."""
+@pytest.mark.parametrize("shared", [True, False], ids=["gemms-shared", "gemms-one-call"])
+def test_the_loops_own_the_threads_and_blas_runs_on_one(table, monkeypatch, shared):
+    """A parallel plan's threads run its loops (``prange``), BLAS on one
+    thread, whatever the share of gemms in its work: BLAS's own threads sum in
+    an order that depends on their count.  A wide layer's gemms go to the
+    loops' threads as panels of the result (``GEMM_THREADS_MIN``), or run as
+    one single-threaded call each when the panels are turned off."""
     from hybridad.backends.numba import threshold
 
     if not shared:
@@ -407,41 +406,42 @@ def test_blas_or_loops_own_the_threads(table, monkeypatch, shared):
     table({"tanh": 1.3, "multiply": 0.0}, cache=0.0125, stream=0.038)
     wide_f, wide = _mlp((64, 256, 256, 10), 512)
     narrow_f, narrow = _mlp((1, 16, 16, 1), 20000)
-    got = {}
     for name, f, ws in (("wide", wide_f, wide), ("narrow", narrow_f, narrow)):
         plan = ha.compile(f, *ws, argnums=tuple(range(len(ws))), tiered=False)
         serial = ha.compile(f, *ws, argnums=tuple(range(len(ws))), parallel=False)
-        got[name] = plan._owner[0]
         src = plan._program.source
-        assert ("prange(" in src) == (got[name] == "loops"), name
+        assert "prange(" in src and "prange(" not in serial._program.source, name
+        assert plan._program.blas_limited and serial._program.blas_limited, name
         # (the narrow layer's 16 x 16 products are shared too: GEMM_THREADS_MIN_DIM)
         assert ("_gemm_threads(" in src) == shared, name
         assert "_gemm_threads(" not in serial._program.source
-        text = plan.explain()
-        assert "threads: BLAS's gemms" in text or "threads: every gemm shared" in text
+        assert "BLAS and LAPACK on one thread" in plan.explain()
         a, b = plan.gradient(*ws), serial.gradient(*ws)
         assert a.value == pytest.approx(b.value, rel=1e-12)
         for x, y in zip(a.gradient, b.gradient, strict=True):
             np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-14)
-    assert got == {"wide": "loops" if shared else "blas", "narrow": "loops"}
 
 
-def test_thread_owner_counts_lapack_and_skinny_gemms():
-    """LAPACK routines count as BLAS work at their textbook multiply-adds, and
-    a skinny gemm costs more per multiply-add than a square one."""
-    c = C.costs()
-    skinny = c.gemm_cost(1024, 256, 10, "float64") / (1024 * 256 * 10)
-    square = c.gemm_cost(256, 256, 256, "float64") / 256 ** 3
-    assert skinny > 1.5 * square and c.gemm_cost(256, 256, 256, "float32") < 256 ** 3 * square
-    sq = SimpleNamespace(shape=(400, 400), size=160000)
-    chol = SimpleNamespace(op="cholesky", args=[sq], shape=(400, 400), size=160000,
-                           dtype=np.dtype("float64"))
-    big = SimpleNamespace(op="region", args=[sq], shape=(1000,), size=1000,
-                          dtype=np.dtype("float64"), attrs={"body": _body(["multiply"], 1000)})
-    from hybridad.backends.numba.machine import machine
+def test_blas_may_thread_counts_products_lapack_and_loop_bodies():
+    """Which programs run with BLAS on one thread: a product of 2304
+    multiply-adds or more (the fewest OpenBLAS threads a gemv at), a LAPACK
+    routine on 256 elements or more, either one inside a loop's body."""
+    from hybridad.backends.numba.threshold import blas_may_thread
 
-    facts = machine(parallel_min=1 << 15)
-    assert C.thread_owner([chol, big], facts) == ("loops", None)  # no loop long enough
-    owner, why = C.thread_owner([chol, SimpleNamespace(**{**vars(big), "attrs": {
-        "body": _body(["multiply"], 1 << 16)}})], facts)
-    assert owner == "blas" and "gemms" in why
+    def arr(*shape):
+        return SimpleNamespace(shape=shape, size=int(np.prod(shape)))
+
+    def node(op, out, *args, **attrs):
+        return SimpleNamespace(op=op, args=list(args), shape=out.shape, size=out.size,
+                               attrs=attrs)
+
+    small = node("matmul", arr(47, 1), arr(47, 48), arr(48, 1))  # 2256 multiply-adds
+    large = node("matmul", arr(48, 1), arr(48, 48), arr(48, 1))  # 2304
+    assert not blas_may_thread([small]) and blas_may_thread([large])
+    assert not blas_may_thread([node("cholesky", arr(8, 8), arr(8, 8))])  # 128 elements
+    assert blas_may_thread([node("solve", arr(8, 24), arr(8, 8), arr(8, 24))])  # 448
+    assert not blas_may_thread([node("add", arr(10 ** 6), arr(10 ** 6), arr(10 ** 6))])
+    body = SimpleNamespace(graph=SimpleNamespace(nodes=[large]))
+    assert blas_may_thread([node("loop", arr(48), arr(48), body=body)])
+    body.graph.nodes = [small]
+    assert not blas_may_thread([node("loop", arr(48), arr(48), body=body)])

@@ -493,8 +493,11 @@ def test_multithreaded_plans_with_blas_run_it_single_threaded(monkeypatch):
 
     W, X = rand((8, 8), seed=10), rand((40, 8), seed=11)
     threaded, serial = ha.compile(f, W, X), ha.compile(f, W, X, parallel=False)
-    assert threaded._program.blas_limited and not serial._program.blas_limited
+    # (a serial plan too: BLAS's threads would change its sums)
+    assert threaded._program.blas_limited and serial._program.blas_limited
     assert not ha.compile(stencil, rand((300,), seed=12))._program.blas_limited  # no BLAS
+    # a product too small for BLAS's threads (160 multiply-adds)
+    assert not ha.compile(f, W[:4, :4], X[:10, :4])._program.blas_limited
     a, b = threaded.gradient(W, X), serial.gradient(W, X)
     np.testing.assert_allclose(a.gradient, b.gradient, rtol=1e-13)
     assert [lib.get_num_threads() for lib in blas] == before

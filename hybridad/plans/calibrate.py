@@ -233,8 +233,8 @@ def ensure_calibrated(log=print):
     machine, on a machine without a calibration of its own.
 
     ``python -m hybridad bench`` calls it before it times anything, so that its
-    plans choose (store or recompute partials, matrix-vector loop or gemv,
-    which loops own the threads) by this machine's costs, as a calibrated
+    plans choose (store or recompute partials, matrix-vector loop or gemv)
+    by this machine's costs, as a calibrated
     user's plans do.  A table named by ``HYBRIDAD_COSTS`` (``builtin`` too) is
     used as it is.  Without a disk cache, the table goes to a temporary file
     that ``HYBRIDAD_COSTS`` names for the rest of the process.

@@ -103,12 +103,14 @@ class ExplainMixin:
         programs = [("program", getattr(self, "_program", None)),
                     ("value program", getattr(self, "_value_program", None))]
         programs += sorted(getattr(self, "_programs", {}).items())
-        why = self._owner[1]  # (who owns the threads: hybridad.transforms.costs.thread_owner)
-        lines = [] if why is None else [f"threads: {why}"]
+        lines = []
         for name, prog in programs:
             compiler = getattr(prog, "compiler", None)
             if compiler is not None:
                 lines.append(f"{name}: compiled by {compiler}")
+            if getattr(prog, "blas_limited", False):
+                lines.append(f"{name}: BLAS and LAPACK on one thread (their own threads "
+                             "would sum in an order that depends on their count)")
             choice = getattr(prog, "threads", None)
             if choice is not None:
                 lines.append(f"{name}: prange loops; {choice.describe()}")

@@ -26,8 +26,8 @@ import numpy as np
 
 from .._forksafe import Lock, RLock
 from .. import _tree
-from ..backends.numba.machine import lowering_machine, machine
-from ..backends.numba.threshold import PARALLEL_MIN, serial_loops, work_estimate
+from ..backends.numba.machine import lowering_machine
+from ..backends.numba.threshold import serial_loops, work_estimate
 from ..backends.numpy.program import compile_program
 from ..errors import CompileBudgetError
 from ..core.decisions import DecisionCheck
@@ -41,7 +41,6 @@ from ..results import DiffResult, GradientResult
 from ..transforms import pipeline
 from ..transforms.autodiff import backward, jvp
 from ..transforms.checkpoint import checkpoint_loops
-from ..transforms.costs import thread_owner
 from ..transforms.memory import op_workspaces, plan_memory
 from ..transforms.partition import fuse_regions
 from .arguments import ArgumentsMixin, arg_names, normalize_argnums, prepare_args
@@ -245,8 +244,6 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         graph = self._lower(trace.nodes, inputs, outputs,
                             self._update_ids if writes else ())
         self._outputs = [out.node] + grad_nodes + hvp_nodes
-        if self.parallel and self.backend == "numba":  # its loops' threads, or BLAS's
-            self._owner = thread_owner(graph.nodes, machine(parallel_min=PARALLEL_MIN))
         with serial_loops(self._loops_serial), times.stage("memory plan"):
             self.memory = self._plan_memory(graph)
         if self.memory_budget is not None and self.memory.total_bytes > self.memory_budget:
@@ -286,15 +283,10 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
         if DEBUG:
             print(self.explain() if DEBUG >= 2 else str(self.graph))
 
-    #: ``(owner, reason)`` of :func:`hybridad.transforms.costs.thread_owner`
-    #: (parallel numba gradient plans): ``"blas"`` makes every loop serial
-    _owner = ("loops", None)
-
     @property
     def _loops_serial(self):
-        """Whether the plan's loops are generated serial: ``parallel=False``,
-        or BLAS owns the threads (:func:`hybridad.transforms.costs.thread_owner`)."""
-        return not self.parallel or self._owner[0] == "blas"
+        """Whether the plan's loops are generated serial (``parallel=False``)."""
+        return not self.parallel
 
     def _install_program(self, program):
         """Put the compiled program in place (and the fast path in front of it)."""

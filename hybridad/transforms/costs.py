@@ -47,9 +47,8 @@ import numpy as np
 
 from .._forksafe import Lock
 from ..ops import region as _region
-from .machine import matvec_matrix
 
-__all__ = ["Costs", "costs", "matvec_choice", "partials_strategy", "thread_owner"]
+__all__ = ["Costs", "costs", "matvec_choice", "partials_strategy"]
 
 TABLE_HEADER = ('"""The built-in cost table (:mod:`hybridad.transforms.costs`): written by\n'
                 '``python -m hybridad calibrate --builtin`` on the reference machine."""\n\n')
@@ -103,8 +102,8 @@ class Costs:
     when: str = ""
     source: str = ""
     #: dtype name -> nanoseconds per multiply-add of a single-threaded BLAS
-    #: gemm of a square-ish product (256 x 256 x 256); None: not measured
-    #: (:data:`GEMM_NS` then)
+    #: gemm of a square-ish product (256 x 256 x 256), as ``python -m hybridad
+    #: calibrate`` reports it; None: not measured (:data:`GEMM_NS`)
     gemm_ns: dict | None = None
     #: dtype name -> {"blas", "dot", "axpy"} -> nanoseconds per matrix element
     #: of a single-threaded matrix-vector product of 512 x 512 C matrices
@@ -157,16 +156,6 @@ class Costs:
             before = max((path.get(a.id, 0.0) for a in n.args), default=0.0)
             path[n.id] = before + max(ns, self.dependent_ns)
         return max(total, max(path.values(), default=0.0))
-
-    def gemm_cost(self, m, k, n, dtype):
-        """Nanoseconds of one single-threaded BLAS gemm ``(m, k) @ (k, n)``:
-        the measured rate per multiply-add, dearer for skinny products (a
-        small dimension leaves BLAS's register blocks part empty, and at 1 the
-        product is bound by memory: measured 2.4x the square rate at k or
-        n = 10, about 9x at 1)."""
-        table = self.gemm_ns or GEMM_NS
-        rate = table.get(np.dtype(dtype).name, table["float64"])
-        return m * k * n * rate * (1 + 8 / max(1, min(m, k, n)))
 
     def matvec_rates(self, dtype):
         """``{"blas", "dot", "axpy"}`` -> ns per matrix element of a
@@ -370,9 +359,9 @@ def matvec_choice(m, k, dtype, form, machine, threads=1):
     ``"axpy"``, ``A^T v``) or ``"blas"`` (gemv).
 
     ``threads``: the threads the loop may take (returned: those it uses) --
-    a parallel plan's loops own the cores, and BLAS then runs on one thread
-    (:func:`thread_owner`); the row loop splits the ``m`` rows, the column
-    loop blocks of ``machine.matvec_block`` columns
+    a parallel plan's loops own the cores, and BLAS runs on one thread
+    (:func:`hybridad.backends.numba.threshold.blas_may_thread`); the row loop
+    splits the ``m`` rows, the column loop blocks of ``machine.matvec_block`` columns
     (:class:`~hybridad.transforms.machine.Machine`, handed in).  The
     loop is chosen when its measured single-threaded rate over the threads it
     can use is below gemv's (:attr:`Costs.matvec_ns`) and both dimensions are
@@ -439,127 +428,3 @@ def two_choice(m, k, dtype, form, machine):
     two = two_ns < apart_ns
     return two, (f"one read of A for both {two_ns:.3g} ns/element "
                  f"{'<' if two else '>='} two products {apart_ns:.3g}")
-
-
-#: multiply-adds of the LAPACK routines behind these ops for a matrix of
-#: dimensions ``s <= big`` and ``r`` right-hand sides (the textbook counts)
-LAPACK_MADDS = {
-    "cholesky": lambda s, big, r: s ** 3 / 3,
-    "cholesky_adjoint": lambda s, big, r: 2 * s ** 3 / 3,
-    "solve_triangular": lambda s, big, r: s * s * r / 2,
-    "solve": lambda s, big, r: s ** 3 / 3 + s * s * r,
-    "lu_factor": lambda s, big, r: s * s * big / 3,
-    "solve_lu": lambda s, big, r: s ** 3 / 3 + s * s * r,
-    "lu_factors": lambda s, big, r: s ** 3 / 3,
-    "lu_solve": lambda s, big, r: s * s * r,
-    "symmetric": lambda s, big, r: s * s / 2,
-    "cho_solve": lambda s, big, r: s * s * r,
-    "det": lambda s, big, r: s ** 3 / 3,
-    "slogdet": lambda s, big, r: s ** 3 / 3,
-    "inv": lambda s, big, r: s ** 3,
-    "qr": lambda s, big, r: s * s * big,
-    "eigh": lambda s, big, r: 2 * s ** 3,
-    "svd": lambda s, big, r: 2 * s * s * big + 2 * s ** 3,
-    "pinv": lambda s, big, r: 2 * s * s * big + 2 * s ** 3,
-    "eig": lambda s, big, r: 5 * s ** 3,
-    "expm": lambda s, big, r: 6 * s ** 3,
-}
-
-
-def _matvec_loop_ns(n, machine):
-    """Single-threaded ns of matmul ``n`` as the numba backend's loop when it
-    is a 2-D matrix-vector product long enough for parallel loops that
-    :func:`matvec_choice` gives to them in either form (the operands'
-    layouts, which pick the form, come later), else None."""
-    a, b = n.args
-    found = None if max(len(n.shape), len(a.shape), len(b.shape)) > 2 else \
-        matvec_matrix(a.shape, b.shape)
-    if found is None:
-        return None
-    shape = found[1]
-    size = shape[0] * shape[1]
-    if size < machine.parallel_min:
-        return None
-
-    rates = costs().matvec_rates(n.dtype)
-    for form, dims in (("dot", shape), ("axpy", shape[::-1])):
-        if matvec_choice(*dims, n.dtype, form, machine, machine.threads)[0] != "loop":
-            return None
-    return size * max(rates["dot"], rates["axpy"])
-
-
-def thread_owner(nodes, machine):
-    """``(owner, reason)``: who takes the cores in a parallel plan, its loops
-    (``"loops"``: ``prange`` loops on every thread, BLAS on one) or BLAS
-    (``"blas"``: every loop serial, BLAS on its own threads).  Two pools
-    taking turns fight for the cores (:mod:`hybridad.backends.numba.threads`),
-    so one owns them; with the work split as ``L`` in loops long enough to be
-    parallel and ``G`` in gemms, ``p`` threads take ``L / p + G`` against
-    ``L + G / p``: the larger share owns the threads.  ``L`` is each such
-    loop's elements times its body's measured cost per element plus the
-    traffic of its operands and result; ``G`` each product's gemm time
-    (:meth:`Costs.gemm_cost`) -- except matrix-vector products that run as
-    the backend's own loops on every thread (:func:`matvec_choice`) and
-    gemms the loops' threads share, a panel of the result each
-    (:meth:`hybridad.transforms.machine.Machine.gemm_on_threads`), and pairs of
-    matrix-vector products (``matvec_pair``), which count as loops: then BLAS
-    runs on one thread inside each panel, and one pool owns the cores."""
-    from ..ir.registry import REGISTRY
-
-    parallel_min = machine.parallel_min
-    c = costs()
-    loops = blas = shared = 0.0
-    for n in nodes:
-        if n.op in LAPACK_MADDS and n.args and len(n.args[0].shape) >= 2 and n.size:
-            a = n.args[0]  # a LAPACK routine: blocked, its time in BLAS's level-3 kernels
-            k, m = a.shape[-1], a.shape[-2]
-            rhs = int(np.prod(n.args[1].shape[-1:])) if len(n.args) > 1 and \
-                len(n.args[1].shape) == len(a.shape) else 1
-            batch = int(np.prod(a.shape[:-2], dtype=np.int64))
-            madds = LAPACK_MADDS[n.op](min(m, k), max(m, k), rhs)
-            blas += batch * madds * c.gemm_cost(64, 64, 64, n.dtype) / 64 ** 3
-            continue
-        if n.op in ("matvec_pair", "matvec_two"):  # the backend's own loops (pair_matvecs)
-            if n.args[0].size >= parallel_min:
-                rates = c.matvec_rates(n.dtype)
-                loops += n.args[0].size * max(rates["dot"], rates["axpy"])
-            continue
-        if n.op == "matmul" and n.dtype.kind == "f" and n.size:
-            a, b = n.args
-            m = int(np.prod(n.shape[:-1], dtype=np.int64)) if len(b.shape) > 1 else \
-                int(np.prod(n.shape, dtype=np.int64))
-            cols = n.shape[-1] if len(b.shape) > 1 else 1
-            loop = _matvec_loop_ns(n, machine)
-            if loop is not None:  # a matrix-vector product the backend's loops run
-                loops += loop
-            elif machine.gemm_on_threads(max(m, 1), a.shape[-1], cols):
-                shared += c.gemm_cost(max(m, 1), a.shape[-1], cols, n.dtype)
-            else:
-                blas += c.gemm_cost(max(m, 1), a.shape[-1], cols, n.dtype)
-            continue
-        if n.op == "region":
-            body = n.attrs["body"]
-            elems = int(np.prod(body.shape, dtype=np.int64))
-            if elems < parallel_min:
-                continue
-            nbytes = elems * np.dtype(n.dtype).itemsize * (len(n.args) + 1)
-            loops += elems * c.body_cost(body) + nbytes * c.copy_ns_per_byte(nbytes)
-        elif n.op in REGISTRY and REGISTRY[n.op].kind in ("compute", "reduce") and \
-                n.op != "region_partial":
-            # a copy, a reduction (region_partial: written by its region's kernel)
-            size = max([n.size] + [a.size for a in n.args])
-            if size >= parallel_min:
-                nbytes = 2 * size * np.dtype(n.dtype).itemsize
-                loops += nbytes * c.copy_ns_per_byte(nbytes)
-    loops += shared
-    if blas == 0.0 or loops == 0.0:
-        return "loops", (None if shared == 0.0 else
-                         f"every gemm shared by the loops' threads ({shared / 1e3:.3g} us on one "
-                         "thread), a panel each: loops on every thread, BLAS on one")
-    owner = "blas" if blas > loops else "loops"
-    return owner, (f"BLAS's gemms {blas / 1e3:.3g} us {'>' if owner == 'blas' else '<='} "
-                   f"parallel loops {loops / 1e3:.3g} us (one thread"
-                   + (f"; {shared / 1e3:.3g} us of it gemms shared by the loops' threads"
-                      if shared else "") + "): "
-                   + ("loops serial, BLAS on its threads" if owner == "blas" else
-                      "loops on every thread, BLAS on one"))

@@ -41,7 +41,7 @@ from .loops import (
 )
 from .runner import NumbaProgram, _Checks, _literal, strided_hull, view_at
 from .threads import start_pool
-from .threshold import PARALLEL_MIN, serial_loops, work_estimate
+from .threshold import PARALLEL_MIN, blas_may_thread, serial_loops, work_estimate
 
 __all__ = ["compile_numba_program", "work_estimate"]
 
@@ -408,7 +408,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     threaded = parallel or w.threaded  # numba's threads run part of it
     # (a call that switches to Python -- a host call, a loop's runner -- lets
     # other threads run in between, into the same workspace: it takes the lock)
-    heavy = threaded or work_estimate(nodes) >= PARALLEL_MIN or "with _objmode(" in calls
+    blas = blas_may_thread(nodes)  # (then run with BLAS on one thread: heavy, invoke's)
+    heavy = threaded or blas or work_estimate(nodes) >= PARALLEL_MIN or "with _objmode(" in calls
     fn_name = "plan_fn"
     flags = base_flags + (", nogil=True" if heavy else "") + (_PARALLEL if parallel else "")
     signature = f"def {fn_name}({', '.join(params)}):"
@@ -473,8 +474,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     program.compiler = jit.compiler_of(own, source)
     program.direct = direct
     program.set_parallel(bool(threaded))
-    program.blas_limited = bool(threaded) and \
-        re.search(r"_gemm(?:_threads)?\(|_la_\w+\(", source) is not None
+    program.blas_limited = blas
     return program
 
 

@@ -82,10 +82,12 @@ class NumbaProgram:
         Which compiler made :attr:`fn`, in words: hybridad's own
         (:mod:`hybridad.backends.jit`) or numba, and why numba.
     blas_limited : bool
-        Whether the plan has ``prange`` loops and calls BLAS: it then runs with
-        BLAS single-threaded (:mod:`.threads`; one thread pool at a time).
-        A small plan holds the GIL while it runs, which serializes it at no
-        cost (a lock costs ~0.3 us, as much as the whole n = 100 kernel).
+        Whether the program makes a BLAS or LAPACK call large enough for BLAS's
+        own threads (:func:`.threshold.blas_may_thread`): it then runs with
+        BLAS single-threaded (:mod:`.threads`), so that its sums are in the
+        same order on any thread count, and it is :attr:`heavy`.  A small plan
+        holds the GIL while it runs, which serializes it at no cost (a lock
+        costs ~0.3 us, as much as the whole n = 100 kernel).
     """
 
     compiler = "numba"
@@ -153,9 +155,9 @@ class NumbaProgram:
     def invoke(self, *args):
         """The compiled function on its final arguments (``id(array)`` when
         :attr:`objects`), for a heavy program: under :attr:`lock`, on the thread
-        count :attr:`threads` chooses for a parallel program, BLAS
-        single-threaded (when :attr:`blas_limited`) while the program's own
-        loops run on more than one thread -- one owner of the cores per call."""
+        count :attr:`threads` chooses for a parallel program, and BLAS
+        single-threaded when :attr:`blas_limited` (on every thread count: the
+        same sums, and one owner of the cores per call)."""
         return self._invoke(self.fn, args)
 
     def invoke_checked(self, *args):
@@ -174,7 +176,7 @@ class NumbaProgram:
         with self.lock:
             call_starts()  # (a fork waits for the call: it runs without the GIL)
             try:
-                if self.threads is not None:  # BLAS single-threaded only beside our threads
+                if self.threads is not None:
                     return self.threads(fn, args, self.blas_limited)
                 if self.blas_limited:
                     with SingleThreadedBlas():

@@ -1,18 +1,27 @@
-"""Who owns the cores while a plan runs: BLAS single-threaded inside
-multithreaded plans (:class:`SingleThreadedBlas`), and how many threads a
-parallel plan's loops take, measured call by call (:class:`ThreadChoice`).
+"""Who owns the cores while a plan runs: BLAS single-threaded inside plans
+(:class:`SingleThreadedBlas`), and how many threads a parallel plan's loops
+take, measured call by call (:class:`ThreadChoice`).
 
-A plan whose loops run as ``prange`` loops (numba's OpenMP or workqueue
-pool) and that also calls BLAS (a matmul's gemm, scipy's OpenBLAS with its
-own pool) alternates between two pools; each one's idle workers keep spinning
-on the cores the other needs.  On 2 cores the MLP gradient at a batch of
-10^4 took 24 ms that way, 4.6 ms with BLAS limited to one thread, 3.0 ms
-with a serial plan.  So while such a plan runs, the BLAS library it calls
-(scipy's; threadpoolctl finds it) is set to one thread, and put back after
-the call: the plan's own loops are its parallelism.  The process's other
-BLAS libraries (numpy's own OpenBLAS) keep their threads: the plan never
-calls them, and another thread of the program may be in one meanwhile.  Pass
-``compile(..., parallel=False)`` to keep BLAS's threads instead.
+A plan's BLAS and LAPACK calls run on one BLAS thread whenever they are
+large enough for BLAS to use its own (:func:`.threshold.blas_may_thread`):
+OpenBLAS's threads split a gemv's, a gemm's or a factorization's sums by
+their count, so a plan's gradient would depend on ``OMP_NUM_THREADS`` (a
+logistic regression's at 50,000 x 20 differed by 1.2e-14 between one and two
+threads, a GP's 7e-16, an MVN log-likelihood's 1.7e-10).  The plan's own
+threads take the parallel work instead, on partitions fixed by the shapes:
+its ``prange`` loops, and large gemms as panels of the result, one
+single-threaded gemm each (:func:`.rt.gemm_threads`, :mod:`.kparts`).  That
+also keeps one thread pool on the cores at a time: a plan whose ``prange``
+loops alternate with OpenBLAS's pool has each one's idle workers spinning on
+the cores the other needs (on 2 cores the MLP gradient at a batch of 10^4
+took 24 ms that way, 4.6 ms with BLAS limited to one thread, 3.0 ms with a
+serial plan).  The BLAS library the plans call (scipy's; threadpoolctl finds
+it) is set to one thread while such a plan runs and put back after the call.
+The process's other BLAS libraries (numpy's own OpenBLAS) keep their threads:
+the plan never calls them, and another thread of the program may be in one
+meanwhile.  A large LAPACK factorization therefore runs on one core (a GP
+log-likelihood's gradient at n = 1000 on 2 cores: 38 ms against 27-38 ms on
+OpenBLAS's two threads).
 
 Idle BLAS workers: after each call OpenBLAS's worker threads busy-wait for
 work for 2^28 cycles (about 0.1 s) before they sleep, taking the cores from

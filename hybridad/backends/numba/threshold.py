@@ -13,11 +13,14 @@ import os
 import sys
 
 from ..._settings import enabled, switch
+from ...ops.lapack_names import LAPACK_OPS
 
-__all__ = ["BODY_PARALLEL_MIN", "GEMM_K_PARTS", "GEMM_K_ROWS", "GEMM_SMALL_RESULT",
-           "GEMM_THREADS_MIN", "GEMM_THREADS_MIN_DIM", "MATVEC_BLOCK", "OPAQUE_MIN", "PAIR_PARTS",
-           "PAIR_ROWS", "PARALLEL_MIN", "design_threads", "environment_threads", "loop_threads",
-           "loops_serial", "numba_config_threads", "parallel_min", "serial_loops", "work_estimate"]
+__all__ = ["BLAS_THREADS_MIN", "BODY_PARALLEL_MIN", "GEMM_K_PARTS", "GEMM_K_ROWS",
+           "GEMM_SMALL_RESULT", "GEMM_THREADS_MIN", "GEMM_THREADS_MIN_DIM", "LAPACK_THREADS_MIN",
+           "MATVEC_BLOCK", "OPAQUE_MIN", "PAIR_PARTS", "PAIR_ROWS", "PARALLEL_MIN",
+           "blas_may_thread", "design_threads", "environment_threads", "loop_threads",
+           "loops_serial", "numba_config_threads", "parallel_min", "serial_loops",
+           "work_estimate"]
 
 #: fewest loop iterations for which a region runs as a parallel ``prange``
 #: (below it, thread start-up costs more than it saves; see benchmarks/);
@@ -154,6 +157,37 @@ def serial_loops(serial=True):
 def loops_serial():
     """Whether :func:`serial_loops` is on in this thread."""
     return enabled("serial_loops")
+
+
+#: a matrix product of fewer multiply-adds never runs on BLAS's own threads:
+#: OpenBLAS threads a gemv from 2304 x GEMM_MULTITHREAD_THRESHOLD elements (a
+#: build option, 4 by default and at least 1), a gemm from 65536 x that
+BLAS_THREADS_MIN = 2304
+#: and a LAPACK routine whose operands and result hold fewer elements (a 16 x 16
+#: factorization; OpenBLAS factors up to order 32 without its threads, and the
+#: level-3 calls of a larger one's right-hand sides fall under the products' rule)
+LAPACK_THREADS_MIN = 256
+
+
+def blas_may_thread(nodes):
+    """Whether a program of ``nodes`` (its loops' bodies included) makes a BLAS
+    or LAPACK call large enough for BLAS to split over its own threads.  Such
+    a program runs with BLAS at one thread whatever the plan's loops do
+    (:class:`hybridad.backends.numba.threads.SingleThreadedBlas`): BLAS's
+    threads split a gemv's or a factorization's sums by their count, so the
+    results would depend on ``OMP_NUM_THREADS`` (logistic regression's
+    gradient at 50,000 x 20 differed by 1.2e-14 between 1 and 2 threads, an
+    MVN log-likelihood's by 1.7e-10)."""
+    for n in nodes:
+        if n.op == "matmul" and n.args:
+            if n.size * n.args[0].shape[-1] >= BLAS_THREADS_MIN:
+                return True
+        elif n.op in LAPACK_OPS:
+            if n.size + sum(a.size for a in n.args) >= LAPACK_THREADS_MIN:
+                return True
+        elif n.op == "loop" and blas_may_thread(n.attrs["body"].graph.nodes):
+            return True
+    return False
 
 
 def work_estimate(nodes):
