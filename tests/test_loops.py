@@ -717,3 +717,82 @@ def test_namedtuple_carries():
         for point in (x, 1.3 * x + 0.2):
             np.testing.assert_allclose(ha.gradient(fn, point).gradient, _fd_grad(fn, [point], 0),
                                        rtol=1e-6, atol=1e-8)
+
+
+def test_an_inner_loop_starting_from_a_moving_row_keeps_its_compiled_run(monkeypatch):
+    """An inner loop in a reverse body starts from the outer loop's stored
+    carry of each step, a row that moves with the step: its runner points
+    its copy table at the row instead of making the whole run again (40
+    outer steps made 40 runs per call, past the runner's 16 places, before).
+    The gradient matches the unrolled plan's, allocates nothing, and the
+    same bits call after call."""
+    from hybridad.backends import loops
+
+    def nested(x, W):
+        def outer(i, x):
+            return ha.fori_loop(0, 3, lambda j, y: y + 0.1 * np.tanh(W @ y), x) * 0.9
+        return np.sum(ha.fori_loop(0, 40, outer, x) ** 2)
+
+    def unrolled(x, W):
+        for _ in range(40):
+            for _ in range(3):
+                x = x + 0.1 * np.tanh(W @ x)
+            x = x * 0.9
+        return np.sum(x ** 2)
+
+    plan = ha.compile(nested, X0, W0)
+    out = plan.gradient(X0, W0)
+    first = out.gradient.copy()
+    plan.gradient(X0, W0, out=out)
+    made = []
+    whole = loops.LoopRunner._whole
+    monkeypatch.setattr(loops.LoopRunner, "_whole",
+                        lambda self, hit, ops: made.append(1) or whole(self, hit, ops))
+    for _ in range(3):
+        plan.gradient(X0, W0, out=out)
+    assert made == []
+    np.testing.assert_array_equal(out.gradient, first)
+    ref = ha.gradient(unrolled, X0, W0)
+    np.testing.assert_allclose(out.gradient, ref.gradient, rtol=1e-12, atol=1e-14)
+    assert_no_alloc(plan.gradient, X0, W0, out=out, n=5)
+
+
+_WARM_NESTED = r"""
+import warnings
+import numpy as np
+from numba.core.errors import NumbaWarning
+import hybridad as ha
+
+warnings.simplefilter("error", NumbaWarning)
+W = np.linspace(-1, 1, 16).reshape(4, 4)
+
+
+def f(x, W):
+    def outer(i, x):
+        return 0.5 * (x + ha.fori_loop(0, 3, lambda j, y: y + 0.01 * np.tanh(W @ y), x))
+    return np.sum(ha.fori_loop(0, 7, outer, x) ** 2)
+
+
+print(ha.gradient(f, np.linspace(0.1, 0.4, 4), W).value)
+"""
+
+
+def test_a_nested_loop_from_the_disk_cache_warns_nothing(tmp_path):
+    """A program with object-mode blocks (a loop body calling an inner loop's
+    runner) loaded from numba's disk cache compiles those blocks at its first
+    call, where numba warned ``Code running in object mode won't allow
+    parallel execution despite nogil=True`` at the user: generated code's
+    business, filtered as the builds filter it.  Fresh processes, cold then
+    warm cache, numba's warnings as errors."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    values = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", _WARM_NESTED], env=env, capture_output=True,
+                             text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        values.append(out.stdout.strip().splitlines()[-1])
+    assert values[0] == values[1]

@@ -481,15 +481,24 @@ class LoopRunner:
                 return
             hit = self._iterations(out, ops, work)
             if all(o is a for o, a in zip(ops, operands, strict=True)):
-                # (kept by every address it reads: several plans share a runner)
-                at = tuple(map(_address, (out, *ops))) + (0 if work is None else _address(work),)
+                # (kept by every address it reads but the initial carries', which
+                # are copied in: several plans share a runner, and a loop inside
+                # another's body starts from a row the outer loop moves each step)
+                at = tuple(map(_address, (out, *ops[nc:]))) + \
+                    (0 if work is None else _address(work),)
                 got = self._wholes.get(at)
-                if got is None or got[2] is not hit:
-                    if got is None and len(self._wholes) >= 2 * _PLACES:
-                        got = self._wholes.pop(next(iter(self._wholes)))
-                    if got is not None and got[1] is not None:  # (its copy rows free)
+                if got is not None and (got[2] is not hit or not self._restart(got, ops[:nc])):
+                    del self._wholes[at]  # (stale, or initial carries its table cannot take)
+                    if got[1] is not None:  # (its copy rows free)
                         self._free_rows.append(got[1])
-                    got = self._wholes[at] = (*self._whole(hit, ops), hit)
+                    got = None
+                if got is None:
+                    if len(self._wholes) >= 2 * _PLACES:
+                        old = self._wholes.pop(next(iter(self._wholes)))
+                        if old[1] is not None:
+                            self._free_rows.append(old[1])
+                    got = self._wholes[at] = (*self._whole(hit, ops), hit,
+                                              list(map(_address, ops[:nc])))
                 self._last = (out, operands, got[0], got[1], work)
                 whole = got[0]
             else:
@@ -518,6 +527,22 @@ class LoopRunner:
                     rows[j] = _address(d), _address(s), d.nbytes
                 return self._drive(table, self.length, (rows, nc, nc)), block
         return self._copying(run, finals, ops[:nc], carries), None
+
+    def _restart(self, got, starts):
+        """Whether :attr:`_wholes` entry ``got`` runs from initial carries
+        ``starts``: its copy table is pointed at them where only their
+        addresses changed (C arrays: the table copies bytes)."""
+        seen = got[3]
+        now = list(map(_address, starts))
+        if now == seen:
+            return True
+        if got[1] is None or not all(a.flags.c_contiguous for a in starts):
+            return False  # (a closure over the arrays, or a copy the table cannot make)
+        rows = self._copy_rows[got[1]]
+        for j, address in enumerate(now):
+            rows[j, 1] = address
+        seen[:] = now
+        return True
 
     def _copying(self, run, finals, starts, carries):
         """``whole()``: the initial carries ``starts`` copied into the first

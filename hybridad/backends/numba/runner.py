@@ -106,6 +106,9 @@ class NumbaProgram:
         self.blas_limited = False
         self.threads = None  # a parallel program's ThreadChoice (set by set_parallel)
         self.parallel = False
+        # the compiled functions whose object-mode blocks numba has not compiled
+        # yet (:meth:`_first_call`); none without such blocks
+        self._lifted = None if "with _objmode(" not in source else set()
 
     def set_parallel(self, parallel):
         """Whether the program has ``prange`` loops: its thread count is then
@@ -174,6 +177,8 @@ class NumbaProgram:
         if self.parallel:
             refuse_forked_openmp("a parallel plan")
         with self.lock:
+            if self._lifted is not None and fn not in self._lifted:
+                return self._first_call(fn, args)
             call_starts()  # (a fork waits for the call: it runs without the GIL)
             try:
                 if self.threads is not None:
@@ -184,6 +189,23 @@ class NumbaProgram:
                 return fn(*args)
             finally:
                 call_ends()
+
+
+    def _first_call(self, fn, args):
+        """The first call of compiled function ``fn`` with object-mode blocks
+        (a loop's runner, a host call), under the lock: numba compiles those
+        blocks at their first call where the function came from its disk cache,
+        and warns then that they hold the GIL despite ``nogil`` -- generated
+        code's business, not the user's (the builds filter numba's warnings
+        the same way)."""
+        import warnings
+
+        from numba.core.errors import NumbaWarning
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*object mode.*", category=NumbaWarning)
+            self._lifted.add(fn)
+            return self._invoke(fn, args)
 
 
 def _type_nums(dtype):
