@@ -515,8 +515,8 @@ assert plan._program.blas_limited
 seen = {}
 enter = threads._blas_enter
 
-def spy():  # the thread counts while the plan runs
-    enter()
+def spy(libs=None):  # the thread counts while the plan runs
+    enter(libs)
     seen.update({lib.filepath: lib.get_num_threads()
                  for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"})
 

@@ -350,7 +350,9 @@ h = hashlib.sha256()
 for f, x, kw in ((logreg, rng.standard_normal(20) / 10, {}),
                  (logreg, rng.standard_normal(20) / 10, {"parallel": False}),
                  (gp, np.array([0.1, 0.2, -1.0]), {}),
-                 (mvn, rng.standard_normal((200, 200)) / 10, {})):
+                 (mvn, rng.standard_normal((200, 200)) / 10, {}),
+                 (logreg, rng.standard_normal(20) / 10, {"backend": "numpy"}),
+                 (gp, np.array([0.1, 0.2, -1.0]), {"backend": "numpy"})):
     res = ha.compile(f, x, **kw).gradient(x)
     h.update(np.asarray(res.value).tobytes() + np.asarray(res.gradient).tobytes())
 print(h.hexdigest())
@@ -361,11 +363,12 @@ def test_results_are_the_same_bits_on_any_blas_thread_count():
     """A plan's results do not depend on how many threads BLAS may use
     (``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``): every BLAS and LAPACK
     call large enough for BLAS's own threads runs on one
-    (:func:`hybridad.backends.numba.threshold.blas_may_thread`).  Plans whose
-    work was mostly gemv or LAPACK ran them on OpenBLAS's threads, which split
-    the sums by their count: a logistic regression's gradient differed by
-    1.2e-14 between one thread and two, a GP's and an MVN log-likelihood's
-    too.  Fresh processes, the same disk cache."""
+    (:func:`hybridad.backends.numba.threshold.blas_may_thread`), on the numba
+    backend and the numpy one (whose products call numpy's own BLAS).  Plans
+    whose work was mostly gemv or LAPACK ran them on OpenBLAS's threads, which
+    split the sums by their count: a logistic regression's gradient differed
+    by 1.2e-14 between one thread and two, a GP's and an MVN
+    log-likelihood's too.  Fresh processes, the same disk cache."""
     import os
     import subprocess
     import sys

@@ -19,7 +19,8 @@ serial plan).  The BLAS library the plans call (scipy's; threadpoolctl finds
 it) is set to one thread while such a plan runs and put back after the call.
 The process's other BLAS libraries (numpy's own OpenBLAS) keep their threads:
 the plan never calls them, and another thread of the program may be in one
-meanwhile.  A large LAPACK factorization therefore runs on one core (a GP
+meanwhile -- except while a numpy backend's program runs, which calls numpy's
+(``SingleThreadedBlas(every=True)``).  A large LAPACK factorization therefore runs on one core (a GP
 log-likelihood's gradient at n = 1000 on 2 cores: 38 ms against 27-38 ms on
 OpenBLAS's two threads).
 
@@ -50,8 +51,8 @@ import time
 
 from ..._forksafe import Lock
 
-__all__ = ["BLAS_SPIN_LOG2", "SingleThreadedBlas", "ThreadChoice", "max_threads",
-           "refuse_forked_openmp", "short_blas_spin", "start_pool"]
+__all__ = ["BLAS_SPIN_LOG2", "SingleThreadedBlas", "ThreadChoice", "every_blas_library",
+           "max_threads", "refuse_forked_openmp", "short_blas_spin", "start_pool"]
 
 #: log2 of the cycles an idle OpenBLAS worker spins before it sleeps, set by
 #: :func:`short_blas_spin` (OpenBLAS's own default: 28; its least: 4).  On 2
@@ -68,6 +69,7 @@ def short_blas_spin():
     return os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", str(BLAS_SPIN_LOG2))
 
 _libs = None
+_every = None  # (every_blas_library's)
 _libs_lock = Lock()
 
 
@@ -159,6 +161,7 @@ class _OpenBLASCalls:
 
     def __init__(self, lib, get, put):
         self._lib, self.get_num_threads, self._put = lib, get, put
+        self.filepath = lib.filepath
 
     def set_num_threads(self, n):
         self._put(int(n))
@@ -211,55 +214,86 @@ def _blas_libraries():
     return _libs
 
 
+def every_blas_library():
+    """The controllers of every BLAS library the process has loaded, scipy's
+    included (loaded here: a numpy plan's LAPACK ops load it at their first
+    call), found once: numpy's own OpenBLAS, which the numpy backend's
+    products call, beside the plans' (:func:`_blas_libraries`)."""
+    global _every
+    with _libs_lock:
+        if _every is None:
+            try:
+                import scipy.linalg  # noqa: F401 -- (its BLAS, in the list)
+                from threadpoolctl import ThreadpoolController
+
+                _every = [_own_calls(lib) for lib in ThreadpoolController().lib_controllers
+                          if lib.user_api == "blas"]
+            except Exception:  # noqa: BLE001 - no threadpoolctl or an unknown BLAS: no limit
+                _every = []
+    return _every
+
+
 class SingleThreadedBlas:
     """Context manager: the BLAS library the plans call at one thread, then as
-    before (another library of the process -- numpy's own -- is not touched).
+    before (another library of the process -- numpy's own -- is not touched);
+    ``every=True``: every BLAS library of the process (a numpy program's:
+    numpy's products call numpy's own).
 
-    Nesting and concurrent use from several threads are counted: the thread
-    counts are restored when the last user leaves.
+    Nesting and concurrent use from several threads are counted, library by
+    library: each one's thread count is restored when its last user leaves.
     """
 
+    def __init__(self, every=False):
+        self._libs = every_blas_library() if every else None
+
     def __enter__(self):
-        _blas_enter()
+        _blas_enter(self._libs)
         return self
 
     def __exit__(self, *exc):
-        _blas_exit()
+        _blas_exit(self._libs)
         return False
 
 
-#: [users inside SingleThreadedBlas, their libraries' thread counts to put back]
-_BLAS_STATE = [0, ()]
+#: a BLAS library's file -> [users inside a single-threaded section, the thread
+#: count to put back, the library]
+_BLAS_USERS = {}
 _BLAS_LOCK = Lock()
 
 
-def _blas_enter():
-    """Enter the single-threaded BLAS section (every plan call of a program
-    that calls BLAS: a few ctypes calls, no ``with`` statements -- 1.5 us)."""
+def _blas_enter(libs=None):
+    """Enter the single-threaded BLAS section of ``libs`` (the plans' library
+    when None: every plan call of a program that calls BLAS: a few ctypes
+    calls, no ``with`` statements -- 1.5 us)."""
+    if libs is None:
+        libs = _libs if _libs is not None else _blas_libraries()
     _BLAS_LOCK.acquire()
     try:
-        if _BLAS_STATE[0] == 0:
-            saved = []
-            for lib in _libs if _libs is not None else _blas_libraries():
+        for lib in libs:
+            users = _BLAS_USERS.get(lib.filepath)
+            if users is None:
                 n = lib.get_num_threads()
                 if n != 1:
                     lib.set_num_threads(1)
-                saved.append((lib, n))
-            _BLAS_STATE[1] = saved
-        _BLAS_STATE[0] += 1
+                _BLAS_USERS[lib.filepath] = [1, n, lib]
+            else:
+                users[0] += 1
     finally:
         _BLAS_LOCK.release()
 
 
-def _blas_exit():
+def _blas_exit(libs=None):
+    if libs is None:
+        libs = _libs
     _BLAS_LOCK.acquire()
     try:
-        _BLAS_STATE[0] -= 1
-        if _BLAS_STATE[0] == 0:
-            for lib, n in _BLAS_STATE[1]:
-                if n != 1:
-                    lib.set_num_threads(n)
-            _BLAS_STATE[1] = ()
+        for lib in libs:
+            users = _BLAS_USERS[lib.filepath]
+            users[0] -= 1
+            if users[0] == 0:
+                del _BLAS_USERS[lib.filepath]
+                if users[1] != 1:
+                    users[2].set_num_threads(users[1])
     finally:
         _BLAS_LOCK.release()
 

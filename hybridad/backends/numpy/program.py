@@ -22,6 +22,8 @@ from ...ir.graph import format_node
 from ...ops import REGISTRY
 from ...transforms.memory import poison_schedule
 from .. import loops as _loops
+from ..numba.threads import SingleThreadedBlas
+from ..numba.threshold import blas_may_thread
 
 __all__ = ["Program", "compile_program"]
 
@@ -206,7 +208,26 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
         regions.finish(ns)
     source = "\n".join(lines) + "\n"
     exec(compile(source, f"<hybridad {name}>", "exec"), ns)  # noqa: S102 - generated code
-    return Program(ns[name], source)
+    fn = ns[name]
+    if xp is np and blas_may_thread(nodes):
+        fn = _one_blas_thread(fn)
+    return Program(fn, source)
+
+
+def _one_blas_thread(fn):
+    """``fn`` run with every BLAS library of the process on one thread (its
+    products: numpy's own BLAS; its factorizations: numpy's or scipy's).
+    BLAS's own threads split a gemv's, a gemm's or a factorization's sums by
+    their count: a numpy plan's logistic-regression gradient differed
+    between ``OMP_NUM_THREADS=1`` and 3 (:func:`.numba.threshold.blas_may_thread`
+    says which programs).  Another thread of the program calling numpy's BLAS
+    meanwhile gets one thread too."""
+    limit = SingleThreadedBlas(every=True)
+
+    def one_thread(*args):
+        with limit:
+            return fn(*args)
+    return one_thread
 
 
 def _call(node, names, ns, target, xp, regions, protos, nodes, work=None):
