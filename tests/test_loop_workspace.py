@@ -150,18 +150,31 @@ def test_a_runner_called_without_a_workspace_runs_on_its_own():
     np.testing.assert_array_equal(alone, out)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("kind", ["gradient", "hessian"])
-def test_loops_on_workspaces_allocate_nothing_per_call(kind):
+def test_loops_on_workspaces_allocate_nothing_per_call(kind, dtype):
+    """No allocation per call, in either float dtype (a float32 body's arena
+    and carries are laid out in the workspace by their own itemsize); the
+    results are the numpy backend's to the dtype's rounding."""
     f = rk4(20)
+    x, W = X0.astype(dtype), W0.astype(dtype)
+    rtol = 1e-12 if dtype == "float64" else 2e-5
     if kind == "gradient":
-        plan = ha.compile(f, X0, W0, backend="numba")
-        out = ha.GradientResult(X0)
-        call = lambda: plan.gradient(X0, W0, out=out)  # noqa: E731
+        plan = ha.compile(f, x, W, backend="numba")
+        out = ha.GradientResult(x)
+        call = lambda: plan.gradient(x, W, out=out)  # noqa: E731
+        want = ha.compile(f, x, W, backend="numpy").gradient(x, W).gradient
+        got = lambda: out.gradient  # noqa: E731
     else:
-        plan = ha.compile(f, X0, W0, hessian=True, backend="numba")
-        out = ha.HessianResult(X0)
-        call = lambda: plan.hessian(X0, W0, out=out)  # noqa: E731
+        plan = ha.compile(f, x, W, hessian=True, backend="numba")
+        out = ha.HessianResult(x)
+        call = lambda: plan.hessian(x, W, out=out)  # noqa: E731
+        want = ha.compile(f, x, W, hessian=True, backend="numpy").hessian(x, W).hessian
+        got = lambda: out.hessian  # noqa: E731
+    assert _loop_scratch(plan)  # (the loops' workspaces: slots of the arena)
     call()
+    assert got().dtype == np.dtype(dtype)
+    np.testing.assert_allclose(got(), want, rtol=rtol, atol=rtol * np.abs(want).max())
     call()
     with count_allocations() as counts:
         for _ in range(3):

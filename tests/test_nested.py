@@ -211,3 +211,7 @@ def test_an_inner_gradient_through_a_matrix_vector_product(steps, backend):
         0, steps, lambda i, w: w - 0.3 * ha.gradient(_fit_loss, w).gradient, w)), w,
         backend=backend)
     np.testing.assert_allclose(in_loop.gradient, got.gradient, rtol=1e-12, atol=1e-15)
+    plan = ha.compile(f, w, backend=backend)
+    out = plan.gradient(w)
+    np.testing.assert_array_equal(out.gradient, got.gradient)
+    assert_no_alloc(plan.gradient, w, out=out, n=10)
