@@ -342,6 +342,30 @@ def test_a_fork_waits_for_the_compiled_calls_in_flight():
     assert order == ["the call ends", "forked"]
 
 
+def test_a_numpy_plans_calls_are_in_flight_for_a_fork(monkeypatch):
+    """A numpy backend's program (``backend="numpy"``, and the reference
+    program a plan falls back to) runs numpy's products without the GIL: each
+    of its calls by the plan -- gradient, value, a loop body's -- tells a fork
+    to wait (the plan called the program's function directly, which did
+    not)."""
+    from hybridad.backends.numpy import program
+
+    seen = []
+    monkeypatch.setattr(program, "call_starts", lambda: seen.append("starts"))
+    monkeypatch.setattr(program, "call_ends", lambda: seen.append("ends"))
+    W = np.linspace(-1, 1, 64).reshape(8, 8)
+
+    def f(x):
+        return np.sum(np.tanh(W @ x) ** 2)
+
+    plan = ha.compile(f, np.ones(8), backend="numpy")
+    del seen[:]
+    plan.gradient(np.ones(8))
+    assert seen == ["starts", "ends"]
+    plan.value(np.ones(8))
+    assert seen == ["starts", "ends"] * 2
+
+
 def test_a_pool_forked_while_a_thread_keeps_calling_a_gradient(tmp_path):
     """A thread of the parent keeps calling a gradient whose products run on
     BLAS's threads while the main thread makes a multiprocessing pool: the

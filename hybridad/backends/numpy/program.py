@@ -40,15 +40,11 @@ class Program:
     """
 
     def __init__(self, fn, source):
-        self.fn = fn
+        self.fn = fn  # (:func:`_gated`: what every caller calls)
         self.source = source
 
     def __call__(self, *args):
-        call_starts()  # (numpy's products run without the GIL: a fork waits for them)
-        try:
-            return self.fn(*args)
-        finally:
-            call_ends()
+        return self.fn(*args)
 
 
 class _Stager:
@@ -208,26 +204,32 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
         regions.finish(ns)
     source = "\n".join(lines) + "\n"
     exec(compile(source, f"<hybridad {name}>", "exec"), ns)  # noqa: S102 - generated code
-    fn = ns[name]
-    if xp is np and blas_may_thread(nodes):
-        fn = _one_blas_thread(fn)
-    return Program(fn, source)
+    return Program(_gated(ns[name], xp is np and blas_may_thread(nodes)), source)
 
 
-def _one_blas_thread(fn):
-    """``fn`` run with every BLAS library of the process on one thread (its
-    products: numpy's own BLAS; its factorizations: numpy's or scipy's).
+def _gated(fn, one_blas_thread):
+    """``fn`` as its callers call it (the plan, its stages, a loop's runner):
+    a fork waits for the call (numpy's products run without the GIL:
+    :func:`hybridad._forksafe.call_starts`), and with ``one_blas_thread``
+    every BLAS library of the process is on one thread while it runs (its
+    products call numpy's own BLAS, its factorizations numpy's or scipy's).
     BLAS's own threads split a gemv's, a gemm's or a factorization's sums by
     their count: a numpy plan's logistic-regression gradient differed
     between ``OMP_NUM_THREADS=1`` and 3 (:func:`.numba.threshold.blas_may_thread`
     says which programs).  Another thread of the program calling numpy's BLAS
     meanwhile gets one thread too."""
-    limit = SingleThreadedBlas(every=True)
+    limit = SingleThreadedBlas(every=True) if one_blas_thread else None
 
-    def one_thread(*args):
-        with limit:
-            return fn(*args)
-    return one_thread
+    def call(*args):
+        call_starts()
+        try:
+            if limit is None:
+                return fn(*args)
+            with limit:
+                return fn(*args)
+        finally:
+            call_ends()
+    return call
 
 
 def _call(node, names, ns, target, xp, regions, protos, nodes, work=None):
