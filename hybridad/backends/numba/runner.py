@@ -190,7 +190,6 @@ class NumbaProgram:
             finally:
                 call_ends()
 
-
     def _first_call(self, fn, args):
         """The first call of compiled function ``fn`` with object-mode blocks
         (a loop's runner, a host call), under the lock: numba compiles those
