@@ -254,8 +254,8 @@ def test_zero_allocations_parallel_plan_with_blas(monkeypatch, dtype):
     def f(W, X):
         return np.sum(np.tanh(X @ W) ** 2)
 
-    W, X = rand((8, 8), seed=10).astype(dtype), rand((40, 8), seed=11).astype(dtype)
-    plan = ha.compile(f, W, X, argnums=(0, 1))
+    W, X = rand((8, 8), seed=10).astype(dtype), rand((200, 8), seed=11).astype(dtype)
+    plan = ha.compile(f, W, X, argnums=(0, 1))  # (12800 multiply-adds: BLAS on one thread)
     assert plan._program.blas_limited and "gradient" in vars(plan)
     res = plan.new_result()
     _check_no_alloc(lambda: plan.gradient(W, X, out=res), n=200)

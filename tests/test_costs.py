@@ -423,9 +423,10 @@ def test_the_loops_own_the_threads_and_blas_runs_on_one(table, monkeypatch, shar
 
 
 def test_blas_may_thread_counts_products_lapack_and_loop_bodies():
-    """Which programs run with BLAS on one thread: a product of 2304
-    multiply-adds or more (the fewest OpenBLAS threads a gemv at), a LAPACK
-    routine on 256 elements or more, either one inside a loop's body."""
+    """Which programs run with BLAS on one thread: a product of 9216
+    multiply-adds or more (the fewest OpenBLAS's shipped builds thread a gemv
+    at), a LAPACK routine on 4096 elements or more, either one inside a loop's
+    body."""
     from hybridad.backends.numba.threshold import blas_may_thread
 
     def arr(*shape):
@@ -435,13 +436,13 @@ def test_blas_may_thread_counts_products_lapack_and_loop_bodies():
         return SimpleNamespace(op=op, args=list(args), shape=out.shape, size=out.size,
                                attrs=attrs)
 
-    small = node("matmul", arr(47, 1), arr(47, 48), arr(48, 1))  # 2256 multiply-adds
-    large = node("matmul", arr(48, 1), arr(48, 48), arr(48, 1))  # 2304
+    small = node("matmul", arr(95, 1), arr(95, 96), arr(96, 1))  # 9120 multiply-adds
+    large = node("matmul", arr(96, 1), arr(96, 96), arr(96, 1))  # 9216
     assert not blas_may_thread([small]) and blas_may_thread([large])
-    assert not blas_may_thread([node("cholesky", arr(8, 8), arr(8, 8))])  # 128 elements
-    assert blas_may_thread([node("solve", arr(8, 24), arr(8, 8), arr(8, 24))])  # 448
+    assert not blas_may_thread([node("cholesky", arr(45, 45), arr(45, 45))])  # 4050 elements
+    assert blas_may_thread([node("solve", arr(20, 100), arr(20, 20), arr(20, 100))])  # 4400
     assert not blas_may_thread([node("add", arr(10 ** 6), arr(10 ** 6), arr(10 ** 6))])
     body = SimpleNamespace(graph=SimpleNamespace(nodes=[large]))
-    assert blas_may_thread([node("loop", arr(48), arr(48), body=body)])
+    assert blas_may_thread([node("loop", arr(96), arr(96), body=body)])
     body.graph.nodes = [small]
-    assert not blas_may_thread([node("loop", arr(48), arr(48), body=body)])
+    assert not blas_may_thread([node("loop", arr(96), arr(96), body=body)])

@@ -491,7 +491,7 @@ def test_multithreaded_plans_with_blas_run_it_single_threaded(monkeypatch):
     def f(W, X):
         return np.sum(np.tanh(X @ W) ** 2)
 
-    W, X = rand((8, 8), seed=10), rand((40, 8), seed=11)
+    W, X = rand((8, 8), seed=10), rand((200, 8), seed=11)  # (12800 multiply-adds)
     threaded, serial = ha.compile(f, W, X), ha.compile(f, W, X, parallel=False)
     # (a serial plan too: BLAS's threads would change its sums)
     assert threaded._program.blas_limited and serial._program.blas_limited
