@@ -157,7 +157,7 @@ class _OpenBLASCalls:
     of the user's ran its gemms on OpenBLAS's threads, whose sums are in
     another order (an MLP's weight gradient differed in its last bits from
     the main thread's call).  The count is process-wide there; who may change
-    it, and when it goes back, is :data:`_BLAS_STATE`'s count of callers."""
+    it, and when it goes back, is :data:`_BLAS_USERS`' count of callers."""
 
     def __init__(self, lib, get, put):
         self._lib, self.get_num_threads, self._put = lib, get, put
