@@ -77,14 +77,14 @@ def indexed_unrolled(x, W):
     return np.sum(x ** 3)
 
 
-def nested_loop(x, W):
+def nested_loop(x, W, steps=4):
     def outer(i, x):
         return ha.fori_loop(0, 3, lambda j, y: y + 0.1 * np.tanh(W @ y), x) * 0.9
-    return np.sum(ha.fori_loop(0, 4, outer, x) ** 2)
+    return np.sum(ha.fori_loop(0, steps, outer, x) ** 2)
 
 
-def nested_unrolled(x, W):
-    for _ in range(4):
+def nested_unrolled(x, W, steps=4):
+    for _ in range(steps):
         for _ in range(3):
             x = x + 0.1 * np.tanh(W @ x)
         x = x * 0.9
@@ -729,16 +729,10 @@ def test_an_inner_loop_starting_from_a_moving_row_keeps_its_compiled_run(monkeyp
     from hybridad.backends import loops
 
     def nested(x, W):
-        def outer(i, x):
-            return ha.fori_loop(0, 3, lambda j, y: y + 0.1 * np.tanh(W @ y), x) * 0.9
-        return np.sum(ha.fori_loop(0, 40, outer, x) ** 2)
+        return nested_loop(x, W, steps=40)
 
     def unrolled(x, W):
-        for _ in range(40):
-            for _ in range(3):
-                x = x + 0.1 * np.tanh(W @ x)
-            x = x * 0.9
-        return np.sum(x ** 2)
+        return nested_unrolled(x, W, steps=40)
 
     plan = ha.compile(nested, X0, W0)
     out = plan.gradient(X0, W0)
