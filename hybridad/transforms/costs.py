@@ -65,10 +65,6 @@ STORE_MIN_NS = 0.5
 #: the bytes of stored partials up to which the in-cache copy rate applies
 CACHE_BYTES = 1 << 20
 
-#: ns per multiply-add of a single-threaded gemm where the table has no
-#: measurement (scipy's OpenBLAS on the reference machine, 256 x 256 x 256)
-GEMM_NS = {"float64": 0.045, "float32": 0.022}
-
 #: ns per matrix element of single-threaded matrix-vector products where the
 #: table has no measurement (the reference machine, 512 x 512 matrices from L3)
 MATVEC_NS = {"float64": {"blas": 0.36, "dot": 0.33, "axpy": 0.31},
@@ -103,7 +99,7 @@ class Costs:
     source: str = ""
     #: dtype name -> nanoseconds per multiply-add of a single-threaded BLAS
     #: gemm of a square-ish product (256 x 256 x 256), as ``python -m hybridad
-    #: calibrate`` reports it; None: not measured (:data:`GEMM_NS`)
+    #: calibrate`` reports it; None: not measured
     gemm_ns: dict | None = None
     #: dtype name -> {"blas", "dot", "axpy"} -> nanoseconds per matrix element
     #: of a single-threaded matrix-vector product of 512 x 512 C matrices
