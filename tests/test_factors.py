@@ -378,3 +378,31 @@ def test_a_factored_loop_allocates_nothing(backend, dtype):
     plan = ha.compile(implicit_euler, *args, argnums=(0, 1), backend=backend)
     assert set(_loop_solves(plan)) == {"lu_solve"}
     assert_no_alloc(plan.gradient, *args, out=plan.new_result())
+
+
+def solve_in_a_loop(x, A):
+    """A loop's body solving with an argument of ``f``: its factors become a
+    new input of the body, numbered as the body's nodes are (it had taken the
+    plan graph's next id, which a node of the body already had: the body's
+    replay read its factors where it meant a subtraction and failed to trace)."""
+    return np.sum(ha.fori_loop(0, 3, lambda j, y: 0.5 * y + 0.1 * np.tanh(np.linalg.solve(A, y)),
+                               x) ** 2)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_a_loop_solving_with_an_argument_keeps_its_bodys_numbering(backend):
+    rng = np.random.default_rng(3)
+    x, A = rng.standard_normal(4), rng.standard_normal((4, 4)) + 4 * np.eye(4)
+    plan = ha.compile(solve_in_a_loop, x, A, argnums=(0, 1), backend=backend)
+    assert set(_loop_solves(plan)) == {"lu_solve"}
+    for n in plan.graph.nodes:
+        if n.op == "loop":
+            g = n.attrs["body"].graph
+            ids = [m.id for m in g.nodes]
+            assert len(ids) == len(set(ids)), "a loop body's node ids must be unique"
+    got = plan.gradient(x, A)
+    for k, g in enumerate(got.gradient):
+        def fk(v, k=k):
+            return solve_in_a_loop(*(x, A)[:k], v, *(x, A)[k + 1:])
+        np.testing.assert_allclose(g, numerical_gradient(fk, (x, A)[k]), rtol=1e-6, atol=1e-9)
+

@@ -101,6 +101,8 @@ def factor_loop_constants(nodes):
             if found:
                 g = copy_graph(g)
                 at = {m.id: m for m in g.nodes}
+                # (the body's own numbering: an id of the outer graph's may be one of its nodes')
+                body_id = max(m.id for m in (*g.nodes, *g.inputs)) + 1
                 fed = {}  # outer matrix id -> the body's input of its factors
                 for m, a, trans in found:
                     mat = outer[a.id]
@@ -120,9 +122,9 @@ def factor_loop_constants(nodes):
                         out.append(f)
                     inp = fed.get(mat.id)
                     if inp is None:
-                        inp = fed[mat.id] = Node(next_id, "input", (), {"index": len(g.inputs)},
+                        inp = fed[mat.id] = Node(body_id, "input", (), {"index": len(g.inputs)},
                                                  f.shape, f.dtype, g.inputs[-1].phase)
-                        next_id += 1
+                        body_id += 1
                         g.inputs.append(inp)
                         g.nodes.insert(0, inp)
                         n.args = (*n.args, f)
