@@ -406,3 +406,32 @@ def test_a_loop_solving_with_an_argument_keeps_its_bodys_numbering(backend):
             return solve_in_a_loop(*(x, A)[:k], v, *(x, A)[k + 1:])
         np.testing.assert_allclose(g, numerical_gradient(fk, (x, A)[k]), rtol=1e-6, atol=1e-9)
 
+
+def scaled_solves(x, A, nested):
+    """A body solving with a matrix it makes (singular where ``x[0]`` is 0),
+    in one loop or in a loop inside another's body."""
+    def inner(y):
+        return ha.fori_loop(0, 3, lambda j, y: 0.5 * y +
+                            0.1 * np.tanh(np.linalg.solve(A * y[0], y)), y)
+    if not nested:
+        return np.sum(inner(x) ** 2)
+    return np.sum(ha.fori_loop(0, 2, lambda i, y: inner(y) * 0.9, x) ** 2)
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["loop", "nested"])
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_a_body_failing_in_a_loop_raises_its_own_error(backend, nested):
+    """A body that fails where the compiled driver (or the outer body's code)
+    calls it raises its own exception with its message, as numpy would, not
+    a RuntimeError of unknown status; the plan runs on afterwards."""
+    rng = np.random.default_rng(4)
+    x, A = rng.standard_normal(4), rng.standard_normal((4, 4)) + 4 * np.eye(4)
+    plan = ha.compile(lambda x, A: scaled_solves(x, A, nested), x, A, backend=backend)
+    want = plan.gradient(x, A).gradient.copy()
+    bad = x.copy()
+    bad[0] = 0.0
+    with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        scaled_solves(bad, A, nested)
+    with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        plan.gradient(bad, A)
+    np.testing.assert_array_equal(plan.gradient(x, A).gradient, want)

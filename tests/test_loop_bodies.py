@@ -131,11 +131,14 @@ def test_a_plans_loop_runners_and_what_they_hold_go_with_the_last_plan(backend):
         assert len(runners) == 2 and runners == loop_runners(second)  # (shared)
     refs = [weakref.ref(r) for r in runners]
     if backend == "numba":  # (its body runs on a workspace in the plan's arena: no
-        # carries or arena of its own, the views of the workspace in its tables)
+        # carries or arena of its own; the plan's machine code runs it in place, from
+        # the context it keeps -- hybridad.backends.nesting -- and a call from Python
+        # keeps views of the workspace in its tables)
         assert all(r._carries is None and r._private is None and not r._prog.memory.arenas
                    for r in runners)
         held = [weakref.ref(c) for r in runners for hit in r._tables.values()
                 for carries in hit[3] for c in carries]
+        held += [weakref.ref(r._nested[0][2]) for r in runners if r._nested and r._nested[0]]
         assert held
     else:
         held = [weakref.ref(a) for r in runners for a in r._carries[0] + r._carries[1]]

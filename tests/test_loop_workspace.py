@@ -183,18 +183,61 @@ def test_loops_on_workspaces_allocate_nothing_per_call(kind, dtype):
 
 
 def test_a_loop_whose_body_calls_python_keeps_its_own_and_says_so():
-    """A body with a loop inside switches to Python each iteration: its runner
-    keeps its carries and program beside the arena, counted as held; the inner
-    loop's workspace is in the outer body's arena."""
-    def f(x, W):
-        def outer(i, x):
-            return ha.fori_loop(0, 3, lambda j, y: y + 0.1 * np.tanh(W @ y), x)
-        return np.sum(ha.fori_loop(0, 4, outer, x) ** 2)
+    """A body with a host call (numpy's own on data rows) switches to Python
+    each iteration: its runner keeps its carries and program beside the arena,
+    counted as held, and explain() says why."""
+    import scipy.special as sc
 
-    plan = ha.compile(f, X0, W0, backend="numba")
-    got = plan.gradient(X0, W0)
-    want = ha.gradient(f, X0, W0, backend="numpy")
+    Y = RNG.uniform(2.0, 5.0, (4, N))
+
+    def f(x, W, Y):
+        def step(c, yi):
+            return c + 0.1 * np.tanh(W @ c) * sc.comb(yi, 2.0), c
+        return np.sum(ha.scan(step, x, Y)[0] ** 2)
+
+    plan = ha.compile(f, X0, W0, Y, backend="numba")
+    got = plan.gradient(X0, W0, Y)
+    want = ha.gradient(f, X0, W0, Y, backend="numpy")
     np.testing.assert_allclose(got.gradient, want.gradient, rtol=1e-12, atol=1e-14)
     outer = [n for n in plan.graph.nodes if n.op == "loop"]
     assert plan.memory.held_bytes == sum(_held(n) for n in outer if n.id not in plan.memory.scratch)
     assert plan.memory.held_bytes > 0
+    assert "switches to Python itself" in plan.explain()
+
+
+@pytest.mark.parametrize("kind", ["gradient", "hessian"])
+def test_a_loop_inside_a_loop_body_runs_in_place_in_the_arena(kind):
+    """A loop inside a loop body runs natively (hybridad.backends.nesting): the
+    outer body from its runner's compiled driver, the inner loop from the outer
+    body's machine code, both on workspaces in the plan's arena -- nothing
+    held beside it, no inner runner called from Python, nothing allocated per
+    call.  Before, the outer body ran from Python each iteration and called
+    the inner runner through object mode: a 1000 x 5 nested gradient took
+    33.6 ms (11.7x jax.jit), now under 2 ms."""
+    def f(x, W):
+        def outer(i, x):
+            return ha.fori_loop(0, 3, lambda j, y: y + 0.1 * np.tanh(W @ y), x) * 0.9
+        return np.sum(ha.fori_loop(0, 4, outer, x) ** 2)
+
+    import gc
+
+    gc.collect()
+    before = set(loops._RUNNERS.keys())
+    opts = {"hessian": True} if kind == "hessian" else {}
+    plan = ha.compile(f, X0, W0, backend="numba", **opts)
+    out = ha.HessianResult(X0) if kind == "hessian" else ha.GradientResult(X0)
+    call = getattr(plan, kind)
+    call(X0, W0, out=out)
+    ref = getattr(ha.compile(f, X0, W0, backend="numpy", **opts), kind)(X0, W0)
+    np.testing.assert_allclose(getattr(out, kind), getattr(ref, kind), rtol=1e-12, atol=1e-13)
+    assert plan.memory.held_bytes == 0
+    assert any(m.op == "loop" for r in _runners(plan) for m in r.body.graph.nodes)
+    made = [r for k, r in list(loops._RUNNERS.items()) if k not in before]
+    nested = [r for r in made if not any(m.op == "loop" for m in r.body.graph.nodes)]
+    assert all(r._drive is not None for r in _runners(plan))
+    call(X0, W0, out=out)
+    with count_allocations() as counts:
+        for _ in range(3):
+            call(X0, W0, out=out)
+    assert counts.allocations == 0, counts
+    assert nested and all(not r._tables and r._last is None for r in nested)  # (no Python call)

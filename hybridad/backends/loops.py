@@ -23,12 +23,17 @@ launched per iteration from the host, its buffers on the device); the numba plan
 function calls it in object mode (one switch to Python per loop, not per
 iteration) through a module-level name the generated source binds from the
 runner's key (:func:`runner_named`), so the plan's source, and numba's disk
-cache of it, are the same in every process.  Runners are shared by every
-plan with the same body and trip count; one lock serializes their calls (its
-tables are one).  The programs that call a runner hold it, and it goes --
-its carries or the views of its callers' workspaces, its body's program and
-tables -- with the last of them: the registry and the generated modules
-(which live as long as the process) know it by key only.
+cache of it, are the same in every process.  Where hybridad's compiler
+translates that source and the body is its machine code, the call is no
+switch to Python: the calling code runs the loop in place, calling the body
+itself (:mod:`.nesting`) -- a loop in a plan, or inside another loop's body.
+Runners are shared by every plan with the same body and trip count; one lock
+serializes their calls from Python (its tables are one; the code run in
+place keeps its state on its stack and in the caller's arena).  The
+programs that call a runner hold it, and it goes -- its carries or the views
+of its callers' workspaces, its body's program and tables -- with the last of
+them: the registry and the generated modules (which live as long as the
+process) know it by key only.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import weakref
 import numpy as np
 
 from .._forksafe import Lock, RLock
+from .nesting import workspace_layout
 from .numba.abi import ABI
 from .numba.threshold import loops_serial
 
@@ -123,6 +129,11 @@ class runner_named:  # noqa: N801 -- a function to the generated source
     def __call__(self, work, *args):
         return _RUNNERS[self.key](*args, work=work)
 
+    def nest(self):
+        """The registered runner's :meth:`LoopRunner.nest` (None if it is gone)."""
+        hit = _RUNNERS.get(self.key)
+        return None if hit is None else hit.nest()
+
 
 class _SourceName:
     """A runner as a name in generated numba source, bound at module level
@@ -151,7 +162,8 @@ _LOAD = ctypes.c_int64.from_address
 
 def emit_numba(e):
     """The numba emitter of a loop node (``e``: :class:`.numba.emit.Emit`): its
-    runner called in object mode, one switch to Python per loop."""
+    runner called in object mode, one switch to Python per loop (none where
+    hybridad's compiler runs it in place: :mod:`.nesting`)."""
     name = e.consts.kernel(_SourceName(runner(e.node, "numba")))
     work = e.names.get(("scratch", e.node.id), "None")  # (its workspace: .numba.layouts)
     e.w.emit("with _objmode():")
@@ -170,31 +182,6 @@ def lower_body(graph, backend):
     g = copy_graph(graph)
     return pipeline.lower(g.nodes, g.inputs, g.outputs, backend,
                           machine=lowering_machine(backend))
-
-
-#: the alignment of each part of a loop's workspace (:func:`workspace_layout`)
-_ALIGN = 64
-
-
-def workspace_layout(body, arena_bytes):
-    """``(nbytes, carries, arenas)``: where the parts of a loop's workspace lie
-    in it -- the runner's two sets of carries (``carries[s][k]``: the offset of
-    carry ``k`` in set ``s``) and the body program's arena of each dtype
-    (``arenas``: dtype -> offset; ``arena_bytes``: its memory plan's) -- for a
-    body that runs on a workspace its plan gives it
-    (:func:`.numba.layouts.loop_workspace`: a slot of the plan's arena, live
-    while the loop runs, so loops that run one after the other share it)."""
-    end = 0
-
-    def take(nbytes):
-        nonlocal end
-        at, end = end, end + -(-max(int(nbytes), 1) // _ALIGN) * _ALIGN
-        return at
-
-    outs = body.graph.outputs[:body.n_carry]
-    carries = [[take(n.nbytes) for n in outs] for _ in range(2)]
-    arenas = {dt: take(arena_bytes[dt]) for dt in sorted(arena_bytes, key=lambda d: d.str)}
-    return end, carries, arenas
 
 
 def _rows_contiguous(a):
@@ -225,6 +212,7 @@ class LoopRunner:
         a = node.attrs
         self.key = key
         self._xp = xp  # the array module of its buffers (cupy's on the GPU)
+        self._dtype = np.dtype(node.dtype)  # (the loop's value: its parts, one dtype)
         self.body = body = a["body"]
         self.length, self.start, self.reverse = a["length"], a["start"], a["reverse"]
         self.call, self._prog, parts, self._make_driver = compile_body(body.graph)
@@ -273,8 +261,19 @@ class LoopRunner:
                    "iteration")
         else:
             how = ("the body's program called from Python each iteration (it switches to "
-                   "Python itself: a nested loop or a host call)")
+                   "Python itself: a host call, or a loop inside it run from Python)")
         return f"{self.length} iterations, {how}"
+
+    _nested = None
+
+    def nest(self):
+        """``(spec, cell, context)`` for running this loop natively inside a
+        compiled outer body (:func:`.nesting.describe`), or None; made once."""
+        if self._nested is None:
+            from .nesting import describe
+
+            self._nested = (describe(self),)
+        return self._nested[0]
 
     def _canonical(self, pos, a):
         """Operand ``pos`` as the body reads it: ``a`` itself where it is an
@@ -306,6 +305,10 @@ class LoopRunner:
             return  # (a constant passed as an array: the Python loop)
         n = len(fixed) + len(bound) + len(self.body.graph.inputs) + len(self.body.graph.outputs)
         self._drive = self._make_driver(self.key, n)
+        from .nesting import watched
+
+        if watched(self.key):  # (compiled outer bodies call it: its context, not the last's)
+            self.nest()
 
     def _steps(self, out, ops, carries):
         """``(inputs, outputs)`` of the body at each iteration, in the order
@@ -365,7 +368,8 @@ class LoopRunner:
             if seen is not None:  # operands moved, at a place seen before
                 for j, (a, b) in enumerate(zip(key[2:], seen[2:], strict=True), nc):
                     if a != b:
-                        buf = self._moving[key[0], j] = np.empty_like(ops[j])
+                        # (C order: empty_like keeps a broadcast row's strides, rows apart)
+                        buf = self._moving[key[0], j] = np.empty(ops[j].shape, ops[j].dtype)
                         np.copyto(buf, ops[j])
                         ops[j] = buf
                 key = (*key[:2], *map(_address, ops[nc:]))
@@ -462,7 +466,7 @@ class LoopRunner:
             last = self._last
             if last is not None and last[0] is out and last[4] is work and \
                     len(operands) == len(last[1]) and all(map(operator.is_, operands, last[1])):
-                last[2]()
+                self._checked(last[2], out, list(operands), work)
                 return
             nc = self.body.n_carry
             ops = [self._canonical(i, a) for i, a in enumerate(operands)]
@@ -503,7 +507,26 @@ class LoopRunner:
                 whole = got[0]
             else:
                 whole = self._copying(hit[0], hit[1], ops[:nc], hit[3])
+            self._checked(whole, out, ops, work)
+
+    def _checked(self, whole, out, ops, work):
+        """``whole()``; where the body failed under the compiled driver (a
+        status of its own module's: :class:`.jit.BodyFailed`), the iterations
+        once more from the start, each a call of the body's own entry point,
+        which raises the body's exception with its message (a singular
+        matrix: numpy's ``LinAlgError``).  The loop reads only its operands."""
+        try:
             whole()
+        except RuntimeError as e:
+            if not isinstance(e, getattr(self._drive, "failed", ())):
+                raise
+            own, _, bound = self._parts_of_body
+            carries, fixed = self._on(work)
+            for c, a in zip(carries[0], ops[:self.body.n_carry], strict=True):
+                np.copyto(c, a)
+            for ins, outs in self._steps(out, ops, carries):
+                own(*fixed, *map(id, ins), *bound, *map(id, outs))
+            raise
 
     def _whole(self, hit, ops):
         """``(whole, block)`` for a call kept for the next (its copy table made

@@ -32,8 +32,8 @@ import threading
 
 from .values import Unsupported
 
-__all__ = ["Unsupported", "compile_function", "compiler_of", "enabled", "loop_driver", "native",
-           "refused"]
+__all__ = ["BodyFailed", "Unsupported", "compile_function", "compiler_of", "enabled",
+           "loop_driver", "native", "refused"]
 
 _IMPORTS = re.compile(r"^from (hybridad(?:\.\w+)*) import", re.MULTILINE)
 _COMPILED = {}  # key -> callable, for the life of the process
@@ -114,6 +114,11 @@ def compile_function(source, fn_name, nargs, namespace):
             # the cache, the program is compiled again, which makes them)
             if meta is not None and not shared.load_symbols(meta.get("symbols", ())):
                 meta = obj = None
+        if obj is not None:
+            try:
+                cells, keep = sites.bind_sites(meta.get("sites"), namespace)
+            except sites.StaleNest:  # (an inner loop's runner is not the one it was made for)
+                meta = obj = None
         if obj is None:
             translator = Translator(source, namespace())
             text, entry, symbols = translator.translate(fn_name, nargs, key[:16])
@@ -121,7 +126,7 @@ def compile_function(source, fn_name, nargs, namespace):
             meta = {"entry": entry, "native": entry[:-3], "symbols": symbols,
                     "sites": translator.sites}
             engine.store_object(key, json.dumps(meta).encode() + b"\n" + obj)
-        cells, keep = sites.bind_sites(meta.get("sites"), namespace)
+            cells, keep = sites.bind_sites(meta.get("sites"), namespace)
         addresses = engine.load_object(obj, meta["symbols"], [meta["entry"], meta["native"]],
                                        cells)
         fn = wrapper.make_callable(addresses[meta["entry"]], fn_name)
@@ -185,7 +190,8 @@ def loop_driver(nargs):
     ``(destination, source, bytes)`` rows, the first ``n_before`` copied
     before the first iteration (the initial carries), the next ``n_after``
     after the last (the final carries); 0, 0, 0 for none.  A nonzero status
-    stops it with RuntimeError."""
+    stops it with :class:`BodyFailed` (an exception the body raised into
+    Python, status -1, passes as it is)."""
     from llvmlite import ir
 
     from . import engine, wrapper
@@ -241,7 +247,7 @@ def loop_driver(nargs):
 
             holder = _Module()
             holder.module = module
-            entry = wrapper.python_entry(holder, fn, 7, True)
+            entry = wrapper.python_entry(holder, fn, 7, True, BodyFailed)
             obj = engine.compile_ir(str(module), glue=True)
             meta = {"entry": entry, "symbols": sorted(engine.external_symbols(module))}
             engine.store_object(key, json.dumps(meta).encode() + b"\n" + obj)
@@ -254,7 +260,13 @@ def loop_driver(nargs):
         return drive
 
 
-FORMAT_DRIVER = "5"
+FORMAT_DRIVER = "6"
+
+
+class BodyFailed(RuntimeError):
+    """The body a loop driver (:func:`loop_driver`) called failed with a status
+    of its own module's: the caller runs the iterations again through the
+    body's own entry point, which raises the body's exception."""
 
 
 def _copy_rows(b, copies, first, stop):

@@ -30,9 +30,10 @@ import ctypes
 import numpy as np
 from llvmlite import ir
 
+from .nests import emit_nest, nestable, spec_matches
 from .values import BOOL, ArrayV, Const, Scalar, Unsupported, declare, declare_global
 
-__all__ = ["Site", "bind_sites", "is_objmode", "object_mode"]
+__all__ = ["Site", "StaleNest", "bind_sites", "is_objmode", "object_mode"]
 
 _I8P = ir.IntType(8).as_pointer()
 _I32 = ir.IntType(32)
@@ -76,8 +77,22 @@ def object_mode(frame, s):
         if name in frame.env or name not in frame.globals or not callable(frame.globals[name]):
             raise Unsupported(f"object mode: {name} is not a function of the module")
         values = [frame.expr(a) for a in call.args] + [frame.expr(k.value) for k in call.keywords]
-        _emit_call(frame, name, values, [k.arg for k in call.keywords])
+        nest = getattr(frame.globals[name], "nest", None)  # (a loop's runner: .nests)
+        nest = nest() if callable(nest) and not call.keywords else None
+        if nest is not None and nestable(nest[0], values):
+            _emit_nested(frame, name, nest[0], values)
+        else:
+            _emit_call(frame, name, values, [k.arg for k in call.keywords])
     return True
+
+
+def _emit_nested(frame, name, spec, values):
+    """The inner loop run natively (:func:`.nests.emit_nest`), its site's
+    cell holding the runner's context; the Python call if its body fails."""
+    t = frame.t
+    symbol = f"hybridad_site.{t.tag}.{len(t.sites)}"
+    t.sites.append({"symbol": symbol, "name": name, "nest": spec})
+    emit_nest(frame, symbol, spec, values, lambda: _emit_call(frame, name, values, []))
 
 
 def _emit_call(frame, name, values, keywords):
@@ -214,6 +229,12 @@ def _view(dtype, data, shape, strides):
     return np.ndarray(shape, dtype, buffer=memory, offset=-low, strides=strides)
 
 
+class StaleNest(Exception):
+    """A cached object's inner loop (:mod:`.nests`) was translated for a
+    runner that is not the one of this process: the object is translated
+    again."""
+
+
 def bind_sites(specs, namespace):
     """``{symbol: address}`` of the C variables of a loaded object's sites,
     each holding its :class:`Site` (made from ``namespace()``, the generated
@@ -223,6 +244,13 @@ def bind_sites(specs, namespace):
     ns = namespace()
     cells, keep = {}, []
     for spec in specs:
+        if "nest" in spec:  # (an inner loop run natively: its runner's context)
+            nest = ns[spec["name"]].nest()
+            if not spec_matches(spec["nest"], nest):
+                raise StaleNest(spec["name"])
+            keep.append(nest[1])  # (the word the code loads the context's address from)
+            cells[spec["symbol"]] = ctypes.addressof(nest[1])
+            continue
         site = Site(ns[spec["name"]], spec)
         cell = ctypes.c_void_p(id(site))
         keep += [site, cell]

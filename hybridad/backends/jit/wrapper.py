@@ -38,9 +38,10 @@ def _cstring(module, text, name):
     return g
 
 
-def python_entry(translator, fn, nargs, nogil):
+def python_entry(translator, fn, nargs, nogil, unknown=RuntimeError):
     """Emit the ``METH_FASTCALL`` entry point of ``fn`` (``nargs`` int64
-    arguments); returns its symbol name."""
+    arguments); returns its symbol name.  A status that is none of the
+    translator's raises is exception class ``unknown``."""
     module = translator.module
     name = fn.name + ".py"
     entry = ir.Function(module, ir.FunctionType(_OBJ, [_OBJ, _OBJ.as_pointer(), _I64]),
@@ -104,7 +105,7 @@ def python_entry(translator, fn, nargs, nogil):
             fail(symbol, message, f"e{code}")
     other = b.icmp_signed("!=", status, ir.Constant(_I32, 0))
     with b.if_then(other, likely=False):
-        fail(exception_symbol(RuntimeError), f"{fn.name}: failed (status unknown)", "other")
+        fail(exception_symbol(unknown), f"{fn.name}: failed (status unknown)", "other")
     none = declare_global(module, NONE, _I8)
     incref = _fn(module, "Py_IncRef", ir.VoidType(), [_OBJ])
     p = b.bitcast(none, _OBJ)

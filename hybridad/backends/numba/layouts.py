@@ -66,6 +66,11 @@ def materialize_for_numba(nodes, in_place=()):
             layout[n.id], addressed[n.id] = "C", True
         elif n.op == "getitem" and strided_in_place(n, layout, readers):
             layout[n.id], addressed[n.id] = "A", False
+        elif n.op == "transpose" and any(r.op == "loop" for r, _ in readers.get(n.id, ())):
+            # (a loop reads its operands C-contiguous: copied once by the plan, not
+            # staged by its runner at each call -- and the plan's code runs it in place)
+            out.add(n.id)
+            layout[n.id], addressed[n.id] = "C", True
         elif n.op in ("transpose", "broadcast_to"):
             layout[n.id], addressed[n.id] = "A", False
         else:
@@ -353,22 +358,24 @@ def loop_body_memory(graph):
 def runs_natively(g, serial):
     """Whether a loop body (lowered: :func:`loop_body_memory`) runs from its
     runner's compiled driver: arrays passed by address (:data:`.abi.ABI`), no
-    threads of its own, nothing that switches to Python (a nested loop, a host
-    call).  Such a body runs on a workspace its plan gives it
-    (:func:`loop_workspace`)."""
+    threads of its own, nothing that switches to Python (a host call) -- a
+    loop inside it only where its own body runs natively (hybridad's compiler
+    then runs it in place: :mod:`hybridad.backends.nesting`).  Such a body runs
+    on a workspace its plan gives it (:func:`loop_workspace`)."""
     from .abi import ABI
 
     return ABI is not None and serial and \
-        not any(n.op in ("loop", "host_call", "host_ufunc") for n in g.nodes)
+        not any(n.op in ("host_call", "host_ufunc") or
+                n.op == "loop" and loop_workspace(n) is None for n in g.nodes)
 
 
 def loop_workspace(node):
     """Bytes of loop ``node``'s workspace in its plan's arena -- its runner's
     two sets of carries and its body's arena
-    (:func:`hybridad.backends.loops.workspace_layout`) -- where its body runs
+    (:func:`hybridad.backends.nesting.workspace_layout`) -- where its body runs
     natively (:func:`runs_natively`), else None (the runner keeps its own,
     counted beside the arena: :attr:`hybridad.ops.Op.held`)."""
-    from ..loops import workspace_layout
+    from ..nesting import workspace_layout
 
     body = node.attrs["body"]
     g, serial, memplan = loop_body_memory(body.graph)

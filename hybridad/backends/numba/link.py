@@ -147,7 +147,8 @@ def loop_driver(key, n):
                 (copies[0].ctypes.data, copies[1], copies[2])
             return functools.partial(drive, plan.ctypes.data, count, address, rows,
                                      before, after, data)
-        runs.copies = True
+        # (its body's address, for a loop run in place: ..nesting; what a failing body raises)
+        runs.copies, runs.address, runs.failed = True, address, jit.BodyFailed
         return runs
     import numba
 

@@ -584,8 +584,12 @@ def compile_loop_body(graph):
                                      [(n.shape, n.dtype) for n in graph.outputs],
                                      name="loop_body", trusted=True)
     prog.memory = memplan
+    from .. import jit
+
+    # (object mode in a body hybridad's compiler made: inner loops it runs in place,
+    # nesting, or calls taking the GIL from the driver's thread; numba's: Python)
     if not (runs_natively(g, serial) and prog.objects and not prog.parallel and
-            "with _objmode(" not in prog.source):
+            ("with _objmode(" not in prog.source or jit.native(prog.parts[0]) is not None)):
         return prog.call, prog, None, loop_driver
     prog._keep = [k for k in prog._keep if all(k is not a for a in memplan.arenas.values())]
     memplan.arenas = {}  # (the addresses the program was linked with: never called there)
