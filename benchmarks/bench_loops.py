@@ -27,7 +27,11 @@ Models:
   functionally in ``scan``, the states its outputs;
 * ``rk4_hessian`` -- the dense Hessian (``hybridad.hessian``) of
   ``sum(x_T**2)`` after T steps of classic RK4 on ``x' = tanh(W @ x) - 0.1 x``,
-  n = 6, w.r.t. ``x0``.
+  n = 6, w.r.t. ``x0``;
+* ``nested`` -- a loop inside a loop's body: T outer steps, each 5 inner
+  Euler steps ``y = y + 0.1 tanh(W @ y)`` then ``x = 0.9 y`` (``fori_loop`` in
+  ``fori_loop``; the python form: two Python ``for`` loops), then
+  ``sum(x**2)``; gradient w.r.t. ``x0``, n = 20 (not in the default list).
 
 Each model runs in two forms: ``explicit`` (``hybridad.fori_loop`` /
 ``hybridad.scan``) and ``python`` (the same step in a plain Python ``for``
@@ -80,6 +84,8 @@ def data(model):
                 rng.standard_normal((32, 8)) / np.sqrt(8), None]
     if model == "heat":
         return [np.sin(np.linspace(0.0, np.pi, 64)) + 0.1 * rng.standard_normal(64)]
+    if model == "nested":
+        return [rng.standard_normal(20), 0.3 * rng.standard_normal((20, 20))]
     n = 6
     return [rng.standard_normal(n), rng.standard_normal((n, n)) / np.sqrt(n)]
 
@@ -124,6 +130,13 @@ def heat(lib, T, scan):  # scan None: the Python loop, in place, as numpy code w
         return lib.sum(us ** 2) / T + lib.sum(u ** 2)
     return f
 
+def nested(lib, T, fori):
+    def f(x, W):
+        def outer(i, x):
+            return fori(0, 5, lambda j, y: y + 0.1 * lib.tanh(W @ y), x) * 0.9
+        return lib.sum(fori(0, T, outer, x) ** 2)
+    return f
+
 def rk4(lib, T, fori):
     def rhs(x, W):
         return lib.tanh(W @ x) - 0.1 * x
@@ -148,7 +161,7 @@ args = data(model)
 if model == "rnn":
     args[3] = rng.standard_normal((T, 8))
 budget = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
-state = {"euler": 50, "wide": 1000, "rnn": 32, "heat": 64}.get(model, 6)
+state = {"euler": 50, "wide": 1000, "rnn": 32, "heat": 64, "nested": 20}.get(model, 6)
 stored = T * state * 8  # the carries of every step, float64
 opts = {"memory_budget": int(budget * stored)} if budget else {}
 fori, scan = (ha.fori_loop, ha.scan) if form == "explicit" else (py_fori, py_scan)
@@ -160,6 +173,8 @@ def model_f():
         return rnn(np, T, scan), 1, "gradient"
     if model == "heat":
         return heat(np, T, ha.scan if form == "explicit" else None), 0, "gradient"
+    if model == "nested":
+        return nested(np, T, fori), 0, "gradient"
     return rk4(np, T, fori), 0, "hessian"
 
 def planned(f):
@@ -222,6 +237,8 @@ elif model == "rnn":
     fn = jax.jit(jax.value_and_grad(rnn(jnp, T, jax.lax.scan), argnums=1))
 elif model == "heat":
     fn = jax.jit(jax.value_and_grad(heat(jnp, T, jax.lax.scan)))
+elif model == "nested":
+    fn = jax.jit(jax.value_and_grad(nested(jnp, T, jax.lax.fori_loop)))
 else:
     fn = jax.jit(jax.hessian(rk4(jnp, T, jax.lax.fori_loop)))
 call = lambda: jax.block_until_ready(fn(*args))
@@ -278,7 +295,8 @@ def _carried(ha):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["euler", "rnn", "heat", "rk4_hessian"],
-                        choices=["euler", "euler_wide", "rnn", "heat", "rk4_hessian"])
+                        choices=["euler", "euler_wide", "rnn", "heat", "rk4_hessian",
+                                 "nested"])
     parser.add_argument("--steps", nargs="+", type=int, default=[100, 1000, 10000])
     parser.add_argument("--forms", nargs="+", default=["explicit", "python"],
                         choices=["explicit", "python"])
