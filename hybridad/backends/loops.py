@@ -252,7 +252,10 @@ class LoopRunner:
     def describe(self):
         """How this runner runs its iterations, in words (for ``explain()``)."""
         threads = getattr(self._prog, "parallel", False)
-        if self._drive is not None:
+        if self._nested is not None and self._nested[0] is not None:
+            how = ("one native call: run in place by the compiled code that calls it, the body "
+                   "called natively each iteration")
+        elif self._drive is not None:
             how = "one native call: the compiled driver calls the body each iteration"
         elif self._parts_of_body is not None:
             how = "the body's compiled function called from Python each iteration"
