@@ -308,6 +308,7 @@ class LoopRunner:
             return  # (a constant passed as an array: the Python loop)
         n = len(fixed) + len(bound) + len(self.body.graph.inputs) + len(self.body.graph.outputs)
         self._drive = self._make_driver(self.key, n)
+        self._nested = None  # (described before its driver was made, by another thread: again)
         from .nesting import watched
 
         if watched(self.key):  # (compiled outer bodies call it: its context, not the last's)
