@@ -228,3 +228,18 @@ def test_the_spec_is_what_the_code_bakes_in():
             s["nconst"] + len(s["rows"])
         ends = [o + b for c in s["carries"] for o, b in zip(c, s["carry_bytes"], strict=True)]
         assert max(ends + s["arenas"]) <= s["work"]
+
+
+def test_without_hybridads_compiler_the_outer_body_keeps_its_own(monkeypatch):
+    """With ``HYBRIDAD_JIT=0`` numba compiles the bodies and a body with a
+    loop inside runs from Python on its own arena: the plan gives it no
+    workspace and counts what its runner holds, and the results are the
+    same as the compiled plan's."""
+    want = ha.compile(indexed, X0, W0).gradient(X0, W0).gradient.copy()
+    monkeypatch.setenv("HYBRIDAD_JIT", "0")
+    plan = ha.compile(indexed, X0, W0)
+    got = plan.gradient(X0, W0).gradient
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
+    outer = [n for n in plan.graph.nodes if n.op == "loop"]
+    assert outer and not any(n.id in plan.memory.scratch for n in outer)
+    assert plan.memory.held_bytes > 0

@@ -51,6 +51,7 @@ from .._forksafe import Lock, RLock
 from .nesting import workspace_layout
 from .numba.abi import ABI
 from .numba.threshold import loops_serial
+from .switches import jit_enabled
 
 __all__ = ["COMPILERS", "LoopRunner", "describe", "emit_numba", "runner", "runner_for",
            "runner_named", "workspace_layout"]
@@ -70,9 +71,10 @@ COMPILERS = {}
 
 def _key(node, backend):
     a = node.attrs
-    # (a plan built with parallel=False has runners of its own: a body may run threads)
+    # (a plan built with parallel=False has runners of its own: a body may run threads;
+    # so has one built with HYBRIDAD_JIT=0: a body with a loop inside runs from Python)
     head = (a["body"].key, a["length"], a["start"], a["reverse"], tuple(a["order"]), backend,
-            loops_serial(),
+            loops_serial(), jit_enabled(),
             node.shape, node.dtype.str, tuple((n.shape, n.dtype.str) for n in node.args))
     return hashlib.sha1(repr(head).encode()).hexdigest()
 

@@ -41,9 +41,11 @@ _LOCK = threading.Lock()
 
 
 def enabled():
-    """Whether programs are offered to this compiler (``HYBRIDAD_JIT``, default on)."""
-    return os.environ.get("HYBRIDAD_JIT", "1").strip().lower() not in ("0", "false", "no",
-                                                                        "off")
+    """Whether programs are offered to this compiler (``HYBRIDAD_JIT``, default on:
+    :func:`..switches.jit_enabled`)."""
+    from ..switches import jit_enabled
+
+    return jit_enabled()
 
 
 _REFUSED = {}  # source -> why numba compiles it (the last 64)

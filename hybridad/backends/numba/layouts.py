@@ -360,13 +360,18 @@ def runs_natively(g, serial):
     runner's compiled driver: arrays passed by address (:data:`.abi.ABI`), no
     threads of its own, nothing that switches to Python (a host call) -- a
     loop inside it only where its own body runs natively (hybridad's compiler
-    then runs it in place: :mod:`hybridad.backends.nesting`).  Such a body runs
-    on a workspace its plan gives it (:func:`loop_workspace`)."""
+    then runs it in place: :mod:`hybridad.backends.nesting`; with
+    ``HYBRIDAD_JIT=0`` numba compiles the body and calls the inner loop's
+    runner in Python, from a Python loop over the body's own arena, so no
+    workspace is given for it).  Such a body runs on a workspace its plan
+    gives it (:func:`loop_workspace`)."""
+    from ..switches import jit_enabled
     from .abi import ABI
 
     return ABI is not None and serial and \
         not any(n.op in ("host_call", "host_ufunc") or
-                n.op == "loop" and loop_workspace(n) is None for n in g.nodes)
+                n.op == "loop" and (not jit_enabled() or loop_workspace(n) is None)
+                for n in g.nodes)
 
 
 def loop_workspace(node):
