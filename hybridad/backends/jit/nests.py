@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from .parallel import _counted
 from .values import ArrayV, declare_global
 
 __all__ = ["emit_nest", "nestable", "spec_matches"]
@@ -112,36 +113,27 @@ def emit_nest(frame, symbol, spec, values, fallback):
 
     fail = b.append_basic_block("nest.fail")
     done = b.append_basic_block("nest.done")
-    pre = b.block
-    head = b.append_basic_block("nest.head")
-    loop = b.append_basic_block("nest.body")
-    after = b.append_basic_block("nest.after")
-    b.branch(head)
-    b.position_at_end(head)
-    t = b.phi(_I64)
-    t.add_incoming(_c(0), pre)
-    b.cbranch(b.icmp_signed("<", t, _c(length)), loop, after)
-    b.position_at_end(loop)
-    row = b.sub(_c(length - 1), t) if spec["reverse"] else t  # (the row it reads and writes)
-    if spec["index"]:
-        b.store(b.add(row, _c(spec["start"])), word(at_index))
-    for j, (start, step) in enumerate(zip(starts, steps, strict=True)):
-        b.store(b.add(start, b.mul(row, step)), word(at_xs + j))
-    for j, (off, nbytes) in enumerate(rows):
-        b.store(b.add(o, b.add(_c(off), b.mul(row, _c(nbytes)))), word(at_rows + j))
-    odd = b.icmp_signed("!=", b.and_(t, _c(1)), _c(0))
-    cur = [b.select(odd, obj(nc + k), obj(k)) for k in range(nc)]
-    other = [b.select(odd, obj(k), obj(nc + k)) for k in range(nc)]
-    args = fixed + ([obj(at_index + 1)] if spec["index"] else []) + cur + \
-        [obj(at_xs + j) for j in range(nx)] + [obj(at_consts + j) for j in range(nconst)] + \
-        bound + other + [obj(at_rows + j) for j in range(len(rows))]
-    status = b.call(body, args)
-    cont = b.append_basic_block("nest.next")
-    b.cbranch(b.icmp_signed("!=", status, ir.Constant(_I32, 0)), fail, cont)
-    b.position_at_end(cont)
-    t.add_incoming(b.add(t, _c(1)), cont)
-    b.branch(head)
-    b.position_at_end(after)
+
+    def iteration(t):
+        row = b.sub(_c(length - 1), t) if spec["reverse"] else t  # (the row it reads, writes)
+        if spec["index"]:
+            b.store(b.add(row, _c(spec["start"])), word(at_index))
+        for j, (start, step) in enumerate(zip(starts, steps, strict=True)):
+            b.store(b.add(start, b.mul(row, step)), word(at_xs + j))
+        for j, (off, nbytes) in enumerate(rows):
+            b.store(b.add(o, b.add(_c(off), b.mul(row, _c(nbytes)))), word(at_rows + j))
+        odd = b.icmp_signed("!=", b.and_(t, _c(1)), _c(0))
+        cur = [b.select(odd, obj(nc + k), obj(k)) for k in range(nc)]
+        other = [b.select(odd, obj(k), obj(nc + k)) for k in range(nc)]
+        args = fixed + ([obj(at_index + 1)] if spec["index"] else []) + cur + \
+            [obj(at_xs + j) for j in range(nx)] + [obj(at_consts + j) for j in range(nconst)] + \
+            bound + other + [obj(at_rows + j) for j in range(len(rows))]
+        status = b.call(body, args)
+        cont = b.append_basic_block("nest.next")
+        b.cbranch(b.icmp_signed("!=", status, ir.Constant(_I32, 0)), fail, cont)
+        b.position_at_end(cont)
+
+    _counted(b, _c(0), _c(length), iteration)
     last = length % 2
     for k in range(nc):  # the final carries out
         copy(b.add(o, _c(spec["finals"][k])), b.add(w, _c(spec["carries"][last][k])),
