@@ -160,14 +160,19 @@ def test_a_runner_made_again_after_its_plans_went_is_the_one_run():
 
 
 def test_a_loop_the_code_cannot_run_in_place_runs_from_python():
-    """An inner loop scanning a broadcast operand (its rows one row, step 0:
-    not a C array) is called through its runner in Python, which reads it
-    in place: the same results.  A transposed operand is copied once by the
-    plan (a loop reads C arrays) and runs in place."""
+    """An inner loop scanning the rows of a column broadcast (each row one
+    element repeated: not C-contiguous) is called through its runner in
+    Python, which stages them: the same results.  A broadcast of a row (its
+    rows C-contiguous, step 0 between them) and a transposed operand (copied
+    once by the plan: a loop reads C arrays) run in place.  Before, a scan
+    over the broadcast row inside a fori_loop got a wrong gradient (the
+    runner's copy of an operand that moved kept the broadcast's strides)."""
     def f(x, W):
         def outer(i, x):
             rows = np.broadcast_to(x, (3, N))
+            cols = np.broadcast_to(x[:, None], (N, 3))
             return ha.scan(lambda c, r: (c + 0.1 * np.tanh(r * c), c), x, rows)[0] + \
+                ha.scan(lambda c, r: (c + 0.1 * np.tanh(np.sum(r) * c), c), x, cols)[0] + \
                 ha.scan(lambda c, col: (c + 0.1 * np.tanh(col * c), c), x, W.T)[0]
         return np.sum(ha.fori_loop(0, 3, outer, x) ** 2)
 
@@ -175,10 +180,15 @@ def test_a_loop_the_code_cannot_run_in_place_runs_from_python():
     before = set(loops._RUNNERS.keys())
     got = ha.compile(f, X0, W0).gradient(X0, W0).gradient
     want = ha.compile(f, X0, W0, backend="numpy").gradient(X0, W0).gradient
-    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14)
+    eps = 1e-6
+    fd = np.array([(f(X0 + eps * e, W0) - f(X0 - eps * e, W0)) / (2 * eps) for e in np.eye(N)])
+    np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-7)
     inner = _inner_runners(before)
-    assert any(r._tables for r in inner)  # (the broadcast rows': from Python)
-    assert any(not r._tables and r._last is None for r in inner)  # (the transposed: in place)
+    python = [r for r in inner if r._tables]
+    assert python and all(any(i.shape == (3,) for i in r.body.graph.inputs)  # (the columns')
+                          for r in python)
+    assert sum(not r._tables and r._last is None for r in inner) >= 2  # (rows, transposed)
 
 
 _CACHED = r"""
@@ -243,3 +253,22 @@ def test_without_hybridads_compiler_the_outer_body_keeps_its_own(monkeypatch):
     outer = [n for n in plan.graph.nodes if n.op == "loop"]
     assert outer and not any(n.id in plan.memory.scratch for n in outer)
     assert plan.memory.held_bytes > 0
+
+
+def test_a_runner_called_from_python_stages_a_moving_broadcast_in_c_order(monkeypatch):
+    """A runner called from Python (numba's code: ``HYBRIDAD_JIT=0``) with an
+    operand whose address moves between calls at one place -- the broadcast
+    of the outer loop's carry, its two sets in turn -- copies it into a
+    buffer of its own: C order, as its compiled run reads rows.  That buffer
+    came from ``np.empty_like``, which keeps a broadcast's stride order: the
+    rows were read 8 bytes apart, a wrong gradient."""
+    def f(x, W):
+        def outer(i, x):
+            rows = np.broadcast_to(x, (3, N))
+            return ha.scan(lambda c, r: (c + 0.1 * np.tanh(r), c), x, rows)[0]
+        return np.sum(ha.fori_loop(0, 3, outer, x) ** 2)
+
+    want = ha.compile(f, X0, W0, backend="numpy").gradient(X0, W0).gradient
+    monkeypatch.setenv("HYBRIDAD_JIT", "0")
+    got = ha.compile(f, X0, W0).gradient(X0, W0).gradient
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14)

@@ -34,12 +34,32 @@ def _c(v):
     return ir.Constant(_I64, v)
 
 
+def _c_order(v, first):
+    """Whether array value ``v`` is C-contiguous from axis ``first`` on: numba's
+    layout says so, or its shape and strides are constants that do (a
+    broadcast operand's rows, its leading step 0)."""
+    if not isinstance(v, ArrayV):
+        return False
+    if v.layout == "C":
+        return True
+    step = v.dtype.itemsize
+    for d, s in zip(v.shape[:first - 1:-1] if first else v.shape[::-1],
+                    v.strides[:first - 1:-1] if first else v.strides[::-1], strict=True):
+        if not (isinstance(d, int) and isinstance(s, int)) or d > 1 and s != step:
+            return False
+        step *= d
+    return True
+
+
 def nestable(spec, values):
     """Whether the call's translated arguments ``values`` (``work``, ``out``,
     the operands) fit the inner loop of ``spec``: arrays of the body's dtypes,
-    C-contiguous (an xs: its rows), a workspace known to be large enough."""
-    if len(values) != 2 + spec["nc"] + spec["nx"] + spec["nconst"] or \
-            not all(isinstance(v, ArrayV) and v.layout == "C" for v in values):
+    C-contiguous (an xs: its rows, whatever the step between them), a
+    workspace known to be large enough."""
+    nc, nx = spec["nc"], spec["nx"]
+    if len(values) != 2 + nc + nx + spec["nconst"] or \
+            not all(_c_order(v, 1 if 2 + nc <= k < 2 + nc + nx else 0)
+                    for k, v in enumerate(values)):
         return False
     work = values[0]
     size = work.dtype.itemsize
