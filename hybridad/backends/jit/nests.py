@@ -1,5 +1,5 @@
-"""A loop's runner called in object mode, run natively instead: the inner
-loop of a compiled loop body (:mod:`hybridad.backends.nesting`).
+"""A loop's runner called in object mode, run natively instead: a loop of a
+plan, or one inside a loop body (:mod:`hybridad.backends.nesting`).
 
 ``with objmode(): runner(work, out, *operands)`` where ``runner`` offers
 ``nest()`` (:class:`hybridad.backends.loops.runner_named`) becomes, when the
