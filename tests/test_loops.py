@@ -790,3 +790,26 @@ def test_a_nested_loop_from_the_disk_cache_warns_nothing(tmp_path):
         assert out.returncode == 0, out.stderr[-3000:]
         values.append(out.stdout.strip().splitlines()[-1])
     assert values[0] == values[1]
+
+
+def test_a_view_of_an_argument_read_in_a_body_is_not_taken_for_a_view_of_the_body():
+    """A loop body slicing an argument of ``f`` it closes over (``X[:3, :n]``,
+    the rows of a scan inside a fori_loop): the slice's tracer is the body's,
+    the argument's the outer trace's, numbered apart -- its node id matched one
+    in the slice's chain of views, and linking the two as views of one
+    another walked off the chain (``IndexError: tuple index out of range``)."""
+    rng = np.random.default_rng(0)
+    n = 4
+    W, X, x = rng.standard_normal((n, n)) * 0.4, rng.standard_normal((5, 2 * n)) * 0.3, \
+        rng.standard_normal(n)
+
+    def f(x, W, X):
+        def body(i, y):
+            c, ys = ha.scan(lambda c, r: (c + 0.1 * np.sin(r * c), c * r), y, X[:3, :n])
+            return (c + 0.01 * np.sum(ys, axis=0)) * 0.9
+        return np.sum(ha.fori_loop(0, 3, body, x) ** 2)
+
+    for backend in ("numba", "numpy"):
+        got = ha.gradient(f, x, W, X, backend=backend).gradient
+        np.testing.assert_allclose(got, numerical_gradient(lambda z: f(z, W, X), x), rtol=1e-6,
+                                   atol=1e-9)

@@ -363,8 +363,10 @@ def settle(result, inputs, kind):
         bound = result._trace.bounded.get(node.id)
         if bound is not None:  # (a view of positions in [0, n): np.argsort(x)[:k])
             result._trace.bounded[result.node.id] = bound
-        for t in inputs:
-            if t.node.id in chain and t.node.id != result.node.id:
+        for t in inputs:  # (a tracer of another trace -- a loop body's closure over an
+            # argument of f -- is numbered apart: its id may be one of this chain's)
+            if t._trace is result._trace and t.node.id in chain and \
+                    t.node.id != result.node.id:
                 link_view(result, t, _view_path(t.node, result.node))
                 if numpy_copies(result):  # a reshape numpy can only make as a copy
                     unlink(result)
