@@ -446,3 +446,26 @@ def test_blas_may_thread_counts_products_lapack_and_loop_bodies():
     assert blas_may_thread([node("loop", arr(96), arr(96), body=body)])
     body.graph.nodes = [small]
     assert not blas_may_thread([node("loop", arr(96), arr(96), body=body)])
+    assert not blas_may_thread([large], lambda n: n is large)  # (its own loops: no BLAS call)
+
+
+def test_a_program_whose_products_run_its_own_loops_takes_no_blas_section():
+    """A quadratic form at D = 100: both matrix-vector products run the
+    numba program's own loops (the cost model's choice), so no BLAS call
+    is made and the plan does not put BLAS on one thread around its call
+    (2 us of its 6.6 us before); a product left to BLAS at that size does."""
+    rng = np.random.default_rng(0)
+    x, A = rng.standard_normal(100), rng.standard_normal((100, 100))
+
+    def quadform(x, A):
+        return 0.5 * x @ (A @ x) + np.sum(np.tanh(x))
+
+    plan = ha.compile(quadform, x, A)
+    plan.gradient(x, A)
+    source = plan.explain()
+    assert "_mv_dot(" in source and "_gemm(" not in source.split("def plan_fn")[1]
+    assert "BLAS and LAPACK on one thread" not in source
+    B = rng.standard_normal((100, 100))
+    wide = ha.compile(lambda B: np.sum(np.tanh(B @ B)), B)  # (a gemm: BLAS)
+    wide.gradient(B)
+    assert "BLAS and LAPACK on one thread" in wide.explain()

@@ -326,6 +326,16 @@ def blas_ready(node, layouts):
         all(layouts[x.id] in ("C" if len(x.shape) == 1 else "CF") for x in (A, B))
 
 
+def runs_own_loops(node, layouts):
+    """Whether matmul ``node`` makes no BLAS call: a matrix-vector product the
+    cost model gives to this backend's own loops (:func:`_gemm_lines`; a
+    product of unit seeds may fall back to a gemm: it counts as BLAS)."""
+    if not blas_ready(node, layouts) or node.attrs.get("onehot_rows"):
+        return False
+    call = matvec_call(node, layouts)
+    return call is not None and call.how == "loop"
+
+
 def _emit_gemm(w, node, a, acc, beta, layouts=None, work=None):
     """``acc = A @ B + beta * acc`` by BLAS gemm, 1-D operands and result as
     2-D views (``acc`` C-contiguous) -- or, for a matrix-vector product the

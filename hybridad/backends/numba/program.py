@@ -26,7 +26,7 @@ from ...transforms.memory import poison_schedule
 from .. import loops as _loops
 from ..scalar import uses_special, vector_imports
 from . import simd
-from .emit import _emit_gemm, blas_accumulations, emit_node, region_acc_groups
+from .emit import _emit_gemm, blas_accumulations, emit_node, region_acc_groups, runs_own_loops
 from .split import _drop_unused_views, split_body
 from .layouts import numba_layouts, view_statement
 from .gather import scatter_chains, scatter_gather_lines
@@ -408,7 +408,7 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
     threaded = parallel or w.threaded  # numba's threads run part of it
     # (a call that switches to Python -- a host call, a loop's runner -- lets
     # other threads run in between, into the same workspace: it takes the lock)
-    blas = blas_may_thread(nodes)  # (then run with BLAS on one thread: heavy, invoke's)
+    blas = blas_may_thread(nodes, lambda n: runs_own_loops(n, layouts))  # (BLAS on 1 thread)
     heavy = threaded or blas or work_estimate(nodes) >= PARALLEL_MIN or "with _objmode(" in calls
     fn_name = "plan_fn"
     flags = base_flags + (", nogil=True" if heavy else "") + (_PARALLEL if parallel else "")

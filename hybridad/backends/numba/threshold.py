@@ -173,7 +173,7 @@ BLAS_THREADS_MIN = 9216
 LAPACK_THREADS_MIN = 4096
 
 
-def blas_may_thread(nodes):
+def blas_may_thread(nodes, own_loops=None):
     """Whether a program of ``nodes`` (its loops' bodies included) makes a BLAS
     or LAPACK call large enough for BLAS to split over its own threads.  Such
     a program runs with BLAS at one thread whatever the plan's loops do
@@ -181,10 +181,14 @@ def blas_may_thread(nodes):
     threads split a gemv's or a factorization's sums by their count, so the
     results would depend on ``OMP_NUM_THREADS`` (logistic regression's
     gradient at 50,000 x 20 differed by 1.2e-14 between 1 and 2 threads, an
-    MVN log-likelihood's by 1.7e-10)."""
+    MVN log-likelihood's by 1.7e-10).  ``own_loops(node)``: whether a product
+    makes no BLAS call (the numba program's matrix-vector loops,
+    :func:`.emit.runs_own_loops`; a quadratic form's at D = 100 took the
+    section's 2 us of its 6.6 us for nothing); None: every product calls BLAS."""
     for n in nodes:
         if n.op == "matmul" and n.args:
-            if n.size * n.args[0].shape[-1] >= BLAS_THREADS_MIN:
+            if n.size * n.args[0].shape[-1] >= BLAS_THREADS_MIN and \
+                    not (own_loops is not None and own_loops(n)):
                 return True
         elif n.op in LAPACK_OPS:
             if n.size + sum(a.size for a in n.args) >= LAPACK_THREADS_MIN:
