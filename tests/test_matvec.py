@@ -251,6 +251,46 @@ def test_choice_figures():
                            threads=16)[2] == 9
 
 
+def test_a_skinny_product_takes_the_loops_where_gemv_would_cost_the_blas_section():
+    """A dimension under MATVEC_MIN keeps gemv, unless gemv would put the
+    program's BLAS on one thread (a product of BLAS_THREADS_MIN multiply-adds
+    or more) and the loops, at a skinny matrix's rate, cost less than gemv
+    and that section: logistic regression at 200 x 50 runs its loops and no
+    section (9.9 -> 4.8 us a gradient); at 1000 x 20, 5000 x 10 and
+    20000 x 30 gemv stays; below the section's size nothing changes."""
+    from hybridad.backends.numba.machine import machine
+
+    facts = machine()
+    r = C.costs().matvec_rates("float64")
+
+    def choice(m, k, form="dot"):
+        return C.matvec_choice(m, k, "float64", form, facts, threads=2)
+
+    for m, k in ((200, 50), (400, 30), (50, 200)):
+        loop = r["dot"] * C.SKINNY_LOOP * m * k < r["blas"] * m * k + C.SECTION_NS
+        how, why, threads = choice(m, k)
+        assert how == ("loop" if loop else "blas") and threads == 1 and "section" in why
+    assert choice(1000, 20)[0] == "blas"  # (a dimension under SKINNY_MIN)
+    assert choice(20000, 30)[0] == "blas"  # (the loops' cost past the section's)
+    assert choice(100, 50)[0] == "blas"  # (5000 multiply-adds: no section to save)
+    assert C.matvec_choice(200, 50, "float64", "dot", facts.replace(blas_section_min=0),
+                           threads=2)[0] == "blas"  # (a backend without the section)
+    rng = np.random.default_rng(0)
+    X, w = rng.standard_normal((200, 50)), rng.standard_normal(50) * 0.1
+    y = np.sign(rng.standard_normal(200))
+
+    def loss(w, X, y):
+        return np.mean(np.logaddexp(0, -y * (X @ w))) + 1e-3 * np.sum(w ** 2)
+
+    plan = ha.compile(loss, w, X, y)
+    got = plan.gradient(w, X, y).gradient
+    loops = all(r[f] * C.SKINNY_LOOP * 10000 < r["blas"] * 10000 + C.SECTION_NS
+                for f in ("dot", "axpy"))  # (X w and X^T v: both on the loops, no BLAS)
+    assert ("BLAS and LAPACK on one thread" in plan.explain()) != loops
+    np.testing.assert_allclose(got, ha.gradient(loss, w, X, y, backend="numpy").gradient,
+                               rtol=1e-12, atol=1e-15)
+
+
 def test_quadratic_forms_give_their_threads_to_the_loops(rates):
     """A plan of matrix-vector products only: they run as the backend's own
     loops on the plan's threads, and the profile names them."""

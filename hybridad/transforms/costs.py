@@ -78,6 +78,17 @@ MATVEC_NS = {"float64": {"blas": 0.36, "dot": 0.33, "axpy": 0.31},
 #: and 0.132 on two; 10^5 x 8: 0.179 against 0.207 / 0.197)
 MATVEC_MIN = 64
 
+#: a skinny product (a dimension under :data:`MATVEC_MIN`, none under this)
+#: still runs the loops where gemv would put the program's BLAS on one thread
+#: around its call (:attr:`~hybridad.transforms.machine.Machine.blas_section_min`)
+#: and the loops cost less than gemv and that section: its cost, ns (measured
+#: on 2 cores: 2.1 us a call), and the loops' rate on a skinny matrix over the
+#: square one's.  Logistic regression's gradient, 2 cores: 200 x 50 9.9 -> 4.8
+#: us, 400 x 30 10.7 -> 6.2 us; at 1000 x 20 the loops lose (15.4 against 13.0)
+SKINNY_MIN = 24
+SECTION_NS = 2100.0
+SKINNY_LOOP = 1.5
+
 
 @dataclasses.dataclass
 class Costs:
@@ -361,9 +372,21 @@ def matvec_choice(m, k, dtype, form, machine, threads=1):
     (:class:`~hybridad.transforms.machine.Machine`, handed in).  The
     loop is chosen when its measured single-threaded rate over the threads it
     can use is below gemv's (:attr:`Costs.matvec_ns`) and both dimensions are
-    at least :data:`MATVEC_MIN`."""
+    at least :data:`MATVEC_MIN`; a skinny product (one dimension under it,
+    none under :data:`SKINNY_MIN`) runs the loops, on one thread, only where
+    gemv would put the program's BLAS on one thread and the loops cost less
+    than gemv and that section (:data:`SECTION_NS`)."""
     if min(m, k) < MATVEC_MIN:
-        return "blas", f"a dimension below {MATVEC_MIN}: gemv", 1
+        section = machine.blas_section_min
+        if min(m, k) < SKINNY_MIN or not section or m * k < section:
+            return "blas", f"a dimension below {MATVEC_MIN}: gemv", 1
+        rates = costs().matvec_rates(dtype)
+        loop_ns = rates[form] * SKINNY_LOOP * m * k
+        blas_ns = rates["blas"] * m * k + SECTION_NS
+        how = "loop" if loop_ns < blas_ns else "blas"
+        return how, (f"skinny: {'row' if form == 'dot' else 'column'} loop {loop_ns:.0f} ns "
+                     f"{'<' if how == 'loop' else '>='} gemv and BLAS's one-thread section "
+                     f"{blas_ns:.0f}"), 1
     rates = costs().matvec_rates(dtype)
     tasks = machine.matvec_tasks(m, k, form)
     p = max(1, min(threads, tasks))
@@ -386,7 +409,7 @@ def pair_choice(m, k, dtype, machine):
     :data:`MATVEC_MIN` keeps the two products.  (Measured on 2 cores, ten
     matrices read in turn: the pair 0.6-0.75x the two loops' time from 64 x 64
     to 1000 x 1000, float64 and float32.)"""
-    if min(m, k) < MATVEC_MIN:  # (skinny: BLAS's, as matvec_choice's products)
+    if min(m, k) < MATVEC_MIN:  # (skinny: two products, each as matvec_choice gives it)
         return False, f"a dimension below {MATVEC_MIN}: two products"
     rates = costs().matvec_rates(dtype)
     threads = machine.threads

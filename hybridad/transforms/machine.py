@@ -45,6 +45,10 @@ class Machine:
         A gemm with a small result over a long contracted axis runs on the
         loops' threads in at most ``gemm_k_parts_max`` parts of that axis,
         each ``gemm_k_part_rows`` long or more (:meth:`gemm_k_parts`).
+    blas_section_min : int
+        Fewest multiply-adds of a BLAS product that puts the program's BLAS
+        on one thread around its call (a section of a few microseconds: the
+        numba backend's ``threshold.BLAS_THREADS_MIN``); 0: none does.
     """
 
     threads: int
@@ -57,6 +61,7 @@ class Machine:
     gemm_small_result: int
     gemm_k_parts_max: int
     gemm_k_part_rows: int
+    blas_section_min: int = 0
 
     def matvec_tasks(self, m, k, form):
         """The tasks a matrix-vector loop over an ``m x k`` matrix splits

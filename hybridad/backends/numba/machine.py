@@ -23,7 +23,8 @@ def machine(**changes):
                 pair_rows=threshold.PAIR_ROWS, gemm_threads_min=threshold.GEMM_THREADS_MIN,
                 gemm_threads_min_dim=threshold.GEMM_THREADS_MIN_DIM,
                 gemm_small_result=threshold.GEMM_SMALL_RESULT,
-                gemm_k_parts_max=threshold.GEMM_K_PARTS, gemm_k_part_rows=threshold.GEMM_K_ROWS)
+                gemm_k_parts_max=threshold.GEMM_K_PARTS, gemm_k_part_rows=threshold.GEMM_K_ROWS,
+                blas_section_min=threshold.BLAS_THREADS_MIN)
     return m.replace(**changes) if changes else m
 
 
