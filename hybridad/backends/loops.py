@@ -472,7 +472,7 @@ class LoopRunner:
             last = self._last
             if last is not None and last[0] is out and last[4] is work and \
                     len(operands) == len(last[1]) and all(map(operator.is_, operands, last[1])):
-                self._checked(last[2], out, list(operands), work)
+                self._checked(last[2], out, operands, work)
                 return
             nc = self.body.n_carry
             ops = [self._canonical(i, a) for i, a in enumerate(operands)]
@@ -520,12 +520,14 @@ class LoopRunner:
         status of its own module's: :class:`.jit.BodyFailed`), the iterations
         once more from the start, each a call of the body's own entry point,
         which raises the body's exception with its message (a singular
-        matrix: numpy's ``LinAlgError``).  The loop reads only its operands."""
+        matrix: numpy's ``LinAlgError``).  The loop reads only its operands
+        (``ops``, a sequence: made a list only there)."""
         try:
             whole()
         except RuntimeError as e:
             if not isinstance(e, getattr(self._drive, "failed", ())):
                 raise
+            ops = list(ops)  # (:meth:`_steps` adds their constants to lists)
             own, _, bound = self._parts_of_body
             carries, fixed = self._on(work)
             for c, a in zip(carries[0], ops[:self.body.n_carry], strict=True):

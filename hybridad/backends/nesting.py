@@ -87,9 +87,7 @@ def describe(runner):
             "carry_bytes": [n.nbytes for n in outs[:nc]],
             "dtypes": [n.dtype.str for n in ins[first:]], "finals": finals, "rows": rows}
     context = np.array([address, *fixed[len(dtypes):], *bound], np.int64)
-    cell = _CELLS.get(runner.key)
-    if cell is None:
-        cell = _CELLS.setdefault(runner.key, ctypes.c_void_p())
+    cell = _CELLS.setdefault(runner.key, ctypes.c_void_p())
     cell.value = context.ctypes.data  # (the runner keeps its context: see watched)
     return spec, cell, context
 

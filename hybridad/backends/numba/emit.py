@@ -326,14 +326,20 @@ def blas_ready(node, layouts):
         all(layouts[x.id] in ("C" if len(x.shape) == 1 else "CF") for x in (A, B))
 
 
+def _loop_call(node, layouts):
+    """The :class:`.emit_pairs.MatvecCall` of matmul ``node`` where the cost
+    model gives it to this backend's own loops, else None (BLAS, or no
+    layouts to decide on): :func:`_gemm_lines` and :func:`runs_own_loops`."""
+    call = None if layouts is None else matvec_call(node, layouts)
+    return call if call is not None and call.how == "loop" else None
+
+
 def runs_own_loops(node, layouts):
     """Whether matmul ``node`` makes no BLAS call: a matrix-vector product the
     cost model gives to this backend's own loops (:func:`_gemm_lines`; a
     product of unit seeds may fall back to a gemm: it counts as BLAS)."""
-    if not blas_ready(node, layouts) or node.attrs.get("onehot_rows"):
-        return False
-    call = matvec_call(node, layouts)
-    return call is not None and call.how == "loop"
+    return blas_ready(node, layouts) and not node.attrs.get("onehot_rows") and \
+        _loop_call(node, layouts) is not None
 
 
 def _emit_gemm(w, node, a, acc, beta, layouts=None, work=None):
@@ -358,11 +364,10 @@ def _emit_gemm(w, node, a, acc, beta, layouts=None, work=None):
 
 
 def _gemm_lines(w, node, a, acc, beta, layouts, work):
-    if layouts is not None:
-        call = matvec_call(node, layouts)
-        if call is not None and call.how == "loop":
-            emit_matvec(w, node, a, acc, beta, call, work)
-            return
+    call = _loop_call(node, layouts)
+    if call is not None:
+        emit_matvec(w, node, a, acc, beta, call, work)
+        return
     A, B = node.args
     av = a[0] if len(A.shape) == 2 else f"{a[0]}.reshape((1, {A.shape[0]}))"
     bv = a[1] if len(B.shape) == 2 else f"{a[1]}.reshape(({B.shape[0]}, 1))"
