@@ -159,14 +159,19 @@ def test_a_runner_made_again_after_its_plans_went_is_the_one_run():
     del junk
 
 
-def test_a_loop_the_code_cannot_run_in_place_runs_from_python():
-    """An inner loop scanning the rows of a column broadcast (each row one
-    element repeated: not C-contiguous) is called through its runner in
-    Python, which stages them: the same results.  A broadcast of a row (its
-    rows C-contiguous, step 0 between them) and a transposed operand (copied
-    once by the plan: a loop reads C arrays) run in place.  Before, a scan
-    over the broadcast row inside a fori_loop got a wrong gradient (the
-    runner's copy of an operand that moved kept the broadcast's strides)."""
+def test_operands_a_loop_cannot_read_in_place_are_copied_and_the_loops_run_in_place():
+    """Inner loops scanning the rows of a broadcast row (C rows, step 0 between
+    them: read in place), of a column broadcast (each row one element
+    repeated: not C, so copied once by the plan) and of a transposed operand
+    (copied once too) all run in place, and so does a loop whose constant is a
+    captured Fortran-order array (copied by the plan at each call: it is the
+    user's array, read as it is then).  The same results everywhere.  Before,
+    a scan over the broadcast row inside a fori_loop got a wrong gradient (the
+    runner's copy of an operand that moved kept the broadcast's strides), and
+    the column broadcast and the captured array made their runners run from
+    Python at every call, staging them."""
+    captured = np.asfortranarray(W0)
+
     def f(x, W):
         def outer(i, x):
             rows = np.broadcast_to(x, (3, N))
@@ -176,19 +181,29 @@ def test_a_loop_the_code_cannot_run_in_place_runs_from_python():
                 ha.scan(lambda c, col: (c + 0.1 * np.tanh(col * c), c), x, W.T)[0]
         return np.sum(ha.fori_loop(0, 3, outer, x) ** 2)
 
-    gc.collect()
-    before = set(loops._RUNNERS.keys())
-    got = ha.compile(f, X0, W0).gradient(X0, W0).gradient
-    want = ha.compile(f, X0, W0, backend="numpy").gradient(X0, W0).gradient
-    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14)
+    def g(x, W):
+        def outer(i, x):
+            return ha.scan(lambda c, col: (c + 0.2 * np.sin(col * c), c), x, captured)[0] * 0.9
+        return np.sum(ha.fori_loop(0, 3, outer, x) ** 2)
+
     eps = 1e-6
-    fd = np.array([(f(X0 + eps * e, W0) - f(X0 - eps * e, W0)) / (2 * eps) for e in np.eye(N)])
-    np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-7)
-    inner = _inner_runners(before)
-    python = [r for r in inner if r._tables]
-    assert python and all(any(i.shape == (3,) for i in r.body.graph.inputs)  # (the columns')
-                          for r in python)
-    assert sum(not r._tables and r._last is None for r in inner) >= 2  # (rows, transposed)
+    for fn, inner_loops in ((f, 3), (g, 1)):
+        gc.collect()
+        before = set(loops._RUNNERS.keys())
+        plan = ha.compile(fn, X0, W0)
+        got = plan.gradient(X0, W0).gradient
+        want = ha.compile(fn, X0, W0, backend="numpy").gradient(X0, W0).gradient
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14)
+        fd = np.array([(fn(X0 + eps * e, W0) - fn(X0 - eps * e, W0)) / (2 * eps)
+                       for e in np.eye(N)])
+        np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-7)
+        made = [r for k, r in list(loops._RUNNERS.items()) if k not in before]
+        assert made and not [r for r in made if r._tables], fn.__name__  # (none from Python)
+        assert sum(r._last is None for r in _inner_runners(before)) >= inner_loops
+    captured[0, 0] += 1.0  # (the plan reads the captured array as it is at the call)
+    np.testing.assert_allclose(plan.gradient(X0, W0).gradient,
+                               ha.compile(g, X0, W0, backend="numpy").gradient(X0, W0).gradient,
+                               rtol=1e-13, atol=1e-14)
 
 
 _CACHED = r"""

@@ -305,6 +305,24 @@ def _scan_eager(f, init, xs, n, reverse):
     return carry, _unflatten(y_def, iter(stacked))
 
 
+def c_operands(args, n_carry, n_xs):
+    """``args`` (a loop's carries, xs and constants, as tracers) with each
+    captured constant that is not C-contiguous where a loop reads it (a carry
+    or constant whole, an xs from its rows on: a Fortran-order or strided
+    array) copied by the plan at each call, as a view is: the compiled code
+    runs a loop on C operands in place, where its runner would otherwise be
+    called from Python to stage them."""
+    out = []
+    for k, t in enumerate(args):
+        v = t.node.attrs["value"] if t.node.is_const else None
+        if v is not None and v.ndim and not (
+                v.flags.c_contiguous or n_carry <= k < n_carry + n_xs and
+                (v.ndim == 1 or len(v) and v[0].flags.c_contiguous)):
+            t = bind("copy", t)
+        out.append(t)
+    return out
+
+
 def _loop(step, init, xs, length, start, index, reverse):
     outer = _tracing()
     if outer is None:  # tracers of a finished trace
@@ -347,8 +365,8 @@ def _loop(step, init, xs, length, start, index, reverse):
     inputs = [t.node for t in i_t + c_t + x_t] + [body._lifted[t.node.id] for t in body.lifted]
     lbody = LoopBody(Graph(body.nodes, inputs, outputs), idx, nc, nx)
     order = tuple(range(len(outputs)))
-    packed = bind("loop", *carries, *xs_t, *body.lifted, body=lbody, length=int(length),
-                  start=int(start), reverse=bool(reverse), order=order,
+    packed = bind("loop", *c_operands([*carries, *xs_t, *body.lifted], nc, nx), body=lbody,
+                  length=int(length), start=int(start), reverse=bool(reverse), order=order,
                   saved=tuple(range(nc + ny, nc + ny + nc)))
     parts = [part(packed, off, shape) for _, off, shape in layout(lbody, length, order)]
     return _unflatten(c_def, iter(parts[:nc])), _unflatten(y_def, iter(parts[nc:nc + ny]))

@@ -45,6 +45,7 @@ from ..core.trace import Trace, bind
 from ..core.tracer import Tracer
 from ..ir.graph import Graph, Node
 from ..ir.registry import REGISTRY
+from ..frontend.loops import c_operands
 from ..ops.loop import LoopBody, layout, part
 from .rolling_inputs import _differs, _distinct_slots, _initial, _outer_xs
 from .rolling_maps import _map, _rotation, replace_run, replayed, running_sums
@@ -510,8 +511,10 @@ def _roll(trace, outs, s, p, trips, m):
     keep.extend(nodes[s + o] for o in once if nodes[s + o].id not in kept)
     inits = [Tracer(init[o], trace) for o in carries]
     nc, ny = len(carries), len(ys)
-    packed = bind("loop", *inits, *x_outer, *[Tracer(nodes[s + o], trace) for o in once],
-                  *[Tracer(a, trace) for a in lifted], body=lbody, length=int(trips), start=0,
+    operands = [*inits, *x_outer, *[Tracer(nodes[s + o], trace) for o in once],
+                *[Tracer(a, trace) for a in lifted]]
+    packed = bind("loop", *c_operands(operands, nc, len(x_outer)), body=lbody,
+                  length=int(trips), start=0,
                   reverse=False, order=order, saved=tuple(range(nc + ny, 2 * nc + ny)))
     parts = [part(packed, off, shape) for _, off, shape in layout(lbody, trips, order)]
     replace = {}

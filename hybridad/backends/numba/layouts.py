@@ -66,9 +66,10 @@ def materialize_for_numba(nodes, in_place=()):
             layout[n.id], addressed[n.id] = "C", True
         elif n.op == "getitem" and strided_in_place(n, layout, readers):
             layout[n.id], addressed[n.id] = "A", False
-        elif n.op == "transpose" and any(r.op == "loop" for r, _ in readers.get(n.id, ())):
-            # (a loop reads its operands C-contiguous: copied once by the plan, not
-            # staged by its runner at each call -- and the plan's code runs it in place)
+        elif n.op in ("transpose", "broadcast_to") and not _loop_reads_in_place(n, layout, readers):
+            # (a loop reads its operands C-contiguous -- an xs its rows: copied once by
+            # the plan, not staged by its runner at each call, and the plan's code runs
+            # it in place)
             out.add(n.id)
             layout[n.id], addressed[n.id] = "C", True
         elif n.op in ("transpose", "broadcast_to"):
@@ -78,6 +79,25 @@ def materialize_for_numba(nodes, in_place=()):
                 out.add(n.id)
             layout[n.id], addressed[n.id] = "C", True
     return out
+
+
+def _loop_reads_in_place(n, layout, readers):
+    """Whether every loop reading view ``n`` (a transpose or a broadcast) finds
+    it C-contiguous where it reads it: a carry or constant whole, an xs from
+    its rows on (a broadcast along the steps only: step 0 between C rows)."""
+    for r, i in readers.get(n.id, ()):
+        if r.op != "loop":
+            continue
+        body = r.attrs["body"]
+        rows = 1 if body.n_carry <= i < body.n_carry + body.n_xs else 0
+        if n.op == "transpose" or layout[n.args[0].id] != "C":
+            return False
+        src, shape = n.args[0].shape, n.shape
+        lead = len(shape) - len(src)
+        if any(shape[d] > 1 and (d < lead or src[d - lead] != shape[d])
+               for d in range(rows, len(shape))):
+            return False
+    return True
 
 
 class ShiftMap:
