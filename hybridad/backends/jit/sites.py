@@ -4,7 +4,8 @@ on arrays (a host call, a ufunc without rules, a loop's runner; see
 
 Each call is a *site*.  The machine code writes the call's arguments as
 int64 words into a block on its stack -- an array as its data address, its
-dimensions and its strides (bytes); a number as its bits -- takes the GIL
+dimensions and its strides (bytes); a number as its bits; None as nothing --
+takes the GIL
 (``PyGILState_Ensure``: the function may run without it) and calls the
 site's :class:`Site` object with the block's address.  The site makes numpy
 views of those addresses (kept by address, shape and strides: a plan passes
@@ -116,6 +117,8 @@ def _emit_call(frame, name, values, keywords):
                 word = s.value
             specs.append(["s", s.dtype.str, 0])
             words.append(word)
+        elif isinstance(v, Const) and v.value is None:  # (a runner's workspace it has not)
+            specs.append(["n", "|b1", 0])
         else:
             raise Unsupported(f"object mode: argument {v!r}")
     k = len(t.sites)
@@ -165,7 +168,8 @@ class Site:
         self.fn = fn
         self.kinds = [(kind, np.dtype(dt), ndim) for kind, dt, ndim in spec["args"]]
         self.keywords = tuple(spec["keywords"])
-        self.nwords = sum(1 + 2 * ndim if kind == "a" else 1 for kind, _, ndim in self.kinds)
+        self.nwords = sum(1 + 2 * ndim if kind == "a" else kind == "s"
+                          for kind, _, ndim in self.kinds)
         self.block = ctypes.c_int64 * max(1, self.nwords)
         self.views = {}
 
@@ -190,6 +194,9 @@ class Site:
     def _values(self, words):
         values, at = [], 0
         for kind, dtype, ndim in self.kinds:
+            if kind == "n":
+                values.append(None)
+                continue
             if kind == "s":
                 values.append(_number(words[at], dtype))
                 at += 1
