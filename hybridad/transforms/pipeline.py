@@ -24,7 +24,8 @@ from .broadcasts import sink_scalar_broadcasts
 from .cse import eliminate_common
 from .factors import share_factorizations
 from .loop_parts import drop_unread_loop_parts
-from .partition import absorb_producers, fold_accumulations, fuse_regions, share_reduced_values
+from .partition import (absorb_producers, accumulate_scatters, fold_accumulations, fuse_regions,
+                        share_reduced_values)
 from .products import hoist_transposed_products, pair_matvecs
 from .region_sums import sum_into_vjp_regions, sum_stored_partials, sum_vjp_regions
 from .remat import merge_accumulations, rematerialize
@@ -82,6 +83,9 @@ PASSES = {
     "schedule_updates": ("move each optimizer update right after its gradient is complete",
                          lambda nodes, ins, outs, upd, mach: schedule_updates(nodes, upd)
                          if upd else nodes),
+    "accumulate_scatters": ("add a functional sum's scatters (a loop body's reverse pass) in "
+                            "place into a buffer only the sum reads (no zeroed copy each)",
+                            lambda nodes, ins, outs, upd, mach: accumulate_scatters(nodes, outs)),
     "fuse_regions": ("fuse elementwise groups (the backward's too) into regions",
                      lambda nodes, ins, outs, upd, mach: fuse_regions(nodes, outs)),
     "rematerialize": ("evaluate a cheap region inside each region that reads it, where it "
@@ -121,10 +125,10 @@ LOWERING = {
     "numpy": ("views", "share_factorizations", "loop_parts", "dead_code", "schedule_updates"),
     "numba": ("views", "share_factorizations", "loop_parts", "hoist_transposed_products",
               "pair_matvecs", "scalar_broadcasts", "cse_tangents", "dead_code",
-              "schedule_updates", "fuse_regions", "rematerialize", "fold_accumulations",
-              "merge_accumulations", "share_reduced_values", "sum_stored_partials",
-              "sum_vjp_regions", "sum_vjp_regions_over_axes", "absorb_producers",
-              "order_writes"),
+              "schedule_updates", "accumulate_scatters", "fuse_regions", "rematerialize",
+              "fold_accumulations", "merge_accumulations", "share_reduced_values",
+              "sum_stored_partials", "sum_vjp_regions", "sum_vjp_regions_over_axes",
+              "absorb_producers", "order_writes"),
     "cupy": ("views", "share_factorizations", "loop_parts", "cse_tangents", "dead_code",
              "schedule_updates", "fuse_regions", "rematerialize", "share_reduced_values",
              "absorb_producers", "sum_into_vjp_regions", "order_writes"),
