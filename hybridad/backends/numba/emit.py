@@ -99,21 +99,27 @@ def _transpose(e):
     e.w.nest(e.node.shape, [f"{e.out}{here(e.nd)} = {e.a[0]}{idx}"])
 
 
+# data movement runs its long nests on the threads (a prange from PARALLEL_MIN
+# elements, as the regions' loops): each element is written once, so the bits
+# do not depend on the thread count -- a 10^6-point stencil's concatenation in
+# a loop body was a serial copy of 8 MB per step beside parallel regions
+
+
 def _broadcast_copy(e):  # broadcast_to and copy: read the operand broadcast
     e.w.nest(e.node.shape, [f"{e.out}{here(e.nd)} = {e.a[0]}"
-                            f"{broadcast_index(e.node.args[0].shape, e.nd)}"])
+                            f"{broadcast_index(e.node.args[0].shape, e.nd)}"], parallel=True)
 
 
 def _getitem(e):
     idx = getitem_map(e.node.attrs["index"], e.node.args[0].shape)
-    e.w.nest(e.node.shape, [f"{e.out}{here(e.nd)} = {e.a[0]}{idx}"])
+    e.w.nest(e.node.shape, [f"{e.out}{here(e.nd)} = {e.a[0]}{idx}"], parallel=True)
 
 
 def _concatenate(e):
     axis, off = e.node.attrs["axis"], 0
     for x, name in zip(e.node.args, e.a, strict=True):
         idx = [f"i{d}" if d != axis else f"{off} + i{d}" for d in range(e.nd)]
-        e.w.nest(x.shape, [f"{e.out}[{', '.join(idx)}] = {name}{here(e.nd)}"])
+        e.w.nest(x.shape, [f"{e.out}[{', '.join(idx)}] = {name}{here(e.nd)}"], parallel=True)
         off += x.shape[axis]
 
 
@@ -123,7 +129,8 @@ def _scatter(add):
         if not add:
             fill(e.w, e.out, "0")
         idx = getitem_map(e.node.attrs["index"], e.node.shape)
-        e.w.nest(g.shape, [f"{e.out}{idx} {'+=' if add else '='} {gname}{here(len(g.shape))}"])
+        e.w.nest(g.shape, [f"{e.out}{idx} {'+=' if add else '='} {gname}{here(len(g.shape))}"],
+                 parallel=True)
     return emit
 
 
