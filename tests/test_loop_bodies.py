@@ -173,8 +173,10 @@ def test_a_stencils_reverse_body_adds_its_slices_in_place(kind):
     cotangents into one buffer in place once lowered (``accumulate_scatters``):
     one scatter starts each cotangent, no zeroed copy of the whole state per slice --
     before, four were zeroed, written and summed (a 10^6-point stencil's
-    reverse step 7.6 -> 4.4 ms).  The gradient and the Hessian match the
-    numpy backend's and finite differences, with nothing allocated per call."""
+    reverse step 7.6 -> 4.4 ms).  Each body writes its new carries into the
+    runner's set directly (before: into its arena, then copied).  The gradient
+    and the Hessian match the numpy backend's and finite differences, with
+    nothing allocated per call."""
     n, T = 40, 6
     u = np.sin(np.linspace(0.0, np.pi, n)) + 0.1 * np.cos(np.arange(n))
 
@@ -195,6 +197,14 @@ def test_a_stencils_reverse_body_adds_its_slices_in_place(kind):
         for _ in range(3):
             getattr(plan, kind)(u, out=out)
     assert counts.allocations == 0, counts
+    from hybridad.backends.numba.layouts import loop_body_memory
+
+    for m in plan.graph.nodes:  # every body writes its new carries straight into the
+        if m.op == "loop":      # runner's set (before: into its arena, then copied)
+            g, _, memory = loop_body_memory(m.attrs["body"].graph)
+            carries = g.outputs[:m.attrs["body"].n_carry]
+            assert all(memory.storage[c.id] != "buffer" or c.id in memory.direct
+                       for c in carries), m
     reverse = [m for m in plan.graph.nodes if m.op == "loop" and m.attrs["reverse"]]
     assert reverse
     for m in reverse:  # (a Hessian's reverse bodies carry two cotangents: one scatter each)

@@ -371,8 +371,8 @@ def loop_body_memory(graph):
     g = lower_body(graph, "numba")
     serial = loops_serial() or design_threads() < 2 or \
         work_estimate(g.nodes) < BODY_PARALLEL_MIN
-    with serial_loops(serial):
-        return g, serial, plan_numba_memory(g)
+    with serial_loops(serial):  # (every output written in place: the carries too)
+        return g, serial, plan_numba_memory(g, direct="all")
 
 
 def runs_natively(g, serial):
@@ -409,17 +409,18 @@ def loop_workspace(node):
     return workspace_layout(body, memplan.arena_bytes)[0]
 
 
-def plan_numba_memory(graph, pack=True, pinned=()):
+def plan_numba_memory(graph, pack=True, pinned=(), direct=True):
     """The memory plan of ``graph`` for a numba program: the ops' and the
     kernels' scratch, concatenations its loops read in place (never made),
     views copied where numba needs them, regions writing over dying operands,
-    gradient outputs straight into the caller's buffers (see
+    gradient outputs straight into the caller's buffers (``direct="all"``:
+    every output, a loop body's carries; see
     :func:`hybridad.transforms.memory.plan_memory`)."""
     scratch = op_workspaces(graph.nodes)
     scratch.update(scratch_for_numba(graph.nodes))
     in_place = read_in_place(graph.nodes, graph.outputs)
     return plan_memory(graph, materialize_for_numba(graph.nodes, in_place), scratch,
-                       reuse=True, direct_outputs=True, pack=pack, pinned=pinned,
+                       reuse=True, direct_outputs=direct, pack=pack, pinned=pinned,
                        in_place=in_place)
 
 
