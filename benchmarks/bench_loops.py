@@ -25,6 +25,8 @@ Models:
   (``out[k] = u``), then ``sum(out**2) / T + sum(u**2)``; gradient w.r.t.
   ``u0``.  Its explicit form (and JAX's) is the same step written
   functionally in ``scan``, the states its outputs;
+* ``heat_wide`` -- the same on 10^5 points (not in the default list): a
+  stencil step whose body runs on the threads, its state 800 kB;
 * ``rk4_hessian`` -- the dense Hessian (``hybridad.hessian``) of
   ``sum(x_T**2)`` after T steps of classic RK4 on ``x' = tanh(W @ x) - 0.1 x``,
   n = 6, w.r.t. ``x0``;
@@ -53,7 +55,7 @@ its rows also print ``mem/carried``, the workspace over T x state x (1 +
 the plan's chunk).  ``--budget F`` builds hybridad's plans with
 ``memory_budget = F x`` the stored carries.
 
-    python benchmarks/bench_loops.py [--models euler euler_wide rnn heat rk4_hessian]
+    python benchmarks/bench_loops.py [--models euler euler_wide rnn heat heat_wide rk4_hessian]
         [--steps 100 1000 10000] [--forms explicit python] [--budget F] [--repeat N]
         [--json FILE]
 """
@@ -82,8 +84,9 @@ def data(model):
     if model == "rnn":
         return [np.zeros(32), rng.standard_normal((32, 32)) / np.sqrt(32),
                 rng.standard_normal((32, 8)) / np.sqrt(8), None]
-    if model == "heat":
-        return [np.sin(np.linspace(0.0, np.pi, 64)) + 0.1 * rng.standard_normal(64)]
+    if model in ("heat", "heatw"):
+        n = 64 if model == "heat" else 100000
+        return [np.sin(np.linspace(0.0, np.pi, n)) + 0.1 * rng.standard_normal(n)]
     if model == "nested":
         return [rng.standard_normal(20), 0.3 * rng.standard_normal((20, 20))]
     n = 6
@@ -161,7 +164,8 @@ args = data(model)
 if model == "rnn":
     args[3] = rng.standard_normal((T, 8))
 budget = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
-state = {"euler": 50, "wide": 1000, "rnn": 32, "heat": 64, "nested": 20}.get(model, 6)
+state = {"euler": 50, "wide": 1000, "rnn": 32, "heat": 64, "heatw": 100000,
+         "nested": 20}.get(model, 6)
 stored = T * state * 8  # the carries of every step, float64
 opts = {"memory_budget": int(budget * stored)} if budget else {}
 fori, scan = (ha.fori_loop, ha.scan) if form == "explicit" else (py_fori, py_scan)
@@ -171,7 +175,7 @@ def model_f():
         return euler(np, T, fori), 0, "gradient"
     if model == "rnn":
         return rnn(np, T, scan), 1, "gradient"
-    if model == "heat":
+    if model in ("heat", "heatw"):
         return heat(np, T, ha.scan if form == "explicit" else None), 0, "gradient"
     if model == "nested":
         return nested(np, T, fori), 0, "gradient"
@@ -235,7 +239,7 @@ if model in ("euler", "wide"):
     fn = jax.jit(jax.value_and_grad(euler(jnp, T, jax.lax.fori_loop)))
 elif model == "rnn":
     fn = jax.jit(jax.value_and_grad(rnn(jnp, T, jax.lax.scan), argnums=1))
-elif model == "heat":
+elif model in ("heat", "heatw"):
     fn = jax.jit(jax.value_and_grad(heat(jnp, T, jax.lax.scan)))
 elif model == "nested":
     fn = jax.jit(jax.value_and_grad(nested(jnp, T, jax.lax.fori_loop)))
@@ -258,7 +262,7 @@ print(json.dumps({"first_s": first, "call_us": float(np.median(times) * 1e6),
 
 
 #: a model's name in the scripts above
-_SCRIPT_NAME = {"euler_wide": "wide", "rk4_hessian": "rk4"}
+_SCRIPT_NAME = {"euler_wide": "wide", "heat_wide": "heatw", "rk4_hessian": "rk4"}
 
 
 def _run(code, model, steps, env, form="explicit", budget=0.0):
@@ -295,7 +299,7 @@ def _carried(ha):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["euler", "rnn", "heat", "rk4_hessian"],
-                        choices=["euler", "euler_wide", "rnn", "heat", "rk4_hessian",
+                        choices=["euler", "euler_wide", "rnn", "heat", "heat_wide", "rk4_hessian",
                                  "nested"])
     parser.add_argument("--steps", nargs="+", type=int, default=[100, 1000, 10000])
     parser.add_argument("--forms", nargs="+", default=["explicit", "python"],
