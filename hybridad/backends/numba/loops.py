@@ -91,7 +91,8 @@ class LoopWriter:
         ``parallel``: the outermost loop is a ``prange`` when the nest has at
         least :data:`PARALLEL_MIN` iterations -- or ``work`` ones, when the
         body loops itself (the body must be race-free: elementwise stores and
-        ``+=`` into a scalar).
+        ``+=`` into a scalar) -- and is not written inside a ``prange`` its
+        caller opened (no prange in a prange).
 
         ``opaque``: the name of an array the nest writes.  With it, an
         innermost axis of :data:`OPAQUE_MIN` or more elements starts at a
@@ -136,7 +137,7 @@ class LoopWriter:
         index restarting at each block.
         """
         pad = self.indent
-        par = parallel and shape and \
+        par = parallel and shape and not self.in_prange and \
             (int(np.prod(shape)) if work is None else work) >= parallel_min()
         self.parallel = self.parallel or bool(par)
         if par:
