@@ -365,3 +365,29 @@ def test_hvp_without_arguments_stays_at_the_linearized_point(backend):
                   lambda y: plan.hvp(y, v=v)):
         other(y)
         np.testing.assert_allclose(plan.hvp(v=v).hvp, expected, rtol=1e-14)
+
+
+def test_a_hessian_of_slices_adds_their_cotangents_in_place():
+    """A Hessian plan's reverse pass is functional (its tangent sweeps read
+    it): each slice's cotangent was a scatter, a zeroed copy of the whole
+    gradient, summed with the others.  Lowered (``accumulate_scatters``) they
+    are added in place, as a gradient's are (a 2000-point stencil energy's
+    colored Hessian: 1646 -> 1207 us).  The Hessian and the gradient match the
+    numpy backend's, and the Hessian the finite differences of the gradient."""
+    def f(u):
+        d = u[1:] - u[:-1]
+        lap = u[2:] - 2 * u[1:-1] + u[:-2]
+        return np.sum(d ** 2 * np.cosh(u[1:])) + np.sum(lap ** 2) + 0.1 * np.sum(u ** 4)
+
+    u = rand((40,), seed=120) * 0.5
+    plan = ha.compile(f, u, hessian=True)
+    got = plan.hessian(u)
+    want = ha.compile(f, u, hessian=True, backend="numpy").hessian(u)
+    np.testing.assert_allclose(got.hessian, want.hessian, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got.gradient, want.gradient, rtol=1e-13, atol=1e-13)
+    eps = 1e-6
+    fd = np.array([(ha.gradient(f, u + eps * e).gradient - ha.gradient(f, u - eps * e).gradient)
+                   / (2 * eps) for e in np.eye(u.size)])
+    np.testing.assert_allclose(got.hessian, fd, rtol=1e-6, atol=1e-6)
+    assert not [n for n in plan.graph.nodes if n.op == "scatter"]
+    assert [n for n in plan.graph.nodes if n.op in ("scatter_add", "region_acc")]

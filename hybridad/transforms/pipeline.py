@@ -139,8 +139,8 @@ LOWERING = {
 STAGED_LOWERING = {
     "numpy": ("views", "factor_once", "loop_parts", "dead_code"),
     "numba": ("views", "factor_once", "loop_parts", "scalar_broadcasts", "cse",
-              "dead_code", "fuse_regions", "rematerialize", "fold_accumulations",
-              "merge_accumulations", "order_writes"),
+              "dead_code", "accumulate_scatters", "fuse_regions", "rematerialize",
+              "fold_accumulations", "merge_accumulations", "order_writes"),
     "cupy": ("views", "factor_once", "loop_parts", "dead_code", "fuse_regions"),
 }
 

@@ -352,8 +352,8 @@ def compile_numba_program(nodes, inputs, outputs, memplan, buffers, in_specs, ou
                     sub, members, names, consts.add(n.dtype.type(0))))
             else:
                 kernels.emit(w, n)
-        if poison:
-            poison_lines(dying.get(n.id, ()))
+        if poison and n.id not in given:  # (an earlier program's node ran there: what
+            poison_lines(dying.get(n.id, ()))  # died after it may share a slot read here)
     params += [f"o{k}p" if objects else f"o{k}" for k in range(len(outputs))]
     w.emit("# outputs")
     for k, n in enumerate(outputs):

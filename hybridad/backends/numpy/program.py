@@ -188,7 +188,8 @@ def compile_program(nodes, inputs, outputs, memplan, buffers, name="program", po
         if body:
             lines.append(f"    # {format_node(node)}")
             lines.extend("    " + s for s in body)
-        lines += poison_lines(dying.get(node.id, ()))
+        if node.id not in given:  # (an earlier program's node: poisoned there)
+            lines += poison_lines(dying.get(node.id, ()))
 
     lines.append("    # outputs")
     for k, node in enumerate(outputs):
