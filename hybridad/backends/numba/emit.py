@@ -87,22 +87,23 @@ def _reduction(e):
                      scratch=scratch)
 
 
+# data movement runs its long nests on the threads (a prange from PARALLEL_MIN
+# elements, as the regions' loops): each element is written once, so the bits
+# do not depend on the thread count -- a 10^6-point stencil's concatenation in
+# a loop body was a serial copy of 8 MB per step beside parallel regions
+
+
 def _reshape(e):  # materialized: copy through a source-shaped view of the buffer
     src = e.node.args[0]
     e.w.emit(f"_r = {e.out}.reshape({src.shape!r})")
-    e.w.nest(src.shape, [f"_r{here(len(src.shape))} = {e.a[0]}{here(len(src.shape))}"])
+    e.w.nest(src.shape, [f"_r{here(len(src.shape))} = {e.a[0]}{here(len(src.shape))}"],
+             parallel=True)
 
 
 def _transpose(e):
     inv = {ax: j for j, ax in enumerate(e.node.attrs["axes"])}
     idx = "[" + ", ".join(f"i{inv[d]}" for d in range(e.nd)) + "]" if e.nd else "[()]"
-    e.w.nest(e.node.shape, [f"{e.out}{here(e.nd)} = {e.a[0]}{idx}"])
-
-
-# data movement runs its long nests on the threads (a prange from PARALLEL_MIN
-# elements, as the regions' loops): each element is written once, so the bits
-# do not depend on the thread count -- a 10^6-point stencil's concatenation in
-# a loop body was a serial copy of 8 MB per step beside parallel regions
+    e.w.nest(e.node.shape, [f"{e.out}{here(e.nd)} = {e.a[0]}{idx}"], parallel=True)
 
 
 def _broadcast_copy(e):  # broadcast_to and copy: read the operand broadcast
