@@ -48,6 +48,7 @@ import weakref
 import numpy as np
 
 from .._forksafe import Lock, RLock
+from ..frontend.loops import loop_reads_as_is
 from .nesting import workspace_layout
 from .numba.abi import ABI
 from .numba.threshold import loops_serial
@@ -186,16 +187,6 @@ def lower_body(graph, backend):
                           machine=lowering_machine(backend))
 
 
-def _rows_contiguous(a):
-    """Whether each ``a[t]`` is C-contiguous, whatever the step between them."""
-    step = a.itemsize
-    for n, st in zip(a.shape[:0:-1], a.strides[:0:-1], strict=True):
-        if n > 1 and st != step:
-            return False
-        step *= n
-    return True
-
-
 def _address(a):
     """The data address of array ``a``: read from numpy's array struct where
     its layout is known (:mod:`.numba.abi`), ~10x cheaper than
@@ -289,8 +280,8 @@ class LoopRunner:
         if xp is not np:  # (device arrays: the body's kernels read any strides)
             return a
         nc = self.body.n_carry
-        if type(a) is np.ndarray and a.flags.aligned and a.dtype.isnative and (
-                a.flags.c_contiguous or nc <= pos < nc + self.body.n_xs and _rows_contiguous(a)):
+        if type(a) is np.ndarray and a.flags.aligned and a.dtype.isnative and \
+                loop_reads_as_is(a, pos, nc, self.body.n_xs):
             return a
         buf = self._staged.get(pos)
         if buf is None or buf.shape != a.shape or buf.dtype != a.dtype:

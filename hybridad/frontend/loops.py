@@ -305,22 +305,32 @@ def _scan_eager(f, init, xs, n, reverse):
     return carry, _unflatten(y_def, iter(stacked))
 
 
+def loop_reads_as_is(a, pos, n_carry, n_xs):
+    """Whether a loop reads numpy array ``a``, its operand ``pos`` (after
+    ``n_carry`` carries, then ``n_xs`` xs), as it is: C-contiguous, or an xs
+    whose rows each are, whatever the step from one row to the next (a
+    broadcast over the steps, step 0)."""
+    if a.flags.c_contiguous:
+        return True
+    if not n_carry <= pos < n_carry + n_xs:
+        return False
+    step = a.itemsize
+    for n, st in zip(a.shape[:0:-1], a.strides[:0:-1], strict=True):
+        if n > 1 and st != step:
+            return False
+        step *= n
+    return True
+
+
 def c_operands(args, n_carry, n_xs):
     """``args`` (a loop's carries, xs and constants, as tracers) with each
-    captured constant that is not C-contiguous where a loop reads it (a carry
-    or constant whole, an xs from its rows on: a Fortran-order or strided
-    array) copied by the plan at each call, as a view is: the compiled code
-    runs a loop on C operands in place, where its runner would otherwise be
-    called from Python to stage them."""
-    out = []
-    for k, t in enumerate(args):
-        v = t.node.attrs["value"] if t.node.is_const else None
-        if v is not None and v.ndim and not (
-                v.flags.c_contiguous or n_carry <= k < n_carry + n_xs and
-                (v.ndim == 1 or len(v) and v[0].flags.c_contiguous)):
-            t = bind("copy", t)
-        out.append(t)
-    return out
+    captured constant a loop cannot read in place (:func:`loop_reads_as_is`: a
+    Fortran-order or strided array) copied by the plan at each call, as a
+    view is: the compiled code runs a loop on C operands in place, where its
+    runner would otherwise be called from Python to stage them."""
+    return [bind("copy", t) if t.node.is_const and
+            not loop_reads_as_is(t.node.attrs["value"], k, n_carry, n_xs) else t
+            for k, t in enumerate(args)]
 
 
 def _loop(step, init, xs, length, start, index, reverse):

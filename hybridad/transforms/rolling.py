@@ -514,8 +514,8 @@ def _roll(trace, outs, s, p, trips, m):
     operands = [*inits, *x_outer, *[Tracer(nodes[s + o], trace) for o in once],
                 *[Tracer(a, trace) for a in lifted]]
     packed = bind("loop", *c_operands(operands, nc, len(x_outer)), body=lbody,
-                  length=int(trips), start=0,
-                  reverse=False, order=order, saved=tuple(range(nc + ny, 2 * nc + ny)))
+                  length=int(trips), start=0, reverse=False, order=order,
+                  saved=tuple(range(nc + ny, 2 * nc + ny)))
     parts = [part(packed, off, shape) for _, off, shape in layout(lbody, trips, order)]
     replace = {}
     for q in sorted(after):
