@@ -391,3 +391,8 @@ def test_a_hessian_of_slices_adds_their_cotangents_in_place():
     np.testing.assert_allclose(got.hessian, fd, rtol=1e-6, atol=1e-6)
     assert not [n for n in plan.graph.nodes if n.op == "scatter"]
     assert [n for n in plan.graph.nodes if n.op in ("scatter_add", "region_acc")]
+    out = ha.HessianResult(u)
+    with count_allocations() as counts:
+        for _ in range(3):
+            plan.hessian(u, out=out)
+    assert counts.allocations == 0, counts

@@ -236,6 +236,10 @@ def test_a_threaded_bodys_data_movement_runs_on_the_threads_with_the_same_bits()
     threaded, serial = ha.compile(f, u), ha.compile(f, u, parallel=False)
     a, b = threaded.gradient(u), serial.gradient(u)
     assert a.gradient.tobytes() == b.gradient.tobytes() and a.value == b.value
+    with count_allocations() as counts:
+        for _ in range(3):
+            threaded.gradient(u, out=a)
+    assert counts.allocations == 0, counts
     if threshold.design_threads() < 2:
         return
     threaded_bodies = [r for r in _runners(threaded) if r._prog.parallel]

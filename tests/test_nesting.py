@@ -199,6 +199,12 @@ def test_operands_a_loop_cannot_read_in_place_are_copied_and_the_loops_run_in_pl
         np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-7)
         made = [r for k, r in list(loops._RUNNERS.items()) if k not in before]
         assert made and not [r for r in made if r._tables], fn.__name__  # (none from Python)
+        out = ha.GradientResult(X0)
+        plan.gradient(X0, W0, out=out)
+        with count_allocations() as counts:
+            for _ in range(3):
+                plan.gradient(X0, W0, out=out)
+        assert counts.allocations == 0, (fn.__name__, counts)
         assert sum(r._last is None for r in _inner_runners(before)) >= inner_loops
     captured[0, 0] += 1.0  # (the plan reads the captured array as it is at the call)
     np.testing.assert_allclose(plan.gradient(X0, W0).gradient,
