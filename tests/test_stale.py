@@ -664,3 +664,20 @@ def test_function_attributes_and_constant_name_reads_are_guarded(backend):
     m.k = 1.5
     with pytest.raises(StalePlanError, match=r"self\.k was 7\.0"):
         plan.gradient(X)
+
+
+def test_every_module_of_hybridad_is_library_code_not_the_users():
+    """The profiler records user code and refuses its clock reads; the guards
+    walk user code only.  Every module of the package is hybridad's own, in a
+    checkout as in an installed copy (only ``core/`` counted once: a plan built
+    inside a traced function read the clock in ``plans/buildtime.py``, and the
+    outer trace refused it as the user's ``time.perf_counter``)."""
+    import pathlib
+
+    from hybridad.core.user_code import _is_user_file
+
+    root = pathlib.Path(ha.__file__).resolve().parent
+    files = sorted(root.rglob("*.py"))
+    assert len(files) > 100
+    assert [str(p) for p in files if _is_user_file(str(p))] == []
+    assert _is_user_file(__file__)

@@ -23,10 +23,12 @@ LIBRARY_PACKAGES = frozenset({
     "torch", "autograd", "threadpoolctl", "dask", "distributed", "pytest", "_pytest",
     "pluggy", "hypothesis"}) | frozenset(getattr(sys, "stdlib_module_names", ()))
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
+#: hybridad's own package directory (every subpackage: a checkout's too, not
+#: only an installed copy under site-packages)
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIB_DIRS = tuple(sorted({os.path.abspath(p) + os.sep for p in (
     sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib"),
-    os.path.dirname(os.__file__), os.path.dirname(np.__file__), _HERE) if p}))
+    os.path.dirname(os.__file__), os.path.dirname(np.__file__), _PACKAGE) if p}))
 _file_kind = {}
 
 
