@@ -171,6 +171,12 @@ class _Walker:
 
     def function(self, i, fn, what, depth):
         if not _is_user_function(fn):
+            # a library function wrapping the user's (functools.wraps: hybridad's own
+            # complex-argument wrapper, a decorator's) reads what the user's reads
+            wrapped = getattr(fn, "__dict__", {}).get("__wrapped__")
+            if wrapped is not None:
+                self.value(i, "p.__dict__.get('__wrapped__', _M)", wrapped,
+                           f"{what}.__wrapped__", depth + 1)
             return
         self.functions.add(fn)
         code = fn.__code__
