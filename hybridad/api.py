@@ -281,6 +281,13 @@ def gradient(f: Function, *args: Any, argnums: ArgNums = 0, out: GradientResult 
                 pass  # f changed: the general path rebuilds
     if _nested.traced(args) is not None:  # inside a function being differentiated
         return _nested.gradient(f, args, argnums, out)
+    # (inside a traced function, f may close over its tracers: plans/nested.py)
+    return _nested.plan_or_nested(lambda: _gradient(f, args, argnums, out, backend),
+                                  lambda: _nested.gradient(f, args, argnums, out))
+
+
+def _gradient(f, args, argnums, out, backend):
+    """:func:`gradient` by a plan (the general path)."""
     if _complex_args.any_complex(args):  # as (real, imag) pairs: plans/complex_args.py
         return _complex_args.gradient(_lookup, f, args, argnums, out, backend)
     requested = backend
@@ -341,10 +348,17 @@ def hvp(f: Function, x: Any, v: Any, *args: Any, argnums: ArgNums = 0,
             return plan.hvp(*both, v=v, out=out)
         except StalePlanError:
             pass  # f changed: the general path rebuilds
-    if _complex_args.any_complex(both):  # plans/complex_args.py
-        return _complex_args.hvp(_lookup, f, both, v, argnums, out, backend)
-    return _cached_call("hvp", f, both, argnums, backend, None, None,
-                        lambda plan: plan.hvp(*both, v=v, out=out), hvp=True)
+    if _nested.traced((*both, v)) is not None:  # inside a function being differentiated
+        return _nested.hvp(f, both, v, argnums, out)
+
+    def by_plan():
+        if _complex_args.any_complex(both):  # plans/complex_args.py
+            return _complex_args.hvp(_lookup, f, both, v, argnums, out, backend)
+        return _cached_call("hvp", f, both, argnums, backend, None, None,
+                            lambda plan: plan.hvp(*both, v=v, out=out), hvp=True)
+
+    # (inside a traced function, f may close over its tracers: plans/nested.py)
+    return _nested.plan_or_nested(by_plan, lambda: _nested.hvp(f, both, v, argnums, out))
 
 
 def hessian(f: Function, x: Any, *args: Any, argnums: ArgNums = 0,
@@ -401,15 +415,20 @@ def hessian(f: Function, x: Any, *args: Any, argnums: ArgNums = 0,
         from .sparse import run as _sparse
 
         return _sparse.hessian(f, (x, *args), argnums, out, backend, chunk, _lookup, _backend)
-    if _nested.traced((x, *args)) is not None:  # inside a function being differentiated
-        return _nested.hessian(f, (x, *args), argnums, out)
     full = (x, *args)
-    if _complex_args.any_complex(full):  # plans/complex_args.py
-        return _complex_args.hessian(_lookup, f, full, argnums, out, backend, chunk)
-    return _cached_call("hessian", f, full, argnums, backend, chunk,
-                        lambda g, b: HessianPlan(g, full, argnums, b, chunk=chunk,
-                                              colors=hessian_colors),
-                        lambda plan: plan.hessian(*full, out=out), tag=("hessian", chunk))
+    if _nested.traced(full) is not None:  # inside a function being differentiated
+        return _nested.hessian(f, full, argnums, out)
+
+    def by_plan():
+        if _complex_args.any_complex(full):  # plans/complex_args.py
+            return _complex_args.hessian(_lookup, f, full, argnums, out, backend, chunk)
+        return _cached_call("hessian", f, full, argnums, backend, chunk,
+                            lambda g, b: HessianPlan(g, full, argnums, b, chunk=chunk,
+                                                  colors=hessian_colors),
+                            lambda plan: plan.hessian(*full, out=out), tag=("hessian", chunk))
+
+    # (inside a traced function, f may close over its tracers: plans/nested.py)
+    return _nested.plan_or_nested(by_plan, lambda: _nested.hessian(f, full, argnums, out))
 
 
 def jacobian(f: Function, x: Any, *args: Any, argnums: ArgNums = 0,
@@ -471,13 +490,15 @@ def jacobian(f: Function, x: Any, *args: Any, argnums: ArgNums = 0,
 
         return _sparse.jacobian(f, (x, *args), argnums, out, backend, mode, chunk, _lookup,
                                 _backend)
-    if _nested.traced((x, *args)) is not None:  # inside a function being differentiated
-        return _nested.jacobian(f, (x, *args), argnums, out)
     full = (x, *args)
-    return _complex_jacobian.dispatch(  # complex values or arguments: plans/complex_jacobian.py
-        lambda: _cached_call("jacobian", f, full, argnums, backend, (mode, chunk),
-                             lambda g, b: JacobianPlan(g, full, argnums, b, mode=mode,
-                                                       chunk=chunk),
-                             lambda plan: plan.jacobian(*full, out=out),
-                             tag=("jacobian", mode, chunk)),
-        _lookup, f, full, argnums, out, mode, backend, chunk, holomorphic)
+    if _nested.traced(full) is not None:  # inside a function being differentiated
+        return _nested.jacobian(f, full, argnums, out)
+    return _nested.plan_or_nested(  # (inside a traced function, f may close over its tracers)
+        lambda: _complex_jacobian.dispatch(  # complex ones: plans/complex_jacobian.py
+            lambda: _cached_call("jacobian", f, full, argnums, backend, (mode, chunk),
+                                 lambda g, b: JacobianPlan(g, full, argnums, b, mode=mode,
+                                                           chunk=chunk),
+                                 lambda plan: plan.jacobian(*full, out=out),
+                                 tag=("jacobian", mode, chunk)),
+            _lookup, f, full, argnums, out, mode, backend, chunk, holomorphic),
+        lambda: _nested.jacobian(f, full, argnums, out))

@@ -7,8 +7,8 @@ import os
 import threading
 import sys
 
-__all__ = ["CompileBudgetError", "MemoryBudgetError", "RetraceWarning", "StalePlanError",
-           "TracingError", "user_location"]
+__all__ = ["CompileBudgetError", "MemoryBudgetError", "OuterTracerError", "RetraceWarning",
+           "StalePlanError", "TracingError", "user_location"]
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _NUMPY_MARK = os.sep + "numpy" + os.sep
@@ -23,6 +23,16 @@ class TracingError(Exception):
     offending line and the operation to use instead (``np.where``,
     ``np.maximum``, ...).
     """
+
+
+class OuterTracerError(TracingError):
+    """A function hybridad traces used a traced value of an enclosing traced
+    function: a closure over the outer function's values, as in
+    ``ha.gradient(lambda y: x * y, 2.0)`` inside an ``f`` being differentiated
+    in ``x``.  :func:`hybridad.gradient`, ``hessian`` and ``jacobian`` catch it
+    and differentiate the inner function inside the outer trace instead
+    (:mod:`hybridad.plans.nested`); other entry points there (a plan compiled
+    or called inside a traced function) raise it."""
 
 
 class ConversionError(TracingError):

@@ -215,3 +215,153 @@ def test_an_inner_gradient_through_a_matrix_vector_product(steps, backend):
     out = plan.gradient(w)
     np.testing.assert_array_equal(out.gradient, got.gradient)
     assert_no_alloc(plan.gradient, w, out=out, n=10)
+
+
+_W0 = np.random.default_rng(5).standard_normal(24)
+_POINTS = np.linspace(0.0, 1.0, 5)
+
+
+def _net(w):
+    """u(x) of a one-hidden-layer tanh network, its weights ``w`` closed over."""
+    return lambda x: np.sum(np.tanh(w[:8] * x + w[8:16]) * w[16:])
+
+
+def _physics_loss(w):
+    """A physics-informed loss: u'' + u at fixed points, the derivatives taken
+    in x (plain numbers) of a network over the outer function's weights."""
+    u = _net(w)
+    loss = 0.0
+    for x in _POINTS:
+        d2 = ha.gradient(lambda y: ha.gradient(u, y).gradient, x).gradient
+        loss = loss + (d2 + u(x)) ** 2
+    return loss
+
+
+def _penalty(w):
+    """A gradient penalty: (|d u / d x| - 1)^2 at fixed points, array-valued."""
+    g = ha.gradient(lambda x: np.sum(np.tanh(w[:5] * x) ** 2), _POINTS).gradient
+    return (np.sqrt(np.sum(g ** 2)) - 1.0) ** 2
+
+
+@pytest.mark.parametrize("f", [_physics_loss, _penalty], ids=["physics", "penalty"])
+def test_an_inner_function_of_plain_arguments_closing_over_the_outer_ones(f):
+    """The inner function takes plain numbers or arrays and closes over the
+    outer function's tracers (a physics-informed loss, a gradient penalty):
+    it is differentiated inside the outer trace.  Tracing it for a plan of its
+    own raised "a traced value escaped its trace".  Checked against finite
+    differences on both backends, and 0 allocations per call of the plan."""
+    res = assert_grad(f, (_W0,))
+    plan = ha.compile(f, _W0, backend="numba")
+    out = ha.GradientResult(_W0)
+    plan.gradient(_W0, out=out)
+    np.testing.assert_allclose(out.gradient, res.gradient, rtol=1e-11, atol=1e-13)
+    assert_no_alloc(lambda: plan.gradient(_W0, out=out))
+
+
+def test_closures_over_outer_values_with_hessians_jacobians_and_a_swallowed_error():
+    def closes(x):  # autograd's test_enclosing_scope_ref: d/dx (x * x) = 2x
+        return x * ha.gradient(lambda y: x * y, 2.0).gradient
+
+    assert float(ha.gradient(closes, 1.5).gradient) == pytest.approx(3.0, rel=1e-15)
+
+    def hess(x):  # hessian of sum(x * y^3) at y = 1: diag(6 x)
+        return np.sum(ha.hessian(lambda y: np.sum(x * y ** 3), np.ones(4)).hessian * x)
+
+    np.testing.assert_allclose(ha.gradient(hess, X).gradient, 12 * X, rtol=1e-14)
+
+    def jac(x):  # jacobian of x * sin(y) at y = 0.5: diag(x cos 0.5)
+        return np.sum(ha.jacobian(lambda y: x * np.sin(y), np.full(4, 0.5)).jacobian ** 2)
+
+    np.testing.assert_allclose(ha.gradient(jac, X).gradient, 2 * X * np.cos(0.5) ** 2,
+                               rtol=1e-14)
+
+    def swallowing(x):  # code that catches everything must not get its fallback traced
+        def inner(y):
+            try:
+                return np.sum(x * y ** 2)
+            except Exception:  # noqa: BLE001
+                return np.sum(y)
+        return np.sum(ha.gradient(inner, np.ones(4)).gradient * x)  # sum(2 x^2)
+
+    np.testing.assert_allclose(ha.gradient(swallowing, X).gradient, 4 * X, rtol=1e-14)
+
+
+def test_a_plan_compiled_inside_cannot_close_over_outer_values():
+    def f(x):
+        plan = ha.compile(lambda y: np.sum(x * y), X)
+        return np.sum(plan.gradient(X).gradient)
+
+    with pytest.raises(ha.errors.OuterTracerError, match="enclosing function"):
+        ha.gradient(f, X)
+
+
+def test_containers_of_tracers_as_differentiated_arguments():
+    """A tuple, list, dict or namedtuple of tracers (and arrays) as the inner
+    gradient's argument: its gradient has the same structure.  These raised
+    NotImplementedError (autograd's test_grads on containers)."""
+    import collections
+
+    Pair = collections.namedtuple("Pair", "a b")
+
+    def g(t):  # t: any container of (a, b)
+        a, b = (t["a"], t["b"]) if isinstance(t, dict) else tuple(t)
+        return np.sum(a ** 2 * np.sin(b))
+
+    for wrap in (tuple, list, lambda ab: {"a": ab[0], "b": ab[1]}, lambda ab: Pair(*ab)):
+        def f(x, wrap=wrap):
+            grad = ha.gradient(g, wrap((x[:2], x[2:] * 2.0))).gradient
+            ga, gb = (grad["a"], grad["b"]) if isinstance(grad, dict) else tuple(grad)
+            assert type(grad) is type(wrap((1, 2)))
+            return np.sum(ga * gb)
+
+        assert_grad(f, (X,))
+
+    def mixed(x):  # a tracer and a constant array in one tuple, two arguments
+        ga, gw = ha.gradient(lambda p, s: np.sum(p[0] * p[1]) * s, (x, np.ones(4)), 3.0,
+                             argnums=(0, 1)).gradient
+        return np.sum(ga[0] * x) + np.sum(ga[1]) + gw
+
+    assert_grad(mixed, (X,))
+
+
+def test_hessian_vector_products_inside_a_traced_function():
+    """``ha.hvp`` on tracers (x, v or both) and of a function closing over the
+    outer values: value, gradient and ``H v`` as traced values.  It raised
+    NotImplementedError."""
+    def on_x(x):  # H v of sum(y^3) at y = x along ones: 6 x
+        return np.sum(ha.hvp(lambda y: np.sum(y ** 3), x, np.ones(4)).hvp ** 2)
+
+    np.testing.assert_allclose(ha.gradient(on_x, X).gradient, 72 * X, rtol=1e-14)
+
+    def on_v_closing(x):  # H v of sum(x y^3) at y = 1 along v = x: 6 x^2
+        r = ha.hvp(lambda y: np.sum(x * y ** 3), np.ones(4), x)
+        return np.sum(r.hvp) + np.sum(r.gradient * x)  # + sum(3 x^2)
+
+    np.testing.assert_allclose(ha.gradient(on_v_closing, X).gradient, 18 * X, rtol=1e-14)
+
+    def two(x):  # two arguments, v a tuple
+        r = ha.hvp(lambda a, b: np.sum(a ** 2 * np.sin(b)), x, (x[::-1], np.ones(4)), x * 2,
+                   argnums=(0, 1))
+        return np.sum(r.hvp[0] * x) + np.sum(r.hvp[1] ** 2)
+
+    assert_grad(two, (X,))
+
+
+@pytest.mark.parametrize("form", ["fori_loop", "python"])
+def test_an_inner_gradient_in_a_loop_body_closing_over_outer_and_body_values(form):
+    """The inner function closes over the outer function's argument and the
+    loop's carry, its own argument a plain number: differentiated inside the
+    body's trace (which reads the outer value as the body's input)."""
+    def f(x):
+        def body(i, q):
+            g = ha.gradient(lambda y: np.sum(x * np.sin(y * q)), 0.5).gradient
+            return q - 0.1 * g * q
+        if form == "fori_loop":
+            q = ha.fori_loop(0, 3, body, x)
+        else:
+            q = x
+            for i in range(3):
+                q = body(i, q)
+        return np.sum(q ** 2)
+
+    assert_grad(f, (X,))

@@ -32,6 +32,7 @@ import numpy as np
 
 from .._forksafe import Lock
 from ..errors import TracingError, user_location
+from .escapes import escaped
 from ..ir.graph import Node
 from ..ir.registry import REGISTRY
 from .observe import paused
@@ -467,18 +468,8 @@ def loop_dtypes(ufunc, args):
 
 
 def _escaped(x):
-    """Refuse a tracer of another trace: an earlier one, or a loop body that
-    was set aside (:func:`hybridad.frontend.loops.fori_loop` traced the loop
-    as Python instead) -- a value it made, stored outside it."""
-    if getattr(x._trace, "abandoned", False):
-        raise TracingError(
-            "a value made while hybridad traced a fori_loop body once, stored outside the "
-            "body (a list's append, an attribute), is used after it: the body needed its "
-            "index's value, or its carries are not of one float dtype, so the loop was traced "
-            "again as the Python loop and that first trace set aside. Return such values from "
-            "the body (the carry), or write the loop as a Python for loop")
-    raise TracingError("a traced value escaped its trace (was it stored in a global or "
-                       "closure during an earlier trace?)")
+    """Refuse a tracer of another trace (:func:`.escapes.escaped`)."""
+    escaped(x, getattr(_state, "stack", None) or ())
 
 
 def as_node(x, trace, dtype=None):

@@ -14,32 +14,77 @@ is taken with respect to that argument only: a value the outer function
 computed from the same input and ``g`` closes over stays a constant of ``g``
 (no perturbation confusion).  Hessians and Jacobians take one forward
 (tangent) pass over the gradient per input element.
+
+``g`` may also take plain arguments and close over the outer function's
+tracers instead (``ha.gradient(u, x)`` of a network ``u`` over the outer
+function's weights, at fixed points ``x``: a physics-informed loss, a
+gradient penalty).  Tracing ``g`` for a plan of its own then meets a value of
+the enclosing trace (:class:`~hybridad.errors.OuterTracerError`), and
+:func:`plan_or_nested` differentiates ``g`` inside the enclosing trace
+instead.  A differentiated argument may be a tuple, list, dict or namedtuple
+of tracers and arrays; its gradient has its structure.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .._tree import flatten
-from ..core.trace import bind
+from .._tree import flatten, is_namedtuple, number_array
+from ..core.escapes import outer_uses
+from ..core.trace import bind, current_trace, tracing
 from ..core.tracer import Tracer
+from ..errors import OuterTracerError
 from ..transforms.autodiff import backward, jvp
 
-__all__ = ["NestedResult", "gradient", "hessian", "jacobian", "traced"]
+__all__ = ["NestedResult", "gradient", "hessian", "hvp", "jacobian", "plan_or_nested",
+           "traced"]
 
 
 class NestedResult:
     """What :func:`hybridad.gradient` / ``hessian`` / ``jacobian`` return on
     tracers: ``value`` and the derivatives as tracers of the outer trace."""
 
-    __slots__ = ("value", "gradient", "hessian", "jacobian")
+    __slots__ = ("value", "gradient", "hessian", "jacobian", "hvp")
 
-    def __init__(self, value, gradient=None, hessian=None, jacobian=None):
+    def __init__(self, value, gradient=None, hessian=None, jacobian=None, hvp=None):
         self.value, self.gradient = value, gradient
-        self.hessian, self.jacobian = hessian, jacobian
+        self.hessian, self.jacobian, self.hvp = hessian, jacobian, hvp
 
     def __repr__(self):
         return f"NestedResult(value={self.value!r})"
+
+
+def plan_or_nested(plan_call, nested_call):
+    """``plan_call()`` -- a derivative by a plan of its own -- or, inside a
+    traced function where the function differentiated uses a value of the
+    enclosing trace (a closure over the outer function's tracers; raised, or
+    met and swallowed on the way), ``nested_call()``: the derivative taken
+    inside the enclosing trace."""
+    if not tracing():
+        return plan_call()
+    seen = outer_uses()
+    try:
+        out = plan_call()
+    except Exception as exc:  # noqa: BLE001 - re-raised unless an outer value caused it
+        if outer_uses() == seen and not _caused_by_outer(exc):
+            raise
+        return nested_call()
+    return nested_call() if outer_uses() != seen else out
+
+
+def _caused_by_outer(exc):
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, OuterTracerError):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def _trace_of(args):
+    """The trace of ``args``'s tracers, or else the one tracing the caller."""
+    trace = traced(args)
+    return trace if trace is not None else current_trace()
 
 
 def traced(args):
@@ -101,12 +146,42 @@ def _alias(trace, x, name, k):
         if len(leaves) != 1 or leaves[0] is not x or np.asarray(x).dtype.kind != "f":
             raise TypeError(f"hybridad.{name} inside a traced function: differentiated "
                             f"argument {k} must be a float array, a number or a tracer "
-                            "(containers of tracers are not supported there yet)")
+                            "(or a tuple, list or dict of them)")
         x = Tracer(trace.const(np.asarray(x), True), trace)
     if x.dtype.kind != "f":
         raise TypeError(f"hybridad.{name}: differentiated argument {k} has dtype {x.dtype}")
     with _Phase(trace, "nested"):
         return bind("copy", x)
+
+
+def _alias_tree(trace, x, name, k, wrt):
+    """Argument ``k`` with each of its leaves -- a tracer, an array or
+    numbers -- replaced by its alias (:func:`_alias`, appended to ``wrt``):
+    a tuple, list, dict or namedtuple keeps its structure, as a plan's
+    argument does (:func:`hybridad._tree.as_array_tree`)."""
+    if type(x) in (tuple, list) and number_array(x) is None:
+        return type(x)(_alias_tree(trace, o, name, f"{k}[{i}]", wrt) for i, o in enumerate(x))
+    if is_namedtuple(x):
+        return type(x)(*(_alias_tree(trace, o, name, f"{k}.{field}", wrt)
+                         for field, o in zip(type(x)._fields, x, strict=True)))
+    if type(x) is dict:
+        return {key: _alias_tree(trace, o, name, f"{k}[{key!r}]", wrt) for key, o in x.items()}
+    if type(x) in (tuple, list):
+        x = np.asarray(x, dtype=np.float64)  # numbers only, as hybridad.gradient takes them
+    wrt.append(_alias(trace, x, name, k))
+    return wrt[-1]
+
+
+def _like(tree, leaves):
+    """``leaves`` (in order) put in the places of the tracers (and arrays) of
+    ``tree`` (an argument :func:`_alias_tree` made, or its gradient)."""
+    if isinstance(tree, (Tracer, np.ndarray)):
+        return next(leaves)
+    if is_namedtuple(tree):
+        return type(tree)(*(_like(o, leaves) for o in tree))
+    if type(tree) is dict:
+        return {key: _like(o, leaves) for key, o in tree.items()}
+    return type(tree)(_like(o, leaves) for o in tree)
 
 
 def _scalar(out, name):
@@ -116,24 +191,32 @@ def _scalar(out, name):
     return out.reshape(()) if out.shape != () else out
 
 
-def _grads(trace, f, args, nums, name):
-    args = list(args)
+def _grads(trace, f, args, nums, name, trees=False):
+    """``(value, the aliases, their gradients)``; with ``trees``, argument
+    ``k`` may be a container (:func:`_alias_tree`), and the gradients are one
+    per argument, each with its argument's structure."""
+    args, wrt = list(args), []
     for k in nums:
-        args[k] = _alias(trace, args[k], name, k)
+        args[k] = _alias_tree(trace, args[k], name, k, wrt) if trees else \
+            _alias(trace, args[k], name, k)
+        wrt += [] if trees else [args[k]]
     value = _scalar(f(*args), name)
-    wrt = [args[k] for k in nums]
     with _Phase(trace, "nested"):
         gs = backward(trace, value, wrt, inplace=False)
     gs = [g if g is not None else np.zeros_like(w) for g, w in zip(gs, wrt, strict=True)]
+    if trees:
+        leaves = iter(gs)
+        gs = [_like(args[k], leaves) for k in nums]
     return value, wrt, gs
 
 
 def gradient(f, args, argnums, out=None):
-    """:func:`hybridad.gradient` on tracers: value and gradient as tracers."""
+    """:func:`hybridad.gradient` on tracers, or inside a traced function (the
+    current trace): value and gradient as tracers."""
     _refuse_out("gradient", out)
-    trace = _primitives(traced(args))
+    trace = _primitives(_trace_of(args))
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-    value, _, gs = _grads(trace, f, args, nums, "gradient")
+    value, _, gs = _grads(trace, f, args, nums, "gradient", trees=True)
     return NestedResult(value, gs[0] if isinstance(argnums, int) else tuple(gs))
 
 
@@ -158,11 +241,49 @@ def hessian(f, args, argnums, out=None):
     _refuse_out("hessian", out)
     if not isinstance(argnums, int):
         raise NotImplementedError("hybridad.hessian inside a traced function takes one argnum")
-    trace = _primitives(traced(args))
+    trace = _primitives(_trace_of(args))
     start = len(trace.nodes)
     value, (w,), (g,) = _grads(trace, f, args, (argnums,), "hessian")
     h = _tangent_columns(trace, start, w.node, g, w.shape).reshape(w.size, w.size)
     return NestedResult(value, g, hessian=h)
+
+
+def hvp(f, args, v, argnums, out=None):
+    """:func:`hybridad.hvp` on tracers, or inside a traced function: value,
+    gradient and ``H v`` as tracers -- one tangent pass over the gradient
+    along ``v`` (a tracer, an array, or a container of them shaped like the
+    differentiated arguments)."""
+    _refuse_out("hvp", out)
+    trace = _primitives(_trace_of((*args, v)))
+    start = len(trace.nodes)
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    value, wrt, gs = _grads(trace, f, args, nums, "hvp", trees=True)
+    seeds = []
+    for j, vk in enumerate((v,) if isinstance(argnums, int) else v):
+        _alias_tree(trace, vk, "hvp", f"v[{j}]", seeds)
+    if len(seeds) != len(wrt) or any(s.shape != w.shape for s, w in zip(seeds, wrt,
+                                                                      strict=False)):
+        raise ValueError("hybridad.hvp: v must be shaped like the differentiated "
+                         f"argument(s): {[w.shape for w in wrt]}, got "
+                         f"{[s.shape for s in seeds]}")
+    with _Phase(trace, "nested"):
+        tangents = jvp(trace, trace.nodes[start:],
+                       {w.node.id: s.astype(w.dtype) for w, s in zip(wrt, seeds, strict=True)})
+    grads = [g for k in range(len(nums)) for g in _leaves_of(gs[k])]
+    hv = iter(tangents.get(g.node.id) if isinstance(g, Tracer) and g.node.id in tangents
+              else np.zeros(w.shape, w.dtype) for g, w in zip(grads, wrt, strict=True))
+    hv = [_like(gs[k], hv) for k in range(len(nums))]
+    if isinstance(argnums, int):
+        return NestedResult(value, gs[0], hvp=hv[0])
+    return NestedResult(value, tuple(gs), hvp=tuple(hv))
+
+
+def _leaves_of(tree):
+    if isinstance(tree, (Tracer, np.ndarray)):
+        return [tree]
+    if type(tree) is dict:
+        return [leaf for o in tree.values() for leaf in _leaves_of(o)]
+    return [leaf for o in tree for leaf in _leaves_of(o)]
 
 
 def jacobian(f, args, argnums, out=None):
@@ -172,7 +293,7 @@ def jacobian(f, args, argnums, out=None):
     _refuse_out("jacobian", out)
     if not isinstance(argnums, int):
         raise NotImplementedError("hybridad.jacobian inside a traced function takes one argnum")
-    trace = _primitives(traced(args))
+    trace = _primitives(_trace_of(args))
     args = list(args)
     start = len(trace.nodes)
     args[argnums] = x = _alias(trace, args[argnums], "jacobian", argnums)
