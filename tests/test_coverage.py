@@ -218,6 +218,10 @@ CASES.update({
     + np.sum(np.meshgrid(x[2], x[3, :2], sparse=True)[1] * 3),
     "polyval": lambda x: np.sum(np.polyval(x[0], x[1])) + np.sum(np.polyval([1.0, -2.0, 0.5], x[2]))
     + np.sum(np.poly1d([1.0, 3.0, -1.0])(x[3]) ** 2),
+    "polynomials": lambda x: np.sum(np.polyder(x[0], 2) ** 2)
+    + np.sum(np.polyint(x[1], 2, k=[x[2, 0], 0.5]) ** 2) + np.sum(np.poly(x[3, :3]) ** 2)
+    + np.sum(np.polyadd(x[0, :3], x[1]) ** 2) + np.sum(np.polysub([1.0, 2.0], x[2]) ** 2),
+    "fix_astype": lambda x: np.sum(np.fix(3 * x) * x) + np.sum(np.astype(x, np.float64) ** 3),
     "multi_dot": lambda x: np.linalg.multi_dot([x[0], x.T, x, x[1]]) +
     np.sum(np.linalg.multi_dot([x, x.T, x, W20.T]) ** 2) + np.sum(np.linalg.multi_dot([x, x[0]])),
     "indices_from": lambda x: np.sum((x @ x.T)[np.triu_indices_from(x @ x.T, 1)] ** 2) +
@@ -228,7 +232,8 @@ CASES.update({
 
 
 @pytest.mark.parametrize("name", ["nan_reductions", "cov_corrcoef", "meshgrid", "polyval",
-                                  "multi_dot", "indices_from", "fill_diagonal", "polyfit_vander",
+                                  "polynomials", "fix_astype", "multi_dot", "indices_from",
+                                  "fill_diagonal", "polyfit_vander",
                                   "running_extreme", "i0", "ediff1d", "put_along_axis",
                                   "histogram_weights"])
 def test_composites_allocate_nothing_per_call(name):

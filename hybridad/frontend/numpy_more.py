@@ -1,6 +1,6 @@
 """More of numpy's functions on traced arrays, composed of the primitives while
-tracing (no rules of their own): ``np.choose``, ``np.insert``, ``np.resize``,
-``np.put`` and ``np.putmask`` (element writes into a traced array),
+tracing (no rules of their own): ``np.fix``, ``np.astype``, ``np.choose``,
+``np.insert``, ``np.resize``, ``np.put`` and ``np.putmask`` (element writes into a traced array),
 ``np.logspace`` and ``np.geomspace`` of traced ends, ``np.linalg.tensorsolve``
 and ``np.linalg.tensorinv``, ``np.apply_over_axes``, and ``np.histogram2d`` /
 ``np.histogramdd`` of constant samples with traced ``weights``.  numpy's
@@ -19,6 +19,23 @@ from .numpy_stats import binned_sum
 from ..core.tracer import Tracer
 
 __all__ = []
+
+
+@implements(np.fix)
+def fix(x, out=None):
+    """``np.fix``: rounding toward zero, :func:`np.trunc` (numpy's values;
+    its derivative is zero)."""
+    if out is not None:
+        return np.trunc(x, out=out)
+    return np.trunc(x)
+
+
+@implements(np.astype)
+def astype(x, dtype, /, *, copy=True, device=None):
+    """``np.astype`` (numpy 2's function): ``x.astype(dtype)``."""
+    if device not in (None, "cpu"):
+        raise ValueError(f"Device not understood. Only 'cpu' is allowed, but received: {device}")
+    return _tracer(x).astype(dtype, copy=copy)
 
 
 @implements(np.choose)

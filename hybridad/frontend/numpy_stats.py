@@ -7,8 +7,10 @@ they are made of, as in :mod:`.numpy_math`).
 ``nanprod``, ``nancumsum``, ``nancumprod`` (a NaN is the sum's 0, the
 product's 1, the max's -inf; a slice of NaNs only gives numpy's results:
 0, 1, NaN), ``np.cov``, ``np.corrcoef``, ``np.meshgrid``, ``np.polyval`` (and
-so ``np.poly1d(c)(x)``), ``np.linalg.multi_dot`` (numpy's order of the
-products), ``np.vander`` and ``np.polyfit`` (its coefficients),
+so ``np.poly1d(c)(x)``), ``np.polyder``, ``np.polyint`` and ``np.poly``
+(``np.polyadd``/``polysub`` are traced through numpy's own code),
+``np.linalg.multi_dot`` (numpy's order of the products), ``np.vander`` and
+``np.polyfit`` (its coefficients),
 ``np.fill_diagonal`` of a traced array (an element write), and
 ``np.triu_indices_from`` / ``tril_indices_from`` / ``diag_indices_from`` of a
 traced array (from its shape: constants, nothing computed per call).
@@ -209,6 +211,66 @@ def polyval(p, x):
     for c in coeffs:
         y = y * x + c
     return y
+
+
+@implements(np.polyder)
+def polyder(p, m=1):
+    """``np.polyder``: ``p[:-1] * [n, ..., 1]``, ``m`` times, as numpy computes it."""
+    m = int(m)
+    if m < 0:
+        raise ValueError("Order of derivative must be positive (see polyint)")
+    p = _tracer(p)
+    for _ in range(m):
+        n = p.shape[0] - 1
+        p = p[:-1] * np.arange(n, 0, -1)
+    return p
+
+
+@implements(np.polyint)
+def polyint(p, m=1, k=None):
+    """``np.polyint``: ``p / [n, ..., 1]`` and the integration constant ``k``
+    (a number, or one per order), ``m`` times, as numpy computes it; ``p``
+    and ``k`` differentiable."""
+    m = int(m)
+    if m < 0:
+        raise ValueError("Order of integral must be positive (see polyder)")
+    if k is None:
+        k = [0.0] * m
+    elif isinstance(k, Tracer) and k.ndim == 0 or isinstance(k, numbers.Number):
+        k = [k] * m
+    if len(k) < m:
+        raise ValueError("k must be a scalar or a rank-1 array of length 1 or >m.")
+    p = _tracer(p)
+    for j in range(m):
+        p = np.concatenate([p / np.arange(p.shape[0], 0, -1),
+                            reshape(_tracer(k[j]) + np.zeros((), p.dtype), (1,))])
+    return p
+
+
+for _numpys in (np.polyadd, np.polysub):  # (numpy's own Python runs on tracers as it is)
+    HANDLED[_numpys] = _numpys._implementation
+
+
+@implements(np.poly)
+def poly(seq_of_zeros):
+    """``np.poly``: the monic polynomial of the zeros, one product with
+    ``[1, -z]`` per zero as numpy's ``convolve`` makes it (``a[i] - z a[i-1]``:
+    numpy's values); of a square matrix, of its eigenvalues (real spectra,
+    :func:`np.linalg.eigvals`)."""
+    z = _tracer(seq_of_zeros)
+    if z.ndim == 0:
+        z = reshape(z, (1,))
+    if z.ndim == 2 and z.shape[0] == z.shape[1] and z.shape[0]:
+        z = np.linalg.eigvals(z)
+    elif z.ndim != 1:
+        raise ValueError("input must be 1d or non-empty square 2d array.")
+    if z.dtype.kind != "f":
+        z = z.astype(np.float64)
+    a = _tracer(np.ones(1, z.dtype))
+    zero = np.zeros(1, z.dtype)
+    for i in range(z.shape[0]):
+        a = np.concatenate([a, zero]) - z[i] * np.concatenate([zero, a])
+    return a
 
 
 @implements(np.vander)
