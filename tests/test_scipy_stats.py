@@ -463,3 +463,24 @@ def test_float32_samples_are_computed_in_float64_as_scipy():
         res = ha.jacobian(lambda v, f=f: np.ravel(f(v)), x, backend="numpy")
         assert res.value.dtype == np.float64
         np.testing.assert_allclose(res.value, np.ravel(f(x)), rtol=1e-14)
+
+
+def test_lists_and_tuples_as_values_and_parameters():
+    """``poisson.logpmf([1, 2, 0], mu)``: scipy takes lists and tuples for the
+    values and the parameters; the discrete methods (and a continuous one
+    whose ``loc`` was a number) raised ``TypeError: unsupported operand
+    type(s) for -: 'list' and 'int'``.  Against scipy's values and finite
+    differences."""
+    counts = [1, 2, 0, 3, 1, 2]
+
+    def f(x):
+        return (np.sum(st.poisson.logpmf(counts, x)) +
+                np.sum(st.binom.logpmf(counts, [5, 5, 4, 6, 5, 5], x / 3)) +
+                np.sum(st.nbinom.cdf(counts, 3.0, x / 3)) +
+                np.sum(st.norm.logpdf([0.1, 0.5, 1.0], loc=x[0], scale=x[1])) +
+                np.sum(st.norm.logpdf([x[0], 0.5], loc=0.2)) +
+                np.sum(st.gamma.logpdf((0.5, 1.0, 2.0), a=x[:3] + 1)) +
+                np.sum(st.poisson(x[:3]).logpmf([1, 2, 0])))
+
+    x = np.array([0.3, 1.2, 0.7, 2.1, 0.4, 1.5])
+    assert_grad(f, (x,))

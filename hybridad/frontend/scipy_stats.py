@@ -474,11 +474,18 @@ def _discrete(dist, method, k, args, kwargs):
     return _clamped(method, k + 0.5, lo, hi + 0.5, inside)
 
 
+def _arrays(v):
+    """A list or tuple argument (``logpmf([1, 2, 0], mu)``) as the array scipy
+    makes of it (traced where it holds traced values)."""
+    return np.asarray(v) if type(v) in (list, tuple) else v
+
+
 def _method(original, method, handler):
     @functools.wraps(original)
     def dispatch(self, x, *args, **kwargs):
         if is_traced((x, *args), kwargs):
-            return handler(self, method, x, args, kwargs)
+            return handler(self, method, _arrays(x), tuple(_arrays(a) for a in args),
+                           {key: _arrays(v) for key, v in kwargs.items()})
         return original(self, x, *args, **kwargs)
     dispatch.__hybridad_original__ = original
     return dispatch
