@@ -97,7 +97,9 @@ def einsum(*operands, out=None, optimize=False, **kw):
     ``...`` spelled as unused letters, broadcast like numpy: see
     :func:`_einsum_ellipsis`), or in the interleaved form of operands and
     sublists (:func:`_einsum_sublists`): a contraction of two operands without
-    shared output letters is one matmul (:func:`tensordot`); anything else is
+    shared output letters is one matmul (:func:`tensordot`), one with them a
+    batched matmul where both operands have output letters of their own
+    (:func:`_batched_product`); anything else is
     a broadcast multiply summed over the contracted letters, which the
     partitioner fuses into one region (no product temporary on the numba
     backend)."""
@@ -168,6 +170,10 @@ def einsum(*operands, out=None, optimize=False, **kw):
             r = tensordot(a, b, ([sa.index(c) for c in shared], [sb.index(c) for c in shared]))
             got = [c for c in sa if c not in shared] + [c for c in sb if c not in shared]
             return transpose(r, [got.index(c) for c in rhs]) if got else r
+    if len(xs) == 2:
+        r = _batched_product(ins, xs, rhs, sizes)
+        if r is not None:
+            return r
     order = list(rhs) + sorted({c for s in ins for c in s} - set(rhs))
     prod = None
     for spec, x in zip(ins, xs, strict=True):
@@ -184,6 +190,37 @@ def einsum(*operands, out=None, optimize=False, **kw):
     if len(order) > len(rhs):
         prod = _reduce("sum", prod, tuple(range(len(rhs), len(order))), False)
     return prod
+
+
+def _batched_product(ins, xs, rhs, sizes):
+    """A contraction of two operands with batch letters (in both and in the
+    output) as one batched ``matmul`` (``'kij,knj->kni'``, attention's
+    ``'bqd,bkd->bqk'``), where each operand also has letters of its own in the
+    output -- the broadcast product summed over the contracted letters made
+    every element of the four-letter product (a Gaussian mixture's gradient
+    4.6x slower); None for anything else (a batched matrix-vector product or
+    dot, ``'nij,nj->ni'``: the fused product reads its rows in order)."""
+    (s0, s1), (a, b) = ins, xs
+    batch = [c for c in s0 if c in s1 and c in rhs]
+    shared = [c for c in s0 if c in s1 and c not in rhs]
+    if not batch or not shared or any(
+            a.shape[s0.index(c)] != b.shape[s1.index(c)] for c in shared):
+        return None
+    a, b = _sum_out(a, s0, rhs + s1), _sum_out(b, s1, rhs + s0)
+    s0, s1 = _kept(s0, rhs + s1), _kept(s1, rhs + s0)
+    f0, f1 = [c for c in s0 if c not in s1], [c for c in s1 if c not in s0]
+    if not f0 or not f1:
+        return None
+    if min(rhs.index(c) for c in f1) < min(rhs.index(c) for c in f0):
+        (s0, f0, a), (s1, f1, b) = (s1, f1, b), (s0, f0, a)  # (the output's order: no transpose)
+    a = transpose(a, [s0.index(c) for c in batch + f0 + shared])
+    b = transpose(b, [s1.index(c) for c in batch + shared + f1])
+    nb = len(batch)
+    m, k, n = (math.prod(sizes[c] for c in group) for group in (f0, shared, f1))
+    r = matmul(reshape(a, a.shape[:nb] + (m, k)), reshape(b, b.shape[:nb] + (k, n)))
+    r = reshape(r, r.shape[:nb] + tuple(sizes[c] for c in f0 + f1))
+    got = batch + f0 + f1
+    return transpose(r, [got.index(c) for c in rhs])
 
 
 def _contraction_path(ins, xs, rhs, sizes):

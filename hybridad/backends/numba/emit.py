@@ -4,6 +4,8 @@ gemm or loops, scans, sort."""
 
 from __future__ import annotations
 
+import math
+
 from ...ir.graph import users_of
 from ...ir.registry import storage_roots
 from ...ops import storage_root
@@ -427,13 +429,16 @@ def _emit_matmul(w, node, a, out, layouts, names=None):
                 for d, s in enumerate(shape[:-2])]
 
     ai, bi, oi = bidx(A.shape), bidx(B.shape), [f"i{d}" for d in range(nb)]
+    # the matrices on the threads, each whole on one (its own single-threaded
+    # gemm or loops: the bits do not depend on the thread count)
+    work = math.prod(batch) * M * N * K
     if names is not None and nb and M * N * K >= BATCHED_GEMM_MIN:
         ops = [_matrix_of(x, name, idx, layouts, names)
                for x, name, idx in ((A, a[0], ai), (B, a[1], bi))]
         if None not in ops and node.dtype.kind == "f" and A.dtype == B.dtype == node.dtype \
                 and layouts.get(node.id, "C") == "C":  # one BLAS gemm per matrix
             w.nest(batch, [f"_gemm({ops[0]}, {ops[1]}, {out}[{', '.join(oi)}], 0.0)"
-                           "  # BLAS gemm per matrix"])
+                           "  # BLAS gemm per matrix"], parallel=True, work=work)
             return
     lines = [f"for m in range({M}):",
              f"    for j in range({N}):",
@@ -443,7 +448,7 @@ def _emit_matmul(w, node, a, out, layouts, names=None):
              f"        for j in range({N}):",
              f"            {out}[{', '.join(oi + ['m', 'j'])}] += aik * "
              f"{a[1]}[{', '.join(bi + ['k', 'j'])}]"]
-    w.nest(batch, lines)
+    w.nest(batch, lines, parallel=bool(nb), work=work)
 
 
 def _matrix_of(x, name, idx, layouts, names):
