@@ -424,6 +424,53 @@ def test_nondeterministic_calls_are_refused(draw):
         ha.gradient(f, X, backend="numpy")
 
 
+_GEN = np.random.default_rng(1)
+_LEGACY = np.random.RandomState(2)
+
+
+def _noise():
+    return _GEN.normal(size=3)
+
+
+class _Noisy:
+    def __init__(self):
+        self.rng = np.random.default_rng(3)
+
+    def loss(self, x):
+        return np.sum((x + self.rng.normal(size=3)) ** 2)
+
+
+@pytest.mark.parametrize("form", ["global", "legacy", "helper", "attribute", "default",
+                                  "closure"])
+def test_draws_from_a_generator_f_captured_are_refused(form):
+    """A generator made outside ``f`` -- a global, a helper's, an instance's,
+    a default, a closure's -- draws new numbers at every call of numpy's code;
+    a plan would replay its one draw.  Its methods are compiled code no
+    profiler sees: each generator ``f`` can reach is compared before and after
+    the trace.  A plan replayed the first draw silently."""
+    closed = np.random.default_rng(4)
+    f = {"global": lambda x: np.sum((x + _GEN.standard_normal(3)) ** 2),
+         "legacy": lambda x: np.sum((x + _LEGACY.randn(3)) ** 2),
+         "helper": lambda x: np.sum((x + _noise()) ** 2),
+         "attribute": _Noisy().loss,
+         "default": lambda x, rng=np.random.default_rng(5): np.sum(x * rng.random(3)),
+         "closure": lambda x: np.sum(x * closed.random(3))}[form]
+    with pytest.raises(TracingError, match=r"draws from a (Generator|RandomState).*pass them "
+                                           r"in as an argument"):
+        ha.gradient(f, X, backend="numpy")
+
+
+def test_a_generator_seeded_inside_f_and_one_only_read_are_fine():
+    def seeded(x):
+        return np.sum((x + np.random.default_rng(0).normal(size=3)) ** 2)
+
+    want = 2 * (X + np.random.default_rng(0).normal(size=3))
+    for _ in range(2):
+        np.testing.assert_allclose(ha.gradient(seeded, X).gradient, want, rtol=1e-14)
+    np.testing.assert_allclose(ha.gradient(lambda x: np.sum(x ** 2) if _GEN else 0.0,
+                                           X).gradient, 2 * X)
+
+
 def test_the_observing_profiler_is_suspended_and_restored_exactly():
     """Traced operators, ufuncs and indexes suspend the observing profiler
     for their own work and restore it; inside a suspended (library) block

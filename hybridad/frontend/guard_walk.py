@@ -22,7 +22,7 @@ import numpy as np
 from .guards import _MISSING, SMALL_BYTES, Guards, _mro_get, _snapshot
 from ..core.user_code import _is_library_module_name, _is_user_function, _is_user_type
 
-__all__ = ["build_guards", "root_of"]
+__all__ = ["build_guards", "drew_from", "random_states", "root_of"]
 
 #: most guards one plan keeps (beyond, what is left is treated as fixed, with a warning)
 MAX_GUARDS = 4096
@@ -339,3 +339,64 @@ def _roots(f):
 
 def _describe_root(f):
     return getattr(f, "__qualname__", None) or type(f).__name__
+
+
+_RANDOM_TYPES = (np.random.Generator, np.random.RandomState, np.random.BitGenerator)
+
+
+def random_states(f, limit=2000):
+    """``[(generator, its state)]`` of the numpy random generators ``f`` can
+    draw from: ``np.random.Generator`` / ``RandomState`` / bit generators in
+    the globals its code (and the user functions it reaches) reads, its
+    closure cells and defaults, a bound method's instance and ``functools.
+    partial``'s parts, and the attributes and items of the user objects among
+    them.  Their methods are compiled code no profiler sees, so a trace
+    compares these states before and after (:func:`drew_from`)."""
+    found, seen, stack = [], set(), [(f, 0)]
+    while stack and len(seen) < limit:
+        v, depth = stack.pop()
+        if id(v) in seen or depth > MAX_DEPTH:
+            continue
+        seen.add(id(v))
+        if isinstance(v, _RANDOM_TYPES):
+            found.append(v)
+            continue
+        nxt = []
+        if isinstance(v, types.MethodType):
+            nxt = [v.__self__, v.__func__]
+        elif isinstance(v, functools.partial):
+            nxt = [v.func, *v.args, *v.keywords.values()]
+        elif isinstance(v, types.FunctionType):
+            if getattr(v, "__wrapped__", None) is not None:
+                nxt.append(v.__wrapped__)
+            if _is_user_function(v):
+                names = _code_names(v.__code__, set())
+                nxt += [v.__globals__[n] for n in sorted(names) if n in v.__globals__]
+                for cell in v.__closure__ or ():
+                    try:
+                        nxt.append(cell.cell_contents)
+                    except ValueError:  # (not yet assigned)
+                        pass
+                nxt += list(v.__defaults__ or ()) + list((v.__kwdefaults__ or {}).values())
+        elif isinstance(v, (list, tuple)):
+            nxt = list(v)
+        elif isinstance(v, dict):
+            nxt = list(v.values())
+        elif _is_user_type(type(v)) and not isinstance(v, type):
+            nxt = list(getattr(v, "__dict__", {}).values())
+            call = _mro_get(type(v), "__call__")
+            nxt += [call] if isinstance(call, types.FunctionType) else []
+        stack.extend((o, depth + 1) for o in nxt)
+    return [(g, _state_of(g)) for g in found]
+
+
+def _state_of(g):
+    bits = g if isinstance(g, np.random.BitGenerator) else \
+        g.bit_generator if isinstance(g, np.random.Generator) else None
+    return repr(bits.state) if bits is not None else repr(g.get_state(legacy=False))
+
+
+def drew_from(states):
+    """The first generator of :func:`random_states`'s ``states`` whose state
+    moved since, or None."""
+    return next((g for g, s in states if _state_of(g) != s), None)

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import RetraceWarning, StalePlanError, TracingError, code_line, is_user_file
 from ..core.decisions import MAX_SPECIALIZATIONS, decided_nodes
-from ..frontend.guard_walk import build_guards
+from ..frontend.guard_walk import build_guards, drew_from, random_states
 from ..frontend.guards import _same_content, _snapshot, captured_ids
 from ..frontend.numpy_made import traced_again
 from ..core.observe import observe
@@ -139,6 +139,8 @@ class GuardsMixin:
         (:func:`hybridad.transforms.rolling.roll_loops`; the signature is the
         rolled graph's: a few nodes where the trace held a loop's 10^5)."""
         trace.composites = True  # (one node a matrix-vector product while rolled)
+        states = random_states(f)  # (the generators f can draw from: numpy's own
+        # methods, which no profiler sees; np.random's functions: observe's check)
         with observe(self.name) as obs:
             try:
                 # arrays f makes and fills with traced values: traced on a second try
@@ -154,6 +156,15 @@ class GuardsMixin:
                     raise
                 raise TracingError(f"{inner} (raised in a Python function that compiled code "
                                    f"called on a traced value: {exc})") from exc
+        drawn = drew_from(states)
+        if drawn is not None:
+            raise TracingError(
+                f"{self.name} draws from a {type(drawn).__name__} ({drawn!r}) while it is "
+                "traced: its numbers change from call to call without depending on f's inputs, "
+                "and a plan records one trace, so every later call would reuse this one draw. "
+                "Draw the numbers outside f and pass them in as an argument, e.g. f(x, noise) "
+                "(a generator made inside f from a fixed seed draws the same numbers at every "
+                "call, and is fine)")
         out = self._check_output(out, trace)
         static, captured = _static_paths(self._treedefs), trace.captured()
         self._observed = (static, obs, captured)  # (guards made again by _pin_values)
