@@ -453,7 +453,7 @@ def test_draws_from_a_generator_f_captured_are_refused(form):
          "legacy": lambda x: np.sum((x + _LEGACY.randn(3)) ** 2),
          "helper": lambda x: np.sum((x + _noise()) ** 2),
          "attribute": _Noisy().loss,
-         "default": lambda x, rng=np.random.default_rng(5): np.sum(x * rng.random(3)),
+         "default": lambda x, rng=_LEGACY: np.sum(x * rng.random(3)),
          "closure": lambda x: np.sum(x * closed.random(3))}[form]
     with pytest.raises(TracingError, match=r"draws from a (Generator|RandomState).*pass them "
                                            r"in as an argument"):
