@@ -110,7 +110,15 @@ TRACED_VALUES = {
     "interp1d cubic": lambda y, x: si.interp1d(XT, y, kind="cubic")(x),
     "interp1d nearest": lambda y, x: si.interp1d(XT, y, kind="nearest")(x),
     "interp1d curves": lambda y, x: si.interp1d(XT[::-1], y.reshape(9, 2), axis=0)(x),
+    # B-splines of traced coefficients at constant knots (9 of them for 13 knots)
+    "BSpline coefficients": lambda c, x: si.BSpline(KT, c, 3)(x),
+    "BSpline extra coefficients": lambda c, x: si.BSpline(KT, np.r_[c, c[:2]], 3)(x),
+    "BSpline derivative": lambda c, x: si.BSpline(KT, c, 3).derivative(2)(x),
+    "BSpline periodic": lambda c, x: si.BSpline(np.linspace(-1.0, 3.5, 13), c, 3,
+                                                extrapolate="periodic")(x * 1.3),
+    "BSpline curves": lambda c, x: si.BSpline(KT, c.reshape(2, 9), 3, axis=1)(x),
 }
+KT = np.r_[0.0, 0.0, 0.0, np.linspace(0.0, 3.0, 7), 3.0, 3.0, 3.0]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -169,6 +177,8 @@ def test_points_out_of_bounds_raise_as_scipys():
 
 
 def test_refused_by_name():
+    with pytest.raises(NotImplementedError, match="BSpline of traced knots"):
+        ha.gradient(lambda t: np.sum(si.BSpline(t, YT, 3)(INSIDE)), KT, backend="numpy")
     with pytest.raises(NotImplementedError, match="CubicSpline of traced abscissae"):
         ha.gradient(lambda x: np.sum(si.CubicSpline(x, YT)(INSIDE)), XT, backend="numpy")
     for cls in (si.PchipInterpolator, si.Akima1DInterpolator, si.UnivariateSpline):
@@ -181,10 +191,13 @@ def test_refused_by_name():
 
 def test_scipys_objects_still_pickle_and_call_on_values():
     for obj in (si.CubicSpline(XT, YT), si.interp1d(XT, YT, kind="cubic"),
-                si.PchipInterpolator(XT, YT), si.UnivariateSpline(XT, YT)):
+                si.PchipInterpolator(XT, YT), si.UnivariateSpline(XT, YT),
+                si.BSpline(KT, YT, 3)):
         back = pickle.loads(pickle.dumps(obj))
         np.testing.assert_array_equal(back(INSIDE), obj(INSIDE))
     assert type(si.CubicSpline(XT, YT)) is si.CubicSpline
+    assert type(si.BSpline(KT, YT, 3)) is si.BSpline
+    assert type(si.BSpline.construct_fast(KT, YT, 3)) is si.BSpline
 
 
 def test_numba_plan_allocates_nothing():

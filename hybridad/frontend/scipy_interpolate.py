@@ -13,7 +13,8 @@ offset by Horner's rule), so the derivative in the points is the
 interpolant's derivative; a call on values is scipy's.
 
 ``CubicSpline``, ``make_interp_spline`` and ``interp1d`` (linear and spline
-kinds) of traced *values* ``y`` at constant abscissae are linear in ``y``:
+kinds) of traced *values* ``y`` at constant abscissae, and ``BSpline`` of
+traced coefficients at constant knots, are linear in them:
 their coefficients are scipy's for the unit vectors (computed once, while
 tracing), contracted with ``y`` -- a :class:`TracedPPoly`, callable at constant
 or traced points, with ``derivative()``.  Interpolants whose construction is
@@ -439,6 +440,25 @@ def splev(x, tck, der=0, ext=0):
     return _fitpack_at(np.asarray(t), np.asarray(c), int(k), x, der, ext)
 
 
+def _traced_bspline(t, c, k, extrapolate=True, axis=0):
+    """``BSpline(t, c, k)`` of traced coefficients ``c`` at constant knots:
+    linear in ``c`` -- scipy's piecewise polynomials of the unit coefficient
+    vectors, contracted with ``c`` (the coefficients past the ``len(t) - k -
+    1`` the knots take are ignored, as scipy ignores them)."""
+    if is_traced((t, k, extrapolate)):
+        _refuse("BSpline", "of traced knots is not supported (traced coefficients c are)")
+    from scipy.interpolate import BSpline
+
+    t, k = np.asarray(t, np.float64), int(k)
+    axis = axis % max(np.ndim(c), 1)
+    n = len(t) - k - 1
+    if k < 0 or n < k + 1 or np.shape(c)[axis] < n:
+        BSpline(t, np.zeros(np.shape(c)[axis]), k)  # (scipy's error for these knots)
+    c = np.take(_tracer(c), np.arange(n), axis=axis)
+    return _linear_in_values(lambda units: BSpline(t, units, k, extrapolate=extrapolate,
+                                                   axis=0), c, axis, extrapolate)
+
+
 def _values_new(original_new, traced):
     """A class's ``__new__``: ``traced(*args, **kwargs)`` when an argument is traced,
     else the class's own (pickling's ``cls.__new__(cls)`` included)."""
@@ -480,7 +500,8 @@ def install():
             setattr(cls, name, _traced_points(current, handler))
     import scipy.interpolate as module
 
-    news = [(CubicSpline, _traced_cubic_spline), (interp1d, _traced_interp1d)]
+    news = [(CubicSpline, _traced_cubic_spline), (interp1d, _traced_interp1d),
+            (BSpline, _traced_bspline)]
     news += [(getattr(module, name), _refusal(name, why)) for name, why in _NOT_LINEAR.items()]
     for cls, traced in news:
         current = cls.__dict__.get("__new__")

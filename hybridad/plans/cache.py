@@ -145,6 +145,8 @@ def _let_go(k, ref, dying=True):
     reference's callback: it still holds its code, cells and defaults) or has
     another structure: its twin loses a holder, and with the last one is kept
     among the orphans only while a function like it can still be made."""
+    if _lock is None:  # (a callback at the interpreter's exit, the module torn down)
+        return
     with _lock:
         held = _holders.get(k)
         if held is None or held[0] is not ref:
