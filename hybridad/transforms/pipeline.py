@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 
 from ..ir.graph import Graph, check, check_writes, dead_code_elimination
-from .broadcasts import sink_scalar_broadcasts
+from .broadcasts import sink_product_broadcasts, sink_scalar_broadcasts
 from .cse import eliminate_common
 from .factors import share_factorizations
 from .loop_parts import drop_unread_loop_parts
@@ -72,6 +72,11 @@ PASSES = {
                           "reverse sweep's cotangent of a sum times a literal) once, and "
                           "broadcast its result: no array of one repeated value",
                           lambda nodes, ins, outs, upd, mach: sink_scalar_broadcasts(nodes, outs)),
+    "product_broadcasts": ("a matmul of an operand that repeats one value along a matrix "
+                           "axis (a broadcast tangent) computed on the one value: no "
+                           "product of the repeated rows",
+                           lambda nodes, ins, outs, upd, mach:
+                           sink_product_broadcasts(nodes, outs)),
     "cse": ("one node for equal nodes: small literals by value, elementwise ops and views by "
             "op, operands and attributes (the reverse and tangent sweeps' repeated partials)",
             lambda nodes, ins, outs, upd, mach: eliminate_common(nodes, outs, upd)),
@@ -124,7 +129,8 @@ PASSES = {
 LOWERING = {
     "numpy": ("views", "share_factorizations", "loop_parts", "dead_code", "schedule_updates"),
     "numba": ("views", "share_factorizations", "loop_parts", "hoist_transposed_products",
-              "pair_matvecs", "scalar_broadcasts", "cse_tangents", "dead_code",
+              "pair_matvecs", "scalar_broadcasts", "product_broadcasts", "cse_tangents",
+              "dead_code",
               "schedule_updates", "accumulate_scatters", "fuse_regions", "rematerialize",
               "fold_accumulations", "merge_accumulations", "share_reduced_values",
               "sum_stored_partials", "sum_vjp_regions", "sum_vjp_regions_over_axes",
@@ -138,7 +144,8 @@ LOWERING = {
 #: primal, tangent and chunk programs in one graph: :mod:`hybridad.plans.staged`)
 STAGED_LOWERING = {
     "numpy": ("views", "factor_once", "loop_parts", "dead_code"),
-    "numba": ("views", "factor_once", "loop_parts", "scalar_broadcasts", "cse",
+    "numba": ("views", "factor_once", "loop_parts", "scalar_broadcasts", "product_broadcasts",
+              "cse",
               "dead_code", "accumulate_scatters", "fuse_regions", "rematerialize",
               "fold_accumulations", "merge_accumulations", "order_writes"),
     "cupy": ("views", "factor_once", "loop_parts", "dead_code", "fuse_regions"),
