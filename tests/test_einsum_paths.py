@@ -37,6 +37,10 @@ CASES = {
                                                    T3.reshape(4, 3, 3)) ** 2),
     "batched_broadcast": lambda x: np.sum(np.einsum("bij,bjk->bik", x.reshape(4, 3, 3),
                                                     T3.reshape(4, 3, 3)[:1]) ** 2),
+    "batched_vecmat": lambda x: np.sum(np.einsum("bi,bij->bj", x[:4, :3],
+                                                 T3.reshape(4, 3, 3)) ** 2),
+    "batched_matvec_rows": lambda x: np.sum(np.einsum("bij,bj->bi", T3.reshape(4, 3, 3),
+                                                      x[:4, :3]) ** 2),
     "batched_three": lambda x: np.sum(np.einsum("bi,bij,bjk->bk", x[:4, :3],
                                                 x.reshape(4, 3, 3), T3.reshape(4, 3, 3)) ** 2),
 }
