@@ -49,6 +49,18 @@ class ConversionError(TracingError):
         _RAISED.last = self  # (seen by the plan's trace even where the caller swallows it)
 
 
+def raised_in_chain(exc, kind, links=8):
+    """The first exception of class ``kind`` in ``exc``'s chain: ``exc``
+    itself, then its cause (or else its context), ``links`` steps at most;
+    None if there is none."""
+    seen = 0
+    while exc is not None and seen < links:
+        if isinstance(exc, kind):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
 #: the thread's last :class:`ConversionError` (:func:`swallowed_conversion`)
 _RAISED = threading.local()
 

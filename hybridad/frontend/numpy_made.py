@@ -44,7 +44,8 @@ from .._forksafe import Lock
 from ..core.supported import SUPPORTED_DTYPES
 from ..core.trace import current_trace
 from ..core.tracer import Tracer
-from ..errors import ConversionError, TracingError, swallowed_conversion, traced_as_users
+from ..errors import (ConversionError, TracingError, raised_in_chain, swallowed_conversion,
+                      traced_as_users)
 from .numpy_construct import ALIASES, ORIGINALS, WRAPPERS, _literal, construct, holds_tracer, served
 
 __all__ = ["MADE", "made", "maker", "traced_again"]
@@ -251,9 +252,4 @@ def _conversion(exc):
     """The :class:`~hybridad.errors.ConversionError` ``exc`` is, or that numpy
     turned into its own error (``a[i] = t`` with ``a`` a numpy array: numpy
     tries the value as a number, then as a sequence, and raises ValueError)."""
-    seen = 0
-    while exc is not None and seen < 4:
-        if isinstance(exc, ConversionError):
-            return exc
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return None
+    return raised_in_chain(exc, ConversionError, 4)

@@ -33,7 +33,7 @@ from .._tree import flatten, is_namedtuple, number_array
 from ..core.escapes import outer_uses
 from ..core.trace import bind, current_trace, tracing
 from ..core.tracer import Tracer
-from ..errors import OuterTracerError
+from ..errors import OuterTracerError, raised_in_chain
 from ..transforms.autodiff import backward, jvp
 
 __all__ = ["NestedResult", "gradient", "hessian", "hvp", "jacobian", "plan_or_nested",
@@ -66,19 +66,10 @@ def plan_or_nested(plan_call, nested_call):
     try:
         out = plan_call()
     except Exception as exc:  # noqa: BLE001 - re-raised unless an outer value caused it
-        if outer_uses() == seen and not _caused_by_outer(exc):
+        if outer_uses() == seen and raised_in_chain(exc, OuterTracerError) is None:
             raise
         return nested_call()
     return nested_call() if outer_uses() != seen else out
-
-
-def _caused_by_outer(exc):
-    seen = 0
-    while exc is not None and seen < 8:
-        if isinstance(exc, OuterTracerError):
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
 
 
 def _trace_of(args):
