@@ -378,10 +378,10 @@ def random_states(f, limit=2000):
                     except ValueError:  # (not yet assigned)
                         pass
                 nxt += list(v.__defaults__ or ()) + list((v.__kwdefaults__ or {}).values())
-        elif isinstance(v, (list, tuple)):
-            nxt = list(v)
+        elif isinstance(v, (list, tuple)):  # (a long one holds data, not generators)
+            nxt = list(v[:256])
         elif isinstance(v, dict):
-            nxt = list(v.values())
+            nxt = list(v.values())[:256]
         elif _is_user_type(type(v)) and not isinstance(v, type):
             nxt = list(getattr(v, "__dict__", {}).values())
             call = _mro_get(type(v), "__call__")
