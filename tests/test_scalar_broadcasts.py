@@ -208,3 +208,24 @@ def test_a_product_of_a_repeated_value_is_computed_on_the_value(name):
         hvp.hvp(x, v=v, out=res)
         grad.gradient(x, out=got)
     assert counts.allocations == 0, counts
+
+
+def test_an_adjoint_started_by_a_product_of_a_repeated_value_is_a_buffer_of_its_own():
+    """The cotangent of ``sum(A @ U)`` with respect to ``U`` is ``A^T @
+    ones``: a product of a repeated value, computed on the one value and
+    broadcast -- but ``U``'s adjoint takes its other contributions in place
+    (``sum(U ** 2 * W)``), so it stays a buffer: adding into the broadcast
+    view gave scipy.linalg.lu's gradient wrong on the numba backend.  The
+    same for the scalar broadcasts' pass."""
+    rng = np.random.default_rng(2)
+    A, W, U = (rng.standard_normal((3, 3)) for _ in range(3))
+
+    def f(u):  # (the product last: its vjp starts the adjoint the others add into)
+        return np.sum(u ** 2 * W) + 2.5 * np.sum(u) + np.sum(np.cos(A) @ u)
+
+    want = np.cos(A).sum(axis=0)[:, None] + 2 * U * W + 2.5
+    for backend in ("numba", "numpy"):
+        np.testing.assert_allclose(ha.gradient(f, U, backend=backend).gradient, want,
+                                   rtol=1e-13)
+        v = rng.standard_normal(U.shape)
+        np.testing.assert_allclose(ha.hvp(f, U, v, backend=backend).hvp, 2 * W * v, rtol=1e-13)

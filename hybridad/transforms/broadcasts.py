@@ -17,7 +17,7 @@ the same values: the bits do not change.
 from __future__ import annotations
 
 from ..ir.graph import Node, named_by_region, redirect, users_of
-from ..ir.registry import REGISTRY
+from ..ir.registry import REGISTRY, InPlaceWrites
 
 __all__ = ["sink_product_broadcasts", "sink_scalar_broadcasts"]
 
@@ -42,6 +42,7 @@ def sink_scalar_broadcasts(nodes, outputs=()):
         elimination).
     """
     external = {n.id for n in outputs if n is not None}
+    external |= InPlaceWrites(nodes).roots  # (written in place later: a buffer, not a view)
     users = users_of(nodes)
     next_id = max((n.id for n in nodes), default=-1) + 1
     replaced, out = {}, []
@@ -148,6 +149,7 @@ def sink_product_broadcasts(nodes, outputs=()):
         elimination).
     """
     external = {n.id for n in outputs if n is not None}
+    written = InPlaceWrites(nodes).roots  # (accumulated into later: the sum iadds into it)
     next_id = [max((n.id for n in nodes), default=-1) + 1]
     replaced, out = {}, []
 
@@ -171,6 +173,8 @@ def sink_product_broadcasts(nodes, outputs=()):
             continue
         wide = product if product.shape == n.shape else \
             mk("broadcast_to", (product,), {"shape": n.shape})
+        if wide is not product and n.id in written:  # (an adjoint the reverse sweep adds
+            wide = mk("copy", (wide,), {})  # into in place: a buffer of its own, not a view)
         if wide.shape != n.shape or wide.dtype != n.dtype:
             raise AssertionError(f"sink_product_broadcasts: {n} became {wide}")
         wide.id = n.id  # (the product's id: a region reading it names it so in its body)
