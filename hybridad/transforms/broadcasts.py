@@ -139,8 +139,11 @@ def sink_product_broadcasts(nodes, outputs=()):
 
     A mixture's HVP made two products of 25 x 1000 x 10 by 10 of such
     operands, the matrices' loops reading them strided (1.1 of its 3.1 ms).
-    The repeated-row form computes each element as before (the same bits);
-    the contracted form sums first (rounding of the order of one sum).
+    The repeated-row form computes each element as the same sum of the same
+    products (a gemm of one row may order it otherwise: rounding); the
+    contracted form sums first (rounding of the order of one sum).  A product
+    the reverse sweep later adds into in place stays a buffer (a copy of the
+    broadcast), not a view.
 
     Returns
     -------
