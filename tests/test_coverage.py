@@ -7,6 +7,7 @@ import pytest
 from conftest import assert_grad, rand
 
 import hybridad as ha
+from hybridad.testing import numerical_gradient
 
 W20 = np.arange(20.0).reshape(4, 5) / 7
 MASK = np.arange(20).reshape(4, 5) % 3 != 1
@@ -220,7 +221,8 @@ CASES.update({
     + np.sum(np.poly1d([1.0, 3.0, -1.0])(x[3]) ** 2),
     "polynomials": lambda x: np.sum(np.polyder(x[0], 2) ** 2)
     + np.sum(np.polyint(x[1], 2, k=[x[2, 0], 0.5]) ** 2) + np.sum(np.poly(x[3, :3]) ** 2)
-    + np.sum(np.polyadd(x[0, :3], x[1]) ** 2) + np.sum(np.polysub([1.0, 2.0], x[2]) ** 2),
+    + np.sum(np.polyadd(x[0, :3], x[1]) ** 2) + np.sum(np.polysub([1.0, 2.0], x[2]) ** 2)
+    + np.sum(np.polymul(x[0, :3], x[3, :2]) ** 2),
     "fix_astype": lambda x: np.sum(np.fix(3 * x) * x) + np.sum(np.astype(x, np.float64) ** 3),
     "multi_dot": lambda x: np.linalg.multi_dot([x[0], x.T, x, x[1]]) +
     np.sum(np.linalg.multi_dot([x, x.T, x, W20.T]) ** 2) + np.sum(np.linalg.multi_dot([x, x[0]])),
@@ -304,3 +306,30 @@ def test_running_extremes_nan_and_ties():
         np.testing.assert_array_equal(got, uf.accumulate(x))
     J = ha.jacobian(lambda x: np.maximum.accumulate(x), np.array([1.0, 3.0, 3.0, 2.0])).jacobian
     np.testing.assert_array_equal(J, [[1, 0, 0, 0], [0, 1, 0, 0], [0, .5, .5, 0], [0, .5, .5, 0]])
+
+
+def test_polymul_drops_leading_zeros_as_numpy_and_keeps_their_derivatives():
+    """``np.polymul`` trims its inputs' leading zeros (``poly1d``): the result
+    is shorter, a decision on the values checked at every call.  The values
+    and shapes are numpy's at zero and nonzero leading coefficients (one
+    plan), and the derivative in a zero leading coefficient flows into the
+    entries kept (finite differences, of a function flat at the dropped zero
+    entries), not 0: a coefficient that starts at 0 moves."""
+    def f(x):  # (of the entries, flat at 0: the dropped zeros change nothing)
+        p = np.polymul(x[:3], x[3:])
+        return np.sum(p ** 2) + np.sum(p ** 3) + np.sum(np.cos(p))
+
+    plan = ha.compile(f, np.arange(1.0, 7.0), backend="numba")
+    for lead in ([0.5, 1.2], [0.0, 1.2], [0.0, 0.0], [0.7, 0.0]):
+        x = np.array([lead[0], 0.3, -0.4, lead[1], 1.1, 0.9])
+        res = plan.gradient(x)
+        np.testing.assert_allclose(res.value, f(x), rtol=1e-13)
+        np.testing.assert_allclose(res.gradient, numerical_gradient(f, x), rtol=1e-6, atol=1e-8,
+                                   err_msg=str(lead))
+    # the product itself, at two leading zeros, as numpy's (shape and values)
+    def g(x):
+        return np.polymul(x[:3], x[3:])
+
+    x = np.array([0.0, 0.0, 0.5, 0.0, 1.1, 0.9])
+    res = ha.jacobian(g, x, backend="numpy")
+    np.testing.assert_array_equal(res.value, np.polymul(x[:3], x[3:]))

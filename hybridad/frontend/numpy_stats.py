@@ -7,7 +7,7 @@ they are made of, as in :mod:`.numpy_math`).
 ``nanprod``, ``nancumsum``, ``nancumprod`` (a NaN is the sum's 0, the
 product's 1, the max's -inf; a slice of NaNs only gives numpy's results:
 0, 1, NaN), ``np.cov``, ``np.corrcoef``, ``np.meshgrid``, ``np.polyval`` (and
-so ``np.poly1d(c)(x)``), ``np.polyder``, ``np.polyint`` and ``np.poly``
+so ``np.poly1d(c)(x)``), ``np.polyder``, ``np.polyint``, ``np.poly``, ``np.polymul``
 (``np.polyadd``/``polysub`` are traced through numpy's own code),
 ``np.linalg.multi_dot`` (numpy's order of the products), ``np.vander`` and
 ``np.polyfit`` (its coefficients),
@@ -249,6 +249,31 @@ def polyint(p, m=1, k=None):
 
 for _numpys in (np.polyadd, np.polysub):  # (numpy's own Python runs on tracers as it is)
     HANDLED[_numpys] = _numpys._implementation
+
+
+def _leading_zeros(a):
+    """How many leading coefficients ``np.poly1d`` drops from ``a``: its zeros,
+    all but the last when all are (a decision on each one's value, checked at
+    every call)."""
+    if a.ndim != 1:
+        raise ValueError("Polynomial must be 1d only.")
+    k = 0
+    while k < a.shape[0] - 1 and bool(a[k] == 0):
+        k += 1
+    return k
+
+
+@implements(np.polymul)
+def polymul(a1, a2):
+    """``np.polymul``: the convolution of the coefficients, less the leading
+    entries numpy's ``poly1d`` drops with the inputs' leading zeros (those are
+    zeros too: the values are numpy's).  A dropped coefficient keeps its
+    derivative through the entries kept (a coefficient that starts at 0 is
+    not stuck there); the entries dropped carry none, as the branch numpy
+    takes at an exact zero has them not."""
+    a1, a2 = _tracer(a1), _tracer(a2)
+    drop = _leading_zeros(a1) + _leading_zeros(a2)
+    return np.convolve(a1, a2)[drop:]
 
 
 @implements(np.poly)
