@@ -23,7 +23,8 @@ import math
 import numpy as np
 
 __all__ = ["Graph", "Node", "check", "check_writes", "clone_node", "computed_from", "copy_graph",
-           "fed_by", "format_node", "named_by_region", "redirect", "users_of", "write_hazards"]
+           "fed_by", "format_node", "named_by_region", "new_node", "redirect", "users_of",
+           "write_hazards"]
 
 
 class Node:
@@ -342,6 +343,15 @@ def redirect(nodes, replace):
     for n in nodes:
         if any(a.id in replace for a in n.args):
             n.args = tuple(replace.get(a.id, a) for a in n.args)
+
+
+def new_node(node_id, op, args, attrs, phase):
+    """A new node of registered ``op`` on ``args``, its shape and dtype from the
+    op's rule (a pass's replacement nodes)."""
+    from .registry import REGISTRY
+
+    shape, dtype = REGISTRY[op].abstract(*args, **attrs)
+    return Node(node_id, op, args, attrs, shape, dtype, phase)
 
 
 def clone_node(node, id, args):

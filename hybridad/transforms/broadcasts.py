@@ -16,7 +16,7 @@ the same values: the bits do not change.
 
 from __future__ import annotations
 
-from ..ir.graph import Node, named_by_region, redirect, users_of
+from ..ir.graph import Node, named_by_region, new_node, redirect, users_of
 from ..ir.registry import REGISTRY, InPlaceWrites
 
 __all__ = ["sink_product_broadcasts", "sink_scalar_broadcasts"]
@@ -157,8 +157,7 @@ def sink_product_broadcasts(nodes, outputs=()):
     replaced, out = {}, []
 
     def new(op, args, attrs, phase):
-        shape, dtype = REGISTRY[op].abstract(*args, **attrs)
-        node = Node(next_id[0], op, args, attrs, shape, dtype, phase)
+        node = new_node(next_id[0], op, args, attrs, phase)
         next_id[0] += 1
         out.append(node)
         return node

@@ -23,7 +23,7 @@ the backward and of the tangent sweep -- one ``matvec_two``
 
 from __future__ import annotations
 
-from ..ir.graph import Node, named_by_region, redirect, users_of
+from ..ir.graph import named_by_region, new_node, redirect, users_of
 from ..ir.registry import REGISTRY, InPlaceWrites
 from .costs import CACHE_BYTES, pair_choice, two_choice
 from .machine import matvec_matrix
@@ -78,11 +78,6 @@ def _pairs(A, machine, forms=("dot", "axpy")):
     if forms[0] != forms[1]:
         return pair_choice(*A.shape, A.dtype, machine)[0]
     return two_choice(*A.shape, A.dtype, forms[0], machine)[0]
-
-
-def _new(next_id, op, args, attrs, phase):
-    shape, dtype = REGISTRY[op].abstract(*args, **attrs)
-    return Node(next_id, op, args, attrs, shape, dtype, phase)
 
 
 def hoist_transposed_products(nodes, outputs=(), *, machine):
@@ -145,12 +140,12 @@ def hoist_transposed_products(nodes, outputs=(), *, machine):
         if scaled is None or scaled[0].phase != "forward":
             continue
         w, c = scaled
-        t = _new(next_id, "transpose", (A,), {"axes": (1, 0)}, "forward")
-        wv = w if vec is v else _new(next_id + 1, "reshape", (w,), {"shape": vec.shape},
+        t = new_node(next_id, "transpose", (A,), {"axes": (1, 0)}, "forward")
+        wv = w if vec is v else new_node(next_id + 1, "reshape", (w,), {"shape": vec.shape},
                                      "forward")
-        s = _new(next_id + 2, "matmul", (t, wv) if k == 0 else (wv, t), {}, "forward")
+        s = new_node(next_id + 2, "matmul", (t, wv) if k == 0 else (wv, t), {}, "forward")
         # (the chain rule's product: a zero cotangent gives zeros, whatever A^T w holds)
-        scaled_s = _new(next_id + 3, "safe_multiply", (s, c), {}, n.phase)
+        scaled_s = new_node(next_id + 3, "safe_multiply", (s, c), {}, n.phase)
         next_id += 4
         if scaled_s.shape != n.shape:
             continue  # (a cotangent of another shape: leave the product)
@@ -268,7 +263,7 @@ def _pair_sweep(nodes, outputs, machine):
             nonlocal next_id
             if _flat(vec) is not None:
                 return _flat(vec)
-            new.append(_new(next_id, "reshape", (vec,), {"shape": (vec.size,)}, first.phase))
+            new.append(new_node(next_id, "reshape", (vec,), {"shape": (vec.size,)}, first.phase))
             next_id += 1
             return new[-1]
 
@@ -277,17 +272,17 @@ def _pair_sweep(nodes, outputs, machine):
         m, k = B.shape
         if partner[1] == form:  # two of one form: the rows of one result
             x = (flat_of(partner[2]), flat_of(vec))
-            p = _new(next_id, "matvec_two", (B, *x), {"form": form}, first.phase)
+            p = new_node(next_id, "matvec_two", (B, *x), {"form": form}, first.phase)
             parts = {id(first): (0,), id(n): (1,)}
         else:
             x = {form: flat_of(vec), partner[1]: flat_of(partner[2])}
-            p = _new(next_id, "matvec_pair", (B, x["dot"], x["axpy"]), {}, first.phase)
+            p = new_node(next_id, "matvec_pair", (B, x["dot"], x["axpy"]), {}, first.phase)
             halves = {"dot": (slice(0, m),), "axpy": (slice(m, m + k),)}
             parts = {id(first): halves[partner[1]], id(n): halves[form]}
         next_id += 1
         new.append(p)
         for node in (first, n):
-            half = _new(next_id, "getitem", (p,), {"index": parts[id(node)]}, first.phase)
+            half = new_node(next_id, "getitem", (p,), {"index": parts[id(node)]}, first.phase)
             next_id += 1
             new.append(half)
             node.op, node.args, node.attrs = "reshape", (half,), {"shape": node.shape}
