@@ -10,7 +10,10 @@ import sys
 __all__ = ["CompileBudgetError", "MemoryBudgetError", "OuterTracerError", "RetraceWarning",
            "StalePlanError", "TracingError", "user_location"]
 
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+#: hybridad's own package directory, with a trailing separator: code from files
+#: under it is hybridad's, not the user's (every subpackage, in a checkout as in
+#: an installed copy)
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _NUMPY_MARK = os.sep + "numpy" + os.sep
 _SCIPY_MARK = os.sep + "scipy" + os.sep
 
@@ -117,7 +120,7 @@ class DecisionsChanged(Exception):  # noqa: N818 - a signal, not an error
 def is_user_file(filename):
     """Whether code of ``filename`` is the user's: not hybridad's, numpy's or scipy's."""
     fname = os.path.abspath(filename)
-    return not fname.startswith(_PKG_DIR) and _NUMPY_MARK not in fname and \
+    return not fname.startswith(PACKAGE_DIR) and _NUMPY_MARK not in fname and \
         _SCIPY_MARK not in fname
 
 
@@ -178,7 +181,7 @@ def library_entry():
         if _SCIPY_MARK in fname:
             entry = f"{public_module(frame.f_globals.get('__name__', 'scipy'))}." \
                 f"{frame.f_code.co_name}"
-        elif not fname.startswith(_PKG_DIR) and _NUMPY_MARK not in fname:
+        elif not fname.startswith(PACKAGE_DIR) and _NUMPY_MARK not in fname:
             break
         frame = frame.f_back
     return entry

@@ -728,3 +728,31 @@ def test_every_module_of_hybridad_is_library_code_not_the_users():
     assert len(files) > 100
     assert [str(p) for p in files if _is_user_file(str(p))] == []
     assert _is_user_file(__file__)
+
+
+_BIG = np.linspace(0.0, 1.0, 10_000)
+
+
+def test_numpy_scalars_hybridads_own_code_hands_over_are_not_the_users_values():
+    """A numpy scalar the user's code hands to a traced operation may be a
+    number taken out of a captured array, and the guards then compare
+    captured arrays by content at every call.  One that hybridad's own code
+    hands over (scipy.stats' rules, a where's vjp) is not: only ``core/``
+    counted as hybridad's, so a 10^4-element captured array was hashed at
+    every call of a plan using ``scipy.stats``."""
+    import scipy.stats as st
+
+    def library(x):
+        return np.sum(st.norm.logpdf(x, 0.2, 1.5)) + np.sum(np.where(x > 0.5, x, 0.0)) + \
+            np.sum(x * _BIG[:3])
+
+    def users(x):
+        return np.sum(x * _BIG[:3]) * _BIG[7]  # (a number out of the captured array)
+
+    x = np.array([0.3, 0.6, 0.9])
+    for f, by_content in ((library, False), (users, True)):
+        plan = ha.compile(f, x, backend="numpy")
+        kinds = [e.extra[3] is not None for e in plan.guards._entries
+                 if e.kind == "array" and "_BIG" in e.what]
+        assert kinds == [by_content], (f.__name__, kinds)
+        np.testing.assert_allclose(plan.gradient(x).gradient, ha.gradient(f, x).gradient)

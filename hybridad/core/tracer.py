@@ -14,14 +14,13 @@ methods are installed on the class by :mod:`hybridad.frontend.numpy_methods`.
 
 from __future__ import annotations
 
-import os
 import sys
 import types
 
 import numpy as np
 
-from ..errors import (ConversionError, TracingError, library_entry, traced_as_users,
-                      user_location, user_namespaces)
+from ..errors import (PACKAGE_DIR, ConversionError, TracingError, library_entry,
+                      traced_as_users, user_location, user_namespaces)
 from . import decisions as _decisions
 from .decisions import decide
 from .observe import OBSERVED, note_value_operand, paused, quiet
@@ -49,7 +48,6 @@ SURFACE = types.SimpleNamespace(apply_ufunc=None, apply_function=None, getitem=N
 
 __all__ = ["ARG", "READONLY", "SCALAR", "Tracer"]
 
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 #: Tracer flags: what numpy would hold in a traced value's place
 SCALAR = 1  # a numpy scalar (np.float64, ...): reported by __class__; `+=` binds a new one
@@ -492,7 +490,7 @@ def _note_values(operands):
             frame = sys._getframe(2)
             if frame.f_code.co_filename == __file__:  # an operator of Tracer: its caller
                 frame = frame.f_back
-            if not frame.f_code.co_filename.startswith(_PKG_DIR):
+            if not frame.f_code.co_filename.startswith(PACKAGE_DIR):
                 note_value_operand()
             return
 

@@ -15,6 +15,8 @@ import types
 
 import numpy as np
 
+from ..errors import PACKAGE_DIR
+
 __all__ = ["LIBRARY_PACKAGES"]
 
 #: top-level packages whose state hybridad treats as fixed (never walked into)
@@ -23,12 +25,9 @@ LIBRARY_PACKAGES = frozenset({
     "torch", "autograd", "threadpoolctl", "dask", "distributed", "pytest", "_pytest",
     "pluggy", "hypothesis"}) | frozenset(getattr(sys, "stdlib_module_names", ()))
 
-#: hybridad's own package directory (every subpackage: a checkout's too, not
-#: only an installed copy under site-packages)
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIB_DIRS = tuple(sorted({os.path.abspath(p) + os.sep for p in (
     sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib"),
-    os.path.dirname(os.__file__), os.path.dirname(np.__file__), _PACKAGE) if p}))
+    os.path.dirname(os.__file__), os.path.dirname(np.__file__), PACKAGE_DIR) if p}))
 _file_kind = {}
 
 
