@@ -279,10 +279,8 @@ def gradient(f: Function, *args: Any, argnums: ArgNums = 0, out: GradientResult 
                 return e[8].gradient(*args, out=out)
             except StalePlanError:
                 pass  # f changed: the general path rebuilds
-    if _nested.traced(args) is not None:  # inside a function being differentiated
-        return _nested.gradient(f, args, argnums, out)
-    # (inside a traced function, f may close over its tracers: plans/nested.py)
-    return _nested.plan_or_nested(lambda: _gradient(f, args, argnums, out, backend),
+    # (inside a function being differentiated: plans/nested.py)
+    return _nested.plan_or_nested(args, lambda: _gradient(f, args, argnums, out, backend),
                                   lambda: _nested.gradient(f, args, argnums, out))
 
 
@@ -348,17 +346,15 @@ def hvp(f: Function, x: Any, v: Any, *args: Any, argnums: ArgNums = 0,
             return plan.hvp(*both, v=v, out=out)
         except StalePlanError:
             pass  # f changed: the general path rebuilds
-    if _nested.traced((*both, v)) is not None:  # inside a function being differentiated
-        return _nested.hvp(f, both, v, argnums, out)
-
     def by_plan():
         if _complex_args.any_complex(both):  # plans/complex_args.py
             return _complex_args.hvp(_lookup, f, both, v, argnums, out, backend)
         return _cached_call("hvp", f, both, argnums, backend, None, None,
                             lambda plan: plan.hvp(*both, v=v, out=out), hvp=True)
 
-    # (inside a traced function, f may close over its tracers: plans/nested.py)
-    return _nested.plan_or_nested(by_plan, lambda: _nested.hvp(f, both, v, argnums, out))
+    # (inside a function being differentiated: plans/nested.py)
+    return _nested.plan_or_nested((*both, v), by_plan,
+                                  lambda: _nested.hvp(f, both, v, argnums, out))
 
 
 def hessian(f: Function, x: Any, *args: Any, argnums: ArgNums = 0,
@@ -416,9 +412,6 @@ def hessian(f: Function, x: Any, *args: Any, argnums: ArgNums = 0,
 
         return _sparse.hessian(f, (x, *args), argnums, out, backend, chunk, _lookup, _backend)
     full = (x, *args)
-    if _nested.traced(full) is not None:  # inside a function being differentiated
-        return _nested.hessian(f, full, argnums, out)
-
     def by_plan():
         if _complex_args.any_complex(full):  # plans/complex_args.py
             return _complex_args.hessian(_lookup, f, full, argnums, out, backend, chunk)
@@ -427,8 +420,8 @@ def hessian(f: Function, x: Any, *args: Any, argnums: ArgNums = 0,
                                                   colors=hessian_colors),
                             lambda plan: plan.hessian(*full, out=out), tag=("hessian", chunk))
 
-    # (inside a traced function, f may close over its tracers: plans/nested.py)
-    return _nested.plan_or_nested(by_plan, lambda: _nested.hessian(f, full, argnums, out))
+    # (inside a function being differentiated: plans/nested.py)
+    return _nested.plan_or_nested(full, by_plan, lambda: _nested.hessian(f, full, argnums, out))
 
 
 def jacobian(f: Function, x: Any, *args: Any, argnums: ArgNums = 0,
@@ -491,10 +484,8 @@ def jacobian(f: Function, x: Any, *args: Any, argnums: ArgNums = 0,
         return _sparse.jacobian(f, (x, *args), argnums, out, backend, mode, chunk, _lookup,
                                 _backend)
     full = (x, *args)
-    if _nested.traced(full) is not None:  # inside a function being differentiated
-        return _nested.jacobian(f, full, argnums, out)
-    return _nested.plan_or_nested(  # (inside a traced function, f may close over its tracers)
-        lambda: _complex_jacobian.dispatch(  # complex ones: plans/complex_jacobian.py
+    return _nested.plan_or_nested(  # (inside a function being differentiated: plans/nested.py)
+        full, lambda: _complex_jacobian.dispatch(  # complex ones: plans/complex_jacobian.py
             lambda: _cached_call("jacobian", f, full, argnums, backend, (mode, chunk),
                                  lambda g, b: JacobianPlan(g, full, argnums, b, mode=mode,
                                                            chunk=chunk),

@@ -54,12 +54,15 @@ class NestedResult:
         return f"NestedResult(value={self.value!r})"
 
 
-def plan_or_nested(plan_call, nested_call):
-    """``plan_call()`` -- a derivative by a plan of its own -- or, inside a
-    traced function where the function differentiated uses a value of the
-    enclosing trace (a closure over the outer function's tracers; raised, or
-    met and swallowed on the way), ``nested_call()``: the derivative taken
-    inside the enclosing trace."""
+def plan_or_nested(args, plan_call, nested_call):
+    """``plan_call()`` -- a derivative by a plan of its own -- or
+    ``nested_call()``, the derivative taken inside the enclosing trace: where
+    ``args`` hold tracers (the function is differentiated inside one being
+    differentiated), or where the function uses a value of the enclosing trace
+    (a closure over the outer function's tracers; raised, or met and
+    swallowed on the way)."""
+    if traced(args) is not None:
+        return nested_call()
     if not tracing():
         return plan_call()
     seen = outer_uses()
@@ -164,9 +167,9 @@ def _alias_tree(trace, x, name, k, wrt):
 
 
 def _like(tree, leaves):
-    """``leaves`` (in order) put in the places of the tracers (and arrays) of
-    ``tree`` (an argument :func:`_alias_tree` made, or its gradient)."""
-    if isinstance(tree, (Tracer, np.ndarray)):
+    """``leaves`` (in order) put in the places of the tracers of ``tree`` (an
+    argument :func:`_alias_tree` made)."""
+    if isinstance(tree, Tracer):
         return next(leaves)
     if is_namedtuple(tree):
         return type(tree)(*(_like(o, leaves) for o in tree))
@@ -183,9 +186,10 @@ def _scalar(out, name):
 
 
 def _grads(trace, f, args, nums, name, trees=False):
-    """``(value, the aliases, their gradients)``; with ``trees``, argument
-    ``k`` may be a container (:func:`_alias_tree`), and the gradients are one
-    per argument, each with its argument's structure."""
+    """``(value, the aliases, their gradients, structured)``: with ``trees``,
+    argument ``k`` may be a container (:func:`_alias_tree`), and
+    ``structured(leaves)`` puts one value per alias back into the arguments'
+    structures, one per argument."""
     args, wrt = list(args), []
     for k in nums:
         args[k] = _alias_tree(trace, args[k], name, k, wrt) if trees else \
@@ -195,10 +199,11 @@ def _grads(trace, f, args, nums, name, trees=False):
     with _Phase(trace, "nested"):
         gs = backward(trace, value, wrt, inplace=False)
     gs = [g if g is not None else np.zeros_like(w) for g, w in zip(gs, wrt, strict=True)]
-    if trees:
-        leaves = iter(gs)
-        gs = [_like(args[k], leaves) for k in nums]
-    return value, wrt, gs
+
+    def structured(leaves):
+        leaves = iter(leaves)
+        return [_like(args[k], leaves) for k in nums]
+    return value, wrt, gs, structured
 
 
 def gradient(f, args, argnums, out=None):
@@ -207,7 +212,8 @@ def gradient(f, args, argnums, out=None):
     _refuse_out("gradient", out)
     trace = _primitives(_trace_of(args))
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-    value, _, gs = _grads(trace, f, args, nums, "gradient", trees=True)
+    value, _, gs, structured = _grads(trace, f, args, nums, "gradient", trees=True)
+    gs = structured(gs)
     return NestedResult(value, gs[0] if isinstance(argnums, int) else tuple(gs))
 
 
@@ -234,7 +240,7 @@ def hessian(f, args, argnums, out=None):
         raise NotImplementedError("hybridad.hessian inside a traced function takes one argnum")
     trace = _primitives(_trace_of(args))
     start = len(trace.nodes)
-    value, (w,), (g,) = _grads(trace, f, args, (argnums,), "hessian")
+    value, (w,), (g,), _ = _grads(trace, f, args, (argnums,), "hessian")
     h = _tangent_columns(trace, start, w.node, g, w.shape).reshape(w.size, w.size)
     return NestedResult(value, g, hessian=h)
 
@@ -248,7 +254,7 @@ def hvp(f, args, v, argnums, out=None):
     trace = _primitives(_trace_of((*args, v)))
     start = len(trace.nodes)
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-    value, wrt, gs = _grads(trace, f, args, nums, "hvp", trees=True)
+    value, wrt, grads, structured = _grads(trace, f, args, nums, "hvp", trees=True)
     seeds = []
     for j, vk in enumerate((v,) if isinstance(argnums, int) else v):
         _alias_tree(trace, vk, "hvp", f"v[{j}]", seeds)
@@ -260,21 +266,12 @@ def hvp(f, args, v, argnums, out=None):
     with _Phase(trace, "nested"):
         tangents = jvp(trace, trace.nodes[start:],
                        {w.node.id: s.astype(w.dtype) for w, s in zip(wrt, seeds, strict=True)})
-    grads = [g for k in range(len(nums)) for g in _leaves_of(gs[k])]
-    hv = iter(tangents.get(g.node.id) if isinstance(g, Tracer) and g.node.id in tangents
-              else np.zeros(w.shape, w.dtype) for g, w in zip(grads, wrt, strict=True))
-    hv = [_like(gs[k], hv) for k in range(len(nums))]
+    gs, hv = structured(grads), structured(
+        tangents.get(g.node.id) if isinstance(g, Tracer) and g.node.id in tangents
+        else np.zeros(w.shape, w.dtype) for g, w in zip(grads, wrt, strict=True))
     if isinstance(argnums, int):
         return NestedResult(value, gs[0], hvp=hv[0])
     return NestedResult(value, tuple(gs), hvp=tuple(hv))
-
-
-def _leaves_of(tree):
-    if isinstance(tree, (Tracer, np.ndarray)):
-        return [tree]
-    if type(tree) is dict:
-        return [leaf for o in tree.values() for leaf in _leaves_of(o)]
-    return [leaf for o in tree for leaf in _leaves_of(o)]
 
 
 def jacobian(f, args, argnums, out=None):
