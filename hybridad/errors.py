@@ -32,7 +32,7 @@ class OuterTracerError(TracingError):
     """A function hybridad traces used a traced value of an enclosing traced
     function: a closure over the outer function's values, as in
     ``ha.gradient(lambda y: x * y, 2.0)`` inside an ``f`` being differentiated
-    in ``x``.  :func:`hybridad.gradient`, ``hessian`` and ``jacobian`` catch it
+    in ``x``.  :func:`hybridad.gradient`, ``hvp``, ``hessian`` and ``jacobian`` catch it
     and differentiate the inner function inside the outer trace instead
     (:mod:`hybridad.plans.nested`); other entry points there (a plan compiled
     or called inside a traced function) raise it."""

@@ -333,3 +333,24 @@ def test_polymul_drops_leading_zeros_as_numpy_and_keeps_their_derivatives():
     x = np.array([0.0, 0.0, 0.5, 0.0, 1.1, 0.9])
     res = ha.jacobian(g, x, backend="numpy")
     np.testing.assert_array_equal(res.value, np.polymul(x[:3], x[3:]))
+
+
+@pytest.mark.parametrize("k", [None, 3.0, [1.5], np.array(2.0), [1.0, 2.0, 0.5]],
+                         ids=["none", "number", "one_constant", "zero_d", "one_per_order"])
+def test_polyint_takes_its_constants_as_numpy_does(k):
+    """``np.polyint(p, m, k)``: ``k`` a number, a 0-d array, one constant for
+    every order (a one-element list: numpy repeats it) or one per order --
+    numpy's values, and the gradient against finite differences (a traced
+    one-element ``k`` too).  A one-element list with m > 1 was refused."""
+    x = np.array([0.3, -1.2, 0.7, 2.1])
+
+    def f(x):
+        return np.sum(np.polyint(x, 3, k=k) ** 2)
+
+    def g(x):  # the constant traced
+        return np.sum(np.polyint(x[:3], 3, k=x[3:]) ** 2)
+
+    for fn in (f, g):
+        res = ha.gradient(fn, x)
+        np.testing.assert_allclose(res.value, fn(x), rtol=1e-13)
+        np.testing.assert_allclose(res.gradient, numerical_gradient(fn, x), rtol=1e-6, atol=1e-8)

@@ -236,8 +236,10 @@ def polyint(p, m=1, k=None):
         raise ValueError("Order of integral must be positive (see polyder)")
     if k is None:
         k = [0.0] * m
-    elif isinstance(k, Tracer) and k.ndim == 0 or isinstance(k, numbers.Number):
+    elif np.ndim(k) == 0:  # (a number, a 0-d array or tracer)
         k = [k] * m
+    elif len(k) == 1 and m > 1:  # (numpy's: one constant for every order)
+        k = [k[0]] * m
     if len(k) < m:
         raise ValueError("k must be a scalar or a rank-1 array of length 1 or >m.")
     p = _tracer(p)
