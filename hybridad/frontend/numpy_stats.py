@@ -236,7 +236,8 @@ def polyint(p, m=1, k=None):
         raise ValueError("Order of integral must be positive (see polyder)")
     if k is None:
         k = [0.0] * m
-    elif np.ndim(k) == 0:  # (a number, a 0-d array or tracer)
+    elif isinstance(k, numbers.Number) or getattr(k, "ndim", None) == 0:  # (a number, a
+        # 0-d array or tracer; np.ndim would convert a list holding tracers)
         k = [k] * m
     elif len(k) == 1 and m > 1:  # (numpy's: one constant for every order)
         k = [k[0]] * m
