@@ -39,7 +39,7 @@ from ..errors import TracingError
 from ..ir.registry import REGISTRY
 
 __all__ = ["Decision", "DecisionCheck", "MAX_SPECIALIZATIONS", "can_decide", "concrete_index",
-           "decide", "decided_nodes", "evaluate"]
+           "decide", "decide_raises", "decided_nodes", "evaluate"]
 
 #: the tracer class, put here by :mod:`.tracer` (which imports this module: imports
 #: run one way)
@@ -59,9 +59,13 @@ class Decision:
         The traced value decided on (a 0-d or one-element array).
     kind : str
         ``"bool"``, ``"float"``, ``"int"`` or ``"index"``: the conversion asked;
-        ``"array"``: integer or boolean values used as indices or a mask.
+        ``"array"``: integer or boolean values used as indices or a mask;
+        ``"raises"``: whether an op that can fail (a factorization, a solve)
+        raised :class:`numpy.linalg.LinAlgError` inside a ``try`` of ``f``
+        (:func:`decide_raises`).
     outcome : bool, float, int or ndarray
-        What the conversion returned while tracing.
+        What the conversion returned while tracing (``"raises"``: whether the
+        op raised).
     where : str
         The user's line (``file.py:12: if x[0] > 0:``), for messages.
     """
@@ -77,6 +81,9 @@ class Decision:
             what = (f"a mask of shape {out.shape} with {int(out.sum())} True"
                     if out.dtype == np.bool_ else f"indices of shape {out.shape}")
             return f"the values of %{self.node.id} used as {what} at {self.where}"
+        if self.kind == "raises":
+            return (f"%{self.node.id} {self.node.op} {'raises' if out else 'succeeds'} "
+                    f"at {self.where}")
         return f"{self.kind}(%{self.node.id}) == {out!r} at {self.where}"
 
 
@@ -146,6 +153,37 @@ def decide(tracer, kind):
     if depends:  # (a value no argument reaches is the same on every call: no guard)
         trace.decisions.append(Decision(tracer.node, kind, outcome, user_location()))
     return outcome
+
+
+def decide_raises(node, trace):
+    """Where a ``try`` statement of ``f`` surrounds the op of ``node`` (one
+    that can fail at run time, :attr:`hybridad.ir.registry.Op.raises`), the
+    op evaluated on the traced call's values: a failure
+    (:class:`numpy.linalg.LinAlgError`) is raised into ``f`` -- whose
+    ``except`` then runs, as on numpy arrays -- and whether it failed is a
+    decision of the trace (a call where it fails otherwise runs another
+    specialization).  Elsewhere, or without the call's values, nothing is
+    evaluated: a failure propagates from the plan's call, as numpy's would
+    (see :mod:`hybridad.core.catching`)."""
+    if not can_decide(trace):
+        return
+    from .catching import caught_here
+
+    if not caught_here():
+        return
+    from ..errors import user_location
+
+    cache = trace.decision_cache
+    try:
+        depends = evaluate(node, trace.concrete, cache)[1]
+        raised = None
+    except np.linalg.LinAlgError as exc:  # (its operands are evaluated: in the cache)
+        depends = any(cache[a.id][1] for a in node.args)
+        raised = exc
+    if depends:  # (a failure no argument reaches happens at every call: no guard)
+        trace.decisions.append(Decision(node, "raises", raised is not None, user_location()))
+    if raised is not None:
+        raise np.linalg.LinAlgError(*raised.args)
 
 
 def concrete_index(index):
@@ -287,51 +325,47 @@ class DecisionCheck:
     #: the compiled check's program and ``holds(leaves)`` (set by the plan), or None
     program = compiled = None
 
-    def __init__(self, decisions):
+    def __init__(self, decisions, lazy=False):
         self.decisions = list(decisions)
+        #: those checked before a call: with ``lazy``, all but the ops that did
+        #: not raise inside a try of f -- a call where one fails raises from the
+        #: plan's program instead, and the plan then asks :meth:`first_failing`
+        #: with ``full`` (a factorization is not computed twice per call)
+        self.eager = [d for d in self.decisions
+                      if not (lazy and d.kind == "raises" and not d.outcome)]
+        self.lazy = len(self.eager) < len(self.decisions)
         # the generated check writes into buffers of its own: one call at a time
         self._lock = Lock()
-        #: the nodes the decisions read, as traced (in id order)
-        self.frozen = nodes = [_Frozen(n) for n in _ancestors([d.node for d in self.decisions])]
-        ns = {"_changed": _changed, "_copyto": np.copyto}
+        #: the nodes the eager decisions read, as traced (in id order)
+        self.frozen = [_Frozen(n) for n in _ancestors([d.node for d in self.eager])]
+        self._check, self.source = self._generate(self.eager, self.frozen)
+        self._full = self._check if not self.lazy else self._generate(
+            self.decisions, [_Frozen(n) for n in _ancestors([d.node for d in self.decisions])])[0]
+
+    def _generate(self, decisions, nodes):
+        """``(first_failing(leaves) -> index into self.decisions or -1, source)``
+        checking ``decisions`` from the frozen ``nodes`` they read."""
+        ns = {"_changed": _changed, "_copyto": np.copyto, "_LinAlgError": np.linalg.LinAlgError}
         by_id = {n.id: n for n in nodes}
+        index = {id(d): k for k, d in enumerate(self.decisions)}
+        # the ops that raised, or did not, inside a try of f: run inside one here
+        raising = {d.node.id: index[id(d)] for d in decisions if d.kind == "raises"}
         lines = ["def first_failing(leaves):"]
         for n in nodes:
-            v = f"v{n.id}"
-            args = ", ".join(f"v{a}" for a in n.arg_ids)
-            if n.op == "input":
-                lines.append(f"    {v} = leaves[{n.attrs['index']}]")
+            if n.id in raising:
+                k, start = raising[n.id], len(lines)
+                self._node_lines(n, by_id, ns, lines)
+                lines[start:] = ["    try:", *("    " + line for line in lines[start:]),
+                                 f"        _r{k} = False", "    except _LinAlgError:",
+                                 f"        _r{k} = True", f"    if _r{k} is not _o{k}: return {k}"]
                 continue
-            if n.op == "const":
-                ns[f"_c{n.id}"] = np.asarray(n.attrs["value"])
-                lines.append(f"    {v} = _c{n.id}")
-                continue
-            op = _reference_op(n)
-            ns[f"_a{n.id}"] = dict(n.attrs)
-            if op.workspace is not None:  # (its working memory, as _run_node's)
-                size = op.work_elements(*(by_id[a] for a in n.arg_ids), **n.attrs)
-                ns[f"_a{n.id}"]["work"] = np.empty(size, n.dtype)
-            if op.kind == "view" and op.view is not None:
-                ns[f"_f{n.id}"] = op.view
-                lines.append(f"    {v} = _f{n.id}({args}, **_a{n.id})")
-                continue
-            ns[f"_f{n.id}"], ns[f"_b{n.id}"] = op.run, np.empty(n.shape, n.dtype)
-            ufunc = getattr(op.run, "ufunc", None)
-            if ufunc is not None and not n.attrs and op.kind != "inplace":
-                # an elementwise op's run is its ufunc into the buffer: called directly
-                ns[f"_f{n.id}"] = ufunc.resolve() if hasattr(ufunc, "resolve") else ufunc
-                lines += [f"    _f{n.id}({args}, out=_b{n.id})", f"    {v} = _b{n.id}"]
-                continue
-            if op.kind == "inplace":
-                first, rest = f"v{n.arg_ids[0]}", "".join(f", v{a}" for a in n.arg_ids[1:])
-                lines += [f"    _copyto(_b{n.id}, {first})",
-                          f"    _f{n.id}(_b{n.id}{rest}, **_a{n.id})"]
-            else:
-                lines.append(f"    _f{n.id}(_b{n.id}, {args}, **_a{n.id})")
-            lines.append(f"    {v} = _b{n.id}")
-        for k, d in enumerate(self.decisions):
+            self._node_lines(n, by_id, ns, lines)
+        for d in decisions:
+            k = index[id(d)]
             v = f"v{d.node.id}"
             ns[f"_o{k}"] = d.outcome
+            if d.kind == "raises":  # (checked where its op runs, above)
+                continue
             if d.kind == "array":
                 ns[f"_s{k}"], ns[f"_d{k}"], ns[f"_y{k}"] = d.outcome.shape, d.outcome.dtype, \
                     d.outcome.tobytes()
@@ -343,26 +377,66 @@ class DecisionCheck:
                 cond = f"_changed({d.kind!r}, {v}, _o{k})"
             lines.append(f"    if {cond}: return {k}")
         lines.append("    return -1")
-        self.source = "\n".join(lines) + "\n"
-        exec(compile(self.source, "<hybridad decisions>", "exec"), ns)  # noqa: S102
-        self._check = ns["first_failing"]
+        source = "\n".join(lines) + "\n"
+        exec(compile(source, "<hybridad decisions>", "exec"), ns)  # noqa: S102
+        return ns["first_failing"], source
 
-    def first_failing(self, leaves, compiled=True):
-        """None when every decision holds for the leaf arrays ``leaves``, else
-        the first one that does not (numpy's floating-point warnings off while
-        the decisions' ops run).  ``compiled=False``: the caller saw the
-        compiled check fail on these leaves (the reference check decides)."""
+    @staticmethod
+    def _node_lines(n, by_id, ns, lines):
+        """Append to ``lines`` the generated statements that compute node ``n``
+        (``v<id>``) from its operands, putting what they call in ``ns``."""
+        v = f"v{n.id}"
+        args = ", ".join(f"v{a}" for a in n.arg_ids)
+        if n.op == "input":
+            lines.append(f"    {v} = leaves[{n.attrs['index']}]")
+            return
+        if n.op == "const":
+            ns[f"_c{n.id}"] = np.asarray(n.attrs["value"])
+            lines.append(f"    {v} = _c{n.id}")
+            return
+        op = _reference_op(n)
+        ns[f"_a{n.id}"] = dict(n.attrs)
+        if op.workspace is not None:  # (its working memory, as _run_node's)
+            size = op.work_elements(*(by_id[a] for a in n.arg_ids), **n.attrs)
+            ns[f"_a{n.id}"]["work"] = np.empty(size, n.dtype)
+        if op.kind == "view" and op.view is not None:
+            ns[f"_f{n.id}"] = op.view
+            lines.append(f"    {v} = _f{n.id}({args}, **_a{n.id})")
+            return
+        ns[f"_f{n.id}"], ns[f"_b{n.id}"] = op.run, np.empty(n.shape, n.dtype)
+        ufunc = getattr(op.run, "ufunc", None)
+        if ufunc is not None and not n.attrs and op.kind != "inplace":
+            # an elementwise op's run is its ufunc into the buffer: called directly
+            ns[f"_f{n.id}"] = ufunc.resolve() if hasattr(ufunc, "resolve") else ufunc
+            lines += [f"    _f{n.id}({args}, out=_b{n.id})", f"    {v} = _b{n.id}"]
+            return
+        if op.kind == "inplace":
+            first, rest = f"v{n.arg_ids[0]}", "".join(f", v{a}" for a in n.arg_ids[1:])
+            lines += [f"    _copyto(_b{n.id}, {first})",
+                      f"    _f{n.id}(_b{n.id}{rest}, **_a{n.id})"]
+        else:
+            lines.append(f"    _f{n.id}(_b{n.id}, {args}, **_a{n.id})")
+        lines.append(f"    {v} = _b{n.id}")
+
+    def first_failing(self, leaves, compiled=True, full=False):
+        """None when every eager decision holds for the leaf arrays ``leaves``,
+        else the first one that does not (numpy's floating-point warnings off
+        while the decisions' ops run).  ``compiled=False``: the caller saw the
+        compiled check fail on these leaves (the reference check decides).
+        ``full``: every decision, the lazy ones too (after a call whose
+        program raised)."""
         check = self.compiled
-        if compiled and check is not None and check(leaves):
+        if not full and (not self.eager or compiled and check is not None and check(leaves)):
             return None
+        run = self._full if full else self._check
         with self._lock:
             if _IGNORE is None:
                 with np.errstate(all="ignore"):  # (a fresh errstate: not reentrant)
-                    k = self._check(leaves)
+                    k = run(leaves)
             else:  # numpy's errstate without making its state anew on every call
                 token = _IGNORE[0].set(_IGNORE[1])
                 try:
-                    k = self._check(leaves)
+                    k = run(leaves)
                 finally:
                     _IGNORE[0].reset(token)
         return None if k < 0 else self.decisions[k]

@@ -34,7 +34,8 @@ from .._forksafe import Lock
 from ..errors import TracingError, user_location
 from .escapes import escaped
 from ..ir.graph import Node
-from ..ir.registry import REGISTRY
+from ..ir.registry import REGISTRY, may_raise
+from .decisions import decide_raises
 from .observe import paused
 from .supported import SUPPORTED_DTYPES, check_dtype, refuse_subclass
 from .tracer import ARG, SCALAR, SURFACE, Tracer
@@ -578,7 +579,10 @@ def _bind(opname, args, attrs):
             node = trace.const(value, True, unique=True)
             trace.folded_views[node.id] = (nodes[0], opname, attrs)
             return Tracer(node, trace)
-    return Tracer(trace.add(opname, nodes, attrs, shape, dtype), trace, flags)
+    node = trace.add(opname, nodes, attrs, shape, dtype)
+    if op.raises and trace.concrete is not None and may_raise(node):
+        decide_raises(node, trace)  # (inside a try of f: it fails here as numpy would)
+    return Tracer(node, trace, flags)
 
 
 def _evaluate(op, nodes, shape, dtype, attrs):

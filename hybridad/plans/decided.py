@@ -58,6 +58,8 @@ def _mismatch(t, decision):
     ``decision`` recorded, else 0 (as :func:`hybridad.core.decisions._convert`
     and ``_same`` compare)."""
     kind, outcome = decision.kind, decision.outcome
+    if kind == "raises":  # (whether an op fails: the reference check's try)
+        raise TypeError("a decision on whether an op raises")
     if kind == "array":
         miss = np.any(t != np.asarray(outcome))
     else:
@@ -83,11 +85,14 @@ def compile_decisions(check, specs, parallel=True, budget=None):
     with one 0-d float64 output, raising
     :class:`~hybridad.errors.DecisionsChanged` when a decision changed.
     ``budget``: the most bytes its workspace may take.  None where it cannot
-    be made (an op without a numba rule, a complex decision, over the
-    budget): the reference check then serves alone."""
+    be made (an op without a numba rule, a complex decision, a decision on
+    whether an op raises, over the budget): the reference check then serves
+    alone."""
     from ..backends.numba import build_program
     from ..backends.numba.layouts import plan_numba_memory
 
+    if not check.eager:
+        return None
     try:
         trace = Trace()
         with trace:
@@ -101,7 +106,7 @@ def compile_decisions(check, specs, parallel=True, budget=None):
                     made[n.id] = trace.add(n.op, [made[a] for a in n.arg_ids], dict(n.attrs),
                                            n.shape, n.dtype)
             flag = None
-            for d in check.decisions:
+            for d in check.eager:  # (the lazy ones: the program's own raise)
                 miss = _mismatch(Tracer(made[d.node.id], trace), d)
                 flag = miss if flag is None else flag + miss
         outputs = [flag.node]

@@ -51,7 +51,11 @@ class ExplainMixin:
                         f"checks, in one native call ({carried} B of its own)")
             lines.append(f"decisions on values (checked before every call {how}; "
                          f"{len(self._specializations)} other specialization(s) made):")
-            lines += [f"  {d!r}" for d in check.decisions]
+            eager = {id(d) for d in check.eager}
+            lines += [f"  {d!r}" + ("" if id(d) in eager else
+                                    " (not checked before a call: the program reports the "
+                                    "failure, then the specialization for it runs)")
+                      for d in check.decisions]
         lines += self._tier_lines()
         lines += self._thread_lines()
         if self.matmul_precision is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import types
 import warnings
+import weakref
 
 import numpy as np
 
@@ -82,6 +83,8 @@ class GuardsMixin:
     _decision_check = None
     _specializations = ()
     _specialized_count = 0
+    #: the plan this one is a specialization of (a weak reference), or None
+    _owner = None
 
 
     #: the :class:`~hybridad.plans.recording.Recording` this plan is built from
@@ -263,32 +266,48 @@ class GuardsMixin:
         plan = self._specialization_for(leaves, compiled)
         return False if plan is None else plan
 
-    def _specialization_for(self, leaves, compiled=True):
+    def _specialization_for(self, leaves, compiled=True, full=False):
         """The specialization made before whose decisions hold for ``leaves``,
         the most recently used first; None.  ``compiled=False``: their compiled
-        checks already failed on ``leaves`` (:meth:`_route_decisions`)."""
+        checks already failed on ``leaves`` (:meth:`_route_decisions`);
+        ``full``: their lazy decisions are checked too."""
         for plan in reversed(tuple(self._specializations)):
             check = plan._decision_check
-            if check is None or check.first_failing(leaves, compiled) is None:
+            if check is None or check.first_failing(leaves, compiled, full) is None:
                 return plan
         return None
 
-    def _specialized(self, args, specialize):
+    def _after_failure(self, args, exc):
+        """The plan to run a call with whose program raised ``exc`` (a
+        LinAlgError): where an op that succeeded inside a ``try`` of ``f``
+        fails at this call (the decisions checked in full, lazy ones too), the
+        specialization whose decisions hold -- traced now if needed: ``f``'s
+        ``except`` runs, as on numpy arrays; else ``exc`` propagates (a
+        failure ``f`` does not catch, as numpy's)."""
+        check = self._decision_check
+        if check is None or not check.lazy or \
+                check.first_failing(self._leaves(args), full=True) is None:
+            raise exc
+        owner = None if self._owner is None else self._owner()
+        return (self if owner is None else owner)._specialized(args, True, full=True)
+
+    def _specialized(self, args, specialize, full=False):
         """The plan whose decisions on values hold for ``args``: this one, a
         specialization made before (moved to the end: most recently used), or
         a new one (the least recently used dropped beyond
-        :data:`MAX_SPECIALIZATIONS`)."""
+        :data:`MAX_SPECIALIZATIONS`).  ``full``: the lazy decisions are
+        checked too (:meth:`_after_failure`)."""
         leaves = args if self._plain and all(type(a) is np.ndarray for a in args) else \
             self._leaves(args)  # (plain arrays are the leaves: no flattening)
         if len(leaves) != len(self._specs) or any(
                 getattr(a, "shape", None) != s or getattr(a, "dtype", None) != d
                 for a, (s, d) in zip(leaves, self._specs, strict=True)):
             return self  # (not this plan's arguments: its own checks say why)
-        failed = self._decision_check.first_failing(leaves)
+        failed = self._decision_check.first_failing(leaves, full=full)
         if failed is None:
             return self
         with self._guard_lock:
-            plan = self._specialization_for(leaves)
+            plan = self._specialization_for(leaves, full=full)
             if plan is not None:  # (moved to the end: most recently used)
                 self._specializations.remove(plan)
                 self._specializations.append(plan)
@@ -304,7 +323,7 @@ class GuardsMixin:
                 raise TracingError(f"{self.name}: this call decides otherwise ({failed!r}) "
                                    "and the function is gone: it cannot be traced again")
             plan = type(self)(f, args, **self._options)
-            plan._root = self._root
+            plan._root, plan._owner = self._root, weakref.ref(self)
             self._specializations.append(plan)
             self._specialized_count += 1
             if len(self._specializations) >= MAX_SPECIALIZATIONS:

@@ -212,8 +212,9 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
                 with times.stage("checkpoint loops"):
                     (out.node,) = checkpoint_loops(trace, [out.node], self.checkpoint_levels,
                                                    outer=self.checkpoint_outer)
-            if trace.decisions:  # checked before every call (see _specialized)
-                self._decision_check = DecisionCheck(trace.decisions)
+            if trace.decisions:  # checked before every call (see _specialized); an op
+                # that did not fail in f's try: where it fails, the program raises
+                self._decision_check = DecisionCheck(trace.decisions, lazy=True)
                 self._guarded = True
             self._value_dtype = out.dtype
             if self.backend in ("numba", "cupy") and not hvp:  # the hybrid: regions by duals
@@ -426,12 +427,16 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             plan = self._check_stale(args, specialize=True)
             if plan is not self:  # (its method: its gradient attribute may be a fast path)
                 return type(plan).gradient(plan, *args, out=out, _checked=True)
-        if self._plain and out is not None:
-            g = self._fast_args(args, out)
-            if g is not None:
-                self._call(args, out.value, (g,))
-                return out
-        return self._run(self._leaves(args), out)
+        try:
+            if self._plain and out is not None:
+                g = self._fast_args(args, out)
+                if g is not None:
+                    self._call(args, out.value, (g,))
+                    return out
+            return self._run(self._leaves(args), out)
+        except np.linalg.LinAlgError as exc:  # (an op f catches failed: nothing written)
+            plan = self._after_failure(args, exc)
+            return type(plan).gradient(plan, *args, out=out, _checked=True)
 
     def _call(self, leaves, value, gleaves):
         reference = self._tier_reference()
@@ -489,6 +494,12 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             plan = self._check_stale(args, specialize=True, decisions=not carried)
             if plan is not self:
                 return plan.hvp(*args, v=v, out=out)
+        try:
+            return self._hvp_run(args, v, out, carried)
+        except np.linalg.LinAlgError as exc:  # (an op f catches failed: nothing written)
+            return self._after_failure(args, exc).hvp(*args, v=v, out=out)
+
+    def _hvp_run(self, args, v, out, carried):
         done = self._hvp_plain(args, v, out, carried)
         if done is not None:  # out, or the specialization whose decisions hold
             return done if done is out else done.hvp(*args, v=v, out=out)
@@ -517,12 +528,15 @@ class Plan(ArgumentsMixin, GuardsMixin, UpdatesMixin, BatchMixin, FastPathMixin,
             nodes = [n for n in fwd.nodes if n.op != "input" or n in inputs]
             self._value_program = self._compile(nodes, inputs, [self._outputs[0]],
                                                 "value_program", self._out_specs[:1])
-        with self._lock, np.errstate(all="ignore"):
-            if self.backend == "numba":
-                self._value_program.run(leaves, [self._value_buf])
-            else:
-                self._value_program.fn(*leaves, self._value_buf)
-            return float(self._value_buf)
+        try:
+            with self._lock, np.errstate(all="ignore"):
+                if self.backend == "numba":
+                    self._value_program.run(leaves, [self._value_buf])
+                else:
+                    self._value_program.fn(*leaves, self._value_buf)
+                return float(self._value_buf)
+        except np.linalg.LinAlgError as exc:  # (an op f catches failed)
+            return self._after_failure(args, exc).value(*args)
 
     # ---------------------------------------------------------------- explain
 
