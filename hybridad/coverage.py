@@ -45,6 +45,11 @@ _LAPACK = {"numpy.linalg.solve": "smooth (LAPACK gesv; adjoint rule: the reverse
            "numpy.linalg.matrix_norm": "as numpy.linalg.norm"}
 #: what a function's row says, where it is more than "composite of primitives"
 _NOTES = {**_LAPACK,
+          "scipy.integrate.odeint": "scipy's solver on the traced right-hand side (op ode); "
+                                    "adjoint and tangent equations (constant t)",
+          "scipy.integrate.solve_ivp": "scipy's solver on the traced right-hand side (op "
+                                       "ode); adjoint and tangent equations (constant "
+                                       "t_eval, required)",
           "numpy.pad": "modes 'constant', 'edge', 'reflect', 'symmetric', 'wrap' "
                        "(reflect_type 'even'): composite of primitives",
           "numpy.linalg.cond": "composite; p None, 2, -2 from singular values (LAPACK "
@@ -156,7 +161,8 @@ def rows():
     from .frontend.scipy_stats import CDF, DISCRETE_CDF, LOGPDF, LOGPMF, PPF, SHAPE_FIXED_TAILS
 
     out += [("scipy functions (intercepted while tracing)", f"{module}.{name}",
-             "composite of primitives", both) for module, name in sorted(INTERCEPTED)]
+             _NOTES.get(f"{module}.{name}", "composite of primitives"), both)
+            for module, name in sorted(INTERCEPTED)]
 
     def methods(d, first, tails, quantiles):
         return ", ".join([*first, *(("cdf", "sf", "logcdf", "logsf") if d in tails else ()),

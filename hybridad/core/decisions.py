@@ -39,7 +39,7 @@ from ..errors import TracingError
 from ..ir.registry import REGISTRY
 
 __all__ = ["Decision", "DecisionCheck", "MAX_SPECIALIZATIONS", "can_decide", "concrete_index",
-           "decide", "decide_raises", "decided_nodes", "evaluate"]
+           "decide", "decide_raises", "decided_nodes", "evaluate", "straight_line"]
 
 #: the tracer class, put here by :mod:`.tracer` (which imports this module: imports
 #: run one way)
@@ -309,6 +309,60 @@ def evaluate(node, concrete, cache=None):
     return cache[node.id]
 
 
+def _node_lines(n, by_id, ns, lines):
+    """Append to ``lines`` the generated statements that compute node ``n``
+    (``v<id>``) from its operands, putting what they call in ``ns``."""
+    v = f"v{n.id}"
+    args = ", ".join(f"v{a}" for a in n.arg_ids)
+    if n.op == "input":
+        lines.append(f"    {v} = leaves[{n.attrs['index']}]")
+        return
+    if n.op == "const":
+        ns[f"_c{n.id}"] = np.asarray(n.attrs["value"])
+        lines.append(f"    {v} = _c{n.id}")
+        return
+    op = _reference_op(n)
+    ns[f"_a{n.id}"] = dict(n.attrs)
+    if op.workspace is not None:  # (its working memory, as _run_node's)
+        size = op.work_elements(*(by_id[a] for a in n.arg_ids), **n.attrs)
+        ns[f"_a{n.id}"]["work"] = np.empty(size, n.dtype)
+    if op.kind == "view" and op.view is not None:
+        ns[f"_f{n.id}"] = op.view
+        lines.append(f"    {v} = _f{n.id}({args}, **_a{n.id})")
+        return
+    ns[f"_f{n.id}"], ns[f"_b{n.id}"] = op.run, np.empty(n.shape, n.dtype)
+    ufunc = getattr(op.run, "ufunc", None)
+    if ufunc is not None and not n.attrs and op.kind != "inplace":
+        # an elementwise op's run is its ufunc into the buffer: called directly
+        ns[f"_f{n.id}"] = ufunc.resolve() if hasattr(ufunc, "resolve") else ufunc
+        lines += [f"    _f{n.id}({args}, out=_b{n.id})", f"    {v} = _b{n.id}"]
+        return
+    if op.kind == "inplace":
+        first, rest = f"v{n.arg_ids[0]}", "".join(f", v{a}" for a in n.arg_ids[1:])
+        lines += [f"    _copyto(_b{n.id}, {first})",
+                  f"    _f{n.id}(_b{n.id}{rest}, **_a{n.id})"]
+    else:
+        lines.append(f"    _f{n.id}(_b{n.id}, {args}, **_a{n.id})")
+    lines.append(f"    {v} = _b{n.id}")
+
+
+def straight_line(graph):
+    """``run(leaves) -> [output arrays]``: ``graph``'s outputs computed from
+    its input arrays (``leaves``, by input index) by the ops' reference
+    implementations, as one generated straight-line function into buffers
+    made once -- the arrays it returns are those buffers (or inputs, or views
+    of them): copy what is kept.  One call at a time (the caller locks)."""
+    nodes = [_Frozen(n) for n in _ancestors(list(graph.outputs))]
+    by_id = {n.id: n for n in nodes}
+    ns = {"_copyto": np.copyto}
+    lines = ["def run(leaves):"]
+    for n in nodes:
+        _node_lines(n, by_id, ns, lines)
+    lines.append("    return [" + "".join(f"v{o.id}, " for o in graph.outputs) + "]")
+    exec(compile("\n".join(lines) + "\n", "<hybridad reference>", "exec"), ns)  # noqa: S102
+    return ns["run"]
+
+
 class DecisionCheck:
     """The check of a plan's decisions on a call's arguments: the traced
     values recomputed by the ops' reference implementations into buffers made
@@ -354,12 +408,12 @@ class DecisionCheck:
         for n in nodes:
             if n.id in raising:
                 k, start = raising[n.id], len(lines)
-                self._node_lines(n, by_id, ns, lines)
+                _node_lines(n, by_id, ns, lines)
                 lines[start:] = ["    try:", *("    " + line for line in lines[start:]),
                                  f"        _r{k} = False", "    except _LinAlgError:",
                                  f"        _r{k} = True", f"    if _r{k} is not _o{k}: return {k}"]
                 continue
-            self._node_lines(n, by_id, ns, lines)
+            _node_lines(n, by_id, ns, lines)
         for d in decisions:
             k = index[id(d)]
             v = f"v{d.node.id}"
@@ -380,43 +434,6 @@ class DecisionCheck:
         source = "\n".join(lines) + "\n"
         exec(compile(source, "<hybridad decisions>", "exec"), ns)  # noqa: S102
         return ns["first_failing"], source
-
-    @staticmethod
-    def _node_lines(n, by_id, ns, lines):
-        """Append to ``lines`` the generated statements that compute node ``n``
-        (``v<id>``) from its operands, putting what they call in ``ns``."""
-        v = f"v{n.id}"
-        args = ", ".join(f"v{a}" for a in n.arg_ids)
-        if n.op == "input":
-            lines.append(f"    {v} = leaves[{n.attrs['index']}]")
-            return
-        if n.op == "const":
-            ns[f"_c{n.id}"] = np.asarray(n.attrs["value"])
-            lines.append(f"    {v} = _c{n.id}")
-            return
-        op = _reference_op(n)
-        ns[f"_a{n.id}"] = dict(n.attrs)
-        if op.workspace is not None:  # (its working memory, as _run_node's)
-            size = op.work_elements(*(by_id[a] for a in n.arg_ids), **n.attrs)
-            ns[f"_a{n.id}"]["work"] = np.empty(size, n.dtype)
-        if op.kind == "view" and op.view is not None:
-            ns[f"_f{n.id}"] = op.view
-            lines.append(f"    {v} = _f{n.id}({args}, **_a{n.id})")
-            return
-        ns[f"_f{n.id}"], ns[f"_b{n.id}"] = op.run, np.empty(n.shape, n.dtype)
-        ufunc = getattr(op.run, "ufunc", None)
-        if ufunc is not None and not n.attrs and op.kind != "inplace":
-            # an elementwise op's run is its ufunc into the buffer: called directly
-            ns[f"_f{n.id}"] = ufunc.resolve() if hasattr(ufunc, "resolve") else ufunc
-            lines += [f"    _f{n.id}({args}, out=_b{n.id})", f"    {v} = _b{n.id}"]
-            return
-        if op.kind == "inplace":
-            first, rest = f"v{n.arg_ids[0]}", "".join(f", v{a}" for a in n.arg_ids[1:])
-            lines += [f"    _copyto(_b{n.id}, {first})",
-                      f"    _f{n.id}(_b{n.id}{rest}, **_a{n.id})"]
-        else:
-            lines.append(f"    _f{n.id}(_b{n.id}, {args}, **_a{n.id})")
-        lines.append(f"    {v} = _b{n.id}")
 
     def first_failing(self, leaves, compiled=True, full=False):
         """None when every eager decision holds for the leaf arrays ``leaves``,

@@ -55,6 +55,7 @@ from . import scipy_signal  # noqa: E402,F401  (scipy.signal's convolutions)
 from . import scipy_fft  # noqa: E402,F401  (scipy.fft, scipy.fftpack)
 from . import scipy_ndimage  # noqa: E402,F401  (scipy.ndimage's linear filters)
 from . import scipy_ndimage_more  # noqa: E402,F401  (derivative and rank filters)
+from . import scipy_integrate  # noqa: E402,F401  (odeint, solve_ivp: the right side traced once)
 from . import host_calls  # noqa: E402  (any other function, on values needing no derivative)
 from . import replay  # noqa: E402,F401  (a ufunc call's nodes replayed: after every wrapper)
 from .after_import import after_import, loaded  # noqa: E402

@@ -24,6 +24,7 @@ import functools
 
 import numpy as np
 
+from ..core.trace import tracing
 from ..core.tracer import Tracer
 from .numpy_complex import ComplexTracer
 
@@ -37,12 +38,21 @@ INTERCEPTED = {}
 COMPOSITES = {}
 
 
-def intercepts(module, name):
-    """Register the decorated function as the traced ``module.name``."""
+def intercepts(module, name, while_tracing=False):
+    """Register the decorated function as the traced ``module.name``;
+    ``while_tracing``: it is called on every call made while a trace is
+    active, traced arguments or not (a function of a callback, which may
+    close over traced values: ``scipy.integrate.odeint``)."""
     def register(impl):
         INTERCEPTED[(module, name)] = impl
+        if while_tracing:
+            WHILE_TRACING.add(impl)
         return impl
     return register
+
+
+#: the implementations :func:`intercepts` calls whenever a trace is active
+WHILE_TRACING = set()
 
 
 def is_traced(args, kwargs=None):
@@ -55,9 +65,11 @@ def is_traced(args, kwargs=None):
 
 
 def _wrap(original, impl):
+    always = impl in WHILE_TRACING
+
     @functools.wraps(original)
     def dispatch(*args, **kwargs):
-        if is_traced(args, kwargs):
+        if is_traced(args, kwargs) or (always and tracing()):
             return impl(*args, **kwargs)
         return original(*args, **kwargs)
     dispatch.__hybridad_original__ = original

@@ -32,6 +32,7 @@ from . import (  # noqa: F401  (fill the registry)
     linalg_spectral,
     loop,
     matmul,
+    ode,
     reductions,
     region,
     scans,

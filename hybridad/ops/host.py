@@ -35,7 +35,8 @@ import numpy as np
 
 from ..ir.registry import Op, register
 
-__all__ = ["call", "driver", "invoke", "on_placeholders", "placeholders", "probe", "resolve"]
+__all__ = ["HOST_OPS", "call", "driver", "invoke", "op_driver", "on_placeholders",
+           "placeholders", "probe", "resolve"]
 
 
 @functools.cache
@@ -199,3 +200,22 @@ def driver(blob):
 
 register(Op("host_call", "compute", _abstract_call, run=_run_call, vjp=_vjp, jvp=_jvp,
             doc="a numpy or scipy function without derivative rules, on values that need none"))
+
+
+#: ops whose ``run`` is Python on host arrays (numba runs them in object mode,
+#: the GPU program on host copies): library functions without rules, and ODEs
+#: solved by scipy (:mod:`hybridad.ops.ode`)
+HOST_OPS = ("host_ufunc", "host_call", "ode", "ode_adjoint")
+
+
+def op_driver(blob):
+    """``run(out, *arrays)`` of the node pickled in ``blob`` (``(op, attrs,
+    extra)``): its op's ``run`` with those attributes and the backend's
+    ``extra`` keywords, for generated code."""
+    import pickle
+
+    from ..ir.registry import REGISTRY
+
+    op, attrs, extra = pickle.loads(blob)  # noqa: S301 -- our own generated source
+    return functools.partial(REGISTRY[op].run, **attrs, **extra)
+

@@ -50,6 +50,7 @@ from .buildtime import BuildTimes
 from .explain import ExplainMixin
 from .pickling import PLAN_TYPE, PicklingMixin, _rebuild_plan  # noqa: F401 (older pickles name it here)
 from .decided import carried_check
+from . import ode_rhs  # noqa: F401  (an ODE's right-hand side compiled: numba's evaluator)
 from .fastpath import FastPathMixin
 from .guarded import GuardsMixin
 from .tiered import TieredMixin, default_tiered

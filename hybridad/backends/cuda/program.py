@@ -89,6 +89,8 @@ DEVICE_OPS = {
     **dict.fromkeys(DEVICE_LINALG, "cusolver"),  # numpy's functions on device arrays
     "host_ufunc": "host",  # a numpy/scipy ufunc on host arrays
     "host_call": "host",  # a numpy/scipy function on host arrays
+    "ode": "host",  # scipy.integrate's solver (hybridad.ops.ode)
+    "ode_adjoint": "host",
     "loop": "loop",  # hybridad.fori_loop / scan, rolled loops
 }
 
@@ -101,6 +103,10 @@ def check_supported(nodes):
         if n.op not in REGISTRY:  # input, const
             continue
         how = "kernel" if REGISTRY[n.op].kind == "elementwise" else DEVICE_OPS.get(n.op)
+        if how == "host" and n.op in ("ode", "ode_adjoint"):
+            raise NotImplementedError(
+                "an ODE solved by scipy.integrate (odeint, solve_ivp) runs on host arrays only; "
+                "backend='cupy' cannot run it: use backend='numba'")
         if how == "host" and n.op in ("host_ufunc", "host_call"):
             name = n.attrs.get("ufunc") or n.attrs["func"]
             raise NotImplementedError(

@@ -16,6 +16,7 @@ from .loops import (broadcast_index, fill, getitem_map, here, region_acc_lines, 
                     whole_array)
 from .loops import reduction_lines as _reduction_lines
 from .emit_pairs import emit_matvec, matvec_call, matvec_pair, matvec_two
+from .host_kernels import host_call, host_run, host_ufunc
 from .machine import machine
 from .simd import SERIAL
 
@@ -178,67 +179,6 @@ def _sort_unpack(part):
     return emit
 
 
-class HostUfunc:
-    """A ufunc without rules (op ``host_ufunc``) as a name in generated source,
-    bound at module level from its import path (registered like a user
-    kernel: :meth:`hybridad.backends.scalar.Constants.kernel`)."""
-
-    cacheable = True
-
-    def __init__(self, path):
-        self.path = path
-        self.ident = "_hu_" + "".join(c if c.isalnum() else "_" for c in path)
-
-    def header_line(self):
-        return (f"from numba import objmode as _objmode; from hybridad.ops.host import resolve "
-                f"as _hu_resolve; {self.ident} = _hu_resolve({self.path!r})")
-
-    def driver(self):
-        from ...ops.host import resolve
-
-        return resolve(self.path)
-
-
-def _host_ufunc(e):  # numpy's own ufunc, in object mode, into the node's buffer
-    name = e.consts.kernel(HostUfunc(e.node.attrs["ufunc"]))
-    e.w.emit("with _objmode():")
-    e.w.emit(f"    {name}({', '.join(e.a)}, out={e.out})")
-
-
-class HostCall:
-    """A library function without rules (op ``host_call``) as a name in
-    generated source: a driver ``(out, *arrays)`` rebuilt at module level from
-    the node's import path, template and item (see :mod:`hybridad.ops.host`)."""
-
-    cacheable = True
-
-    def __init__(self, node):
-        import hashlib
-        import pickle
-
-        self.attrs = (node.attrs["func"], node.attrs["template"], node.attrs["item"],
-                      node.attrs["where"])
-        self.blob = pickle.dumps(self.attrs, protocol=4).hex()
-        digest = hashlib.sha1(self.blob.encode()).hexdigest()[:12]
-        self.ident = "_hc_" + "".join(c if c.isalnum() else "_" for c in self.attrs[0]) + \
-            "_" + digest
-
-    def header_line(self):
-        return (f"from numba import objmode as _objmode; from hybridad.ops.host import driver "
-                f"as _hc_driver; {self.ident} = _hc_driver(bytes.fromhex({self.blob!r}))")
-
-    def driver(self):
-        from ...ops.host import driver
-
-        return driver(bytes.fromhex(self.blob))
-
-
-def _host_call(e):  # the library function, in object mode, into the node's buffer
-    name = e.consts.kernel(HostCall(e.node))
-    e.w.emit("with _objmode():")
-    e.w.emit(f"    {name}({', '.join([e.out, *e.a])})")
-
-
 def _loop(e):  # the body compiled once, run per iteration (hybridad.backends.loops)
     from ..loops import emit_numba
     emit_numba(e)
@@ -276,8 +216,10 @@ EMITTERS = {
     "sort_pack": lambda e: _emit_sort_pack(e.w, e.node, e.a[0], e.out),
     "sort_values": _sort_unpack("real"),
     "sort_index": _sort_unpack("imag"),
-    "host_ufunc": _host_ufunc,
-    "host_call": _host_call,
+    "host_ufunc": host_ufunc,
+    "host_call": host_call,
+    "ode": host_run,
+    "ode_adjoint": host_run,
     "loop": _loop,
 }
 

@@ -385,11 +385,12 @@ def runs_natively(g, serial):
     runner in Python, from a Python loop over the body's own arena, so no
     workspace is given for it).  Such a body runs on a workspace its plan
     gives it (:func:`loop_workspace`)."""
+    from ...ops.host import HOST_OPS
     from ..switches import jit_enabled
     from .abi import ABI
 
     return ABI is not None and serial and \
-        not any(n.op in ("host_call", "host_ufunc") or
+        not any(n.op in HOST_OPS or
                 n.op == "loop" and (not jit_enabled() or loop_workspace(n) is None)
                 for n in g.nodes)
 

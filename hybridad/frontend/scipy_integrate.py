@@ -1,0 +1,195 @@
+"""``scipy.integrate.odeint`` and ``solve_ivp`` on traced values.
+
+While a function is traced, a call of either whose initial value, extra
+arguments or right-hand side reaches a traced value (an argument of ``f``,
+or a value the right-hand side closes over) traces the right-hand side ONCE,
+on tracers of ``y`` and ``t`` (as :func:`hybridad.fori_loop` traces its
+body: values it reads from outside become operands), and becomes one
+``ode`` node (:mod:`hybridad.ops.ode`): scipy's own solver at every call, on
+the traced right-hand side, differentiated through the ODE's tangent
+(forward) and adjoint (reverse) equations.  A call that reaches no traced
+value is scipy's, on values.
+
+As in a loop body, the right-hand side is traced without values: a Python
+``if`` on ``y`` or ``t`` raises :class:`hybridad.TracingError` (write
+``np.where``).  The output time points are constants (``t`` of ``odeint``,
+``t_eval`` of ``solve_ivp``, which is required: without it the solver's own
+steps, which move with the values, would be the output).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.trace import bind, current_trace
+from ..core.tracer import Tracer
+from ..errors import TracingError
+from ..ir.graph import Graph
+from ..ops.loop import LoopBody
+from .loops import BodyTrace
+from .scipy_special import intercepts
+
+__all__ = ["odeint", "solve_ivp"]
+
+
+def _original(name):
+    import scipy.integrate
+
+    fn = getattr(scipy.integrate, name)
+    return getattr(fn, "__hybridad_original__", fn)
+
+
+def _times(t, name):
+    if isinstance(t, Tracer):
+        raise TracingError(f"scipy.integrate.{name}: the output times are traced values; "
+                           "hybridad differentiates an ODE's solution with respect to its "
+                           "initial value and parameters at constant times")
+    times = np.asarray(t, np.float64)
+    if times.ndim != 1 or times.size == 0:
+        raise ValueError(f"scipy.integrate.{name}: the output times must be a non-empty 1-d "
+                         f"sequence; got shape {times.shape}")
+    return times
+
+
+def _option(v):
+    """An option's value as a hashable, picklable attribute (arrays as tuples)."""
+    if isinstance(v, Tracer):
+        raise TracingError("an ODE solver option (rtol, atol, max_step, ...) is a traced "
+                           "value; options are constants")
+    if isinstance(v, np.ndarray):
+        return tuple(v.tolist())
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _ode(name, rhs_call, y0, times, span, solver_options):
+    """The ``ode`` node of ``rhs_call(y, t)`` from ``y0`` (None: the caller
+    runs scipy on values -- nothing reaches a traced value)."""
+    outer = current_trace()
+    traced_y0 = isinstance(y0, Tracer)
+    if traced_y0:
+        z0 = y0.astype(np.float64).reshape(-1)
+    else:
+        z0 = np.asarray(y0, np.float64).reshape(-1)
+    m = z0.shape[0]
+    body = BodyTrace(outer, 2)
+    with body:
+        y_t = body.input(0, (m,), np.dtype(np.float64))
+        t_t = body.input(1, (), np.dtype(np.float64))
+        res = rhs_call(y_t, t_t)
+        if not isinstance(res, Tracer):
+            res = np.asarray(res) if not isinstance(res, (list, tuple)) else np.array(res)
+        if not isinstance(res, Tracer) and not body.lifted:
+            f = None
+        else:
+            if not isinstance(res, Tracer):
+                res = Tracer(body.const(np.asarray(res, np.float64), True), body)
+            if res.size != m:
+                raise ValueError(f"scipy.integrate.{name}: the right-hand side returned "
+                                 f"{res.size} values for a state of {m}")
+            f = res.astype(np.float64).reshape(m)
+    if f is None or (not body.lifted and not traced_y0):
+        body.abandoned = True  # (nothing traced: scipy on values)
+        return None
+    inputs = [y_t.node, t_t.node] + [body._lifted[x.node.id] for x in body.lifted]
+    lbody = LoopBody(Graph(body.nodes, inputs, [f.node]), False, 0, 0)
+    options = tuple(sorted((k, _option(v)) for k, v in solver_options.items()))
+    return bind("ode", z0, *body.lifted, body=lbody, times=tuple(times.tolist()),
+                solver=name, span=(float(span[0]), float(span[1])), options=options)
+
+
+@intercepts("scipy.integrate", "odeint", while_tracing=True)
+def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None, mu=None,
+           rtol=None, atol=None, tcrit=None, h0=0.0, hmax=0.0, hmin=0.0, ixpr=0, mxstep=0,
+           mxhnil=0, mxordn=12, mxords=5, printmessg=0, tfirst=False):
+    """``scipy.integrate.odeint`` while tracing: differentiable in ``y0``, in
+    the arrays of ``args`` and in what ``func`` closes over.
+
+    Parameters
+    ----------
+    func, y0, t, args, tfirst
+        As scipy's; ``t`` is constant.
+    rtol, atol, tcrit, h0, hmax, hmin, ixpr, mxstep, mxhnil, mxordn, mxords, printmessg, ml, mu
+        Passed to scipy's solver (constants).
+    Dfun, col_deriv, full_output
+        Not taken while tracing (``Dfun``: scipy's solver is given the
+        right-hand side only; ``full_output``'s solver statistics are no
+        array of the graph).
+
+    Returns
+    -------
+    Tracer or ndarray
+        ``(len(t), len(y0))``: the solution at ``t``.
+    """
+    if Dfun is not None or full_output:
+        raise TracingError("scipy.integrate.odeint with Dfun= or full_output= on traced values: "
+                           "hybridad traces the right-hand side only (drop Dfun: its "
+                           "derivatives are hybridad's work) and returns the solution only")
+    times = _times(t, "odeint")
+    args = args if isinstance(args, tuple) else (args,)
+
+    def call(y, tt):
+        return func(tt, y, *args) if tfirst else func(y, tt, *args)
+
+    opts = {k: v for k, v in dict(rtol=rtol, atol=atol, tcrit=tcrit, ml=ml, mu=mu).items()
+            if v is not None}
+    opts.update({k: v for k, v, d in (("h0", h0, 0.0), ("hmax", hmax, 0.0), ("hmin", hmin, 0.0),
+                                      ("ixpr", ixpr, 0), ("mxstep", mxstep, 0),
+                                      ("mxhnil", mxhnil, 0), ("mxordn", mxordn, 12),
+                                      ("mxords", mxords, 5), ("printmessg", printmessg, 0))
+                 if v != d})
+    out = _ode("odeint", call, y0, times, (times[0], times[-1]), opts)
+    if out is None:
+        return _original("odeint")(func, y0, t, args=args, Dfun=Dfun, col_deriv=col_deriv,
+                                   full_output=full_output, tfirst=tfirst, **opts)
+    return out
+
+
+@intercepts("scipy.integrate", "solve_ivp", while_tracing=True)
+def solve_ivp(fun, t_span, y0, method="RK45", t_eval=None, dense_output=False, events=None,
+              vectorized=False, args=None, **options):
+    """``scipy.integrate.solve_ivp`` while tracing: differentiable in ``y0``,
+    in the arrays of ``args`` and in what ``fun`` closes over.
+
+    Parameters
+    ----------
+    fun, t_span, y0, method, args, **options
+        As scipy's (``method`` by name; ``t_span`` and the options constant).
+    t_eval : array_like
+        The output times (constants), required while tracing.
+    dense_output, events, vectorized
+        Not taken while tracing.
+
+    Returns
+    -------
+    scipy.integrate OdeResult
+        ``t`` (``t_eval``), ``y`` (a tracer, ``(len(y0), len(t_eval))``),
+        ``status`` 0, ``success`` True and scipy's message: a call whose
+        solver stops early raises instead.
+    """
+    if t_eval is None:
+        raise TracingError("scipy.integrate.solve_ivp on traced values needs t_eval: without it "
+                           "the output times are the solver's own steps, which move with the "
+                           "values (a graph has fixed shapes)")
+    if dense_output or events is not None or vectorized or not isinstance(method, str):
+        raise TracingError("scipy.integrate.solve_ivp on traced values takes method by name, "
+                           "and not dense_output=, events= or vectorized=")
+    if "jac" in options or "jac_sparsity" in options:
+        raise TracingError("scipy.integrate.solve_ivp on traced values: drop jac= (the "
+                           "right-hand side is traced; its derivatives are hybridad's work)")
+    times = _times(t_eval, "solve_ivp")
+    span = [float(np.asarray(s)) for s in t_span]
+    args = () if args is None else (args if isinstance(args, tuple) else (args,))
+
+    def call(y, tt):
+        return fun(tt, y, *args)
+
+    out = _ode("solve_ivp", call, y0, times, span, dict(options, method=method))
+    if out is None:
+        return _original("solve_ivp")(fun, t_span, y0, method=method, t_eval=t_eval,
+                                      args=args or None, **options)
+    from scipy.integrate._ivp.ivp import OdeResult
+
+    return OdeResult(t=times, y=out.T, sol=None, t_events=None, y_events=None, status=0,
+                     message="The solver successfully reached the end of the integration "
+                     "interval.", success=True)
+

@@ -1,0 +1,282 @@
+"""Ordinary differential equations solved by scipy, differentiated by their
+sensitivity equations.
+
+``scipy.integrate.odeint`` and ``solve_ivp`` on traced values (see
+:mod:`hybridad.frontend.scipy_integrate`) become one ``ode`` node: the
+right-hand side ``f(t, y, *consts)`` traced once into a body graph (a
+:class:`~hybridad.ops.loop.LoopBody`: inputs ``[y, t] + consts``, output
+``dy/dt``), integrated by scipy's own solver at every call -- the values are
+scipy's, step sizes and all -- with ``f`` evaluated by the body's ops'
+reference implementations (one generated straight-line function,
+:func:`hybridad.core.decisions.straight_line`), the operands' values read
+where the plan has them.
+
+Derivatives are those of the differential equation, solved by the same
+solver to the same tolerances (as autograd's and JAX's ``odeint``), not of
+the solver's arithmetic:
+
+- forward mode (``jvp``: Hessian-vector products, forward Jacobians): the
+  tangent ``s = dy`` obeys ``ds/dt = f_y s + f_k dk``, ``s(t0) = dy0``; an
+  ``ode`` node of the system ``[y, s]`` (the body's tangent pass, traced
+  once) gives it;
+- reverse mode (``vjp``): the adjoint ``a`` obeys ``da/dt = -a f_y``
+  backwards from the last time point, taking the cotangent of each output
+  row as it passes that row's time, and ``dL/dk = int a f_k dt`` accumulates
+  beside it (Froehlich, Loos and Hasenauer, 2017; autograd's ``odeint``);
+  each stretch between two output times starts from the forward solution
+  there.  One ``ode_adjoint`` node runs it.  Its own tangent (forward over
+  reverse: Hessians, Hessian-vector products) is the same sweep of the
+  adjoint system's tangent system; it is not reversed again.
+
+The solver's result must have the traced shape at every call: a run that
+stops early (``solve_ivp``'s ``success`` False) raises.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..ir.graph import Graph
+from ..ir.registry import Op, register
+from .loop import TRANSFORMS, LoopBody, _specs, _sub_trace, _zeros, replay
+
+__all__ = ["EVALUATORS", "SOLVERS", "integrate", "rhs"]
+
+#: the scipy functions an ``ode`` node calls
+SOLVERS = ("odeint", "solve_ivp")
+
+_FUNCTIONS = {}  # (evaluator, body key) -> (lock, run)
+_LOCK = threading.Lock()
+
+
+def _reference(body):
+    from ..core.decisions import straight_line
+
+    return straight_line(body.graph)
+
+
+#: how a body's graph is evaluated, by name: ``factory(body) -> run(leaves) ->
+#: [output arrays]`` -- ``"reference"``, the ops' numpy references in one
+#: generated function (the numpy backend's); the numba backend's
+#: ``"numba"``, the body compiled (:mod:`hybridad.plans.ode_rhs`), is added when
+#: the plans are imported
+EVALUATORS = {"reference": _reference}
+
+
+def rhs(body, evaluator="reference"):
+    """``(lock, run)`` evaluating ``body``'s graph by ``evaluator`` (made once
+    per evaluator and body content)."""
+    key = (evaluator, body.key)
+    hit = _FUNCTIONS.get(key)
+    if hit is None:
+        with _LOCK:
+            hit = _FUNCTIONS.get(key)
+            if hit is None:
+                hit = _FUNCTIONS[key] = (threading.Lock(), EVALUATORS[evaluator](body))
+    return hit
+
+
+def _scipy(name):
+    import scipy.integrate
+
+    fn = getattr(scipy.integrate, name)
+    return getattr(fn, "__hybridad_original__", fn)
+
+
+def integrate(body, z0, times, consts, solver, span, options, evaluator="reference"):
+    """The solution of ``dz/dt = body(z, t, *consts)``, ``z(span[0]) = z0``,
+    at ``times`` -- ``(len(times), len(z0))`` -- by scipy's ``solver``
+    (``options``: its keyword arguments, as pairs; ``evaluator``: of the
+    body, see :data:`EVALUATORS`)."""
+    lock, run = rhs(body, evaluator)
+    leaves = [None, None, *(np.asarray(c, order="C") for c in consts)]  # (0-d kept)
+
+    def f(t, z):
+        with lock:
+            leaves[0], leaves[1] = z, np.asarray(t, np.float64)
+            return np.array(run(leaves)[0], np.float64)  # (a copy: scipy keeps it)
+
+    z0 = np.asarray(z0, np.float64).reshape(-1)
+    with np.errstate(all="ignore"):
+        if solver == "odeint":
+            out = _scipy("odeint")(f, z0, times, tfirst=True, **dict(options))
+        else:
+            sol = _scipy("solve_ivp")(f, tuple(span), z0, t_eval=times, **dict(options))
+            out = sol.y.T
+            if out.shape != (len(times), len(z0)):
+                raise RuntimeError(f"scipy.integrate.solve_ivp stopped at t = {sol.t[-1]!r} "
+                                   f"before the last time point: {sol.message}")
+    return out
+
+
+def _abstract(*args, body, times, solver, span, options):
+    return (len(times), args[0].shape[0]), np.dtype(np.float64)
+
+
+def _run(out, z0, *consts, body, times, solver, span, options, evaluator="reference"):
+    out[...] = integrate(body, z0, times, consts, solver, span, options, evaluator)
+
+
+def _tangent_body(body, d_k):
+    """The body of the system ``[y, s]``: ``f`` and its tangent along ``s`` and
+    the tangents of consts ``d_k`` (inputs ``[[y, s], t] + consts + their
+    tangents``)."""
+    gin = body.graph.inputs
+    m = gin[0].shape[0]
+    k_in = gin[2:]
+    trace, ins = _sub_trace([((2 * m,), np.dtype(np.float64)), ((), np.dtype(np.float64))] +
+                            _specs(k_in) + _specs([k_in[k] for k in d_k]))
+    ys, t, k_t, dk_t = ins[0], ins[1], ins[2:2 + len(k_in)], ins[2 + len(k_in):]
+    with trace:
+        y, s = ys[:m], ys[m:]
+        (f,) = replay(body.graph, trace, [y, t, *k_t])
+        seeds = {y.node.id: s, **{k_t[k].node.id: d for k, d in zip(d_k, dk_t, strict=True)}}
+        tf = TRANSFORMS["jvp"](trace, list(trace.nodes), seeds).get(f.node.id)
+        tf = _zeros(f.shape, f.dtype) if tf is None else tf
+        out = _concat([f, tf])
+    return LoopBody(Graph(trace.nodes, [x.node for x in ins], [out.node]), False, 0, 0)
+
+
+def _adjoint_body(body, a_k):
+    """The body of the adjoint system ``[y, a, acc]``: ``f``, ``-a f_y`` and
+    ``-a f_k`` of the consts ``a_k``, flattened (inputs ``[[y, a, acc], t] +
+    consts``)."""
+    gin = body.graph.inputs
+    m = gin[0].shape[0]
+    k_in = gin[2:]
+    size = 2 * m + sum(k_in[k].size for k in a_k)
+    trace, ins = _sub_trace([((size,), np.dtype(np.float64)), ((), np.dtype(np.float64))] +
+                            _specs(k_in))
+    state, t, k_t = ins[0], ins[1], ins[2:]
+    with trace:
+        y, a = state[:m], state[m:2 * m]
+        (f,) = replay(body.graph, trace, [y, t, *k_t])
+        wrt = [y] + [k_t[k] for k in a_k]
+        grads = TRANSFORMS["backward"](trace, [f], [-a], wrt, inplace=False)
+        grads = [_zeros(w.shape, w.dtype) if gr is None else gr
+                 for gr, w in zip(grads, wrt, strict=True)]
+        out = _concat([f] + [gr.reshape(-1).astype(np.float64) for gr in grads])
+    return LoopBody(Graph(trace.nodes, [x.node for x in ins], [out.node]), False, 0, 0)
+
+
+def _concat(parts):
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+
+def _jvp(ts, node, z0, *rest, body, times, solver, span, options):
+    consts, tz0, tk = rest[:-1], ts[0], ts[1:]
+    d_k = [k for k, t in enumerate(tk) if t is not None]
+    if tz0 is None and not d_k:
+        return None
+    m = z0.shape[0]
+    tz0 = _zeros((m,), np.float64) if tz0 is None else tz0.astype(np.float64)
+    from ..core.trace import bind
+
+    both = bind("ode", _concat([z0, tz0]), *consts, *[tk[k] for k in d_k],
+                body=_tangent_body(body, d_k), times=times, solver=solver, span=span,
+                options=options)
+    return both[:, m:]
+
+
+def _vjp(g, node, active, z0, *rest, body, times, solver, span, options):
+    consts, ans = rest[:-1], rest[-1]
+    a_k = [k for k, on in enumerate(active[1:]) if on]
+    from ..core.trace import bind
+
+    packed = bind("ode_adjoint", g, ans, *consts, body=_adjoint_body(body, a_k), times=times,
+                  solver=solver, span=span, options=options,
+                  sizes=tuple(int(consts[k].size) for k in a_k), layers=1)
+    m = z0.shape[0]
+    out, offset = [packed[:m] if active[0] else None], m
+    for k, c in enumerate(consts):
+        if k in a_k:
+            out.append(packed[offset:offset + c.size].reshape(c.shape).astype(c.dtype))
+            offset += c.size
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+def _adjoint_abstract(*args, body, times, solver, span, options, sizes, layers):
+    return (layers * (args[layers].shape[1] + sum(sizes)),), np.dtype(np.float64)
+
+
+def _adjoint_run(out, *arrays, body, times, solver, span, options, sizes, layers,
+                 evaluator="reference"):
+    """The backward sweep: the adjoint system integrated from each output
+    time to the one before (and from the first to ``span[0]``), starting from
+    the forward solution there, the cotangent of each row added at its time.
+    ``layers``: the state is that many ``[y, a, acc]`` (one, and the tangents
+    of each for every forward-mode derivative taken of the sweep), with their
+    cotangents and forward solutions the first ``2 * layers`` operands."""
+    gs, yss, consts = arrays[:layers], arrays[layers:2 * layers], arrays[2 * layers:]
+    m, n_acc = yss[0].shape[1], sum(sizes)
+    width = 2 * m + n_acc
+    a = [np.array(g[-1], np.float64) for g in gs]
+    acc = [np.zeros(n_acc) for _ in gs]
+    stops = list(times[::-1])
+    if span[0] != times[0]:
+        stops.append(span[0])
+    last = len(times) - 1
+    for i in range(len(stops) - 1):
+        row = last - i
+        seg = np.array([stops[i], stops[i + 1]], np.float64)
+        z0 = np.concatenate([np.concatenate([ys[row], a_l, c_l])
+                             for ys, a_l, c_l in zip(yss, a, acc, strict=True)])
+        end = integrate(body, z0, seg, consts, solver, seg, options, evaluator)[-1]
+        for j in range(layers):
+            a[j] = end[j * width + m:j * width + 2 * m]
+            acc[j] = end[j * width + 2 * m:(j + 1) * width]
+            if row > 0:
+                a[j] = a[j] + gs[j][row - 1]
+    out[...] = np.concatenate([np.concatenate([a_l, c_l]) for a_l, c_l in zip(a, acc,
+                                                                               strict=True)])
+
+
+def _adjoint_jvp(ts, node, *operands, body, times, solver, span, options, sizes, layers):
+    """The sweep's tangent: the same sweep of the adjoint system's tangent
+    system (twice the layers), the tangents of the cotangents and of the
+    forward solution beside theirs."""
+    args = operands[:-1]
+    gs, yss, consts = args[:layers], args[layers:2 * layers], args[2 * layers:]
+    tg, ty, tk = ts[:layers], ts[layers:2 * layers], ts[2 * layers:]
+    d_k = [k for k, t in enumerate(tk) if t is not None]
+    if all(t is None for t in tg + ty) and not d_k:
+        return None
+    from ..core.trace import bind
+
+    def filled(t, like):
+        return _zeros(like.shape, np.float64) if t is None else t.astype(np.float64)
+
+    both = bind("ode_adjoint", *gs, *[filled(t, g) for t, g in zip(tg, gs, strict=True)],
+                *yss, *[filled(t, y) for t, y in zip(ty, yss, strict=True)], *consts,
+                *[tk[k] for k in d_k], body=_tangent_body(body, d_k), times=times,
+                solver=solver, span=span, options=options, sizes=sizes, layers=2 * layers)
+    return both[node.shape[0]:]
+
+
+def _batch(node, batched, *args, **attrs):
+    """A batch of ODEs (a Hessian's or Jacobian's tangents or cotangents): one
+    solve per element, stacked (each is its own adaptive solve)."""
+    from ..core.trace import bind
+
+    k = next(a.shape[0] for a, b in zip(args, batched, strict=True) if b)
+    return np.stack([bind(node.op, *(a[j] if b else a for a, b in zip(args, batched,
+                                                                       strict=True)), **attrs)
+                     for j in range(k)])
+
+
+def _no_reverse(*_, **__):
+    raise NotImplementedError(
+        "the reverse sweep of an ODE (scipy.integrate.odeint / solve_ivp) cannot be reversed "
+        "again; second derivatives (hybridad.hessian, hybridad.hvp) take forward over "
+        "reverse, which is supported")
+
+
+register(Op("ode", "compute", _abstract, run=_run, vjp=_vjp, jvp=_jvp, batch=_batch,
+            doc="an ODE solved by scipy.integrate (odeint, solve_ivp) at given times"))
+register(Op("ode_adjoint", "compute", _adjoint_abstract, run=_adjoint_run, vjp=_no_reverse,
+            jvp=_adjoint_jvp, batch=_batch,
+            doc="the adjoint sweep of an ode node (its reverse-mode rule)"))

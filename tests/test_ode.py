@@ -1,0 +1,141 @@
+"""ODEs solved by scipy.integrate.odeint and solve_ivp inside a differentiated
+function (hybridad.ops.ode, hybridad.frontend.scipy_integrate): the value is
+scipy's, and gradients, Jacobians, Hessians and Hessian-vector products with
+respect to the initial value, the extra arguments and values the right-hand
+side closes over match finite differences (the derivatives of the ODE, solved
+to the solver's tolerances), on both CPU backends."""
+
+import numpy as np
+import pytest
+from scipy.integrate import odeint, solve_ivp
+
+import hybridad as ha
+from hybridad.errors import TracingError
+from hybridad.testing import numerical_gradient
+
+T = np.linspace(0.0, 2.0, 9)
+TOL = dict(rtol=1e-11, atol=1e-11)
+RNG = np.random.default_rng(7)
+Y0 = RNG.standard_normal(3)
+K = np.array([0.5, 1.0, 1.5])
+A = 0.5 * RNG.standard_normal((3, 3))
+BACKENDS = ["numpy", "numba"]
+
+
+def rhs(y, t, k, A):
+    return -k * y + np.sin(A @ y) * np.exp(-t)
+
+
+def by_args(y0, k, A):
+    Y = odeint(rhs, y0, T, args=(k, A), **TOL)
+    return np.sum(Y ** 2) + np.sum(Y[-1])
+
+
+def by_closure(k, y0):
+    Y = odeint(lambda y, t: -k * y + 0.3 * np.cos(y) * t, y0, T, **TOL)
+    return np.sum(Y[::2] ** 3)
+
+
+def tfirst_form(y0, k):
+    return np.sum(odeint(lambda t, y: -k * y ** 2, y0, T, tfirst=True, **TOL))
+
+
+def ivp(y0, k, method="RK45"):
+    sol = solve_ivp(lambda t, y, k: -k * y + np.tanh(y[::-1]), (-0.5, 2.5), y0,
+                    method=method, t_eval=T, args=(k,), **TOL)
+    return np.sum(sol.y * np.arange(1.0, 4.0)[:, None])
+
+
+def scalar_args(p, y0):
+    """Parameters handed to the right-hand side as 0-d values (``p[0]``)."""
+    Y = odeint(lambda y, t, a, b: np.array([a * y[0] - b * y[0] * y[1],
+                                            b * y[0] * y[1] - y[1]]),
+               y0, T, args=(p[0], p[1]), **TOL)
+    return np.sum((Y - 1.0) ** 2)
+
+
+def _fd(f, args, i):
+    def fi(v):
+        a = list(args)
+        a[i] = v
+        return f(*a)
+    return numerical_gradient(fi, args[i])
+
+
+CASES = {"by_args": (by_args, (Y0, K, A)), "by_closure": (by_closure, (K, Y0)),
+         "tfirst": (tfirst_form, (np.abs(Y0) + 0.5, K)), "ivp_rk45": (ivp, (Y0, K)),
+         "ivp_radau": (lambda y0, k: ivp(y0, k, "Radau"), (Y0, K)),
+         "ivp_lsoda": (lambda y0, k: ivp(y0, k, "LSODA"), (Y0, K)),
+         "scalar_args": (scalar_args, (np.array([1.1, 0.4]), np.array([1.0, 0.5])))}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gradient_matches_finite_differences(name, backend):
+    f, args = CASES[name]
+    argnums = tuple(range(len(args)))
+    res = ha.gradient(f, *args, argnums=argnums, backend=backend)
+    assert float(res.value) == pytest.approx(f(*args), rel=1e-9)
+    for i, g in enumerate(res.derivs[0]):
+        np.testing.assert_allclose(g, _fd(f, args, i), rtol=1e-6, atol=1e-7)
+
+
+def test_the_value_is_scipy_s_and_a_plan_follows_new_values():
+    plan = ha.compile(by_args, Y0, K, A, argnums=(0, 1, 2))
+    for scale in (1.0, 0.5, 2.0):
+        args = (scale * Y0, K / scale, A)
+        res = plan.gradient(*args)
+        assert float(res.value) == pytest.approx(by_args(*args), rel=1e-10)
+        np.testing.assert_allclose(res.derivs[0][1], _fd(by_args, args, 1), rtol=1e-6)
+    ref = ha.gradient(by_args, Y0, K, A, backend="numpy")
+    assert float(ref.value) == pytest.approx(by_args(Y0, K, A), rel=1e-13)
+
+
+def damped(p):
+    Y = odeint(lambda y, t: np.array([y[1], -p[0] * y[0] - p[1] * y[1] + np.sin(t)]),
+               np.array([1.0, 0.0]), T, **TOL)
+    return np.sum(Y[:, 0] ** 2) + 0.5 * np.sum(Y[-1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_second_order_and_jacobians(backend):
+    p = np.array([2.0, 0.3])
+    H = ha.hessian(damped, p, backend=backend).hessian
+    Hfd = np.array([numerical_gradient(
+        lambda q: ha.gradient(damped, q, backend="numpy").gradient[i], p) for i in range(2)])
+    np.testing.assert_allclose(H, Hfd, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(H, H.T, rtol=1e-7)
+    v = np.array([0.7, -1.3])
+    hv = ha.hvp(damped, p, v, backend=backend)
+    np.testing.assert_allclose(hv.hvp, H @ v, rtol=1e-7)
+
+    def final(q):
+        return odeint(lambda y, t: -q[0] * y + q[1], np.array([1.0, 2.0]), T, **TOL)[-1]
+    J = ha.jacobian(final, p, backend=backend).jacobian
+    tf = T[-1]
+    e = np.exp(-p[0] * tf)
+    want = [[-tf * 1.0 * e + p[1] * (tf * e / p[0] - (1 - e) / p[0] ** 2), (1 - e) / p[0]],
+            [-tf * 2.0 * e + p[1] * (tf * e / p[0] - (1 - e) / p[0] ** 2), (1 - e) / p[0]]]
+    np.testing.assert_allclose(J, want, rtol=1e-7)
+
+
+def test_an_ode_of_no_traced_value_is_scipy_s_on_values():
+    def f(x):
+        Y = odeint(lambda y, t: -y, np.ones(2), T)
+        assert type(Y) is np.ndarray
+        return np.sum(x * Y[-1])
+    res = ha.gradient(f, np.ones(2))
+    np.testing.assert_allclose(res.gradient, odeint(lambda y, t: -y, np.ones(2), T)[-1])
+
+
+def test_refusals_name_what_to_change():
+    with pytest.raises(TracingError, match="t_eval"):
+        ha.gradient(lambda k: np.sum(solve_ivp(lambda t, y: -k * y, (0, 1), np.ones(3)).y), K)
+    with pytest.raises(TracingError, match="Dfun"):
+        ha.gradient(lambda k: np.sum(odeint(lambda y, t: -k * y, np.ones(3), T,
+                                            Dfun=lambda y, t: -np.diag(k))), K)
+    with pytest.raises(TracingError, match="times"):
+        ha.gradient(lambda s: np.sum(odeint(lambda y, t: -y, np.ones(3), T * s)), np.ones(1))
+    with pytest.raises(TracingError):  # a Python decision on the state, inside the body
+        ha.gradient(lambda k: np.sum(odeint(lambda y, t: -k * y if y[0] > 0 else k * y,
+                                            np.ones(3), T)), K)
