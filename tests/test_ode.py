@@ -80,6 +80,26 @@ def test_gradient_matches_finite_differences(name, backend):
         np.testing.assert_allclose(g, _fd(f, args, i), rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("sweep", ["forward", "adjoint"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_argument_alone(name, sweep, monkeypatch):
+    """A gradient in one argument (the parameters of a fit, not its initial
+    value; or the initial value alone), by forward sensitivities and by the
+    adjoint sweep (the choice is by size: ``FORWARD_SENSITIVITIES`` 0 forces
+    the adjoint)."""
+    import hybridad.ops.ode as ode
+
+    if sweep == "adjoint":
+        monkeypatch.setattr(ode, "FORWARD_SENSITIVITIES", 0)
+    f, args = CASES[name]
+    for i in range(len(args)):
+        plan = ha.compile(f, *args, argnums=i, backend="numpy")
+        ops = {n.op for n in plan.graph.nodes}
+        assert ("ode_adjoint" in ops) == (sweep == "adjoint"), ops
+        res = plan.gradient(*args)
+        np.testing.assert_allclose(res.gradient, _fd(f, args, i), rtol=1e-6, atol=1e-7)
+
+
 def test_the_value_is_scipy_s_and_a_plan_follows_new_values():
     plan = ha.compile(by_args, Y0, K, A, argnums=(0, 1, 2))
     for scale in (1.0, 0.5, 2.0):

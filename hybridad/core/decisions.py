@@ -342,7 +342,7 @@ def _node_lines(n, by_id, ns, lines):
         lines += [f"    _copyto(_b{n.id}, {first})",
                   f"    _f{n.id}(_b{n.id}{rest}, **_a{n.id})"]
     else:
-        lines.append(f"    _f{n.id}(_b{n.id}, {args}, **_a{n.id})")
+        lines.append(f"    _f{n.id}(_b{n.id}, {args + ', ' if args else ''}**_a{n.id})")
     lines.append(f"    {v} = _b{n.id}")
 
 

@@ -116,6 +116,12 @@ def _no_memory(what):
         "strides, buffer or flags) while tracing; only its shape and dtype are known.")
 
 
+#: the scipy functions the frontend traces through their module's attribute
+#: (``"scipy.integrate.odeint"``; filled by :func:`hybridad.frontend.scipy_special.intercepts`):
+#: one reaching ``__array__`` was called by a name bound before hybridad wrapped it
+WRAPPED_ENTRIES = set()
+
+
 def _library_hint(entry):
     """What to do instead of calling scipy's ``entry`` on traced values."""
     if entry.startswith("scipy.integrate") and not entry.endswith(("trapezoid", "simpson")):
@@ -311,6 +317,13 @@ class Tracer:
             raise TracingError(f"a numpy array indexed by a traced integer at "
                                f"{user_location()}: {TRACED_INDEX}")
         entry = library_entry()
+        if entry in WRAPPED_ENTRIES:
+            short = entry.rsplit(".", 1)[1]
+            raise TracingError(
+                f"{entry} was called on traced values by a name bound before hybridad wrapped "
+                f"it (at {user_location()}; `from {entry.rsplit('.', 1)[0]} import {short}` "
+                "ahead of `import hybridad`): hybridad traces it through its module's "
+                f"attribute. Import hybridad first, or call {entry}(...)")
         if entry is not None:
             raise TracingError(
                 f"{entry} converts its input with np.asarray, which tracing cannot follow (at "

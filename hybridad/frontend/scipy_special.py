@@ -25,7 +25,7 @@ import functools
 import numpy as np
 
 from ..core.trace import tracing
-from ..core.tracer import Tracer
+from ..core.tracer import WRAPPED_ENTRIES, Tracer
 from .numpy_complex import ComplexTracer
 
 __all__ = ["COMPOSITES", "INTERCEPTED", "install", "intercepts", "is_traced"]
@@ -45,6 +45,7 @@ def intercepts(module, name, while_tracing=False):
     close over traced values: ``scipy.integrate.odeint``)."""
     def register(impl):
         INTERCEPTED[(module, name)] = impl
+        WRAPPED_ENTRIES.add(f"{module}.{name}")
         if while_tracing:
             WHILE_TRACING.add(impl)
         return impl

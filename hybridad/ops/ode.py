@@ -19,7 +19,11 @@ the solver's arithmetic:
   tangent ``s = dy`` obeys ``ds/dt = f_y s + f_k dk``, ``s(t0) = dy0``; an
   ``ode`` node of the system ``[y, s]`` (the body's tangent pass, traced
   once) gives it;
-- reverse mode (``vjp``): the adjoint ``a`` obeys ``da/dt = -a f_y``
+- reverse mode (``vjp``): where the sensitivities are few (a fit's handful
+  of parameters: :data:`FORWARD_SENSITIVITIES`), they are integrated beside
+  the state in one solve -- the body's tangent pass batched over the
+  directions -- and contracted with the cotangent; otherwise the adjoint
+  ``a`` obeys ``da/dt = -a f_y``
   backwards from the last time point, taking the cotangent of each output
   row as it passes that row's time, and ``dL/dk = int a f_k dt`` accumulates
   beside it (Froehlich, Loos and Hasenauer, 2017; autograd's ``odeint``);
@@ -40,6 +44,7 @@ import numpy as np
 
 from ..ir.graph import Graph
 from ..ir.registry import Op, register
+from ..core.tracer import Tracer
 from .loop import TRANSFORMS, LoopBody, _specs, _sub_trace, _zeros, replay
 
 __all__ = ["EVALUATORS", "SOLVERS", "integrate", "rhs"]
@@ -54,20 +59,30 @@ _LOCK = threading.Lock()
 def _reference(body):
     from ..core.decisions import straight_line
 
-    return straight_line(body.graph)
+    run = straight_line(body.graph)
+
+    def bound(consts):
+        leaves = [None, None, *consts]
+
+        def call(z, t):
+            leaves[0], leaves[1] = z, t
+            return run(leaves)[0]
+        return call
+    return bound
 
 
-#: how a body's graph is evaluated, by name: ``factory(body) -> run(leaves) ->
-#: [output arrays]`` -- ``"reference"``, the ops' numpy references in one
-#: generated function (the numpy backend's); the numba backend's
-#: ``"numba"``, the body compiled (:mod:`hybridad.plans.ode_rhs`), is added when
-#: the plans are imported
+#: how a body's graph is evaluated, by name: ``factory(body) -> bound(consts)
+#: -> call(z, t) -> dz/dt`` (``t`` a 0-d array; the array returned is the
+#: evaluator's own buffer, or a view: copy what is kept) -- ``"reference"``,
+#: the ops' numpy references in one generated function (the numpy
+#: backend's); the numba backend's ``"numba"``, the body compiled
+#: (:mod:`hybridad.plans.ode_rhs`), is added when the plans are imported
 EVALUATORS = {"reference": _reference}
 
 
 def rhs(body, evaluator="reference"):
-    """``(lock, run)`` evaluating ``body``'s graph by ``evaluator`` (made once
-    per evaluator and body content)."""
+    """``(lock, bound)`` evaluating ``body``'s graph by ``evaluator`` (made
+    once per evaluator and body content; see :data:`EVALUATORS`)."""
     key = (evaluator, body.key)
     hit = _FUNCTIONS.get(key)
     if hit is None:
@@ -85,22 +100,39 @@ def _scipy(name):
     return getattr(fn, "__hybridad_original__", fn)
 
 
-def integrate(body, z0, times, consts, solver, span, options, evaluator="reference"):
+def integrate(body, z0, times, consts, solver, span, options, evaluator="reference",
+              steps=None):
     """The solution of ``dz/dt = body(z, t, *consts)``, ``z(span[0]) = z0``,
     at ``times`` -- ``(len(times), len(z0))`` -- by scipy's ``solver``
     (``options``: its keyword arguments, as pairs; ``evaluator``: of the
-    body, see :data:`EVALUATORS`)."""
-    lock, run = rhs(body, evaluator)
-    leaves = [None, None, *(np.asarray(c, order="C") for c in consts)]  # (0-d kept)
+    body, see :data:`EVALUATORS`).  ``steps``: a one-element list holding the
+    size of the step to try first (None: the solver's choice), which gets the
+    last step odeint took -- the adjoint sweep restarts it at every output
+    time, and starting where the last stretch ended saves the ramp up from a
+    tiny first step (where the caller gave no ``h0``)."""
+    lock, bound = rhs(body, evaluator)
+    call = bound([np.asarray(c, order="C") for c in consts])  # (0-d kept)
+    tbuf = np.zeros((), np.float64)
+    # odeint copies what f returns before it calls again; solve_ivp keeps it
+    keep = solver != "odeint"
 
     def f(t, z):
         with lock:
-            leaves[0], leaves[1] = z, np.asarray(t, np.float64)
-            return np.array(run(leaves)[0], np.float64)  # (a copy: scipy keeps it)
+            tbuf[...] = t
+            out = call(z, tbuf)
+            return np.array(out, np.float64) if keep or out.base is not None or \
+                out is z else out
 
     z0 = np.asarray(z0, np.float64).reshape(-1)
     with np.errstate(all="ignore"):
-        if solver == "odeint":
+        if solver == "odeint" and steps is not None and "h0" not in dict(options):
+            h0 = 0.0 if steps[0] is None else \
+                float(np.copysign(min(abs(steps[0]), abs(times[-1] - times[0])),
+                                  times[-1] - times[0]))
+            out, info = _scipy("odeint")(f, z0, times, tfirst=True, h0=h0, full_output=True,
+                                         **dict(options))
+            steps[0] = float(info["hu"][-1]) or steps[0]
+        elif solver == "odeint":
             out = _scipy("odeint")(f, z0, times, tfirst=True, **dict(options))
         else:
             sol = _scipy("solve_ivp")(f, tuple(span), z0, t_eval=times, **dict(options))
@@ -161,6 +193,49 @@ def _adjoint_body(body, a_k):
     return LoopBody(Graph(trace.nodes, [x.node for x in ins], [out.node]), False, 0, 0)
 
 
+def _sensitivity_body(body, y0_active, a_k):
+    """The body of the forward sensitivities ``[y, S]``, ``S`` the ``(m, P)``
+    derivatives of ``y`` in the ``P`` entries of ``y0`` (where active) and of
+    the consts ``a_k``: ``f`` and ``f_y S + f_k E`` (``E`` the unit
+    directions of the consts' entries), flattened -- the body's tangent pass
+    batched over the ``P`` directions (inputs ``[[y, S], t] + consts``)."""
+    gin = body.graph.inputs
+    m = gin[0].shape[0]
+    k_in = gin[2:]
+    sizes = [k_in[k].size for k in a_k]
+    n_dir = (m if y0_active else 0) + sum(sizes)
+    f64 = np.dtype(np.float64)
+    trace, ins = _sub_trace([((m + m * n_dir,), f64), ((), f64)] + _specs(k_in) +
+                            [((m,), f64)] + _specs([k_in[k] for k in a_k]))
+    n_k = len(k_in)
+    state, t, k_t = ins[0], ins[1], ins[2:2 + n_k]
+    s_seed, k_seeds = ins[2 + n_k], ins[3 + n_k:]  # (placeholders the batch replaces)
+    with trace:
+        y, S = state[:m], state[m:].reshape(m, n_dir)
+        (f,) = replay(body.graph, trace, [y, t, *k_t])
+        start = len(trace.nodes)
+        seeds = {y.node.id: s_seed, **{k_t[k].node.id: d for k, d in zip(a_k, k_seeds,
+                                                                          strict=True)}}
+        tf = TRANSFORMS["jvp"](trace, list(trace.nodes), seeds).get(f.node.id)
+        # (y's tangent along every direction is the sensitivities themselves)
+        batched, offset = {s_seed.node.id: S.T}, m if y0_active else 0
+        for k, d, size in zip(a_k, k_seeds, sizes, strict=True):
+            unit = np.zeros((n_dir, size))
+            unit[offset:offset + size] = np.eye(size)
+            batched[d.node.id] = Tracer(trace.const(unit.reshape((n_dir, *d.shape)).astype(
+                d.dtype), True), trace)
+            offset += size
+        if tf is not None:
+            TRANSFORMS["vmap"](trace, trace.nodes[start:], batched, n_dir)
+        tfb = _zeros((n_dir, m), f64) if tf is None else batched.get(tf.node.id)
+        if tfb is None:  # (the tangent does not depend on the seeds)
+            tfb = np.broadcast_to(tf, (n_dir, m))
+        out = _concat([f, tfb.T.astype(f64).reshape(-1)])
+    real = {x.node.id for x in ins[:2 + n_k]}
+    nodes = [n for n in trace.nodes if n.op != "input" or n.id in real]
+    return LoopBody(Graph(nodes, [x.node for x in ins[:2 + n_k]], [out.node]), False, 0, 0)
+
+
 def _concat(parts):
     return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
@@ -180,10 +255,40 @@ def _jvp(ts, node, z0, *rest, body, times, solver, span, options):
     return both[:, m:]
 
 
+#: the most entries of the forward sensitivities (states times directions) for
+#: which a gradient integrates them with the state, in one solve: a few
+#: parameters of a small model (a fit's), where the adjoint sweep's restart
+#: at every output time costs the solver its ramp up each time
+FORWARD_SENSITIVITIES = 512
+
+
 def _vjp(g, node, active, z0, *rest, body, times, solver, span, options):
+    """The cotangents of ``y0`` and the consts: by forward sensitivities where
+    they are few (:data:`FORWARD_SENSITIVITIES`: one solve of ``[y, S]``, then
+    ``g . S`` summed over the output times), else by the adjoint sweep."""
     consts, ans = rest[:-1], rest[-1]
     a_k = [k for k, on in enumerate(active[1:]) if on]
     from ..core.trace import bind
+
+    m = z0.shape[0]
+    n_dir = (m if active[0] else 0) + sum(int(consts[k].size) for k in a_k)
+    if m * (n_dir + 1) <= FORWARD_SENSITIVITIES:
+        s0 = np.zeros((m, n_dir))
+        if active[0]:
+            s0[:, :m] = np.eye(m)
+        sens = bind("ode", _concat([z0.astype(np.float64), s0.reshape(-1)]), *consts,
+                    body=_sensitivity_body(body, active[0], a_k), times=times, solver=solver,
+                    span=span, options=options)
+        S = sens[:, m:].reshape(len(times) * m, n_dir)
+        cot = g.reshape(-1) @ S
+        out, offset = [cot[:m] if active[0] else None], m if active[0] else 0
+        for k, c in enumerate(consts):
+            if k in a_k:
+                out.append(cot[offset:offset + c.size].reshape(c.shape).astype(c.dtype))
+                offset += c.size
+            else:
+                out.append(None)
+        return tuple(out)
 
     packed = bind("ode_adjoint", g, ans, *consts, body=_adjoint_body(body, a_k), times=times,
                   solver=solver, span=span, options=options,
@@ -219,13 +324,13 @@ def _adjoint_run(out, *arrays, body, times, solver, span, options, sizes, layers
     stops = list(times[::-1])
     if span[0] != times[0]:
         stops.append(span[0])
-    last = len(times) - 1
+    last, steps = len(times) - 1, [None]
     for i in range(len(stops) - 1):
         row = last - i
         seg = np.array([stops[i], stops[i + 1]], np.float64)
         z0 = np.concatenate([np.concatenate([ys[row], a_l, c_l])
                              for ys, a_l, c_l in zip(yss, a, acc, strict=True)])
-        end = integrate(body, z0, seg, consts, solver, seg, options, evaluator)[-1]
+        end = integrate(body, z0, seg, consts, solver, seg, options, evaluator, steps)[-1]
         for j in range(layers):
             a[j] = end[j * width + m:j * width + 2 * m]
             acc[j] = end[j * width + 2 * m:(j + 1) * width]

@@ -28,8 +28,8 @@ __all__ = ["compiled_rhs"]
 
 
 def compiled_rhs(body):
-    """``run(leaves) -> [output arrays]`` of ``body``'s graph, compiled (the
-    arrays returned are the program's own buffers: copy what is kept)."""
+    """``bound(consts) -> call(z, t) -> dz/dt`` of ``body``'s graph, compiled
+    (the array returned is the program's own buffer: copy what is kept)."""
     from ..backends.numba import build_program
     from ..backends.numba.layouts import plan_numba_memory
 
@@ -48,22 +48,30 @@ def compiled_rhs(body):
         program = build_program(graph.nodes, graph.inputs, graph.outputs, memory, buffers,
                                 in_specs, out_specs, name="ode_rhs_program",
                                 label="an ODE's right-hand side")
-    results = [np.empty(s, d) for s, d in out_specs]
+    result = np.empty(*out_specs[0])
     fn, objects = program.fn, program.objects
 
-    def run(leaves):
-        if not program.heavy:  # (the leaves as they are: the program checks each one)
-            arrays = [*leaves, *results]
-            try:
-                fn(*[id(a) for a in arrays]) if objects else fn(*arrays)
-                return results
-            except (TypeError, ValueError):
-                pass  # (another layout or dtype: staged by run)
-        program.run(leaves, results)
-        return results
+    def bound(consts):
+        tail = [*consts, result]
+        ids = [id(a) for a in tail]  # (kept alive by tail)
 
-    run.program = program  # (kept alive with its workspace)
-    return run
+        def call(z, t):
+            if not program.heavy:  # (as they are: the program checks each argument)
+                try:
+                    if objects:
+                        fn(id(z), id(t), *ids)
+                    else:
+                        fn(z, t, *tail)
+                    return result
+                except (TypeError, ValueError):
+                    pass  # (another layout or dtype: staged by run)
+            program.run([z, t, *consts], [result])
+            return result
+        call.keep = tail
+        return call
+
+    bound.program = program  # (kept alive with its workspace)
+    return bound
 
 
 EVALUATORS["numba"] = compiled_rhs
