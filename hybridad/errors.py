@@ -167,6 +167,43 @@ def user_location():
     return "<unknown location>"
 
 
+#: the scipy functions the frontend traces through their module's attribute
+#: (``"scipy.integrate.odeint"``; filled by :func:`hybridad.frontend.scipy_special.intercepts`):
+#: one whose own code meets a tracer was called by a name bound before hybridad wrapped it
+WRAPPED_ENTRIES = set()
+
+
+def _library_hint(entry):
+    """What to do instead of calling scipy's ``entry`` on traced values."""
+    if entry.startswith("scipy.integrate") and not entry.endswith(("trapezoid", "simpson")):
+        return ("Write the integration with numpy: an ODE as a fixed-step loop (a Python for "
+                "loop, which hybridad rolls, or hybridad.fori_loop / scan), a quadrature as "
+                "a sum over nodes (np.polynomial.legendre.leggauss gives them).")
+    if entry.startswith("scipy.optimize"):
+        return ("A solve inside the differentiated function has no derivative here: solve "
+                "on values outside it, and differentiate the condition the solution meets "
+                "(the implicit function theorem), or write the iterations with numpy.")
+    return ("Call it on values (outside the differentiated function, or on arrays that do "
+            "not depend on the arguments you differentiate), or write it with numpy.")
+
+
+def library_refusal(entry, where):
+    """The :class:`TracingError` for scipy's ``entry`` (of :func:`library_entry`)
+    converting a traced value at ``where``: one hybridad traces but reached by
+    a name bound before it was wrapped, or one it does not trace."""
+    if entry in WRAPPED_ENTRIES:
+        module, short = entry.rsplit(".", 1)
+        return TracingError(
+            f"{entry} was called on traced values by a name bound before hybridad wrapped it "
+            f"(at {where}; `from {module} import {short}` ahead of `import hybridad`): "
+            f"hybridad traces it through its module's attribute. Import hybridad first, or "
+            f"call {entry}(...)")
+    return TracingError(
+        f"{entry} converts its input with np.asarray, which tracing cannot follow (at "
+        f"{where}): it is not among the scipy functions hybridad traces "
+        f"(docs/coverage.md lists them). {_library_hint(entry)}")
+
+
 def public_module(module):
     """``numpy.linalg`` for ``numpy.linalg._linalg``: a module's public path."""
     return ".".join(p for p in module.split(".") if not p.startswith("_"))

@@ -159,3 +159,14 @@ def test_refusals_name_what_to_change():
     with pytest.raises(TracingError):  # a Python decision on the state, inside the body
         ha.gradient(lambda k: np.sum(odeint(lambda y, t: -k * y if y[0] > 0 else k * y,
                                             np.ones(3), T)), K)
+
+
+def test_a_name_bound_before_hybridad_wrapped_scipy_is_named():
+    """``from scipy.integrate import odeint`` ahead of ``import hybridad``
+    holds scipy's own function: the error says so and what to do."""
+    import scipy.integrate
+
+    early = getattr(scipy.integrate.odeint, "__hybridad_original__", scipy.integrate.odeint)
+    with pytest.raises(TracingError, match="bound before hybridad wrapped it.*Import hybridad "
+                                           "first, or call scipy.integrate.odeint"):
+        ha.gradient(lambda k: np.sum(early(lambda y, t: -y, np.ones(3) * k, T)), K)

@@ -20,7 +20,7 @@ import types
 import numpy as np
 
 from ..errors import (PACKAGE_DIR, ConversionError, TracingError, library_entry,
-                      traced_as_users, user_location, user_namespaces)
+                      library_refusal, traced_as_users, user_location, user_namespaces)
 from . import decisions as _decisions
 from .decisions import decide
 from .observe import OBSERVED, note_value_operand, paused, quiet
@@ -114,26 +114,6 @@ def _no_memory(what):
     raise TracingError(
         f"{what} of a traced array at {user_location()}: a traced array has no memory (no "
         "strides, buffer or flags) while tracing; only its shape and dtype are known.")
-
-
-#: the scipy functions the frontend traces through their module's attribute
-#: (``"scipy.integrate.odeint"``; filled by :func:`hybridad.frontend.scipy_special.intercepts`):
-#: one reaching ``__array__`` was called by a name bound before hybridad wrapped it
-WRAPPED_ENTRIES = set()
-
-
-def _library_hint(entry):
-    """What to do instead of calling scipy's ``entry`` on traced values."""
-    if entry.startswith("scipy.integrate") and not entry.endswith(("trapezoid", "simpson")):
-        return ("Write the integration with numpy: an ODE as a fixed-step loop (a Python for "
-                "loop, which hybridad rolls, or hybridad.fori_loop / scan), a quadrature as "
-                "a sum over nodes (np.polynomial.legendre.leggauss gives them).")
-    if entry.startswith("scipy.optimize"):
-        return ("A solve inside the differentiated function has no derivative here: solve "
-                "on values outside it, and differentiate the condition the solution meets "
-                "(the implicit function theorem), or write the iterations with numpy.")
-    return ("Call it on values (outside the differentiated function, or on arrays that do "
-            "not depend on the arguments you differentiate), or write it with numpy.")
 
 
 class _ProtocolRefused(TracingError, AttributeError):
@@ -317,18 +297,8 @@ class Tracer:
             raise TracingError(f"a numpy array indexed by a traced integer at "
                                f"{user_location()}: {TRACED_INDEX}")
         entry = library_entry()
-        if entry in WRAPPED_ENTRIES:
-            short = entry.rsplit(".", 1)[1]
-            raise TracingError(
-                f"{entry} was called on traced values by a name bound before hybridad wrapped "
-                f"it (at {user_location()}; `from {entry.rsplit('.', 1)[0]} import {short}` "
-                "ahead of `import hybridad`): hybridad traces it through its module's "
-                f"attribute. Import hybridad first, or call {entry}(...)")
         if entry is not None:
-            raise TracingError(
-                f"{entry} converts its input with np.asarray, which tracing cannot follow (at "
-                f"{user_location()}): it is not among the scipy functions hybridad traces "
-                f"(docs/coverage.md lists them). {_library_hint(entry)}")
+            raise library_refusal(entry, user_location())
         raise ConversionError(
             f"a traced array was converted to a numpy array at {user_location()} by code "
             "tracing does not follow: a numpy function hybridad does not support, or np.array "

@@ -25,7 +25,8 @@ import functools
 import numpy as np
 
 from ..core.trace import tracing
-from ..core.tracer import WRAPPED_ENTRIES, Tracer
+from ..core.tracer import Tracer
+from ..errors import WRAPPED_ENTRIES
 from .numpy_complex import ComplexTracer
 
 __all__ = ["COMPOSITES", "INTERCEPTED", "install", "intercepts", "is_traced"]

@@ -219,7 +219,7 @@ def _sensitivity_body(body, y0_active, a_k):
         tf = TRANSFORMS["jvp"](trace, list(trace.nodes), seeds).get(f.node.id)
         # (y's tangent along every direction is the sensitivities themselves)
         batched, offset = {s_seed.node.id: S.T}, m if y0_active else 0
-        for k, d, size in zip(a_k, k_seeds, sizes, strict=True):
+        for d, size in zip(k_seeds, sizes, strict=True):
             unit = np.zeros((n_dir, size))
             unit[offset:offset + size] = np.eye(size)
             batched[d.node.id] = Tracer(trace.const(unit.reshape((n_dir, *d.shape)).astype(
