@@ -170,3 +170,29 @@ def test_a_name_bound_before_hybridad_wrapped_scipy_is_named():
     with pytest.raises(TracingError, match="bound before hybridad wrapped it.*Import hybridad "
                                            "first, or call scipy.integrate.odeint"):
         ha.gradient(lambda k: np.sum(early(lambda y, t: -y, np.ones(3) * k, T)), K)
+
+
+def test_threads_solving_one_right_hand_side_at_once():
+    """Two plans of one model (one compiled right-hand side, shared) called
+    from two threads at once give each call's own answer."""
+    import threading
+
+    plans = [ha.compile(by_args, Y0, K, A, argnums=1) for _ in range(2)]
+    points = [K * s for s in (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)]
+    want = [by_args(Y0, k, A) for k in points]
+    got, errors = {}, []
+
+    def work(j):
+        try:
+            for i, k in enumerate(points):
+                got[j, i] = float(plans[j].gradient(Y0, k, A).value)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+    threads = [threading.Thread(target=work, args=(j,)) for j in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    for (j, i), v in got.items():
+        assert v == pytest.approx(want[i], rel=1e-9), (j, i)

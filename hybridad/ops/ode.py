@@ -73,7 +73,8 @@ def _reference(body):
 
 #: how a body's graph is evaluated, by name: ``factory(body) -> bound(consts)
 #: -> call(z, t) -> dz/dt`` (``t`` a 0-d array; the array returned is the
-#: evaluator's own buffer, or a view: copy what is kept) -- ``"reference"``,
+#: evaluator's buffer, or a view: copy what is kept -- unless ``call.owned``,
+#: a buffer of that ``call``'s alone) -- ``"reference"``,
 #: the ops' numpy references in one generated function (the numpy
 #: backend's); the numba backend's ``"numba"``, the body compiled
 #: (:mod:`hybridad.plans.ode_rhs`), is added when the plans are imported
@@ -89,7 +90,18 @@ def rhs(body, evaluator="reference"):
         with _LOCK:
             hit = _FUNCTIONS.get(key)
             if hit is None:
-                hit = _FUNCTIONS[key] = (threading.Lock(), EVALUATORS[evaluator](body))
+                try:
+                    bound = EVALUATORS[evaluator](body)
+                except Exception as exc:  # noqa: BLE001 - the reference serves (always, for it)
+                    if evaluator == "reference":
+                        raise
+                    import logging
+
+                    logging.getLogger("hybridad").debug(
+                        "hybridad: an ODE's right-hand side was not compiled (%s: %s); the "
+                        "reference evaluates it", type(exc).__name__, exc)
+                    bound = EVALUATORS["reference"](body)
+                hit = _FUNCTIONS[key] = (threading.Lock(), bound)
     return hit
 
 
@@ -113,15 +125,15 @@ def integrate(body, z0, times, consts, solver, span, options, evaluator="referen
     lock, bound = rhs(body, evaluator)
     call = bound([np.asarray(c, order="C") for c in consts])  # (0-d kept)
     tbuf = np.zeros((), np.float64)
-    # odeint copies what f returns before it calls again; solve_ivp keeps it
-    keep = solver != "odeint"
+    # odeint copies what f returns before it calls again (solve_ivp keeps it):
+    # a result buffer of this solve's own (``call.owned``) goes as it is
+    owned = solver == "odeint" and getattr(call, "owned", False)
 
     def f(t, z):
         with lock:
             tbuf[...] = t
             out = call(z, tbuf)
-            return np.array(out, np.float64) if keep or out.base is not None or \
-                out is z else out
+            return out if owned else np.array(out, np.float64)
 
     z0 = np.asarray(z0, np.float64).reshape(-1)
     with np.errstate(all="ignore"):

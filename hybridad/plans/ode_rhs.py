@@ -29,7 +29,8 @@ __all__ = ["compiled_rhs"]
 
 def compiled_rhs(body):
     """``bound(consts) -> call(z, t) -> dz/dt`` of ``body``'s graph, compiled
-    (the array returned is the program's own buffer: copy what is kept)."""
+    (the array returned is a buffer of that ``call``'s own, overwritten by its
+    next call; the program's workspace is shared: the caller locks)."""
     from ..backends.numba import build_program
     from ..backends.numba.layouts import plan_numba_memory
 
@@ -48,10 +49,10 @@ def compiled_rhs(body):
         program = build_program(graph.nodes, graph.inputs, graph.outputs, memory, buffers,
                                 in_specs, out_specs, name="ode_rhs_program",
                                 label="an ODE's right-hand side")
-    result = np.empty(*out_specs[0])
     fn, objects = program.fn, program.objects
 
     def bound(consts):
+        result = np.empty(*out_specs[0])  # (this solve's own: threads solve apart)
         tail = [*consts, result]
         ids = [id(a) for a in tail]  # (kept alive by tail)
 
@@ -67,7 +68,7 @@ def compiled_rhs(body):
                     pass  # (another layout or dtype: staged by run)
             program.run([z, t, *consts], [result])
             return result
-        call.keep = tail
+        call.keep, call.owned = tail, True
         return call
 
     bound.program = program  # (kept alive with its workspace)
