@@ -117,16 +117,25 @@ def damped(p):
     return np.sum(Y[:, 0] ** 2) + 0.5 * np.sum(Y[-1])
 
 
+@pytest.mark.parametrize("sweep", ["forward", "adjoint"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_second_order_and_jacobians(backend):
+def test_second_order_and_jacobians(backend, sweep, monkeypatch):
+    """Hessians and ``hvp`` (forward over reverse: the tangent of the forward
+    sensitivities, or of the adjoint sweep) and Jacobians."""
+    import hybridad.ops.ode as ode
+
+    if sweep == "adjoint":
+        monkeypatch.setattr(ode, "FORWARD_SENSITIVITIES", 0)
     p = np.array([2.0, 0.3])
-    H = ha.hessian(damped, p, backend=backend).hessian
+    plan = ha.compile(damped, p, hessian=True, backend=backend)
+    assert ("ode_adjoint" in str(plan.explain())) == (sweep == "adjoint")
+    H = plan.hessian(p).hessian
     Hfd = np.array([numerical_gradient(
         lambda q: ha.gradient(damped, q, backend="numpy").gradient[i], p) for i in range(2)])
     np.testing.assert_allclose(H, Hfd, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(H, H.T, rtol=1e-7)
     v = np.array([0.7, -1.3])
-    hv = ha.hvp(damped, p, v, backend=backend)
+    hv = ha.compile(lambda q: damped(q), p, hvp=True, backend=backend).hvp(p, v=v)
     np.testing.assert_allclose(hv.hvp, H @ v, rtol=1e-7)
 
     def final(q):
