@@ -50,6 +50,8 @@ _NOTES = {**_LAPACK,
           "scipy.integrate.solve_ivp": "scipy's solver on the traced right-hand side (op "
                                        "ode); adjoint and tangent equations (constant "
                                        "t_eval, required)",
+          "scipy.integrate.quad": "scipy's quad of the traced integrand (op quad); "
+                                  "Leibniz's rule in the limits and parameters",
           "numpy.pad": "modes 'constant', 'edge', 'reflect', 'symmetric', 'wrap' "
                        "(reflect_type 'even'): composite of primitives",
           "numpy.linalg.cond": "composite; p None, 2, -2 from singular values (LAPACK "

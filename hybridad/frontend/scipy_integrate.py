@@ -29,7 +29,7 @@ from ..ops.loop import LoopBody
 from .loops import BodyTrace
 from .scipy_special import intercepts
 
-__all__ = ["odeint", "solve_ivp"]
+__all__ = ["odeint", "quad", "solve_ivp"]
 
 
 def _original(name):
@@ -193,3 +193,62 @@ def solve_ivp(fun, t_span, y0, method="RK45", t_eval=None, dense_output=False, e
                      message="The solver successfully reached the end of the integration "
                      "interval.", success=True)
 
+
+
+@intercepts("scipy.integrate", "quad", while_tracing=True)
+def quad(func, a, b, args=(), full_output=0, epsabs=1.49e-08, epsrel=1.49e-08, limit=50,
+         points=None, weight=None, wvar=None, wopts=None, maxp1=50, limlst=50,
+         complex_func=False):
+    """``scipy.integrate.quad`` while tracing: differentiable in the limits, in
+    the arrays of ``args`` and in what ``func`` closes over (Leibniz's rule,
+    each integral scipy's: :mod:`hybridad.ops.quad`).
+
+    Parameters
+    ----------
+    func, a, b, args
+        As scipy's; ``func(x, *args)`` returns a number (traced once, on a
+        0-d tracer ``x``: a Python ``if`` on ``x`` raises, write ``np.where``).
+    epsabs, epsrel, limit, points, weight, wvar, maxp1, limlst
+        Passed to scipy (constants); the derivatives' integrals take them too.
+    full_output, wopts, complex_func
+        Not taken while tracing.
+
+    Returns
+    -------
+    tuple
+        ``(integral, abserr)``: 0-d tracers (the error bound has no derivative).
+    """
+    if full_output or wopts is not None or complex_func:
+        raise TracingError("scipy.integrate.quad on traced values takes no full_output=, "
+                           "wopts= or complex_func=")
+    args = args if isinstance(args, tuple) else (args,)
+    outer = current_trace()
+    body = BodyTrace(outer, 1)
+    with body:
+        x_t = body.input(0, (), np.dtype(np.float64))
+        res = func(x_t, *args)
+        if not isinstance(res, Tracer):
+            res = np.asarray(res, np.float64)
+            res = Tracer(body.const(res, True), body) if body.lifted else None
+        elif res.size != 1:
+            raise ValueError("scipy.integrate.quad: the integrand must return a number; got "
+                             f"shape {res.shape}")
+    if res is None or not (body.lifted or isinstance(a, Tracer) or isinstance(b, Tracer)):
+        body.abandoned = True  # (nothing traced: scipy on values)
+        return _original("quad")(func, a, b, args=args, epsabs=epsabs, epsrel=epsrel,
+                                 limit=limit, points=points, weight=weight, wvar=wvar,
+                                 maxp1=maxp1, limlst=limlst)
+    f = res.astype(np.float64).reshape(())
+    inputs = [x_t.node] + [body._lifted[x.node.id] for x in body.lifted]
+    lbody = LoopBody(Graph(body.nodes, inputs, [f.node]), False, 0, 0)
+    opts = {"epsabs": epsabs, "epsrel": epsrel, "limit": limit, "points": points,
+            "weight": weight, "wvar": wvar, "maxp1": maxp1, "limlst": limlst}
+    default = {"epsabs": 1.49e-08, "epsrel": 1.49e-08, "limit": 50, "points": None,
+               "weight": None, "wvar": None, "maxp1": 50, "limlst": 50}
+    options = tuple(sorted((k, _option(v)) for k, v in opts.items() if v is not default[k]
+                           and not (v is not None and default[k] is not None and
+                                    v == default[k])))
+    limits = [x.astype(np.float64).reshape(()) if isinstance(x, Tracer) else float(x)
+              for x in (a, b)]
+    out = bind("quad", *limits, *body.lifted, body=lbody, options=options)
+    return out[0], out[1]

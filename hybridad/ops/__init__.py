@@ -33,6 +33,7 @@ from . import (  # noqa: F401  (fill the registry)
     loop,
     matmul,
     ode,
+    quad,
     reductions,
     region,
     scans,

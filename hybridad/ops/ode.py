@@ -61,18 +61,21 @@ def _reference(body):
 
     run = straight_line(body.graph)
 
-    def bound(consts):
-        leaves = [None, None, *consts]
+    n_vars = len(body.graph.inputs)
 
-        def call(z, t):
-            leaves[0], leaves[1] = z, t
+    def bound(consts):
+        leaves = [None] * (n_vars - len(consts)) + list(consts)
+
+        def call(*variables):
+            leaves[:len(variables)] = variables
             return run(leaves)[0]
         return call
     return bound
 
 
 #: how a body's graph is evaluated, by name: ``factory(body) -> bound(consts)
-#: -> call(z, t) -> dz/dt`` (``t`` a 0-d array; the array returned is the
+#: -> call(*variables) -> output`` (the body's leading inputs, an ODE's ``z``
+#: and ``t`` -- a 0-d array --, an integrand's ``x``; the array returned is the
 #: evaluator's buffer, or a view: copy what is kept -- unless ``call.owned``,
 #: a buffer of that ``call``'s alone) -- ``"reference"``,
 #: the ops' numpy references in one generated function (the numpy

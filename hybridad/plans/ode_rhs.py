@@ -28,7 +28,7 @@ __all__ = ["compiled_rhs"]
 
 
 def compiled_rhs(body):
-    """``bound(consts) -> call(z, t) -> dz/dt`` of ``body``'s graph, compiled
+    """``bound(consts) -> call(*variables) -> output`` of ``body``'s graph, compiled
     (the array returned is a buffer of that ``call``'s own, overwritten by its
     next call; the program's workspace is shared: the caller locks)."""
     from ..backends.numba import build_program
@@ -56,17 +56,17 @@ def compiled_rhs(body):
         tail = [*consts, result]
         ids = [id(a) for a in tail]  # (kept alive by tail)
 
-        def call(z, t):
+        def call(*variables):
             if not program.heavy:  # (as they are: the program checks each argument)
                 try:
                     if objects:
-                        fn(id(z), id(t), *ids)
+                        fn(*[id(v) for v in variables], *ids)
                     else:
-                        fn(z, t, *tail)
+                        fn(*variables, *tail)
                     return result
                 except (TypeError, ValueError):
                     pass  # (another layout or dtype: staged by run)
-            program.run([z, t, *consts], [result])
+            program.run([*variables, *consts], [result])
             return result
         call.keep, call.owned = tail, True
         return call

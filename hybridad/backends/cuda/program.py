@@ -91,6 +91,7 @@ DEVICE_OPS = {
     "host_call": "host",  # a numpy/scipy function on host arrays
     "ode": "host",  # scipy.integrate's solver (hybridad.ops.ode)
     "ode_adjoint": "host",
+    "quad": "host",  # scipy.integrate.quad (hybridad.ops.quad)
     "loop": "loop",  # hybridad.fori_loop / scan, rolled loops
 }
 
@@ -103,10 +104,10 @@ def check_supported(nodes):
         if n.op not in REGISTRY:  # input, const
             continue
         how = "kernel" if REGISTRY[n.op].kind == "elementwise" else DEVICE_OPS.get(n.op)
-        if how == "host" and n.op in ("ode", "ode_adjoint"):
+        if how == "host" and n.op in ("ode", "ode_adjoint", "quad"):
             raise NotImplementedError(
-                "an ODE solved by scipy.integrate (odeint, solve_ivp) runs on host arrays only; "
-                "backend='cupy' cannot run it: use backend='numba'")
+                "an ODE or an integral computed by scipy.integrate (odeint, solve_ivp, quad) "
+                "runs on host arrays only; backend='cupy' cannot run it: use backend='numba'")
         if how == "host" and n.op in ("host_ufunc", "host_call"):
             name = n.attrs.get("ufunc") or n.attrs["func"]
             raise NotImplementedError(

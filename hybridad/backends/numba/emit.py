@@ -220,6 +220,7 @@ EMITTERS = {
     "host_call": host_call,
     "ode": host_run,
     "ode_adjoint": host_run,
+    "quad": host_run,
     "loop": _loop,
 }
 

@@ -1,0 +1,96 @@
+"""Integrals by scipy.integrate.quad inside a differentiated function
+(hybridad.ops.quad): scipy's value, and Leibniz's rule for the derivatives --
+in the integrand's parameters (arguments and closures), in the limits,
+finite or not, with quad's options -- checked against finite differences
+and closed forms, first and second order, on both CPU backends."""
+
+import numpy as np
+import pytest
+from scipy.integrate import quad
+
+import hybridad as ha
+from hybridad.errors import TracingError
+from hybridad.testing import numerical_gradient
+
+BACKENDS = ["numpy", "numba"]
+P = np.array([0.7, 1.3, 2.0])
+
+
+def gauss_cos(p):  # params by args and by closure, a traced upper limit
+    v, _ = quad(lambda x, a: np.exp(-a * x ** 2) * np.cos(p[1] * x), 0.0, p[2], args=(p[0],))
+    return v ** 2
+
+
+def both_limits(p):
+    return quad(lambda x: np.sin(p[0] * x) + x ** 2, p[1] - 1.0, p[2])[0]
+
+
+def infinite(p):  # a normalizing constant over the real line
+    return quad(lambda x: np.exp(-0.5 * (x / p[0]) ** 2 - p[1] * np.abs(x)), -np.inf,
+                np.inf)[0] * p[2]
+
+
+def options(p):  # points of a kink, and a weight function (quad's QAWO)
+    kink = quad(lambda x: np.abs(x - 0.5) * p[0] + p[1] * x, 0.0, 1.0, points=[0.5],
+                epsabs=1e-12)[0]
+    weighted = quad(lambda x: np.exp(-p[2] * x) * p[0], 0.0, 3.0, weight="cos", wvar=2.0)[0]
+    return kink * weighted
+
+
+def matrix_param(p):  # an array parameter, a vector-valued derivative integrand
+    A = np.outer(p, p)
+    return quad(lambda x: np.sum(np.tanh(A * x)), 0.0, 1.0)[0]
+
+
+CASES = {f.__name__: f for f in (gauss_cos, both_limits, infinite, options, matrix_param)}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gradient_matches_finite_differences(name, backend):
+    f = CASES[name]
+    res = ha.gradient(f, P, backend=backend)
+    assert float(res.value) == pytest.approx(f(P), rel=1e-12)
+    np.testing.assert_allclose(res.gradient, numerical_gradient(f, P), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["gauss_cos", "both_limits", "infinite"])
+def test_second_order(name, backend):
+    f = CASES[name]
+    H = ha.hessian(f, P, backend=backend).hessian
+    Hfd = np.array([numerical_gradient(
+        lambda q: ha.gradient(f, q, backend="numpy").gradient[i], P) for i in range(3)])
+    np.testing.assert_allclose(H, Hfd, rtol=1e-5, atol=1e-7)
+    v = np.array([1.0, -0.5, 0.25])
+    np.testing.assert_allclose(ha.hvp(f, P, v, backend=backend).hvp, H @ v, rtol=1e-8,
+                               atol=1e-10)
+
+
+def test_closed_forms_and_the_error_bound():
+    s = np.array(1.5)
+    g = ha.gradient(lambda s: quad(lambda x: np.exp(-x ** 2 / (2 * s ** 2)), -np.inf,
+                                   np.inf)[0], s)
+    assert float(g.gradient) == pytest.approx(np.sqrt(2 * np.pi), rel=1e-9)
+
+    def with_err(k):
+        value, err = quad(lambda x: k[0] * x, 0.0, 1.0)
+        assert err.shape == ()  # a 0-d value, no derivative
+        return value + 0.0 * err
+    assert float(ha.gradient(with_err, np.ones(1)).gradient[0]) == pytest.approx(0.5)
+
+
+def test_an_integral_of_no_traced_value_is_scipy_s_on_values():
+    def f(x):
+        v, err = quad(lambda t: t ** 2, 0.0, 1.0)
+        assert type(v) is float
+        return v * np.sum(x)
+    assert float(ha.gradient(f, np.ones(2)).gradient[0]) == pytest.approx(1.0 / 3.0)
+
+
+def test_refusals():
+    with pytest.raises(TracingError, match="full_output"):
+        ha.gradient(lambda k: quad(lambda x: k[0] * x, 0.0, 1.0, full_output=1)[0], np.ones(1))
+    with pytest.raises(TracingError):  # a Python decision on x inside the integrand
+        ha.gradient(lambda k: quad(lambda x: k[0] if x > 0.5 else x, 0.0, 1.0)[0],
+                    np.ones(1))
