@@ -52,6 +52,10 @@ _NOTES = {**_LAPACK,
                                        "t_eval, required)",
           "scipy.integrate.quad": "scipy's quad of the traced integrand (op quad); "
                                   "Leibniz's rule in the limits and parameters",
+          **dict.fromkeys((f"scipy.optimize.{n}" for n in ("brentq", "brenth", "ridder",
+                                                           "bisect", "toms748", "fsolve")),
+                          "scipy's root of the traced residual (op root); the implicit "
+                          "function theorem"),
           "numpy.pad": "modes 'constant', 'edge', 'reflect', 'symmetric', 'wrap' "
                        "(reflect_type 'even'): composite of primitives",
           "numpy.linalg.cond": "composite; p None, 2, -2 from singular values (LAPACK "

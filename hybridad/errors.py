@@ -180,9 +180,10 @@ def _library_hint(entry):
                 "loop, which hybridad rolls, or hybridad.fori_loop / scan), a quadrature as "
                 "a sum over nodes (np.polynomial.legendre.leggauss gives them).")
     if entry.startswith("scipy.optimize"):
-        return ("A solve inside the differentiated function has no derivative here: solve "
-                "on values outside it, and differentiate the condition the solution meets "
-                "(the implicit function theorem), or write the iterations with numpy.")
+        return ("hybridad differentiates scipy.optimize's brentq, brenth, ridder, bisect, "
+                "toms748 and fsolve inside f (the implicit function theorem); write this "
+                "solve as one of them, or solve on values outside f and differentiate the "
+                "condition the solution meets, or write the iterations with numpy.")
     return ("Call it on values (outside the differentiated function, or on arrays that do "
             "not depend on the arguments you differentiate), or write it with numpy.")
 

@@ -36,6 +36,7 @@ from . import (  # noqa: F401  (fill the registry)
     quad,
     reductions,
     region,
+    root,
     scans,
     select,
     shape,

@@ -205,7 +205,7 @@ register(Op("host_call", "compute", _abstract_call, run=_run_call, vjp=_vjp, jvp
 #: ops whose ``run`` is Python on host arrays (numba runs them in object mode,
 #: the GPU program refuses them): library functions without rules, and ODEs
 #: and integrals computed by scipy (:mod:`hybridad.ops.ode`, :mod:`hybridad.ops.quad`)
-HOST_OPS = ("host_ufunc", "host_call", "ode", "ode_adjoint", "quad")
+HOST_OPS = ("host_ufunc", "host_call", "ode", "ode_adjoint", "quad", "root")
 
 
 def op_driver(blob):

@@ -500,7 +500,7 @@ CONSERVATIVE_RULE = Rule(_conservative_maps, _all_pairs)
 CONSERVATIVE = frozenset({
     "solve", "inv", "det", "slogdet", "cholesky", "eigh", "eigvalsh", "svd", "pinv", "eig",
     "eigh_evr", "solve_triangular", "qr", "lu_factor", "expm", "refuse_if", "cholesky_adjoint",
-    "host_ufunc", "host_call", "ode", "ode_adjoint", "quad", "region", "region_acc",
+    "host_ufunc", "host_call", "ode", "ode_adjoint", "quad", "root", "region", "region_acc",
     "region_partial",
     # (made by the lowering, after any pattern is traced)
     "matvec_pair", "matvec_two", "solve_lu", "lu_factors", "lu_solve", "symmetric",

@@ -92,6 +92,7 @@ DEVICE_OPS = {
     "ode": "host",  # scipy.integrate's solver (hybridad.ops.ode)
     "ode_adjoint": "host",
     "quad": "host",  # scipy.integrate.quad (hybridad.ops.quad)
+    "root": "host",  # scipy.optimize's root finders (hybridad.ops.root)
     "loop": "loop",  # hybridad.fori_loop / scan, rolled loops
 }
 
@@ -104,9 +105,10 @@ def check_supported(nodes):
         if n.op not in REGISTRY:  # input, const
             continue
         how = "kernel" if REGISTRY[n.op].kind == "elementwise" else DEVICE_OPS.get(n.op)
-        if how == "host" and n.op in ("ode", "ode_adjoint", "quad"):
+        if how == "host" and n.op in ("ode", "ode_adjoint", "quad", "root"):
             raise NotImplementedError(
-                "an ODE or an integral computed by scipy.integrate (odeint, solve_ivp, quad) "
+                "an ODE, an integral or a root computed by scipy (odeint, solve_ivp, quad, brentq, "
+                "fsolve) "
                 "runs on host arrays only; backend='cupy' cannot run it: use backend='numba'")
         if how == "host" and n.op in ("host_ufunc", "host_call"):
             name = n.attrs.get("ufunc") or n.attrs["func"]

@@ -221,6 +221,7 @@ EMITTERS = {
     "ode": host_run,
     "ode_adjoint": host_run,
     "quad": host_run,
+    "root": host_run,
     "loop": _loop,
 }
 

@@ -1,0 +1,186 @@
+"""Roots found by scipy.optimize, differentiated by the implicit function
+theorem.
+
+``scipy.optimize.brentq`` (``brenth``, ``ridder``, ``bisect``, ``toms748``)
+and ``fsolve`` on traced values (see :mod:`hybridad.frontend.scipy_optimize`)
+become one ``root`` node: the residual ``F(x, *consts)`` traced once into a
+body graph (a :class:`~hybridad.ops.loop.LoopBody`: inputs ``[x] + consts``,
+output ``F``, shaped like ``x``), solved by scipy's own solver at every call
+with the body evaluated as an ODE's right-hand side is
+(:data:`hybridad.ops.ode.EVALUATORS`).  The bracket or starting point are
+operands too (read at every call) but carry no derivative: the root does not
+move with them.
+
+At the root ``F(x*, k) = 0``, so ``F_x dx + F_k dk = 0``:
+
+- forward mode: ``dx = -F_x^{-1} (F_k dk)``;
+- reverse mode: ``l = F_x^{-T} g``, then ``dk = -l F_k``;
+
+``F_x`` and the products with ``F_k`` are the body's tangent and reverse
+passes, traced once into bodies of their own and replayed at ``x*`` in the
+plan's graph, the solve a ``np.linalg.solve`` (a division for a scalar
+root) -- ordinary ops, so second derivatives follow by the same rules.
+The derivative is exact at the root scipy returns (to its ``xtol``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.tracer import Tracer
+from ..ir.graph import Graph
+from ..ir.registry import Op, register
+from .loop import TRANSFORMS, LoopBody, _specs, _sub_trace, _zeros, replay
+from .ode import _batch, rhs
+
+__all__ = ["BRACKETING", "SOLVERS", "solve_root"]
+
+#: scipy.optimize's scalar solvers on a bracket ``[a, b]``
+BRACKETING = ("brentq", "brenth", "ridder", "bisect", "toms748")
+#: every solver a ``root`` node calls
+SOLVERS = BRACKETING + ("fsolve",)
+
+
+def _scipy(name):
+    import scipy.optimize
+
+    fn = getattr(scipy.optimize, name)
+    return getattr(fn, "__hybridad_original__", fn)
+
+
+def solve_root(body, starts, consts, solver, options, evaluator="reference"):
+    """The root of ``body`` (``x -> F(x, *consts)``) by scipy's ``solver``
+    from ``starts`` (the bracket ``a, b``, or ``x0``)."""
+    lock, bound = rhs(body, evaluator)
+    call = bound([np.asarray(c, order="C") for c in consts])
+    shape = body.graph.inputs[0].shape
+    opts = dict(options)
+    with np.errstate(all="ignore"):
+        if solver in BRACKETING:
+            xbuf = np.zeros((), np.float64)
+
+            def f(x):
+                with lock:
+                    xbuf[...] = x
+                    return float(call(xbuf))
+            a, b = (float(s) for s in starts)
+            return np.asarray(_scipy(solver)(f, a, b, **opts), np.float64)
+
+        def fv(x):
+            with lock:
+                return np.array(call(np.asarray(x, np.float64).reshape(shape)),
+                                np.float64).reshape(-1)
+        x0 = np.asarray(starts[0], np.float64).reshape(-1)
+        return np.asarray(_scipy(solver)(fv, x0, **opts), np.float64).reshape(shape)
+
+
+def _abstract(*args, body, solver, options, n_start):
+    return body.graph.inputs[0].shape, np.dtype(np.float64)
+
+
+def _run(out, *arrays, body, solver, options, n_start, evaluator="reference"):
+    out[...] = solve_root(body, arrays[:n_start], arrays[n_start:], solver, options, evaluator)
+
+
+def _jacobian_body(body):
+    """``F_x`` at any ``x`` (inputs ``[x] + consts``): 0-d for a scalar root,
+    else ``(n, n)``, the body's tangent pass batched over the unit directions."""
+    gin = body.graph.inputs
+    shape, n = gin[0].shape, gin[0].size
+    f64 = np.dtype(np.float64)
+    trace, ins = _sub_trace(_specs(gin) + [(shape, f64)])
+    x, k_t, seed = ins[0], ins[1:-1], ins[-1]  # (seed: a placeholder the batch replaces)
+    with trace:
+        (f,) = replay(body.graph, trace, [x, *k_t])
+        start = len(trace.nodes)
+        t = TRANSFORMS["jvp"](trace, list(trace.nodes), {x.node.id: seed}).get(f.node.id)
+        if t is None:
+            jac = _zeros(() if shape == () else (n, n), f64)
+        elif shape == ():
+            batched = {seed.node.id: Tracer(trace.const(np.ones(1), True), trace)}
+            TRANSFORMS["vmap"](trace, trace.nodes[start:], batched, 1)
+            rows = batched.get(t.node.id)
+            jac = (t if rows is None else rows.reshape(())).astype(f64)
+        else:
+            batched = {seed.node.id: Tracer(trace.const(np.eye(n).reshape((n, *shape)), True),
+                                            trace)}
+            TRANSFORMS["vmap"](trace, trace.nodes[start:], batched, n)
+            rows = batched.get(t.node.id)  # (direction j, component i): F_x transposed
+            jac = (np.broadcast_to(t.reshape(-1), (n, n)) if rows is None else
+                   rows.reshape(n, n)).T.astype(f64)
+    return _body(trace, ins[:-1], [jac])
+
+
+def _product_body(body, d_k, reverse):
+    """``F_k dk`` (forward: inputs ``[x] + consts + the tangents of d_k``) or
+    ``l F_k`` for each const of ``d_k``, flattened (reverse: inputs ``[x] +
+    consts + [l]``), at any ``x``."""
+    gin = body.graph.inputs
+    k_in = gin[1:]
+    extra = [(gin[0].shape, np.dtype(np.float64))] if reverse else \
+        _specs([k_in[k] for k in d_k])
+    trace, ins = _sub_trace(_specs(gin) + extra)
+    x, k_t, rest = ins[0], ins[1:1 + len(k_in)], ins[1 + len(k_in):]
+    with trace:
+        (f,) = replay(body.graph, trace, [x, *k_t])
+        if reverse:
+            wrt = [k_t[k] for k in d_k]
+            grads = TRANSFORMS["backward"](trace, [f], [rest[0]], wrt, inplace=False)
+            parts = [(_zeros(w.shape, w.dtype) if g is None else g).reshape(-1)
+                     for g, w in zip(grads, wrt, strict=True)]
+            out = (np.concatenate(parts) if len(parts) > 1 else parts[0]).astype(np.float64)
+        else:
+            seeds = {k_t[k].node.id: d for k, d in zip(d_k, rest, strict=True)}
+            out = TRANSFORMS["jvp"](trace, list(trace.nodes), seeds).get(f.node.id)
+            out = _zeros(f.shape, np.float64) if out is None else out.astype(np.float64)
+    return _body(trace, ins, [out])
+
+
+def _body(trace, ins, outs):
+    """The body of ``trace`` with inputs ``ins`` (placeholders it no longer
+    reads dropped) and outputs ``outs``."""
+    real = {t.node.id for t in ins}
+    nodes = [n for n in trace.nodes if n.op != "input" or n.id in real]
+    return LoopBody(Graph(nodes, [t.node for t in ins], [t.node for t in outs]), False, 0, 0)
+
+
+def _solve(jac, rhs_, transpose=False):
+    if jac.shape == ():
+        return rhs_ / jac
+    return np.linalg.solve(jac.T if transpose else jac, rhs_)
+
+
+def _jvp(ts, node, *rest, body, solver, options, n_start):
+    ans, operands = rest[-1], rest[:-1]
+    consts, tk = operands[n_start:], ts[n_start:]
+    d_k = [k for k, t in enumerate(tk) if t is not None]
+    if not d_k:
+        return None
+    trace = ans._trace
+    (jac,) = replay(_jacobian_body(body).graph, trace, [ans, *consts])
+    (fk,) = replay(_product_body(body, d_k, False).graph, trace,
+                   [ans, *consts, *[tk[k] for k in d_k]])
+    return -_solve(jac, fk)
+
+
+def _vjp(g, node, active, *rest, body, solver, options, n_start):
+    ans, operands = rest[-1], rest[:-1]
+    consts = operands[n_start:]
+    a_k = [k for k, on in enumerate(active[n_start:]) if on]
+    out = [None] * len(operands)
+    if not a_k:
+        return tuple(out)
+    trace = ans._trace
+    (jac,) = replay(_jacobian_body(body).graph, trace, [ans, *consts])
+    lam = _solve(jac, g.astype(np.float64), transpose=True)
+    (packed,) = replay(_product_body(body, a_k, True).graph, trace, [ans, *consts, lam])
+    offset = 0
+    for k in a_k:
+        c = consts[k]
+        out[n_start + k] = (-packed[offset:offset + c.size]).reshape(c.shape).astype(c.dtype)
+        offset += c.size
+    return tuple(out)
+
+
+register(Op("root", "compute", _abstract, run=_run, vjp=_vjp, jvp=_jvp, batch=_batch,
+            doc="a root by scipy.optimize (brentq & co, fsolve)"))

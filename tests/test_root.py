@@ -1,0 +1,101 @@
+"""Roots by scipy.optimize inside a differentiated function (hybridad.ops.root,
+hybridad.frontend.scipy_optimize): scipy's root, and derivatives by the
+implicit function theorem -- in the residual's arguments and closures, of
+scalar roots (brentq & co) and systems (fsolve) -- checked against finite
+differences and closed forms, first and second order, on both CPU backends."""
+
+import numpy as np
+import pytest
+import scipy.optimize as so
+
+import hybridad as ha
+from hybridad.errors import TracingError
+from hybridad.testing import numerical_gradient
+
+BACKENDS = ["numpy", "numba"]
+P = np.array([0.3, 1.2, 2.0])
+
+
+def kepler(p, solver="brentq"):
+    """The eccentric anomaly: ``E - e sin E = M`` (e, M as args)."""
+    E = getattr(so, solver)(lambda E, e, M: E - e * np.sin(E) - M, 0.0, 2 * np.pi,
+                            args=(p[0], p[1]), xtol=1e-14)
+    return np.cos(E) * p[2]
+
+
+def closure(p):  # the residual reads p itself; a traced bracket moves nothing
+    x = so.brentq(lambda x: np.exp(p[0] * x) - p[1] - x, -5.0, p[2] * 0.0 + 5.0, xtol=1e-14)
+    return x ** 2
+
+
+def system(p):
+    p = p * np.array([8.0 / 3.0, 1.0 / 3.0, 1.0])  # (at P: p[0] 0.8, p[1] 0.4)
+    x = so.fsolve(lambda x: np.array([x[0] ** 2 + p[0] * x[1] - 3.0,
+                                      np.sin(x[1]) + x[0] * p[1] - 1.0]),
+                  np.array([1.0, 1.0]), xtol=1e-13)
+    return 2.0 * x[0] + x[1] ** 2 + p[2] * x[0] * x[1]
+
+
+def matrix_system(p):  # a nonlinear system of 4, an array parameter
+    A = np.outer(p, p)[:, :2] + np.eye(3, 2)
+    x = so.fsolve(lambda x, A: np.tanh(A @ x[:2]) + x - np.arange(3.0) * 0.1, np.zeros(3),
+                  args=(A,), xtol=1e-13)
+    return np.sum(x ** 2)
+
+
+CASES = {"brentq": kepler, "brenth": lambda p: kepler(p, "brenth"),
+         "ridder": lambda p: kepler(p, "ridder"), "toms748": lambda p: kepler(p, "toms748"),
+         "bisect": lambda p: kepler(p, "bisect"),
+         "closure": closure, "fsolve": system, "fsolve_matrix": matrix_system}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gradient_matches_finite_differences(name, backend):
+    f = CASES[name]
+    res = ha.gradient(f, P, backend=backend)
+    assert float(res.value) == pytest.approx(f(P), rel=1e-12)
+    np.testing.assert_allclose(res.gradient, numerical_gradient(f, P), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["brentq", "closure", "fsolve", "fsolve_matrix"])
+def test_second_order(name, backend):
+    f = CASES[name]
+    H = ha.hessian(f, P, backend=backend).hessian
+    Hfd = np.array([numerical_gradient(
+        lambda q: ha.gradient(f, q, backend="numpy").gradient[i], P) for i in range(3)])
+    np.testing.assert_allclose(H, Hfd, rtol=1e-5, atol=1e-7)
+    v = np.array([1.0, -0.5, 0.25])
+    np.testing.assert_allclose(ha.hvp(f, P, v, backend=backend).hvp, H @ v, rtol=1e-8,
+                               atol=1e-10)
+
+
+def test_closed_form_and_a_plan_that_follows_new_values():
+    def cube_root(c):  # x^3 = c: dx/dc = 1 / (3 x^2)
+        return so.brentq(lambda x: x ** 3 - c[0], 0.0, 10.0, xtol=1e-15)
+    plan = ha.compile(cube_root, np.array([2.0]))
+    for c in (2.0, 8.0, 27.0):
+        res = plan.gradient(np.array([c]))
+        assert float(res.value) == pytest.approx(c ** (1 / 3), rel=1e-13)
+        assert float(res.gradient[0]) == pytest.approx(1.0 / (3.0 * c ** (2 / 3)), rel=1e-10)
+
+
+def test_a_root_of_no_traced_value_is_scipy_s_on_values():
+    def f(x):
+        r = so.brentq(lambda t: t ** 2 - 2.0, 0.0, 2.0)
+        assert type(r) is float
+        return r * np.sum(x)
+    assert float(ha.gradient(f, np.ones(2)).gradient[0]) == pytest.approx(np.sqrt(2.0))
+
+
+def test_refusals_and_failures():
+    with pytest.raises(TracingError, match="full_output"):
+        ha.gradient(lambda k: so.brentq(lambda x: x - k[0], -1, 1, full_output=True)[0],
+                    np.zeros(1))
+    with pytest.raises(TracingError, match="fprime"):
+        ha.gradient(lambda k: so.fsolve(lambda x: x - k, np.zeros(2), fprime=lambda x: 1.0),
+                    np.zeros(2))
+    plan = ha.compile(lambda k: so.brentq(lambda x: x - k[0], -1.0, 1.0), np.zeros(1))
+    with pytest.raises(ValueError):  # no sign change in the bracket: scipy's error
+        plan.gradient(np.array([5.0]))
