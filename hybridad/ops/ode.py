@@ -47,7 +47,7 @@ from ..ir.registry import Op, register
 from ..core.tracer import Tracer
 from .loop import TRANSFORMS, LoopBody, _specs, _sub_trace, _zeros, replay
 
-__all__ = ["EVALUATORS", "SOLVERS", "integrate", "rhs"]
+__all__ = ["EVALUATORS", "SOLVERS", "integrate", "parameter_body", "rhs", "unpack"]
 
 #: the scipy functions an ``ode`` node calls
 SOLVERS = ("odeint", "solve_ivp")
@@ -296,27 +296,54 @@ def _vjp(g, node, active, z0, *rest, body, times, solver, span, options):
                     span=span, options=options)
         S = sens[:, m:].reshape(len(times) * m, n_dir)
         cot = g.reshape(-1) @ S
-        out, offset = [cot[:m] if active[0] else None], m if active[0] else 0
-        for k, c in enumerate(consts):
-            if k in a_k:
-                out.append(cot[offset:offset + c.size].reshape(c.shape).astype(c.dtype))
-                offset += c.size
-            else:
-                out.append(None)
-        return tuple(out)
+        return (cot[:m] if active[0] else None,
+                *unpack(cot, consts, a_k, m if active[0] else 0))
 
     packed = bind("ode_adjoint", g, ans, *consts, body=_adjoint_body(body, a_k), times=times,
                   solver=solver, span=span, options=options,
                   sizes=tuple(int(consts[k].size) for k in a_k), layers=1)
-    m = z0.shape[0]
-    out, offset = [packed[:m] if active[0] else None], m
+    return (packed[:m] if active[0] else None, *unpack(packed, consts, a_k, m))
+
+
+def unpack(vec, consts, a_k, offset=0):
+    """The pieces of the flat ``vec`` for the consts ``a_k`` in turn, from
+    ``offset``, shaped and typed like them (None for the other consts)."""
+    out = []
     for k, c in enumerate(consts):
         if k in a_k:
-            out.append(packed[offset:offset + c.size].reshape(c.shape).astype(c.dtype))
+            out.append(vec[offset:offset + c.size].reshape(c.shape).astype(c.dtype))
             offset += c.size
         else:
             out.append(None)
-    return tuple(out)
+    return out
+
+
+def parameter_body(body, d_k, reverse):
+    """The derivative of ``body`` (inputs ``[x] + consts``, one output ``F``) in
+    its consts ``d_k``, at any ``x``: ``F_k dk`` (forward; inputs ``[x] +
+    consts + the tangents of d_k``) or ``w . F_k`` for each of them, flattened
+    and concatenated (reverse; inputs ``[x] + consts + [w]``, ``w`` shaped like
+    ``F``) -- an integrand's derivative (:mod:`.quad`), a residual's
+    (:mod:`.root`)."""
+    gin = body.graph.inputs
+    out_node = body.graph.outputs[0]
+    k_in = gin[1:]
+    f64 = np.dtype(np.float64)
+    extra = [(out_node.shape, f64)] if reverse else _specs([k_in[k] for k in d_k])
+    trace, ins = _sub_trace(_specs(gin) + extra)
+    x, k_t, rest = ins[0], ins[1:1 + len(k_in)], ins[1 + len(k_in):]
+    with trace:
+        (f,) = replay(body.graph, trace, [x, *k_t])
+        if reverse:
+            wrt = [k_t[k] for k in d_k]
+            grads = TRANSFORMS["backward"](trace, [f], [rest[0]], wrt, inplace=False)
+            out = _concat([(_zeros(w.shape, w.dtype) if g is None else g).reshape(-1)
+                           for g, w in zip(grads, wrt, strict=True)]).astype(f64)
+        else:
+            seeds = {k_t[k].node.id: d for k, d in zip(d_k, rest, strict=True)}
+            out = TRANSFORMS["jvp"](trace, list(trace.nodes), seeds).get(f.node.id)
+            out = _zeros(f.shape, f64) if out is None else out.astype(f64)
+    return LoopBody(Graph(trace.nodes, [t.node for t in ins], [out.node]), False, 0, 0)
 
 
 def _adjoint_abstract(*args, body, times, solver, span, options, sizes, layers):

@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.graph import Graph
 from ..ir.registry import Op, register
-from .loop import TRANSFORMS, LoopBody, _specs, _sub_trace, _zeros, replay
-from .ode import _batch, _scipy, rhs
+from .loop import replay
+from .ode import _batch, _scipy, parameter_body, rhs, unpack
 
 __all__ = ["integrate_quad"]
 
@@ -90,32 +89,6 @@ def _limits(ta, tb, a, b, body, consts):
     return out
 
 
-def _derivative_body(body, d_k, reverse):
-    """The integrand of the parameters' derivative: ``f_k dk`` (``reverse``
-    False; inputs ``[x] + consts + the tangents of consts d_k``) or ``w .
-    f_k`` for each const of ``d_k``, flattened (inputs ``[x] + consts + [w]``)."""
-    gin = body.graph.inputs
-    out_node = body.graph.outputs[0]
-    k_in = gin[1:]
-    extra = [(out_node.shape, out_node.dtype)] if reverse else _specs([k_in[k] for k in d_k])
-    trace, ins = _sub_trace(_specs(gin) + extra)
-    x, k_t, rest = ins[0], ins[1:1 + len(k_in)], ins[1 + len(k_in):]
-    with trace:
-        (f,) = replay(body.graph, trace, [x, *k_t])
-        if reverse:
-            wrt = [k_t[k] for k in d_k]
-            grads = TRANSFORMS["backward"](trace, [f], [rest[0]], wrt, inplace=False)
-            grads = [_zeros(w.shape, w.dtype) if g is None else g
-                     for g, w in zip(grads, wrt, strict=True)]
-            parts = [g.reshape(-1).astype(np.float64) for g in grads]
-            out = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        else:
-            seeds = {k_t[k].node.id: d for k, d in zip(d_k, rest, strict=True)}
-            out = TRANSFORMS["jvp"](trace, list(trace.nodes), seeds).get(f.node.id)
-            out = _zeros(f.shape, np.float64) if out is None else out.astype(np.float64)
-    return LoopBody(Graph(trace.nodes, [t.node for t in ins], [out.node]), False, 0, 0)
-
-
 def _jvp(ts, node, a, b, *rest, body, options):
     consts, (ta, tb), tk = rest[:-1], ts[:2], ts[2:]
     d_k = [k for k, t in enumerate(tk) if t is not None]
@@ -125,7 +98,7 @@ def _jvp(ts, node, a, b, *rest, body, options):
     value = None
     if d_k:
         inner = bind("quad", a, b, *consts, *[tk[k] for k in d_k],
-                     body=_derivative_body(body, d_k, False), options=options)
+                     body=parameter_body(body, d_k, False), options=options)
         value = inner[:size]
     edge = _limits(ta, tb, a, b, body, consts)
     if edge is not None:
@@ -145,13 +118,9 @@ def _vjp(g, node, active, a, b, *rest, body, options):
     out = [None, None] + [None] * len(consts)
     if a_k:
         wb = w.reshape(body.graph.outputs[0].shape)
-        packed = bind("quad", a, b, *consts, wb, body=_derivative_body(body, a_k, True),
+        packed = bind("quad", a, b, *consts, wb, body=parameter_body(body, a_k, True),
                       options=options)
-        offset = 0
-        for k in a_k:
-            c = consts[k]
-            out[2 + k] = packed[offset:offset + c.size].reshape(c.shape).astype(c.dtype)
-            offset += c.size
+        out[2:] = unpack(packed, consts, a_k)
     for j, (x, sign) in enumerate(((a, -1.0), (b, 1.0))):
         if active[j]:
             out[j] = (sign * np.sum(w * _at(body, x, consts))).astype(x.dtype)

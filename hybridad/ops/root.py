@@ -31,7 +31,7 @@ from ..core.tracer import Tracer
 from ..ir.graph import Graph
 from ..ir.registry import Op, register
 from .loop import TRANSFORMS, LoopBody, _specs, _sub_trace, _zeros, replay
-from .ode import _batch, rhs
+from .ode import _batch, parameter_body, rhs, unpack
 
 __all__ = ["BRACKETING", "SOLVERS", "solve_root"]
 
@@ -111,31 +111,6 @@ def _jacobian_body(body):
     return _body(trace, ins[:-1], [jac])
 
 
-def _product_body(body, d_k, reverse):
-    """``F_k dk`` (forward: inputs ``[x] + consts + the tangents of d_k``) or
-    ``l F_k`` for each const of ``d_k``, flattened (reverse: inputs ``[x] +
-    consts + [l]``), at any ``x``."""
-    gin = body.graph.inputs
-    k_in = gin[1:]
-    extra = [(gin[0].shape, np.dtype(np.float64))] if reverse else \
-        _specs([k_in[k] for k in d_k])
-    trace, ins = _sub_trace(_specs(gin) + extra)
-    x, k_t, rest = ins[0], ins[1:1 + len(k_in)], ins[1 + len(k_in):]
-    with trace:
-        (f,) = replay(body.graph, trace, [x, *k_t])
-        if reverse:
-            wrt = [k_t[k] for k in d_k]
-            grads = TRANSFORMS["backward"](trace, [f], [rest[0]], wrt, inplace=False)
-            parts = [(_zeros(w.shape, w.dtype) if g is None else g).reshape(-1)
-                     for g, w in zip(grads, wrt, strict=True)]
-            out = (np.concatenate(parts) if len(parts) > 1 else parts[0]).astype(np.float64)
-        else:
-            seeds = {k_t[k].node.id: d for k, d in zip(d_k, rest, strict=True)}
-            out = TRANSFORMS["jvp"](trace, list(trace.nodes), seeds).get(f.node.id)
-            out = _zeros(f.shape, np.float64) if out is None else out.astype(np.float64)
-    return _body(trace, ins, [out])
-
-
 def _body(trace, ins, outs):
     """The body of ``trace`` with inputs ``ins`` (placeholders it no longer
     reads dropped) and outputs ``outs``."""
@@ -158,7 +133,7 @@ def _jvp(ts, node, *rest, body, solver, options, n_start):
         return None
     trace = ans._trace
     (jac,) = replay(_jacobian_body(body).graph, trace, [ans, *consts])
-    (fk,) = replay(_product_body(body, d_k, False).graph, trace,
+    (fk,) = replay(parameter_body(body, d_k, False).graph, trace,
                    [ans, *consts, *[tk[k] for k in d_k]])
     return -_solve(jac, fk)
 
@@ -173,12 +148,8 @@ def _vjp(g, node, active, *rest, body, solver, options, n_start):
     trace = ans._trace
     (jac,) = replay(_jacobian_body(body).graph, trace, [ans, *consts])
     lam = _solve(jac, g.astype(np.float64), transpose=True)
-    (packed,) = replay(_product_body(body, a_k, True).graph, trace, [ans, *consts, lam])
-    offset = 0
-    for k in a_k:
-        c = consts[k]
-        out[n_start + k] = (-packed[offset:offset + c.size]).reshape(c.shape).astype(c.dtype)
-        offset += c.size
+    (packed,) = replay(parameter_body(body, a_k, True).graph, trace, [ans, *consts, lam])
+    out[n_start:] = unpack(-packed, consts, a_k)
     return tuple(out)
 
 
