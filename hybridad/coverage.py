@@ -53,7 +53,8 @@ _NOTES = {**_LAPACK,
           "scipy.integrate.quad": "scipy's quad of the traced integrand (op quad); "
                                   "Leibniz's rule in the limits and parameters",
           **dict.fromkeys((f"scipy.optimize.{n}" for n in ("brentq", "brenth", "ridder",
-                                                           "bisect", "toms748", "fsolve")),
+                                                           "bisect", "toms748", "fsolve",
+                                                           "root_scalar")),
                           "scipy's root of the traced residual (op root); the implicit "
                           "function theorem"),
           "numpy.pad": "modes 'constant', 'edge', 'reflect', 'symmetric', 'wrap' "

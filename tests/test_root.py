@@ -43,7 +43,14 @@ def matrix_system(p):  # a nonlinear system of 4, an array parameter
     return np.sum(x ** 2)
 
 
-CASES = {"brentq": kepler, "brenth": lambda p: kepler(p, "brenth"),
+def via_root_scalar(p):  # root_scalar's bracketing methods are brentq & co
+    r = so.root_scalar(lambda E, e: E - e * np.sin(E) - p[1], args=(p[0],),
+                       bracket=[0.0, 2 * np.pi], xtol=1e-14)
+    assert r.converged and r.method == "brentq"
+    return np.cos(r.root) * p[2]
+
+
+CASES = {"brentq": kepler, "root_scalar": via_root_scalar, "brenth": lambda p: kepler(p, "brenth"),
          "ridder": lambda p: kepler(p, "ridder"), "toms748": lambda p: kepler(p, "toms748"),
          "bisect": lambda p: kepler(p, "bisect"),
          "closure": closure, "fsolve": system, "fsolve_matrix": matrix_system}

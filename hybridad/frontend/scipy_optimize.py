@@ -25,7 +25,7 @@ from .loops import BodyTrace
 from .scipy_integrate import _option
 from .scipy_special import intercepts
 
-__all__ = ["fsolve"]
+__all__ = ["RootResults", "fsolve", "root_scalar"]
 
 
 def _original(name):
@@ -117,3 +117,51 @@ def fsolve(func, x0, args=(), fprime=None, full_output=0, **options):
     if out is None:
         return _original("fsolve")(func, x0, args=args, **options)
     return out
+
+
+class RootResults:
+    """What ``scipy.optimize.root_scalar`` returns, for a traced root: ``root``
+    (a tracer), ``converged`` True and ``flag`` 'converged' (a call whose
+    solver does not converge raises, as scipy's does with ``disp``), and
+    ``method``.  The iteration and call counts, which change from call to
+    call, are not kept."""
+
+    def __init__(self, root, method):
+        self.root, self.method = root, method
+        self.converged, self.flag = True, "converged"
+
+    def __repr__(self):
+        return f"RootResults(root={self.root!r}, converged=True, method={self.method!r})"
+
+
+@intercepts("scipy.optimize", "root_scalar", while_tracing=True)
+def root_scalar(f, args=(), method=None, bracket=None, fprime=None, fprime2=None, x0=None,
+                x1=None, xtol=None, rtol=None, maxiter=None, options=None):
+    """``scipy.optimize.root_scalar`` while tracing: a bracketing method
+    (``brentq``, ``brenth``, ``ridder``, ``bisect``, ``toms748``; scipy's
+    choice where ``bracket`` is given alone) is :func:`brentq` & co, the root
+    differentiable by the implicit function theorem; the other methods are
+    scipy's (its Python iterations, traced through: their convergence tests
+    are decisions on values).
+
+    Returns
+    -------
+    RootResults
+        ``root`` a tracer (scipy's ``RootResults`` for the other methods).
+    """
+    name = method.lower() if isinstance(method, str) else method
+    if name is None and bracket is not None and fprime is None and fprime2 is None:
+        name = "brentq"
+    if name not in BRACKETING or bracket is None:
+        return _original("root_scalar")(f, args=args, method=method, bracket=bracket,
+                                        fprime=fprime, fprime2=fprime2, x0=x0, x1=x1,
+                                        xtol=xtol, rtol=rtol, maxiter=maxiter, options=options)
+    args = args if isinstance(args, tuple) else (args,)
+    kwargs = {k: v for k, v in (("xtol", xtol), ("rtol", rtol), ("maxiter", maxiter))
+              if v is not None}
+    kwargs.update(options or {})
+    out = _root(name, f, list(bracket), args, (), kwargs)
+    if out is None:
+        return _original("root_scalar")(f, args=args, method=method, bracket=bracket,
+                                        xtol=xtol, rtol=rtol, maxiter=maxiter, options=options)
+    return RootResults(out, name)

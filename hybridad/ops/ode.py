@@ -38,12 +38,11 @@ stops early (``solve_ivp``'s ``success`` False) raises.
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from ..ir.graph import Graph
 from ..ir.registry import Op, register
+from .._forksafe import Lock
 from ..core.tracer import Tracer
 from .loop import TRANSFORMS, LoopBody, _specs, _sub_trace, _zeros, replay
 
@@ -53,7 +52,7 @@ __all__ = ["EVALUATORS", "SOLVERS", "integrate", "parameter_body", "rhs", "unpac
 SOLVERS = ("odeint", "solve_ivp")
 
 _FUNCTIONS = {}  # (evaluator, body key) -> (lock, run)
-_LOCK = threading.Lock()
+_LOCK = Lock()
 
 
 def _reference(body):
@@ -104,7 +103,7 @@ def rhs(body, evaluator="reference"):
                         "hybridad: an ODE's right-hand side was not compiled (%s: %s); the "
                         "reference evaluates it", type(exc).__name__, exc)
                     bound = EVALUATORS["reference"](body)
-                hit = _FUNCTIONS[key] = (threading.Lock(), bound)
+                hit = _FUNCTIONS[key] = (Lock(), bound)
     return hit
 
 
