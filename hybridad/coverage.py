@@ -50,8 +50,10 @@ _NOTES = {**_LAPACK,
           "scipy.integrate.solve_ivp": "scipy's solver on the traced right-hand side (op "
                                        "ode); adjoint and tangent equations (constant "
                                        "t_eval, required)",
-          "scipy.integrate.quad": "scipy's quad of the traced integrand (op quad); "
-                                  "Leibniz's rule in the limits and parameters",
+          **dict.fromkeys(("scipy.integrate.quad", "scipy.integrate.quad_vec",
+                           "scipy.integrate.dblquad"),
+                          "scipy's quad of the traced integrand (op quad); Leibniz's rule "
+                          "in the limits and parameters"),
           **dict.fromkeys((f"scipy.optimize.{n}" for n in ("brentq", "brenth", "ridder",
                                                            "bisect", "toms748", "fsolve",
                                                            "root_scalar")),

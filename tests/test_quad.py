@@ -42,7 +42,22 @@ def matrix_param(p):  # an array parameter, a vector-valued derivative integrand
     return quad(lambda x: np.sum(np.tanh(A * x)), 0.0, 1.0)[0]
 
 
-CASES = {f.__name__: f for f in (gauss_cos, both_limits, infinite, options, matrix_param)}
+def vector(p):  # quad_vec: an array-valued integrand
+    from scipy.integrate import quad_vec
+
+    v, _ = quad_vec(lambda x: np.array([np.exp(-p[0] * x), np.sin(p[1] * x)]) * p[2], 0.0, 2.0)
+    return np.sum(v ** 2)
+
+
+def double(p):  # dblquad: a quad inside a quad, a traced limit of the outer one
+    from scipy.integrate import dblquad
+
+    return dblquad(lambda y, x: np.exp(-p[0] * x * y) * np.cos(p[1] * y), 0.0, p[2],
+                   lambda x: 0.0, lambda x: x)[0]
+
+
+CASES = {f.__name__: f for f in (gauss_cos, both_limits, infinite, options, matrix_param,
+                                 vector, double)}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -55,7 +70,7 @@ def test_gradient_matches_finite_differences(name, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", ["gauss_cos", "both_limits", "infinite"])
+@pytest.mark.parametrize("name", ["gauss_cos", "both_limits", "infinite", "double"])
 def test_second_order(name, backend):
     f = CASES[name]
     H = ha.hessian(f, P, backend=backend).hessian

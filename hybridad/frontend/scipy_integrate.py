@@ -29,7 +29,7 @@ from ..ops.loop import LoopBody
 from .loops import BodyTrace
 from .scipy_special import intercepts
 
-__all__ = ["odeint", "quad", "solve_ivp"]
+__all__ = ["dblquad", "odeint", "quad", "quad_vec", "solve_ivp"]
 
 
 def _original(name):
@@ -222,33 +222,106 @@ def quad(func, a, b, args=(), full_output=0, epsabs=1.49e-08, epsrel=1.49e-08, l
         raise TracingError("scipy.integrate.quad on traced values takes no full_output=, "
                            "wopts= or complex_func=")
     args = args if isinstance(args, tuple) else (args,)
+    opts = {"epsabs": epsabs, "epsrel": epsrel, "limit": limit, "points": points,
+            "weight": weight, "wvar": wvar, "maxp1": maxp1, "limlst": limlst}
+    out = _integral("quad", lambda x: func(x, *args), a, b, opts)
+    if out is None:
+        return _original("quad")(func, a, b, args=args, **opts)
+    if int(np.prod(out[1], dtype=np.int64)) != 1:
+        raise ValueError("scipy.integrate.quad: the integrand must return a number; got "
+                         f"shape {out[1]}")
+    return out[0][0], out[0][1]
+
+
+#: scipy's defaults of quad's and quad_vec's options (an option left at its
+#: default is not written into the node: plans of either spelling are one)
+_DEFAULTS = {"quad": {"epsabs": 1.49e-08, "epsrel": 1.49e-08, "limit": 50, "points": None,
+                      "weight": None, "wvar": None, "maxp1": 50, "limlst": 50},
+             "quad_vec": {"epsabs": 1e-200, "epsrel": 1e-08, "norm": "2", "limit": 10000,
+                          "points": None, "quadrature": None, "cache_size": 100000000.0}}
+
+
+def _integral(solver, integrand, a, b, opts):
+    """``(the quad node's value, the integrand's shape)`` of ``integrand`` over
+    ``[a, b]``, or None where nothing reaches a traced value (the caller runs
+    scipy)."""
     outer = current_trace()
     body = BodyTrace(outer, 1)
     with body:
         x_t = body.input(0, (), np.dtype(np.float64))
-        res = func(x_t, *args)
+        res = integrand(x_t)
         if not isinstance(res, Tracer):
-            res = np.asarray(res, np.float64)
-            res = Tracer(body.const(res, True), body) if body.lifted else None
-        elif res.size != 1:
-            raise ValueError("scipy.integrate.quad: the integrand must return a number; got "
-                             f"shape {res.shape}")
+            res = np.asarray(res, np.float64) if not isinstance(res, (list, tuple)) else \
+                np.array(res)
+            if not isinstance(res, Tracer):
+                res = Tracer(body.const(res, True), body) if body.lifted else None
     if res is None or not (body.lifted or isinstance(a, Tracer) or isinstance(b, Tracer)):
         body.abandoned = True  # (nothing traced: scipy on values)
-        return _original("quad")(func, a, b, args=args, epsabs=epsabs, epsrel=epsrel,
-                                 limit=limit, points=points, weight=weight, wvar=wvar,
-                                 maxp1=maxp1, limlst=limlst)
-    f = res.astype(np.float64).reshape(())
+        return None
+    f = res.astype(np.float64)
     inputs = [x_t.node] + [body._lifted[x.node.id] for x in body.lifted]
     lbody = LoopBody(Graph(body.nodes, inputs, [f.node]), False, 0, 0)
-    opts = {"epsabs": epsabs, "epsrel": epsrel, "limit": limit, "points": points,
-            "weight": weight, "wvar": wvar, "maxp1": maxp1, "limlst": limlst}
-    default = {"epsabs": 1.49e-08, "epsrel": 1.49e-08, "limit": 50, "points": None,
-               "weight": None, "wvar": None, "maxp1": 50, "limlst": 50}
-    options = tuple(sorted((k, _option(v)) for k, v in opts.items() if v is not default[k]
-                           and not (v is not None and default[k] is not None and
-                                    v == default[k])))
+    default = _DEFAULTS[solver]
+    options = tuple(sorted((k, _option(v)) for k, v in opts.items()
+                           if not _same_option(v, default[k])))
     limits = [x.astype(np.float64).reshape(()) if isinstance(x, Tracer) else float(x)
               for x in (a, b)]
-    out = bind("quad", *limits, *body.lifted, body=lbody, options=options)
-    return out[0], out[1]
+    return bind("quad", *limits, *body.lifted, body=lbody, options=options,
+                solver=solver), f.shape
+
+
+def _same_option(v, default):
+    if v is None or default is None:
+        return v is default
+    try:
+        return bool(v == default)
+    except (TypeError, ValueError):  # (an array of points)
+        return False
+
+
+@intercepts("scipy.integrate", "quad_vec", while_tracing=True)
+def quad_vec(f, a, b, epsabs=1e-200, epsrel=1e-08, norm="2", cache_size=100000000.0,
+             limit=10000, workers=1, points=None, quadrature=None, full_output=False, *,
+             args=()):
+    """``scipy.integrate.quad_vec`` while tracing: an array-valued integrand,
+    as :func:`quad` (``workers`` is not used: one process evaluates it).
+
+    Returns
+    -------
+    tuple
+        ``(integral, abserr)``: the integral a tracer shaped like ``f``'s
+        value, the error bound a 0-d tracer with no derivative.
+    """
+    if full_output:
+        raise TracingError("scipy.integrate.quad_vec on traced values takes no full_output=")
+    args = args if isinstance(args, tuple) else (args,)
+    opts = {"epsabs": epsabs, "epsrel": epsrel, "norm": norm, "limit": limit,
+            "points": points, "quadrature": quadrature, "cache_size": cache_size}
+    out = _integral("quad_vec", lambda x: f(x, *args), a, b, opts)
+    if out is None:
+        return _original("quad_vec")(f, a, b, epsabs=epsabs, epsrel=epsrel, norm=norm,
+                                     cache_size=cache_size, limit=limit, workers=workers,
+                                     points=points, quadrature=quadrature, args=args)
+    value, shape = out
+    return value[:-1].reshape(shape), value[-1]
+
+
+@intercepts("scipy.integrate", "dblquad", while_tracing=True)
+def dblquad(func, a, b, gfun, hfun, args=(), epsabs=1.49e-08, epsrel=1.49e-08):
+    """``scipy.integrate.dblquad`` while tracing: ``int_a^b int_g(x)^h(x)
+    func(y, x) dy dx`` as scipy computes it -- an inner :func:`quad` in ``y``
+    inside the outer one in ``x`` --, differentiable in everything both read.
+
+    Returns
+    -------
+    tuple
+        ``(integral, abserr)`` of the outer integral.
+    """
+    args = args if isinstance(args, tuple) else (args,)
+
+    def inner(x):
+        lo = gfun(x) if callable(gfun) else gfun
+        hi = hfun(x) if callable(hfun) else hfun
+        return quad(lambda y: func(y, x, *args), lo, hi, epsabs=epsabs, epsrel=epsrel)[0]
+    return quad(inner, a, b, epsabs=epsabs, epsrel=epsrel)
+

@@ -34,16 +34,17 @@ from .ode import _batch, _scipy, parameter_body, rhs, unpack
 __all__ = ["integrate_quad"]
 
 
-def integrate_quad(body, a, b, consts, options, evaluator="reference"):
+def integrate_quad(body, a, b, consts, options, evaluator="reference", solver="quad"):
     """``[integral..., abserr]`` of ``body`` (``x -> f(x, *consts)``) over
-    ``[a, b]`` by scipy's ``quad`` (a scalar integrand) or ``quad_vec``."""
+    ``[a, b]`` by scipy's ``quad`` (a scalar integrand) or ``quad_vec``
+    (``solver`` "quad_vec": the user's call, its options as given)."""
     lock, bound = rhs(body, evaluator)
     call = bound([np.asarray(c, order="C") for c in consts])
     xbuf = np.zeros((), np.float64)
     size = body.graph.outputs[0].size
     opts = dict(options)
     with np.errstate(all="ignore"):
-        if body.graph.outputs[0].shape == ():
+        if solver == "quad" and body.graph.outputs[0].shape == ():
             def f(x):
                 with lock:
                     xbuf[...] = x
@@ -55,6 +56,9 @@ def integrate_quad(body, a, b, consts, options, evaluator="reference"):
             with lock:
                 xbuf[...] = x
                 return np.array(call(xbuf), np.float64).reshape(-1)
+        if solver == "quad_vec":
+            value, err = _scipy("quad_vec")(fv, float(a), float(b), **opts)
+            return np.concatenate([np.ravel(value), [err]])
         if "weight" in opts:  # (quad_vec takes no weight: each component by quad)
             parts = [_scipy("quad")(lambda x, j=j: fv(x)[j], float(a), float(b), **opts)
                      for j in range(size)]
@@ -64,12 +68,12 @@ def integrate_quad(body, a, b, consts, options, evaluator="reference"):
         return np.concatenate([np.ravel(value), [err]])
 
 
-def _abstract(a, b, *consts, body, options):
+def _abstract(a, b, *consts, body, options, solver):
     return (body.graph.outputs[0].size + 1,), np.dtype(np.float64)
 
 
-def _run(out, a, b, *consts, body, options, evaluator="reference"):
-    out[...] = integrate_quad(body, a, b, consts, options, evaluator)
+def _run(out, a, b, *consts, body, options, solver, evaluator="reference"):
+    out[...] = integrate_quad(body, a, b, consts, options, evaluator, solver)
 
 
 def _at(body, x, consts):
@@ -89,7 +93,7 @@ def _limits(ta, tb, a, b, body, consts):
     return out
 
 
-def _jvp(ts, node, a, b, *rest, body, options):
+def _jvp(ts, node, a, b, *rest, body, options, solver):
     consts, (ta, tb), tk = rest[:-1], ts[:2], ts[2:]
     d_k = [k for k, t in enumerate(tk) if t is not None]
     from ..core.trace import bind
@@ -98,7 +102,7 @@ def _jvp(ts, node, a, b, *rest, body, options):
     value = None
     if d_k:
         inner = bind("quad", a, b, *consts, *[tk[k] for k in d_k],
-                     body=parameter_body(body, d_k, False), options=options)
+                     body=parameter_body(body, d_k, False), options=options, solver=solver)
         value = inner[:size]
     edge = _limits(ta, tb, a, b, body, consts)
     if edge is not None:
@@ -108,7 +112,7 @@ def _jvp(ts, node, a, b, *rest, body, options):
     return np.concatenate([value.astype(np.float64), np.zeros(1)])
 
 
-def _vjp(g, node, active, a, b, *rest, body, options):
+def _vjp(g, node, active, a, b, *rest, body, options, solver):
     consts = rest[:-1]
     size = node.shape[0] - 1
     w = g[:size]
@@ -119,7 +123,7 @@ def _vjp(g, node, active, a, b, *rest, body, options):
     if a_k:
         wb = w.reshape(body.graph.outputs[0].shape)
         packed = bind("quad", a, b, *consts, wb, body=parameter_body(body, a_k, True),
-                      options=options)
+                      options=options, solver=solver)
         out[2:] = unpack(packed, consts, a_k)
     for j, (x, sign) in enumerate(((a, -1.0), (b, 1.0))):
         if active[j]:
