@@ -148,6 +148,13 @@ def test_second_order_and_jacobians(backend, sweep, monkeypatch):
     np.testing.assert_allclose(J, want, rtol=1e-7)
 
 
+def test_an_initial_value_listed_with_traced_numbers():
+    def f(p):
+        return np.sum(odeint(lambda y, t: -y, [p[0], 1.0], T, **TOL))
+    g = ha.gradient(f, np.array([2.0])).gradient
+    assert float(g[0]) == pytest.approx(np.sum(np.exp(-T)), rel=1e-9)
+
+
 def test_an_ode_of_no_traced_value_is_scipy_s_on_values():
     def f(x):
         Y = odeint(lambda y, t: -y, np.ones(2), T)

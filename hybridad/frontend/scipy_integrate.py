@@ -1,6 +1,7 @@
-"""``scipy.integrate.odeint`` and ``solve_ivp`` on traced values.
+"""``scipy.integrate.odeint``, ``solve_ivp``, ``quad``, ``quad_vec`` and
+``dblquad`` on traced values.
 
-While a function is traced, a call of either whose initial value, extra
+ODEs.  While a function is traced, a call of either solver whose initial value, extra
 arguments or right-hand side reaches a traced value (an argument of ``f``,
 or a value the right-hand side closes over) traces the right-hand side ONCE,
 on tracers of ``y`` and ``t`` (as :func:`hybridad.fori_loop` traces its
@@ -15,6 +16,11 @@ As in a loop body, the right-hand side is traced without values: a Python
 ``np.where``).  The output time points are constants (``t`` of ``odeint``,
 ``t_eval`` of ``solve_ivp``, which is required: without it the solver's own
 steps, which move with the values, would be the output).
+
+Integrals.  ``quad`` and ``quad_vec`` trace the integrand once, on a 0-d
+tracer of ``x``, into one ``quad`` node (:mod:`hybridad.ops.quad`): scipy's
+integral at every call, differentiated by Leibniz's rule; ``dblquad`` is
+an inner ``quad`` inside an outer one, as scipy computes it.
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ def _times(t, name):
 def _option(v):
     """An option's value as a hashable, picklable attribute (arrays as tuples)."""
     if isinstance(v, Tracer):
-        raise TracingError("an ODE solver option (rtol, atol, max_step, ...) is a traced "
+        raise TracingError("a solver option (rtol, atol, epsabs, xtol, ...) is a traced "
                            "value; options are constants")
     if isinstance(v, np.ndarray):
         return tuple(v.tolist())
@@ -65,11 +71,9 @@ def _ode(name, rhs_call, y0, times, span, solver_options):
     """The ``ode`` node of ``rhs_call(y, t)`` from ``y0`` (None: the caller
     runs scipy on values -- nothing reaches a traced value)."""
     outer = current_trace()
-    traced_y0 = isinstance(y0, Tracer)
-    if traced_y0:
-        z0 = y0.astype(np.float64).reshape(-1)
-    else:
-        z0 = np.asarray(y0, np.float64).reshape(-1)
+    # (a list of traced numbers is a traced array here: np.asarray is traced)
+    z0 = (y0 if isinstance(y0, Tracer) else np.asarray(y0)).astype(np.float64).reshape(-1)
+    traced_y0 = isinstance(z0, Tracer)
     m = z0.shape[0]
     body = BodyTrace(outer, 2)
     with body:
