@@ -5,7 +5,8 @@ integral sign.
 :mod:`hybridad.frontend.scipy_integrate`) becomes one ``quad`` node: the
 integrand ``f(x, *consts)`` traced once into a body graph (a
 :class:`~hybridad.ops.loop.LoopBody`: inputs ``[x] + consts``, its output
-the integrand's value, 0-d -- or a vector, integrated by ``quad_vec``),
+the integrand's value, 0-d -- or a vector: a derivative's, integrated a
+component at a time by ``quad`` where they are few, else by ``quad_vec``),
 integrated by scipy at every call with the body evaluated as an ODE's
 right-hand side is (:data:`hybridad.ops.ode.EVALUATORS`).  The node's value
 is ``[integral..., abserr]``: scipy's estimate and its error bound.
@@ -34,6 +35,12 @@ from .ode import _batch, _scipy, parameter_body, rhs, unpack
 __all__ = ["integrate_quad"]
 
 
+#: the most components of a vector integrand from ``quad`` (a derivative's: one
+#: per parameter) integrated one by one by QUADPACK, as ``quad`` itself; more
+#: go to ``quad_vec`` at once
+PER_COMPONENT = 8
+
+
 def integrate_quad(body, a, b, consts, options, evaluator="reference", solver="quad"):
     """``[integral..., abserr]`` of ``body`` (``x -> f(x, *consts)``) over
     ``[a, b]`` by scipy's ``quad`` (a scalar integrand) or ``quad_vec``
@@ -59,7 +66,9 @@ def integrate_quad(body, a, b, consts, options, evaluator="reference", solver="q
         if solver == "quad_vec":
             value, err = _scipy("quad_vec")(fv, float(a), float(b), **opts)
             return np.concatenate([np.ravel(value), [err]])
-        if "weight" in opts:  # (quad_vec takes no weight: each component by quad)
+        if "weight" in opts or size <= PER_COMPONENT:
+            # (each component by QUADPACK: quad_vec takes no weight, and its Python
+            # loop costs more than a few compiled integrations)
             parts = [_scipy("quad")(lambda x, j=j: fv(x)[j], float(a), float(b), **opts)
                      for j in range(size)]
             return np.array([p[0] for p in parts] + [max(p[1] for p in parts)])
