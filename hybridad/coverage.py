@@ -47,6 +47,9 @@ _LAPACK = {"numpy.linalg.solve": "smooth (LAPACK gesv; adjoint rule: the reverse
 _NOTES = {**_LAPACK,
           "scipy.integrate.odeint": "scipy's solver on the traced right-hand side (op ode); "
                                     "adjoint and tangent equations (constant t)",
+          "scipy.optimize.minimize": "unconstrained: scipy's minimizer of the traced "
+                                     "objective (op root); the implicit function theorem "
+                                     "on its gradient",
           "scipy.integrate.solve_ivp": "scipy's solver on the traced right-hand side (op "
                                        "ode); adjoint and tangent equations (constant "
                                        "t_eval, required)",
@@ -56,7 +59,7 @@ _NOTES = {**_LAPACK,
                           "in the limits and parameters"),
           **dict.fromkeys((f"scipy.optimize.{n}" for n in ("brentq", "brenth", "ridder",
                                                            "bisect", "toms748", "fsolve",
-                                                           "root_scalar")),
+                                                           "root_scalar", "root")),
                           "scipy's root of the traced residual (op root); the implicit "
                           "function theorem"),
           "numpy.pad": "modes 'constant', 'edge', 'reflect', 'symmetric', 'wrap' "

@@ -181,9 +181,10 @@ def _library_hint(entry):
                 "a sum over nodes (np.polynomial.legendre.leggauss gives them).")
     if entry.startswith("scipy.optimize"):
         return ("hybridad differentiates scipy.optimize's brentq, brenth, ridder, bisect, "
-                "toms748 and fsolve inside f (the implicit function theorem); write this "
-                "solve as one of them, or solve on values outside f and differentiate the "
-                "condition the solution meets, or write the iterations with numpy.")
+                "toms748, root_scalar, fsolve, root and unconstrained minimize inside f (the "
+                "implicit function theorem); write this solve as one of them, or solve on "
+                "values outside f and differentiate the condition the solution meets, or "
+                "write the iterations with numpy.")
     return ("Call it on values (outside the differentiated function, or on arrays that do "
             "not depend on the arguments you differentiate), or write it with numpy.")
 

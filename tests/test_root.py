@@ -106,3 +106,76 @@ def test_refusals_and_failures():
     plan = ha.compile(lambda k: so.brentq(lambda x: x - k[0], -1.0, 1.0), np.zeros(1))
     with pytest.raises(ValueError):  # no sign change in the bracket: scipy's error
         plan.gradient(np.array([5.0]))
+
+
+A2 = np.array([[3.0, 0.5], [0.5, 2.0]])
+
+
+def _inner(w, lam):
+    return 0.5 * w @ A2 @ w - np.sum(np.log1p(np.exp(w))) + lam[0] * np.sum(w ** 4) - \
+        lam[1] * w[0]
+
+
+def bilevel(lam, method="BFGS"):
+    """An outer loss of an inner minimizer (hyperparameters of a fit)."""
+    options = {"gtol": 1e-9} if method in ("BFGS", "CG") else None
+    res = so.minimize(_inner, np.zeros(2), args=(lam,), method=method, options=options,
+                      tol=None if options else 1e-13)
+    return np.sum((res.x - 1.0) ** 2) + res.fun
+
+
+def _bilevel_exact(lam):
+    """The same with the inner minimum solved to rounding (its gradient's
+    root by fsolve from BFGS's answer): what finite differences can use."""
+    def grad(w, *_):
+        return A2 @ w - 1.0 / (1.0 + np.exp(-w)) + 4 * lam[0] * w ** 3 - lam[1] * np.eye(2)[0]
+    start = so.minimize(_inner, np.zeros(2), args=(lam,), jac=grad, method="BFGS").x
+    w = so.fsolve(grad, start, xtol=1e-13)
+    return np.sum((w - 1.0) ** 2) + _inner(w, lam)
+
+
+LAM = np.array([0.3, 1.2])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("method", ["BFGS", "L-BFGS-B", "SLSQP"])
+def test_a_minimizer_inside_f(method, backend):
+    """The implicit function theorem on the optimality condition: the
+    gradient of an outer loss of ``minimize``'s result."""
+    res = ha.gradient(lambda lam: bilevel(lam, method), LAM, backend=backend)
+    np.testing.assert_allclose(res.gradient, numerical_gradient(_bilevel_exact, LAM),
+                               rtol=1e-6, atol=1e-8)
+
+
+def test_a_minimizer_s_second_order_and_a_derivative_free_method():
+    H = ha.hessian(bilevel, LAM).hessian
+    Hfd = np.array([numerical_gradient(
+        lambda q: ha.gradient(bilevel, q, backend="numpy").gradient[i], LAM) for i in range(2)])
+    np.testing.assert_allclose(H, Hfd, rtol=1e-5, atol=1e-7)
+
+    def nelder_mead(lam):  # separable: w0 solves 2 (w - lam0) + 4 w^3 = 0
+        return so.minimize(lambda w: np.sum((w - lam) ** 2) + np.sum(w ** 4), np.zeros(2),
+                           method="Nelder-Mead",
+                           options={"xatol": 1e-12, "fatol": 1e-14, "maxiter": 5000}).x[0]
+    w0 = so.brentq(lambda w: 2 * (w - LAM[0]) + 4 * w ** 3, -5, 5, xtol=1e-15)
+    g = ha.gradient(nelder_mead, LAM).gradient
+    np.testing.assert_allclose(g, [2 / (2 + 12 * w0 ** 2), 0.0], rtol=1e-7, atol=1e-12)
+
+
+def test_root_of_a_system():
+    def f(p):
+        r = so.root(lambda x: np.array([x[0] + 0.5 * np.sin(x[1]) - p[0],
+                                        x[1] - 0.3 * x[0] ** 2 - p[1]]), np.zeros(2), tol=1e-13)
+        assert r.success
+        return np.sum(r.x ** 2) + np.sum(r.fun)
+    res = ha.gradient(f, LAM)
+    np.testing.assert_allclose(res.gradient, numerical_gradient(f, LAM), rtol=1e-6)
+
+
+def test_minimize_refusals():
+    with pytest.raises(TracingError, match="bounds="):
+        ha.gradient(lambda lam: so.minimize(_inner, np.zeros(2), args=(lam,),
+                                            bounds=[(0, 1)] * 2).x[0], LAM)
+    with pytest.raises(TracingError, match="Newton-CG"):
+        ha.gradient(lambda lam: so.minimize(_inner, np.zeros(2), args=(lam,),
+                                            method="Newton-CG").x[0], LAM)

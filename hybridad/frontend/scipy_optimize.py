@@ -19,13 +19,13 @@ from ..core.trace import bind, current_trace
 from ..core.tracer import Tracer
 from ..errors import TracingError
 from ..ir.graph import Graph
-from ..ops.loop import LoopBody
-from ..ops.root import BRACKETING
+from ..ops.loop import LoopBody, replay
+from ..ops.root import BRACKETING, DERIVATIVE_FREE, GRADIENT_METHODS, gradient_body
 from .loops import BodyTrace
 from .scipy_integrate import _option
 from .scipy_special import intercepts
 
-__all__ = ["RootResults", "fsolve", "root_scalar"]
+__all__ = ["RootResults", "fsolve", "minimize", "root", "root_scalar"]
 
 
 def _original(name):
@@ -33,6 +33,32 @@ def _original(name):
 
     fn = getattr(scipy.optimize, name)
     return getattr(fn, "__hybridad_original__", fn)
+
+
+def _body(func, args, shape, scalar=False):
+    """``(body trace, x's tracer, func(x, *args) as a float64 tracer or None)``:
+    ``func`` traced on a tracer of ``x`` (None where nothing it reads is
+    traced: the body set aside, the caller runs scipy)."""
+    outer = current_trace()
+    body = BodyTrace(outer, 1)
+    with body:
+        x_t = body.input(0, shape, np.dtype(np.float64))
+        res = func(x_t, *args)
+        if not isinstance(res, Tracer):
+            res = np.asarray(res) if not isinstance(res, (list, tuple)) else np.array(res)
+        if not isinstance(res, Tracer) and not body.lifted:
+            res = None
+        elif not isinstance(res, Tracer):
+            res = Tracer(body.const(np.asarray(res, np.float64), True), body)
+    if res is None or not body.lifted:
+        body.abandoned = True
+        return body, x_t, None
+    return body, x_t, res.astype(np.float64)
+
+
+def _graph(body, x_t, outputs):
+    inputs = [x_t.node] + [body._lifted[x.node.id] for x in body.lifted]
+    return LoopBody(Graph(body.nodes, inputs, [t.node for t in outputs]), False, 0, 0)
 
 
 def _root(name, func, starts, args, shape, options):
@@ -165,3 +191,116 @@ def root_scalar(f, args=(), method=None, bracket=None, fprime=None, fprime2=None
         return _original("root_scalar")(f, args=args, method=method, bracket=bracket,
                                         xtol=xtol, rtol=rtol, maxiter=maxiter, options=options)
     return RootResults(out, name)
+
+
+def _result(**fields):
+    from scipy.optimize import OptimizeResult
+
+    return OptimizeResult(**fields)
+
+
+@intercepts("scipy.optimize", "root", while_tracing=True)
+def root(fun, x0, args=(), method="hybr", jac=None, tol=None, callback=None, options=None):
+    """``scipy.optimize.root`` while tracing: a system's root, as :func:`fsolve`,
+    by any of scipy's methods (``jac`` and ``callback`` not taken).
+
+    Returns
+    -------
+    scipy.optimize.OptimizeResult
+        ``x`` (a tracer, 1-d), ``fun`` (the residual there, traced),
+        ``success`` True: a call whose solve does not succeed warns.
+    """
+    if jac is not None or callback is not None:
+        raise TracingError("scipy.optimize.root on traced values takes no jac= (the "
+                           "residual's derivatives are hybridad's work) or callback=")
+    args = args if isinstance(args, tuple) else (args,)
+    n = x0.size if isinstance(x0, Tracer) else int(np.size(x0))
+    start = x0.reshape(-1) if isinstance(x0, Tracer) else np.asarray(x0, np.float64).reshape(-1)
+    body, x_t, f = _body(fun, args, (n,))
+    if f is None:
+        return _original("root")(fun, x0, args=args, method=method, tol=tol, options=options)
+    if f.size != n:
+        raise ValueError(f"scipy.optimize.root: the residual returned {f.size} values for "
+                         f"{n} unknowns")
+    lbody = _graph(body, x_t, [f.reshape(n)])
+    opts = {k: v for k, v in (("method", method), ("tol", tol), ("options", options))
+            if v is not None}
+    x = bind("root", start, *body.lifted, body=lbody, solver="root",
+             options=tuple(sorted((k, _option_value(v)) for k, v in opts.items())), n_start=1)
+    (residual,) = replay(lbody.graph, current_trace(), [x, *body.lifted])
+    return _result(x=x, fun=residual, success=True, status=1,
+                   message="The solution converged (a call where it does not warns).")
+
+
+@intercepts("scipy.optimize", "minimize", while_tracing=True)
+def minimize(fun, x0, args=(), method=None, jac=None, hess=None, hessp=None, bounds=None,
+             constraints=(), tol=None, callback=None, options=None):
+    """``scipy.optimize.minimize`` while tracing: an unconstrained minimizer,
+    differentiable in what the objective reads by the implicit function
+    theorem on its optimality condition (the gradient is zero there: one
+    linear solve with the objective's Hessian at the solution).
+
+    Parameters
+    ----------
+    fun, x0, args, tol, options
+        As scipy's: ``fun(x, *args)`` of a 1-d ``x`` (``jac=True``: it
+        returns the value and the gradient, of which the value is used).
+    method
+        ``BFGS`` (scipy's default here), ``CG``, ``L-BFGS-B``, ``TNC``,
+        ``SLSQP`` -- given the objective's exact gradient, traced --, or the
+        derivative-free ``Nelder-Mead``, ``Powell``, ``COBYLA``.
+    hess, hessp, bounds, constraints, callback
+        Not taken while tracing (a bound or a constraint active at the
+        solution moves it otherwise than the optimality condition says).
+
+    Returns
+    -------
+    scipy.optimize.OptimizeResult
+        ``x``, ``fun`` and ``jac`` (traced; ``fun``'s derivative is the
+        objective's partial, the solution's motion contributing nothing at a
+        minimum), ``success`` True: a call whose solve does not succeed warns.
+    """
+    if hess is not None or hessp is not None or bounds is not None or constraints or \
+            callback is not None:
+        raise TracingError("scipy.optimize.minimize on traced values takes no hess=, hessp=, "
+                           "bounds=, constraints= or callback= (an unconstrained minimum is "
+                           "differentiated through its optimality condition)")
+    name = "BFGS" if method is None else str(method)
+    if name.upper() not in (*[m.upper() for m in GRADIENT_METHODS], *DERIVATIVE_FREE):
+        raise TracingError(f"scipy.optimize.minimize on traced values: method {name!r} is not "
+                           f"taken; use one of {', '.join(GRADIENT_METHODS)} or "
+                           "Nelder-Mead, Powell, COBYLA")
+    args = args if isinstance(args, tuple) else (args,)
+    n = x0.size if isinstance(x0, Tracer) else int(np.size(x0))
+    start = x0.reshape(-1) if isinstance(x0, Tracer) else np.asarray(x0, np.float64).reshape(-1)
+
+    def objective(x, *a):
+        value = fun(x, *a)
+        return value[0] if jac is True else value
+    body, x_t, f = _body(objective, args, (n,))
+    if f is None:
+        return _original("minimize")(fun, x0, args=args, method=method, jac=jac, tol=tol,
+                                     options=options)
+    if f.size != 1:
+        raise ValueError("scipy.optimize.minimize: the objective must return a number; got "
+                         f"shape {f.shape}")
+    obj = _graph(body, x_t, [f.reshape(())])
+    opts = {k: v for k, v in (("method", name), ("tol", tol), ("options", options))
+            if v is not None}
+    residual = gradient_body(obj)
+    x = bind("root", start, *body.lifted, body=residual, objective=obj, solver="minimize",
+             n_start=1, options=tuple(sorted((k, _option_value(v)) for k, v in opts.items())))
+    trace = current_trace()
+    (value,) = replay(obj.graph, trace, [x, *body.lifted])
+    (grad,) = replay(residual.graph, trace, [x, *body.lifted])
+    return _result(x=x, fun=value, jac=grad, success=True, status=0,
+                   message="Optimization terminated successfully (a call where it does not "
+                   "warns).")
+
+
+def _option_value(v):
+    """An option as a node attribute: a dict of options as sorted pairs."""
+    if isinstance(v, dict):
+        return tuple(sorted((k, _option(x)) for k, x in v.items()))
+    return _option(v)
+

@@ -33,12 +33,18 @@ from ..ir.registry import Op, register
 from .loop import TRANSFORMS, LoopBody, _specs, _sub_trace, _zeros, replay
 from .ode import _batch, parameter_body, rhs, unpack
 
-__all__ = ["BRACKETING", "SOLVERS", "solve_root"]
+__all__ = ["BRACKETING", "DERIVATIVE_FREE", "GRADIENT_METHODS", "SOLVERS", "gradient_body",
+           "solve_root"]
 
 #: scipy.optimize's scalar solvers on a bracket ``[a, b]``
 BRACKETING = ("brentq", "brenth", "ridder", "bisect", "toms748")
-#: every solver a ``root`` node calls
-SOLVERS = BRACKETING + ("fsolve",)
+#: ``minimize``'s methods given the objective's exact gradient (``jac=True``);
+#: the derivative-free ones are given the objective alone
+GRADIENT_METHODS = ("BFGS", "CG", "L-BFGS-B", "TNC", "SLSQP")
+DERIVATIVE_FREE = ("NELDER-MEAD", "POWELL", "COBYLA")
+#: every solver a ``root`` node calls (``minimize``: a root of the objective's
+#: gradient, the objective an attribute of its own)
+SOLVERS = BRACKETING + ("fsolve", "root", "minimize")
 
 
 def _scipy(name):
@@ -48,11 +54,13 @@ def _scipy(name):
     return getattr(fn, "__hybridad_original__", fn)
 
 
-def solve_root(body, starts, consts, solver, options, evaluator="reference"):
+def solve_root(body, starts, consts, solver, options, evaluator="reference", objective=None):
     """The root of ``body`` (``x -> F(x, *consts)``) by scipy's ``solver``
-    from ``starts`` (the bracket ``a, b``, or ``x0``)."""
+    from ``starts`` (the bracket ``a, b``, or ``x0``); for ``minimize``, the
+    minimizer of ``objective`` (whose gradient ``body`` is)."""
     lock, bound = rhs(body, evaluator)
-    call = bound([np.asarray(c, order="C") for c in consts])
+    consts = [np.asarray(c, order="C") for c in consts]
+    call = bound(consts)
     shape = body.graph.inputs[0].shape
     opts = dict(options)
     with np.errstate(all="ignore"):
@@ -71,15 +79,53 @@ def solve_root(body, starts, consts, solver, options, evaluator="reference"):
                 return np.array(call(np.asarray(x, np.float64).reshape(shape)),
                                 np.float64).reshape(-1)
         x0 = np.asarray(starts[0], np.float64).reshape(-1)
-        return np.asarray(_scipy(solver)(fv, x0, **opts), np.float64).reshape(shape)
+        if solver == "fsolve":
+            return np.asarray(_scipy(solver)(fv, x0, **opts), np.float64).reshape(shape)
+        if "options" in opts:  # (scipy's options dict, kept as pairs in the node)
+            opts["options"] = dict(opts["options"])
+        if solver == "root":
+            res = _scipy("root")(fv, x0, **opts)
+        else:
+            olock, obound = rhs(objective, evaluator)
+            ocall = obound(consts)
+
+            def value(x):
+                with olock:
+                    return float(ocall(np.asarray(x, np.float64).reshape(shape)))
+            if str(opts.get("method", "BFGS")).upper() in DERIVATIVE_FREE:
+                res = _scipy("minimize")(value, x0, **opts)
+            else:
+                res = _scipy("minimize")(lambda x: (value(x), fv(x)), x0, jac=True, **opts)
+        if not res.success:
+            import warnings
+
+            warnings.warn(f"scipy.optimize.{solver} did not succeed at this call ({res.message}): "
+                          "the derivative of its result, by the implicit function theorem, "
+                          "holds at a solution only", RuntimeWarning, stacklevel=2)
+        return np.asarray(res.x, np.float64).reshape(shape)
 
 
-def _abstract(*args, body, solver, options, n_start):
+def gradient_body(objective):
+    """The body of ``objective``'s gradient in ``x`` (the residual a minimizer
+    zeroes): inputs as ``objective``'s, one output shaped like ``x``."""
+    gin = objective.graph.inputs
+    f64 = np.dtype(np.float64)
+    trace, ins = _sub_trace(_specs(gin))
+    with trace:
+        (f,) = replay(objective.graph, trace, ins)
+        one = Tracer(trace.const(np.ones((), f.dtype), True), trace)
+        (g,) = TRANSFORMS["backward"](trace, [f], [one], [ins[0]], inplace=False)
+        g = _zeros(gin[0].shape, f64) if g is None else g.astype(f64)
+    return LoopBody(Graph(trace.nodes, [t.node for t in ins], [g.node]), False, 0, 0)
+
+
+def _abstract(*args, body, solver, options, n_start, objective=None):
     return body.graph.inputs[0].shape, np.dtype(np.float64)
 
 
-def _run(out, *arrays, body, solver, options, n_start, evaluator="reference"):
-    out[...] = solve_root(body, arrays[:n_start], arrays[n_start:], solver, options, evaluator)
+def _run(out, *arrays, body, solver, options, n_start, objective=None, evaluator="reference"):
+    out[...] = solve_root(body, arrays[:n_start], arrays[n_start:], solver, options, evaluator,
+                          objective)
 
 
 def _jacobian_body(body):
@@ -125,7 +171,7 @@ def _solve(jac, rhs_, transpose=False):
     return np.linalg.solve(jac.T if transpose else jac, rhs_)
 
 
-def _jvp(ts, node, *rest, body, solver, options, n_start):
+def _jvp(ts, node, *rest, body, solver, options, n_start, objective=None):
     ans, operands = rest[-1], rest[:-1]
     consts, tk = operands[n_start:], ts[n_start:]
     d_k = [k for k, t in enumerate(tk) if t is not None]
@@ -138,7 +184,7 @@ def _jvp(ts, node, *rest, body, solver, options, n_start):
     return -_solve(jac, fk)
 
 
-def _vjp(g, node, active, *rest, body, solver, options, n_start):
+def _vjp(g, node, active, *rest, body, solver, options, n_start, objective=None):
     ans, operands = rest[-1], rest[:-1]
     consts = operands[n_start:]
     a_k = [k for k, on in enumerate(active[n_start:]) if on]
