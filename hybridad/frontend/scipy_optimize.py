@@ -35,7 +35,7 @@ def _original(name):
     return getattr(fn, "__hybridad_original__", fn)
 
 
-def _body(func, args, shape, scalar=False):
+def _body(func, args, shape):
     """``(body trace, x's tracer, func(x, *args) as a float64 tracer or None)``:
     ``func`` traced on a tracer of ``x`` (None where nothing it reads is
     traced: the body set aside, the caller runs scipy)."""
@@ -51,7 +51,7 @@ def _body(func, args, shape, scalar=False):
         elif not isinstance(res, Tracer):
             res = Tracer(body.const(np.asarray(res, np.float64), True), body)
     if res is None or not body.lifted:
-        body.abandoned = True
+        body.abandoned = True  # (nothing traced: scipy on values)
         return body, x_t, None
     return body, x_t, res.astype(np.float64)
 
@@ -64,27 +64,14 @@ def _graph(body, x_t, outputs):
 def _root(name, func, starts, args, shape, options):
     """The ``root`` node of ``func(x, *args) = 0`` for ``x`` of ``shape``
     (None: nothing reaches a traced value -- the caller runs scipy)."""
-    outer = current_trace()
-    body = BodyTrace(outer, 1)
-    with body:
-        x_t = body.input(0, shape, np.dtype(np.float64))
-        res = func(x_t, *args)
-        if not isinstance(res, Tracer):
-            res = np.asarray(res) if not isinstance(res, (list, tuple)) else np.array(res)
-        if not isinstance(res, Tracer) and not body.lifted:
-            res = None
-        elif not isinstance(res, Tracer):
-            res = Tracer(body.const(np.asarray(res, np.float64), True), body)
-    if res is None or not body.lifted:
-        body.abandoned = True  # (nothing traced: scipy on values)
+    body, x_t, res = _body(func, args, shape)
+    if res is None:
         return None
     if res.size != int(np.prod(shape, dtype=np.int64)):
         raise ValueError(f"scipy.optimize.{name}: the residual returned {res.size} values for "
                          f"{int(np.prod(shape, dtype=np.int64))} unknowns")
-    f = res.astype(np.float64).reshape(shape)
-    inputs = [x_t.node] + [body._lifted[x.node.id] for x in body.lifted]
-    lbody = LoopBody(Graph(body.nodes, inputs, [f.node]), False, 0, 0)
-    options = tuple(sorted((k, _option(v)) for k, v in options.items()))
+    lbody = _graph(body, x_t, [res.reshape(shape)])
+    options = tuple(sorted((k, _option_value(v)) for k, v in options.items()))
     starts = [s.astype(np.float64) if isinstance(s, Tracer) else np.asarray(s, np.float64)
               for s in starts]
     return bind("root", *starts, *body.lifted, body=lbody, solver=name, options=options,
