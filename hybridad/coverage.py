@@ -54,7 +54,7 @@ _NOTES = {**_LAPACK,
                                        "ode); adjoint and tangent equations (constant "
                                        "t_eval, required)",
           **dict.fromkeys(("scipy.integrate.quad", "scipy.integrate.quad_vec",
-                           "scipy.integrate.dblquad"),
+                           "scipy.integrate.dblquad", "scipy.integrate.tplquad"),
                           "scipy's quad of the traced integrand (op quad); Leibniz's rule "
                           "in the limits and parameters"),
           **dict.fromkeys((f"scipy.optimize.{n}" for n in ("brentq", "brenth", "ridder",

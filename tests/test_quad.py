@@ -56,8 +56,15 @@ def double(p):  # dblquad: a quad inside a quad, a traced limit of the outer one
                    lambda x: 0.0, lambda x: x)[0]
 
 
+def triple(p):  # tplquad: a quad inside a dblquad, limits of the inner ones moving
+    from scipy.integrate import tplquad
+
+    return tplquad(lambda z, y, x: np.exp(-p[0] * x * y * z) + p[1] * z, 0.0, 1.0,
+                   lambda x: 0.0, lambda x: p[2] * x, lambda x, y: 0.0, lambda x, y: x + y)[0]
+
+
 CASES = {f.__name__: f for f in (gauss_cos, both_limits, infinite, options, matrix_param,
-                                 vector, double)}
+                                 vector, double, triple)}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -35,7 +35,7 @@ from ..ops.loop import LoopBody
 from .loops import BodyTrace
 from .scipy_special import intercepts
 
-__all__ = ["dblquad", "odeint", "quad", "quad_vec", "solve_ivp"]
+__all__ = ["dblquad", "odeint", "quad", "quad_vec", "solve_ivp", "tplquad"]
 
 
 def _original(name):
@@ -328,4 +328,25 @@ def dblquad(func, a, b, gfun, hfun, args=(), epsabs=1.49e-08, epsrel=1.49e-08):
         hi = hfun(x) if callable(hfun) else hfun
         return quad(lambda y: func(y, x, *args), lo, hi, epsabs=epsabs, epsrel=epsrel)[0]
     return quad(inner, a, b, epsabs=epsabs, epsrel=epsrel)
+
+
+@intercepts("scipy.integrate", "tplquad", while_tracing=True)
+def tplquad(func, a, b, gfun, hfun, qfun, rfun, args=(), epsabs=1.49e-08, epsrel=1.49e-08):
+    """``scipy.integrate.tplquad`` while tracing: ``int_a^b int_g(x)^h(x)
+    int_q(x,y)^r(x,y) func(z, y, x) dz dy dx`` as scipy computes it -- a
+    :func:`quad` in ``z`` inside a :func:`dblquad` in ``y`` and ``x`` --,
+    differentiable in everything the three read.
+
+    Returns
+    -------
+    tuple
+        ``(integral, abserr)`` of the outermost integral.
+    """
+    args = args if isinstance(args, tuple) else (args,)
+
+    def inner(y, x):
+        lo = qfun(x, y) if callable(qfun) else qfun
+        hi = rfun(x, y) if callable(rfun) else rfun
+        return quad(lambda z: func(z, y, x, *args), lo, hi, epsabs=epsabs, epsrel=epsrel)[0]
+    return dblquad(inner, a, b, gfun, hfun, epsabs=epsabs, epsrel=epsrel)
 
