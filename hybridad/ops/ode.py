@@ -44,9 +44,11 @@ from ..ir.graph import Graph
 from ..ir.registry import Op, register
 from .._forksafe import Lock
 from ..core.tracer import Tracer
+from .host import resolve
 from .loop import TRANSFORMS, LoopBody, _specs, _sub_trace, _zeros, replay
 
-__all__ = ["EVALUATORS", "SOLVERS", "integrate", "parameter_body", "rhs", "unpack"]
+__all__ = ["EVALUATORS", "SOLVERS", "batched_tangent", "body_of", "integrate", "parameter_body",
+           "rhs", "unpack"]
 
 #: the scipy functions an ``ode`` node calls
 SOLVERS = ("odeint", "solve_ivp")
@@ -103,15 +105,16 @@ def rhs(body, evaluator="reference"):
                         "hybridad: an ODE's right-hand side was not compiled (%s: %s); the "
                         "reference evaluates it", type(exc).__name__, exc)
                     bound = EVALUATORS["reference"](body)
-                hit = _FUNCTIONS[key] = (Lock(), bound)
+                hit = _FUNCTIONS[key] = (Lock(), _contiguous(bound))
     return hit
 
 
-def _scipy(name):
-    import scipy.integrate
-
-    fn = getattr(scipy.integrate, name)
-    return getattr(fn, "__hybridad_original__", fn)
+def _contiguous(bound):
+    """``bound`` taking the constants as C-contiguous arrays (0-d ones kept 0-d)."""
+    def take(consts):
+        return bound([np.asarray(c, order="C") for c in consts])
+    take.bound = bound  # (kept alive: a compiled one holds its program)
+    return take
 
 
 def integrate(body, z0, times, consts, solver, span, options, evaluator="reference",
@@ -125,7 +128,7 @@ def integrate(body, z0, times, consts, solver, span, options, evaluator="referen
     time, and starting where the last stretch ended saves the ramp up from a
     tiny first step (where the caller gave no ``h0``)."""
     lock, bound = rhs(body, evaluator)
-    call = bound([np.asarray(c, order="C") for c in consts])  # (0-d kept)
+    call = bound(consts)
     tbuf = np.zeros((), np.float64)
     # odeint copies what f returns before it calls again (solve_ivp keeps it):
     # a result buffer of this solve's own (``call.owned``) goes as it is
@@ -138,18 +141,19 @@ def integrate(body, z0, times, consts, solver, span, options, evaluator="referen
             return out if owned else np.array(out, np.float64)
 
     z0 = np.asarray(z0, np.float64).reshape(-1)
+    solve = resolve(f"scipy.integrate.{solver}")  # (scipy's, where hybridad wraps it)
     with np.errstate(all="ignore"):
         if solver == "odeint" and steps is not None and "h0" not in dict(options):
             h0 = 0.0 if steps[0] is None else \
                 float(np.copysign(min(abs(steps[0]), abs(times[-1] - times[0])),
                                   times[-1] - times[0]))
-            out, info = _scipy("odeint")(f, z0, times, tfirst=True, h0=h0, full_output=True,
-                                         **dict(options))
+            out, info = solve(f, z0, times, tfirst=True, h0=h0, full_output=True,
+                              **dict(options))
             steps[0] = float(info["hu"][-1]) or steps[0]
         elif solver == "odeint":
-            out = _scipy("odeint")(f, z0, times, tfirst=True, **dict(options))
+            out = solve(f, z0, times, tfirst=True, **dict(options))
         else:
-            sol = _scipy("solve_ivp")(f, tuple(span), z0, t_eval=times, **dict(options))
+            sol = solve(f, tuple(span), z0, t_eval=times, **dict(options))
             out = sol.y.T
             if out.shape != (len(times), len(z0)):
                 raise RuntimeError(f"scipy.integrate.solve_ivp stopped at t = {sol.t[-1]!r} "
@@ -163,6 +167,33 @@ def _abstract(*args, body, times, solver, span, options):
 
 def _run(out, z0, *consts, body, times, solver, span, options, evaluator="reference"):
     out[...] = integrate(body, z0, times, consts, solver, span, options, evaluator)
+
+
+def body_of(trace, ins, outs):
+    """The :class:`LoopBody` of ``trace``'s nodes with inputs ``ins`` and
+    outputs ``outs`` (tracers); placeholder inputs it no longer reads (the
+    seeds :func:`batched_tangent` replaced) are dropped."""
+    real = {t.node.id for t in ins}
+    nodes = [n for n in trace.nodes if n.op != "input" or n.id in real]
+    return LoopBody(Graph(nodes, [t.node for t in ins], [t.node for t in outs]), False, 0, 0)
+
+
+def batched_tangent(trace, f, seeds, directions, n):
+    """The tangent of ``f`` (a tracer of ``trace``) along ``n`` directions at
+    once, ``(n, *f.shape)`` float64: ``seeds`` pairs each varied tracer with a
+    placeholder input standing for its tangent, ``directions`` each
+    placeholder's node id to its ``n`` directions (a tracer ``(n, *shape)``)
+    -- the tangent pass, then batched over the directions (``vmap``)."""
+    start = len(trace.nodes)
+    f64 = np.dtype(np.float64)
+    t = TRANSFORMS["jvp"](trace, list(trace.nodes),
+                          {x.node.id: p for x, p in seeds}).get(f.node.id)
+    if t is None:
+        return _zeros((n, *f.shape), f64)
+    batched = dict(directions)
+    TRANSFORMS["vmap"](trace, trace.nodes[start:], batched, n)
+    out = batched.get(t.node.id)  # (None: the tangent does not depend on the seeds)
+    return (np.broadcast_to(t, (n, *f.shape)) if out is None else out).astype(f64)
 
 
 def _tangent_body(body, d_k):
@@ -182,7 +213,7 @@ def _tangent_body(body, d_k):
         tf = TRANSFORMS["jvp"](trace, list(trace.nodes), seeds).get(f.node.id)
         tf = _zeros(f.shape, f.dtype) if tf is None else tf
         out = _concat([f, tf])
-    return LoopBody(Graph(trace.nodes, [x.node for x in ins], [out.node]), False, 0, 0)
+    return body_of(trace, ins, [out])
 
 
 def _adjoint_body(body, a_k):
@@ -204,7 +235,7 @@ def _adjoint_body(body, a_k):
         grads = [_zeros(w.shape, w.dtype) if gr is None else gr
                  for gr, w in zip(grads, wrt, strict=True)]
         out = _concat([f] + [gr.reshape(-1).astype(np.float64) for gr in grads])
-    return LoopBody(Graph(trace.nodes, [x.node for x in ins], [out.node]), False, 0, 0)
+    return body_of(trace, ins, [out])
 
 
 def _sensitivity_body(body, y0_active, a_k):
@@ -227,27 +258,18 @@ def _sensitivity_body(body, y0_active, a_k):
     with trace:
         y, S = state[:m], state[m:].reshape(m, n_dir)
         (f,) = replay(body.graph, trace, [y, t, *k_t])
-        start = len(trace.nodes)
-        seeds = {y.node.id: s_seed, **{k_t[k].node.id: d for k, d in zip(a_k, k_seeds,
-                                                                          strict=True)}}
-        tf = TRANSFORMS["jvp"](trace, list(trace.nodes), seeds).get(f.node.id)
         # (y's tangent along every direction is the sensitivities themselves)
-        batched, offset = {s_seed.node.id: S.T}, m if y0_active else 0
+        directions, offset = {s_seed.node.id: S.T}, m if y0_active else 0
         for d, size in zip(k_seeds, sizes, strict=True):
             unit = np.zeros((n_dir, size))
             unit[offset:offset + size] = np.eye(size)
-            batched[d.node.id] = Tracer(trace.const(unit.reshape((n_dir, *d.shape)).astype(
+            directions[d.node.id] = Tracer(trace.const(unit.reshape((n_dir, *d.shape)).astype(
                 d.dtype), True), trace)
             offset += size
-        if tf is not None:
-            TRANSFORMS["vmap"](trace, trace.nodes[start:], batched, n_dir)
-        tfb = _zeros((n_dir, m), f64) if tf is None else batched.get(tf.node.id)
-        if tfb is None:  # (the tangent does not depend on the seeds)
-            tfb = np.broadcast_to(tf, (n_dir, m))
-        out = _concat([f, tfb.T.astype(f64).reshape(-1)])
-    real = {x.node.id for x in ins[:2 + n_k]}
-    nodes = [n for n in trace.nodes if n.op != "input" or n.id in real]
-    return LoopBody(Graph(nodes, [x.node for x in ins[:2 + n_k]], [out.node]), False, 0, 0)
+        seeds = [(y, s_seed), *((k_t[k], d) for k, d in zip(a_k, k_seeds, strict=True))]
+        tfb = batched_tangent(trace, f, seeds, directions, n_dir)
+        out = _concat([f, tfb.T.reshape(-1)])
+    return body_of(trace, ins[:2 + n_k], [out])
 
 
 def _concat(parts):
@@ -342,7 +364,7 @@ def parameter_body(body, d_k, reverse):
             seeds = {k_t[k].node.id: d for k, d in zip(d_k, rest, strict=True)}
             out = TRANSFORMS["jvp"](trace, list(trace.nodes), seeds).get(f.node.id)
             out = _zeros(f.shape, f64) if out is None else out.astype(f64)
-    return LoopBody(Graph(trace.nodes, [t.node for t in ins], [out.node]), False, 0, 0)
+    return body_of(trace, ins, [out])
 
 
 def _adjoint_abstract(*args, body, times, solver, span, options, sizes, layers):

@@ -30,7 +30,8 @@ import numpy as np
 
 from ..ir.registry import Op, register
 from .loop import replay
-from .ode import _batch, _scipy, parameter_body, rhs, unpack
+from .host import resolve
+from .ode import _batch, parameter_body, rhs, unpack
 
 __all__ = ["integrate_quad"]
 
@@ -46,17 +47,18 @@ def integrate_quad(body, a, b, consts, options, evaluator="reference", solver="q
     ``[a, b]`` by scipy's ``quad`` (a scalar integrand) or ``quad_vec``
     (``solver`` "quad_vec": the user's call, its options as given)."""
     lock, bound = rhs(body, evaluator)
-    call = bound([np.asarray(c, order="C") for c in consts])
+    call = bound(consts)
     xbuf = np.zeros((), np.float64)
     size = body.graph.outputs[0].size
     opts = dict(options)
+    quad, quad_vec = resolve("scipy.integrate.quad"), resolve("scipy.integrate.quad_vec")
     with np.errstate(all="ignore"):
         if solver == "quad" and body.graph.outputs[0].shape == ():
             def f(x):
                 with lock:
                     xbuf[...] = x
                     return float(call(xbuf))
-            value, err = _scipy("quad")(f, float(a), float(b), **opts)
+            value, err = quad(f, float(a), float(b), **opts)
             return np.array([value, err])
 
         def fv(x):
@@ -64,16 +66,16 @@ def integrate_quad(body, a, b, consts, options, evaluator="reference", solver="q
                 xbuf[...] = x
                 return np.array(call(xbuf), np.float64).reshape(-1)
         if solver == "quad_vec":
-            value, err = _scipy("quad_vec")(fv, float(a), float(b), **opts)
+            value, err = quad_vec(fv, float(a), float(b), **opts)
             return np.concatenate([np.ravel(value), [err]])
         if "weight" in opts or size <= PER_COMPONENT:
             # (each component by QUADPACK: quad_vec takes no weight, and its Python
             # loop costs more than a few compiled integrations)
-            parts = [_scipy("quad")(lambda x, j=j: fv(x)[j], float(a), float(b), **opts)
+            parts = [quad(lambda x, j=j: fv(x)[j], float(a), float(b), **opts)
                      for j in range(size)]
             return np.array([p[0] for p in parts] + [max(p[1] for p in parts)])
         vec = {k: v for k, v in opts.items() if k in ("epsabs", "epsrel", "limit", "points")}
-        value, err = _scipy("quad_vec")(fv, float(a), float(b), **vec)
+        value, err = quad_vec(fv, float(a), float(b), **vec)
         return np.concatenate([np.ravel(value), [err]])
 
 

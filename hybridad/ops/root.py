@@ -28,10 +28,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.tracer import Tracer
-from ..ir.graph import Graph
 from ..ir.registry import Op, register
-from .loop import TRANSFORMS, LoopBody, _specs, _sub_trace, _zeros, replay
-from .ode import _batch, parameter_body, rhs, unpack
+from .loop import TRANSFORMS, _specs, _sub_trace, _zeros, replay
+from .host import resolve
+from .ode import _batch, batched_tangent, body_of, parameter_body, rhs, unpack
 
 __all__ = ["BRACKETING", "DERIVATIVE_FREE", "GRADIENT_METHODS", "SOLVERS", "gradient_body",
            "solve_root"]
@@ -48,10 +48,7 @@ SOLVERS = BRACKETING + ("fsolve", "root", "minimize")
 
 
 def _scipy(name):
-    import scipy.optimize
-
-    fn = getattr(scipy.optimize, name)
-    return getattr(fn, "__hybridad_original__", fn)
+    return resolve(f"scipy.optimize.{name}")
 
 
 def solve_root(body, starts, consts, solver, options, evaluator="reference", objective=None):
@@ -59,7 +56,6 @@ def solve_root(body, starts, consts, solver, options, evaluator="reference", obj
     from ``starts`` (the bracket ``a, b``, or ``x0``); for ``minimize``, the
     minimizer of ``objective`` (whose gradient ``body`` is)."""
     lock, bound = rhs(body, evaluator)
-    consts = [np.asarray(c, order="C") for c in consts]
     call = bound(consts)
     shape = body.graph.inputs[0].shape
     opts = dict(options)
@@ -116,7 +112,7 @@ def gradient_body(objective):
         one = Tracer(trace.const(np.ones((), f.dtype), True), trace)
         (g,) = TRANSFORMS["backward"](trace, [f], [one], [ins[0]], inplace=False)
         g = _zeros(gin[0].shape, f64) if g is None else g.astype(f64)
-    return LoopBody(Graph(trace.nodes, [t.node for t in ins], [g.node]), False, 0, 0)
+    return body_of(trace, ins, [g])
 
 
 def _abstract(*args, body, solver, options, n_start, objective=None):
@@ -133,36 +129,15 @@ def _jacobian_body(body):
     else ``(n, n)``, the body's tangent pass batched over the unit directions."""
     gin = body.graph.inputs
     shape, n = gin[0].shape, gin[0].size
-    f64 = np.dtype(np.float64)
-    trace, ins = _sub_trace(_specs(gin) + [(shape, f64)])
+    trace, ins = _sub_trace(_specs(gin) + [(shape, np.dtype(np.float64))])
     x, k_t, seed = ins[0], ins[1:-1], ins[-1]  # (seed: a placeholder the batch replaces)
     with trace:
         (f,) = replay(body.graph, trace, [x, *k_t])
-        start = len(trace.nodes)
-        t = TRANSFORMS["jvp"](trace, list(trace.nodes), {x.node.id: seed}).get(f.node.id)
-        if t is None:
-            jac = _zeros(() if shape == () else (n, n), f64)
-        elif shape == ():
-            batched = {seed.node.id: Tracer(trace.const(np.ones(1), True), trace)}
-            TRANSFORMS["vmap"](trace, trace.nodes[start:], batched, 1)
-            rows = batched.get(t.node.id)
-            jac = (t if rows is None else rows.reshape(())).astype(f64)
-        else:
-            batched = {seed.node.id: Tracer(trace.const(np.eye(n).reshape((n, *shape)), True),
-                                            trace)}
-            TRANSFORMS["vmap"](trace, trace.nodes[start:], batched, n)
-            rows = batched.get(t.node.id)  # (direction j, component i): F_x transposed
-            jac = (np.broadcast_to(t.reshape(-1), (n, n)) if rows is None else
-                   rows.reshape(n, n)).T.astype(f64)
-    return _body(trace, ins[:-1], [jac])
-
-
-def _body(trace, ins, outs):
-    """The body of ``trace`` with inputs ``ins`` (placeholders it no longer
-    reads dropped) and outputs ``outs``."""
-    real = {t.node.id for t in ins}
-    nodes = [n for n in trace.nodes if n.op != "input" or n.id in real]
-    return LoopBody(Graph(nodes, [t.node for t in ins], [t.node for t in outs]), False, 0, 0)
+        units = Tracer(trace.const(np.eye(n).reshape((n, *shape)), True), trace)
+        rows = batched_tangent(trace, f, [(x, seed)], {seed.node.id: units}, n)
+        # (direction j, component i): F_x transposed
+        jac = rows.reshape(()) if shape == () else rows.reshape(n, n).T
+    return body_of(trace, ins[:-1], [jac])
 
 
 def _solve(jac, rhs_, transpose=False):
