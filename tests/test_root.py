@@ -179,3 +179,25 @@ def test_minimize_refusals():
     with pytest.raises(TracingError, match="Newton-CG"):
         ha.gradient(lambda lam: so.minimize(_inner, np.zeros(2), args=(lam,),
                                             method="Newton-CG").x[0], LAM)
+
+
+def test_a_traced_function_s_value_reshaped_or_cast_by_every_solver():
+    """A residual, objective, integrand or right-hand side whose value scipy
+    reshapes or casts (a column, float32, a one-element array): the cast is
+    traced inside the function's body (it escaped to the outer trace and
+    raised before)."""
+    from scipy.integrate import odeint, quad
+
+    p = np.array([0.8, 0.4])
+    root = ha.gradient(lambda p: np.sum(so.fsolve(lambda x: (x ** 3 - p).reshape(2, 1),
+                                                  np.ones(2), xtol=1e-13)), p).gradient
+    np.testing.assert_allclose(root, 1 / (3 * p ** (2 / 3)), rtol=1e-9)
+    integral = ha.gradient(lambda p: quad(lambda x: (p[0] * x).astype(np.float32), 0.0,
+                                          1.0)[0], p).gradient
+    np.testing.assert_allclose(integral, [0.5, 0.0], rtol=1e-6)
+    argmin = ha.gradient(lambda p: so.minimize(lambda w: np.sum((w - p) ** 2, keepdims=True),
+                                               np.zeros(2)).x[0], p).gradient
+    np.testing.assert_allclose(argmin, [1.0, 0.0], atol=1e-6)
+    ode = ha.gradient(lambda p: np.sum(odeint(lambda y, t: (-p * y).reshape(2, 1), np.ones(2),
+                                              [0.0, 1.0], rtol=1e-11, atol=1e-11)), p).gradient
+    np.testing.assert_allclose(ode, -np.exp(-p), rtol=1e-8)

@@ -31,6 +31,7 @@ from ..core.trace import bind, current_trace
 from ..core.tracer import Tracer
 from ..errors import TracingError
 from ..ir.graph import Graph
+from ..ops.host import resolve
 from ..ops.loop import LoopBody
 from .loops import BodyTrace
 from .scipy_special import intercepts
@@ -39,10 +40,44 @@ __all__ = ["dblquad", "odeint", "quad", "quad_vec", "solve_ivp", "tplquad"]
 
 
 def _original(name):
-    import scipy.integrate
+    return resolve(f"scipy.integrate.{name}")
 
-    fn = getattr(scipy.integrate, name)
-    return getattr(fn, "__hybridad_original__", fn)
+
+def traced_body(fn, specs, shape, what):
+    """``(body trace, its input tracers, fn's value)``: ``fn`` traced ONCE on
+    float64 tracers of the shapes ``specs``, in a body of the trace around it
+    (as a :func:`hybridad.fori_loop` body: what it reads from outside becomes
+    its operands, ``body.lifted``), its value a float64 tracer of the body
+    reshaped to ``shape`` (None: as it comes; a size that differs raises
+    ValueError naming ``what``) -- or None where it is no traced value and
+    reads nothing traced (the body is set aside: the caller may run scipy
+    on values).  A list of traced numbers is a traced array (np.array is
+    traced)."""
+    body = BodyTrace(current_trace(), len(specs))
+    with body:
+        ins = [body.input(i, s, np.dtype(np.float64)) for i, s in enumerate(specs)]
+        res = fn(*ins)
+        if not isinstance(res, Tracer):
+            res = np.array(res) if isinstance(res, (list, tuple)) else np.asarray(res)
+        if not isinstance(res, Tracer):
+            if not body.lifted:
+                body.abandoned = True
+                return body, ins, None
+            res = Tracer(body.const(np.asarray(res, np.float64), True), body)
+        if shape is not None:
+            size = int(np.prod(shape, dtype=np.int64))
+            if res.size != size:
+                raise ValueError(f"{what} returned {res.size} values; {size} expected")
+            res = res.reshape(shape)
+        value = res.astype(np.float64)  # (inside the body: its nodes are the body's)
+    return body, ins, value
+
+
+def body_graph(body, ins, outputs):
+    """The :class:`LoopBody` of a :func:`traced_body`: inputs ``ins`` then the
+    values it lifted, outputs ``outputs``."""
+    inputs = [t.node for t in ins] + [body._lifted[x.node.id] for x in body.lifted]
+    return LoopBody(Graph(body.nodes, inputs, [t.node for t in outputs]), False, 0, 0)
 
 
 def _times(t, name):
@@ -70,32 +105,15 @@ def _option(v):
 def _ode(name, rhs_call, y0, times, span, solver_options):
     """The ``ode`` node of ``rhs_call(y, t)`` from ``y0`` (None: the caller
     runs scipy on values -- nothing reaches a traced value)."""
-    outer = current_trace()
     # (a list of traced numbers is a traced array here: np.asarray is traced)
     z0 = (y0 if isinstance(y0, Tracer) else np.asarray(y0)).astype(np.float64).reshape(-1)
-    traced_y0 = isinstance(z0, Tracer)
     m = z0.shape[0]
-    body = BodyTrace(outer, 2)
-    with body:
-        y_t = body.input(0, (m,), np.dtype(np.float64))
-        t_t = body.input(1, (), np.dtype(np.float64))
-        res = rhs_call(y_t, t_t)
-        if not isinstance(res, Tracer):
-            res = np.asarray(res) if not isinstance(res, (list, tuple)) else np.array(res)
-        if not isinstance(res, Tracer) and not body.lifted:
-            f = None
-        else:
-            if not isinstance(res, Tracer):
-                res = Tracer(body.const(np.asarray(res, np.float64), True), body)
-            if res.size != m:
-                raise ValueError(f"scipy.integrate.{name}: the right-hand side returned "
-                                 f"{res.size} values for a state of {m}")
-            f = res.astype(np.float64).reshape(m)
-    if f is None or (not body.lifted and not traced_y0):
+    body, (y_t, t_t), f = traced_body(rhs_call, [(m,), ()], (m,),
+                                      f"scipy.integrate.{name}: the right-hand side")
+    if f is None or (not body.lifted and not isinstance(z0, Tracer)):
         body.abandoned = True  # (nothing traced: scipy on values)
         return None
-    inputs = [y_t.node, t_t.node] + [body._lifted[x.node.id] for x in body.lifted]
-    lbody = LoopBody(Graph(body.nodes, inputs, [f.node]), False, 0, 0)
+    lbody = body_graph(body, [y_t, t_t], [f])
     options = tuple(sorted((k, _option(v)) for k, v in solver_options.items()))
     return bind("ode", z0, *body.lifted, body=lbody, times=tuple(times.tolist()),
                 solver=name, span=(float(span[0]), float(span[1])), options=options)
@@ -228,12 +246,9 @@ def quad(func, a, b, args=(), full_output=0, epsabs=1.49e-08, epsrel=1.49e-08, l
     args = args if isinstance(args, tuple) else (args,)
     opts = {"epsabs": epsabs, "epsrel": epsrel, "limit": limit, "points": points,
             "weight": weight, "wvar": wvar, "maxp1": maxp1, "limlst": limlst}
-    out = _integral("quad", lambda x: func(x, *args), a, b, opts)
+    out = _integral("quad", lambda x: func(x, *args), a, b, opts, shape=())
     if out is None:
         return _original("quad")(func, a, b, args=args, **opts)
-    if int(np.prod(out[1], dtype=np.int64)) != 1:
-        raise ValueError("scipy.integrate.quad: the integrand must return a number; got "
-                         f"shape {out[1]}")
     return out[0][0], out[0][1]
 
 
@@ -245,26 +260,16 @@ _DEFAULTS = {"quad": {"epsabs": 1.49e-08, "epsrel": 1.49e-08, "limit": 50, "poin
                           "points": None, "quadrature": None, "cache_size": 100000000.0}}
 
 
-def _integral(solver, integrand, a, b, opts):
+def _integral(solver, integrand, a, b, opts, shape=None):
     """``(the quad node's value, the integrand's shape)`` of ``integrand`` over
-    ``[a, b]``, or None where nothing reaches a traced value (the caller runs
-    scipy)."""
-    outer = current_trace()
-    body = BodyTrace(outer, 1)
-    with body:
-        x_t = body.input(0, (), np.dtype(np.float64))
-        res = integrand(x_t)
-        if not isinstance(res, Tracer):
-            res = np.asarray(res, np.float64) if not isinstance(res, (list, tuple)) else \
-                np.array(res)
-            if not isinstance(res, Tracer):
-                res = Tracer(body.const(res, True), body) if body.lifted else None
-    if res is None or not (body.lifted or isinstance(a, Tracer) or isinstance(b, Tracer)):
+    ``[a, b]`` (its value reshaped to ``shape`` where given), or None where
+    nothing reaches a traced value (the caller runs scipy)."""
+    body, (x_t,), f = traced_body(integrand, [()], shape, f"scipy.integrate.{solver}: "
+                                  "the integrand")
+    if f is None or not (body.lifted or isinstance(a, Tracer) or isinstance(b, Tracer)):
         body.abandoned = True  # (nothing traced: scipy on values)
         return None
-    f = res.astype(np.float64)
-    inputs = [x_t.node] + [body._lifted[x.node.id] for x in body.lifted]
-    lbody = LoopBody(Graph(body.nodes, inputs, [f.node]), False, 0, 0)
+    lbody = body_graph(body, [x_t], [f])
     default = _DEFAULTS[solver]
     options = tuple(sorted((k, _option(v)) for k, v in opts.items()
                            if not _same_option(v, default[k])))

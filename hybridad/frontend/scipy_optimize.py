@@ -18,59 +18,28 @@ import numpy as np
 from ..core.trace import bind, current_trace
 from ..core.tracer import Tracer
 from ..errors import TracingError
-from ..ir.graph import Graph
-from ..ops.loop import LoopBody, replay
+from ..ops.host import resolve
+from ..ops.loop import replay
 from ..ops.root import BRACKETING, DERIVATIVE_FREE, GRADIENT_METHODS, gradient_body
-from .loops import BodyTrace
-from .scipy_integrate import _option
+from .scipy_integrate import _option, body_graph, traced_body
 from .scipy_special import intercepts
 
 __all__ = ["RootResults", "fsolve", "minimize", "root", "root_scalar"]
 
 
 def _original(name):
-    import scipy.optimize
-
-    fn = getattr(scipy.optimize, name)
-    return getattr(fn, "__hybridad_original__", fn)
-
-
-def _body(func, args, shape):
-    """``(body trace, x's tracer, func(x, *args) as a float64 tracer or None)``:
-    ``func`` traced on a tracer of ``x`` (None where nothing it reads is
-    traced: the body set aside, the caller runs scipy)."""
-    outer = current_trace()
-    body = BodyTrace(outer, 1)
-    with body:
-        x_t = body.input(0, shape, np.dtype(np.float64))
-        res = func(x_t, *args)
-        if not isinstance(res, Tracer):
-            res = np.asarray(res) if not isinstance(res, (list, tuple)) else np.array(res)
-        if not isinstance(res, Tracer) and not body.lifted:
-            res = None
-        elif not isinstance(res, Tracer):
-            res = Tracer(body.const(np.asarray(res, np.float64), True), body)
-    if res is None or not body.lifted:
-        body.abandoned = True  # (nothing traced: scipy on values)
-        return body, x_t, None
-    return body, x_t, res.astype(np.float64)
-
-
-def _graph(body, x_t, outputs):
-    inputs = [x_t.node] + [body._lifted[x.node.id] for x in body.lifted]
-    return LoopBody(Graph(body.nodes, inputs, [t.node for t in outputs]), False, 0, 0)
+    return resolve(f"scipy.optimize.{name}")
 
 
 def _root(name, func, starts, args, shape, options):
     """The ``root`` node of ``func(x, *args) = 0`` for ``x`` of ``shape``
     (None: nothing reaches a traced value -- the caller runs scipy)."""
-    body, x_t, res = _body(func, args, shape)
-    if res is None:
+    body, (x_t,), res = traced_body(lambda x: func(x, *args), [shape], shape,
+                                    f"scipy.optimize.{name}: the residual")
+    if res is None or not body.lifted:
+        body.abandoned = True  # (nothing traced: scipy on values)
         return None
-    if res.size != int(np.prod(shape, dtype=np.int64)):
-        raise ValueError(f"scipy.optimize.{name}: the residual returned {res.size} values for "
-                         f"{int(np.prod(shape, dtype=np.int64))} unknowns")
-    lbody = _graph(body, x_t, [res.reshape(shape)])
+    lbody = body_graph(body, [x_t], [res])
     options = tuple(sorted((k, _option_value(v)) for k, v in options.items()))
     starts = [s.astype(np.float64) if isinstance(s, Tracer) else np.asarray(s, np.float64)
               for s in starts]
@@ -203,13 +172,12 @@ def root(fun, x0, args=(), method="hybr", jac=None, tol=None, callback=None, opt
     args = args if isinstance(args, tuple) else (args,)
     n = x0.size if isinstance(x0, Tracer) else int(np.size(x0))
     start = x0.reshape(-1) if isinstance(x0, Tracer) else np.asarray(x0, np.float64).reshape(-1)
-    body, x_t, f = _body(fun, args, (n,))
-    if f is None:
+    body, (x_t,), f = traced_body(lambda x: fun(x, *args), [(n,)], (n,),
+                                  "scipy.optimize.root: the residual")
+    if f is None or not body.lifted:
+        body.abandoned = True  # (nothing traced: scipy on values)
         return _original("root")(fun, x0, args=args, method=method, tol=tol, options=options)
-    if f.size != n:
-        raise ValueError(f"scipy.optimize.root: the residual returned {f.size} values for "
-                         f"{n} unknowns")
-    lbody = _graph(body, x_t, [f.reshape(n)])
+    lbody = body_graph(body, [x_t], [f])
     opts = {k: v for k, v in (("method", method), ("tol", tol), ("options", options))
             if v is not None}
     x = bind("root", start, *body.lifted, body=lbody, solver="root",
@@ -264,14 +232,13 @@ def minimize(fun, x0, args=(), method=None, jac=None, hess=None, hessp=None, bou
     def objective(x, *a):
         value = fun(x, *a)
         return value[0] if jac is True else value
-    body, x_t, f = _body(objective, args, (n,))
-    if f is None:
+    body, (x_t,), f = traced_body(lambda x: objective(x, *args), [(n,)], (),
+                                  "scipy.optimize.minimize: the objective")
+    if f is None or not body.lifted:
+        body.abandoned = True  # (nothing traced: scipy on values)
         return _original("minimize")(fun, x0, args=args, method=method, jac=jac, tol=tol,
                                      options=options)
-    if f.size != 1:
-        raise ValueError("scipy.optimize.minimize: the objective must return a number; got "
-                         f"shape {f.shape}")
-    obj = _graph(body, x_t, [f.reshape(())])
+    obj = body_graph(body, [x_t], [f])
     opts = {k: v for k, v in (("method", name), ("tol", tol), ("options", options))
             if v is not None}
     residual = gradient_body(obj)
