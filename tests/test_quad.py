@@ -10,7 +10,7 @@ from scipy.integrate import quad
 
 import hybridad as ha
 from hybridad.errors import TracingError
-from hybridad.testing import numerical_gradient
+from solver_checks import check_gradient, check_second_order
 
 BACKENDS = ["numpy", "numba"]
 P = np.array([0.7, 1.3, 2.0])
@@ -70,23 +70,13 @@ CASES = {f.__name__: f for f in (gauss_cos, both_limits, infinite, options, matr
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_gradient_matches_finite_differences(name, backend):
-    f = CASES[name]
-    res = ha.gradient(f, P, backend=backend)
-    assert float(res.value) == pytest.approx(f(P), rel=1e-12)
-    np.testing.assert_allclose(res.gradient, numerical_gradient(f, P), rtol=1e-6, atol=1e-8)
+    check_gradient(CASES[name], P, backend)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ["gauss_cos", "both_limits", "infinite", "double"])
 def test_second_order(name, backend):
-    f = CASES[name]
-    H = ha.hessian(f, P, backend=backend).hessian
-    Hfd = np.array([numerical_gradient(
-        lambda q: ha.gradient(f, q, backend="numpy").gradient[i], P) for i in range(3)])
-    np.testing.assert_allclose(H, Hfd, rtol=1e-5, atol=1e-7)
-    v = np.array([1.0, -0.5, 0.25])
-    np.testing.assert_allclose(ha.hvp(f, P, v, backend=backend).hvp, H @ v, rtol=1e-8,
-                               atol=1e-10)
+    check_second_order(CASES[name], P, backend)
 
 
 def test_closed_forms_and_the_error_bound():
