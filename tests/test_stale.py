@@ -410,7 +410,8 @@ def test_gradient_batch_after_change():
     lambda: np.random.normal(size=3),
     lambda: np.random.rand(3),
     lambda: np.random.default_rng().normal(size=3),
-    lambda: np.random.RandomState(0).uniform(size=3),
+    lambda: np.random.RandomState().uniform(size=3),
+    lambda: np.random.RandomState(None).uniform(size=3),
     lambda: np.full(3, random.random()),
     lambda: np.full(3, random.gauss(0, 1)),
     lambda: np.full(3, time.time() % 1.0),
@@ -467,6 +468,58 @@ def test_a_generator_seeded_inside_f_and_one_only_read_are_fine():
     want = 2 * (X + np.random.default_rng(0).normal(size=3))
     for _ in range(2):
         np.testing.assert_allclose(ha.gradient(seeded, X).gradient, want, rtol=1e-14)
+
+
+class _Seeded:
+    def __init__(self, seed):
+        self.seed = seed
+
+    def noise(self):
+        return np.random.RandomState(self.seed).standard_normal(3)
+
+
+@pytest.mark.parametrize("form", ["constant", "keyword", "name", "attribute", "alias"])
+def test_a_legacy_generator_seeded_inside_f_is_fine(form):
+    """``np.random.RandomState(0)`` draws fresh entropy from
+    ``random.SystemRandom`` as it is made, then replaces it by the seed's
+    (numpy's legacy seeding): its draws are the same at every call, and
+    autograd's reparameterization test makes one inside ``f``.  It was
+    refused as a call of ``random.getrandbits``.  Read from the call's
+    bytecode: a seed given as a constant, a keyword, a name or an attribute,
+    by any name of the class; a plan follows numpy's draws at new points."""
+    from numpy.random import RandomState as Legacy
+
+    seed = 7
+
+    def f(x):
+        rs = {"constant": lambda: np.random.RandomState(7),
+              "keyword": lambda: np.random.RandomState(seed=7),
+              "name": lambda: np.random.RandomState(seed),
+              "alias": lambda: Legacy(7)}.get(form)
+        noise = _Seeded(7).noise() if rs is None else rs().standard_normal(3)
+        return np.sum((x + noise) ** 2) + np.sum(np.linalg.cholesky(np.eye(3) * x[0] ** 2) @ noise)
+
+    noise = np.random.RandomState(7).standard_normal(3)
+    for backend in ("numpy", "numba"):
+        plan = ha.compile(f, X, backend=backend)
+        for x in (X, X + 0.5):
+            np.testing.assert_allclose(plan.gradient(x).value, f(x), rtol=1e-14)
+            want = 2 * (x + noise)
+            want[0] += np.sign(x[0]) * np.sum(noise)
+            np.testing.assert_allclose(plan.gradient(x).gradient, want, rtol=1e-13)
+
+
+def test_a_legacy_generator_with_no_seed_or_an_unread_one_is_refused():
+    """``RandomState()`` / ``RandomState(None)`` / a name bound to None keep
+    their fresh entropy: refused, naming the maker; a seed made by an
+    expression is not read, and the draw is refused as before."""
+    none = None
+    for make, what in [(lambda: np.random.RandomState(), "numpy.random.RandomState"),
+                       (lambda: np.random.RandomState(none), "numpy.random.RandomState"),
+                       (lambda: np.random.RandomState(int("3")), "random.getrandbits")]:
+        with pytest.raises(TracingError, match=what.replace(".", r"\.")):
+            ha.gradient(lambda x, make=make: np.sum(x * make().random_sample(3)), X,
+                        backend="numpy")
     np.testing.assert_allclose(ha.gradient(lambda x: np.sum(x ** 2) if _GEN else 0.0,
                                            X).gradient, 2 * X)
 

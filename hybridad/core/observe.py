@@ -127,6 +127,80 @@ def _nondeterministic(fn):
     return None
 
 
+#: the opcodes of a call (3.10 to 3.13), and those between its arguments and it
+_CALLS = frozenset({"CALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_KW", "CALL_KW"})
+_CALL_PARTS = frozenset({"PRECALL", "KW_NAMES", "CACHE"})
+_NAME_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF", "LOAD_CLOSURE",
+                         "LOAD_GLOBAL", "LOAD_NAME"})
+_UNKNOWN = object()
+
+
+@functools.lru_cache(maxsize=64)
+def _instructions(code):
+    """``(instructions, offset -> index)`` of ``code``."""
+    import dis
+
+    ins = list(dis.get_instructions(code))
+    return ins, {x.offset: k for k, x in enumerate(ins)}
+
+
+def _loaded(ins, i, frame):
+    """``(value, first)``: the value instruction ``ins[i]`` pushes, where it is a
+    constant, a name or a name's instance attribute (read from ``frame``
+    without running code), and the index of the first instruction making it;
+    ``(_UNKNOWN, i)`` otherwise."""
+    x = ins[i]
+    if x.opname == "LOAD_CONST":
+        return x.argval, i
+    if x.opname in _NAME_LOADS:
+        name = x.argval
+        for space in (frame.f_locals, frame.f_globals, frame.f_builtins):
+            if name in space:
+                return space[name], i
+        return _UNKNOWN, i
+    if x.opname in ("LOAD_ATTR", "LOAD_METHOD") and i:
+        owner, first = _loaded(ins, i - 1, frame)
+        space = getattr(owner, "__dict__", None) if owner is not _UNKNOWN else None
+        if isinstance(space, dict) and x.argval in space:
+            return space[x.argval], first
+        if isinstance(owner, types.ModuleType):
+            return getattr(owner, x.argval, _UNKNOWN), first
+    return _UNKNOWN, i
+
+
+def _rng_maker(frame):
+    """What user code ``frame`` is calling as it draws fresh entropy: True for
+    one of numpy's makers of a generator given a seed (``np.random.RandomState(0)``,
+    ``RandomState(seed)`` for a seed that is not None) -- numpy's
+    ``RandomState`` draws entropy from ``random.SystemRandom`` as it is made,
+    then replaces it by the seed's, so its draws are the same on every call;
+    the maker's name where the seed is None or not read; None for any other
+    call.  Read from the bytecode of the call ``frame`` is at: a callee and one
+    argument that are constants, names or a name's attributes (a seed made by
+    an expression is not read: the draw is refused, as without a seed)."""
+    try:
+        ins, at = _instructions(frame.f_code)
+        i = at[frame.f_lasti]
+    except (KeyError, TypeError, ValueError):
+        return None
+    call = ins[i]
+    if call.opname not in _CALLS or call.arg not in (0, 1):
+        return None
+    i -= 2 if call.opname in ("CALL_FUNCTION_KW", "CALL_KW") else 1  # (the names' tuple)
+    while i >= 0 and ins[i].opname in _CALL_PARTS:
+        i -= 1
+    seed, first = (None, i + 1) if call.arg == 0 else \
+        _loaded(ins, i, frame) if i >= 0 else (_UNKNOWN, 0)
+    i = first - 1
+    while i >= 0 and ins[i].opname == "PUSH_NULL":
+        i -= 1
+    maker = _loaded(ins, i, frame)[0] if i >= 0 else _UNKNOWN
+    if not (isinstance(maker, type) and maker.__name__ in _RNG_MAKERS and
+            maker.__module__.startswith("numpy.random")):
+        return None
+    return True if seed is not _UNKNOWN and seed is not None else maker.__name__
+
+
 def _location(frame):
     import linecache
 
@@ -180,8 +254,13 @@ def _profiler(obs):
             elif frame.f_globals.get("__name__") not in _NONDETERMINISTIC_PY:
                 library.add(code)
             elif frame.f_back is not None and _is_user_file(frame.f_back.f_code.co_filename):
-                obs.refused.append(f"{frame.f_globals['__name__']}.{code.co_name} at "
-                                   f"{_location(frame.f_back)}")
+                maker = _rng_maker(frame.f_back)
+                if maker is True:  # (a seeded generator: its entropy is replaced)
+                    return
+                what = f"{frame.f_globals['__name__']}.{code.co_name}" if maker is None else \
+                    f"numpy.random.{maker} with no seed it can read (a constant, or a name " \
+                    "bound to one that is not None)"
+                obs.refused.append(f"{what} at {_location(frame.f_back)}")
 
     return profile
 
