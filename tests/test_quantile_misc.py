@@ -171,10 +171,13 @@ def test_gradient_at_ties_is_jaxs(method):
     np.testing.assert_allclose(g, np.asarray(want), rtol=1e-12, atol=1e-15)
 
 
+_REACHED = "differentiated argument reaches"
+
+
 @pytest.mark.parametrize("f, error, match", [
-    (lambda x: np.quantile(x, x[0, 0] * 0 + 0.5), NotImplementedError, "traced q"),
-    (lambda x: np.percentile(x, [10, x[0, 0]]), NotImplementedError, "traced q"),
-    (lambda x: np.nanquantile(x, np.abs(x[0]) / 10), NotImplementedError, "traced q"),
+    (lambda x: np.quantile(x, x[0, 0] * 0 + 0.5), NotImplementedError, _REACHED),
+    (lambda x: np.percentile(x, [10, x[0, 0]]), NotImplementedError, _REACHED),
+    (lambda x: np.nanquantile(x, np.abs(x[0]) / 10), NotImplementedError, _REACHED),
     (lambda x: np.quantile(x, 0.5, weights=np.ones((4, 5))), NotImplementedError, "weights"),
     (lambda x: np.quantile(x, 0.5, method="bogus"), ValueError, "not a valid method"),
     (lambda x: np.nanquantile(x, 0.5, method="bogus"), ValueError, "not a valid method"),

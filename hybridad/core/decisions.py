@@ -39,7 +39,8 @@ from ..errors import TracingError
 from ..ir.registry import REGISTRY
 
 __all__ = ["Decision", "DecisionCheck", "MAX_SPECIALIZATIONS", "can_decide", "concrete_index",
-           "decide", "decide_raises", "decided_nodes", "evaluate", "straight_line"]
+           "decide", "decide_constant", "decide_raises", "decided_nodes", "differentiated",
+           "evaluate", "straight_line"]
 
 #: the tracer class, put here by :mod:`.tracer` (which imports this module: imports
 #: run one way)
@@ -133,11 +134,12 @@ def decide(tracer, kind):
     if kind == "array" and tracer.dtype.kind not in "biu":
         return None  # (an index of floats: numpy refuses it, and so does the caller)
     if kind == "float" and tracer.dtype.kind not in "biu" and \
-            evaluate(tracer.node, concrete, trace.decision_cache)[1]:
-        # a Python float of a traced float that an argument reaches would carry
-        # its value and drop its derivative (math.exp(x[0]) would differentiate
-        # to 0): refused as before; int() of it is piecewise constant, and a
-        # comparison's bool is what decides.  A constant's is its value.
+            differentiated(trace, tracer.node):
+        # a Python float of a traced float that a differentiated argument reaches
+        # would carry its value and drop its derivative (math.exp(x[0]) would
+        # differentiate to 0): refused as before; int() of it is piecewise
+        # constant, and a comparison's bool is what decides.  A constant's is its
+        # value, and so is a data argument's (``float(np.std(y))``), guarded.
         return None
     if kind == "bool" and tracer.size != 1:
         raise ValueError("The truth value of an array with more than one element is "
@@ -153,6 +155,55 @@ def decide(tracer, kind):
     if depends:  # (a value no argument reaches is the same on every call: no guard)
         trace.decisions.append(Decision(tracer.node, kind, outcome, user_location()))
     return outcome
+
+
+def decide_constant(tracer):
+    """The value of ``tracer`` at the traced call, a numpy array, where no
+    differentiated argument reaches it -- a value of the data arguments
+    (``f(w, t)``: an ODE's output times, ``np.gradient``'s coordinates,
+    quantile levels), or of constants -- recorded as a decision where an
+    argument reaches it (a call with other values there runs, or traces, a
+    specialization of its own); None where a differentiated argument reaches
+    it (its derivative would be dropped) or the trace has no values (the
+    caller refuses the traced value as before)."""
+    trace = tracer._trace
+    if not can_decide(trace) or differentiated(trace, tracer.node):
+        return None
+    from ..errors import user_location
+
+    value, depends = evaluate(tracer.node, trace.concrete, trace.decision_cache)
+    outcome = _convert("array", value)
+    if depends:
+        trace.decisions.append(Decision(tracer.node, "array", outcome, user_location()))
+    return outcome.copy()
+
+
+def differentiated(trace, node):
+    """Whether an input the plan of ``trace`` differentiates reaches ``node``
+    (:attr:`~hybridad.core.trace.Trace.differentiated`; every input where it
+    is None).  Walked once per node, the answers kept with the trace."""
+    wrt = trace.differentiated
+    # (node id -> (node, answer): ids go on from a rollback's first, so an
+    # answer counts for the node it was found for only)
+    memo = trace.__dict__.setdefault("_differentiated", {})
+
+    def known(n):
+        hit = memo.get(n.id)
+        return hit is not None and hit[0] is n
+
+    stack = [(node, False)]
+    while stack:
+        n, ready = stack.pop()
+        if known(n):
+            continue
+        if n.op == "input":
+            memo[n.id] = (n, wrt is None or n.attrs["index"] in wrt)
+        elif not ready:
+            stack.append((n, True))
+            stack.extend((a, False) for a in n.args if not known(a))
+        else:
+            memo[n.id] = (n, any(memo[a.id][1] for a in n.args))
+    return memo[node.id][1]
 
 
 def decide_raises(node, trace):

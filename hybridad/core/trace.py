@@ -86,6 +86,9 @@ class Trace:
         #: Python decisions on traced values then take their values
         #: (:mod:`hybridad.core.decisions`); None: shapes and dtypes only
         self.concrete = None
+        #: the input indices a plan differentiates (None: every input); a value none
+        #: of them reaches may be taken as a number (:func:`.decisions.decide_constant`)
+        self.differentiated = None
         self.decisions = []  # the Decision of each value taken, in order
         self.decision_cache = {}  # node id -> value, for those evaluations
         #: the frontend's memo of what a call added (:mod:`hybridad.frontend.replay`)

@@ -221,9 +221,11 @@ class Tracer:
         if outcome is not None:
             return outcome
         _stored_into_numpy()
-        _value_dependent("float()", "Keep it an array: 0-d arrays work in arithmetic (a Python "
-                         "float would drop its derivative); comparisons, `if` and int() on "
-                         "it are traced, by the values of the call traced.")
+        _value_dependent("float()", "A differentiated argument reaches it, and a Python float "
+                         "would drop its derivative: keep it an array (0-d arrays work in "
+                         "arithmetic; comparisons, `if` and int() on it are traced, by the "
+                         "values of the call traced). float() of a constant's or a data "
+                         "argument's value is taken, guarded.")
 
     def __int__(self):
         outcome = decide(self, "int")

@@ -36,6 +36,7 @@ from .numpy_api import (
     where,
 )
 from .numpy_reductions import mean
+from ..core.decisions import decide_constant
 from ..core.trace import bind
 from ..core.tracer import Tracer
 
@@ -332,10 +333,14 @@ def _gradient_spacing(d, n):
     coordinates as their differences (one scalar if they are uniform)."""
     if np.ndim(d) == 0:
         return d
-    if isinstance(d, Tracer):
-        raise NotImplementedError("hybridad: np.gradient with traced coordinate arrays is not "
-                                  "supported (numpy checks their values for uniform "
-                                  "spacing); pass scalar spacings or constant coordinates")
+    if isinstance(d, Tracer):  # (a data argument's: its values, guarded)
+        d = decide_constant(d)
+        if d is None:
+            raise NotImplementedError("hybridad: np.gradient with coordinate arrays a "
+                                      "differentiated argument reaches is not supported (numpy "
+                                      "checks their values for uniform spacing); pass scalar "
+                                      "spacings, or coordinates that are constants or data "
+                                      "arguments")
     d = np.asanyarray(d)
     if d.ndim != 1:
         raise ValueError("distances must be either scalars or 1d")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.decisions import decide_constant
 from ..core.tracer import Tracer
 from ..errors import user_location
 from .numpy_api import (
@@ -149,10 +150,13 @@ def _levels(name, q, percent):
             return v
         if v.node.is_const:
             return np.array(v.node.attrs["value"])
+        known = decide_constant(v)  # (a data argument's: its values, guarded)
+        if known is not None:
+            return known
         raise NotImplementedError(
-            f"hybridad: numpy.{name} with a traced q at {user_location()}: the levels `q` "
-            "must be constants (the positions read from the sorted array are computed from "
-            "them when f is traced)")
+            f"hybridad: numpy.{name} with a q a differentiated argument reaches at "
+            f"{user_location()}: the levels `q` must be constants or data arguments (the "
+            "positions read from the sorted array are computed from them when f is traced)")
 
     q = constant(q)
     q = np.true_divide(q, 100) if percent else np.asanyarray(q)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.decisions import decide_constant
 from ..core.trace import bind, current_trace
 from ..core.tracer import Tracer
 from ..errors import TracingError
@@ -81,10 +82,13 @@ def body_graph(body, ins, outputs):
 
 
 def _times(t, name):
-    if isinstance(t, Tracer):
-        raise TracingError(f"scipy.integrate.{name}: the output times are traced values; "
-                           "hybridad differentiates an ODE's solution with respect to its "
-                           "initial value and parameters at constant times")
+    if isinstance(t, Tracer):  # (a data argument's: its values, guarded)
+        t = decide_constant(t)
+        if t is None:
+            raise TracingError(f"scipy.integrate.{name}: the output times depend on a "
+                               "differentiated argument; hybridad differentiates an ODE's "
+                               "solution with respect to its initial value and parameters, at "
+                               "times that are constants or data arguments")
     times = np.asarray(t, np.float64)
     if times.ndim != 1 or times.size == 0:
         raise ValueError(f"scipy.integrate.{name}: the output times must be a non-empty 1-d "
@@ -199,7 +203,7 @@ def solve_ivp(fun, t_span, y0, method="RK45", t_eval=None, dense_output=False, e
         raise TracingError("scipy.integrate.solve_ivp on traced values: drop jac= (the "
                            "right-hand side is traced; its derivatives are hybridad's work)")
     times = _times(t_eval, "solve_ivp")
-    span = [float(np.asarray(s)) for s in t_span]
+    span = [float(s) if isinstance(s, Tracer) else float(np.asarray(s)) for s in t_span]
     args = () if args is None else (args if isinstance(args, tuple) else (args,))
 
     def call(y, tt):

@@ -299,4 +299,5 @@ class ArgumentsMixin:
             per_arg.append(mine)
         diff_tracers = [t for k in self._diff for t in per_arg[k]]
         self._diff_leaves = [t.node.attrs["index"] for t in diff_tracers]
+        trace.differentiated = frozenset(self._diff_leaves)
         return tracers, targs, diff_tracers
