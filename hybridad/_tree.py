@@ -16,7 +16,8 @@ from ._xp import is_array
 from .core.supported import check_dtype, refuse_subclass
 from .core.tracer import Tracer
 
-__all__ = ["LEAF", "flatten", "is_namedtuple", "namedtuple_class", "unflatten"]
+__all__ = ["LEAF", "MISMATCH", "flatten", "flatten_as", "is_namedtuple", "namedtuple_class",
+           "reordered", "unflatten"]
 
 LEAF = "*"
 
@@ -77,6 +78,46 @@ def _unflatten(td, it):
     if kind == "namedtuple":
         return td[1](*items)
     return tuple(items) if kind == "tuple" else items
+
+
+#: what :func:`reordered` returns for a structure that differs otherwise
+MISMATCH = object()
+
+
+def reordered(obj, treedef):
+    """``obj`` with the keys of each of its dicts in ``treedef``'s order, where
+    the two differ in that order alone (a dict is one structure whatever the
+    order of its keys, as in JAX: ``{k: p[k] - g[k] for k in sorted(p)}``);
+    :data:`MISMATCH` where they differ otherwise.  Leaves are not looked at."""
+    if treedef == LEAF or treedef[0] == "static":
+        return obj
+    kind, subs = treedef[0], treedef[-1]
+    if kind == "dict":
+        if type(obj) is not dict or len(obj) != len(subs) or \
+                any(k not in obj for k in treedef[1]):
+            return MISMATCH
+        items = [reordered(obj[k], sub) for k, sub in zip(treedef[1], subs, strict=True)]
+        if any(v is MISMATCH for v in items):
+            return MISMATCH
+        return dict(zip(treedef[1], items, strict=True))
+    if kind == "namedtuple" and type(obj) is not treedef[1] or \
+            kind != "namedtuple" and type(obj).__name__ != kind or len(obj) != len(subs):
+        return MISMATCH
+    items = [reordered(o, sub) for o, sub in zip(obj, subs, strict=True)]
+    if any(v is MISMATCH for v in items):
+        return MISMATCH
+    return type(obj)(*items) if kind == "namedtuple" else type(obj)(items)
+
+
+def flatten_as(obj, treedef):
+    """:func:`flatten` of ``obj``, its dicts' keys first put in ``treedef``'s
+    order where that is all that differs (:func:`reordered`)."""
+    leaves, td = flatten(obj)
+    if td != treedef:
+        again = reordered(obj, treedef)
+        if again is not MISMATCH:
+            leaves, td = flatten(again)
+    return leaves, td
 
 
 def is_namedtuple(obj):

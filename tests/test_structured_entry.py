@@ -196,3 +196,45 @@ def test_argnums_in_any_order_give_the_derivatives_in_that_order(backend):
         return ha.gradient(_three, a, args[1], c, argnums=(2, 0), backend="numpy").gradient
     for h, lo, hi in zip(hv, grad_at(-eps), grad_at(eps), strict=True):
         np.testing.assert_allclose(h, (hi - lo) / (2 * eps), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_dicts_with_their_keys_in_another_order_are_the_same_structure(backend):
+    """A dict is one structure whatever the order of its keys (as in JAX): an
+    optimizer step written ``{k: p[k] - lr * g[k] for k in sorted(p)}``, a
+    direction ``v`` or a result built in another order.  The plan refused the
+    reordered dict ("does not match the plan"); it now reads each leaf by its
+    key, and its results follow the plan's order.  Another key set is still
+    refused."""
+    def f(p, x):
+        return np.sum(np.tanh(p["W"] @ x + p["b"]) ** 2) + np.sum(p["nested"]["s"] ** 2)
+
+    W, b, s = RNG.standard_normal((3, 4)), RNG.standard_normal(3), RNG.standard_normal(2)
+    x = RNG.standard_normal(4)
+    p = {"W": W, "b": b, "nested": {"s": s}}
+    q = {"nested": {"s": s}, "b": b, "W": W}
+    grad = ha.compile(f, p, x, backend=backend)
+    want = grad.gradient(p, x)
+    got = grad.gradient(q, x)
+    assert list(got.gradient) == ["W", "b", "nested"]
+    for k in ("W", "b"):
+        np.testing.assert_array_equal(got.gradient[k], want.gradient[k])
+    np.testing.assert_array_equal(got.gradient["nested"]["s"], want.gradient["nested"]["s"])
+    out = ha.GradientResult(q)  # (a result made in the other order fits too)
+    grad.gradient(q, x, out=out)
+    np.testing.assert_array_equal(out.gradient["W"], want.gradient["W"])
+    hv = ha.compile(f, p, x, hvp=True, backend=backend)
+    v = {"b": np.ones(3), "nested": {"s": np.ones(2)}, "W": np.ones((3, 4))}
+    r1 = hv.hvp(p, x, v=v)
+    r2 = hv.hvp(q, x, v={k: v[k] for k in ("W", "b", "nested")})
+    np.testing.assert_allclose(r1.hvp["W"], r2.hvp["W"], rtol=1e-14)
+    eps = 1e-6  # (W's gradient does not read s: v's nested part moves nothing there)
+    fd = (ha.gradient(f, {k: p[k] if k == "nested" else p[k] + eps * v[k] for k in p}, x,
+                      backend="numpy").gradient["W"] -
+          ha.gradient(f, {k: p[k] if k == "nested" else p[k] - eps * v[k] for k in p}, x,
+                      backend="numpy").gradient["W"]) / (2 * eps)
+    np.testing.assert_allclose(r1.hvp["W"], fd, rtol=1e-6, atol=1e-8)
+    with pytest.raises(ValueError, match="does not match the plan"):
+        grad.gradient({"W": W, "b": b, "other": {"s": s}}, x)
+    with pytest.raises(ValueError, match="does not match the plan"):
+        grad.gradient({"W": W, "b": b}, x)

@@ -173,6 +173,12 @@ class ArgumentsMixin:
             raise TypeError(f"plan for {self.name} takes {len(self._treedefs)} positional "
                             f"argument(s); got {len(args)}")
         leaves, treedefs = prepare_args(args, self._diff, self._names, self._staged_scalar)
+        if treedefs != self._treedefs:  # (dicts' keys in another order: the plan's)
+            again = tuple(_tree.reordered(a, td) for a, td in
+                          zip(args, self._treedefs, strict=True))
+            if all(a is not _tree.MISMATCH for a in again):
+                leaves, treedefs = prepare_args(again, self._diff, self._names,
+                                                self._staged_scalar)
         if treedefs != self._treedefs:
             for k, (a, b) in enumerate(zip(treedefs, self._treedefs, strict=True)):
                 if a != b:
@@ -242,7 +248,7 @@ class ArgumentsMixin:
         for what, buf in zip(("gradient", "hvp")[:self.order], out.derivs[:self.order],
                              strict=True):
             try:
-                leaves_k, td = _tree.flatten(buf)
+                leaves_k, td = _tree.flatten_as(buf, self._grad_structure())
             except TypeError:  # (a sparse matrix: a SparseHessianResult's Hessian)
                 td = None
             if td != self._grad_structure():
@@ -263,7 +269,7 @@ class ArgumentsMixin:
         if self._grad_structure() == _tree.LEAF and not _tree.is_array(v):
             v = np.asarray(real_values(v, "v"), dtype=self._specs[self._diff_leaves[0]][1])
         try:
-            vleaves, td = _tree.flatten(v)
+            vleaves, td = _tree.flatten_as(v, self._grad_structure())
         except TypeError:
             td = None
         if td != self._grad_structure():
