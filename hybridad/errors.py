@@ -146,6 +146,25 @@ def code_line(filename, lineno):
     return f"{where}: {line}" if line else where
 
 
+class MathCallError(ConversionError):
+    """``float()`` of a traced value a differentiated argument reaches, in
+    code whose namespaces bind the ``math`` module or its functions
+    (``math.sqrt(T)``, ``from math import exp``): a plan traces such a
+    function again with those names as numpy's functions on traced values
+    (:func:`hybridad.frontend.numpy_made.traced_again`); where that trace
+    takes the same ``float()``, it raises this error's message as a
+    :class:`TracingError`."""
+
+
+def math_namespaces():
+    """The global namespaces of the user's code on the stack that bind the
+    ``math`` module or one of its functions (for :class:`MathCallError`)."""
+    import math
+
+    ids = {id(math), *(id(v) for v in vars(math).values() if callable(v))}
+    return [ns for ns in user_namespaces() if any(id(v) in ids for v in ns.values())]
+
+
 def user_namespaces():
     """The global namespaces of the user's code on the stack, innermost first."""
     frame, out, seen = sys._getframe(1), [], set()

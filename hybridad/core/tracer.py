@@ -19,8 +19,9 @@ import types
 
 import numpy as np
 
-from ..errors import (PACKAGE_DIR, ConversionError, TracingError, library_entry,
-                      library_refusal, traced_as_users, user_location, user_namespaces)
+from ..errors import (PACKAGE_DIR, ConversionError, MathCallError, TracingError, library_entry,
+                      library_refusal, math_namespaces, traced_as_users, user_location,
+                      user_namespaces)
 from . import decisions as _decisions
 from .decisions import decide
 from .observe import OBSERVED, note_value_operand, paused, quiet
@@ -108,6 +109,15 @@ def _value_dependent(what, instead):
     raise TracingError(
         f"{what} of a traced array at {user_location()} depends on its value, which is not "
         f"known while tracing (hybridad records one static graph). {instead}")
+
+
+def _whole(t, what, instead):
+    """``math.floor(t)`` and its kin: the Python int of traced ``t`` rounded
+    (``np.floor(t)``), a decision of the trace (:func:`.decisions.decide`)."""
+    outcome = decide(t, "int")
+    if outcome is None:
+        _value_dependent(f"{what} (a Python int)", f"Use {instead}, a traced float.")
+    return outcome
 
 
 def _no_memory(what):
@@ -221,11 +231,17 @@ class Tracer:
         if outcome is not None:
             return outcome
         _stored_into_numpy()
-        _value_dependent("float()", "A differentiated argument reaches it, and a Python float "
-                         "would drop its derivative: keep it an array (0-d arrays work in "
-                         "arithmetic; comparisons, `if` and int() on it are traced, by the "
-                         "values of the call traced). float() of a constant's or a data "
-                         "argument's value is taken, guarded.")
+        try:
+            _value_dependent("float()", "A differentiated argument reaches it, and a Python "
+                             "float would drop its derivative: keep it an array (0-d arrays "
+                             "work in arithmetic; comparisons, `if` and int() on it are "
+                             "traced, by the values of the call traced). float() of a "
+                             "constant's or a data argument's value is taken, guarded.")
+        except TracingError as exc:  # (math.sqrt(t): traced again, math's names numpy's)
+            spaces = math_namespaces()
+            if spaces:
+                raise MathCallError(str(exc), spaces) from None
+            raise
 
     def __int__(self):
         outcome = decide(self, "int")
@@ -269,13 +285,13 @@ class Tracer:
         return np.round(self, ndigits)
 
     def __floor__(self):
-        _value_dependent("math.floor() (a Python int)", "Use np.floor(x), a traced float.")
+        return _whole(np.floor(self), "math.floor()", "np.floor(x)")
 
     def __ceil__(self):
-        _value_dependent("math.ceil() (a Python int)", "Use np.ceil(x), a traced float.")
+        return _whole(np.ceil(self), "math.ceil()", "np.ceil(x)")
 
     def __trunc__(self):
-        _value_dependent("math.trunc() (a Python int)", "Use np.trunc(x), a traced float.")
+        return _whole(np.trunc(self), "math.trunc()", "np.trunc(x)")
 
     def item(self, *args):
         if not args:  # (a Python number of the array's kind, decided as float/int/bool)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import sys
 import threading
 
@@ -44,8 +45,9 @@ from .._forksafe import Lock
 from ..core.supported import SUPPORTED_DTYPES
 from ..core.trace import current_trace
 from ..core.tracer import Tracer
-from ..errors import (ConversionError, TracingError, raised_in_chain, swallowed_conversion,
-                      traced_as_users)
+from ..errors import (ConversionError, MathCallError, TracingError, raised_in_chain,
+                      swallowed_conversion, traced_as_users)
+from . import math_calls
 from .numpy_construct import ALIASES, ORIGINALS, WRAPPERS, _literal, construct, holds_tracer, served
 
 __all__ = ["MADE", "made", "maker", "traced_again"]
@@ -167,6 +169,13 @@ _BY_ID.update({id(fn): name for name, fn in WRAPPERS.items()})
 # code that calls it while it is in numpy's namespace)
 ALIASES.extend((_NUMPY[name], wrapper) for name, wrapper in _WRAPPERS.items()
                if name not in ORIGINALS)
+# the math module and its functions, by the user's names for them (math_calls)
+_MATH = {f"math.{name}": math_calls.wrapper(name, lambda caller: _serving(caller))
+         for name in math_calls.IMPLEMENTATIONS if hasattr(math, name)}
+_WRAPPERS.update(_MATH)
+_WRAPPERS["math"] = math_calls.module_proxy({k[5:]: w for k, w in _MATH.items()})
+_BY_ID.update({id(getattr(math, k[5:])): k for k in _MATH})
+_BY_ID[id(math)] = "math"
 
 
 def _install(namespaces):
@@ -228,6 +237,8 @@ def traced_again(call, trace):
         out, second = _attempt(call)
     if second is None:
         return out
+    if isinstance(second, MathCallError):  # (a float() of its own, not math's)
+        raise TracingError(str(second)) from None
     raise ConversionError(
         f"{second} (traced again with the arrays f makes as traced arrays: this array was "
         "not made inside f -- an argument's buffer, a global or an array f captured -- and "
