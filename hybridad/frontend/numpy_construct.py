@@ -238,9 +238,64 @@ def served(name, caller, args, kwargs):
     serves a call from the code of file ``caller``: a tracer (or a list of them)
     traced, unless numpy's or scipy's own code converts it; numpy's otherwise."""
     obj = args[0] if args else kwargs.get("object" if name == "array" else "a")
+    if isinstance(obj, (list, tuple)) and not _library_file(caller):
+        from .numpy_complex import ComplexTracer
+
+        if _holds(obj, ComplexTracer) or holds_tracer(obj) and _holds_complex(obj):
+            # (complex traced values, or complex numbers with traced ones: by parts)
+            dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
+            if dtype is None or np.dtype(dtype).kind == "c":
+                parts = _complex_parts(obj, ComplexTracer)
+                real = np.dtype(np.complex128 if dtype is None else dtype).type(0).real.dtype
+                return ComplexTracer(*(construct(p, _promoted(p, real)) for p in parts))
     if holds_tracer(obj) and not _library_file(caller):
         return _IMPLS[name](*args, **kwargs)
     return ORIGINALS[name](*args, **kwargs)
+
+
+def _holds(obj, kind):
+    """Whether ``obj`` is a ``kind`` or a list or tuple holding one (any depth)."""
+    if isinstance(obj, kind):
+        return True
+    return isinstance(obj, (list, tuple)) and any(_holds(item, kind) for item in obj)
+
+
+def _holds_complex(obj):
+    """Whether ``obj`` is a complex number or array, or a list or tuple holding one."""
+    if isinstance(obj, (list, tuple)):
+        return any(_holds_complex(item) for item in obj)
+    return isinstance(obj, (complex, np.complexfloating)) or \
+        (isinstance(obj, np.ndarray) and obj.dtype.kind == "c")
+
+
+def _complex_parts(obj, kind):
+    """``(real parts, imaginary parts)`` of a (nested) list holding complex
+    traced values (``kind``), numbers, arrays and real traced values, each a
+    list of the same layout (a real value's imaginary part: zeros)."""
+    if isinstance(obj, kind):
+        return obj.full()
+    if isinstance(obj, (list, tuple)):
+        pairs = [_complex_parts(item, kind) for item in obj]
+        return [p[0] for p in pairs], [p[1] for p in pairs]
+    if type(obj) is Tracer:
+        return obj, np.zeros(obj.shape, obj.dtype)
+    value = np.asarray(obj)
+    return np.real(value), np.imag(value)
+
+
+def _promoted(parts, real):
+    """The real dtype of a complex array's parts: ``real`` (float64 for
+    complex128), or float32 where every part is (a complex64 value's)."""
+    dts = {getattr(p, "dtype", None) for p in _leaves_of(parts)}
+    return np.dtype(np.float32) if dts == {np.dtype(np.float32)} else real
+
+
+def _leaves_of(obj):
+    if isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from _leaves_of(item)
+    else:
+        yield obj
 
 
 def _wrapper(name):
