@@ -47,7 +47,7 @@ from ..core.trace import current_trace
 from ..core.tracer import Tracer
 from ..errors import (ConversionError, MathCallError, TracingError, raised_in_chain,
                       swallowed_conversion, traced_as_users)
-from . import math_calls
+from . import math_calls, numpy_scalar_types
 from .numpy_construct import ALIASES, ORIGINALS, WRAPPERS, _literal, construct, holds_tracer, served
 
 __all__ = ["MADE", "made", "maker", "traced_again"]
@@ -176,6 +176,16 @@ _WRAPPERS.update(_MATH)
 _WRAPPERS["math"] = math_calls.module_proxy({k[5:]: w for k, w in _MATH.items()})
 _BY_ID.update({id(getattr(math, k[5:])): k for k in _MATH})
 _BY_ID[id(math)] = "math"
+# numpy's scalar types and numpy itself, by the user's names (numpy_scalar_types)
+_TYPES = {t: numpy_scalar_types.scalar_type(t, lambda caller: _serving(caller), construct,
+                                             holds_tracer)
+          for t in numpy_scalar_types.TYPES}
+_WRAPPERS.update({f"type.{t.__name__}": w for t, w in _TYPES.items()})
+_BY_ID.update({id(t): f"type.{t.__name__}" for t in _TYPES})
+_WRAPPERS["numpy"] = numpy_scalar_types.numpy_proxy(_TYPES)
+_BY_ID[id(np)] = "numpy"
+#: what is put in the user's namespaces only (numpy's own keeps its types)
+_USERS_ONLY = frozenset(k for k in _WRAPPERS if k.startswith(("type.", "math")) or k == "numpy")
 
 
 def _install(namespaces):
@@ -184,12 +194,13 @@ def _install(namespaces):
     put (each counted: threads share an installation)."""
     keys = []
     with _lock:
-        for ns in (vars(np), vars(np.linalg), *namespaces):
+        for k, ns in enumerate((vars(np), vars(np.linalg), *namespaces)):
             for key, value in list(ns.items()):
                 slot = _installed.get((id(ns), key))  # (put by another thread: shared)
                 if slot is None:
                     name = _BY_ID.get(id(value))
-                    if name is None or not isinstance(key, str):
+                    if name is None or not isinstance(key, str) or \
+                            k < 2 and name in _USERS_ONLY:
                         continue
                     slot = _installed[(id(ns), key)] = [ns, value, 0]
                     ns[key] = _WRAPPERS[name]
