@@ -194,7 +194,7 @@ SURFACE = {
     "__setitem__": (WORKS, lambda x: _set_items(x)),
     "__setstate__": (REFUSED, lambda x: (x * 1.0).__setstate__(None), "__setstate__"),
     "__sizeof__": (PYTHON, "the Python object's size"),
-    "__str__": (REFUSED, lambda x: str(x), "str()"),
+    "__str__": (WORKS, lambda x: S(x) * (str(x) != "") * (f"{x}" != "")),  # (print in f)
     "__sub__": (WORKS, lambda x: S(x - W)),
     "__subclasshook__": (PYTHON, "abstract base classes"),
     "__truediv__": (WORKS, lambda x: S(x / (W * W + 1.0))),
@@ -277,9 +277,10 @@ SURFACE = {
 # the numpy scalar a full integer index or a full reduction gives (np.float64,
 # a Python float) has a few more: math.floor(s), round(s, n), s.hex(), ...
 SCALAR_SURFACE = {
-    "__ceil__": (REFUSED, lambda x: math.ceil(x[0, 0]), "math.ceil()"),
-    "__floor__": (REFUSED, lambda x: math.floor(x[0, 0]), "math.floor()"),
-    "__trunc__": (REFUSED, lambda x: math.trunc(x[0, 0]), "math.trunc()"),
+    # (Python ints decided on the traced call's values, as int() is)
+    "__ceil__": (WORKS, lambda x: math.ceil(x[0, 0] * 3.7) + S(x) * math.ceil(x[1, 1])),
+    "__floor__": (WORKS, lambda x: math.floor(x[0, 0] * 3.7) + S(x) * math.floor(x[1, 1])),
+    "__trunc__": (WORKS, lambda x: math.trunc(x[0, 0] * 3.7) + S(x) * math.trunc(x[1, 1])),
     "__round__": (WORKS, lambda x: round(x[0, 0] * 3.7, 2) + round(x.sum(), 1) + S(x)),
     "__getformat__": (PYTHON, "float's class-level format query"),
     "__getnewargs__": (REFUSED, lambda x: x[0, 0].__getnewargs__(), "__getnewargs__"),

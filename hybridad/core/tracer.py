@@ -260,13 +260,14 @@ class Tracer:
         _value_dependent("Using it as an index", "Indices must be Python ints or constant "
                          "arrays, not traced values.")
 
-    def __str__(self):
-        _value_dependent("str() / print()", "Print outside the traced function; repr() shows "
-                         "the traced shape and dtype.")
+    def __str__(self):  # (print(x), logging's %s, f"{x}" in f: what it is, as JAX prints)
+        return repr(self)
 
     def __format__(self, spec):
-        _value_dependent("format() / an f-string", "Format outside the traced function; "
-                         "repr() shows the traced shape and dtype.")
+        if not spec:
+            return repr(self)
+        _value_dependent(f"format() with {spec!r} / an f-string", "Format outside the traced "
+                         "function; print(x) and f'{x}' show the traced shape and dtype.")
 
     def __contains__(self, value):
         _value_dependent("`in` (a membership test)", "Use np.where on a comparison instead.")
