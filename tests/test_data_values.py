@@ -1,6 +1,6 @@
 """Values of data arguments -- arguments a plan does not differentiate --
 where numpy code needs them as numbers: ``float(np.std(y))``, an ODE's
-output times ``t``, ``np.gradient``'s coordinates, quantile levels.
+output times ``t``, ``np.gradient``'s coordinates, quantile levels, ``np.unique`` of labels.
 
 They were refused like a differentiated value's ("float() of a traced
 array", "the output times are traced values"), although nothing is lost:
@@ -46,6 +46,14 @@ def _ode_times(w, t):
     return np.sum(odeint(rhs, np.array([1.0, 0.0]), t, args=(w[0] ** 2, w[1] ** 2)) ** 2)
 
 
+def _unique_labels(w, labels):
+    """Group sums by label: ``np.unique`` of a data argument (its result's
+    shape is the values')."""
+    u, inverse = np.unique(labels, return_inverse=True)
+    sums = np.array([np.sum(w[inverse == k]) for k in range(len(u))])
+    return np.sum(sums ** 2) + np.sum(w[np.searchsorted(u, labels)] ** 3)
+
+
 def _ivp_times(w, t):
     sol = solve_ivp(lambda tt, c: -(w[0] ** 2) * c, (t[0], t[-1]), np.array([1.0, w[1]]),
                     t_eval=t, rtol=1e-10, atol=1e-12)
@@ -58,6 +66,7 @@ CASES = {
     "quantile levels": (_quantile_level, [np.array([0.25, 0.5]), np.array([0.1, 0.9])]),
     "odeint times": (_ode_times, [np.linspace(0.0, 2.0, 5), np.linspace(0.0, 3.0, 5)]),
     "solve_ivp times": (_ivp_times, [np.linspace(0.0, 1.0, 4), np.linspace(0.5, 2.0, 4)]),
+    "unique labels": (_unique_labels, [np.array([3, 1, 3]), np.array([2, 2, 2])]),
 }
 
 
@@ -89,6 +98,7 @@ def test_a_data_argument_s_float_in_a_hessian():
     (lambda w, y: _gradient_coordinates(w, y * w), "differentiated argument reaches"),
     (lambda w, y: _quantile_level(w, w[:2] ** 2 / 10), "differentiated argument reaches"),
     (lambda w, y: _ode_times(w, np.cumsum(np.abs(w))), "differentiated argument"),
+    (lambda w, y: np.sum(np.unique(np.round(w)) ** 2), "depends on the values"),
 ])
 def test_a_value_a_differentiated_argument_reaches_is_still_refused(f, match):
     with pytest.raises((TracingError, NotImplementedError), match=match):

@@ -123,18 +123,23 @@ def can_decide(trace):
     return getattr(trace, "concrete", None) is not None and trace.phase == "forward"
 
 
-def decide(tracer, kind):
+def decide(tracer, kind, caller=None):
     """The value of ``kind(tracer)`` at the traced call's arguments, recorded
     as a decision of the trace; None when the trace has no arguments (then the
-    caller refuses the conversion as before)."""
+    caller refuses the conversion as before).  ``caller``: the file of the
+    code that asked, for ``"float"``: a data argument's float is taken for
+    the user's code and hybridad's, not for numpy's or scipy's (their
+    functions on data run as host calls, call by call, instead of deciding
+    on values that may change at every call)."""
     trace = tracer._trace
     if not can_decide(trace):
         return None
     concrete = trace.concrete
     if kind == "array" and tracer.dtype.kind not in "biu":
         return None  # (an index of floats: numpy refuses it, and so does the caller)
-    if kind == "float" and tracer.dtype.kind not in "biu" and \
-            differentiated(trace, tracer.node):
+    if kind == "float" and tracer.dtype.kind not in "biu" and (
+            differentiated(trace, tracer.node) or
+            _library(caller) and evaluate(tracer.node, concrete, trace.decision_cache)[1]):
         # a Python float of a traced float that a differentiated argument reaches
         # would carry its value and drop its derivative (math.exp(x[0]) would
         # differentiate to 0): refused as before; int() of it is piecewise
@@ -155,6 +160,15 @@ def decide(tracer, kind):
     if depends:  # (a value no argument reaches is the same on every call: no guard)
         trace.decisions.append(Decision(tracer.node, kind, outcome, user_location()))
     return outcome
+
+
+def _library(caller):
+    """Whether file ``caller`` is numpy's or scipy's (None: not known, taken as so)."""
+    if caller is None:
+        return True
+    from ..errors import PACKAGE_DIR, is_user_file
+
+    return not (is_user_file(caller) or caller.startswith(PACKAGE_DIR))
 
 
 def decide_constant(tracer):

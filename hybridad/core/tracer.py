@@ -227,7 +227,7 @@ class Tracer:
                          "elementwise function.")
 
     def __float__(self):
-        outcome = decide(self, "float")
+        outcome = decide(self, "float", sys._getframe(1).f_code.co_filename)
         if outcome is not None:
             return outcome
         _stored_into_numpy()
@@ -297,7 +297,7 @@ class Tracer:
     def item(self, *args):
         if not args:  # (a Python number of the array's kind, decided as float/int/bool)
             kind = {"b": "bool", "f": "float"}.get(self.dtype.kind, "int")
-            outcome = decide(self, kind)
+            outcome = decide(self, kind, sys._getframe(1).f_code.co_filename)
             if outcome is not None:
                 return outcome
         _value_dependent(".item()", "Keep it an array: 0-d arrays work in arithmetic (a Python "

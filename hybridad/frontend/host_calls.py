@@ -25,7 +25,9 @@ Two entry points lead here:
 
 The function's result shape and dtype come from running it on placeholder
 arrays while tracing (all ones, then counting values); a function whose
-result shape changes with the values (``np.unique``) is refused then, and a
+result shape changes with the values (``np.unique``) is run on the traced
+call's values where only data arguments and constants reach it (their
+values decided: a call with others traces anew), refused otherwise; and a
 call whose result does not have the traced shape raises.
 """
 
@@ -144,12 +146,39 @@ def host_call(path, args, kwargs):
             f"the traced shapes (to learn its result's shape) failed: "
             f"{type(exc).__name__}: {exc}") from exc
     if any(shape is None for shape, _ in found):
+        known = _decided(encode.operands)
+        if known is not None:  # (data arguments' values: the function on them, guarded)
+            return _constants(invoke(path, template, known))
         raise TracingError(
             f"{path} of a traced array at {where}: the shape of its result depends on the "
             "values, which are not known while tracing (hybridad records one static graph)")
     outs = tuple(bind("host_call", *encode.operands, func=path, template=template, item=item,
                       where=where) for item in items)
     return outs[0] if count is None else outs
+
+
+def _decided(operands):
+    """The operands' values at the traced call, each traced one a decision
+    (:func:`hybridad.core.decisions.decide_constant`), where no differentiated
+    argument reaches any of them; else None."""
+    from ..core.decisions import can_decide, decide_constant, differentiated
+
+    traced = [a for a in operands if isinstance(a, Tracer)]
+    if not traced or not can_decide(traced[0]._trace) or \
+            any(differentiated(a._trace, a.node) for a in traced):
+        return None
+    return [decide_constant(a) if isinstance(a, Tracer) else np.asarray(a) for a in operands]
+
+
+def _constants(result):
+    """A function's result (an array, or a tuple of them) as traced constants."""
+    from ..core.trace import current_trace
+
+    trace = current_trace()
+
+    def const(value):
+        return Tracer(trace.const(np.ascontiguousarray(value), True), trace)
+    return tuple(map(const, result)) if isinstance(result, tuple) else const(result)
 
 
 def public_path(func):
