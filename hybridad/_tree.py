@@ -1,4 +1,4 @@
-"""Minimal pytrees: tuples (namedtuples too), lists and dicts of arrays.
+"""Minimal pytrees: tuples (namedtuples too), lists, dicts and dataclasses of arrays.
 
 ``flatten(obj)`` returns the array leaves and a hashable *treedef* that also
 records every non-array leaf by value (ints, floats, strings, None ... are
@@ -8,6 +8,7 @@ rebuilds the structure from a treedef and new leaves.
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 
 import numpy as np
@@ -16,8 +17,8 @@ from ._xp import is_array
 from .core.supported import check_dtype, refuse_subclass
 from .core.tracer import Tracer
 
-__all__ = ["LEAF", "MISMATCH", "flatten", "flatten_as", "is_namedtuple", "namedtuple_class",
-           "reordered", "unflatten"]
+__all__ = ["LEAF", "MISMATCH", "dataclass_fields", "flatten", "flatten_as", "is_namedtuple",
+           "make_dataclass", "namedtuple_class", "reordered", "unflatten"]
 
 LEAF = "*"
 
@@ -48,6 +49,10 @@ def _flatten(obj, leaves):
     if type(obj) is dict:
         keys = tuple(obj)
         return ("dict", keys, tuple(_flatten(obj[k], leaves) for k in keys))
+    names = dataclass_fields(obj)
+    if names is not None:  # (its class, then its fields in order)
+        return ("dataclass", type(obj), names,
+                tuple(_flatten(getattr(obj, k), leaves) for k in names))
     try:
         hash(obj)
     except TypeError:
@@ -75,6 +80,8 @@ def _unflatten(td, it):
     if kind == "dict":
         return {k: _unflatten(sub, it) for k, sub in zip(td[1], td[2], strict=True)}
     items = [_unflatten(sub, it) for sub in td[-1]]
+    if kind == "dataclass":
+        return make_dataclass(td[1], td[2], items)
     if kind == "namedtuple":
         return td[1](*items)
     return tuple(items) if kind == "tuple" else items
@@ -100,6 +107,13 @@ def reordered(obj, treedef):
         if any(v is MISMATCH for v in items):
             return MISMATCH
         return dict(zip(treedef[1], items, strict=True))
+    if kind == "dataclass":
+        if type(obj) is not treedef[1]:
+            return MISMATCH
+        items = [reordered(getattr(obj, k), sub) for k, sub in zip(treedef[2], subs,
+                                                                    strict=True)]
+        return MISMATCH if any(v is MISMATCH for v in items) else \
+            make_dataclass(type(obj), treedef[2], items)
     if kind == "namedtuple" and type(obj) is not treedef[1] or \
             kind != "namedtuple" and type(obj).__name__ != kind or len(obj) != len(subs):
         return MISMATCH
@@ -120,6 +134,28 @@ def flatten_as(obj, treedef):
     return leaves, td
 
 
+def dataclass_fields(obj):
+    """The field names of dataclass instance ``obj`` (its class's fields, in
+    order), or None for anything else."""
+    if isinstance(obj, type) or not dataclasses.is_dataclass(obj):
+        return None
+    return tuple(f.name for f in dataclasses.fields(obj))
+
+
+def make_dataclass(cls, names, values):
+    """An instance of dataclass ``cls`` with fields ``names`` set to
+    ``values``: made by its ``__init__`` (its ``__post_init__`` runs, as
+    ``dataclasses.replace`` runs it) where every field is an init field;
+    fields that are not are set afterwards, frozen or not."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    init = {k: v for k, v in zip(names, values, strict=True) if fields[k].init}
+    obj = cls(**init)
+    for k, v in zip(names, values, strict=True):
+        if not fields[k].init:
+            object.__setattr__(obj, k, v)
+    return obj
+
+
 def is_namedtuple(obj):
     """Whether ``obj`` is a namedtuple (a tuple subclass with ``_fields``)."""
     return namedtuple_class(type(obj))
@@ -138,6 +174,9 @@ def leaf_paths(treedef):
         return [""]
     if treedef[0] == "static":
         return []
+    if treedef[0] == "dataclass":
+        return [f".{k}{rest}" for k, sub in zip(treedef[2], treedef[3], strict=True)
+                for rest in leaf_paths(sub)]
     keys = treedef[1] if treedef[0] == "dict" else range(len(treedef[-1]))
     return [f"[{k!r}]{rest}" for k, sub in zip(keys, treedef[-1], strict=True)
             for rest in leaf_paths(sub)]
@@ -191,11 +230,16 @@ def as_array_tree(obj, name):
     elif is_namedtuple(obj):
         return type(obj)(*(as_array_tree(o, f"{name}.{field}")
                            for field, o in zip(type(obj)._fields, obj, strict=True)))
+    elif dataclass_fields(obj) is not None:
+        names = dataclass_fields(obj)
+        return make_dataclass(type(obj), names, [as_array_tree(getattr(obj, k), f"{name}.{k}")
+                                                 for k in names])
     elif _numbers_only(obj):
         arr = np.asarray(obj)
     else:
         raise TypeError(f"argument {name} must be a floating-point array (or a tuple, "
-                        f"namedtuple, list or dict of them); got {type(obj).__name__}")
+                        f"namedtuple, list, dict or dataclass of them); got "
+                        f"{type(obj).__name__}")
     if arr.dtype.kind in "biu" and not is_array(obj):
         arr = arr.astype(np.float64)
     if arr.dtype not in (np.float32, np.float64):

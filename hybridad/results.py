@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._tree import flatten, is_namedtuple, number_array
+from ._tree import dataclass_fields, flatten, is_namedtuple, make_dataclass, number_array
 from ._xp import array_module, is_array
 
 if TYPE_CHECKING:
@@ -66,6 +66,11 @@ def _zeros_like_tree(proto, name):
         return type(proto)(*(_zeros_like_tree(p, f"{name}[{i}]") for i, p in enumerate(proto)))
     if type(proto) is dict:
         return {k: _zeros_like_tree(v, f"{name}[{k!r}]") for k, v in proto.items()}
+    names = dataclass_fields(proto)
+    if names is not None:
+        return make_dataclass(type(proto), names, [_zeros_like_tree(getattr(proto, k),
+                                                                    f"{name}.{k}")
+                                                   for k in names])
     raise TypeError(f"{name} must be an array or a tuple/list/dict of arrays; got "
                     f"{type(proto).__name__}")
 

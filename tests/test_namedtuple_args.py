@@ -95,3 +95,75 @@ def test_hvp_and_argnums_with_a_namedtuple():
     assert type(res.gradient[0]) is Params
     np.testing.assert_allclose(res.gradient[1], numerical_gradient(lambda X: loss(p, X, y), X),
                                rtol=1e-6, atol=1e-9)
+
+
+# ----------------------------------------------------------------------------
+# dataclasses: the same, by their fields
+# ----------------------------------------------------------------------------
+
+import dataclasses  # noqa: E402
+
+
+@dataclasses.dataclass
+class DParams:
+    W: np.ndarray
+    b: np.ndarray
+    scale: float = 1.5  # (a number in a differentiated structure: differentiated)
+
+    def predict(self, X):
+        return np.tanh(X @ self.W + self.b) * self.scale
+
+
+@dataclasses.dataclass(frozen=True)
+class DData:
+    X: np.ndarray
+    y: np.ndarray
+    lam: float = 0.1
+    n: int = dataclasses.field(init=False, default=0)  # (set by __post_init__)
+
+    def __post_init__(self):
+        object.__setattr__(self, "n", len(self.y))
+
+
+def dloss(p, d):
+    return np.sum((p.predict(d.X) - d.y) ** 2) / d.n + d.lam * np.sum(p.W ** 2)
+
+
+def _dflat(p):
+    return np.concatenate([p.W.ravel(), p.b, [p.scale]])
+
+
+def _dtree(v):
+    return DParams(v[:12].reshape(4, 3), v[12:15], float(v[15]))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_dataclasses_as_differentiated_and_data_arguments(backend):
+    """A dataclass of arrays (and numbers) is a pytree by its fields, as a
+    namedtuple is: the gradient is the same dataclass; a frozen one of data,
+    with a field its ``__post_init__`` sets, is read anew at each call; a
+    result made from it takes the gradient; ``hvp`` takes ``v`` as one; a
+    dataclass of another class does not match the plan.  Both raised
+    (\"neither an array ... nor hashable\" / \"must be a floating-point
+    array\")."""
+    X, y = _data()
+    p = DParams(rand((4, 3), seed=3), rand(3, seed=4))
+    data = DData(X, y)
+    plan = ha.compile(dloss, p, data, backend=backend)
+    for d in (data, DData(X * 0.5, y, lam=0.1)):
+        res = plan.gradient(p, d)
+        assert isinstance(res.gradient, DParams) and res.value == pytest.approx(dloss(p, d))
+        want = numerical_gradient(lambda v, d=d: dloss(_dtree(v), d), _dflat(p))
+        np.testing.assert_allclose(_dflat(res.gradient), want, rtol=1e-6, atol=1e-8)
+    out = ha.GradientResult(p)
+    assert isinstance(out.gradient, DParams)
+    plan.gradient(p, data, out=out)
+    np.testing.assert_array_equal(out.gradient.W, plan.gradient(p, data).gradient.W)
+    v = DParams(np.ones((4, 3)), np.ones(3), 1.0)
+    hv = ha.hvp(dloss, p, v, data, backend=backend).hvp
+    step = 1e-6
+    g = [_dflat(ha.gradient(dloss, _dtree(_dflat(p) + s * _dflat(v)), data,
+                            backend="numpy").gradient) for s in (step, -step)]
+    np.testing.assert_allclose(_dflat(hv), (g[0] - g[1]) / (2 * step), rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="does not match the plan"):
+        plan.gradient(p, Params(X, y))

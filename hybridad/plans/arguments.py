@@ -43,6 +43,9 @@ def _static_paths(treedefs):
             for key, sub in zip(td[1], td[2], strict=True):
                 if isinstance(key, (str, int)):
                     walk(sub, f"{expr}[{key!r}]")
+        elif kind == "dataclass":
+            for key, sub in zip(td[2], td[3], strict=True):
+                walk(sub, f"{expr}.{key}")
 
     for k, td in enumerate(treedefs):
         walk(td, f"a[{k}]")
@@ -269,6 +272,8 @@ class ArgumentsMixin:
         if self._grad_structure() == _tree.LEAF and not _tree.is_array(v):
             v = np.asarray(real_values(v, "v"), dtype=self._specs[self._diff_leaves[0]][1])
         try:
+            if self._grad_structure() != _tree.LEAF:  # (numbers in it: arrays, as x's are)
+                v = _tree.as_array_tree(v, "v")
             vleaves, td = _tree.flatten_as(v, self._grad_structure())
         except TypeError:
             td = None
