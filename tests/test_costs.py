@@ -426,7 +426,7 @@ def test_blas_may_thread_counts_products_lapack_and_loop_bodies():
     """Which programs run with BLAS on one thread: a product of 9216
     multiply-adds or more (the fewest OpenBLAS's shipped builds thread a gemv
     at), a LAPACK routine on 4096 elements or more, either one inside a loop's
-    body."""
+    body; and eight smaller LAPACK calls or more."""
     from hybridad.backends.numba.threshold import blas_may_thread
 
     def arr(*shape):
@@ -443,10 +443,17 @@ def test_blas_may_thread_counts_products_lapack_and_loop_bodies():
     assert blas_may_thread([node("solve", arr(20, 100), arr(20, 20), arr(20, 100))])  # 4400
     assert not blas_may_thread([node("add", arr(10 ** 6), arr(10 ** 6), arr(10 ** 6))])
     body = SimpleNamespace(graph=SimpleNamespace(nodes=[large]))
-    assert blas_may_thread([node("loop", arr(96), arr(96), body=body)])
+    assert blas_may_thread([node("loop", arr(96), arr(96), body=body, length=1)])
     body.graph.nodes = [small]
-    assert not blas_may_thread([node("loop", arr(96), arr(96), body=body)])
+    assert not blas_may_thread([node("loop", arr(96), arr(96), body=body, length=1)])
     assert not blas_may_thread([large], lambda n: n is large)  # (its own loops: no BLAS call)
+    # many small LAPACK calls (OpenBLAS threads a 2 x 2 getrs): 8 or more, a
+    # loop's counted by its trip count -- a Kalman filter's 2 solves a step
+    solve = node("solve", arr(2, 4), arr(2, 2), arr(2, 4))
+    assert not blas_may_thread([solve] * 7) and blas_may_thread([solve] * 8)
+    body.graph.nodes = [solve, solve]
+    assert blas_may_thread([node("loop", arr(96), arr(96), body=body, length=4)])
+    assert not blas_may_thread([node("loop", arr(96), arr(96), body=body, length=3)])
 
 
 def test_a_program_whose_products_run_its_own_loops_takes_no_blas_section():

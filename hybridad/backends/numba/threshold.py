@@ -16,7 +16,8 @@ from ..._settings import enabled, switch
 from ...ops.lapack_names import LAPACK_OPS
 
 __all__ = ["BLAS_THREADS_MIN", "BODY_PARALLEL_MIN", "GEMM_K_PARTS", "GEMM_K_ROWS",
-           "GEMM_SMALL_RESULT", "GEMM_THREADS_MIN", "GEMM_THREADS_MIN_DIM", "LAPACK_THREADS_MIN",
+           "GEMM_SMALL_RESULT", "GEMM_THREADS_MIN", "GEMM_THREADS_MIN_DIM", "LAPACK_CALLS_MIN",
+           "LAPACK_THREADS_MIN",
            "MATVEC_BLOCK", "OPAQUE_MIN", "PAIR_PARTS", "PAIR_ROWS", "PARALLEL_MIN",
            "blas_may_thread", "design_threads", "environment_threads", "loop_threads",
            "loops_serial", "numba_config_threads", "parallel_min", "serial_loops",
@@ -171,11 +172,20 @@ BLAS_THREADS_MIN = 9216
 #: and two from order 128 (potrf, potrs) and 144 (getrf, getri, getrs with 40
 #: right-hand sides), none below
 LAPACK_THREADS_MIN = 4096
+#: the smaller LAPACK calls a program makes in one call (a loop's body's times
+#: its trip count) from which it runs BLAS at one thread all the same: OpenBLAS
+#: 0.3.31 hands even a 2 x 2 ``getrs`` to its threads (``dgetrs_T_parallel``
+#: -> ``exec_blas_async_wait``, py-spy), each call waking them -- a Kalman
+#: filter's gradient, 100 such solves, took 2-7 ms a call (0.5 s at worst on a
+#: loaded machine), 0.13 ms at one thread; the section costs a call 2-12 us,
+#: which one small solve does not repay (a 3 x 3 solve's gradient: 6 us)
+LAPACK_CALLS_MIN = 8
 
 
 def blas_may_thread(nodes, own_loops=None):
     """Whether a program of ``nodes`` (its loops' bodies included) makes a BLAS
-    or LAPACK call large enough for BLAS to split over its own threads.  Such
+    or LAPACK call large enough for BLAS to split over its own threads, or
+    :data:`LAPACK_CALLS_MIN` smaller LAPACK calls or more.  Such
     a program runs with BLAS at one thread whatever the plan's loops do
     (:class:`hybridad.backends.numba.threads.SingleThreadedBlas`): BLAS's
     threads split a gemv's or a factorization's sums by their count, so the
@@ -185,17 +195,27 @@ def blas_may_thread(nodes, own_loops=None):
     makes no BLAS call (the numba program's matrix-vector loops,
     :func:`.emit.runs_own_loops`; a quadratic form's at D = 100 took the
     section's 2 us of its 6.6 us for nothing); None: every product calls BLAS."""
+    return _blas_calls(nodes, own_loops) >= LAPACK_CALLS_MIN
+
+
+def _blas_calls(nodes, own_loops=None):
+    """:data:`LAPACK_CALLS_MIN` where a call of ``nodes`` may thread by its
+    size (:func:`blas_may_thread`), else how many smaller LAPACK calls it makes."""
+    small = 0
     for n in nodes:
         if n.op == "matmul" and n.args:
             if n.size * n.args[0].shape[-1] >= BLAS_THREADS_MIN and \
                     not (own_loops is not None and own_loops(n)):
-                return True
+                return LAPACK_CALLS_MIN
         elif n.op in LAPACK_OPS:
             if n.size + sum(a.size for a in n.args) >= LAPACK_THREADS_MIN:
-                return True
-        elif n.op == "loop" and blas_may_thread(n.attrs["body"].graph.nodes):
-            return True
-    return False
+                return LAPACK_CALLS_MIN
+            small += 1
+        elif n.op == "loop":
+            small += _blas_calls(n.attrs["body"].graph.nodes) * n.attrs["length"]
+        if small >= LAPACK_CALLS_MIN:
+            return LAPACK_CALLS_MIN
+    return small
 
 
 def work_estimate(nodes):
