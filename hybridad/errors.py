@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import linecache
 import os
-import threading
+import re
 import sys
+import threading
 
 __all__ = ["CompileBudgetError", "MemoryBudgetError", "OuterTracerError", "RetraceWarning",
            "StalePlanError", "TracingError", "user_location"]
@@ -46,9 +47,16 @@ class ConversionError(TracingError):
     import asarray``).  A plan traces such a function again with the arrays it
     makes traced (:func:`hybridad.frontend.numpy_made.traced_again`)."""
 
-    def __init__(self, message, user_globals=None):
+    #: what else its second trace binds in the user's namespaces: ``"math"``
+    #: (:class:`MathCallError`), ``"types"`` (a numpy scalar type called on the
+    #: user's line: :func:`conversion_kinds`)
+    kinds = frozenset()
+
+    def __init__(self, message, user_globals=None, kinds=None):
         super().__init__(message)
         self.user_globals = user_globals
+        if kinds is not None:
+            self.kinds = frozenset(kinds)
         _RAISED.last = self  # (seen by the plan's trace even where the caller swallows it)
 
 
@@ -146,6 +154,25 @@ def code_line(filename, lineno):
     return f"{where}: {line}" if line else where
 
 
+#: a numpy scalar type called on a line (``np.float64(loss)``, ``int64(w)``)
+_SCALAR_CALL = re.compile(r"\b(?:float64|float32|int64|int32|int16|int8|uint64|uint32|uint16|"
+                          r"uint8|bool_|double|single|intp|int_)\s*\(")
+
+
+def conversion_kinds():
+    """:attr:`ConversionError.kinds` of a conversion now: ``{"types"}`` where
+    the user's line calls a numpy scalar type (the second trace then binds
+    the user's names for numpy and its scalar types to stand-ins that cast a
+    traced value), else none (only the arrays ``f`` makes are traced)."""
+    frame = sys._getframe(1)
+    while frame is not None and not is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return frozenset()
+    line = linecache.getline(os.path.abspath(frame.f_code.co_filename), frame.f_lineno)
+    return frozenset({"types"}) if _SCALAR_CALL.search(line) else frozenset()
+
+
 class MathCallError(ConversionError):
     """``float()`` of a traced value a differentiated argument reaches, in
     code whose namespaces bind the ``math`` module or its functions
@@ -154,6 +181,8 @@ class MathCallError(ConversionError):
     (:func:`hybridad.frontend.numpy_made.traced_again`); where that trace
     takes the same ``float()``, it raises this error's message as a
     :class:`TracingError`."""
+
+    kinds = frozenset({"math"})
 
 
 def math_namespaces():

@@ -201,11 +201,15 @@ def test_functions_that_need_no_second_trace_trace_once(monkeypatch):
     calls = []
     real = numpy_made._arrays_made_traced
     monkeypatch.setattr(numpy_made, "_arrays_made_traced",
-                        lambda ns: calls.append(1) or real(ns))
+                        lambda ns, kinds=(): calls.append(sorted(kinds)) or real(ns, kinds))
     ha.gradient(lambda x: np.sum(np.zeros_like(x) + x ** 2), X)
     assert calls == []
     ha.compile(padded_differences, X, backend="numpy")
-    assert calls == [1]
+    assert calls == [[]]  # (numpy's and math's names in the user's module stay theirs)
+    calls.clear()
+    ha.compile(lambda x: np.sum(padded_differences(x)) * np.float64(np.sum(x)), X,
+               backend="numpy")  # (a made array first, then a scalar type: a third trace)
+    assert calls == [[], ["types"]]
 
 
 # ---------------------------------------------------------------------------

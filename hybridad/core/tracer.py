@@ -19,9 +19,9 @@ import types
 
 import numpy as np
 
-from ..errors import (PACKAGE_DIR, ConversionError, MathCallError, TracingError, library_entry,
-                      library_refusal, math_namespaces, traced_as_users, user_location,
-                      user_namespaces)
+from ..errors import (PACKAGE_DIR, ConversionError, MathCallError, TracingError,
+                      conversion_kinds, library_entry, library_refusal, math_namespaces,
+                      traced_as_users, user_location, user_namespaces)
 from . import decisions as _decisions
 from .decisions import decide
 from .observe import OBSERVED, note_value_operand, paused, quiet
@@ -325,7 +325,8 @@ class Tracer:
             "call np.asarray(...) instead), or a traced value written into a numpy array "
             "(`a[i] = t` with `a = np.zeros(n)`: make `a` from a traced array instead, "
             "`np.zeros_like(x)` or `x.copy()`, and the write is traced). Use np.stack / "
-            "np.concatenate to build arrays from traced values.", user_namespaces())
+            "np.concatenate to build arrays from traced values.", user_namespaces(),
+            conversion_kinds())
 
     # -- copies and pickling --------------------------------------------------
     def __copy__(self):

@@ -184,14 +184,18 @@ _WRAPPERS.update({f"type.{t.__name__}": w for t, w in _TYPES.items()})
 _BY_ID.update({id(t): f"type.{t.__name__}" for t in _TYPES})
 _WRAPPERS["numpy"] = numpy_scalar_types.numpy_proxy(_TYPES)
 _BY_ID[id(np)] = "numpy"
-#: what is put in the user's namespaces only (numpy's own keeps its types)
-_USERS_ONLY = frozenset(k for k in _WRAPPERS if k.startswith(("type.", "math")) or k == "numpy")
+#: what is put in the user's namespaces only (numpy's own keeps its types), by
+#: the kind of conversion that asks for it (:attr:`ConversionError.kinds`)
+_USERS_ONLY = {k: "math" if k.startswith("math") else "types" for k in _WRAPPERS
+               if k.startswith(("type.", "math")) or k == "numpy"}
 
 
-def _install(namespaces):
+def _install(namespaces, kinds=()):
     """Put the wrappers in ``np`` and, for each of ``namespaces`` (a module's
-    globals), in place of the names bound to numpy's constructors; the keys
-    put (each counted: threads share an installation)."""
+    globals), in place of the names bound to numpy's constructors -- and to
+    the math module and numpy's scalar types, for the ``kinds`` of conversion
+    that asked for them; the keys put (each counted: threads share an
+    installation)."""
     keys = []
     with _lock:
         for k, ns in enumerate((vars(np), vars(np.linalg), *namespaces)):
@@ -199,8 +203,8 @@ def _install(namespaces):
                 slot = _installed.get((id(ns), key))  # (put by another thread: shared)
                 if slot is None:
                     name = _BY_ID.get(id(value))
-                    if name is None or not isinstance(key, str) or \
-                            k < 2 and name in _USERS_ONLY:
+                    if name is None or not isinstance(key, str) or name in _USERS_ONLY and \
+                            (k < 2 or _USERS_ONLY[name] not in kinds):
                         continue
                     slot = _installed[(id(ns), key)] = [ns, value, 0]
                     ns[key] = _WRAPPERS[name]
@@ -221,8 +225,8 @@ def _uninstall(keys):
 
 
 @contextlib.contextmanager
-def _arrays_made_traced(namespaces):
-    keys = _install(namespaces)
+def _arrays_made_traced(namespaces, kinds=()):
+    keys = _install(namespaces, kinds)
     _state.on = True
     try:
         yield
@@ -243,11 +247,17 @@ def traced_again(call, trace):
     out, first = _attempt(call)
     if first is None:
         return out
-    trace.rollback(mark)
-    with _arrays_made_traced(first.user_globals or ()):
-        out, second = _attempt(call)
-    if second is None:
-        return out
+    kinds, spaces = set(first.kinds), list(first.user_globals or ())
+    while True:  # (once more for each kind a later conversion adds: math and a made array)
+        trace.rollback(mark)
+        with _arrays_made_traced(spaces, kinds):
+            out, second = _attempt(call)
+        if second is None:
+            return out
+        if not set(second.kinds) - kinds:
+            break
+        kinds |= second.kinds
+        spaces += [ns for ns in second.user_globals or () if all(ns is not s for s in spaces)]
     if isinstance(second, MathCallError):  # (a float() of its own, not math's)
         raise TracingError(str(second)) from None
     raise ConversionError(

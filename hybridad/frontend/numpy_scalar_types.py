@@ -4,7 +4,9 @@ Calling a scalar type converts its argument through numpy's memory -- for an
 array, a cast -- so a traced value met ``Tracer.__array__`` and the plan
 traced again (:func:`.numpy_made.traced_again`) with the arrays ``f`` makes
 traced; the scalar types stayed numpy's, and the second trace failed the
-same way.  There, the user's names for numpy (``import numpy as np``: a
+same way.  Where the user's line that converted calls a scalar type
+(:func:`hybridad.errors.conversion_kinds`), the next trace binds the user's
+names for numpy (``import numpy as np``: a
 stand-in module, :func:`numpy_proxy`) and for its scalar types (``from numpy
 import float64``) now give :func:`scalar_type` stand-ins: a traced argument
 is cast (``astype``, a numpy scalar for a 0-d value), anything else is
