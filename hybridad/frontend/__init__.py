@@ -28,6 +28,7 @@ from . import numpy_math  # noqa: E402,F401  (rounding, statistics, scans, diffe
 from . import numpy_selection  # noqa: E402,F401  (take, compress, sort, median, ...)
 from . import numpy_selected_reduce  # noqa: E402,F401  (reductions of lazy selections x[mask])
 from . import numpy_shapes  # noqa: E402,F401  (stacking, splitting, pad, diagonals, ...)
+from . import windows  # noqa: E402,F401  (sliding windows times a kernel: a correlation)
 from . import numpy_out  # noqa: E402,F401  (out= into traced arrays)
 from . import numpy_products  # noqa: E402,F401  (cross, tensordot, einsum, norm)
 from . import numpy_linalg  # noqa: E402,F401  (numpy.linalg)

@@ -4,8 +4,7 @@ with the primitives of :mod:`hybridad.ops`.
 ``HANDLED`` maps numpy functions to implementations; the tracer's
 ``__array_function__`` looks them up, and anything missing raises
 ``NotImplementedError`` naming the function.  Composite functions (mean, dot,
-outer, stack, ...) are built from primitives here, so they need no rules of
-their own.
+outer, stack, ...) are built from primitives here: no rules of their own.
 """
 
 from __future__ import annotations
@@ -137,7 +136,7 @@ def _ufunc(ufunc, method, inputs, kwargs):
         other = next(v for v in inputs if v is not None)
         return np.full(_tracer(other).shape, ufunc is np.not_equal)
     if method == "__call__" and ufunc is np.matmul:
-        return matmul(*inputs)
+        return MATMUL[0](*inputs)
     if method == "__call__" and ufunc in GUFUNCS:
         return GUFUNCS[ufunc](*inputs, **kwargs)
     if method == "__call__" and ufunc is np.power:
@@ -430,9 +429,7 @@ def _weak(v):
     return np.asarray(v).dtype
 
 
-# ----------------------------------------------------------------------------
-# linear algebra (matmul is the primitive; the rest reshape around it)
-# ----------------------------------------------------------------------------
+# -- linear algebra (matmul is the primitive; the rest reshape around it) ----
 
 
 def matmul(a, b):
@@ -471,6 +468,9 @@ def matmul(a, b):
     if b.ndim == 1:
         shape = shape[:-1]
     return reshape(r, shape)
+
+
+MATMUL = [matmul]  # (`@`'s: sliding windows times a kernel first, frontend/windows.py)
 
 
 @implements(np.dot)

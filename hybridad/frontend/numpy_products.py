@@ -124,6 +124,11 @@ def einsum(*operands, out=None, optimize=False, **kw):
     if not arrow:
         letters = "".join(ins)
         rhs = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    from .windows import einsum_of_windows  # (sliding windows times a kernel)
+
+    hit = einsum_of_windows(ins, rhs, arrays)
+    if hit is not None:
+        return hit
     xs = [_tracer(x) for x in arrays]
     if all(x.dtype == np.bool_ for x in xs):  # (numpy's sum of products in bool: an or
         # of ands, True or False -- the 0/1 count's, nonzero)

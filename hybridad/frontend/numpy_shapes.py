@@ -239,8 +239,15 @@ def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=Fa
         raise NotImplementedError("hybridad: sliding_window_view(..., writeable=True) of a "
                                   "traced array is not supported (its windows share "
                                   "elements: write to the array itself)")
-    return gather_positions(_tracer(x), lambda pos: np.lib.stride_tricks.sliding_window_view(
+    x = _tracer(x)
+    out = gather_positions(x, lambda pos: np.lib.stride_tricks.sliding_window_view(
         pos, window_shape, axis))
+    from .windows import remember  # (times a kernel: a correlation, frontend/windows.py)
+
+    shape = (window_shape,) if np.ndim(window_shape) == 0 else tuple(window_shape)
+    axes = range(x.ndim) if axis is None else (axis,) if np.ndim(axis) == 0 else axis
+    remember(out, x, [int(a) % x.ndim for a in axes][:len(shape)])
+    return out
 
 
 @implements(np.rot90)
