@@ -617,3 +617,26 @@ def test_every_primitive_and_function_has_rows():
         "companion", "hankel", "convolution_matrix", "khatri_rao", "expm_frechet",
         "solve_sylvester", "solve_continuous_lyapunov", "solve_discrete_lyapunov", "polar",
         "signm", "eig", "eigvals", "solve_continuous_are", "solve_discrete_are"}
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("case", ["eigh", "scipy eigh", "svd", "eig"])
+def test_a_function_of_the_spectrum_alone_at_repeated_values(case, backend):
+    """``w, V = eigh(A)`` (or the full ``svd``, ``eig``) with only the
+    eigenvalues (singular values) read, at a matrix whose values repeat (an
+    identity, ``diag(2, 1, 1)``): the reverse rule's eigenvector term is
+    ``F * (V^T gV)`` with ``F`` infinite at the repeated pairs and ``gV`` 0,
+    and gave NaN in every entry (JAX gives the finite gradient).  The term
+    is 0 where the projected cotangent is."""
+    import scipy.linalg as sl
+
+    A = np.diag([2.0, 1.0, 1.0])
+    f, want = {
+        "eigh": (lambda A: np.sum(np.linalg.eigh(A)[0] ** 2), 2 * A),
+        "scipy eigh": (lambda A: np.sum(sl.eigh(A)[0] ** 3), 3 * A @ A),
+        "svd": (lambda A: np.sum(np.linalg.svd(A)[1]), np.eye(3)),
+        "eig": (lambda A: np.sum(np.real(np.linalg.eig(A)[0]) ** 2), 2 * A),
+    }[case]
+    res = ha.gradient(f, A, backend=backend)
+    assert res.value == pytest.approx(f(A), rel=1e-14)
+    np.testing.assert_allclose(res.gradient, want, atol=1e-12)

@@ -204,3 +204,33 @@ def test_polynomial_parameters_are_differentiable(name):
 def test_polynomial_degrees_are_constant_integers(f, match):
     with pytest.raises(NotImplementedError, match=match):
         ha.gradient(lambda z: np.sum(f(z)), np.array([0.3, 0.6]), backend="numpy")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("name", ["inv_boxcox", "inv_boxcox1p"])
+def test_inverse_box_cox_in_lambda_at_and_near_zero(name, backend):
+    """The derivatives in ``lmbda`` at 0 are ``-e^y y^2 / 2`` and ``e^y (y^4 /
+    4 + 2 y^3 / 3)``: the value there is ``exp(y)`` (``expm1(y)``), whose own
+    derivative in ``lmbda`` is 0 -- the gradient was exactly 0 at lmbda = 0,
+    and the quotient's second derivative 0 at 1e-9 (its terms cancel).  Near
+    0 they are the series' (|lmbda y| < 1e-3); beyond, the quotient's."""
+    fn = getattr(sp, name)
+    y = np.array([0.3, -0.4, 1.5])
+    d1 = -np.sum(np.exp(y) * y ** 2 / 2)
+    d2 = np.sum(np.exp(y) * (y ** 4 / 4 + 2 * y ** 3 / 3))
+
+    def f(lam):
+        return np.sum(fn(y, lam[0]))
+
+    for lam, rtol in ((0.0, 1e-14), (1e-9, 1e-7), (-1e-9, 1e-7)):
+        at = np.array([lam])
+        res = ha.gradient(f, at, backend=backend)
+        assert res.value == pytest.approx(f(at), rel=1e-15)
+        assert res.gradient[0] == pytest.approx(d1, rel=rtol)
+        h = ha.hessian(f, at, backend=backend).hessian
+        assert h[0, 0] == pytest.approx(d2, rel=max(rtol, 1e-12))
+    for lam in (5e-4, 2e-3, 0.3):  # (both sides of the series' edge at |lmbda y| = 1e-3)
+        at = np.array([lam])
+        res = ha.gradient(f, at, backend=backend)
+        assert res.value == pytest.approx(f(at), rel=1e-14)
+        np.testing.assert_allclose(res.gradient, numerical_gradient(f, at), rtol=1e-7)

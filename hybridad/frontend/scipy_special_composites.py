@@ -228,20 +228,29 @@ def cosdg(x):
     return np.cos(np.fmod(x, 360.0) * (math.pi / 180))
 
 
+def _inv_boxcox_exponent(y, lmbda):
+    """``log1p(lmbda y) / lmbda``; where ``|lmbda y| < 1e-3`` (lmbda = 0
+    included) its series ``y (1 - z/2 + z^2/3 - ... - z^5/6)``, ``z = lmbda y``
+    -- the value to rounding, and derivatives in ``lmbda`` without the
+    cancellation of the quotient's (``exp(y)`` at lmbda = 0 differentiated to
+    0 in ``lmbda``; at 1e-9 the quotient's second derivative was 0)."""
+    small = np.abs(lmbda * y) < 1e-3
+    safe = np.where(small, 1.0, lmbda)
+    z = np.where(small, lmbda, 0.0) * y
+    series = y * (1 - z * (1 / 2 - z * (1 / 3 - z * (1 / 4 - z * (1 / 5 - z / 6)))))
+    return np.where(small, series, np.log1p(safe * y) / safe)
+
+
 @_composite("inv_boxcox")
 def inv_boxcox(y, lmbda):
     """``exp(log1p(lmbda y) / lmbda)``, ``exp(y)`` at lmbda = 0."""
-    zero = lmbda == 0
-    safe = np.where(zero, 1.0, lmbda)
-    return np.where(zero, np.exp(y), np.exp(np.log1p(safe * y) / safe))
+    return np.exp(_inv_boxcox_exponent(y, lmbda))
 
 
 @_composite("inv_boxcox1p")
 def inv_boxcox1p(y, lmbda):
     """``expm1(log1p(lmbda y) / lmbda)``, ``expm1(y)`` at lmbda = 0."""
-    zero = lmbda == 0
-    safe = np.where(zero, 1.0, lmbda)
-    return np.where(zero, np.expm1(y), np.expm1(np.log1p(safe * y) / safe))
+    return np.expm1(_inv_boxcox_exponent(y, lmbda))
 
 
 # --------------------------------------------------------------------------

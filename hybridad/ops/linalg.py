@@ -313,11 +313,20 @@ def _gaps(w):
     return (1 - eye) / (w[:, None, :] - w[:, :, None] + eye)
 
 
+def _gapped(f, p):
+    """``f * p`` (``f``: :func:`_gaps`), 0 where ``p`` is 0: the eigenvectors'
+    (or singular vectors') cotangent projected, which is 0 where the function
+    does not read them -- a loss of the eigenvalues alone at a repeated one
+    (an identity matrix) made inf * 0 = NaN of every entry; where the vectors
+    are read there, the derivative does not exist and stays infinite."""
+    return np.where(p == 0, 0.0, f * p)
+
+
 def _eigh_vjp(g, node, active, a, ans, uplo="L"):
     w, v = ans[:, 0, :], ans[:, 1:, :]
     gw, gv = g[:, 0, :], g[:, 1:, :]
     eye = np.eye(a.shape[-1], dtype=a.dtype)
-    inner = gw[:, None, :] * eye + _gaps(w) * np.matmul(_mT(v), gv)
+    inner = gw[:, None, :] * eye + _gapped(_gaps(w), np.matmul(_mT(v), gv))
     return (_to_triangle(np.matmul(np.matmul(v, inner), _mT(v)), uplo == "L"),)
 
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..ir.registry import Op, register
 from .common import bind as _bind
-from .linalg import (_check_dtype, _from_triangle, _gaps, _mT, _run, _stacked_batch,
+from .linalg import (_check_dtype, _from_triangle, _gapped, _gaps, _mT, _run, _stacked_batch,
                      _to_triangle)
 
 
@@ -166,8 +166,8 @@ def _svd_vjp(g, node, active, a, ans, jobz="S", complement=False):
     gs, gu, gvt = svd_parts(g, m, n)
     v, gv = _mT(vt), _mT(gvt)
     f = _svd_gaps(s)
-    j = f * np.matmul(_mT(u), gu)
-    k = f * np.matmul(vt, gv)
+    j = _gapped(f, np.matmul(_mT(u), gu))
+    k = _gapped(f, np.matmul(vt, gv))
     eye = np.eye(s.shape[-1])
     inner = (j + _mT(j)) * s[:, None, :] + s[:, :, None] * (k + _mT(k)) + gs[:, None, :] * eye
     ga = np.matmul(np.matmul(u, inner), vt)
@@ -262,7 +262,7 @@ def _eig_vjp(g, node, active, a, ans, vectors=True):
     w, v = ans[:, 0, :], ans[:, 1:, :]
     gw, gv = g[:, 0, :], g[:, 1:, :]
     h = gv - v * np.sum(v * gv, axis=1)[:, None, :]  # unit-norm eigenvectors
-    k = gw[:, None, :] * eye + _gaps(w) * np.matmul(_mT(v), h)
+    k = gw[:, None, :] * eye + _gapped(_gaps(w), np.matmul(_mT(v), h))
     return (_bind("solve", _mT(v), np.matmul(k, _mT(v))),)
 
 
@@ -316,7 +316,7 @@ def _evr_vjp(g, node, active, a, ans, uplo="L", lo=0, hi=0, vectors=True, subset
         return (_to_triangle(np.matmul(z * g[:, None, :], _mT(z)), uplo == "L"),)
     z, gw, gz = ans[:, 1:, :], g[:, 0, :], g[:, 1:, :]
     v, f = _subset_gaps(a, uplo, lo, hi)
-    gs = np.matmul(np.matmul(v, f * np.matmul(_mT(v), gz)) + z * gw[:, None, :], _mT(z))
+    gs = np.matmul(np.matmul(v, _gapped(f, np.matmul(_mT(v), gz))) + z * gw[:, None, :], _mT(z))
     return (_to_triangle(gs, uplo == "L"),)
 
 
