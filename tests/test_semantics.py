@@ -118,10 +118,19 @@ def test_type_is_still_the_tracer():
     ha.gradient(f, X, backend="numpy")
 
 
-def test_str_format_print_are_refused_repr_is_informative():
-    for conv in (str, lambda t: f"{t}", lambda t: format(t, ".2f"), print, lambda t: "%s" % t):
-        with pytest.raises(TracingError, match="str|format"):
-            ha.gradient(lambda x: (conv(x[0]), np.sum(x))[1], X, backend="numpy")
+def test_str_and_print_show_the_traced_value_and_a_format_spec_is_refused():
+    """``print(x)``, ``str(x)``, ``f"{x}"`` and ``"%s" % x`` inside ``f`` (a
+    debugging print) show what the value is, as ``repr`` does, and the
+    function runs; a format spec needs the value and is refused."""
+    seen = []
+    for conv in (str, lambda t: f"{t}", print, lambda t: "%s" % t):
+        seen.clear()
+        res = ha.gradient(lambda x: (seen.append(conv(x[0])), np.sum(x))[1], X,
+                          backend="numpy")
+        np.testing.assert_array_equal(res.gradient, np.ones_like(X))
+        assert seen and (seen[0] is None or seen[0].startswith("Tracer("))
+    with pytest.raises(TracingError, match="format"):
+        ha.gradient(lambda x: (format(x[0], ".2f"), np.sum(x))[1], X, backend="numpy")
 
     def f(x):
         assert repr(x[0]).startswith("Tracer(") and "float64" in repr(x[0])
