@@ -58,10 +58,9 @@ def _matmul(a, b):
     """``a @ b`` where ``a`` is one window axis of windows and ``b`` a kernel
     vector over it; else numpy_api's matmul."""
     hit = _of(a)
-    if hit is not None and len(hit[1]) == 1 and np.ndim(b) == 1 and \
-            np.shape(b)[0] == a.shape[-1] and np.result_type(a.dtype, np.asarray(b).dtype
-                                                             if not isinstance(b, Tracer)
-                                                             else b.dtype).kind == "f":
+    if hit is not None and len(hit[1]) == 1 and isinstance(b, (Tracer, np.ndarray)) and \
+            b.ndim == 1 and b.shape[0] == a.shape[-1] and \
+            np.result_type(a.dtype, b.dtype).kind == "f":
         out = _correlated(hit[0], hit[1], b)
         if out is not None:
             return out
@@ -89,5 +88,6 @@ def einsum_of_windows(lhs, rhs, arrays):
             kspec != spec[-n:] or rhs != spec[:-n] or np.ndim(arrays[1]) != n:
         return None
     k = arrays[1]
-    kind = np.result_type(x.dtype, k.dtype if isinstance(k, Tracer) else np.asarray(k).dtype)
-    return _correlated(x, axes, k) if kind.kind == "f" else None
+    if not isinstance(k, (Tracer, np.ndarray)) or np.result_type(x.dtype, k.dtype).kind != "f":
+        return None
+    return _correlated(x, axes, k)
