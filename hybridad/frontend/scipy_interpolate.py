@@ -57,6 +57,22 @@ def _derivative(c, nu):
     return c
 
 
+def _antiderivative(c, breaks):
+    """The coefficients of each piece's antiderivative, continuous and 0 at the
+    first breakpoint (scipy's ``PPoly.antiderivative``): the powers' divided
+    by their new degree, and a constant term, the integral of the pieces
+    before."""
+    k1 = c.shape[0]
+    lead = (1,) * (c.ndim - 2)
+    c = c / np.arange(k1, 0, -1, dtype=np.float64).reshape((k1, 1) + lead)
+    h = np.diff(np.asarray(breaks, np.float64))
+    powers = h[None, :] ** np.arange(k1, 0, -1)[:, None]
+    pieces = np.sum(c * powers.reshape(powers.shape + lead), axis=0)
+    before = np.concatenate([np.zeros((1,) + pieces.shape[1:]), np.cumsum(pieces, axis=0)[:-1]],
+                            axis=0)
+    return np.concatenate([c, np.expand_dims(before, 0)], axis=0)
+
+
 def ppoly_eval(c, breaks, x, nu=0, extrapolate=True, axis=0, period=None):
     """A piecewise polynomial at ``x`` (scipy's ``PPoly.__call__``).
 
@@ -135,6 +151,23 @@ class TracedPPoly:
     def derivative(self, nu=1):
         return TracedPPoly(_derivative(self.c, nu), self.x, self.extrapolate, self.axis,
                            self._period)
+
+    def antiderivative(self, nu=1):
+        """scipy's ``PPoly.antiderivative``: 0 at the first breakpoint."""
+        if self.extrapolate == "periodic":
+            raise NotImplementedError("hybridad: antiderivative / integrate of a periodic "
+                                      "spline of traced values is not supported")
+        c = self.c
+        for _ in range(nu):
+            c = _antiderivative(c, self.x)
+        return TracedPPoly(c, self.x, self.extrapolate, self.axis)
+
+    def integrate(self, a, b, extrapolate=None):
+        """scipy's ``PPoly.integrate``: the antiderivative's difference at ``b``
+        and ``a`` (NaN outside the breakpoints where not extrapolated)."""
+        ends = self.antiderivative()(np.array([a, b], np.float64), extrapolate=extrapolate)
+        ends = np.moveaxis(ends, self.axis, 0)
+        return ends[1] - ends[0]
 
 
 def _ppoly_of_bspline(spline, extrapolate=None):
