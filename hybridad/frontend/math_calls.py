@@ -27,6 +27,7 @@ import types
 import numpy as np
 
 from ..core.tracer import Tracer
+from .numpy_construct import holds_tracer
 
 __all__ = ["IMPLEMENTATIONS", "module_proxy", "wrapper"]
 
@@ -90,12 +91,6 @@ IMPLEMENTATIONS = {
 _ITERABLES = frozenset({"dist", "fsum", "prod"})
 
 
-def _holds_tracer(args):
-    return any(isinstance(a, Tracer) or
-               (isinstance(a, (list, tuple)) and any(isinstance(v, Tracer) for v in a))
-               for a in args)
-
-
 def wrapper(name, serving):
     """``math``'s function ``name`` as a user's name for it while a plan traces
     again: on a traced argument, in a call ``serving(caller file)`` says this
@@ -103,7 +98,7 @@ def wrapper(name, serving):
     original, impl = getattr(math, name), IMPLEMENTATIONS[name]
 
     def call(*args, **kwargs):
-        if not _holds_tracer((*args, *kwargs.values())) or \
+        if not holds_tracer((*args, *kwargs.values())) or \
                 not serving(sys._getframe(1).f_code.co_filename):
             return original(*args, **kwargs)
         if name in _ITERABLES:

@@ -239,9 +239,10 @@ def served(name, caller, args, kwargs):
     traced, unless numpy's or scipy's own code converts it; numpy's otherwise."""
     obj = args[0] if args else kwargs.get("object" if name == "array" else "a")
     if isinstance(obj, (list, tuple)) and not _library_file(caller):
-        from .numpy_complex import ComplexTracer
+        from .numpy_complex import ComplexTracer, is_complex_constant
 
-        if _holds(obj, ComplexTracer) or holds_tracer(obj) and _holds_complex(obj):
+        if _holds(obj, lambda v: isinstance(v, ComplexTracer)) or \
+                holds_tracer(obj) and _holds(obj, is_complex_constant):
             # (complex traced values, or complex numbers with traced ones: by parts)
             dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
             if dtype is None or np.dtype(dtype).kind == "c":
@@ -253,19 +254,12 @@ def served(name, caller, args, kwargs):
     return ORIGINALS[name](*args, **kwargs)
 
 
-def _holds(obj, kind):
-    """Whether ``obj`` is a ``kind`` or a list or tuple holding one (any depth)."""
-    if isinstance(obj, kind):
-        return True
-    return isinstance(obj, (list, tuple)) and any(_holds(item, kind) for item in obj)
-
-
-def _holds_complex(obj):
-    """Whether ``obj`` is a complex number or array, or a list or tuple holding one."""
+def _holds(obj, test):
+    """Whether ``test(obj)``, or ``obj`` is a list or tuple holding such an item
+    (any depth)."""
     if isinstance(obj, (list, tuple)):
-        return any(_holds_complex(item) for item in obj)
-    return isinstance(obj, (complex, np.complexfloating)) or \
-        (isinstance(obj, np.ndarray) and obj.dtype.kind == "c")
+        return any(_holds(item, test) for item in obj)
+    return test(obj)
 
 
 def _complex_parts(obj, kind):

@@ -170,15 +170,14 @@ _BY_ID.update({id(fn): name for name, fn in WRAPPERS.items()})
 ALIASES.extend((_NUMPY[name], wrapper) for name, wrapper in _WRAPPERS.items()
                if name not in ORIGINALS)
 # the math module and its functions, by the user's names for them (math_calls)
-_MATH = {f"math.{name}": math_calls.wrapper(name, lambda caller: _serving(caller))
+_MATH = {f"math.{name}": math_calls.wrapper(name, _serving)
          for name in math_calls.IMPLEMENTATIONS if hasattr(math, name)}
 _WRAPPERS.update(_MATH)
 _WRAPPERS["math"] = math_calls.module_proxy({k[5:]: w for k, w in _MATH.items()})
 _BY_ID.update({id(getattr(math, k[5:])): k for k in _MATH})
 _BY_ID[id(math)] = "math"
 # numpy's scalar types and numpy itself, by the user's names (numpy_scalar_types)
-_TYPES = {t: numpy_scalar_types.scalar_type(t, lambda caller: _serving(caller), construct,
-                                             holds_tracer)
+_TYPES = {t: numpy_scalar_types.scalar_type(t, _serving, construct, holds_tracer)
           for t in numpy_scalar_types.TYPES}
 _WRAPPERS.update({f"type.{t.__name__}": w for t, w in _TYPES.items()})
 _BY_ID.update({id(t): f"type.{t.__name__}" for t in _TYPES})

@@ -44,13 +44,13 @@ def _correlated(x, axes, kernel):
     ``axes``: each output is its window times the kernel, summed."""
     from .scipy_signal import slide
 
+    if len(set(axes)) != len(axes):
+        return None
     k = kernel if isinstance(kernel, Tracer) else np.asarray(kernel)
     shape = [1] * x.ndim
     for a, size in zip(axes, k.shape, strict=True):
         shape[a] = size
     k = np.reshape(k, tuple(shape)) if len(axes) > 1 or x.ndim > 1 else k
-    if len(set(axes)) != len(axes):
-        return None
     return slide(x, k, [(0, 0)] * len(axes), axes=axes)
 
 
