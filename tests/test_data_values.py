@@ -10,6 +10,7 @@ a call with other data values runs, or traces, a specialization of its own.
 A value a differentiated argument reaches is still refused.
 """
 
+import math
 import warnings
 
 import numpy as np
@@ -110,3 +111,38 @@ def test_the_same_argument_differentiated_is_refused():
     would drop its derivative."""
     with pytest.raises(TracingError, match=r"float\(\)"):
         ha.gradient(_float_of_data, W, Y, argnums=(0, 1), backend="numpy")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_plans_of_the_new_paths_allocate_nothing(backend):
+    """Repeated calls allocate no numpy memory: a data argument's float
+    (whose guard compared the sign by np.signbit, a 0-d array each call, on
+    the numpy backend), a window product, np.convolve, math's functions, a
+    dataclass argument."""
+    import dataclasses
+
+    from hybridad.testing import count_allocations
+
+    @dataclasses.dataclass
+    class Pair:
+        W: np.ndarray
+        b: np.ndarray
+
+    k = np.linspace(-1.0, 1.0, 9)
+    swv = np.lib.stride_tricks.sliding_window_view
+    cases = [
+        (_float_of_data, (W, Y)),
+        (lambda x: np.sum(np.tanh(swv(x, 9) @ k) ** 2), (np.linspace(0.0, 3.0, 60),)),
+        (lambda x: np.sum(np.tanh(np.convolve(x, k, mode="valid")) ** 2),
+         (np.linspace(0.0, 3.0, 60),)),
+        (lambda p: p[0] * math.sqrt(p[1]) + math.exp(-p[2]), (np.array([1.0, 2.0, 0.5]),)),
+        (lambda p: np.sum(np.tanh(p.W @ p.b)), (Pair(np.ones((3, 2)), np.ones(2)),)),
+    ]
+    for f, args in cases:
+        plan = ha.compile(f, *args, backend=backend)
+        out = ha.GradientResult(args[0])
+        for _ in range(3):
+            plan.gradient(*args, out=out)
+        with count_allocations() as counts:
+            plan.gradient(*args, out=out)
+        assert counts.allocations == 0, f

@@ -32,6 +32,8 @@ from shapes alone) a decision is refused as before, with the same message.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .._forksafe import Lock
@@ -112,8 +114,9 @@ def _changed(kind, value, outcome):
 def _same(a, b):
     if type(a) is not type(b):
         return False
-    if isinstance(a, float):
-        return (a == b and np.signbit(a) == np.signbit(b)) or (a != a and b != b)
+    if isinstance(a, float):  # (math's sign, not np.signbit: a check allocates nothing)
+        return (a == b and math.copysign(1.0, a) == math.copysign(1.0, b)) or \
+            (a != a and b != b)
     return a == b
 
 
