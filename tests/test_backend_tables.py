@@ -67,8 +67,8 @@ def test_every_op_has_an_entry_in_every_backend():
             continue
         if name not in EMITTERS:
             missing.append(f"{name}: numba (backends/numba/emit.py EMITTERS)")
-        if DEVICE_OPS.get(name) not in ("kernel", "cupy", "cublas", "cusolver", "loop", "host",
-                                        "unused"):
+        if DEVICE_OPS.get(name) not in ("kernel", "cupy", "cublas", "cusolver", "cufft", "loop",
+                                        "host", "unused"):
             missing.append(f"{name}: cupy (backends/cuda/program.py DEVICE_OPS)")
         if op.run is None and op.view is None and op.kind != "region":
             missing.append(f"{name}: numpy reference (Op.run / Op.view)")

@@ -600,6 +600,26 @@ def test_device_linear_algebra_takes_no_arena_scratch():
     assert {n.id for n in numba.graph.nodes if n.op in DEVICE_LINALG} & set(numba.memory.scratch)
 
 
+def test_fourier_transforms_run_as_device_library_calls():
+    # rfft, fft and irfft (values, gradients, Hessian-vector products) through
+    # the program's FFT runs (hybridad/backends/cuda/fft.py), no arena scratch
+    from hybridad.backends.cuda.fft import DEVICE_FFT
+
+    def f(x):
+        spec = np.fft.rfft(x) * np.exp(-0.05 * np.arange(9))
+        z = np.fft.fft(x * (1 + 1j) + np.fft.irfft(spec * spec, 16))
+        return np.sum(np.abs(z) ** 2) + np.sum(np.fft.ifft2(z.reshape(4, 4)).real ** 3)
+
+    x = np.linspace(-1.0, 1.5, 16)
+    plan = check_against_numpy(f, (x,), 0, rtol=1e-12)
+    transforms = {n.id for n in plan.graph.nodes if n.op in DEVICE_FFT}
+    assert transforms and not transforms & set(plan.memory.scratch)
+    v = np.cos(np.arange(16.0))
+    got = ha.compile(f, x, hvp=True, backend="cupy").hvp(x, v=v)
+    want = ha.compile(f, x, hvp=True, backend="numpy").hvp(x, v=v)
+    np.testing.assert_allclose(got.hvp, want.hvp, rtol=1e-12, atol=1e-12)
+
+
 def test_linear_algebra_failures_raise_as_on_the_cpu():
     def chol(a):
         return np.sum(np.linalg.cholesky(a))

@@ -394,6 +394,24 @@ def test_writes_and_complex_numbers_on_the_device(cp, name, cuda_graph):
     assert isinstance(res.gradient, cp.ndarray) and res.gradient.dtype == a.dtype
 
 
+def spectral(x):
+    spec = np.fft.rfft(x) * np.exp(-0.01 * np.arange(x.size // 2 + 1))
+    z = np.fft.fft(x * (1 + 1j) + np.fft.irfft(spec * spec, x.size))
+    return np.sum(np.abs(z) ** 2) + np.sum(np.fft.ifft(z, norm="ortho").real ** 3)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_fourier_transforms_on_the_device(cp, dtype, cuda_graph):
+    # cuFFT through the program's FFT runs (hybridad/backends/cuda/fft.py):
+    # cupy's results and cuFFT's work area from the program's workspace
+    x = np.linspace(-1.0, 1.0, 1000).astype(dtype)
+    _check(cp, spectral, (x,), 0, rtol=1e-11 if dtype == np.float64 else 2e-4)
+    dev = _on_device(cp, (x,))
+    plan = ha.compile(spectral, *dev, cuda_graph=cuda_graph)
+    _allocates_nothing(cp, plan, dev, plan.new_result(), 10)
+
+
 def test_host_calls_are_refused_by_name_on_the_device(cp):
     import scipy.special as sc
 

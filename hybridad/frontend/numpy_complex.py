@@ -162,23 +162,11 @@ class ComplexTracer:
     def transpose(self, *axes):
         return np.transpose(self, axes or None)
 
-    def sum(self, *a, **kw):
-        return np.sum(self, *a, **kw)
+    def flatten(self, order="C"):
+        return np.ravel(self, order)
 
-    def mean(self, *a, **kw):
-        return np.mean(self, *a, **kw)
-
-    def max(self, *a, **kw):
-        return np.max(self, *a, **kw)
-
-    def min(self, *a, **kw):
-        return np.min(self, *a, **kw)
-
-    def argmax(self, *a, **kw):
-        return np.argmax(self, *a, **kw)
-
-    def argmin(self, *a, **kw):
-        return np.argmin(self, *a, **kw)
+    def copy(self, order="K"):
+        return ComplexTracer(self.re, self.im)
 
     def __neg__(self):
         return ComplexTracer(-self.re, -self.im)
@@ -189,6 +177,18 @@ class ComplexTracer:
     def __abs__(self):
         return np.absolute(self)
 
+
+def _method(func):
+    def method(self, *a, **kw):
+        return func(self, *a, **kw)
+    method.__name__ = func.__name__
+    return method
+
+
+# the array methods that are numpy's functions of the value
+for _func in (np.sum, np.mean, np.max, np.min, np.argmax, np.argmin, np.ravel, np.squeeze,
+              np.swapaxes, np.cumsum, np.prod, np.var, np.dot, np.trace, np.diagonal, np.take):
+    setattr(ComplexTracer, _func.__name__, _method(_func))
 
 for _name, _uf in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
                    ("truediv", np.true_divide), ("pow", np.power), ("matmul", np.matmul)):

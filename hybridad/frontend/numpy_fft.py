@@ -1,33 +1,37 @@
-"""np.fft on tracers: discrete Fourier transforms as products with constant
-cosine and sine matrices.
+"""np.fft on tracers: the FFT ops of :mod:`hybridad.ops.fft`.
 
-Each 1-D transform along an axis is the DFT written out -- ``X_k = sum_j
-x_j e^{-2 pi i jk/n}`` -- as a matmul of the real and imaginary parts
-(:mod:`.numpy_complex`) with ``cos`` and ``sin`` tables computed once at trace
-time (angles reduced exactly: ``2 pi ((jk) mod n) / n``).  So a transform runs
-on BLAS in every backend, with exact derivatives from matmul's rules, no op of
-its own, and values equal to numpy's FFT to rounding (``O(n)`` ulps rather than
-``O(log n)``; the cost is ``O(n^2)`` per transform, fine for the few thousand
-points of a typical model, not for long signals).  ``n`` (crop or zero-pad),
-``axis``/``axes``, ``s`` and ``norm`` ("backward", "ortho", "forward") follow
-numpy; ``fft2``/``fftn`` apply 1-D transforms axis by axis, ``rfftn`` the real
-one on the last axis, ``irfftn`` it last.
+A complex transform packs the real and imaginary parts (:mod:`.numpy_complex`)
+side by side, the transform axis moved last, into one real array -- the
+memory layout of numpy's complex arrays -- and applies the op ``fft``
+(``rfft`` for a real input, ``irfft`` for a real output); the result's parts
+are read back as views.  The ops run pocketfft, numpy's own FFT, in every
+CPU backend (cuFFT on the GPU), ``O(n log n)`` per transform, and their
+derivative rules are transforms again.  A real input to ``fft``/``ifft`` takes
+``rfft`` (half the work) and the rest of the spectrum by its symmetry: equal
+to numpy's to rounding, where the other transforms give numpy's bits.
+``n`` (crop or zero-pad), ``axis``/``axes``, ``s`` and ``norm`` ("backward",
+"ortho", "forward") follow numpy; ``fft2``/``fftn`` apply 1-D transforms
+axis by axis, ``rfftn`` the real one on the last axis,
+``irfftn`` it last.  :func:`check_table` bounds the dense transforms of
+:mod:`.scipy_fft` (the cosine and sine transforms, products with their
+matrices).
 """
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
+from ..core.trace import bind
+from ..core.tracer import Tracer
+from ..ir.registry import REGISTRY
 from .numpy_api import implements
 from .numpy_complex import ComplexTracer, as_complex
 
 __all__ = []
 
 
-#: the largest table (bytes, all of a transform's tables together) a trace builds:
-#: a transform past it (n above about 8000) is refused, not left to exhaust memory
+#: the largest table (bytes) a dense transform of :mod:`.scipy_fft` builds: one
+#: past it (n above about 8000) is refused, not left to exhaust memory
 TABLE_BYTES = 1 << 30
 
 
@@ -40,19 +44,6 @@ def check_table(name, nbytes, n):
             f"(O(n^2); at most {TABLE_BYTES >> 30} GiB), long signals are not served yet")
 
 
-@functools.lru_cache(maxsize=64)
-def _tables(n_in, n_out, big):
-    """cos and sin of ``2 pi (j k mod N) / N`` for j < n_in, k < n_out, N = ``big``
-    (the transform length)."""
-    check_table("a discrete Fourier transform", 16 * n_in * n_out, big)
-    j = np.arange(n_in)[:, None]
-    k = np.arange(n_out)[None, :]
-    theta = 2 * np.pi * ((j * k) % big) / big
-    c, s = np.cos(theta), np.sin(theta)
-    c.flags.writeable = s.flags.writeable = False
-    return c, s
-
-
 def _real_dtype(a):
     """The real dtype numpy's FFT of ``a`` computes in: float32 for float32 and
     complex64 input (numpy 2 keeps single precision), else float64."""
@@ -60,14 +51,12 @@ def _real_dtype(a):
     return np.dtype(np.float32) if dt in (np.float32, np.complex64) else np.dtype(np.float64)
 
 
-def _scale(norm, n, inverse):
-    if norm in (None, "backward"):
-        return 1.0 / n if inverse else 1.0
-    if norm == "ortho":
-        return 1.0 / np.sqrt(n)
-    if norm == "forward":
-        return 1.0 if inverse else 1.0 / n
-    raise ValueError(f'Invalid norm value {norm}; should be "backward", "ortho" or "forward".')
+def _norm(norm):
+    """numpy's ``norm`` (None: "backward"); numpy's error for another value."""
+    if norm not in (None, "backward", "ortho", "forward"):
+        raise ValueError(f'Invalid norm value {norm}; should be "backward", "ortho" or '
+                         '"forward".')
+    return "backward" if norm is None else norm
 
 
 def _fit(z, n, axis):
@@ -85,18 +74,46 @@ def _fit(z, n, axis):
     return z
 
 
+def _packed(parts, dt):
+    """The real and imaginary parts (transform axis last) as one real array
+    ``(..., n, 2)``: the layout of the FFT ops (:mod:`hybridad.ops.fft`)."""
+    return np.stack([p if np.result_type(p) == dt else p.astype(dt) for p in parts], axis=-1)
+
+
+def _op(kind, x, axis, **attrs):
+    """The FFT op ``kind`` of ``x`` (packed, or real for rfft), its result's
+    transform axis moved back to ``axis``: complex, or real for irfft."""
+    if isinstance(x, Tracer):
+        y = bind(kind, x, **attrs)
+    else:  # (constant parts: numpy's transform of them, as the op runs it)
+        y = np.empty(REGISTRY[kind].abstract(x, **attrs)[0], x.dtype)
+        REGISTRY[kind].run(y, x, **attrs)
+    if kind == "irfft":
+        return np.moveaxis(y, -1, axis)
+    return ComplexTracer(*(np.moveaxis(y[..., k], -1, axis) for k in (0, 1)))
+
+
 def _dft(a, n, axis, norm, inverse):
     z = as_complex(a)
     axis = axis % z.ndim
     n = z.shape[axis] if n is None else int(n)
+    if not isinstance(a, ComplexTracer):
+        return _hermitian_full(a, n, axis, _norm(norm), inverse)
     z = _fit(z, n, axis)
-    c, s = _tables(n, n, n)
-    sign = 1.0 if inverse else -1.0  # e^{sign i theta} = cos + sign i sin
-    f = _scale(norm, n, inverse)
-    dt = _real_dtype(a)
-    w = ComplexTracer((c * f).astype(dt), (s * (sign * f)).astype(dt))
-    out = np.matmul(z, w)
-    return ComplexTracer(*(np.moveaxis(p, -1, axis) for p in out.full()))
+    return _op("fft", _packed(z.full(), _real_dtype(a)), axis, norm=_norm(norm),
+               inverse=bool(inverse))
+
+
+def _hermitian_full(x, n, axis, norm, inverse):
+    """``fft``/``ifft`` of a real ``x``: its half spectrum (``rfft``, half the
+    work) and the rest by symmetry, ``X_{n-k} = conj(X_k)``; the inverse is the
+    conjugate of the forward transform scaled as the inverse."""
+    half = _rdft(x, n, axis, _SWAP[norm] if inverse else norm)
+    re, im = (np.moveaxis(p, axis, -1) for p in half.full())
+    tail = (Ellipsis, slice(n - re.shape[-1], 0, -1))
+    re = np.concatenate([re, re[tail]], axis=-1)
+    im = np.concatenate([-im, im[tail]] if inverse else [im, -im[tail]], axis=-1)
+    return ComplexTracer(np.moveaxis(re, -1, axis), np.moveaxis(im, -1, axis))
 
 
 def _rdft(a, n, axis, norm):
@@ -106,11 +123,10 @@ def _rdft(a, n, axis, norm):
     axis = axis % np.ndim(x)
     n = np.shape(x)[axis] if n is None else int(n)
     z = _fit(x, n, axis)
-    c, s = _tables(n, n // 2 + 1, n)
-    f = _scale(norm, n, False)
     dt = _real_dtype(x)
-    out = np.matmul(z, ComplexTracer((c * f).astype(dt), (s * -f).astype(dt)))
-    return ComplexTracer(*(np.moveaxis(p, -1, axis) for p in out.full()))
+    re = z.full()[0]
+    return _op("rfft", re if np.result_type(re) == dt else re.astype(dt), axis,
+               norm=_norm(norm))
 
 
 def _irdft(a, n, axis, norm):
@@ -120,21 +136,7 @@ def _irdft(a, n, axis, norm):
     n = 2 * (m_in - 1) if n is None else int(n)
     m = n // 2 + 1
     z = _fit(z, m, axis)
-    c, s = _tables(m, n, n)  # theta for k < m (rows), j < n (columns)
-    wts = np.full(m, 2.0)
-    wts[0] = 1.0
-    if n % 2 == 0:
-        wts[-1] = 1.0  # the Nyquist term counts once
-    f = _scale(norm, n, True)
-    cw, sw = c * (wts[:, None] * f), s * (wts[:, None] * f)
-    cw[0] = c[0] * f  # numpy ignores the imaginary part of X_0 (and of X_{n/2}, below)
-    sw[0] = 0.0
-    if n % 2 == 0:
-        sw[-1] = 0.0
-    dt = _real_dtype(a)
-    re, im = (p if p.dtype == dt else p.astype(dt) for p in z.full())
-    out = np.matmul(re, cw.astype(dt)) - np.matmul(im, sw.astype(dt))
-    return np.moveaxis(out, -1, axis)
+    return _op("irfft", _packed(z.full(), _real_dtype(a)), axis, norm=_norm(norm), n=n)
 
 
 @implements(np.fft.fft)
@@ -172,8 +174,7 @@ _SWAP = {None: "forward", "backward": "forward", "ortho": "ortho", "forward": "b
 def hfft(a, n=None, axis=-1, norm=None, out=None):
     """``np.fft.hfft``: ``irfft(conj(a), n)`` with the normalization swapped."""
     _no_out(out)
-    if norm not in _SWAP:
-        _scale(norm, 1, False)
+    _norm(norm)
     return _irdft(as_complex(a).conj(), n, axis, _SWAP[norm])
 
 
@@ -181,8 +182,7 @@ def hfft(a, n=None, axis=-1, norm=None, out=None):
 def ihfft(a, n=None, axis=-1, norm=None, out=None):
     """``np.fft.ihfft``: ``conj(rfft(a, n))`` with the normalization swapped."""
     _no_out(out)
-    if norm not in _SWAP:
-        _scale(norm, 1, False)
+    _norm(norm)
     return _rdft(a, n, axis, _SWAP[norm]).conj()
 
 

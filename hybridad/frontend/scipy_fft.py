@@ -2,7 +2,7 @@
 
 The complex transforms -- ``fft``, ``ifft``, ``rfft``, ``irfft``, ``hfft``,
 ``ihfft`` and their 2-D and n-D forms -- are numpy's on tracers
-(:mod:`.numpy_fft`: products with DFT tables, the same ``n``/``s``,
+(:mod:`.numpy_fft`: the FFT ops, the same ``n``/``s``,
 ``axis``/``axes`` and ``norm``); scipy's ``hfft2``/``hfftn`` and
 ``ihfft2``/``ihfftn``, which numpy lacks, are ``irfftn``/``rfftn`` of the
 conjugate with the normalization swapped, as scipy computes them.
@@ -20,10 +20,10 @@ computed once per function, length and parameters while tracing (cropping
 or zero-padding to ``n`` folded into it).  So the values are scipy's to
 rounding (``O(n)`` ulps), every backend runs the transform on BLAS with
 matmul's derivative rules, and the cost is ``O(n^2)`` per transformed
-vector, as numpy's FFT on tracers.  Parameters other than the input (type,
-lengths, ``dln``, ``mu``, ``period``, ...) are constants.  Registered in
-:data:`.scipy_special.INTERCEPTED` under ``"scipy.fft"`` and
-``"scipy.fftpack"``.
+vector (where the complex transforms are FFTs, ``O(n log n)``).
+Parameters other than the input (type, lengths, ``dln``, ``mu``, ``period``,
+...) are constants.  Registered in :data:`.scipy_special.INTERCEPTED` under
+``"scipy.fft"`` and ``"scipy.fftpack"``.
 """
 
 from __future__ import annotations
@@ -135,9 +135,7 @@ for _name, _impl in (("fftn", _np_fft._nd(False)), ("ifftn", _np_fft._nd(True)),
 
 
 def _swapped(norm):
-    if norm not in _np_fft._SWAP:
-        _np_fft._scale(norm, 1, False)  # (numpy's error)
-    return _np_fft._SWAP[norm]
+    return _np_fft._SWAP[_np_fft._norm(norm)]
 
 
 def _hermitian(x, s=None, axes=None, norm=None):

@@ -10,6 +10,7 @@ table), :mod:`.select` (where, casts, copy), :mod:`.reductions`,
 primitives, their kernels in :mod:`.lapack`, :mod:`.lapack_more` and
 :mod:`.lapack_solve`),
 :mod:`.special` (scipy.special's ufuncs, the rule table continued),
+:mod:`.fft` (Fourier transforms, pocketfft's),
 :mod:`.host` (ufuncs without rules, on values that need no derivative),
 :mod:`.region` (the fused regions the partition makes), :mod:`.loop` (a
 body traced once, run many times) -- and the helpers
@@ -25,6 +26,7 @@ from ..ir.registry import REGISTRY, Op, get, may_raise, register, storage_root
 from . import (  # noqa: F401  (fill the registry)
     accumulate,
     elementwise,
+    fft,
     host,
     indexing,
     linalg,

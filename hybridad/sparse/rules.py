@@ -393,6 +393,21 @@ def _sort_values_maps(node, active, ctx):
     return [_lines(x.shape, ax, block), None]
 
 
+def _fourier_maps(node, active, ctx):
+    """``fft``/``rfft``/``irfft``: each element of a transformed line (both parts
+    of its complex entries) reads the whole line of the operand; the leading
+    axes are a batch."""
+    x = node.args[0]
+    if not active[0]:
+        return [None]
+    lead = len(node.shape) - (1 if node.op == "irfft" else 2)
+    pre = _size(node.shape[:lead])
+    out_line, in_line = _size(node.shape[lead:]), _size(x.shape[lead:])
+    check_nnz(pre * out_line * in_line, "a Fourier transform")
+    block = sp.csr_array(np.ones((out_line, in_line), bool))
+    return [sp.kron(sp.eye_array(pre, dtype=bool), block, format="csr").astype(bool)]
+
+
 # ----------------------------------------------------------------------------
 # matmul
 # ----------------------------------------------------------------------------
@@ -540,6 +555,8 @@ RULES = {
     "sort_values": Rule(_sort_values_maps), "sort_pack": Rule(_no_operands),
     "sort_index": Rule(_no_operands),
     "matmul": Rule(_matmul_maps, _matmul_second),
+    # Fourier transforms: linear, each line dense
+    **dict.fromkeys(("fft", "rfft", "irfft"), Rule(_fourier_maps)),
     # elementwise, refined where a constant operand is a mask
     "where": Rule(_where_maps, _elementwise_second),
     "multiply": Rule(_multiply_maps, _elementwise_second),

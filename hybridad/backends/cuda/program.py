@@ -37,6 +37,7 @@ from ...ops import REGISTRY
 from ...ops.lapack_names import LAPACK_OPS
 from ...transforms.memory import layout_proto
 from .cublas_capture import eager_gemm
+from .fft import DEVICE_FFT
 from .linalg import DEVICE_LINALG, Preallocated, Workspace, matmul
 from .products import captured_products, product_loop, product_value
 from .reduce import sum_levels, sum_scratch, summable
@@ -69,6 +70,8 @@ def cupy_available():
 #: is captured: a CUDA graph runs it between the captured segments);
 #: ``"cusolver"`` -- a LAPACK primitive's device run (:mod:`.linalg`: cupy.linalg,
 #: cuSOLVER), a library call as ``"cublas"``;
+#: ``"cufft"`` -- a Fourier transform's device run (:mod:`.fft`: cupy.fft, cuFFT),
+#: a library call as ``"cublas"``;
 #: ``"loop"`` -- a loop node: the host runs its iterations, each launching its
 #: body's GPU program (:mod:`hybridad.backends.loops`);
 #: ``"host"`` -- runs on host LAPACK only: refused by :func:`check_supported`;
@@ -87,6 +90,7 @@ DEVICE_OPS = {
                      "sort_index"), "cupy"),
     **dict.fromkeys(LAPACK_OPS, "host"),
     **dict.fromkeys(DEVICE_LINALG, "cusolver"),  # numpy's functions on device arrays
+    **dict.fromkeys(DEVICE_FFT, "cufft"),
     "host_ufunc": "host",  # a numpy/scipy ufunc on host arrays
     "host_call": "host",  # a numpy/scipy function on host arrays
     "ode": "host",  # scipy.integrate's solver (hybridad.ops.ode)
@@ -123,22 +127,22 @@ def check_supported(nodes):
                 f"{n.op} (linear algebra) is not implemented on backend='cupy' yet (hybridad "
                 f"runs it through host LAPACK; on the GPU: {', '.join(sorted(DEVICE_LINALG))});"
                 " use backend='numba'")
-        if how not in ("kernel", "cupy", "cublas", "cusolver", "loop"):
+        if how not in ("kernel", "cupy", "cublas", "cusolver", "cufft", "loop"):
             raise NotImplementedError(f"backend='cupy' has no way to run op {n.op!r}")
 
 
 def device_scratch(nodes, products=False):
     """node id -> (dtype, elements): the GPU program's working memory in its
     arena -- the ops' declared workspaces (:func:`hybridad.transforms.memory.op_workspaces`)
-    but those of the device linear-algebra runs (:data:`.linalg.DEVICE_LINALG`:
-    cuSOLVER's and cupy's allocations come from the program's own
-    :class:`.linalg.Workspace`, the CPU kernels' scratch would sit unused),
-    and :func:`scratch_for_cupy`'s."""
+    but those of the device linear-algebra and FFT runs (:data:`.linalg.DEVICE_LINALG`,
+    :data:`.fft.DEVICE_FFT`: cuSOLVER's, cuFFT's and cupy's allocations come from
+    the program's own :class:`.linalg.Workspace`, the CPU kernels' scratch would
+    sit unused), and :func:`scratch_for_cupy`'s."""
     from ...transforms.memory import op_workspaces
 
     scratch = op_workspaces(nodes)
     for n in nodes:
-        if n.op in DEVICE_LINALG:
+        if n.op in DEVICE_LINALG or n.op in DEVICE_FFT:
             scratch.pop(n.id, None)
     scratch.update(scratch_for_cupy(nodes, products))
     return scratch
@@ -368,16 +372,16 @@ class RegionCalls:
         capture (cuBLAS, cuSOLVER): the program makes it through ``_lib(fn,
         *args)``, which :class:`CudaGraphRunner` records between captured
         segments."""
-        return DEVICE_OPS.get(node.op) in ("cublas", "cusolver")
+        return DEVICE_OPS.get(node.op) in ("cublas", "cusolver", "cufft")
 
     def run_of(self, node):
         """This backend's own run of ``node``'s op, or None (the op's ``run``):
-        a device linalg run, with its allocations preallocated after its first
-        call (:class:`.linalg.Preallocated`, one per node; their buffer the
+        a device linalg or FFT run, with its allocations preallocated after its
+        first call (:class:`.linalg.Preallocated`, one per node; their buffer the
         program's :class:`.linalg.Workspace`)."""
         if node.op == "matmul":  # (cupy's matmul where GEMMs are not captured)
             return _gemm_run if captured_products() else None
-        run = DEVICE_LINALG.get(node.op)
+        run = DEVICE_LINALG.get(node.op) or DEVICE_FFT.get(node.op)
         if run is None:
             return None
         if self.workspace is None:  # (one for the program's linear algebra)

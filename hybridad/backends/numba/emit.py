@@ -16,6 +16,7 @@ from .loops import (broadcast_index, fill, getitem_map, here, region_acc_lines, 
                     whole_array)
 from .loops import reduction_lines as _reduction_lines
 from .emit_pairs import emit_matvec, matvec_call, matvec_pair, matvec_two
+from .fourier import fourier
 from .host_kernels import host_call, host_run, host_ufunc
 from .machine import machine
 from .simd import SERIAL
@@ -222,6 +223,7 @@ EMITTERS = {
     "ode_adjoint": host_run,
     "quad": host_run,
     "root": host_run,
+    **dict.fromkeys(("fft", "rfft", "irfft"), fourier),
     "loop": _loop,
 }
 

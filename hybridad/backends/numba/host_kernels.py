@@ -4,7 +4,8 @@ object-mode block, into the node's buffer (:data:`hybridad.ops.host.HOST_OPS`)."
 
 from __future__ import annotations
 
-__all__ = ["HostCall", "HostRun", "HostUfunc", "host_call", "host_run", "host_ufunc"]
+__all__ = ["HostCall", "HostRun", "HostUfunc", "host_call", "host_run", "host_transform",
+           "host_ufunc"]
 
 
 class HostUfunc:
@@ -72,17 +73,16 @@ class HostRun:
     """A node whose op runs Python on host arrays (an ODE solved by scipy,
     :mod:`hybridad.ops.ode`) as a name in generated source: its op's
     reference ``run`` with the node's attributes, rebuilt at module level
-    from their pickle (:func:`hybridad.ops.host.op_driver`)."""
+    from their pickle (:func:`hybridad.ops.host.op_driver`), with the
+    backend's ``extra`` keywords."""
 
     cacheable = True
 
-    def __init__(self, node):
+    def __init__(self, node, extra):
         import hashlib
         import pickle
 
-        # (the body of an ODE evaluated compiled: hybridad.plans.ode_rhs)
-        self.blob = pickle.dumps((node.op, dict(node.attrs), {"evaluator": "numba"}),
-                                 protocol=4).hex()
+        self.blob = pickle.dumps((node.op, dict(node.attrs), dict(extra)), protocol=4).hex()
         self.ident = f"_hr_{node.op}_" + hashlib.sha1(self.blob.encode()).hexdigest()[:12]
 
     def header_line(self):
@@ -96,6 +96,16 @@ class HostRun:
 
 
 def host_run(e):  # the op's Python run, in object mode, into the node's buffer
-    name = e.consts.kernel(HostRun(e.node))
+    # (the body of an ODE, an integrand, a root's function evaluated compiled:
+    # hybridad.plans.ode_rhs)
+    _objmode_run(e, {"evaluator": "numba"})
+
+
+def host_transform(e):  # a library's transform (pocketfft's FFT), in object mode
+    _objmode_run(e, {})
+
+
+def _objmode_run(e, extra):
+    name = e.consts.kernel(HostRun(e.node, extra))
     e.w.emit("with _objmode():")
     e.w.emit(f"    {name}({', '.join([e.out, *e.a])})")
