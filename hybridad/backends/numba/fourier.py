@@ -63,7 +63,10 @@ def fourier(e):
     lines = node.shape[lead - 1] if lead else 1
     line_in, line_out = (f"{fx}.strides[0]", f"{fo}.strides[0]") if lead else ("0", "0")
     name = e.consts.kernel(PocketLines())
-    body = [f"{fx} = {xv}", f"{fo} = {ov}",
+    check = [f"if {fx}.strides[-1] != {itemsize}:",  # (an operand's parts side by side)
+             f"    raise ValueError('{node.op}: the operand\\'s parts are not adjacent')"] \
+        if complex_in else []
+    body = [f"{fx} = {xv}", f"{fo} = {ov}", *check,
             f"{name}({code}, {flag}, {fx}, {fo}, {e.names[('scratch', node.id)]}, "
             f"{(WORK_BYTES - 8) // itemsize}, {fct!r}, {lines}, {axis_in}, {axis_out}, "
             f"{line_in}, {fx}.strides[{ax}], {line_out}, {fo}.strides[{ax}])"]
