@@ -129,6 +129,26 @@ def test_convolve_correlate_values_every_mode_and_length(n):
             np.testing.assert_allclose(g, num, atol=1e-8)
 
 
+@pytest.mark.parametrize("n, m", [(200, 50), (50, 200), (100, 100), (333, 34)])
+def test_long_kernels_by_fft(n, m):
+    # kernels past SHIFTED_TAPS go through real FFTs: numpy's windows, values to
+    # rounding, each operand's gradient exact (a bilinear function: any step)
+    rng = np.random.default_rng(n + m)
+    a, v = rng.normal(size=n), rng.normal(size=m)
+    for fn in (np.convolve, np.correlate):
+        for mode in ("full", "same", "valid"):
+            w = rng.normal(size=fn(a, v, mode).shape)
+
+            def f(a, v, fn=fn, mode=mode, w=w):
+                return np.sum(fn(a, v, mode) * w)
+
+            res = ha.gradient(f, a, v, argnums=(0, 1))
+            assert float(res.value) == pytest.approx(f(a, v), rel=1e-12, abs=1e-12)
+            da, dv = rng.normal(size=n), rng.normal(size=m)
+            assert res.gradient[0] @ da == pytest.approx(f(a + da, v) - f(a, v), rel=1e-10)
+            assert res.gradient[1] @ dv == pytest.approx(f(a, v + dv) - f(a, v), rel=1e-10)
+
+
 def signal(a, v):
     return np.sum(np.convolve(a, v) ** 2) + np.sum(np.convolve(v, a, "same") * a) + \
         np.sum(np.correlate(a, v ** 2, "valid") ** 3) + np.sum(np.correlate(v, a, "same") * 3) + \

@@ -20,7 +20,7 @@ from scipy.spatial import distance
 import hybridad as ha
 from hybridad.testing import assert_no_alloc
 
-from conftest import assert_grad, rand
+from conftest import BACKENDS, assert_grad, rand
 
 NUMPY = ("numpy",)
 
@@ -176,6 +176,36 @@ def test_fftconvolve_axes():
     R = weighted(sig.fftconvolve(a, c, "same", axes=1).shape)
     assert_grad(lambda p, q: np.sum(sig.fftconvolve(p, q, "same", axes=1) * R), (a, c),
                 argnums=(0, 1), backends=NUMPY)
+
+
+# kernels past SHIFTED_TAPS elements: by real FFTs (odd and even lengths, each
+# operand the longer, axes of length 1 broadcast as scipy's fftconvolve does)
+LONG_SHAPES = [((120,), (45,)), ((45,), (120,)), ((64,), (64,)), ((9, 12), (5, 8)),
+               ((5, 40), (1, 50)), ((6, 30), (6, 1)), ((4, 9, 10), (3, 1, 12))]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shapes", LONG_SHAPES, ids=str)
+def test_long_kernels_by_fft(mode, shapes):
+    a, b = rand(shapes[0], seed=12), rand(shapes[1], seed=13)
+    calls = [(sig.fftconvolve, {}), (sig.convolve, {"method": "fft"}),
+             (sig.correlate, {"method": "fft"})]
+    if 1 not in shapes[0] + shapes[1]:  # (scipy's direct method does not broadcast)
+        calls += [(sig.convolve, {}), (sig.correlate, {"method": "auto"})]
+    for func, kw in calls:
+        try:
+            want = func(a, b, mode, **kw)
+        except ValueError as e:  # (scipy's convolve checks 'valid' on every axis)
+            with pytest.raises(ValueError, match=str(e)[:30]):
+                ha.gradient(lambda x: np.sum(func(x, b, mode, **kw)), a)
+            continue
+        for argnum in (0, 1):
+            got = traced_value(lambda x, y: func(x, y, mode, **kw), a, b, argnum=argnum)
+            assert_scipy(got, want)
+    if shapes != LONG_SHAPES[-1] or mode != "valid":  # (the one case scipy refuses)
+        R = weighted(sig.fftconvolve(a, b, mode).shape)
+        assert_grad(lambda x, y: np.sum(sig.fftconvolve(x, y, mode) * R), (a, b),
+                    argnums=(0, 1), backends=BACKENDS if shapes == LONG_SHAPES[0] else NUMPY)
 
 
 SHAPES_2D = [((5, 6), (2, 3)), ((5, 6), (3, 3)), ((4, 4), (2, 2)), ((3, 4), (4, 6)),

@@ -314,11 +314,13 @@ def _convolved(a, v, start, length):
     ``a`` and ``v`` (``len(v) <= len(a)``, ``start < len(v)``): the correlation
     of ``a``, zero-padded where the windows pass its ends, with ``v``
     reversed -- scipy.signal's :func:`~.scipy_signal.slide` (a short kernel: a
-    sum of shifted slices, one fused pass over the signal; a long one: the
-    windows gathered, times the kernel)."""
-    from .scipy_signal import slide
+    sum of shifted slices, one fused pass over the signal); a kernel of more
+    than ``SHIFTED_TAPS`` taps by real FFTs (:func:`~.scipy_signal.by_fft`)."""
+    from .scipy_signal import SHIFTED_TAPS, by_fft, slide
 
     n, m = a.shape[0], v.shape[0]
+    if m > SHIFTED_TAPS:
+        return by_fft(a, v, "full", None)[start:start + length]
     flipped = getitem(v, slice(None, None, -1)) if isinstance(v, Tracer) else v[::-1]
     return slide(a, flipped, [(m - 1 - start, start + length - n)], axes=(0,))
 
@@ -363,8 +365,8 @@ def convolve(a, v, mode="full"):
         Direct summation (:func:`_convolved`): a kernel of up to
         ``scipy_signal.SHIFTED_TAPS`` taps as shifted slices of the signal
         in one fused pass (a 9-tap 'valid' filter of 10^5 samples: its
-        gradient 16 ms -> 0.37 ms, the same run), longer ones through the
-        gathered windows; as accurate as numpy's.
+        gradient 16 ms -> 0.37 ms, the same run), longer ones by real FFTs;
+        numpy's values to rounding.
     """
     a, v, n, m = _operands("convolve", a, v)
     if m > n:

@@ -19,8 +19,10 @@ trace time, the boundary rule included, so a padding never materializes --
 and a matrix-vector product with the kernel sums each window.  Either operand
 may be traced (the kernel's derivative is the windows' transposed product).
 Values are scipy's direct method's to rounding (the sums run in BLAS's
-order); ``method`` ('auto', 'direct', 'fft') and ``fftconvolve`` give scipy's
-FFT results to its rounding, as direct sums.  Real arrays only.
+order).  ``method='fft'``, and 'auto' and ``fftconvolve`` with a kernel of more
+than :data:`SHIFTED_TAPS` elements, convolve by real FFTs instead (the FFT ops
+of :mod:`hybridad.ops.fft`): scipy's FFT results to rounding.  Real arrays
+only.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from .numpy_api import _tracer, concatenate, gather_positions, getitem, ravel, r
 from .scipy_special import intercepts
 from ..core.tracer import Tracer
 
-__all__ = ["operand", "slide"]
+__all__ = ["by_fft", "operand", "slide"]
 
 _M = "scipy.signal"
 _swv = np.lib.stride_tricks.sliding_window_view
@@ -184,6 +186,58 @@ def _convolve(in1, in2, mode, axes, boundary="constant", fillvalue=0.0, centre=N
     return slide(in1, _flip(in2, axes), pads, axes, boundary, fillvalue)
 
 
+def _by_method(in1, in2, mode, method):
+    """``scipy.signal.convolve`` by ``method``: 'fft', or 'auto' with a kernel
+    of more than :data:`SHIFTED_TAPS` elements (the smaller operand), by real
+    FFTs as ``fftconvolve``; else the direct sums."""
+    _swap_needed(_mode(mode), in1.shape, in2.shape, range(in1.ndim))  # (scipy's check, first)
+    if method == "fft" or (method == "auto" and min(in1.size, in2.size) > SHIFTED_TAPS):
+        return by_fft(in1, in2, mode, None)
+    return _convolve(in1, in2, _mode(mode), tuple(range(in1.ndim)))
+
+
+def by_fft(in1, in2, mode, axes):
+    """``scipy.signal.fftconvolve`` as scipy computes it: over ``axes`` (default
+    all) but those where an operand has length 1 (a broadcast), the operands
+    swapped for 'valid' as scipy's, the product of real FFTs of a fast length
+    at least the full output's, inverted and cropped to ``mode`` (centred as
+    scipy's ``_centered``, 'same' to ``in1``'s shape in every axis):
+    ``O(n log n)`` where the direct sums cost the output's size times the
+    kernel's.  A kernel of at most :data:`SHIFTED_TAPS` elements, no axis
+    broadcast: the direct sums, fused (the same values to rounding)."""
+    import scipy.fft
+
+    nd = in1.ndim
+    if axes is None:
+        axes = range(nd)
+    else:
+        axes = (axes,) if np.ndim(axes) == 0 else tuple(axes)
+        if not axes:
+            raise ValueError("when provided, axes cannot be empty")
+        axes = [int(a) + nd if int(a) < 0 else int(a) for a in axes]
+        if any(not 0 <= a < nd for a in axes) or len(set(axes)) != len(axes):
+            raise ValueError("axes exceeds dimensionality of input")
+    s1, s2 = in1.shape, in2.shape
+    axes = [a for a in axes if s1[a] != 1 and s2[a] != 1]
+    if not all(s1[a] == s2[a] or 1 in (s1[a], s2[a]) for a in range(nd) if a not in axes):
+        raise ValueError(f"incompatible shapes for in1 and in2: {s1} and {s2}")
+    if len(axes) == nd and min(in1.size, in2.size) <= SHIFTED_TAPS:
+        return _convolve(in1, in2, mode, tuple(axes))  # (a small kernel: the fused sums)
+    if _swap_needed(_mode(mode), s1, s2, axes):
+        in1, in2, s1, s2 = in2, in1, s2, s1
+    if axes:
+        fast = [scipy.fft.next_fast_len(s1[a] + s2[a] - 1, True) for a in axes]
+        spectrum = np.fft.rfftn(in1, fast, axes=axes) * np.fft.rfftn(in2, fast, axes=axes)
+        out = np.fft.irfftn(spectrum, fast, axes=axes)
+    else:
+        out = in1 * in2
+    full = [s1[a] + s2[a] - 1 if a in axes else max(s1[a], s2[a]) for a in range(nd)]
+    keep = {"full": full, "same": s1,
+            "valid": [s1[a] - s2[a] + 1 if a in axes else full[a] for a in range(nd)]}[mode]
+    index = tuple(slice((n - k) // 2, (n - k) // 2 + k) for n, k in zip(full, keep, strict=True))
+    return out[index]
+
+
 def _nd(name, in1, in2):
     """The operands of ``name`` (same number of dimensions); ``None`` when
     scipy returns early (0-d operands: their product; an empty one)."""
@@ -214,19 +268,20 @@ def convolve(in1, in2, mode="full", method="auto"):
         scipy's output sizes ('same': ``in1``'s shape, centred as scipy;
         'valid': the operands swap when ``in2`` is the larger, as scipy's).
     method : {'auto', 'direct', 'fft'}
-        Checked, then ignored: the values are the direct sums.
+        'direct': the direct sums; 'fft': by real FFTs; 'auto': by FFTs for a
+        kernel of more than :data:`SHIFTED_TAPS` elements.
 
     Returns
     -------
     Tracer
-        ``in1``'s windows (zero-padded) times ``in2`` flipped (:func:`slide`);
-        scipy's values to rounding.
+        ``in1``'s windows (zero-padded) times ``in2`` flipped (:func:`slide`),
+        or the inverse FFT of the spectra's product; scipy's values to rounding.
     """
     _method(method)
     ops, early = _nd("convolve", in1, in2)
     if ops is None:
         return early
-    return _convolve(*ops, _mode(mode), tuple(range(ops[0].ndim)))
+    return _by_method(*ops, mode, method)
 
 
 @intercepts(_M, "correlate")
@@ -241,7 +296,7 @@ def correlate(in1, in2, mode="full", method="auto"):
     mode : {'full', 'valid', 'same'}
         As :func:`convolve` (scipy's 'same' centring included).
     method : {'auto', 'direct', 'fft'}
-        Checked, then ignored.
+        As :func:`convolve`.
 
     Returns
     -------
@@ -254,46 +309,34 @@ def correlate(in1, in2, mode="full", method="auto"):
     if ops is None:
         return early
     in1, in2 = ops
-    return _convolve(in1, _flip(in2), _mode(mode), tuple(range(in1.ndim)))
+    return _by_method(in1, _flip(in2), mode, method)
 
 
 @intercepts(_M, "fftconvolve")
 def fftconvolve(in1, in2, mode="full", axes=None):
-    """``scipy.signal.fftconvolve`` computed as a direct convolution.
+    """``scipy.signal.fftconvolve``: by real FFTs, as scipy computes it (a small
+    kernel by the direct sums).
 
     Parameters
     ----------
     in1, in2 : Tracer or array_like
-        Real arrays of the same number of dimensions.
+        Real arrays of the same number of dimensions; either or both traced.
     mode : {'full', 'valid', 'same'}
         As :func:`convolve`.
     axes : int or sequence of int, optional
-        The axes convolved (default: all); along the others the operands
-        broadcast (sizes equal, or one of them 1), as scipy's.
+        The axes convolved (default: all, but those where an operand has
+        length 1); along the others the operands broadcast (sizes equal, or
+        one of them 1), as scipy's.
 
     Returns
     -------
     Tracer
-        The direct sums of :func:`convolve`: scipy's FFT values to their
-        rounding (the direct sums are the more accurate).
+        scipy's values to rounding (:func:`by_fft`).
     """
     ops, early = _nd("fftconvolve", in1, in2)
     if ops is None:
         return early
-    in1, in2 = ops
-    nd = in1.ndim
-    if axes is None:
-        axes = tuple(range(nd))
-    else:
-        axes = (axes,) if np.ndim(axes) == 0 else tuple(axes)
-        axes = tuple(sorted({int(a) + nd if int(a) < 0 else int(a) for a in axes}))
-        if any(not 0 <= a < nd for a in axes):
-            raise ValueError("axes exceeds dimensionality of input")
-        if any(in1.shape[a] != in2.shape[a] and 1 not in (in1.shape[a], in2.shape[a])
-               for a in range(nd) if a not in axes):
-            raise ValueError(f"incompatible shapes for in1 and in2: {in1.shape} and "
-                             f"{in2.shape}")
-    return _convolve(in1, in2, _mode(mode), axes)
+    return by_fft(*ops, mode, axes)
 
 
 def _operands_2d(name, in1, in2, boundary):
