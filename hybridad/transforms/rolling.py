@@ -147,6 +147,7 @@ def _unshared(trace, nodes, fixed):
     which no loop carries; with a copy each, every step computes its own from
     its elements, a map."""
     pure, read, out, undo = {}, set(), [], []  # (pure: id -> ops deep, 0 for leaves)
+    few = _few_reader_literals(nodes)
     for n in nodes:
         if n.op == "const" or n.op == "getitem" and n.shape == () and _at_ints(n):
             pure[n.id] = 0  # (an element or a constant: made once, read as is)
@@ -158,9 +159,9 @@ def _unshared(trace, nodes, fixed):
         copies = {}
         for a in n.args if pure.get(n.id) else ():  # (numbers read by numbers: a
             # running state's first values, also written into a row, stay one)
-            if pure.get(a.id) and a.id not in copies:
+            if (pure.get(a.id) or a.id in few) and a.id not in copies:
                 if a.id in read:
-                    copies[a.id] = _copy(trace, a, pure, out)
+                    copies[a.id] = _copy(trace, a, pure, out, few)
                 read.add(a.id)
         if copies:
             undo.append((n, n.args))
@@ -169,10 +170,29 @@ def _unshared(trace, nodes, fixed):
     return (out, undo) if undo else (nodes, undo)
 
 
-def _copy(trace, node, pure, out):
+def _few_reader_literals(nodes):
+    """Ids of the number literals (0-d) that fewer than :data:`MIN_TRIPS` nodes
+    read: a step's own constants (``A cos(0.7 t)`` of a time ``t = k h``).  The
+    trace merges equal literals, and the numbers made of them: where step
+    ``k``'s ``t + h`` comes out equal to step ``k + 1``'s ``t`` (most steps,
+    but not all, by rounding), step ``k + 1`` read ``A cos(0.7 t)`` from the
+    step before and made neither, the others made both: the run broke at each
+    of those.  :func:`_unshared` gives each reader of such a number or
+    literal but the first its own copy, with the literal copied too."""
+    readers = {}
+    for n in nodes:
+        for a in n.args:
+            if a.op == "const" and a.shape == () and a.attrs.get("literal"):
+                readers[a.id] = readers.get(a.id, 0) + 1
+    return {k for k, count in readers.items() if count < MIN_TRIPS}
+
+
+def _copy(trace, node, pure, out, few):
     """A copy of number ``node`` (:func:`_unshared`) and of the numbers it is
-    computed from, appended to ``out``."""
-    args = tuple(_copy(trace, a, pure, out) if pure.get(a.id) else a for a in node.args)
+    computed from (the literals of :func:`_few_reader_literals` too), appended
+    to ``out``."""
+    args = tuple(_copy(trace, a, pure, out, few) if pure.get(a.id) or a.id in few else a
+                 for a in node.args)
     copy = Node(next(trace.ids), node.op, args, node.attrs, node.shape, node.dtype, node.phase)
     out.append(copy)
     return copy
