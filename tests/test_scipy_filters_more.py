@@ -65,7 +65,34 @@ CASES = {
     "hilbert N": (lambda x: np.abs(ss.hilbert(x, N=70)), SIG),
     "hilbert odd imaginary part": (lambda x: np.imag(ss.hilbert(x[:63])), SIG),
     "hilbert 2-D": (lambda x: np.real(ss.hilbert(x.reshape(8, 8), axis=0)), SIG),
+    "stft": (lambda x: np.abs(ss.stft(x, nperseg=16)[2]), SIG),
+    "stft even nfft linear": (lambda x: np.real(ss.stft(
+        x, nperseg=20, noverlap=15, nfft=25, boundary="even", detrend="linear")[2]), SIG),
+    "stft odd unpadded psd": (lambda x: np.imag(ss.stft(
+        x, fs=2.0, nperseg=12, boundary="odd", padded=False, scaling="psd")[2]), SIG),
+    "stft constant two-sided": (lambda x: np.abs(ss.stft(
+        x, nperseg=10, boundary="constant", return_onesided=False, detrend="constant")[2]),
+        SIG),
+    "stft 2-D axis 0": (lambda x: np.abs(ss.stft(x.reshape(32, 2), nperseg=8, axis=0)[2]),
+                        SIG),
+    "stft window array": (lambda x: np.real(ss.stft(
+        x, window=np.hamming(16), nperseg=16, boundary=None, padded=False)[2]), SIG),
 }
+
+
+def test_stft_frequencies_and_times_are_scipys():
+    for kw in ({"nperseg": 16}, {"nperseg": 12, "fs": 3.0, "boundary": None},
+               {"nperseg": 10, "return_onesided": False, "padded": False}):
+        seen = {}
+
+        def f(x, kw=kw, seen=seen):
+            seen["f"], seen["t"], z = ss.stft(x, **kw)
+            return np.sum(np.abs(z))
+
+        ha.gradient(f, SIG, backend="numpy")
+        want_f, want_t, _ = ss.stft(SIG, **kw)
+        np.testing.assert_array_equal(seen["f"], want_f)
+        np.testing.assert_array_equal(seen["t"], want_t)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -3,7 +3,8 @@ tracers: ``sosfilt`` (with ``zi``), ``sosfilt_zi``, ``sosfiltfilt``
 (``padtype`` odd, even, constant or None), ``decimate`` (IIR), ``detrend``
 ('constant' or 'linear', with breakpoints), ``welch`` and ``periodogram``
 (one-sided, 'density' or 'spectrum', 'mean' or 'median' averaging, every
-window scipy's ``get_window`` makes), ``resample`` (Fourier, real signals) and
+window scipy's ``get_window`` makes), ``stft`` (complex, every boundary,
+padding, scaling and detrend scipy takes but a callable), ``resample`` (Fourier, real signals) and
 ``hilbert`` (the analytic signal, complex).
 
 scipy's own compositions, each step on tracers: a cascade of sections is one
@@ -23,7 +24,9 @@ from __future__ import annotations
 import numpy as np
 
 from .numpy_api import _tracer, getitem
-from .scipy_filters import _axis, _axis_slice, _dtype, forward_and_back, lfilter, lfilter_zi
+from .numpy_complex import ComplexTracer
+from .scipy_filters import (_axis, _axis_slice, _dtype, _extended, forward_and_back, lfilter,
+                            lfilter_zi)
 from .scipy_special import intercepts, is_traced
 
 __all__ = []
@@ -129,6 +132,83 @@ def _median_bias(n):
     return 1 + np.sum(1.0 / (ii * 2 + 1) - 1.0 / (ii * 2))
 
 
+def _segmenting(window, nperseg, noverlap, nfft, n):
+    """``(window, nperseg, nfft, step)`` of a spectral estimate of ``n``
+    samples, as scipy's ``_triage_segments`` and ``_spectral_helper``: a named
+    window of ``nperseg`` (default 256, at most ``n``) points from
+    ``get_window``, or the array given."""
+    from scipy.signal import get_window
+
+    if nperseg is not None and int(nperseg) < 1:
+        raise ValueError("nperseg must be a positive integer")
+    if isinstance(window, (str, tuple)):
+        nperseg = min(256 if nperseg is None else int(nperseg), n)
+        win = get_window(window, nperseg)
+    else:
+        win = np.asarray(window, dtype=np.float64)
+        if win.ndim != 1:
+            raise ValueError("window must be 1-D")
+        nperseg = win.shape[0] if nperseg is None else int(nperseg)
+        if win.shape[0] != nperseg:
+            raise ValueError("value specified for nperseg is different from length of window")
+    nfft = nperseg if nfft is None else int(nfft)
+    if nfft < nperseg:
+        raise ValueError("nfft must be greater than or equal to nperseg.")
+    noverlap = nperseg // 2 if noverlap is None else int(noverlap)
+    if noverlap >= nperseg:
+        raise ValueError("noverlap must be less than nperseg.")
+    return win, nperseg, nfft, nperseg - noverlap
+
+
+#: scipy's boundary extensions of ``stft``
+_BOUNDARIES = ("zeros", "constant", "even", "odd")
+
+
+@intercepts(_M, "stft")
+def stft(x, fs=1.0, window="hann", nperseg=256, noverlap=None, nfft=None, detrend=False,
+         return_onesided=True, boundary="zeros", padded=True, axis=-1, scaling="spectrum"):
+    """scipy's short-time Fourier transform: ``(frequencies, times, Zxx)``,
+    ``Zxx`` complex with the frequencies at ``axis`` and the segments last --
+    the signal extended at both ends by ``boundary`` (scipy's extensions),
+    zero-padded to whole segments, each segment detrended and windowed, its
+    (real, for ``return_onesided``) FFT scaled by the square root of scipy's
+    ``scaling``."""
+    scaling = {"psd": "density", "spectrum": "spectrum"}.get(scaling)
+    if scaling is None:
+        raise ValueError("Parameter scaling not in ['spectrum', 'psd']!")
+    if boundary is not None and boundary not in _BOUNDARIES:
+        raise ValueError(f"Unknown boundary option '{boundary}', must be one of: "
+                         f"{[*_BOUNDARIES, None]}")
+    if callable(detrend) or is_traced((fs,)) or isinstance(x, ComplexTracer):
+        raise NotImplementedError("hybridad: scipy.signal.stft with a callable detrend, a "
+                                  "traced fs or a complex signal is not supported")
+    x = _tracer(x)
+    x = x.astype(np.float64) if x.dtype.kind != "f" else x
+    axis = _axis(axis, x.ndim)
+    xs = np.moveaxis(x, axis, -1)
+    win, nperseg, nfft, step = _segmenting(window, nperseg, noverlap, nfft, xs.shape[-1])
+    lead = [(0, 0)] * (xs.ndim - 1)
+    if boundary == "zeros":
+        xs = np.pad(xs, lead + [(nperseg // 2, nperseg // 2)])
+    elif boundary is not None:  # (scipy's even_ext, const_ext and odd_ext)
+        xs = _extended(xs, boundary, nperseg // 2, xs.ndim - 1)
+    if padded:
+        xs = np.pad(xs, lead + [(0, (-(xs.shape[-1] - nperseg) % step) % nperseg)])
+    n = xs.shape[-1]
+    starts = np.arange(0, n - nperseg + 1, step)
+    segs = xs[..., starts[:, None] + np.arange(nperseg)[None, :]]  # (..., nseg, nperseg)
+    if detrend:
+        segs = _detrended(segs, detrend)
+    scale = 1.0 / (fs * np.sum(win * win)) if scaling == "density" else 1.0 / np.sum(win) ** 2
+    win = (win * np.sqrt(scale)).astype(x.dtype)
+    spec = (np.fft.rfft if return_onesided else np.fft.fft)(segs * win, n=nfft, axis=-1)
+    freqs = np.fft.rfftfreq(nfft, 1 / fs) if return_onesided else np.fft.fftfreq(nfft, 1 / fs)
+    times = np.arange(nperseg / 2, n - nperseg / 2 + 1, step) / float(fs)
+    if boundary is not None:
+        times -= (nperseg / 2) / fs
+    return freqs, times, np.moveaxis(spec, -1, axis)
+
+
 @intercepts(_M, "welch")
 def welch(x, fs=1.0, window="hann", nperseg=None, noverlap=None, nfft=None,
           detrend="constant", return_onesided=True, scaling="density", axis=-1,
@@ -136,8 +216,6 @@ def welch(x, fs=1.0, window="hann", nperseg=None, noverlap=None, nfft=None,
     """scipy's Welch estimate: ``(frequencies, Pxx)`` of the mean (or median, with
     scipy's bias correction) of the windowed, detrended segments' squared real
     FFTs, one-sided."""
-    from scipy.signal import get_window
-
     if not return_onesided:
         raise NotImplementedError("hybridad: scipy.signal.welch(return_onesided=False) of "
                                   "traced values is not supported")
@@ -149,22 +227,7 @@ def welch(x, fs=1.0, window="hann", nperseg=None, noverlap=None, nfft=None,
     axis = _axis(axis, x.ndim)
     xs = np.moveaxis(x, axis, -1)
     n = xs.shape[-1]
-    if isinstance(window, (str, tuple)):
-        nperseg = 256 if nperseg is None else int(nperseg)
-        nperseg = min(nperseg, n)
-        win = get_window(window, nperseg)
-    else:
-        win = np.asarray(window, dtype=np.float64)
-        nperseg = win.shape[0] if nperseg is None else int(nperseg)
-        if win.shape[0] != nperseg:
-            raise ValueError("value specified for nperseg is different from length of window")
-    nfft = nperseg if nfft is None else int(nfft)
-    if nfft < nperseg:
-        raise ValueError("nfft must be greater than or equal to nperseg.")
-    noverlap = nperseg // 2 if noverlap is None else int(noverlap)
-    if noverlap >= nperseg:
-        raise ValueError("noverlap must be less than nperseg.")
-    step = nperseg - noverlap
+    win, nperseg, nfft, step = _segmenting(window, nperseg, noverlap, nfft, n)
     starts = np.arange(0, n - nperseg + 1, step)
     segs = xs[..., starts[:, None] + np.arange(nperseg)[None, :]]  # (..., nseg, nperseg)
     if detrend is not False:
