@@ -242,3 +242,29 @@ def test_python_complex_numbers_are_weak(name, dtype):
     want = f(x)
     assert got.dtype == want.dtype
     np.testing.assert_allclose(got, want, rtol=2e-6 if dtype == np.float32 else 1e-13)
+
+
+def test_complex_casts_and_result_type():
+    """``x.astype(complex)`` makes a complex value, a complex value's
+    ``astype`` casts its parts (to a real dtype: the real part, with numpy's
+    ComplexWarning), ``np.result_type`` sees complex values: what
+    scipy.signal.freqz does with its coefficients."""
+    import scipy.signal as ss
+
+    b, a = np.array([0.2, 0.3, 0.2]), np.array([1.0, -0.4, 0.1])
+
+    def response(p):
+        _, h = ss.freqz(p[:3], p[3:], worN=32)
+        return np.sum(np.abs(h) ** 2)
+
+    def casts(x):
+        z = (x + 1j * x ** 2).astype(np.complex128)
+        assert (x * (1 + 1j)).astype(np.complex64).dtype == np.complex64
+        with pytest.warns(np.exceptions.ComplexWarning):
+            r = (x * 1j + x).astype(np.float64)
+        assert np.result_type(z, 1.0) == np.complex128
+        return np.sum(np.abs(z) ** 2) + np.sum(np.abs(x.astype(np.complex128) * (1 - 2j))) + \
+            np.sum(r)
+
+    assert_grad(response, (np.concatenate([b, a]),))
+    assert_grad(casts, (X,))

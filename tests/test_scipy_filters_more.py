@@ -77,6 +77,16 @@ CASES = {
                         SIG),
     "stft window array": (lambda x: np.real(ss.stft(
         x, window=np.hamming(16), nperseg=16, boundary=None, padded=False)[2]), SIG),
+    "spectrogram": (lambda x: ss.spectrogram(x, nperseg=16)[2], SIG),
+    "spectrogram nfft spectrum": (lambda x: ss.spectrogram(
+        x, fs=2.0, nperseg=12, noverlap=6, nfft=15, scaling="spectrum", detrend="linear")[2],
+        SIG),
+    "spectrogram magnitude 2-D": (lambda x: ss.spectrogram(
+        x.reshape(2, 32), nperseg=8, mode="magnitude", axis=1)[2], SIG),
+    "spectrogram complex two-sided": (lambda x: np.imag(ss.spectrogram(
+        x, nperseg=10, mode="complex", return_onesided=False)[2]), SIG),
+    "spectrogram phase": (lambda x: ss.spectrogram(x, nperseg=16, mode="phase",
+                                                   detrend=False)[2], SIG),
 }
 
 

@@ -162,6 +162,19 @@ class ComplexTracer:
     def transpose(self, *axes):
         return np.transpose(self, axes or None)
 
+    def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
+        """A complex dtype: the parts cast to its precision; a real one: the real
+        part (numpy discards the imaginary part, with a ComplexWarning)."""
+        dtype = np.dtype(dtype)
+        if dtype.kind != "c":
+            import warnings
+
+            warnings.warn("Casting complex values to real discards the imaginary part",
+                          np.exceptions.ComplexWarning, stacklevel=2)
+            return self.real.astype(dtype)
+        real = np.dtype(np.float32 if dtype == np.complex64 else np.float64)
+        return ComplexTracer(*(np.asarray(p).astype(real) for p in self.full()))
+
     def flatten(self, order="C"):
         return np.ravel(self, order)
 
@@ -484,6 +497,8 @@ _FUNCTIONS = {
     np.vdot: _vdot,
     np.linalg.norm: _norm,
     np.iscomplexobj: lambda z: True,
+    np.result_type: lambda *args: np.result_type(*(getattr(a, "dtype", a) if isinstance(
+        a, ComplexTracer | Tracer) else a for a in args)),
     np.isrealobj: lambda z: False,
     np.ndim: lambda z: as_complex(z).ndim,
     np.shape: lambda z: as_complex(z).shape,

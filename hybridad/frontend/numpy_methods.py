@@ -72,8 +72,14 @@ _METHODS["compress"] = lambda self, condition, axis=None, out=None: np.compress(
 
 def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
     """``x.astype(dtype)``: a copy (``copy=False``: ``x`` itself when the dtype
-    is the same); a numpy scalar stays one."""
+    is the same); a numpy scalar stays one; a complex dtype makes a complex
+    value of zero imaginary part (:mod:`.numpy_complex`)."""
     dtype = np.dtype(dtype)
+    if dtype.kind == "c" and self.dtype.kind in "biuf":
+        from .numpy_complex import ComplexTracer
+
+        real = np.dtype(np.float32 if dtype == np.complex64 else np.float64)
+        return ComplexTracer(astype(self, real), real.type(0))
     check_dtype(dtype, "astype's target", where=user_location)
     if not np.can_cast(self.dtype, dtype, casting):
         raise TypeError(f"Cannot cast array data from {self.dtype!r} to {dtype!r} according "

@@ -4,7 +4,8 @@ tracers: ``sosfilt`` (with ``zi``), ``sosfilt_zi``, ``sosfiltfilt``
 ('constant' or 'linear', with breakpoints), ``welch`` and ``periodogram``
 (one-sided, 'density' or 'spectrum', 'mean' or 'median' averaging, every
 window scipy's ``get_window`` makes), ``stft`` (complex, every boundary,
-padding, scaling and detrend scipy takes but a callable), ``resample`` (Fourier, real signals) and
+padding, scaling and detrend scipy takes but a callable) and ``spectrogram``
+(every mode), ``resample`` (Fourier, real signals) and
 ``hilbert`` (the analytic signal, complex).
 
 scipy's own compositions, each step on tracers: a cascade of sections is one
@@ -164,28 +165,25 @@ def _segmenting(window, nperseg, noverlap, nfft, n):
 _BOUNDARIES = ("zeros", "constant", "even", "odd")
 
 
-@intercepts(_M, "stft")
-def stft(x, fs=1.0, window="hann", nperseg=256, noverlap=None, nfft=None, detrend=False,
-         return_onesided=True, boundary="zeros", padded=True, axis=-1, scaling="spectrum"):
-    """scipy's short-time Fourier transform: ``(frequencies, times, Zxx)``,
-    ``Zxx`` complex with the frequencies at ``axis`` and the segments last --
-    the signal extended at both ends by ``boundary`` (scipy's extensions),
-    zero-padded to whole segments, each segment detrended and windowed, its
-    (real, for ``return_onesided``) FFT scaled by the square root of scipy's
-    ``scaling``."""
-    scaling = {"psd": "density", "spectrum": "spectrum"}.get(scaling)
-    if scaling is None:
-        raise ValueError("Parameter scaling not in ['spectrum', 'psd']!")
+def _short_time(x, fs, window, nperseg, noverlap, nfft, detrend, onesided, boundary, padded,
+                axis, name, overlap_of=None):
+    """``(frequencies, times, X, window, nfft)`` of scipy's ``_spectral_helper``:
+    ``X`` the unscaled (real, for ``onesided``) FFTs of the signal's
+    segments -- extended at both ends by ``boundary``, zero-padded to whole
+    segments, each detrended and windowed -- frequencies at ``axis``, the
+    segments last.  ``overlap_of``: the default overlap of ``nperseg``."""
     if boundary is not None and boundary not in _BOUNDARIES:
         raise ValueError(f"Unknown boundary option '{boundary}', must be one of: "
                          f"{[*_BOUNDARIES, None]}")
     if callable(detrend) or is_traced((fs,)) or isinstance(x, ComplexTracer):
-        raise NotImplementedError("hybridad: scipy.signal.stft with a callable detrend, a "
+        raise NotImplementedError(f"hybridad: scipy.signal.{name} with a callable detrend, a "
                                   "traced fs or a complex signal is not supported")
     x = _tracer(x)
     x = x.astype(np.float64) if x.dtype.kind != "f" else x
     axis = _axis(axis, x.ndim)
     xs = np.moveaxis(x, axis, -1)
+    if noverlap is None and overlap_of is not None:
+        noverlap = overlap_of(_segmenting(window, nperseg, None, nfft, xs.shape[-1])[1])
     win, nperseg, nfft, step = _segmenting(window, nperseg, noverlap, nfft, xs.shape[-1])
     lead = [(0, 0)] * (xs.ndim - 1)
     if boundary == "zeros":
@@ -199,14 +197,72 @@ def stft(x, fs=1.0, window="hann", nperseg=256, noverlap=None, nfft=None, detren
     segs = xs[..., starts[:, None] + np.arange(nperseg)[None, :]]  # (..., nseg, nperseg)
     if detrend:
         segs = _detrended(segs, detrend)
-    scale = 1.0 / (fs * np.sum(win * win)) if scaling == "density" else 1.0 / np.sum(win) ** 2
-    win = (win * np.sqrt(scale)).astype(x.dtype)
-    spec = (np.fft.rfft if return_onesided else np.fft.fft)(segs * win, n=nfft, axis=-1)
-    freqs = np.fft.rfftfreq(nfft, 1 / fs) if return_onesided else np.fft.fftfreq(nfft, 1 / fs)
+    spec = (np.fft.rfft if onesided else np.fft.fft)(segs * win.astype(x.dtype), n=nfft, axis=-1)
+    freqs = np.fft.rfftfreq(nfft, 1 / fs) if onesided else np.fft.fftfreq(nfft, 1 / fs)
     times = np.arange(nperseg / 2, n - nperseg / 2 + 1, step) / float(fs)
     if boundary is not None:
         times -= (nperseg / 2) / fs
-    return freqs, times, np.moveaxis(spec, -1, axis)
+    return freqs, times, np.moveaxis(spec, -1, axis), win, nfft
+
+
+def _scale(win, fs, scaling):
+    if scaling == "density":
+        return 1.0 / (fs * np.sum(win * win))
+    if scaling == "spectrum":
+        return 1.0 / np.sum(win) ** 2
+    raise ValueError(f"Unknown scaling: {scaling!r}")
+
+
+@intercepts(_M, "stft")
+def stft(x, fs=1.0, window="hann", nperseg=256, noverlap=None, nfft=None, detrend=False,
+         return_onesided=True, boundary="zeros", padded=True, axis=-1, scaling="spectrum"):
+    """scipy's short-time Fourier transform: ``(frequencies, times, Zxx)``,
+    ``Zxx`` complex with the frequencies at ``axis`` and the segments last
+    (:func:`_short_time`), scaled by the square root of scipy's ``scaling``."""
+    scaling = {"psd": "density", "spectrum": "spectrum"}.get(scaling)
+    if scaling is None:
+        raise ValueError("Parameter scaling not in ['spectrum', 'psd']!")
+    freqs, times, spec, win, _ = _short_time(x, fs, window, nperseg, noverlap, nfft, detrend,
+                                             return_onesided, boundary, padded, axis, "stft")
+    return freqs, times, spec * np.sqrt(_scale(win, fs, scaling))
+
+
+@intercepts(_M, "spectrogram")
+def spectrogram(x, fs=1.0, window=("tukey", 0.25), nperseg=None, noverlap=None, nfft=None,
+                detrend="constant", return_onesided=True, scaling="density", axis=-1,
+                mode="psd"):
+    """scipy's spectrogram: ``(frequencies, times, Sxx)`` of consecutive
+    segments (default overlap ``nperseg // 8``, no extension, no padding) --
+    mode 'psd': the scaled squared moduli, the one-sided terms but DC (and
+    Nyquist) doubled; 'complex', 'magnitude', 'angle', 'phase' (unwrapped
+    along the frequencies): of the FFTs scaled by the root of ``scaling``."""
+    if mode not in ("psd", "complex", "magnitude", "angle", "phase"):
+        raise ValueError(f"unknown value for mode {mode}, must be one of: "
+                         "{'psd', 'complex', 'magnitude', 'angle', 'phase'}")
+    freqs, times, spec, win, nfft = _short_time(x, fs, window, nperseg, noverlap, nfft,
+                                                detrend, return_onesided, None, False, axis,
+                                                "spectrogram", lambda n: n // 8)
+    scale = _scale(win, fs, scaling)
+    faxis = _axis(axis, np.ndim(x))
+    if mode != "psd":
+        spec = spec * np.sqrt(scale)
+        if mode == "magnitude":
+            return freqs, times, np.abs(spec)
+        if mode in ("angle", "phase"):
+            angle = np.angle(spec)
+            return freqs, times, np.unwrap(angle, axis=faxis) if mode == "phase" else angle
+        return freqs, times, spec
+    power = (np.real(spec) ** 2 + np.imag(spec) ** 2) * scale
+    if return_onesided:
+        nf = len(freqs)
+        factors = np.full(nf, 2.0)
+        factors[0] = 1.0
+        if nfft % 2 == 0:
+            factors[-1] = 1.0  # (the unpaired Nyquist term)
+        shape = [1] * np.ndim(power)
+        shape[faxis] = nf
+        power = power * factors.reshape(shape)
+    return freqs, times, power
 
 
 @intercepts(_M, "welch")
