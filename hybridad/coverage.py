@@ -75,14 +75,19 @@ _NOTES = {**_LAPACK,
 
 
 def _kind(op):
+    from .ops.elementwise import Underived
+
     partials = op.partials
     if all(p is None for p in partials):
         return "none (mask / boolean)"
     if all(p is None or (not callable(p) and p == 0) for p in partials):
         return "zero (piecewise constant)"
-    if op.piecewise:
-        return "piecewise smooth"
-    return "smooth"
+    kind = "piecewise smooth" if op.piecewise else "smooth"
+    missing = [p.argument for p in partials if isinstance(p, Underived)]
+    if missing:  # (a derivative that exists but has no rule: refused by name)
+        kind += f"; no derivative rule in its {' and '.join(missing)} argument" + \
+            ("s" if len(missing) > 1 else "")
+    return kind
 
 
 def _name(f):

@@ -42,6 +42,7 @@ class Underived:
     differentiable flows into that operand it is never evaluated."""
 
     def __init__(self, function, argument):
+        self.argument = argument
         self.message = (f"hybridad: {function} has no derivative rule in its {argument} "
                         "argument (it is differentiable in the others); pass that argument "
                         "as a constant or as a non-differentiated argument")
