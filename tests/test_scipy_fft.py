@@ -161,3 +161,51 @@ def test_outside_a_trace_scipy_runs_as_itself():
 def test_refusals(f, error, match):
     with pytest.raises(error, match=match):
         ha.gradient(lambda x: scalar(f(x)), rand((6,), seed=2), backend="numpy")
+
+
+#: (module, function, type, norm, orthogonalize) of the cosine transforms that run
+#: as real FFTs of twice their length (types 2 and 3, FAST_COSINE_FROM or longer)
+FAST_COSINES = [(mod, name, typ, norm, orth)
+                for mod in (sf, fp) for name in ("dct", "idct") for typ in (2, 3)
+                for norm in ((None, "ortho", "forward") if mod is sf else (None, "ortho"))
+                for orth in ((None, False, True) if mod is sf else (None,))]
+
+
+@pytest.mark.parametrize("mod, name, typ, norm, orth", FAST_COSINES,
+                         ids=lambda v: getattr(v, "__name__", str(v)))
+def test_long_cosine_transforms_by_fft(mod, name, typ, norm, orth):
+    """Types 2 and 3 at 100 points and more: scipy's values (cropped and padded
+    too) to 1e-12, exact gradients (a quadratic: central differences of any
+    step are exact), no n x n matrix held."""
+    from hybridad.frontend.scipy_fft import FAST_COSINE_FROM
+
+    rng = np.random.default_rng(typ * 7 + len(str(norm)))
+    kw = {"type": typ, "norm": norm, **({} if orth is None else {"orthogonalize": orth})}
+    fn = getattr(mod, name)
+    for m, n in ((100, None), (130, 100), (90, 120)):
+        assert (n or m) >= FAST_COSINE_FROM
+        x, w = rng.standard_normal(m), rng.standard_normal(n or m)
+
+        def f(x, n=n, w=w):
+            y = fn(x, n=n, **kw)
+            return np.sum(y * w) + np.sum(y ** 2)
+
+        res = ha.gradient(f, x, backend="numpy")
+        assert float(res.value) == pytest.approx(f(x), rel=1e-12)
+        d = rng.standard_normal(m)
+        assert res.gradient @ d == pytest.approx((f(x + d) - f(x - d)) / 2, rel=1e-10)
+    plan = ha.compile(lambda x: np.sum(fn(x, **kw) ** 2), np.ones(200), backend="numpy")
+    assert max(n.size for n in plan.graph.nodes if n.op == "const") < 200 * 200 // 4
+
+
+def test_a_long_dct_is_served():
+    """20 000 points: the matrix would be 3.2 GB (refused); by FFTs it runs."""
+    x = np.random.default_rng(3).standard_normal(20000)
+    w = np.linspace(0.0, 1.0, 20000)
+    res = ha.gradient(lambda x: np.sum(sf.dct(x, norm="ortho") ** 2 * w), x)
+    assert float(res.value) == pytest.approx(np.sum(sf.dct(x, norm="ortho") ** 2 * w),
+                                             rel=1e-12)
+    d = np.random.default_rng(4).standard_normal(20000)
+    exact = np.sum(sf.dct(x + d, norm="ortho") ** 2 * w) - \
+        np.sum(sf.dct(x - d, norm="ortho") ** 2 * w)
+    assert res.gradient @ d == pytest.approx(exact / 2, rel=1e-9)

@@ -20,7 +20,10 @@ computed once per function, length and parameters while tracing (cropping
 or zero-padding to ``n`` folded into it).  So the values are scipy's to
 rounding (``O(n)`` ulps), every backend runs the transform on BLAS with
 matmul's derivative rules, and the cost is ``O(n^2)`` per transformed
-vector (where the complex transforms are FFTs, ``O(n log n)``).
+vector (where the complex transforms are FFTs, ``O(n log n)``) -- but for
+``dct``/``idct`` of types 2 and 3 of :data:`FAST_COSINE_FROM` points or more,
+real FFTs of twice the length (:func:`_cosine_core`), scaled as scipy's
+``norm`` and ``orthogonalize`` scale.
 Parameters other than the input (type, lengths, ``dln``, ``mu``, ``period``,
 ...) are constants.  Registered in :data:`.scipy_special.INTERCEPTED` under
 ``"scipy.fft"`` and ``"scipy.fftpack"``.
@@ -70,6 +73,59 @@ def _matrix(module, name, n, params, rows):
     return t
 
 
+#: cosine transforms of types 2 and 3 of at least this length run as real FFTs
+#: of twice their length (:func:`_cosine_core`); shorter ones, and the other
+#: types, as products with their matrices
+FAST_COSINE_FROM = 64
+
+#: the unscaled transform scipy's (function, type) is a scaling of
+_CORES = {("dct", 2): 2, ("dct", 3): 3, ("idct", 2): 3, ("idct", 3): 2}
+
+
+def _cosine_core(x, n, core):
+    """The unnormalized DCT-II (``core`` 2: ``2 sum_j x_j cos(pi k (2j + 1) / 2n)``)
+    or DCT-III (3: ``x_0 + 2 sum_{j>0} x_j cos(pi j (2k + 1) / 2n)``) of ``x``
+    along its last axis (numpy arrays or tracers): the real FFT of ``x``
+    followed by its reversal, turned by ``e^{-i pi k / 2n}``; the inverse real
+    FFT of ``x e^{i pi k / 2n}`` (Makhoul's, 1980)."""
+    single = getattr(x, "dtype", None) == np.float32  # (float32 stays float32)
+    theta = np.pi * np.arange(n) / (2 * n)
+    if core == 2:
+        spec = np.fft.rfft(np.concatenate([x, x[..., ::-1]], axis=-1), axis=-1)
+        c, s = (w.astype(np.float32 if single else np.float64) for w in (np.cos(theta),
+                                                                          np.sin(theta)))
+        return np.real(spec)[..., :n] * c + np.imag(spec)[..., :n] * s
+    turn = np.exp(1j * theta).astype(np.complex64 if single else np.complex128)
+    return np.fft.irfft(x * turn, 2 * n, axis=-1, norm="forward")[..., :n]
+
+
+@functools.lru_cache(maxsize=128)
+def _cosine_scaling(module, name, n, params):
+    """``(a, b, core)`` with ``module.name(x, **params) = a * core(b * x)``
+    (:func:`_cosine_core`; ``a`` and ``b`` scale the first element apart from
+    the rest, as scipy's ``norm`` and ``orthogonalize`` do), read off scipy's
+    transforms of two unit vectors and checked on a random one; None for the
+    other types, or where that check fails."""
+    kw = dict(params)
+    core = _CORES.get((name, kw.get("type", 2)))
+    if core is None or n < 4:
+        return None
+    fn, eye = resolve(f"{module}.{name}"), np.eye(2, n)
+    t0, t1 = (np.asarray(fn(e, **kw), dtype=np.float64) for e in eye)
+    u0, u1 = (_cosine_core(e, n, core) for e in eye)
+    a = np.full(n, t1[1] / u1[1])
+    a[0] = t1[0] / u1[0]
+    b = np.ones(n)
+    b[0] = t0[1] / (a[1] * u0[1])
+    r = np.random.default_rng(n).standard_normal(n)
+    want = np.asarray(fn(r, **kw), dtype=np.float64)
+    if not np.all(np.isfinite(a)) or not np.isfinite(b[0]) or \
+            np.max(np.abs(a * _cosine_core(b * r, n, core) - want)) > 1e-12 * np.max(np.abs(want)):
+        return None
+    a.flags.writeable = b.flags.writeable = False
+    return a, b, core
+
+
 def _linear(module, name, x, axis=-1, n=None, rows=False, **params):
     """``module.name(x, ...)`` of a traced ``x`` along ``axis``: the product
     with the function's matrix (of length ``n``: ``x`` cropped or zero-padded
@@ -88,7 +144,17 @@ def _linear(module, name, x, axis=-1, n=None, rows=False, **params):
     n = m if n is None else int(n)
     if n < 1:
         raise ValueError(f"invalid number of data points ({n}) specified")
-    t = _matrix(module, name, n, _constants(module, name, **params), rows)
+    key = _constants(module, name, **params)
+    if name in ("dct", "idct") and n >= FAST_COSINE_FROM:
+        fast = _cosine_scaling(module, name, n, key)
+        if fast is not None:  # (types 2 and 3: by real FFTs of twice the length)
+            a, b, core = fast
+            dt = np.float32 if x.dtype == np.float32 else np.float64
+            z = np.moveaxis(x, axis, -1)
+            z = z[..., :n] if m >= n else np.pad(z, [(0, 0)] * (z.ndim - 1) + [(0, n - m)])
+            y = _cosine_core(z * b.astype(dt), n, core) * a.astype(dt)
+            return np.moveaxis(y, -1, axis)
+    t = _matrix(module, name, n, key, rows)
     if m <= n:  # (zero-padded: the padding's rows contribute nothing)
         t = t[:m]
     else:  # (cropped: the dropped elements' rows are zero)
