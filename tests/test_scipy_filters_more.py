@@ -87,6 +87,13 @@ CASES = {
         x, nperseg=10, mode="complex", return_onesided=False)[2]), SIG),
     "spectrogram phase": (lambda x: ss.spectrogram(x, nperseg=16, mode="phase",
                                                    detrend=False)[2], SIG),
+    "csd": (lambda x: np.abs(ss.csd(x, x[::-1] * 2 + 1, nperseg=16)[1]), SIG),
+    "csd median linear": (lambda x: np.imag(ss.csd(
+        np.cos(x), x, nperseg=20, noverlap=12, nfft=25, detrend="linear", average="median",
+        scaling="spectrum")[1]), SIG),
+    "csd 2-D axis 0": (lambda x: np.real(ss.csd(x.reshape(32, 2), x.reshape(32, 2) ** 2,
+                                                nperseg=8, axis=0)[1]), SIG),
+    "coherence": (lambda x: ss.coherence(x, np.cos(x) + x[::-1], nperseg=16)[1], SIG),
 }
 
 

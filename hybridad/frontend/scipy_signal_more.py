@@ -4,8 +4,8 @@ tracers: ``sosfilt`` (with ``zi``), ``sosfilt_zi``, ``sosfiltfilt``
 ('constant' or 'linear', with breakpoints), ``welch`` and ``periodogram``
 (one-sided, 'density' or 'spectrum', 'mean' or 'median' averaging, every
 window scipy's ``get_window`` makes), ``stft`` (complex, every boundary,
-padding, scaling and detrend scipy takes but a callable) and ``spectrogram``
-(every mode), ``resample`` (Fourier, real signals) and
+padding, scaling and detrend scipy takes but a callable), ``spectrogram``
+(every mode), ``csd`` (one-sided) and ``coherence``, ``resample`` (Fourier, real signals) and
 ``hilbert`` (the analytic signal, complex).
 
 scipy's own compositions, each step on tracers: a cascade of sections is one
@@ -253,16 +253,7 @@ def spectrogram(x, fs=1.0, window=("tukey", 0.25), nperseg=None, noverlap=None, 
             return freqs, times, np.unwrap(angle, axis=faxis) if mode == "phase" else angle
         return freqs, times, spec
     power = (np.real(spec) ** 2 + np.imag(spec) ** 2) * scale
-    if return_onesided:
-        nf = len(freqs)
-        factors = np.full(nf, 2.0)
-        factors[0] = 1.0
-        if nfft % 2 == 0:
-            factors[-1] = 1.0  # (the unpaired Nyquist term)
-        shape = [1] * np.ndim(power)
-        shape[faxis] = nf
-        power = power * factors.reshape(shape)
-    return freqs, times, power
+    return freqs, times, _one_sided(power, faxis, nfft) if return_onesided else power
 
 
 @intercepts(_M, "welch")
@@ -308,6 +299,63 @@ def welch(x, fs=1.0, window="hann", nperseg=None, noverlap=None, nfft=None,
     else:
         raise ValueError(f"average must be 'median' or 'mean', got {average}")
     return np.fft.rfftfreq(nfft, 1.0 / fs), np.moveaxis(pxx, -1, axis)
+
+
+def _one_sided(spec, freqs_axis, nfft):
+    """``spec`` with the one-sided terms but DC (and an even ``nfft``'s Nyquist)
+    doubled along ``freqs_axis``, as scipy's densities."""
+    factors = np.full(nfft // 2 + 1, 2.0)
+    factors[0] = 1.0
+    if nfft % 2 == 0:
+        factors[-1] = 1.0
+    shape = [1] * spec.ndim
+    shape[freqs_axis] = factors.size
+    return spec * factors.reshape(shape)
+
+
+@intercepts(_M, "csd")
+def csd(x, y, fs=1.0, window="hann", nperseg=None, noverlap=None, nfft=None,
+        detrend="constant", return_onesided=True, scaling="density", axis=-1,
+        average="mean"):
+    """scipy's cross spectral density ``(frequencies, Pxy)``: the mean (or the
+    median of the real and imaginary parts, with scipy's bias correction) over
+    the segments of ``conj(X) Y``, the segments' real FFTs (:func:`_short_time`),
+    one-sided; a shorter signal zero-padded to the other's length, as scipy's."""
+    if not return_onesided:
+        raise NotImplementedError("hybridad: scipy.signal.csd(return_onesided=False) of "
+                                  "traced values is not supported")
+    if average not in ("mean", "median"):
+        raise ValueError(f"average must be 'median' or 'mean', got {average}")
+    x, y = (_tracer(v) if is_traced((v,)) else np.asarray(v, dtype=np.float64) for v in (x, y))
+    ax = _axis(axis, x.ndim)
+    if np.shape(x) != np.shape(y):
+        if x.ndim != 1 or y.ndim != 1:
+            raise NotImplementedError("hybridad: scipy.signal.csd of traced signals of "
+                                      "different shapes (beyond 1-D) is not supported")
+        n = max(x.shape[0], y.shape[0])
+        x, y = (np.pad(v, [(0, n - v.shape[0])]) for v in (x, y))
+    parts = [_short_time(v, fs, window, nperseg, noverlap, nfft, detrend, True, None, False,
+                         ax, "csd") for v in (x, y)]
+    freqs, _, spec_x, win, nfft = parts[0]
+    cross = np.conj(spec_x) * parts[1][2] * _scale(win, fs, scaling)
+    cross = _one_sided(cross, ax, nfft)
+    segments = cross.shape[-1]
+    if average == "mean" or segments == 1:
+        return freqs, np.mean(cross, axis=-1)
+    bias = _median_bias(segments)
+    return freqs, (np.median(np.real(cross), axis=-1) + 1j * np.median(np.imag(cross), axis=-1)) \
+        / bias
+
+
+@intercepts(_M, "coherence")
+def coherence(x, y, fs=1.0, window="hann", nperseg=None, noverlap=None, nfft=None,
+              detrend="constant", axis=-1):
+    """scipy's magnitude-squared coherence ``|Pxy|^2 / (Pxx Pyy)`` of Welch's
+    estimates (:func:`welch`, :func:`csd`)."""
+    freqs, pxx = welch(x, fs, window, nperseg, noverlap, nfft, detrend, axis=axis)
+    _, pyy = welch(y, fs, window, nperseg, noverlap, nfft, detrend, axis=axis)
+    _, pxy = csd(x, y, fs, window, nperseg, noverlap, nfft, detrend, axis=axis)
+    return freqs, np.abs(pxy) ** 2 / pxx / pyy
 
 
 @intercepts(_M, "periodogram")
