@@ -266,39 +266,16 @@ def welch(x, fs=1.0, window="hann", nperseg=None, noverlap=None, nfft=None,
     if not return_onesided:
         raise NotImplementedError("hybridad: scipy.signal.welch(return_onesided=False) of "
                                   "traced values is not supported")
-    if callable(detrend) or is_traced((fs,)):
-        raise NotImplementedError("hybridad: scipy.signal.welch with a callable detrend or a "
-                                  "traced fs is not supported")
-    x = _tracer(x)
-    x = x.astype(np.float64) if x.dtype.kind != "f" else x
-    axis = _axis(axis, x.ndim)
-    xs = np.moveaxis(x, axis, -1)
-    n = xs.shape[-1]
-    win, nperseg, nfft, step = _segmenting(window, nperseg, noverlap, nfft, n)
-    starts = np.arange(0, n - nperseg + 1, step)
-    segs = xs[..., starts[:, None] + np.arange(nperseg)[None, :]]  # (..., nseg, nperseg)
-    if detrend is not False:
-        segs = _detrended(segs, detrend)
-    spec = np.fft.rfft(segs * win, n=nfft, axis=-1)
-    power = np.real(spec) ** 2 + np.imag(spec) ** 2
-    if scaling == "density":
-        scale = 1.0 / (fs * np.sum(win * win))
-    elif scaling == "spectrum":
-        scale = 1.0 / np.sum(win) ** 2
-    else:
-        raise ValueError(f"Unknown scaling: {scaling!r}")
-    factors = np.full(nfft // 2 + 1, 2.0 * scale)
-    factors[0] = scale
-    if nfft % 2 == 0:
-        factors[-1] = scale
-    power = power * factors
-    if average == "mean":
-        pxx = np.mean(power, axis=-2)
-    elif average == "median":
-        pxx = np.median(power, axis=-2) / _median_bias(len(starts))
-    else:
+    if average not in ("mean", "median"):
         raise ValueError(f"average must be 'median' or 'mean', got {average}")
-    return np.fft.rfftfreq(nfft, 1.0 / fs), np.moveaxis(pxx, -1, axis)
+    ax = _axis(axis, np.ndim(x))
+    freqs, _, spec, win, nfft = _short_time(x, fs, window, nperseg, noverlap, nfft, detrend,
+                                            True, None, False, ax, "welch")
+    power = _one_sided((np.real(spec) ** 2 + np.imag(spec) ** 2) * _scale(win, fs, scaling),
+                       ax, nfft)
+    if average == "mean":
+        return freqs, np.mean(power, axis=-1)
+    return freqs, np.median(power, axis=-1) / _median_bias(power.shape[-1])
 
 
 def _one_sided(spec, freqs_axis, nfft):
