@@ -94,6 +94,15 @@ CASES = {
     "csd 2-D axis 0": (lambda x: np.real(ss.csd(x.reshape(32, 2), x.reshape(32, 2) ** 2,
                                                 nperseg=8, axis=0)[1]), SIG),
     "coherence": (lambda x: ss.coherence(x, np.cos(x) + x[::-1], nperseg=16)[1], SIG),
+    "istft of stft": (lambda x: ss.istft(ss.stft(x, nperseg=16)[2] *
+                                         np.linspace(1.0, 0.5, 9)[:, None], nperseg=16)[1],
+                      SIG),
+    "istft odd, overlap, nfft, psd": (lambda x: ss.istft(ss.stft(
+        np.sin(x), nperseg=15, noverlap=11, nfft=20, scaling="psd")[2], nperseg=15, noverlap=11,
+        nfft=20, scaling="psd", boundary=True)[1], SIG),
+    "istft axes": (lambda x: ss.istft(np.swapaxes(ss.stft(x.reshape(2, 32), nperseg=8)[2],
+                                                  0, 2), nperseg=8, time_axis=0,
+                                      freq_axis=1)[1], SIG),
 }
 
 

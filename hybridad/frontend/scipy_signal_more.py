@@ -5,8 +5,9 @@ tracers: ``sosfilt`` (with ``zi``), ``sosfilt_zi``, ``sosfiltfilt``
 (one-sided, 'density' or 'spectrum', 'mean' or 'median' averaging, every
 window scipy's ``get_window`` makes), ``stft`` (complex, every boundary,
 padding, scaling and detrend scipy takes but a callable), ``spectrogram``
-(every mode), ``csd`` (one-sided) and ``coherence``, ``resample`` (Fourier, real signals) and
-``hilbert`` (the analytic signal, complex).
+(every mode), ``istft`` (one-sided), ``csd`` (one-sided) and ``coherence``,
+``resample`` (Fourier, real signals) and ``hilbert`` (the analytic signal,
+complex).
 
 scipy's own compositions, each step on tracers: a cascade of sections is one
 :func:`.scipy_filters.lfilter` per section (a compiled loop each, differentiable
@@ -25,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from .numpy_api import _tracer, getitem
-from .numpy_complex import ComplexTracer
+from .numpy_complex import ComplexTracer, as_complex
 from .scipy_filters import (_axis, _axis_slice, _dtype, _extended, forward_and_back, lfilter,
                             lfilter_zi)
 from .scipy_special import intercepts, is_traced
@@ -225,6 +226,71 @@ def stft(x, fs=1.0, window="hann", nperseg=256, noverlap=None, nfft=None, detren
     freqs, times, spec, win, _ = _short_time(x, fs, window, nperseg, noverlap, nfft, detrend,
                                              return_onesided, boundary, padded, axis, "stft")
     return freqs, times, spec * np.sqrt(_scale(win, fs, scaling))
+
+
+@intercepts(_M, "istft")
+def istft(Zxx, fs=1.0, window="hann", nperseg=None, noverlap=None, nfft=None,  # noqa: N803
+          input_onesided=True, boundary=True, time_axis=-1, freq_axis=-2,
+          scaling="spectrum"):
+    """scipy's inverse STFT ``(times, x)`` of a one-sided ``Zxx``: each segment's
+    inverse real FFT, windowed and added where scipy adds it (each output
+    sample a sum of the frames' samples at it), divided by the windows' squares
+    (where over 1e-10), the boundary extension removed."""
+    from scipy.signal import get_window
+
+    if not input_onesided:
+        raise NotImplementedError("hybridad: scipy.signal.istft(input_onesided=False) of "
+                                  "traced values is not supported")
+    z = as_complex(Zxx)
+    nd = z.ndim
+    if nd < 2:
+        raise ValueError("Input stft must be at least 2d!")
+    freq_axis, time_axis = int(freq_axis) % nd, int(time_axis) % nd
+    if freq_axis == time_axis:
+        raise ValueError("Must specify differing time and frequency axes!")
+    z = np.moveaxis(z, (freq_axis, time_axis), (-2, -1))
+    nseg, n_default = z.shape[-1], 2 * (z.shape[-2] - 1)
+    nperseg = n_default if nperseg is None else int(nperseg)
+    if nperseg < 1:
+        raise ValueError("nperseg must be a positive integer")
+    if nfft is None:
+        nfft = nperseg if nperseg == n_default + 1 else n_default
+    elif nfft < nperseg:
+        raise ValueError("nfft must be greater than or equal to nperseg.")
+    noverlap = nperseg // 2 if noverlap is None else int(noverlap)
+    if noverlap >= nperseg:
+        raise ValueError("noverlap must be less than nperseg.")
+    step = nperseg - noverlap
+    if isinstance(window, str) or type(window) is tuple:
+        win = get_window(window, nperseg)
+    else:
+        win = np.asarray(window, dtype=np.float64)
+        if win.ndim != 1 or win.shape[0] != nperseg:
+            raise ValueError(f"window must have length of {nperseg}")
+    if scaling not in ("spectrum", "psd"):
+        raise ValueError(f"Parameter scaling={scaling!r} not in ['spectrum', 'psd']!")
+    gain = win.sum() if scaling == "spectrum" else np.sqrt(fs * sum(win ** 2))
+    frames = np.fft.irfft(z, n=nfft, axis=-2)[..., :nperseg, :]  # (..., nperseg, nseg)
+    frames = np.swapaxes(frames, -1, -2) * (win * gain)
+    length = nperseg + (nseg - 1) * step
+    at = (np.arange(nseg)[:, None] * step + np.arange(nperseg)[None, :]).ravel()
+    norm = np.bincount(at, weights=np.tile(win ** 2, nseg), minlength=length)
+    # each output sample sums the frames' samples at it: a gather of at most
+    # ceil(nperseg / step) of them (the padding reads an appended zero)
+    order = np.argsort(at, kind="stable")
+    first = np.searchsorted(at[order], np.arange(length))
+    rank = np.arange(at.size) - first[at[order]]
+    reads = np.full((length, -(-nperseg // step)), at.size)
+    reads[at[order], rank] = order
+    flat = np.reshape(frames, frames.shape[:-2] + (at.size,))
+    flat = np.pad(flat, [(0, 0)] * (flat.ndim - 1) + [(0, 1)])
+    out = np.sum(flat[..., reads], axis=-1)
+    if boundary:
+        out, norm = out[..., nperseg // 2:-(nperseg // 2)], norm[nperseg // 2:-(nperseg // 2)]
+    out = out / np.where(norm > 1e-10, norm, 1.0)
+    if nd > 2 and time_axis != nd - 1:
+        out = np.moveaxis(out, -1, time_axis - (freq_axis < time_axis))
+    return np.arange(out.shape[0]) / float(fs), out
 
 
 @intercepts(_M, "spectrogram")
