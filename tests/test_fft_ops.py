@@ -248,3 +248,33 @@ def test_device_runs_follow_cupys_fft_api(monkeypatch):
             transform(kind, want, x, norm=norm, **attrs)
             device_fft.DEVICE_FFT[kind](got, x, norm=norm, **attrs)
             np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-14, err_msg=(kind, norm))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_spectral_paths_allocate_nothing(backend):
+    """The paths built on the FFT ops -- stft, istft, spectrogram, csd, welch,
+    fftconvolve, np.convolve with a long kernel, the fast dct, freqz in its
+    coefficients -- in one function: gradient and HVP plans allocate nothing."""
+    import scipy.fft as sf
+    import scipy.signal as ss
+
+    x = RNG.standard_normal(256)
+    k = RNG.standard_normal(50)
+
+    def f(x):
+        z = ss.stft(x, nperseg=32)[2]
+        return (np.sum(np.abs(z) ** 2) + np.sum(ss.istft(z, nperseg=32)[1] ** 2) +
+                np.sum(ss.spectrogram(x, nperseg=32)[2]) +
+                np.sum(np.abs(ss.csd(x, x[::-1], nperseg=32)[1])) +
+                np.sum(ss.welch(x, nperseg=32)[1]) +
+                np.sum(ss.fftconvolve(x, k, mode="same") ** 2) + np.sum(np.convolve(x, k) ** 2) +
+                np.sum(sf.dct(x, norm="ortho") ** 2 * np.arange(256.0)) +
+                np.sum(np.abs(ss.freqz(x[:3], [1.0, -0.3], worN=32)[1]) ** 2))
+
+    plan = ha.compile(f, x, backend=backend)
+    out = plan.gradient(x)
+    assert out.value == pytest.approx(f(x), rel=1e-11)
+    assert_no_alloc(lambda: plan.gradient(x, out=out))
+    hvp = ha.compile(f, x, hvp=True, backend=backend)
+    res = hvp.hvp(x, v=x)
+    assert_no_alloc(lambda: hvp.hvp(x, v=x, out=res))
