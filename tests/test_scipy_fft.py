@@ -156,17 +156,20 @@ def test_outside_a_trace_scipy_runs_as_itself():
     (lambda x: sf.dct(x, n=0), ValueError, r"invalid number of data points"),
     (lambda x: sf.dct(x, type=5), ValueError, r"type"),
     (lambda x: sf.dct(x, axis=3), ValueError, r"axis 3 is out of bounds"),
-    (lambda x: sf.dct(np.tile(x, 2000)), NotImplementedError, r"dct of length 12000.*GiB table"),
+    (lambda x: sf.dct(np.tile(x, 2000), type=1), NotImplementedError,
+     r"dct of length 12000.*GiB table"),  # (types 2 and 3 run as FFTs, at any length)
 ])
 def test_refusals(f, error, match):
     with pytest.raises(error, match=match):
         ha.gradient(lambda x: scalar(f(x)), rand((6,), seed=2), backend="numpy")
 
 
-#: (module, function, type, norm, orthogonalize) of the cosine transforms that run
-#: as real FFTs of twice their length (types 2 and 3, FAST_COSINE_FROM or longer)
+#: (module, function, type, norm, orthogonalize) of the cosine and sine transforms
+#: that run as real FFTs of twice their length (types 2 and 3, FAST_COSINE_FROM
+#: or longer)
 FAST_COSINES = [(mod, name, typ, norm, orth)
-                for mod in (sf, fp) for name in ("dct", "idct") for typ in (2, 3)
+                for mod in (sf, fp) for name in ("dct", "idct", "dst", "idst")
+                for typ in (2, 3)
                 for norm in ((None, "ortho", "forward") if mod is sf else (None, "ortho"))
                 for orth in ((None, False, True) if mod is sf else (None,))]
 
@@ -174,9 +177,10 @@ FAST_COSINES = [(mod, name, typ, norm, orth)
 @pytest.mark.parametrize("mod, name, typ, norm, orth", FAST_COSINES,
                          ids=lambda v: getattr(v, "__name__", str(v)))
 def test_long_cosine_transforms_by_fft(mod, name, typ, norm, orth):
-    """Types 2 and 3 at 100 points and more: scipy's values (cropped and padded
-    too) to 1e-12, exact gradients (a quadratic: central differences of any
-    step are exact), no n x n matrix held."""
+    """Cosine and sine transforms of types 2 and 3 at 100 points and more:
+    scipy's values (cropped and padded too) to 1e-12, exact gradients (a
+    quadratic: central differences of any step are exact), no n x n matrix
+    held."""
     from hybridad.frontend.scipy_fft import FAST_COSINE_FROM
 
     rng = np.random.default_rng(typ * 7 + len(str(norm)))

@@ -21,9 +21,9 @@ or zero-padding to ``n`` folded into it).  So the values are scipy's to
 rounding (``O(n)`` ulps), every backend runs the transform on BLAS with
 matmul's derivative rules, and the cost is ``O(n^2)`` per transformed
 vector (where the complex transforms are FFTs, ``O(n log n)``) -- but for
-``dct``/``idct`` of types 2 and 3 of :data:`FAST_COSINE_FROM` points or more,
-real FFTs of twice the length (:func:`_cosine_core`), scaled as scipy's
-``norm`` and ``orthogonalize`` scale.
+``dct``/``idct``/``dst``/``idst`` of types 2 and 3 of :data:`FAST_COSINE_FROM`
+points or more, real FFTs of twice the length (:func:`_trig_core`), scaled as
+scipy's ``norm`` and ``orthogonalize`` scale.
 Parameters other than the input (type, lengths, ``dln``, ``mu``, ``period``,
 ...) are constants.  Registered in :data:`.scipy_special.INTERCEPTED` under
 ``"scipy.fft"`` and ``"scipy.fftpack"``.
@@ -78,8 +78,12 @@ def _matrix(module, name, n, params, rows):
 #: types, as products with their matrices
 FAST_COSINE_FROM = 64
 
-#: the unscaled transform scipy's (function, type) is a scaling of
-_CORES = {("dct", 2): 2, ("dct", 3): 3, ("idct", 2): 3, ("idct", 3): 2}
+#: the unscaled transform scipy's (function, type) is a scaling of: the DCT-II
+#: or DCT-III (:func:`_cosine_core`), and whether of the sine transforms'
+#: mirror of it (:func:`_trig_core`)
+_CORES = {("dct", 2): (2, False), ("dct", 3): (3, False), ("idct", 2): (3, False),
+          ("idct", 3): (2, False), ("dst", 2): (2, True), ("dst", 3): (3, True),
+          ("idst", 2): (3, True), ("idst", 3): (2, True)}
 
 
 def _cosine_core(x, n, core):
@@ -99,28 +103,44 @@ def _cosine_core(x, n, core):
     return np.fft.irfft(x * turn, 2 * n, axis=-1, norm="forward")[..., :n]
 
 
+def _trig_core(x, n, core, sine):
+    """:func:`_cosine_core`, or for ``sine`` its mirror: the DST-II of ``x`` is
+    the DCT-II of ``(-1)^j x_j`` reversed, the DST-III the DCT-III of ``x``
+    reversed, times ``(-1)^k``."""
+    if not sine:
+        return _cosine_core(x, n, core)
+    sign = np.where(np.arange(n) % 2 == 0, 1.0, -1.0).astype(
+        np.float32 if getattr(x, "dtype", None) == np.float32 else np.float64)
+    if core == 2:
+        return _cosine_core(x * sign, n, 2)[..., ::-1]
+    return _cosine_core(x[..., ::-1], n, 3) * sign
+
+
 @functools.lru_cache(maxsize=128)
 def _cosine_scaling(module, name, n, params):
     """``(a, b, core)`` with ``module.name(x, **params) = a * core(b * x)``
-    (:func:`_cosine_core`; ``a`` and ``b`` scale the first element apart from
-    the rest, as scipy's ``norm`` and ``orthogonalize`` do), read off scipy's
-    transforms of two unit vectors and checked on a random one; None for the
-    other types, or where that check fails."""
+    (:func:`_trig_core`, ``core`` its arguments; ``a`` and ``b`` scale one
+    end's element apart from the rest -- the first for the cosine transforms,
+    the last for the sine ones -- as scipy's ``norm`` and ``orthogonalize``
+    do), read off scipy's transforms of two unit vectors and checked on a
+    random one; None for the other types, or where that check fails."""
     kw = dict(params)
     core = _CORES.get((name, kw.get("type", 2)))
     if core is None or n < 4:
         return None
-    fn, eye = resolve(f"{module}.{name}"), np.eye(2, n)
-    t0, t1 = (np.asarray(fn(e, **kw), dtype=np.float64) for e in eye)
-    u0, u1 = (_cosine_core(e, n, core) for e in eye)
-    a = np.full(n, t1[1] / u1[1])
-    a[0] = t1[0] / u1[0]
-    b = np.ones(n)
-    b[0] = t0[1] / (a[1] * u0[1])
+    sp, rg = (n - 1, n - 2) if core[1] else (0, 1)  # (the scaled end, its neighbour)
+    fn, eye = resolve(f"{module}.{name}"), np.eye(n)[[sp, rg]]
+    t_sp, t_rg = (np.asarray(fn(e, **kw), dtype=np.float64) for e in eye)
+    u_sp, u_rg = (_trig_core(e, n, *core) for e in eye)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.full(n, t_rg[rg] / u_rg[rg])
+        a[sp] = t_rg[sp] / u_rg[sp]
+        b = np.ones(n)
+        b[sp] = t_sp[rg] / (a[rg] * u_sp[rg])
     r = np.random.default_rng(n).standard_normal(n)
     want = np.asarray(fn(r, **kw), dtype=np.float64)
-    if not np.all(np.isfinite(a)) or not np.isfinite(b[0]) or \
-            np.max(np.abs(a * _cosine_core(b * r, n, core) - want)) > 1e-12 * np.max(np.abs(want)):
+    if not np.all(np.isfinite(a)) or not np.all(np.isfinite(b)) or \
+            np.max(np.abs(a * _trig_core(b * r, n, *core) - want)) > 1e-12 * np.max(np.abs(want)):
         return None
     a.flags.writeable = b.flags.writeable = False
     return a, b, core
@@ -145,14 +165,14 @@ def _linear(module, name, x, axis=-1, n=None, rows=False, **params):
     if n < 1:
         raise ValueError(f"invalid number of data points ({n}) specified")
     key = _constants(module, name, **params)
-    if name in ("dct", "idct") and n >= FAST_COSINE_FROM:
+    if name in ("dct", "idct", "dst", "idst") and n >= FAST_COSINE_FROM:
         fast = _cosine_scaling(module, name, n, key)
         if fast is not None:  # (types 2 and 3: by real FFTs of twice the length)
             a, b, core = fast
             dt = np.float32 if x.dtype == np.float32 else np.float64
             z = np.moveaxis(x, axis, -1)
             z = z[..., :n] if m >= n else np.pad(z, [(0, 0)] * (z.ndim - 1) + [(0, n - m)])
-            y = _cosine_core(z * b.astype(dt), n, core) * a.astype(dt)
+            y = _trig_core(z * b.astype(dt), n, *core) * a.astype(dt)
             return np.moveaxis(y, -1, axis)
     t = _matrix(module, name, n, key, rows)
     if m <= n:  # (zero-padded: the padding's rows contribute nothing)
