@@ -347,6 +347,15 @@ class Trace:
             hit = self._captured.get(id(value))
             if hit is not None and hit[0] is value:
                 return hit[1]
+            spread = [st == 0 and n > 1 for st, n in zip(value.strides, value.shape)] \
+                if isinstance(value, np.ndarray) else ()
+            if any(spread):  # a broadcast view (a complex value's constant part, np.broadcast_to):
+                # its compact part by reference, broadcast by a view node -- compiled code
+                # reads a constant at an address, which one of zero strides does not have
+                compact = self.const(value[tuple(slice(0, 1) if s else slice(None)
+                                                 for s in spread)], False)
+                return self.add("broadcast_to", (compact,), {"shape": value.shape}, value.shape,
+                                value.dtype)
         value = np.asarray(value)
         if value.dtype not in SUPPORTED_DTYPES:
             check_dtype(value.dtype, "an array captured by the traced function (a global, "

@@ -77,6 +77,8 @@ def _fit(z, n, axis):
 def _packed(parts, dt):
     """The real and imaginary parts (transform axis last) as one real array
     ``(..., n, 2)``: the layout of the FFT ops (:mod:`hybridad.ops.fft`)."""
+    parts = [p if isinstance(p, Tracer) else np.ascontiguousarray(p) for p in parts]  # (a
+    # broadcast constant part, 0.5 of x + 0.5j, held as one: no stride-0 constant in a plan)
     return np.stack([p if np.result_type(p) == dt else p.astype(dt) for p in parts], axis=-1)
 
 
