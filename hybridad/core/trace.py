@@ -347,7 +347,7 @@ class Trace:
             hit = self._captured.get(id(value))
             if hit is not None and hit[0] is value:
                 return hit[1]
-            spread = [st == 0 and n > 1 for st, n in zip(value.strides, value.shape)] \
+            spread = [st == 0 and n > 1 for st, n in zip(value.strides, value.shape, strict=True)] \
                 if isinstance(value, np.ndarray) else ()
             if any(spread):  # a broadcast view (a complex value's constant part, np.broadcast_to):
                 # its compact part by reference, broadcast by a view node -- compiled code
