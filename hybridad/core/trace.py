@@ -339,23 +339,19 @@ class Trace:
         return Tracer(self.add("input", (), {"index": index}, shape, dtype), self, ARG)
 
     def const(self, value, literal, unique=False):
-        """The constant node of ``value``: ``literal`` (a value the plan holds:
-        folded with other literals, a small one merged with an equal one) or
-        captured by reference (an array f reads).  ``unique``: a literal never
-        merged (a folded view: :attr:`folded_views`)."""
+        """The constant node of ``value``: ``literal`` (a value the plan holds, folded
+        with other literals, a small one merged with an equal one) or by reference (an
+        array f reads; a broadcast view as its compact part and a view node: compiled
+        code reads a constant at its address).  ``unique``: a literal never merged."""
         if not literal:
             hit = self._captured.get(id(value))
             if hit is not None and hit[0] is value:
                 return hit[1]
-            spread = [st == 0 and n > 1 for st, n in zip(value.strides, value.shape, strict=True)] \
-                if isinstance(value, np.ndarray) else ()
-            if any(spread):  # a broadcast view (a complex value's constant part, np.broadcast_to):
-                # its compact part by reference, broadcast by a view node -- compiled code
-                # reads a constant at an address, which one of zero strides does not have
-                compact = self.const(value[tuple(slice(0, 1) if s else slice(None)
-                                                 for s in spread)], False)
-                return self.add("broadcast_to", (compact,), {"shape": value.shape}, value.shape,
-                                value.dtype)
+            spread = [st == 0 < n - 1 for st, n in zip(value.strides, value.shape, strict=True)]
+            if any(spread):
+                at = tuple(slice(0, 1) if s else slice(None) for s in spread)
+                return self.add("broadcast_to", (self.const(value[at], False),),
+                                {"shape": value.shape}, value.shape, value.dtype)
         value = np.asarray(value)
         if value.dtype not in SUPPORTED_DTYPES:
             check_dtype(value.dtype, "an array captured by the traced function (a global, "
