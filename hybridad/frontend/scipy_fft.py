@@ -129,7 +129,8 @@ def _cosine_scaling(module, name, n, params):
     if core is None or n < 4:
         return None
     sp, rg = (n - 1, n - 2) if core[1] else (0, 1)  # (the scaled end, its neighbour)
-    fn, eye = resolve(f"{module}.{name}"), np.eye(n)[[sp, rg]]
+    fn, eye = resolve(f"{module}.{name}"), np.zeros((2, n))
+    eye[0, sp] = eye[1, rg] = 1.0  # (the two unit vectors; np.eye(n) would be n^2)
     t_sp, t_rg = (np.asarray(fn(e, **kw), dtype=np.float64) for e in eye)
     u_sp, u_rg = (_trig_core(e, n, *core) for e in eye)
     with np.errstate(divide="ignore", invalid="ignore"):
