@@ -24,6 +24,7 @@ import numpy as np
 from ..core.trace import bind
 from ..core.tracer import Tracer
 from ..ir.registry import REGISTRY
+from ..ops.fft import SWAP
 from .numpy_api import implements
 from .numpy_complex import ComplexTracer, as_complex
 
@@ -74,12 +75,14 @@ def _fit(z, n, axis):
     return z
 
 
+def _typed(p, dt):
+    return p if np.result_type(p) == dt else p.astype(dt)
+
+
 def _packed(parts, dt):
     """The real and imaginary parts (transform axis last) as one real array
     ``(..., n, 2)``: the layout of the FFT ops (:mod:`hybridad.ops.fft`)."""
-    parts = [p if isinstance(p, Tracer) else np.ascontiguousarray(p) for p in parts]  # (a
-    # broadcast constant part, 0.5 of x + 0.5j, held as one: no stride-0 constant in a plan)
-    return np.stack([p if np.result_type(p) == dt else p.astype(dt) for p in parts], axis=-1)
+    return np.stack([_typed(p, dt) for p in parts], axis=-1)
 
 
 def _op(kind, x, axis, **attrs):
@@ -110,7 +113,7 @@ def _hermitian_full(x, n, axis, norm, inverse):
     """``fft``/``ifft`` of a real ``x``: its half spectrum (``rfft``, half the
     work) and the rest by symmetry, ``X_{n-k} = conj(X_k)``; the inverse is the
     conjugate of the forward transform scaled as the inverse."""
-    half = _rdft(x, n, axis, _SWAP[norm] if inverse else norm)
+    half = _rdft(x, n, axis, SWAP[norm] if inverse else norm)
     re, im = (np.moveaxis(p, axis, -1) for p in half.full())
     tail = (Ellipsis, slice(n - re.shape[-1], 0, -1))
     re = np.concatenate([re, re[tail]], axis=-1)
@@ -126,9 +129,7 @@ def _rdft(a, n, axis, norm):
     n = np.shape(x)[axis] if n is None else int(n)
     z = _fit(x, n, axis)
     dt = _real_dtype(x)
-    re = z.full()[0]
-    return _op("rfft", re if np.result_type(re) == dt else re.astype(dt), axis,
-               norm=_norm(norm))
+    return _op("rfft", _typed(z.full()[0], dt), axis, norm=_norm(norm))
 
 
 def _irdft(a, n, axis, norm):
@@ -169,23 +170,18 @@ def irfft(a, n=None, axis=-1, norm=None, out=None):
     return _irdft(a, n, axis, norm)
 
 
-_SWAP = {None: "forward", "backward": "forward", "ortho": "ortho", "forward": "backward"}
-
-
 @implements(np.fft.hfft)
 def hfft(a, n=None, axis=-1, norm=None, out=None):
     """``np.fft.hfft``: ``irfft(conj(a), n)`` with the normalization swapped."""
     _no_out(out)
-    _norm(norm)
-    return _irdft(as_complex(a).conj(), n, axis, _SWAP[norm])
+    return _irdft(as_complex(a).conj(), n, axis, SWAP[_norm(norm)])
 
 
 @implements(np.fft.ihfft)
 def ihfft(a, n=None, axis=-1, norm=None, out=None):
     """``np.fft.ihfft``: ``conj(rfft(a, n))`` with the normalization swapped."""
     _no_out(out)
-    _norm(norm)
-    return _rdft(a, n, axis, _SWAP[norm]).conj()
+    return _rdft(a, n, axis, SWAP[_norm(norm)]).conj()
 
 
 def _axes_and_sizes(a, s, axes, default_all=True):

@@ -36,6 +36,7 @@ import functools
 import numpy as np
 
 from ..core.tracer import Tracer
+from ..ops.fft import SWAP
 from ..ops.host import resolve
 from . import numpy_fft as _np_fft
 from .numpy_api import _tracer
@@ -222,7 +223,7 @@ for _name, _impl in (("fftn", _np_fft._nd(False)), ("ifftn", _np_fft._nd(True)),
 
 
 def _swapped(norm):
-    return _np_fft._SWAP[_np_fft._norm(norm)]
+    return SWAP[_np_fft._norm(norm)]
 
 
 def _hermitian(x, s=None, axes=None, norm=None):

@@ -39,7 +39,8 @@ import numpy as np
 from ..ir.registry import Op, register
 from .common import bind as _bind
 
-__all__ = ["NORMS", "SWAP", "WORK_BYTES", "complex_view", "scale", "transform"]
+__all__ = ["NORMS", "SWAP", "WORK_BYTES", "complex_view", "factor", "length_of", "loop", "scale",
+           "transform"]
 
 NORMS = ("backward", "ortho", "forward")
 #: the normalization of a transform's transpose (and of the inverse direction)
@@ -90,21 +91,37 @@ def _ufuncs():
     return pfu
 
 
+def loop(kind, inverse, length):
+    """The pocketfft ufunc (its name in ``numpy.fft._pocketfft_umath``) that runs
+    ``kind`` of ``length`` points -- every backend asks here."""
+    if kind == "fft":
+        return "ifft" if inverse else "fft"
+    if kind == "rfft":
+        return "rfft_n_even" if length % 2 == 0 else "rfft_n_odd"
+    return "irfft"
+
+
+def length_of(kind, shape, n=None):
+    """The transform length of ``kind`` on an operand of ``shape`` (irfft: ``n``)."""
+    return n if kind == "irfft" else shape[-2 if kind == "fft" else -1]
+
+
+def factor(kind, dtype, norm, length, inverse=False):
+    """The 0-d scale the ufunc multiplies by: numpy's, the normalization swapped
+    for the inverse direction (ifft, irfft), as numpy swaps it."""
+    return scale(dtype, SWAP[norm] if inverse or kind == "irfft" else norm, length)
+
+
 def transform(kind, out, x, *, norm, inverse=False, n=None):
     """Write ``kind`` ("fft", "rfft" or "irfft") of ``x`` into ``out``, host
     arrays in the layout of the module docstring."""
-    pfu = _ufuncs()
-    if kind == "fft":
-        length = x.shape[-2]
-        fct = scale(x.dtype, norm if not inverse else SWAP[norm], length)
-        (pfu.ifft if inverse else pfu.fft)(_as_complex(x), fct, out=complex_view(out))
-    elif kind == "rfft":
-        length = x.shape[-1]
-        fct = scale(x.dtype, norm, length)
-        fn = pfu.rfft_n_even if length % 2 == 0 else pfu.rfft_n_odd
+    length = length_of(kind, x.shape, n)
+    fn = getattr(_ufuncs(), loop(kind, inverse, length))
+    fct = factor(kind, x.dtype, norm, length, inverse)
+    if kind == "rfft":
         fn(x, fct, out=complex_view(out))
     else:
-        pfu.irfft(_as_complex(x), scale(x.dtype, SWAP[norm], n), out=out)
+        fn(_as_complex(x), fct, out=complex_view(out) if kind == "fft" else out)
 
 
 def _run(kind):

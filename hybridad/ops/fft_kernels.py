@@ -31,7 +31,7 @@ from llvmlite import binding as _llvm
 from numba import njit, types
 
 from .._libcache import install
-from .fft import WORK_BYTES
+from .fft import WORK_BYTES, loop
 
 __all__ = ["AVAILABLE", "FLAGS", "UFUNCS", "WORK_BYTES", "pocketfft_lines", "ufunc_code"]
 
@@ -138,10 +138,9 @@ AVAILABLE = _register()
 
 
 def ufunc_code(kind, inverse, n, dtype):
-    """``(code, flag)`` of the loop an op runs: its ufunc's index in
-    :data:`UFUNCS` (plus 8 for float32) and its direction's bytes."""
-    name = {"fft": "ifft" if inverse else "fft", "irfft": "irfft",
-            "rfft": "rfft_n_even" if n % 2 == 0 else "rfft_n_odd"}[kind]
+    """``(code, flag)`` of the loop an op runs (:func:`.fft.loop`): its ufunc's
+    index in :data:`UFUNCS` (plus 8 for float32) and its direction's bytes."""
+    name = loop(kind, inverse, n)
     letter = "f" if np.dtype(dtype) == np.float32 else "d"
     return UFUNCS.index(name) + (8 if letter == "f" else 0), FLAGS[(name, letter)]
 

@@ -46,6 +46,10 @@ from .source import PREAMBLE, region_kernel
 __all__ = ["CupyLauncher", "Launcher", "RegionCalls", "cupy_available", "device_scratch",
            "scratch_for_cupy"]
 
+#: op -> its device library run (cuSOLVER's linear algebra, cuFFT's transforms):
+#: through :class:`.linalg.Preallocated`, no arena scratch
+DEVICE_RUNS = {**DEVICE_LINALG, **DEVICE_FFT}
+
 
 def cupy_available():
     """Whether cupy imports and sees a CUDA device (the reason when not)."""
@@ -142,7 +146,7 @@ def device_scratch(nodes, products=False):
 
     scratch = op_workspaces(nodes)
     for n in nodes:
-        if n.op in DEVICE_LINALG or n.op in DEVICE_FFT:
+        if n.op in DEVICE_RUNS:
             scratch.pop(n.id, None)
     scratch.update(scratch_for_cupy(nodes, products))
     return scratch
@@ -381,7 +385,7 @@ class RegionCalls:
         program's :class:`.linalg.Workspace`)."""
         if node.op == "matmul":  # (cupy's matmul where GEMMs are not captured)
             return _gemm_run if captured_products() else None
-        run = DEVICE_LINALG.get(node.op) or DEVICE_FFT.get(node.op)
+        run = DEVICE_RUNS.get(node.op)
         if run is None:
             return None
         if self.workspace is None:  # (one for the program's linear algebra)

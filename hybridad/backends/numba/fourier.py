@@ -38,7 +38,7 @@ class PocketLines:
 def fourier(e):
     """Emit ``e.node`` (op ``fft``, ``rfft`` or ``irfft``)."""
     from ...ops import fft_kernels
-    from ...ops.fft import SWAP, WORK_BYTES, scale
+    from ...ops.fft import WORK_BYTES, factor, length_of
 
     if not fft_kernels.AVAILABLE:
         host_transform(e)
@@ -46,10 +46,8 @@ def fourier(e):
     node, x = e.node, e.node.args[0]
     complex_in, complex_out = node.op != "rfft", node.op != "irfft"
     inverse = bool(node.attrs.get("inverse", False))
-    norm = node.attrs["norm"]
-    length = node.attrs["n"] if node.op == "irfft" else x.shape[-2 if complex_in else -1]
-    forward_norm = SWAP[norm] if inverse or node.op == "irfft" else norm
-    fct = float(scale(node.dtype, forward_norm, length))
+    length = length_of(node.op, x.shape, node.attrs.get("n"))
+    fct = float(factor(node.op, node.dtype, node.attrs["norm"], length, inverse))
     code, flag = fft_kernels.ufunc_code(node.op, inverse, length, node.dtype)
     itemsize = np.dtype(node.dtype).itemsize
     lead = len(node.shape) - (2 if complex_out else 1)
